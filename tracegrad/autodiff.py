@@ -1,0 +1,304 @@
+"""The tape and the one backward engine behind `Tensor.backward`, `GradManager.backward`,
+`vjp` and `grad`.
+
+A result of a recorded op points to a `TapeNode`; nodes point to their parents' nodes, never to
+tensors. A node keeps only the values its VJP reads (the primitive's `saves`), so an intermediate
+that backward does not need dies with its last Python reference. Leaves get a `LeafNode` that holds
+them weakly, where gradients are delivered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from .tensor import Listeners, Tensor, as_tensor
+
+
+class ShapeDtype:
+    """What the tape remembers of an input it does not save: enough for `sum_to` and casts."""
+
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype):
+        self.shape, self.dtype = shape, dtype
+
+    ndim = property(lambda self: len(self.shape))
+
+
+class LeafNode:
+    """Where gradients for a leaf (or a tensor attached with no history) arrive."""
+
+    __slots__ = ("ref", "__weakref__")
+    is_leaf = True
+    parents: tuple = ()
+
+    def __init__(self, tensor: Tensor):
+        self.ref = weakref.ref(tensor)
+
+    @property
+    def name(self) -> str:
+        return "leaf"
+
+
+class TapeNode:
+    """One recorded op: its parents' nodes and exactly the values its VJP reads."""
+
+    __slots__ = ("prim", "params", "parents", "saved_in", "saved_out", "avals", "freed",
+                 "retained", "__weakref__")  # fmt: skip
+    is_leaf = False
+
+    def __init__(self, prim: Any, params: dict, parents: list, inputs: list, out: Tensor):
+        self.prim, self.params, self.parents = prim, params, parents
+        self.avals = [ShapeDtype(t.shape, t.dtype) for t in inputs]
+        self.saved_in = [t._value for t in inputs] if prim.saves_inputs else None
+        self.saved_out = out._value if prim.saves_output else None
+        self.freed = False
+        self.retained: Tensor | None = None
+
+    @property
+    def name(self) -> str:
+        return self.prim.name
+
+    def __repr__(self) -> str:
+        return f"<grad_fn {self.name}>"
+
+    def unpack(self) -> tuple[list, Tensor | None]:
+        """The VJP's view of the inputs and output: tensors wired to this node's history."""
+        if self.freed and (self.prim.saves_inputs or self.prim.saves_output):
+            raise RuntimeError(
+                f"trying to backward through '{self.name}' a second time: its saved values were "
+                "freed after the first backward. Pass retain_graph=True to the first backward "
+                "if you need to backward twice."
+            )
+        if self.saved_in is None:
+            ins = list(self.avals)
+        else:
+            ins = [Tensor._wrap(v, p) for v, p in zip(self.saved_in, self.parents, strict=True)]
+        out = None if self.saved_out is None else Tensor._wrap(self.saved_out, self)
+        return ins, out
+
+    def free(self) -> None:
+        self.saved_in = self.saved_out = None
+        self.freed = True
+
+
+# --- recording ---------------------------------------------------------------------------------
+
+_recording: list = []  # GradManagers that are recording now, outermost first
+
+
+def _leaf_of(t: Tensor) -> Tensor | None:
+    """The user's leaf behind `t` (itself, or the original of a saved-value view)."""
+    if t._node is None:
+        return t
+    return t._node.ref() if t._node.is_leaf else None
+
+
+def edge(t: Tensor) -> Any:
+    """The node gradients of `t` flow into, or None if no one tracks `t`."""
+    if t._node is not None and not t._node.is_leaf:
+        return t._node
+    leaf = _leaf_of(t)
+    if leaf is None or not (leaf._requires_grad or any(gm._has(leaf) for gm in _recording)):
+        return None
+    if leaf._node is None:
+        leaf._node = LeafNode(leaf)
+    return leaf._node
+
+
+def record(prim: Any, inputs: list[Tensor], out: Tensor, params: dict) -> None:
+    """Called by `bind` after every op: keep a node iff some input is tracked."""
+    if out.dtype.kind != "f":
+        return
+    parents = [edge(t) for t in inputs]
+    if any(p is not None for p in parents):
+        out._node = TapeNode(prim, params, parents, inputs, out)
+
+
+Listeners.record = record
+
+
+@contextlib.contextmanager
+def _grad_mode(enabled: bool) -> Iterator[None]:
+    previous = Listeners.grad_enabled
+    Listeners.grad_enabled = enabled
+    try:
+        yield
+    finally:
+        Listeners.grad_enabled = previous
+
+
+class no_grad(contextlib.ContextDecorator):
+    """Stop recording: as a context manager (`with no_grad():`) or a decorator (`@no_grad()`)."""
+
+    def __enter__(self) -> None:
+        self._previous = Listeners.grad_enabled
+        Listeners.grad_enabled = False
+
+    def __exit__(self, *exc: Any) -> None:
+        Listeners.grad_enabled = self._previous
+
+
+def is_grad_enabled() -> bool:
+    return Listeners.grad_enabled
+
+
+# --- the engine ----------------------------------------------------------------------------------
+
+
+def _order(roots: Sequence[Any], is_target: Callable[[Any], bool]) -> tuple[list, set]:
+    """Nodes reachable from `roots` in reverse topological order, and those that reach a target."""
+    post, seen, useful = [], set(), set()
+    stack = [(r, False) for r in roots]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            post.append(node)
+            if is_target(node) or any(p in useful for p in node.parents if p is not None):
+                useful.add(node)
+            continue
+        if node in seen:
+            continue
+        seen.add(node)
+        stack.append((node, True))
+        stack.extend((p, False) for p in node.parents if p is not None and p not in seen)
+    return post[::-1], useful
+
+
+def run_backward(
+    ys: Sequence[Tensor],
+    dys: Sequence[Tensor],
+    deliver: Callable[[Any], Callable[[Tensor], None] | None],
+    retain_graph: bool = False,
+    create_graph: bool = False,
+) -> None:
+    """Propagate cotangents `dys` from `ys` to every node for which `deliver(node)` gives a sink.
+
+    With `create_graph` the VJP ops are themselves recorded (higher-order gradients)."""
+    grads: dict[Any, Tensor] = {}
+    roots = []
+    for y, dy in zip(ys, dys, strict=True):
+        node = edge(y)
+        if node is None:
+            continue
+        if dy.shape != y.shape:
+            raise ValueError(f"backward: dy of shape {dy.shape} for y of shape {y.shape}")
+        grads[node] = grads[node] + dy if node in grads else dy
+        roots.append(node)
+    order, useful = _order(roots, lambda n: deliver(n) is not None)
+    retain_graph = retain_graph or create_graph
+    with _grad_mode(create_graph):
+        for node in order:
+            g = grads.pop(node, None)
+            if g is None or node not in useful:
+                continue
+            sink = deliver(node)
+            if sink is not None:
+                sink(g)
+            if node.is_leaf:
+                continue
+            ins, out = node.unpack()
+            for i, parent in enumerate(node.parents):
+                rule = node.prim.vjp_rule(i) if parent in useful else None
+                gi = rule(g, out, *ins, **node.params) if rule is not None else None
+                if gi is not None:
+                    grads[parent] = grads[parent] + gi if parent in grads else gi
+            if not retain_graph:
+                node.free()
+
+
+def accumulate(t: Tensor, g: Tensor) -> None:
+    """`t.grad += g` without aliasing: a fresh buffer the first time, a new sum after that."""
+    if t.grad is None:
+        t.grad = Tensor._wrap(np.array(g._value), g._node) if not g.is_symbolic else g
+    else:
+        t.grad = t.grad + g
+
+
+def _default_dy(y: Tensor) -> Tensor:
+    if y.size != 1:
+        raise RuntimeError(
+            f"grad can be implicitly created only for scalar outputs; y has shape {y.shape}: "
+            "pass dy (the cotangent, same shape as y)"
+        )
+    return Tensor(np.ones(y.shape, y.dtype))
+
+
+def tensor_backward(
+    y: Tensor, dy: Any = None, retain_graph: bool = False, create_graph: bool = False
+) -> None:
+    """`y.backward()`: gradients into every reachable leaf that requires grad (PyTorch)."""
+    if y.is_leaf and not y.requires_grad:
+        raise RuntimeError(
+            "backward: this tensor does not require grad and has no grad_fn (no input of the "
+            "computation requires grad)"
+        )
+    dy = _default_dy(y) if dy is None else as_tensor(dy, y.dtype)
+
+    def deliver(node: Any) -> Callable | None:
+        if node.is_leaf:
+            t = node.ref()
+            return None if t is None or not t._requires_grad else functools.partial(accumulate, t)
+        t = node.retained
+        return None if t is None else functools.partial(accumulate, t)
+
+    run_backward([y], [dy], deliver, retain_graph, create_graph)
+
+
+Tensor.backward = tensor_backward
+
+
+# --- functional transformations -----------------------------------------------------------------
+
+
+def vjp(fn: Callable, *primals: Any) -> tuple[Tensor, Callable]:
+    """`out, vjp_fn = vjp(fn, *primals)`; `vjp_fn(cotangent)` gives one gradient per primal.
+
+    Nests: inside another `vjp`/`grad`/GradManager the returned gradients are differentiable."""
+    from .grad_manager import GradManager
+
+    xs = [as_tensor(p) for p in primals]
+    with GradManager().attach(xs):
+        out = fn(*xs)
+        slots = {edge(x): i for i, x in enumerate(xs)}
+
+    def vjp_fn(cotangent: Any) -> tuple[Tensor, ...]:
+        grads: list[Tensor | None] = [None] * len(xs)
+
+        def collect(node: Any) -> Callable | None:
+            i = slots.get(node)
+            return None if i is None else (lambda g: grads.__setitem__(i, g))
+
+        create = bool(_recording) and Listeners.grad_enabled
+        run_backward([out], [as_tensor(cotangent, out.dtype)], collect, True, create)
+        return tuple(
+            Tensor(np.zeros(x.shape, x.dtype)) if g is None else g
+            for x, g in zip(xs, grads, strict=True)
+        )
+
+    return out, vjp_fn
+
+
+def grad(fn: Callable, argnums: int | Sequence[int] = 0) -> Callable:
+    """The gradient of a scalar-valued `fn` with respect to argument(s) `argnums`."""
+
+    def grad_fn(*args: Any) -> Any:
+        nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+
+        def partial_fn(*xs: Any) -> Tensor:
+            full = list(args)
+            for n, x in zip(nums, xs, strict=True):
+                full[n] = x
+            return fn(*full)
+
+        out, vjp_fn = vjp(partial_fn, *(args[n] for n in nums))
+        grads = vjp_fn(_default_dy(out))
+        return grads[0] if isinstance(argnums, int) else grads
+
+    return grad_fn

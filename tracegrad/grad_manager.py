@@ -1,0 +1,129 @@
+"""MegEngine's GradManager over the one tape: attach tensors, record, backward, release."""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from . import autodiff
+from .tensor import Tensor, as_tensor
+
+Callback = Callable[[Tensor, Tensor], Tensor]
+
+
+class GradManager:
+    """Records computation that depends on attached tensors and accumulates their gradients.
+
+    >>> gm = GradManager().attach(model.parameters())
+    >>> with gm:
+    ...     loss = model(x).mean()
+    ...     gm.backward(loss)
+    """
+
+    def __init__(self) -> None:
+        self._attached: dict[int, tuple[weakref.ref, list[Callback]]] = {}
+        self._recording = False
+
+    def attach(
+        self,
+        tensors: Tensor | Iterable[Tensor],
+        callbacks: Callback | Sequence[Callback] | None = None,
+    ) -> GradManager:
+        """Track `tensors` (held weakly); `callbacks` run as `cb(tensor, grad) -> grad`, in order,
+        before the gradient is accumulated. Attaching again adds callbacks, not duplicates."""
+        tensors = [tensors] if isinstance(tensors, Tensor) else list(tensors)
+        callbacks = [callbacks] if callable(callbacks) else list(callbacks or ())
+        for t in tensors:
+            if not isinstance(t, Tensor):
+                raise TypeError(f"GradManager.attach: expected Tensors, got {type(t).__name__}")
+            if t.dtype.kind != "f":
+                raise TypeError(f"GradManager.attach: only floating tensors, not {t.dtype}")
+        for t in tensors:
+            key = id(t)
+            if key not in self._attached or self._attached[key][0]() is not t:
+                self._attached[key] = (weakref.ref(t, self._forget(key)), [])
+            self._attached[key][1].extend(callbacks)
+        return self
+
+    def _forget(self, key: int) -> Callable:
+        this = weakref.ref(self)
+
+        def drop(_: Any) -> None:
+            gm = this()
+            if gm is not None:
+                gm._attached.pop(key, None)
+
+        return drop
+
+    def _has(self, t: Tensor) -> bool:
+        entry = self._attached.get(id(t))
+        return entry is not None and entry[0]() is t
+
+    def attached_tensors(self) -> list[Tensor]:
+        return [t for t in (ref() for ref, _ in self._attached.values()) if t is not None]
+
+    @property
+    def is_recording(self) -> bool:
+        return self._recording
+
+    def record(self) -> None:
+        if self._recording:
+            raise RuntimeError("GradManager.record: already recording")
+        self._recording = True
+        autodiff._recording.append(self)
+
+    def release(self) -> None:
+        """Stop recording; safe to call at any time."""
+        if self._recording:
+            self._recording = False
+            autodiff._recording.remove(self)
+
+    def __enter__(self) -> GradManager:
+        self.record()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    def backward(self, y: Any = None, dy: Any = None) -> None:
+        """Accumulate d(y . dy)/d(attached) into each attached tensor's `.grad`, then release.
+
+        y and dy may be Tensors or lists; dy defaults to ones."""
+        if not self._recording:
+            raise RuntimeError(
+                "GradManager.backward: nothing was recorded. Did you forget `gm.record()` or "
+                "`with gm:` around the forward computation?"
+            )
+        if y is None:
+            self.release()
+            return
+        ys = [y] if isinstance(y, Tensor) else list(y)
+        if dy is None:
+            dys = [Tensor(np.ones(t.shape, t.dtype)) for t in ys]
+        else:
+            dys = [as_tensor(d, t.dtype) for t, d in zip(ys, [dy] if isinstance(dy, Tensor) else dy,
+                                                        strict=True)]  # fmt: skip
+        sinks = self._sinks()
+        self.release()
+        create = bool(autodiff._recording) and autodiff.Listeners.grad_enabled
+        autodiff.run_backward(ys, dys, sinks.get, create_graph=create)
+
+    def _sinks(self) -> dict[Any, Callable[[Tensor], None]]:
+        """Node -> delivery into the attached tensor whose gradient arrives there."""
+        sinks = {}
+        for ref, callbacks in self._attached.values():
+            t = ref()
+            node = None if t is None else autodiff.edge(t)
+            if node is not None:
+                sinks[node] = functools.partial(_deliver, t, callbacks)
+        return sinks
+
+
+def _deliver(t: Tensor, callbacks: list[Callback], g: Tensor) -> None:
+    for cb in callbacks:
+        g = cb(t, g)
+    autodiff.accumulate(t, g)

@@ -1,0 +1,236 @@
+"""The symbolic graph: plain Python objects, a jaxpr-like printer and networkx / Graphviz export.
+
+Imports nothing else of tracegrad, so the `passes` package can depend on this module alone.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+_ids = itertools.count()
+
+_SHORT_DTYPES = {
+    "float16": "f16",
+    "float32": "f32",
+    "float64": "f64",
+    "int8": "i8",
+    "int16": "i16",
+    "int32": "i32",
+    "int64": "i64",
+    "uint8": "u8",
+    "bool": "bool",
+}
+
+
+def short_dtype(dtype: Any) -> str:
+    name = np.dtype(dtype).name
+    return _SHORT_DTYPES.get(name, name)
+
+
+class Value:
+    """A typed edge of the graph: a node output, a graph input or a constant (`const` set)."""
+
+    __slots__ = ("id", "shape", "dtype", "const")
+
+    def __init__(self, shape: Sequence[int], dtype: Any, const: np.ndarray | None = None):
+        self.id = next(_ids)
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = np.dtype(dtype)
+        self.const = const
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def type_str(self) -> str:
+        return f"{short_dtype(self.dtype)}[{','.join(map(str, self.shape))}]"
+
+    def __repr__(self) -> str:
+        return f"Value(v{self.id}:{self.type_str})"
+
+
+class Node:
+    """One primitive application. `source` is the user's "file:line" that produced it."""
+
+    __slots__ = ("op", "inputs", "outputs", "attrs", "source")
+
+    def __init__(
+        self,
+        op: str,
+        inputs: Sequence[Value],
+        outputs: Sequence[Value],
+        attrs: Mapping[str, Any] | None = None,
+        source: str | None = None,
+    ):
+        self.op = op
+        self.inputs = list(inputs)
+        self.outputs = list(outputs)
+        self.attrs = dict(attrs or {})
+        self.source = source
+
+    def __repr__(self) -> str:
+        return f"Node({self.op}, {self.inputs} -> {self.outputs})"
+
+
+class Graph:
+    """Inputs, topologically ordered nodes and outputs. Values are shared objects, not copies."""
+
+    def __init__(self, inputs: Sequence[Value], nodes: Sequence[Node], outputs: Sequence[Value]):
+        self.inputs = list(inputs)
+        self.nodes = list(nodes)
+        self.outputs = list(outputs)
+
+    def copy(self) -> Graph:
+        return Graph(self.inputs, [_copy_node(n) for n in self.nodes], self.outputs)
+
+    def producers(self) -> dict[Value, Node]:
+        return {v: n for n in self.nodes for v in n.outputs}
+
+    def users(self) -> dict[Value, list[Node]]:
+        out: dict[Value, list[Node]] = {}
+        for n in self.nodes:
+            for v in n.inputs:
+                out.setdefault(v, []).append(n)
+        return out
+
+    def count(self, op: str) -> int:
+        return sum(n.op == op for n in self.nodes)
+
+    def names(self) -> dict[Value, str]:
+        """Short names in order of appearance (a, b, ..., z, ba, ...), as jaxpr prints them."""
+        names: dict[Value, str] = {}
+
+        def name(v: Value) -> None:
+            if v not in names:
+                names[v] = _letters(len(names))
+
+        for v in self.inputs:
+            name(v)
+        for n in self.nodes:
+            for v in (*n.inputs, *n.outputs):
+                name(v)
+        return names
+
+    def __str__(self) -> str:
+        names = self.names()
+
+        def ref(v: Value) -> str:
+            if v.const is not None and v.const.ndim == 0:
+                return repr(v.const.item())
+            return names[v]
+
+        def typed(v: Value) -> str:
+            return f"{names[v]}:{v.type_str}"
+
+        lines = ["{ lambda " + " ".join(typed(v) for v in self.inputs) + " ."]
+        consts = {v for n in self.nodes for v in n.inputs if v.const is not None and v.const.ndim}
+        for v in sorted(consts, key=lambda v: names[v]):
+            lines.append(f"    {typed(v)} = const")
+        body = []
+        for n in self.nodes:
+            lhs = " ".join(typed(v) for v in n.outputs)
+            attrs = "".join(f" {k}={_fmt_attr(a)}" for k, a in n.attrs.items())
+            rhs = f"{n.op}{'[' + attrs.strip() + ']' if attrs else ''} " + " ".join(
+                ref(v) for v in n.inputs
+            )
+            body.append((f"    {lhs} = {rhs}", n.source))
+        width = max((len(t) for t, _ in body), default=0)
+        for text, src in body:
+            lines.append(f"{text.ljust(width)}  # {src}" if src else text)
+        lines.append("  in (" + ", ".join(ref(v) for v in self.outputs) + ") }")
+        return "\n".join(lines)
+
+    def to_networkx(self) -> Any:
+        """A `networkx.DiGraph`: one vertex per node (op, source) and per value (shape, dtype, bytes)."""
+        import networkx as nx
+
+        g = nx.DiGraph()
+        names = self.names()
+        for v in names:
+            kind = "input" if v in self.inputs else ("const" if v.const is not None else "value")
+            g.add_node(
+                names[v],
+                kind=kind,
+                op=kind,
+                shape=v.shape,
+                dtype=str(v.dtype),
+                bytes=v.nbytes,
+                output=v in self.outputs,
+            )
+        for i, n in enumerate(self.nodes):
+            out_bytes = sum(v.nbytes for v in n.outputs)
+            key = f"{n.op}_{i}"
+            shape = n.outputs[0].shape if n.outputs else ()
+            dtype = str(n.outputs[0].dtype) if n.outputs else ""
+            g.add_node(
+                key, kind="op", op=n.op, shape=shape, dtype=dtype, bytes=out_bytes, source=n.source
+            )
+            for v in n.inputs:
+                g.add_edge(names[v], key)
+            for v in n.outputs:
+                g.add_edge(key, names[v])
+        return g
+
+    def to_dot(self) -> str:
+        """Graphviz text: boxes for ops, ellipses for values."""
+        names = self.names()
+        lines = ["digraph tracegrad {", "  rankdir=TB;"]
+        for v, nm in names.items():
+            shape = "box3d" if v in self.inputs else "ellipse"
+            lines.append(f'  "{nm}" [shape={shape}, label="{nm}: {v.type_str}"];')
+        for i, n in enumerate(self.nodes):
+            lines.append(f'  "op{i}" [shape=box, style=filled, label="{n.op}"];')
+            lines += [f'  "{names[v]}" -> "op{i}";' for v in n.inputs]
+            lines += [f'  "op{i}" -> "{names[v]}";' for v in n.outputs]
+        lines.append("}")
+        return "\n".join(lines)
+
+
+def evaluate(graph: Graph, args: Sequence[Any], impls: Callable[[str], Callable]) -> list[Any]:
+    """Reference interpreter: run every node with `impls(op)(*inputs, **attrs)`."""
+    env: dict[Value, Any] = dict(zip(graph.inputs, args, strict=True))
+
+    def read(v: Value) -> Any:
+        return v.const if v.const is not None else env[v]
+
+    for n in graph.nodes:
+        result = impls(n.op)(*(read(v) for v in n.inputs), **n.attrs)
+        for v, r in zip(n.outputs, _as_tuple(result, len(n.outputs)), strict=True):
+            env[v] = np.asarray(r)
+    return [read(v) for v in graph.outputs]
+
+
+def _as_tuple(result: Any, n: int) -> Iterable[Any]:
+    return result if n != 1 else (result,)
+
+
+def _copy_node(n: Node) -> Node:
+    return Node(n.op, n.inputs, n.outputs, n.attrs, n.source)
+
+
+def _letters(i: int) -> str:
+    s = ""
+    while True:
+        s = chr(ord("a") + i % 26) + s
+        i //= 26
+        if i == 0:
+            return s
+
+
+def _fmt_attr(a: Any) -> str:
+    if isinstance(a, np.dtype | type):
+        return short_dtype(a)
+    return repr(a).replace(" ", "")

@@ -1,0 +1,252 @@
+"""`Tensor` and `bind`: the ground floor. A Tensor holds a concrete ndarray or a symbolic `ir.Value`.
+
+`bind(prim, *args)` hands one primitive application to whoever is listening: the eager NumPy
+evaluator by default, the tracer while one is active, and afterwards the tape. This module knows no
+particular op; the op table (primitives.py) attaches Tensor's operators from above.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+from typing import Any
+
+import numpy as np
+
+from . import ir
+
+_serials = itertools.count()
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_INTERNAL_DIRS = (_PACKAGE_DIR, os.path.join(os.path.dirname(_PACKAGE_DIR), "passes"))
+
+
+class TraceError(RuntimeError):
+    """A traced function did something that needs a concrete value (Python control flow, .item())."""
+
+
+class ShapeError(ValueError):
+    """Operands whose shapes or dtypes an op cannot take; names the op, the shapes and the user's
+    source line."""
+
+    def __init__(self, message: str):
+        super().__init__(f"{message} (at {user_location()})")
+
+
+class Listeners:
+    """Who hears `bind`: a stack of tracers (top one evaluates) and the tape recorder."""
+
+    tracers: list[Any] = []
+    record: Any = None  # autodiff's recorder: record(prim, inputs, out, params)
+    grad_enabled: bool = True
+
+
+def user_location() -> str | None:
+    """The innermost "file:line" outside tracegrad: where the user's code called us."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if not path.startswith(_INTERNAL_DIRS) and not path.startswith("<tracegrad"):
+            return f"{os.path.basename(path)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
+
+
+def _default_dtype(data: Any) -> np.dtype | None:
+    """Python floats (and lists of them) become float32; ndarrays keep their dtype."""
+    if isinstance(data, np.ndarray | np.generic):
+        return None
+    return np.dtype(np.float32) if np.asarray(data).dtype == np.float64 else None
+
+
+class Tensor:
+    """An n-dimensional array with reverse-mode autodiff, concrete (ndarray) or symbolic (traced)."""
+
+    __slots__ = ("_value", "_requires_grad", "_grad", "_node", "_retains", "_serial", "__weakref__")
+    __array_priority__ = 1000
+
+    def __init__(self, data: Any, dtype: Any = None, requires_grad: bool = False):
+        if isinstance(data, Tensor):
+            data = data._value
+        if not isinstance(data, ir.Value):
+            dtype = dtype if dtype is not None else _default_dtype(data)
+            data = np.asarray(data, dtype=dtype)
+        elif dtype is not None and np.dtype(dtype) != data.dtype:
+            raise TypeError(f"tensor: cannot change the dtype of a traced value to {dtype}")
+        self._value = data
+        self._requires_grad = False
+        self._grad: Tensor | None = None
+        self._node: Any = None  # a tape node: the op that made this tensor, or the leaf's own node
+        self._retains = False
+        self._serial = next(_serials)
+        if requires_grad:
+            self.requires_grad = True
+
+    @classmethod
+    def _wrap(cls, value: Any, node: Any = None) -> Tensor:
+        t = cls.__new__(cls)
+        t._value, t._requires_grad, t._grad, t._node, t._retains = value, False, None, node, False
+        t._serial = next(_serials)
+        return t
+
+    # --- array facts -------------------------------------------------------------------------
+    shape = property(lambda self: tuple(self._value.shape), doc="The shape, as a tuple.")
+    dtype = property(lambda self: np.dtype(self._value.dtype), doc="The NumPy dtype.")
+    ndim = property(lambda self: len(self._value.shape))
+    size = property(lambda self: int(np.prod(self._value.shape, dtype=np.int64)))
+
+    @property
+    def is_symbolic(self) -> bool:
+        return isinstance(self._value, ir.Value)
+
+    def _concrete(self, what: str) -> np.ndarray:
+        if isinstance(self._value, ir.Value):
+            raise TraceError(
+                f"{what} needs a concrete value, but this tensor ({self._value.type_str}) is "
+                f"traced by @tracegrad.trace (at {user_location()}). Keep Python control flow "
+                "and printing outside the traced function: return the tensor and read it "
+                "after the call, or use tracegrad.where(...) for data-dependent choices."
+            )
+        return self._value
+
+    def numpy(self) -> np.ndarray:
+        """The underlying ndarray (no copy, as in PyTorch)."""
+        return self._concrete("Tensor.numpy()")
+
+    def item(self) -> Any:
+        return self._concrete("Tensor.item()").item()
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        a = self._concrete("np.asarray(tensor)")
+        return a if dtype is None else a.astype(dtype)
+
+    def __bool__(self) -> bool:
+        return bool(self._concrete("bool(tensor) (an `if` or `while` on a tensor)"))
+
+    def __float__(self) -> float:
+        return float(self._concrete("float(tensor)"))
+
+    def __int__(self) -> int:
+        return int(self._concrete("int(tensor)"))
+
+    def __index__(self) -> int:
+        return int(self._concrete("using a tensor as an index").__index__())
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        grad = ", requires_grad=True" if self.requires_grad else ""
+        if isinstance(self._value, ir.Value):
+            return f"tensor(<traced {self._value.type_str}>{grad})"
+        body = np.array2string(self._value, separator=", ", prefix="tensor(")
+        return f"tensor({body}, dtype={self.dtype.name}{grad})"
+
+    # --- autodiff facts (the tape lives in autodiff.py; these read its marks) ----------------
+    @property
+    def is_leaf(self) -> bool:
+        return self._node is None or self._node.is_leaf
+
+    @property
+    def grad_fn(self) -> Any:
+        """The tape node that produced this tensor (its `name` is the op's), None on leaves."""
+        return None if self.is_leaf else self._node
+
+    @property
+    def requires_grad(self) -> bool:
+        return self._requires_grad if self.is_leaf else True
+
+    @requires_grad.setter
+    def requires_grad(self, flag: bool) -> None:
+        if not self.is_leaf:
+            raise RuntimeError(
+                "requires_grad can only be changed on leaf tensors; this tensor was produced by "
+                f"'{self._node.name}'. Use t.detach() to get a leaf that shares its data."
+            )
+        if flag and self.dtype.kind != "f":
+            raise RuntimeError(f"only floating tensors can require gradients, not {self.dtype}")
+        self._requires_grad = bool(flag)
+
+    def requires_grad_(self, flag: bool = True) -> Tensor:
+        self.requires_grad = flag
+        return self
+
+    @property
+    def grad(self) -> Tensor | None:
+        return self._grad
+
+    @grad.setter
+    def grad(self, g: Tensor | None) -> None:
+        if g is not None and not isinstance(g, Tensor):
+            g = Tensor(g)
+        if g is not None and g.shape != self.shape:
+            raise ValueError(f"grad of shape {g.shape} assigned to a tensor of shape {self.shape}")
+        for tracer in Listeners.tracers:
+            tracer.will_write(self)
+        self._grad = g
+
+    def retain_grad(self) -> None:
+        """Keep `.grad` on this non-leaf after backward (leaves keep theirs anyway)."""
+        self._retains = True
+        if not self.is_leaf:
+            self._node.retained = self
+
+    def detach(self) -> Tensor:
+        """A new leaf sharing this tensor's data, cut from the graph."""
+        return Tensor._wrap(self._value)
+
+    def _assign(self, new: Tensor) -> None:
+        """Overwrite this tensor's contents (in-place ops, optimizer steps, trace write-back)."""
+        if new.shape != self.shape:
+            raise ShapeError(f"in-place update: result of shape {new.shape} into {self.shape}")
+        if new.dtype != self.dtype:
+            new = Tensor._wrap(new._value).astype(self.dtype)
+        for tracer in Listeners.tracers:
+            tracer.will_write(self)
+        if isinstance(self._value, np.ndarray) and isinstance(new._value, np.ndarray):
+            np.copyto(self._value, new._value)
+        else:
+            self._value = new._value
+
+
+def as_tensor(x: Any, dtype: Any = None) -> Tensor:
+    return x if isinstance(x, Tensor) else Tensor(x, dtype=dtype)
+
+
+def bind(prim: Any, *args: Any, **params: Any) -> Tensor:
+    """Apply `prim` to `args`: evaluate (eagerly or symbolically), then let the tape record it."""
+    inputs = _lift_args(args)
+    shape, dtype = prim.shape_rule(*inputs, **params)
+    if Listeners.tracers:
+        value = Listeners.tracers[-1].process(prim, inputs, params, shape, dtype)
+    else:
+        value = np.asarray(prim.impl(*(t._value for t in inputs), **params))
+        if value.dtype != dtype:
+            value = value.astype(dtype)
+    out = Tensor._wrap(value)
+    if Listeners.record is not None and Listeners.grad_enabled:
+        Listeners.record(prim, inputs, out, params)
+    return out
+
+
+def _lift_args(args: tuple[Any, ...]) -> list[Tensor]:
+    """Tensors stay; ndarrays become tensors; Python scalars take the tensors' dtype (NEP 50)."""
+    arrays = [a._value if isinstance(a, Tensor) else a for a in args]
+    typed = [a for a in arrays if not isinstance(a, int | float | bool)]
+    out = []
+    for a, raw in zip(arrays, args, strict=True):
+        if isinstance(raw, Tensor):
+            out.append(raw)
+        elif isinstance(a, int | float | bool):
+            dtype = np.result_type(*(t.dtype for t in typed), a) if typed else None
+            out.append(Tensor(a, dtype=dtype))
+        else:
+            out.append(Tensor(np.asarray(a)))
+    return out
