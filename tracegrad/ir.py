@@ -154,7 +154,7 @@ class Graph:
         return "\n".join(lines)
 
     def to_networkx(self) -> Any:
-        """A `networkx.DiGraph`: one vertex per node (op, source) and per value (shape, dtype, bytes)."""
+        """A `networkx.DiGraph`: a vertex per op node and per value (shape, dtype, bytes)."""
         import networkx as nx
 
         g = nx.DiGraph()

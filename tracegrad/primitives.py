@@ -140,7 +140,7 @@ def _concat_rule(*xs, axis):
     first = xs[0]
     for x in xs[1:]:
         if x.ndim != first.ndim or any(
-            a != b for i, (a, b) in enumerate(zip(x.shape, first.shape)) if i != axis
+            a != b for i, (a, b) in enumerate(zip(x.shape, first.shape, strict=True)) if i != axis
         ):
             raise ValueError("shapes " + ", ".join(str(x.shape) for x in xs) + f" on axis {axis}")
     shape = list(first.shape)
@@ -338,10 +338,14 @@ _argmax = Primitive("argmax", lambda x, axis: np.argmax(x, axis),
 _reshape = Primitive("reshape", lambda x, shape: np.reshape(x, shape), _reshape_rule,
                      (lambda g, out, x, shape: reshape(g, x.shape),))  # fmt: skip
 _transpose = Primitive("transpose", lambda x, axes: np.transpose(x, axes), _transpose_rule,
-                       (lambda g, out, x, axes: transpose(g, tuple(np.argsort(axes))),))  # fmt: skip
+                       (lambda g, out, x, axes: transpose(g, _inverse(axes)),))  # fmt: skip
 _broadcast_to = Primitive("broadcast_to", lambda x, shape: np.broadcast_to(x, shape),
                           _broadcast_to_rule,
                           (lambda g, out, x, shape: sum_to(g, x.shape),))  # fmt: skip
+
+
+def _inverse(axes: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(int(a) for a in np.argsort(axes))
 
 
 def _concat_vjp(i, g, out, *xs, axis):

@@ -1,4 +1,4 @@
-"""`Tensor` and `bind`: the ground floor. A Tensor holds a concrete ndarray or a symbolic `ir.Value`.
+"""`Tensor` and `bind`, the ground floor. A Tensor holds an ndarray or a symbolic `ir.Value`.
 
 `bind(prim, *args)` hands one primitive application to whoever is listening: the eager NumPy
 evaluator by default, the tracer while one is active, and afterwards the tape. This module knows no
@@ -22,7 +22,7 @@ _INTERNAL_DIRS = (_PACKAGE_DIR, os.path.join(os.path.dirname(_PACKAGE_DIR), "pas
 
 
 class TraceError(RuntimeError):
-    """A traced function did something that needs a concrete value (Python control flow, .item())."""
+    """A traced function needed a concrete value (Python control flow on a tensor, .item())."""
 
 
 class ShapeError(ValueError):
@@ -60,7 +60,7 @@ def _default_dtype(data: Any) -> np.dtype | None:
 
 
 class Tensor:
-    """An n-dimensional array with reverse-mode autodiff, concrete (ndarray) or symbolic (traced)."""
+    """An n-d array with reverse-mode autodiff: concrete (an ndarray) or symbolic (traced)."""
 
     __slots__ = ("_value", "_requires_grad", "_grad", "_node", "_retains", "_serial", "__weakref__")
     __array_priority__ = 1000
