@@ -499,10 +499,10 @@ def matmul(a: Any, b: Any) -> Tensor:
     a2 = reshape(a, (1, a.shape[0])) if a.ndim == 1 else a
     b2 = reshape(b, (b.shape[0], 1)) if b.ndim == 1 else b
     out = _matmul(a2, b2)
+    if a.ndim == 1:  # drop a's row axis first: b's column axis is still last
+        out = reshape(out, out.shape[:-2] + out.shape[-1:])
     if b.ndim == 1:
         out = reshape(out, out.shape[:-1])
-    if a.ndim == 1:
-        out = reshape(out, out.shape[:-2] + out.shape[-1:])
     return out
 
 
