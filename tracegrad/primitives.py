@@ -111,9 +111,13 @@ def _extreme_rule(x, axis, keepdims):
 
 
 def _matmul_rule(a, b):
+    mismatch = ValueError(f"{a.shape} @ {b.shape}")
     if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
-        raise ValueError(f"{a.shape} @ {b.shape}")
-    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        raise mismatch
+    try:
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except ValueError:
+        raise mismatch from None
     return (*batch, a.shape[-2], b.shape[-1]), np.result_type(a.dtype, b.dtype)
 
 
