@@ -208,6 +208,7 @@ def run_backward(
                 rule = node.prim.vjp_rule(i) if parent in useful else None
                 gi = rule(g, out, *ins, **node.params) if rule is not None else None
                 if gi is not None:
+                    gi = gi.astype(node.avals[i].dtype)  # float32 inputs get float32 grads
                     grads[parent] = grads[parent] + gi if parent in grads else gi
             if not retain_graph:
                 node.free()
