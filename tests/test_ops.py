@@ -1,0 +1,448 @@
+"""Every op: forward values against NumPy, gradients against finite differences (float64)."""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+import pytest
+from conftest import check_grad
+
+import tracegrad as tg
+
+RNG = np.random.default_rng(42)
+
+
+def randn(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape)
+
+
+def positive(*shape: int) -> np.ndarray:
+    return RNG.uniform(0.5, 2.0, shape)
+
+
+def away_from_zero(*shape: int) -> np.ndarray:
+    return RNG.choice([-1.0, 1.0], shape) * positive(*shape)
+
+
+def forward_matches(tg_fn, np_fn, *arrays, **kw) -> None:
+    out = tg_fn(*(tg.tensor(a) for a in arrays))
+    expected = np.asarray(np_fn(*arrays))
+    assert out.shape == expected.shape
+    np.testing.assert_allclose(out.numpy(), expected, **kw)
+
+
+# --- elementwise ---------------------------------------------------------------------------
+
+UNARY = {
+    "neg": (lambda x: -x, np.negative, randn),
+    "exp": (tg.exp, np.exp, randn),
+    "log": (tg.log, np.log, positive),
+    "sqrt": (tg.sqrt, np.sqrt, positive),
+    "tanh": (tg.tanh, np.tanh, randn),
+    "sigmoid": (tg.sigmoid, lambda a: 1 / (1 + np.exp(-a)), randn),
+    "abs": (abs, np.abs, away_from_zero),
+    "sin": (tg.sin, np.sin, randn),
+    "cos": (tg.cos, np.cos, randn),
+}
+
+
+@pytest.mark.parametrize("name", UNARY)
+def test_unary(name: str) -> None:
+    tg_fn, np_fn, sample = UNARY[name]
+    x = sample(3, 4)
+    forward_matches(tg_fn, np_fn, x)
+    check_grad(tg_fn, x)
+
+
+BINARY = {
+    "add": (lambda x, y: x + y, np.add, randn, randn),
+    "sub": (lambda x, y: x - y, np.subtract, randn, randn),
+    "mul": (lambda x, y: x * y, np.multiply, randn, randn),
+    "div": (lambda x, y: x / y, np.divide, randn, away_from_zero),
+    "pow": (lambda x, y: x**y, np.power, positive, randn),
+    "maximum": (tg.maximum, np.maximum, randn, randn),
+    "minimum": (tg.minimum, np.minimum, randn, randn),
+}
+SHAPES = [((3, 4), (3, 4)), ((3, 4), (4,)), ((2, 1, 4), (3, 1)), ((), (2, 3)), ((1,), (5,))]
+
+
+@pytest.mark.parametrize("shapes", SHAPES, ids=str)
+@pytest.mark.parametrize("name", BINARY)
+def test_binary_broadcasting(name: str, shapes: tuple) -> None:
+    tg_fn, np_fn, sample_x, sample_y = BINARY[name]
+    x, y = sample_x(*shapes[0]), sample_y(*shapes[1])
+    forward_matches(tg_fn, np_fn, x, y)
+    check_grad(tg_fn, x, y)
+    check_grad(lambda b, a: tg_fn(a, b), y, x)  # operand order swapped
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: x + 2,
+        lambda x: 2 - x,
+        lambda x: 3.0 * x,
+        lambda x: x / 4,
+        lambda x: 2.0 / x,
+        lambda x: x**3,
+        lambda x: x**0.5,
+        lambda x: 2.0**x,
+        lambda x: +x,
+    ],
+    ids=["x+2", "2-x", "3*x", "x/4", "2/x", "x**3", "x**.5", "2**x", "+x"],
+)
+def test_python_scalar_operands(fn) -> None:
+    x = positive(2, 3)
+    np.testing.assert_allclose(fn(tg.tensor(x)).numpy(), fn(x))
+    check_grad(fn, x)
+
+
+def test_where() -> None:
+    cond = RNG.random((3, 1)) > 0.5
+    x, y = randn(3, 4), randn(4)
+    forward_matches(lambda a, b: tg.where(tg.tensor(cond), a, b), lambda a, b: np.where(cond, a, b),
+                    x, y)  # fmt: skip
+    check_grad(lambda a, b: tg.where(cond, a, b), x, y)
+    check_grad(lambda a: tg.where(cond, a, 0.0), x)
+
+
+def test_clip() -> None:
+    x = RNG.uniform(-2, 2, (4, 5))
+    x[np.abs(np.abs(x) - 1) < 0.05] = 0.0  # keep finite differences away from the kinks
+    forward_matches(lambda a: tg.clip(a, -1.0, 1.0), lambda a: np.clip(a, -1, 1), x)
+    forward_matches(lambda a: a.clip(None, 0.5), lambda a: np.minimum(a, 0.5), x)
+    check_grad(lambda a: tg.clip(a, -1.0, 1.0), x)
+    lo, hi = RNG.uniform(-1.5, -0.5, (5,)), RNG.uniform(0.5, 1.5, (4, 1))
+    check_grad(tg.clip, x, lo, hi)
+
+
+# --- reductions ----------------------------------------------------------------------------
+
+REDUCTIONS = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min, "prod": np.prod}
+AXES = [None, 0, 1, -1, (0, 2), (-1, 0), ()]
+
+
+@pytest.mark.parametrize("keepdims", [False, True])
+@pytest.mark.parametrize("axis", AXES, ids=str)
+@pytest.mark.parametrize("name", REDUCTIONS)
+def test_reductions(name: str, axis, keepdims: bool) -> None:
+    x = positive(2, 3, 4) * RNG.choice([-1.0, 1.0], (2, 3, 4))  # distinct, nonzero: no ties
+    fn = getattr(tg, name)
+    forward_matches(lambda a: fn(a, axis, keepdims=keepdims),
+                    lambda a: REDUCTIONS[name](a, axis, keepdims=keepdims), x)  # fmt: skip
+    check_grad(lambda a: fn(a, axis=axis, keepdims=keepdims), x)
+
+
+@pytest.mark.parametrize("name", REDUCTIONS)
+def test_reduction_methods(name: str) -> None:
+    x = positive(3, 4)
+    np.testing.assert_allclose(getattr(tg.tensor(x), name)(axis=1).numpy(),
+                               REDUCTIONS[name](x, axis=1))  # fmt: skip
+    np.testing.assert_allclose(getattr(tg.tensor(x), name)().item(), REDUCTIONS[name](x))
+
+
+def test_max_ties_share_the_gradient() -> None:
+    x = tg.tensor([1.0, 3.0, 3.0], requires_grad=True)
+    x.max().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [0.0, 0.5, 0.5])
+
+
+def test_argmax() -> None:
+    x = randn(3, 5)
+    np.testing.assert_array_equal(tg.argmax(tg.tensor(x)).numpy(), np.argmax(x, -1))
+    np.testing.assert_array_equal(tg.tensor(x).argmax(0).numpy(), np.argmax(x, 0))
+
+
+# --- shapes --------------------------------------------------------------------------------
+
+SHAPE_OPS = {
+    "reshape tuple": (lambda x: x.reshape((4, 6)), lambda a: a.reshape(4, 6)),
+    "reshape args": (lambda x: x.reshape(4, 6), lambda a: a.reshape(4, 6)),
+    "reshape -1": (lambda x: tg.reshape(x, (2, -1)), lambda a: a.reshape(2, -1)),
+    "reshape args -1": (lambda x: x.reshape(-1, 3, 2), lambda a: a.reshape(-1, 3, 2)),
+    "flatten": (lambda x: x.flatten(), lambda a: a.reshape(-1)),
+    "transpose": (tg.transpose, np.transpose),
+    "transpose axes": (lambda x: tg.transpose(x, (1, 2, 0)), lambda a: a.transpose(1, 2, 0)),
+    "transpose neg": (lambda x: x.transpose((0, -1, 1)), lambda a: a.transpose(0, 2, 1)),
+    ".T": (lambda x: x.T, lambda a: a.T),
+    "broadcast_to": (lambda x: tg.broadcast_to(x[:, :1], (5, 2, 3, 4)),
+                     lambda a: np.broadcast_to(a[:, :1], (5, 2, 3, 4))),
+    "expand_dims": (lambda x: tg.expand_dims(x, 1), lambda a: np.expand_dims(a, 1)),
+    "expand_dims -1": (lambda x: x.expand_dims(-1), lambda a: np.expand_dims(a, -1)),
+    "squeeze": (lambda x: x[:, :1, None].squeeze(), lambda a: a[:, :1, None].squeeze()),
+    "squeeze int": (lambda x: tg.squeeze(x[:, :1], 1), lambda a: a[:, :1].squeeze(1)),
+    "squeeze tuple": (lambda x: x[:1, :1].squeeze((0, -2)), lambda a: a[:1, :1].squeeze((0, 1))),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", SHAPE_OPS)
+def test_shape_ops(name: str) -> None:
+    tg_fn, np_fn = SHAPE_OPS[name]
+    x = randn(2, 3, 4)
+    forward_matches(tg_fn, np_fn, x)
+    check_grad(tg_fn, x)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_concatenate(axis: int) -> None:
+    shapes = [(2, 3, 4), (2, 3, 4), (2, 3, 4)]
+    sizes = [1, 3, 2]
+    arrays = []
+    for shape, n in zip(shapes, sizes, strict=True):
+        shape = list(shape)
+        shape[axis] = n
+        arrays.append(randn(*shape))
+    fn = lambda *xs: tg.concatenate(xs, axis=axis)
+    forward_matches(fn, lambda *a: np.concatenate(a, axis), *arrays)
+    check_grad(fn, *arrays)
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2, -1, -3])
+def test_stack(axis: int) -> None:
+    arrays = [randn(2, 3) for _ in range(3)]
+    fn = lambda *xs: tg.stack(xs, axis)
+    forward_matches(fn, lambda *a: np.stack(a, axis), *arrays)
+    check_grad(fn, *arrays)
+
+
+# --- indexing ------------------------------------------------------------------------------
+
+INDICES = {
+    "int": 1,
+    "negative int": -1,
+    "slice": slice(1, None),
+    "step slice": (slice(None, None, -2), 1),
+    "None": (None, 0),
+    "Ellipsis": (Ellipsis, 2),
+    "int array": np.array([2, 0]),
+    "repeated": np.array([0, 0, 2, 0]),
+    "list": [1, 1],
+    "two arrays": (np.array([0, 2, 2]), np.array([1, 0, 1])),
+    "array and slice": (np.array([1, 1]), slice(None), np.array([0, 3])),
+    "slice and array": (slice(None), np.array([[0, 1], [1, 1]])),
+    "bool mask": RNG.random((3, 2, 4)) > 0.5,
+    "bool rows": np.array([True, False, True]),
+    "tensor index": tg.tensor(np.array([2, 2])),
+}
+
+
+@pytest.mark.parametrize("name", INDICES)
+def test_getitem(name: str) -> None:
+    index = INDICES[name]
+    np_index = index.numpy() if isinstance(index, tg.Tensor) else index
+    x = randn(3, 2, 4)
+    forward_matches(lambda a: a[index], lambda a: a[np_index], x)
+    check_grad(lambda a: a[index], x)
+
+
+def test_pick_labels_accumulates_repeated_rows() -> None:
+    """z[np.arange(B), labels] as in cross-entropy; each picked element gets its cotangent."""
+    z = randn(4, 5)
+    rows, labels = np.array([0, 1, 2, 3, 0]), np.array([3, 0, 4, 4, 3])
+    forward_matches(lambda a: a[rows, labels], lambda a: a[rows, labels], z)
+    check_grad(lambda a: a[rows, labels], z)
+    t = tg.tensor(z, requires_grad=True)
+    t[rows, labels].sum().backward()
+    expected = np.zeros_like(z)
+    np.add.at(expected, (rows, labels), 1.0)
+    np.testing.assert_array_equal(t.grad.numpy(), expected)  # (0, 3) counted twice
+
+
+# --- matmul --------------------------------------------------------------------------------
+
+MATMUL_SHAPES = [
+    ((3, 4), (4, 2)),
+    ((5, 3, 4), (5, 4, 2)),
+    ((5, 3, 4), (4, 2)),
+    ((3, 4), (2, 4, 5)),
+    ((2, 1, 3, 4), (5, 4, 2)),
+    ((4,), (4, 2)),
+    ((3, 4), (4,)),
+    ((4,), (4,)),
+    ((4,), (2, 4, 3)),
+    ((2, 3, 4), (4,)),
+]
+
+
+@pytest.mark.parametrize("shapes", MATMUL_SHAPES, ids=str)
+def test_matmul(shapes: tuple) -> None:
+    a, b = randn(*shapes[0]), randn(*shapes[1])
+    forward_matches(lambda x, y: x @ y, np.matmul, a, b, rtol=1e-12)
+    forward_matches(tg.matmul, np.matmul, a, b, rtol=1e-12)
+    check_grad(lambda x, y: x @ y, a, b)
+
+
+# --- softmax family --------------------------------------------------------------------------
+
+
+def np_logsumexp(a, axis, keepdims=False):
+    m = np.max(a, axis, keepdims=True)
+    out = np.log(np.sum(np.exp(a - m), axis, keepdims=True)) + m
+    return out if keepdims else np.squeeze(out, axis)
+
+
+def np_softmax(a, axis):
+    e = np.exp(a - np.max(a, axis, keepdims=True))
+    return e / e.sum(axis, keepdims=True)
+
+
+SOFTMAX_FAMILY = {
+    "softmax": (tg.softmax, np_softmax),
+    "log_softmax": (tg.log_softmax, lambda a, axis: np.log(np_softmax(a, axis))),
+    "logsumexp": (tg.logsumexp, np_logsumexp),
+}
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+@pytest.mark.parametrize("name", SOFTMAX_FAMILY)
+def test_softmax_family(name: str, axis: int) -> None:
+    tg_fn, np_fn = SOFTMAX_FAMILY[name]
+    x = randn(3, 4)
+    forward_matches(lambda a: tg_fn(a, axis), lambda a: np_fn(a, axis), x)
+    check_grad(lambda a: tg_fn(a, axis=axis), x)
+
+
+@pytest.mark.parametrize("axis", [None, (0, 1)], ids=str)
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_logsumexp_axis_forms(axis, keepdims: bool) -> None:
+    x = randn(2, 3)
+    ax = (0, 1) if axis is None else axis
+    forward_matches(lambda a: tg.logsumexp(a, axis, keepdims),
+                    lambda a: np_logsumexp(a, ax, keepdims), x)  # fmt: skip
+    check_grad(lambda a: tg.logsumexp(a, axis, keepdims), x)
+
+
+@pytest.mark.parametrize("name", SOFTMAX_FAMILY)
+def test_softmax_family_stable_at_magnitude_1000(name: str) -> None:
+    """Shifting by +-1000 changes nothing but the shift; gradients stay finite and exact."""
+    tg_fn, _ = SOFTMAX_FAMILY[name]
+    x = randn(3, 4)
+    for shift in (1000.0, -1000.0):
+        big = tg.tensor(x + shift, requires_grad=True)
+        small = tg.tensor(x, requires_grad=True)
+        out_big, out_small = tg_fn(big), tg_fn(small)
+        assert np.all(np.isfinite(out_big.numpy()))
+        expected = out_small.numpy() + (shift if name == "logsumexp" else 0.0)
+        np.testing.assert_allclose(out_big.numpy(), expected, rtol=1e-12, atol=1e-9)
+        c = randn(*out_big.shape)
+        (out_big * c).sum().backward()
+        (out_small * c).sum().backward()
+        np.testing.assert_allclose(big.grad.numpy(), small.grad.numpy(), atol=1e-9)
+
+
+def test_softmax_float32_at_magnitude_1000() -> None:
+    x = tg.tensor([[1000.0, 999.0, -1000.0]], requires_grad=True)
+    p = tg.softmax(x)
+    assert p.dtype == np.float32 and np.all(np.isfinite(p.numpy()))
+    tg.log_softmax(x)[0, 1].backward()
+    assert np.all(np.isfinite(x.grad.numpy()))
+    np.testing.assert_allclose(x.grad.numpy(), [[-p.numpy()[0, 0], 1 - p.numpy()[0, 1], 0.0]],
+                               rtol=1e-5, atol=1e-7)  # fmt: skip
+
+
+# --- casts, comparisons and dtypes ---------------------------------------------------------------
+
+
+def test_astype_gradient_returns_to_the_input_dtype() -> None:
+    x = tg.tensor(np.array([1.0, 2.0], np.float32), requires_grad=True)
+    y = x.astype(np.float64)
+    assert y.dtype == np.float64
+    (y * y).sum().backward()
+    assert x.grad.dtype == np.float32
+    np.testing.assert_allclose(x.grad.numpy(), [2.0, 4.0])
+
+
+COMPARISONS = {
+    "<": (operator.lt, np.less),
+    "<=": (operator.le, np.less_equal),
+    ">": (operator.gt, np.greater),
+    ">=": (operator.ge, np.greater_equal),
+    "==": (operator.eq, np.equal),
+    "!=": (operator.ne, np.not_equal),
+}
+
+
+@pytest.mark.parametrize("op", COMPARISONS)
+def test_comparisons_are_bool_and_not_differentiable(op: str) -> None:
+    compare, np_compare = COMPARISONS[op]
+    a, b = np.array([1.0, 2.0, 3.0]), np.array([2.0, 2.0, 2.0])
+    x = tg.tensor(a, requires_grad=True)
+    for other in (b, tg.tensor(b, requires_grad=True), 2.0):
+        out = compare(x, other)
+        assert out.dtype == np.bool_ and out.is_leaf and not out.requires_grad
+        np.testing.assert_array_equal(out.numpy(), np_compare(a, np.asarray(other)))
+    np.testing.assert_array_equal(compare(b, x).numpy(), np_compare(b, a))  # ndarray on the left
+
+
+@pytest.mark.parametrize(
+    "make, dtype",
+    [
+        (lambda: tg.tensor(1.5), np.float32),
+        (lambda: tg.tensor([1.0, 2.0]), np.float32),
+        (lambda: tg.tensor([[1, 2.5]]), np.float32),
+        (lambda: tg.tensor(np.ones(2)), np.float64),
+        (lambda: tg.tensor(np.ones(2, np.float16)), np.float16),
+        (lambda: tg.tensor([1, 2]), np.int64),
+        (lambda: tg.tensor([True]), np.bool_),
+        (lambda: tg.tensor([1.0], dtype=np.float64), np.float64),
+        (lambda: tg.tensor(np.ones(2, np.float32)) * 2.0, np.float32),
+        (lambda: 2.0 * tg.tensor(np.ones(2, np.float32)), np.float32),
+        (lambda: tg.tensor(np.ones(2, np.float32)) ** 2, np.float32),
+        (lambda: tg.tensor(np.ones(2, np.float32)) / 3, np.float32),
+        (lambda: tg.tensor(np.ones(2, np.float32)).mean(), np.float32),
+        (lambda: tg.exp(tg.tensor(np.ones(2, np.float32))), np.float32),
+        (lambda: tg.tensor([1, 2]) * 2, np.int64),
+        (lambda: tg.tensor([1, 2]) * 0.5, np.float64),
+        (lambda: tg.tensor(np.ones(2, np.float32)) + np.ones(2), np.float64),
+    ],
+)
+def test_dtype_rules(make, dtype) -> None:
+    assert make().dtype == dtype
+
+
+@pytest.mark.parametrize("data", [[1, 2], [True, False]], ids=["int", "bool"])
+def test_integer_and_bool_tensors_are_not_differentiable(data) -> None:
+    with pytest.raises(RuntimeError, match="floating"):
+        tg.tensor(data, requires_grad=True)
+    x = tg.tensor([1.0, 2.0], requires_grad=True)
+    y = x * tg.tensor(data)
+    assert y.requires_grad
+    assert not (tg.tensor(data) + tg.tensor(data)).requires_grad
+
+
+def test_gradient_has_the_leaf_dtype_when_mixed_with_float64() -> None:
+    x = tg.tensor(np.array([1.0, 2.0], np.float32), requires_grad=True)
+    (np.array([3.0, 4.0]) * x).sum().backward()
+    assert x.grad.dtype == np.float32
+    np.testing.assert_allclose(x.grad.numpy(), [3.0, 4.0])
+
+
+# --- shape errors name the op and the shapes -----------------------------------------------------
+
+
+def ones(*shape: int) -> tg.Tensor:
+    return tg.tensor(np.ones(shape))
+
+
+SHAPE_ERRORS = {
+    "matmul": (lambda: ones(2, 3) @ ones(4, 5), r"matmul: \(2, 3\) @ \(4, 5\)"),
+    "batched matmul": (lambda: ones(2, 2, 3) @ ones(3, 3, 4), r"matmul: \(2, 2, 3\) @ \(3, 3, 4\)"),
+    "add": (lambda: ones(2, 3) + ones(4), r"add: .*\(2, 3\).*\(4,\)"),
+    "reshape": (lambda: ones(6).reshape(4, 2), r"reshape: .*\(6,\).*\(4, 2\)"),
+    "concatenate": (lambda: tg.concatenate([ones(2, 3), ones(3, 2)]), r"concatenate: .*\(3, 2\)"),
+    "broadcast_to": (lambda: tg.broadcast_to(ones(3), (2, 2)), r"broadcast_to: .*\(3,\).*\(2, 2\)"),
+    "sum": (lambda: ones(2, 3).sum(axis=2), r"sum: axis 2"),
+    "squeeze": (lambda: ones(2, 3).squeeze(0), r"squeeze: .*\(2, 3\)"),
+    "stack": (lambda: tg.stack([ones(2), ones(3)]), r"stack: .*\(2,\).*\(3,\)"),
+    "where": (lambda: tg.where(ones(2) > 0, ones(3), 0.0), r"where: .*\(2,\).*\(3,\)"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", SHAPE_ERRORS)
+def test_shape_errors_name_the_op_and_the_shapes(name: str) -> None:
+    fn, message = SHAPE_ERRORS[name]
+    with pytest.raises(tg.ShapeError, match=message) as info:
+        fn()
+    assert isinstance(info.value, ValueError)
+    assert "test_ops.py" in str(info.value)  # and where the user called it
