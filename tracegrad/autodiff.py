@@ -137,12 +137,15 @@ def _grad_mode(enabled: bool) -> Iterator[None]:
 class no_grad(contextlib.ContextDecorator):
     """Stop recording: as a context manager (`with no_grad():`) or a decorator (`@no_grad()`)."""
 
+    def __init__(self) -> None:
+        self._previous: list[bool] = []  # a stack: one decorator instance may be re-entered
+
     def __enter__(self) -> None:
-        self._previous = Listeners.grad_enabled
+        self._previous.append(Listeners.grad_enabled)
         Listeners.grad_enabled = False
 
     def __exit__(self, *exc: Any) -> None:
-        Listeners.grad_enabled = self._previous
+        Listeners.grad_enabled = self._previous.pop()
 
 
 def is_grad_enabled() -> bool:
