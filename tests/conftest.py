@@ -50,3 +50,15 @@ def check_grad(fn: Callable[..., tg.Tensor], *arrays: np.ndarray, tol: float = 1
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(0)
+
+
+@pytest.fixture(autouse=True)
+def global_state_is_restored():
+    """Each test must leave grad mode on and no GradManager recording (else later tests lie)."""
+    yield
+    from tracegrad import autodiff
+
+    leaked = (not tg.is_grad_enabled(), list(autodiff._recording))
+    autodiff.Listeners.grad_enabled = True
+    autodiff._recording.clear()
+    assert leaked == (False, []), f"grad mode off or managers still recording: {leaked}"

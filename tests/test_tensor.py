@@ -1,0 +1,136 @@
+"""The Tensor object: array facts, autodiff attributes, detach, in-place updates."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+
+
+def test_array_facts() -> None:
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    t = tg.tensor(a)
+    assert isinstance(t, tg.Tensor) and isinstance(tg.Tensor(a), tg.Tensor)
+    assert (t.shape, t.dtype, t.ndim, t.size, len(t)) == ((2, 3), np.float32, 2, 6, 2)
+    np.testing.assert_array_equal(t.T.numpy(), a.T)
+    assert tg.tensor(2.5).item() == 2.5 and isinstance(tg.tensor(2.5).item(), float)
+    np.testing.assert_array_equal(np.asarray(t), a)
+    assert np.asarray(t, dtype=np.float64).dtype == np.float64
+    with pytest.raises(TypeError):
+        len(tg.tensor(1.0))
+
+
+def test_numpy_returns_the_underlying_array_without_copy() -> None:
+    a = np.zeros(3)
+    t = tg.tensor(a)
+    assert t.numpy() is t.numpy()
+    assert np.shares_memory(t.numpy(), a)
+    t.numpy()[0] = 7.0
+    assert a[0] == 7.0
+
+
+def test_repr_is_readable() -> None:
+    assert repr(tg.tensor([1.0, 2.0])) == "tensor([1., 2.], dtype=float32)"
+    assert repr(tg.tensor([1.0], requires_grad=True)).endswith("requires_grad=True)")
+
+
+def test_iteration_yields_rows() -> None:
+    rows = list(tg.tensor([[1.0, 2.0], [3.0, 4.0]]))
+    assert [r.numpy().tolist() for r in rows] == [[1.0, 2.0], [3.0, 4.0]]
+
+
+def test_user_tensors_are_leaves_and_results_have_grad_fn() -> None:
+    x = tg.tensor([1.0, 2.0], requires_grad=True)
+    y = tg.exp(x) * 2.0
+    assert x.is_leaf and x.grad_fn is None
+    assert not y.is_leaf and y.grad_fn.name == "mul"
+    assert tg.exp(x).grad_fn.name == "exp"
+    plain = tg.tensor([1.0]) * 2.0
+    assert plain.is_leaf and plain.grad_fn is None and not plain.requires_grad
+
+
+def test_requires_grad_is_settable_on_leaves() -> None:
+    x = tg.tensor([1.0])
+    assert not x.requires_grad
+    x.requires_grad = True
+    assert x.requires_grad
+    assert x.requires_grad_(False) is x and not x.requires_grad
+    assert x.requires_grad_() is x and x.requires_grad
+
+
+def test_requires_grad_on_a_non_leaf_says_to_detach() -> None:
+    y = tg.tensor([1.0], requires_grad=True) * 2.0
+    with pytest.raises(RuntimeError, match=r"leaf.*detach\(\)"):
+        y.requires_grad = False
+    with pytest.raises(RuntimeError, match="detach"):
+        y.requires_grad_(True)
+
+
+def test_grad_is_settable() -> None:
+    x = tg.tensor([1.0, 2.0], requires_grad=True)
+    x.grad = tg.tensor([3.0, 4.0])
+    np.testing.assert_array_equal(x.grad.numpy(), [3.0, 4.0])
+    x.grad = np.array([5.0, 6.0], np.float32)
+    assert isinstance(x.grad, tg.Tensor)
+    x.grad = None
+    assert x.grad is None
+    with pytest.raises(ValueError, match="shape"):
+        x.grad = tg.tensor([1.0])
+
+
+def test_detach_makes_a_leaf_that_shares_data() -> None:
+    x = tg.tensor([1.0, 2.0], requires_grad=True)
+    y = x * 3.0
+    d = y.detach()
+    assert d.is_leaf and not d.requires_grad and d.grad_fn is None
+    assert np.shares_memory(d.numpy(), y.numpy())
+    assert not (d * 2.0).requires_grad
+
+
+# --- in-place operators ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "op, expected",
+    [("+=", [3.0, 4.0]), ("-=", [-1.0, 0.0]), ("*=", [2.0, 4.0]), ("/=", [0.5, 1.0])],
+)
+def test_inplace_under_no_grad_updates_the_same_buffer(op: str, expected: list) -> None:
+    w = tg.tensor([1.0, 2.0], requires_grad=True)
+    before, buffer = w, w.numpy()
+    with tg.no_grad():
+        exec(f"w {op} 2.0")
+    assert w is before and w.numpy() is buffer and w.dtype == np.float32
+    np.testing.assert_array_equal(w.numpy(), expected)
+    assert w.is_leaf and w.requires_grad
+
+
+def test_inplace_on_a_leaf_that_requires_grad_raises() -> None:
+    w = tg.tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(RuntimeError, match="no_grad"):
+        w -= 1.0
+    np.testing.assert_array_equal(w.numpy(), [1.0, 2.0])
+
+
+def test_inplace_on_a_plain_tensor_outside_no_grad() -> None:
+    a = tg.tensor([1.0, 2.0])
+    buffer = a.numpy()
+    a *= tg.tensor([3.0, 3.0])
+    assert a.numpy() is buffer
+    np.testing.assert_array_equal(buffer, [3.0, 6.0])
+
+
+def test_inplace_keeps_dtype_and_shape() -> None:
+    w = tg.tensor(np.ones(3, np.float32))
+    w += np.ones(3)  # float64 operand: the buffer stays float32
+    assert w.dtype == np.float32
+    with pytest.raises(tg.ShapeError, match=r"\(2, 3\).*\(3,\)"):
+        w += np.ones((2, 3))
+
+
+def test_inplace_on_a_non_leaf_keeps_the_graph_correct() -> None:
+    x = tg.tensor([1.0, 2.0], requires_grad=True)
+    y = x * 2.0
+    y += x  # y = 3x
+    (y * y).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), 18.0 * x.numpy())
