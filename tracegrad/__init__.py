@@ -1,5 +1,6 @@
 """tracegrad: eager autodiff over NumPy that compiles whole training steps for the CPU."""
 
+from . import nn, optim
 from . import primitives as _primitives  # attaches Tensor's operators
 from .autodiff import grad, is_grad_enabled, no_grad, vjp
 from .grad_manager import GradManager
@@ -49,6 +50,7 @@ from .primitives import (
     zeros,
     zeros_like,
 )
+from .serialization import CheckpointError, load, save
 from .tensor import ShapeError, Tensor, TraceError
 
 float32 = _primitives.np.float32
@@ -61,3 +63,5 @@ def tensor(data, dtype=None, requires_grad: bool = False) -> Tensor:
 
 
 __all__ = [name for name in dir() if not name.startswith("_")]
+
+from .tracer import interpret, trace  # noqa: E402 (after the op table it traces)

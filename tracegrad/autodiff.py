@@ -196,6 +196,14 @@ def run_backward(
         roots.append(node)
     order, useful = _order(roots, lambda n: deliver(n) is not None)
     retain_graph = retain_graph or create_graph
+    Listeners.in_backward += 1
+    try:
+        _propagate(order, useful, grads, deliver, retain_graph, create_graph)
+    finally:
+        Listeners.in_backward -= 1
+
+
+def _propagate(order, useful, grads, deliver, retain_graph, create_graph) -> None:
     with _grad_mode(create_graph):
         for node in order:
             g = grads.pop(node, None)

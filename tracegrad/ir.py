@@ -6,7 +6,8 @@ Imports nothing else of tracegrad, so the `passes` package can depend on this mo
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import keyword
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -63,9 +64,10 @@ class Value:
 
 
 class Node:
-    """One primitive application. `source` is the user's "file:line" that produced it."""
+    """One primitive application. `source` is the user's "file:line" that produced it; `phase`
+    is "forward", "backward" (made by a VJP rule) or "update" (after the backward pass)."""
 
-    __slots__ = ("op", "inputs", "outputs", "attrs", "source")
+    __slots__ = ("op", "inputs", "outputs", "attrs", "source", "phase")
 
     def __init__(
         self,
@@ -74,8 +76,10 @@ class Node:
         outputs: Sequence[Value],
         attrs: Mapping[str, Any] | None = None,
         source: str | None = None,
+        phase: str = "forward",
     ):
         self.op = op
+        self.phase = phase
         self.inputs = list(inputs)
         self.outputs = list(outputs)
         self.attrs = dict(attrs or {})
@@ -112,10 +116,11 @@ class Graph:
     def names(self) -> dict[Value, str]:
         """Short names in order of appearance (a, b, ..., z, ba, ...), as jaxpr prints them."""
         names: dict[Value, str] = {}
+        fresh = short_names()
 
         def name(v: Value) -> None:
             if v not in names:
-                names[v] = _letters(len(names))
+                names[v] = next(fresh)
 
         for v in self.inputs:
             name(v)
@@ -218,16 +223,23 @@ def _as_tuple(result: Any, n: int) -> Iterable[Any]:
 
 
 def _copy_node(n: Node) -> Node:
-    return Node(n.op, n.inputs, n.outputs, n.attrs, n.source)
+    return Node(n.op, n.inputs, n.outputs, n.attrs, n.source, n.phase)
 
 
-def _letters(i: int) -> str:
-    s = ""
-    while True:
-        s = chr(ord("a") + i % 26) + s
-        i //= 26
-        if i == 0:
-            return s
+RESERVED = frozenset({"np", "out"})  # names the generated plan uses for itself
+
+
+def short_names() -> Iterator[str]:
+    """a..z, ba..zz, baa, ...: never a Python keyword or a reserved name."""
+    for n in itertools.count():
+        s = ""
+        while True:
+            s = chr(ord("a") + n % 26) + s
+            n //= 26
+            if n == 0:
+                break
+        if not keyword.iskeyword(s) and s not in RESERVED:
+            yield s
 
 
 def _fmt_attr(a: Any) -> str:

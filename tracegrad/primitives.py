@@ -329,22 +329,18 @@ def _prod_vjp(g, out, x, axis, keepdims):
     return reshape(g, kept) * reshape(out, kept) / x
 
 
-_sum = Primitive("sum", lambda x, axis, keepdims: np.sum(x, axis, keepdims=keepdims), _sum_rule,
-                 (_sum_vjp,))  # fmt: skip
-_max = Primitive("max", lambda x, axis, keepdims: np.max(x, axis, keepdims=keepdims),
-                 _extreme_rule, (_extreme_vjp,), "in+out")  # fmt: skip
-_min = Primitive("min", lambda x, axis, keepdims: np.min(x, axis, keepdims=keepdims),
-                 _extreme_rule, (_extreme_vjp,), "in+out")  # fmt: skip
-_prod = Primitive("prod", lambda x, axis, keepdims: np.prod(x, axis, keepdims=keepdims),
-                  _sum_rule, (_prod_vjp,), "in+out")  # fmt: skip
-_argmax = Primitive("argmax", lambda x, axis: np.argmax(x, axis),
-                    lambda x, axis: (_reduced(x, (axis,), False), np.int64))  # fmt: skip
-_reshape = Primitive("reshape", lambda x, shape: np.reshape(x, shape), _reshape_rule,
+# Implementations are NumPy's own functions where their keyword names match the attributes, so
+# the generated plan reads as plain NumPy.
+_sum = Primitive("sum", np.sum, _sum_rule, (_sum_vjp,))
+_max = Primitive("max", np.max, _extreme_rule, (_extreme_vjp,), "in+out")
+_min = Primitive("min", np.min, _extreme_rule, (_extreme_vjp,), "in+out")
+_prod = Primitive("prod", np.prod, _sum_rule, (_prod_vjp,), "in+out")
+_argmax = Primitive("argmax", np.argmax, lambda x, axis: (_reduced(x, (axis,), False), np.int64))
+_reshape = Primitive("reshape", np.reshape, _reshape_rule,
                      (lambda g, out, x, shape: reshape(g, x.shape),))  # fmt: skip
-_transpose = Primitive("transpose", lambda x, axes: np.transpose(x, axes), _transpose_rule,
+_transpose = Primitive("transpose", np.transpose, _transpose_rule,
                        (lambda g, out, x, axes: transpose(g, _inverse(axes)),))  # fmt: skip
-_broadcast_to = Primitive("broadcast_to", lambda x, shape: np.broadcast_to(x, shape),
-                          _broadcast_to_rule,
+_broadcast_to = Primitive("broadcast_to", np.broadcast_to, _broadcast_to_rule,
                           (lambda g, out, x, shape: sum_to(g, x.shape),))  # fmt: skip
 
 

@@ -39,6 +39,7 @@ class Listeners:
     tracers: list[Any] = []
     record: Any = None  # autodiff's recorder: record(prim, inputs, out, params)
     grad_enabled: bool = True
+    in_backward: int = 0  # depth of running backward passes (the tracer labels node phases)
 
 
 def user_location() -> str | None:
@@ -210,10 +211,10 @@ class Tensor:
             new = Tensor._wrap(new._value).astype(self.dtype)
         for tracer in Listeners.tracers:
             tracer.will_write(self)
-        if isinstance(self._value, np.ndarray) and isinstance(new._value, np.ndarray):
-            np.copyto(self._value, new._value)
+        if Listeners.tracers or not isinstance(self._value, np.ndarray):
+            self._value = new._value  # traced: a state write, applied only if the step completes
         else:
-            self._value = new._value
+            np.copyto(self._value, new._value)
 
 
 def as_tensor(x: Any, dtype: Any = None) -> Tensor:

@@ -1,0 +1,34 @@
+"""Graph -> graph transforms. The default pipeline, in order, is `DEFAULT`; each pass is a small
+function `pass(graph) -> (graph, PassStats)`. This package sees only `tracegrad.ir` and the op
+table's metadata."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from tracegrad.ir import Graph
+
+from .base import PassStats
+from .cse import cse
+from .prune import prune
+from .remat import rematerialize, saved_values
+from .schedule import schedule
+from .simplify import simplify
+
+Pass = Callable[[Graph], tuple[Graph, PassStats]]
+
+# cse runs before remat, which duplicates nodes on purpose; prune runs after both.
+DEFAULT: list[Pass] = [simplify, cse, prune, rematerialize, prune, schedule]
+
+
+def run(graph: Graph, passes: Sequence[Pass] | None = None) -> tuple[Graph, list[PassStats]]:
+    """Apply `passes` (default: `DEFAULT`) in order, collecting each one's stats."""
+    all_stats = []
+    for p in DEFAULT if passes is None else passes:
+        graph, st = p(graph)
+        all_stats.append(st)
+    return graph, all_stats
+
+
+__all__ = ["DEFAULT", "PassStats", "cse", "prune", "rematerialize", "run", "saved_values",
+           "schedule", "simplify"]  # fmt: skip

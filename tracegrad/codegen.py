@@ -1,0 +1,213 @@
+"""Graph -> a straight-line Python plan: one statement per node, NumPy calls (BLAS matmuls), `del`
+at each value's last use, and elementwise results written into a dying input's buffer (`out=`)
+when that is safe. The source is registered with `linecache`, so a traceback shows the plan's own
+line, which names the user's source line of that node in a comment."""
+
+from __future__ import annotations
+
+import linecache
+import tracemalloc
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+import passes
+
+from . import ir
+from .primitives import PRIMITIVES
+
+_plan_ids = iter(range(1, 1 << 62))
+
+
+@dataclass
+class MemoryPlan:
+    """Which buffer each value lives in, which dying input each node writes into, and the
+    bytes allocated by the step along the schedule (graph inputs and constants excluded)."""
+
+    reuse: dict[int, ir.Value] = field(default_factory=dict)  # node index -> input to write into
+    dead_after: dict[int, list[ir.Value]] = field(default_factory=dict)  # node index -> names
+    timeline: list[int] = field(default_factory=list)  # live bytes after each node
+    peak: int = 0
+
+
+def plan_memory(graph: ir.Graph) -> MemoryPlan:
+    """Liveness over buffers (a view keeps its base's buffer alive) plus in-place reuse."""
+    last = passes.base.last_uses(graph)
+    external = {*graph.inputs, *(v for n in graph.nodes for v in n.inputs if v.const is not None)}
+    buffer: dict[ir.Value, ir.Value] = {}  # value -> the value that owns its buffer
+    holders: dict[ir.Value, int] = {}  # buffer owner -> live values in it
+    plan, live = MemoryPlan(), 0
+    for i, n in enumerate(graph.nodes):
+        out = n.outputs[0]
+        dying = [v for v in dict.fromkeys(n.inputs) if last.get(v) == i and v in buffer]
+        if passes.base.is_view(n):
+            owner = buffer.get(n.inputs[0])  # None: a view of an input or a constant
+        else:
+            owner = _reusable(n, dying, buffer, holders)
+            if owner is not None:
+                plan.reuse[i] = next(v for v in dying if buffer[v] is owner)
+            else:
+                owner, live = out, live + out.nbytes
+        if owner is not None:
+            buffer[out] = owner
+            holders[owner] = holders.get(owner, 0) + 1
+        plan.peak = max(plan.peak, live)
+        for v in dying:
+            holders[buffer[v]] -= 1
+            if holders[buffer[v]] == 0:
+                live -= buffer[v].nbytes
+        plan.dead_after[i] = [v for v in dict.fromkeys(n.inputs) if last.get(v) == i
+                              and v not in external]  # fmt: skip
+        plan.timeline.append(live)
+    return plan
+
+
+def _reusable(n: ir.Node, dying: list[ir.Value], buffer: dict, holders: dict) -> ir.Value | None:
+    """A dying input's buffer that an elementwise ufunc can safely overwrite with its result."""
+    if not isinstance(PRIMITIVES[n.op].impl, np.ufunc) or n.op == "matmul":
+        return None
+    out = n.outputs[0]
+    if out.ndim == 0:  # NumPy hands back 0-d results as scalars, which cannot be `out=`
+        return None
+    for v in dying:
+        owner = buffer[v]
+        if (v.shape, v.dtype) == (out.shape, out.dtype) == (owner.shape, owner.dtype):
+            if holders[owner] == 1 and n.inputs.count(v) == 1:
+                return owner
+    return None
+
+
+class _Emitter:
+    """Names values and attributes in generated source; non-literals go into the namespace."""
+
+    def __init__(self, graph: ir.Graph):
+        self.names = graph.names()
+        self.namespace: dict[str, Any] = {"np": np, "dtype": np.dtype}
+        self.globals_by_id: dict[int, str] = {}
+
+    def ref(self, v: ir.Value) -> str:
+        if v.const is None:
+            return self.names[v]
+        if v.const.ndim == 0 and v.const.dtype.kind in "fib":
+            return str(v.const)  # shortest text that round-trips in the constant's own dtype
+        return self.constant(v.const, "k")
+
+    def constant(self, obj: Any, prefix: str) -> str:
+        if id(obj) not in self.globals_by_id:
+            name = f"{prefix}{len(self.globals_by_id)}"
+            self.globals_by_id[id(obj)] = name
+            self.namespace[name] = obj
+        return self.globals_by_id[id(obj)]
+
+    def attr(self, a: Any) -> str:
+        text = repr(a)
+        try:
+            if eval(text, dict(self.namespace)) == a:  # noqa: S307 (our own repr)
+                return text
+        except Exception:
+            pass
+        return self.constant(a, "p")
+
+    def function(self, op: str) -> str:
+        impl = PRIMITIVES[op].impl
+        if getattr(np, getattr(impl, "__name__", ""), None) is impl:
+            return f"np.{impl.__name__}"
+        self.namespace[f"{op}_impl"] = impl
+        return f"{op}_impl"
+
+
+def generate(graph: ir.Graph, name: str, memory: MemoryPlan) -> tuple[str, dict[str, Any]]:
+    """The plan's Python source and the namespace it runs in."""
+    em = _Emitter(graph)
+    lines = [f"def {name}({', '.join(em.names[v] for v in graph.inputs)}):"]
+    for i, n in enumerate(graph.nodes):
+        args = [em.ref(v) for v in n.inputs]
+        args += [f"{k}={em.attr(a)}" for k, a in n.attrs.items()]
+        if i in memory.reuse:
+            args.append(f"out={em.names[memory.reuse[i]]}")
+        call = f"{em.names[n.outputs[0]]} = {em.function(n.op)}({', '.join(args)})"
+        lines.append(f"    {call}  # {n.phase}: {n.source}" if n.source else f"    {call}")
+        dead = [em.names[v] for v in memory.dead_after.get(i, ())]
+        if dead:
+            lines.append(f"    del {', '.join(dead)}")
+    outs = [em.ref(v) + (".copy()" if v.const is not None else "") for v in graph.outputs]
+    lines.append(f"    return ({''.join(o + ', ' for o in outs)})")
+    return "\n".join(lines) + "\n", em.namespace
+
+
+def compile_source(source: str, namespace: dict[str, Any], name: str) -> Callable:
+    """exec the plan under a fake file name whose lines linecache can show in tracebacks."""
+    filename = f"<tracegrad plan {next(_plan_ids)}: {name}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 (our own generated code)
+    return namespace[name]
+
+
+class MeasuredRun:
+    """Wraps a plan: measures its peak with tracemalloc on the first call and whenever the
+    user is tracing memory anyway (tracing every call would slow every step)."""
+
+    def __init__(self, run: Callable):
+        self.run, self.peak, self.calls = run, None, 0
+
+    def __call__(self, *args: Any) -> Any:
+        self.calls += 1
+        if self.peak is not None and not tracemalloc.is_tracing():
+            return self.run(*args)
+        started = not tracemalloc.is_tracing()
+        if started:
+            tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        try:
+            return self.run(*args)
+        finally:
+            self.peak = tracemalloc.get_traced_memory()[1] - base
+            if started:
+                tracemalloc.stop()
+
+
+def compile_plan(cap: Any, backend: str, pipeline: Sequence[Callable] | None, name: str) -> Any:
+    from .tracer import Plan
+
+    graph, stats = passes.run(cap.graph, pipeline)
+    memory = plan_memory(graph)
+    source, namespace = generate(graph, _identifier(name), memory)
+    run = MeasuredRun(compile_source(source, namespace, _identifier(name)))
+    return Plan(cap, run, graph, source, stats, memory, backend)
+
+
+def _identifier(name: str) -> str:
+    name = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    return name if name.isidentifier() else f"plan_{name}"
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+def report(plan: Any) -> str:
+    """Passes (nodes before/after, bytes saved), values saved for backward, planned and measured
+    peak bytes of the step."""
+    graph = plan.graph
+    lines = [f"tracegrad plan ({plan.backend} backend): {len(graph.nodes)} nodes"]
+    lines.append("passes:")
+    for s in plan.stats:
+        note = f"  ({s.note})" if s.note else ""
+        lines.append(
+            f"  {s.name:<10} nodes {s.nodes_before:>5} -> {s.nodes_after:<5} "
+            f"saved {_mb(s.bytes_saved):>10}{note}"
+        )
+    saved = passes.saved_values(graph)
+    producers = graph.producers()
+    lines.append(f"saved for backward: {len(saved)} values, {_mb(sum(v.nbytes for v in saved))}")
+    for v in saved:
+        n = producers[v]
+        lines.append(f"  {v.type_str:<20} {_mb(v.nbytes):>10}  {n.op:<10} {n.source}")
+    lines.append(f"planned peak: {_mb(plan.memory.peak)}")
+    peak = plan.run.peak
+    measured = "not measured yet" if peak is None else _mb(peak)
+    lines.append(f"measured peak (tracemalloc, call {plan.run.calls}): {measured}")
+    return "\n".join(lines)

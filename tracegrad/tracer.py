@@ -1,0 +1,276 @@
+"""`@trace`: run a training step once on symbolic tensors, record one graph holding forward,
+backward and the optimizer's update, optimize it and run it as a compiled plan from then on.
+
+Tensors made before the call and touched inside it (parameters, their `.grad`, optimizer state)
+become *state*: graph inputs read at every call, and outputs written back only after the plan
+ran to the end, so a failing step changes nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import ir, pytree
+from .tensor import Listeners, Tensor, TraceError, _serials, user_location
+
+
+def _is_leaf(x: Any) -> bool:
+    return isinstance(x, Tensor | np.ndarray)
+
+
+@dataclass
+class Slot:
+    """A tensor from outside the trace: what it held before, and its symbolic stand-in."""
+
+    tensor: Tensor
+    value: Any
+    grad: Tensor | None
+    input: ir.Value | None = None
+    is_arg: bool = False
+
+
+@dataclass
+class Capture:
+    """The result of tracing: the graph and how its inputs and outputs map to tensors."""
+
+    graph: ir.Graph
+    n_args: int  # graph.inputs[:n_args] are the call's tensor arguments, the rest state
+    state: list[tuple[Tensor, bool]]  # read as graph.inputs[n_args:]: (tensor, read its .grad)
+    value_writes: list[Tensor]  # tensors whose value the outputs after the results replace
+    grad_writes: list[tuple[Tensor, bool]]  # (tensor, grad is None afterwards)
+    result_tree: Any
+    n_results: int
+    guards: list[tuple[Tensor, tuple, np.dtype, bool]] = field(default_factory=list)
+
+    def guards_hold(self) -> bool:
+        return all(
+            t.shape == shape and t.dtype == dtype and (t._grad is None) == no_grad
+            for t, shape, dtype, no_grad in self.guards
+        )
+
+
+class Tracer:
+    """Listens to `bind` while a traced function runs; builds the graph node by node."""
+
+    def __init__(self) -> None:
+        self.start = next(_serials)
+        self.nodes: list[ir.Node] = []
+        self.slots: dict[int, Slot] = {}
+        self.consts: dict[int, tuple[Tensor, ir.Value]] = {}
+        self.phase = "forward"
+
+    def process(self, prim: Any, inputs: list[Tensor], params: dict, shape: tuple, dtype: Any):
+        ins = [self.lift(t) for t in inputs]
+        out = ir.Value(shape, dtype)
+        if Listeners.in_backward:
+            self.phase = "backward"
+        elif self.phase == "backward":
+            self.phase = "update"
+        self.nodes.append(ir.Node(prim.name, ins, [out], params, user_location(), self.phase))
+        return out
+
+    def lift(self, t: Tensor) -> ir.Value:
+        """The symbolic value of `t`: its own, a constant, or a new state input."""
+        if isinstance(t._value, ir.Value):
+            return t._value
+        if t._serial > self.start:
+            if id(t) not in self.consts:
+                self.consts[id(t)] = (t, ir.Value(t.shape, t.dtype, const=t._value))
+            return self.consts[id(t)][1]
+        slot = self.slot(t)
+        slot.input = ir.Value(t.shape, t.dtype)
+        t._value = slot.input
+        return slot.input
+
+    def slot(self, t: Tensor) -> Slot:
+        if id(t) not in self.slots:
+            self.slots[id(t)] = Slot(t, t._value, t._grad)
+        return self.slots[id(t)]
+
+    def will_write(self, t: Tensor) -> None:
+        """Called before a tensor's value or grad changes: remember what to restore."""
+        if t._serial <= self.start:
+            self.slot(t)
+
+    def restore(self) -> None:
+        for s in self.slots.values():
+            s.tensor._value, s.tensor._grad = s.value, s.grad
+
+    def finish(self, result: Any) -> Capture:
+        leaves, tree = pytree.flatten(result, _is_leaf)
+        outputs = [self.lift(_as_tensor(x)) for x in leaves]
+        value_writes, grad_writes = [], []
+        for s in self.slots.values():
+            t = s.tensor
+            if t._value is not s.value and t._value is not s.input:
+                value_writes.append(t)
+                outputs.append(self.lift(t))
+        for s in self.slots.values():
+            t = s.tensor
+            if t._grad is not s.grad:
+                grad_writes.append((t, t._grad is None))
+                if t._grad is not None:
+                    outputs.append(self.lift(t._grad))
+        args = [s for s in self.slots.values() if s.is_arg and s.input is not None]
+        state = [s for s in self.slots.values() if not s.is_arg and s.input is not None]
+        graph = ir.Graph([s.input for s in args + state], self.nodes, outputs)
+        owners = {id(s.grad): s.tensor for s in self.slots.values() if s.grad is not None}
+        readers = [
+            (owners[id(s.tensor)], True) if id(s.tensor) in owners else (s.tensor, False)
+            for s in state
+        ]
+        guards = [
+            (s.tensor, s.tensor.shape, s.tensor.dtype, s.grad is None)
+            for s in self.slots.values()
+            if not s.is_arg
+        ]
+        return Capture(graph, len(args), readers, value_writes, grad_writes, tree, len(leaves),
+                       guards)  # fmt: skip
+
+
+def _as_tensor(x: Any) -> Tensor:
+    return x if isinstance(x, Tensor) else Tensor(x)
+
+
+def _signature(args: tuple, kwargs: dict) -> tuple[list, Any]:
+    leaves, tree = pytree.flatten((args, kwargs), _is_leaf)
+    spec = tuple((tuple(np.shape(x)), np.dtype(x.dtype)) for x in leaves)
+    try:
+        hash(tree)
+    except TypeError as e:
+        raise TypeError(f"@trace: a non-tensor argument must be hashable ({e})") from None
+    return leaves, (tree, spec)
+
+
+def capture(fn: Callable, args: tuple, kwargs: dict) -> Capture:
+    """Run `fn` once on symbolic stand-ins for its tensor arguments and record everything."""
+    leaves, tree = pytree.flatten((args, kwargs), _is_leaf)
+    tracer = Tracer()
+    Listeners.tracers.append(tracer)
+    try:
+        stand_ins = []
+        for x in leaves:
+            t = x if isinstance(x, Tensor) else Tensor._wrap(np.asarray(x))
+            slot = tracer.slot(t)
+            slot.is_arg = True
+            slot.input = ir.Value(t.shape, t.dtype)
+            t._value = slot.input
+            stand_ins.append(t)
+        call_args, call_kwargs = pytree.unflatten(tree, stand_ins)
+        result = fn(*call_args, **call_kwargs)
+        return tracer.finish(result)
+    finally:
+        Listeners.tracers.remove(tracer)
+        tracer.restore()
+
+
+def interpret(graph: ir.Graph, *args: Any) -> list[np.ndarray]:
+    """The reference interpreter: every node with its primitive's NumPy implementation."""
+    from .primitives import PRIMITIVES
+
+    return ir.evaluate(graph, [np.asarray(a) for a in args], lambda op: PRIMITIVES[op].impl)
+
+
+class Plan:
+    """One signature's compiled step: a callable over arrays plus the capture's bookkeeping."""
+
+    def __init__(self, cap: Capture, run: Callable, graph: ir.Graph, source: str, stats: list,
+                 memory: Any, backend: str):  # fmt: skip
+        self.capture, self.run, self.graph, self.source = cap, run, graph, source
+        self.stats, self.memory, self.backend = stats, memory, backend
+
+    def __call__(self, arg_leaves: Sequence[Any]) -> Any:
+        cap = self.capture
+        inputs = [_array(x) for x in arg_leaves]
+        inputs += [t._grad._value if via_grad else t._value for t, via_grad in cap.state]
+        outs = list(self.run(*inputs))
+        results = [Tensor._wrap(np.asarray(a)) for a in outs[: cap.n_results]]
+        writes = iter(outs[cap.n_results :])
+        owned = {id(a) for a in inputs}
+        for t in cap.value_writes:
+            t._value = _fresh(next(writes), owned)
+        for t, to_none in cap.grad_writes:
+            if to_none:
+                t._grad = None
+            elif t._grad is not None:
+                t._grad._value = _fresh(next(writes), owned)
+            else:
+                t._grad = Tensor._wrap(_fresh(next(writes), owned))
+        return pytree.unflatten(cap.result_tree, results)
+
+
+def _array(x: Any) -> np.ndarray:
+    return x._value if isinstance(x, Tensor) else np.asarray(x)
+
+
+def _fresh(a: np.ndarray, owned: set[int]) -> np.ndarray:
+    """A buffer no other tensor shares: plan outputs may be inputs or views of them."""
+    return (
+        np.array(a) if id(a) in owned or not isinstance(a, np.ndarray) or a.base is not None else a
+    )
+
+
+class Traced:
+    """A function traced once per input signature; see `trace`."""
+
+    def __init__(self, fn: Callable, backend: str, passes: Sequence[Callable] | None):
+        if backend not in ("numpy", "numba"):
+            raise ValueError(f"trace: unknown backend {backend!r} (use 'numpy' or 'numba')")
+        self.fn, self.backend, self.passes = fn, backend, passes
+        self.plans: dict[Any, list[Plan]] = {}
+        self.latest: Plan | None = None
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        leaves, key = _signature(args, kwargs)
+        plan = next((p for p in self.plans.get(key, []) if p.capture.guards_hold()), None)
+        if plan is None:
+            plan = self._compile(capture(self.fn, args, kwargs))
+            self.plans.setdefault(key, []).append(plan)
+        self.latest = plan
+        return plan(leaves)
+
+    def _compile(self, cap: Capture) -> Plan:
+        from .codegen import compile_plan
+
+        return compile_plan(cap, self.backend, self.passes, self.fn.__name__)
+
+    def _plan(self) -> Plan:
+        if self.latest is None:
+            raise RuntimeError("this traced function has not been called yet: nothing to show")
+        return self.latest
+
+    @property
+    def graph(self) -> ir.Graph:
+        """The optimized graph of the latest signature."""
+        return self._plan().graph
+
+    @property
+    def source(self) -> str:
+        """The generated Python source of the latest plan."""
+        return self._plan().source
+
+    def report(self) -> str:
+        from .codegen import report
+
+        return report(self._plan())
+
+
+def trace(
+    fn: Callable | None = None,
+    *,
+    backend: str = "numba",
+    passes: Sequence[Callable] | None = None,
+) -> Any:
+    """Compile a training step: `@trace`, or `@trace(backend="numpy", passes=[...])`."""
+    if fn is None:
+        return lambda f: Traced(f, backend, passes)
+    return Traced(fn, backend, passes)
+
+
+__all__ = ["trace", "Traced", "TraceError", "interpret", "capture"]
