@@ -30,9 +30,10 @@ def nbytes(values: list[Value]) -> int:
 
 
 def stats(name: str, before: Graph, after: Graph, note: str = "") -> PassStats:
-    """Stats for a pass that removed nodes: the bytes of the outputs it no longer computes."""
-    kept = {id(n) for n in after.nodes}
-    saved = sum(nbytes(n.outputs) for n in before.nodes if id(n) not in kept)
+    """Stats for a pass that removed nodes: the bytes of the results it no longer computes."""
+    saved = sum(nbytes(n.outputs) for n in before.nodes) - sum(
+        nbytes(n.outputs) for n in after.nodes
+    )
     return PassStats(name, len(before.nodes), len(after.nodes), saved, note)
 
 

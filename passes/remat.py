@@ -1,7 +1,9 @@
-"""Rematerialization: backward recomputes cheap elementwise forward values from the values it saves
+"""Rematerialization: backward recomputes cheap elementwise forward values from values it saves
 anyway, instead of keeping them alive from forward to backward (AOTAutograd's idea, with a rule
-simple enough to state: recompute `v` only if every value it is recomputed from is already saved,
-so the saved set never grows)."""
+simple enough to state). Residuals are decided in forward order: one is recomputed if a chain of
+at most MAX_CHAIN elementwise nodes rebuilds it from residuals already kept, inputs and constants;
+otherwise it is kept. So the saved set never grows, and an MLP layer keeps only its
+pre-activation."""
 
 from __future__ import annotations
 
@@ -27,37 +29,37 @@ def saved_values(graph: Graph) -> list[Value]:
     return list(seen)
 
 
-def _chain(v: Value, producers: dict[Value, Node]) -> tuple[list[Node], set[Value]] | None:
-    """The cheap nodes that recompute `v`, in order, and the values they start from."""
+def _chain(v: Value, producers: dict[Value, Node], available: set[Value]) -> list[Node] | None:
+    """The cheap nodes that rebuild `v` from `available` values, in order; None if there are
+    none or too many."""
     nodes: list[Node] = []
-    anchors: set[Value] = set()
     visited: set[Value] = set()
 
-    def walk(x: Value) -> None:
-        if x in visited:
-            return
+    def walk(x: Value) -> bool:
+        if x in visited or x in available or x.const is not None:
+            return True
         visited.add(x)
         n = producers.get(x)
-        if not _cheap(n):
-            anchors.add(x)
-            return
-        for i in n.inputs:
-            walk(i)
+        if not _cheap(n) or len(nodes) >= MAX_CHAIN or not all(walk(i) for i in n.inputs):
+            return False
         nodes.append(n)
+        return True
 
-    walk(v)
-    return (nodes, anchors) if 0 < len(nodes) <= MAX_CHAIN else None
+    return nodes if walk(v) and nodes else None
 
 
 def rematerialize(graph: Graph) -> tuple[Graph, PassStats]:
     producers = graph.producers()
     saved = saved_values(graph)
-    keep = {v for v in saved if not _cheap(producers.get(v))}
+    order = {v: i for i, n in enumerate(graph.nodes) for v in n.outputs}
+    kept = set(graph.inputs)
     plans = {}
-    for v in saved:
-        chain = _chain(v, producers) if v not in keep else None
-        if chain and all(a in keep or a.const is not None or a in graph.inputs for a in chain[1]):
-            plans[v] = chain[0]
+    for v in sorted(saved, key=order.__getitem__):
+        chain = _chain(v, producers, kept) if _cheap(producers[v]) else None
+        if chain is None:
+            kept.add(v)
+        else:
+            plans[v] = chain
     clones: dict[Value, Value] = {}
     nodes: list[Node] = []
     for n in graph.nodes:
