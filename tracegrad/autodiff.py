@@ -59,7 +59,7 @@ class TapeNode:
         self.saved_in = [t._value for t in inputs] if prim.saves_inputs else None
         self.saved_out = out._value if prim.saves_output else None
         self.freed = False
-        self.retained: Tensor | None = None
+        self.retained: weakref.ref | None = None  # the tensor that called retain_grad()
 
     @property
     def name(self) -> str:
@@ -233,6 +233,12 @@ def accumulate(t: Tensor, g: Tensor) -> None:
         t.grad = t.grad + g
 
 
+def retained_sink(node: Any) -> Callable | None:
+    """Delivery into the non-leaf whose `retain_grad()` asked for its gradient, if alive."""
+    t = None if node.is_leaf or node.retained is None else node.retained()
+    return None if t is None else functools.partial(accumulate, t)
+
+
 def _default_dy(y: Tensor) -> Tensor:
     if y.size != 1:
         raise RuntimeError(
@@ -257,8 +263,7 @@ def tensor_backward(
         if node.is_leaf:
             t = node.ref()
             return None if t is None or not t._requires_grad else functools.partial(accumulate, t)
-        t = node.retained
-        return None if t is None else functools.partial(accumulate, t)
+        return retained_sink(node)
 
     run_backward([y], [dy], deliver, retain_graph, create_graph)
 

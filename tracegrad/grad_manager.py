@@ -110,7 +110,8 @@ class GradManager:
         sinks = self._sinks()
         self.release()
         create = bool(autodiff._recording) and autodiff.Listeners.grad_enabled
-        autodiff.run_backward(ys, dys, sinks.get, create_graph=create)
+        deliver = lambda node: sinks.get(node) or autodiff.retained_sink(node)
+        autodiff.run_backward(ys, dys, deliver, create_graph=create)
 
     def _sinks(self) -> dict[Any, Callable[[Tensor], None]]:
         """Node -> delivery into the attached tensor whose gradient arrives there."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 import sys
+import weakref
 from typing import Any
 
 import numpy as np
@@ -197,7 +198,7 @@ class Tensor:
         """Keep `.grad` on this non-leaf after backward (leaves keep theirs anyway)."""
         self._retains = True
         if not self.is_leaf:
-            self._node.retained = self
+            self._node.retained = weakref.ref(self)
 
     def detach(self) -> Tensor:
         """A new leaf sharing this tensor's data, cut from the graph."""

@@ -1,0 +1,307 @@
+"""@trace against eager execution: same losses, parameters and state; retracing; write-back;
+failed steps that lose nothing; TraceErrors; pytrees; printing and export."""
+
+import networkx as nx
+import numpy as np
+import pytest
+
+import tracegrad as tg
+
+
+def gelu(u):
+    return 0.5 * u * (1 + tg.tanh(0.7978845608 * (u + 0.044715 * u**3)))
+
+
+ACTIVATIONS = {"tanh": tg.tanh, "gelu": gelu, "relu": lambda u: tg.maximum(u, 0.0)}
+
+
+class MLP:
+    """Parameters, a GradManager and SGD-with-momentum state, all plain tensors."""
+
+    def __init__(self, sizes, dtype, act="tanh", seed=0, lr=0.05, momentum=0.9):
+        rng = np.random.default_rng(seed)
+        self.weights = [
+            tg.tensor((rng.standard_normal((m, n)) / np.sqrt(m)).astype(dtype))
+            for m, n in zip(sizes[:-1], sizes[1:], strict=True)
+        ]
+        self.biases = [tg.tensor(np.zeros(n, dtype)) for n in sizes[1:]]
+        self.params = self.weights + self.biases
+        self.bufs = [tg.zeros(p.shape, dtype) for p in self.params]
+        self.gm = tg.GradManager().attach(self.params)
+        self.act, self.lr, self.momentum = ACTIVATIONS[act], lr, momentum
+
+    def forward(self, x):
+        for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
+            x = x @ w + b
+            if i < len(self.weights) - 1:
+                x = self.act(x)
+        return x
+
+    def step(self, x, labels):
+        with self.gm:
+            logits = self.forward(x)
+            loss = -tg.log_softmax(logits, axis=1)[np.arange(x.shape[0]), labels].mean()
+            self.gm.backward(loss)
+        with tg.no_grad():
+            for p, buf in zip(self.params, self.bufs, strict=True):
+                buf *= self.momentum
+                buf += p.grad
+                p -= self.lr * buf
+                p.grad = None
+        return loss
+
+    def state(self):
+        return [t.numpy().copy() for t in self.params + self.bufs]
+
+
+def batches(n, dtype, sizes=(6, 16, 12, 4), batch=8, seed=1):
+    rng = np.random.default_rng(seed)
+    return [
+        (rng.standard_normal((batch, sizes[0])).astype(dtype), rng.integers(0, sizes[-1], batch))
+        for _ in range(n)
+    ]
+
+
+def run_eager(model, data):
+    return [float(model.step(tg.tensor(x), tg.tensor(y))) for x, y in data]
+
+
+def run_traced(model, data, backend="numpy"):
+    step = tg.trace(model.step, backend=backend)
+    return [float(step(x, y)) for x, y in data], step
+
+
+@pytest.mark.parametrize("act", sorted(ACTIVATIONS))
+def test_traced_matches_eager_float64_to_rounding(act):
+    sizes, data = (6, 16, 12, 4), batches(5, np.float64)
+    eager, traced = MLP(sizes, np.float64, act), MLP(sizes, np.float64, act)
+    losses_e = run_eager(eager, data)
+    losses_t, _ = run_traced(traced, data)
+    np.testing.assert_allclose(losses_t, losses_e, rtol=1e-12)
+    for a, b in zip(traced.state(), eager.state(), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_traced_matches_eager_float32_over_20_steps():
+    sizes, data = (6, 32, 32, 4), batches(20, np.float32, (6, 32, 32, 4), batch=16)
+    eager, traced = MLP(sizes, np.float32, "gelu"), MLP(sizes, np.float32, "gelu")
+    losses_e = run_eager(eager, data)
+    losses_t, step = run_traced(traced, data)
+    np.testing.assert_allclose(losses_t, losses_e, rtol=1e-4)
+    for a, b in zip(traced.state(), eager.state(), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    assert sum(len(p) for p in step.plans.values()) == 1  # one trace served all 20 steps
+
+
+def test_tracing_runs_no_numeric_work_and_traces_once_per_signature():
+    model, calls = MLP((6, 8, 4), np.float32), []
+
+    def step(x, labels):
+        calls.append(x.is_symbolic)
+        return model.step(x, labels)
+
+    traced = tg.trace(step, backend="numpy")
+    for x, y in batches(3, np.float32, (6, 8, 4)):
+        traced(x, y)
+    assert calls == [True]
+    x, y = batches(1, np.float32, (6, 8, 4), batch=5)[0]
+    traced(x, y)  # a new batch size traces again; the first plan stays cached
+    assert calls == [True, True]
+    assert len(traced.plans) == 2
+
+
+def test_hashable_python_arguments_are_part_of_the_signature():
+    x = tg.tensor([1.0, 2.0])
+    calls = []
+
+    @tg.trace(backend="numpy")
+    def scale(x, factor):
+        calls.append(factor)
+        return x * factor
+
+    np.testing.assert_allclose(scale(x, 2.0).numpy(), [2.0, 4.0])
+    np.testing.assert_allclose(scale(x, 3.0).numpy(), [3.0, 6.0])
+    np.testing.assert_allclose(scale(x, 2.0).numpy(), [2.0, 4.0])
+    assert calls == [2.0, 3.0]
+
+
+def test_state_written_back_and_grads_accumulate_like_eager():
+    """Without zero_grad, .grad accumulates across calls, traced exactly as eagerly."""
+    data = batches(3, np.float64)
+
+    def make():
+        m = MLP((6, 16, 12, 4), np.float64)
+        w = m.weights[0]
+        return m, w
+
+    def step(m, w, x, y):
+        with m.gm:
+            loss = (m.forward(x) ** 2).mean()
+            m.gm.backward(loss)
+        return loss
+
+    (me, we), (mt, wt) = make(), make()
+    traced = tg.trace(lambda x, y: step(mt, wt, x, y), backend="numpy")
+    for x, y in data:
+        step(me, we, tg.tensor(x), y)
+        traced(x, y)
+    np.testing.assert_allclose(wt.grad.numpy(), we.grad.numpy(), rtol=1e-12)
+    # grad None at the first call, set afterwards: the state structure changed once
+    assert sum(len(p) for p in traced.plans.values()) == 2
+
+
+def test_a_step_that_fails_while_tracing_changes_nothing():
+    model = MLP((6, 8, 4), np.float32)
+    before = model.state()
+
+    @tg.trace(backend="numpy")
+    def step(x, y):
+        loss = model.step(x, y)  # updates parameters and buffers (symbolically)
+        return loss + tg.ones((3,)) @ tg.ones((4,))  # a shape error after the update
+
+    x, y = batches(1, np.float32, (6, 8, 4))[0]
+    with pytest.raises(tg.ShapeError, match=r"matmul: \(3,\) @ \(4,\) \(at test_trace.py:\d+"):
+        step(x, y)
+    for a, b in zip(model.state(), before, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert all(p.grad is None for p in model.params)
+    assert all(not p.is_symbolic for p in model.params + model.bufs)
+
+
+def test_a_step_that_fails_at_run_time_changes_nothing():
+    model = MLP((6, 8, 4), np.float32)
+    step = tg.trace(model.step, backend="numpy")
+    x, y = batches(1, np.float32, (6, 8, 4))[0]
+    step(x, y)
+    before = model.state()
+    with pytest.raises(IndexError):
+        step(x, np.full_like(y, 99))  # a label out of range fails inside the plan
+    for a, b in zip(model.state(), before, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize(
+    "body, what",
+    [
+        (lambda t: 1 if t.sum() > 0 else 0, "bool"),
+        (lambda t: float(t.sum()), "float"),
+        (lambda t: t.sum().item(), "item"),
+        (lambda t: t.numpy(), "numpy"),
+    ],
+)
+def test_python_control_flow_on_traced_values_names_the_user_line(body, what):
+    traced = tg.trace(body, backend="numpy")
+    with pytest.raises(tg.TraceError, match=r"test_trace\.py:\d+") as err:
+        traced(np.ones(3, np.float32))
+    assert what in str(err.value)
+    assert "outside the traced function" in str(err.value)
+
+
+def test_pytrees_in_and_out():
+    @tg.trace(backend="numpy")
+    def f(batch, extra):
+        total = batch["x"] * extra[0] + batch["y"][1]
+        return {"sum": total.sum(), "parts": [total, extra[1]], "label": "ok"}
+
+    x = np.arange(3.0, dtype=np.float32)
+    out = f({"x": x, "y": [None, x]}, (2.0, tg.tensor(5.0)))
+    np.testing.assert_allclose(out["sum"].numpy(), 9.0)
+    np.testing.assert_allclose(out["parts"][0].numpy(), 3 * x)
+    np.testing.assert_allclose(out["parts"][1].numpy(), 5.0)
+    assert out["label"] == "ok"
+
+
+def test_no_grad_detach_retain_grad_and_two_managers_inside_trace():
+    rng = np.random.default_rng(0)
+
+    def make():
+        a = tg.tensor(rng.standard_normal((3, 3)))
+        b = tg.tensor(rng.standard_normal(3))
+        return a, b, tg.GradManager().attach(a), tg.GradManager().attach(b)
+
+    def step(a, b, gm_a, gm_b, x):
+        with gm_a, gm_b:
+            h = tg.tanh(x @ a)
+            h.retain_grad()
+            with tg.no_grad():
+                frozen = (h * 3.0).sum()  # not recorded
+            y = (h * b).sum() + (h.detach() * b).sum() + frozen
+            gm_a.backward(y)
+        gm_b.record()
+        gm_b.backward((b * b).sum())
+        return y, h.grad
+
+    rng = np.random.default_rng(0)
+    eager = make()
+    rng = np.random.default_rng(0)
+    traced_state = make()
+    x = np.random.default_rng(1).standard_normal((2, 3))
+    ye, hge = step(*eager, tg.tensor(x))
+    yt, hgt = tg.trace(lambda x: step(*traced_state, x), backend="numpy")(x)
+    np.testing.assert_allclose(yt.numpy(), ye.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(hgt.numpy(), hge.numpy(), rtol=1e-12)
+    for te, tt in zip(eager[:2], traced_state[:2], strict=True):
+        np.testing.assert_allclose(tt.grad.numpy(), te.grad.numpy(), rtol=1e-12)
+
+
+def test_prune_leaves_3L_plus_2_matmuls_when_the_input_is_not_attached():
+    L = 4
+    model = MLP((6,) + (8,) * L + (4,), np.float32)  # L + 1 linear layers
+    step = tg.trace(model.step, backend="numpy")
+    step(*batches(1, np.float32, (6, 4))[0])
+    assert step.graph.count("matmul") == 3 * L + 2
+
+
+def test_graph_printing_and_export():
+    model = MLP((6, 8, 4), np.float32)
+    step = tg.trace(model.step, backend="numpy")
+    step(*batches(1, np.float32, (6, 8, 4))[0])
+    text = str(step.graph)
+    assert text.startswith("{ lambda ")
+    assert "= matmul " in text and "f32[8,8]" in text and "test_trace.py:" in text
+    g = step.graph.to_networkx()
+    assert isinstance(g, nx.DiGraph) and nx.is_directed_acyclic_graph(g)
+    ops = [d for _, d in g.nodes(data=True) if d["kind"] == "op"]
+    assert len(ops) == len(step.graph.nodes)
+    assert all({"op", "shape", "dtype", "bytes"} <= set(d) for d in ops)
+    assert step.graph.to_dot().startswith("digraph")
+    assert "def step(" in step.source and "np.matmul(" in step.source and "del " in step.source
+
+
+def test_reference_interpreter_agrees_with_the_plan():
+    model = MLP((6, 8, 4), np.float64, "gelu")
+    x, y = batches(1, np.float64, (6, 8, 4))[0]
+    step = tg.trace(model.step, backend="numpy")
+    step(x, y)
+    state = [t._grad if via_grad else t for t, via_grad in step.latest.capture.state]
+    inputs = [x, y] + [t.numpy().copy() for t in state]  # the arguments, then the state
+    expected = tg.interpret(step.graph, *inputs)
+    loss = step(x, y)
+    np.testing.assert_allclose(expected[0], loss.numpy(), rtol=1e-12)
+    new_params = expected[1 : 1 + len(step.latest.capture.value_writes)]
+    for t, value in zip(step.latest.capture.value_writes, new_params, strict=True):
+        np.testing.assert_allclose(t.numpy(), value, rtol=1e-12)
+
+
+def test_report_lists_saved_values_and_peaks():
+    model = MLP((6, 64, 64, 4), np.float32, "gelu")
+    step = tg.trace(model.step, backend="numpy")
+    step(*batches(1, np.float32, (6, 64, 64, 4), batch=256)[0])
+    report = step.report()
+    for word in ("prune", "cse", "simplify", "remat", "schedule", "saved for backward",
+                 "planned peak", "measured peak"):  # fmt: skip
+        assert word in report
+    plan = step.latest
+    assert abs(plan.run.peak - plan.memory.peak) <= 0.1 * plan.memory.peak
+
+
+def test_runtime_errors_point_at_the_plan_line_and_the_user_source():
+    model = MLP((6, 8, 4), np.float32)
+    step = tg.trace(model.step, backend="numpy")
+    x, y = batches(1, np.float32, (6, 8, 4))[0]
+    step(x, y)
+    with pytest.raises(IndexError) as err:
+        step(x, np.full_like(y, 99))
+    frames = [f for f in err.traceback if "tracegrad plan" in str(f.path)]
+    assert frames, "the traceback shows a frame in the generated plan"
+    assert "test_trace.py" in str(frames[-1].statement)
