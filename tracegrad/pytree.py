@@ -1,4 +1,4 @@
-"""Nested tuples, lists and dicts of leaves: flatten to leaves and a hashable structure, and back."""
+"""Nested tuples, lists and dicts: flatten to leaves and a hashable structure, and back."""
 
 from __future__ import annotations
 
