@@ -18,7 +18,8 @@ Rule = Callable[[Node, dict[Value, Node], list[Node]], Value | None]
 
 
 def _const_equal(v: Value, x: float) -> bool:
-    return v.const is not None and v.const.size == 1 and float(v.const.reshape(())) == x
+    """`v` is a constant whose every element is `x` (a scalar one, a zeros seed, ...)."""
+    return v.const is not None and bool(np.all(v.const == x))
 
 
 def _identity(n: Node, keep: Value, other: Value) -> bool:
@@ -61,6 +62,12 @@ def view_chain(n, producers, emit):
     if inner is None or inner.op != n.op:
         return None
     x, out = inner.inputs[0], n.outputs[0]
+    if n.op == "reshape" and x.shape == out.shape:
+        return x
+    if n.op == "transpose" and all(
+        inner.attrs["axes"][a] == i for i, a in enumerate(n.attrs["axes"])
+    ):
+        return x
     if n.op == "reshape":
         attrs = {"shape": out.shape}
     else:

@@ -1,0 +1,204 @@
+"""Each pass alone on small hand-built graphs, checked against the reference interpreter."""
+
+import numpy as np
+import pytest
+
+import passes
+from tracegrad import interpret
+from tracegrad.codegen import plan_memory
+from tracegrad.ir import Graph, Node, Value
+
+F32 = np.float32
+
+
+def val(*shape, dtype=F32):
+    return Value(shape, dtype)
+
+
+def const(x, dtype=F32):
+    x = np.asarray(x, dtype)
+    return Value(x.shape, dtype, const=x)
+
+
+def node(op, inputs, out_shape, phase="forward", dtype=F32, **attrs):
+    out = Value(out_shape, dtype)
+    return Node(op, inputs, [out], attrs, "test.py:1", phase), out
+
+
+def same_results(before, after, *args):
+    for a, b in zip(interpret(before, *args), interpret(after, *args), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def rand(*shape):
+    return np.random.default_rng(0).standard_normal(shape).astype(F32)
+
+
+def test_prune_drops_what_reaches_no_output():
+    x = val(3)
+    n1, a = node("exp", [x], (3,))
+    n2, b = node("sin", [x], (3,))  # dead
+    n3, c = node("neg", [b], (3,))  # dead
+    g = Graph([x], [n1, n2, n3], [a])
+    after, st = passes.prune(g)
+    assert [n.op for n in after.nodes] == ["exp"]
+    assert (st.nodes_before, st.nodes_after, st.bytes_saved) == (3, 1, 24)
+    same_results(g, after, rand(3))
+
+
+def test_cse_merges_identical_nodes_and_equal_constants():
+    x = val(4)
+    n1, a = node("mul", [x, const(2.0)], (4,))
+    n2, b = node("mul", [x, const(2.0)], (4,))  # same op, input, equal constant
+    n3, c = node("add", [a, b], (4,))
+    g = Graph([x], [n1, n2, n3], [c])
+    after, st = passes.cse(g)
+    assert [n.op for n in after.nodes] == ["mul", "add"]
+    assert after.nodes[1].inputs[0] is after.nodes[1].inputs[1]
+    same_results(g, after, rand(4))
+
+
+def test_cse_keeps_nodes_whose_attributes_differ():
+    x = val(2, 3)
+    n1, a = node("sum", [x], (3,), axis=(0,), keepdims=False)
+    n2, b = node("sum", [x], (2,), axis=(1,), keepdims=False)
+    after, _ = passes.cse(Graph([x], [n1, n2], [a, b]))
+    assert len(after.nodes) == 2
+
+
+@pytest.mark.parametrize(
+    "build, expect_ops",
+    [
+        (lambda x: [node("mul", [x, const(1.0)], (2, 3))], []),
+        (lambda x: [node("mul", [const(1.0), x], (2, 3))], []),
+        (lambda x: [node("add", [x, const(np.zeros((2, 3)))], (2, 3))], []),  # a zeros seed
+        (lambda x: [node("sub", [x, const(0.0)], (2, 3))], []),
+        (lambda x: [node("add", [x, const(1.0)], (2, 3))], ["add"]),
+        (lambda x: [node("reshape", [x], (2, 3), shape=(2, 3))], []),
+        (lambda x: [node("transpose", [x], (2, 3), axes=(0, 1))], []),
+    ],
+    ids=["x*1", "1*x", "x+zeros", "x-0", "x+1 stays", "reshape to itself", "identity transpose"],
+)
+def test_simplify_identities(build, expect_ops):
+    x = val(2, 3)
+    nodes_outs = build(x)
+    nodes = [n for n, _ in nodes_outs]
+    g = Graph([x], nodes, [nodes_outs[-1][1]])
+    after, _ = passes.simplify(g)
+    assert [n.op for n in after.nodes] == expect_ops
+    same_results(g, after, rand(2, 3))
+
+
+def test_simplify_transpose_of_transpose_and_reshape_chains():
+    x = val(2, 3, 4)
+    n1, a = node("transpose", [x], (3, 4, 2), axes=(1, 2, 0))
+    n2, b = node("transpose", [a], (2, 3, 4), axes=(2, 0, 1))  # back to x
+    n3, c = node("reshape", [b], (6, 4), shape=(6, 4))
+    n4, d = node("reshape", [c], (24,), shape=(24,))
+    g = Graph([x], [n1, n2, n3, n4], [d])
+    after, _ = passes.prune(passes.simplify(g)[0])
+    assert [n.op for n in after.nodes] == ["reshape"]
+    same_results(g, after, rand(2, 3, 4))
+
+
+def test_simplify_a_sum_that_undoes_a_broadcast():
+    y = val(1, 3)
+    n1, a = node("broadcast_to", [y], (5, 4, 3), shape=(5, 4, 3))
+    n2, b = node("sum", [a], (3,), axis=(0, 1), keepdims=False)
+    g = Graph([y], [n1, n2], [b])
+    after, _ = passes.prune(passes.simplify(g)[0])
+    assert "broadcast_to" not in [n.op for n in after.nodes]
+    assert "sum" not in [n.op for n in after.nodes]
+    same_results(g, after, rand(1, 3))
+
+
+def test_simplify_folds_constants():
+    x = val(3)
+    n1, a = node("exp", [const([0.0, 1.0, 2.0])], (3,))
+    n2, b = node("mul", [x, a], (3,))
+    g = Graph([x], [n1, n2], [b])
+    after, _ = passes.simplify(g)
+    assert [n.op for n in after.nodes] == ["mul"]
+    same_results(g, after, rand(3))
+
+
+def gelu_layer():
+    """x -> u = x@w -> y = tanh(u)*u (elementwise) -> loss; backward reads u, t and y."""
+    x, w = val(4, 3), val(3, 3)
+    fwd = [node("matmul", [x, w], (4, 3))]
+    u = fwd[-1][1]
+    fwd.append(node("tanh", [u], (4, 3)))
+    t = fwd[-1][1]
+    fwd.append(node("mul", [t, u], (4, 3)))
+    y = fwd[-1][1]
+    bwd = [
+        node("mul", [y, t], (4, 3), "backward"),
+        node("mul", [u, const(2.0)], (4, 3), "backward"),
+    ]
+    bwd.append(node("add", [bwd[0][1], bwd[1][1]], (4, 3), "backward"))
+    nodes = [n for n, _ in fwd + bwd]
+    return Graph([x, w], nodes, [y, bwd[-1][1]]), u
+
+
+def test_remat_keeps_only_the_pre_activation():
+    g, u = gelu_layer()
+    assert len(passes.saved_values(g)) == 3
+    after, st = passes.rematerialize(g)
+    assert passes.saved_values(after) == [u]
+    assert st.bytes_saved == 2 * 4 * 3 * 4
+    assert [n.phase for n in after.nodes].count("recompute") == 2
+    same_results(g, after, rand(4, 3), rand(3, 3))
+
+
+def test_remat_never_grows_the_saved_set():
+    """y = a * b with a, b both otherwise dead: recomputing y would save two values for one."""
+    x = val(4)
+    n1, a = node("exp", [x], (4,))
+    n2, b = node("log", [x], (4,))
+    n3, c = node("matmul", [val(4, 4), val(4, 1)], (4, 1))  # non-elementwise anchor
+    n4, y = node("mul", [a, c], (4, 4))
+    n5, z = node("neg", [y], (4, 4), "backward")
+    g = Graph([x], [n1, n2, n3, n4, n5], [z])
+    after, _ = passes.rematerialize(g)
+    assert passes.saved_values(after) == [y]
+
+
+def test_schedule_runs_updates_as_soon_as_ready():
+    p, gin = val(3), val(3)
+    n1, g1 = node("neg", [gin], (3,), "backward")
+    n2, g2 = node("exp", [gin], (3,), "backward")
+    n3, g3 = node("add", [g2, g1], (3,), "backward")
+    n4, new_p = node("sub", [p, g1], (3,), "update")
+    g = Graph([p, gin], [n1, n2, n3, n4], [g3, new_p])
+    after, _ = passes.schedule(g)
+    assert [n.op for n in after.nodes] == ["neg", "sub", "exp", "add"]
+    same_results(g, after, rand(3), rand(3))
+
+
+def test_memory_plan_frees_at_last_use_and_reuses_dying_buffers():
+    x = val(1000)
+    n1, a = node("exp", [x], (1000,))
+    n2, b = node("neg", [a], (1000,))  # a dies here: b can take its buffer
+    n3, c = node("sum", [b], (), axis=(0,), keepdims=False)
+    plan = plan_memory(Graph([x], [n1, n2, n3], [c]))
+    assert plan.reuse == {1: a}
+    assert plan.peak == 4000 + 4  # b and the sum's result coexist for a moment
+    assert plan.dead_after[1] == [a] and plan.dead_after[2] == [b]
+
+
+def test_memory_plan_keeps_a_viewed_buffer_alive():
+    x = val(10, 100)
+    n1, a = node("exp", [x], (10, 100))
+    n2, t = node("transpose", [a], (100, 10), axes=(1, 0))  # a view of a's buffer
+    n3, b = node("neg", [a], (10, 100))  # a's last use, but t still views it: no reuse
+    n4, c = node("matmul", [t, b], (100, 100))
+    plan = plan_memory(Graph([x], [n1, n2, n3, n4], [c]))
+    assert 2 not in plan.reuse
+    assert plan.peak == 4000 + 4000 + 40000
+
+
+def test_default_pipeline_order_is_visible_and_overridable():
+    assert passes.DEFAULT[0] is passes.simplify
+    g, _ = gelu_layer()
+    after, st = passes.run(g, [passes.prune])
+    assert [s.name for s in st] == ["prune"]
