@@ -1,0 +1,126 @@
+"""tracegrad.nn.functional: values against plain NumPy formulas, gradients against float64 finite
+differences, and the error messages of the losses."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import check_grad
+
+import tracegrad as tg
+from tracegrad.nn import functional as F
+
+
+def np_log_softmax(z: np.ndarray) -> np.ndarray:
+    shifted = z - z.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def np_gelu_tanh(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+
+
+ACTIVATIONS = {
+    "relu": (F.relu, lambda x: np.maximum(x, 0)),
+    "gelu": (F.gelu, np_gelu_tanh),
+    "sigmoid": (F.sigmoid, lambda x: 1 / (1 + np.exp(-x))),
+    "tanh": (F.tanh, np.tanh),
+    "softmax": (F.softmax, lambda x: np.exp(np_log_softmax(x))),
+    "log_softmax": (F.log_softmax, np_log_softmax),
+}
+
+
+@pytest.mark.parametrize("name", ACTIVATIONS)
+def test_activation_values_and_gradients(name, rng):
+    fn, reference = ACTIVATIONS[name]
+    x = rng.standard_normal((4, 5)) * 2
+    x[np.abs(x) < 1e-3] = 0.5  # relu is not differentiable at 0: keep finite differences away
+    np.testing.assert_allclose(fn(tg.tensor(x)).numpy(), reference(x), rtol=1e-12, atol=1e-12)
+    check_grad(fn, x)
+
+
+@pytest.mark.parametrize("name", ACTIVATIONS)
+def test_activations_keep_float32(name):
+    x = tg.tensor(np.linspace(-3, 3, 12, dtype=np.float32).reshape(3, 4))
+    assert ACTIVATIONS[name][0](x).dtype == np.float32
+
+
+def test_relu_gradient_at_zero_is_zero_as_in_pytorch():
+    x = tg.tensor([-1.0, 0.0, 2.0], requires_grad=True)
+    F.relu(x).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [0.0, 0.0, 1.0])
+
+
+def test_softmax_is_stable_for_large_logits():
+    x = tg.tensor(np.array([[1000.0, 0.0, -1000.0]]))
+    np.testing.assert_allclose(F.softmax(x).numpy(), [[1.0, 0.0, 0.0]])
+    np.testing.assert_allclose(F.log_softmax(x).numpy(), [[0.0, -1000.0, -2000.0]])
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_matches_numpy_and_finite_differences(reduction, rng):
+    logits = rng.standard_normal((6, 4)) * 3
+    labels = np.array([0, 3, 1, 1, 2, 3])
+    per_sample = -np_log_softmax(logits)[np.arange(6), labels]
+    expected = {"mean": per_sample.mean(), "sum": per_sample.sum(), "none": per_sample}[reduction]
+    got = F.cross_entropy(tg.tensor(logits), labels, reduction=reduction)
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-12)
+    check_grad(lambda z: F.cross_entropy(z, labels, reduction=reduction), logits)
+
+
+def test_cross_entropy_gradient_is_softmax_minus_onehot(rng):
+    logits = rng.standard_normal((5, 3))
+    labels = np.array([2, 0, 0, 1, 2])
+    z = tg.tensor(logits, requires_grad=True)
+    F.cross_entropy(z, labels).backward()
+    expected = (np.exp(np_log_softmax(logits)) - np.eye(3)[labels]) / 5
+    np.testing.assert_allclose(z.grad.numpy(), expected, rtol=1e-12, atol=1e-15)
+
+
+def test_cross_entropy_accepts_label_tensors_and_repeated_labels():
+    logits = tg.tensor(np.zeros((3, 2), np.float32), requires_grad=True)
+    loss = F.cross_entropy(logits, tg.tensor(np.array([1, 1, 1])))
+    assert loss.dtype == np.float32
+    np.testing.assert_allclose(loss.item(), np.log(2), rtol=1e-6)
+
+
+def test_cross_entropy_errors():
+    logits = tg.tensor(np.zeros((3, 4)))
+    with pytest.raises(tg.ShapeError, match=r"logits \(3, 4\) and labels \(2,\)"):
+        F.cross_entropy(logits, np.array([0, 1]))
+    with pytest.raises(TypeError, match="integer class indices"):
+        F.cross_entropy(logits, np.array([0.0, 1.0, 2.0]))
+    with pytest.raises(ValueError, match=r"\[0, 4\), found 4"):
+        F.cross_entropy(logits, np.array([0, 4, 1]))
+    with pytest.raises(ValueError, match="found -1"):
+        F.cross_entropy(logits, np.array([0, -1, 1]))
+    with pytest.raises(ValueError, match="reduction"):
+        F.cross_entropy(logits, np.array([0, 1, 2]), reduction="avg")
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_mse_loss(reduction, rng):
+    x, t = rng.standard_normal((3, 4)), rng.standard_normal((3, 4))
+    sq = (x - t) ** 2
+    expected = {"mean": sq.mean(), "sum": sq.sum(), "none": sq}[reduction]
+    np.testing.assert_allclose(F.mse_loss(x, t, reduction).numpy(), expected, rtol=1e-12)
+    check_grad(lambda a, b: F.mse_loss(a, b, reduction), x, t)
+
+
+def test_mse_loss_refuses_to_broadcast():
+    with pytest.raises(tg.ShapeError, match=r"input \(4, 1\) and target \(4,\)"):
+        F.mse_loss(np.zeros((4, 1)), np.zeros(4))
+
+
+def test_layer_norm_matches_numpy_and_finite_differences(rng):
+    x, w, b = rng.standard_normal((3, 2, 4)), rng.standard_normal(4), rng.standard_normal(4)
+    mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+    expected = (x - mu) / np.sqrt(var + 1e-5) * w + b
+    np.testing.assert_allclose(F.layer_norm(x, (4,), w, b).numpy(), expected, rtol=1e-12)
+    check_grad(lambda x, w, b: F.layer_norm(x, (4,), w, b), x, w, b)
+    check_grad(lambda x: F.layer_norm(x, (2, 4)), x)
+
+
+def test_layer_norm_shape_error():
+    with pytest.raises(tg.ShapeError, match="normalized_shape"):
+        F.layer_norm(np.zeros((2, 3)), (4,))

@@ -1,0 +1,267 @@
+"""`Module` and the layers PyTorch and MegEngine users expect.
+
+Parameters are leaf tensors with `requires_grad=True`, registered (like submodules) when assigned
+as attributes. Loading a state dict writes into the existing parameter tensors, so an optimizer
+(or a traced step) that holds them keeps seeing the loaded values.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ..tensor import Tensor, TraceError
+from . import functional as F
+
+_generator = np.random.default_rng()
+
+
+def manual_seed(seed: int) -> None:
+    """Seed the generator behind parameter initialization and unseeded Dropout layers."""
+    global _generator
+    _generator = np.random.default_rng(seed)
+
+
+def _uniform(shape: tuple[int, ...], bound: float) -> Tensor:
+    data = _generator.uniform(-bound, bound, shape).astype(np.float32)
+    return Tensor(data, requires_grad=True)
+
+
+class IncompatibleKeys(NamedTuple):
+    missing_keys: list[str]
+    unexpected_keys: list[str]
+
+
+class Module:
+    """Base class: subclasses set parameters and submodules as attributes and define `forward`."""
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "_parameters", {})
+        object.__setattr__(self, "_modules", {})
+        object.__setattr__(self, "training", True)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if "_parameters" not in self.__dict__:
+            raise AttributeError(
+                f"cannot assign '{name}' before Module.__init__(): call super().__init__() first"
+            )
+        self._parameters.pop(name, None)
+        self._modules.pop(name, None)
+        if isinstance(value, Module):
+            self._modules[name] = value
+        elif isinstance(value, Tensor) and value.is_leaf and value.requires_grad:
+            self._parameters[name] = value
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        self._parameters.pop(name, None)
+        self._modules.pop(name, None)
+        object.__delattr__(self, name)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} does not define forward()")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.forward(*args, **kwargs)
+
+    # --- traversal -------------------------------------------------------------------------
+    def named_modules(self, prefix: str = "") -> Iterator[tuple[str, Module]]:
+        """This module and every submodule, depth first in registration order, each once."""
+        seen: set[int] = set()
+
+        def walk(module: Module, path: str) -> Iterator[tuple[str, Module]]:
+            if id(module) in seen:
+                return
+            seen.add(id(module))
+            yield path, module
+            for name, child in module._modules.items():
+                yield from walk(child, f"{path}.{name}" if path else name)
+
+        return walk(self, prefix)
+
+    def modules(self) -> Iterator[Module]:
+        return (m for _, m in self.named_modules())
+
+    def children(self) -> Iterator[Module]:
+        return iter(self._modules.values())
+
+    def named_parameters(self) -> Iterator[tuple[str, Tensor]]:
+        """("0.weight", tensor) pairs, recursive, in registration order; shared ones once."""
+        seen: set[int] = set()
+        for path, module in self.named_modules():
+            for name, p in module._parameters.items():
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    yield (f"{path}.{name}" if path else name), p
+
+    def parameters(self) -> Iterator[Tensor]:
+        return (p for _, p in self.named_parameters())
+
+    # --- state -----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Tensor]:
+        """Parameter name -> a detached tensor sharing the parameter's data (as in PyTorch)."""
+        return {name: p.detach() for name, p in self.named_parameters()}
+
+    def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> IncompatibleKeys:
+        """Copy `state` into the existing parameters. Checks everything before writing anything."""
+        params = dict(self.named_parameters())
+        missing = [k for k in params if k not in state]
+        unexpected = [k for k in state if k not in params]
+        arrays = {k: np.asarray(v) for k, v in state.items() if k in params}
+        problems = [
+            f"shape mismatch for '{k}': checkpoint {a.shape}, model {params[k].shape}"
+            for k, a in arrays.items()
+            if a.shape != params[k].shape
+        ]
+        if strict:
+            problems += [f"missing key '{k}'" for k in missing]
+            problems += [f"unexpected key '{k}'" for k in unexpected]
+        if problems:
+            raise RuntimeError(f"{type(self).__name__}.load_state_dict: " + "; ".join(problems))
+        for k, a in arrays.items():
+            params[k]._assign(Tensor(a))
+        return IncompatibleKeys(missing, unexpected)
+
+    def train(self, mode: bool = True) -> Module:
+        for m in self.modules():
+            object.__setattr__(m, "training", mode)
+        return self
+
+    def eval(self) -> Module:
+        return self.train(False)
+
+    # --- repr ------------------------------------------------------------------------------
+    def extra_repr(self) -> str:
+        return ""
+
+    def __repr__(self) -> str:
+        head = f"{type(self).__name__}({self.extra_repr()}"
+        if not self._modules:
+            return head + ")"
+        lines = [
+            f"  ({name}): " + repr(m).replace("\n", "\n  ") for name, m in self._modules.items()
+        ]
+        return head + "\n" + "\n".join(lines) + "\n)"
+
+
+class Linear(Module):
+    """y = x @ weight.T + bias, weight of shape (out, in); PyTorch's default initialization."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        # kaiming_uniform(a=sqrt(5)) reduces to U(-1/sqrt(in), 1/sqrt(in)), as for the bias
+        bound = 1.0 / math.sqrt(in_features) if in_features else 0.0
+        self.weight = _uniform((out_features, in_features), bound)
+        self.bias = _uniform((out_features,), bound) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = x @ self.weight.T
+        return y if self.bias is None else y + self.bias
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"bias={self.bias is not None}"
+        )
+
+
+class Sequential(Module):
+    """Applies its layers in order; they are registered as "0", "1", ... (as in PyTorch)."""
+
+    def __init__(self, *layers: Module):
+        super().__init__()
+        for i, layer in enumerate(layers):
+            if not isinstance(layer, Module):
+                raise TypeError(f"Sequential: layer {i} is a {type(layer).__name__}, not a Module")
+            setattr(self, str(i), layer)
+
+    def forward(self, x: Any) -> Any:
+        for layer in self._modules.values():
+            x = layer(x)
+        return x
+
+    def __getitem__(self, i: int) -> Module:
+        return list(self._modules.values())[i]
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(self._modules.values())
+
+
+class ReLU(Module):
+    def forward(self, x: Tensor) -> Tensor:
+        return F.relu(x)
+
+
+class GELU(Module):
+    """GELU with the tanh approximation (PyTorch's `GELU(approximate="tanh")`)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.gelu(x)
+
+
+class Tanh(Module):
+    def forward(self, x: Tensor) -> Tensor:
+        return F.tanh(x)
+
+
+class Sigmoid(Module):
+    def forward(self, x: Tensor) -> Tensor:
+        return F.sigmoid(x)
+
+
+class LayerNorm(Module):
+    """Normalizes over the trailing `normalized_shape` axes, with a learned scale and shift."""
+
+    def __init__(
+        self, normalized_shape: int | Sequence[int], eps: float = 1e-5, elementwise_affine=True
+    ):
+        super().__init__()
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
+        self.normalized_shape, self.eps = tuple(shape), eps
+        self.weight = self.bias = None
+        if elementwise_affine:
+            self.weight = Tensor(np.ones(self.normalized_shape, np.float32), requires_grad=True)
+            self.bias = Tensor(np.zeros(self.normalized_shape, np.float32), requires_grad=True)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        affine = self.weight is not None
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={affine}"
+
+
+class Dropout(Module):
+    """Zeroes each element with probability `p` in training and scales the rest by 1/(1-p).
+
+    Eager only: under @tracegrad.trace the random mask would be frozen into the graph."""
+
+    def __init__(self, p: float = 0.5, seed: int | None = None):
+        super().__init__()
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"Dropout: p must be in [0, 1], not {p}")
+        self.p = p
+        self.rng = np.random.default_rng(_generator.integers(2**63) if seed is None else seed)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        if x.is_symbolic:
+            raise TraceError(
+                "Dropout is not supported inside @tracegrad.trace yet (its random mask would be "
+                "frozen into the traced graph): call model.eval() before tracing, or apply "
+                "dropout outside the traced function"
+            )
+        keep = self.rng.random(x.shape) >= self.p
+        scale = 0.0 if self.p == 1.0 else 1.0 / (1.0 - self.p)
+        return x * (keep * scale).astype(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
