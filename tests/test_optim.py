@@ -1,0 +1,224 @@
+"""tracegrad.optim: each update rule against a hand-written NumPy reference over several steps,
+plus the properties the tracer relies on (eager state tensors, in-place updates)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+from tracegrad import optim
+
+STEPS = 5
+
+
+def np_sgd(p, grads, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
+    p, buf = p.copy(), np.zeros_like(p)
+    for g in grads:
+        g = g + weight_decay * p
+        if momentum:
+            buf = momentum * buf + g
+            g = g + momentum * buf if nesterov else buf
+        p = p - lr * g
+    return p
+
+
+def np_adam(p, grads, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, decoupled=False):
+    (b1, b2), p = betas, p.copy()
+    m, v = np.zeros_like(p), np.zeros_like(p)
+    for t, g in enumerate(grads, start=1):
+        if decoupled:
+            p = p * (1 - lr * weight_decay)
+        else:
+            g = g + weight_decay * p
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g * g
+        m_hat, v_hat = m / (1 - b1**t), v / (1 - b2**t)
+        p = p - lr * m_hat / (np.sqrt(v_hat) + eps)
+    return p
+
+
+CASES = [
+    (optim.SGD, np_sgd, dict(lr=0.1)),
+    (optim.SGD, np_sgd, dict(lr=0.1, momentum=0.9)),
+    (optim.SGD, np_sgd, dict(lr=0.05, momentum=0.8, nesterov=True)),
+    (optim.SGD, np_sgd, dict(lr=0.1, momentum=0.9, weight_decay=0.1, nesterov=True)),
+    (optim.SGD, np_sgd, dict(lr=0.1, weight_decay=0.2)),
+    (optim.Adam, np_adam, dict(lr=0.01)),
+    (optim.Adam, np_adam, dict(lr=0.02, betas=(0.8, 0.95), eps=1e-6, weight_decay=0.1)),
+    (optim.AdamW, lambda p, g, **kw: np_adam(p, g, decoupled=True, weight_decay=0.01, **kw),
+     dict(lr=0.01)),
+    (optim.AdamW, lambda p, g, **kw: np_adam(p, g, decoupled=True, **kw),
+     dict(lr=0.05, betas=(0.5, 0.9), weight_decay=0.3)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("opt_cls, reference, kwargs", CASES)
+def test_update_rule_matches_numpy_reference(opt_cls, reference, kwargs, rng):
+    p0 = [rng.standard_normal((3, 4)), rng.standard_normal(4)]
+    grads = [[rng.standard_normal(p.shape) for _ in range(STEPS)] for p in p0]
+    params = [tg.tensor(p.copy(), requires_grad=True) for p in p0]
+    opt = opt_cls(params, **kwargs)
+    for step in range(STEPS):
+        for p, g in zip(params, grads, strict=True):
+            p.grad = g[step]
+        opt.step()
+    for p, start, g in zip(params, p0, grads, strict=True):
+        expected = reference(start, g, **kwargs)
+        assert not np.allclose(expected, start)  # the reference did move the parameter
+        # float64 parameters. Adam's step count is a float32 tensor, so its bias correction
+        # 1 - beta2**t is float32 (relative error up to ~eps32 / (1 - beta2)), as in PyTorch's
+        # capturable mode; SGD has no float32 part.
+        tol = 1e-12 if opt_cls is optim.SGD else 2e-5
+        np.testing.assert_allclose(p.numpy(), expected, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("opt_cls, reference, kwargs", CASES[1:2] + CASES[5:6])
+def test_float32_parameters_stay_float32_and_close(opt_cls, reference, kwargs, rng):
+    start = rng.standard_normal((4, 3)).astype(np.float32)
+    grads = [rng.standard_normal((4, 3)).astype(np.float32) for _ in range(STEPS)]
+    p = tg.tensor(start.copy(), requires_grad=True)
+    opt = opt_cls([p], **kwargs)
+    for g in grads:
+        p.grad = g
+        opt.step()
+    assert p.dtype == np.float32
+    expected = reference(start.astype(np.float64), [g.astype(np.float64) for g in grads], **kwargs)
+    np.testing.assert_allclose(p.numpy(), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_updates_are_in_place_and_state_is_created_eagerly():
+    p = tg.tensor(np.ones(3, np.float32), requires_grad=True)
+    data = p.numpy()
+    adam = optim.Adam([p])
+    state = adam.state[0]
+    assert set(state) == {"step", "exp_avg", "exp_avg_sq"}
+    assert state["step"].shape == () and state["step"].dtype == np.float32
+    buffers = {k: t.numpy() for k, t in state.items()}
+    for _ in range(3):
+        p.grad = np.ones(3, np.float32)
+        adam.step()
+    assert p.numpy() is data and not np.allclose(data, 1.0)
+    assert all(state[k].numpy() is buffers[k] for k in state)  # written in place, not replaced
+    assert state["step"].item() == 3.0
+    assert set(optim.SGD([p], lr=0.1, momentum=0.9).state[0]) == {"momentum_buffer"}
+    assert optim.SGD([p], lr=0.1).state == [{}]
+
+
+def test_step_records_nothing_and_skips_parameters_without_grad():
+    a = tg.tensor([1.0, 2.0], requires_grad=True)
+    b = tg.tensor([3.0], requires_grad=True)
+    opt = optim.SGD([a, b], lr=0.5, momentum=0.9)
+    a.grad = tg.tensor([1.0, 1.0])
+    opt.step()
+    np.testing.assert_array_equal(a.numpy(), [0.5, 1.5])
+    np.testing.assert_array_equal(b.numpy(), [3.0])
+    np.testing.assert_array_equal(opt.state[1]["momentum_buffer"].numpy(), [0.0])
+    assert a.is_leaf and a.grad_fn is None
+
+
+def test_zero_grad_sets_grads_to_none():
+    p = tg.tensor([1.0], requires_grad=True)
+    (p * 2.0).sum().backward()
+    opt = optim.SGD([p], lr=0.1)
+    opt.zero_grad()
+    assert p.grad is None
+    (p * 3.0).sum().backward()
+    np.testing.assert_array_equal(p.grad.numpy(), [3.0])  # no stale accumulation
+
+
+def test_training_with_grad_manager_reduces_a_quadratic():
+    target = np.array([1.0, -2.0, 3.0], np.float32)
+    w = tg.tensor(np.zeros(3, np.float32), requires_grad=True)
+    gm = tg.GradManager().attach([w])
+    opt = optim.Adam([w], lr=0.1)
+    for _ in range(200):
+        with gm:
+            loss = ((w - target) ** 2.0).sum()
+            gm.backward(loss)
+        opt.step()
+        opt.clear_grad()
+    np.testing.assert_allclose(w.numpy(), target, atol=1e-2)
+
+
+def test_shared_parameters_are_updated_once():
+    p = tg.tensor([1.0], requires_grad=True)
+    opt = optim.SGD([p, p], lr=1.0)
+    assert len(opt.params) == 1
+    p.grad = tg.tensor([1.0])
+    opt.step()
+    np.testing.assert_array_equal(p.numpy(), [0.0])
+
+
+def test_invalid_arguments():
+    p = tg.tensor([1.0], requires_grad=True)
+    with pytest.raises(ValueError, match="empty parameter list"):
+        optim.SGD([], lr=0.1)
+    with pytest.raises(ValueError, match="learning rate"):
+        optim.SGD([p], lr=-1.0)
+    with pytest.raises(ValueError, match="nesterov"):
+        optim.SGD([p], lr=0.1, nesterov=True)
+    with pytest.raises(ValueError, match="betas"):
+        optim.Adam([p], betas=(0.9, 1.0))
+    with pytest.raises(TypeError, match="floating"):
+        optim.SGD([tg.tensor(np.array([1]))], lr=0.1)
+    with pytest.raises(TypeError, match="Tensors"):
+        optim.SGD([np.ones(2)], lr=0.1)
+
+
+RESUMABLE = [
+    (optim.SGD, dict(lr=0.1, momentum=0.9)),
+    (optim.AdamW, dict(lr=0.01, betas=(0.8, 0.99))),
+]
+
+
+@pytest.mark.parametrize("opt_cls, kwargs", RESUMABLE)
+def test_state_dict_round_trip_resumes_identically(opt_cls, kwargs, rng):
+    start = rng.standard_normal(4)
+    grads = [rng.standard_normal(4) for _ in range(6)]
+
+    def run(p, opt, gs):
+        for g in gs:
+            p.grad = g
+            opt.step()
+
+    p_full = tg.tensor(start.copy(), requires_grad=True)
+    run(p_full, opt_cls([p_full], **kwargs), grads)
+
+    p_first = tg.tensor(start.copy(), requires_grad=True)
+    first = opt_cls([p_first], **kwargs)
+    run(p_first, first, grads[:3])
+    state = first.state_dict()
+    state_arrays = {  # as tracegrad.load returns it: arrays, lists for tuples
+        "state": {
+            i: {k: t.numpy().copy() for k, t in s.items()} for i, s in state["state"].items()
+        },
+        "hyperparameters": {
+            k: list(v) if isinstance(v, tuple) else v for k, v in state["hyperparameters"].items()
+        },
+    }
+    p_resumed = tg.tensor(p_first.numpy().copy(), requires_grad=True)
+    resumed = opt_cls([p_resumed], **kwargs)
+    resumed.lr, resumed.weight_decay = 123.0, 0.5
+    buffers = [t.numpy() for t in resumed.state[0].values()]
+    resumed.load_state_dict(state_arrays)
+    after = [t.numpy() for t in resumed.state[0].values()]
+    assert all(a is b for a, b in zip(after, buffers, strict=True))
+    hyper = {k: getattr(first, k) for k in first.hyperparameters}
+    assert {k: getattr(resumed, k) for k in resumed.hyperparameters} == hyper
+    run(p_resumed, resumed, grads[3:])
+    np.testing.assert_array_equal(p_resumed.numpy(), p_full.numpy())
+
+
+def test_load_state_dict_rejects_mismatches():
+    p, q = tg.tensor(np.zeros(3), requires_grad=True), tg.tensor(np.zeros(2), requires_grad=True)
+    adam_state = optim.Adam([p]).state_dict()
+    with pytest.raises(ValueError, match="state for 1 parameters, this optimizer has 2"):
+        optim.Adam([p, q]).load_state_dict(adam_state)
+    with pytest.raises(ValueError, match=r"'exp_avg' of parameter 0 has shape \(3,\)"):
+        optim.Adam([q]).load_state_dict(adam_state)
+    with pytest.raises(ValueError, match="parameter 0 has state"):
+        optim.SGD([p], lr=0.1, momentum=0.9).load_state_dict(adam_state)
+    sgd_state = optim.SGD([p], lr=0.1).state_dict()
+    with pytest.raises(ValueError, match="unknown hyperparameters"):
+        optim.SGD([p], lr=0.1).load_state_dict({**sgd_state, "hyperparameters": {"betas": 1}})
