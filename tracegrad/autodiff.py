@@ -56,7 +56,7 @@ class TapeNode:
     def __init__(self, prim: Any, params: dict, parents: list, inputs: list, out: Tensor):
         self.prim, self.params, self.parents = prim, params, parents
         self.avals = [ShapeDtype(t.shape, t.dtype) for t in inputs]
-        self.saved_in = [t._value for t in inputs] if prim.saves_inputs else None
+        self.saved_in = {i: inputs[i]._value for i in range(len(inputs))[prim.saved_inputs]}
         self.saved_out = out._value if prim.saves_output else None
         self.freed = False
         self.retained: weakref.ref | None = None  # the tensor that called retain_grad()
@@ -76,15 +76,15 @@ class TapeNode:
                 "freed after the first backward. Pass retain_graph=True to the first backward "
                 "if you need to backward twice."
             )
-        if self.saved_in is None:
-            ins = list(self.avals)
-        else:
-            ins = [Tensor._wrap(v, p) for v, p in zip(self.saved_in, self.parents, strict=True)]
+        ins = [
+            Tensor._wrap(self.saved_in[i], p) if i in self.saved_in else aval
+            for i, (aval, p) in enumerate(zip(self.avals, self.parents, strict=True))
+        ]
         out = None if self.saved_out is None else Tensor._wrap(self.saved_out, self)
         return ins, out
 
     def free(self) -> None:
-        self.saved_in = self.saved_out = None
+        self.saved_in, self.saved_out = {}, None
         self.freed = True
 
 

@@ -23,8 +23,9 @@ PRIMITIVES: dict[str, Primitive] = {}
 class Primitive:
     """One op. `vjp` is a tuple with a rule per input (None: not differentiable in that input),
     or a callable `vjp(i, g, out, *ins, **params)` for ops with any number of inputs.
-    A rule is called as `rule(g, out, *ins, **params)`; `saves` says which of `ins` ("in") and
-    `out` ("out") it reads, so the tape keeps nothing else."""
+    A rule is called as `rule(g, out, *ins, **params)`; `saves` says which values the rules read,
+    so the tape keeps nothing else: "out", and "in" (every input), "in0" (only the first) or
+    "in1:" (all but the first), joined by "+"; an input not kept is seen as its shape and dtype."""
 
     def __init__(
         self,
@@ -37,6 +38,7 @@ class Primitive:
     ):
         self.name, self.impl, self.rule, self.vjp = name, impl, rule, vjp
         self.saves_inputs, self.saves_output = "in" in saves, "out" in saves
+        self.saved_inputs = _saved_inputs(saves)
         self.scalar = scalar
         PRIMITIVES[name] = self
 
@@ -63,6 +65,17 @@ class Primitive:
 
     def __repr__(self) -> str:
         return f"<primitive {self.name}>"
+
+
+def _saved_inputs(saves: str) -> slice:
+    """The inputs a `saves` declaration keeps, as a slice of the input list."""
+    token = next((t for t in saves.split("+") if t.startswith("in")), None)
+    if token is None:
+        return slice(0)
+    if token == "in":
+        return slice(None)
+    start = int(token[2:].rstrip(":"))
+    return slice(start, None if token.endswith(":") else start + 1)
 
 
 # --- shape rules ------------------------------------------------------------------------------
@@ -249,9 +262,9 @@ div = Primitive(
     _binary,
     (
         lambda g, out, x, y: sum_to(g / y, x.shape),
-        lambda g, out, x, y: sum_to(-(g * out) / y, y.shape),
+        lambda g, out, x, y: sum_to(-(g * (x / y)) / y, y.shape),  # x / y again: keeps no out
     ),
-    "in+out",
+    "in",
     "({0} / {1})",
 )
 pow = Primitive(
@@ -296,7 +309,7 @@ where = Primitive(
         lambda g, out, c, x, y: sum_to(where(c, g, 0.0), x.shape),
         lambda g, out, c, x, y: sum_to(where(c, 0.0, g), y.shape),
     ),
-    "in",
+    "in0",
     "({1} if {0} else {2})",
 )
 less = Primitive("less", np.less, _compare, scalar="({0} < {1})")
@@ -359,11 +372,11 @@ _concatenate = Primitive("concatenate", lambda *xs, axis: np.concatenate(xs, axi
 _getitem_p = Primitive("getitem", _getitem, _getitem_rule,
                        (lambda g, out, x, *idx, template:
                         _scatter_add_p(g, *idx, shape=x.shape, template=template),),
-                       "in")  # fmt: skip
+                       "in1:")  # fmt: skip
 _scatter_add_p = Primitive("scatter_add", _scatter_add, _scatter_rule,
                            (lambda g, out, x, *idx, shape, template:
                             _getitem_p(g, *idx, template=template),),
-                           "in")  # fmt: skip
+                           "in1:")  # fmt: skip
 
 
 def _mT(x: Tensor) -> Tensor:
