@@ -456,7 +456,8 @@ def reshape(x: Any, *shape: Any) -> Tensor:
     x, shape = as_tensor(x), list(_shape_arg(shape))
     if shape.count(-1) == 1:
         known = math.prod(d for d in shape if d != -1)
-        shape[shape.index(-1)] = x.size // known if known else 0
+        if known == 0 or x.size % known == 0:  # else the shape rule names the shape as given
+            shape[shape.index(-1)] = x.size // known if known else 0
     shape = tuple(int(d) for d in shape)
     return x if shape == x.shape else _reshape(x, shape=shape)
 
