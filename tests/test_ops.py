@@ -430,6 +430,8 @@ SHAPE_ERRORS = {
     "batched matmul": (lambda: ones(2, 2, 3) @ ones(3, 3, 4), r"matmul: \(2, 2, 3\) @ \(3, 3, 4\)"),
     "add": (lambda: ones(2, 3) + ones(4), r"add: .*\(2, 3\).*\(4,\)"),
     "reshape": (lambda: ones(6).reshape(4, 2), r"reshape: .*\(6,\).*\(4, 2\)"),
+    "reshape -1": (lambda: ones(6).reshape(4, -1), r"reshape: .*\(6,\).*\(4, -1\)"),
+    "getitem": (lambda: ones(2, 3)[:, 5], r"getitem: .*5.*size 3"),
     "concatenate": (lambda: tg.concatenate([ones(2, 3), ones(3, 2)]), r"concatenate: .*\(3, 2\)"),
     "broadcast_to": (lambda: tg.broadcast_to(ones(3), (2, 2)), r"broadcast_to: .*\(3,\).*\(2, 2\)"),
     "sum": (lambda: ones(2, 3).sum(axis=2), r"sum: axis 2"),
