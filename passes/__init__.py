@@ -10,6 +10,7 @@ from tracegrad.ir import Graph
 
 from .base import PassStats
 from .cse import cse
+from .fuse import fuse
 from .prune import prune
 from .remat import rematerialize, saved_values
 from .schedule import schedule
@@ -19,6 +20,7 @@ Pass = Callable[[Graph], tuple[Graph, PassStats]]
 
 # cse runs before remat, which duplicates nodes on purpose; prune runs after both.
 DEFAULT: list[Pass] = [simplify, cse, prune, rematerialize, prune, schedule]
+# The Numba backend appends `fuse`; the NumPy backend gains nothing from it.
 
 
 def run(graph: Graph, passes: Sequence[Pass] | None = None) -> tuple[Graph, list[PassStats]]:
@@ -30,5 +32,5 @@ def run(graph: Graph, passes: Sequence[Pass] | None = None) -> tuple[Graph, list
     return graph, all_stats
 
 
-__all__ = ["DEFAULT", "PassStats", "cse", "prune", "rematerialize", "run", "saved_values",
+__all__ = ["DEFAULT", "PassStats", "cse", "fuse", "prune", "rematerialize", "run", "saved_values",
            "schedule", "simplify"]  # fmt: skip

@@ -12,15 +12,14 @@ from .base import PassStats
 
 
 def schedule(graph: Graph) -> tuple[Graph, PassStats]:
-    producer_index: dict[Value, int] = {v: i for i, n in enumerate(graph.nodes) for v in n.outputs}
+    producer: dict[Value, int] = {v: i for i, n in enumerate(graph.nodes) for v in n.outputs}
+    waits_for = _update_dependencies(graph, producer)
     priority = [-1 if n.phase == "update" else i for i, n in enumerate(graph.nodes)]
-    waiting = [0] * len(graph.nodes)
+    waiting = [len(w) for w in waits_for]
     readers: dict[Value, list[int]] = {}
-    for i, n in enumerate(graph.nodes):
-        for v in set(n.inputs):
-            if v in producer_index:
-                readers.setdefault(v, []).append(i)
-        waiting[i] = len({v for v in n.inputs if v in producer_index})
+    for i, values in enumerate(waits_for):
+        for v in values:
+            readers.setdefault(v, []).append(i)
     ready = [(priority[i], i) for i, w in enumerate(waiting) if w == 0]
     heapq.heapify(ready)
     order: list[Node] = []
@@ -35,3 +34,34 @@ def schedule(graph: Graph) -> tuple[Graph, PassStats]:
     moved = sum(a is not b for a, b in zip(order, graph.nodes, strict=True))
     after = Graph(graph.inputs, order, graph.outputs)
     return after, PassStats("schedule", len(graph.nodes), len(order), 0, f"{moved} nodes moved")
+
+
+def _update_dependencies(graph: Graph, producer: dict[Value, int]) -> list[set[Value]]:
+    """The values each node waits for. An optimizer update is one connected piece of update
+    nodes (`buf *= m; buf += g; p -= lr * buf`): each of its nodes waits for everything the
+    piece reads from backward, so the piece runs together once the gradient exists, and no part
+    of it runs early only to hold its result until then."""
+    parent = list(range(len(graph.nodes)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    updates = [i for i, n in enumerate(graph.nodes) if n.phase == "update"]
+    for i in updates:
+        for v in graph.nodes[i].inputs:
+            j = producer.get(v)
+            if j is not None and graph.nodes[j].phase == "update":
+                parent[root(i)] = root(j)
+    outside: dict[int, set[Value]] = {}
+    for i in updates:
+        for v in graph.nodes[i].inputs:
+            j = producer.get(v)
+            if j is not None and graph.nodes[j].phase != "update":
+                outside.setdefault(root(i), set()).add(v)
+    waits = [{v for v in n.inputs if v in producer} for n in graph.nodes]
+    for i in updates:
+        waits[i] |= outside.get(root(i), set())
+    return waits

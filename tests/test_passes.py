@@ -181,7 +181,7 @@ def test_memory_plan_frees_at_last_use_and_reuses_dying_buffers():
     n2, b = node("neg", [a], (1000,))  # a dies here: b can take its buffer
     n3, c = node("sum", [b], (), axis=(0,), keepdims=False)
     plan = plan_memory(Graph([x], [n1, n2, n3], [c]))
-    assert plan.reuse == {1: a}
+    assert plan.reuse == {b: a}
     assert plan.peak == 4000 + 4  # b and the sum's result coexist for a moment
     assert plan.dead_after[1] == [a] and plan.dead_after[2] == [b]
 
@@ -193,7 +193,7 @@ def test_memory_plan_keeps_a_viewed_buffer_alive():
     n3, b = node("neg", [a], (10, 100))  # a's last use, but t still views it: no reuse
     n4, c = node("matmul", [t, b], (100, 100))
     plan = plan_memory(Graph([x], [n1, n2, n3, n4], [c]))
-    assert 2 not in plan.reuse
+    assert b not in plan.reuse
     assert plan.peak == 4000 + 4000 + 40000
 
 
@@ -202,3 +202,45 @@ def test_default_pipeline_order_is_visible_and_overridable():
     g, _ = gelu_layer()
     after, st = passes.run(g, [passes.prune])
     assert [s.name for s in st] == ["prune"]
+
+
+def test_fuse_groups_a_layer_backward_into_one_kernel_with_its_bias_sum():
+    """u = pre-activation, g = incoming gradient: recompute y = tanh(u), dU = g * (1 - y*y),
+    the bias gradient sum(dU, 0): one fused node with outputs y (for dW), dU and the sum."""
+    u, g = val(8, 4), val(8, 4)
+    n1, y = node("tanh", [u], (8, 4), "recompute")
+    n2, yy = node("mul", [y, y], (8, 4), "backward")
+    n3, d = node("sub", [const(1.0), yy], (8, 4), "backward")
+    n4, du = node("mul", [g, d], (8, 4), "backward")
+    n5, db = node("sum", [du], (4,), "backward", axis=(0,), keepdims=False)
+    n6, dw = node("matmul", [val(4, 8), du], (4, 4), "backward")
+    n7, yt = node("transpose", [y], (4, 8), "backward", axes=(1, 0))
+    graph = Graph([u, g], [n1, n2, n3, n4, n5, n6, n7], [db, dw, yt])
+    after, st = passes.fuse(graph)
+    fused = [n for n in after.nodes if n.op == "fused"]
+    assert len(fused) == 1
+    assert set(fused[0].outputs) == {y, du, db}
+    assert [n.op for n in after.nodes] == ["fused", "matmul", "transpose"]
+    args = rand(8, 4), rand(8, 4), rand(4, 8)
+    graph.inputs.append(n6.inputs[0])
+    same_results(graph, Graph(graph.inputs, after.nodes, after.outputs), *args)
+
+
+def test_fuse_keeps_recomputation_out_of_forward_groups():
+    x = val(8, 4)
+    n1, u = node("exp", [x], (8, 4))
+    n2, y = node("tanh", [u], (8, 4), "recompute")  # must not run in forward, next to exp
+    graph = Graph([x], [n1, n2], [y])
+    after, _ = passes.fuse(graph)
+    assert [len(n.attrs["body"].nodes) for n in after.nodes] == [1, 1]
+
+
+def test_fuse_never_moves_a_node_before_an_input_it_reads():
+    """b = exp(a) starts a group; m = matmul(a, a) follows; c = b * m may not join the group,
+    which runs where exp ran, before m exists."""
+    a = val(4, 4)
+    n1, b = node("exp", [a], (4, 4))
+    n2, m = node("matmul", [a, a], (4, 4))
+    n3, c = node("mul", [b, m], (4, 4))
+    after, _ = passes.fuse(Graph([a], [n1, n2, n3], [c]))
+    assert [n.op for n in after.nodes] == ["fused", "matmul", "fused"]

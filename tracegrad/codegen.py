@@ -26,7 +26,7 @@ class MemoryPlan:
     """Which buffer each value lives in, which dying input each node writes into, and the
     bytes allocated by the step along the schedule (graph inputs and constants excluded)."""
 
-    reuse: dict[int, ir.Value] = field(default_factory=dict)  # node index -> input to write into
+    reuse: dict[ir.Value, ir.Value] = field(default_factory=dict)  # result -> input it overwrites
     dead_after: dict[int, list[ir.Value]] = field(default_factory=dict)  # node index -> names
     timeline: list[int] = field(default_factory=list)  # live bytes after each node
     peak: int = 0
@@ -40,19 +40,21 @@ def plan_memory(graph: ir.Graph) -> MemoryPlan:
     holders: dict[ir.Value, int] = {}  # buffer owner -> live values in it
     plan, live = MemoryPlan(), 0
     for i, n in enumerate(graph.nodes):
-        out = n.outputs[0]
         dying = [v for v in dict.fromkeys(n.inputs) if last.get(v) == i and v in buffer]
-        if passes.base.is_view(n):
-            owner = buffer.get(n.inputs[0])  # None: a view of an input or a constant
-        else:
-            owner = _reusable(n, dying, buffer, holders)
-            if owner is not None:
-                plan.reuse[i] = next(v for v in dying if buffer[v] is owner)
+        for out in n.outputs:
+            if passes.base.is_view(n):
+                owner = buffer.get(n.inputs[0])  # None: a view of an input or a constant
             else:
-                owner, live = out, live + out.nbytes
-        if owner is not None:
-            buffer[out] = owner
-            holders[owner] = holders.get(owner, 0) + 1
+                owner = _reusable(n, out, dying, buffer, holders)
+                if owner is not None:
+                    plan.reuse[out] = next(v for v in dying if buffer[v] is owner)
+                    dying.remove(plan.reuse[out])  # one result per dying buffer
+                    holders[owner] -= 1
+                else:
+                    owner, live = out, live + out.nbytes
+            if owner is not None:
+                buffer[out] = owner
+                holders[owner] = holders.get(owner, 0) + 1
         plan.peak = max(plan.peak, live)
         for v in dying:
             holders[buffer[v]] -= 1
@@ -64,12 +66,18 @@ def plan_memory(graph: ir.Graph) -> MemoryPlan:
     return plan
 
 
-def _reusable(n: ir.Node, dying: list[ir.Value], buffer: dict, holders: dict) -> ir.Value | None:
-    """A dying input's buffer that an elementwise ufunc can safely overwrite with its result."""
-    if not isinstance(PRIMITIVES[n.op].impl, np.ufunc) or n.op == "matmul":
-        return None
-    out = n.outputs[0]
-    if out.ndim == 0:  # NumPy hands back 0-d results as scalars, which cannot be `out=`
+def _writes_elementwise(n: ir.Node) -> bool:
+    """Results computed element by element from same-index inputs: `out=` an input is safe."""
+    if n.op == "fused":
+        return all(m.op != "sum" for m in n.attrs["body"].nodes)
+    return isinstance(PRIMITIVES[n.op].impl, np.ufunc) and n.op != "matmul"
+
+
+def _reusable(
+    n: ir.Node, out: ir.Value, dying: list[ir.Value], buffer: dict, holders: dict
+) -> ir.Value | None:
+    """A dying input's buffer that `n` can safely overwrite with its result `out`."""
+    if not _writes_elementwise(n) or out.ndim == 0:  # 0-d NumPy results are scalars, not `out=`
         return None
     for v in dying:
         owner = buffer[v]
@@ -118,17 +126,40 @@ class _Emitter:
         return f"{op}_impl"
 
 
-def generate(graph: ir.Graph, name: str, memory: MemoryPlan) -> tuple[str, dict[str, Any]]:
+def _kernel_call(em: _Emitter, n: ir.Node, kernel: Callable, memory: MemoryPlan) -> list[str]:
+    """Allocate the results with NumPy (or take a dying input's buffer), then run the kernel."""
+    lines = []
+    for v in n.outputs:
+        if v in memory.reuse:
+            lines.append(f"{em.names[v]} = {em.names[memory.reuse[v]]}")
+        else:
+            lines.append(f"{em.names[v]} = np.empty({v.shape}, {em.attr(v.dtype)})")
+    args = [em.ref(v) for v in n.inputs + n.outputs]
+    lines.append(f"{em.constant(kernel, 'kernel')}({', '.join(args)})")
+    return lines
+
+
+def _call(em: _Emitter, n: ir.Node, memory: MemoryPlan) -> str:
+    args = [em.ref(v) for v in n.inputs]
+    args += [f"{k}={em.attr(a)}" for k, a in n.attrs.items()]
+    out = n.outputs[0]
+    if out in memory.reuse:
+        args.append(f"out={em.names[memory.reuse[out]]}")
+    return f"{em.names[out]} = {em.function(n.op)}({', '.join(args)})"
+
+
+def generate(
+    graph: ir.Graph, name: str, memory: MemoryPlan, kernels: dict[ir.Node, Callable]
+) -> tuple[str, dict[str, Any]]:
     """The plan's Python source and the namespace it runs in."""
     em = _Emitter(graph)
     lines = [f"def {name}({', '.join(em.names[v] for v in graph.inputs)}):"]
     for i, n in enumerate(graph.nodes):
-        args = [em.ref(v) for v in n.inputs]
-        args += [f"{k}={em.attr(a)}" for k, a in n.attrs.items()]
-        if i in memory.reuse:
-            args.append(f"out={em.names[memory.reuse[i]]}")
-        call = f"{em.names[n.outputs[0]]} = {em.function(n.op)}({', '.join(args)})"
-        lines.append(f"    {call}  # {n.phase}: {n.source}" if n.source else f"    {call}")
+        body = _kernel_call(em, n, kernels[n], memory) if n in kernels else [_call(em, n, memory)]
+        comment = f"{n.phase}: {n.source}" if n.source else n.phase
+        if n in kernels:
+            comment = f"{ir._fmt_attr(n.attrs['body'])} {comment}"
+        lines += [f"    {stmt}" for stmt in body[:-1]] + [f"    {body[-1]}  # {comment}"]
         dead = [em.names[v] for v in memory.dead_after.get(i, ())]
         if dead:
             lines.append(f"    del {', '.join(dead)}")
@@ -172,11 +203,35 @@ class MeasuredRun:
 def compile_plan(cap: Any, backend: str, pipeline: Sequence[Callable] | None, name: str) -> Any:
     from .tracer import Plan
 
+    if pipeline is None:
+        pipeline = passes.DEFAULT + ([passes.fuse] if backend == "numba" else [])
     graph, stats = passes.run(cap.graph, pipeline)
+    graph, kernels = lower(graph, backend)
     memory = plan_memory(graph)
-    source, namespace = generate(graph, _identifier(name), memory)
+    source, namespace = generate(graph, _identifier(name), memory, kernels)
     run = MeasuredRun(compile_source(source, namespace, _identifier(name)))
     return Plan(cap, run, graph, source, stats, memory, backend)
+
+
+def lower(graph: ir.Graph, backend: str) -> tuple[ir.Graph, dict[ir.Node, Callable]]:
+    """Compile each fused body into a kernel; a body the backend cannot compile (or any body,
+    on the NumPy backend) is spliced back as its member nodes."""
+    nodes, kernels = [], {}
+    for n in graph.nodes:
+        if n.op != "fused":
+            nodes.append(n)
+            continue
+        body = n.attrs["body"]
+        try:
+            if backend != "numba":
+                raise NotImplementedError(backend)
+            from .kernels import compile_group
+
+            kernels[n] = compile_group(body.inputs, body.nodes, body.outputs)
+            nodes.append(n)
+        except NotImplementedError:
+            nodes.extend(body.nodes)
+    return ir.Graph(graph.inputs, nodes, graph.outputs), kernels
 
 
 def _identifier(name: str) -> str:

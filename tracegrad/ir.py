@@ -134,7 +134,7 @@ class Graph:
 
         def ref(v: Value) -> str:
             if v.const is not None and v.const.ndim == 0:
-                return repr(v.const.item())
+                return str(v.const)  # shortest text that round-trips in its own dtype
             return names[v]
 
         def typed(v: Value) -> str:
@@ -152,7 +152,7 @@ class Graph:
                 ref(v) for v in n.inputs
             )
             body.append((f"    {lhs} = {rhs}", n.source))
-        width = max((len(t) for t, _ in body), default=0)
+        width = min(max((len(t) for t, _ in body), default=0), 64)
         for text, src in body:
             lines.append(f"{text.ljust(width)}  # {src}" if src else text)
         lines.append("  in (" + ", ".join(ref(v) for v in self.outputs) + ") }")
@@ -212,14 +212,17 @@ def evaluate(graph: Graph, args: Sequence[Any], impls: Callable[[str], Callable]
         return v.const if v.const is not None else env[v]
 
     for n in graph.nodes:
-        result = impls(n.op)(*(read(v) for v in n.inputs), **n.attrs)
+        if n.op == "fused":
+            result = evaluate(n.attrs["body"], [read(v) for v in n.inputs], impls)
+        else:
+            result = impls(n.op)(*(read(v) for v in n.inputs), **n.attrs)
         for v, r in zip(n.outputs, _as_tuple(result, len(n.outputs)), strict=True):
             env[v] = np.asarray(r)
     return [read(v) for v in graph.outputs]
 
 
 def _as_tuple(result: Any, n: int) -> Iterable[Any]:
-    return result if n != 1 else (result,)
+    return result if n != 1 or isinstance(result, list) else (result,)
 
 
 def _copy_node(n: Node) -> Node:
@@ -245,4 +248,6 @@ def short_names() -> Iterator[str]:
 def _fmt_attr(a: Any) -> str:
     if isinstance(a, np.dtype | type):
         return short_dtype(a)
+    if isinstance(a, Graph):
+        return "{" + ",".join(n.op for n in a.nodes) + "}"
     return repr(a).replace(" ", "")

@@ -1,0 +1,121 @@
+"""Fusion: connected elementwise nodes, and sums that end them (a bias gradient summed over the
+batch, a softmax's row sums), become one `fused` node whose `body` is a small Graph. A backend
+compiles each body into one kernel; the reference interpreter evaluates the body.
+
+A node joins the groups of its producers (merging them) when everything else the merged group
+reads already existed when its earliest part started, so the fused node can run where the
+group's first member ran, and when
+both are forward or both are not: a recomputed value must not move back into forward, where it
+would live until backward."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tracegrad.ir import Graph, Node, Value
+from tracegrad.primitives import PRIMITIVES
+
+from .base import PassStats
+
+
+@dataclass
+class _Group:
+    start: int
+    forward: bool
+    nodes: list[Node] = field(default_factory=list)
+    values: set[Value] = field(default_factory=set)  # elementwise results inside the group
+    reductions: set[Value] = field(default_factory=set)  # sums: outputs only, never re-read
+
+
+def _elementwise(n: Node) -> bool:
+    return PRIMITIVES[n.op].scalar is not None and n.outputs[0].ndim > 0
+
+
+def _trailing_sum(n: Node) -> bool:
+    x = n.inputs[0] if n.inputs else None
+    return n.op == "sum" and x.ndim == 2 and len(n.attrs["axis"]) == 1
+
+
+def fuse(graph: Graph) -> tuple[Graph, PassStats]:
+    made_at = {v: i for i, n in enumerate(graph.nodes) for v in n.outputs}
+    group_of: dict[Value, _Group] = {}
+    groups: dict[int, _Group] = {}  # start index -> group
+    for i, n in enumerate(graph.nodes):
+        if not (_elementwise(n) or _trailing_sum(n)):
+            continue
+        group = _join(n, group_of, made_at, groups)
+        if group is None:
+            if not _elementwise(n):
+                continue
+            group = groups[i] = _Group(i, n.phase == "forward")
+        group.nodes.append(n)
+        out = n.outputs[0]
+        (group.values if _elementwise(n) else group.reductions).add(out)
+        group_of[out] = group
+    users = graph.users()
+    outputs = set(graph.outputs)
+    nodes: list[Node] = []
+    fused = 0
+    for i, n in enumerate(graph.nodes):
+        group = group_of.get(n.outputs[0]) if n.outputs else None
+        if group is None:
+            nodes.append(n)
+        elif group.start == i:
+            nodes.append(_fused_node(group, users, outputs))
+            fused += len(group.nodes)
+    after = Graph(graph.inputs, nodes, graph.outputs)
+    note = f"{fused} nodes in {len(groups)} kernels"
+    return after, PassStats("fuse", len(graph.nodes), len(nodes), 0, note)
+
+
+def _join(
+    n: Node, group_of: dict[Value, _Group], made_at: dict[Value, int], groups: dict[int, _Group]
+) -> _Group | None:
+    """The group `n` joins: all the groups whose elementwise results it reads, merged, if that
+    is legal; else the first one of them it may join alone."""
+    candidates = list(
+        {
+            id(g): g
+            for g in (group_of.get(v) for v in n.inputs)
+            if g is not None and g.forward == (n.phase == "forward")
+        }.values()
+    )
+    for option in ([candidates] if len(candidates) > 1 else []) + [[g] for g in candidates]:
+        if _legal(n, option, made_at):
+            return _merge(option, group_of, groups)
+    return None
+
+
+def _legal(n: Node, option: list[_Group], made_at: dict[Value, int]) -> bool:
+    start = min(g.start for g in option)
+    values = set().union(*(g.values for g in option))
+    reads = [x for g in option for m in g.nodes for x in m.inputs] + n.inputs
+    return all(x in values or x.const is not None or made_at.get(x, -1) < start for x in reads)
+
+
+def _merge(option: list[_Group], group_of: dict[Value, _Group], groups: dict) -> _Group:
+    """One group; members stay in topological order, since no member of an earlier group can
+    read a later one's results (it would have merged with it)."""
+    first, *rest = sorted(option, key=lambda g: g.start)
+    for g in rest:
+        first.nodes += g.nodes
+        first.values |= g.values
+        first.reductions |= g.reductions
+        group_of.update((v, first) for v in g.values | g.reductions)
+        del groups[g.start]
+    return first
+
+
+def _fused_node(group: _Group, users: dict[Value, list[Node]], outputs: set[Value]) -> Node:
+    members = {id(n) for n in group.nodes}
+    produced = group.values | group.reductions
+    inputs = list(dict.fromkeys(v for n in group.nodes for v in n.inputs if v not in produced))
+    results = [
+        v
+        for n in group.nodes
+        for v in n.outputs
+        if v in outputs or any(id(u) not in members for u in users.get(v, ()))
+    ]
+    body = Graph(inputs, group.nodes, results)
+    first = group.nodes[0]
+    return Node("fused", inputs, results, {"body": body}, first.source, first.phase)
