@@ -249,3 +249,46 @@ def test_numpy_ufuncs_dispatch_to_tracegrad(ufunc, derivative) -> None:
 def test_unsupported_ufunc_raises_a_clear_type_error(call) -> None:
     with pytest.raises(TypeError, match="not supported on tracegrad tensors"):
         call(tg.tensor([1.0, 2.0], requires_grad=True))
+
+
+SECOND_ORDER = {
+    "exp": tg.exp,
+    "log": tg.log,
+    "sqrt": tg.sqrt,
+    "tanh": tg.tanh,
+    "sigmoid": tg.sigmoid,
+    "sin": tg.sin,
+    "cos": tg.cos,
+    "x*x": lambda x: x * x,
+    "1/x": lambda x: 1.0 / x,
+    "x/(x+1)": lambda x: x / (x + 1.0),
+    "x**x": lambda x: x**x,
+    "x**3": lambda x: x**3,
+    "abs*x": lambda x: abs(x) * x,
+    "maximum": lambda x: tg.maximum(x * x, x),
+    "where": lambda x: tg.where(x > 1.0, x * x, tg.exp(x)),
+    "matmul": lambda x: (x.reshape(2, 2) @ x.reshape(2, 2)).reshape(-1),
+    "getitem": lambda x: x[np.array([0, 0, 3])] ** 2,
+    "max": lambda x: (x * x).max(keepdims=True),
+    "prod": lambda x: x.prod(keepdims=True),
+    "softmax": lambda x: tg.softmax(x * x),
+    "logsumexp": lambda x: tg.logsumexp(tg.sin(x), keepdims=True),
+    "broadcast": lambda x: (tg.broadcast_to(x, (3, 4)) * x[:, None][:3]).sum(0),
+    "concatenate": lambda x: tg.concatenate([x * x, tg.exp(x)]),
+}
+
+
+@pytest.mark.parametrize("name", SECOND_ORDER)
+def test_second_order_gradients(name: str) -> None:
+    """grad(sum(grad(f))) against finite differences of tracegrad's first-order gradient
+    (itself checked against finite differences in test_ops)."""
+    fn = SECOND_ORDER[name]
+    a = np.array([0.7, 1.3, 0.4, 1.9])
+    c = np.random.default_rng(3).standard_normal(fn(tg.tensor(a)).shape)
+
+    def first(x):
+        return tg.grad(lambda t: (fn(t) * c).sum())(x)
+
+    second = tg.grad(lambda x: first(x).sum())(tg.tensor(a))
+    expected = numeric_grad(lambda v: float(first(tg.tensor(v)).numpy().sum()), a)
+    np.testing.assert_allclose(second.numpy(), expected, rtol=1e-6, atol=1e-7)
