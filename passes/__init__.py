@@ -11,6 +11,7 @@ from tracegrad.ir import Graph
 from .base import PassStats
 from .cse import cse
 from .fuse import fuse
+from .memory import MemoryPlan, plan_memory
 from .prune import prune
 from .remat import rematerialize, saved_values
 from .schedule import schedule
@@ -32,5 +33,5 @@ def run(graph: Graph, passes: Sequence[Pass] | None = None) -> tuple[Graph, list
     return graph, all_stats
 
 
-__all__ = ["DEFAULT", "PassStats", "cse", "fuse", "prune", "rematerialize", "run", "saved_values",
-           "schedule", "simplify"]  # fmt: skip
+__all__ = ["DEFAULT", "MemoryPlan", "PassStats", "cse", "fuse", "plan_memory", "prune",
+           "rematerialize", "run", "saved_values", "schedule", "simplify"]  # fmt: skip

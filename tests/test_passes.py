@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 import passes
+from passes.memory import plan_memory
 from tracegrad import interpret
-from tracegrad.codegen import plan_memory
 from tracegrad.ir import Graph, Node, Value
 
 F32 = np.float32

@@ -8,83 +8,17 @@ from __future__ import annotations
 import linecache
 import tracemalloc
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 import passes
+from passes.memory import MemoryPlan, plan_memory
 
 from . import ir
 from .primitives import PRIMITIVES
 
 _plan_ids = iter(range(1, 1 << 62))
-
-
-@dataclass
-class MemoryPlan:
-    """Which buffer each value lives in, which dying input each node writes into, and the
-    bytes allocated by the step along the schedule (graph inputs and constants excluded)."""
-
-    reuse: dict[ir.Value, ir.Value] = field(default_factory=dict)  # result -> input it overwrites
-    dead_after: dict[int, list[ir.Value]] = field(default_factory=dict)  # node index -> names
-    timeline: list[int] = field(default_factory=list)  # live bytes after each node
-    peak: int = 0
-
-
-def plan_memory(graph: ir.Graph) -> MemoryPlan:
-    """Liveness over buffers (a view keeps its base's buffer alive) plus in-place reuse."""
-    last = passes.base.last_uses(graph)
-    external = {*graph.inputs, *(v for n in graph.nodes for v in n.inputs if v.const is not None)}
-    buffer: dict[ir.Value, ir.Value] = {}  # value -> the value that owns its buffer
-    holders: dict[ir.Value, int] = {}  # buffer owner -> live values in it
-    plan, live = MemoryPlan(), 0
-    for i, n in enumerate(graph.nodes):
-        dying = [v for v in dict.fromkeys(n.inputs) if last.get(v) == i and v in buffer]
-        for out in n.outputs:
-            if passes.base.is_view(n):
-                owner = buffer.get(n.inputs[0])  # None: a view of an input or a constant
-            else:
-                owner = _reusable(n, out, dying, buffer, holders)
-                if owner is not None:
-                    plan.reuse[out] = next(v for v in dying if buffer[v] is owner)
-                    dying.remove(plan.reuse[out])  # one result per dying buffer
-                    holders[owner] -= 1
-                else:
-                    owner, live = out, live + out.nbytes
-            if owner is not None:
-                buffer[out] = owner
-                holders[owner] = holders.get(owner, 0) + 1
-        plan.peak = max(plan.peak, live)
-        for v in dying:
-            holders[buffer[v]] -= 1
-            if holders[buffer[v]] == 0:
-                live -= buffer[v].nbytes
-        plan.dead_after[i] = [v for v in dict.fromkeys(n.inputs) if last.get(v) == i
-                              and v not in external]  # fmt: skip
-        plan.timeline.append(live)
-    return plan
-
-
-def _writes_elementwise(n: ir.Node) -> bool:
-    """Results computed element by element from same-index inputs: `out=` an input is safe."""
-    if n.op == "fused":
-        return all(m.op != "sum" for m in n.attrs["body"].nodes)
-    return isinstance(PRIMITIVES[n.op].impl, np.ufunc) and n.op != "matmul"
-
-
-def _reusable(
-    n: ir.Node, out: ir.Value, dying: list[ir.Value], buffer: dict, holders: dict
-) -> ir.Value | None:
-    """A dying input's buffer that `n` can safely overwrite with its result `out`."""
-    if not _writes_elementwise(n) or out.ndim == 0:  # 0-d NumPy results are scalars, not `out=`
-        return None
-    for v in dying:
-        owner = buffer[v]
-        if (v.shape, v.dtype) == (out.shape, out.dtype) == (owner.shape, owner.dtype):
-            if holders[owner] == 1 and n.inputs.count(v) == 1:
-                return owner
-    return None
 
 
 class _Emitter:
