@@ -661,4 +661,46 @@ def _array_ufunc(self: Tensor, ufunc: np.ufunc, method: str, *inputs: Any, **kwa
     return op(*inputs)
 
 
+_FUNCTIONS = {
+    np.concatenate: concatenate, np.stack: stack, np.where: where, np.clip: clip,
+    np.reshape: reshape, np.transpose: transpose, np.broadcast_to: broadcast_to,
+    np.expand_dims: expand_dims, np.squeeze: squeeze, np.sum: sum, np.mean: mean, np.max: max,
+    np.min: min, np.prod: prod, np.shape: lambda x: x.shape, np.ndim: lambda x: x.ndim,
+}  # fmt: skip
+
+
+def _array_function(self: Tensor, func: Callable, types: Any, args: Any, kwargs: Any) -> Any:
+    """Other NumPy functions (np.concatenate, np.dot, ...) would read tensors through __array__:
+    those tracegrad has dispatch to it; the rest run on the arrays only if no floats come out
+    (np.argmax, np.allclose), since floats would be a detached copy of a differentiable result."""
+    op = _FUNCTIONS.get(func)
+    if op is not None:
+        return op(*args, **kwargs)
+    result = func(*_arrays(args), **_arrays(kwargs))
+    if _has_floats(result):
+        raise TypeError(
+            f"np.{func.__name__} is not supported on tracegrad tensors (it would drop the "
+            "gradient); use the tracegrad function, or np.asarray(t) to leave autodiff on purpose"
+        )
+    return result
+
+
+def _arrays(x: Any) -> Any:
+    """`x` with every tensor (also inside lists, tuples and dicts) replaced by its ndarray."""
+    if isinstance(x, Tensor):
+        return x.numpy()
+    if isinstance(x, list | tuple):
+        return type(x)(_arrays(v) for v in x)
+    return {k: _arrays(v) for k, v in x.items()} if isinstance(x, dict) else x
+
+
+def _has_floats(result: Any) -> bool:
+    if isinstance(result, tuple | list):
+        return any(_has_floats(r) for r in result)
+    if isinstance(result, np.ndarray | np.generic | float):
+        return np.asarray(result).dtype.kind in "fc"
+    return False
+
+
 Tensor.__array_ufunc__ = _array_ufunc
+Tensor.__array_function__ = _array_function
