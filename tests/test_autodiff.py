@@ -292,3 +292,41 @@ def test_second_order_gradients(name: str) -> None:
     second = tg.grad(lambda x: first(x).sum())(tg.tensor(a))
     expected = numeric_grad(lambda v: float(first(tg.tensor(v)).numpy().sum()), a)
     np.testing.assert_allclose(second.numpy(), expected, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize(
+    "call, expected_grad",
+    [
+        (lambda t: np.concatenate([t, t * 2.0]), [3.0, 3.0, 3.0]),
+        (lambda t: np.stack([t, t], axis=1), [2.0, 2.0, 2.0]),
+        (lambda t: np.where(np.array([True, False, True]), t, 0.0), [1.0, 0.0, 1.0]),
+        (lambda t: np.sum(t * t), [2.0, 4.0, 6.0]),
+        (lambda t: np.mean(t, axis=0, keepdims=True), [1 / 3, 1 / 3, 1 / 3]),
+        (lambda t: np.max(t), [0.0, 0.0, 1.0]),
+        (lambda t: np.clip(t, 1.5, 2.5), [0.0, 1.0, 0.0]),
+        (lambda t: np.reshape(t, (3, 1)) * np.transpose(np.reshape(t, (3, 1))), [12.0] * 3),
+    ],
+    ids=["concatenate", "stack", "where", "sum", "mean", "max", "clip", "reshape/transpose"],
+)
+def test_numpy_functions_dispatch_to_tracegrad(call, expected_grad) -> None:
+    x = tg.tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
+    out = call(x)
+    assert isinstance(out, tg.Tensor) and out.requires_grad
+    out.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), expected_grad)
+
+
+def test_unsupported_numpy_function_raises_instead_of_dropping_the_gradient() -> None:
+    x = tg.tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(TypeError, match=r"np\.dot is not supported on tracegrad tensors"):
+        np.dot(np.ones(2), x)
+    np.testing.assert_allclose(x, [1.0, 2.0])  # explicit conversion still works
+
+
+def test_numpy_functions_without_float_results_still_work() -> None:
+    x = tg.tensor([[1.0, 5.0], [3.0, 2.0]], requires_grad=True)
+    assert np.shape(x) == (2, 2) and np.ndim(x) == 2
+    np.testing.assert_array_equal(np.argmax(x, axis=1), [1, 0])
+    assert np.allclose(x, [[1.0, 5.0], [3.0, 2.0]])
+    with pytest.raises(TypeError, match=r"np\.split is not supported"):
+        np.split(x, 2)  # a list of float arrays
