@@ -281,7 +281,10 @@ def vjp(fn: Callable, *primals: Any) -> tuple[Tensor, Callable]:
     from .grad_manager import GradManager
 
     xs = [as_tensor(p) for p in primals]
-    with GradManager().attach(xs):
+    with GradManager() as gm:
+        # a primal passed twice gets a node of its own, so each slot gets only its own part
+        xs = [x + 0.0 if any(x is y for y in xs[:i]) else x for i, x in enumerate(xs)]
+        gm.attach(xs)
         out = fn(*xs)
         slots = {edge(x): i for i, x in enumerate(xs)}
 
