@@ -162,6 +162,14 @@ def test_vjp_leaves_grad_fields_alone_and_zero_for_unused_primals() -> None:
     assert x.grad is None and unused.grad is None
 
 
+def test_vjp_treats_a_repeated_primal_as_separate_arguments() -> None:
+    x = tg.tensor(np.array([1.0, 2.0]))
+    _, vjp_fn = tg.vjp(lambda a, b: a * a * b, x, x)
+    ga, gb = vjp_fn(tg.tensor([1.0, 1.0]))
+    np.testing.assert_allclose(ga.numpy(), 2 * x.numpy() ** 2)
+    np.testing.assert_allclose(gb.numpy(), x.numpy() ** 2)
+
+
 def test_grad_with_int_and_tuple_argnums() -> None:
     def f(x, y):
         return (x * x * y).sum()
