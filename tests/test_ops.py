@@ -142,6 +142,13 @@ def test_reduction_methods(name: str) -> None:
     np.testing.assert_allclose(getattr(tg.tensor(x), name)().item(), REDUCTIONS[name](x))
 
 
+@pytest.mark.parametrize("axis", [1, None])
+def test_prod_gradient_with_zeros(axis) -> None:
+    """One zero in a slice: its gradient is the product of the others; two: all zero."""
+    x = np.array([[0.0, 2.0, 3.0], [0.0, 0.0, 1.5], [1.0, -2.0, 4.0]])
+    check_grad(lambda a: a.prod(axis=axis), x if axis else x[::2])
+
+
 def test_max_ties_share_the_gradient() -> None:
     x = tg.tensor([1.0, 3.0, 3.0], requires_grad=True)
     x.max().backward()
