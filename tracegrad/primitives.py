@@ -338,14 +338,14 @@ def _extreme_vjp(g, out, x, axis, keepdims):
 
 
 def _prod_vjp(g, out, x, axis, keepdims):
-    """The product of the others, without dividing by zero: in a slice with one zero, that
-    element gets the product of the rest and the others 0; with two or more zeros, all get 0."""
+    """The product of the others, out / x, but not divided by zero: a zero that is alone in its
+    slice gets the product of the rest, a zero with another zero gets 0."""
+    kept = _reduced(x, axis, True)
     zero = x == 0.0
     nonzero = where(zero, 1.0, x)
-    rest = _prod(nonzero, axis=axis, keepdims=True)
-    zeros = _sum(zero.astype(x.dtype), axis=axis, keepdims=True)
-    others = where(zero, where(zeros == 1.0, rest, 0.0), where(zeros == 0.0, rest / nonzero, 0.0))
-    return reshape(g, _reduced(x, axis, True)) * others
+    alone = _sum(zero.astype(x.dtype), axis=axis, keepdims=True) == 1.0
+    at_zero = where(alone, _prod(nonzero, axis=axis, keepdims=True), 0.0)
+    return reshape(g, kept) * where(zero, at_zero, reshape(out, kept) / nonzero)
 
 
 # Implementations are NumPy's own functions where their keyword names match the attributes, so
@@ -353,7 +353,7 @@ def _prod_vjp(g, out, x, axis, keepdims):
 _sum = Primitive("sum", np.sum, _sum_rule, (_sum_vjp,))
 _max = Primitive("max", np.max, _extreme_rule, (_extreme_vjp,), "in+out")
 _min = Primitive("min", np.min, _extreme_rule, (_extreme_vjp,), "in+out")
-_prod = Primitive("prod", np.prod, _sum_rule, (_prod_vjp,), "in")
+_prod = Primitive("prod", np.prod, _sum_rule, (_prod_vjp,), "in+out")
 _argmax = Primitive("argmax", np.argmax, lambda x, axis: (_reduced(x, (axis,), False), np.int64))
 _reshape = Primitive("reshape", np.reshape, _reshape_rule,
                      (lambda g, out, x, shape: reshape(g, x.shape),))  # fmt: skip
