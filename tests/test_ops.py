@@ -101,8 +101,8 @@ def test_python_scalar_operands(fn) -> None:
 def test_where() -> None:
     cond = RNG.random((3, 1)) > 0.5
     x, y = randn(3, 4), randn(4)
-    forward_matches(lambda a, b: tg.where(tg.tensor(cond), a, b), lambda a, b: np.where(cond, a, b),
-                    x, y)  # fmt: skip
+    mask = tg.tensor(cond)
+    forward_matches(lambda a, b: tg.where(mask, a, b), lambda a, b: np.where(cond, a, b), x, y)
     check_grad(lambda a, b: tg.where(cond, a, b), x, y)
     check_grad(lambda a: tg.where(cond, a, 0.0), x)
 
