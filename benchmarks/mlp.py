@@ -1,0 +1,172 @@
+"""Time one MLP training step (forward, backward, SGD) per method, against the GEMM floor.
+
+    python benchmarks/mlp.py [--workload wide|gelu|deep|all] [--steps N] [--methods ...]
+
+Every method runs in a process of its own (peak RSS is that process's), from the same init and
+data (workloads.py). Per workload it prints a Markdown table: the median step time and its ratio
+to the GEMM floor measured in the same run, the first call's time (for traced steps: with an
+empty kernel cache, then again in a new process with the cache warm), the peak RSS, and the loss
+before and after one update, which must agree across methods.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+from typing import Any
+
+from harness import child_env, measure
+from workloads import WORKLOADS, Workload
+
+METHODS = ["gemm", "numpy", "torch", "jax", "tg-eager", "tg-numpy", "tg-numba"]
+TRACED = ("tg-numpy", "tg-numba")
+LOSS_METHODS = ("numpy", "torch", "jax", "tg-eager", "tg-numpy", "tg-numba")
+LOSS_TOLERANCE = 1e-4
+# Issue 6's targets for the traced (numba) step, per workload: the ratio to the GEMM floor.
+FLOOR_TARGET = {"wide": 1.1, "gelu": 1.3, "deep": 1.3}
+
+
+def run_method(method: str, w: Workload, steps: int, budget: float) -> dict[str, Any]:
+    """Measure one method; a traced one twice: cold kernel cache, then warm in a new process."""
+    if method not in TRACED:
+        return measure(method, w.name, steps, budget)
+    cache = tempfile.mkdtemp(prefix="tracegrad-bench-cache-")
+    try:
+        env = child_env(TRACEGRAD_CACHE_DIR=cache)
+        result = measure(method, w.name, steps, budget, env=env)
+        if "first_s" in result:
+            warm = measure(method, w.name, 0, budget, env=env)
+            result["warm_first_s"] = warm.get("first_s")
+        return result
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None or value != value else format(value, spec)
+
+
+def table(w: Workload, results: dict[str, dict[str, Any]]) -> str:
+    floor = results.get("gemm", {}).get("median_s")
+    rows = [
+        "| method | median ms | x GEMM | steps | first call s | warm first s | peak RSS MB "
+        "| loss before | loss after |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for method, r in results.items():
+        if "median_s" not in r:
+            rows.append(f"| {method} | {r.get('na') or 'error: ' + r.get('error', '?')} |")
+            continue
+        ratio = r["median_s"] / floor if floor else None
+        rows.append(
+            f"| {method} | {r['median_s'] * 1e3:.1f} | {_fmt(ratio, '.2f')} | {len(r['times_s'])} "
+            f"| {r['first_s']:.2f} | {_fmt(r.get('warm_first_s'), '.2f')} "
+            f"| {r['peak_rss_mb']:.0f} | {_fmt(r.get('loss1'), '.6f')} "
+            f"| {_fmt(r.get('loss2'), '.6f')} |"
+        )
+    if floor:
+        rows.append(
+            f"\nGEMM floor: {w.matmul_flops / floor / 1e9:.1f} GFLOP/s "
+            f"({w.matmul_flops / 1e9:.1f} GFLOP per step)"
+        )
+    return "\n".join(rows)
+
+
+def loss_check(results: dict[str, dict[str, Any]]) -> str:
+    """Each method's loss before the first update and its decrease over one update, relative to
+    NumPy's: the first checks the forward pass, the second the gradients."""
+    ref = results.get("numpy", {})
+    if "loss2" not in ref:
+        return "loss check: no NumPy reference"
+    parts, worst = [], 0.0
+    for method in LOSS_METHODS[1:]:
+        r = results.get(method, {})
+        if "loss2" not in r:
+            continue
+        before = abs(r["loss1"] - ref["loss1"]) / abs(ref["loss1"])
+        drop = r["loss1"] - r["loss2"], ref["loss1"] - ref["loss2"]
+        step = abs(drop[0] - drop[1]) / abs(drop[1])
+        worst = max(worst, before, step)
+        parts.append(f"{method} {before:.1e}/{step:.1e}")
+    verdict = "OK" if worst <= LOSS_TOLERANCE else "MISMATCH"
+    return (
+        "loss check, relative to numpy (loss before / its decrease over one update): "
+        f"{', '.join(parts)} -> {verdict} (tolerance {LOSS_TOLERANCE:g})"
+    )
+
+
+def targets(w: Workload, results: dict[str, dict[str, Any]]) -> str:
+    """Issue 6's targets for the traced numba step on this workload, met or not."""
+    tg = results.get("tg-numba", {})
+    if "median_s" not in tg:
+        return "targets: tg-numba not measured"
+    lines = []
+    floor = results.get("gemm", {}).get("median_s")
+    if floor:
+        ratio, goal = tg["median_s"] / floor, FLOOR_TARGET[w.name]
+        lines.append(_verdict(f"x GEMM floor {ratio:.2f} <= {goal}", ratio <= goal))
+    if w.name in ("gelu", "deep"):
+        for peer in ("jax", "torch"):
+            if "median_s" in results.get(peer, {}):
+                speedup = results[peer]["median_s"] / tg["median_s"]
+                lines.append(_verdict(f"{speedup:.2f}x faster than {peer}", speedup > 1))
+    eager = results.get("tg-eager", {})
+    if w.name == "deep" and "peak_rss_mb" in eager:
+        share = tg["peak_rss_mb"] / eager["peak_rss_mb"]
+        lines.append(_verdict(f"peak RSS {share:.2f} of eager's <= 0.5", share <= 0.5))
+    if w.name == "gelu":
+        lines.append(_verdict(f"first call cold {tg['first_s']:.2f} s < 3", tg["first_s"] < 3))
+        warm = tg.get("warm_first_s")
+        if warm is not None:
+            lines.append(_verdict(f"first call warm {warm:.2f} s < 0.5", warm < 0.5))
+    return "targets (tg-numba): " + "; ".join(lines)
+
+
+def _verdict(text: str, ok: bool) -> str:
+    return f"{text} {'met' if ok else 'NOT met'}"
+
+
+def machine_line(results: dict[str, dict[str, Any]], load: tuple[float, ...]) -> str:
+    blas = results.get("gemm", {}).get("blas") or ["?"]
+    return (
+        f"{os.cpu_count()} cores, load average {load[0]:.2f} before and {os.getloadavg()[0]:.2f} "
+        f"after; BLAS: {'; '.join(blas)}; children run without OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", choices=[*WORKLOADS, "all"], default="all")
+    parser.add_argument("--steps", type=int, help="timed steps per method (default per workload)")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=20.0,
+        help="stop timing a method after about this many seconds (>= 3 steps)",
+    )
+    parser.add_argument("--methods", nargs="+", choices=METHODS, default=METHODS)
+    parser.add_argument("--json", help="also write all results to this file")
+    args = parser.parse_args()
+    names = list(WORKLOADS) if args.workload == "all" else [args.workload]
+    methods = ["gemm"] + [m for m in args.methods if m != "gemm"]
+    everything = {}
+    for name in names:
+        w = WORKLOADS[name]
+        load = os.getloadavg()
+        results = {m: run_method(m, w, args.steps or w.steps, args.budget) for m in methods}
+        everything[name] = results
+        print(f"\n### {w.describe()}\n")
+        print(table(w, results))
+        print(machine_line(results, load))
+        print(loss_check(results))
+        print(targets(w, results), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(everything, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
