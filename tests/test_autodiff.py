@@ -339,3 +339,26 @@ def test_numpy_functions_without_float_results_still_work() -> None:
     assert np.allclose(x, [[1.0, 5.0], [3.0, 2.0]])
     with pytest.raises(TypeError, match=r"np\.split is not supported"):
         np.split(x, 2)  # a list of float arrays
+
+
+def test_in_place_update_of_a_saved_value_is_caught_at_backward():
+    """As PyTorch's version counter: the saved w changed, so its gradient would be wrong."""
+    w = tg.tensor([1.0, 2.0], requires_grad=True)
+    loss = (w * w).sum()
+    with tg.no_grad():
+        w -= 1.0
+    with pytest.raises(RuntimeError, match="modified in place"):
+        loss.backward()
+    alias = w.detach()  # shares the buffer and the version counter
+    loss = (w * w).sum()
+    alias += 1.0
+    with pytest.raises(RuntimeError, match="modified in place"):
+        loss.backward()
+
+
+def test_in_place_update_after_backward_is_fine():
+    w = tg.tensor([1.0, 2.0], requires_grad=True)
+    (w * w).sum().backward()
+    with tg.no_grad():
+        w -= 0.5 * w.grad
+    np.testing.assert_allclose(w.numpy(), [0.0, 0.0])

@@ -50,7 +50,7 @@ class TapeNode:
     """One recorded op: its parents' nodes and exactly the values its VJP reads."""
 
     __slots__ = ("prim", "params", "parents", "saved_in", "saved_out", "avals", "freed",
-                 "retained", "__weakref__")  # fmt: skip
+                 "retained", "versions", "__weakref__")  # fmt: skip
     is_leaf = False
 
     def __init__(self, prim: Any, params: dict, parents: list, inputs: list, out: Tensor):
@@ -58,6 +58,8 @@ class TapeNode:
         self.avals = [ShapeDtype(t.shape, t.dtype) for t in inputs]
         self.saved_in = {i: inputs[i]._value for i in range(len(inputs))[prim.saved_inputs]}
         self.saved_out = out._value if prim.saves_output else None
+        saved = [inputs[i] for i in self.saved_in] + ([out] if prim.saves_output else [])
+        self.versions = [(t._version, t._version[0]) for t in saved]
         self.freed = False
         self.retained: weakref.ref | None = None  # the tensor that called retain_grad()
 
@@ -75,6 +77,12 @@ class TapeNode:
                 f"trying to backward through '{self.name}' a second time: its saved values were "
                 "freed after the first backward. Pass retain_graph=True to the first backward "
                 "if you need to backward twice."
+            )
+        if any(counter[0] != seen for counter, seen in self.versions):
+            raise RuntimeError(
+                f"a value that '{self.name}' saved for backward was modified in place after it "
+                "was saved (e.g. a parameter updated under no_grad before backward); call "
+                "backward before updating, or compute the update out of place"
             )
         ins = [
             Tensor._wrap(self.saved_in[i], p) if i in self.saved_in else aval

@@ -64,7 +64,8 @@ def _default_dtype(data: Any) -> np.dtype | None:
 class Tensor:
     """An n-d array with reverse-mode autodiff: concrete (an ndarray) or symbolic (traced)."""
 
-    __slots__ = ("_value", "_requires_grad", "_grad", "_node", "_retains", "_serial", "__weakref__")
+    __slots__ = ("_value", "_requires_grad", "_grad", "_node", "_retains", "_serial", "_version",
+                 "__weakref__")  # fmt: skip
     __array_priority__ = 1000
 
     def __init__(self, data: Any, dtype: Any = None, requires_grad: bool = False):
@@ -81,6 +82,7 @@ class Tensor:
         self._node: Any = None  # a tape node: the op that made this tensor, or the leaf's own node
         self._retains = False
         self._serial = next(_serials)
+        self._version = [0]  # in-place writes so far; shared with detach()ed aliases
         if requires_grad:
             self.requires_grad = True
 
@@ -88,7 +90,7 @@ class Tensor:
     def _wrap(cls, value: Any, node: Any = None) -> Tensor:
         t = cls.__new__(cls)
         t._value, t._requires_grad, t._grad, t._node, t._retains = value, False, None, node, False
-        t._serial = next(_serials)
+        t._serial, t._version = next(_serials), [0]
         return t
 
     # --- array facts -------------------------------------------------------------------------
@@ -201,8 +203,10 @@ class Tensor:
             self._node.retained = weakref.ref(self)
 
     def detach(self) -> Tensor:
-        """A new leaf sharing this tensor's data, cut from the graph."""
-        return Tensor._wrap(self._value)
+        """A new leaf sharing this tensor's data (and its version counter), cut from the graph."""
+        t = Tensor._wrap(self._value)
+        t._version = self._version
+        return t
 
     def _assign(self, new: Tensor) -> None:
         """Overwrite this tensor's contents (in-place ops, optimizer steps, trace write-back)."""
@@ -212,6 +216,7 @@ class Tensor:
             new = Tensor._wrap(new._value).astype(self.dtype)
         for tracer in Listeners.tracers:
             tracer.will_write(self)
+        self._version[0] += 1
         if Listeners.tracers or not isinstance(self._value, np.ndarray):
             self._value = new._value  # traced: a state write, applied only if the step completes
         else:
