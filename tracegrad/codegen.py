@@ -68,7 +68,8 @@ def _kernel_call(em: _Emitter, n: ir.Node, kernel: Callable, memory: MemoryPlan)
             lines.append(f"{em.names[v]} = {em.names[memory.reuse[v]]}")
         else:
             lines.append(f"{em.names[v]} = np.empty({v.shape}, {em.attr(v.dtype)})")
-    args = [em.ref(v) for v in n.inputs + n.outputs]
+    args = [em.names[v] if v.const is None else em.constant(v.const, "k") for v in n.inputs]
+    args += [em.names[v] for v in n.outputs]  # constants go in typed, as 0-d arrays
     lines.append(f"{em.constant(kernel, 'kernel')}({', '.join(args)})")
     return lines
 
