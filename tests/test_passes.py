@@ -244,3 +244,15 @@ def test_fuse_never_moves_a_node_before_an_input_it_reads():
     n3, c = node("mul", [b, m], (4, 4))
     after, _ = passes.fuse(Graph([a], [n1, n2, n3], [c]))
     assert [n.op for n in after.nodes] == ["fused", "matmul", "fused"]
+
+
+def test_simplify_transpose_of_a_product_swaps_the_operands():
+    a, b = val(4, 3), val(3, 5)
+    n1, m = node("matmul", [a, b], (4, 5))
+    n2, t = node("transpose", [m], (5, 4), axes=(1, 0))
+    g = Graph([a, b], [n1, n2], [t])
+    after, _ = passes.prune(passes.simplify(g)[0])
+    assert [n.op for n in after.nodes] == ["transpose", "transpose", "matmul"]
+    same_results(g, after, rand(4, 3), rand(3, 5))
+    kept, _ = passes.simplify(Graph([a, b], [n1, n2], [t, m]))  # the product is needed too
+    assert [n.op for n in kept.nodes] == ["matmul", "transpose"]

@@ -175,7 +175,7 @@ def _identifier(name: str) -> str:
 
 
 def _mb(n: int) -> str:
-    return f"{n / 2**20:.1f} MiB"
+    return f"{round(n / 2**20, 1) + 0.0:.1f} MiB"  # + 0.0: no "-0.0"
 
 
 def report(plan: Any) -> str:
@@ -192,6 +192,9 @@ def report(plan: Any) -> str:
         )
     saved = passes.saved_values(graph)
     producers = graph.producers()
+    for n in graph.nodes:  # name the op inside a kernel, not just "fused"
+        if n.op == "fused":
+            producers.update(n.attrs["body"].producers())
     lines.append(f"saved for backward: {len(saved)} values, {_mb(sum(v.nbytes for v in saved))}")
     for v in saved:
         n = producers[v]

@@ -20,6 +20,7 @@ from . import ir
 _serials = itertools.count()
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _INTERNAL_DIRS = (_PACKAGE_DIR, os.path.join(os.path.dirname(_PACKAGE_DIR), "passes"))
+_STDLIB_DIR = os.path.dirname(os.path.abspath(os.__file__))  # contextlib, functools, ...
 
 
 class TraceError(RuntimeError):
@@ -48,7 +49,9 @@ def user_location() -> str | None:
     frame = sys._getframe(1)
     while frame is not None:
         path = os.path.abspath(frame.f_code.co_filename)
-        if not path.startswith(_INTERNAL_DIRS) and not path.startswith("<tracegrad"):
+        internal = path.startswith(_INTERNAL_DIRS) or path.startswith("<tracegrad")
+        stdlib = path.startswith(_STDLIB_DIR) and "site-packages" not in path
+        if not internal and not stdlib:
             return f"{os.path.basename(path)}:{frame.f_lineno}"
         frame = frame.f_back
     return None
