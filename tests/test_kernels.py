@@ -1,0 +1,352 @@
+"""Generated fused kernels against the NumPy reference (ir.evaluate with each primitive's impl),
+and the kernel cache. Compiling is the slow part, so the module shares one cache directory and
+keeps the number of distinct kernel structures small."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tracegrad.ir import Graph, Node, Value, evaluate
+from tracegrad.kernels import cache, compile_group
+from tracegrad.kernels.fused import analyze, structure_key
+from tracegrad.primitives import PRIMITIVES
+
+
+@pytest.fixture(scope="session", autouse=True)
+def kernel_cache(tmp_path_factory) -> Path:
+    """One kernel cache directory for the session: each structure compiles once."""
+    directory = tmp_path_factory.mktemp("kernels")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(cache.ENV_VAR, str(directory))
+        yield directory
+
+
+class Group:
+    """Builds a fused group by hand: inputs, constants and nodes typed by the op table."""
+
+    def __init__(self):
+        self.inputs: list[Value] = []
+        self.nodes: list[Node] = []
+
+    def input(self, shape, dtype=np.float32) -> Value:
+        self.inputs.append(Value(shape, dtype))
+        return self.inputs[-1]
+
+    @staticmethod
+    def const(value, dtype=np.float32) -> Value:
+        value = np.asarray(value, dtype)
+        return Value(value.shape, dtype, const=value)
+
+    def __call__(self, op: str, *args: Value, **attrs) -> Value:
+        out = Value(*PRIMITIVES[op].shape_rule(*args, **attrs))
+        self.nodes.append(Node(op, args, [out], attrs))
+        return out
+
+    def run(self, outputs: list[Value], arrays: list[np.ndarray]):
+        """(kernel results, NumPy reference results) for `outputs` on `arrays`."""
+        kernel = compile_group(self.inputs, self.nodes, outputs)
+        got = [np.full(v.shape, -7, v.dtype) for v in outputs]
+        kernel(*arrays, *got)
+        graph = Graph(self.inputs, self.nodes, outputs)
+        want = evaluate(graph, arrays, lambda op: PRIMITIVES[op].impl)
+        return got, [np.asarray(w).astype(v.dtype) for w, v in zip(want, outputs, strict=True)]
+
+
+def reference(*args, **kwargs):
+    return evaluate(*args, **kwargs, impls=lambda op: PRIMITIVES[op].impl)
+
+
+# --- every elementwise primitive ----------------------------------------------------------------
+
+ELEMENTWISE = sorted(op for op, p in PRIMITIVES.items() if p.scalar is not None)
+
+
+def all_primitives(dtype):
+    """Each elementwise primitive applied to the group inputs directly, one output each, so a
+    template's error shows up alone rather than mixed into a chain."""
+    g = Group()
+    pos, y, z = g.input((37, 29), dtype), g.input((37, 29), dtype), g.input((37, 29), dtype)
+    cond = g.input((37, 29), np.bool_)
+    outs = {}
+    for op in ("neg", "exp", "tanh", "sigmoid", "sin", "cos", "sign", "abs"):
+        outs[op] = g(op, y)
+    for op in ("log", "sqrt"):
+        outs[op] = g(op, pos)
+    outs["pow"] = g("pow", pos, y)
+    for op in ("add", "sub", "mul", "div", "maximum", "minimum", "less", "less_equal",
+               "greater", "greater_equal", "equal", "not_equal"):  # fmt: skip
+        outs[op] = g(op, y, z)
+    outs["where"] = g("where", cond, y, z)
+    outs["astype"] = g("astype", y, dtype=np.dtype(np.int32))
+    rng = np.random.default_rng(0)
+    yv = (rng.standard_normal((37, 29)) * 3).astype(dtype)
+    zv = np.where(rng.random((37, 29)) < 0.3, yv, rng.standard_normal((37, 29))).astype(dtype)
+    arrays = [rng.uniform(0.1, 4, (37, 29)).astype(dtype), yv, zv, rng.random((37, 29)) < 0.5]
+    return g, outs, arrays
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_every_elementwise_primitive(dtype):
+    g, outs, arrays = all_primitives(dtype)
+    assert sorted(outs) == ELEMENTWISE, "a new elementwise primitive needs a case here"
+    got, want = g.run(list(outs.values()), arrays)
+    tol = 2e-6 if dtype == np.float32 else 1e-13
+    for op, a, b in zip(outs, got, want, strict=True):
+        assert a.dtype == b.dtype, op
+        if a.dtype.kind == "f":
+            np.testing.assert_allclose(a, b, rtol=tol, atol=tol, err_msg=op)
+        else:
+            np.testing.assert_array_equal(a, b, err_msg=op)
+    if dtype == np.float64:  # exact math.*, not the float32 approximations: within 2 ulp
+        for op in ("exp", "log", "tanh"):
+            np.testing.assert_allclose(got[list(outs).index(op)], want[list(outs).index(op)],
+                                       rtol=5e-16, atol=0, err_msg=op)  # fmt: skip
+
+
+def test_nan_propagates_through_maximum_from_either_side():
+    g, outs, arrays = all_primitives(np.float32)
+    arrays[1][0, 0] = arrays[2][0, 1] = np.nan
+    with np.errstate(invalid="ignore"):  # astype(int32) of nan, also in the group
+        got, want = g.run(list(outs.values()), arrays)
+    for op in ("maximum", "minimum"):
+        a, b = got[list(outs).index(op)], want[list(outs).index(op)]
+        assert np.isnan(a[0, :2]).all()
+        np.testing.assert_array_equal(a, b)
+
+
+# --- wiring, broadcasting and reductions ------------------------------------------------------
+
+
+def gelu_with_everything(m, n, scale=0.5):
+    """x * bias-row + column + a scalar input + a graph constant, through tanh-GELU, with every
+    reduction form: columns, rows (keepdims), all, and max/min."""
+    g = Group()
+    x, row, row2, col, s = (
+        g.input((m, n)),
+        g.input((n,)),
+        g.input((1, n)),
+        g.input((m, 1)),
+        g.input(()),
+    )
+    c = g.const(scale)
+    y = g("sub", g("add", g("mul", x, row), col), g("mul", row2, s))
+    inner = g(
+        "mul",
+        g.const(0.7978846),
+        g("add", y, g("mul", g.const(0.044715), g("mul", y, g("mul", y, y)))),
+    )
+    h = g("mul", g("mul", c, y), g("add", g.const(1.0), g("tanh", inner)))
+    outputs = [
+        h,
+        g("sum", h, axis=(0,), keepdims=False),
+        g("sum", h, axis=(1,), keepdims=True),
+        g("sum", h, axis=(0, 1), keepdims=False),
+        g("max", h, axis=(1,), keepdims=False),
+        g("min", h, axis=(0,), keepdims=True),
+    ]  # fmt: skip
+    rng = np.random.default_rng(1)
+    shapes = [(m, n), (n,), (1, n), (m, 1), ()]
+    arrays = [rng.standard_normal(shape).astype(np.float32) for shape in shapes]
+    return g, outputs, arrays
+
+
+@pytest.mark.parametrize("m, n", [(300, 257), (3, 5), (1, 40)])
+def test_broadcasts_and_reductions(m, n):
+    """(300, 257) runs in two parallel chunks with uneven rows; the others in one."""
+    g, outputs, arrays = gelu_with_everything(m, n)
+    got, want = g.run(outputs, arrays)
+    h = np.abs(want[0]).astype(np.float64)
+    scales = [h, h.sum(0), h.sum(1, keepdims=True), h.sum(), 1, 1]
+    for k, (a, b, scale) in enumerate(zip(got, want, scales, strict=True)):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=2e-6, atol=np.max(scale) * 1e-6, err_msg=str(k))
+
+
+def test_reductions_of_inputs_and_integers_in_one_dimension():
+    """Full-size operands only: the domain collapses to 1-D. Sums of a bool and of an input."""
+    g = Group()
+    a, b = g.input((50, 1000), np.float64), g.input((50, 1000), np.float64)
+    big = g("greater", a, b)
+    outputs = [
+        g("sum", big, axis=(0, 1), keepdims=False),
+        g("sum", a, axis=(0, 1), keepdims=True),
+        g("max", g("mul", a, b), axis=(0, 1), keepdims=False),
+    ]
+    rng = np.random.default_rng(2)
+    arrays = [rng.standard_normal((50, 1000)), rng.standard_normal((50, 1000))]
+    got, want = g.run(outputs, arrays)
+    assert got[0].dtype == np.int64 and got[0] == want[0]
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+    assert got[2] == want[2]
+
+
+def test_noncontiguous_inputs_and_outputs():
+    g, outputs, arrays = gelu_with_everything(40, 30)
+    kernel = compile_group(g.inputs, g.nodes, outputs)
+    want = reference(Graph(g.inputs, g.nodes, outputs), arrays)
+    arrays[0] = np.asfortranarray(arrays[0])
+    got = [np.empty(v.shape, np.float32) for v in outputs]
+    kernel(*arrays, *got)
+    np.testing.assert_allclose(got[0], want[0], rtol=2e-6, atol=1e-6)
+    got[0] = np.empty((30, 40), np.float32).T
+    with pytest.raises(ValueError, match="C-contiguous"):
+        kernel(*arrays, *got)
+
+
+# --- the cache key --------------------------------------------------------------------------
+
+
+def scaled_sum(shape, scale, dtype=np.float32):
+    g = Group()
+    x = g.input(shape, dtype)
+    y = g("mul", x, g.const(scale, dtype))
+    return g, [y, g("sum", y, axis=tuple(range(len(shape))), keepdims=False)]
+
+
+def test_groups_differing_in_sizes_and_constants_share_one_kernel():
+    small, outs_small = scaled_sum((1000,), 0.5)
+    big, outs_big = scaled_sum((7, 13, 11), -2.0)  # 3-D, but every operand spans it: 1-D
+    k1 = compile_group(small.inputs, small.nodes, outs_small)
+    k2 = compile_group(big.inputs, big.nodes, outs_big)
+    assert k1.key == k2.key and k1.compiled is k2.compiled
+    for g, outs in ((small, outs_small), (big, outs_big)):
+        x = np.random.default_rng(3).standard_normal(g.inputs[0].shape).astype(np.float32)
+        got, want = g.run(outs, [x])
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-5)
+
+
+def key_of(g: Group, outputs) -> str:
+    return structure_key(analyze(g.inputs, g.nodes, outputs)[0])
+
+
+def test_key_tells_apart_what_the_code_depends_on():
+    base = key_of(*scaled_sum((10, 4), 1.0))
+    assert key_of(*scaled_sum((3, 9), 7.0)) == base
+    assert key_of(*scaled_sum((10, 4), 1.0, np.float64)) != base
+    g, outs = scaled_sum((10, 4), 1.0)
+    g.nodes.pop()  # the sum
+    assert key_of(g, outs[:1]) != base
+    row_sum = g("sum", outs[0], axis=(1,), keepdims=False)
+    assert key_of(g, [outs[0], row_sum]) != base
+    g2 = Group()
+    x, b = g2.input((10, 4)), g2.input((4,))
+    assert key_of(g2, [g2("add", x, b)]) != key_of(g2, [g2("add", b, x)])
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda g: [g("add", g.input((2, 3, 4)), g.input((3, 1)))],  # three canonical axes
+        lambda g: [g("matmul", g.input((2, 3)), g.input((3, 2)))],  # not elementwise
+        lambda g: [g("add", (s := g("sum", g.input((4, 5)), axis=(1,), keepdims=True)), s)],
+        lambda g: [g("add", g.input((4, 5)), g.input((5,))), g("mul", g.input((5,)), g.const(2.0))],
+    ],
+    ids=["3-D", "matmul", "reduction read again", "output smaller than the group"],
+)
+def test_unsupported_patterns_raise_not_implemented(build):
+    g = Group()
+    outputs = build(g)
+    with pytest.raises(NotImplementedError):
+        compile_group(g.inputs, g.nodes, outputs)
+
+
+# --- on disk ------------------------------------------------------------------------------------
+
+
+def test_cache_directory_is_private(tmp_path, monkeypatch):
+    fresh = tmp_path / "a" / "kernels"
+    cache.KernelCache(fresh)
+    assert fresh.stat().st_mode & 0o777 == 0o700
+    loose = tmp_path / "loose"
+    loose.mkdir(mode=0o755)
+    cache.KernelCache(loose)
+    assert loose.stat().st_mode & 0o777 == 0o700
+    monkeypatch.delenv(cache.ENV_VAR)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache.cache_dir() == tmp_path / "xdg" / "tracegrad" / "kernels"
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid") or os.getuid() != 0, reason="needs chown")
+def test_someone_elses_directory_is_not_used(tmp_path):
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o700)
+    os.chown(theirs, 65534, 65534)
+    with pytest.warns(RuntimeWarning, match="another user"):
+        assert cache.KernelCache(theirs).directory != theirs
+
+
+_CHILD = """
+import numpy as np
+from tracegrad.ir import Node, Value
+from tracegrad.kernels import compile_group
+x = Value({shape}, np.float32)
+c = Value((), np.float32, const=np.array(0.5, np.float32))
+y = Value({shape}, np.float32)
+s = Value((), np.float32)
+nodes = [Node("mul", [x, c], [y]), Node("sum", [y], [s], dict(axis={axes}, keepdims=False))]
+kernel = compile_group([x], nodes, [y, s])
+out = [np.empty({shape}, np.float32), np.empty((), np.float32)]
+kernel(np.ones({shape}, np.float32), *out)
+assert out[1] == 0.5 * np.prod({shape}), out[1]
+stats = kernel.compiled.stats
+print(sum(stats.cache_hits.values()), sum(stats.cache_misses.values()))
+"""
+
+
+def run_child(shape, cache_dir) -> tuple[int, int]:
+    """(Numba cache hits, misses) of a new process compiling `scaled_sum`'s structure."""
+    code = _CHILD.format(shape=shape, axes=tuple(range(len(shape))))
+    env = dict(os.environ, **{cache.ENV_VAR: str(cache_dir)})
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    hits, misses = map(int, out.stdout.split())
+    return hits, misses
+
+
+@pytest.mark.slow
+def test_a_new_process_loads_kernels_from_disk(kernel_cache):
+    g, outs = scaled_sum((1000,), 0.5)
+    compile_group(g.inputs, g.nodes, outs)  # written to the session's cache (if not yet)
+    assert run_child((64, 8), kernel_cache) == (1, 0)
+
+
+def copy_kernel(key: str, source: Path, target: Path) -> None:
+    target.mkdir(mode=0o700, exist_ok=True)
+    (target / "__pycache__").mkdir(exist_ok=True)
+    for path in source.glob(f"*{key}*"):
+        shutil.copy2(path, target / path.name)
+    for path in (source / "__pycache__").glob(f"*{key}*"):
+        shutil.copy2(path, target / "__pycache__" / path.name)
+
+
+@pytest.mark.slow
+def test_corrupt_cache_entries_are_rebuilt(kernel_cache, tmp_path):
+    g, outs = scaled_sum((1000,), 0.5)
+    key = compile_group(g.inputs, g.nodes, outs).key
+    copy_kernel(key, kernel_cache, tmp_path)
+    source = next(tmp_path.glob(f"*{key}.py"))
+    good = source.read_text()
+    source.write_text("this is not python (")
+    assert run_child((5,), tmp_path) == (1, 0)  # the file is rewritten; Numba's code still fits
+    assert source.read_text() == good
+    for path in (tmp_path / "__pycache__").iterdir():
+        path.write_bytes(path.read_bytes()[:40])  # truncated index and code
+    assert run_child((5,), tmp_path) == (0, 1)  # compiled afresh
+    assert run_child((5,), tmp_path) == (1, 0)  # and cached again
+
+
+def test_generated_source_is_readable_python():
+    g, outs = scaled_sum((1000,), 0.5)
+    kernel = compile_group(g.inputs, g.nodes, outs)
+    text = kernel.source
+    compile(text, str(kernel.path), "exec")
+    assert "prange" in text and "cache=True" in text and "parallel=True" in text
+    assert "0.5" not in text  # constants are arguments, not literals

@@ -1,0 +1,212 @@
+"""The measurements behind docs/kernels.md. Run `python -m tracegrad.kernels.bench [what ...]`
+with `what` among accuracy (all 2**32 float32 inputs: minutes), tanh (fast tanh against
+math.tanh in a parallel loop) and cache (a new process's first call, cold and warm)."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numba
+import numpy as np
+from numba import prange
+
+from . import fastmath, scalar
+
+_SUBNORMAL_ULP = 2.0**-149  # float32's smallest step
+_SMALLEST_NORMAL = 2.0**-126
+
+
+# --- accuracy: all 2**32 inputs against float64 math ------------------------------------------
+
+
+@numba.njit(parallel=True, error_model="numpy")
+def _errors(fast, exact, x, stats):
+    """stats[c] = (max ulps on normal results, its x, max error on subnormal results in units
+    of 2**-149, mismatched specials) for the c-th slice of x."""
+    chunks = stats.shape[0]
+    for c in prange(chunks):
+        worst = worst_x = worst_sub = bad = 0.0
+        for k in range(c * x.size // chunks, (c + 1) * x.size // chunks):
+            y = np.float64(fast(x[k]))
+            r = exact(np.float64(x[k]))
+            r32 = np.float64(np.float32(r))
+            if r != r or math.isinf(r32):
+                bad += 0.0 if (y != y and r != r) or y == r32 else 1.0
+            elif math.isinf(y) or y != y:
+                bad += 1.0
+            elif abs(r) >= _SMALLEST_NORMAL:
+                ulp = math.ldexp(1.0, math.frexp(r)[1] - 24)
+                if abs(y - r) / ulp > worst:
+                    worst, worst_x = abs(y - r) / ulp, np.float64(x[k])
+            else:
+                worst_sub = max(worst_sub, abs(y - r) / _SUBNORMAL_ULP)
+        stats[c, 0], stats[c, 1], stats[c, 2], stats[c, 3] = worst, worst_x, worst_sub, bad
+
+
+def float32_errors(fast, exact, step: int = 1) -> tuple[float, float, float, int]:
+    """(max ulps on normal results, where, max subnormal error in 2**-149, wrong specials) of
+    `fast` against float64 `exact` over every `step`-th float32 bit pattern."""
+    stats = np.zeros((2 * numba.get_num_threads(), 4))
+    worst, worst_x, worst_subnormal, wrong = 0.0, 0.0, 0.0, 0
+    span = 1 << 24
+    for start in range(0, 1 << 32, span * step):
+        bits = np.arange(start, start + span * step, step, dtype=np.uint64).astype(np.uint32)
+        _errors(fast, exact, bits.view(np.float32), stats)
+        i = int(np.argmax(stats[:, 0]))
+        if stats[i, 0] > worst:
+            worst, worst_x = stats[i, 0], stats[i, 1]
+        worst_subnormal = max(worst_subnormal, stats[:, 2].max())
+        wrong += int(stats[:, 3].sum())
+    return worst, worst_x, worst_subnormal, wrong
+
+
+EXACT = {
+    "exp": (fastmath.exp_f32, numba.njit(lambda x: math.exp(x))),
+    "log": (fastmath.log_f32, scalar._exact_log),
+    "tanh": (fastmath.tanh_f32, numba.njit(lambda x: math.tanh(x))),
+    "sigmoid": (fastmath.sigmoid_f32, scalar._exact_sigmoid),
+}
+
+
+def accuracy() -> None:
+    print("function  max error (normal results)  at x             subnormal results  specials")
+    for name, (fast, exact) in EXACT.items():
+        ulps, where, sub, bad = float32_errors(fast, exact)
+        print(
+            f"{name:8}  {ulps:6.3f} ulp {'':15} {where:<16.9g} {sub:6.3f} x 2**-149   {bad} wrong"
+        )
+
+
+# --- speed: a parallel loop with fast tanh against math.tanh ----------------------------------
+
+_FLAGS = set(fastmath.FLAGS | {"reassoc"})
+
+
+@numba.njit(parallel=True, fastmath=_FLAGS, error_model="numpy")
+def _fast_tanh(x, out):
+    for i in prange(x.shape[0]):
+        for j in range(x.shape[1]):
+            out[i, j] = scalar.tanh(x[i, j])
+
+
+@numba.njit(parallel=True, fastmath=True)
+def _math_tanh(x, out):
+    for i in prange(x.shape[0]):
+        for j in range(x.shape[1]):
+            out[i, j] = math.tanh(x[i, j])
+
+
+def median_seconds(f, *args, runs: int = 25) -> float:
+    f(*args)
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        f(*args)
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def tanh_speed(shape: tuple[int, int] = (4096, 512)) -> None:
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32) * 3
+    out = np.empty_like(x)
+    fast = median_seconds(_fast_tanh, x, out)
+    slow = median_seconds(_math_tanh, x, out)
+    ref = median_seconds(lambda a, o: np.tanh(a, out=o), x, out)
+    print(
+        f"tanh of float32 {shape}, {numba.get_num_threads()} threads, median of 25: fast "
+        f"{fast * 1e3:.2f} ms, math.tanh {slow * 1e3:.2f} ms ({slow / fast:.1f}x slower), "
+        f"np.tanh {ref * 1e3:.2f} ms"
+    )
+
+
+# --- cache: a new process's first kernels, cold and warm --------------------------------------
+
+_CHILD = """
+import time
+start = time.perf_counter()
+import numpy as np
+from tracegrad.kernels import compile_group
+from tracegrad.kernels.bench import example_groups
+imported = time.perf_counter()
+for inputs, nodes, outputs in example_groups():
+    kernel = compile_group(inputs, nodes, outputs)
+    arrays = [np.ones(v.shape, v.dtype) for v in inputs]
+    kernel(*arrays, *(np.empty(v.shape, v.dtype) for v in outputs))
+done = time.perf_counter()
+print(f"{imported - start:.3f} {done - imported:.3f}")
+"""
+
+
+def example_groups(batch: int = 4096, width: int = 256) -> list:
+    """Four typical groups of a training step: bias + tanh-GELU, its backward with the bias
+    gradient, a softmax's exp and row sums, and an SGD update."""
+    from ..ir import Node, Value
+    from ..primitives import PRIMITIVES
+
+    def group(*input_shapes):
+        inputs = [Value(s, np.float32) for s in input_shapes]
+        nodes = []
+
+        def op(name, *args, **attrs):
+            args = [Value((), np.float32, np.array(a, np.float32)) if isinstance(a, float) else a
+                    for a in args]  # fmt: skip
+            out = Value(*PRIMITIVES[name].shape_rule(*args, **attrs))
+            nodes.append(Node(name, args, [out], attrs))
+            return out
+
+        return inputs, nodes, op
+
+    def gelu_inner(op, y):
+        return op(
+            "mul", 0.7978846, op("add", y, op("mul", 0.044715, op("mul", y, op("mul", y, y))))
+        )
+
+    groups = []
+    (x, b), nodes, op = group((batch, width), (width,))
+    y = op("add", x, b)
+    t = op("tanh", gelu_inner(op, y))
+    groups.append(([x, b], nodes, [op("mul", op("mul", 0.5, y), op("add", 1.0, t))]))
+
+    (g, y), nodes, op = group((batch, width), (batch, width))
+    t = op("tanh", gelu_inner(op, y))
+    dt = op(
+        "mul",
+        op("sub", 1.0, op("mul", t, t)),
+        op("add", 0.7978846, op("mul", 0.1070322, op("mul", y, y))),
+    )
+    dy = op(
+        "mul", g, op("add", op("mul", 0.5, op("add", 1.0, t)), op("mul", op("mul", 0.5, y), dt))
+    )
+    groups.append(([g, y], nodes, [dy, op("sum", dy, axis=(0,), keepdims=False)]))
+
+    (z, m), nodes, op = group((batch, 10), (batch, 1))
+    e = op("exp", op("sub", z, m))
+    groups.append(([z, m], nodes, [e, op("sum", e, axis=(1,), keepdims=True)]))
+
+    (w, dw), nodes, op = group((width, width), (width, width))
+    groups.append(([w, dw], nodes, [op("sub", w, op("mul", 0.01, dw))]))
+    return groups
+
+
+def cache_timing() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, TRACEGRAD_CACHE_DIR=tmp, NUMBA_CACHE_DIR=os.path.join(tmp, "nb"))
+        for label in ("cold", "warm"):
+            out = subprocess.run(
+                [sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, check=True
+            ).stdout.split()
+            print(
+                f"{label}: import {float(out[0]):.2f} s, then compile/load + first call of "
+                f"{len(example_groups(8, 8))} kernels {float(out[1]):.2f} s"
+            )
+
+
+if __name__ == "__main__":
+    jobs = {"accuracy": accuracy, "tanh": tanh_speed, "cache": cache_timing}
+    for what in sys.argv[1:] or jobs:
+        jobs[what]()

@@ -1,0 +1,143 @@
+"""Where generated kernels live: an in-memory dict per process, and `.py` files on disk.
+
+Numba's `cache=True` only works for functions defined in real files, imported as modules that are
+in `sys.modules` under their own name before they run. So each kernel is written to
+`<cache dir>/<module>.py` and imported from there; Numba keeps its machine code next to it in
+`__pycache__`, and a new process loads it instead of compiling. The directory holds code we
+execute, so it must be private: created with mode 0700, and one that another user owns is not
+used. A file whose text is not exactly the generated source is rewritten, and a kernel whose
+Numba cache fails to load is compiled afresh.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import stat
+import sys
+import tempfile
+import threading
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import numba
+from numba.core.caching import _CacheLocator
+
+ENV_VAR = "TRACEGRAD_CACHE_DIR"
+
+
+def cache_dir() -> Path:
+    """$TRACEGRAD_CACHE_DIR, else $XDG_CACHE_HOME/tracegrad/kernels, else ~/.cache/..."""
+    if os.environ.get(ENV_VAR):
+        return Path(os.environ[ENV_VAR]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "tracegrad" / "kernels"
+
+
+def private_dir(path: Path) -> Path:
+    """`path`, created with mode 0700 and tightened to it if it is ours; a fresh temporary
+    directory (and a warning) if it belongs to someone else or cannot be created."""
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = path.stat()
+        if info.st_uid != os.getuid():
+            raise PermissionError(f"{path} belongs to another user")
+        if stat.S_IMODE(info.st_mode) != 0o700:
+            path.chmod(0o700)
+        return path
+    except OSError as e:
+        fallback = Path(tempfile.mkdtemp(prefix="tracegrad-kernels-"))
+        warnings.warn(
+            f"tracegrad: kernel cache directory unusable ({e}); compiling into {fallback}, "
+            f"which no later process will reuse. Set ${ENV_VAR} to a private directory.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return fallback
+
+
+class KernelCache:
+    """Kernels by key: from memory, else from `<directory>/<module>.py` (+ Numba's cache)."""
+
+    def __init__(self, directory: Path):
+        self.directory = private_dir(directory)
+        self._kernels: dict[str, Callable] = {}
+        self._lock = threading.Lock()
+
+    def path(self, module_name: str) -> Path:
+        return self.directory / f"{module_name}.py"
+
+    def load(self, module_name: str, source: str) -> Callable:
+        """The `kernel` function of the generated module `module_name` whose text is `source`."""
+        with self._lock:
+            if module_name not in self._kernels:
+                self._kernels[module_name] = self._load(module_name, source)
+            return self._kernels[module_name]
+
+    def _load(self, module_name: str, source: str) -> Callable:
+        path = self.path(module_name)
+        if _read_text(path) != source:
+            _write_atomically(path, source)
+        try:
+            return _import(module_name, path).kernel
+        except Exception as first:  # a truncated or foreign Numba cache entry: drop it, rebuild
+            self.forget_numba_cache(module_name)
+            try:
+                return _import(module_name, path).kernel
+            except Exception:
+                raise first from None
+
+    def forget_numba_cache(self, module_name: str) -> None:
+        """Delete Numba's index and code files for a kernel, wherever Numba keeps them."""
+        places = [self.directory / "__pycache__"]
+        if numba.config.CACHE_DIR:  # $NUMBA_CACHE_DIR moves every cache there
+            subpath = _CacheLocator.get_suitable_cache_subpath(str(self.path(module_name)))
+            places.append(Path(numba.config.CACHE_DIR) / subpath)
+        for place in places:
+            for entry in place.glob(f"{module_name}.*"):
+                entry.unlink(missing_ok=True)
+
+
+_caches: dict[Path, KernelCache] = {}
+
+
+def default_cache() -> KernelCache:
+    """The cache for the current `cache_dir()` (read on every call, so tests may switch it)."""
+    directory = cache_dir()
+    if directory not in _caches:
+        _caches[directory] = KernelCache(directory)
+    return _caches[directory]
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write via a temporary file and rename, so a concurrent process never reads half a file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _import(module_name: str, path: Path) -> ModuleType:
+    """Import a file as `module_name`, registered in sys.modules first (Numba's cache needs it)."""
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(module_name, None)
+        raise
+    return module

@@ -1,0 +1,171 @@
+"""Vectorizable float32 tanh, exp, log and sigmoid for Numba kernels.
+
+Numba lowers `math.tanh`/`exp`/`log` to libm calls, which stop LLVM from vectorizing the loop.
+These are branch-free polynomial/rational approximations (after Eigen's `ptanh_float`,
+`pexp_float`, `plog_float`, themselves from Cephes) built only of arithmetic, min/max, selects
+and integer bit tricks, so once LLVM inlines them the surrounding loop becomes SIMD code.
+Special values follow IEEE (exp(-inf) = 0, log(0) = -inf, log(-1) = nan, nan -> nan), which is
+why the flags below leave out `nnan`/`ninf`, and why they leave out `reassoc`: it would undo
+the Cody-Waite argument reduction. Error bounds, as measured by tests/test_fastmath.py, are in
+docs/kernels.md.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba.core import types
+from numba.core.extending import intrinsic
+
+FLAGS = frozenset({"nsz", "contract", "afn"})
+_jit = numba.njit(fastmath=set(FLAGS), error_model="numpy", cache=True)
+
+_F = np.float32
+_ONE, _HALF, _ZERO = _F(1.0), _F(0.5), _F(0.0)
+_INF, _NAN = _F(np.inf), _F(np.nan)
+
+
+# --- bit tricks ---------------------------------------------------------------------------------
+
+
+def _float32_only(x: types.Type) -> None:
+    if x != types.float32:
+        raise numba.errors.TypingError(f"fastmath intrinsics take float32, not {x}")
+
+
+@intrinsic
+def _pow2(typingctx, n):
+    """2**n for an integer-valued float32 n in [-126, 127], written straight into the exponent."""
+    _float32_only(n)
+
+    def codegen(context, builder, sig, args):
+        i32 = ir.IntType(32)
+        biased = builder.add(builder.fptosi(args[0], i32), i32(127))
+        return builder.bitcast(builder.shl(biased, i32(23)), ir.FloatType())
+
+    return types.float32(types.float32), codegen
+
+
+@intrinsic
+def _binary_exponent(typingctx, x):
+    """e such that x = m * 2**e with m in [0.5, 1), for a positive normal float32 x (frexp)."""
+    _float32_only(x)
+
+    def codegen(context, builder, sig, args):
+        i32 = ir.IntType(32)
+        bits = builder.bitcast(args[0], i32)
+        biased = builder.and_(builder.lshr(bits, i32(23)), i32(0xFF))
+        return builder.sitofp(builder.sub(biased, i32(126)), ir.FloatType())
+
+    return types.float32(types.float32), codegen
+
+
+@intrinsic
+def _mantissa(typingctx, x):
+    """m in [0.5, 1) such that x = m * 2**e, for a positive normal float32 x (frexp)."""
+    _float32_only(x)
+
+    def codegen(context, builder, sig, args):
+        i32 = ir.IntType(32)
+        bits = builder.bitcast(args[0], i32)
+        bits = builder.or_(builder.and_(bits, i32(0x807FFFFF)), i32(0x3F000000))
+        return builder.bitcast(bits, ir.FloatType())
+
+    return types.float32(types.float32), codegen
+
+
+# --- exp ----------------------------------------------------------------------------------------
+
+_EXP_HI = _F(88.8)  # exp overflows to inf from 88.7228; clamping keeps the exponent in range
+_EXP_LO = _F(-104.0)  # exp(-104) is below half the smallest subnormal: it rounds to 0
+_LOG2E = _F(1.44269504088896341)
+_LN2_HI = _F(0.693359375)  # Cody-Waite: ln 2 = hi + lo, hi with few mantissa bits, m * hi exact
+_LN2_LO = _F(-2.12194440e-4)
+_E0, _E1, _E2, _E3, _E4, _E5 = map(
+    _F, (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
+         5.0000001201e-1)
+)  # fmt: skip
+
+
+@_jit
+def exp_f32(x):
+    """e**x: x = m ln2 + r with |r| <= ln2/2, a degree-7 polynomial for e**r, times 2**m.
+
+    2**m is applied in two halves so that subnormal results (x down to -103.9) keep their bits.
+    """
+    xc = min(max(x, _EXP_LO), _EXP_HI)
+    m = np.floor(xc * _LOG2E + _HALF)
+    r = xc - m * _LN2_HI
+    r = r - m * _LN2_LO
+    p = ((((_E0 * r + _E1) * r + _E2) * r + _E3) * r + _E4) * r + _E5
+    y = p * (r * r) + r + _ONE
+    m1 = np.floor(m * _HALF)
+    y = y * _pow2(m1) * _pow2(m - m1)
+    return y if x == x else x
+
+
+# --- log ----------------------------------------------------------------------------------------
+
+_MIN_NORMAL = _F(1.17549435e-38)
+_TWO_24, _24 = _F(2.0**24), _F(24.0)
+_SQRT_HALF = _F(0.707106781186547524)
+_L0, _L1, _L2, _L3, _L4, _L5, _L6, _L7, _L8 = map(
+    _F, (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1,
+         -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1)
+)  # fmt: skip
+
+
+@_jit
+def log_f32(x):
+    """ln x: x = m 2**e with m in [sqrt(1/2), sqrt(2)), ln m by Cephes' polynomial, + e ln 2.
+
+    Subnormal x are scaled by 2**24 first; x <= 0, inf and nan give -inf/nan/inf/nan.
+    """
+    tiny = x < _MIN_NORMAL
+    xs = x * _TWO_24 if tiny else x
+    e = _binary_exponent(xs) - (_24 if tiny else _ZERO)
+    m = _mantissa(xs)
+    low = m < _SQRT_HALF
+    e = e - _ONE if low else e
+    m = (m + m if low else m) - _ONE
+    z = m * m
+    p = ((((((((_L0 * m + _L1) * m + _L2) * m + _L3) * m + _L4) * m + _L5) * m + _L6) * m + _L7)
+         * m + _L8)  # fmt: skip
+    y = p * m * z + e * _LN2_LO - _HALF * z
+    y = (m + y) + e * _LN2_HI
+    y = y if x < _INF else x
+    return y if x > _ZERO else (-_INF if x == _ZERO else _NAN)
+
+
+# --- tanh and sigmoid ---------------------------------------------------------------------------
+
+_TANH_CLAMP = _F(9.0)  # float32 tanh is 1 from 9.01; the rational form holds up to 9, not 10
+_TANH_TINY = _F(0.0004)  # below it tanh x rounds to x
+_A13, _A11, _A9, _A7, _A5, _A3, _A1 = map(
+    _F, (-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11, 5.12229709037114e-08,
+         1.48572235717979e-05, 6.37261928875436e-04, 4.89352455891786e-03)
+)  # fmt: skip
+_B6, _B4, _B2, _B0 = map(
+    _F, (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03)
+)
+
+
+@_jit
+def tanh_f32(x):
+    """tanh x as Eigen's odd/even rational function of degree 13/6, on x clamped to [-9, 9]."""
+    xc = min(max(x, -_TANH_CLAMP), _TANH_CLAMP)
+    x2 = xc * xc
+    p = ((((((_A13 * x2 + _A11) * x2 + _A9) * x2 + _A7) * x2 + _A5) * x2 + _A3) * x2 + _A1) * xc
+    q = ((_B6 * x2 + _B4) * x2 + _B2) * x2 + _B0
+    y = min(max(p / q, -_ONE), _ONE)
+    return y if abs(x) >= _TANH_TINY else x
+
+
+@_jit
+def sigmoid_f32(x):
+    """1 / (1 + e**-x), as e**x / (1 + e**x) for x < 0: one exp of -|x|, which never
+    overflows, so tiny results keep their relative accuracy down to the subnormals."""
+    e = exp_f32(-abs(x))
+    r = _ONE / (_ONE + e)
+    return r if x >= _ZERO else e * r

@@ -1,0 +1,482 @@
+"""One Numba kernel per fused group: elementwise nodes, broadcast operands, trailing reductions.
+
+`compile_group` reduces a group to its canonical `Structure` (ops and wiring, dtypes, which
+canonical axes each operand spans, reduction axes; no sizes and no constant values), generates a
+kernel from that alone and caches it by its hash, so every layer of a deep net with the same
+pattern shares one compiled kernel. Adjacent axes that every operand and reduction treats alike
+are merged first: an (m, n) group with only full-size operands runs as 1-D, one with a bias row
+or a column sum as 2-D. Supported: canonical 1-D and 2-D domains; `sum`, `max`, `min` over any
+canonical axes, as group outputs. Anything else raises NotImplementedError (the caller falls
+back to NumPy).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numba
+import numpy as np
+
+from ..ir import Node, Value
+from ..primitives import PRIMITIVES
+from . import fastmath
+from .cache import KernelCache, default_cache
+
+FLAGS = frozenset(fastmath.FLAGS | {"reassoc"})  # reassoc lets LLVM vectorize the reductions
+REDUCTIONS = ("sum", "max", "min")
+GRAIN = 16384  # elements per parallel chunk at least: below it threads cost more than they save
+SUPPORTED_DTYPES = frozenset(
+    np.dtype(t).name
+    for t in (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
+              np.uint64, np.float32, np.float64)
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """A group output reducing value `slot` over the canonical `axes` into dtype `dtype`."""
+
+    op: str
+    slot: int
+    axes: tuple[int, ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Structure:
+    """Everything a kernel's code depends on, and nothing else: the cache key's content.
+
+    Slots number the group's values: kernel inputs first, then one per node. `inputs` gives
+    each input's dtype and, per canonical axis, whether it spans it (False: broadcast along it).
+    `nodes` are (op, operand slots, result dtype); `outputs` are slots stored elementwise or
+    `Reduction`s.
+    """
+
+    ndim: int
+    inputs: tuple[tuple[str, tuple[bool, ...]], ...]
+    nodes: tuple[tuple[str, tuple[int, ...], str], ...]
+    outputs: tuple[int | Reduction, ...]
+
+
+class FusedKernel:
+    """`kernel(*input_arrays, *output_arrays)`: writes the group's outputs into the given arrays.
+
+    Constants the group reads but were not listed as inputs are bound here and passed after
+    the caller's inputs. Inputs are reshaped to the canonical axes (a view when contiguous);
+    outputs must be C-contiguous, since they are written through such a view.
+    """
+
+    def __init__(self, compiled: Callable, structure: Structure, key: str, path: Path, layout):
+        self.compiled, self.structure, self.key, self.path = compiled, structure, key, path
+        self.sizes, self.input_shapes, self.output_shapes, self.consts = layout
+        self.n_inputs = len(self.input_shapes) - len(self.consts)
+        self.partials = [
+            _partial_spec(r, structure.ndim) if isinstance(r, Reduction) else None
+            for r in structure.outputs
+        ]
+
+    @property
+    def source(self) -> str:
+        return self.path.read_text()
+
+    def __call__(self, *arrays: np.ndarray) -> None:
+        n = self.n_inputs
+        if len(arrays) != n + len(self.output_shapes):
+            raise TypeError(
+                f"fused kernel takes {n} inputs and {len(self.output_shapes)} outputs, "
+                f"got {len(arrays)} arrays"
+            )
+        ins = [
+            np.ascontiguousarray(np.reshape(a, shape))
+            for a, shape in zip((*arrays[:n], *self.consts), self.input_shapes, strict=True)
+        ]
+        outs = [
+            _writable_view(a, shape)
+            for a, shape in zip(arrays[n:], self.output_shapes, strict=True)
+        ]
+        chunks = self.chunks()
+        parts = [_partial(spec, chunks, self.sizes) for spec in self.partials if spec]
+        self.compiled(*ins, *outs, *parts, *self.sizes, chunks)
+
+    def chunks(self) -> int:
+        """Parallel chunks of the outer axis: one per thread, fewer for small work."""
+        work = math.prod(self.sizes) // GRAIN
+        return max(1, min(numba.get_num_threads(), self.sizes[0], work))
+
+    def __repr__(self) -> str:
+        return f"<FusedKernel {self.key} at {self.path}>"
+
+
+def compile_group(
+    inputs: Sequence[Value],
+    nodes: Sequence[Node],
+    outputs: Sequence[Value],
+    cache: KernelCache | None = None,
+) -> FusedKernel:
+    """A kernel computing `outputs` of the topologically ordered elementwise `nodes`.
+
+    Raises NotImplementedError for groups this generator does not handle.
+    """
+    structure, layout = analyze(inputs, nodes, outputs)
+    key = structure_key(structure)
+    module = f"tracegrad_kernel_{key}"
+    cache = cache or default_cache()
+    compiled = cache.load(module, generate_source(structure, key))
+    return FusedKernel(compiled, structure, key, cache.path(module), layout)
+
+
+def structure_key(structure: Structure) -> str:
+    text = f"{_GENERATOR_VERSION}|{structure!r}"
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+# --- analysis: group -> canonical structure + the sizes of this instance ----------------------
+
+
+def analyze(inputs: Sequence[Value], nodes: Sequence[Node], outputs: Sequence[Value]):
+    """(Structure, layout) where layout = (canonical sizes, input shapes, output shapes,
+    bound constants)."""
+    if not nodes:
+        raise NotImplementedError("an empty group has nothing to compute")
+    consts = _unlisted_constants(inputs, nodes)
+    kernel_inputs = [*inputs, *consts]
+    reductions = _check_nodes(nodes, outputs)
+    for v in (*kernel_inputs, *(o for n in nodes for o in n.outputs)):
+        if v.dtype.name not in SUPPORTED_DTYPES:
+            raise NotImplementedError(f"dtype {v.dtype} in a fused kernel")
+    domain = _domain(nodes, outputs, reductions)
+    axes_of = {v: tuple(sorted(n.attrs["axis"])) for v, n in reductions.items()}
+    groups = _canonical_axes(domain, [v.shape for v in kernel_inputs], list(axes_of.values()))
+    if len(groups) > 2:
+        raise NotImplementedError(f"{len(groups)} canonical axes (domain {domain})")
+    sizes = tuple(math.prod(domain[a] for a in g) for g in groups) or (1,)
+
+    elementwise = [n for n in nodes if n.op not in REDUCTIONS]
+    slots = {v: i for i, v in enumerate([*kernel_inputs, *(n.outputs[0] for n in elementwise)])}
+    in_spec = tuple((v.dtype.name, _spans(v.shape, domain, groups)) for v in kernel_inputs)
+    node_spec = tuple(
+        (n.op, tuple(slots[v] for v in n.inputs), n.outputs[0].dtype.name) for n in elementwise
+    )
+    out_spec, out_shapes = [], []
+    for v in outputs:
+        if v in reductions:
+            node = reductions[v]
+            kept = tuple(k for k, g in enumerate(groups) if g[0] not in axes_of[v])
+            reduced = tuple(k for k in range(len(groups)) if k not in kept)
+            out_spec.append(Reduction(node.op, slots[node.inputs[0]], reduced, v.dtype.name))
+            out_shapes.append(tuple(sizes[k] for k in kept) or (1,))
+        else:
+            out_spec.append(slots[v])
+            out_shapes.append(sizes)
+    structure = Structure(len(sizes), in_spec, node_spec, tuple(out_spec))
+    in_shapes = [
+        tuple(s for s, full in zip(sizes, spans, strict=True) if full) or (1,)
+        for _, spans in in_spec
+    ]
+    return structure, (sizes, in_shapes, out_shapes, [c.const for c in consts])
+
+
+def _unlisted_constants(inputs: Sequence[Value], nodes: Sequence[Node]) -> list[Value]:
+    known = set(inputs) | {v for n in nodes for v in n.outputs}
+    consts: list[Value] = []
+    for n in nodes:
+        for v in n.inputs:
+            if v in known:
+                continue
+            if v.const is None:
+                raise ValueError(f"{n.op} reads {v}, which is neither an input nor computed")
+            consts.append(v)
+            known.add(v)
+    return consts
+
+
+def _check_nodes(nodes: Sequence[Node], outputs: Sequence[Value]) -> dict[Value, Node]:
+    """The reduction nodes by their value, after checking every node is one we can fuse."""
+    reductions: dict[Value, Node] = {}
+    for n in nodes:
+        if any(v in reductions for v in n.inputs):
+            raise NotImplementedError("a reduction read again inside its group")
+        if n.op in REDUCTIONS:
+            if n.outputs[0] not in outputs:
+                raise NotImplementedError(f"{n.op} inside a group must be a group output")
+            if n.op != "sum" and n.inputs[0].dtype.kind != "f":
+                raise NotImplementedError(f"{n.op} of {n.inputs[0].dtype}")
+            if not n.attrs["axis"]:
+                raise NotImplementedError(f"{n.op} over no axes")
+            reductions[n.outputs[0]] = n
+        elif n.op not in PRIMITIVES or PRIMITIVES[n.op].scalar is None:
+            raise NotImplementedError(f"{n.op} is not elementwise")
+        elif len(n.outputs) != 1:
+            raise NotImplementedError(f"{n.op} with {len(n.outputs)} outputs")
+    return reductions
+
+
+def _domain(nodes, outputs, reductions) -> tuple[int, ...]:
+    """The shape every elementwise value broadcasts to: the shape the kernel iterates over."""
+    computed = [n.outputs[0].shape for n in nodes if n.op not in REDUCTIONS]
+    reduced = [n.inputs[0].shape for n in reductions.values()]
+    domain = tuple(np.broadcast_shapes(*computed, *reduced))
+    for shape in reduced:
+        if shape != domain:
+            raise NotImplementedError(f"a reduction over {shape} in a group of shape {domain}")
+    for v in outputs:
+        if v not in reductions and v.shape != domain:
+            raise NotImplementedError(f"an output of shape {v.shape} in a group of {domain}")
+    return domain
+
+
+def _canonical_axes(
+    domain: tuple[int, ...], input_shapes: list[tuple[int, ...]], reduced: list[tuple[int, ...]]
+) -> list[list[int]]:
+    """Domain axes grouped into canonical axes: adjacent axes merge when every input spans both
+    or neither and every reduction reduces both or neither. Size-1 axes drop out, unless
+    reduced (so each reduction keeps at least one axis)."""
+    groups: list[list[int]] = []
+    last = None
+    for a, d in enumerate(domain):
+        reduces = tuple(a in axes for axes in reduced)
+        if d == 1 and not any(reduces):
+            continue
+        signature = (tuple(_spans_axis(s, domain, a) for s in input_shapes), reduces)
+        if signature == last:
+            groups[-1].append(a)
+        else:
+            groups.append([a])
+            last = signature
+    return groups
+
+
+def _spans_axis(shape: tuple[int, ...], domain: tuple[int, ...], axis: int) -> bool:
+    offset = len(domain) - len(shape)
+    return axis >= offset and domain[axis] != 1 and shape[axis - offset] == domain[axis]
+
+
+def _spans(shape, domain, groups) -> tuple[bool, ...]:
+    return tuple(_spans_axis(shape, domain, g[0]) for g in groups) or (False,)
+
+
+def _writable_view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    if not a.flags.c_contiguous:
+        raise ValueError(f"fused kernel outputs must be C-contiguous, got strides {a.strides}")
+    return np.reshape(a, shape)
+
+
+# --- reductions: where partial results go -----------------------------------------------------
+
+
+def _partial_spec(r: Reduction, ndim: int) -> tuple[str, np.dtype, float] | None:
+    """(form, dtype, initial value) of a reduction's per-chunk partials; None for row sums,
+    which each chunk finishes by itself."""
+    form = _form(r, ndim)
+    if form == "rows":
+        return None
+    return form, _accumulator_dtype(r), _identity(r)
+
+
+def _form(r: Reduction, ndim: int) -> str:
+    """ "all": everything to one number; "rows": over the inner axis; "cols": over the outer."""
+    if len(r.axes) == ndim:
+        return "all"
+    return "rows" if r.axes == (1,) else "cols"
+
+
+def _accumulator_dtype(r: Reduction) -> np.dtype:
+    if r.op != "sum":
+        return np.dtype(r.dtype)
+    return np.dtype(np.float64 if np.dtype(r.dtype).kind == "f" else np.int64)
+
+
+def _identity(r: Reduction) -> float:
+    return {"sum": 0.0, "max": -math.inf, "min": math.inf}[r.op]
+
+
+def _partial(spec, chunks: int, sizes: tuple[int, ...]) -> np.ndarray:
+    form, dtype, init = spec
+    shape = (chunks,) if form == "all" else (chunks, sizes[1])
+    return np.full(shape, init, dtype)
+
+
+# --- code generation: structure -> Python source ----------------------------------------------
+
+_HEADER = '''\
+"""tracegrad fused kernel {key}: generated from its structure, rewritten if edited.
+
+{structure}
+"""
+
+import numpy as np
+from numba import njit, prange
+
+from tracegrad.kernels.scalar import cos, exp, log, sigmoid, sign, sin, sqrt, tanh
+from tracegrad.kernels.scalar import maximum as max, minimum as min  # nan-propagating
+
+
+@njit(
+    "{signature}",
+    parallel=True,
+    fastmath={flags},
+    error_model="numpy",
+    cache=True,
+)
+def kernel({params}):
+'''
+
+
+def generate_source(s: Structure, key: str) -> str:
+    """The module text of the kernel for `s` (a function of `s` and `key` only)."""
+    reductions = [(k, r) for k, r in enumerate(s.outputs) if isinstance(r, Reduction)]
+    partials = [(k, r) for k, r in reductions if _form(r, s.ndim) != "rows"]
+    sizes = ["n0", "n1"][: s.ndim]
+    params = (
+        [f"in{k}" for k in range(len(s.inputs))]
+        + [f"out{k}" for k in range(len(s.outputs))]
+        + [f"part{k}" for k, _ in partials]
+        + [*sizes, "chunks"]
+    )
+    header = _HEADER.format(
+        key=key,
+        structure=_describe(s),
+        signature=_signature(s, partials),
+        flags=repr(sorted(FLAGS)).replace("[", "{").replace("]", "}"),
+        params=", ".join(params),
+    )
+    return header + "\n".join(_body(s, reductions, partials)) + "\n"
+
+
+def _body(s: Structure, reductions, partials) -> list[str]:
+    outer, inner = ("i", "j") if s.ndim == 2 else (None, "i")
+    index = "i, j" if s.ndim == 2 else "i"
+    inner_accs = [(k, r) for k, r in reductions if _form(r, s.ndim) in ("rows", "all")]
+    lines = [f"v{k} = in{k}[0]" for k, (_, spans) in enumerate(s.inputs) if not any(spans)]
+    lines.append("for c in prange(chunks):")
+    row_range = "range(c * n0 // chunks, (c + 1) * n0 // chunks)"
+    depth = 1
+    if outer:
+        lines.append(f"    for i in {row_range}:")
+        depth = 2
+    pad = "    " * depth
+    lines += [f"{pad}acc{k} = {_init(r)}" for k, r in inner_accs]
+    lines.append(f"{pad}for {inner} in {'range(n1)' if outer else row_range}:")
+    lines += [pad + "    " + line for line in _element(s, index)]
+    for k, r in reductions:
+        form = _form(r, s.ndim)
+        if form == "cols":
+            lines.append(f"{pad}    {_fold(r, f'part{k}[c, j]', f'v{r.slot}')}")
+        else:
+            lines.append(f"{pad}    {_fold(r, f'acc{k}', f'v{r.slot}')}")
+    for k, r in inner_accs:
+        if _form(r, s.ndim) == "rows":
+            lines.append(f"{pad}out{k}[i] = acc{k}")
+        else:
+            lines.append(f"{pad}{_fold(r, f'part{k}[c]', f'acc{k}')}")
+    for k, r in partials:
+        lines += _combine(k, r, _form(r, s.ndim))
+    return ["    " + line for line in lines]
+
+
+def _element(s: Structure, index: str) -> list[str]:
+    """Loads, node expressions and elementwise stores for one point of the domain."""
+    lines = []
+    for k, (_, spans) in enumerate(s.inputs):
+        if any(spans):
+            own = ", ".join(i for i, full in zip(index.split(", "), spans, strict=True) if full)
+            lines.append(f"v{k} = in{k}[{own}]")
+    for k, (op, operands, dtype) in enumerate(s.nodes, start=len(s.inputs)):
+        expr = PRIMITIVES[op].scalar.format(*(f"v{o}" for o in operands))
+        lines.append(f"v{k} = {_cast(dtype)}({expr})")
+    for k, out in enumerate(s.outputs):
+        if not isinstance(out, Reduction):
+            lines.append(f"out{k}[{index}] = v{out}")
+    return lines
+
+
+def _combine(k: int, r: Reduction, form: str) -> list[str]:
+    """After the parallel loop: fold the chunks' partials into the output."""
+    if form == "all":
+        return [
+            f"total{k} = part{k}[0]",
+            "for c in range(1, chunks):",
+            f"    {_fold(r, f'total{k}', f'part{k}[c]', partial=True)}",
+            f"out{k}[0] = total{k}",
+        ]
+    return [
+        "for j in range(n1):",
+        f"    total{k} = part{k}[0, j]",
+        "    for c in range(1, chunks):",
+        f"        {_fold(r, f'total{k}', f'part{k}[c, j]', partial=True)}",
+        f"    out{k}[j] = total{k}",
+    ]
+
+
+def _fold(r: Reduction, target: str, value: str, partial: bool = False) -> str:
+    if r.op == "sum":
+        cast = "" if partial else _cast(_accumulator_dtype(r).name)
+        return f"{target} += {cast}({value})"
+    return f"{target} = {r.op}({target}, {value})"
+
+
+def _init(r: Reduction) -> str:
+    return f"{_cast(_accumulator_dtype(r).name)}({_identity(r)!r})".replace("inf", "np.inf")
+
+
+def _cast(dtype: str) -> str:
+    return "np.bool_" if dtype == "bool" else f"np.{dtype}"
+
+
+def _signature(s: Structure, partials) -> str:
+    def array(dtype: str, ndim: int) -> str:
+        name = "boolean" if dtype == "bool" else dtype
+        return f"{name}[{', '.join([':'] * (ndim - 1) + ['::1'])}]"
+
+    types = [array(d, max(1, sum(spans))) for d, spans in s.inputs]
+    for out in s.outputs:
+        if isinstance(out, Reduction):
+            types.append(array(out.dtype, max(1, s.ndim - len(out.axes))))
+        else:
+            types.append(array(_slot_dtype(s, out), s.ndim))
+    for _, r in partials:
+        types.append(array(_accumulator_dtype(r).name, 1 if _form(r, s.ndim) == "all" else 2))
+    types += ["int64"] * (s.ndim + 1)
+    return f"void({', '.join(types)})"
+
+
+def _slot_dtype(s: Structure, slot: int) -> str:
+    n = len(s.inputs)
+    return s.inputs[slot][0] if slot < n else s.nodes[slot - n][2]
+
+
+def _describe(s: Structure) -> str:
+    axes = "ij" if s.ndim == 2 else "i"
+
+    def operand(k: int) -> str:
+        dtype, spans = s.inputs[k]
+        own = "".join(a for a, full in zip(axes, spans, strict=True) if full)
+        return f"in{k}: {dtype}[{own}]" if own else f"in{k}: {dtype} scalar"
+
+    lines = [f"domain [{axes}]; " + ", ".join(operand(k) for k in range(len(s.inputs)))]
+    for k, (op, operands, dtype) in enumerate(s.nodes, start=len(s.inputs)):
+        lines.append(f"v{k}: {dtype} = {op}({', '.join(f'v{o}' for o in operands)})")
+    for k, out in enumerate(s.outputs):
+        if isinstance(out, Reduction):
+            lines.append(f"out{k} = {out.op}(v{out.slot}, axes={out.axes})")
+        else:
+            lines.append(f"out{k} = v{out}")
+    return "\n".join(lines)
+
+
+def _generator_version() -> str:
+    """Hash of everything a cached kernel's machine code depends on besides its structure."""
+    here = Path(__file__).parent
+    h = hashlib.sha256(numba.__version__.encode())
+    for name in ("fused.py", "scalar.py", "fastmath.py"):
+        h.update((here / name).read_bytes())
+    for op, prim in sorted(PRIMITIVES.items()):
+        h.update(f"{op}={prim.scalar}".encode())
+    return h.hexdigest()[:16]
+
+
+_GENERATOR_VERSION = _generator_version()
