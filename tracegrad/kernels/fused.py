@@ -67,16 +67,24 @@ class FusedKernel:
 
     Constants the group reads but were not listed as inputs are bound here and passed after
     the caller's inputs. Inputs are reshaped to the canonical axes (a view when contiguous);
-    outputs must be C-contiguous, since they are written through such a view.
+    outputs must be C-contiguous, since they are written through such a view. The outer axis
+    is split into one chunk per Numba thread at construction (fewer for small work).
     """
 
     def __init__(self, compiled: Callable, structure: Structure, key: str, path: Path, layout):
         self.compiled, self.structure, self.key, self.path = compiled, structure, key, path
-        self.sizes, self.input_shapes, self.output_shapes, self.consts = layout
-        self.n_inputs = len(self.input_shapes) - len(self.consts)
+        self.sizes, input_shapes, self.output_shapes, consts = layout
+        self.n_inputs = len(input_shapes) - len(consts)
+        self.input_shapes = input_shapes[: self.n_inputs]
+        self.consts = [
+            _c_view(c, s) for c, s in zip(consts, input_shapes[self.n_inputs :], strict=True)
+        ]
+        work = math.prod(self.sizes) // GRAIN
+        self.chunks = max(1, min(numba.get_num_threads(), self.sizes[0], work))
         self.partials = [
-            _partial_spec(r, structure.ndim) if isinstance(r, Reduction) else None
+            _partial_layout(r, structure.ndim, self.chunks, self.sizes)
             for r in structure.outputs
+            if isinstance(r, Reduction) and _form(r, structure.ndim) != "rows"
         ]
 
     @property
@@ -90,22 +98,10 @@ class FusedKernel:
                 f"fused kernel takes {n} inputs and {len(self.output_shapes)} outputs, "
                 f"got {len(arrays)} arrays"
             )
-        ins = [
-            np.ascontiguousarray(np.reshape(a, shape))
-            for a, shape in zip((*arrays[:n], *self.consts), self.input_shapes, strict=True)
-        ]
-        outs = [
-            _writable_view(a, shape)
-            for a, shape in zip(arrays[n:], self.output_shapes, strict=True)
-        ]
-        chunks = self.chunks()
-        parts = [_partial(spec, chunks, self.sizes) for spec in self.partials if spec]
-        self.compiled(*ins, *outs, *parts, *self.sizes, chunks)
-
-    def chunks(self) -> int:
-        """Parallel chunks of the outer axis: one per thread, fewer for small work."""
-        work = math.prod(self.sizes) // GRAIN
-        return max(1, min(numba.get_num_threads(), self.sizes[0], work))
+        ins = [_c_view(a, shape) for a, shape in zip(arrays[:n], self.input_shapes, strict=True)]
+        outs = [_out_view(a, s) for a, s in zip(arrays[n:], self.output_shapes, strict=True)]
+        parts = [_new_partial(*layout) for layout in self.partials]
+        self.compiled(*ins, *self.consts, *outs, *parts, *self.sizes, self.chunks)
 
     def __repr__(self) -> str:
         return f"<FusedKernel {self.key} at {self.path}>"
@@ -259,22 +255,28 @@ def _spans(shape, domain, groups) -> tuple[bool, ...]:
     return tuple(_spans_axis(shape, domain, g[0]) for g in groups) or (False,)
 
 
-def _writable_view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+def _c_view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    a = a.reshape(shape)
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+
+
+def _out_view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     if not a.flags.c_contiguous:
         raise ValueError(f"fused kernel outputs must be C-contiguous, got strides {a.strides}")
-    return np.reshape(a, shape)
+    return a.reshape(shape)
 
 
 # --- reductions: where partial results go -----------------------------------------------------
 
 
-def _partial_spec(r: Reduction, ndim: int) -> tuple[str, np.dtype, float] | None:
-    """(form, dtype, initial value) of a reduction's per-chunk partials; None for row sums,
-    which each chunk finishes by itself."""
-    form = _form(r, ndim)
-    if form == "rows":
-        return None
-    return form, _accumulator_dtype(r), _identity(r)
+def _partial_layout(r: Reduction, ndim: int, chunks: int, sizes: tuple[int, ...]):
+    """(shape, dtype, initial value) of a reduction's per-chunk partial results."""
+    shape = (chunks,) if _form(r, ndim) == "all" else (chunks, sizes[1])
+    return shape, _accumulator_dtype(r, ndim), _identity(r)
+
+
+def _new_partial(shape: tuple[int, ...], dtype: np.dtype, init: float) -> np.ndarray:
+    return np.zeros(shape, dtype) if init == 0 else np.full(shape, init, dtype)
 
 
 def _form(r: Reduction, ndim: int) -> str:
@@ -284,20 +286,17 @@ def _form(r: Reduction, ndim: int) -> str:
     return "rows" if r.axes == (1,) else "cols"
 
 
-def _accumulator_dtype(r: Reduction) -> np.dtype:
-    if r.op != "sum":
+def _accumulator_dtype(r: Reduction, ndim: int) -> np.dtype:
+    """Sums run in float64 (int64 for integers), except column partials, which are read and
+    written per element in the hot loop: float64 there would halve its SIMD width. They add
+    rows one by one in the sum's dtype, as NumPy's own axis-0 sums do."""
+    if r.op != "sum" or (_form(r, ndim) == "cols" and np.dtype(r.dtype).kind == "f"):
         return np.dtype(r.dtype)
     return np.dtype(np.float64 if np.dtype(r.dtype).kind == "f" else np.int64)
 
 
 def _identity(r: Reduction) -> float:
     return {"sum": 0.0, "max": -math.inf, "min": math.inf}[r.op]
-
-
-def _partial(spec, chunks: int, sizes: tuple[int, ...]) -> np.ndarray:
-    form, dtype, init = spec
-    shape = (chunks,) if form == "all" else (chunks, sizes[1])
-    return np.full(shape, init, dtype)
 
 
 # --- code generation: structure -> Python source ----------------------------------------------
@@ -348,26 +347,26 @@ def generate_source(s: Structure, key: str) -> str:
 
 
 def _body(s: Structure, reductions, partials) -> list[str]:
-    outer, inner = ("i", "j") if s.ndim == 2 else (None, "i")
-    index = "i, j" if s.ndim == 2 else "i"
+    """The loops. Indices are cast to unsigned: Numba then skips the negative-index wraparound
+    that otherwise stops LLVM from vectorizing the inner loop."""
+    two_d = s.ndim == 2
+    index = "i, j" if two_d else "i"
     inner_accs = [(k, r) for k, r in reductions if _form(r, s.ndim) in ("rows", "all")]
     lines = [f"v{k} = in{k}[0]" for k, (_, spans) in enumerate(s.inputs) if not any(spans)]
     lines.append("for c in prange(chunks):")
-    row_range = "range(c * n0 // chunks, (c + 1) * n0 // chunks)"
-    depth = 1
-    if outer:
-        lines.append(f"    for i in {row_range}:")
-        depth = 2
-    pad = "    " * depth
-    lines += [f"{pad}acc{k} = {_init(r)}" for k, r in inner_accs]
-    lines.append(f"{pad}for {inner} in {'range(n1)' if outer else row_range}:")
+    rows = "range(c * n0 // chunks, (c + 1) * n0 // chunks)"
+    if two_d:
+        lines += [f"    for row in {rows}:", "        i = np.uint64(row)"]
+    pad = "        " if two_d else "    "
+    lines += [f"{pad}acc{k} = {_init(r, s.ndim)}" for k, r in inner_accs]
+    if two_d:
+        lines += [f"{pad}for col in range(n1):", f"{pad}    j = np.uint64(col)"]
+    else:
+        lines += [f"{pad}for row in {rows}:", f"{pad}    i = np.uint64(row)"]
     lines += [pad + "    " + line for line in _element(s, index)]
     for k, r in reductions:
-        form = _form(r, s.ndim)
-        if form == "cols":
-            lines.append(f"{pad}    {_fold(r, f'part{k}[c, j]', f'v{r.slot}')}")
-        else:
-            lines.append(f"{pad}    {_fold(r, f'acc{k}', f'v{r.slot}')}")
+        target = f"part{k}[c, j]" if _form(r, s.ndim) == "cols" else f"acc{k}"
+        lines.append(f"{pad}    {_fold(r, target, f'v{r.slot}', _accumulator_dtype(r, s.ndim))}")
     for k, r in inner_accs:
         if _form(r, s.ndim) == "rows":
             lines.append(f"{pad}out{k}[i] = acc{k}")
@@ -400,27 +399,28 @@ def _combine(k: int, r: Reduction, form: str) -> list[str]:
         return [
             f"total{k} = part{k}[0]",
             "for c in range(1, chunks):",
-            f"    {_fold(r, f'total{k}', f'part{k}[c]', partial=True)}",
+            f"    {_fold(r, f'total{k}', f'part{k}[c]')}",
             f"out{k}[0] = total{k}",
         ]
     return [
         "for j in range(n1):",
         f"    total{k} = part{k}[0, j]",
         "    for c in range(1, chunks):",
-        f"        {_fold(r, f'total{k}', f'part{k}[c, j]', partial=True)}",
+        f"        {_fold(r, f'total{k}', f'part{k}[c, j]')}",
         f"    out{k}[j] = total{k}",
     ]
 
 
-def _fold(r: Reduction, target: str, value: str, partial: bool = False) -> str:
+def _fold(r: Reduction, target: str, value: str, dtype: np.dtype | None = None) -> str:
+    """The statement folding `value` (cast to `dtype`, if given) into `target`."""
     if r.op == "sum":
-        cast = "" if partial else _cast(_accumulator_dtype(r).name)
-        return f"{target} += {cast}({value})"
+        return f"{target} += {_cast(dtype.name) if dtype else ''}({value})"
     return f"{target} = {r.op}({target}, {value})"
 
 
-def _init(r: Reduction) -> str:
-    return f"{_cast(_accumulator_dtype(r).name)}({_identity(r)!r})".replace("inf", "np.inf")
+def _init(r: Reduction, ndim: int) -> str:
+    dtype = _accumulator_dtype(r, ndim).name
+    return f"{_cast(dtype)}({_identity(r)!r})".replace("inf", "np.inf")
 
 
 def _cast(dtype: str) -> str:
@@ -439,7 +439,9 @@ def _signature(s: Structure, partials) -> str:
         else:
             types.append(array(_slot_dtype(s, out), s.ndim))
     for _, r in partials:
-        types.append(array(_accumulator_dtype(r).name, 1 if _form(r, s.ndim) == "all" else 2))
+        types.append(
+            array(_accumulator_dtype(r, s.ndim).name, 1 if _form(r, s.ndim) == "all" else 2)
+        )
     types += ["int64"] * (s.ndim + 1)
     return f"void({', '.join(types)})"
 
