@@ -71,22 +71,27 @@ def run_traced(model, data, backend="numpy"):
     return [float(step(x, y)) for x, y in data], step
 
 
+BACKENDS = ["numpy", "numba"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("act", sorted(ACTIVATIONS))
-def test_traced_matches_eager_float64_to_rounding(act):
+def test_traced_matches_eager_float64_to_rounding(act, backend):
     sizes, data = (6, 16, 12, 4), batches(5, np.float64)
     eager, traced = MLP(sizes, np.float64, act), MLP(sizes, np.float64, act)
     losses_e = run_eager(eager, data)
-    losses_t, _ = run_traced(traced, data)
+    losses_t, _ = run_traced(traced, data, backend)
     np.testing.assert_allclose(losses_t, losses_e, rtol=1e-12)
     for a, b in zip(traced.state(), eager.state(), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
 
 
-def test_traced_matches_eager_float32_over_20_steps():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_traced_matches_eager_float32_over_20_steps(backend):
     sizes, data = (6, 32, 32, 4), batches(20, np.float32, (6, 32, 32, 4), batch=16)
     eager, traced = MLP(sizes, np.float32, "gelu"), MLP(sizes, np.float32, "gelu")
     losses_e = run_eager(eager, data)
-    losses_t, step = run_traced(traced, data)
+    losses_t, step = run_traced(traced, data, backend)
     np.testing.assert_allclose(losses_t, losses_e, rtol=1e-4)
     for a, b in zip(traced.state(), eager.state(), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
