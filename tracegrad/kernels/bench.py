@@ -1,6 +1,7 @@
 """The measurements behind docs/kernels.md. Run `python -m tracegrad.kernels.bench [what ...]`
 with `what` among accuracy (all 2**32 float32 inputs: minutes), tanh (fast tanh against
-math.tanh in a parallel loop) and cache (a new process's first call, cold and warm)."""
+math.tanh in a parallel loop), groups (typical fused kernels against NumPy op by op) and cache
+(a new process's first calls, cold and warm)."""
 
 from __future__ import annotations
 
@@ -124,6 +125,27 @@ def tanh_speed(shape: tuple[int, int] = (4096, 512)) -> None:
     )
 
 
+# --- fused groups against NumPy, one op at a time ---------------------------------------------
+
+
+def group_speed(batch: int = 4096, width: int = 256) -> None:
+    from ..ir import Graph, evaluate
+    from ..primitives import PRIMITIVES
+    from .fused import compile_group
+
+    names = ["bias + tanh-GELU", "its backward + bias grad", "softmax exp + row sums", "SGD step"]
+    rng = np.random.default_rng(0)
+    print(f"median of 25, {numba.get_num_threads()} threads, batch {batch}, width {width}:")
+    for name, (inputs, nodes, outputs) in zip(names, example_groups(batch, width), strict=True):
+        kernel = compile_group(inputs, nodes, outputs)
+        arrays = [rng.standard_normal(v.shape).astype(v.dtype) for v in inputs]
+        results = [np.empty(v.shape, v.dtype) for v in outputs]
+        fused = median_seconds(kernel, *arrays, *results)
+        graph = Graph(inputs, nodes, outputs)
+        numpy = median_seconds(lambda: evaluate(graph, arrays, lambda op: PRIMITIVES[op].impl))
+        print(f"  {name:26} kernel {fused * 1e6:7.0f} us   NumPy {numpy * 1e6:7.0f} us")
+
+
 # --- cache: a new process's first kernels, cold and warm --------------------------------------
 
 _CHILD = """
@@ -207,6 +229,6 @@ def cache_timing() -> None:
 
 
 if __name__ == "__main__":
-    jobs = {"accuracy": accuracy, "tanh": tanh_speed, "cache": cache_timing}
+    jobs = {"accuracy": accuracy, "tanh": tanh_speed, "groups": group_speed, "cache": cache_timing}
     for what in sys.argv[1:] or jobs:
         jobs[what]()
