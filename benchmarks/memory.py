@@ -2,9 +2,10 @@
 
     python benchmarks/memory.py [--workload deep] [--methods tg-eager tg-numpy tg-numba numpy]
 
-After a warm-up, one more step runs with the kernel's RSS high-water mark reset and tracemalloc
-on (NumPy reports its buffers to tracemalloc). Prints both peaks per method and the ratio of each
-traced method to tracegrad eager; issue 5's target is traced/eager <= 0.6 on `deep`.
+After the first call (the warm-up), one more step runs with the kernel's RSS high-water mark
+reset and tracemalloc on (NumPy reports its buffers to tracemalloc). Prints both peaks per method
+and the ratio of each traced method to tracegrad eager; issue 5's target is traced/eager <= 0.6
+on `deep`.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="tracegrad-bench-cache-") as cache:
         env = child_env(TRACEGRAD_CACHE_DIR=cache)
         for method in args.methods:
-            results[method] = measure(method, w.name, steps=1, memory=True, env=env)
+            results[method] = measure(method, w.name, steps=0, memory=True, env=env)
     print(f"\n### peak memory of one step, {w.describe()}\n")
     print(
         "| method | RSS before step MB | step peak RSS MB | tracemalloc peak MB "

@@ -112,7 +112,7 @@ def targets(w: Workload, results: dict[str, dict[str, Any]]) -> str:
         for peer in ("jax", "torch"):
             if "median_s" in results.get(peer, {}):
                 speedup = results[peer]["median_s"] / tg["median_s"]
-                lines.append(_verdict(f"{speedup:.2f}x faster than {peer}", speedup > 1))
+                lines.append(_verdict(f"speed {speedup:.2f}x {peer}'s > 1", speedup > 1))
     eager = results.get("tg-eager", {})
     if w.name == "deep" and "peak_rss_mb" in eager:
         share = tg["peak_rss_mb"] / eager["peak_rss_mb"]
@@ -144,8 +144,8 @@ def main() -> None:
     parser.add_argument(
         "--budget",
         type=float,
-        default=20.0,
-        help="stop timing a method after about this many seconds (>= 3 steps)",
+        default=10.0,
+        help="stop timing a method after about this many seconds (>= 1 step)",
     )
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=METHODS)
     parser.add_argument("--json", help="also write all results to this file")
