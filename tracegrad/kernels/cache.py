@@ -69,11 +69,12 @@ class KernelCache:
     def path(self, module_name: str) -> Path:
         return self.directory / f"{module_name}.py"
 
-    def load(self, module_name: str, source: str) -> Callable:
-        """The `kernel` function of the generated module `module_name` whose text is `source`."""
+    def load(self, module_name: str, source: Callable[[], str]) -> Callable:
+        """The `kernel` function of the generated module `module_name` whose text is `source()`
+        (called only when the kernel is not in memory yet)."""
         with self._lock:
             if module_name not in self._kernels:
-                self._kernels[module_name] = self._load(module_name, source)
+                self._kernels[module_name] = self._load(module_name, source())
             return self._kernels[module_name]
 
     def _load(self, module_name: str, source: str) -> Callable:

@@ -17,6 +17,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -50,16 +51,25 @@ class Reduction:
 class Structure:
     """Everything a kernel's code depends on, and nothing else: the cache key's content.
 
-    Slots number the group's values: kernel inputs first, then one per node. `inputs` gives
-    each input's dtype and, per canonical axis, whether it spans it (False: broadcast along it).
-    `nodes` are (op, operand slots, result dtype); `outputs` are slots stored elementwise or
-    `Reduction`s.
+    Slots number the group's values: kernel inputs first, then one per elementwise node.
+    `inputs` gives each input's dtype and, per canonical axis, whether it spans it (False:
+    broadcast along it). `nodes` are (op, operand slots, result dtype); `outputs` are slots
+    stored elementwise or `Reduction`s.
     """
 
     ndim: int
     inputs: tuple[tuple[str, tuple[bool, ...]], ...]
     nodes: tuple[tuple[str, tuple[int, ...], str], ...]
     outputs: tuple[int | Reduction, ...]
+
+
+class Layout(NamedTuple):
+    """One group's sizes: what its kernel's launches need besides the structure."""
+
+    sizes: tuple[int, ...]  # of the canonical axes
+    input_shapes: list[tuple[int, ...]]  # each input (and bound constant), reshaped
+    output_shapes: list[tuple[int, ...]]
+    consts: list[np.ndarray]  # values of constants read but not listed as inputs
 
 
 class FusedKernel:
@@ -71,7 +81,9 @@ class FusedKernel:
     is split into one chunk per Numba thread at construction (fewer for small work).
     """
 
-    def __init__(self, compiled: Callable, structure: Structure, key: str, path: Path, layout):
+    def __init__(
+        self, compiled: Callable, structure: Structure, key: str, path: Path, layout: Layout
+    ):
         self.compiled, self.structure, self.key, self.path = compiled, structure, key, path
         self.sizes, input_shapes, self.output_shapes, consts = layout
         self.n_inputs = len(input_shapes) - len(consts)
@@ -121,7 +133,7 @@ def compile_group(
     key = structure_key(structure)
     module = f"tracegrad_kernel_{key}"
     cache = cache or default_cache()
-    compiled = cache.load(module, generate_source(structure, key))
+    compiled = cache.load(module, lambda: generate_source(structure, key))
     return FusedKernel(compiled, structure, key, cache.path(module), layout)
 
 
@@ -133,9 +145,10 @@ def structure_key(structure: Structure) -> str:
 # --- analysis: group -> canonical structure + the sizes of this instance ----------------------
 
 
-def analyze(inputs: Sequence[Value], nodes: Sequence[Node], outputs: Sequence[Value]):
-    """(Structure, layout) where layout = (canonical sizes, input shapes, output shapes,
-    bound constants)."""
+def analyze(
+    inputs: Sequence[Value], nodes: Sequence[Node], outputs: Sequence[Value]
+) -> tuple[Structure, Layout]:
+    """The group's canonical structure (the cache key's content) and this instance's sizes."""
     if not nodes:
         raise NotImplementedError("an empty group has nothing to compute")
     consts = _unlisted_constants(inputs, nodes)
@@ -173,7 +186,7 @@ def analyze(inputs: Sequence[Value], nodes: Sequence[Node], outputs: Sequence[Va
         tuple(s for s, full in zip(sizes, spans, strict=True) if full) or (1,)
         for _, spans in in_spec
     ]
-    return structure, (sizes, in_shapes, out_shapes, [c.const for c in consts])
+    return structure, Layout(sizes, in_shapes, out_shapes, [c.const for c in consts])
 
 
 def _unlisted_constants(inputs: Sequence[Value], nodes: Sequence[Node]) -> list[Value]:
