@@ -167,9 +167,7 @@ def analyze(
     elementwise = [n for n in nodes if n.op not in REDUCTIONS]
     slots = {v: i for i, v in enumerate([*kernel_inputs, *(n.outputs[0] for n in elementwise)])}
     in_spec = tuple((v.dtype.name, _spans(v.shape, domain, groups)) for v in kernel_inputs)
-    node_spec = tuple(
-        (n.op, tuple(slots[v] for v in n.inputs), n.outputs[0].dtype.name) for n in elementwise
-    )
+    node_spec = tuple(_node_spec(n, slots) for n in elementwise)
     out_spec, out_shapes = [], []
     for v in outputs:
         if v in reductions:
@@ -187,6 +185,28 @@ def analyze(
         for _, spans in in_spec
     ]
     return structure, Layout(sizes, in_shapes, out_shapes, [c.const for c in consts])
+
+
+# x ** c for these constant exponents c is written out: a runtime exponent would mean a call to
+# powf per element, which keeps the loop scalar (tanh-GELU's x ** 3 made a kernel 30x slower).
+_POWERS = {0.5: "sqrt({0})", 1.0: "{0}", 2.0: "({0} * {0})", 3.0: "({0} * {0} * {0})",
+           4.0: "(({0} * {0}) * ({0} * {0}))"}  # fmt: skip
+
+
+def _node_spec(n: Node, slots: dict[Value, int]) -> tuple[str, tuple[int, ...], str]:
+    """(op, operand slots, result dtype); `pow` by a special constant becomes e.g. "pow3"."""
+    dtype = n.outputs[0].dtype.name
+    if n.op == "pow":
+        exponent = n.inputs[1].const
+        if exponent is not None and exponent.size == 1 and exponent.item() in _POWERS:
+            return f"pow{exponent.item():g}", (slots[n.inputs[0]],), dtype
+    return n.op, tuple(slots[v] for v in n.inputs), dtype
+
+
+def _template(op: str) -> str:
+    if op.startswith("pow") and op != "pow":
+        return _POWERS[float(op[3:])]
+    return PRIMITIVES[op].scalar
 
 
 def _unlisted_constants(inputs: Sequence[Value], nodes: Sequence[Node]) -> list[Value]:
@@ -398,7 +418,7 @@ def _element(s: Structure, index: str) -> list[str]:
             own = ", ".join(i for i, full in zip(index.split(", "), spans, strict=True) if full)
             lines.append(f"v{k} = in{k}[{own}]")
     for k, (op, operands, dtype) in enumerate(s.nodes, start=len(s.inputs)):
-        expr = PRIMITIVES[op].scalar.format(*(f"v{o}" for o in operands))
+        expr = _template(op).format(*(f"v{o}" for o in operands))
         lines.append(f"v{k} = {_cast(dtype)}({expr})")
     for k, out in enumerate(s.outputs):
         if not isinstance(out, Reduction):
