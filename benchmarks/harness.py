@@ -118,6 +118,21 @@ def blas_info() -> list[str]:
     ]
 
 
+def cpu_ticks() -> tuple[float, float]:
+    """(busy seconds of the whole machine, CPU seconds of this process) so far."""
+    with open("/proc/stat") as f:
+        ticks = [int(v) for v in f.readline().split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle + iowait
+    own = os.times()
+    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK"), own.user + own.system
+
+
+def busy_elsewhere(start: tuple[float, float], wall: float) -> float:
+    """Share of the machine's cores that other processes kept busy since `start`."""
+    busy, own = cpu_ticks()
+    return max(0.0, (busy - start[0]) - (own - start[1])) / (wall * os.cpu_count())
+
+
 def timed(step) -> tuple[float, float]:
     start = time.perf_counter()
     loss = step()
@@ -138,9 +153,11 @@ def run_child(method: str, workload: str, steps: int, budget: float, memory: boo
     times = []
     if steps > 0:
         result["loss2"] = timed(step)[1]
+        ticks = cpu_ticks()
         while len(times) < steps and (not times or sum(times) < budget):
             times.append(timed(step)[0])
         result["median_s"] = statistics.median(times)
+        result["busy_elsewhere"] = busy_elsewhere(ticks, sum(times))
     result["times_s"] = times
     if memory:
         result.update(measure_step_memory(step))

@@ -11,6 +11,7 @@ on `deep`.
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 
 from harness import child_env, measure
@@ -32,7 +33,7 @@ def main() -> None:
     w = WORKLOADS[args.workload]
     results = {}
     with tempfile.TemporaryDirectory(prefix="tracegrad-bench-cache-") as cache:
-        env = child_env(TRACEGRAD_CACHE_DIR=cache)
+        env = child_env(TRACEGRAD_CACHE_DIR=cache, NUMBA_CACHE_DIR=os.path.join(cache, "numba"))
         for method in args.methods:
             results[method] = measure(method, w.name, steps=0, memory=True, env=env)
     print(f"\n### peak memory of one step, {w.describe()}\n")
