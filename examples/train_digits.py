@@ -3,7 +3,8 @@
     pip install -e ".[examples]"
     python examples/train_digits.py
 
-Written as a user would: a Module, a GradManager and an optimizer. Same seed, same result.
+Written as a user would: a Module, a GradManager and an optimizer; the whole training step is
+compiled with @tracegrad.trace (`--eager` runs it uncompiled). Same seed, same result.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def train(
     seed: int = 0,
     max_steps: int | None = None,
     progress: bool = True,
-    trace: bool = False,
+    trace: bool = True,
 ) -> tuple[nn.Module, list[float]]:
     """Train from scratch; returns the model and every step's loss (`max_steps` stops early)."""
     x_train, _, y_train, _ = load_data(seed)
@@ -56,7 +57,7 @@ def train(
         return loss
 
     if trace:  # compile the whole step (forward, backward, update) once per batch shape
-        train_step = tg.trace(train_step)
+        train_step = tg.trace(train_step)  # as a decorator: @tg.trace above `def train_step`
 
     rng = np.random.default_rng(seed)
     losses: list[float] = []
@@ -85,9 +86,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--trace", action="store_true", help="compile the step with @tg.trace")
+    parser.add_argument("--eager", action="store_true", help="run the step eagerly, uncompiled")
     args = parser.parse_args()
-    model, _ = train(epochs=args.epochs, seed=args.seed, trace=args.trace)
+    model, _ = train(epochs=args.epochs, seed=args.seed, trace=not args.eager)
     _, x_test, _, y_test = load_data(args.seed)
     print(f"test accuracy: {accuracy(model, x_test, y_test):.3f}")
 

@@ -44,7 +44,7 @@ def test_digits_training_steps_learn_and_are_deterministic(digits):
 
 def test_digits_traced_step_matches_eager(digits):
     """50 steps cross an epoch end, so the short last batch adds a second traced signature."""
-    _, eager = digits.train(epochs=2, max_steps=50, progress=False)
+    _, eager = digits.train(epochs=2, max_steps=50, progress=False, trace=False)
     _, traced = digits.train(epochs=2, max_steps=50, progress=False, trace=True)
     np.testing.assert_allclose(traced, eager, rtol=1e-5)
 
