@@ -30,10 +30,13 @@ def nbytes(values: list[Value]) -> int:
 
 
 def stats(name: str, before: Graph, after: Graph, note: str = "") -> PassStats:
-    """Stats for a pass that removed nodes: the bytes of the results it no longer computes."""
-    saved = sum(nbytes(n.outputs) for n in before.nodes) - sum(
-        nbytes(n.outputs) for n in after.nodes
-    )
+    """Stats for a pass that removed nodes: the bytes of the results it no longer computes
+    (views own no bytes; a rewrite that adds nodes shows a negative figure)."""
+
+    def allocated(g: Graph) -> int:
+        return sum(nbytes(n.outputs) for n in g.nodes if not is_view(n))
+
+    saved = allocated(before) - allocated(after)
     return PassStats(name, len(before.nodes), len(after.nodes), saved, note)
 
 
