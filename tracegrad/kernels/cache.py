@@ -97,7 +97,7 @@ class KernelCache:
             subpath = _CacheLocator.get_suitable_cache_subpath(str(self.path(module_name)))
             places.append(Path(numba.config.CACHE_DIR) / subpath)
         for place in places:
-            for entry in place.glob(f"{module_name}.*"):
+            for entry in place.glob(f"*{module_name}.*"):  # with gufuncs' "guf-" files
                 entry.unlink(missing_ok=True)
 
 

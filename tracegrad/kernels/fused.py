@@ -93,9 +93,10 @@ class FusedKernel:
         ]
         work = math.prod(self.sizes) // GRAIN
         self.chunks = max(1, min(numba.get_num_threads(), self.sizes[0], work))
+        self.chunk_ids, self.done = np.arange(self.chunks), np.empty(self.chunks, np.int64)
         self.partials = [
-            _partial_layout(r, structure.ndim, self.chunks, self.sizes)
-            for r in structure.outputs
+            (k, r.op, _partial_layout(r, structure.ndim, self.chunks, self.sizes))
+            for k, r in enumerate(structure.outputs)
             if isinstance(r, Reduction) and _form(r, structure.ndim) != "rows"
         ]
 
@@ -112,8 +113,12 @@ class FusedKernel:
             )
         ins = [_c_view(a, shape) for a, shape in zip(arrays[:n], self.input_shapes, strict=True)]
         outs = [_out_view(a, s) for a, s in zip(arrays[n:], self.output_shapes, strict=True)]
-        parts = [_new_partial(*layout) for layout in self.partials]
-        self.compiled(*ins, *self.consts, *outs, *parts, *self.sizes, self.chunks)
+        parts = [_new_partial(*layout) for _, _, layout in self.partials]
+        self.compiled(
+            self.chunk_ids, *ins, *self.consts, *outs, *parts, *self.sizes, self.chunks, self.done
+        )
+        for (k, op, _), part in zip(self.partials, parts, strict=True):
+            _FINISH[op](part, axis=0, out=outs[k].reshape(part.shape[1:]))
 
     def __repr__(self) -> str:
         return f"<FusedKernel {self.key} at {self.path}>"
@@ -308,6 +313,10 @@ def _partial_layout(r: Reduction, ndim: int, chunks: int, sizes: tuple[int, ...]
     return shape, _accumulator_dtype(r, ndim), _identity(r)
 
 
+# the last step of a reduction: the chunks' partial results into the output
+_FINISH = {"sum": np.sum, "max": np.max, "min": np.min}
+
+
 def _new_partial(shape: tuple[int, ...], dtype: np.dtype, init: float) -> np.ndarray:
     return np.zeros(shape, dtype) if init == 0 else np.full(shape, init, dtype)
 
@@ -341,17 +350,17 @@ _HEADER = '''\
 """
 
 import numpy as np
-from numba import njit, prange
+from numba import guvectorize
 
 from tracegrad.kernels.scalar import cos, exp, log, sigmoid, sign, sin, sqrt, tanh
 from tracegrad.kernels.scalar import maximum as max, minimum as min  # nan-propagating
 
 
-@njit(
-    "{signature}",
-    parallel=True,
+@guvectorize(
+    ["{signature}"],
+    "{layout}",
+    target="parallel",
     fastmath={flags},
-    error_model="numpy",
     cache=True,
 )
 def kernel({params}):
@@ -359,38 +368,52 @@ def kernel({params}):
 
 
 def generate_source(s: Structure, key: str) -> str:
-    """The module text of the kernel for `s` (a function of `s` and `key` only)."""
+    """The module text of the kernel for `s` (a function of `s` and `key` only).
+
+    The kernel is a parallel gufunc over chunk numbers `c`: Numba's threads run the chunks,
+    each over its rows of the outer axis. (An njit function with `prange` would do the same,
+    but takes twice as long to compile.) The arrays it writes are gufunc *inputs*, written in
+    place (NumPy copies no input whose dtype matches the signature); `done` is the dummy
+    output a gufunc must have. Declaring them `writable_args` would make NumPy refuse them,
+    as every chunk writes the same arrays."""
     reductions = [(k, r) for k, r in enumerate(s.outputs) if isinstance(r, Reduction)]
     partials = [(k, r) for k, r in reductions if _form(r, s.ndim) != "rows"]
-    sizes = ["n0", "n1"][: s.ndim]
-    params = (
+    arrays = (
         [f"in{k}" for k in range(len(s.inputs))]
         + [f"out{k}" for k in range(len(s.outputs))]
         + [f"part{k}" for k, _ in partials]
-        + [*sizes, "chunks"]
     )
+    params = ["c", *arrays, *["n0", "n1"][: s.ndim], "chunks", "done"]
+    types = _array_types(s, partials)
     header = _HEADER.format(
         key=key,
         structure=_describe(s),
-        signature=_signature(s, partials),
+        signature=f"void(int64, {', '.join(types)}, {', '.join(['int64'] * (s.ndim + 1))}, "
+        "int64[:])",
+        layout=",".join(["()", *(_core_dims(n, t) for n, t in zip(arrays, types, strict=True))])
+        + ",()" * (s.ndim + 1)
+        + "->()",
         flags=repr(sorted(FLAGS)).replace("[", "{").replace("]", "}"),
         params=", ".join(params),
     )
-    return header + "\n".join(_body(s, reductions, partials)) + "\n"
+    return header + "\n".join(_body(s, reductions)) + "\n"
 
 
-def _body(s: Structure, reductions, partials) -> list[str]:
-    """The loops. Indices are cast to unsigned: Numba then skips the negative-index wraparound
-    that otherwise stops LLVM from vectorizing the inner loop."""
+def _core_dims(name: str, array_type: str) -> str:
+    return "(" + ",".join(f"{name}_{d}" for d in range(array_type.count(",") + 1)) + ")"
+
+
+def _body(s: Structure, reductions) -> list[str]:
+    """The loops over chunk `c`. Indices are cast to unsigned: Numba then skips the
+    negative-index wraparound that otherwise stops LLVM from vectorizing the inner loop."""
     two_d = s.ndim == 2
     index = "i, j" if two_d else "i"
     inner_accs = [(k, r) for k, r in reductions if _form(r, s.ndim) in ("rows", "all")]
     lines = [f"v{k} = in{k}[0]" for k, (_, spans) in enumerate(s.inputs) if not any(spans)]
-    lines.append("for c in prange(chunks):")
     rows = "range(c * n0 // chunks, (c + 1) * n0 // chunks)"
     if two_d:
-        lines += [f"    for row in {rows}:", "        i = np.uint64(row)"]
-    pad = "        " if two_d else "    "
+        lines += [f"for row in {rows}:", "    i = np.uint64(row)"]
+    pad = "    " if two_d else ""
     lines += [f"{pad}acc{k} = {_init(r, s.ndim)}" for k, r in inner_accs]
     if two_d:
         lines += [f"{pad}for col in range(n1):", f"{pad}    j = np.uint64(col)"]
@@ -405,8 +428,6 @@ def _body(s: Structure, reductions, partials) -> list[str]:
             lines.append(f"{pad}out{k}[i] = acc{k}")
         else:
             lines.append(f"{pad}{_fold(r, f'part{k}[c]', f'acc{k}')}")
-    for k, r in partials:
-        lines += _combine(k, r, _form(r, s.ndim))
     return ["    " + line for line in lines]
 
 
@@ -426,24 +447,6 @@ def _element(s: Structure, index: str) -> list[str]:
     return lines
 
 
-def _combine(k: int, r: Reduction, form: str) -> list[str]:
-    """After the parallel loop: fold the chunks' partials into the output."""
-    if form == "all":
-        return [
-            f"total{k} = part{k}[0]",
-            "for c in range(1, chunks):",
-            f"    {_fold(r, f'total{k}', f'part{k}[c]')}",
-            f"out{k}[0] = total{k}",
-        ]
-    return [
-        "for j in range(n1):",
-        f"    total{k} = part{k}[0, j]",
-        "    for c in range(1, chunks):",
-        f"        {_fold(r, f'total{k}', f'part{k}[c, j]')}",
-        f"    out{k}[j] = total{k}",
-    ]
-
-
 def _fold(r: Reduction, target: str, value: str, dtype: np.dtype | None = None) -> str:
     """The statement folding `value` (cast to `dtype`, if given) into `target`."""
     if r.op == "sum":
@@ -460,7 +463,9 @@ def _cast(dtype: str) -> str:
     return "np.bool_" if dtype == "bool" else f"np.{dtype}"
 
 
-def _signature(s: Structure, partials) -> str:
+def _array_types(s: Structure, partials) -> list[str]:
+    """Numba types of the kernel's array arguments: inputs, outputs, partials (C order)."""
+
     def array(dtype: str, ndim: int) -> str:
         name = "boolean" if dtype == "bool" else dtype
         return f"{name}[{', '.join([':'] * (ndim - 1) + ['::1'])}]"
@@ -475,8 +480,7 @@ def _signature(s: Structure, partials) -> str:
         types.append(
             array(_accumulator_dtype(r, s.ndim).name, 1 if _form(r, s.ndim) == "all" else 2)
         )
-    types += ["int64"] * (s.ndim + 1)
-    return f"void({', '.join(types)})"
+    return types
 
 
 def _slot_dtype(s: Structure, slot: int) -> str:
