@@ -25,6 +25,7 @@ METHODS = ["gemm", "numpy", "torch", "jax", "tg-eager", "tg-numpy", "tg-numba"]
 TRACED = ("tg-numpy", "tg-numba")
 LOSS_METHODS = ("numpy", "torch", "jax", "tg-eager", "tg-numpy", "tg-numba")
 LOSS_TOLERANCE = 1e-4
+NOISY = 0.2  # share of the cores used by other processes above which a row is not trusted
 # Issue 6's targets for the traced (numba) step, per workload: the ratio to the GEMM floor.
 FLOOR_TARGET = {"wide": 1.1, "gelu": 1.3, "deep": 1.3}
 
@@ -119,6 +120,8 @@ def loss_check(results: dict[str, dict[str, Any]]) -> str:
         step = abs(drop[0] - drop[1]) / abs(drop[1])
         worst = max(worst, before, step)
         parts.append(f"{method} {before:.1e}/{step:.1e}")
+    if not parts:
+        return "loss check: no method to compare with numpy"
     verdict = "OK" if worst <= LOSS_TOLERANCE else "MISMATCH"
     return (
         "loss check, relative to numpy (loss before / its decrease over one update): "
@@ -165,6 +168,17 @@ def machine_line(results: dict[str, dict[str, Any]], load: tuple[float, ...]) ->
     )
 
 
+def noise_warning(results: dict[str, dict[str, Any]]) -> str:
+    """Name the rows timed while other processes took a real share of the 2 cores."""
+    noisy = [m for m, r in results.items() if r.get("busy_elsewhere", 0) > NOISY]
+    if not noisy:
+        return f"quiet: no row ran while other processes used more than {NOISY:.0%} of the cores"
+    return (
+        f"NOISY: {', '.join(noisy)} ran while other processes used more than {NOISY:.0%} "
+        "of the cores; rerun them on a quiet machine"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", choices=[*WORKLOADS, "all"], default="all")
@@ -191,6 +205,7 @@ def main() -> None:
         print(f"\n### {w.describe()}\n")
         print(table(w, results))
         print(machine_line(results, load))
+        print(noise_warning(results))
         print(loss_check(results))
         print(targets(w, results), flush=True)
     if args.json:
