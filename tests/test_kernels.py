@@ -10,11 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numba
 import numpy as np
 import pytest
 
 from tracegrad.ir import Graph, Node, Value, evaluate
-from tracegrad.kernels import cache, compile_group
+from tracegrad.kernels import cache, compile_group, fused
 from tracegrad.kernels.fused import analyze, structure_key
 from tracegrad.primitives import PRIMITIVES
 
@@ -150,10 +151,15 @@ def gelu_with_everything(m, n, scale=0.5):
     return g, outputs, arrays
 
 
-@pytest.mark.parametrize("m, n", [(300, 257), (3, 5), (1, 40)])
+@pytest.mark.parametrize("m, n", [(1101, 257), (3, 5), (1, 40)])
 def test_broadcasts_and_reductions(m, n):
-    """(300, 257) runs in two parallel chunks with uneven rows; the others in one."""
+    """(1101, 257) runs in parallel, in two chunks of 550 and 551 rows on two threads; the
+    others on one thread."""
     g, outputs, arrays = gelu_with_everything(m, n)
+    kernel = compile_group(g.inputs, g.nodes, outputs)
+    assert kernel.structure.parallel == (m * n >= fused.PARALLEL_MIN)
+    if kernel.structure.parallel:
+        assert kernel.chunks == min(2, numba.get_num_threads())
     got, want = g.run(outputs, arrays)
     h = np.abs(want[0]).astype(np.float64)
     scales = [h, h.sum(0), h.sum(1, keepdims=True), h.sum(), 1, 1]
@@ -180,11 +186,12 @@ def test_reductions_of_inputs_and_integers_in_one_dimension():
     assert got[2] == want[2]
 
 
-def test_noncontiguous_inputs_and_outputs():
+def test_noncontiguous_and_mistyped_inputs_and_outputs():
     g, outputs, arrays = gelu_with_everything(40, 30)
     kernel = compile_group(g.inputs, g.nodes, outputs)
     want = reference(Graph(g.inputs, g.nodes, outputs), arrays)
     arrays[0] = np.asfortranarray(arrays[0])
+    arrays[4] = arrays[4].astype(np.float64)  # a float64 0-d array for a float32 scalar: cast
     got = [np.empty(v.shape, np.float32) for v in outputs]
     kernel(*arrays, *got)
     np.testing.assert_allclose(got[0], want[0], rtol=2e-6, atol=1e-6)
@@ -340,8 +347,10 @@ def test_generated_source_is_readable_python():
     kernel = compile_group(g.inputs, g.nodes, outs)
     text = kernel.source
     compile(text, str(kernel.path), "exec")
-    assert "@guvectorize(" in text and 'target="parallel"' in text and "cache=True" in text
+    assert "parallel=False" in text and "prange" not in text.split("def kernel")[1]
+    assert "cache=True" in text
     assert "0.5" not in text  # constants are arguments, not literals
-    g, outputs, _ = gelu_with_everything(40, 30)
+    g, outputs, _ = gelu_with_everything(1101, 257)
     text = compile_group(g.inputs, g.nodes, outputs).source
+    assert "parallel=True" in text and "for c in prange(chunks):" in text
     assert "**" not in text and "= pow3(" in text  # x ** 3 is written out: no powf call

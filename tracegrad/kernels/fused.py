@@ -3,11 +3,12 @@
 `compile_group` reduces a group to its canonical `Structure` (ops and wiring, dtypes, which
 canonical axes each operand spans, reduction axes; no sizes and no constant values), generates a
 kernel from that alone and caches it by its hash, so every layer of a deep net with the same
-pattern shares one compiled kernel. Adjacent axes that every operand and reduction treats alike
-are merged first: an (m, n) group with only full-size operands runs as 1-D, one with a bias row
-or a column sum as 2-D. Supported: canonical 1-D and 2-D domains; `sum`, `max`, `min` over any
-canonical axes, as group outputs. Anything else raises NotImplementedError (the caller falls
-back to NumPy).
+pattern shares one compiled kernel. Of the sizes only one bit counts: whether the group is big
+enough to run in parallel (`prange` over chunks of the outer axis). Adjacent axes that every
+operand and reduction treats alike are merged first: an (m, n) group with only full-size
+operands runs as 1-D, one with a bias row or a column sum as 2-D. Supported: canonical 1-D and
+2-D domains; `sum`, `max`, `min` over any canonical axes, as group outputs. Anything else raises
+NotImplementedError (the caller falls back to NumPy).
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ from .cache import KernelCache, default_cache
 
 FLAGS = frozenset(fastmath.FLAGS | {"reassoc"})  # reassoc lets LLVM vectorize the reductions
 REDUCTIONS = ("sum", "max", "min")
-GRAIN = 16384  # elements per parallel chunk at least: below it threads cost more than they save
+# Groups smaller than this run on one thread and compile without `parallel=True`, which costs
+# about 0.45 s of compile time per kernel and a thread wake-up per call.
+PARALLEL_MIN = 1 << 17
 SUPPORTED_DTYPES = frozenset(
     np.dtype(t).name
     for t in (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
@@ -51,6 +54,7 @@ class Reduction:
 class Structure:
     """Everything a kernel's code depends on, and nothing else: the cache key's content.
 
+    `parallel`: whether the group is big enough (PARALLEL_MIN) to run on several threads.
     Slots number the group's values: kernel inputs first, then one per elementwise node.
     `inputs` gives each input's dtype and, per canonical axis, whether it spans it (False:
     broadcast along it). `nodes` are (op, operand slots, result dtype); `outputs` are slots
@@ -58,6 +62,7 @@ class Structure:
     """
 
     ndim: int
+    parallel: bool
     inputs: tuple[tuple[str, tuple[bool, ...]], ...]
     nodes: tuple[tuple[str, tuple[int, ...], str], ...]
     outputs: tuple[int | Reduction, ...]
@@ -76,9 +81,10 @@ class FusedKernel:
     """`kernel(*input_arrays, *output_arrays)`: writes the group's outputs into the given arrays.
 
     Constants the group reads but were not listed as inputs are bound here and passed after
-    the caller's inputs. Inputs are reshaped to the canonical axes (a view when contiguous);
-    outputs must be C-contiguous, since they are written through such a view. The outer axis
-    is split into one chunk per Numba thread at construction (fewer for small work).
+    the caller's inputs. Inputs are reshaped to the canonical axes (a view when contiguous) and
+    cast to their Value's dtype if they differ (a Python float, a float64 0-d array);
+    outputs must be C-contiguous, since they are written through such a view. A parallel
+    kernel splits the outer axis into one chunk per Numba thread (as many as at construction).
     """
 
     def __init__(
@@ -87,16 +93,18 @@ class FusedKernel:
         self.compiled, self.structure, self.key, self.path = compiled, structure, key, path
         self.sizes, input_shapes, self.output_shapes, consts = layout
         self.n_inputs = len(input_shapes) - len(consts)
-        self.input_shapes = input_shapes[: self.n_inputs]
-        self.consts = [
-            _c_view(c, s) for c, s in zip(consts, input_shapes[self.n_inputs :], strict=True)
+        layouts = [
+            (s, np.dtype(d)) for s, (d, _) in zip(input_shapes, structure.inputs, strict=True)
         ]
-        work = math.prod(self.sizes) // GRAIN
-        self.chunks = max(1, min(numba.get_num_threads(), self.sizes[0], work))
-        self.chunk_ids, self.done = np.arange(self.chunks), np.empty(self.chunks, np.int64)
+        self.input_layouts = layouts[: self.n_inputs]
+        self.consts = [
+            _c_view(c, *lay) for c, lay in zip(consts, layouts[self.n_inputs :], strict=True)
+        ]
+        threads = numba.get_num_threads() if structure.parallel else 1
+        self.chunks = min(threads, self.sizes[0])
         self.partials = [
-            (k, r.op, _partial_layout(r, structure.ndim, self.chunks, self.sizes))
-            for k, r in enumerate(structure.outputs)
+            _partial_layout(r, structure.ndim, self.chunks, self.sizes)
+            for r in structure.outputs
             if isinstance(r, Reduction) and _form(r, structure.ndim) != "rows"
         ]
 
@@ -111,14 +119,10 @@ class FusedKernel:
                 f"fused kernel takes {n} inputs and {len(self.output_shapes)} outputs, "
                 f"got {len(arrays)} arrays"
             )
-        ins = [_c_view(a, shape) for a, shape in zip(arrays[:n], self.input_shapes, strict=True)]
+        ins = [_c_view(a, *lay) for a, lay in zip(arrays[:n], self.input_layouts, strict=True)]
         outs = [_out_view(a, s) for a, s in zip(arrays[n:], self.output_shapes, strict=True)]
-        parts = [_new_partial(*layout) for _, _, layout in self.partials]
-        self.compiled(
-            self.chunk_ids, *ins, *self.consts, *outs, *parts, *self.sizes, self.chunks, self.done
-        )
-        for (k, op, _), part in zip(self.partials, parts, strict=True):
-            _FINISH[op](part, axis=0, out=outs[k].reshape(part.shape[1:]))
+        parts = [_new_partial(*layout) for layout in self.partials]
+        self.compiled(*ins, *self.consts, *outs, *parts, *self.sizes, self.chunks)
 
     def __repr__(self) -> str:
         return f"<FusedKernel {self.key} at {self.path}>"
@@ -184,7 +188,8 @@ def analyze(
         else:
             out_spec.append(slots[v])
             out_shapes.append(sizes)
-    structure = Structure(len(sizes), in_spec, node_spec, tuple(out_spec))
+    parallel = math.prod(sizes) >= PARALLEL_MIN
+    structure = Structure(len(sizes), parallel, in_spec, node_spec, tuple(out_spec))
     in_shapes = [
         tuple(s for s, full in zip(sizes, spans, strict=True) if full) or (1,)
         for _, spans in in_spec
@@ -293,9 +298,12 @@ def _spans(shape, domain, groups) -> tuple[bool, ...]:
     return tuple(_spans_axis(shape, domain, g[0]) for g in groups) or (False,)
 
 
-def _c_view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    a = a.reshape(shape)
-    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+def _c_view(a: np.ndarray, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """`a` as a C-contiguous array of `shape` and `dtype`: a view when it already is one."""
+    a = np.asarray(a).reshape(shape)
+    if a.dtype != dtype or not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a, dtype)
+    return a
 
 
 def _out_view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
@@ -311,10 +319,6 @@ def _partial_layout(r: Reduction, ndim: int, chunks: int, sizes: tuple[int, ...]
     """(shape, dtype, initial value) of a reduction's per-chunk partial results."""
     shape = (chunks,) if _form(r, ndim) == "all" else (chunks, sizes[1])
     return shape, _accumulator_dtype(r, ndim), _identity(r)
-
-
-# the last step of a reduction: the chunks' partial results into the output
-_FINISH = {"sum": np.sum, "max": np.max, "min": np.min}
 
 
 def _new_partial(shape: tuple[int, ...], dtype: np.dtype, init: float) -> np.ndarray:
@@ -350,17 +354,17 @@ _HEADER = '''\
 """
 
 import numpy as np
-from numba import guvectorize
+from numba import njit, prange
 
 from tracegrad.kernels.scalar import cos, exp, log, sigmoid, sign, sin, sqrt, tanh
 from tracegrad.kernels.scalar import maximum as max, minimum as min  # nan-propagating
 
 
-@guvectorize(
-    ["{signature}"],
-    "{layout}",
-    target="parallel",
+@njit(
+    "{signature}",
+    parallel={parallel},
     fastmath={flags},
+    error_model="numpy",
     cache=True,
 )
 def kernel({params}):
@@ -368,52 +372,39 @@ def kernel({params}):
 
 
 def generate_source(s: Structure, key: str) -> str:
-    """The module text of the kernel for `s` (a function of `s` and `key` only).
-
-    The kernel is a parallel gufunc over chunk numbers `c`: Numba's threads run the chunks,
-    each over its rows of the outer axis. (An njit function with `prange` would do the same,
-    but takes twice as long to compile.) The arrays it writes are gufunc *inputs*, written in
-    place (NumPy copies no input whose dtype matches the signature); `done` is the dummy
-    output a gufunc must have. Declaring them `writable_args` would make NumPy refuse them,
-    as every chunk writes the same arrays."""
+    """The module text of the kernel for `s` (a function of `s` and `key` only)."""
     reductions = [(k, r) for k, r in enumerate(s.outputs) if isinstance(r, Reduction)]
     partials = [(k, r) for k, r in reductions if _form(r, s.ndim) != "rows"]
-    arrays = (
+    sizes = ["n0", "n1"][: s.ndim]
+    params = (
         [f"in{k}" for k in range(len(s.inputs))]
         + [f"out{k}" for k in range(len(s.outputs))]
         + [f"part{k}" for k, _ in partials]
+        + [*sizes, "chunks"]
     )
-    params = ["c", *arrays, *["n0", "n1"][: s.ndim], "chunks", "done"]
-    types = _array_types(s, partials)
     header = _HEADER.format(
         key=key,
         structure=_describe(s),
-        signature=f"void(int64, {', '.join(types)}, {', '.join(['int64'] * (s.ndim + 1))}, "
-        "int64[:])",
-        layout=",".join(["()", *(_core_dims(n, t) for n, t in zip(arrays, types, strict=True))])
-        + ",()" * (s.ndim + 1)
-        + "->()",
+        signature=_signature(s, partials),
+        parallel=s.parallel,
         flags=repr(sorted(FLAGS)).replace("[", "{").replace("]", "}"),
         params=", ".join(params),
     )
-    return header + "\n".join(_body(s, reductions)) + "\n"
+    return header + "\n".join(_body(s, reductions, partials)) + "\n"
 
 
-def _core_dims(name: str, array_type: str) -> str:
-    return "(" + ",".join(f"{name}_{d}" for d in range(array_type.count(",") + 1)) + ")"
-
-
-def _body(s: Structure, reductions) -> list[str]:
-    """The loops over chunk `c`. Indices are cast to unsigned: Numba then skips the
-    negative-index wraparound that otherwise stops LLVM from vectorizing the inner loop."""
+def _body(s: Structure, reductions, partials) -> list[str]:
+    """The loops. Indices are cast to unsigned: Numba then skips the negative-index wraparound
+    that otherwise stops LLVM from vectorizing the inner loop."""
     two_d = s.ndim == 2
     index = "i, j" if two_d else "i"
     inner_accs = [(k, r) for k, r in reductions if _form(r, s.ndim) in ("rows", "all")]
     lines = [f"v{k} = in{k}[0]" for k, (_, spans) in enumerate(s.inputs) if not any(spans)]
+    lines.append(f"for c in {'prange' if s.parallel else 'range'}(chunks):")
     rows = "range(c * n0 // chunks, (c + 1) * n0 // chunks)"
     if two_d:
-        lines += [f"for row in {rows}:", "    i = np.uint64(row)"]
-    pad = "    " if two_d else ""
+        lines += [f"    for row in {rows}:", "        i = np.uint64(row)"]
+    pad = "        " if two_d else "    "
     lines += [f"{pad}acc{k} = {_init(r, s.ndim)}" for k, r in inner_accs]
     if two_d:
         lines += [f"{pad}for col in range(n1):", f"{pad}    j = np.uint64(col)"]
@@ -428,6 +419,8 @@ def _body(s: Structure, reductions) -> list[str]:
             lines.append(f"{pad}out{k}[i] = acc{k}")
         else:
             lines.append(f"{pad}{_fold(r, f'part{k}[c]', f'acc{k}')}")
+    for k, r in partials:
+        lines += _combine(k, r, _form(r, s.ndim))
     return ["    " + line for line in lines]
 
 
@@ -447,6 +440,24 @@ def _element(s: Structure, index: str) -> list[str]:
     return lines
 
 
+def _combine(k: int, r: Reduction, form: str) -> list[str]:
+    """After the parallel loop: fold the chunks' partials into the output."""
+    if form == "all":
+        return [
+            f"total{k} = part{k}[0]",
+            "for c in range(1, chunks):",
+            f"    {_fold(r, f'total{k}', f'part{k}[c]')}",
+            f"out{k}[0] = total{k}",
+        ]
+    return [
+        "for j in range(n1):",
+        f"    total{k} = part{k}[0, j]",
+        "    for c in range(1, chunks):",
+        f"        {_fold(r, f'total{k}', f'part{k}[c, j]')}",
+        f"    out{k}[j] = total{k}",
+    ]
+
+
 def _fold(r: Reduction, target: str, value: str, dtype: np.dtype | None = None) -> str:
     """The statement folding `value` (cast to `dtype`, if given) into `target`."""
     if r.op == "sum":
@@ -463,9 +474,7 @@ def _cast(dtype: str) -> str:
     return "np.bool_" if dtype == "bool" else f"np.{dtype}"
 
 
-def _array_types(s: Structure, partials) -> list[str]:
-    """Numba types of the kernel's array arguments: inputs, outputs, partials (C order)."""
-
+def _signature(s: Structure, partials) -> str:
     def array(dtype: str, ndim: int) -> str:
         name = "boolean" if dtype == "bool" else dtype
         return f"{name}[{', '.join([':'] * (ndim - 1) + ['::1'])}]"
@@ -480,7 +489,8 @@ def _array_types(s: Structure, partials) -> list[str]:
         types.append(
             array(_accumulator_dtype(r, s.ndim).name, 1 if _form(r, s.ndim) == "all" else 2)
         )
-    return types
+    types += ["int64"] * (s.ndim + 1)
+    return f"void({', '.join(types)})"
 
 
 def _slot_dtype(s: Structure, slot: int) -> str:
@@ -496,7 +506,8 @@ def _describe(s: Structure) -> str:
         own = "".join(a for a, full in zip(axes, spans, strict=True) if full)
         return f"in{k}: {dtype}[{own}]" if own else f"in{k}: {dtype} scalar"
 
-    lines = [f"domain [{axes}]; " + ", ".join(operand(k) for k in range(len(s.inputs)))]
+    threads = "parallel" if s.parallel else "one thread"
+    lines = [f"domain [{axes}], {threads}; " + ", ".join(operand(k) for k in range(len(s.inputs)))]
     for k, (op, operands, dtype) in enumerate(s.nodes, start=len(s.inputs)):
         lines.append(f"v{k}: {dtype} = {op}({', '.join(f'v{o}' for o in operands)})")
     for k, out in enumerate(s.outputs):
