@@ -455,3 +455,37 @@ def test_shape_errors_name_the_op_and_the_shapes(name: str) -> None:
         fn()
     assert isinstance(info.value, ValueError)
     assert "test_ops.py" in str(info.value)  # and where the user called it
+
+
+@pytest.mark.parametrize(
+    "base, exponent",
+    [
+        (np.float32(0.9), np.float32(3.0)),  # a data exponent that happens to be 3 (Adam's step)
+        (np.arange(-3.0, 3.0, dtype=np.float32), 3.0),
+        (np.arange(-3.0, 3.0, dtype=np.float32), np.float64(4.0)),  # promotes, like np.power
+        (np.arange(-3.0, 3.0, dtype=np.float32), np.float32(2.5)),
+        (0.9, np.array(3.0, np.float32)),
+    ],
+)
+def test_pow_keeps_numpys_values_and_dtypes(base, exponent):
+    from tracegrad.primitives import PRIMITIVES
+
+    expected = np.power(base, exponent)
+    got = np.asarray(PRIMITIVES["pow"].impl(base, exponent))
+    assert got.dtype == np.asarray(expected).dtype
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
+def test_traced_adam_like_power_of_a_step_counter_stays_float32():
+    step = tg.tensor(np.float32(0.0))
+    w = tg.tensor(np.ones(3, np.float32))
+
+    @tg.trace(backend="numpy")
+    def update():
+        with tg.no_grad():
+            step.__iadd__(1.0)
+            w.__isub__(0.1 / (1.0 - 0.9**step))
+
+    for _ in range(4):  # the step counter passes 3 and 4
+        update()
+        assert w.dtype == np.float32 and step.dtype == np.float32

@@ -188,7 +188,7 @@ class Plan:
         cap = self.capture
         inputs = [_array(x) for x in arg_leaves]
         inputs += [t._grad._value if via_grad else t._value for t, via_grad in cap.state]
-        outs = list(self.run(*inputs))
+        outs = [_typed(a, v) for a, v in zip(self.run(*inputs), self.graph.outputs, strict=True)]
         results = [Tensor._wrap(np.asarray(a)) for a in outs[: cap.n_results]]
         writes = iter(outs[cap.n_results :])
         owned = {id(a) for a in inputs}
@@ -202,6 +202,13 @@ class Plan:
             else:
                 t._grad = Tensor._wrap(_fresh(next(writes), owned))
         return pytree.unflatten(cap.result_tree, results)
+
+
+def _typed(a: Any, v: ir.Value) -> np.ndarray:
+    """The plan's result in its graph dtype: state must never drift (float32 to float64) because
+    some NumPy call promoted a scalar."""
+    a = np.asarray(a)
+    return a if a.dtype == v.dtype else a.astype(v.dtype)
 
 
 def _array(x: Any) -> np.ndarray:
