@@ -218,6 +218,11 @@ def evaluate(graph: Graph, args: Sequence[Any], impls: Callable[[str], Callable]
             result = impls(n.op)(*(read(v) for v in n.inputs), **n.attrs)
         for v, r in zip(n.outputs, _as_tuple(result, len(n.outputs)), strict=True):
             env[v] = np.asarray(r)
+            if env[v].dtype != v.dtype or env[v].shape != v.shape:  # the oracle checks types too
+                raise TypeError(
+                    f"{n.op} at {n.source}: computed {env[v].dtype}{list(env[v].shape)}, "
+                    f"the graph says {v.type_str}"
+                )
     return [read(v) for v in graph.outputs]
 
 
