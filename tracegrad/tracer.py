@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from . import ir, pytree
-from .tensor import Listeners, Tensor, TraceError, _serials, user_location
+from .tensor import Listeners, Tensor, TraceError, _serials, as_tensor, user_location
 
 
 def _is_leaf(x: Any) -> bool:
@@ -82,8 +82,12 @@ class Tracer:
             if id(t) not in self.consts:
                 self.consts[id(t)] = (t, ir.Value(t.shape, t.dtype, const=t._value))
             return self.consts[id(t)][1]
+        return self.stand_in(t)
+
+    def stand_in(self, t: Tensor, is_arg: bool = False) -> ir.Value:
+        """Make `t` a graph input: its value becomes symbolic until `restore()`."""
         slot = self.slot(t)
-        slot.input = ir.Value(t.shape, t.dtype)
+        slot.input, slot.is_arg = ir.Value(t.shape, t.dtype), is_arg
         t._value = slot.input
         return slot.input
 
@@ -103,7 +107,7 @@ class Tracer:
 
     def finish(self, result: Any) -> Capture:
         leaves, tree = pytree.flatten(result, _is_leaf)
-        outputs = [self.lift(_as_tensor(x)) for x in leaves]
+        outputs = [self.lift(as_tensor(x)) for x in leaves]
         value_writes, grad_writes = [], []
         for s in self.slots.values():
             t = s.tensor
@@ -133,10 +137,6 @@ class Tracer:
                        guards)  # fmt: skip
 
 
-def _as_tensor(x: Any) -> Tensor:
-    return x if isinstance(x, Tensor) else Tensor(x)
-
-
 def _signature(args: tuple, kwargs: dict) -> tuple[list, Any]:
     leaves, tree = pytree.flatten((args, kwargs), _is_leaf)
     spec = tuple((tuple(np.shape(x)), np.dtype(x.dtype)) for x in leaves)
@@ -156,10 +156,7 @@ def capture(fn: Callable, args: tuple, kwargs: dict) -> Capture:
         stand_ins = []
         for x in leaves:
             t = x if isinstance(x, Tensor) else Tensor._wrap(np.asarray(x))
-            slot = tracer.slot(t)
-            slot.is_arg = True
-            slot.input = ir.Value(t.shape, t.dtype)
-            t._value = slot.input
+            tracer.stand_in(t, is_arg=True)
             stand_ins.append(t)
         call_args, call_kwargs = pytree.unflatten(tree, stand_ins)
         result = fn(*call_args, **call_kwargs)
