@@ -148,7 +148,7 @@ def simplify(graph: Graph) -> tuple[Graph, PassStats]:
     rw = Rewrite({}, readers, set(graph.outputs))
     alias: dict[Value, Value] = {}
     nodes: list[Node] = []
-    for n in substitute(graph, {}).nodes:
+    for n in graph.copy().nodes:
         n.inputs = [alias.get(v, v) for v in n.inputs]
         rw.emit = []
         new = next((v for v in (rule(n, rw) for rule in RULES) if v is not None), None)
