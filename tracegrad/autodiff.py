@@ -129,7 +129,7 @@ def record(prim: Any, inputs: list[Tensor], out: Tensor, params: dict) -> None:
         out._node = TapeNode(prim, params, parents, inputs, out)
 
 
-Listeners.record = record
+type(Listeners).record = staticmethod(record)  # for every thread
 
 
 @contextlib.contextmanager

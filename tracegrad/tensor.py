@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 import sys
+import threading
 import weakref
 from typing import Any
 
@@ -35,13 +36,20 @@ class ShapeError(ValueError):
         super().__init__(f"{message} (at {user_location()})")
 
 
-class Listeners:
-    """Who hears `bind`: a stack of tracers (top one evaluates) and the tape recorder."""
+class _Listeners(threading.local):
+    """Who hears `bind`: a stack of tracers (top one evaluates) and the tape recorder. Tracing,
+    `no_grad` and backward are per thread, as PyTorch's grad mode and JAX's trace state are:
+    a step traced in one thread must not capture another thread's eager ops."""
 
-    tracers: list[Any] = []
-    record: Any = None  # autodiff's recorder: record(prim, inputs, out, params)
-    grad_enabled: bool = True
-    in_backward: int = 0  # depth of running backward passes (the tracer labels node phases)
+    record: Any = None  # autodiff's recorder, shared by all threads: record(prim, inputs, out, ...)
+
+    def __init__(self) -> None:
+        self.tracers: list[Any] = []
+        self.grad_enabled = True
+        self.in_backward = 0  # depth of running backward passes (the tracer labels node phases)
+
+
+Listeners = _Listeners()
 
 
 def user_location() -> str | None:
