@@ -310,3 +310,89 @@ def test_runtime_errors_point_at_the_plan_line_and_the_user_source():
     frames = [f for f in err.traceback if "tracegrad plan" in str(f.path)]
     assert frames, "the traceback shows a frame in the generated plan"
     assert "test_trace.py" in str(frames[-1].statement)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_results_never_live_in_the_arena_that_the_next_step_reuses(backend):
+    w = tg.tensor(np.random.default_rng(0).standard_normal((16, 16)))
+
+    @tg.trace(backend=backend)
+    def hidden(x):  # returns an intermediate, and the state the next call reads
+        h = tg.tanh(x @ w) * 2.0
+        w.__isub__(0.1 * h.T @ h)
+        return h
+
+    x1, x2 = (np.random.default_rng(s).standard_normal((32, 16)) for s in (1, 2))
+    w0 = w.numpy().copy()
+    h1 = hidden(x1)
+    kept, w1 = h1.numpy().copy(), w.numpy()
+    hidden(x2)
+    np.testing.assert_array_equal(h1.numpy(), kept)
+    np.testing.assert_allclose(kept, np.tanh(x1 @ w0) * 2.0, rtol=1e-12)
+    np.testing.assert_array_equal(w1, w0 - 0.1 * kept.T @ kept)
+    assert hidden.latest.memory.arena > 0  # tanh(x @ w) lives there
+
+
+def test_concurrent_calls_get_buffers_of_their_own():
+    import threading
+
+    model = MLP((6, 64, 64, 4), np.float64)
+    step = tg.trace(model.step, backend="numpy")
+    x, y = batches(1, np.float64, (6, 64, 64, 4), batch=128)[0]
+    step(x, y)
+    forward = tg.trace(lambda x: model.forward(tg.tensor(x)).sum(), backend="numpy")
+    want = float(model.forward(tg.tensor(x)).sum())
+    assert float(forward(x)) == want  # traced here: the threads below only run the plan
+    got, started = [], threading.Barrier(2)
+
+    def run():
+        started.wait()
+        got.extend(float(forward(x)) for _ in range(50))
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == [want] * 100
+
+
+def test_plans_share_one_arena_sized_by_the_largest():
+    small = MLP((6, 16, 4), np.float32)
+    big = MLP((6, 256, 256, 4), np.float32)
+    small_step = tg.trace(small.step, backend="numpy")
+    big_step = tg.trace(big.step, backend="numpy")
+    small_step(*batches(1, np.float32, (6, 16, 4), batch=64)[0])
+    big_step(*batches(1, np.float32, (6, 256, 256, 4), batch=64)[0])
+    arena = big_step.latest.run.arena
+    assert small_step.latest.run.arena is arena
+    assert arena.buffer.nbytes == big_step.latest.memory.arena > small_step.latest.memory.arena
+
+
+def test_tracing_in_one_thread_does_not_capture_another_threads_eager_ops():
+    import threading
+
+    inside, done = threading.Event(), threading.Event()
+
+    @tg.trace(backend="numpy")
+    def slow(x):
+        y = tg.exp(x)
+        inside.set()
+        assert done.wait(10)  # the other thread computes while this one is tracing
+        return y.sum()
+
+    def eager():
+        assert inside.wait(10)
+        a = tg.tensor([1.0, 2.0], requires_grad=True)
+        (a * a).sum().backward()
+        grads.append(a.grad.numpy())
+        done.set()
+
+    grads = []
+    other = threading.Thread(target=eager)
+    other.start()
+    result = slow(np.zeros(3))
+    other.join()
+    np.testing.assert_array_equal(grads[0], [2.0, 4.0])
+    assert float(result) == 3.0
+    assert [n.op for n in slow.graph.nodes] == ["exp", "sum"]

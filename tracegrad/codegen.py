@@ -1,12 +1,15 @@
 """Graph -> a straight-line Python plan: one statement per node, NumPy calls (BLAS matmuls), `del`
-at each value's last use, and elementwise results written into a dying input's buffer (`out=`)
-when that is safe. The source is registered with `linecache`, so a traceback shows the plan's own
-line, which names the user's source line of that node in a comment."""
+at each value's last use, elementwise results written into a dying input's buffer (`out=`) when
+that is safe, and every other step-internal result written into its place in the arena (`_arena`,
+a list of views the plan is given). The source is registered with `linecache`, so a traceback
+shows the plan's own line, which names the user's source line of that node in a comment."""
 
 from __future__ import annotations
 
 import linecache
+import threading
 import tracemalloc
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -60,12 +63,17 @@ class _Emitter:
         return f"{op}_impl"
 
 
-def _kernel_call(em: _Emitter, n: ir.Node, kernel: Callable, memory: MemoryPlan) -> list[str]:
-    """Allocate the results with NumPy (or take a dying input's buffer), then run the kernel."""
+def _kernel_call(
+    em: _Emitter, n: ir.Node, kernel: Callable, memory: MemoryPlan, places: dict[ir.Value, int]
+) -> list[str]:
+    """Take each result's buffer (a dying input's, its place in the arena, or a new NumPy
+    array), then run the kernel."""
     lines = []
     for v in n.outputs:
         if v in memory.reuse:
             lines.append(f"{em.names[v]} = {em.names[memory.reuse[v]]}")
+        elif v in places:
+            lines.append(f"{em.names[v]} = _arena[{places[v]}]")
         else:
             lines.append(f"{em.names[v]} = np.empty({v.shape}, {em.attr(v.dtype)})")
     args = [em.names[v] if v.const is None else em.constant(v.const, "k") for v in n.inputs]
@@ -74,23 +82,30 @@ def _kernel_call(em: _Emitter, n: ir.Node, kernel: Callable, memory: MemoryPlan)
     return lines
 
 
-def _call(em: _Emitter, n: ir.Node, memory: MemoryPlan) -> str:
+def _call(em: _Emitter, n: ir.Node, memory: MemoryPlan, places: dict[ir.Value, int]) -> str:
     args = [em.ref(v) for v in n.inputs]
     args += [f"{k}={em.attr(a)}" for k, a in n.attrs.items()]
     out = n.outputs[0]
     if out in memory.reuse:
         args.append(f"out={em.names[memory.reuse[out]]}")
+    elif out in places:
+        args.append(f"out=_arena[{places[out]}]")
     return f"{em.names[out]} = {em.function(n.op)}({', '.join(args)})"
 
 
 def generate(
     graph: ir.Graph, name: str, memory: MemoryPlan, kernels: dict[ir.Node, Callable]
 ) -> tuple[str, dict[str, Any]]:
-    """The plan's Python source and the namespace it runs in."""
+    """The plan's Python source and the namespace it runs in; its first parameter is the list
+    of arena views, in the order of `memory.offsets`."""
     em = _Emitter(graph)
-    lines = [f"def {name}({', '.join(em.names[v] for v in graph.inputs)}):"]
+    places = {v: i for i, v in enumerate(memory.offsets)}
+    lines = [f"def {name}({', '.join(['_arena', *(em.names[v] for v in graph.inputs)])}):"]
     for i, n in enumerate(graph.nodes):
-        body = _kernel_call(em, n, kernels[n], memory) if n in kernels else [_call(em, n, memory)]
+        if n in kernels:
+            body = _kernel_call(em, n, kernels[n], memory, places)
+        else:
+            body = [_call(em, n, memory, places)]
         comment = f"{n.phase}: {n.source}" if n.source else n.phase
         if n in kernels:
             comment = f"{ir._fmt_attr(n.attrs['body'])} {comment}"
@@ -111,28 +126,98 @@ def compile_source(source: str, namespace: dict[str, Any], name: str) -> Callabl
     return namespace[name]
 
 
-class MeasuredRun:
-    """Wraps a plan: measures its peak with tracemalloc on the first call and whenever the
-    user is tracing memory anyway (tracing every call would slow every step)."""
+class ArenaLayout:
+    """Where each step-internal value of one plan lives in the arena: (offset, shape, dtype)."""
 
-    def __init__(self, run: Callable):
-        self.run, self.peak, self.calls = run, None, 0
+    def __init__(self, memory: MemoryPlan):
+        self.places = [(memory.offsets[v], v.shape, v.dtype) for v in memory.offsets]
+        self.nbytes = memory.arena
+
+    def views(self, buffer: np.ndarray) -> list[np.ndarray]:
+        return [
+            buffer[o : o + int(np.prod(shape)) * dtype.itemsize].view(dtype).reshape(shape)
+            for o, shape, dtype in self.places
+        ]
+
+
+class Arena:
+    """The buffer every plan of the process places its step-internal values in, sized by the
+    largest plan that has run. It is lent to one call at a time; a call made while it is lent
+    (another thread's) gets a buffer of its own."""
+
+    def __init__(self) -> None:
+        self.buffer = np.empty(0, np.uint8)
+        self.views: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # layout -> views
+        self.lock = threading.Lock()
+
+    def lend(self, layout: ArenaLayout) -> tuple[list[np.ndarray], bool]:
+        """Views of the arena for `layout`, and whether the arena itself was lent (then the
+        caller must `give_back()`)."""
+        if not self.lock.acquire(blocking=False):
+            return layout.views(_aligned_empty(layout.nbytes)), False
+        if self.buffer.nbytes < layout.nbytes:
+            self.views.clear()
+            self.buffer = np.empty(0, np.uint8)  # free the old buffer before taking the new
+            self.buffer = _aligned_empty(layout.nbytes)
+        views = self.views.get(layout)
+        if views is None:
+            views = self.views[layout] = layout.views(self.buffer)
+        return views, True
+
+    def give_back(self) -> None:
+        self.lock.release()
+
+
+def _aligned_empty(nbytes: int) -> np.ndarray:
+    """`nbytes` through NumPy (so tracemalloc sees them), starting on a 64-byte boundary."""
+    raw = np.empty(nbytes + passes.memory.ALIGN, np.uint8)
+    start = -raw.ctypes.data % passes.memory.ALIGN
+    return raw[start : start + nbytes]
+
+
+_shared_arena: Callable[[], Arena | None] = lambda: None  # noqa: E731
+
+
+def shared_arena() -> Arena:
+    """The arena of the plans alive now; freed with the last of them."""
+    global _shared_arena
+    arena = _shared_arena()
+    if arena is None:
+        arena = Arena()
+        _shared_arena = weakref.ref(arena)
+    return arena
+
+
+class MeasuredRun:
+    """Runs a plan in the arena. Measures its peak with tracemalloc on the first call and
+    whenever the user is tracing memory anyway (tracing every call would slow every step): the
+    arena bytes the plan uses plus what the step allocates besides."""
+
+    def __init__(self, run: Callable, layout: ArenaLayout):
+        self.run, self.layout, self.arena = run, layout, shared_arena()
+        self.peak, self.calls = None, 0
 
     def __call__(self, *args: Any) -> Any:
         self.calls += 1
-        if self.peak is not None and not tracemalloc.is_tracing():
-            return self.run(*args)
-        started = not tracemalloc.is_tracing()
+        measure = self.peak is None or tracemalloc.is_tracing()
+        started = measure and not tracemalloc.is_tracing()
         if started:
             tracemalloc.start()
-        base = tracemalloc.get_traced_memory()[0]
-        tracemalloc.reset_peak()
+        views, lent = self.arena.lend(self.layout)
         try:
-            return self.run(*args)
+            if not measure:
+                return self.run(views, *args)
+            base = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            try:
+                return self.run(views, *args)
+            finally:
+                self.peak = self.layout.nbytes + tracemalloc.get_traced_memory()[1] - base
+                if started:
+                    tracemalloc.stop()
         finally:
-            self.peak = tracemalloc.get_traced_memory()[1] - base
-            if started:
-                tracemalloc.stop()
+            if lent:
+                self.arena.give_back()
 
 
 def compile_plan(cap: Any, backend: str, pipeline: Sequence[Callable] | None, name: str) -> Any:
@@ -144,7 +229,7 @@ def compile_plan(cap: Any, backend: str, pipeline: Sequence[Callable] | None, na
     graph, kernels = lower(graph, backend)
     memory = plan_memory(graph)
     source, namespace = generate(graph, _identifier(name), memory, kernels)
-    run = MeasuredRun(compile_source(source, namespace, _identifier(name)))
+    run = MeasuredRun(compile_source(source, namespace, _identifier(name)), ArenaLayout(memory))
     return Plan(cap, run, graph, source, stats, memory, backend)
 
 
@@ -199,7 +284,11 @@ def report(plan: Any) -> str:
     for v in saved:
         n = producers[v]
         lines.append(f"  {v.type_str:<20} {_mb(v.nbytes):>10}  {n.op:<10} {n.source}")
-    lines.append(f"planned peak: {_mb(plan.memory.peak)}")
+    memory = plan.memory
+    lines.append(
+        f"planned peak: {_mb(memory.peak)} (arena {_mb(memory.arena)}, held between steps; "
+        f"{_mb(memory.peak - memory.arena)} more allocated during the step)"
+    )
     peak = plan.run.peak
     measured = "not measured yet" if peak is None else _mb(peak)
     lines.append(f"measured peak (tracemalloc, call {plan.run.calls}): {measured}")
