@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
+from tracegrad import codegen
 
 
 def gelu(u):
@@ -74,13 +75,25 @@ def run_traced(model, data, backend="numpy"):
 BACKENDS = ["numpy", "numba"]
 
 
+@pytest.fixture(autouse=True)
+def compile_every_group(monkeypatch):
+    """These nets are small: have the Numba backend compile every fused group anyway, so that
+    its kernels are what the tests run."""
+    monkeypatch.setattr(codegen, "KERNEL_MIN", 0)
+
+
+def kernel_calls(step) -> int:
+    return sum(line.lstrip().startswith("kernel") for line in step.latest.source.splitlines())
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("act", sorted(ACTIVATIONS))
 def test_traced_matches_eager_float64_to_rounding(act, backend):
     sizes, data = (6, 16, 12, 4), batches(5, np.float64)
     eager, traced = MLP(sizes, np.float64, act), MLP(sizes, np.float64, act)
     losses_e = run_eager(eager, data)
-    losses_t, _ = run_traced(traced, data, backend)
+    losses_t, step = run_traced(traced, data, backend)
+    assert (kernel_calls(step) > 0) == (backend == "numba")
     np.testing.assert_allclose(losses_t, losses_e, rtol=1e-12)
     for a, b in zip(traced.state(), eager.state(), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
@@ -96,6 +109,17 @@ def test_traced_matches_eager_float32_over_20_steps(backend):
     for a, b in zip(traced.state(), eager.state(), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
     assert sum(len(p) for p in step.plans.values()) == 1  # one trace served all 20 steps
+    assert (kernel_calls(step) > 0) == (backend == "numba")
+
+
+def test_numba_compiles_only_groups_big_enough_to_gain(monkeypatch):
+    monkeypatch.setattr(codegen, "KERNEL_MIN", 128 * 32)  # a hidden layer's activations
+    sizes = (6, 32, 32, 4)
+    step = tg.trace(MLP(sizes, np.float32, "gelu").step, backend="numba")
+    step(*batches(1, np.float32, sizes, batch=128)[0])
+    bodies = [line.split("# {")[1].split("}")[0] for line in step.latest.source.splitlines()
+              if line.lstrip().startswith("kernel")]  # fmt: skip
+    assert bodies and all("tanh" in body for body in bodies)  # 32x32 updates, 128x4 softmax: NumPy
 
 
 def test_tracing_runs_no_numeric_work_and_traces_once_per_signature():
