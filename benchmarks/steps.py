@@ -250,7 +250,13 @@ def _build_traced(backend: str) -> Callable[[Workload], Step]:
 
         train_step, args = _tracegrad_step(w)
         traced = tg.trace(backend=backend)(train_step)
-        return lambda: traced(*args).item()
+
+        def step() -> float:
+            return traced(*args).item()
+
+        # what the plan keeps between steps (its arena), for memory.py to count with the step
+        step.held_bytes = lambda: traced.latest.run.arena.buffer.nbytes
+        return step
 
     return build_traced
 
