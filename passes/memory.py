@@ -38,25 +38,27 @@ class MemoryPlan:
 class _Buffer:
     owner: Value
     born: int  # index of the node that allocates it
-    died: int | None = None  # index of the node after which nothing reads it
+    died: int | None = None  # index of the node after which nothing reads it (or copies it)
     placeable: bool = False  # its producer can write into a given array (`out=`)
 
 
 def plan_memory(graph: Graph) -> MemoryPlan:
     """Liveness over buffers plus in-place reuse, then arena offsets for internal buffers."""
     plan, buffers = MemoryPlan(), _liveness(graph)
-    escaping = {buffers[v].owner for v in graph.outputs if v in buffers}
-    internal = [b for b in dict.fromkeys(buffers.values()) if b.owner not in escaping
-                and b.placeable and b.died is not None]  # fmt: skip
-    plan.offsets, plan.arena = _place(internal)
+    for b in buffers.values():
+        b.died = b.born if b.died is None else b.died  # a result nothing reads
+    for v in graph.outputs:  # the caller copies results and state writes out after the plan
+        if v in buffers:
+            buffers[v].died = len(graph.nodes) - 1
+    placeable = [b for b in dict.fromkeys(buffers.values()) if b.placeable]
+    plan.offsets, plan.arena = _place(placeable)
     _reuse_and_deaths(graph, buffers, plan)
     fresh = [b for b in dict.fromkeys(buffers.values()) if b.owner not in plan.offsets]
     during, dying = [0] * (len(graph.nodes) + 1), [0] * len(graph.nodes)
     for b in fresh:  # a buffer counts from the node that makes it to the last that reads it
         during[b.born] += b.owner.nbytes
-        if b.died is not None:
-            during[b.died + 1] -= b.owner.nbytes
-            dying[b.died] += b.owner.nbytes
+        during[b.died + 1] -= b.owner.nbytes
+        dying[b.died] += b.owner.nbytes
     live = 0
     for i in range(len(graph.nodes)):
         live += during[i]

@@ -194,21 +194,23 @@ def test_memory_plan_places_internal_buffers_in_the_arena_and_reuses_places():
     n3, c = node("sin", [x], (1000,))  # a is dead by now: c takes its place
     n4, d = node("cos", [c], (1000,))  # c is still read below: d needs a place of its own
     n5, e = node("matmul", [c, d], ())
-    n6, f = node("exp", [x], (1000,))  # an output: NumPy allocates it, never the arena
-    plan = plan_memory(Graph([x], [n1, n2, n3, n4, n5, n6], [b, e, f]))
-    assert plan.offsets == {a: 0, c: 0, d: 4032} and plan.arena == 2 * 4032
-    assert plan.peak == plan.arena + 4 + 4 + 4000
+    n6, f = node("exp", [x], (1000,))  # an output, in the arena: c and d are dead by now
+    n7, g = node("sin", [f], (1000,))  # another, while f must stay until the caller copies it
+    plan = plan_memory(Graph([x], [n1, n2, n3, n4, n5, n6, n7], [b, e, f, g]))
+    assert plan.offsets == {a: 0, c: 0, d: 4032, f: 0, g: 4032} and plan.arena == 2 * 4032
+    assert plan.peak == plan.arena + 4 + 4  # and the 0-d results
 
 
-def test_memory_plan_never_places_a_buffer_an_output_lives_in():
+def test_memory_plan_keeps_the_buffers_of_outputs_to_the_end():
     x = val(1000)
     n1, a = node("exp", [x], (1000,))
     n2, b = node("neg", [a], (1000,))  # written into a's buffer, and returned
     n3, t = node("reshape", [a], (10, 100), shape=(10, 100))
-    plan = plan_memory(Graph([x], [n1, n2], [b]))
-    assert plan.reuse == {b: a} and plan.offsets == {} and plan.arena == 0
-    plan = plan_memory(Graph([x], [n1, n3], [t]))  # a view of a is returned
-    assert plan.offsets == {} and plan.peak == 4000
+    n4, c = node("cos", [x], (1000,))
+    plan = plan_memory(Graph([x], [n1, n2, n4], [b, c]))
+    assert plan.reuse == {b: a} and plan.offsets == {a: 0, c: 4032}
+    plan = plan_memory(Graph([x], [n1, n3, n4], [t, c]))  # a view of a is returned
+    assert plan.offsets == {a: 0, c: 4032} and plan.peak == 2 * 4032
 
 
 def test_memory_plan_keeps_a_viewed_buffer_alive():
@@ -219,7 +221,7 @@ def test_memory_plan_keeps_a_viewed_buffer_alive():
     n4, c = node("matmul", [t, b], (100, 100))
     plan = plan_memory(Graph([x], [n1, n2, n3, n4], [c]))
     assert b not in plan.reuse
-    assert plan.offsets == {a: 0, b: 4032} and plan.peak == 4032 + 4032 + 40000
+    assert plan.offsets == {a: 0, b: 4032, c: 8064} and plan.peak == 4032 + 4032 + 40000
 
 
 def test_default_pipeline_order_is_visible_and_overridable():

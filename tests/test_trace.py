@@ -337,11 +337,11 @@ def test_runtime_errors_point_at_the_plan_line_and_the_user_source():
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_results_never_live_in_the_arena_that_the_next_step_reuses(backend):
+def test_results_are_copied_out_of_the_arena_that_the_next_step_reuses(backend):
     w = tg.tensor(np.random.default_rng(0).standard_normal((16, 16)))
 
     @tg.trace(backend=backend)
-    def hidden(x):  # returns an intermediate, and the state the next call reads
+    def hidden(x):  # returns an intermediate, and writes the state the next call reads
         h = tg.tanh(x @ w) * 2.0
         w.__isub__(0.1 * h.T @ h)
         return h
@@ -349,12 +349,49 @@ def test_results_never_live_in_the_arena_that_the_next_step_reuses(backend):
     x1, x2 = (np.random.default_rng(s).standard_normal((32, 16)) for s in (1, 2))
     w0 = w.numpy().copy()
     h1 = hidden(x1)
-    kept, w1 = h1.numpy().copy(), w.numpy()
-    hidden(x2)
+    kept, w1 = h1.numpy().copy(), w.numpy().copy()
+    h2 = hidden(x2)
     np.testing.assert_array_equal(h1.numpy(), kept)
     np.testing.assert_allclose(kept, np.tanh(x1 @ w0) * 2.0, rtol=1e-12)
-    np.testing.assert_array_equal(w1, w0 - 0.1 * kept.T @ kept)
-    assert hidden.latest.memory.arena > 0  # tanh(x @ w) lives there
+    np.testing.assert_allclose(w1, w0 - 0.1 * kept.T @ kept, rtol=1e-12)
+    np.testing.assert_allclose(h2.numpy(), np.tanh(x2 @ w1) * 2.0, rtol=1e-12)
+    assert hidden.latest.memory.arena > 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_state_is_written_in_place_as_eager_in_place_ops_write_it(backend):
+    def run(step):
+        p = tg.tensor(np.ones(4), requires_grad=True)
+        alias, array = p.detach(), p.numpy()
+        version = p._version[0]
+
+        def update(x):
+            with tg.no_grad():
+                p.__isub__(x * p)
+
+        step(update)(np.full(4, 0.5))
+        return alias.numpy(), array, p._version[0] - version
+
+    eager = run(lambda f: f)
+    traced = run(lambda f: tg.trace(f, backend=backend))
+    for got, want in zip(traced, eager, strict=True):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(traced[0], np.full(4, 0.5))  # the alias saw the update
+    assert traced[2] == 1
+
+
+def test_a_traced_update_invalidates_values_saved_for_backward():
+    p = tg.tensor(np.ones(3), requires_grad=True)
+
+    @tg.trace(backend="numpy")
+    def step():
+        with tg.no_grad():
+            p.__isub__(0.5 * p)
+
+    y = (p * p).sum()  # saves p
+    step()
+    with pytest.raises(RuntimeError, match="modified"):
+        y.backward()
 
 
 def test_concurrent_calls_get_buffers_of_their_own():

@@ -189,15 +189,16 @@ def shared_arena() -> Arena:
 
 
 class MeasuredRun:
-    """Runs a plan in the arena. Measures its peak with tracemalloc on the first call and
-    whenever the user is tracing memory anyway (tracing every call would slow every step): the
-    arena bytes the plan uses plus what the step allocates besides."""
+    """Runs a plan in the arena, then `finish(inputs, outputs)` while the arena is still lent
+    (it copies what leaves the step out of it). Measures the peak with tracemalloc on the first
+    call and whenever the user is tracing memory anyway (tracing every call would slow every
+    step): the arena bytes the plan uses plus what the step allocates besides."""
 
     def __init__(self, run: Callable, layout: ArenaLayout):
         self.run, self.layout, self.arena = run, layout, shared_arena()
         self.peak, self.calls = None, 0
 
-    def __call__(self, *args: Any) -> Any:
+    def __call__(self, inputs: list[np.ndarray], finish: Callable) -> Any:
         self.calls += 1
         measure = self.peak is None or tracemalloc.is_tracing()
         started = measure and not tracemalloc.is_tracing()
@@ -206,11 +207,11 @@ class MeasuredRun:
         views, lent = self.arena.lend(self.layout)
         try:
             if not measure:
-                return self.run(views, *args)
+                return finish(inputs, self.run(views, *inputs))
             base = tracemalloc.get_traced_memory()[0]
             tracemalloc.reset_peak()
             try:
-                return self.run(views, *args)
+                return finish(inputs, self.run(views, *inputs))
             finally:
                 self.peak = self.layout.nbytes + tracemalloc.get_traced_memory()[1] - base
                 if started:

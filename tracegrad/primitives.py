@@ -281,7 +281,10 @@ def _power(x, y):
         and float(y) in (3.0, 4.0)
     ):
         x2 = np.multiply(x, x)
-        return x2 * x if float(y) == 3.0 else x2 * x2
+        other = x if float(y) == 3.0 else x2
+        if np.ndim(x2) == 0:  # a NumPy scalar: no buffer to write into
+            return x2 * other
+        return np.multiply(x2, other, out=x2)  # no second temporary
     return np.power(x, y)
 
 

@@ -30,6 +30,7 @@ class Slot:
     tensor: Tensor
     value: Any
     grad: Tensor | None
+    version: int  # in-place writes so far: a write is counted when a plan stores it, not here
     input: ir.Value | None = None
     is_arg: bool = False
 
@@ -93,7 +94,7 @@ class Tracer:
 
     def slot(self, t: Tensor) -> Slot:
         if id(t) not in self.slots:
-            self.slots[id(t)] = Slot(t, t._value, t._grad)
+            self.slots[id(t)] = Slot(t, t._value, t._grad, t._version[0])
         return self.slots[id(t)]
 
     def will_write(self, t: Tensor) -> None:
@@ -103,7 +104,7 @@ class Tracer:
 
     def restore(self) -> None:
         for s in self.slots.values():
-            s.tensor._value, s.tensor._grad = s.value, s.grad
+            s.tensor._value, s.tensor._grad, s.tensor._version[0] = s.value, s.grad, s.version
 
     def finish(self, result: Any) -> Capture:
         leaves, tree = pytree.flatten(result, _is_leaf)
@@ -185,20 +186,36 @@ class Plan:
         cap = self.capture
         inputs = [_array(x) for x in arg_leaves]
         inputs += [t._grad._value if via_grad else t._value for t, via_grad in cap.state]
-        outs = [_typed(a, v) for a, v in zip(self.run(*inputs), self.graph.outputs, strict=True)]
-        results = [Tensor._wrap(np.asarray(a)) for a in outs[: cap.n_results]]
-        writes = iter(outs[cap.n_results :])
+        return self.run(inputs, self._finish)
+
+    def _finish(self, inputs: list[np.ndarray], outs: Sequence[Any]) -> Any:
+        """Now that the step has run to its end: copy the results out of the arena and store the
+        state writes in place, as eager in-place ops do."""
+        cap = self.capture
+        outs = [_typed(a, v) for a, v in zip(outs, self.graph.outputs, strict=True)]
         owned = {id(a) for a in inputs}
+        results = [Tensor._wrap(_fresh(a, owned)) for a in outs[: cap.n_results]]
+        writes = iter(outs[cap.n_results :])
         for t in cap.value_writes:
-            t._value = _fresh(next(writes), owned)
+            _write(t, next(writes))
         for t, to_none in cap.grad_writes:
             if to_none:
                 t._grad = None
             elif t._grad is not None:
-                t._grad._value = _fresh(next(writes), owned)
+                _write(t._grad, next(writes))
             else:
-                t._grad = Tensor._wrap(_fresh(next(writes), owned))
+                t._grad = Tensor._wrap(np.array(next(writes)))
         return pytree.unflatten(cap.result_tree, results)
+
+
+def _write(t: Tensor, value: np.ndarray) -> None:
+    """A state write, in place like eager's (a `detach()`ed alias or the array from `.numpy()`
+    sees it, and the plan's arena can hold the new value); a read-only buffer is replaced."""
+    t._version[0] += 1
+    if isinstance(t._value, np.ndarray) and t._value.flags.writeable:
+        np.copyto(t._value, value)
+    else:
+        t._value = np.array(value)
 
 
 def _typed(a: Any, v: ir.Value) -> np.ndarray:
@@ -213,7 +230,8 @@ def _array(x: Any) -> np.ndarray:
 
 
 def _fresh(a: np.ndarray, owned: set[int]) -> np.ndarray:
-    """A buffer no other tensor shares: plan outputs may be inputs or views of them."""
+    """A buffer nothing else shares: plan outputs may be inputs, or views of them or of the
+    arena."""
     return (
         np.array(a) if id(a) in owned or not isinstance(a, np.ndarray) or a.base is not None else a
     )
