@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import keyword
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -49,7 +50,7 @@ class Value:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)  # np.prod is 20x slower on a tuple; passes call this a lot
 
     @property
     def nbytes(self) -> int:
