@@ -108,24 +108,25 @@ def _reuse_and_deaths(graph: Graph, buffers: dict[Value, _Buffer], plan: MemoryP
                               and v not in external]  # fmt: skip
 
 
-def _place(internal: list[_Buffer]) -> tuple[dict[Value, int], int]:
-    """First-fit offsets, in order of allocation: a buffer takes the lowest gap that is free
-    for its whole life (buffers of one layer all have one size, so gaps are reused exactly)."""
+def _place(buffers: list[_Buffer]) -> tuple[dict[Value, int], int]:
+    """Offsets by "greedy by size" (Pisarchyk and Lee, 2020; TFLite's arena planner): largest
+    first, each at the lowest offset clear of every placed buffer whose life overlaps its own.
+    Placing in order of allocation instead left a 784-256-10 MLP step's arena 70% above its
+    liveness peak; mixed sizes fragment it."""
     offsets: dict[Value, int] = {}
-    placed: list[tuple[int, int, _Buffer]] = []  # (start, end, buffer), sorted by start
-    end_of_arena = 0
-    for b in sorted(internal, key=lambda b: b.born):
-        placed = [p for p in placed if p[2].died >= b.born]  # a buffer dead before b is free
+    placed: list[tuple[int, int, _Buffer]] = []  # (start, end, buffer)
+    for b in sorted(buffers, key=lambda b: (-b.owner.nbytes, b.born)):
         size, start = _aligned(b.owner.nbytes), 0
-        for lo, hi, _ in placed:
+        overlapping = sorted(
+            (lo, hi) for lo, hi, o in placed if o.born <= b.died and b.born <= o.died
+        )
+        for lo, hi in overlapping:
             if start + size <= lo:
                 break
             start = max(start, hi)
         placed.append((start, start + size, b))
-        placed.sort(key=lambda p: p[0])
         offsets[b.owner] = start
-        end_of_arena = max(end_of_arena, start + size)
-    return offsets, end_of_arena
+    return offsets, max((hi for _, hi, _ in placed), default=0)
 
 
 def _aligned(n: int) -> int:

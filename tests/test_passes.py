@@ -187,7 +187,7 @@ def test_memory_plan_frees_at_last_use_and_reuses_dying_buffers():
     assert plan.dead_after[1] == [a] and plan.dead_after[2] == [b]
 
 
-def test_memory_plan_places_internal_buffers_in_the_arena_and_reuses_places():
+def test_memory_plan_places_buffers_in_the_arena_and_reuses_places():
     x = val(1000)
     n1, a = node("exp", [x], (1000,))
     n2, b = node("matmul", [a, a], ())  # 0-d: NumPy allocates it
@@ -221,7 +221,7 @@ def test_memory_plan_keeps_a_viewed_buffer_alive():
     n4, c = node("matmul", [t, b], (100, 100))
     plan = plan_memory(Graph([x], [n1, n2, n3, n4], [c]))
     assert b not in plan.reuse
-    assert plan.offsets == {a: 0, b: 4032, c: 8064} and plan.peak == 4032 + 4032 + 40000
+    assert plan.offsets == {c: 0, a: 40000, b: 44032} and plan.peak == 4032 + 4032 + 40000
 
 
 def test_default_pipeline_order_is_visible_and_overridable():
@@ -283,3 +283,15 @@ def test_simplify_transpose_of_a_product_swaps_the_operands():
     same_results(g, after, rand(4, 3), rand(3, 5))
     kept, _ = passes.simplify(Graph([a, b], [n1, n2], [t, m]))  # the product is needed too
     assert [n.op for n in kept.nodes] == ["matmul", "transpose"]
+
+
+def test_memory_plan_packs_mixed_sizes_to_the_liveness_peak():
+    """Placing in order of allocation would put the big buffer above the first small one."""
+    x = val(100)
+    n1, a = node("exp", [x], (100,))  # 400 bytes (448 aligned), dies at n2
+    n2, b = node("sin", [a], (100,))  # lives to the end
+    n3, c = node("broadcast_to", [x], (10, 100), shape=(10, 100))  # a view: no buffer
+    n4, d = node("exp", [c], (10, 100))  # 4000 bytes: fits where a was only if a were bigger
+    n5, e = node("matmul", [d, b], (10,))
+    plan = plan_memory(Graph([x], [n1, n2, n3, n4, n5], [e]))
+    assert plan.arena == 448 + 4032 + 64  # b, d and e live at once; nothing is wasted
