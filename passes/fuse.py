@@ -64,7 +64,7 @@ def fuse(graph: Graph) -> tuple[Graph, PassStats]:
             nodes.append(_fused_node(group, users, outputs))
             fused += len(group.nodes)
     after = Graph(graph.inputs, nodes, graph.outputs)
-    note = f"{fused} nodes in {len(groups)} kernels"
+    note = f"{fused} nodes in {len(groups)} groups"
     return after, PassStats("fuse", len(graph.nodes), len(nodes), 0, note)
 
 

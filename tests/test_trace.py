@@ -120,6 +120,7 @@ def test_numba_compiles_only_groups_big_enough_to_gain(monkeypatch):
     bodies = [line.split("# {")[1].split("}")[0] for line in step.latest.source.splitlines()
               if line.lstrip().startswith("kernel")]  # fmt: skip
     assert bodies and all("tanh" in body for body in bodies)  # 32x32 updates, 128x4 softmax: NumPy
+    assert f"nodes, {len(bodies)} kernels" in step.report().splitlines()[0]
 
 
 def test_tracing_runs_no_numeric_work_and_traces_once_per_signature():

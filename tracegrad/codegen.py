@@ -278,7 +278,10 @@ def report(plan: Any) -> str:
     """Passes (nodes before/after, bytes saved), values saved for backward, planned and measured
     peak bytes of the step."""
     graph = plan.graph
-    lines = [f"tracegrad plan ({plan.backend} backend): {len(graph.nodes)} nodes"]
+    kernels = sum(n.op == "fused" for n in graph.nodes)  # groups left fused were compiled
+    lines = [
+        f"tracegrad plan ({plan.backend} backend): {len(graph.nodes)} nodes, {kernels} kernels"
+    ]
     lines.append("passes:")
     for s in plan.stats:
         note = f"  ({s.note})" if s.note else ""
