@@ -489,3 +489,16 @@ def test_traced_adam_like_power_of_a_step_counter_stays_float32():
     for _ in range(4):  # the step counter passes 3 and 4
         update()
         assert w.dtype == np.float32 and step.dtype == np.float32
+
+
+def test_pow_rounds_alike_for_a_python_number_base_and_an_array_base():
+    """Plans write constants as Python numbers, eager steps hold 0-d arrays: Adam's
+    beta1 ** step must round the same either way (it once differed by an ulp at step 3)."""
+    from tracegrad.primitives import PRIMITIVES
+
+    power = PRIMITIVES["pow"].impl
+    for step in (2.0, 3.0, 4.0, 5.0):
+        exponent = np.array(step, np.float32)
+        as_number, as_array = power(0.9, exponent), power(np.array(0.9, np.float32), exponent)
+        assert as_number.dtype == as_array.dtype == np.float32
+        assert as_number == as_array

@@ -272,14 +272,12 @@ div = Primitive(
 def _power(x, y):
     """np.power, with small whole exponents as products: NumPy sends x ** 3.0 to powf per
     element, about 170 times slower than x * x * x (it special-cases only 2, 0.5, ...).
-    Only for an array base whose dtype the result keeps: the exponent may be data (Adam's
-    beta ** step), and a Python-float base times itself would come back as float64."""
-    if (
-        isinstance(x, np.ndarray)
-        and np.ndim(y) == 0
-        and np.result_type(x, y) == x.dtype
-        and float(y) in (3.0, 4.0)
-    ):
+    Only where the result keeps the base's dtype: the exponent may be data (Adam's
+    beta ** step). A Python-number base (as plans write constants) first becomes an array of
+    the result's dtype, so eager and traced steps take the same branch and round alike."""
+    if not isinstance(x, np.ndarray):
+        x = np.asarray(x, np.result_type(x, y))
+    if np.ndim(y) == 0 and np.result_type(x, y) == x.dtype and float(y) in (3.0, 4.0):
         x2 = np.multiply(x, x)
         other = x if float(y) == 3.0 else x2
         if np.ndim(x2) == 0:  # a NumPy scalar: no buffer to write into
