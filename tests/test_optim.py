@@ -222,3 +222,66 @@ def test_load_state_dict_rejects_mismatches():
     sgd_state = optim.SGD([p], lr=0.1).state_dict()
     with pytest.raises(ValueError, match="unknown hyperparameters"):
         optim.SGD([p], lr=0.1).load_state_dict({**sgd_state, "hyperparameters": {"betas": 1}})
+
+
+def _quadratic_run(opt_cls, kwargs, schedule, traced):
+    """Minimize |w - t|^2 for a few steps, setting hyperparameters from `schedule` before each."""
+    w = tg.tensor(np.linspace(-1, 1, 6), requires_grad=True)
+    target = np.cos(np.arange(6.0))
+    opt = opt_cls([w], **kwargs)
+    gm = tg.GradManager().attach([w])
+
+    def step(t):
+        with gm:
+            loss = ((w - t) ** 2).sum()
+            gm.backward(loss)
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    run = tg.trace(step, backend="numpy") if traced else step
+    for settings in schedule:
+        for name, value in settings.items():
+            setattr(opt, name, value)
+        run(target)
+    return w.numpy().copy(), run
+
+
+@pytest.mark.parametrize(
+    "opt_cls, kwargs",
+    [(optim.SGD, {"lr": 0.1, "momentum": 0.9}), (optim.AdamW, {"lr": 0.1})],
+)
+def test_a_traced_step_follows_a_learning_rate_schedule_without_tracing_again(opt_cls, kwargs):
+    schedule = [{"lr": 0.1 * 0.5**i} for i in range(6)]
+    eager, _ = _quadratic_run(opt_cls, kwargs, schedule, traced=False)
+    traced, step = _quadratic_run(opt_cls, kwargs, schedule, traced=True)
+    np.testing.assert_allclose(traced, eager, rtol=1e-12)
+    assert sum(len(plans) for plans in step.plans.values()) == 1
+    frozen, _ = _quadratic_run(opt_cls, kwargs, [{"lr": 0.1}] * 6, traced=False)
+    assert not np.allclose(frozen, eager)  # the schedule matters
+
+
+def test_a_traced_step_traces_again_when_a_baked_hyperparameter_changes():
+    schedule = [{"momentum": m} for m in (0.9, 0.9, 0.5, 0.5, 0.9)]
+    eager, _ = _quadratic_run(optim.SGD, {"lr": 0.1, "momentum": 0.9}, schedule, traced=False)
+    traced, step = _quadratic_run(optim.SGD, {"lr": 0.1, "momentum": 0.9}, schedule, traced=True)
+    np.testing.assert_allclose(traced, eager, rtol=1e-12)
+    assert sum(len(plans) for plans in step.plans.values()) == 2  # 0.9 and 0.5; 0.9 reused
+
+
+def test_guard_outside_tracing_does_nothing_and_inside_retraces():
+    flag = {"scale": 2.0}
+    calls = []
+
+    @tg.trace(backend="numpy")
+    def scaled(x):
+        calls.append(1)
+        value = flag["scale"]
+        tg.guard(lambda: flag["scale"] == value)
+        return x * value
+
+    tg.guard(lambda: False)  # not tracing: ignored
+    assert float(scaled(np.ones(()))) == 2.0
+    assert float(scaled(np.ones(()))) == 2.0 and len(calls) == 1
+    flag["scale"] = 3.0
+    assert float(scaled(np.ones(()))) == 3.0 and len(calls) == 2

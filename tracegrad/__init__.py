@@ -62,6 +62,6 @@ def tensor(data, dtype=None, requires_grad: bool = False) -> Tensor:
     return Tensor(data, dtype=dtype, requires_grad=requires_grad)
 
 
-__all__ = [name for name in dir() if not name.startswith("_")]
+from .tracer import guard, interpret, trace  # noqa: E402 (after the op table it traces)
 
-from .tracer import interpret, trace  # noqa: E402 (after the op table it traces)
+__all__ = [name for name in dir() if not name.startswith("_")]

@@ -5,8 +5,10 @@ Written so that `@tracegrad.trace` can capture a whole training step:
   constructor, never lazily, so the tracer finds it before the first traced call;
 - nothing that changes from step to step lives in Python: bias correction reads the step tensor;
 - updates happen in place (`p -= ...`, `buf._assign(...)`) under `no_grad`, which the tracer sees
-  as state writes.
-Hyperparameters (`lr`, ...) are plain attributes; a traced step bakes in their values.
+  as state writes;
+- the learning rate is also held as a 0-d tensor per parameter dtype, which a traced step reads
+  as state: a schedule that sets `opt.lr` between steps needs no new trace. The other
+  hyperparameters are baked into a traced step, with a guard: changing one traces it again.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 from .autodiff import no_grad
 from .primitives import sqrt
 from .tensor import Tensor
+from .tracer import guard
 
 
 class Optimizer:
@@ -29,10 +32,25 @@ class Optimizer:
 
     def __init__(self, params: Iterable[Tensor], lr: float):
         self.params = _unique(params)
-        if lr < 0:
-            raise ValueError(f"{type(self).__name__}: invalid learning rate {lr}")
+        self._lr_tensors = {p.dtype: Tensor(np.zeros((), p.dtype)) for p in self.params}
         self.lr = lr
         self.state = [self._init_state(p) for p in self.params]
+
+    @property
+    def lr(self) -> float:
+        return self._lr
+
+    @lr.setter
+    def lr(self, value: float) -> None:
+        if not value >= 0:
+            raise ValueError(f"{type(self).__name__}: invalid learning rate {value}")
+        self._lr = value
+        for t in self._lr_tensors.values():
+            t._assign(Tensor(np.array(value, t.dtype)))
+
+    def lr_for(self, p: Tensor) -> Tensor:
+        """The learning rate as a 0-d tensor of `p`'s dtype: what update rules multiply by."""
+        return self._lr_tensors[p.dtype]
 
     def _init_state(self, p: Tensor) -> dict[str, Tensor]:
         return {}
@@ -43,6 +61,8 @@ class Optimizer:
     @no_grad()
     def step(self) -> None:
         """Update every parameter that has a gradient, in place."""
+        baked = self._baked()
+        guard(lambda: self._baked() == baked)  # a traced step is valid while these hold
         for p, state in zip(self.params, self.state, strict=True):
             if p.grad is not None:
                 self._update(p, p.grad, state)
@@ -53,6 +73,10 @@ class Optimizer:
             p.grad = None
 
     clear_grad = zero_grad  # MegEngine's name
+
+    def _baked(self) -> tuple:
+        """The hyperparameters the update rules read as Python values (all but `lr`)."""
+        return tuple(getattr(self, k) for k in self.hyperparameters if k != "lr")
 
     def state_dict(self) -> dict[str, Any]:
         """{"state": {"0": {"step": ..., ...}, ...}, "hyperparameters": {"lr": ..., ...}}, with
@@ -157,7 +181,7 @@ class SGD(Optimizer):
             buf *= self.momentum
             buf += g
             g = g + self.momentum * buf if self.nesterov else buf
-        p -= self.lr * g
+        p -= self.lr_for(p) * g
 
 
 class Adam(Optimizer):
@@ -191,15 +215,16 @@ class Adam(Optimizer):
 
     def _update(self, p: Tensor, g: Tensor, state: dict[str, Tensor]) -> None:
         beta1, beta2 = self.betas
+        lr = self.lr_for(p)
         if self.weight_decay and self.decoupled_weight_decay:
-            p *= 1.0 - self.lr * self.weight_decay
+            p *= 1.0 - lr * self.weight_decay
         elif self.weight_decay:
             g = g + self.weight_decay * p
         step, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
         step += 1.0
         m._assign(beta1 * m + (1.0 - beta1) * g)
         v._assign(beta2 * v + (1.0 - beta2) * (g * g))
-        step_size = self.lr / (1.0 - beta1**step)
+        step_size = lr / (1.0 - beta1**step)
         denom = sqrt(v) / sqrt(1.0 - beta2**step) + self.eps
         p -= step_size * m / denom
 

@@ -47,12 +47,21 @@ class Capture:
     result_tree: Any
     n_results: int
     guards: list[tuple[Tensor, tuple, np.dtype, bool]] = field(default_factory=list)
+    checks: list[Callable[[], bool]] = field(default_factory=list)  # from `guard()`
 
     def guards_hold(self) -> bool:
         return all(
             t.shape == shape and t.dtype == dtype and (t._grad is None) == no_grad
             for t, shape, dtype, no_grad in self.guards
-        )
+        ) and all(check() for check in self.checks)
+
+
+def guard(check: Callable[[], bool]) -> None:
+    """While tracing: the plan being traced is valid only while `check()` is true; a call for
+    which it is false traces again. For Python values a traced function bakes in (an
+    optimizer's momentum, a flag). Does nothing outside tracing."""
+    if Listeners.tracers:
+        Listeners.tracers[-1].checks.append(check)
 
 
 class Tracer:
@@ -63,6 +72,7 @@ class Tracer:
         self.nodes: list[ir.Node] = []
         self.slots: dict[int, Slot] = {}
         self.consts: dict[int, tuple[Tensor, ir.Value]] = {}
+        self.checks: list[Callable[[], bool]] = []
         self.phase = "forward"
 
     def process(self, prim: Any, inputs: list[Tensor], params: dict, shape: tuple, dtype: Any):
@@ -135,7 +145,7 @@ class Tracer:
             if not s.is_arg
         ]
         return Capture(graph, len(args), readers, value_writes, grad_writes, tree, len(leaves),
-                       guards)  # fmt: skip
+                       guards, self.checks)  # fmt: skip
 
 
 def _signature(args: tuple, kwargs: dict) -> tuple[list, Any]:
