@@ -285,3 +285,10 @@ def test_guard_outside_tracing_does_nothing_and_inside_retraces():
     assert float(scaled(np.ones(()))) == 2.0 and len(calls) == 1
     flag["scale"] = 3.0
     assert float(scaled(np.ones(()))) == 3.0 and len(calls) == 2
+
+
+def test_a_step_traced_again_and_again_warns_once():
+    schedule = [{"momentum": 0.5 + 0.01 * i} for i in range(10)]
+    with pytest.warns(UserWarning, match="traced 8 times for one signature") as caught:
+        _quadratic_run(optim.SGD, {"lr": 0.1, "momentum": 0.9}, schedule, traced=True)
+    assert len(caught) == 1

@@ -419,6 +419,25 @@ def test_concurrent_calls_get_buffers_of_their_own():
     assert got == [want] * 100
 
 
+def test_an_arena_lent_out_lends_a_private_buffer_and_grows_for_a_bigger_plan():
+    step = tg.trace(MLP((6, 64, 4), np.float32).step, backend="numpy")
+    step(*batches(1, np.float32, (6, 64, 4), batch=64)[0])
+    run = step.latest.run
+    arena, layout = codegen.Arena(), run.layout
+    views, lent = arena.lend(layout)
+    assert lent and all(np.shares_memory(v, arena.buffer) for v in views)
+    private, lent_again = arena.lend(layout)  # as another thread would, meanwhile
+    assert not lent_again and not any(np.shares_memory(v, arena.buffer) for v in private)
+    arena.give_back()
+    assert arena.lend(layout)[0] is views  # views are made once per layout and buffer
+    arena.give_back()
+    bigger = codegen.ArenaLayout(step.latest.memory)
+    bigger.nbytes = layout.nbytes * 2
+    arena.lend(bigger)
+    assert arena.buffer.nbytes == bigger.nbytes and arena.buffer.ctypes.data % 64 == 0
+    arena.give_back()
+
+
 def test_plans_share_one_arena_sized_by_the_largest():
     small = MLP((6, 16, 4), np.float32)
     big = MLP((6, 256, 256, 4), np.float32)

@@ -9,6 +9,7 @@ ran to the end, so a failing step changes nothing.
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -247,6 +248,9 @@ def _fresh(a: np.ndarray, owned: set[int]) -> np.ndarray:
     )
 
 
+RETRACES_WARNED = 8  # plans for one signature: past this, retracing is likely a mistake
+
+
 class Traced:
     """A function traced once per input signature; see `trace`."""
 
@@ -264,6 +268,13 @@ class Traced:
         if plan is None:
             plan = self._compile(capture(self.fn, args, kwargs))
             self.plans.setdefault(key, []).append(plan)
+            if len(self.plans[key]) == RETRACES_WARNED:
+                warnings.warn(
+                    f"{self.fn.__name__} was traced {RETRACES_WARNED} times for one signature: "
+                    "what its guards check keeps changing (the grads being None or not, a "
+                    "baked-in hyperparameter such as momentum); each new trace compiles",
+                    stacklevel=2,
+                )
         self.latest = plan
         return plan(leaves)
 
