@@ -477,3 +477,17 @@ def test_tracing_in_one_thread_does_not_capture_another_threads_eager_ops():
     np.testing.assert_array_equal(grads[0], [2.0, 4.0])
     assert float(result) == 3.0
     assert [n.op for n in slow.graph.nodes] == ["exp", "sum"]
+
+
+def test_the_arena_is_freed_with_the_last_plan():
+    import gc
+    import weakref
+
+    gc.collect()  # plans of earlier tests
+    step = tg.trace(MLP((6, 64, 4), np.float32).step, backend="numpy")
+    step(*batches(1, np.float32, (6, 64, 4), batch=64)[0])
+    arena = weakref.ref(step.latest.run.arena)
+    assert arena() is not None
+    del step
+    gc.collect()
+    assert arena() is None

@@ -1,12 +1,13 @@
 """Graph -> a straight-line Python plan: one statement per node, NumPy calls (BLAS matmuls), `del`
 at each value's last use, elementwise results written into a dying input's buffer (`out=`) when
-that is safe, and every other step-internal result written into its place in the arena (`_arena`,
-a list of views the plan is given). The source is registered with `linecache`, so a traceback
+that is safe, and other results written into their places in the arena (`_arena`, a list of
+views the plan is given). The source is registered with `linecache`, so a traceback
 shows the plan's own line, which names the user's source line of that node in a comment."""
 
 from __future__ import annotations
 
 import linecache
+import math
 import threading
 import tracemalloc
 import weakref
@@ -127,7 +128,7 @@ def compile_source(source: str, namespace: dict[str, Any], name: str) -> Callabl
 
 
 class ArenaLayout:
-    """Where each step-internal value of one plan lives in the arena: (offset, shape, dtype)."""
+    """Where each buffer of one plan lives in the arena: (offset, shape, dtype)."""
 
     def __init__(self, memory: MemoryPlan):
         self.places = [(memory.offsets[v], v.shape, v.dtype) for v in memory.offsets]
@@ -135,14 +136,14 @@ class ArenaLayout:
 
     def views(self, buffer: np.ndarray) -> list[np.ndarray]:
         return [
-            buffer[o : o + int(np.prod(shape)) * dtype.itemsize].view(dtype).reshape(shape)
+            buffer[o : o + math.prod(shape) * dtype.itemsize].view(dtype).reshape(shape)
             for o, shape, dtype in self.places
         ]
 
 
 class Arena:
-    """The buffer every plan of the process places its step-internal values in, sized by the
-    largest plan that has run. It is lent to one call at a time; a call made while it is lent
+    """The buffer every plan of the process places its values in, sized by the largest plan
+    that has run. It is lent to one call at a time; a call made while it is lent
     (another thread's) gets a buffer of its own."""
 
     def __init__(self) -> None:
@@ -175,16 +176,16 @@ def _aligned_empty(nbytes: int) -> np.ndarray:
     return raw[start : start + nbytes]
 
 
-_shared_arena: Callable[[], Arena | None] = lambda: None  # noqa: E731
+_arena_ref: weakref.ref | None = None  # plans hold the arena; this module only watches it
 
 
 def shared_arena() -> Arena:
     """The arena of the plans alive now; freed with the last of them."""
-    global _shared_arena
-    arena = _shared_arena()
+    global _arena_ref
+    arena = _arena_ref() if _arena_ref is not None else None
     if arena is None:
         arena = Arena()
-        _shared_arena = weakref.ref(arena)
+        _arena_ref = weakref.ref(arena)
     return arena
 
 
