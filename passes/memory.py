@@ -46,16 +46,16 @@ class _Buffer:
 
 def plan_memory(graph: Graph) -> MemoryPlan:
     """Liveness over buffers plus in-place reuse, then arena offsets."""
-    plan, buffers = MemoryPlan(), _liveness(graph)
+    plan = MemoryPlan()
+    buffers = _liveness(graph, plan)
     for b in buffers.values():
         b.died = b.born if b.died is None else b.died  # a result nothing reads
     for v in graph.outputs:  # the caller copies results and state writes out after the plan
         if v in buffers:
             buffers[v].died = len(graph.nodes) - 1
-    placeable = [b for b in dict.fromkeys(buffers.values()) if b.placeable]
-    plan.offsets, plan.arena = _place(placeable)
-    _reuse_and_deaths(graph, buffers, plan)
-    fresh = [b for b in dict.fromkeys(buffers.values()) if b.owner not in plan.offsets]
+    distinct = list(dict.fromkeys(buffers.values()))
+    plan.offsets, plan.arena = _place([b for b in distinct if b.placeable])
+    fresh = [b for b in distinct if b.owner not in plan.offsets]
     during, dying = [0] * (len(graph.nodes) + 1), [0] * len(graph.nodes)
     for b in fresh:  # a buffer counts from the node that makes it to the last that reads it
         during[b.born] += b.owner.nbytes
@@ -70,9 +70,11 @@ def plan_memory(graph: Graph) -> MemoryPlan:
     return plan
 
 
-def _liveness(graph: Graph) -> dict[Value, _Buffer]:
-    """The buffer each value lives in; a result may take over a dying input's buffer."""
+def _liveness(graph: Graph, plan: MemoryPlan) -> dict[Value, _Buffer]:
+    """The buffer each value lives in; a result may take over a dying input's buffer (noted in
+    `plan.reuse`). Also the names to `del` after each node (`plan.dead_after`)."""
     last = last_uses(graph)
+    external = {*graph.inputs, *(v for n in graph.nodes for v in n.inputs if v.const is not None)}
     buffers: dict[Value, _Buffer] = {}
     holders: dict[_Buffer, int] = {}  # buffer -> live values in it
     for i, n in enumerate(graph.nodes):
@@ -83,7 +85,8 @@ def _liveness(graph: Graph) -> dict[Value, _Buffer]:
             else:
                 buf = _reusable(n, out, dying, buffers, holders)
                 if buf is not None:
-                    dying.remove(next(v for v in dying if buffers[v] is buf))
+                    plan.reuse[out] = next(v for v in dying if buffers[v] is buf)
+                    dying.remove(plan.reuse[out])  # one result per dying buffer
                     holders[buf] -= 1  # the dying input's place is taken by `out`
                 else:
                     buf = _Buffer(out, i, placeable=_accepts_out(n) and out.ndim > 0)
@@ -94,20 +97,9 @@ def _liveness(graph: Graph) -> dict[Value, _Buffer]:
             holders[buffers[v]] -= 1
             if holders[buffers[v]] == 0:
                 buffers[v].died = i
-    return buffers
-
-
-def _reuse_and_deaths(graph: Graph, buffers: dict[Value, _Buffer], plan: MemoryPlan) -> None:
-    """Record which input each result overwrites and the names to `del` after each node."""
-    last = last_uses(graph)
-    external = {*graph.inputs, *(v for n in graph.nodes for v in n.inputs if v.const is not None)}
-    for i, n in enumerate(graph.nodes):
-        for out in n.outputs:
-            buf = buffers.get(out)
-            if buf is not None and buf.owner is not out and not is_view(n):
-                plan.reuse[out] = next(v for v in n.inputs if buffers.get(v) is buf)
         plan.dead_after[i] = [v for v in dict.fromkeys(n.inputs) if last.get(v) == i
                               and v not in external]  # fmt: skip
+    return buffers
 
 
 def _place(buffers: list[_Buffer]) -> tuple[dict[Value, int], int]:
@@ -144,7 +136,7 @@ def _writes_elementwise(n: Node) -> bool:
     """Results computed element by element from same-index inputs: `out=` an input is safe."""
     if n.op == "fused":
         return all(m.op != "sum" for m in n.attrs["body"].nodes)
-    return isinstance(PRIMITIVES[n.op].impl, np.ufunc) and n.op != "matmul"
+    return _accepts_out(n) and n.op != "matmul"
 
 
 def _reusable(
