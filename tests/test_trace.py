@@ -438,6 +438,28 @@ def test_an_arena_lent_out_lends_a_private_buffer_and_grows_for_a_bigger_plan():
     arena.give_back()
 
 
+def test_a_step_that_cannot_get_its_arena_fails_cleanly_and_the_next_one_runs(monkeypatch):
+    model = MLP((6, 64, 4), np.float64)
+    step = tg.trace(model.step, backend="numpy")
+    x, y = batches(1, np.float64, (6, 64, 4), batch=64)[0]
+    arena = codegen.shared_arena()  # the one its plan will use: we hold it alive
+    arena.buffer = np.empty(0, np.uint8)  # force the arena to grow on this call
+    before = model.state()
+
+    def no_memory(nbytes):
+        raise MemoryError(f"cannot allocate {nbytes} bytes")
+
+    monkeypatch.setattr(codegen, "_aligned_empty", no_memory)
+    with pytest.raises(MemoryError):
+        step(x, y)
+    for a, b in zip(model.state(), before, strict=True):
+        np.testing.assert_array_equal(a, b)
+    monkeypatch.undo()
+    step(x, y)
+    assert step.latest.run.arena.lock.acquire(blocking=False)  # given back after the call
+    step.latest.run.arena.lock.release()
+
+
 def test_plans_share_one_arena_sized_by_the_largest():
     small = MLP((6, 16, 4), np.float32)
     big = MLP((6, 256, 256, 4), np.float32)

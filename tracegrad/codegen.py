@@ -64,19 +64,22 @@ class _Emitter:
         return f"{op}_impl"
 
 
+def _buffer(em: _Emitter, v: ir.Value, memory: MemoryPlan, places: dict[ir.Value, int]) -> str:
+    """Where result `v` is written: a dying input's buffer or its place in the arena ("" if
+    NumPy allocates it)."""
+    if v in memory.reuse:
+        return em.names[memory.reuse[v]]
+    return f"_arena[{places[v]}]" if v in places else ""
+
+
 def _kernel_call(
     em: _Emitter, n: ir.Node, kernel: Callable, memory: MemoryPlan, places: dict[ir.Value, int]
 ) -> list[str]:
-    """Take each result's buffer (a dying input's, its place in the arena, or a new NumPy
-    array), then run the kernel."""
+    """Take each result's buffer (or a new NumPy array), then run the kernel."""
     lines = []
     for v in n.outputs:
-        if v in memory.reuse:
-            lines.append(f"{em.names[v]} = {em.names[memory.reuse[v]]}")
-        elif v in places:
-            lines.append(f"{em.names[v]} = _arena[{places[v]}]")
-        else:
-            lines.append(f"{em.names[v]} = np.empty({v.shape}, {em.attr(v.dtype)})")
+        buffer = _buffer(em, v, memory, places) or f"np.empty({v.shape}, {em.attr(v.dtype)})"
+        lines.append(f"{em.names[v]} = {buffer}")
     args = [em.names[v] if v.const is None else em.constant(v.const, "k") for v in n.inputs]
     args += [em.names[v] for v in n.outputs]  # constants go in typed, as 0-d arrays
     lines.append(f"{em.constant(kernel, 'kernel')}({', '.join(args)})")
@@ -87,10 +90,9 @@ def _call(em: _Emitter, n: ir.Node, memory: MemoryPlan, places: dict[ir.Value, i
     args = [em.ref(v) for v in n.inputs]
     args += [f"{k}={em.attr(a)}" for k, a in n.attrs.items()]
     out = n.outputs[0]
-    if out in memory.reuse:
-        args.append(f"out={em.names[memory.reuse[out]]}")
-    elif out in places:
-        args.append(f"out=_arena[{places[out]}]")
+    buffer = _buffer(em, out, memory, places)
+    if buffer:
+        args.append(f"out={buffer}")
     return f"{em.names[out]} = {em.function(n.op)}({', '.join(args)})"
 
 
@@ -156,13 +158,17 @@ class Arena:
         caller must `give_back()`)."""
         if not self.lock.acquire(blocking=False):
             return layout.views(_aligned_empty(layout.nbytes)), False
-        if self.buffer.nbytes < layout.nbytes:
-            self.views.clear()
-            self.buffer = np.empty(0, np.uint8)  # free the old buffer before taking the new
-            self.buffer = _aligned_empty(layout.nbytes)
-        views = self.views.get(layout)
-        if views is None:
-            views = self.views[layout] = layout.views(self.buffer)
+        try:
+            if self.buffer.nbytes < layout.nbytes:
+                self.views.clear()
+                self.buffer = np.empty(0, np.uint8)  # free the old buffer before taking the new
+                self.buffer = _aligned_empty(layout.nbytes)
+            views = self.views.get(layout)
+            if views is None:
+                views = self.views[layout] = layout.views(self.buffer)
+        except BaseException:  # MemoryError: lend nothing, and stay lendable
+            self.lock.release()
+            raise
         return views, True
 
     def give_back(self) -> None:
@@ -203,21 +209,19 @@ class MeasuredRun:
         self.calls += 1
         measure = self.peak is None or tracemalloc.is_tracing()
         started = measure and not tracemalloc.is_tracing()
-        if started:
-            tracemalloc.start()
         views, lent = self.arena.lend(self.layout)
         try:
-            if not measure:
-                return finish(inputs, self.run(views, *inputs))
-            base = tracemalloc.get_traced_memory()[0]
-            tracemalloc.reset_peak()
-            try:
-                return finish(inputs, self.run(views, *inputs))
-            finally:
+            if started:
+                tracemalloc.start()
+            if measure:
+                base = tracemalloc.get_traced_memory()[0]
+                tracemalloc.reset_peak()
+            return finish(inputs, self.run(views, *inputs))
+        finally:
+            if measure:
                 self.peak = self.layout.nbytes + tracemalloc.get_traced_memory()[1] - base
                 if started:
                     tracemalloc.stop()
-        finally:
             if lent:
                 self.arena.give_back()
 
@@ -230,8 +234,9 @@ def compile_plan(cap: Any, backend: str, pipeline: Sequence[Callable] | None, na
     graph, stats = passes.run(cap.graph, pipeline)
     graph, kernels = lower(graph, backend)
     memory = plan_memory(graph)
-    source, namespace = generate(graph, _identifier(name), memory, kernels)
-    run = MeasuredRun(compile_source(source, namespace, _identifier(name)), ArenaLayout(memory))
+    name = _identifier(name)
+    source, namespace = generate(graph, name, memory, kernels)
+    run = MeasuredRun(compile_source(source, namespace, name), ArenaLayout(memory))
     return Plan(cap, run, graph, source, stats, memory, backend)
 
 

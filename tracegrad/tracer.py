@@ -316,4 +316,4 @@ def trace(
     return Traced(fn, backend, passes)
 
 
-__all__ = ["trace", "Traced", "TraceError", "interpret", "capture"]
+__all__ = ["trace", "Traced", "TraceError", "guard", "interpret", "capture"]
