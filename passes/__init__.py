@@ -24,11 +24,17 @@ DEFAULT: list[Pass] = [simplify, cse, prune, rematerialize, prune, schedule]
 # The Numba backend appends `fuse`; the NumPy backend gains nothing from it.
 
 
+# Re-check the graph (`Graph.verify`) after every pass: the test suite turns this on.
+VERIFY = False
+
+
 def run(graph: Graph, passes: Sequence[Pass] | None = None) -> tuple[Graph, list[PassStats]]:
     """Apply `passes` (default: `DEFAULT`) in order, collecting each one's stats."""
     all_stats = []
     for p in DEFAULT if passes is None else passes:
         graph, st = p(graph)
+        if VERIFY:
+            graph.verify()
         all_stats.append(st)
     return graph, all_stats
 

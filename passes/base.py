@@ -1,13 +1,10 @@
-"""What every pass shares: its stats record and the list of ops that make views, not buffers."""
+"""What every pass shares: its stats record, views, substitution and last uses."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from tracegrad.ir import Graph, Node, Value
-
-# Ops whose NumPy result aliases (part of) their first input instead of owning a new buffer.
-VIEW_OPS = frozenset({"reshape", "transpose", "broadcast_to"})
 
 
 @dataclass
@@ -22,7 +19,8 @@ class PassStats:
 
 
 def is_view(node: Node) -> bool:
-    return node.op in VIEW_OPS or (node.op == "getitem" and len(node.inputs) == 1)
+    """The node's result aliases (part of) its first input instead of owning a new buffer."""
+    return node.prim.is_view(node.inputs, node.attrs)
 
 
 def nbytes(values: list[Value]) -> int:
@@ -49,7 +47,7 @@ def substitute(graph: Graph, alias: dict[Value, Value]) -> Graph:
         return v
 
     nodes = [
-        Node(n.op, [resolve(v) for v in n.inputs], n.outputs, n.attrs, n.source, n.phase)
+        Node(n.prim, [resolve(v) for v in n.inputs], n.outputs, n.attrs, n.source, n.phase)
         for n in graph.nodes
     ]
     return Graph(graph.inputs, nodes, [resolve(v) for v in graph.outputs])

@@ -1,8 +1,12 @@
-"""Common-subexpression elimination: one node per (op, inputs, attributes)."""
+"""Common-subexpression elimination: one node per (op, inputs, attributes).
+
+An elementwise node outside forward is not merged into a forward one: backward would then read
+the forward result, keeping it alive from forward to backward, where recomputing it costs a
+few flops in a kernel that runs anyway (remat's reasoning)."""
 
 from __future__ import annotations
 
-from tracegrad.ir import Graph, Value
+from tracegrad.ir import Graph, Node, Value
 
 from .base import PassStats, stats, substitute
 
@@ -13,7 +17,7 @@ def cse(graph: Graph) -> tuple[Graph, PassStats]:
     kept = []
     for n in graph.nodes:
         inputs = tuple(_key(alias.get(v, v)) for v in n.inputs)
-        key = (n.op, inputs, repr(sorted(n.attrs.items())))
+        key = (n.prim, inputs, repr(sorted(n.attrs.items())), _region(n))
         if key in seen:
             alias.update(zip(n.outputs, seen[key], strict=True))
         else:
@@ -21,6 +25,11 @@ def cse(graph: Graph) -> tuple[Graph, PassStats]:
             kept.append(n)
     after = substitute(Graph(graph.inputs, kept, graph.outputs), alias)
     return after, stats("cse", graph, after)
+
+
+def _region(n: Node) -> bool | None:
+    """Cheap nodes merge only within forward or within the rest; others merge anywhere."""
+    return n.phase == "forward" if n.prim.kind == "elementwise" else None
 
 
 def _key(v: Value) -> object:

@@ -1,5 +1,5 @@
-"""Fusion: connected elementwise nodes, and sums that end them (a bias gradient summed over the
-batch, a softmax's row sums), become one `fused` node whose `body` is a small Graph. A backend
+"""Fusion: connected elementwise nodes, and reductions that end them (a bias gradient summed over
+the batch, a softmax's row sums), become one `fused` node whose `body` is a small Graph. A backend
 compiles each body into one kernel; the reference interpreter evaluates the body.
 
 A node joins the groups of its producers (merging them) when everything else the merged group
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tracegrad.ir import Graph, Node, Value
-from tracegrad.primitives import PRIMITIVES
+from tracegrad.primitives import fused
 
 from .base import PassStats
 
@@ -24,16 +24,19 @@ class _Group:
     forward: bool
     nodes: list[Node] = field(default_factory=list)
     values: set[Value] = field(default_factory=set)  # elementwise results inside the group
-    reductions: set[Value] = field(default_factory=set)  # sums: outputs only, never re-read
+    reductions: set[Value] = field(default_factory=set)  # outputs only, never re-read
 
 
 def _elementwise(n: Node) -> bool:
-    return PRIMITIVES[n.op].scalar is not None and n.outputs[0].ndim > 0
+    return n.prim.kind == "elementwise" and n.prim.fusible and n.outputs[0].ndim > 0
 
 
-def _trailing_sum(n: Node) -> bool:
+def _trailing_reduction(n: Node) -> bool:
+    """A reduction over one axis of a matrix: the shapes a kernel folds as it goes."""
     x = n.inputs[0] if n.inputs else None
-    return n.op == "sum" and x.ndim == 2 and len(n.attrs["axis"]) == 1
+    return (
+        n.prim.kind == "reduction" and n.prim.fusible and x.ndim == 2 and len(n.attrs["axis"]) == 1
+    )
 
 
 def fuse(graph: Graph) -> tuple[Graph, PassStats]:
@@ -41,7 +44,7 @@ def fuse(graph: Graph) -> tuple[Graph, PassStats]:
     group_of: dict[Value, _Group] = {}
     groups: dict[int, _Group] = {}  # start index -> group
     for i, n in enumerate(graph.nodes):
-        if not (_elementwise(n) or _trailing_sum(n)):
+        if not (_elementwise(n) or _trailing_reduction(n)):
             continue
         group = _join(n, group_of, made_at, groups)
         if group is None:
@@ -118,4 +121,4 @@ def _fused_node(group: _Group, users: dict[Value, list[Node]], outputs: set[Valu
     ]
     body = Graph(inputs, group.nodes, results)
     first = group.nodes[0]
-    return Node("fused", inputs, results, {"body": body}, first.source, first.phase)
+    return Node(fused, inputs, results, {"body": body}, first.source, first.phase)

@@ -12,10 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from tracegrad.ir import Graph, Node, Value
-from tracegrad.primitives import PRIMITIVES
 
 from .base import is_view, last_uses
 
@@ -89,7 +86,7 @@ def _liveness(graph: Graph, plan: MemoryPlan) -> dict[Value, _Buffer]:
                     dying.remove(plan.reuse[out])  # one result per dying buffer
                     holders[buf] -= 1  # the dying input's place is taken by `out`
                 else:
-                    buf = _Buffer(out, i, placeable=_accepts_out(n) and out.ndim > 0)
+                    buf = _Buffer(out, i, placeable=n.prim.accepts_out and out.ndim > 0)
             if buf is not None:
                 buffers[out] = buf
                 holders[buf] = holders.get(buf, 0) + 1
@@ -127,23 +124,11 @@ def _aligned(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
-def _accepts_out(n: Node) -> bool:
-    """The node's call can write its result into an array it is given."""
-    return n.op == "fused" or isinstance(PRIMITIVES[n.op].impl, np.ufunc)
-
-
-def _writes_elementwise(n: Node) -> bool:
-    """Results computed element by element from same-index inputs: `out=` an input is safe."""
-    if n.op == "fused":
-        return all(m.op != "sum" for m in n.attrs["body"].nodes)
-    return _accepts_out(n) and n.op != "matmul"
-
-
 def _reusable(
     n: Node, out: Value, dying: list[Value], buffers: dict, holders: dict
 ) -> _Buffer | None:
     """A dying input's buffer that `n` can safely overwrite with its result `out`."""
-    if not _writes_elementwise(n) or out.ndim == 0:  # 0-d NumPy results are scalars, not `out=`
+    if out.ndim == 0 or not n.prim.overwrites_safely(n.attrs):  # 0-d results: scalars, no out=
         return None
     for v in dying:
         buf = buffers[v]

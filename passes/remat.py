@@ -8,7 +8,6 @@ pre-activation."""
 from __future__ import annotations
 
 from tracegrad.ir import Graph, Node, Value
-from tracegrad.primitives import PRIMITIVES
 
 from .base import PassStats
 
@@ -16,7 +15,7 @@ MAX_CHAIN = 16  # longest elementwise chain worth recomputing for one value
 
 
 def _cheap(n: Node | None) -> bool:
-    return n is not None and n.phase == "forward" and PRIMITIVES[n.op].scalar is not None
+    return n is not None and n.phase == "forward" and n.prim.kind == "elementwise"
 
 
 def saved_values(graph: Graph) -> list[Value]:
@@ -68,7 +67,7 @@ def rematerialize(graph: Graph) -> tuple[Graph, PassStats]:
                 for c in plans.get(v, ()):
                     if c.outputs[0] not in clones:
                         nodes.append(_clone(c, clones))
-            n = Node(n.op, [clones.get(v, v) for v in n.inputs], n.outputs, n.attrs, n.source,
+            n = Node(n.prim, [clones.get(v, v) for v in n.inputs], n.outputs, n.attrs, n.source,
                      n.phase)  # fmt: skip
         nodes.append(n)
     after = Graph(graph.inputs, nodes, graph.outputs)
@@ -81,4 +80,4 @@ def _clone(n: Node, clones: dict[Value, Value]) -> Node:
     outs = [Value(v.shape, v.dtype) for v in n.outputs]
     clones.update(zip(n.outputs, outs, strict=True))
     ins = [clones.get(v, v) for v in n.inputs]
-    return Node(n.op, ins, outs, n.attrs, n.source, "recompute")
+    return Node(n.prim, ins, outs, n.attrs, n.source, "recompute")

@@ -1,7 +1,8 @@
-"""Algebraic clean-ups, each a small rule `(node, rewrite) -> replacement value or None`:
-multiplying by one, adding zero, transpose of transpose, reshape chains, a sum that only undoes
-a broadcast, the transpose of a matrix product, and folding nodes whose inputs are all
-constants."""
+"""Algebraic clean-ups, each a small rule registered for the ops it rewrites (as PyTensor's
+`node_rewriter([Op])` or tinygrad's pattern matcher): `rule(node, rewrite)` returns the value
+that replaces the node's result, or None. Multiplying by one, adding zero, identity views, view
+chains, a sum that only undoes a broadcast, the transpose of a matrix product, small whole
+powers as products; and, for every op, folding nodes whose inputs are all constants."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tracegrad import primitives as P
 from tracegrad.ir import Graph, Node, Value
-from tracegrad.primitives import PRIMITIVES
+from tracegrad.primitives import Primitive
 
 from .base import PassStats, stats, substitute
 
@@ -20,15 +22,33 @@ from .base import PassStats, stats, substitute
 @dataclass
 class Rewrite:
     """What a rule sees: producers so far, how many nodes read each value in the input graph,
-    and where to emit replacement nodes."""
+    and where to emit replacement nodes (`emit(prim, inputs, out, attrs)`)."""
 
     producers: dict[Value, Node]
     readers: dict[Value, int]
     outputs: set[Value]
-    emit: list[Node] = field(default_factory=list)
+    node: Node | None = None
+    emitted: list[Node] = field(default_factory=list)
+
+    def emit(self, prim: Primitive, inputs: list[Value], out: Value, **attrs) -> Value:
+        """A new node in place of the rewritten one (its source and phase)."""
+        self.emitted.append(Node(prim, inputs, [out], attrs, self.node.source, self.node.phase))
+        return out
 
 
 Rule = Callable[[Node, Rewrite], Value | None]
+RULES: dict[Primitive | None, list[Rule]] = {}  # None: rules for every op
+
+
+def rule(*prims: Primitive) -> Callable[[Rule], Rule]:
+    """Register a rule for `prims` (none: for every op), after those registered before it."""
+
+    def register(f: Rule) -> Rule:
+        for p in prims or (None,):
+            RULES.setdefault(p, []).append(f)
+        return f
+
+    return register
 
 
 def _const_equal(v: Value, x: float) -> bool:
@@ -41,61 +61,71 @@ def _identity(n: Node, keep: Value, other: Value) -> bool:
     return keep.shape == out.shape and keep.dtype == out.dtype and other.const is not None
 
 
-def mul_by_one(n: Node, rw: Rewrite) -> Value | None:
-    if n.op == "mul":
-        for a, b in (n.inputs, n.inputs[::-1]):
-            if _const_equal(b, 1.0) and _identity(n, a, b):
-                return a
-    return None
-
-
-def add_zero(n: Node, rw: Rewrite) -> Value | None:
-    if n.op in ("add", "sub"):
-        pairs = [n.inputs] + ([n.inputs[::-1]] if n.op == "add" else [])
-        for a, b in pairs:
-            if _const_equal(b, 0.0) and _identity(n, a, b):
-                return a
-    return None
-
-
-def same_shape_view(n: Node, rw: Rewrite) -> Value | None:
-    """reshape/broadcast_to to the shape it already has; transpose by the identity."""
-    x = n.inputs[0] if n.inputs else None
-    if n.op in ("reshape", "broadcast_to") and x.shape == n.outputs[0].shape:
-        return x
-    if n.op == "transpose" and n.attrs["axes"] == tuple(range(x.ndim)):
-        return x
-    return None
-
-
-def view_chain(n: Node, rw: Rewrite) -> Value | None:
-    """reshape(reshape(x)) -> reshape(x); transpose(transpose(x)) -> one transpose."""
-    if n.op not in ("reshape", "transpose"):
+@rule()
+def fold_constants(n: Node, rw: Rewrite) -> Value | None:
+    if not n.inputs or any(v.const is None for v in n.inputs) or len(n.outputs) != 1:
         return None
+    if n.prim.kind in ("random", "collective"):
+        return None  # effects run every step
+    out = n.outputs[0]
+    result = n.prim.impl(*(v.const for v in n.inputs), **n.attrs)
+    return Value(out.shape, out.dtype, const=np.asarray(result, out.dtype))
+
+
+@rule(P.mul)
+def mul_by_one(n: Node, rw: Rewrite) -> Value | None:
+    for a, b in (n.inputs, n.inputs[::-1]):
+        if _const_equal(b, 1.0) and _identity(n, a, b):
+            return a
+    return None
+
+
+@rule(P.add, P.sub)
+def add_zero(n: Node, rw: Rewrite) -> Value | None:
+    pairs = [n.inputs] + ([n.inputs[::-1]] if n.prim is P.add else [])
+    for a, b in pairs:
+        if _const_equal(b, 0.0) and _identity(n, a, b):
+            return a
+    return None
+
+
+@rule(P.reshape, P.broadcast_to)
+def same_shape_view(n: Node, rw: Rewrite) -> Value | None:
+    x = n.inputs[0]
+    return x if x.shape == n.outputs[0].shape else None
+
+
+@rule(P.transpose)
+def identity_transpose(n: Node, rw: Rewrite) -> Value | None:
+    return n.inputs[0] if n.attrs["axes"] == tuple(range(n.inputs[0].ndim)) else None
+
+
+@rule(P.reshape)
+def reshape_chain(n: Node, rw: Rewrite) -> Value | None:
+    """reshape(reshape(x)) -> reshape(x), or x itself."""
     inner = rw.producers.get(n.inputs[0])
-    if inner is None or inner.op != n.op:
+    if inner is None or inner.prim is not P.reshape:
         return None
     x, out = inner.inputs[0], n.outputs[0]
-    if n.op == "reshape" and x.shape == out.shape:
-        return x
-    if n.op == "transpose" and all(
-        inner.attrs["axes"][a] == i for i, a in enumerate(n.attrs["axes"])
-    ):
-        return x
-    if n.op == "reshape":
-        attrs = {"shape": out.shape}
-    else:
-        attrs = {"axes": tuple(inner.attrs["axes"][a] for a in n.attrs["axes"])}
-    rw.emit.append(Node(n.op, [x], [out], attrs, n.source, n.phase))
-    return out
+    return x if x.shape == out.shape else rw.emit(P.reshape, [x], out, shape=out.shape)
 
 
+@rule(P.transpose)
+def transpose_chain(n: Node, rw: Rewrite) -> Value | None:
+    """transpose(transpose(x)) -> one transpose, or x itself."""
+    inner = rw.producers.get(n.inputs[0])
+    if inner is None or inner.prim is not P.transpose:
+        return None
+    axes = tuple(inner.attrs["axes"][a] for a in n.attrs["axes"])
+    x = inner.inputs[0]
+    return x if axes == tuple(range(x.ndim)) else rw.emit(P.transpose, [x], n.outputs[0], axes=axes)
+
+
+@rule(P.sum)
 def sum_of_broadcast(n: Node, rw: Rewrite) -> Value | None:
     """sum(broadcast_to(y, s), the broadcast axes) == y * (number of copies)."""
-    if n.op != "sum":
-        return None
     b = rw.producers.get(n.inputs[0])
-    if b is None or b.op != "broadcast_to":
+    if b is None or b.prim is not P.broadcast_to:
         return None
     y, big = b.inputs[0], b.outputs[0].shape
     lead = len(big) - y.ndim
@@ -104,43 +134,52 @@ def sum_of_broadcast(n: Node, rw: Rewrite) -> Value | None:
         return None
     out = n.outputs[0]
     copies = math.prod(big[i] for i in grown)
-    shaped = Value(out.shape, y.dtype)
-    rw.emit.append(Node("reshape", [y], [shaped], {"shape": out.shape}, n.source, n.phase))
+    shaped = rw.emit(P.reshape, [y], Value(out.shape, y.dtype), shape=out.shape)
     scale = Value((), out.dtype, const=np.asarray(copies, out.dtype))
-    rw.emit.append(Node("mul", [shaped, scale], [out], {}, n.source, n.phase))
-    return out
+    return rw.emit(P.mul, [shaped, scale], out)
 
 
+@rule(P.transpose)
 def transposed_matmul(n: Node, rw: Rewrite) -> Value | None:
     """transpose(a @ b) -> b.T @ a.T: BLAS reads transposed operands for free, and the result
     comes out contiguous instead of as a strided view (x @ W.T layers' weight gradients)."""
-    inner = rw.producers.get(n.inputs[0]) if n.op == "transpose" else None
-    if inner is None or inner.op != "matmul" or n.attrs["axes"] != (1, 0):
+    inner = rw.producers.get(n.inputs[0])
+    if inner is None or inner.prim is not P.matmul or n.attrs["axes"] != (1, 0):
         return None
     if rw.readers.get(inner.outputs[0], 0) > 1 or inner.outputs[0] in rw.outputs:
         return None  # the product is needed as it is too: two products would cost more
     a, b = inner.inputs
-    at, bt = Value(a.shape[::-1], a.dtype), Value(b.shape[::-1], b.dtype)
-    rw.emit.append(Node("transpose", [b], [bt], {"axes": (1, 0)}, n.source, n.phase))
-    rw.emit.append(Node("transpose", [a], [at], {"axes": (1, 0)}, n.source, n.phase))
-    rw.emit.append(Node("matmul", [bt, at], [n.outputs[0]], {}, n.source, n.phase))
-    return n.outputs[0]
+    bt = rw.emit(P.transpose, [b], Value(b.shape[::-1], b.dtype), axes=(1, 0))
+    at = rw.emit(P.transpose, [a], Value(a.shape[::-1], a.dtype), axes=(1, 0))
+    return rw.emit(P.matmul, [bt, at], n.outputs[0])
 
 
-def fold_constants(n: Node, rw: Rewrite) -> Value | None:
-    if not n.inputs or any(v.const is None for v in n.inputs):
-        return None
+@rule(P.pow)
+def small_power(n: Node, rw: Rewrite) -> Value | None:
+    """x ** c for a constant c in POWER_PRODUCTS as products (the eager impl computes the same
+    products, so both round alike), x ** 1 as x and x ** 0.5 as sqrt(x)."""
+    x, c = n.inputs
     out = n.outputs[0]
-    result = PRIMITIVES[n.op].impl(*(v.const for v in n.inputs), **n.attrs)
-    return Value(out.shape, out.dtype, const=np.asarray(result, out.dtype))
-
-
-RULES: list[Rule] = [fold_constants, mul_by_one, add_zero, same_shape_view, view_chain,
-                     sum_of_broadcast, transposed_matmul]  # fmt: skip
+    if c.const is None or c.const.size != 1 or (x.shape, x.dtype) != (out.shape, out.dtype):
+        return None
+    exponent = float(c.const.item())
+    if exponent == 1.0:
+        return x
+    if exponent == 0.5 and out.dtype.kind == "f":
+        return rw.emit(P.sqrt, [x], out)
+    steps = P.POWER_PRODUCTS.get(exponent)
+    if steps is None:
+        return None
+    values = [x]
+    for k, (a, b) in enumerate(steps):
+        result = out if k == len(steps) - 1 else Value(out.shape, out.dtype)
+        values.append(rw.emit(P.mul, [values[a], values[b]], result))
+    return out
 
 
 def simplify(graph: Graph) -> tuple[Graph, PassStats]:
-    """Apply the rules once over the graph, in order; rewritten nodes feed later rules."""
+    """Apply the rules once over the graph, in order (those for every op first); rewritten
+    nodes feed later rules."""
     readers: dict[Value, int] = {}
     for n in graph.nodes:
         for v in n.inputs:
@@ -150,9 +189,10 @@ def simplify(graph: Graph) -> tuple[Graph, PassStats]:
     nodes: list[Node] = []
     for n in graph.copy().nodes:
         n.inputs = [alias.get(v, v) for v in n.inputs]
-        rw.emit = []
-        new = next((v for v in (rule(n, rw) for rule in RULES) if v is not None), None)
-        emitted = [n] if new is None else rw.emit
+        rw.node, rw.emitted = n, []
+        rules = RULES.get(None, []) + RULES.get(n.prim, [])
+        new = next((v for v in (r(n, rw) for r in rules) if v is not None), None)
+        emitted = [n] if new is None else rw.emitted
         if new is not None and new is not n.outputs[0]:
             alias[n.outputs[0]] = new
         for e in emitted:

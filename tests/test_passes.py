@@ -7,6 +7,7 @@ import passes
 from passes.memory import plan_memory
 from tracegrad import interpret
 from tracegrad.ir import Graph, Node, Value
+from tracegrad.primitives import PRIMITIVES
 
 F32 = np.float32
 
@@ -22,7 +23,7 @@ def const(x, dtype=F32):
 
 def node(op, inputs, out_shape, phase="forward", dtype=F32, **attrs):
     out = Value(out_shape, dtype)
-    return Node(op, inputs, [out], attrs, "test.py:1", phase), out
+    return Node(PRIMITIVES[op], inputs, [out], attrs, "test.py:1", phase), out
 
 
 def same_results(before, after, *args):

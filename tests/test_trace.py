@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad import codegen
+from tracegrad import codegen, runtime
 
 
 def gelu(u):
@@ -423,7 +423,7 @@ def test_an_arena_lent_out_lends_a_private_buffer_and_grows_for_a_bigger_plan():
     step = tg.trace(MLP((6, 64, 4), np.float32).step, backend="numpy")
     step(*batches(1, np.float32, (6, 64, 4), batch=64)[0])
     run = step.latest.run
-    arena, layout = codegen.Arena(), run.layout
+    arena, layout = runtime.Arena(), run.layout
     views, lent = arena.lend(layout)
     assert lent and all(np.shares_memory(v, arena.buffer) for v in views)
     private, lent_again = arena.lend(layout)  # as another thread would, meanwhile
@@ -431,7 +431,7 @@ def test_an_arena_lent_out_lends_a_private_buffer_and_grows_for_a_bigger_plan():
     arena.give_back()
     assert arena.lend(layout)[0] is views  # views are made once per layout and buffer
     arena.give_back()
-    bigger = codegen.ArenaLayout(step.latest.memory)
+    bigger = runtime.ArenaLayout(step.latest.memory)
     bigger.nbytes = layout.nbytes * 2
     arena.lend(bigger)
     assert arena.buffer.nbytes == bigger.nbytes and arena.buffer.ctypes.data % 64 == 0
@@ -442,14 +442,14 @@ def test_a_step_that_cannot_get_its_arena_fails_cleanly_and_the_next_one_runs(mo
     model = MLP((6, 64, 4), np.float64)
     step = tg.trace(model.step, backend="numpy")
     x, y = batches(1, np.float64, (6, 64, 4), batch=64)[0]
-    arena = codegen.shared_arena()  # the one its plan will use: we hold it alive
+    arena = runtime.shared_arena()  # the one its plan will use: we hold it alive
     arena.buffer = np.empty(0, np.uint8)  # force the arena to grow on this call
     before = model.state()
 
     def no_memory(nbytes):
         raise MemoryError(f"cannot allocate {nbytes} bytes")
 
-    monkeypatch.setattr(codegen, "_aligned_empty", no_memory)
+    monkeypatch.setattr(runtime, "_aligned_empty", no_memory)
     with pytest.raises(MemoryError):
         step(x, y)
     for a, b in zip(model.state(), before, strict=True):

@@ -1,5 +1,5 @@
 """The tape and the one backward engine behind `Tensor.backward`, `GradManager.backward`,
-`vjp` and `grad`.
+`vjp` and `grad` (those two are in grad_manager.py: they record with a GradManager).
 
 A result of a recorded op points to a `TapeNode`; nodes point to their parents' nodes, never to
 tensors. A node keeps only the values its VJP reads (the primitive's `saves`), so an intermediate
@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .tensor import Listeners, Tensor, as_tensor
+from .tensor import Listeners, Tensor, as_tensor, phase
 
 
 class ShapeDtype:
@@ -204,11 +204,8 @@ def run_backward(
         roots.append(node)
     order, useful = _order(roots, lambda n: deliver(n) is not None)
     retain_graph = retain_graph or create_graph
-    Listeners.in_backward += 1
-    try:
+    with phase("backward"):
         _propagate(order, useful, grads, deliver, retain_graph, create_graph)
-    finally:
-        Listeners.in_backward -= 1
 
 
 def _propagate(order, useful, grads, deliver, retain_graph, create_graph) -> None:
@@ -277,56 +274,3 @@ def tensor_backward(
 
 
 Tensor.backward = tensor_backward
-
-
-# --- functional transformations -----------------------------------------------------------------
-
-
-def vjp(fn: Callable, *primals: Any) -> tuple[Tensor, Callable]:
-    """`out, vjp_fn = vjp(fn, *primals)`; `vjp_fn(cotangent)` gives one gradient per primal.
-
-    Nests: inside another `vjp`/`grad`/GradManager the returned gradients are differentiable."""
-    from .grad_manager import GradManager
-
-    xs = [as_tensor(p) for p in primals]
-    with GradManager() as gm:
-        # a primal passed twice gets a node of its own, so each slot gets only its own part
-        xs = [x + 0.0 if any(x is y for y in xs[:i]) else x for i, x in enumerate(xs)]
-        gm.attach(xs)
-        out = fn(*xs)
-        slots = {edge(x): i for i, x in enumerate(xs)}
-
-    def vjp_fn(cotangent: Any) -> tuple[Tensor, ...]:
-        grads: list[Tensor | None] = [None] * len(xs)
-
-        def collect(node: Any) -> Callable | None:
-            i = slots.get(node)
-            return None if i is None else (lambda g: grads.__setitem__(i, g))
-
-        create = bool(_recording) and Listeners.grad_enabled
-        run_backward([out], [as_tensor(cotangent, out.dtype)], collect, True, create)
-        return tuple(
-            Tensor(np.zeros(x.shape, x.dtype)) if g is None else g
-            for x, g in zip(xs, grads, strict=True)
-        )
-
-    return out, vjp_fn
-
-
-def grad(fn: Callable, argnums: int | Sequence[int] = 0) -> Callable:
-    """The gradient of a scalar-valued `fn` with respect to argument(s) `argnums`."""
-
-    def grad_fn(*args: Any) -> Any:
-        nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
-
-        def partial_fn(*xs: Any) -> Tensor:
-            full = list(args)
-            for n, x in zip(nums, xs, strict=True):
-                full[n] = x
-            return fn(*full)
-
-        out, vjp_fn = vjp(partial_fn, *(args[n] for n in nums))
-        grads = vjp_fn(_default_dy(out))
-        return grads[0] if isinstance(argnums, int) else grads
-
-    return grad_fn

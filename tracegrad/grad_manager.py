@@ -1,4 +1,5 @@
-"""MegEngine's GradManager over the one tape: attach tensors, record, backward, release."""
+"""MegEngine's GradManager over the one tape (attach tensors, record, backward, release), and the
+functional `vjp` and `grad` built on it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from . import autodiff
-from .tensor import Tensor, as_tensor
+from .tensor import Listeners, Tensor, as_tensor
 
 Callback = Callable[[Tensor, Tensor], Tensor]
 
@@ -128,3 +129,54 @@ def _deliver(t: Tensor, callbacks: list[Callback], g: Tensor) -> None:
     for cb in callbacks:
         g = cb(t, g)
     autodiff.accumulate(t, g)
+
+
+# --- functional transformations -----------------------------------------------------------------
+
+
+def vjp(fn: Callable, *primals: Any) -> tuple[Tensor, Callable]:
+    """`out, vjp_fn = vjp(fn, *primals)`; `vjp_fn(cotangent)` gives one gradient per primal.
+
+    Nests: inside another `vjp`/`grad`/GradManager the returned gradients are differentiable."""
+    xs = [as_tensor(p) for p in primals]
+    with GradManager() as gm:
+        # a primal passed twice gets a node of its own, so each slot gets only its own part
+        xs = [x + 0.0 if any(x is y for y in xs[:i]) else x for i, x in enumerate(xs)]
+        gm.attach(xs)
+        out = fn(*xs)
+        slots = {autodiff.edge(x): i for i, x in enumerate(xs)}
+
+    def vjp_fn(cotangent: Any) -> tuple[Tensor, ...]:
+        grads: list[Tensor | None] = [None] * len(xs)
+
+        def collect(node: Any) -> Callable | None:
+            i = slots.get(node)
+            return None if i is None else (lambda g: grads.__setitem__(i, g))
+
+        create = bool(autodiff._recording) and Listeners.grad_enabled
+        autodiff.run_backward([out], [as_tensor(cotangent, out.dtype)], collect, True, create)
+        return tuple(
+            Tensor(np.zeros(x.shape, x.dtype)) if g is None else g
+            for x, g in zip(xs, grads, strict=True)
+        )
+
+    return out, vjp_fn
+
+
+def grad(fn: Callable, argnums: int | Sequence[int] = 0) -> Callable:
+    """The gradient of a scalar-valued `fn` with respect to argument(s) `argnums`."""
+
+    def grad_fn(*args: Any) -> Any:
+        nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+
+        def partial_fn(*xs: Any) -> Tensor:
+            full = list(args)
+            for n, x in zip(nums, xs, strict=True):
+                full[n] = x
+            return fn(*full)
+
+        out, vjp_fn = vjp(partial_fn, *(args[n] for n in nums))
+        grads = vjp_fn(autodiff._default_dy(out))
+        return grads[0] if isinstance(argnums, int) else grads
+
+    return grad_fn

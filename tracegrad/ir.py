@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import keyword
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -65,29 +65,43 @@ class Value:
 
 
 class Node:
-    """One primitive application. `source` is the user's "file:line" that produced it; `phase`
-    is "forward", "backward" (made by a VJP rule) or "update" (after the backward pass)."""
+    """One primitive application. `prim` is the op-table record (anything with `name`, `impl`
+    and `infer`: this module knows no particular op); `source` is the user's "file:line" that
+    produced it; `phase` is "forward", "backward" (made by a VJP rule), "update" (an optimizer
+    step) or "recompute" (a forward value rebuilt for backward)."""
 
-    __slots__ = ("op", "inputs", "outputs", "attrs", "source", "phase")
+    __slots__ = ("prim", "inputs", "outputs", "attrs", "source", "phase")
 
     def __init__(
         self,
-        op: str,
+        prim: Any,
         inputs: Sequence[Value],
         outputs: Sequence[Value],
         attrs: Mapping[str, Any] | None = None,
         source: str | None = None,
         phase: str = "forward",
     ):
-        self.op = op
+        if isinstance(prim, str):
+            raise TypeError(f"Node: pass the primitive, not its name {prim!r}")
+        self.prim = prim
         self.phase = phase
         self.inputs = list(inputs)
         self.outputs = list(outputs)
         self.attrs = dict(attrs or {})
         self.source = source
 
+    @property
+    def op(self) -> str:
+        """The primitive's name, for printing."""
+        return self.prim.name
+
     def __repr__(self) -> str:
         return f"Node({self.op}, {self.inputs} -> {self.outputs})"
+
+
+class GraphError(ValueError):
+    """A graph that breaks the IR's rules: a value read before it is defined or defined twice,
+    a result whose type its op's shape rule does not give."""
 
 
 class Graph:
@@ -112,7 +126,40 @@ class Graph:
         return out
 
     def count(self, op: str) -> int:
+        """How many nodes apply the op named `op` (for inspection)."""
         return sum(n.op == op for n in self.nodes)
+
+    def verify(self) -> Graph:
+        """Check single assignment in order (every value read is an input, a constant or an
+        earlier result; each is defined once) and re-run every node's shape rule against its
+        results' types. Raises GraphError; returns the graph."""
+        defined = set(self.inputs)
+        if len(defined) != len(self.inputs):
+            raise GraphError("a graph input is listed twice")
+        for i, n in enumerate(self.nodes):
+            where = f"node {i} ({n.op}, {n.source})"
+            for v in n.inputs:
+                if v.const is None and v not in defined:
+                    raise GraphError(f"{where} reads {v} before it is defined")
+            try:
+                types = n.prim.infer(n.inputs, n.attrs)
+            except Exception as e:
+                raise GraphError(f"{where}: its shape rule rejects its inputs: {e}") from e
+            got = [(v.shape, v.dtype) for v in n.outputs]
+            if [(tuple(s), np.dtype(d)) for s, d in types] != got:
+                shown = ", ".join(f"{short_dtype(d)}{list(s)}" for s, d in types)
+                raise GraphError(
+                    f"{where} gives {', '.join(v.type_str for v in n.outputs)}; "
+                    f"its shape rule says {shown}"
+                )
+            for v in n.outputs:
+                if v in defined or v.const is not None:
+                    raise GraphError(f"{where} defines {v}, which is already defined")
+                defined.add(v)
+        for v in self.outputs:
+            if v.const is None and v not in defined:
+                raise GraphError(f"graph output {v} is never defined")
+        return self
 
     def names(self) -> dict[Value, str]:
         """Short names in order of appearance (a, b, ..., z, ba, ...), as jaxpr prints them."""
@@ -148,7 +195,7 @@ class Graph:
         body = []
         for n in self.nodes:
             lhs = " ".join(typed(v) for v in n.outputs)
-            attrs = "".join(f" {k}={_fmt_attr(a)}" for k, a in n.attrs.items())
+            attrs = "".join(f" {k}={fmt_attr(a)}" for k, a in n.attrs.items())
             rhs = f"{n.op}{'[' + attrs.strip() + ']' if attrs else ''} " + " ".join(
                 ref(v) for v in n.inputs
             )
@@ -205,18 +252,15 @@ class Graph:
         return "\n".join(lines)
 
 
-def evaluate(graph: Graph, args: Sequence[Any], impls: Callable[[str], Callable]) -> list[Any]:
-    """Reference interpreter: run every node with `impls(op)(*inputs, **attrs)`."""
+def evaluate(graph: Graph, args: Sequence[Any]) -> list[Any]:
+    """Reference interpreter: run every node's `prim.impl(*inputs, **attrs)`."""
     env: dict[Value, Any] = dict(zip(graph.inputs, args, strict=True))
 
     def read(v: Value) -> Any:
         return v.const if v.const is not None else env[v]
 
     for n in graph.nodes:
-        if n.op == "fused":
-            result = evaluate(n.attrs["body"], [read(v) for v in n.inputs], impls)
-        else:
-            result = impls(n.op)(*(read(v) for v in n.inputs), **n.attrs)
+        result = n.prim.impl(*(read(v) for v in n.inputs), **n.attrs)
         for v, r in zip(n.outputs, _as_tuple(result, len(n.outputs)), strict=True):
             env[v] = np.asarray(r)
             if env[v].dtype != v.dtype or env[v].shape != v.shape:  # the oracle checks types too
@@ -232,7 +276,7 @@ def _as_tuple(result: Any, n: int) -> Iterable[Any]:
 
 
 def _copy_node(n: Node) -> Node:
-    return Node(n.op, n.inputs, n.outputs, n.attrs, n.source, n.phase)
+    return Node(n.prim, n.inputs, n.outputs, n.attrs, n.source, n.phase)
 
 
 RESERVED = frozenset({"np", "out"})  # names the generated plan uses for itself
@@ -251,7 +295,7 @@ def short_names() -> Iterator[str]:
             yield s
 
 
-def _fmt_attr(a: Any) -> str:
+def fmt_attr(a: Any) -> str:
     if isinstance(a, np.dtype | type):
         return short_dtype(a)
     if isinstance(a, Graph):

@@ -20,7 +20,7 @@ import numpy as np
 
 from .autodiff import no_grad
 from .primitives import sqrt
-from .tensor import Tensor
+from .tensor import Tensor, phase
 from .tracer import guard
 
 
@@ -63,9 +63,10 @@ class Optimizer:
         """Update every parameter that has a gradient, in place."""
         baked = self._baked()
         guard(lambda: self._baked() == baked)  # a traced step is valid while these hold
-        for p, state in zip(self.params, self.state, strict=True):
-            if p.grad is not None:
-                self._update(p, p.grad, state)
+        with phase("update"):
+            for p, state in zip(self.params, self.state, strict=True):
+                if p.grad is not None:
+                    self._update(p, p.grad, state)
 
     def zero_grad(self) -> None:
         """Drop the gradients (`grad = None`, PyTorch's default `set_to_none=True`)."""

@@ -1,8 +1,13 @@
-"""THE op table. Every primitive is defined once, here: its NumPy implementation, its shape/dtype
-rule, one VJP rule per input (written with tracegrad's own ops, so the same rule runs eagerly,
-under the tracer and to higher order), what the VJP reads (`saves`), and, for elementwise ops,
-the scalar expression a fused kernel uses. Below the table: the functional wrappers and the
-Tensor operators, attached from here so that tensor.py stays free of any particular op.
+"""THE op table: the only place that lists ops. Every primitive is one record: its NumPy
+implementation, its shape/dtype rule, one VJP rule per input (written with tracegrad's own ops,
+so the same rule runs eagerly, under the tracer and to higher order), what the VJP reads
+(`saves`), and what the compiler needs to know about it: its `kind`, and for elementwise ops the
+scalar expression a fused kernel uses (with the kernel helpers it calls), for reductions how
+partial results combine. Passes and kernels ask the primitive; they never match its name.
+
+Part of the core: it imports only the IR and the errors. Calling a primitive binds it, through
+`Primitive.__call__`, which the front end (tensor.py) attaches; the functional API with NumPy's
+signatures, Tensor's operators and NumPy interop live in api.py.
 """
 
 from __future__ import annotations
@@ -15,9 +20,18 @@ from typing import Any
 
 import numpy as np
 
-from .tensor import ShapeError, Tensor, TraceError, as_tensor, bind
+from . import ir
+from .errors import ShapeError
 
 PRIMITIVES: dict[str, Primitive] = {}
+
+# What a pass may know about an op. elementwise: each result element from the same-index
+# elements of the (broadcast) inputs; reduction: folds axes with `combine` from `identity`;
+# view: the result aliases the first input; contraction: a matrix product (BLAS); index:
+# gathers and scatters by index arrays; random, collective: effects (state, communication);
+# opaque: anything else; composite: a body graph run as one op (a fused group).
+KINDS = frozenset({"elementwise", "reduction", "view", "contraction", "index", "random",
+                   "collective", "opaque", "composite"})  # fmt: skip
 
 
 class Primitive:
@@ -25,22 +39,57 @@ class Primitive:
     or a callable `vjp(i, g, out, *ins, **params)` for ops with any number of inputs.
     A rule is called as `rule(g, out, *ins, **params)`; `saves` says which values the rules read,
     so the tape keeps nothing else: "out", and "in" (every input), "in0" (only the first) or
-    "in1:" (all but the first), joined by "+"; an input not kept is seen as its shape and dtype."""
+    "in1:" (all but the first), joined by "+"; an input not kept is seen as its shape and dtype.
+
+    For the compiler: `kind` (see KINDS); `scalar`, a format template of the op on scalars
+    ("({0} + {1})") and `helpers`, the functions of `tracegrad.kernels.scalar` it calls;
+    `combine` and `identity` for reductions; `accepts_out` (default: the impl is a ufunc) if the
+    impl takes `out=`; `numpy`, the NumPy function the op stands for (default: a ufunc impl),
+    which NumPy interop dispatches to it; `view`, a predicate `view(inputs, attrs)` for an op
+    whose result is a view only sometimes (a kind "view" always is one)."""
 
     def __init__(
         self,
         name: str,
         impl: Callable,
-        rule: Callable,
+        shape: Callable,
         vjp: tuple | Callable | None = None,
         saves: str = "",
+        *,
+        kind: str = "opaque",
         scalar: str | None = None,
+        helpers: Sequence[str] = (),
+        combine: str | None = None,
+        identity: float | None = None,
+        accepts_out: bool | None = None,
+        numpy: Callable | None = None,
+        view: Callable | None = None,
     ):
-        self.name, self.impl, self.rule, self.vjp = name, impl, rule, vjp
+        if kind not in KINDS:
+            raise ValueError(f"primitive {name}: kind {kind!r} is not one of {sorted(KINDS)}")
+        if scalar is not None and kind != "elementwise":
+            raise ValueError(f"primitive {name}: only elementwise ops have a scalar template")
+        self.name, self.impl, self.rule, self.vjp, self.kind = name, impl, shape, vjp, kind
         self.saves_inputs, self.saves_output = "in" in saves, "out" in saves
         self.saved_inputs = _saved_inputs(saves)
-        self.scalar = scalar
+        self.scalar, self.helpers = scalar, tuple(helpers)
+        self.combine, self.identity = combine, identity
+        is_ufunc = isinstance(impl, np.ufunc)
+        self.accepts_out = is_ufunc if accepts_out is None else accepts_out
+        self.numpy = numpy if numpy is not None else (impl if is_ufunc else None)
+        self._view = view
         PRIMITIVES[name] = self
+
+    @property
+    def fusible(self) -> bool:
+        """Whether a fused kernel can compute it: elementwise with a scalar template, or a
+        reduction with a combine template."""
+        return self.scalar is not None or (self.kind == "reduction" and self.combine is not None)
+
+    @property
+    def arity(self) -> int | None:
+        """The number of inputs, where the VJP table says it (None: any number)."""
+        return len(self.vjp) if isinstance(self.vjp, tuple) else None
 
     def shape_rule(self, *ins: Any, **params: Any) -> tuple[tuple[int, ...], np.dtype]:
         try:
@@ -51,13 +100,26 @@ class Primitive:
             raise ShapeError(f"{self.name}: {e}") from None
         return tuple(shape), np.dtype(dtype)
 
+    def infer(self, inputs: Sequence[Any], attrs: dict) -> list[tuple[tuple[int, ...], np.dtype]]:
+        """The (shape, dtype) of each result: what `Graph.verify` checks a node against."""
+        return [self.shape_rule(*inputs, **attrs)]
+
+    def is_view(self, inputs: Sequence[Any], attrs: dict) -> bool:
+        """The result aliases (part of) the first input instead of owning a buffer."""
+        return self._view(inputs, attrs) if self._view is not None else self.kind == "view"
+
+    def overwrites_safely(self, attrs: dict) -> bool:
+        """Each result element is computed from same-index input elements, through `out=`:
+        writing the result into a dying input's buffer is safe."""
+        return self.kind == "elementwise" and self.accepts_out
+
     def vjp_rule(self, i: int) -> Callable | None:
         if callable(self.vjp):
             return lambda *a, **p: self.vjp(i, *a, **p)
         return self.vjp[i] if self.vjp is not None and i < len(self.vjp) else None
 
-    def __call__(self, *args: Any, **params: Any) -> Tensor:
-        return bind(self, *args, **params)
+    def __call__(self, *args: Any, **params: Any) -> Any:
+        raise RuntimeError("tracegrad's front end is not loaded: import tracegrad")
 
     def __get__(self, obj: Any, cls: Any = None) -> Any:
         """Bind like a function, so a primitive can serve directly as a Tensor method."""
@@ -65,6 +127,33 @@ class Primitive:
 
     def __repr__(self) -> str:
         return f"<primitive {self.name}>"
+
+
+class Composite(Primitive):
+    """An op whose `body` attribute is a graph: a fused group. Its implementation evaluates the
+    body; a backend may compile the body into one kernel instead."""
+
+    def __init__(self, name: str):
+        super().__init__(name, self.evaluate, _no_rule, kind="composite", accepts_out=True)
+
+    @staticmethod
+    def evaluate(*inputs: Any, body: ir.Graph) -> list[Any]:
+        return ir.evaluate(body, list(inputs))
+
+    def infer(self, inputs: Sequence[Any], attrs: dict) -> list[tuple[tuple[int, ...], np.dtype]]:
+        body = attrs["body"]
+        body.verify()
+        for outer, inner in zip(inputs, body.inputs, strict=True):
+            if (outer.shape, outer.dtype) != (inner.shape, inner.dtype):
+                raise ShapeError(f"{self.name}: input {outer} for body input {inner}")
+        return [(v.shape, v.dtype) for v in body.outputs]
+
+    def overwrites_safely(self, attrs: dict) -> bool:
+        return all(n.prim.kind == "elementwise" for n in attrs["body"].nodes)
+
+
+def _no_rule(*ins: Any, **attrs: Any) -> Any:
+    raise TypeError("a composite op's types come from its body")
 
 
 def _saved_inputs(saves: str) -> slice:
@@ -78,10 +167,32 @@ def _saved_inputs(saves: str) -> slice:
     return slice(start, None if token.endswith(":") else start + 1)
 
 
+def defprimitive(
+    name: str,
+    impl: Callable,
+    *,
+    vjp: Sequence[Callable | None] | Callable | None,
+    saves: str = "",
+    shape: Callable | None = None,
+    kind: str = "opaque",
+    scalar: str | None = None,
+) -> Primitive:
+    """A new op, as `torch.autograd.Function` or `jax.custom_vjp` make one.
+
+    `impl` computes it with NumPy; `vjp` holds one rule per input, `rule(g, out, *inputs)`,
+    written with tracegrad ops (None: not differentiable in that input); `saves` says what the
+    rules read ("in", "out", "in+out", "in0", ...); `shape(*inputs)` gives the result's
+    (shape, dtype), by default the first input's. With `kind="elementwise"` and a `scalar`
+    template such as `"({0} / (1.0 + abs({0})))"` the op fuses into Numba kernels with its
+    neighbours. The op works eagerly, to higher order and under `@trace`."""
+    rules = vjp if vjp is None or callable(vjp) else tuple(vjp)
+    return Primitive(name, impl, shape or _same, rules, saves, kind=kind, scalar=scalar)
+
+
 # --- shape rules ------------------------------------------------------------------------------
 
 
-def _same(x):
+def _same(x, *rest):
     return x.shape, x.dtype
 
 
@@ -100,6 +211,11 @@ def _broadcast(*xs) -> tuple[int, ...]:
 
 def _binary(x, y):
     return _broadcast(x, y), np.result_type(x.dtype, y.dtype)
+
+
+def _true_divide(x, y):
+    """NumPy's own choice: integers divide into floats (1 / 4 is 0.25, never 0)."""
+    return _broadcast(x, y), np.true_divide.resolve_dtypes((x.dtype, y.dtype, None))[-1]
 
 
 def _compare(x, y):
@@ -147,7 +263,6 @@ def _transpose_rule(x, axes):
 
 
 def _broadcast_to_rule(x, shape):
-    np.broadcast_shapes(x.shape, shape)
     if len(shape) < x.ndim or np.broadcast_shapes(x.shape, shape) != tuple(shape):
         raise ValueError(f"cannot broadcast {x.shape} to {shape}")
     return shape, x.dtype
@@ -210,257 +325,39 @@ def _scatter_add(g, *idx, shape, template):
     return out
 
 
-# --- the table ----------------------------------------------------------------------------------
-
-
-def _neg_g(g, out, x):
-    return -g
-
-
-def unary(name, impl, vjp=None, saves="", scalar=None, rule=_floating):
-    return Primitive(name, impl, rule, (vjp,) if vjp else None, saves, scalar)
-
-
-neg = unary("neg", np.negative, _neg_g, rule=_same, scalar="(-{0})")
-exp = unary("exp", np.exp, lambda g, out, x: g * out, "out", "exp({0})")
-log = unary("log", np.log, lambda g, out, x: g / x, "in", "log({0})")
-sqrt = unary("sqrt", np.sqrt, lambda g, out, x: g / (out * 2.0), "out", "sqrt({0})")
-tanh = unary("tanh", np.tanh, lambda g, out, x: g * (1.0 - out * out), "out", "tanh({0})")
-sigmoid = unary(
-    "sigmoid", _sigmoid, lambda g, out, x: g * (out * (1.0 - out)), "out", "sigmoid({0})"
-)
-sin = unary("sin", np.sin, lambda g, out, x: g * cos(x), "in", "sin({0})")
-cos = unary("cos", np.cos, lambda g, out, x: -(g * sin(x)), "in", "cos({0})")
-sign = unary("sign", np.sign, rule=_same, scalar="sign({0})")
-abs = unary("abs", np.abs, lambda g, out, x: g * sign(x), "in", "abs({0})", rule=_same)
-
-add = Primitive(
-    "add",
-    np.add,
-    _binary,
-    (lambda g, out, x, y: sum_to(g, x.shape), lambda g, out, x, y: sum_to(g, y.shape)),
-    scalar="({0} + {1})",
-)
-sub = Primitive(
-    "sub",
-    np.subtract,
-    _binary,
-    (lambda g, out, x, y: sum_to(g, x.shape), lambda g, out, x, y: sum_to(-g, y.shape)),
-    scalar="({0} - {1})",
-)
-mul = Primitive(
-    "mul",
-    np.multiply,
-    _binary,
-    (lambda g, out, x, y: sum_to(g * y, x.shape), lambda g, out, x, y: sum_to(g * x, y.shape)),
-    "in",
-    "({0} * {1})",
-)
-div = Primitive(
-    "div",
-    np.true_divide,
-    _binary,
-    (
-        lambda g, out, x, y: sum_to(g / y, x.shape),
-        lambda g, out, x, y: sum_to(-(g * (x / y)) / y, y.shape),  # x / y again: keeps no out
-    ),
-    "in",
-    "({0} / {1})",
-)
+# x ** c for these constant exponents is computed as products (steps multiply two earlier
+# values; slot 0 is x): NumPy sends x ** 3.0 to powf per element, about 170 times slower, and in
+# a kernel a runtime exponent keeps the loop scalar. The eager impl and simplify's rewrite of a
+# traced `pow` read this one table, so both round alike.
+POWER_PRODUCTS: dict[float, tuple[tuple[int, int], ...]] = {
+    2.0: ((0, 0),),
+    3.0: ((0, 0), (1, 0)),
+    4.0: ((0, 0), (1, 1)),
+}
 
 
 def _power(x, y):
-    """np.power, with small whole exponents as products: NumPy sends x ** 3.0 to powf per
-    element, about 170 times slower than x * x * x (it special-cases only 2, 0.5, ...).
-    Only where the result keeps the base's dtype: the exponent may be data (Adam's
-    beta ** step). A Python-number base (as plans write constants) first becomes an array of
-    the result's dtype, so eager and traced steps take the same branch and round alike."""
+    """np.power, with the exponents of POWER_PRODUCTS as products, where the result keeps the
+    base's dtype (the exponent may be data: Adam's beta ** step). A Python-number base (as plans
+    write constants) first becomes an array of the result's dtype, so eager and traced steps
+    take the same branch."""
     if not isinstance(x, np.ndarray):
         x = np.asarray(x, np.result_type(x, y))
-    if np.ndim(y) == 0 and np.result_type(x, y) == x.dtype and float(y) in (3.0, 4.0):
-        x2 = np.multiply(x, x)
-        other = x if float(y) == 3.0 else x2
-        if np.ndim(x2) == 0:  # a NumPy scalar: no buffer to write into
-            return x2 * other
-        return np.multiply(x2, other, out=x2)  # no second temporary
-    return np.power(x, y)
+    steps = POWER_PRODUCTS.get(float(y)) if np.ndim(y) == 0 else None
+    if steps is None or np.result_type(x, y) != x.dtype:
+        return np.power(x, y)
+    values = [x]
+    for k, (a, b) in enumerate(steps):
+        last = k == len(steps) - 1
+        into = values[a] if last and a > 0 and np.ndim(values[a]) else None  # no 2nd temporary
+        values.append(np.multiply(values[a], values[b], out=into))
+    return values[-1]
 
 
-pow = Primitive(
-    "pow",
-    _power,
-    _binary,
-    (
-        lambda g, out, x, y: sum_to(g * y * x ** (y - 1.0), x.shape),
-        lambda g, out, x, y: sum_to(g * out * log(x), y.shape),
-    ),
-    "in+out",
-    "({0} ** {1})",
-)
-maximum = Primitive(
-    "maximum",
-    np.maximum,
-    _binary,
-    (
-        lambda g, out, x, y: sum_to(where(x >= y, g, 0.0), x.shape),
-        lambda g, out, x, y: sum_to(where(x >= y, 0.0, g), y.shape),
-    ),
-    "in",
-    "max({0}, {1})",
-)
-minimum = Primitive(
-    "minimum",
-    np.minimum,
-    _binary,
-    (
-        lambda g, out, x, y: sum_to(where(x <= y, g, 0.0), x.shape),
-        lambda g, out, x, y: sum_to(where(x <= y, 0.0, g), y.shape),
-    ),
-    "in",
-    "min({0}, {1})",
-)
-where = Primitive(
-    "where",
-    np.where,
-    _where_rule,
-    (
-        None,
-        lambda g, out, c, x, y: sum_to(where(c, g, 0.0), x.shape),
-        lambda g, out, c, x, y: sum_to(where(c, 0.0, g), y.shape),
-    ),
-    "in0",
-    "({1} if {0} else {2})",
-)
-less = Primitive("less", np.less, _compare, scalar="({0} < {1})")
-less_equal = Primitive("less_equal", np.less_equal, _compare, scalar="({0} <= {1})")
-greater = Primitive("greater", np.greater, _compare, scalar="({0} > {1})")
-greater_equal = Primitive("greater_equal", np.greater_equal, _compare, scalar="({0} >= {1})")
-equal = Primitive("equal", np.equal, _compare, scalar="({0} == {1})")
-not_equal = Primitive("not_equal", np.not_equal, _compare, scalar="({0} != {1})")
-_astype = Primitive(
-    "astype",
-    lambda x, dtype: x.astype(dtype),
-    lambda x, dtype: (x.shape, dtype),
-    (lambda g, out, x, dtype: g.astype(x.dtype) if x.dtype.kind == "f" else None,),
-    scalar="{0}",
-)
+# --- rule helpers: the few wrappers VJP rules need, written on the primitives -----------------
 
 
-def _sum_vjp(g, out, x, axis, keepdims):
-    return broadcast_to(reshape(g, _reduced(x, axis, True)), x.shape)
-
-
-def _extreme_vjp(g, out, x, axis, keepdims):
-    kept = _reduced(x, axis, True)
-    hit = (x == reshape(out, kept)).astype(g.dtype)
-    return reshape(g, kept) * hit / _sum(hit, axis=axis, keepdims=True)
-
-
-def _prod_vjp(g, out, x, axis, keepdims):
-    """The product of the others, out / x, but not divided by zero: a zero that is alone in its
-    slice gets the product of the rest, a zero with another zero gets 0."""
-    kept = _reduced(x, axis, True)
-    zero = x == 0.0
-    nonzero = where(zero, 1.0, x)
-    alone = _sum(zero.astype(x.dtype), axis=axis, keepdims=True) == 1.0
-    at_zero = where(alone, _prod(nonzero, axis=axis, keepdims=True), 0.0)
-    return reshape(g, kept) * where(zero, at_zero, reshape(out, kept) / nonzero)
-
-
-# Implementations are NumPy's own functions where their keyword names match the attributes, so
-# the generated plan reads as plain NumPy.
-_sum = Primitive("sum", np.sum, _sum_rule, (_sum_vjp,))
-_max = Primitive("max", np.max, _extreme_rule, (_extreme_vjp,), "in+out")
-_min = Primitive("min", np.min, _extreme_rule, (_extreme_vjp,), "in+out")
-_prod = Primitive("prod", np.prod, _sum_rule, (_prod_vjp,), "in+out")
-_argmax = Primitive("argmax", np.argmax, lambda x, axis: (_reduced(x, (axis,), False), np.int64))
-_reshape = Primitive("reshape", np.reshape, _reshape_rule,
-                     (lambda g, out, x, shape: reshape(g, x.shape),))  # fmt: skip
-_transpose = Primitive("transpose", np.transpose, _transpose_rule,
-                       (lambda g, out, x, axes: transpose(g, _inverse(axes)),))  # fmt: skip
-_broadcast_to = Primitive("broadcast_to", np.broadcast_to, _broadcast_to_rule,
-                          (lambda g, out, x, shape: sum_to(g, x.shape),))  # fmt: skip
-
-
-def _inverse(axes: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(int(a) for a in np.argsort(axes))
-
-
-def _concat_vjp(i, g, out, *xs, axis):
-    start = builtins.sum(x.shape[axis] for x in xs[:i])
-    index = (slice(None),) * axis + (slice(start, start + xs[i].shape[axis]),)
-    return g[index]
-
-
-_concatenate = Primitive("concatenate", lambda *xs, axis: np.concatenate(xs, axis),
-                         _concat_rule, _concat_vjp)  # fmt: skip
-_getitem_p = Primitive("getitem", _getitem, _getitem_rule,
-                       (lambda g, out, x, *idx, template:
-                        _scatter_add_p(g, *idx, shape=x.shape, template=template),),
-                       "in1:")  # fmt: skip
-_scatter_add_p = Primitive("scatter_add", _scatter_add, _scatter_rule,
-                           (lambda g, out, x, *idx, shape, template:
-                            _getitem_p(g, *idx, template=template),),
-                           "in1:")  # fmt: skip
-
-
-def _mT(x: Tensor) -> Tensor:
-    return transpose(x, (*range(x.ndim - 2), x.ndim - 1, x.ndim - 2))
-
-
-_matmul = Primitive(
-    "matmul",
-    np.matmul,
-    _matmul_rule,
-    (
-        lambda g, out, a, b: sum_to(_matmul(g, _mT(b)), a.shape),
-        lambda g, out, a, b: sum_to(_matmul(_mT(a), g), b.shape),
-    ),
-    "in",
-)
-
-
-# --- functional wrappers ------------------------------------------------------------------------
-
-
-def _axes(op: str, axis: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]:
-    axes = range(ndim) if axis is None else (axis,) if isinstance(axis, int) else axis
-    out = []
-    for a in axes:
-        if not -ndim <= a < ndim:
-            raise ShapeError(f"{op}: axis {a} is out of bounds for an array of dimension {ndim}")
-        out.append(a % ndim)
-    return tuple(sorted(set(out)))
-
-
-def _reduction(prim: Primitive) -> Callable:
-    def reduce(x: Any, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
-        x = as_tensor(x)
-        return prim(x, axis=_axes(prim.name, axis, x.ndim), keepdims=bool(keepdims))
-
-    reduce.__name__ = reduce.__qualname__ = prim.name
-    reduce.__doc__ = f"{prim.name} over `axis` (int, tuple or None), as NumPy's."
-    return reduce
-
-
-sum = _reduction(_sum)
-max = _reduction(_max)
-min = _reduction(_min)
-prod = _reduction(_prod)
-
-
-def mean(x: Any, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
-    x = as_tensor(x)
-    axes = _axes("mean", axis, x.ndim)
-    return sum(x, axes, keepdims) / float(math.prod(x.shape[a] for a in axes))
-
-
-def argmax(x: Any, axis: int = -1) -> Tensor:
-    x = as_tensor(x)
-    return _argmax(x, axis=_axes("argmax", axis, x.ndim)[0])
-
-
-def sum_to(g: Tensor, shape: Sequence[int]) -> Tensor:
+def sum_to(g: Any, shape: Sequence[int]) -> Any:
     """Sum `g` down to `shape`: undoes broadcasting (the VJP of every broadcasting op)."""
     shape = tuple(shape)
     if g.shape == shape:
@@ -469,263 +366,171 @@ def sum_to(g: Tensor, shape: Sequence[int]) -> Tensor:
     axes = tuple(range(lead)) + tuple(
         lead + i for i, d in enumerate(shape) if d == 1 and g.shape[lead + i] != 1
     )
-    return reshape(_sum(g, axis=axes, keepdims=False), shape)
-
-
-def _shape_arg(shape: tuple) -> tuple:
-    return tuple(shape[0]) if len(shape) == 1 and not isinstance(shape[0], int) else shape
-
-
-def reshape(x: Any, *shape: Any) -> Tensor:
-    """reshape(x, (4, 3)) or reshape(x, 4, 3); one -1 is inferred."""
-    x, shape = as_tensor(x), list(_shape_arg(shape))
-    if shape.count(-1) == 1:
-        known = math.prod(d for d in shape if d != -1)
-        if known == 0 or x.size % known == 0:  # else the shape rule names the shape as given
-            shape[shape.index(-1)] = x.size // known if known else 0
-    shape = tuple(int(d) for d in shape)
-    return x if shape == x.shape else _reshape(x, shape=shape)
-
-
-def transpose(x: Any, axes: Sequence[int] | None = None) -> Tensor:
-    x = as_tensor(x)
-    axes = tuple(reversed(range(x.ndim))) if axes is None else tuple(a % x.ndim for a in axes)
-    return x if axes == tuple(range(x.ndim)) else _transpose(x, axes=axes)
-
-
-def broadcast_to(x: Any, shape: Sequence[int]) -> Tensor:
-    x = as_tensor(x)
-    return x if tuple(shape) == x.shape else _broadcast_to(x, shape=tuple(shape))
-
-
-def expand_dims(x: Any, axis: int) -> Tensor:
-    x = as_tensor(x)
-    axis = axis % (x.ndim + 1)
-    return reshape(x, x.shape[:axis] + (1,) + x.shape[axis:])
-
-
-def squeeze(x: Any, axis: int | Sequence[int] | None = None) -> Tensor:
-    x = as_tensor(x)
-    axes = (
-        tuple(i for i, d in enumerate(x.shape) if d == 1)
-        if axis is None
-        else _axes("squeeze", axis, x.ndim)
-    )
-    if any(x.shape[a] != 1 for a in axes):
-        raise ShapeError(f"squeeze: cannot squeeze axes {axes} of shape {x.shape}")
-    return reshape(x, tuple(d for i, d in enumerate(x.shape) if i not in axes))
-
-
-def concatenate(xs: Sequence[Any], axis: int = 0) -> Tensor:
-    xs = [as_tensor(x) for x in xs]
-    if not xs:
-        raise ShapeError("concatenate: needs at least one tensor")
-    return _concatenate(*xs, axis=_axes("concatenate", axis, xs[0].ndim)[0])
-
-
-def stack(xs: Sequence[Any], axis: int = 0) -> Tensor:
-    xs = [as_tensor(x) for x in xs]
-    if len({x.shape for x in xs}) > 1:
-        raise ShapeError("stack: shapes " + ", ".join(str(x.shape) for x in xs) + " differ")
-    return concatenate([expand_dims(x, axis) for x in xs], axis % (xs[0].ndim + 1))
-
-
-def matmul(a: Any, b: Any) -> Tensor:
-    """NumPy's matmul: 2-D, batched (broadcast) and 1-D operands."""
-    a, b = as_tensor(a), as_tensor(b)
-    if a.ndim == 0 or b.ndim == 0 or a.shape[-1] != b.shape[-2 if b.ndim > 1 else 0]:
-        raise ShapeError(f"matmul: {a.shape} @ {b.shape}")
-    a2 = reshape(a, (1, a.shape[0])) if a.ndim == 1 else a
-    b2 = reshape(b, (b.shape[0], 1)) if b.ndim == 1 else b
-    out = _matmul(a2, b2)
-    if a.ndim == 1:  # drop a's row axis first: b's column axis is still last
-        out = reshape(out, out.shape[:-2] + out.shape[-1:])
-    if b.ndim == 1:
-        out = reshape(out, out.shape[:-1])
-    return out
-
-
-def astype(x: Any, dtype: Any) -> Tensor:
-    x = as_tensor(x)
-    return x if np.dtype(dtype) == x.dtype else _astype(x, dtype=np.dtype(dtype))
-
-
-def clip(x: Any, lo: Any = None, hi: Any = None) -> Tensor:
-    x = as_tensor(x)
-    x = x if lo is None else maximum(x, lo)
-    return x if hi is None else minimum(x, hi)
-
-
-def getitem(x: Any, index: Any) -> Tensor:
-    """Indexing with ints, slices, None, ..., integer arrays (several) and boolean masks."""
-    x = as_tensor(x)
-    template, arrays = [], []
-    for item in index if isinstance(index, tuple) else (index,):
-        if isinstance(item, Tensor | np.ndarray | list):
-            item = as_tensor(item)
-            if item.dtype == np.bool_:
-                if item.is_symbolic:
-                    raise TraceError(
-                        "indexing with a traced boolean mask gives a data-dependent shape; use "
-                        "tracegrad.where(mask, x, 0) instead"
-                    )
-                parts = [Tensor(a) for a in np.nonzero(item.numpy())]
-            else:
-                parts = [item]
-            template += ["@"] * len(parts)
-            arrays += parts
-        elif isinstance(item, int | np.integer):
-            template.append(int(item))
-        elif item is None or item is Ellipsis or isinstance(item, slice):
-            template.append(item)
-        else:
-            raise TypeError(f"getitem: unsupported index {item!r}")
-    return _getitem_p(x, *arrays, template=tuple(template))
-
-
-def logsumexp(x: Any, axis: int | Sequence[int] | None = -1, keepdims: bool = False) -> Tensor:
-    """log(sum(exp(x))), stable for large |x|: the max is subtracted (and not differentiated)."""
-    x = as_tensor(x)
-    m = max(x, axis, keepdims=True).detach()
-    out = log(sum(exp(x - m), axis, keepdims=True)) + m
-    return out if keepdims else squeeze(out, _axes("logsumexp", axis, x.ndim))
-
-
-def log_softmax(x: Any, axis: int = -1) -> Tensor:
-    return x - logsumexp(x, axis, keepdims=True)
-
-
-def softmax(x: Any, axis: int = -1) -> Tensor:
-    x = as_tensor(x)
-    e = exp(x - max(x, axis, keepdims=True).detach())
-    return e / sum(e, axis, keepdims=True)
-
-
-def zeros(shape: Sequence[int], dtype: Any = np.float32, requires_grad: bool = False) -> Tensor:
-    return Tensor(np.zeros(shape, dtype), requires_grad=requires_grad)
-
-
-def ones(shape: Sequence[int], dtype: Any = np.float32, requires_grad: bool = False) -> Tensor:
-    return Tensor(np.ones(shape, dtype), requires_grad=requires_grad)
-
-
-def zeros_like(x: Any) -> Tensor:
-    return zeros(x.shape, x.dtype)
-
-
-def ones_like(x: Any) -> Tensor:
-    return ones(x.shape, x.dtype)
-
-
-# --- Tensor's operators and methods, attached from above (see DESIGN.md: no circles) ----------
-
-
-def _swap(f: Callable) -> Callable:
-    return lambda self, other: f(other, self)
-
-
-def _inplace(f: Callable) -> Callable:
-    def op(self: Tensor, other: Any) -> Tensor:
-        from .tensor import Listeners
-
-        if Listeners.grad_enabled and self.is_leaf and self.requires_grad:
-            raise RuntimeError(
-                f"in-place {f.name} on a leaf tensor that requires grad: wrap the update in "
-                "`with tracegrad.no_grad():` (as optimizers do) or use an out-of-place op"
-            )
-        result = f(self, other)
-        if Listeners.grad_enabled and not result.is_leaf:
-            return result  # recorded ops stay functional: the name is rebound to the result
-        self._assign(result)
-        return self
-
-    return op
-
-
-_OPERATORS = {
-    "add": add, "radd": _swap(add), "sub": sub, "rsub": _swap(sub), "mul": mul,
-    "rmul": _swap(mul), "truediv": div, "rtruediv": _swap(div), "pow": pow, "rpow": _swap(pow),
-    "matmul": matmul, "rmatmul": _swap(matmul), "lt": less, "le": less_equal, "gt": greater,
-    "ge": greater_equal, "eq": equal, "ne": not_equal, "getitem": getitem,
-}  # fmt: skip
-for _name, _f in _OPERATORS.items():
-    setattr(Tensor, f"__{_name}__", _f)
-for _name, _f in {"iadd": add, "isub": sub, "imul": mul, "itruediv": div}.items():
-    setattr(Tensor, f"__{_name}__", _inplace(_f))
-Tensor.__neg__ = neg
-Tensor.__abs__ = abs
-Tensor.__pos__ = lambda self: self
-
-for _f in (sum, mean, max, min, prod, argmax, transpose, astype, clip, exp, log, sqrt, tanh,
-           sigmoid, abs, squeeze, expand_dims, softmax, log_softmax, logsumexp):  # fmt: skip
-    setattr(Tensor, _f.name if isinstance(_f, Primitive) else _f.__name__, _f)
-Tensor.reshape = reshape
-Tensor.T = property(lambda self: transpose(self))
-Tensor.flatten = lambda self: reshape(self, (-1,))
-
-
-# --- NumPy interop: ufuncs on tensors dispatch to tracegrad, never return a detached ndarray ----
-
-_UFUNCS = {
-    np.add: add, np.subtract: sub, np.multiply: mul, np.true_divide: div, np.power: pow,
-    np.negative: neg, np.exp: exp, np.log: log, np.sqrt: sqrt, np.tanh: tanh, np.sin: sin,
-    np.cos: cos, np.absolute: abs, np.sign: sign, np.maximum: maximum, np.minimum: minimum,
-    np.less: less, np.less_equal: less_equal, np.greater: greater,
-    np.greater_equal: greater_equal, np.equal: equal, np.not_equal: not_equal,
-    np.matmul: matmul,
-}  # fmt: skip
-
-
-def _array_ufunc(self: Tensor, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
-    op = _UFUNCS.get(ufunc)
-    if op is None or method != "__call__" or kwargs:
-        raise TypeError(
-            f"np.{ufunc.__name__}{'' if method == '__call__' else '.' + method} is not supported "
-            "on tracegrad tensors (it would drop the gradient); use the tracegrad function"
-        )
-    return op(*inputs)
-
-
-_FUNCTIONS = {
-    np.concatenate: concatenate, np.stack: stack, np.where: where, np.clip: clip,
-    np.reshape: reshape, np.transpose: transpose, np.broadcast_to: broadcast_to,
-    np.expand_dims: expand_dims, np.squeeze: squeeze, np.sum: sum, np.mean: mean, np.max: max,
-    np.min: min, np.prod: prod, np.shape: lambda x: x.shape, np.ndim: lambda x: x.ndim,
-}  # fmt: skip
-
-
-def _array_function(self: Tensor, func: Callable, types: Any, args: Any, kwargs: Any) -> Any:
-    """Other NumPy functions (np.concatenate, np.dot, ...) would read tensors through __array__:
-    those tracegrad has dispatch to it; the rest run on the arrays only if no floats come out
-    (np.argmax, np.allclose), since floats would be a detached copy of a differentiable result."""
-    op = _FUNCTIONS.get(func)
-    if op is not None:
-        return op(*args, **kwargs)
-    result = func(*_arrays(args), **_arrays(kwargs))
-    if _has_floats(result):
-        raise TypeError(
-            f"np.{func.__name__} is not supported on tracegrad tensors (it would drop the "
-            "gradient); use the tracegrad function, or np.asarray(t) to leave autodiff on purpose"
-        )
-    return result
-
-
-def _arrays(x: Any) -> Any:
-    """`x` with every tensor (also inside lists, tuples and dicts) replaced by its ndarray."""
-    if isinstance(x, Tensor):
-        return x.numpy()
-    if isinstance(x, list | tuple):
-        return type(x)(_arrays(v) for v in x)
-    return {k: _arrays(v) for k, v in x.items()} if isinstance(x, dict) else x
-
-
-def _has_floats(result: Any) -> bool:
-    if isinstance(result, tuple | list):
-        return any(_has_floats(r) for r in result)
-    if isinstance(result, np.ndarray | np.generic | float):
-        return np.asarray(result).dtype.kind in "fc"
-    return False
-
-
-Tensor.__array_ufunc__ = _array_ufunc
-Tensor.__array_function__ = _array_function
+    return _reshaped(sum(g, axis=axes, keepdims=False), shape)
+
+
+def _reshaped(x: Any, shape: Sequence[int]) -> Any:
+    shape = tuple(shape)
+    return x if x.shape == shape else reshape(x, shape=shape)
+
+
+def _mT(x: Any) -> Any:
+    return transpose(x, axes=(*range(x.ndim - 2), x.ndim - 1, x.ndim - 2))
+
+
+def _inverse(axes: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(int(a) for a in np.argsort(axes))
+
+
+# --- the table: elementwise --------------------------------------------------------------------
+
+
+def unary(name, impl, vjp=None, saves="", scalar=None, helpers=(), shape=_floating, **kw):
+    return Primitive(name, impl, shape, (vjp,) if vjp else None, saves, kind="elementwise",
+                     scalar=scalar, helpers=helpers, **kw)  # fmt: skip
+
+
+def binary(name, impl, vjp=None, saves="", scalar=None, helpers=(), shape=_binary, **kw):
+    return Primitive(name, impl, shape, vjp, saves, kind="elementwise", scalar=scalar,
+                     helpers=helpers, **kw)  # fmt: skip
+
+
+neg = unary("neg", np.negative, lambda g, out, x: -g, shape=_same, scalar="(-{0})")
+exp = unary("exp", np.exp, lambda g, out, x: g * out, "out", "exp({0})", ("exp",))
+log = unary("log", np.log, lambda g, out, x: g / x, "in", "log({0})", ("log",))
+sqrt = unary("sqrt", np.sqrt, lambda g, out, x: g / (out * 2.0), "out", "sqrt({0})", ("sqrt",))
+tanh = unary("tanh", np.tanh, lambda g, out, x: g * (1.0 - out * out), "out", "tanh({0})",
+             ("tanh",))  # fmt: skip
+sigmoid = unary("sigmoid", _sigmoid, lambda g, out, x: g * (out * (1.0 - out)), "out",
+                "sigmoid({0})", ("sigmoid",))  # fmt: skip
+sin = unary("sin", np.sin, lambda g, out, x: g * cos(x), "in", "sin({0})", ("sin",))
+cos = unary("cos", np.cos, lambda g, out, x: -(g * sin(x)), "in", "cos({0})", ("cos",))
+sign = unary("sign", np.sign, shape=_same, scalar="sign({0})", helpers=("sign",))
+abs = unary("abs", np.abs, lambda g, out, x: g * sign(x), "in", "abs({0})", shape=_same)
+
+add = binary("add", np.add,
+             (lambda g, out, x, y: sum_to(g, x.shape), lambda g, out, x, y: sum_to(g, y.shape)),
+             scalar="({0} + {1})")  # fmt: skip
+sub = binary("sub", np.subtract,
+             (lambda g, out, x, y: sum_to(g, x.shape), lambda g, out, x, y: sum_to(-g, y.shape)),
+             scalar="({0} - {1})")  # fmt: skip
+mul = binary("mul", np.multiply,
+             (lambda g, out, x, y: sum_to(g * y, x.shape),
+              lambda g, out, x, y: sum_to(g * x, y.shape)),
+             "in", "({0} * {1})")  # fmt: skip
+div = binary("div", np.true_divide,
+             (lambda g, out, x, y: sum_to(g / y, x.shape),
+              lambda g, out, x, y: sum_to(-(g * (x / y)) / y, y.shape)),  # x / y: keeps no out
+             "in", "({0} / {1})", shape=_true_divide)  # fmt: skip
+pow = binary("pow", _power,
+             (lambda g, out, x, y: sum_to(g * y * x ** (y - 1.0), x.shape),
+              lambda g, out, x, y: sum_to(g * out * log(x), y.shape)),
+             "in+out", "({0} ** {1})", numpy=np.power)  # fmt: skip
+maximum = binary("maximum", np.maximum,
+                 (lambda g, out, x, y: sum_to(where(x >= y, g, 0.0), x.shape),
+                  lambda g, out, x, y: sum_to(where(x >= y, 0.0, g), y.shape)),
+                 "in", "maximum({0}, {1})", ("maximum",))  # fmt: skip
+minimum = binary("minimum", np.minimum,
+                 (lambda g, out, x, y: sum_to(where(x <= y, g, 0.0), x.shape),
+                  lambda g, out, x, y: sum_to(where(x <= y, 0.0, g), y.shape)),
+                 "in", "minimum({0}, {1})", ("minimum",))  # fmt: skip
+where = Primitive("where", np.where, _where_rule,
+                  (None,
+                   lambda g, out, c, x, y: sum_to(where(c, g, 0.0), x.shape),
+                   lambda g, out, c, x, y: sum_to(where(c, 0.0, g), y.shape)),
+                  "in0", kind="elementwise", scalar="({1} if {0} else {2})",
+                  numpy=np.where)  # fmt: skip
+less = binary("less", np.less, shape=_compare, scalar="({0} < {1})")
+less_equal = binary("less_equal", np.less_equal, shape=_compare, scalar="({0} <= {1})")
+greater = binary("greater", np.greater, shape=_compare, scalar="({0} > {1})")
+greater_equal = binary("greater_equal", np.greater_equal, shape=_compare, scalar="({0} >= {1})")
+equal = binary("equal", np.equal, shape=_compare, scalar="({0} == {1})")
+not_equal = binary("not_equal", np.not_equal, shape=_compare, scalar="({0} != {1})")
+astype = unary("astype", lambda x, dtype: x.astype(dtype),
+               lambda g, out, x, dtype: g.astype(x.dtype) if x.dtype.kind == "f" else None,
+               shape=lambda x, dtype: (x.shape, dtype), scalar="{0}")  # fmt: skip
+
+
+# --- reductions ---------------------------------------------------------------------------------
+
+
+def _sum_vjp(g, out, x, axis, keepdims):
+    return broadcast_to(_reshaped(g, _reduced(x, axis, True)), shape=x.shape)
+
+
+def _extreme_vjp(g, out, x, axis, keepdims):
+    kept = _reduced(x, axis, True)
+    hit = (x == _reshaped(out, kept)).astype(g.dtype)
+    return _reshaped(g, kept) * hit / sum(hit, axis=axis, keepdims=True)
+
+
+def _prod_vjp(g, out, x, axis, keepdims):
+    """The product of the others, out / x, but not divided by zero: a zero that is alone in its
+    slice gets the product of the rest, a zero with another zero gets 0."""
+    kept = _reduced(x, axis, True)
+    zero = x == 0.0
+    nonzero = where(zero, 1.0, x)
+    alone = sum(zero.astype(x.dtype), axis=axis, keepdims=True) == 1.0
+    at_zero = where(alone, prod(nonzero, axis=axis, keepdims=True), 0.0)
+    return _reshaped(g, kept) * where(zero, at_zero, _reshaped(out, kept) / nonzero)
+
+
+def reduction(name, impl, shape, vjp, saves="", combine=None, identity=None, helpers=()):
+    return Primitive(name, impl, shape, (vjp,), saves, kind="reduction", combine=combine,
+                     identity=identity, helpers=helpers)  # fmt: skip
+
+
+# Implementations are NumPy's own functions where their keyword names match the attributes, so
+# the generated plan reads as plain NumPy.
+sum = reduction("sum", np.sum, _sum_rule, _sum_vjp, combine="({0} + {1})", identity=0.0)
+max = reduction("max", np.max, _extreme_rule, _extreme_vjp, "in+out", "maximum({0}, {1})",
+                -math.inf, ("maximum",))  # fmt: skip
+min = reduction("min", np.min, _extreme_rule, _extreme_vjp, "in+out", "minimum({0}, {1})",
+                math.inf, ("minimum",))  # fmt: skip
+prod = reduction("prod", np.prod, _sum_rule, _prod_vjp, "in+out", "({0} * {1})", 1.0)
+argmax = Primitive("argmax", np.argmax, lambda x, axis: (_reduced(x, (axis,), False), np.int64))
+
+
+# --- views, indexing, contraction ----------------------------------------------------------------
+
+reshape = Primitive("reshape", np.reshape, _reshape_rule,
+                    (lambda g, out, x, shape: _reshaped(g, x.shape),), kind="view")  # fmt: skip
+transpose = Primitive("transpose", np.transpose, _transpose_rule,
+                      (lambda g, out, x, axes: transpose(g, axes=_inverse(axes)),),
+                      kind="view")  # fmt: skip
+broadcast_to = Primitive("broadcast_to", np.broadcast_to, _broadcast_to_rule,
+                         (lambda g, out, x, shape: sum_to(g, x.shape),), kind="view")  # fmt: skip
+
+
+def _concat_vjp(i, g, out, *xs, axis):
+    start = builtins.sum(x.shape[axis] for x in xs[:i])
+    index = (slice(None),) * axis + (slice(start, start + xs[i].shape[axis]),)
+    return getitem(g, template=index)
+
+
+concatenate = Primitive("concatenate", lambda *xs, axis: np.concatenate(xs, axis), _concat_rule,
+                        _concat_vjp)  # fmt: skip
+getitem = Primitive(
+    "getitem",
+    _getitem,
+    _getitem_rule,
+    (lambda g, out, x, *idx, template: scatter_add(g, *idx, shape=x.shape, template=template),),
+    "in1:",
+    kind="index",
+    view=lambda inputs, attrs: len(inputs) == 1,
+)  # basic indexing: a view
+scatter_add = Primitive("scatter_add", _scatter_add, _scatter_rule,
+                        (lambda g, out, x, *idx, shape, template:
+                         getitem(g, *idx, template=template),),
+                        "in1:", kind="index")  # fmt: skip
+matmul = Primitive("matmul", np.matmul, _matmul_rule,
+                   (lambda g, out, a, b: sum_to(matmul(g, _mT(b)), a.shape),
+                    lambda g, out, a, b: sum_to(matmul(_mT(a), g), b.shape)),
+                   "in", kind="contraction")  # fmt: skip
+
+fused = Composite("fused")
+
+
+__all__ = ["PRIMITIVES", "Composite", "Primitive", "defprimitive", "sum_to"] + [
+    name for name, p in list(globals().items()) if isinstance(p, Primitive) and name[0] != "_"
+]

@@ -1,68 +1,55 @@
 """`Tensor` and `bind`, the ground floor. A Tensor holds an ndarray or a symbolic `ir.Value`.
 
 `bind(prim, *args)` hands one primitive application to whoever is listening: the eager NumPy
-evaluator by default, the tracer while one is active, and afterwards the tape. This module knows no
-particular op; the op table (primitives.py) attaches Tensor's operators from above.
+evaluator by default, the tracer while one is active, and afterwards the tape; it is what
+calling a primitive does. This module knows no particular op; api.py attaches Tensor's operators
+from above.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-import os
-import sys
 import threading
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from . import ir
+from .errors import ShapeError, TraceError, user_location
+from .primitives import Primitive
 
 _serials = itertools.count()
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-_INTERNAL_DIRS = (_PACKAGE_DIR, os.path.join(os.path.dirname(_PACKAGE_DIR), "passes"))
-_STDLIB_DIR = os.path.dirname(os.path.abspath(os.__file__))  # contextlib, functools, ...
-
-
-class TraceError(RuntimeError):
-    """A traced function needed a concrete value (Python control flow on a tensor, .item())."""
-
-
-class ShapeError(ValueError):
-    """Operands whose shapes or dtypes an op cannot take; names the op, the shapes and the user's
-    source line."""
-
-    def __init__(self, message: str):
-        super().__init__(f"{message} (at {user_location()})")
 
 
 class _Listeners(threading.local):
     """Who hears `bind`: a stack of tracers (top one evaluates) and the tape recorder. Tracing,
-    `no_grad` and backward are per thread, as PyTorch's grad mode and JAX's trace state are:
-    a step traced in one thread must not capture another thread's eager ops."""
+    `no_grad` and backward state are per thread, as PyTorch's grad mode and JAX's trace state
+    are: a step traced in one thread must not capture another thread's eager ops. `phase` is the
+    part of a training step that is running ("forward", "backward", "update"), set where it
+    starts (backward passes, optimizer steps) and read by the tracer to label nodes."""
 
     record: Any = None  # autodiff's recorder, shared by all threads: record(prim, inputs, out, ...)
 
     def __init__(self) -> None:
         self.tracers: list[Any] = []
         self.grad_enabled = True
-        self.in_backward = 0  # depth of running backward passes (the tracer labels node phases)
+        self.phase = "forward"
 
 
 Listeners = _Listeners()
 
 
-def user_location() -> str | None:
-    """The innermost "file:line" outside tracegrad: where the user's code called us."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        path = os.path.abspath(frame.f_code.co_filename)
-        internal = path.startswith(_INTERNAL_DIRS) or path.startswith("<tracegrad")
-        stdlib = path.startswith(_STDLIB_DIR) and "site-packages" not in path
-        if not internal and not stdlib:
-            return f"{os.path.basename(path)}:{frame.f_lineno}"
-        frame = frame.f_back
-    return None
+@contextlib.contextmanager
+def phase(name: str) -> Iterator[None]:
+    """Label the ops run inside as part of `name` ("backward", "update") of a training step."""
+    previous, Listeners.phase = Listeners.phase, name
+    try:
+        yield
+    finally:
+        Listeners.phase = previous
 
 
 def _default_dtype(data: Any) -> np.dtype | None:
@@ -268,3 +255,9 @@ def _lift_args(args: tuple[Any, ...]) -> list[Tensor]:
         else:
             out.append(Tensor(np.asarray(a)))
     return out
+
+
+Primitive.__call__ = bind  # calling an op binds it: the front end gives the table its meaning
+
+__all__ = ["Listeners", "ShapeError", "Tensor", "TraceError", "as_tensor", "bind", "phase",
+           "user_location"]  # fmt: skip

@@ -1,5 +1,5 @@
-"""`@trace`: run a training step once on symbolic tensors, record one graph holding forward,
-backward and the optimizer's update, optimize it and run it as a compiled plan from then on.
+"""Tracing: run a training step once on symbolic tensors and record one graph holding forward,
+backward and the optimizer's update (runtime.py compiles it and runs it from then on).
 
 Tensors made before the call and touched inside it (parameters, their `.grad`, optimizer state)
 become *state*: graph inputs read at every call, and outputs written back only after the plan
@@ -8,9 +8,7 @@ ran to the end, so a failing step changes nothing.
 
 from __future__ import annotations
 
-import functools
-import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,16 +72,12 @@ class Tracer:
         self.slots: dict[int, Slot] = {}
         self.consts: dict[int, tuple[Tensor, ir.Value]] = {}
         self.checks: list[Callable[[], bool]] = []
-        self.phase = "forward"
 
     def process(self, prim: Any, inputs: list[Tensor], params: dict, shape: tuple, dtype: Any):
         ins = [self.lift(t) for t in inputs]
         out = ir.Value(shape, dtype)
-        if Listeners.in_backward:
-            self.phase = "backward"
-        elif self.phase == "backward":
-            self.phase = "update"
-        self.nodes.append(ir.Node(prim.name, ins, [out], params, user_location(), self.phase))
+        node = ir.Node(prim, ins, [out], params, user_location(), Listeners.phase)
+        self.nodes.append(node)
         return out
 
     def lift(self, t: Tensor) -> ir.Value:
@@ -149,7 +143,7 @@ class Tracer:
                        guards, self.checks)  # fmt: skip
 
 
-def _signature(args: tuple, kwargs: dict) -> tuple[list, Any]:
+def signature(args: tuple, kwargs: dict) -> tuple[list, Any]:
     leaves, tree = pytree.flatten((args, kwargs), _is_leaf)
     spec = tuple((tuple(np.shape(x)), np.dtype(x.dtype)) for x in leaves)
     try:
@@ -180,140 +174,7 @@ def capture(fn: Callable, args: tuple, kwargs: dict) -> Capture:
 
 def interpret(graph: ir.Graph, *args: Any) -> list[np.ndarray]:
     """The reference interpreter: every node with its primitive's NumPy implementation."""
-    from .primitives import PRIMITIVES
-
-    return ir.evaluate(graph, [np.asarray(a) for a in args], lambda op: PRIMITIVES[op].impl)
+    return ir.evaluate(graph, [np.asarray(a) for a in args])
 
 
-class Plan:
-    """One signature's compiled step: a callable over arrays plus the capture's bookkeeping."""
-
-    def __init__(self, cap: Capture, run: Callable, graph: ir.Graph, source: str, stats: list,
-                 memory: Any, backend: str):  # fmt: skip
-        self.capture, self.run, self.graph, self.source = cap, run, graph, source
-        self.stats, self.memory, self.backend = stats, memory, backend
-
-    def __call__(self, arg_leaves: Sequence[Any]) -> Any:
-        cap = self.capture
-        inputs = [_array(x) for x in arg_leaves]
-        inputs += [t._grad._value if via_grad else t._value for t, via_grad in cap.state]
-        return self.run(inputs, self._finish)
-
-    def _finish(self, inputs: list[np.ndarray], outs: Sequence[Any]) -> Any:
-        """Now that the step has run to its end: copy the results out of the arena and store the
-        state writes in place, as eager in-place ops do."""
-        cap = self.capture
-        outs = [_typed(a, v) for a, v in zip(outs, self.graph.outputs, strict=True)]
-        owned = {id(a) for a in inputs}
-        results = [Tensor._wrap(_fresh(a, owned)) for a in outs[: cap.n_results]]
-        writes = iter(outs[cap.n_results :])
-        for t in cap.value_writes:
-            _write(t, next(writes))
-        for t, to_none in cap.grad_writes:
-            if to_none:
-                t._grad = None
-            elif t._grad is not None:
-                _write(t._grad, next(writes))
-            else:
-                t._grad = Tensor._wrap(np.array(next(writes)))
-        return pytree.unflatten(cap.result_tree, results)
-
-
-def _write(t: Tensor, value: np.ndarray) -> None:
-    """A state write, in place like eager's (a `detach()`ed alias or the array from `.numpy()`
-    sees it, and the plan's arena can hold the new value); a read-only buffer is replaced."""
-    t._version[0] += 1
-    if isinstance(t._value, np.ndarray) and t._value.flags.writeable:
-        np.copyto(t._value, value)
-    else:
-        t._value = np.array(value)
-
-
-def _typed(a: Any, v: ir.Value) -> np.ndarray:
-    """The plan's result in its graph dtype: state must never drift (float32 to float64) because
-    some NumPy call promoted a scalar."""
-    a = np.asarray(a)
-    return a if a.dtype == v.dtype else a.astype(v.dtype)
-
-
-def _array(x: Any) -> np.ndarray:
-    return x._value if isinstance(x, Tensor) else np.asarray(x)
-
-
-def _fresh(a: np.ndarray, owned: set[int]) -> np.ndarray:
-    """A buffer nothing else shares: plan outputs may be inputs, or views of them or of the
-    arena."""
-    return (
-        np.array(a) if id(a) in owned or not isinstance(a, np.ndarray) or a.base is not None else a
-    )
-
-
-RETRACES_WARNED = 8  # plans for one signature: past this, retracing is likely a mistake
-
-
-class Traced:
-    """A function traced once per input signature; see `trace`."""
-
-    def __init__(self, fn: Callable, backend: str, passes: Sequence[Callable] | None):
-        if backend not in ("numpy", "numba"):
-            raise ValueError(f"trace: unknown backend {backend!r} (use 'numpy' or 'numba')")
-        self.fn, self.backend, self.passes = fn, backend, passes
-        self.plans: dict[Any, list[Plan]] = {}
-        self.latest: Plan | None = None
-        functools.update_wrapper(self, fn)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        leaves, key = _signature(args, kwargs)
-        plan = next((p for p in self.plans.get(key, []) if p.capture.guards_hold()), None)
-        if plan is None:
-            plan = self._compile(capture(self.fn, args, kwargs))
-            self.plans.setdefault(key, []).append(plan)
-            if len(self.plans[key]) == RETRACES_WARNED:
-                warnings.warn(
-                    f"{self.fn.__name__} was traced {RETRACES_WARNED} times for one signature: "
-                    "what its guards check keeps changing (the grads being None or not, a "
-                    "baked-in hyperparameter such as momentum); each new trace compiles",
-                    stacklevel=2,
-                )
-        self.latest = plan
-        return plan(leaves)
-
-    def _compile(self, cap: Capture) -> Plan:
-        from .codegen import compile_plan
-
-        return compile_plan(cap, self.backend, self.passes, self.fn.__name__)
-
-    def _plan(self) -> Plan:
-        if self.latest is None:
-            raise RuntimeError("this traced function has not been called yet: nothing to show")
-        return self.latest
-
-    @property
-    def graph(self) -> ir.Graph:
-        """The optimized graph of the latest signature."""
-        return self._plan().graph
-
-    @property
-    def source(self) -> str:
-        """The generated Python source of the latest plan."""
-        return self._plan().source
-
-    def report(self) -> str:
-        from .codegen import report
-
-        return report(self._plan())
-
-
-def trace(
-    fn: Callable | None = None,
-    *,
-    backend: str = "numba",
-    passes: Sequence[Callable] | None = None,
-) -> Any:
-    """Compile a training step: `@trace`, or `@trace(backend="numpy", passes=[...])`."""
-    if fn is None:
-        return lambda f: Traced(f, backend, passes)
-    return Traced(fn, backend, passes)
-
-
-__all__ = ["trace", "Traced", "TraceError", "guard", "interpret", "capture"]
+__all__ = ["Capture", "TraceError", "capture", "guard", "interpret", "signature"]

@@ -7,7 +7,9 @@ pattern shares one compiled kernel. Of the sizes only one bit counts: whether th
 enough to run in parallel (`prange` over chunks of the outer axis). Adjacent axes that every
 operand and reduction treats alike are merged first: an (m, n) group with only full-size
 operands runs as 1-D, one with a bias row or a column sum as 2-D. Supported: canonical 1-D and
-2-D domains; `sum`, `max`, `min` over any canonical axes, as group outputs. Anything else raises
+2-D domains; elementwise ops with a scalar template, and reductions with a combine template over
+any canonical axes, as group outputs. Everything about an op comes from its primitive: the
+templates, the kernel helpers they call, a reduction's identity. Anything else raises
 NotImplementedError (the caller falls back to NumPy).
 """
 
@@ -24,12 +26,10 @@ import numba
 import numpy as np
 
 from ..ir import Node, Value
-from ..primitives import PRIMITIVES
 from . import fastmath
 from .cache import KernelCache, default_cache
 
 FLAGS = frozenset(fastmath.FLAGS | {"reassoc"})  # reassoc lets LLVM vectorize the reductions
-REDUCTIONS = ("sum", "max", "min")
 # Groups smaller than this run on one thread and compile without `parallel=True`, which costs
 # about 0.45 s of compile time per kernel and a thread wake-up per call.
 PARALLEL_MIN = 1 << 17
@@ -42,9 +42,12 @@ SUPPORTED_DTYPES = frozenset(
 
 @dataclass(frozen=True)
 class Reduction:
-    """A group output reducing value `slot` over the canonical `axes` into dtype `dtype`."""
+    """A group output reducing value `slot` over the canonical `axes` into dtype `dtype`, by the
+    op's `combine` template from its `identity`."""
 
     op: str
+    combine: str
+    identity: float
     slot: int
     axes: tuple[int, ...]
     dtype: str
@@ -57,15 +60,17 @@ class Structure:
     `parallel`: whether the group is big enough (PARALLEL_MIN) to run on several threads.
     Slots number the group's values: kernel inputs first, then one per elementwise node.
     `inputs` gives each input's dtype and, per canonical axis, whether it spans it (False:
-    broadcast along it). `nodes` are (op, operand slots, result dtype); `outputs` are slots
-    stored elementwise or `Reduction`s.
+    broadcast along it). `nodes` are (op, scalar template, operand slots, result dtype);
+    `outputs` are slots stored elementwise or `Reduction`s; `helpers` the functions of
+    `tracegrad.kernels.scalar` the templates call.
     """
 
     ndim: int
     parallel: bool
     inputs: tuple[tuple[str, tuple[bool, ...]], ...]
-    nodes: tuple[tuple[str, tuple[int, ...], str], ...]
+    nodes: tuple[tuple[str, str, tuple[int, ...], str], ...]
     outputs: tuple[int | Reduction, ...]
+    helpers: tuple[str, ...]
 
 
 class Layout(NamedTuple):
@@ -173,50 +178,34 @@ def analyze(
         raise NotImplementedError(f"{len(groups)} canonical axes (domain {domain})")
     sizes = tuple(math.prod(domain[a] for a in g) for g in groups) or (1,)
 
-    elementwise = [n for n in nodes if n.op not in REDUCTIONS]
+    elementwise = [n for n in nodes if n.prim.kind != "reduction"]
     slots = {v: i for i, v in enumerate([*kernel_inputs, *(n.outputs[0] for n in elementwise)])}
     in_spec = tuple((v.dtype.name, _spans(v.shape, domain, groups)) for v in kernel_inputs)
-    node_spec = tuple(_node_spec(n, slots) for n in elementwise)
+    node_spec = tuple(
+        (n.op, n.prim.scalar, tuple(slots[v] for v in n.inputs), n.outputs[0].dtype.name)
+        for n in elementwise
+    )
     out_spec, out_shapes = [], []
     for v in outputs:
         if v in reductions:
             node = reductions[v]
             kept = tuple(k for k, g in enumerate(groups) if g[0] not in axes_of[v])
             reduced = tuple(k for k in range(len(groups)) if k not in kept)
-            out_spec.append(Reduction(node.op, slots[node.inputs[0]], reduced, v.dtype.name))
+            p = node.prim
+            out_spec.append(Reduction(p.name, p.combine, p.identity, slots[node.inputs[0]],
+                                      reduced, v.dtype.name))  # fmt: skip
             out_shapes.append(tuple(sizes[k] for k in kept) or (1,))
         else:
             out_spec.append(slots[v])
             out_shapes.append(sizes)
     parallel = math.prod(sizes) >= PARALLEL_MIN
-    structure = Structure(len(sizes), parallel, in_spec, node_spec, tuple(out_spec))
+    helpers = tuple(sorted({h for n in nodes for h in n.prim.helpers}))
+    structure = Structure(len(sizes), parallel, in_spec, node_spec, tuple(out_spec), helpers)
     in_shapes = [
         tuple(s for s, full in zip(sizes, spans, strict=True) if full) or (1,)
         for _, spans in in_spec
     ]
     return structure, Layout(sizes, in_shapes, out_shapes, [c.const for c in consts])
-
-
-# x ** c for these constant exponents c is written out: a runtime exponent would mean a call to
-# powf per element, which keeps the loop scalar (tanh-GELU's x ** 3 made a kernel 30x slower).
-_POWERS = {0.5: "sqrt({0})", 1.0: "{0}", 2.0: "({0} * {0})", 3.0: "({0} * {0} * {0})",
-           4.0: "(({0} * {0}) * ({0} * {0}))"}  # fmt: skip
-
-
-def _node_spec(n: Node, slots: dict[Value, int]) -> tuple[str, tuple[int, ...], str]:
-    """(op, operand slots, result dtype); `pow` by a special constant becomes e.g. "pow3"."""
-    dtype = n.outputs[0].dtype.name
-    if n.op == "pow":
-        exponent = n.inputs[1].const
-        if exponent is not None and exponent.size == 1 and exponent.item() in _POWERS:
-            return f"pow{exponent.item():g}", (slots[n.inputs[0]],), dtype
-    return n.op, tuple(slots[v] for v in n.inputs), dtype
-
-
-def _template(op: str) -> str:
-    if op.startswith("pow") and op != "pow":
-        return _POWERS[float(op[3:])]
-    return PRIMITIVES[op].scalar
 
 
 def _unlisted_constants(inputs: Sequence[Value], nodes: Sequence[Node]) -> list[Value]:
@@ -239,16 +228,18 @@ def _check_nodes(nodes: Sequence[Node], outputs: Sequence[Value]) -> dict[Value,
     for n in nodes:
         if any(v in reductions for v in n.inputs):
             raise NotImplementedError("a reduction read again inside its group")
-        if n.op in REDUCTIONS:
+        if n.prim.kind == "reduction":
+            if n.prim.combine is None:
+                raise NotImplementedError(f"{n.op} has no combine template")
             if n.outputs[0] not in outputs:
                 raise NotImplementedError(f"{n.op} inside a group must be a group output")
-            if n.op != "sum" and n.inputs[0].dtype.kind != "f":
+            if not math.isfinite(n.prim.identity) and n.inputs[0].dtype.kind != "f":
                 raise NotImplementedError(f"{n.op} of {n.inputs[0].dtype}")
             if not n.attrs["axis"]:
                 raise NotImplementedError(f"{n.op} over no axes")
             reductions[n.outputs[0]] = n
-        elif n.op not in PRIMITIVES or PRIMITIVES[n.op].scalar is None:
-            raise NotImplementedError(f"{n.op} is not elementwise")
+        elif n.prim.scalar is None:
+            raise NotImplementedError(f"{n.op} has no scalar template")
         elif len(n.outputs) != 1:
             raise NotImplementedError(f"{n.op} with {len(n.outputs)} outputs")
     return reductions
@@ -256,7 +247,7 @@ def _check_nodes(nodes: Sequence[Node], outputs: Sequence[Value]) -> dict[Value,
 
 def _domain(nodes, outputs, reductions) -> tuple[int, ...]:
     """The shape every elementwise value broadcasts to: the shape the kernel iterates over."""
-    computed = [n.outputs[0].shape for n in nodes if n.op not in REDUCTIONS]
+    computed = [n.outputs[0].shape for n in nodes if n.prim.kind != "reduction"]
     reduced = [n.inputs[0].shape for n in reductions.values()]
     domain = tuple(np.broadcast_shapes(*computed, *reduced))
     for shape in reduced:
@@ -318,7 +309,7 @@ def _out_view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 def _partial_layout(r: Reduction, ndim: int, chunks: int, sizes: tuple[int, ...]):
     """(shape, dtype, initial value) of a reduction's per-chunk partial results."""
     shape = (chunks,) if _form(r, ndim) == "all" else (chunks, sizes[1])
-    return shape, _accumulator_dtype(r, ndim), _identity(r)
+    return shape, _accumulator_dtype(r, ndim), r.identity
 
 
 def _new_partial(shape: tuple[int, ...], dtype: np.dtype, init: float) -> np.ndarray:
@@ -333,16 +324,14 @@ def _form(r: Reduction, ndim: int) -> str:
 
 
 def _accumulator_dtype(r: Reduction, ndim: int) -> np.dtype:
-    """Sums run in float64 (int64 for integers), except column partials, which are read and
-    written per element in the hot loop: float64 there would halve its SIMD width. They add
-    rows one by one in the sum's dtype, as NumPy's own axis-0 sums do."""
-    if r.op != "sum" or (_form(r, ndim) == "cols" and np.dtype(r.dtype).kind == "f"):
+    """Arithmetic folds (sums, products) run in float64 (int64 for integers), except column
+    partials, which are read and written per element in the hot loop: float64 there would halve
+    its SIMD width. They fold rows one by one in the result's dtype, as NumPy's own axis-0 sums
+    do. A fold from an infinite identity (max, min) is exact in its own dtype."""
+    exact = not math.isfinite(r.identity)
+    if exact or (_form(r, ndim) == "cols" and np.dtype(r.dtype).kind == "f"):
         return np.dtype(r.dtype)
     return np.dtype(np.float64 if np.dtype(r.dtype).kind == "f" else np.int64)
-
-
-def _identity(r: Reduction) -> float:
-    return {"sum": 0.0, "max": -math.inf, "min": math.inf}[r.op]
 
 
 # --- code generation: structure -> Python source ----------------------------------------------
@@ -353,11 +342,11 @@ _HEADER = '''\
 {structure}
 """
 
+import math
+
 import numpy as np
 from numba import njit, prange
-
-from tracegrad.kernels.scalar import cos, exp, log, sigmoid, sign, sin, sqrt, tanh
-from tracegrad.kernels.scalar import maximum as max, minimum as min  # nan-propagating
+{imports}
 
 
 @njit(
@@ -389,8 +378,13 @@ def generate_source(s: Structure, key: str) -> str:
         parallel=s.parallel,
         flags=repr(sorted(FLAGS)).replace("[", "{").replace("]", "}"),
         params=", ".join(params),
+        imports=_helper_imports(s.helpers),
     )
     return header + "\n".join(_body(s, reductions, partials)) + "\n"
+
+
+def _helper_imports(helpers: tuple[str, ...]) -> str:
+    return f"\nfrom tracegrad.kernels.scalar import {', '.join(helpers)}" if helpers else ""
 
 
 def _body(s: Structure, reductions, partials) -> list[str]:
@@ -431,8 +425,8 @@ def _element(s: Structure, index: str) -> list[str]:
         if any(spans):
             own = ", ".join(i for i, full in zip(index.split(", "), spans, strict=True) if full)
             lines.append(f"v{k} = in{k}[{own}]")
-    for k, (op, operands, dtype) in enumerate(s.nodes, start=len(s.inputs)):
-        expr = _template(op).format(*(f"v{o}" for o in operands))
+    for k, (_, template, operands, dtype) in enumerate(s.nodes, start=len(s.inputs)):
+        expr = template.format(*(f"v{o}" for o in operands))
         lines.append(f"v{k} = {_cast(dtype)}({expr})")
     for k, out in enumerate(s.outputs):
         if not isinstance(out, Reduction):
@@ -460,14 +454,14 @@ def _combine(k: int, r: Reduction, form: str) -> list[str]:
 
 def _fold(r: Reduction, target: str, value: str, dtype: np.dtype | None = None) -> str:
     """The statement folding `value` (cast to `dtype`, if given) into `target`."""
-    if r.op == "sum":
-        return f"{target} += {_cast(dtype.name) if dtype else ''}({value})"
-    return f"{target} = {r.op}({target}, {value})"
+    if dtype is not None:
+        value = f"{_cast(dtype.name)}({value})"
+    return f"{target} = {r.combine.format(target, value)}"
 
 
 def _init(r: Reduction, ndim: int) -> str:
     dtype = _accumulator_dtype(r, ndim).name
-    return f"{_cast(dtype)}({_identity(r)!r})".replace("inf", "np.inf")
+    return f"{_cast(dtype)}({r.identity!r})".replace("inf", "np.inf")
 
 
 def _cast(dtype: str) -> str:
@@ -495,7 +489,7 @@ def _signature(s: Structure, partials) -> str:
 
 def _slot_dtype(s: Structure, slot: int) -> str:
     n = len(s.inputs)
-    return s.inputs[slot][0] if slot < n else s.nodes[slot - n][2]
+    return s.inputs[slot][0] if slot < n else s.nodes[slot - n][3]
 
 
 def _describe(s: Structure) -> str:
@@ -508,7 +502,7 @@ def _describe(s: Structure) -> str:
 
     threads = "parallel" if s.parallel else "one thread"
     lines = [f"domain [{axes}], {threads}; " + ", ".join(operand(k) for k in range(len(s.inputs)))]
-    for k, (op, operands, dtype) in enumerate(s.nodes, start=len(s.inputs)):
+    for k, (op, _, operands, dtype) in enumerate(s.nodes, start=len(s.inputs)):
         lines.append(f"v{k}: {dtype} = {op}({', '.join(f'v{o}' for o in operands)})")
     for k, out in enumerate(s.outputs):
         if isinstance(out, Reduction):
@@ -524,8 +518,6 @@ def _generator_version() -> str:
     h = hashlib.sha256(numba.__version__.encode())
     for name in ("fused.py", "scalar.py", "fastmath.py"):
         h.update((here / name).read_bytes())
-    for op, prim in sorted(PRIMITIVES.items()):
-        h.update(f"{op}={prim.scalar}".encode())
     return h.hexdigest()[:16]
 
 

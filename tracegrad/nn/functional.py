@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from ..primitives import log_softmax, maximum, mean, sigmoid, softmax, sqrt, sum, tanh
-from ..tensor import ShapeError, Tensor, as_tensor
+from ..api import log_softmax, maximum, mean, sigmoid, softmax, sqrt, sum, tanh
+from ..errors import ShapeError
+from ..tensor import Tensor, as_tensor
 
 __all__ = [
     "cross_entropy",

@@ -1,10 +1,11 @@
-"""The measurements behind docs/kernels.md. Run `python -m tracegrad.kernels.bench [what ...]`
-with `what` among accuracy (all 2**32 float32 inputs: minutes), tanh (fast tanh against
-math.tanh in a parallel loop), groups (typical fused kernels against NumPy op by op) and cache
-(a new process's first calls, cold and warm)."""
+"""The measurements behind docs/kernels.md. Run `python benchmarks/kernels.py [what ...]` with
+`what` among accuracy (all 2**32 float32 inputs: minutes), tanh (fast tanh against math.tanh in
+a parallel loop), groups (typical fused kernels against NumPy op by op) and cache (a new
+process's first calls, cold and warm); `--help` says so too."""
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import subprocess
@@ -16,7 +17,9 @@ import numba
 import numpy as np
 from numba import prange
 
-from . import fastmath, scalar
+from tracegrad import primitives
+from tracegrad.ir import Graph, Node, Value, evaluate
+from tracegrad.kernels import compile_group, fastmath, scalar
 
 _SUBNORMAL_ULP = 2.0**-149  # float32's smallest step
 _SMALLEST_NORMAL = 2.0**-126
@@ -129,10 +132,6 @@ def tanh_speed(shape: tuple[int, int] = (4096, 512)) -> None:
 
 
 def group_speed(batch: int = 4096, width: int = 256) -> None:
-    from ..ir import Graph, evaluate
-    from ..primitives import PRIMITIVES
-    from .fused import compile_group
-
     names = ["bias + tanh-GELU", "its backward + bias grad", "softmax exp + row sums", "SGD step"]
     rng = np.random.default_rng(0)
     print(f"median of 25, {numba.get_num_threads()} threads, batch {batch}, width {width}:")
@@ -142,18 +141,19 @@ def group_speed(batch: int = 4096, width: int = 256) -> None:
         results = [np.empty(v.shape, v.dtype) for v in outputs]
         fused = median_seconds(kernel, *arrays, *results)
         graph = Graph(inputs, nodes, outputs)
-        numpy = median_seconds(lambda: evaluate(graph, arrays, lambda op: PRIMITIVES[op].impl))
+        numpy = median_seconds(lambda: evaluate(graph, arrays))
         print(f"  {name:26} kernel {fused * 1e6:7.0f} us   NumPy {numpy * 1e6:7.0f} us")
 
 
 # --- cache: a new process's first kernels, cold and warm --------------------------------------
 
 _CHILD = """
-import time
+import sys, time
 start = time.perf_counter()
 import numpy as np
 from tracegrad.kernels import compile_group
-from tracegrad.kernels.bench import example_groups
+sys.path.insert(0, {here!r})
+from kernels import example_groups
 imported = time.perf_counter()
 for inputs, nodes, outputs in example_groups():
     kernel = compile_group(inputs, nodes, outputs)
@@ -167,8 +167,6 @@ print(f"{imported - start:.3f} {done - imported:.3f}")
 def example_groups(batch: int = 4096, width: int = 256) -> list:
     """Four typical groups of a training step: bias + tanh-GELU, its backward with the bias
     gradient, a softmax's exp and row sums, and an SGD update."""
-    from ..ir import Node, Value
-    from ..primitives import PRIMITIVES
 
     def group(*input_shapes):
         inputs = [Value(s, np.float32) for s in input_shapes]
@@ -177,8 +175,9 @@ def example_groups(batch: int = 4096, width: int = 256) -> list:
         def op(name, *args, **attrs):
             args = [Value((), np.float32, np.array(a, np.float32)) if isinstance(a, float) else a
                     for a in args]  # fmt: skip
-            out = Value(*PRIMITIVES[name].shape_rule(*args, **attrs))
-            nodes.append(Node(name, args, [out], attrs))
+            prim = getattr(primitives, name)
+            out = Value(*prim.shape_rule(*args, **attrs))
+            nodes.append(Node(prim, args, [out], attrs))
             return out
 
         return inputs, nodes, op
@@ -220,7 +219,11 @@ def cache_timing() -> None:
         env = dict(os.environ, TRACEGRAD_CACHE_DIR=tmp, NUMBA_CACHE_DIR=os.path.join(tmp, "nb"))
         for label in ("cold", "warm"):
             out = subprocess.run(
-                [sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, check=True
+                [sys.executable, "-c", _CHILD.format(here=os.path.dirname(__file__))],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
             ).stdout.split()
             print(
                 f"{label}: import {float(out[0]):.2f} s, then compile/load + first call of "
@@ -228,7 +231,14 @@ def cache_timing() -> None:
             )
 
 
+JOBS = {"accuracy": accuracy, "tanh": tanh_speed, "groups": group_speed, "cache": cache_timing}
+
 if __name__ == "__main__":
-    jobs = {"accuracy": accuracy, "tanh": tanh_speed, "groups": group_speed, "cache": cache_timing}
-    for what in sys.argv[1:] or jobs:
-        jobs[what]()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("what", nargs="*", help=f"any of {', '.join(JOBS)} (default: all)")
+    chosen = parser.parse_args().what or list(JOBS)
+    unknown = set(chosen) - set(JOBS)
+    if unknown:
+        parser.error(f"unknown measurement {', '.join(sorted(unknown))}")
+    for what in chosen:
+        JOBS[what]()

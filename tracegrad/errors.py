@@ -1,0 +1,45 @@
+"""The errors tracegrad raises for the user's mistakes, and where in the user's code they were made.
+
+Part of the core: it imports nothing of tracegrad, so the op table can raise them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# Frames of these packages (and of generated plans) are ours: errors point past them.
+INTERNAL_PACKAGES = frozenset({"tracegrad", "passes"})
+_STDLIB_DIR = os.path.dirname(os.path.abspath(os.__file__))  # contextlib, functools, ...
+
+
+class TraceError(RuntimeError):
+    """A traced function needed a concrete value (Python control flow on a tensor, .item())."""
+
+
+class ShapeError(ValueError):
+    """Operands whose shapes or dtypes an op cannot take; names the op, the shapes and the user's
+    source line."""
+
+    def __init__(self, message: str):
+        super().__init__(f"{message} (at {user_location()})")
+
+
+def _internal(frame) -> bool:
+    module = frame.f_globals.get("__name__", "")
+    if module.split(".")[0] in INTERNAL_PACKAGES or frame.f_code.co_filename.startswith(
+        "<tracegrad"
+    ):
+        return True
+    path = os.path.abspath(frame.f_code.co_filename)
+    return path.startswith(_STDLIB_DIR) and "site-packages" not in path
+
+
+def user_location() -> str | None:
+    """The innermost "file:line" outside tracegrad: where the user's code called us."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if not _internal(frame):
+            return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None

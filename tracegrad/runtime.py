@@ -1,0 +1,307 @@
+"""The runtime of compiled steps: `@trace` (a plan per input signature, chosen by its guards),
+the arena every plan places its buffers in, the measured run, and `report()`.
+
+The top floor: it drives the tracer (front end), the passes and code generation (compiler).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import threading
+import tracemalloc
+import warnings
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+import passes
+from passes.memory import ALIGN, MemoryPlan, plan_memory
+
+from . import ir, pytree
+from .codegen import compile_source, generate, identifier, lower
+from .tensor import Tensor
+from .tracer import Capture, capture, signature
+
+
+class Plan:
+    """One signature's compiled step: a callable over arrays plus the capture's bookkeeping."""
+
+    def __init__(self, cap: Capture, run: Callable, graph: ir.Graph, source: str, stats: list,
+                 memory: Any, backend: str):  # fmt: skip
+        self.capture, self.run, self.graph, self.source = cap, run, graph, source
+        self.stats, self.memory, self.backend = stats, memory, backend
+
+    def __call__(self, arg_leaves: Sequence[Any]) -> Any:
+        cap = self.capture
+        inputs = [_array(x) for x in arg_leaves]
+        inputs += [t._grad._value if via_grad else t._value for t, via_grad in cap.state]
+        return self.run(inputs, self._finish)
+
+    def _finish(self, inputs: list[np.ndarray], outs: Sequence[Any]) -> Any:
+        """Now that the step has run to its end: copy the results out of the arena and store the
+        state writes in place, as eager in-place ops do."""
+        cap = self.capture
+        outs = [_typed(a, v) for a, v in zip(outs, self.graph.outputs, strict=True)]
+        owned = {id(a) for a in inputs}
+        results = [Tensor._wrap(_fresh(a, owned)) for a in outs[: cap.n_results]]
+        writes = iter(outs[cap.n_results :])
+        for t in cap.value_writes:
+            _write(t, next(writes))
+        for t, to_none in cap.grad_writes:
+            if to_none:
+                t._grad = None
+            elif t._grad is not None:
+                _write(t._grad, next(writes))
+            else:
+                t._grad = Tensor._wrap(np.array(next(writes)))
+        return pytree.unflatten(cap.result_tree, results)
+
+
+def _write(t: Tensor, value: np.ndarray) -> None:
+    """A state write, in place like eager's (a `detach()`ed alias or the array from `.numpy()`
+    sees it, and the plan's arena can hold the new value); a read-only buffer is replaced."""
+    t._version[0] += 1
+    if isinstance(t._value, np.ndarray) and t._value.flags.writeable:
+        np.copyto(t._value, value)
+    else:
+        t._value = np.array(value)
+
+
+def _typed(a: Any, v: ir.Value) -> np.ndarray:
+    """The plan's result in its graph dtype: state must never drift (float32 to float64) because
+    some NumPy call promoted a scalar."""
+    a = np.asarray(a)
+    return a if a.dtype == v.dtype else a.astype(v.dtype)
+
+
+def _array(x: Any) -> np.ndarray:
+    return x._value if isinstance(x, Tensor) else np.asarray(x)
+
+
+def _fresh(a: np.ndarray, owned: set[int]) -> np.ndarray:
+    """A buffer nothing else shares: plan outputs may be inputs, or views of them or of the
+    arena."""
+    return (
+        np.array(a) if id(a) in owned or not isinstance(a, np.ndarray) or a.base is not None else a
+    )
+
+
+RETRACES_WARNED = 8  # plans for one signature: past this, retracing is likely a mistake
+
+
+class Traced:
+    """A function traced once per input signature; see `trace`."""
+
+    def __init__(self, fn: Callable, backend: str, passes: Sequence[Callable] | None):
+        if backend not in ("numpy", "numba"):
+            raise ValueError(f"trace: unknown backend {backend!r} (use 'numpy' or 'numba')")
+        self.fn, self.backend, self.passes = fn, backend, passes
+        self.plans: dict[Any, list[Plan]] = {}
+        self.latest: Plan | None = None
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        leaves, key = signature(args, kwargs)
+        plan = next((p for p in self.plans.get(key, []) if p.capture.guards_hold()), None)
+        if plan is None:
+            plan = self._compile(capture(self.fn, args, kwargs))
+            self.plans.setdefault(key, []).append(plan)
+            if len(self.plans[key]) == RETRACES_WARNED:
+                warnings.warn(
+                    f"{self.fn.__name__} was traced {RETRACES_WARNED} times for one signature: "
+                    "what its guards check keeps changing (the grads being None or not, a "
+                    "baked-in hyperparameter such as momentum); each new trace compiles",
+                    stacklevel=2,
+                )
+        self.latest = plan
+        return plan(leaves)
+
+    def _compile(self, cap: Capture) -> Plan:
+        return compile_plan(cap, self.backend, self.passes, self.fn.__name__)
+
+    def _plan(self) -> Plan:
+        if self.latest is None:
+            raise RuntimeError("this traced function has not been called yet: nothing to show")
+        return self.latest
+
+    @property
+    def graph(self) -> ir.Graph:
+        """The optimized graph of the latest signature."""
+        return self._plan().graph
+
+    @property
+    def source(self) -> str:
+        """The generated Python source of the latest plan."""
+        return self._plan().source
+
+    def report(self) -> str:
+        return report(self._plan())
+
+
+def trace(
+    fn: Callable | None = None,
+    *,
+    backend: str = "numba",
+    passes: Sequence[Callable] | None = None,
+) -> Any:
+    """Compile a training step: `@trace`, or `@trace(backend="numpy", passes=[...])`."""
+    if fn is None:
+        return lambda f: Traced(f, backend, passes)
+    return Traced(fn, backend, passes)
+
+
+class ArenaLayout:
+    """Where each buffer of one plan lives in the arena: (offset, shape, dtype)."""
+
+    def __init__(self, memory: MemoryPlan):
+        self.places = [(memory.offsets[v], v.shape, v.dtype) for v in memory.offsets]
+        self.nbytes = memory.arena
+
+    def views(self, buffer: np.ndarray) -> list[np.ndarray]:
+        return [
+            buffer[o : o + math.prod(shape) * dtype.itemsize].view(dtype).reshape(shape)
+            for o, shape, dtype in self.places
+        ]
+
+
+class Arena:
+    """The buffer every plan of the process places its values in, sized by the largest plan
+    that has run. It is lent to one call at a time; a call made while it is lent
+    (another thread's) gets a buffer of its own."""
+
+    def __init__(self) -> None:
+        self.buffer = np.empty(0, np.uint8)
+        self.views: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # layout -> views
+        self.lock = threading.Lock()
+
+    def lend(self, layout: ArenaLayout) -> tuple[list[np.ndarray], bool]:
+        """Views of the arena for `layout`, and whether the arena itself was lent (then the
+        caller must `give_back()`)."""
+        if not self.lock.acquire(blocking=False):
+            return layout.views(_aligned_empty(layout.nbytes)), False
+        try:
+            if self.buffer.nbytes < layout.nbytes:
+                self.views.clear()
+                self.buffer = np.empty(0, np.uint8)  # free the old buffer before taking the new
+                self.buffer = _aligned_empty(layout.nbytes)
+            views = self.views.get(layout)
+            if views is None:
+                views = self.views[layout] = layout.views(self.buffer)
+        except BaseException:  # MemoryError: lend nothing, and stay lendable
+            self.lock.release()
+            raise
+        return views, True
+
+    def give_back(self) -> None:
+        self.lock.release()
+
+
+def _aligned_empty(nbytes: int) -> np.ndarray:
+    """`nbytes` through NumPy (so tracemalloc sees them), starting on a 64-byte boundary."""
+    raw = np.empty(nbytes + ALIGN, np.uint8)
+    start = -raw.ctypes.data % ALIGN
+    return raw[start : start + nbytes]
+
+
+_arena_ref: weakref.ref | None = None  # plans hold the arena; this module only watches it
+
+
+def shared_arena() -> Arena:
+    """The arena of the plans alive now; freed with the last of them."""
+    global _arena_ref
+    arena = _arena_ref() if _arena_ref is not None else None
+    if arena is None:
+        arena = Arena()
+        _arena_ref = weakref.ref(arena)
+    return arena
+
+
+class MeasuredRun:
+    """Runs a plan in the arena, then `finish(inputs, outputs)` while the arena is still lent
+    (it copies what leaves the step out of it). Measures the peak with tracemalloc on the first
+    call and whenever the user is tracing memory anyway (tracing every call would slow every
+    step): the arena bytes the plan uses plus what the step allocates besides."""
+
+    def __init__(self, run: Callable, layout: ArenaLayout):
+        self.run, self.layout, self.arena = run, layout, shared_arena()
+        self.peak, self.calls = None, 0
+
+    def __call__(self, inputs: list[np.ndarray], finish: Callable) -> Any:
+        self.calls += 1
+        measure = self.peak is None or tracemalloc.is_tracing()
+        started = measure and not tracemalloc.is_tracing()
+        views, lent = self.arena.lend(self.layout)
+        try:
+            if started:
+                tracemalloc.start()
+            if measure:
+                base = tracemalloc.get_traced_memory()[0]
+                tracemalloc.reset_peak()
+            return finish(inputs, self.run(views, *inputs))
+        finally:
+            if measure:
+                self.peak = self.layout.nbytes + tracemalloc.get_traced_memory()[1] - base
+                if started:
+                    tracemalloc.stop()
+            if lent:
+                self.arena.give_back()
+
+
+def compile_plan(
+    cap: Capture, backend: str, pipeline: Sequence[Callable] | None, name: str
+) -> Plan:
+    """Optimize the captured graph, lower it for `backend` and generate the plan's source."""
+    if pipeline is None:
+        pipeline = passes.DEFAULT + ([passes.fuse] if backend == "numba" else [])
+    graph, stats = passes.run(cap.graph, pipeline)
+    graph, kernels = lower(graph, backend)
+    memory = plan_memory(graph)
+    name = identifier(name)
+    source, namespace = generate(graph, name, memory, kernels)
+    run = MeasuredRun(compile_source(source, namespace, name), ArenaLayout(memory))
+    return Plan(cap, run, graph, source, stats, memory, backend)
+
+
+def _mb(n: int) -> str:
+    return f"{round(n / 2**20, 1) + 0.0:.1f} MiB"  # + 0.0: no "-0.0"
+
+
+def report(plan: Any) -> str:
+    """Passes (nodes before/after, bytes saved), values saved for backward, planned and measured
+    peak bytes of the step."""
+    graph = plan.graph
+    kernels = sum(n.prim.kind == "composite" for n in graph.nodes)  # lowering left only kernels
+    lines = [
+        f"tracegrad plan ({plan.backend} backend): {len(graph.nodes)} nodes, {kernels} kernels"
+    ]
+    lines.append("passes:")
+    for s in plan.stats:
+        note = f"  ({s.note})" if s.note else ""
+        lines.append(
+            f"  {s.name:<10} nodes {s.nodes_before:>5} -> {s.nodes_after:<5} "
+            f"saved {_mb(s.bytes_saved):>10}{note}"
+        )
+    saved = passes.saved_values(graph)
+    producers = graph.producers()
+    for n in graph.nodes:  # name the op inside a kernel, not the kernel
+        if n.prim.kind == "composite":
+            producers.update(n.attrs["body"].producers())
+    lines.append(f"saved for backward: {len(saved)} values, {_mb(sum(v.nbytes for v in saved))}")
+    for v in saved:
+        n = producers[v]
+        lines.append(f"  {v.type_str:<20} {_mb(v.nbytes):>10}  {n.op:<10} {n.source}")
+    memory = plan.memory
+    lines.append(
+        f"planned peak: {_mb(memory.peak)} (arena {_mb(memory.arena)}, held between steps; "
+        f"{_mb(memory.peak - memory.arena)} more allocated during the step)"
+    )
+    peak = plan.run.peak
+    measured = "not measured yet" if peak is None else _mb(peak)
+    lines.append(f"measured peak (tracemalloc, call {plan.run.calls}): {measured}")
+    return "\n".join(lines)
+
+
+__all__ = ["Arena", "Plan", "Traced", "compile_plan", "report", "shared_arena", "trace"]
