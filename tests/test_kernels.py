@@ -77,9 +77,10 @@ def all_primitives(dtype):
     pos, y, z = g.input((37, 29), dtype), g.input((37, 29), dtype), g.input((37, 29), dtype)
     cond = g.input((37, 29), np.bool_)
     outs = {}
-    for op in ("neg", "exp", "tanh", "sigmoid", "sin", "cos", "sign", "abs"):
+    for op in ("neg", "exp", "expm1", "tanh", "sigmoid", "softplus", "erf", "sin", "cos", "sign",
+               "abs"):  # fmt: skip
         outs[op] = g(op, y)
-    for op in ("log", "sqrt"):
+    for op in ("log", "log1p", "sqrt"):
         outs[op] = g(op, pos)
     outs["pow"] = g("pow", pos, y)
     for exponent in (0.5, 2.0, 3.0):  # constant exponents (simplify makes products of most)

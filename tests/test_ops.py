@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import operator
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 from conftest import check_grad
 
 import tracegrad as tg
+from tracegrad import codegen
 
 RNG = np.random.default_rng(42)
 
@@ -44,6 +46,10 @@ UNARY = {
     "abs": (abs, np.abs, away_from_zero),
     "sin": (tg.sin, np.sin, randn),
     "cos": (tg.cos, np.cos, randn),
+    "log1p": (tg.log1p, np.log1p, positive),
+    "expm1": (tg.expm1, np.expm1, randn),
+    "softplus": (tg.softplus, lambda a: np.log(1 + np.exp(a)), randn),
+    "erf": (tg.erf, np.vectorize(math.erf), randn),
 }
 
 
@@ -53,6 +59,14 @@ def test_unary(name: str) -> None:
     x = sample(3, 4)
     forward_matches(tg_fn, np_fn, x)
     check_grad(tg_fn, x)
+
+
+def test_new_unary_ops_are_methods_ufunc_targets_and_stable() -> None:
+    x = tg.tensor([-1000.0, -1.0, 0.0, 1e-8, 1000.0])
+    np.testing.assert_allclose(x.softplus().numpy(), [0.0, 0.3132617, 0.6931472, 0.6931472, 1000.0])
+    np.testing.assert_allclose(np.log1p(x[3:4]).numpy(), [1e-8], rtol=1e-6)  # not log(1 + x)
+    np.testing.assert_allclose(np.expm1(x[3:4]).numpy(), [1e-8], rtol=1e-6)
+    assert x.erf().dtype == np.float32 and x.erf().numpy()[-1] == 1.0
 
 
 BINARY = {
@@ -502,3 +516,28 @@ def test_pow_rounds_alike_for_a_python_number_base_and_an_array_base():
         as_number, as_array = power(0.9, exponent), power(np.array(0.9, np.float32), exponent)
         assert as_number.dtype == as_array.dtype == np.float32
         assert as_number == as_array
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_new_unary_ops_traced_match_eager(backend: str, monkeypatch) -> None:
+    """log1p, expm1, softplus and erf in one fused group: traced (a kernel on numba) as eager."""
+    monkeypatch.setattr(codegen, "KERNEL_MIN", 0)
+    w = tg.tensor(RNG.standard_normal((64, 32)).astype(np.float32))
+    gm = tg.GradManager().attach(w)
+
+    def step(x):
+        with gm:
+            y = tg.softplus(x * w) + tg.erf(w) * tg.expm1(0.1 * w) + tg.log1p(w * w)
+            loss = y.sum()
+            gm.backward(loss)
+        return loss, w.grad
+
+    x = RNG.standard_normal((64, 32)).astype(np.float32)
+    loss, grad = step(x)
+    want = (loss.numpy().copy(), grad.numpy().copy())
+    w.grad = None
+    traced = tg.trace(step, backend=backend)
+    loss, grad = traced(x)
+    np.testing.assert_allclose(loss.numpy(), want[0], rtol=1e-5)
+    np.testing.assert_allclose(grad.numpy(), want[1], rtol=1e-5, atol=1e-6)
+    assert ("kernel" in traced.source) == (backend == "numba")

@@ -325,6 +325,20 @@ def _scatter_add(g, *idx, shape, template):
     return out
 
 
+_erf_object = np.frompyfunc(math.erf, 1, 1)
+
+
+def _erf(x):
+    """erf with Python's math.erf per element (NumPy has none): exact, not fast."""
+    x = np.asarray(x)
+    return _erf_object(x).astype(x.dtype if x.dtype.kind == "f" else np.float64)
+
+
+def _softplus(x):
+    """log(1 + exp(x)), without overflow for large x."""
+    return np.logaddexp(0, x)
+
+
 # x ** c for these constant exponents is computed as products (steps multiply two earlier
 # values; slot 0 is x): NumPy sends x ** 3.0 to powf per element, about 170 times slower, and in
 # a kernel a runtime exponent keeps the loop scalar. The eager impl and simplify's rewrite of a
@@ -398,11 +412,17 @@ def binary(name, impl, vjp=None, saves="", scalar=None, helpers=(), shape=_binar
 neg = unary("neg", np.negative, lambda g, out, x: -g, shape=_same, scalar="(-{0})")
 exp = unary("exp", np.exp, lambda g, out, x: g * out, "out", "exp({0})", ("exp",))
 log = unary("log", np.log, lambda g, out, x: g / x, "in", "log({0})", ("log",))
+log1p = unary("log1p", np.log1p, lambda g, out, x: g / (x + 1.0), "in", "math.log1p({0})")
+expm1 = unary("expm1", np.expm1, lambda g, out, x: g * (out + 1.0), "out", "math.expm1({0})")
 sqrt = unary("sqrt", np.sqrt, lambda g, out, x: g / (out * 2.0), "out", "sqrt({0})", ("sqrt",))
 tanh = unary("tanh", np.tanh, lambda g, out, x: g * (1.0 - out * out), "out", "tanh({0})",
              ("tanh",))  # fmt: skip
 sigmoid = unary("sigmoid", _sigmoid, lambda g, out, x: g * (out * (1.0 - out)), "out",
                 "sigmoid({0})", ("sigmoid",))  # fmt: skip
+softplus = unary("softplus", _softplus, lambda g, out, x: g * sigmoid(x), "in",
+                 "(math.log1p(math.exp(-abs({0}))) + maximum({0}, 0.0))", ("maximum",))  # fmt: skip
+erf = unary("erf", _erf, lambda g, out, x: g * (1.1283791670955126 * exp(-(x * x))), "in",
+            "math.erf({0})")  # fmt: skip
 sin = unary("sin", np.sin, lambda g, out, x: g * cos(x), "in", "sin({0})", ("sin",))
 cos = unary("cos", np.cos, lambda g, out, x: -(g * sin(x)), "in", "cos({0})", ("cos",))
 sign = unary("sign", np.sign, shape=_same, scalar="sign({0})", helpers=("sign",))
