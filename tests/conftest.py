@@ -1,4 +1,5 @@
-"""Shared test helpers: gradients checked against float64 central finite differences."""
+"""Shared test helpers: gradients checked against float64 central finite differences; every pass
+of every compiled step re-checks the graph it returns."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
+import passes
 import tracegrad as tg
+
+passes.VERIFY = True  # every graph a pass returns is re-checked (Graph.verify) in the tests
 
 
 def numeric_grad(f: Callable[[np.ndarray], float], a: np.ndarray, eps: float = 1e-6) -> np.ndarray:

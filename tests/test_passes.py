@@ -6,7 +6,7 @@ import pytest
 import passes
 from passes.memory import plan_memory
 from tracegrad import interpret
-from tracegrad.ir import Graph, Node, Value
+from tracegrad.ir import Graph, GraphError, Node, Value
 from tracegrad.primitives import PRIMITIVES
 
 F32 = np.float32
@@ -27,8 +27,48 @@ def node(op, inputs, out_shape, phase="forward", dtype=F32, **attrs):
 
 
 def same_results(before, after, *args):
+    before.verify(), after.verify()
     for a, b in zip(interpret(before, *args), interpret(after, *args), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def check_plan(graph):
+    """plan_memory's invariants, derived here independently of it: buffers that live at the
+    same time never overlap in the arena, every intermediate is deleted after its last use, and
+    the planned peak is the arena plus the most bytes alive outside it at once."""
+    graph.verify()
+    plan = plan_memory(graph)
+    n = len(graph.nodes)
+    last = {}
+    for i, nd in enumerate(graph.nodes):
+        last.update((v, i) for v in nd.inputs)
+    last.update((v, n - 1) for v in graph.outputs)  # copied out after the plan ran
+    owner, life = {}, {}
+    for i, nd in enumerate(graph.nodes):
+        for v in nd.outputs:
+            if nd.prim.is_view(nd.inputs, nd.attrs):
+                owner[v] = owner.get(nd.inputs[0])  # None: a view of an input
+            else:
+                owner[v] = owner[plan.reuse[v]] if v in plan.reuse else v
+            if owner[v] is not None:
+                start = life.get(owner[v], (i, i))[0]
+                life[owner[v]] = (start, max(life.get(owner[v], (i, i))[1], last.get(v, i)))
+    placed = [(plan.offsets[b], plan.offsets[b] + b.nbytes, life[b]) for b in plan.offsets]
+    for lo, hi, (b0, d0) in placed:
+        assert 0 <= lo and hi <= plan.arena and lo % 64 == 0
+        for lo2, hi2, (b1, d1) in placed:
+            if (lo, hi) != (lo2, hi2) and b0 <= d1 and b1 <= d0:
+                assert hi <= lo2 or hi2 <= lo, "buffers alive at once overlap in the arena"
+    deleted = [v for i in range(n) for v in plan.dead_after.get(i, ())]
+    intermediates = {v for nd in graph.nodes for v in nd.inputs} - {*graph.inputs} - {
+        v for v in last if v.const is not None} - set(graph.outputs)  # fmt: skip
+    assert sorted(deleted, key=id) == sorted(intermediates, key=id)  # each exactly once
+    for i in range(n):
+        assert all(last[v] == i for v in plan.dead_after.get(i, ()))
+    outside = [sum(b.nbytes for b, (s, e) in life.items() if b not in plan.offsets and s <= i <= e)
+               for i in range(n)]  # fmt: skip
+    assert plan.peak == plan.arena + max(outside, default=0)
+    return plan
 
 
 def rand(*shape):
@@ -181,24 +221,33 @@ def test_memory_plan_frees_at_last_use_and_reuses_dying_buffers():
     n1, a = node("exp", [x], (1000,))
     n2, b = node("neg", [a], (1000,))  # a dies here: b can take its buffer
     n3, c = node("sum", [b], (), axis=(0,), keepdims=False)
-    plan = plan_memory(Graph([x], [n1, n2, n3], [c]))
+    plan = check_plan(Graph([x], [n1, n2, n3], [c]))
     assert plan.reuse == {b: a}
-    assert plan.offsets == {a: 0} and plan.arena == 4032  # b lives in a's place, 64-byte aligned
+    assert list(plan.offsets) == [a] and plan.arena == 4032  # b in a's place, 64-byte aligned
     assert plan.peak == 4032 + 4  # the arena, and the sum's 0-d result allocated by NumPy
     assert plan.dead_after[1] == [a] and plan.dead_after[2] == [b]
+
+
+def dot(a, b):
+    """A 0-d result NumPy allocates (a sum of a product: 0-d results are never placed)."""
+    n1, p = node("mul", [a, b], a.shape)
+    n2, s = node("sum", [p], (), axis=tuple(range(a.ndim)), keepdims=False)
+    return [n1, n2], s
 
 
 def test_memory_plan_places_buffers_in_the_arena_and_reuses_places():
     x = val(1000)
     n1, a = node("exp", [x], (1000,))
-    n2, b = node("matmul", [a, a], ())  # 0-d: NumPy allocates it
+    n2, b = dot(a, a)  # a's product takes a's place
     n3, c = node("sin", [x], (1000,))  # a is dead by now: c takes its place
     n4, d = node("cos", [c], (1000,))  # c is still read below: d needs a place of its own
-    n5, e = node("matmul", [c, d], ())
+    n5, e = dot(c, d)
     n6, f = node("exp", [x], (1000,))  # an output, in the arena: c and d are dead by now
     n7, g = node("sin", [f], (1000,))  # another, while f must stay until the caller copies it
-    plan = plan_memory(Graph([x], [n1, n2, n3, n4, n5, n6, n7], [b, e, f, g]))
-    assert plan.offsets == {a: 0, c: 0, d: 4032, f: 0, g: 4032} and plan.arena == 2 * 4032
+    nodes = [n1, *n2, n3, n4, *n5, n6, n7]
+    plan = check_plan(Graph([x], nodes, [b, e, f, g]))
+    assert {c, d, f, g} <= set(plan.offsets) and plan.offsets[c] != plan.offsets[d]
+    assert plan.arena == 2 * 4032  # two places serve every buffer
     assert plan.peak == plan.arena + 4 + 4  # and the 0-d results
 
 
@@ -208,10 +257,10 @@ def test_memory_plan_keeps_the_buffers_of_outputs_to_the_end():
     n2, b = node("neg", [a], (1000,))  # written into a's buffer, and returned
     n3, t = node("reshape", [a], (10, 100), shape=(10, 100))
     n4, c = node("cos", [x], (1000,))
-    plan = plan_memory(Graph([x], [n1, n2, n4], [b, c]))
-    assert plan.reuse == {b: a} and plan.offsets == {a: 0, c: 4032}
-    plan = plan_memory(Graph([x], [n1, n3, n4], [t, c]))  # a view of a is returned
-    assert plan.offsets == {a: 0, c: 4032} and plan.peak == 2 * 4032
+    plan = check_plan(Graph([x], [n1, n2, n4], [b, c]))
+    assert plan.reuse == {b: a} and set(plan.offsets) == {a, c} and plan.arena == 2 * 4032
+    plan = check_plan(Graph([x], [n1, n3, n4], [t, c]))  # a view of a is returned
+    assert set(plan.offsets) == {a, c} and plan.peak == 2 * 4032
 
 
 def test_memory_plan_keeps_a_viewed_buffer_alive():
@@ -220,9 +269,9 @@ def test_memory_plan_keeps_a_viewed_buffer_alive():
     n2, t = node("transpose", [a], (100, 10), axes=(1, 0))  # a view of a's buffer
     n3, b = node("neg", [a], (10, 100))  # a's last use, but t still views it: no reuse
     n4, c = node("matmul", [t, b], (100, 100))
-    plan = plan_memory(Graph([x], [n1, n2, n3, n4], [c]))
+    plan = check_plan(Graph([x], [n1, n2, n3, n4], [c]))
     assert b not in plan.reuse
-    assert plan.offsets == {c: 0, a: 40000, b: 44032} and plan.peak == 4032 + 4032 + 40000
+    assert set(plan.offsets) == {a, b, c} and plan.peak == 4032 + 4032 + 40000
 
 
 def test_default_pipeline_order_is_visible_and_overridable():
@@ -293,6 +342,36 @@ def test_memory_plan_packs_mixed_sizes_to_the_liveness_peak():
     n2, b = node("sin", [a], (100,))  # lives to the end
     n3, c = node("broadcast_to", [x], (10, 100), shape=(10, 100))  # a view: no buffer
     n4, d = node("exp", [c], (10, 100))  # 4000 bytes: fits where a was only if a were bigger
-    n5, e = node("matmul", [d, b], (10,))
-    plan = plan_memory(Graph([x], [n1, n2, n3, n4, n5], [e]))
-    assert plan.arena == 448 + 4032 + 64  # b, d and e live at once; nothing is wasted
+    n5, e = node("mul", [d, b], (10, 100))
+    plan = check_plan(Graph([x], [n1, n2, n3, n4, n5], [e]))
+    assert plan.reuse == {b: a, e: d}
+    assert plan.arena == 448 + 4032  # b and d live at once; nothing is wasted
+
+
+def test_verify_rejects_graphs_that_break_the_rules():
+    a, b = val(1000), val(4, 3)
+    bad_matmul, _ = node("matmul", [a, a], ())  # 1-D inputs, a 0-d result
+    with pytest.raises(GraphError, match="matmul.*shape rule rejects"):
+        Graph([a], [bad_matmul], []).verify()
+    wrong_type, _ = node("exp", [b], (3, 4))
+    with pytest.raises(GraphError, match=r"gives f32\[3,4\]; its shape rule says f32\[4,3\]"):
+        Graph([b], [wrong_type], []).verify()
+    n1, c = node("exp", [b], (4, 3))
+    n2, d = node("neg", [c], (4, 3))
+    with pytest.raises(GraphError, match="reads .* before it is defined"):
+        Graph([b], [n2, n1], [d]).verify()
+    with pytest.raises(GraphError, match="already defined"):
+        Graph([b], [n1, n1], [c]).verify()
+    with pytest.raises(GraphError, match="never defined"):
+        Graph([b], [n1], [d]).verify()
+    assert Graph([b], [n1, n2], [d]).verify() is not None
+
+
+def test_the_suite_verifies_every_pass():
+    """conftest turns on passes.VERIFY: every pipeline run in the tests re-checks its graphs."""
+    assert passes.VERIFY
+    x = val(4, 3)
+    n1, y = node("exp", [x], (4, 3))
+    broken = lambda g: (Graph(g.inputs, g.nodes, [val(4, 3)]), None)  # an undefined output
+    with pytest.raises(GraphError, match="never defined"):
+        passes.run(Graph([x], [n1], [y]), [broken])

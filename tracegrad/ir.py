@@ -147,7 +147,7 @@ class Graph:
                 raise GraphError(f"{where}: its shape rule rejects its inputs: {e}") from e
             got = [(v.shape, v.dtype) for v in n.outputs]
             if [(tuple(s), np.dtype(d)) for s, d in types] != got:
-                shown = ", ".join(f"{short_dtype(d)}{list(s)}" for s, d in types)
+                shown = ", ".join(f"{short_dtype(d)}[{','.join(map(str, s))}]" for s, d in types)
                 raise GraphError(
                     f"{where} gives {', '.join(v.type_str for v in n.outputs)}; "
                     f"its shape rule says {shown}"
