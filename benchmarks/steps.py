@@ -217,6 +217,7 @@ def _tracegrad_step(w: Workload) -> tuple[Callable, tuple]:
     ]
     flat = [p for pair in params for p in pair]
     gm = tg.GradManager().attach(flat)
+    opt = tg.optim.SGD(flat, lr=LEARNING_RATE)
     x, labels = make_batch(w)
     act = (
         (lambda u: tg.maximum(u, 0.0)) if w.activation == "relu" else (lambda u: _gelu(u, tg.tanh))
@@ -230,10 +231,8 @@ def _tracegrad_step(w: Workload) -> tuple[Callable, tuple]:
             logits = h @ params[-1][0] + params[-1][1]
             loss = -(targets * tg.log_softmax(logits)).sum() / x.shape[0]
             gm.backward(loss)
-        with tg.no_grad():
-            for p in flat:
-                p -= LEARNING_RATE * p.grad
-                p.grad = None
+        opt.step()  # p -= lr * p.grad, labelled as the step's update for the schedule
+        opt.zero_grad()
         return loss
 
     return train_step, (tg.tensor(x), tg.tensor(one_hot(labels)))

@@ -513,3 +513,63 @@ def test_the_arena_is_freed_with_the_last_plan():
     del step
     gc.collect()
     assert arena() is None
+
+
+def micro_batch_model(seed=0):
+    tg.nn.manual_seed(seed)
+    model = tg.nn.Sequential(tg.nn.Linear(6, 32), tg.nn.Tanh(), tg.nn.Linear(32, 4))
+    gm = tg.GradManager().attach(model.parameters())
+    opt = tg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    def step(*batches):
+        """Gradient accumulation: forward and backward per micro-batch, then one update."""
+        for x, y in zip(batches[::2], batches[1::2], strict=True):
+            with gm:
+                loss = tg.nn.functional.cross_entropy(model(x), y)
+                gm.backward(loss)
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    return model, step
+
+
+def runs(phases):
+    return [p for i, p in enumerate(phases) if i == 0 or phases[i - 1] != p]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_two_micro_batches_are_traced_with_their_phases(backend, monkeypatch):
+    monkeypatch.setattr(codegen, "KERNEL_MIN", 0)
+    rng = np.random.default_rng(3)
+    data = []
+    for _ in range(3):
+        for _ in range(2):
+            data += [rng.standard_normal((16, 6)).astype(np.float32), rng.integers(0, 4, 16)]
+    eager_model, eager_step = micro_batch_model()
+    traced_model, step = micro_batch_model()
+    traced = tg.trace(step, backend=backend)
+    for k in range(3):
+        batch = data[4 * k : 4 * k + 4]
+        want, got = eager_step(*batch), traced(*batch)
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5)
+    for a, b in zip(traced_model.parameters(), eager_model.parameters(), strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+    captured = traced.latest.capture.graph
+    assert runs([n.phase for n in captured.nodes]) == [
+        "forward", "backward", "forward", "backward", "update"
+    ]  # fmt: skip
+    single = tg.trace(micro_batch_model()[1], backend=backend)
+    single(*data[:2])
+    saved = [line for line in traced.report().splitlines() if line.startswith("  f32")]
+    one = [line for line in single.report().splitlines() if line.startswith("  f32")]
+    assert one and len(saved) == 2 * len(one)  # both forwards keep what their backward reads
+
+
+def test_manual_updates_outside_an_optimizer_are_forward_and_still_correct():
+    """Phases are set where they happen: an update written by hand (no optimizer) is labelled
+    forward; the schedule keeps its place, and the step still matches eager."""
+    sizes = (6, 16, 4)
+    step = tg.trace(MLP(sizes, np.float32).step, backend="numpy")
+    step(*batches(1, np.float32, sizes)[0])
+    assert {n.phase for n in step.latest.capture.graph.nodes} == {"forward", "backward"}
