@@ -303,13 +303,16 @@ def test_reference_interpreter_agrees_with_the_plan():
     x, y = batches(1, np.float64, (6, 8, 4))[0]
     step = tg.trace(model.step, backend="numpy")
     step(x, y)
-    state = [t._grad if via_grad else t for t, via_grad in step.latest.capture.state]
+    cap = step.latest.capture
+    owners = [(r.resolve([x, y]), via_grad) for r, via_grad in cap.reads]
+    state = [t._grad if via_grad else t for t, via_grad in owners]
     inputs = [x, y] + [t.numpy().copy() for t in state]  # the arguments, then the state
     expected = tg.interpret(step.graph, *inputs)
     loss = step(x, y)
     np.testing.assert_allclose(expected[0], loss.numpy(), rtol=1e-12)
     new_params = expected[1 : 1 + len(step.latest.capture.value_writes)]
-    for t, value in zip(step.latest.capture.value_writes, new_params, strict=True):
+    for ref, value in zip(step.latest.capture.value_writes, new_params, strict=True):
+        t = ref.resolve([x, y])
         np.testing.assert_allclose(t.numpy(), value, rtol=1e-12)
 
 

@@ -27,11 +27,14 @@ class _Emitter:
         self.namespace: dict[str, Any] = {"np": np, "dtype": np.dtype}
         self.globals_by_id: dict[int, str] = {}
 
-    def ref(self, v: ir.Value) -> str:
+    def ref(self, v: ir.Value, n: ir.Node | None = None) -> str:
+        """A value as an argument of node `n`: its name, a literal where NumPy gives the literal
+        the constant's own dtype there (a Python number takes the other operands' dtype), else
+        the constant as a typed array from the namespace."""
         if v.const is None:
             return self.names[v]
-        if v.const.ndim == 0 and v.const.dtype.kind in "fib":
-            return str(v.const)  # shortest text that round-trips in the constant's own dtype
+        if n is not None and _literal_keeps_type(v, n):
+            return str(v.const)  # shortest text that round-trips in its own dtype
         return self.constant(v.const, "k")
 
     def constant(self, obj: Any, prefix: str) -> str:
@@ -57,6 +60,19 @@ class _Emitter:
         return self.constant(impl, f"{identifier(prim.name)}_impl")
 
 
+def _literal_keeps_type(v: ir.Value, n: ir.Node) -> bool:
+    """A 0-d finite constant may be written as a Python literal in `n`'s call when NumPy's
+    promotion of the weak literal with `n`'s other operands gives what the typed constant
+    gives (NEP 50): 2.0 beside float32 is float32, but np.int64(2) beside uint8 is int64."""
+    c = v.const
+    if c.ndim != 0 or c.dtype.kind not in "fiub" or (c.dtype.kind == "f" and not np.isfinite(c)):
+        return False
+    others = [u.dtype for u in n.inputs if u.const is None]
+    if not others:
+        return False
+    return np.result_type(*others, c.item()) == np.result_type(*others, c.dtype)
+
+
 def _buffer(em: _Emitter, v: ir.Value, memory: MemoryPlan, places: dict[ir.Value, int]) -> str:
     """Where result `v` is written: a dying input's buffer or its place in the arena ("" if
     NumPy allocates it)."""
@@ -80,7 +96,7 @@ def _kernel_call(
 
 
 def _call(em: _Emitter, n: ir.Node, memory: MemoryPlan, places: dict[ir.Value, int]) -> str:
-    args = [em.ref(v) for v in n.inputs]
+    args = [em.ref(v, n) for v in n.inputs]
     args += [f"{k}={em.attr(a)}" for k, a in n.attrs.items()]
     out = n.outputs[0]
     buffer = _buffer(em, out, memory, places)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 import passes
+from passes.base import is_view
 from passes.memory import ALIGN, MemoryPlan, plan_memory
 
 from . import ir, pytree
@@ -33,24 +34,32 @@ class Plan:
                  memory: Any, backend: str):  # fmt: skip
         self.capture, self.run, self.graph, self.source = cap, run, graph, source
         self.stats, self.memory, self.backend = stats, memory, backend
+        self.input_backed = _input_backed(graph)
 
     def __call__(self, arg_leaves: Sequence[Any]) -> Any:
         cap = self.capture
-        inputs = [_array(x) for x in arg_leaves]
-        inputs += [t._grad._value if via_grad else t._value for t, via_grad in cap.state]
-        return self.run(inputs, self._finish)
+        inputs = [_array(arg_leaves[i]) for i in cap.args]
+        for ref, via_grad in cap.reads:
+            t = ref.resolve(arg_leaves)
+            inputs.append(t._grad._value if via_grad else t._value)
+        return self.run(inputs, functools.partial(self._finish, arg_leaves))
 
-    def _finish(self, inputs: list[np.ndarray], outs: Sequence[Any]) -> Any:
+    def _finish(self, arg_leaves: Sequence[Any], inputs: list[np.ndarray], outs: Sequence) -> Any:
         """Now that the step has run to its end: copy the results out of the arena and store the
-        state writes in place, as eager in-place ops do."""
+        state writes in place, as eager in-place ops do. An output that is (a view of) an input
+        is copied first: a write before it must not change it (`prev <- p; p <- p + 1`)."""
         cap = self.capture
         outs = [_typed(a, v) for a, v in zip(outs, self.graph.outputs, strict=True)]
+        outs = [np.array(a) if i in self.input_backed else a for i, a in enumerate(outs)]
         owned = {id(a) for a in inputs}
         results = [Tensor._wrap(_fresh(a, owned)) for a in outs[: cap.n_results]]
         writes = iter(outs[cap.n_results :])
-        for t in cap.value_writes:
-            _write(t, next(writes))
-        for t, to_none in cap.grad_writes:
+        for ref in cap.value_writes:
+            _write(ref.resolve(arg_leaves), next(writes))
+        for ref, to_none in cap.grad_writes:
+            t = ref.resolve(arg_leaves)
+            if not isinstance(t, Tensor):
+                continue  # an ndarray argument has no grad to keep
             if to_none:
                 t._grad = None
             elif t._grad is not None:
@@ -60,14 +69,31 @@ class Plan:
         return pytree.unflatten(cap.result_tree, results)
 
 
-def _write(t: Tensor, value: np.ndarray) -> None:
+def _write(t: Tensor | np.ndarray, value: np.ndarray) -> None:
     """A state write, in place like eager's (a `detach()`ed alias or the array from `.numpy()`
-    sees it, and the plan's arena can hold the new value); a read-only buffer is replaced."""
+    sees it, and the plan's arena can hold the new value); a read-only buffer is replaced. An
+    ndarray argument is written in place, as NumPy's in-place operators would."""
+    if isinstance(t, np.ndarray):
+        if t.flags.writeable:
+            np.copyto(t, value)
+        return
     t._version[0] += 1
     if isinstance(t._value, np.ndarray) and t._value.flags.writeable:
         np.copyto(t._value, value)
     else:
         t._value = np.array(value)
+
+
+def _input_backed(graph: ir.Graph) -> set[int]:
+    """Positions of the outputs that are graph inputs or views of them."""
+    producer = graph.producers()
+    inputs = set(graph.inputs)
+
+    def backed(v: ir.Value) -> bool:
+        n = producer.get(v)
+        return v in inputs or (n is not None and is_view(n) and backed(n.inputs[0]))
+
+    return {i for i, v in enumerate(graph.outputs) if backed(v)}
 
 
 def _typed(a: Any, v: ir.Value) -> np.ndarray:

@@ -210,11 +210,13 @@ class Tensor:
         """Overwrite this tensor's contents (in-place ops, optimizer steps, trace write-back)."""
         if new.shape != self.shape:
             raise ShapeError(f"in-place update: result of shape {new.shape} into {self.shape}")
-        if new.dtype != self.dtype:
-            new = Tensor._wrap(new._value).astype(self.dtype)
         for tracer in Listeners.tracers:
             tracer.will_write(self)
         self._version[0] += 1
+        if Listeners.tracers:  # symbolic, so that the plan reads it at each call, never bakes it
+            new = Tensor._wrap(Listeners.tracers[-1].lift(new))
+        if new.dtype != self.dtype:
+            new = Tensor._wrap(new._value).astype(self.dtype)
         if Listeners.tracers or not isinstance(self._value, np.ndarray):
             self._value = new._value  # traced: a state write, applied only if the step completes
         else:

@@ -8,7 +8,7 @@ ran to the end, so a failing step changes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +31,23 @@ class Slot:
     grad: Tensor | None
     version: int  # in-place writes so far: a write is counted when a plan stores it, not here
     input: ir.Value | None = None
-    is_arg: bool = False
+    arg: int | None = None  # the position among the call's array arguments, if it is one
+
+    @property
+    def ref(self) -> Ref:
+        return Ref(None, self.arg) if self.arg is not None else Ref(self.tensor, None)
+
+
+@dataclass(frozen=True)
+class Ref:
+    """Whom a plan reads or writes: argument `arg` of each call (another tensor every call,
+    maybe) or a tensor captured while tracing (a parameter, optimizer state)."""
+
+    tensor: Tensor | None
+    arg: int | None
+
+    def resolve(self, arg_leaves: Sequence[Any]) -> Any:
+        return self.tensor if self.arg is None else arg_leaves[self.arg]
 
 
 @dataclass
@@ -39,10 +55,10 @@ class Capture:
     """The result of tracing: the graph and how its inputs and outputs map to tensors."""
 
     graph: ir.Graph
-    n_args: int  # graph.inputs[:n_args] are the call's tensor arguments, the rest state
-    state: list[tuple[Tensor, bool]]  # read as graph.inputs[n_args:]: (tensor, read its .grad)
-    value_writes: list[Tensor]  # tensors whose value the outputs after the results replace
-    grad_writes: list[tuple[Tensor, bool]]  # (tensor, grad is None afterwards)
+    args: list[int]  # graph.inputs[:len(args)] are these array arguments; the rest are `reads`
+    reads: list[tuple[Ref, bool]]  # graph.inputs after the arguments: (whom, read its .grad)
+    value_writes: list[Ref]  # whose value the outputs after the results replace
+    grad_writes: list[tuple[Ref, bool]]  # (whose grad, grad is None afterwards)
     result_tree: Any
     n_results: int
     guards: list[tuple[Tensor, tuple, np.dtype, bool]] = field(default_factory=list)
@@ -90,10 +106,10 @@ class Tracer:
             return self.consts[id(t)][1]
         return self.stand_in(t)
 
-    def stand_in(self, t: Tensor, is_arg: bool = False) -> ir.Value:
+    def stand_in(self, t: Tensor, arg: int | None = None) -> ir.Value:
         """Make `t` a graph input: its value becomes symbolic until `restore()`."""
         slot = self.slot(t)
-        slot.input, slot.is_arg = ir.Value(t.shape, t.dtype), is_arg
+        slot.input, slot.arg = ir.Value(t.shape, t.dtype), arg
         t._value = slot.input
         return slot.input
 
@@ -115,37 +131,44 @@ class Tracer:
         leaves, tree = pytree.flatten(result, _is_leaf)
         outputs = [self.lift(as_tensor(x)) for x in leaves]
         value_writes, grad_writes = [], []
-        for s in self.slots.values():
+        for s in list(self.slots.values()):
             t = s.tensor
             if t._value is not s.value and t._value is not s.input:
-                value_writes.append(t)
-                outputs.append(self.lift(t))
-        for s in self.slots.values():
+                value_writes.append(s.ref)
+                outputs.append(self.lift(t))  # symbolic: _assign lifts what it stores
+        for s in list(self.slots.values()):
             t = s.tensor
             if t._grad is not s.grad:
-                grad_writes.append((t, t._grad is None))
+                grad_writes.append((s.ref, t._grad is None))
                 if t._grad is not None:
                     outputs.append(self.lift(t._grad))
-        args = [s for s in self.slots.values() if s.is_arg and s.input is not None]
-        state = [s for s in self.slots.values() if not s.is_arg and s.input is not None]
+        args = [s for s in self.slots.values() if s.arg is not None and s.input is not None]
+        state = [s for s in self.slots.values() if s.arg is None and s.input is not None]
         graph = ir.Graph([s.input for s in args + state], self.nodes, outputs)
-        owners = {id(s.grad): s.tensor for s in self.slots.values() if s.grad is not None}
-        readers = [
-            (owners[id(s.tensor)], True) if id(s.tensor) in owners else (s.tensor, False)
+        owners = {id(s.grad): s for s in self.slots.values() if s.grad is not None}
+        reads = [
+            (owners[id(s.tensor)].ref, True) if id(s.tensor) in owners else (s.ref, False)
             for s in state
         ]
         guards = [
             (s.tensor, s.tensor.shape, s.tensor.dtype, s.grad is None)
             for s in self.slots.values()
-            if not s.is_arg
+            if s.arg is None
         ]
-        return Capture(graph, len(args), readers, value_writes, grad_writes, tree, len(leaves),
-                       guards, self.checks)  # fmt: skip
+        return Capture(graph, [s.arg for s in args], reads, value_writes, grad_writes, tree,
+                       len(leaves), guards, self.checks)  # fmt: skip
 
 
 def signature(args: tuple, kwargs: dict) -> tuple[list, Any]:
+    """The array leaves of a call and its key: the pytree of the other arguments, and per leaf
+    its shape, dtype, whether its grad is None, and which earlier leaf it is, if any (the
+    same tensor passed twice)."""
     leaves, tree = pytree.flatten((args, kwargs), _is_leaf)
-    spec = tuple((tuple(np.shape(x)), np.dtype(x.dtype)) for x in leaves)
+    ids = [id(x) for x in leaves]
+    spec = tuple(
+        (tuple(np.shape(x)), np.dtype(x.dtype), getattr(x, "_grad", None) is None, ids.index(i))
+        for x, i in zip(leaves, ids, strict=True)
+    )
     try:
         hash(tree)
     except TypeError as e:
@@ -159,10 +182,11 @@ def capture(fn: Callable, args: tuple, kwargs: dict) -> Capture:
     tracer = Tracer()
     Listeners.tracers.append(tracer)
     try:
-        stand_ins = []
-        for x in leaves:
+        stand_ins: list[Tensor] = []
+        for i, x in enumerate(leaves):
             t = x if isinstance(x, Tensor) else Tensor._wrap(np.asarray(x))
-            tracer.stand_in(t, is_arg=True)
+            if not any(t is u for u in stand_ins):  # the same tensor twice: one input
+                tracer.stand_in(t, arg=i)
             stand_ins.append(t)
         call_args, call_kwargs = pytree.unflatten(tree, stand_ins)
         result = fn(*call_args, **call_kwargs)

@@ -1,0 +1,168 @@
+"""A traced step does what the eager step does, or refuses: each case here once diverged from
+eager or crashed under @trace. Every test runs the same function eagerly and traced, on both
+backends, and compares."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+from tracegrad import codegen
+
+BACKENDS = ["numpy", "numba"]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request, monkeypatch):
+    monkeypatch.setattr(codegen, "KERNEL_MIN", 0)  # kernels even for tiny groups
+    return request.param
+
+
+def test_in_place_writes_go_to_each_calls_argument(backend):
+    @tg.trace(backend=backend)
+    def update(p, g):
+        with tg.no_grad():
+            p -= 0.5 * g
+
+    a, b, g = tg.tensor([1.0, 2.0]), tg.tensor([1.0, 2.0]), tg.tensor([2.0, 2.0])
+    update(a, g)
+    update(b, g)
+    update(b, g)
+    np.testing.assert_allclose(a.numpy(), [0.0, 1.0])
+    np.testing.assert_allclose(b.numpy(), [-1.0, 0.0])
+    arr = np.array([1.0, 2.0], np.float32)  # an ndarray argument is written in place too
+    update(arr, g)
+    np.testing.assert_allclose(arr, [0.0, 1.0])
+
+
+def test_gradients_go_to_each_calls_argument(backend):
+    """Input gradients (adversarial examples): a GradManager attached to an argument."""
+    w = tg.tensor([[1.0, -2.0], [0.5, 3.0]])
+
+    def input_grad(x):
+        gm = tg.GradManager().attach(x)
+        with gm:
+            gm.backward((tg.tanh(x @ w) ** 2).sum())
+        return x.grad
+
+    traced = tg.trace(input_grad, backend=backend)
+    for data in ([[0.1, 0.2]], [[-1.0, 0.5]], [[2.0, 1.0]]):
+        x_eager, x_traced = tg.tensor(data), tg.tensor(data)
+        want = input_grad(x_eager).numpy()
+        got = traced(x_traced)
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-5)  # float32 kernels' tanh
+        np.testing.assert_allclose(x_traced.grad.numpy(), want, rtol=1e-5)
+
+    def backward_into(x):
+        (x * x).sum().backward()
+
+    traced = tg.trace(backward_into, backend=backend)
+    a, b = tg.tensor([1.0, 2.0], requires_grad=True), tg.tensor([3.0, 4.0], requires_grad=True)
+    traced(a)
+    traced(b)
+    traced(b)  # accumulates: b.grad is no longer None, a new signature
+    np.testing.assert_allclose(a.grad.numpy(), [2.0, 4.0])
+    np.testing.assert_allclose(b.grad.numpy(), [12.0, 16.0])
+
+
+def test_a_concrete_value_assigned_to_state_is_stored(backend):
+    opt_w = tg.tensor([1.0, 1.0])
+    gm = tg.GradManager().attach(opt_w)
+    opt = tg.optim.SGD([opt_w], lr=0.1)
+
+    @tg.trace(backend=backend)
+    def step(lr):
+        opt.lr = lr  # inside the step
+        with gm:
+            gm.backward((opt_w * opt_w).sum())
+        opt.step()
+        opt.zero_grad()
+
+    step(0.5)
+    np.testing.assert_allclose(opt_w.numpy(), [0.0, 0.0])
+    assert opt.lr == 0.5 and opt.lr_for(opt_w).item() == 0.5
+    opt_w._assign(tg.tensor([1.0, 1.0]))
+    step(0.25)  # another lr: the step reads it
+    np.testing.assert_allclose(opt_w.numpy(), [0.5, 0.5])
+
+
+def test_load_state_dict_inside_a_step_copies_the_weights(backend):
+    tg.nn.manual_seed(0)
+    net, target = tg.nn.Linear(3, 2), tg.nn.Linear(3, 2)
+
+    @tg.trace(backend=backend)
+    def sync():
+        target.load_state_dict(net.state_dict())
+
+    sync()
+    np.testing.assert_array_equal(target.weight.numpy(), net.weight.numpy())
+    with tg.no_grad():
+        net.weight += 1.0
+    sync()
+    np.testing.assert_array_equal(target.weight.numpy(), net.weight.numpy())
+
+
+def test_swapping_two_state_tensors(backend):
+    s1, s2 = tg.tensor([1.0]), tg.tensor([2.0])
+
+    @tg.trace(backend=backend)
+    def swap():
+        old = s1 * 1.0
+        s1._assign(s2)
+        s2._assign(old)
+
+    swap()
+    assert (s1.item(), s2.item()) == (2.0, 1.0)
+    swap()
+    assert (s1.item(), s2.item()) == (1.0, 2.0)
+
+
+def test_write_back_does_not_alias(backend):
+    p, prev = tg.tensor([1.0]), tg.tensor([0.0])
+
+    @tg.trace(backend=backend)
+    def ema():
+        prev._assign(p * 1.0)  # simplify turns this into p itself
+        p._assign(p + 1.0)
+
+    ema()
+    assert (prev.item(), p.item()) == (1.0, 2.0)
+    ema()
+    assert (prev.item(), p.item()) == (2.0, 3.0)
+
+
+def test_integer_true_division_gives_floats(backend):
+    t = tg.tensor(np.array([1, 2, 1, 3]))
+    f = lambda t: ((t == 1).sum() / 4, t / 2)
+    for got, want in zip(tg.trace(f, backend=backend)(t), f(t), strict=True):
+        assert got.dtype == want.dtype == np.float64
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    assert f(t)[0].item() == 0.5 and list(f(t)[1].numpy()) == [0.5, 1.0, 0.5, 1.5]
+
+
+@pytest.mark.parametrize(
+    "fn, data",
+    [
+        (lambda x: x * np.int64(2), np.array([200], np.uint8)),  # int64 wins: 400
+        (lambda x: x * np.float64(16777217), np.array([1.0], np.float32)),  # float64 wins
+        (lambda x: x + 2, np.array([250], np.uint8)),  # a Python int stays weak: wraps to 252
+        (lambda x: x * 0.1, np.array([3.0], np.float32)),  # a Python float too: float32
+    ],
+)
+def test_numpy_scalars_keep_their_dtype(backend, fn, data):
+    want = fn(tg.tensor(data))
+    got = tg.trace(fn, backend=backend)(tg.tensor(data))
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_non_finite_constants_and_constant_results(backend):
+    f = lambda x: (tg.where(x > 0, x, float("-inf")), tg.where(x > 0, float("nan"), x))
+    x = tg.tensor([1.0, -1.0])
+    for got, want in zip(tg.trace(f, backend=backend)(x), f(x), strict=True):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    for make in (lambda x: tg.tensor(0.0), lambda x: tg.tensor(3), lambda x: tg.tensor([1, 2])):
+        got = tg.trace(make, backend=backend)(x)
+        np.testing.assert_array_equal(got.numpy(), make(x).numpy())
+        assert got.dtype == make(x).dtype
