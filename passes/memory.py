@@ -133,7 +133,9 @@ def _reusable(
     for v in dying:
         buf = buffers[v]
         owner = buf.owner
-        if (v.shape, v.dtype) == (out.shape, out.dtype) == (owner.shape, owner.dtype):
+        if v is not owner:  # a view (maybe transposed or reversed): its layout is not `out`'s
+            continue
+        if (v.shape, v.dtype) == (out.shape, out.dtype):
             if holders[buf] == 1 and n.inputs.count(v) == 1:
                 return buf
     return None

@@ -166,3 +166,72 @@ def test_non_finite_constants_and_constant_results(backend):
         got = tg.trace(make, backend=backend)(x)
         np.testing.assert_array_equal(got.numpy(), make(x).numpy())
         assert got.dtype == make(x).dtype
+
+
+@pytest.mark.parametrize("view", [lambda y: y.T, lambda y: y[::-1]], ids=["transposed", "reversed"])
+def test_a_result_is_never_written_into_a_strided_view(backend, view):
+    """The view dies where the product reads it; its buffer is not the product's layout."""
+    x = tg.tensor(np.random.default_rng(0).random((300, 300)).astype(np.float32))
+    f = lambda x: view(tg.exp(x * 2.0)) * 3.0 + 1.0
+    np.testing.assert_allclose(tg.trace(f, backend=backend)(x).numpy(), f(x).numpy(), rtol=1e-5)
+
+
+def test_sigmoid_keeps_small_values_and_logsumexp_of_minus_inf_rows(backend):
+    def f(x, rows):
+        return tg.log(tg.sigmoid(x)), tg.logsumexp(rows, axis=1)
+
+    x = tg.tensor([-20.0, -5.0, 0.0, 30.0])
+    rows = tg.tensor([[-np.inf, -np.inf], [0.0, -np.inf], [np.inf, 1.0]])
+    for got, want in zip(tg.trace(f, backend=backend)(x, rows), f(x, rows), strict=True):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
+    log_sig, lse = f(x, rows)
+    np.testing.assert_allclose(log_sig.numpy()[:2], [-20.0, -5.0067153], rtol=1e-6)  # PyTorch
+    np.testing.assert_array_equal(lse.numpy(), [-np.inf, 0.0, np.inf])
+    x = tg.tensor([-20.0], requires_grad=True)
+    tg.log(tg.sigmoid(x)).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [1.0])  # was NaN: log(0) then 0 * inf
+
+
+@pytest.mark.parametrize("bad, found", [(-1, -1), (3, 3)])
+def test_label_checks_run_in_the_plan_and_nothing_is_lost(backend, bad, found):
+    tg.nn.manual_seed(0)
+    model = tg.nn.Linear(4, 3)
+    gm = tg.GradManager().attach(model.parameters())
+    opt = tg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    @tg.trace(backend=backend)
+    def step(x, y):
+        with gm:
+            loss = tg.nn.functional.cross_entropy(model(x), y)
+            gm.backward(loss)
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    x = np.ones((5, 4), np.float32)
+    step(x, np.array([0, 1, 2, 0, 1]))
+    before = [p.numpy().copy() for p in model.parameters()]
+    state = [t.numpy().copy() for s in opt.state for t in s.values()]
+    labels = np.array([0, 1, bad, 0, 1])
+    message = rf"labels must lie in \[0, 3\), found {found} \(at test_soundness.py:\d+\)"
+    with pytest.raises(ValueError, match=message):
+        step(x, labels)
+    with pytest.raises(ValueError, match=message):  # eager says the same
+        tg.nn.functional.cross_entropy(model(x), labels)
+    for p, b in zip(model.parameters(), before, strict=True):
+        np.testing.assert_array_equal(p.numpy(), b)
+    for t, b in zip((t for s in opt.state for t in s.values()), state, strict=True):
+        np.testing.assert_array_equal(t.numpy(), b)
+
+
+def test_an_error_inside_a_plan_names_the_users_line(backend):
+    @tg.trace(backend=backend)
+    def pick(x, i):
+        return tg.exp(x)[i]  # the line the error must name
+
+    pick(tg.tensor([1.0, 2.0]), np.array([1]))
+    with pytest.raises(IndexError) as info:
+        pick(tg.tensor([1.0, 2.0]), np.array([5]))
+    notes = "\n".join(getattr(info.value, "__notes__", []))
+    line = pick.__wrapped__.__code__.co_firstlineno + 2
+    assert f"raised by the traced step at test_soundness.py:{line} (plan line" in notes

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from . import primitives as P
-from .errors import ShapeError, TraceError
+from .errors import ShapeError, TraceError, user_location
 from .primitives import *  # noqa: F403 (every public op, as it is)
 from .primitives import PRIMITIVES, Primitive, sum_to
 from .tensor import Listeners, Tensor, as_tensor
@@ -172,6 +172,7 @@ def logsumexp(x: Any, axis: int | Sequence[int] | None = -1, keepdims: bool = Fa
     """log(sum(exp(x))), stable for large |x|: the max is subtracted (and not differentiated)."""
     x = as_tensor(x)
     m = max(x, axis, keepdims=True).detach()
+    m = P.where(P.abs(m) < math.inf, m, 0.0)  # an all -inf row sums exp(-inf) = 0: log 0 = -inf
     out = P.log(sum(P.exp(x - m), axis, keepdims=True)) + m
     return out if keepdims else squeeze(out, _axes("logsumexp", axis, x.ndim))
 
@@ -184,6 +185,12 @@ def softmax(x: Any, axis: int = -1) -> Tensor:
     x = as_tensor(x)
     e = P.exp(x - max(x, axis, keepdims=True).detach())
     return e / sum(e, axis, keepdims=True)
+
+
+def check_range(x: Any, lo: int, hi: int, what: str) -> Tensor:
+    """`x`, after checking that lo <= x < hi everywhere; else ValueError naming `what`, the
+    bounds, an offending value and the caller's line. Traced, the check runs in the plan."""
+    return P.check_range(as_tensor(x), lo=lo, hi=hi, what=what, where=user_location())
 
 
 def zeros(shape: Sequence[int], dtype: Any = np.float32, requires_grad: bool = False) -> Tensor:
@@ -314,4 +321,4 @@ __all__ = [*P.__all__, "argmax", "astype", "broadcast_to", "clip", "concatenate"
            "getitem", "log_softmax", "logsumexp", "matmul", "max", "mean", "min", "ones",
            "ones_like", "prod", "reshape", "softmax", "squeeze", "stack", "sum", "sum_to",
            "transpose", "zeros", "zeros_like"]  # fmt: skip
-__all__ = sorted(set(__all__) - {"fused", "scatter_add"})
+__all__ = sorted(set(__all__) - {"fused", "scatter_add", "check_range"})

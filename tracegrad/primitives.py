@@ -29,9 +29,10 @@ PRIMITIVES: dict[str, Primitive] = {}
 # elements of the (broadcast) inputs; reduction: folds axes with `combine` from `identity`;
 # view: the result aliases the first input; contraction: a matrix product (BLAS); index:
 # gathers and scatters by index arrays; random, collective: effects (state, communication);
+# check: returns its input unchanged, or raises eager's error (a value check run in the plan);
 # opaque: anything else; composite: a body graph run as one op (a fused group).
 KINDS = frozenset({"elementwise", "reduction", "view", "contraction", "index", "random",
-                   "collective", "opaque", "composite"})  # fmt: skip
+                   "collective", "check", "opaque", "composite"})  # fmt: skip
 
 
 class Primitive:
@@ -106,7 +107,9 @@ class Primitive:
 
     def is_view(self, inputs: Sequence[Any], attrs: dict) -> bool:
         """The result aliases (part of) the first input instead of owning a buffer."""
-        return self._view(inputs, attrs) if self._view is not None else self.kind == "view"
+        if self._view is not None:
+            return self._view(inputs, attrs)
+        return self.kind in ("view", "check")
 
     def overwrites_safely(self, attrs: dict) -> bool:
         """Each result element is computed from same-index input elements, through `out=`:
@@ -192,7 +195,7 @@ def defprimitive(
 # --- shape rules ------------------------------------------------------------------------------
 
 
-def _same(x, *rest):
+def _same(x, *rest, **attrs):
     return x.shape, x.dtype
 
 
@@ -308,7 +311,12 @@ def _scatter_rule(g, *idx, shape, template):
 
 
 def _sigmoid(x):
-    return 0.5 * (np.tanh(0.5 * x) + 1)
+    """1 / (1 + exp(-x)) without overflow, and small results keep their relative accuracy
+    (0.5 * (tanh(x / 2) + 1) is 0 below -17 in float32, so log(sigmoid(-20)) was -inf): the
+    same formula as the kernels' float32 sigmoid."""
+    x = np.asarray(x)
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(e.dtype, copy=False)
 
 
 def _getitem(x, *idx, template):
@@ -547,6 +555,18 @@ matmul = Primitive("matmul", np.matmul, _matmul_rule,
                    (lambda g, out, a, b: sum_to(matmul(g, _mT(b)), a.shape),
                     lambda g, out, a, b: sum_to(matmul(_mT(a), g), b.shape)),
                    "in", kind="contraction")  # fmt: skip
+
+# --- value checks: what eager checks on values, run in the plan too ---------------------------
+
+
+def _check_range(x, *, lo, hi, what, where):
+    bad = x[(x < lo) | (x >= hi)] if x.size else x[:0]
+    if bad.size:
+        raise ValueError(f"{what} must lie in [{lo}, {hi}), found {bad.flat[0]} (at {where})")
+    return x
+
+
+check_range = Primitive("check_range", _check_range, _same, kind="check")
 
 fused = Composite("fused")
 

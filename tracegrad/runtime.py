@@ -7,8 +7,10 @@ The top floor: it drives the tracer (front end), the passes and code generation 
 from __future__ import annotations
 
 import functools
+import linecache
 import math
 import threading
+import traceback
 import tracemalloc
 import warnings
 import weakref
@@ -42,7 +44,11 @@ class Plan:
         for ref, via_grad in cap.reads:
             t = ref.resolve(arg_leaves)
             inputs.append(t._grad._value if via_grad else t._value)
-        return self.run(inputs, functools.partial(self._finish, arg_leaves))
+        try:
+            return self.run(inputs, functools.partial(self._finish, arg_leaves))
+        except Exception as e:
+            _name_user_line(e)
+            raise
 
     def _finish(self, arg_leaves: Sequence[Any], inputs: list[np.ndarray], outs: Sequence) -> Any:
         """Now that the step has run to its end: copy the results out of the arena and store the
@@ -67,6 +73,20 @@ class Plan:
             else:
                 t._grad = Tensor._wrap(np.array(next(writes)))
         return pytree.unflatten(cap.result_tree, results)
+
+
+def _name_user_line(e: Exception) -> None:
+    """Add to an exception raised inside a plan the user's line of the node that failed (the
+    plan's statements name it in their comments)."""
+    frames = [(f, n) for f, n in traceback.walk_tb(e.__traceback__)
+              if f.f_code.co_filename.startswith("<tracegrad plan")]  # fmt: skip
+    if not frames or not hasattr(e, "add_note"):
+        return
+    frame, lineno = frames[-1]
+    line = linecache.getline(frame.f_code.co_filename, lineno).strip()
+    statement, _, comment = line.partition("  # ")
+    where = comment.rsplit(" ", 1)[-1] if comment else "?"
+    e.add_note(f"raised by the traced step at {where} (plan line {lineno}: {statement})")
 
 
 def _write(t: Tensor | np.ndarray, value: np.ndarray) -> None:

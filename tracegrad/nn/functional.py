@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ..api import log_softmax, maximum, mean, sigmoid, softmax, sqrt, sum, tanh
+from ..api import check_range, log_softmax, maximum, mean, sigmoid, softmax, sqrt, sum, tanh
 from ..errors import ShapeError
 from ..tensor import Tensor, as_tensor
 
@@ -87,18 +87,9 @@ def cross_entropy(logits: Any, labels: Any, reduction: str = "mean") -> Tensor:
         )
     if labels.dtype.kind not in "iu":
         raise TypeError(f"cross_entropy: labels must be integer class indices, not {labels.dtype}")
-    if not labels.is_symbolic and labels.size:
-        _check_label_range(labels.numpy(), logits.shape[1])
+    labels = check_range(labels, 0, logits.shape[1], "cross_entropy: labels")  # in plans too
     picked = log_softmax(logits, axis=-1)[np.arange(logits.shape[0]), labels]
     return _reduce(-picked, reduction)
-
-
-def _check_label_range(labels: np.ndarray, classes: int) -> None:
-    lo, hi = int(labels.min()), int(labels.max())
-    if lo < 0 or hi >= classes:
-        raise ValueError(
-            f"cross_entropy: labels must lie in [0, {classes}), found {lo if lo < 0 else hi}"
-        )
 
 
 def mse_loss(input: Any, target: Any, reduction: str = "mean") -> Tensor:
