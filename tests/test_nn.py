@@ -223,10 +223,51 @@ def test_dropout_is_identity_in_eval_and_for_p_zero():
         nn.Dropout(1.5)
 
 
-def test_dropout_refuses_symbolic_inputs():
-    from tracegrad import ir
+def dropout_model(seed):
+    nn.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Dropout(0.5), nn.Linear(32, 2))
+    gm = tg.GradManager().attach(model.parameters())
+    opt = tg.optim.SGD(model.parameters(), lr=0.1)
 
-    symbolic = tg.Tensor(ir.Value((2, 3), np.float32))
-    with pytest.raises(tg.TraceError, match=r"not supported inside @tracegrad.trace.*eval\(\)"):
-        nn.Dropout(0.5)(symbolic)
-    assert nn.Dropout(0.5).eval()(symbolic) is symbolic
+    def step(x):
+        with gm:
+            loss = (model(x) ** 2).mean()
+            gm.backward(loss)
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    return model, step
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_traced_dropout_draws_fresh_masks_and_the_same_as_eager(backend, monkeypatch):
+    """The random state is state: each call draws anew, and a traced run with the same seed
+    draws exactly the masks an eager run draws."""
+    monkeypatch.setattr(tg.codegen, "KERNEL_MIN", 0)
+    x = np.random.default_rng(0).standard_normal((16, 8)).astype(np.float32)
+    eager_model, eager_step = dropout_model(5)
+    eager = [eager_step(x).item() for _ in range(4)]
+    traced_model, step = dropout_model(5)
+    traced = tg.trace(step, backend=backend)
+    got = [traced(x).item() for _ in range(4)]
+    np.testing.assert_allclose(got, eager, rtol=1e-5)
+    assert len(set(np.round(got, 6))) == 4  # a fresh mask each call (and a new model)
+    for a, b in zip(traced_model.parameters(), eager_model.parameters(), strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+    assert sum(len(p) for p in traced.plans.values()) == 1
+
+
+def test_a_plan_traced_in_eval_is_not_reused_in_training():
+    model, step = dropout_model(0)
+    traced = tg.trace(lambda x: model(x), backend="numpy")
+    x = np.ones((4, 8), np.float32)
+    model.eval()
+    a, b = traced(x).numpy(), traced(x).numpy()
+    np.testing.assert_array_equal(a, b)  # no dropout in eval: one plan, same output
+    model.train()
+    c, d = traced(x).numpy(), traced(x).numpy()
+    assert not np.array_equal(c, a) and not np.array_equal(c, d)  # dropout is on again
+    model.eval()
+    np.testing.assert_array_equal(traced(x).numpy(), a)
+    assert len(traced.plans[next(iter(traced.plans))]) == 2  # train and eval plans, both kept

@@ -235,3 +235,71 @@ def test_an_error_inside_a_plan_names_the_users_line(backend):
     notes = "\n".join(getattr(info.value, "__notes__", []))
     line = pick.__wrapped__.__code__.co_firstlineno + 2
     assert f"raised by the traced step at test_soundness.py:{line} (plan line" in notes
+
+
+SCALE = 2.0
+
+
+def test_a_global_number_the_step_reads_is_guarded_and_named_when_it_changes(backend):
+    global SCALE
+    f = lambda x: x * SCALE
+    traced = tg.trace(f, backend=backend)
+    x = tg.tensor([1.0, 2.0])
+    np.testing.assert_array_equal(traced(x).numpy(), [2.0, 4.0])
+    SCALE = 3.0
+    try:
+        with pytest.warns(UserWarning, match="traced again because global `SCALE` changed"):
+            np.testing.assert_array_equal(traced(x).numpy(), [3.0, 6.0])
+    finally:
+        SCALE = 2.0
+    np.testing.assert_array_equal(traced(x).numpy(), [2.0, 4.0])  # the first plan again
+
+
+def test_a_closure_number_is_guarded(backend):
+    def make():
+        k = 1.0
+
+        def step(x):
+            return x * k
+
+        def bump():
+            nonlocal k
+            k += 1.0
+
+        return step, bump
+
+    step, bump = make()
+    traced = tg.trace(step, backend=backend)
+    x = tg.tensor([1.0])
+    assert traced(x).item() == 1.0
+    bump()
+    with pytest.warns(UserWarning, match="`k` \\(from an enclosing function\\) changed"):
+        assert traced(x).item() == 2.0
+
+
+def test_a_float_argument_that_varies_becomes_an_input_not_a_retrace(backend):
+    """The first value is baked in; a second makes it an input of the plan, promoted as a
+    Python float (weakly: float32 data stays float32); later values reuse that plan."""
+
+    def f(x, scale):
+        return x * scale + scale * 2.0  # Python arithmetic on the float, then with the tensor
+
+    traced = tg.trace(f, backend=backend)
+    x = tg.tensor([1.0, 2.0])
+    for scale in (0.5, 0.25, 3.0, 1e-3):
+        got, want = traced(x, scale), f(x, scale)
+        assert got.dtype == want.dtype == np.float32
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    assert sum(len(p) for p in traced.plans.values()) == 2  # 0.5 baked in, then one for all
+
+
+def test_a_varying_float_used_as_a_python_number_is_baked_in_with_a_warning(backend):
+    def f(x, t):
+        return x * 2.0 if t > 1.0 else x
+
+    traced = tg.trace(f, backend=backend)
+    x = tg.tensor([1.0])
+    assert traced(x, 0.5).item() == 1.0
+    with pytest.warns(UserWarning, match="used as a Python number"):
+        assert traced(x, 2.0).item() == 2.0
+    assert traced(x, 0.5).item() == 1.0 and traced(x, 3.0).item() == 2.0

@@ -14,6 +14,7 @@ import traceback
 import tracemalloc
 import warnings
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,7 +27,7 @@ from passes.memory import ALIGN, MemoryPlan, plan_memory
 from . import ir, pytree
 from .codegen import compile_source, generate, identifier, lower
 from .tensor import Tensor
-from .tracer import Capture, capture, signature
+from .tracer import Capture, TraceError, capture, signature
 
 
 class Plan:
@@ -136,6 +137,8 @@ def _fresh(a: np.ndarray, owned: set[int]) -> np.ndarray:
 
 
 RETRACES_WARNED = 8  # plans for one signature: past this, retracing is likely a mistake
+SIGNATURES_WARNED = 8  # distinct input signatures: past this, shapes are likely unbucketed
+MAX_SIGNATURES = 32  # plans kept per traced function; the least recently used go first
 
 
 class Traced:
@@ -145,25 +148,89 @@ class Traced:
         if backend not in ("numpy", "numba"):
             raise ValueError(f"trace: unknown backend {backend!r} (use 'numpy' or 'numba')")
         self.fn, self.backend, self.passes = fn, backend, passes
-        self.plans: dict[Any, list[Plan]] = {}
+        self.plans: OrderedDict[Any, list[Plan]] = OrderedDict()
         self.latest: Plan | None = None
+        self.warned: set[str] = set()
+        self.dynamic: frozenset[int] = frozenset()  # float arguments that are plan inputs
+        self.static: set[int] = set()  # float arguments the step uses as Python numbers
+        self.floats_seen: dict[int, float] = {}
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        leaves, key = signature(args, kwargs)
-        plan = next((p for p in self.plans.get(key, []) if p.capture.guards_hold()), None)
+        leaves, key = signature(args, kwargs, self.dynamic)
+        plans = self.plans.get(key, [])
+        plan = next((p for p in plans if p.capture.guards_hold()), None)
         if plan is None:
-            plan = self._compile(capture(self.fn, args, kwargs))
-            self.plans.setdefault(key, []).append(plan)
-            if len(self.plans[key]) == RETRACES_WARNED:
-                warnings.warn(
-                    f"{self.fn.__name__} was traced {RETRACES_WARNED} times for one signature: "
-                    "what its guards check keeps changing (the grads being None or not, a "
-                    "baked-in hyperparameter such as momentum); each new trace compiles",
-                    stacklevel=2,
-                )
+            if plans:
+                self._say_why(plans[-1].capture)
+            self._more_dynamic(leaves)
+            plan = self._compile(self._capture(args, kwargs))
+            leaves, key = signature(args, kwargs, self.dynamic)  # floats may have become inputs
+            self._keep(key, plan)
+        self.plans.move_to_end(key)
         self.latest = plan
         return plan(leaves)
+
+    def _more_dynamic(self, leaves: list[Any]) -> None:
+        """A Python float argument that takes a second value becomes an input of the plan
+        (PyTorch's "automatic dynamic"), so that varying it (a learning rate, a temperature)
+        does not trace again for each value."""
+        new = set()
+        for i, x in enumerate(leaves):
+            if type(x) is float and i not in self.dynamic and i not in self.static:
+                if self.floats_seen.setdefault(i, x) != x:
+                    new.add(i)
+        self.dynamic |= new
+
+    def _capture(self, args: tuple, kwargs: dict) -> Capture:
+        """Capture with the dynamic floats as inputs; if the step uses one as a Python number
+        (control flow, math.*), that float is baked in from then on: one trace per value."""
+        try:
+            return capture(self.fn, args, kwargs, self.dynamic)
+        except TraceError:
+            if not self.dynamic:
+                raise
+            self.static |= self.dynamic
+            self.dynamic = frozenset()
+            self._warn(
+                f"{self.fn.__name__}: a float argument that changes between calls is used as a "
+                "Python number inside the step (in an `if`, float() or math.*), so each value "
+                "is traced and compiled anew; pass it as a 0-d tensor to avoid that"
+            )
+            return capture(self.fn, args, kwargs)
+
+    def _keep(self, key: Any, plan: Plan) -> None:
+        plans = self.plans.setdefault(key, [])
+        plans.append(plan)
+        if len(plans) == RETRACES_WARNED:
+            self._warn(
+                f"{self.fn.__name__} was traced {RETRACES_WARNED} times for one signature: what "
+                "its guards check keeps changing (the grads being None or not, a baked-in "
+                "hyperparameter such as momentum); each new trace compiles"
+            )
+        if len(self.plans) == SIGNATURES_WARNED:
+            self._warn(
+                f"{self.fn.__name__} was traced for {SIGNATURES_WARNED} input signatures "
+                "(shapes, dtypes, other arguments): each compiles, and only the last "
+                f"{MAX_SIGNATURES} are kept; pad or bucket shapes that vary"
+            )
+        while len(self.plans) > MAX_SIGNATURES:
+            self.plans.popitem(last=False)
+
+    def _say_why(self, cap: Capture) -> None:
+        """Warn, once per value, when a baked-in Python number changed and forces a new trace."""
+        for w in cap.watched:
+            if w.warn and not w.holds():
+                self._warn(
+                    f"{self.fn.__name__} is traced again because {w.describe} changed "
+                    f"({w.value!r} -> {w.get()!r}): the trace bakes Python numbers in and each "
+                    "new value compiles a new plan; pass it as an argument (a tensor) instead"
+                )
+
+    def _warn(self, message: str) -> None:
+        if message.split(" (")[0] not in self.warned:
+            self.warned.add(message.split(" (")[0])
+            warnings.warn(message, stacklevel=4)
 
     def _compile(self, cap: Capture) -> Plan:
         return compile_plan(cap, self.backend, self.passes, self.fn.__name__)

@@ -19,7 +19,7 @@ import numpy as np
 
 from . import ir
 from .errors import ShapeError, TraceError, user_location
-from .primitives import Primitive
+from .primitives import Primitive, astype
 
 _serials = itertools.count()
 
@@ -202,6 +202,8 @@ class Tensor:
 
     def detach(self) -> Tensor:
         """A new leaf sharing this tensor's data (and its version counter), cut from the graph."""
+        if Listeners.tracers and not self.is_symbolic:
+            Listeners.tracers[-1].lift(self)  # a state tensor: the alias reads it at each call
         t = Tensor._wrap(self._value)
         t._version = self._version
         return t
@@ -229,10 +231,14 @@ def as_tensor(x: Any, dtype: Any = None) -> Tensor:
 
 def bind(prim: Any, *args: Any, **params: Any) -> Tensor:
     """Apply `prim` to `args`: evaluate (eagerly or symbolically), then let the tape record it."""
-    inputs = _lift_args(args)
+    tracer = Listeners.tracers[-1] if Listeners.tracers else None
+    weak = tracer.weak if tracer is not None else ()
+    inputs = _lift_args(args, weak)
     shape, dtype = prim.shape_rule(*inputs, **params)
-    if Listeners.tracers:
-        value = Listeners.tracers[-1].process(prim, inputs, params, shape, dtype)
+    if tracer is not None:
+        value = tracer.process(prim, inputs, params, shape, dtype)
+        if weak and _all_weak(args, weak):  # Python-number arithmetic stays a Python number
+            weak.add(value)
     else:
         value = np.asarray(prim.impl(*(t._value for t in inputs), **params))
         if value.dtype != dtype:
@@ -243,20 +249,43 @@ def bind(prim: Any, *args: Any, **params: Any) -> Tensor:
     return out
 
 
-def _lift_args(args: tuple[Any, ...]) -> list[Tensor]:
-    """Tensors stay; ndarrays become tensors; Python scalars take the tensors' dtype (NEP 50)."""
+def _is_python_number(a: Any) -> bool:
+    return isinstance(a, int | float | bool)
+
+
+def _lift_args(args: tuple[Any, ...], weak: Any = ()) -> list[Tensor]:
+    """Tensors stay; ndarrays become tensors; Python scalars take the tensors' dtype (NEP 50),
+    and so does a traced stand-in for a Python number argument (a `weak` value)."""
+    is_weak = [_weak(a, weak) for a in args]
     arrays = [a._value if isinstance(a, Tensor) else a for a in args]
-    typed = [a for a in arrays if not isinstance(a, int | float | bool)]
+    typed = [a for a, w in zip(arrays, is_weak, strict=True) if not w and not _is_python_number(a)]
     out = []
-    for a, raw in zip(arrays, args, strict=True):
-        if isinstance(raw, Tensor):
+    for a, raw, w in zip(arrays, args, is_weak, strict=True):
+        if w and typed:
+            dtype = np.result_type(*(t.dtype for t in typed), 0.0 if raw.dtype.kind == "f" else 0)
+            out.append(raw if dtype == raw.dtype else astype(raw, dtype=dtype))
+        elif isinstance(raw, Tensor):
             out.append(raw)
-        elif isinstance(a, int | float | bool):
+        elif _is_python_number(a):
             dtype = np.result_type(*(t.dtype for t in typed), a) if typed else None
             out.append(Tensor(a, dtype=dtype))
         else:
             out.append(Tensor(np.asarray(a)))
     return out
+
+
+def _weak(a: Any, weak: Any) -> bool:
+    return isinstance(a, Tensor) and isinstance(a._value, ir.Value) and a._value in weak
+
+
+def _all_weak(args: tuple[Any, ...], weak: Any) -> bool:
+    """Every operand is a Python number or stands in for one, and one of them is traced."""
+    tensors = [a for a in args if isinstance(a, Tensor)]
+    return (
+        bool(tensors)
+        and all(_weak(a, weak) for a in tensors)
+        and all(isinstance(a, Tensor) or _is_python_number(a) for a in args)
+    )
 
 
 Primitive.__call__ = bind  # calling an op binds it: the front end gives the table its meaning

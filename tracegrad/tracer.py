@@ -63,12 +63,71 @@ class Capture:
     n_results: int
     guards: list[tuple[Tensor, tuple, np.dtype, bool]] = field(default_factory=list)
     checks: list[Callable[[], bool]] = field(default_factory=list)  # from `guard()`
+    watched: list[Watch] = field(default_factory=list)
 
     def guards_hold(self) -> bool:
-        return all(
-            t.shape == shape and t.dtype == dtype and (t._grad is None) == no_grad
-            for t, shape, dtype, no_grad in self.guards
-        ) and all(check() for check in self.checks)
+        return (
+            all(
+                t.shape == shape and t.dtype == dtype and (t._grad is None) == no_grad
+                for t, shape, dtype, no_grad in self.guards
+            )
+            and all(w.holds() for w in self.watched)
+            and all(check() for check in self.checks)
+        )
+
+
+@dataclass
+class Watch:
+    """A Python value the trace read and baked in (a module's training flag, a number from the
+    step's globals): the plan is valid while `get()` still equals `value`. `warn`: a change is
+    worth a warning, since each one compiles a new plan (a module switching between train and
+    eval is not)."""
+
+    describe: str
+    get: Callable[[], Any]
+    value: Any
+    warn: bool = True
+
+    def holds(self) -> bool:
+        return self.get() == self.value
+
+
+def watch(key: Any, describe: str, get: Callable[[], Any], warn: bool = True) -> None:
+    """While tracing: the plan being traced is valid while `get()` returns what it returns now
+    (once per `key`). Does nothing outside tracing."""
+    if Listeners.tracers and key not in Listeners.tracers[-1].watched:
+        Listeners.tracers[-1].watched[key] = Watch(describe, get, get(), warn)
+
+
+def watch_python_numbers(fn: Callable) -> None:
+    """Watch the Python numbers `fn` reads from its globals and closure cells (and so do the
+    functions and lambdas written inside it): the trace bakes them in."""
+    while not hasattr(fn, "__code__") and hasattr(fn, "__func__") or hasattr(fn, "func"):
+        fn = getattr(fn, "__func__", None) or fn.func  # bound methods, functools.partial
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return
+    codes, names = [code], set()
+    while codes:
+        c = codes.pop()
+        names.update(c.co_names)
+        codes += [k for k in c.co_consts if hasattr(k, "co_names")]
+    scope = fn.__globals__
+    for name in sorted(names):
+        if _is_number(scope.get(name)):
+            watch(("global", id(scope), name), f"global `{name}`", lambda n=name: scope.get(n))
+    for name, cell in zip(code.co_freevars, fn.__closure__ or (), strict=True):
+        try:
+            content = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if _is_number(content):
+            watch(("closure", id(cell)), f"`{name}` (from an enclosing function)",
+                  lambda c=cell: c.cell_contents)  # fmt: skip
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, int | float | complex | np.number) and not isinstance(x, np.ndarray)
 
 
 def guard(check: Callable[[], bool]) -> None:
@@ -88,6 +147,8 @@ class Tracer:
         self.slots: dict[int, Slot] = {}
         self.consts: dict[int, tuple[Tensor, ir.Value]] = {}
         self.checks: list[Callable[[], bool]] = []
+        self.watched: dict[Any, Watch] = {}
+        self.weak: set[ir.Value] = set()  # stand-ins for Python numbers: they promote weakly
 
     def process(self, prim: Any, inputs: list[Tensor], params: dict, shape: tuple, dtype: Any):
         ins = [self.lift(t) for t in inputs]
@@ -156,19 +217,27 @@ class Tracer:
             if s.arg is None
         ]
         return Capture(graph, [s.arg for s in args], reads, value_writes, grad_writes, tree,
-                       len(leaves), guards, self.checks)  # fmt: skip
+                       len(leaves), guards, self.checks, list(self.watched.values()))  # fmt: skip
 
 
-def signature(args: tuple, kwargs: dict) -> tuple[list, Any]:
-    """The array leaves of a call and its key: the pytree of the other arguments, and per leaf
-    its shape, dtype, whether its grad is None, and which earlier leaf it is, if any (the
-    same tensor passed twice)."""
-    leaves, tree = pytree.flatten((args, kwargs), _is_leaf)
+def _is_leaf_or_float(x: Any) -> bool:
+    return _is_leaf(x) or type(x) is float
+
+
+def signature(args: tuple, kwargs: dict, dynamic: frozenset[int] = frozenset()) -> tuple:
+    """The leaves of a call (arrays and Python floats) and its key: the pytree of the other
+    arguments; per array its shape, dtype, whether its grad is None, and which earlier leaf it
+    is, if any (the same tensor passed twice); per float its value, unless its position is
+    `dynamic` (then it is an input of the plan, as a 0-d float64)."""
+    leaves, tree = pytree.flatten((args, kwargs), _is_leaf_or_float)
     ids = [id(x) for x in leaves]
     spec = tuple(
-        (tuple(np.shape(x)), np.dtype(x.dtype), getattr(x, "_grad", None) is None, ids.index(i))
-        for x, i in zip(leaves, ids, strict=True)
-    )
+        (("float", x) if i not in dynamic else ("dynamic float",))
+        if type(x) is float
+        else (tuple(np.shape(x)), np.dtype(x.dtype), getattr(x, "_grad", None) is None,
+              ids.index(ident))
+        for i, (x, ident) in enumerate(zip(leaves, ids, strict=True))
+    )  # fmt: skip
     try:
         hash(tree)
     except TypeError as e:
@@ -176,19 +245,28 @@ def signature(args: tuple, kwargs: dict) -> tuple[list, Any]:
     return leaves, (tree, spec)
 
 
-def capture(fn: Callable, args: tuple, kwargs: dict) -> Capture:
-    """Run `fn` once on symbolic stand-ins for its tensor arguments and record everything."""
-    leaves, tree = pytree.flatten((args, kwargs), _is_leaf)
+def capture(
+    fn: Callable, args: tuple, kwargs: dict, dynamic: frozenset[int] = frozenset()
+) -> Capture:
+    """Run `fn` once on symbolic stand-ins for its tensor arguments (and the Python floats at
+    `dynamic` positions of `signature`'s leaves) and record everything."""
+    leaves, tree = pytree.flatten((args, kwargs), _is_leaf_or_float)
     tracer = Tracer()
     Listeners.tracers.append(tracer)
     try:
-        stand_ins: list[Tensor] = []
+        stand_ins: list[Any] = []
         for i, x in enumerate(leaves):
+            if type(x) is float and i not in dynamic:
+                stand_ins.append(x)  # baked in: the key holds its value
+                continue
             t = x if isinstance(x, Tensor) else Tensor._wrap(np.asarray(x))
             if not any(t is u for u in stand_ins):  # the same tensor twice: one input
                 tracer.stand_in(t, arg=i)
+                if type(x) is float:
+                    tracer.weak.add(t._value)
             stand_ins.append(t)
         call_args, call_kwargs = pytree.unflatten(tree, stand_ins)
+        watch_python_numbers(fn)
         result = fn(*call_args, **call_kwargs)
         return tracer.finish(result)
     finally:
@@ -201,4 +279,4 @@ def interpret(graph: ir.Graph, *args: Any) -> list[np.ndarray]:
     return ir.evaluate(graph, [np.asarray(a) for a in args])
 
 
-__all__ = ["Capture", "TraceError", "capture", "guard", "interpret", "signature"]
+__all__ = ["Capture", "TraceError", "Watch", "capture", "guard", "interpret", "signature", "watch"]

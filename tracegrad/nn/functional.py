@@ -11,12 +11,14 @@ from typing import Any
 
 import numpy as np
 
-from ..api import check_range, log_softmax, maximum, mean, sigmoid, softmax, sqrt, sum, tanh
+from .. import random
+from ..api import check_range, log_softmax, maximum, mean, sigmoid, softmax, sqrt, sum, tanh, where
 from ..errors import ShapeError
 from ..tensor import Tensor, as_tensor
 
 __all__ = [
     "cross_entropy",
+    "dropout",
     "gelu",
     "layer_norm",
     "log_softmax",
@@ -39,6 +41,20 @@ def gelu(x: Any) -> Tensor:
     """GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
     x = as_tensor(x)
     return 0.5 * x * (1.0 + tanh(0.7978845608 * (x + 0.044715 * x**3.0)))
+
+
+def dropout(
+    x: Any, p: float = 0.5, training: bool = True, *, state: Tensor | None = None
+) -> Tensor:
+    """Zero each element with probability `p` and scale the rest by 1/(1-p), in training; the
+    mask is drawn from `state` (default: tracegrad.random's), which this advances."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout: p must be in [0, 1], not {p}")
+    x = as_tensor(x)
+    if not training or p == 0.0:
+        return x
+    keep = random.uniform(x.shape, x.dtype, state) >= p
+    return where(keep, x * (1.0 / (1.0 - p)) if p < 1.0 else x * 0.0, 0.0)
 
 
 def layer_norm(

@@ -13,16 +13,20 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..tensor import Tensor, TraceError
+from .. import random
+from ..tensor import Listeners, Tensor
+from ..tracer import watch
 from . import functional as F
 
 _generator = np.random.default_rng()
 
 
 def manual_seed(seed: int) -> None:
-    """Seed the generator behind parameter initialization and unseeded Dropout layers."""
+    """Seed the generator behind parameter initialization and the default random state that
+    unseeded Dropout layers draw from (eagerly and in traced steps alike)."""
     global _generator
     _generator = np.random.default_rng(seed)
+    random.manual_seed(seed)
 
 
 def _uniform(shape: tuple[int, ...], bound: float) -> Tensor:
@@ -65,6 +69,9 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if Listeners.tracers:  # a traced step bakes in what `training` selects: guard it
+            watch((id(self), "training"), f"{type(self).__name__}.training",
+                  lambda: self.training, warn=False)  # fmt: skip
         return self.forward(*args, **kwargs)
 
     # --- traversal -------------------------------------------------------------------------
@@ -110,7 +117,8 @@ class Module:
         params = dict(self.named_parameters())
         missing = [k for k in params if k not in state]
         unexpected = [k for k in state if k not in params]
-        arrays = {k: np.asarray(v) for k, v in state.items() if k in params}
+        arrays = {k: v if isinstance(v, Tensor) else Tensor(np.asarray(v))  # traced: symbolic
+                  for k, v in state.items() if k in params}  # fmt: skip
         problems = [
             f"shape mismatch for '{k}': checkpoint {a.shape}, model {params[k].shape}"
             for k, a in arrays.items()
@@ -122,7 +130,7 @@ class Module:
         if problems:
             raise RuntimeError(f"{type(self).__name__}.load_state_dict: " + "; ".join(problems))
         for k, a in arrays.items():
-            params[k]._assign(Tensor(a))
+            params[k]._assign(a)
         return IncompatibleKeys(missing, unexpected)
 
     def train(self, mode: bool = True) -> Module:
@@ -241,27 +249,20 @@ class LayerNorm(Module):
 class Dropout(Module):
     """Zeroes each element with probability `p` in training and scales the rest by 1/(1-p).
 
-    Eager only: under @tracegrad.trace the random mask would be frozen into the graph."""
+    The mask is drawn from a random state tensor (tracegrad.random): the default one, or one of
+    its own when `seed` is given. A traced step reads and advances that state, so each call
+    draws a fresh mask, and a traced run draws the same masks as an eager run with the same
+    seed."""
 
     def __init__(self, p: float = 0.5, seed: int | None = None):
         super().__init__()
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"Dropout: p must be in [0, 1], not {p}")
         self.p = p
-        self.rng = np.random.default_rng(_generator.integers(2**63) if seed is None else seed)
+        self.random_state = None if seed is None else random.new_state(seed)
 
     def forward(self, x: Tensor) -> Tensor:
-        if not self.training or self.p == 0.0:
-            return x
-        if x.is_symbolic:
-            raise TraceError(
-                "Dropout is not supported inside @tracegrad.trace yet (its random mask would be "
-                "frozen into the traced graph): call model.eval() before tracing, or apply "
-                "dropout outside the traced function"
-            )
-        keep = self.rng.random(x.shape) >= self.p
-        scale = 0.0 if self.p == 1.0 else 1.0 / (1.0 - self.p)
-        return x * (keep * scale).astype(x.dtype)
+        return F.dropout(x, self.p, self.training, state=self.random_state)
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
