@@ -62,7 +62,7 @@ def global_state_is_restored():
     yield
     from tracegrad import autodiff
 
-    leaked = (not tg.is_grad_enabled(), list(autodiff._recording))
+    leaked = (not tg.is_grad_enabled(), list(autodiff.Listeners.recording))
     autodiff.Listeners.grad_enabled = True
-    autodiff._recording.clear()
+    autodiff.Listeners.recording.clear()
     assert leaked == (False, []), f"grad mode off or managers still recording: {leaked}"

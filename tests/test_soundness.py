@@ -303,3 +303,60 @@ def test_a_varying_float_used_as_a_python_number_is_baked_in_with_a_warning(back
     with pytest.warns(UserWarning, match="used as a Python number"):
         assert traced(x, 2.0).item() == 2.0
     assert traced(x, 0.5).item() == 1.0 and traced(x, 3.0).item() == 2.0
+
+
+# --- threads and resources ---------------------------------------------------------------------
+
+
+def test_grad_manager_recording_is_per_thread():
+    """Thread A records with gm_a; thread B's backward meanwhile must not become a recorded,
+    higher-order one that keeps its saved values (it did while recording was process-wide)."""
+    import threading
+
+    gm_a = tg.GradManager().attach(tg.tensor([1.0]))
+    inside, done = threading.Event(), threading.Event()
+
+    def thread_a():
+        with gm_a:
+            inside.set()
+            done.wait(5)
+
+    a = threading.Thread(target=thread_a)
+    a.start()
+    inside.wait(5)
+    w = tg.tensor([2.0])
+    gm_b = tg.GradManager().attach(w)
+    with gm_b:
+        y = (w * w).sum()
+        gm_b.backward(y)
+    done.set()
+    a.join()
+    assert w.grad.item() == 4.0 and w.grad.grad_fn is None  # a plain gradient, no graph
+    assert y.grad_fn.freed  # its saved values were released (a recorded backward keeps them)
+
+
+def test_save_never_changes_the_process_umask(tmp_path, monkeypatch):
+    import os
+
+    expected = 0o666 & ~(os.umask(0o022) or 0o022)
+    os.umask(0o022)
+
+    def forbidden(mask):
+        raise AssertionError("save() must not set the umask: other threads' files see it")
+
+    monkeypatch.setattr(os, "umask", forbidden)
+    tg.save({"x": tg.tensor([1.0])}, tmp_path / "ckpt.npz")
+    assert (tmp_path / "ckpt.npz").stat().st_mode & 0o777 == expected
+
+
+def test_a_plans_source_leaves_linecache_with_the_plan():
+    import gc
+    import linecache
+
+    traced = tg.trace(lambda x: x * 2.0, backend="numpy")
+    traced(tg.tensor([1.0]))
+    names = [k for k in linecache.cache if k.startswith("<tracegrad plan")]
+    mine = max(names, key=lambda k: int(k.split()[2].rstrip(":")))
+    del traced
+    gc.collect()
+    assert mine not in linecache.cache

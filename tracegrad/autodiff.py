@@ -98,8 +98,6 @@ class TapeNode:
 
 # --- recording ---------------------------------------------------------------------------------
 
-_recording: list = []  # GradManagers that are recording now, outermost first
-
 
 def _leaf_of(t: Tensor) -> Tensor | None:
     """The user's leaf behind `t` (itself, or the original of a saved-value view)."""
@@ -113,7 +111,8 @@ def edge(t: Tensor) -> Any:
     if t._node is not None and not t._node.is_leaf:
         return t._node
     leaf = _leaf_of(t)
-    if leaf is None or not (leaf._requires_grad or any(gm._has(leaf) for gm in _recording)):
+    recording = Listeners.recording
+    if leaf is None or not (leaf._requires_grad or any(gm._has(leaf) for gm in recording)):
         return None
     if leaf._node is None:
         leaf._node = LeafNode(leaf)

@@ -7,6 +7,7 @@ shows the plan's own line, which names the user's source line of that node in a 
 from __future__ import annotations
 
 import linecache
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -135,7 +136,9 @@ def compile_source(source: str, namespace: dict[str, Any], name: str) -> Callabl
     filename = f"<tracegrad plan {next(_plan_ids)}: {name}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     exec(compile(source, filename, "exec"), namespace)  # noqa: S102 (our own generated code)
-    return namespace[name]
+    function = namespace[name]
+    weakref.finalize(function, linecache.cache.pop, filename, None)  # dies with the plan
+    return function
 
 
 # A fused group over fewer elements runs as NumPy calls: its kernel would save microseconds a

@@ -75,13 +75,14 @@ class GradManager:
         if self._recording:
             raise RuntimeError("GradManager.record: already recording")
         self._recording = True
-        autodiff._recording.append(self)
+        Listeners.recording.append(self)
 
     def release(self) -> None:
         """Stop recording; safe to call at any time."""
         if self._recording:
             self._recording = False
-            autodiff._recording.remove(self)
+            if self in Listeners.recording:  # else it records in another thread
+                Listeners.recording.remove(self)
 
     def __enter__(self) -> GradManager:
         self.record()
@@ -110,7 +111,7 @@ class GradManager:
                                                         strict=True)]  # fmt: skip
         sinks = self._sinks()
         self.release()
-        create = bool(autodiff._recording) and autodiff.Listeners.grad_enabled
+        create = bool(Listeners.recording) and Listeners.grad_enabled
         deliver = lambda node: sinks.get(node) or autodiff.retained_sink(node)
         autodiff.run_backward(ys, dys, deliver, create_graph=create)
 
@@ -153,7 +154,7 @@ def vjp(fn: Callable, *primals: Any) -> tuple[Tensor, Callable]:
             i = slots.get(node)
             return None if i is None else (lambda g: grads.__setitem__(i, g))
 
-        create = bool(autodiff._recording) and Listeners.grad_enabled
+        create = bool(Listeners.recording) and Listeners.grad_enabled
         autodiff.run_backward([out], [as_tensor(cotangent, out.dtype)], collect, True, create)
         return tuple(
             Tensor(np.zeros(x.shape, x.dtype)) if g is None else g

@@ -63,8 +63,13 @@ def save(state: Mapping[str, Any], path: str | os.PathLike) -> None:
 
 
 def _default_mode() -> int:
-    umask = os.umask(0)
-    os.umask(umask)
+    """0o666 less the umask, read without setting it (os.umask would change it for every
+    thread for a moment: another thread's new file got mode 0666)."""
+    try:
+        with open("/proc/self/status") as f:
+            umask = next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError):
+        umask = 0o022  # the usual one, where the kernel does not say
     return 0o666 & ~umask
 
 

@@ -37,6 +37,7 @@ class _Listeners(threading.local):
         self.tracers: list[Any] = []
         self.grad_enabled = True
         self.phase = "forward"
+        self.recording: list[Any] = []  # GradManagers recording in this thread, outermost first
 
 
 Listeners = _Listeners()

@@ -23,7 +23,7 @@ from pathlib import Path
 from types import ModuleType
 
 import numba
-from numba.core.caching import _CacheLocator
+from numba.core.caching import CacheImpl, UserProvidedCacheLocator, _CacheLocator
 
 ENV_VAR = "TRACEGRAD_CACHE_DIR"
 
@@ -38,7 +38,8 @@ def cache_dir() -> Path:
 
 def private_dir(path: Path) -> Path:
     """`path`, created with mode 0700 and tightened to it if it is ours; a fresh temporary
-    directory (and a warning) if it belongs to someone else or cannot be created."""
+    directory (and a warning) if it belongs to someone else, cannot be created or cannot be
+    written (a read-only cache would make every process compile every kernel, unsaid)."""
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         info = path.stat()
@@ -46,6 +47,8 @@ def private_dir(path: Path) -> Path:
             raise PermissionError(f"{path} belongs to another user")
         if stat.S_IMODE(info.st_mode) != 0o700:
             path.chmod(0o700)
+        with tempfile.TemporaryFile(dir=path):
+            pass  # writable: EROFS or EACCES would show here
         return path
     except OSError as e:
         fallback = Path(tempfile.mkdtemp(prefix="tracegrad-kernels-"))
@@ -100,6 +103,25 @@ class KernelCache:
             for entry in place.glob(f"*{module_name}.*"):  # with gufuncs' "guf-" files
                 entry.unlink(missing_ok=True)
 
+
+class _FallbackLocator(UserProvidedCacheLocator):
+    """Numba's last resort for where to cache a `cache=True` function: under tracegrad's kernel
+    cache directory. Without it, a read-only install with an unwritable home directory cannot
+    even import tracegrad.kernels ("no locator available"), whatever $TRACEGRAD_CACHE_DIR says."""
+
+    def __init__(self, py_func: Callable, py_file: str):
+        self._py_file = py_file
+        self._lineno = py_func.__code__.co_firstlineno
+        subpath = self.get_suitable_cache_subpath(py_file)
+        self._cache_path = str(default_cache().directory / "numba" / subpath)
+
+    @classmethod
+    def from_function(cls, py_func: Callable, py_file: str) -> _FallbackLocator | None:
+        return super(UserProvidedCacheLocator, cls).from_function(py_func, py_file)
+
+
+if _FallbackLocator not in CacheImpl._locator_classes:
+    CacheImpl._locator_classes.append(_FallbackLocator)
 
 _caches: dict[Path, KernelCache] = {}
 
