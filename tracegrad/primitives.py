@@ -339,7 +339,7 @@ _erf_object = np.frompyfunc(math.erf, 1, 1)
 def _erf(x):
     """erf with Python's math.erf per element (NumPy has none): exact, not fast."""
     x = np.asarray(x)
-    return _erf_object(x).astype(x.dtype if x.dtype.kind == "f" else np.float64)
+    return np.asarray(_erf_object(x), x.dtype if x.dtype.kind == "f" else np.float64)
 
 
 def _softplus(x):

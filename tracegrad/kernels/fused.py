@@ -290,10 +290,11 @@ def _spans(shape, domain, groups) -> tuple[bool, ...]:
 
 
 def _c_view(a: np.ndarray, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """`a` as a C-contiguous array of `shape` and `dtype`: a view when it already is one."""
+    """`a` as a C-contiguous, writeable array of `shape` and `dtype` (the kernel's signature
+    says so; a read-only constant or argument is copied): a view when it already is one."""
     a = np.asarray(a).reshape(shape)
-    if a.dtype != dtype or not a.flags.c_contiguous:
-        a = np.ascontiguousarray(a, dtype)
+    if a.dtype != dtype or not a.flags.c_contiguous or not a.flags.writeable:
+        a = np.array(a, dtype, order="C")
     return a
 
 
