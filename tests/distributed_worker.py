@@ -51,6 +51,18 @@ def train(trace: str, opt: str, x, y, callback=None, distributed: bool = False) 
     return [p.numpy().copy() for p in model.parameters()], (step.source if trace else "")
 
 
+def vjp_through_allreduce() -> list:
+    """Every rank's d(sum over ranks s of c_s * sum(allreduce(w_r * x_r)))/dx_r, gathered."""
+    r = dist.rank()
+    x = tg.tensor(np.array([1.0, 2.0], np.float32))
+    with tg.GradManager().attach(x) as gm:
+        total = tg.allreduce(x * float(r + 2), op="sum", timeout=20)
+        gm.backward((total * float(r + 1)).sum())
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD.gather(x.grad.numpy(), root=0)
+
+
 def main(mode: str, out: str) -> None:
     dist.init()
     x, y = dist.shard(*batch())
@@ -62,6 +74,7 @@ def main(mode: str, out: str) -> None:
             for i, p in enumerate(params):
                 results[f"{trace}-{opt}-{i}"] = p
             results[f"{trace}-{opt}-source"] = np.array(source)
+        results["vjp"] = np.array(vjp_through_allreduce())
         if dist.rank() == 0:
             np.savez(out, **results)
         return

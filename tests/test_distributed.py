@@ -39,10 +39,17 @@ def launch(mode: str, out: Path | str = "-", ranks: int = 2) -> tuple[int, str, 
     return done.returncode, done.stdout + done.stderr, time.monotonic() - start
 
 
-def test_two_ranks_with_half_the_batch_each_match_one_process_with_all_of_it(tmp_path):
-    code, output, _ = launch("equal", tmp_path / "params.npz")
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    """What 2 ranks with half the batch each computed (tests/distributed_worker.py)."""
+    out = tmp_path_factory.mktemp("ranks") / "params.npz"
+    code, output, _ = launch("equal", out)
     assert code == 0, output
-    got = np.load(tmp_path / "params.npz")
+    return dict(np.load(out))
+
+
+def test_two_ranks_with_half_the_batch_each_match_one_process_with_all_of_it(two_ranks):
+    got = two_ranks
     worker = load_worker()
     x, y = worker.batch()
     for trace, opt in worker.COMBOS:
@@ -52,9 +59,18 @@ def test_two_ranks_with_half_the_batch_each_match_one_process_with_all_of_it(tmp
             np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6, err_msg=f"{trace} {opt} {i}")
         alone, _ = worker.train(trace, opt, x[:8], y[:8])  # without the other half: different
         assert not np.allclose(alone[0], expected[0], rtol=1e-3)
-    source = str(got["numpy-sgd-source"])  # the traced plan shows the collective, in the arena
-    lines = [line for line in source.splitlines() if "allreduce" in line]
-    assert len(lines) == 4 and all("out=_arena[" in line for line in lines)
+    for backend in ("numpy", "numba"):  # the plan shows each collective, its buffer in the arena
+        lines = [s for s in str(got[f"{backend}-adam-source"]).splitlines() if "del " not in s]
+        at = [i for i, line in enumerate(lines) if "allreduce" in line]
+        assert len(at) == 4 and all("out=_arena[" in lines[i] for i in at)
+        assert all("# update:" in lines[i + 1] for i in at)  # the optimizer reads it right away
+
+
+def test_the_gradient_of_an_allreduce_is_the_allreduce_of_the_gradients(two_ranks):
+    """Rank r computes c_r * sum(allreduce(w_r * x_r)) with c_r = r + 1, w_r = r + 2: the total
+    loss over ranks reads x_r through every rank's result, so its gradient is (c_0 + c_1) * w_r."""
+    got = two_ranks["vjp"]
+    np.testing.assert_allclose(got, [[6.0, 6.0], [9.0, 9.0]])
 
 
 def test_a_rank_that_raises_stops_every_rank_with_an_error_naming_it():
