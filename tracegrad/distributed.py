@@ -71,13 +71,15 @@ def world_size() -> int:
     return _world().Get_size()
 
 
-def broadcast_parameters(params: Iterable[Tensor], root: int = 0) -> None:
+def broadcast_parameters(
+    params: Iterable[Tensor], root: int = 0, timeout: float | None = None
+) -> None:
     """Overwrite every rank's parameters with rank `root`'s, so all ranks start alike."""
     comm = _world()
     with no_grad():
         for p in params:
             buf = np.ascontiguousarray(p.numpy())
-            comm.Bcast(buf, root=root)
+            P.wait_request(comm.Ibcast(buf, root=root), timeout, f"broadcast on rank {rank()}")
             p._assign(Tensor(buf))
 
 
