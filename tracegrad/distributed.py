@@ -101,7 +101,9 @@ class AllReduce:
     small gradients; a large one is sent from its own buffer); a full bucket is sent at once
     with a non-blocking all-reduce, so communication overlaps the rest of backward. The returned
     tensors are filled by `flush()`, which GradManager calls at the end of backward. Traced, it
-    adds an `allreduce` node to the step's graph. `timeout` (seconds) bounds every wait."""
+    adds an `allreduce` node to the step's graph. `timeout` (seconds) bounds every wait.
+    Every rank must deliver the same gradients in the same order (the same model and step), as
+    the buckets are matched by position; otherwise the wait times out or MPI reports a mismatch."""
 
     def __init__(self, op: str, bucket_bytes: int, timeout: float | None):
         if op not in ("sum", "mean"):
