@@ -20,6 +20,7 @@ from sklearn.model_selection import train_test_split
 from tqdm import tqdm
 
 import tracegrad as tg
+from tracegrad import distributed as dist  # mpi4py is imported only by dist.init()
 from tracegrad import nn, optim
 from tracegrad.nn import functional as F
 
@@ -52,8 +53,6 @@ def train(
     model = make_model()
     callbacks = []
     if distributed:
-        from tracegrad import distributed as dist
-
         dist.init()
         dist.broadcast_parameters(model.parameters())
         callbacks = [dist.make_allreduce_cb("mean")]
@@ -106,7 +105,8 @@ def main() -> None:
     model, _ = train(epochs=args.epochs, seed=args.seed, trace=not args.eager,
                      distributed=args.distributed, progress=not args.distributed)  # fmt: skip
     _, x_test, _, y_test = load_data(args.seed)
-    print(f"test accuracy: {accuracy(model, x_test, y_test):.3f}")
+    if not args.distributed or dist.rank() == 0:  # every rank holds the same model
+        print(f"test accuracy: {accuracy(model, x_test, y_test):.3f}")
 
 
 if __name__ == "__main__":
