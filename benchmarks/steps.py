@@ -207,8 +207,9 @@ def build_jax(w: Workload) -> Step:
 # --- tracegrad ----------------------------------------------------------------------------------
 
 
-def _tracegrad_step(w: Workload) -> tuple[Callable, tuple]:
-    """The user's step in tracegrad's core API, and its tensor arguments."""
+def _tracegrad_step(w: Workload, callbacks: list | None = None) -> tuple[Callable, tuple]:
+    """The user's step in tracegrad's core API, and its tensor arguments (`callbacks` for the
+    GradManager: distributed.py's all-reduce)."""
     import tracegrad as tg
 
     params = [
@@ -216,7 +217,7 @@ def _tracegrad_step(w: Workload) -> tuple[Callable, tuple]:
         for a, b in init_params(w)
     ]
     flat = [p for pair in params for p in pair]
-    gm = tg.GradManager().attach(flat)
+    gm = tg.GradManager().attach(flat, callbacks=callbacks)
     opt = tg.optim.SGD(flat, lr=LEARNING_RATE)
     x, labels = make_batch(w)
     act = (

@@ -2,9 +2,12 @@
 
     pip install -e ".[examples]"
     python examples/train_digits.py
+    mpiexec -n 2 python examples/train_digits.py --distributed   # needs the [distributed] extra
 
 Written as a user would: a Module, a GradManager and an optimizer; the whole training step is
 compiled with @tracegrad.trace (`--eager` runs it uncompiled). Same seed, same result.
+With `--distributed` every MPI rank trains on its part of each batch and the gradients are
+averaged over ranks (tracegrad.distributed), so N ranks take the same steps as one process.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from sklearn.model_selection import train_test_split
 from tqdm import tqdm
 
 import tracegrad as tg
+from tracegrad import distributed as dist  # mpi4py is imported only by dist.init()
 from tracegrad import nn, optim
 from tracegrad.nn import functional as F
 
@@ -40,12 +44,19 @@ def train(
     max_steps: int | None = None,
     progress: bool = True,
     trace: bool = True,
+    distributed: bool = False,
 ) -> tuple[nn.Module, list[float]]:
-    """Train from scratch; returns the model and every step's loss (`max_steps` stops early)."""
+    """Train from scratch; returns the model and every step's loss (`max_steps` stops early).
+    `distributed`: this process is one MPI rank of several (the losses are this rank's)."""
     x_train, _, y_train, _ = load_data(seed)
     nn.manual_seed(seed)
     model = make_model()
-    gm = tg.GradManager().attach(model.parameters())
+    callbacks = []
+    if distributed:
+        dist.init()
+        dist.broadcast_parameters(model.parameters())
+        callbacks = [dist.make_allreduce_cb("mean")]
+    gm = tg.GradManager().attach(model.parameters(), callbacks=callbacks)
     opt = optim.Adam(model.parameters(), lr=lr)
 
     def train_step(x: np.ndarray, y: np.ndarray) -> tg.Tensor:
@@ -68,6 +79,8 @@ def train(
         first = len(losses)
         for start in bar:
             idx = order[start : start + batch_size]
+            if distributed:
+                idx = dist.shard(idx)
             losses.append(train_step(x_train[idx], y_train[idx]).item())
             bar.set_postfix(loss=f"{np.mean(losses[first:]):.4f}", refresh=False)
             if max_steps is not None and len(losses) >= max_steps:
@@ -87,10 +100,13 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--eager", action="store_true", help="run the step eagerly, uncompiled")
+    parser.add_argument("--distributed", action="store_true", help="one MPI rank of several")
     args = parser.parse_args()
-    model, _ = train(epochs=args.epochs, seed=args.seed, trace=not args.eager)
+    model, _ = train(epochs=args.epochs, seed=args.seed, trace=not args.eager,
+                     distributed=args.distributed, progress=not args.distributed)  # fmt: skip
     _, x_test, _, y_test = load_data(args.seed)
-    print(f"test accuracy: {accuracy(model, x_test, y_test):.3f}")
+    if not args.distributed or dist.rank() == 0:  # every rank holds the same model
+        print(f"test accuracy: {accuracy(model, x_test, y_test):.3f}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Scheduling: a topological order that lowers peak memory. Nodes keep their traced order, except
 that optimizer-update nodes run as soon as they are ready, so each gradient dies right after its
-parameter is updated instead of all gradients living until the end of the step."""
+parameter is updated instead of all gradients living until the end of the step, and so do ops
+that start early (collectives: the other ranks wait for this one to join)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from .base import PassStats
 def schedule(graph: Graph) -> tuple[Graph, PassStats]:
     producer: dict[Value, int] = {v: i for i, n in enumerate(graph.nodes) for v in n.outputs}
     waits_for = _update_dependencies(graph, producer)
-    priority = [-1 if n.phase == "update" else i for i, n in enumerate(graph.nodes)]
+    early = [n.phase == "update" or n.prim.starts_early for n in graph.nodes]
+    priority = [-1 if e else i for i, e in enumerate(early)]
     waiting = [len(w) for w in waits_for]
     readers: dict[Value, list[int]] = {}
     for i, values in enumerate(waits_for):

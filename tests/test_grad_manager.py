@@ -81,6 +81,38 @@ def test_callbacks_run_in_order_before_accumulation() -> None:
     np.testing.assert_allclose(w.grad.numpy(), [107.0, 107.0])
 
 
+class Deferred:
+    """An asynchronous callback, as the MPI all-reduce is: it returns an empty gradient and
+    fills it (here: with 3 x the true one) only when flushed."""
+
+    def __init__(self) -> None:
+        self.waiting: list = []
+        self.flushes = 0
+
+    def __call__(self, t: tg.Tensor, g: tg.Tensor) -> tg.Tensor:
+        out = np.full(g.shape, np.nan)
+        self.waiting.append((g.numpy().copy(), out))
+        return tg.tensor(out)
+
+    def flush(self) -> None:
+        self.flushes += 1
+        for g, out in self.waiting:
+            out[...] = 3.0 * g
+        self.waiting = []
+
+
+def test_a_callback_with_flush_is_flushed_before_its_gradients_accumulate() -> None:
+    w, v = param(1.0, 2.0), param(3.0)
+    cb = Deferred()
+    gm = GradManager().attach([w, v], callbacks=cb)
+    for step in (1, 2):  # the second backward accumulates into the existing grads
+        with gm:
+            gm.backward((w * w).sum() + (v * w[0]).sum())
+        assert cb.flushes == step  # once per backward, however many tensors it serves
+        np.testing.assert_allclose(w.grad.numpy(), step * 3.0 * np.array([2.0 + 3.0, 4.0]))
+        np.testing.assert_allclose(v.grad.numpy(), step * 3.0 * np.array([1.0]))
+
+
 def test_single_callback_and_callbacks_added_by_reattaching() -> None:
     w = param(1.0)
     gm = GradManager().attach(w, callbacks=lambda t, g: g * 2.0)

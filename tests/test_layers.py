@@ -23,7 +23,7 @@ LAYERS = {
     1: ["tracegrad.tensor", "tracegrad.pytree", "tracegrad.api", "tracegrad.autodiff",
         "tracegrad.grad_manager", "tracegrad.tracer", "tracegrad.serialization",
         "tracegrad.random"],  # front end
-    2: ["tracegrad.nn", "tracegrad.optim"],
+    2: ["tracegrad.nn", "tracegrad.optim", "tracegrad.distributed"],
     3: ["passes", "tracegrad.codegen", "tracegrad.kernels"],  # compiler: sees only the core
     4: ["tracegrad.runtime"],
     5: ["tracegrad"],  # the package's front door imports everything

@@ -216,6 +216,24 @@ def test_schedule_runs_updates_as_soon_as_ready():
     same_results(g, after, rand(3), rand(3))
 
 
+def test_schedule_starts_collectives_as_soon_as_ready_and_the_plan_places_their_results():
+    """An all-reduce traced after unrelated backward work runs before it (its peers wait for
+    it), its result gets an arena buffer, and the update reading it follows it."""
+    p, gin = val(3), val(3)
+    n1, g1 = node("neg", [gin], (3,), "backward")
+    n2, g2 = node("exp", [gin], (3,), "backward")
+    n3, g3 = node("add", [g2, g1], (3,), "backward")
+    r = val(3)
+    n4 = Node(PRIMITIVES["allreduce"], [g1], [r], {"op": "mean", "timeout": None}, "", "backward")
+    n5, new_p = node("sub", [p, r], (3,), "update")
+    after, _ = passes.schedule(Graph([p, gin], [n1, n2, n3, n4, n5], [g3, new_p]))
+    assert [n.op for n in after.nodes] == ["neg", "allreduce", "sub", "exp", "add"]
+    assert r in check_plan(after).offsets
+    k, r = const([1.0, 2.0, 3.0]), val(3)  # every rank's sum of a constant is not a constant
+    n = Node(PRIMITIVES["allreduce"], [k], [r], {"op": "sum", "timeout": None}, "", "forward")
+    assert [n.op for n in passes.simplify(Graph([], [n], [r]))[0].nodes] == ["allreduce"]
+
+
 def test_memory_plan_frees_at_last_use_and_reuses_dying_buffers():
     x = val(1000)
     n1, a = node("exp", [x], (1000,))

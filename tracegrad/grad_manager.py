@@ -35,7 +35,9 @@ class GradManager:
         callbacks: Callback | Sequence[Callback] | None = None,
     ) -> GradManager:
         """Track `tensors` (held weakly); `callbacks` run as `cb(tensor, grad) -> grad`, in order,
-        before the gradient is accumulated. Attaching again adds callbacks, not duplicates."""
+        before the gradient is accumulated. Attaching again adds callbacks, not duplicates.
+        A callback with a `flush()` method is flushed at the end of `backward`, before the
+        gradients it returned are accumulated (an asynchronous one goes last)."""
         tensors = [tensors] if isinstance(tensors, Tensor) else list(tensors)
         callbacks = [callbacks] if callable(callbacks) else list(callbacks or ())
         for t in tensors:
@@ -109,27 +111,39 @@ class GradManager:
         else:
             dys = [as_tensor(d, t.dtype) for t, d in zip(ys, [dy] if isinstance(dy, Tensor) else dy,
                                                         strict=True)]  # fmt: skip
-        sinks = self._sinks()
+        pending: list[tuple[Tensor, Tensor]] = []
+        sinks = self._sinks(pending)
         self.release()
         create = bool(Listeners.recording) and Listeners.grad_enabled
         deliver = lambda node: sinks.get(node) or autodiff.retained_sink(node)
         autodiff.run_backward(ys, dys, deliver, create_graph=create)
+        callbacks = (cb for _, cbs in self._attached.values() for cb in cbs)
+        for cb in dict.fromkeys(cb for cb in callbacks if hasattr(cb, "flush")):
+            cb.flush()
+        for t, g in pending:
+            autodiff.accumulate(t, g)
 
-    def _sinks(self) -> dict[Any, Callable[[Tensor], None]]:
+    def _sinks(self, pending: list) -> dict[Any, Callable[[Tensor], None]]:
         """Node -> delivery into the attached tensor whose gradient arrives there."""
         sinks = {}
         for ref, callbacks in self._attached.values():
             t = ref()
             node = None if t is None else autodiff.edge(t)
             if node is not None:
-                sinks[node] = functools.partial(_deliver, t, callbacks)
+                sinks[node] = functools.partial(_deliver, t, callbacks, pending)
         return sinks
 
 
-def _deliver(t: Tensor, callbacks: list[Callback], g: Tensor) -> None:
+def _deliver(t: Tensor, callbacks: list[Callback], pending: list, g: Tensor) -> None:
+    """Run the callbacks, then accumulate; a callback with a `flush()` method (an asynchronous
+    one, such as a non-blocking all-reduce) returns a gradient whose data is only there once
+    `flush()` returned, so that accumulation waits until the end of `backward`."""
     for cb in callbacks:
         g = cb(t, g)
-    autodiff.accumulate(t, g)
+    if any(hasattr(cb, "flush") for cb in callbacks):
+        pending.append((t, g))
+    else:
+        autodiff.accumulate(t, g)
 
 
 # --- functional transformations -----------------------------------------------------------------

@@ -15,6 +15,7 @@ from __future__ import annotations
 import builtins
 import functools
 import math
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -115,6 +116,11 @@ class Primitive:
         """Each result element is computed from same-index input elements, through `out=`:
         writing the result into a dying input's buffer is safe."""
         return self.kind == "elementwise" and self.accepts_out
+
+    @property
+    def starts_early(self) -> bool:
+        """Runs as soon as its inputs exist: a collective's peers wait for this rank to join."""
+        return self.kind == "collective"
 
     def vjp_rule(self, i: int) -> Callable | None:
         if callable(self.vjp):
@@ -590,6 +596,48 @@ def _check_range(x, *, lo, hi, what, where):
 check_range = Primitive("check_range", _check_range, _same, kind="check")
 
 fused = Composite("fused")
+
+
+# --- collectives ---------------------------------------------------------------------------------
+
+
+def wait_request(request: Any, timeout: float | None, what: str) -> None:
+    """Wait for a non-blocking MPI request; past `timeout` seconds, raise TimeoutError (the
+    process's excepthook then aborts every rank instead of letting them hang). It polls and
+    sleeps (10 us, doubling up to 250 us) instead of spinning in MPI_Wait, which would take a
+    core from the peer ranks and other processes of a shared host while it waits for them."""
+    deadline = math.inf if timeout is None else time.monotonic() + timeout
+    pause = 1e-5
+    while not request.Test():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: no answer from the other ranks within {timeout} s")
+        time.sleep(pause)
+        pause = builtins.min(2 * pause, 2.5e-4)
+
+
+def _allreduce(x: np.ndarray, *, op: str, timeout: float | None, out: Any = None) -> np.ndarray:
+    """MPI all-reduce over COMM_WORLD (mpi4py is imported only when a step runs one)."""
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    out = np.empty(x.shape, x.dtype) if out is None else out
+    wait_request(comm.Iallreduce(np.ascontiguousarray(x), out, op=MPI.SUM), timeout, "allreduce")
+    if op == "mean":
+        np.multiply(out, x.dtype.type(1.0 / comm.size), out=out)
+    return out
+
+
+def _allreduce_rule(x, *, op, timeout):
+    if op not in ("sum", "mean"):
+        raise ValueError(f"op must be 'sum' or 'mean', not {op!r}")
+    return _floating(x)
+
+
+# Every rank's sum (or mean) of x. Summed over ranks, each rank's loss reads every rank's x
+# through the result, so the gradient is the same all-reduce of the cotangents.
+allreduce = Primitive("allreduce", _allreduce, _allreduce_rule,
+                      (lambda g, out, x, op, timeout: allreduce(g, op=op, timeout=timeout),),
+                      kind="collective", accepts_out=True)  # fmt: skip
 
 
 __all__ = ["PRIMITIVES", "Composite", "Primitive", "defprimitive", "sum_to"] + [
