@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import threading
 import tracemalloc
 import warnings
@@ -20,7 +21,7 @@ import numpy as np
 import passes
 from passes.memory import ALIGN, MemoryPlan, plan_memory
 
-from . import ir, pytree
+from . import ir, pytree, viz
 from .codegen import compile_source, generate, identifier, lower
 from .tensor import Tensor
 from .tracer import Capture, capture, signature
@@ -101,12 +102,14 @@ class Traced:
         self.fn, self.backend, self.passes = fn, backend, passes
         self.plans: dict[Any, list[Plan]] = {}
         self.latest: Plan | None = None
+        self.dumped: list[str] = []  # directories TRACEGRAD_DUMP wrote, one per plan
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         leaves, key = signature(args, kwargs)
         plan = next((p for p in self.plans.get(key, []) if p.capture.guards_hold()), None)
-        if plan is None:
+        new = plan is None
+        if new:
             plan = self._compile(capture(self.fn, args, kwargs))
             self.plans.setdefault(key, []).append(plan)
             if len(self.plans[key]) == RETRACES_WARNED:
@@ -117,7 +120,18 @@ class Traced:
                     stacklevel=2,
                 )
         self.latest = plan
-        return plan(leaves)
+        result = plan(leaves)
+        if new and os.environ.get("TRACEGRAD_DUMP"):  # after the call: its measured peak
+            self.dumped.append(
+                viz.dump(
+                    plan,
+                    report(plan),
+                    os.environ["TRACEGRAD_DUMP"],
+                    self.fn.__name__,
+                    sum(map(len, self.plans.values())),
+                )
+            )
+        return result
 
     def _compile(self, cap: Capture) -> Plan:
         return compile_plan(cap, self.backend, self.passes, self.fn.__name__)
@@ -137,8 +151,14 @@ class Traced:
         """The generated Python source of the latest plan."""
         return self._plan().source
 
-    def report(self) -> str:
-        return report(self._plan())
+    def report(self) -> viz.Report:
+        """The latest plan's report: prints as text; `.to_html(path)` writes the page."""
+        return viz.Report(report(self._plan()), self._plan(), self.fn.__name__)
+
+    def memory_timeline(self, path: str | None = None) -> Any:
+        """The latest plan's live bytes over its nodes, as a matplotlib Figure (saved to
+        `path` if given); needs `pip install "tracegrad[viz]"`."""
+        return viz.memory_timeline(self._plan(), path)
 
 
 def trace(
