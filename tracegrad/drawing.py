@@ -4,8 +4,8 @@ pip-only install still gets one. Either way the SVG has one `tg_node` element pe
 a fused group inside the group's cluster), coloured by phase, the producers of values saved for
 backward outlined in red, and a tooltip per op: op, result types, phase, the user's line.
 
-Core layer: it reads the graph alone; matplotlib is imported only when it draws (the `viz`
-extra)."""
+Core layer: it reads the graph alone (duck-typed, since `ir` imports it); matplotlib is
+imported only when it draws (the `viz` extra)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
-from .ir import Graph, Node, Value
+Graph = Node = Value = Any  # ir's types: not imported, since ir.Graph.to_svg imports this module
 
 PHASE_COLOURS = {
     "forward": "#a6cee3",
@@ -92,7 +92,7 @@ def scene(graph: Graph) -> Scene:
     for i, n in enumerate(graph.nodes):
         body = n.attrs.get("body") if n.prim.kind == "composite" else None
         key = f"op{i}"
-        if isinstance(body, Graph):
+        if body is not None:
             c = Cluster(key, f"fused ({len(body.nodes)} ops)")
             c.members = [_box(f"{key}m{j}", m, names, saved) for j, m in enumerate(body.nodes)]
             made = {v: f"{key}m{j}" for j, m in enumerate(body.nodes) for v in m.outputs}
@@ -150,10 +150,9 @@ def _dot_node(b: Box) -> str:
     border = f', color="{SAVED_COLOUR}", penwidth=2.5' if b.saved else ""
     shape = "ellipse" if b.phase == "input" else "box"
     cls = "tg_input" if b.phase == "input" else "tg_node"
-    tip = b.tooltip.replace("\n", "&#10;")
     return (
         f"  {b.key} [id={_q(b.key)}, class={_q(cls)}, shape={shape}, style=filled, "
-        f'fillcolor="{fill}", label={_q(b.label)}, tooltip={_q(tip)}{border}];'
+        f'fillcolor="{fill}", label={_q(b.label)}, tooltip={_q(b.tooltip)}{border}];'
     )
 
 

@@ -17,6 +17,7 @@ import re
 import sys
 import time
 import tracemalloc
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +77,12 @@ def lifetimes(plan: Any) -> list[Lifetime]:
     saved = set(graph.residuals())
     born = {v: i for i, n in enumerate(graph.nodes) for v in n.outputs}
     handed = {old: born[new] - 1 for new, old in plan.memory.reuse.items()}  # buffer taken over
+    users = graph.users()
+    for n in graph.nodes:  # what backward hands to the update: gradients, held or not
+        if n.phase == "backward":
+            for v in n.outputs:
+                if any(u.phase == "update" for u in users.get(v, ())):
+                    kinds.setdefault(v, "gradients")
     out = [Lifetime(v, kinds[v], -1, end, None) for v in graph.inputs]
     for i, n in enumerate(graph.nodes):
         if is_view(n):
@@ -452,7 +459,10 @@ def dump(plan: Any, text: str, root: str, name: str, index: int) -> str:
         f.write(str(plan.graph) + "\n")
     with open(os.path.join(where, "plan.py"), "w", encoding="utf-8") as f:
         f.write(plan.source)
-    plan.graph.to_svg(os.path.join(where, "graph.svg"))
-    memory_timeline(plan, os.path.join(where, "timeline.png"))
-    Report(text, plan, name).to_html(os.path.join(where, "report.html"))
+    try:
+        plan.graph.to_svg(os.path.join(where, "graph.svg"))
+        memory_timeline(plan, os.path.join(where, "timeline.png"))
+        Report(text, plan, name).to_html(os.path.join(where, "report.html"))
+    except ImportError as e:  # the step itself ran: say what is missing rather than fail it
+        warnings.warn(f"TRACEGRAD_DUMP wrote only the text files to {where}: {e}", stacklevel=3)
     return where
