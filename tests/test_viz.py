@@ -195,8 +195,11 @@ def test_report_prints_as_before_and_writes_one_page(step, tmp_path):
     )
     saved = page.split("Saved for backward")[1].split("<h2>")[0]
     assert saved.count("<tr>") == 1 + len(step.graph.residuals())
-    kernels = page.split("Slowest statements")[1].split("<h2>")[0]
-    assert "kernel" in kernels and " ms in all" in kernels
+    slowest = page.split("Slowest statements")[1].split("<h2>")[0]
+    assert " ms in all" in slowest and slowest.count("<tr>") == 1 + min(15, len(step.graph.nodes))
+    kernels = page.split("Kernels (slowest first)")[1].split("<h2>")[0]
+    n_kernels = sum(n.prim.kind == "composite" for n in step.graph.nodes)
+    assert kernels.count("<tr>") == 1 + n_kernels and f"{n_kernels} kernels" in kernels
     assert "def train_step(_arena" in page
 
 
