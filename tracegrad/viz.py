@@ -250,7 +250,7 @@ def timeline_figure(plan: Any, prof: Profile | None = None) -> Any:
     inputs = sum(v.nbytes for v in graph.inputs)
     planned = [_mib(inputs + b) for b in plan.memory.timeline]
     ax.step(x[: len(planned)], planned, where="post", color="black", lw=1.2,
-            label="planned: inputs + arena + fresh")  # fmt: skip
+            label="memory plan: inputs + arena + fresh")  # fmt: skip
     prof = prof or profile(plan)
     ax.plot(x[: len(prof.bytes_after)], _mib(np.array(prof.bytes_after)), "o", ms=2.5,
             color="#6a3d9a", label="measured (tracemalloc)")  # fmt: skip
