@@ -229,6 +229,20 @@ def test_dump_writes_each_signature(monkeypatch, tmp_path):
     second = Path(train_step.dumped[1])
     assert (second / "plan.py").read_text() == train_step.source
     assert (second / "graph.txt").read_text() == str(train_step.graph) + "\n"
+    another, _, _ = make_step(backend="numpy")  # a function of the same name: its own place
+    another(x, y)
+    assert [Path(d).name for d in another.dumped] == ["train_step-3"]
+
+
+@needs_mpl
+def test_readme_pictures_script(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("pictures", ROOT / "examples/pictures.py")
+    pictures = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pictures)
+    monkeypatch.setattr(sys, "argv", ["pictures.py", "-o", str(tmp_path)])
+    pictures.main()
+    for name in ("graph.png", "timeline.png"):
+        assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
 
 
 def test_cli_help_and_report(tmp_path):

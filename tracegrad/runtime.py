@@ -122,15 +122,8 @@ class Traced:
         self.latest = plan
         result = plan(leaves)
         if new and os.environ.get("TRACEGRAD_DUMP"):  # after the call: its measured peak
-            self.dumped.append(
-                viz.dump(
-                    plan,
-                    report(plan),
-                    os.environ["TRACEGRAD_DUMP"],
-                    self.fn.__name__,
-                    sum(map(len, self.plans.values())),
-                )
-            )
+            where = os.environ["TRACEGRAD_DUMP"]
+            self.dumped.append(viz.dump(plan, report(plan), where, self.fn.__name__))
         return result
 
     def _compile(self, cap: Capture) -> Plan:

@@ -147,8 +147,9 @@ def profile(plan: Any, repeat: int = 3) -> Profile:
     runs = []
     views, lent = run.arena.lend(run.layout)  # between steps: lent, or a buffer of its own
     try:
-        for _ in range(repeat):
-            runs.append(_instrumented(run.run, views, inputs, owner, len(graph.nodes), fixed))
+        with np.errstate(all="ignore"):  # zeros may divide by zero: nobody reads the values
+            for _ in range(repeat):
+                runs.append(_instrumented(run.run, views, inputs, owner, len(graph.nodes), fixed))
     finally:
         if lent:
             run.arena.give_back()
@@ -471,9 +472,14 @@ def html_page(plan: Any, text: str, name: str = "step") -> str:
 # --- TRACEGRAD_DUMP -----------------------------------------------------------------------------
 
 
-def dump(plan: Any, text: str, root: str, name: str, index: int) -> str:
+_dumps: dict[tuple[str, str], int] = {}  # (root, function name) -> plans dumped there so far
+
+
+def dump(plan: Any, text: str, root: str, name: str) -> str:
     """Write graph.txt, graph.svg, plan.py, timeline.png and report.html for one plan into
-    `root/<name>-<index>/`; returns that directory."""
+    `root/<name>-<n>/` (n counts this process's plans of functions so named); returns that
+    directory."""
+    _dumps[root, name] = index = _dumps.get((root, name), 0) + 1
     where = os.path.join(root, f"{name}-{index}")
     os.makedirs(where, exist_ok=True)
     with open(os.path.join(where, "graph.txt"), "w", encoding="utf-8") as f:
