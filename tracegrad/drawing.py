@@ -86,7 +86,8 @@ def scene(graph: Graph) -> Scene:
     items: list[Box | Cluster] = []
     for i, v in enumerate(graph.inputs):
         key = f"in{i}"
-        items.append(Box(key, names[v], f"input {names[v]}: {v.type_str}", "input", v in saved))
+        label, tip = f"{names[v]}\n{v.type_str}", f"input {names[v]}: {v.type_str}"
+        items.append(Box(key, label, tip, "input", v in saved))
         owner[v] = key
     edges: dict[tuple[str, str], bool] = {}
     for i, n in enumerate(graph.nodes):
@@ -232,11 +233,11 @@ def _figure(sc: Scene) -> tuple[Any, list[tuple[Any, Box]]]:
     widths = [sum(_size(it)[0] for it in row) + gap * (len(row) - 1) for row in rows]
     heights = [max(_size(it)[1] for it in row) for row in rows]
     width = max(widths, default=1.0) + 0.4
-    height = sum(heights) + gap * len(rows) + 0.8
+    height = sum(heights) + gap * len(rows) + 1.6  # the top 1.0: the legend
     fig = Figure(figsize=(max(width, 6.0), height))
     ax = fig.add_axes((0, 0, 1, 1))
     ax.set_xlim(-max(width, 6.0) / 2, max(width, 6.0) / 2)
-    ax.set_ylim(-height + 0.6, 0.2)
+    ax.set_ylim(-height + 0.6, 1.0)
     ax.axis("off")
     centre: dict[str, tuple[float, float, float, float]] = {}  # key -> (x, y, w, h)
     tips: list[tuple[Any, Box]] = []
@@ -264,8 +265,7 @@ def _figure(sc: Scene) -> tuple[Any, list[tuple[Any, Box]]]:
         patch.set_gid(b.key)
         ax.add_patch(patch)
         tips.append((patch, b))
-        label = b.label if b.phase != "input" else b.label
-        ax.text(x, y, label, ha="center", va="center", fontsize=font)
+        ax.text(x, y, b.label, ha="center", va="center", fontsize=font)
 
     for it in sc.items:
         x, y, w, h = centre[it.key]
