@@ -102,9 +102,10 @@ def stacked(lives: list[Lifetime], n_nodes: int) -> np.ndarray:
 
 
 def live_at(lives: list[Lifetime], i: int) -> list[Lifetime]:
-    """The values live after node `i`, largest first."""
+    """The values live after node `i`, largest first; among equals, what the step made (the
+    values a user can do something about) before what it was given."""
     alive = [life for life in lives if life.born <= i <= life.died]
-    return sorted(alive, key=lambda life: -life.value.nbytes)
+    return sorted(alive, key=lambda life: (-life.value.nbytes, -KINDS.index(life.kind)))
 
 
 # --- one instrumented call --------------------------------------------------------------------
