@@ -256,6 +256,7 @@ def _build_traced(backend: str) -> Callable[[Workload], Step]:
 
         # what the plan keeps between steps (its arena), for memory.py to count with the step
         step.held_bytes = lambda: traced.latest.run.arena.buffer.nbytes
+        step.traced = traced  # for report.py
         return step
 
     return build_traced

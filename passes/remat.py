@@ -19,13 +19,8 @@ def _cheap(n: Node | None) -> bool:
 
 
 def saved_values(graph: Graph) -> list[Value]:
-    """Forward results (and graph inputs) that backward or update nodes read: the residuals."""
-    forward = {v for n in graph.nodes if n.phase == "forward" for v in n.outputs}
-    seen: dict[Value, None] = {}
-    for n in graph.nodes:
-        if n.phase != "forward":
-            seen.update((v, None) for v in n.inputs if v in forward)
-    return list(seen)
+    """Forward results that backward or update nodes read: the residuals."""
+    return graph.residuals()
 
 
 def _chain(v: Value, producers: dict[Value, Node], available: set[Value]) -> list[Node] | None:

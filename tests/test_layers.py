@@ -19,14 +19,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Each module's layer; a module may import only from its own layer or a lower one.
 LAYERS = {
-    0: ["tracegrad.errors", "tracegrad.ir", "tracegrad.primitives"],  # core
+    0: ["tracegrad.errors", "tracegrad.ir", "tracegrad.primitives", "tracegrad.drawing"],  # core
     1: ["tracegrad.tensor", "tracegrad.pytree", "tracegrad.api", "tracegrad.autodiff",
         "tracegrad.grad_manager", "tracegrad.tracer", "tracegrad.serialization",
         "tracegrad.random"],  # front end
     2: ["tracegrad.nn", "tracegrad.optim", "tracegrad.distributed"],
     3: ["passes", "tracegrad.codegen", "tracegrad.kernels"],  # compiler: sees only the core
-    4: ["tracegrad.runtime"],
-    5: ["tracegrad"],  # the package's front door imports everything
+    4: ["tracegrad.runtime", "tracegrad.viz"],
+    5: ["tracegrad", "tracegrad.__main__"],  # the package's front door imports everything
 }  # fmt: skip
 
 

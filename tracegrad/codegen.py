@@ -7,6 +7,8 @@ shows the plan's own line, which names the user's source line of that node in a 
 from __future__ import annotations
 
 import linecache
+import sys
+import time
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -151,6 +153,8 @@ def lower(graph: ir.Graph, backend: str) -> tuple[ir.Graph, dict[ir.Node, Callab
     """Compile each fused body into a kernel; a body the backend cannot compile, or too small to
     gain from it (or any body, on the NumPy backend), is spliced back as its member nodes."""
     nodes, kernels = [], {}
+    groups = sum(n.prim.kind == "composite" for n in graph.nodes)
+    progress = Progress(groups)
     for n in graph.nodes:
         if n.prim.kind != "composite":
             nodes.append(n)
@@ -165,7 +169,42 @@ def lower(graph: ir.Graph, backend: str) -> tuple[ir.Graph, dict[ir.Node, Callab
             nodes.append(n)
         except NotImplementedError:
             nodes.extend(body.nodes)
+        progress.step()
+    progress.close()
     return ir.Graph(graph.inputs, nodes, graph.outputs), kernels
+
+
+PROGRESS_AFTER = 2.0  # seconds of kernel compilation before saying so on stderr
+
+
+class Progress:
+    """A line on stderr once compiling a plan's kernels has taken PROGRESS_AFTER seconds
+    (redrawn in place on a terminal); silent when the kernels come from the cache."""
+
+    def __init__(self, total: int, stream: Any = None):
+        self.total, self.done, self.shown, self.last = total, 0, False, -1.0
+        self.start = time.perf_counter()
+        self.stream = stream or sys.stderr
+
+    def step(self) -> None:
+        self.done += 1
+        elapsed = time.perf_counter() - self.start
+        tty = getattr(self.stream, "isatty", lambda: False)()
+        due = tty or elapsed - self.last >= 1.0  # a log gets a line a second at most
+        if elapsed >= PROGRESS_AFTER and self.done < self.total and due:
+            end, self.last = ("\r" if tty else "\n"), elapsed
+            self.stream.write(f"tracegrad: compiling kernels {self.done}/{self.total} "
+                              f"({elapsed:.1f} s){end}")  # fmt: skip
+            self.stream.flush()
+            self.shown = True
+
+    def close(self) -> None:
+        elapsed = time.perf_counter() - self.start
+        if self.shown or (elapsed >= PROGRESS_AFTER and self.total):
+            self.stream.write(
+                f"tracegrad: compiled {self.total} kernel groups in {elapsed:.1f} s\n"
+            )
+            self.stream.flush()
 
 
 def _elements(body: ir.Graph) -> int:

@@ -129,6 +129,15 @@ class Graph:
         """How many nodes apply the op named `op` (for inspection)."""
         return sum(n.op == op for n in self.nodes)
 
+    def residuals(self) -> list[Value]:
+        """Forward results that backward or update nodes read: the values saved for backward."""
+        forward = {v for n in self.nodes if n.phase == "forward" for v in n.outputs}
+        seen: dict[Value, None] = {}
+        for n in self.nodes:
+            if n.phase != "forward":
+                seen.update((v, None) for v in n.inputs if v in forward)
+        return list(seen)
+
     def verify(self) -> Graph:
         """Check single assignment in order (every value read is an input, a constant or an
         earlier result; each is defined once) and re-run every node's shape rule against its
@@ -236,6 +245,14 @@ class Graph:
             for v in n.outputs:
                 g.add_edge(key, names[v])
         return g
+
+    def to_svg(self, path: str | None = None, engine: str | None = None) -> str:
+        """A picture of the graph as SVG text (written to `path` too): Graphviz's `dot` lays it
+        out when installed, else matplotlib (`pip install "tracegrad[viz]"`). Phases coloured,
+        fused groups as clusters, producers of saved values outlined, tooltips per op."""
+        from .drawing import to_svg
+
+        return to_svg(self, path, engine)
 
     def to_dot(self) -> str:
         """Graphviz text: boxes for ops, ellipses for values."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import linecache
 import math
+import os
 import threading
 import traceback
 import tracemalloc
@@ -24,7 +25,7 @@ import passes
 from passes.base import is_view
 from passes.memory import ALIGN, MemoryPlan, plan_memory
 
-from . import ir, pytree
+from . import ir, pytree, viz
 from .codegen import compile_source, generate, identifier, lower
 from .tensor import Tensor
 from .tracer import Capture, TraceError, capture, signature
@@ -154,13 +155,15 @@ class Traced:
         self.dynamic: frozenset[int] = frozenset()  # float arguments that are plan inputs
         self.static: set[int] = set()  # float arguments the step uses as Python numbers
         self.floats_seen: dict[int, float] = {}
+        self.dumped: list[str] = []  # directories TRACEGRAD_DUMP wrote, one per plan
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         leaves, key = signature(args, kwargs, self.dynamic)
         plans = self.plans.get(key, [])
         plan = next((p for p in plans if p.capture.guards_hold()), None)
-        if plan is None:
+        new = plan is None
+        if new:
             if plans:
                 self._say_why(plans[-1].capture)
             self._more_dynamic(leaves)
@@ -169,7 +172,11 @@ class Traced:
             self._keep(key, plan)
         self.plans.move_to_end(key)
         self.latest = plan
-        return plan(leaves)
+        result = plan(leaves)
+        if new and os.environ.get("TRACEGRAD_DUMP"):  # after the call: its measured peak
+            where = os.environ["TRACEGRAD_DUMP"]
+            self.dumped.append(viz.dump(plan, report(plan), where, self.fn.__name__))
+        return result
 
     def _more_dynamic(self, leaves: list[Any]) -> None:
         """A Python float argument that takes a second value becomes an input of the plan
@@ -250,8 +257,14 @@ class Traced:
         """The generated Python source of the latest plan."""
         return self._plan().source
 
-    def report(self) -> str:
-        return report(self._plan())
+    def report(self) -> viz.Report:
+        """The latest plan's report: prints as text; `.to_html(path)` writes the page."""
+        return viz.Report(report(self._plan()), self._plan(), self.fn.__name__)
+
+    def memory_timeline(self, path: str | None = None) -> Any:
+        """The latest plan's live bytes over its nodes, as a matplotlib Figure (saved to
+        `path` if given); needs `pip install "tracegrad[viz]"`."""
+        return viz.memory_timeline(self._plan(), path)
 
 
 def trace(

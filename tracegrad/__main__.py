@@ -1,0 +1,73 @@
+"""`python -m tracegrad` (or the `tracegrad` command): run a script with TRACEGRAD_DUMP on and
+say where each traced step's report is.
+
+    python -m tracegrad report train.py [args...] -o out/
+
+The top floor: it only sets the environment and runs the user's script."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+import time
+from collections.abc import Sequence
+
+OUT_FLAGS = ("-o", "--out")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="tracegrad",
+        description="Inspect the steps tracegrad compiles. Every @tracegrad.trace function "
+        "writes, per input signature, graph.txt, graph.svg, plan.py, timeline.png and "
+        "report.html (needs matplotlib: pip install 'tracegrad[viz]').",
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser(
+        "report",
+        help="run a script with TRACEGRAD_DUMP=OUT and list the reports it wrote",
+        description="Run SCRIPT with its ARGS as `python SCRIPT ARGS` would, with "
+        "TRACEGRAD_DUMP=OUT, then print where each report is. -o/--out may come before "
+        "SCRIPT or as the last two arguments.",
+    )
+    r.add_argument("-o", "--out", default=None, help="directory to write to (tracegrad-dump)")
+    r.add_argument("script", help="the Python script to run")
+    r.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ns = parser().parse_args(argv)
+    args = list(ns.args)
+    if ns.out is None and len(args) >= 2 and args[-2] in OUT_FLAGS:
+        ns.out, args = args[-1], args[:-2]
+    return report(ns.script, args, ns.out or "tracegrad-dump")
+
+
+def report(script: str, args: list[str], out: str) -> int:
+    """Run `script` as __main__ with dumping into `out`; print each report.html it wrote."""
+    out = os.path.abspath(out)
+    os.makedirs(out, exist_ok=True)
+    os.environ["TRACEGRAD_DUMP"] = out
+    sys.argv = [script, *args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    started, code = time.time(), 0
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    written = sorted(
+        os.path.join(d, "report.html")
+        for d, _, files in os.walk(out)
+        if "report.html" in files and os.path.getmtime(os.path.join(d, "report.html")) >= started
+    )
+    print(f"tracegrad: {len(written)} report(s) in {out}", file=sys.stderr)
+    for path in written:
+        print(path, file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
