@@ -177,7 +177,11 @@ def test_eager_gradients_match_finite_differences(p: Program, seed: int):
             return float(np.sum(out.numpy() * cotangent))
 
         want = numeric_grad(loss, x)
-        np.testing.assert_allclose(got[1 + i], want, rtol=1e-4, atol=1e-6, err_msg=f"input {i}")
+        # central differences lose |f| * 2e-16 / eps to rounding: huge values (nested powers)
+        # leave small components of the gradient in that noise
+        noise = 1e-8 * abs(loss(x))
+        np.testing.assert_allclose(got[1 + i], want, rtol=1e-4, atol=1e-6 + noise,
+                                   err_msg=f"input {i}")  # fmt: skip
 
 
 def check_traced_matches_eager(p: Program, seed: int, dtype, backend: str) -> None:
