@@ -6,12 +6,13 @@ front end (tensor, api, autodiff, grad_manager, tracer), nn and optim, compiler 
 """
 
 from . import api as _api
-from . import nn, optim
+from . import autograd, linalg, nn, optim
 from .api import *  # noqa: F403 (the op table's public ops and the NumPy-style functions)
-from .autodiff import is_grad_enabled, no_grad
+from .autodiff import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .errors import ShapeError, TraceError
 from .grad_manager import GradManager, grad, vjp
 from .ir import GraphError
+from .numpy_extra import *  # noqa: F403 (the rest of NumPy's differentiable functions)
 from .runtime import trace
 from .serialization import CheckpointError, load, save
 from .tensor import Tensor
@@ -19,6 +20,20 @@ from .tracer import guard, interpret
 
 float32 = _api.np.float32
 float64 = _api.np.float64
+float16 = _api.np.float16
+int64 = _api.np.int64
+int32 = _api.np.int32
+long = int64
+pi, e, inf, nan = _api.np.pi, _api.np.e, _api.np.inf, _api.np.nan
+Size = tuple  # t.shape is a tuple; `t.size()` gives it too
+as_tensor = _api.as_tensor
+cat = _api.concatenate
+
+
+def manual_seed(seed: int) -> None:
+    """Seed every generator tracegrad draws from: randn/rand and parameter initialization."""
+    _api.seed(seed)
+    nn.manual_seed(seed)
 
 
 def tensor(data, dtype=None, requires_grad: bool = False) -> Tensor:
