@@ -355,7 +355,7 @@ _OPERATORS = {
     "rmul": _swap(P.mul), "truediv": P.div, "rtruediv": _swap(P.div), "pow": P.pow,
     "rpow": _swap(P.pow), "matmul": matmul, "rmatmul": _swap(matmul), "lt": P.less,
     "le": P.less_equal, "gt": P.greater, "ge": P.greater_equal, "eq": P.equal,
-    "ne": P.not_equal, "getitem": getitem,
+    "ne": P.not_equal, "getitem": getitem, "mod": P.remainder, "rmod": _swap(P.remainder),
 }  # fmt: skip
 for _name, _f in _OPERATORS.items():
     setattr(Tensor, f"__{_name}__", _f)

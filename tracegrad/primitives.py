@@ -715,14 +715,15 @@ def _cholesky_vjp(g, out, x):
 
 
 def _pinv_vjp(g, out, x):
-    """Golub and Pereyra's derivative of the pseudo-inverse, transposed for the VJP."""
+    """From Golub and Pereyra's differential of the pseudo-inverse P of A:
+    dP = -P dA P + P P^T dA^T (I - A P) + (I - P A) dA^T P^T P."""
     m, n = x.shape[-2:]
     eye_m, eye_n = np.eye(m, dtype=out.dtype), np.eye(n, dtype=out.dtype)
-    gt = _mT(g)
-    return _mT(
-        -matmul(matmul(out, gt), out)
-        + matmul(matmul(matmul(out, _mT(out)), gt), eye_m - matmul(x, out))
-        + matmul(matmul(eye_n - matmul(out, x), gt), matmul(_mT(out), out))
+    pt, gt = _mT(out), _mT(g)
+    return (
+        -matmul(matmul(pt, g), pt)
+        + matmul(matmul(eye_m - matmul(x, out), gt), matmul(out, pt))
+        + matmul(matmul(pt, out), matmul(gt, eye_n - matmul(out, x)))
     )
 
 

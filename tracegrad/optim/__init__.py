@@ -201,7 +201,9 @@ class Optimizer:
             )
         for t, a in arrays:
             t._assign(Tensor(a))
-        for group, h in zip(self.param_groups, groups or [hyper] * len(self.param_groups)):
+        for group, h in zip(
+            self.param_groups, groups or [hyper] * len(groups or self.param_groups), strict=True
+        ):
             for k, v in h.items():
                 group[k] = _plain(v)
 
@@ -426,4 +428,4 @@ class Adagrad(Optimizer):
         p -= lr * g / (sqrt(total) + group["eps"])
 
 
-from . import lr_scheduler  # noqa: E402 (schedulers set the lr of these optimizers)
+from . import lr_scheduler  # noqa: E402, F401 (optim.lr_scheduler, as in PyTorch)
