@@ -61,7 +61,8 @@ SHAPES = {
     "trace": (lambda x: tg.trace(x, 1), lambda x: np.trace(x, 1), [M]),
     "outer": (tg.outer, np.outer, [V, M[0]]),
     "inner": (tg.inner, np.inner, [M, M]),
-    "dot": (tg.dot, np.dot, [M, M.T]), "dot 3-D": (tg.dot, np.dot, [M, R.standard_normal((2, 4, 3))]),
+    "dot": (tg.dot, np.dot, [M, M.T]),
+    "dot 3-D": (tg.dot, np.dot, [M, R.standard_normal((2, 4, 3))]),
     "tensordot": (lambda a, b: tg.tensordot(a, b, ([0, 1], [1, 0])),
                   lambda a, b: np.tensordot(a, b, ([0, 1], [1, 0])), [M, M.T]),
     "kron": (tg.kron, np.kron, [M[:2, :2], M[1:, 1:]]),
@@ -182,7 +183,8 @@ def test_errors_name_the_op():
 
 
 SMOOTH = {
-    "tan": lambda x: tg.tan(x * 0.3), "arcsinh": tg.arcsinh, "logaddexp": lambda x: tg.logaddexp(x, x * x),
+    "tan": lambda x: tg.tan(x * 0.3), "arcsinh": tg.arcsinh,
+    "logaddexp": lambda x: tg.logaddexp(x, x * x),
     "cumsum": lambda x: tg.cumsum(x * x), "einsum": lambda x: tg.einsum("i,i->", x, tg.sin(x)),
     "inv": lambda x: tg.linalg.inv(tg.reshape(x, (2, 2)) + 3 * np.eye(2)),
     "det": lambda x: tg.linalg.det(tg.reshape(x, (2, 2))),
@@ -206,14 +208,15 @@ def test_second_order(name):
 
 
 TRACED = ["tan", "arctan2", "hypot", "remainder", "logaddexp", "sinc", "cumsum", "sort", "pad",
-          "einsum", "tile", "diag 1-D", "inv", "solve", "cholesky", "eigh values", "kron"]  # fmt: skip
+          "einsum", "tile", "diag 1-D", "inv", "solve", "cholesky", "eigh values",
+          "kron"]  # fmt: skip
 
 
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
 def test_traced_gradients_match_eager(backend, monkeypatch):
     """One traced step computes every case's loss and gradients; they match eager ones."""
     monkeypatch.setattr(codegen, "KERNEL_MIN", 0)
-    names = [n for n in TRACED]
+    names = TRACED
     params = {n: [tg.tensor(x, requires_grad=True) for x in CASES[n][2]] for n in names}
     flat = [p for ps in params.values() for p in ps]
     gm = tg.GradManager().attach(flat)
