@@ -288,6 +288,11 @@ def randint(low: int, high: int, size: Sequence[int], dtype: Any = np.int64) -> 
     return Tensor(_generator.integers(low, high, tuple(size)).astype(dtype))
 
 
+def randperm(n: int, dtype: Any = np.int64) -> Tensor:
+    """A random permutation of 0..n-1."""
+    return Tensor(_generator.permutation(n).astype(dtype))
+
+
 def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None) -> Tensor:
     """NumPy's and PyTorch's arange: integers stay int64, floats become float32."""
     data = np.arange(start, stop, step) if stop is not None else np.arange(start)
@@ -414,6 +419,18 @@ def _zero_(self: Tensor) -> Tensor:
     return self.fill_(0.0)
 
 
+def _to(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+    """PyTorch's t.to(dtype) or t.to("cpu"): a cast, or the tensor itself (the CPU is the only
+    device)."""
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, str) and a.startswith("cpu") or a is None or isinstance(a, bool):
+            continue
+        if isinstance(a, str):
+            raise ValueError(f"to({a!r}): tracegrad runs on the CPU only")
+        self = astype(self, a)
+    return self
+
+
 def _fill_(self: Tensor, value: Any) -> Tensor:
     if Listeners.grad_enabled and self.is_leaf and self.requires_grad:
         raise RuntimeError("in-place fill_ on a leaf tensor that requires grad: use no_grad()")
@@ -429,7 +446,8 @@ _METHODS = {
     "dim": lambda self: self.ndim, "tolist": lambda self: self.numpy().tolist(),
     "float": lambda self: astype(self, np.float32), "double": lambda self: astype(self, np.float64),
     "long": lambda self: astype(self, np.int64), "zero_": _zero_, "fill_": _fill_,
-    "swapaxes": swapaxes, "t": lambda self: transpose(self), "pow": P.pow, "mm": matmul,
+    "swapaxes": swapaxes, "to": _to, "cpu": lambda self: self,
+    "t": lambda self: transpose(self), "pow": P.pow, "mm": matmul,
 }  # fmt: skip
 for _name, _f in _METHODS.items():
     setattr(Tensor, _name, _f)
@@ -499,8 +517,8 @@ Tensor.__array_function__ = _array_function
 __all__ = [*P.__all__, "arange", "argmax", "astype", "broadcast_to", "clamp", "clip",
            "concatenate", "expand_dims", "from_numpy", "full", "getitem", "log_softmax",
            "logsumexp", "matmul", "max", "mean", "min", "ones", "ones_like", "prod", "rand",
-           "randint", "randn", "reshape", "softmax", "squeeze", "stack", "std", "sum", "sum_to",
-           "swapaxes", "transpose", "var", "zeros", "zeros_like"]  # fmt: skip
+           "randint", "randn", "randperm", "reshape", "softmax", "squeeze", "stack", "std", "sum",
+           "sum_to", "swapaxes", "transpose", "var", "zeros", "zeros_like"]  # fmt: skip
 # Not exported at the top: internals, and the linear algebra records (tracegrad.linalg has
 # them with NumPy's signatures).
 __all__ = sorted(set(__all__) - {"fused", "scatter_add", "inv", "det", "logabsdet", "det_sign",

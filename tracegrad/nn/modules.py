@@ -189,6 +189,13 @@ class Module:
             params[k]._assign(Tensor(a))
         return IncompatibleKeys(missing, unexpected)
 
+    def to(self, *args: Any, **kwargs: Any) -> Module:
+        """PyTorch's model.to("cpu"): the CPU is the only device, so the module itself."""
+        for a in (*args, *kwargs.values()):
+            if not (isinstance(a, str) and a.startswith("cpu")):
+                raise ValueError(f"{type(self).__name__}.to({a!r}): only 'cpu' is supported")
+        return self
+
     def train(self, mode: bool = True) -> Module:
         for m in self.modules():
             object.__setattr__(m, "training", mode)
