@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS = {
     0: ["tracegrad.errors", "tracegrad.ir", "tracegrad.primitives"],  # core
     1: ["tracegrad.tensor", "tracegrad.pytree", "tracegrad.api", "tracegrad.autodiff",
-        "tracegrad.grad_manager", "tracegrad.tracer", "tracegrad.serialization"],  # front end
+        "tracegrad.grad_manager", "tracegrad.tracer", "tracegrad.serialization",
+        "tracegrad.numpy_extra", "tracegrad.linalg", "tracegrad.autograd"],  # front end
     2: ["tracegrad.nn", "tracegrad.optim"],
     3: ["passes", "tracegrad.codegen", "tracegrad.kernels"],  # compiler: sees only the core
     4: ["tracegrad.runtime"],
