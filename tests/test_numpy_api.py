@@ -126,7 +126,16 @@ LINALG = {
                  [SQ]),
     "eigh values": (lambda a: tg.linalg.eigh(a + a.T)[0], lambda a: np.linalg.eigh(a + a.T)[0],
                     [SQ]),
-    # eigenvectors have a sign per column: compare a sign-free function of them
+    "svd s": (lambda a: tg.linalg.svd(a, compute_uv=False), lambda a: np.linalg.svd(a)[1], [M]),
+    # singular and eigenvectors have a sign per column: compare sign-free functions of them
+    "svd u": (lambda a: tg.linalg.svd(a, False).U ** 2,
+              lambda a: np.linalg.svd(a, False)[0] ** 2, [M]),
+    "svd vh": (lambda a: tg.linalg.svd(a, False)[2] ** 2,
+               lambda a: np.linalg.svd(a, False)[2] ** 2, [M.T]),
+    "norm nuc": (lambda a: tg.linalg.norm(a, "nuc"), lambda a: np.linalg.norm(a, "nuc"), [M]),
+    "norm 2 keepdims": (lambda a: tg.linalg.norm(a, 2, (0, 2), True),
+                        lambda a: np.linalg.norm(a, 2, (0, 2), True), [M.reshape(3, 2, 2)]),
+    "make_diagonal": (tg.make_diagonal, lambda d: d[..., None] * np.eye(d.shape[-1]), [M]),
     "eigh vectors": (lambda a: tg.linalg.eigh(a + a.T)[1] ** 2,
                      lambda a: np.linalg.eigh(a + a.T)[1] ** 2, [SQ]),
 }  # fmt: skip
@@ -209,7 +218,7 @@ def test_second_order(name):
 
 TRACED = ["tan", "arctan2", "hypot", "remainder", "logaddexp", "sinc", "cumsum", "sort", "pad",
           "einsum", "tile", "diag 1-D", "inv", "solve", "cholesky", "eigh values",
-          "kron"]  # fmt: skip
+          "kron", "svd u", "pinv"]  # fmt: skip
 
 
 @pytest.mark.parametrize("backend", ["numpy", "numba"])

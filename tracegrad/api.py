@@ -522,5 +522,5 @@ __all__ = [*P.__all__, "arange", "argmax", "astype", "broadcast_to", "clamp", "c
 # Not exported at the top: internals, and the linear algebra records (tracegrad.linalg has
 # them with NumPy's signatures).
 __all__ = sorted(set(__all__) - {"fused", "scatter_add", "inv", "det", "logabsdet", "det_sign",
-                                 "solve", "cholesky", "eigh_values", "eigh_vectors", "pinv",
+                                 "solve", "cholesky", "eigh_values", "eigh_vectors", "pinv", "svd",
                                  "einsum", "argsort", "argpartition", "cumsum", "pad"})  # fmt: skip

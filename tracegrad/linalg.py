@@ -13,7 +13,7 @@ from . import primitives as P
 from .errors import ShapeError
 from .tensor import Tensor, as_tensor
 
-__all__ = ["cholesky", "det", "eigh", "inv", "norm", "pinv", "slogdet", "solve"]
+__all__ = ["cholesky", "det", "eigh", "eigvalsh", "inv", "norm", "pinv", "slogdet", "solve", "svd"]
 
 
 def inv(a: Any) -> Tensor:
@@ -66,13 +66,30 @@ def eigvalsh(a: Any) -> Tensor:
     return P.eigh_values(as_tensor(a))
 
 
+class SVDResult(NamedTuple):
+    U: Tensor
+    S: Tensor
+    Vh: Tensor
+
+
+def svd(a: Any, full_matrices: bool = True, compute_uv: bool = True) -> Any:
+    """The thin SVD (U, S, Vh) (full_matrices=False; the full one has no unique gradient), or
+    the singular values with compute_uv=False."""
+    a = as_tensor(a)
+    if not compute_uv:
+        return P.svd(a, part="s")
+    if full_matrices and a.shape[-1] != a.shape[-2]:
+        raise NotImplementedError("svd: only full_matrices=False (or square matrices)")
+    return SVDResult(*(P.svd(a, part=p) for p in ("u", "s", "vh")))
+
+
 def pinv(a: Any) -> Tensor:
     return P.pinv(as_tensor(a))
 
 
 def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> Tensor:
     """NumPy's norm: vector p-norms (ord None/2, 1, inf, -inf, 0, any p) over one axis, and
-    the matrix norms that need no SVD ("fro", 1, -1, inf, -inf) over two axes."""
+    matrix norms ("fro", "nuc", 1, -1, 2, -2, inf, -inf) over two."""
     x = as_tensor(x)
     if axis is None and (ord is None or x.ndim == 1):
         axes = tuple(range(x.ndim))
@@ -93,7 +110,17 @@ def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> T
         pick = api.max if ord > 0 else api.min
         out = pick(inner, other, keepdims=True)
         return out if keepdims else api.squeeze(out, axes)
-    raise NotImplementedError(f"norm: ord={ord!r} over matrices needs the SVD, not available")
+    if ord in (2, -2, "nuc"):
+        sv = svd(_last_two(x, axes), compute_uv=False)
+        out = api.sum(sv, -1) if ord == "nuc" else (api.max if ord == 2 else api.min)(sv, -1)
+        kept = tuple(1 if a in axes else d for a, d in enumerate(x.shape))
+        return api.reshape(out, kept) if keepdims else out
+    raise ValueError(f"norm: invalid ord {ord!r} for matrices")
+
+
+def _last_two(x: Tensor, axes: tuple[int, ...]) -> Tensor:
+    rest = [a for a in range(x.ndim) if a not in axes]
+    return api.transpose(x, [*rest, *axes])
 
 
 def _vector_norm(x: Tensor, ord: Any, axes: tuple[int, ...], keepdims: bool) -> Tensor:

@@ -19,6 +19,7 @@ from . import primitives as P
 from .api import (
     _axes,
     concatenate,
+    expand_dims,
     getitem,
     max,
     min,
@@ -422,6 +423,15 @@ def diag(v: Any, k: int = 0) -> Tensor:
     return P.scatter_add(x, rows, cols, shape=(n, n), template=("@", "@"))
 
 
+def make_diagonal(D: Any, offset: int = 0, axis1: int = -1, axis2: int = -2) -> Tensor:
+    """autograd's inverse of diagonal: D's last axis laid on the diagonal of new last two axes
+    (offset 0 and those axes only, as autograd)."""
+    if offset != 0 or (axis1, axis2) not in ((-1, -2), (-2, -1)):
+        raise NotImplementedError("make_diagonal: only offset=0, axis1=-1, axis2=-2")
+    x = as_tensor(D)
+    return expand_dims(x, -1) * np.eye(x.shape[-1], dtype=x.dtype)
+
+
 def trace(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1, dtype: Any = None) -> Tensor:
     out = sum(diagonal(a, offset, axis1, axis2), -1)
     return out if dtype is None else out.astype(dtype)
@@ -588,7 +598,8 @@ __all__ = [
     "cumsum", "deg2rad", "degrees", "diag", "diagonal", "diff", "divide", "dot", "dsplit",
     "dstack", "einsum", "empty_like", "fabs", "fix", "flip", "fliplr", "flipud", "floor_divide",
     "fmax", "fmin", "full_like", "gradient", "hsplit", "hstack", "imag", "inner", "isfinite",
-    "isinf", "isnan", "kron", "linspace", "mod", "moveaxis", "msort", "multiply", "nan_to_num",
+    "isinf", "isnan", "kron", "linspace", "make_diagonal", "mod", "moveaxis", "msort",
+    "multiply", "nan_to_num",
     "negative", "outer", "pad", "partition", "power", "rad2deg", "radians", "ravel", "real",
     "real_if_close", "reciprocal", "repeat", "rollaxis", "roll", "rot90", "round", "select",
     "sinc", "sort", "split", "square", "subtract", "take_along_axis", "tensordot", "tile",

@@ -727,6 +727,39 @@ def _pinv_vjp(g, out, x):
     )
 
 
+def _svd_rule(x, part):
+    m, n = x.shape[-2:]
+    k, batch, dtype = builtins.min(m, n), x.shape[:-2], _floating(x)[1]
+    return {"u": (*batch, m, k), "s": (*batch, k), "vh": (*batch, k, n)}[part], dtype
+
+
+def _svd(x, part):
+    u, s, vh = np.linalg.svd(x, full_matrices=False)
+    return {"u": u, "s": s, "vh": vh}[part]
+
+
+def _svd_vjp(g, out, x, part):
+    """Townsend's rules (2016) for the thin SVD x = U S V^T, one output's share at a time;
+    F_ij = 1 / (s_j^2 - s_i^2) off the diagonal (distinct singular values assumed)."""
+    u, s, vh = (svd(x, part=p) for p in ("u", "s", "vh"))
+    v = _mT(vh)
+    if part == "s":
+        return matmul(u * _reshaped(g, (*g.shape[:-1], 1, g.shape[-1])), vh)
+    k = s.shape[-1]
+    s_row = _reshaped(s, (*s.shape[:-1], 1, k))
+    s2 = s_row * s_row
+    off = np.ones((k, k), x.dtype) - np.eye(k, dtype=x.dtype)
+    f = off / (s2 - _mT(s2) + np.eye(k, dtype=x.dtype))
+    if part == "u":
+        j = f * (matmul(_mT(u), g) - matmul(_mT(g), u))
+        rest = g - matmul(u, matmul(_mT(u), g))
+        return matmul(matmul(u, j) * s_row + rest / s_row, vh)
+    gv = _mT(g)
+    j = f * (matmul(vh, gv) - matmul(_mT(gv), v))
+    rest = _mT(gv) - matmul(matmul(_mT(gv), v), vh)
+    return matmul(u, matmul(j, vh) * _mT(s_row) + rest / _mT(s_row))
+
+
 inv = Primitive("inv", np.linalg.inv, _square_rule,
                 (lambda g, out, x: -matmul(matmul(_mT(out), g), _mT(out)),), "out")  # fmt: skip
 det = Primitive("det", np.linalg.det, _det_rule,
@@ -746,6 +779,7 @@ eigh_values = Primitive("eigh_values", np.linalg.eigvalsh, lambda x: (x.shape[:-
                             _mT(eigh_vectors(x)))),), "in")  # fmt: skip
 eigh_vectors = Primitive("eigh_vectors", lambda x: np.linalg.eigh(x)[1], _square_rule,
                          (_eigh_vectors_vjp,), "in+out")  # fmt: skip
+svd = Primitive("svd", _svd, _svd_rule, (_svd_vjp,), "in")
 pinv = Primitive("pinv", np.linalg.pinv,
                  lambda x: ((*x.shape[:-2], x.shape[-1], x.shape[-2]), _floating(x)[1]),
                  (_pinv_vjp,), "in+out")  # fmt: skip
