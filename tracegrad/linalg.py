@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from . import api
 from . import primitives as P
 from .errors import ShapeError
@@ -136,3 +138,7 @@ def _vector_norm(x: Tensor, ord: Any, axes: tuple[int, ...], keepdims: bool) -> 
     if ord == 2:
         return P.sqrt(api.sum(x * x, axes, keepdims))
     return api.sum(a ** float(ord), axes, keepdims) ** (1.0 / ord)
+
+
+# np.linalg.<name>(tensor) dispatches here
+api._FUNCTIONS.update({getattr(np.linalg, name): globals()[name] for name in __all__})

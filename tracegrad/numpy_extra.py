@@ -616,6 +616,8 @@ api._UFUNCS.update({np.square: square, np.reciprocal: reciprocal, np.deg2rad: de
                     np.rad2deg: rad2deg, np.fmax: fmax, np.fmin: fmin, np.isnan: isnan,
                     np.isinf: isinf, np.isfinite: isfinite,
                     np.floor_divide: floor_divide})  # fmt: skip
+Tensor.__floordiv__ = floor_divide
+Tensor.__rfloordiv__ = lambda self, other: floor_divide(other, self)
 for _f in (cumsum, diff, sort, argsort, repeat, roll, flip, ravel, diagonal, trace, dot, argmin,
            tile, square, reciprocal):  # fmt: skip
     setattr(Tensor, _f.__name__, _f)
