@@ -89,6 +89,7 @@ def pinv(a: Any) -> Tensor:
     return P.pinv(as_tensor(a))
 
 
+@api.torch_names
 def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> Tensor:
     """NumPy's norm: vector p-norms (ord None/2, 1, inf, -inf, 0, any p) over one axis, and
     matrix norms ("fro", "nuc", 1, -1, 2, -2, inf, -inf) over two."""

@@ -8,6 +8,7 @@ primitives. `np.<name>(tensor)` dispatches here too (see api._FUNCTIONS).
 from __future__ import annotations
 
 import builtins
+import inspect
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -605,6 +606,13 @@ __all__ = [
     "sinc", "sort", "split", "square", "subtract", "take_along_axis", "tensordot", "tile",
     "trace", "tril", "triu", "true_divide", "vsplit", "vstack",
 ]  # fmt: skip
+
+# PyTorch's dim=/keepdim= wherever axis= is taken (the functions above not already wrapped)
+for _name in __all__:
+    _f = globals()[_name]
+    if inspect.isfunction(_f) and not hasattr(_f, "__wrapped__"):
+        if "axis" in inspect.signature(_f).parameters:
+            globals()[_name] = torch_names(_f)
 
 # np.<name>(tensor) dispatches to these; Tensor gets the methods NumPy arrays and PyTorch
 # tensors share.
