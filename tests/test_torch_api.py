@@ -136,16 +136,52 @@ MODULES = {"cross_entropy": "CrossEntropyLoss", "nll_loss": "NLLLoss", "mse_loss
            "huber_loss": "HuberLoss"}  # fmt: skip
 
 
+def _np_log_softmax(z):
+    z = z - z.max(1, keepdims=True)
+    return z - np.log(np.exp(z).sum(1, keepdims=True))
+
+
+def _np_ce(z, labels, weight, eps):
+    """PyTorch's documented formula: weighted, smoothed, ignored samples out of the mean."""
+    logp, keep = _np_log_softmax(z), labels != -100
+    safe = np.where(keep, labels, 0)
+    w = weight[safe] * keep
+    nll = -logp[np.arange(len(z)), safe] * w
+    smooth = -(logp * weight).sum(1) / z.shape[1] * keep
+    return ((1 - eps) * nll + eps * smooth).sum() / w.sum()
+
+
+def _np_softplus(z):
+    return np.log1p(np.exp(-np.abs(z))) + np.maximum(z, 0)
+
+
+NUMPY_LOSSES = {  # independent NumPy references, so CI (without PyTorch) checks values too
+    "ce ignore+smoothing+weight": lambda z, t: _np_ce(z, t, W4, 0.1),
+    "nll": lambda z, t: -(z[np.arange(5), np.where(t < 0, 0, t)] * W4[np.where(t < 0, 0, t)]
+                          * (t >= 0)).sum() / (W4[np.where(t < 0, 0, t)] * (t >= 0)).sum(),
+    "bce": lambda p, t: -(t * np.log(p) + (1 - t) * np.log1p(-p)).mean(),
+    "bce logits": lambda z, t: (W4 * t * _np_softplus(-z) + (1 - t) * _np_softplus(z)).mean(),
+    "l1": lambda z, t: np.abs(z - t).mean(),
+    "smooth l1": lambda z, t: np.where(np.abs(z - t) < 0.5, (z - t) ** 2, np.abs(z - t) - 0.25)
+    .mean(),
+    "huber": lambda z, t: np.where(np.abs(z - t) < 0.7, 0.5 * (z - t) ** 2,
+                                   0.7 * (np.abs(z - t) - 0.35)),
+}  # fmt: skip
+
+
 @pytest.mark.parametrize("case", LOSSES)
-def test_losses_match_pytorch_and_finite_differences(case):
-    torch = torch_or_skip()
+def test_losses_match_numpy_pytorch_and_finite_differences(case):
     name, (x, t), kw = LOSSES[case]
+    got = getattr(F, name)(tg.tensor(x), t, **kw)
+    module = getattr(nn, MODULES[name])(**kw)
+    np.testing.assert_array_equal(module(tg.tensor(x), t).numpy(), got.numpy())
+    check_grad(lambda z: getattr(F, name)(z, t, **kw), x)
+    if case in NUMPY_LOSSES:
+        np.testing.assert_allclose(got.numpy(), NUMPY_LOSSES[case](x, t), rtol=1e-10)
+    torch = torch_or_skip()
     tkw = {k: torch.tensor(v) if isinstance(v, np.ndarray) else v for k, v in kw.items()}
     want = getattr(torch.nn.functional, name)(torch.tensor(x), torch.tensor(t), **tkw).numpy()
-    module = getattr(nn, MODULES[name])(**kw)
-    for got in (getattr(F, name)(tg.tensor(x), t, **kw), module(tg.tensor(x), t)):
-        np.testing.assert_allclose(got.numpy(), want, rtol=1e-10, atol=1e-12)
-    check_grad(lambda z: getattr(F, name)(z, t, **kw), x)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-10, atol=1e-12)
 
 
 def test_linear_and_log_softmax_dim():
@@ -193,13 +229,46 @@ def _run_optimizer(lib, cls, kwargs, groups, traced=False):
     return [p.detach().numpy() for p in ps]
 
 
+def _np_rmsprop(p, grads, lr, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0,
+                centered=False):  # fmt: skip
+    v, mean_g, buf = np.zeros_like(p), np.zeros_like(p), np.zeros_like(p)
+    for g in grads:
+        g = g + weight_decay * p
+        v = alpha * v + (1 - alpha) * g * g
+        mean_g = alpha * mean_g + (1 - alpha) * g
+        denom = np.sqrt(v - mean_g**2 if centered else v) + eps
+        buf = momentum * buf + g / denom
+        p = p - lr * (buf if momentum else g / denom)
+    return p
+
+
+def _np_adagrad(p, grads, lr, lr_decay=0.0, weight_decay=0.0, initial_accumulator_value=0.0,
+                eps=1e-10):  # fmt: skip
+    total = np.full_like(p, initial_accumulator_value)
+    for t, g in enumerate(grads, 1):
+        g = g + weight_decay * p
+        total = total + g * g
+        p = p - lr / (1 + (t - 1) * lr_decay) * g / (np.sqrt(total) + eps)
+    return p
+
+
+NUMPY_OPTIMIZERS = {"rmsprop": _np_rmsprop, "rmsprop centered momentum": _np_rmsprop,
+                    "adagrad": _np_adagrad}  # fmt: skip
+
+
 @pytest.mark.parametrize("case", OPTIMIZERS)
-def test_optimizers_match_pytorch(case):
-    torch_or_skip()
+def test_optimizers_match_numpy_and_pytorch(case):
     cls, kwargs = OPTIMIZERS[case]
     groups = GROUP_OPTIONS.get(case)
-    want = _run_optimizer("torch", cls, kwargs, groups)
     got = _run_optimizer("tg", cls, kwargs, groups)
+    if case in NUMPY_OPTIMIZERS:
+        start = [np.linspace(-1, 1, 6).reshape(2, 3), np.array([0.5, -0.25])]
+        for i, a in enumerate(start):
+            grads = [np.cos(k + a) for k in range(6)]
+            want = NUMPY_OPTIMIZERS[case](a, grads, **kwargs)
+            np.testing.assert_allclose(got[i], want, rtol=1e-7, atol=1e-12)
+    torch_or_skip()
+    want = _run_optimizer("torch", cls, kwargs, groups)
     for a, b in zip(got, want, strict=True):  # the step counters are float32 (as Adam's)
         np.testing.assert_allclose(a, b, rtol=1e-7, atol=1e-12)
 
@@ -289,6 +358,19 @@ def _lrs(lib, name, steps=11):
             float([3, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1][i])
         ) if "Plateau" in name else sched.step()
     return out
+
+
+def test_schedules_by_their_definitions():
+    """Without PyTorch: the schedules' values from their definitions."""
+    assert np.allclose(_lrs("tg", "StepLR", 7), [0.1] * 3 + [0.05] * 3 + [0.025])
+    assert np.allclose(_lrs("tg", "MultiStepLR", 6), [0.1, 0.1, 0.03, 0.03, 0.03, 0.009])
+    assert np.allclose(_lrs("tg", "LinearLR", 6), [0.02, 0.04, 0.06, 0.08, 0.1, 0.1])
+    assert np.allclose(_lrs("tg", "CosineAnnealingLR", 7)[::3], [0.1, 0.055, 0.01])
+    one_cycle = _lrs("tg", "OneCycleLR", 11)  # 12 steps: warm-up ends at step 2.6
+    assert np.isclose(one_cycle[0], 1.0 / 25) and np.argmax(one_cycle) == 3
+    assert np.all(np.diff(one_cycle[:4]) > 0) and np.all(np.diff(one_cycle[3:]) < 0)
+    plateau = _lrs("tg", "ReduceLROnPlateau")  # patience 1: the third non-improvement halves
+    assert plateau[:6] == [0.1, 0.1, 0.1, 0.1, 0.05, 0.05]
 
 
 @pytest.mark.parametrize("name", [*SCHEDULERS, "SequentialLR", "ReduceLROnPlateau"])
