@@ -678,7 +678,8 @@ def _det_rule(x):
 
 
 def _solve_rule(a, b):
-    if _square_rule(a) and (b.ndim < 2 or b.shape[-2] != a.shape[-1]):
+    _square_rule(a)
+    if b.ndim < 2 or b.shape[-2] != a.shape[-1]:
         raise ValueError(f"solve: a {a.shape} and b {b.shape}")
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     return (*batch, *b.shape[-2:]), np.result_type(a.dtype, b.dtype)
@@ -772,11 +773,17 @@ solve = Primitive("solve", np.linalg.solve, _solve_rule,
                    lambda g, out, a, b: sum_to(solve(_mT(a), g), b.shape)),
                   "in+out")  # fmt: skip
 cholesky = Primitive("cholesky", np.linalg.cholesky, _square_rule, (_cholesky_vjp,), "out")
-eigh_values = Primitive("eigh_values", np.linalg.eigvalsh, lambda x: (x.shape[:-1],
-                        _square_rule(x)[1]),
-                        (lambda g, out, x: _symmetric(matmul(
-                            eigh_vectors(x) * _reshaped(g, (*g.shape[:-1], 1, g.shape[-1])),
-                            _mT(eigh_vectors(x)))),), "in")  # fmt: skip
+
+
+def _eigh_values_vjp(g, out, x):
+    """v diag(g) v^T, symmetrized."""
+    v = eigh_vectors(x)
+    return _symmetric(matmul(v * _reshaped(g, (*g.shape[:-1], 1, g.shape[-1])), _mT(v)))
+
+
+eigh_values = Primitive("eigh_values", np.linalg.eigvalsh,
+                        lambda x: (x.shape[:-1], _square_rule(x)[1]), (_eigh_values_vjp,),
+                        "in")  # fmt: skip
 eigh_vectors = Primitive("eigh_vectors", lambda x: np.linalg.eigh(x)[1], _square_rule,
                          (_eigh_vectors_vjp,), "in+out")  # fmt: skip
 svd = Primitive("svd", _svd, _svd_rule, (_svd_vjp,), "in")
