@@ -39,6 +39,7 @@ def test_tensor_methods_spelled_as_in_pytorch():
     np.testing.assert_allclose(x.mean(dim=0).numpy(), X.mean(0))
     np.testing.assert_allclose(x.var(dim=0, correction=1).numpy(), X.var(0, ddof=1))
     np.testing.assert_allclose(x.std().numpy(), X.std())
+    np.testing.assert_allclose(x.std(dim=1, unbiased=True).numpy(), X.std(1, ddof=1))
     np.testing.assert_allclose(x.softmax(dim=1).numpy().sum(1), np.ones(4))
     assert x.argmax(dim=1).tolist() == X.argmax(1).tolist()
     assert x.tolist() == X.tolist() and x.float().dtype == np.float32 and x.dim() == 2

@@ -310,12 +310,13 @@ def from_numpy(a: np.ndarray) -> Tensor:
 
 def var(
     a: Any, axis: Any = None, dtype: Any = None, out: None = None, ddof: float = 0,
-    keepdims: bool = False, *, correction: float | None = None,
+    keepdims: bool = False, *, correction: float | None = None, unbiased: bool | None = None,
 ) -> Tensor:  # fmt: skip
-    """NumPy's var (ddof=0 by default); PyTorch's `correction=` is ddof (its default is 1:
-    write x.var(dim, correction=1) for PyTorch's value)."""
+    """NumPy's var (ddof=0 by default); PyTorch's `correction=` is ddof and `unbiased=True`
+    ddof=1 (PyTorch's default is 1: write x.var(dim, correction=1) for its value)."""
     x = as_tensor(a)
     ddof = ddof if correction is None else correction
+    ddof = ddof if unbiased is None else int(unbiased)
     axes = _axes("var", axis, x.ndim)
     centered = x - mean(x, axes, keepdims=True)
     count = math.prod(x.shape[a] for a in axes) - ddof
@@ -324,9 +325,10 @@ def var(
 
 def std(
     a: Any, axis: Any = None, dtype: Any = None, out: None = None, ddof: float = 0,
-    keepdims: bool = False, *, correction: float | None = None,
+    keepdims: bool = False, *, correction: float | None = None, unbiased: bool | None = None,
 ) -> Tensor:  # fmt: skip
-    return P.sqrt(var(a, axis, dtype, out, ddof, keepdims, correction=correction))
+    return P.sqrt(var(a, axis, dtype, out, ddof, keepdims, correction=correction,
+                      unbiased=unbiased))  # fmt: skip
 
 
 var, std = torch_names(var), torch_names(std)
