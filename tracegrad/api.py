@@ -250,7 +250,8 @@ def full(shape: Any, fill_value: Any, dtype: Any = None, requires_grad: bool = F
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     if isinstance(fill_value, Tensor):
         return broadcast_to(fill_value if dtype is None else astype(fill_value, dtype), shape)
-    dtype = dtype if dtype is not None else np.result_type(np.float32, fill_value)
+    if dtype is None and type(fill_value) is float:
+        dtype = np.float32  # Python floats become float32, as everywhere in tracegrad
     return Tensor(np.full(shape, fill_value, dtype), requires_grad=requires_grad)
 
 

@@ -554,8 +554,9 @@ def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, dtype:
     """NumPy's linspace; differentiable in `start` and `stop`."""
     steps = np.linspace(0.0, 1.0, num, endpoint=endpoint)
     if not isinstance(start, Tensor) and not isinstance(stop, Tensor):
-        values = np.linspace(start, stop, num, endpoint=endpoint)
-        return Tensor(values.astype(dtype or np.float32))
+        python = all(type(v) in (int, float) for v in (start, stop))
+        dtype = np.float32 if dtype is None and python else dtype  # as everywhere in tracegrad
+        return Tensor(np.linspace(start, stop, num, endpoint=endpoint, dtype=dtype))
     start, stop = as_tensor(start), as_tensor(stop)
     out = start + (stop - start) * steps.astype(np.result_type(start.dtype, stop.dtype))
     return out if dtype is None else out.astype(dtype)
