@@ -250,9 +250,9 @@ def test_numpy_ufuncs_dispatch_to_tracegrad(ufunc, derivative) -> None:
 
 @pytest.mark.parametrize(
     "call",
-    [lambda t: np.floor(t), lambda t: np.arctan2(t, t), lambda t: np.add.reduce(t),
+    [lambda t: np.cbrt(t), lambda t: np.copysign(t, t), lambda t: np.add.reduce(t),
      lambda t: np.exp(t, out=np.empty(2))],
-    ids=["floor", "arctan2", "add.reduce", "out="],
+    ids=["cbrt", "copysign", "add.reduce", "out="],
 )  # fmt: skip
 def test_unsupported_ufunc_raises_a_clear_type_error(call) -> None:
     with pytest.raises(TypeError, match="not supported on tracegrad tensors"):
@@ -327,8 +327,8 @@ def test_numpy_functions_dispatch_to_tracegrad(call, expected_grad) -> None:
 
 def test_unsupported_numpy_function_raises_instead_of_dropping_the_gradient() -> None:
     x = tg.tensor([1.0, 2.0], requires_grad=True)
-    with pytest.raises(TypeError, match=r"np\.dot is not supported on tracegrad tensors"):
-        np.dot(np.ones(2), x)
+    with pytest.raises(TypeError, match=r"np\.convolve is not supported on tracegrad tensors"):
+        np.convolve(np.ones(2), x)
     np.testing.assert_allclose(x, [1.0, 2.0])  # explicit conversion still works
 
 
@@ -337,8 +337,8 @@ def test_numpy_functions_without_float_results_still_work() -> None:
     assert np.shape(x) == (2, 2) and np.ndim(x) == 2
     np.testing.assert_array_equal(np.argmax(x, axis=1), [1, 0])
     assert np.allclose(x, [[1.0, 5.0], [3.0, 2.0]])
-    with pytest.raises(TypeError, match=r"np\.split is not supported"):
-        np.split(x, 2)  # a list of float arrays
+    with pytest.raises(TypeError, match=r"np\.unique is not supported"):
+        np.unique(x)
 
 
 def test_in_place_update_of_a_saved_value_is_caught_at_backward():

@@ -76,12 +76,19 @@ def all_primitives(dtype):
     g = Group()
     pos, y, z = g.input((37, 29), dtype), g.input((37, 29), dtype), g.input((37, 29), dtype)
     cond = g.input((37, 29), np.bool_)
+    unit, above1 = g.input((37, 29), dtype), g.input((37, 29), dtype)
     outs = {}
     for op in ("neg", "exp", "expm1", "tanh", "sigmoid", "softplus", "erf", "sin", "cos", "sign",
                "abs"):  # fmt: skip
         outs[op] = g(op, y)
-    for op in ("log", "log1p", "sqrt"):
+    for op in ("log", "log1p", "sqrt", "log2", "log10"):
         outs[op] = g(op, pos)
+    for op in ("tan", "arcsin", "arccos", "arctanh", "arctan", "sinh", "cosh", "arcsinh", "exp2",
+               "positive"):  # fmt: skip
+        outs[op] = g(op, unit)
+    outs["arccosh"] = g("arccosh", above1)
+    for op in ("arctan2", "hypot", "remainder", "fmod"):
+        outs[op] = g(op, y, pos)
     outs["pow"] = g("pow", pos, y)
     for exponent in (0.5, 2.0, 3.0):  # constant exponents (simplify makes products of most)
         base = y if exponent > 1 else pos
@@ -94,7 +101,9 @@ def all_primitives(dtype):
     rng = np.random.default_rng(0)
     yv = (rng.standard_normal((37, 29)) * 3).astype(dtype)
     zv = np.where(rng.random((37, 29)) < 0.3, yv, rng.standard_normal((37, 29))).astype(dtype)
-    arrays = [rng.uniform(0.1, 4, (37, 29)).astype(dtype), yv, zv, rng.random((37, 29)) < 0.5]
+    arrays = [rng.uniform(0.1, 4, (37, 29)).astype(dtype), yv, zv, rng.random((37, 29)) < 0.5,
+              rng.uniform(-0.9, 0.9, (37, 29)).astype(dtype),
+              rng.uniform(1.1, 4, (37, 29)).astype(dtype)]  # fmt: skip
     return g, outs, arrays
 
 

@@ -22,7 +22,8 @@ LAYERS = {
     0: ["tracegrad.errors", "tracegrad.ir", "tracegrad.primitives", "tracegrad.drawing"],  # core
     1: ["tracegrad.tensor", "tracegrad.pytree", "tracegrad.api", "tracegrad.autodiff",
         "tracegrad.grad_manager", "tracegrad.tracer", "tracegrad.serialization",
-        "tracegrad.random"],  # front end
+        "tracegrad.random", "tracegrad.numpy_extra", "tracegrad.linalg",
+        "tracegrad.autograd"],  # front end
     2: ["tracegrad.nn", "tracegrad.optim", "tracegrad.distributed"],
     3: ["passes", "tracegrad.codegen", "tracegrad.kernels"],  # compiler: sees only the core
     4: ["tracegrad.runtime", "tracegrad.viz"],

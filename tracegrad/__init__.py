@@ -6,19 +6,43 @@ front end (tensor, api, autodiff, grad_manager, tracer), nn and optim, compiler 
 """
 
 from . import api as _api
-from . import nn, optim
+from . import autograd, linalg, nn, optim
+from . import numpy_extra as _numpy_extra
 from .api import *  # noqa: F403 (the op table's public ops and the NumPy-style functions)
-from .autodiff import is_grad_enabled, no_grad
+from .autodiff import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .errors import ShapeError, TraceError
 from .grad_manager import GradManager, grad, vjp
 from .ir import GraphError
-from .runtime import trace
+from .numpy_extra import *  # noqa: F403 (the rest of NumPy's differentiable functions)
+from .runtime import trace as _compile
 from .serialization import CheckpointError, load, save
 from .tensor import Tensor
 from .tracer import guard, interpret
 
 float32 = _api.np.float32
 float64 = _api.np.float64
+float16 = _api.np.float16
+int64 = _api.np.int64
+int32 = _api.np.int32
+long = int64
+pi, e, inf, nan = _api.np.pi, _api.np.e, _api.np.inf, _api.np.nan
+Size = tuple  # t.shape is a tuple; `t.size()` gives it too
+as_tensor = _api.as_tensor
+cat = _api.concatenate
+
+
+def trace(fn=None, *args, **kwargs):
+    """`@trace` compiles a training step (see runtime.trace); given an array instead of a
+    function it is NumPy's trace(a, offset, axis1, axis2), the sum along a diagonal."""
+    if fn is not None and not callable(fn) or isinstance(fn, Tensor):
+        return _numpy_extra.trace(fn, *args, **kwargs)
+    return _compile(fn, *args, **kwargs)
+
+
+def manual_seed(seed: int) -> None:
+    """Seed every generator tracegrad draws from: randn/rand and parameter initialization."""
+    _api.seed(seed)
+    nn.manual_seed(seed)
 
 
 def tensor(data, dtype=None, requires_grad: bool = False) -> Tensor:

@@ -7,6 +7,7 @@ functions below wrap the ops whose NumPy signature differs from the primitive's 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -18,6 +19,25 @@ from .errors import ShapeError, TraceError, user_location
 from .primitives import *  # noqa: F403 (every public op, as it is)
 from .primitives import PRIMITIVES, Primitive, sum_to
 from .tensor import Listeners, Tensor, as_tensor
+
+# PyTorch's keyword names for NumPy's: every function taking `axis` also takes `dim`. One
+# implementation: the wrapper only renames the keyword.
+_TORCH_NAMES = {"dim": "axis", "keepdim": "keepdims"}
+
+
+def torch_names(f: Callable) -> Callable:
+    """Let `f` (NumPy's keywords) accept PyTorch's too: dim= for axis=, keepdim= for keepdims=."""
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        for torch_name, name in _TORCH_NAMES.items():
+            if torch_name in kwargs:
+                if name in kwargs:
+                    raise TypeError(f"{f.__name__}: got both {torch_name}= and {name}=")
+                kwargs[name] = kwargs.pop(torch_name)
+        return f(*args, **kwargs)
+
+    return wrapper
 
 
 def _axes(op: str, axis: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]:
@@ -37,7 +57,7 @@ def _reduction(prim: Primitive) -> Callable:
 
     reduce.__name__ = reduce.__qualname__ = prim.name
     reduce.__doc__ = f"{prim.name} over `axis` (int, tuple or None), as NumPy's."
-    return reduce
+    return torch_names(reduce)
 
 
 sum = _reduction(P.sum)
@@ -46,12 +66,14 @@ min = _reduction(P.min)
 prod = _reduction(P.prod)
 
 
+@torch_names
 def mean(x: Any, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
     x = as_tensor(x)
     axes = _axes("mean", axis, x.ndim)
     return sum(x, axes, keepdims) / float(math.prod(x.shape[a] for a in axes))
 
 
+@torch_names
 def argmax(x: Any, axis: int = -1) -> Tensor:
     x = as_tensor(x)
     return P.argmax(x, axis=_axes("argmax", axis, x.ndim)[0])
@@ -83,12 +105,14 @@ def broadcast_to(x: Any, shape: Sequence[int]) -> Tensor:
     return x if tuple(shape) == x.shape else P.broadcast_to(x, shape=tuple(shape))
 
 
+@torch_names
 def expand_dims(x: Any, axis: int) -> Tensor:
     x = as_tensor(x)
     axis = axis % (x.ndim + 1)
     return reshape(x, x.shape[:axis] + (1,) + x.shape[axis:])
 
 
+@torch_names
 def squeeze(x: Any, axis: int | Sequence[int] | None = None) -> Tensor:
     x = as_tensor(x)
     axes = (
@@ -101,15 +125,21 @@ def squeeze(x: Any, axis: int | Sequence[int] | None = None) -> Tensor:
     return reshape(x, tuple(d for i, d in enumerate(x.shape) if i not in axes))
 
 
+@torch_names
 def concatenate(xs: Sequence[Any], axis: int = 0) -> Tensor:
+    """NumPy's concatenate, PyTorch's cat (dim=)."""
     xs = [as_tensor(x) for x in xs]
     if not xs:
         raise ShapeError("concatenate: needs at least one tensor")
     return P.concatenate(*xs, axis=_axes("concatenate", axis, xs[0].ndim)[0])
 
 
+@torch_names
 def stack(xs: Sequence[Any], axis: int = 0) -> Tensor:
-    xs = [as_tensor(x) for x in xs]
+    """Tensors stacked along a new axis; nested lists stack recursively (as np.array does)."""
+    xs = [stack(x) if isinstance(x, list | tuple) else as_tensor(x) for x in xs]
+    if not xs:
+        raise ShapeError("stack: needs at least one tensor")
     if len({x.shape for x in xs}) > 1:
         raise ShapeError("stack: shapes " + ", ".join(str(x.shape) for x in xs) + " differ")
     return concatenate([expand_dims(x, axis) for x in xs], axis % (xs[0].ndim + 1))
@@ -135,10 +165,16 @@ def astype(x: Any, dtype: Any) -> Tensor:
     return x if np.dtype(dtype) == x.dtype else P.astype(x, dtype=np.dtype(dtype))
 
 
-def clip(x: Any, lo: Any = None, hi: Any = None) -> Tensor:
-    x = as_tensor(x)
+def clip(a: Any, a_min: Any = None, a_max: Any = None, *, min: Any = None, max: Any = None):
+    """NumPy's clip(a, a_min, a_max); PyTorch's clamp(min=, max=) is the same function."""
+    x = as_tensor(a)
+    lo = a_min if min is None else min
+    hi = a_max if max is None else max
     x = x if lo is None else P.maximum(x, lo)
     return x if hi is None else P.minimum(x, hi)
+
+
+clamp = clip
 
 
 def getitem(x: Any, index: Any) -> Tensor:
@@ -168,6 +204,7 @@ def getitem(x: Any, index: Any) -> Tensor:
     return P.getitem(x, *arrays, template=tuple(template))
 
 
+@torch_names
 def logsumexp(x: Any, axis: int | Sequence[int] | None = -1, keepdims: bool = False) -> Tensor:
     """log(sum(exp(x))), stable for large |x|: the max is subtracted (and not differentiated)."""
     x = as_tensor(x)
@@ -177,36 +214,134 @@ def logsumexp(x: Any, axis: int | Sequence[int] | None = -1, keepdims: bool = Fa
     return out if keepdims else squeeze(out, _axes("logsumexp", axis, x.ndim))
 
 
+@torch_names
 def log_softmax(x: Any, axis: int = -1) -> Tensor:
     return x - logsumexp(x, axis, keepdims=True)
 
 
+@torch_names
 def softmax(x: Any, axis: int = -1) -> Tensor:
     x = as_tensor(x)
     e = P.exp(x - max(x, axis, keepdims=True).detach())
     return e / sum(e, axis, keepdims=True)
 
 
-def check_range(x: Any, lo: int, hi: int, what: str) -> Tensor:
-    """`x`, after checking that lo <= x < hi everywhere; else ValueError naming `what`, the
-    bounds, an offending value and the caller's line. Traced, the check runs in the plan."""
-    return P.check_range(as_tensor(x), lo=lo, hi=hi, what=what, where=user_location())
+def check_range(x: Any, lo: int, hi: int, what: str, allow: int | None = None) -> Tensor:
+    """`x`, after checking that lo <= x < hi everywhere (or x == allow: an ignored label); else
+    ValueError naming `what`, the bounds, an offending value and the caller's line. Traced,
+    the check runs in the plan."""
+    return P.check_range(as_tensor(x), lo=lo, hi=hi, allow=allow, what=what,
+                         where=user_location())  # fmt: skip
 
 
-def zeros(shape: Sequence[int], dtype: Any = np.float32, requires_grad: bool = False) -> Tensor:
+def _shape_dtype(args: tuple, dtype: Any) -> tuple[tuple, Any]:
+    """NumPy's (shape, dtype) or PyTorch's (*sizes) positional arguments."""
+    if args and not isinstance(args[0], int | np.integer):
+        if len(args) > 2:
+            raise TypeError(f"expected (shape, dtype) or integer sizes, got {args}")
+        return tuple(args[0]), args[1] if len(args) == 2 else dtype
+    return tuple(args), dtype
+
+
+def zeros(*shape: Any, dtype: Any = np.float32, requires_grad: bool = False) -> Tensor:
+    """zeros((2, 3), dtype) (NumPy) or zeros(2, 3) (PyTorch); float32 by default."""
+    shape, dtype = _shape_dtype(shape, dtype)
     return Tensor(np.zeros(shape, dtype), requires_grad=requires_grad)
 
 
-def ones(shape: Sequence[int], dtype: Any = np.float32, requires_grad: bool = False) -> Tensor:
+def ones(*shape: Any, dtype: Any = np.float32, requires_grad: bool = False) -> Tensor:
+    shape, dtype = _shape_dtype(shape, dtype)
     return Tensor(np.ones(shape, dtype), requires_grad=requires_grad)
 
 
-def zeros_like(x: Any) -> Tensor:
-    return zeros(x.shape, x.dtype)
+def full(shape: Any, fill_value: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    """NumPy's full; a tensor `fill_value` is broadcast, so its gradient flows."""
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    if isinstance(fill_value, Tensor):
+        return broadcast_to(fill_value if dtype is None else astype(fill_value, dtype), shape)
+    if dtype is None and type(fill_value) is float:
+        dtype = np.float32  # Python floats become float32, as everywhere in tracegrad
+    return Tensor(np.full(shape, fill_value, dtype), requires_grad=requires_grad)
 
 
-def ones_like(x: Any) -> Tensor:
-    return ones(x.shape, x.dtype)
+def zeros_like(x: Any, dtype: Any = None) -> Tensor:
+    return zeros(x.shape, dtype=x.dtype if dtype is None else dtype)
+
+
+def ones_like(x: Any, dtype: Any = None) -> Tensor:
+    return ones(x.shape, dtype=x.dtype if dtype is None else dtype)
+
+
+_generator = np.random.default_rng()
+
+
+def seed(value: int) -> None:
+    """Seed the generator behind randn, rand and randint (tracegrad.manual_seed seeds it too)."""
+    global _generator
+    _generator = np.random.default_rng(value)
+
+
+def randn(*shape: Any, dtype: Any = np.float32, requires_grad: bool = False) -> Tensor:
+    """Standard normal samples, PyTorch's randn(2, 3) or randn((2, 3))."""
+    shape, dtype = _shape_dtype(shape, dtype)
+    data = _generator.standard_normal(shape).astype(dtype)
+    return Tensor(data, requires_grad=requires_grad)
+
+
+def rand(*shape: Any, dtype: Any = np.float32, requires_grad: bool = False) -> Tensor:
+    """Uniform samples in [0, 1)."""
+    shape, dtype = _shape_dtype(shape, dtype)
+    return Tensor(_generator.random(shape).astype(dtype), requires_grad=requires_grad)
+
+
+def randint(low: int, high: int, size: Sequence[int], dtype: Any = np.int64) -> Tensor:
+    return Tensor(_generator.integers(low, high, tuple(size)).astype(dtype))
+
+
+def randperm(n: int, dtype: Any = np.int64) -> Tensor:
+    """A random permutation of 0..n-1."""
+    return Tensor(_generator.permutation(n).astype(dtype))
+
+
+def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None) -> Tensor:
+    """NumPy's and PyTorch's arange: integers stay int64, floats become float32."""
+    data = np.arange(start, stop, step) if stop is not None else np.arange(start)
+    return Tensor(
+        data if dtype is None and data.dtype.kind != "f" else data.astype(dtype or np.float32)
+    )
+
+
+def from_numpy(a: np.ndarray) -> Tensor:
+    """A tensor sharing `a`'s memory and dtype (as torch.from_numpy)."""
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"from_numpy: expected an ndarray, got {type(a).__name__}")
+    return Tensor(a)
+
+
+def var(
+    a: Any, axis: Any = None, dtype: Any = None, out: None = None, ddof: float = 0,
+    keepdims: bool = False, *, correction: float | None = None, unbiased: bool | None = None,
+) -> Tensor:  # fmt: skip
+    """NumPy's var (ddof=0 by default); PyTorch's `correction=` is ddof and `unbiased=True`
+    ddof=1 (PyTorch's default is 1: write x.var(dim, correction=1) for its value)."""
+    x = as_tensor(a)
+    ddof = ddof if correction is None else correction
+    ddof = ddof if unbiased is None else int(unbiased)
+    axes = _axes("var", axis, x.ndim)
+    centered = x - mean(x, axes, keepdims=True)
+    count = math.prod(x.shape[a] for a in axes) - ddof
+    return sum(centered * centered, axes, keepdims) / float(count)
+
+
+def std(
+    a: Any, axis: Any = None, dtype: Any = None, out: None = None, ddof: float = 0,
+    keepdims: bool = False, *, correction: float | None = None, unbiased: bool | None = None,
+) -> Tensor:  # fmt: skip
+    return P.sqrt(var(a, axis, dtype, out, ddof, keepdims, correction=correction,
+                      unbiased=unbiased))  # fmt: skip
+
+
+var, std = torch_names(var), torch_names(std)
 
 
 # --- Tensor's operators and methods, attached from above (see DESIGN.md: no circles) ----------
@@ -237,7 +372,7 @@ _OPERATORS = {
     "rmul": _swap(P.mul), "truediv": P.div, "rtruediv": _swap(P.div), "pow": P.pow,
     "rpow": _swap(P.pow), "matmul": matmul, "rmatmul": _swap(matmul), "lt": P.less,
     "le": P.less_equal, "gt": P.greater, "ge": P.greater_equal, "eq": P.equal,
-    "ne": P.not_equal, "getitem": getitem,
+    "ne": P.not_equal, "getitem": getitem, "mod": P.remainder, "rmod": _swap(P.remainder),
 }  # fmt: skip
 for _name, _f in _OPERATORS.items():
     setattr(Tensor, f"__{_name}__", _f)
@@ -250,11 +385,85 @@ Tensor.__pos__ = lambda self: self
 for _p in PRIMITIVES.values():  # every one-input elementwise op is a method too: t.exp()
     if _p.kind == "elementwise" and _p.arity == 1 and not hasattr(Tensor, _p.name):
         setattr(Tensor, _p.name, _p)
-for _f in (sum, mean, max, min, prod, argmax, transpose, astype, clip, squeeze, expand_dims,
-           softmax, log_softmax, logsumexp, reshape):  # fmt: skip
+for _f in (sum, mean, max, min, prod, argmax, astype, clip, squeeze, expand_dims, softmax,
+           log_softmax, logsumexp, reshape, var, std, matmul):  # fmt: skip
     setattr(Tensor, _f.__name__, _f)
 Tensor.T = property(lambda self: transpose(self))
-Tensor.flatten = lambda self: reshape(self, (-1,))
+Tensor._stack = staticmethod(stack)
+
+
+# PyTorch's Tensor methods, each an alias of the function above it names.
+
+
+def _transpose_method(self: Tensor, *axes: Any) -> Tensor:
+    """NumPy's t.transpose(axes) / t.transpose(*axes), but two ints swap those two axes, as
+    PyTorch's t.transpose(0, 1) (for a 2-D tensor NumPy's reading would be the identity)."""
+    if len(axes) == 2 and all(isinstance(a, int) for a in axes):
+        return swapaxes(self, *axes)
+    return transpose(self, _shape_arg(axes) if axes and axes != (None,) else None)
+
+
+def swapaxes(x: Any, axis1: int, axis2: int) -> Tensor:
+    x = as_tensor(x)
+    axes = list(range(x.ndim))
+    axes[axis1], axes[axis2] = axes[axis2], axes[axis1]
+    return transpose(x, axes)
+
+
+def _expand(self: Tensor, *sizes: Any) -> Tensor:
+    """PyTorch's expand: broadcast_to, with -1 keeping an extent."""
+    sizes = _shape_arg(sizes)
+    lead = len(sizes) - self.ndim
+    shape = tuple(self.shape[i - lead] if d == -1 else d for i, d in enumerate(sizes))
+    return broadcast_to(self, shape)
+
+
+def _flatten(self: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    """NumPy's flatten() (everything), or PyTorch's flatten(start_dim, end_dim)."""
+    if self.ndim == 0:
+        return reshape(self, (1,))
+    start, end = start_dim % self.ndim, end_dim % self.ndim
+    return reshape(self, self.shape[:start] + (-1,) + self.shape[end + 1 :])
+
+
+def _zero_(self: Tensor) -> Tensor:
+    """Fill with zeros in place (an in-place op: a leaf that requires grad needs no_grad)."""
+    return self.fill_(0.0)
+
+
+def _to(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+    """PyTorch's t.to(dtype) or t.to("cpu"): a cast, or the tensor itself (the CPU is the only
+    device)."""
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, str) and a.startswith("cpu") or a is None or isinstance(a, bool):
+            continue
+        if isinstance(a, str):
+            raise ValueError(f"to({a!r}): tracegrad runs on the CPU only")
+        self = astype(self, a)
+    return self
+
+
+def _fill_(self: Tensor, value: Any) -> Tensor:
+    if Listeners.grad_enabled and self.is_leaf and self.requires_grad:
+        raise RuntimeError("in-place fill_ on a leaf tensor that requires grad: use no_grad()")
+    self._assign(Tensor(np.full(self.shape, value, self.dtype)))
+    return self
+
+
+_METHODS = {
+    "transpose": _transpose_method, "view": reshape, "permute": lambda self, *dims:
+    transpose(self, _shape_arg(dims)), "unsqueeze": expand_dims, "expand": _expand,
+    "flatten": _flatten, "ravel": lambda self: reshape(self, (-1,)), "clamp": clip,
+    "clone": P.positive, "copy": P.positive, "numel": lambda self: self.size,
+    "dim": lambda self: self.ndim, "tolist": lambda self: self.numpy().tolist(),
+    "float": lambda self: astype(self, np.float32), "double": lambda self: astype(self, np.float64),
+    "long": lambda self: astype(self, np.int64), "zero_": _zero_, "fill_": _fill_,
+    "swapaxes": swapaxes, "to": _to, "cpu": lambda self: self,
+    "t": lambda self: transpose(self), "pow": P.pow, "mm": matmul,
+}  # fmt: skip
+for _name, _f in _METHODS.items():
+    setattr(Tensor, _name, _f)
+Tensor.mT = property(lambda self: swapaxes(self, -1, -2))
 
 
 # --- NumPy interop: ufuncs on tensors dispatch to tracegrad, never return a detached ndarray ----
@@ -317,8 +526,14 @@ def _has_floats(result: Any) -> bool:
 Tensor.__array_ufunc__ = _array_ufunc
 Tensor.__array_function__ = _array_function
 
-__all__ = [*P.__all__, "argmax", "astype", "broadcast_to", "clip", "concatenate", "expand_dims",
-           "getitem", "log_softmax", "logsumexp", "matmul", "max", "mean", "min", "ones",
-           "ones_like", "prod", "reshape", "softmax", "squeeze", "stack", "sum", "sum_to",
-           "transpose", "zeros", "zeros_like"]  # fmt: skip
-__all__ = sorted(set(__all__) - {"fused", "scatter_add", "check_range"})
+__all__ = [*P.__all__, "arange", "argmax", "astype", "broadcast_to", "clamp", "clip",
+           "concatenate", "expand_dims", "from_numpy", "full", "getitem", "log_softmax",
+           "logsumexp", "matmul", "max", "mean", "min", "ones", "ones_like", "prod", "rand",
+           "randint", "randn", "randperm", "reshape", "softmax", "squeeze", "stack", "std", "sum",
+           "sum_to", "swapaxes", "transpose", "var", "zeros", "zeros_like"]  # fmt: skip
+# Not exported at the top: internals, and the linear algebra records (tracegrad.linalg has
+# them with NumPy's signatures).
+__all__ = sorted(set(__all__) - {"fused", "scatter_add", "inv", "det", "logabsdet", "det_sign",
+                                 "solve", "cholesky", "eigh_values", "eigh_vectors", "pinv", "svd",
+                                 "einsum", "argsort", "argpartition", "cumsum", "pad",
+                                 "check_range"})  # fmt: skip

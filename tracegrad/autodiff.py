@@ -141,18 +141,51 @@ def _grad_mode(enabled: bool) -> Iterator[None]:
         Listeners.grad_enabled = previous
 
 
-class no_grad(contextlib.ContextDecorator):
-    """Stop recording: as a context manager (`with no_grad():`) or a decorator (`@no_grad()`)."""
+class _GradMode(contextlib.ContextDecorator):
+    """Set grad mode inside: a context manager, `@no_grad()` or a bare `@no_grad`."""
 
-    def __init__(self) -> None:
+    enabled = False
+
+    def __new__(cls, func: Callable | None = None) -> Any:
+        self = super().__new__(cls)
+        if func is None:
+            return self
+        self.__init__()
+        return self(func)  # used bare, as `@no_grad`: decorate the function
+
+    def __init__(self, func: Callable | None = None) -> None:
         self._previous: list[bool] = []  # a stack: one decorator instance may be re-entered
 
     def __enter__(self) -> None:
         self._previous.append(Listeners.grad_enabled)
-        Listeners.grad_enabled = False
+        Listeners.grad_enabled = self.enabled
 
     def __exit__(self, *exc: Any) -> None:
         Listeners.grad_enabled = self._previous.pop()
+
+
+class no_grad(_GradMode):
+    """Stop recording: `with no_grad():`, `@no_grad()` or `@no_grad`."""
+
+
+class enable_grad(_GradMode):
+    """Record again inside a `no_grad` region."""
+
+    enabled = True
+
+
+class set_grad_enabled:
+    """PyTorch's: sets grad mode at once, and as a context manager restores it on exit."""
+
+    def __init__(self, mode: bool) -> None:
+        self._previous = Listeners.grad_enabled
+        Listeners.grad_enabled = bool(mode)
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, *exc: Any) -> None:
+        Listeners.grad_enabled = self._previous
 
 
 def is_grad_enabled() -> bool:
@@ -253,9 +286,16 @@ def _default_dy(y: Tensor) -> Tensor:
 
 
 def tensor_backward(
-    y: Tensor, dy: Any = None, retain_graph: bool = False, create_graph: bool = False
+    y: Tensor,
+    gradient: Any = None,
+    retain_graph: bool = False,
+    create_graph: bool = False,
+    *,
+    dy: Any = None,
 ) -> None:
-    """`y.backward()`: gradients into every reachable leaf that requires grad (PyTorch)."""
+    """`y.backward()`: gradients into every reachable leaf that requires grad (PyTorch).
+    `gradient` is the cotangent (MegEngine's and tracegrad's older name: `dy`)."""
+    dy = gradient if dy is None else dy
     if y.is_leaf and not y.requires_grad:
         raise RuntimeError(
             "backward: this tensor does not require grad and has no grad_fn (no input of the "

@@ -423,6 +423,7 @@ def binary(name, impl, vjp=None, saves="", scalar=None, helpers=(), shape=_binar
                      helpers=helpers, **kw)  # fmt: skip
 
 
+positive = unary("positive", np.positive, lambda g, out, x: g, shape=_same, scalar="(+{0})")
 neg = unary("neg", np.negative, lambda g, out, x: -g, shape=_same, scalar="(-{0})")
 exp = unary("exp", np.exp, lambda g, out, x: g * out, "out", "exp({0})", ("exp",))
 log = unary("log", np.log, lambda g, out, x: g / x, "in", "log({0})", ("log",))
@@ -439,6 +440,30 @@ erf = unary("erf", _erf, lambda g, out, x: g * (1.1283791670955126 * exp(-(x * x
             "math.erf({0})")  # fmt: skip
 sin = unary("sin", np.sin, lambda g, out, x: g * cos(x), "in", "sin({0})", ("sin",))
 cos = unary("cos", np.cos, lambda g, out, x: -(g * sin(x)), "in", "cos({0})", ("cos",))
+tan = unary("tan", np.tan, lambda g, out, x: g * (1.0 + out * out), "out", "math.tan({0})")
+arcsin = unary("arcsin", np.arcsin, lambda g, out, x: g / sqrt(1.0 - x * x), "in",
+               "math.asin({0})")  # fmt: skip
+arccos = unary("arccos", np.arccos, lambda g, out, x: -g / sqrt(1.0 - x * x), "in",
+               "math.acos({0})")  # fmt: skip
+arctan = unary("arctan", np.arctan, lambda g, out, x: g / (1.0 + x * x), "in", "math.atan({0})")
+sinh = unary("sinh", np.sinh, lambda g, out, x: g * cosh(x), "in", "math.sinh({0})")
+cosh = unary("cosh", np.cosh, lambda g, out, x: g * sinh(x), "in", "math.cosh({0})")
+arcsinh = unary("arcsinh", np.arcsinh, lambda g, out, x: g / sqrt(x * x + 1.0), "in",
+                "math.asinh({0})")  # fmt: skip
+arccosh = unary("arccosh", np.arccosh, lambda g, out, x: g / sqrt(x * x - 1.0), "in",
+                "math.acosh({0})")  # fmt: skip
+arctanh = unary("arctanh", np.arctanh, lambda g, out, x: g / (1.0 - x * x), "in",
+                "math.atanh({0})")  # fmt: skip
+log2 = unary("log2", np.log2, lambda g, out, x: g / (x * math.log(2.0)), "in",
+             "math.log2({0})")  # fmt: skip
+log10 = unary("log10", np.log10, lambda g, out, x: g / (x * math.log(10.0)), "in",
+              "math.log10({0})")  # fmt: skip
+exp2 = unary("exp2", np.exp2, lambda g, out, x: g * out * math.log(2.0), "out", "(2.0 ** {0})")
+# Piecewise constant: no gradient (None), as in NumPy autograd.
+floor = unary("floor", np.floor, shape=_same)
+ceil = unary("ceil", np.ceil, shape=_same)
+trunc = unary("trunc", np.trunc, shape=_same)
+rint = unary("rint", np.rint, shape=_same)
 sign = unary("sign", np.sign, shape=_same, scalar="sign({0})", helpers=("sign",))
 abs = unary("abs", np.abs, lambda g, out, x: g * sign(x), "in", "abs({0})", shape=_same)
 
@@ -468,6 +493,30 @@ minimum = binary("minimum", np.minimum,
                  (lambda g, out, x, y: sum_to(where(x <= y, g, 0.0), x.shape),
                   lambda g, out, x, y: sum_to(where(x <= y, 0.0, g), y.shape)),
                  "in", "minimum({0}, {1})", ("minimum",))  # fmt: skip
+arctan2 = binary("arctan2", np.arctan2,
+                 (lambda g, out, y, x: sum_to(g * x / (x * x + y * y), y.shape),
+                  lambda g, out, y, x: sum_to(-(g * y) / (x * x + y * y), x.shape)),
+                 "in", "math.atan2({0}, {1})", shape=_true_divide)  # fmt: skip
+hypot = binary("hypot", np.hypot,
+               (lambda g, out, x, y: sum_to(g * x / out, x.shape),
+                lambda g, out, x, y: sum_to(g * y / out, y.shape)),
+               "in+out", "math.hypot({0}, {1})", shape=_true_divide)  # fmt: skip
+logaddexp = binary("logaddexp", np.logaddexp,
+                   (lambda g, out, x, y: sum_to(g * exp(x - out), x.shape),
+                    lambda g, out, x, y: sum_to(g * exp(y - out), y.shape)),
+                   "in+out", shape=_true_divide)  # fmt: skip
+logaddexp2 = binary("logaddexp2", np.logaddexp2,
+                    (lambda g, out, x, y: sum_to(g * exp2(x - out), x.shape),
+                     lambda g, out, x, y: sum_to(g * exp2(y - out), y.shape)),
+                    "in+out", shape=_true_divide)  # fmt: skip
+remainder = binary("remainder", np.remainder,
+                   (lambda g, out, x, y: sum_to(g, x.shape),
+                    lambda g, out, x, y: sum_to(-(g * floor(x / y)), y.shape)),
+                   "in", "({0} % {1})")  # fmt: skip
+fmod = binary("fmod", np.fmod,
+              (lambda g, out, x, y: sum_to(g, x.shape),
+               lambda g, out, x, y: sum_to(-(g * trunc(x / y)), y.shape)),
+              "in", "np.fmod({0}, {1})")  # fmt: skip
 where = Primitive("where", np.where, _where_rule,
                   (None,
                    lambda g, out, c, x, y: sum_to(where(c, g, 0.0), x.shape),
@@ -586,14 +635,208 @@ uniform = Primitive("uniform", _uniform, _uniform_rule, kind="random")
 # --- value checks: what eager checks on values, run in the plan too ---------------------------
 
 
-def _check_range(x, *, lo, hi, what, where):
-    bad = x[(x < lo) | (x >= hi)] if x.size else x[:0]
+def _check_range(x, *, lo, hi, allow, what, where):
+    outside = (x < lo) | (x >= hi)
+    bad = x[outside & (x != allow) if allow is not None else outside]
     if bad.size:
         raise ValueError(f"{what} must lie in [{lo}, {hi}), found {bad.flat[0]} (at {where})")
     return x
 
 
 check_range = Primitive("check_range", _check_range, _same, kind="check")
+
+# --- scans, sorting, padding, einsum --------------------------------------------------------
+
+
+def _cumsum_rule(x, axis):
+    return x.shape, (x.dtype if x.dtype.kind in "fc" else np.dtype(np.int64))
+
+
+def _pad_rule(x, pad_width, value):
+    return tuple(d + lo + hi for d, (lo, hi) in zip(x.shape, pad_width, strict=True)), x.dtype
+
+
+def _pad_vjp(g, out, x, pad_width, value):
+    return getitem(
+        g, template=tuple(slice(lo, lo + d) for d, (lo, _) in zip(x.shape, pad_width, strict=True))
+    )
+
+
+def _einsum_parts(spec: str) -> tuple[list[str], str]:
+    ins, out = spec.split("->")
+    return ins.split(","), out
+
+
+def _einsum_rule(*xs, spec):
+    ins, out = _einsum_parts(spec)
+    sizes: dict[str, int] = {}
+    for subs, x in zip(ins, xs, strict=True):
+        if len(subs) != x.ndim:
+            raise ValueError(f"einsum '{spec}': operand of shape {x.shape} for '{subs}'")
+        for c, d in zip(subs, x.shape, strict=True):
+            if sizes.setdefault(c, d) != d:
+                raise ValueError(f"einsum '{spec}': index '{c}' is {sizes[c]} and {d}")
+    return tuple(sizes[c] for c in out), np.result_type(*(x.dtype for x in xs))
+
+
+def _einsum_vjp(i, g, out, *xs, spec):
+    """The gradient of operand i: the cotangent contracted with the other operands; an index
+    only operand i has (summed away alone) comes back by broadcasting."""
+    ins, result = _einsum_parts(spec)
+    mine = ins[i]
+    if len(set(mine)) != len(mine):
+        raise NotImplementedError(f"einsum '{spec}': no gradient through a repeated index")
+    others = ins[:i] + ins[i + 1 :]
+    known = set(result) | set("".join(others))
+    kept = "".join(c for c in mine if c in known)
+    gi = einsum(g, *xs[:i], *xs[i + 1 :], spec=",".join([result, *others]) + "->" + kept)
+    if kept == mine:
+        return gi
+    gi = _reshaped(
+        gi, tuple(d if c in known else 1 for c, d in zip(mine, xs[i].shape, strict=True))
+    )
+    return broadcast_to(gi, shape=xs[i].shape)
+
+
+cumsum = Primitive("cumsum", np.cumsum, _cumsum_rule,
+                   (lambda g, out, x, axis: sum(g, axis=(axis,), keepdims=True)
+                    - cumsum(g, axis=axis) + g,))  # fmt: skip
+argsort = Primitive("argsort", lambda x, axis: np.argsort(x, axis=axis, kind="stable"),
+                    lambda x, axis: (x.shape, np.int64))  # fmt: skip
+argpartition = Primitive("argpartition", np.argpartition,
+                         lambda x, kth, axis: (x.shape, np.int64))  # fmt: skip
+pad = Primitive("pad", lambda x, pad_width, value: np.pad(x, pad_width, constant_values=value),
+                _pad_rule, (_pad_vjp,))  # fmt: skip
+einsum = Primitive("einsum", lambda *xs, spec: np.einsum(spec, *xs, optimize=len(xs) > 2),
+                   _einsum_rule, _einsum_vjp, "in", kind="contraction")  # fmt: skip
+
+
+# --- linear algebra (batched over leading axes, as numpy.linalg) -------------------------------
+
+
+def _square_rule(x):
+    if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
+        raise ValueError(f"expected (..., n, n) square matrices, got {x.shape}")
+    return x.shape, _floating(x)[1]
+
+
+def _det_rule(x):
+    return x.shape[:-2], _square_rule(x)[1]
+
+
+def _solve_rule(a, b):
+    _square_rule(a)
+    if b.ndim < 2 or b.shape[-2] != a.shape[-1]:
+        raise ValueError(f"solve: a {a.shape} and b {b.shape}")
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    return (*batch, *b.shape[-2:]), np.result_type(a.dtype, b.dtype)
+
+
+def _matrices(g):
+    """A batch of numbers as a batch of 1x1 matrices, to scale matrices."""
+    return _reshaped(g, (*g.shape, 1, 1))
+
+
+def _eigh_vectors_vjp(g, out, x):
+    """v (F * v^T g) v^T, F_ij = 1 / (w_j - w_i) off the diagonal; symmetrized (x is read as a
+    symmetric matrix)."""
+    w = eigh_values(x)
+    n = x.shape[-1]
+    off = np.ones((n, n), x.dtype) - np.eye(n, dtype=x.dtype)
+    wi = _reshaped(w, (*w.shape, 1))
+    gap = _mT(wi) - wi + np.eye(n, dtype=x.dtype)
+    inner = matmul(_mT(out), g) * off / gap
+    return _symmetric(matmul(matmul(out, inner), _mT(out)))
+
+
+def _symmetric(a):
+    return (a + _mT(a)) * 0.5
+
+
+def _cholesky_vjp(g, out, x):
+    """Murray's rule: L^-T phi(L^T g) L^-1, symmetrized; phi keeps the lower triangle with the
+    diagonal halved."""
+    n = x.shape[-1]
+    phi = np.tril(np.ones((n, n), out.dtype)) - 0.5 * np.eye(n, dtype=out.dtype)
+    li = inv(out)
+    return _symmetric(matmul(matmul(_mT(li), matmul(_mT(out), g) * phi), li))
+
+
+def _pinv_vjp(g, out, x):
+    """From Golub and Pereyra's differential of the pseudo-inverse P of A:
+    dP = -P dA P + P P^T dA^T (I - A P) + (I - P A) dA^T P^T P."""
+    m, n = x.shape[-2:]
+    eye_m, eye_n = np.eye(m, dtype=out.dtype), np.eye(n, dtype=out.dtype)
+    pt, gt = _mT(out), _mT(g)
+    return (
+        -matmul(matmul(pt, g), pt)
+        + matmul(matmul(eye_m - matmul(x, out), gt), matmul(out, pt))
+        + matmul(matmul(pt, out), matmul(gt, eye_n - matmul(out, x)))
+    )
+
+
+def _svd_rule(x, part):
+    m, n = x.shape[-2:]
+    k, batch, dtype = builtins.min(m, n), x.shape[:-2], _floating(x)[1]
+    return {"u": (*batch, m, k), "s": (*batch, k), "vh": (*batch, k, n)}[part], dtype
+
+
+def _svd(x, part):
+    u, s, vh = np.linalg.svd(x, full_matrices=False)
+    return {"u": u, "s": s, "vh": vh}[part]
+
+
+def _svd_vjp(g, out, x, part):
+    """Townsend's rules (2016) for the thin SVD x = U S V^T, one output's share at a time;
+    F_ij = 1 / (s_j^2 - s_i^2) off the diagonal (distinct singular values assumed)."""
+    u, s, vh = (svd(x, part=p) for p in ("u", "s", "vh"))
+    v = _mT(vh)
+    if part == "s":
+        return matmul(u * _reshaped(g, (*g.shape[:-1], 1, g.shape[-1])), vh)
+    k = s.shape[-1]
+    s_row = _reshaped(s, (*s.shape[:-1], 1, k))
+    s2 = s_row * s_row
+    off = np.ones((k, k), x.dtype) - np.eye(k, dtype=x.dtype)
+    f = off / (s2 - _mT(s2) + np.eye(k, dtype=x.dtype))
+    if part == "u":
+        j = f * (matmul(_mT(u), g) - matmul(_mT(g), u))
+        rest = g - matmul(u, matmul(_mT(u), g))
+        return matmul(matmul(u, j) * s_row + rest / s_row, vh)
+    gv = _mT(g)
+    j = f * (matmul(vh, gv) - matmul(_mT(gv), v))
+    rest = _mT(gv) - matmul(matmul(_mT(gv), v), vh)
+    return matmul(u, matmul(j, vh) * _mT(s_row) + rest / _mT(s_row))
+
+
+inv = Primitive("inv", np.linalg.inv, _square_rule,
+                (lambda g, out, x: -matmul(matmul(_mT(out), g), _mT(out)),), "out")  # fmt: skip
+det = Primitive("det", np.linalg.det, _det_rule,
+                (lambda g, out, x: _matrices(g * out) * _mT(inv(x)),), "in+out")  # fmt: skip
+logabsdet = Primitive("logabsdet", lambda x: np.linalg.slogdet(x)[1], _det_rule,
+                      (lambda g, out, x: _matrices(g) * _mT(inv(x)),), "in")  # fmt: skip
+det_sign = Primitive("det_sign", lambda x: np.linalg.slogdet(x)[0], _det_rule)
+solve = Primitive("solve", np.linalg.solve, _solve_rule,
+                  (lambda g, out, a, b: sum_to(-matmul(solve(_mT(a), g), _mT(out)), a.shape),
+                   lambda g, out, a, b: sum_to(solve(_mT(a), g), b.shape)),
+                  "in+out")  # fmt: skip
+cholesky = Primitive("cholesky", np.linalg.cholesky, _square_rule, (_cholesky_vjp,), "out")
+
+
+def _eigh_values_vjp(g, out, x):
+    """v diag(g) v^T, symmetrized."""
+    v = eigh_vectors(x)
+    return _symmetric(matmul(v * _reshaped(g, (*g.shape[:-1], 1, g.shape[-1])), _mT(v)))
+
+
+eigh_values = Primitive("eigh_values", np.linalg.eigvalsh,
+                        lambda x: (x.shape[:-1], _square_rule(x)[1]), (_eigh_values_vjp,),
+                        "in")  # fmt: skip
+eigh_vectors = Primitive("eigh_vectors", lambda x: np.linalg.eigh(x)[1], _square_rule,
+                         (_eigh_vectors_vjp,), "in+out")  # fmt: skip
+svd = Primitive("svd", _svd, _svd_rule, (_svd_vjp,), "in")
+pinv = Primitive("pinv", np.linalg.pinv,
+                 lambda x: ((*x.shape[:-2], x.shape[-1], x.shape[-2]), _floating(x)[1]),
+                 (_pinv_vjp,), "in+out")  # fmt: skip
 
 fused = Composite("fused")
 

@@ -60,6 +60,19 @@ def _default_dtype(data: Any) -> np.dtype | None:
     return np.dtype(np.float32) if np.asarray(data).dtype == np.float64 else None
 
 
+class Size(int):
+    """The element count (NumPy's `a.size`) that can also be called as PyTorch's `t.size()` (the
+    shape) or `t.size(dim)` (one extent)."""
+
+    def __new__(cls, count: Any, shape: tuple[int, ...]) -> Size:
+        n = super().__new__(cls, int(count))
+        n.shape = shape
+        return n
+
+    def __call__(self, dim: int | None = None) -> Any:
+        return self.shape if dim is None else self.shape[dim]
+
+
 class Tensor:
     """An n-d array with reverse-mode autodiff: concrete (an ndarray) or symbolic (traced)."""
 
@@ -70,6 +83,11 @@ class Tensor:
     def __init__(self, data: Any, dtype: Any = None, requires_grad: bool = False):
         if isinstance(data, Tensor):
             data = data._value
+        elif isinstance(data, list | tuple) and _holds_tensors(data):
+            raise TypeError(
+                "tensor(): the list holds tensors, and a new leaf would cut their gradient; use "
+                "tracegrad.stack(...) (or tracegrad.as_tensor, which stacks)"
+            )
         if not isinstance(data, ir.Value):
             dtype = dtype if dtype is not None else _default_dtype(data)
             data = np.asarray(data, dtype=dtype)
@@ -96,7 +114,7 @@ class Tensor:
     shape = property(lambda self: tuple(self._value.shape), doc="The shape, as a tuple.")
     dtype = property(lambda self: np.dtype(self._value.dtype), doc="The NumPy dtype.")
     ndim = property(lambda self: len(self._value.shape))
-    size = property(lambda self: int(np.prod(self._value.shape, dtype=np.int64)))
+    size = property(lambda self: Size(np.prod(self._value.shape, dtype=np.int64), self.shape))
 
     @property
     def is_symbolic(self) -> bool:
@@ -227,7 +245,19 @@ class Tensor:
 
 
 def as_tensor(x: Any, dtype: Any = None) -> Tensor:
-    return x if isinstance(x, Tensor) else Tensor(x, dtype=dtype)
+    """`x` as a tensor; a list holding tensors is stacked (differentiably), never detached."""
+    if isinstance(x, Tensor):
+        return x
+    if isinstance(x, list | tuple) and _holds_tensors(x):
+        out = Tensor._stack(x)
+        return out if dtype is None else out.astype(dtype)
+    return Tensor(x, dtype=dtype)
+
+
+def _holds_tensors(x: Any) -> bool:
+    if isinstance(x, list | tuple):
+        return any(_holds_tensors(v) for v in x)
+    return isinstance(x, Tensor)
 
 
 def bind(prim: Any, *args: Any, **params: Any) -> Tensor:

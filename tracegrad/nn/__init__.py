@@ -1,6 +1,16 @@
 """Neural-network building blocks: `Module`, layers, and `functional` (activations, losses)."""
 
-from . import functional
+from . import functional, utils
+from .losses import (
+    BCELoss,
+    BCEWithLogitsLoss,
+    CrossEntropyLoss,
+    HuberLoss,
+    L1Loss,
+    MSELoss,
+    NLLLoss,
+    SmoothL1Loss,
+)
 from .modules import (
     GELU,
     Dropout,
@@ -16,6 +26,15 @@ from .modules import (
 )
 
 __all__ = [
+    "BCELoss",
+    "BCEWithLogitsLoss",
+    "CrossEntropyLoss",
+    "HuberLoss",
+    "L1Loss",
+    "MSELoss",
+    "NLLLoss",
+    "SmoothL1Loss",
+    "utils",
     "GELU",
     "Dropout",
     "IncompatibleKeys",

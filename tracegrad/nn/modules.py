@@ -45,6 +45,7 @@ class Module:
     def __init__(self) -> None:
         object.__setattr__(self, "_parameters", {})
         object.__setattr__(self, "_modules", {})
+        object.__setattr__(self, "_buffers", {})
         object.__setattr__(self, "training", True)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -54,7 +55,11 @@ class Module:
             )
         self._parameters.pop(name, None)
         self._modules.pop(name, None)
-        if isinstance(value, Module):
+        if name in self._buffers:
+            if value is not None and not isinstance(value, Tensor):
+                raise TypeError(f"buffer '{name}' must be a Tensor or None")
+            self._buffers[name] = value
+        elif isinstance(value, Module):
             self._modules[name] = value
         elif isinstance(value, Tensor) and value.is_leaf and value.requires_grad:
             self._parameters[name] = value
@@ -63,6 +68,7 @@ class Module:
     def __delattr__(self, name: str) -> None:
         self._parameters.pop(name, None)
         self._modules.pop(name, None)
+        self._buffers.pop(name, None)
         object.__delattr__(self, name)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
@@ -95,6 +101,64 @@ class Module:
     def children(self) -> Iterator[Module]:
         return iter(self._modules.values())
 
+    def named_children(self) -> Iterator[tuple[str, Module]]:
+        return iter(self._modules.items())
+
+    def apply(self, fn: Any) -> Module:
+        """Call `fn` on every submodule, then on this module (PyTorch's order); returns self."""
+        for child in self.children():
+            child.apply(fn)
+        fn(self)
+        return self
+
+    def requires_grad_(self, requires_grad: bool = True) -> Module:
+        for p in self.parameters():
+            p.requires_grad = requires_grad
+        return self
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Drop the parameters' gradients (or zero them in place with set_to_none=False)."""
+        for p in self.parameters():
+            if set_to_none or p.grad is None:
+                p.grad = None
+            else:
+                p.grad = Tensor(np.zeros(p.shape, p.grad.dtype))
+
+    def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
+        """A tensor that is state but not a parameter (running statistics): in state_dict
+        (unless not persistent), never handed to an optimizer."""
+        if "_buffers" not in self.__dict__:
+            raise AttributeError("cannot register a buffer before Module.__init__()")
+        if tensor is not None and not isinstance(tensor, Tensor):
+            tensor = Tensor(tensor)
+        self._parameters.pop(name, None)
+        self._modules.pop(name, None)
+        self._buffers[name] = tensor
+        if not persistent:
+            object.__setattr__(self, "_non_persistent", {*self._non_persistent_names(), name})
+        object.__setattr__(self, name, tensor)
+
+    def _non_persistent_names(self) -> set[str]:
+        return self.__dict__.get("_non_persistent", set())
+
+    def named_buffers(self) -> Iterator[tuple[str, Tensor]]:
+        for path, module in self.named_modules():
+            for name, b in module._buffers.items():
+                if b is not None:
+                    yield (f"{path}.{name}" if path else name), b
+
+    def buffers(self) -> Iterator[Tensor]:
+        return (b for _, b in self.named_buffers())
+
+    def _state_tensors(self) -> dict[str, Tensor]:
+        """Parameters and persistent buffers by name: what state_dict holds."""
+        out = dict(self.named_parameters())
+        for path, module in self.named_modules():
+            for name, b in module._buffers.items():
+                if b is not None and name not in module._non_persistent_names():
+                    out[f"{path}.{name}" if path else name] = b
+        return out
+
     def named_parameters(self) -> Iterator[tuple[str, Tensor]]:
         """("0.weight", tensor) pairs, recursive, in registration order; shared ones once."""
         seen: set[int] = set()
@@ -110,11 +174,11 @@ class Module:
     # --- state -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Tensor]:
         """Parameter name -> a detached tensor sharing the parameter's data (as in PyTorch)."""
-        return {name: p.detach() for name, p in self.named_parameters()}
+        return {name: p.detach() for name, p in self._state_tensors().items()}
 
     def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> IncompatibleKeys:
         """Copy `state` into the existing parameters. Checks everything before writing anything."""
-        params = dict(self.named_parameters())
+        params = self._state_tensors()
         missing = [k for k in params if k not in state]
         unexpected = [k for k in state if k not in params]
         arrays = {k: v if isinstance(v, Tensor) else Tensor(np.asarray(v))  # traced: symbolic
@@ -132,6 +196,13 @@ class Module:
         for k, a in arrays.items():
             params[k]._assign(a)
         return IncompatibleKeys(missing, unexpected)
+
+    def to(self, *args: Any, **kwargs: Any) -> Module:
+        """PyTorch's model.to("cpu"): the CPU is the only device, so the module itself."""
+        for a in (*args, *kwargs.values()):
+            if not (isinstance(a, str) and a.startswith("cpu")):
+                raise ValueError(f"{type(self).__name__}.to({a!r}): only 'cpu' is supported")
+        return self
 
     def train(self, mode: bool = True) -> Module:
         for m in self.modules():

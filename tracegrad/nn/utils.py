@@ -1,0 +1,45 @@
+"""`nn.utils`: gradient clipping, written with tensor ops so that a traced step clips too (the
+scale is computed in the graph, not read back into Python)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from ..api import abs, clip, max, minimum, sqrt, stack, sum
+from ..autodiff import no_grad
+from ..tensor import Tensor
+
+__all__ = ["clip_grad_norm_", "clip_grad_value_"]
+
+
+def _with_grads(parameters: Tensor | Iterable[Tensor]) -> list[Tensor]:
+    params = [parameters] if isinstance(parameters, Tensor) else list(parameters)
+    return [p for p in params if p.grad is not None]
+
+
+@no_grad()
+def clip_grad_norm_(
+    parameters: Tensor | Iterable[Tensor], max_norm: float, norm_type: float = 2.0
+) -> Tensor:
+    """Scale all gradients together so that their joint norm is at most `max_norm`; returns
+    the norm before clipping (PyTorch's)."""
+    params = _with_grads(parameters)
+    if not params:
+        return Tensor(0.0)
+    if norm_type == math.inf:
+        total = max(stack([max(abs(p.grad)) for p in params]))
+    else:
+        parts = stack([sum(abs(p.grad) ** float(norm_type)) for p in params])
+        total = sqrt(sum(parts)) if norm_type == 2.0 else sum(parts) ** (1.0 / norm_type)
+    scale = minimum(max_norm / (total + 1e-6), 1.0)
+    for p in params:
+        p.grad = p.grad * scale.astype(p.grad.dtype)
+    return total
+
+
+@no_grad()
+def clip_grad_value_(parameters: Tensor | Iterable[Tensor], clip_value: float) -> None:
+    """Clip every gradient element to [-clip_value, clip_value]."""
+    for p in _with_grads(parameters):
+        p.grad = clip(p.grad, -clip_value, clip_value)
