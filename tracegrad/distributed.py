@@ -46,11 +46,13 @@ def init() -> None:
     previous = sys.excepthook
 
     def abort_all(kind: type, value: BaseException, tb: Any) -> None:
-        previous(kind, value, tb)
+        # the one line that names the rank goes first: Abort may cut the traceback short
         sys.stderr.write(
             f"tracegrad.distributed: rank {rank()} of {world_size()} failed "
             f"({kind.__name__}: {value}); aborting all ranks\n"
         )
+        sys.stderr.flush()
+        previous(kind, value, tb)
         sys.stderr.flush()
         _comm.Abort(1)
 
