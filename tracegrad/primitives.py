@@ -548,6 +548,112 @@ matmul = Primitive("matmul", np.matmul, _matmul_rule,
                     lambda g, out, a, b: sum_to(matmul(_mT(a), g), b.shape)),
                    "in", kind="contraction")  # fmt: skip
 
+
+# --- convolution: im2col feeding one batched BLAS matmul; col2im for the input's gradient -------
+# Attributes: stride (sh, sw), padding ((top, bottom), (left, right)), dilation (dh, dw), groups.
+# The three ops are each other's VJPs (each is bilinear), so every order of derivative is exact.
+
+
+def _conv_size(size, pad, k, s, d):
+    return (size + pad[0] + pad[1] - d * (k - 1) - 1) // s + 1
+
+
+def _conv_out(x_shape, w_shape, stride, padding, dilation, groups):
+    """The output's (OH, OW); checks the layouts (N, C, H, W) and (O, C / groups, kh, kw)."""
+    if len(x_shape) != 4 or len(w_shape) != 4:
+        raise ValueError(f"input {x_shape} and weight {w_shape}: expected 4-d (N, C, H, W) and "
+                         "(out, in / groups, kh, kw)")  # fmt: skip
+    c, (o, cg, kh, kw) = x_shape[1], w_shape
+    if c != cg * groups or o % groups:
+        raise ValueError(f"input {x_shape} with weight {w_shape} and groups={groups}: the input "
+                         f"needs {cg * groups} channels and {o} must divide by groups")  # fmt: skip
+    out = tuple(_conv_size(x_shape[2 + i], padding[i], (kh, kw)[i], stride[i], dilation[i])
+                for i in range(2))  # fmt: skip
+    if builtins.min(out) < 1:
+        raise ValueError(f"input {x_shape} is smaller than the (dilated) kernel {w_shape[2:]}")
+    return out
+
+
+def _conv2d_rule(x, w, stride, padding, dilation, groups):
+    oh, ow = _conv_out(x.shape, w.shape, stride, padding, dilation, groups)
+    return (x.shape[0], w.shape[0], oh, ow), np.result_type(x.dtype, w.dtype)
+
+
+def _im2col(x, kernel, out, stride, padding, dilation, groups):
+    """The patches of `x` as (N, groups, C / groups * kh * kw, OH * OW), one copy."""
+    if any(p for pair in padding for p in pair):
+        x = np.pad(x, ((0, 0), (0, 0), *padding))
+    n, c, (kh, kw), (oh, ow), (sh, sw), (dh, dw) = *x.shape[:2], kernel, out, stride, dilation
+    s = x.strides
+    windows = np.lib.stride_tricks.as_strided(
+        x, (n, c, kh, kw, oh, ow), (s[0], s[1], s[2] * dh, s[3] * dw, s[2] * sh, s[3] * sw),
+        writeable=False)  # fmt: skip
+    return np.ascontiguousarray(windows).reshape(n, groups, c // groups * kh * kw, oh * ow)
+
+
+def _conv2d(x, w, stride, padding, dilation, groups):
+    o, kernel = w.shape[0], w.shape[2:]
+    out = _conv_out(x.shape, w.shape, stride, padding, dilation, groups)
+    cols = _im2col(x, kernel, out, stride, padding, dilation, groups)
+    y = np.matmul(w.reshape(groups, o // groups, -1), cols)  # (N, groups, O / groups, OH * OW)
+    return y.reshape(x.shape[0], o, *out)
+
+
+def _conv2d_input_grad(g, w, shape, stride, padding, dilation, groups):
+    """The transposed convolution: each patch's gradient added back where the patch came from."""
+    (n, c, h, wd), (o, cg, kh, kw), (oh, ow) = shape, w.shape, g.shape[2:]
+    wt = w.reshape(groups, o // groups, cg * kh * kw).transpose(0, 2, 1)
+    cols = np.matmul(wt, g.reshape(n, groups, o // groups, oh * ow)).reshape(n, c, kh, kw, oh, ow)
+    (pt, pb), (pl, pr) = padding
+    (sh, sw), (dh, dw) = stride, dilation
+    xp = np.zeros((n, c, h + pt + pb, wd + pl + pr), cols.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            rows = slice(i * dh, i * dh + sh * (oh - 1) + 1, sh)
+            xp[:, :, rows, j * dw : j * dw + sw * (ow - 1) + 1 : sw] += cols[:, :, i, j]
+    return xp[:, :, pt : pt + h, pl : pl + wd]
+
+
+def _conv2d_weight_grad(x, g, shape, stride, padding, dilation, groups):
+    (o, _, kh, kw), (n, _, oh, ow) = shape, g.shape
+    cols = _im2col(x, (kh, kw), (oh, ow), stride, padding, dilation, groups)
+    gs = g.reshape(n, groups, o // groups, oh * ow)
+    parts = [np.tensordot(gs[:, k], cols[:, k], axes=([0, 2], [0, 2])) for k in range(groups)]
+    return np.concatenate(parts).reshape(shape)
+
+
+def _conv_grad_rule(a, b, shape, stride, padding, dilation, groups):
+    return shape, np.result_type(a.dtype, b.dtype)
+
+
+conv2d = Primitive(
+    "conv2d",
+    _conv2d,
+    _conv2d_rule,
+    (lambda g, out, x, w, **a: conv2d_input_grad(g, w, shape=x.shape, **a),
+     lambda g, out, x, w, **a: conv2d_weight_grad(x, g, shape=w.shape, **a)),
+    "in",
+    kind="contraction",
+)  # fmt: skip
+conv2d_input_grad = Primitive(
+    "conv2d_input_grad",
+    _conv2d_input_grad,
+    _conv_grad_rule,
+    (lambda c, out, g, w, shape, **a: conv2d(c, w, **a),
+     lambda c, out, g, w, shape, **a: conv2d_weight_grad(c, g, shape=w.shape, **a)),
+    "in",
+    kind="contraction",
+)  # fmt: skip
+conv2d_weight_grad = Primitive(
+    "conv2d_weight_grad",
+    _conv2d_weight_grad,
+    _conv_grad_rule,
+    (lambda c, out, x, g, shape, **a: conv2d_input_grad(g, c, shape=x.shape, **a),
+     lambda c, out, x, g, shape, **a: conv2d(x, c, **a)),
+    "in",
+    kind="contraction",
+)  # fmt: skip
+
 fused = Composite("fused")
 
 

@@ -1,6 +1,21 @@
 """Neural-network building blocks: `Module`, layers, and `functional` (activations, losses)."""
 
-from . import functional
+from . import functional, init
+from .layers import (
+    AdaptiveAvgPool2d,
+    AvgPool2d,
+    BatchNorm1d,
+    BatchNorm2d,
+    Conv1d,
+    Conv2d,
+    Embedding,
+    Flatten,
+    Identity,
+    MaxPool2d,
+    ModuleDict,
+    ModuleList,
+    MultiheadAttention,
+)
 from .modules import (
     GELU,
     Dropout,
@@ -16,6 +31,19 @@ from .modules import (
 )
 
 __all__ = [
+    "AdaptiveAvgPool2d",
+    "AvgPool2d",
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "Conv1d",
+    "Conv2d",
+    "Embedding",
+    "Flatten",
+    "Identity",
+    "MaxPool2d",
+    "ModuleDict",
+    "ModuleList",
+    "MultiheadAttention",
     "GELU",
     "Dropout",
     "IncompatibleKeys",
@@ -27,5 +55,6 @@ __all__ = [
     "Sigmoid",
     "Tanh",
     "functional",
+    "init",
     "manual_seed",
 ]

@@ -41,6 +41,8 @@ class Module:
     def __init__(self) -> None:
         object.__setattr__(self, "_parameters", {})
         object.__setattr__(self, "_modules", {})
+        object.__setattr__(self, "_buffers", {})
+        object.__setattr__(self, "_non_persistent", set())
         object.__setattr__(self, "training", True)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -50,7 +52,11 @@ class Module:
             )
         self._parameters.pop(name, None)
         self._modules.pop(name, None)
-        if isinstance(value, Module):
+        if name in self._buffers:
+            if value is not None and not isinstance(value, Tensor):
+                raise TypeError(f"buffer '{name}' must be a Tensor or None, not {type(value)}")
+            self._buffers[name] = value
+        elif isinstance(value, Module):
             self._modules[name] = value
         elif isinstance(value, Tensor) and value.is_leaf and value.requires_grad:
             self._parameters[name] = value
@@ -59,7 +65,16 @@ class Module:
     def __delattr__(self, name: str) -> None:
         self._parameters.pop(name, None)
         self._modules.pop(name, None)
+        self._buffers.pop(name, None)
         object.__delattr__(self, name)
+
+    def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
+        """State that is not a parameter (batch norm's running statistics): in `state_dict`
+        unless not `persistent`; a traced step that writes it in place writes it back."""
+        self._buffers[name] = tensor
+        if not persistent:
+            self._non_persistent.add(name)
+        object.__setattr__(self, name, tensor)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
@@ -100,14 +115,37 @@ class Module:
     def parameters(self) -> Iterator[Tensor]:
         return (p for _, p in self.named_parameters())
 
+    def named_buffers(self) -> Iterator[tuple[str, Tensor]]:
+        for path, module in self.named_modules():
+            for name, b in module._buffers.items():
+                if b is not None:
+                    yield (f"{path}.{name}" if path else name), b
+
+    def buffers(self) -> Iterator[Tensor]:
+        return (b for _, b in self.named_buffers())
+
+    def _state(self) -> dict[str, Tensor]:
+        """Parameters and persistent buffers by name, each module's parameters first."""
+        params = {id(p): name for name, p in self.named_parameters()}
+        state = {}
+        for path, module in self.named_modules():
+            prefix = f"{path}." if path else ""
+            for name, p in module._parameters.items():
+                if params.get(id(p)) == prefix + name:
+                    state[prefix + name] = p
+            for name, b in module._buffers.items():
+                if b is not None and name not in module._non_persistent:
+                    state[prefix + name] = b
+        return state
+
     # --- state -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Tensor]:
-        """Parameter name -> a detached tensor sharing the parameter's data (as in PyTorch)."""
-        return {name: p.detach() for name, p in self.named_parameters()}
+        """Parameter (and buffer) name -> a detached tensor sharing its data (as in PyTorch)."""
+        return {name: p.detach() for name, p in self._state().items()}
 
     def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> IncompatibleKeys:
         """Copy `state` into the existing parameters. Checks everything before writing anything."""
-        params = dict(self.named_parameters())
+        params = self._state()
         missing = [k for k in params if k not in state]
         unexpected = [k for k in state if k not in params]
         arrays = {k: np.asarray(v) for k, v in state.items() if k in params}
@@ -200,10 +238,17 @@ class ReLU(Module):
 
 
 class GELU(Module):
-    """GELU with the tanh approximation (PyTorch's `GELU(approximate="tanh")`)."""
+    """GELU: exact (erf) by default, or `approximate="tanh"`, as PyTorch's."""
+
+    def __init__(self, approximate: str = "none"):
+        super().__init__()
+        self.approximate = approximate
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.gelu(x)
+        return F.gelu(x, self.approximate)
+
+    def extra_repr(self) -> str:
+        return f"approximate={self.approximate!r}"
 
 
 class Tanh(Module):
