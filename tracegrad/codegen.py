@@ -30,7 +30,7 @@ class _Emitter:
     def ref(self, v: ir.Value) -> str:
         if v.const is None:
             return self.names[v]
-        if v.const.ndim == 0 and v.const.dtype.kind in "fib":
+        if v.const.ndim == 0 and v.const.dtype.kind in "fib" and np.isfinite(v.const):
             return str(v.const)  # shortest text that round-trips in the constant's own dtype
         return self.constant(v.const, "k")
 
@@ -109,7 +109,8 @@ def generate(
         dead = [em.names[v] for v in memory.dead_after.get(i, ())]
         if dead:
             lines.append(f"    del {', '.join(dead)}")
-    outs = [em.ref(v) + (".copy()" if v.const is not None else "") for v in graph.outputs]
+    outs = [em.ref(v) if v.const is None else em.constant(v.const, "k") + ".copy()"
+            for v in graph.outputs]  # fmt: skip
     lines.append(f"    return ({''.join(o + ', ' for o in outs)})")
     return "\n".join(lines) + "\n", em.namespace
 

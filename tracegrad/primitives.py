@@ -611,7 +611,7 @@ def _conv2d_input_grad(g, w, shape, stride, padding, dilation, groups):
         for j in range(kw):
             rows = slice(i * dh, i * dh + sh * (oh - 1) + 1, sh)
             xp[:, :, rows, j * dw : j * dw + sw * (ow - 1) + 1 : sw] += cols[:, :, i, j]
-    return xp[:, :, pt : pt + h, pl : pl + wd]
+    return np.ascontiguousarray(xp[:, :, pt : pt + h, pl : pl + wd])  # an owned buffer
 
 
 def _conv2d_weight_grad(x, g, shape, stride, padding, dilation, groups):

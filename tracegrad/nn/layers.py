@@ -198,7 +198,7 @@ class _BatchNorm(Module):
         momentum = self.momentum
         use_batch = self.training or self.running_mean is None
         if self.training and self.track_running_stats:
-            self.num_batches_tracked._assign(self.num_batches_tracked.detach() + 1)
+            self.num_batches_tracked._assign(self.num_batches_tracked + 1)
             if momentum is None:  # a cumulative average
                 momentum = 1.0 / float(self.num_batches_tracked)
         return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
