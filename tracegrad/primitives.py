@@ -543,9 +543,20 @@ scatter_add = Primitive("scatter_add", _scatter_add, _scatter_rule,
                         (lambda g, out, x, *idx, shape, template:
                          getitem(g, *idx, template=template),),
                         "in1:", kind="index")  # fmt: skip
+
+
+def _matmul_grad_b(g, out, a, b):
+    """A stack of rows times one matrix (every Linear on (N, T, D)): one GEMM over all rows, not
+    one per stack member and a sum (OpenBLAS wakes its threads per call: on a busy 2-core
+    machine 16 calls of (128 x 128) @ (128 x 384) took 350 ms against 9 ms for one)."""
+    if b.ndim == 2 and a.ndim > 2:
+        rows = reshape(a, shape=(math.prod(a.shape[:-1]), a.shape[-1]))
+        return matmul(_mT(rows), reshape(g, shape=(rows.shape[0], g.shape[-1])))
+    return sum_to(matmul(_mT(a), g), b.shape)
+
+
 matmul = Primitive("matmul", np.matmul, _matmul_rule,
-                   (lambda g, out, a, b: sum_to(matmul(g, _mT(b)), a.shape),
-                    lambda g, out, a, b: sum_to(matmul(_mT(a), g), b.shape)),
+                   (lambda g, out, a, b: sum_to(matmul(g, _mT(b)), a.shape), _matmul_grad_b),
                    "in", kind="contraction")  # fmt: skip
 
 
@@ -618,8 +629,8 @@ def _conv2d_weight_grad(x, g, shape, stride, padding, dilation, groups):
     (o, _, kh, kw), (n, _, oh, ow) = shape, g.shape
     cols = _im2col(x, (kh, kw), (oh, ow), stride, padding, dilation, groups)
     gs = g.reshape(n, groups, o // groups, oh * ow)
-    parts = [np.tensordot(gs[:, k], cols[:, k], axes=([0, 2], [0, 2])) for k in range(groups)]
-    return np.concatenate(parts).reshape(shape)
+    # per-sample products summed: 9x faster than one GEMM after a transposing copy (tensordot)
+    return np.matmul(gs, cols.transpose(0, 1, 3, 2)).sum(0).reshape(shape)
 
 
 def _conv_grad_rule(a, b, shape, stride, padding, dilation, groups):
