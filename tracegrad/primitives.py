@@ -591,46 +591,64 @@ def _conv2d_rule(x, w, stride, padding, dilation, groups):
 
 
 def _im2col(x, kernel, out, stride, padding, dilation, groups):
-    """The patches of `x` as (N, groups, C / groups * kh * kw, OH * OW), one copy."""
+    """The patches of `x` as (groups, C / groups * kh * kw, N * OH * OW), one copy: each group's
+    product is then one GEMM over the whole batch. (One GEMM per sample instead took 8x longer on
+    a busy 2-core machine: OpenBLAS wakes its threads for each call.)"""
     if any(p for pair in padding for p in pair):
         x = np.pad(x, ((0, 0), (0, 0), *padding))
     n, c, (kh, kw), (oh, ow), (sh, sw), (dh, dw) = *x.shape[:2], kernel, out, stride, dilation
     s = x.strides
     windows = np.lib.stride_tricks.as_strided(
-        x, (n, c, kh, kw, oh, ow), (s[0], s[1], s[2] * dh, s[3] * dw, s[2] * sh, s[3] * sw),
+        x, (c, kh, kw, n, oh, ow), (s[1], s[2] * dh, s[3] * dw, s[0], s[2] * sh, s[3] * sw),
         writeable=False)  # fmt: skip
-    return np.ascontiguousarray(windows).reshape(n, groups, c // groups * kh * kw, oh * ow)
+    return np.ascontiguousarray(windows).reshape(groups, c // groups * kh * kw, n * oh * ow)
+
+
+def _by_group(g, groups):
+    """(N, O, OH, OW) as (groups, O / groups, N * OH * OW), the layout of a product."""
+    n, o = g.shape[:2]
+    t = g.reshape(n, groups, o // groups, -1).transpose(1, 2, 0, 3)
+    return np.ascontiguousarray(t).reshape(groups, o // groups, -1)
+
+
+def _grouped(a, b):
+    """a[i] @ b[i] for each group, as 2-D products: NumPy's stacked matmul with a transposed
+    operand ran 4.5x slower than the same 2-D product (0.45 s against 0.10 s)."""
+    if a.shape[0] == 1:
+        return (a[0] @ b[0])[None]
+    return np.stack([a[i] @ b[i] for i in range(a.shape[0])])
 
 
 def _conv2d(x, w, stride, padding, dilation, groups):
-    o, kernel = w.shape[0], w.shape[2:]
+    n, o, kernel = x.shape[0], w.shape[0], w.shape[2:]
     out = _conv_out(x.shape, w.shape, stride, padding, dilation, groups)
     cols = _im2col(x, kernel, out, stride, padding, dilation, groups)
-    y = np.matmul(w.reshape(groups, o // groups, -1), cols)  # (N, groups, O / groups, OH * OW)
-    return y.reshape(x.shape[0], o, *out)
+    y = _grouped(w.reshape(groups, o // groups, -1), cols)  # (groups, O / groups, N * L)
+    y = y.reshape(o, n, out[0] * out[1]).transpose(1, 0, 2)
+    return np.ascontiguousarray(y).reshape(n, o, *out)
 
 
 def _conv2d_input_grad(g, w, shape, stride, padding, dilation, groups):
     """The transposed convolution: each patch's gradient added back where the patch came from."""
     (n, c, h, wd), (o, cg, kh, kw), (oh, ow) = shape, w.shape, g.shape[2:]
     wt = w.reshape(groups, o // groups, cg * kh * kw).transpose(0, 2, 1)
-    cols = np.matmul(wt, g.reshape(n, groups, o // groups, oh * ow)).reshape(n, c, kh, kw, oh, ow)
+    cols = _grouped(wt, _by_group(g, groups)).reshape(c, kh, kw, n, oh, ow)
     (pt, pb), (pl, pr) = padding
     (sh, sw), (dh, dw) = stride, dilation
     xp = np.zeros((n, c, h + pt + pb, wd + pl + pr), cols.dtype)
     for i in range(kh):
         for j in range(kw):
             rows = slice(i * dh, i * dh + sh * (oh - 1) + 1, sh)
-            xp[:, :, rows, j * dw : j * dw + sw * (ow - 1) + 1 : sw] += cols[:, :, i, j]
+            xp[:, :, rows, j * dw : j * dw + sw * (ow - 1) + 1 : sw] += cols[:, i, j].transpose(
+                1, 0, 2, 3
+            )
     return np.ascontiguousarray(xp[:, :, pt : pt + h, pl : pl + wd])  # an owned buffer
 
 
 def _conv2d_weight_grad(x, g, shape, stride, padding, dilation, groups):
-    (o, _, kh, kw), (n, _, oh, ow) = shape, g.shape
-    cols = _im2col(x, (kh, kw), (oh, ow), stride, padding, dilation, groups)
-    gs = g.reshape(n, groups, o // groups, oh * ow)
-    # per-sample products summed: 9x faster than one GEMM after a transposing copy (tensordot)
-    return np.matmul(gs, cols.transpose(0, 1, 3, 2)).sum(0).reshape(shape)
+    (n, _, oh, ow) = g.shape
+    cols = _im2col(x, shape[2:], (oh, ow), stride, padding, dilation, groups)
+    return _grouped(_by_group(g, groups), cols.transpose(0, 2, 1)).reshape(shape)
 
 
 def _conv_grad_rule(a, b, shape, stride, padding, dilation, groups):
