@@ -41,7 +41,7 @@ def make_model() -> nn.Module:
 
 
 def train(
-    epochs: int = 15,
+    epochs: int = 8,
     batch_size: int = 32,
     lr: float = 2e-3,
     seed: int = 0,
@@ -94,7 +94,7 @@ def accuracy(model: nn.Module, images: np.ndarray, labels: np.ndarray) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=15)
+    parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--eager", action="store_true", help="run the step eagerly, uncompiled")
     args = parser.parse_args()
