@@ -252,7 +252,10 @@ def test_multihead_attention_matches_torch(rng, batch_first):
         q, kv = q.transpose(1, 0, 2).copy(), kv.transpose(1, 0, 2).copy()
     mask = rng.random((4, 5)) > 0.7
     mask[:, 0] = False
-    for kwargs in ({}, {"attn_mask": mask}, {"need_weights": False}):
+    padding = np.zeros((2, 5), np.bool_)
+    padding[1, 3:] = True
+    both_masks = {"attn_mask": rng.standard_normal((4, 5)), "key_padding_mask": padding}
+    for kwargs in ({}, {"attn_mask": mask}, {"need_weights": False}, both_masks):
         tkw = {k: torch.tensor(v) if isinstance(v, np.ndarray) else v for k, v in kwargs.items()}
         out, weights = mha(q, kv, kv, **kwargs)
         tout, tweights = twin(torch.tensor(q), torch.tensor(kv), torch.tensor(kv), **tkw)
@@ -352,6 +355,18 @@ def test_traced_cnn_step_with_batch_norm_matches_eager(rng, backend, monkeypatch
                             monkeypatch)  # fmt: skip
     assert int(traced.features[1].num_batches_tracked.numpy()) == 3
     assert not np.allclose(traced.features[1].running_mean.numpy(), 0)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_traced_pooling_with_padding_matches_eager(rng, backend, monkeypatch):
+    monkeypatch.setattr(codegen, "KERNEL_MIN", 0)
+    x = rng.standard_normal((2, 3, 7, 6))
+
+    def pooled(x):
+        y = F.avg_pool2d(x, 3, 2, 1, count_include_pad=False) + F.max_pool2d(x, 3, 2, 1)
+        return y * F.adaptive_avg_pool2d(x, (4, 3))
+
+    np.testing.assert_allclose(tg.trace(pooled, backend=backend)(x).numpy(), pooled(x).numpy())
 
 
 @pytest.mark.parametrize("backend", ["numpy", "numba"])

@@ -6,6 +6,7 @@ Reductions and softmax-like functions take `axis` (NumPy's name), as everywhere 
 
 from __future__ import annotations
 
+import builtins
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -296,10 +297,17 @@ def avg_pool2d(
     if count_include_pad or _pair(padding, "avg_pool2d", "padding") == (0, 0):
         kh, kw = _pair(kernel_size, "avg_pool2d", "kernel_size")
         return total / float(kh * kw)
-    ones = Tensor(np.ones((1, 1, *x.shape[2:]), x.dtype))
-    count = _fold(lambda a, b: a + b, _windows(ones, "avg_pool2d", kernel_size, stride, padding,
-                                               1, 0.0))  # fmt: skip
-    return total / Tensor(count.numpy())
+    return total / _window_count(x, kernel_size, stride, padding)
+
+
+def _window_count(x: Tensor, kernel_size, stride, padding) -> np.ndarray:
+    """How many of each window's elements lie inside `x` (not in its padding): a constant."""
+    (kh, kw), (ph, pw) = _pair(kernel_size, "", ""), _pair(padding, "", "")
+    (sh, sw) = _pair(stride if stride is not None and stride != [] else (kh, kw), "", "")
+    inside = np.pad(np.ones(x.shape[2:], x.dtype), ((ph, ph), (pw, pw)))
+    oh, ow = (inside.shape[0] - kh) // sh + 1, (inside.shape[1] - kw) // sw + 1
+    return builtins.sum(inside[i : i + sh * (oh - 1) + 1 : sh, j : j + sw * (ow - 1) + 1 : sw]
+                        for i in range(kh) for j in range(kw))  # fmt: skip
 
 
 def adaptive_avg_pool2d(input: Any, output_size: int | Sequence[int | None]) -> Tensor:
