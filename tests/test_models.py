@@ -373,3 +373,35 @@ def test_traced_pooling_with_padding_matches_eager(rng, backend, monkeypatch):
 def test_traced_gpt_step_matches_eager(rng, backend, monkeypatch):
     data = [(rng.integers(0, 11, (2, 6)), rng.integers(0, 11, (2, 6))) for _ in range(3)]
     compare(GPT, optim.AdamW, {"lr": 1e-2}, data, backend, monkeypatch)
+
+
+# --- what these models found in the compiler --------------------------------------------------
+
+
+def test_no_result_is_written_into_a_square_transposed_view(rng, monkeypatch):
+    """A transposed square matrix has its owner's shape, not its layout: a kernel's output
+    buffer must not be that view (kernels write C-contiguous memory)."""
+    monkeypatch.setattr(codegen, "KERNEL_MIN", 0)
+    x = rng.standard_normal((6, 6))
+
+    def f(x):
+        return tg.tanh(tg.transpose(x * 2.0) + 1.0) * 3.0
+
+    np.testing.assert_allclose(tg.trace(f, backend="numba")(x).numpy(), f(x).numpy())
+
+
+def test_detach_of_state_while_tracing_reads_the_current_value():
+    """`detach()` of a tensor from before the trace is state, not a constant of the first call."""
+    counter = tg.tensor(np.zeros((), np.int64))
+    total = tg.tensor(np.zeros(3))
+
+    def step(x):
+        with tg.no_grad():
+            counter._assign(counter.detach() + 1)
+            total._assign(total.detach() + x)
+        return counter + 0
+
+    traced = tg.trace(step)
+    for i in range(1, 4):
+        assert int(traced(np.ones(3))) == i
+    np.testing.assert_array_equal(total.numpy(), [3.0, 3.0, 3.0])
