@@ -405,3 +405,10 @@ def test_detach_of_state_while_tracing_reads_the_current_value():
     for i in range(1, 4):
         assert int(traced(np.ones(3))) == i
     np.testing.assert_array_equal(total.numpy(), [3.0, 3.0, 3.0])
+
+
+def test_rows_times_a_matrix_is_one_product_with_the_right_gradients(rng):
+    """(N, T, D) @ (D, M), as every Linear on sequences: one GEMM over N * T rows."""
+    a, b = draw(rng, (2, 3, 4), (4, 5))
+    check_grad(lambda a, b: a @ b, a, b)
+    check_grad(lambda a, b: tg.transpose(a, (1, 0, 2)) @ b, a, b)  # rows not contiguous
