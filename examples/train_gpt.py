@@ -128,7 +128,7 @@ def sample(model: GPT, prompt: str, length: int, temperature: float, seed: int) 
     return "".join(VOCAB[c] for c in codes)
 
 
-def train(steps: int = 1500, batch_size: int = 16, context: int = 128, d: int = 128,
+def train(steps: int = 2500, batch_size: int = 16, context: int = 128, d: int = 128,
           layers: int = 4, heads: int = 4, lr: float = 2e-3, seed: int = 0,
           checkpoint: str | None = None, resume: bool = False, files: int | None = None,
           progress: bool = True, trace: bool = True):  # fmt: skip
@@ -170,7 +170,7 @@ def train(steps: int = 1500, batch_size: int = 16, context: int = 128, d: int = 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--steps", type=int, default=2500)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--checkpoint", default="gpt_stdlib.npz")
     parser.add_argument("--resume", action="store_true", help="continue from --checkpoint")
