@@ -74,13 +74,15 @@ def _liveness(graph: Graph, plan: MemoryPlan) -> dict[Value, _Buffer]:
     external = {*graph.inputs, *(v for n in graph.nodes for v in n.inputs if v.const is not None)}
     buffers: dict[Value, _Buffer] = {}
     holders: dict[_Buffer, int] = {}  # buffer -> live values in it
-    for i, n in enumerate(graph.nodes):
+    views: set[Value] = set()  # strided aliases: never a result's buffer (a square transpose
+    for i, n in enumerate(graph.nodes):  # has its owner's shape, not its layout)
         dying = [v for v in dict.fromkeys(n.inputs) if last.get(v) == i and v in buffers]
         for out in n.outputs:
             if is_view(n):
                 buf = buffers.get(n.inputs[0])  # None: a view of an input or a constant
+                views.add(out)
             else:
-                buf = _reusable(n, out, dying, buffers, holders)
+                buf = _reusable(n, out, [v for v in dying if v not in views], buffers, holders)
                 if buf is not None:
                     plan.reuse[out] = next(v for v in dying if buffers[v] is buf)
                     dying.remove(plan.reuse[out])  # one result per dying buffer

@@ -22,7 +22,7 @@ def np_gelu_tanh(x: np.ndarray) -> np.ndarray:
 
 ACTIVATIONS = {
     "relu": (F.relu, lambda x: np.maximum(x, 0)),
-    "gelu": (F.gelu, np_gelu_tanh),
+    "gelu": (lambda x: F.gelu(x, approximate="tanh"), np_gelu_tanh),
     "sigmoid": (F.sigmoid, lambda x: 1 / (1 + np.exp(-x))),
     "tanh": (F.tanh, np.tanh),
     "softmax": (F.softmax, lambda x: np.exp(np_log_softmax(x))),

@@ -360,3 +360,18 @@ def test_a_plans_source_leaves_linecache_with_the_plan():
     del traced
     gc.collect()
     assert mine not in linecache.cache
+
+
+def test_a_gradient_summed_over_an_empty_batch_is_zero(backend):
+    """Found by the differential suite: a (2,) operand broadcast over a (0, 0, 2) batch; its
+    gradient is a sum over no elements, which a kernel never wrote (arena garbage)."""
+
+    def f(a, b):
+        gm = tg.GradManager().attach([a, b])
+        with gm:
+            gm.backward((a * b).sum())
+        return a.grad, b.grad
+
+    a, b = np.ones(2, np.float32), np.ones((0, 1), np.float32)
+    for got, want in zip(tg.trace(f, backend=backend)(a, b), f(tg.tensor(a), tg.tensor(b))):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())

@@ -128,7 +128,8 @@ def generate(
         dead = [em.names[v] for v in memory.dead_after.get(i, ())]
         if dead:
             lines.append(f"    del {', '.join(dead)}")
-    outs = [em.ref(v) + (".copy()" if v.const is not None else "") for v in graph.outputs]
+    outs = [em.ref(v) if v.const is None else em.constant(v.const, "k") + ".copy()"
+            for v in graph.outputs]  # fmt: skip
     lines.append(f"    return ({''.join(o + ', ' for o in outs)})")
     return "\n".join(lines) + "\n", em.namespace
 

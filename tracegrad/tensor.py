@@ -220,9 +220,11 @@ class Tensor:
             self._node.retained = weakref.ref(self)
 
     def detach(self) -> Tensor:
-        """A new leaf sharing this tensor's data (and its version counter), cut from the graph."""
-        if Listeners.tracers and not self.is_symbolic:
-            Listeners.tracers[-1].lift(self)  # a state tensor: the alias reads it at each call
+        """A new leaf sharing this tensor's data (and its version counter), cut from the graph.
+        While tracing, a tensor from before the trace is lifted first (made state), so the
+        detached alias reads its value at every call rather than a constant of the first."""
+        if Listeners.tracers and not isinstance(self._value, ir.Value):
+            Listeners.tracers[-1].lift(self)
         t = Tensor._wrap(self._value)
         t._version = self._version
         return t

@@ -172,6 +172,8 @@ def analyze(
         if v.dtype.name not in SUPPORTED_DTYPES:
             raise NotImplementedError(f"dtype {v.dtype} in a fused kernel")
     domain = _domain(nodes, outputs, reductions)
+    if 0 in domain:  # no element to visit: a reduction's output would never be written
+        raise NotImplementedError(f"an empty domain {domain}")
     axes_of = {v: tuple(sorted(n.attrs["axis"])) for v, n in reductions.items()}
     groups = _canonical_axes(domain, [v.shape for v in kernel_inputs], list(axes_of.values()))
     if len(groups) > 2:

@@ -1,6 +1,21 @@
 """Neural-network building blocks: `Module`, layers, and `functional` (activations, losses)."""
 
-from . import functional, utils
+from . import functional, init, utils
+from .layers import (
+    AdaptiveAvgPool2d,
+    AvgPool2d,
+    BatchNorm1d,
+    BatchNorm2d,
+    Conv1d,
+    Conv2d,
+    Embedding,
+    Flatten,
+    Identity,
+    MaxPool2d,
+    ModuleDict,
+    ModuleList,
+    MultiheadAttention,
+)
 from .losses import (
     BCELoss,
     BCEWithLogitsLoss,
@@ -26,6 +41,19 @@ from .modules import (
 )
 
 __all__ = [
+    "AdaptiveAvgPool2d",
+    "AvgPool2d",
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "Conv1d",
+    "Conv2d",
+    "Embedding",
+    "Flatten",
+    "Identity",
+    "MaxPool2d",
+    "ModuleDict",
+    "ModuleList",
+    "MultiheadAttention",
     "BCELoss",
     "BCEWithLogitsLoss",
     "CrossEntropyLoss",
@@ -46,5 +74,6 @@ __all__ = [
     "Sigmoid",
     "Tanh",
     "functional",
+    "init",
     "manual_seed",
 ]

@@ -46,6 +46,7 @@ class Module:
         object.__setattr__(self, "_parameters", {})
         object.__setattr__(self, "_modules", {})
         object.__setattr__(self, "_buffers", {})
+        object.__setattr__(self, "_non_persistent", set())
         object.__setattr__(self, "training", True)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -57,7 +58,7 @@ class Module:
         self._modules.pop(name, None)
         if name in self._buffers:
             if value is not None and not isinstance(value, Tensor):
-                raise TypeError(f"buffer '{name}' must be a Tensor or None")
+                raise TypeError(f"buffer '{name}' must be a Tensor or None, not {type(value)}")
             self._buffers[name] = value
         elif isinstance(value, Module):
             self._modules[name] = value
@@ -70,6 +71,20 @@ class Module:
         self._modules.pop(name, None)
         self._buffers.pop(name, None)
         object.__delattr__(self, name)
+
+    def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
+        """State that is not a parameter (batch norm's running statistics): in `state_dict`
+        unless not `persistent`; a traced step that writes it in place writes it back."""
+        if "_buffers" not in self.__dict__:
+            raise AttributeError("cannot register a buffer before Module.__init__()")
+        if tensor is not None and not isinstance(tensor, Tensor):
+            tensor = Tensor(tensor)
+        self._parameters.pop(name, None)
+        self._modules.pop(name, None)
+        self._buffers[name] = tensor
+        if not persistent:
+            self._non_persistent.add(name)
+        object.__setattr__(self, name, tensor)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
@@ -124,41 +139,6 @@ class Module:
             else:
                 p.grad = Tensor(np.zeros(p.shape, p.grad.dtype))
 
-    def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
-        """A tensor that is state but not a parameter (running statistics): in state_dict
-        (unless not persistent), never handed to an optimizer."""
-        if "_buffers" not in self.__dict__:
-            raise AttributeError("cannot register a buffer before Module.__init__()")
-        if tensor is not None and not isinstance(tensor, Tensor):
-            tensor = Tensor(tensor)
-        self._parameters.pop(name, None)
-        self._modules.pop(name, None)
-        self._buffers[name] = tensor
-        if not persistent:
-            object.__setattr__(self, "_non_persistent", {*self._non_persistent_names(), name})
-        object.__setattr__(self, name, tensor)
-
-    def _non_persistent_names(self) -> set[str]:
-        return self.__dict__.get("_non_persistent", set())
-
-    def named_buffers(self) -> Iterator[tuple[str, Tensor]]:
-        for path, module in self.named_modules():
-            for name, b in module._buffers.items():
-                if b is not None:
-                    yield (f"{path}.{name}" if path else name), b
-
-    def buffers(self) -> Iterator[Tensor]:
-        return (b for _, b in self.named_buffers())
-
-    def _state_tensors(self) -> dict[str, Tensor]:
-        """Parameters and persistent buffers by name: what state_dict holds."""
-        out = dict(self.named_parameters())
-        for path, module in self.named_modules():
-            for name, b in module._buffers.items():
-                if b is not None and name not in module._non_persistent_names():
-                    out[f"{path}.{name}" if path else name] = b
-        return out
-
     def named_parameters(self) -> Iterator[tuple[str, Tensor]]:
         """("0.weight", tensor) pairs, recursive, in registration order; shared ones once."""
         seen: set[int] = set()
@@ -171,14 +151,37 @@ class Module:
     def parameters(self) -> Iterator[Tensor]:
         return (p for _, p in self.named_parameters())
 
+    def named_buffers(self) -> Iterator[tuple[str, Tensor]]:
+        for path, module in self.named_modules():
+            for name, b in module._buffers.items():
+                if b is not None:
+                    yield (f"{path}.{name}" if path else name), b
+
+    def buffers(self) -> Iterator[Tensor]:
+        return (b for _, b in self.named_buffers())
+
+    def _state(self) -> dict[str, Tensor]:
+        """Parameters and persistent buffers by name, each module's parameters first."""
+        params = {id(p): name for name, p in self.named_parameters()}
+        state = {}
+        for path, module in self.named_modules():
+            prefix = f"{path}." if path else ""
+            for name, p in module._parameters.items():
+                if params.get(id(p)) == prefix + name:
+                    state[prefix + name] = p
+            for name, b in module._buffers.items():
+                if b is not None and name not in module._non_persistent:
+                    state[prefix + name] = b
+        return state
+
     # --- state -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Tensor]:
-        """Parameter name -> a detached tensor sharing the parameter's data (as in PyTorch)."""
-        return {name: p.detach() for name, p in self._state_tensors().items()}
+        """Parameter (and buffer) name -> a detached tensor sharing its data (as in PyTorch)."""
+        return {name: p.detach() for name, p in self._state().items()}
 
     def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> IncompatibleKeys:
         """Copy `state` into the existing parameters. Checks everything before writing anything."""
-        params = self._state_tensors()
+        params = self._state()
         missing = [k for k in params if k not in state]
         unexpected = [k for k in state if k not in params]
         arrays = {k: v if isinstance(v, Tensor) else Tensor(np.asarray(v))  # traced: symbolic
@@ -279,10 +282,17 @@ class ReLU(Module):
 
 
 class GELU(Module):
-    """GELU with the tanh approximation (PyTorch's `GELU(approximate="tanh")`)."""
+    """GELU: exact (erf) by default, or `approximate="tanh"`, as PyTorch's."""
+
+    def __init__(self, approximate: str = "none"):
+        super().__init__()
+        self.approximate = approximate
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.gelu(x)
+        return F.gelu(x, self.approximate)
+
+    def extra_repr(self) -> str:
+        return f"approximate={self.approximate!r}"
 
 
 class Tanh(Module):

@@ -1,0 +1,234 @@
+"""The two workloads of issue 13, one training step each, every method in a process of its own:
+
+    python benchmarks/models.py [--steps N] [--workloads cnn gpt] [--methods ...]
+
+CNN: batch 256 of 1x28x28; conv 32 3x3 pad 1, ReLU, max-pool 2; conv 64 3x3 pad 1, ReLU,
+max-pool 2; fc 3136->128, ReLU; fc 10; SGD with momentum 0.9.
+GPT: characters, vocab 96, context 128, batch 16, d 256, 4 layers of 4 heads, MLP 1024 with
+tanh-GELU, pre-LayerNorm, learned positions, causal softmax; AdamW.
+
+Methods: tracegrad traced (Numba backend; the first call timed with an empty kernel cache and
+again with a warm one), tracegrad eager, PyTorch eager and torch.compile, jax.jit (where
+installed). The same float32 weights and data everywhere; the first losses are printed side by
+side. Medians of the timed steps; peak RSS of each child process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+from harness import MARK, busy_elsewhere, child_env, cpu_ticks, peak_rss_mb  # noqa: E402
+
+METHODS = ("tg-traced", "tg-eager", "torch", "torch-compile")
+CNN = dict(batch=256, lr=0.01, momentum=0.9)
+GPT = dict(vocab=96, context=128, batch=16, d=256, layers=4, heads=4, lr=3e-4)
+
+
+def data(workload: str):
+    rng = np.random.default_rng(1)
+    if workload == "cnn":
+        return (rng.standard_normal((CNN["batch"], 1, 28, 28)).astype(np.float32),
+                rng.integers(0, 10, CNN["batch"]))  # fmt: skip
+    tokens = rng.integers(0, GPT["vocab"], (GPT["batch"], GPT["context"] + 1))
+    return tokens[:, :-1], tokens[:, 1:]
+
+
+def cnn(nn):
+    """The CNN, in tracegrad's or PyTorch's nn (same names, same state_dict keys)."""
+    return nn.Sequential(
+        nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(3136, 128), nn.ReLU(), nn.Linear(128, 10),
+    )  # fmt: skip
+
+
+def tg_model(workload: str):
+    from tracegrad import nn
+
+    nn.manual_seed(0)
+    if workload == "cnn":
+        return cnn(nn)
+    from train_gpt import GPT as Model
+
+    return Model(GPT["vocab"], GPT["context"], GPT["d"], GPT["layers"], GPT["heads"])
+
+
+def build_tg(workload: str, traced: bool):
+    import tracegrad as tg
+    from tracegrad import optim
+    from tracegrad.nn import functional as F
+
+    model = tg_model(workload)
+    if workload == "cnn":
+        opt = optim.SGD(model.parameters(), lr=CNN["lr"], momentum=CNN["momentum"])
+    else:
+        opt = optim.AdamW(model.parameters(), lr=GPT["lr"])
+    gm = tg.GradManager().attach(model.parameters())
+
+    def step(x, y):
+        with gm:
+            logits = model(x)
+            loss = F.cross_entropy(tg.reshape(logits, (-1, logits.shape[-1])), tg.reshape(y, -1))
+            gm.backward(loss)
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    step = tg.trace(step, backend="numba") if traced else step
+    x, y = data(workload)
+    if not traced:
+        x, y = tg.tensor(x), tg.tensor(y)
+    return lambda: float(step(x, y))
+
+
+def torch_model(workload: str):
+    import torch
+    from torch import nn
+
+    if workload == "cnn":
+        model = cnn(nn)
+    else:
+        F = torch.nn.functional
+
+        class Block(nn.Module):
+            def __init__(self, d, heads):
+                super().__init__()
+                self.heads = heads
+                self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+                self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+                self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+            def forward(self, x):
+                n, t, d = x.shape
+                qkv = self.qkv(self.ln1(x)).view(n, t, 3, self.heads, d // self.heads)
+                q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                x = x + self.proj(y.transpose(1, 2).reshape(n, t, d))
+                return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                d = GPT["d"]
+                self.tok, self.pos = nn.Embedding(GPT["vocab"], d), nn.Embedding(GPT["context"], d)
+                self.blocks = nn.ModuleList(Block(d, GPT["heads"]) for _ in range(GPT["layers"]))
+                self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, GPT["vocab"])
+
+            def forward(self, idx):
+                x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
+                for b in self.blocks:
+                    x = b(x)
+                return self.head(self.ln(x))
+
+        model = Model()
+    state = {k: torch.tensor(v.numpy()) for k, v in tg_model(workload).state_dict().items()}
+    model.load_state_dict(state)
+    return model
+
+
+def build_torch(workload: str, compiled: bool):
+    import torch
+
+    model = torch_model(workload)
+    if workload == "cnn":
+        opt = torch.optim.SGD(model.parameters(), lr=CNN["lr"], momentum=CNN["momentum"])
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=GPT["lr"], weight_decay=0.01)
+    x, y = (torch.tensor(a) for a in data(workload))
+
+    def step():
+        logits = model(x)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                 y.reshape(-1))  # fmt: skip
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss.detach()
+
+    step = torch.compile(step) if compiled else step
+    return lambda: float(step())
+
+
+def run_child(method: str, workload: str, steps: int, budget: float) -> dict:
+    import importlib.util
+
+    if method.startswith("torch") and importlib.util.find_spec("torch") is None:
+        return {"na": "torch not installed"}
+    start = time.perf_counter()
+    if method.startswith("tg"):
+        step = build_tg(workload, method == "tg-traced")
+    else:
+        step = build_torch(workload, method == "torch-compile")
+    result = {"setup_s": time.perf_counter() - start}
+    t = time.perf_counter()
+    result["loss1"] = step()
+    result["first_s"] = time.perf_counter() - t
+    if steps == 0:  # the first call only
+        return {**result, "peak_rss_mb": peak_rss_mb()}
+    step()
+    times, ticks = [], cpu_ticks()
+    while len(times) < steps and (not times or sum(times) < budget):
+        t = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t)
+    result.update(median_s=statistics.median(times), times_s=times, peak_rss_mb=peak_rss_mb(),
+                  busy_elsewhere=busy_elsewhere(ticks, sum(times)))  # fmt: skip
+    return result
+
+
+def measure(method: str, workload: str, steps: int, budget: float, cache: str) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", method, workload,
+           "--steps", str(steps), "--budget", str(budget)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800,
+                          env=child_env(TRACEGRAD_CACHE_DIR=cache))  # fmt: skip
+    for line in proc.stdout.splitlines():
+        if line.startswith(MARK):
+            return json.loads(line[len(MARK) :])
+    return {"error": (proc.stderr.strip().splitlines() or ["no output"])[-1]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--child", nargs=2, metavar=("METHOD", "WORKLOAD"))
+    parser.add_argument("--steps", type=int, default=7)
+    parser.add_argument("--budget", type=float, default=20.0)
+    parser.add_argument("--workloads", nargs="+", default=["cnn", "gpt"])
+    parser.add_argument("--methods", nargs="+", default=list(METHODS))
+    args = parser.parse_args()
+    if args.child:
+        print(MARK + json.dumps(run_child(*args.child, args.steps, args.budget)), flush=True)
+        return
+    print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    for workload in args.workloads:
+        print(f"\n{workload}: method | median step s | first call s | peak RSS MB | first loss "
+              "| machine busy elsewhere")  # fmt: skip
+        with tempfile.TemporaryDirectory() as cache:
+            for method in args.methods:
+                runs = [(method, measure(method, workload, args.steps, args.budget, cache))]
+                if method == "tg-traced":  # the same cache, now warm: only the first call
+                    runs.append(("  warm cache", measure(method, workload, 0, 0, cache)))
+                for label, r in runs:
+                    if "first_s" in r and "median_s" not in r:
+                        print(f"{label} | | {r['first_s']:.2f} | {r['peak_rss_mb']:.0f} | |")
+                        continue
+                    if "median_s" not in r:
+                        print(f"{label} | {r}")
+                        continue
+                    print(f"{label} | {r['median_s']:.3f} | {r['first_s']:.2f} | "
+                          f"{r['peak_rss_mb']:.0f} | {r['loss1']:.6f} | "
+                          f"{r['busy_elsewhere']:.0%}")  # fmt: skip
+    print(f"\nload average after: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

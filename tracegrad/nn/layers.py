@@ -1,0 +1,350 @@
+"""Layers for real models, with PyTorch's constructor arguments, initialization and
+`state_dict` keys: convolution, pooling, embeddings, batch norm, attention, containers."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..api import reshape, transpose, where
+from ..tensor import Tensor
+from . import functional as F
+from . import init
+from .modules import Linear, Module, _uniform
+
+__all__ = [
+    "AdaptiveAvgPool2d",
+    "AvgPool2d",
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "Conv1d",
+    "Conv2d",
+    "Embedding",
+    "Flatten",
+    "Identity",
+    "MaxPool2d",
+    "ModuleDict",
+    "ModuleList",
+    "MultiheadAttention",
+]
+
+
+def _tuple(v: int | Sequence[int], n: int) -> tuple[int, ...]:
+    return (int(v),) * n if isinstance(v, int) else tuple(int(a) for a in v)
+
+
+class _ConvNd(Module):
+    """Weight (out, in / groups, *kernel) and bias drawn as PyTorch draws them (kaiming uniform
+    with a = sqrt(5): U(-1/sqrt(fan_in), 1/sqrt(fan_in)))."""
+
+    dims = 2
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int],
+                 stride: int | Sequence[int] = 1, padding: int | Sequence[int] | str = 0,
+                 dilation: int | Sequence[int] = 1, groups: int = 1, bias: bool = True,
+                 padding_mode: str = "zeros"):  # fmt: skip
+        super().__init__()
+        if padding_mode != "zeros":
+            raise NotImplementedError(f"{type(self).__name__}: padding_mode {padding_mode!r}")
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(
+                f"{type(self).__name__}: in_channels {in_channels} and out_channels "
+                f"{out_channels} must divide by groups {groups}"
+            )
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.kernel_size = _tuple(kernel_size, self.dims)
+        self.stride, self.dilation = _tuple(stride, self.dims), _tuple(dilation, self.dims)
+        self.padding = padding if isinstance(padding, str) else _tuple(padding, self.dims)
+        fan_in = in_channels // groups * math.prod(self.kernel_size)
+        bound = 1.0 / math.sqrt(fan_in) if fan_in else 0.0
+        self.weight = _uniform((out_channels, in_channels // groups, *self.kernel_size), bound)
+        self.bias = _uniform((out_channels,), bound) if bias else None
+
+    def extra_repr(self) -> str:
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}, padding={self.padding}")  # fmt: skip
+
+
+class Conv2d(_ConvNd):
+    def forward(self, x: Tensor) -> Tensor:
+        return F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                        self.groups)  # fmt: skip
+
+
+class Conv1d(_ConvNd):
+    dims = 1
+
+    def forward(self, x: Tensor) -> Tensor:
+        padding = self.padding if isinstance(self.padding, str) else self.padding[0]
+        return F.conv1d(x, self.weight, self.bias, self.stride[0], padding, self.dilation[0],
+                        self.groups)  # fmt: skip
+
+
+class MaxPool2d(Module):
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False,
+                 ceil_mode=False):  # fmt: skip
+        super().__init__()
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.dilation, self.return_indices, self.ceil_mode = dilation, return_indices, ceil_mode
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation,
+                            self.ceil_mode, self.return_indices)  # fmt: skip
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class AvgPool2d(Module):
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
+                 count_include_pad=True, divisor_override=None):  # fmt: skip
+        super().__init__()
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
+        self.divisor_override = divisor_override
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                            self.count_include_pad, self.divisor_override)  # fmt: skip
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class AdaptiveAvgPool2d(Module):
+    def __init__(self, output_size: int | Sequence[int | None]):
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.adaptive_avg_pool2d(x, self.output_size)
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}"
+
+
+class Flatten(Module):
+    """Flattens axes start_dim..end_dim into one (by default all but the batch axis)."""
+
+    def __init__(self, start_dim: int = 1, end_dim: int = -1):
+        super().__init__()
+        self.start_dim, self.end_dim = start_dim, end_dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        start, end = self.start_dim % x.ndim, self.end_dim % x.ndim
+        return reshape(x, (*x.shape[:start], -1, *x.shape[end + 1 :]))
+
+
+class Identity(Module):
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__()
+
+    def forward(self, x: Any) -> Any:
+        return x
+
+
+class Embedding(Module):
+    """A (num_embeddings, embedding_dim) table drawn from N(0, 1); `padding_idx`'s row is zero
+    and gets no gradient."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None):
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        if padding_idx is not None:
+            padding_idx %= num_embeddings
+        self.padding_idx = padding_idx
+        self.weight = Tensor(np.zeros((num_embeddings, embedding_dim), np.float32),
+                             requires_grad=True)  # fmt: skip
+        init.normal_(self.weight)
+        if padding_idx is not None:
+            self.weight.numpy()[padding_idx] = 0.0
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.embedding(x, self.weight, self.padding_idx)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}"
+
+
+class _BatchNorm(Module):
+    """Per-channel normalization; running_mean, running_var and num_batches_tracked are buffers
+    updated in place in training (a traced step writes them back)."""
+
+    ndims: tuple[int, ...] = (2, 3)
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
+                 affine: bool = True, track_running_stats: bool = True):  # fmt: skip
+        super().__init__()
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        self.weight = self.bias = None
+        if affine:
+            self.weight = Tensor(np.ones(num_features, np.float32), requires_grad=True)
+            self.bias = Tensor(np.zeros(num_features, np.float32), requires_grad=True)
+        stats = track_running_stats
+        mean, var = np.zeros(num_features, np.float32), np.ones(num_features, np.float32)
+        self.register_buffer("running_mean", Tensor(mean) if stats else None)
+        self.register_buffer("running_var", Tensor(var) if stats else None)
+        count = Tensor(np.zeros((), np.int64)) if stats else None
+        self.register_buffer("num_batches_tracked", count)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.ndim not in self.ndims:
+            raise ValueError(f"{type(self).__name__}: expected a {self.ndims}-d input, got "
+                             f"{x.shape}")  # fmt: skip
+        momentum = self.momentum
+        use_batch = self.training or self.running_mean is None
+        if self.training and self.track_running_stats:
+            self.num_batches_tracked._assign(self.num_batches_tracked + 1)
+            if momentum is None:  # a cumulative average
+                momentum = 1.0 / float(self.num_batches_tracked)
+        return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                            use_batch, momentum or 0.0, self.eps)  # fmt: skip
+
+    def extra_repr(self) -> str:
+        return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
+
+
+class BatchNorm1d(_BatchNorm):
+    ndims = (2, 3)
+
+
+class BatchNorm2d(_BatchNorm):
+    ndims = (4,)
+
+
+class ModuleList(Module):
+    """A list of modules, registered as "0", "1", ..."""
+
+    def __init__(self, modules: Iterable[Module] | None = None):
+        super().__init__()
+        for m in modules or ():
+            self.append(m)
+
+    def append(self, module: Module) -> ModuleList:
+        setattr(self, str(len(self._modules)), module)
+        return self
+
+    def extend(self, modules: Iterable[Module]) -> ModuleList:
+        for m in modules:
+            self.append(m)
+        return self
+
+    def __getitem__(self, i: int | slice) -> Any:
+        items = list(self._modules.values())
+        return ModuleList(items[i]) if isinstance(i, slice) else items[i]
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(self._modules.values())
+
+
+class ModuleDict(Module):
+    """Modules by name, in insertion order."""
+
+    def __init__(self, modules: Mapping[str, Module] | None = None):
+        super().__init__()
+        for k, m in (modules or {}).items():
+            self[k] = m
+
+    def __setitem__(self, key: str, module: Module) -> None:
+        setattr(self, key, module)
+
+    def __getitem__(self, key: str) -> Module:
+        return self._modules[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._modules
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._modules)
+
+    def keys(self) -> Iterable[str]:
+        return self._modules.keys()
+
+    def values(self) -> Iterable[Module]:
+        return self._modules.values()
+
+    def items(self) -> Iterable[tuple[str, Module]]:
+        return self._modules.items()
+
+
+class MultiheadAttention(Module):
+    """PyTorch's layout: in_proj_weight (3 E, E) and in_proj_bias (q, k, v stacked), out_proj a
+    Linear. A boolean attn_mask (L, S) or (N * heads, L, S) marks positions NOT attended (True),
+    as in PyTorch's module (the opposite of scaled_dot_product_attention); a float one is added.
+    Returns (output, weights averaged over heads or None)."""
+
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
+                 batch_first: bool = False):  # fmt: skip
+        super().__init__()
+        if embed_dim % num_heads:
+            raise ValueError(f"MultiheadAttention: embed_dim {embed_dim} must divide by "
+                             f"num_heads {num_heads}")  # fmt: skip
+        if dropout:
+            raise NotImplementedError("MultiheadAttention: dropout is not supported yet")
+        self.embed_dim, self.num_heads, self.batch_first = embed_dim, num_heads, batch_first
+        self.head_dim = embed_dim // num_heads
+        self.in_proj_weight = Tensor(np.zeros((3 * embed_dim, embed_dim), np.float32),
+                                     requires_grad=True)  # fmt: skip
+        init.xavier_uniform_(self.in_proj_weight)
+        self.in_proj_bias = None
+        if bias:
+            self.in_proj_bias = Tensor(np.zeros(3 * embed_dim, np.float32), requires_grad=True)
+        self.out_proj = Linear(embed_dim, embed_dim, bias=bias)
+        if bias:
+            init.zeros_(self.out_proj.bias)
+
+    def _heads(self, x: Tensor, i: int) -> Tensor:
+        """Project with the i-th third of in_proj and split heads: (N, heads, T, head_dim)."""
+        e = self.embed_dim
+        w = self.in_proj_weight[i * e : (i + 1) * e]
+        y = x @ transpose(w)
+        if self.in_proj_bias is not None:
+            y = y + self.in_proj_bias[i * e : (i + 1) * e]
+        n, t = x.shape[:2]
+        return transpose(reshape(y, (n, t, self.num_heads, self.head_dim)), (0, 2, 1, 3))
+
+    def forward(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Any = None,
+                need_weights: bool = True, attn_mask: Any = None,
+                average_attn_weights: bool = True, is_causal: bool = False):  # fmt: skip
+        if not self.batch_first:
+            query, key, value = (transpose(t, (1, 0, 2)) for t in (query, key, value))
+        n, length = query.shape[:2]
+        q, k, v = self._heads(query, 0), self._heads(key, 1), self._heads(value, 2)
+        scores = (q * (1.0 / math.sqrt(self.head_dim))) @ transpose(k, (0, 1, 3, 2))
+        scores = self._masked(scores, attn_mask, key_padding_mask, is_causal)
+        weights = F.softmax(scores, axis=-1)
+        out = transpose(weights @ v, (0, 2, 1, 3))
+        out = self.out_proj(reshape(out, (n, length, self.embed_dim)))
+        if not self.batch_first:
+            out = transpose(out, (1, 0, 2))
+        if not need_weights:
+            return out, None
+        return out, (weights.mean(axis=1) if average_attn_weights else weights)
+
+    def _masked(self, scores: Tensor, attn_mask: Any, key_padding_mask: Any, is_causal: bool):
+        n, h, length, s = scores.shape
+        if attn_mask is None and is_causal:
+            attn_mask = np.triu(np.ones((length, s), np.bool_), 1)
+        for mask, shape in ((attn_mask, None), (key_padding_mask, (n, 1, 1, s))):
+            if mask is None:
+                continue
+            mask = mask if isinstance(mask, Tensor) else Tensor(np.asarray(mask))
+            if shape is None and mask.ndim == 3:
+                shape = (n, h, length, s)
+            if shape is not None:
+                mask = reshape(mask, shape)
+            if mask.dtype == np.bool_:
+                scores = where(mask, -np.inf, scores)
+            else:
+                scores = scores + mask.astype(scores.dtype)
+        return scores
