@@ -9,7 +9,7 @@ from . import api as _api
 from . import nn, optim
 from .api import *  # noqa: F403 (the op table's public ops and the NumPy-style functions)
 from .autodiff import is_grad_enabled, no_grad
-from .errors import ShapeError, TraceError
+from .errors import MemoryBudgetError, ShapeError, TraceError
 from .grad_manager import GradManager, grad, vjp
 from .ir import GraphError
 from .runtime import trace
