@@ -135,3 +135,12 @@ def test_chain_programme_is_optimal(seed):
             assert sum(tables.units[i] for i in kept) == units
             assert tables.cost(kept) == pytest.approx(cost)
         assert {int(m) for m in np.flatnonzero(np.isfinite(last))} == set(best)
+
+
+def test_a_share_is_taken_when_tracing_and_a_bad_budget_fails_at_once():
+    with pytest.raises(ValueError, match="memory_budget"):
+        tg.trace(lambda x: x, memory_budget="half")
+    step = tg.trace(MLP(SIZES, np.float32, "gelu").step, backend="numpy", memory_budget="40%")
+    step(*batches(1, np.float32, SIZES, batch=BATCH)[0])
+    assert step.latest.budget.limit == pytest.approx(0.4 * runtime.available_memory(), rel=0.2)
+    assert step.latest.budget.recomputed == []

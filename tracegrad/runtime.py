@@ -104,7 +104,9 @@ class Traced:
         if backend not in ("numpy", "numba"):
             raise ValueError(f"trace: unknown backend {backend!r} (use 'numpy' or 'numba')")
         self.fn, self.backend, self.passes = fn, backend, passes
-        self.memory_budget = None if memory_budget is None else parse_budget(memory_budget)
+        if memory_budget is not None:
+            parse_budget(memory_budget)  # a bad budget fails here; a share is taken per trace
+        self.memory_budget = memory_budget
         self.plans: dict[Any, list[Plan]] = {}
         self.latest: Plan | None = None
         functools.update_wrapper(self, fn)
@@ -126,7 +128,8 @@ class Traced:
         return plan(leaves)
 
     def _compile(self, cap: Capture) -> Plan:
-        return compile_plan(cap, self.backend, self.passes, self.fn.__name__, self.memory_budget)
+        budget = None if self.memory_budget is None else parse_budget(self.memory_budget)
+        return compile_plan(cap, self.backend, self.passes, self.fn.__name__, budget)
 
     def _plan(self) -> Plan:
         if self.latest is None:
