@@ -149,9 +149,9 @@ def main() -> None:
     rows.append(("smallest feasible", minimum, child(args, minimum, args.depth)))
     print(
         "| budget | MiB | planned MiB | measured MiB | measured / budget | step peak RSS MiB "
-        "| recomputed | est. extra compute | step time / unbudgeted |"
+        "| recomputed | est. extra compute | step ms | step time / unbudgeted |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, budget, r in rows:
         if "planned" not in r:
             why = f"refused: minimum {mib(r['refused'])} MiB" if "refused" in r else r
@@ -161,7 +161,8 @@ def main() -> None:
         print(
             f"| {name} | {'-' if budget is None else mib(budget)} | {mib(r['planned'])} "
             f"| {mib(r['measured'])} | {share} | {r['rss_mb']:.0f} | {r['recomputed']} "
-            f"| {r['estimated_extra']:.0%} | {r['median_s'] / base['median_s']:.2f} |"
+            f"| {r['estimated_extra']:.0%} | {r['median_s'] * 1e3:.0f} "
+            f"| {r['median_s'] / base['median_s']:.2f} |"
         )
     for name, budget, r in rows[1:]:
         if "planned" in r:

@@ -193,13 +193,23 @@ class _Chain:
             run = tables.longest_run(choice[1])
             alpha = max(alpha, (peak - base - tables.kept_bytes(choice[1])) / max(run, 1))
             target -= peak - limit
-        # the frugal end: check the plans the model ranks lowest, take any that fits
-        frugal = [frozenset(self.residuals[i] for i in k) for k in tables.frugal(alpha, 6)]
-        fits = [k for k in frugal if self.check(k, peak_of) <= limit]
+        # the frugal end: for each bound on a run, the plan keeping least; check them in order
+        # of the bound until the checked peak has risen three times in a row
+        checked, rising, lowest = [], 0, full
+        for indices in tables.frugal():
+            kept = frozenset(self.residuals[i] for i in indices)
+            peak = self.check(kept, peak_of)
+            checked.append(kept)
+            rising = 0 if peak < lowest else rising + 1
+            lowest = min(lowest, peak)
+            if rising == 3:
+                break
+        fits = [k for k, peak in self.peaks.items() if peak <= limit]
         if fits:
             best = min(fits, key=lambda k: (tables.cost(self._indices(k)), self.peaks[k]))
             return self.build(best), best
-        minimum = min(frugal + [everything], key=self.peaks.__getitem__)
+        # the sweep alone, not depending on the budget, so that its minimum always fits
+        minimum = min(checked, key=self.peaks.__getitem__)
         raise MemoryBudgetError(self._refusal(limit, minimum), self.peaks[minimum])
 
     def _indices(self, kept: frozenset) -> list[int]:
@@ -208,20 +218,21 @@ class _Chain:
     def _refusal(self, limit: int, kept: frozenset) -> str:
         minimum = self.peaks[kept]
         shown = "; ".join(
-            f"{v.type_str} {_mib(v.nbytes)} ({n.op}, {n.phase}) at {n.source}"
-            for v, n in dominating(schedule(self.build(kept))[0])
+            f"{_mib(total)} in {count} values from {op} ({phase}) at {source}"
+            for (op, phase, source), (total, count) in dominating(schedule(self.build(kept))[0])
         )
         return (
             f"memory budget {_mib(limit)} ({limit} bytes) is below the smallest planned peak "
-            f"of this step, {_mib(minimum)} ({minimum} bytes), reached by keeping "
+            f"of this step that was found, {_mib(minimum)} ({minimum} bytes), keeping "
             f"{len(kept)} of {len(self.residuals)} residuals and recomputing the rest; "
-            f"the largest values alive where most is alive: {shown}"
+            f"alive where most is alive: {shown}"
         )
 
 
-def dominating(graph: Graph, count: int = 5) -> list[tuple[Value, Node]]:
-    """The largest values alive at the point of the schedule where the most bytes are alive
-    (results the step returns or writes to state stay alive to its end)."""
+def dominating(graph: Graph, count: int = 4) -> list[tuple[tuple, tuple[int, int]]]:
+    """The values alive where the schedule holds the most bytes (results the step returns or
+    writes to state stay alive to its end), grouped by op, phase and user line, largest first:
+    ((op, phase, source), (bytes, values))."""
     born = {v: i for i, n in enumerate(graph.nodes) if not is_view(n) for v in n.outputs}
     last = last_uses(graph)
     delta = np.zeros(len(graph.nodes) + 2)
@@ -230,8 +241,13 @@ def dominating(graph: Graph, count: int = 5) -> list[tuple[Value, Node]]:
         delta[last.get(v, b) + 1] -= v.nbytes
     at = int(np.argmax(np.cumsum(delta)))
     producers = graph.producers()
-    alive = [v for v, b in born.items() if b <= at <= last.get(v, b)]
-    return [(v, producers[v]) for v in sorted(alive, key=lambda v: -v.nbytes)[:count]]
+    groups: dict[tuple, tuple[int, int]] = {}
+    for v, b in born.items():
+        if b <= at <= last.get(v, b):
+            n = producers[v]
+            total, values = groups.get((n.op, n.phase, n.source), (0, 0))
+            groups[(n.op, n.phase, n.source)] = (total + v.nbytes, values + 1)
+    return sorted(groups.items(), key=lambda kv: -kv[1][0])[:count]
 
 
 class _Tables:
@@ -295,16 +311,12 @@ class _Tables:
         cost, _, bound, m = min(fits)
         return cost, self._kept(bound, m)
 
-    def frugal(self, alpha: float, count: int) -> list[list[int]]:
-        ranked = sorted(self._estimates(alpha))
-        plans: list[list[int]] = []
-        for _, _, bound, m in ranked:
-            kept = self._kept(bound, m)
-            if kept not in plans:
-                plans.append(kept)
-            if len(plans) == count:
-                break
-        return plans
+    def frugal(self):
+        """For each bound on a run, in increasing order, the plan that keeps the fewest units."""
+        for bound, (last, _, _) in self.tables.items():
+            finite = np.flatnonzero(np.isfinite(last))
+            if finite.size:
+                yield self._kept(bound, int(finite[0]))
 
     def kept_bytes(self, kept: list[int]) -> int:
         return sum(self.sizes[i] for i in kept)
