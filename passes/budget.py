@@ -178,6 +178,8 @@ class _Chain:
         full = self.check(everything, peak_of)
         if full <= limit:
             return self.graph, everything
+        if all(self.forced):  # nothing to recompute: an inference step, say
+            raise MemoryBudgetError(self._refusal(limit, everything), full)
         sizes = [v.nbytes for v in self.residuals]
         base = full - sum(sizes)
         tables = _Tables(sizes, self.costs, self.forced)

@@ -144,3 +144,14 @@ def test_a_share_is_taken_when_tracing_and_a_bad_budget_fails_at_once():
     step(*batches(1, np.float32, SIZES, batch=BATCH)[0])
     assert step.latest.budget.limit == pytest.approx(0.4 * runtime.available_memory(), rel=0.2)
     assert step.latest.budget.recomputed == []
+
+
+def test_a_step_with_nothing_to_recompute_is_refused_with_its_own_peak():
+    model = MLP(SIZES, np.float32, "gelu")
+    x = batches(1, np.float32, SIZES, batch=BATCH)[0][0]
+    full = tg.trace(model.forward, backend="numpy")
+    full(x)
+    step = tg.trace(model.forward, backend="numpy", memory_budget=1000)
+    with pytest.raises(tg.MemoryBudgetError) as err:
+        step(x)
+    assert err.value.minimum == full.latest.memory.peak
