@@ -96,7 +96,8 @@ class Budget:
             f"budget {_mib(self.limit)}: planned {_mib(self.peak)}, "
             f"{len(self.recomputed)} residuals recomputed"
         )
-        return after, PassStats("budget", len(graph.nodes), len(after.nodes), 0, note)
+        freed = sum(v.nbytes for v, _ in self.recomputed)  # no longer kept for backward
+        return after, PassStats("budget", len(graph.nodes), len(after.nodes), freed, note)
 
 
 class _Chain:
