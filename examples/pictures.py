@@ -24,7 +24,7 @@ from tracegrad.nn import functional as F
 def tour_step():
     """The README tour's step: a 4-16-3 GELU MLP, SGD with momentum, a batch of 4096."""
     nn.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, 16), nn.GELU(), nn.Linear(16, 3))
+    model = nn.Sequential(nn.Linear(4, 16), nn.GELU(approximate="tanh"), nn.Linear(16, 3))
     gm = tg.GradManager().attach(model.parameters())
     opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from tracegrad.ir import Graph
 
 from .base import PassStats
+from .budget import Budget
 from .cse import cse
 from .fuse import fuse
 from .memory import MemoryPlan, plan_memory
@@ -39,5 +40,5 @@ def run(graph: Graph, passes: Sequence[Pass] | None = None) -> tuple[Graph, list
     return graph, all_stats
 
 
-__all__ = ["DEFAULT", "MemoryPlan", "PassStats", "cse", "fuse", "plan_memory", "prune",
+__all__ = ["DEFAULT", "Budget", "MemoryPlan", "PassStats", "cse", "fuse", "plan_memory", "prune",
            "rematerialize", "run", "saved_values", "schedule", "simplify"]  # fmt: skip

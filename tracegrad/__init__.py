@@ -10,7 +10,7 @@ from . import autograd, linalg, nn, optim
 from . import numpy_extra as _numpy_extra
 from .api import *  # noqa: F403 (the op table's public ops and the NumPy-style functions)
 from .autodiff import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
-from .errors import ShapeError, TraceError
+from .errors import MemoryBudgetError, ShapeError, TraceError
 from .grad_manager import GradManager, grad, vjp
 from .ir import GraphError
 from .numpy_extra import *  # noqa: F403 (the rest of NumPy's differentiable functions)

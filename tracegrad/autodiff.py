@@ -210,7 +210,10 @@ def _order(roots: Sequence[Any], is_target: Callable[[Any], bool]) -> tuple[list
             continue
         seen.add(node)
         stack.append((node, True))
-        stack.extend((p, False) for p in node.parents if p is not None and p not in seen)
+        # the first parent (the data path) is expanded first, so a side branch such as the
+        # `W.T` of `x @ W.T` comes right after its consumer in the order, not after the whole
+        # data path: otherwise every layer's dW waits, with its inputs, for the end of backward
+        stack.extend((p, False) for p in reversed(node.parents) if p is not None and p not in seen)
     return post[::-1], useful
 
 

@@ -150,9 +150,12 @@ def compile_source(source: str, namespace: dict[str, Any], name: str) -> Callabl
 KERNEL_MIN = 1 << 16
 
 
-def lower(graph: ir.Graph, backend: str) -> tuple[ir.Graph, dict[ir.Node, Callable]]:
+def lower(
+    graph: ir.Graph, backend: str, compile: bool = True
+) -> tuple[ir.Graph, dict[ir.Node, Callable]]:
     """Compile each fused body into a kernel; a body the backend cannot compile, or too small to
-    gain from it (or any body, on the NumPy backend), is spliced back as its member nodes."""
+    gain from it (or any body, on the NumPy backend), is spliced back as its member nodes.
+    `compile=False` only decides (kernels map to None): the memory-budget solver plans with it."""
     nodes, kernels = [], {}
     groups = sum(n.prim.kind == "composite" for n in graph.nodes)
     progress = Progress(groups)
@@ -164,9 +167,12 @@ def lower(graph: ir.Graph, backend: str) -> tuple[ir.Graph, dict[ir.Node, Callab
         try:
             if backend != "numba" or _elements(body) < KERNEL_MIN:
                 raise NotImplementedError(backend)
-            from .kernels import compile_group
+            if compile:
+                from .kernels import compile_group
 
-            kernels[n] = compile_group(body.inputs, body.nodes, body.outputs)
+                kernels[n] = compile_group(body.inputs, body.nodes, body.outputs)
+            else:
+                kernels[n] = None
             nodes.append(n)
         except NotImplementedError:
             nodes.extend(body.nodes)

@@ -25,6 +25,16 @@ class ShapeError(ValueError):
         super().__init__(f"{message} (at {user_location()})")
 
 
+class MemoryBudgetError(MemoryError):
+    """A memory budget no plan of the step fits: `minimum` is the smallest planned peak (bytes)
+    the solver reached, and the message names the values that dominate it with their user
+    lines."""
+
+    def __init__(self, message: str, minimum: int):
+        super().__init__(message)
+        self.minimum = minimum
+
+
 def _internal(frame) -> bool:
     module = frame.f_globals.get("__name__", "")
     if module.split(".")[0] in INTERNAL_PACKAGES or frame.f_code.co_filename.startswith(

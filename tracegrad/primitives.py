@@ -122,6 +122,17 @@ class Primitive:
         """Runs as soon as its inputs exist: a collective's peers wait for this rank to join."""
         return self.kind == "collective"
 
+    def cost(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> tuple[int, int]:
+        """(floating-point operations, bytes moved) of one application, for the memory-budget
+        solver's cost model: a contraction does 2 * (result size) * (contracted length), a view
+        nothing, anything else about one operation per element it reads or writes."""
+        if self.kind == "view":
+            return 0, 0
+        moved = builtins.sum(v.nbytes for v in (*inputs, *outputs) if v.const is None)
+        if self.kind == "contraction":
+            return 2 * builtins.sum(v.size for v in outputs) * inputs[0].shape[-1], moved
+        return builtins.max((v.size for v in (*inputs, *outputs)), default=0), moved
+
     def vjp_rule(self, i: int) -> Callable | None:
         if callable(self.vjp):
             return lambda *a, **p: self.vjp(i, *a, **p)

@@ -23,10 +23,12 @@ import numpy as np
 
 import passes
 from passes.base import is_view
+from passes.budget import Budget
 from passes.memory import ALIGN, MemoryPlan, plan_memory
 
 from . import ir, pytree, viz
 from .codegen import compile_source, generate, identifier, lower
+from .errors import MemoryBudgetError
 from .tensor import Tensor
 from .tracer import Capture, TraceError, capture, signature
 
@@ -35,10 +37,11 @@ class Plan:
     """One signature's compiled step: a callable over arrays plus the capture's bookkeeping."""
 
     def __init__(self, cap: Capture, run: Callable, graph: ir.Graph, source: str, stats: list,
-                 memory: Any, backend: str):  # fmt: skip
+                 memory: Any, backend: str, budget: Budget | None = None):  # fmt: skip
         self.capture, self.run, self.graph, self.source = cap, run, graph, source
         self.stats, self.memory, self.backend = stats, memory, backend
         self.input_backed = _input_backed(graph)
+        self.budget = budget  # the memory-budget pass that planned it, if one was asked for
 
     def __call__(self, arg_leaves: Sequence[Any]) -> Any:
         cap = self.capture
@@ -145,10 +148,14 @@ MAX_SIGNATURES = 32  # plans kept per traced function; the least recently used g
 class Traced:
     """A function traced once per input signature; see `trace`."""
 
-    def __init__(self, fn: Callable, backend: str, passes: Sequence[Callable] | None):
+    def __init__(self, fn: Callable, backend: str, passes: Sequence[Callable] | None,
+                 memory_budget: int | str | None = None):  # fmt: skip
         if backend not in ("numpy", "numba"):
             raise ValueError(f"trace: unknown backend {backend!r} (use 'numpy' or 'numba')")
         self.fn, self.backend, self.passes = fn, backend, passes
+        if memory_budget is not None:
+            parse_budget(memory_budget)  # a bad budget fails here; a share is taken per trace
+        self.memory_budget = memory_budget
         self.plans: OrderedDict[Any, list[Plan]] = OrderedDict()
         self.latest: Plan | None = None
         self.warned: set[str] = set()
@@ -240,7 +247,8 @@ class Traced:
             warnings.warn(message, stacklevel=4)
 
     def _compile(self, cap: Capture) -> Plan:
-        return compile_plan(cap, self.backend, self.passes, self.fn.__name__)
+        budget = None if self.memory_budget is None else parse_budget(self.memory_budget)
+        return compile_plan(cap, self.backend, self.passes, self.fn.__name__, budget)
 
     def _plan(self) -> Plan:
         if self.latest is None:
@@ -272,11 +280,55 @@ def trace(
     *,
     backend: str = "numba",
     passes: Sequence[Callable] | None = None,
+    memory_budget: int | str | None = None,
 ) -> Any:
-    """Compile a training step: `@trace`, or `@trace(backend="numpy", passes=[...])`."""
+    """Compile a training step: `@trace`, or `@trace(backend="numpy", passes=[...])`.
+
+    `memory_budget` (bytes, "300MB", "1.5GiB" or "40%" of the memory available when tracing)
+    bounds the step's working memory: the plan recomputes forward values in backward until its
+    planned peak fits, or tracing raises `MemoryBudgetError` with the smallest that does."""
     if fn is None:
-        return lambda f: Traced(f, backend, passes)
-    return Traced(fn, backend, passes)
+        return lambda f: Traced(f, backend, passes, memory_budget)
+    return Traced(fn, backend, passes, memory_budget)
+
+
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}  # fmt: skip
+
+
+def parse_budget(budget: int | str) -> int:
+    """Bytes from an int, "300MB" / "1.5GiB" (decimal and binary units), or "40%" of the
+    memory available now."""
+    if isinstance(budget, int | np.integer) and not isinstance(budget, bool) and budget > 0:
+        return int(budget)
+    if isinstance(budget, str):
+        text = budget.strip().upper().replace(" ", "")
+        number = text.rstrip("KMGTIBP%")
+        unit = text[len(number) :]
+        try:
+            value = float(number)
+        except ValueError:
+            value = -1.0
+        if value > 0 and unit == "%" and value <= 100:
+            return int(available_memory() * value / 100)
+        if value > 0 and unit in _UNITS:
+            return int(value * _UNITS[unit])
+    raise ValueError(
+        f"memory_budget: {budget!r} is not a positive number of bytes, a size such as '300MB' "
+        "or '1.5GiB', or a share such as '40%'"
+    )
+
+
+def available_memory() -> int:
+    """Bytes the system can give without swapping (MemAvailable), or free physical memory."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 class ArenaLayout:
@@ -377,18 +429,53 @@ class MeasuredRun:
 
 
 def compile_plan(
-    cap: Capture, backend: str, pipeline: Sequence[Callable] | None, name: str
+    cap: Capture,
+    backend: str,
+    pipeline: Sequence[Callable] | None,
+    name: str,
+    memory_budget: int | None = None,
 ) -> Plan:
-    """Optimize the captured graph, lower it for `backend` and generate the plan's source."""
+    """Optimize the captured graph, lower it for `backend` and generate the plan's source.
+    Under a memory budget, the budget pass runs before `schedule` (or last) and checks each of
+    its choices with the rest of the pipeline, lowering and `plan_memory`."""
     if pipeline is None:
         pipeline = passes.DEFAULT + ([passes.fuse] if backend == "numba" else [])
-    graph, stats = passes.run(cap.graph, pipeline)
-    graph, kernels = lower(graph, backend)
-    memory = plan_memory(graph)
+    budget = None
+    if memory_budget is None:
+        graph, stats = passes.run(cap.graph, pipeline)
+        graph, kernels = lower(graph, backend)
+        memory = plan_memory(graph)
+    else:
+        graph, stats, kernels, memory, budget = _fit(cap.graph, backend, pipeline, memory_budget)
     name = identifier(name)
     source, namespace = generate(graph, name, memory, kernels)
     run = MeasuredRun(compile_source(source, namespace, name), ArenaLayout(memory))
-    return Plan(cap, run, graph, source, stats, memory, backend)
+    return Plan(cap, run, graph, source, stats, memory, backend, budget)
+
+
+def _fit(graph: ir.Graph, backend: str, pipeline: Sequence[Callable], limit: int) -> tuple:
+    """Run the pipeline with the budget pass; if lowering (a kernel that would not compile)
+    leaves the final plan above the budget after all, solve again for less."""
+    pipeline = list(pipeline)
+    at = pipeline.index(passes.schedule) if passes.schedule in pipeline else len(pipeline)
+    rest = pipeline[at:]
+
+    def peak_of(g: ir.Graph) -> int:
+        return plan_memory(lower(passes.run(g, rest)[0], backend, compile=False)[0]).peak
+
+    target = limit
+    for _ in range(3):
+        budget = Budget(target, peak_of)
+        graph_after, stats = passes.run(graph, [*pipeline[:at], budget, *rest])
+        lowered, kernels = lower(graph_after, backend)
+        memory = plan_memory(lowered)
+        if memory.peak <= limit:
+            budget.limit = limit
+            return lowered, stats, kernels, memory, budget
+        target -= memory.peak - limit
+    raise MemoryBudgetError(
+        f"memory budget {_mb(limit)}: the compiled plan peaks at {_mb(memory.peak)}", memory.peak
+    )
 
 
 def _mb(n: int) -> str:
@@ -427,7 +514,31 @@ def report(plan: Any) -> str:
     peak = plan.run.peak
     measured = "not measured yet" if peak is None else _mb(peak)
     lines.append(f"measured peak (tracemalloc, call {plan.run.calls}): {measured}")
+    if plan.budget is not None:
+        lines += _budget_lines(plan, producers)
     return "\n".join(lines)
 
 
-__all__ = ["Arena", "Plan", "Traced", "compile_plan", "report", "shared_arena", "trace"]
+RECOMPUTED_SHOWN = 12  # report lines for recomputed values; the rest are counted
+
+
+def _budget_lines(plan: Plan, producers: dict) -> list[str]:
+    """The budget, what it does not count, and what the budget pass recomputes."""
+    b = plan.budget
+    held = sum(v.nbytes for v in plan.graph.inputs)
+    share = b.extra_s / b.step_s if b.step_s else 0.0
+    lines = [
+        f"memory budget: {_mb(b.limit)}; planned peak {_mb(plan.memory.peak)} fits "
+        f"(parameters, optimizer state and inputs, not counted: {_mb(held)})",
+        f"recomputed under the budget: {len(b.recomputed)} values, estimated extra compute "
+        f"{b.extra_s * 1e3:.1f} ms ({share:.0%} of the step's estimate)",
+    ]
+    for v, n in b.recomputed[:RECOMPUTED_SHOWN]:
+        lines.append(f"  {v.type_str:<20} {_mb(v.nbytes):>10}  {n.op:<10} {n.source}")
+    if len(b.recomputed) > RECOMPUTED_SHOWN:
+        lines.append(f"  ... and {len(b.recomputed) - RECOMPUTED_SHOWN} more")
+    return lines
+
+
+__all__ = ["Arena", "Plan", "Traced", "compile_plan", "parse_budget", "report", "shared_arena",
+           "trace"]  # fmt: skip

@@ -1,0 +1,157 @@
+"""@trace(memory_budget=...): the plan fits the budget (planned and measured), computes what eager
+computes, recomputes matmuls when it must, refuses a budget below the reachable minimum with
+that minimum; the chain programme is optimal against brute force."""
+
+import itertools
+
+import numpy as np
+import pytest
+from test_trace import MLP, batches, run_eager
+
+import tracegrad as tg
+from passes.budget import Budget, _Tables
+from tracegrad import codegen, runtime
+
+SIZES = (16, 64, 64, 64, 64, 64, 64, 64, 64, 4)  # activations outweigh parameters
+BATCH = 512
+
+
+@pytest.fixture(autouse=True)
+def compile_every_group(monkeypatch):
+    monkeypatch.setattr(codegen, "KERNEL_MIN", 0)
+
+
+def unbudgeted_peak(backend: str) -> int:
+    step = tg.trace(MLP(SIZES, np.float32, "gelu").step, backend=backend)
+    step(*batches(1, np.float32, SIZES, batch=BATCH)[0])
+    return step.latest.memory.peak
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_budgeted_step_fits_and_matches_eager(backend):
+    budget = unbudgeted_peak(backend) * 3 // 4
+    data = batches(3, np.float32, SIZES, batch=BATCH)
+    eager, traced = MLP(SIZES, np.float32, "gelu"), MLP(SIZES, np.float32, "gelu")
+    losses_e = run_eager(eager, data)
+    step = tg.trace(traced.step, backend=backend, memory_budget=budget)
+    losses_t = [float(step(x, y)) for x, y in data]
+    np.testing.assert_allclose(losses_t, losses_e, rtol=1e-4)
+    for a, b in zip(traced.state(), eager.state(), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    plan = step.latest
+    assert plan.memory.peak <= budget
+    assert abs(plan.run.peak - plan.memory.peak) <= 0.1 * plan.memory.peak
+    recomputed = [n for n in plan.graph.nodes if n.phase == "recompute"]
+    assert any(n.prim.kind == "contraction" for n in recomputed)  # matmuls run again
+    assert plan.budget.recomputed and plan.budget.extra_s > 0
+    report = step.report()
+    for words in ("budget", "memory budget", "recomputed under the budget", "test_trace.py"):
+        assert words in report
+    if backend == "numba":
+        assert any(n.prim.kind == "composite" for n in plan.graph.nodes)  # kernels remain
+
+
+def test_a_budget_the_step_already_fits_changes_nothing():
+    full = unbudgeted_peak("numpy")
+    step = tg.trace(MLP(SIZES, np.float32, "gelu").step, backend="numpy", memory_budget=full)
+    step(*batches(1, np.float32, SIZES, batch=BATCH)[0])
+    assert step.latest.budget.recomputed == []
+    assert step.latest.memory.peak == full
+
+
+def test_an_infeasible_budget_is_refused_with_the_minimum_which_then_fits():
+    x, y = batches(1, np.float32, SIZES, batch=BATCH)[0]
+    step = tg.trace(MLP(SIZES, np.float32, "gelu").step, backend="numpy", memory_budget=10_000)
+    with pytest.raises(tg.MemoryBudgetError) as err:
+        step(x, y)
+    minimum = err.value.minimum
+    assert 10_000 < minimum < unbudgeted_peak("numpy")
+    assert f"{minimum} bytes" in str(err.value) and "test_trace.py:" in str(err.value)
+    assert isinstance(err.value, MemoryError)
+    step = tg.trace(MLP(SIZES, np.float32, "gelu").step, backend="numpy", memory_budget=minimum)
+    step(x, y)
+    assert step.latest.memory.peak <= minimum
+    assert abs(step.latest.run.peak - step.latest.memory.peak) <= 0.1 * minimum
+
+
+def test_budget_sizes_and_shares_parse():
+    assert runtime.parse_budget(1234) == 1234
+    assert runtime.parse_budget("300MB") == 300 * 10**6
+    assert runtime.parse_budget("1.5 GiB") == 3 * 2**29
+    assert runtime.parse_budget("64kib") == 2**16
+    share = runtime.parse_budget("40%")
+    assert 0 < share == int(runtime.available_memory() * 0.4)
+    for bad in ("lots", "-3MB", "0", "150%", 0, -5, "12 parsecs", True):
+        with pytest.raises(ValueError, match="memory_budget"):
+            runtime.parse_budget(bad)
+
+
+def test_budget_pass_runs_as_an_ordinary_pass():
+    """Without the runtime's planner check it verifies with schedule + plan_memory."""
+    import passes
+
+    model = MLP(SIZES, np.float32, "gelu")
+    step = tg.trace(model.step, backend="numpy", passes=passes.DEFAULT[:-1])
+    step(*batches(1, np.float32, SIZES, batch=BATCH)[0])
+    graph = step.graph
+    full = passes.plan_memory(passes.schedule(graph)[0]).peak
+    budget = Budget(full * 3 // 4)
+    after, stats = budget(graph)
+    after.verify()
+    assert stats.name == "budget" and budget.peak <= full * 3 // 4
+    assert passes.plan_memory(passes.schedule(after)[0]).peak == budget.peak
+
+
+def brute_force(sizes, costs, forced, bound):
+    """Least cost per kept size over every kept set whose dropped runs stay within `bound`."""
+    tables = _Tables(sizes, costs, forced)
+    best: dict[int, float] = {}
+    n = len(sizes)
+    for keep in itertools.product([False, True], repeat=n):
+        if any(f and not k for f, k in zip(forced, keep, strict=True)):
+            continue
+        kept = [i for i in range(n) if keep[i]]
+        if tables.longest_run(kept) > bound:
+            continue
+        units = sum(tables.units[i] for i in kept)
+        cost = sum(c for c, k in zip(costs, keep, strict=True) if not k)
+        best[units] = min(best.get(units, np.inf), cost)
+    return tables, best
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_chain_programme_is_optimal(seed):
+    rng = np.random.default_rng(seed)
+    n = 8
+    sizes = [int(s) for s in rng.integers(1, 9, n) * 1000]
+    costs = [float(c) for c in rng.random(n)]
+    forced = [bool(f) for f in rng.random(n) < 0.15]
+    for bound in range(n + 1):
+        tables, best = brute_force(sizes, costs, forced, bound * max(sizes))
+        last = tables.tables[bound][0]
+        for units, cost in best.items():
+            assert last[units] == pytest.approx(cost)
+            kept = tables._kept(bound, units)
+            assert sum(tables.units[i] for i in kept) == units
+            assert tables.cost(kept) == pytest.approx(cost)
+        assert {int(m) for m in np.flatnonzero(np.isfinite(last))} == set(best)
+
+
+def test_a_share_is_taken_when_tracing_and_a_bad_budget_fails_at_once():
+    with pytest.raises(ValueError, match="memory_budget"):
+        tg.trace(lambda x: x, memory_budget="half")
+    step = tg.trace(MLP(SIZES, np.float32, "gelu").step, backend="numpy", memory_budget="40%")
+    step(*batches(1, np.float32, SIZES, batch=BATCH)[0])
+    assert step.latest.budget.limit == pytest.approx(0.4 * runtime.available_memory(), rel=0.2)
+    assert step.latest.budget.recomputed == []
+
+
+def test_a_step_with_nothing_to_recompute_is_refused_with_its_own_peak():
+    model = MLP(SIZES, np.float32, "gelu")
+    x = batches(1, np.float32, SIZES, batch=BATCH)[0][0]
+    full = tg.trace(model.forward, backend="numpy")
+    full(x)
+    step = tg.trace(model.forward, backend="numpy", memory_budget=1000)
+    with pytest.raises(tg.MemoryBudgetError) as err:
+        step(x)
+    assert err.value.minimum == full.latest.memory.peak
