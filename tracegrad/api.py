@@ -347,7 +347,7 @@ def std(
 var, std = torch_names(var), torch_names(std)
 
 
-# --- Tensor's operators and methods, attached from above (see DESIGN.md: no circles) ----------
+# --- Tensor's operators and methods, attached from above (no circles: docs/architecture.md) --
 
 
 def _swap(f: Callable) -> Callable:
