@@ -1,8 +1,11 @@
 """Common-subexpression elimination: one node per (op, inputs, attributes).
 
-An elementwise node outside forward is not merged into a forward one: backward would then read
-the forward result, keeping it alive from forward to backward, where recomputing it costs a
-few flops in a kernel that runs anyway (remat's reasoning)."""
+An elementwise node or a reduction outside forward is not merged into a forward one: backward
+would then read the forward result, keeping it alive from forward to backward, where
+recomputing it costs a few flops in a kernel that runs anyway (remat's reasoning). It would
+also be a different computation from the one backward sees: remat may rebuild the forward
+input in backward, by a kernel whose float32 math differs in the last bits, and max's VJP
+compares the input with its maximum (a merged maximum matched no element: 0 / 0)."""
 
 from __future__ import annotations
 
@@ -28,8 +31,9 @@ def cse(graph: Graph) -> tuple[Graph, PassStats]:
 
 
 def _region(n: Node) -> bool | None:
-    """Cheap nodes merge only within forward or within the rest; others merge anywhere."""
-    return n.phase == "forward" if n.prim.kind == "elementwise" else None
+    """Cheap nodes merge only within forward or within the rest; others (a matrix product)
+    merge anywhere."""
+    return n.phase == "forward" if n.prim.kind in ("elementwise", "reduction") else None
 
 
 def _key(v: Value) -> object:

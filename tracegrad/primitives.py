@@ -552,10 +552,18 @@ def _sum_vjp(g, out, x, axis, keepdims):
     return broadcast_to(_reshaped(g, _reduced(x, axis, True)), shape=x.shape)
 
 
-def _extreme_vjp(g, out, x, axis, keepdims):
-    kept = _reduced(x, axis, True)
-    hit = (x == _reshaped(out, kept)).astype(g.dtype)
-    return _reshaped(g, kept) * hit / sum(hit, axis=axis, keepdims=True)
+def _extreme_vjp(extreme):
+    """The gradient goes to the elements equal to the extreme, shared among ties. The extreme
+    is taken again from the x the rule sees, not from the saved result: in a compiled step x
+    may be recomputed in backward (by a kernel whose float32 math differs from NumPy's in the
+    last bits), and comparing it with the forward result could then find no element at all."""
+
+    def vjp(g, out, x, axis, keepdims):
+        kept = _reduced(x, axis, True)
+        hit = (x == extreme(x, axis=axis, keepdims=True)).astype(g.dtype)
+        return _reshaped(g, kept) * hit / sum(hit, axis=axis, keepdims=True)
+
+    return vjp
 
 
 def _prod_vjp(g, out, x, axis, keepdims):
@@ -577,9 +585,11 @@ def reduction(name, impl, shape, vjp, saves="", combine=None, identity=None, hel
 # Implementations are NumPy's own functions where their keyword names match the attributes, so
 # the generated plan reads as plain NumPy.
 sum = reduction("sum", np.sum, _sum_rule, _sum_vjp, combine="({0} + {1})", identity=0.0)
-max = reduction("max", np.max, _extreme_rule, _extreme_vjp, "in+out", "maximum({0}, {1})",
+max = reduction("max", np.max, _extreme_rule, _extreme_vjp(lambda *a, **k: max(*a, **k)), "in",
+                "maximum({0}, {1})",
                 -math.inf, ("maximum",))  # fmt: skip
-min = reduction("min", np.min, _extreme_rule, _extreme_vjp, "in+out", "minimum({0}, {1})",
+min = reduction("min", np.min, _extreme_rule, _extreme_vjp(lambda *a, **k: min(*a, **k)), "in",
+                "minimum({0}, {1})",
                 math.inf, ("minimum",))  # fmt: skip
 prod = reduction("prod", np.prod, _sum_rule, _prod_vjp, "in+out", "({0} * {1})", 1.0)
 argmax = Primitive("argmax", np.argmax, lambda x, axis: (_reduced(x, (axis,), False), np.int64))
