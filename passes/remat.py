@@ -1,11 +1,14 @@
-"""Rematerialization: backward recomputes cheap elementwise forward values from values it saves
-anyway, instead of keeping them alive from forward to backward (AOTAutograd's idea, with a rule
-simple enough to state). Residuals are decided in forward order: one is recomputed if a chain of
-at most MAX_CHAIN elementwise nodes rebuilds it from residuals already kept, inputs and constants;
-otherwise it is kept. So the saved set never grows, and an MLP layer keeps only its
-pre-activation."""
+"""Rematerialization: backward recomputes cheap elementwise forward values instead of keeping
+them alive from forward to backward (AOTAutograd's idea). What to keep is a minimum cut, in
+bytes, between what the step cannot recompute (its inputs, the results of matmuls, reductions,
+random draws, anything not elementwise) and the values backward reads: every residual must then
+be rebuildable by a chain of cheap nodes from kept values. So an exact GELU layer keeps its
+pre-activation, not the two scaled copies of it that backward reads, and an MLP layer keeps
+only its pre-activation. Of cuts of equal size, the one nearest backward: least recomputation."""
 
 from __future__ import annotations
+
+import networkx as nx
 
 from tracegrad.ir import Graph, Node, Value
 
@@ -21,6 +24,36 @@ def _cheap(n: Node | None) -> bool:
 def saved_values(graph: Graph) -> list[Value]:
     """Forward results that backward or update nodes read: the residuals."""
     return graph.residuals()
+
+
+def min_cut_kept(graph: Graph, residuals: list[Value]) -> set[Value]:
+    """The forward values to keep: a minimum cut in the flow network where each value is an
+    edge v_in -> v_out of capacity nbytes, a cheap node joins its inputs' v_out to its result's
+    v_in, values that cannot be recomputed hang from the source and residuals feed the sink.
+    Of equal cuts, the one nearest the residuals: least recomputation."""
+    network = nx.DiGraph()
+    inputs = set(graph.inputs)
+    for n in graph.nodes:
+        if n.phase != "forward":
+            continue
+        for v in n.outputs:
+            network.add_edge((v, "in"), (v, "out"), capacity=v.nbytes)
+            if not _cheap(n):
+                network.add_edge("source", (v, "in"))  # no capacity: unbounded
+                continue
+            for u in n.inputs:
+                if u in inputs:
+                    network.add_edge("source", (u, "out"))
+                elif u.const is None:
+                    network.add_edge((u, "out"), (v, "in"))
+    targets = [v for v in residuals if v not in inputs]
+    if not targets:
+        return set()
+    for v in targets:
+        network.add_edge((v, "out"), "sink")
+    # networkx's sink side is every node that still reaches the sink: the cut nearest it
+    _, (_, near_sink) = nx.minimum_cut(network, "source", "sink")
+    return {v for v, side in near_sink - {"sink"} if side == "out" and (v, "in") not in near_sink}
 
 
 def _chain(v: Value, producers: dict[Value, Node], available: set[Value]) -> list[Node] | None:
@@ -46,12 +79,12 @@ def rematerialize(graph: Graph) -> tuple[Graph, PassStats]:
     producers = graph.producers()
     saved = saved_values(graph)
     order = {v: i for i, n in enumerate(graph.nodes) for v in n.outputs}
-    kept = set(graph.inputs)
+    kept = set(graph.inputs) | min_cut_kept(graph, saved)
     plans = {}
     for v in sorted(saved, key=order.__getitem__):
-        chain = _chain(v, producers, kept) if _cheap(producers[v]) else None
+        chain = _chain(v, producers, kept) if v not in kept else None
         if chain is None:
-            kept.add(v)
+            kept.add(v)  # also a chain longer than MAX_CHAIN: keep the value itself
         else:
             plans[v] = chain
     clones: dict[Value, Value] = {}
@@ -66,7 +99,8 @@ def rematerialize(graph: Graph) -> tuple[Graph, PassStats]:
                      n.phase)  # fmt: skip
         nodes.append(n)
     after = Graph(graph.inputs, nodes, graph.outputs)
-    freed = sum(v.nbytes for v in plans)
+    anchors = kept - set(saved) - set(graph.inputs)  # kept for the chains, not read by backward
+    freed = sum(v.nbytes for v in plans) - sum(v.nbytes for v in anchors)
     note = f"{len(plans)} saved values recomputed in backward"
     return after, PassStats("remat", len(graph.nodes), len(nodes), freed, note)
 

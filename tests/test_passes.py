@@ -191,17 +191,38 @@ def test_remat_keeps_only_the_pre_activation():
     same_results(g, after, rand(4, 3), rand(3, 3))
 
 
-def test_remat_never_grows_the_saved_set():
-    """y = a * b with a, b both otherwise dead: recomputing y would save two values for one."""
-    x = val(4)
+def test_remat_keeps_the_smallest_cut():
+    """y = exp(x) * c, c = a matmul's (4, 1) result, backward reads the (4, 4) y: keeping c (4
+    elements) and recomputing exp(x) * c is smaller than keeping y (16); keeping c and exp(x)
+    (8) would be smaller too, but x is an input: free."""
+    x, w, v = val(4), val(4, 4), val(4, 1)
     n1, a = node("exp", [x], (4,))
-    n2, b = node("log", [x], (4,))
-    n3, c = node("matmul", [val(4, 4), val(4, 1)], (4, 1))  # non-elementwise anchor
+    n3, c = node("matmul", [w, v], (4, 1))  # cannot be recomputed
     n4, y = node("mul", [a, c], (4, 4))
     n5, z = node("neg", [y], (4, 4), "backward")
-    g = Graph([x], [n1, n2, n3, n4, n5], [z])
+    g = Graph([x, w, v], [n1, n3, n4, n5], [z])
+    assert passes.saved_values(g) == [y]
     after, _ = passes.rematerialize(g)
-    assert passes.saved_values(after) == [y]
+    assert passes.saved_values(after) == [c]
+    same_results(g, after, rand(4), rand(4, 4), rand(4, 1))
+
+
+def test_remat_keeps_one_value_for_two_scaled_copies_of_it():
+    """Exact GELU's backward reads 0.5 * u and u / sqrt(2), both cheap functions of the
+    pre-activation u = matmul + bias: keep u (one value), not the two copies. A forward-order
+    rule that only looks back at values already kept would keep both."""
+    x, w, b = val(8, 4), val(4, 4), val(4)
+    n1, m = node("matmul", [x, w], (8, 4))
+    n2, u = node("add", [m, b], (8, 4))
+    n3, half = node("mul", [u, const(0.5)], (8, 4))
+    n4, scaled = node("mul", [u, const(0.7)], (8, 4))
+    n5, e = node("erf", [scaled], (8, 4), "backward")
+    n6, z = node("mul", [half, e], (8, 4), "backward")
+    g = Graph([x, w, b], [n1, n2, n3, n4, n5, n6], [z])
+    assert set(passes.saved_values(g)) == {scaled, half}
+    after, _ = passes.rematerialize(g)
+    assert passes.saved_values(after) == [u]
+    same_results(g, after, rand(8, 4), rand(4, 4), rand(4))
 
 
 def test_schedule_runs_updates_as_soon_as_ready():
