@@ -285,6 +285,51 @@ def test_cache_directory_is_private(tmp_path, monkeypatch):
     assert cache.cache_dir() == tmp_path / "xdg" / "tracegrad" / "kernels"
 
 
+def distinct_groups(count: int):
+    """`count` groups with distinct kernels (x * c, then count - 1 different unary ops)."""
+    for op in ["exp", "tanh", "log", "neg", "abs", "sqrt"][:count]:
+        g = Group()
+        y = g(op, g.input((64, 3), np.float32))
+        yield g, [y]
+
+
+@pytest.mark.parametrize("helper", ["works", "fails"])
+def test_new_kernels_compile_in_a_child_process_too(tmp_path, monkeypatch, helper):
+    """Four new kernels: a child compiles two into Numba's disk cache while this process
+    compiles the others; a child that cannot start or dies leaves them to this process."""
+    monkeypatch.setattr(cache, "HELPER_MIN_S", 0.5)
+    spawned = []
+    real = cache.KernelCache._compile_in_child
+
+    def spy(self, names):
+        spawned.append(list(names))
+        if helper == "fails":
+            monkeypatch.setattr(cache.sys, "executable", "/bin/false")
+        spawned.append(real(self, names))
+        return spawned[-1]
+
+    monkeypatch.setattr(cache.KernelCache, "_compile_in_child", spy)
+    kc = cache.KernelCache(tmp_path / "k")
+    groups = list(distinct_groups(4))
+    kernels = fused.compile_groups([(g.inputs, g.nodes, o) for g, o in groups], cache=kc)
+    names, child = spawned
+    assert len(names) == 2 and (child.returncode == 0) == (helper == "works")
+    cached = [bool(kc._numba_files(n, ".nbi")) for n in names]
+    assert all(cached)  # written by the child, or by this process after it failed
+    for (g, outs), (ok, kernel) in zip(groups, kernels, strict=True):
+        assert ok
+        x = np.random.default_rng(0).uniform(0.5, 2.0, (64, 3)).astype(np.float32)
+        got = np.empty((64, 3), np.float32)
+        kernel(x, got)
+        np.testing.assert_allclose(got, evaluate(Graph(g.inputs, g.nodes, outs), [x])[0], rtol=1e-5)
+
+
+def test_one_thread_compiles_serial_kernels(monkeypatch):
+    g, outputs, _ = gelu_with_everything(1101, 257)
+    monkeypatch.setattr(numba.config, "NUMBA_NUM_THREADS", 1)
+    assert not analyze(g.inputs, g.nodes, outputs)[0].parallel
+
+
 @pytest.mark.skipif(not hasattr(os, "getuid") or os.getuid() != 0, reason="needs chown")
 def test_someone_elses_directory_is_not_used(tmp_path):
     theirs = tmp_path / "theirs"

@@ -156,28 +156,25 @@ def lower(
     """Compile each fused body into a kernel; a body the backend cannot compile, or too small to
     gain from it (or any body, on the NumPy backend), is spliced back as its member nodes.
     `compile=False` only decides (kernels map to None): the memory-budget solver plans with it."""
-    nodes, kernels = [], {}
-    groups = sum(n.prim.kind == "composite" for n in graph.nodes)
-    progress = Progress(groups)
-    for n in graph.nodes:
-        if n.prim.kind != "composite":
-            nodes.append(n)
-            continue
-        body = n.attrs["body"]
-        try:
-            if backend != "numba" or _elements(body) < KERNEL_MIN:
-                raise NotImplementedError(backend)
-            if compile:
-                from .kernels import compile_group
+    groups = [n for n in graph.nodes if n.prim.kind == "composite"]
+    if backend == "numba":
+        groups = [n for n in groups if _elements(n.attrs["body"]) >= KERNEL_MIN]
+    else:
+        groups = []
+    kernels: dict[ir.Node, Callable] = {}
+    if groups:
+        from .kernels import compile_groups
 
-                kernels[n] = compile_group(body.inputs, body.nodes, body.outputs)
-            else:
-                kernels[n] = None
+        bodies = [(b.inputs, b.nodes, b.outputs) for b in (n.attrs["body"] for n in groups)]
+        progress = Progress() if compile else None
+        compiled = compile_groups(bodies, progress, compile=compile)
+        kernels = {n: k for n, (ok, k) in zip(groups, compiled, strict=True) if ok}
+    nodes = []
+    for n in graph.nodes:
+        if n.prim.kind != "composite" or n in kernels:
             nodes.append(n)
-        except NotImplementedError:
-            nodes.extend(body.nodes)
-        progress.step()
-    progress.close()
+        else:
+            nodes.extend(n.attrs["body"].nodes)
     return ir.Graph(graph.inputs, nodes, graph.outputs), kernels
 
 
@@ -188,7 +185,7 @@ class Progress:
     """A line on stderr once compiling a plan's kernels has taken PROGRESS_AFTER seconds
     (redrawn in place on a terminal); silent when the kernels come from the cache."""
 
-    def __init__(self, total: int, stream: Any = None):
+    def __init__(self, total: int = 0, stream: Any = None):
         self.total, self.done, self.shown, self.last = total, 0, False, -1.0
         self.start = time.perf_counter()
         self.stream = stream or sys.stderr
@@ -208,9 +205,7 @@ class Progress:
     def close(self) -> None:
         elapsed = time.perf_counter() - self.start
         if self.shown or (elapsed >= PROGRESS_AFTER and self.total):
-            self.stream.write(
-                f"tracegrad: compiled {self.total} kernel groups in {elapsed:.1f} s\n"
-            )
+            self.stream.write(f"tracegrad: compiled {self.total} kernels in {elapsed:.1f} s\n")
             self.stream.flush()
 
 

@@ -13,6 +13,6 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 from .cache import cache_dir  # noqa: E402
-from .fused import FusedKernel, Structure, compile_group  # noqa: E402
+from .fused import FusedKernel, Structure, compile_group, compile_groups  # noqa: E402
 
-__all__ = ["FusedKernel", "Structure", "cache_dir", "compile_group"]
+__all__ = ["FusedKernel", "Structure", "cache_dir", "compile_group", "compile_groups"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import stat
+import subprocess
 import sys
 import tempfile
 import threading
@@ -93,15 +94,51 @@ class KernelCache:
             except Exception:
                 raise first from None
 
-    def forget_numba_cache(self, module_name: str) -> None:
-        """Delete Numba's index and code files for a kernel, wherever Numba keeps them."""
+    def load_all(self, sources: dict[str, str], done: Callable[[], None] = lambda: None) -> None:
+        """Load the kernels of many modules (`{module_name: source}`), calling `done()` after
+        each. When those not in Numba's disk cache yet would take HELPER_MIN_S or more to
+        compile, a child process compiles every other one into it meanwhile: Numba compiles
+        holding the GIL, so a second core helps only from another process. If the child fails,
+        this process compiles its share too; nothing but the time depends on it."""
+        for name, source in sources.items():
+            if name not in self._kernels and _read_text(self.path(name)) != source:
+                _write_atomically(self.path(name), source)
+        cold = [n for n in sources if n not in self._kernels and not self._numba_files(n, ".nbi")]
+        cold.sort(key=lambda n: -_compile_seconds(sources[n]))
+        worth = sum(_compile_seconds(sources[n]) for n in cold) >= HELPER_MIN_S
+        theirs = cold[1::2] if worth and (os.cpu_count() or 1) > 1 else []
+        helper = self._compile_in_child(theirs) if theirs else None
+        for name in sorted(sources, key=lambda n: n in theirs):  # ours first, then the child's
+            if helper is not None and name in theirs:
+                _wait(helper)
+                helper = None
+            self.load(name, lambda name=name: sources[name])
+            done()
+
+    def _compile_in_child(self, names: list[str]) -> subprocess.Popen | None:
+        package_root = str(Path(__file__).resolve().parents[2])  # where `tracegrad` imports from
+        path = os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))
+        env = {**os.environ, ENV_VAR: str(self.directory), "PYTHONPATH": path}
+        command = [sys.executable, "-m", "tracegrad.kernels.cache", str(self.directory), *names]
+        quiet = subprocess.DEVNULL
+        try:
+            return subprocess.Popen(command, env=env, stdin=quiet, stdout=quiet, stderr=quiet)
+        except OSError:
+            return None
+
+    def _numba_files(self, module_name: str, suffix: str = "") -> list[Path]:
+        """Numba's index and code files for a kernel, wherever Numba keeps them."""
         places = [self.directory / "__pycache__"]
         if numba.config.CACHE_DIR:  # $NUMBA_CACHE_DIR moves every cache there
             subpath = _CacheLocator.get_suitable_cache_subpath(str(self.path(module_name)))
             places.append(Path(numba.config.CACHE_DIR) / subpath)
-        for place in places:
-            for entry in place.glob(f"*{module_name}.*"):  # with gufuncs' "guf-" files
-                entry.unlink(missing_ok=True)
+        # with gufuncs' "guf-" files
+        return [f for place in places for f in place.glob(f"*{module_name}.*{suffix}")]
+
+    def forget_numba_cache(self, module_name: str) -> None:
+        """Delete Numba's index and code files for a kernel."""
+        for entry in self._numba_files(module_name):
+            entry.unlink(missing_ok=True)
 
 
 class _FallbackLocator(UserProvidedCacheLocator):
@@ -123,7 +160,27 @@ class _FallbackLocator(UserProvidedCacheLocator):
 if _FallbackLocator not in CacheImpl._locator_classes:
     CacheImpl._locator_classes.append(_FallbackLocator)
 
+# Less compilation than this is not worth starting a child for: it takes 0.5-1 s to import
+# Numba. A kernel takes about 0.15 s to compile, 0.5 s with `parallel=True` (docs/kernels.md).
+HELPER_MIN_S = 2.0
+
+
+def _compile_seconds(source: str) -> float:
+    return 0.5 if "parallel=True" in source else 0.15
+
+
+HELPER_TIMEOUT_S = 600.0
+
 _caches: dict[Path, KernelCache] = {}
+
+
+def _wait(helper: subprocess.Popen) -> None:
+    """Until the child has compiled its kernels (or failed: then this process compiles them)."""
+    try:
+        helper.wait(timeout=HELPER_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        helper.kill()
+        helper.wait()
 
 
 def default_cache() -> KernelCache:
@@ -164,3 +221,8 @@ def _import(module_name: str, path: Path) -> ModuleType:
         sys.modules.pop(module_name, None)
         raise
     return module
+
+
+if __name__ == "__main__":  # python -m tracegrad.kernels.cache DIR MODULE...: fill Numba's cache
+    for name in sys.argv[2:]:
+        _import(name, Path(sys.argv[1]) / f"{name}.py")

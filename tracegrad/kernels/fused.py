@@ -20,7 +20,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numba
 import numpy as np
@@ -30,8 +30,9 @@ from . import fastmath
 from .cache import KernelCache, default_cache
 
 FLAGS = frozenset(fastmath.FLAGS | {"reassoc"})  # reassoc lets LLVM vectorize the reductions
-# Groups smaller than this run on one thread and compile without `parallel=True`, which costs
-# about 0.45 s of compile time per kernel and a thread wake-up per call.
+# Groups smaller than this (or any, when Numba has one thread) run on one thread and compile
+# without `parallel=True`, which costs about 0.45 s of compile time per kernel and a thread
+# wake-up per call.
 PARALLEL_MIN = 1 << 17
 SUPPORTED_DTYPES = frozenset(
     np.dtype(t).name
@@ -151,6 +152,46 @@ def compile_group(
     return FusedKernel(compiled, structure, key, cache.path(module), layout)
 
 
+def compile_groups(
+    groups: Sequence[tuple[Sequence[Value], Sequence[Node], Sequence[Value]]],
+    progress: Any = None,
+    cache: KernelCache | None = None,
+    compile: bool = True,
+) -> list[tuple[bool, FusedKernel | None]]:
+    """`compile_group` for every (inputs, nodes, outputs) of a plan at once, so that new kernels
+    compile in two processes (`KernelCache.load_all`): per group (True, kernel), or (False,
+    None) for a group this generator does not handle. `progress` (`total`, `step()`) counts
+    distinct kernels; `compile=False` only decides (kernels are None)."""
+    cache = cache or default_cache()
+    found: list[tuple[Structure, Layout, str] | None] = []
+    for inputs, nodes, outputs in groups:
+        try:
+            structure, layout = analyze(inputs, nodes, outputs)
+        except NotImplementedError:
+            found.append(None)
+            continue
+        found.append((structure, layout, structure_key(structure)))
+    if not compile:
+        return [(f is not None, None) for f in found]
+    sources = {f"tracegrad_kernel_{key}": (s, key) for s, _, key in filter(None, found)}
+    if progress is not None:
+        progress.total = len(sources)
+    cache.load_all({m: generate_source(*sk) for m, sk in sources.items()},
+                   progress.step if progress is not None else lambda: None)  # fmt: skip
+    if progress is not None:
+        progress.close()
+    result = []
+    for f in found:
+        if f is None:
+            result.append((False, None))
+            continue
+        structure, layout, key = f
+        module = f"tracegrad_kernel_{key}"
+        compiled = cache.load(module, lambda: generate_source(structure, key))
+        result.append((True, FusedKernel(compiled, structure, key, cache.path(module), layout)))
+    return result
+
+
 def structure_key(structure: Structure) -> str:
     text = f"{_GENERATOR_VERSION}|{structure!r}"
     return hashlib.sha256(text.encode()).hexdigest()[:24]
@@ -200,7 +241,7 @@ def analyze(
         else:
             out_spec.append(slots[v])
             out_shapes.append(sizes)
-    parallel = math.prod(sizes) >= PARALLEL_MIN
+    parallel = math.prod(sizes) >= PARALLEL_MIN and numba.config.NUMBA_NUM_THREADS > 1
     helpers = tuple(sorted({h for n in nodes for h in n.prim.helpers}))
     structure = Structure(len(sizes), parallel, in_spec, node_spec, tuple(out_spec), helpers)
     in_shapes = [
