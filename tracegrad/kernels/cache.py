@@ -116,6 +116,8 @@ class KernelCache:
             done()
 
     def _compile_in_child(self, names: list[str]) -> subprocess.Popen | None:
+        if getattr(sys, "frozen", False) or not sys.executable:
+            return None  # sys.executable is not a Python interpreter (a frozen application)
         package_root = str(Path(__file__).resolve().parents[2])  # where `tracegrad` imports from
         path = os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))
         env = {**os.environ, ENV_VAR: str(self.directory), "PYTHONPATH": path}
