@@ -496,3 +496,36 @@ def test_a_traced_pytorch_style_step_matches_eager(backend, monkeypatch):
     for a, b in zip(params, eager_params, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
     assert sum(len(plans) for plans in step.plans.values()) == 1
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_zero_grad_without_none_zeroes_in_place_eagerly_and_traced(backend):
+    """`zero_grad(set_to_none=False)` zeroes `.grad` in place, as PyTorch's does: an alias
+    taken after backward sees the zeros; a traced step with it matches eager, step by step."""
+
+    def make():
+        w = tg.tensor(np.arange(3.0), requires_grad=True)
+        gm = tg.GradManager().attach([w])
+        opt = optim.SGD([w], lr=0.1, momentum=0.9)
+        w.grad = tg.zeros_like(w)
+
+        def step(x):
+            with gm:
+                gm.backward((w * x).sum() ** 2)
+            alias = w.grad
+            before = alias.sum() * 1.0
+            opt.step()
+            opt.zero_grad(set_to_none=False)
+            return before, alias.sum()
+
+        return w, step
+
+    (w_eager, eager), (w_traced, traced) = make(), make()
+    traced = tg.trace(traced, backend=backend)
+    for i in range(3):
+        x = tg.tensor(np.full(3, 1.0 + i))
+        (before_e, after_e), (before_t, after_t) = eager(x), traced(x)
+        assert float(before_e) != 0 and float(after_e) == 0
+        assert float(before_t) == float(before_e) and float(after_t) == 0
+        np.testing.assert_allclose(w_traced.numpy(), w_eager.numpy(), rtol=1e-12)
+        assert w_traced.grad.numpy().tolist() == [0.0, 0.0, 0.0]

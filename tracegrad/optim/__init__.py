@@ -129,12 +129,13 @@ class Optimizer:
         return loss
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Drop the gradients (`grad = None`, PyTorch's default), or zero them."""
+        """Drop the gradients (`grad = None`, PyTorch's default), or zero them in place (an
+        alias of `p.grad` sees the zeros, as in PyTorch)."""
         for p in self.params:
             if set_to_none or p.grad is None:
                 p.grad = None
             else:
-                p.grad = Tensor(np.zeros(p.shape, p.grad.dtype))
+                p.grad._assign(Tensor(np.zeros(p.shape, p.grad.dtype)))
 
     clear_grad = zero_grad  # MegEngine's name
 
