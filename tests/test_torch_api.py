@@ -529,3 +529,22 @@ def test_zero_grad_without_none_zeroes_in_place_eagerly_and_traced(backend):
         assert float(before_t) == float(before_e) and float(after_t) == 0
         np.testing.assert_allclose(w_traced.numpy(), w_eager.numpy(), rtol=1e-12)
         assert w_traced.grad.numpy().tolist() == [0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("backend", [None, "numpy", "numba"])
+def test_gradients_accumulate_in_place_eagerly_and_traced(backend):
+    """Backward adds into an existing `.grad` in place, as PyTorch does: an alias of it taken
+    before sees the sum, eagerly as in a traced step (which writes state in place)."""
+    w = tg.tensor(np.arange(3.0), requires_grad=True)
+    w.grad = tg.ones_like(w)
+    alias = w.grad
+    gm = tg.GradManager().attach([w])
+
+    def step(x):
+        with gm:
+            gm.backward((w * x).sum())
+
+    step = step if backend is None else tg.trace(step, backend=backend)
+    step(tg.tensor(np.array([1.0, 2.0, 3.0])))
+    assert w.grad.numpy().tolist() == [2.0, 3.0, 4.0]
+    assert alias.numpy().tolist() == [2.0, 3.0, 4.0]

@@ -266,9 +266,13 @@ def _propagate(order, useful, grads, deliver, retain_graph, create_graph) -> Non
 
 
 def accumulate(t: Tensor, g: Tensor) -> None:
-    """`t.grad += g` without aliasing: a fresh buffer the first time, a new sum after that."""
+    """`t.grad += g`: a fresh buffer the first time, then in place, as PyTorch does (an alias of
+    `.grad` sees the sum; a traced step writes the same buffer). A gradient that carries a graph
+    (`create_graph`) gets a new, differentiable sum instead."""
     if t.grad is None:
         t.grad = Tensor._wrap(np.array(g._value), g._node) if not g.is_symbolic else g
+    elif t.grad._node is None and g._node is None:
+        t.grad._assign(t.grad + g)
     else:
         t.grad = t.grad + g
 
