@@ -61,10 +61,12 @@ BINARY = {
     "mul": lambda a, b: a * b,
     "div": lambda a, b: a / (1.5 + tg.tanh(b)),
     # offsets keep operands that are nearly equal by construction (x and tanh(x) near 0) off
-    # the kinks: there, float32 kernels (within an ulp or two of NumPy) may pick the other side
+    # the kinks: there, float32 kernels (within an ulp or two of NumPy) may pick the other side.
+    # They are 0.1, 0.1 sqrt(2) and 0.1 sqrt(3), so that no chain of them cancels: with equal
+    # offsets, where(x > minimum(y, x) + offsets) compared x with x +- rounding
     "maximum": lambda a, b: tg.maximum(a, b + 0.1),
-    "minimum": lambda a, b: tg.minimum(a, b - 0.1),
-    "where": lambda a, b: tg.where(a > b + 0.1, a, b * 2.0),
+    "minimum": lambda a, b: tg.minimum(a, b - 0.1414213562373095),
+    "where": lambda a, b: tg.where(a > b + 0.17320508075688773, a, b * 2.0),
 }
 
 
