@@ -4,6 +4,8 @@ backends, and compares."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -253,6 +255,34 @@ def test_a_global_number_the_step_reads_is_guarded_and_named_when_it_changes(bac
     finally:
         SCALE = 2.0
     np.testing.assert_array_equal(traced(x).numpy(), [2.0, 4.0])  # the first plan again
+
+
+step = 0  # a loop counter named like the optimizer's method, as in the README's tour
+
+
+def test_an_attribute_named_like_a_global_number_is_not_a_guard(backend):
+    """`opt.step()` reads the attribute `step`, not the global: a training loop's counter
+    `step` changing must not trace again (it did, every step of the README's tour)."""
+    global step
+    w = tg.tensor([1.0, 2.0], requires_grad=True)
+    gm, opt = tg.GradManager().attach([w]), tg.optim.SGD([w], lr=0.1)
+
+    def train_step(x):
+        with gm:
+            gm.backward((w * x).sum())
+        opt.step()
+        opt.zero_grad()
+
+    traced = tg.trace(train_step, backend=backend)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            for step in range(3):  # noqa: B007 (the global the step must not watch)
+                traced(tg.tensor([1.0, 1.0]))
+    finally:
+        step = 0
+    assert sum(len(p) for p in traced.plans.values()) == 1
+    np.testing.assert_allclose(w.numpy(), [0.7, 1.7], rtol=1e-6)
 
 
 def test_a_closure_number_is_guarded(backend):

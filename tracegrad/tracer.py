@@ -8,6 +8,7 @@ ran to the end, so a failing step changes nothing.
 
 from __future__ import annotations
 
+import dis
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -99,6 +100,9 @@ def watch(key: Any, describe: str, get: Callable[[], Any], warn: bool = True) ->
         Listeners.tracers[-1].watched[key] = Watch(describe, get, get(), warn)
 
 
+GLOBAL_LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME"})
+
+
 def watch_python_numbers(fn: Callable) -> None:
     """Watch the Python numbers `fn` reads from its globals and closure cells (and so do the
     functions and lambdas written inside it): the trace bakes them in."""
@@ -110,7 +114,8 @@ def watch_python_numbers(fn: Callable) -> None:
     codes, names = [code], set()
     while codes:
         c = codes.pop()
-        names.update(c.co_names)
+        # globals only: co_names also lists attribute names (`opt.step()` is not global `step`)
+        names.update(i.argval for i in dis.get_instructions(c) if i.opname in GLOBAL_LOADS)
         codes += [k for k in c.co_consts if hasattr(k, "co_names")]
     scope = fn.__globals__
     for name in sorted(names):
