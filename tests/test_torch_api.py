@@ -548,3 +548,12 @@ def test_gradients_accumulate_in_place_eagerly_and_traced(backend):
     step(tg.tensor(np.array([1.0, 2.0, 3.0])))
     assert w.grad.numpy().tolist() == [2.0, 3.0, 4.0]
     assert alias.numpy().tolist() == [2.0, 3.0, 4.0]
+
+
+def test_a_read_only_grad_accumulates_into_a_buffer_of_its_own():
+    frozen = np.ones(3)
+    frozen.flags.writeable = False
+    w = tg.tensor(np.zeros(3), requires_grad=True)
+    w.grad = tg.tensor(frozen)  # shares the read-only array
+    (w * 2).sum().backward()
+    assert w.grad.numpy().tolist() == [3.0, 3.0, 3.0] and frozen.tolist() == [1.0, 1.0, 1.0]

@@ -242,6 +242,8 @@ class Tensor:
             new = Tensor._wrap(new._value).astype(self.dtype)
         if Listeners.tracers or not isinstance(self._value, np.ndarray):
             self._value = new._value  # traced: a state write, applied only if the step completes
+        elif not self._value.flags.writeable:  # wraps a read-only array: gets a buffer of its own
+            self._value = np.array(new._value)
         else:
             np.copyto(self._value, new._value)
 
