@@ -156,11 +156,8 @@ def lower(
     """Compile each fused body into a kernel; a body the backend cannot compile, or too small to
     gain from it (or any body, on the NumPy backend), is spliced back as its member nodes.
     `compile=False` only decides (kernels map to None): the memory-budget solver plans with it."""
-    groups = [n for n in graph.nodes if n.prim.kind == "composite"]
-    if backend == "numba":
-        groups = [n for n in groups if _elements(n.attrs["body"]) >= KERNEL_MIN]
-    else:
-        groups = []
+    groups = [n for n in graph.nodes if n.prim.kind == "composite" and backend == "numba"
+              and _elements(n.attrs["body"]) >= KERNEL_MIN]  # fmt: skip
     kernels: dict[ir.Node, Callable] = {}
     if groups:
         from .kernels import compile_groups
@@ -168,6 +165,8 @@ def lower(
         bodies = [(b.inputs, b.nodes, b.outputs) for b in (n.attrs["body"] for n in groups)]
         progress = Progress() if compile else None
         compiled = compile_groups(bodies, progress, compile=compile)
+        if progress is not None:
+            progress.close()
         kernels = {n: k for n, (ok, k) in zip(groups, compiled, strict=True) if ok}
     nodes = []
     for n in graph.nodes:

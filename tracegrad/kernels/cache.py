@@ -165,13 +165,12 @@ if _FallbackLocator not in CacheImpl._locator_classes:
 # Less compilation than this is not worth starting a child for: it takes 0.5-1 s to import
 # Numba. A kernel takes about 0.15 s to compile, 0.5 s with `parallel=True` (docs/kernels.md).
 HELPER_MIN_S = 2.0
+HELPER_TIMEOUT_S = 600.0
 
 
 def _compile_seconds(source: str) -> float:
     return 0.5 if "parallel=True" in source else 0.15
 
-
-HELPER_TIMEOUT_S = 600.0
 
 _caches: dict[Path, KernelCache] = {}
 

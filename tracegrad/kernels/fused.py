@@ -144,12 +144,19 @@ def compile_group(
 
     Raises NotImplementedError for groups this generator does not handle.
     """
-    structure, layout = analyze(inputs, nodes, outputs)
+    return _kernel(*analyze(inputs, nodes, outputs), cache or default_cache())
+
+
+def _kernel(structure: Structure, layout: Layout, cache: KernelCache) -> FusedKernel:
+    """The launcher of the kernel for `structure` (from memory, the disk cache, or compiled)."""
     key = structure_key(structure)
-    module = f"tracegrad_kernel_{key}"
-    cache = cache or default_cache()
+    module = _module(key)
     compiled = cache.load(module, lambda: generate_source(structure, key))
     return FusedKernel(compiled, structure, key, cache.path(module), layout)
+
+
+def _module(key: str) -> str:
+    return f"tracegrad_kernel_{key}"
 
 
 def compile_groups(
@@ -163,33 +170,20 @@ def compile_groups(
     None) for a group this generator does not handle. `progress` (`total`, `step()`) counts
     distinct kernels; `compile=False` only decides (kernels are None)."""
     cache = cache or default_cache()
-    found: list[tuple[Structure, Layout, str] | None] = []
+    found: list[tuple[Structure, Layout] | None] = []
     for inputs, nodes, outputs in groups:
         try:
-            structure, layout = analyze(inputs, nodes, outputs)
+            found.append(analyze(inputs, nodes, outputs))
         except NotImplementedError:
             found.append(None)
-            continue
-        found.append((structure, layout, structure_key(structure)))
     if not compile:
         return [(f is not None, None) for f in found]
-    sources = {f"tracegrad_kernel_{key}": (s, key) for s, _, key in filter(None, found)}
+    structures = {structure_key(s): s for s, _ in filter(None, found)}
     if progress is not None:
-        progress.total = len(sources)
-    cache.load_all({m: generate_source(*sk) for m, sk in sources.items()},
+        progress.total = len(structures)
+    cache.load_all({_module(k): generate_source(s, k) for k, s in structures.items()},
                    progress.step if progress is not None else lambda: None)  # fmt: skip
-    if progress is not None:
-        progress.close()
-    result = []
-    for f in found:
-        if f is None:
-            result.append((False, None))
-            continue
-        structure, layout, key = f
-        module = f"tracegrad_kernel_{key}"
-        compiled = cache.load(module, lambda: generate_source(structure, key))
-        result.append((True, FusedKernel(compiled, structure, key, cache.path(module), layout)))
-    return result
+    return [(False, None) if f is None else (True, _kernel(*f, cache)) for f in found]
 
 
 def structure_key(structure: Structure) -> str:
