@@ -286,7 +286,7 @@ def test_cache_directory_is_private(tmp_path, monkeypatch):
 
 
 def distinct_groups(count: int):
-    """`count` groups with distinct kernels (x * c, then count - 1 different unary ops)."""
+    """`count` groups with distinct kernels: one unary op each."""
     for op in ["exp", "tanh", "log", "neg", "abs", "sqrt"][:count]:
         g = Group()
         y = g(op, g.input((64, 3), np.float32))
