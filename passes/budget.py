@@ -163,7 +163,7 @@ class _Chain:
                 for v in n.inputs:
                     if v in drop and v not in clones:
                         for c in self._rebuild(v, set(kept), clones) or ():
-                            nodes.append(_clone(c, clones))
+                            nodes.append(_clone(c, clones, "rebuild"))
                 inputs = [clones.get(v, v) for v in n.inputs]
                 n = Node(n.prim, inputs, n.outputs, n.attrs, n.source, n.phase)
             nodes.append(n)

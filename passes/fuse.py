@@ -4,9 +4,9 @@ compiles each body into one kernel; the reference interpreter evaluates the body
 
 A node joins the groups of its producers (merging them) when everything else the merged group
 reads already existed when its earliest part started, so the fused node can run where the
-group's first member ran, and when
-both are forward or both are not: a recomputed value must not move back into forward, where it
-would live until backward."""
+group's first member ran, and when both are of one family (`_family`): a recomputed value must
+not move back into forward, or into a segment rebuilt long before backward reads it, where it
+would be held until then."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from .base import PassStats
 @dataclass
 class _Group:
     start: int
-    forward: bool
+    family: str  # see `_family`: a node joins only groups of its own
     nodes: list[Node] = field(default_factory=list)
     values: set[Value] = field(default_factory=set)  # elementwise results inside the group
     reductions: set[Value] = field(default_factory=set)  # outputs only, never re-read
@@ -50,7 +50,7 @@ def fuse(graph: Graph) -> tuple[Graph, PassStats]:
         if group is None:
             if not _elementwise(n):
                 continue
-            group = groups[i] = _Group(i, n.phase == "forward")
+            group = groups[i] = _Group(i, _family(n))
         group.nodes.append(n)
         out = n.outputs[0]
         (group.values if _elementwise(n) else group.reductions).add(out)
@@ -71,6 +71,13 @@ def fuse(graph: Graph) -> tuple[Graph, PassStats]:
     return after, PassStats("fuse", len(graph.nodes), len(nodes), 0, note)
 
 
+def _family(n: Node) -> str:
+    """Forward, a segment rebuilt from a checkpoint, or the rest (backward, updates, values
+    recomputed where backward reads them). Values of the first two are held until backward: a
+    node of the rest joining their groups would run, and hold its result, from there on."""
+    return n.phase if n.phase in ("forward", "rebuild") else "backward"
+
+
 def _join(
     n: Node, group_of: dict[Value, _Group], made_at: dict[Value, int], groups: dict[int, _Group]
 ) -> _Group | None:
@@ -80,7 +87,7 @@ def _join(
         {
             id(g): g
             for g in (group_of.get(v) for v in n.inputs)
-            if g is not None and g.forward == (n.phase == "forward")
+            if g is not None and g.family == _family(n)
         }.values()
     )
     for option in ([candidates] if len(candidates) > 1 else []) + [[g] for g in candidates]:

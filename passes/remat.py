@@ -105,8 +105,8 @@ def rematerialize(graph: Graph) -> tuple[Graph, PassStats]:
     return after, PassStats("remat", len(graph.nodes), len(nodes), freed, note)
 
 
-def _clone(n: Node, clones: dict[Value, Value]) -> Node:
+def _clone(n: Node, clones: dict[Value, Value], phase: str = "recompute") -> Node:
     outs = [Value(v.shape, v.dtype) for v in n.outputs]
     clones.update(zip(n.outputs, outs, strict=True))
     ins = [clones.get(v, v) for v in n.inputs]
-    return Node(n.prim, ins, outs, n.attrs, n.source, "recompute")
+    return Node(n.prim, ins, outs, n.attrs, n.source, phase)

@@ -351,6 +351,18 @@ def test_fuse_keeps_recomputation_out_of_forward_groups():
     assert [len(n.attrs["body"].nodes) for n in after.nodes] == [1, 1]
 
 
+def test_fuse_keeps_recomputation_out_of_segments_rebuilt_from_a_checkpoint():
+    """Under a budget, u is rebuilt long before backward reads it; tanh(u), recomputed right
+    where backward needs it, must not move up into u's group past the matmul."""
+    x, w = val(8, 4), val(4, 4)
+    n1, u = node("exp", [x], (8, 4), "rebuild")
+    n2, m = node("matmul", [u, w], (8, 4), "rebuild")
+    n3, y = node("tanh", [u], (8, 4), "recompute")
+    graph = Graph([x, w], [n1, n2, n3], [m, y])
+    after, _ = passes.fuse(graph)
+    assert [n.op for n in after.nodes] == ["fused", "matmul", "fused"]
+
+
 def test_fuse_never_moves_a_node_before_an_input_it_reads():
     """b = exp(a) starts a group; m = matmul(a, a) follows; c = b * m may not join the group,
     which runs where exp ran, before m exists."""

@@ -24,6 +24,7 @@ PHASE_COLOURS = {
     "backward": "#fdbf6f",
     "update": "#b2df8a",
     "recompute": "#cab2d6",
+    "rebuild": "#fb9a99",
 }
 INPUT_COLOUR = "#eeeeee"
 SAVED_COLOUR = "#d62728"

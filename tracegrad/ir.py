@@ -68,7 +68,8 @@ class Node:
     """One primitive application. `prim` is the op-table record (anything with `name`, `impl`
     and `infer`: this module knows no particular op); `source` is the user's "file:line" that
     produced it; `phase` is "forward", "backward" (made by a VJP rule), "update" (an optimizer
-    step) or "recompute" (a forward value rebuilt for backward)."""
+    step), "recompute" (a forward value rebuilt for backward) or "rebuild" (a forward segment run
+    again from a checkpoint, under a memory budget)."""
 
     __slots__ = ("prim", "inputs", "outputs", "attrs", "source", "phase")
 
