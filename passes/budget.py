@@ -3,16 +3,15 @@ included, so that the step's planned peak stays under a budget, at the least est
 compute; or refuse with the smallest peak that is reachable.
 
 The residuals (forward values that backward reads, after `remat` made cheap ones recomputable)
-are taken in forward order as a chain r_1..r_n. A kept set K costs the recomputation of every
-dropped residual (the forward nodes that rebuild it from the previous residuals: `Primitive.cost`
-priced with rates measured once on this machine) and is modelled to peak at
-`base + bytes(K) + alpha * (largest run of dropped residuals)`: backward rebuilds a run of
-dropped residuals when it first needs one, and holds them until it is through the run (one
-level of checkpoints). A dynamic programme over the chain (as Beaumont et al., "Optimal
-checkpointing for heterogeneous chains", 2019, with one level of checkpoints) gives, for every
-bound on that run and every kept size, the cheapest K. Each choice is then checked with the real
-planner (`peak_of`: the rest of the pipeline and `plan_memory`), the model refitted and the
-target lowered by any overshoot, so what is returned fits by construction."""
+are taken in forward order as a chain r_1..r_n; rebuilding r_i from r_{i-1} costs the forward
+nodes between them (`Primitive.cost` priced with rates measured once on this machine). With m
+units of memory for residuals, a dynamic programme over segments (Beaumont et al., "Optimal
+checkpointing for heterogeneous chains", 2019; revolve's recursion, Griewank and Walther 2000)
+gives the least recomputation: forward keeps some residuals, and whenever backward needs one
+that is not held, the segment below it is rebuilt from the nearest held residual, holding the
+checkpoints the programme chose on the way: checkpoints nest as deep as the memory requires.
+Each m tried is built and checked with the real planner (`peak_of`: the rest of the pipeline
+and `plan_memory`), so what is returned fits by construction."""
 
 from __future__ import annotations
 
@@ -33,8 +32,7 @@ from .schedule import schedule
 
 # Kinds a forward node may have to be run again in backward: deterministic, no effects.
 RECOMPUTABLE = frozenset({"elementwise", "contraction", "reduction", "view", "index"})
-UNITS = 8  # kept bytes are counted in eighths of the largest residual by the programme
-ATTEMPTS = 8  # solve, check with the planner, lower the target by the overshoot: at most this
+UNITS = 4  # memory is counted in quarters of the largest residual by the programme
 
 
 def _mib(n: float) -> str:
@@ -74,8 +72,8 @@ def default_peak(graph: Graph) -> int:
 class Budget:
     """The pass: `Budget(limit, peak_of)(graph) -> (graph, stats)`. `peak_of(graph)` gives the
     planned peak the rest of the pipeline would reach (default: schedule, then plan_memory).
-    After it ran, `recomputed` lists the residuals it drops, `extra_s` and `step_s` the
-    estimated seconds of their recomputation and of the whole step, `peak` the verified peak."""
+    After it ran, `recomputed` lists the residuals forward does not keep, `extra_s` and `step_s`
+    the estimated seconds of all recomputation and of the whole step, `peak` the verified peak."""
 
     def __init__(self, limit: int, peak_of: Callable[[Graph], int] = default_peak):
         self.limit, self.peak_of = int(limit), peak_of
@@ -86,23 +84,24 @@ class Budget:
     def __call__(self, graph: Graph) -> tuple[Graph, PassStats]:
         chain = _Chain(graph)
         self.step_s = sum(seconds(n) for n in graph.nodes)
-        after, kept = chain.solve(self.limit, self.peak_of)
+        slots = chain.solve(self.limit, self.peak_of)
+        kept = chain.kept(slots)
         producers = graph.producers()
         self.recomputed = [(v, producers[v]) for v in chain.residuals if v not in kept]
-        self.extra_s = sum(c for v, c in zip(chain.residuals, chain.costs, strict=True)
-                           if v not in kept)  # fmt: skip
-        self.peak = chain.peaks[frozenset(kept)]
+        self.extra_s = chain.extra_s(slots)
+        self.peak = chain.peaks[slots]
         note = (
             f"budget {_mib(self.limit)}: planned {_mib(self.peak)}, "
             f"{len(self.recomputed)} residuals recomputed"
         )
         freed = sum(v.nbytes for v, _ in self.recomputed)  # no longer kept for backward
+        after = chain.build(slots)
         return after, PassStats("budget", len(graph.nodes), len(after.nodes), freed, note)
 
 
 class _Chain:
-    """The residuals of one graph in forward order, their bytes, costs and what each plan of
-    keeping them peaks at (checked plans only)."""
+    """The residuals of one graph in forward order, their bytes, costs, the programme over
+    them, and what each number of memory units (`slots`; None: keep everything) peaks at."""
 
     def __init__(self, graph: Graph):
         self.graph = graph
@@ -121,12 +120,13 @@ class _Chain:
             for v in n.outputs
         }
         everything = set(self.residuals)
-        self.costs, self.forced = [], []
+        costs, forced = [], []
         for v in self.residuals:
             nodes = self._rebuild(v, everything - {v}, {})
-            self.forced.append(nodes is None or v in outputs or v in self.pinned)
-            self.costs.append(sum(seconds(n) for n in nodes or ()))
-        self.peaks: dict[frozenset, int] = {}
+            forced.append(nodes is None or v in outputs or v in self.pinned)
+            costs.append(sum(seconds(n) for n in nodes or ()))
+        self.programme = _Programme([v.nbytes for v in self.residuals], costs, forced)
+        self.peaks: dict[int | None, int] = {}
 
     def _rebuild(self, v: Value, available: set[Value], clones: dict) -> list[Node] | None:
         """The forward nodes that recompute `v` from `available` values (and inputs, constants,
@@ -150,85 +150,105 @@ class _Chain:
             stack.extend((i, False) for i in n.inputs if i not in done)
         return nodes
 
-    def build(self, kept: frozenset) -> Graph:
-        """The graph that keeps `kept` and recomputes the other residuals right before the
-        first node outside forward that reads one."""
-        drop = set(self.residuals) - kept
-        if not drop:
+    def kept(self, slots: int | None) -> set[Value]:
+        """The residuals forward keeps."""
+        if slots is None:
+            return set(self.residuals)
+        return {self.residuals[i - 1] for i in self.programme.forward_keeps(slots)}
+
+    def extra_s(self, slots: int | None) -> float:
+        return 0.0 if slots is None else self.programme.extra(slots)
+
+    def build(self, slots: int | None) -> Graph:
+        """The graph that keeps what forward keeps under `slots`; whenever a node outside
+        forward reads a residual that is not held, the programme's rebuild runs right before
+        it, and the checkpoints it keeps on the way are held for later reads."""
+        kept = self.kept(slots)
+        if len(kept) == len(self.residuals):
             return self.graph
-        clones: dict[Value, Value] = {}
+        position = {v: i + 1 for i, v in enumerate(self.residuals)}
+        held: dict[Value, Value] = {}  # residual -> the clone of it backward reads now
         nodes: list[Node] = []
         for n in self.graph.nodes:
             if n.phase != "forward":
                 for v in n.inputs:
-                    if v in drop and v not in clones:
-                        for c in self._rebuild(v, set(kept), clones) or ():
-                            nodes.append(_clone(c, clones, "rebuild"))
-                inputs = [clones.get(v, v) for v in n.inputs]
+                    if v in position and v not in kept and v not in held:
+                        nodes += self._bring(position[v], slots, kept, held)
+                inputs = [held.get(v, v) for v in n.inputs]
                 n = Node(n.prim, inputs, n.outputs, n.attrs, n.source, n.phase)
             nodes.append(n)
         return Graph(self.graph.inputs, nodes, self.graph.outputs)
 
-    def check(self, kept: frozenset, peak_of: Callable[[Graph], int]) -> int:
-        if kept not in self.peaks:
-            self.peaks[kept] = peak_of(self.build(kept))
-        return self.peaks[kept]
+    def _bring(self, target: int, slots: int, kept: set, held: dict) -> list[Node]:
+        """Rebuild residual `target` (a position 1..n) from the nearest residual below it that
+        is held, through the checkpoints the programme chooses for the units still free."""
+        below = [i for i in range(1, target) if self.residuals[i - 1] in kept | held.keys()]
+        start = max(below, default=0)
+        free = slots - sum(self.programme.units[i] for i in below)
+        nodes: list[Node] = []
+        while start < target:
+            step = self.programme.next_checkpoint(start, target, free) or target
+            clones = dict(held)
+            v = self.residuals[step - 1]
+            for c in self._rebuild(v, kept, clones) or ():
+                nodes.append(_clone(c, clones, "rebuild"))
+            held[v] = clones[v]
+            free -= self.programme.units[step]
+            start = step
+        return nodes
 
-    def solve(self, limit: int, peak_of: Callable[[Graph], int]) -> tuple[Graph, frozenset]:
-        everything = frozenset(self.residuals)
-        full = self.check(everything, peak_of)
+    def check(self, slots: int | None, peak_of: Callable[[Graph], int]) -> int:
+        if slots not in self.peaks:
+            self.peaks[slots] = peak_of(self.build(slots))
+        return self.peaks[slots]
+
+    def solve(self, limit: int, peak_of: Callable[[Graph], int]) -> int | None:
+        """The most memory units whose checked plan fits `limit` (the least recomputation);
+        None if keeping everything fits."""
+        full = self.check(None, peak_of)
         if full <= limit:
-            return self.graph, everything
-        if all(self.forced):  # nothing to recompute: an inference step, say
-            raise MemoryBudgetError(self._refusal(limit, everything), full)
-        sizes = [v.nbytes for v in self.residuals]
-        base = full - sum(sizes)
-        tables = _Tables(sizes, self.costs, self.forced)
-        alpha, target = 1.0, limit
-        for _ in range(ATTEMPTS):
-            choice = tables.cheapest(target - base, alpha)
-            if choice is None:
-                break
-            kept = frozenset(self.residuals[i] for i in choice[1])
-            peak = self.check(kept, peak_of)
-            if peak <= limit:
-                return self.build(kept), kept
-            run = tables.longest_run(choice[1])
-            alpha = max(alpha, (peak - base - tables.kept_bytes(choice[1])) / max(run, 1))
-            target -= peak - limit
-        # the frugal end: for each bound on a run, the plan keeping least; check them in order
-        # of the bound until the checked peak has risen three times in a row
-        checked, rising, lowest = [], 0, full
-        for indices in tables.frugal():
-            kept = frozenset(self.residuals[i] for i in indices)
-            peak = self.check(kept, peak_of)
-            checked.append(kept)
+            return None
+        prog = self.programme
+        if prog.least is None:  # nothing can be recomputed: an inference step, say
+            raise MemoryBudgetError(self._refusal(limit, None), full)
+        base = full - sum(v.nbytes for v in self.residuals)
+        high = min(prog.total - 1, max(prog.least, (limit - base) // prog.unit))
+        if self.check(high, peak_of) <= limit:
+            return high
+        low = self._frugal(limit, peak_of)
+        while high - low > 1:  # the checked peak grows with the units, nearly always
+            middle = (low + high) // 2
+            low, high = (middle, high) if self.check(middle, peak_of) <= limit else (low, middle)
+        return low
+
+    def _frugal(self, limit: int, peak_of: Callable[[Graph], int]) -> int:
+        """The most units that fit among the fewest, checked from the least up until the peak
+        has risen three times in a row; else the refusal with the lowest peak seen. Not
+        depending on the budget, so that the minimum it reports always fits."""
+        rising, lowest = 0, self.peaks[None]
+        for slots in range(self.programme.least, self.programme.total):
+            peak = self.check(slots, peak_of)
             rising = 0 if peak < lowest else rising + 1
             lowest = min(lowest, peak)
             if rising == 3:
                 break
-        fits = [k for k, peak in self.peaks.items() if peak <= limit]
+        fits = [s for s, peak in self.peaks.items() if s is not None and peak <= limit]
         if fits:
-            best = min(fits, key=lambda k: (tables.cost(self._indices(k)), self.peaks[k]))
-            return self.build(best), best
-        # the sweep alone, not depending on the budget, so that its minimum always fits
-        minimum = min(checked, key=self.peaks.__getitem__)
+            return max(fits)
+        minimum = min((s for s in self.peaks if s is not None), key=self.peaks.__getitem__)
         raise MemoryBudgetError(self._refusal(limit, minimum), self.peaks[minimum])
 
-    def _indices(self, kept: frozenset) -> list[int]:
-        return [i for i, v in enumerate(self.residuals) if v in kept]
-
-    def _refusal(self, limit: int, kept: frozenset) -> str:
-        minimum = self.peaks[kept]
+    def _refusal(self, limit: int, slots: int | None) -> str:
+        minimum = self.peaks[slots]
         shown = "; ".join(
             f"{_mib(total)} in {count} values from {op} ({phase}) at {source}"
-            for (op, phase, source), (total, count) in dominating(schedule(self.build(kept))[0])
+            for (op, phase, source), (total, count) in dominating(schedule(self.build(slots))[0])
         )
         return (
             f"memory budget {_mib(limit)} ({limit} bytes) is below the smallest planned peak "
             f"of this step that was found, {_mib(minimum)} ({minimum} bytes), keeping "
-            f"{len(kept)} of {len(self.residuals)} residuals and recomputing the rest; "
-            f"alive where most is alive: {shown}"
+            f"{len(self.kept(slots))} of {len(self.residuals)} residuals in forward and "
+            f"recomputing the rest; alive where most is alive: {shown}"
         )
 
 
@@ -253,84 +273,102 @@ def dominating(graph: Graph, count: int = 4) -> list[tuple[tuple, tuple[int, int
     return sorted(groups.items(), key=lambda kv: -kv[1][0])[:count]
 
 
-class _Tables:
-    """The dynamic programme over the chain, solved once for every bound on a run of dropped
-    residuals: for each bound and each kept size (in units), the cheapest recomputation."""
+class _Programme:
+    """The dynamic programme over the chain. Positions 1..n are the residuals, 0 the start of
+    the step (always available); memory is counted in units of `unit` bytes, forced residuals
+    (never recomputable) are held outside it. For a segment (a, b] whose residual a is held,
+    with m units free:
+
+      reverse[a, b, m] = least cost of giving backward r_b, r_{b-1}, ..., r_{a+1} in turn:
+          min over j in (a, b] of  cost(a -> j) + reverse[j, b, m - units_j]
+                                                + reverse[a, j - 1, m]
+      (rebuild r_j from r_a and hold it; serve the part above it; then, r_j served and
+      freed, the part below it), and
+
+      forward[a, b, m] = the same while forward first computes the segment, for free:
+          min(reverse[a, b, m],  min over j of  forward[j, b, m - units_j]
+                                                + reverse[a, j - 1, m])
+
+    A forced residual f (one that cannot be rebuilt) is held outside the units: it splits
+    reverse's segment, and forward's first kept residual is f or one before it. The tables hold
+    each minimum's j, from which `forward_keeps` and `next_checkpoint` read the schedule."""
 
     def __init__(self, sizes: list[int], costs: list[float], forced: list[bool]):
-        self.sizes, self.costs, self.forced = sizes, costs, forced
-        self.unit = max(1, math.ceil(max(sizes) / UNITS))
-        self.units = [math.ceil(s / self.unit) for s in sizes]
-        self.total = sum(self.units)
         n = len(sizes)
-        bounds = set(range(0, min(n, 2 * math.isqrt(n) + 4) + 1))
-        bounds |= {round(n ** (k / 8)) for k in range(9)}
-        self.tables = {b: self._table(b * max(sizes)) for b in sorted(bounds)}
+        self.unit = max(1, math.ceil(max(sizes, default=1) / UNITS))
+        self.forced = [True] + list(forced)  # position 0, the start, is always available
+        self.units = [
+            0 if f else math.ceil(s / self.unit)  # forced residuals: held outside the units
+            for s, f in zip([0, *sizes], self.forced, strict=True)
+        ]
+        self.total = sum(self.units) + 1
+        prefix = np.concatenate([[0.0], np.cumsum(costs)])
+        shape = (n + 1, n + 1, self.total + 1)
+        self.reverse, self.forward = np.full(shape, np.inf), np.full(shape, np.inf)
+        self.reverse_at = np.zeros(shape, np.int32)
+        self.forward_at = np.zeros(shape, np.int32)
+        for a in range(n + 1):
+            self.reverse[a, a] = self.forward[a, a] = 0.0
+        for length in range(1, n + 1):
+            for a in range(n + 1 - length):
+                self._segment(a, a + length, prefix)
+        finite = np.flatnonzero(np.isfinite(self.forward[0, n]))
+        self.least = int(finite[0]) if finite.size else None
 
-    def _table(self, bound: int) -> tuple[np.ndarray, list[np.ndarray], int]:
-        """dp[i][m]: least cost for residuals before i with i kept and m units kept (i = n+1 is
-        the end of forward); back[i][m]: the kept residual before it."""
-        n, width = len(self.sizes), self.total + 1
-        dp = [np.full(width, np.inf) for _ in range(n + 2)]
-        back = [np.full(width, -1, np.int64) for _ in range(n + 2)]
-        dp[0][0] = 0.0
-        longest = 0
-        for i in range(1, n + 2):
-            u = self.units[i - 1] if i <= n else 0
-            run_bytes, run_cost = 0, 0.0
-            for j in range(i - 1, -1, -1):  # residuals j+1..i-1 dropped, j kept (0: the start)
-                cand = dp[j][: width - u] + run_cost
-                better = cand < dp[i][u:]
-                dp[i][u:][better] = cand[better]
-                back[i][u:][better] = j
-                if j == 0 or self.forced[j - 1] or run_bytes + self.sizes[j - 1] > bound:
-                    break
-                run_bytes += self.sizes[j - 1]
-                run_cost += self.costs[j - 1]
-                longest = max(longest, run_bytes)
-        return dp[n + 1], back, longest
+    def _segment(self, a: int, b: int, prefix: np.ndarray) -> None:
+        forced = [f for f in range(a + 1, b + 1) if self.forced[f]]
+        width = self.total + 1
+        if forced:  # r_f is held anyway: serve above it, then below it
+            f = forced[-1]
+            self.reverse[a, b] = self.reverse[f, b] + self.reverse[a, f - 1]
+            self.reverse_at[a, b] = f
+        else:
+            reverse, reverse_at = np.full(width, np.inf), np.zeros(width, np.int32)
+            for u, j in self._by_units(np.arange(a + 1, b + 1)):
+                rebuilt = (prefix[j] - prefix[a])[:, None] + self.reverse[j, b, : width - u]
+                _improve(rebuilt + self.reverse[a, j - 1, u:], j, reverse[u:], reverse_at[u:])
+            self.reverse[a, b], self.reverse_at[a, b] = reverse, reverse_at
+        # forward keeps the first residual at or before the first forced one, or none at all
+        forward, forward_at = np.full(width, np.inf), np.zeros(width, np.int32)
+        if not forced:
+            forward[:] = self.reverse[a, b]  # at 0: keep nothing
+        for u, j in self._by_units(np.arange(a + 1, (forced or [b])[0] + 1)):
+            kept = self.forward[j, b, : width - u] + self.reverse[a, j - 1, u:]
+            _improve(kept, j, forward[u:], forward_at[u:])
+        self.forward[a, b], self.forward_at[a, b] = forward, forward_at
 
-    def _kept(self, bound: int, m: int) -> list[int]:
-        _, back, _ = self.tables[bound]
-        kept, i = [], len(self.sizes) + 1
-        while i > 0:
-            j = int(back[i][m])
-            m -= self.units[i - 1] if i <= len(self.sizes) else 0
-            if j > 0:
-                kept.append(j - 1)
-            i = j
-        return kept[::-1]
+    def _by_units(self, js: np.ndarray):
+        units = np.array(self.units)[js]
+        for u in np.unique(units):
+            if u <= self.total:
+                yield int(u), js[units == u]
 
-    def _estimates(self, alpha: float):
-        for bound, (last, _, longest) in self.tables.items():
-            for m in np.flatnonzero(np.isfinite(last)):
-                yield m * self.unit + alpha * longest, float(last[m]), bound, int(m)
+    def forward_keeps(self, slots: int) -> list[int]:
+        """The positions forward keeps with `slots` units."""
+        keeps, a, b = [], 0, len(self.units) - 1
+        while a < b and (j := int(self.forward_at[a, b, slots])) > 0:
+            keeps.append(j)
+            slots -= self.units[j]
+            a = j
+        return keeps + [f for f in range(1, b + 1) if self.forced[f] and f not in keeps]
 
-    def cheapest(self, room: float, alpha: float) -> tuple[float, list[int]] | None:
-        """The cheapest plan whose modelled peak above the base is within `room` bytes."""
-        fits = [(c, e, b, m) for e, c, b, m in self._estimates(alpha) if e <= room]
-        if not fits:
+    def next_checkpoint(self, a: int, b: int, free: int) -> int | None:
+        """Where to stop and hold a checkpoint when backward needs r_b and r_a is the nearest
+        held residual below it; None if no schedule fits `free` units (rebuild r_b directly)."""
+        free = min(max(free, 0), self.total)
+        if not np.isfinite(self.reverse[a, b, free]):
             return None
-        cost, _, bound, m = min(fits)
-        return cost, self._kept(bound, m)
+        return int(self.reverse_at[a, b, free])
 
-    def frugal(self):
-        """For each bound on a run, in increasing order, the plan that keeps the fewest units."""
-        for bound, (last, _, _) in self.tables.items():
-            finite = np.flatnonzero(np.isfinite(last))
-            if finite.size:
-                yield self._kept(bound, int(finite[0]))
+    def extra(self, slots: int) -> float:
+        """Estimated seconds of recomputation with `slots` units."""
+        return float(self.forward[0, len(self.units) - 1, slots])
 
-    def kept_bytes(self, kept: list[int]) -> int:
-        return sum(self.sizes[i] for i in kept)
 
-    def cost(self, kept: list[int]) -> float:
-        return sum(c for i, c in enumerate(self.costs) if i not in set(kept))
-
-    def longest_run(self, kept: list[int]) -> int:
-        run = longest = 0
-        keep = set(kept)
-        for i, s in enumerate(self.sizes):
-            run = 0 if i in keep else run + s
-            longest = max(longest, run)
-        return longest
+def _improve(candidates: np.ndarray, js: np.ndarray, best: np.ndarray, at: np.ndarray) -> None:
+    """Per column (units free), the least candidate row and its j, where it beats `best`."""
+    k = np.argmin(candidates, axis=0)
+    value = candidates[k, np.arange(candidates.shape[1])]
+    better = value < best
+    best[better] = value[better]
+    at[better] = js[k[better]]

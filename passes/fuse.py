@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 from tracegrad.ir import Graph, Node, Value
 from tracegrad.primitives import fused
 
-from .base import PassStats
+from .base import PassStats, is_view
 
 
 @dataclass
 class _Group:
     start: int
     family: str  # see `_family`: a node joins only groups of its own
+    sealed: bool = False  # a rebuilt segment's group, once a matmul (say) has run after it
     nodes: list[Node] = field(default_factory=list)
     values: set[Value] = field(default_factory=set)  # elementwise results inside the group
     reductions: set[Value] = field(default_factory=set)  # outputs only, never re-read
@@ -43,14 +44,21 @@ def fuse(graph: Graph) -> tuple[Graph, PassStats]:
     made_at = {v: i for i, n in enumerate(graph.nodes) for v in n.outputs}
     group_of: dict[Value, _Group] = {}
     groups: dict[int, _Group] = {}  # start index -> group
+    rebuilding: list[_Group] = []  # rebuild groups not sealed yet
     for i, n in enumerate(graph.nodes):
         if not (_elementwise(n) or _trailing_reduction(n)):
+            if not is_view(n):
+                for g in rebuilding:
+                    g.sealed = True
+                rebuilding.clear()
             continue
         group = _join(n, group_of, made_at, groups)
         if group is None:
             if not _elementwise(n):
                 continue
             group = groups[i] = _Group(i, _family(n))
+            if group.family == "rebuild":
+                rebuilding.append(group)
         group.nodes.append(n)
         out = n.outputs[0]
         (group.values if _elementwise(n) else group.reductions).add(out)
@@ -74,7 +82,9 @@ def fuse(graph: Graph) -> tuple[Graph, PassStats]:
 def _family(n: Node) -> str:
     """Forward, a segment rebuilt from a checkpoint, or the rest (backward, updates, values
     recomputed where backward reads them). Values of the first two are held until backward: a
-    node of the rest joining their groups would run, and hold its result, from there on."""
+    node of the rest joining their groups would run, and hold its result, from there on. A
+    rebuild group is sealed by the next node that cannot fuse: a later rebuild of the same
+    segment reads the checkpoint it holds, and joining would run that rebuild here, early."""
     return n.phase if n.phase in ("forward", "rebuild") else "backward"
 
 
@@ -87,7 +97,7 @@ def _join(
         {
             id(g): g
             for g in (group_of.get(v) for v in n.inputs)
-            if g is not None and g.family == _family(n)
+            if g is not None and g.family == _family(n) and not g.sealed
         }.values()
     )
     for option in ([candidates] if len(candidates) > 1 else []) + [[g] for g in candidates]:

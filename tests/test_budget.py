@@ -2,6 +2,7 @@
 computes, recomputes matmuls when it must, refuses a budget below the reachable minimum with
 that minimum; the chain programme is optimal against brute force."""
 
+import heapq
 import itertools
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 from test_trace import MLP, batches, run_eager
 
 import tracegrad as tg
-from passes.budget import Budget, _Tables
+from passes.budget import Budget, _Programme
 from tracegrad import codegen, runtime
 
 SIZES = (16, 64, 64, 64, 64, 64, 64, 64, 64, 4)  # activations outweigh parameters
@@ -102,39 +103,62 @@ def test_budget_pass_runs_as_an_ordinary_pass():
     assert passes.plan_memory(passes.schedule(after)[0]).peak == budget.peak
 
 
-def brute_force(sizes, costs, forced, bound):
-    """Least cost per kept size over every kept set whose dropped runs stay within `bound`."""
-    tables = _Tables(sizes, costs, forced)
-    best: dict[int, float] = {}
-    n = len(sizes)
-    for keep in itertools.product([False, True], repeat=n):
-        if any(f and not k for f, k in zip(forced, keep, strict=True)):
+def least_cost_by_search(units, costs, forced, slots):
+    """Dijkstra over every schedule, independent of the programme: a state is the set of held
+    residuals and the next residual backward needs (n down to 1). Forward may keep any set that
+    fits; then either backward takes the next residual, if held (and frees it), or a held
+    residual p below it (or the start, 0) is run forward to some j, which is then held, at the
+    cost of stages p+1..j. Forced residuals are always held and take no units."""
+    n = len(units)
+    free = {i + 1 for i in range(n) if not forced[i]}
+    always = frozenset(i + 1 for i in range(n) if forced[i])
+    size = {i + 1: units[i] for i in range(n)}
+    fits = lambda held: sum(size[i] for i in held if i in free) <= slots  # noqa: E731
+    starts = [
+        frozenset(c) | always
+        for r in range(len(free) + 1)
+        for c in itertools.combinations(sorted(free), r)
+        if fits(c)
+    ]
+    ties = itertools.count()  # never compare the sets
+    queue = [(0.0, next(ties), held, n) for held in starts]
+    heapq.heapify(queue)
+    seen = set()
+    while queue:
+        cost, _, held, k = heapq.heappop(queue)
+        if k == 0:
+            return cost
+        if (held, k) in seen:
             continue
-        kept = [i for i in range(n) if keep[i]]
-        if tables.longest_run(kept) > bound:
+        seen.add((held, k))
+        if k in held:
+            heapq.heappush(queue, (cost, next(ties), held - {k}, k - 1))
             continue
-        units = sum(tables.units[i] for i in kept)
-        cost = sum(c for c, k in zip(costs, keep, strict=True) if not k)
-        best[units] = min(best.get(units, np.inf), cost)
-    return tables, best
+        for p in [0, *(i for i in held if i < k)]:
+            for j in range(p + 1, k + 1):
+                after = held | {j}
+                if fits(after):
+                    step = cost + sum(costs[p:j])
+                    heapq.heappush(queue, (step, next(ties), after, k))
+    return np.inf
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_chain_programme_is_optimal(seed):
+@pytest.mark.parametrize("seed", range(6))
+def test_checkpointing_programme_is_optimal(seed):
+    """The programme's least recomputation equals an exhaustive search's at every memory."""
     rng = np.random.default_rng(seed)
-    n = 8
-    sizes = [int(s) for s in rng.integers(1, 9, n) * 1000]
+    n = 6
+    sizes = [int(s) for s in rng.integers(1, 5, n) * 1000]
     costs = [float(c) for c in rng.random(n)]
-    forced = [bool(f) for f in rng.random(n) < 0.15]
-    for bound in range(n + 1):
-        tables, best = brute_force(sizes, costs, forced, bound * max(sizes))
-        last = tables.tables[bound][0]
-        for units, cost in best.items():
-            assert last[units] == pytest.approx(cost)
-            kept = tables._kept(bound, units)
-            assert sum(tables.units[i] for i in kept) == units
-            assert tables.cost(kept) == pytest.approx(cost)
-        assert {int(m) for m in np.flatnonzero(np.isfinite(last))} == set(best)
+    forced = [bool(f) for f in rng.random(n) < 0.2]
+    prog = _Programme(sizes, costs, forced)
+    units = prog.units[1:]
+    for slots in range(prog.total):
+        expected = least_cost_by_search(units, costs, forced, slots)
+        assert prog.forward[0, n, slots] == pytest.approx(expected), slots
+        if np.isfinite(expected):
+            assert prog.least <= slots and prog.extra(slots) == pytest.approx(expected)
+    assert prog.least == min(s for s in range(prog.total) if np.isfinite(prog.forward[0, n, s]))
 
 
 def test_a_share_is_taken_when_tracing_and_a_bad_budget_fails_at_once():
