@@ -177,6 +177,72 @@ def small_power(n: Node, rw: Rewrite) -> Value | None:
     return out
 
 
+@rule(P.add)
+def adjacent_slice_gradients(n: Node, rw: Rewrite) -> Value | None:
+    """scatter(ga into [i:j] of axis k) + scatter(gb into [j:l]) -> one scatter of their
+    concatenation into [i:l], or the concatenation itself when that is the whole axis: the
+    gradient of q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2] is one concatenation instead
+    of three zero-filled copies of qkv's shape, summed. Also (p + sa) + sb -> p + (sa + sb),
+    exact since the two scatters never overlap: a gradient summed over several uses."""
+    out = n.outputs[0]
+    a, b = (_slab(rw.producers.get(v), out, rw) for v in n.inputs)
+    if a is not None and b is not None:
+        return _join_slabs(a, b, out, rw)
+    for inner, slab in ((n.inputs[0], b), (n.inputs[1], a)):
+        add = rw.producers.get(inner)
+        if slab is None or add is None or add.prim is not P.add or rw.readers.get(inner) != 1:
+            continue
+        for rest, v in (add.inputs, add.inputs[::-1]):
+            found = _slab(rw.producers.get(v), out, rw)
+            if found is not None and rest.shape == out.shape:
+                joined = _join_slabs(found, slab, Value(out.shape, out.dtype), rw)
+                if joined is not None:
+                    return rw.emit(P.add, [rest, joined], out)
+    return None
+
+
+def _join_slabs(a: tuple, b: tuple, out: Value, rw: Rewrite) -> Value | None:
+    first, second = sorted((a, b), key=lambda p: p[1])
+    axis = first[0]
+    if second[0] != axis or first[2] != second[1]:
+        return None
+    grads = [
+        rw.emit(P.reshape, [g], Value(shape, g.dtype), shape=shape) if g.shape != shape else g
+        for _, start, stop, g in (first, second)
+        for shape in [out.shape[:axis] + (stop - start,) + out.shape[axis + 1 :]]
+    ]
+    start, stop = first[1], second[2]
+    shape = out.shape[:axis] + (stop - start,) + out.shape[axis + 1 :]
+    whole = (start, stop) == (0, out.shape[axis])
+    joined = rw.emit(P.concatenate, grads, out if whole else Value(shape, out.dtype), axis=axis)
+    if whole:
+        return out
+    template = (slice(None),) * axis + (slice(start, stop),)
+    return rw.emit(P.scatter_add, [joined], out, shape=out.shape, template=template)
+
+
+def _slab(n: Node | None, out: Value, rw: Rewrite) -> tuple[int, int, int, Value] | None:
+    """(axis, start, stop, gradient) of a scatter of one gradient into out's zeros at one
+    index or step-1 slice of one axis, read by nothing else; else None."""
+    if n is None or n.prim is not P.scatter_add or len(n.inputs) != 1:
+        return None
+    g, template, made = n.inputs[0], n.attrs["template"], n.outputs[0]
+    if (made.shape, made.dtype) != (out.shape, out.dtype) or rw.readers.get(made, 1) > 1:
+        return None
+    narrowed = [(k, t) for k, t in enumerate(template) if t != slice(None)]
+    if len(narrowed) != 1 or len(template) > out.ndim:
+        return None
+    axis, t = narrowed[0]
+    size = out.shape[axis]
+    if isinstance(t, int | np.integer) and not isinstance(t, bool) and -size <= t < size:
+        start = int(t) % size
+        return axis, start, start + 1, g
+    if isinstance(t, slice) and t.step in (None, 1):
+        start, stop, _ = t.indices(size)
+        return (axis, start, stop, g) if start < stop else None
+    return None
+
+
 def simplify(graph: Graph) -> tuple[Graph, PassStats]:
     """Apply the rules once over the graph, in order (those for every op first); rewritten
     nodes feed later rules."""

@@ -426,3 +426,26 @@ def test_the_suite_verifies_every_pass():
     broken = lambda g: (Graph(g.inputs, g.nodes, [val(4, 3)]), None)  # an undefined output
     with pytest.raises(GraphError, match="never defined"):
         passes.run(Graph([x], [n1], [y]), [broken])
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_gradients_of_adjacent_slices_are_one_concatenation(backend):
+    """q, k, v = qkv[:, :, 0..2] and a split along axis 1: their gradients are concatenated,
+    not scattered into zeros and summed; the gradient is eager's (which scatters)."""
+    import tracegrad as tg
+
+    def step(x):
+        q, k, v = (x[:, :, i] for i in range(3))
+        head, tail = x[:, :1, :], x[:, 1:, :]
+        y = (q * k + v**2).sum() + (head * 2).sum() + tg.exp(tail).sum() + x[-1, :, 1].sum()
+        y.backward()
+        return y
+
+    x0 = np.random.default_rng(0).standard_normal((4, 3, 3))
+    eager, traced = tg.tensor(x0, requires_grad=True), tg.tensor(x0, requires_grad=True)
+    step(eager)
+    compiled = tg.trace(step, backend=backend)
+    compiled(traced)
+    np.testing.assert_allclose(traced.grad.numpy(), eager.grad.numpy(), rtol=1e-12)
+    ops = [n.op for n in compiled.latest.graph.nodes]
+    assert ops.count("concatenate") == 2 and ops.count("scatter_add") == 1  # x[-1, :, 1]: 2 axes
