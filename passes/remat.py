@@ -12,13 +12,18 @@ import networkx as nx
 
 from tracegrad.ir import Graph, Node, Value
 
-from .base import PassStats
+from .base import PassStats, is_view
 
 MAX_CHAIN = 16  # longest elementwise chain worth recomputing for one value
 
 
 def _cheap(n: Node | None) -> bool:
-    return n is not None and n.phase == "forward" and n.prim.kind == "elementwise"
+    """Elementwise, or a view (a slice, a reshape): a view costs nothing to make again, and
+    keeping one keeps its whole base alive (max-pooling's window slices kept the ReLU output
+    beside the pre-activation they are recomputed from)."""
+    if n is None or n.phase != "forward":
+        return False
+    return n.prim.kind == "elementwise" or (n.prim.kind != "check" and is_view(n))
 
 
 def saved_values(graph: Graph) -> list[Value]:

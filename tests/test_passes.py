@@ -191,6 +191,25 @@ def test_remat_keeps_only_the_pre_activation():
     same_results(g, after, rand(4, 3), rand(3, 3))
 
 
+def test_remat_rebuilds_views_instead_of_keeping_their_base():
+    """Max-pooling's shape: u = x @ w, r = relu(u), two window slices of r compared in
+    backward. Keeping the slices keeps r alive beside u; slices are free to make again, so only
+    u (which relu's backward reads) is kept."""
+    x, w = val(4, 4), val(4, 4)
+    n1, u = node("matmul", [x, w], (4, 4))
+    n2, r = node("maximum", [u, const(0.0)], (4, 4))
+    n3, left = node("getitem", [r], (4, 2), template=(slice(None), slice(0, 4, 2)))
+    n4, right = node("getitem", [r], (4, 2), template=(slice(None), slice(1, 4, 2)))
+    n5, m = node("maximum", [left, right], (4, 2))
+    n6, mask = node("greater", [u, const(0.0)], (4, 4), "backward", dtype=np.bool_)
+    n7, hit = node("equal", [left, m], (4, 2), "backward", dtype=np.bool_)
+    n8, other = node("equal", [right, m], (4, 2), "backward", dtype=np.bool_)
+    g = Graph([x, w], [n1, n2, n3, n4, n5, n6, n7, n8], [m, mask, hit, other])
+    after, _ = passes.rematerialize(g)
+    assert passes.saved_values(after) == [u]
+    same_results(g, after, rand(4, 4), rand(4, 4))
+
+
 def test_remat_keeps_the_smallest_cut():
     """y = exp(x) * c, c = a matmul's (4, 1) result, backward reads the (4, 4) y: keeping c (4
     elements) and recomputing exp(x) * c is smaller than keeping y (16); keeping c and exp(x)
