@@ -33,11 +33,14 @@ def _elementwise(n: Node) -> bool:
 
 
 def _trailing_reduction(n: Node) -> bool:
-    """A reduction over one axis of a matrix: the shapes a kernel folds as it goes."""
-    x = n.inputs[0] if n.inputs else None
-    return (
-        n.prim.kind == "reduction" and n.prim.fusible and x.ndim == 2 and len(n.attrs["axis"]) == 1
-    )
+    """A reduction over leading or trailing axes (not all): read as a matrix, one axis of it,
+    the shape a kernel folds as it goes (layer norm's statistics over the last axis of (N, T,
+    D), a bias gradient over the first two)."""
+    if n.prim.kind != "reduction" or not n.prim.fusible or not n.inputs:
+        return False
+    ndim, axes = n.inputs[0].ndim, sorted(a % max(n.inputs[0].ndim, 1) for a in n.attrs["axis"])
+    block = axes == list(range(len(axes))) or axes == list(range(ndim - len(axes), ndim))
+    return ndim >= 2 and 0 < len(axes) < ndim and block
 
 
 def fuse(graph: Graph) -> tuple[Graph, PassStats]:

@@ -468,3 +468,18 @@ def test_gradients_of_adjacent_slices_are_one_concatenation(backend):
     np.testing.assert_allclose(traced.grad.numpy(), eager.grad.numpy(), rtol=1e-12)
     ops = [n.op for n in compiled.latest.graph.nodes]
     assert ops.count("concatenate") == 2 and ops.count("scatter_add") == 1  # x[-1, :, 1]: 2 axes
+
+
+def test_fuse_folds_reductions_over_leading_or_trailing_axes_of_3d_values():
+    """Layer norm's statistics (last axis of (N, T, D)) and bias gradients (first two axes)
+    fold into the kernel that computes their input; a middle axis does not (no matrix view)."""
+    x = val(2, 3, 4)
+    n1, e = node("exp", [x], (2, 3, 4))
+    n2, last = node("sum", [e], (2, 3, 1), axis=(2,), keepdims=True)
+    n3, first = node("sum", [e], (4,), axis=(0, 1), keepdims=False)
+    n4, middle = node("sum", [e], (2, 4), axis=(1,), keepdims=False)
+    graph = Graph([x], [n1, n2, n3, n4], [last, first, middle])
+    after, _ = passes.fuse(graph)
+    assert [n.op for n in after.nodes] == ["fused", "sum"]
+    assert set(after.nodes[0].outputs) == {e, last, first}
+    same_results(graph, Graph(graph.inputs, after.nodes, after.outputs), rand(2, 3, 4))
