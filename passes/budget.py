@@ -10,6 +10,8 @@ checkpointing for heterogeneous chains", 2019; revolve's recursion, Griewank and
 gives the least recomputation: forward keeps some residuals, and whenever backward needs one
 that is not held, the segment below it is rebuilt from the nearest held residual, holding the
 checkpoints the programme chose on the way: checkpoints nest as deep as the memory requires.
+The programme also knows that the memory backward holds grows as it goes (each layer's new
+parameter values appear when its gradient does), so it spends the room early in backward.
 Each m tried is built and checked with the real planner (`peak_of`: the rest of the pipeline
 and `plan_memory`), so what is returned fits by construction."""
 
@@ -125,8 +127,30 @@ class _Chain:
             nodes = self._rebuild(v, everything - {v}, {})
             forced.append(nodes is None or v in outputs or v in self.pinned)
             costs.append(sum(seconds(n) for n in nodes or ()))
-        self.programme = _Programme([v.nbytes for v in self.residuals], costs, forced)
+        sizes = [v.nbytes for v in self.residuals]
+        self.programme = _Programme(sizes, costs, forced, self._growth())
         self.peaks: dict[int | None, int] = {}
+
+    def _growth(self) -> list[int]:
+        """Per residual, the bytes of step results (new parameter and optimizer state values,
+        held to the step's end) that appear while backward serves it, in the scheduled step."""
+        nodes = schedule(self.graph)[0].nodes
+        position = {v: i for i, v in enumerate(self.residuals)}
+        outputs = set(self.graph.outputs)
+        served, appear = [-1] * len(self.residuals), []
+        for t, n in enumerate(nodes):
+            if n.phase != "forward":
+                for v in n.inputs:
+                    if v in position:
+                        served[position[v]] = t
+            if n.phase == "update":
+                appear += [(t, v.nbytes) for v in n.outputs if v in outputs]
+        growth = [0] * len(self.residuals)
+        for t, nbytes in appear:  # served in reverse order: the lowest not yet served at t
+            serving = [i for i, s in enumerate(served) if s >= t]
+            if serving:
+                growth[max(serving)] += nbytes
+        return growth
 
     def _rebuild(self, v: Value, available: set[Value], clones: dict) -> list[Node] | None:
         """The forward nodes that recompute `v` from `available` values (and inputs, constants,
@@ -185,6 +209,7 @@ class _Chain:
         below = [i for i in range(1, target) if self.residuals[i - 1] in kept | held.keys()]
         start = max(below, default=0)
         free = slots - sum(self.programme.units[i] for i in below)
+        free -= self.programme.grown_after(target)
         nodes: list[Node] = []
         while start < target:
             step = self.programme.next_checkpoint(start, target, free) or target
@@ -281,19 +306,26 @@ class _Programme:
 
       reverse[a, b, m] = least cost of giving backward r_b, r_{b-1}, ..., r_{a+1} in turn:
           min over j in (a, b] of  cost(a -> j) + reverse[j, b, m - units_j]
-                                                + reverse[a, j - 1, m]
+                                                + reverse[a, j - 1, m - grown(j, b)]
       (rebuild r_j from r_a and hold it; serve the part above it; then, r_j served and
-      freed, the part below it), and
+      freed, the part below it, with less memory by what serving r_b .. r_j made permanent:
+      the new parameter values of those layers, held to the step's end), and
 
       forward[a, b, m] = the same while forward first computes the segment, for free:
           min(reverse[a, b, m],  min over j of  forward[j, b, m - units_j]
-                                                + reverse[a, j - 1, m])
+                                                + reverse[a, j - 1, m - grown(j, b)])
 
     A forced residual f (one that cannot be rebuilt) is held outside the units: it splits
     reverse's segment, and forward's first kept residual is f or one before it. The tables hold
     each minimum's j, from which `forward_keeps` and `next_checkpoint` read the schedule."""
 
-    def __init__(self, sizes: list[int], costs: list[float], forced: list[bool]):
+    def __init__(
+        self,
+        sizes: list[int],
+        costs: list[float],
+        forced: list[bool],
+        growth: list[int] | None = None,
+    ):
         n = len(sizes)
         self.unit = max(1, math.ceil(max(sizes, default=1) / UNITS))
         self.forced = [True] + list(forced)  # position 0, the start, is always available
@@ -301,7 +333,8 @@ class _Programme:
             0 if f else math.ceil(s / self.unit)  # forced residuals: held outside the units
             for s, f in zip([0, *sizes], self.forced, strict=True)
         ]
-        self.total = sum(self.units) + 1
+        self.grown = np.concatenate([[0.0], np.cumsum(growth or [0] * n)]) / self.unit
+        self.total = sum(self.units) + math.ceil(self.grown[-1]) + 1
         prefix = np.concatenate([[0.0], np.cumsum(costs)])
         shape = (n + 1, n + 1, self.total + 1)
         self.reverse, self.forward = np.full(shape, np.inf), np.full(shape, np.inf)
@@ -320,22 +353,36 @@ class _Programme:
         width = self.total + 1
         if forced:  # r_f is held anyway: serve above it, then below it
             f = forced[-1]
-            self.reverse[a, b] = self.reverse[f, b] + self.reverse[a, f - 1]
+            self.reverse[a, b] = self.reverse[f, b] + self._below(a, np.array([f]), b, 0)[0]
             self.reverse_at[a, b] = f
         else:
             reverse, reverse_at = np.full(width, np.inf), np.zeros(width, np.int32)
             for u, j in self._by_units(np.arange(a + 1, b + 1)):
                 rebuilt = (prefix[j] - prefix[a])[:, None] + self.reverse[j, b, : width - u]
-                _improve(rebuilt + self.reverse[a, j - 1, u:], j, reverse[u:], reverse_at[u:])
+                _improve(rebuilt + self._below(a, j, b, u), j, reverse[u:], reverse_at[u:])
             self.reverse[a, b], self.reverse_at[a, b] = reverse, reverse_at
         # forward keeps the first residual at or before the first forced one, or none at all
         forward, forward_at = np.full(width, np.inf), np.zeros(width, np.int32)
         if not forced:
             forward[:] = self.reverse[a, b]  # at 0: keep nothing
         for u, j in self._by_units(np.arange(a + 1, (forced or [b])[0] + 1)):
-            kept = self.forward[j, b, : width - u] + self.reverse[a, j - 1, u:]
+            kept = self.forward[j, b, : width - u] + self._below(a, j, b, u)
             _improve(kept, j, forward[u:], forward_at[u:])
         self.forward[a, b], self.forward_at[a, b] = forward, forward_at
+
+    def _below(self, a: int, j: np.ndarray, b: int, u: int) -> np.ndarray:
+        """reverse[a, j - 1, m - grown] for m = u.. (one row per j): serving r_b .. r_j made
+        `grown` units more memory permanent (new parameter values, held to the step's end)."""
+        grown = np.ceil(self.grown[b] - self.grown[j - 1] - 1e-9).astype(np.int64)
+        m = np.arange(u, self.total + 1)[None, :] - grown[:, None]
+        rows = self.reverse[a, j - 1]
+        below = rows[np.arange(len(j))[:, None], np.maximum(m, 0)]
+        below[m < 0] = np.inf
+        return below
+
+    def grown_after(self, b: int) -> int:
+        """Units made permanent by serving r_n .. r_{b+1}."""
+        return math.ceil(self.grown[-1] - self.grown[b] - 1e-9)
 
     def _by_units(self, js: np.ndarray):
         units = np.array(self.units)[js]

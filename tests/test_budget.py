@@ -103,17 +103,19 @@ def test_budget_pass_runs_as_an_ordinary_pass():
     assert passes.plan_memory(passes.schedule(after)[0]).peak == budget.peak
 
 
-def least_cost_by_search(units, costs, forced, slots):
+def least_cost_by_search(units, costs, forced, slots, growth):
     """Dijkstra over every schedule, independent of the programme: a state is the set of held
     residuals and the next residual backward needs (n down to 1). Forward may keep any set that
-    fits; then either backward takes the next residual, if held (and frees it), or a held
-    residual p below it (or the start, 0) is run forward to some j, which is then held, at the
-    cost of stages p+1..j. Forced residuals are always held and take no units."""
+    fits; then either backward takes the next residual, if held (and frees it, while its
+    `growth` units become held for good), or a held residual p below it (or the start, 0) is
+    run forward to some j, which is then held, at the cost of stages p+1..j. Forced residuals
+    are always held and take no units."""
     n = len(units)
     free = {i + 1 for i in range(n) if not forced[i]}
     always = frozenset(i + 1 for i in range(n) if forced[i])
     size = {i + 1: units[i] for i in range(n)}
-    fits = lambda held: sum(size[i] for i in held if i in free) <= slots  # noqa: E731
+    grown = lambda k: sum(growth[k:])  # noqa: E731  (served: n down to k + 1)
+    fits = lambda held, k=n: sum(size[i] for i in held if i in free) + grown(k) <= slots  # noqa: E731
     starts = [
         frozenset(c) | always
         for r in range(len(free) + 1)
@@ -132,12 +134,13 @@ def least_cost_by_search(units, costs, forced, slots):
             continue
         seen.add((held, k))
         if k in held:
-            heapq.heappush(queue, (cost, next(ties), held - {k}, k - 1))
+            if fits(held - {k}, k - 1):
+                heapq.heappush(queue, (cost, next(ties), held - {k}, k - 1))
             continue
         for p in [0, *(i for i in held if i < k)]:
             for j in range(p + 1, k + 1):
                 after = held | {j}
-                if fits(after):
+                if fits(after, k):
                     step = cost + sum(costs[p:j])
                     heapq.heappush(queue, (step, next(ties), after, k))
     return np.inf
@@ -145,16 +148,19 @@ def least_cost_by_search(units, costs, forced, slots):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_checkpointing_programme_is_optimal(seed):
-    """The programme's least recomputation equals an exhaustive search's at every memory."""
+    """The programme's least recomputation equals an exhaustive search's at every memory, with
+    memory made permanent as backward goes (new parameter values)."""
     rng = np.random.default_rng(seed)
     n = 6
     sizes = [int(s) for s in rng.integers(1, 5, n) * 1000]
     costs = [float(c) for c in rng.random(n)]
     forced = [bool(f) for f in rng.random(n) < 0.2]
-    prog = _Programme(sizes, costs, forced)
+    unit = _Programme(sizes, costs, forced).unit
+    growth = [int(g) * unit for g in rng.integers(0, 3, n)]  # new values: whole units
+    prog = _Programme(sizes, costs, forced, growth)
     units = prog.units[1:]
     for slots in range(prog.total):
-        expected = least_cost_by_search(units, costs, forced, slots)
+        expected = least_cost_by_search(units, costs, forced, slots, [g // unit for g in growth])
         assert prog.forward[0, n, slots] == pytest.approx(expected), slots
         if np.isfinite(expected):
             assert prog.least <= slots and prog.extra(slots) == pytest.approx(expected)
