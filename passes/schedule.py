@@ -1,7 +1,8 @@
 """Scheduling: a topological order that lowers peak memory. Nodes keep their traced order, except
 that optimizer-update nodes run as soon as they are ready, so each gradient dies right after its
 parameter is updated instead of all gradients living until the end of the step, and so do ops
-that start early (collectives: the other ranks wait for this one to join)."""
+that start early (collectives: the other ranks wait for this one to join). Within an update,
+scalar nodes run first, so that its array ops are adjacent and fuse into one kernel."""
 
 from __future__ import annotations
 
@@ -16,7 +17,12 @@ def schedule(graph: Graph) -> tuple[Graph, PassStats]:
     producer: dict[Value, int] = {v: i for i, n in enumerate(graph.nodes) for v in n.outputs}
     waits_for = _update_dependencies(graph, producer)
     early = [n.phase == "update" or n.prim.starts_early for n in graph.nodes]
-    priority = [-1 if e else i for i, e in enumerate(early)]
+    # of early nodes, scalars first: an optimizer's bias corrections, computed between its
+    # array ops, would otherwise split each parameter's update into several kernels
+    priority = [
+        (-1, any(v.ndim for v in n.outputs), i) if e else (i, True, i)
+        for i, (n, e) in enumerate(zip(graph.nodes, early, strict=True))
+    ]
     waiting = [len(w) for w in waits_for]
     readers: dict[Value, list[int]] = {}
     for i, values in enumerate(waits_for):

@@ -483,3 +483,27 @@ def test_fuse_folds_reductions_over_leading_or_trailing_axes_of_3d_values():
     assert [n.op for n in after.nodes] == ["fused", "sum"]
     assert set(after.nodes[0].outputs) == {e, last, first}
     same_results(graph, Graph(graph.inputs, after.nodes, after.outputs), rand(2, 3, 4))
+
+
+def test_an_adamw_update_is_one_kernel_per_parameter(monkeypatch):
+    """AdamW computes its bias corrections (scalars) between its array ops; the schedule runs
+    them first, so each parameter's update fuses into one kernel instead of four."""
+    import tracegrad as tg
+    from tracegrad import codegen, optim
+
+    monkeypatch.setattr(codegen, "KERNEL_MIN", 0)
+    w = tg.tensor(np.ones((8, 4), np.float32), requires_grad=True)
+    b = tg.tensor(np.ones(4, np.float32), requires_grad=True)
+    opt = optim.AdamW([w, b], lr=0.1)
+
+    @tg.trace(backend="numba")
+    def step(x):
+        loss = tg.tanh(x @ w + b).sum()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    step(tg.tensor(np.ones((2, 8), np.float32)))
+    updates = [n for n in step.latest.graph.nodes if n.phase == "update" and n.op == "fused"]
+    assert len(updates) == 2
