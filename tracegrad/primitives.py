@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from . import ir
+from . import convolution, ir
 from .errors import ShapeError
 
 PRIMITIVES: dict[str, Primitive] = {}
@@ -870,95 +870,14 @@ pinv = Primitive("pinv", np.linalg.pinv,
                  lambda x: ((*x.shape[:-2], x.shape[-1], x.shape[-2]), _floating(x)[1]),
                  (_pinv_vjp,), "in+out")  # fmt: skip
 
-# --- convolution: im2col feeding one batched BLAS matmul; col2im for the input's gradient -------
+# --- convolution (implemented in `convolution`: im2col feeding BLAS, col2im) ---------------------
 # Attributes: stride (sh, sw), padding ((top, bottom), (left, right)), dilation (dh, dw), groups.
 # The three ops are each other's VJPs (each is bilinear), so every order of derivative is exact.
 
 
-def _conv_size(size, pad, k, s, d):
-    return (size + pad[0] + pad[1] - d * (k - 1) - 1) // s + 1
-
-
-def _conv_out(x_shape, w_shape, stride, padding, dilation, groups):
-    """The output's (OH, OW); checks the layouts (N, C, H, W) and (O, C / groups, kh, kw)."""
-    if len(x_shape) != 4 or len(w_shape) != 4:
-        raise ValueError(f"input {x_shape} and weight {w_shape}: expected 4-d (N, C, H, W) and "
-                         "(out, in / groups, kh, kw)")  # fmt: skip
-    c, (o, cg, kh, kw) = x_shape[1], w_shape
-    if c != cg * groups or o % groups:
-        raise ValueError(f"input {x_shape} with weight {w_shape} and groups={groups}: the input "
-                         f"needs {cg * groups} channels and {o} must divide by groups")  # fmt: skip
-    out = tuple(_conv_size(x_shape[2 + i], padding[i], (kh, kw)[i], stride[i], dilation[i])
-                for i in range(2))  # fmt: skip
-    if builtins.min(out) < 1:
-        raise ValueError(f"input {x_shape} is smaller than the (dilated) kernel {w_shape[2:]}")
-    return out
-
-
 def _conv2d_rule(x, w, stride, padding, dilation, groups):
-    oh, ow = _conv_out(x.shape, w.shape, stride, padding, dilation, groups)
+    oh, ow = convolution.output_size(x.shape, w.shape, stride, padding, dilation, groups)
     return (x.shape[0], w.shape[0], oh, ow), np.result_type(x.dtype, w.dtype)
-
-
-def _im2col(x, kernel, out, stride, padding, dilation, groups):
-    """The patches of `x` as (groups, C / groups * kh * kw, N * OH * OW), one copy: each group's
-    product is then one GEMM over the whole batch. (One GEMM per sample instead took 8x longer on
-    a busy 2-core machine: OpenBLAS wakes its threads for each call.)"""
-    if any(p for pair in padding for p in pair):
-        x = np.pad(x, ((0, 0), (0, 0), *padding))
-    n, c, (kh, kw), (oh, ow), (sh, sw), (dh, dw) = *x.shape[:2], kernel, out, stride, dilation
-    s = x.strides
-    windows = np.lib.stride_tricks.as_strided(
-        x, (c, kh, kw, n, oh, ow), (s[1], s[2] * dh, s[3] * dw, s[0], s[2] * sh, s[3] * sw),
-        writeable=False)  # fmt: skip
-    return np.ascontiguousarray(windows).reshape(groups, c // groups * kh * kw, n * oh * ow)
-
-
-def _by_group(g, groups):
-    """(N, O, OH, OW) as (groups, O / groups, N * OH * OW), the layout of a product."""
-    n, o = g.shape[:2]
-    t = g.reshape(n, groups, o // groups, -1).transpose(1, 2, 0, 3)
-    return np.ascontiguousarray(t).reshape(groups, o // groups, -1)
-
-
-def _grouped(a, b):
-    """a[i] @ b[i] for each group, as 2-D products: NumPy's stacked matmul with a transposed
-    operand ran 4.5x slower than the same 2-D product (0.45 s against 0.10 s)."""
-    if a.shape[0] == 1:
-        return (a[0] @ b[0])[None]
-    return np.stack([a[i] @ b[i] for i in range(a.shape[0])])
-
-
-def _conv2d(x, w, stride, padding, dilation, groups):
-    n, o, kernel = x.shape[0], w.shape[0], w.shape[2:]
-    out = _conv_out(x.shape, w.shape, stride, padding, dilation, groups)
-    cols = _im2col(x, kernel, out, stride, padding, dilation, groups)
-    y = _grouped(w.reshape(groups, o // groups, -1), cols)  # (groups, O / groups, N * L)
-    y = y.reshape(o, n, out[0] * out[1]).transpose(1, 0, 2)
-    return np.ascontiguousarray(y).reshape(n, o, *out)
-
-
-def _conv2d_input_grad(g, w, shape, stride, padding, dilation, groups):
-    """The transposed convolution: each patch's gradient added back where the patch came from."""
-    (n, c, h, wd), (o, cg, kh, kw), (oh, ow) = shape, w.shape, g.shape[2:]
-    wt = w.reshape(groups, o // groups, cg * kh * kw).transpose(0, 2, 1)
-    cols = _grouped(wt, _by_group(g, groups)).reshape(c, kh, kw, n, oh, ow)
-    (pt, pb), (pl, pr) = padding
-    (sh, sw), (dh, dw) = stride, dilation
-    xp = np.zeros((n, c, h + pt + pb, wd + pl + pr), cols.dtype)
-    for i in range(kh):
-        for j in range(kw):
-            rows = slice(i * dh, i * dh + sh * (oh - 1) + 1, sh)
-            xp[:, :, rows, j * dw : j * dw + sw * (ow - 1) + 1 : sw] += cols[:, i, j].transpose(
-                1, 0, 2, 3
-            )
-    return np.ascontiguousarray(xp[:, :, pt : pt + h, pl : pl + wd])  # an owned buffer
-
-
-def _conv2d_weight_grad(x, g, shape, stride, padding, dilation, groups):
-    (n, _, oh, ow) = g.shape
-    cols = _im2col(x, shape[2:], (oh, ow), stride, padding, dilation, groups)
-    return _grouped(_by_group(g, groups), cols.transpose(0, 2, 1)).reshape(shape)
 
 
 def _conv_grad_rule(a, b, shape, stride, padding, dilation, groups):
@@ -967,7 +886,7 @@ def _conv_grad_rule(a, b, shape, stride, padding, dilation, groups):
 
 conv2d = Primitive(
     "conv2d",
-    _conv2d,
+    convolution.conv2d,
     _conv2d_rule,
     (lambda g, out, x, w, **a: conv2d_input_grad(g, w, shape=x.shape, **a),
      lambda g, out, x, w, **a: conv2d_weight_grad(x, g, shape=w.shape, **a)),
@@ -976,7 +895,7 @@ conv2d = Primitive(
 )  # fmt: skip
 conv2d_input_grad = Primitive(
     "conv2d_input_grad",
-    _conv2d_input_grad,
+    convolution.conv2d_input_grad,
     _conv_grad_rule,
     (lambda c, out, g, w, shape, **a: conv2d(c, w, **a),
      lambda c, out, g, w, shape, **a: conv2d_weight_grad(c, g, shape=w.shape, **a)),
@@ -985,7 +904,7 @@ conv2d_input_grad = Primitive(
 )  # fmt: skip
 conv2d_weight_grad = Primitive(
     "conv2d_weight_grad",
-    _conv2d_weight_grad,
+    convolution.conv2d_weight_grad,
     _conv_grad_rule,
     (lambda c, out, x, g, shape, **a: conv2d_input_grad(g, c, shape=x.shape, **a),
      lambda c, out, x, g, shape, **a: conv2d(x, c, **a)),
