@@ -16,25 +16,46 @@ least-squares fits of the rest to `a + b sqrt(depth)` and `a + b depth`. One lev
 checkpoints grows like sqrt(depth) (Chen et al. 2016); nested checkpoints need less.
 `--batch` runs a smaller batch than the workload's 4096 (the machine may be shared); the table
 says which batch ran.
+
+Unless `--no-peers`, and if PyTorch is installed, the same step with forward and loss under
+`torch.compile` runs at several `torch._functorch.config.activation_memory_budget` settings, each
+in its own process, and each tracegrad row is set beside the fastest of them whose step peak RSS
+is no higher. Target: tracegrad is faster at equal peak.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import gc
 import importlib.util
 import json
 import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
-from harness import MARK, child_env, high_water_mb, reset_peak_rss
-from workloads import WORKLOADS
+from harness import (
+    MARK,
+    busy_elsewhere,
+    child_env,
+    cpu_ticks,
+    high_water_mb,
+    reset_peak_rss,
+    rss_mb,
+)
+from workloads import WORKLOADS, Workload
 
 SHARES = (1.0, 0.5, 0.25, 0.12)
+# activation_memory_budget: 1 saves what the min-cut partitioner saves for speed, 0 only the
+# compiled region's inputs. It bounds the saved activations, not the peak: on `deep` the peak is
+# lowest at 0.5-0.7, and lower budgets raise it again (the backward's recomputation holds more).
+TORCH_BUDGETS = (1.0, 0.7, 0.5, 0.3, 0.1, 0.0)
 DEPTHS = (12, 24, 48, 96)
 MEASURED_TARGET, TIME_TARGET = 1.05, 1.35
 
@@ -68,11 +89,7 @@ def run_child(args: argparse.Namespace) -> dict:
         return {"refused": e.minimum, "message": str(e)}
     plan = traced.latest
     traced(*inputs)
-    times = []
-    for _ in range(args.steps):
-        start = time.perf_counter()
-        traced(*inputs)
-        times.append(time.perf_counter() - start)
+    median, busy = time_steps(lambda: traced(*inputs), args.steps)
     reset = reset_peak_rss()
     tracemalloc.start()
     traced(*inputs)
@@ -82,16 +99,91 @@ def run_child(args: argparse.Namespace) -> dict:
         "planned": plan.memory.peak,
         "measured": measured,
         "rss_mb": high_water_mb() if reset else float("nan"),
-        "median_s": statistics.median(times),
+        "idle_mb": idle_rss_mb(),  # after the peak is read
+        "median_s": median,
+        "busy": busy,
         "recomputed": len(plan.budget.recomputed) if plan.budget else 0,
         "estimated_extra": plan.budget.extra_s / plan.budget.step_s if plan.budget else 0.0,
     }
+
+
+def run_torch_child(args: argparse.Namespace) -> dict:
+    """The same step in PyTorch under `activation_memory_budget`, measured as `run_child`
+    measures tracegrad's: the step peak RSS, since tracemalloc does not see torch's buffers."""
+    w = replace(WORKLOADS["deep"], batch=args.batch, depth=args.depth)
+    step = compiled_torch_step(w, args.torch_budget)
+    start = time.perf_counter()
+    try:
+        step()  # compiles forward and backward
+        step()
+    except Exception as e:  # a budget torch cannot compile is a row, not a crash
+        while (inner := getattr(e, "inner_exception", None) or e.__cause__) is not None:
+            e = inner  # dynamo wraps the partitioner's or inductor's error
+        return {"error": f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"}
+    warmup = time.perf_counter() - start
+    median, busy = time_steps(step, args.steps)
+    reset = reset_peak_rss()
+    step()
+    return {
+        "rss_mb": high_water_mb() if reset else float("nan"),
+        "idle_mb": idle_rss_mb(),
+        "median_s": median,
+        "busy": busy,
+        "warmup_s": warmup,
+    }
+
+
+def time_steps(step: Callable, n: int) -> tuple[float, float]:
+    """The median of `n` steps, and the share of the cores other processes kept busy meanwhile
+    (the machine is shared: rows timed under different loads are not comparable)."""
+    times, ticks = [], cpu_ticks()
+    for _ in range(n):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), busy_elsewhere(ticks, sum(times))
+
+
+def idle_rss_mb() -> float:
+    """RSS with garbage collected and glibc's free pages handed back: what the process holds
+    between steps (runtime, libraries, parameters, data, a plan's arena). The step peak is read
+    without this, as before: the high-water mark then also counts what the allocator kept."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+    return rss_mb()
+
+
+def compiled_torch_step(w: Workload, budget: float) -> Callable[[], float]:
+    """`build_torch`'s step with forward and loss under `torch.compile`: its backward then goes
+    through AOTAutograd, whose partitioner applies the budget. The SGD update stays eager."""
+    import torch
+    import torch._functorch.config as functorch_config
+    from steps import build_torch
+
+    functorch_config.activation_memory_budget = budget
+    return build_torch(w, torch.compile)
 
 
 # --- parent side --------------------------------------------------------------------------------
 
 
 def child(args: argparse.Namespace, budget: int, depth: int, probe: bool = False) -> dict:
+    return spawn(args, depth, ["--budget", str(budget)] + (["--probe"] if probe else []))
+
+
+def torch_child(args: argparse.Namespace, budget: float) -> dict:
+    """With an empty inductor cache, so that the warm-up time includes the whole compile."""
+    with tempfile.TemporaryDirectory() as cache:
+        return spawn(
+            args, args.depth, ["--torch-budget", str(budget)], TORCHINDUCTOR_CACHE_DIR=cache
+        )
+
+
+def spawn(args: argparse.Namespace, depth: int, extra: list[str], **env: str) -> dict:
+    """Run this script as a child on `depth` layers; its JSON result, or {"error": ...}."""
     cmd = [
         sys.executable,
         __file__,
@@ -104,20 +196,17 @@ def child(args: argparse.Namespace, budget: int, depth: int, probe: bool = False
         args.backend,
         "--steps",
         str(args.steps),
-        "--budget",
-        str(budget),
     ]
-    proc = subprocess.run(
-        cmd + (["--probe"] if probe else []),
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
+    try:
+        proc = subprocess.run(
+            cmd + extra, env=child_env(**env), capture_output=True, text=True, timeout=1800
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": "timed out after 1800 s"}
     for line in proc.stdout.splitlines():
         if line.startswith(MARK):
             return json.loads(line[len(MARK) :])
-    return {"error": (proc.stderr or proc.stdout).strip().splitlines()[-1:]}
+    return {"error": ((proc.stderr or proc.stdout).strip().splitlines() or ["no output"])[-1]}
 
 
 def mib(n: float) -> str:
@@ -133,10 +222,13 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--torch-budget", type=float, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--no-sweep", action="store_true", help="skip the depth sweep")
+    parser.add_argument("--no-peers", action="store_true", help="skip the torch/jax comparison")
     args = parser.parse_args()
     if args.child:
-        print(MARK + json.dumps(run_child(args)), flush=True)
+        result = run_child(args) if args.torch_budget is None else run_torch_child(args)
+        print(MARK + json.dumps(result), flush=True)
         return
     w = replace(WORKLOADS["deep"], batch=args.batch, depth=args.depth)
     print(f"### memory budget, {w.describe()}, backend {args.backend}")
@@ -178,13 +270,77 @@ def main() -> None:
         print(f"25%: step time {ratio:.2f} x unbudgeted <= {TIME_TARGET} {met}")
     else:
         print("25%: refused, so the step-time target cannot be checked at this batch")
-    for framework in ("torch", "jax"):
-        if importlib.util.find_spec(framework) is None:
-            print(f"{framework} comparison skipped: {framework} is not installed")
-        else:
-            print(f"{framework} comparison skipped: not written yet (optional)")
+    if not args.no_peers:
+        peers(args, rows)
     if not args.no_sweep:
         sweep(args)
+
+
+def peers(args: argparse.Namespace, rows: list[tuple[str, int | None, dict]]) -> None:
+    if importlib.util.find_spec("torch") is None:
+        print("torch comparison skipped: torch is not installed")
+    else:
+        compare_torch(rows, [(b, torch_child(args, b)) for b in TORCH_BUDGETS])
+    why = "not written yet" if importlib.util.find_spec("jax") else "jax is not installed"
+    print(f"jax comparison skipped: {why}")
+
+
+def compare_torch(
+    rows: list[tuple[str, int | None, dict]],
+    runs: list[tuple[float, dict]],
+) -> None:
+    """The torch runs, then each tracegrad row beside the fastest torch run whose peak RSS is
+    no higher: torch's best at that peak, since its budget cannot be set to a peak directly.
+    If none is that low, beside the torch run of the lowest peak, its ratio in parentheses."""
+    print("\n### torch.compile, forward and loss compiled, same step (torch 2 threads)\n")
+    print(
+        "| activation_memory_budget | step peak RSS MiB | RSS between steps MiB | step ms "
+        "| cores busy elsewhere | 2 warm-up steps s (cold compile) |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|")
+    for budget, r in runs:
+        if "median_s" not in r:
+            print(f"| {budget} | {r.get('error', r)} |")
+            continue
+        print(
+            f"| {budget} | {r['rss_mb']:.0f} | {r['idle_mb']:.0f} "
+            f"| {r['median_s'] * 1e3:.0f} | {r['busy']:.0%} | {r['warmup_s']:.0f} |"
+        )
+    print(
+        "\nRSS counts the Python/torch/numba runtime and libraries, parameters and data: compare "
+        "rows with each other, not with tracemalloc. Between steps: after gc and malloc_trim "
+        "(tracegrad's includes the arena its plan keeps). A ratio in parentheses is against "
+        "torch's lowest peak, higher than the tracegrad row's.\n"
+    )
+    print(
+        "| tracegrad row | step peak RSS MiB | RSS between steps MiB | step ms "
+        "| cores busy elsewhere | fastest torch at or below that peak | tracegrad / torch time |"
+    )
+    print("|---|---:|---:|---:|---:|---|---:|")
+    ran = [(b, r) for b, r in runs if "median_s" in r]
+    for name, _, r in rows:
+        if "rss_mb" not in r:
+            continue
+        head = (
+            f"| {name} | {r['rss_mb']:.0f} | {r['idle_mb']:.0f} | {r['median_s'] * 1e3:.0f} "
+            f"| {r['busy']:.0%}"
+        )
+        fits = [(b, t) for b, t in ran if t["rss_mb"] <= r["rss_mb"]]
+        if not fits and ran:  # then set beside torch's lowest peak, in parentheses
+            b, t = min(ran, key=lambda bt: bt[1]["rss_mb"])
+            print(
+                f"{head} | none; lowest: budget {b}, {t['rss_mb']:.0f} MiB, "
+                f"{t['median_s'] * 1e3:.0f} ms | ({r['median_s'] / t['median_s']:.2f}) |"
+            )
+            continue
+        if not fits:
+            print(f"{head} | none ran | - |")
+            continue
+        b, t = min(fits, key=lambda bt: bt[1]["median_s"])
+        print(
+            f"{head} | budget {b}: {t['rss_mb']:.0f} MiB, {t['median_s'] * 1e3:.0f} ms "
+            f"| {r['median_s'] / t['median_s']:.2f} |"
+        )
 
 
 def sweep(args: argparse.Namespace) -> None:

@@ -145,8 +145,9 @@ def _gelu(u, tanh):
     return 0.5 * u * (1 + tanh(GELU_K * (u + 0.044715 * u**3)))
 
 
-def build_torch(w: Workload) -> Step:
-    """PyTorch eager on 2 threads, the same elementwise tanh-GELU."""
+def build_torch(w: Workload, wrap: Callable[[Callable], Callable] = lambda f: f) -> Step:
+    """PyTorch eager on 2 threads, the same elementwise tanh-GELU; `wrap` takes the forward and
+    loss (`torch.compile`, say), while the SGD update stays eager."""
     import torch
     import torch.nn.functional as F
 
@@ -159,11 +160,15 @@ def build_torch(w: Workload) -> Step:
     x, labels = (torch.from_numpy(a) for a in make_batch(w))
     act = torch.relu if w.activation == "relu" else (lambda u: _gelu(u, torch.tanh))
 
-    def step() -> float:
+    @wrap
+    def forward(x, labels):
         h = x
         for weight, bias in params[:-1]:
             h = act(h @ weight + bias)
-        loss = F.cross_entropy(h @ params[-1][0] + params[-1][1], labels)
+        return F.cross_entropy(h @ params[-1][0] + params[-1][1], labels)
+
+    def step() -> float:
+        loss = forward(x, labels)
         loss.backward()
         with torch.no_grad():
             for p in flat:
