@@ -18,6 +18,7 @@ never leaves the others hanging in a collective.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -26,6 +27,10 @@ import numpy as np
 from . import primitives as P
 from .autodiff import no_grad
 from .tensor import Tensor
+
+# mpiexec forwards a rank's stderr through a pipe; Abort right after writing lost the message
+# about one run in twenty (tests/test_distributed.py saw empty output)
+ABORT_GRACE_S = 0.2
 
 _comm: Any = None
 
@@ -54,6 +59,7 @@ def init() -> None:
         sys.stderr.flush()
         previous(kind, value, tb)
         sys.stderr.flush()
+        time.sleep(ABORT_GRACE_S)
         _comm.Abort(1)
 
     sys.excepthook = abort_all
