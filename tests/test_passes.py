@@ -382,6 +382,17 @@ def test_fuse_keeps_recomputation_out_of_segments_rebuilt_from_a_checkpoint():
     assert [n.op for n in after.nodes] == ["fused", "matmul", "fused"]
 
 
+def test_fuse_seals_a_rebuild_group_at_the_next_node_that_cannot_fuse():
+    """A later rebuild of the same segment reads the checkpoint u held by an earlier one;
+    joining u's group past the matmul would run the later rebuild early and hold its result."""
+    x, w = val(8, 4), val(4, 4)
+    n1, u = node("exp", [x], (8, 4), "rebuild")
+    n2, m = node("matmul", [u, w], (8, 4), "rebuild")
+    n3, y = node("tanh", [u], (8, 4), "rebuild")
+    after, _ = passes.fuse(Graph([x, w], [n1, n2, n3], [m, y]))
+    assert [n.op for n in after.nodes] == ["fused", "matmul", "fused"]
+
+
 def test_fuse_never_moves_a_node_before_an_input_it_reads():
     """b = exp(a) starts a group; m = matmul(a, a) follows; c = b * m may not join the group,
     which runs where exp ran, before m exists."""
