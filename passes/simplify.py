@@ -214,7 +214,15 @@ def _join_slabs(a: tuple, b: tuple, out: Value, rw: Rewrite) -> Value | None:
     start, stop = first[1], second[2]
     shape = out.shape[:axis] + (stop - start,) + out.shape[axis + 1 :]
     whole = (start, stop) == (0, out.shape[axis])
-    joined = rw.emit(P.concatenate, grads, out if whole else Value(shape, out.dtype), axis=axis)
+    parts = []  # a gradient joined before is a concatenation: one copy, not two
+    for g in grads:
+        inner = rw.producers.get(g)
+        joined_before = inner is not None and inner.prim is P.concatenate
+        if joined_before and inner.attrs["axis"] == axis and rw.readers.get(g, 1) == 1:
+            parts += inner.inputs
+        else:
+            parts.append(g)
+    joined = rw.emit(P.concatenate, parts, out if whole else Value(shape, out.dtype), axis=axis)
     if whole:
         return out
     template = (slice(None),) * axis + (slice(start, stop),)
