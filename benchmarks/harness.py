@@ -58,10 +58,14 @@ def measure(
         "--budget",
         str(budget),
     ] + (["--memory"] if memory else [])
+    return run_marked(cmd, env or child_env(), timeout)
+
+
+def run_marked(cmd: list[str], env: dict[str, str], timeout: float = 1800.0) -> dict[str, Any]:
+    """Run a child that prints its result as one JSON line after MARK; that result, or
+    {"error": ...} with the child's last line of output."""
     try:
-        proc = subprocess.run(
-            cmd, env=env or child_env(), capture_output=True, text=True, timeout=timeout
-        )
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:.0f} s"}
     for line in proc.stdout.splitlines():

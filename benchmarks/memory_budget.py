@@ -32,7 +32,6 @@ import importlib.util
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -48,6 +47,8 @@ from harness import (
     high_water_mb,
     reset_peak_rss,
     rss_mb,
+    run_marked,
+    timed,
 )
 from workloads import WORKLOADS, Workload
 
@@ -136,11 +137,8 @@ def run_torch_child(args: argparse.Namespace) -> dict:
 def time_steps(step: Callable, n: int) -> tuple[float, float]:
     """The median of `n` steps, and the share of the cores other processes kept busy meanwhile
     (the machine is shared: rows timed under different loads are not comparable)."""
-    times, ticks = [], cpu_ticks()
-    for _ in range(n):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
+    ticks = cpu_ticks()
+    times = [timed(step)[0] for _ in range(n)]
     return statistics.median(times), busy_elsewhere(ticks, sum(times))
 
 
@@ -197,16 +195,7 @@ def spawn(args: argparse.Namespace, depth: int, extra: list[str], **env: str) ->
         "--steps",
         str(args.steps),
     ]
-    try:
-        proc = subprocess.run(
-            cmd + extra, env=child_env(**env), capture_output=True, text=True, timeout=1800
-        )
-    except subprocess.TimeoutExpired:
-        return {"error": "timed out after 1800 s"}
-    for line in proc.stdout.splitlines():
-        if line.startswith(MARK):
-            return json.loads(line[len(MARK) :])
-    return {"error": ((proc.stderr or proc.stdout).strip().splitlines() or ["no output"])[-1]}
+    return run_marked(cmd + extra, child_env(**env))
 
 
 def mib(n: float) -> str:

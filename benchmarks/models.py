@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,7 +26,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
-from harness import MARK, busy_elsewhere, child_env, cpu_ticks, peak_rss_mb  # noqa: E402
+from harness import MARK, busy_elsewhere, child_env, cpu_ticks, peak_rss_mb, run_marked  # noqa: E402
 
 METHODS = ("tg-traced", "tg-eager", "torch", "torch-compile")
 CNN = dict(batch=256, lr=0.01, momentum=0.9)
@@ -189,12 +188,7 @@ def run_child(method: str, workload: str, steps: int, budget: float) -> dict:
 def measure(method: str, workload: str, steps: int, budget: float, cache: str) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", method, workload,
            "--steps", str(steps), "--budget", str(budget)]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800,
-                          env=child_env(TRACEGRAD_CACHE_DIR=cache))  # fmt: skip
-    for line in proc.stdout.splitlines():
-        if line.startswith(MARK):
-            return json.loads(line[len(MARK) :])
-    return {"error": (proc.stderr.strip().splitlines() or ["no output"])[-1]}
+    return run_marked(cmd, child_env(TRACEGRAD_CACHE_DIR=cache))
 
 
 def main() -> None:
