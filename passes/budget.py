@@ -373,8 +373,7 @@ class _Programme:
     def _below(self, a: int, j: np.ndarray, b: int, u: int) -> np.ndarray:
         """reverse[a, j - 1, m - grown] for m = u.. (one row per j): serving r_b .. r_j made
         `grown` units more memory permanent (new parameter values, held to the step's end)."""
-        grown = np.ceil(self.grown[b] - self.grown[j - 1] - 1e-9).astype(np.int64)
-        m = np.arange(u, self.total + 1)[None, :] - grown[:, None]
+        m = np.arange(u, self.total + 1)[None, :] - self._grown(j - 1, b)[:, None]
         rows = self.reverse[a, j - 1]
         below = rows[np.arange(len(j))[:, None], np.maximum(m, 0)]
         below[m < 0] = np.inf
@@ -382,7 +381,11 @@ class _Programme:
 
     def grown_after(self, b: int) -> int:
         """Units made permanent by serving r_n .. r_{b+1}."""
-        return math.ceil(self.grown[-1] - self.grown[b] - 1e-9)
+        return int(self._grown(b, len(self.grown) - 1))
+
+    def _grown(self, lo, hi):
+        """Units made permanent by serving r_hi .. r_{lo+1} (whole units, rounded up)."""
+        return np.ceil(self.grown[hi] - self.grown[lo] - 1e-9).astype(np.int64)
 
     def _by_units(self, js: np.ndarray):
         units = np.array(self.units)[js]
