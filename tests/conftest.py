@@ -3,6 +3,7 @@ of every compiled step re-checks the graph it returns."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 import passes
 import tracegrad as tg
 
+os.environ["TRACEGRAD_BACKGROUND_COMPILE"] = "0"  # plans are tested as compiled (test_trace)
 passes.VERIFY = True  # every graph a pass returns is re-checked (Graph.verify) in the tests
 
 

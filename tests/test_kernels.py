@@ -294,28 +294,32 @@ def distinct_groups(count: int):
 
 
 @pytest.mark.parametrize("helper", ["works", "fails"])
-def test_new_kernels_compile_in_a_child_process_too(tmp_path, monkeypatch, helper):
+@pytest.mark.parametrize("background", [False, True])
+def test_new_kernels_compile_in_a_child_process_too(tmp_path, monkeypatch, helper, background):
     """Four new kernels: a child compiles two into Numba's disk cache while this process
-    compiles the others; a child that cannot start or dies leaves them to this process."""
+    compiles the others, or (from a background thread) children compile all four, one child
+    per core; a child that cannot start or dies leaves its kernels to this process."""
     monkeypatch.setattr(cache, "HELPER_MIN_S", 0.5)
-    spawned = []
+    monkeypatch.setattr(cache.os, "cpu_count", lambda: 2)
+    spawned, children = [], []
     real = cache.KernelCache._compile_in_child
 
     def spy(self, names):
-        spawned.append(list(names))
+        spawned.extend(names)
         if helper == "fails":
             monkeypatch.setattr(cache.sys, "executable", "/bin/false")
-        spawned.append(real(self, names))
-        return spawned[-1]
+        children.append(real(self, names))
+        return children[-1]
 
     monkeypatch.setattr(cache.KernelCache, "_compile_in_child", spy)
     kc = cache.KernelCache(tmp_path / "k")
     groups = list(distinct_groups(4))
-    kernels = fused.compile_groups([(g.inputs, g.nodes, o) for g, o in groups], cache=kc)
-    names, child = spawned
-    assert len(names) == 2 and (child.returncode == 0) == (helper == "works")
-    cached = [bool(kc._numba_files(n, ".nbi")) for n in names]
-    assert all(cached)  # written by the child, or by this process after it failed
+    bodies = [(g.inputs, g.nodes, o) for g, o in groups]
+    kernels = fused.compile_groups(bodies, cache=kc, background=background)
+    assert len(spawned) == (4 if background else 2) and len(children) == (2 if background else 1)
+    assert all((c.returncode == 0) == (helper == "works") for c in children)
+    cached = [bool(kc._numba_files(n, ".nbi")) for n in spawned]
+    assert all(cached)  # written by the children, or by this process after they failed
     for (g, outs), (ok, kernel) in zip(groups, kernels, strict=True):
         assert ok
         x = np.random.default_rng(0).uniform(0.5, 2.0, (64, 3)).astype(np.float32)

@@ -1,6 +1,8 @@
 """@trace against eager execution: same losses, parameters and state; retracing; write-back;
 failed steps that lose nothing; TraceErrors; pytrees; printing and export."""
 
+import threading
+
 import networkx as nx
 import numpy as np
 import pytest
@@ -121,6 +123,79 @@ def test_numba_compiles_only_groups_big_enough_to_gain(monkeypatch):
               if line.lstrip().startswith("kernel")]  # fmt: skip
     assert bodies and all("tanh" in body for body in bodies)  # 32x32 updates, 128x4 softmax: NumPy
     assert f"nodes, {len(bodies)} kernels" in step.report().splitlines()[0]
+
+
+@pytest.fixture
+def background(monkeypatch):
+    """Background compilation (the default outside the tests), with the kernels held back until
+    the test sets the returned event."""
+    monkeypatch.setenv("TRACEGRAD_BACKGROUND_COMPILE", "1")
+    release, real = threading.Event(), runtime.lower
+
+    def held_back(graph, backend, compile=True, background=False):
+        if background:
+            assert release.wait(60)
+        return real(graph, backend, compile, background)
+
+    monkeypatch.setattr(runtime, "lower", held_back)
+    return release
+
+
+def test_kernels_compile_in_the_background_while_the_step_runs_numpy(background):
+    """The first calls run the optimized graph as NumPy calls; the first call after the
+    kernels are ready runs them; every call matches eager."""
+    sizes, data = (6, 32, 32, 4), batches(6, np.float32, (6, 32, 32, 4), batch=16)
+    eager, traced = MLP(sizes, np.float32, "gelu"), MLP(sizes, np.float32, "gelu")
+    step = tg.trace(traced.step, backend="numba")
+    losses = [float(step(x, y)) for x, y in data[:2]]
+    plan = step.latest
+    assert plan.pending is not None and kernel_calls(step) == 0
+    background.set()
+    assert plan.pending.done.wait(60)
+    losses += [float(step(x, y)) for x, y in data[2:]]
+    assert plan.pending is None and kernel_calls(step) > 0 and step.latest is plan
+    np.testing.assert_allclose(losses, run_eager(eager, data), rtol=1e-4)
+    for a, b in zip(traced.state(), eager.state(), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_inspecting_a_step_waits_for_its_kernels(background):
+    sizes = (6, 32, 32, 4)
+    step = tg.trace(MLP(sizes, np.float32, "gelu").step, backend="numba")
+    step(*batches(1, np.float32, sizes, batch=16)[0])
+    threading.Timer(0.2, background.set).start()
+    assert "kernel" in step.source and step.latest.pending is None
+    assert "kernels" in str(step.report()).splitlines()[0]
+
+
+def test_a_step_whose_kernels_fail_to_compile_goes_on_with_numpy(background, monkeypatch):
+    real, release = runtime.lower, background
+
+    def failing(graph, backend, compile=True, background=False):
+        if background:
+            assert release.wait(60)
+            raise RuntimeError("no compiler here")
+        return real(graph, backend, compile, background)
+
+    monkeypatch.setattr(runtime, "lower", failing)
+    sizes, data = (6, 32, 32, 4), batches(3, np.float32, (6, 32, 32, 4), batch=16)
+    eager, traced = MLP(sizes, np.float32, "gelu"), MLP(sizes, np.float32, "gelu")
+    step = tg.trace(traced.step, backend="numba")
+    losses = [float(step(*data[0]))]
+    release.set()
+    with pytest.warns(RuntimeWarning, match="failed to compile.*no compiler here"):
+        step.wait_for_kernels()
+    losses += [float(step(x, y)) for x, y in data[1:]]
+    assert kernel_calls(step) == 0
+    np.testing.assert_allclose(losses, run_eager(eager, data), rtol=1e-4)
+
+
+def test_a_memory_budget_compiles_its_kernels_before_the_first_call(background):
+    """NumPy calls in place of the kernels would not keep to the budget."""
+    sizes = (6, 32, 32, 4)
+    step = tg.trace(MLP(sizes, np.float32, "gelu").step, backend="numba", memory_budget="1GB")
+    step(*batches(1, np.float32, sizes, batch=16)[0])
+    assert step.latest.pending is None and kernel_calls(step) > 0
 
 
 def test_tracing_runs_no_numeric_work_and_traces_once_per_signature():

@@ -151,20 +151,21 @@ KERNEL_MIN = 1 << 16
 
 
 def lower(
-    graph: ir.Graph, backend: str, compile: bool = True
+    graph: ir.Graph, backend: str, compile: bool = True, background: bool = False
 ) -> tuple[ir.Graph, dict[ir.Node, Callable]]:
     """Compile each fused body into a kernel; a body the backend cannot compile, or too small to
     gain from it (or any body, on the NumPy backend), is spliced back as its member nodes.
-    `compile=False` only decides (kernels map to None): the memory-budget solver plans with it."""
-    groups = [n for n in graph.nodes if n.prim.kind == "composite" and backend == "numba"
-              and _elements(n.attrs["body"]) >= KERNEL_MIN]  # fmt: skip
+    `compile=False` only decides (kernels map to None): the memory-budget solver plans with it.
+    `background=True` (from a thread beside a running step) compiles in child processes,
+    silently."""
+    groups = kernel_groups(graph) if backend == "numba" else []
     kernels: dict[ir.Node, Callable] = {}
     if groups:
         from .kernels import compile_groups
 
         bodies = [(b.inputs, b.nodes, b.outputs) for b in (n.attrs["body"] for n in groups)]
-        progress = Progress() if compile else None
-        compiled = compile_groups(bodies, progress, compile=compile)
+        progress = Progress() if compile and not background else None
+        compiled = compile_groups(bodies, progress, compile=compile, background=background)
         if progress is not None:
             progress.close()
         kernels = {n: k for n, (ok, k) in zip(groups, compiled, strict=True) if ok}
@@ -175,6 +176,12 @@ def lower(
         else:
             nodes.extend(n.attrs["body"].nodes)
     return ir.Graph(graph.inputs, nodes, graph.outputs), kernels
+
+
+def kernel_groups(graph: ir.Graph) -> list[ir.Node]:
+    """The fused nodes large enough to gain from a kernel."""
+    return [n for n in graph.nodes
+            if n.prim.kind == "composite" and _elements(n.attrs["body"]) >= KERNEL_MIN]  # fmt: skip
 
 
 PROGRESS_AFTER = 2.0  # seconds of kernel compilation before saying so on stderr

@@ -10,7 +10,9 @@ import functools
 import linecache
 import math
 import os
+import sys
 import threading
+import time
 import traceback
 import tracemalloc
 import warnings
@@ -27,23 +29,52 @@ from passes.budget import Budget
 from passes.memory import ALIGN, MemoryPlan, plan_memory
 
 from . import ir, pytree, viz
-from .codegen import compile_source, generate, identifier, lower
+from .codegen import PROGRESS_AFTER, compile_source, generate, identifier, kernel_groups, lower
 from .errors import MemoryBudgetError
 from .tensor import Tensor
 from .tracer import Capture, TraceError, capture, signature
 
 
 class Plan:
-    """One signature's compiled step: a callable over arrays plus the capture's bookkeeping."""
+    """One signature's compiled step: a callable over arrays plus the capture's bookkeeping.
+    While its kernels compile in the background (`pending`), it runs the same optimized graph
+    as NumPy calls, and switches to the kernels at the first call after they are ready."""
 
-    def __init__(self, cap: Capture, run: Callable, graph: ir.Graph, source: str, stats: list,
-                 memory: Any, backend: str, budget: Budget | None = None):  # fmt: skip
-        self.capture, self.run, self.graph, self.source = cap, run, graph, source
-        self.stats, self.memory, self.backend = stats, memory, backend
-        self.input_backed = _input_backed(graph)
+    def __init__(self, cap: Capture, name: str, graph: ir.Graph, kernels: dict, stats: list,
+                 backend: str, budget: Budget | None = None, memory: MemoryPlan | None = None,
+                 pending: BackgroundLowering | None = None):  # fmt: skip
+        self.capture, self.name, self.stats, self.backend = cap, name, stats, backend
         self.budget = budget  # the memory-budget pass that planned it, if one was asked for
+        self.pending = pending
+        self._build(graph, kernels, memory or plan_memory(graph))
+
+    def _build(self, graph: ir.Graph, kernels: dict, memory: MemoryPlan) -> None:
+        self.graph, self.memory = graph, memory
+        self.source, namespace = generate(graph, self.name, memory, kernels)
+        self.run = MeasuredRun(compile_source(self.source, namespace, self.name),
+                               ArenaLayout(memory))  # fmt: skip
+        self.input_backed = _input_backed(graph)
+
+    def adopt_kernels(self, wait: bool = False) -> None:
+        """Switch to the kernels compiled in the background if they are ready (after waiting
+        for them, if `wait`). If compiling failed, warn and go on with NumPy."""
+        pending = self.pending
+        if pending is None or not (wait or pending.done.is_set()):
+            return
+        pending.done.wait()
+        self.pending = None
+        if pending.error is not None:
+            warnings.warn(f"tracegrad: the step's kernels failed to compile ({pending.error!r}); "
+                          "it goes on running NumPy calls", RuntimeWarning, stacklevel=3)  # fmt: skip
+            return
+        self._build(*pending.result, plan_memory(pending.result[0]))
+        if pending.seconds >= PROGRESS_AFTER:
+            print(f"tracegrad: {self.name}: compiled {len(pending.result[1])} kernels in the "
+                  f"background in {pending.seconds:.1f} s; the step runs them from now on",
+                  file=sys.stderr)  # fmt: skip
 
     def __call__(self, arg_leaves: Sequence[Any]) -> Any:
+        self.adopt_kernels()
         cap = self.capture
         inputs = [_array(arg_leaves[i]) for i in cap.args]
         for ref, via_grad in cap.reads:
@@ -181,6 +212,7 @@ class Traced:
         self.latest = plan
         result = plan(leaves)
         if new and os.environ.get("TRACEGRAD_DUMP"):  # after the call: its measured peak
+            plan.adopt_kernels(wait=True)
             where = os.environ["TRACEGRAD_DUMP"]
             self.dumped.append(viz.dump(plan, report(plan), where, self.fn.__name__))
         return result
@@ -251,9 +283,17 @@ class Traced:
         return compile_plan(cap, self.backend, self.passes, self.fn.__name__, budget)
 
     def _plan(self) -> Plan:
+        """The latest plan, with its kernels: what the step runs from now on."""
         if self.latest is None:
             raise RuntimeError("this traced function has not been called yet: nothing to show")
+        self.latest.adopt_kernels(wait=True)
         return self.latest
+
+    def wait_for_kernels(self) -> None:
+        """Wait until the latest plan's kernels, compiling in the background, are ready; the
+        next call runs them. Steps before that run the same plan as NumPy calls."""
+        if self.latest is not None:
+            self.latest.adopt_kernels(wait=True)
 
     @property
     def graph(self) -> ir.Graph:
@@ -428,6 +468,37 @@ class MeasuredRun:
                 self.arena.give_back()
 
 
+class BackgroundLowering:
+    """`lower(graph, "numba")` in a thread, its new kernels compiling in child processes (one per
+    core), while the step runs NumPy: the first call does not wait for Numba (about 0.3-0.6 s
+    a kernel, 15 s for the GPT of benchmarks/models.py)."""
+
+    def __init__(self, graph: ir.Graph):
+        self.result: tuple[ir.Graph, dict] | None = None
+        self.error: BaseException | None = None
+        self.seconds = 0.0
+        self.done = threading.Event()
+        self._thread = threading.Thread(target=self._lower, args=(graph,), daemon=True,
+                                        name="tracegrad-kernels")  # fmt: skip
+        self._thread.start()
+
+    def _lower(self, graph: ir.Graph) -> None:
+        start = time.perf_counter()
+        try:
+            self.result = lower(graph, "numba", background=True)
+        except BaseException as e:  # reported by Plan.adopt_kernels, in the caller's thread
+            self.error = e
+        finally:
+            self.seconds = time.perf_counter() - start
+            self.done.set()
+
+
+def background_compile() -> bool:
+    """Whether new plans compile their kernels in the background: unless
+    $TRACEGRAD_BACKGROUND_COMPILE is "0" (the test suite sets it, to test plans as compiled)."""
+    return os.environ.get("TRACEGRAD_BACKGROUND_COMPILE", "1") != "0"
+
+
 def compile_plan(
     cap: Capture,
     backend: str,
@@ -437,20 +508,19 @@ def compile_plan(
 ) -> Plan:
     """Optimize the captured graph, lower it for `backend` and generate the plan's source.
     Under a memory budget, the budget pass runs before `schedule` (or last) and checks each of
-    its choices with the rest of the pipeline, lowering and `plan_memory`."""
+    its choices with the rest of the pipeline, lowering and `plan_memory`; its kernels compile
+    before the first call (NumPy calls in their place would not keep to the budget)."""
     if pipeline is None:
         pipeline = passes.DEFAULT + ([passes.fuse] if backend == "numba" else [])
-    budget = None
-    if memory_budget is None:
-        graph, stats = passes.run(cap.graph, pipeline)
-        graph, kernels = lower(graph, backend)
-        memory = plan_memory(graph)
-    else:
-        graph, stats, kernels, memory, budget = _fit(cap.graph, backend, pipeline, memory_budget)
     name = identifier(name)
-    source, namespace = generate(graph, name, memory, kernels)
-    run = MeasuredRun(compile_source(source, namespace, name), ArenaLayout(memory))
-    return Plan(cap, run, graph, source, stats, memory, backend, budget)
+    if memory_budget is not None:
+        graph, stats, kernels, memory, budget = _fit(cap.graph, backend, pipeline, memory_budget)
+        return Plan(cap, name, graph, kernels, stats, backend, budget, memory)
+    graph, stats = passes.run(cap.graph, pipeline)
+    if backend == "numba" and kernel_groups(graph) and background_compile():
+        return Plan(cap, name, *lower(graph, "numpy"), stats, backend,
+                    pending=BackgroundLowering(graph))  # fmt: skip
+    return Plan(cap, name, *lower(graph, backend), stats, backend)
 
 
 def _fit(graph: ir.Graph, backend: str, pipeline: Sequence[Callable], limit: int) -> tuple:

@@ -94,24 +94,38 @@ class KernelCache:
             except Exception:
                 raise first from None
 
-    def load_all(self, sources: dict[str, str], done: Callable[[], None] = lambda: None) -> None:
+    def load_all(
+        self,
+        sources: dict[str, str],
+        done: Callable[[], None] = lambda: None,
+        background: bool = False,
+    ) -> None:
         """Load the kernels of many modules (`{module_name: source}`), calling `done()` after
-        each. When those not in Numba's disk cache yet would take HELPER_MIN_S or more to
-        compile, a child process compiles every other one into it meanwhile: Numba compiles
-        holding the GIL, so a second core helps only from another process. If the child fails,
-        this process compiles its share too; nothing but the time depends on it."""
+        each. Numba compiles holding the GIL, so a second core helps only from another process:
+        when those not in Numba's disk cache yet would take HELPER_MIN_S or more to compile, a
+        child process compiles every other one into it meanwhile. `background=True` (from a
+        thread beside a running step) sends them all to children, one per core, so that this
+        process keeps its GIL for the step. If a child fails, this process compiles its share
+        too; nothing but the time depends on the children."""
         for name, source in sources.items():
             if name not in self._kernels and _read_text(self.path(name)) != source:
                 _write_atomically(self.path(name), source)
         cold = [n for n in sources if n not in self._kernels and not self._numba_files(n, ".nbi")]
         cold.sort(key=lambda n: -_compile_seconds(sources[n]))
-        worth = sum(_compile_seconds(sources[n]) for n in cold) >= HELPER_MIN_S
-        theirs = cold[1::2] if worth and (os.cpu_count() or 1) > 1 else []
-        helper = self._compile_in_child(theirs) if theirs else None
-        for name in sorted(sources, key=lambda n: n in theirs):  # ours first, then the child's
-            if helper is not None and name in theirs:
-                _wait(helper)
-                helper = None
+        cores = os.cpu_count() or 1
+        if background:
+            n = min(cores, MAX_CHILDREN)
+            shares = [cold[i::n] for i in range(n)]
+        elif sum(_compile_seconds(sources[n]) for n in cold) >= HELPER_MIN_S and cores > 1:
+            shares = [cold[1::2]]
+        else:
+            shares = []
+        helpers = [h for h in map(self._compile_in_child, filter(None, shares)) if h is not None]
+        theirs = {n for share in shares for n in share}
+        for name in sorted(sources, key=lambda n: n in theirs):  # ours first, then the children's
+            if name in theirs:
+                while helpers:
+                    _wait(helpers.pop())
             self.load(name, lambda name=name: sources[name])
             done()
 
@@ -165,6 +179,7 @@ if _FallbackLocator not in CacheImpl._locator_classes:
 # Less compilation than this is not worth starting a child for: it takes 0.5-1 s to import
 # Numba. A kernel takes about 0.15 s to compile, 0.5 s with `parallel=True` (docs/kernels.md).
 HELPER_MIN_S = 2.0
+MAX_CHILDREN = 4  # compiling away from a busy process: one child per core, up to this many
 HELPER_TIMEOUT_S = 600.0
 
 

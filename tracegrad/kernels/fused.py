@@ -164,11 +164,13 @@ def compile_groups(
     progress: Any = None,
     cache: KernelCache | None = None,
     compile: bool = True,
+    background: bool = False,
 ) -> list[tuple[bool, FusedKernel | None]]:
     """`compile_group` for every (inputs, nodes, outputs) of a plan at once, so that new kernels
     compile in two processes (`KernelCache.load_all`): per group (True, kernel), or (False,
     None) for a group this generator does not handle. `progress` (`total`, `step()`) counts
-    distinct kernels; `compile=False` only decides (kernels are None)."""
+    distinct kernels; `compile=False` only decides (kernels are None); `background=True`
+    compiles every new kernel in child processes (a background thread's call)."""
     cache = cache or default_cache()
     found: list[tuple[Structure, Layout] | None] = []
     for inputs, nodes, outputs in groups:
@@ -182,7 +184,7 @@ def compile_groups(
     if progress is not None:
         progress.total = len(structures)
     cache.load_all({_module(k): generate_source(s, k) for k, s in structures.items()},
-                   progress.step if progress is not None else lambda: None)  # fmt: skip
+                   progress.step if progress is not None else lambda: None, background)  # fmt: skip
     return [(False, None) if f is None else (True, _kernel(*f, cache)) for f in found]
 
 
