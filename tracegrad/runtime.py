@@ -64,13 +64,14 @@ class Plan:
         pending.done.wait()
         self.pending = None
         if pending.error is not None:
-            warnings.warn(f"tracegrad: the step's kernels failed to compile ({pending.error!r}); "
-                          "it goes on running NumPy calls", RuntimeWarning, stacklevel=3)  # fmt: skip
+            message = f"the step's kernels failed to compile ({pending.error!r})"
+            warnings.warn(f"tracegrad: {message}; it goes on running NumPy calls", RuntimeWarning,
+                          stacklevel=3)  # fmt: skip
             return
         self._build(*pending.result, plan_memory(pending.result[0]))
         if pending.seconds >= PROGRESS_AFTER:
-            print(f"tracegrad: {self.name}: compiled {len(pending.result[1])} kernels in the "
-                  f"background in {pending.seconds:.1f} s; the step runs them from now on",
+            print(f"tracegrad: {self.name}: kernels ready after {pending.seconds:.1f} s of "
+                  "compiling in the background; the step runs them from now on",
                   file=sys.stderr)  # fmt: skip
 
     def __call__(self, arg_leaves: Sequence[Any]) -> Any:
@@ -470,8 +471,8 @@ class MeasuredRun:
 
 class BackgroundLowering:
     """`lower(graph, "numba")` in a thread, its new kernels compiling in child processes (one per
-    core), while the step runs NumPy: the first call does not wait for Numba (about 0.3-0.6 s
-    a kernel, 15 s for the GPT of benchmarks/models.py)."""
+    core), while the step runs NumPy: the first call does not wait for Numba (0.15-0.6 s a
+    kernel; 6.8 s of the GPT's 7.7 s first call in benchmarks/models.py)."""
 
     def __init__(self, graph: ir.Graph):
         self.result: tuple[ir.Graph, dict] | None = None
