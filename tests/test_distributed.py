@@ -33,7 +33,12 @@ def load_worker():
 
 def launch(mode: str, out: Path | str = "-", ranks: int = 2) -> tuple[int, str, float]:
     start = time.monotonic()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "TRACEGRAD_BACKGROUND_COMPILE": "1",
+    }  # the default, which dist.init() turns off
     done = subprocess.run([MPIEXEC, "-n", str(ranks), sys.executable, str(WORKER), mode, str(out)],
                           capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
     return done.returncode, done.stdout + done.stderr, time.monotonic() - start

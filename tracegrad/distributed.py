@@ -17,6 +17,7 @@ never leaves the others hanging in a collective.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Iterable
@@ -48,6 +49,10 @@ def init() -> None:
             'tracegrad.distributed needs mpi4py: pip install -e ".[distributed]"'
         ) from e
     _comm = MPI.COMM_WORLD
+    # Replicas stay identical only if every rank runs the same plan at every step: ranks that
+    # switched from NumPy calls to kernels compiled in the background at different steps would
+    # round differently and drift apart. So traced steps compile before their first call.
+    os.environ["TRACEGRAD_BACKGROUND_COMPILE"] = "0"
     previous = sys.excepthook
 
     def abort_all(kind: type, value: BaseException, tb: Any) -> None:
