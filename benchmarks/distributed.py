@@ -70,6 +70,8 @@ def child(workload: str, steps: int, backend: str, distributed: bool) -> None:
         x, targets = (tg.tensor(a) for a in dist.shard(x.numpy(), targets.numpy()))
     step = train_step if backend == "eager" else tg.trace(backend=backend)(train_step)
     step(x, targets)  # trace, compile, warm up
+    if backend != "eager":
+        step.wait_for_kernels()
     step(x, targets)
     inside[0] = 0.0
     times, cpu = [], []

@@ -5,8 +5,10 @@
 Every method runs in a process of its own (peak RSS is that process's), from the same init and
 data (workloads.py). Per workload it prints a Markdown table: the median step time and its ratio
 to the GEMM floor measured in the same run, the first call's time (for traced steps: with an
-empty kernel cache, then again in a new process with the cache warm), the peak RSS, and the loss
-before and after one update, which must agree across methods.
+empty kernel cache, then again in a new process with the cache warm; the first calls run NumPy
+while the kernels compile in the background, and the seconds until they were ready follow in
+parentheses), the peak RSS, and the loss before and after one update, which must agree across
+methods.
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ def row(method: str, r: dict[str, Any], floor: float | None) -> list[str]:
         _fmt(r["median_s"] / floor if floor else None, ".2f"),
         str(len(r["times_s"])),
         f"{r['busy_elsewhere']:.0%}",
-        f"{r['first_s']:.2f}",
+        f"{r['first_s']:.2f}" + (f" ({r['kernels_s']:.1f})" if "kernels_s" in r else ""),
         _fmt(r.get("warm_first_s"), ".2f"),
         f"{r['peak_rss_mb']:.0f}",
         _fmt(r.get("loss1"), ".6f"),

@@ -262,6 +262,7 @@ def _build_traced(backend: str) -> Callable[[Workload], Step]:
         # what the plan keeps between steps (its arena), for memory.py to count with the step
         step.held_bytes = lambda: traced.latest.run.arena.buffer.nbytes
         step.traced = traced  # for report.py
+        step.wait_for_kernels = traced.wait_for_kernels
         return step
 
     return build_traced
