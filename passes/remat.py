@@ -19,12 +19,12 @@ MAX_CHAIN = 16  # longest elementwise chain worth recomputing for one value
 
 
 def _cheap(n: Node | None) -> bool:
-    """Elementwise, or a view (a slice, a reshape): a view costs nothing to make again, and
-    keeping one keeps its whole base alive (max-pooling's window slices kept the ReLU output
-    beside the pre-activation they are recomputed from)."""
+    """Elementwise or marked cheap in the op table (`Primitive.cheap`: max-pooling, whose
+    result the next layer's weight gradient reads), or a view (a slice, a reshape): a view
+    costs nothing to make again, and keeping one keeps its whole base alive."""
     if n is None or n.phase != "forward":
         return False
-    return n.prim.kind == "elementwise" or (n.prim.kind != "check" and is_view(n))
+    return n.prim.cheap or (n.prim.kind != "check" and is_view(n))
 
 
 def saved_values(graph: Graph) -> list[Value]:
