@@ -153,6 +153,8 @@ def test_traced_matches_eager(rng, geometry, backend, dtype, monkeypatch):
         tol = 1e-14 if dtype == np.float64 else 1e-6  # overlapping windows: sums in any order
         for a, b in zip(got, want, strict=True):
             np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=tol, atol=tol)
+    if backend == "numba":
+        assert "max_pool2d kernel" in traced.source and "max_pool2d_argmax kernel" in traced.source
 
 
 class Net(nn.Module):
@@ -200,3 +202,45 @@ def test_backward_keeps_the_indices_not_the_activations(rng, backend, monkeypatc
     saved = {producers[v].prim: v for v in passes.saved_values(graph)}
     assert saved[P.max_pool2d_argmax].dtype == np.int8
     assert P.max_pool2d not in saved and P.maximum not in saved  # pooled values, ReLU output
+
+
+def test_every_native_op_has_a_kernel():
+    from tracegrad.kernels.native import BUILDERS
+
+    assert {p for p in P.PRIMITIVES.values() if p.native} == set(BUILDERS)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("geometry", [GEOMETRIES[0], GEOMETRIES[1], GEOMETRIES[4], GEOMETRIES[6]])
+def test_kernels_match_numpy(rng, geometry, dtype):
+    """Each Numba kernel against its op's NumPy implementation, bit for bit but for the order
+    of sums where windows overlap; NaN and infinities in the values and the gradient (whose
+    infinity must not turn the other taps' zeros into NaN)."""
+    from tracegrad import pooling
+    from tracegrad.ir import Node, Value
+    from tracegrad.kernels import pool as kernels
+
+    kernel, stride, padding, dilation = geometry
+    pair = lambda v: (v, v) if isinstance(v, int) else v
+    attrs = dict(kernel=pair(kernel), stride=pair(stride or kernel), padding=pair(padding),
+                 dilation=pair(dilation))  # fmt: skip
+    x = with_ties(rng).astype(dtype)
+    x[0, 1, 2, 2] = x[0, 1, 2, 3] = x[1, 2, 4, 4] = np.nan
+    x[1, 0] = -np.inf
+    idx = pooling.argmax(x, **attrs)
+    g = rng.standard_normal(idx.shape).astype(dtype)
+    g[0, 0, 0, 0], g[0, 2, 1, 1], g[1, 1, 0, 1] = np.inf, -np.inf, np.nan
+    xv, iv, gv = (Value(a.shape, a.dtype) for a in (x, idx, g))
+    cases = [
+        (P.max_pool2d_argmax, [x], [xv], {}),
+        (P.max_pool2d, [x, idx], [xv, iv], {}),
+        (P.max_pool2d_gather, [x, idx], [xv, iv], {}),
+        (P.max_pool2d_scatter, [g, idx], [gv, iv], {"shape": x.shape}),
+    ]
+    for prim, arrays, values, extra in cases:
+        node = Node(prim, values, [Value(*prim.shape_rule(*values, **extra, **attrs))],
+                    {**extra, **attrs})  # fmt: skip
+        want = prim.impl(*arrays, **extra, **attrs)
+        got = np.full_like(want, 7)
+        kernels.build(node)(*arrays, got)
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=0, err_msg=prim.name)

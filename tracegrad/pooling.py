@@ -1,5 +1,6 @@
-"""Max-pooling's ops in NumPy (their records are in `primitives`). Over the windows of the last
-two axes:
+"""Max-pooling's ops in NumPy (their records are in `primitives`; the Numba backend runs kernels
+of its own, `tracegrad.kernels.pool`, for large enough ones). Over the windows of the last two
+axes:
 
 - `argmax(x)`: the position in each window of its first maximum (row-major; padding counts as
   -inf; a NaN wins, the last NaN of the window, as in PyTorch), as a small integer (int8 for

@@ -50,7 +50,8 @@ class Primitive:
     which NumPy interop dispatches to it; `view`, a predicate `view(inputs, attrs)` for an op
     whose result is a view only sometimes (a kind "view" always is one); `cheap`, an op about
     as costly as a pass over its result, which the remat pass may run again in backward
-    (elementwise ops and views always may)."""
+    (elementwise ops and views always may); `native`, an op the Numba backend runs with a
+    kernel of its own (registered in `tracegrad.kernels.native`), from `impl` elsewhere."""
 
     def __init__(
         self,
@@ -69,6 +70,7 @@ class Primitive:
         numpy: Callable | None = None,
         view: Callable | None = None,
         cheap: bool = False,
+        native: bool = False,
     ):
         if kind not in KINDS:
             raise ValueError(f"primitive {name}: kind {kind!r} is not one of {sorted(KINDS)}")
@@ -84,6 +86,7 @@ class Primitive:
         self.numpy = numpy if numpy is not None else (impl if is_ufunc else None)
         self._view = view
         self.cheap = cheap or kind == "elementwise"
+        self.native = native
         PRIMITIVES[name] = self
 
     @property
@@ -916,7 +919,7 @@ conv2d_weight_grad = Primitive(
     kind="contraction",
 )  # fmt: skip
 
-# --- max-pooling (implemented in `pooling`) ------------------------------------------------------
+# --- max-pooling (implemented in `pooling`; the Numba backend has kernels of its own) ----------
 # max_pool2d(x, idx) is the windows' maxima, idx = max_pool2d_argmax(x) their positions: the
 # VJP reads only the small indices. scatter and gather, linear in their first input, are each
 # other's VJPs (every order of derivative). Attributes: kernel (kh, kw), stride (sh, sw),
@@ -957,7 +960,8 @@ def _pool_vjp(g, out, x, idx, **geometry):
 
 
 def _pool(name, impl, rule, vjp, **kw):
-    return Primitive(name, impl, rule, vjp, "in1:" if vjp else "", accepts_out=True, **kw)
+    return Primitive(name, impl, rule, vjp, "in1:" if vjp else "", accepts_out=True, native=True,
+                     **kw)  # fmt: skip
 
 
 max_pool2d_argmax = _pool("max_pool2d_argmax", pooling.argmax, _pool_argmax_rule, None)

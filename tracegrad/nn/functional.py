@@ -400,7 +400,8 @@ def max_pool2d(
     return_indices: bool = False,
 ) -> Tensor:
     """The max over each window (padding counts as -inf); ties send the gradient to the first
-    maximum, as PyTorch does. Backward keeps only the (int8) positions of the maxima."""
+    maximum, as PyTorch does. Backward keeps only the (int8) positions of the maxima; the Numba
+    backend runs kernels of its own (tracegrad.kernels.pool)."""
     if ceil_mode or return_indices:
         raise NotImplementedError("max_pool2d: ceil_mode and return_indices are not supported")
     x = as_tensor(input)
