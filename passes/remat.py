@@ -1,11 +1,12 @@
 """Rematerialization: backward recomputes cheap elementwise forward values instead of keeping them
 alive from forward to backward (AOTAutograd's idea). What to keep is a minimum cut, in bytes,
 between what the step cannot recompute (its inputs, the results of matmuls, reductions, random
-draws, anything neither elementwise nor a view) and the values backward reads: every residual
-must then be rebuildable by a chain of cheap nodes from kept values. So an exact GELU layer
-keeps its pre-activation, not the two scaled copies of it that backward reads, and an MLP layer
-keeps only its pre-activation. Of cuts of equal size, the one nearest backward: least
-recomputation."""
+draws, anything neither cheap (elementwise, or `Primitive.cheap`) nor a view) and the values
+backward reads: every residual must then be rebuildable by a chain of cheap nodes from kept
+values. So an exact GELU layer keeps its pre-activation, not the two scaled copies of it that
+backward reads, an MLP layer keeps only its pre-activation, and a conv + ReLU + max-pool layer
+its pre-activation and the int8 positions of the maxima. Of cuts of equal size, the one nearest
+backward: least recomputation."""
 
 from __future__ import annotations
 

@@ -2,14 +2,15 @@
 gradient to the maxima and its VJP, the `gather`. `tracegrad.pooling` has the NumPy versions
 and the contract (ties, NaN, padding).
 
-Each kernel is generated for one geometry (kernel, stride, padding, dilation) and dtype, with
-the window's taps unrolled and their offsets constants: LLVM then vectorizes the loop over a
-row of windows. One kernel taking the geometry as arguments, its taps in loops, ran 10-25x
-slower (2x2 windows over 256x32x28x28 float32: argmax 45 ms against 1.7 ms). The arrays are
-seen as (planes, H, W); windows that reach into the padding run a second body that checks each
-tap. The scatter writes each element once where windows do not overlap (the maximum's tap gets
-the value, the others zero; the plane is zeroed first only if the windows leave gaps), else it
-zeroes the plane and adds.
+Each kernel is generated for one geometry (kernel, stride, padding, dilation) and dtype, its
+loops over the window's taps with constant bounds and offsets: LLVM unrolls them and vectorizes
+the loop over a row of windows. One kernel taking the geometry as arguments ran 10-25x slower
+(2x2 windows over 256x32x28x28 float32: argmax 45 ms against 1.7 ms); taps written out one by
+one ran as fast as the loops but took up to a minute to compile for a padded 7x7 window. The
+arrays are seen as (planes, H, W); windows that reach into the padding run a second body that
+checks each tap. The scatter writes each element once where windows do not overlap (the
+maximum's tap gets the value, the others zero; the plane is zeroed first only if the windows
+leave gaps), else it zeroes the plane and adds.
 
 Kernels are cached like the fused ones (`KernelCache`: a generated module per key, Numba's
 cache beside it); the key is a hash of the source, which holds geometry, dtypes and threading.
@@ -103,7 +104,6 @@ def generate_source(
     """The text of a kernel's module; its docstring says what it computes."""
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = geometry
     op, arrays = OPS[prim]
-    taps = [(i * kw + j, i * dh, j * dw) for i in range(kh) for j in range(kw)]
     types = [index if a == "idx" else dtype for a in arrays]
     signature = f"void({', '.join(f'{t}[:, :, ::1]' for t in types)})"
     planes, windows = ("gx", "g") if op == "scatter" else ("x", "idx")
@@ -120,7 +120,7 @@ def generate_source(
         ]
     lines.append(f"    for b in {'prange' if parallel else 'range'}(n):")
     body = {"positions": _positions, "maxima": _maxima, "gather": _gather, "scatter": _scatter}
-    lines += [f"        {line}" for line in body[op](taps, geometry, dtype)]
+    lines += [f"        {line}" for line in body[op](geometry, dtype)]
     threads = "parallel" if parallel else "one thread"
     doc = (
         f"max-pooling {op} ({dtype}, indices {index}): kernel {(kh, kw)}, stride {(sh, sw)}, "
@@ -153,62 +153,63 @@ def _columns(lo: str, hi: str, body: list[str], geometry, depth: int) -> list[st
     return lines + [f"{pad}    {line}" for line in body]
 
 
-def _checked_taps(taps, take: str, update: list[str]) -> list[str]:
-    """Each tap inside the input, read into `v`; `update` runs if `take` holds."""
-    lines = []
-    for _, ri, cj in taps:
-        inside = f"y0 + {ri} >= 0 and y0 + {ri} < h and x0 + {cj} >= 0 and x0 + {cj} < w"
-        lines += [f"if {inside}:", f"    v = x[b, y0 + {ri}, x0 + {cj}]", f"    if {take}:"]
-        lines += [f"        {line}" for line in update]
-    return lines
+def _taps(geometry, body: list[str], checked: bool = False) -> list[str]:
+    """`body` for each tap of the window, its position (y, x) and number t: loops with
+    constant bounds, which LLVM unrolls (as fast here as taps written out one by one, and far
+    quicker to compile for large windows). `checked`: only the taps inside the input."""
+    (kh, kw), _, _, (dh, dw) = geometry
+    lines = [f"for i in range({kh}):", f"    y = y0 + i * {dh}"]
+    inner = [f"for j in range({kw}):", f"    xx = x0 + j * {dw}", f"    t = i * {kw} + j"]
+    if checked:
+        lines.append("    if y >= 0 and y < h:")
+        inner.append("    if xx >= 0 and xx < w:")
+    depth = "        " if checked else "    "
+    body = [f"    {'    ' if checked else ''}{line}" for line in body]
+    return lines + [f"{depth}{line}" for line in inner + body]
 
 
-def _positions(taps, geometry, dtype) -> list[str]:
+def _positions(geometry, dtype) -> list[str]:
     """The first maximum in row-major order; a NaN wins, the last NaN of the window (PyTorch);
-    in the padding, the first tap inside the input starts."""
-    fast = ["m = x[b, y0, x0]", "k = 0"]
-    for t, ri, cj in taps[1:]:
-        fast += [f"v = x[b, y0 + {ri}, x0 + {cj}]", "if v > m or v != v:", "    m = v"]
-        fast.append(f"    k = {t}")
-    checked = ["m = x[b, 0, 0]", "k = -1"]
-    for t, *offsets in taps:
-        checked += _checked_taps([(t, *offsets)], "k < 0 or v > m or v != v", ["m = v", f"k = {t}"])
-    return _rows(geometry, [*fast, "idx[b, oy, ox] = k"], [*checked, "idx[b, oy, ox] = k"])
+    a window reaching into the padding starts from its first tap inside the input."""
+    update = ["v = x[b, y, xx]", "if v > m or v != v:", "    m = v", "    k = t"]
+    fast = ["m = x[b, y0, x0]", "k = 0", *_taps(geometry, update), "idx[b, oy, ox] = k"]
+    update = ["v = x[b, y, xx]", "if k < 0 or v > m or v != v:", "    m = v", "    k = t"]
+    checked = ["m = x[b, 0, 0]", "k = -1", *_taps(geometry, update, True), "idx[b, oy, ox] = k"]
+    return _rows(geometry, fast, checked)
 
 
-def _maxima(taps, geometry, dtype) -> list[str]:
+def _maxima(geometry, dtype) -> list[str]:
     """The window's maximum (NaN propagates); `idx` is not read."""
-    fast = ["m = x[b, y0, x0]"]
-    for _, ri, cj in taps[1:]:
-        fast += [f"v = x[b, y0 + {ri}, x0 + {cj}]", "if v > m or v != v:", "    m = v"]
-    checked = ["m = x[b, 0, 0]", "first = True"]
-    checked += _checked_taps(taps, "first or v > m or v != v", ["m = v", "first = False"])
-    return _rows(geometry, [*fast, "out[b, oy, ox] = m"], [*checked, "out[b, oy, ox] = m"])
+    update = ["v = x[b, y, xx]", "if v > m or v != v:", "    m = v"]
+    fast = ["m = x[b, y0, x0]", *_taps(geometry, update), "out[b, oy, ox] = m"]
+    update = ["v = x[b, y, xx]", "if first or v > m or v != v:", "    m = v", "    first = False"]
+    checked = ["m = x[b, 0, 0]", "first = True", *_taps(geometry, update, True)]
+    return _rows(geometry, fast, [*checked, "out[b, oy, ox] = m"])
 
 
 def _tap_offsets(geometry) -> list[str]:
-    """The row and column offsets (r, c) of the window's tap `idx[b, oy, ox]`."""
+    """The position (y, x) of the window's tap `idx[b, oy, ox]`."""
     (_, kw), _, _, (dh, dw) = geometry
-    return ["k = np.int64(idx[b, oy, ox])", f"i = k // {kw}", f"r = i * {dh}",
-            f"c = (k - i * {kw}) * {dw}"]  # fmt: skip
+    return ["t = np.int64(idx[b, oy, ox])", f"i = t // {kw}", f"y = y0 + i * {dh}",
+            f"xx = x0 + (t - i * {kw}) * {dw}"]  # fmt: skip
 
 
-def _gather(taps, geometry, dtype) -> list[str]:
-    body = [*_tap_offsets(geometry), "out[b, oy, ox] = x[b, y0 + r, x0 + c]"]
+def _gather(geometry, dtype) -> list[str]:
+    body = [*_tap_offsets(geometry), "out[b, oy, ox] = x[b, y, xx]"]
     return _rows(geometry, body, body)
 
 
-def _scatter(taps, geometry, dtype) -> list[str]:
+def _scatter(geometry, dtype) -> list[str]:
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = geometry
     overlapping = pooling.overlapping((kh, kw), (sh, sw), (dh, dw))
-    zero = ["for y in range(h):", "    for x in range(w):", "        gx[b, y, x] = 0"]
+    zero = ["for y in range(h):", "    for xx in range(w):", "        gx[b, y, xx] = 0"]
     if overlapping or ph or pw or (dh, dw) != (1, 1) or (sh, sw) != (kh, kw):
         lines = zero
     else:  # the windows tile the plane, but for a last row or column left over
         lines = [f"if oh * {sh} != h or ow * {sw} != w:", *(f"    {z}" for z in zero)]
-    add = [*_tap_offsets(geometry), "gx[b, y0 + r, x0 + c] += g[b, oy, ox]"]
+    add = [*_tap_offsets(geometry), "gx[b, y, xx] += g[b, oy, ox]"]
     if overlapping:
         return lines + _rows(geometry, add, add)
     write = ["k = idx[b, oy, ox]", "v = g[b, oy, ox]", f"z = np.{dtype}(0)"]  # not v * 0: inf
-    write += [f"gx[b, y0 + {ri}, x0 + {cj}] = v if k == {t} else z" for t, ri, cj in taps]
+    write += _taps(geometry, ["gx[b, y, xx] = v if k == t else z"])
     return lines + _rows(geometry, write, add)
