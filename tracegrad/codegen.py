@@ -180,20 +180,6 @@ def lower(
     return ir.Graph(graph.inputs, nodes, graph.outputs), kernels
 
 
-def native_kernels(graph: ir.Graph, compile: bool = True) -> dict[ir.Node, Callable]:
-    """The Numba backend's own kernels for nodes of ops that have one (`Primitive.native`,
-    such as max-pooling's), over at least KERNEL_MIN elements; a node no kernel handles runs
-    the op's NumPy implementation. Numba is imported only if some node qualifies."""
-    size = lambda n: max(v.size for v in (*n.inputs, *n.outputs))
-    nodes = [n for n in graph.nodes if n.prim.native and size(n) >= KERNEL_MIN]
-    if not nodes:
-        return {}
-    from .kernels.native import compile_native
-
-    compiled = compile_native(nodes, compile=compile)
-    return {n: k for n, (ok, k) in zip(nodes, compiled, strict=True) if ok}
-
-
 PROGRESS_AFTER = 2.0  # seconds of kernel compilation before saying so on stderr
 
 
@@ -232,3 +218,17 @@ def _elements(body: ir.Graph) -> int:
 def identifier(name: str) -> str:
     name = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
     return name if name.isidentifier() else f"plan_{name}"
+
+
+def native_kernels(graph: ir.Graph, compile: bool = True) -> dict[ir.Node, Callable]:
+    """The Numba backend's own kernels for nodes of ops that have one (`Primitive.native`,
+    such as max-pooling's), over at least KERNEL_MIN elements; a node no kernel handles runs
+    the op's NumPy implementation. Numba is imported only if some node qualifies."""
+    size = lambda n: max(v.size for v in (*n.inputs, *n.outputs))
+    nodes = [n for n in graph.nodes if n.prim.native and size(n) >= KERNEL_MIN]
+    if not nodes:
+        return {}
+    from .kernels.native import compile_native
+
+    compiled = compile_native(nodes, compile=compile)
+    return {n: k for n, (ok, k) in zip(nodes, compiled, strict=True) if ok}
