@@ -1,11 +1,12 @@
 """Rematerialization: backward recomputes cheap elementwise forward values instead of keeping them
 alive from forward to backward (AOTAutograd's idea). What to keep is a minimum cut, in bytes,
 between what the step cannot recompute (its inputs, the results of matmuls, reductions, random
-draws, anything neither elementwise nor a view) and the values backward reads: every residual
-must then be rebuildable by a chain of cheap nodes from kept values. So an exact GELU layer
-keeps its pre-activation, not the two scaled copies of it that backward reads, and an MLP layer
-keeps only its pre-activation. Of cuts of equal size, the one nearest backward: least
-recomputation."""
+draws, anything neither cheap (elementwise, or `Primitive.cheap`) nor a view) and the values
+backward reads: every residual must then be rebuildable by a chain of cheap nodes from kept
+values. So an exact GELU layer keeps its pre-activation, not the two scaled copies of it that
+backward reads, an MLP layer keeps only its pre-activation, and a conv + ReLU + max-pool layer
+its pre-activation and the int8 positions of the maxima. Of cuts of equal size, the one nearest
+backward: least recomputation."""
 
 from __future__ import annotations
 
@@ -19,12 +20,12 @@ MAX_CHAIN = 16  # longest elementwise chain worth recomputing for one value
 
 
 def _cheap(n: Node | None) -> bool:
-    """Elementwise, or a view (a slice, a reshape): a view costs nothing to make again, and
-    keeping one keeps its whole base alive (max-pooling's window slices kept the ReLU output
-    beside the pre-activation they are recomputed from)."""
+    """Elementwise or marked cheap in the op table (`Primitive.cheap`: max-pooling, whose
+    result the next layer's weight gradient reads), or a view (a slice, a reshape): a view
+    costs nothing to make again, and keeping one keeps its whole base alive."""
     if n is None or n.phase != "forward":
         return False
-    return n.prim.kind == "elementwise" or (n.prim.kind != "check" and is_view(n))
+    return n.prim.cheap or (n.prim.kind != "check" and is_view(n))
 
 
 def saved_values(graph: Graph) -> list[Value]:

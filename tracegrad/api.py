@@ -539,4 +539,5 @@ __all__ = [*P.__all__, "arange", "argmax", "astype", "broadcast_to", "clamp", "c
 __all__ = sorted(set(__all__) - {"fused", "scatter_add", "inv", "det", "logabsdet", "det_sign",
                                  "solve", "cholesky", "eigh_values", "eigh_vectors", "pinv", "svd",
                                  "einsum", "argsort", "argpartition", "cumsum", "pad",
-                                 "check_range"})  # fmt: skip
+                                 "check_range", "max_pool2d", "max_pool2d_argmax",
+                                 "max_pool2d_gather", "max_pool2d_scatter"})  # fmt: skip

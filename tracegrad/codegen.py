@@ -123,7 +123,8 @@ def generate(
             body = [_call(em, n, memory, places)]
         comment = f"{n.phase}: {n.source}" if n.source else n.phase
         if n in kernels:
-            comment = f"{ir.fmt_attr(n.attrs['body'])} {comment}"
+            what = ir.fmt_attr(n.attrs["body"]) if "body" in n.attrs else f"{n.op} kernel"
+            comment = f"{what} {comment}"
         lines += [f"    {stmt}" for stmt in body[:-1]] + [f"    {body[-1]}  # {comment}"]
         dead = [em.names[v] for v in memory.dead_after.get(i, ())]
         if dead:
@@ -169,6 +170,8 @@ def lower(
         if progress is not None:
             progress.close()
         kernels = {n: k for n, (ok, k) in zip(groups, compiled, strict=True) if ok}
+    if backend == "numba":
+        kernels.update(native_kernels(graph, compile))
     nodes = []
     for n in graph.nodes:
         if n.prim.kind != "composite" or n in kernels:
@@ -222,3 +225,17 @@ def _elements(body: ir.Graph) -> int:
 def identifier(name: str) -> str:
     name = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
     return name if name.isidentifier() else f"plan_{name}"
+
+
+def native_kernels(graph: ir.Graph, compile: bool = True) -> dict[ir.Node, Callable]:
+    """The Numba backend's own kernels for nodes of ops that have one (`Primitive.native`,
+    such as max-pooling's), over at least KERNEL_MIN elements; a node no kernel handles runs
+    the op's NumPy implementation. Numba is imported only if some node qualifies."""
+    size = lambda n: max(v.size for v in (*n.inputs, *n.outputs))
+    nodes = [n for n in graph.nodes if n.prim.native and size(n) >= KERNEL_MIN]
+    if not nodes:
+        return {}
+    from .kernels.native import compile_native
+
+    compiled = compile_native(nodes, compile=compile)
+    return {n: k for n, (ok, k) in zip(nodes, compiled, strict=True) if ok}

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from . import convolution, ir
+from . import convolution, ir, pooling
 from .errors import ShapeError
 
 PRIMITIVES: dict[str, Primitive] = {}
@@ -48,7 +48,10 @@ class Primitive:
     `combine` and `identity` for reductions; `accepts_out` (default: the impl is a ufunc) if the
     impl takes `out=`; `numpy`, the NumPy function the op stands for (default: a ufunc impl),
     which NumPy interop dispatches to it; `view`, a predicate `view(inputs, attrs)` for an op
-    whose result is a view only sometimes (a kind "view" always is one)."""
+    whose result is a view only sometimes (a kind "view" always is one); `cheap`, an op about
+    as costly as a pass over its result, which the remat pass may run again in backward
+    (elementwise ops and views always may); `native`, an op the Numba backend runs with a
+    kernel of its own (registered in `tracegrad.kernels.native`), from `impl` elsewhere."""
 
     def __init__(
         self,
@@ -66,6 +69,8 @@ class Primitive:
         accepts_out: bool | None = None,
         numpy: Callable | None = None,
         view: Callable | None = None,
+        cheap: bool = False,
+        native: bool = False,
     ):
         if kind not in KINDS:
             raise ValueError(f"primitive {name}: kind {kind!r} is not one of {sorted(KINDS)}")
@@ -80,6 +85,8 @@ class Primitive:
         self.accepts_out = is_ufunc if accepts_out is None else accepts_out
         self.numpy = numpy if numpy is not None else (impl if is_ufunc else None)
         self._view = view
+        self.cheap = cheap or kind == "elementwise"
+        self.native = native
         PRIMITIVES[name] = self
 
     @property
@@ -911,6 +918,62 @@ conv2d_weight_grad = Primitive(
     "in",
     kind="contraction",
 )  # fmt: skip
+
+# --- max-pooling (implemented in `pooling`; the Numba backend has kernels of its own) ----------
+# max_pool2d(x, idx) is the windows' maxima, idx = max_pool2d_argmax(x) their positions: the
+# VJP reads only the small indices. scatter and gather, linear in their first input, are each
+# other's VJPs (every order of derivative). Attributes: kernel (kh, kw), stride (sh, sw),
+# padding (ph, pw), dilation (dh, dw).
+
+
+def _pool_windows(shape, kernel, stride, padding, dilation) -> tuple[int, ...]:
+    return (*shape[:-2], *pooling.output_size(shape, kernel, stride, padding, dilation))
+
+
+def _pool_indices(idx, windows, kernel) -> None:
+    if idx.shape != windows or idx.dtype != pooling.index_dtype(kernel):
+        expected = pooling.index_dtype(kernel)
+        raise ValueError(f"indices {idx.shape} {idx.dtype} for windows {windows}: expected "
+                         f"{expected}, as max_pool2d_argmax makes them")  # fmt: skip
+
+
+def _pool_argmax_rule(x, kernel, stride, padding, dilation):
+    return _pool_windows(x.shape, kernel, stride, padding, dilation), pooling.index_dtype(kernel)
+
+
+def _pool_rule(x, idx, kernel, stride, padding, dilation):
+    windows = _pool_windows(x.shape, kernel, stride, padding, dilation)
+    _pool_indices(idx, windows, kernel)
+    return windows, x.dtype
+
+
+def _pool_scatter_rule(g, idx, shape, kernel, stride, padding, dilation):
+    windows = _pool_windows(tuple(shape), kernel, stride, padding, dilation)
+    if g.shape != windows:
+        raise ValueError(f"values {g.shape} for the windows {windows} of {tuple(shape)}")
+    _pool_indices(idx, windows, kernel)
+    return shape, g.dtype
+
+
+def _pool_vjp(g, out, x, idx, **geometry):
+    return max_pool2d_scatter(g, idx, shape=x.shape, **geometry)
+
+
+def _pool(name, impl, rule, vjp, **kw):
+    return Primitive(name, impl, rule, vjp, "in1:" if vjp else "", accepts_out=True, native=True,
+                     **kw)  # fmt: skip
+
+
+max_pool2d_argmax = _pool("max_pool2d_argmax", pooling.argmax, _pool_argmax_rule, None)
+# cheap: rebuilt in backward from the recomputed ReLU before it (the next layer's weight
+# gradient reads it), not kept
+max_pool2d = _pool("max_pool2d", pooling.maxima, _pool_rule, (_pool_vjp, None), kind="index",
+                   cheap=True)  # fmt: skip
+max_pool2d_gather = _pool("max_pool2d_gather", pooling.gather, _pool_rule, (_pool_vjp, None),
+                          kind="index")  # fmt: skip
+max_pool2d_scatter = _pool("max_pool2d_scatter", pooling.scatter, _pool_scatter_rule,
+                           (lambda c, out, g, idx, shape, **a: max_pool2d_gather(c, idx, **a),
+                            None), kind="index")  # fmt: skip
 
 fused = Composite("fused")
 

@@ -400,12 +400,24 @@ def max_pool2d(
     return_indices: bool = False,
 ) -> Tensor:
     """The max over each window (padding counts as -inf); ties send the gradient to the first
-    maximum, as PyTorch does."""
+    maximum, as PyTorch does. Backward keeps only the (int8) positions of the maxima; the Numba
+    backend runs kernels of its own (tracegrad.kernels.pool)."""
     if ceil_mode or return_indices:
         raise NotImplementedError("max_pool2d: ceil_mode and return_indices are not supported")
     x = as_tensor(input)
-    return _fold(maximum, _windows(x, "max_pool2d", kernel_size, stride, padding, dilation,
-                                   -np.inf))  # fmt: skip
+    if x.ndim != 4:
+        raise ShapeError(f"max_pool2d: input {x.shape} must be 4-d (N, C, H, W)")
+    kernel = _pair(kernel_size, "max_pool2d", "kernel_size")
+    geometry = dict(
+        kernel=kernel,
+        stride=_pair(stride if stride is not None and stride != [] else kernel, "max_pool2d",
+                     "stride"),
+        padding=_pair(padding, "max_pool2d", "padding"),
+        dilation=_pair(dilation, "max_pool2d", "dilation"),
+    )  # fmt: skip
+    with no_grad():
+        idx = P.max_pool2d_argmax(x, **geometry)
+    return P.max_pool2d(x, idx, **geometry)
 
 
 def avg_pool2d(
