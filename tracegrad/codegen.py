@@ -171,7 +171,7 @@ def lower(
             progress.close()
         kernels = {n: k for n, (ok, k) in zip(groups, compiled, strict=True) if ok}
     if backend == "numba":
-        kernels.update(native_kernels(graph, compile))
+        kernels.update(native_kernels(graph, compile, background))
     nodes = []
     for n in graph.nodes:
         if n.prim.kind != "composite" or n in kernels:
@@ -227,15 +227,22 @@ def identifier(name: str) -> str:
     return name if name.isidentifier() else f"plan_{name}"
 
 
-def native_kernels(graph: ir.Graph, compile: bool = True) -> dict[ir.Node, Callable]:
-    """The Numba backend's own kernels for nodes of ops that have one (`Primitive.native`,
-    such as max-pooling's), over at least KERNEL_MIN elements; a node no kernel handles runs
-    the op's NumPy implementation. Numba is imported only if some node qualifies."""
+def native_nodes(graph: ir.Graph) -> list[ir.Node]:
+    """The nodes of ops with a kernel of their own (`Primitive.native`, such as max-pooling's)
+    over at least KERNEL_MIN elements."""
     size = lambda n: max(v.size for v in (*n.inputs, *n.outputs))
-    nodes = [n for n in graph.nodes if n.prim.native and size(n) >= KERNEL_MIN]
+    return [n for n in graph.nodes if n.prim.native and size(n) >= KERNEL_MIN]
+
+
+def native_kernels(
+    graph: ir.Graph, compile: bool = True, background: bool = False
+) -> dict[ir.Node, Callable]:
+    """The Numba backend's own kernels for `native_nodes`; a node no kernel handles runs the
+    op's NumPy implementation. Numba is imported only if some node qualifies."""
+    nodes = native_nodes(graph)
     if not nodes:
         return {}
     from .kernels.native import compile_native
 
-    compiled = compile_native(nodes, compile=compile)
+    compiled = compile_native(nodes, compile, background)
     return {n: k for n, (ok, k) in zip(nodes, compiled, strict=True) if ok}

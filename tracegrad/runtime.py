@@ -29,7 +29,15 @@ from passes.budget import Budget
 from passes.memory import ALIGN, MemoryPlan, plan_memory
 
 from . import ir, pytree, viz
-from .codegen import PROGRESS_AFTER, compile_source, generate, identifier, kernel_groups, lower
+from .codegen import (
+    PROGRESS_AFTER,
+    compile_source,
+    generate,
+    identifier,
+    kernel_groups,
+    lower,
+    native_nodes,
+)
 from .errors import MemoryBudgetError
 from .tensor import Tensor
 from .tracer import Capture, TraceError, capture, signature
@@ -521,7 +529,11 @@ def compile_plan(
         graph, stats, kernels, memory, budget = _fit(cap.graph, backend, pipeline, memory_budget)
         return Plan(cap, name, graph, kernels, stats, backend, budget, memory)
     graph, stats = passes.run(cap.graph, pipeline)
-    if backend == "numba" and kernel_groups(graph) and background_compile():
+    if (
+        backend == "numba"
+        and (kernel_groups(graph) or native_nodes(graph))
+        and background_compile()
+    ):
         return Plan(cap, name, *lower(graph, "numpy"), stats, backend,
                     pending=BackgroundLowering(graph))  # fmt: skip
     return Plan(cap, name, *lower(graph, backend), stats, backend)

@@ -29,8 +29,6 @@ from tracegrad import pooling
 from tracegrad import primitives as P
 from tracegrad.ir import Node
 
-from .cache import default_cache
-
 OPS = {  # the op of each primitive, and its kernel's arrays (inputs, then outputs)
     P.max_pool2d_argmax: ("positions", ("x", "idx")),
     P.max_pool2d: ("maxima", ("x", "idx", "out")),
@@ -75,8 +73,8 @@ class PoolKernel:
         return f"<PoolKernel at {self.path}>"
 
 
-def build(node: Node, compile: bool = True) -> PoolKernel | None:
-    """The kernel of a max-pooling node (None with compile=False); NotImplementedError for
+def module(node: Node) -> tuple[str, str]:
+    """The name and text of the module of a max-pooling node's kernel; NotImplementedError for
     dtypes other than float32 and float64, and for constant operands."""
     op, _ = OPS[node.prim]
     values, idx = node.inputs[0], (node.outputs if op == "positions" else node.inputs)[-1]
@@ -87,12 +85,11 @@ def build(node: Node, compile: bool = True) -> PoolKernel | None:
     parallel = parallel and numba.config.NUMBA_NUM_THREADS > 1
     geometry = tuple(tuple(int(a) for a in node.attrs[k]) for k in GEOMETRY)
     source = generate_source(node.prim, values.dtype.name, idx.dtype.name, geometry, parallel)
-    if not compile:
-        return None
-    cache = default_cache()
-    module = f"tracegrad_pool_{hashlib.sha256(source.encode()).hexdigest()[:24]}"
-    compiled = cache.load(module, lambda: source)
-    return PoolKernel(compiled, cache.path(module), len(node.inputs))
+    return f"tracegrad_pool_{hashlib.sha256(source.encode()).hexdigest()[:24]}", source
+
+
+def launcher(node: Node, compiled: Callable, path: Path) -> PoolKernel:
+    return PoolKernel(compiled, path, len(node.inputs))
 
 
 # --- code generation ---------------------------------------------------------------------------
