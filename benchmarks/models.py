@@ -13,9 +13,10 @@ whole step (forward, loss, grad and a hand-written optimizer update, parameters 
 state donated; NCHW convolutions with `lax.conv_general_dilated`, pooling with
 `lax.reduce_window`). torch and jax rows are skipped, with a one-line reason, where the library
 is not installed. The same float32 weights (tracegrad's initialization, through `state_dict()`)
-and data everywhere; the first losses are printed side by side, with their difference relative
-to torch's. Medians of the timed steps; the first call (jax: its compile) is timed apart; peak
-RSS of each child process.
+and data everywhere; the first losses (and the losses after one update, which check gradients
+and optimizer) are printed side by side, the first ones also relative to torch's. Medians of
+the timed steps; the first call (jax: its compile) is timed apart; peak RSS of each child
+process.
 """
 
 from __future__ import annotations
@@ -294,7 +295,7 @@ def run_child(method: str, workload: str, steps: int, budget: float) -> dict:
     result["first_s"] = time.perf_counter() - t
     if steps == 0:  # the first call only
         return {**result, "peak_rss_mb": peak_rss_mb()}
-    step()
+    result["loss2"] = step()  # the warm-up call: the loss after one update
     times, ticks = [], cpu_ticks()
     while len(times) < steps and (not times or sum(times) < budget):
         t = time.perf_counter()
@@ -335,7 +336,7 @@ def main() -> None:
     print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     for workload in args.workloads:
         print(f"\n{workload}: method | median step s | first call s | peak RSS MB | first loss "
-              "| machine busy elsewhere")  # fmt: skip
+              "| loss after 1 update | machine busy elsewhere")  # fmt: skip
         first_losses = {}
         with tempfile.TemporaryDirectory() as cache:
             for method in args.methods:
@@ -344,14 +345,14 @@ def main() -> None:
                     runs.append(("  warm cache", measure(method, workload, 0, 0, cache)))
                 for label, r in runs:
                     if "first_s" in r and "median_s" not in r:
-                        print(f"{label} | | {r['first_s']:.2f} | {r['peak_rss_mb']:.0f} | |")
+                        print(f"{label} | | {r['first_s']:.2f} | {r['peak_rss_mb']:.0f} | | |")
                         continue
                     if "median_s" not in r:
                         print(f"{label} | skipped: {r['na']}" if "na" in r else f"{label} | {r}")
                         continue
                     first_losses[label] = r["loss1"]
                     print(f"{label} | {r['median_s']:.3f} | {r['first_s']:.2f} | "
-                          f"{r['peak_rss_mb']:.0f} | {r['loss1']:.6f} | "
+                          f"{r['peak_rss_mb']:.0f} | {r['loss1']:.6f} | {r['loss2']:.6f} | "
                           f"{r['busy_elsewhere']:.0%}")  # fmt: skip
         print_agreement(first_losses)
     print(f"\nload average after: {os.getloadavg()[0]:.2f}")
