@@ -20,7 +20,11 @@ says which batch ran.
 Unless `--no-peers`, and if PyTorch is installed, the same step with forward and loss under
 `torch.compile` runs at several `torch._functorch.config.activation_memory_budget` settings, each
 in its own process, and each tracegrad row is set beside the fastest of them whose step peak RSS
-is no higher. Target: tracegrad is faster at equal peak.
+is no higher. Target: tracegrad is faster at equal peak. Likewise, if jax is installed, the whole
+step under `jax.jit` (parameters donated) with `jax.checkpoint` policies (`JAX_SETTINGS`): none;
+per layer with `nothing_saveable`, `dots_saveable` and `dots_with_no_batch_dims_saveable`; runs of
+k layers with `nothing_saveable` (keeping only each run's input for the backward), k = 7 ~
+sqrt(48) in the unrolled loop, and per layer and k = 4, 6, 8 as `lax.scan`s over stacked layers.
 """
 
 from __future__ import annotations
@@ -57,6 +61,23 @@ SHARES = (1.0, 0.5, 0.25, 0.12)
 # compiled region's inputs. It bounds the saved activations, not the peak: on `deep` the peak is
 # lowest at 0.5-0.7, and lower budgets raise it again (the backward's recomputation holds more).
 TORCH_BUDGETS = (1.0, 0.7, 0.5, 0.3, 0.1, 0.0)
+# jax.checkpoint settings: (label, policy in jax.checkpoint_policies or None, layers per
+# checkpoint, lax.scan over stacked layers). An MLP's matmuls have no dot_general batch
+# dimensions, so `dots_with_no_batch_dims_saveable` should save what `dots_saveable` saves. In the
+# unrolled loop XLA schedules the backward's recomputation early, which keeps most of what
+# runs of k layers would drop; under lax.scan (k must divide the depth) the recomputation runs
+# one run at a time.
+JAX_SETTINGS = (
+    ("no checkpointing", None, 1, False),
+    ("per layer, dots_saveable", "dots_saveable", 1, False),
+    ("per layer, dots_with_no_batch_dims_saveable", "dots_with_no_batch_dims_saveable", 1, False),
+    ("per layer, nothing_saveable", "nothing_saveable", 1, False),
+    ("every 7 layers, nothing_saveable", "nothing_saveable", 7, False),
+    ("scan, per layer, nothing_saveable", "nothing_saveable", 1, True),
+    ("scan, every 4 layers, nothing_saveable", "nothing_saveable", 4, True),
+    ("scan, every 6 layers, nothing_saveable", "nothing_saveable", 6, True),
+    ("scan, every 8 layers, nothing_saveable", "nothing_saveable", 8, True),
+)
 DEPTHS = (12, 24, 48, 96)
 MEASURED_TARGET, TIME_TARGET = 1.05, 1.35
 
@@ -109,16 +130,23 @@ def run_child(args: argparse.Namespace) -> dict:
     }
 
 
-def run_torch_child(args: argparse.Namespace) -> dict:
-    """The same step in PyTorch under `activation_memory_budget`, measured as `run_child`
-    measures tracegrad's: the step peak RSS, since tracemalloc does not see torch's buffers."""
+def run_peer_child(args: argparse.Namespace) -> dict:
+    """The same step in PyTorch under `activation_memory_budget`, or in jax under a
+    `jax.checkpoint` setting, measured as `run_child` measures tracegrad's: the step peak RSS,
+    since tracemalloc sees neither torch's buffers nor XLA's."""
     w = replace(WORKLOADS["deep"], batch=args.batch, depth=args.depth)
-    step = compiled_torch_step(w, args.torch_budget)
-    start = time.perf_counter()
     try:
+        if args.torch_budget is not None:
+            step = compiled_torch_step(w, args.torch_budget)
+        else:
+            from steps import build_jax
+
+            remat = None if args.jax_remat == "none" else args.jax_remat
+            step = build_jax(w, remat, args.jax_every, args.jax_scan)
+        start = time.perf_counter()
         step()  # compiles forward and backward
         step()
-    except Exception as e:  # a budget torch cannot compile is a row, not a crash
+    except Exception as e:  # a setting the peer cannot compile is a row, not a crash
         while (inner := getattr(e, "inner_exception", None) or e.__cause__) is not None:
             e = inner  # dynamo wraps the partitioner's or inductor's error
         return {"error": f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"}
@@ -181,6 +209,12 @@ def torch_child(args: argparse.Namespace, budget: float) -> dict:
         )
 
 
+def jax_child(args: argparse.Namespace, policy: str | None, every: int, scan: bool) -> dict:
+    """jax keeps no compilation cache unless told to, so the warm-up time includes the compile."""
+    extra = ["--jax-remat", policy or "none", "--jax-every", str(every)]
+    return spawn(args, args.depth, extra + (["--jax-scan"] if scan else []))
+
+
 def spawn(args: argparse.Namespace, depth: int, extra: list[str], **env: str) -> dict:
     """Run this script as a child on `depth` layers; its JSON result, or {"error": ...}."""
     cmd = [
@@ -213,11 +247,15 @@ def main() -> None:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--torch-budget", type=float, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--jax-remat", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--jax-every", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--jax-scan", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--no-sweep", action="store_true", help="skip the depth sweep")
     parser.add_argument("--no-peers", action="store_true", help="skip the torch/jax comparison")
     args = parser.parse_args()
     if args.child:
-        result = run_child(args) if args.torch_budget is None else run_torch_child(args)
+        peer = args.torch_budget is not None or args.jax_remat is not None
+        result = run_peer_child(args) if peer else run_child(args)
         print(MARK + json.dumps(result), flush=True)
         return
     w = replace(WORKLOADS["deep"], batch=args.batch, depth=args.depth)
@@ -270,41 +308,63 @@ def peers(args: argparse.Namespace, rows: list[tuple[str, int | None, dict]]) ->
     if importlib.util.find_spec("torch") is None:
         print("torch comparison skipped: torch is not installed")
     else:
-        compare_torch(rows, [(b, torch_child(args, b)) for b in TORCH_BUDGETS])
-    why = "not written yet" if importlib.util.find_spec("jax") else "jax is not installed"
-    print(f"jax comparison skipped: {why}")
+        compare_peer(
+            rows,
+            [(str(b), torch_child(args, b)) for b in TORCH_BUDGETS],
+            "torch",
+            "torch.compile, forward and loss compiled, same step (torch 2 threads)",
+            "activation_memory_budget",
+            "budget ",
+        )
+    if importlib.util.find_spec("jax") is None:
+        print("jax comparison skipped: jax is not installed")
+    else:
+        compare_peer(
+            rows,
+            [(label, jax_child(args, *setting)) for label, *setting in JAX_SETTINGS],
+            "jax",
+            "jax.jit of the whole step, parameters donated, jax.checkpoint policies "
+            "(XLA CPU, default threads)",
+            "jax.checkpoint",
+        )
 
 
-def compare_torch(
+def compare_peer(
     rows: list[tuple[str, int | None, dict]],
-    runs: list[tuple[float, dict]],
+    runs: list[tuple[str, dict]],
+    peer: str,
+    title: str,
+    setting: str,
+    prefix: str = "",
 ) -> None:
-    """The torch runs, then each tracegrad row beside the fastest torch run whose peak RSS is
-    no higher: torch's best at that peak, since its budget cannot be set to a peak directly.
-    If none is that low, beside the torch run of the lowest peak, its ratio in parentheses."""
-    print("\n### torch.compile, forward and loss compiled, same step (torch 2 threads)\n")
+    """The peer's runs (one per `setting`, labelled), then each tracegrad row beside the
+    fastest run whose peak RSS is no higher: the peer's best at that peak, since its setting
+    cannot be set to a peak directly. If none is that low, beside the run of the lowest peak,
+    its ratio in parentheses. `prefix` goes before a run's label where a row names it."""
+    print(f"\n### {title}\n")
     print(
-        "| activation_memory_budget | step peak RSS MiB | RSS between steps MiB | step ms "
+        f"| {setting} | step peak RSS MiB | RSS between steps MiB | step ms "
         "| cores busy elsewhere | 2 warm-up steps s (cold compile) |"
     )
     print("|---:|---:|---:|---:|---:|---:|")
-    for budget, r in runs:
+    for label, r in runs:
         if "median_s" not in r:
-            print(f"| {budget} | {r.get('error', r)} |")
+            print(f"| {label} | {r.get('error', r)} |")
             continue
         print(
-            f"| {budget} | {r['rss_mb']:.0f} | {r['idle_mb']:.0f} "
+            f"| {label} | {r['rss_mb']:.0f} | {r['idle_mb']:.0f} "
             f"| {r['median_s'] * 1e3:.0f} | {r['busy']:.0%} | {r['warmup_s']:.0f} |"
         )
     print(
-        "\nRSS counts the Python/torch/numba runtime and libraries, parameters and data: compare "
+        f"\nRSS counts the Python/{peer}/numba runtime and libraries, parameters and data: compare "
         "rows with each other, not with tracemalloc. Between steps: after gc and malloc_trim "
         "(tracegrad's includes the arena its plan keeps). A ratio in parentheses is against "
-        "torch's lowest peak, higher than the tracegrad row's.\n"
+        f"{peer}'s lowest peak, higher than the tracegrad row's.\n"
     )
     print(
         "| tracegrad row | step peak RSS MiB | RSS between steps MiB | step ms "
-        "| cores busy elsewhere | fastest torch at or below that peak | tracegrad / torch time |"
+        f"| cores busy elsewhere | fastest {peer} at or below that peak "
+        f"| tracegrad / {peer} time |"
     )
     print("|---|---:|---:|---:|---:|---|---:|")
     ran = [(b, r) for b, r in runs if "median_s" in r]
@@ -316,10 +376,10 @@ def compare_torch(
             f"| {r['busy']:.0%}"
         )
         fits = [(b, t) for b, t in ran if t["rss_mb"] <= r["rss_mb"]]
-        if not fits and ran:  # then set beside torch's lowest peak, in parentheses
+        if not fits and ran:  # then set beside the peer's lowest peak, in parentheses
             b, t = min(ran, key=lambda bt: bt[1]["rss_mb"])
             print(
-                f"{head} | none; lowest: budget {b}, {t['rss_mb']:.0f} MiB, "
+                f"{head} | none; lowest: {prefix}{b}, {t['rss_mb']:.0f} MiB, "
                 f"{t['median_s'] * 1e3:.0f} ms | ({r['median_s'] / t['median_s']:.2f}) |"
             )
             continue
@@ -328,7 +388,7 @@ def compare_torch(
             continue
         b, t = min(fits, key=lambda bt: bt[1]["median_s"])
         print(
-            f"{head} | budget {b}: {t['rss_mb']:.0f} MiB, {t['median_s'] * 1e3:.0f} ms "
+            f"{head} | {prefix}{b}: {t['rss_mb']:.0f} MiB, {t['median_s'] * 1e3:.0f} ms "
             f"| {r['median_s'] / t['median_s']:.2f} |"
         )
 

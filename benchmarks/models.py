@@ -10,27 +10,34 @@ tanh-GELU, pre-LayerNorm, learned positions, causal softmax; AdamW.
 Methods: tracegrad traced (Numba backend; the first call timed with an empty kernel cache and
 again with a warm one; it runs NumPy calls while the kernels compile in the background, and
 "(kernels N)" says how many seconds after its start they were ready), tracegrad eager, PyTorch
-eager and torch.compile, jax.jit (where installed). The same float32 weights and data
-everywhere; the first losses are printed side by side. Medians of the timed steps; peak RSS
-of each child process.
+eager and torch.compile, and `jax.jit` of the whole step (forward, loss, grad and a hand-written
+optimizer update, parameters and optimizer state donated; NCHW convolutions with
+`lax.conv_general_dilated`, pooling with `lax.reduce_window`). torch and jax rows are skipped,
+with a one-line reason, where the library is not installed. The same float32 weights
+(tracegrad's initialization, through `state_dict()`) and data everywhere; the first losses (and
+the losses after one update, which check gradients and optimizer) are printed side by side, the
+first ones also relative to torch's. Medians of the timed steps; the first call (jax: its
+compile) is timed apart; peak RSS of each child process.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
 import tempfile
 import time
+from functools import partial
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 from harness import MARK, busy_elsewhere, child_env, cpu_ticks, peak_rss_mb, run_marked  # noqa: E402
 
-METHODS = ("tg-traced", "tg-eager", "torch", "torch-compile")
+METHODS = ("tg-traced", "tg-eager", "torch", "torch-compile", "jax")
 CNN = dict(batch=256, lr=0.01, momentum=0.9)
 GPT = dict(vocab=96, context=128, batch=16, d=256, layers=4, heads=4, lr=3e-4)
 
@@ -165,14 +172,127 @@ def build_torch(workload: str, compiled: bool):
     return lambda: float(step())
 
 
-def run_child(method: str, workload: str, steps: int, budget: float) -> dict:
-    import importlib.util
+# --- jax ----------------------------------------------------------------------------------------
 
-    if method.startswith("torch") and importlib.util.find_spec("torch") is None:
-        return {"na": "torch not installed"}
+
+def jax_cnn(p: dict, x):
+    """`cnn` over the state_dict's arrays: NCHW activations, OIHW kernels, (out, in) weights."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    def conv_relu_pool(h, i):
+        h = lax.conv_general_dilated(h, p[f"{i}.weight"], (1, 1), ((1, 1), (1, 1)),
+                                     dimension_numbers=("NCHW", "OIHW", "NCHW"))  # fmt: skip
+        h = jax.nn.relu(h + p[f"{i}.bias"][:, None, None])
+        return lax.reduce_window(h, -jnp.inf, lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
+
+    h = conv_relu_pool(conv_relu_pool(x, 0), 3)
+    h = jax.nn.relu(h.reshape(h.shape[0], -1) @ p["7.weight"].T + p["7.bias"])
+    return h @ p["9.weight"].T + p["9.bias"]
+
+
+def jax_gpt(p: dict, idx):
+    """train_gpt's GPT over its state_dict's arrays: pre-LayerNorm blocks, learned positions,
+    causal softmax attention, tanh-GELU MLP, an untied head."""
+    import jax
+    import jax.numpy as jnp
+
+    def linear(h, name):
+        return h @ p[f"{name}.weight"].T + p[f"{name}.bias"]
+
+    def layer_norm(h, name, eps=1e-5):
+        mean = h.mean(-1, keepdims=True)
+        var = jnp.square(h - mean).mean(-1, keepdims=True)
+        return (h - mean) / jnp.sqrt(var + eps) * p[f"{name}.weight"] + p[f"{name}.bias"]
+
+    n, t = idx.shape
+    d, heads = GPT["d"], GPT["heads"]
+    causal = jnp.tril(jnp.ones((t, t), bool))
+    x = p["tok.weight"][idx] + p["pos.weight"][:t]
+    for i in range(GPT["layers"]):
+        b = f"blocks.{i}"
+        qkv = linear(layer_norm(x, f"{b}.ln1"), f"{b}.qkv").reshape(n, t, 3, heads, d // heads)
+        q, k, v = (qkv[:, :, j].transpose(0, 2, 1, 3) for j in range(3))
+        scores = (q @ k.transpose(0, 1, 3, 2)) * (1.0 / math.sqrt(d // heads))
+        att = jax.nn.softmax(jnp.where(causal, scores, -jnp.inf), axis=-1)
+        x = x + linear((att @ v).transpose(0, 2, 1, 3).reshape(n, t, d), f"{b}.proj")
+        h = jax.nn.gelu(linear(layer_norm(x, f"{b}.ln2"), f"{b}.fc"), approximate=True)
+        x = x + linear(h, f"{b}.out")
+    return linear(layer_norm(x, "ln"), "head")
+
+
+def sgd_momentum(params: dict, grads: dict, state: dict) -> tuple[dict, dict]:
+    """PyTorch's SGD with momentum (no dampening): buf = momentum buf + g (buf starts at 0, so
+    the first step's buf is g exactly, as torch's clone), p -= lr buf."""
+    buf = {k: CNN["momentum"] * state["buf"][k] + g for k, g in grads.items()}
+    return {k: p - CNN["lr"] * buf[k] for k, p in params.items()}, {"buf": buf}
+
+
+def adamw(params: dict, grads: dict, state: dict) -> tuple[dict, dict]:
+    """PyTorch's AdamW as build_torch sets it: betas (0.9, 0.999), eps 1e-8, weight decay 0.01
+    (decoupled: p *= 1 - lr wd first), bias-corrected moments."""
+    import jax.numpy as jnp
+
+    lr, (b1, b2), eps, wd = GPT["lr"], (0.9, 0.999), 1e-8, 0.01
+    t = state["t"] + 1
+    step_size, root_bc2 = lr / (1 - b1**t), jnp.sqrt(1 - b2**t)
+    m = {k: b1 * state["m"][k] + (1 - b1) * g for k, g in grads.items()}
+    v = {k: b2 * state["v"][k] + (1 - b2) * g * g for k, g in grads.items()}
+    new = {
+        k: p * (1 - lr * wd) - step_size * m[k] / (jnp.sqrt(v[k]) / root_bc2 + eps)
+        for k, p in params.items()
+    }
+    return new, {"t": t, "m": m, "v": v}
+
+
+def build_jax(workload: str):
+    """`jax.jit` of forward, loss, grad and update, on the CPU with XLA's default threading;
+    parameters and optimizer state are donated, so the update can write over them."""
+    import jax
+    import jax.numpy as jnp
+
+    jax.config.update("jax_platforms", "cpu")
+    params = {k: jnp.asarray(v.numpy()) for k, v in tg_model(workload).state_dict().items()}
+    zeros = lambda: {k: jnp.zeros_like(p) for k, p in params.items()}  # new buffers: donated
+    if workload == "cnn":
+        forward, update, opt_state = jax_cnn, sgd_momentum, {"buf": zeros()}
+    else:
+        forward, update = jax_gpt, adamw
+        opt_state = {"t": jnp.zeros((), jnp.float32), "m": zeros(), "v": zeros()}
+
+    def loss_fn(params, x, y):
+        logits = forward(params, x)
+        logp = jax.nn.log_softmax(logits.reshape(-1, logits.shape[-1]))
+        return -jnp.take_along_axis(logp, y.reshape(-1, 1), axis=1).mean()
+
+    @partial(jax.jit, donate_argnums=(0, 1))
+    def train_step(params, opt_state, x, y):
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+        return *update(params, grads, opt_state), loss
+
+    x, y = data(workload)
+    x, y = jnp.asarray(x), jnp.asarray(y.astype(np.int32))
+    state = {"params": params, "opt": opt_state}
+
+    def step() -> float:
+        state["params"], state["opt"], loss = train_step(state["params"], state["opt"], x, y)
+        return float(loss)  # waits for the result
+
+    return step
+
+
+def run_child(method: str, workload: str, steps: int, budget: float) -> dict:
+    from steps import unavailable
+
+    reason = unavailable(method.split("-")[0])  # torch-compile needs torch
+    if reason:
+        return {"na": reason}
     start = time.perf_counter()
     if method.startswith("tg"):
         step = build_tg(workload, method == "tg-traced")
+    elif method == "jax":
+        step = build_jax(workload)
     else:
         step = build_torch(workload, method == "torch-compile")
     result = {"setup_s": time.perf_counter() - start}
@@ -184,7 +304,7 @@ def run_child(method: str, workload: str, steps: int, budget: float) -> dict:
     if method == "tg-traced":  # the first calls run NumPy while the kernels compile
         step.wait_for_kernels()
         result["kernels_s"] = time.perf_counter() - t
-    step()
+    result["loss2"] = step()  # the warm-up call: the loss after one update
     times, ticks = [], cpu_ticks()
     while len(times) < steps and (not times or sum(times) < budget):
         t = time.perf_counter()
@@ -201,6 +321,16 @@ def measure(method: str, workload: str, steps: int, budget: float, cache: str) -
     return run_marked(cmd, child_env(TRACEGRAD_CACHE_DIR=cache))
 
 
+def print_agreement(first_losses: dict[str, float]) -> None:
+    """Each first loss relative to torch's (tracegrad traced's where torch did not run)."""
+    ref = next((m for m in ("torch", "tg-traced") if m in first_losses), None)
+    if ref is None or len(first_losses) < 2:
+        return
+    diffs = ", ".join(f"{m} {abs(v / first_losses[ref] - 1):.1e}"
+                      for m, v in first_losses.items() if m != ref)  # fmt: skip
+    print(f"first loss relative to {ref}'s: {diffs}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", nargs=2, metavar=("METHOD", "WORKLOAD"))
@@ -215,7 +345,8 @@ def main() -> None:
     print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     for workload in args.workloads:
         print(f"\n{workload}: method | median step s | first call s | peak RSS MB | first loss "
-              "| machine busy elsewhere")  # fmt: skip
+              "| loss after 1 update | machine busy elsewhere")  # fmt: skip
+        first_losses = {}
         with tempfile.TemporaryDirectory() as cache:
             for method in args.methods:
                 runs = [(method, measure(method, workload, args.steps, args.budget, cache))]
@@ -223,15 +354,17 @@ def main() -> None:
                     runs.append(("  warm cache", measure(method, workload, 0, 0, cache)))
                 for label, r in runs:
                     if "first_s" in r and "median_s" not in r:
-                        print(f"{label} | | {r['first_s']:.2f} | {r['peak_rss_mb']:.0f} | |")
+                        print(f"{label} | | {r['first_s']:.2f} | {r['peak_rss_mb']:.0f} | | |")
                         continue
                     if "median_s" not in r:
-                        print(f"{label} | {r}")
+                        print(f"{label} | skipped: {r['na']}" if "na" in r else f"{label} | {r}")
                         continue
+                    first_losses[label] = r["loss1"]
                     kernels = f" (kernels {r['kernels_s']:.1f})" if "kernels_s" in r else ""
                     print(f"{label} | {r['median_s']:.3f} | {r['first_s']:.2f}{kernels} | "
-                          f"{r['peak_rss_mb']:.0f} | {r['loss1']:.6f} | "
+                          f"{r['peak_rss_mb']:.0f} | {r['loss1']:.6f} | {r['loss2']:.6f} | "
                           f"{r['busy_elsewhere']:.0%}")  # fmt: skip
+        print_agreement(first_losses)
     print(f"\nload average after: {os.getloadavg()[0]:.2f}")
 
 

@@ -179,17 +179,39 @@ def build_torch(w: Workload, wrap: Callable[[Callable], Callable] = lambda f: f)
     return step
 
 
-def build_jax(w: Workload) -> Step:
-    """`jax.jit` of the whole step (value_and_grad + SGD), parameters donated to the update."""
+def build_jax(w: Workload, remat: str | None = None, every: int = 1, scan: bool = False) -> Step:
+    """`jax.jit` of the whole step (value_and_grad + SGD), parameters donated to the update.
+
+    For memory_budget.py: `remat` names a `jax.checkpoint_policies` policy; each run of `every`
+    hidden layers is then one `jax.checkpoint`, whose backward recomputes what the policy does
+    not save. `scan` stacks the hidden layers and runs them as a `lax.scan` over the runs, each
+    run a `lax.scan` over its layers (`every` must divide the depth): in the unrolled loop XLA
+    schedules the recomputation early and so keeps most of what checkpointing would drop."""
     import jax
     import jax.numpy as jnp
 
     act = jax.nn.relu if w.activation == "relu" else (lambda u: _gelu(u, jnp.tanh))
 
+    def layer(h, weight, bias):
+        return act(h @ weight + bias)
+
+    def hidden(h, run):  # a list of (W, b), or with `scan` (W, b) stacked along a first axis
+        if scan:
+            return jax.lax.scan(lambda h, wb: (layer(h, *wb), None), h, run)[0]
+        for weight, bias in run:
+            h = layer(h, weight, bias)
+        return h
+
+    if remat is not None:
+        hidden = jax.checkpoint(hidden, policy=getattr(jax.checkpoint_policies, remat))
+
     def loss_fn(params, x, targets):
-        h = x
-        for weight, bias in params[:-1]:
-            h = act(h @ weight + bias)
+        if scan:  # params[0]: (W, b) of shape (runs, every, ...)
+            h = jax.lax.scan(lambda h, run: (hidden(h, run), None), x, params[0])[0]
+        else:
+            h, depth = x, len(params) - 1
+            for i in range(0, depth, every):
+                h = hidden(h, params[i : min(i + every, depth)])
         logits = h @ params[-1][0] + params[-1][1]
         return -jnp.sum(targets * jax.nn.log_softmax(logits)) / x.shape[0]
 
@@ -198,7 +220,15 @@ def build_jax(w: Workload) -> Step:
         return jax.tree_util.tree_map(lambda p, g: p - LEARNING_RATE * g, params, grads), loss
 
     train_step = jax.jit(train_step, donate_argnums=0)
-    state = {"params": [(jnp.asarray(a), jnp.asarray(b)) for a, b in init_params(w)]}
+    params = init_params(w)
+    if scan:
+        if w.depth % every:
+            raise ValueError(f"scan: runs of {every} layers do not divide depth {w.depth}")
+        runs = (w.depth // every, every)
+        stacked = tuple(np.stack(arrays).reshape(runs + arrays[0].shape)
+                        for arrays in zip(*params[:-1], strict=True))  # fmt: skip
+        params = [stacked, params[-1]]
+    state = {"params": [tuple(jnp.asarray(a) for a in pair) for pair in params]}
     x, labels = make_batch(w)
     x, targets = jnp.asarray(x), jnp.asarray(one_hot(labels))
 
