@@ -30,7 +30,7 @@ class MemoryPlan:
     offsets: dict[Value, int] = field(default_factory=dict)  # buffer owner -> arena offset
     arena: int = 0  # bytes of the arena: held between steps, reused by each
     timeline: list[int] = field(default_factory=list)  # live bytes after each node
-    peak: int = 0  # arena plus the most that lives outside it at once
+    peak: int = 0  # arena plus the most that lives outside it at once (with an op's scratch)
 
 
 @dataclass(eq=False)  # one buffer is one object: compared and hashed by identity
@@ -59,9 +59,9 @@ def plan_memory(graph: Graph) -> MemoryPlan:
         during[b.died + 1] -= b.owner.nbytes
         dying[b.died] += b.owner.nbytes
     live = 0
-    for i in range(len(graph.nodes)):
+    for i, n in enumerate(graph.nodes):
         live += during[i]
-        plan.peak = max(plan.peak, plan.arena + live)
+        plan.peak = max(plan.peak, plan.arena + live + n.prim.scratch(n.inputs, n.attrs))
         plan.timeline.append(plan.arena + live - dying[i])
     plan.peak = max(plan.peak, plan.arena)
     return plan

@@ -223,6 +223,20 @@ class _Conv:
                 dst += block[:, :, out[0], out[1]]
 
 
+def scratch(op, x_shape, w_shape, dtype, stride, padding, dilation, groups, shape=None) -> int:
+    """Bytes of the temporaries one call of `op` ("conv2d", "input_grad", "weight_grad") holds at
+    once: a chunk's columns (by columns also its product and image), and the weight gradient's
+    per-sample products and partial sums. For the memory plan."""
+    out = output_size(x_shape, w_shape, stride, padding, dilation, groups)
+    cv = _Conv(x_shape, w_shape, out, stride, padding, dilation, groups, dtype)
+    total = cv.chunk * cv.sample_bytes
+    if op == "weight_grad":
+        total += cv.groups * cv.k * cv.og * 2 * cv.dtype.itemsize  # dw and one part
+        if cv.samples:
+            total += cv.chunk * cv.k * cv.og * cv.dtype.itemsize  # a group's stacked products
+    return total
+
+
 def conv2d(x, w, stride, padding, dilation, groups):
     out = output_size(x.shape, w.shape, stride, padding, dilation, groups)
     cv = _Conv(x.shape, w.shape, out, stride, padding, dilation, groups,

@@ -51,7 +51,9 @@ class Primitive:
     whose result is a view only sometimes (a kind "view" always is one); `cheap`, an op about
     as costly as a pass over its result, which the remat pass may run again in backward
     (elementwise ops and views always may); `native`, an op the Numba backend runs with a
-    kernel of its own (registered in `tracegrad.kernels.native`), from `impl` elsewhere."""
+    kernel of its own (registered in `tracegrad.kernels.native`), from `impl` elsewhere;
+    `scratch`, `scratch(inputs, attrs)`: the bytes of the temporaries `impl` allocates and frees
+    within one call (the convolutions' columns), which the memory plan counts at the node."""
 
     def __init__(
         self,
@@ -71,6 +73,7 @@ class Primitive:
         view: Callable | None = None,
         cheap: bool = False,
         native: bool = False,
+        scratch: Callable | None = None,
     ):
         if kind not in KINDS:
             raise ValueError(f"primitive {name}: kind {kind!r} is not one of {sorted(KINDS)}")
@@ -87,6 +90,7 @@ class Primitive:
         self._view = view
         self.cheap = cheap or kind == "elementwise"
         self.native = native
+        self._scratch = scratch
         PRIMITIVES[name] = self
 
     @property
@@ -123,6 +127,10 @@ class Primitive:
         """Each result element is computed from same-index input elements, through `out=`:
         writing the result into a dying input's buffer is safe."""
         return self.kind == "elementwise" and self.accepts_out
+
+    def scratch(self, inputs: Sequence[Any], attrs: dict) -> int:
+        """Bytes of temporaries one call allocates and frees besides its result."""
+        return self._scratch(inputs, attrs) if self._scratch is not None else 0
 
     @property
     def starts_early(self) -> bool:
@@ -887,6 +895,18 @@ def _conv2d_rule(x, w, stride, padding, dilation, groups):
     return (x.shape[0], w.shape[0], oh, ow), np.result_type(x.dtype, w.dtype)
 
 
+def _conv_scratch(op: str) -> Callable:
+    """The bytes of `op`'s temporaries (`convolution.scratch`); a gradient op's `shape` attribute
+    is the input's or the weight's."""
+
+    def scratch(ins: Sequence[Any], a: dict) -> int:
+        x = a["shape"] if op == "input_grad" else ins[0].shape
+        w = a["shape"] if op == "weight_grad" else ins[1].shape
+        return convolution.scratch(op, x, w, np.result_type(*(v.dtype for v in ins)), **a)
+
+    return scratch
+
+
 def _conv_grad_rule(a, b, shape, stride, padding, dilation, groups):
     return shape, np.result_type(a.dtype, b.dtype)
 
@@ -899,6 +919,7 @@ conv2d = Primitive(
      lambda g, out, x, w, **a: conv2d_weight_grad(x, g, shape=w.shape, **a)),
     "in",
     kind="contraction",
+    scratch=_conv_scratch("conv2d"),
 )  # fmt: skip
 conv2d_input_grad = Primitive(
     "conv2d_input_grad",
@@ -908,6 +929,7 @@ conv2d_input_grad = Primitive(
      lambda c, out, g, w, shape, **a: conv2d_weight_grad(c, g, shape=w.shape, **a)),
     "in",
     kind="contraction",
+    scratch=_conv_scratch("input_grad"),
 )  # fmt: skip
 conv2d_weight_grad = Primitive(
     "conv2d_weight_grad",
@@ -917,6 +939,7 @@ conv2d_weight_grad = Primitive(
      lambda c, out, x, g, shape, **a: conv2d(x, c, **a)),
     "in",
     kind="contraction",
+    scratch=_conv_scratch("weight_grad"),
 )  # fmt: skip
 
 # --- max-pooling (implemented in `pooling`; the Numba backend has kernels of its own) ----------
