@@ -396,9 +396,10 @@ class ArenaLayout:
 
 
 class Arena:
-    """The buffer every plan of the process places its values in, sized by the largest plan
-    that has run. It is lent to one call at a time; a call made while it is lent
-    (another thread's) gets a buffer of its own."""
+    """The buffer every plan of the process places its values in, sized by the largest live
+    plan that has run (a plan replaced by its kernels' plan, or dropped, no longer counts). It
+    is lent to one call at a time; a call made while it is lent (another thread's) gets a
+    buffer of its own."""
 
     def __init__(self) -> None:
         self.buffer = np.empty(0, np.uint8)
@@ -411,10 +412,11 @@ class Arena:
         if not self.lock.acquire(blocking=False):
             return layout.views(_aligned_empty(layout.nbytes)), False
         try:
-            if self.buffer.nbytes < layout.nbytes:
+            needed = max([layout.nbytes, *(other.nbytes for other in self.views)])
+            if self.buffer.nbytes != needed:
                 self.views.clear()
                 self.buffer = np.empty(0, np.uint8)  # free the old buffer before taking the new
-                self.buffer = _aligned_empty(layout.nbytes)
+                self.buffer = _aligned_empty(needed)
             views = self.views.get(layout)
             if views is None:
                 views = self.views[layout] = layout.views(self.buffer)
