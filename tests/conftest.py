@@ -53,6 +53,24 @@ def check_grad(fn: Callable[..., tg.Tensor], *arrays: np.ndarray, tol: float = 1
         np.testing.assert_allclose(x.grad.numpy(), expected, rtol=tol, atol=tol, err_msg=f"arg {i}")
 
 
+def classifier_step(model: Callable, optimizer) -> Callable:
+    """The eager training step of a classifier: cross-entropy, backward through a GradManager
+    attached to the model's parameters, the optimizer's step, zeroed gradients."""
+    from tracegrad.nn import functional as F
+
+    gm = tg.GradManager().attach(model.parameters())
+
+    def step(x, y):
+        with gm:
+            loss = F.cross_entropy(model(x), y)
+            gm.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        return loss
+
+    return step
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(0)

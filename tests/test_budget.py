@@ -7,6 +7,7 @@ import itertools
 
 import numpy as np
 import pytest
+from conftest import classifier_step
 from test_trace import MLP, batches, run_eager
 
 import tracegrad as tg
@@ -79,22 +80,12 @@ def conv_step():
     """A small CNN step whose convolutions' columns (temporaries inside the op) are a large
     share of its memory."""
     from tracegrad import nn, optim
-    from tracegrad.nn import functional as F
 
     nn.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
                           nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(), nn.Flatten(),
                           nn.Linear(16 * 14 * 14, 10))  # fmt: skip
-    gm, opt = tg.GradManager().attach(model.parameters()), optim.SGD(model.parameters(), lr=0.1)
-
-    def step(x, y):
-        with gm:
-            loss = F.cross_entropy(model(x), y)
-            gm.backward(loss)
-        opt.step()
-        opt.zero_grad()
-        return loss
-
+    step = classifier_step(model, optim.SGD(model.parameters(), lr=0.1))
     rng = np.random.default_rng(0)
     return step, rng.standard_normal((64, 1, 28, 28)).astype(np.float32), rng.integers(0, 10, 64)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import check_grad, numeric_grad
+from conftest import check_grad, classifier_step, numeric_grad
 
 import passes
 import tracegrad as tg
@@ -180,17 +180,7 @@ def test_backward_keeps_the_indices_not_the_activations(rng, backend, monkeypatc
         model = Net()
         for p in model.parameters():
             p._value = p.numpy().astype(np.float64)
-        gm = tg.GradManager().attach(model.parameters())
-        opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-
-        def step(x, y, model=model, gm=gm, opt=opt):
-            with gm:
-                loss = F.cross_entropy(model(x), y)
-                gm.backward(loss)
-            opt.step()
-            opt.zero_grad()
-            return loss
-
+        step = classifier_step(model, optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
         models.append((model, tg.trace(step, backend=backend) if traced else step))
     for x, y in data:
         losses = [float(step(tg.tensor(x), tg.tensor(y))) for _, step in models]
