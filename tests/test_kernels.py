@@ -304,12 +304,11 @@ def test_new_kernels_compile_in_a_child_process_too(tmp_path, monkeypatch, helpe
     spawned, children = [], []
     real = cache.KernelCache._compile_in_child
 
-    def spy(self, names, nice=0):
+    def spy(self, names):
         spawned.extend(names)
-        assert nice == (cache.BACKGROUND_NICE if background else 0)  # background yields
         if helper == "fails":
             monkeypatch.setattr(cache.sys, "executable", "/bin/false")
-        children.append(real(self, names, nice))
+        children.append(real(self, names))
         return children[-1]
 
     monkeypatch.setattr(cache.KernelCache, "_compile_in_child", spy)

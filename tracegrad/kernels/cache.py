@@ -120,9 +120,7 @@ class KernelCache:
             shares = [cold[1::2]]
         else:
             shares = []
-        nice = BACKGROUND_NICE if background else 0
-        helpers = [self._compile_in_child(share, nice) for share in shares if share]
-        helpers = [h for h in helpers if h is not None]
+        helpers = [h for h in map(self._compile_in_child, filter(None, shares)) if h is not None]
         theirs = {n for share in shares for n in share}
         for name in sorted(sources, key=lambda n: n in theirs):  # ours first, then the children's
             if name in theirs:
@@ -131,14 +129,13 @@ class KernelCache:
             self.load(name, lambda name=name: sources[name])
             done()
 
-    def _compile_in_child(self, names: list[str], nice: int = 0) -> subprocess.Popen | None:
+    def _compile_in_child(self, names: list[str]) -> subprocess.Popen | None:
         if getattr(sys, "frozen", False) or not sys.executable:
             return None  # sys.executable is not a Python interpreter (a frozen application)
         package_root = str(Path(__file__).resolve().parents[2])  # where `tracegrad` imports from
         path = os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))
         env = {**os.environ, ENV_VAR: str(self.directory), "PYTHONPATH": path}
-        command = [sys.executable, "-m", "tracegrad.kernels.cache", str(self.directory), str(nice),
-                   *names]  # fmt: skip
+        command = [sys.executable, "-m", "tracegrad.kernels.cache", str(self.directory), *names]
         quiet = subprocess.DEVNULL
         try:
             return subprocess.Popen(command, env=env, stdin=quiet, stdout=quiet, stderr=quiet)
@@ -183,9 +180,6 @@ if _FallbackLocator not in CacheImpl._locator_classes:
 # Numba. A kernel takes about 0.15 s to compile, 0.5 s with `parallel=True` (docs/kernels.md).
 HELPER_MIN_S = 2.0
 MAX_CHILDREN = 4  # compiling away from a busy process: one child per core, up to this many
-# Compiling in the background yields to the step: the GPT's first call (a NumPy step beside two
-# compiling children on 2 cores) took 2.5-5.2 s at the children's priority.
-BACKGROUND_NICE = 10
 HELPER_TIMEOUT_S = 600.0
 
 
@@ -245,7 +239,6 @@ def _import(module_name: str, path: Path) -> ModuleType:
     return module
 
 
-if __name__ == "__main__":  # python -m tracegrad.kernels.cache DIR NICE MODULE...: fill the cache
-    os.nice(int(sys.argv[2]))
-    for name in sys.argv[3:]:
+if __name__ == "__main__":  # python -m tracegrad.kernels.cache DIR MODULE...: fill Numba's cache
+    for name in sys.argv[2:]:
         _import(name, Path(sys.argv[1]) / f"{name}.py")
