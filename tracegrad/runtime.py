@@ -69,6 +69,7 @@ class Plan:
         pending = self.pending
         if pending is None or not (wait or pending.done.is_set()):
             return
+        pending.start()
         pending.done.wait()
         self.pending = None
         if pending.error is not None:
@@ -95,6 +96,9 @@ class Plan:
         except Exception as e:
             _name_user_line(e)
             raise
+        finally:
+            if self.pending is not None:
+                self.pending.start()
 
     def _finish(self, arg_leaves: Sequence[Any], inputs: list[np.ndarray], outs: Sequence) -> Any:
         """Now that the step has run to its end: copy the results out of the arena and store the
@@ -485,7 +489,8 @@ class MeasuredRun:
 class BackgroundLowering:
     """`lower(graph, "numba")` in a thread, its new kernels compiling in child processes (one per
     core), while the step runs NumPy: the first call does not wait for Numba (0.15-0.6 s a
-    kernel; 6.8 s of the GPT's 7.7 s first call in benchmarks/models.py)."""
+    kernel; 6.8 s of the GPT's 7.7 s first call in benchmarks/models.py). It starts when the
+    first call has returned, which the compilers beside it would slow (GPT: 2.5-5.2 s)."""
 
     def __init__(self, graph: ir.Graph):
         self.result: tuple[ir.Graph, dict] | None = None
@@ -494,7 +499,13 @@ class BackgroundLowering:
         self.done = threading.Event()
         self._thread = threading.Thread(target=self._lower, args=(graph,), daemon=True,
                                         name="tracegrad-kernels")  # fmt: skip
-        self._thread.start()
+        self._start = threading.Lock()
+
+    def start(self) -> None:
+        """Start compiling (once)."""
+        with self._start:
+            if self._thread.ident is None:
+                self._thread.start()
 
     def _lower(self, graph: ir.Graph) -> None:
         start = time.perf_counter()
