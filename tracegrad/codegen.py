@@ -160,18 +160,20 @@ def lower(
     `background=True` (from a thread beside a running step) compiles in child processes,
     silently."""
     groups = kernel_groups(graph) if backend == "numba" else []
+    natives = native_nodes(graph) if backend == "numba" else []
     kernels: dict[ir.Node, Callable] = {}
-    if groups:
-        from .kernels import compile_groups
+    if groups or natives:  # one round of loading, so that new kernels compile together
+        from .kernels import compile_groups, native
 
+        modules = native.modules(natives)
         bodies = [(b.inputs, b.nodes, b.outputs) for b in (n.attrs["body"] for n in groups)]
         progress = Progress() if compile and not background else None
-        compiled = compile_groups(bodies, progress, compile=compile, background=background)
+        compiled = compile_groups(bodies, progress, compile=compile, background=background,
+                                  also=dict(modules.values()))  # fmt: skip
         if progress is not None:
             progress.close()
         kernels = {n: k for n, (ok, k) in zip(groups, compiled, strict=True) if ok}
-    if backend == "numba":
-        kernels.update(native_kernels(graph, compile, background))
+        kernels.update(native.launchers(modules) if compile else dict.fromkeys(modules))
     nodes = []
     for n in graph.nodes:
         if n.prim.kind != "composite" or n in kernels:
@@ -232,17 +234,3 @@ def native_nodes(graph: ir.Graph) -> list[ir.Node]:
     over at least KERNEL_MIN elements."""
     size = lambda n: max(v.size for v in (*n.inputs, *n.outputs))
     return [n for n in graph.nodes if n.prim.native and size(n) >= KERNEL_MIN]
-
-
-def native_kernels(
-    graph: ir.Graph, compile: bool = True, background: bool = False
-) -> dict[ir.Node, Callable]:
-    """The Numba backend's own kernels for `native_nodes`; a node no kernel handles runs the
-    op's NumPy implementation. Numba is imported only if some node qualifies."""
-    nodes = native_nodes(graph)
-    if not nodes:
-        return {}
-    from .kernels.native import compile_native
-
-    compiled = compile_native(nodes, compile, background)
-    return {n: k for n, (ok, k) in zip(nodes, compiled, strict=True) if ok}

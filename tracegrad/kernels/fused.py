@@ -165,12 +165,14 @@ def compile_groups(
     cache: KernelCache | None = None,
     compile: bool = True,
     background: bool = False,
+    also: dict[str, str] | None = None,
 ) -> list[tuple[bool, FusedKernel | None]]:
     """`compile_group` for every (inputs, nodes, outputs) of a plan at once, so that new kernels
     compile in two processes (`KernelCache.load_all`): per group (True, kernel), or (False,
     None) for a group this generator does not handle. `progress` (`total`, `step()`) counts
     distinct kernels; `compile=False` only decides (kernels are None); `background=True`
-    compiles every new kernel in child processes (a background thread's call)."""
+    compiles every new kernel in child processes (a background thread's call). `also`, other
+    generators' modules (`{module_name: source}`), loads in the same round."""
     cache = cache or default_cache()
     found: list[tuple[Structure, Layout] | None] = []
     for inputs, nodes, outputs in groups:
@@ -181,10 +183,10 @@ def compile_groups(
     if not compile:
         return [(f is not None, None) for f in found]
     structures = {structure_key(s): s for s, _ in filter(None, found)}
+    sources = {_module(k): generate_source(s, k) for k, s in structures.items()} | (also or {})
     if progress is not None:
-        progress.total = len(structures)
-    cache.load_all({_module(k): generate_source(s, k) for k, s in structures.items()},
-                   progress.step if progress is not None else lambda: None, background)  # fmt: skip
+        progress.total = len(sources)
+    cache.load_all(sources, progress.step if progress is not None else lambda: None, background)
     return [(False, None) if f is None else (True, _kernel(*f, cache)) for f in found]
 
 
