@@ -540,4 +540,5 @@ __all__ = sorted(set(__all__) - {"fused", "scatter_add", "inv", "det", "logabsde
                                  "solve", "cholesky", "eigh_values", "eigh_vectors", "pinv", "svd",
                                  "einsum", "argsort", "argpartition", "cumsum", "pad",
                                  "check_range", "max_pool2d", "max_pool2d_argmax",
-                                 "max_pool2d_gather", "max_pool2d_scatter"})  # fmt: skip
+                                 "max_pool2d_gather", "max_pool2d_scatter", "attention",
+                                 "attention_grad"})  # fmt: skip

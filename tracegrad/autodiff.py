@@ -255,9 +255,9 @@ def _propagate(order, useful, grads, deliver, retain_graph, create_graph) -> Non
             if node.is_leaf:
                 continue
             ins, out = node.unpack()
-            for i, parent in enumerate(node.parents):
-                rule = node.prim.vjp_rule(i) if parent in useful else None
-                gi = rule(g, out, *ins, **node.params) if rule is not None else None
+            wanted = [parent in useful for parent in node.parents]
+            cotangents = node.prim.input_grads(wanted, g, out, ins, node.params, create_graph)
+            for i, (parent, gi) in enumerate(zip(node.parents, cotangents, strict=True)):
                 if gi is not None:
                     gi = gi.astype(node.avals[i].dtype)  # float32 inputs get float32 grads
                     grads[parent] = grads[parent] + gi if parent in grads else gi

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from . import attention as attention_impl
 from . import convolution, ir, pooling
 from .errors import ShapeError
 
@@ -53,7 +54,11 @@ class Primitive:
     (elementwise ops and views always may); `native`, an op the Numba backend runs with a
     kernel of its own (registered in `tracegrad.kernels.native`), from `impl` elsewhere;
     `scratch`, `scratch(inputs, attrs)`: the bytes of the temporaries `impl` allocates and frees
-    within one call (the convolutions' columns), which the memory plan counts at the node."""
+    within one call (the convolutions' columns), which the memory plan counts at the node;
+    `flops(inputs, outputs)`, the operations of one call where `cost`'s rule of thumb is wrong;
+    `joint`: `vjp(wanted, g, out, *ins, create_graph=..., **params)` gives every input's
+    cotangent in one call (None where `wanted[i]` is false), for an op whose cotangents share
+    their work; `create_graph` says whether the cotangents will be differentiated again."""
 
     def __init__(
         self,
@@ -74,6 +79,8 @@ class Primitive:
         cheap: bool = False,
         native: bool = False,
         scratch: Callable | None = None,
+        flops: Callable | None = None,
+        joint: bool = False,
     ):
         if kind not in KINDS:
             raise ValueError(f"primitive {name}: kind {kind!r} is not one of {sorted(KINDS)}")
@@ -91,6 +98,7 @@ class Primitive:
         self.cheap = cheap or kind == "elementwise"
         self.native = native
         self._scratch = scratch
+        self._flops, self.joint = flops, joint
         PRIMITIVES[name] = self
 
     @property
@@ -144,6 +152,8 @@ class Primitive:
         if self.kind == "view":
             return 0, 0
         moved = builtins.sum(v.nbytes for v in (*inputs, *outputs) if v.const is None)
+        if self._flops is not None:
+            return self._flops(inputs, outputs), moved
         if self.kind == "contraction":
             return 2 * builtins.sum(v.size for v in outputs) * inputs[0].shape[-1], moved
         return builtins.max((v.size for v in (*inputs, *outputs)), default=0), moved
@@ -152,6 +162,14 @@ class Primitive:
         if callable(self.vjp):
             return lambda *a, **p: self.vjp(i, *a, **p)
         return self.vjp[i] if self.vjp is not None and i < len(self.vjp) else None
+
+    def input_grads(self, wanted: Sequence[bool], g: Any, out: Any, ins: Sequence[Any],
+                    params: dict, create_graph: bool = False) -> Sequence[Any]:  # fmt: skip
+        """The cotangent of each input i with `wanted[i]` (None for the others)."""
+        if self.joint:
+            return self.vjp(wanted, g, out, *ins, create_graph=create_graph, **params)
+        rules = [self.vjp_rule(i) if w else None for i, w in enumerate(wanted)]
+        return [None if r is None else r(g, out, *ins, **params) for r in rules]
 
     def __call__(self, *args: Any, **params: Any) -> Any:
         raise RuntimeError("tracegrad's front end is not loaded: import tracegrad")
@@ -997,6 +1015,67 @@ max_pool2d_gather = _pool("max_pool2d_gather", pooling.gather, _pool_rule, (_poo
 max_pool2d_scatter = _pool("max_pool2d_scatter", pooling.scatter, _pool_scatter_rule,
                            (lambda c, out, g, idx, shape, **a: max_pool2d_gather(c, idx, **a),
                             None), kind="index")  # fmt: skip
+
+# --- attention (implemented in `attention`; the Numba backend has kernels of its own) ------------
+# attention(q, k, v) is softmax(q k^T * scale [causal]) v; attention_grad(q, k, v, out, g) packs
+# the three cotangents into one flat array (its VJP: none; a second-order gradient takes the
+# composed ops, `_attention_grads`). Attributes: scale, causal.
+
+
+def _attention_rule(q, k, v, scale, causal):
+    if q.ndim < 2 or q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1] \
+            or q.shape[-1] != k.shape[-1] or k.shape[-2] == 0:  # fmt: skip
+        raise ValueError(f"query {q.shape}, key {k.shape} and value {v.shape}: expected "
+                         "(..., L, E), (..., S, E) and (..., S, Ev) with S > 0")  # fmt: skip
+    if not q.dtype == k.dtype == v.dtype or q.dtype.kind != "f":
+        raise ValueError(f"query, key and value of one floating dtype, not {q.dtype}, "
+                         f"{k.dtype} and {v.dtype}")  # fmt: skip
+    return (*q.shape[:-1], v.shape[-1]), q.dtype
+
+
+def _attention_grad_rule(q, k, v, out, g, scale, causal):
+    shape, dtype = _attention_rule(q, k, v, scale, causal)
+    if out.shape != shape or g.shape != shape:
+        raise ValueError(f"output {out.shape} and its cotangent {g.shape}: expected {shape}")
+    return (q.size + k.size + v.size,), dtype
+
+
+def _attention_vjp(wanted, g, out, q, k, v, scale, causal, create_graph=False):
+    if create_graph:  # the gradient is itself recorded: ops with VJPs of their own
+        return _attention_grads(g, out, q, k, v, scale, causal)
+    packed = attention_grad(q, k, v, out, g, scale=scale, causal=causal)
+    grads = attention_impl.unpack(packed, q, k, v)
+    return [x if w else None for w, x in zip(wanted, grads, strict=True)]
+
+
+def _attention_grads(g, out, q, k, v, scale, causal):
+    """attention's cotangents of q, k and v in composed, differentiable ops."""
+    s = matmul(q, _mT(k)) * scale
+    if causal:
+        s = where(attention_impl.causal_mask(q.shape[-2], k.shape[-2]), s, -math.inf)
+    last = (s.ndim - 1,)
+    e = exp(s - max(s, axis=last, keepdims=True))
+    p = e / sum(e, axis=last, keepdims=True)
+    ds = p * (matmul(g, _mT(v)) - sum(g * out, axis=last, keepdims=True)) * scale
+    return matmul(ds, k), matmul(_mT(ds), q), matmul(_mT(p), g)
+
+
+def _attention_flops(ins, outs) -> int:
+    """q k^T and p v forward (4 L S E), five such products backward; causal: about half."""
+    q, k = ins[0], ins[1]
+    return 2 * q.size * k.shape[-2] * (2 if len(ins) == 3 else 5)
+
+
+attention = Primitive(
+    "attention", attention_impl.forward, _attention_rule, _attention_vjp, "in+out",
+    accepts_out=True, native=True, joint=True, flops=_attention_flops,
+    scratch=lambda ins, a: attention_impl.scratch(*ins[:3], backward=False),
+)  # fmt: skip
+attention_grad = Primitive(
+    "attention_grad", attention_impl.backward, _attention_grad_rule, None, accepts_out=True,
+    native=True, flops=_attention_flops,
+    scratch=lambda ins, a: attention_impl.scratch(*ins[:3], backward=True),
+)  # fmt: skip
 
 fused = Composite("fused")
 

@@ -14,10 +14,10 @@ from collections.abc import Callable, Sequence
 
 from tracegrad.ir import Node
 
-from . import pool
+from . import attention, pool
 from .cache import default_cache
 
-GENERATORS = dict.fromkeys(pool.OPS, pool)
+GENERATORS = dict.fromkeys(pool.OPS, pool) | dict.fromkeys(attention.OPS, attention)
 
 
 def modules(nodes: Sequence[Node]) -> dict[Node, tuple[str, str]]:

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import attention as attention_impl
 from .. import primitives as P
 from .. import random
 from ..api import (
@@ -512,28 +513,40 @@ def scaled_dot_product_attention(
     scale: float | None = None,
 ) -> Tensor:
     """softmax(q k^T * scale + mask) v over (..., L, E) queries and (..., S, E) keys. A boolean
-    mask says which keys a query may attend to (True: attend); a float mask is added."""
+    mask says which keys a query may attend to (True: attend); a float mask is added. Without a
+    mask, or with `is_causal`, it is one op (`attention`, fused kernels forward and backward);
+    a mask, or leading axes that broadcast, take the composed ops."""
     if dropout_p != 0.0:
         raise NotImplementedError("scaled_dot_product_attention: dropout_p must be 0 for now")
     q, k, v = as_tensor(query), as_tensor(key), as_tensor(value)
-    if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+    if q.ndim < 2 or k.ndim < 2 or v.ndim < 2 or q.shape[-1] != k.shape[-1] \
+            or k.shape[-2] != v.shape[-2]:  # fmt: skip
         raise ShapeError(
             f"scaled_dot_product_attention: query {q.shape}, key {k.shape} and value "
             f"{v.shape}; expected (..., L, E), (..., S, E), (..., S, Ev)"
         )
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    scores = matmul(q, transpose(k, (*range(k.ndim - 2), k.ndim - 1, k.ndim - 2))) * scale
+    if is_causal and attn_mask is not None:
+        raise ValueError("scaled_dot_product_attention: give attn_mask or is_causal, not both")
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    same = q.shape[:-2] == k.shape[:-2] == v.shape[:-2] and k.shape[-2] > 0
+    if attn_mask is None and same and q.dtype == k.dtype == v.dtype and q.dtype.kind == "f":
+        return P.attention(q, k, v, scale=scale, causal=bool(is_causal))
     if is_causal:
-        if attn_mask is not None:
-            raise ValueError("scaled_dot_product_attention: give attn_mask or is_causal, not both")
-        attn_mask = Tensor(np.tril(np.ones((q.shape[-2], k.shape[-2]), np.bool_)))
-    if attn_mask is not None:
-        attn_mask = as_tensor(attn_mask)
-        if attn_mask.dtype == np.bool_:
-            scores = where(attn_mask, scores, -np.inf)
-        else:
-            scores = scores + attn_mask
-    return matmul(softmax(scores, axis=-1), v)
+        attn_mask = Tensor(attention_impl.causal_mask(q.shape[-2], k.shape[-2]))
+    return matmul(_probabilities(q, k, scale, attn_mask), v)
+
+
+def _probabilities(q: Tensor, k: Tensor, scale: float, mask: Any) -> Tensor:
+    """softmax(q k^T * scale + mask) over the keys, in composed ops."""
+    scores = matmul(q, _mT(k)) * scale
+    if mask is not None:
+        mask = as_tensor(mask)
+        scores = where(mask, scores, -np.inf) if mask.dtype == np.bool_ else scores + mask
+    return softmax(scores, axis=-1)
+
+
+def _mT(x: Tensor) -> Tensor:
+    return transpose(x, (*range(x.ndim - 2), x.ndim - 1, x.ndim - 2))
 
 
 def batch_norm(

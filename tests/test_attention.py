@@ -1,0 +1,131 @@
+"""The fused attention op (`scaled_dot_product_attention` without a mask, or causal): its NumPy
+implementation and Numba kernels against the composed ops and finite differences, second-order
+gradients, one backward call for three cotangents, and what a traced step keeps."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import check_grad, numeric_grad
+
+import tracegrad as tg
+from tracegrad import attention as attention_impl
+from tracegrad import codegen
+from tracegrad.nn import functional as F
+
+SHAPES = [  # q, k, v: rows not a multiple of the kernels' blocks of 4, more or fewer keys
+    ((2, 3, 7, 5), (2, 3, 9, 5), (2, 3, 9, 4)),
+    ((13, 8), (6, 8), (6, 3)),
+    ((2, 5, 3), (2, 5, 3), (2, 5, 2)),
+]
+
+
+def composed(q, k, v, causal):
+    """softmax(q k^T / sqrt(E)) v from NumPy, the mask written out: the reference."""
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    if causal:
+        s = np.where(np.tri(*s.shape[-2:], dtype=bool), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return (p / p.sum(-1, keepdims=True)) @ v
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shapes", SHAPES)
+def test_gradients_match_finite_differences(rng, shapes, causal):
+    q, k, v = (rng.standard_normal(s) for s in shapes)
+    sdpa = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    np.testing.assert_allclose(sdpa(*map(tg.tensor, (q, k, v))).numpy(), composed(q, k, v, causal),
+                               rtol=1e-12, atol=1e-12)  # fmt: skip
+    check_grad(sdpa, q, k, v)
+
+
+def test_second_order_gradients_take_the_composed_ops(rng):
+    """With create_graph the VJP is written in differentiable ops: d/dq of |dL/dk|^2."""
+    q, k, v = (rng.standard_normal(s) for s in SHAPES[0])
+    c = rng.standard_normal((*q.shape[:-1], v.shape[-1]))
+
+    def grad_norm(q: np.ndarray | tg.Tensor, create_graph: bool = False) -> tg.Tensor:
+        kt = tg.tensor(k, requires_grad=True)
+        y = F.scaled_dot_product_attention(q, kt, tg.tensor(v), is_causal=True)
+        (gk,) = tg.autograd.grad((y * c).sum(), kt, create_graph=create_graph)
+        return (gk * gk).sum()
+
+    qt = tg.tensor(q, requires_grad=True)
+    grad_norm(qt, create_graph=True).backward()
+    expected = numeric_grad(lambda a: float(grad_norm(tg.tensor(a))), q)
+    np.testing.assert_allclose(qt.grad.numpy(), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_one_backward_call_gives_all_three_cotangents(rng, monkeypatch):
+    calls = []
+    counted = lambda *a, **kw: calls.append(1) or attention_impl.backward(*a, **kw)
+    monkeypatch.setattr(tg.primitives.attention_grad, "impl", counted)
+    q, k, v = (tg.tensor(rng.standard_normal(s), requires_grad=True) for s in SHAPES[0])
+    F.scaled_dot_product_attention(q, k, v).sum().backward()
+    assert len(calls) == 1 and all(t.grad is not None for t in (q, k, v))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_traced_kernels_match_eager(rng, dtype, monkeypatch):
+    """Values and gradients of q, k, v (q in Fortran order, as a strided view) from the Numba
+    kernels against the NumPy op: every shape of SHAPES, causal or not, in one plan."""
+    monkeypatch.setattr(codegen, "KERNEL_MIN", 0)
+    args = []
+    for shapes in SHAPES:
+        q = rng.standard_normal(shapes[0][::-1]).T.astype(dtype)
+        args += [q] + [rng.standard_normal(s).astype(dtype) for s in shapes[1:]]
+
+    def step(*xs):
+        with tg.GradManager().attach(xs) as gm:
+            ys = [F.scaled_dot_product_attention(*xs[i : i + 3], is_causal=causal)
+                  for i in range(0, len(xs), 3) for causal in (False, True)]  # fmt: skip
+            gm.backward(tg.sum(tg.stack([(y * y).sum() for y in ys])))
+        return [*ys, *(x.grad for x in xs)]
+
+    traced = tg.trace(step, backend="numba")
+    got = traced(*(tg.tensor(a, requires_grad=True) for a in args))
+    want = step(*(tg.tensor(a, requires_grad=True) for a in args))
+    tol = 1e-12 if dtype == np.float64 else 2e-5
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=tol, atol=tol)
+    assert traced.source.count("attention kernel") == traced.source.count("attention_grad") == 6
+
+
+def test_a_nan_reaches_its_rows_as_in_pytorch(rng, monkeypatch):
+    monkeypatch.setattr(codegen, "KERNEL_MIN", 0)
+    q, k, v = (rng.standard_normal((1, 2, 6, 4)).astype(np.float32) for _ in range(3))
+    k[0, 1, 2, 0] = np.nan  # rows that see key 2 of head 1 (causal: rows 2..5) become NaN
+    f = tg.trace(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                 backend="numba")  # fmt: skip
+    y = f(q, k, v).numpy()
+    assert np.isnan(y[0, 1, 2:]).all() and not np.isnan(y[0, 1, :2]).any()
+    assert not np.isnan(y[0, 0]).any()
+
+
+def test_backward_keeps_no_scores(rng):
+    """The traced step keeps q, k, v and the output for backward, never a (L x S) array."""
+    q, k, v = (tg.tensor(rng.standard_normal((2, 3, 10, 4)), requires_grad=True)
+               for _ in range(3))  # fmt: skip
+
+    def step(q, k, v):
+        with tg.GradManager().attach([q, k, v]) as gm:
+            gm.backward(F.scaled_dot_product_attention(q, k, v, is_causal=True).sum())
+
+    traced = tg.trace(step)
+    traced(q, k, v)
+    shapes = {tuple(v.shape) for n in traced.graph.nodes for v in n.outputs}
+    assert not any(s[-2:] == (10, 10) for s in shapes), shapes
+
+
+def test_a_mask_or_broadcast_heads_take_the_composed_ops(rng):
+    q = tg.tensor(rng.standard_normal((2, 3, 4)))
+    k = tg.tensor(rng.standard_normal((1, 5, 4)))
+    mask = rng.random((3, 5)) > 0.3
+    mask[:, 0] = True
+    y = F.scaled_dot_product_attention(q, k, k, attn_mask=mask)
+    s = q.numpy() @ np.swapaxes(k.numpy(), -1, -2) / 2.0
+    p = np.exp(np.where(mask, s, -np.inf) - s.max(-1, keepdims=True))
+    np.testing.assert_allclose(y.numpy(), (p / p.sum(-1, keepdims=True)) @ k.numpy())
+    y = F.scaled_dot_product_attention(q, k, k)  # leading axes broadcast
+    np.testing.assert_allclose(y.numpy(), composed(q.numpy(), np.broadcast_to(k.numpy(),
+                               (2, 5, 4)), k.numpy(), False))  # fmt: skip
