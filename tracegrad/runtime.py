@@ -39,6 +39,7 @@ from .codegen import (
     native_nodes,
 )
 from .errors import MemoryBudgetError
+from .kernels.blas import quiet_openblas
 from .tensor import Tensor
 from .tracer import Capture, TraceError, capture, signature
 
@@ -537,6 +538,8 @@ def compile_plan(
     before the first call (NumPy calls in their place would not keep to the budget)."""
     if pipeline is None:
         pipeline = passes.DEFAULT + ([passes.fuse] if backend == "numba" else [])
+    if backend == "numba":
+        quiet_openblas()
     name = identifier(name)
     if memory_budget is not None:
         graph, stats, kernels, memory, budget = _fit(cap.graph, backend, pipeline, memory_budget)
