@@ -16,7 +16,6 @@ kernels (`KernelCache`)."""
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -27,11 +26,16 @@ from tracegrad import primitives as P
 from tracegrad.ir import Node
 
 from . import fastmath
+from .cache import named
+from .fused import GENERATOR_VERSION
 
 OPS = {P.attention: "forward", P.attention_grad: "backward"}
 DTYPES = ("float32", "float64")
 
 _HEAD = '''"""Attention {op} ({dtype}): tracegrad.kernels.attention generated it."""
+
+# scalar math {version}: a new exp in tracegrad.kernels gives a new module (Numba's cache would not
+# see it)
 
 import numpy as np
 from numba import njit, prange
@@ -242,6 +246,7 @@ def generate_source(op: str, dtype: str) -> str:
     head = _HEAD.format(
         op=op,
         dtype=dtype,
+        version=GENERATOR_VERSION,
         flags=set(fastmath.FLAGS),
         reduce_flags=set(fastmath.FLAGS | {"reassoc", "nnan", "ninf"}),
         signature=f"void({', '.join(arrays)})",
@@ -256,8 +261,7 @@ def module(node: Node) -> tuple[str, str]:
     if dtype not in DTYPES or any(v.const is not None or v.dtype.name != dtype
                                   for v in node.inputs):  # fmt: skip
         raise NotImplementedError(f"attention kernels for {dtype} or constants")
-    source = generate_source(OPS[node.prim], dtype)
-    return f"tracegrad_attention_{hashlib.sha256(source.encode()).hexdigest()[:24]}", source
+    return named("sdpa", generate_source(OPS[node.prim], dtype))
 
 
 def as_pairs(a: np.ndarray) -> np.ndarray:

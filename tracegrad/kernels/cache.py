@@ -11,6 +11,7 @@ Numba cache fails to load is compiled afresh.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import stat
@@ -27,6 +28,11 @@ import numba
 from numba.core.caching import CacheImpl, UserProvidedCacheLocator, _CacheLocator
 
 ENV_VAR = "TRACEGRAD_CACHE_DIR"
+
+
+def named(prefix: str, source: str) -> tuple[str, str]:
+    """A generated module's name (`tracegrad_<prefix>_<hash of its text>`) and its text."""
+    return f"tracegrad_{prefix}_{hashlib.sha256(source.encode()).hexdigest()[:24]}", source
 
 
 def cache_dir() -> Path:

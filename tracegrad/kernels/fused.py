@@ -191,7 +191,7 @@ def compile_groups(
 
 
 def structure_key(structure: Structure) -> str:
-    text = f"{_GENERATOR_VERSION}|{structure!r}"
+    text = f"{GENERATOR_VERSION}|{structure!r}"
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
@@ -563,4 +563,4 @@ def _generator_version() -> str:
     return h.hexdigest()[:16]
 
 
-_GENERATOR_VERSION = _generator_version()
+GENERATOR_VERSION = _generator_version()

@@ -18,7 +18,6 @@ cache beside it); the key is a hash of the source, which holds geometry, dtypes 
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,6 +27,8 @@ import numpy as np
 from tracegrad import pooling
 from tracegrad import primitives as P
 from tracegrad.ir import Node
+
+from .cache import named
 
 OPS = {  # the op of each primitive, and its kernel's arrays (inputs, then outputs)
     P.max_pool2d_argmax: ("positions", ("x", "idx")),
@@ -85,7 +86,7 @@ def module(node: Node) -> tuple[str, str]:
     parallel = parallel and numba.config.NUMBA_NUM_THREADS > 1
     geometry = tuple(tuple(int(a) for a in node.attrs[k]) for k in GEOMETRY)
     source = generate_source(node.prim, values.dtype.name, idx.dtype.name, geometry, parallel)
-    return f"tracegrad_pool_{hashlib.sha256(source.encode()).hexdigest()[:24]}", source
+    return named("pool", source)
 
 
 def launcher(node: Node, compiled: Callable, path: Path) -> PoolKernel:
