@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # Each module's layer; a module may import only from its own layer or a lower one.
 LAYERS = {
     0: ["tracegrad.errors", "tracegrad.ir", "tracegrad.primitives", "tracegrad.convolution",
-        "tracegrad.pooling", "tracegrad.attention", "tracegrad.drawing"],  # core
+        "tracegrad.pooling", "tracegrad.attention", "tracegrad.normalization",
+        "tracegrad.drawing"],  # core
     1: ["tracegrad.tensor", "tracegrad.pytree", "tracegrad.api", "tracegrad.autodiff",
         "tracegrad.grad_manager", "tracegrad.tracer", "tracegrad.serialization",
         "tracegrad.random", "tracegrad.numpy_extra", "tracegrad.linalg",

@@ -223,6 +223,7 @@ def torch_twin(module, twin):
      (lambda m: m.BatchNorm2d(3), None, (4, 3, 5, 5)),
      (lambda m: m.BatchNorm1d(3, momentum=None), None, (6, 3)),
      (lambda m: m.Embedding(7, 4, padding_idx=1), None, None),
+     (lambda m: m.LayerNorm((3, 4)), None, (2, 5, 3, 4)),
      (lambda m: m.Sequential(m.MaxPool2d(2), m.AvgPool2d(2, 1), m.AdaptiveAvgPool2d(1),
                              m.Flatten()), None, (2, 3, 8, 8))],
 )  # fmt: skip

@@ -541,4 +541,4 @@ __all__ = sorted(set(__all__) - {"fused", "scatter_add", "inv", "det", "logabsde
                                  "einsum", "argsort", "argpartition", "cumsum", "pad",
                                  "check_range", "max_pool2d", "max_pool2d_argmax",
                                  "max_pool2d_gather", "max_pool2d_scatter", "attention",
-                                 "attention_grad"})  # fmt: skip
+                                 "attention_grad", "layer_norm", "layer_norm_grad"})  # fmt: skip

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from . import attention as attention_impl
-from . import convolution, ir, pooling
+from . import convolution, ir, normalization, pooling
 from .errors import ShapeError
 
 PRIMITIVES: dict[str, Primitive] = {}
@@ -1075,6 +1075,61 @@ attention_grad = Primitive(
     "attention_grad", attention_impl.backward, _attention_grad_rule, None, accepts_out=True,
     native=True, flops=_attention_flops,
     scratch=lambda ins, a: attention_impl.scratch(*ins[:3], backward=True),
+)  # fmt: skip
+
+# --- layer norm (implemented in `normalization`; the Numba backend has kernels of its own) -------
+# layer_norm(x, weight, bias) over the last axis; layer_norm_grad(x, weight, g) packs the three
+# cotangents into one flat array (its VJP: none; a second-order gradient takes the composed ops,
+# `_layer_norm_grads`). Attribute: eps.
+
+
+def _layer_norm_rule(x, weight, bias, eps):
+    d = x.shape[-1] if x.ndim else 0
+    if x.ndim < 1 or weight.shape != (d,) or bias.shape != (d,):
+        raise ValueError(f"input {x.shape}, weight {weight.shape} and bias {bias.shape}: "
+                         "expected (..., D), (D,) and (D,)")  # fmt: skip
+    if not x.dtype == weight.dtype == bias.dtype or x.dtype.kind != "f":
+        raise ValueError(f"input, weight and bias of one floating dtype, not {x.dtype}, "
+                         f"{weight.dtype} and {bias.dtype}")  # fmt: skip
+    return x.shape, x.dtype
+
+
+def _layer_norm_grad_rule(x, weight, g, eps):
+    shape, dtype = _layer_norm_rule(x, weight, weight, eps)
+    if g.shape != shape:
+        raise ValueError(f"cotangent {g.shape} for a result of {shape}")
+    return (x.size + 2 * x.shape[-1],), dtype
+
+
+def _layer_norm_vjp(wanted, g, out, x, weight, bias, eps, create_graph=False):
+    if create_graph:
+        grads = _layer_norm_grads(g, x, weight, eps)
+    else:
+        grads = normalization.unpack(layer_norm_grad(x, weight, g, eps=eps), x)
+    return [d if w else None for w, d in zip(wanted, grads, strict=True)]
+
+
+def _layer_norm_grads(g, x, weight, eps):
+    """layer_norm's cotangents of x, weight and bias in composed, differentiable ops."""
+    last, d = (x.ndim - 1,), float(x.shape[-1])
+    centered = x - sum(x, axis=last, keepdims=True) / d
+    rstd = 1.0 / sqrt(sum(centered * centered, axis=last, keepdims=True) / d + eps)
+    xhat = centered * rstd
+    dxhat = g * weight
+    mean_dxhat = sum(dxhat, axis=last, keepdims=True) / d
+    mean_dxhat_xhat = sum(dxhat * xhat, axis=last, keepdims=True) / d
+    dx = (dxhat - mean_dxhat - xhat * mean_dxhat_xhat) * rstd
+    return dx, sum_to(g * xhat, weight.shape), sum_to(g, weight.shape)
+
+
+layer_norm = Primitive(
+    "layer_norm", normalization.layer_norm, _layer_norm_rule, _layer_norm_vjp, "in",
+    accepts_out=True, native=True, joint=True,
+    scratch=lambda ins, a: normalization.scratch(ins[0]),
+)  # fmt: skip
+layer_norm_grad = Primitive(
+    "layer_norm_grad", normalization.layer_norm_grad, _layer_norm_grad_rule, None,
+    accepts_out=True, native=True, scratch=lambda ins, a: normalization.scratch(ins[0]),
 )  # fmt: skip
 
 fused = Composite("fused")

@@ -14,10 +14,10 @@ from collections.abc import Callable, Sequence
 
 from tracegrad.ir import Node
 
-from . import attention, pool
+from . import attention, normalization, pool
 from .cache import default_cache
 
-GENERATORS = dict.fromkeys(pool.OPS, pool) | dict.fromkeys(attention.OPS, attention)
+GENERATORS = {op: gen for gen in (pool, attention, normalization) for op in gen.OPS}
 
 
 def modules(nodes: Sequence[Node]) -> dict[Node, tuple[str, str]]:

@@ -119,19 +119,22 @@ def layer_norm(
     bias: Tensor | None = None,
     eps: float = 1e-5,
 ) -> Tensor:
-    """Normalize over the trailing `normalized_shape` axes (biased variance); scale and shift."""
+    """Normalize over the trailing `normalized_shape` axes (biased variance); scale and shift.
+    One op (`layer_norm`, a Numba kernel each way), the trailing axes seen as one."""
     x = as_tensor(x)
     normalized_shape = tuple(normalized_shape)
-    if x.shape[x.ndim - len(normalized_shape) :] != normalized_shape:
+    if x.shape[x.ndim - len(normalized_shape) :] != normalized_shape or not normalized_shape:
         raise ShapeError(
             f"layer_norm: input of shape {x.shape}, normalized_shape {normalized_shape}"
         )
-    axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
-    centered = x - mean(x, axes, keepdims=True)
-    y = centered / sqrt(mean(centered * centered, axes, keepdims=True) + eps)
-    if weight is not None:
-        y = y * weight
-    return y if bias is None else y + bias
+    d = math.prod(normalized_shape)
+    weight = Tensor(np.ones(d, x.dtype)) if weight is None else reshape(weight, (d,))
+    bias = Tensor(np.zeros(d, x.dtype)) if bias is None else reshape(bias, (d,))
+    dtype = np.result_type(x.dtype, weight.dtype, bias.dtype, np.float16)  # floating, promoted
+    x, weight, bias = (t if t.dtype == dtype else t.astype(dtype) for t in (x, weight, bias))
+    rows = x.shape[: x.ndim - len(normalized_shape)]
+    y = P.layer_norm(reshape(x, (*rows, d)), weight, bias, eps=float(eps))
+    return reshape(y, x.shape)
 
 
 def _reduce(loss: Tensor, reduction: str) -> Tensor:

@@ -1,0 +1,174 @@
+"""Layer-norm kernels: forward and backward each one pass over the rows (`tracegrad.normalization`
+has the NumPy versions and the contract).
+
+Forward reads a row once into the L1 cache, takes its mean and variance (two sums, in SIMD
+lanes) and writes the normalized, scaled and shifted row. Backward computes a row's statistics
+again, its dx in one more pass, and adds the row's share of dweight and dbias into partial sums
+of its thread's block of rows, summed at the end: the rows run in parallel without sharing an
+accumulator. Modules are generated per dtype; eps is an argument. Arrays are seen as (rows, D);
+inputs of any layout, outputs C-contiguous."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numba
+import numpy as np
+
+from tracegrad import primitives as P
+from tracegrad.ir import Node
+
+from . import fastmath
+from .cache import named
+
+OPS = {P.layer_norm: "forward", P.layer_norm_grad: "backward"}
+DTYPES = ("float32", "float64")
+
+_HEAD = '''"""Layer norm {op} ({dtype}): tracegrad.kernels.normalization generated it."""
+
+import numpy as np
+from numba import njit, prange
+
+T = np.{dtype}
+_inner = njit(fastmath={flags}, error_model="numpy", cache=True)
+# Sums reassociate (partial sums in SIMD lanes)
+_reduce = njit(fastmath={reduce_flags}, error_model="numpy", cache=True)
+_outer = njit("{signature}", parallel=True, error_model="numpy", cache=True)
+
+
+@_reduce
+def row_sum(x):
+    total = T(0)
+    for j in range(x.size):
+        total += x[j]
+    return total
+
+
+@_reduce
+def row_dot(x, y):
+    total = T(0)
+    for j in range(x.size):
+        total += x[j] * y[j]
+    return total
+
+
+@_inner
+def statistics(x, row, eps):
+    """The row (contiguous) minus its mean, and 1 / sqrt(var + eps)."""
+    for j in range(row.size):
+        row[j] = x[j]
+    mean = row_sum(row) / row.size
+    for j in range(row.size):
+        row[j] -= mean
+    return T(1) / np.sqrt(row_dot(row, row) / row.size + T(eps))
+'''
+
+_FORWARD = """
+
+@_outer
+def kernel(x, weight, bias, eps, out):
+    d = x.shape[1]
+    for i in prange(x.shape[0]):
+        row = np.empty(d, T)
+        rstd = statistics(x[i], row, eps)
+        o = out[i]
+        for j in range(d):
+            o[j] = row[j] * rstd * weight[j] + bias[j]
+"""
+
+_BACKWARD = """
+
+@_inner
+def rows(x, weight, g, eps, dx, dw, db, lo, hi):
+    d = x.shape[1]
+    row, dxhat = np.empty(d, T), np.empty(d, T)
+    for i in range(lo, hi):
+        rstd = statistics(x[i], row, eps)
+        gi = g[i]
+        for j in range(d):
+            row[j] *= rstd  # xhat
+            dxhat[j] = gi[j] * weight[j]
+            dw[j] += gi[j] * row[j]
+            db[j] += gi[j]
+        a, b = row_sum(dxhat) / d, row_dot(dxhat, row) / d
+        out = dx[i]
+        for j in range(d):
+            out[j] = (dxhat[j] - a - row[j] * b) * rstd
+
+
+@_outer
+def kernel(x, weight, g, eps, dx, dweight, dbias):
+    n, d = x.shape
+    blocks = min(n, {blocks})
+    dw, db = np.zeros((blocks, d), T), np.zeros((blocks, d), T)
+    for k in prange(blocks):
+        rows(x, weight, g, eps, dx, dw[k], db[k], k * n // blocks, (k + 1) * n // blocks)
+    for j in range(d):
+        dweight[j] = 0
+        dbias[j] = 0
+    for k in range(blocks):
+        for j in range(d):
+            dweight[j] += dw[k, j]
+            dbias[j] += db[k, j]
+"""
+
+
+def generate_source(op: str, dtype: str) -> str:
+    """The text of a kernel's module."""
+    rows, vector = f"{dtype}[:, :]", f"{dtype}[:]"
+    if op == "forward":  # x, weight, bias, eps, out
+        arrays, body = [rows, vector, vector, "float64", f"{dtype}[:, ::1]"], _FORWARD
+    else:  # x, weight, g, eps, dx, dweight, dbias; a few blocks of rows per thread, for balance
+        arrays = [rows, vector, rows, "float64", f"{dtype}[:, ::1]", *[f"{dtype}[::1]"] * 2]
+        body = _BACKWARD.replace("{blocks}", str(4 * numba.config.NUMBA_NUM_THREADS))
+    head = _HEAD.format(
+        op=op,
+        dtype=dtype,
+        flags=set(fastmath.FLAGS),
+        reduce_flags=set(fastmath.FLAGS | {"reassoc"}),
+        signature=f"void({', '.join(arrays)})",
+    )
+    return head + body
+
+
+def module(node: Node) -> tuple[str, str]:
+    """The name and text of a layer-norm node's kernel module; NotImplementedError for other
+    dtypes and for constant operands."""
+    dtype = node.outputs[0].dtype.name
+    if dtype not in DTYPES or any(v.const is not None for v in node.inputs):
+        raise NotImplementedError(f"layer-norm kernels for {dtype} or constants")
+    return named("norm", generate_source(OPS[node.prim], dtype))
+
+
+class LayerNormKernel:
+    """`kernel(x, weight, bias or g, out)` for one node, arrays seen as (rows, D)."""
+
+    def __init__(self, node: Node, compiled: Callable, path: Path):
+        self.compiled, self.path = compiled, path
+        self.eps = float(node.attrs["eps"])
+        self.backward = node.prim is P.layer_norm_grad
+
+    @property
+    def source(self) -> str:
+        return self.path.read_text()
+
+    def __call__(self, x: np.ndarray, weight: np.ndarray, third: np.ndarray, out: np.ndarray):
+        from tracegrad.normalization import unpack
+
+        if not out.flags.c_contiguous:
+            raise ValueError("layer-norm kernels write C-contiguous outputs")
+        d = x.shape[-1]
+        x2, third2 = x.reshape(-1, d), third.reshape(-1, d) if self.backward else third
+        if self.backward:
+            dx, dw, db = unpack(out, x)
+            self.compiled(x2, weight, third2, self.eps, dx.reshape(-1, d), dw, db)
+        else:
+            self.compiled(x2, weight, third2, self.eps, out.reshape(-1, d))
+
+    def __repr__(self) -> str:
+        return f"<LayerNormKernel at {self.path}>"
+
+
+def launcher(node: Node, compiled: Callable, path: Path) -> LayerNormKernel:
+    return LayerNormKernel(node, compiled, path)
