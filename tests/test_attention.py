@@ -4,6 +4,8 @@ gradients, one backward call for three cotangents, and what a traced step keeps.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from conftest import check_grad, numeric_grad
@@ -89,6 +91,8 @@ def test_traced_kernels_match_eager(rng, dtype, monkeypatch):
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=tol, atol=tol)
     assert traced.source.count("attention kernel") == traced.source.count("attention_grad") == 6
+    calls = len(re.findall(r"kernel\d+\(", traced.source))  # fused and native kernels
+    assert f"nodes, {calls} kernels" in traced.report().splitlines()[0]
 
 
 def test_a_nan_reaches_its_rows_as_in_pytorch(rng, monkeypatch):

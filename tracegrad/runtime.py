@@ -58,7 +58,7 @@ class Plan:
         self._build(graph, kernels, memory or plan_memory(graph))
 
     def _build(self, graph: ir.Graph, kernels: dict, memory: MemoryPlan) -> None:
-        self.graph, self.memory = graph, memory
+        self.graph, self.memory, self.kernel_count = graph, memory, len(kernels)
         self.source, namespace = generate(graph, self.name, memory, kernels)
         self.run = MeasuredRun(compile_source(self.source, namespace, self.name),
                                ArenaLayout(memory), self.pending is None)  # fmt: skip
@@ -588,9 +588,9 @@ def report(plan: Any) -> str:
     """Passes (nodes before/after, bytes saved), values saved for backward, planned and measured
     peak bytes of the step."""
     graph = plan.graph
-    kernels = sum(n.prim.kind == "composite" for n in graph.nodes)  # lowering left only kernels
     lines = [
-        f"tracegrad plan ({plan.backend} backend): {len(graph.nodes)} nodes, {kernels} kernels"
+        f"tracegrad plan ({plan.backend} backend): {len(graph.nodes)} nodes, "
+        f"{plan.kernel_count} kernels"
     ]
     lines.append("passes:")
     for s in plan.stats:
