@@ -18,9 +18,13 @@ is small enough that OpenBLAS runs it on one thread (2**18 multiply-adds), since
 for each of many larger products made them up to 8x slower on a busy 2-core machine.
 
 The chunk size trades cache for BLAS calls. Single-threaded, 8 MiB chunks ran the CNN's three
-big conv ops fastest (74 ms against 91 ms at 32 MiB); but on the busy machine, with two BLAS
-threads, each further GEMM call cost about 10 ms: 390 ms at 8 MiB, 155 ms at 32 MiB, 165 ms at
-48 MiB (and a single chunk, 77 MiB, was slower again).
+big conv ops fastest (74 ms against 91 ms at 32 MiB); but with two BLAS threads each further
+GEMM call cost about 10 ms on a busy machine (390 ms at 8 MiB, 155 ms at 32 MiB), so chunks
+were 32 MiB. That cost was OpenBLAS's workers spinning between calls (`kernels.blas`). With
+them sleeping at once, the CNN's traced step (as `benchmarks/models.py` builds it, three
+alternated runs each) took 0.085-0.092 s at 8 MiB, 0.085-0.087 s at 4, 0.094-0.096 s at 2 and
+0.106-0.117 s at 32; with another process keeping a core busy, 0.169 s at 8 MiB and
+0.163-0.198 s at 32.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import math
 
 import numpy as np
 
-CHUNK_BYTES = 32 << 20  # the temporaries of one chunk of the batch
+CHUNK_BYTES = 8 << 20  # the temporaries of one chunk of the batch
 BLAS_ONE_THREAD = 1 << 18  # OpenBLAS computes a GEMM with m * n * k up to this on one thread
 
 
