@@ -4,6 +4,7 @@ keeps the number of distinct kernel structures small."""
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import subprocess
@@ -179,6 +180,20 @@ def test_broadcasts_and_reductions(m, n):
         np.testing.assert_allclose(a, b, rtol=2e-6, atol=np.max(scale) * 1e-6, err_msg=str(k))
 
 
+@pytest.mark.parametrize("shape", [(256, 32, 28, 28), (2, 3, 5, 4)])
+def test_a_channel_bias_and_relu_over_nchw_is_one_3d_kernel(shape):
+    """(N, C, H, W) + (C, 1, 1), then max(0, .): three canonical axes (N, C, H * W)."""
+    g = Group()
+    x, b = g.input(shape), g.input((shape[1], 1, 1))
+    outputs = [g("maximum", g.const(0.0), g("add", x, b))]
+    kernel = compile_group(g.inputs, g.nodes, outputs)
+    assert kernel.structure.ndim == 3
+    assert kernel.structure.parallel == (math.prod(shape) >= fused.PARALLEL_MIN)
+    rng = np.random.default_rng(3)
+    got, want = g.run(outputs, [rng.standard_normal(v.shape).astype(np.float32) for v in g.inputs])
+    np.testing.assert_array_equal(got[0], want[0])
+
+
 def test_reductions_of_inputs_and_integers_in_one_dimension():
     """Full-size operands only: the domain collapses to 1-D. Sums of a bool and of an input."""
     g = Group()
@@ -255,12 +270,15 @@ def test_key_tells_apart_what_the_code_depends_on():
 @pytest.mark.parametrize(
     "build",
     [
-        lambda g: [g("add", g.input((2, 3, 4)), g.input((3, 1)))],  # three canonical axes
+        lambda g: [
+            g("sum", g("add", g.input((2, 3, 4)), g.input((3, 1))), axis=(0,), keepdims=False)
+        ],  # three canonical axes and a reduction
+        lambda g: [g("add", g.input((2, 3, 4, 5)), g.input((3, 1, 5)))],  # four canonical axes
         lambda g: [g("matmul", g.input((2, 3)), g.input((3, 2)))],  # not elementwise
         lambda g: [g("add", (s := g("sum", g.input((4, 5)), axis=(1,), keepdims=True)), s)],
         lambda g: [g("add", g.input((4, 5)), g.input((5,))), g("mul", g.input((5,)), g.const(2.0))],
     ],
-    ids=["3-D", "matmul", "reduction read again", "output smaller than the group"],
+    ids=["3-D reduction", "4-D", "matmul", "reduction read again", "output smaller than the group"],
 )
 def test_unsupported_patterns_raise_not_implemented(build):
     g = Group()

@@ -6,8 +6,9 @@ kernel from that alone and caches it by its hash, so every layer of a deep net w
 pattern shares one compiled kernel. Of the sizes only one bit counts: whether the group is big
 enough to run in parallel (`prange` over chunks of the outer axis). Adjacent axes that every
 operand and reduction treats alike are merged first: an (m, n) group with only full-size
-operands runs as 1-D, one with a bias row or a column sum as 2-D. Supported: canonical 1-D and
-2-D domains; elementwise ops with a scalar template, and reductions with a combine template over
+operands runs as 1-D, one with a bias row or a column sum as 2-D, a channel's bias over (N, C,
+H, W) as 3-D. Supported: canonical 1-D and 2-D domains, and 3-D ones without reductions;
+elementwise ops with a scalar template, and reductions with a combine template over
 any canonical axes, as group outputs. Everything about an op comes from its primitive: the
 templates, the kernel helpers they call, a reduction's identity. Anything else raises
 NotImplementedError (the caller falls back to NumPy).
@@ -215,7 +216,7 @@ def analyze(
         raise NotImplementedError(f"an empty domain {domain}")
     axes_of = {v: tuple(sorted(n.attrs["axis"])) for v, n in reductions.items()}
     groups = _canonical_axes(domain, [v.shape for v in kernel_inputs], list(axes_of.values()))
-    if len(groups) > 2:
+    if len(groups) > (2 if reductions else 3):  # 3: a channel's bias over (N, C, H * W)
         raise NotImplementedError(f"{len(groups)} canonical axes (domain {domain})")
     sizes = tuple(math.prod(domain[a] for a in g) for g in groups) or (1,)
 
@@ -406,7 +407,7 @@ def generate_source(s: Structure, key: str) -> str:
     """The module text of the kernel for `s` (a function of `s` and `key` only)."""
     reductions = [(k, r) for k, r in enumerate(s.outputs) if isinstance(r, Reduction)]
     partials = [(k, r) for k, r in reductions if _form(r, s.ndim) != "rows"]
-    sizes = ["n0", "n1"][: s.ndim]
+    sizes = ["n0", "n1", "n2"][: s.ndim]
     params = (
         [f"in{k}" for k in range(len(s.inputs))]
         + [f"out{k}" for k in range(len(s.outputs))]
@@ -432,6 +433,8 @@ def _helper_imports(helpers: tuple[str, ...]) -> str:
 def _body(s: Structure, reductions, partials) -> list[str]:
     """The loops. Indices are cast to unsigned: Numba then skips the negative-index wraparound
     that otherwise stops LLVM from vectorizing the inner loop."""
+    if s.ndim == 3:
+        return _body_3d(s)
     two_d = s.ndim == 2
     index = "i, j" if two_d else "i"
     inner_accs = [(k, r) for k, r in reductions if _form(r, s.ndim) in ("rows", "all")]
@@ -457,6 +460,22 @@ def _body(s: Structure, reductions, partials) -> list[str]:
             lines.append(f"{pad}{_fold(r, f'part{k}[c]', f'acc{k}')}")
     for k, r in partials:
         lines += _combine(k, r, _form(r, s.ndim))
+    return ["    " + line for line in lines]
+
+
+def _body_3d(s: Structure) -> list[str]:
+    """Three canonical axes (elementwise only): chunks of the outer axis, then the two others."""
+    lines = [f"v{k} = in{k}[0]" for k, (_, spans) in enumerate(s.inputs) if not any(spans)]
+    lines += [
+        f"for c in {'prange' if s.parallel else 'range'}(chunks):",
+        "    for row in range(c * n0 // chunks, (c + 1) * n0 // chunks):",
+        "        i = np.uint64(row)",
+        "        for mid in range(n1):",
+        "            j = np.uint64(mid)",
+        "            for col in range(n2):",
+        "                k = np.uint64(col)",
+    ]
+    lines += ["                " + line for line in _element(s, "i, j, k")]
     return ["    " + line for line in lines]
 
 
@@ -535,7 +554,7 @@ def _slot_dtype(s: Structure, slot: int) -> str:
 
 
 def _describe(s: Structure) -> str:
-    axes = "ij" if s.ndim == 2 else "i"
+    axes = "ijk"[: s.ndim]
 
     def operand(k: int) -> str:
         dtype, spans = s.inputs[k]
