@@ -120,8 +120,8 @@ class KernelCache:
         cold.sort(key=lambda n: -_compile_seconds(sources[n]))
         cores = os.cpu_count() or 1
         if background:
-            n = min(cores, MAX_CHILDREN)
-            shares = [cold[i::n] for i in range(n)]
+            shares = _deal(cold, [_compile_seconds(sources[n]) for n in cold],
+                           min(cores, MAX_CHILDREN))  # fmt: skip
         elif sum(_compile_seconds(sources[n]) for n in cold) >= HELPER_MIN_S and cores > 1:
             shares = [cold[1::2]]
         else:
@@ -190,7 +190,23 @@ HELPER_TIMEOUT_S = 600.0
 
 
 def _compile_seconds(source: str) -> float:
-    return 0.5 if "parallel=True" in source else 0.15
+    """A guess at Numba's time for a module, to deal modules out to children: a fused kernel
+    (one function) 0.15 s, 0.5 s if parallel; each further function about 0.6 s (attention's
+    modules, a dozen helpers with loops unrolled four rows deep, take 7 and 9 s)."""
+    return (0.5 if "parallel=True" in source else 0.15) + 0.6 * max(0, source.count("\ndef ") - 1)
+
+
+def _deal(names: list[str], seconds: list[float], children: int) -> list[list[str]]:
+    """Longest first, each to the child with the least work so far (the GPT of
+    `benchmarks/models.py`, empty caches: kernels ready 19-21 s after its first call, against
+    24-26 s with modules dealt in turn)."""
+    shares: list[list[str]] = [[] for _ in range(children)]
+    loads = [0.0] * children
+    for name, cost in sorted(zip(names, seconds, strict=True), key=lambda p: -p[1]):
+        k = loads.index(min(loads))
+        shares[k].append(name)
+        loads[k] += cost
+    return shares
 
 
 _caches: dict[Path, KernelCache] = {}
