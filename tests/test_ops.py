@@ -238,6 +238,7 @@ INDICES = {
     "Ellipsis": (Ellipsis, 2),
     "int array": np.array([2, 0]),
     "repeated": np.array([0, 0, 2, 0]),
+    "negative repeated": np.array([-1, 2, -1, 0, 2]),  # rows -1 and 2 are one row
     "list": [1, 1],
     "two arrays": (np.array([0, 2, 2]), np.array([1, 0, 1])),
     "array and slice": (np.array([1, 1]), slice(None), np.array([0, 3])),
@@ -255,6 +256,17 @@ def test_getitem(name: str) -> None:
     x = randn(3, 2, 4)
     forward_matches(lambda a: a[index], lambda a: a[np_index], x)
     check_grad(lambda a: a[index], x)
+
+
+def test_scatter_of_rows_matches_add_at_and_checks_bounds() -> None:
+    """The rows' scatter-add (an embedding's gradient) sorts and reduces instead of add.at."""
+    g, rows = randn(6, 3), np.array([1, -4, 3, 1, 0, -1])
+    expected = np.zeros((4, 3))
+    np.add.at(expected, rows, g)
+    got = tg.primitives.scatter_add(tg.tensor(g), rows, shape=(4, 3), template=("@",))
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-15)
+    with pytest.raises(IndexError, match="out of bounds for axis 0 with size 4"):
+        tg.primitives.scatter_add(tg.tensor(g), rows * 2, shape=(4, 3), template=("@",))
 
 
 def test_pick_labels_accumulates_repeated_rows() -> None:
