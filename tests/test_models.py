@@ -182,6 +182,14 @@ def test_conv2d_matches_torch(rng, shape, out, k, stride, padding, dilation, gro
 
 
 @needs_torch
+@pytest.mark.parametrize("shape, normalized", [((2, 5, 6), (6,)), ((2, 3, 4), (3, 4))])
+def test_layer_norm_matches_torch(rng, shape, normalized):
+    x, w, b = draw(rng, shape, normalized, normalized)
+    both(lambda *a: F.layer_norm(a[0], normalized, *a[1:]),
+         lambda *a: TF.layer_norm(a[0], normalized, *a[1:]), x, w, b)  # fmt: skip
+
+
+@needs_torch
 @pytest.mark.parametrize(
     "name, args",
     [("max_pool2d", (2,)), ("max_pool2d", (3, 2, 1, 2)), ("avg_pool2d", (3, 2, 1)),
