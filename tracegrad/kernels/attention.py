@@ -66,6 +66,14 @@ def row_max(x, n):
 
 
 @_reduce
+def row_dot(x, y):
+    total = T(0)
+    for j in range(x.size):
+        total += x[j] * y[j]
+    return total
+
+
+@_reduce
 def row_sum(x, n):
     total = T(0)
     for j in range(n):
@@ -216,11 +224,9 @@ def pair(q, k, v, o, g, scale, causal, dq, dk, dv, b, h):
         softmax(s, rows, n, n_keys, i0, causal)  # probabilities p; 0 past the block's rows
         times_columns(gb, vt, n, ds)  # dp = g v^T
         for r in range(4):
-            d = T(0)
-            for c in range(gb.shape[1]):
-                d += gb[r, c] * ob[r, c]
+            d, p, dp = row_dot(gb[r], ob[r]), s[r], ds[r]
             for j in range(n):
-                ds[r, j] = s[r, j] * (ds[r, j] - d) * scale  # d(scores) / d(q k^T)
+                dp[j] = p[j] * (dp[j] - d) * scale  # d(scores) / d(q k^T)
         add_outer(s, gb, n, dv_acc)
         add_outer(ds, qb, n, dk_acc)
         rows_times(ds, kb, n, dqb)
