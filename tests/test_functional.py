@@ -124,3 +124,7 @@ def test_layer_norm_matches_numpy_and_finite_differences(rng):
 def test_layer_norm_shape_error():
     with pytest.raises(tg.ShapeError, match="normalized_shape"):
         F.layer_norm(np.zeros((2, 3)), (4,))
+    with pytest.raises(tg.ShapeError, match=r"layer_norm: weight of shape \(3,\) for normalized"):
+        F.layer_norm(np.zeros((2, 4)), (4,), tg.tensor(np.ones(3)))
+    with pytest.raises(tg.ShapeError, match=r"layer_norm: bias of shape \(2, 2\)"):
+        F.layer_norm(np.zeros((2, 4)), (4,), None, tg.tensor(np.ones((2, 2))))

@@ -127,6 +127,10 @@ def layer_norm(
         raise ShapeError(
             f"layer_norm: input of shape {x.shape}, normalized_shape {normalized_shape}"
         )
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and tuple(as_tensor(t).shape) != normalized_shape:
+            raise ShapeError(f"layer_norm: {name} of shape {as_tensor(t).shape} for "
+                             f"normalized_shape {normalized_shape}")  # fmt: skip
     d = math.prod(normalized_shape)
     weight = Tensor(np.ones(d, x.dtype)) if weight is None else reshape(weight, (d,))
     bias = Tensor(np.zeros(d, x.dtype)) if bias is None else reshape(bias, (d,))
