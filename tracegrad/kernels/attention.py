@@ -26,59 +26,18 @@ import numpy as np
 from tracegrad import primitives as P
 from tracegrad.ir import Node
 
-from . import fastmath
+from . import rows
 from .cache import named
-from .fused import GENERATOR_VERSION
 
 OPS = {P.attention: "forward", P.attention_grad: "backward"}
 DTYPES = ("float32", "float64")
 
-_HEAD = '''"""Attention {op} ({dtype}): tracegrad.kernels.attention generated it."""
-
-# scalar math {version}: a new exp in tracegrad.kernels gives a new module (Numba's cache would not
-# see it)
-
-import numpy as np
-from numba import njit, prange
-
-from tracegrad.kernels.scalar import exp
-
-T = np.{dtype}
-_inner = njit(fastmath={flags}, error_model="numpy", cache=True)
-# Reductions reassociate (partial sums in SIMD lanes); a NaN score still reaches the output
-# through the exps, which keep IEEE semantics.
-_reduce = njit(fastmath={reduce_flags}, error_model="numpy", cache=True)
-_outer = njit("{signature}", parallel=True, error_model="numpy", cache=True)
-
+_HELPERS = '''
 
 @_inner
 def seen(i, n_keys, causal):
     """How many keys row i sees."""
     return min(i + 1, n_keys) if causal else n_keys
-
-
-@_reduce
-def row_max(x, n):
-    m = x[0]
-    for j in range(1, n):
-        m = max(m, x[j])
-    return m
-
-
-@_reduce
-def row_dot(x, y):
-    total = T(0)
-    for j in range(x.size):
-        total += x[j] * y[j]
-    return total
-
-
-@_reduce
-def row_sum(x, n):
-    total = T(0)
-    for j in range(n):
-        total += x[j]
-    return total
 
 
 @_inner
@@ -101,35 +60,20 @@ def softmax(s, rows, n, n_keys, i0, causal):
 
 
 @_inner
-def rows_times(s, a, n, out):
-    """out (4 x F) = s[:, :n] @ a[:n] for a (keys x F): four rows per element of `a` read."""
-    out[:, :] = 0
+def times(left, right, k, m, out):
+    """out[:, :m] = left[:, :k] @ right[:k, :m], four rows: every element of `right` read serves
+    the four (a row's scores from q and k^T, its output from p and v)."""
+    out[:, :m] = 0
     o0, o1, o2, o3 = out[0], out[1], out[2], out[3]  # rows: LLVM vectorizes each update
-    for j in range(n):
-        p0, p1, p2, p3 = s[0, j], s[1, j], s[2, j], s[3, j]
-        aj = a[j]
-        for c in range(a.shape[1]):
-            x = aj[c]
-            o0[c] += p0 * x
-            o1[c] += p1 * x
-            o2[c] += p2 * x
-            o3[c] += p3 * x
-
-
-@_inner
-def times_columns(x, at, n, s):
-    """s[:, :n] = x (4 x F) @ at[:, :n] for at (F x keys): scores of four rows."""
-    s[:, :n] = 0
-    s0, s1, s2, s3 = s[0], s[1], s[2], s[3]
-    for c in range(x.shape[1]):
-        x0, x1, x2, x3 = x[0, c], x[1, c], x[2, c], x[3, c]
-        ac = at[c]
-        for j in range(n):
-            y = ac[j]
-            s0[j] += x0 * y
-            s1[j] += x1 * y
-            s2[j] += x2 * y
-            s3[j] += x3 * y
+    for j in range(k):
+        a0, a1, a2, a3 = left[0, j], left[1, j], left[2, j], left[3, j]
+        rj = right[j]
+        for c in range(m):
+            x = rj[c]
+            o0[c] += a0 * x
+            o1[c] += a1 * x
+            o2[c] += a2 * x
+            o3[c] += a3 * x
 
 
 @_inner
@@ -187,9 +131,9 @@ def pair(q, k, v, scale, causal, out, b, h):
         rows = min(4, n_rows - i0)
         n = seen(i0 + rows - 1, n_keys, causal)
         block(q, b, h, i0, scale, qb)
-        times_columns(qb, kt, n, s)
+        times(qb, kt, qb.shape[1], n, s)
         softmax(s, rows, n, n_keys, i0, causal)
-        rows_times(s, vb, n, o)
+        times(s, vb, n, vb.shape[1], o)
         for r in range(rows):
             out[b, h, i0 + r, :] = o[r]
 
@@ -220,16 +164,16 @@ def pair(q, k, v, o, g, scale, causal, dq, dk, dv, b, h):
         block(q, b, h, i0, T(1), qb)
         block(g, b, h, i0, T(1), gb)
         block(o, b, h, i0, T(1), ob)
-        times_columns(qs, kt, n, s)
+        times(qs, kt, qs.shape[1], n, s)
         softmax(s, rows, n, n_keys, i0, causal)  # probabilities p; 0 past the block's rows
-        times_columns(gb, vt, n, ds)  # dp = g v^T
+        times(gb, vt, gb.shape[1], n, ds)  # dp = g v^T
         for r in range(4):
             d, p, dp = row_dot(gb[r], ob[r]), s[r], ds[r]
             for j in range(n):
                 dp[j] = p[j] * (dp[j] - d) * scale  # d(scores) / d(q k^T)
         add_outer(s, gb, n, dv_acc)
         add_outer(ds, qb, n, dk_acc)
-        rows_times(ds, kb, n, dqb)
+        times(ds, kb, n, kb.shape[1], dqb)
         for r in range(rows):
             dq[b, h, i0 + r, :] = dqb[r]
     dk[b, h] = dk_acc
@@ -250,15 +194,9 @@ def generate_source(op: str, dtype: str) -> str:
     outputs = 1 if op == "forward" else 3
     arrays = [f"{dtype}[:, :, :, :]"] * inputs + [dtype, "boolean"]
     arrays += [f"{dtype}[:, :, :, ::1]"] * outputs
-    head = _HEAD.format(
-        op=op,
-        dtype=dtype,
-        version=GENERATOR_VERSION,
-        flags=set(fastmath.FLAGS),
-        reduce_flags=set(fastmath.FLAGS | {"reassoc", "nnan", "ninf"}),
-        signature=f"void({', '.join(arrays)})",
-    )
-    return head + (_FORWARD if op == "forward" else _BACKWARD)
+    head = rows.head("Attention " + op, "tracegrad.kernels.attention", dtype,
+                     f"void({', '.join(arrays)})")  # fmt: skip
+    return head + _HELPERS + (_FORWARD if op == "forward" else _BACKWARD)
 
 
 def module(node: Node) -> tuple[str, str]:

@@ -19,46 +19,20 @@ import numpy as np
 from tracegrad import primitives as P
 from tracegrad.ir import Node
 
-from . import fastmath
+from . import rows
 from .cache import named
 
 OPS = {P.layer_norm: "forward", P.layer_norm_grad: "backward"}
 DTYPES = ("float32", "float64")
 
-_HEAD = '''"""Layer norm {op} ({dtype}): tracegrad.kernels.normalization generated it."""
-
-import numpy as np
-from numba import njit, prange
-
-T = np.{dtype}
-_inner = njit(fastmath={flags}, error_model="numpy", cache=True)
-# Sums reassociate (partial sums in SIMD lanes)
-_reduce = njit(fastmath={reduce_flags}, error_model="numpy", cache=True)
-_outer = njit("{signature}", parallel=True, error_model="numpy", cache=True)
-
-
-@_reduce
-def row_sum(x):
-    total = T(0)
-    for j in range(x.size):
-        total += x[j]
-    return total
-
-
-@_reduce
-def row_dot(x, y):
-    total = T(0)
-    for j in range(x.size):
-        total += x[j] * y[j]
-    return total
-
+_HELPERS = '''
 
 @_inner
 def statistics(x, row, eps):
     """The row (contiguous) minus its mean, and 1 / sqrt(var + eps)."""
     for j in range(row.size):
         row[j] = x[j]
-    mean = row_sum(row) / row.size
+    mean = row_sum(row, row.size) / row.size
     for j in range(row.size):
         row[j] -= mean
     return T(1) / np.sqrt(row_dot(row, row) / row.size + T(eps))
@@ -91,7 +65,7 @@ def rows(x, weight, g, eps, dx, dw, db, lo, hi):
             dxhat[j] = gi[j] * weight[j]
             dw[j] += gi[j] * row[j]
             db[j] += gi[j]
-        a, b = row_sum(dxhat) / d, row_dot(dxhat, row) / d
+        a, b = row_sum(dxhat, d) / d, row_dot(dxhat, row) / d
         out = dx[i]
         for j in range(d):
             out[j] = (dxhat[j] - a - row[j] * b) * rstd
@@ -116,20 +90,15 @@ def kernel(x, weight, g, eps, dx, dweight, dbias):
 
 def generate_source(op: str, dtype: str) -> str:
     """The text of a kernel's module."""
-    rows, vector = f"{dtype}[:, :]", f"{dtype}[:]"
+    matrix, vector = f"{dtype}[:, :]", f"{dtype}[:]"
     if op == "forward":  # x, weight, bias, eps, out
-        arrays, body = [rows, vector, vector, "float64", f"{dtype}[:, ::1]"], _FORWARD
+        arrays, body = [matrix, vector, vector, "float64", f"{dtype}[:, ::1]"], _FORWARD
     else:  # x, weight, g, eps, dx, dweight, dbias; a few blocks of rows per thread, for balance
-        arrays = [rows, vector, rows, "float64", f"{dtype}[:, ::1]", *[f"{dtype}[::1]"] * 2]
+        arrays = [matrix, vector, matrix, "float64", f"{dtype}[:, ::1]", *[f"{dtype}[::1]"] * 2]
         body = _BACKWARD.replace("{blocks}", str(4 * numba.config.NUMBA_NUM_THREADS))
-    head = _HEAD.format(
-        op=op,
-        dtype=dtype,
-        flags=set(fastmath.FLAGS),
-        reduce_flags=set(fastmath.FLAGS | {"reassoc"}),
-        signature=f"void({', '.join(arrays)})",
-    )
-    return head + body
+    head = rows.head("Layer norm " + op, "tracegrad.kernels.normalization", dtype,
+                     f"void({', '.join(arrays)})")  # fmt: skip
+    return head + _HELPERS + body
 
 
 def module(node: Node) -> tuple[str, str]:
