@@ -27,7 +27,7 @@ from tracegrad import primitives as P
 from tracegrad.ir import Node
 
 from . import rows
-from .cache import named
+from .cache import GeneratedKernel, named
 
 OPS = {P.attention: "forward", P.attention_grad: "backward"}
 DTYPES = ("float32", "float64")
@@ -216,19 +216,15 @@ def as_pairs(a: np.ndarray) -> np.ndarray:
     return a.reshape(math.prod(lead[:-1]), heads, *a.shape[-2:])
 
 
-class AttentionKernel:
+class AttentionKernel(GeneratedKernel):
     """`kernel(*input_arrays, out)` for one node: the forward writes `out`; the backward writes
     the flat (dq, dk, dv) it packs (`tracegrad.attention.unpack`)."""
 
     def __init__(self, node: Node, compiled: Callable, path: Path):
-        self.compiled, self.path = compiled, path
+        super().__init__(compiled, path)
         self.scale = node.outputs[0].dtype.type(node.attrs["scale"])
         self.causal = bool(node.attrs["causal"])
         self.backward = node.prim is P.attention_grad
-
-    @property
-    def source(self) -> str:
-        return self.path.read_text()
 
     def __call__(self, *arrays: np.ndarray) -> None:
         from tracegrad.attention import unpack
@@ -242,9 +238,6 @@ class AttentionKernel:
         else:
             outs = [out.reshape(*pairs[0].shape[:3], -1)]
         self.compiled(*pairs, self.scale, self.causal, *outs)
-
-    def __repr__(self) -> str:
-        return f"<AttentionKernel at {self.path}>"
 
 
 def launcher(node: Node, compiled: Callable, path: Path) -> AttentionKernel:

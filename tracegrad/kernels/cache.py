@@ -30,6 +30,21 @@ from numba.core.caching import CacheImpl, UserProvidedCacheLocator, _CacheLocato
 ENV_VAR = "TRACEGRAD_CACHE_DIR"
 
 
+class GeneratedKernel:
+    """A kernel of its own (`kernels.native`): the compiled function of a generated module, and
+    the module's file, whose text is the kernel's `source`."""
+
+    def __init__(self, compiled: Callable, path: Path):
+        self.compiled, self.path = compiled, path
+
+    @property
+    def source(self) -> str:
+        return self.path.read_text()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} at {self.path}>"
+
+
 def named(prefix: str, source: str) -> tuple[str, str]:
     """A generated module's name (`tracegrad_<prefix>_<hash of its text>`) and its text."""
     return f"tracegrad_{prefix}_{hashlib.sha256(source.encode()).hexdigest()[:24]}", source

@@ -20,7 +20,7 @@ from tracegrad import primitives as P
 from tracegrad.ir import Node
 
 from . import rows
-from .cache import named
+from .cache import GeneratedKernel, named
 
 OPS = {P.layer_norm: "forward", P.layer_norm_grad: "backward"}
 DTYPES = ("float32", "float64")
@@ -110,17 +110,13 @@ def module(node: Node) -> tuple[str, str]:
     return named("norm", generate_source(OPS[node.prim], dtype))
 
 
-class LayerNormKernel:
+class LayerNormKernel(GeneratedKernel):
     """`kernel(x, weight, bias or g, out)` for one node, arrays seen as (rows, D)."""
 
     def __init__(self, node: Node, compiled: Callable, path: Path):
-        self.compiled, self.path = compiled, path
+        super().__init__(compiled, path)
         self.eps = float(node.attrs["eps"])
         self.backward = node.prim is P.layer_norm_grad
-
-    @property
-    def source(self) -> str:
-        return self.path.read_text()
 
     def __call__(self, x: np.ndarray, weight: np.ndarray, third: np.ndarray, out: np.ndarray):
         from tracegrad.normalization import unpack
@@ -134,9 +130,6 @@ class LayerNormKernel:
             self.compiled(x2, weight, third2, self.eps, dx.reshape(-1, d), dw, db)
         else:
             self.compiled(x2, weight, third2, self.eps, out.reshape(-1, d))
-
-    def __repr__(self) -> str:
-        return f"<LayerNormKernel at {self.path}>"
 
 
 def launcher(node: Node, compiled: Callable, path: Path) -> LayerNormKernel:

@@ -28,7 +28,7 @@ from tracegrad import pooling
 from tracegrad import primitives as P
 from tracegrad.ir import Node
 
-from .cache import named
+from .cache import GeneratedKernel, named
 
 OPS = {  # the op of each primitive, and its kernel's arrays (inputs, then outputs)
     P.max_pool2d_argmax: ("positions", ("x", "idx")),
@@ -49,16 +49,13 @@ _DECORATOR = '@njit("{signature}", parallel={parallel}, error_model="numpy", cac
 PARALLEL_MIN: int | None = None
 
 
-class PoolKernel:
+class PoolKernel(GeneratedKernel):
     """`kernel(*input_arrays, *output_arrays)` for one node: the arrays seen as (planes, H, W),
     inputs made C-contiguous, outputs written in place (they must be C-contiguous)."""
 
     def __init__(self, compiled: Callable, path: Path, n_inputs: int):
-        self.compiled, self.path, self.n_inputs = compiled, path, n_inputs
-
-    @property
-    def source(self) -> str:
-        return self.path.read_text()
+        super().__init__(compiled, path)
+        self.n_inputs = n_inputs
 
     def __call__(self, *arrays: np.ndarray) -> None:
         views = []
@@ -69,9 +66,6 @@ class PoolKernel:
                 raise ValueError("pooling kernels write C-contiguous outputs")
             views.append(a.reshape(-1, *a.shape[-2:]))
         self.compiled(*views)
-
-    def __repr__(self) -> str:
-        return f"<PoolKernel at {self.path}>"
 
 
 def module(node: Node) -> tuple[str, str]:
