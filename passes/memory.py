@@ -132,12 +132,9 @@ def _reusable(
     """A dying input's buffer that `n` can safely overwrite with its result `out`."""
     if out.ndim == 0 or not n.prim.overwrites_safely(n.attrs):  # 0-d results: scalars, no out=
         return None
-    for v in dying:
+    for v in dying:  # not views: a value here owns its buffer or took over one of its layout
         buf = buffers[v]
-        owner = buf.owner
-        if v is not owner:  # a view (maybe transposed or reversed): its layout is not `out`'s
-            continue
-        if (v.shape, v.dtype) == (out.shape, out.dtype):
+        if (v.shape, v.dtype) == (buf.owner.shape, buf.owner.dtype) == (out.shape, out.dtype):
             if holders[buf] == 1 and n.inputs.count(v) == 1:
                 return buf
     return None

@@ -286,6 +286,32 @@ def test_memory_plan_frees_at_last_use_and_reuses_dying_buffers():
     assert plan.dead_after[1] == [a] and plan.dead_after[2] == [b]
 
 
+def test_memory_plan_hands_a_taken_over_buffer_on():
+    x = val(1000)
+    n1, a = node("exp", [x], (1000,))
+    n2, b = node("neg", [a], (1000,))  # in a's buffer
+    n3, c = node("sin", [b], (1000,))  # in it too: b, not its owner, dies here
+    plan = check_plan(Graph([x], [n1, n2, n3], [c]))
+    assert plan.reuse == {b: a, c: b} and plan.arena == 4032
+
+
+def test_a_fused_group_that_sums_writes_its_results_over_dying_inputs():
+    """A layer's backward with its bias gradient: the kernel reads each element before it
+    writes the result's element there, reductions included (they are never read again)."""
+    x = val(8, 4)
+    n1, u = node("exp", [x], (8, 4))
+    n2, g = node("sin", [x], (8, 4))
+    n3, y = node("tanh", [u], (8, 4), "backward")
+    n4, du = node("mul", [g, y], (8, 4), "backward")
+    n5, db = node("sum", [du], (4,), "backward", axis=(0,), keepdims=False)
+    graph = Graph([x], [n1, n2, n3, n4, n5], [du, db])
+    after, _ = passes.fuse(graph)
+    assert [len(n.attrs["body"].nodes) for n in after.nodes] == [1, 1, 3]
+    plan = check_plan(after)
+    assert plan.reuse[du] in (u, g)
+    same_results(graph, after, rand(8, 4))
+
+
 def dot(a, b):
     """A 0-d result NumPy allocates (a sum of a product: 0-d results are never placed)."""
     n1, p = node("mul", [a, b], a.shape)

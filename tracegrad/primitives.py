@@ -202,7 +202,9 @@ class Composite(Primitive):
         return [(v.shape, v.dtype) for v in body.outputs]
 
     def overwrites_safely(self, attrs: dict) -> bool:
-        return all(n.prim.kind == "elementwise" for n in attrs["body"].nodes)
+        """A fused group's reductions are outputs nothing in it reads again, so its kernel is one
+        pass that reads each element before it writes the results' element there."""
+        return all(n.prim.kind in ("elementwise", "reduction") for n in attrs["body"].nodes)
 
 
 def _no_rule(*ins: Any, **attrs: Any) -> Any:
