@@ -27,7 +27,7 @@ import numpy as np
 from tracegrad.errors import MemoryBudgetError
 from tracegrad.ir import Graph, Node, Value
 
-from .base import PassStats, is_view, last_uses
+from .base import PassStats, is_view, last_uses, nbytes
 from .memory import plan_memory
 from .remat import _clone, saved_values
 from .schedule import schedule
@@ -146,10 +146,10 @@ class _Chain:
             if n.phase == "update":
                 appear += [(t, v.nbytes) for v in n.outputs if v in outputs]
         growth = [0] * len(self.residuals)
-        for t, nbytes in appear:  # served in reverse order: the lowest not yet served at t
+        for t, size in appear:  # served in reverse order: the lowest not yet served at t
             serving = [i for i, s in enumerate(served) if s >= t]
             if serving:
-                growth[max(serving)] += nbytes
+                growth[max(serving)] += size
         return growth
 
     def _rebuild(self, v: Value, available: set[Value], clones: dict) -> list[Node] | None:
@@ -193,14 +193,21 @@ class _Chain:
         position = {v: i + 1 for i, v in enumerate(self.residuals)}
         held: dict[Value, Value] = {}  # residual -> the clone of it backward reads now
         nodes: list[Node] = []
-        for n in self.graph.nodes:
+        grows: list[int] = []  # per node in `nodes`: bytes it leaves alive beyond what it frees
+        last = last_uses(self.graph)
+        for i, n in enumerate(self.graph.nodes):
             if n.phase != "forward":
+                rebuilt = []
                 for v in n.inputs:
                     if v in position and v not in kept and v not in held:
-                        nodes += self._bring(position[v], slots, kept, held)
+                        rebuilt += self._bring(position[v], slots, kept, held)
+                at = _quietest(nodes, grows)
+                nodes[at:at], grows[at:at] = rebuilt, [0] * len(rebuilt)
                 inputs = [held.get(v, v) for v in n.inputs]
                 n = Node(n.prim, inputs, n.outputs, n.attrs, n.source, n.phase)
             nodes.append(n)
+            dying = [v for v in dict.fromkeys(n.inputs) if last.get(v) == i]
+            grows.append(0 if is_view(n) else nbytes(n.outputs) - nbytes(dying))
         return Graph(self.graph.inputs, nodes, self.graph.outputs)
 
     def _bring(self, target: int, slots: int, kept: set, held: dict) -> list[Node]:
@@ -275,6 +282,18 @@ class _Chain:
             f"{len(self.kept(slots))} of {len(self.residuals)} residuals in forward and "
             f"recomputing the rest; alive where most is alive: {shown}"
         )
+
+
+def _quietest(nodes: list[Node], grows: list[int]) -> int:
+    """Where a rebuild goes in `nodes`: before the backward nodes at the end that only add to
+    what is alive (a gradient computed before the rebuilt value it meets), which then run
+    after the rebuild instead of holding their results through it."""
+    at = len(nodes)
+    while at and nodes[at - 1].phase not in ("forward", "rebuild") and grows[at - 1] >= 0:
+        at -= 1
+    while at < len(nodes) and grows[at] == 0:  # no gain in running these after it
+        at += 1
+    return at
 
 
 def dominating(graph: Graph, count: int = 4) -> list[tuple[tuple, tuple[int, int]]]:
