@@ -267,6 +267,15 @@ def test_scatter_of_rows_matches_add_at_and_checks_bounds() -> None:
     np.testing.assert_allclose(got.numpy(), expected, rtol=1e-15)
     with pytest.raises(IndexError, match="out of bounds for axis 0 with size 4"):
         tg.primitives.scatter_add(tg.tensor(g), rows * 2, shape=(4, 3), template=("@",))
+    batch = tg.primitives.scatter_add(  # a batch of sequences of tokens: (2, 3) rows
+        tg.tensor(g.reshape(2, 3, 3)), rows.reshape(2, 3), shape=(4, 3), template=("@",)
+    )
+    np.testing.assert_allclose(batch.numpy(), expected, rtol=1e-15)
+    mask = np.array([True, False, True, True])  # a mask is not rows
+    expected = np.zeros((4, 3))
+    expected[mask] += g[:3]
+    got = tg.primitives.scatter_add(tg.tensor(g[:3]), mask, shape=(4, 3), template=("@",))
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-15)
 
 
 def test_pick_labels_accumulates_repeated_rows() -> None:

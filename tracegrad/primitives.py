@@ -378,8 +378,9 @@ def _getitem(x, *idx, template):
 def _scatter_add(g, *idx, shape, template):
     out = np.zeros(shape, g.dtype)
     index = _build_index(template, idx)
-    if template == ("@",) and idx[0].ndim == 1:  # rows: an embedding's gradient
-        _add_rows(out, idx[0], g)
+    if template == ("@",) and idx[0].dtype.kind in "iu":  # rows: an embedding's gradient
+        rows = idx[0].reshape(-1)
+        _add_rows(out, rows, g.reshape(rows.size, *shape[1:]))
     elif idx:
         np.add.at(out, index, g)
     else:
@@ -389,7 +390,7 @@ def _scatter_add(g, *idx, shape, template):
 
 def _add_rows(out, rows, g) -> None:
     """out[rows[k]] += g[k], as np.add.at does, by a stable sort and one reduceat: np.add.at
-    took 4.5 ms for the GPT's 2048 rows of 256 into 96, this 1.2 ms."""
+    took 4.5 ms for the GPT's 2048 rows of 256 into 96 (a (16, 128) batch of tokens), this 1.0."""
     n = out.shape[0]
     rows = np.where(rows < 0, rows + n, rows)
     if rows.size == 0:
