@@ -2,7 +2,10 @@
 has the NumPy versions and the contract).
 
 Forward reads a row once into the L1 cache, takes its mean and variance (two sums, in SIMD
-lanes) and writes the normalized, scaled and shifted row. Backward computes a row's statistics
+lanes) and writes the normalized, scaled and shifted row. Both run a few blocks of rows per
+thread, each block allocating its scratch rows once (allocated per row, they took a tenth of
+the forward's time, and made it six times slower under tracemalloc, which sees Numba's
+allocations: `profile()` showed it so). Backward computes a row's statistics
 again, its dx in one more pass, and adds the row's share of dweight and dbias into partial sums
 of its thread's block of rows, summed at the end: the rows run in parallel without sharing an
 accumulator. Modules are generated per dtype; eps is an argument. Arrays are seen as (rows, D);
@@ -40,15 +43,22 @@ def statistics(x, row, eps):
 
 _FORWARD = """
 
-@_outer
-def kernel(x, weight, bias, eps, out):
-    d = x.shape[1]
-    for i in prange(x.shape[0]):
-        row = np.empty(d, T)
+@_inner
+def rows(x, weight, bias, eps, out, lo, hi):
+    row = np.empty(x.shape[1], T)
+    for i in range(lo, hi):
         rstd = statistics(x[i], row, eps)
         o = out[i]
-        for j in range(d):
+        for j in range(row.size):
             o[j] = row[j] * rstd * weight[j] + bias[j]
+
+
+@_outer
+def kernel(x, weight, bias, eps, out):
+    n = x.shape[0]
+    blocks = min(n, {blocks})
+    for k in prange(blocks):
+        rows(x, weight, bias, eps, out, k * n // blocks, (k + 1) * n // blocks)
 """
 
 _BACKWARD = """
@@ -93,9 +103,11 @@ def generate_source(op: str, dtype: str) -> str:
     matrix, vector = f"{dtype}[:, :]", f"{dtype}[:]"
     if op == "forward":  # x, weight, bias, eps, out
         arrays, body = [matrix, vector, vector, "float64", f"{dtype}[:, ::1]"], _FORWARD
-    else:  # x, weight, g, eps, dx, dweight, dbias; a few blocks of rows per thread, for balance
+    else:  # x, weight, g, eps, dx, dweight, dbias
         arrays = [matrix, vector, matrix, "float64", f"{dtype}[:, ::1]", *[f"{dtype}[::1]"] * 2]
-        body = _BACKWARD.replace("{blocks}", str(4 * numba.config.NUMBA_NUM_THREADS))
+        body = _BACKWARD
+    # a few blocks of rows per thread, for balance, each with its scratch rows allocated once
+    body = body.replace("{blocks}", str(4 * numba.config.NUMBA_NUM_THREADS))
     head = rows.head("Layer norm " + op, "tracegrad.kernels.normalization", dtype,
                      f"void({', '.join(arrays)})")  # fmt: skip
     return head + _HELPERS + body
