@@ -142,7 +142,9 @@ def _line_nodes(source: str) -> dict[int, int]:
 def profile(plan: Any, repeat: int = 3) -> Profile:
     """Run the plan's function `repeat` times on zeros for its arguments and the state's current
     values, in the arena between steps (the plan never writes its inputs, and nothing is
-    written back), sampling memory and time at every statement; keeps each one's fastest."""
+    written back), timing every statement (keeping each one's fastest), then once more under
+    tracemalloc for the bytes after each: tracemalloc slows what allocates, kernels included
+    (Numba reports its allocations to it), so no time is taken under it."""
     graph, run = plan.graph, plan.run
     n_args = len(plan.capture.args)
     inputs = [np.zeros(v.shape, v.dtype) for v in graph.inputs]
@@ -155,21 +157,23 @@ def profile(plan: Any, repeat: int = 3) -> Profile:
     views, lent = run.arena.lend(run.layout)  # between steps: lent, or a buffer of its own
     try:
         with np.errstate(all="ignore"):  # zeros may divide by zero: nobody reads the values
-            for _ in range(repeat):
-                runs.append(_instrumented(run.run, views, inputs, owner, len(graph.nodes), fixed))
+            for traced in [False] * repeat + [True]:
+                args = (run.run, views, inputs, owner, len(graph.nodes), fixed, traced)
+                runs.append(_instrumented(*args))
     finally:
         if lent:
             run.arena.give_back()
     # each statement's fastest run: a busy machine slows some statements of each run
     return Profile(
-        runs[-1].bytes_after, [min(t) for t in zip(*(r.seconds for r in runs), strict=True)]
+        runs[-1].bytes_after, [min(t) for t in zip(*(r.seconds for r in runs[:-1]), strict=True)]
     )
 
 
 def _instrumented(fn: Any, views: list, inputs: list, owner: dict[int, int], n: int,
-                  fixed: int) -> Profile:  # fmt: skip
+                  fixed: int, traced_memory: bool) -> Profile:  # fmt: skip
     """Samples (node, traced bytes, time) at every line event of the plan's frame, into arrays
-    allocated beforehand so that sampling allocates nothing tracemalloc would count."""
+    allocated beforehand so that sampling allocates nothing tracemalloc would count; bytes only
+    with `traced_memory` (tracemalloc on)."""
     size = max(owner, default=0) + 8  # straight-line code: each line runs at most once
     nodes, traced, times = np.full(size, n), np.zeros(size, np.int64), np.zeros(size)
     count = np.zeros(1, np.int64)
@@ -187,7 +191,7 @@ def _instrumented(fn: Any, views: list, inputs: list, owner: dict[int, int], n: 
     def global_(frame: Any, event: str, arg: Any) -> Any:
         return local if frame.f_code is code else None
 
-    started = not tracemalloc.is_tracing()
+    started = traced_memory and not tracemalloc.is_tracing()
     if started:
         tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
