@@ -44,6 +44,8 @@ def _trailing_reduction(n: Node) -> bool:
 
 
 def fuse(graph: Graph) -> tuple[Graph, PassStats]:
+    before = len(graph.nodes)
+    graph = _views_early(graph)
     made_at = {v: i for i, n in enumerate(graph.nodes) for v in n.outputs}
     group_of: dict[Value, _Group] = {}
     groups: dict[int, _Group] = {}  # start index -> group
@@ -79,7 +81,26 @@ def fuse(graph: Graph) -> tuple[Graph, PassStats]:
             fused += len(group.nodes)
     after = Graph(graph.inputs, nodes, graph.outputs)
     note = f"{fused} nodes in {len(groups)} groups"
-    return after, PassStats("fuse", len(graph.nodes), len(nodes), 0, note)
+    return after, PassStats("fuse", before, len(nodes), 0, note)
+
+
+def _views_early(graph: Graph) -> Graph:
+    """Each view moved up to right after the nodes that made what it reads. A view allocates
+    nothing and keeps its base alive to its own last use wherever it runs, and a group can read
+    only what existed when it started: a gradient reshaped right before the elementwise chain
+    that reads it had kept that chain out of the group that recomputes what it needs."""
+    anchor: dict[Value, int] = {}  # value -> index of the node (not a view) it comes after
+    after: dict[int, list[Node]] = {}
+    for i, n in enumerate(graph.nodes):
+        at = max((anchor.get(v, -1) for v in n.inputs), default=-1) if is_view(n) else i
+        anchor.update((v, at) for v in n.outputs)
+        if at != i:
+            after.setdefault(at, []).append(n)
+    nodes = after.get(-1, [])
+    for i, n in enumerate(graph.nodes):
+        if not is_view(n):
+            nodes += [n, *after.get(i, ())]
+    return Graph(graph.inputs, nodes, graph.outputs)
 
 
 def _family(n: Node) -> str:

@@ -381,10 +381,26 @@ def test_fuse_groups_a_layer_backward_into_one_kernel_with_its_bias_sum():
     fused = [n for n in after.nodes if n.op == "fused"]
     assert len(fused) == 1
     assert set(fused[0].outputs) == {y, du, db}
-    assert [n.op for n in after.nodes] == ["fused", "matmul", "transpose"]
+    assert [n.op for n in after.nodes] == ["fused", "transpose", "matmul"]  # views move up
     args = rand(8, 4), rand(8, 4), rand(4, 8)
     graph.inputs.append(n6.inputs[0])
     same_results(graph, Graph(graph.inputs, after.nodes, after.outputs), *args)
+
+
+def test_fuse_moves_views_up_so_that_a_chain_joins_the_recomputation_it_reads():
+    """A layer's incoming gradient, made by a matmul and reshaped right before the elementwise
+    chain that reads it: the reshape moves up next to the matmul, and the chain joins the group
+    that recomputes tanh(u), started before the reshape was (one kernel, not two)."""
+    a, w, u = val(2, 8), val(8, 16), val(8, 4)
+    n1, m = node("matmul", [a, w], (2, 16), "backward")
+    n2, t = node("tanh", [u], (8, 4), "recompute")
+    n3, g = node("reshape", [m], (8, 4), "backward", shape=(8, 4))
+    n4, du = node("mul", [g, t], (8, 4), "backward")
+    graph = Graph([a, w, u], [n1, n2, n3, n4], [du, t])
+    after, _ = passes.fuse(graph)
+    assert [n.op for n in after.nodes] == ["matmul", "reshape", "fused"]
+    assert [n.op for n in after.nodes[2].attrs["body"].nodes] == ["tanh", "mul"]
+    same_results(graph, after, rand(2, 8), rand(8, 16), rand(8, 4))
 
 
 def test_fuse_keeps_recomputation_out_of_forward_groups():
