@@ -2,14 +2,16 @@
 `tracegrad.attention` has the NumPy versions and the contract.
 
 A kernel runs a `prange` over the (batch, head) pairs; each pair's keys and values are copied
-once into small arrays of its own (transposed where a loop wants rows), and the queries go four
-rows at a time: every key element loaded serves four rows' scores, and a row's scores, its
-softmax and its output stay in the L1 cache. Nothing of size (queries x keys) leaves the pair:
-the backward kernel rebuilds each block's probabilities from q and k (its `out` gives the
-softmax's correction term, sum(g * out)). A causal pair computes only the keys a block of rows
-may see, about half of the work. On the GPT of `benchmarks/models.py` (16 x 4 pairs of 128 x 64,
-float32, causal, two threads), alone: forward 3.6 ms and backward 7-10 ms, against 8.4 and
-13.2 ms for NumPy's composition of the same products and softmax (docs/kernels.md).
+once into small arrays of its own (transposed where a product wants rows), and the queries go
+four rows at a time, each product as dot products of four rows with two others at once (every
+element loaded serves several sums); a row's scores, its softmax and its output stay in the L1
+cache. Nothing of size (queries x keys) leaves the pair: the backward kernel rebuilds each
+block's probabilities from q and k (its `out` gives the softmax's correction term,
+sum(g * out)). A causal pair computes only the keys a block of rows may see, about half of the
+work. On the GPT of `benchmarks/models.py` (16 x 4 pairs of 128 x 64, float32, causal, two
+threads), alone, the fastest of 100 calls: forward 2.3 ms and backward 4.7 ms (2.5 and 5.5 ms
+when each product updated four output rows per element it read), against 8.4 and 13.2 ms for
+NumPy's composition of the same products and softmax (docs/kernels.md).
 
 Modules are generated per dtype; the scale and causality are arguments. Inputs are 4-D arrays
 of any layout (batch, heads, rows, features); outputs are C-contiguous. Cached like the fused
@@ -59,21 +61,32 @@ def softmax(s, rows, n, n_keys, i0, causal):
             x[j] = 0
 
 
-@_inner
-def times(left, right, k, m, out):
-    """out[:, :m] = left[:, :k] @ right[:k, :m], four rows: every element of `right` read serves
-    the four (a row's scores from q and k^T, its output from p and v)."""
-    out[:, :m] = 0
-    o0, o1, o2, o3 = out[0], out[1], out[2], out[3]  # rows: LLVM vectorizes each update
-    for j in range(k):
-        a0, a1, a2, a3 = left[0, j], left[1, j], left[2, j], left[3, j]
-        rj = right[j]
-        for c in range(m):
-            x = rj[c]
-            o0[c] += a0 * x
-            o1[c] += a1 * x
-            o2[c] += a2 * x
-            o3[c] += a3 * x
+@_reduce
+def dots(left, right, k, m, out):
+    """out[:, c] = left[:, :k] @ right[c, :k] for c < m, four rows of `left`: the products of
+    four rows with two of `right` at a time, eight sums in SIMD lanes (every element loaded
+    serves two or four of them: about twice the rate of updating four rows of `out` for each
+    element of `right`, as this did before)."""
+    l0, l1, l2, l3 = left[0], left[1], left[2], left[3]
+    for c in range(0, m - 1, 2):
+        x, y = right[c], right[c + 1]
+        s0x = s0y = s1x = s1y = s2x = s2y = s3x = s3y = T(0)
+        for j in range(k):
+            a, b = x[j], y[j]
+            s0x += l0[j] * a
+            s0y += l0[j] * b
+            s1x += l1[j] * a
+            s1y += l1[j] * b
+            s2x += l2[j] * a
+            s2y += l2[j] * b
+            s3x += l3[j] * a
+            s3y += l3[j] * b
+        out[0, c], out[0, c + 1], out[1, c], out[1, c + 1] = s0x, s0y, s1x, s1y
+        out[2, c], out[2, c + 1], out[3, c], out[3, c + 1] = s2x, s2y, s3x, s3y
+    if m % 2:
+        x = right[m - 1]
+        for r in range(4):
+            out[r, m - 1] = row_dot(left[r, :k], x[:k])
 
 
 @_inner
@@ -123,7 +136,7 @@ _FORWARD = """
 @_inner
 def pair(q, k, v, scale, causal, out, b, h):
     n_rows, n_keys = q.shape[2], k.shape[2]
-    kt, vb = columns_of(k, b, h), rows_of(v, b, h)
+    kb, vt = rows_of(k, b, h), columns_of(v, b, h)
     qb = np.empty((4, q.shape[3]), T)
     s = np.empty((4, n_keys), T)
     o = np.empty((4, v.shape[3]), T)
@@ -131,9 +144,9 @@ def pair(q, k, v, scale, causal, out, b, h):
         rows = min(4, n_rows - i0)
         n = seen(i0 + rows - 1, n_keys, causal)
         block(q, b, h, i0, scale, qb)
-        times(qb, kt, qb.shape[1], n, s)
+        dots(qb, kb, qb.shape[1], n, s)
         softmax(s, rows, n, n_keys, i0, causal)
-        times(s, vb, n, vb.shape[1], o)
+        dots(s, vt, n, vt.shape[0], o)
         for r in range(rows):
             out[b, h, i0 + r, :] = o[r]
 
@@ -150,7 +163,7 @@ _BACKWARD = """
 @_inner
 def pair(q, k, v, o, g, scale, causal, dq, dk, dv, b, h):
     n_rows, n_keys = q.shape[2], k.shape[2]
-    kb, kt, vt = rows_of(k, b, h), columns_of(k, b, h), columns_of(v, b, h)
+    kb, kt, vb = rows_of(k, b, h), columns_of(k, b, h), rows_of(v, b, h)
     dk_acc = np.zeros((n_keys, k.shape[3]), T)
     dv_acc = np.zeros((n_keys, v.shape[3]), T)
     qs, qb = np.empty((4, q.shape[3]), T), np.empty((4, q.shape[3]), T)
@@ -164,16 +177,16 @@ def pair(q, k, v, o, g, scale, causal, dq, dk, dv, b, h):
         block(q, b, h, i0, T(1), qb)
         block(g, b, h, i0, T(1), gb)
         block(o, b, h, i0, T(1), ob)
-        times(qs, kt, qs.shape[1], n, s)
+        dots(qs, kb, qs.shape[1], n, s)
         softmax(s, rows, n, n_keys, i0, causal)  # probabilities p; 0 past the block's rows
-        times(gb, vt, gb.shape[1], n, ds)  # dp = g v^T
+        dots(gb, vb, gb.shape[1], n, ds)  # dp = g v^T
         for r in range(4):
             d, p, dp = row_dot(gb[r], ob[r]), s[r], ds[r]
             for j in range(n):
                 dp[j] = p[j] * (dp[j] - d) * scale  # d(scores) / d(q k^T)
         add_outer(s, gb, n, dv_acc)
         add_outer(ds, qb, n, dk_acc)
-        times(ds, kb, n, kb.shape[1], dqb)
+        dots(ds, kt, n, kt.shape[0], dqb)
         for r in range(rows):
             dq[b, h, i0 + r, :] = dqb[r]
     dk[b, h] = dk_acc
