@@ -132,7 +132,9 @@ def _reusable(
     """A dying input's buffer that `n` can safely overwrite with its result `out`."""
     if out.ndim == 0 or not n.prim.overwrites_safely(n.attrs):  # 0-d results: scalars, no out=
         return None
-    for v in dying:  # not views: a value here owns its buffer or took over one of its layout
+    # not views: a value here owns its buffer or took over one of its layout; a place in the
+    # arena first: taking over a buffer NumPy allocated keeps that allocation alive longer
+    for v in sorted(dying, key=lambda v: not buffers[v].placeable):
         buf = buffers[v]
         if (v.shape, v.dtype) == (buf.owner.shape, buf.owner.dtype) == (out.shape, out.dtype):
             if holders[buf] == 1 and n.inputs.count(v) == 1:

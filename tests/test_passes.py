@@ -295,6 +295,18 @@ def test_memory_plan_hands_a_taken_over_buffer_on():
     assert plan.reuse == {b: a, c: b} and plan.arena == 4032
 
 
+def test_memory_plan_takes_over_a_place_in_the_arena_before_a_numpy_allocation():
+    """Both inputs die at the add; taking over `where`'s result (NumPy allocates it: no out=)
+    would keep that allocation alive, and fresh allocations fault their pages in each step."""
+    x, cond = val(1000), val(1000, dtype=np.bool_)
+    n1, a = node("where", [cond, x, x], (1000,))
+    n2, b = node("exp", [x], (1000,))
+    n3, c = node("add", [a, b], (1000,))
+    n4, d = node("sin", [c], (1000,))
+    plan = check_plan(Graph([x, cond], [n1, n2, n3, n4], [d]))
+    assert plan.reuse[c] is b and a not in plan.offsets
+
+
 def test_a_fused_group_that_sums_writes_its_results_over_dying_inputs():
     """A layer's backward with its bias gradient: the kernel reads each element before it
     writes the result's element there, reductions included (they are never read again)."""
