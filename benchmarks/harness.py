@@ -175,7 +175,9 @@ def run_child(method: str, workload: str, steps: int, budget: float, memory: boo
 def measure_step_memory(step) -> dict[str, float]:
     """Peak RSS and tracemalloc peak of one more step (after warm-up). A traced step's arena
     was allocated by the warm-up and is reused, so tracemalloc does not see it again: it is
-    added to the step's peak (`held`)."""
+    added to the step's peak (`held`). The warm-up ends with a step of its own: the first call
+    after a plan's kernels are ready allocates that plan's arena (counted twice otherwise)."""
+    step()
     before = rss_mb()
     reset = reset_peak_rss()
     tracemalloc.start()
