@@ -60,8 +60,8 @@ class Plan:
     def _build(self, graph: ir.Graph, kernels: dict, memory: MemoryPlan) -> None:
         self.graph, self.memory, self.kernel_count = graph, memory, len(kernels)
         self.source, namespace = generate(graph, self.name, memory, kernels)
-        run = compile_source(self.source, namespace, self.name)
-        self.run = MeasuredRun(run, ArenaLayout(memory))
+        self.run = MeasuredRun(compile_source(self.source, namespace, self.name),
+                               ArenaLayout(memory), self.pending is None)  # fmt: skip
         self.input_backed = _input_backed(graph)
 
     def adopt_kernels(self, wait: bool = False) -> None:
@@ -77,6 +77,7 @@ class Plan:
             message = f"the step's kernels failed to compile ({pending.error!r})"
             warnings.warn(f"tracegrad: {message}; it goes on running NumPy calls", RuntimeWarning,
                           stacklevel=3)  # fmt: skip
+            self.run.measure_first = True  # nothing compiles beside it any more
             return
         self._build(*pending.result, plan_memory(pending.result[0]))
         if pending.seconds >= PROGRESS_AFTER:
@@ -457,17 +458,17 @@ class MeasuredRun:
     """Runs a plan in the arena, then `finish(inputs, outputs)` while the arena is still lent
     (it copies what leaves the step out of it). Measures the peak with tracemalloc on the first
     call and whenever the user is tracing memory anyway (tracing every call would slow every
-    step): the arena bytes the plan uses plus what the step allocates besides. (A stand-in
-    running NumPy calls is measured on its first call too: its kernels start compiling after
-    it, so tracemalloc does not count the compiling thread.)"""
+    step): the arena bytes the plan uses plus what the step allocates besides. A stand-in
+    (`measure_first=False`: NumPy calls while kernels compile) measures only in the latter case:
+    tracemalloc would also count, and slow, the thread compiling beside it."""
 
-    def __init__(self, run: Callable, layout: ArenaLayout):
+    def __init__(self, run: Callable, layout: ArenaLayout, measure_first: bool = True):
         self.run, self.layout, self.arena = run, layout, shared_arena()
-        self.peak, self.calls = None, 0
+        self.peak, self.calls, self.measure_first = None, 0, measure_first
 
     def __call__(self, inputs: list[np.ndarray], finish: Callable) -> Any:
         self.calls += 1
-        measure = self.peak is None or tracemalloc.is_tracing()
+        measure = (self.peak is None and self.measure_first) or tracemalloc.is_tracing()
         started = measure and not tracemalloc.is_tracing()
         views, lent = self.arena.lend(self.layout)
         try:
