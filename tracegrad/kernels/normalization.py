@@ -8,8 +8,9 @@ the forward's time, and made it six times slower under tracemalloc, which sees N
 allocations: `profile()` showed it so). Backward computes a row's statistics
 again, its dx in one more pass, and adds the row's share of dweight and dbias into partial sums
 of its thread's block of rows, summed at the end: the rows run in parallel without sharing an
-accumulator. Modules are generated per dtype; eps is an argument. Arrays are seen as (rows, D);
-inputs of any layout, outputs C-contiguous."""
+accumulator. Modules are generated per dtype; eps is an argument. Arrays are seen as (rows, D),
+C-contiguous: a row of unknown stride kept the loops out of SIMD lanes (the GPT's rows: forward
+0.34 and backward 0.63 ms against 0.28 and 0.55), so other layouts are copied first."""
 
 from __future__ import annotations
 
@@ -100,7 +101,7 @@ def kernel(x, weight, g, eps, dx, dweight, dbias):
 
 def generate_source(op: str, dtype: str) -> str:
     """The text of a kernel's module."""
-    matrix, vector = f"{dtype}[:, :]", f"{dtype}[:]"
+    matrix, vector = f"{dtype}[:, ::1]", f"{dtype}[:]"  # rows contiguous: loops run in SIMD
     if op == "forward":  # x, weight, bias, eps, out
         arrays, body = [matrix, vector, vector, "float64", f"{dtype}[:, ::1]"], _FORWARD
     else:  # x, weight, g, eps, dx, dweight, dbias
@@ -136,7 +137,8 @@ class LayerNormKernel(GeneratedKernel):
         if not out.flags.c_contiguous:
             raise ValueError("layer-norm kernels write C-contiguous outputs")
         d = x.shape[-1]
-        x2, third2 = x.reshape(-1, d), third.reshape(-1, d) if self.backward else third
+        x2 = np.ascontiguousarray(x.reshape(-1, d))
+        third2 = np.ascontiguousarray(third.reshape(-1, d)) if self.backward else third
         if self.backward:
             dx, dw, db = unpack(out, x)
             self.compiled(x2, weight, third2, self.eps, dx.reshape(-1, d), dw, db)
