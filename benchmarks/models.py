@@ -1,6 +1,6 @@
 """The two workloads of issue 13, one training step each, every method in a process of its own:
 
-    python benchmarks/models.py [--steps N] [--workloads cnn gpt] [--methods ...]
+    python benchmarks/models.py [--steps N] [--workloads cnn gpt] [--methods ...] [--profile]
 
 CNN: batch 256 of 1x28x28; conv 32 3x3 pad 1, ReLU, max-pool 2; conv 64 3x3 pad 1, ReLU,
 max-pool 2; fc 3136->128, ReLU; fc 10; SGD with momentum 0.9.
@@ -17,7 +17,8 @@ with a one-line reason, where the library is not installed. The same float32 wei
 (tracegrad's initialization, through `state_dict()`) and data everywhere; the first losses (and
 the losses after one update, which check gradients and optimizer) are printed side by side, the
 first ones also relative to torch's. Medians of the timed steps; the first call (jax: its
-compile) is timed apart; peak RSS of each child process.
+compile) is timed apart; peak RSS of each child process. `--profile` instead prints where the
+traced step's time goes, by op (`tracegrad.viz.profile`, in this process).
 """
 
 from __future__ import annotations
@@ -101,8 +102,29 @@ def build_tg(workload: str, traced: bool):
         return float(step(x, y))
 
     if traced:
-        run.wait_for_kernels = step.wait_for_kernels
+        run.wait_for_kernels, run.traced = step.wait_for_kernels, step
     return run
+
+
+def profile_tg(workload: str) -> None:
+    """Where the traced step's time goes: `viz.profile`'s fastest of 5 runs per statement (timed
+    without tracemalloc), summed by op, a fused kernel by its phase."""
+    from tracegrad import viz
+
+    run = build_tg(workload, traced=True)
+    run()
+    run.wait_for_kernels()
+    run()
+    plan = run.traced.latest
+    prof = viz.profile(plan, repeat=5)
+    by_op: dict[str, float] = {}
+    for n, seconds in zip(plan.graph.nodes, prof.seconds, strict=True):
+        key = f"fused {n.phase}" if n.op == "fused" else n.op
+        by_op[key] = by_op.get(key, 0.0) + seconds
+    total = sum(prof.seconds)
+    print(f"\n{workload}: traced step, {total * 1e3:.1f} ms in {len(plan.graph.nodes)} statements")
+    for op, seconds in sorted(by_op.items(), key=lambda kv: -kv[1])[:14]:
+        print(f"  {op:<22} {seconds * 1e3:7.1f} ms  {seconds / total:4.0%}")
 
 
 def torch_model(workload: str):
@@ -339,7 +361,13 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=20.0)
     parser.add_argument("--workloads", nargs="+", default=["cnn", "gpt"])
     parser.add_argument("--methods", nargs="+", default=list(METHODS))
+    parser.add_argument("--profile", action="store_true",
+                        help="where the traced step's time goes, by op, instead")  # fmt: skip
     args = parser.parse_args()
+    if args.profile:
+        for workload in args.workloads:
+            profile_tg(workload)
+        return
     if args.child:
         print(MARK + json.dumps(run_child(*args.child, args.steps, args.budget)), flush=True)
         return
