@@ -37,17 +37,23 @@ DTYPES = ("float32", "float64")
 _HELPERS = '''
 
 @_inner
+def up(n, m):
+    """n rounded up to a multiple of m."""
+    return (n + m - 1) // m * m
+
+
+@_inner
 def seen(i, n_keys, causal):
     """How many keys row i sees."""
     return min(i + 1, n_keys) if causal else n_keys
 
 
 @_inner
-def softmax(s, rows, n, n_keys, i0, causal):
-    """Row r of `s` (4 x n scores) becomes its probabilities; masked keys and rows past the
-    block's `rows` get 0. The max and the sum are loops of their own: a loop that also exps
-    would not vectorize."""
-    for r in range(4):
+def softmax(s, rows, n_keys, i0, causal):
+    """Row r of `s` (R x keys) becomes its probabilities over the keys it sees; the rest of the
+    row, and rows past the block's `rows`, become 0 (the products after it read them). The max
+    and the sum are loops of their own: a loop that also exps would not vectorize."""
+    for r in range(R):
         seen_r = seen(i0 + r, n_keys, causal) if r < rows else 0
         x = s[r]
         if seen_r > 0:
@@ -57,98 +63,77 @@ def softmax(s, rows, n, n_keys, i0, causal):
             inv = T(1) / row_sum(x, seen_r)
             for j in range(seen_r):
                 x[j] *= inv
-        for j in range(seen_r, n):
+        for j in range(seen_r, x.size):
             x[j] = 0
 
 
-@_reduce
-def dots(left, right, k, m, out):
-    """out[:, c] = left[:, :k] @ right[c, :k] for c < m, four rows of `left`: the products of
-    four rows with two of `right` at a time, eight sums in SIMD lanes (every element loaded
-    serves two or four of them: about twice the rate of updating four rows of `out` for each
-    element of `right`, as this did before)."""
-    l0, l1, l2, l3 = left[0], left[1], left[2], left[3]
-    for c in range(0, m - 1, 2):
-        x, y = right[c], right[c + 1]
-        s0x = s0y = s1x = s1y = s2x = s2y = s3x = s3y = T(0)
-        for j in range(k):
-            a, b = x[j], y[j]
-            s0x += l0[j] * a
-            s0y += l0[j] * b
-            s1x += l1[j] * a
-            s1y += l1[j] * b
-            s2x += l2[j] * a
-            s2y += l2[j] * b
-            s3x += l3[j] * a
-            s3y += l3[j] * b
-        out[0, c], out[0, c + 1], out[1, c], out[1, c + 1] = s0x, s0y, s1x, s1y
-        out[2, c], out[2, c + 1], out[3, c], out[3, c + 1] = s2x, s2y, s3x, s3y
-    if m % 2:
-        x = right[m - 1]
-        for r in range(4):
-            out[r, m - 1] = row_dot(left[r, :k], x[:k])
+@_inner
+def product(a, ac, b, j0, j1, m, out):
+    """out[:R, :up(m, W)] = a[j0:j1, ac:ac + R]^T @ b[j0:j1, :up(m, W)], a tile at a time (b
+    and out padded to whole tiles)."""
+    for c in range(0, m, W):
+        tile(a, ac, b, c, j0, j1, out, c)
 
 
 @_inner
-def add_outer(s, x, n, acc):
-    """acc[:n] += s[:, :n]^T @ x (4 x F): the keys' share of four rows."""
-    x0, x1, x2, x3 = x[0], x[1], x[2], x[3]
+def transposed(x, b, h, scale, width):
+    """x[b, h] transposed and scaled: (features x width), zero past x's rows. Written a row of
+    the result at a time: the writes in order are what makes a transpose fast."""
+    n, f = x.shape[2], x.shape[3]
+    out = np.empty((f, width), T)
+    for c in range(f):
+        row = out[c]
+        for i in range(n):
+            row[i] = x[b, h, i, c] * scale
+        for i in range(n, width):
+            row[i] = 0
+    return out
+
+
+@_inner
+def padded(x, b, h, rows, width):
+    """x[b, h] (rows x width), zero past its rows and features."""
+    n, f = x.shape[2], x.shape[3]
+    out = np.empty((rows, width), T)
+    for i in range(rows):
+        row = out[i]
+        if i < n:
+            src = x[b, h, i]
+            for c in range(f):
+                row[c] = src[c]
+        for c in range(f if i < n else 0, width):
+            row[c] = 0
+    return out
+
+
+@_inner
+def transpose_block(s, n, out):
+    """out[:n, :R] = s[:R, :n]^T: a block's probabilities as the rows a product reads."""
     for j in range(n):
-        p0, p1, p2, p3 = s[0, j], s[1, j], s[2, j], s[3, j]
-        aj = acc[j]
-        for c in range(x.shape[1]):
-            aj[c] += p0 * x0[c] + p1 * x1[c] + p2 * x2[c] + p3 * x3[c]
-
-
-@_inner
-def block(a, b, h, i0, scale, out):
-    """out (4 x F) = rows i0.. of a[b, h] (the last row repeated past the end), times scale."""
-    last = a.shape[2] - 1
-    for r in range(4):
-        i = min(i0 + r, last)
-        for c in range(a.shape[3]):
-            out[r, c] = a[b, h, i, c] * scale
-
-
-@_inner
-def rows_of(a, b, h):
-    """a[b, h] (rows x F), C-contiguous."""
-    out = np.empty((a.shape[2], a.shape[3]), T)
-    for j in range(a.shape[2]):
-        out[j] = a[b, h, j]
-    return out
-
-
-@_inner
-def columns_of(a, b, h):
-    """a[b, h] transposed (F x rows), C-contiguous."""
-    n, f = a.shape[2], a.shape[3]
-    out = np.empty((f, n), T)
-    for j0 in range(0, n, 8):  # in 8 x F tiles: the rows' elements are read in order
-        for c in range(f):
-            for j in range(j0, min(j0 + 8, n)):
-                out[c, j] = a[b, h, j, c]
-    return out
+        for r in range(R):
+            out[j, r] = s[r, j]
 '''
 
 _FORWARD = """
 
 @_inner
 def pair(q, k, v, scale, causal, out, b, h):
-    n_rows, n_keys = q.shape[2], k.shape[2]
-    kb, vt = rows_of(k, b, h), columns_of(v, b, h)
-    qb = np.empty((4, q.shape[3]), T)
-    s = np.empty((4, n_keys), T)
-    o = np.empty((4, v.shape[3]), T)
-    for i0 in range(0, n_rows, 4):
-        rows = min(4, n_rows - i0)
+    n_rows, n_keys, f, e = q.shape[2], k.shape[2], q.shape[3], v.shape[3]
+    qt = transposed(q, b, h, scale, up(n_rows, R))
+    kt = transposed(k, b, h, T(1), up(n_keys, W))
+    vp = padded(v, b, h, n_keys, up(e, W))
+    s = np.empty((R, kt.shape[1]), T)
+    pt = np.empty((kt.shape[1], R), T)
+    o = np.empty((R, vp.shape[1]), T)
+    for i0 in range(0, n_rows, R):
+        rows = min(R, n_rows - i0)
         n = seen(i0 + rows - 1, n_keys, causal)
-        block(q, b, h, i0, scale, qb)
-        dots(qb, kb, qb.shape[1], n, s)
-        softmax(s, rows, n, n_keys, i0, causal)
-        dots(s, vt, n, vt.shape[0], o)
+        product(qt, i0, kt, 0, f, n, s)
+        softmax(s, rows, n_keys, i0, causal)
+        transpose_block(s, n, pt)
+        product(pt, 0, vp, 0, n, e, o)
         for r in range(rows):
-            out[b, h, i0 + r, :] = o[r]
+            out[b, h, i0 + r, :] = o[r, :e]
 
 
 @_outer
@@ -162,35 +147,44 @@ _BACKWARD = """
 
 @_inner
 def pair(q, k, v, o, g, scale, causal, dq, dk, dv, b, h):
-    n_rows, n_keys = q.shape[2], k.shape[2]
-    kb, kt, vb = rows_of(k, b, h), columns_of(k, b, h), rows_of(v, b, h)
-    dk_acc = np.zeros((n_keys, k.shape[3]), T)
-    dv_acc = np.zeros((n_keys, v.shape[3]), T)
-    qs, qb = np.empty((4, q.shape[3]), T), np.empty((4, q.shape[3]), T)
-    gb, ob = np.empty((4, v.shape[3]), T), np.empty((4, v.shape[3]), T)
-    s, ds = np.empty((4, n_keys), T), np.empty((4, n_keys), T)
-    dqb = np.empty((4, q.shape[3]), T)
-    for i0 in range(0, n_rows, 4):
-        rows = min(4, n_rows - i0)
+    n_rows, n_keys, f, e = q.shape[2], k.shape[2], q.shape[3], v.shape[3]
+    rows_p, keys_p = up(n_rows, R), up(n_keys, W)
+    qt, gt = transposed(q, b, h, scale, rows_p), transposed(g, b, h, T(1), rows_p)
+    kt, vt = transposed(k, b, h, T(1), keys_p), transposed(v, b, h, T(1), keys_p)
+    kp, qp = padded(k, b, h, keys_p, up(f, W)), padded(q, b, h, rows_p, up(f, W))
+    gp = padded(g, b, h, rows_p, up(e, W))
+    p, ds = np.zeros((rows_p, keys_p), T), np.zeros((rows_p, keys_p), T)  # the pair's, whole
+    s, dp = np.empty((R, keys_p), T), np.empty((R, keys_p), T)
+    dst = np.empty((keys_p, R), T)
+    acc = np.empty((R, max(kp.shape[1], gp.shape[1])), T)
+    for i0 in range(0, n_rows, R):
+        rows = min(R, n_rows - i0)
         n = seen(i0 + rows - 1, n_keys, causal)
-        block(q, b, h, i0, scale, qs)
-        block(q, b, h, i0, T(1), qb)
-        block(g, b, h, i0, T(1), gb)
-        block(o, b, h, i0, T(1), ob)
-        dots(qs, kb, qs.shape[1], n, s)
-        softmax(s, rows, n, n_keys, i0, causal)  # probabilities p; 0 past the block's rows
-        dots(gb, vb, gb.shape[1], n, ds)  # dp = g v^T
-        for r in range(4):
-            d, p, dp = row_dot(gb[r], ob[r]), s[r], ds[r]
-            for j in range(n):
-                dp[j] = p[j] * (dp[j] - d) * scale  # d(scores) / d(q k^T)
-        add_outer(s, gb, n, dv_acc)
-        add_outer(ds, qb, n, dk_acc)
-        dots(ds, kt, n, kt.shape[0], dqb)
+        product(qt, i0, kt, 0, f, n, s)
+        softmax(s, rows, n_keys, i0, causal)
+        product(gt, i0, vt, 0, e, n, dp)  # g v^T
+        end = up(n, W)  # whole tiles: s is 0 past a row's keys, and dp finite
         for r in range(rows):
-            dq[b, h, i0 + r, :] = dqb[r]
-    dk[b, h] = dk_acc
-    dv[b, h] = dv_acc
+            i = i0 + r
+            d = row_dot(g[b, h, i], o[b, h, i])
+            pi, dsi, sr, dpr = p[i], ds[i], s[r], dp[r]
+            for j0 in range(0, end, W):
+                for j in range(j0, j0 + W):
+                    pi[j] = sr[j]
+                    dsi[j] = sr[j] * (dpr[j] - d) * scale  # d(scores) / d(q k^T)
+        transpose_block(ds[i0:i0 + R], n, dst)
+        product(dst, 0, kp, 0, n, f, acc)
+        for r in range(rows):
+            dq[b, h, i0 + r, :] = acc[r, :f]
+    for c in range(0, n_keys, R):  # the keys' gradients, R keys at a time
+        first = min(c, n_rows) if causal else 0  # no earlier row sees key c
+        keys = min(R, n_keys - c)
+        product(p, c, gp, first, n_rows, e, acc)
+        for r in range(keys):
+            dv[b, h, c + r, :] = acc[r, :e]
+        product(ds, c, qp, first, n_rows, f, acc)
+        for r in range(keys):
+            dk[b, h, c + r, :] = acc[r, :f]
 
 
 @_outer
@@ -201,15 +195,52 @@ def kernel(q, k, v, o, g, scale, causal, dq, dk, dv):
 """
 
 
+ROWS = 4  # R: rows of a tile, each a SIMD register of sums (64 bytes: W elements)
+
+
+def tile_source(width: int) -> str:
+    """`tile`: out[:R, oc:oc + W] = a[j0:j1, ac:ac + R]^T @ b[j0:j1, bc:bc + W], its R x W sums
+    written out as scalars for the SLP vectorizer to pack into R registers of W lanes: each
+    step loads one row of b and R numbers of a, and does R fused multiply-adds."""
+    sums = [[f"s{r}_{c}" for c in range(width)] for r in range(ROWS)]
+    a, b = [f"a{r}" for r in range(ROWS)], [f"b{c}" for c in range(width)]
+    lines = ["@_inner", "def tile(a, ac, b, bc, j0, j1, out, oc):"]
+    lines += [f"    {', '.join(row)} = {', '.join(['T(0)'] * width)}" for row in sums]
+    lines += ["    for j in range(j0, j1):", "        aj, bj = a[j, ac:ac + R], b[j, bc:bc + W]"]
+    lines += [f"        {', '.join(a)} = {', '.join(f'aj[{r}]' for r in range(ROWS))}"]
+    lines += [f"        {', '.join(b)} = {', '.join(f'bj[{c}]' for c in range(width))}"]
+    lines += [f"        {s} += {a[r]} * {b[c]}" for r, row in enumerate(sums)
+              for c, s in enumerate(row)]  # fmt: skip
+    for r, row in enumerate(sums):
+        lines += [f"    o = out[{r}, oc:oc + W]"]
+        lines += [f"    o[{c}] = {s}" for c, s in enumerate(row)]
+    return "\n".join(lines) + "\n"
+
+
 def generate_source(op: str, dtype: str) -> str:
-    """The text of a kernel's module."""
+    """The text of a kernel's module. Numba leaves LLVM's SLP vectorizer off (it miscompiled
+    some integer code in older LLVMs); the module turns it on while its `kernel` compiles, which
+    is when `tile` and the rest compile, and restores the setting after."""
     inputs = 3 if op == "forward" else 5
     outputs = 1 if op == "forward" else 3
     arrays = [f"{dtype}[:, :, :, :]"] * inputs + [dtype, "boolean"]
     arrays += [f"{dtype}[:, :, :, ::1]"] * outputs
     head = rows.head("Attention " + op, "tracegrad.kernels.attention", dtype,
                      f"void({', '.join(arrays)})")  # fmt: skip
-    return head + _HELPERS + (_FORWARD if op == "forward" else _BACKWARD)
+    width = 64 // np.dtype(dtype).itemsize
+    body = _FORWARD if op == "forward" else _BACKWARD
+    kernel_at = body.index("@_outer")
+    compiled = "    " + body[kernel_at:].replace("\n", "\n    ").rstrip() + "\n"
+    return (
+        head
+        + f"\nfrom numba.core import config\n\nR, W = {ROWS}, {width}\n\n\n"
+        + tile_source(width)
+        + _HELPERS
+        + body[:kernel_at]
+        + "_SLP, config.SLP_VECTORIZE = config.SLP_VECTORIZE, 1\ntry:\n\n"
+        + compiled
+        + "finally:\n    config.SLP_VECTORIZE = _SLP\n"
+    )
 
 
 def module(node: Node) -> tuple[str, str]:
