@@ -1,21 +1,24 @@
 """Attention kernels: `softmax(q k^T * scale [causal]) v` and its VJP, each one Numba kernel.
 `tracegrad.attention` has the NumPy versions and the contract.
 
-A kernel runs a `prange` over the (batch, head) pairs; each pair's keys and values are copied
-once into small arrays of its own (transposed where a product wants rows), and the queries go
-four rows at a time, each product as dot products of four rows with two others at once (every
-element loaded serves several sums); a row's scores, its softmax and its output stay in the L1
-cache. Nothing of size (queries x keys) leaves the pair: the backward kernel rebuilds each
-block's probabilities from q and k (its `out` gives the softmax's correction term,
-sum(g * out)). A causal pair computes only the keys a block of rows may see, about half of the
-work. On the GPT of `benchmarks/models.py` (16 x 4 pairs of 128 x 64, float32, causal, two
-threads), alone, the fastest of 100 calls: forward 2.3 ms and backward 4.7 ms (2.5 and 5.5 ms
-when each product updated four output rows per element it read), against 8.4 and 13.2 ms for
-NumPy's composition of the same products and softmax (docs/kernels.md).
+A kernel runs a `prange` over the (batch, head) pairs and the queries four rows (R) at a time.
+Every product is `tile`'s: R x W sums held in R SIMD registers (W = 64 bytes of lanes), each
+step one row of the right operand loaded and R numbers of the left one broadcast into fused
+multiply-adds, which runs at about NumPy's GEMM rate (98 GF/s a core here, the dot-product
+form before it half that: its horizontal sums cost as much as its products). The right operand
+is read by rows, so the keys and values are transposed once per pair where a product sums
+over features (q k^T, g v^T); everything else is read in place, the inputs passed as flat
+memory with strides (`flat`), a row of which is known to be contiguous. Nothing of size
+(queries x keys) leaves the pair: the backward kernel rebuilds the probabilities from q and k
+(its `out` gives the softmax's correction term, sum(g * out)), keeps the pair's in a scratch
+array, and forms the keys' and values' gradients from it after the rows. A causal pair
+computes only the keys a block of rows may see, about half of the work. On the GPT of
+`benchmarks/models.py` (16 x 4 pairs of 128 x 64, float32, causal, q, k and v strided views
+of one (B, L, 3, H, E) array, two threads), alone, fastest of 200: forward 1.7 ms, backward
+3.9 ms (docs/kernels.md has the history).
 
-Modules are generated per dtype; the scale and causality are arguments. Inputs are 4-D arrays
-of any layout (batch, heads, rows, features); outputs are C-contiguous. Cached like the fused
-kernels (`KernelCache`)."""
+Modules are generated per dtype; the scale and causality are arguments. Outputs are
+C-contiguous. Cached like the fused kernels (`KernelCache`)."""
 
 from __future__ import annotations
 
@@ -49,149 +52,166 @@ def seen(i, n_keys, causal):
 
 
 @_inner
-def softmax(s, rows, n_keys, i0, causal):
-    """Row r of `s` (R x keys) becomes its probabilities over the keys it sees; the rest of the
-    row, and rows past the block's `rows`, become 0 (the products after it read them). The max
-    and the sum are loops of their own: a loop that also exps would not vectorize."""
+def softmax(s, rows, n_keys, i0, causal, scale):
+    """Row r of `s` (R x keys) becomes the probabilities of its scores times `scale` over the
+    keys it sees, and 0 on to the last key the block's rows see, rounded up to a tile (what the
+    products after it read); rows past the block's `rows` become 0 that far too. The max and
+    the sum are loops of their own: a loop that also exps would not vectorize."""
+    end = min(up(seen(i0 + rows - 1, n_keys, causal), W), s.shape[1])
     for r in range(R):
         seen_r = seen(i0 + r, n_keys, causal) if r < rows else 0
         x = s[r]
         if seen_r > 0:
+            for j in range(seen_r):
+                x[j] *= scale
             m = row_max(x, seen_r)
             for j in range(seen_r):
                 x[j] = exp(x[j] - m)
             inv = T(1) / row_sum(x, seen_r)
             for j in range(seen_r):
                 x[j] *= inv
-        for j in range(seen_r, x.size):
+        for j in range(seen_r, end):
             x[j] = 0
 
 
 @_inner
-def product(a, ac, b, j0, j1, m, out):
-    """out[:R, :up(m, W)] = a[j0:j1, ac:ac + R]^T @ b[j0:j1, :up(m, W)], a tile at a time (b
-    and out padded to whole tiles)."""
+def start(d, b, h, i):
+    """Where row i of pair (b, h) starts in a flat input of dims d (shape, element strides)."""
+    return b * d[4] + h * d[5] + i * d[6]
+
+
+@_inner
+def product(a, a0, aj, ar, b, b0, bj, j0, j1, m, out):
+    """out[:R, :up(m, W)] = A[j0:j1, :R]^T @ B[j0:j1, :up(m, W)] (`tile`), a tile at a time
+    (B's rows and out hold whole tiles)."""
     for c in range(0, m, W):
-        tile(a, ac, b, c, j0, j1, out, c)
+        tile(a, a0, aj, ar, b, b0, bj, c, j0, j1, out, c)
 
 
 @_inner
-def transposed(x, b, h, scale, width):
-    """x[b, h] transposed and scaled: (features x width), zero past x's rows. Written a row of
-    the result at a time: the writes in order are what makes a transpose fast."""
-    n, f = x.shape[2], x.shape[3]
-    out = np.empty((f, width), T)
+def rows_of(x, d, b, h):
+    """Pair (b, h) of a flat input as the rows `product` reads as B (array, start, row
+    stride): in place when its rows hold whole tiles, else a copy padded with zeros."""
+    n, f = d[2], d[3]
+    if f % W == 0:
+        return x, start(d, b, h, 0), d[6]
+    width = up(f, W)
+    out = np.zeros(n * width, T)
+    for i in range(n):
+        at = start(d, b, h, i)
+        out[i * width : i * width + f] = x[at : at + f]
+    return out, 0, width
+
+
+@_inner
+def block_of(x, d, b, h, i0, rows, scratch):
+    """Rows i0.. of pair (b, h) of a flat input as A (array, start, row stride) for `product`,
+    in place; a last block of fewer than R rows is copied into `scratch` (R x features)."""
+    f = d[3]
+    if rows == R:
+        return x, start(d, b, h, i0), d[6]
+    scratch[:] = 0
+    for r in range(rows):
+        at = start(d, b, h, i0 + r)
+        scratch[r * f : (r + 1) * f] = x[at : at + f]
+    return scratch, 0, f
+
+
+@_inner
+def columns_of(x, d, b, h, width):
+    """Pair (b, h) of a flat input transposed, (features x width) flat, zero past its rows:
+    the keys (or values) as B where a product sums over features."""
+    n, f = d[2], d[3]
+    out = np.empty(f * width, T)
     for c in range(f):
-        row = out[c]
+        at = start(d, b, h, 0) + c
         for i in range(n):
-            row[i] = x[b, h, i, c] * scale
+            out[c * width + i] = x[at + i * d[6]]
         for i in range(n, width):
-            row[i] = 0
+            out[c * width + i] = 0
     return out
-
-
-@_inner
-def padded(x, b, h, rows, width):
-    """x[b, h] (rows x width), zero past its rows and features."""
-    n, f = x.shape[2], x.shape[3]
-    out = np.empty((rows, width), T)
-    for i in range(rows):
-        row = out[i]
-        if i < n:
-            src = x[b, h, i]
-            for c in range(f):
-                row[c] = src[c]
-        for c in range(f if i < n else 0, width):
-            row[c] = 0
-    return out
-
-
-@_inner
-def transpose_block(s, n, out):
-    """out[:n, :R] = s[:R, :n]^T: a block's probabilities as the rows a product reads."""
-    for j in range(n):
-        for r in range(R):
-            out[j, r] = s[r, j]
 '''
 
 _FORWARD = """
 
 @_inner
-def pair(q, k, v, scale, causal, out, b, h):
-    n_rows, n_keys, f, e = q.shape[2], k.shape[2], q.shape[3], v.shape[3]
-    qt = transposed(q, b, h, scale, up(n_rows, R))
-    kt = transposed(k, b, h, T(1), up(n_keys, W))
-    vp = padded(v, b, h, n_keys, up(e, W))
-    s = np.empty((R, kt.shape[1]), T)
-    pt = np.empty((kt.shape[1], R), T)
-    o = np.empty((R, vp.shape[1]), T)
+def pair(q, qd, k, kd, v, vd, scale, causal, out, b, h):
+    n_rows, n_keys, f, e = qd[2], kd[2], qd[3], vd[3]
+    keys_p = up(n_keys, W)
+    kt = columns_of(k, kd, b, h, keys_p)
+    vr, v0, vs = rows_of(v, vd, b, h)
+    s, o = np.empty((R, keys_p), T), np.empty((R, up(e, W)), T)
+    scratch = np.zeros(R * f, T)
     for i0 in range(0, n_rows, R):
         rows = min(R, n_rows - i0)
         n = seen(i0 + rows - 1, n_keys, causal)
-        product(qt, i0, kt, 0, f, n, s)
-        softmax(s, rows, n_keys, i0, causal)
-        transpose_block(s, n, pt)
-        product(pt, 0, vp, 0, n, e, o)
+        qa, q0, qs = block_of(q, qd, b, h, i0, rows, scratch)
+        product(qa, q0, 1, qs, kt, 0, keys_p, 0, f, n, s)  # q k^T
+        softmax(s, rows, n_keys, i0, causal, scale)
+        product(s.reshape(-1), 0, 1, keys_p, vr, v0, vs, 0, n, e, o)  # p v
         for r in range(rows):
             out[b, h, i0 + r, :] = o[r, :e]
 
 
 @_outer
-def kernel(q, k, v, scale, causal, out):
-    heads = q.shape[1]
-    for p in prange(q.shape[0] * heads):
-        pair(q, k, v, scale, causal, out, p // heads, p % heads)
+def kernel(q, qd, k, kd, v, vd, scale, causal, out):
+    heads = qd[1]
+    for p in prange(qd[0] * heads):
+        pair(q, qd, k, kd, v, vd, scale, causal, out, p // heads, p % heads)
 """
-
 _BACKWARD = """
 
 @_inner
-def pair(q, k, v, o, g, scale, causal, dq, dk, dv, b, h):
-    n_rows, n_keys, f, e = q.shape[2], k.shape[2], q.shape[3], v.shape[3]
+def pair(q, qd, k, kd, v, vd, o, od, g, gd, scale, causal, dq, dk, dv, b, h):
+    n_rows, n_keys, f, e = qd[2], kd[2], qd[3], vd[3]
     rows_p, keys_p = up(n_rows, R), up(n_keys, W)
-    qt, gt = transposed(q, b, h, scale, rows_p), transposed(g, b, h, T(1), rows_p)
-    kt, vt = transposed(k, b, h, T(1), keys_p), transposed(v, b, h, T(1), keys_p)
-    kp, qp = padded(k, b, h, keys_p, up(f, W)), padded(q, b, h, rows_p, up(f, W))
-    gp = padded(g, b, h, rows_p, up(e, W))
-    p, ds = np.zeros((rows_p, keys_p), T), np.zeros((rows_p, keys_p), T)  # the pair's, whole
+    kt, vt = columns_of(k, kd, b, h, keys_p), columns_of(v, vd, b, h, keys_p)
+    kr, k0, ks = rows_of(k, kd, b, h)  # rows read in place where they can be
+    qr, q0, qs = rows_of(q, qd, b, h)
+    gr, g0, gs = rows_of(g, gd, b, h)
+    p, ds = np.empty(rows_p * keys_p, T), np.empty(rows_p * keys_p, T)  # of the pair, whole; a
+    # row is written as far as the block's tiles go, which covers all the keys loop reads
     s, dp = np.empty((R, keys_p), T), np.empty((R, keys_p), T)
-    dst = np.empty((keys_p, R), T)
-    acc = np.empty((R, max(kp.shape[1], gp.shape[1])), T)
+    acc = np.empty((R, max(up(f, W), up(e, W))), T)
+    q_scratch, g_scratch = np.zeros(R * f, T), np.zeros(R * e, T)
     for i0 in range(0, n_rows, R):
         rows = min(R, n_rows - i0)
         n = seen(i0 + rows - 1, n_keys, causal)
-        product(qt, i0, kt, 0, f, n, s)
-        softmax(s, rows, n_keys, i0, causal)
-        product(gt, i0, vt, 0, e, n, dp)  # g v^T
+        qa, qa0, qas = block_of(q, qd, b, h, i0, rows, q_scratch)
+        product(qa, qa0, 1, qas, kt, 0, keys_p, 0, f, n, s)  # q k^T
+        softmax(s, rows, n_keys, i0, causal, scale)
+        ga, ga0, gas = block_of(g, gd, b, h, i0, rows, g_scratch)
+        product(ga, ga0, 1, gas, vt, 0, keys_p, 0, e, n, dp)  # g v^T
         end = up(n, W)  # whole tiles: s is 0 past a row's keys, and dp finite
         for r in range(rows):
             i = i0 + r
-            d = row_dot(g[b, h, i], o[b, h, i])
-            pi, dsi, sr, dpr = p[i], ds[i], s[r], dp[r]
+            gi, oi = start(gd, b, h, i), start(od, b, h, i)
+            d = row_dot(g[gi : gi + e], o[oi : oi + e])
+            pi, dsi = p[i * keys_p : (i + 1) * keys_p], ds[i * keys_p : (i + 1) * keys_p]
+            sr, dpr = s[r], dp[r]
             for j0 in range(0, end, W):
                 for j in range(j0, j0 + W):
                     pi[j] = sr[j]
                     dsi[j] = sr[j] * (dpr[j] - d) * scale  # d(scores) / d(q k^T)
-        transpose_block(ds[i0:i0 + R], n, dst)
-        product(dst, 0, kp, 0, n, f, acc)
+        product(ds, i0 * keys_p, 1, keys_p, kr, k0, ks, 0, n, f, acc)  # ds k
         for r in range(rows):
             dq[b, h, i0 + r, :] = acc[r, :f]
     for c in range(0, n_keys, R):  # the keys' gradients, R keys at a time
         first = min(c, n_rows) if causal else 0  # no earlier row sees key c
         keys = min(R, n_keys - c)
-        product(p, c, gp, first, n_rows, e, acc)
+        product(p, c, keys_p, 1, gr, g0, gs, first, n_rows, e, acc)  # p^T g
         for r in range(keys):
             dv[b, h, c + r, :] = acc[r, :e]
-        product(ds, c, qp, first, n_rows, f, acc)
+        product(ds, c, keys_p, 1, qr, q0, qs, first, n_rows, f, acc)  # ds^T q
         for r in range(keys):
             dk[b, h, c + r, :] = acc[r, :f]
 
 
 @_outer
-def kernel(q, k, v, o, g, scale, causal, dq, dk, dv):
-    heads = q.shape[1]
-    for p in prange(q.shape[0] * heads):
-        pair(q, k, v, o, g, scale, causal, dq, dk, dv, p // heads, p % heads)
+def kernel(q, qd, k, kd, v, vd, o, od, g, gd, scale, causal, dq, dk, dv):
+    heads = qd[1]
+    for p in prange(qd[0] * heads):
+        pair(q, qd, k, kd, v, vd, o, od, g, gd, scale, causal, dq, dk, dv, p // heads, p % heads)
 """
 
 
@@ -199,16 +219,25 @@ ROWS = 4  # R: rows of a tile, each a SIMD register of sums (64 bytes: W element
 
 
 def tile_source(width: int) -> str:
-    """`tile`: out[:R, oc:oc + W] = a[j0:j1, ac:ac + R]^T @ b[j0:j1, bc:bc + W], its R x W sums
-    written out as scalars for the SLP vectorizer to pack into R registers of W lanes: each
-    step loads one row of b and R numbers of a, and does R fused multiply-adds."""
+    """`tile`: out[:R, oc:oc + W] = A[j0:j1, :R]^T @ B[j0:j1, bc:bc + W], where A[j, r] is
+    a[a0 + j * aj + r * ar] (so A may be either way round) and row j of B starts at
+    b[b0 + j * bj]. The R x W sums are written out as scalars for the SLP vectorizer to pack
+    into R registers of W lanes: each step loads one row of B and broadcasts R numbers of A
+    into R fused multiply-adds. Indices are unsigned: a signed one costs a check for negative
+    values (Python's wraparound) at every load."""
     sums = [[f"s{r}_{c}" for c in range(width)] for r in range(ROWS)]
-    a, b = [f"a{r}" for r in range(ROWS)], [f"b{c}" for c in range(width)]
-    lines = ["@_inner", "def tile(a, ac, b, bc, j0, j1, out, oc):"]
+    a, b = [f"x{r}" for r in range(ROWS)], [f"y{c}" for c in range(width)]
+    u = "np.uint64"
+    lines = ["@_inner", "def tile(a, a0, aj, ar, b, b0, bj, bc, j0, j1, out, oc):"]
     lines += [f"    {', '.join(row)} = {', '.join(['T(0)'] * width)}" for row in sums]
-    lines += ["    for j in range(j0, j1):", "        aj, bj = a[j, ac:ac + R], b[j, bc:bc + W]"]
-    lines += [f"        {', '.join(a)} = {', '.join(f'aj[{r}]' for r in range(ROWS))}"]
-    lines += [f"        {', '.join(b)} = {', '.join(f'bj[{c}]' for c in range(width))}"]
+    lines += [f"    ua, uaj, ub, ubj = {u}(a0), {u}(aj), {u}(b0 + bc), {u}(bj)"]
+    lines += [f"    rows = {', '.join(f'{u}({r}) * {u}(ar)' for r in range(ROWS))}"]
+    lines += [
+        "    for j in range(j0, j1):",
+        f"        pa, pb = ua + {u}(j) * uaj, ub + {u}(j) * ubj",
+    ]
+    lines += [f"        {', '.join(a)} = {', '.join(f'a[pa + rows[{r}]]' for r in range(ROWS))}"]
+    lines += [f"        {', '.join(b)} = {', '.join(f'b[pb + {u}({c})]' for c in range(width))}"]
     lines += [f"        {s} += {a[r]} * {b[c]}" for r, row in enumerate(sums)
               for c, s in enumerate(row)]  # fmt: skip
     for r, row in enumerate(sums):
@@ -223,7 +252,7 @@ def generate_source(op: str, dtype: str) -> str:
     is when `tile` and the rest compile, and restores the setting after."""
     inputs = 3 if op == "forward" else 5
     outputs = 1 if op == "forward" else 3
-    arrays = [f"{dtype}[:, :, :, :]"] * inputs + [dtype, "boolean"]
+    arrays = [f"{dtype}[::1]", "int64[::1]"] * inputs + [dtype, "boolean"]  # `flat` inputs
     arrays += [f"{dtype}[:, :, :, ::1]"] * outputs
     head = rows.head("Attention " + op, "tracegrad.kernels.attention", dtype,
                      f"void({', '.join(arrays)})")  # fmt: skip
@@ -260,6 +289,22 @@ def as_pairs(a: np.ndarray) -> np.ndarray:
     return a.reshape(math.prod(lead[:-1]), heads, *a.shape[-2:])
 
 
+def flat(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A 4-D input as the kernels read it: its memory as a 1-D view from its first element, and
+    its dims (shape, then the first three strides in elements). Rows must be contiguous: an
+    input whose are not (or with negative or odd strides) is copied first. In one dimension a
+    row's loads are known to be contiguous, so they run in SIMD lanes, and rows can be read in
+    place (a 4-D view of unknown layout made every element a scalar load)."""
+    item = a.itemsize
+    if a.size and (a.shape[-1] > 1 and a.strides[-1] != item
+                   or any(s < 0 or s % item for s in a.strides)):  # fmt: skip
+        a = np.ascontiguousarray(a)
+    strides = [s // item if n > 1 else 0 for n, s in zip(a.shape, a.strides, strict=True)]
+    span = 1 + sum((n - 1) * s for n, s in zip(a.shape, strides, strict=True)) if a.size else 0
+    memory = np.lib.stride_tricks.as_strided(a, (span,), (item,))
+    return memory, np.array([*a.shape, *strides[:3]], np.int64)
+
+
 class AttentionKernel(GeneratedKernel):
     """`kernel(*input_arrays, out)` for one node: the forward writes `out`; the backward writes
     the flat (dq, dk, dv) it packs (`tracegrad.attention.unpack`)."""
@@ -281,7 +326,8 @@ class AttentionKernel(GeneratedKernel):
             outs = [as_pairs(a) for a in unpack(out, *inputs[:3])]
         else:
             outs = [out.reshape(*pairs[0].shape[:3], -1)]
-        self.compiled(*pairs, self.scale, self.causal, *outs)
+        flats = [x for a in pairs for x in flat(a)]
+        self.compiled(*flats, self.scale, self.causal, *outs)
 
 
 def launcher(node: Node, compiled: Callable, path: Path) -> AttentionKernel:
