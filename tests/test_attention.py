@@ -133,3 +133,17 @@ def test_a_mask_or_broadcast_heads_take_the_composed_ops(rng):
     y = F.scaled_dot_product_attention(q, k, k)  # leading axes broadcast
     np.testing.assert_allclose(y.numpy(), composed(q.numpy(), np.broadcast_to(k.numpy(),
                                (2, 5, 4)), k.numpy(), False))  # fmt: skip
+
+
+def test_the_result_merges_its_heads_without_a_copy(rng):
+    """attention's result is laid out (B, L, H, E): `y.transpose(1, 2).reshape(B, L, H * E)`,
+    what a multi-head layer does next, is a view of it, in eager and in a traced step."""
+    q, k, v = (tg.tensor(rng.standard_normal((2, 3, 5, 4))) for _ in range(3))
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    merged = y.transpose(1, 2).reshape(2, 5, 12)
+    assert np.shares_memory(merged.numpy(), y.numpy())
+    np.testing.assert_allclose(y.numpy(), composed(*(t.numpy() for t in (q, k, v)), True))
+    f = tg.trace(lambda q, k, v: F.scaled_dot_product_attention(q, k, v).transpose(1, 2)
+                 .reshape(2, 5, 12) * 2)  # fmt: skip
+    want = composed(q.numpy(), k.numpy(), v.numpy(), False).transpose(0, 2, 1, 3) * 2
+    np.testing.assert_allclose(f(q, k, v).numpy(), want.reshape(2, 5, 12), rtol=1e-12)

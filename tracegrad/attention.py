@@ -3,7 +3,9 @@ its own, `tracegrad.kernels.attention`). Over queries q (..., L, E), keys k (...
 values v (..., S, Ev) with the same leading axes:
 
 - `forward`: softmax(q k^T * scale) v, where with `causal` query i sees keys 0..i only (PyTorch's
-  `is_causal`: the mask aligned at the top left);
+  `is_causal`: the mask aligned at the top left), laid out with the heads next to the features
+  ((..., L, H, Ev) for (..., H, L, E) queries, `heads_next`): the layer after attention reads
+  it that way (`y.transpose(1, 2).reshape(B, L, H * Ev)`), and then needs no copy;
 - `backward(q, k, v, out, g)`: the cotangents of q, k and v for the cotangent g of `out`, packed
   into one flat array (`unpack` gives the three views). The probabilities are rebuilt from q and
   k, not kept: what backward keeps is q, k, v and the output, never a (L x S) array.
@@ -35,12 +37,25 @@ def scratch(q, k, v, backward: bool) -> int:
     return pairs * per_pair * np.dtype(q.dtype).itemsize
 
 
+def heads_next_axes(ndim: int) -> tuple[int, ...]:
+    """The axes that swap (..., H, L, E) and (..., L, H, E): their own inverse (none below 3)."""
+    return (*range(ndim - 3), ndim - 2, ndim - 3, ndim - 1) if ndim >= 3 else tuple(range(ndim))
+
+
+def heads_next(a: np.ndarray) -> np.ndarray:
+    """`a` with its heads and rows swapped (`heads_next_axes`), a view."""
+    return np.transpose(a, heads_next_axes(a.ndim))
+
+
 def forward(q, k, v, scale: float, causal: bool, out=None) -> np.ndarray:
-    out = np.empty((*q.shape[:-1], v.shape[-1]), q.dtype) if out is None else out
-    q3, k3, v3, o3 = _flat(q), _flat(k), _flat(v), _flat_out(out)
+    o = np.empty((*q.shape[:-1], v.shape[-1]), q.dtype)
+    q3, k3, v3, o3 = _flat(q), _flat(k), _flat(v), _flat_out(o)
     for lo, hi in _chunks(q.shape, k.shape[-2], q.dtype):
         p = _probabilities(q3[lo:hi], k3[lo:hi], scale, causal)
         np.matmul(p, v3[lo:hi], out=o3[lo:hi])
+    if out is None:  # laid out heads next to features, as the plan's buffer is
+        out = np.empty(heads_next(o).shape, o.dtype)
+    np.copyto(heads_next(out), o)
     return out
 
 

@@ -1043,12 +1043,20 @@ max_pool2d_scatter = _pool("max_pool2d_scatter", pooling.scatter, _pool_scatter_
                             None), kind="index")  # fmt: skip
 
 # --- attention (implemented in `attention`; the Numba backend has kernels of its own) ------------
-# attention(q, k, v) is softmax(q k^T * scale [causal]) v; attention_grad(q, k, v, out, g) packs
-# the three cotangents into one flat array (its VJP: none; a second-order gradient takes the
-# composed ops, `_attention_grads`). Attributes: scale, causal.
+# attention(q, k, v) is softmax(q k^T * scale [causal]) v with its heads next to its features
+# (`attention_impl.heads_next`); attention_grad(q, k, v, out, g) takes out and g heads first, and
+# packs the three cotangents into one flat array (its VJP: none; a second-order gradient takes
+# the composed ops, `_attention_grads`). Attributes: scale, causal.
 
 
 def _attention_rule(q, k, v, scale, causal):
+    shape, dtype = _heads_first_rule(q, k, v)
+    if len(shape) >= 3:
+        shape = (*shape[:-3], shape[-2], shape[-3], shape[-1])
+    return shape, dtype
+
+
+def _heads_first_rule(q, k, v):
     if q.ndim < 2 or q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1] \
             or q.shape[-1] != k.shape[-1] or k.shape[-2] == 0:  # fmt: skip
         raise ValueError(f"query {q.shape}, key {k.shape} and value {v.shape}: expected "
@@ -1060,18 +1068,24 @@ def _attention_rule(q, k, v, scale, causal):
 
 
 def _attention_grad_rule(q, k, v, out, g, scale, causal):
-    shape, dtype = _attention_rule(q, k, v, scale, causal)
+    shape, dtype = _heads_first_rule(q, k, v)
     if out.shape != shape or g.shape != shape:
         raise ValueError(f"output {out.shape} and its cotangent {g.shape}: expected {shape}")
     return (q.size + k.size + v.size,), dtype
 
 
 def _attention_vjp(wanted, g, out, q, k, v, scale, causal, create_graph=False):
+    g, out = _heads_next(g), _heads_next(out)  # heads first again
     if create_graph:  # the gradient is itself recorded: ops with VJPs of their own
         return _attention_grads(g, out, q, k, v, scale, causal)
     packed = attention_grad(q, k, v, out, g, scale=scale, causal=causal)
     grads = attention_impl.unpack(packed, q, k, v)
     return [x if w else None for w, x in zip(wanted, grads, strict=True)]
+
+
+def _heads_next(x):
+    """A tensor's (or traced value's) heads and rows swapped (`attention_impl.heads_next`)."""
+    return transpose(x, axes=attention_impl.heads_next_axes(x.ndim)) if x.ndim >= 3 else x
 
 
 def _attention_grads(g, out, q, k, v, scale, causal):

@@ -135,7 +135,7 @@ def columns_of(x, d, b, h, width):
 _FORWARD = """
 
 @_inner
-def pair(q, qd, k, kd, v, vd, scale, causal, out, b, h):
+def pair(q, qd, k, kd, v, vd, scale, causal, out, od, b, h):
     n_rows, n_keys, f, e = qd[2], kd[2], qd[3], vd[3]
     keys_p = up(n_keys, W)
     kt = columns_of(k, kd, b, h, keys_p)
@@ -150,14 +150,15 @@ def pair(q, qd, k, kd, v, vd, scale, causal, out, b, h):
         softmax(s, rows, n_keys, i0, causal, scale)
         product(s.reshape(-1), 0, 1, keys_p, vr, v0, vs, 0, n, e, o)  # p v
         for r in range(rows):
-            out[b, h, i0 + r, :] = o[r, :e]
+            at = start(od, b, h, i0 + r)
+            out[at : at + e] = o[r, :e]
 
 
 @_outer
-def kernel(q, qd, k, kd, v, vd, scale, causal, out):
+def kernel(q, qd, k, kd, v, vd, scale, causal, out, od):
     heads = qd[1]
     for p in prange(qd[0] * heads):
-        pair(q, qd, k, kd, v, vd, scale, causal, out, p // heads, p % heads)
+        pair(q, qd, k, kd, v, vd, scale, causal, out, od, p // heads, p % heads)
 """
 _BACKWARD = """
 
@@ -251,9 +252,8 @@ def generate_source(op: str, dtype: str) -> str:
     some integer code in older LLVMs); the module turns it on while its `kernel` compiles, which
     is when `tile` and the rest compile, and restores the setting after."""
     inputs = 3 if op == "forward" else 5
-    outputs = 1 if op == "forward" else 3
     arrays = [f"{dtype}[::1]", "int64[::1]"] * inputs + [dtype, "boolean"]  # `flat` inputs
-    arrays += [f"{dtype}[:, :, :, ::1]"] * outputs
+    arrays += [f"{dtype}[::1]", "int64[::1]"] if op == "forward" else [f"{dtype}[:, :, :, ::1]"] * 3
     head = rows.head("Attention " + op, "tracegrad.kernels.attention", dtype,
                      f"void({', '.join(arrays)})")  # fmt: skip
     width = 64 // np.dtype(dtype).itemsize
@@ -316,7 +316,7 @@ class AttentionKernel(GeneratedKernel):
         self.backward = node.prim is P.attention_grad
 
     def __call__(self, *arrays: np.ndarray) -> None:
-        from tracegrad.attention import unpack
+        from tracegrad.attention import heads_next, unpack
 
         *inputs, out = arrays
         if not out.flags.c_contiguous:
@@ -324,8 +324,8 @@ class AttentionKernel(GeneratedKernel):
         pairs = [as_pairs(a) for a in inputs]
         if self.backward:
             outs = [as_pairs(a) for a in unpack(out, *inputs[:3])]
-        else:
-            outs = [out.reshape(*pairs[0].shape[:3], -1)]
+        else:  # out (..., L, H, E), C-contiguous: its heads-first view has contiguous rows
+            outs = list(flat(as_pairs(heads_next(out))))
         flats = [x for a in pairs for x in flat(a)]
         self.compiled(*flats, self.scale, self.causal, *outs)
 

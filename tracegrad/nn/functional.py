@@ -537,7 +537,8 @@ def scaled_dot_product_attention(
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     same = q.shape[:-2] == k.shape[:-2] == v.shape[:-2] and k.shape[-2] > 0
     if attn_mask is None and same and q.dtype == k.dtype == v.dtype and q.dtype.kind == "f":
-        return P.attention(q, k, v, scale=scale, causal=bool(is_causal))
+        # the op's result has its heads next to its features: heads first again, as a view
+        return P._heads_next(P.attention(q, k, v, scale=scale, causal=bool(is_causal)))
     if is_causal:
         attn_mask = Tensor(attention_impl.causal_mask(q.shape[-2], k.shape[-2]))
     return matmul(_probabilities(q, k, scale, attn_mask), v)
