@@ -16,7 +16,7 @@ from tracegrad import primitives as P
 from tracegrad.ir import Graph, Node, Value
 from tracegrad.primitives import Primitive
 
-from .base import PassStats, stats, substitute
+from .base import PassStats, is_view, stats, substitute
 
 
 @dataclass
@@ -222,11 +222,59 @@ def _join_slabs(a: tuple, b: tuple, out: Value, rw: Rewrite) -> Value | None:
             parts += inner.inputs
         else:
             parts.append(g)
-    joined = rw.emit(P.concatenate, parts, out if whole else Value(shape, out.dtype), axis=axis)
     if whole:
-        return out
+        tiled = _tiled(parts, axis, out, rw)
+        return tiled if tiled is not None else rw.emit(P.concatenate, parts, out, axis=axis)
+    joined = rw.emit(P.concatenate, parts, Value(shape, out.dtype), axis=axis)
     template = (slice(None),) * axis + (slice(start, stop),)
     return rw.emit(P.scatter_add, [joined], out, shape=out.shape, template=template)
+
+
+def _tiled(parts: list[Value], axis: int, out: Value, rw: Rewrite) -> Value | None:
+    """The concatenation of `parts` along `axis` as a view of the one buffer they are views of,
+    when they lie in it, in order, as that concatenation would (an op that writes q's, k's and
+    v's gradients interleaved, `attention_impl.unpack`): then nothing need be copied. Found by
+    replaying each part's views on a probe with the buffer's strides and no memory of its own
+    (views never read their data; a reshape that would copy stops the replay)."""
+    made = {v: e for e in rw.emitted for v in e.outputs}
+    chains = [_view_chain(p, lambda v: made.get(v) or rw.producers.get(v)) for p in parts]
+    base = chains[0][0]
+    if any(b is not base for b, _ in chains) or (base.size, base.dtype) != (out.size, out.dtype):
+        return None
+    strides = np.cumprod((1, *base.shape[:0:-1]))[::-1] * base.dtype.itemsize
+    probe = np.lib.stride_tricks.as_strided(np.empty(1, base.dtype), base.shape, strides)
+    try:
+        whole, start = np.reshape(probe, out.shape, copy=False), 0
+        for (_, nodes), part in zip(chains, parts, strict=True):
+            view = probe
+            for n in nodes:
+                view = (np.reshape(view, n.attrs["shape"], copy=False) if n.prim is P.reshape
+                        else n.prim.impl(view, **n.attrs))  # fmt: skip
+            index = (slice(None),) * axis + (slice(start, start + part.shape[axis]),)
+            if not _same_place(view, whole[index]):
+                return None
+            start += part.shape[axis]
+    except ValueError:  # a reshape that copies
+        return None
+    return base if base.shape == out.shape else rw.emit(P.reshape, [base], out, shape=out.shape)
+
+
+def _view_chain(v: Value, producer: Callable) -> tuple[Value, list[Node]]:
+    """The value `v` is a view of through single-input view nodes, and those nodes in order."""
+    nodes = []
+    while (n := producer(v)) is not None and len(n.inputs) == 1 and is_view(n):
+        nodes.append(n)
+        v = n.inputs[0]
+    return v, nodes[::-1]
+
+
+def _same_place(a: np.ndarray, b: np.ndarray) -> bool:
+    """Two views of one buffer address the same elements in the same order."""
+    if a.shape != b.shape:
+        return False
+    where = lambda x: x.__array_interface__["data"][0]  # noqa: E731
+    steps = lambda x: [s for n, s in zip(x.shape, x.strides, strict=True) if n > 1]  # noqa: E731
+    return a.size == 0 or (where(a) == where(b) and steps(a) == steps(b))
 
 
 def _slab(n: Node | None, out: Value, rw: Rewrite) -> tuple[int, int, int, Value] | None:

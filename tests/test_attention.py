@@ -17,6 +17,7 @@ from tracegrad.nn import functional as F
 
 SHAPES = [  # q, k, v: rows not a multiple of the kernels' blocks of 4, more or fewer keys
     ((2, 3, 7, 5), (2, 3, 9, 5), (2, 3, 9, 4)),
+    ((2, 2, 3, 6, 4),) * 3,  # one shape: the gradients interleaved (L, 3, H, E), leading axes
     ((13, 8), (6, 8), (6, 3)),
     ((2, 5, 3), (2, 5, 3), (2, 5, 2)),
 ]
@@ -90,7 +91,8 @@ def test_traced_kernels_match_eager(rng, dtype, monkeypatch):
     tol = 1e-12 if dtype == np.float64 else 2e-5
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=tol, atol=tol)
-    assert traced.source.count("attention kernel") == traced.source.count("attention_grad") == 6
+    kernels = 2 * len(SHAPES)
+    assert traced.source.count("attention kernel") == traced.source.count("attention_grad") == kernels
     calls = len(re.findall(r"kernel\d+\(", traced.source))  # fused and native kernels
     assert f"nodes, {calls} kernels" in traced.report().splitlines()[0]
 
@@ -147,3 +149,22 @@ def test_the_result_merges_its_heads_without_a_copy(rng):
                  .reshape(2, 5, 12) * 2)  # fmt: skip
     want = composed(q.numpy(), k.numpy(), v.numpy(), False).transpose(0, 2, 1, 3) * 2
     np.testing.assert_allclose(f(q, k, v).numpy(), want.reshape(2, 5, 12), rtol=1e-12)
+
+
+def test_the_qkv_gradient_is_the_packed_gradient_itself(rng):
+    """q, k, v sliced from one projection (B, L, 3, H, E): attention_grad lays their gradients
+    out that way, so the projection's gradient is a view of them, not a concatenation."""
+    x = tg.tensor(rng.standard_normal((2, 5, 3, 2, 4)), requires_grad=True)
+
+    def step(x):
+        with tg.GradManager().attach([x]) as gm:
+            q, k, v = (x[:, :, i].transpose(1, 2) for i in range(3))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            gm.backward((y * y).sum())
+        return x.grad
+
+    traced = tg.trace(step)
+    got = traced(x).numpy()
+    x.grad = None
+    np.testing.assert_allclose(got, step(x).numpy(), rtol=1e-12, atol=1e-12)
+    assert "attention_grad" in traced.source and "concatenate" not in traced.source

@@ -6,9 +6,10 @@ values v (..., S, Ev) with the same leading axes:
   `is_causal`: the mask aligned at the top left), laid out with the heads next to the features
   ((..., L, H, Ev) for (..., H, L, E) queries, `heads_next`): the layer after attention reads
   it that way (`y.transpose(1, 2).reshape(B, L, H * Ev)`), and then needs no copy;
-- `backward(q, k, v, out, g)`: the cotangents of q, k and v for the cotangent g of `out`, packed
-  into one flat array (`unpack` gives the three views). The probabilities are rebuilt from q and
-  k, not kept: what backward keeps is q, k, v and the output, never a (L x S) array.
+- `backward(q, k, v, out, g)`: the cotangents of q, k and v for the cotangent g of `out` (both
+  heads first), packed into one flat array (`unpack` gives the three views). The probabilities
+  are rebuilt from q and k, not kept: what backward keeps is q, k, v and the output, never a
+  (L x S) array.
 
 Both work through the (batch) pairs in chunks, so their temporaries stay near CHUNK_BYTES.
 """
@@ -21,11 +22,27 @@ CHUNK_BYTES = 8 << 20
 
 
 def unpack(packed, q, k, v) -> tuple:
-    """Views (dq, dk, dv) of a flat array (or tensor) laid out as [dq | dk | dv], shaped as q,
-    k and v."""
+    """Views (dq, dk, dv) of a flat array (or tensor), shaped as q, k and v. Queries, keys and
+    values of one shape (..., H, L, E) are laid out (..., L, 3, H, E), as a layer that computes
+    them in one product holds them (`qkv.reshape(B, L, 3, H, E)`): the gradient of that product
+    is then the packed array itself, not a copy gathered from three; others as [dq | dk | dv]."""
+    if stacked(q, k, v):
+        *lead, heads, rows, features = q.shape
+        grid = packed.reshape(*lead, rows, 3, heads, features)
+        return tuple(_heads_next(grid[..., i, :, :]) for i in range(3))
     ends = [0, q.size, q.size + k.size, q.size + k.size + v.size]
     return tuple(packed[a:b].reshape(x.shape)
                  for a, b, x in zip(ends[:-1], ends[1:], (q, k, v), strict=True))  # fmt: skip
+
+
+def stacked(q, k, v) -> bool:
+    """Queries, keys and values of one shape with a heads axis: `unpack` interleaves them."""
+    return q.ndim >= 3 and q.shape == k.shape == v.shape
+
+
+def _heads_next(x):
+    """`heads_next` of an array, or a tensor's (whose transpose swaps two axes, as PyTorch's)."""
+    return heads_next(x) if isinstance(x, np.ndarray) else x.transpose(x.ndim - 3, x.ndim - 2)
 
 
 def scratch(q, k, v, backward: bool) -> int:
@@ -62,7 +79,8 @@ def forward(q, k, v, scale: float, causal: bool, out=None) -> np.ndarray:
 def backward(q, k, v, o, g, scale: float, causal: bool, out=None) -> np.ndarray:
     out = np.empty(q.size + k.size + v.size, q.dtype) if out is None else out
     q3, k3, v3, o3, g3 = (_flat(a) for a in (q, k, v, o, g))
-    dq, dk, dv = (_flat_out(a) for a in unpack(_flat_out(out), q, k, v))
+    grads = [np.empty(x.shape, x.dtype) for x in (q, k, v)]
+    dq, dk, dv = (_flat_out(a) for a in grads)
     for lo, hi in _chunks(q.shape, k.shape[-2], q.dtype):
         p = _probabilities(q3[lo:hi], k3[lo:hi], scale, causal)
         gb = g3[lo:hi]
@@ -73,6 +91,8 @@ def backward(q, k, v, o, g, scale: float, causal: bool, out=None) -> np.ndarray:
         ds *= scale
         np.matmul(ds, k3[lo:hi], out=dq[lo:hi])
         np.matmul(np.swapaxes(ds, -1, -2), q3[lo:hi], out=dk[lo:hi])
+    for view, grad in zip(unpack(_flat_out(out), q, k, v), grads, strict=True):
+        np.copyto(view, grad)
     return out
 
 

@@ -163,7 +163,7 @@ def kernel(q, qd, k, kd, v, vd, scale, causal, out, od):
 _BACKWARD = """
 
 @_inner
-def pair(q, qd, k, kd, v, vd, o, od, g, gd, scale, causal, dq, dk, dv, b, h):
+def pair(q, qd, k, kd, v, vd, o, od, g, gd, scale, causal, dq, dqd, dk, dkd, dv, dvd, b, h):
     n_rows, n_keys, f, e = qd[2], kd[2], qd[3], vd[3]
     rows_p, keys_p = up(n_rows, R), up(n_keys, W)
     kt, vt = columns_of(k, kd, b, h, keys_p), columns_of(v, vd, b, h, keys_p)
@@ -196,23 +196,27 @@ def pair(q, qd, k, kd, v, vd, o, od, g, gd, scale, causal, dq, dk, dv, b, h):
                     dsi[j] = sr[j] * (dpr[j] - d) * scale  # d(scores) / d(q k^T)
         product(ds, i0 * keys_p, 1, keys_p, kr, k0, ks, 0, n, f, acc)  # ds k
         for r in range(rows):
-            dq[b, h, i0 + r, :] = acc[r, :f]
+            at = start(dqd, b, h, i0 + r)
+            dq[at : at + f] = acc[r, :f]
     for c in range(0, n_keys, R):  # the keys' gradients, R keys at a time
         first = min(c, n_rows) if causal else 0  # no earlier row sees key c
         keys = min(R, n_keys - c)
         product(p, c, keys_p, 1, gr, g0, gs, first, n_rows, e, acc)  # p^T g
         for r in range(keys):
-            dv[b, h, c + r, :] = acc[r, :e]
+            at = start(dvd, b, h, c + r)
+            dv[at : at + e] = acc[r, :e]
         product(ds, c, keys_p, 1, qr, q0, qs, first, n_rows, f, acc)  # ds^T q
         for r in range(keys):
-            dk[b, h, c + r, :] = acc[r, :f]
+            at = start(dkd, b, h, c + r)
+            dk[at : at + f] = acc[r, :f]
 
 
 @_outer
-def kernel(q, qd, k, kd, v, vd, o, od, g, gd, scale, causal, dq, dk, dv):
+def kernel(q, qd, k, kd, v, vd, o, od, g, gd, scale, causal, dq, dqd, dk, dkd, dv, dvd):
     heads = qd[1]
     for p in prange(qd[0] * heads):
-        pair(q, qd, k, kd, v, vd, o, od, g, gd, scale, causal, dq, dk, dv, p // heads, p % heads)
+        pair(q, qd, k, kd, v, vd, o, od, g, gd, scale, causal, dq, dqd, dk, dkd, dv, dvd,
+             p // heads, p % heads)
 """
 
 
@@ -253,7 +257,7 @@ def generate_source(op: str, dtype: str) -> str:
     is when `tile` and the rest compile, and restores the setting after."""
     inputs = 3 if op == "forward" else 5
     arrays = [f"{dtype}[::1]", "int64[::1]"] * inputs + [dtype, "boolean"]  # `flat` inputs
-    arrays += [f"{dtype}[::1]", "int64[::1]"] if op == "forward" else [f"{dtype}[:, :, :, ::1]"] * 3
+    arrays += [f"{dtype}[::1]", "int64[::1]"] * (1 if op == "forward" else 3)  # `flat` too
     head = rows.head("Attention " + op, "tracegrad.kernels.attention", dtype,
                      f"void({', '.join(arrays)})")  # fmt: skip
     width = 64 // np.dtype(dtype).itemsize
@@ -322,10 +326,11 @@ class AttentionKernel(GeneratedKernel):
         if not out.flags.c_contiguous:
             raise ValueError("attention kernels write C-contiguous outputs")
         pairs = [as_pairs(a) for a in inputs]
-        if self.backward:
-            outs = [as_pairs(a) for a in unpack(out, *inputs[:3])]
-        else:  # out (..., L, H, E), C-contiguous: its heads-first view has contiguous rows
-            outs = list(flat(as_pairs(heads_next(out))))
+        # out is C-contiguous, so the views of it written through have contiguous rows
+        views = unpack(out, *inputs[:3]) if self.backward else [heads_next(out)]
+        outs = [x for a in views for x in flat(as_pairs(a))]
+        if not all(np.may_share_memory(x, out) for x in outs[::2]):
+            raise ValueError(f"attention kernels: a result view of {out.shape} was copied")
         flats = [x for a in pairs for x in flat(a)]
         self.compiled(*flats, self.scale, self.causal, *outs)
 
