@@ -82,9 +82,14 @@ def start(d, b, h, i):
 
 @_inner
 def product(a, a0, aj, ar, b, b0, bj, j0, j1, m, out):
-    """out[:R, :up(m, W)] = A[j0:j1, :R]^T @ B[j0:j1, :up(m, W)] (`tile`), a tile at a time
-    (B's rows and out hold whole tiles)."""
-    for c in range(0, m, W):
+    """out[:R, :up(m, W)] = A[j0:j1, :R]^T @ B[j0:j1, :up(m, W)] (`tile`), two tiles at a time
+    where it can (twice the sums in flight hide the multiply-adds' latency), else one (B's rows
+    and out hold whole tiles)."""
+    c, end = 0, up(m, W)
+    while c + 2 * W <= end:
+        wide_tile(a, a0, aj, ar, b, b0, bj, c, j0, j1, out, c)
+        c += 2 * W
+    if c < end:
         tile(a, a0, aj, ar, b, b0, bj, c, j0, j1, out, c)
 
 
@@ -223,17 +228,17 @@ def kernel(q, qd, k, kd, v, vd, o, od, g, gd, scale, causal, dq, dqd, dk, dkd, d
 ROWS = 4  # R: rows of a tile, each a SIMD register of sums (64 bytes: W elements)
 
 
-def tile_source(width: int) -> str:
-    """`tile`: out[:R, oc:oc + W] = A[j0:j1, :R]^T @ B[j0:j1, bc:bc + W], where A[j, r] is
-    a[a0 + j * aj + r * ar] (so A may be either way round) and row j of B starts at
-    b[b0 + j * bj]. The R x W sums are written out as scalars for the SLP vectorizer to pack
-    into R registers of W lanes: each step loads one row of B and broadcasts R numbers of A
-    into R fused multiply-adds. Indices are unsigned: a signed one costs a check for negative
+def tile_source(name: str, width: int) -> str:
+    """`name`: out[:R, oc:oc + width] = A[j0:j1, :R]^T @ B[j0:j1, bc:bc + width], where A[j, r]
+    is a[a0 + j * aj + r * ar] (so A may be either way round) and row j of B starts at
+    b[b0 + j * bj]. The R x width sums are written out as scalars for the SLP vectorizer to
+    pack into registers of W lanes: each step loads a row of B and broadcasts R numbers of A
+    into fused multiply-adds. Indices are unsigned: a signed one costs a check for negative
     values (Python's wraparound) at every load."""
     sums = [[f"s{r}_{c}" for c in range(width)] for r in range(ROWS)]
     a, b = [f"x{r}" for r in range(ROWS)], [f"y{c}" for c in range(width)]
     u = "np.uint64"
-    lines = ["@_inner", "def tile(a, a0, aj, ar, b, b0, bj, bc, j0, j1, out, oc):"]
+    lines = ["@_inner", f"def {name}(a, a0, aj, ar, b, b0, bj, bc, j0, j1, out, oc):"]
     lines += [f"    {', '.join(row)} = {', '.join(['T(0)'] * width)}" for row in sums]
     lines += [f"    ua, uaj, ub, ubj = {u}(a0), {u}(aj), {u}(b0 + bc), {u}(bj)"]
     lines += [f"    rows = {', '.join(f'{u}({r}) * {u}(ar)' for r in range(ROWS))}"]
@@ -246,9 +251,9 @@ def tile_source(width: int) -> str:
     lines += [f"        {s} += {a[r]} * {b[c]}" for r, row in enumerate(sums)
               for c, s in enumerate(row)]  # fmt: skip
     for r, row in enumerate(sums):
-        lines += [f"    o = out[{r}, oc:oc + W]"]
+        lines += [f"    o = out[{r}, oc:oc + {width}]"]
         lines += [f"    o[{c}] = {s}" for c, s in enumerate(row)]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n\n\n"
 
 
 def generate_source(op: str, dtype: str) -> str:
@@ -267,7 +272,8 @@ def generate_source(op: str, dtype: str) -> str:
     return (
         head
         + f"\nfrom numba.core import config\n\nR, W = {ROWS}, {width}\n\n\n"
-        + tile_source(width)
+        + tile_source("tile", width)
+        + tile_source("wide_tile", 2 * width)
         + _HELPERS
         + body[:kernel_at]
         + "_SLP, config.SLP_VECTORIZE = config.SLP_VECTORIZE, 1\ntry:\n\n"
