@@ -84,13 +84,16 @@ def start(d, b, h, i):
 def product(a, a0, aj, ar, b, b0, bj, j0, j1, m, out):
     """out[:R, :up(m, W)] = A[j0:j1, :R]^T @ B[j0:j1, :up(m, W)] (`tile`), two tiles at a time
     where it can (twice the sums in flight hide the multiply-adds' latency), else one (B's rows
-    and out hold whole tiles)."""
+    and out hold whole tiles). The tiles take their integers unsigned and their bounds as
+    plain int64: a literal argument (0, 1) would compile them once more for each pattern."""
+    u, i = np.uint64, np.int64
+    a0, aj, ar, b0, bj, j0, j1 = u(a0), u(aj), u(ar), u(b0), u(bj), i(j0), i(j1)
     c, end = 0, up(m, W)
     while c + 2 * W <= end:
-        wide_tile(a, a0, aj, ar, b, b0, bj, c, j0, j1, out, c)
+        wide_tile(a, a0, aj, ar, b, b0 + u(c), bj, j0, j1, out, i(c))
         c += 2 * W
     if c < end:
-        tile(a, a0, aj, ar, b, b0, bj, c, j0, j1, out, c)
+        tile(a, a0, aj, ar, b, b0 + u(c), bj, j0, j1, out, i(c))
 
 
 @_inner
@@ -229,23 +232,19 @@ ROWS = 4  # R: rows of a tile, each a SIMD register of sums (64 bytes: W element
 
 
 def tile_source(name: str, width: int) -> str:
-    """`name`: out[:R, oc:oc + width] = A[j0:j1, :R]^T @ B[j0:j1, bc:bc + width], where A[j, r]
-    is a[a0 + j * aj + r * ar] (so A may be either way round) and row j of B starts at
+    """`name`: out[:R, oc:oc + width] = A[j0:j1, :R]^T @ B[j0:j1, :width], where A[j, r] is
+    a[a0 + j * aj + r * ar] (so A may be either way round) and row j of B starts at
     b[b0 + j * bj]. The R x width sums are written out as scalars for the SLP vectorizer to
     pack into registers of W lanes: each step loads a row of B and broadcasts R numbers of A
-    into fused multiply-adds. Indices are unsigned: a signed one costs a check for negative
-    values (Python's wraparound) at every load."""
+    into fused multiply-adds. Offsets and strides are unsigned (`product` converts them): a
+    signed index costs a check for negative values (Python's wraparound) at every load."""
     sums = [[f"s{r}_{c}" for c in range(width)] for r in range(ROWS)]
     a, b = [f"x{r}" for r in range(ROWS)], [f"y{c}" for c in range(width)]
     u = "np.uint64"
-    lines = ["@_inner", f"def {name}(a, a0, aj, ar, b, b0, bj, bc, j0, j1, out, oc):"]
+    lines = ["@_inner", f"def {name}(a, a0, aj, ar, b, b0, bj, j0, j1, out, oc):"]
     lines += [f"    {', '.join(row)} = {', '.join(['T(0)'] * width)}" for row in sums]
-    lines += [f"    ua, uaj, ub, ubj = {u}(a0), {u}(aj), {u}(b0 + bc), {u}(bj)"]
-    lines += [f"    rows = {', '.join(f'{u}({r}) * {u}(ar)' for r in range(ROWS))}"]
-    lines += [
-        "    for j in range(j0, j1):",
-        f"        pa, pb = ua + {u}(j) * uaj, ub + {u}(j) * ubj",
-    ]
+    lines += [f"    rows = {', '.join(f'{u}({r}) * ar' for r in range(ROWS))}"]
+    lines += ["    for j in range(j0, j1):", f"        pa, pb = a0 + {u}(j) * aj, b0 + {u}(j) * bj"]
     lines += [f"        {', '.join(a)} = {', '.join(f'a[pa + rows[{r}]]' for r in range(ROWS))}"]
     lines += [f"        {', '.join(b)} = {', '.join(f'b[pb + {u}({c})]' for c in range(width))}"]
     lines += [f"        {s} += {a[r]} * {b[c]}" for r, row in enumerate(sums)
