@@ -91,8 +91,8 @@ def test_traced_kernels_match_eager(rng, dtype, monkeypatch):
     tol = 1e-12 if dtype == np.float64 else 2e-5
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=tol, atol=tol)
-    kernels = 2 * len(SHAPES)
-    assert traced.source.count("attention kernel") == traced.source.count("attention_grad") == kernels
+    source, kernels = traced.source, 2 * len(SHAPES)
+    assert source.count("attention kernel") == source.count("attention_grad") == kernels
     calls = len(re.findall(r"kernel\d+\(", traced.source))  # fused and native kernels
     assert f"nodes, {calls} kernels" in traced.report().splitlines()[0]
 
@@ -168,3 +168,21 @@ def test_the_qkv_gradient_is_the_packed_gradient_itself(rng):
     x.grad = None
     np.testing.assert_allclose(got, step(x).numpy(), rtol=1e-12, atol=1e-12)
     assert "attention_grad" in traced.source and "concatenate" not in traced.source
+
+
+def test_gradients_in_another_order_are_still_concatenated(rng):
+    """q, k, v taken from the projection's slots in reverse: their packed gradients do not lie
+    in the projection's order, so the plan copies them into place, and the values hold."""
+    x = tg.tensor(rng.standard_normal((2, 5, 3, 2, 4)), requires_grad=True)
+
+    def step(x):
+        with tg.GradManager().attach([x]) as gm:
+            q, k, v = (x[:, :, i].transpose(1, 2) for i in (2, 1, 0))
+            gm.backward(F.scaled_dot_product_attention(q, k, v).sum() ** 2)
+        return x.grad
+
+    traced = tg.trace(step)
+    got = traced(x).numpy()
+    x.grad = None
+    np.testing.assert_allclose(got, step(x).numpy(), rtol=1e-12, atol=1e-12)
+    assert "concatenate" in traced.source
