@@ -29,7 +29,7 @@ def unpack(packed, q, k, v) -> tuple:
     if stacked(q, k, v):
         *lead, heads, rows, features = q.shape
         grid = packed.reshape(*lead, rows, 3, heads, features)
-        return tuple(_heads_next(grid[..., i, :, :]) for i in range(3))
+        return tuple(heads_next(grid[..., i, :, :]) for i in range(3))
     ends = [0, q.size, q.size + k.size, q.size + k.size + v.size]
     return tuple(packed[a:b].reshape(x.shape)
                  for a, b, x in zip(ends[:-1], ends[1:], (q, k, v), strict=True))  # fmt: skip
@@ -38,11 +38,6 @@ def unpack(packed, q, k, v) -> tuple:
 def stacked(q, k, v) -> bool:
     """Queries, keys and values of one shape with a heads axis: `unpack` interleaves them."""
     return q.ndim >= 3 and q.shape == k.shape == v.shape
-
-
-def _heads_next(x):
-    """`heads_next` of an array, or a tensor's (whose transpose swaps two axes, as PyTorch's)."""
-    return heads_next(x) if isinstance(x, np.ndarray) else x.transpose(x.ndim - 3, x.ndim - 2)
 
 
 def scratch(q, k, v, backward: bool) -> int:
@@ -59,9 +54,14 @@ def heads_next_axes(ndim: int) -> tuple[int, ...]:
     return (*range(ndim - 3), ndim - 2, ndim - 3, ndim - 1) if ndim >= 3 else tuple(range(ndim))
 
 
-def heads_next(a: np.ndarray) -> np.ndarray:
-    """`a` with its heads and rows swapped (`heads_next_axes`), a view."""
-    return np.transpose(a, heads_next_axes(a.ndim))
+def heads_next(x):
+    """`x` with its heads and rows swapped (`heads_next_axes`): a view of an array, or of a
+    tensor (whose transpose swaps two axes, as PyTorch's)."""
+    if x.ndim < 3:
+        return x
+    return (
+        np.swapaxes(x, -3, -2) if isinstance(x, np.ndarray) else x.transpose(x.ndim - 3, x.ndim - 2)
+    )
 
 
 def forward(q, k, v, scale: float, causal: bool, out=None) -> np.ndarray:

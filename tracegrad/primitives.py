@@ -1051,9 +1051,7 @@ max_pool2d_scatter = _pool("max_pool2d_scatter", pooling.scatter, _pool_scatter_
 
 def _attention_rule(q, k, v, scale, causal):
     shape, dtype = _heads_first_rule(q, k, v)
-    if len(shape) >= 3:
-        shape = (*shape[:-3], shape[-2], shape[-3], shape[-1])
-    return shape, dtype
+    return tuple(shape[a] for a in attention_impl.heads_next_axes(len(shape))), dtype
 
 
 def _heads_first_rule(q, k, v):
@@ -1075,17 +1073,12 @@ def _attention_grad_rule(q, k, v, out, g, scale, causal):
 
 
 def _attention_vjp(wanted, g, out, q, k, v, scale, causal, create_graph=False):
-    g, out = _heads_next(g), _heads_next(out)  # heads first again
+    g, out = attention_impl.heads_next(g), attention_impl.heads_next(out)  # heads first again
     if create_graph:  # the gradient is itself recorded: ops with VJPs of their own
         return _attention_grads(g, out, q, k, v, scale, causal)
     packed = attention_grad(q, k, v, out, g, scale=scale, causal=causal)
     grads = attention_impl.unpack(packed, q, k, v)
     return [x if w else None for w, x in zip(wanted, grads, strict=True)]
-
-
-def _heads_next(x):
-    """A tensor's (or traced value's) heads and rows swapped (`attention_impl.heads_next`)."""
-    return transpose(x, axes=attention_impl.heads_next_axes(x.ndim)) if x.ndim >= 3 else x
 
 
 def _attention_grads(g, out, q, k, v, scale, causal):

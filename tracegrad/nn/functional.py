@@ -538,7 +538,7 @@ def scaled_dot_product_attention(
     same = q.shape[:-2] == k.shape[:-2] == v.shape[:-2] and k.shape[-2] > 0
     if attn_mask is None and same and q.dtype == k.dtype == v.dtype and q.dtype.kind == "f":
         # the op's result has its heads next to its features: heads first again, as a view
-        return P._heads_next(P.attention(q, k, v, scale=scale, causal=bool(is_causal)))
+        return attention_impl.heads_next(P.attention(q, k, v, scale=scale, causal=bool(is_causal)))
     if is_causal:
         attn_mask = Tensor(attention_impl.causal_mask(q.shape[-2], k.shape[-2]))
     return matmul(_probabilities(q, k, scale, attn_mask), v)
