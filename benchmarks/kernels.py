@@ -1,7 +1,8 @@
 """The measurements behind docs/kernels.md. Run `python benchmarks/kernels.py [what ...]` with
 `what` among accuracy (all 2**32 float32 inputs: minutes), tanh (fast tanh against math.tanh in
-a parallel loop), groups (typical fused kernels against NumPy op by op) and cache (a new
-process's first calls, cold and warm); `--help` says so too."""
+a parallel loop), groups (typical fused kernels against NumPy op by op), cache (a new
+process's first calls, cold and warm) and native (attention's and layer norm's own kernels
+alone, on the GPT's shapes); `--help` says so too."""
 
 from __future__ import annotations
 
@@ -231,7 +232,54 @@ def cache_timing() -> None:
             )
 
 
-JOBS = {"accuracy": accuracy, "tanh": tanh_speed, "groups": group_speed, "cache": cache_timing}
+def native_speed(calls: int = 200) -> None:
+    """Attention's and layer norm's kernels alone on the GPT of `benchmarks/models.py`: q, k, v
+    strided views of one (16, 128, 3, 4, 64) float32 array, causal; rows of (2048, 256). The
+    fastest of `calls`, with NumPy's OpenBLAS threads quieted as a plan quiets them."""
+    from tracegrad.attention import unpack
+    from tracegrad.kernels import attention, normalization
+    from tracegrad.kernels.blas import quiet_openblas
+    from tracegrad.kernels.cache import default_cache, named
+
+    quiet_openblas()
+    cache = default_cache()
+
+    def kernel(generator, prefix: str, op: str):
+        name, text = named(prefix, generator.generate_source(op, "float32"))
+        return cache.load(name, lambda: text)
+
+    def fastest(f, *args) -> str:
+        f(*args)
+        times = []
+        for _ in range(calls):
+            start = time.perf_counter()
+            f(*args)
+            times.append(time.perf_counter() - start)
+        return f"{min(times) * 1e3:.2f} ms"
+
+    rng = np.random.default_rng(0)
+    qkv = rng.standard_normal((16, 128, 3, 4, 64), dtype=np.float32)
+    q, k, v = (qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))
+    g = rng.standard_normal((16, 128, 4, 64), dtype=np.float32).transpose(0, 2, 1, 3)
+    out, packed = np.empty((16, 128, 4, 64), np.float32), np.empty(3 * q.size, np.float32)
+    scale = np.float32(0.125)
+    flat = lambda *arrays: [x for a in arrays for x in attention.flat(a)]  # noqa: E731
+    forward, backward = kernel(attention, "sdpa", "forward"), kernel(attention, "sdpa", "backward")
+    o = out.transpose(0, 2, 1, 3)
+    print("attention forward ", fastest(forward, *flat(q, k, v), scale, True, *flat(o)))
+    grads = flat(*unpack(packed, q, k, v))
+    print("attention backward", fastest(backward, *flat(q, k, v, o, g), scale, True, *grads))
+    x, dy = (rng.standard_normal((2048, 256), dtype=np.float32) for _ in range(2))
+    w, b = rng.standard_normal(256, dtype=np.float32), rng.standard_normal(256, dtype=np.float32)
+    y, dx, dw, db = np.empty_like(x), np.empty_like(x), np.empty_like(w), np.empty_like(b)
+    norm = kernel(normalization, "norm", "forward")
+    print("layer norm forward ", fastest(norm, x, w, b, 1e-5, y))
+    norm_grad = kernel(normalization, "norm", "backward")
+    print("layer norm backward", fastest(norm_grad, x, w, dy, 1e-5, dx, dw, db))
+
+
+JOBS = {"accuracy": accuracy, "tanh": tanh_speed, "groups": group_speed, "cache": cache_timing,
+        "native": native_speed}  # fmt: skip
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
