@@ -16,7 +16,7 @@ array, and forms the keys' and values' gradients from it after the rows. A causa
 computes only the keys a block of rows may see, about half of the work. On the GPT of
 `benchmarks/models.py` (16 x 4 pairs of 128 x 64, float32, causal, q, k and v strided views
 of one (B, L, 3, H, E) array, two threads), alone, fastest of 200: forward 1.5 ms, backward
-3.5 ms (docs/kernels.md has the history).
+3.8 ms (`python benchmarks/kernels.py native`; docs/kernels.md has the history).
 
 Modules are generated per dtype; the scale and causality are arguments. Results are written
 through views of the C-contiguous buffers the plan gives: the forward's laid out heads next to
