@@ -106,14 +106,19 @@ def _math_tanh(x, out):
             out[i, j] = math.tanh(x[i, j])
 
 
-def median_seconds(f, *args, runs: int = 25) -> float:
+def call_seconds(f, *args, runs: int = 25) -> list[float]:
+    """The time of each of `runs` calls of f(*args), after one untimed call."""
     f(*args)
     times = []
     for _ in range(runs):
         start = time.perf_counter()
         f(*args)
         times.append(time.perf_counter() - start)
-    return float(np.median(times))
+    return times
+
+
+def median_seconds(f, *args, runs: int = 25) -> float:
+    return float(np.median(call_seconds(f, *args, runs=runs)))
 
 
 def tanh_speed(shape: tuple[int, int] = (4096, 512)) -> None:
@@ -249,13 +254,7 @@ def native_speed(calls: int = 200) -> None:
         return cache.load(name, lambda: text)
 
     def fastest(f, *args) -> str:
-        f(*args)
-        times = []
-        for _ in range(calls):
-            start = time.perf_counter()
-            f(*args)
-            times.append(time.perf_counter() - start)
-        return f"{min(times) * 1e3:.2f} ms"
+        return f"{min(call_seconds(f, *args, runs=calls)) * 1e3:.2f} ms"
 
     rng = np.random.default_rng(0)
     qkv = rng.standard_normal((16, 128, 3, 4, 64), dtype=np.float32)
