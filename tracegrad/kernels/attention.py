@@ -6,17 +6,16 @@ Every product is made of tiles (`tile`, `wide_tile`): R x W or R x 2W sums held 
 registers (W lanes fill 64 bytes), each step one row of the right operand loaded and R numbers
 of the left one broadcast into fused multiply-adds, at about NumPy's GEMM rate (98 GF/s a core
 here; the dot-product form before it, half that: its horizontal sums cost as much as its
-products). The right operand
-is read by rows, so the keys and values are transposed once per pair where a product sums
-over features (q k^T, g v^T); everything else is read in place, the inputs passed as flat
-memory with strides (`flat`), a row of which is known to be contiguous. Nothing of size
-(queries x keys) leaves the pair: the backward kernel rebuilds the probabilities from q and k
-(its `out` gives the softmax's correction term, sum(g * out)), keeps the pair's in a scratch
-array, and forms the keys' and values' gradients from it after the rows. A causal pair
-computes only the keys a block of rows may see, about half of the work. On the GPT of
-`benchmarks/models.py` (16 x 4 pairs of 128 x 64, float32, causal, q, k and v strided views
-of one (B, L, 3, H, E) array, two threads), alone, fastest of 200: forward 1.5 ms, backward
-3.8 ms (`python benchmarks/kernels.py native`; docs/kernels.md has the history).
+products). The right operand is read by rows, so the keys and values are transposed once per
+pair where a product sums over features (q k^T, g v^T); everything else is read in place, the
+inputs passed as flat memory with strides (`flat`), a row of which is known to be contiguous.
+Nothing of size (queries x keys) leaves the pair: the backward kernel rebuilds the
+probabilities from q and k (its `out` gives the softmax's correction term, sum(g * out)), keeps
+the pair's in a scratch array, and forms the keys' and values' gradients from it after the
+rows. A causal pair computes only the keys a block of rows may see, about half of the work.
+On the GPT of `benchmarks/models.py` (16 x 4 pairs of 128 x 64, float32, causal, q, k and v
+strided views of one (B, L, 3, H, E) array, two threads), alone, fastest of 200: forward 1.5
+ms, backward 3.8 ms (`python benchmarks/kernels.py native`; docs/kernels.md has the history).
 
 Modules are generated per dtype; the scale and causality are arguments. Results are written
 through views of the C-contiguous buffers the plan gives: the forward's laid out heads next to
@@ -231,7 +230,7 @@ def kernel(q, qd, k, kd, v, vd, o, od, g, gd, scale, causal, dq, dqd, dk, dkd, d
 """
 
 
-ROWS = 4  # R: rows of a tile, each a SIMD register of sums (64 bytes: W elements)
+ROWS = 4  # R: rows of a tile, each one SIMD register of W sums (two in a wide tile)
 
 
 def tile_source(name: str, width: int) -> str:

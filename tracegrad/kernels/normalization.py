@@ -111,7 +111,7 @@ def generate_source(op: str, dtype: str) -> str:
     else:  # x, weight, g, eps, dx, dweight, dbias
         arrays = [matrix, vector, matrix, "float64", f"{dtype}[:, ::1]", *[f"{dtype}[::1]"] * 2]
         body = _BACKWARD
-    # a few blocks of rows per thread, for balance, each with its scratch rows allocated once
+    # a few blocks of rows per thread, for balance (and few partial sums in backward)
     body = body.replace("{blocks}", str(4 * numba.config.NUMBA_NUM_THREADS))
     head = rows.head("Layer norm " + op, "tracegrad.kernels.normalization", dtype,
                      f"void({', '.join(arrays)})")  # fmt: skip
