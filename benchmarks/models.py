@@ -322,11 +322,11 @@ def run_child(method: str, workload: str, steps: int, budget: float) -> dict:
     t = time.perf_counter()
     result["loss1"] = step()
     result["first_s"] = time.perf_counter() - t
-    if steps == 0:  # the first call only
-        return {**result, "peak_rss_mb": peak_rss_mb()}
     if hasattr(step, "wait_for_kernels"):  # a traced step's first calls run NumPy meanwhile
         step.wait_for_kernels()
         result["kernels_s"] = time.perf_counter() - t
+    if steps == 0:  # the first call only
+        return {**result, "peak_rss_mb": peak_rss_mb()}
     result["loss2"] = step()  # the warm-up call: the loss after one update
     times, ticks = [], cpu_ticks()
     while len(times) < steps and (not times or sum(times) < budget):
@@ -379,17 +379,18 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as cache:
             for method in args.methods:
                 runs = [(method, measure(method, workload, args.steps, args.budget, cache))]
-                if method == "tg-traced":  # the same cache, now warm: only the first call
+                if method == "tg-traced":  # the same cache, now warm: the first call
                     runs.append(("  warm cache", measure(method, workload, 0, 0, cache)))
                 for label, r in runs:
+                    kernels = f" (kernels {r['kernels_s']:.1f})" if "kernels_s" in r else ""
                     if "first_s" in r and "median_s" not in r:
-                        print(f"{label} | | {r['first_s']:.2f} | {r['peak_rss_mb']:.0f} | | |")
+                        print(f"{label} | | {r['first_s']:.2f}{kernels} | "
+                              f"{r['peak_rss_mb']:.0f} | | |")  # fmt: skip
                         continue
                     if "median_s" not in r:
                         print(f"{label} | skipped: {r['na']}" if "na" in r else f"{label} | {r}")
                         continue
                     first_losses[label] = r["loss1"]
-                    kernels = f" (kernels {r['kernels_s']:.1f})" if "kernels_s" in r else ""
                     print(f"{label} | {r['median_s']:.3f} | {r['first_s']:.2f}{kernels} | "
                           f"{r['peak_rss_mb']:.0f} | {r['loss1']:.6f} | {r['loss2']:.6f} | "
                           f"{r['busy_elsewhere']:.0%}")  # fmt: skip

@@ -460,3 +460,25 @@ def test_a_result_may_overwrite_the_input_it_is_computed_from():
     kernel(x, *arrays[1:], *got)
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5)
+
+
+_NAMES = """
+from tracegrad.kernels import attention, cache, normalization, pool
+for gen in (attention, normalization):
+    for op in sorted(set(gen.OPS.values())):
+        for dtype in gen.DTYPES:
+            print(cache.named(gen.__name__, gen.generate_source(op, dtype))[0])
+"""
+
+
+def test_generated_module_names_do_not_depend_on_string_hashing():
+    """A module's name is its text's hash: text that followed a process's string hashing (a
+    set's repr) made every process write and compile its kernels afresh."""
+    names = []
+    for seed in ("1", "2"):
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        out = subprocess.run([sys.executable, "-c", _NAMES], env=env, capture_output=True,
+                             text=True)  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        names.append(out.stdout.split())
+    assert len(names[0]) == 8 and names[0] == names[1]

@@ -19,6 +19,14 @@ from numba.core import types
 from numba.core.extending import intrinsic
 
 FLAGS = frozenset({"nsz", "contract", "afn"})
+
+
+def flags_literal(flags: frozenset[str]) -> str:
+    """`flags` as a set literal for generated source, sorted: a set's own repr follows the
+    process's string hashing, so each process would write, and compile, a module of its own."""
+    return "{" + ", ".join(repr(f) for f in sorted(flags)) + "}"
+
+
 _jit = numba.njit(fastmath=set(FLAGS), error_model="numpy", cache=True)
 
 _F = np.float32

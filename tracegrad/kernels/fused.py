@@ -419,7 +419,7 @@ def generate_source(s: Structure, key: str) -> str:
         structure=_describe(s),
         signature=_signature(s, partials),
         parallel=s.parallel,
-        flags=repr(sorted(FLAGS)).replace("[", "{").replace("]", "}"),
+        flags=fastmath.flags_literal(FLAGS),
         params=", ".join(params),
         imports=_helper_imports(s.helpers),
     )

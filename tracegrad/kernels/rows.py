@@ -61,8 +61,8 @@ def head(title: str, generator: str, dtype: str, signature: str) -> str:
         generator=generator,
         dtype=dtype,
         version=GENERATOR_VERSION,
-        flags=set(fastmath.FLAGS),
-        sum_flags=set(fastmath.FLAGS | {"reassoc"}),
-        max_flags=set(fastmath.FLAGS | {"reassoc", "nnan", "ninf"}),
+        flags=fastmath.flags_literal(fastmath.FLAGS),
+        sum_flags=fastmath.flags_literal(fastmath.FLAGS | {"reassoc"}),
+        max_flags=fastmath.flags_literal(fastmath.FLAGS | {"reassoc", "nnan", "ninf"}),
         signature=signature,
     )
