@@ -700,7 +700,7 @@ def _matmul_grad_b(g, out, a, b):
 
 matmul = Primitive("matmul", np.matmul, _matmul_rule,
                    (lambda g, out, a, b: sum_to(matmul(g, _mT(b)), a.shape), _matmul_grad_b),
-                   "in", kind="contraction")  # fmt: skip
+                   "in", kind="contraction", native=True)  # fmt: skip
 
 # --- random numbers: counter-based, so the state is a tensor a plan reads and advances --------
 

@@ -12,6 +12,7 @@ threads. A user's own `OPENBLAS_THREAD_TIMEOUT` is kept (and was read at load)."
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import threading
 
@@ -22,16 +23,16 @@ _state = {"done": False}
 
 
 def openblas_path() -> str | None:
-    """The OpenBLAS library this process has loaded (Linux: /proc/self/maps), if any."""
+    """NumPy's OpenBLAS library (Linux: /proc/self/maps), if NumPy uses one: the mapped OpenBLAS
+    whose path names numpy (its wheels bundle their own; SciPy's, mapped once SciPy's linear
+    algebra is imported, has threads and symbols of its own), else the first mapped."""
     try:
         with open("/proc/self/maps") as maps:
-            for line in maps:
-                path = line.split()[-1]
-                if "openblas" in os.path.basename(path) and ".so" in path:
-                    return path
+            found = [line.split()[-1] for line in maps]
     except OSError:
-        pass
-    return None
+        return None
+    found = [p for p in found if "openblas" in os.path.basename(p) and ".so" in p]
+    return next((p for p in found if "numpy" in p), found[0] if found else None)
 
 
 def quiet_openblas() -> bool:
@@ -53,3 +54,34 @@ def quiet_openblas() -> bool:
         read_env()
         shutdown()  # the workers start again at the next call, with the new timeout
         return True
+
+
+# Matrix products on Numba's threads (`kernels.gemm`): each thread runs its share through NumPy's
+# OpenBLAS, its thread count set to one meanwhile. How the library names its routines: (prefix,
+# suffix, integer type of the sizes); NumPy's wheels are ILP64 with a scipy_ prefix, a system
+# OpenBLAS is LP64.
+NAMINGS = (("scipy_", "64_", "int64"), ("", "64_", "int64"), ("", "", "int32"))
+ROUTINES = ("cblas_sgemm", "cblas_dgemm", "openblas_get_num_threads", "openblas_set_num_threads")
+
+
+@functools.cache
+def gemm_symbols() -> str | None:
+    """Register NumPy's OpenBLAS's gemm routines and thread-count getter and setter with LLVM as
+    `tracegrad_cblas_sgemm`, ..., `tracegrad_openblas_set_num_threads`, which generated kernels
+    call by name (so that Numba caches them); the integer type of the sizes, or None if NumPy's
+    library has not got them (another BLAS: products stay NumPy's)."""
+    import llvmlite.binding as llvm
+
+    path = openblas_path()
+    if path is None:
+        return None
+    lib = ctypes.CDLL(path)
+    for prefix, suffix, ints in NAMINGS:
+        names = {r: f"{prefix}{r}{suffix}" for r in ROUTINES}
+        if all(hasattr(lib, name) for name in names.values()):
+            for routine, name in names.items():
+                llvm.add_symbol(
+                    f"tracegrad_{routine}", ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+                )
+            return ints
+    return None

@@ -14,10 +14,10 @@ from collections.abc import Callable, Sequence
 
 from tracegrad.ir import Node
 
-from . import attention, normalization, pool
+from . import attention, gemm, normalization, pool
 from .cache import default_cache
 
-GENERATORS = {op: gen for gen in (pool, attention, normalization) for op in gen.OPS}
+GENERATORS = {op: gen for gen in (pool, attention, normalization, gemm) for op in gen.OPS}
 
 
 def modules(nodes: Sequence[Node]) -> dict[Node, tuple[str, str]]:

@@ -1,0 +1,97 @@
+"""Matrix products on Numba's threads through NumPy's OpenBLAS (`tracegrad.kernels.gemm`)."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+from tracegrad import primitives as P
+from tracegrad.ir import Node, Value
+from tracegrad.kernels import blas
+from tracegrad.kernels.native import compile_native
+
+pytestmark = pytest.mark.skipif(
+    blas.gemm_symbols() is None, reason="NumPy's BLAS is not an OpenBLAS with cblas routines"
+)
+
+
+def product_kernel(a: np.ndarray, b: np.ndarray):
+    node = Node(P.matmul, [Value(a.shape, a.dtype), Value(b.shape, b.dtype)],
+                [Value((a.shape[0], b.shape[1]), a.dtype)])  # fmt: skip
+    [(ok, kernel)] = compile_native([node])
+    assert ok
+    return kernel
+
+
+def layouts(x: np.ndarray) -> dict[str, np.ndarray]:
+    """x as rows, as columns (a transpose's layout) and as rows of a wider array."""
+    wide = np.zeros((x.shape[0], x.shape[1] + 3), x.dtype)
+    wide[:, : x.shape[1]] = x
+    return {"rows": x, "columns": np.asfortranarray(x), "strided": wide[:, : x.shape[1]]}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m,k,n", [(300, 70, 40), (40, 70, 300), (257, 3, 259)])
+def test_products_match_numpy_in_every_layout(rng, dtype, m, k, n):
+    """Rows split between threads when m >= n, columns otherwise; uneven shares."""
+    a, b = rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)
+    kernel, want = product_kernel(a, b), a.astype(np.float64) @ b.astype(np.float64)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    for la, a_ in layouts(a).items():
+        for lb, b_ in layouts(b).items():
+            got = np.full((m, n), np.nan, dtype)
+            kernel(a_, b_, got)
+            np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=f"{la} @ {lb}")
+
+
+def test_layouts_blas_cannot_read_and_read_only_operands_go_to_numpy(rng):
+    a, b = rng.standard_normal((200, 60)), rng.standard_normal((60, 300))
+    kernel = product_kernel(a, b[:, ::2])
+    got = np.empty((200, 150))
+    kernel(a, b[:, ::2], got)  # every other column: no leading dimension
+    np.testing.assert_allclose(got, a @ b[:, ::2], rtol=1e-12)
+    a.flags.writeable = False
+    kernel(a, b[:, ::2].copy(), got)
+    np.testing.assert_allclose(got, a @ b[:, ::2], rtol=1e-12)
+
+
+def test_an_empty_inner_dimension_gives_zeros():
+    a, b = np.ones((300, 0), np.float32), np.ones((0, 400), np.float32)
+    got = np.full((300, 400), np.nan, np.float32)
+    product_kernel(a, b)(a, b, got)
+    assert not got.any()
+
+
+def test_openblas_keeps_its_thread_count():
+    """The kernel sets OpenBLAS's (global) count to one while its threads run their shares,
+    and back: NumPy's own products keep their threads."""
+    lib = ctypes.CDLL(blas.openblas_path())
+    getter = next(f"{p}openblas_get_num_threads{s}" for p, s, _ in blas.NAMINGS
+                  if hasattr(lib, f"{p}openblas_get_num_threads{s}"))  # fmt: skip
+    before = getattr(lib, getter)()
+    a = np.ones((512, 512), np.float32)
+    product_kernel(a, a)(a, a, np.empty_like(a))
+    assert getattr(lib, getter)() == before
+
+
+def test_a_traced_step_runs_its_products_as_kernels(rng):
+    w = tg.tensor(rng.standard_normal((256, 256)).astype(np.float32), requires_grad=True)
+    gm = tg.GradManager().attach([w])
+
+    def step(x):
+        with gm:
+            loss = tg.tanh(x @ w).sum()
+            gm.backward(loss)
+        return loss
+
+    x = rng.standard_normal((512, 256)).astype(np.float32)
+    eager_loss, eager_grad = float(step(tg.tensor(x))), w.grad.numpy().copy()
+    w.grad = None
+    traced = tg.trace(step, backend="numba")
+    traced_loss = float(traced(x))
+    assert sum("matmul kernel" in line for line in traced.latest.source.splitlines()) == 2
+    np.testing.assert_allclose(traced_loss, eager_loss, rtol=1e-5)
+    np.testing.assert_allclose(w.grad.numpy(), eager_grad, rtol=1e-4, atol=1e-4)
