@@ -107,7 +107,7 @@ def build_tg(workload: str, traced: bool):
 
 
 def profile_tg(workload: str) -> None:
-    """Where the traced step's time goes: `viz.profile`'s fastest of 5 runs per statement (timed
+    """Where the traced step's time goes: `viz.profile`'s fastest of 20 runs per statement (timed
     without tracemalloc), summed by op, a fused kernel by its phase."""
     from tracegrad import viz
 
@@ -116,7 +116,7 @@ def profile_tg(workload: str) -> None:
     run.wait_for_kernels()
     run()
     plan = run.traced.latest
-    prof = viz.profile(plan, repeat=5)
+    prof = viz.profile(plan, repeat=20)
     by_op: dict[str, float] = {}
     for n, seconds in zip(plan.graph.nodes, prof.seconds, strict=True):
         key = f"fused {n.phase}" if n.op == "fused" else n.op
