@@ -1,4 +1,6 @@
-"""Keep NumPy's OpenBLAS threads from spinning through the Numba kernels between its GEMMs.
+"""NumPy's OpenBLAS, as a plan uses it: its threads kept from spinning through the Numba kernels
+between its GEMMs (`quiet_openblas`), and its GEMM routines lent to the Numba kernels that run
+a plan's 2-D products on Numba's threads (`gemm_symbols`, `kernels.gemm`).
 
 After each call OpenBLAS's worker threads spin for 2**28 cycles (about 0.1 s) waiting for the
 next one. A plan runs a Numba kernel between most of its matrix products, and on a machine with
@@ -7,7 +9,9 @@ traced GPT step of `benchmarks/models.py` took 0.37-0.41 s, and 0.32-0.36 s with
 sleeping at once (`OPENBLAS_THREAD_TIMEOUT`, 2**TIMEOUT cycles). OpenBLAS reads that variable
 when it loads, which is before tracegrad in most scripts (`import numpy` comes first), so
 `quiet_openblas` sets it, makes OpenBLAS read its environment again and restarts its idle
-threads. A user's own `OPENBLAS_THREAD_TIMEOUT` is kept (and was read at load)."""
+threads. A user's own `OPENBLAS_THREAD_TIMEOUT` is kept (and was read at load). (Since the products
+moved to Numba's threads, OpenBLAS's own threads only run the products a plan still leaves to
+NumPy: batched ones, and those inside the convolutions.)"""
 
 from __future__ import annotations
 
