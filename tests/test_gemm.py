@@ -53,6 +53,8 @@ def test_layouts_blas_cannot_read_and_read_only_operands_go_to_numpy(rng):
     got = np.empty((200, 150))
     kernel(a, b[:, ::2], got)  # every other column: no leading dimension
     np.testing.assert_allclose(got, a @ b[:, ::2], rtol=1e-12)
+    kernel(a, b[::-1, :150], got)  # rows backwards: a negative stride
+    np.testing.assert_allclose(got, a @ b[::-1, :150], rtol=1e-12)
     a.flags.writeable = False
     kernel(a, b[:, ::2].copy(), got)
     np.testing.assert_allclose(got, a @ b[:, ::2], rtol=1e-12)
