@@ -1,6 +1,7 @@
 """The two workloads of issue 13, one training step each, every method in a process of its own:
 
-    python benchmarks/models.py [--steps N] [--workloads cnn gpt] [--methods ...] [--profile]
+    python benchmarks/models.py [--steps N] [--rounds R] [--workloads cnn gpt] [--methods ...]
+                                [--profile]
 
 CNN: batch 256 of 1x28x28; conv 32 3x3 pad 1, ReLU, max-pool 2; conv 64 3x3 pad 1, ReLU,
 max-pool 2; fc 3136->128, ReLU; fc 10; SGD with momentum 0.9.
@@ -16,9 +17,12 @@ optimizer update, parameters and optimizer state donated; NCHW convolutions with
 with a one-line reason, where the library is not installed. The same float32 weights
 (tracegrad's initialization, through `state_dict()`) and data everywhere; the first losses (and
 the losses after one update, which check gradients and optimizer) are printed side by side, the
-first ones also relative to torch's. Medians of the timed steps; the first call (jax: its
-compile) is timed apart; peak RSS of each child process. `--profile` instead prints where the
-traced step's time goes, by op (`tracegrad.viz.profile`, in this process).
+first ones also relative to torch's. Each method runs in R rounds (3), one child a round,
+round-robin: a row gives the median of its rounds' step medians and their range, and tracegrad
+traced's step is divided by PyTorch's of the same round (the targets' ratios, paired). The first
+call (jax: its compile) is timed apart, in the first round; peak RSS of each child process.
+`--profile` instead prints where the traced step's time goes, by op (`tracegrad.viz.profile`,
+in this process).
 """
 
 from __future__ import annotations
@@ -354,10 +358,70 @@ def print_agreement(first_losses: dict[str, float]) -> None:
     print(f"first loss relative to {ref}'s: {diffs}")
 
 
+def run_rounds(workload: str, methods: list[str], rounds: int, steps: int, budget: float) -> list:
+    """Every method's child once a round, round after round (a slow spell of the host then
+    lands on every method, not on whichever ran during it). One kernel cache for all: empty for
+    tracegrad's first child, which is followed by a child that times the first call with it
+    warm. A list of {label: result} per round."""
+    results = []
+    with tempfile.TemporaryDirectory() as cache:
+        for r in range(rounds):
+            results.append({})
+            for method in methods:
+                results[r][method] = measure(method, workload, steps, budget, cache)
+                if method == "tg-traced" and r == 0:
+                    results[r]["  warm cache"] = measure(method, workload, 0, 0, cache)
+    return results
+
+
+def print_table(workload: str, results: list[dict]) -> None:
+    """One row per method: the median of its rounds' medians (with their range when several),
+    the first round's first call and losses (empty kernel cache), the largest peak RSS."""
+    print(f"\n{workload}: method | median step s | first call s | peak RSS MB | first loss "
+          "| loss after 1 update | machine busy elsewhere")  # fmt: skip
+    first_losses = {}
+    for label, r in results[0].items():
+        kernels = f" (kernels {r['kernels_s']:.1f})" if "kernels_s" in r else ""
+        if "median_s" not in r:
+            if "first_s" in r:
+                print(f"{label} | | {r['first_s']:.2f}{kernels} | {r['peak_rss_mb']:.0f} | | |")
+            else:
+                print(f"{label} | skipped: {r['na']}" if "na" in r else f"{label} | {r}")
+            continue
+        runs = [rnd[label] for rnd in results if "median_s" in rnd[label]]
+        medians = [x["median_s"] for x in runs]
+        spread = f" ({min(medians):.3f}-{max(medians):.3f})" if len(medians) > 1 else ""
+        busy = max(x["busy_elsewhere"] for x in runs)
+        first_losses[label] = r["loss1"]
+        print(f"{label} | {statistics.median(medians):.3f}{spread} | {r['first_s']:.2f}{kernels}"
+              f" | {max(x['peak_rss_mb'] for x in runs):.0f} | {r['loss1']:.6f} | "
+              f"{r['loss2']:.6f} | {busy:.0%}")  # fmt: skip
+    print_agreement(first_losses)
+
+
+def print_ratios(results: list[dict]) -> None:
+    """tracegrad traced's step over PyTorch eager's, and over the faster of eager and
+    torch.compile, paired within each round: the issue's targets, as free of the host's drift
+    as a ratio of neighbours in time can be."""
+    against = {"PyTorch eager": ("torch",), "the faster PyTorch": ("torch", "torch-compile")}
+    for name, others in against.items():
+        ratios = []
+        for rnd in results:
+            mine = rnd.get("tg-traced", {}).get("median_s")
+            theirs = [rnd[m]["median_s"] for m in others if "median_s" in rnd.get(m, {})]
+            if mine and theirs:
+                ratios.append(mine / min(theirs))
+        if ratios:
+            listed = ", ".join(f"{x:.2f}" for x in ratios)
+            print(f"tracegrad traced / {name}, round by round: {listed} "
+                  f"(median {statistics.median(ratios):.2f})")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", nargs=2, metavar=("METHOD", "WORKLOAD"))
     parser.add_argument("--steps", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--budget", type=float, default=20.0)
     parser.add_argument("--workloads", nargs="+", default=["cnn", "gpt"])
     parser.add_argument("--methods", nargs="+", default=list(METHODS))
@@ -373,28 +437,9 @@ def main() -> None:
         return
     print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     for workload in args.workloads:
-        print(f"\n{workload}: method | median step s | first call s | peak RSS MB | first loss "
-              "| loss after 1 update | machine busy elsewhere")  # fmt: skip
-        first_losses = {}
-        with tempfile.TemporaryDirectory() as cache:
-            for method in args.methods:
-                runs = [(method, measure(method, workload, args.steps, args.budget, cache))]
-                if method == "tg-traced":  # the same cache, now warm: the first call
-                    runs.append(("  warm cache", measure(method, workload, 0, 0, cache)))
-                for label, r in runs:
-                    kernels = f" (kernels {r['kernels_s']:.1f})" if "kernels_s" in r else ""
-                    if "first_s" in r and "median_s" not in r:
-                        print(f"{label} | | {r['first_s']:.2f}{kernels} | "
-                              f"{r['peak_rss_mb']:.0f} | | |")  # fmt: skip
-                        continue
-                    if "median_s" not in r:
-                        print(f"{label} | skipped: {r['na']}" if "na" in r else f"{label} | {r}")
-                        continue
-                    first_losses[label] = r["loss1"]
-                    print(f"{label} | {r['median_s']:.3f} | {r['first_s']:.2f}{kernels} | "
-                          f"{r['peak_rss_mb']:.0f} | {r['loss1']:.6f} | {r['loss2']:.6f} | "
-                          f"{r['busy_elsewhere']:.0%}")  # fmt: skip
-        print_agreement(first_losses)
+        results = run_rounds(workload, args.methods, args.rounds, args.steps, args.budget)
+        print_table(workload, results)
+        print_ratios(results)
     print(f"\nload average after: {os.getloadavg()[0]:.2f}")
 
 
