@@ -241,12 +241,23 @@ def scratch(op, x_shape, w_shape, dtype, stride, padding, dilation, groups, shap
     return total
 
 
-def conv2d(x, w, stride, padding, dilation, groups):
-    out = output_size(x.shape, w.shape, stride, padding, dilation, groups)
-    cv = _Conv(x.shape, w.shape, out, stride, padding, dilation, groups,
+def _result(out, shape, dtype, zeros=False):
+    """`out`, the plan's buffer (zeroed if `zeros`), or a new array."""
+    if out is None:
+        return (np.zeros if zeros else np.empty)(shape, dtype)
+    if not out.flags.c_contiguous:
+        raise ValueError(f"convolutions write C-contiguous results, not strides {out.strides}")
+    if zeros:
+        out[...] = 0
+    return out
+
+
+def conv2d(x, w, stride, padding, dilation, groups, out=None):
+    size = output_size(x.shape, w.shape, stride, padding, dilation, groups)
+    cv = _Conv(x.shape, w.shape, size, stride, padding, dilation, groups,
                np.result_type(x.dtype, w.dtype))  # fmt: skip
     x, wk, og = np.ascontiguousarray(x), cv.weights(w), cv.og
-    y = np.empty((cv.n, cv.o, cv.l), cv.dtype)
+    y = _result(out, (cv.n, cv.o, *size), cv.dtype).reshape(cv.n, cv.o, cv.l)
     for n0, n1, cols, prod, img in cv.chunks(zero=True):
         cv.fill(cols, cv.image(x[n0:n1], img))
         mats = cv.matrices(cols)
@@ -258,17 +269,17 @@ def conv2d(x, w, stride, padding, dilation, groups):
         for g in range(cv.groups):
             np.matmul(wk[g], mats[g], out=prod[g * og : (g + 1) * og])
         y[n0:n1] = prod.reshape(cv.o, n1 - n0, cv.l).transpose(1, 0, 2)
-    return y.reshape(cv.n, cv.o, *out)
+    return y.reshape(cv.n, cv.o, *size)
 
 
-def conv2d_input_grad(g, w, shape, stride, padding, dilation, groups):
+def conv2d_input_grad(g, w, shape, stride, padding, dilation, groups, out=None):
     """The transposed convolution: each patch's gradient added back where the patch came from."""
     cv = _Conv(shape, w.shape, g.shape[2:], stride, padding, dilation, groups,
                np.result_type(g.dtype, w.dtype))  # fmt: skip
     wk, og = cv.weights(w), cv.og
     g = np.ascontiguousarray(g).reshape(cv.n, cv.o, cv.l)
     direct = cv.samples or not cv.same  # the patches added into dx itself, else via an image
-    dx = (np.zeros if direct and cv.center is None else np.empty)(shape, cv.dtype)
+    dx = _result(out, shape, cv.dtype, zeros=direct and cv.center is None)
     for n0, n1, cols, prod, img in cv.chunks(zero=False):
         mats, m = cv.matrices(cols), n1 - n0
         if cv.samples:
@@ -290,7 +301,7 @@ def conv2d_input_grad(g, w, shape, stride, padding, dilation, groups):
     return dx
 
 
-def conv2d_weight_grad(x, g, shape, stride, padding, dilation, groups):
+def conv2d_weight_grad(x, g, shape, stride, padding, dilation, groups, out=None):
     cv = _Conv(x.shape, shape, g.shape[2:], stride, padding, dilation, groups,
                np.result_type(x.dtype, g.dtype))  # fmt: skip
     og, (kh, kw) = cv.og, cv.kernel
@@ -310,4 +321,6 @@ def conv2d_weight_grad(x, g, shape, stride, padding, dilation, groups):
             np.matmul(mats[k], prod[k * og : (k + 1) * og].T, out=part)
             dw[k] += part
     dw = dw.reshape(cv.groups, kh, kw, cv.cg, og).transpose(0, 4, 3, 1, 2)
-    return np.ascontiguousarray(dw).reshape(shape)
+    result = _result(out, shape, cv.dtype)
+    result.reshape(dw.shape)[...] = dw
+    return result
