@@ -10,7 +10,9 @@ pages stay mapped."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from tracegrad.ir import Graph, Node, Value
 
@@ -41,8 +43,10 @@ class _Buffer:
     placeable: bool = False  # its producer can write into a given array (`out=`)
 
 
-def plan_memory(graph: Graph) -> MemoryPlan:
-    """Liveness over buffers plus in-place reuse, then arena offsets."""
+def plan_memory(graph: Graph, kernels: Mapping[Node, Any] | None = None) -> MemoryPlan:
+    """Liveness over buffers plus in-place reuse, then arena offsets. A node's temporaries are
+    its op's (`Primitive.scratch`), or those of the kernel `kernels` runs it with, where that
+    kernel says (a `scratch` attribute, bytes): a convolution's kernel holds far fewer."""
     plan = MemoryPlan()
     buffers = _liveness(graph, plan)
     for b in buffers.values():
@@ -61,10 +65,15 @@ def plan_memory(graph: Graph) -> MemoryPlan:
     live = 0
     for i, n in enumerate(graph.nodes):
         live += during[i]
-        plan.peak = max(plan.peak, plan.arena + live + n.prim.scratch(n.inputs, n.attrs))
+        plan.peak = max(plan.peak, plan.arena + live + _scratch(n, kernels or {}))
         plan.timeline.append(plan.arena + live - dying[i])
     plan.peak = max(plan.peak, plan.arena)
     return plan
+
+
+def _scratch(n: Node, kernels: Mapping[Node, Any]) -> int:
+    own = getattr(kernels.get(n), "scratch", None)
+    return n.prim.scratch(n.inputs, n.attrs) if own is None else own
 
 
 def _liveness(graph: Graph, plan: MemoryPlan) -> dict[Value, _Buffer]:

@@ -156,7 +156,8 @@ def lower(
 ) -> tuple[ir.Graph, dict[ir.Node, Callable]]:
     """Compile each fused body into a kernel; a body the backend cannot compile, or too small to
     gain from it (or any body, on the NumPy backend), is spliced back as its member nodes.
-    `compile=False` only decides (kernels map to None): the memory-budget solver plans with it.
+    `compile=False` only decides (fused kernels map to None, native ones to
+    `native.Planned`): the memory-budget solver plans with it.
     `background=True` (from a thread beside a running step) compiles in child processes,
     silently."""
     groups = kernel_groups(graph) if backend == "numba" else []
@@ -173,7 +174,9 @@ def lower(
         if progress is not None:
             progress.close()
         kernels = {n: k for n, (ok, k) in zip(groups, compiled, strict=True) if ok}
-        kernels.update(native.launchers(modules) if compile else dict.fromkeys(modules))
+        kernels.update(
+            native.launchers(modules) if compile else {n: native.planned(n) for n in modules}
+        )
     nodes = []
     for n in graph.nodes:
         if n.prim.kind != "composite" or n in kernels:

@@ -929,7 +929,7 @@ pinv = Primitive("pinv", np.linalg.pinv,
                  lambda x: ((*x.shape[:-2], x.shape[-1], x.shape[-2]), _floating(x)[1]),
                  (_pinv_vjp,), "in+out")  # fmt: skip
 
-# --- convolution (implemented in `convolution`: im2col feeding BLAS, col2im) ---------------------
+# --- convolution (`convolution`: im2col feeding BLAS; the Numba backend has kernels of its own)
 # Attributes: stride (sh, sw), padding ((top, bottom), (left, right)), dilation (dh, dw), groups.
 # The three ops are each other's VJPs (each is bilinear), so every order of derivative is exact.
 
@@ -963,6 +963,8 @@ conv2d = Primitive(
      lambda g, out, x, w, **a: conv2d_weight_grad(x, g, shape=w.shape, **a)),
     "in",
     kind="contraction",
+    accepts_out=True,
+    native=True,
     scratch=_conv_scratch("conv2d"),
 )  # fmt: skip
 conv2d_input_grad = Primitive(
@@ -973,6 +975,8 @@ conv2d_input_grad = Primitive(
      lambda c, out, g, w, shape, **a: conv2d_weight_grad(c, g, shape=w.shape, **a)),
     "in",
     kind="contraction",
+    accepts_out=True,
+    native=True,
     scratch=_conv_scratch("input_grad"),
 )  # fmt: skip
 conv2d_weight_grad = Primitive(
@@ -983,6 +987,8 @@ conv2d_weight_grad = Primitive(
      lambda c, out, x, g, shape, **a: conv2d(x, c, **a)),
     "in",
     kind="contraction",
+    accepts_out=True,
+    native=True,
     scratch=_conv_scratch("weight_grad"),
 )  # fmt: skip
 

@@ -55,7 +55,7 @@ class Plan:
         self.capture, self.name, self.stats, self.backend = cap, name, stats, backend
         self.budget = budget  # the memory-budget pass that planned it, if one was asked for
         self.pending = pending
-        self._build(graph, kernels, memory or plan_memory(graph))
+        self._build(graph, kernels, memory or plan_memory(graph, kernels))
 
     def _build(self, graph: ir.Graph, kernels: dict, memory: MemoryPlan) -> None:
         self.graph, self.memory, self.kernel_count = graph, memory, len(kernels)
@@ -79,7 +79,7 @@ class Plan:
                           stacklevel=3)  # fmt: skip
             self.run.measure_first = True  # the stand-in is the plan from now on
             return
-        self._build(*pending.result, plan_memory(pending.result[0]))
+        self._build(*pending.result, plan_memory(*pending.result))
         if pending.seconds >= PROGRESS_AFTER:
             print(f"tracegrad: {self.name}: kernels ready after {pending.seconds:.1f} s of "
                   "compiling in the background; the step runs them from now on",
@@ -564,14 +564,14 @@ def _fit(graph: ir.Graph, backend: str, pipeline: Sequence[Callable], limit: int
     rest = pipeline[at:]
 
     def peak_of(g: ir.Graph) -> int:
-        return plan_memory(lower(passes.run(g, rest)[0], backend, compile=False)[0]).peak
+        return plan_memory(*lower(passes.run(g, rest)[0], backend, compile=False)).peak
 
     target = limit
     for _ in range(3):
         budget = Budget(target, peak_of)
         graph_after, stats = passes.run(graph, [*pipeline[:at], budget, *rest])
         lowered, kernels = lower(graph_after, backend)
-        memory = plan_memory(lowered)
+        memory = plan_memory(lowered, kernels)
         if memory.peak <= limit:
             budget.limit = limit
             return lowered, stats, kernels, memory, budget

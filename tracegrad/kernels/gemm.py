@@ -31,10 +31,7 @@ OPS = {P.matmul: "product"}
 DTYPES = ("float32", "float64")
 ALIGN = 16  # a thread's share of rows or columns is a multiple of this many
 
-_SOURCE = '''"""Matrix product ({dtype}) on Numba's threads: tracegrad.kernels.gemm generated it."""
-
-import numpy as np
-from numba import njit, prange, types
+DECLARATIONS = """from numba import types
 
 from tracegrad.kernels.blas import gemm_symbols
 
@@ -50,7 +47,14 @@ set_blas_threads = types.ExternalFunction(
     "tracegrad_openblas_set_num_threads", types.void(types.int32)
 )
 ROW_MAJOR, AS_IS, TRANSPOSED = 101, 111, 112
+"""
 
+_SOURCE = '''"""Matrix product ({dtype}) on Numba's threads: tracegrad.kernels.gemm generated it."""
+
+import numpy as np
+from numba import njit, prange
+
+{declarations}
 
 @njit(cache=True)
 def operand(x):
@@ -98,10 +102,16 @@ def kernel(a, b, c, threads):
 '''
 
 
+def declarations(dtype: str, ints: str) -> str:
+    """Module text declaring `gemm` (`cblas_?gemm` for `dtype`, sizes of integer type `ints`),
+    OpenBLAS's thread-count getter and setter, and the CBLAS constants, for generated kernels."""
+    letter = {"float32": "s", "float64": "d"}[dtype]
+    return DECLARATIONS.format(dtype=dtype, ints=ints, letter=letter)
+
+
 def generate_source(dtype: str, ints: str) -> str:
     """The text of the kernel's module for `dtype`, BLAS sizes of integer type `ints`."""
-    letter = {"float32": "s", "float64": "d"}[dtype]
-    return _SOURCE.format(dtype=dtype, ints=ints, letter=letter, align=ALIGN)
+    return _SOURCE.format(dtype=dtype, declarations=declarations(dtype, ints), align=ALIGN)
 
 
 def module(node: Node) -> tuple[str, str]:

@@ -11,13 +11,14 @@ kernels' (`compile_groups(also=...)`), so that new ones compile in one set of ch
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from tracegrad.ir import Node
 
-from . import attention, gemm, normalization, pool
+from . import attention, conv, gemm, normalization, pool
 from .cache import default_cache
 
-GENERATORS = {op: gen for gen in (pool, attention, normalization, gemm) for op in gen.OPS}
+GENERATORS = {op: gen for gen in (pool, attention, normalization, gemm, conv) for op in gen.OPS}
 
 
 def modules(nodes: Sequence[Node]) -> dict[Node, tuple[str, str]]:
@@ -31,6 +32,19 @@ def modules(nodes: Sequence[Node]) -> dict[Node, tuple[str, str]]:
         except NotImplementedError:
             pass
     return found
+
+
+class Planned(NamedTuple):
+    """What a node that will run a kernel of its own maps to before its kernel is compiled
+    (`codegen.lower(compile=False)`): the bytes of temporaries the kernel will hold, if its
+    generator says (`scratch(node)`), for the memory plan; else None (its op's count)."""
+
+    scratch: int | None
+
+
+def planned(node: Node) -> Planned:
+    own = getattr(GENERATORS[node.prim], "scratch", None)
+    return Planned(own(node) if own is not None else None)
 
 
 def launchers(modules: dict[Node, tuple[str, str]]) -> dict[Node, Callable]:
