@@ -235,9 +235,13 @@ def kernel(x, gy, g, groups, dw, threads):
                          gy.ctypes.data + at, positions, T(1),
                          sums.ctypes.data + (part * groups + grp) * k * og * size, og)
     set_blas_threads(blas_threads)
-    total = sums.sum(axis=0)
-    for grp in range(groups):
-        dw[grp * og : (grp + 1) * og] = total[grp].T
+    for grp in range(groups):  # loops: array expressions here compiled into more parallel code
+        for i in range(og):
+            for j in range(k):
+                total = sums[0, grp, j, i]
+                for part in range(1, threads):
+                    total += sums[part, grp, j, i]
+                dw[grp * og + i, j] = total
 '''
 
 _KERNELS = {"forward": _FORWARD, "input_grad": _INPUT_GRAD, "weight_grad": _WEIGHT_GRAD}
