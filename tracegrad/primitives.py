@@ -685,7 +685,7 @@ getitem = Primitive(
 scatter_add = Primitive("scatter_add", _scatter_add, _scatter_rule,
                         (lambda g, out, x, *idx, shape, template:
                          getitem(g, *idx, template=template),),
-                        "in1:", kind="index")  # fmt: skip
+                        "in1:", kind="index", native=True)  # fmt: skip
 
 
 def _matmul_grad_b(g, out, a, b):

@@ -25,6 +25,7 @@ from pathlib import Path
 from types import ModuleType
 
 import numba
+import numpy as np
 from numba.core.caching import CacheImpl, UserProvidedCacheLocator, _CacheLocator
 
 ENV_VAR = "TRACEGRAD_CACHE_DIR"
@@ -43,6 +44,11 @@ class GeneratedKernel:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} at {self.path}>"
+
+
+def in_c_order(a: np.ndarray) -> np.ndarray:
+    """`a` C-contiguous and writeable, as a kernel's typed signature takes it: itself if it is."""
+    return a if a.flags.c_contiguous and a.flags.writeable else np.array(a, order="C")
 
 
 def named(prefix: str, source: str) -> tuple[str, str]:

@@ -29,7 +29,7 @@ from tracegrad import primitives as P
 from tracegrad.ir import Node
 
 from .blas import gemm_symbols
-from .cache import GeneratedKernel, named
+from .cache import GeneratedKernel, in_c_order, named
 from .gemm import declarations
 
 OPS = {P.conv2d: "forward", P.conv2d_input_grad: "input_grad", P.conv2d_weight_grad: "weight_grad"}
@@ -297,7 +297,7 @@ class ConvKernel(GeneratedKernel):
     def __call__(self, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         if not out.flags.c_contiguous:
             raise ValueError(f"convolution kernels write C-contiguous results, not {out.strides}")
-        a, b = _c(a), _c(b)
+        a, b = in_c_order(a), in_c_order(b)
         if self.op == "forward":
             args = (a, b.reshape(b.shape[0], self.k), out.reshape(*out.shape[:2], -1))
         elif self.op == "input_grad":
@@ -331,10 +331,6 @@ def scratch(node: Node) -> int:
     if OPS[node.prim] == "weight_grad":
         total += (threads + 1) * o * cg * kh * kw * item
     return total
-
-
-def _c(a: np.ndarray) -> np.ndarray:
-    return a if a.flags.c_contiguous and a.flags.writeable else np.array(a, order="C")
 
 
 def launcher(node: Node, compiled: Callable, path: Path) -> ConvKernel:

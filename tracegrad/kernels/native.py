@@ -15,10 +15,12 @@ from typing import NamedTuple
 
 from tracegrad.ir import Node
 
-from . import attention, conv, gemm, normalization, pool
+from . import attention, conv, gemm, normalization, pool, scatter
 from .cache import default_cache
 
-GENERATORS = {op: gen for gen in (pool, attention, normalization, gemm, conv) for op in gen.OPS}
+GENERATORS = {
+    op: gen for gen in (pool, attention, normalization, gemm, conv, scatter) for op in gen.OPS
+}
 
 
 def modules(nodes: Sequence[Node]) -> dict[Node, tuple[str, str]]:
