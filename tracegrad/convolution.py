@@ -1,5 +1,7 @@
 """The convolution ops' implementations (their records are in `primitives`): im2col feeding a
-few large BLAS matmuls, col2im for the input's gradient.
+few large BLAS matmuls, col2im for the input's gradient. Eager and the NumPy backend run these;
+the Numba backend has kernels of its own (`tracegrad.kernels.conv`: per sample, on every
+thread), and runs these while they compile.
 
 The batch goes through in chunks, so the temporaries ("columns": the patches, and the
 product) stay within CHUNK_BYTES whatever the batch. A column row is one kernel tap
