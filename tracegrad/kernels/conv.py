@@ -5,8 +5,8 @@ product through NumPy's OpenBLAS on that thread (`gemm.declarations`):
 
 - forward: y[n] = w (O, K) @ columns, written in place;
 - input gradient: columns = w^T @ g[n], added back where each patch came from (col2im);
-- weight gradient: each thread sums g[n] @ columns^T over its samples; the threads' sums are
-  added after.
+- weight gradient: each thread sums columns @ g[n]^T (K, O) over its samples; the threads'
+  sums are added (and transposed) after.
 
 `tracegrad.convolution` has the NumPy versions and the contract. Why per sample: the NumPy
 version lays out the patches of a chunk of samples (8 MiB) with NumPy copies on one thread and
