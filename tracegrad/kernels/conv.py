@@ -77,6 +77,25 @@ def zero_ends(row, lo, hi, ow_, n_rows):
 
 
 @njit(cache=True)
+def rows_at(a, n, channel, g, r0):
+    """The address of output row r0 of plane (n, channel) of a C-contiguous a (N, C, ...) whose
+    planes hold OH * OW positions (an output, or a 1 x 1 convolution's input): BLAS reads a
+    group's planes from there with leading dimension OH * OW."""
+    return a.ctypes.data + ((n * a.shape[1] + channel) * g[8] * g[9] + r0 * g[9]) * a.itemsize
+
+
+@njit(cache=True)
+def columns_at(cols, x, n, c0, cg, g, r0, r1):
+    """Output rows [r0, r1) of the columns of sample n, channels c0.. c0 + cg, as BLAS reads
+    them (address, leading dimension): the sample's own rows where it is its columns
+    (`direct`), else laid out in cols."""
+    if direct(g):
+        return rows_at(x, n, c0, g, r0), g[8] * g[9]
+    columns_of(cols, x, n, c0, cg, g, r0, r1)
+    return cols.ctypes.data, cols.shape[1]
+
+
+@njit(cache=True)
 def columns_of(cols, x, n, c0, cg, g, r0, r1):
     """Output rows [r0, r1) of the patches of sample n, channels c0.. c0 + cg, into cols (K x
     (r1 - r0) * OW): row (c, i, j) holds input (c, oh * sh - ph + i * dh, ow * sw - pw + j *
@@ -159,16 +178,10 @@ def kernel(x, w, g, groups, y, threads):
             for grp in range(groups):
                 for r0 in range(0, oh_, rows):
                     r1 = min(oh_, r0 + rows)
-                    if direct(g):  # the sample's own rows (C / groups, H * W)
-                        src = x.ctypes.data + ((n * c + grp * cg) * positions + r0 * ow_) * size
-                        ld = positions
-                    else:
-                        columns_of(cols, x, n, grp * cg, cg, g, r0, r1)
-                        src, ld = cols.ctypes.data, rows * ow_
-                    at = ((n * o + grp * og) * positions + r0 * ow_) * size
+                    src, ld = columns_at(cols, x, n, grp * cg, cg, g, r0, r1)
                     gemm(ROW_MAJOR, AS_IS, AS_IS, og, (r1 - r0) * ow_, k, T(1),
                          w.ctypes.data + grp * og * k * size, k, src, ld, T(0),
-                         y.ctypes.data + at, positions)
+                         rows_at(y, n, grp * og, g, r0), positions)
     set_blas_threads(blas_threads)
 '''
 
@@ -191,15 +204,13 @@ def kernel(gy, w, g, groups, dx, threads):
             for grp in range(groups):
                 for r0 in range(0, oh_, rows):
                     r1 = min(oh_, r0 + rows)
-                    at = ((n * o + grp * og) * positions + r0 * ow_) * size
                     if in_place:
-                        dst = dx.ctypes.data + ((n * c + grp * cg) * positions + r0 * ow_) * size
-                        ld = positions
+                        dst, ld = rows_at(dx, n, grp * cg, g, r0), positions
                     else:
                         dst, ld = cols.ctypes.data, rows * ow_
                     gemm(ROW_MAJOR, TRANSPOSED, AS_IS, k, (r1 - r0) * ow_, og, T(1),
-                         w.ctypes.data + grp * og * k * size, k, gy.ctypes.data + at, positions,
-                         T(0), dst, ld)
+                         w.ctypes.data + grp * og * k * size, k, rows_at(gy, n, grp * og, g, r0),
+                         positions, T(0), dst, ld)
                     if not in_place:
                         add_columns(dx, cols, n, grp * cg, cg, g, r0, r1)
     set_blas_threads(blas_threads)
@@ -224,15 +235,9 @@ def kernel(x, gy, g, groups, dw, threads):
             for grp in range(groups):
                 for r0 in range(0, oh_, rows):
                     r1 = min(oh_, r0 + rows)
-                    if direct(g):
-                        src = x.ctypes.data + ((n * c + grp * cg) * positions + r0 * ow_) * size
-                        ld = positions
-                    else:
-                        columns_of(cols, x, n, grp * cg, cg, g, r0, r1)
-                        src, ld = cols.ctypes.data, rows * ow_
-                    at = ((n * o + grp * og) * positions + r0 * ow_) * size
+                    src, ld = columns_at(cols, x, n, grp * cg, cg, g, r0, r1)
                     gemm(ROW_MAJOR, AS_IS, TRANSPOSED, k, og, (r1 - r0) * ow_, T(1), src, ld,
-                         gy.ctypes.data + at, positions, T(1),
+                         rows_at(gy, n, grp * og, g, r0), positions, T(1),
                          sums.ctypes.data + (part * groups + grp) * k * og * size, og)
     set_blas_threads(blas_threads)
     for grp in range(groups):  # loops: array expressions here compiled into more parallel code
