@@ -28,7 +28,7 @@ import numpy as np
 
 from ..ir import Node, Value
 from . import fastmath
-from .cache import KernelCache, default_cache
+from .cache import KernelCache, default_cache, in_c_order
 
 FLAGS = frozenset(fastmath.FLAGS | {"reassoc"})  # reassoc lets LLVM vectorize the reductions
 # Groups smaller than this (or any, when Numba has one thread) run on one thread and compile
@@ -335,9 +335,7 @@ def _c_view(a: np.ndarray, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarra
     """`a` as a C-contiguous, writeable array of `shape` and `dtype` (the kernel's signature
     says so; a read-only constant or argument is copied): a view when it already is one."""
     a = np.asarray(a).reshape(shape)
-    if a.dtype != dtype or not a.flags.c_contiguous or not a.flags.writeable:
-        a = np.array(a, dtype, order="C")
-    return a
+    return in_c_order(a) if a.dtype == dtype else np.array(a, dtype, order="C")
 
 
 def _out_view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
