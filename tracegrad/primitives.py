@@ -433,11 +433,14 @@ def _power(x, y):
     """np.power, with the exponents of POWER_PRODUCTS as products, where the result keeps the
     base's dtype (the exponent may be data: Adam's beta ** step). A Python-number base (as plans
     write constants) first becomes an array of the result's dtype, so eager and traced steps
-    take the same branch."""
+    take the same branch. Other exponents go straight to np.power: an AdamW step takes this
+    path twice per parameter, and NumPy's dtype queries cost microseconds each."""
+    steps = POWER_PRODUCTS.get(float(y)) if np.ndim(y) == 0 else None
+    if steps is None:
+        return np.power(x, y)
     if not isinstance(x, np.ndarray):
         x = np.asarray(x, np.result_type(x, y))
-    steps = POWER_PRODUCTS.get(float(y)) if np.ndim(y) == 0 else None
-    if steps is None or np.result_type(x, y) != x.dtype:
+    if np.result_type(x, y) != x.dtype:
         return np.power(x, y)
     values = [x]
     for k, (a, b) in enumerate(steps):
