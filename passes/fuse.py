@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from tracegrad.ir import Graph, Node, Value
 from tracegrad.primitives import fused
 
@@ -46,6 +48,7 @@ def _trailing_reduction(n: Node) -> bool:
 def fuse(graph: Graph) -> tuple[Graph, PassStats]:
     before = len(graph.nodes)
     graph = _views_early(graph)
+    users = graph.users()
     made_at = {v: i for i, n in enumerate(graph.nodes) for v in n.outputs}
     group_of: dict[Value, _Group] = {}
     groups: dict[int, _Group] = {}  # start index -> group
@@ -57,7 +60,7 @@ def fuse(graph: Graph) -> tuple[Graph, PassStats]:
                     g.sealed = True
                 rebuilding.clear()
             continue
-        group = _join(n, group_of, made_at, groups)
+        group = _join(n, group_of, made_at, groups, users)
         if group is None:
             if not _elementwise(n):
                 continue
@@ -68,7 +71,6 @@ def fuse(graph: Graph) -> tuple[Graph, PassStats]:
         out = n.outputs[0]
         (group.values if _elementwise(n) else group.reductions).add(out)
         group_of[out] = group
-    users = graph.users()
     outputs = set(graph.outputs)
     nodes: list[Node] = []
     fused = 0
@@ -113,7 +115,11 @@ def _family(n: Node) -> str:
 
 
 def _join(
-    n: Node, group_of: dict[Value, _Group], made_at: dict[Value, int], groups: dict[int, _Group]
+    n: Node,
+    group_of: dict[Value, _Group],
+    made_at: dict[Value, int],
+    groups: dict[int, _Group],
+    users: dict[Value, list[Node]],
 ) -> _Group | None:
     """The group `n` joins: all the groups whose elementwise results it reads, merged, if that
     is legal; else the first one of them it may join alone."""
@@ -125,7 +131,7 @@ def _join(
         }.values()
     )
     for option in ([candidates] if len(candidates) > 1 else []) + [[g] for g in candidates]:
-        if _legal(n, option, made_at):
+        if _legal(n, option, made_at) and not _narrow_results(n, option, users):
             return _merge(option, group_of, groups)
     return None
 
@@ -135,6 +141,18 @@ def _legal(n: Node, option: list[_Group], made_at: dict[Value, int]) -> bool:
     values = set().union(*(g.values for g in option))
     reads = [x for g in option for m in g.nodes for x in m.inputs] + n.inputs
     return all(x in values or x.const is not None or made_at.get(x, -1) < start for x in reads)
+
+
+def _narrow_results(n: Node, option: list[_Group], users: dict[Value, list[Node]]) -> bool:
+    """Whether joining would leave a result narrower than the merged group's domain read outside
+    it: a kernel writes its elementwise results over its whole domain, so such a group never
+    compiles (a cross-entropy's guarded row maxima, (N, 1), read again after the (N, C) exps
+    and their sums had kept those out of a kernel)."""
+    values = [v for g in option for v in g.values]
+    members = {id(m) for g in option for m in g.nodes} | {id(n)}
+    domain = np.broadcast_shapes(n.inputs[0].shape if n.prim.kind == "reduction"
+                                 else n.outputs[0].shape, *(v.shape for v in values))  # fmt: skip
+    return any(v.shape != domain and any(id(u) not in members for u in users[v]) for v in values)
 
 
 def _merge(option: list[_Group], group_of: dict[Value, _Group], groups: dict) -> _Group:

@@ -537,6 +537,34 @@ def test_gradients_of_adjacent_slices_are_one_concatenation(backend):
     assert sorted(len(n.inputs) for n in nodes if n.op == "concatenate") == [2, 3]  # one copy each
 
 
+def test_fuse_leaves_out_a_narrower_result_that_is_read_after_the_group():
+    """A log-sum-exp: s, the guarded row maxima (8, 1), is read by the (8, 4) exps and again by
+    log(t) + s after their row sums. Merged into the exps' group it would be a narrow result of
+    an (8, 4) kernel, which never compiles; it stays in its own group, and the exps and their
+    sums make one kernel."""
+    from tracegrad.kernels.fused import analyze
+
+    x = val(8, 4)
+    n1, m = node("max", [x], (8, 1), axis=(1,), keepdims=True)
+    n2, a = node("abs", [m], (8, 1))
+    n3, ok = node("less", [a, const(np.inf)], (8, 1), dtype=np.bool_)
+    n4, s = node("where", [ok, m, const(0.0)], (8, 1))
+    n5, d = node("sub", [x, s], (8, 4))
+    n6, e = node("exp", [d], (8, 4))
+    n7, t = node("sum", [e], (8, 1), axis=(1,), keepdims=True)
+    n8, lt = node("log", [t], (8, 1))
+    n9, y = node("add", [lt, s], (8, 1))
+    graph = Graph([x], [n1, n2, n3, n4, n5, n6, n7, n8, n9], [y, e])
+    after, _ = passes.fuse(graph)
+    groups = [[m.op for m in n.attrs["body"].nodes] for n in after.nodes if n.op == "fused"]
+    assert groups == [["abs", "less", "where"], ["sub", "exp", "sum"], ["log", "add"]]
+    for n in after.nodes:
+        if n.op == "fused":
+            body = n.attrs["body"]
+            analyze(body.inputs, body.nodes, body.outputs)  # raises for a group it cannot compile
+    same_results(graph, after, rand(8, 4))
+
+
 def test_fuse_folds_reductions_over_leading_or_trailing_axes_of_3d_values():
     """Layer norm's statistics (last axis of (N, T, D)) and bias gradients (first two axes)
     fold into the kernel that computes their input; a middle axis does not (no matrix view)."""
