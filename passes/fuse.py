@@ -6,7 +6,8 @@ A node joins the groups of its producers (merging them) when everything else the
 reads already existed when its earliest part started, so the fused node can run where the
 group's first member ran, and when both are of one family (`_family`): a recomputed value must
 not move back into forward, or into a segment rebuilt long before backward reads it, where it
-would be held until then."""
+would be held until then; and not when it would widen a group whose narrower results are read
+after it (`_narrow_results`)."""
 
 from __future__ import annotations
 
