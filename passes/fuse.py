@@ -49,7 +49,9 @@ def _trailing_reduction(n: Node) -> bool:
 def fuse(graph: Graph) -> tuple[Graph, PassStats]:
     before = len(graph.nodes)
     graph = _views_early(graph)
-    users = graph.users()
+    readers = graph.users()
+    for v in graph.outputs:  # the step's caller reads them too
+        readers.setdefault(v, []).append(None)
     made_at = {v: i for i, n in enumerate(graph.nodes) for v in n.outputs}
     group_of: dict[Value, _Group] = {}
     groups: dict[int, _Group] = {}  # start index -> group
@@ -61,7 +63,7 @@ def fuse(graph: Graph) -> tuple[Graph, PassStats]:
                     g.sealed = True
                 rebuilding.clear()
             continue
-        group = _join(n, group_of, made_at, groups, users)
+        group = _join(n, group_of, made_at, groups, readers)
         if group is None:
             if not _elementwise(n):
                 continue
@@ -72,6 +74,7 @@ def fuse(graph: Graph) -> tuple[Graph, PassStats]:
         out = n.outputs[0]
         (group.values if _elementwise(n) else group.reductions).add(out)
         group_of[out] = group
+    users = graph.users()
     outputs = set(graph.outputs)
     nodes: list[Node] = []
     fused = 0
@@ -120,7 +123,7 @@ def _join(
     group_of: dict[Value, _Group],
     made_at: dict[Value, int],
     groups: dict[int, _Group],
-    users: dict[Value, list[Node]],
+    readers: dict[Value, list[Node | None]],
 ) -> _Group | None:
     """The group `n` joins: all the groups whose elementwise results it reads, merged, if that
     is legal; else the first one of them it may join alone."""
@@ -132,7 +135,7 @@ def _join(
         }.values()
     )
     for option in ([candidates] if len(candidates) > 1 else []) + [[g] for g in candidates]:
-        if _legal(n, option, made_at) and not _narrow_results(n, option, users):
+        if _legal(n, option, made_at) and not _narrow_results(n, option, readers):
             return _merge(option, group_of, groups)
     return None
 
@@ -144,16 +147,18 @@ def _legal(n: Node, option: list[_Group], made_at: dict[Value, int]) -> bool:
     return all(x in values or x.const is not None or made_at.get(x, -1) < start for x in reads)
 
 
-def _narrow_results(n: Node, option: list[_Group], users: dict[Value, list[Node]]) -> bool:
+def _narrow_results(n: Node, option: list[_Group], readers: dict[Value, list[Node | None]]) -> bool:
     """Whether joining would leave a result narrower than the merged group's domain read outside
-    it: a kernel writes its elementwise results over its whole domain, so such a group never
-    compiles (a cross-entropy's guarded row maxima, (N, 1), read again after the (N, C) exps
-    and their sums had kept those out of a kernel)."""
+    it (by a node, or as a graph output: reader None): a kernel writes its elementwise results
+    over its whole domain, so such a group never compiles (a cross-entropy's guarded row
+    maxima, (N, 1), read again after the (N, C) exps and their sums had kept those out of a
+    kernel)."""
     values = [v for g in option for v in g.values]
     members = {id(m) for g in option for m in g.nodes} | {id(n)}
     domain = np.broadcast_shapes(n.inputs[0].shape if n.prim.kind == "reduction"
                                  else n.outputs[0].shape, *(v.shape for v in values))  # fmt: skip
-    return any(v.shape != domain and any(id(u) not in members for u in users[v]) for v in values)
+    return any(v.shape != domain and any(id(r) not in members for r in readers.get(v, ()))
+               for v in values)  # fmt: skip
 
 
 def _merge(option: list[_Group], group_of: dict[Value, _Group], groups: dict) -> _Group:

@@ -565,6 +565,23 @@ def test_fuse_leaves_out_a_narrower_result_that_is_read_after_the_group():
     same_results(graph, after, rand(8, 4))
 
 
+def test_fuse_counts_a_graph_output_as_read_outside_the_group():
+    """s (8, 1) is a result of the step itself: the (8, 4) product that reads it must not widen
+    its group, or the kernel would have a narrow result."""
+    from tracegrad.kernels.fused import analyze
+
+    x, c = val(8, 4), val(8, 1)
+    n1, s = node("exp", [c], (8, 1))
+    n2, e = node("mul", [x, s], (8, 4))
+    graph = Graph([x, c], [n1, n2], [e, s])
+    after, _ = passes.fuse(graph)
+    assert [[m.op for m in n.attrs["body"].nodes] for n in after.nodes] == [["exp"], ["mul"]]
+    for n in after.nodes:
+        body = n.attrs["body"]
+        analyze(body.inputs, body.nodes, body.outputs)
+    same_results(graph, after, rand(8, 4), rand(8, 1))
+
+
 def test_fuse_folds_reductions_over_leading_or_trailing_axes_of_3d_values():
     """Layer norm's statistics (last axis of (N, T, D)) and bias gradients (first two axes)
     fold into the kernel that computes their input; a middle axis does not (no matrix view)."""
