@@ -44,6 +44,15 @@ def geometry(g):
 
 
 @njit(cache=True)
+def sizes(images, weights, g, groups):
+    """(N, K, itemsize, OH, OW, rows of a block, O and C per group, OH * OW) of a kernel over
+    images (N, C, H, W), an input or its gradient, and weights (O, K), or their gradient."""
+    oh_, ow_, rows = g[8], g[9], g[10]
+    og, cg = weights.shape[0] // groups, images.shape[1] // groups
+    return images.shape[0], weights.shape[1], images.itemsize, oh_, ow_, rows, og, cg, oh_ * ow_
+
+
+@njit(cache=True)
 def direct(g):
     """Whether the columns are the image itself: a 1 x 1 kernel, stride 1, no padding."""
     return g[6] == 1 and g[7] == 1 and g[0] == 1 and g[1] == 1 and g[2] == 0 and g[3] == 0
@@ -167,9 +176,7 @@ _FORWARD = '''
       parallel=True, cache=True)
 def kernel(x, w, g, groups, y, threads):
     """y[n] (O, OH * OW) = w (O, K) @ the columns of x[n], group by group."""
-    batch, c, o, k, size = x.shape[0], x.shape[1], w.shape[0], w.shape[1], x.itemsize
-    oh_, ow_, rows = g[8], g[9], g[10]
-    og, cg, positions = o // groups, c // groups, oh_ * ow_
+    batch, k, size, oh_, ow_, rows, og, cg, positions = sizes(x, w, g, groups)
     blas_threads = get_blas_threads()
     set_blas_threads(1)
     for part in prange(threads):
@@ -190,9 +197,7 @@ _INPUT_GRAD = '''
       parallel=True, cache=True)
 def kernel(gy, w, g, groups, dx, threads):
     """The columns of dx[n] = w^T (K, O) @ gy[n], added back where they came from."""
-    batch, c, o, k, size = dx.shape[0], dx.shape[1], w.shape[0], w.shape[1], dx.itemsize
-    oh_, ow_, rows = g[8], g[9], g[10]
-    og, cg, positions = o // groups, c // groups, oh_ * ow_
+    batch, k, size, oh_, ow_, rows, og, cg, positions = sizes(dx, w, g, groups)
     blas_threads = get_blas_threads()
     set_blas_threads(1)
     for part in prange(threads):
@@ -223,9 +228,7 @@ def kernel(x, gy, g, groups, dw, threads):
     """dw (O, K) = the sum over samples of gy[n] @ (the columns of x[n])^T, group by group:
     each thread sums its samples' as columns @ gy[n]^T (K, O / groups), which OpenBLAS ran 1.2x
     as fast here, then the threads' sums are added and transposed."""
-    batch, c, o, k, size = x.shape[0], x.shape[1], dw.shape[0], dw.shape[1], x.itemsize
-    oh_, ow_, rows = g[8], g[9], g[10]
-    og, cg, positions = o // groups, c // groups, oh_ * ow_
+    batch, k, size, oh_, ow_, rows, og, cg, positions = sizes(x, dw, g, groups)
     sums = np.zeros((threads, groups, k, og), D)
     blas_threads = get_blas_threads()
     set_blas_threads(1)
