@@ -38,7 +38,7 @@ def child(workload: str, steps: int, backend: str, distributed: bool) -> None:
     from workloads import WORKLOADS
 
     import tracegrad as tg
-    from tracegrad import primitives as P
+    from tracegrad.core import primitives as P
 
     w = WORKLOADS[workload]
     inside = [0.0]  # seconds inside the all-reduce during the timed steps

@@ -18,9 +18,9 @@ import numba
 import numpy as np
 from numba import prange
 
-from tracegrad import primitives
-from tracegrad.ir import Graph, Node, Value, evaluate
-from tracegrad.kernels import compile_group, fastmath, scalar
+from tracegrad.compiler.kernels import compile_group, fastmath, scalar
+from tracegrad.core import primitives as primitives
+from tracegrad.core.ir import Graph, Node, Value, evaluate
 
 _SUBNORMAL_ULP = 2.0**-149  # float32's smallest step
 _SMALLEST_NORMAL = 2.0**-126
@@ -157,7 +157,7 @@ _CHILD = """
 import sys, time
 start = time.perf_counter()
 import numpy as np
-from tracegrad.kernels import compile_group
+from tracegrad.compiler.kernels import compile_group
 sys.path.insert(0, {here!r})
 from kernels import example_groups
 imported = time.perf_counter()
@@ -241,10 +241,10 @@ def native_speed(calls: int = 200) -> None:
     """Attention's and layer norm's kernels alone on the GPT of `benchmarks/models.py`: q, k, v
     strided views of one (16, 128, 3, 4, 64) float32 array, causal; rows of (2048, 256). The
     fastest of `calls`, with NumPy's OpenBLAS threads quieted as a plan quiets them."""
-    from tracegrad.attention import unpack
-    from tracegrad.kernels import attention, normalization
-    from tracegrad.kernels.blas import quiet_openblas
-    from tracegrad.kernels.cache import default_cache, named
+    from tracegrad.compiler.kernels import attention, normalization
+    from tracegrad.compiler.kernels.blas import quiet_openblas
+    from tracegrad.compiler.kernels.cache import default_cache, named
+    from tracegrad.core.ops.attention import unpack
 
     quiet_openblas()
     cache = default_cache()

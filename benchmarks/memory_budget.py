@@ -98,7 +98,7 @@ def run_child(args: argparse.Namespace) -> dict:
     budget = args.budget or None
     traced = tg.trace(fn, backend=args.backend, memory_budget=budget)
     if args.probe:  # trace and plan only: the capture runs no numeric work
-        from tracegrad.tracer import capture
+        from tracegrad.frontend.tracer import capture
 
         try:
             traced._compile(capture(fn, inputs, {}))

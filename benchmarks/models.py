@@ -113,7 +113,7 @@ def build_tg(workload: str, traced: bool):
 def profile_tg(workload: str) -> None:
     """Where the traced step's time goes: `viz.profile`'s fastest of 20 runs per statement (timed
     without tracemalloc), summed by op, a fused kernel by its phase."""
-    from tracegrad import viz
+    from tracegrad.runtime import viz
 
     run = build_tg(workload, traced=True)
     run()

@@ -17,7 +17,8 @@ import subprocess
 import numpy as np
 
 import tracegrad as tg
-from tracegrad import drawing, nn, optim
+from tracegrad import nn, optim
+from tracegrad.core import drawing
 from tracegrad.nn import functional as F
 
 

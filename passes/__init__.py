@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from tracegrad.ir import Graph
+from tracegrad.core.ir import Graph
 
 from .base import PassStats
 from .budget import Budget

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tracegrad.ir import Graph, Node, Value
+from tracegrad.core.ir import Graph, Node, Value
 
 
 @dataclass

@@ -24,8 +24,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from tracegrad.errors import MemoryBudgetError
-from tracegrad.ir import Graph, Node, Value
+from tracegrad.core.errors import MemoryBudgetError
+from tracegrad.core.ir import Graph, Node, Value
 
 from .base import PassStats, is_view, last_uses, nbytes
 from .memory import plan_memory

@@ -9,7 +9,7 @@ compares the input with its maximum (a merged maximum matched no element: 0 / 0)
 
 from __future__ import annotations
 
-from tracegrad.ir import Graph, Node, Value
+from tracegrad.core.ir import Graph, Node, Value
 
 from .base import PassStats, stats, substitute
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tracegrad.ir import Graph, Node, Value
-from tracegrad.primitives import fused
+from tracegrad.core.ir import Graph, Node, Value
+from tracegrad.core.primitives import fused
 
 from .base import PassStats, is_view
 

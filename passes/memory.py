@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracegrad.ir import Graph, Node, Value
+from tracegrad.core.ir import Graph, Node, Value
 
 from .base import is_view, last_uses
 

@@ -3,7 +3,7 @@ write or an attached tensor's gradient)."""
 
 from __future__ import annotations
 
-from tracegrad.ir import Graph
+from tracegrad.core.ir import Graph
 
 from .base import PassStats, stats
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import networkx as nx
 
-from tracegrad.ir import Graph, Node, Value
+from tracegrad.core.ir import Graph, Node, Value
 
 from .base import PassStats, is_view
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import heapq
 
-from tracegrad.ir import Graph, Node, Value
+from tracegrad.core.ir import Graph, Node, Value
 
 from .base import PassStats
 

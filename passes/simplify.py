@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tracegrad import primitives as P
-from tracegrad.ir import Graph, Node, Value
-from tracegrad.primitives import Primitive
+from tracegrad.core import primitives as P
+from tracegrad.core.ir import Graph, Node, Value
+from tracegrad.core.primitives import Primitive
 
 from .base import PassStats, is_view, stats, substitute
 

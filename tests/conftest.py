@@ -80,7 +80,7 @@ def rng() -> np.random.Generator:
 def global_state_is_restored():
     """Each test must leave grad mode on and no GradManager recording (else later tests lie)."""
     yield
-    from tracegrad import autodiff
+    from tracegrad.frontend import autodiff
 
     leaked = (not tg.is_grad_enabled(), list(autodiff.Listeners.recording))
     autodiff.Listeners.grad_enabled = True

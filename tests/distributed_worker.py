@@ -11,8 +11,9 @@ import time
 import numpy as np
 
 import tracegrad as tg
-from tracegrad import codegen, nn, optim
 from tracegrad import distributed as dist
+from tracegrad import nn, optim
+from tracegrad.compiler import codegen
 from tracegrad.nn import functional as F
 
 BATCH, STEPS = 16, 3

@@ -11,8 +11,9 @@ import pytest
 from conftest import check_grad, numeric_grad
 
 import tracegrad as tg
-from tracegrad import attention as attention_impl
-from tracegrad import codegen
+from tracegrad.compiler import codegen
+from tracegrad.core import primitives as P
+from tracegrad.core.ops import attention as attention_impl
 from tracegrad.nn import functional as F
 
 SHAPES = [  # q, k, v: rows not a multiple of the kernels' blocks of 4, more or fewer keys
@@ -62,7 +63,7 @@ def test_second_order_gradients_take_the_composed_ops(rng):
 def test_one_backward_call_gives_all_three_cotangents(rng, monkeypatch):
     calls = []
     counted = lambda *a, **kw: calls.append(1) or attention_impl.backward(*a, **kw)
-    monkeypatch.setattr(tg.primitives.attention_grad, "impl", counted)
+    monkeypatch.setattr(P.attention_grad, "impl", counted)
     q, k, v = (tg.tensor(rng.standard_normal(s), requires_grad=True) for s in SHAPES[0])
     F.scaled_dot_product_attention(q, k, v).sum().backward()
     assert len(calls) == 1 and all(t.grad is not None for t in (q, k, v))

@@ -9,7 +9,7 @@ import pytest
 
 QUIET = """
 import numpy as np, ctypes, tracegrad as tg
-from tracegrad.kernels.blas import openblas_path
+from tracegrad.compiler.kernels.blas import openblas_path
 tg.trace(lambda x: tg.tanh(x) @ x, backend="numba")(np.ones((3, 3)))
 print(ctypes.CDLL(openblas_path()).openblas_thread_timeout() if openblas_path() else "none")
 """

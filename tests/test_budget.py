@@ -12,7 +12,8 @@ from test_trace import MLP, batches, run_eager
 
 import tracegrad as tg
 from passes.budget import Budget, _Programme
-from tracegrad import codegen, runtime
+from tracegrad.compiler import codegen
+from tracegrad.runtime import plans as runtime
 
 SIZES = (16, 64, 64, 64, 64, 64, 64, 64, 64, 4)  # activations outweigh parameters
 BATCH = 512
@@ -222,8 +223,8 @@ def test_a_step_with_nothing_to_recompute_is_refused_with_its_own_peak():
 def minimum_budget(approximate: str, backend: str = "numpy") -> int:
     """The smallest feasible budget of an 8-layer GELU MLP's step (traced and planned only)."""
     from tracegrad import nn, optim
+    from tracegrad.frontend.tracer import capture
     from tracegrad.nn import functional as F
-    from tracegrad.tracer import capture
 
     nn.manual_seed(0)
     layers = [m for _ in range(8) for m in (nn.Linear(64, 64), nn.GELU(approximate=approximate))]

@@ -1,4 +1,4 @@
-"""The Numba backend's convolution kernels (`tracegrad.kernels.conv`): every geometry of the NumPy
+"""The Numba backend's convolution kernels (`compiler.kernels.conv`): every geometry of the NumPy
 paths' tests, against the direct reference (forward) and the NumPy versions (gradients), with
 blocks of whole samples and of one output row; inputs in any layout; a traced step's plan."""
 
@@ -9,11 +9,11 @@ import pytest
 from test_conv_speed_paths import GEOMETRIES, reference
 
 import tracegrad as tg
-from tracegrad import convolution as C
-from tracegrad import primitives as P
-from tracegrad.ir import Node, Value
-from tracegrad.kernels import blas, conv
-from tracegrad.kernels.native import compile_native
+from tracegrad.compiler.kernels import blas, conv
+from tracegrad.compiler.kernels.native import compile_native
+from tracegrad.core import primitives as P
+from tracegrad.core.ir import Node, Value
+from tracegrad.core.ops import conv as C
 from tracegrad.nn import functional as F
 
 pytestmark = pytest.mark.skipif(

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from conftest import check_grad
 
-from tracegrad import convolution as C
-from tracegrad import primitives as P
+from tracegrad.core import primitives as P
+from tracegrad.core.ops import conv as C
 
 # (N, C, H, W), out, (kh, kw), stride, ((top, bottom), (left, right)), dilation, groups
 GEOMETRIES = [

@@ -8,7 +8,7 @@ import pytest
 from conftest import check_grad, numeric_grad
 
 import tracegrad as tg
-from tracegrad import codegen
+from tracegrad.compiler import codegen
 
 softsign = tg.defprimitive(
     "softsign",

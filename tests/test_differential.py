@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import tracegrad as tg
-from tracegrad import codegen
+from tracegrad.compiler import codegen
 
 settings.register_profile(
     "ci", max_examples=60, deadline=None, suppress_health_check=list(HealthCheck)

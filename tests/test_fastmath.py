@@ -1,4 +1,4 @@
-"""The float32 approximations in tracegrad.kernels.fastmath against float64 NumPy, over the whole
+"""The float32 approximations in compiler.kernels.fastmath against float64 NumPy, over the whole
 float32 range: a dense sweep of bit patterns (every sign, exponent and subnormal) plus the
 special points. The bounds asserted here are the ones docs/kernels.md states."""
 
@@ -11,7 +11,7 @@ import numba
 import numpy as np
 import pytest
 
-from tracegrad.kernels import fastmath
+from tracegrad.compiler.kernels import fastmath
 
 # Maximum error in units in the last place of the float32 result, for results >= 2**-126,
 # and in units of 2**-149 for subnormal results. docs/kernels.md quotes these.

@@ -1,4 +1,4 @@
-"""Matrix products on Numba's threads through NumPy's OpenBLAS (`tracegrad.kernels.gemm`)."""
+"""Matrix products on Numba's threads through NumPy's OpenBLAS (`compiler.kernels.gemm`)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad import primitives as P
-from tracegrad.ir import Node, Value
-from tracegrad.kernels import blas
-from tracegrad.kernels.native import compile_native
+from tracegrad.compiler.kernels import blas
+from tracegrad.compiler.kernels.native import compile_native
+from tracegrad.core import primitives as P
+from tracegrad.core.ir import Node, Value
 
 pytestmark = pytest.mark.skipif(
     blas.gemm_symbols() is None, reason="NumPy's BLAS is not an OpenBLAS with cblas routines"

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 import passes
-from tracegrad import primitives
-from tracegrad.ir import Graph, Node, Value, evaluate
-from tracegrad.kernels import cache, compile_group, fused
-from tracegrad.kernels.fused import analyze, structure_key
-from tracegrad.primitives import PRIMITIVES, Primitive
+from tracegrad.compiler.kernels import cache, compile_group, fused
+from tracegrad.compiler.kernels.fused import analyze, structure_key
+from tracegrad.core import primitives as primitives
+from tracegrad.core.ir import Graph, Node, Value, evaluate
+from tracegrad.core.primitives import PRIMITIVES, Primitive
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -363,9 +363,9 @@ def test_someone_elses_directory_is_not_used(tmp_path):
 
 _CHILD = """
 import numpy as np
-from tracegrad import primitives as P
-from tracegrad.ir import Node, Value
-from tracegrad.kernels import compile_group
+from tracegrad.core import primitives as P
+from tracegrad.core.ir import Node, Value
+from tracegrad.compiler.kernels import compile_group
 x = Value({shape}, np.float32)
 c = Value((), np.float32, const=np.array(0.5, np.float32))
 y = Value({shape}, np.float32)
@@ -436,7 +436,7 @@ def test_generated_source_is_readable_python():
     text = compile_group(g.inputs, g.nodes, outputs).source
     assert "parallel=True" in text and "for c in prange(chunks):" in text
     # the helpers the group's ops name in the op table, and nothing else
-    assert "from tracegrad.kernels.scalar import maximum, minimum, tanh\n" in text
+    assert "from tracegrad.compiler.kernels.scalar import maximum, minimum, tanh\n" in text
 
 
 def test_kernels_of_simplified_groups_multiply_instead_of_calling_powf():
@@ -463,7 +463,7 @@ def test_a_result_may_overwrite_the_input_it_is_computed_from():
 
 
 _NAMES = """
-from tracegrad.kernels import attention, cache, normalization, pool
+from tracegrad.compiler.kernels import attention, cache, normalization, pool
 for gen in (attention, normalization):
     for op in sorted(set(gen.OPS.values())):
         for dtype in gen.DTYPES:

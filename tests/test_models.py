@@ -9,7 +9,8 @@ import pytest
 from conftest import check_grad, numeric_grad
 
 import tracegrad as tg
-from tracegrad import codegen, nn, optim
+from tracegrad import nn, optim
+from tracegrad.compiler import codegen
 from tracegrad.nn import functional as F
 
 try:

@@ -9,7 +9,7 @@ import pytest
 from conftest import check_grad, numeric_grad
 
 import tracegrad as tg
-from tracegrad import codegen
+from tracegrad.compiler import codegen
 
 R = np.random.default_rng(7)
 M = R.standard_normal((3, 4))

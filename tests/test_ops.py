@@ -10,7 +10,8 @@ import pytest
 from conftest import check_grad
 
 import tracegrad as tg
-from tracegrad import codegen
+from tracegrad.compiler import codegen
+from tracegrad.core import primitives as P
 
 RNG = np.random.default_rng(42)
 
@@ -263,18 +264,18 @@ def test_scatter_of_rows_matches_add_at_and_checks_bounds() -> None:
     g, rows = randn(6, 3), np.array([1, -4, 3, 1, 0, -1])
     expected = np.zeros((4, 3))
     np.add.at(expected, rows, g)
-    got = tg.primitives.scatter_add(tg.tensor(g), rows, shape=(4, 3), template=("@",))
+    got = P.scatter_add(tg.tensor(g), rows, shape=(4, 3), template=("@",))
     np.testing.assert_allclose(got.numpy(), expected, rtol=1e-15)
     with pytest.raises(IndexError, match="out of bounds for axis 0 with size 4"):
-        tg.primitives.scatter_add(tg.tensor(g), rows * 2, shape=(4, 3), template=("@",))
-    batch = tg.primitives.scatter_add(  # a batch of sequences of tokens: (2, 3) rows
+        P.scatter_add(tg.tensor(g), rows * 2, shape=(4, 3), template=("@",))
+    batch = P.scatter_add(  # a batch of sequences of tokens: (2, 3) rows
         tg.tensor(g.reshape(2, 3, 3)), rows.reshape(2, 3), shape=(4, 3), template=("@",)
     )
     np.testing.assert_allclose(batch.numpy(), expected, rtol=1e-15)
     mask = np.array([True, False, True, True])  # a mask is not rows
     expected = np.zeros((4, 3))
     expected[mask] += g[:3]
-    got = tg.primitives.scatter_add(tg.tensor(g[:3]), mask, shape=(4, 3), template=("@",))
+    got = P.scatter_add(tg.tensor(g[:3]), mask, shape=(4, 3), template=("@",))
     np.testing.assert_allclose(got.numpy(), expected, rtol=1e-15)
 
 
@@ -503,7 +504,7 @@ def test_shape_errors_name_the_op_and_the_shapes(name: str) -> None:
     ],
 )
 def test_pow_keeps_numpys_values_and_dtypes(base, exponent):
-    from tracegrad.primitives import PRIMITIVES
+    from tracegrad.core.primitives import PRIMITIVES
 
     expected = np.power(base, exponent)
     got = np.asarray(PRIMITIVES["pow"].impl(base, exponent))
@@ -529,7 +530,7 @@ def test_traced_adam_like_power_of_a_step_counter_stays_float32():
 def test_pow_rounds_alike_for_a_python_number_base_and_an_array_base():
     """Plans write constants as Python numbers, eager steps hold 0-d arrays: Adam's
     beta1 ** step must round the same either way (it once differed by an ulp at step 3)."""
-    from tracegrad.primitives import PRIMITIVES
+    from tracegrad.core.primitives import PRIMITIVES
 
     power = PRIMITIVES["pow"].impl
     for step in (2.0, 3.0, 4.0, 5.0):

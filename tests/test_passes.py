@@ -6,8 +6,8 @@ import pytest
 import passes
 from passes.memory import plan_memory
 from tracegrad import interpret
-from tracegrad.ir import Graph, GraphError, Node, Value
-from tracegrad.primitives import PRIMITIVES
+from tracegrad.core.ir import Graph, GraphError, Node, Value
+from tracegrad.core.primitives import PRIMITIVES
 
 F32 = np.float32
 
@@ -542,7 +542,7 @@ def test_fuse_leaves_out_a_narrower_result_that_is_read_after_the_group():
     log(t) + s after their row sums. Merged into the exps' group it would be a narrow result of
     an (8, 4) kernel, which never compiles; it stays in its own group, and the exps and their
     sums make one kernel."""
-    from tracegrad.kernels.fused import analyze
+    from tracegrad.compiler.kernels.fused import analyze
 
     x = val(8, 4)
     n1, m = node("max", [x], (8, 1), axis=(1,), keepdims=True)
@@ -568,7 +568,7 @@ def test_fuse_leaves_out_a_narrower_result_that_is_read_after_the_group():
 def test_fuse_counts_a_graph_output_as_read_outside_the_group():
     """s (8, 1) is a result of the step itself: the (8, 4) product that reads it must not widen
     its group, or the kernel would have a narrow result."""
-    from tracegrad.kernels.fused import analyze
+    from tracegrad.compiler.kernels.fused import analyze
 
     x, c = val(8, 4), val(8, 1)
     n1, s = node("exp", [c], (8, 1))
@@ -601,7 +601,8 @@ def test_an_adamw_update_is_one_kernel_per_parameter(monkeypatch):
     """AdamW computes its bias corrections (scalars) between its array ops; the schedule runs
     them first, so each parameter's update fuses into one kernel instead of four."""
     import tracegrad as tg
-    from tracegrad import codegen, optim
+    from tracegrad import optim
+    from tracegrad.compiler import codegen
 
     monkeypatch.setattr(codegen, "KERNEL_MIN", 0)
     w = tg.tensor(np.ones((8, 4), np.float32), requires_grad=True)

@@ -11,8 +11,9 @@ from conftest import check_grad, classifier_step, numeric_grad
 
 import passes
 import tracegrad as tg
-from tracegrad import codegen, nn, optim
-from tracegrad import primitives as P
+from tracegrad import nn, optim
+from tracegrad.compiler import codegen
+from tracegrad.core import primitives as P
 from tracegrad.nn import functional as F
 
 try:
@@ -195,7 +196,7 @@ def test_backward_keeps_the_indices_not_the_activations(rng, backend, monkeypatc
 
 
 def test_every_native_op_has_a_kernel():
-    from tracegrad.kernels.native import GENERATORS
+    from tracegrad.compiler.kernels.native import GENERATORS
 
     assert {p for p in P.PRIMITIVES.values() if p.native} == set(GENERATORS)
 
@@ -209,9 +210,9 @@ def test_kernels_match_numpy(rng, geometry, dtype):
     """Each Numba kernel against its op's NumPy implementation, bit for bit but for the order
     of sums where windows overlap; NaN and infinities in the values and the gradient (whose
     infinity must not turn the other taps' zeros into NaN)."""
-    from tracegrad import pooling
-    from tracegrad.ir import Node, Value
-    from tracegrad.kernels.native import compile_native
+    from tracegrad.compiler.kernels.native import compile_native
+    from tracegrad.core.ir import Node, Value
+    from tracegrad.core.ops import pooling
 
     kernel, stride, padding, dilation = geometry
     pair = lambda v: (v, v) if isinstance(v, int) else v

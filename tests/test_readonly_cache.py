@@ -16,9 +16,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CHILD = """
 import warnings, numpy as np
 warnings.simplefilter("always")
-from tracegrad import primitives as P
-from tracegrad.ir import Node, Value
-from tracegrad.kernels import compile_group
+from tracegrad.core import primitives as P
+from tracegrad.core.ir import Node, Value
+from tracegrad.compiler.kernels import compile_group
 x, y = Value((64,), np.float32), Value((64,), np.float32)
 kernel = compile_group([x], [Node(P.exp, [x], [y])], [y])
 out = np.empty(64, np.float32)

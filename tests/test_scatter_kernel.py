@@ -1,4 +1,4 @@
-"""The Numba backend's scatter-add of rows (`tracegrad.kernels.scatter`), an embedding's gradient,
+"""The Numba backend's scatter-add of rows (`compiler.kernels.scatter`), an embedding's gradient,
 against the NumPy version and `np.add.at`."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad import primitives as P
-from tracegrad.ir import Node, Value
-from tracegrad.kernels.native import compile_native
+from tracegrad.compiler.kernels.native import compile_native
+from tracegrad.core import primitives as P
+from tracegrad.core.ir import Node, Value
 
 
 def scatter_kernel(g, rows, shape):

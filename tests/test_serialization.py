@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad import nn, optim, serialization
+from tracegrad import nn, optim
+from tracegrad.frontend import serialization
 
 
 def test_round_trip_of_nested_state(tmp_path):

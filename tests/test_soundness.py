@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad import codegen
+from tracegrad.compiler import codegen
 
 BACKENDS = ["numpy", "numba"]
 

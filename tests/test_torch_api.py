@@ -455,7 +455,7 @@ def test_the_pytorch_mlp_example_runs_unchanged_and_learns():
 def test_a_traced_pytorch_style_step_matches_eager(backend, monkeypatch):
     """Loss modules (ignore_index, label smoothing, logits BCE), clip_grad_norm_, RMSprop and a
     scheduler in one step: traced equals eager, and the schedule needs no new trace."""
-    from tracegrad import codegen
+    from tracegrad.compiler import codegen
 
     monkeypatch.setattr(codegen, "KERNEL_MIN", 0)
     x = R.standard_normal((8, 3))

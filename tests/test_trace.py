@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad import codegen, runtime
+from tracegrad.compiler import codegen
+from tracegrad.runtime import plans as runtime
 
 
 def gelu(u):

@@ -19,8 +19,12 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad import codegen, drawing, nn, optim, runtime, viz
+from tracegrad import nn, optim
+from tracegrad.compiler import codegen
+from tracegrad.core import drawing
 from tracegrad.nn import functional as F
+from tracegrad.runtime import plans as runtime
+from tracegrad.runtime import viz
 
 ROOT = Path(__file__).resolve().parent.parent
 HAS_MPL = importlib.util.find_spec("matplotlib") is not None

@@ -5,19 +5,21 @@ front end (tensor, api, autodiff, grad_manager, tracer), nn and optim, compiler 
 `passes` package, codegen, kernels), runtime (`@trace`, the arena, reports).
 """
 
-from . import api as _api
-from . import autograd, linalg, nn, optim
-from . import numpy_extra as _numpy_extra
-from .api import *  # noqa: F403 (the op table's public ops and the NumPy-style functions)
-from .autodiff import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
-from .errors import MemoryBudgetError, ShapeError, TraceError
-from .grad_manager import GradManager, grad, vjp
-from .ir import GraphError
-from .numpy_extra import *  # noqa: F403 (the rest of NumPy's differentiable functions)
-from .runtime import trace as _compile
-from .serialization import CheckpointError, load, save
-from .tensor import Tensor
-from .tracer import guard, interpret
+from tracegrad import nn, optim
+from tracegrad import numpy as _numpy_extra
+from tracegrad.core.errors import MemoryBudgetError, ShapeError, TraceError
+from tracegrad.core.ir import GraphError
+from tracegrad.frontend import autograd
+from tracegrad.frontend import functions as _api
+from tracegrad.frontend.autodiff import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from tracegrad.frontend.functions import *  # noqa: F403 (the op table's public ops and the NumPy-style functions)
+from tracegrad.frontend.grad_manager import GradManager, grad, vjp
+from tracegrad.frontend.serialization import CheckpointError, load, save
+from tracegrad.frontend.tensor import Tensor
+from tracegrad.frontend.tracer import guard, interpret
+from tracegrad.numpy import *  # noqa: F403 (the rest of NumPy's differentiable functions)
+from tracegrad.numpy import linalg
+from tracegrad.runtime.plans import trace as _compile
 
 float32 = _api.np.float32
 float64 = _api.np.float64

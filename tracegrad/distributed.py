@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from . import primitives as P
-from .autodiff import no_grad
-from .tensor import Tensor
+from tracegrad.core import primitives as P
+from tracegrad.frontend.autodiff import no_grad
+from tracegrad.frontend.tensor import Tensor
 
 # mpiexec forwards a rank's stderr through a pipe; Abort right after writing lost the message
 # about one run in twenty (tests/test_distributed.py saw empty output)

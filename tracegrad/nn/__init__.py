@@ -1,7 +1,7 @@
 """Neural-network building blocks: `Module`, layers, and `functional` (activations, losses)."""
 
-from . import functional, init, utils
-from .layers import (
+from tracegrad.nn import functional, init, utils
+from tracegrad.nn.layers import (
     AdaptiveAvgPool2d,
     AvgPool2d,
     BatchNorm1d,
@@ -16,7 +16,7 @@ from .layers import (
     ModuleList,
     MultiheadAttention,
 )
-from .losses import (
+from tracegrad.nn.losses import (
     BCELoss,
     BCEWithLogitsLoss,
     CrossEntropyLoss,
@@ -26,7 +26,7 @@ from .losses import (
     NLLLoss,
     SmoothL1Loss,
 )
-from .modules import (
+from tracegrad.nn.modules import (
     GELU,
     Dropout,
     IncompatibleKeys,

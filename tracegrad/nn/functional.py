@@ -14,10 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from .. import attention as attention_impl
-from .. import primitives as P
-from .. import random
-from ..api import (
+from tracegrad.core import primitives as P
+from tracegrad.core.errors import ShapeError
+from tracegrad.core.ops import attention as attention_impl
+from tracegrad.frontend import random
+from tracegrad.frontend.autodiff import no_grad
+from tracegrad.frontend.functions import (
     abs,
     check_range,
     concatenate,
@@ -39,9 +41,7 @@ from ..api import (
     transpose,
     where,
 )
-from ..autodiff import no_grad
-from ..errors import ShapeError
-from ..tensor import Tensor, as_tensor
+from tracegrad.frontend.tensor import Tensor, as_tensor
 
 __all__ = [
     "adaptive_avg_pool2d",
@@ -409,7 +409,7 @@ def max_pool2d(
 ) -> Tensor:
     """The max over each window (padding counts as -inf); ties send the gradient to the first
     maximum, as PyTorch does. Backward keeps only the (int8) positions of the maxima; the Numba
-    backend runs kernels of its own (tracegrad.kernels.pool)."""
+    backend runs kernels of its own (tracegrad.compiler.kernels.pool)."""
     if ceil_mode or return_indices:
         raise NotImplementedError("max_pool2d: ceil_mode and return_indices are not supported")
     x = as_tensor(input)

@@ -9,9 +9,9 @@ import math
 
 import numpy as np
 
-from ..autodiff import no_grad
-from ..tensor import Tensor
-from . import modules
+from tracegrad.frontend.autodiff import no_grad
+from tracegrad.frontend.tensor import Tensor
+from tracegrad.nn import modules
 
 __all__ = [
     "calculate_gain",

@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from ..api import reshape, transpose, where
-from ..tensor import Tensor
-from . import functional as F
-from . import init
-from .modules import Linear, Module, _uniform
+from tracegrad.frontend.functions import reshape, transpose, where
+from tracegrad.frontend.tensor import Tensor
+from tracegrad.nn import functional as F
+from tracegrad.nn import init
+from tracegrad.nn.modules import Linear, Module, _uniform
 
 __all__ = [
     "AdaptiveAvgPool2d",

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..tensor import Tensor
-from . import functional as F
-from .modules import Module
+from tracegrad.frontend.tensor import Tensor
+from tracegrad.nn import functional as F
+from tracegrad.nn.modules import Module
 
 __all__ = ["BCELoss", "BCEWithLogitsLoss", "CrossEntropyLoss", "HuberLoss", "L1Loss", "MSELoss",
            "NLLLoss", "SmoothL1Loss"]  # fmt: skip

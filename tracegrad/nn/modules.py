@@ -13,10 +13,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .. import random
-from ..tensor import Listeners, Tensor
-from ..tracer import watch
-from . import functional as F
+from tracegrad.frontend import random
+from tracegrad.frontend.tensor import Listeners, Tensor
+from tracegrad.frontend.tracer import watch
+from tracegrad.nn import functional as F
 
 _generator = np.random.default_rng()
 

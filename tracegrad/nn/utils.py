@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from ..api import abs, clip, max, minimum, sqrt, stack, sum
-from ..autodiff import no_grad
-from ..tensor import Tensor
+from tracegrad.frontend.autodiff import no_grad
+from tracegrad.frontend.functions import abs, clip, max, minimum, sqrt, stack, sum
+from tracegrad.frontend.tensor import Tensor
 
 __all__ = ["clip_grad_norm_", "clip_grad_value_"]
 

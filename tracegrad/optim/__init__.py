@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from ..autodiff import enable_grad, no_grad
-from ..primitives import sqrt
-from ..tensor import Tensor, phase
-from ..tracer import guard
+from tracegrad.core.primitives import sqrt
+from tracegrad.frontend.autodiff import enable_grad, no_grad
+from tracegrad.frontend.tensor import Tensor, phase
+from tracegrad.frontend.tracer import guard
 
 
 class ParamGroup(dict):
@@ -429,4 +429,4 @@ class Adagrad(Optimizer):
         p -= lr * g / (sqrt(total) + group["eps"])
 
 
-from . import lr_scheduler  # noqa: E402, F401 (optim.lr_scheduler, as in PyTorch)
+from tracegrad.optim import lr_scheduler  # noqa: E402, F401 (optim.lr_scheduler, as in PyTorch)

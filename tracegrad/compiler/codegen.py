@@ -1,0 +1,238 @@
+"""Graph -> a straight-line Python plan: one statement per node, NumPy calls (BLAS matmuls), `del`
+at each value's last use, elementwise results written into a dying input's buffer (`out=`) when
+that is safe, and other results written into their places in the arena (`_arena`, a list of
+views the plan is given). The source is registered with `linecache`, so a traceback
+shows the plan's own line, which names the user's source line of that node in a comment."""
+
+from __future__ import annotations
+
+import linecache
+import sys
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from passes.memory import MemoryPlan
+from tracegrad.core import ir
+
+_plan_ids = iter(range(1, 1 << 62))
+
+
+class _Emitter:
+    """Names values and attributes in generated source; non-literals go into the namespace."""
+
+    def __init__(self, graph: ir.Graph):
+        self.names = graph.names()
+        self.namespace: dict[str, Any] = {"np": np, "dtype": np.dtype}
+        self.globals_by_id: dict[int, str] = {}
+
+    def ref(self, v: ir.Value, n: ir.Node | None = None) -> str:
+        """A value as an argument of node `n`: its name, a literal where NumPy gives the literal
+        the constant's own dtype there (a Python number takes the other operands' dtype), else
+        the constant as a typed array from the namespace."""
+        if v.const is None:
+            return self.names[v]
+        if n is not None and _literal_keeps_type(v, n):
+            return str(v.const)  # shortest text that round-trips in its own dtype
+        return self.constant(v.const, "k")
+
+    def constant(self, obj: Any, prefix: str) -> str:
+        if id(obj) not in self.globals_by_id:
+            name = f"{prefix}{len(self.globals_by_id)}"
+            self.globals_by_id[id(obj)] = name
+            self.namespace[name] = obj
+        return self.globals_by_id[id(obj)]
+
+    def attr(self, a: Any) -> str:
+        text = repr(a)
+        try:
+            if eval(text, dict(self.namespace)) == a:  # noqa: S307 (our own repr)
+                return text
+        except Exception:
+            pass
+        return self.constant(a, "p")
+
+    def function(self, prim: Any) -> str:
+        impl = prim.impl
+        if getattr(np, getattr(impl, "__name__", ""), None) is impl:
+            return f"np.{impl.__name__}"
+        return self.constant(impl, f"{identifier(prim.name)}_impl")
+
+
+def _literal_keeps_type(v: ir.Value, n: ir.Node) -> bool:
+    """A 0-d finite constant may be written as a Python literal in `n`'s call when NumPy's
+    promotion of the weak literal with `n`'s other operands gives what the typed constant
+    gives (NEP 50): 2.0 beside float32 is float32, but np.int64(2) beside uint8 is int64."""
+    c = v.const
+    if c.ndim != 0 or c.dtype.kind not in "fiub" or (c.dtype.kind == "f" and not np.isfinite(c)):
+        return False
+    others = [u.dtype for u in n.inputs if u.const is None]
+    if not others:
+        return False
+    return np.result_type(*others, c.item()) == np.result_type(*others, c.dtype)
+
+
+def _buffer(em: _Emitter, v: ir.Value, memory: MemoryPlan, places: dict[ir.Value, int]) -> str:
+    """Where result `v` is written: a dying input's buffer or its place in the arena ("" if
+    NumPy allocates it)."""
+    if v in memory.reuse:
+        return em.names[memory.reuse[v]]
+    return f"_arena[{places[v]}]" if v in places else ""
+
+
+def _kernel_call(
+    em: _Emitter, n: ir.Node, kernel: Callable, memory: MemoryPlan, places: dict[ir.Value, int]
+) -> list[str]:
+    """Take each result's buffer (or a new NumPy array), then run the kernel."""
+    lines = []
+    for v in n.outputs:
+        buffer = _buffer(em, v, memory, places) or f"np.empty({v.shape}, {em.attr(v.dtype)})"
+        lines.append(f"{em.names[v]} = {buffer}")
+    args = [em.names[v] if v.const is None else em.constant(v.const, "k") for v in n.inputs]
+    args += [em.names[v] for v in n.outputs]  # constants go in typed, as 0-d arrays
+    lines.append(f"{em.constant(kernel, 'kernel')}({', '.join(args)})")
+    return lines
+
+
+def _call(em: _Emitter, n: ir.Node, memory: MemoryPlan, places: dict[ir.Value, int]) -> str:
+    args = [em.ref(v, n) for v in n.inputs]
+    args += [f"{k}={em.attr(a)}" for k, a in n.attrs.items()]
+    out = n.outputs[0]
+    buffer = _buffer(em, out, memory, places)
+    if buffer:
+        args.append(f"out={buffer}")
+    return f"{em.names[out]} = {em.function(n.prim)}({', '.join(args)})"
+
+
+def generate(
+    graph: ir.Graph, name: str, memory: MemoryPlan, kernels: dict[ir.Node, Callable]
+) -> tuple[str, dict[str, Any]]:
+    """The plan's Python source and the namespace it runs in; its first parameter is the list
+    of arena views, in the order of `memory.offsets`."""
+    em = _Emitter(graph)
+    places = {v: i for i, v in enumerate(memory.offsets)}
+    lines = [f"def {name}({', '.join(['_arena', *(em.names[v] for v in graph.inputs)])}):"]
+    for i, n in enumerate(graph.nodes):
+        if n in kernels:
+            body = _kernel_call(em, n, kernels[n], memory, places)
+        else:
+            body = [_call(em, n, memory, places)]
+        comment = f"{n.phase}: {n.source}" if n.source else n.phase
+        if n in kernels:
+            what = ir.fmt_attr(n.attrs["body"]) if "body" in n.attrs else f"{n.op} kernel"
+            comment = f"{what} {comment}"
+        lines += [f"    {stmt}" for stmt in body[:-1]] + [f"    {body[-1]}  # {comment}"]
+        dead = [em.names[v] for v in memory.dead_after.get(i, ())]
+        if dead:
+            lines.append(f"    del {', '.join(dead)}")
+    outs = [em.ref(v) if v.const is None else em.constant(v.const, "k") + ".copy()"
+            for v in graph.outputs]  # fmt: skip
+    lines.append(f"    return ({''.join(o + ', ' for o in outs)})")
+    return "\n".join(lines) + "\n", em.namespace
+
+
+def compile_source(source: str, namespace: dict[str, Any], name: str) -> Callable:
+    """exec the plan under a fake file name whose lines linecache can show in tracebacks."""
+    filename = f"<tracegrad plan {next(_plan_ids)}: {name}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 (our own generated code)
+    function = namespace[name]
+    weakref.finalize(function, linecache.cache.pop, filename, None)  # dies with the plan
+    return function
+
+
+# A fused group over fewer elements runs as NumPy calls: its kernel would save microseconds a
+# step (40 us on a 4096x10 softmax tail) and cost 0.1-0.5 s to compile, and a plan with only such
+# groups never starts Numba (0.7 s in a new process).
+KERNEL_MIN = 1 << 16
+
+
+def lower(
+    graph: ir.Graph, backend: str, compile: bool = True, background: bool = False
+) -> tuple[ir.Graph, dict[ir.Node, Callable]]:
+    """Compile each fused body into a kernel; a body the backend cannot compile, or too small to
+    gain from it (or any body, on the NumPy backend), is spliced back as its member nodes.
+    `compile=False` only decides (fused kernels map to None, native ones to
+    `native.Planned`): the memory-budget solver plans with it.
+    `background=True` (from a thread beside a running step) compiles in child processes,
+    silently."""
+    groups = kernel_groups(graph) if backend == "numba" else []
+    natives = native_nodes(graph) if backend == "numba" else []
+    kernels: dict[ir.Node, Callable] = {}
+    if groups or natives:  # one round of loading, so that new kernels compile together
+        from tracegrad.compiler.kernels import compile_groups, native
+
+        modules = native.modules(natives)
+        bodies = [(b.inputs, b.nodes, b.outputs) for b in (n.attrs["body"] for n in groups)]
+        progress = Progress() if compile and not background else None
+        compiled = compile_groups(bodies, progress, compile=compile, background=background,
+                                  also=dict(modules.values()))  # fmt: skip
+        if progress is not None:
+            progress.close()
+        kernels = {n: k for n, (ok, k) in zip(groups, compiled, strict=True) if ok}
+        kernels.update(
+            native.launchers(modules) if compile else {n: native.planned(n) for n in modules}
+        )
+    nodes = []
+    for n in graph.nodes:
+        if n.prim.kind != "composite" or n in kernels:
+            nodes.append(n)
+        else:
+            nodes.extend(n.attrs["body"].nodes)
+    return ir.Graph(graph.inputs, nodes, graph.outputs), kernels
+
+
+def kernel_groups(graph: ir.Graph) -> list[ir.Node]:
+    """The fused nodes large enough to gain from a kernel."""
+    return [n for n in graph.nodes
+            if n.prim.kind == "composite" and _elements(n.attrs["body"]) >= KERNEL_MIN]  # fmt: skip
+
+
+PROGRESS_AFTER = 2.0  # seconds of kernel compilation before saying so on stderr
+
+
+class Progress:
+    """A line on stderr once compiling a plan's kernels has taken PROGRESS_AFTER seconds
+    (redrawn in place on a terminal); silent when the kernels come from the cache."""
+
+    def __init__(self, total: int = 0, stream: Any = None):
+        self.total, self.done, self.shown, self.last = total, 0, False, -1.0
+        self.start = time.perf_counter()
+        self.stream = stream or sys.stderr
+
+    def step(self) -> None:
+        self.done += 1
+        elapsed = time.perf_counter() - self.start
+        tty = getattr(self.stream, "isatty", lambda: False)()
+        due = tty or elapsed - self.last >= 1.0  # a log gets a line a second at most
+        if elapsed >= PROGRESS_AFTER and self.done < self.total and due:
+            end, self.last = ("\r" if tty else "\n"), elapsed
+            self.stream.write(f"tracegrad: compiling kernels {self.done}/{self.total} "
+                              f"({elapsed:.1f} s){end}")  # fmt: skip
+            self.stream.flush()
+            self.shown = True
+
+    def close(self) -> None:
+        elapsed = time.perf_counter() - self.start
+        if self.shown or (elapsed >= PROGRESS_AFTER and self.total):
+            self.stream.write(f"tracegrad: compiled {self.total} kernels in {elapsed:.1f} s\n")
+            self.stream.flush()
+
+
+def _elements(body: ir.Graph) -> int:
+    return max(v.size for n in body.nodes for v in (*n.inputs, *n.outputs))
+
+
+def identifier(name: str) -> str:
+    name = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    return name if name.isidentifier() else f"plan_{name}"
+
+
+def native_nodes(graph: ir.Graph) -> list[ir.Node]:
+    """The nodes of ops with a kernel of their own (`Primitive.native`, such as max-pooling's)
+    over at least KERNEL_MIN elements."""
+    size = lambda n: max(v.size for v in (*n.inputs, *n.outputs))
+    return [n for n in graph.nodes if n.prim.native and size(n) >= KERNEL_MIN]

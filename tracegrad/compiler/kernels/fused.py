@@ -1,0 +1,585 @@
+"""One Numba kernel per fused group: elementwise nodes, broadcast operands, trailing reductions.
+
+`compile_group` reduces a group to its canonical `Structure` (ops and wiring, dtypes, which
+canonical axes each operand spans, reduction axes; no sizes and no constant values), generates a
+kernel from that alone and caches it by its hash, so every layer of a deep net with the same
+pattern shares one compiled kernel. Of the sizes only one bit counts: whether the group is big
+enough to run in parallel (`prange` over chunks of the outer axis). Adjacent axes that every
+operand and reduction treats alike are merged first: an (m, n) group with only full-size
+operands runs as 1-D, one with a bias row or a column sum as 2-D, a channel's bias over (N, C,
+H, W) as 3-D. Supported: canonical 1-D and 2-D domains, and 3-D ones without reductions;
+elementwise ops with a scalar template, and reductions with a combine template over
+any canonical axes, as group outputs. Everything about an op comes from its primitive: the
+templates, the kernel helpers they call, a reduction's identity. Anything else raises
+NotImplementedError (the caller falls back to NumPy).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numba
+import numpy as np
+
+from tracegrad.compiler.kernels import fastmath
+from tracegrad.compiler.kernels.cache import KernelCache, default_cache, in_c_order
+from tracegrad.core.ir import Node, Value
+
+FLAGS = frozenset(fastmath.FLAGS | {"reassoc"})  # reassoc lets LLVM vectorize the reductions
+# Groups smaller than this (or any, when Numba has one thread) run on one thread and compile
+# without `parallel=True`, which costs about 0.45 s of compile time per kernel and a thread
+# wake-up per call.
+PARALLEL_MIN = 1 << 17
+SUPPORTED_DTYPES = frozenset(
+    np.dtype(t).name
+    for t in (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
+              np.uint64, np.float32, np.float64)
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """A group output reducing value `slot` over the canonical `axes` into dtype `dtype`, by the
+    op's `combine` template from its `identity`."""
+
+    op: str
+    combine: str
+    identity: float
+    slot: int
+    axes: tuple[int, ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Structure:
+    """Everything a kernel's code depends on, and nothing else: the cache key's content.
+
+    `parallel`: whether the group is big enough (PARALLEL_MIN) to run on several threads.
+    Slots number the group's values: kernel inputs first, then one per elementwise node.
+    `inputs` gives each input's dtype and, per canonical axis, whether it spans it (False:
+    broadcast along it). `nodes` are (op, scalar template, operand slots, result dtype);
+    `outputs` are slots stored elementwise or `Reduction`s; `helpers` the functions of
+    `tracegrad.compiler.kernels.scalar` the templates call.
+    """
+
+    ndim: int
+    parallel: bool
+    inputs: tuple[tuple[str, tuple[bool, ...]], ...]
+    nodes: tuple[tuple[str, str, tuple[int, ...], str], ...]
+    outputs: tuple[int | Reduction, ...]
+    helpers: tuple[str, ...]
+
+
+class Layout(NamedTuple):
+    """One group's sizes: what its kernel's launches need besides the structure."""
+
+    sizes: tuple[int, ...]  # of the canonical axes
+    input_shapes: list[tuple[int, ...]]  # each input (and bound constant), reshaped
+    output_shapes: list[tuple[int, ...]]
+    consts: list[np.ndarray]  # values of constants read but not listed as inputs
+
+
+class FusedKernel:
+    """`kernel(*input_arrays, *output_arrays)`: writes the group's outputs into the given arrays.
+
+    Constants the group reads but were not listed as inputs are bound here and passed after
+    the caller's inputs. Inputs are reshaped to the canonical axes (a view when contiguous) and
+    cast to their Value's dtype if they differ (a Python float, a float64 0-d array);
+    outputs must be C-contiguous, since they are written through such a view. A parallel
+    kernel splits the outer axis into one chunk per Numba thread (as many as at construction).
+    """
+
+    def __init__(
+        self, compiled: Callable, structure: Structure, key: str, path: Path, layout: Layout
+    ):
+        self.compiled, self.structure, self.key, self.path = compiled, structure, key, path
+        self.sizes, input_shapes, self.output_shapes, consts = layout
+        self.n_inputs = len(input_shapes) - len(consts)
+        layouts = [
+            (s, np.dtype(d)) for s, (d, _) in zip(input_shapes, structure.inputs, strict=True)
+        ]
+        self.input_layouts = layouts[: self.n_inputs]
+        self.consts = [
+            _c_view(c, *lay) for c, lay in zip(consts, layouts[self.n_inputs :], strict=True)
+        ]
+        threads = numba.get_num_threads() if structure.parallel else 1
+        self.chunks = min(threads, self.sizes[0])
+        self.partials = [
+            _partial_layout(r, structure.ndim, self.chunks, self.sizes)
+            for r in structure.outputs
+            if isinstance(r, Reduction) and _form(r, structure.ndim) != "rows"
+        ]
+
+    @property
+    def source(self) -> str:
+        return self.path.read_text()
+
+    def __call__(self, *arrays: np.ndarray) -> None:
+        n = self.n_inputs
+        if len(arrays) != n + len(self.output_shapes):
+            raise TypeError(
+                f"fused kernel takes {n} inputs and {len(self.output_shapes)} outputs, "
+                f"got {len(arrays)} arrays"
+            )
+        ins = [_c_view(a, *lay) for a, lay in zip(arrays[:n], self.input_layouts, strict=True)]
+        outs = [_out_view(a, s) for a, s in zip(arrays[n:], self.output_shapes, strict=True)]
+        parts = [_new_partial(*layout) for layout in self.partials]
+        self.compiled(*ins, *self.consts, *outs, *parts, *self.sizes, self.chunks)
+
+    def __repr__(self) -> str:
+        return f"<FusedKernel {self.key} at {self.path}>"
+
+
+def compile_group(
+    inputs: Sequence[Value],
+    nodes: Sequence[Node],
+    outputs: Sequence[Value],
+    cache: KernelCache | None = None,
+) -> FusedKernel:
+    """A kernel computing `outputs` of the topologically ordered elementwise `nodes`.
+
+    Raises NotImplementedError for groups this generator does not handle.
+    """
+    return _kernel(*analyze(inputs, nodes, outputs), cache or default_cache())
+
+
+def _kernel(structure: Structure, layout: Layout, cache: KernelCache) -> FusedKernel:
+    """The launcher of the kernel for `structure` (from memory, the disk cache, or compiled)."""
+    key = structure_key(structure)
+    module = _module(key)
+    compiled = cache.load(module, lambda: generate_source(structure, key))
+    return FusedKernel(compiled, structure, key, cache.path(module), layout)
+
+
+def _module(key: str) -> str:
+    return f"tracegrad_kernel_{key}"
+
+
+def compile_groups(
+    groups: Sequence[tuple[Sequence[Value], Sequence[Node], Sequence[Value]]],
+    progress: Any = None,
+    cache: KernelCache | None = None,
+    compile: bool = True,
+    background: bool = False,
+    also: dict[str, str] | None = None,
+) -> list[tuple[bool, FusedKernel | None]]:
+    """`compile_group` for every (inputs, nodes, outputs) of a plan at once, so that new kernels
+    compile in two processes (`KernelCache.load_all`): per group (True, kernel), or (False,
+    None) for a group this generator does not handle. `progress` (`total`, `step()`) counts
+    distinct kernels; `compile=False` only decides (kernels are None); `background=True`
+    compiles every new kernel in child processes (a background thread's call). `also`, other
+    generators' modules (`{module_name: source}`), loads in the same round."""
+    cache = cache or default_cache()
+    found: list[tuple[Structure, Layout] | None] = []
+    for inputs, nodes, outputs in groups:
+        try:
+            found.append(analyze(inputs, nodes, outputs))
+        except NotImplementedError:
+            found.append(None)
+    if not compile:
+        return [(f is not None, None) for f in found]
+    structures = {structure_key(s): s for s, _ in filter(None, found)}
+    sources = {_module(k): generate_source(s, k) for k, s in structures.items()} | (also or {})
+    if progress is not None:
+        progress.total = len(sources)
+    cache.load_all(sources, progress.step if progress is not None else lambda: None, background)
+    return [(False, None) if f is None else (True, _kernel(*f, cache)) for f in found]
+
+
+def structure_key(structure: Structure) -> str:
+    text = f"{GENERATOR_VERSION}|{structure!r}"
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+# --- analysis: group -> canonical structure + the sizes of this instance ----------------------
+
+
+def analyze(
+    inputs: Sequence[Value], nodes: Sequence[Node], outputs: Sequence[Value]
+) -> tuple[Structure, Layout]:
+    """The group's canonical structure (the cache key's content) and this instance's sizes."""
+    if not nodes:
+        raise NotImplementedError("an empty group has nothing to compute")
+    consts = _unlisted_constants(inputs, nodes)
+    kernel_inputs = [*inputs, *consts]
+    reductions = _check_nodes(nodes, outputs)
+    for v in (*kernel_inputs, *(o for n in nodes for o in n.outputs)):
+        if v.dtype.name not in SUPPORTED_DTYPES:
+            raise NotImplementedError(f"dtype {v.dtype} in a fused kernel")
+    domain = _domain(nodes, outputs, reductions)
+    if 0 in domain:  # no element to visit: a reduction's output would never be written
+        raise NotImplementedError(f"an empty domain {domain}")
+    axes_of = {v: tuple(sorted(n.attrs["axis"])) for v, n in reductions.items()}
+    groups = _canonical_axes(domain, [v.shape for v in kernel_inputs], list(axes_of.values()))
+    if len(groups) > (2 if reductions else 3):  # 3: a channel's bias over (N, C, H * W)
+        raise NotImplementedError(f"{len(groups)} canonical axes (domain {domain})")
+    sizes = tuple(math.prod(domain[a] for a in g) for g in groups) or (1,)
+
+    elementwise = [n for n in nodes if n.prim.kind != "reduction"]
+    slots = {v: i for i, v in enumerate([*kernel_inputs, *(n.outputs[0] for n in elementwise)])}
+    in_spec = tuple((v.dtype.name, _spans(v.shape, domain, groups)) for v in kernel_inputs)
+    node_spec = tuple(
+        (n.op, n.prim.scalar, tuple(slots[v] for v in n.inputs), n.outputs[0].dtype.name)
+        for n in elementwise
+    )
+    out_spec, out_shapes = [], []
+    for v in outputs:
+        if v in reductions:
+            node = reductions[v]
+            kept = tuple(k for k, g in enumerate(groups) if g[0] not in axes_of[v])
+            reduced = tuple(k for k in range(len(groups)) if k not in kept)
+            p = node.prim
+            out_spec.append(Reduction(p.name, p.combine, p.identity, slots[node.inputs[0]],
+                                      reduced, v.dtype.name))  # fmt: skip
+            out_shapes.append(tuple(sizes[k] for k in kept) or (1,))
+        else:
+            out_spec.append(slots[v])
+            out_shapes.append(sizes)
+    parallel = math.prod(sizes) >= PARALLEL_MIN and numba.config.NUMBA_NUM_THREADS > 1
+    helpers = tuple(sorted({h for n in nodes for h in n.prim.helpers}))
+    structure = Structure(len(sizes), parallel, in_spec, node_spec, tuple(out_spec), helpers)
+    in_shapes = [
+        tuple(s for s, full in zip(sizes, spans, strict=True) if full) or (1,)
+        for _, spans in in_spec
+    ]
+    return structure, Layout(sizes, in_shapes, out_shapes, [c.const for c in consts])
+
+
+def _unlisted_constants(inputs: Sequence[Value], nodes: Sequence[Node]) -> list[Value]:
+    known = set(inputs) | {v for n in nodes for v in n.outputs}
+    consts: list[Value] = []
+    for n in nodes:
+        for v in n.inputs:
+            if v in known:
+                continue
+            if v.const is None:
+                raise ValueError(f"{n.op} reads {v}, which is neither an input nor computed")
+            consts.append(v)
+            known.add(v)
+    return consts
+
+
+def _check_nodes(nodes: Sequence[Node], outputs: Sequence[Value]) -> dict[Value, Node]:
+    """The reduction nodes by their value, after checking every node is one we can fuse."""
+    reductions: dict[Value, Node] = {}
+    for n in nodes:
+        if any(v in reductions for v in n.inputs):
+            raise NotImplementedError("a reduction read again inside its group")
+        if n.prim.kind == "reduction":
+            if n.prim.combine is None:
+                raise NotImplementedError(f"{n.op} has no combine template")
+            if n.outputs[0] not in outputs:
+                raise NotImplementedError(f"{n.op} inside a group must be a group output")
+            if not math.isfinite(n.prim.identity) and n.inputs[0].dtype.kind != "f":
+                raise NotImplementedError(f"{n.op} of {n.inputs[0].dtype}")
+            if not n.attrs["axis"]:
+                raise NotImplementedError(f"{n.op} over no axes")
+            reductions[n.outputs[0]] = n
+        elif n.prim.scalar is None:
+            raise NotImplementedError(f"{n.op} has no scalar template")
+        elif len(n.outputs) != 1:
+            raise NotImplementedError(f"{n.op} with {len(n.outputs)} outputs")
+    return reductions
+
+
+def _domain(nodes, outputs, reductions) -> tuple[int, ...]:
+    """The shape every elementwise value broadcasts to: the shape the kernel iterates over."""
+    computed = [n.outputs[0].shape for n in nodes if n.prim.kind != "reduction"]
+    reduced = [n.inputs[0].shape for n in reductions.values()]
+    domain = tuple(np.broadcast_shapes(*computed, *reduced))
+    for shape in reduced:
+        if shape != domain:
+            raise NotImplementedError(f"a reduction over {shape} in a group of shape {domain}")
+    for v in outputs:
+        if v not in reductions and v.shape != domain:
+            raise NotImplementedError(f"an output of shape {v.shape} in a group of {domain}")
+    return domain
+
+
+def _canonical_axes(
+    domain: tuple[int, ...], input_shapes: list[tuple[int, ...]], reduced: list[tuple[int, ...]]
+) -> list[list[int]]:
+    """Domain axes grouped into canonical axes: adjacent axes merge when every input spans both
+    or neither and every reduction reduces both or neither. Size-1 axes drop out, unless
+    reduced (so each reduction keeps at least one axis)."""
+    groups: list[list[int]] = []
+    last = None
+    for a, d in enumerate(domain):
+        reduces = tuple(a in axes for axes in reduced)
+        if d == 1 and not any(reduces):
+            continue
+        signature = (tuple(_spans_axis(s, domain, a) for s in input_shapes), reduces)
+        if signature == last:
+            groups[-1].append(a)
+        else:
+            groups.append([a])
+            last = signature
+    return groups
+
+
+def _spans_axis(shape: tuple[int, ...], domain: tuple[int, ...], axis: int) -> bool:
+    offset = len(domain) - len(shape)
+    return axis >= offset and domain[axis] != 1 and shape[axis - offset] == domain[axis]
+
+
+def _spans(shape, domain, groups) -> tuple[bool, ...]:
+    return tuple(_spans_axis(shape, domain, g[0]) for g in groups) or (False,)
+
+
+def _c_view(a: np.ndarray, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """`a` as a C-contiguous, writeable array of `shape` and `dtype` (the kernel's signature
+    says so; a read-only constant or argument is copied): a view when it already is one."""
+    a = np.asarray(a).reshape(shape)
+    return in_c_order(a) if a.dtype == dtype else np.array(a, dtype, order="C")
+
+
+def _out_view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    if not a.flags.c_contiguous:
+        raise ValueError(f"fused kernel outputs must be C-contiguous, got strides {a.strides}")
+    return a.reshape(shape)
+
+
+# --- reductions: where partial results go -----------------------------------------------------
+
+
+def _partial_layout(r: Reduction, ndim: int, chunks: int, sizes: tuple[int, ...]):
+    """(shape, dtype, initial value) of a reduction's per-chunk partial results."""
+    shape = (chunks,) if _form(r, ndim) == "all" else (chunks, sizes[1])
+    return shape, _accumulator_dtype(r, ndim), r.identity
+
+
+def _new_partial(shape: tuple[int, ...], dtype: np.dtype, init: float) -> np.ndarray:
+    return np.zeros(shape, dtype) if init == 0 else np.full(shape, init, dtype)
+
+
+def _form(r: Reduction, ndim: int) -> str:
+    """ "all": everything to one number; "rows": over the inner axis; "cols": over the outer."""
+    if len(r.axes) == ndim:
+        return "all"
+    return "rows" if r.axes == (1,) else "cols"
+
+
+def _accumulator_dtype(r: Reduction, ndim: int) -> np.dtype:
+    """Arithmetic folds (sums, products) run in float64 (int64 for integers), except column
+    partials, which are read and written per element in the hot loop: float64 there would halve
+    its SIMD width. They fold rows one by one in the result's dtype, as NumPy's own axis-0 sums
+    do. A fold from an infinite identity (max, min) is exact in its own dtype."""
+    exact = not math.isfinite(r.identity)
+    if exact or (_form(r, ndim) == "cols" and np.dtype(r.dtype).kind == "f"):
+        return np.dtype(r.dtype)
+    return np.dtype(np.float64 if np.dtype(r.dtype).kind == "f" else np.int64)
+
+
+# --- code generation: structure -> Python source ----------------------------------------------
+
+_HEADER = '''\
+"""tracegrad fused kernel {key}: generated from its structure, rewritten if edited.
+
+{structure}
+"""
+
+import math
+
+import numpy as np
+from numba import njit, prange
+{imports}
+
+
+@njit(
+    "{signature}",
+    parallel={parallel},
+    fastmath={flags},
+    error_model="numpy",
+    cache=True,
+)
+def kernel({params}):
+'''
+
+
+def generate_source(s: Structure, key: str) -> str:
+    """The module text of the kernel for `s` (a function of `s` and `key` only)."""
+    reductions = [(k, r) for k, r in enumerate(s.outputs) if isinstance(r, Reduction)]
+    partials = [(k, r) for k, r in reductions if _form(r, s.ndim) != "rows"]
+    sizes = ["n0", "n1", "n2"][: s.ndim]
+    params = (
+        [f"in{k}" for k in range(len(s.inputs))]
+        + [f"out{k}" for k in range(len(s.outputs))]
+        + [f"part{k}" for k, _ in partials]
+        + [*sizes, "chunks"]
+    )
+    header = _HEADER.format(
+        key=key,
+        structure=_describe(s),
+        signature=_signature(s, partials),
+        parallel=s.parallel,
+        flags=fastmath.flags_literal(FLAGS),
+        params=", ".join(params),
+        imports=_helper_imports(s.helpers),
+    )
+    return header + "\n".join(_body(s, reductions, partials)) + "\n"
+
+
+def _helper_imports(helpers: tuple[str, ...]) -> str:
+    return (
+        f"\nfrom tracegrad.compiler.kernels.scalar import {', '.join(helpers)}" if helpers else ""
+    )
+
+
+def _body(s: Structure, reductions, partials) -> list[str]:
+    """The loops. Indices are cast to unsigned: Numba then skips the negative-index wraparound
+    that otherwise stops LLVM from vectorizing the inner loop."""
+    if s.ndim == 3:
+        return _body_3d(s)
+    two_d = s.ndim == 2
+    index = "i, j" if two_d else "i"
+    inner_accs = [(k, r) for k, r in reductions if _form(r, s.ndim) in ("rows", "all")]
+    lines = [f"v{k} = in{k}[0]" for k, (_, spans) in enumerate(s.inputs) if not any(spans)]
+    lines.append(f"for c in {'prange' if s.parallel else 'range'}(chunks):")
+    rows = "range(c * n0 // chunks, (c + 1) * n0 // chunks)"
+    if two_d:
+        lines += [f"    for row in {rows}:", "        i = np.uint64(row)"]
+    pad = "        " if two_d else "    "
+    lines += [f"{pad}acc{k} = {_init(r, s.ndim)}" for k, r in inner_accs]
+    if two_d:
+        lines += [f"{pad}for col in range(n1):", f"{pad}    j = np.uint64(col)"]
+    else:
+        lines += [f"{pad}for row in {rows}:", f"{pad}    i = np.uint64(row)"]
+    lines += [pad + "    " + line for line in _element(s, index)]
+    for k, r in reductions:
+        target = f"part{k}[c, j]" if _form(r, s.ndim) == "cols" else f"acc{k}"
+        lines.append(f"{pad}    {_fold(r, target, f'v{r.slot}', _accumulator_dtype(r, s.ndim))}")
+    for k, r in inner_accs:
+        if _form(r, s.ndim) == "rows":
+            lines.append(f"{pad}out{k}[i] = acc{k}")
+        else:
+            lines.append(f"{pad}{_fold(r, f'part{k}[c]', f'acc{k}')}")
+    for k, r in partials:
+        lines += _combine(k, r, _form(r, s.ndim))
+    return ["    " + line for line in lines]
+
+
+def _body_3d(s: Structure) -> list[str]:
+    """Three canonical axes (elementwise only): chunks of the outer axis, then the two others."""
+    lines = [f"v{k} = in{k}[0]" for k, (_, spans) in enumerate(s.inputs) if not any(spans)]
+    lines += [
+        f"for c in {'prange' if s.parallel else 'range'}(chunks):",
+        "    for row in range(c * n0 // chunks, (c + 1) * n0 // chunks):",
+        "        i = np.uint64(row)",
+        "        for mid in range(n1):",
+        "            j = np.uint64(mid)",
+        "            for col in range(n2):",
+        "                k = np.uint64(col)",
+    ]
+    lines += ["                " + line for line in _element(s, "i, j, k")]
+    return ["    " + line for line in lines]
+
+
+def _element(s: Structure, index: str) -> list[str]:
+    """Loads, node expressions and elementwise stores for one point of the domain."""
+    lines = []
+    for k, (_, spans) in enumerate(s.inputs):
+        if any(spans):
+            own = ", ".join(i for i, full in zip(index.split(", "), spans, strict=True) if full)
+            lines.append(f"v{k} = in{k}[{own}]")
+    for k, (_, template, operands, dtype) in enumerate(s.nodes, start=len(s.inputs)):
+        expr = template.format(*(f"v{o}" for o in operands))
+        lines.append(f"v{k} = {_cast(dtype)}({expr})")
+    for k, out in enumerate(s.outputs):
+        if not isinstance(out, Reduction):
+            lines.append(f"out{k}[{index}] = v{out}")
+    return lines
+
+
+def _combine(k: int, r: Reduction, form: str) -> list[str]:
+    """After the parallel loop: fold the chunks' partials into the output."""
+    if form == "all":
+        return [
+            f"total{k} = part{k}[0]",
+            "for c in range(1, chunks):",
+            f"    {_fold(r, f'total{k}', f'part{k}[c]')}",
+            f"out{k}[0] = total{k}",
+        ]
+    return [
+        "for j in range(n1):",
+        f"    total{k} = part{k}[0, j]",
+        "    for c in range(1, chunks):",
+        f"        {_fold(r, f'total{k}', f'part{k}[c, j]')}",
+        f"    out{k}[j] = total{k}",
+    ]
+
+
+def _fold(r: Reduction, target: str, value: str, dtype: np.dtype | None = None) -> str:
+    """The statement folding `value` (cast to `dtype`, if given) into `target`."""
+    if dtype is not None:
+        value = f"{_cast(dtype.name)}({value})"
+    return f"{target} = {r.combine.format(target, value)}"
+
+
+def _init(r: Reduction, ndim: int) -> str:
+    dtype = _accumulator_dtype(r, ndim).name
+    return f"{_cast(dtype)}({r.identity!r})".replace("inf", "np.inf")
+
+
+def _cast(dtype: str) -> str:
+    return "np.bool_" if dtype == "bool" else f"np.{dtype}"
+
+
+def _signature(s: Structure, partials) -> str:
+    def array(dtype: str, ndim: int) -> str:
+        name = "boolean" if dtype == "bool" else dtype
+        return f"{name}[{', '.join([':'] * (ndim - 1) + ['::1'])}]"
+
+    types = [array(d, max(1, sum(spans))) for d, spans in s.inputs]
+    for out in s.outputs:
+        if isinstance(out, Reduction):
+            types.append(array(out.dtype, max(1, s.ndim - len(out.axes))))
+        else:
+            types.append(array(_slot_dtype(s, out), s.ndim))
+    for _, r in partials:
+        types.append(
+            array(_accumulator_dtype(r, s.ndim).name, 1 if _form(r, s.ndim) == "all" else 2)
+        )
+    types += ["int64"] * (s.ndim + 1)
+    return f"void({', '.join(types)})"
+
+
+def _slot_dtype(s: Structure, slot: int) -> str:
+    n = len(s.inputs)
+    return s.inputs[slot][0] if slot < n else s.nodes[slot - n][3]
+
+
+def _describe(s: Structure) -> str:
+    axes = "ijk"[: s.ndim]
+
+    def operand(k: int) -> str:
+        dtype, spans = s.inputs[k]
+        own = "".join(a for a, full in zip(axes, spans, strict=True) if full)
+        return f"in{k}: {dtype}[{own}]" if own else f"in{k}: {dtype} scalar"
+
+    threads = "parallel" if s.parallel else "one thread"
+    lines = [f"domain [{axes}], {threads}; " + ", ".join(operand(k) for k in range(len(s.inputs)))]
+    for k, (op, _, operands, dtype) in enumerate(s.nodes, start=len(s.inputs)):
+        lines.append(f"v{k}: {dtype} = {op}({', '.join(f'v{o}' for o in operands)})")
+    for k, out in enumerate(s.outputs):
+        if isinstance(out, Reduction):
+            lines.append(f"out{k} = {out.op}(v{out.slot}, axes={out.axes})")
+        else:
+            lines.append(f"out{k} = v{out}")
+    return "\n".join(lines)
+
+
+def _generator_version() -> str:
+    """Hash of everything a cached kernel's machine code depends on besides its structure."""
+    here = Path(__file__).parent
+    h = hashlib.sha256(numba.__version__.encode())
+    for name in ("fused.py", "scalar.py", "fastmath.py"):
+        h.update((here / name).read_bytes())
+    return h.hexdigest()[:16]
+
+
+GENERATOR_VERSION = _generator_version()

@@ -1,0 +1,143 @@
+"""Matrix products on Numba's threads: each thread runs its share of the rows (or columns) of the
+result through NumPy's own OpenBLAS, whose thread count is set to one meanwhile
+(`blas.gemm_symbols`).
+
+Why not `np.matmul`: it runs on OpenBLAS's own threads, which a plan wakes for every product and
+which must sleep again at once (`blas.quiet_openblas`: spinning, they took the cores from the
+Numba kernels in between); the Numba threads sleep too, and each wake-up costs 50-200 us. Run on
+Numba's threads, products and kernels share one team, which spins briefly between them
+(GOMP_SPINCOUNT, `kernels/__init__.py`): the GPT step of `benchmarks/models.py`, four alternated
+runs of 20 steps each, took 0.246-0.259 s at best (median 0.259-0.288) against 0.258-0.276
+(0.268-0.288) with NumPy's products and passive threads. The same OpenBLAS routines: results
+differ from NumPy's only by rounding (a single-threaded call blocks the sums its own way). 2-D
+operands of float32 or float64 in any layout BLAS reads (rows or columns contiguous); other
+layouts, and read-only operands, go to `np.matmul`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numba
+import numpy as np
+
+from tracegrad.compiler.kernels.blas import gemm_symbols
+from tracegrad.compiler.kernels.cache import GeneratedKernel, named
+from tracegrad.core import primitives as P
+from tracegrad.core.ir import Node
+
+OPS = {P.matmul: "product"}
+DTYPES = ("float32", "float64")
+ALIGN = 16  # a thread's share of rows or columns is a multiple of this many
+
+DECLARATIONS = """from numba import types
+
+from tracegrad.compiler.kernels.blas import gemm_symbols
+
+gemm_symbols()  # the names below, registered with LLVM in this process
+I, T = types.{ints}, types.{dtype}
+gemm = types.ExternalFunction(
+    "tracegrad_cblas_{letter}gemm",
+    types.void(types.int32, types.int32, types.int32, I, I, I, T, types.intp, I, types.intp, I,
+               T, types.intp, I),
+)
+get_blas_threads = types.ExternalFunction("tracegrad_openblas_get_num_threads", types.int32())
+set_blas_threads = types.ExternalFunction(
+    "tracegrad_openblas_set_num_threads", types.void(types.int32)
+)
+ROW_MAJOR, AS_IS, TRANSPOSED = 101, 111, 112
+"""
+
+_SOURCE = '''"""Matrix product ({dtype}) on Numba's threads: compiler.kernels.gemm generated it."""
+
+import numpy as np
+from numba import njit, prange
+
+{declarations}
+
+@njit(cache=True)
+def operand(x):
+    """How BLAS reads x: (AS_IS or TRANSPOSED, leading dimension), or (0, 0) if it cannot."""
+    size, (rows, cols), (s0, s1) = x.itemsize, x.shape, x.strides
+    if s1 == size and s0 % size == 0 and s0 >= max(cols, 1) * size:
+        return AS_IS, s0 // size
+    if s0 == size and s1 % size == 0 and s1 >= max(rows, 1) * size:
+        return TRANSPOSED, s1 // size
+    return 0, 0
+
+
+@njit("boolean({dtype}[:, :], {dtype}[:, :], {dtype}[:, ::1], int64)", parallel=True, cache=True)
+def kernel(a, b, c, threads):
+    """c = a @ b in `threads` shares, True; False (nothing written) if BLAS cannot read a or b
+    as they lie. (The count is an argument: `get_num_threads` in here would keep Numba from
+    caching the kernel.)"""
+    (ta, lda), (tb, ldb) = operand(a), operand(b)
+    if ta == 0 or tb == 0:
+        return False
+    (m, k), n, size = a.shape, b.shape[1], c.itemsize
+    if k == 0:
+        c[:] = 0
+    if m == 0 or n == 0 or k == 0:
+        return True
+    by_rows = m >= n
+    extent = m if by_rows else n
+    share = -(-extent // threads)
+    share = -(-share // {align}) * {align}
+    blas_threads = get_blas_threads()
+    set_blas_threads(1)  # for every thread of the process (OpenBLAS's count is global)
+    for part in prange(-(-extent // share)):
+        lo = part * share
+        hi = min(extent, lo + share)
+        if by_rows:
+            a_at = a.ctypes.data + lo * (lda if ta == AS_IS else 1) * size
+            gemm(ROW_MAJOR, ta, tb, hi - lo, n, k, T(1), a_at, lda, b.ctypes.data, ldb, T(0),
+                 c.ctypes.data + lo * n * size, n)
+        else:
+            b_at = b.ctypes.data + lo * (1 if tb == AS_IS else ldb) * size
+            gemm(ROW_MAJOR, ta, tb, m, hi - lo, k, T(1), a.ctypes.data, lda, b_at, ldb, T(0),
+                 c.ctypes.data + lo * size, n)
+    set_blas_threads(blas_threads)
+    return True
+'''
+
+
+def declarations(dtype: str, ints: str) -> str:
+    """Module text declaring `gemm` (`cblas_?gemm` for `dtype`, sizes of integer type `ints`),
+    OpenBLAS's thread-count getter and setter, and the CBLAS constants, for generated kernels."""
+    letter = {"float32": "s", "float64": "d"}[dtype]
+    return DECLARATIONS.format(dtype=dtype, ints=ints, letter=letter)
+
+
+def generate_source(dtype: str, ints: str) -> str:
+    """The text of the kernel's module for `dtype`, BLAS sizes of integer type `ints`."""
+    return _SOURCE.format(dtype=dtype, declarations=declarations(dtype, ints), align=ALIGN)
+
+
+def module(node: Node) -> tuple[str, str]:
+    """The name and text of a matrix product's kernel module; NotImplementedError unless both
+    operands are 2-D, not constants, and of the result's dtype, float32 or float64, and NumPy's
+    OpenBLAS has the routines."""
+    dtype = node.outputs[0].dtype.name
+    ints = gemm_symbols()
+    if (
+        ints is None
+        or dtype not in DTYPES
+        or any(v.ndim != 2 or v.dtype.name != dtype or v.const is not None for v in node.inputs)
+    ):
+        raise NotImplementedError(
+            f"no BLAS kernel for matmul of {[v.type_str for v in node.inputs]}"
+        )
+    return named("gemm", generate_source(dtype, ints))
+
+
+class GemmKernel(GeneratedKernel):
+    """`kernel(a, b, out)`: out = a @ b, on Numba's threads where BLAS can read a and b."""
+
+    def __call__(self, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+        fits = out.flags.c_contiguous and a.flags.writeable and b.flags.writeable
+        if not (fits and self.compiled(a, b, out, numba.get_num_threads())):
+            np.matmul(a, b, out=out)
+
+
+def launcher(node: Node, compiled: Callable, path: Path) -> GemmKernel:
+    return GemmKernel(compiled, path)

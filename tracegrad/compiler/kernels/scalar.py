@@ -1,0 +1,96 @@
+"""The names a primitive's `scalar` template calls, resolved by dtype when Numba compiles a kernel.
+
+float32 gets the vectorizable approximations of fastmath.py; float64 (and integers, promoted to
+float64 as NumPy does) keeps exact `math.*`. `maximum`/`minimum` propagate nan from either side as
+`np.maximum` does (Python's `max` only from its first argument); generated kernels import them as
+`max`/`min`, the names the templates use. Outside Numba these are plain Python functions.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+from numba.core import types
+from numba.extending import overload
+
+from tracegrad.compiler.kernels import fastmath
+
+_jit = numba.njit(fastmath=set(fastmath.FLAGS), error_model="numpy", cache=True)
+
+
+@_jit
+def maximum(a, b):
+    return a if a >= b or a != a else b
+
+
+@_jit
+def minimum(a, b):
+    return a if a <= b or a != a else b
+
+
+@_jit
+def sign(x):
+    return np.sign(x)
+
+
+@_jit
+def sqrt(x):
+    return math.sqrt(x)
+
+
+@_jit
+def sin(x):
+    return math.sin(x)
+
+
+@_jit
+def cos(x):
+    return math.cos(x)
+
+
+def exp(x):
+    return math.exp(x)
+
+
+def log(x):
+    return math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)
+
+
+def tanh(x):
+    return math.tanh(x)
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+@_jit
+def _exact_log(x):
+    return math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)
+
+
+@_jit
+def _exact_sigmoid(x):
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+def _by_dtype(python_function, float32_impl, exact_impl) -> None:
+    """Register a Numba overload: float32 arguments take `float32_impl`, others `exact_impl`."""
+
+    @overload(
+        python_function, jit_options={"fastmath": set(fastmath.FLAGS), "error_model": "numpy"}
+    )
+    def dispatch(x):
+        if x == types.float32:
+            return lambda x: float32_impl(x)
+        if isinstance(x, types.Float | types.Integer | types.Boolean):
+            return lambda x: exact_impl(np.float64(x))
+        return None
+
+
+_by_dtype(exp, fastmath.exp_f32, math.exp)
+_by_dtype(log, fastmath.log_f32, _exact_log)
+_by_dtype(tanh, fastmath.tanh_f32, math.tanh)
+_by_dtype(sigmoid, fastmath.sigmoid_f32, _exact_sigmoid)

@@ -1,0 +1,322 @@
+"""The tape and the one backward engine behind `Tensor.backward`, `GradManager.backward`,
+`vjp` and `grad` (those two are in grad_manager.py: they record with a GradManager).
+
+A result of a recorded op points to a `TapeNode`; nodes point to their parents' nodes, never to
+tensors. A node keeps only the values its VJP reads (the primitive's `saves`), so an intermediate
+that backward does not need dies with its last Python reference. Leaves get a `LeafNode` that holds
+them weakly, where gradients are delivered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from tracegrad.frontend.tensor import Listeners, Tensor, as_tensor, phase
+
+
+class ShapeDtype:
+    """What the tape remembers of an input it does not save: enough for `sum_to` and casts."""
+
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype):
+        self.shape, self.dtype = shape, dtype
+
+    ndim = property(lambda self: len(self.shape))
+
+
+class LeafNode:
+    """Where gradients for a leaf (or a tensor attached with no history) arrive."""
+
+    __slots__ = ("ref", "__weakref__")
+    is_leaf = True
+    parents: tuple = ()
+
+    def __init__(self, tensor: Tensor):
+        self.ref = weakref.ref(tensor)
+
+    @property
+    def name(self) -> str:
+        return "leaf"
+
+
+class TapeNode:
+    """One recorded op: its parents' nodes and exactly the values its VJP reads."""
+
+    __slots__ = ("prim", "params", "parents", "saved_in", "saved_out", "avals", "freed",
+                 "retained", "versions", "__weakref__")  # fmt: skip
+    is_leaf = False
+
+    def __init__(self, prim: Any, params: dict, parents: list, inputs: list, out: Tensor):
+        self.prim, self.params, self.parents = prim, params, parents
+        self.avals = [ShapeDtype(t.shape, t.dtype) for t in inputs]
+        self.saved_in = {i: inputs[i]._value for i in range(len(inputs))[prim.saved_inputs]}
+        self.saved_out = out._value if prim.saves_output else None
+        saved = [inputs[i] for i in self.saved_in] + ([out] if prim.saves_output else [])
+        self.versions = [(t._version, t._version[0]) for t in saved]
+        self.freed = False
+        self.retained: weakref.ref | None = None  # the tensor that called retain_grad()
+
+    @property
+    def name(self) -> str:
+        return self.prim.name
+
+    def __repr__(self) -> str:
+        return f"<grad_fn {self.name}>"
+
+    def unpack(self) -> tuple[list, Tensor | None]:
+        """The VJP's view of the inputs and output: tensors wired to this node's history."""
+        if self.freed and (self.prim.saves_inputs or self.prim.saves_output):
+            raise RuntimeError(
+                f"trying to backward through '{self.name}' a second time: its saved values were "
+                "freed after the first backward. Pass retain_graph=True to the first backward "
+                "if you need to backward twice."
+            )
+        if any(counter[0] != seen for counter, seen in self.versions):
+            raise RuntimeError(
+                f"a value that '{self.name}' saved for backward was modified in place after it "
+                "was saved (e.g. a parameter updated under no_grad before backward); call "
+                "backward before updating, or compute the update out of place"
+            )
+        ins = [
+            Tensor._wrap(self.saved_in[i], p) if i in self.saved_in else aval
+            for i, (aval, p) in enumerate(zip(self.avals, self.parents, strict=True))
+        ]
+        out = None if self.saved_out is None else Tensor._wrap(self.saved_out, self)
+        return ins, out
+
+    def free(self) -> None:
+        self.saved_in, self.saved_out = {}, None
+        self.freed = True
+
+
+# --- recording ---------------------------------------------------------------------------------
+
+
+def _leaf_of(t: Tensor) -> Tensor | None:
+    """The user's leaf behind `t` (itself, or the original of a saved-value view)."""
+    if t._node is None:
+        return t
+    return t._node.ref() if t._node.is_leaf else None
+
+
+def edge(t: Tensor) -> Any:
+    """The node gradients of `t` flow into, or None if no one tracks `t`."""
+    if t._node is not None and not t._node.is_leaf:
+        return t._node
+    leaf = _leaf_of(t)
+    recording = Listeners.recording
+    if leaf is None or not (leaf._requires_grad or any(gm._has(leaf) for gm in recording)):
+        return None
+    if leaf._node is None:
+        leaf._node = LeafNode(leaf)
+    return leaf._node
+
+
+def record(prim: Any, inputs: list[Tensor], out: Tensor, params: dict) -> None:
+    """Called by `bind` after every op: keep a node iff some input is tracked."""
+    if out.dtype.kind != "f":
+        return
+    parents = [edge(t) for t in inputs]
+    if any(p is not None for p in parents):
+        out._node = TapeNode(prim, params, parents, inputs, out)
+
+
+type(Listeners).record = staticmethod(record)  # for every thread
+
+
+@contextlib.contextmanager
+def _grad_mode(enabled: bool) -> Iterator[None]:
+    previous = Listeners.grad_enabled
+    Listeners.grad_enabled = enabled
+    try:
+        yield
+    finally:
+        Listeners.grad_enabled = previous
+
+
+class _GradMode(contextlib.ContextDecorator):
+    """Set grad mode inside: a context manager, `@no_grad()` or a bare `@no_grad`."""
+
+    enabled = False
+
+    def __new__(cls, func: Callable | None = None) -> Any:
+        self = super().__new__(cls)
+        if func is None:
+            return self
+        self.__init__()
+        return self(func)  # used bare, as `@no_grad`: decorate the function
+
+    def __init__(self, func: Callable | None = None) -> None:
+        self._previous: list[bool] = []  # a stack: one decorator instance may be re-entered
+
+    def __enter__(self) -> None:
+        self._previous.append(Listeners.grad_enabled)
+        Listeners.grad_enabled = self.enabled
+
+    def __exit__(self, *exc: Any) -> None:
+        Listeners.grad_enabled = self._previous.pop()
+
+
+class no_grad(_GradMode):
+    """Stop recording: `with no_grad():`, `@no_grad()` or `@no_grad`."""
+
+
+class enable_grad(_GradMode):
+    """Record again inside a `no_grad` region."""
+
+    enabled = True
+
+
+class set_grad_enabled:
+    """PyTorch's: sets grad mode at once, and as a context manager restores it on exit."""
+
+    def __init__(self, mode: bool) -> None:
+        self._previous = Listeners.grad_enabled
+        Listeners.grad_enabled = bool(mode)
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, *exc: Any) -> None:
+        Listeners.grad_enabled = self._previous
+
+
+def is_grad_enabled() -> bool:
+    return Listeners.grad_enabled
+
+
+# --- the engine ----------------------------------------------------------------------------------
+
+
+def _order(roots: Sequence[Any], is_target: Callable[[Any], bool]) -> tuple[list, set]:
+    """Nodes reachable from `roots` in reverse topological order, and those that reach a target."""
+    post, seen, useful = [], set(), set()
+    stack = [(r, False) for r in roots]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            post.append(node)
+            if is_target(node) or any(p in useful for p in node.parents if p is not None):
+                useful.add(node)
+            continue
+        if node in seen:
+            continue
+        seen.add(node)
+        stack.append((node, True))
+        # the first parent (the data path) is expanded first, so a side branch such as the
+        # `W.T` of `x @ W.T` comes right after its consumer in the order, not after the whole
+        # data path: otherwise every layer's dW waits, with its inputs, for the end of backward
+        stack.extend((p, False) for p in reversed(node.parents) if p is not None and p not in seen)
+    return post[::-1], useful
+
+
+def run_backward(
+    ys: Sequence[Tensor],
+    dys: Sequence[Tensor],
+    deliver: Callable[[Any], Callable[[Tensor], None] | None],
+    retain_graph: bool = False,
+    create_graph: bool = False,
+) -> None:
+    """Propagate cotangents `dys` from `ys` to every node for which `deliver(node)` gives a sink.
+
+    With `create_graph` the VJP ops are themselves recorded (higher-order gradients)."""
+    grads: dict[Any, Tensor] = {}
+    roots = []
+    for y, dy in zip(ys, dys, strict=True):
+        node = edge(y)
+        if node is None:
+            continue
+        if dy.shape != y.shape:
+            raise ValueError(f"backward: dy of shape {dy.shape} for y of shape {y.shape}")
+        grads[node] = grads[node] + dy if node in grads else dy
+        roots.append(node)
+    order, useful = _order(roots, lambda n: deliver(n) is not None)
+    retain_graph = retain_graph or create_graph
+    with phase("backward"):
+        _propagate(order, useful, grads, deliver, retain_graph, create_graph)
+
+
+def _propagate(order, useful, grads, deliver, retain_graph, create_graph) -> None:
+    with _grad_mode(create_graph):
+        for node in order:
+            g = grads.pop(node, None)
+            if g is None or node not in useful:
+                continue
+            sink = deliver(node)
+            if sink is not None:
+                sink(g)
+            if node.is_leaf:
+                continue
+            ins, out = node.unpack()
+            wanted = [parent in useful for parent in node.parents]
+            cotangents = node.prim.input_grads(wanted, g, out, ins, node.params, create_graph)
+            for i, (parent, gi) in enumerate(zip(node.parents, cotangents, strict=True)):
+                if gi is not None:
+                    gi = gi.astype(node.avals[i].dtype)  # float32 inputs get float32 grads
+                    grads[parent] = grads[parent] + gi if parent in grads else gi
+            if not retain_graph:
+                node.free()
+
+
+def accumulate(t: Tensor, g: Tensor) -> None:
+    """`t.grad += g`: a fresh buffer the first time, then in place, as PyTorch does (an alias of
+    `.grad` sees the sum; a traced step writes the same buffer). A gradient that carries a graph
+    (`create_graph`) gets a new, differentiable sum instead."""
+    if t.grad is None:
+        t.grad = Tensor._wrap(np.array(g._value), g._node) if not g.is_symbolic else g
+    elif t.grad._node is None and g._node is None:
+        t.grad._assign(t.grad + g)
+    else:
+        t.grad = t.grad + g
+
+
+def retained_sink(node: Any) -> Callable | None:
+    """Delivery into the non-leaf whose `retain_grad()` asked for its gradient, if alive."""
+    t = None if node.is_leaf or node.retained is None else node.retained()
+    return None if t is None else functools.partial(accumulate, t)
+
+
+def _default_dy(y: Tensor) -> Tensor:
+    if y.size != 1:
+        raise RuntimeError(
+            f"grad can be implicitly created only for scalar outputs; y has shape {y.shape}: "
+            "pass dy (the cotangent, same shape as y)"
+        )
+    return Tensor(np.ones(y.shape, y.dtype))
+
+
+def tensor_backward(
+    y: Tensor,
+    gradient: Any = None,
+    retain_graph: bool = False,
+    create_graph: bool = False,
+    *,
+    dy: Any = None,
+) -> None:
+    """`y.backward()`: gradients into every reachable leaf that requires grad (PyTorch).
+    `gradient` is the cotangent (MegEngine's and tracegrad's older name: `dy`)."""
+    dy = gradient if dy is None else dy
+    if y.is_leaf and not y.requires_grad:
+        raise RuntimeError(
+            "backward: this tensor does not require grad and has no grad_fn (no input of the "
+            "computation requires grad)"
+        )
+    dy = _default_dy(y) if dy is None else as_tensor(dy, y.dtype)
+
+    def deliver(node: Any) -> Callable | None:
+        if node.is_leaf:
+            t = node.ref()
+            return None if t is None or not t._requires_grad else functools.partial(accumulate, t)
+        return retained_sink(node)
+
+    run_backward([y], [dy], deliver, retain_graph, create_graph)
+
+
+Tensor.backward = tensor_backward

@@ -1,0 +1,56 @@
+"""`tracegrad.autograd`: PyTorch's functional gradient, `grad(outputs, inputs)`, over the one
+tape (the same engine as `Tensor.backward` and `GradManager.backward`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tracegrad.frontend import autodiff
+from tracegrad.frontend.autodiff import enable_grad, no_grad, set_grad_enabled
+from tracegrad.frontend.tensor import Tensor, as_tensor
+
+__all__ = ["enable_grad", "grad", "no_grad", "set_grad_enabled"]
+
+
+def grad(
+    outputs: Tensor | Sequence[Tensor],
+    inputs: Tensor | Sequence[Tensor],
+    grad_outputs: Any = None,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+    allow_unused: bool = False,
+) -> tuple[Tensor | None, ...]:
+    """The gradients of `outputs` (weighted by `grad_outputs`, 1 for scalars) with respect to
+    `inputs`, returned rather than accumulated into `.grad`. With `create_graph` they are
+    differentiable (higher order)."""
+    outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+    ins = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+    if grad_outputs is None or isinstance(grad_outputs, Tensor):
+        grad_outputs = [grad_outputs] * len(outs)
+    dys = [
+        autodiff._default_dy(y) if g is None else as_tensor(g, y.dtype)
+        for y, g in zip(outs, grad_outputs, strict=True)
+    ]
+    slots: dict[Any, list[int]] = {}
+    for i, x in enumerate(ins):
+        node = autodiff.edge(x)
+        if node is None:
+            raise RuntimeError(f"grad: input {i} does not require grad and was not recorded")
+        slots.setdefault(node, []).append(i)
+    found: list[Tensor | None] = [None] * len(ins)
+
+    def deliver(node: Any) -> Callable | None:
+        if node not in slots:
+            return None
+        return lambda g: [found.__setitem__(i, g) for i in slots[node]]
+
+    retain = create_graph if retain_graph is None else retain_graph
+    autodiff.run_backward(outs, dys, deliver, retain, create_graph)
+    missing = [i for i, g in enumerate(found) if g is None]
+    if missing and not allow_unused:
+        raise RuntimeError(
+            f"grad: inputs {missing} were not used to compute the outputs; pass allow_unused=True "
+            "to get None for them"
+        )
+    return tuple(found)

@@ -1,0 +1,197 @@
+"""MegEngine's GradManager over the one tape (attach tensors, record, backward, release), and the
+functional `vjp` and `grad` built on it."""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from tracegrad.frontend import autodiff
+from tracegrad.frontend.tensor import Listeners, Tensor, as_tensor
+
+Callback = Callable[[Tensor, Tensor], Tensor]
+
+
+class GradManager:
+    """Records computation that depends on attached tensors and accumulates their gradients.
+
+    >>> gm = GradManager().attach(model.parameters())
+    >>> with gm:
+    ...     loss = model(x).mean()
+    ...     gm.backward(loss)
+    """
+
+    def __init__(self) -> None:
+        self._attached: dict[int, tuple[weakref.ref, list[Callback]]] = {}
+        self._recording = False
+
+    def attach(
+        self,
+        tensors: Tensor | Iterable[Tensor],
+        callbacks: Callback | Sequence[Callback] | None = None,
+    ) -> GradManager:
+        """Track `tensors` (held weakly); `callbacks` run as `cb(tensor, grad) -> grad`, in order,
+        before the gradient is accumulated. Attaching again adds callbacks, not duplicates.
+        A callback with a `flush()` method is flushed at the end of `backward`, before the
+        gradients it returned are accumulated (an asynchronous one goes last)."""
+        tensors = [tensors] if isinstance(tensors, Tensor) else list(tensors)
+        callbacks = [callbacks] if callable(callbacks) else list(callbacks or ())
+        for t in tensors:
+            if not isinstance(t, Tensor):
+                raise TypeError(f"GradManager.attach: expected Tensors, got {type(t).__name__}")
+            if t.dtype.kind != "f":
+                raise TypeError(f"GradManager.attach: only floating tensors, not {t.dtype}")
+        for t in tensors:
+            key = id(t)
+            if key not in self._attached or self._attached[key][0]() is not t:
+                self._attached[key] = (weakref.ref(t, self._forget(key)), [])
+            self._attached[key][1].extend(callbacks)
+        return self
+
+    def _forget(self, key: int) -> Callable:
+        this = weakref.ref(self)
+
+        def drop(_: Any) -> None:
+            gm = this()
+            if gm is not None:
+                gm._attached.pop(key, None)
+
+        return drop
+
+    def _has(self, t: Tensor) -> bool:
+        entry = self._attached.get(id(t))
+        return entry is not None and entry[0]() is t
+
+    def attached_tensors(self) -> list[Tensor]:
+        return [t for t in (ref() for ref, _ in self._attached.values()) if t is not None]
+
+    @property
+    def is_recording(self) -> bool:
+        return self._recording
+
+    def record(self) -> None:
+        if self._recording:
+            raise RuntimeError("GradManager.record: already recording")
+        self._recording = True
+        Listeners.recording.append(self)
+
+    def release(self) -> None:
+        """Stop recording; safe to call at any time."""
+        if self._recording:
+            self._recording = False
+            if self in Listeners.recording:  # else it records in another thread
+                Listeners.recording.remove(self)
+
+    def __enter__(self) -> GradManager:
+        self.record()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    def backward(self, y: Any = None, dy: Any = None) -> None:
+        """Accumulate d(y . dy)/d(attached) into each attached tensor's `.grad`, then release.
+
+        y and dy may be Tensors or lists; dy defaults to ones."""
+        if not self._recording:
+            raise RuntimeError(
+                "GradManager.backward: nothing was recorded. Did you forget `gm.record()` or "
+                "`with gm:` around the forward computation?"
+            )
+        if y is None:
+            self.release()
+            return
+        ys = [y] if isinstance(y, Tensor) else list(y)
+        if dy is None:
+            dys = [Tensor(np.ones(t.shape, t.dtype)) for t in ys]
+        else:
+            dys = [as_tensor(d, t.dtype) for t, d in zip(ys, [dy] if isinstance(dy, Tensor) else dy,
+                                                        strict=True)]  # fmt: skip
+        pending: list[tuple[Tensor, Tensor]] = []
+        sinks = self._sinks(pending)
+        self.release()
+        create = bool(Listeners.recording) and Listeners.grad_enabled
+        deliver = lambda node: sinks.get(node) or autodiff.retained_sink(node)
+        autodiff.run_backward(ys, dys, deliver, create_graph=create)
+        callbacks = (cb for _, cbs in self._attached.values() for cb in cbs)
+        for cb in dict.fromkeys(cb for cb in callbacks if hasattr(cb, "flush")):
+            cb.flush()
+        for t, g in pending:
+            autodiff.accumulate(t, g)
+
+    def _sinks(self, pending: list) -> dict[Any, Callable[[Tensor], None]]:
+        """Node -> delivery into the attached tensor whose gradient arrives there."""
+        sinks = {}
+        for ref, callbacks in self._attached.values():
+            t = ref()
+            node = None if t is None else autodiff.edge(t)
+            if node is not None:
+                sinks[node] = functools.partial(_deliver, t, callbacks, pending)
+        return sinks
+
+
+def _deliver(t: Tensor, callbacks: list[Callback], pending: list, g: Tensor) -> None:
+    """Run the callbacks, then accumulate; a callback with a `flush()` method (an asynchronous
+    one, such as a non-blocking all-reduce) returns a gradient whose data is only there once
+    `flush()` returned, so that accumulation waits until the end of `backward`."""
+    for cb in callbacks:
+        g = cb(t, g)
+    if any(hasattr(cb, "flush") for cb in callbacks):
+        pending.append((t, g))
+    else:
+        autodiff.accumulate(t, g)
+
+
+# --- functional transformations -----------------------------------------------------------------
+
+
+def vjp(fn: Callable, *primals: Any) -> tuple[Tensor, Callable]:
+    """`out, vjp_fn = vjp(fn, *primals)`; `vjp_fn(cotangent)` gives one gradient per primal.
+
+    Nests: inside another `vjp`/`grad`/GradManager the returned gradients are differentiable."""
+    xs = [as_tensor(p) for p in primals]
+    with GradManager() as gm:
+        # a primal passed twice gets a node of its own, so each slot gets only its own part
+        xs = [x + 0.0 if any(x is y for y in xs[:i]) else x for i, x in enumerate(xs)]
+        gm.attach(xs)
+        out = fn(*xs)
+        slots = {autodiff.edge(x): i for i, x in enumerate(xs)}
+
+    def vjp_fn(cotangent: Any) -> tuple[Tensor, ...]:
+        grads: list[Tensor | None] = [None] * len(xs)
+
+        def collect(node: Any) -> Callable | None:
+            i = slots.get(node)
+            return None if i is None else (lambda g: grads.__setitem__(i, g))
+
+        create = bool(Listeners.recording) and Listeners.grad_enabled
+        autodiff.run_backward([out], [as_tensor(cotangent, out.dtype)], collect, True, create)
+        return tuple(
+            Tensor(np.zeros(x.shape, x.dtype)) if g is None else g
+            for x, g in zip(xs, grads, strict=True)
+        )
+
+    return out, vjp_fn
+
+
+def grad(fn: Callable, argnums: int | Sequence[int] = 0) -> Callable:
+    """The gradient of a scalar-valued `fn` with respect to argument(s) `argnums`."""
+
+    def grad_fn(*args: Any) -> Any:
+        nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+
+        def partial_fn(*xs: Any) -> Tensor:
+            full = list(args)
+            for n, x in zip(nums, xs, strict=True):
+                full[n] = x
+            return fn(*full)
+
+        out, vjp_fn = vjp(partial_fn, *(args[n] for n in nums))
+        grads = vjp_fn(autodiff._default_dy(out))
+        return grads[0] if isinstance(argnums, int) else grads
+
+    return grad_fn

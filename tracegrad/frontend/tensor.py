@@ -1,0 +1,329 @@
+"""`Tensor` and `bind`, the ground floor. A Tensor holds an ndarray or a symbolic `ir.Value`.
+
+`bind(prim, *args)` hands one primitive application to whoever is listening: the eager NumPy
+evaluator by default, the tracer while one is active, and afterwards the tape; it is what
+calling a primitive does. This module knows no particular op; api.py attaches Tensor's operators
+from above.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from tracegrad.core import ir
+from tracegrad.core.errors import ShapeError, TraceError, user_location
+from tracegrad.core.primitives import Primitive, astype
+
+_serials = itertools.count()
+
+
+class _Listeners(threading.local):
+    """Who hears `bind`: a stack of tracers (top one evaluates) and the tape recorder. Tracing,
+    `no_grad` and backward state are per thread, as PyTorch's grad mode and JAX's trace state
+    are: a step traced in one thread must not capture another thread's eager ops. `phase` is the
+    part of a training step that is running ("forward", "backward", "update"), set where it
+    starts (backward passes, optimizer steps) and read by the tracer to label nodes."""
+
+    record: Any = None  # autodiff's recorder, shared by all threads: record(prim, inputs, out, ...)
+
+    def __init__(self) -> None:
+        self.tracers: list[Any] = []
+        self.grad_enabled = True
+        self.phase = "forward"
+        self.recording: list[Any] = []  # GradManagers recording in this thread, outermost first
+
+
+Listeners = _Listeners()
+
+
+@contextlib.contextmanager
+def phase(name: str) -> Iterator[None]:
+    """Label the ops run inside as part of `name` ("backward", "update") of a training step."""
+    previous, Listeners.phase = Listeners.phase, name
+    try:
+        yield
+    finally:
+        Listeners.phase = previous
+
+
+def _default_dtype(data: Any) -> np.dtype | None:
+    """Python floats (and lists of them) become float32; ndarrays keep their dtype."""
+    if isinstance(data, np.ndarray | np.generic):
+        return None
+    return np.dtype(np.float32) if np.asarray(data).dtype == np.float64 else None
+
+
+class Size(int):
+    """The element count (NumPy's `a.size`) that can also be called as PyTorch's `t.size()` (the
+    shape) or `t.size(dim)` (one extent)."""
+
+    def __new__(cls, count: Any, shape: tuple[int, ...]) -> Size:
+        n = super().__new__(cls, int(count))
+        n.shape = shape
+        return n
+
+    def __call__(self, dim: int | None = None) -> Any:
+        return self.shape if dim is None else self.shape[dim]
+
+
+class Tensor:
+    """An n-d array with reverse-mode autodiff: concrete (an ndarray) or symbolic (traced)."""
+
+    __slots__ = ("_value", "_requires_grad", "_grad", "_node", "_retains", "_serial", "_version",
+                 "__weakref__")  # fmt: skip
+    __array_priority__ = 1000
+
+    def __init__(self, data: Any, dtype: Any = None, requires_grad: bool = False):
+        if isinstance(data, Tensor):
+            data = data._value
+        elif isinstance(data, list | tuple) and _holds_tensors(data):
+            raise TypeError(
+                "tensor(): the list holds tensors, and a new leaf would cut their gradient; use "
+                "tracegrad.stack(...) (or tracegrad.as_tensor, which stacks)"
+            )
+        if not isinstance(data, ir.Value):
+            dtype = dtype if dtype is not None else _default_dtype(data)
+            data = np.asarray(data, dtype=dtype)
+        elif dtype is not None and np.dtype(dtype) != data.dtype:
+            raise TypeError(f"tensor: cannot change the dtype of a traced value to {dtype}")
+        self._value = data
+        self._requires_grad = False
+        self._grad: Tensor | None = None
+        self._node: Any = None  # a tape node: the op that made this tensor, or the leaf's own node
+        self._retains = False
+        self._serial = next(_serials)
+        self._version = [0]  # in-place writes so far; shared with detach()ed aliases
+        if requires_grad:
+            self.requires_grad = True
+
+    @classmethod
+    def _wrap(cls, value: Any, node: Any = None) -> Tensor:
+        t = cls.__new__(cls)
+        t._value, t._requires_grad, t._grad, t._node, t._retains = value, False, None, node, False
+        t._serial, t._version = next(_serials), [0]
+        return t
+
+    # --- array facts -------------------------------------------------------------------------
+    shape = property(lambda self: tuple(self._value.shape), doc="The shape, as a tuple.")
+    dtype = property(lambda self: np.dtype(self._value.dtype), doc="The NumPy dtype.")
+    ndim = property(lambda self: len(self._value.shape))
+    size = property(lambda self: Size(np.prod(self._value.shape, dtype=np.int64), self.shape))
+
+    @property
+    def is_symbolic(self) -> bool:
+        return isinstance(self._value, ir.Value)
+
+    def _concrete(self, what: str) -> np.ndarray:
+        if isinstance(self._value, ir.Value):
+            raise TraceError(
+                f"{what} needs a concrete value, but this tensor ({self._value.type_str}) is "
+                f"traced by @tracegrad.trace (at {user_location()}). Keep Python control flow "
+                "and printing outside the traced function: return the tensor and read it "
+                "after the call, or use tracegrad.where(...) for data-dependent choices."
+            )
+        return self._value
+
+    def numpy(self) -> np.ndarray:
+        """The underlying ndarray (no copy, as in PyTorch)."""
+        return self._concrete("Tensor.numpy()")
+
+    def item(self) -> Any:
+        return self._concrete("Tensor.item()").item()
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        a = self._concrete("np.asarray(tensor)")
+        return a if dtype is None else a.astype(dtype)
+
+    def __bool__(self) -> bool:
+        return bool(self._concrete("bool(tensor) (an `if` or `while` on a tensor)"))
+
+    def __float__(self) -> float:
+        return float(self._concrete("float(tensor)"))
+
+    def __int__(self) -> int:
+        return int(self._concrete("int(tensor)"))
+
+    def __index__(self) -> int:
+        return int(self._concrete("using a tensor as an index").__index__())
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        grad = ", requires_grad=True" if self.requires_grad else ""
+        if isinstance(self._value, ir.Value):
+            return f"tensor(<traced {self._value.type_str}>{grad})"
+        body = np.array2string(self._value, separator=", ", prefix="tensor(")
+        return f"tensor({body}, dtype={self.dtype.name}{grad})"
+
+    # --- autodiff facts (the tape lives in autodiff.py; these read its marks) ----------------
+    @property
+    def is_leaf(self) -> bool:
+        return self._node is None or self._node.is_leaf
+
+    @property
+    def grad_fn(self) -> Any:
+        """The tape node that produced this tensor (its `name` is the op's), None on leaves."""
+        return None if self.is_leaf else self._node
+
+    @property
+    def requires_grad(self) -> bool:
+        return self._requires_grad if self.is_leaf else True
+
+    @requires_grad.setter
+    def requires_grad(self, flag: bool) -> None:
+        if not self.is_leaf:
+            raise RuntimeError(
+                "requires_grad can only be changed on leaf tensors; this tensor was produced by "
+                f"'{self._node.name}'. Use t.detach() to get a leaf that shares its data."
+            )
+        if flag and self.dtype.kind != "f":
+            raise RuntimeError(f"only floating tensors can require gradients, not {self.dtype}")
+        self._requires_grad = bool(flag)
+
+    def requires_grad_(self, flag: bool = True) -> Tensor:
+        self.requires_grad = flag
+        return self
+
+    @property
+    def grad(self) -> Tensor | None:
+        return self._grad
+
+    @grad.setter
+    def grad(self, g: Tensor | None) -> None:
+        if g is not None and not isinstance(g, Tensor):
+            g = Tensor(g)
+        if g is not None and g.shape != self.shape:
+            raise ValueError(f"grad of shape {g.shape} assigned to a tensor of shape {self.shape}")
+        for tracer in Listeners.tracers:
+            tracer.will_write(self)
+        self._grad = g
+
+    def retain_grad(self) -> None:
+        """Keep `.grad` on this non-leaf after backward (leaves keep theirs anyway)."""
+        self._retains = True
+        if not self.is_leaf:
+            self._node.retained = weakref.ref(self)
+
+    def detach(self) -> Tensor:
+        """A new leaf sharing this tensor's data (and its version counter), cut from the graph.
+        While tracing, a tensor from before the trace is lifted first (made state), so the
+        detached alias reads its value at every call rather than a constant of the first."""
+        if Listeners.tracers and not isinstance(self._value, ir.Value):
+            Listeners.tracers[-1].lift(self)
+        t = Tensor._wrap(self._value)
+        t._version = self._version
+        return t
+
+    def _assign(self, new: Tensor) -> None:
+        """Overwrite this tensor's contents (in-place ops, optimizer steps, trace write-back)."""
+        if new.shape != self.shape:
+            raise ShapeError(f"in-place update: result of shape {new.shape} into {self.shape}")
+        for tracer in Listeners.tracers:
+            tracer.will_write(self)
+        self._version[0] += 1
+        if Listeners.tracers:  # symbolic, so that the plan reads it at each call, never bakes it
+            new = Tensor._wrap(Listeners.tracers[-1].lift(new))
+        if new.dtype != self.dtype:
+            new = Tensor._wrap(new._value).astype(self.dtype)
+        if Listeners.tracers or not isinstance(self._value, np.ndarray):
+            self._value = new._value  # traced: a state write, applied only if the step completes
+        elif not self._value.flags.writeable:  # wraps a read-only array: gets a buffer of its own
+            self._value = np.array(new._value)
+        else:
+            np.copyto(self._value, new._value)
+
+
+def as_tensor(x: Any, dtype: Any = None) -> Tensor:
+    """`x` as a tensor; a list holding tensors is stacked (differentiably), never detached."""
+    if isinstance(x, Tensor):
+        return x
+    if isinstance(x, list | tuple) and _holds_tensors(x):
+        out = Tensor._stack(x)
+        return out if dtype is None else out.astype(dtype)
+    return Tensor(x, dtype=dtype)
+
+
+def _holds_tensors(x: Any) -> bool:
+    if isinstance(x, list | tuple):
+        return any(_holds_tensors(v) for v in x)
+    return isinstance(x, Tensor)
+
+
+def bind(prim: Any, *args: Any, **params: Any) -> Tensor:
+    """Apply `prim` to `args`: evaluate (eagerly or symbolically), then let the tape record it."""
+    tracer = Listeners.tracers[-1] if Listeners.tracers else None
+    weak = tracer.weak if tracer is not None else ()
+    inputs = _lift_args(args, weak)
+    shape, dtype = prim.shape_rule(*inputs, **params)
+    if tracer is not None:
+        value = tracer.process(prim, inputs, params, shape, dtype)
+        if weak and _all_weak(args, weak):  # Python-number arithmetic stays a Python number
+            weak.add(value)
+    else:
+        value = np.asarray(prim.impl(*(t._value for t in inputs), **params))
+        if value.dtype != dtype:
+            value = value.astype(dtype)
+    out = Tensor._wrap(value)
+    if Listeners.record is not None and Listeners.grad_enabled:
+        Listeners.record(prim, inputs, out, params)
+    return out
+
+
+def _is_python_number(a: Any) -> bool:
+    return isinstance(a, int | float | bool)
+
+
+def _lift_args(args: tuple[Any, ...], weak: Any = ()) -> list[Tensor]:
+    """Tensors stay; ndarrays become tensors; Python scalars take the tensors' dtype (NEP 50),
+    and so does a traced stand-in for a Python number argument (a `weak` value)."""
+    is_weak = [_weak(a, weak) for a in args]
+    arrays = [a._value if isinstance(a, Tensor) else a for a in args]
+    typed = [a for a, w in zip(arrays, is_weak, strict=True) if not w and not _is_python_number(a)]
+    out = []
+    for a, raw, w in zip(arrays, args, is_weak, strict=True):
+        if w and typed:
+            dtype = np.result_type(*(t.dtype for t in typed), 0.0 if raw.dtype.kind == "f" else 0)
+            out.append(raw if dtype == raw.dtype else astype(raw, dtype=dtype))
+        elif isinstance(raw, Tensor):
+            out.append(raw)
+        elif _is_python_number(a):
+            dtype = np.result_type(*(t.dtype for t in typed), a) if typed else None
+            out.append(Tensor(a, dtype=dtype))
+        else:
+            out.append(Tensor(np.asarray(a)))
+    return out
+
+
+def _weak(a: Any, weak: Any) -> bool:
+    return isinstance(a, Tensor) and isinstance(a._value, ir.Value) and a._value in weak
+
+
+def _all_weak(args: tuple[Any, ...], weak: Any) -> bool:
+    """Every operand is a Python number or stands in for one, and one of them is traced."""
+    tensors = [a for a in args if isinstance(a, Tensor)]
+    return (
+        bool(tensors)
+        and all(_weak(a, weak) for a in tensors)
+        and all(isinstance(a, Tensor) or _is_python_number(a) for a in args)
+    )
+
+
+Primitive.__call__ = bind  # calling an op binds it: the front end gives the table its meaning
+
+__all__ = ["Listeners", "ShapeError", "Tensor", "TraceError", "as_tensor", "bind", "phase",
+           "user_location"]  # fmt: skip

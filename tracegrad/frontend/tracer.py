@@ -1,0 +1,295 @@
+"""Tracing: run a training step once on symbolic tensors and record one graph holding forward,
+backward and the optimizer's update (runtime.py compiles it and runs it from then on).
+
+Tensors made before the call and touched inside it (parameters, their `.grad`, optimizer state)
+become *state*: graph inputs read at every call, and outputs written back only after the plan
+ran to the end, so a failing step changes nothing.
+"""
+
+from __future__ import annotations
+
+import dis
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tracegrad.core import ir
+from tracegrad.frontend import pytree
+from tracegrad.frontend.tensor import (
+    Listeners,
+    Tensor,
+    TraceError,
+    _serials,
+    as_tensor,
+    user_location,
+)
+
+
+def _is_leaf(x: Any) -> bool:
+    return isinstance(x, Tensor | np.ndarray)
+
+
+@dataclass
+class Slot:
+    """A tensor from outside the trace: what it held before, and its symbolic stand-in."""
+
+    tensor: Tensor
+    value: Any
+    grad: Tensor | None
+    version: int  # in-place writes so far: a write is counted when a plan stores it, not here
+    input: ir.Value | None = None
+    arg: int | None = None  # the position among the call's array arguments, if it is one
+
+    @property
+    def ref(self) -> Ref:
+        return Ref(None, self.arg) if self.arg is not None else Ref(self.tensor, None)
+
+
+@dataclass(frozen=True)
+class Ref:
+    """Whom a plan reads or writes: argument `arg` of each call (another tensor every call,
+    maybe) or a tensor captured while tracing (a parameter, optimizer state)."""
+
+    tensor: Tensor | None
+    arg: int | None
+
+    def resolve(self, arg_leaves: Sequence[Any]) -> Any:
+        return self.tensor if self.arg is None else arg_leaves[self.arg]
+
+
+@dataclass
+class Capture:
+    """The result of tracing: the graph and how its inputs and outputs map to tensors."""
+
+    graph: ir.Graph
+    args: list[int]  # graph.inputs[:len(args)] are these array arguments; the rest are `reads`
+    reads: list[tuple[Ref, bool]]  # graph.inputs after the arguments: (whom, read its .grad)
+    value_writes: list[Ref]  # whose value the outputs after the results replace
+    grad_writes: list[tuple[Ref, bool]]  # (whose grad, grad is None afterwards)
+    result_tree: Any
+    n_results: int
+    guards: list[tuple[Tensor, tuple, np.dtype, bool]] = field(default_factory=list)
+    checks: list[Callable[[], bool]] = field(default_factory=list)  # from `guard()`
+    watched: list[Watch] = field(default_factory=list)
+
+    def guards_hold(self) -> bool:
+        return (
+            all(
+                t.shape == shape and t.dtype == dtype and (t._grad is None) == no_grad
+                for t, shape, dtype, no_grad in self.guards
+            )
+            and all(w.holds() for w in self.watched)
+            and all(check() for check in self.checks)
+        )
+
+
+@dataclass
+class Watch:
+    """A Python value the trace read and baked in (a module's training flag, a number from the
+    step's globals): the plan is valid while `get()` still equals `value`. `warn`: a change is
+    worth a warning, since each one compiles a new plan (a module switching between train and
+    eval is not)."""
+
+    describe: str
+    get: Callable[[], Any]
+    value: Any
+    warn: bool = True
+
+    def holds(self) -> bool:
+        return self.get() == self.value
+
+
+def watch(key: Any, describe: str, get: Callable[[], Any], warn: bool = True) -> None:
+    """While tracing: the plan being traced is valid while `get()` returns what it returns now
+    (once per `key`). Does nothing outside tracing."""
+    if Listeners.tracers and key not in Listeners.tracers[-1].watched:
+        Listeners.tracers[-1].watched[key] = Watch(describe, get, get(), warn)
+
+
+GLOBAL_LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME"})
+
+
+def watch_python_numbers(fn: Callable) -> None:
+    """Watch the Python numbers `fn` reads from its globals and closure cells (and so do the
+    functions and lambdas written inside it): the trace bakes them in."""
+    while not hasattr(fn, "__code__") and hasattr(fn, "__func__") or hasattr(fn, "func"):
+        fn = getattr(fn, "__func__", None) or fn.func  # bound methods, functools.partial
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return
+    codes, names = [code], set()
+    while codes:
+        c = codes.pop()
+        # globals only: co_names also lists attribute names (`opt.step()` is not global `step`)
+        names.update(i.argval for i in dis.get_instructions(c) if i.opname in GLOBAL_LOADS)
+        codes += [k for k in c.co_consts if hasattr(k, "co_names")]
+    scope = fn.__globals__
+    for name in sorted(names):
+        if _is_number(scope.get(name)):
+            watch(("global", id(scope), name), f"global `{name}`", lambda n=name: scope.get(n))
+    for name, cell in zip(code.co_freevars, fn.__closure__ or (), strict=True):
+        try:
+            content = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if _is_number(content):
+            watch(("closure", id(cell)), f"`{name}` (from an enclosing function)",
+                  lambda c=cell: c.cell_contents)  # fmt: skip
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, int | float | complex | np.number) and not isinstance(x, np.ndarray)
+
+
+def guard(check: Callable[[], bool]) -> None:
+    """While tracing: the plan being traced is valid only while `check()` is true; a call for
+    which it is false traces again. For Python values a traced function bakes in (an
+    optimizer's momentum, a flag). Does nothing outside tracing."""
+    if Listeners.tracers:
+        Listeners.tracers[-1].checks.append(check)
+
+
+class Tracer:
+    """Listens to `bind` while a traced function runs; builds the graph node by node."""
+
+    def __init__(self) -> None:
+        self.start = next(_serials)
+        self.nodes: list[ir.Node] = []
+        self.slots: dict[int, Slot] = {}
+        self.consts: dict[int, tuple[Tensor, ir.Value]] = {}
+        self.checks: list[Callable[[], bool]] = []
+        self.watched: dict[Any, Watch] = {}
+        self.weak: set[ir.Value] = set()  # stand-ins for Python numbers: they promote weakly
+
+    def process(self, prim: Any, inputs: list[Tensor], params: dict, shape: tuple, dtype: Any):
+        ins = [self.lift(t) for t in inputs]
+        out = ir.Value(shape, dtype)
+        node = ir.Node(prim, ins, [out], params, user_location(), Listeners.phase)
+        self.nodes.append(node)
+        return out
+
+    def lift(self, t: Tensor) -> ir.Value:
+        """The symbolic value of `t`: its own, a constant, or a new state input."""
+        if isinstance(t._value, ir.Value):
+            return t._value
+        if t._serial > self.start:
+            if id(t) not in self.consts:
+                self.consts[id(t)] = (t, ir.Value(t.shape, t.dtype, const=t._value))
+            return self.consts[id(t)][1]
+        return self.stand_in(t)
+
+    def stand_in(self, t: Tensor, arg: int | None = None) -> ir.Value:
+        """Make `t` a graph input: its value becomes symbolic until `restore()`."""
+        slot = self.slot(t)
+        slot.input, slot.arg = ir.Value(t.shape, t.dtype), arg
+        t._value = slot.input
+        return slot.input
+
+    def slot(self, t: Tensor) -> Slot:
+        if id(t) not in self.slots:
+            self.slots[id(t)] = Slot(t, t._value, t._grad, t._version[0])
+        return self.slots[id(t)]
+
+    def will_write(self, t: Tensor) -> None:
+        """Called before a tensor's value or grad changes: remember what to restore."""
+        if t._serial <= self.start:
+            self.slot(t)
+
+    def restore(self) -> None:
+        for s in self.slots.values():
+            s.tensor._value, s.tensor._grad, s.tensor._version[0] = s.value, s.grad, s.version
+
+    def finish(self, result: Any) -> Capture:
+        leaves, tree = pytree.flatten(result, _is_leaf)
+        outputs = [self.lift(as_tensor(x)) for x in leaves]
+        value_writes, grad_writes = [], []
+        for s in list(self.slots.values()):
+            t = s.tensor
+            if t._value is not s.value and t._value is not s.input:
+                value_writes.append(s.ref)
+                outputs.append(self.lift(t))  # symbolic: _assign lifts what it stores
+        for s in list(self.slots.values()):
+            t = s.tensor
+            if t._grad is not s.grad:
+                grad_writes.append((s.ref, t._grad is None))
+                if t._grad is not None:
+                    outputs.append(self.lift(t._grad))
+        args = [s for s in self.slots.values() if s.arg is not None and s.input is not None]
+        state = [s for s in self.slots.values() if s.arg is None and s.input is not None]
+        graph = ir.Graph([s.input for s in args + state], self.nodes, outputs)
+        owners = {id(s.grad): s for s in self.slots.values() if s.grad is not None}
+        reads = [
+            (owners[id(s.tensor)].ref, True) if id(s.tensor) in owners else (s.ref, False)
+            for s in state
+        ]
+        guards = [
+            (s.tensor, s.tensor.shape, s.tensor.dtype, s.grad is None)
+            for s in self.slots.values()
+            if s.arg is None
+        ]
+        return Capture(graph, [s.arg for s in args], reads, value_writes, grad_writes, tree,
+                       len(leaves), guards, self.checks, list(self.watched.values()))  # fmt: skip
+
+
+def _is_leaf_or_float(x: Any) -> bool:
+    return _is_leaf(x) or type(x) is float
+
+
+def signature(args: tuple, kwargs: dict, dynamic: frozenset[int] = frozenset()) -> tuple:
+    """The leaves of a call (arrays and Python floats) and its key: the pytree of the other
+    arguments; per array its shape, dtype, whether its grad is None, and which earlier leaf it
+    is, if any (the same tensor passed twice); per float its value, unless its position is
+    `dynamic` (then it is an input of the plan, as a 0-d float64)."""
+    leaves, tree = pytree.flatten((args, kwargs), _is_leaf_or_float)
+    ids = [id(x) for x in leaves]
+    spec = tuple(
+        (("float", x) if i not in dynamic else ("dynamic float",))
+        if type(x) is float
+        else (tuple(np.shape(x)), np.dtype(x.dtype), getattr(x, "_grad", None) is None,
+              ids.index(ident))
+        for i, (x, ident) in enumerate(zip(leaves, ids, strict=True))
+    )  # fmt: skip
+    try:
+        hash(tree)
+    except TypeError as e:
+        raise TypeError(f"@trace: a non-tensor argument must be hashable ({e})") from None
+    return leaves, (tree, spec)
+
+
+def capture(
+    fn: Callable, args: tuple, kwargs: dict, dynamic: frozenset[int] = frozenset()
+) -> Capture:
+    """Run `fn` once on symbolic stand-ins for its tensor arguments (and the Python floats at
+    `dynamic` positions of `signature`'s leaves) and record everything."""
+    leaves, tree = pytree.flatten((args, kwargs), _is_leaf_or_float)
+    tracer = Tracer()
+    Listeners.tracers.append(tracer)
+    try:
+        stand_ins: list[Any] = []
+        for i, x in enumerate(leaves):
+            if type(x) is float and i not in dynamic:
+                stand_ins.append(x)  # baked in: the key holds its value
+                continue
+            t = x if isinstance(x, Tensor) else Tensor._wrap(np.asarray(x))
+            if not any(t is u for u in stand_ins):  # the same tensor twice: one input
+                tracer.stand_in(t, arg=i)
+                if type(x) is float:
+                    tracer.weak.add(t._value)
+            stand_ins.append(t)
+        call_args, call_kwargs = pytree.unflatten(tree, stand_ins)
+        watch_python_numbers(fn)
+        result = fn(*call_args, **call_kwargs)
+        return tracer.finish(result)
+    finally:
+        Listeners.tracers.remove(tracer)
+        tracer.restore()
+
+
+def interpret(graph: ir.Graph, *args: Any) -> list[np.ndarray]:
+    """The reference interpreter: every node with its primitive's NumPy implementation."""
+    return ir.evaluate(graph, [np.asarray(a) for a in args])
+
+
+__all__ = ["Capture", "TraceError", "Watch", "capture", "guard", "interpret", "signature", "watch"]
