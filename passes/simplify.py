@@ -14,6 +14,7 @@ import numpy as np
 
 from tracegrad.core import primitives as P
 from tracegrad.core.ir import Graph, Node, Value
+from tracegrad.core.ops.elementwise import POWER_PRODUCTS
 from tracegrad.core.primitives import Primitive
 
 from .base import PassStats, is_view, stats, substitute
@@ -167,7 +168,7 @@ def small_power(n: Node, rw: Rewrite) -> Value | None:
         return x
     if exponent == 0.5 and out.dtype.kind == "f":
         return rw.emit(P.sqrt, [x], out)
-    steps = P.POWER_PRODUCTS.get(exponent)
+    steps = POWER_PRODUCTS.get(exponent)
     if steps is None:
         return None
     values = [x]

@@ -62,8 +62,8 @@ def test_kernels_match_reference_and_numpy(monkeypatch, geometry, dtype, block):
     tol = 1e-5 if dtype == np.float32 else 1e-12
     np.testing.assert_allclose(run(forward, x, w, y), y, rtol=tol, atol=tol)
     dx, dw = run(input_grad, g, w, x), run(weight_grad, x, g, w)
-    np.testing.assert_allclose(dx, C.conv2d_input_grad(g, w, x.shape, **a), rtol=tol, atol=tol)
-    np.testing.assert_allclose(dw, C.conv2d_weight_grad(x, g, w.shape, **a), rtol=tol, atol=tol)
+    np.testing.assert_allclose(dx, C.input_grad(g, w, x.shape, **a), rtol=tol, atol=tol)
+    np.testing.assert_allclose(dw, C.weight_grad(x, g, w.shape, **a), rtol=tol, atol=tol)
     inner = float(np.vdot(y.astype(np.float64), g))  # the adjoint identities, independently
     scale = np.abs(y).sum() * np.abs(g).max()
     assert abs(float(np.vdot(x, dx)) - inner) <= tol * scale
@@ -84,7 +84,7 @@ def test_kernels_read_any_layout_and_read_only_operands():
     wr.flags.writeable = False
     np.testing.assert_allclose(run(forward, xf, wr, y), y, rtol=1e-12, atol=1e-12)
     g = rng.standard_normal(y.shape)
-    want = C.conv2d_weight_grad(x, g, w.shape, **a)
+    want = C.weight_grad(x, g, w.shape, **a)
     np.testing.assert_allclose(run(weight_grad, xf, g[:, ::-1][:, ::-1], w), want, rtol=1e-12)
     with pytest.raises(ValueError, match="C-contiguous"):
         forward(x, w, np.empty(y.shape[::-1]).T)
@@ -97,17 +97,17 @@ def test_numpy_versions_write_into_out():
     a = dict(stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1), groups=1)
     x, w = rng.standard_normal((2, 3, 5, 5)), rng.standard_normal((4, 3, 3, 3))
     y = np.full((2, 4, 5, 5), np.nan)
-    assert np.shares_memory(C.conv2d(x, w, out=y, **a), y)
+    assert np.shares_memory(C.forward(x, w, out=y, **a), y)
     np.testing.assert_allclose(y, reference(x, w, **a), rtol=1e-12, atol=1e-12)
     g = rng.standard_normal(y.shape)
-    for op, args, like in ((C.conv2d_input_grad, (g, w, x.shape), x),
-                           (C.conv2d_weight_grad, (x, g, w.shape), w)):  # fmt: skip
+    for op, args, like in ((C.input_grad, (g, w, x.shape), x),
+                           (C.weight_grad, (x, g, w.shape), w)):  # fmt: skip
         out = np.full(like.shape, np.nan)
         result = op(*args, out=out, **a)
         assert np.shares_memory(result, out)
         np.testing.assert_allclose(out, op(*args, **a), rtol=1e-12, atol=1e-12)
     with pytest.raises(ValueError, match="C-contiguous"):
-        C.conv2d(x, w, out=np.empty((5, 5, 4, 2)).T, **a)
+        C.forward(x, w, out=np.empty((5, 5, 4, 2)).T, **a)
 
 
 def test_traced_conv_step_runs_the_kernels_and_matches_eager(rng):

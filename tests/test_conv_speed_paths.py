@@ -72,16 +72,16 @@ def test_conv_ops_match_reference_and_are_adjoints(layout, monkeypatch, geometry
     x = rng.standard_normal(shape).astype(dtype)
     w = rng.standard_normal((out, shape[1] // groups, *kernel)).astype(dtype)
     a = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
-    y = C.conv2d(x, w, **a)
+    y = C.forward(x, w, **a)
     chunk_by(monkeypatch, chunk, x, w, y.shape[2:], **a)  # 2 samples a chunk: 3 chunks of 5
     x0, w0 = x.copy(), w.copy()
-    y = C.conv2d(x, w, **a)
+    y = C.forward(x, w, **a)
     tol = 1e-4 if dtype == np.float32 else 1e-11
     np.testing.assert_allclose(y, reference(x, w, **a), rtol=tol, atol=tol)
     g = rng.standard_normal(y.shape).astype(dtype)
     g0 = g.copy()
-    dx = C.conv2d_input_grad(g, w, x.shape, **a)
-    dw = C.conv2d_weight_grad(x, g, w.shape, **a)
+    dx = C.input_grad(g, w, x.shape, **a)
+    dw = C.weight_grad(x, g, w.shape, **a)
     for r, like in ((y, None), (dx, x), (dw, w)):
         assert r.dtype == dtype and r.flags.c_contiguous
         assert like is None or (r.shape == like.shape and not np.shares_memory(r, like))
@@ -99,17 +99,17 @@ def test_conv_ops_promote_mixed_dtypes_and_read_any_strides(layout, monkeypatch)
     x = rng.standard_normal((5, 2, 6, 7)).astype(np.float32)
     w = rng.standard_normal((3, 2, 3, 3))
     chunk_by(monkeypatch, 2, x, w, (6, 7), **a)
-    y = C.conv2d(x, w, **a)
+    y = C.forward(x, w, **a)
     assert y.dtype == np.float64
     np.testing.assert_allclose(y, reference(x.astype(np.float64), w, **a), rtol=1e-12, atol=1e-12)
     g = rng.standard_normal(y.shape).astype(np.float32)
-    assert C.conv2d_input_grad(g, w, x.shape, **a).dtype == np.float64
-    assert C.conv2d_weight_grad(x, g, w.shape, **a).dtype == np.float32
+    assert C.input_grad(g, w, x.shape, **a).dtype == np.float64
+    assert C.weight_grad(x, g, w.shape, **a).dtype == np.float32
     xt = np.asfortranarray(x)  # not C-contiguous, nor are the views below
-    np.testing.assert_allclose(C.conv2d(xt, w, **a), y, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(C.forward(xt, w, **a), y, rtol=1e-12, atol=1e-12)
     gt = np.ascontiguousarray(g[::-1])[::-1]
-    np.testing.assert_array_equal(C.conv2d_weight_grad(xt, gt, w.shape, **a),
-                                  C.conv2d_weight_grad(x, g, w.shape, **a))  # fmt: skip
+    np.testing.assert_array_equal(C.weight_grad(xt, gt, w.shape, **a),
+                                  C.weight_grad(x, g, w.shape, **a))  # fmt: skip
 
 
 @pytest.mark.parametrize("geometry", [GEOMETRIES[i] for i in (1, 3, 5, 8)])
@@ -119,5 +119,5 @@ def test_conv2d_gradients_match_finite_differences_on_each_path(layout, monkeypa
     rng = np.random.default_rng(5)
     x, w = rng.standard_normal(shape), rng.standard_normal((out, shape[1] // groups, *kernel))
     a = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
-    chunk_by(monkeypatch, 2, x, w, C.conv2d(x, w, **a).shape[2:], **a)
+    chunk_by(monkeypatch, 2, x, w, C.forward(x, w, **a).shape[2:], **a)
     check_grad(lambda x, w: P.conv2d(x, w, **a), x, w)

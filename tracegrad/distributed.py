@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from tracegrad.core import primitives as P
+from tracegrad.core.ops.collectives import wait_request
 from tracegrad.frontend.autodiff import no_grad
 from tracegrad.frontend.tensor import Tensor
 
@@ -92,7 +93,7 @@ def broadcast_parameters(
     with no_grad():
         for p in params:
             buf = np.ascontiguousarray(p.numpy())
-            P.wait_request(comm.Ibcast(buf, root=root), timeout, f"broadcast on rank {rank()}")
+            wait_request(comm.Ibcast(buf, root=root), timeout, f"broadcast on rank {rank()}")
             p._assign(Tensor(buf))
 
 
@@ -160,7 +161,7 @@ class AllReduce:
         sent, self._sent = self._sent, []
         scale = 1.0 / world_size() if self.op == "mean" else None
         for request, _, recv, items in sent:
-            P.wait_request(request, self.timeout, f"allreduce on rank {rank()}")
+            wait_request(request, self.timeout, f"allreduce on rank {rank()}")
             offset = 0
             for local, result in items:
                 if len(items) > 1:

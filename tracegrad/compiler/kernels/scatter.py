@@ -1,7 +1,6 @@
 """The scatter-add of rows: `out[rows[k]] += g[k]`, an embedding's gradient (`scatter_add` with
-the template ("@",) and integer indices), one serial loop over the rows. The NumPy version
-(a stable sort and `np.add.reduceat`) took 1.1 ms for the GPT of `benchmarks/models.py` (2048
-rows of 256 into 96); this kernel about 0.1. `tracegrad.primitives._scatter_add` has the
+the template ("@",) and integer indices), one serial loop over the rows: the NumPy version in
+`core.ops.views` (a stable sort and `np.add.reduceat`) makes several passes over the rows. Same
 contract: negative indices count from the end, others out of range raise IndexError."""
 
 from __future__ import annotations

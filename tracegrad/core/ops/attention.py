@@ -1,4 +1,4 @@
-"""Attention's ops in NumPy (their records are in `primitives`; the Numba backend runs kernels of
+"""Attention's ops in NumPy (their records at the end; the Numba backend runs kernels of
 its own, `tracegrad.compiler.kernels.attention`). Over queries q (..., L, E), keys k (..., S, E) and
 values v (..., S, Ev) with the same leading axes:
 
@@ -16,7 +16,11 @@ Both work through the (batch) pairs in chunks, so their temporaries stay near CH
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+
+from tracegrad.core.vocabulary import Primitive
 
 CHUNK_BYTES = 8 << 20
 
@@ -131,3 +135,85 @@ def _chunk(shape, keys: int, dtype) -> int:
 def _chunks(shape, keys: int, dtype):
     pairs, step = int(np.prod(shape[:-2])), _chunk(shape, keys, dtype)
     return [(lo, min(lo + step, pairs)) for lo in range(0, pairs, step)]
+
+
+# --- the records ----------------------------------------------------------------------
+
+# --- attention (implemented in `attention`; the Numba backend has kernels of its own) ------------
+# attention(q, k, v) is softmax(q k^T * scale [causal]) v with its heads next to its features
+# (`heads_next`); attention_grad(q, k, v, out, g) takes out and g heads first, and
+# packs the three cotangents into one flat array (its VJP: none; a second-order gradient takes
+# the composed ops, `_attention_grads`). Attributes: scale, causal.
+
+
+def _attention_rule(q, k, v, scale, causal):
+    shape, dtype = _heads_first_rule(q, k, v)
+    return tuple(shape[a] for a in heads_next_axes(len(shape))), dtype
+
+
+def _heads_first_rule(q, k, v):
+    if q.ndim < 2 or q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1] \
+            or q.shape[-1] != k.shape[-1] or k.shape[-2] == 0:  # fmt: skip
+        raise ValueError(f"query {q.shape}, key {k.shape} and value {v.shape}: expected "
+                         "(..., L, E), (..., S, E) and (..., S, Ev) with S > 0")  # fmt: skip
+    if not q.dtype == k.dtype == v.dtype or q.dtype.kind != "f":
+        raise ValueError(f"query, key and value of one floating dtype, not {q.dtype}, "
+                         f"{k.dtype} and {v.dtype}")  # fmt: skip
+    return (*q.shape[:-1], v.shape[-1]), q.dtype
+
+
+def _attention_grad_rule(q, k, v, out, g, scale, causal):
+    shape, dtype = _heads_first_rule(q, k, v)
+    if out.shape != shape or g.shape != shape:
+        raise ValueError(f"output {out.shape} and its cotangent {g.shape}: expected {shape}")
+    return (q.size + k.size + v.size,), dtype
+
+
+def _attention_vjp(wanted, g, out, q, k, v, scale, causal, create_graph=False):
+    g, out = heads_next(g), heads_next(out)  # heads first again
+    if create_graph:  # the gradient is itself recorded: ops with VJPs of their own
+        return _attention_grads(g, out, q, k, v, scale, causal)
+    packed = attention_grad(q, k, v, out, g, scale=scale, causal=causal)
+    grads = unpack(packed, q, k, v)
+    return [x if w else None for w, x in zip(wanted, grads, strict=True)]
+
+
+def _attention_grads(g, out, q, k, v, scale, causal):
+    """attention's cotangents of q, k and v in composed, differentiable ops."""
+    s = matmul(q, mT(k)) * scale
+    if causal:
+        s = where(causal_mask(q.shape[-2], k.shape[-2]), s, -math.inf)
+    last = (s.ndim - 1,)
+    e = exp(s - reductions.max(s, axis=last, keepdims=True))
+    p = e / reductions.sum(e, axis=last, keepdims=True)
+    ds = p * (matmul(g, mT(v)) - reductions.sum(g * out, axis=last, keepdims=True)) * scale
+    return matmul(ds, k), matmul(mT(ds), q), matmul(mT(p), g)
+
+
+def _attention_flops(ins, outs) -> int:
+    """q k^T and p v forward (4 L S E), five such products backward; causal: about half."""
+    q, k = ins[0], ins[1]
+    return 2 * q.size * k.shape[-2] * (2 if len(ins) == 3 else 5)
+
+
+attention = Primitive(
+    "attention", forward, _attention_rule, _attention_vjp, "in+out",
+    accepts_out=True, native=True, joint=True, flops=_attention_flops,
+    scratch=lambda ins, a: scratch(*ins[:3], backward=False),
+)  # fmt: skip
+attention_grad = Primitive(
+    "attention_grad", backward, _attention_grad_rule, None, accepts_out=True,
+    native=True, flops=_attention_flops,
+    scratch=lambda ins, a: scratch(*ins[:3], backward=True),
+)  # fmt: skip
+
+
+__all__ = [n for n, v in list(globals().items()) if isinstance(v, Primitive) and n[0] != "_"]
+
+
+# The rules above call ops of other families, which import this one: imported last, the
+# cycle is harmless (no rule runs while the table loads).
+from tracegrad.core.ops import reductions  # noqa: E402
+from tracegrad.core.ops.elementwise import exp, where  # noqa: E402
+from tracegrad.core.ops.linalg import matmul  # noqa: E402
+from tracegrad.core.ops.views import mT  # noqa: E402

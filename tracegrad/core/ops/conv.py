@@ -1,4 +1,4 @@
-"""The convolution ops' implementations (their records are in `primitives`): im2col feeding a
+"""The convolution ops' implementations (their records at the end): im2col feeding a
 few large BLAS matmuls, col2im for the input's gradient. Eager and the NumPy backend run these;
 the Numba backend has kernels of its own (`tracegrad.compiler.kernels.conv`: per sample, on every
 thread), and runs these while they compile.
@@ -32,8 +32,12 @@ alternated runs each) took 0.085-0.092 s at 8 MiB, 0.085-0.087 s at 4, 0.094-0.0
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
+
+from tracegrad.core.vocabulary import Kind, Primitive
 
 CHUNK_BYTES = 8 << 20  # the temporaries of one chunk of the batch
 BLAS_ONE_THREAD = 1 << 18  # OpenBLAS computes a GEMM with m * n * k up to this on one thread
@@ -254,7 +258,7 @@ def _result(out, shape, dtype, zeros=False):
     return out
 
 
-def conv2d(x, w, stride, padding, dilation, groups, out=None):
+def forward(x, w, stride, padding, dilation, groups, out=None):
     size = output_size(x.shape, w.shape, stride, padding, dilation, groups)
     cv = _Conv(x.shape, w.shape, size, stride, padding, dilation, groups,
                np.result_type(x.dtype, w.dtype))  # fmt: skip
@@ -274,7 +278,7 @@ def conv2d(x, w, stride, padding, dilation, groups, out=None):
     return y.reshape(cv.n, cv.o, *size)
 
 
-def conv2d_input_grad(g, w, shape, stride, padding, dilation, groups, out=None):
+def input_grad(g, w, shape, stride, padding, dilation, groups, out=None):
     """The transposed convolution: each patch's gradient added back where the patch came from."""
     cv = _Conv(shape, w.shape, g.shape[2:], stride, padding, dilation, groups,
                np.result_type(g.dtype, w.dtype))  # fmt: skip
@@ -303,7 +307,7 @@ def conv2d_input_grad(g, w, shape, stride, padding, dilation, groups, out=None):
     return dx
 
 
-def conv2d_weight_grad(x, g, shape, stride, padding, dilation, groups, out=None):
+def weight_grad(x, g, shape, stride, padding, dilation, groups, out=None):
     cv = _Conv(x.shape, shape, g.shape[2:], stride, padding, dilation, groups,
                np.result_type(x.dtype, g.dtype))  # fmt: skip
     og, (kh, kw) = cv.og, cv.kernel
@@ -326,3 +330,72 @@ def conv2d_weight_grad(x, g, shape, stride, padding, dilation, groups, out=None)
     result = _result(out, shape, cv.dtype)
     result.reshape(dw.shape)[...] = dw
     return result
+
+
+# --- the records ----------------------------------------------------------------------
+
+# --- convolution (`convolution`: im2col feeding BLAS; the Numba backend has kernels of its own)
+# Attributes: stride (sh, sw), padding ((top, bottom), (left, right)), dilation (dh, dw), groups.
+# The three ops are each other's VJPs (each is bilinear), so every order of derivative is exact.
+
+
+def _conv2d_rule(x, w, stride, padding, dilation, groups):
+    oh, ow = output_size(x.shape, w.shape, stride, padding, dilation, groups)
+    return (x.shape[0], w.shape[0], oh, ow), np.result_type(x.dtype, w.dtype)
+
+
+def _conv_scratch(op: str) -> Callable:
+    """The bytes of `op`'s temporaries (`scratch`); a gradient op's `shape` attribute
+    is the input's or the weight's."""
+
+    def temporaries(ins: Sequence[Any], a: dict) -> int:
+        x = a["shape"] if op == "input_grad" else ins[0].shape
+        w = a["shape"] if op == "weight_grad" else ins[1].shape
+        return scratch(op, x, w, np.result_type(*(v.dtype for v in ins)), **a)
+
+    return temporaries
+
+
+def _conv_grad_rule(a, b, shape, stride, padding, dilation, groups):
+    return shape, np.result_type(a.dtype, b.dtype)
+
+
+conv2d = Primitive(
+    "conv2d",
+    forward,
+    _conv2d_rule,
+    (lambda g, out, x, w, **a: conv2d_input_grad(g, w, shape=x.shape, **a),
+     lambda g, out, x, w, **a: conv2d_weight_grad(x, g, shape=w.shape, **a)),
+    "in",
+    kind=Kind.CONTRACTION,
+    accepts_out=True,
+    native=True,
+    scratch=_conv_scratch("conv2d"),
+)  # fmt: skip
+conv2d_input_grad = Primitive(
+    "conv2d_input_grad",
+    input_grad,
+    _conv_grad_rule,
+    (lambda c, out, g, w, shape, **a: conv2d(c, w, **a),
+     lambda c, out, g, w, shape, **a: conv2d_weight_grad(c, g, shape=w.shape, **a)),
+    "in",
+    kind=Kind.CONTRACTION,
+    accepts_out=True,
+    native=True,
+    scratch=_conv_scratch("input_grad"),
+)  # fmt: skip
+conv2d_weight_grad = Primitive(
+    "conv2d_weight_grad",
+    weight_grad,
+    _conv_grad_rule,
+    (lambda c, out, x, g, shape, **a: conv2d_input_grad(g, c, shape=x.shape, **a),
+     lambda c, out, x, g, shape, **a: conv2d(x, c, **a)),
+    "in",
+    kind=Kind.CONTRACTION,
+    accepts_out=True,
+    native=True,
+    scratch=_conv_scratch("weight_grad"),
+)  # fmt: skip
+
+
+__all__ = [n for n, v in list(globals().items()) if isinstance(v, Primitive) and n[0] != "_"]

@@ -1,4 +1,4 @@
-"""Layer norm's ops in NumPy (their records are in `primitives`; the Numba backend runs kernels of
+"""Layer norm's ops in NumPy (their records at the end; the Numba backend runs kernels of
 its own, `compiler.kernels.normalization`). Over the last axis of x (..., D), with weight and
 bias (D,):
 
@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tracegrad.core.vocabulary import Primitive
+
 
 def unpack(packed, x) -> tuple:
     """Views (dx, dweight, dbias) of a flat array (or tensor) laid out as [dx | dw | db]."""
@@ -24,7 +26,7 @@ def scratch(x) -> int:
     return 2 * x.size * np.dtype(x.dtype).itemsize
 
 
-def layer_norm(x, weight, bias, eps: float, out=None) -> np.ndarray:
+def forward(x, weight, bias, eps: float, out=None) -> np.ndarray:
     centered, rstd = _statistics(x, eps)
     out = np.multiply(centered, rstd, out=out)
     out *= weight
@@ -32,7 +34,7 @@ def layer_norm(x, weight, bias, eps: float, out=None) -> np.ndarray:
     return out
 
 
-def layer_norm_grad(x, weight, g, eps: float, out=None) -> np.ndarray:
+def backward(x, weight, g, eps: float, out=None) -> np.ndarray:
     out = np.empty(x.size + 2 * x.shape[-1], x.dtype) if out is None else out
     dx, dweight, dbias = unpack(out, x)
     xhat, rstd = _statistics(x, eps)
@@ -51,3 +53,71 @@ def _statistics(x, eps: float) -> tuple[np.ndarray, np.ndarray]:
     centered = x - x.mean(-1, keepdims=True)
     var = np.mean(np.square(centered), axis=-1, keepdims=True)
     return centered, 1.0 / np.sqrt(var + eps)
+
+
+# --- the records ----------------------------------------------------------------------
+
+# --- layer norm (implemented in `normalization`; the Numba backend has kernels of its own) -------
+# layer_norm(x, weight, bias) over the last axis; layer_norm_grad(x, weight, g) packs the three
+# cotangents into one flat array (its VJP: none; a second-order gradient takes the composed ops,
+# `_layer_norm_grads`). Attribute: eps.
+
+
+def _layer_norm_rule(x, weight, bias, eps):
+    d = x.shape[-1] if x.ndim else 0
+    if x.ndim < 1 or weight.shape != (d,) or bias.shape != (d,):
+        raise ValueError(f"input {x.shape}, weight {weight.shape} and bias {bias.shape}: "
+                         "expected (..., D), (D,) and (D,)")  # fmt: skip
+    if not x.dtype == weight.dtype == bias.dtype or x.dtype.kind != "f":
+        raise ValueError(f"input, weight and bias of one floating dtype, not {x.dtype}, "
+                         f"{weight.dtype} and {bias.dtype}")  # fmt: skip
+    return x.shape, x.dtype
+
+
+def _layer_norm_grad_rule(x, weight, g, eps):
+    shape, dtype = _layer_norm_rule(x, weight, weight, eps)
+    if g.shape != shape:
+        raise ValueError(f"cotangent {g.shape} for a result of {shape}")
+    return (x.size + 2 * x.shape[-1],), dtype
+
+
+def _layer_norm_vjp(wanted, g, out, x, weight, bias, eps, create_graph=False):
+    if create_graph:
+        grads = _layer_norm_grads(g, x, weight, eps)
+    else:
+        grads = unpack(layer_norm_grad(x, weight, g, eps=eps), x)
+    return [d if w else None for w, d in zip(wanted, grads, strict=True)]
+
+
+def _layer_norm_grads(g, x, weight, eps):
+    """layer_norm's cotangents of x, weight and bias in composed, differentiable ops."""
+    last, d = (x.ndim - 1,), float(x.shape[-1])
+    centered = x - reductions.sum(x, axis=last, keepdims=True) / d
+    rstd = 1.0 / sqrt(reductions.sum(centered * centered, axis=last, keepdims=True) / d + eps)
+    xhat = centered * rstd
+    dxhat = g * weight
+    mean_dxhat = reductions.sum(dxhat, axis=last, keepdims=True) / d
+    mean_dxhat_xhat = reductions.sum(dxhat * xhat, axis=last, keepdims=True) / d
+    dx = (dxhat - mean_dxhat - xhat * mean_dxhat_xhat) * rstd
+    return dx, sum_to(g * xhat, weight.shape), sum_to(g, weight.shape)
+
+
+layer_norm = Primitive(
+    "layer_norm", forward, _layer_norm_rule, _layer_norm_vjp, "in",
+    accepts_out=True, native=True, joint=True,
+    scratch=lambda ins, a: scratch(ins[0]),
+)  # fmt: skip
+layer_norm_grad = Primitive(
+    "layer_norm_grad", backward, _layer_norm_grad_rule, None,
+    accepts_out=True, native=True, scratch=lambda ins, a: scratch(ins[0]),
+)  # fmt: skip
+
+
+__all__ = [n for n, v in list(globals().items()) if isinstance(v, Primitive) and n[0] != "_"]
+
+
+# The rules above call ops of other families, which import this one: imported last, the
+# cycle is harmless (no rule runs while the table loads).
+from tracegrad.core.ops import reductions  # noqa: E402
+from tracegrad.core.ops.elementwise import sqrt  # noqa: E402
+from tracegrad.core.ops.views import sum_to  # noqa: E402

@@ -1,4 +1,4 @@
-"""Max-pooling's ops in NumPy (their records are in `primitives`; the Numba backend runs kernels
+"""Max-pooling's ops in NumPy (their records at the end; the Numba backend runs kernels
 of its own, `compiler.kernels.pool`, for large enough ones). Over the windows of the last two
 axes:
 
@@ -21,6 +21,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
+from tracegrad.core.vocabulary import Kind, Primitive
 
 
 def output_size(shape, kernel, stride, padding, dilation) -> tuple[int, int]:
@@ -176,3 +178,65 @@ def scatter(g, idx, *, shape, kernel, stride, padding, dilation, out=None):
         return np.ascontiguousarray(result)
     np.copyto(out, result)
     return out
+
+
+# --- the records ----------------------------------------------------------------------
+
+# --- max-pooling (implemented in `pooling`; the Numba backend has kernels of its own) ----------
+# max_pool2d(x, idx) is the windows' maxima, idx = max_pool2d_argmax(x) their positions: the
+# VJP reads only the small indices. scatter and gather, linear in their first input, are each
+# other's VJPs (every order of derivative). Attributes: kernel (kh, kw), stride (sh, sw),
+# padding (ph, pw), dilation (dh, dw).
+
+
+def _pool_windows(shape, kernel, stride, padding, dilation) -> tuple[int, ...]:
+    return (*shape[:-2], *output_size(shape, kernel, stride, padding, dilation))
+
+
+def _pool_indices(idx, windows, kernel) -> None:
+    if idx.shape != windows or idx.dtype != index_dtype(kernel):
+        expected = index_dtype(kernel)
+        raise ValueError(f"indices {idx.shape} {idx.dtype} for windows {windows}: expected "
+                         f"{expected}, as max_pool2d_argmax makes them")  # fmt: skip
+
+
+def _pool_argmax_rule(x, kernel, stride, padding, dilation):
+    return _pool_windows(x.shape, kernel, stride, padding, dilation), index_dtype(kernel)
+
+
+def _pool_rule(x, idx, kernel, stride, padding, dilation):
+    windows = _pool_windows(x.shape, kernel, stride, padding, dilation)
+    _pool_indices(idx, windows, kernel)
+    return windows, x.dtype
+
+
+def _pool_scatter_rule(g, idx, shape, kernel, stride, padding, dilation):
+    windows = _pool_windows(tuple(shape), kernel, stride, padding, dilation)
+    if g.shape != windows:
+        raise ValueError(f"values {g.shape} for the windows {windows} of {tuple(shape)}")
+    _pool_indices(idx, windows, kernel)
+    return shape, g.dtype
+
+
+def _pool_vjp(g, out, x, idx, **geometry):
+    return max_pool2d_scatter(g, idx, shape=x.shape, **geometry)
+
+
+def _pool(name, impl, rule, vjp, **kw):
+    return Primitive(name, impl, rule, vjp, "in1:" if vjp else "", accepts_out=True, native=True,
+                     **kw)  # fmt: skip
+
+
+max_pool2d_argmax = _pool("max_pool2d_argmax", argmax, _pool_argmax_rule, None)
+# cheap: rebuilt in backward from the recomputed ReLU before it (the next layer's weight
+# gradient reads it), not kept
+max_pool2d = _pool("max_pool2d", maxima, _pool_rule, (_pool_vjp, None), kind=Kind.INDEX,
+                   cheap=True)  # fmt: skip
+max_pool2d_gather = _pool("max_pool2d_gather", gather, _pool_rule, (_pool_vjp, None),
+                          kind=Kind.INDEX)  # fmt: skip
+max_pool2d_scatter = _pool("max_pool2d_scatter", scatter, _pool_scatter_rule,
+                           (lambda c, out, g, idx, shape, **a: max_pool2d_gather(c, idx, **a),
+                            None), kind=Kind.INDEX)  # fmt: skip
+
+
+__all__ = [n for n, v in list(globals().items()) if isinstance(v, Primitive) and n[0] != "_"]

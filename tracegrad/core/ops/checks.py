@@ -1,0 +1,20 @@
+"""Value checks: what eager checks on values (labels in range), run in a plan too."""
+
+from __future__ import annotations
+
+from tracegrad.core.ops import shapes
+from tracegrad.core.vocabulary import Kind, Primitive
+
+
+def _check_range(x, *, lo, hi, allow, what, where):
+    outside = (x < lo) | (x >= hi)
+    bad = x[outside & (x != allow) if allow is not None else outside]
+    if bad.size:
+        raise ValueError(f"{what} must lie in [{lo}, {hi}), found {bad.flat[0]} (at {where})")
+    return x
+
+
+check_range = Primitive("check_range", _check_range, shapes.same, kind=Kind.CHECK)
+
+
+__all__ = [n for n, v in list(globals().items()) if isinstance(v, Primitive) and n[0] != "_"]

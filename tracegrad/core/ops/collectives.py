@@ -1,0 +1,67 @@
+"""Collectives: an all-reduce over MPI ranks, a node of the graph like any op (mpi4py is
+imported only when a step runs one)."""
+
+from __future__ import annotations
+
+import builtins
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from tracegrad.core.ops import shapes
+from tracegrad.core.vocabulary import Kind, Primitive
+
+
+def wait_request(request: Any, timeout: float | None, what: str) -> None:
+    """Wait for a non-blocking MPI request; past `timeout` seconds, raise TimeoutError (the
+    process's excepthook then aborts every rank instead of letting them hang).
+
+    MPI moves a message only inside MPI calls of both ranks, so it first polls without pause for
+    SPIN_S (a message in flight is done within it); then it sleeps between polls (10 us,
+    doubling up to 250 us) instead of spinning on in MPI_Wait, which would take a core from the
+    peer ranks and other processes of a shared host while it waits for them."""
+    start = time.monotonic()
+    deadline = math.inf if timeout is None else start + timeout
+    pause = 1e-5
+    while not request.Test():
+        now = time.monotonic()
+        if now > deadline:
+            raise TimeoutError(f"{what}: no answer from the other ranks within {timeout} s")
+        if now - start > SPIN_S:
+            time.sleep(pause)
+            pause = builtins.min(2 * pause, 2.5e-4)
+
+
+# Polling with sleeps stalls the transfer itself: each of a message's pipelined chunks waits for
+# both ranks' next poll. On the gelu step the all-reduces took 30 ms per step instead of 3 ms.
+SPIN_S = 2e-3
+
+
+def _allreduce(x: np.ndarray, *, op: str, timeout: float | None, out: Any = None) -> np.ndarray:
+    """MPI all-reduce over COMM_WORLD (mpi4py is imported only when a step runs one)."""
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    out = np.empty(x.shape, x.dtype) if out is None else out
+    wait_request(comm.Iallreduce(np.ascontiguousarray(x), out, op=MPI.SUM), timeout, "allreduce")
+    if op == "mean":
+        np.multiply(out, x.dtype.type(1.0 / comm.size), out=out)
+    return out
+
+
+def _allreduce_rule(x, *, op, timeout):
+    if op not in ("sum", "mean"):
+        raise ValueError(f"op must be 'sum' or 'mean', not {op!r}")
+    return shapes.floating(x)
+
+
+# Every rank's sum (or mean) of x. Summed over ranks, each rank's loss reads every rank's x
+# through the result, so the gradient is the same all-reduce of the cotangents.
+allreduce = Primitive("allreduce", _allreduce, _allreduce_rule,
+                      (lambda g, out, x, op, timeout: allreduce(g, op=op, timeout=timeout),),
+                      kind=Kind.COLLECTIVE, accepts_out=True)  # fmt: skip
+
+
+__all__ = [n for n, v in list(globals().items()) if isinstance(v, Primitive) and n[0] != "_"]

@@ -1,0 +1,205 @@
+"""Elementwise ops: each result element from the same-index elements of the (broadcast) inputs.
+Each has a scalar template, so a fused kernel inlines it with its neighbours."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tracegrad.core.ops import shapes
+from tracegrad.core.vocabulary import Kind, Primitive
+
+
+def _where_rule(c, a, b):
+    if c.dtype != np.bool_:
+        raise ValueError(f"condition must be bool, not {c.dtype}")
+    return shapes.broadcast(c, a, b), np.result_type(a.dtype, b.dtype)
+
+
+def _sigmoid(x):
+    """1 / (1 + exp(-x)) without overflow, and small results keep their relative accuracy
+    (0.5 * (tanh(x / 2) + 1) is 0 below -17 in float32, so log(sigmoid(-20)) was -inf): the
+    same formula as the kernels' float32 sigmoid."""
+    x = np.asarray(x)
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(e.dtype, copy=False)
+
+
+_erf_object = np.frompyfunc(math.erf, 1, 1)
+
+
+def _erf(x):
+    """erf with Python's math.erf per element (NumPy has none): exact, not fast."""
+    x = np.asarray(x)
+    return np.asarray(_erf_object(x), x.dtype if x.dtype.kind == "f" else np.float64)
+
+
+def _softplus(x):
+    """log(1 + exp(x)), without overflow for large x."""
+    return np.logaddexp(0, x)
+
+
+# x ** c for these constant exponents is computed as products (steps multiply two earlier
+# values; slot 0 is x): NumPy sends x ** 3.0 to powf per element, about 170 times slower, and in
+# a kernel a runtime exponent keeps the loop scalar. The eager impl and simplify's rewrite of a
+# traced `pow` read this one table, so both round alike.
+POWER_PRODUCTS: dict[float, tuple[tuple[int, int], ...]] = {
+    2.0: ((0, 0),),
+    3.0: ((0, 0), (1, 0)),
+    4.0: ((0, 0), (1, 1)),
+}
+
+
+def _power(x, y):
+    """np.power, with the exponents of POWER_PRODUCTS as products, where the result keeps the
+    base's dtype (the exponent may be data: Adam's beta ** step). A Python-number base (as plans
+    write constants) first becomes an array of the result's dtype, so eager and traced steps
+    take the same branch. Other exponents go straight to np.power: an AdamW step takes this
+    path twice per parameter, and NumPy's dtype queries cost microseconds each."""
+    steps = POWER_PRODUCTS.get(float(y)) if np.ndim(y) == 0 else None
+    if steps is None:
+        return np.power(x, y)
+    if not isinstance(x, np.ndarray):
+        x = np.asarray(x, np.result_type(x, y))
+    if np.result_type(x, y) != x.dtype:
+        return np.power(x, y)
+    values = [x]
+    for k, (a, b) in enumerate(steps):
+        last = k == len(steps) - 1
+        into = values[a] if last and a > 0 and np.ndim(values[a]) else None  # no 2nd temporary
+        values.append(np.multiply(values[a], values[b], out=into))
+    return values[-1]
+
+
+def unary(name, impl, vjp=None, saves="", scalar=None, helpers=(), shape=shapes.floating, **kw):
+    return Primitive(name, impl, shape, (vjp,) if vjp else None, saves, kind=Kind.ELEMENTWISE,
+                     scalar=scalar, helpers=helpers, **kw)  # fmt: skip
+
+
+def binary(
+    name, impl, vjp=None, saves="", scalar=None, helpers=(), shape=shapes.broadcast_binary, **kw
+):
+    return Primitive(name, impl, shape, vjp, saves, kind=Kind.ELEMENTWISE, scalar=scalar,
+                     helpers=helpers, **kw)  # fmt: skip
+
+
+positive = unary("positive", np.positive, lambda g, out, x: g, shape=shapes.same, scalar="(+{0})")
+neg = unary("neg", np.negative, lambda g, out, x: -g, shape=shapes.same, scalar="(-{0})")
+exp = unary("exp", np.exp, lambda g, out, x: g * out, "out", "exp({0})", ("exp",))
+log = unary("log", np.log, lambda g, out, x: g / x, "in", "log({0})", ("log",))
+log1p = unary("log1p", np.log1p, lambda g, out, x: g / (x + 1.0), "in", "math.log1p({0})")
+expm1 = unary("expm1", np.expm1, lambda g, out, x: g * (out + 1.0), "out", "math.expm1({0})")
+sqrt = unary("sqrt", np.sqrt, lambda g, out, x: g / (out * 2.0), "out", "sqrt({0})", ("sqrt",))
+tanh = unary("tanh", np.tanh, lambda g, out, x: g * (1.0 - out * out), "out", "tanh({0})",
+             ("tanh",))  # fmt: skip
+sigmoid = unary("sigmoid", _sigmoid, lambda g, out, x: g * (out * (1.0 - out)), "out",
+                "sigmoid({0})", ("sigmoid",))  # fmt: skip
+softplus = unary("softplus", _softplus, lambda g, out, x: g * sigmoid(x), "in",
+                 "(math.log1p(math.exp(-abs({0}))) + maximum({0}, 0.0))", ("maximum",))  # fmt: skip
+erf = unary("erf", _erf, lambda g, out, x: g * (1.1283791670955126 * exp(-(x * x))), "in",
+            "math.erf({0})")  # fmt: skip
+sin = unary("sin", np.sin, lambda g, out, x: g * cos(x), "in", "sin({0})", ("sin",))
+cos = unary("cos", np.cos, lambda g, out, x: -(g * sin(x)), "in", "cos({0})", ("cos",))
+tan = unary("tan", np.tan, lambda g, out, x: g * (1.0 + out * out), "out", "math.tan({0})")
+arcsin = unary("arcsin", np.arcsin, lambda g, out, x: g / sqrt(1.0 - x * x), "in",
+               "math.asin({0})")  # fmt: skip
+arccos = unary("arccos", np.arccos, lambda g, out, x: -g / sqrt(1.0 - x * x), "in",
+               "math.acos({0})")  # fmt: skip
+arctan = unary("arctan", np.arctan, lambda g, out, x: g / (1.0 + x * x), "in", "math.atan({0})")
+sinh = unary("sinh", np.sinh, lambda g, out, x: g * cosh(x), "in", "math.sinh({0})")
+cosh = unary("cosh", np.cosh, lambda g, out, x: g * sinh(x), "in", "math.cosh({0})")
+arcsinh = unary("arcsinh", np.arcsinh, lambda g, out, x: g / sqrt(x * x + 1.0), "in",
+                "math.asinh({0})")  # fmt: skip
+arccosh = unary("arccosh", np.arccosh, lambda g, out, x: g / sqrt(x * x - 1.0), "in",
+                "math.acosh({0})")  # fmt: skip
+arctanh = unary("arctanh", np.arctanh, lambda g, out, x: g / (1.0 - x * x), "in",
+                "math.atanh({0})")  # fmt: skip
+log2 = unary("log2", np.log2, lambda g, out, x: g / (x * math.log(2.0)), "in",
+             "math.log2({0})")  # fmt: skip
+log10 = unary("log10", np.log10, lambda g, out, x: g / (x * math.log(10.0)), "in",
+              "math.log10({0})")  # fmt: skip
+exp2 = unary("exp2", np.exp2, lambda g, out, x: g * out * math.log(2.0), "out", "(2.0 ** {0})")
+# Piecewise constant: no gradient (None), as in NumPy autograd.
+floor = unary("floor", np.floor, shape=shapes.same)
+ceil = unary("ceil", np.ceil, shape=shapes.same)
+trunc = unary("trunc", np.trunc, shape=shapes.same)
+rint = unary("rint", np.rint, shape=shapes.same)
+sign = unary("sign", np.sign, shape=shapes.same, scalar="sign({0})", helpers=("sign",))
+abs = unary("abs", np.abs, lambda g, out, x: g * sign(x), "in", "abs({0})", shape=shapes.same)
+
+add = binary("add", np.add,
+             (lambda g, out, x, y: sum_to(g, x.shape), lambda g, out, x, y: sum_to(g, y.shape)),
+             scalar="({0} + {1})")  # fmt: skip
+sub = binary("sub", np.subtract,
+             (lambda g, out, x, y: sum_to(g, x.shape), lambda g, out, x, y: sum_to(-g, y.shape)),
+             scalar="({0} - {1})")  # fmt: skip
+mul = binary("mul", np.multiply,
+             (lambda g, out, x, y: sum_to(g * y, x.shape),
+              lambda g, out, x, y: sum_to(g * x, y.shape)),
+             "in", "({0} * {1})")  # fmt: skip
+div = binary("div", np.true_divide,
+             (lambda g, out, x, y: sum_to(g / y, x.shape),
+              lambda g, out, x, y: sum_to(-(g * (x / y)) / y, y.shape)),  # x / y: keeps no out
+             "in", "({0} / {1})", shape=shapes.true_divide)  # fmt: skip
+pow = binary("pow", _power,
+             (lambda g, out, x, y: sum_to(g * y * x ** (y - 1.0), x.shape),
+              lambda g, out, x, y: sum_to(g * out * log(x), y.shape)),
+             "in+out", "({0} ** {1})", numpy=np.power)  # fmt: skip
+maximum = binary("maximum", np.maximum,
+                 (lambda g, out, x, y: sum_to(where(x >= y, g, 0.0), x.shape),
+                  lambda g, out, x, y: sum_to(where(x >= y, 0.0, g), y.shape)),
+                 "in", "maximum({0}, {1})", ("maximum",))  # fmt: skip
+minimum = binary("minimum", np.minimum,
+                 (lambda g, out, x, y: sum_to(where(x <= y, g, 0.0), x.shape),
+                  lambda g, out, x, y: sum_to(where(x <= y, 0.0, g), y.shape)),
+                 "in", "minimum({0}, {1})", ("minimum",))  # fmt: skip
+arctan2 = binary("arctan2", np.arctan2,
+                 (lambda g, out, y, x: sum_to(g * x / (x * x + y * y), y.shape),
+                  lambda g, out, y, x: sum_to(-(g * y) / (x * x + y * y), x.shape)),
+                 "in", "math.atan2({0}, {1})", shape=shapes.true_divide)  # fmt: skip
+hypot = binary("hypot", np.hypot,
+               (lambda g, out, x, y: sum_to(g * x / out, x.shape),
+                lambda g, out, x, y: sum_to(g * y / out, y.shape)),
+               "in+out", "math.hypot({0}, {1})", shape=shapes.true_divide)  # fmt: skip
+logaddexp = binary("logaddexp", np.logaddexp,
+                   (lambda g, out, x, y: sum_to(g * exp(x - out), x.shape),
+                    lambda g, out, x, y: sum_to(g * exp(y - out), y.shape)),
+                   "in+out", shape=shapes.true_divide)  # fmt: skip
+logaddexp2 = binary("logaddexp2", np.logaddexp2,
+                    (lambda g, out, x, y: sum_to(g * exp2(x - out), x.shape),
+                     lambda g, out, x, y: sum_to(g * exp2(y - out), y.shape)),
+                    "in+out", shape=shapes.true_divide)  # fmt: skip
+remainder = binary("remainder", np.remainder,
+                   (lambda g, out, x, y: sum_to(g, x.shape),
+                    lambda g, out, x, y: sum_to(-(g * floor(x / y)), y.shape)),
+                   "in", "({0} % {1})")  # fmt: skip
+fmod = binary("fmod", np.fmod,
+              (lambda g, out, x, y: sum_to(g, x.shape),
+               lambda g, out, x, y: sum_to(-(g * trunc(x / y)), y.shape)),
+              "in", "np.fmod({0}, {1})")  # fmt: skip
+where = Primitive("where", np.where, _where_rule,
+                  (None,
+                   lambda g, out, c, x, y: sum_to(where(c, g, 0.0), x.shape),
+                   lambda g, out, c, x, y: sum_to(where(c, 0.0, g), y.shape)),
+                  "in0", kind=Kind.ELEMENTWISE, scalar="({1} if {0} else {2})",
+                  numpy=np.where)  # fmt: skip
+less = binary("less", np.less, shape=shapes.compare, scalar="({0} < {1})")
+less_equal = binary("less_equal", np.less_equal, shape=shapes.compare, scalar="({0} <= {1})")
+greater = binary("greater", np.greater, shape=shapes.compare, scalar="({0} > {1})")
+greater_equal = binary(
+    "greater_equal", np.greater_equal, shape=shapes.compare, scalar="({0} >= {1})"
+)
+equal = binary("equal", np.equal, shape=shapes.compare, scalar="({0} == {1})")
+not_equal = binary("not_equal", np.not_equal, shape=shapes.compare, scalar="({0} != {1})")
+astype = unary("astype", lambda x, dtype: x.astype(dtype),
+               lambda g, out, x, dtype: g.astype(x.dtype) if x.dtype.kind == "f" else None,
+               shape=lambda x, dtype: (x.shape, dtype), scalar="{0}")  # fmt: skip
+
+
+__all__ = [n for n, v in list(globals().items()) if isinstance(v, Primitive) and n[0] != "_"]
+
+
+# The rules above call ops of other families, which import this one: imported last, the
+# cycle is harmless (no rule runs while the table loads).
+from tracegrad.core.ops.views import sum_to  # noqa: E402

@@ -1,0 +1,93 @@
+"""Reductions (folding axes with a `combine` template from an `identity`), and the scans and
+sorts along one axis."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tracegrad.core.ops import shapes
+from tracegrad.core.vocabulary import Kind, Primitive
+
+
+def _sum_rule(x, axis, keepdims):
+    dtype = x.dtype if x.dtype.kind in "fc" else np.dtype(np.int64)
+    return shapes.reduced(x, axis, keepdims), dtype
+
+
+def _extreme_rule(x, axis, keepdims):
+    if any(x.shape[a] == 0 for a in axis):
+        raise ValueError(f"zero-size axis in {x.shape} has no maximum or minimum")
+    return shapes.reduced(x, axis, keepdims), x.dtype
+
+
+def _cumsum_rule(x, axis):
+    return x.shape, (x.dtype if x.dtype.kind in "fc" else np.dtype(np.int64))
+
+
+def _sum_vjp(g, out, x, axis, keepdims):
+    return broadcast_to(reshaped(g, shapes.reduced(x, axis, True)), shape=x.shape)
+
+
+def _extreme_vjp(extreme):
+    """The gradient goes to the elements equal to the extreme, shared among ties. The extreme
+    is taken again from the x the rule sees, not from the saved result: in a compiled step x
+    may be recomputed in backward (by a kernel whose float32 math differs from NumPy's in the
+    last bits), and comparing it with the forward result could then find no element at all."""
+
+    def vjp(g, out, x, axis, keepdims):
+        kept = shapes.reduced(x, axis, True)
+        hit = (x == extreme(x, axis=axis, keepdims=True)).astype(g.dtype)
+        return reshaped(g, kept) * hit / sum(hit, axis=axis, keepdims=True)
+
+    return vjp
+
+
+def _prod_vjp(g, out, x, axis, keepdims):
+    """The product of the others, out / x, but not divided by zero: a zero that is alone in its
+    slice gets the product of the rest, a zero with another zero gets 0."""
+    kept = shapes.reduced(x, axis, True)
+    zero = x == 0.0
+    nonzero = where(zero, 1.0, x)
+    alone = sum(zero.astype(x.dtype), axis=axis, keepdims=True) == 1.0
+    at_zero = where(alone, prod(nonzero, axis=axis, keepdims=True), 0.0)
+    return reshaped(g, kept) * where(zero, at_zero, reshaped(out, kept) / nonzero)
+
+
+def reduction(name, impl, shape, vjp, saves="", combine=None, identity=None, helpers=()):
+    return Primitive(name, impl, shape, (vjp,), saves, kind=Kind.REDUCTION, combine=combine,
+                     identity=identity, helpers=helpers)  # fmt: skip
+
+
+# Implementations are NumPy's own functions where their keyword names match the attributes, so
+# the generated plan reads as plain NumPy.
+sum = reduction("sum", np.sum, _sum_rule, _sum_vjp, combine="({0} + {1})", identity=0.0)
+max = reduction("max", np.max, _extreme_rule, _extreme_vjp(lambda *a, **k: max(*a, **k)), "in",
+                "maximum({0}, {1})",
+                -math.inf, ("maximum",))  # fmt: skip
+min = reduction("min", np.min, _extreme_rule, _extreme_vjp(lambda *a, **k: min(*a, **k)), "in",
+                "minimum({0}, {1})",
+                math.inf, ("minimum",))  # fmt: skip
+prod = reduction("prod", np.prod, _sum_rule, _prod_vjp, "in+out", "({0} * {1})", 1.0)
+argmax = Primitive(
+    "argmax", np.argmax, lambda x, axis: (shapes.reduced(x, (axis,), False), np.int64)
+)
+
+
+cumsum = Primitive("cumsum", np.cumsum, _cumsum_rule,
+                   (lambda g, out, x, axis: sum(g, axis=(axis,), keepdims=True)
+                    - cumsum(g, axis=axis) + g,))  # fmt: skip
+argsort = Primitive("argsort", lambda x, axis: np.argsort(x, axis=axis, kind="stable"),
+                    lambda x, axis: (x.shape, np.int64))  # fmt: skip
+argpartition = Primitive("argpartition", np.argpartition,
+                         lambda x, kth, axis: (x.shape, np.int64))  # fmt: skip
+
+
+__all__ = [n for n, v in list(globals().items()) if isinstance(v, Primitive) and n[0] != "_"]
+
+
+# The rules above call ops of other families, which import this one: imported last, the
+# cycle is harmless (no rule runs while the table loads).
+from tracegrad.core.ops.elementwise import where  # noqa: E402
+from tracegrad.core.ops.views import broadcast_to, reshaped  # noqa: E402

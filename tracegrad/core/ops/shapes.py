@@ -1,0 +1,50 @@
+"""Shape and dtype rules shared by the op families: what every op's record computes, eagerly,
+while tracing and in `Graph.verify`, before any NumPy runs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+
+def same(x, *rest, **attrs):
+    return x.shape, x.dtype
+
+
+def floating(x):
+    return x.shape, (x.dtype if x.dtype.kind == "f" else np.dtype(np.float64))
+
+
+def broadcast(*xs) -> tuple[int, ...]:
+    try:
+        return np.broadcast_shapes(*(x.shape for x in xs))
+    except ValueError:
+        raise ValueError(
+            "shapes " + " and ".join(str(x.shape) for x in xs) + " do not broadcast"
+        ) from None
+
+
+def broadcast_binary(x, y):
+    return broadcast(x, y), np.result_type(x.dtype, y.dtype)
+
+
+def true_divide(x, y):
+    """NumPy's own choice: integers divide into floats (1 / 4 is 0.25, never 0)."""
+    return broadcast(x, y), np.true_divide.resolve_dtypes((x.dtype, y.dtype, None))[-1]
+
+
+def compare(x, y):
+    return broadcast(x, y), np.bool_
+
+
+def reduced(x, axis, keepdims):
+    if keepdims:
+        return tuple(1 if i in axis else d for i, d in enumerate(x.shape))
+    return tuple(d for i, d in enumerate(x.shape) if i not in axis)
+
+
+def build_index(template: tuple, arrays: Sequence[Any]) -> tuple:
+    it = iter(arrays)
+    return tuple(next(it) if item == "@" else item for item in template)

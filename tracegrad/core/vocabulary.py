@@ -1,0 +1,268 @@
+"""The op vocabulary: `Primitive`, the record every op is, and the facts a pass may ask of an op
+(`Kind`) or of a node (`Phase`). The ops themselves are records in `core/ops/`, one module per
+family beside its NumPy implementations; `core.primitives` gathers them into the one table.
+
+Part of the core: it imports only the IR and the errors. Calling a primitive binds it, through
+`Primitive.__call__`, which the front end (tensor.py) attaches.
+"""
+
+from __future__ import annotations
+
+import builtins
+import enum
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from tracegrad.core import ir
+from tracegrad.core.errors import ShapeError
+
+PRIMITIVES: dict[str, Primitive] = {}
+
+
+class Kind(str, enum.Enum):
+    """What a pass may know about an op's results."""
+
+    ELEMENTWISE = "elementwise"  # each result element from same-index (broadcast) input elements
+    REDUCTION = "reduction"  # folds axes with `combine` from `identity`
+    VIEW = "view"  # the result aliases the first input
+    CONTRACTION = "contraction"  # a matrix product or convolution (BLAS)
+    INDEX = "index"  # gathers and scatters by index arrays
+    RANDOM = "random"  # reads and advances a random state: an effect
+    COLLECTIVE = "collective"  # communicates with other processes: an effect
+    CHECK = "check"  # returns its input unchanged, or raises eager's error
+    OPAQUE = "opaque"  # anything else
+    COMPOSITE = "composite"  # a body graph run as one op (a fused group)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Phase(str, enum.Enum):
+    """The part of a training step a node belongs to, set where that part starts."""
+
+    FORWARD = "forward"
+    BACKWARD = "backward"  # inside a backward pass
+    UPDATE = "update"  # inside an optimizer's step
+    RECOMPUTE = "recompute"  # a forward value run again in backward (remat)
+    REBUILD = "rebuild"  # a forward segment run again from a checkpoint (memory budget)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Primitive:
+    """One op. `vjp` is a tuple with a rule per input (None: not differentiable in that input),
+    or a callable `vjp(i, g, out, *ins, **params)` for ops with any number of inputs.
+    A rule is called as `rule(g, out, *ins, **params)`; `saves` says which values the rules read,
+    so the tape keeps nothing else: "out", and "in" (every input), "in0" (only the first) or
+    "in1:" (all but the first), joined by "+"; an input not kept is seen as its shape and dtype.
+
+    For the compiler: `kind` (a `Kind`); `scalar`, a format template of the op on scalars
+    ("({0} + {1})") and `helpers`, the functions of `tracegrad.compiler.kernels.scalar` it calls;
+    `combine` and `identity` for reductions; `accepts_out` (default: the impl is a ufunc) if the
+    impl takes `out=`; `numpy`, the NumPy function the op stands for (default: a ufunc impl),
+    which NumPy interop dispatches to it; `view`, a predicate `view(inputs, attrs)` for an op
+    whose result is a view only sometimes (a kind "view" always is one); `cheap`, an op about
+    as costly as a pass over its result, which the remat pass may run again in backward
+    (elementwise ops and views always may); `native`, an op the Numba backend runs with a
+    kernel of its own (registered in `tracegrad.compiler.kernels.native`), from `impl` elsewhere;
+    `scratch`, `scratch(inputs, attrs)`: the bytes of the temporaries `impl` allocates and frees
+    within one call (the convolutions' columns), which the memory plan counts at the node;
+    `flops(inputs, outputs)`, the operations of one call where `cost`'s rule of thumb is wrong;
+    `joint`: `vjp(wanted, g, out, *ins, create_graph=..., **params)` gives every input's
+    cotangent in one call (None where `wanted[i]` is false), for an op whose cotangents share
+    their work; `create_graph` says whether the cotangents will be differentiated again."""
+
+    def __init__(
+        self,
+        name: str,
+        impl: Callable,
+        shape: Callable,
+        vjp: tuple | Callable | None = None,
+        saves: str = "",
+        *,
+        kind: Kind | str = Kind.OPAQUE,
+        scalar: str | None = None,
+        helpers: Sequence[str] = (),
+        combine: str | None = None,
+        identity: float | None = None,
+        accepts_out: bool | None = None,
+        numpy: Callable | None = None,
+        view: Callable | None = None,
+        cheap: bool = False,
+        native: bool = False,
+        scratch: Callable | None = None,
+        flops: Callable | None = None,
+        joint: bool = False,
+    ):
+        if kind not in Kind.__members__.values():
+            raise ValueError(f"primitive {name}: kind {kind!r} is not one of {[*map(str, Kind)]}")
+        kind = Kind(kind)
+        if scalar is not None and kind is not Kind.ELEMENTWISE:
+            raise ValueError(f"primitive {name}: only elementwise ops have a scalar template")
+        self.name, self.impl, self.rule, self.vjp, self.kind = name, impl, shape, vjp, kind
+        self.saves_inputs, self.saves_output = "in" in saves, "out" in saves
+        self.saved_inputs = _saved_inputs(saves)
+        self.scalar, self.helpers = scalar, tuple(helpers)
+        self.combine, self.identity = combine, identity
+        is_ufunc = isinstance(impl, np.ufunc)
+        self.accepts_out = is_ufunc if accepts_out is None else accepts_out
+        self.numpy = numpy if numpy is not None else (impl if is_ufunc else None)
+        self._view = view
+        self.cheap = cheap or kind is Kind.ELEMENTWISE
+        self.native = native
+        self._scratch = scratch
+        self._flops, self.joint = flops, joint
+        PRIMITIVES[name] = self
+
+    @property
+    def fusible(self) -> bool:
+        """Whether a fused kernel can compute it: elementwise with a scalar template, or a
+        reduction with a combine template."""
+        return self.scalar is not None or (self.kind is Kind.REDUCTION and self.combine is not None)
+
+    @property
+    def arity(self) -> int | None:
+        """The number of inputs, where the VJP table says it (None: any number)."""
+        return len(self.vjp) if isinstance(self.vjp, tuple) else None
+
+    def shape_rule(self, *ins: Any, **params: Any) -> tuple[tuple[int, ...], np.dtype]:
+        try:
+            shape, dtype = self.rule(*ins, **params)
+        except ShapeError:
+            raise
+        except (ValueError, IndexError, TypeError) as e:
+            raise ShapeError(f"{self.name}: {e}") from None
+        return tuple(shape), np.dtype(dtype)
+
+    def infer(self, inputs: Sequence[Any], attrs: dict) -> list[tuple[tuple[int, ...], np.dtype]]:
+        """The (shape, dtype) of each result: what `Graph.verify` checks a node against."""
+        return [self.shape_rule(*inputs, **attrs)]
+
+    def is_view(self, inputs: Sequence[Any], attrs: dict) -> bool:
+        """The result aliases (part of) the first input instead of owning a buffer."""
+        if self._view is not None:
+            return self._view(inputs, attrs)
+        return self.kind in (Kind.VIEW, Kind.CHECK)
+
+    def overwrites_safely(self, attrs: dict) -> bool:
+        """Each result element is computed from same-index input elements, through `out=`:
+        writing the result into a dying input's buffer is safe."""
+        return self.kind is Kind.ELEMENTWISE and self.accepts_out
+
+    def scratch(self, inputs: Sequence[Any], attrs: dict) -> int:
+        """Bytes of temporaries one call allocates and frees besides its result."""
+        return self._scratch(inputs, attrs) if self._scratch is not None else 0
+
+    @property
+    def starts_early(self) -> bool:
+        """Runs as soon as its inputs exist: a collective's peers wait for this rank to join."""
+        return self.kind is Kind.COLLECTIVE
+
+    def cost(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> tuple[int, int]:
+        """(floating-point operations, bytes moved) of one application, for the memory-budget
+        solver's cost model: a contraction does 2 * (result size) * (contracted length), a view
+        nothing, anything else about one operation per element it reads or writes."""
+        if self.kind is Kind.VIEW:
+            return 0, 0
+        moved = builtins.sum(v.nbytes for v in (*inputs, *outputs) if v.const is None)
+        if self._flops is not None:
+            return self._flops(inputs, outputs), moved
+        if self.kind is Kind.CONTRACTION:
+            return 2 * builtins.sum(v.size for v in outputs) * inputs[0].shape[-1], moved
+        return builtins.max((v.size for v in (*inputs, *outputs)), default=0), moved
+
+    def vjp_rule(self, i: int) -> Callable | None:
+        if callable(self.vjp):
+            return lambda *a, **p: self.vjp(i, *a, **p)
+        return self.vjp[i] if self.vjp is not None and i < len(self.vjp) else None
+
+    def input_grads(self, wanted: Sequence[bool], g: Any, out: Any, ins: Sequence[Any],
+                    params: dict, create_graph: bool = False) -> Sequence[Any]:  # fmt: skip
+        """The cotangent of each input i with `wanted[i]` (None for the others)."""
+        if self.joint:
+            return self.vjp(wanted, g, out, *ins, create_graph=create_graph, **params)
+        rules = [self.vjp_rule(i) if w else None for i, w in enumerate(wanted)]
+        return [None if r is None else r(g, out, *ins, **params) for r in rules]
+
+    def __call__(self, *args: Any, **params: Any) -> Any:
+        raise RuntimeError("tracegrad's front end is not loaded: import tracegrad")
+
+    def __get__(self, obj: Any, cls: Any = None) -> Any:
+        """Bind like a function, so a primitive can serve directly as a Tensor method."""
+        return self if obj is None else functools.partial(self, obj)
+
+    def __repr__(self) -> str:
+        return f"<primitive {self.name}>"
+
+
+class Composite(Primitive):
+    """An op whose `body` attribute is a graph: a fused group. Its implementation evaluates the
+    body; a backend may compile the body into one kernel instead."""
+
+    def __init__(self, name: str):
+        super().__init__(name, self.evaluate, _no_rule, kind=Kind.COMPOSITE, accepts_out=True)
+
+    @staticmethod
+    def evaluate(*inputs: Any, body: ir.Graph) -> list[Any]:
+        return ir.evaluate(body, list(inputs))
+
+    def infer(self, inputs: Sequence[Any], attrs: dict) -> list[tuple[tuple[int, ...], np.dtype]]:
+        body = attrs["body"]
+        body.verify()
+        for outer, inner in zip(inputs, body.inputs, strict=True):
+            if (outer.shape, outer.dtype) != (inner.shape, inner.dtype):
+                raise ShapeError(f"{self.name}: input {outer} for body input {inner}")
+        return [(v.shape, v.dtype) for v in body.outputs]
+
+    def overwrites_safely(self, attrs: dict) -> bool:
+        """A fused group's reductions are outputs nothing in it reads again, so its kernel is one
+        pass that reads each element before it writes the results' element there."""
+        return all(n.prim.kind in (Kind.ELEMENTWISE, Kind.REDUCTION) for n in attrs["body"].nodes)
+
+
+def _no_rule(*ins: Any, **attrs: Any) -> Any:
+    raise TypeError("a composite op's types come from its body")
+
+
+def _saved_inputs(saves: str) -> slice:
+    """The inputs a `saves` declaration keeps, as a slice of the input list."""
+    token = next((t for t in saves.split("+") if t.startswith("in")), None)
+    if token is None:
+        return slice(0)
+    if token == "in":
+        return slice(None)
+    start = int(token[2:].rstrip(":"))
+    return slice(start, None if token.endswith(":") else start + 1)
+
+
+def defprimitive(
+    name: str,
+    impl: Callable,
+    *,
+    vjp: Sequence[Callable | None] | Callable | None,
+    saves: str = "",
+    shape: Callable | None = None,
+    kind: Kind | str = Kind.OPAQUE,
+    scalar: str | None = None,
+) -> Primitive:
+    """A new op, as `torch.autograd.Function` or `jax.custom_vjp` make one.
+
+    `impl` computes it with NumPy; `vjp` holds one rule per input, `rule(g, out, *inputs)`,
+    written with tracegrad ops (None: not differentiable in that input); `saves` says what the
+    rules read ("in", "out", "in+out", "in0", ...); `shape(*inputs)` gives the result's
+    (shape, dtype), by default the first input's. With `kind="elementwise"` and a `scalar`
+    template such as `"({0} / (1.0 + abs({0})))"` the op fuses into Numba kernels with its
+    neighbours. The op works eagerly, to higher order and under `@trace`."""
+    rules = vjp if vjp is None or callable(vjp) else tuple(vjp)
+    return Primitive(name, impl, shape or _first_input, rules, saves, kind=kind, scalar=scalar)
+
+
+fused = Composite("fused")
+
+
+def _first_input(x: Any, *rest: Any, **attrs: Any) -> tuple:
+    return x.shape, x.dtype
