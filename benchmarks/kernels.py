@@ -19,7 +19,7 @@ import numpy as np
 from numba import prange
 
 from tracegrad.compiler.kernels import compile_group, fastmath, scalar
-from tracegrad.core import primitives as primitives
+from tracegrad.core import primitives
 from tracegrad.core.ir import Graph, Node, Value, evaluate
 
 _SUBNORMAL_ULP = 2.0**-149  # float32's smallest step

@@ -13,7 +13,7 @@ import numpy as np
 import tracegrad as tg
 from tracegrad import distributed as dist
 from tracegrad import nn, optim
-from tracegrad.compiler import codegen
+from tracegrad.compiler import lowering
 from tracegrad.nn import functional as F
 
 BATCH, STEPS = 16, 3
@@ -67,7 +67,7 @@ def vjp_through_allreduce() -> list:
 
 
 def main(mode: str, out: str) -> None:
-    codegen.KERNEL_MIN = 0  # these groups are small: compile them anyway, to run kernels
+    lowering.KERNEL_MIN = 0  # these groups are small: compile them anyway, to run kernels
     dist.init()
     x, y = dist.shard(*batch())
     if mode == "equal":

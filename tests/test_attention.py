@@ -11,7 +11,7 @@ import pytest
 from conftest import check_grad, numeric_grad
 
 import tracegrad as tg
-from tracegrad.compiler import codegen
+from tracegrad.compiler import lowering
 from tracegrad.core import primitives as P
 from tracegrad.core.ops import attention as attention_impl
 from tracegrad.nn import functional as F
@@ -73,7 +73,7 @@ def test_one_backward_call_gives_all_three_cotangents(rng, monkeypatch):
 def test_traced_kernels_match_eager(rng, dtype, monkeypatch):
     """Values and gradients of q, k, v (q in Fortran order, as a strided view) from the Numba
     kernels against the NumPy op: every shape of SHAPES, causal or not, in one plan."""
-    monkeypatch.setattr(codegen, "KERNEL_MIN", 0)
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
     args = []
     for shapes in SHAPES:
         q = rng.standard_normal(shapes[0][::-1]).T.astype(dtype)
@@ -99,7 +99,7 @@ def test_traced_kernels_match_eager(rng, dtype, monkeypatch):
 
 
 def test_a_nan_reaches_its_rows_as_in_pytorch(rng, monkeypatch):
-    monkeypatch.setattr(codegen, "KERNEL_MIN", 0)
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
     q, k, v = (rng.standard_normal((1, 2, 6, 4)).astype(np.float32) for _ in range(3))
     k[0, 1, 2, 0] = np.nan  # rows that see key 2 of head 1 (causal: rows 2..5) become NaN
     f = tg.trace(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),

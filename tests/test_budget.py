@@ -12,8 +12,8 @@ from test_trace import MLP, batches, run_eager
 
 import tracegrad as tg
 from passes.budget import Budget, _Programme
-from tracegrad.compiler import codegen
-from tracegrad.runtime import plans as runtime
+from tracegrad.compiler import lowering
+from tracegrad.runtime import budget as runtime_budget
 
 SIZES = (16, 64, 64, 64, 64, 64, 64, 64, 64, 4)  # activations outweigh parameters
 BATCH = 512
@@ -21,7 +21,7 @@ BATCH = 512
 
 @pytest.fixture(autouse=True)
 def compile_every_group(monkeypatch):
-    monkeypatch.setattr(codegen, "KERNEL_MIN", 0)
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
 
 
 def unbudgeted_peak(backend: str) -> int:
@@ -109,15 +109,15 @@ def test_a_convolution_plan_counts_the_columns_it_allocates(backend):
 
 
 def test_budget_sizes_and_shares_parse():
-    assert runtime.parse_budget(1234) == 1234
-    assert runtime.parse_budget("300MB") == 300 * 10**6
-    assert runtime.parse_budget("1.5 GiB") == 3 * 2**29
-    assert runtime.parse_budget("64kib") == 2**16
-    share = runtime.parse_budget("40%")
-    assert 0 < share == int(runtime.available_memory() * 0.4)
+    assert runtime_budget.parse_budget(1234) == 1234
+    assert runtime_budget.parse_budget("300MB") == 300 * 10**6
+    assert runtime_budget.parse_budget("1.5 GiB") == 3 * 2**29
+    assert runtime_budget.parse_budget("64kib") == 2**16
+    share = runtime_budget.parse_budget("40%")
+    assert 0 < share == int(runtime_budget.available_memory() * 0.4)
     for bad in ("lots", "-3MB", "0", "150%", 0, -5, "12 parsecs", True):
         with pytest.raises(ValueError, match="memory_budget"):
-            runtime.parse_budget(bad)
+            runtime_budget.parse_budget(bad)
 
 
 def test_budget_pass_runs_as_an_ordinary_pass():
@@ -205,7 +205,9 @@ def test_a_share_is_taken_when_tracing_and_a_bad_budget_fails_at_once():
         tg.trace(lambda x: x, memory_budget="half")
     step = tg.trace(MLP(SIZES, np.float32, "gelu").step, backend="numpy", memory_budget="40%")
     step(*batches(1, np.float32, SIZES, batch=BATCH)[0])
-    assert step.latest.budget.limit == pytest.approx(0.4 * runtime.available_memory(), rel=0.2)
+    assert step.latest.budget.limit == pytest.approx(
+        0.4 * runtime_budget.available_memory(), rel=0.2
+    )
     assert step.latest.budget.recomputed == []
 
 

@@ -8,7 +8,7 @@ import pytest
 from conftest import check_grad, numeric_grad
 
 import tracegrad as tg
-from tracegrad.compiler import codegen
+from tracegrad.compiler import lowering
 
 softsign = tg.defprimitive(
     "softsign",
@@ -62,7 +62,7 @@ def test_a_user_op_differentiates_to_second_order():
 
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
 def test_a_user_op_traced_matches_finite_differences(backend, monkeypatch):
-    monkeypatch.setattr(codegen, "KERNEL_MIN", 0)
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
     rng = np.random.default_rng(0)
     w = tg.tensor(rng.standard_normal((5, 4)))
     x = rng.standard_normal((3, 5))

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import tracegrad as tg
-from tracegrad.compiler import codegen
+from tracegrad.compiler import lowering
 
 settings.register_profile(
     "ci", max_examples=60, deadline=None, suppress_health_check=list(HealthCheck)
@@ -212,7 +212,7 @@ def check_traced_matches_eager(p: Program, seed: int, dtype, backend: str) -> No
 @given(programs(), st.integers(0, 2**16), st.sampled_from([np.float32, np.float64]))
 def test_traced_matches_eager(backend, p: Program, seed: int, dtype):
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(codegen, "KERNEL_MIN", 0)  # small groups compile too
+        mp.setattr(lowering, "KERNEL_MIN", 0)  # small groups compile too
         check_traced_matches_eager(p, seed, dtype, backend)
 
 

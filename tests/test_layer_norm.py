@@ -8,7 +8,7 @@ import pytest
 from conftest import numeric_grad
 
 import tracegrad as tg
-from tracegrad.compiler import codegen
+from tracegrad.compiler import lowering
 from tracegrad.core import primitives as P
 from tracegrad.core.ops import norm as normalization
 from tracegrad.nn import functional as F
@@ -44,7 +44,7 @@ def test_one_backward_call_gives_all_three_cotangents(rng, monkeypatch):
 def test_traced_kernels_match_eager(rng, dtype, monkeypatch):
     """Values and gradients of x (Fortran order), weight and bias from the Numba kernels against
     the NumPy op; rows of 1, of 7 (fewer than the kernel's blocks) and of 300."""
-    monkeypatch.setattr(codegen, "KERNEL_MIN", 0)
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
     shapes = [(3, 1), (7, 5), (3, 100, 7)]
     args = []
     for s in shapes:

@@ -102,7 +102,7 @@ def test_the_compiler_sees_only_the_core():
 
 
 @pytest.mark.parametrize(
-    "module", ["passes", "tracegrad.runtime.plans", "tracegrad.compiler.kernels.fused"]
+    "module", ["passes", "tracegrad.runtime.trace", "tracegrad.compiler.kernels.fused"]
 )
 def test_any_module_imports_first_in_a_fresh_interpreter(module):
     subprocess.run([sys.executable, "-c", f"import {module}"], check=True, cwd=ROOT)

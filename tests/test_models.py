@@ -10,7 +10,7 @@ from conftest import check_grad, numeric_grad
 
 import tracegrad as tg
 from tracegrad import nn, optim
-from tracegrad.compiler import codegen
+from tracegrad.compiler import lowering
 from tracegrad.nn import functional as F
 
 try:
@@ -341,7 +341,7 @@ def float64(model):
 
 
 def compare(make_model, opt_cls, opt_args, data, backend, monkeypatch):
-    monkeypatch.setattr(codegen, "KERNEL_MIN", 0)
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
     nn.manual_seed(0)
     eager_model = float64(make_model())
     nn.manual_seed(0)
@@ -369,7 +369,7 @@ def test_traced_cnn_step_with_batch_norm_matches_eager(rng, backend, monkeypatch
 
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
 def test_traced_pooling_with_padding_matches_eager(rng, backend, monkeypatch):
-    monkeypatch.setattr(codegen, "KERNEL_MIN", 0)
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
     x = rng.standard_normal((2, 3, 7, 6))
 
     def pooled(x):
@@ -391,7 +391,7 @@ def test_traced_gpt_step_matches_eager(rng, backend, monkeypatch):
 def test_no_result_is_written_into_a_square_transposed_view(rng, monkeypatch):
     """A transposed square matrix has its owner's shape, not its layout: a kernel's output
     buffer must not be that view (kernels write C-contiguous memory)."""
-    monkeypatch.setattr(codegen, "KERNEL_MIN", 0)
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
     x = rng.standard_normal((6, 6))
 
     def f(x):

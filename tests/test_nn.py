@@ -8,7 +8,7 @@ from conftest import check_grad
 
 import tracegrad as tg
 from tracegrad import nn
-from tracegrad.compiler import codegen
+from tracegrad.compiler import lowering
 from tracegrad.nn import functional as F
 
 
@@ -245,7 +245,7 @@ def dropout_model(seed):
 def test_traced_dropout_draws_fresh_masks_and_the_same_as_eager(backend, monkeypatch):
     """The random state is state: each call draws anew, and a traced run with the same seed
     draws exactly the masks an eager run draws."""
-    monkeypatch.setattr(codegen, "KERNEL_MIN", 0)
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
     x = np.random.default_rng(0).standard_normal((16, 8)).astype(np.float32)
     eager_model, eager_step = dropout_model(5)
     eager = [eager_step(x).item() for _ in range(4)]

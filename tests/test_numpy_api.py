@@ -9,7 +9,7 @@ import pytest
 from conftest import check_grad, numeric_grad
 
 import tracegrad as tg
-from tracegrad.compiler import codegen
+from tracegrad.compiler import lowering
 
 R = np.random.default_rng(7)
 M = R.standard_normal((3, 4))
@@ -225,7 +225,7 @@ TRACED = ["tan", "arctan2", "hypot", "remainder", "logaddexp", "sinc", "cumsum",
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
 def test_traced_gradients_match_eager(backend, monkeypatch):
     """One traced step computes every case's loss and gradients; they match eager ones."""
-    monkeypatch.setattr(codegen, "KERNEL_MIN", 0)
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
     names = TRACED
     params = {n: [tg.tensor(x, requires_grad=True) for x in CASES[n][2]] for n in names}
     flat = [p for ps in params.values() for p in ps]

@@ -10,7 +10,7 @@ import pytest
 from conftest import check_grad
 
 import tracegrad as tg
-from tracegrad.compiler import codegen
+from tracegrad.compiler import lowering
 from tracegrad.core import primitives as P
 
 RNG = np.random.default_rng(42)
@@ -543,7 +543,7 @@ def test_pow_rounds_alike_for_a_python_number_base_and_an_array_base():
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
 def test_new_unary_ops_traced_match_eager(backend: str, monkeypatch) -> None:
     """log1p, expm1, softplus and erf in one fused group: traced (a kernel on numba) as eager."""
-    monkeypatch.setattr(codegen, "KERNEL_MIN", 0)
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
     w = tg.tensor(RNG.standard_normal((64, 32)).astype(np.float32))
     gm = tg.GradManager().attach(w)
 

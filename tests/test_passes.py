@@ -6,6 +6,7 @@ import pytest
 import passes
 from passes.memory import plan_memory
 from tracegrad import interpret
+from tracegrad.compiler import lowering
 from tracegrad.core.ir import Graph, GraphError, Node, Value
 from tracegrad.core.primitives import PRIMITIVES
 
@@ -602,9 +603,8 @@ def test_an_adamw_update_is_one_kernel_per_parameter(monkeypatch):
     them first, so each parameter's update fuses into one kernel instead of four."""
     import tracegrad as tg
     from tracegrad import optim
-    from tracegrad.compiler import codegen
 
-    monkeypatch.setattr(codegen, "KERNEL_MIN", 0)
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
     w = tg.tensor(np.ones((8, 4), np.float32), requires_grad=True)
     b = tg.tensor(np.ones(4, np.float32), requires_grad=True)
     opt = optim.AdamW([w, b], lr=0.1)

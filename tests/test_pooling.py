@@ -12,7 +12,7 @@ from conftest import check_grad, classifier_step, numeric_grad
 import passes
 import tracegrad as tg
 from tracegrad import nn, optim
-from tracegrad.compiler import codegen
+from tracegrad.compiler import lowering
 from tracegrad.core import primitives as P
 from tracegrad.nn import functional as F
 
@@ -132,7 +132,7 @@ def test_matches_torch_with_nan_and_infinities(rng, geometry):
 )
 def test_traced_matches_eager(rng, geometry, backend, dtype, monkeypatch):
     """Value, gradient and the gradient's own gradient (a gather), with ties and NaN."""
-    monkeypatch.setattr(codegen, "KERNEL_MIN", 0)  # every pooling op runs a Numba kernel
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)  # every pooling op runs a Numba kernel
     x = with_ties(rng).astype(dtype)
     x[1, 1, 3, 3] = np.nan
     f = pool(*geometry)
@@ -173,7 +173,7 @@ def test_backward_keeps_the_indices_not_the_activations(rng, backend, monkeypatc
     """Forward keeps the conv's pre-activation (ReLU's backward reads it) and the int8
     positions of the maxima; the pooled values the head's weight gradient reads are rebuilt
     from the recomputed ReLU and the indices. The traced step matches eager."""
-    monkeypatch.setattr(codegen, "KERNEL_MIN", 0)
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
     data = [(rng.standard_normal((6, 1, 8, 8)), rng.integers(0, 3, 6)) for _ in range(2)]
     models = []
     for traced in (False, True):

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad.compiler import codegen
+from tracegrad.compiler import lowering
 
 BACKENDS = ["numpy", "numba"]
 
 
 @pytest.fixture(params=BACKENDS)
 def backend(request, monkeypatch):
-    monkeypatch.setattr(codegen, "KERNEL_MIN", 0)  # kernels even for tiny groups
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)  # kernels even for tiny groups
     return request.param
 
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad.compiler import codegen
-from tracegrad.runtime import plans as runtime
+from tracegrad.compiler import lowering
+from tracegrad.runtime import arena as runtime_arena
 
 
 def gelu(u):
@@ -83,7 +83,7 @@ BACKENDS = ["numpy", "numba"]
 def compile_every_group(monkeypatch):
     """These nets are small: have the Numba backend compile every fused group anyway, so that
     its kernels are what the tests run."""
-    monkeypatch.setattr(codegen, "KERNEL_MIN", 0)
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
 
 
 def kernel_calls(step) -> int:
@@ -117,7 +117,7 @@ def test_traced_matches_eager_float32_over_20_steps(backend):
 
 
 def test_numba_compiles_only_groups_big_enough_to_gain(monkeypatch):
-    monkeypatch.setattr(codegen, "KERNEL_MIN", 128 * 32)  # a hidden layer's activations
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 128 * 32)  # a hidden layer's activations
     sizes = (6, 32, 32, 4)
     step = tg.trace(MLP(sizes, np.float32, "gelu").step, backend="numba")
     step(*batches(1, np.float32, sizes, batch=128)[0])
@@ -133,14 +133,14 @@ def background(monkeypatch):
     """Background compilation (the default outside the tests), with the kernels held back until
     the test sets the returned event."""
     monkeypatch.setenv("TRACEGRAD_BACKGROUND_COMPILE", "1")
-    release, real = threading.Event(), runtime.lower
+    release, real = threading.Event(), lowering.lower
 
     def held_back(graph, backend, compile=True, background=False):
         if background:
             assert release.wait(60)
         return real(graph, backend, compile, background)
 
-    monkeypatch.setattr(runtime, "lower", held_back)
+    monkeypatch.setattr(lowering, "lower", held_back)
     return release
 
 
@@ -167,7 +167,7 @@ def test_kernels_compile_in_the_background_while_the_step_runs_numpy(background)
 def test_kernels_start_compiling_when_the_first_call_has_returned(monkeypatch):
     """Compilers beside the first call would slow it (the GPT's: 2.5-5.2 s instead of 1 s)."""
     monkeypatch.setenv("TRACEGRAD_BACKGROUND_COMPILE", "1")
-    events, lower, run = [], runtime.lower, runtime.MeasuredRun.__call__
+    events, lower, run = [], lowering.lower, runtime_arena.MeasuredRun.__call__
 
     def noted_lower(graph, backend, compile=True, background=False):
         events.append("compile" if background else "lower")
@@ -179,8 +179,8 @@ def test_kernels_start_compiling_when_the_first_call_has_returned(monkeypatch):
         finally:
             events.append("call")
 
-    monkeypatch.setattr(runtime, "lower", noted_lower)
-    monkeypatch.setattr(runtime.MeasuredRun, "__call__", noted_run)
+    monkeypatch.setattr(lowering, "lower", noted_lower)
+    monkeypatch.setattr(runtime_arena.MeasuredRun, "__call__", noted_run)
     sizes = (6, 32, 32, 4)
     step = tg.trace(MLP(sizes, np.float32, "gelu").step, backend="numba")
     step(*batches(1, np.float32, sizes, batch=16)[0])
@@ -198,7 +198,7 @@ def test_inspecting_a_step_waits_for_its_kernels(background):
 
 
 def test_a_step_whose_kernels_fail_to_compile_goes_on_with_numpy(background, monkeypatch):
-    real, release = runtime.lower, background
+    real, release = lowering.lower, background
 
     def failing(graph, backend, compile=True, background=False):
         if background:
@@ -206,7 +206,7 @@ def test_a_step_whose_kernels_fail_to_compile_goes_on_with_numpy(background, mon
             raise RuntimeError("no compiler here")
         return real(graph, backend, compile, background)
 
-    monkeypatch.setattr(runtime, "lower", failing)
+    monkeypatch.setattr(lowering, "lower", failing)
     sizes, data = (6, 32, 32, 4), batches(3, np.float32, (6, 32, 32, 4), batch=16)
     eager, traced = MLP(sizes, np.float32, "gelu"), MLP(sizes, np.float32, "gelu")
     step = tg.trace(traced.step, backend="numba")
@@ -530,7 +530,7 @@ def test_an_arena_lent_out_lends_a_private_buffer_and_grows_for_a_bigger_plan():
     step = tg.trace(MLP((6, 64, 4), np.float32).step, backend="numpy")
     step(*batches(1, np.float32, (6, 64, 4), batch=64)[0])
     run = step.latest.run
-    arena, layout = runtime.Arena(), run.layout
+    arena, layout = runtime_arena.Arena(), run.layout
     views, lent = arena.lend(layout)
     assert lent and all(np.shares_memory(v, arena.buffer) for v in views)
     private, lent_again = arena.lend(layout)  # as another thread would, meanwhile
@@ -538,7 +538,7 @@ def test_an_arena_lent_out_lends_a_private_buffer_and_grows_for_a_bigger_plan():
     arena.give_back()
     assert arena.lend(layout)[0] is views  # views are made once per layout and buffer
     arena.give_back()
-    bigger = runtime.ArenaLayout(step.latest.memory)
+    bigger = runtime_arena.ArenaLayout(step.latest.memory)
     bigger.nbytes = layout.nbytes * 2
     arena.lend(bigger)
     assert arena.buffer.nbytes == bigger.nbytes and arena.buffer.ctypes.data % 64 == 0
@@ -549,14 +549,14 @@ def test_a_step_that_cannot_get_its_arena_fails_cleanly_and_the_next_one_runs(mo
     model = MLP((6, 64, 4), np.float64)
     step = tg.trace(model.step, backend="numpy")
     x, y = batches(1, np.float64, (6, 64, 4), batch=64)[0]
-    arena = runtime.shared_arena()  # the one its plan will use: we hold it alive
+    arena = runtime_arena.shared_arena()  # the one its plan will use: we hold it alive
     arena.buffer = np.empty(0, np.uint8)  # force the arena to grow on this call
     before = model.state()
 
     def no_memory(nbytes):
         raise MemoryError(f"cannot allocate {nbytes} bytes")
 
-    monkeypatch.setattr(runtime, "_aligned_empty", no_memory)
+    monkeypatch.setattr(runtime_arena, "_aligned_empty", no_memory)
     with pytest.raises(MemoryError):
         step(x, y)
     for a, b in zip(model.state(), before, strict=True):
@@ -652,7 +652,7 @@ def runs(phases):
 
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
 def test_two_micro_batches_are_traced_with_their_phases(backend, monkeypatch):
-    monkeypatch.setattr(codegen, "KERNEL_MIN", 0)
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
     rng = np.random.default_rng(3)
     data = []
     for _ in range(3):

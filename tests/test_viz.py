@@ -19,11 +19,12 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
+from passes.base import is_view
 from tracegrad import nn, optim
-from tracegrad.compiler import codegen
+from tracegrad.compiler import lowering
 from tracegrad.core import drawing
 from tracegrad.nn import functional as F
-from tracegrad.runtime import plans as runtime
+from tracegrad.runtime import report as text_report
 from tracegrad.runtime import viz
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,7 +56,7 @@ def make_step(backend: str = "numba", batch: int = 64, width: int = 16):
 
 @pytest.fixture
 def step(monkeypatch):
-    monkeypatch.setattr(codegen, "KERNEL_MIN", 0)  # every fused group becomes a kernel
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)  # every fused group becomes a kernel
     train_step, model, args = make_step()
     train_step(*args)
     train_step(*args)
@@ -145,7 +146,7 @@ def test_lifetimes_stack_every_live_value_by_kind(step):
     for i in range(len(graph.nodes)):
         live = sum(v.nbytes for v in graph.inputs)
         for j, n in enumerate(graph.nodes[: i + 1]):
-            if runtime.passes.base.is_view(n):
+            if is_view(n):
                 continue
             for v in n.outputs:
                 if v in reused:
@@ -192,7 +193,7 @@ def test_memory_timeline_marks_the_peak(step, tmp_path):
 
 def test_report_prints_as_before_and_writes_one_page(step, tmp_path):
     report = step.report()
-    assert str(report) == runtime.report(step.latest) == repr(report)
+    assert str(report) == text_report.report(step.latest) == repr(report)
     if not HAS_MPL:
         with pytest.raises(ImportError, match=r"tracegrad\[viz\]"):
             report.to_html()
@@ -286,14 +287,14 @@ def test_cli_help_and_report(tmp_path):
 
 def test_progress_line_only_when_compiling_is_slow(monkeypatch):
     quiet = io.StringIO()
-    p = codegen.Progress(3, quiet)
+    p = lowering.Progress(3, quiet)
     for _ in range(3):
         p.step()
     p.close()
     assert quiet.getvalue() == ""
-    monkeypatch.setattr(codegen, "PROGRESS_AFTER", 0.0)
+    monkeypatch.setattr(lowering, "PROGRESS_AFTER", 0.0)
     loud = io.StringIO()
-    p = codegen.Progress(3, loud)
+    p = lowering.Progress(3, loud)
     for _ in range(3):
         p.step()
     p.close()
@@ -302,8 +303,8 @@ def test_progress_line_only_when_compiling_is_slow(monkeypatch):
 
 
 def test_progress_line_from_a_real_compile(monkeypatch, capsys):
-    monkeypatch.setattr(codegen, "PROGRESS_AFTER", 0.0)
-    monkeypatch.setattr(codegen, "KERNEL_MIN", 0)
+    monkeypatch.setattr(lowering, "PROGRESS_AFTER", 0.0)
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
     train_step, _, args = make_step()
     train_step(*args)
     kernels = sum(n.prim.kind == "composite" for n in train_step.graph.nodes)

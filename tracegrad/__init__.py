@@ -19,7 +19,7 @@ from tracegrad.frontend.tensor import Tensor
 from tracegrad.frontend.tracer import guard, interpret
 from tracegrad.numpy import *  # noqa: F403 (the rest of NumPy's differentiable functions)
 from tracegrad.numpy import linalg
-from tracegrad.runtime.plans import trace as _compile
+from tracegrad.runtime.trace import trace as _compile
 
 float32 = _api.np.float32
 float64 = _api.np.float64

@@ -7,8 +7,6 @@ shows the plan's own line, which names the user's source line of that node in a 
 from __future__ import annotations
 
 import linecache
-import sys
-import time
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -144,95 +142,6 @@ def compile_source(source: str, namespace: dict[str, Any], name: str) -> Callabl
     return function
 
 
-# A fused group over fewer elements runs as NumPy calls: its kernel would save microseconds a
-# step (40 us on a 4096x10 softmax tail) and cost 0.1-0.5 s to compile, and a plan with only such
-# groups never starts Numba (0.7 s in a new process).
-KERNEL_MIN = 1 << 16
-
-
-def lower(
-    graph: ir.Graph, backend: str, compile: bool = True, background: bool = False
-) -> tuple[ir.Graph, dict[ir.Node, Callable]]:
-    """Compile each fused body into a kernel; a body the backend cannot compile, or too small to
-    gain from it (or any body, on the NumPy backend), is spliced back as its member nodes.
-    `compile=False` only decides (fused kernels map to None, native ones to
-    `native.Planned`): the memory-budget solver plans with it.
-    `background=True` (from a thread beside a running step) compiles in child processes,
-    silently."""
-    groups = kernel_groups(graph) if backend == "numba" else []
-    natives = native_nodes(graph) if backend == "numba" else []
-    kernels: dict[ir.Node, Callable] = {}
-    if groups or natives:  # one round of loading, so that new kernels compile together
-        from tracegrad.compiler.kernels import compile_groups, native
-
-        modules = native.modules(natives)
-        bodies = [(b.inputs, b.nodes, b.outputs) for b in (n.attrs["body"] for n in groups)]
-        progress = Progress() if compile and not background else None
-        compiled = compile_groups(bodies, progress, compile=compile, background=background,
-                                  also=dict(modules.values()))  # fmt: skip
-        if progress is not None:
-            progress.close()
-        kernels = {n: k for n, (ok, k) in zip(groups, compiled, strict=True) if ok}
-        kernels.update(
-            native.launchers(modules) if compile else {n: native.planned(n) for n in modules}
-        )
-    nodes = []
-    for n in graph.nodes:
-        if n.prim.kind != "composite" or n in kernels:
-            nodes.append(n)
-        else:
-            nodes.extend(n.attrs["body"].nodes)
-    return ir.Graph(graph.inputs, nodes, graph.outputs), kernels
-
-
-def kernel_groups(graph: ir.Graph) -> list[ir.Node]:
-    """The fused nodes large enough to gain from a kernel."""
-    return [n for n in graph.nodes
-            if n.prim.kind == "composite" and _elements(n.attrs["body"]) >= KERNEL_MIN]  # fmt: skip
-
-
-PROGRESS_AFTER = 2.0  # seconds of kernel compilation before saying so on stderr
-
-
-class Progress:
-    """A line on stderr once compiling a plan's kernels has taken PROGRESS_AFTER seconds
-    (redrawn in place on a terminal); silent when the kernels come from the cache."""
-
-    def __init__(self, total: int = 0, stream: Any = None):
-        self.total, self.done, self.shown, self.last = total, 0, False, -1.0
-        self.start = time.perf_counter()
-        self.stream = stream or sys.stderr
-
-    def step(self) -> None:
-        self.done += 1
-        elapsed = time.perf_counter() - self.start
-        tty = getattr(self.stream, "isatty", lambda: False)()
-        due = tty or elapsed - self.last >= 1.0  # a log gets a line a second at most
-        if elapsed >= PROGRESS_AFTER and self.done < self.total and due:
-            end, self.last = ("\r" if tty else "\n"), elapsed
-            self.stream.write(f"tracegrad: compiling kernels {self.done}/{self.total} "
-                              f"({elapsed:.1f} s){end}")  # fmt: skip
-            self.stream.flush()
-            self.shown = True
-
-    def close(self) -> None:
-        elapsed = time.perf_counter() - self.start
-        if self.shown or (elapsed >= PROGRESS_AFTER and self.total):
-            self.stream.write(f"tracegrad: compiled {self.total} kernels in {elapsed:.1f} s\n")
-            self.stream.flush()
-
-
-def _elements(body: ir.Graph) -> int:
-    return max(v.size for n in body.nodes for v in (*n.inputs, *n.outputs))
-
-
 def identifier(name: str) -> str:
     name = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
     return name if name.isidentifier() else f"plan_{name}"
-
-
-def native_nodes(graph: ir.Graph) -> list[ir.Node]:
-    """The nodes of ops with a kernel of their own (`Primitive.native`, such as max-pooling's)
-    over at least KERNEL_MIN elements."""
-    size = lambda n: max(v.size for v in (*n.inputs, *n.outputs))
-    return [n for n in graph.nodes if n.prim.native and size(n) >= KERNEL_MIN]

@@ -1,11 +1,11 @@
 """Kernels of their own for ops the fused-kernel generator cannot express, by primitive: the
-Numba backend (`codegen.lower`) runs a node of such an op (`Primitive.native`) with
+Numba backend (`lowering.lower`) runs a node of such an op (`Primitive.native`) with
 its kernel here, or with the op's NumPy implementation if no kernel handles it.
 
 A generator (a module, such as `pool`) has `module(node)`, the name and text of the kernel's
 module (NotImplementedError for a node it does not handle: a dtype, say), and
 `launcher(node, compiled, path)`, which returns `kernel(*input_arrays, *output_arrays)` writing
-the outputs in place. `codegen.lower` loads a plan's modules in one round with its fused
+the outputs in place. `lowering.lower` loads a plan's modules in one round with its fused
 kernels' (`compile_groups(also=...)`), so that new ones compile in one set of children."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def modules(nodes: Sequence[Node]) -> dict[Node, tuple[str, str]]:
 
 class Planned(NamedTuple):
     """What a node that will run a kernel of its own maps to before its kernel is compiled
-    (`codegen.lower(compile=False)`): the bytes of temporaries the kernel will hold, if its
+    (`lowering.lower(compile=False)`): the bytes of temporaries the kernel will hold, if its
     generator says (`scratch(node)`), for the memory plan; else None (its op's count)."""
 
     scratch: int | None
@@ -60,7 +60,7 @@ def launchers(modules: dict[Node, tuple[str, str]]) -> dict[Node, Callable]:
 
 def compile_native(nodes: Sequence[Node]) -> list[tuple[bool, Callable | None]]:
     """Per node (True, kernel), or (False, None) if no kernel handles it. (A plan's go through
-    `codegen.lower`, with its fused kernels.)"""
+    `lowering.lower`, with its fused kernels.)"""
     found = modules(nodes)
     default_cache().load_all(dict(found.values()))
     kernels = launchers(found)

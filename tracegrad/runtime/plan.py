@@ -1,0 +1,223 @@
+"""One signature's compiled step (`Plan`): built from a capture by `compile_plan`, which runs the
+passes and lowering; it reads its inputs, runs in the arena and writes the state back."""
+
+from __future__ import annotations
+
+import functools
+import linecache
+import sys
+import traceback
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+import passes
+from passes.base import is_view
+from passes.budget import Budget
+from passes.memory import MemoryPlan, plan_memory
+from tracegrad.compiler import lowering
+from tracegrad.compiler.codegen import compile_source, generate, identifier
+from tracegrad.compiler.kernels.blas import quiet_openblas
+from tracegrad.core import ir
+from tracegrad.core.errors import MemoryBudgetError
+from tracegrad.frontend import pytree
+from tracegrad.frontend.tensor import Tensor
+from tracegrad.frontend.tracer import Capture
+from tracegrad.runtime.arena import ArenaLayout, MeasuredRun
+from tracegrad.runtime.background import BackgroundLowering, background_compile
+from tracegrad.runtime.report import mib
+
+
+class Plan:
+    """One signature's compiled step: a callable over arrays plus the capture's bookkeeping.
+    While its kernels compile in the background (`pending`), it runs the same optimized graph
+    as NumPy calls, and switches to the kernels at the first call after they are ready."""
+
+    def __init__(self, cap: Capture, name: str, graph: ir.Graph, kernels: dict, stats: list,
+                 backend: str, budget: Budget | None = None, memory: MemoryPlan | None = None,
+                 pending: BackgroundLowering | None = None):  # fmt: skip
+        self.capture, self.name, self.stats, self.backend = cap, name, stats, backend
+        self.budget = budget  # the memory-budget pass that planned it, if one was asked for
+        self.pending = pending
+        self._build(graph, kernels, memory or plan_memory(graph, kernels))
+
+    def _build(self, graph: ir.Graph, kernels: dict, memory: MemoryPlan) -> None:
+        self.graph, self.memory, self.kernel_count = graph, memory, len(kernels)
+        self.source, namespace = generate(graph, self.name, memory, kernels)
+        self.run = MeasuredRun(compile_source(self.source, namespace, self.name),
+                               ArenaLayout(memory), self.pending is None)  # fmt: skip
+        self.input_backed = _input_backed(graph)
+
+    def adopt_kernels(self, wait: bool = False) -> None:
+        """Switch to the kernels compiled in the background if they are ready (after waiting
+        for them, if `wait`). If compiling failed, warn and go on with NumPy."""
+        pending = self.pending
+        if pending is None or not (wait or pending.done.is_set()):
+            return
+        pending.start()
+        pending.done.wait()
+        self.pending = None
+        if pending.error is not None:
+            message = f"the step's kernels failed to compile ({pending.error!r})"
+            warnings.warn(f"tracegrad: {message}; it goes on running NumPy calls", RuntimeWarning,
+                          stacklevel=3)  # fmt: skip
+            self.run.measure_first = True  # the stand-in is the plan from now on
+            return
+        self._build(*pending.result, plan_memory(*pending.result))
+        if pending.seconds >= lowering.PROGRESS_AFTER:
+            print(f"tracegrad: {self.name}: kernels ready after {pending.seconds:.1f} s of "
+                  "compiling in the background; the step runs them from now on",
+                  file=sys.stderr)  # fmt: skip
+
+    def __call__(self, arg_leaves: Sequence[Any]) -> Any:
+        self.adopt_kernels()
+        cap = self.capture
+        inputs = [_array(arg_leaves[i]) for i in cap.args]
+        for ref, via_grad in cap.reads:
+            t = ref.resolve(arg_leaves)
+            inputs.append(t._grad._value if via_grad else t._value)
+        try:
+            return self.run(inputs, functools.partial(self._finish, arg_leaves))
+        except Exception as e:
+            _name_user_line(e)
+            raise
+        finally:
+            if self.pending is not None:
+                self.pending.start()
+
+    def _finish(self, arg_leaves: Sequence[Any], inputs: list[np.ndarray], outs: Sequence) -> Any:
+        """Now that the step has run to its end: copy the results out of the arena and store the
+        state writes in place, as eager in-place ops do. An output that is (a view of) an input
+        is copied first: a write before it must not change it (`prev <- p; p <- p + 1`)."""
+        cap = self.capture
+        outs = [_typed(a, v) for a, v in zip(outs, self.graph.outputs, strict=True)]
+        outs = [np.array(a) if i in self.input_backed else a for i, a in enumerate(outs)]
+        owned = {id(a) for a in inputs}
+        results = [Tensor._wrap(_fresh(a, owned)) for a in outs[: cap.n_results]]
+        writes = iter(outs[cap.n_results :])
+        for ref in cap.value_writes:
+            _write(ref.resolve(arg_leaves), next(writes))
+        for ref, to_none in cap.grad_writes:
+            t = ref.resolve(arg_leaves)
+            if not isinstance(t, Tensor):
+                continue  # an ndarray argument has no grad to keep
+            if to_none:
+                t._grad = None
+            elif t._grad is not None:
+                _write(t._grad, next(writes))
+            else:
+                t._grad = Tensor._wrap(np.array(next(writes)))
+        return pytree.unflatten(cap.result_tree, results)
+
+
+def _name_user_line(e: Exception) -> None:
+    """Add to an exception raised inside a plan the user's line of the node that failed (the
+    plan's statements name it in their comments)."""
+    frames = [(f, n) for f, n in traceback.walk_tb(e.__traceback__)
+              if f.f_code.co_filename.startswith("<tracegrad plan")]  # fmt: skip
+    if not frames or not hasattr(e, "add_note"):
+        return
+    frame, lineno = frames[-1]
+    line = linecache.getline(frame.f_code.co_filename, lineno).strip()
+    statement, _, comment = line.partition("  # ")
+    where = comment.rsplit(" ", 1)[-1] if comment else "?"
+    e.add_note(f"raised by the traced step at {where} (plan line {lineno}: {statement})")
+
+
+def _write(t: Tensor | np.ndarray, value: np.ndarray) -> None:
+    """A state write, in place like eager's (a `detach()`ed alias or the array from `.numpy()`
+    sees it, and the plan's arena can hold the new value); a read-only buffer is replaced. An
+    ndarray argument is written in place, as NumPy's in-place operators would."""
+    if isinstance(t, np.ndarray):
+        if t.flags.writeable:
+            np.copyto(t, value)
+        return
+    t._version[0] += 1
+    if isinstance(t._value, np.ndarray) and t._value.flags.writeable:
+        np.copyto(t._value, value)
+    else:
+        t._value = np.array(value)
+
+
+def _input_backed(graph: ir.Graph) -> set[int]:
+    """Positions of the outputs that are graph inputs or views of them."""
+    producer = graph.producers()
+    inputs = set(graph.inputs)
+
+    def backed(v: ir.Value) -> bool:
+        n = producer.get(v)
+        return v in inputs or (n is not None and is_view(n) and backed(n.inputs[0]))
+
+    return {i for i, v in enumerate(graph.outputs) if backed(v)}
+
+
+def _typed(a: Any, v: ir.Value) -> np.ndarray:
+    """The plan's result in its graph dtype: state must never drift (float32 to float64) because
+    some NumPy call promoted a scalar."""
+    a = np.asarray(a)
+    return a if a.dtype == v.dtype else a.astype(v.dtype)
+
+
+def _array(x: Any) -> np.ndarray:
+    return x._value if isinstance(x, Tensor) else np.asarray(x)
+
+
+def _fresh(a: np.ndarray, owned: set[int]) -> np.ndarray:
+    """A buffer nothing else shares: plan outputs may be inputs, or views of them or of the
+    arena."""
+    return (
+        np.array(a) if id(a) in owned or not isinstance(a, np.ndarray) or a.base is not None else a
+    )
+
+
+def compile_plan(
+    cap: Capture,
+    backend: str,
+    pipeline: Sequence[Callable] | None,
+    name: str,
+    memory_budget: int | None = None,
+) -> Plan:
+    """Optimize the captured graph, lower it for `backend` and generate the plan's source.
+    Under a memory budget, the budget pass runs before `schedule` (or last) and checks each of
+    its choices with the rest of the pipeline, lowering and `plan_memory`; its kernels compile
+    before the first call (NumPy calls in their place would not keep to the budget)."""
+    if pipeline is None:
+        pipeline = passes.DEFAULT + ([passes.fuse] if backend == "numba" else [])
+    if backend == "numba":
+        quiet_openblas()
+    name = identifier(name)
+    if memory_budget is not None:
+        graph, stats, kernels, memory, budget = _fit(cap.graph, backend, pipeline, memory_budget)
+        return Plan(cap, name, graph, kernels, stats, backend, budget, memory)
+    graph, stats = passes.run(cap.graph, pipeline)
+    if lowering.needs_kernels(graph, backend) and background_compile():
+        return Plan(cap, name, *lowering.lower(graph, "numpy"), stats, backend,
+                    pending=BackgroundLowering(graph))  # fmt: skip
+    return Plan(cap, name, *lowering.lower(graph, backend), stats, backend)
+
+
+def _fit(graph: ir.Graph, backend: str, pipeline: Sequence[Callable], limit: int) -> tuple:
+    """Run the pipeline with the budget pass; if lowering (a kernel that would not compile)
+    leaves the final plan above the budget after all, solve again for less."""
+    pipeline = list(pipeline)
+    at = pipeline.index(passes.schedule) if passes.schedule in pipeline else len(pipeline)
+    rest = pipeline[at:]
+
+    def peak_of(g: ir.Graph) -> int:
+        return plan_memory(*lowering.lower(passes.run(g, rest)[0], backend, compile=False)).peak
+
+    target = limit
+    for _ in range(3):
+        budget = Budget(target, peak_of)
+        graph_after, stats = passes.run(graph, [*pipeline[:at], budget, *rest])
+        lowered, kernels = lowering.lower(graph_after, backend)
+        memory = plan_memory(lowered, kernels)
+        if memory.peak <= limit:
+            budget.limit = limit
+            return lowered, stats, kernels, memory, budget
+        target -= memory.peak - limit
+    raise MemoryBudgetError(
+        f"memory budget {mib(limit)}: the compiled plan peaks at {mib(memory.peak)}", memory.peak
+    )

@@ -1,0 +1,177 @@
+"""`@trace`: a plan per input signature, chosen by its guards, kept while they hold."""
+
+from __future__ import annotations
+
+import functools
+import os
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tracegrad.core import ir
+from tracegrad.frontend.tracer import Capture, TraceError, capture, signature
+from tracegrad.runtime import viz
+from tracegrad.runtime.budget import parse_budget
+from tracegrad.runtime.plan import Plan, compile_plan
+from tracegrad.runtime.report import report
+
+RETRACES_WARNED = 8  # plans for one signature: past this, retracing is likely a mistake
+SIGNATURES_WARNED = 8  # distinct input signatures: past this, shapes are likely unbucketed
+MAX_SIGNATURES = 32  # plans kept per traced function; the least recently used go first
+
+
+class Traced:
+    """A function traced once per input signature; see `trace`."""
+
+    def __init__(self, fn: Callable, backend: str, passes: Sequence[Callable] | None,
+                 memory_budget: int | str | None = None):  # fmt: skip
+        if backend not in ("numpy", "numba"):
+            raise ValueError(f"trace: unknown backend {backend!r} (use 'numpy' or 'numba')")
+        self.fn, self.backend, self.passes = fn, backend, passes
+        if memory_budget is not None:
+            parse_budget(memory_budget)  # a bad budget fails here; a share is taken per trace
+        self.memory_budget = memory_budget
+        self.plans: OrderedDict[Any, list[Plan]] = OrderedDict()
+        self.latest: Plan | None = None
+        self.warned: set[str] = set()
+        self.dynamic: frozenset[int] = frozenset()  # float arguments that are plan inputs
+        self.static: set[int] = set()  # float arguments the step uses as Python numbers
+        self.floats_seen: dict[int, float] = {}
+        self.dumped: list[str] = []  # directories TRACEGRAD_DUMP wrote, one per plan
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        leaves, key = signature(args, kwargs, self.dynamic)
+        plans = self.plans.get(key, [])
+        plan = next((p for p in plans if p.capture.guards_hold()), None)
+        new = plan is None
+        if new:
+            if plans:
+                self._say_why(plans[-1].capture)
+            self._more_dynamic(leaves)
+            plan = self._compile(self._capture(args, kwargs))
+            leaves, key = signature(args, kwargs, self.dynamic)  # floats may have become inputs
+            self._keep(key, plan)
+        self.plans.move_to_end(key)
+        self.latest = plan
+        result = plan(leaves)
+        if new and os.environ.get("TRACEGRAD_DUMP"):  # after the call: its measured peak
+            plan.adopt_kernels(wait=True)
+            where = os.environ["TRACEGRAD_DUMP"]
+            self.dumped.append(viz.dump(plan, report(plan), where, self.fn.__name__))
+        return result
+
+    def _more_dynamic(self, leaves: list[Any]) -> None:
+        """A Python float argument that takes a second value becomes an input of the plan
+        (PyTorch's "automatic dynamic"), so that varying it (a learning rate, a temperature)
+        does not trace again for each value."""
+        new = set()
+        for i, x in enumerate(leaves):
+            if type(x) is float and i not in self.dynamic and i not in self.static:
+                if self.floats_seen.setdefault(i, x) != x:
+                    new.add(i)
+        self.dynamic |= new
+
+    def _capture(self, args: tuple, kwargs: dict) -> Capture:
+        """Capture with the dynamic floats as inputs; if the step uses one as a Python number
+        (control flow, math.*), that float is baked in from then on: one trace per value."""
+        try:
+            return capture(self.fn, args, kwargs, self.dynamic)
+        except TraceError:
+            if not self.dynamic:
+                raise
+            self.static |= self.dynamic
+            self.dynamic = frozenset()
+            self._warn(
+                f"{self.fn.__name__}: a float argument that changes between calls is used as a "
+                "Python number inside the step (in an `if`, float() or math.*), so each value "
+                "is traced and compiled anew; pass it as a 0-d tensor to avoid that"
+            )
+            return capture(self.fn, args, kwargs)
+
+    def _keep(self, key: Any, plan: Plan) -> None:
+        plans = self.plans.setdefault(key, [])
+        plans.append(plan)
+        if len(plans) == RETRACES_WARNED:
+            self._warn(
+                f"{self.fn.__name__} was traced {RETRACES_WARNED} times for one signature: what "
+                "its guards check keeps changing (the grads being None or not, a baked-in "
+                "hyperparameter such as momentum); each new trace compiles"
+            )
+        if len(self.plans) == SIGNATURES_WARNED:
+            self._warn(
+                f"{self.fn.__name__} was traced for {SIGNATURES_WARNED} input signatures "
+                "(shapes, dtypes, other arguments): each compiles, and only the last "
+                f"{MAX_SIGNATURES} are kept; pad or bucket shapes that vary"
+            )
+        while len(self.plans) > MAX_SIGNATURES:
+            self.plans.popitem(last=False)
+
+    def _say_why(self, cap: Capture) -> None:
+        """Warn, once per value, when a baked-in Python number changed and forces a new trace."""
+        for w in cap.watched:
+            if w.warn and not w.holds():
+                self._warn(
+                    f"{self.fn.__name__} is traced again because {w.describe} changed "
+                    f"({w.value!r} -> {w.get()!r}): the trace bakes Python numbers in and each "
+                    "new value compiles a new plan; pass it as an argument (a tensor) instead"
+                )
+
+    def _warn(self, message: str) -> None:
+        if message.split(" (")[0] not in self.warned:
+            self.warned.add(message.split(" (")[0])
+            warnings.warn(message, stacklevel=4)
+
+    def _compile(self, cap: Capture) -> Plan:
+        budget = None if self.memory_budget is None else parse_budget(self.memory_budget)
+        return compile_plan(cap, self.backend, self.passes, self.fn.__name__, budget)
+
+    def _plan(self) -> Plan:
+        """The latest plan, with its kernels: what the step runs from now on."""
+        if self.latest is None:
+            raise RuntimeError("this traced function has not been called yet: nothing to show")
+        self.latest.adopt_kernels(wait=True)
+        return self.latest
+
+    def wait_for_kernels(self) -> None:
+        """Wait until the latest plan's kernels, compiling in the background, are ready; the
+        next call runs them. Steps before that run the same plan as NumPy calls."""
+        if self.latest is not None:
+            self.latest.adopt_kernels(wait=True)
+
+    @property
+    def graph(self) -> ir.Graph:
+        """The optimized graph of the latest signature."""
+        return self._plan().graph
+
+    @property
+    def source(self) -> str:
+        """The generated Python source of the latest plan."""
+        return self._plan().source
+
+    def report(self) -> viz.Report:
+        """The latest plan's report: prints as text; `.to_html(path)` writes the page."""
+        return viz.Report(report(self._plan()), self._plan(), self.fn.__name__)
+
+    def memory_timeline(self, path: str | None = None) -> Any:
+        """The latest plan's live bytes over its nodes, as a matplotlib Figure (saved to
+        `path` if given); needs `pip install "tracegrad[viz]"`."""
+        return viz.memory_timeline(self._plan(), path)
+
+
+def trace(
+    fn: Callable | None = None,
+    *,
+    backend: str = "numba",
+    passes: Sequence[Callable] | None = None,
+    memory_budget: int | str | None = None,
+) -> Any:
+    """Compile a training step: `@trace`, or `@trace(backend="numpy", passes=[...])`.
+
+    `memory_budget` (bytes, "300MB", "1.5GiB" or "40%" of the memory available when tracing)
+    bounds the step's working memory: the plan recomputes forward values in backward until its
+    planned peak fits, or tracing raises `MemoryBudgetError` with the smallest that does."""
+    if fn is None:
+        return lambda f: Traced(f, backend, passes, memory_budget)
+    return Traced(fn, backend, passes, memory_budget)
