@@ -113,6 +113,29 @@ def test_python_scalar_operands(fn) -> None:
     check_grad(fn, x)
 
 
+# (base, exponent, d/d base, d/d exponent) at a zero base, as PyTorch's
+ZERO_BASE_POWERS = [(0.0, 0.0, 0.0, 0.0), (0.0, 2.0, 0.0, 0.0), (0.0, 0.5, math.inf, 0.0),
+                    (0.0, -1.0, -math.inf, -math.inf), (2.0, 0.0, 0.0, math.log(2.0))]  # fmt: skip
+
+
+def test_power_at_a_zero_base_has_pytorchs_gradients_not_nan() -> None:
+    """d(0**0)/dx is 0 (not 0 * 0**-1) and d(0**y)/dy is 0 for y >= 0 (not 0 * log 0), as in
+    PyTorch and HIPS autograd; also to second order."""
+    base, exponent, d_base, d_exponent = map(np.array, zip(*ZERO_BASE_POWERS, strict=True))
+    x, y = tg.tensor(base, requires_grad=True), tg.tensor(exponent, requires_grad=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        (x**y).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), d_base)
+    np.testing.assert_array_equal(y.grad.numpy(), d_exponent)
+    second = tg.grad(lambda t: tg.grad(lambda u: (u**0.0).sum())(t).sum())(tg.tensor([0.0, 1.5]))
+    assert second.tolist() == [0.0, 0.0]
+    torch = pytest.importorskip("torch")
+    tx, ty = (torch.tensor(a, requires_grad=True) for a in (base, exponent))
+    (tx**ty).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), tx.grad.numpy())
+    np.testing.assert_array_equal(y.grad.numpy(), ty.grad.numpy())
+
+
 def test_where() -> None:
     cond = RNG.random((3, 1)) > 0.5
     x, y = randn(3, 4), randn(4)
