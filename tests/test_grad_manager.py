@@ -92,7 +92,7 @@ class Deferred:
     def __call__(self, t: tg.Tensor, g: tg.Tensor) -> tg.Tensor:
         out = np.full(g.shape, np.nan)
         self.waiting.append((g.numpy().copy(), out))
-        return tg.tensor(out)
+        return tg.from_numpy(out)  # filled in place when flushed
 
     def flush(self) -> None:
         self.flushes += 1

@@ -317,6 +317,3 @@ def tensor_backward(
         return retained_sink(node)
 
     run_backward([y], [dy], deliver, retain_graph, create_graph)
-
-
-Tensor.backward = tensor_backward

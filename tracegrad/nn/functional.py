@@ -17,30 +17,22 @@ import numpy as np
 from tracegrad.core import primitives as P
 from tracegrad.core.errors import ShapeError
 from tracegrad.core.ops import attention as attention_impl
-from tracegrad.frontend import random
-from tracegrad.frontend.autodiff import no_grad
-from tracegrad.frontend.functions import (
+from tracegrad.core.primitives import (
     abs,
-    check_range,
-    concatenate,
     erf,
     log,
     log1p,
-    log_softmax,
-    matmul,
     maximum,
-    mean,
-    reshape,
     sigmoid,
-    softmax,
     softplus,
     sqrt,
-    stack,
-    sum,
     tanh,
-    transpose,
     where,
 )
+from tracegrad.frontend import random
+from tracegrad.frontend.autodiff import no_grad
+from tracegrad.frontend.functions import check_range, concatenate, matmul, reshape, stack, transpose
+from tracegrad.frontend.reductions import log_softmax, mean, softmax, sum
 from tracegrad.frontend.tensor import Tensor, as_tensor
 
 __all__ = [
@@ -554,7 +546,7 @@ def _probabilities(q: Tensor, k: Tensor, scale: float, mask: Any) -> Tensor:
 
 
 def _mT(x: Tensor) -> Tensor:
-    return transpose(x, (*range(x.ndim - 2), x.ndim - 1, x.ndim - 2))
+    return transpose(x, -1, -2)
 
 
 def batch_norm(
