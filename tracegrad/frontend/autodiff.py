@@ -223,10 +223,13 @@ def run_backward(
     deliver: Callable[[Any], Callable[[Tensor], None] | None],
     retain_graph: bool = False,
     create_graph: bool = False,
+    stop_at_sinks: bool = False,
 ) -> None:
     """Propagate cotangents `dys` from `ys` to every node for which `deliver(node)` gives a sink.
 
-    With `create_graph` the VJP ops are themselves recorded (higher-order gradients)."""
+    With `create_graph` the VJP ops are themselves recorded (higher-order gradients). With
+    `stop_at_sinks` a sink's node passes nothing on: the gradients are partial derivatives in
+    the sinks as independent inputs (functional `vjp`), not total ones through each other."""
     grads: dict[Any, Tensor] = {}
     roots = []
     for y, dy in zip(ys, dys, strict=True):
@@ -240,10 +243,10 @@ def run_backward(
     order, useful = _order(roots, lambda n: deliver(n) is not None)
     retain_graph = retain_graph or create_graph
     with phase("backward"):
-        _propagate(order, useful, grads, deliver, retain_graph, create_graph)
+        _propagate(order, useful, grads, deliver, retain_graph, create_graph, stop_at_sinks)
 
 
-def _propagate(order, useful, grads, deliver, retain_graph, create_graph) -> None:
+def _propagate(order, useful, grads, deliver, retain_graph, create_graph, stop_at_sinks) -> None:
     with _grad_mode(create_graph):
         for node in order:
             g = grads.pop(node, None)
@@ -252,7 +255,7 @@ def _propagate(order, useful, grads, deliver, retain_graph, create_graph) -> Non
             sink = deliver(node)
             if sink is not None:
                 sink(g)
-            if node.is_leaf:
+            if node.is_leaf or (stop_at_sinks and sink is not None):
                 continue
             ins, out = node.unpack()
             wanted = [parent in useful for parent in node.parents]
