@@ -106,6 +106,10 @@ SHAPES = {
     "remainder %": (lambda x: x % 0.7, lambda x: x % 0.7, [M]),
     "mean of a list": (lambda a, b: tnp.mean([a, b], axis=0), lambda a, b: np.mean([a, b], axis=0),
                        [V, V[::-1]]),
+    "append": (lambda a, b: tnp.append(a, b), np.append, [M, V]),
+    "append axis": (lambda a, b: tnp.append(a, b, 0), lambda a, b: np.append(a, b, 0), [M, M2]),
+    "where of floats": (lambda a: tnp.where(a - a.astype(np.int64), a, -a),
+                        lambda a: np.where(a - a.astype(np.int64), a, -a), [M]),
     "ravel": (tnp.ravel, np.ravel, [M]), "hstack": (lambda a: tnp.hstack([a, a]),
                                                    lambda a: np.hstack([a, a]), [M]),
     "gradient": (lambda x: tnp.gradient(x, axis=1), lambda x: np.gradient(x, axis=1), [M]),
@@ -137,6 +141,9 @@ LINALG = {
     "norm 2 keepdims": (lambda a: tnp.linalg.norm(a, 2, (0, 2), True),
                         lambda a: np.linalg.norm(a, 2, (0, 2), True), [M.reshape(3, 2, 2)]),
     "make_diagonal": (tnp.make_diagonal, lambda d: d[..., None] * np.eye(d.shape[-1]), [M]),
+    "eigh upper": (lambda a: tnp.linalg.eigh(a, "U")[0], lambda a: np.linalg.eigh(a, "U")[0],
+                   [SQ]),  # the lower triangle is not read: its gradient is 0
+    "eigvalsh": (tnp.linalg.eigvalsh, np.linalg.eigvalsh, [SQ]),
     "eigh vectors": (lambda a: tnp.linalg.eigh(a + a.T)[1] ** 2,
                      lambda a: np.linalg.eigh(a + a.T)[1] ** 2, [SQ]),
 }  # fmt: skip

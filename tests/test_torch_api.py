@@ -623,6 +623,8 @@ MEANINGS = {  # name: (the call, given the library module and a float64 tensor o
     "var correction": lambda lib, x: lib.var(x, 0, correction=0, keepdim=True),
     "std unbiased=False": lambda lib, x: x.std(1, unbiased=False),
     "var(False)": lambda lib, x: x.var(False),
+    "std of equal values": lambda lib, x: (x[:, :1] * lib.ones(1, 4)).std(1),
+    "linalg.eigh upper": lambda lib, x: lib.linalg.eigh(x @ x.T, "U").eigenvalues,
     "repeat tiles": lambda lib, x: x.repeat(2, 1, 2),
     "repeat_interleave": lambda lib, x: lib.repeat_interleave(x, 2, dim=1),
     "repeat_interleave flat": lambda lib, x: x.repeat_interleave(2),
@@ -790,6 +792,8 @@ def test_more_pytorch_meanings_without_pytorch():
     assert tg.argsort(x, 1, descending=True)[0].tolist() == [2, 0, 3, 1]
     assert tg.select(x, 1, 0).tolist() == S[:, 0].tolist()
     assert [g.shape for g in tg.gradient(x)] == [(3, 4), (3, 4)]
+    upper = tg.linalg.eigh(S[:, :3], "U").eigenvalues.numpy()  # reads the upper triangle
+    np.testing.assert_allclose(upper, np.linalg.eigh(S[:, :3], "U")[0], rtol=1e-12)
 
 
 UNTRACEABLE = {"where one argument", "nonzero", "equal"}  # data-dependent shapes, a bool

@@ -150,8 +150,11 @@ def var(input: Any, dim: Any = None, unbiased: bool | None = None, keepdim: bool
 @pytorch_keywords
 def std(input: Any, dim: Any = None, unbiased: bool | None = None, keepdim: bool = False, *,
         correction: float | None = None) -> Tensor:  # fmt: skip
-    """The standard deviation, unbiased by default (see `var`)."""
-    return P.sqrt(var(input, dim, unbiased, keepdim, correction=correction))
+    """The standard deviation, unbiased by default (see `var`). Where all values are equal its
+    gradient is 0, as PyTorch's (not 0 / 0)."""
+    v = var(input, dim, unbiased, keepdim, correction=correction)
+    zero = v == 0.0
+    return P.where(zero, 0.0, P.sqrt(P.where(zero, 1.0, v)))
 
 
 @pytorch_keywords

@@ -151,6 +151,8 @@ def nan_to_num(x: Any, copy: bool = True, nan: float = 0.0, posinf: float | None
 
 def where(condition: Any, x: Any = None, y: Any = None) -> Any:
     """x where condition holds, else y; where(condition) alone is nonzero(condition)."""
+    condition = asarray(condition)
+    condition = condition if condition.dtype == bool_ else condition != 0  # NumPy's truth
     if x is None and y is None:
         return nonzero(condition)
     if not builtins.any(isinstance(v, Tensor) for v in (x, y)):
@@ -215,7 +217,9 @@ def var(a: Any, axis: Any = None, dtype: Any = None, out: None = None, ddof: flo
 
 def std(a: Any, axis: Any = None, dtype: Any = None, out: None = None, ddof: float = 0,
         keepdims: bool = False, *, correction: float | None = None) -> Tensor:  # fmt: skip
-    return P.sqrt(var(a, axis, dtype, out, ddof, keepdims, correction=correction))
+    ddof = ddof if correction is None else correction
+    x = asarray(a) if dtype is None else functions.astype(asarray(a), dtype)
+    return reductions.std(x, axis, keepdim=bool(keepdims), correction=ddof)
 
 
 def median(a: Any, axis: int | None = None, out: None = None, keepdims: bool = False):
@@ -407,6 +411,11 @@ def atleast_2d(*arys: Any) -> Any:
 
 def atleast_3d(*arys: Any) -> Any:
     return rearrange.atleast_3d(*_arrays(arys))
+
+
+def append(arr: Any, values: Any, axis: int | None = None) -> Tensor:
+    """`values` joined to the end of `arr` (both flattened when axis is None)."""
+    return concatenate([asarray(arr), asarray(values)], axis)
 
 
 def array_split(ary: Any, indices_or_sections: Any, axis: int = 0) -> list[Tensor]:
@@ -644,7 +653,7 @@ __all__ = sorted(name for name in globals() if name[0] != "_" and name not in _I
 def __getattr__(name: str) -> Any:
     """Any other NumPy name is NumPy's own (constants, dtypes, np.allclose): on a tensor it
     runs only if no floats come out, else it raises rather than detach the gradient."""
-    if name.startswith("__"):
+    if name.startswith("__") and name != "__version__":
         raise AttributeError(name)
     try:
         return getattr(_np, name)

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as _np
 
+from tracegrad.frontend import functions, methods, rearrange
 from tracegrad.frontend import linalg as _linalg
-from tracegrad.frontend import methods
 from tracegrad.frontend.tensor import Tensor
 from tracegrad.numpy.arrays import asarray
 
@@ -40,11 +40,20 @@ def cholesky(a: Any, *, upper: bool = False) -> Tensor:
 
 
 def eigh(a: Any, UPLO: str = "L") -> _linalg.EighResult:
-    return _linalg.eigh(asarray(a), UPLO)
+    return _linalg.eigh(_triangle(asarray(a), UPLO))
 
 
 def eigvalsh(a: Any, UPLO: str = "L") -> Tensor:
-    return _linalg.eigvalsh(asarray(a), UPLO)
+    return _linalg.eigvalsh(_triangle(asarray(a), UPLO))
+
+
+def _triangle(a: Tensor, UPLO: str) -> Tensor:
+    """The symmetric matrix NumPy's eigh reads from one triangle, so that the other triangle
+    gets no gradient, as in NumPy (and HIPS autograd)."""
+    if UPLO not in ("L", "U"):
+        raise ValueError(f"eigh: UPLO must be 'L' or 'U', not {UPLO!r}")
+    part = rearrange.tril if UPLO == "L" else rearrange.triu
+    return part(a) + functions.matrix_transpose(part(a, -1 if UPLO == "L" else 1))
 
 
 def svd(a: Any, full_matrices: bool = True, compute_uv: bool = True, hermitian: bool = False):

@@ -145,9 +145,10 @@ div = binary("div", np.true_divide,
 
 
 def _pow_grad_y(g, out, x, y):
-    """g x**y log(x); 0 where x == 0 <= y (as PyTorch's), where log(0) would give nan."""
-    grad = g * out * log(x)
-    return sum_to(where(x == 0.0, where(y >= 0.0, 0.0, grad), grad), y.shape)
+    """g x**y log(x); 0 where x == 0 <= y (as PyTorch's), where 0 * log(0) would give nan. The
+    base is replaced by 1 there, not the result masked, so higher orders stay finite too."""
+    safe = where(x == 0.0, where(y >= 0.0, 1.0, x), x)
+    return sum_to(g * out * log(safe), y.shape)
 
 
 # d/dx x**y = y x**(y-1), with the exponent 1 where y == 0 so that 0**0's gradient is 0, not
