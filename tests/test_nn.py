@@ -582,3 +582,11 @@ def test_a_traced_step_traces_again_after_a_conversion_and_matches_eager(backend
     traced, step = run(True)
     np.testing.assert_allclose(traced, eager, rtol=1e-3)
     assert sum(len(p) for p in step.plans.values()) == 3
+
+
+def test_converting_inside_a_traced_step_is_refused():
+    model = nn.Linear(2, 2)
+    step = tg.trace(lambda x: model.double()(x), backend="numpy")
+    with pytest.raises(tg.TraceError, match="convert the module before the traced step"):
+        step(np.ones((1, 2)))
+    assert model.weight.dtype == np.float32

@@ -307,10 +307,15 @@ class Module:
         return self
 
     def _convert(self, dtype: np.dtype, which: Callable[[Tensor], bool]) -> Module:
+        if Listeners.tracers:  # a plan would not repeat it: it would happen once, while tracing
+            raise TraceError(
+                f"{type(self).__name__}: converting parameters to {dtype} inside @trace is not "
+                "supported; convert the module before the traced step"
+            )
         tensors = {id(t): t for t in (*self.parameters(), *self.buffers())}
         for t in tensors.values():
             if which(t) and t.dtype != dtype:
-                _cast_in_place(t, dtype, type(self).__name__)
+                _cast_in_place(t, dtype)
         return self
 
     def train(self, mode: bool = True) -> Module:
@@ -364,13 +369,8 @@ def _is_dtype(a: Any) -> bool:
     return True
 
 
-def _cast_in_place(t: Tensor, dtype: np.dtype, owner: str) -> None:
+def _cast_in_place(t: Tensor, dtype: np.dtype) -> None:
     """Give `t` (and its gradient) a copy of its array in `dtype`: PyTorch's `param.data = ...`."""
-    if t.is_symbolic:
-        raise TraceError(
-            f"{owner}: converting parameters to {dtype} inside @trace is not supported; convert "
-            "the module before the traced step"
-        )
     t._value = t._value.astype(dtype)
     t._version[0] += 1
     if t.grad is not None:
