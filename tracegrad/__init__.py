@@ -5,7 +5,7 @@ front end (tensor, api, autodiff, grad_manager, tracer), nn and optim, compiler 
 `passes` package, codegen, kernels), runtime (`@trace`, the arena, reports).
 """
 
-from tracegrad import nn, optim
+from tracegrad import nn, optim, utils
 from tracegrad import numpy as _numpy_extra
 from tracegrad.core.errors import MemoryBudgetError, ShapeError, TraceError
 from tracegrad.core.ir import GraphError
@@ -14,6 +14,7 @@ from tracegrad.frontend import functions as _api
 from tracegrad.frontend.autodiff import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from tracegrad.frontend.functions import *  # noqa: F403 (the op table's public ops and the NumPy-style functions)
 from tracegrad.frontend.grad_manager import GradManager, grad, vjp
+from tracegrad.frontend.random import Generator
 from tracegrad.frontend.serialization import CheckpointError, load, save
 from tracegrad.frontend.tensor import Tensor
 from tracegrad.frontend.tracer import guard, interpret
