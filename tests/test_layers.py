@@ -21,7 +21,13 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS = {
     0: ["tracegrad.core"],
     1: ["tracegrad.frontend"],
-    2: ["tracegrad.nn", "tracegrad.optim", "tracegrad.numpy", "tracegrad.distributed"],  # library
+    2: [
+        "tracegrad.nn",
+        "tracegrad.optim",
+        "tracegrad.numpy",
+        "tracegrad.distributed",
+        "tracegrad.utils",
+    ],  # library
     3: ["passes", "tracegrad.compiler"],  # the compiler: sees only the core
     4: ["tracegrad.runtime"],
     5: ["tracegrad", "tracegrad.__main__"],  # the package's front door imports everything

@@ -6,7 +6,7 @@ distributed), the compiler (the top-level `passes` package and `compiler`: lower
 kernels) and runtime (`@trace`, plans, the arena, reports); this module is the front door.
 """
 
-from tracegrad import nn, optim
+from tracegrad import nn, optim, utils
 from tracegrad import numpy as _numpy_extra
 from tracegrad.core.errors import MemoryBudgetError, ShapeError, TraceError
 from tracegrad.core.ir import GraphError
@@ -15,6 +15,7 @@ from tracegrad.frontend import functions as _api
 from tracegrad.frontend.autodiff import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from tracegrad.frontend.functions import *  # noqa: F403 (the op table's public ops and the NumPy-style functions)
 from tracegrad.frontend.grad_manager import GradManager, grad, vjp
+from tracegrad.frontend.random import Generator
 from tracegrad.frontend.serialization import CheckpointError, load, save
 from tracegrad.frontend.tensor import Tensor
 from tracegrad.frontend.tracer import guard, interpret

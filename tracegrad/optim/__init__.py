@@ -104,6 +104,8 @@ class Optimizer:
         multiply by, so a schedule that changes it needs no new trace."""
         if group is None:
             group = self._group_of[next(i for i, q in enumerate(self.params) if q is p)]
+        if p.dtype not in group.lr_tensors:  # converted since (model.double()): cast one
+            return next(iter(group.lr_tensors.values())).astype(p.dtype)
         return group.lr_tensors[p.dtype]
 
     def _init_state(self, p: Tensor, group: Mapping[str, Any]) -> dict[str, Tensor]:
