@@ -2,7 +2,7 @@
 
 Layers, one folder each, each importing only those before it: core (errors, the IR, the op
 table), frontend (Tensor, the tape, GradManager, the tracer), the library (nn, optim, numpy,
-distributed), the compiler (the top-level `passes` package and `compiler`: lowering, codegen,
+utils, distributed), the compiler (the top-level `passes` package and `compiler`: lowering, codegen,
 kernels) and runtime (`@trace`, plans, the arena, reports); this module is the front door.
 """
 
