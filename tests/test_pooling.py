@@ -1,4 +1,4 @@
-"""Max-pooling: its ops (argmax, maxima, scatter, gather: tracegrad/pooling.py) against float64
+"""Max-pooling: its ops (argmax, maxima, scatter, gather: core/ops/pooling.py) against float64
 finite differences (first and second order) and PyTorch (ties, padding, strides, dilation,
 NaN), traced against eager on both backends (the Numba backend's own kernels), and what
 backward keeps."""

@@ -165,7 +165,7 @@ def test_kernels_compile_in_the_background_while_the_step_runs_numpy(background)
 
 
 def test_kernels_start_compiling_when_the_first_call_has_returned(monkeypatch):
-    """Compilers beside the first call would slow it (the GPT's: 2.5-5.2 s instead of 1 s)."""
+    """Compilers beside the first call would take the cores it runs on."""
     monkeypatch.setenv("TRACEGRAD_BACKGROUND_COMPILE", "1")
     events, lower, run = [], lowering.lower, runtime_arena.MeasuredRun.__call__
 

@@ -1,8 +1,9 @@
 """tracegrad: eager autodiff over NumPy that compiles whole training steps for the CPU.
 
-Layers, each importing only those before it: core (errors, ir, the op table in primitives),
-front end (tensor, api, autodiff, grad_manager, tracer), nn and optim, compiler (the top-level
-`passes` package, codegen, kernels), runtime (`@trace`, the arena, reports).
+Layers, one folder each, each importing only those before it: core (errors, the IR, the op
+table), frontend (Tensor, the tape, GradManager, the tracer), the library (nn, optim, numpy,
+utils, distributed), the compiler (the top-level `passes` package and `compiler`: lowering, codegen,
+kernels) and runtime (`@trace`, plans, the arena, reports); this module is the front door.
 """
 
 from tracegrad import nn, optim, utils

@@ -18,8 +18,8 @@ def needs_kernels(graph: ir.Graph, backend: str) -> bool:
 
 
 # A fused group over fewer elements runs as NumPy calls: its kernel would save microseconds a
-# step (40 us on a 4096x10 softmax tail) and cost 0.1-0.5 s to compile, and a plan with only such
-# groups never starts Numba (0.7 s in a new process).
+# step and cost a fraction of a second to compile, which a run of a few thousand steps does not
+# earn back; and a plan with only such groups never pays Numba's start-up in a new process.
 KERNEL_MIN = 1 << 16
 
 

@@ -1,5 +1,5 @@
 """Tracing: run a training step once on symbolic tensors and record one graph holding forward,
-backward and the optimizer's update (runtime.py compiles it and runs it from then on).
+backward and the optimizer's update (runtime/trace.py compiles it and runs it from then on).
 
 Tensors made before the call and touched inside it (parameters, their `.grad`, optimizer state)
 become *state*: graph inputs read at every call, and outputs written back only after the plan

@@ -102,7 +102,7 @@ def dropout(
     x: Any, p: float = 0.5, training: bool = True, *, state: Tensor | None = None
 ) -> Tensor:
     """Zero each element with probability `p` and scale the rest by 1/(1-p), in training; the
-    mask is drawn from `state` (default: tracegrad.random's), which this advances."""
+    mask is drawn from `state` (default: frontend.random's), which this advances."""
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"dropout: p must be in [0, 1], not {p}")
     x = as_tensor(x)

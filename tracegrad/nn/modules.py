@@ -478,7 +478,7 @@ class LayerNorm(Module):
 class Dropout(Module):
     """Zeroes each element with probability `p` in training and scales the rest by 1/(1-p).
 
-    The mask is drawn from a random state tensor (tracegrad.random): the default one, or one of
+    The mask is drawn from a random state tensor (frontend.random): the default one, or one of
     its own when `seed` is given. A traced step reads and advances that state, so each call
     draws a fresh mask, and a traced run draws the same masks as an eager run with the same
     seed."""

@@ -2,7 +2,7 @@
 
 Each is a composition of the op table's primitives (slicing, index arrays, transposes, einsum,
 ...), so none needs a VJP of its own: gradients, tracing and higher order come from the
-primitives. `np.<name>(tensor)` dispatches here too (see api._FUNCTIONS).
+primitives. `np.<name>(tensor)` dispatches here too (see frontend.functions._FUNCTIONS).
 """
 
 from __future__ import annotations

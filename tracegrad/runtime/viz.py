@@ -1,7 +1,7 @@
 """Looking at a compiled step: its memory over the plan (planned, stacked by kind, and measured),
 one self-contained HTML report, and the `TRACEGRAD_DUMP` directory.
 
-Runtime layer: it reads a `runtime.Plan` (graph, memory plan, source, pass stats, capture) and
+Runtime layer: it reads a `runtime.plan.Plan` (graph, memory plan, source, pass stats, capture) and
 runs its compiled function once, instrumented, on a buffer of its own, so nothing the user holds
 changes. matplotlib is imported only where a figure is drawn (the `viz` extra).
 """

@@ -8,11 +8,11 @@ product through NumPy's OpenBLAS on that thread (`gemm.declarations`):
 - weight gradient: each thread sums columns @ g[n]^T (K, O) over its samples; the threads'
   sums are added (and transposed) after.
 
-`tracegrad.convolution` has the NumPy versions and the contract. Why per sample: the NumPy
-version lays out the patches of a chunk of samples (8 MiB) with NumPy copies on one thread and
-multiplies them by the weight in one product whose (O, K) side is small (64 x 288 on the CNN of
-`benchmarks/models.py`), which OpenBLAS runs at 110-165 GFLOP/s; here a block of columns is
-written and multiplied while it is in the core's cache, both threads busy throughout. Blocks
+`core.ops.conv` has the NumPy versions and the contract. Why per sample: the NumPy version
+lays out the patches of a chunk of samples with NumPy copies on one thread and multiplies them
+by the weight in one product whose (O, K) side is small, which OpenBLAS runs well below a
+core's peak and wakes its threads for; here a block of columns is written and multiplied while
+it is in the core's cache, both threads busy throughout (docs/kernels.md). Blocks
 span whole output rows, at most BLOCK_BYTES of columns; a 1 x 1 kernel of stride 1 without
 padding reads the sample itself. Dilation and groups are supported; modules are per op and
 dtype, the geometry an argument."""
@@ -225,8 +225,8 @@ _WEIGHT_GRAD = '''
       parallel=True, cache=True)
 def kernel(x, gy, g, groups, dw, threads):
     """dw (O, K) = the sum over samples of gy[n] @ (the columns of x[n])^T, group by group:
-    each thread sums its samples' as columns @ gy[n]^T (K, O / groups), which OpenBLAS ran 1.2x
-    as fast here, then the threads' sums are added and transposed."""
+    each thread sums its samples' as columns @ gy[n]^T (K, O / groups), the orientation
+    OpenBLAS runs faster for these shapes, then the threads' sums are added and transposed."""
     batch, k, size, oh_, ow_, rows, og, cg, positions = sizes(x, dw, g, groups)
     sums = np.zeros((threads, groups, k, og), D)
     blas_threads = get_blas_threads()

@@ -32,8 +32,8 @@ from tracegrad.core.ir import Node, Value
 
 FLAGS = frozenset(fastmath.FLAGS | {"reassoc"})  # reassoc lets LLVM vectorize the reductions
 # Groups smaller than this (or any, when Numba has one thread) run on one thread and compile
-# without `parallel=True`, which costs about 0.45 s of compile time per kernel and a thread
-# wake-up per call.
+# without `parallel=True`, which compiles the loop body a second time (as a gufunc) and wakes
+# the threads at every call: more than a small group gains.
 PARALLEL_MIN = 1 << 17
 SUPPORTED_DTYPES = frozenset(
     np.dtype(t).name

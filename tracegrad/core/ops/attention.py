@@ -139,7 +139,7 @@ def _chunks(shape, keys: int, dtype):
 
 # --- the records ----------------------------------------------------------------------
 
-# --- attention (implemented in `attention`; the Numba backend has kernels of its own) ------------
+# --- attention (implemented above; the Numba backend has kernels of its own) --------------------
 # attention(q, k, v) is softmax(q k^T * scale [causal]) v with its heads next to its features
 # (`heads_next`); attention_grad(q, k, v, out, g) takes out and g heads first, and
 # packs the three cotangents into one flat array (its VJP: none; a second-order gradient takes

@@ -57,7 +57,7 @@ def _statistics(x, eps: float) -> tuple[np.ndarray, np.ndarray]:
 
 # --- the records ----------------------------------------------------------------------
 
-# --- layer norm (implemented in `normalization`; the Numba backend has kernels of its own) -------
+# --- layer norm (implemented above; the Numba backend has kernels of its own) -------------------
 # layer_norm(x, weight, bias) over the last axis; layer_norm_grad(x, weight, g) packs the three
 # cotangents into one flat array (its VJP: none; a second-order gradient takes the composed ops,
 # `_layer_norm_grads`). Attribute: eps.
