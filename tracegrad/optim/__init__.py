@@ -322,9 +322,12 @@ class Adam(Optimizer):
         step += 1.0
         m._assign(beta1 * m + (1.0 - beta1) * g)
         v._assign(beta2 * v + (1.0 - beta2) * (g * g))
-        step_size = lr / (1.0 - beta1**step)
-        denom = sqrt(v) / sqrt(1.0 - beta2**step) + eps
-        p -= step_size * m / denom
+        # the bias corrections in float64, as PyTorch computes them (Python floats): 1 - beta2**t
+        # in float32 is off by eps32 / (1 - beta2), 6e-5 relative at beta2 = 0.999
+        t = step.astype(np.float64)
+        step_size = (lr.astype(np.float64) / (1.0 - beta1**t)).astype(p.dtype)
+        bias_correction2_sqrt = sqrt(1.0 - beta2**t).astype(p.dtype)
+        p -= step_size * m / (sqrt(v) / bias_correction2_sqrt + eps)
 
 
 class AdamW(Adam):
@@ -425,7 +428,8 @@ class Adagrad(Optimizer):
         step, total = state["step"], state["sum"]
         step += 1.0
         total._assign(total + g * g)
-        lr = self.lr_for(p, group) / (1.0 + (step - 1.0) * group["lr_decay"]).astype(p.dtype)
+        decay = 1.0 + (step.astype(np.float64) - 1.0) * group["lr_decay"]  # float64, as PyTorch
+        lr = (self.lr_for(p, group).astype(np.float64) / decay).astype(p.dtype)
         p -= lr * g / (sqrt(total) + group["eps"])
 
 
