@@ -8,7 +8,18 @@ import pytest
 from conftest import check_grad
 
 import tracegrad as tg
+from tracegrad.compiler import lowering
 from tracegrad.nn import functional as F
+
+BACKENDS = [None, "numpy", "numba"]  # eager, and traced on each backend
+
+
+def eager_or_traced(fn, backend, monkeypatch):
+    """`fn` itself, or traced on `backend` with every fused group a kernel (small ones too)."""
+    if backend is None:
+        return fn
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+    return tg.trace(fn, backend=backend)
 
 
 def np_log_softmax(z: np.ndarray) -> np.ndarray:
@@ -55,6 +66,30 @@ def test_softmax_is_stable_for_large_logits():
     x = tg.tensor(np.array([[1000.0, 0.0, -1000.0]]))
     np.testing.assert_allclose(F.softmax(x).numpy(), [[1.0, 0.0, 0.0]])
     np.testing.assert_allclose(F.log_softmax(x).numpy(), [[0.0, -1000.0, -2000.0]])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_log_softmax_and_cross_entropy_keep_their_precision_at_large_logits(backend, monkeypatch):
+    """A fully masked row (-1e9 everywhere) has loss log C and gradient 1/C - onehot; logits
+    near 1e4 keep their differences (x - logsumexp(x) lost log C and 5e-4). The reference is
+    float64, from the same float32 logits."""
+    z = np.full((4, 5), -1e9, np.float32)
+    z[1:] = 1e4 + np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32)
+    labels = np.array([2, 0, 3, 4])
+
+    def step(x, labels):
+        loss = F.cross_entropy(x, labels, reduction="sum")
+        loss.backward()
+        return loss, F.log_softmax(x, dim=1)
+
+    x = tg.tensor(z, requires_grad=True)
+    loss, logp = eager_or_traced(step, backend, monkeypatch)(x, labels)
+    want = np_log_softmax(z.astype(np.float64))
+    np.testing.assert_allclose(want[0], -np.log(5.0))
+    np.testing.assert_allclose(logp.numpy(), want, rtol=1e-6)
+    np.testing.assert_allclose(loss.item(), -want[np.arange(4), labels].sum(), rtol=1e-6)
+    grad = np.exp(want) - np.eye(5)[labels]
+    np.testing.assert_allclose(x.grad.numpy(), grad, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
