@@ -545,12 +545,19 @@ def scaled_dot_product_attention(
 
 
 def _probabilities(q: Tensor, k: Tensor, scale: float, mask: Any) -> Tensor:
-    """softmax(q k^T * scale + mask) over the keys, in composed ops."""
+    """softmax(q k^T * scale + mask) over the keys, in composed ops. A query the mask lets see
+    no key gets probabilities 0, as in PyTorch: its output is 0 and its gradients are finite
+    (softmax would make the row NaN, and through v's gradient every row of it)."""
     scores = matmul(q, _mT(k)) * scale
-    if mask is not None:
-        mask = as_tensor(mask)
-        scores = where(mask, scores, -np.inf) if mask.dtype == np.bool_ else scores + mask
-    return softmax(scores, axis=-1)
+    if mask is None:
+        return softmax(scores, axis=-1)
+    mask = as_tensor(mask)
+    scores = where(mask, scores, -np.inf) if mask.dtype == np.bool_ else scores + mask
+    keys = (scores.ndim - 1,)
+    m = P.max(scores, axis=keys, keepdims=True).detach()
+    e = P.exp(scores - where(m == -np.inf, 0.0, m))  # a row of -inf: exp gives zeros
+    total = P.sum(e, axis=keys, keepdims=True)
+    return e / where(total == 0.0, 1.0, total)  # (a NaN stays NaN, as in softmax)
 
 
 def _mT(x: Tensor) -> Tensor:
