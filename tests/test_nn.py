@@ -272,3 +272,44 @@ def test_a_plan_traced_in_eval_is_not_reused_in_training():
     model.eval()
     np.testing.assert_array_equal(traced(x).numpy(), a)
     assert len(traced.plans[next(iter(traced.plans))]) == 2  # train and eval plans, both kept
+
+
+def embedding_model():
+    nn.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(5, 4), nn.Linear(4, 3))
+    gm = tg.GradManager().attach(model.parameters())
+    opt = tg.optim.Adam(model.parameters(), lr=0.1)
+
+    def step(idx, y):
+        with gm:
+            loss = F.cross_entropy(model(idx), y)
+            gm.backward(loss)
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    return model, opt, step
+
+
+@pytest.mark.parametrize("backend", [None, "numpy", "numba"])
+def test_a_step_with_an_index_out_of_range_raises_and_changes_nothing(backend, monkeypatch):
+    """Embedding index -1 read and trained the last row; now the check fails the step (in the
+    plan when traced) before anything is written: parameters and optimizer state stay, and the
+    next good step goes on as if the bad one had not been called."""
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+    good, labels = np.array([0, 1, 2, 4]), np.array([0, 2, 1, 1])
+    model, opt, step = embedding_model()
+    step = tg.trace(step, backend=backend) if backend else step
+    step(good, labels)
+    state = [t.numpy().copy() for t in [*model.parameters(), *opt.state[0].values()]]
+    with pytest.raises(ValueError, match=r"embedding: indices must lie in \[0, 5\), found -1"):
+        step(np.array([0, 1, -1, 4]), labels)
+    after = [t.numpy() for t in [*model.parameters(), *opt.state[0].values()]]
+    for a, b in zip(after, state, strict=True):
+        np.testing.assert_array_equal(a, b)
+    step(good, labels)
+    reference, _, reference_step = embedding_model()
+    reference_step(good, labels)
+    reference_step(good, labels)
+    for a, b in zip(model.parameters(), reference.parameters(), strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)

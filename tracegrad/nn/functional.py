@@ -177,7 +177,7 @@ def cross_entropy(
         )
     if labels.dtype.kind not in "iu":
         raise TypeError(f"cross_entropy: labels must be integer class indices, not {labels.dtype}")
-    labels = check_range(labels, 0, logits.shape[1], "cross_entropy: labels", ignore_index)
+    labels = _class_indices(labels, logits.shape[1], ignore_index, "cross_entropy: labels")
     logp = log_softmax(logits, axis=-1)
     nll, weights = _nll(logp, labels, weight, ignore_index)
     if label_smoothing:
@@ -187,6 +187,14 @@ def cross_entropy(
         smooth = where(labels != ignore_index, smooth, 0.0)
         nll = nll * (1.0 - label_smoothing) + smooth * label_smoothing
     return _weighted_reduce(nll, weights, reduction)
+
+
+def _class_indices(labels: Tensor, classes: int, ignore_index: int, what: str) -> Tensor:
+    """`labels` as int64, after checking each is a class or `ignore_index` (in the plan when
+    traced): an index of -1 would read the last class. Unsigned labels cannot hold
+    ignore_index = -100, so they are compared as int64."""
+    labels = check_range(labels, 0, classes, what, ignore_index)
+    return labels if labels.dtype == np.int64 else labels.astype(np.int64)
 
 
 def _nll(logp: Tensor, labels: Tensor, weight: Any, ignore_index: int) -> tuple[Tensor, Tensor]:
@@ -201,8 +209,15 @@ def _nll(logp: Tensor, labels: Tensor, weight: Any, ignore_index: int) -> tuple[
 
 
 def _weighted_reduce(loss: Tensor, weights: Tensor, reduction: str) -> Tensor:
-    """PyTorch's weighted mean divides by the total weight of the (kept) targets."""
-    return sum(loss) / sum(weights) if reduction == "mean" else _reduce(loss, reduction)
+    """PyTorch's weighted mean divides by the total weight of the (kept) targets. With none
+    kept (a batch of padding) the mean is NaN (0 / 0) and its gradient 0, as in PyTorch: a
+    gradient of 0 / 0 would turn every parameter NaN. (PyTorch's gradient is NaN when the kept
+    targets' weights are all 0; here it is 0 then too.)"""
+    if reduction != "mean":
+        return _reduce(loss, reduction)
+    total = sum(weights)
+    empty = total == 0.0
+    return where(empty, np.nan, sum(loss) / where(empty, 1.0, total))
 
 
 def _soft_cross_entropy(logits, probs, weight, reduction, label_smoothing) -> Tensor:
@@ -225,6 +240,7 @@ def nll_loss(
             f"nll_loss: input {logp.shape} and target {labels.shape} ({labels.dtype}); "
             "expected (N, C) log-probabilities and (N,) integer classes"
         )
+    labels = _class_indices(labels, logp.shape[1], ignore_index, "nll_loss: target")
     nll, weights = _nll(logp, labels, weight, ignore_index)
     return _weighted_reduce(nll, weights, reduction)
 
@@ -491,6 +507,7 @@ def embedding(input: Any, weight: Any, padding_idx: int | None = None) -> Tensor
         raise TypeError(f"embedding: indices must be integers, not {input.dtype}")
     if weight.ndim != 2:
         raise ShapeError(f"embedding: weight {weight.shape} must be 2-d (num_embeddings, dim)")
+    input = check_range(input, 0, weight.shape[0], "embedding: indices")  # -1 would read a row
     out = weight[input]
     if padding_idx is None:
         return out
@@ -506,6 +523,7 @@ def one_hot(tensor: Any, num_classes: int = -1) -> Tensor:
         raise TypeError(f"one_hot: indices must be integers, not {t.dtype}")
     if num_classes < 0:
         num_classes = int(t.numpy().max()) + 1 if t.size else 0
+    t = check_range(t, 0, num_classes, "one_hot: indices")  # else a row of zeros
     classes = Tensor(np.arange(num_classes, dtype=t.dtype))
     return (reshape(t, (*t.shape, 1)) == classes).astype(np.int64)
 
