@@ -227,3 +227,13 @@ def test_out_of_range_indices_raise(case):
     if what != "one_hot" or "7" in case:  # one_hot without num_classes needs concrete values
         with pytest.raises(ValueError, match=rf"{what}: .*must lie in .*{message}"):
             tg.trace(fn, backend="numpy")()
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int32, np.int64, np.bool_])
+def test_avg_pool2d_refuses_integers(dtype):
+    """uint8 windows summed in uint8: 200 + 200 gave 144. PyTorch refuses integer input (but
+    int64, whose averages it truncates); so does tracegrad, naming the fix."""
+    x = np.full((1, 1, 2, 2), 200).astype(dtype)
+    with pytest.raises(TypeError, match=f"avg_pool2d: input must be floating, not {x.dtype}"):
+        F.avg_pool2d(x, 2)
+    np.testing.assert_array_equal(F.avg_pool2d(x.astype(np.float32), 2).numpy(), np.mean(x))

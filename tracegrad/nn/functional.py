@@ -457,6 +457,9 @@ def avg_pool2d(
     if ceil_mode:
         raise NotImplementedError("avg_pool2d: ceil_mode is not supported")
     x = as_tensor(input)
+    if x.dtype.kind != "f":  # PyTorch refuses integers too (but int64, which it truncates)
+        raise TypeError(f"avg_pool2d: input must be floating, not {x.dtype} (its window sums "
+                        "would wrap around); convert it first, e.g. x.float()")  # fmt: skip
     total = _fold(lambda a, b: a + b, _windows(x, "avg_pool2d", kernel_size, stride, padding, 1,
                                                0.0))  # fmt: skip
     if divisor_override:
