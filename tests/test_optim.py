@@ -244,25 +244,45 @@ def _quadratic_run(opt_cls, kwargs, schedule, traced):
 
 
 @pytest.mark.parametrize(
-    "opt_cls, kwargs",
-    [(optim.SGD, {"lr": 0.1, "momentum": 0.9}), (optim.AdamW, {"lr": 0.1})],
+    "opt_cls, kwargs, schedule",
+    [
+        (optim.SGD, {"lr": 0.1, "momentum": 0.9}, [{"lr": 0.1 * 0.5**i} for i in range(6)]),
+        (optim.AdamW, {"lr": 0.1}, [{"lr": 0.1 * 0.5**i} for i in range(6)]),
+        (
+            optim.SGD,
+            {"lr": 0.1, "momentum": 0.9},
+            [{"momentum": 0.95 - 0.03 * i} for i in range(6)],
+        ),
+        (optim.Adam, {"lr": 0.1}, [{"betas": (0.95 - 0.03 * i, 0.999)} for i in range(6)]),
+        (
+            optim.RMSprop,
+            {"lr": 0.1, "momentum": 0.9},
+            [{"momentum": 0.5 + 0.1 * i} for i in range(4)],
+        ),
+    ],
 )
-def test_a_traced_step_follows_a_learning_rate_schedule_without_tracing_again(opt_cls, kwargs):
-    schedule = [{"lr": 0.1 * 0.5**i} for i in range(6)]
+def test_a_traced_step_follows_a_schedule_without_tracing_again(opt_cls, kwargs, schedule):
+    """The learning rate, momentum and betas (what schedules change) are state of the step."""
     eager, _ = _quadratic_run(opt_cls, kwargs, schedule, traced=False)
     traced, step = _quadratic_run(opt_cls, kwargs, schedule, traced=True)
     np.testing.assert_allclose(traced, eager, rtol=1e-12)
     assert sum(len(plans) for plans in step.plans.values()) == 1
-    frozen, _ = _quadratic_run(opt_cls, kwargs, [{"lr": 0.1}] * 6, traced=False)
+    frozen, _ = _quadratic_run(opt_cls, kwargs, schedule[:1] * len(schedule), traced=False)
     assert not np.allclose(frozen, eager)  # the schedule matters
 
 
 def test_a_traced_step_traces_again_when_a_baked_hyperparameter_changes():
-    schedule = [{"momentum": m} for m in (0.9, 0.9, 0.5, 0.5, 0.9)]
-    eager, _ = _quadratic_run(optim.SGD, {"lr": 0.1, "momentum": 0.9}, schedule, traced=False)
-    traced, step = _quadratic_run(optim.SGD, {"lr": 0.1, "momentum": 0.9}, schedule, traced=True)
+    schedule = [{"weight_decay": w} for w in (0.1, 0.1, 0.5, 0.5, 0.1)]
+    kwargs = {"lr": 0.1, "momentum": 0.9}
+    eager, _ = _quadratic_run(optim.SGD, kwargs, schedule, traced=False)
+    traced, step = _quadratic_run(optim.SGD, kwargs, schedule, traced=True)
     np.testing.assert_allclose(traced, eager, rtol=1e-12)
-    assert sum(len(plans) for plans in step.plans.values()) == 2  # 0.9 and 0.5; 0.9 reused
+    assert sum(len(plans) for plans in step.plans.values()) == 2  # 0.1 and 0.5; 0.1 reused
+    schedule = [{"momentum": m} for m in (0.9, 0.0, 0.9)]  # momentum on or off: baked
+    eager, _ = _quadratic_run(optim.SGD, kwargs, schedule, traced=False)
+    traced, step = _quadratic_run(optim.SGD, kwargs, schedule, traced=True)
+    np.testing.assert_allclose(traced, eager, rtol=1e-12)
+    assert sum(len(plans) for plans in step.plans.values()) == 2
 
 
 def test_guard_outside_tracing_does_nothing_and_inside_retraces():
@@ -284,23 +304,27 @@ def test_guard_outside_tracing_does_nothing_and_inside_retraces():
 
 
 def test_a_step_traced_again_and_again_warns_once():
-    schedule = [{"momentum": 0.5 + 0.01 * i} for i in range(10)]
+    schedule = [{"weight_decay": 0.01 * i} for i in range(10)]
     with pytest.warns(UserWarning, match="traced 8 times for one signature") as caught:
         _quadratic_run(optim.SGD, {"lr": 0.1, "momentum": 0.9}, schedule, traced=True)
     assert len(caught) == 1
 
 
-def _adam_run(lib, opt_name, dtype, backend=None, steps=4, scale=1.0):
-    """`steps` Adam(W) steps, lr 0.01, on a two-layer tanh network's squared error; the
-    parameters after them. `lib` is "tg" (eager, or traced on `backend`) or "torch"."""
+def _train(lib, opt_name, dtype=np.float64, backend=None, steps=4, scale=1.0, one_cycle=None,
+           **opt_kwargs):  # fmt: skip
+    """`steps` steps of optimizer `opt_name` (lr 0.01 unless given) on a two-layer tanh
+    network's squared error, stepping a OneCycleLR(**one_cycle) after each if given. Returns
+    the parameters and, per step, the first group's lr, momentum and betas as used by it.
+    `lib` is "tg" (eager, or traced on `backend`) or "torch"."""
     rng = np.random.default_rng(5)
     start = [(scale * rng.standard_normal(s)).astype(dtype) for s in ((6, 8), (8,), (8, 3))]
     x, y = rng.standard_normal((16, 6)).astype(dtype), rng.standard_normal((16, 3)).astype(dtype)
+    opt_kwargs = {"lr": 0.01, **opt_kwargs}
     if lib == "torch":
         import torch
 
         ps = [torch.tensor(a, requires_grad=True) for a in start]
-        opt = getattr(torch.optim, opt_name)(ps, lr=0.01)
+        opt = getattr(torch.optim, opt_name)(ps, **opt_kwargs)
         x, y = torch.tensor(x), torch.tensor(y)
 
         def step():
@@ -310,8 +334,9 @@ def _adam_run(lib, opt_name, dtype, backend=None, steps=4, scale=1.0):
             opt.step()
 
     else:
+        torch = tg
         ps = [tg.tensor(a, requires_grad=True) for a in start]
-        opt = getattr(optim, opt_name)(ps, lr=0.01)
+        opt = getattr(optim, opt_name)(ps, **opt_kwargs)
         gm = tg.GradManager().attach(ps)
 
         def step():
@@ -322,9 +347,16 @@ def _adam_run(lib, opt_name, dtype, backend=None, steps=4, scale=1.0):
             opt.zero_grad()
 
         step = tg.trace(step, backend=backend) if backend else step
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(opt, **one_cycle) if one_cycle else None
+    used = []
     for _ in range(steps):
+        used.append({k: opt.param_groups[0].get(k) for k in ("lr", "momentum", "betas")})
         step()
-    return [p.detach().numpy() if lib == "torch" else p.numpy() for p in ps]
+        if scheduler:
+            scheduler.step()
+    if backend:
+        assert sum(len(plans) for plans in step.plans.values()) == 1  # traced once
+    return [p.detach().numpy() if lib == "torch" else p.numpy() for p in ps], used
 
 
 @pytest.mark.parametrize("backend", [None, "numpy", "numba"])
@@ -333,8 +365,8 @@ def test_adam_matches_pytorch_in_float64(opt_name, backend):
     """The bias corrections 1 - beta**t are computed in float64 from the float32 step count,
     as PyTorch computes them: in float32 one step was 7e-6 off relative (beta2 = 0.999)."""
     pytest.importorskip("torch")
-    got = _adam_run("tg", opt_name, np.float64, backend)
-    want = _adam_run("torch", opt_name, np.float64)
+    got, _ = _train("tg", opt_name, np.float64, backend)
+    want, _ = _train("torch", opt_name, np.float64)
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
 
@@ -344,7 +376,48 @@ def test_adam_matches_pytorch_in_float32(backend):
     """Float32 parameters to float32 rounding. Small parameters, so that a step of lr = 0.01
     is resolved to 1e-7: with float32 bias corrections it was 7e-6 off."""
     pytest.importorskip("torch")
-    got = _adam_run("tg", "Adam", np.float32, backend, steps=1, scale=1e-3)
-    want = _adam_run("torch", "Adam", np.float32, steps=1, scale=1e-3)
+    got, _ = _train("tg", "Adam", np.float32, backend, steps=1, scale=1e-3)
+    want, _ = _train("torch", "Adam", np.float32, steps=1, scale=1e-3)
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+ONE_CYCLE = {
+    "sgd": ("SGD", dict(momentum=0.9), dict(max_lr=0.005, total_steps=10)),
+    "sgd without momentum": ("SGD", {}, dict(max_lr=0.005, total_steps=10, base_momentum=0.8)),
+    "nesterov three phases": ("SGD", dict(momentum=0.9, nesterov=True),
+                              dict(max_lr=0.005, total_steps=10, three_phase=True,
+                                   anneal_strategy="linear")),
+    "adam": ("Adam", {}, dict(max_lr=0.05, total_steps=10, max_momentum=0.9)),
+    "adamw": ("AdamW", dict(betas=(0.8, 0.99)), dict(max_lr=0.05, total_steps=10)),
+    "rmsprop": ("RMSprop", dict(momentum=0.5), dict(max_lr=0.01, total_steps=10)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", [None, "numpy", "numba"])
+@pytest.mark.parametrize("case", ONE_CYCLE)
+def test_one_cycle_cycles_momentum_as_pytorch_and_traces_once(case, backend):
+    """OneCycleLR's default cycle_momentum: momentum (SGD, RMSprop) or beta1 (Adam) runs from
+    max_momentum to base_momentum and back while the lr rises and falls; a traced step reads
+    both as state. Against PyTorch: the values used at each step and the parameters after."""
+    pytest.importorskip("torch")
+    opt_name, opt_kwargs, one_cycle = ONE_CYCLE[case]
+    got, got_used = _train("tg", opt_name, backend=backend, steps=10, one_cycle=one_cycle,
+                           **opt_kwargs)  # fmt: skip
+    want, want_used = _train("torch", opt_name, steps=10, one_cycle=one_cycle, **opt_kwargs)
+    assert len({str(u) for u in want_used}) == 10  # every step a new lr and momentum
+    for a, b in zip(got_used, want_used, strict=True):
+        assert a.keys() == b.keys()
+        for k in a:
+            none = a[k] is None
+            assert none == (b[k] is None)
+            assert none or np.allclose(a[k], b[k], rtol=1e-14, atol=0), (k, a[k], b[k])
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
+
+
+def test_one_cycle_refuses_to_cycle_what_an_optimizer_lacks():
+    p = tg.tensor([1.0], requires_grad=True)
+    with pytest.raises(ValueError, match="Adagrad has neither momentum nor betas"):
+        optim.lr_scheduler.OneCycleLR(optim.Adagrad([p]), max_lr=0.1, total_steps=5)
+    optim.lr_scheduler.OneCycleLR(optim.Adagrad([p]), 0.1, 5, cycle_momentum=False)
