@@ -313,3 +313,25 @@ def test_a_step_with_an_index_out_of_range_raises_and_changes_nothing(backend, m
     reference_step(good, labels)
     for a, b in zip(model.parameters(), reference.parameters(), strict=True):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", [None, "numpy", "numba"])
+def test_batch_norm_without_momentum_keeps_a_cumulative_average_also_traced(backend, monkeypatch):
+    """momentum=None: the running statistics are the average of the batches' statistics so far
+    (the factor 1 / num_batches_tracked, read from the count's tensor: a traced step raised on
+    float(num_batches_tracked))."""
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+    bn = nn.BatchNorm2d(3, momentum=None)
+    step = lambda x: bn(x).sum()
+    step = tg.trace(step, backend=backend) if backend else step
+    batches = [np.random.default_rng(i).normal(i, 1 + i, (4, 3, 2, 2)).astype(np.float32)
+               for i in range(3)]  # fmt: skip
+    for x in batches:
+        step(x)
+    assert bn.num_batches_tracked.item() == 3
+    means = [x.mean(axis=(0, 2, 3), dtype=np.float64) for x in batches]
+    variances = [x.var(axis=(0, 2, 3), ddof=1, dtype=np.float64) for x in batches]
+    np.testing.assert_allclose(bn.running_mean.numpy(), np.mean(means, 0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(bn.running_var.numpy(), np.mean(variances, 0), rtol=1e-5)
+    if backend:
+        assert sum(len(plans) for plans in step.plans.values()) == 1

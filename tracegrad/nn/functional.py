@@ -592,7 +592,7 @@ def batch_norm(
     weight: Any = None,
     bias: Any = None,
     training: bool = False,
-    momentum: float = 0.1,
+    momentum: float | Tensor = 0.1,
     eps: float = 1e-5,
 ) -> Tensor:
     """Normalize each channel (axis 1) of (N, C, ...) `input`: by the batch's statistics in
