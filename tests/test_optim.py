@@ -416,6 +416,21 @@ def test_one_cycle_cycles_momentum_as_pytorch_and_traces_once(case, backend):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
 
 
+def test_one_cycle_momentum_by_its_definition():
+    """Without PyTorch: momentum falls from max to base while the lr warms up, then rises."""
+    p = tg.tensor([1.0], requires_grad=True)
+    opt = optim.SGD([p], lr=0.1, momentum=0.9)
+    scheduler = optim.lr_scheduler.OneCycleLR(opt, max_lr=1.0, total_steps=11, pct_start=6 / 11,
+                                              anneal_strategy="linear")  # fmt: skip
+    momenta = []
+    for _ in range(11):
+        momenta.append(opt.momentum)
+        scheduler.step()
+    np.testing.assert_allclose(momenta, [0.95, 0.93, 0.91, 0.89, 0.87, 0.85, 0.87, 0.89, 0.91,
+                                         0.93, 0.95])  # fmt: skip
+    assert opt.param_groups[0].tensors("momentum")[0].item() == opt.momentum
+
+
 def test_one_cycle_refuses_to_cycle_what_an_optimizer_lacks():
     p = tg.tensor([1.0], requires_grad=True)
     with pytest.raises(ValueError, match="Adagrad has neither momentum nor betas"):
