@@ -590,3 +590,66 @@ def test_converting_inside_a_traced_step_is_refused():
     with pytest.raises(tg.TraceError, match="convert the module before the traced step"):
         step(np.ones((1, 2)))
     assert model.weight.dtype == np.float32
+
+
+def embedding_model():
+    nn.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(5, 4), nn.Linear(4, 3))
+    gm = tg.GradManager().attach(model.parameters())
+    opt = tg.optim.Adam(model.parameters(), lr=0.1)
+
+    def step(idx, y):
+        with gm:
+            loss = F.cross_entropy(model(idx), y)
+            gm.backward(loss)
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    return model, opt, step
+
+
+@pytest.mark.parametrize("backend", [None, "numpy", "numba"])
+def test_a_step_with_an_index_out_of_range_raises_and_changes_nothing(backend, monkeypatch):
+    """Embedding index -1 read and trained the last row; now the check fails the step (in the
+    plan when traced) before anything is written: parameters and optimizer state stay, and the
+    next good step goes on as if the bad one had not been called."""
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+    good, labels = np.array([0, 1, 2, 4]), np.array([0, 2, 1, 1])
+    model, opt, step = embedding_model()
+    step = tg.trace(step, backend=backend) if backend else step
+    step(good, labels)
+    state = [t.numpy().copy() for t in [*model.parameters(), *opt.state[0].values()]]
+    with pytest.raises(ValueError, match=r"embedding: indices must lie in \[0, 5\), found -1"):
+        step(np.array([0, 1, -1, 4]), labels)
+    after = [t.numpy() for t in [*model.parameters(), *opt.state[0].values()]]
+    for a, b in zip(after, state, strict=True):
+        np.testing.assert_array_equal(a, b)
+    step(good, labels)
+    reference, _, reference_step = embedding_model()
+    reference_step(good, labels)
+    reference_step(good, labels)
+    for a, b in zip(model.parameters(), reference.parameters(), strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", [None, "numpy", "numba"])
+def test_batch_norm_without_momentum_keeps_a_cumulative_average_also_traced(backend, monkeypatch):
+    """momentum=None: the running statistics are the average of the batches' statistics so far
+    (the factor 1 / num_batches_tracked, read from the count's tensor: a traced step raised on
+    float(num_batches_tracked))."""
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+    bn = nn.BatchNorm2d(3, momentum=None)
+    step = lambda x: bn(x).sum()
+    step = tg.trace(step, backend=backend) if backend else step
+    batches = [np.random.default_rng(i).normal(i, 1 + i, (4, 3, 2, 2)).astype(np.float32)
+               for i in range(3)]  # fmt: skip
+    for x in batches:
+        step(x)
+    assert bn.num_batches_tracked.item() == 3
+    means = [x.mean(axis=(0, 2, 3), dtype=np.float64) for x in batches]
+    variances = [x.var(axis=(0, 2, 3), ddof=1, dtype=np.float64) for x in batches]
+    np.testing.assert_allclose(bn.running_mean.numpy(), np.mean(means, 0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(bn.running_var.numpy(), np.mean(variances, 0), rtol=1e-5)
+    if backend:
+        assert sum(len(plans) for plans in step.plans.values()) == 1

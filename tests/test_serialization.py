@@ -205,6 +205,14 @@ def test_save_rejects_what_it_cannot_store(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_saving_into_a_missing_directory_names_the_path_given(tmp_path):
+    """The error named the temporary file beside the target (.tmp-xxxx.npz)."""
+    path = tmp_path / "missing" / "c.npz"
+    with pytest.raises(FileNotFoundError, match=f"no directory {tmp_path / 'missing'}") as e:
+        tg.save({"a": np.ones(1)}, path)
+    assert e.value.filename == str(path) and ".tmp-" not in str(e.value)
+
+
 def test_corrupt_and_foreign_files_get_clear_errors(tmp_path):
     tg.save({"w": np.arange(1000.0)}, tmp_path / "good.npz")
     data = (tmp_path / "good.npz").read_bytes()

@@ -65,7 +65,11 @@ def save(obj: Any, path: str | os.PathLike | IO[bytes]) -> None:
         return
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".npz")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".npz")
+    except OSError as e:  # name the user's path, not the temporary file's
+        why = e.strerror if os.path.isdir(directory) else f"no directory {directory}"
+        raise type(e)(e.errno, f"save: cannot write the checkpoint ({why})", path) from None
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **{MANIFEST: np.array(manifest)}, **arrays)

@@ -177,7 +177,7 @@ def cross_entropy(
         )
     if labels.dtype.kind not in "iu":
         raise TypeError(f"cross_entropy: labels must be integer class indices, not {labels.dtype}")
-    labels = check_range(labels, 0, logits.shape[1], "cross_entropy: labels", ignore_index)
+    labels = _class_indices(labels, logits.shape[1], ignore_index, "cross_entropy: labels")
     logp = log_softmax(logits, axis=-1)
     nll, weights = _nll(logp, labels, weight, ignore_index)
     if label_smoothing:
@@ -187,6 +187,14 @@ def cross_entropy(
         smooth = where(labels != ignore_index, smooth, 0.0)
         nll = nll * (1.0 - label_smoothing) + smooth * label_smoothing
     return _weighted_reduce(nll, weights, reduction)
+
+
+def _class_indices(labels: Tensor, classes: int, ignore_index: int, what: str) -> Tensor:
+    """`labels` as int64, after checking each is a class or `ignore_index` (in the plan when
+    traced): an index of -1 would read the last class. Unsigned labels cannot hold
+    ignore_index = -100, so they are compared as int64."""
+    labels = check_range(labels, 0, classes, what, ignore_index)
+    return labels if labels.dtype == np.int64 else labels.astype(np.int64)
 
 
 def _nll(logp: Tensor, labels: Tensor, weight: Any, ignore_index: int) -> tuple[Tensor, Tensor]:
@@ -201,8 +209,15 @@ def _nll(logp: Tensor, labels: Tensor, weight: Any, ignore_index: int) -> tuple[
 
 
 def _weighted_reduce(loss: Tensor, weights: Tensor, reduction: str) -> Tensor:
-    """PyTorch's weighted mean divides by the total weight of the (kept) targets."""
-    return sum(loss) / sum(weights) if reduction == "mean" else _reduce(loss, reduction)
+    """PyTorch's weighted mean divides by the total weight of the (kept) targets. With none
+    kept (a batch of padding) the mean is NaN (0 / 0) and its gradient 0, as in PyTorch: a
+    gradient of 0 / 0 would turn every parameter NaN. (PyTorch's gradient is NaN when the kept
+    targets' weights are all 0; here it is 0 then too.)"""
+    if reduction != "mean":
+        return _reduce(loss, reduction)
+    total = sum(weights)
+    empty = total == 0.0
+    return where(empty, np.nan, sum(loss) / where(empty, 1.0, total))
 
 
 def _soft_cross_entropy(logits, probs, weight, reduction, label_smoothing) -> Tensor:
@@ -225,6 +240,7 @@ def nll_loss(
             f"nll_loss: input {logp.shape} and target {labels.shape} ({labels.dtype}); "
             "expected (N, C) log-probabilities and (N,) integer classes"
         )
+    labels = _class_indices(labels, logp.shape[1], ignore_index, "nll_loss: target")
     nll, weights = _nll(logp, labels, weight, ignore_index)
     return _weighted_reduce(nll, weights, reduction)
 
@@ -441,6 +457,9 @@ def avg_pool2d(
     if ceil_mode:
         raise NotImplementedError("avg_pool2d: ceil_mode is not supported")
     x = as_tensor(input)
+    if x.dtype.kind != "f":  # PyTorch refuses integers too (but int64, which it truncates)
+        raise TypeError(f"avg_pool2d: input must be floating, not {x.dtype} (its window sums "
+                        "would wrap around); convert it first, e.g. x.float()")  # fmt: skip
     total = _fold(lambda a, b: a + b, _windows(x, "avg_pool2d", kernel_size, stride, padding, 1,
                                                0.0))  # fmt: skip
     if divisor_override:
@@ -491,6 +510,7 @@ def embedding(input: Any, weight: Any, padding_idx: int | None = None) -> Tensor
         raise TypeError(f"embedding: indices must be integers, not {input.dtype}")
     if weight.ndim != 2:
         raise ShapeError(f"embedding: weight {weight.shape} must be 2-d (num_embeddings, dim)")
+    input = check_range(input, 0, weight.shape[0], "embedding: indices")  # -1 would read a row
     out = weight[input]
     if padding_idx is None:
         return out
@@ -506,6 +526,7 @@ def one_hot(tensor: Any, num_classes: int = -1) -> Tensor:
         raise TypeError(f"one_hot: indices must be integers, not {t.dtype}")
     if num_classes < 0:
         num_classes = int(t.numpy().max()) + 1 if t.size else 0
+    t = check_range(t, 0, num_classes, "one_hot: indices")  # else a row of zeros
     classes = Tensor(np.arange(num_classes, dtype=t.dtype))
     return (reshape(t, (*t.shape, 1)) == classes).astype(np.int64)
 
@@ -545,12 +566,19 @@ def scaled_dot_product_attention(
 
 
 def _probabilities(q: Tensor, k: Tensor, scale: float, mask: Any) -> Tensor:
-    """softmax(q k^T * scale + mask) over the keys, in composed ops."""
+    """softmax(q k^T * scale + mask) over the keys, in composed ops. A query the mask lets see
+    no key gets probabilities 0, as in PyTorch: its output is 0 and its gradients are finite
+    (softmax would make the row NaN, and through v's gradient every row of it)."""
     scores = matmul(q, _mT(k)) * scale
-    if mask is not None:
-        mask = as_tensor(mask)
-        scores = where(mask, scores, -np.inf) if mask.dtype == np.bool_ else scores + mask
-    return softmax(scores, axis=-1)
+    if mask is None:
+        return softmax(scores, axis=-1)
+    mask = as_tensor(mask)
+    scores = where(mask, scores, -np.inf) if mask.dtype == np.bool_ else scores + mask
+    keys = (scores.ndim - 1,)
+    m = P.max(scores, axis=keys, keepdims=True).detach()
+    e = P.exp(scores - where(m == -np.inf, 0.0, m))  # a row of -inf: exp gives zeros
+    total = P.sum(e, axis=keys, keepdims=True)
+    return e / where(total == 0.0, 1.0, total)  # (a NaN stays NaN, as in softmax)
 
 
 def _mT(x: Tensor) -> Tensor:
@@ -564,7 +592,7 @@ def batch_norm(
     weight: Any = None,
     bias: Any = None,
     training: bool = False,
-    momentum: float = 0.1,
+    momentum: float | Tensor = 0.1,
     eps: float = 1e-5,
 ) -> Tensor:
     """Normalize each channel (axis 1) of (N, C, ...) `input`: by the batch's statistics in

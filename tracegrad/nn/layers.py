@@ -198,11 +198,12 @@ class _BatchNorm(Module):
         momentum = self.momentum
         use_batch = self.training or self.running_mean is None
         if self.training and self.track_running_stats:
-            self.num_batches_tracked._assign(self.num_batches_tracked + 1)
-            if momentum is None:  # a cumulative average
-                momentum = 1.0 / float(self.num_batches_tracked)
+            count = self.num_batches_tracked
+            count._assign(count + 1)
+            if momentum is None:  # a cumulative average: from the count, a tensor when traced
+                momentum = (1.0 / count.astype(np.float64)).astype(self.running_mean.dtype)
         return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
-                            use_batch, momentum or 0.0, self.eps)  # fmt: skip
+                            use_batch, 0.0 if momentum is None else momentum, self.eps)  # fmt: skip
 
     def extra_repr(self) -> str:
         return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
