@@ -201,11 +201,37 @@ class Module:
         return IncompatibleKeys(missing, unexpected)
 
     def to(self, *args: Any, **kwargs: Any) -> Module:
-        """PyTorch's model.to("cpu"): the CPU is the only device, so the module itself."""
+        """PyTorch's model.to("cpu") (the CPU is the only device: the module itself) and
+        model.to(dtype): floating parameters and buffers (and their grads) cast in place, so an
+        optimizer holding them keeps them."""
         for a in (*args, *kwargs.values()):
-            if not (isinstance(a, str) and a.startswith("cpu")):
+            if a is None or isinstance(a, bool) or isinstance(a, str) and a.startswith("cpu"):
+                continue  # no device, non_blocking=, copy=
+            if isinstance(a, str):
                 raise ValueError(f"{type(self).__name__}.to({a!r}): only 'cpu' is supported")
+            self._cast(np.dtype(a))
         return self
+
+    def double(self) -> Module:
+        return self.to(np.float64)
+
+    def float(self) -> Module:
+        return self.to(np.float32)
+
+    def half(self) -> Module:
+        return self.to(np.float16)
+
+    def _cast(self, dtype: np.dtype) -> None:
+        if dtype.kind != "f":
+            raise TypeError(f"{type(self).__name__}.to({dtype}): only floating dtypes")
+        if Listeners.tracers:
+            raise RuntimeError(f"{type(self).__name__}.to({dtype}) inside a traced step: cast "
+                               "the model before tracing")  # fmt: skip
+        for t in (*self.parameters(), *self.buffers()):
+            if t.dtype.kind == "f" and t.dtype != dtype:
+                t._value = t._value.astype(dtype)
+                if t._grad is not None:
+                    t._grad = Tensor(t._grad.numpy().astype(dtype))
 
     def train(self, mode: bool = True) -> Module:
         for m in self.modules():
@@ -277,8 +303,12 @@ class Sequential(Module):
 
 
 class ReLU(Module):
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+        self.inplace = inplace
+
     def forward(self, x: Tensor) -> Tensor:
-        return F.relu(x)
+        return F.relu(x, self.inplace)
 
 
 class GELU(Module):
@@ -308,15 +338,15 @@ class Sigmoid(Module):
 class LayerNorm(Module):
     """Normalizes over the trailing `normalized_shape` axes, with a learned scale and shift."""
 
-    def __init__(
-        self, normalized_shape: int | Sequence[int], eps: float = 1e-5, elementwise_affine=True
-    ):
+    def __init__(self, normalized_shape: int | Sequence[int], eps: float = 1e-5,
+                 elementwise_affine: bool = True, bias: bool = True):  # fmt: skip
         super().__init__()
         shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
         self.normalized_shape, self.eps = tuple(shape), eps
         self.weight = self.bias = None
         if elementwise_affine:
             self.weight = Tensor(np.ones(self.normalized_shape, np.float32), requires_grad=True)
+        if elementwise_affine and bias:
             self.bias = Tensor(np.zeros(self.normalized_shape, np.float32), requires_grad=True)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -335,15 +365,15 @@ class Dropout(Module):
     draws a fresh mask, and a traced run draws the same masks as an eager run with the same
     seed."""
 
-    def __init__(self, p: float = 0.5, seed: int | None = None):
+    def __init__(self, p: float = 0.5, inplace: bool = False, *, seed: int | None = None):
         super().__init__()
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"Dropout: p must be in [0, 1], not {p}")
-        self.p = p
+        self.p, self.inplace = p, inplace
         self.random_state = None if seed is None else random.new_state(seed)
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.dropout(x, self.p, self.training, state=self.random_state)
+        return F.dropout(x, self.p, self.training, self.inplace, state=self.random_state)
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
