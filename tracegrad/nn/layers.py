@@ -417,8 +417,8 @@ class MultiheadAttention(Module):
         if add_bias_kv or add_zero_attn or kdim not in (None, embed_dim) \
                 or vdim not in (None, embed_dim):  # fmt: skip
             raise NotImplementedError(
-                "MultiheadAttention: add_bias_kv, add_zero_attn and key or "
-                "value sizes other than embed_dim are not supported"
+                "MultiheadAttention: add_bias_kv, add_zero_attn, and kdim or vdim other than "
+                "embed_dim are not supported"
             )
         if not 0.0 <= dropout <= 1.0:
             raise ValueError(f"MultiheadAttention: dropout must be in [0, 1], not {dropout}")
