@@ -297,6 +297,10 @@ def test_interpolate_matches_torch(rng, mode, align_corners):
                 lambda t: TF.interpolate(t, size, scale, mode),
                 x[:, :, 0],
             )
+    volume = rng.standard_normal((1, 2, 3, 2, 2))
+    for mode in ("nearest", "trilinear"):
+        both(lambda a: F.interpolate(a, (4, 3, 5), None, mode),
+             lambda t: TF.interpolate(t, (4, 3, 5), None, mode), volume)  # fmt: skip
     layer, twin = nn.Upsample(scale_factor=2), torch.nn.Upsample(scale_factor=2)
     both(layer, twin, x)
     both(nn.UpsamplingBilinear2d(size=(5, 5)), torch.nn.UpsamplingBilinear2d(size=(5, 5)), x)

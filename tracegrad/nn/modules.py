@@ -34,6 +34,17 @@ def _uniform(shape: tuple[int, ...], bound: float) -> Tensor:
     return Tensor(data, requires_grad=True)
 
 
+class Parameter(Tensor):
+    """PyTorch's nn.Parameter: a leaf tensor that requires grad, sharing `data`'s array; assigned
+    to a Module it is registered as a parameter (as every leaf that requires grad is)."""
+
+    __slots__ = ()
+
+    def __init__(self, data: Any = None, requires_grad: bool = True):
+        super().__init__(np.zeros(0, np.float32) if data is None else data,
+                         requires_grad=requires_grad)  # fmt: skip
+
+
 class IncompatibleKeys(NamedTuple):
     missing_keys: list[str]
     unexpected_keys: list[str]
