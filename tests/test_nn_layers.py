@@ -417,6 +417,18 @@ def test_init_distributions_and_known_values():
     assert abs(n.mean() - 1.0) < 0.05 and abs(n.std() - 0.5) < 0.05
 
 
+def test_parameter_is_a_registered_leaf_sharing_its_data():
+    data = tg.ones(3)
+    m = nn.Module()
+    m.scale = nn.Parameter(data)
+    assert isinstance(m.scale, nn.Parameter) and isinstance(m.scale, tg.Tensor)
+    assert [k for k, _ in m.named_parameters()] == ["scale"] and m.scale.requires_grad
+    assert np.shares_memory(m.scale.numpy(), data.numpy())
+    (m.scale * 2.0).sum().backward()
+    np.testing.assert_array_equal(m.scale.grad.numpy(), [2.0, 2.0, 2.0])
+    assert nn.Parameter().shape == (0,)
+
+
 def test_module_to_dtype_casts_parameters_and_buffers_in_place():
     model = nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3))
     weight, count = model[0].weight, model[1].num_batches_tracked
@@ -478,3 +490,5 @@ def test_multihead_attention_dropout_only_in_training(rng):
     np.testing.assert_array_equal(a.numpy(), b.numpy())
     with pytest.raises(NotImplementedError, match="kdim"):
         nn.MultiheadAttention(8, 2, kdim=4)
+    positional = nn.MultiheadAttention(8, 2, 0.1, False, False, False, None, None, True)
+    assert positional.batch_first and positional.dropout == 0.1 and positional.in_proj_bias is None
