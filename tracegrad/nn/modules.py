@@ -425,8 +425,12 @@ class Sequential(Module):
 
 
 class ReLU(Module):
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+        self.inplace = inplace
+
     def forward(self, x: Tensor) -> Tensor:
-        return F.relu(x)
+        return F.relu(x, self.inplace)
 
 
 class GELU(Module):
@@ -456,15 +460,15 @@ class Sigmoid(Module):
 class LayerNorm(Module):
     """Normalizes over the trailing `normalized_shape` axes, with a learned scale and shift."""
 
-    def __init__(
-        self, normalized_shape: int | Sequence[int], eps: float = 1e-5, elementwise_affine=True
-    ):
+    def __init__(self, normalized_shape: int | Sequence[int], eps: float = 1e-5,
+                 elementwise_affine: bool = True, bias: bool = True):  # fmt: skip
         super().__init__()
         shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
         self.normalized_shape, self.eps = tuple(shape), eps
         self.weight = self.bias = None
         if elementwise_affine:
             self.weight = Parameter(np.ones(self.normalized_shape, np.float32))
+        if elementwise_affine and bias:
             self.bias = Parameter(np.zeros(self.normalized_shape, np.float32))
 
     def forward(self, x: Tensor) -> Tensor:
@@ -483,15 +487,15 @@ class Dropout(Module):
     draws a fresh mask, and a traced run draws the same masks as an eager run with the same
     seed."""
 
-    def __init__(self, p: float = 0.5, seed: int | None = None):
+    def __init__(self, p: float = 0.5, inplace: bool = False, *, seed: int | None = None):
         super().__init__()
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"Dropout: p must be in [0, 1], not {p}")
-        self.p = p
+        self.p, self.inplace = p, inplace
         self.random_state = None if seed is None else random.new_state(seed)
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.dropout(x, self.p, self.training, state=self.random_state)
+        return F.dropout(x, self.p, self.training, self.inplace, state=self.random_state)
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
