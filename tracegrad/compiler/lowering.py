@@ -100,7 +100,13 @@ def _elements(body: ir.Graph) -> int:
 
 
 def native_nodes(graph: ir.Graph) -> list[ir.Node]:
-    """The nodes of ops with a kernel of their own (`Primitive.native`, such as max-pooling's)
-    over at least KERNEL_MIN elements."""
-    size = lambda n: max(v.size for v in (*n.inputs, *n.outputs))
-    return [n for n in graph.nodes if n.prim.native and size(n) >= KERNEL_MIN]
+    """The nodes of ops with a kernel of their own (a generator in `kernels.native`, such as
+    max-pooling's) over at least KERNEL_MIN elements. The generators import Numba: a graph
+    with no node that large never loads them."""
+    size = lambda n: max((v.size for v in (*n.inputs, *n.outputs)), default=0)
+    large = [n for n in graph.nodes if size(n) >= KERNEL_MIN]
+    if not large:
+        return []
+    from tracegrad.compiler.kernels.native import GENERATORS
+
+    return [n for n in large if n.prim in GENERATORS]

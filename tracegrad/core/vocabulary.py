@@ -67,8 +67,8 @@ class Primitive:
     which NumPy interop dispatches to it; `view`, a predicate `view(inputs, attrs)` for an op
     whose result is a view only sometimes (a kind "view" always is one); `cheap`, an op about
     as costly as a pass over its result, which the remat pass may run again in backward
-    (elementwise ops and views always may); `native`, an op the Numba backend runs with a
-    kernel of its own (registered in `tracegrad.compiler.kernels.native`), from `impl` elsewhere;
+    (elementwise ops and views always may); whether the Numba backend has a kernel of its own
+    for the op is the compiler's to say (`compiler.kernels.native`);
     `scratch`, `scratch(inputs, attrs)`: the bytes of the temporaries `impl` allocates and frees
     within one call (the convolutions' columns), which the memory plan counts at the node;
     `flops(inputs, outputs)`, the operations of one call where `cost`'s rule of thumb is wrong;
@@ -93,7 +93,6 @@ class Primitive:
         numpy: Callable | None = None,
         view: Callable | None = None,
         cheap: bool = False,
-        native: bool = False,
         scratch: Callable | None = None,
         flops: Callable | None = None,
         joint: bool = False,
@@ -113,7 +112,6 @@ class Primitive:
         self.numpy = numpy if numpy is not None else (impl if is_ufunc else None)
         self._view = view
         self.cheap = cheap or kind is Kind.ELEMENTWISE
-        self.native = native
         self._scratch = scratch
         self._flops, self.joint = flops, joint
         PRIMITIVES[name] = self
