@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tracegrad.core import ir
+from tracegrad.core.vocabulary import Kind
 
 
 def needs_kernels(graph: ir.Graph, backend: str) -> bool:
@@ -51,7 +52,7 @@ def lower(
         )
     nodes = []
     for n in graph.nodes:
-        if n.prim.kind != "composite" or n in kernels:
+        if n.prim.kind is not Kind.COMPOSITE or n in kernels:
             nodes.append(n)
         else:
             nodes.extend(n.attrs["body"].nodes)
@@ -60,8 +61,8 @@ def lower(
 
 def kernel_groups(graph: ir.Graph) -> list[ir.Node]:
     """The fused nodes large enough to gain from a kernel."""
-    return [n for n in graph.nodes
-            if n.prim.kind == "composite" and _elements(n.attrs["body"]) >= KERNEL_MIN]  # fmt: skip
+    composites = [n for n in graph.nodes if n.prim.kind is Kind.COMPOSITE]
+    return [n for n in composites if _elements(n.attrs["body"]) >= KERNEL_MIN]
 
 
 PROGRESS_AFTER = 2.0  # seconds of kernel compilation before saying so on stderr
