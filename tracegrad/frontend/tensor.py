@@ -24,6 +24,12 @@ from tracegrad.core.primitives import Phase, Primitive, astype
 _serials = itertools.count()
 
 
+def next_serial() -> int:
+    """A number above every tensor's made so far (`Tensor._serial`): the tracer takes one when
+    it starts, so that it knows the tensors made while it runs."""
+    return next(_serials)
+
+
 class _Listeners(threading.local):
     """Who hears `bind`: a stack of tracers (top one evaluates) and the tape recorder. Tracing,
     `no_grad` and backward state are per thread, as PyTorch's grad mode and JAX's trace state
