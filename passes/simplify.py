@@ -66,8 +66,8 @@ def _identity(n: Node, keep: Value, other: Value) -> bool:
 def fold_constants(n: Node, rw: Rewrite) -> Value | None:
     if not n.inputs or any(v.const is None for v in n.inputs) or len(n.outputs) != 1:
         return None
-    if n.prim.kind in ("random", "collective"):
-        return None  # effects run every step
+    if n.prim.has_effects:
+        return None  # draws, communication and checks run every step
     out = n.outputs[0]
     result = n.prim.impl(*(v.const for v in n.inputs), **n.attrs)
     return Value(out.shape, out.dtype, const=np.asarray(result, out.dtype))

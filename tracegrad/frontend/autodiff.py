@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from tracegrad.core.vocabulary import Phase
 from tracegrad.frontend.tensor import Listeners, Tensor, as_tensor, phase
 
 
@@ -239,7 +240,7 @@ def run_backward(
         roots.append(node)
     order, useful = _order(roots, lambda n: deliver(n) is not None)
     retain_graph = retain_graph or create_graph
-    with phase("backward"):
+    with phase(Phase.BACKWARD):
         _propagate(order, useful, grads, deliver, retain_graph, create_graph)
 
 

@@ -21,8 +21,8 @@ from tracegrad.frontend.tensor import (
     Listeners,
     Tensor,
     TraceError,
-    _serials,
     as_tensor,
+    next_serial,
     user_location,
 )
 
@@ -155,7 +155,7 @@ class Tracer:
     """Listens to `bind` while a traced function runs; builds the graph node by node."""
 
     def __init__(self) -> None:
-        self.start = next(_serials)
+        self.start = next_serial()
         self.nodes: list[ir.Node] = []
         self.slots: dict[int, Slot] = {}
         self.consts: dict[int, tuple[Tensor, ir.Value]] = {}

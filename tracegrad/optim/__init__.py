@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from tracegrad.core.primitives import sqrt
+from tracegrad.core.primitives import Phase, sqrt
 from tracegrad.frontend.autodiff import enable_grad, no_grad
 from tracegrad.frontend.tensor import Tensor, phase
 from tracegrad.frontend.tracer import guard
@@ -149,7 +149,7 @@ class Optimizer:
                 loss = closure()
         baked = self._baked()
         guard(lambda: self._baked() == baked)  # a traced step is valid while these hold
-        with phase("update"):
+        with phase(Phase.UPDATE):
             for p, state, group in zip(self.params, self.state, self._group_of, strict=True):
                 if p.grad is not None:
                     self._update(p, p.grad, state, group)

@@ -34,7 +34,7 @@ from tracegrad.compiler.kernels.cache import GeneratedKernel, named
 from tracegrad.core import primitives as P
 from tracegrad.core.ir import Node
 
-OPS = {P.attention: "forward", P.attention_grad: "backward"}
+OPS = {P.attention: "output", P.attention_grad: "grads"}
 DTYPES = ("float32", "float64")
 
 _HELPERS = '''
@@ -259,13 +259,13 @@ def generate_source(op: str, dtype: str) -> str:
     """The text of a kernel's module. Numba leaves LLVM's SLP vectorizer off (it miscompiled
     some integer code in older LLVMs); the module turns it on while its `kernel` compiles, which
     is when `tile` and the rest compile, and restores the setting after."""
-    inputs = 3 if op == "forward" else 5
+    inputs = 3 if op == "output" else 5
     arrays = [f"{dtype}[::1]", "int64[::1]"] * inputs + [dtype, "boolean"]  # `flat` inputs
-    arrays += [f"{dtype}[::1]", "int64[::1]"] * (1 if op == "forward" else 3)  # `flat` too
+    arrays += [f"{dtype}[::1]", "int64[::1]"] * (1 if op == "output" else 3)  # `flat` too
     head = rows.head("Attention " + op, "tracegrad.compiler.kernels.attention", dtype,
                      f"void({', '.join(arrays)})")  # fmt: skip
     width = 64 // np.dtype(dtype).itemsize
-    body = _FORWARD if op == "forward" else _BACKWARD
+    body = _FORWARD if op == "output" else _BACKWARD
     kernel_at = body.index("@_outer")
     compiled = "    " + body[kernel_at:].replace("\n", "\n    ").rstrip() + "\n"
     return (

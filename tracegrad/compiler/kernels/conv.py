@@ -31,7 +31,7 @@ from tracegrad.compiler.kernels.gemm import declarations
 from tracegrad.core import primitives as P
 from tracegrad.core.ir import Node
 
-OPS = {P.conv2d: "forward", P.conv2d_input_grad: "input_grad", P.conv2d_weight_grad: "weight_grad"}
+OPS = {P.conv2d: "output", P.conv2d_input_grad: "input_grad", P.conv2d_weight_grad: "weight_grad"}
 DTYPES = ("float32", "float64")
 BLOCK_BYTES = 1 << 19  # a thread's columns: within its core's L2 cache
 
@@ -251,7 +251,7 @@ def kernel(x, gy, g, groups, dw, threads):
                 dw[grp * og + i, j] = total
 '''
 
-_KERNELS = {"forward": _FORWARD, "input_grad": _INPUT_GRAD, "weight_grad": _WEIGHT_GRAD}
+_KERNELS = {"output": _FORWARD, "input_grad": _INPUT_GRAD, "weight_grad": _WEIGHT_GRAD}
 
 _HEAD = '''"""Convolution {op} ({dtype}) on Numba's threads: compiler.kernels.conv generated it."""
 
@@ -305,7 +305,7 @@ class ConvKernel(GeneratedKernel):
         if not out.flags.c_contiguous:
             raise ValueError(f"convolution kernels write C-contiguous results, not {out.strides}")
         a, b = in_c_order(a), in_c_order(b)
-        if self.op == "forward":
+        if self.op == "output":
             args = (a, b.reshape(b.shape[0], self.k), out.reshape(*out.shape[:2], -1))
         elif self.op == "input_grad":
             args = (a.reshape(*a.shape[:2], -1), b.reshape(b.shape[0], self.k), out)
@@ -318,7 +318,7 @@ def _shapes(node: Node) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ..
     """The node's input, weight and output sizes: (N, C, H, W), (O, C / groups, kh, kw) and
     (OH, OW)."""
     op, (a, b), out = OPS[node.prim], (v.shape for v in node.inputs), node.outputs[0].shape
-    x, w, y = {"forward": (a, b, out), "input_grad": (out, b, a), "weight_grad": (a, out, b)}[op]
+    x, w, y = {"output": (a, b, out), "input_grad": (out, b, a), "weight_grad": (a, out, b)}[op]
     return x, w, y[2:]
 
 

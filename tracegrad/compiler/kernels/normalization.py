@@ -24,7 +24,7 @@ from tracegrad.compiler.kernels.cache import GeneratedKernel, named
 from tracegrad.core import primitives as P
 from tracegrad.core.ir import Node
 
-OPS = {P.layer_norm: "forward", P.layer_norm_grad: "backward"}
+OPS = {P.layer_norm: "output", P.layer_norm_grad: "grads"}
 DTYPES = ("float32", "float64")
 
 _HELPERS = '''
@@ -103,7 +103,7 @@ def kernel(x, weight, g, eps, dx, dweight, dbias):
 def generate_source(op: str, dtype: str) -> str:
     """The text of a kernel's module."""
     matrix, vector = f"{dtype}[:, ::1]", f"{dtype}[::1]"  # contiguous: loops run in SIMD
-    if op == "forward":  # x, weight, bias, eps, out
+    if op == "output":  # x, weight, bias, eps, out
         arrays, body = [matrix, vector, vector, "float64", f"{dtype}[:, ::1]"], _FORWARD
     else:  # x, weight, g, eps, dx, dweight, dbias
         arrays = [matrix, vector, matrix, "float64", f"{dtype}[:, ::1]", *[f"{dtype}[::1]"] * 2]

@@ -364,7 +364,6 @@ conv2d = Primitive(
     "in",
     kind=Kind.CONTRACTION,
     accepts_out=True,
-    native=True,
     scratch=_conv_scratch("conv2d"),
 )  # fmt: skip
 conv2d_input_grad = Primitive(
@@ -376,7 +375,6 @@ conv2d_input_grad = Primitive(
     "in",
     kind=Kind.CONTRACTION,
     accepts_out=True,
-    native=True,
     scratch=_conv_scratch("input_grad"),
 )  # fmt: skip
 conv2d_weight_grad = Primitive(
@@ -388,7 +386,6 @@ conv2d_weight_grad = Primitive(
     "in",
     kind=Kind.CONTRACTION,
     accepts_out=True,
-    native=True,
     scratch=_conv_scratch("weight_grad"),
 )  # fmt: skip
 

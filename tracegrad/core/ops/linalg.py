@@ -35,7 +35,7 @@ def _matmul_grad_b(g, out, a, b):
 
 matmul = Primitive("matmul", np.matmul, _matmul_rule,
                    (lambda g, out, a, b: sum_to(matmul(g, mT(b)), a.shape), _matmul_grad_b),
-                   "in", kind=Kind.CONTRACTION, native=True)  # fmt: skip
+                   "in", kind=Kind.CONTRACTION)  # fmt: skip
 
 
 def _einsum_parts(spec: str) -> tuple[list[str], str]:

@@ -224,8 +224,7 @@ def _pool_vjp(g, out, x, idx, **geometry):
 
 
 def _pool(name, impl, rule, vjp, **kw):
-    return Primitive(name, impl, rule, vjp, "in1:" if vjp else "", accepts_out=True, native=True,
-                     **kw)  # fmt: skip
+    return Primitive(name, impl, rule, vjp, "in1:" if vjp else "", accepts_out=True, **kw)
 
 
 max_pool2d_argmax = _pool("max_pool2d_argmax", argmax, _pool_argmax_rule, None)

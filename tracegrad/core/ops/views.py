@@ -151,7 +151,7 @@ getitem = Primitive(
 scatter_add = Primitive("scatter_add", _scatter_add, _scatter_rule,
                         (lambda g, out, x, *idx, shape, template:
                          getitem(g, *idx, template=template),),
-                        "in1:", kind=Kind.INDEX, native=True)  # fmt: skip
+                        "in1:", kind=Kind.INDEX)  # fmt: skip
 
 
 def _pad_rule(x, pad_width, value):
