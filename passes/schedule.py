@@ -59,10 +59,11 @@ def _update_dependencies(graph: Graph, producer: dict[Value, int]) -> list[set[V
         return i
 
     updates = [i for i, n in enumerate(graph.nodes) if n.phase is Phase.UPDATE]
-    for i in updates:
+    arrays = {i for i in updates if any(v.ndim for v in graph.nodes[i].outputs)}
+    for i in arrays:  # a scalar many updates read (a learning rate cast once) joins no piece
         for v in graph.nodes[i].inputs:
             j = producer.get(v)
-            if j is not None and graph.nodes[j].phase is Phase.UPDATE:
+            if j in arrays:
                 parent[root(i)] = root(j)
     outside: dict[int, set[Value]] = {}
     for i in updates:

@@ -660,3 +660,29 @@ def test_an_adamw_update_is_one_kernel_per_parameter(monkeypatch):
     step(tg.tensor(np.ones((2, 8), np.float32)))
     updates = [n for n in step.latest.graph.nodes if n.phase == Phase.UPDATE and n.op == "fused"]
     assert len(updates) == 2
+
+
+@pytest.mark.parametrize("optimizer", ["SGD", "Adam"])
+def test_each_parameters_update_runs_when_its_gradient_exists(optimizer):
+    """Updates read scalars they share (a learning rate cast once for all parameters): that
+    must not join them into one piece that waits for every gradient, which keeps them all alive."""
+    import tracegrad as tg
+    from tracegrad import nn, optim
+
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 2))
+    opt = getattr(optim, optimizer)(model.parameters(), lr=0.1)
+
+    @tg.trace(backend="numpy")
+    def step(x):
+        loss = model(x).sum()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    step(tg.tensor(np.ones((3, 4), np.float32)))
+    nodes = step.latest.graph.nodes
+    phases = [n.phase for n in nodes if any(v.ndim for v in n.outputs)]
+    first_update = phases.index(Phase.UPDATE)
+    last_backward = len(phases) - 1 - phases[::-1].index(Phase.BACKWARD)
+    assert first_update < last_backward

@@ -72,7 +72,7 @@ def _rng(generator: np.random.Generator | None) -> np.random.Generator:
     torch.Generator), else the one `nn.manual_seed` seeds."""
     if generator is not None and not isinstance(generator, np.random.Generator):
         raise TypeError(f"generator must be a numpy.random.Generator, not {type(generator)}")
-    return modules._generator if generator is None else generator
+    return modules.init_generator() if generator is None else generator
 
 
 def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0, generator=None) -> Tensor:

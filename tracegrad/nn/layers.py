@@ -13,7 +13,7 @@ from tracegrad.frontend.functions import reshape, transpose, where
 from tracegrad.frontend.tensor import Tensor, as_tensor
 from tracegrad.nn import functional as F
 from tracegrad.nn import init
-from tracegrad.nn.modules import Linear, Module, _uniform
+from tracegrad.nn.modules import Linear, Module, uniform_parameter
 
 __all__ = [
     "AdaptiveAvgPool2d",
@@ -69,8 +69,8 @@ class _ConvNd(Module):
             (out_channels, in_channels // groups)  # fmt: skip
         fan_in = channels[1] * math.prod(self.kernel_size)
         bound = 1.0 / math.sqrt(fan_in) if fan_in else 0.0
-        self.weight = _uniform((*channels, *self.kernel_size), bound)
-        self.bias = _uniform((out_channels,), bound) if bias else None
+        self.weight = uniform_parameter((*channels, *self.kernel_size), bound)
+        self.bias = uniform_parameter((out_channels,), bound) if bias else None
 
     def extra_repr(self) -> str:
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "

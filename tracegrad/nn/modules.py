@@ -55,7 +55,13 @@ class Parameter(Tensor):
         return "Parameter containing:\n" + super().__repr__()
 
 
-def _uniform(shape: tuple[int, ...], bound: float) -> Parameter:
+def init_generator() -> np.random.Generator:
+    """The generator parameter initialization draws from (`manual_seed` seeds it)."""
+    return _generator
+
+
+def uniform_parameter(shape: tuple[int, ...], bound: float) -> Parameter:
+    """A float32 parameter drawn from U(-bound, bound): PyTorch's default initialization."""
     return Parameter(_generator.uniform(-bound, bound, shape).astype(np.float32))
 
 
@@ -385,8 +391,8 @@ class Linear(Module):
         self.in_features, self.out_features = in_features, out_features
         # kaiming_uniform(a=sqrt(5)) reduces to U(-1/sqrt(in), 1/sqrt(in)), as for the bias
         bound = 1.0 / math.sqrt(in_features) if in_features else 0.0
-        self.weight = _uniform((out_features, in_features), bound)
-        self.bias = _uniform((out_features,), bound) if bias else None
+        self.weight = uniform_parameter((out_features, in_features), bound)
+        self.bias = uniform_parameter((out_features,), bound) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
         y = x @ self.weight.T

@@ -20,7 +20,7 @@ from tracegrad.core.errors import ShapeError
 from tracegrad.frontend.functions import concatenate, matmul, reshape, stack, transpose
 from tracegrad.frontend.tensor import Tensor, as_tensor
 from tracegrad.nn import functional as F
-from tracegrad.nn.modules import Module, _uniform
+from tracegrad.nn.modules import Module, uniform_parameter
 
 __all__ = ["GRU", "GRUCell", "LSTM", "LSTMCell", "RNN", "RNNCell"]
 
@@ -115,7 +115,7 @@ class RNNBase(Module):
                 if proj_size:
                     shapes["weight_hr"] = (proj_size, hidden_size)
                 for kind, shape in shapes.items():
-                    setattr(self, f"{kind}_l{layer}{suffix}", _uniform(shape, bound))
+                    setattr(self, f"{kind}_l{layer}{suffix}", uniform_parameter(shape, bound))
                     self._flat_weights_names.append(f"{kind}_l{layer}{suffix}")
         self.to(device, dtype)
 
@@ -272,10 +272,10 @@ class RNNCellBase(Module):
         super().__init__()
         self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
         bound, rows = 1.0 / math.sqrt(hidden_size), self.gates * hidden_size
-        self.weight_ih = _uniform((rows, input_size), bound)
-        self.weight_hh = _uniform((rows, hidden_size), bound)
-        self.bias_ih = _uniform((rows,), bound) if bias else None
-        self.bias_hh = _uniform((rows,), bound) if bias else None
+        self.weight_ih = uniform_parameter((rows, input_size), bound)
+        self.weight_hh = uniform_parameter((rows, hidden_size), bound)
+        self.bias_ih = uniform_parameter((rows,), bound) if bias else None
+        self.bias_hh = uniform_parameter((rows,), bound) if bias else None
         self.to(device, dtype)
 
     def extra_repr(self) -> str:
