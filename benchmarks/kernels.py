@@ -263,7 +263,7 @@ def native_speed(calls: int = 200) -> None:
     out, packed = np.empty((16, 128, 4, 64), np.float32), np.empty(3 * q.size, np.float32)
     scale = np.float32(0.125)
     flat = lambda *arrays: [x for a in arrays for x in attention.flat(a)]  # noqa: E731
-    forward, backward = kernel(attention, "sdpa", "forward"), kernel(attention, "sdpa", "backward")
+    forward, backward = kernel(attention, "sdpa", "output"), kernel(attention, "sdpa", "grads")
     o = out.transpose(0, 2, 1, 3)
     print("attention forward ", fastest(forward, *flat(q, k, v), scale, True, *flat(o)))
     grads = flat(*unpack(packed, q, k, v))
@@ -271,9 +271,9 @@ def native_speed(calls: int = 200) -> None:
     x, dy = (rng.standard_normal((2048, 256), dtype=np.float32) for _ in range(2))
     w, b = rng.standard_normal(256, dtype=np.float32), rng.standard_normal(256, dtype=np.float32)
     y, dx, dw, db = np.empty_like(x), np.empty_like(x), np.empty_like(w), np.empty_like(b)
-    norm = kernel(normalization, "norm", "forward")
+    norm = kernel(normalization, "norm", "output")
     print("layer norm forward ", fastest(norm, x, w, b, 1e-5, y))
-    norm_grad = kernel(normalization, "norm", "backward")
+    norm_grad = kernel(normalization, "norm", "grads")
     print("layer norm backward", fastest(norm_grad, x, w, dy, 1e-5, dx, dw, db))
 
 

@@ -5,7 +5,7 @@
 After the first call (the warm-up), one more step runs with the kernel's RSS high-water mark
 reset and tracemalloc on (NumPy reports its buffers to tracemalloc). A traced step reuses the
 arena its warm-up allocated, so that arena ("held") is added to its tracemalloc peak. Prints both
-peaks per method and the ratio of each traced method to tracegrad eager; issue 5's target is
+peaks per method and the ratio of each traced method to tracegrad eager; the target is
 traced/eager <= 0.6 on `deep`.
 """
 

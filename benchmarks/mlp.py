@@ -28,7 +28,7 @@ TRACED = ("tg-numpy", "tg-numba")
 LOSS_METHODS = ("numpy", "torch", "jax", "tg-eager", "tg-numpy", "tg-numba")
 LOSS_TOLERANCE = 1e-4
 NOISY = 0.2  # share of the cores used by other processes above which a row is not trusted
-# Issue 6's targets for the traced (numba) step, per workload: the ratio to the GEMM floor.
+# The traced (numba) step's targets, per workload: the ratio to the GEMM floor.
 FLOOR_TARGET = {"wide": 1.1, "gelu": 1.3, "deep": 1.3}
 
 
@@ -132,7 +132,7 @@ def loss_check(results: dict[str, dict[str, Any]]) -> str:
 
 
 def targets(w: Workload, results: dict[str, dict[str, Any]]) -> str:
-    """Issue 6's targets for the traced numba step on this workload, met or not."""
+    """The targets for the traced numba step on this workload, met or not."""
     tg = results.get("tg-numba", {})
     if "median_s" not in tg:
         return "targets: tg-numba not measured"

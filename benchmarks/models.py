@@ -1,4 +1,4 @@
-"""The two workloads of issue 13, one training step each, every method in a process of its own:
+"""Two models, a CNN and a GPT, one training step each, every method in a process of its own:
 
     python benchmarks/models.py [--steps N] [--rounds R] [--workloads cnn gpt] [--methods ...]
                                 [--profile]
@@ -21,8 +21,8 @@ first ones also relative to torch's. Each method runs in R rounds (3), one child
 round-robin: a row gives the median of its rounds' step medians and their range, and tracegrad
 traced's step is divided by PyTorch's of the same round (the targets' ratios, paired). The first
 call (jax: its compile) is timed apart, in the first round; peak RSS of each child process.
-`--profile` instead prints where the traced step's time goes, by op (`tracegrad.viz.profile`,
-in this process).
+`--profile` instead prints where the traced step's time goes, by op
+(`tracegrad.runtime.viz.profile`, in this process).
 """
 
 from __future__ import annotations
@@ -401,7 +401,7 @@ def print_table(workload: str, results: list[dict]) -> None:
 
 def print_ratios(results: list[dict]) -> None:
     """tracegrad traced's step over PyTorch eager's, and over the faster of eager and
-    torch.compile, paired within each round: the issue's targets, as free of the host's drift
+    torch.compile, paired within each round: the targets' ratios, as free of the host's drift
     as a ratio of neighbours in time can be."""
     against = {"PyTorch eager": ("torch",), "the faster PyTorch": ("torch", "torch-compile")}
     for name, others in against.items():

@@ -10,9 +10,8 @@ left out), split into training and validation *files*. The model is a pre-LayerN
 compiled with @tracegrad.trace. It prints the validation loss beside the unigram entropy of the
 characters (what a model that ignores context would score) and a sampled continuation.
 
-On a machine whose cores other jobs keep busy, `OPENBLAS_NUM_THREADS=1` makes a step about 3x
-faster (0.3 s against 1.05 s on the 2-core test machine): each matrix product otherwise waits
-for OpenBLAS's threads to wake.
+On a machine whose cores other jobs keep busy, `OPENBLAS_NUM_THREADS=1` can make a step several
+times faster: each matrix product otherwise waits for OpenBLAS's threads to wake.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Graph -> graph transforms. The default pipeline, in order, is `DEFAULT`; each pass is a small
-function `pass(graph) -> (graph, PassStats)`. This package sees only `tracegrad.ir` and the op
-table's metadata."""
+function `pass(graph) -> (graph, PassStats)`. This package sees only the core
+(`tracegrad.core`: the IR and the op table's records)."""
 
 from __future__ import annotations
 

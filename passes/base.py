@@ -1,10 +1,11 @@
-"""What every pass shares: its stats record, views, substitution and last uses."""
+"""What every pass shares: its stats record, views, clones, substitution and last uses."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from tracegrad.core.ir import Graph, Node, Value
+from tracegrad.core.vocabulary import Phase
 
 
 @dataclass
@@ -21,6 +22,15 @@ class PassStats:
 def is_view(node: Node) -> bool:
     """The node's result aliases (part of) its first input instead of owning a new buffer."""
     return node.prim.is_view(node.inputs, node.attrs)
+
+
+def clone(n: Node, clones: dict[Value, Value], phase: Phase) -> Node:
+    """A copy of `n` in `phase` with fresh results (recorded in `clones`), reading the clones of
+    its inputs where there are some: a forward node run again later."""
+    outs = [Value(v.shape, v.dtype) for v in n.outputs]
+    clones.update(zip(n.outputs, outs, strict=True))
+    ins = [clones.get(v, v) for v in n.inputs]
+    return Node(n.prim, ins, outs, n.attrs, n.source, phase)
 
 
 def nbytes(values: list[Value]) -> int:

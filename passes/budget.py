@@ -26,14 +26,13 @@ import numpy as np
 
 from tracegrad.core.errors import MemoryBudgetError
 from tracegrad.core.ir import Graph, Node, Value
+from tracegrad.core.vocabulary import Phase
 
-from .base import PassStats, is_view, last_uses, nbytes
+from .base import PassStats, clone, is_view, last_uses, nbytes
 from .memory import plan_memory
-from .remat import _clone, saved_values
+from .remat import saved_values
 from .schedule import schedule
 
-# Kinds a forward node may have to be run again in backward: deterministic, no effects.
-RECOMPUTABLE = frozenset({"elementwise", "contraction", "reduction", "view", "index"})
 UNITS = 4  # memory is counted in quarters of the largest residual by the programme
 
 
@@ -113,12 +112,12 @@ class _Chain:
         self.residuals = sorted(
             (v for v in saved_values(graph) if v not in inputs), key=order.__getitem__
         )
-        # outputs of forward nodes that cannot run twice (random, effects), read by forward
-        # nodes that can: always available, never recomputed
+        # outputs of forward nodes that cannot run twice (`Primitive.may_rerun`: random draws,
+        # effects, opaque ops), read by forward nodes that can: always available, never rebuilt
         self.pinned = {
             v
             for n in graph.nodes
-            if n.phase == "forward" and n.prim.kind not in RECOMPUTABLE
+            if n.phase is Phase.FORWARD and not n.prim.may_rerun
             for v in n.outputs
         }
         everything = set(self.residuals)
@@ -139,11 +138,11 @@ class _Chain:
         outputs = set(self.graph.outputs)
         served, appear = [-1] * len(self.residuals), []
         for t, n in enumerate(nodes):
-            if n.phase != "forward":
+            if n.phase is not Phase.FORWARD:
                 for v in n.inputs:
                     if v in position:
                         served[position[v]] = t
-            if n.phase == "update":
+            if n.phase is Phase.UPDATE:
                 appear += [(t, v.nbytes) for v in n.outputs if v in outputs]
         growth = [0] * len(self.residuals)
         for t, size in appear:  # served in reverse order: the lowest not yet served at t
@@ -164,7 +163,7 @@ class _Chain:
                 continue
             if x in available or x in clones or x in self.pinned:
                 continue
-            if n.phase != "forward" or n.prim.kind not in RECOMPUTABLE:
+            if n.phase is not Phase.FORWARD or not n.prim.may_rerun:
                 return None
             if expanded:
                 done.update(n.outputs)
@@ -196,7 +195,7 @@ class _Chain:
         grows: list[int] = []  # per node in `nodes`: bytes it leaves alive beyond what it frees
         last = last_uses(self.graph)
         for i, n in enumerate(self.graph.nodes):
-            if n.phase != "forward":
+            if n.phase is not Phase.FORWARD:
                 rebuilt = []
                 for v in n.inputs:
                     if v in position and v not in kept and v not in held:
@@ -223,7 +222,7 @@ class _Chain:
             clones = dict(held)
             v = self.residuals[step - 1]
             for c in self._rebuild(v, kept, clones) or ():
-                nodes.append(_clone(c, clones, "rebuild"))
+                nodes.append(clone(c, clones, Phase.REBUILD))
             held[v] = clones[v]
             free -= self.programme.units[step]
             start = step
@@ -289,7 +288,7 @@ def _quietest(nodes: list[Node], grows: list[int]) -> int:
     what is alive (a gradient computed before the rebuilt value it meets), which then run
     after the rebuild instead of holding their results through it."""
     at = len(nodes)
-    while at and nodes[at - 1].phase not in ("forward", "rebuild") and grows[at - 1] >= 0:
+    while at and nodes[at - 1].phase not in (Phase.FORWARD, Phase.REBUILD) and grows[at - 1] >= 0:
         at -= 1
     while at < len(nodes) and grows[at] == 0:  # no gain in running these after it
         at += 1

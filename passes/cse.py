@@ -10,6 +10,7 @@ compares the input with its maximum (a merged maximum matched no element: 0 / 0)
 from __future__ import annotations
 
 from tracegrad.core.ir import Graph, Node, Value
+from tracegrad.core.vocabulary import Phase
 
 from .base import PassStats, stats, substitute
 
@@ -31,9 +32,9 @@ def cse(graph: Graph) -> tuple[Graph, PassStats]:
 
 
 def _region(n: Node) -> bool | None:
-    """Cheap nodes merge only within forward or within the rest; others (a matrix product)
-    merge anywhere."""
-    return n.phase == "forward" if n.prim.kind in ("elementwise", "reduction") else None
+    """Single-pass nodes (`Primitive.single_pass`) merge only within forward or within the
+    rest; others (a matrix product) merge anywhere."""
+    return n.phase is Phase.FORWARD if n.prim.single_pass else None
 
 
 def _key(v: Value) -> object:

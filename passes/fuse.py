@@ -17,6 +17,7 @@ import numpy as np
 
 from tracegrad.core.ir import Graph, Node, Value
 from tracegrad.core.primitives import fused
+from tracegrad.core.vocabulary import Kind, Phase
 
 from .base import PassStats, is_view
 
@@ -24,7 +25,7 @@ from .base import PassStats, is_view
 @dataclass
 class _Group:
     start: int
-    family: str  # see `_family`: a node joins only groups of its own
+    family: Phase  # see `_family`: a node joins only groups of its own
     sealed: bool = False  # a rebuilt segment's group, once a matmul (say) has run after it
     nodes: list[Node] = field(default_factory=list)
     values: set[Value] = field(default_factory=set)  # elementwise results inside the group
@@ -32,14 +33,14 @@ class _Group:
 
 
 def _elementwise(n: Node) -> bool:
-    return n.prim.kind == "elementwise" and n.prim.fusible and n.outputs[0].ndim > 0
+    return n.prim.kind is Kind.ELEMENTWISE and n.prim.fusible and n.outputs[0].ndim > 0
 
 
 def _trailing_reduction(n: Node) -> bool:
     """A reduction over leading or trailing axes (not all): read as a matrix, one axis of it,
     the shape a kernel folds as it goes (layer norm's statistics over the last axis of (N, T,
     D), a bias gradient over the first two)."""
-    if n.prim.kind != "reduction" or not n.prim.fusible or not n.inputs:
+    if n.prim.kind is not Kind.REDUCTION or not n.prim.fusible or not n.inputs:
         return False
     ndim, axes = n.inputs[0].ndim, sorted(a % max(n.inputs[0].ndim, 1) for a in n.attrs["axis"])
     block = axes == list(range(len(axes))) or axes == list(range(ndim - len(axes), ndim))
@@ -68,7 +69,7 @@ def fuse(graph: Graph) -> tuple[Graph, PassStats]:
             if not _elementwise(n):
                 continue
             group = groups[i] = _Group(i, _family(n))
-            if group.family == "rebuild":
+            if group.family is Phase.REBUILD:
                 rebuilding.append(group)
         group.nodes.append(n)
         out = n.outputs[0]
@@ -109,13 +110,13 @@ def _views_early(graph: Graph) -> Graph:
     return Graph(graph.inputs, nodes, graph.outputs)
 
 
-def _family(n: Node) -> str:
+def _family(n: Node) -> Phase:
     """Forward, a segment rebuilt from a checkpoint, or the rest (backward, updates, values
     recomputed where backward reads them). Values of the first two are held until backward: a
     node of the rest joining their groups would run, and hold its result, from there on. A
     rebuild group is sealed by the next node that cannot fuse: a later rebuild of the same
     segment reads the checkpoint it holds, and joining would run that rebuild here, early."""
-    return n.phase if n.phase in ("forward", "rebuild") else "backward"
+    return n.phase if n.phase in (Phase.FORWARD, Phase.REBUILD) else Phase.BACKWARD
 
 
 def _join(
@@ -155,7 +156,7 @@ def _narrow_results(n: Node, option: list[_Group], readers: dict[Value, list[Nod
     kernel)."""
     values = [v for g in option for v in g.values]
     members = {id(m) for g in option for m in g.nodes} | {id(n)}
-    domain = np.broadcast_shapes(n.inputs[0].shape if n.prim.kind == "reduction"
+    domain = np.broadcast_shapes(n.inputs[0].shape if n.prim.kind is Kind.REDUCTION
                                  else n.outputs[0].shape, *(v.shape for v in values))  # fmt: skip
     return any(v.shape != domain and any(id(r) not in members for r in readers.get(v, ()))
                for v in values)  # fmt: skip

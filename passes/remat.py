@@ -1,7 +1,8 @@
 """Rematerialization: backward recomputes cheap elementwise forward values instead of keeping them
 alive from forward to backward (AOTAutograd's idea). What to keep is a minimum cut, in bytes,
 between what the step cannot recompute (its inputs, the results of matmuls, reductions, random
-draws, anything neither cheap (elementwise, or `Primitive.cheap`) nor a view) and the values
+draws: anything that may not run again (`Primitive.may_rerun`) or is neither cheap (elementwise,
+or `Primitive.cheap`) nor a view) and the values
 backward reads: every residual must then be rebuildable by a chain of cheap nodes from kept
 values. So an exact GELU layer keeps its pre-activation, not the two scaled copies of it that
 backward reads, an MLP layer keeps only its pre-activation, and a conv + ReLU + max-pool layer
@@ -13,19 +14,21 @@ from __future__ import annotations
 import networkx as nx
 
 from tracegrad.core.ir import Graph, Node, Value
+from tracegrad.core.vocabulary import Phase
 
-from .base import PassStats, is_view
+from .base import PassStats, clone, is_view
 
 MAX_CHAIN = 16  # longest elementwise chain worth recomputing for one value
 
 
 def _cheap(n: Node | None) -> bool:
-    """Elementwise or marked cheap in the op table (`Primitive.cheap`: max-pooling, whose
-    result the next layer's weight gradient reads), or a view (a slice, a reshape): a view
-    costs nothing to make again, and keeping one keeps its whole base alive."""
-    if n is None or n.phase != "forward":
+    """A forward node that may run again (`Primitive.may_rerun`: no check, no random draw) and
+    is elementwise or marked cheap in the op table (`Primitive.cheap`: max-pooling, whose result
+    the next layer's weight gradient reads), or a view (a slice, a reshape): a view costs nothing
+    to make again, and keeping one keeps its whole base alive."""
+    if n is None or n.phase is not Phase.FORWARD:
         return False
-    return n.prim.cheap or (n.prim.kind != "check" and is_view(n))
+    return n.prim.may_rerun and (n.prim.cheap or is_view(n))
 
 
 def saved_values(graph: Graph) -> list[Value]:
@@ -41,7 +44,7 @@ def min_cut_kept(graph: Graph, residuals: list[Value]) -> set[Value]:
     network = nx.DiGraph()
     inputs = set(graph.inputs)
     for n in graph.nodes:
-        if n.phase != "forward":
+        if n.phase is not Phase.FORWARD:
             continue
         for v in n.outputs:
             network.add_edge((v, "in"), (v, "out"), capacity=v.nbytes)
@@ -97,11 +100,11 @@ def rematerialize(graph: Graph) -> tuple[Graph, PassStats]:
     clones: dict[Value, Value] = {}
     nodes: list[Node] = []
     for n in graph.nodes:
-        if n.phase != "forward":
+        if n.phase is not Phase.FORWARD:
             for v in n.inputs:
                 for c in plans.get(v, ()):
                     if c.outputs[0] not in clones:
-                        nodes.append(_clone(c, clones))
+                        nodes.append(clone(c, clones, Phase.RECOMPUTE))
             n = Node(n.prim, [clones.get(v, v) for v in n.inputs], n.outputs, n.attrs, n.source,
                      n.phase)  # fmt: skip
         nodes.append(n)
@@ -110,10 +113,3 @@ def rematerialize(graph: Graph) -> tuple[Graph, PassStats]:
     freed = sum(v.nbytes for v in plans) - sum(v.nbytes for v in anchors)
     note = f"{len(plans)} saved values recomputed in backward"
     return after, PassStats("remat", len(graph.nodes), len(nodes), freed, note)
-
-
-def _clone(n: Node, clones: dict[Value, Value], phase: str = "recompute") -> Node:
-    outs = [Value(v.shape, v.dtype) for v in n.outputs]
-    clones.update(zip(n.outputs, outs, strict=True))
-    ins = [clones.get(v, v) for v in n.inputs]
-    return Node(n.prim, ins, outs, n.attrs, n.source, phase)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import heapq
 
 from tracegrad.core.ir import Graph, Node, Value
+from tracegrad.core.vocabulary import Phase
 
 from .base import PassStats
 
@@ -16,7 +17,7 @@ from .base import PassStats
 def schedule(graph: Graph) -> tuple[Graph, PassStats]:
     producer: dict[Value, int] = {v: i for i, n in enumerate(graph.nodes) for v in n.outputs}
     waits_for = _update_dependencies(graph, producer)
-    early = [n.phase == "update" or n.prim.starts_early for n in graph.nodes]
+    early = [n.phase is Phase.UPDATE or n.prim.starts_early for n in graph.nodes]
     # of early nodes, scalars first: an optimizer's bias corrections, computed between its
     # array ops, would otherwise split each parameter's update into several kernels
     priority = [
@@ -57,17 +58,18 @@ def _update_dependencies(graph: Graph, producer: dict[Value, int]) -> list[set[V
             i = parent[i]
         return i
 
-    updates = [i for i, n in enumerate(graph.nodes) if n.phase == "update"]
-    for i in updates:
+    updates = [i for i, n in enumerate(graph.nodes) if n.phase is Phase.UPDATE]
+    arrays = {i for i in updates if any(v.ndim for v in graph.nodes[i].outputs)}
+    for i in arrays:  # a scalar many updates read (a learning rate cast once) joins no piece
         for v in graph.nodes[i].inputs:
             j = producer.get(v)
-            if j is not None and graph.nodes[j].phase == "update":
+            if j in arrays:
                 parent[root(i)] = root(j)
     outside: dict[int, set[Value]] = {}
     for i in updates:
         for v in graph.nodes[i].inputs:
             j = producer.get(v)
-            if j is not None and graph.nodes[j].phase != "update":
+            if j is not None and graph.nodes[j].phase is not Phase.UPDATE:
                 outside.setdefault(root(i), set()).add(v)
     waits = [{v for v in n.inputs if v in producer} for n in graph.nodes]
     for i in updates:

@@ -66,8 +66,8 @@ def _identity(n: Node, keep: Value, other: Value) -> bool:
 def fold_constants(n: Node, rw: Rewrite) -> Value | None:
     if not n.inputs or any(v.const is None for v in n.inputs) or len(n.outputs) != 1:
         return None
-    if n.prim.kind in ("random", "collective"):
-        return None  # effects run every step
+    if n.prim.has_effects:
+        return None  # draws, communication and checks run every step
     out = n.outputs[0]
     result = n.prim.impl(*(v.const for v in n.inputs), **n.attrs)
     return Value(out.shape, out.dtype, const=np.asarray(result, out.dtype))
@@ -234,7 +234,7 @@ def _join_slabs(a: tuple, b: tuple, out: Value, rw: Rewrite) -> Value | None:
 def _tiled(parts: list[Value], axis: int, out: Value, rw: Rewrite) -> Value | None:
     """The concatenation of `parts` along `axis` as a view of the one buffer they are views of,
     when they lie in it, in order, as that concatenation would (an op that writes q's, k's and
-    v's gradients interleaved, `attention_impl.unpack`): then nothing need be copied. Found by
+    v's gradients interleaved, `core.ops.attention.unpack`): then nothing need be copied. Found by
     replaying each part's views on a probe with the buffer's strides and no memory of its own
     (views never read their data; a reshape that would copy stops the replay)."""
     made = {v: e for e in rw.emitted for v in e.outputs}

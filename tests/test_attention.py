@@ -187,3 +187,35 @@ def test_gradients_in_another_order_are_still_concatenated(rng):
     x.grad = None
     np.testing.assert_allclose(got, step(x).numpy(), rtol=1e-12, atol=1e-12)
     assert "concatenate" in traced.source
+
+
+@pytest.mark.parametrize("backend", [None, "numpy", "numba"])
+@pytest.mark.parametrize("float_mask", [False, True])
+def test_a_query_that_sees_no_key_gets_zeros_as_in_pytorch(float_mask, backend, monkeypatch):
+    """A fully masked row: output 0 and finite gradients, PyTorch's values (it was NaN, and so
+    was all of v's gradient)."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal(s) for s in ((2, 3, 4), (2, 5, 4), (2, 5, 6)))
+    c = rng.standard_normal((2, 3, 6))
+    mask = rng.random((3, 5)) > 0.4
+    mask[0, 0], mask[1] = True, False
+    mask = np.where(mask, 0.0, -np.inf) if float_mask else mask
+
+    def step(q, k, v):
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        (y * c).sum().backward()
+        return y
+
+    if backend is not None:
+        monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+        step = tg.trace(step, backend=backend)
+    ours = [tg.tensor(a, requires_grad=True) for a in (q, k, v)]
+    y = step(*ours)
+    theirs = [torch.tensor(a, requires_grad=True) for a in (q, k, v)]
+    want = torch.nn.functional.scaled_dot_product_attention(*theirs, attn_mask=torch.tensor(mask))
+    (want * torch.tensor(c)).sum().backward()
+    np.testing.assert_array_equal(y.numpy()[:, 1], 0.0)
+    np.testing.assert_allclose(y.numpy(), want.detach().numpy(), rtol=1e-12, atol=1e-14)
+    for a, b in zip(ours, theirs, strict=True):
+        np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-12, atol=1e-14)

@@ -13,6 +13,7 @@ from test_trace import MLP, batches, run_eager
 import tracegrad as tg
 from passes.budget import Budget, _Programme
 from tracegrad.compiler import lowering
+from tracegrad.core.vocabulary import Kind, Phase
 from tracegrad.runtime import budget as runtime_budget
 
 SIZES = (16, 64, 64, 64, 64, 64, 64, 64, 64, 4)  # activations outweigh parameters
@@ -44,14 +45,14 @@ def test_budgeted_step_fits_and_matches_eager(backend):
     plan = step.latest
     assert plan.memory.peak <= budget
     assert abs(plan.run.peak - plan.memory.peak) <= 0.1 * plan.memory.peak
-    recomputed = [n for n in plan.graph.nodes if n.phase == "rebuild"]
-    assert any(n.prim.kind == "contraction" for n in recomputed)  # matmuls run again
+    recomputed = [n for n in plan.graph.nodes if n.phase is Phase.REBUILD]
+    assert any(n.prim.kind is Kind.CONTRACTION for n in recomputed)  # matmuls run again
     assert plan.budget.recomputed and plan.budget.extra_s > 0
     report = step.report()
     for words in ("budget", "memory budget", "recomputed under the budget", "test_trace.py"):
         assert words in report
     if backend == "numba":
-        assert any(n.prim.kind == "composite" for n in plan.graph.nodes)  # kernels remain
+        assert any(n.prim.kind is Kind.COMPOSITE for n in plan.graph.nodes)  # kernels remain
 
 
 def test_a_budget_the_step_already_fits_changes_nothing():
@@ -272,8 +273,8 @@ def test_a_rebuild_goes_after_the_last_node_that_frees_memory():
 
     x = val(4)
     made = [node(op, [x], (4,), phase)[0] for op, phase in
-            [("exp", "forward"), ("neg", "backward"), ("reshape", "backward"),
-             ("sin", "backward"), ("cos", "backward")]]  # fmt: skip
+            [("exp", Phase.FORWARD), ("neg", Phase.BACKWARD), ("reshape", Phase.BACKWARD),
+             ("sin", Phase.BACKWARD), ("cos", Phase.BACKWARD)]]  # fmt: skip
     assert _quietest(made, [16, -16, 0, 16, 16]) == 3  # before the two that only add
     assert _quietest(made, [16, -16, 0, 16, -16]) == 5  # the last frees: right before the reader
     assert _quietest(made[:1], [16]) == 1  # never before a forward node

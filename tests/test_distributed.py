@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -53,6 +54,9 @@ def two_ranks(tmp_path_factory):
     return dict(np.load(out))
 
 
+ALIAS = re.compile(r"\s*\w+ = [\w\[\]]+")  # a name for a buffer: no work
+
+
 def test_two_ranks_with_half_the_batch_each_match_one_process_with_all_of_it(two_ranks):
     got = two_ranks
     worker = load_worker()
@@ -66,10 +70,12 @@ def test_two_ranks_with_half_the_batch_each_match_one_process_with_all_of_it(two
                 a, what = got[f"{trace}-{opt}-{i}"], f"{trace or 'eager'} {opt} parameter {i}"
                 np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6, err_msg=what)
     for backend in ("numpy", "numba"):  # the plan shows each collective, its buffer in the arena
-        lines = [s for s in str(got[f"{backend}-adam-source"]).splitlines() if "del " not in s]
+        lines = [s for s in str(got[f"{backend}-adam-source"]).splitlines()
+                 if "del " not in s and not ALIAS.fullmatch(s)]  # fmt: skip
         at = [i for i, line in enumerate(lines) if "allreduce" in line]
         assert len(at) == 4 and all("out=_arena[" in lines[i] for i in at)
-        assert all("# update:" in lines[i + 1] for i in at)  # the optimizer reads it right away
+        comments = [lines[i + 1].partition("  # ")[2] for i in at]
+        assert all(" update:" in f" {c}" for c in comments)  # the optimizer reads it right away
 
 
 def test_the_gradient_of_an_allreduce_is_the_allreduce_of_the_gradients(two_ranks):

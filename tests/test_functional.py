@@ -8,7 +8,18 @@ import pytest
 from conftest import check_grad
 
 import tracegrad as tg
+from tracegrad.compiler import lowering
 from tracegrad.nn import functional as F
+
+BACKENDS = [None, "numpy", "numba"]  # eager, and traced on each backend
+
+
+def eager_or_traced(fn, backend, monkeypatch):
+    """`fn` itself, or traced on `backend` with every fused group a kernel (small ones too)."""
+    if backend is None:
+        return fn
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+    return tg.trace(fn, backend=backend)
 
 
 def np_log_softmax(z: np.ndarray) -> np.ndarray:
@@ -55,6 +66,30 @@ def test_softmax_is_stable_for_large_logits():
     x = tg.tensor(np.array([[1000.0, 0.0, -1000.0]]))
     np.testing.assert_allclose(F.softmax(x).numpy(), [[1.0, 0.0, 0.0]])
     np.testing.assert_allclose(F.log_softmax(x).numpy(), [[0.0, -1000.0, -2000.0]])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_log_softmax_and_cross_entropy_keep_their_precision_at_large_logits(backend, monkeypatch):
+    """A fully masked row (-1e9 everywhere) has loss log C and gradient 1/C - onehot; logits
+    near 1e4 keep their differences (x - logsumexp(x) lost log C and 5e-4). The reference is
+    float64, from the same float32 logits."""
+    z = np.full((4, 5), -1e9, np.float32)
+    z[1:] = 1e4 + np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32)
+    labels = np.array([2, 0, 3, 4])
+
+    def step(x, labels):
+        loss = F.cross_entropy(x, labels, reduction="sum")
+        loss.backward()
+        return loss, F.log_softmax(x, dim=1)
+
+    x = tg.tensor(z, requires_grad=True)
+    loss, logp = eager_or_traced(step, backend, monkeypatch)(x, labels)
+    want = np_log_softmax(z.astype(np.float64))
+    np.testing.assert_allclose(want[0], -np.log(5.0))
+    np.testing.assert_allclose(logp.numpy(), want, rtol=1e-6)
+    np.testing.assert_allclose(loss.item(), -want[np.arange(4), labels].sum(), rtol=1e-6)
+    grad = np.exp(want) - np.eye(5)[labels]
+    np.testing.assert_allclose(x.grad.numpy(), grad, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
@@ -128,3 +163,77 @@ def test_layer_norm_shape_error():
         F.layer_norm(np.zeros((2, 4)), (4,), tg.tensor(np.ones(3)))
     with pytest.raises(tg.ShapeError, match=r"layer_norm: bias of shape \(2, 2\)"):
         F.layer_norm(np.zeros((2, 4)), (4,), None, tg.tensor(np.ones((2, 2))))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("loss", ["cross_entropy", "nll_loss", "label_smoothing"])
+def test_a_mean_over_ignored_targets_only_is_nan_with_gradient_zero(loss, backend, monkeypatch):
+    """A batch of padding: PyTorch's mean is NaN (0 / 0) and its gradient 0; a NaN gradient
+    would turn every parameter NaN."""
+    z = np.random.default_rng(0).standard_normal((3, 4))
+    labels = np.full(3, -100)
+    smooth = lambda lib: lambda z, y: lib.cross_entropy(z, y, label_smoothing=0.1)
+    fn = {"cross_entropy": F.cross_entropy, "nll_loss": F.nll_loss,
+          "label_smoothing": smooth(F)}[loss]  # fmt: skip
+
+    def step(x, labels):
+        out = fn(x, labels)
+        out.backward()
+        return out
+
+    x = tg.tensor(z, requires_grad=True)
+    out = eager_or_traced(step, backend, monkeypatch)(x, labels)
+    assert np.isnan(out.item())
+    np.testing.assert_array_equal(x.grad.numpy(), np.zeros((3, 4)))
+    torch = pytest.importorskip("torch")
+    t = torch.tensor(z, requires_grad=True)
+    want = getattr(torch.nn.functional, loss, smooth(torch.nn.functional))(t, torch.tensor(labels))
+    want.backward()
+    assert np.isnan(want.item())
+    np.testing.assert_array_equal(t.grad.numpy(), x.grad.numpy())
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.uint64, np.int32])
+def test_unsigned_labels_are_class_indices(dtype):
+    """uint8 labels could not be compared with ignore_index = -100 (OverflowError)."""
+    z = np.random.default_rng(0).standard_normal((3, 4))
+    labels = np.array([3, 0, 2])
+    want = F.cross_entropy(z, labels, reduction="none").numpy()
+    for backend in [None, "numpy"]:
+        fn = lambda z, y: F.cross_entropy(z, y, reduction="none")
+        fn = tg.trace(fn, backend=backend) if backend else fn
+        np.testing.assert_array_equal(fn(z, labels.astype(dtype)).numpy(), want)
+    np.testing.assert_array_equal(F.nll_loss(z, labels.astype(dtype)).numpy(),
+                                  F.nll_loss(z, labels).numpy())  # fmt: skip
+    with pytest.raises(ValueError, match="found 4"):
+        F.cross_entropy(z, np.array([3, 4, 0], dtype))
+
+
+OUT_OF_RANGE = {  # each accepted before, reading or training a wrong row (PyTorch raises)
+    "embedding -1": (lambda: F.embedding(np.array([[0, -1]]), np.ones((3, 2))), "found -1"),
+    "embedding n": (lambda: F.embedding(np.array([3]), np.ones((3, 2))), r"\[0, 3\), found 3"),
+    "nll_loss -1": (lambda: F.nll_loss(np.zeros((2, 3)), np.array([0, -1])), "found -1"),
+    "one_hot 7": (lambda: F.one_hot(tg.tensor(np.array([0, 7])), 5), r"\[0, 5\), found 7"),
+    "one_hot -1": (lambda: F.one_hot(tg.tensor(np.array([0, -1]))), "found -1"),
+}
+
+
+@pytest.mark.parametrize("case", OUT_OF_RANGE)
+def test_out_of_range_indices_raise(case):
+    fn, message = OUT_OF_RANGE[case]
+    what = case.split()[0]
+    with pytest.raises(ValueError, match=rf"{what}: .*must lie in .*{message}.*test_functional"):
+        fn()
+    if what != "one_hot" or "7" in case:  # one_hot without num_classes needs concrete values
+        with pytest.raises(ValueError, match=rf"{what}: .*must lie in .*{message}"):
+            tg.trace(fn, backend="numpy")()
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int32, np.int64, np.bool_])
+def test_avg_pool2d_refuses_integers(dtype):
+    """uint8 windows summed in uint8: 200 + 200 gave 144. PyTorch refuses integer input (but
+    int64, whose averages it truncates); so does tracegrad, naming the fix."""
+    x = np.full((1, 1, 2, 2), 200).astype(dtype)
+    with pytest.raises(TypeError, match=f"avg_pool2d: input must be floating, not {x.dtype}"):
+        F.avg_pool2d(x, 2)
+    np.testing.assert_array_equal(F.avg_pool2d(x.astype(np.float32), 2).numpy(), np.mean(x))

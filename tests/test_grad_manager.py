@@ -150,6 +150,23 @@ def test_backward_without_recording_names_the_fix() -> None:
         gm.backward((w * 2.0).sum())
 
 
+def test_a_second_backward_says_the_first_released_the_recording() -> None:
+    """It said "nothing was recorded. Did you forget ... `with gm:`", inside a `with gm:`."""
+    x = tg.tensor([1.0, 2.0])
+    gm = GradManager().attach(x)
+    with gm:
+        y1, y2 = (x * x).sum(), (3.0 * x).sum()
+        gm.backward(y1)
+        with pytest.raises(RuntimeError, match=r"called again after a backward, which released"):
+            gm.backward(y2)
+    with gm:  # the remedies it names: record again, or both outputs in one call
+        y1, y2 = (x * x).sum(), (3.0 * x).sum()
+        gm.backward([y1, y2])
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0 + 5.0, 4.0 + 7.0])
+    with pytest.raises(RuntimeError, match="nothing was recorded"):
+        GradManager().attach(x).backward(y1)
+
+
 def test_backward_with_lists_of_y_and_dy() -> None:
     w = param(0.5, -1.5)
     gm = GradManager().attach(w)

@@ -25,7 +25,7 @@ from tracegrad.core.primitives import PRIMITIVES, Primitive
 
 @pytest.fixture(scope="session", autouse=True)
 def kernel_cache(tmp_path_factory) -> Path:
-    """One kernel cache directory for the session: each structure compiles once."""
+    """One kernel cache directory for the whole test run: each structure compiles once."""
     directory = tmp_path_factory.mktemp("kernels")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(cache.ENV_VAR, str(directory))
@@ -392,7 +392,7 @@ def run_child(shape, cache_dir) -> tuple[bool, bool]:
 @pytest.mark.slow
 def test_a_new_process_loads_kernels_from_disk(kernel_cache):
     g, outs = scaled_sum((1000,), 0.5)
-    compile_group(g.inputs, g.nodes, outs)  # written to the session's cache (if not yet)
+    compile_group(g.inputs, g.nodes, outs)  # written to the test run's cache (if not yet)
     assert run_child((64, 8), kernel_cache) == (True, False)
 
 

@@ -92,8 +92,6 @@ def test_attention_gradients(rng, mask):
         k, v = k[:, :3], v[:, :3]
     sdpa = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask, is_causal=causal)
     check_grad(sdpa, q, k, v)
-    with pytest.raises(NotImplementedError):
-        F.scaled_dot_product_attention(q, k, v, dropout_p=0.1)
 
 
 def test_batch_norm_training_gradients_and_running_stats(rng):

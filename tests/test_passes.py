@@ -8,7 +8,8 @@ from passes.memory import plan_memory
 from tracegrad import interpret
 from tracegrad.compiler import lowering
 from tracegrad.core.ir import Graph, GraphError, Node, Value
-from tracegrad.core.primitives import PRIMITIVES
+from tracegrad.core.primitives import PRIMITIVES, defprimitive
+from tracegrad.core.vocabulary import Kind, Phase
 
 F32 = np.float32
 
@@ -22,7 +23,7 @@ def const(x, dtype=F32):
     return Value(x.shape, dtype, const=x)
 
 
-def node(op, inputs, out_shape, phase="forward", dtype=F32, **attrs):
+def node(op, inputs, out_shape, phase=Phase.FORWARD, dtype=F32, **attrs):
     out = Value(out_shape, dtype)
     return Node(PRIMITIVES[op], inputs, [out], attrs, "test.py:1", phase), out
 
@@ -164,6 +165,44 @@ def test_simplify_folds_constants():
     same_results(g, after, rand(3))
 
 
+def test_simplify_leaves_a_check_of_constants_to_the_step():
+    """A check has an effect (eager's error, raised when the step runs): folding it would
+    raise from inside the pass, or drop it."""
+    labels = const([0, 3, 1], np.int64)
+    where = {"lo": 0, "hi": 2, "allow": None, "what": "labels", "where": "test.py:1"}
+    n1, checked = node("check_range", [labels], (3,), dtype=np.int64, **where)
+    n2, y = node("add", [val(3, dtype=np.int64), checked], (3,), dtype=np.int64)
+    g = Graph([n2.inputs[0]], [n1, n2], [y])
+    after, _ = passes.simplify(g)
+    assert [n.op for n in after.nodes] == ["check_range", "add"]
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 2\), found 3"):
+        interpret(after, np.zeros(3, np.int64))
+
+
+def test_a_node_phase_is_a_phase_and_a_misspelt_one_raises():
+    n, _ = node("exp", [val(3)], (3,), "backward")
+    assert n.phase is Phase.BACKWARD
+    with pytest.raises(ValueError, match="backwards"):
+        node("exp", [val(3)], (3,), "backwards")
+
+
+@pytest.mark.parametrize(
+    "kind, rerun, effects",
+    [(Kind.ELEMENTWISE, True, False), (Kind.OPAQUE, False, False), (Kind.RANDOM, False, True)],
+)
+def test_a_users_op_gets_what_passes_ask_from_its_kind(monkeypatch, kind, rerun, effects):
+    """`defprimitive` ops answer `may_rerun` and `has_effects` by their kind: remat recomputes
+    an elementwise one in backward, never an opaque op (it may hide an effect) or a draw."""
+    name = f"user_{kind}"
+    monkeypatch.setitem(PRIMITIVES, name, None)  # taken off the table after the test
+    op = defprimitive(name, np.exp, vjp=None, kind=kind)
+    assert (op.may_rerun, op.has_effects) == (rerun, effects)
+    x, y = val(4, 3), val(4, 3)
+    n2, z = node("mul", [y, y], (4, 3), Phase.BACKWARD)
+    after, _ = passes.rematerialize(Graph([x], [Node(op, [x], [y]), n2], [z]))
+    assert (Phase.RECOMPUTE in {n.phase for n in after.nodes}) == rerun
+
+
 def gelu_layer():
     """x -> u = x@w -> y = tanh(u)*u (elementwise) -> loss; backward reads u, t and y."""
     x, w = val(4, 3), val(3, 3)
@@ -174,10 +213,10 @@ def gelu_layer():
     fwd.append(node("mul", [t, u], (4, 3)))
     y = fwd[-1][1]
     bwd = [
-        node("mul", [y, t], (4, 3), "backward"),
-        node("mul", [u, const(2.0)], (4, 3), "backward"),
+        node("mul", [y, t], (4, 3), Phase.BACKWARD),
+        node("mul", [u, const(2.0)], (4, 3), Phase.BACKWARD),
     ]
-    bwd.append(node("add", [bwd[0][1], bwd[1][1]], (4, 3), "backward"))
+    bwd.append(node("add", [bwd[0][1], bwd[1][1]], (4, 3), Phase.BACKWARD))
     nodes = [n for n, _ in fwd + bwd]
     return Graph([x, w], nodes, [y, bwd[-1][1]]), u
 
@@ -188,7 +227,7 @@ def test_remat_keeps_only_the_pre_activation():
     after, st = passes.rematerialize(g)
     assert passes.saved_values(after) == [u]
     assert st.bytes_saved == 2 * 4 * 3 * 4
-    assert [n.phase for n in after.nodes].count("recompute") == 2
+    assert [n.phase for n in after.nodes].count(Phase.RECOMPUTE) == 2
     same_results(g, after, rand(4, 3), rand(3, 3))
 
 
@@ -202,9 +241,9 @@ def test_remat_rebuilds_views_instead_of_keeping_their_base():
     n3, left = node("getitem", [r], (4, 2), template=(slice(None), slice(0, 4, 2)))
     n4, right = node("getitem", [r], (4, 2), template=(slice(None), slice(1, 4, 2)))
     n5, m = node("maximum", [left, right], (4, 2))
-    n6, mask = node("greater", [u, const(0.0)], (4, 4), "backward", dtype=np.bool_)
-    n7, hit = node("equal", [left, m], (4, 2), "backward", dtype=np.bool_)
-    n8, other = node("equal", [right, m], (4, 2), "backward", dtype=np.bool_)
+    n6, mask = node("greater", [u, const(0.0)], (4, 4), Phase.BACKWARD, dtype=np.bool_)
+    n7, hit = node("equal", [left, m], (4, 2), Phase.BACKWARD, dtype=np.bool_)
+    n8, other = node("equal", [right, m], (4, 2), Phase.BACKWARD, dtype=np.bool_)
     g = Graph([x, w], [n1, n2, n3, n4, n5, n6, n7, n8], [m, mask, hit, other])
     after, _ = passes.rematerialize(g)
     assert passes.saved_values(after) == [u]
@@ -219,7 +258,7 @@ def test_remat_keeps_the_smallest_cut():
     n1, a = node("exp", [x], (4,))
     n3, c = node("matmul", [w, v], (4, 1))  # cannot be recomputed
     n4, y = node("mul", [a, c], (4, 4))
-    n5, z = node("neg", [y], (4, 4), "backward")
+    n5, z = node("neg", [y], (4, 4), Phase.BACKWARD)
     g = Graph([x, w, v], [n1, n3, n4, n5], [z])
     assert passes.saved_values(g) == [y]
     after, _ = passes.rematerialize(g)
@@ -236,8 +275,8 @@ def test_remat_keeps_one_value_for_two_scaled_copies_of_it():
     n2, u = node("add", [m, b], (8, 4))
     n3, half = node("mul", [u, const(0.5)], (8, 4))
     n4, scaled = node("mul", [u, const(0.7)], (8, 4))
-    n5, e = node("erf", [scaled], (8, 4), "backward")
-    n6, z = node("mul", [half, e], (8, 4), "backward")
+    n5, e = node("erf", [scaled], (8, 4), Phase.BACKWARD)
+    n6, z = node("mul", [half, e], (8, 4), Phase.BACKWARD)
     g = Graph([x, w, b], [n1, n2, n3, n4, n5, n6], [z])
     assert set(passes.saved_values(g)) == {scaled, half}
     after, _ = passes.rematerialize(g)
@@ -247,10 +286,10 @@ def test_remat_keeps_one_value_for_two_scaled_copies_of_it():
 
 def test_schedule_runs_updates_as_soon_as_ready():
     p, gin = val(3), val(3)
-    n1, g1 = node("neg", [gin], (3,), "backward")
-    n2, g2 = node("exp", [gin], (3,), "backward")
-    n3, g3 = node("add", [g2, g1], (3,), "backward")
-    n4, new_p = node("sub", [p, g1], (3,), "update")
+    n1, g1 = node("neg", [gin], (3,), Phase.BACKWARD)
+    n2, g2 = node("exp", [gin], (3,), Phase.BACKWARD)
+    n3, g3 = node("add", [g2, g1], (3,), Phase.BACKWARD)
+    n4, new_p = node("sub", [p, g1], (3,), Phase.UPDATE)
     g = Graph([p, gin], [n1, n2, n3, n4], [g3, new_p])
     after, _ = passes.schedule(g)
     assert [n.op for n in after.nodes] == ["neg", "sub", "exp", "add"]
@@ -261,17 +300,18 @@ def test_schedule_starts_collectives_as_soon_as_ready_and_the_plan_places_their_
     """An all-reduce traced after unrelated backward work runs before it (its peers wait for
     it), its result gets an arena buffer, and the update reading it follows it."""
     p, gin = val(3), val(3)
-    n1, g1 = node("neg", [gin], (3,), "backward")
-    n2, g2 = node("exp", [gin], (3,), "backward")
-    n3, g3 = node("add", [g2, g1], (3,), "backward")
+    n1, g1 = node("neg", [gin], (3,), Phase.BACKWARD)
+    n2, g2 = node("exp", [gin], (3,), Phase.BACKWARD)
+    n3, g3 = node("add", [g2, g1], (3,), Phase.BACKWARD)
     r = val(3)
-    n4 = Node(PRIMITIVES["allreduce"], [g1], [r], {"op": "mean", "timeout": None}, "", "backward")
-    n5, new_p = node("sub", [p, r], (3,), "update")
+    allreduce = PRIMITIVES["allreduce"]
+    n4 = Node(allreduce, [g1], [r], {"op": "mean", "timeout": None}, "", Phase.BACKWARD)
+    n5, new_p = node("sub", [p, r], (3,), Phase.UPDATE)
     after, _ = passes.schedule(Graph([p, gin], [n1, n2, n3, n4, n5], [g3, new_p]))
     assert [n.op for n in after.nodes] == ["neg", "allreduce", "sub", "exp", "add"]
     assert r in check_plan(after).offsets
     k, r = const([1.0, 2.0, 3.0]), val(3)  # every rank's sum of a constant is not a constant
-    n = Node(PRIMITIVES["allreduce"], [k], [r], {"op": "sum", "timeout": None}, "", "forward")
+    n = Node(PRIMITIVES["allreduce"], [k], [r], {"op": "sum", "timeout": None}, "", Phase.FORWARD)
     assert [n.op for n in passes.simplify(Graph([], [n], [r]))[0].nodes] == ["allreduce"]
 
 
@@ -314,9 +354,9 @@ def test_a_fused_group_that_sums_writes_its_results_over_dying_inputs():
     x = val(8, 4)
     n1, u = node("exp", [x], (8, 4))
     n2, g = node("sin", [x], (8, 4))
-    n3, y = node("tanh", [u], (8, 4), "backward")
-    n4, du = node("mul", [g, y], (8, 4), "backward")
-    n5, db = node("sum", [du], (4,), "backward", axis=(0,), keepdims=False)
+    n3, y = node("tanh", [u], (8, 4), Phase.BACKWARD)
+    n4, du = node("mul", [g, y], (8, 4), Phase.BACKWARD)
+    n5, db = node("sum", [du], (4,), Phase.BACKWARD, axis=(0,), keepdims=False)
     graph = Graph([x], [n1, n2, n3, n4, n5], [du, db])
     after, _ = passes.fuse(graph)
     assert [len(n.attrs["body"].nodes) for n in after.nodes] == [1, 1, 3]
@@ -382,13 +422,13 @@ def test_fuse_groups_a_layer_backward_into_one_kernel_with_its_bias_sum():
     """u = pre-activation, g = incoming gradient: recompute y = tanh(u), dU = g * (1 - y*y),
     the bias gradient sum(dU, 0): one fused node with outputs y (for dW), dU and the sum."""
     u, g = val(8, 4), val(8, 4)
-    n1, y = node("tanh", [u], (8, 4), "recompute")
-    n2, yy = node("mul", [y, y], (8, 4), "backward")
-    n3, d = node("sub", [const(1.0), yy], (8, 4), "backward")
-    n4, du = node("mul", [g, d], (8, 4), "backward")
-    n5, db = node("sum", [du], (4,), "backward", axis=(0,), keepdims=False)
-    n6, dw = node("matmul", [val(4, 8), du], (4, 4), "backward")
-    n7, yt = node("transpose", [y], (4, 8), "backward", axes=(1, 0))
+    n1, y = node("tanh", [u], (8, 4), Phase.RECOMPUTE)
+    n2, yy = node("mul", [y, y], (8, 4), Phase.BACKWARD)
+    n3, d = node("sub", [const(1.0), yy], (8, 4), Phase.BACKWARD)
+    n4, du = node("mul", [g, d], (8, 4), Phase.BACKWARD)
+    n5, db = node("sum", [du], (4,), Phase.BACKWARD, axis=(0,), keepdims=False)
+    n6, dw = node("matmul", [val(4, 8), du], (4, 4), Phase.BACKWARD)
+    n7, yt = node("transpose", [y], (4, 8), Phase.BACKWARD, axes=(1, 0))
     graph = Graph([u, g], [n1, n2, n3, n4, n5, n6, n7], [db, dw, yt])
     after, st = passes.fuse(graph)
     fused = [n for n in after.nodes if n.op == "fused"]
@@ -405,10 +445,10 @@ def test_fuse_moves_views_up_so_that_a_chain_joins_the_recomputation_it_reads():
     chain that reads it: the reshape moves up next to the matmul, and the chain joins the group
     that recomputes tanh(u), started before the reshape was (one kernel, not two)."""
     a, w, u = val(2, 8), val(8, 16), val(8, 4)
-    n1, m = node("matmul", [a, w], (2, 16), "backward")
-    n2, t = node("tanh", [u], (8, 4), "recompute")
-    n3, g = node("reshape", [m], (8, 4), "backward", shape=(8, 4))
-    n4, du = node("mul", [g, t], (8, 4), "backward")
+    n1, m = node("matmul", [a, w], (2, 16), Phase.BACKWARD)
+    n2, t = node("tanh", [u], (8, 4), Phase.RECOMPUTE)
+    n3, g = node("reshape", [m], (8, 4), Phase.BACKWARD, shape=(8, 4))
+    n4, du = node("mul", [g, t], (8, 4), Phase.BACKWARD)
     graph = Graph([a, w, u], [n1, n2, n3, n4], [du, t])
     after, _ = passes.fuse(graph)
     assert [n.op for n in after.nodes] == ["matmul", "reshape", "fused"]
@@ -419,7 +459,7 @@ def test_fuse_moves_views_up_so_that_a_chain_joins_the_recomputation_it_reads():
 def test_fuse_keeps_recomputation_out_of_forward_groups():
     x = val(8, 4)
     n1, u = node("exp", [x], (8, 4))
-    n2, y = node("tanh", [u], (8, 4), "recompute")  # must not run in forward, next to exp
+    n2, y = node("tanh", [u], (8, 4), Phase.RECOMPUTE)  # must not run in forward, next to exp
     graph = Graph([x], [n1, n2], [y])
     after, _ = passes.fuse(graph)
     assert [len(n.attrs["body"].nodes) for n in after.nodes] == [1, 1]
@@ -429,9 +469,9 @@ def test_fuse_keeps_recomputation_out_of_segments_rebuilt_from_a_checkpoint():
     """Under a budget, u is rebuilt long before backward reads it; tanh(u), recomputed right
     where backward needs it, must not move up into u's group past the matmul."""
     x, w = val(8, 4), val(4, 4)
-    n1, u = node("exp", [x], (8, 4), "rebuild")
-    n2, m = node("matmul", [u, w], (8, 4), "rebuild")
-    n3, y = node("tanh", [u], (8, 4), "recompute")
+    n1, u = node("exp", [x], (8, 4), Phase.REBUILD)
+    n2, m = node("matmul", [u, w], (8, 4), Phase.REBUILD)
+    n3, y = node("tanh", [u], (8, 4), Phase.RECOMPUTE)
     graph = Graph([x, w], [n1, n2, n3], [m, y])
     after, _ = passes.fuse(graph)
     assert [n.op for n in after.nodes] == ["fused", "matmul", "fused"]
@@ -441,9 +481,9 @@ def test_fuse_seals_a_rebuild_group_at_the_next_node_that_cannot_fuse():
     """A later rebuild of the same segment reads the checkpoint u held by an earlier one;
     joining u's group past the matmul would run the later rebuild early and hold its result."""
     x, w = val(8, 4), val(4, 4)
-    n1, u = node("exp", [x], (8, 4), "rebuild")
-    n2, m = node("matmul", [u, w], (8, 4), "rebuild")
-    n3, y = node("tanh", [u], (8, 4), "rebuild")
+    n1, u = node("exp", [x], (8, 4), Phase.REBUILD)
+    n2, m = node("matmul", [u, w], (8, 4), Phase.REBUILD)
+    n3, y = node("tanh", [u], (8, 4), Phase.REBUILD)
     after, _ = passes.fuse(Graph([x, w], [n1, n2, n3], [m, y]))
     assert [n.op for n in after.nodes] == ["fused", "matmul", "fused"]
 
@@ -618,5 +658,31 @@ def test_an_adamw_update_is_one_kernel_per_parameter(monkeypatch):
         return loss
 
     step(tg.tensor(np.ones((2, 8), np.float32)))
-    updates = [n for n in step.latest.graph.nodes if n.phase == "update" and n.op == "fused"]
+    updates = [n for n in step.latest.graph.nodes if n.phase == Phase.UPDATE and n.op == "fused"]
     assert len(updates) == 2
+
+
+@pytest.mark.parametrize("optimizer", ["SGD", "Adam"])
+def test_each_parameters_update_runs_when_its_gradient_exists(optimizer):
+    """Updates read scalars they share (a learning rate cast once for all parameters): that
+    must not join them into one piece that waits for every gradient, which keeps them all alive."""
+    import tracegrad as tg
+    from tracegrad import nn, optim
+
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 2))
+    opt = getattr(optim, optimizer)(model.parameters(), lr=0.1)
+
+    @tg.trace(backend="numpy")
+    def step(x):
+        loss = model(x).sum()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    step(tg.tensor(np.ones((3, 4), np.float32)))
+    nodes = step.latest.graph.nodes
+    phases = [n.phase for n in nodes if any(v.ndim for v in n.outputs)]
+    first_update = phases.index(Phase.UPDATE)
+    last_backward = len(phases) - 1 - phases[::-1].index(Phase.BACKWARD)
+    assert first_update < last_backward

@@ -1,4 +1,4 @@
-"""Max-pooling: its ops (argmax, maxima, scatter, gather: tracegrad/pooling.py) against float64
+"""Max-pooling: its ops (argmax, maxima, scatter, gather: core/ops/pooling.py) against float64
 finite differences (first and second order) and PyTorch (ties, padding, strides, dilation,
 NaN), traced against eager on both backends (the Numba backend's own kernels), and what
 backward keeps."""
@@ -195,10 +195,23 @@ def test_backward_keeps_the_indices_not_the_activations(rng, backend, monkeypatc
     assert P.max_pool2d not in saved and P.maximum not in saved  # pooled values, ReLU output
 
 
-def test_every_native_op_has_a_kernel():
+def test_lowering_runs_the_large_nodes_of_ops_the_kernel_registry_has():
+    """One registry says which ops have a kernel of their own: the compiler's generators."""
+    from tracegrad.compiler import lowering
     from tracegrad.compiler.kernels.native import GENERATORS
+    from tracegrad.core.ir import Graph, Node, Value
 
-    assert {p for p in P.PRIMITIVES.values() if p.native} == set(GENERATORS)
+    assert set(GENERATORS) <= set(P.PRIMITIVES.values())
+    assert {P.max_pool2d, P.max_pool2d_argmax, P.max_pool2d_scatter, P.matmul} <= set(GENERATORS)
+    rows, f32 = lowering.KERNEL_MIN // 64, np.float32
+    big, small, w = Value((rows, 64), f32), Value((2, 64), f32), Value((64, 64), f32)
+    nodes = [
+        Node(P.matmul, [big, w], [Value((rows, 64), f32)]),
+        Node(P.matmul, [small, w], [Value((2, 64), f32)]),
+        Node(P.exp, [big], [Value((rows, 64), f32)]),
+    ]
+    graph = Graph([big, small, w], nodes, [v for n in nodes for v in n.outputs])
+    assert lowering.native_nodes(graph) == nodes[:1]
 
 
 @pytest.mark.parametrize(

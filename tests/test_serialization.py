@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import collections
+import io
+import json
 import os
+import pickle
 import zipfile
 
 import numpy as np
@@ -16,7 +20,7 @@ from tracegrad.frontend import serialization
 def test_round_trip_of_nested_state(tmp_path):
     state = {
         "model": {"0.weight": tg.tensor(np.arange(6, dtype=np.float32).reshape(2, 3))},
-        "optimizer": {"state": {"0": {"step": np.float32(3.0)}}, "lr": 0.01, "betas": (0.9, 0.99)},
+        "optimizer": {"state": {0: {"step": np.float32(3.0)}}, "lr": 0.01, "betas": (0.9, 0.99)},
         "epoch": 7,
         "done": False,
         "name": "run/1",
@@ -29,14 +33,105 @@ def test_round_trip_of_nested_state(tmp_path):
     loaded = tg.load(path)
     assert set(loaded) == set(state)
     weight = loaded["model"]["0.weight"]
-    assert isinstance(weight, np.ndarray) and weight.dtype == np.float32
-    np.testing.assert_array_equal(weight, np.arange(6).reshape(2, 3))
-    step = loaded["optimizer"]["state"]["0"]["step"]
-    assert step.dtype == np.float32 and step.shape == () and step == 3.0
-    assert loaded["optimizer"]["lr"] == 0.01 and loaded["optimizer"]["betas"] == [0.9, 0.99]
+    assert isinstance(weight, tg.Tensor) and weight.dtype == np.float32
+    assert not weight.requires_grad
+    np.testing.assert_array_equal(weight.numpy(), np.arange(6).reshape(2, 3))
+    step = loaded["optimizer"]["state"][0]["step"]  # an int key stays an int
+    assert isinstance(step, np.float32) and step == 3.0
+    assert loaded["optimizer"]["lr"] == 0.01 and loaded["optimizer"]["betas"] == (0.9, 0.99)
     assert loaded["epoch"] == 7 and type(loaded["epoch"]) is int
     assert loaded["done"] is False and loaded["name"] == "run/1" and loaded["nothing"] is None
-    assert loaded["ints"].dtype == np.int64 and loaded["empty"] == {}
+    assert type(loaded["ints"]) is np.ndarray and loaded["ints"].dtype == np.int64
+    assert loaded["empty"] == {}
+
+
+def test_what_pytorch_scripts_save_comes_back_as_it_went_in(tmp_path):
+    w = tg.tensor(np.ones((2, 2), np.float32), requires_grad=True)
+    Point = collections.namedtuple("Point", "x y")
+    for obj in [
+        w,
+        np.arange(3.0),
+        [w, 2, "three", None, (4.5, [np.int32(6)])],
+        (1, 2),
+        {"model": {"w": w.detach()}, "iter_num": 5, "best_val_loss": 1.25, "args": {"lr": 3e-4}},
+        {1: "one", 2.5: "two and a half", None: "none", False: "no"},
+        Point(1, 2),  # a namedtuple comes back as a plain tuple
+        float("inf"),
+    ]:
+        tg.save(obj, tmp_path / "c.npz")
+        assert_same(tg.load(tmp_path / "c.npz"), obj)
+
+
+def assert_same(loaded, saved):
+    assert type(loaded) is (tuple if isinstance(saved, tuple) else type(saved))
+    if isinstance(saved, tg.Tensor):
+        assert loaded.dtype == saved.dtype and loaded.requires_grad == saved.requires_grad
+        np.testing.assert_array_equal(loaded.numpy(), saved.numpy())
+    elif isinstance(saved, np.ndarray | np.generic):
+        assert loaded.dtype == saved.dtype and np.array_equal(loaded, saved)
+    elif isinstance(saved, dict):
+        assert [(k, type(k)) for k in loaded] == [(k, type(k)) for k in saved]
+        for k in saved:
+            assert_same(loaded[k], saved[k])
+    elif isinstance(saved, list | tuple):
+        assert len(loaded) == len(saved)
+        for a, b in zip(loaded, saved, strict=True):
+            assert_same(a, b)
+    else:
+        assert loaded == saved
+
+
+def test_file_objects_as_well_as_paths(tmp_path):
+    buffer = io.BytesIO()
+    tg.save({"w": tg.tensor([1.0, 2.0])}, buffer)
+    buffer.seek(0)
+    np.testing.assert_array_equal(tg.load(buffer)["w"].numpy(), [1.0, 2.0])
+    with open(tmp_path / "c.npz", "wb") as f:
+        tg.save([np.ones(2)], f)
+    with open(tmp_path / "c.npz", "rb") as f:
+        np.testing.assert_array_equal(tg.load(f, map_location="cpu")[0], [1.0, 1.0])
+
+
+def test_load_refuses_a_gpu_map_location(tmp_path):
+    tg.save({"w": np.ones(1)}, tmp_path / "c.npz")
+    assert tg.load(tmp_path / "c.npz", map_location="cpu", weights_only=True)["w"] == 1.0
+    with pytest.raises(ValueError, match="tracegrad runs on the CPU"):
+        tg.load(tmp_path / "c.npz", map_location="cuda:0")
+
+
+def test_a_tied_state_dict_is_stored_once_and_loads_tied(tmp_path):
+    model = TiedLM()
+    state = model.state_dict()
+    assert list(state) == ["wte.weight", "head.weight"]
+    tg.save(state, tmp_path / "c.npz")
+    with np.load(tmp_path / "c.npz") as npz:
+        assert len(npz.files) == 2  # the manifest and one array
+    loaded = tg.load(tmp_path / "c.npz")
+    assert loaded["wte.weight"].numpy() is loaded["head.weight"].numpy()
+    fresh = TiedLM()
+    assert fresh.load_state_dict(loaded) == ([], [])
+    np.testing.assert_array_equal(fresh.head.weight.numpy(), model.wte.weight.numpy())
+
+
+class TiedLM(nn.Module):
+    """nanoGPT's tying: the output layer's weight is the token embedding's."""
+
+    def __init__(self):
+        super().__init__()
+        self.wte = nn.Embedding(5, 3)
+        self.head = nn.Linear(3, 5, bias=False)
+        self.head.weight = self.wte.weight
+
+    def forward(self, idx):
+        return self.head(self.wte(idx))
+
+
+def test_files_of_the_first_format_still_load(tmp_path):
+    tree = ["dict", {"w": ["array", "a0"], "betas": ["value", [0.9, 0.99]]}]
+    manifest = {"format": serialization.FORMAT, "version": 1, "tree": tree}
+    np.savez(tmp_path / "old.npz", __tracegrad__=np.array(json.dumps(manifest)), a0=np.ones(2))
+    loaded = tg.load(tmp_path / "old.npz")
+    assert type(loaded["w"]) is np.ndarray and loaded["betas"] == [0.9, 0.99]
 
 
 def test_model_and_optimizer_resume_from_a_checkpoint(tmp_path, rng):
@@ -99,15 +194,23 @@ def test_saved_file_gets_a_normal_mode(tmp_path):
 
 
 def test_save_rejects_what_it_cannot_store(tmp_path):
-    with pytest.raises(TypeError, match=r"state\['a'\]\['b'\] is a set"):
+    with pytest.raises(TypeError, match=r"obj\['a'\]\['b'\] is a set"):
         tg.save({"a": {"b": {1, 2}}}, tmp_path / "c.npz")
-    with pytest.raises(TypeError, match="key 0 .* not a string"):
-        tg.save({0: np.ones(1)}, tmp_path / "c.npz")
+    with pytest.raises(TypeError, match=r"key \(0, 1\) .* keys must be strings, numbers"):
+        tg.save({(0, 1): np.ones(1)}, tmp_path / "c.npz")
     with pytest.raises(TypeError, match="object array"):
         tg.save({"a": np.array([None, 1], dtype=object)}, tmp_path / "c.npz")
-    with pytest.raises(TypeError, match="must be a dict"):
-        tg.save(np.ones(2), tmp_path / "c.npz")
+    with pytest.raises(TypeError, match=r"obj\[1\] is a Linear; save its state_dict\(\)"):
+        tg.save([1, nn.Linear(2, 2)], tmp_path / "c.npz")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_saving_into_a_missing_directory_names_the_path_given(tmp_path):
+    """The error named the temporary file beside the target (.tmp-xxxx.npz)."""
+    path = tmp_path / "missing" / "c.npz"
+    with pytest.raises(FileNotFoundError, match=f"no directory {tmp_path / 'missing'}") as e:
+        tg.save({"a": np.ones(1)}, path)
+    assert e.value.filename == str(path) and ".tmp-" not in str(e.value)
 
 
 def test_corrupt_and_foreign_files_get_clear_errors(tmp_path):
@@ -146,3 +249,32 @@ def test_a_flipped_byte_in_the_data_is_detected(tmp_path):
     path.write_bytes(bytes(data))
     with pytest.raises(tg.CheckpointError):
         tg.load(path)
+
+
+def test_pickles_are_refused_with_how_to_convert_them(tmp_path):
+    (tmp_path / "legacy.pt").write_bytes(pickle.dumps({"w": [1.0]}, protocol=2))
+    with zipfile.ZipFile(tmp_path / "model.pt", "w") as z:  # torch.save's layout
+        z.writestr("model/data.pkl", pickle.dumps({"w": [1.0]}))
+        z.writestr("model/version", "3")
+    for name in ["legacy.pt", "model.pt"]:
+        with pytest.raises(tg.CheckpointError) as info:
+            tg.load(tmp_path / name)
+        message = str(info.value)
+        assert name in message and "unpickling runs" in message
+        assert "tracegrad.save(torch.load(path, weights_only=True)" in message
+
+
+def test_a_pytorch_checkpoint_converts_as_the_error_says(tmp_path):
+    torch = pytest.importorskip("torch")
+    reference = torch.nn.Linear(3, 2)
+    torch.save({"model": reference.state_dict(), "step": 7}, tmp_path / "ckpt.pt")
+    with pytest.raises(tg.CheckpointError, match="PyTorch checkpoint"):
+        tg.load(tmp_path / "ckpt.pt")
+    tg.save(torch.load(tmp_path / "ckpt.pt", weights_only=True), tmp_path / "ckpt.npz")
+    ckpt = tg.load(tmp_path / "ckpt.npz")
+    model = nn.Linear(3, 2)
+    model.load_state_dict(ckpt["model"])
+    assert ckpt["step"] == 7
+    x = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    expected = reference(torch.tensor(x)).detach().numpy()
+    np.testing.assert_allclose(model(tg.tensor(x)).numpy(), expected, rtol=1e-6, atol=1e-6)

@@ -291,11 +291,11 @@ def test_optimizers_match_numpy_and_pytorch(case):
         for i, a in enumerate(start):
             grads = [np.cos(k + a) for k in range(6)]
             want = NUMPY_OPTIMIZERS[case](a, grads, **kwargs)
-            np.testing.assert_allclose(got[i], want, rtol=1e-7, atol=1e-12)
+            np.testing.assert_allclose(got[i], want, rtol=1e-12, atol=1e-14)
     torch_or_skip()
     want = _run_optimizer("torch", cls, kwargs, groups)
-    for a, b in zip(got, want, strict=True):  # the step counters are float32 (as Adam's)
-        np.testing.assert_allclose(a, b, rtol=1e-7, atol=1e-12)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
 
 
 def test_param_groups_and_schedulers_run_traced_without_tracing_again():

@@ -10,6 +10,7 @@ import pytest
 
 import tracegrad as tg
 from tracegrad.compiler import lowering
+from tracegrad.core.vocabulary import Phase
 from tracegrad.runtime import arena as runtime_arena
 
 
@@ -165,7 +166,7 @@ def test_kernels_compile_in_the_background_while_the_step_runs_numpy(background)
 
 
 def test_kernels_start_compiling_when_the_first_call_has_returned(monkeypatch):
-    """Compilers beside the first call would slow it (the GPT's: 2.5-5.2 s instead of 1 s)."""
+    """Compilers beside the first call would take the cores it runs on."""
     monkeypatch.setenv("TRACEGRAD_BACKGROUND_COMPILE", "1")
     events, lower, run = [], lowering.lower, runtime_arena.MeasuredRun.__call__
 
@@ -669,7 +670,7 @@ def test_two_micro_batches_are_traced_with_their_phases(backend, monkeypatch):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
     captured = traced.latest.capture.graph
     assert runs([n.phase for n in captured.nodes]) == [
-        "forward", "backward", "forward", "backward", "update"
+        Phase.FORWARD, Phase.BACKWARD, Phase.FORWARD, Phase.BACKWARD, Phase.UPDATE
     ]  # fmt: skip
     single = tg.trace(micro_batch_model()[1], backend=backend)
     single(*data[:2])
@@ -684,4 +685,11 @@ def test_manual_updates_outside_an_optimizer_are_forward_and_still_correct():
     sizes = (6, 16, 4)
     step = tg.trace(MLP(sizes, np.float32).step, backend="numpy")
     step(*batches(1, np.float32, sizes)[0])
-    assert {n.phase for n in step.latest.capture.graph.nodes} == {"forward", "backward"}
+    assert {n.phase for n in step.latest.capture.graph.nodes} == {Phase.FORWARD, Phase.BACKWARD}
+
+
+def test_a_phase_that_is_not_one_raises():
+    from tracegrad.frontend.tensor import phase
+
+    with pytest.raises(ValueError, match="updat"), phase("updat"):
+        pass

@@ -1,18 +1,19 @@
 """tracegrad: eager autodiff over NumPy that compiles whole training steps for the CPU.
 
-Layers, each importing only those before it: core (errors, ir, the op table in primitives),
-front end (tensor, its methods, the functions, autodiff, grad_manager, tracer), library (nn,
-optim, the NumPy namespace `tracegrad.numpy`), compiler (the top-level `passes` package,
-codegen, kernels), runtime (`@trace`, the arena, reports).
+Layers, one folder each, each importing only those before it: core (errors, the IR, the op
+table), frontend (Tensor and its methods, the functions, the tape, GradManager, the tracer), the
+library (nn, optim, numpy, utils, distributed), the compiler (the top-level `passes` package and
+`compiler`: lowering, codegen, kernels) and runtime (`@trace`, plans, the arena, reports); this
+module is the front door.
 
 The top level has PyTorch's meanings (`max(x, dim)` gives values and indices, `split` by chunk
 size, `var` unbiased, `tensor` copies); `tracegrad.numpy` has NumPy's. A NumPy-only name asked
 of the top level raises and says where it lives.
 """
 
-from typing import Any
+from typing import Any as _Any
 
-from tracegrad import nn, optim
+from tracegrad import nn, optim, utils
 from tracegrad import numpy as _numpy
 from tracegrad.core import primitives as _primitives
 from tracegrad.core.errors import MemoryBudgetError, ShapeError, TraceError
@@ -35,6 +36,7 @@ from tracegrad.frontend.elementwise import *  # noqa: F403
 from tracegrad.frontend.functions import *  # noqa: F403
 from tracegrad.frontend.grad_manager import GradManager, grad, vjp
 from tracegrad.frontend.products import *  # noqa: F403
+from tracegrad.frontend.random import Generator
 from tracegrad.frontend.rearrange import *  # noqa: F403
 from tracegrad.frontend.reductions import *  # noqa: F403
 from tracegrad.frontend.serialization import CheckpointError, load, save
@@ -59,7 +61,7 @@ pi, e, inf, nan = _numpy.pi, _numpy.e, _numpy.inf, _numpy.nan
 Size = tuple  # t.shape is a tuple; `t.size()` gives it too
 
 
-def trace(fn: Any = None, **options: Any) -> Any:
+def trace(fn: _Any = None, **options: _Any) -> _Any:
     """`@trace` compiles a training step (see runtime.trace), also as `@trace(backend=...)`.
     It is only the compiler: a matrix's diagonal sum is `x.trace()` (PyTorch's) or
     `tracegrad.numpy.trace(a)` (NumPy's)."""
@@ -87,7 +89,7 @@ _PYTORCH_SPELLING = {
 }  # fmt: skip
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     """A NumPy-only name is not PyTorch's top level: say where it lives."""
     if not name.startswith("_") and hasattr(_numpy, name):
         hint = _PYTORCH_SPELLING.get(name)
@@ -98,5 +100,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'tracegrad' has no attribute '{name}'")
 
 
-_SUBPACKAGES = ("Any", "compiler", "core", "frontend", "numpy", "runtime")  # not for import *
+_SUBPACKAGES = ("compiler", "core", "frontend", "numpy", "runtime")  # not for import *
 __all__ = sorted(name for name in dir() if not name.startswith("_") and name not in _SUBPACKAGES)

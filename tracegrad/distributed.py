@@ -30,8 +30,8 @@ from tracegrad.core.ops.collectives import wait_request
 from tracegrad.frontend.autodiff import no_grad
 from tracegrad.frontend.tensor import Tensor
 
-# mpiexec forwards a rank's stderr through a pipe; Abort right after writing lost the message
-# about one run in twenty (tests/test_distributed.py saw empty output)
+# mpiexec forwards a rank's stderr through a pipe, and an Abort right after writing can end the
+# rank before its message is read: it waits this long first
 ABORT_GRACE_S = 0.2
 
 _comm: Any = None

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tracegrad.core import ir
+from tracegrad.core.vocabulary import Kind
 
 
 def needs_kernels(graph: ir.Graph, backend: str) -> bool:
@@ -18,8 +19,8 @@ def needs_kernels(graph: ir.Graph, backend: str) -> bool:
 
 
 # A fused group over fewer elements runs as NumPy calls: its kernel would save microseconds a
-# step (40 us on a 4096x10 softmax tail) and cost 0.1-0.5 s to compile, and a plan with only such
-# groups never starts Numba (0.7 s in a new process).
+# step and cost a fraction of a second to compile, which a run of a few thousand steps does not
+# earn back; and a plan with only such groups never pays Numba's start-up in a new process.
 KERNEL_MIN = 1 << 16
 
 
@@ -51,7 +52,7 @@ def lower(
         )
     nodes = []
     for n in graph.nodes:
-        if n.prim.kind != "composite" or n in kernels:
+        if n.prim.kind is not Kind.COMPOSITE or n in kernels:
             nodes.append(n)
         else:
             nodes.extend(n.attrs["body"].nodes)
@@ -60,8 +61,8 @@ def lower(
 
 def kernel_groups(graph: ir.Graph) -> list[ir.Node]:
     """The fused nodes large enough to gain from a kernel."""
-    return [n for n in graph.nodes
-            if n.prim.kind == "composite" and _elements(n.attrs["body"]) >= KERNEL_MIN]  # fmt: skip
+    composites = [n for n in graph.nodes if n.prim.kind is Kind.COMPOSITE]
+    return [n for n in composites if _elements(n.attrs["body"]) >= KERNEL_MIN]
 
 
 PROGRESS_AFTER = 2.0  # seconds of kernel compilation before saying so on stderr
@@ -100,7 +101,13 @@ def _elements(body: ir.Graph) -> int:
 
 
 def native_nodes(graph: ir.Graph) -> list[ir.Node]:
-    """The nodes of ops with a kernel of their own (`Primitive.native`, such as max-pooling's)
-    over at least KERNEL_MIN elements."""
-    size = lambda n: max(v.size for v in (*n.inputs, *n.outputs))
-    return [n for n in graph.nodes if n.prim.native and size(n) >= KERNEL_MIN]
+    """The nodes of ops with a kernel of their own (a generator in `kernels.native`, such as
+    max-pooling's) over at least KERNEL_MIN elements. The generators import Numba: a graph
+    with no node that large never loads them."""
+    size = lambda n: max((v.size for v in (*n.inputs, *n.outputs)), default=0)
+    large = [n for n in graph.nodes if size(n) >= KERNEL_MIN]
+    if not large:
+        return []
+    from tracegrad.compiler.kernels.native import GENERATORS
+
+    return [n for n in large if n.prim in GENERATORS]

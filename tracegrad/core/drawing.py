@@ -4,7 +4,7 @@ pip-only install still gets one. Either way the SVG has one `tg_node` element pe
 a fused group inside the group's cluster), coloured by phase, the producers of values saved for
 backward outlined in red, and a tooltip per op: op, result types, phase, the user's line.
 
-Core layer: it reads the graph alone (duck-typed, since `ir` imports it); matplotlib is
+Core layer: it reads the graph duck-typed (`ir` imports it) and knows the phases; matplotlib is
 imported only when it draws (the `viz` extra)."""
 
 from __future__ import annotations
@@ -17,14 +17,16 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
+from tracegrad.core.vocabulary import Kind, Phase
+
 Graph = Node = Value = Any  # ir's types: not imported, since ir.Graph.to_svg imports this module
 
 PHASE_COLOURS = {
-    "forward": "#a6cee3",
-    "backward": "#fdbf6f",
-    "update": "#b2df8a",
-    "recompute": "#cab2d6",
-    "rebuild": "#fb9a99",
+    Phase.FORWARD: "#a6cee3",
+    Phase.BACKWARD: "#fdbf6f",
+    Phase.UPDATE: "#b2df8a",
+    Phase.RECOMPUTE: "#cab2d6",
+    Phase.REBUILD: "#fb9a99",
 }
 INPUT_COLOUR = "#eeeeee"
 SAVED_COLOUR = "#d62728"
@@ -47,7 +49,7 @@ class Box:
     key: str
     label: str
     tooltip: str
-    phase: str  # "input" for graph inputs
+    phase: Phase | None  # None: a graph input
     saved: bool = False
 
 
@@ -74,7 +76,7 @@ class Scene:
         for it in self.items:
             if isinstance(it, Cluster):
                 out += it.members
-            elif it.phase != "input":
+            elif it.phase is not None:
                 out.append(it)
         return out
 
@@ -88,11 +90,11 @@ def scene(graph: Graph) -> Scene:
     for i, v in enumerate(graph.inputs):
         key = f"in{i}"
         label, tip = f"{names[v]}\n{v.type_str}", f"input {names[v]}: {v.type_str}"
-        items.append(Box(key, label, tip, "input", v in saved))
+        items.append(Box(key, label, tip, None, v in saved))
         owner[v] = key
     edges: dict[tuple[str, str], bool] = {}
     for i, n in enumerate(graph.nodes):
-        body = n.attrs.get("body") if n.prim.kind == "composite" else None
+        body = n.attrs.get("body") if n.prim.kind is Kind.COMPOSITE else None
         key = f"op{i}"
         if body is not None:
             c = Cluster(key, f"fused ({len(body.nodes)} ops)")
@@ -150,8 +152,8 @@ def _q(text: str) -> str:
 def _dot_node(b: Box) -> str:
     fill = PHASE_COLOURS.get(b.phase, INPUT_COLOUR)
     border = f', color="{SAVED_COLOUR}", penwidth=2.5' if b.saved else ""
-    shape = "ellipse" if b.phase == "input" else "box"
-    cls = "tg_input" if b.phase == "input" else "tg_node"
+    shape = "ellipse" if b.phase is None else "box"
+    cls = "tg_input" if b.phase is None else "tg_node"
     return (
         f"  {b.key} [id={_q(b.key)}, class={_q(cls)}, shape={shape}, style=filled, "
         f'fillcolor="{fill}", label={_q(b.label)}, tooltip={_q(b.tooltip)}{border}];'
@@ -310,7 +312,7 @@ def _matplotlib_svg(sc: Scene) -> str:
 
     def titled(m: re.Match) -> str:
         b = by_key[m.group(1)]
-        cls = "tg_input" if b.phase == "input" else "tg_node"
+        cls = "tg_input" if b.phase is None else "tg_node"
         return f'<g id="{b.key}" class="{cls}"><title>{html.escape(b.tooltip)}</title>'
 
     svg = re.sub(r'<g id="((?:in|op)\d+(?:m\d+)?)">', titled, svg)

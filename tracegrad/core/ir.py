@@ -1,6 +1,7 @@
 """The symbolic graph: plain Python objects, a jaxpr-like printer and networkx / Graphviz export.
 
-Imports nothing else of tracegrad, so the `passes` package can depend on this module alone.
+Of tracegrad it imports only the op vocabulary (a node's `Phase`), so the `passes` package can
+depend on this module and the op records alone.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
+from tracegrad.core.vocabulary import Phase
 
 _ids = itertools.count()
 
@@ -50,7 +53,7 @@ class Value:
 
     @property
     def size(self) -> int:
-        return math.prod(self.shape)  # np.prod is 20x slower on a tuple; passes call this a lot
+        return math.prod(self.shape)  # np.prod makes an array first; passes call this often
 
     @property
     def nbytes(self) -> int:
@@ -67,9 +70,8 @@ class Value:
 class Node:
     """One primitive application. `prim` is the op-table record (anything with `name`, `impl`
     and `infer`: this module knows no particular op); `source` is the user's "file:line" that
-    produced it; `phase` is "forward", "backward" (made by a VJP rule), "update" (an optimizer
-    step), "recompute" (a forward value rebuilt for backward) or "rebuild" (a forward segment run
-    again from a checkpoint, under a memory budget)."""
+    produced it; `phase` is the `Phase` of the step it belongs to (a name that is not one
+    raises)."""
 
     __slots__ = ("prim", "inputs", "outputs", "attrs", "source", "phase")
 
@@ -80,12 +82,12 @@ class Node:
         outputs: Sequence[Value],
         attrs: Mapping[str, Any] | None = None,
         source: str | None = None,
-        phase: str = "forward",
+        phase: Phase | str = Phase.FORWARD,
     ):
         if isinstance(prim, str):
             raise TypeError(f"Node: pass the primitive, not its name {prim!r}")
         self.prim = prim
-        self.phase = phase
+        self.phase = phase if phase.__class__ is Phase else Phase(phase)
         self.inputs = list(inputs)
         self.outputs = list(outputs)
         self.attrs = dict(attrs or {})
@@ -132,10 +134,10 @@ class Graph:
 
     def residuals(self) -> list[Value]:
         """Forward results that backward or update nodes read: the values saved for backward."""
-        forward = {v for n in self.nodes if n.phase == "forward" for v in n.outputs}
+        forward = {v for n in self.nodes if n.phase is Phase.FORWARD for v in n.outputs}
         seen: dict[Value, None] = {}
         for n in self.nodes:
-            if n.phase != "forward":
+            if n.phase is not Phase.FORWARD:
                 seen.update((v, None) for v in n.inputs if v in forward)
         return list(seen)
 
@@ -215,6 +217,10 @@ class Graph:
             lines.append(f"{text.ljust(width)}  # {src}" if src else text)
         lines.append("  in (" + ", ".join(ref(v) for v in self.outputs) + ") }")
         return "\n".join(lines)
+
+    def evaluate(self, args: Sequence[Any]) -> list[Any]:
+        """The outputs for input arrays `args`, from every node's `prim.impl` (`evaluate`)."""
+        return evaluate(self, args)
 
     def to_networkx(self) -> Any:
         """A `networkx.DiGraph`: a vertex per op node and per value (shape, dtype, bytes)."""

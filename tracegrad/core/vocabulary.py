@@ -2,8 +2,9 @@
 (`Kind`) or of a node (`Phase`). The ops themselves are records in `core/ops/`, one module per
 family beside its NumPy implementations; `core.primitives` gathers them into the one table.
 
-Part of the core: it imports only the IR and the errors. Calling a primitive binds it, through
-`Primitive.__call__`, which the front end (tensor.py) attaches.
+Part of the core, under the IR (which stores a node's `Phase`): it imports only the errors.
+Calling a primitive binds it, through `Primitive.__call__`, which the front end (tensor.py)
+attaches.
 """
 
 from __future__ import annotations
@@ -16,14 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from tracegrad.core import ir
 from tracegrad.core.errors import ShapeError
 
 PRIMITIVES: dict[str, Primitive] = {}
 
 
 class Kind(str, enum.Enum):
-    """What a pass may know about an op's results."""
+    """What a pass may know about an op's results. Passes ask the properties `Primitive` derives
+    from it (`has_effects`, `may_rerun`, `single_pass`, `cheap`) rather than lists of kinds."""
 
     ELEMENTWISE = "elementwise"  # each result element from same-index (broadcast) input elements
     REDUCTION = "reduction"  # folds axes with `combine` from `identity`
@@ -53,6 +54,10 @@ class Phase(str, enum.Enum):
         return self.value
 
 
+_EFFECTS = frozenset({Kind.RANDOM, Kind.COLLECTIVE, Kind.CHECK})
+_RERUNNABLE = frozenset({Kind.ELEMENTWISE, Kind.REDUCTION, Kind.VIEW, Kind.CONTRACTION, Kind.INDEX})
+
+
 class Primitive:
     """One op. `vjp` is a tuple with a rule per input (None: not differentiable in that input),
     or a callable `vjp(i, g, out, *ins, **params)` for ops with any number of inputs.
@@ -60,15 +65,16 @@ class Primitive:
     so the tape keeps nothing else: "out", and "in" (every input), "in0" (only the first) or
     "in1:" (all but the first), joined by "+"; an input not kept is seen as its shape and dtype.
 
-    For the compiler: `kind` (a `Kind`); `scalar`, a format template of the op on scalars
-    ("({0} + {1})") and `helpers`, the functions of `tracegrad.compiler.kernels.scalar` it calls;
-    `combine` and `identity` for reductions; `accepts_out` (default: the impl is a ufunc) if the
-    impl takes `out=`; `numpy`, the NumPy function the op stands for (default: a ufunc impl),
-    which NumPy interop dispatches to it; `view`, a predicate `view(inputs, attrs)` for an op
-    whose result is a view only sometimes (a kind "view" always is one); `cheap`, an op about
-    as costly as a pass over its result, which the remat pass may run again in backward
-    (elementwise ops and views always may); `native`, an op the Numba backend runs with a
-    kernel of its own (registered in `tracegrad.compiler.kernels.native`), from `impl` elsewhere;
+    For the compiler: `kind` (a `Kind`), from which the facts passes ask follow
+    (`has_effects`, `may_rerun`, `single_pass`); `scalar`, a format template of the op on
+    scalars ("({0} + {1})") and `helpers`, the functions of `tracegrad.compiler.kernels.scalar`
+    it calls; `combine` and `identity` for reductions; `accepts_out` (default: the impl is a
+    ufunc) if the impl takes `out=`; `numpy`, the NumPy function the op stands for (default: a
+    ufunc impl), which NumPy interop dispatches to it; `view`, a predicate `view(inputs, attrs)`
+    for an op whose result is a view only sometimes (a `Kind.VIEW` op always is one); `cheap`,
+    an op about as costly as a pass over its result, which the remat pass may run again in
+    backward (elementwise ops always are; views cost nothing); whether the Numba backend has a
+    kernel of its own for the op is the compiler's to say (`compiler.kernels.native`);
     `scratch`, `scratch(inputs, attrs)`: the bytes of the temporaries `impl` allocates and frees
     within one call (the convolutions' columns), which the memory plan counts at the node;
     `flops(inputs, outputs)`, the operations of one call where `cost`'s rule of thumb is wrong;
@@ -93,7 +99,6 @@ class Primitive:
         numpy: Callable | None = None,
         view: Callable | None = None,
         cheap: bool = False,
-        native: bool = False,
         scratch: Callable | None = None,
         flops: Callable | None = None,
         joint: bool = False,
@@ -113,7 +118,6 @@ class Primitive:
         self.numpy = numpy if numpy is not None else (impl if is_ufunc else None)
         self._view = view
         self.cheap = cheap or kind is Kind.ELEMENTWISE
-        self.native = native
         self._scratch = scratch
         self._flops, self.joint = flops, joint
         PRIMITIVES[name] = self
@@ -123,6 +127,28 @@ class Primitive:
         """Whether a fused kernel can compute it: elementwise with a scalar template, or a
         reduction with a combine template."""
         return self.scalar is not None or (self.kind is Kind.REDUCTION and self.combine is not None)
+
+    @property
+    def has_effects(self) -> bool:
+        """It does more than compute its results from its inputs: it draws random numbers,
+        communicates with other processes, or raises eager's error. Such a node runs in every
+        step: it is never folded into a constant."""
+        return self.kind in _EFFECTS
+
+    @property
+    def may_rerun(self) -> bool:
+        """Running it again on the same inputs gives the same results and does nothing else: the
+        memory budget may rebuild it from a checkpoint, and remat recompute it in backward if it
+        is also cheap. No effects, and a kind whose cost the passes know: an opaque op (a
+        user's, say) is not assumed to be safe to run twice."""
+        return self.kind in _RERUNNABLE
+
+    @property
+    def single_pass(self) -> bool:
+        """It computes its result in one pass over its operands (an elementwise op, a
+        reduction): running it again costs about what reading its inputs does, so cse keeps a
+        copy of it per phase rather than hold a forward result until backward."""
+        return self.kind in (Kind.ELEMENTWISE, Kind.REDUCTION)
 
     @property
     def arity(self) -> int | None:
@@ -207,8 +233,9 @@ class Composite(Primitive):
         super().__init__(name, self.evaluate, _no_rule, kind=Kind.COMPOSITE, accepts_out=True)
 
     @staticmethod
-    def evaluate(*inputs: Any, body: ir.Graph) -> list[Any]:
-        return ir.evaluate(body, list(inputs))
+    def evaluate(*inputs: Any, body: Any) -> list[Any]:
+        """Run `body` (an `ir.Graph`, which this module does not import: the IR stands on it)."""
+        return body.evaluate(list(inputs))
 
     def infer(self, inputs: Sequence[Any], attrs: dict) -> list[tuple[tuple[int, ...], np.dtype]]:
         body = attrs["body"]

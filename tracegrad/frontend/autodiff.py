@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from tracegrad.core.vocabulary import Phase
 from tracegrad.frontend.tensor import Listeners, Tensor, as_tensor, phase
 
 
@@ -242,7 +243,7 @@ def run_backward(
         roots.append(node)
     order, useful = _order(roots, lambda n: deliver(n) is not None)
     retain_graph = retain_graph or create_graph
-    with phase("backward"):
+    with phase(Phase.BACKWARD):
         _propagate(order, useful, grads, deliver, retain_graph, create_graph, stop_at_sinks)
 
 
@@ -286,7 +287,7 @@ def retained_sink(node: Any) -> Callable | None:
     return None if t is None else functools.partial(accumulate, t)
 
 
-def _default_dy(y: Tensor) -> Tensor:
+def default_dy(y: Tensor) -> Tensor:
     if y.size != 1:
         raise RuntimeError(
             f"grad can be implicitly created only for scalar outputs; y has shape {y.shape}: "
@@ -311,7 +312,7 @@ def tensor_backward(
             "backward: this tensor does not require grad and has no grad_fn (no input of the "
             "computation requires grad)"
         )
-    dy = _default_dy(y) if dy is None else as_tensor(dy, y.dtype)
+    dy = default_dy(y) if dy is None else as_tensor(dy, y.dtype)
 
     def deliver(node: Any) -> Callable | None:
         if node.is_leaf:

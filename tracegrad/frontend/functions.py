@@ -325,7 +325,7 @@ def matmul(input: Any, other: Any) -> Tensor:
     a, b = as_tensor(input), as_tensor(other)
     if a.ndim == 0 or b.ndim == 0 or a.shape[-1] != b.shape[-2 if b.ndim > 1 else 0]:
         raise ShapeError(f"matmul: {a.shape} @ {b.shape}")
-    if a.ndim > 2 and b.ndim == 2:  # rows times one matrix: one GEMM (see primitives)
+    if a.ndim > 2 and b.ndim == 2:  # rows times one matrix: one GEMM (see core.ops.linalg)
         rows = P.matmul(reshape(a, (-1, a.shape[-1])), b)
         return reshape(rows, (*a.shape[:-1], b.shape[-1]))
     a2 = reshape(a, (1, a.shape[0])) if a.ndim == 1 else a

@@ -28,6 +28,7 @@ class GradManager:
     def __init__(self) -> None:
         self._attached: dict[int, tuple[weakref.ref, list[Callback]]] = {}
         self._recording = False
+        self._backward_ended_recording = False  # for the error of a second backward
 
     def attach(
         self,
@@ -77,6 +78,7 @@ class GradManager:
         if self._recording:
             raise RuntimeError("GradManager.record: already recording")
         self._recording = True
+        self._backward_ended_recording = False
         Listeners.recording.append(self)
 
     def release(self) -> None:
@@ -97,11 +99,18 @@ class GradManager:
         """Accumulate d(y . dy)/d(attached) into each attached tensor's `.grad`, then release.
 
         y and dy may be Tensors or lists; dy defaults to ones."""
+        if not self._recording and self._backward_ended_recording:
+            raise RuntimeError(
+                "GradManager.backward: called again after a backward, which released what was "
+                "recorded. Give all outputs to one call (`gm.backward([y1, y2])`), or record "
+                "again (`with gm:`) around a new forward computation"
+            )
         if not self._recording:
             raise RuntimeError(
                 "GradManager.backward: nothing was recorded. Did you forget `gm.record()` or "
                 "`with gm:` around the forward computation?"
             )
+        self._backward_ended_recording = True
         if y is None:
             self.release()
             return
@@ -194,7 +203,7 @@ def grad(fn: Callable, argnums: int | Sequence[int] = 0) -> Callable:
             return fn(*full)
 
         out, vjp_fn = vjp(partial_fn, *(args[n] for n in nums))
-        grads = vjp_fn(autodiff._default_dy(out))
+        grads = vjp_fn(autodiff.default_dy(out))
         return grads[0] if isinstance(argnums, int) else grads
 
     return grad_fn

@@ -9,6 +9,7 @@ draw exactly the same numbers, as long as they draw in the same order.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,6 +17,7 @@ import numpy as np
 
 from tracegrad.core import primitives as P
 from tracegrad.frontend.autodiff import no_grad
+from tracegrad.frontend.device import require_cpu
 from tracegrad.frontend.tensor import Tensor
 
 _STEP = np.array([0, 1], np.uint64)
@@ -45,3 +47,45 @@ def uniform(shape: Sequence[int], dtype: Any = np.float32, state: Tensor | None 
         out = P.uniform(state, shape=tuple(int(d) for d in shape), dtype=np.dtype(dtype))
         state._assign(state + _STEP)
     return out
+
+
+class Generator:
+    """PyTorch's `torch.Generator` for what runs on the host, outside any traced step: the order a
+    DataLoader shuffles in, `random_split`, the samplers. `manual_seed` makes the draws
+    repeatable (a new generator starts from PyTorch's default seed, so it is repeatable too).
+
+    The same seed gives the same numbers in every tracegrad run, but not PyTorch's numbers: the
+    draws come from NumPy's PCG64 and its sampling algorithms, not PyTorch's Mersenne Twister."""
+
+    DEFAULT_SEED = 67280421310721  # torch.Generator().initial_seed()
+
+    def __init__(self, device: Any = "cpu") -> None:
+        require_cpu(device, "Generator")
+        self.device = "cpu"
+        self.manual_seed(self.DEFAULT_SEED)
+
+    def manual_seed(self, seed: int) -> Generator:
+        """Restart from `seed` (taken modulo 2**64, as PyTorch does with negative seeds)."""
+        self._seed = int(seed) % 2**64
+        self.rng = np.random.Generator(np.random.PCG64(self._seed))
+        return self
+
+    def seed(self) -> int:
+        """Restart from a seed drawn from the operating system, and return it."""
+        seed = np.random.SeedSequence().entropy % 2**64
+        self.manual_seed(seed)
+        return seed
+
+    def initial_seed(self) -> int:
+        return self._seed
+
+    def get_state(self) -> Tensor:
+        """The state as a uint8 tensor (as PyTorch's), for `set_state` and checkpoints."""
+        state = {"seed": self._seed, "bits": self.rng.bit_generator.state}
+        return Tensor(np.frombuffer(json.dumps(state).encode(), np.uint8).copy())
+
+    def set_state(self, state: Any) -> Generator:
+        saved = json.loads(np.asarray(state, np.uint8).tobytes())
+        self.manual_seed(saved["seed"])
+        self.rng.bit_generator.state = saved["bits"]
+        return self

@@ -19,16 +19,22 @@ import numpy as np
 
 from tracegrad.core import ir
 from tracegrad.core.errors import ShapeError, TraceError, user_location
-from tracegrad.core.primitives import Primitive, astype
+from tracegrad.core.primitives import Phase, Primitive, astype
 
 _serials = itertools.count()
+
+
+def next_serial() -> int:
+    """A number above every tensor's made so far (`Tensor._serial`): the tracer takes one when
+    it starts, so that it knows the tensors made while it runs."""
+    return next(_serials)
 
 
 class _Listeners(threading.local):
     """Who hears `bind`: a stack of tracers (top one evaluates) and the tape recorder. Tracing,
     `no_grad` and backward state are per thread, as PyTorch's grad mode and JAX's trace state
     are: a step traced in one thread must not capture another thread's eager ops. `phase` is the
-    part of a training step that is running ("forward", "backward", "update"), set where it
+    `Phase` of a training step that is running (forward, backward, update), set where it
     starts (backward passes, optimizer steps) and read by the tracer to label nodes."""
 
     record: Any = None  # autodiff's recorder, shared by all threads: record(prim, inputs, out, ...)
@@ -36,7 +42,7 @@ class _Listeners(threading.local):
     def __init__(self) -> None:
         self.tracers: list[Any] = []
         self.grad_enabled = True
-        self.phase = "forward"
+        self.phase = Phase.FORWARD
         self.recording: list[Any] = []  # GradManagers recording in this thread, outermost first
 
 
@@ -44,9 +50,10 @@ Listeners = _Listeners()
 
 
 @contextlib.contextmanager
-def phase(name: str) -> Iterator[None]:
-    """Label the ops run inside as part of `name` ("backward", "update") of a training step."""
-    previous, Listeners.phase = Listeners.phase, name
+def phase(name: Phase) -> Iterator[None]:
+    """Label the ops run inside as part of phase `name` (`Phase.BACKWARD`, `Phase.UPDATE`) of a
+    training step; a name that is not a `Phase` raises."""
+    previous, Listeners.phase = Listeners.phase, Phase(name)
     try:
         yield
     finally:

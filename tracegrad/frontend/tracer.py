@@ -1,5 +1,5 @@
 """Tracing: run a training step once on symbolic tensors and record one graph holding forward,
-backward and the optimizer's update (runtime.py compiles it and runs it from then on).
+backward and the optimizer's update (runtime/trace.py compiles it and runs it from then on).
 
 Tensors made before the call and touched inside it (parameters, their `.grad`, optimizer state)
 become *state*: graph inputs read at every call, and outputs written back only after the plan
@@ -21,8 +21,8 @@ from tracegrad.frontend.tensor import (
     Listeners,
     Tensor,
     TraceError,
-    _serials,
     as_tensor,
+    next_serial,
     user_location,
 )
 
@@ -155,7 +155,7 @@ class Tracer:
     """Listens to `bind` while a traced function runs; builds the graph node by node."""
 
     def __init__(self) -> None:
-        self.start = next(_serials)
+        self.start = next_serial()
         self.nodes: list[ir.Node] = []
         self.slots: dict[int, Slot] = {}
         self.consts: dict[int, tuple[Tensor, ir.Value]] = {}

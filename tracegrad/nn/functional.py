@@ -17,21 +17,18 @@ import numpy as np
 from tracegrad.core import primitives as P
 from tracegrad.core.errors import ShapeError
 from tracegrad.core.ops import attention as attention_impl
-from tracegrad.core.primitives import (
-    abs,
-    erf,
-    log,
-    log1p,
-    maximum,
-    sigmoid,
-    softplus,
-    sqrt,
-    tanh,
-    where,
-)
+from tracegrad.core.primitives import abs, erf, log, log1p, maximum, sigmoid, sqrt, tanh, where
 from tracegrad.frontend import random
 from tracegrad.frontend.autodiff import no_grad
-from tracegrad.frontend.functions import check_range, concatenate, matmul, reshape, stack, transpose
+from tracegrad.frontend.functions import (
+    check_range,
+    concatenate,
+    matmul,
+    permute,
+    reshape,
+    stack,
+    transpose,
+)
 from tracegrad.frontend.reductions import log_softmax, mean, softmax, sum
 from tracegrad.frontend.tensor import Tensor, as_tensor
 
@@ -63,14 +60,28 @@ __all__ = [
     "silu",
     "softmax",
     "tanh",
+    "conv_transpose1d",
+    "conv_transpose2d",
+    "elu",
+    "group_norm",
+    "hardtanh",
+    "instance_norm",
+    "interpolate",
+    "leaky_relu",
+    "mish",
+    "pad",
+    "pixel_shuffle",
+    "pixel_unshuffle",
+    "selu",
+    "softplus",
 ]
 
 _REDUCTIONS = ("mean", "sum", "none")
 
 
-def relu(x: Any) -> Tensor:
+def relu(x: Any, inplace: bool = False) -> Tensor:
     """max(0, x). Zero comes first so that relu'(0) = 0, as in PyTorch (maximum sends ties left)."""
-    return maximum(0.0, as_tensor(x))
+    return _in_place(x, maximum(0.0, as_tensor(x)), inplace)
 
 
 def gelu(x: Any, approximate: str = "none") -> Tensor:
@@ -84,24 +95,30 @@ def gelu(x: Any, approximate: str = "none") -> Tensor:
     return 0.5 * x * (1.0 + erf(x * 0.7071067811865476))
 
 
-def silu(x: Any) -> Tensor:
+def silu(input: Any, inplace: bool = False) -> Tensor:
     """x * sigmoid(x) (swish)."""
-    x = as_tensor(x)
-    return x * sigmoid(x)
+    x = as_tensor(input)
+    return _in_place(input, x * sigmoid(x), inplace)
 
 
 def dropout(
-    x: Any, p: float = 0.5, training: bool = True, *, state: Tensor | None = None
+    input: Any,
+    p: float = 0.5,
+    training: bool = True,
+    inplace: bool = False,
+    *,
+    state: Tensor | None = None,
 ) -> Tensor:
     """Zero each element with probability `p` and scale the rest by 1/(1-p), in training; the
-    mask is drawn from `state` (default: tracegrad.random's), which this advances."""
+    mask is drawn from `state` (default: frontend.random's), which this advances."""
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"dropout: p must be in [0, 1], not {p}")
-    x = as_tensor(x)
+    x = as_tensor(input)
     if not training or p == 0.0:
         return x
     keep = random.uniform(x.shape, x.dtype, state) >= p
-    return where(keep, x * (1.0 / (1.0 - p)) if p < 1.0 else x * 0.0, 0.0)
+    return _in_place(input, where(keep, x * (1.0 / (1.0 - p)) if p < 1.0 else x * 0.0, 0.0),
+                     inplace)  # fmt: skip
 
 
 def layer_norm(
@@ -169,7 +186,7 @@ def cross_entropy(
         )
     if labels.dtype.kind not in "iu":
         raise TypeError(f"cross_entropy: labels must be integer class indices, not {labels.dtype}")
-    labels = check_range(labels, 0, logits.shape[1], "cross_entropy: labels", ignore_index)
+    labels = _class_indices(labels, logits.shape[1], ignore_index, "cross_entropy: labels")
     logp = log_softmax(logits, axis=-1)
     nll, weights = _nll(logp, labels, weight, ignore_index)
     if label_smoothing:
@@ -179,6 +196,14 @@ def cross_entropy(
         smooth = where(labels != ignore_index, smooth, 0.0)
         nll = nll * (1.0 - label_smoothing) + smooth * label_smoothing
     return _weighted_reduce(nll, weights, reduction)
+
+
+def _class_indices(labels: Tensor, classes: int, ignore_index: int, what: str) -> Tensor:
+    """`labels` as int64, after checking each is a class or `ignore_index` (in the plan when
+    traced): an index of -1 would read the last class. Unsigned labels cannot hold
+    ignore_index = -100, so they are compared as int64."""
+    labels = check_range(labels, 0, classes, what, ignore_index)
+    return labels if labels.dtype == np.int64 else labels.astype(np.int64)
 
 
 def _nll(logp: Tensor, labels: Tensor, weight: Any, ignore_index: int) -> tuple[Tensor, Tensor]:
@@ -193,8 +218,15 @@ def _nll(logp: Tensor, labels: Tensor, weight: Any, ignore_index: int) -> tuple[
 
 
 def _weighted_reduce(loss: Tensor, weights: Tensor, reduction: str) -> Tensor:
-    """PyTorch's weighted mean divides by the total weight of the (kept) targets."""
-    return sum(loss) / sum(weights) if reduction == "mean" else _reduce(loss, reduction)
+    """PyTorch's weighted mean divides by the total weight of the (kept) targets. With none
+    kept (a batch of padding) the mean is NaN (0 / 0) and its gradient 0, as in PyTorch: a
+    gradient of 0 / 0 would turn every parameter NaN. (PyTorch's gradient is NaN when the kept
+    targets' weights are all 0; here it is 0 then too.)"""
+    if reduction != "mean":
+        return _reduce(loss, reduction)
+    total = sum(weights)
+    empty = total == 0.0
+    return where(empty, np.nan, sum(loss) / where(empty, 1.0, total))
 
 
 def _soft_cross_entropy(logits, probs, weight, reduction, label_smoothing) -> Tensor:
@@ -217,6 +249,7 @@ def nll_loss(
             f"nll_loss: input {logp.shape} and target {labels.shape} ({labels.dtype}); "
             "expected (N, C) log-probabilities and (N,) integer classes"
         )
+    labels = _class_indices(labels, logp.shape[1], ignore_index, "nll_loss: target")
     nll, weights = _nll(logp, labels, weight, ignore_index)
     return _weighted_reduce(nll, weights, reduction)
 
@@ -245,7 +278,7 @@ def binary_cross_entropy_with_logits(
     (1 - t) x + (1 + (pos_weight - 1) t) softplus(-x)."""
     x, t = _same_shapes("binary_cross_entropy_with_logits", input, target, reduction)
     scale = 1.0 if pos_weight is None else 1.0 + (as_tensor(pos_weight) - 1.0) * t
-    loss = (1.0 - t) * x + scale * softplus(-x)
+    loss = (1.0 - t) * x + scale * P.softplus(-x)
     return _reduce(loss if weight is None else loss * weight, reduction)
 
 
@@ -433,6 +466,9 @@ def avg_pool2d(
     if ceil_mode:
         raise NotImplementedError("avg_pool2d: ceil_mode is not supported")
     x = as_tensor(input)
+    if x.dtype.kind != "f":  # PyTorch refuses integers too (but int64, which it truncates)
+        raise TypeError(f"avg_pool2d: input must be floating, not {x.dtype} (its window sums "
+                        "would wrap around); convert it first, e.g. x.float()")  # fmt: skip
     total = _fold(lambda a, b: a + b, _windows(x, "avg_pool2d", kernel_size, stride, padding, 1,
                                                0.0))  # fmt: skip
     if divisor_override:
@@ -483,6 +519,7 @@ def embedding(input: Any, weight: Any, padding_idx: int | None = None) -> Tensor
         raise TypeError(f"embedding: indices must be integers, not {input.dtype}")
     if weight.ndim != 2:
         raise ShapeError(f"embedding: weight {weight.shape} must be 2-d (num_embeddings, dim)")
+    input = check_range(input, 0, weight.shape[0], "embedding: indices")  # -1 would read a row
     out = weight[input]
     if padding_idx is None:
         return out
@@ -498,6 +535,7 @@ def one_hot(tensor: Any, num_classes: int = -1) -> Tensor:
         raise TypeError(f"one_hot: indices must be integers, not {t.dtype}")
     if num_classes < 0:
         num_classes = int(t.numpy().max()) + 1 if t.size else 0
+    t = check_range(t, 0, num_classes, "one_hot: indices")  # else a row of zeros
     classes = Tensor(np.arange(num_classes, dtype=t.dtype))
     return (reshape(t, (*t.shape, 1)) == classes).astype(np.int64)
 
@@ -514,9 +552,8 @@ def scaled_dot_product_attention(
     """softmax(q k^T * scale + mask) v over (..., L, E) queries and (..., S, E) keys. A boolean
     mask says which keys a query may attend to (True: attend); a float mask is added. Without a
     mask, or with `is_causal`, it is one op (`attention`, fused kernels forward and backward);
-    a mask, or leading axes that broadcast, take the composed ops."""
-    if dropout_p != 0.0:
-        raise NotImplementedError("scaled_dot_product_attention: dropout_p must be 0 for now")
+    a mask, leading axes that broadcast, or `dropout_p` (on the probabilities, drawn as
+    `dropout` draws) take the composed ops."""
     q, k, v = as_tensor(query), as_tensor(key), as_tensor(value)
     if q.ndim < 2 or k.ndim < 2 or v.ndim < 2 or q.shape[-1] != k.shape[-1] \
             or k.shape[-2] != v.shape[-2]:  # fmt: skip
@@ -528,21 +565,29 @@ def scaled_dot_product_attention(
         raise ValueError("scaled_dot_product_attention: give attn_mask or is_causal, not both")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     same = q.shape[:-2] == k.shape[:-2] == v.shape[:-2] and k.shape[-2] > 0
-    if attn_mask is None and same and q.dtype == k.dtype == v.dtype and q.dtype.kind == "f":
+    fused = attn_mask is None and same and not dropout_p
+    if fused and q.dtype == k.dtype == v.dtype and q.dtype.kind == "f":
         # the op's result has its heads next to its features: heads first again, as a view
         return attention_impl.heads_next(P.attention(q, k, v, scale=scale, causal=bool(is_causal)))
     if is_causal:
         attn_mask = Tensor(attention_impl.causal_mask(q.shape[-2], k.shape[-2]))
-    return matmul(_probabilities(q, k, scale, attn_mask), v)
+    return matmul(dropout(_probabilities(q, k, scale, attn_mask), dropout_p), v)
 
 
 def _probabilities(q: Tensor, k: Tensor, scale: float, mask: Any) -> Tensor:
-    """softmax(q k^T * scale + mask) over the keys, in composed ops."""
+    """softmax(q k^T * scale + mask) over the keys, in composed ops. A query the mask lets see
+    no key gets probabilities 0, as in PyTorch: its output is 0 and its gradients are finite
+    (softmax would make the row NaN, and through v's gradient every row of it)."""
     scores = matmul(q, _mT(k)) * scale
-    if mask is not None:
-        mask = as_tensor(mask)
-        scores = where(mask, scores, -np.inf) if mask.dtype == np.bool_ else scores + mask
-    return softmax(scores, axis=-1)
+    if mask is None:
+        return softmax(scores, axis=-1)
+    mask = as_tensor(mask)
+    scores = where(mask, scores, -np.inf) if mask.dtype == np.bool_ else scores + mask
+    keys = (scores.ndim - 1,)
+    m = P.max(scores, axis=keys, keepdims=True).detach()
+    e = P.exp(scores - where(m == -np.inf, 0.0, m))  # a row of -inf: exp gives zeros
+    total = P.sum(e, axis=keys, keepdims=True)
+    return e / where(total == 0.0, 1.0, total)  # (a NaN stays NaN, as in softmax)
 
 
 def _mT(x: Tensor) -> Tensor:
@@ -556,7 +601,7 @@ def batch_norm(
     weight: Any = None,
     bias: Any = None,
     training: bool = False,
-    momentum: float = 0.1,
+    momentum: float | Tensor = 0.1,
     eps: float = 1e-5,
 ) -> Tensor:
     """Normalize each channel (axis 1) of (N, C, ...) `input`: by the batch's statistics in
@@ -591,3 +636,397 @@ def batch_norm(
     if weight is not None:
         y = y * reshape(weight, shape)
     return y if bias is None else y + reshape(bias, shape)
+
+
+# --- activations with PyTorch's arguments -----------------------------------------------------
+
+
+def _in_place(input: Any, result: Tensor, inplace: bool) -> Tensor:
+    """PyTorch's `inplace=True`, as Tensor's in-place operators do it: a result autodiff records
+    stays functional (the same values: PyTorch code uses the returned tensor), any other is
+    written into the input tensor."""
+    if not inplace or not isinstance(input, Tensor) or not result.is_leaf:
+        return result
+    input._assign(result)
+    return input
+
+
+def leaky_relu(input: Any, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
+    """x where x > 0, else negative_slope * x (also the gradient at 0, as PyTorch's)."""
+    x = as_tensor(input)
+    return _in_place(input, where(x > 0.0, x, x * negative_slope), inplace)
+
+
+def elu(input: Any, alpha: float = 1.0, inplace: bool = False) -> Tensor:
+    """x where x > 0, else alpha (exp(x) - 1). The exponential sees min(x, 0): the branch not
+    taken must not overflow, or its zero gradient times infinity would be NaN."""
+    x = as_tensor(input)
+    return _in_place(input, where(x > 0.0, x, P.expm1(P.minimum(x, 0.0)) * alpha), inplace)
+
+
+_SELU_ALPHA, _SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+
+
+def selu(input: Any, inplace: bool = False) -> Tensor:
+    """scale * elu(x, alpha) with the self-normalizing constants."""
+    return _in_place(input, elu(input, _SELU_ALPHA) * _SELU_SCALE, inplace)
+
+
+def softplus(input: Any, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (as PyTorch's)."""
+    x = as_tensor(input)
+    smooth = P.softplus(x * beta) if beta == 1.0 else P.softplus(x * beta) * (1.0 / beta)
+    return where(x * beta > threshold, x, smooth)
+
+
+def mish(input: Any, inplace: bool = False) -> Tensor:
+    """x tanh(softplus(x))."""
+    x = as_tensor(input)
+    return _in_place(input, x * tanh(P.softplus(x)), inplace)
+
+
+def hardtanh(
+    input: Any, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False
+) -> Tensor:
+    """x clipped to [min_val, max_val]; the gradient is zero at the bounds too, as PyTorch's."""
+    x = as_tensor(input)
+    clipped = where(x <= min_val, min_val, where(x >= max_val, max_val, x)).astype(x.dtype)
+    return _in_place(input, clipped, inplace)
+
+
+# --- transposed convolution ---------------------------------------------------------------------
+
+
+def conv_transpose2d(
+    input: Any,
+    weight: Any,
+    bias: Any = None,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] = 0,
+    output_padding: int | Sequence[int] = 0,
+    groups: int = 1,
+    dilation: int | Sequence[int] = 1,
+) -> Tensor:
+    """The transposed convolution of (N, in, H, W) `input` with (in, out / groups, kh, kw)
+    `weight`: the gradient of a conv2d with respect to its input, one op (`conv2d_input_grad`)
+    whose VJPs are the convolution and its weight gradient, so every order of derivative is
+    exact and the Numba backend runs its conv kernels. `output_padding` adds rows and columns at
+    the bottom and right of the output."""
+    op = "conv_transpose2d"
+    x, w = as_tensor(input), as_tensor(weight)
+    if x.ndim == 3:  # one unbatched image
+        return conv_transpose2d(reshape(x, (1, *x.shape)), w, bias, stride, padding,
+                                output_padding, groups, dilation)[0]  # fmt: skip
+    groups = int(groups)
+    if x.ndim != 4 or w.ndim != 4 or groups < 1 or x.shape[1] != w.shape[0] or w.shape[0] % groups:
+        raise ShapeError(f"{op}: input {x.shape} and weight {w.shape} with groups={groups}; "
+                         "expected (N, in, H, W) and (in, out / groups, kh, kw), in divisible by "
+                         "groups")  # fmt: skip
+    stride, dilation = _pair(stride, op, "stride"), _pair(dilation, op, "dilation")
+    pad, extra = _pair(padding, op, "padding"), _pair(output_padding, op, "output_padding")
+    for i in range(2):
+        if min(stride[i], dilation[i]) < 1 or pad[i] < 0:
+            raise ValueError(f"{op}: stride {stride} and dilation {dilation} must be positive, "
+                             f"padding {pad} non-negative")  # fmt: skip
+        if not 0 <= extra[i] < builtins.max(stride[i], dilation[i]):
+            raise ValueError(f"{op}: output_padding {extra} must be smaller than the stride "
+                             f"{stride} or the dilation {dilation}")  # fmt: skip
+    kernel = w.shape[2:]
+    size = tuple((x.shape[2 + i] - 1) * stride[i] - 2 * pad[i] + dilation[i] * (kernel[i] - 1)
+                 + extra[i] + 1 for i in range(2))  # fmt: skip
+    if builtins.min(size) < 1:
+        raise ShapeError(f"{op}: input {x.shape}, weight {w.shape} and padding {pad} give an "
+                         f"empty output {size}")  # fmt: skip
+    # the convolution of the output covers the input, plus (for an output_padding of at least
+    # the stride) positions past its end: zeros, which add nothing
+    covers = [(size[i] + 2 * pad[i] - dilation[i] * (kernel[i] - 1) - 1) // stride[i] + 1
+              for i in range(2)]  # fmt: skip
+    if covers != list(x.shape[2:]):
+        x = P.pad(x, pad_width=((0, 0), (0, 0), (0, covers[0] - x.shape[2]),
+                                (0, covers[1] - x.shape[3])), value=0.0)  # fmt: skip
+    y = P.conv2d_input_grad(x, w, shape=(x.shape[0], w.shape[1] * groups, *size), stride=stride,
+                            padding=tuple((p, p) for p in pad), dilation=dilation,
+                            groups=groups)  # fmt: skip
+    return y if bias is None else y + reshape(bias, (-1, 1, 1))
+
+
+def conv_transpose1d(
+    input: Any,
+    weight: Any,
+    bias: Any = None,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] = 0,
+    output_padding: int | Sequence[int] = 0,
+    groups: int = 1,
+    dilation: int | Sequence[int] = 1,
+) -> Tensor:
+    """The transposed convolution of (N, in, L) `input` with (in, out / groups, k) `weight`: a
+    conv_transpose2d over a height of one."""
+    x, w = as_tensor(input), as_tensor(weight)
+    if x.ndim not in (2, 3) or w.ndim != 3:
+        raise ShapeError(f"conv_transpose1d: input {x.shape} and weight {w.shape}; expected "
+                         "(N, in, L) and (in, out / groups, k)")  # fmt: skip
+    last = lambda v: int(v) if isinstance(v, int | np.integer) else int(v[0])  # noqa: E731
+    y = conv_transpose2d(reshape(x, (*x.shape[:-1], 1, x.shape[-1])),
+                         reshape(w, (*w.shape[:2], 1, w.shape[2])), bias, (1, last(stride)),
+                         (0, last(padding)), (0, last(output_padding)), groups,
+                         (1, last(dilation)))  # fmt: skip
+    return reshape(y, (*y.shape[:-2], y.shape[-1]))
+
+
+# --- resampling and padding ---------------------------------------------------------------------
+
+
+def pixel_shuffle(input: Any, upscale_factor: int) -> Tensor:
+    """(*, C r^2, H, W) to (*, C, H r, W r): each channel's r x r block spread over the image."""
+    x, r = as_tensor(input), int(upscale_factor)
+    if x.ndim < 3 or r < 1 or x.shape[-3] % (r * r):
+        raise ShapeError(f"pixel_shuffle: input {x.shape} needs (*, C, H, W) with C divisible by "
+                         f"upscale_factor^2 = {r * r}")  # fmt: skip
+    *lead, c, h, w = x.shape
+    k = len(lead)
+    y = reshape(x, (*lead, c // (r * r), r, r, h, w))
+    y = permute(y, (*range(k), k, k + 3, k + 1, k + 4, k + 2))
+    return reshape(y, (*lead, c // (r * r), h * r, w * r))
+
+
+def pixel_unshuffle(input: Any, downscale_factor: int) -> Tensor:
+    """(*, C, H r, W r) to (*, C r^2, H, W): the inverse of pixel_shuffle."""
+    x, r = as_tensor(input), int(downscale_factor)
+    if x.ndim < 3 or r < 1 or x.shape[-2] % r or x.shape[-1] % r:
+        raise ShapeError(f"pixel_unshuffle: input {x.shape} needs (*, C, H, W) with H and W "
+                         f"divisible by downscale_factor {r}")  # fmt: skip
+    *lead, c, h, w = x.shape
+    k = len(lead)
+    y = reshape(x, (*lead, c, h // r, r, w // r, r))
+    y = permute(y, (*range(k), k, k + 2, k + 4, k + 1, k + 3))
+    return reshape(y, (*lead, c * r * r, h // r, w // r))
+
+
+def _along(x: Tensor, axis: int, index: Any) -> Tensor:
+    """x[:, ..., index] with `index` (a slice or an integer array) at `axis`."""
+    return x[(slice(None),) * axis + (index,)]
+
+
+_PAD_MODES = ("constant", "reflect", "replicate", "circular")
+
+
+def pad(input: Any, pad: Sequence[int], mode: str = "constant", value: float | None = None):
+    """PyTorch's pad: `pad` is (before, after) pairs for the last axes, the last axis first, so
+    (1, 2, 3, 4) pads the width by 1 and 2 and the height by 3 and 4. Modes: constant (`value`;
+    negative widths crop), reflect (mirrored, the edge not repeated), replicate (the edge
+    repeated), circular (wrapped around)."""
+    x = as_tensor(input)
+    if len(pad) % 2 or len(pad) // 2 > x.ndim:
+        raise ValueError(f"pad: {tuple(pad)} must hold (before, after) pairs for at most the "
+                         f"{x.ndim} axes of the input {x.shape}")  # fmt: skip
+    if mode not in _PAD_MODES:
+        raise ValueError(f"pad: mode must be one of {_PAD_MODES}, not {mode!r}")
+    if mode != "constant" and value is not None:
+        raise ValueError(f"pad: mode {mode!r} takes no value")
+    widths = {x.ndim - 1 - i: (int(pad[2 * i]), int(pad[2 * i + 1])) for i in range(len(pad) // 2)}
+    if mode == "constant":
+        return _pad_constant(x, [widths.get(a, (0, 0)) for a in range(x.ndim)], value or 0.0)
+    for axis, (lo, hi) in widths.items():
+        n = x.shape[axis]
+        limit = n if mode == "circular" else n - 1 if mode == "reflect" else math.inf
+        if builtins.min(lo, hi) < 0 or builtins.max(lo, hi) > limit or n == 0:
+            raise ValueError(f"pad: widths {(lo, hi)} for axis {axis} of the input {x.shape} in "
+                             f"mode {mode!r} must be non-negative and at most {limit}")  # fmt: skip
+        x = concatenate([p for p in _pad_parts(x, axis, lo, hi, mode) if p.shape[axis]], axis)
+    return x
+
+
+def _pad_constant(x: Tensor, widths: list[tuple[int, int]], value: float) -> Tensor:
+    """Negative widths crop (a slice), positive ones pad (the `pad` op)."""
+    x = x[tuple(slice(-builtins.min(0, lo), n + builtins.min(0, hi))
+                for n, (lo, hi) in zip(x.shape, widths, strict=True))]  # fmt: skip
+    width = tuple((builtins.max(0, lo), builtins.max(0, hi)) for lo, hi in widths)
+    if not any(lo or hi for lo, hi in width):
+        return x
+    return P.pad(x, pad_width=width, value=float(value))
+
+
+def _pad_parts(x: Tensor, axis: int, lo: int, hi: int, mode: str) -> list[Tensor]:
+    """What goes before `x` along `axis`, `x`, and what goes after, for one padding mode."""
+    n = x.shape[axis]
+    if mode == "reflect":
+        before = _along(x, axis, slice(lo, 0, -1))
+        after = _along(x, axis, slice(n - 2, n - 2 - hi if n - 2 - hi >= 0 else None, -1))
+    elif mode == "replicate":
+        edge = lambda i, k: _repeat_axis(_along(x, axis, slice(i, i + 1)), axis, k)  # noqa: E731
+        before, after = edge(0, lo), edge(n - 1, hi)
+    else:
+        before, after = _along(x, axis, slice(n - lo, n)), _along(x, axis, slice(0, hi))
+    return [before, x, after]
+
+
+def _repeat_axis(x: Tensor, axis: int, size: int) -> Tensor:
+    """`x` (of extent 1 along `axis`) repeated `size` times there, as a broadcast view."""
+    shape = list(x.shape)
+    shape[axis] = size
+    return P.broadcast_to(x, shape=tuple(shape))
+
+
+_INTERPOLATION = {"nearest": None, "nearest-exact": None, "linear": 1, "bilinear": 2,
+                  "trilinear": 3}  # fmt: skip
+
+
+def interpolate(
+    input: Any,
+    size: int | Sequence[int] | None = None,
+    scale_factor: float | Sequence[float] | None = None,
+    mode: str = "nearest",
+    align_corners: bool | None = None,
+    recompute_scale_factor: bool | None = None,
+    antialias: bool = False,
+) -> Tensor:
+    """Resize the spatial axes of (N, C, *spatial) `input` to `size`, or by `scale_factor`,
+    with PyTorch's index rules: "nearest" (floor(i * in / out), in float32 as PyTorch computes
+    it), "nearest-exact", and "linear"/"bilinear"/"trilinear" (pixel centres, or the corners
+    with `align_corners`). One axis at a time: a gather (or a broadcast for integer nearest
+    upsampling) and, for the linear modes, a weighted sum of two gathers."""
+    x = as_tensor(input)
+    dims = x.ndim - 2
+    if mode not in _INTERPOLATION:
+        raise NotImplementedError(f"interpolate: mode {mode!r}; supported: "
+                                  f"{', '.join(_INTERPOLATION)}")  # fmt: skip
+    linear = _INTERPOLATION[mode] is not None
+    if dims < 1 or linear and dims != _INTERPOLATION[mode]:
+        raise ShapeError(f"interpolate: input {x.shape} in mode {mode!r}; expected (N, C, "
+                         f"{', '.join(['*'] * (_INTERPOLATION[mode] or 1))})")  # fmt: skip
+    if align_corners is not None and not linear:
+        raise ValueError("interpolate: align_corners is only for the linear modes")
+    if antialias:
+        raise NotImplementedError("interpolate: antialias is not supported")
+    if (size is None) == (scale_factor is None):
+        raise ValueError("interpolate: give exactly one of size and scale_factor")
+    if size is not None and recompute_scale_factor:
+        raise ValueError("interpolate: recompute_scale_factor is not meaningful with a size")
+    sizes, scales = _interpolation_sizes(x.shape[2:], size, scale_factor)
+    if recompute_scale_factor:
+        scales = (None,) * dims
+    for i, (out, scale) in enumerate(zip(sizes, scales, strict=True)):
+        axis = 2 + i
+        if linear:
+            x = _linear_axis(x, axis, out, scale, bool(align_corners))
+        else:
+            x = _nearest_axis(x, axis, out, scale, mode == "nearest-exact")
+    return x
+
+
+def _interpolation_sizes(spatial: tuple[int, ...], size: Any, scale_factor: Any) -> tuple:
+    """The output's spatial sizes, and the scales PyTorch's index rules read (None: in / out)."""
+    dims = len(spatial)
+    if size is not None:
+        sizes = (size,) * dims if isinstance(size, int | np.integer) else tuple(size)
+        scales = (None,) * len(sizes)
+    else:
+        scales = (scale_factor,) * dims if np.isscalar(scale_factor) else tuple(scale_factor)
+        sizes = tuple(
+            math.floor(float(n) * float(s)) for n, s in zip(spatial, scales, strict=False)
+        )
+    if len(sizes) != dims or len(scales) != dims or builtins.min(sizes) < 1:
+        raise ValueError(f"interpolate: spatial size {spatial}, size {size}, scale_factor "
+                         f"{scale_factor}: need one positive size per spatial axis")  # fmt: skip
+    return tuple(int(n) for n in sizes), scales
+
+
+def _nearest_axis(x: Tensor, axis: int, out: int, scale: float | None, exact: bool) -> Tensor:
+    n = x.shape[axis]
+    step = np.float32(1.0 / scale) if scale else np.float32(n) / np.float32(out)
+    dst = np.arange(out)
+    if exact:  # PyTorch: floorf((i + 0.5) * scale), the product in double rounded to float
+        src = np.floor(((dst + 0.5) * np.float64(step)).astype(np.float32))
+    elif out == n or out == 2 * n:
+        src = dst * n // out
+    else:
+        src = np.floor(dst.astype(np.float32) * step)
+    src = np.minimum(src.astype(np.int64), n - 1)
+    k = out // n
+    if out == n * k and np.array_equal(src, dst // k):  # each row k times: a broadcast view
+        shape = (*x.shape[: axis + 1], 1, *x.shape[axis + 1 :])
+        y = _repeat_axis(reshape(x, shape), axis + 1, k)
+        return reshape(y, (*x.shape[:axis], out, *x.shape[axis + 1 :]))
+    return _along(x, axis, Tensor(src))
+
+
+def _linear_axis(x: Tensor, axis: int, out: int, scale: float | None, corners: bool) -> Tensor:
+    """PyTorch's linear weights, computed in the input's precision: the source position i *
+    (in - 1) / (out - 1) with align_corners, else (i + 0.5) * in / out - 0.5 (not below 0)."""
+    n, dtype = x.shape[axis], np.result_type(x.dtype, np.float32)
+    dst = np.arange(out, dtype=dtype)
+    if corners:
+        src = dst * dtype.type((n - 1) / (out - 1) if out > 1 else 0.0)
+    else:
+        step = dtype.type(1.0 / scale) if scale else dtype.type(n) / dtype.type(out)
+        src = np.maximum(step * (dst + dtype.type(0.5)) - dtype.type(0.5), 0)
+    lo = np.minimum(np.floor(src).astype(np.int64), n - 1)
+    hi = lo + (lo < n - 1)
+    frac = np.clip(src - lo, 0, 1).astype(dtype)
+    shape = [1] * x.ndim
+    shape[axis] = out
+    frac = Tensor(frac.reshape(shape))
+    return _along(x, axis, Tensor(lo)) * (1.0 - frac) + _along(x, axis, Tensor(hi)) * frac
+
+
+# --- normalization over groups and instances ----------------------------------------------------
+
+
+def _affine(y: Tensor, weight: Any, bias: Any) -> Tensor:
+    """Per-channel (axis 1) scale and shift."""
+    shape = (1, y.shape[1]) + (1,) * (y.ndim - 2)
+    if weight is not None:
+        y = y * reshape(weight, shape)
+    return y if bias is None else y + reshape(bias, shape)
+
+
+def group_norm(
+    input: Any, num_groups: int, weight: Any = None, bias: Any = None, eps: float = 1e-5
+) -> Tensor:
+    """Normalize (N, C, *) `input` over each group of C / num_groups channels (and all their
+    positions), then scale and shift per channel: a layer norm of (N, groups, rest)."""
+    x = as_tensor(input)
+    if x.ndim < 2 or num_groups < 1 or x.shape[1] % num_groups:
+        raise ShapeError(f"group_norm: input {x.shape} needs (N, C, *) with C divisible by "
+                         f"num_groups {num_groups}")  # fmt: skip
+    flat = reshape(x, (x.shape[0], num_groups, -1))
+    return _affine(reshape(layer_norm(flat, flat.shape[-1:], eps=eps), x.shape), weight, bias)
+
+
+def instance_norm(
+    input: Any,
+    running_mean: Tensor | None = None,
+    running_var: Tensor | None = None,
+    weight: Any = None,
+    bias: Any = None,
+    use_input_stats: bool = True,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Normalize each channel of each sample of (N, C, *) `input` over its positions. With
+    `use_input_stats` the running statistics (if given) move towards the batch's mean of the
+    instances' means and unbiased variances, in place; without, they normalize."""
+    x = as_tensor(input)
+    if x.ndim < 3:
+        raise ShapeError(f"instance_norm: input {x.shape} must be (N, C, *spatial)")
+    if not use_input_stats:
+        if running_mean is None or running_var is None:
+            raise ValueError("instance_norm: use_input_stats=False needs running_mean and _var")
+        shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+        y = (x - reshape(running_mean, shape)) / sqrt(reshape(running_var, shape) + eps)
+        return _affine(y, weight, bias)
+    flat = reshape(x, (*x.shape[:2], -1))
+    count = flat.shape[-1]
+    if count < 2:
+        raise ValueError(f"instance_norm: expected more than 1 position per channel, got "
+                         f"input {x.shape}")  # fmt: skip
+    if running_mean is not None and running_var is not None:
+        with no_grad():
+            values = flat.detach()
+            mu = mean(values, -1, keepdims=True)
+            var = sum((values - mu) ** 2.0, -1) / float(count - 1)
+            running_mean._assign(running_mean * (1.0 - momentum)
+                                 + mean(reshape(mu, mu.shape[:2]), 0) * momentum)  # fmt: skip
+            running_var._assign(running_var * (1.0 - momentum) + mean(var, 0) * momentum)
+    return _affine(reshape(layer_norm(flat, (count,), eps=eps), x.shape), weight, bias)

@@ -11,10 +11,10 @@ import numpy as np
 
 from tracegrad.core.primitives import where
 from tracegrad.frontend.functions import permute, reshape
-from tracegrad.frontend.tensor import Tensor
+from tracegrad.frontend.tensor import Tensor, as_tensor
 from tracegrad.nn import functional as F
 from tracegrad.nn import init
-from tracegrad.nn.modules import Linear, Module, _uniform
+from tracegrad.nn.modules import Linear, Module, uniform_parameter
 
 __all__ = [
     "AdaptiveAvgPool2d",
@@ -23,9 +23,14 @@ __all__ = [
     "BatchNorm2d",
     "Conv1d",
     "Conv2d",
+    "ConvTranspose1d",
+    "ConvTranspose2d",
     "Embedding",
     "Flatten",
+    "GroupNorm",
     "Identity",
+    "InstanceNorm1d",
+    "InstanceNorm2d",
     "MaxPool2d",
     "ModuleDict",
     "ModuleList",
@@ -38,10 +43,12 @@ def _tuple(v: int | Sequence[int], n: int) -> tuple[int, ...]:
 
 
 class _ConvNd(Module):
-    """Weight (out, in / groups, *kernel) and bias drawn as PyTorch draws them (kaiming uniform
-    with a = sqrt(5): U(-1/sqrt(fan_in), 1/sqrt(fan_in)))."""
+    """Weight (out, in / groups, *kernel), or (in, out / groups, *kernel) when transposed, and
+    bias drawn as PyTorch draws them (kaiming uniform with a = sqrt(5): U(-1/sqrt(fan_in),
+    1/sqrt(fan_in)), fan_in the weight's dim 1 times the kernel's size)."""
 
     dims = 2
+    transposed = False
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int],
                  stride: int | Sequence[int] = 1, padding: int | Sequence[int] | str = 0,
@@ -59,10 +66,12 @@ class _ConvNd(Module):
         self.kernel_size = _tuple(kernel_size, self.dims)
         self.stride, self.dilation = _tuple(stride, self.dims), _tuple(dilation, self.dims)
         self.padding = padding if isinstance(padding, str) else _tuple(padding, self.dims)
-        fan_in = in_channels // groups * math.prod(self.kernel_size)
+        channels = (in_channels, out_channels // groups) if self.transposed else \
+            (out_channels, in_channels // groups)  # fmt: skip
+        fan_in = channels[1] * math.prod(self.kernel_size)
         bound = 1.0 / math.sqrt(fan_in) if fan_in else 0.0
-        self.weight = _uniform((out_channels, in_channels // groups, *self.kernel_size), bound)
-        self.bias = _uniform((out_channels,), bound) if bias else None
+        self.weight = uniform_parameter((*channels, *self.kernel_size), bound)
+        self.bias = uniform_parameter((out_channels,), bound) if bias else None
 
     def extra_repr(self) -> str:
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
@@ -82,6 +91,58 @@ class Conv1d(_ConvNd):
         padding = self.padding if isinstance(self.padding, str) else self.padding[0]
         return F.conv1d(x, self.weight, self.bias, self.stride[0], padding, self.dilation[0],
                         self.groups)  # fmt: skip
+
+
+class _ConvTransposeNd(_ConvNd):
+    """The transposed convolution (the gradient of a convolution with respect to its input), with
+    PyTorch's arguments in PyTorch's order; forward(x, output_size) picks the output_padding
+    that gives `output_size`."""
+
+    transposed = True
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int],
+                 stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
+                 output_padding: int | Sequence[int] = 0, groups: int = 1, bias: bool = True,
+                 dilation: int | Sequence[int] = 1, padding_mode: str = "zeros"):  # fmt: skip
+        if isinstance(padding, str):
+            raise ValueError(f"{type(self).__name__}: padding must be an int or a tuple, not "
+                             f"{padding!r}")  # fmt: skip
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
+                         groups, bias, padding_mode)  # fmt: skip
+        self.output_padding = _tuple(output_padding, self.dims)
+
+    def _output_padding(self, x: Tensor, output_size: Sequence[int] | None) -> tuple[int, ...]:
+        if output_size is None:
+            return self.output_padding
+        want = tuple(output_size)[-self.dims :]
+        smallest = tuple((x.shape[-self.dims + i] - 1) * self.stride[i] - 2 * self.padding[i]
+                         + self.dilation[i] * (self.kernel_size[i] - 1) + 1
+                         for i in range(self.dims))  # fmt: skip
+        if any(not s <= w < s + d for w, s, d in zip(want, smallest, self.stride, strict=True)):
+            raise ValueError(f"{type(self).__name__}: output_size {tuple(output_size)} for input "
+                             f"{x.shape}: each size from {smallest} to that plus the stride "
+                             f"{self.stride} minus one")  # fmt: skip
+        return tuple(w - s for w, s in zip(want, smallest, strict=True))
+
+    def extra_repr(self) -> str:
+        extra = f", output_padding={self.output_padding}" if any(self.output_padding) else ""
+        return super().extra_repr() + extra
+
+
+class ConvTranspose2d(_ConvTransposeNd):
+    def forward(self, x: Tensor, output_size: Sequence[int] | None = None) -> Tensor:
+        return F.conv_transpose2d(x, self.weight, self.bias, self.stride, self.padding,
+                                  self._output_padding(x, output_size), self.groups,
+                                  self.dilation)  # fmt: skip
+
+
+class ConvTranspose1d(_ConvTransposeNd):
+    dims = 1
+
+    def forward(self, x: Tensor, output_size: Sequence[int] | None = None) -> Tensor:
+        return F.conv_transpose1d(x, self.weight, self.bias, self.stride, self.padding,
+                                  self._output_padding(x, output_size), self.groups,
+                                  self.dilation)  # fmt: skip
 
 
 class MaxPool2d(Module):
@@ -199,11 +260,12 @@ class _BatchNorm(Module):
         momentum = self.momentum
         use_batch = self.training or self.running_mean is None
         if self.training and self.track_running_stats:
-            self.num_batches_tracked._assign(self.num_batches_tracked + 1)
-            if momentum is None:  # a cumulative average
-                momentum = 1.0 / float(self.num_batches_tracked)
+            count = self.num_batches_tracked
+            count._assign(count + 1)
+            if momentum is None:  # a cumulative average: from the count, a tensor when traced
+                momentum = (1.0 / count.astype(np.float64)).astype(self.running_mean.dtype)
         return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
-                            use_batch, momentum or 0.0, self.eps)  # fmt: skip
+                            use_batch, 0.0 if momentum is None else momentum, self.eps)  # fmt: skip
 
     def extra_repr(self) -> str:
         return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
@@ -215,6 +277,66 @@ class BatchNorm1d(_BatchNorm):
 
 class BatchNorm2d(_BatchNorm):
     ndims = (4,)
+
+
+class _InstanceNorm(_BatchNorm):
+    """Normalizes each channel of each sample over its positions (F.instance_norm); PyTorch's
+    defaults: no affine, no running statistics. Unbatched inputs are accepted."""
+
+    dims = 1
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
+                 affine: bool = False, track_running_stats: bool = False):  # fmt: skip
+        super().__init__(num_features, eps, momentum, affine, track_running_stats)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.ndim == self.dims + 1:  # one sample: (C, *spatial)
+            return self.forward(reshape(x, (1, *x.shape)))[0]
+        if x.ndim != self.dims + 2:
+            raise ValueError(f"{type(self).__name__}: expected a {self.dims + 2}-d (batched) or "
+                             f"{self.dims + 1}-d input, got {x.shape}")  # fmt: skip
+        return F.instance_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                               self.training or not self.track_running_stats,
+                               self.momentum if self.momentum is not None else 0.0,
+                               self.eps)  # fmt: skip
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
+            f"affine={self.affine}, track_running_stats={self.track_running_stats}"
+        )
+
+
+class InstanceNorm1d(_InstanceNorm):
+    dims = 1
+
+
+class InstanceNorm2d(_InstanceNorm):
+    dims = 2
+
+
+class GroupNorm(Module):
+    """Normalizes each sample over groups of num_channels / num_groups channels (F.group_norm),
+    then scales and shifts per channel (weight ones, bias zeros)."""
+
+    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5,
+                 affine: bool = True):  # fmt: skip
+        super().__init__()
+        if num_groups < 1 or num_channels % num_groups:
+            raise ValueError(f"GroupNorm: num_channels {num_channels} must divide by "
+                             f"num_groups {num_groups}")  # fmt: skip
+        self.num_groups, self.num_channels, self.eps, self.affine = (num_groups, num_channels,
+                                                                     eps, affine)  # fmt: skip
+        self.weight = self.bias = None
+        if affine:
+            self.weight = Tensor(np.ones(num_channels, np.float32), requires_grad=True)
+            self.bias = Tensor(np.zeros(num_channels, np.float32), requires_grad=True)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
 
 
 class ModuleList(Module):
@@ -281,19 +403,29 @@ class ModuleDict(Module):
 class MultiheadAttention(Module):
     """PyTorch's layout: in_proj_weight (3 E, E) and in_proj_bias (q, k, v stacked), out_proj a
     Linear. A boolean attn_mask (L, S) or (N * heads, L, S) marks positions NOT attended (True),
-    as in PyTorch's module (the opposite of scaled_dot_product_attention); a float one is added.
-    Returns (output, weights averaged over heads or None)."""
+    as in PyTorch's module (the opposite of scaled_dot_product_attention); a float one is added;
+    so for key_padding_mask (N, S). `dropout` applies to the attention weights in training.
+    Returns (output, weights averaged over heads or None); without masks and weights it is one
+    fused op (F.scaled_dot_product_attention)."""
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
-                 batch_first: bool = False):  # fmt: skip
+                 add_bias_kv: bool = False, add_zero_attn: bool = False, kdim: int | None = None,
+                 vdim: int | None = None, batch_first: bool = False, device: Any = None,
+                 dtype: Any = None):  # fmt: skip
         super().__init__()
         if embed_dim % num_heads:
             raise ValueError(f"MultiheadAttention: embed_dim {embed_dim} must divide by "
                              f"num_heads {num_heads}")  # fmt: skip
-        if dropout:
-            raise NotImplementedError("MultiheadAttention: dropout is not supported yet")
+        if add_bias_kv or add_zero_attn or kdim not in (None, embed_dim) \
+                or vdim not in (None, embed_dim):  # fmt: skip
+            raise NotImplementedError(
+                "MultiheadAttention: add_bias_kv, add_zero_attn, and kdim or vdim other than "
+                "embed_dim are not supported"
+            )
+        if not 0.0 <= dropout <= 1.0:
+            raise ValueError(f"MultiheadAttention: dropout must be in [0, 1], not {dropout}")
         self.embed_dim, self.num_heads, self.batch_first = embed_dim, num_heads, batch_first
-        self.head_dim = embed_dim // num_heads
+        self.dropout, self.head_dim = float(dropout), embed_dim // num_heads
         self.in_proj_weight = Tensor(np.zeros((3 * embed_dim, embed_dim), np.float32),
                                      requires_grad=True)  # fmt: skip
         init.xavier_uniform_(self.in_proj_weight)
@@ -303,6 +435,7 @@ class MultiheadAttention(Module):
         self.out_proj = Linear(embed_dim, embed_dim, bias=bias)
         if bias:
             init.zeros_(self.out_proj.bias)
+        self.to(device, dtype)
 
     def _heads(self, x: Tensor, i: int) -> Tensor:
         """Project with the i-th third of in_proj and split heads: (N, heads, T, head_dim)."""
@@ -317,14 +450,32 @@ class MultiheadAttention(Module):
     def forward(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Any = None,
                 need_weights: bool = True, attn_mask: Any = None,
                 average_attn_weights: bool = True, is_causal: bool = False):  # fmt: skip
+        query, key, value = (as_tensor(t) for t in (query, key, value))
+        if query.ndim == 2:  # unbatched (L, E): a batch of one
+            axis = 0 if self.batch_first else 1
+            one = lambda t: reshape(t, (*t.shape[:axis], 1, *t.shape[axis:]))  # noqa: E731
+            if key_padding_mask is not None:
+                key_padding_mask = reshape(as_tensor(key_padding_mask), (1, -1))
+            out, weights = self.forward(one(query), one(key), one(value), key_padding_mask,
+                                        need_weights, attn_mask, average_attn_weights,
+                                        is_causal)  # fmt: skip
+            out = reshape(out, query.shape[:1] + out.shape[2:])
+            return out, None if weights is None else weights[0]
         if not self.batch_first:
             query, key, value = (permute(t, (1, 0, 2)) for t in (query, key, value))
         n, length = query.shape[:2]
         q, k, v = self._heads(query, 0), self._heads(key, 1), self._heads(value, 2)
-        scores = (q * (1.0 / math.sqrt(self.head_dim))) @ permute(k, (0, 1, 3, 2))
-        scores = self._masked(scores, attn_mask, key_padding_mask, is_causal)
-        weights = F.softmax(scores, axis=-1)
-        out = permute(weights @ v, (0, 2, 1, 3))
+        p = self.dropout if self.training else 0.0
+        if not need_weights and key_padding_mask is None and (attn_mask is None or is_causal):
+            # PyTorch's own path: is_causal is a hint that attn_mask is the causal mask
+            weights = None
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=is_causal)
+        else:
+            scores = (q * (1.0 / math.sqrt(self.head_dim))) @ permute(k, (0, 1, 3, 2))
+            scores = self._masked(scores, attn_mask, key_padding_mask, is_causal)
+            weights = F.dropout(F.softmax(scores, axis=-1), p)
+            out = weights @ v
+        out = permute(out, (0, 2, 1, 3))
         out = self.out_proj(reshape(out, (n, length, self.embed_dim)))
         if not self.batch_first:
             out = permute(out, (1, 0, 2))

@@ -1,19 +1,22 @@
-"""`Module` and the layers PyTorch and MegEngine users expect.
+"""`Module`, `Parameter` and the layers PyTorch and MegEngine users expect.
 
-Parameters are leaf tensors with `requires_grad=True`, registered (like submodules) when assigned
-as attributes. Loading a state dict writes into the existing parameter tensors, so an optimizer
-(or a traced step) that holds them keeps seeing the loaded values.
+Parameters are `Parameter`s (or any leaf tensor with `requires_grad=True`), registered (like
+submodules) when assigned as attributes. Loading a state dict, and converting a module's dtype,
+write into the existing parameter tensors, so an optimizer (or a traced step) that holds them
+keeps seeing the loaded values.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from tracegrad.core.errors import TraceError
 from tracegrad.frontend import random
+from tracegrad.frontend.device import require_cpu
 from tracegrad.frontend.tensor import Listeners, Tensor
 from tracegrad.frontend.tracer import watch
 from tracegrad.nn import functional as F
@@ -29,14 +32,50 @@ def manual_seed(seed: int) -> None:
     random.manual_seed(seed)
 
 
-def _uniform(shape: tuple[int, ...], bound: float) -> Tensor:
-    data = _generator.uniform(-bound, bound, shape).astype(np.float32)
-    return Tensor(data, requires_grad=True)
+class Parameter(Tensor):
+    """A tensor that a Module registers as a parameter when it is assigned as an attribute
+    (PyTorch's `nn.Parameter`), also with `requires_grad=False` (a frozen parameter). It shares
+    `data`'s array; ops on it give plain tensors, as in PyTorch."""
+
+    __slots__ = ()
+
+    def __init__(self, data: Any = None, requires_grad: bool = True):
+        if data is None:
+            data = np.empty(0, np.float32)
+        if isinstance(data, Tensor) and data.is_symbolic:
+            raise TraceError(
+                "nn.Parameter: cannot make a parameter of a value computed inside @trace; "
+                "create parameters before the traced step"
+            )
+        super().__init__(data, requires_grad=requires_grad)
+        if isinstance(data, Tensor):
+            self._version = data._version  # an alias of `data`, as in PyTorch
+
+    def __repr__(self) -> str:
+        return "Parameter containing:\n" + super().__repr__()
+
+
+def init_generator() -> np.random.Generator:
+    """The generator parameter initialization draws from (`manual_seed` seeds it)."""
+    return _generator
+
+
+def uniform_parameter(shape: tuple[int, ...], bound: float) -> Parameter:
+    """A float32 parameter drawn from U(-bound, bound): PyTorch's default initialization."""
+    return Parameter(_generator.uniform(-bound, bound, shape).astype(np.float32))
 
 
 class IncompatibleKeys(NamedTuple):
     missing_keys: list[str]
     unexpected_keys: list[str]
+
+    def __repr__(self) -> str:
+        if not self.missing_keys and not self.unexpected_keys:
+            return "<All keys matched successfully>"
+        return (
+            f"IncompatibleKeys(missing_keys={self.missing_keys}, "
+            f"unexpected_keys={self.unexpected_keys})"
+        )
 
 
 class Module:
@@ -62,7 +101,9 @@ class Module:
             self._buffers[name] = value
         elif isinstance(value, Module):
             self._modules[name] = value
-        elif isinstance(value, Tensor) and value.is_leaf and value.requires_grad:
+        elif isinstance(value, Parameter) or (
+            isinstance(value, Tensor) and value.is_leaf and value.requires_grad
+        ):
             self._parameters[name] = value
         object.__setattr__(self, name, value)
 
@@ -71,6 +112,15 @@ class Module:
         self._modules.pop(name, None)
         self._buffers.pop(name, None)
         object.__delattr__(self, name)
+
+    def register_parameter(self, name: str, param: Parameter | None) -> None:
+        """PyTorch's spelling of `self.name = param` (None leaves the attribute None)."""
+        if param is not None and not isinstance(param, Parameter):
+            raise TypeError(
+                f"register_parameter: '{name}' must be an nn.Parameter or None, "
+                f"not {type(param).__name__}"
+            )
+        setattr(self, name, param)
 
     def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
         """State that is not a parameter (batch norm's running statistics): in `state_dict`
@@ -96,14 +146,18 @@ class Module:
         return self.forward(*args, **kwargs)
 
     # --- traversal -------------------------------------------------------------------------
-    def named_modules(self, prefix: str = "") -> Iterator[tuple[str, Module]]:
-        """This module and every submodule, depth first in registration order, each once."""
-        seen: set[int] = set()
+    def named_modules(
+        self, memo: set | None = None, prefix: str = "", remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Module]]:
+        """This module and every submodule, depth first in registration order: a shared one
+        once, or (remove_duplicate=False) under every name that reaches it."""
+        seen: set[int] = set() if memo is None else memo
 
         def walk(module: Module, path: str) -> Iterator[tuple[str, Module]]:
-            if id(module) in seen:
-                return
-            seen.add(id(module))
+            if remove_duplicate:
+                if id(module) in seen:
+                    return
+                seen.add(id(module))
             yield path, module
             for name, child in module._modules.items():
                 yield from walk(child, f"{path}.{name}" if path else name)
@@ -139,72 +193,135 @@ class Module:
             else:
                 p.grad = Tensor(np.zeros(p.shape, p.grad.dtype))
 
-    def named_parameters(self) -> Iterator[tuple[str, Tensor]]:
-        """("0.weight", tensor) pairs, recursive, in registration order; shared ones once."""
+    def _named_members(
+        self, members: Callable[[Module], dict[str, Any]], prefix: str, recurse: bool,
+        remove_duplicate: bool,
+    ) -> Iterator[tuple[str, Tensor]]:  # fmt: skip
+        modules = (
+            self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate)
+            if recurse
+            else [(prefix, self)]
+        )
         seen: set[int] = set()
-        for path, module in self.named_modules():
-            for name, p in module._parameters.items():
-                if id(p) not in seen:
-                    seen.add(id(p))
-                    yield (f"{path}.{name}" if path else name), p
+        for path, module in modules:
+            for name, t in members(module).items():
+                if t is None or (remove_duplicate and id(t) in seen):
+                    continue
+                seen.add(id(t))
+                yield (f"{path}.{name}" if path else name), t
 
-    def parameters(self) -> Iterator[Tensor]:
-        return (p for _, p in self.named_parameters())
+    def named_parameters(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Tensor]]:
+        """("0.weight", tensor) pairs, recursive, in registration order; a shared parameter once,
+        under the first name that reaches it (unless remove_duplicate=False)."""
+        return self._named_members(lambda m: m._parameters, prefix, recurse, remove_duplicate)
 
-    def named_buffers(self) -> Iterator[tuple[str, Tensor]]:
-        for path, module in self.named_modules():
-            for name, b in module._buffers.items():
-                if b is not None:
-                    yield (f"{path}.{name}" if path else name), b
+    def parameters(self, recurse: bool = True) -> Iterator[Tensor]:
+        return (p for _, p in self.named_parameters(recurse=recurse))
 
-    def buffers(self) -> Iterator[Tensor]:
-        return (b for _, b in self.named_buffers())
+    def named_buffers(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Tensor]]:
+        return self._named_members(lambda m: m._buffers, prefix, recurse, remove_duplicate)
+
+    def buffers(self, recurse: bool = True) -> Iterator[Tensor]:
+        return (b for _, b in self.named_buffers(recurse=recurse))
 
     def _state(self) -> dict[str, Tensor]:
-        """Parameters and persistent buffers by name, each module's parameters first."""
-        params = {id(p): name for name, p in self.named_parameters()}
+        """Parameters and persistent buffers under every name that reaches them (a tied weight
+        is listed under each, as PyTorch lists it), each module's parameters first."""
         state = {}
-        for path, module in self.named_modules():
-            prefix = f"{path}." if path else ""
+        for path, module in self.named_modules(remove_duplicate=False):
+            path = f"{path}." if path else ""
             for name, p in module._parameters.items():
-                if params.get(id(p)) == prefix + name:
-                    state[prefix + name] = p
+                state[path + name] = p
             for name, b in module._buffers.items():
                 if b is not None and name not in module._non_persistent:
-                    state[prefix + name] = b
+                    state[path + name] = b
         return state
 
     # --- state -----------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Tensor]:
-        """Parameter (and buffer) name -> a detached tensor sharing its data (as in PyTorch)."""
-        return {name: p.detach() for name, p in self._state().items()}
+    def state_dict(self, *, prefix: str = "", keep_vars: bool = False) -> dict[str, Tensor]:
+        """Parameter (and buffer) name -> a detached tensor sharing its data (as in PyTorch;
+        with keep_vars=True, the parameters themselves). A shared (tied) parameter appears under
+        every name that reaches it, all sharing one array. `prefix` is put before each name."""
+        return {prefix + k: t if keep_vars else t.detach() for k, t in self._state().items()}
 
     def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> IncompatibleKeys:
-        """Copy `state` into the existing parameters. Checks everything before writing anything."""
-        params = self._state()
-        missing = [k for k in params if k not in state]
-        unexpected = [k for k in state if k not in params]
-        arrays = {k: v if isinstance(v, Tensor) else Tensor(np.asarray(v))  # traced: symbolic
-                  for k, v in state.items() if k in params}  # fmt: skip
+        """Copy `state` into the existing parameters. Checks everything before writing anything.
+
+        A tied parameter is found under each of its names, as PyTorch's: `strict` wants all of
+        them; with strict=False one of them is enough (the others are reported missing); when
+        the copies in `state` differ, the one under the name `state_dict()` lists last wins."""
+        targets = self._state()
+        missing = [k for k in targets if k not in state]
+        unexpected = [k for k in state if k not in targets]
+        values = {k: v if isinstance(v, Tensor) else Tensor(np.asarray(v))  # traced: symbolic
+                  for k, v in state.items() if k in targets}  # fmt: skip
         problems = [
-            f"shape mismatch for '{k}': checkpoint {a.shape}, model {params[k].shape}"
-            for k, a in arrays.items()
-            if a.shape != params[k].shape
+            f"shape mismatch for '{k}': checkpoint {v.shape}, model {targets[k].shape}"
+            for k, v in values.items()
+            if v.shape != targets[k].shape
         ]
         if strict:
             problems += [f"missing key '{k}'" for k in missing]
             problems += [f"unexpected key '{k}'" for k in unexpected]
         if problems:
             raise RuntimeError(f"{type(self).__name__}.load_state_dict: " + "; ".join(problems))
-        for k, a in arrays.items():
-            params[k]._assign(a)
+        for k, target in targets.items():  # in the model's order: the last tied copy wins
+            if k in values:
+                target._assign(values[k])
         return IncompatibleKeys(missing, unexpected)
 
+    # --- dtype and device ------------------------------------------------------------------
     def to(self, *args: Any, **kwargs: Any) -> Module:
-        """PyTorch's model.to("cpu"): the CPU is the only device, so the module itself."""
-        for a in (*args, *kwargs.values()):
-            if not (isinstance(a, str) and a.startswith("cpu")):
-                raise ValueError(f"{type(self).__name__}.to({a!r}): only 'cpu' is supported")
+        """PyTorch's module.to(dtype), .to("cpu"), .to(device, dtype), .to(tensor) (its dtype):
+        floating parameters and buffers are converted in place (see `type`). The CPU is the
+        only device: any other raises ValueError."""
+        dtype = _to_arguments(f"{type(self).__name__}.to", args, kwargs)
+        if dtype is None:
+            return self
+        if dtype.kind != "f":
+            raise TypeError(
+                f"{type(self).__name__}.to only accepts floating point dtypes, but got {dtype}"
+            )
+        return self._convert(dtype, lambda t: t.dtype.kind == "f")
+
+    def type(self, dst_type: Any) -> Module:
+        """Convert every parameter and buffer (integer ones too, as PyTorch's) to `dst_type`, in
+        place: the same tensors hold the new arrays (and gradients), so optimizers and traced
+        steps that hold them keep working (a traced step traces again for the new dtype)."""
+        return self._convert(np.dtype(dst_type), lambda t: True)
+
+    def double(self) -> Module:
+        return self._convert(np.dtype(np.float64), lambda t: t.dtype.kind == "f")
+
+    def float(self) -> Module:
+        return self._convert(np.dtype(np.float32), lambda t: t.dtype.kind == "f")
+
+    def half(self) -> Module:
+        """float16 parameters. The ops run in NumPy's float16, with no Numba kernels (a traced
+        step computes the same as eager, without the kernels' speed)."""
+        return self._convert(np.dtype(np.float16), lambda t: t.dtype.kind == "f")
+
+    def cpu(self) -> Module:
+        return self
+
+    def cuda(self, device: Any = None) -> Module:
+        require_cpu("cuda" if device is None else f"cuda:{device}", f"{type(self).__name__}.cuda")
+        return self
+
+    def _convert(self, dtype: np.dtype, which: Callable[[Tensor], bool]) -> Module:
+        if Listeners.tracers:  # a plan would not repeat it: it would happen once, while tracing
+            raise TraceError(
+                f"{type(self).__name__}: converting parameters to {dtype} inside @trace is not "
+                "supported; convert the module before the traced step"
+            )
+        tensors = {id(t): t for t in (*self.parameters(), *self.buffers())}
+        for t in tensors.values():
+            if which(t) and t.dtype != dtype:
+                _cast_in_place(t, dtype)
         return self
 
     def train(self, mode: bool = True) -> Module:
@@ -229,6 +346,43 @@ class Module:
         return head + "\n" + "\n".join(lines) + "\n)"
 
 
+def _to_arguments(where: str, args: tuple, kwargs: dict[str, Any]) -> np.dtype | None:
+    """The dtype of PyTorch's to(device=None, dtype=None, non_blocking=False) (or to(tensor)),
+    after checking that every device named is the CPU."""
+    unknown = set(kwargs) - {"device", "dtype", "non_blocking", "memory_format"}
+    if unknown:
+        raise TypeError(f"{where}() got unexpected keyword arguments {sorted(unknown)}")
+    dtype = kwargs.get("dtype")
+    if kwargs.get("device") is not None:
+        require_cpu(kwargs["device"], where)
+    for a in args:
+        if a is None or isinstance(a, bool):  # non_blocking
+            continue
+        if isinstance(a, Tensor):
+            dtype = a.dtype
+        elif isinstance(a, str) or not _is_dtype(a):
+            require_cpu(a, where)
+        else:
+            dtype = a
+    return None if dtype is None else np.dtype(dtype)
+
+
+def _is_dtype(a: Any) -> bool:
+    try:
+        np.dtype(a)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _cast_in_place(t: Tensor, dtype: np.dtype) -> None:
+    """Give `t` (and its gradient) a copy of its array in `dtype`: PyTorch's `param.data = ...`."""
+    t._value = t._value.astype(dtype)
+    t._version[0] += 1
+    if t.grad is not None:
+        t.grad = Tensor(t.grad.numpy().astype(dtype))
+
+
 class Linear(Module):
     """y = x @ weight.T + bias, weight of shape (out, in); PyTorch's default initialization."""
 
@@ -237,8 +391,8 @@ class Linear(Module):
         self.in_features, self.out_features = in_features, out_features
         # kaiming_uniform(a=sqrt(5)) reduces to U(-1/sqrt(in), 1/sqrt(in)), as for the bias
         bound = 1.0 / math.sqrt(in_features) if in_features else 0.0
-        self.weight = _uniform((out_features, in_features), bound)
-        self.bias = _uniform((out_features,), bound) if bias else None
+        self.weight = uniform_parameter((out_features, in_features), bound)
+        self.bias = uniform_parameter((out_features,), bound) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
         y = x @ self.weight.T
@@ -277,8 +431,12 @@ class Sequential(Module):
 
 
 class ReLU(Module):
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+        self.inplace = inplace
+
     def forward(self, x: Tensor) -> Tensor:
-        return F.relu(x)
+        return F.relu(x, self.inplace)
 
 
 class GELU(Module):
@@ -308,16 +466,16 @@ class Sigmoid(Module):
 class LayerNorm(Module):
     """Normalizes over the trailing `normalized_shape` axes, with a learned scale and shift."""
 
-    def __init__(
-        self, normalized_shape: int | Sequence[int], eps: float = 1e-5, elementwise_affine=True
-    ):
+    def __init__(self, normalized_shape: int | Sequence[int], eps: float = 1e-5,
+                 elementwise_affine: bool = True, bias: bool = True):  # fmt: skip
         super().__init__()
         shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
         self.normalized_shape, self.eps = tuple(shape), eps
         self.weight = self.bias = None
         if elementwise_affine:
-            self.weight = Tensor(np.ones(self.normalized_shape, np.float32), requires_grad=True)
-            self.bias = Tensor(np.zeros(self.normalized_shape, np.float32), requires_grad=True)
+            self.weight = Parameter(np.ones(self.normalized_shape, np.float32))
+        if elementwise_affine and bias:
+            self.bias = Parameter(np.zeros(self.normalized_shape, np.float32))
 
     def forward(self, x: Tensor) -> Tensor:
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
@@ -330,20 +488,20 @@ class LayerNorm(Module):
 class Dropout(Module):
     """Zeroes each element with probability `p` in training and scales the rest by 1/(1-p).
 
-    The mask is drawn from a random state tensor (tracegrad.random): the default one, or one of
+    The mask is drawn from a random state tensor (frontend.random): the default one, or one of
     its own when `seed` is given. A traced step reads and advances that state, so each call
     draws a fresh mask, and a traced run draws the same masks as an eager run with the same
     seed."""
 
-    def __init__(self, p: float = 0.5, seed: int | None = None):
+    def __init__(self, p: float = 0.5, inplace: bool = False, *, seed: int | None = None):
         super().__init__()
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"Dropout: p must be in [0, 1], not {p}")
-        self.p = p
+        self.p, self.inplace = p, inplace
         self.random_state = None if seed is None else random.new_state(seed)
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.dropout(x, self.p, self.training, state=self.random_state)
+        return F.dropout(x, self.p, self.training, self.inplace, state=self.random_state)
 
     def extra_repr(self) -> str:
         return f"p={self.p}"

@@ -7,10 +7,11 @@ Written so that `@tracegrad.trace` can capture a whole training step:
 - nothing that changes from step to step lives in Python: bias correction reads the step tensor;
 - updates happen in place (`p -= ...`, `buf._assign(...)`) under `no_grad`, which the tracer sees
   as state writes;
-- the learning rate is also held as a 0-d tensor per param group and parameter dtype, which a
-  traced step reads as state: a schedule that sets `opt.lr` or `group["lr"]` between steps needs
-  no new trace. The other
-  hyperparameters are baked into a traced step, with a guard: changing one traces it again.
+- the hyperparameters a schedule changes (the learning rate; momentum and betas, which
+  `OneCycleLR` cycles) are also held as 0-d float64 tensors per param group, which a traced step
+  reads as state: setting `opt.lr` or `group["momentum"]` between steps needs no new trace. The
+  other hyperparameters (and whether momentum is 0) are baked into a traced step, with a guard:
+  changing one traces it again.
 """
 
 from __future__ import annotations
@@ -20,29 +21,40 @@ from typing import Any
 
 import numpy as np
 
-from tracegrad.core.primitives import sqrt
+from tracegrad.core.primitives import Phase, sqrt
 from tracegrad.frontend.autodiff import enable_grad, no_grad
 from tracegrad.frontend.tensor import Tensor, phase
 from tracegrad.frontend.tracer import guard
 
 
 class ParamGroup(dict):
-    """One param group: "params" and its hyperparameters. Writing "lr" also writes the group's
-    0-d learning-rate tensors (one per parameter dtype), which a traced step reads as state."""
+    """One param group: "params" and its hyperparameters. Writing one of `held` (a number or a
+    tuple of numbers, as betas) also writes the group's 0-d float64 tensors of it, which a
+    traced step reads as state."""
 
-    def __init__(self, items: Mapping[str, Any]):
-        self.lr_tensors = {p.dtype: Tensor(np.zeros((), p.dtype)) for p in items["params"]}
+    def __init__(self, items: Mapping[str, Any], held: Iterable[str] = ("lr",)):
+        self.held: dict[str, tuple[Tensor, ...]] = {k: () for k in held}
         super().__init__()
         for k, v in items.items():
             self[k] = v
 
     def __setitem__(self, key: str, value: Any) -> None:
-        if key == "lr":
-            if not value >= 0:
-                raise ValueError(f"invalid learning rate {value}")
-            for t in self.lr_tensors.values():
-                t._assign(Tensor(np.array(value, t.dtype)))
+        if key in self.held:
+            numbers = tuple(value) if isinstance(value, tuple | list) else (value,)
+            if len(self.held[key]) != len(numbers):
+                self.held[key] = tuple(Tensor(np.zeros((), np.float64)) for _ in numbers)
+            for t, v in zip(self.held[key], numbers, strict=True):
+                t._assign(Tensor(np.array(v, np.float64)))
         super().__setitem__(key, value)
+
+    def tensors(self, key: str, dtype: Any = np.float64) -> tuple[Tensor, ...]:
+        """The held values of `key` as 0-d tensors of `dtype`: float64 for what PyTorch
+        computes in Python floats (bias corrections), else the parameter's."""
+        return tuple(_cast(t, dtype) for t in self.held[key])
+
+
+def _cast(t: Tensor, dtype: Any) -> Tensor:
+    return t if t.dtype == dtype else t.astype(dtype)
 
 
 class Optimizer:
@@ -52,6 +64,7 @@ class Optimizer:
     hyperparameter as an attribute) sets it in every group."""
 
     hyperparameters: tuple[str, ...] = ("lr",)
+    held: tuple[str, ...] = ("lr",)  # those also held as tensors: a traced step reads them
 
     def __init__(self, params: Iterable[Any], defaults: dict[str, Any]):
         object.__setattr__(self, "defaults", dict(defaults))
@@ -75,16 +88,23 @@ class Optimizer:
         unknown = set(group) - {"params", *self.hyperparameters}
         if unknown:
             raise ValueError(f"{type(self).__name__}: unknown hyperparameters {sorted(unknown)}")
-        full = ParamGroup({**self.defaults, **group, "params": params})
-        self._check(full)
+        full = ParamGroup({**self.defaults, **group, "params": params}, self.held)
+        self._check_all(full)
         self.param_groups.append(full)
         for p in params:
             self.params.append(p)
             self.state.append(self._init_state(p, full))
             self._group_of.append(full)
 
+    def _check_all(self, group: Mapping[str, Any]) -> None:
+        """Raise ValueError for invalid hyperparameters given to the optimizer (a scheduler
+        may set any lr, as in PyTorch: OneCycleLR's last, linear, goes below 0)."""
+        if not group["lr"] >= 0:
+            raise ValueError(f"invalid learning rate {group['lr']}")
+        self._check(group)
+
     def _check(self, group: Mapping[str, Any]) -> None:
-        """Raise ValueError for invalid hyperparameters."""
+        """Raise ValueError for invalid hyperparameters of this optimizer."""
 
     def __getattr__(self, name: str) -> Any:
         if name in type(self).hyperparameters and self.__dict__.get("param_groups"):
@@ -95,16 +115,23 @@ class Optimizer:
         if name in type(self).hyperparameters and "param_groups" in self.__dict__:
             for group in self.param_groups:
                 group[name] = value
-                self._check(group)
+                self._check_all(group)
         else:
             object.__setattr__(self, name, value)
 
-    def lr_for(self, p: Tensor, group: Mapping[str, Any] | None = None) -> Tensor:
+    def lr_for(self, p: Tensor, group: ParamGroup | None = None) -> Tensor:
         """The learning rate of `p`'s group as a 0-d tensor of `p`'s dtype: what update rules
         multiply by, so a schedule that changes it needs no new trace."""
         if group is None:
             group = self._group_of[next(i for i, q in enumerate(self.params) if q is p)]
-        return group.lr_tensors[p.dtype]
+        return group.tensors("lr", p.dtype)[0]
+
+    def _add_missing_state(self) -> None:
+        """Create the state a changed hyperparameter needs (SGD's momentum buffers once a
+        schedule sets momentum), before a traced step, which could not create it."""
+        for p, state, group in zip(self.params, self.state, self._group_of, strict=True):
+            for k, t in self._init_state(p, group).items():
+                state.setdefault(k, t)
 
     def _init_state(self, p: Tensor, group: Mapping[str, Any]) -> dict[str, Tensor]:
         return {}
@@ -122,7 +149,7 @@ class Optimizer:
                 loss = closure()
         baked = self._baked()
         guard(lambda: self._baked() == baked)  # a traced step is valid while these hold
-        with phase("update"):
+        with phase(Phase.UPDATE):
             for p, state, group in zip(self.params, self.state, self._group_of, strict=True):
                 if p.grad is not None:
                     self._update(p, p.grad, state, group)
@@ -140,11 +167,13 @@ class Optimizer:
     clear_grad = zero_grad  # MegEngine's name
 
     def _baked(self) -> tuple:
-        """What the update rules read as Python values (all but `lr`), and the groups' sizes."""
+        """What the update rules read as Python values, and the groups' sizes: of the held
+        hyperparameters only whether they are 0 (momentum's state is used or not)."""
         return tuple(
-            (len(g["params"]), *(g[k] for k in self.hyperparameters if k != "lr"))
+            (len(g["params"]), *(_is_zero(g[k]) if k in self.held else g[k]
+                                 for k in self.hyperparameters if k != "lr"))
             for g in self.param_groups
-        )
+        )  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
         """{"state": {"0": {"step": ..., ...}, ...}, "hyperparameters": {"lr": ..., ...} (the
@@ -209,6 +238,10 @@ class Optimizer:
                 group[k] = _plain(v)
 
 
+def _is_zero(v: Any) -> Any:
+    return tuple(x == 0 for x in v) if isinstance(v, tuple | list) else v == 0
+
+
 def _plain(v: Any) -> Any:
     """A hyperparameter as the constructor takes it: a number, a bool or a tuple (betas)."""
     v = v.tolist() if isinstance(v, np.ndarray | np.generic) else v
@@ -240,6 +273,7 @@ class SGD(Optimizer):
     the step uses buf, or g + momentum * buf with Nesterov."""
 
     hyperparameters = ("lr", "momentum", "weight_decay", "nesterov")
+    held = ("lr", "momentum")
 
     def __init__(
         self,
@@ -264,12 +298,13 @@ class SGD(Optimizer):
         return {"momentum_buffer": _zeros_like(p)} if group["momentum"] else {}
 
     def _update(self, p: Tensor, g: Tensor, state: dict[str, Tensor], group: ParamGroup) -> None:
-        momentum, weight_decay = group["momentum"], group["weight_decay"]
+        weight_decay = group["weight_decay"]
         if weight_decay:
             g = g + weight_decay * p
-        if momentum:
+        if group["momentum"]:
             if "momentum_buffer" not in state:
                 raise ValueError("SGD: momentum was 0 when this parameter's group was created")
+            (momentum,) = group.tensors("momentum", p.dtype)
             buf = state["momentum_buffer"]
             buf *= momentum
             buf += g
@@ -281,6 +316,7 @@ class Adam(Optimizer):
     """Adam with bias correction; `weight_decay` adds L2 to the gradient (PyTorch's Adam)."""
 
     hyperparameters = ("lr", "betas", "eps", "weight_decay")
+    held = ("lr", "betas")
     decoupled_weight_decay = False
 
     def __init__(
@@ -312,19 +348,22 @@ class Adam(Optimizer):
         }
 
     def _update(self, p: Tensor, g: Tensor, state: dict[str, Tensor], group: ParamGroup) -> None:
-        (beta1, beta2), eps, weight_decay = group["betas"], group["eps"], group["weight_decay"]
-        lr = self.lr_for(p, group)
+        # the scalars in float64, then cast, as PyTorch computes them (Python floats): in
+        # float32, 1 - beta2**t is off by up to eps32 / (1 - beta2), 6e-5 at beta2 = 0.999
+        (beta1, beta2), (lr,), dtype = group.tensors("betas"), group.tensors("lr"), p.dtype
+        eps, weight_decay = group["eps"], group["weight_decay"]
         if weight_decay and self.decoupled_weight_decay:
-            p *= 1.0 - lr * weight_decay
+            p *= _cast(1.0 - lr * weight_decay, dtype)
         elif weight_decay:
             g = g + weight_decay * p
         step, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
         step += 1.0
-        m._assign(beta1 * m + (1.0 - beta1) * g)
-        v._assign(beta2 * v + (1.0 - beta2) * (g * g))
-        step_size = lr / (1.0 - beta1**step)
-        denom = sqrt(v) / sqrt(1.0 - beta2**step) + eps
-        p -= step_size * m / denom
+        m._assign(_cast(beta1, dtype) * m + _cast(1.0 - beta1, dtype) * g)
+        v._assign(_cast(beta2, dtype) * v + _cast(1.0 - beta2, dtype) * (g * g))
+        t = step.astype(np.float64)
+        step_size = _cast(lr / (1.0 - beta1**t), dtype)
+        bias_correction2_sqrt = _cast(sqrt(1.0 - beta2**t), dtype)
+        p -= step_size * m / (sqrt(v) / bias_correction2_sqrt + eps)
 
 
 class AdamW(Adam):
@@ -348,6 +387,7 @@ class RMSprop(Optimizer):
     centered (minus the mean gradient's square) and with momentum."""
 
     hyperparameters = ("lr", "alpha", "eps", "weight_decay", "momentum", "centered")
+    held = ("lr", "momentum")
 
     def __init__(
         self,
@@ -373,7 +413,7 @@ class RMSprop(Optimizer):
                 "momentum_buffer": _zeros_like(p)}  # fmt: skip
 
     def _update(self, p: Tensor, g: Tensor, state: dict[str, Tensor], group: ParamGroup) -> None:
-        alpha, eps, momentum = group["alpha"], group["eps"], group["momentum"]
+        alpha, eps = group["alpha"], group["eps"]
         if group["weight_decay"]:
             g = g + group["weight_decay"] * p
         v = state["square_avg"]
@@ -385,7 +425,8 @@ class RMSprop(Optimizer):
         else:
             denom = sqrt(v) + eps
         lr = self.lr_for(p, group)
-        if momentum:
+        if group["momentum"]:
+            (momentum,) = group.tensors("momentum", p.dtype)
             buf = state["momentum_buffer"]
             buf._assign(momentum * buf + g / denom)
             p -= lr * buf
@@ -425,7 +466,8 @@ class Adagrad(Optimizer):
         step, total = state["step"], state["sum"]
         step += 1.0
         total._assign(total + g * g)
-        lr = self.lr_for(p, group) / (1.0 + (step - 1.0) * group["lr_decay"]).astype(p.dtype)
+        decay = 1.0 + (step.astype(np.float64) - 1.0) * group["lr_decay"]  # float64, as PyTorch
+        lr = _cast(group.tensors("lr")[0] / decay, p.dtype)
         p -= lr * g / (sqrt(total) + group["eps"])
 
 

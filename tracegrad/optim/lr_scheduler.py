@@ -116,10 +116,10 @@ class LinearLR(LRScheduler):
 
 
 class OneCycleLR(LRScheduler):
-    """Warm up from max_lr / div_factor to max_lr, then anneal to that / final_div_factor.
-
-    Differs from PyTorch: `cycle_momentum` is False by default, since momentum and betas are
-    baked into a traced step (cycling them would trace it again at every step)."""
+    """Warm up from max_lr / div_factor to max_lr, then anneal to that / final_div_factor; with
+    `cycle_momentum` (the default, as in PyTorch), momentum (or Adam's beta1) goes the other
+    way, from max_momentum down to base_momentum and back. Both are state of a traced step:
+    stepping the scheduler traces nothing again."""
 
     def __init__(
         self,
@@ -130,58 +130,94 @@ class OneCycleLR(LRScheduler):
         steps_per_epoch: int | None = None,
         pct_start: float = 0.3,
         anneal_strategy: str = "cos",
-        cycle_momentum: bool = False,
+        cycle_momentum: bool = True,
+        base_momentum: float | Sequence[float] = 0.85,
+        max_momentum: float | Sequence[float] = 0.95,
         div_factor: float = 25.0,
         final_div_factor: float = 1e4,
         three_phase: bool = False,
         last_epoch: int = -1,
     ):
-        if cycle_momentum:
-            raise NotImplementedError(
-                "OneCycleLR: cycle_momentum would retrace a traced step at every step"
-            )
         if total_steps is None:
             if epochs is None or steps_per_epoch is None:
                 raise ValueError("OneCycleLR: give total_steps, or epochs and steps_per_epoch")
             total_steps = epochs * steps_per_epoch
         if anneal_strategy not in ("cos", "linear"):
             raise ValueError(f"OneCycleLR: anneal_strategy {anneal_strategy!r}")
-        n = len(optimizer.param_groups)
-        max_lrs = list(max_lr) if isinstance(max_lr, list | tuple) else [max_lr] * n
+        groups = optimizer.param_groups
         self.total_steps, self.anneal_strategy = total_steps, anneal_strategy
-        self.max_lrs, self.final_div_factor = max_lrs, final_div_factor
+        self.max_lrs, self.final_div_factor = _per_group(max_lr, groups), final_div_factor
         up = float(pct_start * total_steps) - 1
-        self.phases = (
+        self.phases = (  # (last step, lr from, lr to, momentum from, momentum to)
             [
-                (up, "initial", "max"),
-                (2 * up, "max", "initial"),
-                (total_steps - 1, "initial", "min"),
+                (up, "initial", "max", "max_momentum", "base_momentum"),
+                (2 * up, "max", "initial", "base_momentum", "max_momentum"),
+                (total_steps - 1, "initial", "min", "max_momentum", "max_momentum"),
             ]
             if three_phase
-            else [(up, "initial", "max"), (total_steps - 1, "max", "min")]
+            else [
+                (up, "initial", "max", "max_momentum", "base_momentum"),
+                (total_steps - 1, "max", "min", "base_momentum", "max_momentum"),
+            ]
         )
+        self.cycle_momentum = cycle_momentum
+        if cycle_momentum:
+            if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
+                raise ValueError(
+                    f"OneCycleLR: {type(optimizer).__name__} has neither momentum nor betas to "
+                    "cycle; pass cycle_momentum=False"
+                )
+            self.use_beta1 = "betas" in optimizer.defaults
+            if last_epoch == -1:
+                tops, bottoms = _per_group(max_momentum, groups), _per_group(base_momentum, groups)
+                for group, top, bottom in zip(groups, tops, bottoms, strict=True):
+                    group["max_momentum"], group["base_momentum"] = top, bottom
+                    self._set_momentum(group, top)
+                if not self.use_beta1:  # an SGD made with momentum 0 has no buffers yet
+                    optimizer._add_missing_state()
         if last_epoch == -1:
-            for group, top in zip(optimizer.param_groups, max_lrs, strict=True):
+            for group, top in zip(groups, self.max_lrs, strict=True):
                 group["initial_lr"] = top / div_factor
         super().__init__(optimizer, last_epoch)
 
-    def lr_at(self, epoch: int, base_lr: float, index: int) -> float:
-        if epoch >= self.total_steps:
+    def _set_momentum(self, group: Any, value: float) -> None:
+        if self.use_beta1:
+            group["betas"] = (value, *group["betas"][1:])
+        else:
+            group["momentum"] = value
+
+    def _anneal(self, epoch: int, levels: dict[str, float], of_lr: bool) -> float:
+        """The schedule at `epoch` between `levels` named by the phases (the lr's or the
+        momentum's)."""
+        if epoch > self.total_steps:  # stepped once after each of total_steps steps is fine
             raise ValueError(
-                f"OneCycleLR: stepped {epoch + 1} times, more than total_steps={self.total_steps}"
+                f"OneCycleLR: stepped {epoch} times, more than total_steps={self.total_steps}"
             )
-        levels = {"initial": base_lr, "max": self.max_lrs[index],
-                  "min": base_lr / self.final_div_factor}  # fmt: skip
         start = 0.0
-        for i, (end, a, b) in enumerate(self.phases):
+        for i, (end, lr_a, lr_b, m_a, m_b) in enumerate(self.phases):
             if epoch <= end or i == len(self.phases) - 1:
                 pct = (epoch - start) / (end - start)
-                lo, hi = levels[a], levels[b]
+                lo, hi = (levels[lr_a], levels[lr_b]) if of_lr else (levels[m_a], levels[m_b])
                 if self.anneal_strategy == "linear":
                     return (hi - lo) * pct + lo
                 return hi + (lo - hi) / 2.0 * (math.cos(math.pi * pct) + 1)
             start = end
         raise AssertionError("unreachable")
+
+    def lr_at(self, epoch: int, base_lr: float, index: int) -> float:
+        levels = {"initial": base_lr, "max": self.max_lrs[index],
+                  "min": base_lr / self.final_div_factor}  # fmt: skip
+        return self._anneal(epoch, levels, of_lr=True)
+
+    def step(self, epoch: int | None = None) -> None:
+        super().step(epoch)
+        if self.cycle_momentum:
+            for group in self.optimizer.param_groups:
+                self._set_momentum(group, self._anneal(self.last_epoch, group, of_lr=False))
+
+
+def _per_group(value: float | Sequence[float], groups: Sequence[Any]) -> list[float]:
+    return list(value) if isinstance(value, list | tuple) else [value] * len(groups)
 
 
 class SequentialLR(LRScheduler):

@@ -89,8 +89,8 @@ class MeasuredRun:
     call and whenever the user is tracing memory anyway (tracing every call would slow every
     step): the arena bytes the plan uses plus what the step allocates besides. A stand-in
     (`measure_first=False`: NumPy calls until the kernels are ready) measures only in the latter
-    case: tracing its first call, the one whose latency a user waits for, took the GPT's from
-    0.8 to 1.1-1.2 s; the kernels' plan is measured on its own first call."""
+    case: its first call is the one whose latency a user waits for, and tracemalloc slows every
+    allocation in it; the kernels' plan is measured on its own first call."""
 
     def __init__(self, run: Callable, layout: ArenaLayout, measure_first: bool = True):
         self.run, self.layout, self.arena = run, layout, shared_arena()

@@ -12,9 +12,9 @@ from tracegrad.core import ir
 
 class BackgroundLowering:
     """`lower(graph, "numba")` in a thread, its new kernels compiling in child processes (one per
-    core), while the step runs NumPy: the first call does not wait for Numba (0.15-0.6 s a
-    kernel; 6.8 s of the GPT's 7.7 s first call in benchmarks/models.py). It starts when the
-    first call has returned, which the compilers beside it would slow (GPT: 2.5-5.2 s)."""
+    core), while the step runs NumPy: the first call does not wait for Numba, which takes a
+    good part of a second per kernel. It starts when the first call has returned: compilers
+    running beside the first call would take the cores it runs on."""
 
     def __init__(self, graph: ir.Graph):
         self.result: tuple[ir.Graph, dict] | None = None

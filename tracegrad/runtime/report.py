@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import passes
+from tracegrad.core.vocabulary import Kind
 
 
 def mib(n: int) -> str:
@@ -30,7 +31,7 @@ def report(plan: Any) -> str:
     saved = passes.saved_values(graph)
     producers = graph.producers()
     for n in graph.nodes:  # name the op inside a kernel, not the kernel
-        if n.prim.kind == "composite":
+        if n.prim.kind is Kind.COMPOSITE:
             producers.update(n.attrs["body"].producers())
     lines.append(f"saved for backward: {len(saved)} values, {mib(sum(v.nbytes for v in saved))}")
     for v in saved:

@@ -1,7 +1,7 @@
 """Looking at a compiled step: its memory over the plan (planned, stacked by kind, and measured),
 one self-contained HTML report, and the `TRACEGRAD_DUMP` directory.
 
-Runtime layer: it reads a `runtime.Plan` (graph, memory plan, source, pass stats, capture) and
+Runtime layer: it reads a `runtime.plan.Plan` (graph, memory plan, source, pass stats, capture) and
 runs its compiled function once, instrumented, on a buffer of its own, so nothing the user holds
 changes. matplotlib is imported only where a figure is drawn (the `viz` extra).
 """
@@ -26,6 +26,7 @@ import numpy as np
 from passes.base import is_view, last_uses
 from tracegrad.core import ir
 from tracegrad.core.drawing import PHASE_COLOURS, require_matplotlib
+from tracegrad.core.vocabulary import Kind, Phase
 
 KINDS = ["batch inputs", "parameters", "gradients", "optimizer state", "saved activations",
          "temporaries"]  # fmt: skip
@@ -82,9 +83,9 @@ def lifetimes(plan: Any) -> list[Lifetime]:
     handed = {old: born[new] - 1 for new, old in plan.memory.reuse.items()}  # buffer taken over
     users = graph.users()
     for n in graph.nodes:  # what backward hands to the update: gradients, held or not
-        if n.phase == "backward":
+        if n.phase is Phase.BACKWARD:
             for v in n.outputs:
-                if any(u.phase == "update" for u in users.get(v, ())):
+                if any(u.phase is Phase.UPDATE for u in users.get(v, ())):
                     kinds.setdefault(v, "gradients")
     out = [Lifetime(v, kinds[v], -1, end, None) for v in graph.inputs]
     for i, n in enumerate(graph.nodes):
@@ -356,7 +357,7 @@ def _user_lines(graph: ir.Graph) -> str:
 def _members(graph: ir.Graph) -> list[ir.Node]:
     out = []
     for n in graph.nodes:
-        body = n.attrs.get("body") if n.prim.kind == "composite" else None
+        body = n.attrs.get("body") if n.prim.kind is Kind.COMPOSITE else None
         out += body.nodes if isinstance(body, ir.Graph) else [n]
     return out
 
@@ -385,8 +386,8 @@ def _statements(plan: Any, prof: Profile) -> str:
     rows = []
     for i in order[:15]:
         n = graph.nodes[i]
-        what = ir.fmt_attr(n.attrs["body"]) if n.prim.kind == "composite" else ""
-        op = "kernel" if n.prim.kind == "composite" else n.op
+        what = ir.fmt_attr(n.attrs["body"]) if n.prim.kind is Kind.COMPOSITE else ""
+        op = "kernel" if n.prim.kind is Kind.COMPOSITE else n.op
         rows.append([i, html.escape(op), html.escape(what[:60]), n.phase,
                      html.escape(", ".join(v.type_str for v in n.outputs)),
                      f"{prof.seconds[i] * 1e3:.2f}", f"{100 * prof.seconds[i] / total:.0f}%",
@@ -399,7 +400,7 @@ def _statements(plan: Any, prof: Profile) -> str:
 def _kernels(plan: Any, prof: Profile) -> str:
     """Every compiled kernel, slowest first."""
     graph = plan.graph
-    found = [i for i, n in enumerate(graph.nodes) if n.prim.kind == "composite"]
+    found = [i for i, n in enumerate(graph.nodes) if n.prim.kind is Kind.COMPOSITE]
     if not found:
         return "<p>No kernels: this plan runs NumPy calls only.</p>"
     rows = []

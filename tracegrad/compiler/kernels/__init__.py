@@ -8,13 +8,12 @@ import os
 
 # How Numba's OpenMP threads wait for the next kernel: spinning for about 0.2 ms (3,000 rounds),
 # then asleep. A plan runs its matrix products on these threads too (`gemm`), so between one
-# kernel or product and the next they are mostly still awake: waking a sleeping team costs 50-80
-# us. Longer spins measured no faster on an idle machine and slower on a busy one (the GPT step of
-# benchmarks/models.py with another process on one core: 0.55 s passive or at 3,000 rounds, 0.63 s
-# at 10,000, 0.8-1.0 s at 100,000); libgomp's default of 300,000 rounds kept the threads spinning
-# through NumPy's BLAS calls when the products were NumPy's (the gelu step of benchmarks/mlp.py
-# took 500 ms instead of 190). Only where the user chose neither; it takes effect only if no
-# OpenMP runtime has started in this process yet.
+# kernel or product and the next they are mostly still awake, and waking a sleeping team costs
+# more than a short spin. Longer spins gain nothing on an idle machine and take the cores other
+# processes need on a busy one; libgomp's default (300,000 rounds) kept the threads spinning
+# through every BLAS call of the plan (docs/kernels.md, "Threads and a busy machine"). Only
+# where the user chose neither; it takes effect only if no OpenMP runtime has started in this
+# process yet.
 if "OMP_WAIT_POLICY" not in os.environ:
     os.environ.setdefault("GOMP_SPINCOUNT", "3000")
 

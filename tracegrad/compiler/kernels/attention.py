@@ -1,25 +1,24 @@
 """Attention kernels: `softmax(q k^T * scale [causal]) v` and its VJP, each one Numba kernel.
-`tracegrad.attention` has the NumPy versions and the contract.
+`core.ops.attention` has the NumPy versions and the contract.
 
 A kernel runs a `prange` over the (batch, head) pairs and the queries four rows (R) at a time.
 Every product is made of tiles (`tile`, `wide_tile`): R x W or R x 2W sums held in SIMD
 registers (W lanes fill 64 bytes), each step one row of the right operand loaded and R numbers
-of the left one broadcast into fused multiply-adds, at about NumPy's GEMM rate (98 GF/s a core
-here; the dot-product form before it, half that: its horizontal sums cost as much as its
-products). The right operand is read by rows, so the keys and values are transposed once per
+of the left one broadcast into fused multiply-adds, at about NumPy's GEMM rate (a dot-product
+form spends as long in horizontal sums as in products). The right operand is read by rows, so
+the keys and values are transposed once per
 pair where a product sums over features (q k^T, g v^T); everything else is read in place, the
 inputs passed as flat memory with strides (`flat`), a row of which is known to be contiguous.
 Nothing of size (queries x keys) leaves the pair: the backward kernel rebuilds the
 probabilities from q and k (its `out` gives the softmax's correction term, sum(g * out)), keeps
 the pair's in a scratch array, and forms the keys' and values' gradients from it after the
 rows. A causal pair computes only the keys a block of rows may see, about half of the work.
-On the GPT of `benchmarks/models.py` (16 x 4 pairs of 128 x 64, float32, causal, q, k and v
-strided views of one (B, L, 3, H, E) array, two threads), alone, fastest of 200: forward 1.5
-ms, backward 3.8 ms (`python benchmarks/kernels.py native`; docs/kernels.md has the history).
+docs/kernels.md has the kernels' speed (`python benchmarks/kernels.py native`) and the designs
+they replaced.
 
 Modules are generated per dtype; the scale and causality are arguments. Results are written
 through views of the C-contiguous buffers the plan gives: the forward's laid out heads next to
-features, the backward's as `tracegrad.attention.unpack` lays them. Cached like the fused
+features, the backward's as `core.ops.attention.unpack` lays them. Cached like the fused
 kernels (`KernelCache`)."""
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ from tracegrad.compiler.kernels.cache import GeneratedKernel, named
 from tracegrad.core import primitives as P
 from tracegrad.core.ir import Node
 
-OPS = {P.attention: "forward", P.attention_grad: "backward"}
+OPS = {P.attention: "output", P.attention_grad: "grads"}
 DTYPES = ("float32", "float64")
 
 _HELPERS = '''
@@ -260,13 +259,13 @@ def generate_source(op: str, dtype: str) -> str:
     """The text of a kernel's module. Numba leaves LLVM's SLP vectorizer off (it miscompiled
     some integer code in older LLVMs); the module turns it on while its `kernel` compiles, which
     is when `tile` and the rest compile, and restores the setting after."""
-    inputs = 3 if op == "forward" else 5
+    inputs = 3 if op == "output" else 5
     arrays = [f"{dtype}[::1]", "int64[::1]"] * inputs + [dtype, "boolean"]  # `flat` inputs
-    arrays += [f"{dtype}[::1]", "int64[::1]"] * (1 if op == "forward" else 3)  # `flat` too
+    arrays += [f"{dtype}[::1]", "int64[::1]"] * (1 if op == "output" else 3)  # `flat` too
     head = rows.head("Attention " + op, "tracegrad.compiler.kernels.attention", dtype,
                      f"void({', '.join(arrays)})")  # fmt: skip
     width = 64 // np.dtype(dtype).itemsize
-    body = _FORWARD if op == "forward" else _BACKWARD
+    body = _FORWARD if op == "output" else _BACKWARD
     kernel_at = body.index("@_outer")
     compiled = "    " + body[kernel_at:].replace("\n", "\n    ").rstrip() + "\n"
     return (
@@ -317,7 +316,7 @@ def flat(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 class AttentionKernel(GeneratedKernel):
     """`kernel(*input_arrays, out)` for one node: the forward writes `out`; the backward writes
-    the flat (dq, dk, dv) it packs (`tracegrad.attention.unpack`)."""
+    the flat (dq, dk, dv) it packs (`core.ops.attention.unpack`)."""
 
     def __init__(self, node: Node, compiled: Callable, path: Path):
         super().__init__(compiled, path)

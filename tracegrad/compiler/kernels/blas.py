@@ -4,9 +4,8 @@ a plan's 2-D products on Numba's threads (`gemm_symbols`, `kernels.gemm`).
 
 After each call OpenBLAS's worker threads spin for 2**28 cycles (about 0.1 s) waiting for the
 next one. A plan runs a Numba kernel between most of its matrix products, and on a machine with
-as many cores as threads the spinning workers take the cores the kernel's threads need: the
-traced GPT step of `benchmarks/models.py` took 0.37-0.41 s, and 0.32-0.36 s with the workers
-sleeping at once (`OPENBLAS_THREAD_TIMEOUT`, 2**TIMEOUT cycles). OpenBLAS reads that variable
+as many cores as threads the spinning workers take the cores the kernel's threads need, unless
+they sleep at once (`OPENBLAS_THREAD_TIMEOUT`, 2**TIMEOUT cycles). OpenBLAS reads that variable
 when it loads, which is before tracegrad in most scripts (`import numpy` comes first), so
 `quiet_openblas` sets it, makes OpenBLAS read its environment again and restarts its idle
 threads. A user's own `OPENBLAS_THREAD_TIMEOUT` is kept (and was read at load). (Since the products

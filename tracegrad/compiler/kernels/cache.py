@@ -212,8 +212,8 @@ class _FallbackLocator(UserProvidedCacheLocator):
 if _FallbackLocator not in CacheImpl._locator_classes:
     CacheImpl._locator_classes.append(_FallbackLocator)
 
-# Less compilation than this is not worth starting a child for: it takes 0.5-1 s to import
-# Numba. A kernel takes about 0.15 s to compile, 0.5 s with `parallel=True` (docs/kernels.md).
+# Less compilation than this is not worth starting a child for: the child first imports Numba,
+# which takes most of a second. (`_compile_seconds` estimates a plan's compilation.)
 HELPER_MIN_S = 2.0
 MAX_CHILDREN = 4  # compiling away from a busy process: one child per core, up to this many
 HELPER_TIMEOUT_S = 600.0
@@ -221,15 +221,14 @@ HELPER_TIMEOUT_S = 600.0
 
 def _compile_seconds(source: str) -> float:
     """A guess at Numba's time for a module, to deal modules out to children: a fused kernel
-    (one function) 0.15 s, 0.5 s if parallel; each further function about 0.6 s (attention's
-    modules, a dozen helpers with loops unrolled four rows deep, take 7 and 9 s)."""
+    (one function) 0.15 s, 0.5 s if parallel; each further function about 0.6 s (a module of
+    many helpers with unrolled loops, such as attention's, takes several seconds)."""
     return (0.5 if "parallel=True" in source else 0.15) + 0.6 * max(0, source.count("\ndef ") - 1)
 
 
 def _deal(names: list[str], seconds: list[float], children: int) -> list[list[str]]:
-    """Longest first, each to the child with the least work so far (the GPT of
-    `benchmarks/models.py`, empty caches: kernels ready 19-21 s after its first call, against
-    24-26 s with modules dealt in turn)."""
+    """Longest first, each to the child with the least work so far, so that the children
+    finish together: dealt in turn, one child may get several of the longest modules."""
     shares: list[list[str]] = [[] for _ in range(children)]
     loads = [0.0] * children
     for name, cost in sorted(zip(names, seconds, strict=True), key=lambda p: -p[1]):

@@ -8,11 +8,11 @@ product through NumPy's OpenBLAS on that thread (`gemm.declarations`):
 - weight gradient: each thread sums columns @ g[n]^T (K, O) over its samples; the threads'
   sums are added (and transposed) after.
 
-`tracegrad.convolution` has the NumPy versions and the contract. Why per sample: the NumPy
-version lays out the patches of a chunk of samples (8 MiB) with NumPy copies on one thread and
-multiplies them by the weight in one product whose (O, K) side is small (64 x 288 on the CNN of
-`benchmarks/models.py`), which OpenBLAS runs at 110-165 GFLOP/s; here a block of columns is
-written and multiplied while it is in the core's cache, both threads busy throughout. Blocks
+`core.ops.conv` has the NumPy versions and the contract. Why per sample: the NumPy version
+lays out the patches of a chunk of samples with NumPy copies on one thread and multiplies them
+by the weight in one product whose (O, K) side is small, which OpenBLAS runs well below a
+core's peak and wakes its threads for; here a block of columns is written and multiplied while
+it is in the core's cache, both threads busy throughout (docs/kernels.md). Blocks
 span whole output rows, at most BLOCK_BYTES of columns; a 1 x 1 kernel of stride 1 without
 padding reads the sample itself. Dilation and groups are supported; modules are per op and
 dtype, the geometry an argument."""
@@ -31,7 +31,7 @@ from tracegrad.compiler.kernels.gemm import declarations
 from tracegrad.core import primitives as P
 from tracegrad.core.ir import Node
 
-OPS = {P.conv2d: "forward", P.conv2d_input_grad: "input_grad", P.conv2d_weight_grad: "weight_grad"}
+OPS = {P.conv2d: "output", P.conv2d_input_grad: "input_grad", P.conv2d_weight_grad: "weight_grad"}
 DTYPES = ("float32", "float64")
 BLOCK_BYTES = 1 << 19  # a thread's columns: within its core's L2 cache
 
@@ -225,8 +225,8 @@ _WEIGHT_GRAD = '''
       parallel=True, cache=True)
 def kernel(x, gy, g, groups, dw, threads):
     """dw (O, K) = the sum over samples of gy[n] @ (the columns of x[n])^T, group by group:
-    each thread sums its samples' as columns @ gy[n]^T (K, O / groups), which OpenBLAS ran 1.2x
-    as fast here, then the threads' sums are added and transposed."""
+    each thread sums its samples' as columns @ gy[n]^T (K, O / groups), the orientation
+    OpenBLAS runs faster for these shapes, then the threads' sums are added and transposed."""
     batch, k, size, oh_, ow_, rows, og, cg, positions = sizes(x, dw, g, groups)
     sums = np.zeros((threads, groups, k, og), D)
     blas_threads = get_blas_threads()
@@ -251,7 +251,7 @@ def kernel(x, gy, g, groups, dw, threads):
                 dw[grp * og + i, j] = total
 '''
 
-_KERNELS = {"forward": _FORWARD, "input_grad": _INPUT_GRAD, "weight_grad": _WEIGHT_GRAD}
+_KERNELS = {"output": _FORWARD, "input_grad": _INPUT_GRAD, "weight_grad": _WEIGHT_GRAD}
 
 _HEAD = '''"""Convolution {op} ({dtype}) on Numba's threads: compiler.kernels.conv generated it."""
 
@@ -305,7 +305,7 @@ class ConvKernel(GeneratedKernel):
         if not out.flags.c_contiguous:
             raise ValueError(f"convolution kernels write C-contiguous results, not {out.strides}")
         a, b = in_c_order(a), in_c_order(b)
-        if self.op == "forward":
+        if self.op == "output":
             args = (a, b.reshape(b.shape[0], self.k), out.reshape(*out.shape[:2], -1))
         elif self.op == "input_grad":
             args = (a.reshape(*a.shape[:2], -1), b.reshape(b.shape[0], self.k), out)
@@ -318,7 +318,7 @@ def _shapes(node: Node) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ..
     """The node's input, weight and output sizes: (N, C, H, W), (O, C / groups, kh, kw) and
     (OH, OW)."""
     op, (a, b), out = OPS[node.prim], (v.shape for v in node.inputs), node.outputs[0].shape
-    x, w, y = {"forward": (a, b, out), "input_grad": (out, b, a), "weight_grad": (a, out, b)}[op]
+    x, w, y = {"output": (a, b, out), "input_grad": (out, b, a), "weight_grad": (a, out, b)}[op]
     return x, w, y[2:]
 
 

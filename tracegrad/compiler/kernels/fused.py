@@ -29,11 +29,12 @@ import numpy as np
 from tracegrad.compiler.kernels import fastmath
 from tracegrad.compiler.kernels.cache import KernelCache, default_cache, in_c_order
 from tracegrad.core.ir import Node, Value
+from tracegrad.core.vocabulary import Kind
 
 FLAGS = frozenset(fastmath.FLAGS | {"reassoc"})  # reassoc lets LLVM vectorize the reductions
 # Groups smaller than this (or any, when Numba has one thread) run on one thread and compile
-# without `parallel=True`, which costs about 0.45 s of compile time per kernel and a thread
-# wake-up per call.
+# without `parallel=True`, which compiles the loop body a second time (as a gufunc) and wakes
+# the threads at every call: more than a small group gains.
 PARALLEL_MIN = 1 << 17
 SUPPORTED_DTYPES = frozenset(
     np.dtype(t).name
@@ -220,7 +221,7 @@ def analyze(
         raise NotImplementedError(f"{len(groups)} canonical axes (domain {domain})")
     sizes = tuple(math.prod(domain[a] for a in g) for g in groups) or (1,)
 
-    elementwise = [n for n in nodes if n.prim.kind != "reduction"]
+    elementwise = [n for n in nodes if n.prim.kind is not Kind.REDUCTION]
     slots = {v: i for i, v in enumerate([*kernel_inputs, *(n.outputs[0] for n in elementwise)])}
     in_spec = tuple((v.dtype.name, _spans(v.shape, domain, groups)) for v in kernel_inputs)
     node_spec = tuple(
@@ -270,7 +271,7 @@ def _check_nodes(nodes: Sequence[Node], outputs: Sequence[Value]) -> dict[Value,
     for n in nodes:
         if any(v in reductions for v in n.inputs):
             raise NotImplementedError("a reduction read again inside its group")
-        if n.prim.kind == "reduction":
+        if n.prim.kind is Kind.REDUCTION:
             if n.prim.combine is None:
                 raise NotImplementedError(f"{n.op} has no combine template")
             if n.outputs[0] not in outputs:
@@ -289,7 +290,7 @@ def _check_nodes(nodes: Sequence[Node], outputs: Sequence[Value]) -> dict[Value,
 
 def _domain(nodes, outputs, reductions) -> tuple[int, ...]:
     """The shape every elementwise value broadcasts to: the shape the kernel iterates over."""
-    computed = [n.outputs[0].shape for n in nodes if n.prim.kind != "reduction"]
+    computed = [n.outputs[0].shape for n in nodes if n.prim.kind is not Kind.REDUCTION]
     reduced = [n.inputs[0].shape for n in reductions.values()]
     domain = tuple(np.broadcast_shapes(*computed, *reduced))
     for shape in reduced:

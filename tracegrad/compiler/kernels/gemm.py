@@ -4,11 +4,10 @@ result through NumPy's own OpenBLAS, whose thread count is set to one meanwhile
 
 Why not `np.matmul`: it runs on OpenBLAS's own threads, which a plan wakes for every product and
 which must sleep again at once (`blas.quiet_openblas`: spinning, they took the cores from the
-Numba kernels in between); the Numba threads sleep too, and each wake-up costs 50-200 us. Run on
-Numba's threads, products and kernels share one team, which spins briefly between them
-(GOMP_SPINCOUNT, `kernels/__init__.py`): the GPT step of `benchmarks/models.py`, four alternated
-runs of 20 steps each, took 0.246-0.259 s at best (median 0.259-0.288) against 0.258-0.276
-(0.268-0.288) with NumPy's products and passive threads. The same OpenBLAS routines: results
+Numba kernels in between); the Numba threads sleep too, and every product then pays for two
+teams' wake-ups. Run on Numba's threads, products and kernels share one team, which spins
+briefly between them (GOMP_SPINCOUNT, `kernels/__init__.py`; docs/kernels.md, "Threads and a
+busy machine", has the measurements). The same OpenBLAS routines: results
 differ from NumPy's only by rounding (a single-threaded call blocks the sums its own way). 2-D
 operands of float32 or float64 in any layout BLAS reads (rows or columns contiguous); other
 layouts, and read-only operands, go to `np.matmul`."""

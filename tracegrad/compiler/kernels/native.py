@@ -1,6 +1,7 @@
 """Kernels of their own for ops the fused-kernel generator cannot express, by primitive: the
-Numba backend (`lowering.lower`) runs a node of such an op (`Primitive.native`) with
-its kernel here, or with the op's NumPy implementation if no kernel handles it.
+one registry of them (`GENERATORS`, from each generator's `OPS`). The Numba backend
+(`lowering.lower`) runs a node of such an op with its kernel here, or with the op's NumPy
+implementation if no kernel handles it (a dtype, say).
 
 A generator (a module, such as `pool`) has `module(node)`, the name and text of the kernel's
 module (NotImplementedError for a node it does not handle: a dtype, say), and

@@ -1,5 +1,5 @@
-"""Layer-norm kernels: forward and backward each one pass over the rows (`tracegrad.normalization`
-has the NumPy versions and the contract).
+"""Layer-norm kernels: forward and backward each one pass over the rows (`core.ops.norm` has the
+NumPy versions and the contract).
 
 Forward takes a row's mean and the variance of the centred row (two sums in SIMD lanes) and
 writes the row normalized, scaled and shifted. Backward computes a row's statistics again,
@@ -8,10 +8,8 @@ of its thread's block of rows (summed at the end: the rows run in parallel witho
 accumulator), and writes dx in one more pass; xhat is recomputed where it is read rather than
 kept in a scratch row. A few blocks of rows per thread, for balance. Modules are generated per
 dtype; eps is an argument. Every array is declared C-contiguous (rows, weight and bias; the
-launcher copies other layouts, the weight's 256 numbers included): a weight of unknown stride
-kept the row loops out of SIMD lanes and took half the time (GPT rows, 2048 x 256 float32, two
-threads, fastest of 300: forward 0.28 -> 0.14 ms, backward 0.55 -> 0.3 ms; `python
-benchmarks/kernels.py native`)."""
+launcher copies other layouts, the weight's few numbers included): indexed by an unknown
+stride, even the weight's, the row loops stay out of SIMD lanes (docs/kernels.md)."""
 
 from __future__ import annotations
 
@@ -26,7 +24,7 @@ from tracegrad.compiler.kernels.cache import GeneratedKernel, named
 from tracegrad.core import primitives as P
 from tracegrad.core.ir import Node
 
-OPS = {P.layer_norm: "forward", P.layer_norm_grad: "backward"}
+OPS = {P.layer_norm: "output", P.layer_norm_grad: "grads"}
 DTYPES = ("float32", "float64")
 
 _HELPERS = '''
@@ -105,7 +103,7 @@ def kernel(x, weight, g, eps, dx, dweight, dbias):
 def generate_source(op: str, dtype: str) -> str:
     """The text of a kernel's module."""
     matrix, vector = f"{dtype}[:, ::1]", f"{dtype}[::1]"  # contiguous: loops run in SIMD
-    if op == "forward":  # x, weight, bias, eps, out
+    if op == "output":  # x, weight, bias, eps, out
         arrays, body = [matrix, vector, vector, "float64", f"{dtype}[:, ::1]"], _FORWARD
     else:  # x, weight, g, eps, dx, dweight, dbias
         arrays = [matrix, vector, matrix, "float64", f"{dtype}[:, ::1]", *[f"{dtype}[::1]"] * 2]

@@ -1,12 +1,12 @@
 """Max-pooling kernels: the windows' argmax (`positions`) and `maxima`, the `scatter` of the
-gradient to the maxima and its VJP, the `gather`. `tracegrad.pooling` has the NumPy versions
+gradient to the maxima and its VJP, the `gather`. `core.ops.pooling` has the NumPy versions
 and the contract (ties, NaN, padding).
 
 Each kernel is generated for one geometry (kernel, stride, padding, dilation) and dtype, its
 loops over the window's taps with constant bounds and offsets: LLVM unrolls them and vectorizes
-the loop over a row of windows. One kernel taking the geometry as arguments ran 10-25x slower
-(2x2 windows over 256x32x28x28 float32: argmax 45 ms against 1.7 ms); taps written out one by
-one ran as fast as the loops but took up to a minute to compile for a padded 7x7 window. The
+the loop over a row of windows. With the geometry as arguments the bounds are unknown to
+LLVM, which then neither unrolls nor vectorizes; taps written out one by one run as fast as
+the loops, but their compile time grows with the window (docs/kernels.md has both). The
 arrays are seen as (planes, H, W); windows that reach into the padding run a second body that
 checks each tap. The scatter writes each element once where windows do not overlap (the
 maximum's tap gets the value, the others zero; the plane is zeroed first only if the windows
@@ -41,10 +41,10 @@ GEOMETRY = ("kernel", "stride", "padding", "dilation")
 # NaN propagation.
 _DECORATOR = '@njit("{signature}", parallel={parallel}, error_model="numpy", cache=True)'
 
-# Kernels over at least PARALLEL_MIN elements run a `prange` over the planes (None: never). On
-# the CNN of benchmarks/models.py (2 cores shared with another busy process) the parallel
-# kernels took about as long as serial ones node by node, but the step took 300-314 ms against
-# 266-275 ms serial (three runs each, alternated), and each costs ~0.5 s more to compile.
+# Kernels over at least PARALLEL_MIN elements run a `prange` over the planes (None: never): on
+# two cores the threads gained nothing node by node and slowed the step around them, and
+# `parallel=True` compiles each kernel's body a second time (docs/kernels.md, "Measured and
+# dropped").
 PARALLEL_MIN: int | None = None
 
 

@@ -139,7 +139,7 @@ def _chunks(shape, keys: int, dtype):
 
 # --- the records ----------------------------------------------------------------------
 
-# --- attention (implemented in `attention`; the Numba backend has kernels of its own) ------------
+# --- attention (implemented above; the Numba backend has kernels of its own) --------------------
 # attention(q, k, v) is softmax(q k^T * scale [causal]) v with its heads next to its features
 # (`heads_next`); attention_grad(q, k, v, out, g) takes out and g heads first, and
 # packs the three cotangents into one flat array (its VJP: none; a second-order gradient takes
@@ -198,12 +198,12 @@ def _attention_flops(ins, outs) -> int:
 
 attention = Primitive(
     "attention", forward, _attention_rule, _attention_vjp, "in+out",
-    accepts_out=True, native=True, joint=True, flops=_attention_flops,
+    accepts_out=True, joint=True, flops=_attention_flops,
     scratch=lambda ins, a: scratch(*ins[:3], backward=False),
 )  # fmt: skip
 attention_grad = Primitive(
     "attention_grad", backward, _attention_grad_rule, None, accepts_out=True,
-    native=True, flops=_attention_flops,
+    flops=_attention_flops,
     scratch=lambda ins, a: scratch(*ins[:3], backward=True),
 )  # fmt: skip
 

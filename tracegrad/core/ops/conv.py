@@ -10,23 +10,18 @@ columns is long contiguous runs. When the output has the input's size with strid
 padding), a tap's block is the image shifted by a constant number of flat positions: it is
 copied (or, for the input's gradient, added back) as long 1-d runs, and the positions that
 read padding are zeroed after. Other geometries copy each tap as a strided window into a
-zeroed buffer. (NumPy's `+=` over ~200-element rows ran 3.6x slower than over the same data in
-long runs; `np.pad` and a 6-d strided copy into the columns cost more than the product did.)
+zeroed buffer. (NumPy pays its per-call overhead for every short row, so long runs are far
+faster; `np.pad` and a 6-d strided copy into the columns cost more than the product itself.)
 
 Two layouts. By "columns", (C / groups * kh * kw, chunk * OH * OW) per group: one large GEMM
 per chunk and group; the product is transposed into place. By "samples", (chunk, ..., L) with
 NumPy's stacked matmul, writing each sample's product in place: taken when a sample's product
-is small enough that OpenBLAS runs it on one thread (2**18 multiply-adds), since waking threads
-for each of many larger products made them up to 8x slower on a busy 2-core machine.
+is small enough that OpenBLAS runs it on one thread (2**18 multiply-adds), since OpenBLAS wakes
+its threads for each larger product, which costs more than many such products compute.
 
-The chunk size trades cache for BLAS calls. Single-threaded, 8 MiB chunks ran the CNN's three
-big conv ops fastest (74 ms against 91 ms at 32 MiB); but with two BLAS threads each further
-GEMM call cost about 10 ms on a busy machine (390 ms at 8 MiB, 155 ms at 32 MiB), so chunks
-were 32 MiB. That cost was OpenBLAS's workers spinning between calls (`kernels.blas`). With
-them sleeping at once, the CNN's traced step (as `benchmarks/models.py` builds it, three
-alternated runs each) took 0.085-0.092 s at 8 MiB, 0.085-0.087 s at 4, 0.094-0.096 s at 2 and
-0.106-0.117 s at 32; with another process keeping a core busy, 0.169 s at 8 MiB and
-0.163-0.198 s at 32.
+The chunk size trades cache for BLAS calls: a chunk's columns should stay near the caches, and
+each GEMM call should be large enough to run at BLAS's rate. 8 MiB does both for the shapes of
+a small CNN (docs/benchmarks.md has the measurements that chose it).
 """
 
 from __future__ import annotations
@@ -334,7 +329,7 @@ def weight_grad(x, g, shape, stride, padding, dilation, groups, out=None):
 
 # --- the records ----------------------------------------------------------------------
 
-# --- convolution (`convolution`: im2col feeding BLAS; the Numba backend has kernels of its own)
+# --- convolution (above: im2col feeding BLAS; the Numba backend has kernels of its own)
 # Attributes: stride (sh, sw), padding ((top, bottom), (left, right)), dilation (dh, dw), groups.
 # The three ops are each other's VJPs (each is bilinear), so every order of derivative is exact.
 
@@ -369,7 +364,6 @@ conv2d = Primitive(
     "in",
     kind=Kind.CONTRACTION,
     accepts_out=True,
-    native=True,
     scratch=_conv_scratch("conv2d"),
 )  # fmt: skip
 conv2d_input_grad = Primitive(
@@ -381,7 +375,6 @@ conv2d_input_grad = Primitive(
     "in",
     kind=Kind.CONTRACTION,
     accepts_out=True,
-    native=True,
     scratch=_conv_scratch("input_grad"),
 )  # fmt: skip
 conv2d_weight_grad = Primitive(
@@ -393,7 +386,6 @@ conv2d_weight_grad = Primitive(
     "in",
     kind=Kind.CONTRACTION,
     accepts_out=True,
-    native=True,
     scratch=_conv_scratch("weight_grad"),
 )  # fmt: skip
 

@@ -41,7 +41,7 @@ def _softplus(x):
 
 
 # x ** c for these constant exponents is computed as products (steps multiply two earlier
-# values; slot 0 is x): NumPy sends x ** 3.0 to powf per element, about 170 times slower, and in
+# values; slot 0 is x): NumPy sends x ** 3.0 to powf per element, far slower than products, and in
 # a kernel a runtime exponent keeps the loop scalar. The eager impl and simplify's rewrite of a
 # traced `pow` read this one table, so both round alike.
 POWER_PRODUCTS: dict[float, tuple[tuple[int, int], ...]] = {

@@ -57,7 +57,7 @@ def _statistics(x, eps: float) -> tuple[np.ndarray, np.ndarray]:
 
 # --- the records ----------------------------------------------------------------------
 
-# --- layer norm (implemented in `normalization`; the Numba backend has kernels of its own) -------
+# --- layer norm (implemented above; the Numba backend has kernels of its own) -------------------
 # layer_norm(x, weight, bias) over the last axis; layer_norm_grad(x, weight, g) packs the three
 # cotangents into one flat array (its VJP: none; a second-order gradient takes the composed ops,
 # `_layer_norm_grads`). Attribute: eps.
@@ -104,12 +104,12 @@ def _layer_norm_grads(g, x, weight, eps):
 
 layer_norm = Primitive(
     "layer_norm", forward, _layer_norm_rule, _layer_norm_vjp, "in",
-    accepts_out=True, native=True, joint=True,
+    accepts_out=True, joint=True,
     scratch=lambda ins, a: scratch(ins[0]),
 )  # fmt: skip
 layer_norm_grad = Primitive(
     "layer_norm_grad", backward, _layer_norm_grad_rule, None,
-    accepts_out=True, native=True, scratch=lambda ins, a: scratch(ins[0]),
+    accepts_out=True, scratch=lambda ins, a: scratch(ins[0]),
 )  # fmt: skip
 
 

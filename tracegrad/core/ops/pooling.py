@@ -92,7 +92,8 @@ def _low(dtype) -> Any:
 def argmax(x, *, kernel, stride, padding, dilation, out=None):
     """The first maximum of each window: the maxima first, then, from the last tap to the
     first, the taps equal to them. The taps are copied to contiguous arrays once: NumPy
-    compares strided views 8x slower, and `np.copyto(where=)` is slower still."""
+    compares strided views element by element rather than in SIMD lanes, and
+    `np.copyto(where=)` is slower still."""
     x = np.asarray(x)
     (oh, ow), taps = _taps(x.shape, kernel, stride, padding, dilation)
     xp = _padded(x, padding, _low(x.dtype))
@@ -118,8 +119,8 @@ def argmax(x, *, kernel, stride, padding, dilation, out=None):
 
 def maxima(x, idx, *, kernel, stride, padding, dilation, out=None):
     """The maximum of each window (NaN propagates), `x` at `idx` when `idx` is `argmax(x)`:
-    max-pooling's value, from a fold of `np.maximum` over strided views (4x faster here than
-    a gather at `idx`)."""
+    max-pooling's value, from a fold of `np.maximum` over strided views (whole-array passes,
+    where a gather at `idx` computes an index per element)."""
     x = np.asarray(x)
     _, taps = _taps(x.shape, kernel, stride, padding, dilation)
     xp = _padded(x, padding, _low(x.dtype))
@@ -182,7 +183,7 @@ def scatter(g, idx, *, shape, kernel, stride, padding, dilation, out=None):
 
 # --- the records ----------------------------------------------------------------------
 
-# --- max-pooling (implemented in `pooling`; the Numba backend has kernels of its own) ----------
+# --- max-pooling (implemented above; the Numba backend has kernels of its own) -----------------
 # max_pool2d(x, idx) is the windows' maxima, idx = max_pool2d_argmax(x) their positions: the
 # VJP reads only the small indices. scatter and gather, linear in their first input, are each
 # other's VJPs (every order of derivative). Attributes: kernel (kh, kw), stride (sh, sw),
@@ -223,8 +224,7 @@ def _pool_vjp(g, out, x, idx, **geometry):
 
 
 def _pool(name, impl, rule, vjp, **kw):
-    return Primitive(name, impl, rule, vjp, "in1:" if vjp else "", accepts_out=True, native=True,
-                     **kw)  # fmt: skip
+    return Primitive(name, impl, rule, vjp, "in1:" if vjp else "", accepts_out=True, **kw)
 
 
 max_pool2d_argmax = _pool("max_pool2d_argmax", argmax, _pool_argmax_rule, None)

@@ -1,0 +1,509 @@
+"""Datasets, samplers and `DataLoader` with the meaning of PyTorch's `torch.utils.data`.
+
+A DataLoader draws indices from a sampler, groups them with a `BatchSampler`, fetches the samples
+and collates them: `default_collate` stacks tensors, ndarrays and numbers into tracegrad tensors
+and recurses into tuples, lists, dicts and namedtuples, as PyTorch's does.
+
+Randomness comes from a `tracegrad.Generator` (`generator=`), or, without one, from a seed drawn
+from the generator `tracegrad.manual_seed` seeds, as PyTorch draws from its global one. The same
+seed gives the same order in every tracegrad run; it is not the order PyTorch gives for that seed
+(tracegrad draws with NumPy's PCG64, not PyTorch's Mersenne Twister).
+
+Batches are loaded in the calling process: `num_workers > 0` is accepted and runs in the process
+with a warning (`get_worker_info()` is None, `worker_init_fn` is not called); `pin_memory` is
+accepted and ignored (there is no device to copy to).
+"""
+
+from __future__ import annotations
+
+import bisect
+import copy
+import itertools
+import math
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from tracegrad.frontend import creation, functions
+from tracegrad.frontend.random import Generator
+from tracegrad.frontend.tensor import Tensor
+
+__all__ = [
+    "BatchSampler", "ChainDataset", "ConcatDataset", "DataLoader", "Dataset", "IterableDataset",
+    "RandomSampler", "Sampler", "SequentialSampler", "Subset", "SubsetRandomSampler",
+    "TensorDataset", "WeightedRandomSampler", "default_collate", "default_convert",
+    "get_worker_info", "random_split",
+]  # fmt: skip
+
+
+# --- datasets ---------------------------------------------------------------------------------
+
+
+class Dataset:
+    """A map-style dataset: `dataset[i]` is a sample (subclasses define `__getitem__` and usually
+    `__len__`; an optional `__getitems__(indices)` fetches a whole batch's samples at once)."""
+
+    def __getitem__(self, index: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} does not define __getitem__")
+
+    def __add__(self, other: Dataset) -> ConcatDataset:
+        return ConcatDataset([self, other])
+
+
+class IterableDataset(Dataset):
+    """A dataset read as a stream: subclasses define `__iter__`."""
+
+    def __iter__(self) -> Iterator[Any]:
+        raise NotImplementedError(f"{type(self).__name__} does not define __iter__")
+
+    def __add__(self, other: Dataset) -> ChainDataset:
+        return ChainDataset([self, other])
+
+
+class TensorDataset(Dataset):
+    """Sample i is (t[i] for each tensor): tensors (or arrays) of the same first extent."""
+
+    def __init__(self, *tensors: Any):
+        sizes = [len(t) for t in tensors]
+        if len(set(sizes)) > 1:
+            raise ValueError(f"TensorDataset: size mismatch between tensors, first extents {sizes}")
+        self.tensors = tensors
+
+    def __getitem__(self, index: Any) -> tuple:
+        return tuple(t[index] for t in self.tensors)
+
+    def __len__(self) -> int:
+        return len(self.tensors[0])
+
+
+class Subset(Dataset):
+    """The samples of `dataset` at `indices`, in that order."""
+
+    def __init__(self, dataset: Any, indices: Sequence[int]):
+        self.dataset, self.indices = dataset, indices
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, list):
+            return self.dataset[[self.indices[i] for i in index]]
+        return self.dataset[self.indices[index]]
+
+    def __getitems__(self, indices: list[int]) -> list:
+        return _fetch(self.dataset, [self.indices[i] for i in indices])
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+class ConcatDataset(Dataset):
+    """Map-style datasets one after another."""
+
+    def __init__(self, datasets: Iterable[Dataset]):
+        self.datasets = list(datasets)
+        if not self.datasets:
+            raise ValueError("ConcatDataset: datasets should not be an empty iterable")
+        if any(isinstance(d, IterableDataset) for d in self.datasets):
+            raise TypeError("ConcatDataset does not support IterableDataset (use ChainDataset)")
+        self.cumulative_sizes = list(itertools.accumulate(len(d) for d in self.datasets))
+
+    def __len__(self) -> int:
+        return self.cumulative_sizes[-1]
+
+    def __getitem__(self, index: int) -> Any:
+        if index < 0:
+            if -index > len(self):
+                raise ValueError("absolute value of index should not exceed dataset length")
+            index += len(self)
+        which = bisect.bisect_right(self.cumulative_sizes, index)
+        if which == len(self.datasets):
+            raise IndexError(f"ConcatDataset: index {index} out of range for length {len(self)}")
+        start = self.cumulative_sizes[which - 1] if which else 0
+        return self.datasets[which][index - start]
+
+
+class ChainDataset(IterableDataset):
+    """Iterable datasets one after another."""
+
+    def __init__(self, datasets: Iterable[Dataset]):
+        self.datasets = list(datasets)
+
+    def __iter__(self) -> Iterator[Any]:
+        return itertools.chain.from_iterable(self.datasets)
+
+    def __len__(self) -> int:
+        return sum(len(d) for d in self.datasets)
+
+
+def random_split(
+    dataset: Any, lengths: Sequence[int | float], generator: Generator | None = None
+) -> list[Subset]:
+    """Split `dataset` into non-overlapping random subsets of the given lengths, or fractions
+    summing to 1 (floored, the remainder handed out one by one from the first, as PyTorch's)."""
+    n = len(dataset)
+    lengths = list(lengths)
+    if math.isclose(sum(lengths), 1) and sum(lengths) <= 1:
+        if any(not 0 <= f <= 1 for f in lengths):
+            raise ValueError(f"random_split: fractions must lie in [0, 1], got {lengths}")
+        fractions, lengths = lengths, [math.floor(n * f) for f in lengths]
+        for i in range(n - sum(lengths)):
+            lengths[i % len(lengths)] += 1
+        for i, length in enumerate(lengths):
+            if length == 0:
+                warnings.warn(
+                    f"random_split: the split at index {i} (fraction {fractions[i]}) is empty",
+                    stacklevel=2,
+                )
+    if sum(lengths) != n:
+        raise ValueError(
+            f"random_split: the lengths {lengths} sum to {sum(lengths)}, not to the dataset's "
+            f"length {n}"
+        )
+    order = _rng(generator).permutation(n).tolist()
+    starts = [0, *itertools.accumulate(lengths)]
+    return [Subset(dataset, order[a:b]) for a, b in itertools.pairwise(starts)]
+
+
+def _rng(generator: Generator | None) -> np.random.Generator:
+    """The generator's draws, or (without one) fresh ones seeded from the global generator."""
+    if generator is not None:
+        return generator.rng
+    seed = int(creation.randint(0, 2**62, (1,)).item())
+    return Generator().manual_seed(seed).rng
+
+
+# --- samplers ---------------------------------------------------------------------------------
+
+
+class Sampler:
+    """Yields dataset indices (or, for a batch sampler, lists of them)."""
+
+    def __init__(self, data_source: Any = None) -> None:
+        pass
+
+    def __iter__(self) -> Iterator[Any]:
+        raise NotImplementedError(f"{type(self).__name__} does not define __iter__")
+
+
+class SequentialSampler(Sampler):
+    def __init__(self, data_source: Any):
+        self.data_source = data_source
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(len(self.data_source)))
+
+    def __len__(self) -> int:
+        return len(self.data_source)
+
+
+class RandomSampler(Sampler):
+    """A random permutation of the indices (repeated when `num_samples` exceeds the length), or
+    `num_samples` indices drawn with replacement. Each pass draws a new order."""
+
+    def __init__(
+        self, data_source: Any, replacement: bool = False, num_samples: int | None = None,
+        generator: Generator | None = None,
+    ):  # fmt: skip
+        if not isinstance(replacement, bool):
+            raise TypeError(f"replacement should be a boolean value, but got {replacement!r}")
+        self.data_source, self.replacement, self.generator = data_source, replacement, generator
+        self._num_samples = num_samples
+        if not _is_positive_int(self.num_samples):
+            raise ValueError(
+                f"num_samples should be a positive integer value, but got {self.num_samples!r}"
+            )
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.data_source) if self._num_samples is None else self._num_samples
+
+    def __iter__(self) -> Iterator[int]:
+        n, rng = len(self.data_source), _rng(self.generator)
+        if self.replacement:
+            yield from rng.integers(0, n, self.num_samples).tolist()
+            return
+        for _ in range(self.num_samples // n):
+            yield from rng.permutation(n).tolist()
+        yield from rng.permutation(n)[: self.num_samples % n].tolist()
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+
+class SubsetRandomSampler(Sampler):
+    """The given indices in a random order, a new one each pass."""
+
+    def __init__(self, indices: Sequence[int], generator: Generator | None = None):
+        self.indices, self.generator = indices, generator
+
+    def __iter__(self) -> Iterator[int]:
+        for i in _rng(self.generator).permutation(len(self.indices)).tolist():
+            yield self.indices[i]
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+class WeightedRandomSampler(Sampler):
+    """`num_samples` indices drawn with probabilities proportional to `weights`."""
+
+    def __init__(
+        self, weights: Any, num_samples: int, replacement: bool = True,
+        generator: Generator | None = None,
+    ):  # fmt: skip
+        if not _is_positive_int(num_samples):
+            raise ValueError(
+                f"num_samples should be a positive integer value, but got {num_samples!r}"
+            )
+        if not isinstance(replacement, bool):
+            raise TypeError(f"replacement should be a boolean value, but got {replacement!r}")
+        weights = np.asarray(weights, np.float64)
+        if weights.ndim != 1:
+            raise ValueError(f"weights should be a 1d sequence, but have shape {weights.shape}")
+        if not (np.isfinite(weights).all() and (weights >= 0).all() and weights.sum() > 0):
+            raise ValueError("WeightedRandomSampler: weights must be finite, >= 0, not all zero")
+        if not replacement and num_samples > np.count_nonzero(weights):
+            raise ValueError(
+                f"WeightedRandomSampler: cannot draw {num_samples} samples without replacement "
+                f"from {np.count_nonzero(weights)} nonzero weights"
+            )
+        self.weights, self.num_samples = weights, num_samples
+        self.replacement, self.generator = replacement, generator
+
+    def __iter__(self) -> Iterator[int]:
+        p = self.weights / self.weights.sum()
+        draws = _rng(self.generator).choice(len(p), self.num_samples, self.replacement, p)
+        return iter(draws.tolist())
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+
+class BatchSampler(Sampler):
+    """Lists of `batch_size` indices from `sampler`; the last one shorter unless `drop_last`."""
+
+    def __init__(self, sampler: Iterable[int], batch_size: int, drop_last: bool):
+        if not _is_positive_int(batch_size):
+            raise ValueError(
+                f"batch_size should be a positive integer value, but got batch_size={batch_size!r}"
+            )
+        if not isinstance(drop_last, bool):
+            raise ValueError(
+                f"drop_last should be a boolean value, but got drop_last={drop_last!r}"
+            )
+        self.sampler, self.batch_size, self.drop_last = sampler, batch_size, drop_last
+
+    def __iter__(self) -> Iterator[list[int]]:
+        indices = iter(self.sampler)
+        while batch := list(itertools.islice(indices, self.batch_size)):
+            if len(batch) < self.batch_size and self.drop_last:
+                return
+            yield batch
+
+    def __len__(self) -> int:
+        n = len(self.sampler)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+
+class _InfiniteConstantSampler(Sampler):
+    """What an IterableDataset's loader samples: None forever (the dataset yields the data)."""
+
+    def __iter__(self) -> Iterator[None]:
+        return itertools.repeat(None)
+
+
+def _is_positive_int(n: Any) -> bool:
+    return isinstance(n, int) and not isinstance(n, bool) and n > 0
+
+
+# --- collation --------------------------------------------------------------------------------
+
+_COLLATE_ERROR = (
+    "default_collate: batch must contain tensors, numpy arrays, numbers, dicts or lists; found {}"
+)
+
+
+def default_collate(batch: Sequence[Any]) -> Any:
+    """PyTorch's: stack tensors and ndarrays (keeping their dtype), make ints int64 and floats
+    float64 tensors (bools bool), keep strings as a list, and collate the fields of dicts,
+    namedtuples, tuples and lists one by one (a tuple's fields come back as a list)."""
+    elem = batch[0]
+    if isinstance(elem, Tensor):
+        return functions.stack(list(batch))
+    if isinstance(elem, np.ndarray | np.generic) and not isinstance(elem, str | bytes):
+        if elem.dtype.kind in "USO":
+            raise TypeError(_COLLATE_ERROR.format(elem.dtype))
+        return Tensor(np.stack(batch))
+    if isinstance(elem, float):
+        return Tensor(np.array(batch, np.float64))
+    if isinstance(elem, int):  # bools too; as torch.tensor(batch): bool, int64 or float32
+        data = np.array(batch)
+        return Tensor(data.astype({"b": bool, "f": np.float32}.get(data.dtype.kind, np.int64)))
+    if isinstance(elem, str | bytes):
+        return list(batch)
+    if isinstance(elem, Mapping):
+        return _like(elem, {key: default_collate([d[key] for d in batch]) for key in elem})
+    if isinstance(elem, tuple) and hasattr(elem, "_fields"):  # a namedtuple
+        return type(elem)(*(default_collate(field) for field in zip(*batch, strict=True)))
+    if isinstance(elem, Sequence):
+        if any(len(e) != len(elem) for e in batch):
+            raise RuntimeError("each element in list of batch should be of equal size")
+        fields = [default_collate(list(field)) for field in zip(*batch, strict=True)]
+        return fields if isinstance(elem, tuple) else _like(elem, fields)
+    raise TypeError(_COLLATE_ERROR.format(type(elem)))
+
+
+def default_convert(data: Any) -> Any:
+    """PyTorch's collation without batching (batch_size=None): ndarrays and NumPy scalars become
+    tensors, in dicts, namedtuples and sequences too (tuples come back as lists); the rest stays."""
+    if isinstance(data, np.ndarray | np.generic) and not isinstance(data, str | bytes):
+        return data if data.dtype.kind in "USO" else Tensor(data)
+    if isinstance(data, Mapping):
+        return _like(data, {key: default_convert(v) for key, v in data.items()})
+    if isinstance(data, tuple) and hasattr(data, "_fields"):
+        return type(data)(*(default_convert(v) for v in data))
+    if isinstance(data, tuple):
+        return [default_convert(v) for v in data]
+    if isinstance(data, Sequence) and not isinstance(data, str | bytes):
+        return _like(data, [default_convert(v) for v in data])
+    return data
+
+
+def _like(example: Any, items: Any) -> Any:
+    """`items` in the container type of `example` where it can be built so, else as they are."""
+    if isinstance(example, MutableMapping):
+        clone = copy.copy(example)
+        clone.update(items)
+        return clone
+    try:
+        return type(example)(items)
+    except TypeError:
+        return items
+
+
+# --- the loader -------------------------------------------------------------------------------
+
+
+def get_worker_info() -> None:
+    """None: batches are always loaded in the main process (there are no worker processes)."""
+    return None
+
+
+def _fetch(dataset: Any, indices: list[int]) -> list:
+    getitems = getattr(dataset, "__getitems__", None)
+    return getitems(indices) if getitems is not None else [dataset[i] for i in indices]
+
+
+class DataLoader:
+    """Batches of `dataset` in the order of a sampler, collated; PyTorch's arguments and checks.
+
+    `shuffle=True` draws a new order each epoch from `generator` (see the module's docstring);
+    `batch_size=None` yields the samples one by one, converted (`default_convert`) but not
+    batched. `num_workers > 0` loads in this process, with a warning; `pin_memory` is ignored."""
+
+    def __init__(
+        self, dataset: Any, batch_size: int | None = 1, shuffle: bool | None = None,
+        sampler: Iterable | None = None, batch_sampler: Iterable | None = None,
+        num_workers: int = 0, collate_fn: Callable | None = None, pin_memory: bool = False,
+        drop_last: bool = False, timeout: float = 0, worker_init_fn: Callable | None = None,
+        multiprocessing_context: Any = None, generator: Generator | None = None, *,
+        prefetch_factor: int | None = None, persistent_workers: bool = False,
+        pin_memory_device: str = "", in_order: bool = True,
+    ):  # fmt: skip
+        _check_worker_options(num_workers, timeout, prefetch_factor, persistent_workers)
+        iterable = isinstance(dataset, IterableDataset)
+        if iterable and shuffle not in (None, False):
+            raise ValueError(
+                f"DataLoader with IterableDataset: expected unspecified shuffle option, but got "
+                f"shuffle={shuffle}"
+            )
+        if iterable and (sampler is not None or batch_sampler is not None):
+            raise ValueError(
+                "DataLoader with IterableDataset: expected unspecified sampler and batch_sampler "
+                "options (the dataset decides the order)"
+            )
+        shuffle = bool(shuffle)
+        if sampler is not None and shuffle:
+            raise ValueError("DataLoader: sampler option is mutually exclusive with shuffle")
+        if batch_sampler is not None:
+            if batch_size != 1 or shuffle or sampler is not None or drop_last:
+                raise ValueError(
+                    "DataLoader: batch_sampler option is mutually exclusive with batch_size, "
+                    "shuffle, sampler, and drop_last"
+                )
+            batch_size, drop_last = None, False
+        elif batch_size is None and drop_last:
+            raise ValueError(
+                "DataLoader: batch_size=None option disables auto-batching and is mutually "
+                "exclusive with drop_last"
+            )
+        if sampler is None:
+            if iterable:
+                sampler = _InfiniteConstantSampler()
+            elif shuffle:
+                sampler = RandomSampler(dataset, generator=generator)
+            else:
+                sampler = SequentialSampler(dataset)
+        if batch_size is not None and batch_sampler is None:
+            batch_sampler = BatchSampler(sampler, batch_size, drop_last)
+        if collate_fn is None:
+            collate_fn = default_collate if batch_sampler is not None else default_convert
+        if num_workers > 0:
+            warnings.warn(
+                f"DataLoader(num_workers={num_workers}): tracegrad loads batches in this "
+                "process (it has no worker processes)",
+                stacklevel=2,
+            )
+        self.dataset, self.batch_size, self.drop_last = dataset, batch_size, drop_last
+        self.sampler, self.batch_sampler, self.collate_fn = sampler, batch_sampler, collate_fn
+        self.num_workers, self.pin_memory, self.timeout = num_workers, pin_memory, timeout
+        self.worker_init_fn, self.generator = worker_init_fn, generator
+        self.prefetch_factor, self.persistent_workers = prefetch_factor, persistent_workers
+        self.multiprocessing_context, self.in_order = multiprocessing_context, in_order
+        self.pin_memory_device = pin_memory_device
+
+    def __iter__(self) -> Iterator[Any]:
+        if isinstance(self.dataset, IterableDataset):
+            return self._iterable_batches()
+        if self.batch_sampler is None:
+            return (self.collate_fn(self.dataset[i]) for i in self.sampler)
+        return (self.collate_fn(_fetch(self.dataset, b)) for b in self.batch_sampler)
+
+    def _iterable_batches(self) -> Iterator[Any]:
+        samples = iter(self.dataset)
+        if self.batch_sampler is None:
+            yield from map(self.collate_fn, samples)
+            return
+        while batch := list(itertools.islice(samples, self.batch_size)):
+            if len(batch) < self.batch_size and self.drop_last:
+                return
+            yield self.collate_fn(batch)
+
+    def __len__(self) -> int:
+        """The number of batches (of samples without batching); for an IterableDataset, from
+        its `__len__`, as PyTorch estimates it."""
+        if isinstance(self.dataset, IterableDataset):
+            n = len(self.dataset)
+            if self.batch_size is None:
+                return n
+            return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+        return len(self.sampler if self.batch_sampler is None else self.batch_sampler)
+
+
+def _check_worker_options(
+    num_workers: int, timeout: float, prefetch_factor: int | None, persistent_workers: bool
+) -> None:
+    if num_workers < 0:
+        raise ValueError(
+            "DataLoader: num_workers option should be non-negative; use num_workers=0 to "
+            "disable multiprocessing"
+        )
+    if timeout < 0:
+        raise ValueError("DataLoader: timeout option should be non-negative")
+    if num_workers == 0 and prefetch_factor is not None:
+        raise ValueError(
+            "DataLoader: prefetch_factor option could only be specified in multiprocessing; let "
+            "num_workers > 0 to enable multiprocessing, otherwise set prefetch_factor to None"
+        )
+    if persistent_workers and num_workers == 0:
+        raise ValueError("DataLoader: persistent_workers option needs num_workers > 0")
