@@ -647,7 +647,7 @@ def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, dtype:
 
 from tracegrad.numpy import linalg, random  # noqa: E402, F401 (they use the functions above)
 
-__all__ = sorted(name for name in globals() if name[0] != "_" and name not in _IMPORTED)
+__all__ = sorted({"asarray"} | {n for n in globals() if n[0] != "_" and n not in _IMPORTED})
 
 
 def __getattr__(name: str) -> Any:
