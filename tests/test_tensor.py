@@ -156,3 +156,13 @@ def test_inplace_on_a_non_leaf_keeps_the_graph_correct() -> None:
     y += x  # y = 3x
     (y * y).sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), 18.0 * x.numpy())
+
+
+def test_tensor_copies_and_as_tensor_shares_as_in_pytorch() -> None:
+    torch = pytest.importorskip("torch")
+    for make in ("tensor", "as_tensor", "from_numpy"):
+        a, b = np.arange(3.0), np.arange(3.0)
+        mine, theirs = getattr(tg, make)(a), getattr(torch, make)(b)
+        mine += 1.0
+        theirs += 1.0
+        assert a.tolist() == b.tolist(), make  # changed by as_tensor/from_numpy, not by tensor
