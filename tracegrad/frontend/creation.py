@@ -59,7 +59,9 @@ def ones(*size: Any, dtype: Any = np.float32, requires_grad: bool = False) -> Te
     return Tensor(np.ones(size, dtype), requires_grad=requires_grad)
 
 
-def eye(n: int, m: int | None = None, dtype: Any = np.float32, requires_grad: bool = False):
+def eye(
+    n: int, m: int | None = None, dtype: Any = np.float32, requires_grad: bool = False
+) -> Tensor:
     return Tensor(np.eye(n, m, dtype=dtype), requires_grad=requires_grad)
 
 

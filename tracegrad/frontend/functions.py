@@ -144,7 +144,7 @@ def matrix_transpose(input: Any) -> Tensor:
     return transpose(input, -1, -2)
 
 
-def moveaxis(input: Any, source: int | Sequence[int], destination: int | Sequence[int]):
+def moveaxis(input: Any, source: int | Sequence[int], destination: int | Sequence[int]) -> Tensor:
     """The axes `source` moved to positions `destination`, the others in their order."""
     x = as_tensor(input)
     src = [int(s) % x.ndim for s in np.atleast_1d(source).tolist()]

@@ -39,7 +39,9 @@ def _pieces(x: Tensor, d: int, sizes: Sequence[int]) -> tuple[Tensor, ...]:
 
 
 @pytorch_keywords(aliases=False)
-def split(tensor: Any, split_size_or_sections: int | Sequence[int], dim: int = 0):
+def split(
+    tensor: Any, split_size_or_sections: int | Sequence[int], dim: int = 0
+) -> tuple[Tensor, ...]:
     """Chunks of `split_size` along `dim` (the last one smaller if it does not divide), or
     pieces of the listed sizes (PyTorch's; NumPy's split into n sections is `tensor_split`, or
     `tracegrad.numpy.split`)."""
@@ -134,7 +136,9 @@ def flipud(input: Any) -> Tensor:
 
 
 @pytorch_keywords
-def roll(input: Any, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None):
+def roll(
+    input: Any, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None
+) -> Tensor:
     """Elements shifted along `dims` (of the flattened tensor if None), wrapping around."""
     x = as_tensor(input)
     if dims is None:

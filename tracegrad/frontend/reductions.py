@@ -197,7 +197,7 @@ def cumsum(input: Any, dim: int, *, dtype: Any = None) -> Tensor:
 
 
 @pytorch_keywords
-def diff(input: Any, n: int = 1, dim: int = -1, prepend: Any = None, append: Any = None):
+def diff(input: Any, n: int = 1, dim: int = -1, prepend: Any = None, append: Any = None) -> Tensor:
     """The n-th forward difference along `dim`, after joining `prepend` and `append`."""
     x = as_tensor(input)
     d = one_dim("diff", dim, x.ndim)
@@ -209,7 +209,9 @@ def diff(input: Any, n: int = 1, dim: int = -1, prepend: Any = None, append: Any
 
 
 @pytorch_keywords
-def gradient(input: Any, *, spacing: float = 1.0, dim: Any = None, edge_order: int = 1):
+def gradient(
+    input: Any, *, spacing: float = 1.0, dim: Any = None, edge_order: int = 1
+) -> tuple[Tensor, ...]:
     """Central differences inside, one-sided at the edges, for each dim: a tuple, as PyTorch
     (NumPy's gradient, which gives one array for one axis, is `tracegrad.numpy.gradient`)."""
     if edge_order != 1:

@@ -31,7 +31,7 @@ def _order(x: Tensor, dim: int, descending: bool) -> Tensor:
 
 
 @pytorch_keywords
-def argsort(input: Any, dim: int = -1, descending: bool = False, stable: bool = False):
+def argsort(input: Any, dim: int = -1, descending: bool = False, stable: bool = False) -> Tensor:
     """The indices that sort `input` along `dim` (stably: equal elements keep their order)."""
     x = as_tensor(input)
     return _order(x, one_dim("argsort", dim, x.ndim), descending)

@@ -167,17 +167,23 @@ def nonzero(a: Any) -> tuple[Tensor, ...]:
 # --- reductions and statistics ------------------------------------------------------------------
 
 
-def sum(a: Any, axis: Any = None, dtype: Any = None, out: None = None, keepdims: bool = False):
+def sum(
+    a: Any, axis: Any = None, dtype: Any = None, out: None = None, keepdims: bool = False
+) -> Tensor:
     _no_out("sum", out)
     return reductions.sum(asarray(a), axis, bool(keepdims), dtype=dtype)
 
 
-def prod(a: Any, axis: Any = None, dtype: Any = None, out: None = None, keepdims: bool = False):
+def prod(
+    a: Any, axis: Any = None, dtype: Any = None, out: None = None, keepdims: bool = False
+) -> Tensor:
     _no_out("prod", out)
     return reductions.prod(asarray(a), axis, bool(keepdims), dtype=dtype)
 
 
-def mean(a: Any, axis: Any = None, dtype: Any = None, out: None = None, keepdims: bool = False):
+def mean(
+    a: Any, axis: Any = None, dtype: Any = None, out: None = None, keepdims: bool = False
+) -> Tensor:
     _no_out("mean", out)
     return reductions.mean(asarray(a), axis, bool(keepdims), dtype=dtype)
 
@@ -196,12 +202,12 @@ def min(a: Any, axis: Any = None, out: None = None, keepdims: bool = False) -> T
 amax, amin = max, min
 
 
-def argmax(a: Any, axis: int | None = None, out: None = None, *, keepdims: bool = False):
+def argmax(a: Any, axis: int | None = None, out: None = None, *, keepdims: bool = False) -> Tensor:
     _no_out("argmax", out)
     return reductions.argmax(asarray(a), axis, bool(keepdims))
 
 
-def argmin(a: Any, axis: int | None = None, out: None = None, *, keepdims: bool = False):
+def argmin(a: Any, axis: int | None = None, out: None = None, *, keepdims: bool = False) -> Tensor:
     _no_out("argmin", out)
     return reductions.argmin(asarray(a), axis, bool(keepdims))
 
@@ -222,7 +228,7 @@ def std(a: Any, axis: Any = None, dtype: Any = None, out: None = None, ddof: flo
     return reductions.std(x, axis, keepdim=bool(keepdims), correction=ddof)
 
 
-def median(a: Any, axis: int | None = None, out: None = None, keepdims: bool = False):
+def median(a: Any, axis: int | None = None, out: None = None, keepdims: bool = False) -> Tensor:
     """The middle value, or the mean of the middle two (NumPy's, unlike PyTorch's lower one)."""
     _no_out("median", out)
     x = asarray(a)
@@ -577,7 +583,9 @@ def tensordot(a: Any, b: Any, axes: Any = 2) -> Tensor:
     return products.tensordot(asarray(a), asarray(b), axes)
 
 
-def cross(a: Any, b: Any, axisa: int = -1, axisb: int = -1, axisc: int = -1, axis: Any = None):
+def cross(
+    a: Any, b: Any, axisa: int = -1, axisb: int = -1, axisc: int = -1, axis: Any = None
+) -> Tensor:
     """The cross product of 2- or 3-vectors (2-vectors get a zero third component)."""
     if axis is not None:
         axisa = axisb = axisc = axis
@@ -638,7 +646,9 @@ def full_like(a: Any, fill_value: Any, dtype: Any = None) -> Tensor:
 empty_like = zeros_like
 
 
-def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, dtype: Any = None):
+def linspace(
+    start: Any, stop: Any, num: int = 50, endpoint: bool = True, dtype: Any = None
+) -> Tensor:
     """NumPy's linspace (float64 for Python numbers); differentiable in tensor endpoints."""
     return creation.spaced(start, stop, num, endpoint, dtype, _np.float64)
 

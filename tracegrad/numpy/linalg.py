@@ -56,7 +56,9 @@ def _triangle(a: Tensor, UPLO: str) -> Tensor:
     return part(a) + functions.matrix_transpose(part(a, -1 if UPLO == "L" else 1))
 
 
-def svd(a: Any, full_matrices: bool = True, compute_uv: bool = True, hermitian: bool = False):
+def svd(
+    a: Any, full_matrices: bool = True, compute_uv: bool = True, hermitian: bool = False
+) -> Any:
     """(U, S, Vh) (only the thin SVD of a non-square matrix), or the singular values with
     compute_uv=False."""
     a = asarray(a)
