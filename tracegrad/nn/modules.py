@@ -16,7 +16,7 @@ import numpy as np
 
 from tracegrad.core.errors import TraceError
 from tracegrad.frontend import random
-from tracegrad.frontend.device import require_cpu
+from tracegrad.frontend.device import require_cpu, to_arguments
 from tracegrad.frontend.tensor import Listeners, Tensor
 from tracegrad.frontend.tracer import watch
 from tracegrad.nn import functional as F
@@ -279,7 +279,7 @@ class Module:
         """PyTorch's module.to(dtype), .to("cpu"), .to(device, dtype), .to(tensor) (its dtype):
         floating parameters and buffers are converted in place (see `type`). The CPU is the
         only device: any other raises ValueError."""
-        dtype = _to_arguments(f"{type(self).__name__}.to", args, kwargs)
+        dtype = to_arguments(f"{type(self).__name__}.to", args, kwargs)
         if dtype is None:
             return self
         if dtype.kind != "f":
@@ -344,35 +344,6 @@ class Module:
             f"  ({name}): " + repr(m).replace("\n", "\n  ") for name, m in self._modules.items()
         ]
         return head + "\n" + "\n".join(lines) + "\n)"
-
-
-def _to_arguments(where: str, args: tuple, kwargs: dict[str, Any]) -> np.dtype | None:
-    """The dtype of PyTorch's to(device=None, dtype=None, non_blocking=False) (or to(tensor)),
-    after checking that every device named is the CPU."""
-    unknown = set(kwargs) - {"device", "dtype", "non_blocking", "memory_format"}
-    if unknown:
-        raise TypeError(f"{where}() got unexpected keyword arguments {sorted(unknown)}")
-    dtype = kwargs.get("dtype")
-    if kwargs.get("device") is not None:
-        require_cpu(kwargs["device"], where)
-    for a in args:
-        if a is None or isinstance(a, bool):  # non_blocking
-            continue
-        if isinstance(a, Tensor):
-            dtype = a.dtype
-        elif isinstance(a, str) or not _is_dtype(a):
-            require_cpu(a, where)
-        else:
-            dtype = a
-    return None if dtype is None else np.dtype(dtype)
-
-
-def _is_dtype(a: Any) -> bool:
-    try:
-        np.dtype(a)
-    except (TypeError, ValueError):
-        return False
-    return True
 
 
 def _cast_in_place(t: Tensor, dtype: np.dtype) -> None:
