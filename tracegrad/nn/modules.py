@@ -17,7 +17,7 @@ import numpy as np
 from tracegrad.core.errors import TraceError
 from tracegrad.frontend import random
 from tracegrad.frontend.device import require_cpu, to_arguments
-from tracegrad.frontend.tensor import Listeners, Tensor
+from tracegrad.frontend.tensor import Listeners, Tensor, get_default_dtype
 from tracegrad.frontend.tracer import watch
 from tracegrad.nn import functional as F
 
@@ -41,7 +41,7 @@ class Parameter(Tensor):
 
     def __init__(self, data: Any = None, requires_grad: bool = True):
         if data is None:
-            data = np.empty(0, np.float32)
+            data = np.empty(0, get_default_dtype())
         if isinstance(data, Tensor) and data.is_symbolic:
             raise TraceError(
                 "nn.Parameter: cannot make a parameter of a value computed inside @trace; "
@@ -61,8 +61,9 @@ def init_generator() -> np.random.Generator:
 
 
 def uniform_parameter(shape: tuple[int, ...], bound: float) -> Parameter:
-    """A float32 parameter drawn from U(-bound, bound): PyTorch's default initialization."""
-    return Parameter(_generator.uniform(-bound, bound, shape).astype(np.float32))
+    """A parameter drawn from U(-bound, bound) in the default dtype: PyTorch's default
+    initialization."""
+    return Parameter(_generator.uniform(-bound, bound, shape).astype(get_default_dtype()))
 
 
 class IncompatibleKeys(NamedTuple):
@@ -444,9 +445,9 @@ class LayerNorm(Module):
         self.normalized_shape, self.eps = tuple(shape), eps
         self.weight = self.bias = None
         if elementwise_affine:
-            self.weight = Parameter(np.ones(self.normalized_shape, np.float32))
+            self.weight = Parameter(np.ones(self.normalized_shape, get_default_dtype()))
         if elementwise_affine and bias:
-            self.bias = Parameter(np.zeros(self.normalized_shape, np.float32))
+            self.bias = Parameter(np.zeros(self.normalized_shape, get_default_dtype()))
 
     def forward(self, x: Tensor) -> Tensor:
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
