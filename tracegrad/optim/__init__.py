@@ -746,7 +746,7 @@ class RAdam(Optimizer):
         rectified = rho_t > 5.0
         rect = sqrt(where(rectified, ratio, 1.0))
         adaptive = _cast(sqrt(bias_correction2), dtype) / (sqrt(v) + group["eps"])
-        update = where(rectified, _cast(rect, dtype) * adaptive, _cast(1.0, dtype))
+        update = where(rectified, _cast(rect, dtype) * adaptive, 1.0)
         p -= m / _cast(bias_correction1, dtype) * _cast(lr, dtype) * update
 
 
