@@ -65,7 +65,7 @@ class Size(tuple):
     """PyTorch's `torch.Size`: a tuple of extents (a tensor's `shape` is a plain tuple)."""
 
     def numel(self) -> int:
-        return int(np.prod(self, dtype=np.int64))
+        return builtins.int(np.prod(self, dtype=np.int64))
 
     def __repr__(self) -> str:
         return f"torch.Size({list(self)})"
