@@ -38,6 +38,16 @@ def test_each_submodule_is_a_module_reached_by_attribute_and_by_import(name):
     assert reached is module
 
 
+def test_the_submodules_are_torchs_in_a_fresh_interpreter():
+    """`from package import name` takes an attribute before a submodule: tracegrad's own nn or
+    autograd must not stand in for torch.nn or torch.autograd."""
+    code = ("import tracegrad.torch as t; print(t.nn.__name__, t.autograd.__name__, "
+            "t.optim.__name__, t.utils.__name__, t.linalg.__name__)")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, check=True).stdout.split()  # fmt: skip
+    assert out == [f"tracegrad.torch.{n}" for n in ("nn", "autograd", "optim", "utils", "linalg")]
+
+
 def test_the_namespace_re_exports_tracegrads_objects():
     import tracegrad.torch.nn.functional as F
 
@@ -201,6 +211,13 @@ def test_small_things_of_the_namespace():
         pass
     assert np.allclose(torch.bmm(torch.ones(2, 3, 4), torch.ones(2, 4, 5)).numpy(), 4)
     assert np.allclose(torch.rsqrt(torch.tensor([4.0])).numpy(), 0.5)
+    p = torch.tensor(np.ones(2), requires_grad=True)
+    p.grad = torch.tensor(np.array([3.0, 4.0]))
+    norm = torch.nn.utils.clip_grad_norm_([p], 1.0, error_if_nonfinite=True, foreach=True)
+    assert float(norm) == 5.0 and np.allclose(p.grad.numpy(), [0.6, 0.8])
+    p.grad = torch.tensor(np.array([np.inf, 0.0]))
+    with pytest.raises(RuntimeError, match="total norm of order 2.0 of the gradients is inf"):
+        torch.nn.utils.clip_grad_norm_([p], 1.0, error_if_nonfinite=True)
 
 
 # --- torch.compile ------------------------------------------------------------------------------

@@ -37,7 +37,9 @@ from tracegrad.torch._support import torch_dtype as _torch_dtype
 for _name in ("Composite", "GradManager", "GraphError", "Kind", "MemoryBudgetError",
               "PRIMITIVES", "Phase", "Primitive", "ShapeError", "TraceError", "CheckpointError",
               "allreduce", "conv2d", "conv2d_input_grad", "conv2d_weight_grad", "defprimitive",
-              "getitem", "grad", "guard", "interpret", "sum_to", "uniform", "vjp"):  # fmt: skip
+              "getitem", "grad", "guard", "interpret", "sum_to", "uniform", "vjp",
+              # tracegrad's modules, whose places the torch ones below take
+              "autograd", "linalg", "nn", "optim", "utils"):  # fmt: skip
     globals().pop(_name, None)
 
 globals().update(_DTYPES)
