@@ -277,6 +277,7 @@ def test_constructors_take_pytorch_arguments():
     for like in (tg.randn_like(x), tg.rand_like(x), tg.zeros_like(x), tg.empty_like(x)):
         assert like.shape == (2, 3) and like.dtype == np.float64
     assert tg.randint_like(x, 7).dtype == np.float64 and tg.randint_like(x, 7).max() < 7
+    np.testing.assert_allclose(tg.logspace(0, 2, 3, base=2).numpy(), [1.0, 2.0, 4.0])
     with pytest.raises(TypeError, match="tensors are values"):
         tg.zeros(2, out=x)
 

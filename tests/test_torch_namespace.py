@@ -162,6 +162,14 @@ def test_data_parallel_wrappers():
         torch.nn.parallel.DistributedDataParallel(inner, device_ids=[0])
 
 
+def test_sequential_of_an_ordered_dict_names_its_layers():
+    from collections import OrderedDict
+
+    model = torch.nn.Sequential(OrderedDict(fc=torch.nn.Linear(2, 3), act=torch.nn.ReLU()))
+    assert list(model.state_dict()) == ["fc.weight", "fc.bias"] and model[1] is model.act
+    assert model(torch.ones(4, 2)).shape == (4, 3)
+
+
 def test_mixed_precision_is_a_no_op():
     with pytest.warns(UserWarning, match="GradScaler is enabled, but tracegrad has no CUDA"):
         scaler = torch.cuda.amp.GradScaler(enabled=True)

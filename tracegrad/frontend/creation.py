@@ -162,6 +162,15 @@ def linspace(start: Any, end: Any, steps: int, dtype: Any = None, device: Any = 
     return out.requires_grad_() if requires_grad else out
 
 
+def logspace(start: Any, end: Any, steps: int, base: float = 10.0, dtype: Any = None,
+             device: Any = None, requires_grad: bool = False) -> Tensor:  # fmt: skip
+    """base ** linspace(start, end, steps)."""
+    check_device(device, "logspace")
+    exponents = np.linspace(start, end, steps)
+    out = Tensor(np.power(float(base), exponents).astype(_float(dtype)))
+    return out.requires_grad_() if requires_grad else out
+
+
 def spaced(start: Any, stop: Any, num: int, endpoint: bool, dtype: Any, default: Any) -> Tensor:
     """linspace's values; Python-number endpoints give `default` (the namespace's float)."""
     steps = np.linspace(0.0, 1.0, num, endpoint=endpoint)
@@ -246,6 +255,6 @@ def randint_like(input: Any, low: int = 0, high: int | None = None, dtype: Any =
 
 __all__ = [
     "arange", "as_tensor", "default_generator", "empty", "empty_like", "eye", "from_numpy",
-    "full", "full_like", "linspace", "ones", "ones_like", "rand", "rand_like", "randint",
-    "randint_like", "randn", "randn_like", "randperm", "tensor", "zeros", "zeros_like",
+    "full", "full_like", "linspace", "logspace", "ones", "ones_like", "rand", "rand_like",
+    "randint", "randint_like", "randn", "randn_like", "randperm", "tensor", "zeros", "zeros_like",
 ]  # fmt: skip

@@ -378,14 +378,16 @@ class Linear(Module):
 
 
 class Sequential(Module):
-    """Applies its layers in order; they are registered as "0", "1", ... (as in PyTorch)."""
+    """Applies its layers in order; they are registered as "0", "1", ... (as in PyTorch), or
+    under their names when given as one (ordered) dict."""
 
     def __init__(self, *layers: Module):
         super().__init__()
-        for i, layer in enumerate(layers):
+        named = layers[0].items() if len(layers) == 1 and isinstance(layers[0], Mapping) else None
+        for i, (name, layer) in enumerate(named or ((str(i), m) for i, m in enumerate(layers))):
             if not isinstance(layer, Module):
                 raise TypeError(f"Sequential: layer {i} is a {type(layer).__name__}, not a Module")
-            setattr(self, str(i), layer)
+            setattr(self, name, layer)
 
     def forward(self, x: Any) -> Any:
         for layer in self._modules.values():
