@@ -241,6 +241,17 @@ def test_traced_steps_with_data_updates_and_masked_writes_match_eager(backend, m
     assert sum(len(p) for p in traced.plans.values()) == 2  # w.grad None at first, then set
 
 
+def test_a_missing_method_says_what_and_where():
+    x = tg.ones(2)
+    with pytest.raises(AttributeError) as e:
+        x.register_hook(print)
+    line = __import__("sys")._getframe().f_lineno - 1
+    assert str(e.value).startswith(
+        f"Tensor.register_hook is not provided by tracegrad (used at test_torch_methods.py:{line})"
+    )
+    assert not hasattr(x, "__array_interface__") and not hasattr(x, "_no_such")
+
+
 def test_format_of_a_0d_tensor_is_its_number():
     loss = tg.tensor(1.23456)
     assert f"{loss:.4f}" == "1.2346" and "{:+.2f}".format(tg.tensor(-0.5)) == "-0.50"  # noqa: UP032

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from tracegrad.core import primitives as P
+from tracegrad.core.errors import user_location
 from tracegrad.core.vocabulary import Kind
 from tracegrad.frontend import autodiff, linalg, sampling
 from tracegrad.frontend import creation as C
@@ -80,6 +81,17 @@ def _format(self: Tensor, spec: str) -> str:
         raise TypeError(f"unsupported format string {spec!r} for a tensor of shape {self.shape}: "
                         "only a 0-d tensor formats as a number")  # fmt: skip
     return repr(self)
+
+
+def _missing(self: Tensor, name: str) -> Any:
+    """A Tensor method or attribute tracegrad lacks: say so, and where it was used (private
+    and special names, which Python and NumPy probe for, fail quietly)."""
+    if name.startswith("_"):
+        raise AttributeError(f"'Tensor' object has no attribute {name!r}")
+    raise AttributeError(
+        f"Tensor.{name} is not provided by tracegrad (used at {user_location()}); see "
+        "docs/api.md for Tensor's methods"
+    )
 
 
 def _new(fill: Callable) -> Callable:
@@ -193,6 +205,7 @@ METHODS: dict[str, Any] = {
     "__ror__": _swapped(E.bitwise_or), "__xor__": E.bitwise_xor,
     "__rxor__": _swapped(E.bitwise_xor), "__invert__": E.bitwise_not,
     "__array_ufunc__": _array_ufunc, "__array_function__": _array_function,
+    "__getattr__": _missing,
     "backward": autodiff.tensor_backward,
     # shapes
     "reshape": F.reshape, "view": F.reshape, "permute": F.permute, "transpose": F.transpose,
