@@ -19,7 +19,6 @@ from passes.budget import Budget
 from passes.memory import MemoryPlan, plan_memory
 from tracegrad.compiler import lowering
 from tracegrad.compiler.codegen import compile_source, generate, identifier
-from tracegrad.compiler.kernels.blas import quiet_openblas
 from tracegrad.core import ir
 from tracegrad.core.errors import MemoryBudgetError
 from tracegrad.frontend import pytree
@@ -186,6 +185,8 @@ def compile_plan(
     if pipeline is None:
         pipeline = passes.DEFAULT + ([passes.fuse] if backend == "numba" else [])
     if backend == "numba":
+        from tracegrad.compiler.kernels.blas import quiet_openblas  # loads Numba: only now
+
         quiet_openblas()
     name = identifier(name)
     if memory_budget is not None:
