@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tracegrad.core.ir import Graph, Node, Value
+from tracegrad.core.ir import Graph, Node, Value, common_module
 from tracegrad.core.primitives import fused
 from tracegrad.core.vocabulary import Kind, Phase
 
@@ -187,4 +187,5 @@ def _fused_node(group: _Group, users: dict[Value, list[Node]], outputs: set[Valu
     ]
     body = Graph(inputs, group.nodes, results)
     first = group.nodes[0]
-    return Node(fused, inputs, results, {"body": body}, first.source, first.phase)
+    module = common_module(n.module for n in group.nodes)
+    return Node(fused, inputs, results, {"body": body}, first.source, first.phase, module)
