@@ -269,13 +269,17 @@ class Graph:
                 g.add_edge(key, names[v])
         return g
 
-    def to_svg(self, path: str | None = None, engine: str | None = None) -> str:
-        """A picture of the graph as SVG text (written to `path` too): Graphviz's `dot` lays it
-        out when installed, else matplotlib (`pip install "tracegrad[viz]"`). Phases coloured,
-        fused groups as clusters, producers of saved values outlined, tooltips per op."""
+    def to_svg(self, path: str | None = None, engine: str | None = None,
+               expand: Iterable[str] | bool | None = None) -> str:  # fmt: skip
+        """A picture of the graph as SVG text (written to `path` too), grouped by module: each
+        module one box (op count, bytes) but those in `expand` (paths such as "blocks.0", or
+        True: all), drawn as clusters of their ops. Graphviz's `dot` lays it out when installed,
+        else a layered layout of our own (`engine="dot"` or `"layered"`). Ops coloured by phase
+        and named by their results as `str(graph)` names them; fused kernels dashed; producers
+        of values saved for backward outlined in red; a tooltip per box."""
         from tracegrad.core.drawing import to_svg
 
-        return to_svg(self, path, engine)
+        return to_svg(self, path, engine, expand)
 
     def to_dot(self) -> str:
         """Graphviz text: boxes for ops, ellipses for values."""

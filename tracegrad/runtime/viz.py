@@ -25,7 +25,18 @@ import numpy as np
 
 from passes.base import is_view, last_uses
 from tracegrad.core import ir
-from tracegrad.core.drawing import PHASE_COLOURS, require_matplotlib
+from tracegrad.core.drawing import PHASE_COLOURS
+
+VIZ_EXTRA = 'pip install "tracegrad[viz]"'
+
+
+def require_matplotlib() -> Any:
+    """matplotlib, or an error that names the extra that installs it."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise ImportError(f"this picture needs matplotlib: {VIZ_EXTRA}") from None
+    return matplotlib
 from tracegrad.core.vocabulary import Kind, Phase
 
 KINDS = ["batch inputs", "parameters", "gradients", "optimizer state", "saved activations",
