@@ -187,7 +187,7 @@ def _clip(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def _display(path: Path) -> str:
+def display(path: Path) -> str:
     """A group as `expand` takes it: a module path, or a user line."""
     return path[0] if _is_line(path) else ".".join(path)
 
@@ -301,7 +301,7 @@ def scene(graph: Graph, expand: Iterable[str] | bool | None = None,
 def _as_path(name: str, table: dict[Path, Group]) -> Path:
     path = (name,) if (name,) in table else module_path(name)
     if path not in table:
-        some = ", ".join(sorted(_display(p) for p in table)[:8])
+        some = ", ".join(sorted(display(p) for p in table)[:8])
         raise ValueError(f"to_svg: no module or user line {name!r} in this graph ({some}, ...)")
     return path
 
@@ -501,9 +501,9 @@ def _esc(text: str) -> str:
 
 def _attrs(b: Box | Cluster, ids: bool) -> str:
     if isinstance(b, Cluster):
-        return f' class="tg_cluster" data-module="{_esc(_display(b.group.path))}"'
+        return f' class="tg_cluster" data-module="{_esc(display(b.group.path))}"'
     if b.kind == "module":
-        return f' class="tg_module" data-module="{_esc(_display(b.group.path))}"'
+        return f' class="tg_module" data-module="{_esc(display(b.group.path))}"'
     cls = "tg_input" if b.kind == "input" else "tg_node"
     ident = f' id="{b.key}"' if ids else ""
     return f'{ident} class="{cls}" data-name="{b.key}"'
