@@ -88,7 +88,7 @@ class Group:
     def tooltip(self) -> str:
         phases = ", ".join(f"{k} {v}" for k, v in self.phases.items())
         lines = [self.label, f"{self.ops} ops ({phases}), {self.kernels} kernels",
-                 f"results allocated: {size_text(self.nbytes)}; saved for backward: "
+                 f"results allocated: {size_text(self.nbytes)}; held for backward: "
                  f"{size_text(self.saved)}"]  # fmt: skip
         if self.seconds is not None:
             lines.append(f"time: {self.seconds * 1e3:.3f} ms (instrumented run)")
@@ -579,7 +579,7 @@ def dot_text(sc: Scene) -> str:
                 lines.append(f"{indent}subgraph {_q('cluster_' + it.key)} {{")
                 fill = CLUSTER_COLOURS[it.depth % 2]
                 lines.append(f'{indent}  id={_q(it.key)}; class="tg_cluster"; '
-                             f"label={_q(_header(it))}; tooltip={_q(it.group.tooltip())}; "
+                             f"label={_q(_header(it))}; "
                              f'style="rounded,filled"; fillcolor="{fill}"; color="#7a869a"; '
                              "labeljust=l;")  # fmt: skip
                 emit(it, indent + "  ")
@@ -605,7 +605,7 @@ def _dot_node(b: Box) -> str:
     )
     extra = f', color="{SAVED_COLOUR}", penwidth=2.5' if b.saved and b.kind != "module" else ""
     return (f"{_q(b.key)} [id={_q(b.key)}, class={_q(cls)}, label={_q(chr(10).join(b.lines))}, "
-            f'tooltip={_q(b.tooltip)}, fillcolor="{b.fill}", style="{style}"{extra}];')  # fmt: skip
+            f'fillcolor="{b.fill}", style="{style}"{extra}];')  # fmt: skip
 
 
 def _dot_svgs(scenes: list[Scene], ids: bool = True) -> list[str]:
@@ -623,11 +623,15 @@ def _dot_attributes(svg: str, sc: Scene, ids: bool) -> str:
     items: dict[str, Box | Cluster] = {b.key: b for b in sc.root.boxes()}
     items.update((c.key, c) for c in sc.root.clusters() if c.group is not None)
 
-    def tag(m: re.Match) -> str:
+    def tag(m: re.Match) -> str:  # our attributes, and the tooltip as the first <title>
         it = items.get(html.unescape(m.group(1)))
-        return m.group(0) if it is None else f"<g{_attrs(it, ids)}>"
+        if it is None:
+            return m.group(0)
+        tip = it.tooltip if isinstance(it, Box) else it.group.tooltip()
+        return f"<g{_attrs(it, ids)}>{m.group(2)}<title>{_esc(tip)}</title>"
 
-    svg = re.sub(r'<g id="([^"]+)" class="(?:node|cluster) tg_\w+">', tag, svg)
+    svg = re.sub(r'<g id="([^"]+)" class="(?:node|cluster) tg_\w+">(\s*)<title>[^<]*</title>',
+                 tag, svg)  # fmt: skip
     return svg.replace("<svg ", '<svg class="tg_graph" ', 1)
 
 

@@ -85,9 +85,10 @@ def module_names(nodes: Sequence[ir.Node]) -> None:
     for n in nodes:
         s = n.module
         if s is not None and id(s.root) not in roots:
-            name = s.root_name
-            while name in roots.values():  # two roots held by one name (a loop variable)
-                name += "_"
+            name, k = s.root_name, 1
+            while name in roots.values():  # two roots by one name (a loop variable, a class)
+                k += 1
+                name = f"{s.root_name}_{k}"
             roots[id(s.root)] = name
     several = len(roots) > 1
     for n in nodes:

@@ -70,8 +70,8 @@ class Plan:
             return
         self._build(*pending.result, plan_memory(*pending.result))
         self.built_at_call = self.calls + 1
-        self.events.append(("kernels compiled in the background", pending.started,
-                            pending.seconds))  # fmt: skip
+        self.events.append((f"{len(self.kernels)} kernels compiled in the background",
+                            pending.started, pending.seconds))  # fmt: skip
         if pending.seconds >= lowering.PROGRESS_AFTER:
             print(f"tracegrad: {self.name}: kernels ready after {pending.seconds:.1f} s of "
                   "compiling in the background; the step runs them from now on",
@@ -207,7 +207,8 @@ def compile_plan(
                         pending=BackgroundLowering(graph))  # fmt: skip
         else:
             plan = Plan(cap, name, *lowering.lower(graph, backend), stats, backend)
-    plan.events.append(("passes, lowering and codegen", start, time.perf_counter() - start))
+    made = f" ({len(plan.kernels)} kernels)" if plan.kernels else ""
+    plan.events.append((f"passes, lowering{made} and codegen", start, time.perf_counter() - start))
     return plan
 
 

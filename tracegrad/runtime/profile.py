@@ -109,9 +109,8 @@ def _compilation(plan: Any) -> list[dict]:
     if not events:
         return []
     origin = min(start for _, start, _ in events)
-    kernels = len(getattr(plan, "kernels", {}))
     return [{"name": what, "cat": "compile", "ph": "X", "pid": 2, "tid": 1,
-             "ts": (start - origin) * 1e6, "dur": seconds * 1e6, "args": {"kernels": kernels}}
+             "ts": (start - origin) * 1e6, "dur": seconds * 1e6}
             for what, start, seconds in events]  # fmt: skip
 
 

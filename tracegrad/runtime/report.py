@@ -41,7 +41,7 @@ def history(plan: Any) -> str | None:
     """Which calls ran what, when a stand-in ran before the kernels arrived."""
     if plan.built_at_call <= 1:
         return None
-    seconds = next((s for what, _, s in plan.events if "background" in what), None)
+    seconds = next((s for what, _, s in plan.events if what.endswith("background")), None)
     ready = f" (ready after {seconds:.1f} s)" if seconds is not None else ""
     first = plan.built_at_call - 1
     calls = "call 1" if first == 1 else f"calls 1-{first}"
