@@ -164,7 +164,7 @@ def test_printed_graph_and_compiled_plan_keep_the_module():
     step = tg.trace(lambda x: model(x).sum(), backend="numpy")
     step(data()[0])
     text = str(step.graph)
-    assert "# blocks.1.mlp.2 test_scopes.py:" in text and "# head test_scopes.py:" in text
+    assert "# blocks.1.mlp.2: test_scopes.py:" in text and "# head: test_scopes.py:" in text
 
 
 def _exp_node(x: ir.Value, module: str) -> ir.Node:

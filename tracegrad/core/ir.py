@@ -111,8 +111,9 @@ class Node:
 
     @property
     def where(self) -> str:
-        """The module path and the user's line, as the graph's printout shows them."""
-        return " ".join(x for x in (self.module, self.source) if x)
+        """The module path and the user's line, as the graph's printout shows them
+        ("blocks.0.attn: gpt.py:58")."""
+        return ": ".join(x for x in (self.module, self.source) if x)
 
     def __repr__(self) -> str:
         return f"Node({self.op}, {self.inputs} -> {self.outputs})"

@@ -113,8 +113,8 @@ def describe(life: Lifetime) -> str:
     """One live value as the figure lists it: type, bytes, kind, the op that made it, where."""
     n = life.producer
     what = f"{n.op} ({n.phase})" if n is not None else "input"
-    where = " ".join(x for x in (n.module, n.source) if x) if n is not None else ""
-    return f"{life.value.type_str} {size_text(life.value.nbytes)} {life.kind}: {what} {where}"
+    where = f" {n.where}" if n is not None and n.where else ""
+    return f"{life.value.type_str} {size_text(life.value.nbytes)} {life.kind}: {what}{where}"
 
 
 def _mib(n: Any) -> Any:
@@ -147,8 +147,10 @@ def timeline_figure(plan: Any, prof: Profile | None = None) -> Any:
     peak = memory.peak_at
     top = _mib(inputs + memory.peak)
     ax.plot([peak], [top], "v", color="#e31a1c", ms=7, label="planned peak")
+    right = peak > len(x) / 2  # the label on the side with room
     ax.annotate(f"planned peak {size_text(memory.peak)} (+ inputs {size_text(inputs)})",
-                (peak, top), fontsize=8, xytext=(4, 4), textcoords="offset points")  # fmt: skip
+                (peak, top), fontsize=8, xytext=(-6 if right else 6, 6),
+                textcoords="offset points", ha="right" if right else "left")  # fmt: skip
     _phase_strip(ax, graph)
     ax.set_title(f"{plan.name}: live memory over the plan ({plan.backend} backend, "
                  f"{len(graph.nodes)} nodes)", fontsize=10, loc="left")  # fmt: skip
