@@ -1,6 +1,6 @@
-"""`step.report()`: the passes, what is saved for backward, the kernels, the planned and measured
-peaks, which plan ran which calls, and what a memory budget recomputes; as text, and as one
-HTML page (`Report.to_html`, runtime/viz.py)."""
+"""`step.report()`'s text: the passes, what is saved for backward, the kernels, the planned and
+measured peaks, which plan ran which calls, and what a memory budget recomputes (runtime/viz.py
+makes it a page)."""
 
 from __future__ import annotations
 
@@ -106,32 +106,3 @@ def _budget_lines(plan: Any, producers: dict) -> list[str]:
     if len(b.recomputed) > RECOMPUTED_SHOWN:
         lines.append(f"  ... and {len(b.recomputed) - RECOMPUTED_SHOWN} more")
     return lines
-
-
-class Report(str):
-    """`step.report()`: the text (so `print` and string methods work as before) with the plan
-    behind it, for `to_html`."""
-
-    plan: Any
-    name: str
-
-    def __new__(cls, text: str, plan: Any, name: str = "step") -> Report:
-        self = super().__new__(cls, text)
-        self.plan, self.name = plan, name
-        return self
-
-    def __repr__(self) -> str:
-        return str(self)
-
-    def to_html(self, path: str | None = None) -> str:
-        """One self-contained HTML page (no network): passes, saved values, the graph by module
-        (click a module to open it; wheel to zoom, drag to pan), the memory timeline, the slowest
-        statements and kernels, the plan's source linked to the user's lines. Written to `path`
-        too, if given. Needs matplotlib (the `viz` extra) for the timeline."""
-        from tracegrad.runtime.viz import html_page
-
-        page = html_page(self.plan, str(self), self.name)
-        if path is not None:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(page)
-        return page

@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING, Any
 from tracegrad.core import ir
 from tracegrad.frontend.tracer import Capture, TraceError, capture, signature
 from tracegrad.runtime.budget import parse_budget
-from tracegrad.runtime.report import Report, report
+from tracegrad.runtime.report import report
 
 if TYPE_CHECKING:
     from tracegrad.runtime.plan import Plan
     from tracegrad.runtime.profile import Profile
+    from tracegrad.runtime.viz import Report
 
 RETRACES_WARNED = 8  # plans for one signature: past this, retracing is likely a mistake
 SIGNATURES_WARNED = 8  # distinct input signatures: past this, shapes are likely unbucketed
@@ -158,6 +159,8 @@ class Traced:
 
     def report(self) -> Report:
         """The latest plan's report: prints as text; `.to_html(path)` writes the page."""
+        from tracegrad.runtime.viz import Report
+
         plan = self._plan()
         return Report(report(plan), plan, self.fn.__name__)
 

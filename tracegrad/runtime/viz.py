@@ -20,7 +20,7 @@ from typing import Any
 from tracegrad.core import drawing, ir
 from tracegrad.core.vocabulary import Kind
 from tracegrad.runtime.profile import Profile, profile
-from tracegrad.runtime.report import Report, kernel_summary
+from tracegrad.runtime.report import kernel_summary
 from tracegrad.runtime.timeline import (
     KINDS,
     Lifetime,
@@ -36,6 +36,33 @@ from tracegrad.runtime.timeline import (
 __all__ = ["KINDS", "Lifetime", "Profile", "Report", "describe", "dump", "html_page",
            "lifetimes", "live_at", "memory_timeline", "profile", "require_matplotlib", "stacked",
            "timeline_figure"]  # fmt: skip
+
+
+class Report(str):
+    """`step.report()`: the text (so `print` and string methods work as before) with the plan
+    behind it, for `to_html`."""
+
+    plan: Any
+    name: str
+
+    def __new__(cls, text: str, plan: Any, name: str = "step") -> Report:
+        self = super().__new__(cls, text)
+        self.plan, self.name = plan, name
+        return self
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def to_html(self, path: str | None = None) -> str:
+        """One self-contained HTML page (no network): passes, saved values, the graph by module
+        (click a module to open it; wheel to zoom, drag to pan), the memory timeline, the slowest
+        statements and kernels, the plan's source linked to the user's lines. Written to `path`
+        too, if given. Needs matplotlib (the `viz` extra) for the timeline."""
+        page = html_page(self.plan, str(self), self.name)
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(page)
+        return page
 
 
 def _table(head: list[str], rows: list[list[Any]]) -> str:
