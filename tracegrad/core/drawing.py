@@ -231,19 +231,47 @@ def _body(n: Node) -> Graph | None:
     return n.attrs.get("body") if n.prim.kind is Kind.COMPOSITE else None
 
 
-def scene(graph: Graph, expand: Iterable[str] | bool | None = None,
-          seconds: Sequence[float] | None = None) -> Scene:  # fmt: skip
+@dataclass
+class Facts:
+    """What every picture of one graph reads: each node's group, the groups, the values' names,
+    the values saved for backward, where each graph input is drawn and its first reader."""
+
+    paths: list[Path]
+    table: dict[Path, Group]
+    names: dict
+    saved: set
+    homes: dict  # graph input -> the group of its readers
+    first: dict  # value -> index of the first node that reads it
+
+    @classmethod
+    def of(cls, graph: Graph, seconds: Sequence[float] | None = None) -> Facts:
+        paths, table = groups(graph, seconds)
+        readers: dict[Value, list[Path]] = {}
+        first: dict[Value, int] = {}
+        for i, (n, p) in enumerate(zip(graph.nodes, paths, strict=True)):
+            for v in n.inputs:
+                readers.setdefault(v, []).append(p)
+                first.setdefault(v, i)
+        homes = {v: _common(readers.get(v, [()])) for v in graph.inputs}
+        return cls(paths, table, graph.names(), set(graph.residuals()), homes, first)
+
+
+def scene(
+    graph: Graph,
+    expand: Iterable[str] | bool | None = None,
+    seconds: Sequence[float] | None = None,
+    facts: Facts | None = None,
+) -> Scene:
     """The picture of `graph` with the modules in `expand` (module paths, or user lines of
     loose ops; True: all) open and every other group drawn as one box. `seconds`: each node's
-    time (a profile), shown per group."""
-    paths, table = groups(graph, seconds)
+    time (a profile), shown per group; `facts`: `Facts.of(graph, seconds)`, if at hand."""
+    facts = facts or Facts.of(graph, seconds)
+    paths, table, names, saved = facts.paths, facts.table, facts.names, facts.saved
     if expand is True:
         opened = set(table)
     else:
         opened = {p[:k] for e in expand or () for p in [_as_path(e, table)] for k in
                   range(1, len(p) + 1)}  # fmt: skip
-    names = graph.names()
-    saved = set(graph.residuals())
     root = Cluster(None)
     clusters: dict[Path, Cluster] = {(): root}
     collapsed: dict[Path, Box] = {}
@@ -272,20 +300,11 @@ def scene(graph: Graph, expand: Iterable[str] | bool | None = None,
         return box
 
     owner: dict[Value, Box] = {}
-    readers: dict[Value, list[Path]] = {}
-    for n, p in zip(graph.nodes, paths, strict=True):
-        for v in n.inputs:
-            readers.setdefault(v, []).append(p)
-    first: dict[Value, int] = {}
-    for i, n in enumerate(graph.nodes):
-        for v in n.inputs:
-            first.setdefault(v, i)
     for v in graph.inputs:  # drawn in the group of its readers, just before the first
         if not v.shape:  # a hyperparameter (learning rate): read everywhere, says little
             continue
-        p = _common(readers.get(v, [()]))
-        order = first.get(v, len(graph.nodes)) - 0.5
-        owner[v] = place(p, lambda v=v, o=order: _input_box(v, names, v in saved, o))
+        order = facts.first.get(v, len(graph.nodes)) - 0.5
+        owner[v] = place(facts.homes[v], lambda v=v, o=order: _input_box(v, names, v in saved, o))
     edges: dict[tuple[Box, Box], str] = {}
     for i, (n, p) in enumerate(zip(graph.nodes, paths, strict=True)):
         box = place(p, lambda n=n, i=i: _op_box(n, i, names, saved, seconds))
@@ -387,7 +406,7 @@ def layout(sc: Scene) -> None:
         b.y = row_y[depth[b]]
     _columns(sc.root, depth)
     _absolute(sc.root, 0.0, 0.0)
-    sc.root.h = y - GAP_Y + PAD
+    sc.root.h = max(y - GAP_Y + PAD, 2 * PAD)
 
 
 def _depths(sc: Scene, boxes: list[Box]) -> dict[Box, int]:
@@ -632,6 +651,8 @@ def _dot_attributes(svg: str, sc: Scene, ids: bool) -> str:
 
     svg = re.sub(r'<g id="([^"]+)" class="(?:node|cluster) tg_\w+">(\s*)<title>[^<]*</title>',
                  tag, svg)  # fmt: skip
+    if not ids:  # one of several pictures in a page: dot's own ids would repeat
+        svg = re.sub(r'(<g) id="[^"]*"', r"\1", svg)
     return svg.replace("<svg ", '<svg class="tg_graph" ', 1)
 
 
@@ -664,10 +685,10 @@ def views(graph: Graph, seconds: Sequence[float] | None = None,
     """The picture with nothing expanded, and with each group expanded in place (its
     enclosing groups too, everything else collapsed): (group, SVG) pairs, the first for ()."""
     engine = engine_for(engine)
-    _, table = groups(graph, seconds)
+    facts = Facts.of(graph, seconds)
+    table = facts.table
     paths = [(), *sorted(table, key=lambda p: (table[p].order, len(p)))]
-    scenes = [scene(graph, [".".join(p) if not _is_line(p) else p[0]] if p else None, seconds)
-              for p in paths]  # fmt: skip
+    scenes = [scene(graph, [display(p)] if p else None, seconds, facts) for p in paths]
     svgs = _dot_svgs(scenes, ids=False) if engine == "dot" else [
         _layered_svg(sc, ids=False) for sc in scenes]  # fmt: skip
     return list(zip(paths, svgs, strict=True))

@@ -151,13 +151,13 @@ def timeline_figure(plan: Any, prof: Profile | None = None) -> Any:
     ax.annotate(f"planned peak {size_text(memory.peak)} (+ inputs {size_text(inputs)})",
                 (peak, top), fontsize=8, xytext=(-6 if right else 6, 6),
                 textcoords="offset points", ha="right" if right else "left")  # fmt: skip
-    _phase_strip(ax, graph)
     ax.set_title(f"{plan.name}: live memory over the plan ({plan.backend} backend, "
                  f"{len(graph.nodes)} nodes)", fontsize=10, loc="left")  # fmt: skip
     ax.set_xlabel("node of the plan (in schedule order)")
     ax.set_ylabel("live MiB")
     ax.set_xlim(0, max(len(x) - 1, 1))
     ax.set_ylim(0, max(top, float(_mib(rows.sum(axis=0)).max()), max(planned, default=0)) * 1.12)
+    _phase_strip(ax, graph)
     ax.legend(loc="lower left", bbox_to_anchor=(1.02, 0.0), fontsize=7)
     alive = live_at(lives, peak)
     text = [f"live at the planned peak (node {peak}), largest first:"]
@@ -169,9 +169,14 @@ def timeline_figure(plan: Any, prof: Profile | None = None) -> Any:
 
 
 def _phase_strip(ax: Any, graph: ir.Graph) -> None:
-    """A thin band under the plot: each node's phase colour."""
+    """A thin band under the plot: each node's phase colour (one bar set per phase)."""
+    spans: dict[Any, list[tuple[int, int]]] = {}
     for i, n in enumerate(graph.nodes):
-        ax.axvspan(i, i + 1, ymin=0, ymax=0.015, color=PHASE_COLOURS.get(n.phase, "#999"), lw=0)
+        spans.setdefault(n.phase, []).append((i, 1))
+    low, high = ax.get_ylim()
+    for phase, bars in spans.items():
+        ax.broken_barh(bars, (low, (high - low) * 0.015), color=PHASE_COLOURS.get(phase, "#999"),
+                       lw=0)  # fmt: skip
 
 
 def memory_timeline(plan: Any, path: str | None = None) -> Any:
