@@ -200,8 +200,8 @@ CSS = """body{font:14px system-ui,sans-serif;margin:1.5em;max-width:1600px}
 table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 8px;
 text-align:left;font-size:13px}pre{background:#f6f6f6;padding:8px;overflow:auto;font-size:12px}
 .c{color:#777}.c a{color:#2060a0}img{max-width:100%}
-#tg-graph{border:1px solid #ccc;height:75vh;overflow:hidden;cursor:grab;position:relative;
-background:#fff}#tg-pane{transform-origin:0 0;position:absolute;left:0;top:0}
+#tg-graph{border:1px solid #ccc;height:75vh;min-height:120px;overflow:hidden;cursor:grab;
+position:relative;background:#fff}#tg-pane{transform-origin:0 0;position:absolute;left:0;top:0}
 .tg_module,.tg_cluster .tg_head{cursor:pointer}.tg_module:hover rect{stroke:#2060a0}
 #tg-bar{margin:.4em 0}#tg-bar button{margin-right:.4em}#tg-crumbs a{cursor:pointer;color:#2060a0}
 """
@@ -219,7 +219,9 @@ chain.unshift('');chain.forEach(function(c,i){var a=document.createElement('a');
 a.textContent=c||'step';a.onclick=function(){show(c);};if(i)crumbs.append(' \\u203a ');
 crumbs.append(a);});}
 function show(p){if(!(p in views))p='';for(var k in views)views[k].hidden=(k!==p);
-window.tgPath=p;crumb(p);t={x:0,y:0,k:1};var v=views[p],r0=box.getBoundingClientRect();
+window.tgPath=p;crumb(p);t={x:0,y:0,k:1};var v=views[p];apply();
+box.style.height=Math.min(0.75*innerHeight,v.querySelector('svg').getBoundingClientRect().height+
+24)+'px';var r0=box.getBoundingClientRect();
 var c=v.querySelector('.tg_cluster[data-module="'+CSS.escape(p)+'"]');apply();if(c){
 var r=c.getBoundingClientRect();t.x=Math.min(0,r0.left-r.left+16);
 t.y=Math.min(0,r0.top-r.top+16);apply();}}
