@@ -87,7 +87,7 @@ def accuracy(model: nn.Module, images: np.ndarray, labels: np.ndarray) -> float:
     """Evaluation mode: batch norm uses its running statistics."""
     model.eval()
     with tg.no_grad():
-        predicted = tg.argmax(model(images), axis=-1).numpy()
+        predicted = tg.argmax(model(images), dim=-1).numpy()
     model.train()
     return float(np.mean(predicted == labels))
 

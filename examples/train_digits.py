@@ -91,7 +91,7 @@ def train(
 def accuracy(model: nn.Module, images: np.ndarray, labels: np.ndarray) -> float:
     model.eval()
     with tg.no_grad():
-        predicted = tg.argmax(model(images), axis=-1).numpy()
+        predicted = tg.argmax(model(images), dim=-1).numpy()
     return float(np.mean(predicted == labels))
 
 

@@ -64,9 +64,9 @@ class Block(nn.Module):
     def forward(self, x: tg.Tensor) -> tg.Tensor:
         n, t, d = x.shape
         qkv = tg.reshape(self.qkv(self.ln1(x)), (n, t, 3, self.heads, d // self.heads))
-        q, k, v = (tg.transpose(qkv[:, :, i], (0, 2, 1, 3)) for i in range(3))
+        q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(tg.reshape(tg.transpose(y, (0, 2, 1, 3)), (n, t, d)))
+        x = x + self.proj(y.transpose(1, 2).reshape(n, t, d))
         return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
 
 

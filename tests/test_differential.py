@@ -52,8 +52,8 @@ UNARY = {
     "reshape": lambda v: tg.reshape(tg.reshape(v, (-1,)), v.shape),
     "sum": lambda v: tg.sum(v, axis=-1, keepdims=True) if v.ndim else v,
     "mean": lambda v: tg.mean(v, axis=0, keepdims=True) if v.ndim else v,
-    "max": lambda v: tg.max(v, axis=-1, keepdims=True) if v.ndim else v,
-    "logsumexp": lambda v: tg.logsumexp(v, axis=-1, keepdims=True) if v.ndim else v,
+    "max": lambda v: tg.amax(v, dim=-1, keepdim=True) if v.ndim else v,
+    "logsumexp": lambda v: tg.logsumexp(v, dim=-1, keepdim=True) if v.ndim else v,
 }
 BINARY = {
     "add": lambda a, b: a + b,

@@ -393,7 +393,7 @@ def test_no_result_is_written_into_a_square_transposed_view(rng, monkeypatch):
     x = rng.standard_normal((6, 6))
 
     def f(x):
-        return tg.tanh(tg.transpose(x * 2.0) + 1.0) * 3.0
+        return tg.tanh(tg.t(x * 2.0) + 1.0) * 3.0
 
     np.testing.assert_allclose(tg.trace(f, backend="numba")(x).numpy(), f(x).numpy())
 
@@ -419,4 +419,4 @@ def test_rows_times_a_matrix_is_one_product_with_the_right_gradients(rng):
     """(N, T, D) @ (D, M), as every Linear on sequences: one GEMM over N * T rows."""
     a, b = draw(rng, (2, 3, 4), (4, 5))
     check_grad(lambda a, b: a @ b, a, b)
-    check_grad(lambda a, b: tg.transpose(a, (1, 0, 2)) @ b, a, b)  # rows not contiguous
+    check_grad(lambda a, b: tg.permute(a, (1, 0, 2)) @ b, a, b)  # rows not contiguous

@@ -10,6 +10,7 @@ import pytest
 from conftest import check_grad
 
 import tracegrad as tg
+import tracegrad.numpy as tnp
 from tracegrad.compiler import lowering
 from tracegrad.core import primitives as P
 
@@ -113,6 +114,29 @@ def test_python_scalar_operands(fn) -> None:
     check_grad(fn, x)
 
 
+# (base, exponent, d/d base, d/d exponent) at a zero base, as PyTorch's
+ZERO_BASE_POWERS = [(0.0, 0.0, 0.0, 0.0), (0.0, 2.0, 0.0, 0.0), (0.0, 0.5, math.inf, 0.0),
+                    (0.0, -1.0, -math.inf, -math.inf), (2.0, 0.0, 0.0, math.log(2.0))]  # fmt: skip
+
+
+def test_power_at_a_zero_base_has_pytorchs_gradients_not_nan() -> None:
+    """d(0**0)/dx is 0 (not 0 * 0**-1) and d(0**y)/dy is 0 for y >= 0 (not 0 * log 0), as in
+    PyTorch and HIPS autograd; also to second order."""
+    base, exponent, d_base, d_exponent = map(np.array, zip(*ZERO_BASE_POWERS, strict=True))
+    x, y = tg.tensor(base, requires_grad=True), tg.tensor(exponent, requires_grad=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        (x**y).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), d_base)
+    np.testing.assert_array_equal(y.grad.numpy(), d_exponent)
+    second = tg.grad(lambda t: tg.grad(lambda u: (u**0.0).sum())(t).sum())(tg.tensor([0.0, 1.5]))
+    assert second.tolist() == [0.0, 0.0]
+    torch = pytest.importorskip("torch")
+    tx, ty = (torch.tensor(a, requires_grad=True) for a in (base, exponent))
+    (tx**ty).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), tx.grad.numpy())
+    np.testing.assert_array_equal(y.grad.numpy(), ty.grad.numpy())
+
+
 def test_where() -> None:
     cond = RNG.random((3, 1)) > 0.5
     x, y = randn(3, 4), randn(4)
@@ -142,8 +166,9 @@ AXES = [None, 0, 1, -1, (0, 2), (-1, 0), ()]
 @pytest.mark.parametrize("axis", AXES, ids=str)
 @pytest.mark.parametrize("name", REDUCTIONS)
 def test_reductions(name: str, axis, keepdims: bool) -> None:
+    """NumPy's reductions (tracegrad.numpy: `max` is the values)."""
     x = positive(2, 3, 4) * RNG.choice([-1.0, 1.0], (2, 3, 4))  # distinct, nonzero: no ties
-    fn = getattr(tg, name)
+    fn = getattr(tnp, name)
     forward_matches(lambda a: fn(a, axis, keepdims=keepdims),
                     lambda a: REDUCTIONS[name](a, axis, keepdims=keepdims), x)  # fmt: skip
     check_grad(lambda a: fn(a, axis=axis, keepdims=keepdims), x)
@@ -151,9 +176,11 @@ def test_reductions(name: str, axis, keepdims: bool) -> None:
 
 @pytest.mark.parametrize("name", REDUCTIONS)
 def test_reduction_methods(name: str) -> None:
+    """PyTorch's methods: x.max(dim) is (values, indices); axis= is PyTorch's alias of dim=."""
     x = positive(3, 4)
-    np.testing.assert_allclose(getattr(tg.tensor(x), name)(axis=1).numpy(),
-                               REDUCTIONS[name](x, axis=1))  # fmt: skip
+    for reduced in (getattr(tg.tensor(x), name)(dim=1), getattr(tg.tensor(x), name)(axis=1)):
+        values = reduced.values if name in ("max", "min") else reduced
+        np.testing.assert_allclose(values.numpy(), REDUCTIONS[name](x, axis=1))
     np.testing.assert_allclose(getattr(tg.tensor(x), name)().item(), REDUCTIONS[name](x))
 
 
@@ -171,9 +198,12 @@ def test_max_ties_share_the_gradient() -> None:
 
 
 def test_argmax() -> None:
+    """Without a dim, the index into the flattened tensor (PyTorch's and NumPy's)."""
     x = randn(3, 5)
-    np.testing.assert_array_equal(tg.argmax(tg.tensor(x)).numpy(), np.argmax(x, -1))
+    np.testing.assert_array_equal(tg.argmax(tg.tensor(x)).numpy(), np.argmax(x))
     np.testing.assert_array_equal(tg.tensor(x).argmax(0).numpy(), np.argmax(x, 0))
+    np.testing.assert_array_equal(tg.argmin(x, 1, keepdim=True).numpy(), np.argmin(x, 1)[:, None])
+    np.testing.assert_array_equal(tnp.argmax(x, axis=1).numpy(), np.argmax(x, axis=1))
 
 
 # --- shapes --------------------------------------------------------------------------------
@@ -184,14 +214,18 @@ SHAPE_OPS = {
     "reshape -1": (lambda x: tg.reshape(x, (2, -1)), lambda a: a.reshape(2, -1)),
     "reshape args -1": (lambda x: x.reshape(-1, 3, 2), lambda a: a.reshape(-1, 3, 2)),
     "flatten": (lambda x: x.flatten(), lambda a: a.reshape(-1)),
-    "transpose": (tg.transpose, np.transpose),
-    "transpose axes": (lambda x: tg.transpose(x, (1, 2, 0)), lambda a: a.transpose(1, 2, 0)),
-    "transpose neg": (lambda x: x.transpose((0, -1, 1)), lambda a: a.transpose(0, 2, 1)),
+    "numpy transpose": (tnp.transpose, np.transpose),
+    "numpy transpose axes": (lambda x: tnp.transpose(x, (1, 2, 0)),
+                             lambda a: a.transpose(1, 2, 0)),
+    "permute": (lambda x: tg.permute(x, (1, 2, 0)), lambda a: a.transpose(1, 2, 0)),
+    "permute neg": (lambda x: x.permute(0, -1, 1), lambda a: a.transpose(0, 2, 1)),
+    "transpose two dims": (lambda x: x.transpose(0, -1), lambda a: a.swapaxes(0, -1)),
     ".T": (lambda x: x.T, lambda a: a.T),
     "broadcast_to": (lambda x: tg.broadcast_to(x[:, :1], (5, 2, 3, 4)),
                      lambda a: np.broadcast_to(a[:, :1], (5, 2, 3, 4))),
-    "expand_dims": (lambda x: tg.expand_dims(x, 1), lambda a: np.expand_dims(a, 1)),
-    "expand_dims -1": (lambda x: x.expand_dims(-1), lambda a: np.expand_dims(a, -1)),
+    "expand_dims": (lambda x: tnp.expand_dims(x, (1, 3)), lambda a: np.expand_dims(a, (1, 3))),
+    "unsqueeze -1": (lambda x: x.unsqueeze(-1), lambda a: np.expand_dims(a, -1)),
+    "squeeze not size 1": (lambda x: x.squeeze(1), lambda a: a),
     "squeeze": (lambda x: x[:, :1, None].squeeze(), lambda a: a[:, :1, None].squeeze()),
     "squeeze int": (lambda x: tg.squeeze(x[:, :1], 1), lambda a: a[:, :1].squeeze(1)),
     "squeeze tuple": (lambda x: x[:1, :1].squeeze((0, -2)), lambda a: a[:1, :1].squeeze((0, 1))),
@@ -333,7 +367,7 @@ def np_softmax(a, axis):
 SOFTMAX_FAMILY = {
     "softmax": (tg.softmax, np_softmax),
     "log_softmax": (tg.log_softmax, lambda a, axis: np.log(np_softmax(a, axis))),
-    "logsumexp": (tg.logsumexp, np_logsumexp),
+    "logsumexp": (lambda a, axis=-1: tg.logsumexp(a, axis), np_logsumexp),
 }
 
 
@@ -477,8 +511,8 @@ SHAPE_ERRORS = {
     "getitem": (lambda: ones(2, 3)[:, 5], r"getitem: .*5.*size 3"),
     "concatenate": (lambda: tg.concatenate([ones(2, 3), ones(3, 2)]), r"concatenate: .*\(3, 2\)"),
     "broadcast_to": (lambda: tg.broadcast_to(ones(3), (2, 2)), r"broadcast_to: .*\(3,\).*\(2, 2\)"),
-    "sum": (lambda: ones(2, 3).sum(axis=2), r"sum: axis 2"),
-    "squeeze": (lambda: ones(2, 3).squeeze(0), r"squeeze: .*\(2, 3\)"),
+    "sum": (lambda: ones(2, 3).sum(axis=2), r"sum: dim 2"),
+    "numpy squeeze": (lambda: tnp.squeeze(ones(2, 3), 0), r"squeeze: .*\(2, 3\)"),
     "stack": (lambda: tg.stack([ones(2), ones(3)]), r"stack: .*\(2,\).*\(3,\)"),
     "where": (lambda: tg.where(ones(2) > 0, ones(3), 0.0), r"where: .*\(2,\).*\(3,\)"),
 }  # fmt: skip

@@ -417,7 +417,7 @@ def test_the_gradient_of_a_max_over_a_recomputed_input_is_finite(backend):
     def f(x):
         gm = tg.GradManager().attach(x)
         with gm:
-            y = tg.max((tg.tanh(x) * tg.tanh(x) + 0.5) ** 1.5, axis=-1, keepdims=True)
+            y = tg.amax((tg.tanh(x) * tg.tanh(x) + 0.5) ** 1.5, dim=-1, keepdim=True)
             gm.backward(y.sum())
         return x.grad
 

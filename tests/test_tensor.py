@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
+import tracegrad.numpy as tnp
 
 
 def test_array_facts() -> None:
@@ -25,11 +26,28 @@ def test_array_facts() -> None:
 
 def test_numpy_returns_the_underlying_array_without_copy() -> None:
     a = np.zeros(3)
+    for t in (tg.from_numpy(a), tg.as_tensor(a)):
+        assert t.numpy() is t.numpy()
+        assert np.shares_memory(t.numpy(), a)
+        t.numpy()[0] = 7.0
+        assert a[0] == 7.0
+        a[0] = 0.0
+
+
+def test_tensor_copies_its_data_as_torch_tensor_does() -> None:
+    """tg.tensor(ndarray) is a copy: changing the tensor leaves the caller's array alone (as
+    torch.tensor); as_tensor and from_numpy share it. tracegrad.numpy.array copies,
+    tracegrad.numpy.asarray shares, as NumPy's do."""
+    a = np.arange(3.0)
     t = tg.tensor(a)
-    assert t.numpy() is t.numpy()
-    assert np.shares_memory(t.numpy(), a)
-    t.numpy()[0] = 7.0
-    assert a[0] == 7.0
+    t += 1.0
+    assert a.tolist() == [0.0, 1.0, 2.0] and t.tolist() == [1.0, 2.0, 3.0]
+    assert not np.shares_memory(tg.tensor(tg.from_numpy(a)).numpy(), a)
+    assert not np.shares_memory(tnp.array(a).numpy(), a)
+    assert np.shares_memory(tnp.asarray(a).numpy(), a)
+    shared = tg.as_tensor(a)
+    shared += 1.0
+    assert a.tolist() == [1.0, 2.0, 3.0]
 
 
 def test_repr_is_readable() -> None:
@@ -138,3 +156,13 @@ def test_inplace_on_a_non_leaf_keeps_the_graph_correct() -> None:
     y += x  # y = 3x
     (y * y).sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), 18.0 * x.numpy())
+
+
+def test_tensor_copies_and_as_tensor_shares_as_in_pytorch() -> None:
+    torch = pytest.importorskip("torch")
+    for make in ("tensor", "as_tensor", "from_numpy"):
+        a, b = np.arange(3.0), np.arange(3.0)
+        mine, theirs = getattr(tg, make)(a), getattr(torch, make)(b)
+        mine += 1.0
+        theirs += 1.0
+        assert a.tolist() == b.tolist(), make  # changed by as_tensor/from_numpy, not by tensor

@@ -39,7 +39,7 @@ def test_tensor_methods_spelled_as_in_pytorch():
     np.testing.assert_allclose(x.sum(dim=1, keepdim=True).numpy(), X.sum(1, keepdims=True))
     np.testing.assert_allclose(x.mean(dim=0).numpy(), X.mean(0))
     np.testing.assert_allclose(x.var(dim=0, correction=1).numpy(), X.var(0, ddof=1))
-    np.testing.assert_allclose(x.std().numpy(), X.std())
+    np.testing.assert_allclose(x.std().numpy(), X.std(ddof=1))
     np.testing.assert_allclose(x.std(dim=1, unbiased=True).numpy(), X.std(1, ddof=1))
     np.testing.assert_allclose(x.softmax(dim=1).numpy().sum(1), np.ones(4))
     assert x.argmax(dim=1).tolist() == X.argmax(1).tolist()
@@ -57,19 +57,42 @@ def test_tensor_methods_spelled_as_in_pytorch():
         x.sum(dim=0, axis=0)
 
 
-def test_every_function_taking_axis_takes_dim_through_the_one_alias():
+def test_top_level_functions_take_pytorch_keywords_and_axis_as_their_alias():
+    """One meaning per name: no top-level function takes NumPy's axis=/keepdims=/ddof= as its
+    own keyword; each with a dim takes axis=/keepdims= as aliases (as PyTorch's do)."""
     import inspect
 
     public = [getattr(tg, n) for n in tg.__all__] + [getattr(F, n) for n in F.__all__]
     public += [getattr(tg.linalg, n) for n in tg.linalg.__all__]
-    with_axis = [f for f in public if inspect.isfunction(f)
-                 and "axis" in inspect.signature(f).parameters]  # fmt: skip
-    assert len(with_axis) > 30
-    missing = [f.__name__ for f in with_axis if not hasattr(f, "__wrapped__")]
-    assert not missing, f"no dim= alias: {missing}"
-    np.testing.assert_array_equal(tg.roll(X, 1, dim=0).numpy(), np.roll(X, 1, 0))
+    functions = [f for f in public if inspect.isfunction(f)]
+    numpy_style = [
+        f.__name__
+        for f in functions
+        if {"axis", "keepdims", "ddof"} & set(inspect.signature(f).parameters)
+    ]
+    assert not numpy_style, numpy_style
+    with_dim = [f for f in functions if "dim" in inspect.signature(f).parameters]
+    assert len(with_dim) > 30
+    missing = [f.__name__ for f in with_dim if not hasattr(f, "__wrapped__")]
+    assert not missing, f"no axis= alias: {missing}"
+    np.testing.assert_allclose(tg.sum(X, axis=1, keepdims=True).numpy(), X.sum(1, keepdims=True))
     np.testing.assert_allclose(tg.linalg.norm(X, dim=1, keepdim=True).numpy(),
                                np.linalg.norm(X, axis=1, keepdims=True))  # fmt: skip
+
+
+def test_numpy_only_names_and_keywords_at_the_top_level_say_where_numpy_lives():
+    for name in ("make_diagonal", "take_along_axis", "array_split", "expand_dims", "repeat"):
+        with pytest.raises(AttributeError, match=rf"tracegrad.{name} is NumPy's; use "
+                                                 rf"tracegrad.numpy.{name}"):  # fmt: skip
+            getattr(tg, name)
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
+        tg.no_such_name  # noqa: B018
+    with pytest.raises(TypeError, match=r"ddof= is NumPy's: NumPy's var is tracegrad.numpy.var"):
+        tg.var(X, ddof=1)
+    with pytest.raises(TypeError, match="tracegrad.numpy.split"):
+        tg.tensor(X).split(2, axis=0)
+    with pytest.raises(TypeError, match="a_min"):
+        tg.clip(X, a_min=0)
 
 
 def test_manual_seed_makes_randn_and_init_repeatable():
@@ -557,3 +580,250 @@ def test_a_read_only_grad_accumulates_into_a_buffer_of_its_own():
     w.grad = tg.tensor(frozen)  # shares the read-only array
     (w * 2).sum().backward()
     assert w.grad.numpy().tolist() == [3.0, 3.0, 3.0] and frozen.tolist() == [1.0, 1.0, 1.0]
+
+
+# --- PyTorch's meanings where NumPy's differ: the same call on tracegrad and on torch ------------
+
+S = np.array([[3.0, 1.0, 4.0, 1.5], [5.0, 9.0, 2.0, 6.0], [5.5, 3.5, 8.0, 9.5]])  # no ties
+V3 = R.standard_normal((2, 3, 3))
+
+
+def _take(lib, *values):
+    return lib.tensor(np.array(values))
+
+
+MEANINGS = {  # name: (the call, given the library module and a float64 tensor of S)
+    "max dim": lambda lib, x: lib.max(x, dim=1),
+    "max dim keepdim": lambda lib, x: x.max(0, keepdim=True),
+    "max dim axis alias": lambda lib, x: x.max(axis=1),
+    "max all": lambda lib, x: x.max(),
+    "max of two": lambda lib, x: lib.max(x, x.flip(1)),
+    "min dim": lambda lib, x: lib.min(x, 1),
+    "min dim indices": lambda lib, x: x.min(dim=0).indices,
+    "median all (lower)": lambda lib, x: x.median(),
+    "median dim": lambda lib, x: lib.median(x, dim=1),
+    "sort": lambda lib, x: lib.sort(x, dim=0),
+    "sort descending": lambda lib, x: x.sort(descending=True),
+    "topk": lambda lib, x: lib.topk(x, 2, dim=1),
+    "topk smallest": lambda lib, x: x.topk(2, 0, largest=False),
+    "kthvalue": lambda lib, x: lib.kthvalue(x, 3, 1, True),
+    "argmax flat": lambda lib, x: lib.argmax(x),
+    "argmax keepdim": lambda lib, x: x.argmax(1, keepdim=True),
+    "argmin": lambda lib, x: lib.argmin(x, dim=0),
+    "argsort descending": lambda lib, x: lib.argsort(x, dim=1, descending=True),
+    "split by size": lambda lib, x: lib.split(x, 2),
+    "split by sizes": lambda lib, x: lib.split(x, [1, 3], dim=1),
+    "x.split": lambda lib, x: x.split(3, 1),
+    "chunk": lambda lib, x: lib.chunk(x, 3, 1),
+    "chunk fewer": lambda lib, x: x.chunk(3, dim=0)[-1],
+    "unbind": lambda lib, x: lib.unbind(x, 1),
+    "tensor_split": lambda lib, x: lib.tensor_split(x, 3, dim=1),
+    "std": lambda lib, x: x.std(),
+    "var dim": lambda lib, x: lib.var(x, 1),
+    "var correction": lambda lib, x: lib.var(x, 0, correction=0, keepdim=True),
+    "std unbiased=False": lambda lib, x: x.std(1, unbiased=False),
+    "var(False)": lambda lib, x: x.var(False),
+    "std of equal values": lambda lib, x: (x[:, :1] * lib.ones(1, 4)).std(1),
+    "linalg.eigh upper": lambda lib, x: lib.linalg.eigh(x @ x.T, "U").eigenvalues,
+    "repeat tiles": lambda lib, x: x.repeat(2, 1, 2),
+    "repeat_interleave": lambda lib, x: lib.repeat_interleave(x, 2, dim=1),
+    "repeat_interleave flat": lambda lib, x: x.repeat_interleave(2),
+    "repeat_interleave counts": lambda lib, x: x.repeat_interleave(_take(lib, 1, 0, 2), dim=0),
+    "tile": lambda lib, x: lib.tile(x, (2, 1)),
+    "cumsum": lambda lib, x: lib.cumsum(x, 1),
+    "cumsum method": lambda lib, x: x.cumsum(dim=0),
+    "flip": lambda lib, x: lib.flip(x, (0, 1)),
+    "x.flip": lambda lib, x: x.flip(1),
+    "squeeze a dim not of size 1": lambda lib, x: lib.squeeze(x, 0),
+    "squeeze": lambda lib, x: x[:1].squeeze(0),
+    "transpose": lambda lib, x: lib.transpose(x, 0, 1),
+    "tensordot": lambda lib, x: lib.tensordot(x, x, dims=([0], [0])),
+    "tensordot int": lambda lib, x: lib.tensordot(x, x.T, 1),
+    "where one argument": lambda lib, x: lib.where(x > 4.0),
+    "nonzero": lambda lib, x: lib.nonzero(x > 4.0),
+    "trace method": lambda lib, x: x.trace(),
+    "cat": lambda lib, x: lib.cat([x, x], dim=1),
+    "select": lambda lib, x: lib.select(x, 1, 2),
+    "gradient": lambda lib, x: lib.gradient(x, dim=1),
+    "dot": lambda lib, x: lib.dot(x[0], x[1]),
+    "outer": lambda lib, x: lib.outer(x[0], x[1]),
+    "cross default dim": lambda lib, x: lib.cross(x[:, :3], x[:, 1:]),
+    "logsumexp": lambda lib, x: lib.logsumexp(x, 1),
+    "diagonal": lambda lib, x: lib.diagonal(x, 1),
+    "take_along_dim": lambda lib, x: lib.take_along_dim(x, _take(lib, [0], [3], [1]), 1),
+    "gather": lambda lib, x: lib.gather(x, 0, _take(lib, [2, 0], [1, 1])),
+    "einsum sublist": lambda lib, x: lib.einsum(x, [0, 1], x, [2, 1]),
+    "einsum list": lambda lib, x: lib.einsum("ij,kj->ik", [x, x]),
+    "nan_to_num positional nan": lambda lib, x: lib.nan_to_num(x / (x - 5.0) * 0.0, 7.0),
+    "equal": lambda lib, x: lib.equal(x, x * 1.0),
+    "amax": lambda lib, x: lib.amax(x, dim=1),
+    "msort": lambda lib, x: lib.msort(x),
+    "linalg.norm ord 1": lambda lib, x: lib.linalg.norm(x, 1),
+    "x.norm(1)": lambda lib, x: x.norm(1),
+    "linalg.vector_norm": lambda lib, x: lib.linalg.vector_norm(x, 3, dim=1),
+    "linalg.matrix_norm": lambda lib, x: lib.linalg.matrix_norm(x, "nuc"),
+}  # fmt: skip
+
+
+def _leaves(out):
+    """A result as (field, tensor or Python value) pairs: named tuples keep their names."""
+    if isinstance(out, tuple) and hasattr(out, "indices"):  # ours and torch.return_types
+        return [("values", out.values), ("indices", out.indices)]
+    if isinstance(out, tuple | list):
+        return [(None, v) for v in out]
+    return [(None, out)]
+
+
+@pytest.mark.parametrize("name", MEANINGS)
+def test_pytorch_meanings_match_pytorch(name):
+    """Values (and named-tuple fields) as PyTorch's, in float64; gradients through every float
+    result as PyTorch's (through the values of (values, indices): a gather by the indices)."""
+    torch = torch_or_skip()
+    call = MEANINGS[name]
+    mine_x, theirs_x = tg.tensor(S, requires_grad=True), torch.tensor(S, requires_grad=True)
+    mine, theirs = _leaves(call(tg, mine_x)), _leaves(call(torch, theirs_x))
+    assert [f for f, _ in mine] == [f for f, _ in theirs]
+    loss_mine, loss_theirs = 0.0, 0.0
+    for (_, a), (_, b) in zip(mine, theirs, strict=True):
+        if isinstance(b, bool):
+            assert a is b
+            continue
+        assert a.shape == tuple(b.shape), name
+        np.testing.assert_allclose(a.numpy(), b.detach().numpy(), rtol=1e-12, atol=1e-12)
+        if b.dtype == torch.float64 and b.requires_grad:
+            c = R.standard_normal(a.shape)
+            loss_mine, loss_theirs = (
+                loss_mine + (a * c).sum(),
+                loss_theirs + (b * torch.tensor(c)).sum(),
+            )
+    if isinstance(loss_theirs, float):
+        return
+    loss_mine.backward()
+    loss_theirs.backward()
+    np.testing.assert_allclose(mine_x.grad.numpy(), theirs_x.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_max_with_a_dim_gives_values_and_indices():
+    """Without PyTorch: x.max(dim) is the named tuple (values, indices), indexable and
+    unpackable; the gradient goes to the first maximum only; max() is the maximum and
+    max(a, b) the elementwise maximum."""
+    x = tg.tensor(np.array([[1.0, 7.0, 7.0], [4.0, 2.0, 0.5]]), requires_grad=True)
+    result = x.max(dim=1)
+    values, indices = result
+    assert values is result.values is result[0] and indices is result.indices is result[1]
+    assert values.tolist() == [7.0, 4.0] and indices.tolist() == [1, 0]
+    (values * tg.tensor([2.0, 3.0])).sum().backward()
+    assert x.grad.tolist() == [[0.0, 2.0, 0.0], [3.0, 0.0, 0.0]]
+    assert x.max().item() == 7.0 and tg.max(x, 2.0 * x).tolist() == [[2, 14, 14], [8, 4, 1]]
+    assert x.min(1, keepdim=True).indices.tolist() == [[0], [2]]
+    assert tg.median(tg.tensor([4.0, 1.0, 3.0, 2.0])).item() == 2.0  # the lower of the two
+    assert tg.sort(x, descending=True).values[0].tolist() == [7.0, 7.0, 1.0]
+    assert tg.sort(x, descending=True).indices[0].tolist() == [1, 2, 0]  # stable
+    assert tg.topk(x, 1).indices.tolist() == [[1], [0]]
+    assert tg.kthvalue(x, 2, 1).values.tolist() == [7.0, 2.0]
+    check_grad(lambda t: tg.sort(t, 0).values * tg.topk(t, 2, 0).values[:1], S)
+    check_grad(lambda t: tg.median(t, 1).values + tg.kthvalue(t, 1, 1).values, S)
+
+
+def test_split_is_by_chunk_size_and_chunk_by_count():
+    """Without PyTorch: split(x, 2) gives chunks of 2 (NumPy's split(x, 2) gives 2 sections:
+    tracegrad.numpy.split); a list gives sizes; chunk's pieces are ceil(n / chunks) long."""
+    x = tg.arange(6)
+    assert [p.tolist() for p in tg.split(x, 2)] == [[0, 1], [2, 3], [4, 5]]
+    assert [p.tolist() for p in x.split(4)] == [[0, 1, 2, 3], [4, 5]]
+    assert [p.tolist() for p in tg.split(x, [1, 5])] == [[0], [1, 2, 3, 4, 5]]
+    assert [p.tolist() for p in tg.chunk(x, 4)] == [[0, 1], [2, 3], [4, 5]]  # 3, not 4
+    assert [p.tolist() for p in tg.chunk(tg.arange(5), 4)] == [[0, 1], [2, 3], [4]]
+    assert [p.tolist() for p in tg.unbind(x.reshape(2, 3), 1)] == [[0, 3], [1, 4], [2, 5]]
+    with pytest.raises(tg.ShapeError, match="sum to 5"):
+        tg.split(x, [1, 4])
+    check_grad(lambda t: tg.cat([p * (i + 1) for i, p in enumerate(t.split(2, 1))], 1), S)
+
+
+def test_std_and_var_are_unbiased_by_default():
+    """Without PyTorch: 1..6 has std 1.8708 (NumPy's ddof=0 gives 1.7078: tracegrad.numpy)."""
+    x = tg.tensor(np.arange(1.0, 7.0))
+    assert math.isclose(x.std().item(), 1.8708286933869707, rel_tol=1e-12)
+    assert math.isclose(tg.var(x, correction=0).item(), 35 / 12, rel_tol=1e-12)
+    assert math.isclose(x.var(unbiased=False).item(), 35 / 12, rel_tol=1e-12)
+    assert math.isclose(x.var(False).item(), 35 / 12, rel_tol=1e-12)
+    np.testing.assert_allclose(tg.std(S, 1, keepdim=True).numpy(), S.std(1, ddof=1, keepdims=True))
+    check_grad(lambda t: t.var(0) + t.std(0, correction=2), S)
+
+
+def test_repeat_tiles_and_repeat_interleave_repeats_elements():
+    """Without PyTorch: x.repeat(2, 1) tiles (np.tile); NumPy's repeat is repeat_interleave."""
+    x = tg.tensor(np.array([[1.0, 2.0], [3.0, 4.0]]))
+    np.testing.assert_array_equal(x.repeat(2, 1).numpy(), np.tile(x.numpy(), (2, 1)))
+    np.testing.assert_array_equal(x.repeat(1, 2, 1).numpy(), np.tile(x.numpy(), (1, 2, 1)))
+    np.testing.assert_array_equal(x.repeat_interleave(2, dim=0).numpy(), np.repeat(x.numpy(), 2, 0))
+    np.testing.assert_array_equal(tg.repeat_interleave(x, 2).numpy(), np.repeat(x.numpy(), 2))
+    with pytest.raises(tg.ShapeError, match="repeat_interleave"):
+        x.repeat(2)
+    check_grad(lambda t: t.repeat(2, 3) * 1.5 + t.repeat_interleave(3, 1).repeat(2, 1), S)
+
+
+def test_tracegrad_trace_is_only_the_compiler():
+    """Given an array, tracegrad.trace says where the diagonal sum is; x.trace() is it."""
+    for a in (np.eye(3), tg.tensor(np.eye(3))):
+        with pytest.raises(TypeError, match=r"x.trace\(\).*tracegrad.numpy.trace\(a\)"):
+            tg.trace(a)
+    assert tg.tensor(S).trace().item() == 3.0 + 9.0 + 8.0
+    assert tg.trace(lambda x: x * 2)(tg.ones(2)).tolist() == [2.0, 2.0]
+    assert callable(tg.trace(backend="numpy"))
+
+
+def test_more_pytorch_meanings_without_pytorch():
+    """cumsum needs its dim, flip its dims; where(cond) is nonzero's tuple; squeeze leaves a
+    dim that is not 1; dot and outer take vectors; equal is one bool."""
+    x = tg.tensor(S)
+    with pytest.raises(TypeError):
+        tg.cumsum(x)
+    with pytest.raises(TypeError):
+        tg.flip(x)
+    assert [i.tolist() for i in tg.where(x > 8.5)] == [[1, 2], [1, 3]]
+    assert tg.nonzero(x > 8.5).tolist() == [[1, 1], [2, 3]]
+    assert tg.squeeze(x, 0).shape == (3, 4) and x[:1].squeeze(0).shape == (4,)
+    with pytest.raises(tg.ShapeError, match="1-D"):
+        tg.dot(x, x.T)
+    with pytest.raises(tg.ShapeError, match="1-D"):
+        tg.outer(x, x)
+    assert tg.equal(x, x * 1.0) is True and tg.equal(x, x[:2]) is False
+    assert tg.argsort(x, 1, descending=True)[0].tolist() == [2, 0, 3, 1]
+    assert tg.select(x, 1, 0).tolist() == S[:, 0].tolist()
+    assert [g.shape for g in tg.gradient(x)] == [(3, 4), (3, 4)]
+    upper = tg.linalg.eigh(S[:, :3], "U").eigenvalues.numpy()  # reads the upper triangle
+    np.testing.assert_allclose(upper, np.linalg.eigh(S[:, :3], "U")[0], rtol=1e-12)
+
+
+UNTRACEABLE = {"where one argument", "nonzero", "equal"}  # data-dependent shapes, a bool
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_pytorch_meanings_traced_match_eager(backend, monkeypatch):
+    """One traced step computes every case (values, indices and the gradient of their sum of
+    squares); it matches the eager step. Data-dependent shapes refuse with a clear error."""
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+    names = [n for n in MEANINGS if n not in UNTRACEABLE]
+    x = tg.tensor(S, requires_grad=True)
+    gm = tg.GradManager().attach([x])
+
+    def step():
+        with gm:
+            outs = [v for n in names for _, v in _leaves(MEANINGS[n](tg, x))]
+            floats = [(o * o).sum() for o in outs if o.dtype == np.float64]
+            gm.backward(tg.stack(floats).sum())
+        return outs
+
+    eager = [o.numpy().copy() for o in step()]
+    eager_grad, x.grad = x.grad.numpy().copy(), None
+    traced = tg.trace(step, backend=backend)
+    for _ in range(2):  # the second call runs the compiled plan
+        x.grad = None
+        got = traced()
+    assert len(got) == len(eager)
+    for i, (a, b) in enumerate(zip(got, eager, strict=True)):
+        np.testing.assert_allclose(a.numpy(), b, rtol=1e-12, atol=1e-12, err_msg=f"result {i}")
+    np.testing.assert_allclose(x.grad.numpy(), eager_grad, rtol=1e-12, atol=1e-12)
+    with pytest.raises(tg.TraceError, match="data-dependent"):
+        tg.trace(lambda t: tg.where(t > 4.0), backend=backend)(S)

@@ -1,57 +1,104 @@
 """tracegrad: eager autodiff over NumPy that compiles whole training steps for the CPU.
 
 Layers, one folder each, each importing only those before it: core (errors, the IR, the op
-table), frontend (Tensor, the tape, GradManager, the tracer), the library (nn, optim, numpy,
-utils, distributed), the compiler (the top-level `passes` package and `compiler`: lowering, codegen,
-kernels) and runtime (`@trace`, plans, the arena, reports); this module is the front door.
+table), frontend (Tensor and its methods, the functions, the tape, GradManager, the tracer), the
+library (nn, optim, numpy, utils, distributed), the compiler (the top-level `passes` package and
+`compiler`: lowering, codegen, kernels) and runtime (`@trace`, plans, the arena, reports); this
+module is the front door.
+
+The top level has PyTorch's meanings (`max(x, dim)` gives values and indices, `split` by chunk
+size, `var` unbiased, `tensor` copies); `tracegrad.numpy` has NumPy's. A NumPy-only name asked
+of the top level raises and says where it lives.
 """
 
+from typing import Any as _Any
+
 from tracegrad import nn, optim, utils
-from tracegrad import numpy as _numpy_extra
+from tracegrad import numpy as _numpy
+from tracegrad.core import primitives as _primitives
 from tracegrad.core.errors import MemoryBudgetError, ShapeError, TraceError
 from tracegrad.core.ir import GraphError
-from tracegrad.frontend import autograd
-from tracegrad.frontend import functions as _api
+from tracegrad.core.primitives import (
+    PRIMITIVES,
+    Composite,
+    Kind,
+    Phase,
+    Primitive,
+    defprimitive,
+    sum_to,
+)
+from tracegrad.frontend import autograd, linalg
+from tracegrad.frontend import methods as _methods  # noqa: F401 (attaches Tensor's methods)
 from tracegrad.frontend.autodiff import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
-from tracegrad.frontend.functions import *  # noqa: F403 (the op table's public ops and the NumPy-style functions)
+from tracegrad.frontend.creation import *  # noqa: F403
+from tracegrad.frontend.creation import seed as _seed
+from tracegrad.frontend.elementwise import *  # noqa: F403
+from tracegrad.frontend.functions import *  # noqa: F403
 from tracegrad.frontend.grad_manager import GradManager, grad, vjp
+from tracegrad.frontend.products import *  # noqa: F403
 from tracegrad.frontend.random import Generator
+from tracegrad.frontend.rearrange import *  # noqa: F403
+from tracegrad.frontend.reductions import *  # noqa: F403
 from tracegrad.frontend.serialization import CheckpointError, load, save
+from tracegrad.frontend.sorting import *  # noqa: F403
 from tracegrad.frontend.tensor import Tensor
 from tracegrad.frontend.tracer import guard, interpret
-from tracegrad.numpy import *  # noqa: F403 (the rest of NumPy's differentiable functions)
-from tracegrad.numpy import linalg
 from tracegrad.runtime.trace import trace as _compile
 
-float32 = _api.np.float32
-float64 = _api.np.float64
-float16 = _api.np.float16
-int64 = _api.np.int64
-int32 = _api.np.int32
-long = int64
-pi, e, inf, nan = _api.np.pi, _api.np.e, _api.np.inf, _api.np.nan
+# The op table's elementwise ops and tracegrad's own ops, as they are (calling one binds it).
+_OWN_OPS = ("allreduce", "conv2d", "conv2d_input_grad", "conv2d_weight_grad", "getitem",
+            "uniform")  # fmt: skip
+_NOT_PYTORCH = ("astype", "rint", "equal", "where")  # NumPy's, or PyTorch's function above
+globals().update({
+    name: op for name, op in vars(_primitives).items()
+    if isinstance(op, Primitive) and name not in globals() and name not in _NOT_PYTORCH
+    and (op.kind is Kind.ELEMENTWISE or name in _OWN_OPS)
+})  # fmt: skip
+
+float16, float32, float64 = _numpy.float16, _numpy.float32, _numpy.float64
+int32, int64, long, bool = _numpy.int32, _numpy.int64, _numpy.int64, _numpy.bool_
+pi, e, inf, nan = _numpy.pi, _numpy.e, _numpy.inf, _numpy.nan
 Size = tuple  # t.shape is a tuple; `t.size()` gives it too
-as_tensor = _api.as_tensor
-cat = _api.concatenate
 
 
-def trace(fn=None, *args, **kwargs):
-    """`@trace` compiles a training step (see runtime.trace); given an array instead of a
-    function it is NumPy's trace(a, offset, axis1, axis2), the sum along a diagonal."""
-    if fn is not None and not callable(fn) or isinstance(fn, Tensor):
-        return _numpy_extra.trace(fn, *args, **kwargs)
-    return _compile(fn, *args, **kwargs)
+def trace(fn: _Any = None, **options: _Any) -> _Any:
+    """`@trace` compiles a training step (see runtime.trace), also as `@trace(backend=...)`.
+    It is only the compiler: a matrix's diagonal sum is `x.trace()` (PyTorch's) or
+    `tracegrad.numpy.trace(a)` (NumPy's)."""
+    if fn is not None and not callable(fn):
+        raise TypeError(
+            f"tracegrad.trace compiles a function (got {type(fn).__name__}); the sum of a "
+            "matrix's diagonal is x.trace() (PyTorch's) or tracegrad.numpy.trace(a) (NumPy's)"
+        )
+    return _compile(fn, **options)
 
 
 def manual_seed(seed: int) -> None:
     """Seed every generator tracegrad draws from: randn/rand and parameter initialization."""
-    _api.seed(seed)
+    _seed(seed)
     nn.manual_seed(seed)
 
 
-def tensor(data, dtype=None, requires_grad: bool = False) -> Tensor:
-    """A new leaf tensor. Python floats become float32; an ndarray keeps its dtype."""
-    return Tensor(data, dtype=dtype, requires_grad=requires_grad)
+# PyTorch's spelling of some NumPy-only names, for the error that points to them.
+_PYTORCH_SPELLING = {
+    "repeat": "repeat_interleave (x.repeat tiles, as np.tile)", "expand_dims": "unsqueeze",
+    "take_along_axis": "take_along_dim", "array_split": "tensor_split", "power": "pow",
+    "mod": "remainder", "fabs": "abs", "around": "round", "degrees": "rad2deg",
+    "radians": "deg2rad", "conjugate": "conj", "rollaxis": "movedim", "array": "tensor",
+    "asarray": "as_tensor", "astype": "x.to(dtype)", "rint": "round",
+}  # fmt: skip
 
 
-__all__ = [name for name in dir() if not name.startswith("_")]
+def __getattr__(name: str) -> _Any:
+    """A NumPy-only name is not PyTorch's top level: say where it lives."""
+    if not name.startswith("_") and hasattr(_numpy, name):
+        hint = _PYTORCH_SPELLING.get(name)
+        raise AttributeError(
+            f"tracegrad.{name} is NumPy's; use tracegrad.numpy.{name}"
+            + (f" (PyTorch's spelling: tracegrad.{hint})" if hint else "")
+        )
+    raise AttributeError(f"module 'tracegrad' has no attribute '{name}'")
+
+
+_SUBPACKAGES = ("compiler", "core", "frontend", "numpy", "runtime")  # not for import *
+__all__ = sorted(name for name in dir() if not name.startswith("_") and name not in _SUBPACKAGES)

@@ -225,10 +225,13 @@ def run_backward(
     deliver: Callable[[Any], Callable[[Tensor], None] | None],
     retain_graph: bool = False,
     create_graph: bool = False,
+    stop_at_sinks: bool = False,
 ) -> None:
     """Propagate cotangents `dys` from `ys` to every node for which `deliver(node)` gives a sink.
 
-    With `create_graph` the VJP ops are themselves recorded (higher-order gradients)."""
+    With `create_graph` the VJP ops are themselves recorded (higher-order gradients). With
+    `stop_at_sinks` a sink's node passes nothing on: the gradients are partial derivatives in
+    the sinks as independent inputs (functional `vjp`), not total ones through each other."""
     grads: dict[Any, Tensor] = {}
     roots = []
     for y, dy in zip(ys, dys, strict=True):
@@ -242,10 +245,10 @@ def run_backward(
     order, useful = _order(roots, lambda n: deliver(n) is not None)
     retain_graph = retain_graph or create_graph
     with phase(Phase.BACKWARD):
-        _propagate(order, useful, grads, deliver, retain_graph, create_graph)
+        _propagate(order, useful, grads, deliver, retain_graph, create_graph, stop_at_sinks)
 
 
-def _propagate(order, useful, grads, deliver, retain_graph, create_graph) -> None:
+def _propagate(order, useful, grads, deliver, retain_graph, create_graph, stop_at_sinks) -> None:
     with _grad_mode(create_graph):
         for node in order:
             g = grads.pop(node, None)
@@ -254,7 +257,7 @@ def _propagate(order, useful, grads, deliver, retain_graph, create_graph) -> Non
             sink = deliver(node)
             if sink is not None:
                 sink(g)
-            if node.is_leaf:
+            if node.is_leaf or (stop_at_sinks and sink is not None):
                 continue
             ins, out = node.unpack()
             wanted = [parent in useful for parent in node.parents]
@@ -289,7 +292,7 @@ def retained_sink(node: Any) -> Callable | None:
     return None if t is None else functools.partial(accumulate, t)
 
 
-def _default_dy(y: Tensor) -> Tensor:
+def default_dy(y: Tensor) -> Tensor:
     if y.size != 1:
         raise RuntimeError(
             f"grad can be implicitly created only for scalar outputs; y has shape {y.shape}: "
@@ -314,7 +317,7 @@ def tensor_backward(
             "backward: this tensor does not require grad and has no grad_fn (no input of the "
             "computation requires grad)"
         )
-    dy = _default_dy(y) if dy is None else as_tensor(dy, y.dtype)
+    dy = default_dy(y) if dy is None else as_tensor(dy, y.dtype)
 
     def deliver(node: Any) -> Callable | None:
         if node.is_leaf:
@@ -323,6 +326,3 @@ def tensor_backward(
         return retained_sink(node)
 
     run_backward([y], [dy], deliver, retain_graph, create_graph)
-
-
-Tensor.backward = tensor_backward

@@ -29,7 +29,7 @@ def grad(
     if grad_outputs is None or isinstance(grad_outputs, Tensor):
         grad_outputs = [grad_outputs] * len(outs)
     dys = [
-        autodiff._default_dy(y) if g is None else as_tensor(g, y.dtype)
+        autodiff.default_dy(y) if g is None else as_tensor(g, y.dtype)
         for y, g in zip(outs, grad_outputs, strict=True)
     ]
     slots: dict[Any, list[int]] = {}

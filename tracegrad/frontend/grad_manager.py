@@ -168,6 +168,8 @@ def vjp(fn: Callable, *primals: Any) -> tuple[Tensor, Callable]:
         xs = [x + 0.0 if any(x is y for y in xs[:i]) else x for i, x in enumerate(xs)]
         gm.attach(xs)
         out = fn(*xs)
+        if any(out is x for x in xs):  # a primal returned as it is: its gradient is the cotangent
+            out = out + 0.0  # recorded, so that backward reaches the primal after the block
         slots = {autodiff.edge(x): i for i, x in enumerate(xs)}
 
     def vjp_fn(cotangent: Any) -> tuple[Tensor, ...]:
@@ -178,7 +180,8 @@ def vjp(fn: Callable, *primals: Any) -> tuple[Tensor, Callable]:
             return None if i is None else (lambda g: grads.__setitem__(i, g))
 
         create = bool(Listeners.recording) and Listeners.grad_enabled
-        autodiff.run_backward([out], [as_tensor(cotangent, out.dtype)], collect, True, create)
+        autodiff.run_backward([out], [as_tensor(cotangent, out.dtype)], collect, True, create,
+                              stop_at_sinks=True)  # fmt: skip
         return tuple(
             Tensor(np.zeros(x.shape, x.dtype)) if g is None else g
             for x, g in zip(xs, grads, strict=True)
@@ -200,7 +203,7 @@ def grad(fn: Callable, argnums: int | Sequence[int] = 0) -> Callable:
             return fn(*full)
 
         out, vjp_fn = vjp(partial_fn, *(args[n] for n in nums))
-        grads = vjp_fn(autodiff._default_dy(out))
+        grads = vjp_fn(autodiff.default_dy(out))
         return grads[0] if isinstance(argnums, int) else grads
 
     return grad_fn

@@ -2,8 +2,8 @@
 
 `bind(prim, *args)` hands one primitive application to whoever is listening: the eager NumPy
 evaluator by default, the tracer while one is active, and afterwards the tape; it is what
-calling a primitive does. This module knows no particular op; functions.py attaches Tensor's
-operators from above.
+calling a primitive does. This module knows no particular op; methods.py attaches Tensor's
+operators and methods from above.
 """
 
 from __future__ import annotations

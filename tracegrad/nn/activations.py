@@ -5,7 +5,7 @@ functionally (the same values), any other is written into the input (`functional
 
 from __future__ import annotations
 
-from tracegrad.frontend.functions import log_softmax, softmax
+from tracegrad.frontend.reductions import log_softmax, softmax
 from tracegrad.frontend.tensor import Tensor
 from tracegrad.nn import functional as F
 from tracegrad.nn.modules import Module

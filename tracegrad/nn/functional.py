@@ -17,29 +17,19 @@ import numpy as np
 from tracegrad.core import primitives as P
 from tracegrad.core.errors import ShapeError
 from tracegrad.core.ops import attention as attention_impl
+from tracegrad.core.primitives import abs, erf, log, log1p, maximum, sigmoid, sqrt, tanh, where
 from tracegrad.frontend import random
 from tracegrad.frontend.autodiff import no_grad
 from tracegrad.frontend.functions import (
-    abs,
     check_range,
     concatenate,
-    erf,
-    log,
-    log1p,
-    log_softmax,
     matmul,
-    maximum,
-    mean,
+    permute,
     reshape,
-    sigmoid,
-    softmax,
-    sqrt,
     stack,
-    sum,
-    tanh,
     transpose,
-    where,
 )
+from tracegrad.frontend.reductions import log_softmax, mean, softmax, sum
 from tracegrad.frontend.tensor import Tensor, as_tensor
 
 __all__ = [
@@ -601,7 +591,7 @@ def _probabilities(q: Tensor, k: Tensor, scale: float, mask: Any) -> Tensor:
 
 
 def _mT(x: Tensor) -> Tensor:
-    return transpose(x, (*range(x.ndim - 2), x.ndim - 1, x.ndim - 2))
+    return transpose(x, -1, -2)
 
 
 def batch_norm(
@@ -796,7 +786,7 @@ def pixel_shuffle(input: Any, upscale_factor: int) -> Tensor:
     *lead, c, h, w = x.shape
     k = len(lead)
     y = reshape(x, (*lead, c // (r * r), r, r, h, w))
-    y = transpose(y, (*range(k), k, k + 3, k + 1, k + 4, k + 2))
+    y = permute(y, (*range(k), k, k + 3, k + 1, k + 4, k + 2))
     return reshape(y, (*lead, c // (r * r), h * r, w * r))
 
 
@@ -809,7 +799,7 @@ def pixel_unshuffle(input: Any, downscale_factor: int) -> Tensor:
     *lead, c, h, w = x.shape
     k = len(lead)
     y = reshape(x, (*lead, c, h // r, r, w // r, r))
-    y = transpose(y, (*range(k), k, k + 2, k + 4, k + 1, k + 3))
+    y = permute(y, (*range(k), k, k + 2, k + 4, k + 1, k + 3))
     return reshape(y, (*lead, c * r * r, h // r, w // r))
 
 

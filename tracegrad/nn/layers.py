@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from tracegrad.frontend.functions import reshape, transpose, where
+from tracegrad.core.primitives import where
+from tracegrad.frontend.functions import permute, reshape
 from tracegrad.frontend.tensor import Tensor, as_tensor
 from tracegrad.nn import functional as F
 from tracegrad.nn import init
@@ -440,11 +441,11 @@ class MultiheadAttention(Module):
         """Project with the i-th third of in_proj and split heads: (N, heads, T, head_dim)."""
         e = self.embed_dim
         w = self.in_proj_weight[i * e : (i + 1) * e]
-        y = x @ transpose(w)
+        y = x @ permute(w, (1, 0))
         if self.in_proj_bias is not None:
             y = y + self.in_proj_bias[i * e : (i + 1) * e]
         n, t = x.shape[:2]
-        return transpose(reshape(y, (n, t, self.num_heads, self.head_dim)), (0, 2, 1, 3))
+        return permute(reshape(y, (n, t, self.num_heads, self.head_dim)), (0, 2, 1, 3))
 
     def forward(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Any = None,
                 need_weights: bool = True, attn_mask: Any = None,
@@ -461,7 +462,7 @@ class MultiheadAttention(Module):
             out = reshape(out, query.shape[:1] + out.shape[2:])
             return out, None if weights is None else weights[0]
         if not self.batch_first:
-            query, key, value = (transpose(t, (1, 0, 2)) for t in (query, key, value))
+            query, key, value = (permute(t, (1, 0, 2)) for t in (query, key, value))
         n, length = query.shape[:2]
         q, k, v = self._heads(query, 0), self._heads(key, 1), self._heads(value, 2)
         p = self.dropout if self.training else 0.0
@@ -470,14 +471,14 @@ class MultiheadAttention(Module):
             weights = None
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=is_causal)
         else:
-            scores = (q * (1.0 / math.sqrt(self.head_dim))) @ transpose(k, (0, 1, 3, 2))
+            scores = (q * (1.0 / math.sqrt(self.head_dim))) @ permute(k, (0, 1, 3, 2))
             scores = self._masked(scores, attn_mask, key_padding_mask, is_causal)
             weights = F.dropout(F.softmax(scores, axis=-1), p)
             out = weights @ v
-        out = transpose(out, (0, 2, 1, 3))
+        out = permute(out, (0, 2, 1, 3))
         out = self.out_proj(reshape(out, (n, length, self.embed_dim)))
         if not self.batch_first:
-            out = transpose(out, (1, 0, 2))
+            out = permute(out, (1, 0, 2))
         if not need_weights:
             return out, None
         return out, (weights.mean(axis=1) if average_attn_weights else weights)

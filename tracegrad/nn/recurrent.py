@@ -17,7 +17,7 @@ import numpy as np
 
 from tracegrad.core import primitives as P
 from tracegrad.core.errors import ShapeError
-from tracegrad.frontend.functions import concatenate, matmul, reshape, stack, transpose
+from tracegrad.frontend.functions import concatenate, matmul, permute, reshape, stack
 from tracegrad.frontend.tensor import Tensor, as_tensor
 from tracegrad.nn import functional as F
 from tracegrad.nn.modules import Module, uniform_parameter
@@ -146,8 +146,8 @@ class RNNBase(Module):
         """(W_ih, W_hh^T, b_ih, b_hh, W_hr^T or None) of one layer and direction."""
         get = lambda kind: getattr(self, f"{kind}_l{layer}{suffix}", None)  # noqa: E731
         w_hr = get("weight_hr")
-        return (get("weight_ih"), transpose(get("weight_hh")), get("bias_ih"), get("bias_hh"),
-                None if w_hr is None else transpose(w_hr))  # fmt: skip
+        return (get("weight_ih"), get("weight_hh").T, get("bias_ih"), get("bias_hh"),
+                None if w_hr is None else w_hr.T)  # fmt: skip
 
     def _states(self, hx: Any, batch: int, dtype: Any, batched: bool) -> list[Tensor]:
         """The initial states [h0] or [h0, c0], each (layers * directions, N, size)."""
@@ -184,7 +184,7 @@ class RNNBase(Module):
         if not batched:
             x = reshape(x, (x.shape[0], 1, x.shape[1]))
         elif self.batch_first:
-            x = transpose(x, (1, 0, 2))
+            x = permute(x, (1, 0, 2))
         states = self._states(hx, x.shape[1], np.result_type(x.dtype, np.float32), batched)
         finals: list[list[Tensor]] = [[] for _ in states]
         for layer in range(self.num_layers):
@@ -202,14 +202,14 @@ class RNNBase(Module):
         if not batched:
             x, finals = reshape(x, (x.shape[0], x.shape[2])), [f[:, 0] for f in finals]
         elif self.batch_first:
-            x = transpose(x, (1, 0, 2))
+            x = permute(x, (1, 0, 2))
         return x, (tuple(finals) if self.mode == "LSTM" else finals[0])
 
     def _direction(self, x: Tensor, state: list[Tensor], layer: int, suffix: str) -> tuple:
         """One layer in one direction over the whole sequence: the outputs (L, N, H) and the
         final states."""
         w_ih, w_hh_t, b_ih, b_hh, w_hr_t = self._weights(layer, suffix)
-        x_parts = matmul(x, transpose(w_ih))  # every step's and gate's input part: one GEMM
+        x_parts = matmul(x, w_ih.T)  # every step's and gate's input part: one GEMM
         if b_ih is not None:
             x_parts = x_parts + b_ih
         if b_hh is not None and self.mode != "GRU":  # hoisted too: outside GRU's r * (...)
@@ -302,7 +302,7 @@ class RNNCellBase(Module):
         return x, states, batched
 
     def _input_part(self, x: Tensor) -> Tensor:
-        out = matmul(x, transpose(self.weight_ih))
+        out = matmul(x, self.weight_ih.T)
         return out if self.bias_ih is None else out + self.bias_ih
 
 
@@ -319,7 +319,7 @@ class RNNCell(RNNCellBase):
 
     def forward(self, input: Any, hx: Any = None) -> Tensor:
         x, (h,), batched = self._prepare(input, hx, 1)
-        h = _rnn_step(self._input_part(x), h, transpose(self.weight_hh), self.bias_hh,
+        h = _rnn_step(self._input_part(x), h, self.weight_hh.T, self.bias_hh,
                       _activation(self.nonlinearity))  # fmt: skip
         return _unbatch(h, batched)
 
@@ -329,7 +329,7 @@ class LSTMCell(RNNCellBase):
 
     def forward(self, input: Any, hx: Any = None) -> tuple[Tensor, Tensor]:
         x, (h, c), batched = self._prepare(input, hx, 2)
-        h, c = _lstm_step(self._input_part(x), h, c, transpose(self.weight_hh), self.bias_hh)
+        h, c = _lstm_step(self._input_part(x), h, c, self.weight_hh.T, self.bias_hh)
         return _unbatch(h, batched), _unbatch(c, batched)
 
 
@@ -338,5 +338,5 @@ class GRUCell(RNNCellBase):
 
     def forward(self, input: Any, hx: Any = None) -> Tensor:
         x, (h,), batched = self._prepare(input, hx, 1)
-        return _unbatch(_gru_step(self._input_part(x), h, transpose(self.weight_hh),
+        return _unbatch(_gru_step(self._input_part(x), h, self.weight_hh.T,
                                   self.bias_hh), batched)  # fmt: skip

@@ -6,8 +6,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+from tracegrad.core.primitives import abs, minimum, sqrt
 from tracegrad.frontend.autodiff import no_grad
-from tracegrad.frontend.functions import abs, clip, max, minimum, sqrt, stack, sum
+from tracegrad.frontend.functions import clip, stack
+from tracegrad.frontend.reductions import amax, sum
 from tracegrad.frontend.tensor import Tensor
 
 __all__ = ["clip_grad_norm_", "clip_grad_value_"]
@@ -28,7 +30,7 @@ def clip_grad_norm_(
     if not params:
         return Tensor(0.0)
     if norm_type == math.inf:
-        total = max(stack([max(abs(p.grad)) for p in params]))
+        total = amax(stack([amax(abs(p.grad)) for p in params]))
     else:
         parts = stack([sum(abs(p.grad) ** float(norm_type)) for p in params])
         total = sqrt(sum(parts)) if norm_type == 2.0 else sum(parts) ** (1.0 / norm_type)

@@ -1,196 +1,286 @@
-"""The rest of NumPy's differentiable functions (HIPS autograd's list), with NumPy's signatures.
+"""`tracegrad.numpy`: NumPy's functions with NumPy's signatures and meanings, differentiable,
+as `autograd.numpy` is used: `import tracegrad.numpy as tnp`.
 
-Each is a composition of the op table's primitives (slicing, index arrays, transposes, einsum,
-...), so none needs a VJP of its own: gradients, tracing and higher order come from the
-primitives. `np.<name>(tensor)` dispatches here too (see frontend.functions._FUNCTIONS).
+One meaning per name, NumPy's: `axis=`/`keepdims=`/`ddof=` (never `dim=`), `split` into
+sections, `max` the values, `sort` the values, `repeat` element-wise, `var` with ddof=0,
+`trace` the diagonal sum, `array` a copy and `asarray` a view, Python floats float64. Each is
+written over the front end's functions (PyTorch's meanings) and the op table, so gradients,
+tracing and higher order come from the primitives. NumPy calls on tensors (`np.max(t, axis=0)`)
+dispatch here. A NumPy name not defined here is NumPy's own function: on tensors it runs only
+if no floats come out (np.allclose), else it raises rather than detach.
 """
 
 from __future__ import annotations
 
 import builtins
-import inspect
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
+import numpy as _np
 
 from tracegrad.core import primitives as P
 from tracegrad.core.errors import ShapeError
-from tracegrad.frontend import functions as api
-from tracegrad.frontend.functions import (
-    _axes,
-    concatenate,
-    expand_dims,
-    getitem,
-    max,
-    min,
-    reshape,
-    stack,
-    sum,
-    swapaxes,
-    torch_names,
-    transpose,
+from tracegrad.frontend import (
+    creation,
+    elementwise,
+    functions,
+    methods,
+    products,
+    rearrange,
+    reductions,
+    sorting,
 )
-from tracegrad.frontend.tensor import Tensor, as_tensor
+from tracegrad.frontend.tensor import Tensor
+from tracegrad.numpy.arrays import asarray, holds_tensors
 
-# --- elementwise: NumPy's other names, and compositions ----------------------------------------
+_IMPORTED = set(globals())
 
-add, subtract, multiply, divide, true_divide = P.add, P.sub, P.mul, P.div, P.div
-negative, power, absolute, fabs, mod, fix = P.neg, P.pow, P.abs, P.abs, P.remainder, P.trunc
-
-
-def square(x: Any) -> Tensor:
-    x = as_tensor(x)
-    return x * x
-
-
-def reciprocal(x: Any) -> Tensor:
-    return 1.0 / as_tensor(x)
-
-
-def deg2rad(x: Any) -> Tensor:
-    return as_tensor(x) * (math.pi / 180.0)
+pi, e, inf, nan, newaxis, euler_gamma = _np.pi, _np.e, _np.inf, _np.nan, None, _np.euler_gamma
+float16, float32, float64, complex64, complex128 = (
+    _np.float16, _np.float32, _np.float64, _np.complex64, _np.complex128,
+)  # fmt: skip
+int8, int16, int32, int64, uint8, bool_ = (
+    _np.int8,
+    _np.int16,
+    _np.int32,
+    _np.int64,
+    _np.uint8,
+    _np.bool_,
+)
 
 
-def rad2deg(x: Any) -> Tensor:
-    return as_tensor(x) * (180.0 / math.pi)
+# --- arrays ------------------------------------------------------------------------------------
 
 
-radians, degrees = deg2rad, rad2deg
+def array(object: Any, dtype: Any = None, *, copy: bool = True, ndmin: int = 0) -> Tensor:
+    """A new array (a copy, differentiable when `object` holds tensors)."""
+    if not isinstance(object, Tensor) and not holds_tensors(object):
+        return Tensor(_np.array(object, dtype, copy=copy, ndmin=ndmin))
+    out = asarray(object, dtype)
+    out = P.positive(out) if copy and out is object else out
+    return (
+        functions.reshape(out, (1,) * (ndmin - out.ndim) + out.shape) if out.ndim < ndmin else out
+    )
 
 
-def sinc(x: Any) -> Tensor:
-    """sin(pi x) / (pi x), 1 at 0; the 0 is replaced before dividing so the gradient there is
-    0, not nan."""
-    x = as_tensor(x)
-    at_zero = x == 0.0
-    safe = P.where(at_zero, 1.0, x) * math.pi
-    return P.where(at_zero, 1.0, P.sin(safe) / safe)
+def copy(a: Any) -> Tensor:
+    return array(a)
 
 
-def fmax(x: Any, y: Any) -> Tensor:
-    """maximum, ignoring a nan on one side (NumPy's fmax)."""
-    x, y = as_tensor(x), as_tensor(y)
-    return P.where(y != y, x, P.where(x != x, y, P.maximum(x, y)))
+def _no_out(name: str, out: Any) -> None:
+    if out is not None:
+        raise NotImplementedError(f"{name}: out= is not supported (tensors are values)")
 
 
-def fmin(x: Any, y: Any) -> Tensor:
-    x, y = as_tensor(x), as_tensor(y)
-    return P.where(y != y, x, P.where(x != x, y, P.minimum(x, y)))
+def _ufunc(f: Callable, name: str) -> Callable:
+    """NumPy's `name` as `f`, with NumPy's dtypes: Python numbers alone become float64 arrays
+    (with a tensor they take its dtype, as NumPy's weak scalars do)."""
+
+    def call(*args: Any) -> Tensor:
+        if not builtins.any(isinstance(a, Tensor) for a in args):
+            args = tuple(asarray(a) for a in args)
+        return f(*args)
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"NumPy's {name}, differentiable."
+    return call
 
 
-def floor_divide(x: Any, y: Any) -> Tensor:
-    return P.floor(P.div(x, y))
+_UFUNCS = {
+    "add": P.add, "subtract": P.sub, "multiply": P.mul, "divide": P.div, "true_divide": P.div,
+    "negative": P.neg, "positive": P.positive, "power": P.pow, "absolute": P.abs, "abs": P.abs,
+    "fabs": P.abs, "mod": P.remainder, "remainder": P.remainder, "fmod": P.fmod, "exp": P.exp,
+    "exp2": P.exp2, "expm1": P.expm1, "log": P.log, "log2": P.log2, "log10": P.log10,
+    "log1p": P.log1p, "sqrt": P.sqrt, "sin": P.sin, "cos": P.cos, "tan": P.tan,
+    "arcsin": P.arcsin, "arccos": P.arccos, "arctan": P.arctan, "sinh": P.sinh, "cosh": P.cosh,
+    "tanh": P.tanh, "arcsinh": P.arcsinh, "arccosh": P.arccosh, "arctanh": P.arctanh,
+    "arctan2": P.arctan2, "hypot": P.hypot, "logaddexp": P.logaddexp,
+    "logaddexp2": P.logaddexp2, "maximum": P.maximum, "minimum": P.minimum, "floor": P.floor,
+    "ceil": P.ceil, "trunc": P.trunc, "fix": P.trunc, "rint": P.rint, "sign": P.sign,
+    "greater": P.greater, "greater_equal": P.greater_equal, "less": P.less,
+    "less_equal": P.less_equal, "equal": P.equal, "not_equal": P.not_equal,
+    "matmul": functions.matmul,
+}  # fmt: skip
+_UFUNCS.update({name: getattr(elementwise, name) for name in (
+    "square", "reciprocal", "deg2rad", "rad2deg", "sinc", "fmax", "fmin", "floor_divide",
+    "isnan", "isinf", "isfinite", "real", "conj")})  # fmt: skip
+_UFUNCS.update(radians=elementwise.deg2rad, degrees=elementwise.rad2deg,
+               conjugate=elementwise.conj)  # fmt: skip
+globals().update({name: _ufunc(f, name) for name, f in _UFUNCS.items()})
 
 
-def isnan(x: Any) -> Tensor:
-    x = as_tensor(x)
-    return x != x
+def cbrt(x: Any) -> Tensor:
+    x = asarray(x)
+    return P.sign(x) * P.abs(x) ** (1.0 / 3.0)
 
 
-def isinf(x: Any) -> Tensor:
-    return P.abs(x) == math.inf
+def imag(val: Any) -> Tensor:
+    x = asarray(val)
+    return x * 0.0
 
 
-def isfinite(x: Any) -> Tensor:
-    x = as_tensor(x)
-    return (x - x) == 0.0  # inf - inf and nan - nan are nan
+def real_if_close(a: Any, tol: float = 100) -> Tensor:
+    return asarray(a)
 
 
-def round(a: Any, decimals: int = 0) -> Tensor:
-    """NumPy's round (half to even); no gradient, as it is piecewise constant."""
-    scale = 10.0**decimals
-    return P.rint(as_tensor(a) * scale) / scale if decimals else P.rint(a)
+def angle(z: Any, deg: bool = False) -> Tensor:
+    out = elementwise.angle(asarray(z))
+    return out * (180.0 / math.pi) if deg else out
+
+
+def round(a: Any, decimals: int = 0, out: None = None) -> Tensor:
+    """Half to even; no gradient, as it is piecewise constant."""
+    _no_out("round", out)
+    return elementwise.round(asarray(a), decimals=decimals)
 
 
 around = round
 
 
-def nan_to_num(
-    x: Any, copy: bool = True, nan: float = 0.0, posinf: float | None = None,
-    neginf: float | None = None,
-) -> Tensor:  # fmt: skip
-    """nan and infinities replaced by finite numbers; gradient 1 where x was finite, else 0."""
-    x = as_tensor(x)
-    big = np.finfo(x.dtype).max if x.dtype.kind == "f" else 0
-    posinf = big if posinf is None else posinf
-    neginf = -big if neginf is None else neginf
-    return P.where(x != x, nan, P.where(x == math.inf, posinf, P.where(x == -math.inf, neginf, x)))
+def clip(a: Any, a_min: Any = None, a_max: Any = None, out: None = None, *, min: Any = None,
+         max: Any = None) -> Tensor:  # fmt: skip
+    _no_out("clip", out)
+    return functions.clamp(asarray(a), a_min if min is None else min, a_max if max is None else max)
 
 
-def real(x: Any) -> Tensor:
-    return as_tensor(x)
+def nan_to_num(x: Any, copy: bool = True, nan: float = 0.0, posinf: float | None = None,
+               neginf: float | None = None) -> Tensor:  # fmt: skip
+    return elementwise.nan_to_num(asarray(x), nan, posinf, neginf)
 
 
-def imag(x: Any) -> Tensor:
-    x = as_tensor(x)
-    return x * 0.0
+def where(condition: Any, x: Any = None, y: Any = None) -> Any:
+    """x where condition holds, else y; where(condition) alone is nonzero(condition)."""
+    condition = asarray(condition)
+    condition = condition if condition.dtype == bool_ else condition != 0  # NumPy's truth
+    if x is None and y is None:
+        return nonzero(condition)
+    if not builtins.any(isinstance(v, Tensor) for v in (x, y)):
+        x, y = asarray(x), asarray(y)
+    return P.where(condition, x, y)
 
 
-conj = conjugate = real_if_close = real
+def nonzero(a: Any) -> tuple[Tensor, ...]:
+    return rearrange.nonzero(asarray(a), as_tuple=True)
 
 
-def angle(x: Any) -> Tensor:
-    """0 for x >= 0, pi for x < 0 (real inputs); no gradient."""
-    x = as_tensor(x).detach()
-    return P.where(x < 0.0, math.pi, 0.0).astype(x.dtype if x.dtype.kind == "f" else np.float64)
+# --- reductions and statistics ------------------------------------------------------------------
 
 
-# --- scans, differences, sorting ------------------------------------------------------------
+def sum(
+    a: Any, axis: Any = None, dtype: Any = None, out: None = None, keepdims: bool = False
+) -> Tensor:
+    _no_out("sum", out)
+    return reductions.sum(asarray(a), axis, bool(keepdims), dtype=dtype)
 
 
-@torch_names
-def cumsum(a: Any, axis: int | None = None, dtype: Any = None) -> Tensor:
-    x = as_tensor(a)
+def prod(
+    a: Any, axis: Any = None, dtype: Any = None, out: None = None, keepdims: bool = False
+) -> Tensor:
+    _no_out("prod", out)
+    return reductions.prod(asarray(a), axis, bool(keepdims), dtype=dtype)
+
+
+def mean(
+    a: Any, axis: Any = None, dtype: Any = None, out: None = None, keepdims: bool = False
+) -> Tensor:
+    _no_out("mean", out)
+    return reductions.mean(asarray(a), axis, bool(keepdims), dtype=dtype)
+
+
+def max(a: Any, axis: Any = None, out: None = None, keepdims: bool = False) -> Tensor:
+    """The maximum's values over `axis` (ties share the gradient)."""
+    _no_out("max", out)
+    return reductions.amax(asarray(a), axis, bool(keepdims))
+
+
+def min(a: Any, axis: Any = None, out: None = None, keepdims: bool = False) -> Tensor:
+    _no_out("min", out)
+    return reductions.amin(asarray(a), axis, bool(keepdims))
+
+
+amax, amin = max, min
+
+
+def argmax(a: Any, axis: int | None = None, out: None = None, *, keepdims: bool = False) -> Tensor:
+    _no_out("argmax", out)
+    return reductions.argmax(asarray(a), axis, bool(keepdims))
+
+
+def argmin(a: Any, axis: int | None = None, out: None = None, *, keepdims: bool = False) -> Tensor:
+    _no_out("argmin", out)
+    return reductions.argmin(asarray(a), axis, bool(keepdims))
+
+
+def var(a: Any, axis: Any = None, dtype: Any = None, out: None = None, ddof: float = 0,
+        keepdims: bool = False, *, correction: float | None = None) -> Tensor:  # fmt: skip
+    """The variance divided by N - ddof (ddof=0 by default, as NumPy's)."""
+    _no_out("var", out)
+    x = asarray(a) if dtype is None else functions.astype(asarray(a), dtype)
+    ddof = ddof if correction is None else correction
+    return reductions.var(x, axis, keepdim=bool(keepdims), correction=ddof)
+
+
+def std(a: Any, axis: Any = None, dtype: Any = None, out: None = None, ddof: float = 0,
+        keepdims: bool = False, *, correction: float | None = None) -> Tensor:  # fmt: skip
+    ddof = ddof if correction is None else correction
+    x = asarray(a) if dtype is None else functions.astype(asarray(a), dtype)
+    return reductions.std(x, axis, keepdim=bool(keepdims), correction=ddof)
+
+
+def median(a: Any, axis: int | None = None, out: None = None, keepdims: bool = False) -> Tensor:
+    """The middle value, or the mean of the middle two (NumPy's, unlike PyTorch's lower one)."""
+    _no_out("median", out)
+    x = asarray(a)
     if axis is None:
-        x, axis = reshape(x, (-1,)), 0
-    out = P.cumsum(x, axis=_axes("cumsum", axis, x.ndim)[0])
-    return out if dtype is None else out.astype(dtype)
+        x, axis = functions.ravel(x), 0
+    s = sort(x, axis)
+    n = x.shape[axis]
+    mid = functions.at(s, axis % x.ndim, slice((n - 1) // 2, n // 2 + 1))
+    return mean(mid, axis, keepdims=keepdims)
 
 
-def _slice(x: Tensor, axis: int, start: int | None, stop: int | None, step: int = 1) -> Tensor:
-    return getitem(x, (slice(None),) * axis + (slice(start, stop, step),))
-
-
-@torch_names
-def diff(a: Any, n: int = 1, axis: int = -1) -> Tensor:
-    x = as_tensor(a)
-    axis = _axes("diff", axis, x.ndim)[0]
-    for _ in range(n):
-        x = _slice(x, axis, 1, None) - _slice(x, axis, None, -1)
-    return x
-
-
-@torch_names
-def take_along_axis(arr: Any, indices: Any, axis: int) -> Tensor:
-    """arr[..., indices, ...] with `indices` broadcast against arr's other axes (NumPy's)."""
-    x, idx = as_tensor(arr), as_tensor(indices)
-    axis = _axes("take_along_axis", axis, x.ndim)[0]
-    grids = []
-    for d in range(x.ndim):
-        if d == axis:
-            grids.append(idx)
-        else:
-            shape = [1] * x.ndim
-            shape[d] = x.shape[d]
-            grids.append(np.arange(x.shape[d]).reshape(shape))
-    return getitem(x, tuple(grids))
-
-
-@torch_names
-def argsort(a: Any, axis: int = -1) -> Tensor:
-    x = as_tensor(a)
-    return P.argsort(x, axis=_axes("argsort", axis, x.ndim)[0])
-
-
-@torch_names
-def sort(a: Any, axis: int = -1) -> Tensor:
-    """Sorted along `axis`; the gradient goes back to where each element came from."""
-    x = as_tensor(a)
+def cumsum(a: Any, axis: int | None = None, dtype: Any = None, out: None = None) -> Tensor:
+    """Running sums along `axis`, of the flattened array if None."""
+    _no_out("cumsum", out)
+    x = asarray(a)
     if axis is None:
-        x, axis = reshape(x, (-1,)), 0
-    return take_along_axis(x, argsort(x, axis), axis)
+        x, axis = functions.ravel(x), 0
+    return reductions.cumsum(x, axis, dtype=dtype)
+
+
+def diff(a: Any, n: int = 1, axis: int = -1, prepend: Any = None, append: Any = None) -> Tensor:
+    return reductions.diff(asarray(a), n, axis, None if prepend is None else asarray(prepend),
+                  None if append is None else asarray(append))  # fmt: skip
+
+
+def gradient(f: Any, *varargs: float, axis: Any = None, edge_order: int = 1) -> Any:
+    """Central differences inside, one-sided at the edges (unit or scalar spacing); one array
+    for one axis, else a tuple (NumPy's)."""
+    x = asarray(f)
+    spacing = varargs[0] if varargs else 1.0
+    out = reductions.gradient(x, spacing=spacing, dim=axis, edge_order=edge_order)
+    return out[0] if len(out) == 1 else out
+
+
+# --- sorting -----------------------------------------------------------------------------------
+
+
+def _flat_if_none(a: Any, axis: int | None) -> tuple[Tensor, int]:
+    x = asarray(a)
+    return (functions.ravel(x), 0) if axis is None else (x, axis)
+
+
+def sort(a: Any, axis: int | None = -1, kind: Any = None, order: Any = None) -> Tensor:
+    """The values sorted along `axis` (flattened if None); the gradient goes back to where each
+    value came from."""
+    x, axis = _flat_if_none(a, axis)
+    return sorting.sort(x, axis).values
+
+
+def argsort(a: Any, axis: int | None = -1, kind: Any = None, order: Any = None) -> Tensor:
+    x, axis = _flat_if_none(a, axis)
+    return sorting.argsort(x, axis)
 
 
 def msort(a: Any) -> Tensor:
@@ -198,160 +288,152 @@ def msort(a: Any) -> Tensor:
 
 
 def argpartition(a: Any, kth: int | Sequence[int], axis: int = -1) -> Tensor:
-    x = as_tensor(a)
+    x, axis = _flat_if_none(a, axis)
     kth = kth if isinstance(kth, int) else tuple(kth)
-    return P.argpartition(x, kth=kth, axis=_axes("argpartition", axis, x.ndim)[0])
+    return P.argpartition(x, kth=kth, axis=functions.one_dim("argpartition", axis, x.ndim))
 
 
 def partition(a: Any, kth: int | Sequence[int], axis: int = -1) -> Tensor:
-    x = as_tensor(a)
-    return take_along_axis(x, argpartition(x, kth, axis), axis)
+    x, axis = _flat_if_none(a, axis)
+    return functions.take_along_dim(x, argpartition(x, kth, axis), axis)
 
 
-def argmin(x: Any, axis: int = -1) -> Tensor:
-    return api.argmax(-as_tensor(x), axis)
+# --- shapes --------------------------------------------------------------------------------------
 
 
-# --- rearranging: repeat, tile, roll, flips, rotations, pads, axes --------------------------
+def shape(a: Any) -> tuple[int, ...]:
+    return a.shape if isinstance(a, Tensor) else _np.shape(a)
 
 
-def _take(x: Tensor, index: np.ndarray, axis: int) -> Tensor:
-    return getitem(x, (slice(None),) * axis + (index,))
+def ndim(a: Any) -> int:
+    return a.ndim if isinstance(a, Tensor) else _np.ndim(a)
 
 
-def ravel(a: Any) -> Tensor:
-    return reshape(a, (-1,))
+def size(a: Any, axis: int | None = None) -> int:
+    shp = shape(a)
+    return math.prod(shp) if axis is None else shp[axis]
 
 
-@torch_names
-def repeat(a: Any, repeats: int | Sequence[int], axis: int | None = None) -> Tensor:
-    x = as_tensor(a)
-    if axis is None:
-        x, axis = ravel(x), 0
-    axis = _axes("repeat", axis, x.ndim)[0]
-    return _take(x, np.repeat(np.arange(x.shape[axis]), repeats), axis)
+def reshape(a: Any, shape: Any = None, order: str = "C", *, newshape: Any = None) -> Tensor:
+    if order != "C":
+        raise NotImplementedError("reshape: only order='C'")
+    shape = newshape if shape is None else shape
+    return functions.reshape(asarray(a), (shape,) if isinstance(shape, int) else tuple(shape))
 
 
-def tile(a: Any, reps: int | Sequence[int]) -> Tensor:
-    x = as_tensor(a)
-    reps = (reps,) if isinstance(reps, int) else tuple(reps)
-    n = builtins.max(x.ndim, len(reps))
-    reps = (1,) * (n - len(reps)) + reps
-    x = reshape(x, (1,) * (n - x.ndim) + x.shape)
-    spread = api.broadcast_to(
-        reshape(x, tuple(v for d in x.shape for v in (1, d))),
-        tuple(v for r, d in zip(reps, x.shape, strict=True) for v in (r, d)),
-    )
-    return reshape(spread, tuple(r * d for r, d in zip(reps, x.shape, strict=True)))
+def ravel(a: Any, order: str = "C") -> Tensor:
+    return reshape(a, -1, order)
 
 
-def roll(a: Any, shift: int | Sequence[int], axis: int | Sequence[int] | None = None) -> Tensor:
-    x = as_tensor(a)
-    if axis is None:
-        return reshape(roll(ravel(x), shift, 0), x.shape)
-    shifts, axes = np.broadcast_arrays(np.atleast_1d(shift), np.atleast_1d(axis))
-    for s, ax in zip(shifts, axes, strict=True):
-        ax = _axes("roll", int(ax), x.ndim)[0]
-        x = _take(x, np.roll(np.arange(x.shape[ax]), int(s)), ax)
-    return x
+def transpose(a: Any, axes: Sequence[int] | None = None) -> Tensor:
+    """The axes permuted (reversed by default)."""
+    x = asarray(a)
+    return functions.reversed_axes(x) if axes is None else functions.permute(x, tuple(axes))
 
 
-def flip(m: Any, axis: int | Sequence[int] | None = None) -> Tensor:
-    x = as_tensor(m)
-    index = [slice(None)] * x.ndim
-    for ax in _axes("flip", axis, x.ndim):
-        index[ax] = slice(None, None, -1)
-    return getitem(x, tuple(index))
-
-
-def fliplr(m: Any) -> Tensor:
-    return flip(m, 1)
-
-
-def flipud(m: Any) -> Tensor:
-    return flip(m, 0)
-
-
-def rot90(m: Any, k: int = 1, axes: tuple[int, int] = (0, 1)) -> Tensor:
-    """NumPy's rot90: k quarter turns from the first axis towards the second."""
-    x = as_tensor(m)
-    k %= 4
-    if k == 0:
-        return x
-    if k == 2:
-        return flip(flip(x, axes[0]), axes[1])
-    if k == 1:
-        return swapaxes(flip(x, axes[1]), *axes)
-    return flip(swapaxes(x, *axes), axes[1])
-
-
-def pad(array: Any, pad_width: Any, mode: str = "constant", constant_values: float = 0) -> Tensor:
-    """NumPy's pad in "constant" mode (the one with a simple gradient, as in autograd)."""
-    x = as_tensor(array)
-    if mode != "constant":
-        raise NotImplementedError(f"pad: mode {mode!r}; only 'constant' is differentiable here")
-    widths = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (x.ndim, 2))
-    return P.pad(x, pad_width=tuple(map(tuple, widths.tolist())), value=float(constant_values))
+def swapaxes(a: Any, axis1: int, axis2: int) -> Tensor:
+    return functions.transpose(asarray(a), axis1, axis2)
 
 
 def moveaxis(a: Any, source: Any, destination: Any) -> Tensor:
-    x = as_tensor(a)
-    src = [s % x.ndim for s in np.atleast_1d(source).tolist()]
-    dst = [d % x.ndim for d in np.atleast_1d(destination).tolist()]
-    order = [n for n in range(x.ndim) if n not in src]
-    for d, s in sorted(zip(dst, src, strict=True)):
-        order.insert(d, s)
-    return transpose(x, order)
+    return functions.moveaxis(asarray(a), source, destination)
 
 
 def rollaxis(a: Any, axis: int, start: int = 0) -> Tensor:
-    x = as_tensor(a)
+    x = asarray(a)
     axis, start = axis % x.ndim, start % (x.ndim + 1)
-    return moveaxis(x, axis, start - 1 if axis < start else start)
+    return functions.moveaxis(x, axis, start - 1 if axis < start else start)
 
 
-def _atleast(x: Any, n: int) -> Tensor:
-    x = as_tensor(x)
-    if x.ndim >= n:
-        return x
-    if n == 3 and x.ndim == 2:
-        return reshape(x, x.shape + (1,))
-    if n == 3:
-        return reshape(x, (1, x.size, 1))
-    return reshape(x, (1,) * (n - x.ndim) + x.shape)
+def expand_dims(a: Any, axis: int | Sequence[int]) -> Tensor:
+    x = asarray(a)
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    n = x.ndim + len(axes)
+    new = {functions.one_dim("expand_dims", ax, n) for ax in axes}
+    shape = iter(x.shape)
+    return functions.reshape(x, tuple(1 if i in new else next(shape) for i in range(n)))
+
+
+def squeeze(a: Any, axis: int | Sequence[int] | None = None) -> Tensor:
+    """The size-1 axes removed; an axis named that is not size 1 is an error (NumPy's)."""
+    x = asarray(a)
+    axes = functions.dim_tuple("squeeze", axis, x.ndim)
+    if axis is not None and builtins.any(x.shape[ax] != 1 for ax in axes):
+        raise ShapeError(f"squeeze: cannot squeeze axes {axes} of shape {x.shape}")
+    return functions.squeeze(x, axes)
+
+
+def broadcast_to(array: Any, shape: Sequence[int]) -> Tensor:
+    return functions.broadcast_to(
+        asarray(array), (shape,) if isinstance(shape, int) else tuple(shape)
+    )
+
+
+def concatenate(arrays: Sequence[Any], axis: int | None = 0, out: None = None) -> Tensor:
+    _no_out("concatenate", out)
+    xs = [asarray(x) for x in arrays]
+    return (
+        functions.cat([functions.ravel(x) for x in xs], 0)
+        if axis is None
+        else functions.cat(xs, axis)
+    )
+
+
+def stack(arrays: Sequence[Any], axis: int = 0, out: None = None) -> Tensor:
+    _no_out("stack", out)
+    return functions.stack([asarray(x) for x in arrays], axis)
+
+
+def _arrays(tup: Sequence[Any]) -> list[Tensor]:
+    return [asarray(x) for x in tup]
+
+
+def hstack(tup: Sequence[Any]) -> Tensor:
+    return rearrange.hstack(_arrays(tup))
+
+
+def vstack(tup: Sequence[Any]) -> Tensor:
+    return rearrange.vstack(_arrays(tup))
+
+
+row_stack = vstack
+
+
+def dstack(tup: Sequence[Any]) -> Tensor:
+    return rearrange.dstack(_arrays(tup))
+
+
+def column_stack(tup: Sequence[Any]) -> Tensor:
+    return rearrange.column_stack(_arrays(tup))
 
 
 def atleast_1d(*arys: Any) -> Any:
-    out = [_atleast(a, 1) for a in arys]
-    return out[0] if len(out) == 1 else out
+    return rearrange.atleast_1d(*_arrays(arys))
 
 
 def atleast_2d(*arys: Any) -> Any:
-    out = [_atleast(a, 2) for a in arys]
-    return out[0] if len(out) == 1 else out
+    return rearrange.atleast_2d(*_arrays(arys))
 
 
 def atleast_3d(*arys: Any) -> Any:
-    out = [_atleast(a, 3) for a in arys]
-    return out[0] if len(out) == 1 else out
+    return rearrange.atleast_3d(*_arrays(arys))
+
+
+def append(arr: Any, values: Any, axis: int | None = None) -> Tensor:
+    """`values` joined to the end of `arr` (both flattened when axis is None)."""
+    return concatenate([asarray(arr), asarray(values)], axis)
 
 
 def array_split(ary: Any, indices_or_sections: Any, axis: int = 0) -> list[Tensor]:
-    x = as_tensor(ary)
-    axis = _axes("array_split", axis, x.ndim)[0]
-    n = x.shape[axis]
-    if isinstance(indices_or_sections, int):
-        parts, extra = divmod(n, indices_or_sections)
-        sizes = [parts + 1] * extra + [parts] * (indices_or_sections - extra)
-        bounds = np.concatenate([[0], np.cumsum(sizes)]).tolist()
-    else:
-        bounds = [0, *indices_or_sections, n]
-    return [_slice(x, axis, lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
+    return list(rearrange.tensor_split(asarray(ary), indices_or_sections, axis))
 
 
 def split(ary: Any, indices_or_sections: Any, axis: int = 0) -> list[Tensor]:
-    x = as_tensor(ary)
-    if isinstance(indices_or_sections, int) and x.shape[axis] % indices_or_sections:
+    """n equal sections (an error if they are not), or the pieces between the listed indices
+    (NumPy's; PyTorch's split by chunk size is `tracegrad.split`)."""
+    x = asarray(ary)
+    n = x.shape[functions.one_dim("split", axis, x.ndim)]
+    if isinstance(indices_or_sections, int) and n % indices_or_sections:
         raise ShapeError(
             f"split: axis {axis} of shape {x.shape} does not split into {indices_or_sections} "
             "equal parts (array_split allows unequal ones)"
@@ -360,68 +442,95 @@ def split(ary: Any, indices_or_sections: Any, axis: int = 0) -> list[Tensor]:
 
 
 def hsplit(ary: Any, indices_or_sections: Any) -> list[Tensor]:
-    x = as_tensor(ary)
-    return split(x, indices_or_sections, 1 if x.ndim > 1 else 0)
+    return list(rearrange.hsplit(asarray(ary), indices_or_sections))
 
 
 def vsplit(ary: Any, indices_or_sections: Any) -> list[Tensor]:
-    return split(ary, indices_or_sections, 0)
+    return list(rearrange.vsplit(asarray(ary), indices_or_sections))
 
 
 def dsplit(ary: Any, indices_or_sections: Any) -> list[Tensor]:
-    return split(ary, indices_or_sections, 2)
+    return list(rearrange.dsplit(asarray(ary), indices_or_sections))
 
 
-def hstack(tup: Sequence[Any]) -> Tensor:
-    xs = [_atleast(x, 1) for x in tup]
-    return concatenate(xs, 0 if xs[0].ndim == 1 else 1)
+# --- rearranging -----------------------------------------------------------------------------
 
 
-def vstack(tup: Sequence[Any]) -> Tensor:
-    return concatenate([_atleast(x, 2) for x in tup], 0)
+def repeat(a: Any, repeats: int | Sequence[int], axis: int | None = None) -> Tensor:
+    """Each element repeated (NumPy's; PyTorch's x.repeat tiles)."""
+    return rearrange.repeat_interleave(asarray(a), repeats, axis)
 
 
-def dstack(tup: Sequence[Any]) -> Tensor:
-    return concatenate([_atleast(x, 3) for x in tup], 2)
+def tile(A: Any, reps: int | Sequence[int]) -> Tensor:
+    return rearrange.tile(asarray(A), reps)
 
 
-# --- triangles, diagonals, products ------------------------------------------------------------
+def roll(a: Any, shift: int | Sequence[int], axis: int | Sequence[int] | None = None) -> Tensor:
+    return rearrange.roll(asarray(a), shift, axis)
+
+
+def flip(m: Any, axis: int | Sequence[int] | None = None) -> Tensor:
+    """Reversed along `axis` (all axes by default)."""
+    x = asarray(m)
+    return rearrange.flip(x, tuple(range(x.ndim)) if axis is None else axis)
+
+
+def fliplr(m: Any) -> Tensor:
+    return rearrange.fliplr(asarray(m))
+
+
+def flipud(m: Any) -> Tensor:
+    return rearrange.flipud(asarray(m))
+
+
+def rot90(m: Any, k: int = 1, axes: tuple[int, int] = (0, 1)) -> Tensor:
+    return rearrange.rot90(asarray(m), k, axes)
+
+
+def pad(array: Any, pad_width: Any, mode: str = "constant", constant_values: float = 0) -> Tensor:
+    """NumPy's pad in "constant" mode (the one with a simple gradient, as in autograd)."""
+    x = asarray(array)
+    if mode != "constant":
+        raise NotImplementedError(f"pad: mode {mode!r}; only 'constant' is differentiable here")
+    widths = _np.broadcast_to(_np.asarray(pad_width, dtype=_np.int64), (x.ndim, 2))
+    return P.pad(x, pad_width=tuple(map(tuple, widths.tolist())), value=float(constant_values))
+
+
+def take_along_axis(arr: Any, indices: Any, axis: int | None) -> Tensor:
+    return functions.take_along_dim(asarray(arr), indices, axis)
+
+
+def take(a: Any, indices: Any, axis: int | None = None) -> Tensor:
+    x, axis = _flat_if_none(a, axis)
+    return functions.at(x, functions.one_dim("take", axis, x.ndim), asarray(indices))
+
+
+def select(condlist: Sequence[Any], choicelist: Sequence[Any], default: Any = 0) -> Tensor:
+    """The first choice whose condition holds, else `default` (NumPy's select; PyTorch's
+    select(x, dim, index) is `tracegrad.select`)."""
+    out = default
+    for cond, choice in reversed(list(zip(condlist, choicelist, strict=True))):
+        out = where(cond, choice, out)
+    return asarray(out)
+
+
+# --- triangles, diagonals, products ---------------------------------------------------------------
 
 
 def triu(m: Any, k: int = 0) -> Tensor:
-    x = as_tensor(m)
-    return P.where(np.triu(np.ones(x.shape[-2:], bool), k), x, 0.0)
+    return rearrange.triu(asarray(m), k)
 
 
 def tril(m: Any, k: int = 0) -> Tensor:
-    x = as_tensor(m)
-    return P.where(np.tril(np.ones(x.shape[-2:], bool), k), x, 0.0)
+    return rearrange.tril(asarray(m), k)
 
 
 def diagonal(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Tensor:
-    """The diagonal of the (axis1, axis2) planes, as a last axis (NumPy's)."""
-    x = as_tensor(a)
-    x = moveaxis(x, (axis1, axis2), (-2, -1))
-    rows, cols = x.shape[-2:]
-    if offset >= 0:
-        n = builtins.max(0, builtins.min(rows, cols - offset))
-    else:
-        n = builtins.max(0, builtins.min(rows + offset, cols))
-    i = np.arange(n) + (0 if offset >= 0 else -offset)
-    return getitem(x, (Ellipsis, i, i + offset))
+    return rearrange.diagonal(asarray(a), offset, axis1, axis2)
 
 
 def diag(v: Any, k: int = 0) -> Tensor:
-    """A 1-D input becomes a matrix with it on diagonal k; a 2-D one gives its diagonal k."""
-    x = as_tensor(v)
-    if x.ndim == 2:
-        return diagonal(x, k)
-    if x.ndim != 1:
-        raise ShapeError(f"diag: input must be 1-D or 2-D, got {x.shape}")
-    n = x.shape[0] + abs(k)
-    i = np.arange(x.shape[0])
-    rows, cols = (i, i + k) if k >= 0 else (i - k, i)
-    return P.scatter_add(x, rows, cols, shape=(n, n), template=("@", "@"))
+    return rearrange.diag(asarray(v), k)
 
 
 def make_diagonal(D: Any, offset: int = 0, axis1: int = -1, axis2: int = -2) -> Tensor:
@@ -429,204 +538,143 @@ def make_diagonal(D: Any, offset: int = 0, axis1: int = -1, axis2: int = -2) -> 
     (offset 0 and those axes only, as autograd)."""
     if offset != 0 or (axis1, axis2) not in ((-1, -2), (-2, -1)):
         raise NotImplementedError("make_diagonal: only offset=0, axis1=-1, axis2=-2")
-    x = as_tensor(D)
-    return expand_dims(x, -1) * np.eye(x.shape[-1], dtype=x.dtype)
+    x = asarray(D)
+    return functions.unsqueeze(x, -1) * _np.eye(x.shape[-1], dtype=x.dtype)
 
 
-def trace(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1, dtype: Any = None) -> Tensor:
-    out = sum(diagonal(a, offset, axis1, axis2), -1)
-    return out if dtype is None else out.astype(dtype)
+def trace(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1, dtype: Any = None,
+          out: None = None) -> Tensor:  # fmt: skip
+    """The sum along a diagonal (NumPy's; `tracegrad.trace` is the compiler)."""
+    _no_out("trace", out)
+    return sum(diagonal(a, offset, axis1, axis2), -1, dtype)
 
 
-def outer(a: Any, b: Any) -> Tensor:
-    return reshape(ravel(a), (-1, 1)) * reshape(ravel(b), (1, -1))
-
-
-def tensordot(a: Any, b: Any, axes: Any = 2) -> Tensor:
-    """NumPy's tensordot: the summed axes to the inside, then one matrix product."""
-    a, b = as_tensor(a), as_tensor(b)
-    if isinstance(axes, int):
-        sa, sb = list(range(a.ndim - axes, a.ndim)), list(range(axes))
-    else:
-        sa, sb = (
-            (np.atleast_1d(axes[0]) % a.ndim).tolist(),
-            (np.atleast_1d(axes[1]) % b.ndim).tolist(),
-        )
-    if [a.shape[i] for i in sa] != [b.shape[i] for i in sb]:
-        raise ShapeError(f"tensordot: {a.shape} and {b.shape} over axes {sa} and {sb}")
-    fa = [i for i in range(a.ndim) if i not in sa]
-    fb = [i for i in range(b.ndim) if i not in sb]
-    k = math.prod(a.shape[i] for i in sa)
-    a2 = reshape(transpose(a, fa + sa), (-1, k))
-    b2 = reshape(transpose(b, sb + fb), (k, -1))
-    return reshape(
-        api.matmul(a2, b2), tuple(a.shape[i] for i in fa) + tuple(b.shape[i] for i in fb)
-    )
-
-
-def dot(a: Any, b: Any) -> Tensor:
-    """NumPy's dot: a product for scalars, matmul up to 2-D, else a sum over a's last axis and
-    b's second-to-last."""
-    a, b = as_tensor(a), as_tensor(b)
+def dot(a: Any, b: Any, out: None = None) -> Tensor:
+    """A product for scalars, matmul up to 2-D, else a sum over a's last axis and b's
+    second-to-last (NumPy's)."""
+    _no_out("dot", out)
+    a, b = asarray(a), asarray(b)
     if a.ndim == 0 or b.ndim == 0:
         return a * b
     if b.ndim <= 2:
-        return api.matmul(a, b)
-    return tensordot(a, b, ([-1], [-2]))
+        return functions.matmul(a, b)
+    return products.tensordot(a, b, ([-1], [-2]))
+
+
+def vdot(a: Any, b: Any) -> Tensor:
+    return functions.matmul(ravel(a), ravel(b))
 
 
 def inner(a: Any, b: Any) -> Tensor:
-    a, b = as_tensor(a), as_tensor(b)
-    if a.ndim == 0 or b.ndim == 0:
-        return a * b
-    return tensordot(a, b, ([-1], [-1]))
+    return products.inner(asarray(a), asarray(b))
+
+
+def outer(a: Any, b: Any, out: None = None) -> Tensor:
+    """The outer product of the flattened inputs."""
+    _no_out("outer", out)
+    return products.outer(ravel(a), ravel(b))
 
 
 def kron(a: Any, b: Any) -> Tensor:
-    a, b = as_tensor(a), as_tensor(b)
-    n = a.ndim if a.ndim > b.ndim else b.ndim
-    a = reshape(a, (1,) * (n - a.ndim) + a.shape)
-    b = reshape(b, (1,) * (n - b.ndim) + b.shape)
-    prod = reshape(a, tuple(v for d in a.shape for v in (d, 1))) * reshape(
-        b, tuple(v for d in b.shape for v in (1, d))
-    )
-    return reshape(prod, tuple(x * y for x, y in zip(a.shape, b.shape, strict=True)))
+    return products.kron(asarray(a), asarray(b))
 
 
-def cross(a: Any, b: Any, axisa: int = -1, axisb: int = -1, axisc: int = -1, axis: Any = None):
-    """The cross product of 3-vectors (2-vectors get a zero third component) along the axes."""
+def tensordot(a: Any, b: Any, axes: Any = 2) -> Tensor:
+    return products.tensordot(asarray(a), asarray(b), axes)
+
+
+def cross(
+    a: Any, b: Any, axisa: int = -1, axisb: int = -1, axisc: int = -1, axis: Any = None
+) -> Tensor:
+    """The cross product of 2- or 3-vectors (2-vectors get a zero third component)."""
     if axis is not None:
         axisa = axisb = axisc = axis
-    a, b = moveaxis(a, axisa, -1), moveaxis(b, axisb, -1)
+    a, b = functions.moveaxis(asarray(a), axisa, -1), functions.moveaxis(asarray(b), axisb, -1)
     if a.shape[-1] not in (2, 3) or b.shape[-1] not in (2, 3):
         raise ShapeError(f"cross: vectors must have 2 or 3 components, got {a.shape}, {b.shape}")
-    a = (
-        a
-        if a.shape[-1] == 3
-        else P.pad(a, pad_width=((0, 0),) * (a.ndim - 1) + ((0, 1),), value=0.0)
-    )
-    b = (
-        b
-        if b.shape[-1] == 3
-        else P.pad(b, pad_width=((0, 0),) * (b.ndim - 1) + ((0, 1),), value=0.0)
-    )
-    c = [a[..., i] for i in range(3)], [b[..., i] for i in range(3)]
-    (a0, a1, a2), (b0, b1, b2) = c
-    out = stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], -1)
-    return moveaxis(out, -1, axisc)
+    a, b = (v if v.shape[-1] == 3 else pad(v, [(0, 0)] * (v.ndim - 1) + [(0, 1)]) for v in (a, b))
+    return functions.moveaxis(products.cross3(a, b, -1), -1, axisc)
 
 
-def einsum(subscripts: str, *operands: Any) -> Tensor:
-    """NumPy's einsum (explicit or implicit output, `...`), as one contraction op."""
-    xs = [as_tensor(x) for x in operands]
-    spec = subscripts.replace(" ", "")
-    ins, arrow, out = spec.partition("->")
-    ins = ins.split(",")
-    if len(ins) != len(xs):
-        raise ShapeError(f"einsum '{subscripts}': {len(ins)} subscripts for {len(xs)} operands")
-    used = set(spec) - set(".,->")
-    spare = iter(c for c in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in used)
-    ell_n = np.max(
-        [
-            x.ndim - len(s.replace("...", "")) if "..." in s else 0
-            for s, x in zip(ins, xs, strict=True)
-        ]
-    )
-    ell = "".join(next(spare) for _ in range(int(ell_n)))
-    ins = [
-        s.replace("...", ell[len(ell) - (x.ndim - len(s) + 3) :])
-        for s, x in zip(ins, xs, strict=True)
-    ]
-    if arrow:
-        out = out.replace("...", ell)
-    else:
-        letters = "".join(ins)
-        out = ell + "".join(
-            sorted(c for c in set(letters) if letters.count(c) == 1 and c not in ell)
-        )
-    return P.einsum(*xs, spec=",".join(ins) + "->" + out)
+def einsum(*operands: Any, out: None = None, optimize: Any = False, **kwargs: Any) -> Tensor:
+    """NumPy's einsum (a subscripts string, or the sublist form), as one contraction op."""
+    _no_out("einsum", out)
+    if isinstance(operands[0], str):
+        return products.einsum(operands[0], *map(asarray, operands[1:]))
+    return products.einsum(*(asarray(v) if i % 2 == 0 and i < len(operands) - len(operands) % 2
+                             else v for i, v in enumerate(operands)))  # fmt: skip
 
 
-# --- construction and selection ------------------------------------------------------------
+# --- constructors ------------------------------------------------------------------------------
 
 
-def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, dtype: Any = None):
-    """NumPy's linspace; differentiable in `start` and `stop`."""
-    steps = np.linspace(0.0, 1.0, num, endpoint=endpoint)
-    if not isinstance(start, Tensor) and not isinstance(stop, Tensor):
-        python = all(type(v) in (int, float) for v in (start, stop))
-        dtype = np.float32 if dtype is None and python else dtype  # as everywhere in tracegrad
-        return Tensor(np.linspace(start, stop, num, endpoint=endpoint, dtype=dtype))
-    start, stop = as_tensor(start), as_tensor(stop)
-    out = start + (stop - start) * steps.astype(np.result_type(start.dtype, stop.dtype))
-    return out if dtype is None else out.astype(dtype)
+def _from(make: Callable) -> Callable:
+    def build(*args: Any, **kwargs: Any) -> Tensor:
+        return Tensor(make(*args, **kwargs))
+
+    build.__name__ = build.__qualname__ = make.__name__
+    build.__doc__ = f"NumPy's {make.__name__}, as a tensor (float64 by default)."
+    return build
 
 
-def select(condlist: Sequence[Any], choicelist: Sequence[Any], default: Any = 0) -> Tensor:
-    """The first choice whose condition holds, else `default` (NumPy's select)."""
-    out = as_tensor(default) if isinstance(default, Tensor) else default
-    for cond, choice in reversed(list(zip(condlist, choicelist, strict=True))):
-        out = P.where(as_tensor(cond), choice, out)
-    return as_tensor(out)
+zeros, ones, empty, eye, identity, arange = map(
+    _from, (_np.zeros, _np.ones, _np.zeros, _np.eye, _np.identity, _np.arange)
+)
+empty.__name__ = "empty"
+
+
+def full(shape: Any, fill_value: Any, dtype: Any = None) -> Tensor:
+    """`fill_value` everywhere; a tensor `fill_value` is broadcast, so its gradient flows."""
+    if isinstance(fill_value, Tensor):
+        return creation.full(shape, fill_value, dtype)
+    return Tensor(_np.full(shape, fill_value, dtype))
+
+
+def zeros_like(a: Any, dtype: Any = None) -> Tensor:
+    return Tensor(_np.zeros(shape(a), dtype or asarray(a).dtype))
+
+
+def ones_like(a: Any, dtype: Any = None) -> Tensor:
+    return Tensor(_np.ones(shape(a), dtype or asarray(a).dtype))
 
 
 def full_like(a: Any, fill_value: Any, dtype: Any = None) -> Tensor:
-    a = as_tensor(a)
-    return api.full(a.shape, fill_value, dtype or a.dtype)
+    x = asarray(a)
+    return full(x.shape, fill_value, dtype or x.dtype)
 
 
-empty_like = api.zeros_like
+empty_like = zeros_like
 
 
-def gradient(f: Any, axis: int | None = None) -> Any:
-    """NumPy's gradient with unit spacing (central differences inside, one-sided at the
-    edges); a list over all axes when `axis` is None and f has several."""
-    x = as_tensor(f)
-    axes = _axes("gradient", axis, x.ndim)
-    out = []
-    for ax in axes:
-        inner = (_slice(x, ax, 2, None) - _slice(x, ax, None, -2)) * 0.5
-        first = _slice(x, ax, 1, 2) - _slice(x, ax, 0, 1)
-        last = _slice(x, ax, -1, None) - _slice(x, ax, -2, -1)
-        out.append(concatenate([first, inner, last], ax))
-    return out[0] if len(out) == 1 else out
+def linspace(
+    start: Any, stop: Any, num: int = 50, endpoint: bool = True, dtype: Any = None
+) -> Tensor:
+    """NumPy's linspace (float64 for Python numbers); differentiable in tensor endpoints."""
+    return creation.spaced(start, stop, num, endpoint, dtype, _np.float64)
 
 
-amax, amin = max, min
+# --- the namespace -------------------------------------------------------------------------------
 
-__all__ = [
-    "absolute", "add", "amax", "amin", "angle", "argmin", "argpartition", "argsort", "around",
-    "array_split", "atleast_1d", "atleast_2d", "atleast_3d", "conj", "conjugate", "cross",
-    "cumsum", "deg2rad", "degrees", "diag", "diagonal", "diff", "divide", "dot", "dsplit",
-    "dstack", "einsum", "empty_like", "fabs", "fix", "flip", "fliplr", "flipud", "floor_divide",
-    "fmax", "fmin", "full_like", "gradient", "hsplit", "hstack", "imag", "inner", "isfinite",
-    "isinf", "isnan", "kron", "linspace", "make_diagonal", "mod", "moveaxis", "msort",
-    "multiply", "nan_to_num",
-    "negative", "outer", "pad", "partition", "power", "rad2deg", "radians", "ravel", "real",
-    "real_if_close", "reciprocal", "repeat", "rollaxis", "roll", "rot90", "round", "select",
-    "sinc", "sort", "split", "square", "subtract", "take_along_axis", "tensordot", "tile",
-    "trace", "tril", "triu", "true_divide", "vsplit", "vstack",
-]  # fmt: skip
+from tracegrad.numpy import linalg, random  # noqa: E402, F401 (they use the functions above)
 
-# PyTorch's dim=/keepdim= wherever axis= is taken (the functions above not already wrapped)
+__all__ = sorted({"asarray"} | {n for n in globals() if n[0] != "_" and n not in _IMPORTED})
+
+
+def __getattr__(name: str) -> Any:
+    """Any other NumPy name is NumPy's own (constants, dtypes, np.allclose): on a tensor it
+    runs only if no floats come out, else it raises rather than detach the gradient."""
+    if name.startswith("__") and name != "__version__":
+        raise AttributeError(name)
+    try:
+        return getattr(_np, name)
+    except AttributeError:
+        raise AttributeError(f"module 'tracegrad.numpy' has no attribute '{name}'") from None
+
+
+# np.<name>(tensor) and the ufunc np.<name> on a tensor dispatch to NumPy's meaning here.
 for _name in __all__:
-    _f = globals()[_name]
-    if inspect.isfunction(_f) and not hasattr(_f, "__wrapped__"):
-        if "axis" in inspect.signature(_f).parameters:
-            globals()[_name] = torch_names(_f)
-
-# np.<name>(tensor) dispatches to these; Tensor gets the methods NumPy arrays and PyTorch
-# tensors share.
-api._FUNCTIONS.update({getattr(np, name): globals()[name] for name in __all__
-                       if hasattr(np, name) and callable(getattr(np, name))})  # fmt: skip
-api._FUNCTIONS.update({np.var: api.var, np.std: api.std, np.full: api.full,
-                       np.swapaxes: swapaxes, np.round: round})  # fmt: skip
-api._UFUNCS.update({np.square: square, np.reciprocal: reciprocal, np.deg2rad: deg2rad,
-                    np.rad2deg: rad2deg, np.fmax: fmax, np.fmin: fmin, np.isnan: isnan,
-                    np.isinf: isinf, np.isfinite: isfinite,
-                    np.floor_divide: floor_divide})  # fmt: skip
-Tensor.__floordiv__ = floor_divide
-Tensor.__rfloordiv__ = lambda self, other: floor_divide(other, self)
-for _f in (cumsum, diff, sort, argsort, repeat, roll, flip, ravel, diagonal, trace, dot, argmin,
-           tile, square, reciprocal):  # fmt: skip
-    setattr(Tensor, _f.__name__, _f)
+    _numpy_value = getattr(_np, _name, None)
+    if isinstance(_numpy_value, _np.ufunc):
+        methods.NUMPY_UFUNCS[_numpy_value] = globals()[_name]
+    elif callable(_numpy_value) and not isinstance(_numpy_value, type):
+        methods.NUMPY_FUNCTIONS[_numpy_value] = globals()[_name]

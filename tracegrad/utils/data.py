@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from tracegrad.frontend import functions
+from tracegrad.frontend import creation, functions
 from tracegrad.frontend.random import Generator
 from tracegrad.frontend.tensor import Tensor
 
@@ -168,7 +168,7 @@ def _rng(generator: Generator | None) -> np.random.Generator:
     """The generator's draws, or (without one) fresh ones seeded from the global generator."""
     if generator is not None:
         return generator.rng
-    seed = int(functions.randint(0, 2**62, (1,)).item())
+    seed = int(creation.randint(0, 2**62, (1,)).item())
     return Generator().manual_seed(seed).rng
 
 

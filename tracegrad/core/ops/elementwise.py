@@ -142,9 +142,20 @@ div = binary("div", np.true_divide,
              (lambda g, out, x, y: sum_to(g / y, x.shape),
               lambda g, out, x, y: sum_to(-(g * (x / y)) / y, y.shape)),  # x / y: keeps no out
              "in", "({0} / {1})", shape=shapes.true_divide)  # fmt: skip
+
+
+def _pow_grad_y(g, out, x, y):
+    """g x**y log(x); 0 where x == 0 <= y (as PyTorch's), where 0 * log(0) would give nan. The
+    base is replaced by 1 there, not the result masked, so higher orders stay finite too."""
+    safe = where(x == 0.0, where(y >= 0.0, 1.0, x), x)
+    return sum_to(g * out * log(safe), y.shape)
+
+
+# d/dx x**y = y x**(y-1), with the exponent 1 where y == 0 so that 0**0's gradient is 0, not
+# 0 * 0**-1 = nan (as HIPS autograd's): a where of y's shape, usually a scalar's.
 pow = binary("pow", _power,
-             (lambda g, out, x, y: sum_to(g * y * x ** (y - 1.0), x.shape),
-              lambda g, out, x, y: sum_to(g * out * log(x), y.shape)),
+             (lambda g, out, x, y: sum_to(g * y * x ** where(y == 0.0, 1.0, y - 1.0), x.shape),
+              _pow_grad_y),
              "in+out", "({0} ** {1})", numpy=np.power)  # fmt: skip
 maximum = binary("maximum", np.maximum,
                  (lambda g, out, x, y: sum_to(where(x >= y, g, 0.0), x.shape),

@@ -1,0 +1,174 @@
+"""`tracegrad.linalg`: PyTorch's `torch.linalg`, batched over leading dims. inv, det, slogdet,
+solve, cholesky, eigh and pinv are records in the op table (their VJPs are the classical
+matrix-calculus rules, written with tracegrad ops, so they also trace and nest); the norms are
+compositions. NumPy's spellings (`axis=`, `compute_uv=`) are `tracegrad.numpy.linalg`."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+from tracegrad.core import primitives as P
+from tracegrad.core.errors import ShapeError
+from tracegrad.frontend.functions import (
+    matrix_transpose,
+    permute,
+    pytorch_keywords,
+    reshape,
+    squeeze,
+)
+from tracegrad.frontend.products import cross3
+from tracegrad.frontend.rearrange import triu
+from tracegrad.frontend.reductions import amax, amin, sum
+from tracegrad.frontend.tensor import Tensor, as_tensor
+
+
+def inv(A: Any) -> Tensor:
+    return P.inv(as_tensor(A))
+
+
+def det(A: Any) -> Tensor:
+    return P.det(as_tensor(A))
+
+
+class SlogdetResult(NamedTuple):
+    sign: Tensor
+    logabsdet: Tensor
+
+
+def slogdet(A: Any) -> SlogdetResult:
+    """(sign, log|det|); the sign has no gradient."""
+    a = as_tensor(A)
+    return SlogdetResult(P.det_sign(a), P.logabsdet(a))
+
+
+def solve(A: Any, B: Any) -> Tensor:
+    """X with A @ X = B; a 1-D B is one right-hand side."""
+    a, b = as_tensor(A), as_tensor(B)
+    if b.ndim == 1:
+        out = P.solve(a, reshape(b, (-1, 1)))
+        return reshape(out, out.shape[:-1])
+    return P.solve(a, b)
+
+
+def cholesky(A: Any, *, upper: bool = False) -> Tensor:
+    lower = P.cholesky(as_tensor(A))
+    return matrix_transpose(lower) if upper else lower
+
+
+class EighResult(NamedTuple):
+    eigenvalues: Tensor
+    eigenvectors: Tensor
+
+
+def eigh(A: Any, UPLO: str = "L") -> EighResult:
+    """Eigenvalues (ascending) and eigenvectors of symmetric matrices, read from the lower (or
+    upper) triangle. The gradient is that of the symmetric matrix: it is symmetrized, and
+    assumes distinct eigenvalues."""
+    a = as_tensor(A)
+    if UPLO == "U":  # the matrix the upper triangle stands for, as its lower triangle
+        a = triu(a) + matrix_transpose(triu(a, 1))
+    elif UPLO != "L":
+        raise ValueError(f"eigh: UPLO must be 'L' or 'U', not {UPLO!r}")
+    return EighResult(P.eigh_values(a), P.eigh_vectors(a))
+
+
+def eigvalsh(A: Any, UPLO: str = "L") -> Tensor:
+    return eigh(A, UPLO).eigenvalues
+
+
+class SVDResult(NamedTuple):
+    U: Tensor
+    S: Tensor
+    Vh: Tensor
+
+
+def svd(A: Any, full_matrices: bool = True) -> SVDResult:
+    """(U, S, Vh); only the thin SVD of a non-square matrix (full_matrices=False): the full one
+    has no unique gradient."""
+    a = as_tensor(A)
+    if full_matrices and a.shape[-1] != a.shape[-2]:
+        raise NotImplementedError("svd: only full_matrices=False (or square matrices)")
+    return SVDResult(*(P.svd(a, part=p) for p in ("u", "s", "vh")))
+
+
+def svdvals(A: Any) -> Tensor:
+    return P.svd(as_tensor(A), part="s")
+
+
+def pinv(A: Any) -> Tensor:
+    return P.pinv(as_tensor(A))
+
+
+@pytorch_keywords
+def cross(input: Any, other: Any, *, dim: int = -1) -> Tensor:
+    a, b = as_tensor(input), as_tensor(other)
+    if a.shape[dim] != 3 or b.shape[dim] != 3:
+        raise ShapeError(f"linalg.cross: dimension {dim} of {a.shape} and {b.shape} must be 3")
+    return cross3(a, b, dim)
+
+
+@pytorch_keywords
+def vector_norm(x: Any, ord: float = 2, dim: Any = None, keepdim: bool = False) -> Tensor:
+    """The p-norm of the elements over `dim` (all by default): ord 2, 1, inf, -inf, 0 or any p."""
+    x = as_tensor(x)
+    axes = tuple(range(x.ndim)) if dim is None else (dim,) if isinstance(dim, int) else dim
+    axes = tuple(a % x.ndim for a in axes)
+    a = P.abs(x)
+    if ord == math.inf:
+        return amax(a, axes, keepdim)
+    if ord == -math.inf:
+        return amin(a, axes, keepdim)
+    if ord == 0:
+        return sum((a != 0.0).astype(x.dtype), axes, keepdim)
+    if ord == 1:
+        return sum(a, axes, keepdim)
+    if ord == 2:
+        return P.sqrt(sum(x * x, axes, keepdim))
+    return sum(a ** float(ord), axes, keepdim) ** (1.0 / ord)
+
+
+@pytorch_keywords
+def matrix_norm(A: Any, ord: Any = "fro", dim: tuple[int, int] = (-2, -1),
+                keepdim: bool = False) -> Tensor:  # fmt: skip
+    """Matrix norms over the two dims: "fro", "nuc", 1, -1, 2, -2, inf, -inf."""
+    x = as_tensor(A)
+    axes = tuple(a % x.ndim for a in dim)
+    if len(axes) != 2:
+        raise ShapeError(f"matrix_norm: dim {dim} must name two dimensions of {x.shape}")
+    if ord == "fro":
+        return P.sqrt(sum(x * x, axes, keepdim))
+    if ord in (1, -1, math.inf, -math.inf):
+        summed, other = (axes[0], axes[1]) if ord in (1, -1) else (axes[1], axes[0])
+        inner = sum(P.abs(x), summed, keepdim=True)
+        out = (amax if ord > 0 else amin)(inner, other, keepdim=True)
+        return out if keepdim else squeeze(out, axes)
+    if ord in (2, -2, "nuc"):
+        rest = [a for a in range(x.ndim) if a not in axes]
+        sv = svdvals(permute(x, [*rest, *axes]))
+        out = sum(sv, -1) if ord == "nuc" else (amax if ord == 2 else amin)(sv, -1)
+        kept = tuple(1 if a in axes else d for a, d in enumerate(x.shape))
+        return reshape(out, kept) if keepdim else out
+    raise ValueError(f"matrix_norm: invalid ord {ord!r}")
+
+
+@pytorch_keywords
+def norm(A: Any, ord: Any = None, dim: Any = None, keepdim: bool = False) -> Tensor:
+    """A vector norm over one dim (or of the flattened tensor when ord and dim are None), a
+    matrix norm over two (or of a 2-D tensor when only ord is given)."""
+    x = as_tensor(A)
+    if dim is None and ord is None:
+        return vector_norm(x, 2, None, keepdim)
+    if dim is None:
+        if x.ndim not in (1, 2):
+            raise ShapeError(f"norm: with ord={ord!r} and no dim the input must be 1-D or 2-D, "
+                             f"got {x.shape}")  # fmt: skip
+        dim = tuple(range(x.ndim))
+    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    if len(dims) == 1:
+        return vector_norm(x, 2 if ord is None else ord, dims, keepdim)
+    return matrix_norm(x, "fro" if ord is None else ord, dims, keepdim)
+
+
+__all__ = ["cholesky", "cross", "det", "eigh", "eigvalsh", "inv", "matrix_norm", "norm", "pinv",
+           "slogdet", "solve", "svd", "svdvals", "vector_norm"]  # fmt: skip

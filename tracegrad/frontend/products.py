@@ -1,0 +1,155 @@
+"""Products with PyTorch's meanings: `dot` and `outer` of vectors only, `cross(dim)`,
+`tensordot(dims)`, and `einsum` (a string, or NumPy's and PyTorch's sublist form). NumPy's
+general `dot`, flattening `outer` and `cross` of 2-vectors are in `tracegrad.numpy`."""
+
+from __future__ import annotations
+
+import math
+import string
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from tracegrad.core import primitives as P
+from tracegrad.core.errors import ShapeError
+from tracegrad.frontend.functions import (
+    matmul,
+    moveaxis,
+    permute,
+    pytorch_keywords,
+    reshape,
+    stack,
+)
+from tracegrad.frontend.tensor import Tensor, as_tensor
+
+
+def dot(input: Any, other: Any) -> Tensor:
+    """The inner product of two vectors (NumPy's dot of any ranks is `tracegrad.numpy.dot`)."""
+    a, b = as_tensor(input), as_tensor(other)
+    if a.ndim != 1 or b.ndim != 1:
+        raise ShapeError(f"dot: 1-D tensors expected, got {a.shape} and {b.shape} (use matmul, "
+                         "or tracegrad.numpy.dot for NumPy's)")  # fmt: skip
+    return matmul(a, b)
+
+
+def inner(input: Any, other: Any) -> Tensor:
+    """The sum over both operands' last dimension (a product for 0-D operands)."""
+    a, b = as_tensor(input), as_tensor(other)
+    if a.ndim == 0 or b.ndim == 0:
+        return a * b
+    return tensordot(a, b, ([-1], [-1]))
+
+
+def outer(input: Any, vec2: Any) -> Tensor:
+    """The outer product of two vectors."""
+    a, b = as_tensor(input), as_tensor(vec2)
+    if a.ndim != 1 or b.ndim != 1:
+        raise ShapeError(f"outer: 1-D tensors expected, got {a.shape} and {b.shape} "
+                         "(tracegrad.numpy.outer flattens)")  # fmt: skip
+    return reshape(a, (-1, 1)) * reshape(b, (1, -1))
+
+
+def kron(input: Any, other: Any) -> Tensor:
+    a, b = as_tensor(input), as_tensor(other)
+    n = a.ndim if a.ndim > b.ndim else b.ndim
+    a = reshape(a, (1,) * (n - a.ndim) + a.shape)
+    b = reshape(b, (1,) * (n - b.ndim) + b.shape)
+    spread = reshape(a, tuple(v for d in a.shape for v in (d, 1))) * reshape(
+        b, tuple(v for d in b.shape for v in (1, d))
+    )
+    return reshape(spread, tuple(x * y for x, y in zip(a.shape, b.shape, strict=True)))
+
+
+def cross3(a: Tensor, b: Tensor, dim: int) -> Tensor:
+    """The cross product of 3-vectors along `dim` of a and b (broadcast)."""
+    a, b = moveaxis(a, dim, -1), moveaxis(b, dim, -1)
+    (a0, a1, a2), (b0, b1, b2) = [a[..., i] for i in range(3)], [b[..., i] for i in range(3)]
+    out = stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], -1)
+    return moveaxis(out, -1, dim % out.ndim)
+
+
+@pytorch_keywords
+def cross(input: Any, other: Any, dim: int | None = None) -> Tensor:
+    """The cross product of 3-vectors along `dim`; by default the first dimension of size 3
+    (PyTorch's rule)."""
+    a, b = as_tensor(input), as_tensor(other)
+    if dim is None:
+        dim = next((d for d, n in enumerate(np.broadcast_shapes(a.shape, b.shape)) if n == 3),
+                   None)  # fmt: skip
+        if dim is None:
+            raise ShapeError(f"cross: no dimension of size 3 in {a.shape} and {b.shape}")
+    if a.shape[dim] != 3 or b.shape[dim] != 3:
+        raise ShapeError(f"cross: dimension {dim} of {a.shape} and {b.shape} must be 3")
+    return cross3(a, b, dim)
+
+
+@pytorch_keywords
+def tensordot(a: Any, b: Any, dims: Any = 2) -> Tensor:
+    """The sum over the last `dims` axes of a and the first of b, or over the listed pairs
+    ([a's], [b's]): the summed axes moved inside, then one matrix product."""
+    a, b = as_tensor(a), as_tensor(b)
+    if isinstance(dims, int | np.integer):
+        sa, sb = list(range(a.ndim - int(dims), a.ndim)), list(range(int(dims)))
+    else:
+        sa = (np.atleast_1d(dims[0]) % max(a.ndim, 1)).tolist()
+        sb = (np.atleast_1d(dims[1]) % max(b.ndim, 1)).tolist()
+    if [a.shape[i] for i in sa] != [b.shape[i] for i in sb]:
+        raise ShapeError(f"tensordot: {a.shape} and {b.shape} over dims {sa} and {sb}")
+    fa = [i for i in range(a.ndim) if i not in sa]
+    fb = [i for i in range(b.ndim) if i not in sb]
+    k = math.prod(a.shape[i] for i in sa)
+    a2 = reshape(permute(a, fa + sa), (-1, k))
+    b2 = reshape(permute(b, sb + fb), (k, -1))
+    return reshape(matmul(a2, b2), tuple(a.shape[i] for i in fa) + tuple(b.shape[i] for i in fb))
+
+
+def einsum(*args: Any) -> Tensor:
+    """einsum("ij,jk->ik", a, b) (or the operands as one list), or the sublist form
+    einsum(a, [0, 1], b, [1, 2], [0, 2]); explicit or implicit output and `...`, as one
+    contraction op."""
+    if isinstance(args[0], str):
+        spec, operands = args[0], list(args[1:])
+        if len(operands) == 1 and isinstance(operands[0], list | tuple):
+            operands = list(operands[0])
+    else:
+        spec, operands = _sublists(args)
+    return _einsum(spec, [as_tensor(x) for x in operands])
+
+
+def _sublists(args: tuple) -> tuple[str, list]:
+    """The subscripts string of einsum's sublist form: operands alternate with lists of ints
+    (or `...`), optionally followed by the output's list."""
+    out = args[-1] if len(args) % 2 else None
+    operands, subs = list(args[0 : len(args) - len(args) % 2 : 2]), list(args[1::2])
+
+    def letters(sub: Sequence[Any]) -> str:
+        return "".join("..." if s is Ellipsis else string.ascii_letters[int(s)] for s in sub)
+
+    spec = ",".join(letters(s) for s in subs)
+    return (spec if out is None else spec + "->" + letters(out)), operands
+
+
+def _einsum(subscripts: str, xs: list[Tensor]) -> Tensor:
+    spec = subscripts.replace(" ", "")
+    ins, arrow, out = spec.partition("->")
+    ins = ins.split(",")
+    if len(ins) != len(xs):
+        raise ShapeError(f"einsum '{subscripts}': {len(ins)} subscripts for {len(xs)} operands")
+    used = set(spec) - set(".,->")
+    spare = iter(c for c in string.ascii_letters if c not in used)
+    ell_n = max([x.ndim - len(s.replace("...", "")) if "..." in s else 0
+                 for s, x in zip(ins, xs, strict=True)])  # fmt: skip
+    ell = "".join(next(spare) for _ in range(ell_n))
+    ins = [s.replace("...", ell[len(ell) - (x.ndim - len(s) + 3) :])
+           for s, x in zip(ins, xs, strict=True)]  # fmt: skip
+    if arrow:
+        out = out.replace("...", ell)
+    else:
+        letters = "".join(ins)
+        out = ell + "".join(sorted(c for c in set(letters) if letters.count(c) == 1
+                                   and c not in ell))  # fmt: skip
+    return P.einsum(*xs, spec=",".join(ins) + "->" + out)
+
+
+__all__ = ["cross", "dot", "einsum", "inner", "kron", "outer", "tensordot"]

@@ -1,0 +1,339 @@
+"""Rearranging with PyTorch's meanings: `split` by chunk size (or a list of sizes), `chunk`,
+`unbind`; `flip(dims)`, `roll`, `rot90`; `tile` and `repeat_interleave` (NumPy's `repeat`);
+diagonals and triangles; `where(cond)` and `nonzero`; stacking helpers. Each is slicing, index
+arrays or a transpose of the op table's primitives, so none needs a VJP of its own."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from tracegrad.core import primitives as P
+from tracegrad.core.errors import ShapeError, TraceError
+from tracegrad.frontend.functions import (
+    at,
+    broadcast_to,
+    cat,
+    dim_tuple,
+    getitem,
+    moveaxis,
+    one_dim,
+    pytorch_keywords,
+    ravel,
+    reshape,
+    shape_arg,
+    transpose,
+)
+from tracegrad.frontend.reductions import sum
+from tracegrad.frontend.tensor import Tensor, as_tensor
+
+# --- splitting ---------------------------------------------------------------------------------
+
+
+def _pieces(x: Tensor, d: int, sizes: Sequence[int]) -> tuple[Tensor, ...]:
+    bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(int).tolist()
+    return tuple(at(x, d, slice(lo, hi)) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True))
+
+
+@pytorch_keywords(aliases=False)
+def split(
+    tensor: Any, split_size_or_sections: int | Sequence[int], dim: int = 0
+) -> tuple[Tensor, ...]:
+    """Chunks of `split_size` along `dim` (the last one smaller if it does not divide), or
+    pieces of the listed sizes (PyTorch's; NumPy's split into n sections is `tensor_split`, or
+    `tracegrad.numpy.split`)."""
+    x = as_tensor(tensor)
+    d = one_dim("split", dim, x.ndim)
+    n = x.shape[d]
+    if isinstance(split_size_or_sections, int | np.integer):
+        size = int(split_size_or_sections)
+        if size <= 0:
+            raise ValueError(f"split: split_size must be positive, got {size}")
+        sizes = [size] * (n // size) + ([n % size] if n % size or n == 0 else [])
+    else:
+        sizes = [int(s) for s in split_size_or_sections]
+        if builtins.sum(sizes) != n:
+            raise ShapeError(f"split: sizes {sizes} sum to {builtins.sum(sizes)}, but dimension "
+                             f"{d} of {x.shape} has {n}")  # fmt: skip
+    return _pieces(x, d, sizes)
+
+
+@pytorch_keywords
+def chunk(input: Any, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+    """At most `chunks` pieces of ceil(n / chunks) along `dim` (so possibly fewer pieces)."""
+    x = as_tensor(input)
+    if chunks <= 0:
+        raise ValueError(f"chunk: chunks must be positive, got {chunks}")
+    n = x.shape[one_dim("chunk", dim, x.ndim)]
+    return split(x, builtins.max(-(-n // chunks), 1), dim)
+
+
+@pytorch_keywords
+def tensor_split(input: Any, indices_or_sections: Any, dim: int = 0) -> tuple[Tensor, ...]:
+    """n nearly equal pieces (the first n % size one larger), or pieces between the listed
+    indices: NumPy's array_split."""
+    x = as_tensor(input)
+    d = one_dim("tensor_split", dim, x.ndim)
+    n = x.shape[d]
+    if isinstance(indices_or_sections, int | np.integer):
+        parts, extra = divmod(n, int(indices_or_sections))
+        return _pieces(x, d, [parts + 1] * extra + [parts] * (int(indices_or_sections) - extra))
+    bounds = [0, *(builtins.min(int(i), n) for i in indices_or_sections), n]
+    return tuple(at(x, d, slice(lo, builtins.max(lo, hi)))
+                 for lo, hi in zip(bounds[:-1], bounds[1:], strict=True))  # fmt: skip
+
+
+def _sections(op: str, x: Tensor, indices_or_sections: Any, d: int) -> tuple[Tensor, ...]:
+    if isinstance(indices_or_sections, int | np.integer) and x.shape[d] % indices_or_sections:
+        raise ShapeError(f"{op}: dimension {d} of {x.shape} does not split into "
+                         f"{indices_or_sections} equal parts")  # fmt: skip
+    return tensor_split(x, indices_or_sections, d)
+
+
+def hsplit(input: Any, indices_or_sections: Any) -> tuple[Tensor, ...]:
+    x = as_tensor(input)
+    return _sections("hsplit", x, indices_or_sections, 1 if x.ndim > 1 else 0)
+
+
+def vsplit(input: Any, indices_or_sections: Any) -> tuple[Tensor, ...]:
+    return _sections("vsplit", as_tensor(input), indices_or_sections, 0)
+
+
+def dsplit(input: Any, indices_or_sections: Any) -> tuple[Tensor, ...]:
+    return _sections("dsplit", as_tensor(input), indices_or_sections, 2)
+
+
+@pytorch_keywords
+def unbind(input: Any, dim: int = 0) -> tuple[Tensor, ...]:
+    """The slices along `dim`, which goes away."""
+    x = as_tensor(input)
+    d = one_dim("unbind", dim, x.ndim)
+    return tuple(at(x, d, i) for i in range(x.shape[d]))
+
+
+# --- flips, rolls, repeats ---------------------------------------------------------------------
+
+
+@pytorch_keywords
+def flip(input: Any, dims: int | Sequence[int]) -> Tensor:
+    """The order of elements reversed along each of `dims` (required, as in PyTorch)."""
+    x = as_tensor(input)
+    index = [slice(None)] * x.ndim
+    for d in dim_tuple("flip", dims, x.ndim):
+        index[d] = slice(None, None, -1)
+    return getitem(x, tuple(index))
+
+
+def fliplr(input: Any) -> Tensor:
+    return flip(input, 1)
+
+
+def flipud(input: Any) -> Tensor:
+    return flip(input, 0)
+
+
+@pytorch_keywords
+def roll(
+    input: Any, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None
+) -> Tensor:
+    """Elements shifted along `dims` (of the flattened tensor if None), wrapping around."""
+    x = as_tensor(input)
+    if dims is None:
+        return reshape(roll(ravel(x), shifts, 0), x.shape)
+    for s, d in zip(*np.broadcast_arrays(np.atleast_1d(shifts), np.atleast_1d(dims)), strict=True):
+        d = one_dim("roll", int(d), x.ndim)
+        x = at(x, d, np.roll(np.arange(x.shape[d]), int(s)))
+    return x
+
+
+@pytorch_keywords
+def rot90(input: Any, k: int = 1, dims: Sequence[int] = (0, 1)) -> Tensor:
+    """k quarter turns from the first of `dims` towards the second."""
+    x = as_tensor(input)
+    a, b = dims
+    k %= 4
+    if k == 0:
+        return x
+    if k == 2:
+        return flip(x, (a, b))
+    if k == 1:
+        return transpose(flip(x, b), a, b)
+    return flip(transpose(x, a, b), b)
+
+
+@pytorch_keywords
+def tile(input: Any, dims: int | Sequence[int]) -> Tensor:
+    """`input` repeated as a whole `dims[i]` times along each dimension (NumPy's tile)."""
+    x = as_tensor(input)
+    reps = (dims,) if isinstance(dims, int) else tuple(dims)
+    n = builtins.max(x.ndim, len(reps))
+    reps = (1,) * (n - len(reps)) + reps
+    x = reshape(x, (1,) * (n - x.ndim) + x.shape)
+    spread = broadcast_to(
+        reshape(x, tuple(v for d in x.shape for v in (1, d))),
+        tuple(v for r, d in zip(reps, x.shape, strict=True) for v in (r, d)),
+    )
+    return reshape(spread, tuple(r * d for r, d in zip(reps, x.shape, strict=True)))
+
+
+def repeat(input: Any, *sizes: Any) -> Tensor:
+    """PyTorch's `x.repeat(2, 1)`: tiled, with at least as many sizes as dimensions (NumPy's
+    element-wise repeat is `repeat_interleave`, or `tracegrad.numpy.repeat`)."""
+    x, sizes = as_tensor(input), shape_arg(sizes)
+    if len(sizes) < x.ndim:
+        raise ShapeError(f"repeat: {len(sizes)} sizes for a tensor of {x.ndim} dimensions "
+                         f"{x.shape}; NumPy's element-wise repeat is x.repeat_interleave(n, "
+                         "dim)")  # fmt: skip
+    return tile(x, sizes)
+
+
+@pytorch_keywords
+def repeat_interleave(input: Any, repeats: Any, dim: int | None = None, *,
+                      output_size: int | None = None) -> Tensor:  # fmt: skip
+    """Each element repeated `repeats` times (an int, or one count per element) along `dim`, of
+    the flattened tensor if None: NumPy's repeat."""
+    x = as_tensor(input)
+    if dim is None:
+        x, dim = ravel(x), 0
+    d = one_dim("repeat_interleave", dim, x.ndim)
+    if isinstance(repeats, Tensor):
+        if repeats.is_symbolic:
+            raise TraceError("repeat_interleave: traced counts give a data-dependent shape")
+        repeats = repeats.numpy()
+    return at(x, d, np.repeat(np.arange(x.shape[d]), repeats))
+
+
+# --- diagonals and triangles -------------------------------------------------------------------
+
+
+@pytorch_keywords
+def diagonal(input: Any, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+    """The diagonal of the (dim1, dim2) planes, as a last dimension."""
+    return _diagonal(input, offset, dim1, dim2)
+
+
+def _diagonal(input: Any, offset: int, dim1: int, dim2: int) -> Tensor:
+    x = moveaxis(as_tensor(input), (dim1, dim2), (-2, -1))
+    rows, cols = x.shape[-2:]
+    if offset >= 0:
+        n = builtins.max(0, builtins.min(rows, cols - offset))
+    else:
+        n = builtins.max(0, builtins.min(rows + offset, cols))
+    i = np.arange(n) + (0 if offset >= 0 else -offset)
+    return getitem(x, (Ellipsis, i, i + offset))
+
+
+def diag(input: Any, diagonal: int = 0) -> Tensor:
+    """A 1-D input becomes a matrix with it on diagonal k; a 2-D one gives its diagonal k."""
+    x = as_tensor(input)
+    if x.ndim == 2:
+        return _diagonal(x, diagonal, 0, 1)
+    if x.ndim != 1:
+        raise ShapeError(f"diag: input must be 1-D or 2-D, got {x.shape}")
+    n = x.shape[0] + abs(diagonal)
+    i = np.arange(x.shape[0])
+    rows, cols = (i, i + diagonal) if diagonal >= 0 else (i - diagonal, i)
+    return P.scatter_add(x, rows, cols, shape=(n, n), template=("@", "@"))
+
+
+def matrix_trace(input: Any) -> Tensor:
+    """The sum of a matrix's diagonal (`x.trace()`; `tracegrad.trace` is the compiler)."""
+    x = as_tensor(input)
+    if x.ndim != 2:
+        raise ShapeError(f"trace: expects a matrix, got {x.shape} (tracegrad.numpy.trace takes "
+                         "axes)")  # fmt: skip
+    return sum(diagonal(x), -1)
+
+
+def triu(input: Any, diagonal: int = 0) -> Tensor:
+    x = as_tensor(input)
+    return P.where(np.triu(np.ones(x.shape[-2:], bool), diagonal), x, 0.0)
+
+
+def tril(input: Any, diagonal: int = 0) -> Tensor:
+    x = as_tensor(input)
+    return P.where(np.tril(np.ones(x.shape[-2:], bool), diagonal), x, 0.0)
+
+
+# --- selection ---------------------------------------------------------------------------------
+
+
+def where(condition: Any, input: Any = None, other: Any = None) -> Any:
+    """`input` where `condition` holds, else `other`; where(condition) alone is
+    nonzero(condition, as_tuple=True)."""
+    if input is None and other is None:
+        return nonzero(condition, as_tuple=True)
+    return P.where(condition, input, other)
+
+
+def nonzero(input: Any, *, as_tuple: bool = False) -> Any:
+    """The indices of the nonzero elements: an (n, ndim) tensor, or one 1-D tensor per dim."""
+    x = as_tensor(input)
+    if x.is_symbolic:
+        raise TraceError("nonzero/where(cond) give a data-dependent shape and cannot be traced; "
+                         "use tracegrad.where(cond, x, y)")  # fmt: skip
+    found = np.nonzero(np.atleast_1d(x.numpy()))
+    if as_tuple:
+        return tuple(Tensor(i) for i in found)
+    return Tensor(np.stack(found, axis=1) if found else np.zeros((0, 0), np.int64))
+
+
+# --- stacking ---------------------------------------------------------------------------------
+
+
+def _atleast(x: Any, n: int) -> Tensor:
+    x = as_tensor(x)
+    if x.ndim >= n:
+        return x
+    if n == 3 and x.ndim == 2:
+        return reshape(x, x.shape + (1,))
+    if n == 3:
+        return reshape(x, (1, x.size, 1))
+    return reshape(x, (1,) * (n - x.ndim) + x.shape)
+
+
+def _each(tensors: tuple, n: int) -> Any:
+    """One tensor for one argument, else a tuple (also for one list of tensors)."""
+    if len(tensors) == 1 and not isinstance(tensors[0], list | tuple):
+        return _atleast(tensors[0], n)
+    return tuple(_atleast(a, n) for a in (tensors[0] if len(tensors) == 1 else tensors))
+
+
+def atleast_1d(*tensors: Any) -> Any:
+    return _each(tensors, 1)
+
+
+def atleast_2d(*tensors: Any) -> Any:
+    return _each(tensors, 2)
+
+
+def atleast_3d(*tensors: Any) -> Any:
+    return _each(tensors, 3)
+
+
+def hstack(tensors: Sequence[Any]) -> Tensor:
+    xs = [_atleast(x, 1) for x in tensors]
+    return cat(xs, 0 if xs[0].ndim == 1 else 1)
+
+
+def vstack(tensors: Sequence[Any]) -> Tensor:
+    return cat([_atleast(x, 2) for x in tensors], 0)
+
+
+def dstack(tensors: Sequence[Any]) -> Tensor:
+    return cat([_atleast(x, 3) for x in tensors], 2)
+
+
+def column_stack(tensors: Sequence[Any]) -> Tensor:
+    return cat([reshape(x, (-1, 1)) if as_tensor(x).ndim < 2 else x for x in tensors], 1)
+
+
+__all__ = [
+    "atleast_1d", "atleast_2d", "atleast_3d", "chunk", "column_stack", "diag", "diagonal",
+    "dsplit", "dstack", "flip", "fliplr", "flipud", "hsplit", "hstack", "nonzero",
+    "repeat_interleave", "roll", "rot90", "split", "tensor_split", "tile", "tril", "triu",
+    "unbind", "vsplit", "vstack", "where",
+]  # fmt: skip

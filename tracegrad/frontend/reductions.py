@@ -1,0 +1,232 @@
+"""Reductions and scans with PyTorch's meanings: `max(x, dim)` gives the named tuple (values,
+indices), `max(x)` the maximum and `max(x, y)` the elementwise maximum; `var`/`std` are unbiased
+by default (`correction=1`); `cumsum` needs its dim; `argmax` without a dim indexes the
+flattened tensor. The values of a (values, indices) pair are gathered at the indices, so the
+gradient goes to the elements chosen only, as PyTorch's does."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from tracegrad.core import primitives as P
+from tracegrad.frontend.functions import (
+    astype,
+    at,
+    cat,
+    dim_tuple,
+    one_dim,
+    pytorch_keywords,
+    ravel,
+    reshape,
+    squeeze,
+    take_along,
+    unsqueeze,
+)
+from tracegrad.frontend.tensor import Tensor, as_tensor
+
+
+def _reduce(prim: P.Primitive, input: Any, dim: Any, keepdim: bool, dtype: Any = None):
+    x = as_tensor(input)
+    x = x if dtype is None else astype(x, dtype)
+    return prim(x, axis=dim_tuple(prim.name, dim, x.ndim), keepdims=bool(keepdim))
+
+
+@pytorch_keywords
+def sum(input: Any, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
+    return _reduce(P.sum, input, dim, keepdim, dtype)
+
+
+@pytorch_keywords
+def prod(input: Any, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
+    return _reduce(P.prod, input, dim, keepdim, dtype)
+
+
+@pytorch_keywords
+def mean(input: Any, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
+    x = as_tensor(input)
+    x = x if dtype is None else astype(x, dtype)
+    axes = dim_tuple("mean", dim, x.ndim)
+    return sum(x, axes, keepdim) / float(math.prod(x.shape[a] for a in axes))
+
+
+@pytorch_keywords
+def amax(input: Any, dim: Any = None, keepdim: bool = False) -> Tensor:
+    """The maximum over `dim` (all by default); ties share the gradient."""
+    return _reduce(P.max, input, dim, keepdim)
+
+
+@pytorch_keywords
+def amin(input: Any, dim: Any = None, keepdim: bool = False) -> Tensor:
+    return _reduce(P.min, input, dim, keepdim)
+
+
+def _argmax(x: Tensor, dim: int | None, keepdim: bool) -> Tensor:
+    if dim is None:
+        idx = P.argmax(ravel(x), axis=0)
+        return reshape(idx, (1,) * x.ndim) if keepdim else idx
+    d = one_dim("argmax", dim, x.ndim)
+    idx = P.argmax(x, axis=d) if x.ndim else P.argmax(ravel(x), axis=0)
+    return unsqueeze(idx, d) if keepdim and x.ndim else idx
+
+
+@pytorch_keywords
+def argmax(input: Any, dim: int | None = None, keepdim: bool = False) -> Tensor:
+    """The index of the (first) maximum along `dim`; of the flattened tensor if dim is None."""
+    return _argmax(as_tensor(input), dim, keepdim)
+
+
+@pytorch_keywords
+def argmin(input: Any, dim: int | None = None, keepdim: bool = False) -> Tensor:
+    return _argmax(-as_tensor(input), dim, keepdim)
+
+
+def values_indices(name: str) -> type:
+    """PyTorch's return type of `name` with a dim: a named tuple (values, indices)."""
+    return NamedTuple(name, [("values", Tensor), ("indices", Tensor)])
+
+
+MaxResult, MinResult = values_indices("max"), values_indices("min")
+
+
+def taken(x: Tensor, idx: Tensor, dim: int, keepdim: bool, result: type) -> Any:
+    """(values, indices) with the values gathered at `idx` (kept dim), so that the gradient goes
+    to the elements chosen only, as PyTorch's does."""
+    values = take_along(x, idx, dim, x.shape) if x.ndim else x
+    if not keepdim and x.ndim:
+        values, idx = squeeze(values, dim), squeeze(idx, dim)
+    return result(values, idx)
+
+
+def _extreme(name: str, input: Any, dim: Any, keepdim: bool, other: Any) -> Any:
+    x = as_tensor(input)
+    if other is not None or isinstance(dim, Tensor | np.ndarray):
+        return (P.maximum if name == "max" else P.minimum)(x, dim if other is None else other)
+    if dim is None:
+        return (amax if name == "max" else amin)(x, None, keepdim)
+    d = one_dim(name, dim, x.ndim)
+    idx = _argmax(x if name == "max" else -x, d, keepdim=True)
+    return taken(x, idx, d, keepdim, MaxResult if name == "max" else MinResult)
+
+
+@pytorch_keywords
+def max(input: Any, dim: Any = None, keepdim: bool = False, *, other: Any = None) -> Any:
+    """max(x): the maximum; max(x, dim): the named tuple (values, indices) along dim (the
+    gradient goes to the first maximum); max(x, y) of two tensors: the elementwise maximum."""
+    return _extreme("max", input, dim, keepdim, other)
+
+
+@pytorch_keywords
+def min(input: Any, dim: Any = None, keepdim: bool = False, *, other: Any = None) -> Any:
+    """As `max`, for the minimum."""
+    return _extreme("min", input, dim, keepdim, other)
+
+
+def _correction(dim: Any, unbiased: bool | None, correction: float | None) -> tuple[Any, float]:
+    if isinstance(dim, bool):  # var(x, False): PyTorch's unbiased flag in dim's place
+        dim, unbiased = None, dim
+    if unbiased is not None and correction is not None:
+        raise TypeError("var/std: give unbiased= or correction=, not both")
+    if correction is None:
+        correction = 1 if unbiased is None else int(unbiased)
+    return dim, correction
+
+
+@pytorch_keywords
+def var(input: Any, dim: Any = None, unbiased: bool | None = None, keepdim: bool = False, *,
+        correction: float | None = None) -> Tensor:  # fmt: skip
+    """The variance, divided by N - correction: unbiased (correction=1) by default, as in PyTorch
+    (NumPy's ddof=0 default is `tracegrad.numpy.var`)."""
+    x = as_tensor(input)
+    dim, correction = _correction(dim, unbiased, correction)
+    axes = dim_tuple("var", dim, x.ndim)
+    centered = x - mean(x, axes, keepdim=True)
+    count = math.prod(x.shape[a] for a in axes) - correction
+    return sum(centered * centered, axes, keepdim) / float(count)
+
+
+@pytorch_keywords
+def std(input: Any, dim: Any = None, unbiased: bool | None = None, keepdim: bool = False, *,
+        correction: float | None = None) -> Tensor:  # fmt: skip
+    """The standard deviation, unbiased by default (see `var`). Where all values are equal its
+    gradient is 0, as PyTorch's (not 0 / 0)."""
+    v = var(input, dim, unbiased, keepdim, correction=correction)
+    zero = v == 0.0
+    return P.where(zero, 0.0, P.sqrt(P.where(zero, 1.0, v)))
+
+
+@pytorch_keywords
+def logsumexp(input: Any, dim: Any, keepdim: bool = False) -> Tensor:
+    """log(sum(exp(x))) over `dim`, stable for large |x|: the max is subtracted (and not
+    differentiated)."""
+    x = as_tensor(input)
+    axes = dim_tuple("logsumexp", dim, x.ndim)
+    m = amax(x, axes, keepdim=True).detach()
+    m = P.where(P.abs(m) < math.inf, m, 0.0)  # an all -inf row sums exp(-inf) = 0: log 0 = -inf
+    out = P.log(sum(P.exp(x - m), axes, keepdim=True)) + m
+    return out if keepdim else squeeze(out, axes)
+
+
+@pytorch_keywords
+def log_softmax(input: Any, dim: int = -1) -> Tensor:
+    """(x - m) - log(sum(exp(x - m))), m the max: subtracting logsumexp, a large number whose
+    rounding error is large, lost log C in a row of -1e9 and 5e-4 at logits near 1e4."""
+    x = as_tensor(input)
+    m = amax(x, dim, keepdim=True).detach()
+    shifted = x - P.where(P.abs(m) < math.inf, m, 0.0)
+    return shifted - P.log(sum(P.exp(shifted), dim, keepdim=True))
+
+
+@pytorch_keywords
+def softmax(input: Any, dim: int = -1) -> Tensor:
+    x = as_tensor(input)
+    e = P.exp(x - amax(x, dim, keepdim=True).detach())
+    return e / sum(e, dim, keepdim=True)
+
+
+@pytorch_keywords
+def cumsum(input: Any, dim: int, *, dtype: Any = None) -> Tensor:
+    """Running sums along `dim` (required: PyTorch does not flatten)."""
+    x = as_tensor(input)
+    x = x if dtype is None else astype(x, dtype)
+    if x.ndim == 0:
+        return reshape(P.cumsum(reshape(x, (1,)), axis=0), ())
+    return P.cumsum(x, axis=one_dim("cumsum", dim, x.ndim))
+
+
+@pytorch_keywords
+def diff(input: Any, n: int = 1, dim: int = -1, prepend: Any = None, append: Any = None) -> Tensor:
+    """The n-th forward difference along `dim`, after joining `prepend` and `append`."""
+    x = as_tensor(input)
+    d = one_dim("diff", dim, x.ndim)
+    if prepend is not None or append is not None:
+        x = cat([v for v in (prepend, x, append) if v is not None], d)
+    for _ in range(n):
+        x = at(x, d, slice(1, None)) - at(x, d, slice(None, -1))
+    return x
+
+
+@pytorch_keywords
+def gradient(
+    input: Any, *, spacing: float = 1.0, dim: Any = None, edge_order: int = 1
+) -> tuple[Tensor, ...]:
+    """Central differences inside, one-sided at the edges, for each dim: a tuple, as PyTorch
+    (NumPy's gradient, which gives one array for one axis, is `tracegrad.numpy.gradient`)."""
+    if edge_order != 1:
+        raise NotImplementedError("gradient: only edge_order=1")
+    x = as_tensor(input)
+    out = []
+    for d in dim_tuple("gradient", dim, x.ndim):
+        inner = (at(x, d, slice(2, None)) - at(x, d, slice(None, -2))) * 0.5
+        first = at(x, d, slice(1, 2)) - at(x, d, slice(0, 1))
+        last = at(x, d, slice(-1, None)) - at(x, d, slice(-2, -1))
+        out.append(cat([first, inner, last], d) / spacing)
+    return tuple(out)
+
+
+__all__ = [
+    "amax", "amin", "argmax", "argmin", "cumsum", "diff", "gradient", "log_softmax", "logsumexp",
+    "max", "mean", "min", "prod", "softmax", "std", "sum", "var",
+]  # fmt: skip
