@@ -2,8 +2,8 @@
 
     python benchmarks/report.py [--workload gelu] [--method tg-numba] [-o tracegrad-dump]
 
-Runs three steps with TRACEGRAD_DUMP set: graph.txt, graph.svg, plan.py, timeline.png and
-report.html land in OUT/train_step-1/, and the text report is printed.
+Runs three steps with TRACEGRAD_DUMP set: graph.txt, graph.svg, plan.py, trace.json,
+timeline.png and report.html land in OUT/train_step-1/, and the text report is printed.
 """
 
 from __future__ import annotations

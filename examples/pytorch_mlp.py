@@ -5,9 +5,10 @@ a StepLR schedule, gradient clipping, no_grad evaluation); swap the three import
 `import torch`, `from torch import nn, optim` and `import torch.nn.functional as F` and PyTorch
 runs it unchanged. Data: two interleaved spirals, made with randn.
 
-    python examples/pytorch_mlp.py
+    python examples/pytorch_mlp.py [--epochs 30] [--batch-size 64] [--lr 0.01] [--seed 0]
 """
 
+import argparse
 import math
 
 import tracegrad as torch
@@ -79,5 +80,16 @@ def train(epochs=30, batch_size=64, lr=1e-2, seed=0, log=print):
     return model, losses, evaluate(model, x_test, y_test)
 
 
+def parser():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--epochs", type=int, default=30, help="passes over the data (%(default)s)")
+    p.add_argument("--batch-size", type=int, default=64, help="points per step (%(default)s)")
+    p.add_argument("--lr", type=float, default=1e-2, help="Adam's learning rate (%(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="seeds data and weights (%(default)s)")
+    return p
+
+
 if __name__ == "__main__":
-    train()
+    args = parser().parse_args()
+    train(args.epochs, args.batch_size, args.lr, args.seed)

@@ -92,12 +92,19 @@ def accuracy(model: nn.Module, images: np.ndarray, labels: np.ndarray) -> float:
     return float(np.mean(predicted == labels))
 
 
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--epochs", type=int, default=8, help="passes over the training images "
+                   "(%(default)s)")  # fmt: skip
+    p.add_argument("--seed", type=int, default=0, help="seeds the split, the weights and the "
+                   "batches (%(default)s)")  # fmt: skip
+    p.add_argument("--eager", action="store_true", help="run the step eagerly, uncompiled")
+    return p
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=8)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--eager", action="store_true", help="run the step eagerly, uncompiled")
-    args = parser.parse_args()
+    args = parser().parse_args()
     model, _ = train(epochs=args.epochs, seed=args.seed, trace=not args.eager)
     _, x_test, _, y_test = load_data(args.seed)
     print(f"test accuracy: {accuracy(model, x_test, y_test):.3f}")

@@ -95,13 +95,21 @@ def accuracy(model: nn.Module, images: np.ndarray, labels: np.ndarray) -> float:
     return float(np.mean(predicted == labels))
 
 
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--epochs", type=int, default=20, help="passes over the training images "
+                   "(%(default)s)")  # fmt: skip
+    p.add_argument("--seed", type=int, default=0, help="seeds the split, the weights and the "
+                   "batches (%(default)s)")  # fmt: skip
+    p.add_argument("--eager", action="store_true", help="run the step eagerly, uncompiled")
+    p.add_argument("--distributed", action="store_true", help="this process is one MPI rank of "
+                   "several (run under mpiexec)")  # fmt: skip
+    return p
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=20)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--eager", action="store_true", help="run the step eagerly, uncompiled")
-    parser.add_argument("--distributed", action="store_true", help="one MPI rank of several")
-    args = parser.parse_args()
+    args = parser().parse_args()
     model, _ = train(epochs=args.epochs, seed=args.seed, trace=not args.eager,
                      distributed=args.distributed, progress=not args.distributed)  # fmt: skip
     _, x_test, _, y_test = load_data(args.seed)

@@ -90,16 +90,23 @@ def run(mode: str, args: argparse.Namespace) -> dict:
     return {"mode": mode, "outcome": "crashed", "error": proc.stderr.strip()[-500:]}
 
 
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--depth", type=int, default=16, help="GELU layers (%(default)s)")
+    p.add_argument("--width", type=int, default=256, help="features per layer (%(default)s)")
+    p.add_argument("--batch", type=int, default=1024, help="rows per step (%(default)s)")
+    p.add_argument("--steps", type=int, default=5, help="steps each child runs (%(default)s)")
+    p.add_argument("--room", type=int, default=40, help="MiB the cap leaves for the step "
+                   "(%(default)s)")  # fmt: skip
+    p.add_argument("--budget", type=int, default=14, help="MiB of the traced step's budget "
+                   "(%(default)s)")  # fmt: skip
+    p.add_argument("--child", choices=["eager", "traced"], help=argparse.SUPPRESS)
+    return p
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--depth", type=int, default=16)
-    parser.add_argument("--width", type=int, default=256)
-    parser.add_argument("--batch", type=int, default=1024)
-    parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--room", type=int, default=40, help="MiB the cap leaves for the step")
-    parser.add_argument("--budget", type=int, default=14, help="MiB of the traced step's budget")
-    parser.add_argument("--child", choices=["eager", "traced"], help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    return parser().parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> dict[str, dict]:

@@ -30,7 +30,7 @@ def clone(n: Node, clones: dict[Value, Value], phase: Phase) -> Node:
     outs = [Value(v.shape, v.dtype) for v in n.outputs]
     clones.update(zip(n.outputs, outs, strict=True))
     ins = [clones.get(v, v) for v in n.inputs]
-    return Node(n.prim, ins, outs, n.attrs, n.source, phase)
+    return n.replace(inputs=ins, outputs=outs, phase=phase)
 
 
 def nbytes(values: list[Value]) -> int:
@@ -56,10 +56,7 @@ def substitute(graph: Graph, alias: dict[Value, Value]) -> Graph:
             v = alias[v]
         return v
 
-    nodes = [
-        Node(n.prim, [resolve(v) for v in n.inputs], n.outputs, n.attrs, n.source, n.phase)
-        for n in graph.nodes
-    ]
+    nodes = [n.replace(inputs=[resolve(v) for v in n.inputs]) for n in graph.nodes]
     return Graph(graph.inputs, nodes, [resolve(v) for v in graph.outputs])
 
 

@@ -203,7 +203,7 @@ class _Chain:
                 at = _quietest(nodes, grows)
                 nodes[at:at], grows[at:at] = rebuilt, [0] * len(rebuilt)
                 inputs = [held.get(v, v) for v in n.inputs]
-                n = Node(n.prim, inputs, n.outputs, n.attrs, n.source, n.phase)
+                n = n.replace(inputs=inputs)
             nodes.append(n)
             dying = [v for v in dict.fromkeys(n.inputs) if last.get(v) == i]
             grows.append(0 if is_view(n) else nbytes(n.outputs) - nbytes(dying))

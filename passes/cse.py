@@ -9,23 +9,26 @@ compares the input with its maximum (a merged maximum matched no element: 0 / 0)
 
 from __future__ import annotations
 
-from tracegrad.core.ir import Graph, Node, Value
+from tracegrad.core.ir import Graph, Node, Value, common_module
 from tracegrad.core.vocabulary import Phase
 
 from .base import PassStats, stats, substitute
 
 
 def cse(graph: Graph) -> tuple[Graph, PassStats]:
-    seen: dict[tuple, list[Value]] = {}
+    seen: dict[tuple, int] = {}  # key -> position in kept
     alias: dict[Value, Value] = {}
-    kept = []
+    kept: list[Node] = []
     for n in graph.nodes:
         inputs = tuple(_key(alias.get(v, v)) for v in n.inputs)
         key = (n.prim, inputs, repr(sorted(n.attrs.items())), _region(n))
         if key in seen:
-            alias.update(zip(n.outputs, seen[key], strict=True))
+            first = kept[seen[key]]
+            alias.update(zip(n.outputs, first.outputs, strict=True))
+            if first.module != n.module:  # one node serves both modules: it belongs to both
+                kept[seen[key]] = first.replace(module=common_module((first.module, n.module)))
         else:
-            seen[key] = n.outputs
+            seen[key] = len(kept)
             kept.append(n)
     after = substitute(Graph(graph.inputs, kept, graph.outputs), alias)
     return after, stats("cse", graph, after)

@@ -11,6 +11,7 @@ after it (`_narrow_results`)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -187,4 +188,7 @@ def _fused_node(group: _Group, users: dict[Value, list[Node]], outputs: set[Valu
     ]
     body = Graph(inputs, group.nodes, results)
     first = group.nodes[0]
-    return Node(fused, inputs, results, {"body": body}, first.source, first.phase)
+    # the module most of its members come from: a GELU's kernel that took in the bias add
+    # before it belongs to the GELU
+    module = Counter(n.module for n in group.nodes).most_common(1)[0][0]
+    return Node(fused, inputs, results, {"body": body}, first.source, first.phase, module)

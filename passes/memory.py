@@ -32,6 +32,7 @@ class MemoryPlan:
     arena: int = 0  # bytes of the arena: held between steps, reused by each
     timeline: list[int] = field(default_factory=list)  # live bytes after each node
     peak: int = 0  # arena plus the most that lives outside it at once (with an op's scratch)
+    peak_at: int = 0  # the node at which the step reaches `peak`
 
 
 @dataclass(eq=False)  # one buffer is one object: compared and hashed by identity
@@ -64,7 +65,8 @@ def plan_memory(graph: Graph, kernels: Mapping[Node, Any] | None = None) -> Memo
     live = 0
     for i, n in enumerate(graph.nodes):
         live += during[i]
-        plan.peak = max(plan.peak, plan.arena + live + _scratch(n, kernels or {}))
+        if plan.arena + live + _scratch(n, kernels or {}) > plan.peak:
+            plan.peak, plan.peak_at = plan.arena + live + _scratch(n, kernels or {}), i
         plan.timeline.append(plan.arena + live - dying[i])
     plan.peak = max(plan.peak, plan.arena)
     return plan

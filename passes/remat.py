@@ -11,8 +11,6 @@ backward: least recomputation."""
 
 from __future__ import annotations
 
-import networkx as nx
-
 from tracegrad.core.ir import Graph, Node, Value
 from tracegrad.core.vocabulary import Phase
 
@@ -41,6 +39,8 @@ def min_cut_kept(graph: Graph, residuals: list[Value]) -> set[Value]:
     edge v_in -> v_out of capacity nbytes, a cheap node joins its inputs' v_out to its result's
     v_in, values that cannot be recomputed hang from the source and residuals feed the sink.
     Of equal cuts, the one nearest the residuals: least recomputation."""
+    import networkx as nx  # here, not at the top: `import tracegrad` need not load it
+
     network = nx.DiGraph()
     inputs = set(graph.inputs)
     for n in graph.nodes:
@@ -105,8 +105,7 @@ def rematerialize(graph: Graph) -> tuple[Graph, PassStats]:
                 for c in plans.get(v, ()):
                     if c.outputs[0] not in clones:
                         nodes.append(clone(c, clones, Phase.RECOMPUTE))
-            n = Node(n.prim, [clones.get(v, v) for v in n.inputs], n.outputs, n.attrs, n.source,
-                     n.phase)  # fmt: skip
+            n = n.replace(inputs=[clones.get(v, v) for v in n.inputs])
         nodes.append(n)
     after = Graph(graph.inputs, nodes, graph.outputs)
     anchors = kept - set(saved) - set(graph.inputs)  # kept for the chains, not read by backward

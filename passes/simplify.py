@@ -32,8 +32,8 @@ class Rewrite:
     emitted: list[Node] = field(default_factory=list)
 
     def emit(self, prim: Primitive, inputs: list[Value], out: Value, **attrs) -> Value:
-        """A new node in place of the rewritten one (its source and phase)."""
-        self.emitted.append(Node(prim, inputs, [out], attrs, self.node.source, self.node.phase))
+        """A new node in place of the rewritten one (its source, phase and module)."""
+        self.emitted.append(self.node.replace(prim=prim, inputs=inputs, outputs=[out], attrs=attrs))
         return out
 
 

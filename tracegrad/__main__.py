@@ -24,8 +24,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="tracegrad",
         description="Inspect the steps tracegrad compiles. Every @tracegrad.trace function "
-        "writes, per input signature, graph.txt, graph.svg, plan.py, timeline.png and "
-        "report.html (needs matplotlib: pip install 'tracegrad[viz]').",
+        "writes, per input signature, graph.txt, graph.svg, plan.py, trace.json, timeline.png "
+        "and report.html (needs matplotlib: pip install 'tracegrad[viz]').",
     )
     sub = p.add_subparsers(dest="command", required=True)
     run_parser = sub.add_parser(

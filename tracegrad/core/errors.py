@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 # Frames of these packages (and of generated plans) are ours: errors point past them.
 INTERNAL_PACKAGES = frozenset({"tracegrad", "passes"})
@@ -45,11 +46,17 @@ def _internal(frame) -> bool:
     return path.startswith(_STDLIB_DIR) and "site-packages" not in path
 
 
+def user_frame() -> Any:
+    """The innermost frame outside tracegrad: where the user's code called us (or None)."""
+    frame = sys._getframe(1)
+    while frame is not None and _internal(frame):
+        frame = frame.f_back
+    return frame
+
+
 def user_location() -> str | None:
     """The innermost "file:line" outside tracegrad: where the user's code called us."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        if not _internal(frame):
-            return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
-        frame = frame.f_back
-    return None
+    frame = user_frame()
+    if frame is None:
+        return None
+    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"

@@ -71,9 +71,11 @@ class Node:
     """One primitive application. `prim` is the op-table record (anything with `name`, `impl`
     and `infer`: this module knows no particular op); `source` is the user's "file:line" that
     produced it; `phase` is the `Phase` of the step it belongs to (a name that is not one
-    raises)."""
+    raises); `module` is the path of the module it was made in, as `named_modules()` names it
+    (`blocks.2.attn`; "" the root module itself, None outside every module): pictures, reports
+    and profiles group by it."""
 
-    __slots__ = ("prim", "inputs", "outputs", "attrs", "source", "phase")
+    __slots__ = ("prim", "inputs", "outputs", "attrs", "source", "phase", "module")
 
     def __init__(
         self,
@@ -83,6 +85,7 @@ class Node:
         attrs: Mapping[str, Any] | None = None,
         source: str | None = None,
         phase: Phase | str = Phase.FORWARD,
+        module: str | None = None,
     ):
         if isinstance(prim, str):
             raise TypeError(f"Node: pass the primitive, not its name {prim!r}")
@@ -92,11 +95,25 @@ class Node:
         self.outputs = list(outputs)
         self.attrs = dict(attrs or {})
         self.source = source
+        self.module = module
 
     @property
     def op(self) -> str:
         """The primitive's name, for printing."""
         return self.prim.name
+
+    def replace(self, **changes: Any) -> Node:
+        """A copy with some fields changed (`n.replace(inputs=...)`): a pass that rewrites a
+        node keeps where it came from (source, phase, module) without naming each."""
+        fields = {k: getattr(self, k) for k in self.__slots__}
+        fields.update(changes)
+        return Node(**fields)
+
+    @property
+    def where(self) -> str:
+        """The module path and the user's line, as the graph's printout shows them
+        ("blocks.0.attn: gpt.py:58")."""
+        return ": ".join(x for x in (self.module, self.source) if x)
 
     def __repr__(self) -> str:
         return f"Node({self.op}, {self.inputs} -> {self.outputs})"
@@ -211,7 +228,7 @@ class Graph:
             rhs = f"{n.op}{'[' + attrs.strip() + ']' if attrs else ''} " + " ".join(
                 ref(v) for v in n.inputs
             )
-            body.append((f"    {lhs} = {rhs}", n.source))
+            body.append((f"    {lhs} = {rhs}", n.where))
         width = min(max((len(t) for t, _ in body), default=0), 64)
         for text, src in body:
             lines.append(f"{text.ljust(width)}  # {src}" if src else text)
@@ -253,13 +270,17 @@ class Graph:
                 g.add_edge(key, names[v])
         return g
 
-    def to_svg(self, path: str | None = None, engine: str | None = None) -> str:
-        """A picture of the graph as SVG text (written to `path` too): Graphviz's `dot` lays it
-        out when installed, else matplotlib (`pip install "tracegrad[viz]"`). Phases coloured,
-        fused groups as clusters, producers of saved values outlined, tooltips per op."""
+    def to_svg(self, path: str | None = None, engine: str | None = None,
+               expand: Iterable[str] | bool | None = None) -> str:  # fmt: skip
+        """A picture of the graph as SVG text (written to `path` too), grouped by module: each
+        module one box (op count, bytes) but those in `expand` (paths such as "blocks.0", or
+        True: all), drawn as clusters of their ops. Graphviz's `dot` lays it out when installed,
+        else a layered layout of our own (`engine="dot"` or `"layered"`). Ops coloured by phase
+        and named by their results as `str(graph)` names them; fused kernels dashed; producers
+        of values saved for backward outlined in red; a tooltip per box."""
         from tracegrad.core.drawing import to_svg
 
-        return to_svg(self, path, engine)
+        return to_svg(self, path, engine, expand)
 
     def to_dot(self) -> str:
         """Graphviz text: boxes for ops, ellipses for values."""
@@ -300,7 +321,21 @@ def _as_tuple(result: Any, n: int) -> Iterable[Any]:
 
 
 def _copy_node(n: Node) -> Node:
-    return Node(n.prim, n.inputs, n.outputs, n.attrs, n.source, n.phase)
+    return n.replace()
+
+
+def common_module(modules: Iterable[str | None]) -> str | None:
+    """The innermost module that holds all of `modules` (paths; None: outside every module):
+    where a node made of several nodes (a fused group) belongs."""
+    modules = list(modules)
+    if not modules or None in modules:
+        return None
+    common: list[str] = []
+    for parts in zip(*(m.split(".") if m else [] for m in modules), strict=False):
+        if len(set(parts)) > 1:
+            break
+        common.append(parts[0])
+    return ".".join(common)
 
 
 RESERVED = frozenset({"np", "out"})  # names the generated plan uses for itself

@@ -51,7 +51,7 @@ class TapeNode:
     """One recorded op: its parents' nodes and exactly the values its VJP reads."""
 
     __slots__ = ("prim", "params", "parents", "saved_in", "saved_out", "avals", "freed",
-                 "retained", "versions", "__weakref__")  # fmt: skip
+                 "retained", "versions", "module", "__weakref__")  # fmt: skip
     is_leaf = False
 
     def __init__(self, prim: Any, params: dict, parents: list, inputs: list, out: Tensor):
@@ -63,6 +63,7 @@ class TapeNode:
         self.versions = [(t._version, t._version[0]) for t in saved]
         self.freed = False
         self.retained: weakref.ref | None = None  # the tensor that called retain_grad()
+        self.module = Listeners.module  # while tracing: its backward ops belong there too
 
     @property
     def name(self) -> str:
@@ -260,11 +261,15 @@ def _propagate(order, useful, grads, deliver, retain_graph, create_graph, stop_a
                 continue
             ins, out = node.unpack()
             wanted = [parent in useful for parent in node.parents]
-            cotangents = node.prim.input_grads(wanted, g, out, ins, node.params, create_graph)
-            for i, (parent, gi) in enumerate(zip(node.parents, cotangents, strict=True)):
-                if gi is not None:
-                    gi = gi.astype(node.avals[i].dtype)  # float32 inputs get float32 grads
-                    grads[parent] = grads[parent] + gi if parent in grads else gi
+            outer, Listeners.module = Listeners.module, node.module  # its module, traced
+            try:
+                cotangents = node.prim.input_grads(wanted, g, out, ins, node.params, create_graph)
+                for i, (parent, gi) in enumerate(zip(node.parents, cotangents, strict=True)):
+                    if gi is not None:
+                        gi = gi.astype(node.avals[i].dtype)  # float32 inputs get float32 grads
+                        grads[parent] = grads[parent] + gi if parent in grads else gi
+            finally:
+                Listeners.module = outer
             if not retain_graph:
                 node.free()
 

@@ -43,6 +43,7 @@ class _Listeners(threading.local):
         self.tracers: list[Any] = []
         self.grad_enabled = True
         self.phase = Phase.FORWARD
+        self.module: Any = None  # while tracing, the module being called (frontend/scopes.py)
         self.recording: list[Any] = []  # GradManagers recording in this thread, outermost first
 
 

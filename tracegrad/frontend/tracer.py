@@ -17,6 +17,7 @@ import numpy as np
 
 from tracegrad.core import ir
 from tracegrad.frontend import pytree
+from tracegrad.frontend.scopes import module_names
 from tracegrad.frontend.tensor import (
     Listeners,
     Tensor,
@@ -166,7 +167,8 @@ class Tracer:
     def process(self, prim: Any, inputs: list[Tensor], params: dict, shape: tuple, dtype: Any):
         ins = [self.lift(t) for t in inputs]
         out = ir.Value(shape, dtype)
-        node = ir.Node(prim, ins, [out], params, user_location(), Listeners.phase)
+        node = ir.Node(prim, ins, [out], params, user_location(), Listeners.phase,
+                       Listeners.module)  # a Scope until `finish` names it  # fmt: skip
         self.nodes.append(node)
         return out
 
@@ -218,6 +220,7 @@ class Tracer:
                     outputs.append(self.lift(t._grad))
         args = [s for s in self.slots.values() if s.arg is not None and s.input is not None]
         state = [s for s in self.slots.values() if s.arg is None and s.input is not None]
+        module_names(self.nodes)
         graph = ir.Graph([s.input for s in args + state], self.nodes, outputs)
         owners = {id(s.grad): s for s in self.slots.values() if s.grad is not None}
         reads = [

@@ -17,6 +17,7 @@ import numpy as np
 from tracegrad.core.errors import TraceError
 from tracegrad.frontend import random
 from tracegrad.frontend.device import require_cpu, to_arguments
+from tracegrad.frontend.scopes import module_scope
 from tracegrad.frontend.tensor import Listeners, Tensor, get_default_dtype
 from tracegrad.frontend.tracer import watch
 from tracegrad.nn import functional as F
@@ -141,10 +142,13 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if Listeners.tracers:  # a traced step bakes in what `training` selects: guard it
-            watch((id(self), "training"), f"{type(self).__name__}.training",
-                  lambda: self.training, warn=False)  # fmt: skip
-        return self.forward(*args, **kwargs)
+        if not Listeners.tracers:
+            return self.forward(*args, **kwargs)
+        # a traced step bakes in what `training` selects: guard it
+        watch((id(self), "training"), f"{type(self).__name__}.training",
+              lambda: self.training, warn=False)  # fmt: skip
+        with module_scope(self):  # the nodes made inside know their module path
+            return self.forward(*args, **kwargs)
 
     # --- traversal -------------------------------------------------------------------------
     def named_modules(

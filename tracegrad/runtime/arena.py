@@ -95,6 +95,7 @@ class MeasuredRun:
     def __init__(self, run: Callable, layout: ArenaLayout, measure_first: bool = True):
         self.run, self.layout, self.arena = run, layout, shared_arena()
         self.peak, self.calls, self.measure_first = None, 0, measure_first
+        self.measured_call = 0  # which of its calls measured `peak`
 
     def __call__(self, inputs: list[np.ndarray], finish: Callable) -> Any:
         self.calls += 1
@@ -111,6 +112,7 @@ class MeasuredRun:
         finally:
             if measure:
                 self.peak = self.layout.nbytes + tracemalloc.get_traced_memory()[1] - base
+                self.measured_call = self.calls
                 if started:
                     tracemalloc.stop()
             if lent:

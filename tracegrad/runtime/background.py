@@ -20,6 +20,7 @@ class BackgroundLowering:
         self.result: tuple[ir.Graph, dict] | None = None
         self.error: BaseException | None = None
         self.seconds = 0.0
+        self.started = 0.0  # time.perf_counter() when compiling began
         self.done = threading.Event()
         self._thread = threading.Thread(target=self._lower, args=(graph,), daemon=True,
                                         name="tracegrad-kernels")  # fmt: skip
@@ -32,7 +33,7 @@ class BackgroundLowering:
                 self._thread.start()
 
     def _lower(self, graph: ir.Graph) -> None:
-        start = time.perf_counter()
+        start = self.started = time.perf_counter()
         try:
             self.result = lowering.lower(graph, "numba", background=True)
         except BaseException as e:  # reported by Plan.adopt_kernels, in the caller's thread

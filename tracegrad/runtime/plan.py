@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import linecache
 import sys
+import time
 import traceback
 import warnings
 from collections.abc import Callable, Sequence
@@ -19,7 +20,6 @@ from passes.budget import Budget
 from passes.memory import MemoryPlan, plan_memory
 from tracegrad.compiler import lowering
 from tracegrad.compiler.codegen import compile_source, generate, identifier
-from tracegrad.compiler.kernels.blas import quiet_openblas
 from tracegrad.core import ir
 from tracegrad.core.errors import MemoryBudgetError
 from tracegrad.frontend import pytree
@@ -41,10 +41,13 @@ class Plan:
         self.capture, self.name, self.stats, self.backend = cap, name, stats, backend
         self.budget = budget  # the memory-budget pass that planned it, if one was asked for
         self.pending = pending
+        self.calls = 0  # calls of the step that ran this plan, with or without its kernels
+        self.built_at_call = 1  # the first call that ran what is built now (kernels: later)
+        self.events: list[tuple[str, float, float]] = []  # (what, perf_counter, seconds)
         self._build(graph, kernels, memory or plan_memory(graph, kernels))
 
     def _build(self, graph: ir.Graph, kernels: dict, memory: MemoryPlan) -> None:
-        self.graph, self.memory, self.kernel_count = graph, memory, len(kernels)
+        self.graph, self.memory, self.kernels = graph, memory, kernels
         self.source, namespace = generate(graph, self.name, memory, kernels)
         self.run = MeasuredRun(compile_source(self.source, namespace, self.name),
                                ArenaLayout(memory), self.pending is None)  # fmt: skip
@@ -66,6 +69,9 @@ class Plan:
             self.run.measure_first = True  # the stand-in is the plan from now on
             return
         self._build(*pending.result, plan_memory(*pending.result))
+        self.built_at_call = self.calls + 1
+        self.events.append((f"{len(self.kernels)} kernels compiled in the background",
+                            pending.started, pending.seconds))  # fmt: skip
         if pending.seconds >= lowering.PROGRESS_AFTER:
             print(f"tracegrad: {self.name}: kernels ready after {pending.seconds:.1f} s of "
                   "compiling in the background; the step runs them from now on",
@@ -73,6 +79,7 @@ class Plan:
 
     def __call__(self, arg_leaves: Sequence[Any]) -> Any:
         self.adopt_kernels()
+        self.calls += 1
         cap = self.capture
         inputs = [_array(arg_leaves[i]) for i in cap.args]
         for ref, via_grad in cap.reads:
@@ -186,16 +193,23 @@ def compile_plan(
     if pipeline is None:
         pipeline = passes.DEFAULT + ([passes.fuse] if backend == "numba" else [])
     if backend == "numba":
+        from tracegrad.compiler.kernels.blas import quiet_openblas  # loads Numba: only now
+
         quiet_openblas()
-    name = identifier(name)
+    name, start = identifier(name), time.perf_counter()
     if memory_budget is not None:
         graph, stats, kernels, memory, budget = _fit(cap.graph, backend, pipeline, memory_budget)
-        return Plan(cap, name, graph, kernels, stats, backend, budget, memory)
-    graph, stats = passes.run(cap.graph, pipeline)
-    if lowering.needs_kernels(graph, backend) and background_compile():
-        return Plan(cap, name, *lowering.lower(graph, "numpy"), stats, backend,
-                    pending=BackgroundLowering(graph))  # fmt: skip
-    return Plan(cap, name, *lowering.lower(graph, backend), stats, backend)
+        plan = Plan(cap, name, graph, kernels, stats, backend, budget, memory)
+    else:
+        graph, stats = passes.run(cap.graph, pipeline)
+        if lowering.needs_kernels(graph, backend) and background_compile():
+            plan = Plan(cap, name, *lowering.lower(graph, "numpy"), stats, backend,
+                        pending=BackgroundLowering(graph))  # fmt: skip
+        else:
+            plan = Plan(cap, name, *lowering.lower(graph, backend), stats, backend)
+    made = f" ({len(plan.kernels)} kernels)" if plan.kernels else ""
+    plan.events.append((f"passes, lowering{made} and codegen", start, time.perf_counter() - start))
+    return plan
 
 
 def _fit(graph: ir.Graph, backend: str, pipeline: Sequence[Callable], limit: int) -> tuple:

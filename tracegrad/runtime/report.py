@@ -1,11 +1,12 @@
-"""`step.report()`'s text: the passes, what is saved for backward, the planned and measured peaks,
-and what a memory budget recomputes."""
+"""`step.report()`'s text: the passes, what is saved for backward, the kernels, the planned and
+measured peaks, which plan ran which calls, and what a memory budget recomputes (runtime/viz.py
+makes it a page)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
-import passes
 from tracegrad.core.vocabulary import Kind
 
 
@@ -13,13 +14,47 @@ def mib(n: int) -> str:
     return f"{round(n / 2**20, 1) + 0.0:.1f} MiB"  # + 0.0: no "-0.0"
 
 
+def kernel_summary(plan: Any) -> str:
+    """The plan's kernels: fused groups and ops with kernels of their own, by op."""
+    kernels = getattr(plan, "kernels", {})
+    fused = sum(n.prim.kind is Kind.COMPOSITE for n in kernels)
+    own = Counter(n.op for n in kernels if n.prim.kind is not Kind.COMPOSITE)
+    parts = [f"{fused} fused"] * bool(fused) + [f"{op} {k}" for op, k in sorted(own.items())]
+    return f"{len(kernels)} kernels" + (f" ({', '.join(parts)})" if parts else "")
+
+
+def measured_peak(plan: Any) -> tuple[int, str]:
+    """The peak bytes tracemalloc measured for the plan as it is built now, and on which call:
+    the first call that ran it (or a later one made while tracemalloc was tracing); if no call
+    has run it yet (its kernels arrived after the last call), an instrumented run made now."""
+    run = plan.run
+    if run.peak is not None:
+        call = plan.built_at_call + run.measured_call - 1
+        return run.peak, f"call {call}"
+    from tracegrad.runtime.profile import profile
+
+    prof = profile(plan, repeat=0)
+    return prof.peak, "an instrumented run for this report: no call has run this plan yet"
+
+
+def history(plan: Any) -> str | None:
+    """Which calls ran what, when a stand-in ran before the kernels arrived."""
+    if plan.built_at_call <= 1:
+        return None
+    seconds = next((s for what, _, s in plan.events if what.endswith("background")), None)
+    ready = f" (ready after {seconds:.1f} s)" if seconds is not None else ""
+    first = plan.built_at_call - 1
+    calls = "call 1" if first == 1 else f"calls 1-{first}"
+    return (f"{calls} ran the same graph as NumPy calls while its kernels compiled{ready}; "
+            f"this plan runs from call {plan.built_at_call} on")  # fmt: skip
+
+
 def report(plan: Any) -> str:
     """Passes (nodes before/after, bytes saved), values saved for backward, planned and measured
     peak bytes of the step."""
     graph = plan.graph
     lines = [
-        f"tracegrad plan ({plan.backend} backend): {len(graph.nodes)} nodes, "
-        f"{plan.kernel_count} kernels"
+        f"tracegrad plan ({plan.backend} backend): {len(graph.nodes)} nodes, {kernel_summary(plan)}"
     ]
     lines.append("passes:")
     for s in plan.stats:
@@ -28,7 +63,7 @@ def report(plan: Any) -> str:
             f"  {s.name:<10} nodes {s.nodes_before:>5} -> {s.nodes_after:<5} "
             f"saved {mib(s.bytes_saved):>10}{note}"
         )
-    saved = passes.saved_values(graph)
+    saved = graph.residuals()
     producers = graph.producers()
     for n in graph.nodes:  # name the op inside a kernel, not the kernel
         if n.prim.kind is Kind.COMPOSITE:
@@ -36,15 +71,17 @@ def report(plan: Any) -> str:
     lines.append(f"saved for backward: {len(saved)} values, {mib(sum(v.nbytes for v in saved))}")
     for v in saved:
         n = producers[v]
-        lines.append(f"  {v.type_str:<20} {mib(v.nbytes):>10}  {n.op:<10} {n.source}")
+        lines.append(f"  {v.type_str:<20} {mib(v.nbytes):>10}  {n.op:<10} {n.where}")
     memory = plan.memory
     lines.append(
         f"planned peak: {mib(memory.peak)} (arena {mib(memory.arena)}, held between steps; "
         f"{mib(memory.peak - memory.arena)} more allocated during the step)"
     )
-    peak = plan.run.peak
-    measured = "not measured yet" if peak is None else mib(peak)
-    lines.append(f"measured peak (tracemalloc, call {plan.run.calls}): {measured}")
+    peak, when = measured_peak(plan)
+    lines.append(f"measured peak (tracemalloc, {when}): {mib(peak)}")
+    ran = history(plan)
+    if ran is not None:
+        lines.append(ran)
     if plan.budget is not None:
         lines += _budget_lines(plan, producers)
     return "\n".join(lines)
@@ -65,7 +102,7 @@ def _budget_lines(plan: Any, producers: dict) -> list[str]:
         f"{b.extra_s * 1e3:.1f} ms ({share:.0%} of the step's estimate)",
     ]
     for v, n in b.recomputed[:RECOMPUTED_SHOWN]:
-        lines.append(f"  {v.type_str:<20} {mib(v.nbytes):>10}  {n.op:<10} {n.source}")
+        lines.append(f"  {v.type_str:<20} {mib(v.nbytes):>10}  {n.op:<10} {n.where}")
     if len(b.recomputed) > RECOMPUTED_SHOWN:
         lines.append(f"  ... and {len(b.recomputed) - RECOMPUTED_SHOWN} more")
     return lines

@@ -7,14 +7,17 @@ import os
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracegrad.core import ir
 from tracegrad.frontend.tracer import Capture, TraceError, capture, signature
-from tracegrad.runtime import viz
 from tracegrad.runtime.budget import parse_budget
-from tracegrad.runtime.plan import Plan, compile_plan
 from tracegrad.runtime.report import report
+
+if TYPE_CHECKING:
+    from tracegrad.runtime.plan import Plan
+    from tracegrad.runtime.profile import Profile
+    from tracegrad.runtime.viz import Report
 
 RETRACES_WARNED = 8  # plans for one signature: past this, retracing is likely a mistake
 SIGNATURES_WARNED = 8  # distinct input signatures: past this, shapes are likely unbucketed
@@ -57,9 +60,11 @@ class Traced:
         self.latest = plan
         result = plan(leaves)
         if new and os.environ.get("TRACEGRAD_DUMP"):  # after the call: its measured peak
+            from tracegrad.runtime.viz import dump
+
             plan.adopt_kernels(wait=True)
             where = os.environ["TRACEGRAD_DUMP"]
-            self.dumped.append(viz.dump(plan, report(plan), where, self.fn.__name__))
+            self.dumped.append(dump(plan, report(plan), where, self.fn.__name__))
         return result
 
     def _more_dynamic(self, leaves: list[Any]) -> None:
@@ -124,6 +129,8 @@ class Traced:
             warnings.warn(message, stacklevel=4)
 
     def _compile(self, cap: Capture) -> Plan:
+        from tracegrad.runtime.plan import compile_plan  # the compiler loads with the first trace
+
         budget = None if self.memory_budget is None else parse_budget(self.memory_budget)
         return compile_plan(cap, self.backend, self.passes, self.fn.__name__, budget)
 
@@ -150,14 +157,33 @@ class Traced:
         """The generated Python source of the latest plan."""
         return self._plan().source
 
-    def report(self) -> viz.Report:
+    def report(self) -> Report:
         """The latest plan's report: prints as text; `.to_html(path)` writes the page."""
-        return viz.Report(report(self._plan()), self._plan(), self.fn.__name__)
+        from tracegrad.runtime.viz import Report
+
+        plan = self._plan()
+        return Report(report(plan), plan, self.fn.__name__)
+
+    def to_html(self, path: str | None = None) -> str:
+        """The latest plan's report as one self-contained HTML page (written to `path` too, if
+        given): `step.report().to_html(path)`."""
+        return self.report().to_html(path)
+
+    def profile(self, repeat: int = 3) -> Profile:
+        """Run the latest plan `repeat` times instrumented (on zeros for the arguments and the
+        state's current values; nothing is written back) and once more under tracemalloc: each
+        statement's time and the bytes after it. `.export_chrome_trace(path)` writes it for
+        Perfetto or chrome://tracing, as `torch.profiler` does."""
+        from tracegrad.runtime.profile import profile
+
+        return profile(self._plan(), repeat)
 
     def memory_timeline(self, path: str | None = None) -> Any:
         """The latest plan's live bytes over its nodes, as a matplotlib Figure (saved to
         `path` if given); needs `pip install "tracegrad[viz]"`."""
-        return viz.memory_timeline(self._plan(), path)
+        from tracegrad.runtime.timeline import memory_timeline
+
+        return memory_timeline(self._plan(), path)
 
 
 def trace(
