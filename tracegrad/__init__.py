@@ -35,13 +35,15 @@ from tracegrad.frontend.creation import seed as _seed
 from tracegrad.frontend.elementwise import *  # noqa: F403
 from tracegrad.frontend.functions import *  # noqa: F403
 from tracegrad.frontend.grad_manager import GradManager, grad, vjp
+from tracegrad.frontend.mutation import *  # noqa: F403
 from tracegrad.frontend.products import *  # noqa: F403
 from tracegrad.frontend.random import Generator
 from tracegrad.frontend.rearrange import *  # noqa: F403
 from tracegrad.frontend.reductions import *  # noqa: F403
+from tracegrad.frontend.sampling import *  # noqa: F403
 from tracegrad.frontend.serialization import CheckpointError, load, save
 from tracegrad.frontend.sorting import *  # noqa: F403
-from tracegrad.frontend.tensor import Tensor
+from tracegrad.frontend.tensor import Tensor, get_default_dtype, set_default_dtype
 from tracegrad.frontend.tracer import guard, interpret
 from tracegrad.runtime.trace import trace as _compile
 
@@ -73,10 +75,12 @@ def trace(fn: _Any = None, **options: _Any) -> _Any:
     return _compile(fn, **options)
 
 
-def manual_seed(seed: int) -> None:
-    """Seed every generator tracegrad draws from: randn/rand and parameter initialization."""
-    _seed(seed)
+def manual_seed(seed: int) -> Generator:
+    """Seed every generator tracegrad draws from: randn/rand, parameter initialization and the
+    random state of dropout and sampling. Returns the generator behind randn (PyTorch's
+    default generator)."""
     nn.manual_seed(seed)
+    return _seed(seed)
 
 
 # PyTorch's spelling of some NumPy-only names, for the error that points to them.

@@ -1,9 +1,12 @@
-"""`python -m tracegrad` (or the `tracegrad` command): run a script with TRACEGRAD_DUMP on and
-say where each traced step's report is.
+"""`python -m tracegrad` (or the `tracegrad` command):
 
+    python -m tracegrad run train.py [args...]        run a PyTorch script on tracegrad
     python -m tracegrad report train.py [args...] -o out/
 
-The top floor: it only sets the environment and runs the user's script."""
+`run` runs the script unchanged with `import torch` (and its submodules) meaning
+`tracegrad.torch`; `report` runs it with TRACEGRAD_DUMP on and says where each traced step's
+report is. The top floor: it only sets up the import system or the environment and runs the
+user's script."""
 
 from __future__ import annotations
 
@@ -25,6 +28,15 @@ def parser() -> argparse.ArgumentParser:
         "and report.html (needs matplotlib: pip install 'tracegrad[viz]').",
     )
     sub = p.add_subparsers(dest="command", required=True)
+    run_parser = sub.add_parser(
+        "run",
+        help="run a PyTorch script with `import torch` meaning tracegrad.torch",
+        description="Run SCRIPT with its ARGS as `python SCRIPT ARGS` would, with `import torch` "
+        "(and torch.nn, torch.utils.data, ...) resolved to tracegrad.torch. A torch name that "
+        "tracegrad does not provide fails where it is first used, naming it and the line.",
+    )
+    run_parser.add_argument("script", help="the Python script to run")
+    run_parser.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     r = sub.add_parser(
         "report",
         help="run a script with TRACEGRAD_DUMP=OUT and list the reports it wrote",
@@ -41,9 +53,33 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     ns = parser().parse_args(argv)
     args = list(ns.args)
+    if ns.command == "run":
+        return run(ns.script, args)
     if ns.out is None and len(args) >= 2 and args[-2] in OUT_FLAGS:
         ns.out, args = args[-1], args[:-2]
     return report(ns.script, args, ns.out or "tracegrad-dump")
+
+
+def run(script: str, args: list[str]) -> int:
+    """Run `script` as __main__ with `import torch` meaning tracegrad.torch; its exit code."""
+    from tracegrad.torch import imported_as_torch
+
+    with imported_as_torch():
+        return run_script(script, args)
+
+
+def run_script(script: str, args: list[str]) -> int:
+    """Run `script` as `python script args` would (as __main__, with sys.argv and its directory
+    first on sys.path); its exit code."""
+    sys.argv = [script, *args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as e:
+        if e.code is not None and not isinstance(e.code, int):
+            print(e.code, file=sys.stderr)
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    return 0
 
 
 def report(script: str, args: list[str], out: str) -> int:
@@ -51,13 +87,8 @@ def report(script: str, args: list[str], out: str) -> int:
     out = os.path.abspath(out)
     os.makedirs(out, exist_ok=True)
     os.environ["TRACEGRAD_DUMP"] = out
-    sys.argv = [script, *args]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-    started, code = time.time(), 0
-    try:
-        runpy.run_path(script, run_name="__main__")
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    started = time.time()
+    code = run_script(script, args)
     written = sorted(
         os.path.join(d, "report.html")
         for d, _, files in os.walk(out)

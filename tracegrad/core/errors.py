@@ -39,7 +39,7 @@ class MemoryBudgetError(MemoryError):
 def _internal(frame) -> bool:
     module = frame.f_globals.get("__name__", "")
     if module.split(".")[0] in INTERNAL_PACKAGES or frame.f_code.co_filename.startswith(
-        "<tracegrad"
+        ("<tracegrad", "<frozen ")  # the import system's frames are frozen modules
     ):
         return True
     path = os.path.abspath(frame.f_code.co_filename)

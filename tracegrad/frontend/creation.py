@@ -1,7 +1,9 @@
 """Constructors with PyTorch's meanings: `tensor` copies its data (`as_tensor` and
-`from_numpy` share an ndarray's memory), Python floats become float32, and sizes are given as
-zeros(2, 3) or zeros((2, 3)). NumPy's (float64 by default, `array`, `asarray`) are in
-`tracegrad.numpy`."""
+`from_numpy` share an ndarray's memory), Python floats and float constructors give the default
+dtype (float32 unless `set_default_dtype` says float64), and sizes are given as zeros(2, 3) or
+zeros((2, 3)). Each takes PyTorch's `device=` (the CPU only), `requires_grad=` and `layout=`,
+`pin_memory=`, `memory_format=` (accepted, meaningless here). NumPy's (float64, `array`,
+`asarray`) are in `tracegrad.numpy`."""
 
 from __future__ import annotations
 
@@ -10,14 +12,36 @@ from typing import Any
 
 import numpy as np
 
+from tracegrad.frontend.device import check_device
 from tracegrad.frontend.functions import astype, broadcast_to, pytorch_keywords
-from tracegrad.frontend.tensor import Tensor
+from tracegrad.frontend.random import Generator
+from tracegrad.frontend.tensor import Tensor, get_default_dtype
 from tracegrad.frontend.tensor import as_tensor as _as_tensor
 
+# The host generator behind randn, rand, randint and randperm (PyTorch's default generator);
+# `tracegrad.manual_seed` seeds it and returns it.
+default_generator = Generator()
+_IGNORED = frozenset({"layout", "pin_memory", "memory_format"})
 
-def tensor(data: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+
+def _check(where: str, device: Any, options: dict[str, Any]) -> None:
+    """`device=` names the CPU; the other options are PyTorch's that mean nothing here."""
+    check_device(device, where)
+    unknown = set(options) - _IGNORED
+    if unknown:
+        hint = " (tensors are values here: use the result)" if "out" in unknown else ""
+        raise TypeError(f"{where}() got unexpected keyword arguments {sorted(unknown)}{hint}")
+
+
+def _float(dtype: Any) -> np.dtype:
+    return get_default_dtype() if dtype is None else np.dtype(dtype)
+
+
+def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False,
+           **options: Any) -> Tensor:  # fmt: skip
     """A new leaf holding a copy of `data` (as torch.tensor; `as_tensor` and `from_numpy`
-    share an ndarray's memory). Python floats become float32; an ndarray keeps its dtype."""
+    share an ndarray's memory). Python floats get the default dtype; an ndarray keeps its."""
+    _check("tensor", device, options)
     if isinstance(data, Tensor) and not data.is_symbolic:
         data = data.numpy()
     if isinstance(data, np.ndarray | np.generic):
@@ -25,9 +49,10 @@ def tensor(data: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
     return Tensor(data, dtype=dtype, requires_grad=requires_grad)
 
 
-def as_tensor(data: Any, dtype: Any = None) -> Tensor:
+def as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
     """`data` as a tensor, sharing its memory where it can (a tensor itself, an ndarray of the
     dtype); a list holding tensors is stacked (differentiably), never detached."""
+    check_device(device, "as_tensor")
     x = _as_tensor(data)
     return x if dtype is None else astype(x, dtype)
 
@@ -48,61 +73,102 @@ def _shape_dtype(args: tuple, dtype: Any) -> tuple[tuple, Any]:
     return tuple(args), dtype
 
 
-def zeros(*size: Any, dtype: Any = np.float32, requires_grad: bool = False) -> Tensor:
-    """zeros(2, 3) or zeros((2, 3)); float32 by default."""
+def _filled(where: str, size: tuple, fill: Any, dtype: Any, device: Any,
+            requires_grad: bool, options: dict) -> Tensor:  # fmt: skip
+    _check(where, device, options)
     size, dtype = _shape_dtype(size, dtype)
-    return Tensor(np.zeros(size, dtype), requires_grad=requires_grad)
+    return Tensor(np.full(size, fill, _float(dtype)), requires_grad=requires_grad)
 
 
-def ones(*size: Any, dtype: Any = np.float32, requires_grad: bool = False) -> Tensor:
-    size, dtype = _shape_dtype(size, dtype)
-    return Tensor(np.ones(size, dtype), requires_grad=requires_grad)
+def zeros(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False,
+          **options: Any) -> Tensor:  # fmt: skip
+    """zeros(2, 3) or zeros((2, 3)); the default dtype (float32) unless `dtype`."""
+    return _filled("zeros", size, 0, dtype, device, requires_grad, options)
 
 
-def eye(
-    n: int, m: int | None = None, dtype: Any = np.float32, requires_grad: bool = False
-) -> Tensor:
-    return Tensor(np.eye(n, m, dtype=dtype), requires_grad=requires_grad)
+def ones(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False,
+         **options: Any) -> Tensor:  # fmt: skip
+    return _filled("ones", size, 1, dtype, device, requires_grad, options)
 
 
-def full(size: Any, fill_value: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
-    """`fill_value` everywhere; a tensor `fill_value` is broadcast, so its gradient flows."""
+def empty(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False,
+          **options: Any) -> Tensor:  # fmt: skip
+    """Zeros: PyTorch leaves them uninitialized, which no program may rely on."""
+    return _filled("empty", size, 0, dtype, device, requires_grad, options)
+
+
+def eye(n: int, m: int | None = None, dtype: Any = None, device: Any = None,
+        requires_grad: bool = False, **options: Any) -> Tensor:  # fmt: skip
+    _check("eye", device, options)
+    return Tensor(np.eye(n, m, dtype=_float(dtype)), requires_grad=requires_grad)
+
+
+def full(size: Any, fill_value: Any, dtype: Any = None, device: Any = None,
+         requires_grad: bool = False, **options: Any) -> Tensor:  # fmt: skip
+    """`fill_value` everywhere; a tensor `fill_value` is broadcast, so its gradient flows.
+    A Python float gives the default dtype, an int int64 and a bool bool, as PyTorch's."""
+    _check("full", device, options)
     size = (size,) if isinstance(size, int) else tuple(size)
     if isinstance(fill_value, Tensor):
         return broadcast_to(fill_value if dtype is None else astype(fill_value, dtype), size)
     if dtype is None and type(fill_value) is float:
-        dtype = np.float32  # Python floats become float32, as everywhere in tracegrad
+        dtype = get_default_dtype()
     return Tensor(np.full(size, fill_value, dtype), requires_grad=requires_grad)
 
 
-def zeros_like(input: Any, dtype: Any = None) -> Tensor:
-    return zeros(input.shape, dtype=input.dtype if dtype is None else dtype)
-
-
-def ones_like(input: Any, dtype: Any = None) -> Tensor:
-    return ones(input.shape, dtype=input.dtype if dtype is None else dtype)
-
-
-def full_like(input: Any, fill_value: Any, dtype: Any = None) -> Tensor:
+def _like(where: str, input: Any, dtype: Any, device: Any, options: dict) -> tuple:
+    _check(where, device, options)
     x = _as_tensor(input)
-    return full(x.shape, fill_value, dtype or x.dtype)
+    return x.shape, x.dtype if dtype is None else np.dtype(dtype)
+
+
+def zeros_like(input: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False,
+               **options: Any) -> Tensor:  # fmt: skip
+    shape, dtype = _like("zeros_like", input, dtype, device, options)
+    return Tensor(np.zeros(shape, dtype), requires_grad=requires_grad)
+
+
+def ones_like(input: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False,
+              **options: Any) -> Tensor:  # fmt: skip
+    shape, dtype = _like("ones_like", input, dtype, device, options)
+    return Tensor(np.ones(shape, dtype), requires_grad=requires_grad)
+
+
+def full_like(input: Any, fill_value: Any, dtype: Any = None, device: Any = None,
+              requires_grad: bool = False, **options: Any) -> Tensor:  # fmt: skip
+    shape, dtype = _like("full_like", input, dtype, device, options)
+    return Tensor(np.full(shape, fill_value, dtype), requires_grad=requires_grad)
 
 
 empty_like = zeros_like
 
 
-def arange(start: Any, end: Any = None, step: Any = 1, dtype: Any = None) -> Tensor:
-    """Integers stay int64, floats become float32."""
+def arange(start: Any, end: Any = None, step: Any = 1, dtype: Any = None, device: Any = None,
+           requires_grad: bool = False, **options: Any) -> Tensor:  # fmt: skip
+    """Integers stay int64, floats get the default dtype."""
+    _check("arange", device, options)
     data = np.arange(start, end, step) if end is not None else np.arange(start)
-    return Tensor(
-        data if dtype is None and data.dtype.kind != "f" else data.astype(dtype or np.float32)
-    )
+    if dtype is not None or data.dtype.kind == "f":
+        data = data.astype(_float(dtype))
+    return Tensor(data, requires_grad=requires_grad)
 
 
 @pytorch_keywords
-def linspace(start: Any, end: Any, steps: int, dtype: Any = None) -> Tensor:
+def linspace(start: Any, end: Any, steps: int, dtype: Any = None, device: Any = None,
+             requires_grad: bool = False) -> Tensor:  # fmt: skip
     """`steps` evenly spaced values from start to end; differentiable in tensor endpoints."""
-    return spaced(start, end, steps, True, dtype, np.float32)
+    check_device(device, "linspace")
+    out = spaced(start, end, steps, True, dtype, get_default_dtype())
+    return out.requires_grad_() if requires_grad else out
+
+
+def logspace(start: Any, end: Any, steps: int, base: float = 10.0, dtype: Any = None,
+             device: Any = None, requires_grad: bool = False) -> Tensor:  # fmt: skip
+    """base ** linspace(start, end, steps)."""
+    check_device(device, "logspace")
+    exponents = np.linspace(start, end, steps)
+    out = Tensor(np.power(float(base), exponents).astype(_float(dtype)))
+    return out.requires_grad_() if requires_grad else out
 
 
 def spaced(start: Any, stop: Any, num: int, endpoint: bool, dtype: Any, default: Any) -> Tensor:
@@ -117,38 +183,78 @@ def spaced(start: Any, stop: Any, num: int, endpoint: bool, dtype: Any, default:
     return out if dtype is None else astype(out, dtype)
 
 
-_generator = np.random.default_rng()
+def seed(value: int) -> Generator:
+    """Seed the generator behind randn, rand, randint and randperm, and return it
+    (tracegrad.manual_seed seeds it too)."""
+    return default_generator.manual_seed(value)
 
 
-def seed(value: int) -> None:
-    """Seed the generator behind randn, rand and randint (tracegrad.manual_seed seeds it too)."""
-    global _generator
-    _generator = np.random.default_rng(value)
+def _rng(generator: Generator | None) -> np.random.Generator:
+    return (default_generator if generator is None else generator).rng
 
 
-def randn(*size: Any, dtype: Any = np.float32, requires_grad: bool = False) -> Tensor:
+def randn(*size: Any, generator: Generator | None = None, dtype: Any = None, device: Any = None,
+          requires_grad: bool = False, **options: Any) -> Tensor:  # fmt: skip
     """Standard normal samples, randn(2, 3) or randn((2, 3))."""
+    _check("randn", device, options)
     size, dtype = _shape_dtype(size, dtype)
-    data = _generator.standard_normal(size).astype(dtype)
+    data = _rng(generator).standard_normal(size).astype(_float(dtype))
     return Tensor(data, requires_grad=requires_grad)
 
 
-def rand(*size: Any, dtype: Any = np.float32, requires_grad: bool = False) -> Tensor:
+def rand(*size: Any, generator: Generator | None = None, dtype: Any = None, device: Any = None,
+         requires_grad: bool = False, **options: Any) -> Tensor:  # fmt: skip
     """Uniform samples in [0, 1)."""
+    _check("rand", device, options)
     size, dtype = _shape_dtype(size, dtype)
-    return Tensor(_generator.random(size).astype(dtype), requires_grad=requires_grad)
+    return Tensor(_rng(generator).random(size).astype(_float(dtype)), requires_grad=requires_grad)
 
 
-def randint(low: int, high: int, size: Sequence[int], dtype: Any = np.int64) -> Tensor:
-    return Tensor(_generator.integers(low, high, tuple(size)).astype(dtype))
+def randint(*args: Any, size: Sequence[int] | None = None, generator: Generator | None = None,
+            dtype: Any = np.int64, device: Any = None, requires_grad: bool = False,
+            low: int | None = None, high: int | None = None, **options: Any) -> Tensor:  # fmt: skip
+    """Integers in [low, high): randint(high, size) or randint(low, high, size), as PyTorch's."""
+    _check("randint", device, options)
+    if size is None and args and not isinstance(args[-1], int | np.integer):
+        *args, size = args
+    bounds = [*args, *(v for v in (low, high) if v is not None)]
+    if size is None or len(bounds) not in (1, 2):
+        raise TypeError("randint: expected randint(high, size) or randint(low, high, size)")
+    low, high = (0, *bounds) if len(bounds) == 1 else bounds
+    size = (size,) if isinstance(size, int) else tuple(size)
+    data = _rng(generator).integers(low, high, size).astype(dtype)
+    return Tensor(data, requires_grad=requires_grad)
 
 
-def randperm(n: int, dtype: Any = np.int64) -> Tensor:
+def randperm(n: int, generator: Generator | None = None, dtype: Any = np.int64,
+             device: Any = None, **options: Any) -> Tensor:  # fmt: skip
     """A random permutation of 0..n-1."""
-    return Tensor(_generator.permutation(n).astype(dtype))
+    _check("randperm", device, options)
+    return Tensor(_rng(generator).permutation(n).astype(dtype))
+
+
+def randn_like(input: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False,
+               **options: Any) -> Tensor:  # fmt: skip
+    shape, dtype = _like("randn_like", input, dtype, device, options)
+    return randn(shape, dtype=dtype, requires_grad=requires_grad)
+
+
+def rand_like(input: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False,
+              **options: Any) -> Tensor:  # fmt: skip
+    shape, dtype = _like("rand_like", input, dtype, device, options)
+    return rand(shape, dtype=dtype, requires_grad=requires_grad)
+
+
+def randint_like(input: Any, low: int = 0, high: int | None = None, dtype: Any = None,
+                 device: Any = None, **options: Any) -> Tensor:  # fmt: skip
+    """randint_like(x, high) or randint_like(x, low, high): x's shape and dtype."""
+    shape, dtype = _like("randint_like", input, dtype, device, options)
+    low, high = (0, low) if high is None else (low, high)
+    return randint(low, high, shape, dtype=dtype)
 
 
 __all__ = [
-    "arange", "as_tensor", "empty_like", "eye", "from_numpy", "full", "full_like", "linspace",
-    "ones", "ones_like", "rand", "randint", "randn", "randperm", "tensor", "zeros", "zeros_like",
+    "arange", "as_tensor", "default_generator", "empty", "empty_like", "eye", "from_numpy",
+    "full", "full_like", "linspace", "logspace", "ones", "ones_like", "rand", "rand_like",
+    "randint", "randint_like", "randn", "randn_like", "randperm", "tensor", "zeros", "zeros_like",
 ]  # fmt: skip

@@ -1,19 +1,94 @@
 """Devices. tracegrad runs on the CPU: a script that asks for another device gets an error that
-says so, never a silent run on the CPU it did not ask for."""
+says so, never a silent run on the CPU it did not ask for. `device` is PyTorch's `torch.device`:
+naming another device is allowed (PyTorch code builds "cuda" devices to test for them), moving a
+tensor or a module there is the error."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 
-def require_cpu(device: Any, where: str) -> None:
-    """Accept "cpu", "cpu:0" or a device object whose `type` is "cpu" (torch.device's shape);
-    raise ValueError for anything else ("cuda", "cuda:0", "mps", ...)."""
-    kind = device if isinstance(device, str) else getattr(device, "type", None)
+from tracegrad.frontend.tensor import Tensor
+
+
+class device:  # noqa: N801 (PyTorch's name)
+    """PyTorch's `torch.device`: a type ("cpu", "cuda", ...) and an optional index, from
+    device("cuda:1"), device("cuda", 1), device(1) (a CUDA index) or another device."""
+
+    __slots__ = ("type", "index")
+
+    def __init__(self, type: Any, index: int | None = None) -> None:  # noqa: A002
+        if isinstance(type, device):
+            type, index = type.type, type.index
+        elif isinstance(type, int) and not isinstance(type, bool):
+            type, index = "cuda", type
+        elif not isinstance(type, str):
+            raise TypeError(f"device(): expected a string or an index, got {type!r}")
+        kind, _, number = type.partition(":")
+        if number:
+            if index is not None:
+                raise ValueError(f"device(): index given twice in device({type!r}, {index})")
+            index = int(number)
+        self.type, self.index = kind, index
+
+    def __str__(self) -> str:
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+    def __repr__(self) -> str:
+        index = "" if self.index is None else f", index={self.index}"
+        return f"device(type={self.type!r}{index})"
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, device) and (self.type, self.index) == (other.type, other.index)
+
+    def __hash__(self) -> int:
+        return hash((self.type, self.index))
+
+    def __reduce__(self) -> tuple:
+        return device, (self.type, self.index)
+
+
+CPU = device("cpu")
+
+
+def require_cpu(where_to: Any, where: str) -> None:
+    """Accept "cpu", "cpu:0" or a device whose `type` is "cpu"; raise ValueError for anything
+    else ("cuda", "cuda:0", "mps", an index, ...)."""
+    if isinstance(where_to, int) and not isinstance(where_to, bool):
+        where_to = device(where_to)
+    kind = where_to if isinstance(where_to, str) else getattr(where_to, "type", None)
     if not isinstance(kind, str):
-        raise TypeError(f"{where}: expected a device such as 'cpu', got {device!r}")
+        raise TypeError(f"{where}: expected a device such as 'cpu', got {where_to!r}")
     if kind.partition(":")[0] != "cpu":
         raise ValueError(
-            f"{where}: device {str(device)!r} is not available: tracegrad runs on the CPU "
+            f"{where}: device {str(where_to)!r} is not available: tracegrad runs on the CPU "
             "(use 'cpu')"
         )
+
+
+def check_device(where_to: Any, where: str) -> None:
+    """A `device=` argument: None or the CPU."""
+    if where_to is not None:
+        require_cpu(where_to, where)
+
+
+def to_arguments(where: str, args: tuple, kwargs: dict[str, Any]) -> np.dtype | None:
+    """The dtype that PyTorch's to(device=None, dtype=None, non_blocking=False, copy=False),
+    to(dtype) or to(tensor) (its dtype) asks for, after checking that every device it names is
+    the CPU; None when it names no dtype."""
+    unknown = set(kwargs) - {"device", "dtype", "non_blocking", "copy", "memory_format"}
+    if unknown:
+        raise TypeError(f"{where}() got unexpected keyword arguments {sorted(unknown)}")
+    dtype = kwargs.get("dtype")
+    check_device(kwargs.get("device"), where)
+    for a in args:
+        if a is None or isinstance(a, bool):  # non_blocking, copy
+            continue
+        if isinstance(a, Tensor):  # its dtype
+            dtype = a.dtype
+        elif isinstance(a, str | int | device):
+            require_cpu(a, where)
+        else:
+            dtype = a
+    return None if dtype is None else np.dtype(dtype)

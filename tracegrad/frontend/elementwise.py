@@ -1,6 +1,7 @@
-"""Elementwise functions composed of the op table's primitives (no VJP of their own), and
-PyTorch's comparison names. `equal` is PyTorch's: one bool for the whole tensors (NumPy's
-elementwise `equal` is `eq`, or `tracegrad.numpy.equal`)."""
+"""Elementwise functions composed of the op table's primitives (no VJP of their own), PyTorch's
+comparison and logical names, and its arithmetic with options (`add(x, y, alpha=2)`,
+`div(x, y, rounding_mode="floor")`, `addcmul`, `lerp`, `masked_fill`). `equal` is PyTorch's: one
+bool for the whole tensors (NumPy's elementwise `equal` is `eq`, or `tracegrad.numpy.equal`)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,111 @@ from tracegrad.frontend.functions import pytorch_keywords
 from tracegrad.frontend.tensor import Tensor, as_tensor
 
 eq, ne, lt, le, gt, ge = P.equal, P.not_equal, P.less, P.less_equal, P.greater, P.greater_equal
-subtract, multiply, divide, true_divide, negative = P.sub, P.mul, P.div, P.div, P.neg
-absolute, fix = P.abs, P.trunc
+mul = multiply = P.mul
+true_divide, negative, absolute, fix = P.div, P.neg, P.abs, P.trunc
+greater, greater_equal, less, less_equal, not_equal = gt, ge, lt, le, ne
+
+
+def _scaled(other: Any, alpha: Any) -> Any:
+    return other if alpha == 1 else other * alpha
+
+
+def add(input: Any, other: Any, *, alpha: Any = 1) -> Tensor:
+    """input + alpha * other."""
+    return P.add(input, _scaled(other, alpha))
+
+
+def sub(input: Any, other: Any, *, alpha: Any = 1) -> Tensor:
+    """input - alpha * other."""
+    return P.sub(input, _scaled(other, alpha))
+
+
+subtract = sub
+
+
+def div(input: Any, other: Any, *, rounding_mode: str | None = None) -> Tensor:
+    """input / other, rounded toward zero ("trunc") or down ("floor") if asked."""
+    if rounding_mode not in (None, "trunc", "floor"):
+        raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', not "
+                         f"{rounding_mode!r}")  # fmt: skip
+    if rounding_mode is None:
+        return P.div(input, other)
+    exact = as_tensor(input).dtype.kind in "iu" and as_tensor(other).dtype.kind in "iu"
+    q = (P.trunc if rounding_mode == "trunc" else P.floor)(P.div(input, other))
+    return q.astype(np.result_type(as_tensor(input).dtype, as_tensor(other).dtype)) if exact else q
+
+
+divide = div
+
+
+def addcmul(input: Any, tensor1: Any, tensor2: Any, *, value: Any = 1) -> Tensor:
+    """input + value * tensor1 * tensor2."""
+    return P.add(input, _scaled(P.mul(tensor1, tensor2), value))
+
+
+def addcdiv(input: Any, tensor1: Any, tensor2: Any, *, value: Any = 1) -> Tensor:
+    """input + value * tensor1 / tensor2."""
+    return P.add(input, _scaled(P.div(tensor1, tensor2), value))
+
+
+def lerp(input: Any, end: Any, weight: Any) -> Tensor:
+    """input + weight * (end - input)."""
+    return P.add(input, P.mul(weight, P.sub(end, input)))
+
+
+def masked_fill(input: Any, mask: Any, value: Any) -> Tensor:
+    """`value` where `mask` (broadcast) is true, else `input`; input's dtype."""
+    x = as_tensor(input)
+    out = P.where(as_tensor(mask), value, x)
+    return out if out.dtype == x.dtype else out.astype(x.dtype)
+
+
+def _truth(x: Any) -> Tensor:
+    x = as_tensor(x)
+    return x if x.dtype == np.bool_ else x != 0
+
+
+def logical_not(input: Any) -> Tensor:
+    return _truth(input) == False  # noqa: E712 (an elementwise comparison)
+
+
+def logical_and(input: Any, other: Any) -> Tensor:
+    return P.where(_truth(input), _truth(other), False)
+
+
+def logical_or(input: Any, other: Any) -> Tensor:
+    return P.where(_truth(input), True, _truth(other))
+
+
+def logical_xor(input: Any, other: Any) -> Tensor:
+    return _truth(input) != _truth(other)
+
+
+def _boolean(name: str, logical: Any) -> Any:
+    """`&`, `|`, `^` and `~` on bool tensors (masks); integers' bitwise operators are not
+    provided."""
+
+    def op(*args: Any) -> Tensor:
+        tensors = [as_tensor(a) for a in args]
+        if any(t.dtype != np.bool_ for t in tensors if isinstance(t, Tensor)):
+            dtypes = ", ".join(str(t.dtype) for t in tensors)
+            raise TypeError(f"{name}: tracegrad provides it for bool tensors only, not {dtypes}")
+        return logical(*args)
+
+    op.__name__ = name
+    return op
+
+
+bitwise_and = _boolean("bitwise_and", logical_and)
+bitwise_or = _boolean("bitwise_or", logical_or)
+bitwise_xor = _boolean("bitwise_xor", logical_xor)
+bitwise_not = _boolean("bitwise_not", logical_not)
+
+
+def relu(input: Any) -> Tensor:
+    """max(0, x), with gradient 0 at 0 (maximum sends ties to its first operand)."""
+    x = as_tensor(input)
+    return P.maximum(0.0 if x.dtype.kind == "f" else 0, x)
 
 
 def equal(input: Any, other: Any) -> bool:
@@ -111,8 +215,11 @@ def angle(input: Any) -> Tensor:
 
 
 __all__ = [
-    "absolute", "angle", "conj", "deg2rad", "divide", "eq", "equal", "fix", "floor_divide",
-    "fmax", "fmin", "ge", "gt", "isfinite", "isinf", "isnan", "le", "lt", "multiply",
-    "nan_to_num", "ne", "negative", "rad2deg", "real", "reciprocal", "round", "sinc", "square",
+    "absolute", "add", "addcdiv", "addcmul", "angle", "bitwise_and", "bitwise_not",
+    "bitwise_or", "bitwise_xor", "conj", "deg2rad", "div", "divide", "eq", "equal", "fix",
+    "floor_divide", "fmax", "fmin", "ge", "greater", "greater_equal", "gt", "isfinite", "isinf",
+    "isnan", "le", "lerp", "less", "less_equal", "logical_and", "logical_not", "logical_or",
+    "logical_xor", "lt", "masked_fill", "mul", "multiply", "nan_to_num", "ne", "negative",
+    "not_equal", "rad2deg", "real", "reciprocal", "relu", "round", "sinc", "square", "sub",
     "subtract", "true_divide",
 ]  # fmt: skip

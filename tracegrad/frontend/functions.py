@@ -210,7 +210,13 @@ def astype(input: Any, dtype: Any) -> Tensor:
 
 def getitem(input: Any, index: Any) -> Tensor:
     """Indexing with ints, slices, None, ..., integer arrays (several) and boolean masks."""
-    x = as_tensor(input)
+    template, arrays = index_parts(index)
+    return P.getitem(as_tensor(input), *arrays, template=template)
+
+
+def index_parts(index: Any) -> tuple[tuple, list[Tensor]]:
+    """An index as the getitem op takes it: a template of ints, slices, None, ... and "@" for
+    each index array, and the integer index arrays (a boolean mask gives one per dimension)."""
     template, arrays = [], []
     for item in index if isinstance(index, tuple) else (index,):
         if isinstance(item, Tensor | np.ndarray | list):
@@ -232,7 +238,7 @@ def getitem(input: Any, index: Any) -> Tensor:
             template.append(item)
         else:
             raise TypeError(f"getitem: unsupported index {item!r}")
-    return P.getitem(x, *arrays, template=tuple(template))
+    return tuple(template), arrays
 
 
 def at(x: Tensor, dim: int, index: Any) -> Tensor:

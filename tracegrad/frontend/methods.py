@@ -17,15 +17,19 @@ from typing import Any
 import numpy as np
 
 from tracegrad.core import primitives as P
+from tracegrad.core.errors import user_location
 from tracegrad.core.vocabulary import Kind
-from tracegrad.frontend import autodiff, linalg
+from tracegrad.frontend import autodiff, linalg, sampling
+from tracegrad.frontend import creation as C
 from tracegrad.frontend import elementwise as E
 from tracegrad.frontend import functions as F
+from tracegrad.frontend import mutation as W
 from tracegrad.frontend import products as M
 from tracegrad.frontend import rearrange as A
 from tracegrad.frontend import reductions as R
 from tracegrad.frontend import sorting as S
-from tracegrad.frontend.tensor import Listeners, Tensor
+from tracegrad.frontend.device import CPU, require_cpu, to_arguments
+from tracegrad.frontend.tensor import Tensor
 
 # NumPy's function (or ufunc) -> tracegrad's with NumPy's meaning; filled by tracegrad.numpy.
 NUMPY_FUNCTIONS: dict[Callable, Callable] = {}
@@ -36,39 +40,79 @@ def _swapped(f: Callable) -> Callable:
     return lambda self, other: f(other, self)
 
 
-def _in_place(f: Callable) -> Callable:
-    def op(self: Tensor, other: Any) -> Tensor:
-        if Listeners.grad_enabled and self.is_leaf and self.requires_grad:
-            raise RuntimeError(
-                f"in-place {f.name} on a leaf tensor that requires grad: wrap the update in "
-                "`with tracegrad.no_grad():` (as optimizers do) or use an out-of-place op"
-            )
-        result = f(self, other)
-        if Listeners.grad_enabled and not result.is_leaf:
-            return result  # recorded ops stay functional: the name is rebound to the result
-        self._assign(result)
-        return self
-
-    return op
-
-
-def _fill_(self: Tensor, value: Any) -> Tensor:
-    """Fill with `value` in place (a leaf that requires grad needs no_grad)."""
-    if Listeners.grad_enabled and self.is_leaf and self.requires_grad:
-        raise RuntimeError("in-place fill_ on a leaf tensor that requires grad: use no_grad()")
-    self._assign(Tensor(np.full(self.shape, value, self.dtype)))
-    return self
-
-
 def _to(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
-    """t.to(dtype) or t.to("cpu"): a cast, or the tensor itself (the CPU is the only device)."""
-    for a in (*args, *kwargs.values()):
-        if isinstance(a, str) and a.startswith("cpu") or a is None or isinstance(a, bool):
-            continue
-        if isinstance(a, str):
-            raise ValueError(f"to({a!r}): tracegrad runs on the CPU only")
-        self = F.astype(self, a)
+    """t.to(dtype), t.to("cpu"), t.to(device, dtype, non_blocking, copy) or t.to(other): a cast,
+    or the tensor itself. Another device than the CPU raises."""
+    dtype = to_arguments("Tensor.to", args, kwargs)
+    out = self if dtype is None else F.astype(self, dtype)
+    return P.positive(out) if kwargs.get("copy") and out is self else out
+
+
+def _cuda(self: Tensor, device: Any = None, non_blocking: bool = False) -> Tensor:
+    require_cpu("cuda" if device is None else f"cuda:{device}", "Tensor.cuda")
     return self
+
+
+# PyTorch's names of its tensor types, for t.type() and t.type("torch.LongTensor")
+_TYPE_NAMES = {
+    "float32": "torch.FloatTensor", "float64": "torch.DoubleTensor", "float16": "torch.HalfTensor",
+    "int64": "torch.LongTensor", "int32": "torch.IntTensor", "int16": "torch.ShortTensor",
+    "int8": "torch.CharTensor", "uint8": "torch.ByteTensor", "bool": "torch.BoolTensor",
+}  # fmt: skip
+
+
+def _type(self: Tensor, dtype: Any = None, non_blocking: bool = False) -> Any:
+    """t.type(): PyTorch's name of the tensor's type; t.type(dtype or name): a cast."""
+    if dtype is None:
+        return _TYPE_NAMES.get(self.dtype.name, f"torch.{self.dtype.name}")
+    if isinstance(dtype, str):
+        names = {v: k for k, v in _TYPE_NAMES.items()}
+        if dtype not in names:
+            raise TypeError(f"Tensor.type: unknown type name {dtype!r}")
+        dtype = names[dtype]
+    return F.astype(self, dtype)
+
+
+def _format(self: Tensor, spec: str) -> str:
+    """A 0-d tensor formats as its number ('{:.4f}'.format(loss)), as in PyTorch."""
+    if self.ndim == 0:
+        return format(self.item(), spec)
+    if spec:
+        raise TypeError(f"unsupported format string {spec!r} for a tensor of shape {self.shape}: "
+                        "only a 0-d tensor formats as a number")  # fmt: skip
+    return repr(self)
+
+
+def _missing(self: Tensor, name: str) -> Any:
+    """A Tensor method or attribute tracegrad lacks: say so, and where it was used (private
+    and special names, which Python and NumPy probe for, fail quietly)."""
+    if name.startswith("_"):
+        raise AttributeError(f"'Tensor' object has no attribute {name!r}")
+    raise AttributeError(
+        f"Tensor.{name} is not provided by tracegrad (used at {user_location()}); see "
+        "docs/api.md for Tensor's methods"
+    )
+
+
+def _new(fill: Callable) -> Callable:
+    """t.new_zeros(size) and the like: t's dtype unless `dtype`."""
+
+    def method(self: Tensor, *size: Any, dtype: Any = None, device: Any = None,
+               requires_grad: bool = False, **options: Any) -> Tensor:  # fmt: skip
+        return fill(F.shape_arg(size), dtype=self.dtype if dtype is None else dtype,
+                    device=device, requires_grad=requires_grad, **options)  # fmt: skip
+
+    return method
+
+
+def _new_full(self: Tensor, size: Any, fill_value: Any, dtype: Any = None, device: Any = None,
+              requires_grad: bool = False) -> Tensor:  # fmt: skip
+    return C.full(size, fill_value, self.dtype if dtype is None else dtype, device, requires_grad)
+
+
+def _new_tensor(self: Tensor, data: Any, dtype: Any = None, device: Any = None,
+                requires_grad: bool = False) -> Tensor:  # fmt: skip
+    return C.tensor(data, self.dtype if dtype is None else dtype, device, requires_grad)
 
 
 def _cast(dtype: Any) -> Callable:
@@ -154,9 +198,14 @@ METHODS: dict[str, Any] = {
     "__rfloordiv__": _swapped(E.floor_divide), "__lt__": P.less, "__le__": P.less_equal,
     "__gt__": P.greater, "__ge__": P.greater_equal, "__eq__": P.equal, "__ne__": P.not_equal,
     "__getitem__": F.getitem, "__neg__": P.neg, "__abs__": P.abs, "__pos__": lambda self: self,
-    "__iadd__": _in_place(P.add), "__isub__": _in_place(P.sub), "__imul__": _in_place(P.mul),
-    "__itruediv__": _in_place(P.div),
+    "__iadd__": W.in_place(P.add, "__iadd__"), "__isub__": W.in_place(P.sub, "__isub__"),
+    "__imul__": W.in_place(P.mul, "__imul__"), "__itruediv__": W.in_place(P.div, "__itruediv__"),
+    "__ipow__": W.in_place(P.pow, "__ipow__"), "__setitem__": W.setitem, "__format__": _format,
+    "__and__": E.bitwise_and, "__rand__": _swapped(E.bitwise_and), "__or__": E.bitwise_or,
+    "__ror__": _swapped(E.bitwise_or), "__xor__": E.bitwise_xor,
+    "__rxor__": _swapped(E.bitwise_xor), "__invert__": E.bitwise_not,
     "__array_ufunc__": _array_ufunc, "__array_function__": _array_function,
+    "__getattr__": _missing,
     "backward": autodiff.tensor_backward,
     # shapes
     "reshape": F.reshape, "view": F.reshape, "permute": F.permute, "transpose": F.transpose,
@@ -168,12 +217,13 @@ METHODS: dict[str, Any] = {
     "gather": F.gather, "take_along_dim": F.take_along_dim, "index_select": F.index_select,
     "select": F.select, "narrow": F.narrow,
     "where": lambda self, condition, other: P.where(condition, self, other),
-    "nonzero": A.nonzero,
+    "nonzero": A.nonzero, "scatter": W.scatter, "scatter_add": W.scatter_add,
+    "index_fill": W.index_fill, "index_put": W.index_put, "masked_fill": E.masked_fill,
     # reductions and scans
     "sum": R.sum, "mean": R.mean, "prod": R.prod, "max": R.max, "min": R.min, "amax": R.amax,
     "amin": R.amin, "argmax": R.argmax, "argmin": R.argmin, "var": R.var, "std": R.std,
     "logsumexp": R.logsumexp, "softmax": R.softmax, "log_softmax": R.log_softmax,
-    "cumsum": R.cumsum, "diff": R.diff,
+    "cumsum": R.cumsum, "diff": R.diff, "all": R.all, "any": R.any,
     # sorting
     "sort": S.sort, "argsort": S.argsort, "msort": S.msort, "topk": S.topk,
     "kthvalue": S.kthvalue, "median": S.median,
@@ -193,15 +243,49 @@ METHODS: dict[str, Any] = {
     "isfinite": E.isfinite, "nan_to_num": E.nan_to_num, "floor_divide": E.floor_divide,
     "fmax": E.fmax, "fmin": E.fmin, "deg2rad": E.deg2rad, "rad2deg": E.rad2deg, "eq": E.eq,
     "ne": E.ne, "lt": E.lt, "le": E.le, "gt": E.gt, "ge": E.ge, "equal": E.equal,
-    # dtypes, copies, in-place updates, Python values
+    "add": E.add, "sub": E.sub, "subtract": E.sub, "mul": E.mul, "multiply": E.mul,
+    "div": E.div, "divide": E.div, "true_divide": P.div, "addcmul": E.addcmul,
+    "addcdiv": E.addcdiv, "lerp": E.lerp, "relu": E.relu, "logical_not": E.logical_not,
+    "logical_and": E.logical_and, "logical_or": E.logical_or, "logical_xor": E.logical_xor,
+    "clamp_min": lambda self, min: F.clamp(self, min=min),
+    "clamp_max": lambda self, max: F.clamp(self, max=max),
+    # sampling
+    "multinomial": sampling.multinomial, "bernoulli": sampling.bernoulli,
+    # dtypes, devices, copies, Python values
     "astype": F.astype, "float": _cast(np.float32), "double": _cast(np.float64),
     "half": _cast(np.float16), "long": _cast(np.int64), "int": _cast(np.int32),
-    "bool": _cast(np.bool_), "to": _to, "cpu": lambda self: self, "clone": P.positive,
-    "copy": P.positive, "zero_": lambda self: _fill_(self, 0), "fill_": _fill_,
-    "numel": lambda self: self.size, "dim": lambda self: self.ndim,
-    "tolist": lambda self: self.numpy().tolist(),
+    "bool": _cast(np.bool_), "type": _type,
+    "type_as": lambda self, other: F.astype(self, other.dtype),
+    "to": _to, "cpu": lambda self: self, "cuda": _cuda, "pin_memory": lambda self: self,
+    "device": property(lambda self: CPU), "get_device": lambda self: -1,
+    "is_cuda": property(lambda self: False), "is_xpu": property(lambda self: False),
+    "is_mps": property(lambda self: False), "is_sparse": property(lambda self: False),
+    "is_floating_point": lambda self: self.dtype.kind == "f",
+    "is_complex": lambda self: False, "contiguous": lambda self, memory_format=None: self,
+    "is_contiguous": lambda self, memory_format=None: True,
+    "view_as": lambda self, other: F.reshape(self, other.shape),
+    "reshape_as": lambda self, other: F.reshape(self, other.shape),
+    "expand_as": lambda self, other: F.expand(self, other.shape),
+    "clone": lambda self, memory_format=None: P.positive(self), "copy": P.positive,
+    "new_zeros": _new(C.zeros), "new_ones": _new(C.ones), "new_empty": _new(C.empty),
+    "new_full": _new_full, "new_tensor": _new_tensor,
+    "numel": lambda self: self.size, "nelement": lambda self: self.size,
+    "element_size": lambda self: self.dtype.itemsize, "dim": lambda self: self.ndim,
+    "ndimension": lambda self: self.ndim, "tolist": lambda self: self.numpy().tolist(),
+    # in-place updates (the X_ of each X below is added after the table)
+    "data": property(W.get_data, W.set_data), "detach_": W.detach_,
+    "copy_": W.in_place(W.copy, "copy_"), "fill_": W.in_place(W.fill, "fill_"),
+    "zero_": W.in_place(lambda self: W.fill(self, 0), "zero_"),
+    "uniform_": W.in_place(W.uniform, "uniform_"), "normal_": W.in_place(W.normal, "normal_"),
+    "bernoulli_": W.in_place(W.bernoulli, "bernoulli_"),
     "_stack": staticmethod(F.stack),  # tensor.as_tensor stacks lists of tensors with it
 }  # fmt: skip
+_IN_PLACE = ("add", "sub", "mul", "div", "pow", "fmod", "remainder", "clamp", "clip",
+             "clamp_min", "clamp_max", "masked_fill", "exp", "log", "sqrt", "abs", "neg",
+             "sigmoid", "tanh", "relu", "floor", "ceil", "trunc", "round", "sign", "sin", "cos",
+             "reciprocal", "square", "addcmul", "addcdiv", "lerp", "scatter", "scatter_add",
+             "index_fill", "index_put", "nan_to_num", "logical_not")  # fmt: skip
+METHODS.update({f"{name}_": W.in_place(METHODS[name], f"{name}_") for name in _IN_PLACE})
 
 for _name, _method in METHODS.items():
     setattr(Tensor, _name, _method)

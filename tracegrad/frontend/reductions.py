@@ -63,6 +63,20 @@ def amin(input: Any, dim: Any = None, keepdim: bool = False) -> Tensor:
     return _reduce(P.min, input, dim, keepdim)
 
 
+@pytorch_keywords
+def all(input: Any, dim: Any = None, keepdim: bool = False) -> Tensor:
+    """Whether every element (along `dim`) is true (nonzero)."""
+    x = as_tensor(input)
+    return _reduce(P.min, x if x.dtype == np.bool_ else x != 0, dim, keepdim)
+
+
+@pytorch_keywords
+def any(input: Any, dim: Any = None, keepdim: bool = False) -> Tensor:
+    """Whether some element (along `dim`) is true (nonzero)."""
+    x = as_tensor(input)
+    return _reduce(P.max, x if x.dtype == np.bool_ else x != 0, dim, keepdim)
+
+
 def _argmax(x: Tensor, dim: int | None, keepdim: bool) -> Tensor:
     if dim is None:
         idx = P.argmax(ravel(x), axis=0)
@@ -227,6 +241,6 @@ def gradient(
 
 
 __all__ = [
-    "amax", "amin", "argmax", "argmin", "cumsum", "diff", "gradient", "log_softmax", "logsumexp",
-    "max", "mean", "min", "prod", "softmax", "std", "sum", "var",
+    "all", "amax", "amin", "any", "argmax", "argmin", "cumsum", "diff", "gradient",
+    "log_softmax", "logsumexp", "max", "mean", "min", "prod", "softmax", "std", "sum", "var",
 ]  # fmt: skip

@@ -61,11 +61,30 @@ def phase(name: Phase) -> Iterator[None]:
         Listeners.phase = previous
 
 
+_default_float = np.dtype(np.float32)
+
+
+def get_default_dtype() -> np.dtype:
+    """The dtype of Python floats made tensors and of float constructors (PyTorch's default
+    dtype): float32 unless `set_default_dtype` changed it."""
+    return _default_float
+
+
+def set_default_dtype(dtype: Any) -> None:
+    """Make Python floats, float constructors (zeros, randn, ...) and new layers' parameters
+    `dtype`: float32 (the default) or float64, as PyTorch's set_default_dtype."""
+    global _default_float
+    d = np.dtype(dtype)
+    if d not in (np.float32, np.float64):
+        raise TypeError(f"set_default_dtype: only float32 and float64 are supported, not {d}")
+    _default_float = d
+
+
 def _default_dtype(data: Any) -> np.dtype | None:
-    """Python floats (and lists of them) become float32; ndarrays keep their dtype."""
+    """Python floats (and lists of them) get the default dtype; ndarrays keep theirs."""
     if isinstance(data, np.ndarray | np.generic):
         return None
-    return np.dtype(np.float32) if np.asarray(data).dtype == np.float64 else None
+    return _default_float if np.asarray(data).dtype == np.float64 else None
 
 
 class Size(int):
@@ -333,5 +352,5 @@ def _all_weak(args: tuple[Any, ...], weak: Any) -> bool:
 
 Primitive.__call__ = bind  # calling an op binds it: the front end gives the table its meaning
 
-__all__ = ["Listeners", "ShapeError", "Tensor", "TraceError", "as_tensor", "bind", "phase",
-           "user_location"]  # fmt: skip
+__all__ = ["Listeners", "ShapeError", "Tensor", "TraceError", "as_tensor", "bind",
+           "get_default_dtype", "phase", "set_default_dtype", "user_location"]  # fmt: skip

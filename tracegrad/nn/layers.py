@@ -11,7 +11,7 @@ import numpy as np
 
 from tracegrad.core.primitives import where
 from tracegrad.frontend.functions import permute, reshape
-from tracegrad.frontend.tensor import Tensor, as_tensor
+from tracegrad.frontend.tensor import Tensor, as_tensor, get_default_dtype
 from tracegrad.nn import functional as F
 from tracegrad.nn import init
 from tracegrad.nn.modules import Linear, Module, uniform_parameter
@@ -218,7 +218,7 @@ class Embedding(Module):
         if padding_idx is not None:
             padding_idx %= num_embeddings
         self.padding_idx = padding_idx
-        self.weight = Tensor(np.zeros((num_embeddings, embedding_dim), np.float32),
+        self.weight = Tensor(np.zeros((num_embeddings, embedding_dim), get_default_dtype()),
                              requires_grad=True)  # fmt: skip
         init.normal_(self.weight)
         if padding_idx is not None:
@@ -244,10 +244,11 @@ class _BatchNorm(Module):
         self.affine, self.track_running_stats = affine, track_running_stats
         self.weight = self.bias = None
         if affine:
-            self.weight = Tensor(np.ones(num_features, np.float32), requires_grad=True)
-            self.bias = Tensor(np.zeros(num_features, np.float32), requires_grad=True)
+            self.weight = Tensor(np.ones(num_features, get_default_dtype()), requires_grad=True)
+            self.bias = Tensor(np.zeros(num_features, get_default_dtype()), requires_grad=True)
         stats = track_running_stats
-        mean, var = np.zeros(num_features, np.float32), np.ones(num_features, np.float32)
+        dtype = get_default_dtype()
+        mean, var = np.zeros(num_features, dtype), np.ones(num_features, dtype)
         self.register_buffer("running_mean", Tensor(mean) if stats else None)
         self.register_buffer("running_var", Tensor(var) if stats else None)
         count = Tensor(np.zeros((), np.int64)) if stats else None
@@ -329,8 +330,8 @@ class GroupNorm(Module):
                                                                      eps, affine)  # fmt: skip
         self.weight = self.bias = None
         if affine:
-            self.weight = Tensor(np.ones(num_channels, np.float32), requires_grad=True)
-            self.bias = Tensor(np.zeros(num_channels, np.float32), requires_grad=True)
+            self.weight = Tensor(np.ones(num_channels, get_default_dtype()), requires_grad=True)
+            self.bias = Tensor(np.zeros(num_channels, get_default_dtype()), requires_grad=True)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
@@ -426,12 +427,13 @@ class MultiheadAttention(Module):
             raise ValueError(f"MultiheadAttention: dropout must be in [0, 1], not {dropout}")
         self.embed_dim, self.num_heads, self.batch_first = embed_dim, num_heads, batch_first
         self.dropout, self.head_dim = float(dropout), embed_dim // num_heads
-        self.in_proj_weight = Tensor(np.zeros((3 * embed_dim, embed_dim), np.float32),
+        self.in_proj_weight = Tensor(np.zeros((3 * embed_dim, embed_dim), get_default_dtype()),
                                      requires_grad=True)  # fmt: skip
         init.xavier_uniform_(self.in_proj_weight)
         self.in_proj_bias = None
         if bias:
-            self.in_proj_bias = Tensor(np.zeros(3 * embed_dim, np.float32), requires_grad=True)
+            bias_values = np.zeros(3 * embed_dim, get_default_dtype())
+            self.in_proj_bias = Tensor(bias_values, requires_grad=True)
         self.out_proj = Linear(embed_dim, embed_dim, bias=bias)
         if bias:
             init.zeros_(self.out_proj.bias)

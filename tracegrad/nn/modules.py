@@ -16,9 +16,9 @@ import numpy as np
 
 from tracegrad.core.errors import TraceError
 from tracegrad.frontend import random
-from tracegrad.frontend.device import require_cpu
+from tracegrad.frontend.device import require_cpu, to_arguments
 from tracegrad.frontend.scopes import module_scope
-from tracegrad.frontend.tensor import Listeners, Tensor
+from tracegrad.frontend.tensor import Listeners, Tensor, get_default_dtype
 from tracegrad.frontend.tracer import watch
 from tracegrad.nn import functional as F
 
@@ -42,7 +42,7 @@ class Parameter(Tensor):
 
     def __init__(self, data: Any = None, requires_grad: bool = True):
         if data is None:
-            data = np.empty(0, np.float32)
+            data = np.empty(0, get_default_dtype())
         if isinstance(data, Tensor) and data.is_symbolic:
             raise TraceError(
                 "nn.Parameter: cannot make a parameter of a value computed inside @trace; "
@@ -62,8 +62,9 @@ def init_generator() -> np.random.Generator:
 
 
 def uniform_parameter(shape: tuple[int, ...], bound: float) -> Parameter:
-    """A float32 parameter drawn from U(-bound, bound): PyTorch's default initialization."""
-    return Parameter(_generator.uniform(-bound, bound, shape).astype(np.float32))
+    """A parameter drawn from U(-bound, bound) in the default dtype: PyTorch's default
+    initialization."""
+    return Parameter(_generator.uniform(-bound, bound, shape).astype(get_default_dtype()))
 
 
 class IncompatibleKeys(NamedTuple):
@@ -283,7 +284,7 @@ class Module:
         """PyTorch's module.to(dtype), .to("cpu"), .to(device, dtype), .to(tensor) (its dtype):
         floating parameters and buffers are converted in place (see `type`). The CPU is the
         only device: any other raises ValueError."""
-        dtype = _to_arguments(f"{type(self).__name__}.to", args, kwargs)
+        dtype = to_arguments(f"{type(self).__name__}.to", args, kwargs)
         if dtype is None:
             return self
         if dtype.kind != "f":
@@ -350,35 +351,6 @@ class Module:
         return head + "\n" + "\n".join(lines) + "\n)"
 
 
-def _to_arguments(where: str, args: tuple, kwargs: dict[str, Any]) -> np.dtype | None:
-    """The dtype of PyTorch's to(device=None, dtype=None, non_blocking=False) (or to(tensor)),
-    after checking that every device named is the CPU."""
-    unknown = set(kwargs) - {"device", "dtype", "non_blocking", "memory_format"}
-    if unknown:
-        raise TypeError(f"{where}() got unexpected keyword arguments {sorted(unknown)}")
-    dtype = kwargs.get("dtype")
-    if kwargs.get("device") is not None:
-        require_cpu(kwargs["device"], where)
-    for a in args:
-        if a is None or isinstance(a, bool):  # non_blocking
-            continue
-        if isinstance(a, Tensor):
-            dtype = a.dtype
-        elif isinstance(a, str) or not _is_dtype(a):
-            require_cpu(a, where)
-        else:
-            dtype = a
-    return None if dtype is None else np.dtype(dtype)
-
-
-def _is_dtype(a: Any) -> bool:
-    try:
-        np.dtype(a)
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
 def _cast_in_place(t: Tensor, dtype: np.dtype) -> None:
     """Give `t` (and its gradient) a copy of its array in `dtype`: PyTorch's `param.data = ...`."""
     t._value = t._value.astype(dtype)
@@ -410,14 +382,16 @@ class Linear(Module):
 
 
 class Sequential(Module):
-    """Applies its layers in order; they are registered as "0", "1", ... (as in PyTorch)."""
+    """Applies its layers in order; they are registered as "0", "1", ... (as in PyTorch), or
+    under their names when given as one (ordered) dict."""
 
     def __init__(self, *layers: Module):
         super().__init__()
-        for i, layer in enumerate(layers):
+        named = layers[0].items() if len(layers) == 1 and isinstance(layers[0], Mapping) else None
+        for i, (name, layer) in enumerate(named or ((str(i), m) for i, m in enumerate(layers))):
             if not isinstance(layer, Module):
                 raise TypeError(f"Sequential: layer {i} is a {type(layer).__name__}, not a Module")
-            setattr(self, str(i), layer)
+            setattr(self, name, layer)
 
     def forward(self, x: Any) -> Any:
         for layer in self._modules.values():
@@ -477,9 +451,9 @@ class LayerNorm(Module):
         self.normalized_shape, self.eps = tuple(shape), eps
         self.weight = self.bias = None
         if elementwise_affine:
-            self.weight = Parameter(np.ones(self.normalized_shape, np.float32))
+            self.weight = Parameter(np.ones(self.normalized_shape, get_default_dtype()))
         if elementwise_affine and bias:
-            self.bias = Parameter(np.zeros(self.normalized_shape, np.float32))
+            self.bias = Parameter(np.zeros(self.normalized_shape, get_default_dtype()))
 
     def forward(self, x: Tensor) -> Tensor:
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)

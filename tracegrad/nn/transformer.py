@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from tracegrad.core.errors import ShapeError
-from tracegrad.frontend.tensor import Tensor
+from tracegrad.frontend.tensor import Tensor, get_default_dtype
 from tracegrad.nn import functional as F
 from tracegrad.nn import init
 from tracegrad.nn.layers import ModuleList, MultiheadAttention
@@ -251,5 +251,5 @@ class Transformer(Module):
     def generate_square_subsequent_mask(sz: int, device: Any = None, dtype: Any = None) -> Tensor:
         """A float (sz, sz) mask: -inf above the diagonal (a position attends to no later one),
         0 elsewhere."""
-        mask = np.triu(np.full((sz, sz), -np.inf, np.dtype(dtype or np.float32)), 1)
+        mask = np.triu(np.full((sz, sz), -np.inf, np.dtype(dtype or get_default_dtype())), 1)
         return Tensor(mask)

@@ -22,10 +22,12 @@ def _with_grads(parameters: Tensor | Iterable[Tensor]) -> list[Tensor]:
 
 @no_grad()
 def clip_grad_norm_(
-    parameters: Tensor | Iterable[Tensor], max_norm: float, norm_type: float = 2.0
-) -> Tensor:
+    parameters: Tensor | Iterable[Tensor], max_norm: float, norm_type: float = 2.0,
+    error_if_nonfinite: bool = False, foreach: bool | None = None,
+) -> Tensor:  # fmt: skip
     """Scale all gradients together so that their joint norm is at most `max_norm`; returns
-    the norm before clipping (PyTorch's)."""
+    the norm before clipping (PyTorch's). `error_if_nonfinite` raises on a nan or infinite norm
+    (eagerly; a traced step cannot look at it); `foreach` is accepted."""
     params = _with_grads(parameters)
     if not params:
         return Tensor(0.0)
@@ -34,6 +36,11 @@ def clip_grad_norm_(
     else:
         parts = stack([sum(abs(p.grad) ** float(norm_type)) for p in params])
         total = sqrt(sum(parts)) if norm_type == 2.0 else sum(parts) ** (1.0 / norm_type)
+    if error_if_nonfinite and not total.is_symbolic and not math.isfinite(total.item()):
+        raise RuntimeError(
+            f"clip_grad_norm_: the total norm of order {norm_type} of the gradients is "
+            f"{total.item()}, so they cannot be clipped (error_if_nonfinite=True)"
+        )
     scale = minimum(max_norm / (total + 1e-6), 1.0)
     for p in params:
         p.grad = p.grad * scale.astype(p.grad.dtype)

@@ -1,5 +1,7 @@
-"""Optimizers: SGD (momentum, Nesterov, weight decay), Adam, AdamW, RMSprop and Adagrad, with
-PyTorch's param groups; `lr_scheduler` has the learning-rate schedules.
+"""Optimizers: SGD (momentum, dampening, Nesterov, weight decay), Adam and AdamW (amsgrad),
+RMSprop, Adagrad, Adadelta, Adamax, NAdam and RAdam, with PyTorch's param groups and options
+(`maximize`; `foreach`, `fused` and `capturable` are accepted and mean nothing on the CPU);
+`lr_scheduler` has the learning-rate schedules.
 
 Written so that `@tracegrad.trace` can capture a whole training step:
 - all state (momentum buffers, Adam's moments, the step count) is created as tensors in the
@@ -21,10 +23,23 @@ from typing import Any
 
 import numpy as np
 
-from tracegrad.core.primitives import Phase, sqrt
+from tracegrad.core.primitives import Phase, abs, maximum, sqrt, where
 from tracegrad.frontend.autodiff import enable_grad, no_grad
-from tracegrad.frontend.tensor import Tensor, phase
+from tracegrad.frontend.tensor import Tensor, get_default_dtype, phase
 from tracegrad.frontend.tracer import guard
+
+__all__ = ["SGD", "Adadelta", "Adagrad", "Adam", "AdamW", "Adamax", "NAdam", "Optimizer",
+           "RAdam", "RMSprop", "lr_scheduler"]  # fmt: skip
+
+# PyTorch's options every optimizer takes: `maximize` (ascend the gradient), and those that choose
+# among PyTorch's kernels (multi-tensor, fused, CUDA-graph capturable), meaningless here
+OPTIONS = ("maximize", "foreach", "capturable", "differentiable", "fused")
+
+
+def options(maximize: bool, foreach: Any, capturable: bool, differentiable: bool,
+            fused: Any) -> dict[str, Any]:  # fmt: skip
+    return dict(maximize=bool(maximize), foreach=foreach, capturable=capturable,
+                differentiable=differentiable, fused=fused)  # fmt: skip
 
 
 class ParamGroup(dict):
@@ -101,6 +116,11 @@ class Optimizer:
         may set any lr, as in PyTorch: OneCycleLR's last, linear, goes below 0)."""
         if not group["lr"] >= 0:
             raise ValueError(f"invalid learning rate {group['lr']}")
+        if group.get("differentiable"):
+            raise ValueError(
+                f"{type(self).__name__}(differentiable=True) is not provided: tracegrad does not "
+                "differentiate through optimizer steps"
+            )
         self._check(group)
 
     def _check(self, group: Mapping[str, Any]) -> None:
@@ -152,7 +172,8 @@ class Optimizer:
         with phase(Phase.UPDATE):
             for p, state, group in zip(self.params, self.state, self._group_of, strict=True):
                 if p.grad is not None:
-                    self._update(p, p.grad, state, group)
+                    g = -p.grad if group.get("maximize") else p.grad
+                    self._update(p, g, state, group)
         return loss
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -268,11 +289,18 @@ def _zeros_like(p: Tensor) -> Tensor:
     return Tensor(np.zeros(p.shape, p.dtype))
 
 
-class SGD(Optimizer):
-    """PyTorch's SGD: with momentum, buf = momentum * buf + g (g including weight decay), and
-    the step uses buf, or g + momentum * buf with Nesterov."""
+def _scalar(value: float) -> Tensor:
+    """A 0-d state tensor (a step count, NAdam's momentum product) in PyTorch's dtype for
+    them: float64 when the default dtype is float64, else float32."""
+    return Tensor(np.array(value, np.float64 if get_default_dtype() == np.float64 else np.float32))
 
-    hyperparameters = ("lr", "momentum", "weight_decay", "nesterov")
+
+class SGD(Optimizer):
+    """PyTorch's SGD: with momentum, buf = momentum * buf + (1 - dampening) * g (g including
+    weight decay; buf = g at the first step), and the step uses buf, or g + momentum * buf with
+    Nesterov."""
+
+    hyperparameters = ("lr", "momentum", "dampening", "weight_decay", "nesterov", *OPTIONS)
     held = ("lr", "momentum")
 
     def __init__(
@@ -280,10 +308,18 @@ class SGD(Optimizer):
         params: Iterable[Any],
         lr: float = 1e-3,
         momentum: float = 0.0,
+        dampening: float = 0.0,
         weight_decay: float = 0.0,
         nesterov: bool = False,
+        *,
+        maximize: bool = False,
+        foreach: bool | None = None,
+        differentiable: bool = False,
+        fused: bool | None = None,
     ):
-        defaults = dict(lr=lr, momentum=momentum, weight_decay=weight_decay, nesterov=nesterov)
+        defaults = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
+                        nesterov=nesterov,
+                        **options(maximize, foreach, False, differentiable, fused))  # fmt: skip
         super().__init__(params, defaults)
 
     def _check(self, group: Mapping[str, Any]) -> None:
@@ -291,11 +327,15 @@ class SGD(Optimizer):
             raise ValueError(
                 f"SGD: invalid momentum {group['momentum']} or weight_decay {group['weight_decay']}"
             )
-        if group["nesterov"] and group["momentum"] <= 0:
-            raise ValueError("SGD: nesterov momentum requires momentum > 0")
+        if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
+            raise ValueError("SGD: nesterov momentum requires momentum > 0 and zero dampening")
 
     def _init_state(self, p: Tensor, group: Mapping[str, Any]) -> dict[str, Tensor]:
-        return {"momentum_buffer": _zeros_like(p)} if group["momentum"] else {}
+        if not group["momentum"]:
+            return {}
+        # a step count tells the first step, where PyTorch's buffer starts as g undamped
+        first = {"step": _scalar(0.0)} if group["dampening"] else {}
+        return {"momentum_buffer": _zeros_like(p), **first}
 
     def _update(self, p: Tensor, g: Tensor, state: dict[str, Tensor], group: ParamGroup) -> None:
         weight_decay = group["weight_decay"]
@@ -307,17 +347,24 @@ class SGD(Optimizer):
             (momentum,) = group.tensors("momentum", p.dtype)
             buf = state["momentum_buffer"]
             buf *= momentum
-            buf += g
+            if group["dampening"]:
+                step = state["step"]
+                buf += where(step == 0, 1.0, 1.0 - group["dampening"]).astype(p.dtype) * g
+                step += 1.0
+            else:
+                buf += g
             g = g + momentum * buf if group["nesterov"] else buf
         p -= self.lr_for(p, group) * g
 
 
 class Adam(Optimizer):
-    """Adam with bias correction; `weight_decay` adds L2 to the gradient (PyTorch's Adam)."""
+    """Adam with bias correction; `weight_decay` adds L2 to the gradient (PyTorch's Adam), or
+    with `decoupled_weight_decay` shrinks the parameter (AdamW); `amsgrad` divides by the
+    largest second moment so far."""
 
-    hyperparameters = ("lr", "betas", "eps", "weight_decay")
+    hyperparameters = ("lr", "betas", "eps", "weight_decay", "amsgrad", "decoupled_weight_decay",
+                       *OPTIONS)  # fmt: skip
     held = ("lr", "betas")
-    decoupled_weight_decay = False
 
     def __init__(
         self,
@@ -326,10 +373,20 @@ class Adam(Optimizer):
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 0.0,
+        amsgrad: bool = False,
+        *,
+        foreach: bool | None = None,
+        maximize: bool = False,
+        capturable: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
+        decoupled_weight_decay: bool = False,
     ):
-        super().__init__(
-            params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
-        )
+        defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                        amsgrad=amsgrad, decoupled_weight_decay=decoupled_weight_decay,
+                        **options(maximize, foreach, capturable, differentiable,
+                                  fused))  # fmt: skip
+        super().__init__(params, defaults)
 
     def _check(self, group: Mapping[str, Any]) -> None:
         group["betas"] = tuple(group["betas"])
@@ -341,35 +398,41 @@ class Adam(Optimizer):
             )
 
     def _init_state(self, p: Tensor, group: Mapping[str, Any]) -> dict[str, Tensor]:
-        return {
-            "step": Tensor(np.zeros((), np.float32)),
-            "exp_avg": _zeros_like(p),
-            "exp_avg_sq": _zeros_like(p),
-        }
+        state = {"step": _scalar(0.0), "exp_avg": _zeros_like(p), "exp_avg_sq": _zeros_like(p)}
+        return {**state, "max_exp_avg_sq": _zeros_like(p)} if group["amsgrad"] else state
 
     def _update(self, p: Tensor, g: Tensor, state: dict[str, Tensor], group: ParamGroup) -> None:
         # the scalars in float64, then cast, as PyTorch computes them (Python floats): in
         # float32, 1 - beta2**t is off by up to eps32 / (1 - beta2), 6e-5 at beta2 = 0.999
         (beta1, beta2), (lr,), dtype = group.tensors("betas"), group.tensors("lr"), p.dtype
-        eps, weight_decay = group["eps"], group["weight_decay"]
-        if weight_decay and self.decoupled_weight_decay:
-            p *= _cast(1.0 - lr * weight_decay, dtype)
-        elif weight_decay:
-            g = g + weight_decay * p
+        g = _weight_decay(p, g, lr, group)
         step, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
         step += 1.0
         m._assign(_cast(beta1, dtype) * m + _cast(1.0 - beta1, dtype) * g)
         v._assign(_cast(beta2, dtype) * v + _cast(1.0 - beta2, dtype) * (g * g))
+        if group["amsgrad"]:
+            if "max_exp_avg_sq" not in state:
+                raise ValueError("Adam: amsgrad was off when this parameter's group was created")
+            state["max_exp_avg_sq"]._assign(maximum(state["max_exp_avg_sq"], v))
+            v = state["max_exp_avg_sq"]
         t = step.astype(np.float64)
         step_size = _cast(lr / (1.0 - beta1**t), dtype)
         bias_correction2_sqrt = _cast(sqrt(1.0 - beta2**t), dtype)
-        p -= step_size * m / (sqrt(v) / bias_correction2_sqrt + eps)
+        p -= step_size * m / (sqrt(v) / bias_correction2_sqrt + group["eps"])
+
+
+def _weight_decay(p: Tensor, g: Tensor, lr: Tensor, group: ParamGroup) -> Tensor:
+    """The gradient with L2 weight decay added, or (decoupled, AdamW's) the parameter shrunk."""
+    weight_decay = group["weight_decay"]
+    if weight_decay and group["decoupled_weight_decay"]:
+        p *= _cast(1.0 - lr * weight_decay, p.dtype)
+    elif weight_decay:
+        g = g + weight_decay * p
+    return g
 
 
 class AdamW(Adam):
     """Adam with decoupled weight decay: p *= 1 - lr * weight_decay before the Adam step."""
-
-    decoupled_weight_decay = True
 
     def __init__(
         self,
@@ -378,15 +441,24 @@ class AdamW(Adam):
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 1e-2,
+        amsgrad: bool = False,
+        *,
+        maximize: bool = False,
+        foreach: bool | None = None,
+        capturable: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
     ):
-        super().__init__(params, lr, betas, eps, weight_decay)
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize,
+                         foreach=foreach, capturable=capturable, differentiable=differentiable,
+                         fused=fused, decoupled_weight_decay=True)  # fmt: skip
 
 
 class RMSprop(Optimizer):
     """PyTorch's RMSprop: v = alpha v + (1 - alpha) g^2, step g / (sqrt(v) + eps), optionally
     centered (minus the mean gradient's square) and with momentum."""
 
-    hyperparameters = ("lr", "alpha", "eps", "weight_decay", "momentum", "centered")
+    hyperparameters = ("lr", "alpha", "eps", "weight_decay", "momentum", "centered", *OPTIONS)
     held = ("lr", "momentum")
 
     def __init__(
@@ -398,9 +470,14 @@ class RMSprop(Optimizer):
         weight_decay: float = 0.0,
         momentum: float = 0.0,
         centered: bool = False,
+        capturable: bool = False,
+        foreach: bool | None = None,
+        maximize: bool = False,
+        differentiable: bool = False,
     ):
         defaults = dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
-                        momentum=momentum, centered=centered)  # fmt: skip
+                        momentum=momentum, centered=centered,
+                        **options(maximize, foreach, capturable, differentiable, None))  # fmt: skip
         super().__init__(params, defaults)
 
     def _check(self, group: Mapping[str, Any]) -> None:
@@ -437,7 +514,8 @@ class RMSprop(Optimizer):
 class Adagrad(Optimizer):
     """PyTorch's Adagrad: sum += g^2, step lr / (1 + (t - 1) lr_decay) * g / (sqrt(sum) + eps)."""
 
-    hyperparameters = ("lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps")
+    hyperparameters = ("lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps",
+                       *OPTIONS)  # fmt: skip
 
     def __init__(
         self,
@@ -447,9 +525,15 @@ class Adagrad(Optimizer):
         weight_decay: float = 0.0,
         initial_accumulator_value: float = 0.0,
         eps: float = 1e-10,
+        foreach: bool | None = None,
+        *,
+        maximize: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
     ):
         defaults = dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
-                        initial_accumulator_value=initial_accumulator_value, eps=eps)  # fmt: skip
+                        initial_accumulator_value=initial_accumulator_value, eps=eps,
+                        **options(maximize, foreach, False, differentiable, fused))  # fmt: skip
         super().__init__(params, defaults)
 
     def _check(self, group: Mapping[str, Any]) -> None:
@@ -469,6 +553,201 @@ class Adagrad(Optimizer):
         decay = 1.0 + (step.astype(np.float64) - 1.0) * group["lr_decay"]  # float64, as PyTorch
         lr = _cast(group.tensors("lr")[0] / decay, p.dtype)
         p -= lr * g / (sqrt(total) + group["eps"])
+
+
+class Adadelta(Optimizer):
+    """PyTorch's Adadelta: v = rho v + (1 - rho) g^2, delta = sqrt(u + eps) / sqrt(v + eps) g,
+    u = rho u + (1 - rho) delta^2, p -= lr delta."""
+
+    hyperparameters = ("lr", "rho", "eps", "weight_decay", *OPTIONS)
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 1.0,
+        rho: float = 0.9,
+        eps: float = 1e-6,
+        weight_decay: float = 0.0,
+        foreach: bool | None = None,
+        *,
+        capturable: bool = False,
+        maximize: bool = False,
+        differentiable: bool = False,
+    ):
+        defaults = dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay,
+                        **options(maximize, foreach, capturable, differentiable, None))  # fmt: skip
+        super().__init__(params, defaults)
+
+    def _check(self, group: Mapping[str, Any]) -> None:
+        if not 0.0 <= group["rho"] <= 1.0 or group["eps"] < 0 or group["weight_decay"] < 0:
+            raise ValueError(f"Adadelta: invalid rho, eps or weight_decay in {dict(group)}")
+
+    def _init_state(self, p: Tensor, group: Mapping[str, Any]) -> dict[str, Tensor]:
+        return {"step": _scalar(0.0), "square_avg": _zeros_like(p), "acc_delta": _zeros_like(p)}
+
+    def _update(self, p: Tensor, g: Tensor, state: dict[str, Tensor], group: ParamGroup) -> None:
+        rho, eps = group["rho"], group["eps"]
+        if group["weight_decay"]:
+            g = g + group["weight_decay"] * p
+        state["step"] += 1.0
+        v, u = state["square_avg"], state["acc_delta"]
+        v._assign(v * rho + (1.0 - rho) * (g * g))
+        delta = sqrt(u + eps) / sqrt(v + eps) * g
+        u._assign(u * rho + (1.0 - rho) * (delta * delta))
+        p -= self.lr_for(p, group) * delta
+
+
+class Adamax(Optimizer):
+    """PyTorch's Adamax: Adam with the infinity norm, u = max(beta2 u, |g| + eps), and the step
+    lr / (1 - beta1^t) m / u."""
+
+    hyperparameters = ("lr", "betas", "eps", "weight_decay", *OPTIONS)
+    held = ("lr", "betas")
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 2e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        foreach: bool | None = None,
+        *,
+        maximize: bool = False,
+        differentiable: bool = False,
+        capturable: bool = False,
+    ):
+        defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                        **options(maximize, foreach, capturable, differentiable, None))  # fmt: skip
+        super().__init__(params, defaults)
+
+    _check = Adam._check
+
+    def _init_state(self, p: Tensor, group: Mapping[str, Any]) -> dict[str, Tensor]:
+        return {"step": _scalar(0.0), "exp_avg": _zeros_like(p), "exp_inf": _zeros_like(p)}
+
+    def _update(self, p: Tensor, g: Tensor, state: dict[str, Tensor], group: ParamGroup) -> None:
+        (beta1, beta2), (lr,), dtype = group.tensors("betas"), group.tensors("lr"), p.dtype
+        if group["weight_decay"]:
+            g = g + group["weight_decay"] * p
+        step, m, u = state["step"], state["exp_avg"], state["exp_inf"]
+        step += 1.0
+        m._assign(m + _cast(1.0 - beta1, dtype) * (g - m))
+        u._assign(maximum(u * _cast(beta2, dtype), abs(g) + group["eps"]))
+        clr = _cast(lr / (1.0 - beta1 ** step.astype(np.float64)), dtype)
+        p -= clr * m / u
+
+
+class NAdam(Optimizer):
+    """PyTorch's NAdam: Adam with Nesterov momentum, whose coefficient mu_t = beta1 (1 - 0.5 *
+    0.96^(t momentum_decay)) warms up; the product of the mu so far is state."""
+
+    hyperparameters = ("lr", "betas", "eps", "weight_decay", "momentum_decay",
+                       "decoupled_weight_decay", *OPTIONS)  # fmt: skip
+    held = ("lr", "betas")
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 2e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        momentum_decay: float = 4e-3,
+        decoupled_weight_decay: bool = False,
+        *,
+        foreach: bool | None = None,
+        maximize: bool = False,
+        capturable: bool = False,
+        differentiable: bool = False,
+    ):
+        defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                        momentum_decay=momentum_decay,
+                        decoupled_weight_decay=decoupled_weight_decay,
+                        **options(maximize, foreach, capturable, differentiable, None))  # fmt: skip
+        super().__init__(params, defaults)
+
+    def _check(self, group: Mapping[str, Any]) -> None:
+        Adam._check(self, group)
+        if group["momentum_decay"] < 0:
+            raise ValueError(f"NAdam: invalid momentum_decay {group['momentum_decay']}")
+
+    def _init_state(self, p: Tensor, group: Mapping[str, Any]) -> dict[str, Tensor]:
+        return {"step": _scalar(0.0), "mu_product": _scalar(1.0), "exp_avg": _zeros_like(p),
+                "exp_avg_sq": _zeros_like(p)}  # fmt: skip
+
+    def _update(self, p: Tensor, g: Tensor, state: dict[str, Tensor], group: ParamGroup) -> None:
+        (beta1, beta2), (lr,), dtype = group.tensors("betas"), group.tensors("lr"), p.dtype
+        step, mu_product = state["step"], state["mu_product"]
+        m, v = state["exp_avg"], state["exp_avg_sq"]
+        step += 1.0
+        t = step.astype(np.float64)
+        bias_correction2 = 1.0 - beta2**t
+        g = _weight_decay(p, g, lr, group)
+        decay = group["momentum_decay"]
+        mu = beta1 * (1.0 - 0.5 * 0.96 ** (t * decay))
+        mu_next = beta1 * (1.0 - 0.5 * 0.96 ** ((t + 1.0) * decay))
+        mu_product *= _cast(mu, mu_product.dtype)  # in its own dtype, as PyTorch's
+        product = mu_product.astype(np.float64)
+        m._assign(m + _cast(1.0 - beta1, dtype) * (g - m))
+        v._assign(v * _cast(beta2, dtype) + _cast(1.0 - beta2, dtype) * (g * g))
+        denom = sqrt(v / _cast(bias_correction2, dtype)) + group["eps"]
+        p += _cast(-lr * (1.0 - mu) / (1.0 - product), dtype) * g / denom
+        p += _cast(-lr * mu_next / (1.0 - product * mu_next), dtype) * m / denom
+
+
+class RAdam(Optimizer):
+    """PyTorch's RAdam: Adam whose adaptive step is rectified by the variance of the second
+    moment's estimate, and plain momentum SGD for the first steps (while rho_t <= 5)."""
+
+    hyperparameters = ("lr", "betas", "eps", "weight_decay", "decoupled_weight_decay", *OPTIONS)
+    held = ("lr", "betas")
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        decoupled_weight_decay: bool = False,
+        *,
+        foreach: bool | None = None,
+        maximize: bool = False,
+        capturable: bool = False,
+        differentiable: bool = False,
+    ):
+        defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                        decoupled_weight_decay=decoupled_weight_decay,
+                        **options(maximize, foreach, capturable, differentiable, None))  # fmt: skip
+        super().__init__(params, defaults)
+
+    _check = Adam._check
+
+    def _init_state(self, p: Tensor, group: Mapping[str, Any]) -> dict[str, Tensor]:
+        return {"step": _scalar(0.0), "exp_avg": _zeros_like(p), "exp_avg_sq": _zeros_like(p)}
+
+    def _update(self, p: Tensor, g: Tensor, state: dict[str, Tensor], group: ParamGroup) -> None:
+        (beta1, beta2), (lr,), dtype = group.tensors("betas"), group.tensors("lr"), p.dtype
+        step, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
+        step += 1.0
+        t = step.astype(np.float64)
+        g = _weight_decay(p, g, lr, group)
+        m._assign(m + _cast(1.0 - beta1, dtype) * (g - m))
+        v._assign(v * _cast(beta2, dtype) + _cast(1.0 - beta2, dtype) * (g * g))
+        bias_correction1, bias_correction2 = 1.0 - beta1**t, 1.0 - beta2**t
+        rho_inf = 2.0 / (1.0 - beta2) - 1.0
+        rho_t = rho_inf - 2.0 * t * beta2**t / bias_correction2
+        # the rectification is used only where rho_t > 5; elsewhere its square root (of a
+        # negative number, maybe) is replaced before it is taken
+        ratio = (
+            (rho_t - 4.0) * (rho_t - 2.0) * rho_inf / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t)
+        )
+        rectified = rho_t > 5.0
+        rect = sqrt(where(rectified, ratio, 1.0))
+        adaptive = _cast(sqrt(bias_correction2), dtype) / (sqrt(v) + group["eps"])
+        update = where(rectified, _cast(rect, dtype) * adaptive, 1.0)
+        p -= m / _cast(bias_correction1, dtype) * _cast(lr, dtype) * update
 
 
 from tracegrad.optim import lr_scheduler  # noqa: E402, F401 (optim.lr_scheduler, as in PyTorch)

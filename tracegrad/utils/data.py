@@ -219,8 +219,9 @@ class RandomSampler(Sampler):
 
     def __iter__(self) -> Iterator[int]:
         n, rng = len(self.data_source), _rng(self.generator)
-        if self.replacement:
-            yield from rng.integers(0, n, self.num_samples).tolist()
+        if self.replacement:  # in chunks: num_samples may be huge (minGPT asks for 1e10)
+            for start in range(0, self.num_samples, 32):
+                yield from rng.integers(0, n, min(32, self.num_samples - start)).tolist()
             return
         for _ in range(self.num_samples // n):
             yield from rng.permutation(n).tolist()

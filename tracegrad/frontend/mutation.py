@@ -1,0 +1,274 @@
+"""In-place operations with PyTorch's rules: `x.add_(y)`, `x[mask] = 0`, `p.data.add_(g)`,
+`x.copy_(y)`, `scatter_`, the random fills.
+
+- A leaf that requires grad refuses an in-place update while grad is enabled (its gradient
+  would be of a value it no longer holds); under `no_grad` (optimizers, initialization) it is
+  written in place, as any tensor autograd does not track.
+- A tensor autograd tracks (or one given a tracked value, `pe[:, 0::2] = sin(w)`) takes the new
+  value and its history, so later uses see both. Values saved for backward are never
+  overwritten by this: backward gives the gradient of what was computed, where PyTorch raises
+  "a variable needed for gradient computation has been modified by an inplace operation".
+- A write into an array (under `no_grad`, or of an untracked tensor) bumps the tensor's version
+  counter; a backward that needs the value it held before raises, as PyTorch's does.
+
+Tensors are values, not views of storage: an in-place op on `x.view(...)` or `x[0]` does not
+reach `x` (PyTorch's would); `t.data` is the exception, as PyTorch code updates parameters
+through it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from tracegrad.core import primitives as P
+from tracegrad.core.errors import ShapeError, TraceError
+from tracegrad.frontend import random
+from tracegrad.frontend.autodiff import edge, no_grad
+from tracegrad.frontend.functions import (
+    astype,
+    broadcast_to,
+    index_parts,
+    one_dim,
+    pytorch_keywords,
+    reshape,
+)
+from tracegrad.frontend.tensor import Listeners, Tensor, as_tensor
+
+
+def write(target: Tensor, result: Any, op: str) -> Tensor:
+    """Make `target` hold `result` (broadcast to its shape, cast to its dtype): the last step of
+    every in-place op, by the rules above."""
+    result = as_tensor(result)
+    if Listeners.grad_enabled and target.is_leaf and target.requires_grad:
+        raise RuntimeError(
+            f"{op}: a leaf tensor that requires grad cannot be changed in place; wrap the update "
+            "in `with torch.no_grad():` (as optimizers do) or use an out-of-place op"
+        )
+    if result.shape != target.shape:
+        if np.broadcast_shapes(result.shape, target.shape) != target.shape:
+            raise ShapeError(
+                f"{op}: the result's shape {result.shape} does not broadcast to the tensor's "
+                f"{target.shape} (an in-place op keeps the shape)"
+            )
+        result = broadcast_to(result, target.shape)
+    if result.dtype != target.dtype:
+        if not np.can_cast(result.dtype, target.dtype, "same_kind"):
+            raise TypeError(f"{op}: result type {result.dtype} can't be cast to the tensor's "
+                            f"dtype {target.dtype}")  # fmt: skip
+        result = astype(result, target.dtype)
+    tracked = edge(result) is not None
+    if Listeners.grad_enabled and (tracked or not target.is_leaf):
+        _rebind(target, P.positive(result) if tracked and result.is_leaf else result, op)
+    else:
+        target._assign(result)
+    return target
+
+
+def _rebind(target: Tensor, result: Tensor, op: str) -> None:
+    """`target` takes `result`'s value and history (a new version counter: what nodes saved of
+    the old value stays as it was)."""
+    tracer = Listeners.tracers[-1] if Listeners.tracers else None
+    if tracer is not None and target._serial <= tracer.start:
+        raise TraceError(
+            f"{op}: an in-place op that autograd records, on a tensor of shape {target.shape} "
+            "made before the traced step; compute it out of place, or update it under no_grad()"
+        )
+    version = target._version[0] + 1
+    target._value, target._node, target._version = result._value, result._node, [version]
+    if not target.is_leaf and target._retains:
+        target.retain_grad()
+
+
+def in_place(f: Callable, name: str) -> Callable:
+    """The in-place method `name` of the out-of-place function `f` (x.add_(y) of add)."""
+
+    def method(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        return write(self, f(self, *args, **kwargs), name)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"In place: {name[:-1]}, by PyTorch's rules (see tracegrad.frontend.mutation)."
+    return method
+
+
+def fill(self: Tensor, value: Any) -> Tensor:
+    """`value` (a number or a 0-d tensor) everywhere, in this tensor's dtype."""
+    if not isinstance(value, Tensor):
+        return Tensor(np.asarray(value, self.dtype))
+    if value.ndim:
+        raise ShapeError(f"fill_: expects a number or a 0-d tensor, got shape {value.shape}")
+    return value if value.dtype == self.dtype else astype(value, self.dtype)
+
+
+def copy(self: Tensor, src: Any, non_blocking: bool = False) -> Tensor:
+    """`src` broadcast to this shape and cast to this dtype (any cast, as PyTorch's copy_)."""
+    src = as_tensor(src)
+    return src if src.dtype == self.dtype else astype(src, self.dtype)
+
+
+def uniform(self: Tensor, a: float = 0.0, b: float = 1.0, *, generator: Any = None) -> Tensor:
+    """Numbers from U(a, b), drawn from the counter-based random state (a traced step draws
+    afresh at every call)."""
+    return a + (b - a) * _uniform(self, "uniform_", generator)
+
+
+def normal(self: Tensor, mean: float = 0.0, std: float = 1.0, *, generator: Any = None) -> Tensor:
+    """Numbers from N(mean, std^2) (Box-Muller from the counter-based random state)."""
+    u1, u2 = _uniform(self, "normal_", generator), _uniform(self, "normal_", generator)
+    return mean + std * (P.sqrt(-2.0 * P.log1p(-u1)) * P.cos((2 * math.pi) * u2))
+
+
+def bernoulli(self: Tensor, p: Any = 0.5, *, generator: Any = None) -> Tensor:
+    """1 with probability `p` (a number or a tensor), else 0."""
+    return P.where(_uniform(self, "bernoulli_", generator) < p, 1, 0)
+
+
+def _uniform(like: Tensor, op: str, generator: Any) -> Tensor:
+    if generator is not None:
+        raise TypeError(f"{op}: generator= is not supported; tracegrad.manual_seed seeds the draws")
+    with no_grad():
+        return random.uniform(like.shape, uniform_dtype(like.dtype))
+
+
+def uniform_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype to draw uniform numbers in for a tensor of `dtype` (float32 or float64)."""
+    return np.dtype(np.float64 if dtype == np.float64 else np.float32)
+
+
+# --- indexed writes --------------------------------------------------------------------------
+
+
+def setitem(self: Tensor, index: Any, value: Any) -> None:
+    """`x[index] = value`, differentiable in both (PyTorch's index_put_)."""
+    write(self, index_put(self, index, value), "__setitem__")
+
+
+def index_put(input: Any, index: Any, value: Any, accumulate: bool = False) -> Tensor:
+    """`input` with input[index] = value (or += with `accumulate`); `value` broadcasts to the
+    indexed region. A boolean mask of input's shape with one value is a `where`, so it traces;
+    other indices scatter."""
+    x = as_tensor(input)
+    mask = index if isinstance(index, Tensor | np.ndarray) else None
+    if mask is not None and mask.dtype == np.bool_ and mask.shape == x.shape and not accumulate:
+        if as_tensor(value).ndim == 0:
+            out = P.where(mask, value, x)
+            return out if out.dtype == x.dtype else astype(out, x.dtype)
+    template, arrays = index_parts(index)
+    return put(x, template, arrays, value, accumulate)
+
+
+def put(x: Tensor, template: tuple, arrays: list, value: Any, accumulate: bool) -> Tensor:
+    """x with the region that getitem(template, arrays) reads replaced by (or, accumulating,
+    increased by) `value`. Where an index repeats, the values written there are averaged
+    (PyTorch leaves unspecified which one wins; equal values, the usual case, are exact)."""
+    if x.dtype == np.bool_:
+        return put(astype(x, np.uint8), template, arrays, astype(as_tensor(value), np.uint8),
+                   accumulate).astype(np.bool_)  # fmt: skip
+    region, _ = P.getitem.shape_rule(x, *arrays, template=template)
+    v = as_tensor(value)
+    v = broadcast_to(v if v.dtype == x.dtype else astype(v, x.dtype), tuple(region))
+    placed = P.scatter_add(v, *arrays, shape=x.shape, template=template)
+    if accumulate:
+        return x + placed
+    with no_grad():
+        count_dtype = x.dtype if x.dtype.kind == "f" else np.dtype(np.int64)
+        ones = Tensor(np.ones(tuple(region), count_dtype))
+        count = P.scatter_add(ones, *arrays, shape=x.shape, template=template)
+    if arrays:  # only index arrays can repeat a position
+        placed = placed / P.maximum(count, 1)  # integers: exact for equal values
+        placed = placed if placed.dtype == x.dtype else astype(placed, x.dtype)
+    return P.where(count > 0, placed, x)
+
+
+@pytorch_keywords
+def scatter(input: Any, dim: int, index: Any, src: Any = None, *, value: Any = None,
+            reduce: str | None = None) -> Tensor:  # fmt: skip
+    """out[index[i][j]][j] = src[i][j] for dim=0 (and likewise for other dims); `src` may be a
+    number (or `value=`). `reduce="add"` adds instead."""
+    if reduce not in (None, "add"):
+        raise ValueError(f"scatter: reduce={reduce!r} is not provided (None or 'add')")
+    return _scatter(input, dim, index, value if src is None else src, reduce == "add", "scatter")
+
+
+@pytorch_keywords
+def scatter_add(input: Any, dim: int, index: Any, src: Any) -> Tensor:
+    """out[index[i][j]][j] += src[i][j] for dim=0 (and likewise for other dims)."""
+    return _scatter(input, dim, index, src, True, "scatter_add")
+
+
+def _scatter(input: Any, dim: int, index: Any, src: Any, accumulate: bool, op: str) -> Tensor:
+    x, idx = as_tensor(input), as_tensor(index)
+    if idx.ndim != x.ndim:
+        raise ShapeError(f"{op}: index {idx.shape} and input {x.shape} differ in dimensions")
+    d = one_dim(op, dim, x.ndim)
+    grids = []
+    for axis in range(x.ndim):
+        shape = [1] * x.ndim
+        shape[axis] = idx.shape[axis]
+        grids.append(idx if axis == d else Tensor(np.arange(idx.shape[axis]).reshape(shape)))
+    src = as_tensor(src)
+    if src.ndim:  # the part of src at index's positions
+        if src.ndim != idx.ndim or any(s < i for s, i in zip(src.shape, idx.shape, strict=True)):
+            raise ShapeError(f"{op}: src {src.shape} is smaller than index {idx.shape}")
+        src = src[tuple(slice(0, n) for n in idx.shape)]
+    return put(x, ("@",) * x.ndim, grids, src, accumulate)
+
+
+@pytorch_keywords
+def index_fill(input: Any, dim: int, index: Any, value: Any) -> Tensor:
+    """input with the slices at `index` along `dim` set to `value`."""
+    x = as_tensor(input)
+    d = one_dim("index_fill", dim, x.ndim)
+    return index_put(x, (slice(None),) * d + (reshape(as_tensor(index), (-1,)),), value)
+
+
+# --- PyTorch's `.data` -------------------------------------------------------------------------
+
+
+class DataView(Tensor):
+    """`t.data`: a tensor autograd does not track, holding `t`'s array; an in-place op on it
+    writes `t` (also in a traced step, where `t` is state)."""
+
+    __slots__ = ("_base",)
+
+    def _assign(self, new: Tensor) -> None:
+        self._base._assign(new)
+        self._value = self._base._value
+
+
+def get_data(self: Tensor) -> Tensor:
+    if Listeners.tracers and not self.is_symbolic:  # read as state at each call, never baked
+        Listeners.tracers[-1].lift(self)
+    view = DataView._wrap(self._value)
+    view._base = self
+    return view
+
+
+def set_data(self: Tensor, value: Any) -> None:
+    """`t.data = x`: t holds x's values; another shape or dtype replaces its array (outside a
+    traced step)."""
+    new = as_tensor(value)
+    if new.shape == self.shape and new.dtype == self.dtype:
+        with no_grad():
+            self._assign(new)
+        return
+    if Listeners.tracers:
+        raise TraceError(
+            f"t.data = x with another shape or dtype ({self.shape} {self.dtype} -> {new.shape} "
+            f"{new.dtype}) inside a traced step: do it before the step"
+        )
+    self._value = new.numpy()
+    self._version[0] += 1
+
+
+def detach_(self: Tensor) -> Tensor:
+    """Cut this tensor from its history, in place: a leaf that does not require grad."""
+    self._node = None
+    self._requires_grad = False
+    return self
+
+
+__all__ = ["index_fill", "index_put", "scatter", "scatter_add"]

@@ -1,0 +1,76 @@
+"""Sampling from distributions a tensor holds: `multinomial` (the next token of a language
+model) and `bernoulli`. The numbers come from the counter-based random state
+(`frontend/random.py`), so a traced step draws afresh at every call and draws what an eager
+run with the same seed draws; not PyTorch's numbers (its generator is another)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tracegrad.core import primitives as P
+from tracegrad.frontend import random
+from tracegrad.frontend.autodiff import no_grad
+from tracegrad.frontend.mutation import uniform_dtype
+from tracegrad.frontend.reductions import cumsum, sum
+from tracegrad.frontend.sorting import topk
+from tracegrad.frontend.tensor import Tensor, as_tensor
+
+
+def multinomial(input: Any, num_samples: int, replacement: bool = False, *,
+                generator: Any = None) -> Tensor:  # fmt: skip
+    """Indices drawn by the weights in each row of `input` (1-D or 2-D, not necessarily
+    normalized): `num_samples` per row, distinct unless `replacement`. int64, no gradient."""
+    if generator is not None:
+        raise TypeError("multinomial: generator= is not supported; tracegrad.manual_seed seeds it")
+    with no_grad():
+        p = as_tensor(input).detach()
+        if p.ndim not in (1, 2) or p.dtype.kind != "f":
+            raise ValueError(f"multinomial: expects a 1-D or 2-D float tensor, got {p.shape} "
+                             f"{p.dtype}")  # fmt: skip
+        n = p.shape[-1]
+        if not replacement and num_samples > n:
+            raise ValueError(f"multinomial: cannot draw {num_samples} samples without "
+                             f"replacement from {n} categories")  # fmt: skip
+        if not p.is_symbolic:
+            _check_weights(p.numpy())
+        if replacement or num_samples == 1:
+            return _inverse_cdf(p, num_samples)
+        # distinct draws: the k largest of log(u) / p (Efraimidis and Spirakis's keys)
+        u = random.uniform(p.shape, uniform_dtype(p.dtype))
+        keys = P.where(p > 0, P.log1p(-u) / P.where(p > 0, p, 1.0), -np.inf)
+        return topk(keys, num_samples, dim=-1).indices
+
+
+def _inverse_cdf(p: Tensor, num_samples: int) -> Tensor:
+    """Per draw u in [0, 1): the number of categories whose cumulative weight is <= u * total,
+    the category u falls in."""
+    cdf = cumsum(p, -1)
+    total = cdf[..., -1:]
+    u = random.uniform((*p.shape[:-1], num_samples), uniform_dtype(p.dtype)) * total
+    below = cdf[..., None, :] <= u[..., :, None]
+    index = sum(below.astype(np.int64), -1)
+    return P.minimum(index, p.shape[-1] - 1)  # u * total may round up to the total
+
+
+def _check_weights(p: np.ndarray) -> None:
+    if not np.isfinite(p).all() or (p < 0).any():
+        raise ValueError("multinomial: the weights must be finite and non-negative")
+    if (p.sum(-1) <= 0).any():
+        raise ValueError("multinomial: a row of weights sums to 0")
+
+
+def bernoulli(input: Any, p: Any = None, *, generator: Any = None) -> Tensor:
+    """1 with probability `input` (elementwise; or `p` for every element), else 0, in input's
+    dtype; no gradient."""
+    if generator is not None:
+        raise TypeError("bernoulli: generator= is not supported; tracegrad.manual_seed seeds it")
+    with no_grad():
+        x = as_tensor(input).detach()
+        dtype = x.dtype if x.dtype.kind == "f" else np.dtype(np.float32)
+        draw = random.uniform(x.shape, uniform_dtype(dtype)) < (x if p is None else p)
+        return draw.astype(dtype)
+
+
+__all__ = ["bernoulli", "multinomial"]

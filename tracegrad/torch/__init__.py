@@ -1,0 +1,181 @@
+"""`tracegrad.torch`: tracegrad shaped like `torch`, so that PyTorch training code runs with
+`import tracegrad.torch as torch` (or unchanged, with `python -m tracegrad run script.py`).
+
+Everything here is tracegrad's own implementation, re-exported under PyTorch's names: the top
+level of `tracegrad` (PyTorch's meanings), `torch.nn` (+ `functional`, `init`, `utils`,
+`parallel`), `torch.optim` (+ `lr_scheduler`), `torch.utils.data`, `torch.autograd`,
+`torch.linalg`, `torch.random`. What exists only here: PyTorch's dtype objects
+(`torch.float32`, ...), `torch.device`, `torch.Size`, `torch.compile`, and the modules for
+hardware tracegrad does not have (`torch.cuda`, `torch.backends`, `torch.accelerator`,
+`torch.amp`), which say there is none. A name tracegrad does not provide raises
+`AttributeError: torch.X is not provided by tracegrad (used at file.py:12)`.
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import tracegrad as _tg
+from tracegrad import *  # noqa: F403 (the top level has PyTorch's meanings)
+from tracegrad.frontend.autodiff import no_grad
+from tracegrad.frontend.device import device
+from tracegrad.frontend.rearrange import matrix_trace as trace
+from tracegrad.frontend.tensor import Tensor
+from tracegrad.torch._support import ALIASES as _ALIASES
+from tracegrad.torch._support import DTYPES as _DTYPES
+from tracegrad.torch._support import dtype, imported_as_torch
+from tracegrad.torch._support import not_provided as _not_provided
+from tracegrad.torch._support import torch_dtype as _torch_dtype
+
+# tracegrad's own names that are not PyTorch's (its compiler, its GradManager, its op table)
+for _name in ("Composite", "GradManager", "GraphError", "Kind", "MemoryBudgetError",
+              "PRIMITIVES", "Phase", "Primitive", "ShapeError", "TraceError", "CheckpointError",
+              "allreduce", "conv2d", "conv2d_input_grad", "conv2d_weight_grad", "defprimitive",
+              "getitem", "grad", "guard", "interpret", "sum_to", "uniform", "vjp",
+              # tracegrad's modules, whose places the torch ones below take
+              "autograd", "linalg", "nn", "optim", "utils"):  # fmt: skip
+    globals().pop(_name, None)
+
+globals().update(_DTYPES)
+globals().update({alias: _DTYPES[name] for alias, name in _ALIASES.items()})
+
+
+# PyTorch's other spellings of the same functions
+acos, asin, atan, atan2 = _tg.arccos, _tg.arcsin, _tg.arctan, _tg.arctan2
+acosh, asinh, atanh = _tg.arccosh, _tg.arcsinh, _tg.arctanh
+clone, mm = _tg.positive, _tg.matmul
+
+
+def bmm(input: Tensor, mat2: Tensor) -> Tensor:
+    """Batched matrix product of two 3-D tensors."""
+    if input.ndim != 3 or mat2.ndim != 3:
+        raise ValueError(f"bmm: expects 3-D tensors, got {input.shape} and {mat2.shape}")
+    return _tg.matmul(input, mat2)
+
+
+def rsqrt(input: Any) -> Tensor:
+    return 1.0 / _tg.sqrt(input)
+
+
+class Size(tuple):
+    """PyTorch's `torch.Size`: a tuple of extents (a tensor's `shape` is a plain tuple)."""
+
+    def numel(self) -> int:
+        return builtins.int(np.prod(self, dtype=np.int64))
+
+    def __repr__(self) -> str:
+        return f"torch.Size({list(self)})"
+
+
+def is_tensor(obj: Any) -> bool:
+    return isinstance(obj, Tensor)
+
+
+def numel(input: Tensor) -> int:
+    return input.numel()
+
+
+def is_floating_point(input: Tensor) -> bool:
+    return input.is_floating_point()
+
+
+def get_default_dtype() -> dtype:
+    """torch.float32 unless `set_default_dtype(torch.float64)`."""
+    return _torch_dtype(_tg.get_default_dtype())
+
+
+def finfo(type: Any = None) -> np.finfo:  # noqa: A002
+    """NumPy's finfo (eps, max, min, tiny) of a float dtype (the default one without)."""
+    return np.finfo(np.dtype(_tg.get_default_dtype() if type is None else type))
+
+
+def iinfo(type: Any) -> np.iinfo:  # noqa: A002
+    return np.iinfo(np.dtype(type))
+
+
+class inference_mode(no_grad):  # noqa: N801 (PyTorch's name)
+    """PyTorch's inference mode is no_grad here (it only saves PyTorch's bookkeeping):
+    `with inference_mode():`, `@inference_mode()`, `@inference_mode`, `inference_mode(False)`."""
+
+    def __new__(cls, mode: Any = True) -> Any:
+        if callable(mode):  # used bare, as a decorator
+            return no_grad(mode)
+        return super().__new__(cls) if mode else _tg.enable_grad()
+
+    def __init__(self, mode: Any = True) -> None:
+        super().__init__()
+
+
+# --- torch.compile ----------------------------------------------------------------------------
+
+_TORCH_BACKENDS = ("inductor", "eager", "aot_eager", "cudagraphs")
+
+
+def compile(  # noqa: A001 (PyTorch's name)
+    model: Any = None, *, fullgraph: bool = False, dynamic: Any = None, backend: Any = "inductor",
+    mode: Any = None, options: Any = None, disable: bool = False,
+) -> Any:  # fmt: skip
+    """PyTorch's `torch.compile`. On a function (a training step that runs forward, backward and
+    the optimizer, or an inference function) it is `tracegrad.trace`: compiled per input
+    signature. On a module (`model = torch.compile(model)`) it returns the module itself and
+    warns once: tracegrad compiles whole steps, and a module's forward compiled alone would cut
+    the gradient to its parameters. Used bare, as `@torch.compile`, or with options."""
+    if model is None:
+        return functools.partial(compile, fullgraph=fullgraph, dynamic=dynamic, backend=backend,
+                                 mode=mode, options=options, disable=disable)  # fmt: skip
+    if disable:
+        return model
+    if isinstance(model, nn.Module):
+        warnings.warn(
+            f"torch.compile({type(model).__name__}) returns the module unchanged: tracegrad "
+            "compiles whole training steps; compile the function that runs forward, backward "
+            "and optimizer.step() with torch.compile or @tracegrad.trace",
+            stacklevel=2,
+        )
+        return model
+    if not callable(model):
+        raise TypeError(f"torch.compile: expected a function or a module, got {model!r}")
+    tracegrad_backend = backend if backend in ("numpy", "numba") else "numba"
+    if backend not in (*_TORCH_BACKENDS, "numpy", "numba") and not callable(backend):
+        raise ValueError(f"torch.compile: unknown backend {backend!r}")
+    return _tg.trace(model, backend=tracegrad_backend)
+
+
+from tracegrad.torch import (  # noqa: E402 (the submodules read the names above)
+    accelerator,
+    amp,
+    autograd,
+    backends,
+    cuda,
+    distributed,
+    linalg,
+    nn,
+    onnx,
+    optim,
+    random,
+    serialization,
+    utils,
+    version,
+)
+from tracegrad.torch.amp import autocast  # noqa: E402
+from tracegrad.torch.random import default_generator, initial_seed, manual_seed, seed  # noqa: E402
+from tracegrad.torch.version import __version__  # noqa: E402
+
+del _name
+
+
+def __getattr__(name: str) -> Any:
+    raise _not_provided(__name__, name)
+
+
+__all__ = sorted(
+    name for name, value in globals().items()
+    if not name.startswith("_") and name not in ("annotations", "builtins", "functools",
+                                                 "warnings", "np", "Any", "Callable")
+)  # fmt: skip

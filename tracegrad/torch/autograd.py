@@ -1,0 +1,18 @@
+"""`torch.autograd`: `grad(outputs, inputs, ...)` and the grad modes, over tracegrad's tape.
+`Variable(t)` is the tensor itself (PyTorch's Variable is a Tensor since 0.4)."""
+
+from typing import Any
+
+from tracegrad.frontend.autograd import *  # noqa: F403
+from tracegrad.frontend.tensor import Tensor
+from tracegrad.torch._support import not_provided as _not_provided
+
+
+def Variable(data: Any, requires_grad: bool = False, volatile: bool = False) -> Tensor:  # noqa: N802
+    """The tensor itself (requiring grad if asked), as PyTorch's deprecated Variable."""
+    t = data if isinstance(data, Tensor) else Tensor(data)
+    return t.requires_grad_() if requires_grad else t
+
+
+def __getattr__(name: str) -> Any:
+    raise _not_provided(__name__, name)

@@ -1,0 +1,59 @@
+"""`torch.cuda`: tracegrad has no CUDA. `is_available()` is False, the seeding functions do
+nothing (as PyTorch's without CUDA), and asking for a device (`set_device`, `current_device`)
+raises."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tracegrad.frontend.device import require_cpu
+from tracegrad.torch._support import not_provided as _not_provided
+from tracegrad.torch.cuda import amp
+
+
+def is_available() -> bool:
+    return False
+
+
+def device_count() -> int:
+    return 0
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    return False
+
+
+def manual_seed(seed: int) -> None:
+    """Nothing to seed (PyTorch ignores it too without CUDA)."""
+
+
+manual_seed_all = manual_seed
+
+
+def seed() -> None:
+    pass
+
+
+seed_all = seed
+
+
+def empty_cache() -> None:
+    pass
+
+
+def synchronize(device: Any = None) -> None:
+    pass
+
+
+def set_device(device: Any) -> None:
+    require_cpu(
+        device if not isinstance(device, int) else f"cuda:{device}", "torch.cuda.set_device"
+    )
+
+
+def current_device() -> int:
+    raise RuntimeError("torch.cuda.current_device: tracegrad has no CUDA (it runs on the CPU)")
+
+
+def __getattr__(name: str) -> Any:
+    raise _not_provided(__name__, name)

@@ -1,0 +1,10 @@
+"""`torch.linalg`: tracegrad's (`tracegrad.linalg`, PyTorch's meanings)."""
+
+from typing import Any
+
+from tracegrad.frontend.linalg import *  # noqa: F403
+from tracegrad.torch._support import not_provided as _not_provided
+
+
+def __getattr__(name: str) -> Any:
+    raise _not_provided(__name__, name)

@@ -1,0 +1,13 @@
+"""`torch.nn`: tracegrad's layers (`tracegrad.nn`) with PyTorch's submodules `functional`,
+`init`, `utils` and `parallel`."""
+
+from typing import Any
+
+from tracegrad.nn import *  # noqa: F403
+from tracegrad.torch._support import not_provided as _not_provided
+from tracegrad.torch.nn import functional, init, parallel, utils
+from tracegrad.torch.nn.parallel import DataParallel
+
+
+def __getattr__(name: str) -> Any:
+    raise _not_provided(__name__, name)

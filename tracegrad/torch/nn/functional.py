@@ -1,0 +1,10 @@
+"""`torch.nn.functional`: tracegrad's (`tracegrad.nn.functional`)."""
+
+from typing import Any
+
+from tracegrad.nn.functional import *  # noqa: F403
+from tracegrad.torch._support import not_provided as _not_provided
+
+
+def __getattr__(name: str) -> Any:
+    raise _not_provided(__name__, name)

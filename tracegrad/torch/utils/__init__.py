@@ -1,0 +1,10 @@
+"""`torch.utils`: `data` (datasets, samplers, DataLoader)."""
+
+from typing import Any
+
+from tracegrad.torch._support import not_provided as _not_provided
+from tracegrad.torch.utils import data
+
+
+def __getattr__(name: str) -> Any:
+    raise _not_provided(__name__, name)
