@@ -8,21 +8,22 @@ max-pool 2; fc 3136->128, ReLU; fc 10; SGD with momentum 0.9.
 GPT: characters, vocab 96, context 128, batch 16, d 256, 4 layers of 4 heads, MLP 1024 with
 tanh-GELU, pre-LayerNorm, learned positions, causal softmax; AdamW.
 
-Methods: tracegrad traced (Numba backend; the first call timed with an empty kernel cache and
-again with a warm one; it runs NumPy calls while the kernels compile in the background, and
+Methods: tracegrad traced (Numba backend; the first call timed with empty compile caches and
+again with warm ones; it runs NumPy calls while the kernels compile in the background, and
 "(kernels N)" says how many seconds after its start they were ready), tracegrad eager, PyTorch
-eager and torch.compile, and `jax.jit` of the whole step (forward, loss, grad and a hand-written
-optimizer update, parameters and optimizer state donated; NCHW convolutions with
-`lax.conv_general_dilated`, pooling with `lax.reduce_window`). torch and jax rows are skipped,
-with a one-line reason, where the library is not installed. The same float32 weights
-(tracegrad's initialization, through `state_dict()`) and data everywhere; the first losses (and
-the losses after one update, which check gradients and optimizer) are printed side by side, the
-first ones also relative to torch's. Each method runs in R rounds (3), one child a round,
-round-robin: a row gives the median of its rounds' step medians and their range, and tracegrad
-traced's step is divided by PyTorch's of the same round (the targets' ratios, paired). The first
-call (jax: its compile) is timed apart, in the first round; peak RSS of each child process.
-`--profile` instead prints where the traced step's time goes, by op
-(`tracegrad.runtime.viz.profile`, in this process).
+eager and torch.compile (its first call also timed cold and warm), and `jax.jit` of the whole
+step (forward, loss, grad and a hand-written optimizer update, parameters and optimizer state
+donated; NCHW convolutions with `lax.conv_general_dilated`, pooling with `lax.reduce_window`).
+torch and jax rows are skipped, with a one-line reason, where the library is not installed.
+The same float32 weights (tracegrad's initialization, through `state_dict()`) and data
+everywhere; the first losses (and the losses after one update, which check gradients and
+optimizer) are printed side by side, the first ones also relative to torch's. Each method runs
+in R rounds (3), one child a round, round-robin (`harness.run_rounds`): a row gives the median
+of its rounds' step medians and their range, and each step is divided by PyTorch's of the same
+round (the targets' ratios, paired). The first call (jax: its compile) is timed apart, in the
+first round; peak RSS of each child process. `--profile` instead prints where the traced
+step's time goes (`zoo.profile`, in this process). `zoo.py` runs these two models beside
+others, with a floor.
 """
 
 from __future__ import annotations
