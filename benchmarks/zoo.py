@@ -32,17 +32,19 @@ so the first losses agree (printed side by side, and relative to PyTorch's). Mod
   GELU, no dropout; batch 64, AdamW.
 
 Methods: `tg-traced` (`tracegrad.trace`, Numba backend), `tg-eager`, `torch` (eager),
-`torch-compile` (`torch.compile` of the whole step function), `jax` (`jax.jit` of the whole
-step; written for `mlp`, `cnn` and `gpt` only, in `steps.py` and `models.py`; the other models
-would each be a large job in jax: batch norm's state, transposed convolutions, a recurrent
-loop, a transformer; `--jax-python` names an interpreter that has jax), and `floor`: the
-step's matrix products and convolutions alone, each as the one GEMM of its sizes (a
-convolution as its im2col product, the im2col itself free), timed with NumPy's matmul for every
-shape the traced step runs (the fastest of many runs each), summed. The rounds, medians and
-paired ratios are `models.py`'s (`harness.py`): each method once a round, round-robin; a row
-gives the median of its rounds' medians with their range, its step over PyTorch eager's of the
-same round and over the floor, the first call with empty compile caches (tracegrad's kernels,
-Numba's, torch.compile's) and again with warm ones, and the process's peak RSS.
+`torch-compile` (`torch.compile` of the whole step function; for `dcgan`, of each network: its
+step runs backward twice through the generator's region, which fails compiled whole), `jax`
+(`jax.jit` of the whole step; written for `mlp`, `cnn` and `gpt` only, in `steps.py` and
+`models.py`; the other models would each be a large job in jax: batch norm's state, transposed
+convolutions, a recurrent loop, a transformer; `--jax-python` names an interpreter that has
+jax), and `floor`: the step's matrix products, convolutions and attention products alone, each
+as the one GEMM of its sizes (a convolution as its im2col product, the im2col itself free),
+timed with NumPy's matmul for every shape the traced step runs (the fastest of many runs each,
+with one BLAS thread and with all), summed. The rounds, medians and paired ratios are
+`models.py`'s (`harness.py`): each method once a round, round-robin; a row gives the median of
+its rounds' medians with their range, its step over PyTorch eager's of the same round and over
+the floor, the first call with empty compile caches (tracegrad's kernels, Numba's,
+torch.compile's) and again with warm ones, and the process's peak RSS.
 
 `--profile MODEL` instead shows, in this process, where the traced step's time goes: by op, by
 the user's source line (nodes record no module path), each matrix product and convolution
@@ -98,6 +100,9 @@ class Model:
     # initial weights by network (state_dict arrays) where tracegrad's init is not the model's
     weights: Callable[[dict], dict[str, dict[str, np.ndarray]]] | None = None
     jax: Callable[[], Callable[[], float]] | None = None  # the same step in jax, if written
+    # torch.compile the networks, not the step: a compiled region is one autograd node, and a
+    # step that runs backward twice through one region (a GAN's) fails when compiled whole
+    compile_nets: bool = False
     about: str = field(default="")
 
 
@@ -408,7 +413,7 @@ MODELS: dict[str, Model] = {
                      "momentum": 0.9, "weight_decay": 5e-4},
                     about="ResNet-20, batch 128 of 3x32x32, SGD momentum 0.9, weight decay"),
     "dcgan": Model(dcgan_nets, dcgan_train, dcgan_data,
-                   {"nz": 100, "ngf": 64, "ndf": 64, "batch": 64, "lr": 2e-4},
+                   {"nz": 100, "ngf": 64, "ndf": 64, "batch": 64, "lr": 2e-4}, compile_nets=True,
                    about="DCGAN 64x64, batch 64, Adam, a D and a G update"),
     "lstm": Model(lstm_nets, lstm_train, lstm_data,
                   {"vocab": 10000, "emb": 200, "hidden": 200, "layers": 2, "bptt": 35,
@@ -453,14 +458,17 @@ def make_step(model: Model, method: str, c: dict | None = None, backend: str = "
         import torch as lib
     else:
         import tracegrad as lib
+    if method not in ("tg-traced", "tg-eager", "torch", "torch-compile"):
+        raise ValueError(f"unknown method {method!r}")
     nets = networks(model, lib, c)
+    compiled = method == "torch-compile"
+    if compiled and model.compile_nets:
+        nets = {name: lib.compile(net) for name, net in nets.items()}
     step = model.train(lib, nets, c)
     if method == "tg-traced":
         step = lib.trace(step, backend=backend)
-    elif method == "torch-compile":
+    elif compiled and not model.compile_nets:
         step = lib.compile(step)
-    elif method not in ("tg-eager", "torch"):
-        raise ValueError(f"unknown method {method!r}")
     batch, carry = model.data(c)
     batch = [lib.tensor(a) for a in batch]
     carried = [lib.tensor(a) for a in carry]
@@ -635,20 +643,26 @@ def profile(model: Model, repeat: int = 20, top: int = 12) -> None:
         print(f"\n{title}: ms, share of the statements' time, statements")
         for key, (s, count) in sorted(table.items(), key=lambda kv: -kv[1][0])[:top]:
             print(f"  {key:<60} {s * 1e3:8.2f} {s / work:5.0%} {count:5d}")
-    print_contractions(nodes, seconds, model.config.get("dtype", "float32"), top)
+    print_contractions(plan.graph, seconds, model.config.get("dtype", "float32"), top)
 
 
-def print_contractions(nodes: list, seconds: list[float], dtype: Any, top: int) -> None:
-    """Each kind of matrix product or convolution (op, shapes, stride): its statements' time
-    against the same GEMMs at the floor's rate."""
+def print_contractions(graph: Any, seconds: list[float], dtype: Any, top: int) -> None:
+    """Each kind of matrix product or convolution (op, shapes, stride, and whether a kernel of
+    its own or NumPy runs it): its statements' time against the same GEMMs at the floor's
+    rate."""
+    from tracegrad.compiler.kernels.native import modules
+    from tracegrad.compiler.lowering import native_nodes
+
+    native = set(modules(native_nodes(graph)))
     groups: dict[str, list] = defaultdict(lambda: [0.0, 0.0, 0])
     best: dict[tuple, float] = {}
-    for n, s in zip(nodes, seconds, strict=True):
+    for n, s in zip(graph.nodes, seconds, strict=True):
         parts = gemms(n)
         if not parts:
             continue
         stride = f" stride {n.attrs['stride'][0]}" if "stride" in n.attrs else ""
-        key = f"{n.op} {' '.join('x'.join(map(str, v.shape)) for v in n.inputs[:2])}{stride}"
+        shapes = " ".join("x".join(map(str, v.shape)) for v in n.inputs[:2])
+        key = f"{n.op} {shapes}{stride}{'' if n in native else ' (NumPy)'}"
         for g in parts:
             if g not in best:
                 best[g] = best_gemm_seconds(g, dtype)
