@@ -32,19 +32,19 @@ so the first losses agree (printed side by side, and relative to PyTorch's). Mod
   GELU, no dropout; batch 64, AdamW.
 
 Methods: `tg-traced` (`tracegrad.trace`, Numba backend), `tg-eager`, `torch` (eager),
-`torch-compile` (`torch.compile` of the whole step function; for `dcgan`, of each network: its
-step runs backward twice through the generator's region, which fails compiled whole), `jax`
-(`jax.jit` of the whole step; written for `mlp`, `cnn` and `gpt` only, in `steps.py` and
-`models.py`; the other models would each be a large job in jax: batch norm's state, transposed
-convolutions, a recurrent loop, a transformer; `--jax-python` names an interpreter that has
-jax), and `floor`: the step's matrix products, convolutions and attention products alone, each
-as the one GEMM of its sizes (a convolution as its im2col product, the im2col itself free),
-timed with NumPy's matmul for every shape the traced step runs (the fastest of many runs each,
-with one BLAS thread and with all), summed. The rounds, medians and paired ratios are
-`models.py`'s (`harness.py`): each method once a round, round-robin; a row gives the median of
-its rounds' medians with their range, its step over PyTorch eager's of the same round and over
-the floor, the first call with empty compile caches (tracegrad's kernels, Numba's,
-torch.compile's) and again with warm ones, and the process's peak RSS.
+`torch-compile` (`torch.compile` of the whole step function; for `dcgan`, of each network, with
+static shapes: its step runs backward twice through the generator's region, which fails
+compiled whole), `jax` (`jax.jit` of the whole step; written for `mlp`, `cnn` and `gpt` only,
+in `steps.py` and `models.py`; the other models would each be a large job in jax: batch norm's
+state, transposed convolutions, a recurrent loop, a transformer; `--jax-python` names an
+interpreter that has jax), and `floor`: the step's matrix products, convolutions and attention
+products alone, each as the one GEMM of its sizes (a convolution as its im2col product, the
+im2col itself free), timed with NumPy's matmul for every shape the traced step runs (the
+fastest of many runs each, with one BLAS thread and with all), summed. The rounds, medians and
+paired ratios are `models.py`'s (`harness.py`): each method once a round, round-robin; a row
+gives the median of its rounds' medians with their range, its step over PyTorch eager's of the
+same round and over the floor, the first call with empty compile caches (tracegrad's kernels,
+Numba's, torch.compile's) and again with warm ones, and the process's peak RSS.
 
 `--profile MODEL` instead shows, in this process, where the traced step's time goes: by op, by
 the user's source line (nodes record no module path), each matrix product and convolution
@@ -100,8 +100,9 @@ class Model:
     # initial weights by network (state_dict arrays) where tracegrad's init is not the model's
     weights: Callable[[dict], dict[str, dict[str, np.ndarray]]] | None = None
     jax: Callable[[], Callable[[], float]] | None = None  # the same step in jax, if written
-    # torch.compile the networks, not the step: a compiled region is one autograd node, and a
-    # step that runs backward twice through one region (a GAN's) fails when compiled whole
+    # torch.compile the networks (static shapes), not the step: a compiled region is one
+    # autograd node, and a step that runs backward twice through one region (a GAN's) fails
+    # when compiled whole; with automatic dynamic shapes, Inductor failed on the networks
     compile_nets: bool = False
     about: str = field(default="")
 
@@ -463,7 +464,7 @@ def make_step(model: Model, method: str, c: dict | None = None, backend: str = "
     nets = networks(model, lib, c)
     compiled = method == "torch-compile"
     if compiled and model.compile_nets:
-        nets = {name: lib.compile(net) for name, net in nets.items()}
+        nets = {name: lib.compile(net, dynamic=False) for name, net in nets.items()}
     step = model.train(lib, nets, c)
     if method == "tg-traced":
         step = lib.trace(step, backend=backend)
