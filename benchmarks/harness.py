@@ -248,9 +248,10 @@ def cpu_ticks() -> tuple[float, float]:
 
 
 def busy_elsewhere(start: tuple[float, float], wall: float) -> float:
-    """Share of the machine's cores that other processes kept busy since `start`."""
+    """Share of the machine's cores that other processes kept busy since `start` (over a short
+    `wall`, the clock ticks of /proc/stat make it rough: at most 1)."""
     busy, own = cpu_ticks()
-    return max(0.0, (busy - start[0]) - (own - start[1])) / (wall * os.cpu_count())
+    return min(1.0, max(0.0, (busy - start[0]) - (own - start[1])) / (wall * os.cpu_count()))
 
 
 def timed(step) -> tuple[float, float]:
@@ -276,10 +277,13 @@ def run_child(method: str, workload: str, steps: int, budget: float, memory: boo
     return result
 
 
-def time_step(step: Callable[[], float], steps: int, budget: float) -> dict[str, Any]:
+def time_step(
+    step: Callable[[], float], steps: int, budget: float, least: float = 0.0
+) -> dict[str, Any]:
     """Time the first call (for a traced step also until its kernels, compiled in the
     background, were ready: `kernels_s`), then one warm-up call (its loss is the loss after one
-    update), then `steps` calls, or fewer (at least one) once they have taken `budget` seconds.
+    update), then `steps` calls, or fewer (at least one) once they have taken `budget` seconds,
+    or more while they have taken less than `least` seconds (a step of a millisecond).
     The warm-up may trace again (a step that sets its grads to None first starts its second
     call with grads where the first had none), so the kernels are waited for once more."""
     result: dict[str, Any] = {"times_s": []}
@@ -290,11 +294,12 @@ def time_step(step: Callable[[], float], steps: int, budget: float) -> dict[str,
         result["loss2"] = timed(step)[1]
         if hasattr(step, "wait_for_kernels"):
             step.wait_for_kernels()
-        ticks, times = cpu_ticks(), result["times_s"]
-        while len(times) < steps and (not times or sum(times) < budget):
+        ticks, times, spent = cpu_ticks(), result["times_s"], 0.0
+        while not times or spent < min(least, budget) or len(times) < steps and spent < budget:
             times.append(timed(step)[0])
+            spent += times[-1]
         result["median_s"] = statistics.median(times)
-        result["busy_elsewhere"] = busy_elsewhere(ticks, sum(times))
+        result["busy_elsewhere"] = busy_elsewhere(ticks, spent)
     result["peak_rss_mb"] = peak_rss_mb()
     result["blas"] = blas_info()
     return result

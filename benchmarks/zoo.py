@@ -619,7 +619,7 @@ def profile(model: Model, repeat: int = 20, top: int = 12) -> None:
         run.wait_for_kernels()
     run()
     plan = run.traced.latest
-    step_s = min(time_step(run, 10, 5.0)["times_s"])
+    step_s = min(time_step(run, 10, 5.0, least=0.5)["times_s"])
     plan_s = plan_seconds(plan)
     prof = viz.profile(plan, repeat=repeat)
     nodes, seconds = plan.graph.nodes, prof.seconds
@@ -696,7 +696,7 @@ def run_child(method: str, name: str, steps: int, budget: float) -> dict[str, An
         return {"na": reason}
     start = time.perf_counter()
     step = model.jax() if method == "jax" else make_step(model, method)
-    return {"setup_s": time.perf_counter() - start, **time_step(step, steps, budget)}
+    return {"setup_s": time.perf_counter() - start, **time_step(step, steps, budget, least=1.0)}
 
 
 def measure(name: str, steps: int, budget: float, jax_python: str, method: str, env: dict,
