@@ -98,7 +98,8 @@ def run_rounds(
     lands on every method, not on whichever ran during it. `measure(method, env, first_only)`
     runs one child. The compile caches start empty; in the first round each method of `warm`
     is followed by a child that times only the first call, with the caches its first child
-    filled (`warm_first_s`). A list of {method: result} per round."""
+    filled (`warm_first_s`; `warm_kernels_s`: when a traced step's kernels were ready). A list
+    of {method: result} per round."""
     results: list[dict[str, dict[str, Any]]] = []
     with tempfile.TemporaryDirectory(prefix="tracegrad-bench-") as cache:
         env = cache_env(cache)
@@ -107,7 +108,9 @@ def run_rounds(
             for method in methods:
                 result = measure(method, env, False)
                 if r == 0 and method in warm and "first_s" in result:
-                    result["warm_first_s"] = measure(method, env, True).get("first_s")
+                    again = measure(method, env, True)
+                    result["warm_first_s"] = again.get("first_s")
+                    result["warm_kernels_s"] = again.get("kernels_s")
                 results[r][method] = result
     return results
 
@@ -153,6 +156,9 @@ def print_table(results: list[dict], reference: str = "torch", floor: str = "flo
         first_call = _cell(first.get("first_s"), ".2f")
         if "kernels_s" in first:
             first_call += f" (kernels {first['kernels_s']:.1f})"
+        warm_call = _cell(first.get("warm_first_s"), ".2f")
+        if first.get("warm_kernels_s") is not None:
+            warm_call += f" (kernels {first['warm_kernels_s']:.1f})"
         cells = [
             method,
             f"{statistics.median(medians):.1f}",
@@ -160,7 +166,7 @@ def print_table(results: list[dict], reference: str = "torch", floor: str = "flo
             _cell(statistics.median(ratios) if ratios else None, ".2f"),
             _cell(statistics.median(medians) / 1e3 / floor_s if floor_s else None, ".2f"),
             first_call,
-            _cell(first.get("warm_first_s"), ".2f"),
+            warm_call,
             f"{max(r['peak_rss_mb'] for r in runs):.0f}",
             _cell(first.get("loss1"), ".6f"),
             _cell(first.get("loss2"), ".6f"),
