@@ -63,7 +63,7 @@ import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -104,7 +104,7 @@ class Model:
     # autograd node, and a step that runs backward twice through one region (a GAN's) fails
     # when compiled whole; with automatic dynamic shapes, Inductor failed on the networks
     compile_nets: bool = False
-    about: str = field(default="")
+    about: str = ""
 
 
 def is_torch(lib: Any) -> bool:
