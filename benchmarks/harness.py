@@ -18,8 +18,10 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 MARK = "@@result "
@@ -73,6 +75,126 @@ def run_marked(cmd: list[str], env: dict[str, str], timeout: float = 1800.0) -> 
             return json.loads(line[len(MARK) :])
     lines = (proc.stderr or proc.stdout).strip().splitlines()
     return {"error": lines[-1] if lines else f"exit code {proc.returncode}"}
+
+
+# --- rounds: several methods on one workload, and their table ---------------------------------
+
+
+def cache_env(root: str) -> dict[str, str]:
+    """The environment of a child whose compile caches all live under `root` (empty when it is
+    new): tracegrad's kernels, Numba's own and torch.compile's."""
+    return child_env(TRACEGRAD_CACHE_DIR=os.path.join(root, "tracegrad"),
+                     NUMBA_CACHE_DIR=os.path.join(root, "numba"),
+                     TORCHINDUCTOR_CACHE_DIR=os.path.join(root, "inductor"))  # fmt: skip
+
+
+def run_rounds(
+    measure: Callable[[str, dict[str, str], bool], dict[str, Any]],
+    methods: Sequence[str],
+    rounds: int,
+    warm: Collection[str] = (),
+) -> list[dict[str, dict[str, Any]]]:
+    """Every method's child once a round, round after round: a slow spell of the host then
+    lands on every method, not on whichever ran during it. `measure(method, env, first_only)`
+    runs one child. The compile caches start empty; in the first round each method of `warm`
+    is followed by a child that times only the first call, with the caches its first child
+    filled (`warm_first_s`; `warm_kernels_s`: when a traced step's kernels were ready). A list
+    of {method: result} per round."""
+    results: list[dict[str, dict[str, Any]]] = []
+    with tempfile.TemporaryDirectory(prefix="tracegrad-bench-") as cache:
+        env = cache_env(cache)
+        for r in range(rounds):
+            results.append({})
+            for method in methods:
+                result = measure(method, env, False)
+                if r == 0 and method in warm and "first_s" in result:
+                    again = measure(method, env, True)
+                    result["warm_first_s"] = again.get("first_s")
+                    result["warm_kernels_s"] = again.get("kernels_s")
+                results[r][method] = result
+    return results
+
+
+def paired(results: list[dict], method: str, against: Sequence[str]) -> list[float]:
+    """`method`'s step time over the fastest of `against`'s in the same round, round by round:
+    a ratio of neighbours in time, as free of the host's drift as it gets."""
+    ratios = []
+    for rnd in results:
+        mine = rnd.get(method, {}).get("median_s")
+        theirs = [rnd[m]["median_s"] for m in against if "median_s" in rnd.get(m, {})]
+        if mine and theirs:
+            ratios.append(mine / min(theirs))
+    return ratios
+
+
+TABLE = ("method", "step ms", "range ms", "x torch", "x floor", "first call s", "warm first s",
+         "peak RSS MB", "loss", "after 1 update", "busy elsewhere")  # fmt: skip
+
+
+def _cell(value: Any, spec: str) -> str:
+    return "" if value is None else format(value, spec)
+
+
+def print_table(results: list[dict], reference: str = "torch", floor: str = "floor") -> None:
+    """A Markdown table, one row per method: the median of its rounds' step medians and their
+    range, its step over `reference`'s of the same round (the median of the rounds' ratios) and
+    over the median `floor`, the first call (the first round's: empty compile caches, "kernels"
+    when a traced step's background compilation was done) and again with warm caches, the
+    largest peak RSS, the first round's losses and the largest share of the host that other
+    processes kept busy while it was timed."""
+    print("| " + " | ".join(TABLE) + " |\n|---|" + "---:|" * (len(TABLE) - 1))
+    floors = [rnd[floor]["median_s"] for rnd in results if "median_s" in rnd.get(floor, {})]
+    floor_s = statistics.median(floors) if floors else None
+    for method, first in results[0].items():
+        runs = [rnd[method] for rnd in results if "median_s" in rnd.get(method, {})]
+        if not runs:
+            why = first.get("na") or f"error: {first.get('error', first)}"
+            print(f"| {method} | {why} |" + " |" * (len(TABLE) - 2))
+            continue
+        medians = [r["median_s"] * 1e3 for r in runs]
+        ratios = paired(results, method, (reference,))
+        first_call = _cell(first.get("first_s"), ".2f")
+        if "kernels_s" in first:
+            first_call += f" (kernels {first['kernels_s']:.1f})"
+        warm_call = _cell(first.get("warm_first_s"), ".2f")
+        if first.get("warm_kernels_s") is not None:
+            warm_call += f" (kernels {first['warm_kernels_s']:.1f})"
+        cells = [
+            method,
+            f"{statistics.median(medians):.1f}",
+            f"{min(medians):.1f}-{max(medians):.1f}" if len(medians) > 1 else "",
+            _cell(statistics.median(ratios) if ratios else None, ".2f"),
+            _cell(statistics.median(medians) / 1e3 / floor_s if floor_s else None, ".2f"),
+            first_call,
+            warm_call,
+            f"{max(r['peak_rss_mb'] for r in runs):.0f}",
+            _cell(first.get("loss1"), ".6f"),
+            _cell(first.get("loss2"), ".6f"),
+            _cell(max(r.get("busy_elsewhere", 0.0) for r in runs), ".0%"),
+        ]
+        print("| " + " | ".join(cells) + " |")
+
+
+def print_agreement(results: list[dict], reference: str = "torch") -> None:
+    """Each first loss relative to `reference`'s (tracegrad traced's where it did not run)."""
+    losses = {m: r["loss1"] for m, r in results[0].items() if r.get("loss1") is not None}
+    ref = next((m for m in (reference, "tg-traced") if m in losses), None)
+    if ref is None or len(losses) < 2:
+        return
+    diffs = ", ".join(f"{m} {abs(v / losses[ref] - 1):.1e}" for m, v in losses.items() if m != ref)
+    print(f"first loss relative to {ref}'s: {diffs}")
+
+
+def print_ratios(results: list[dict], method: str = "tg-traced") -> None:
+    """`method`'s step over PyTorch eager's, and over the faster of eager and torch.compile,
+    round by round (the targets' ratios)."""
+    against = {"PyTorch eager": ("torch",), "the faster PyTorch": ("torch", "torch-compile")}
+    for name, others in against.items():
+        ratios = paired(results, method, others)
+        if ratios:
+            listed = ", ".join(f"{x:.2f}" for x in ratios)
+            print(f"{method} / {name}, round by round: {listed} "
+                  f"(median {statistics.median(ratios):.2f})")  # fmt: skip
 
 
 # --- child side ---------------------------------------------------------------------------------
@@ -132,9 +254,10 @@ def cpu_ticks() -> tuple[float, float]:
 
 
 def busy_elsewhere(start: tuple[float, float], wall: float) -> float:
-    """Share of the machine's cores that other processes kept busy since `start`."""
+    """Share of the machine's cores that other processes kept busy since `start` (over a short
+    `wall`, the clock ticks of /proc/stat make it rough: at most 1)."""
     busy, own = cpu_ticks()
-    return max(0.0, (busy - start[0]) - (own - start[1])) / (wall * os.cpu_count())
+    return min(1.0, max(0.0, (busy - start[0]) - (own - start[1])) / (wall * os.cpu_count()))
 
 
 def timed(step) -> tuple[float, float]:
@@ -153,20 +276,36 @@ def run_child(method: str, workload: str, steps: int, budget: float, memory: boo
     start = time.perf_counter()
     step = build(method, WORKLOADS[workload])
     result: dict[str, Any] = {"setup_s": time.perf_counter() - start, "rss_setup_mb": rss_mb()}
+    result.update(time_step(step, steps, budget))
+    if memory:
+        result.update(measure_step_memory(step))
+    result["peak_rss_mb"] = peak_rss_mb()
+    return result
+
+
+def time_step(
+    step: Callable[[], float], steps: int, budget: float, least: float = 0.0
+) -> dict[str, Any]:
+    """Time the first call (for a traced step also until its kernels, compiled in the
+    background, were ready: `kernels_s`), then one warm-up call (its loss is the loss after one
+    update), then `steps` calls, or fewer (at least one) once they have taken `budget` seconds,
+    or more while they have taken less than `least` seconds (a step of a millisecond).
+    The warm-up may trace again (a step that sets its grads to None first starts its second
+    call with grads where the first had none), so the kernels are waited for once more."""
+    result: dict[str, Any] = {"times_s": []}
     result["first_s"], result["loss1"] = timed(step)
     if hasattr(step, "wait_for_kernels"):  # a traced step's first calls run NumPy meanwhile
         result["kernels_s"] = result["first_s"] + timed(step.wait_for_kernels)[0]
-    times = []
     if steps > 0:
         result["loss2"] = timed(step)[1]
-        ticks = cpu_ticks()
-        while len(times) < steps and (not times or sum(times) < budget):
+        if hasattr(step, "wait_for_kernels"):
+            step.wait_for_kernels()
+        ticks, times, spent = cpu_ticks(), result["times_s"], 0.0
+        while not times or spent < min(least, budget) or len(times) < steps and spent < budget:
             times.append(timed(step)[0])
+            spent += times[-1]
         result["median_s"] = statistics.median(times)
-        result["busy_elsewhere"] = busy_elsewhere(ticks, sum(times))
-    result["times_s"] = times
-    if memory:
-        result.update(measure_step_memory(step))
+        result["busy_elsewhere"] = busy_elsewhere(ticks, spent)
     result["peak_rss_mb"] = peak_rss_mb()
     result["blas"] = blas_info()
     return result

@@ -8,21 +8,22 @@ max-pool 2; fc 3136->128, ReLU; fc 10; SGD with momentum 0.9.
 GPT: characters, vocab 96, context 128, batch 16, d 256, 4 layers of 4 heads, MLP 1024 with
 tanh-GELU, pre-LayerNorm, learned positions, causal softmax; AdamW.
 
-Methods: tracegrad traced (Numba backend; the first call timed with an empty kernel cache and
-again with a warm one; it runs NumPy calls while the kernels compile in the background, and
+Methods: tracegrad traced (Numba backend; the first call timed with empty compile caches and
+again with warm ones; it runs NumPy calls while the kernels compile in the background, and
 "(kernels N)" says how many seconds after its start they were ready), tracegrad eager, PyTorch
-eager and torch.compile, and `jax.jit` of the whole step (forward, loss, grad and a hand-written
-optimizer update, parameters and optimizer state donated; NCHW convolutions with
-`lax.conv_general_dilated`, pooling with `lax.reduce_window`). torch and jax rows are skipped,
-with a one-line reason, where the library is not installed. The same float32 weights
-(tracegrad's initialization, through `state_dict()`) and data everywhere; the first losses (and
-the losses after one update, which check gradients and optimizer) are printed side by side, the
-first ones also relative to torch's. Each method runs in R rounds (3), one child a round,
-round-robin: a row gives the median of its rounds' step medians and their range, and tracegrad
-traced's step is divided by PyTorch's of the same round (the targets' ratios, paired). The first
-call (jax: its compile) is timed apart, in the first round; peak RSS of each child process.
-`--profile` instead prints where the traced step's time goes, by op
-(`tracegrad.runtime.viz.profile`, in this process).
+eager and torch.compile (its first call also timed cold and warm), and `jax.jit` of the whole
+step (forward, loss, grad and a hand-written optimizer update, parameters and optimizer state
+donated; NCHW convolutions with `lax.conv_general_dilated`, pooling with `lax.reduce_window`).
+torch and jax rows are skipped, with a one-line reason, where the library is not installed.
+The same float32 weights (tracegrad's initialization, through `state_dict()`) and data
+everywhere; the first losses (and the losses after one update, which check gradients and
+optimizer) are printed side by side, the first ones also relative to torch's. Each method runs
+in R rounds (3), one child a round, round-robin (`harness.run_rounds`): a row gives the median
+of its rounds' step medians and their range, and each step is divided by PyTorch's of the same
+round (the targets' ratios, paired). The first call (jax: its compile) is timed apart, in the
+first round; peak RSS of each child process. `--profile` instead prints where the traced
+step's time goes (`zoo.profile`, in this process). `zoo.py` runs these two models beside
+others, with a floor.
 """
 
 from __future__ import annotations
@@ -31,28 +32,39 @@ import argparse
 import json
 import math
 import os
-import statistics
 import sys
-import tempfile
 import time
 from functools import partial
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
-from harness import MARK, busy_elsewhere, child_env, cpu_ticks, peak_rss_mb, run_marked  # noqa: E402
+from harness import (  # noqa: E402
+    MARK,
+    print_agreement,
+    print_ratios,
+    print_table,
+    run_marked,
+    run_rounds,
+    time_step,
+)
 
 METHODS = ("tg-traced", "tg-eager", "torch", "torch-compile", "jax")
 CNN = dict(batch=256, lr=0.01, momentum=0.9)
 GPT = dict(vocab=96, context=128, batch=16, d=256, layers=4, heads=4, lr=3e-4)
 
 
-def data(workload: str):
-    rng = np.random.default_rng(1)
+def config(workload: str, cfg: dict | None = None) -> dict:
+    """The workload's sizes and hyperparameters, with `cfg`'s changes (smaller ones in tests)."""
+    return {**(CNN if workload == "cnn" else GPT), **(cfg or {})}
+
+
+def data(workload: str, cfg: dict | None = None):
+    rng, c = np.random.default_rng(1), config(workload, cfg)
     if workload == "cnn":
-        return (rng.standard_normal((CNN["batch"], 1, 28, 28)).astype(np.float32),
-                rng.integers(0, 10, CNN["batch"]))  # fmt: skip
-    tokens = rng.integers(0, GPT["vocab"], (GPT["batch"], GPT["context"] + 1))
+        return (rng.standard_normal((c["batch"], 1, 28, 28)).astype(np.float32),
+                rng.integers(0, 10, c["batch"]))  # fmt: skip
+    tokens = rng.integers(0, c["vocab"], (c["batch"], c["context"] + 1))
     return tokens[:, :-1], tokens[:, 1:]
 
 
@@ -65,7 +77,7 @@ def cnn(nn):
     )  # fmt: skip
 
 
-def tg_model(workload: str):
+def tg_model(workload: str, cfg: dict | None = None):
     from tracegrad import nn
 
     nn.manual_seed(0)
@@ -73,7 +85,8 @@ def tg_model(workload: str):
         return cnn(nn)
     from train_gpt import GPT as Model
 
-    return Model(GPT["vocab"], GPT["context"], GPT["d"], GPT["layers"], GPT["heads"])
+    c = config(workload, cfg)
+    return Model(c["vocab"], c["context"], c["d"], c["layers"], c["heads"])
 
 
 def build_tg(workload: str, traced: bool):
@@ -106,32 +119,22 @@ def build_tg(workload: str, traced: bool):
         return float(step(x, y))
 
     if traced:
-        run.wait_for_kernels, run.traced = step.wait_for_kernels, step
+        run.wait_for_kernels = step.wait_for_kernels
     return run
 
 
-def profile_tg(workload: str) -> None:
-    """Where the traced step's time goes: `viz.profile`'s fastest of 20 runs per statement (timed
-    without tracemalloc), summed by op, a fused kernel by its phase."""
-    from tracegrad.runtime import viz
-
-    run = build_tg(workload, traced=True)
-    run()
-    run.wait_for_kernels()
-    run()
-    plan = run.traced.latest
-    prof = viz.profile(plan, repeat=20)
-    by_op: dict[str, float] = {}
-    for n, seconds in zip(plan.graph.nodes, prof.seconds, strict=True):
-        key = f"fused {n.phase}" if n.op == "fused" else n.op
-        by_op[key] = by_op.get(key, 0.0) + seconds
-    total = sum(prof.seconds)
-    print(f"\n{workload}: traced step, {total * 1e3:.1f} ms in {len(plan.graph.nodes)} statements")
-    for op, seconds in sorted(by_op.items(), key=lambda kv: -kv[1])[:14]:
-        print(f"  {op:<22} {seconds * 1e3:7.1f} ms  {seconds / total:4.0%}")
-
-
 def torch_model(workload: str):
+    """The PyTorch twin of `tg_model(workload)`, with its weights."""
+    import torch
+
+    model = torch_net(workload)
+    state = {k: torch.tensor(v.numpy()) for k, v in tg_model(workload).state_dict().items()}
+    model.load_state_dict(state)
+    return model
+
+
+def torch_net(workload: str, cfg: dict | None = None):
+    """The model in PyTorch, with PyTorch's own initialization."""
     import torch
     from torch import nn
 
@@ -159,10 +162,11 @@ def torch_model(workload: str):
         class Model(nn.Module):
             def __init__(self):
                 super().__init__()
-                d = GPT["d"]
-                self.tok, self.pos = nn.Embedding(GPT["vocab"], d), nn.Embedding(GPT["context"], d)
-                self.blocks = nn.ModuleList(Block(d, GPT["heads"]) for _ in range(GPT["layers"]))
-                self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, GPT["vocab"])
+                c = config(workload, cfg)
+                d = c["d"]
+                self.tok, self.pos = nn.Embedding(c["vocab"], d), nn.Embedding(c["context"], d)
+                self.blocks = nn.ModuleList(Block(d, c["heads"]) for _ in range(c["layers"]))
+                self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, c["vocab"])
 
             def forward(self, idx):
                 x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
@@ -171,8 +175,6 @@ def torch_model(workload: str):
                 return self.head(self.ln(x))
 
         model = Model()
-    state = {k: torch.tensor(v.numpy()) for k, v in tg_model(workload).state_dict().items()}
-    model.load_state_dict(state)
     return model
 
 
@@ -322,99 +324,13 @@ def run_child(method: str, workload: str, steps: int, budget: float) -> dict:
         step = build_jax(workload)
     else:
         step = build_torch(workload, method == "torch-compile")
-    result = {"setup_s": time.perf_counter() - start}
-    t = time.perf_counter()
-    result["loss1"] = step()
-    result["first_s"] = time.perf_counter() - t
-    if hasattr(step, "wait_for_kernels"):  # a traced step's first calls run NumPy meanwhile
-        step.wait_for_kernels()
-        result["kernels_s"] = time.perf_counter() - t
-    if steps == 0:  # the first call only
-        return {**result, "peak_rss_mb": peak_rss_mb()}
-    result["loss2"] = step()  # the warm-up call: the loss after one update
-    times, ticks = [], cpu_ticks()
-    while len(times) < steps and (not times or sum(times) < budget):
-        t = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t)
-    result.update(median_s=statistics.median(times), times_s=times, peak_rss_mb=peak_rss_mb(),
-                  busy_elsewhere=busy_elsewhere(ticks, sum(times)))  # fmt: skip
-    return result
+    return {"setup_s": time.perf_counter() - start, **time_step(step, steps, budget)}
 
 
-def measure(method: str, workload: str, steps: int, budget: float, cache: str) -> dict:
+def measure(workload: str, steps: int, budget: float, method: str, env: dict, first_only: bool):
     cmd = [sys.executable, os.path.abspath(__file__), "--child", method, workload,
-           "--steps", str(steps), "--budget", str(budget)]  # fmt: skip
-    return run_marked(cmd, child_env(TRACEGRAD_CACHE_DIR=cache))
-
-
-def print_agreement(first_losses: dict[str, float]) -> None:
-    """Each first loss relative to torch's (tracegrad traced's where torch did not run)."""
-    ref = next((m for m in ("torch", "tg-traced") if m in first_losses), None)
-    if ref is None or len(first_losses) < 2:
-        return
-    diffs = ", ".join(f"{m} {abs(v / first_losses[ref] - 1):.1e}"
-                      for m, v in first_losses.items() if m != ref)  # fmt: skip
-    print(f"first loss relative to {ref}'s: {diffs}")
-
-
-def run_rounds(workload: str, methods: list[str], rounds: int, steps: int, budget: float) -> list:
-    """Every method's child once a round, round after round (a slow spell of the host then
-    lands on every method, not on whichever ran during it). One kernel cache for all: empty for
-    tracegrad's first child, which is followed by a child that times the first call with it
-    warm. A list of {label: result} per round."""
-    results = []
-    with tempfile.TemporaryDirectory() as cache:
-        for r in range(rounds):
-            results.append({})
-            for method in methods:
-                results[r][method] = measure(method, workload, steps, budget, cache)
-                if method == "tg-traced" and r == 0:
-                    results[r]["  warm cache"] = measure(method, workload, 0, 0, cache)
-    return results
-
-
-def print_table(workload: str, results: list[dict]) -> None:
-    """One row per method: the median of its rounds' medians (with their range when several),
-    the first round's first call and losses (empty kernel cache), the largest peak RSS."""
-    print(f"\n{workload}: method | median step s | first call s | peak RSS MB | first loss "
-          "| loss after 1 update | machine busy elsewhere")  # fmt: skip
-    first_losses = {}
-    for label, r in results[0].items():
-        kernels = f" (kernels {r['kernels_s']:.1f})" if "kernels_s" in r else ""
-        if "median_s" not in r:
-            if "first_s" in r:
-                print(f"{label} | | {r['first_s']:.2f}{kernels} | {r['peak_rss_mb']:.0f} | | |")
-            else:
-                print(f"{label} | skipped: {r['na']}" if "na" in r else f"{label} | {r}")
-            continue
-        runs = [rnd[label] for rnd in results if "median_s" in rnd[label]]
-        medians = [x["median_s"] for x in runs]
-        spread = f" ({min(medians):.3f}-{max(medians):.3f})" if len(medians) > 1 else ""
-        busy = max(x["busy_elsewhere"] for x in runs)
-        first_losses[label] = r["loss1"]
-        print(f"{label} | {statistics.median(medians):.3f}{spread} | {r['first_s']:.2f}{kernels}"
-              f" | {max(x['peak_rss_mb'] for x in runs):.0f} | {r['loss1']:.6f} | "
-              f"{r['loss2']:.6f} | {busy:.0%}")  # fmt: skip
-    print_agreement(first_losses)
-
-
-def print_ratios(results: list[dict]) -> None:
-    """tracegrad traced's step over PyTorch eager's, and over the faster of eager and
-    torch.compile, paired within each round: the targets' ratios, as free of the host's drift
-    as a ratio of neighbours in time can be."""
-    against = {"PyTorch eager": ("torch",), "the faster PyTorch": ("torch", "torch-compile")}
-    for name, others in against.items():
-        ratios = []
-        for rnd in results:
-            mine = rnd.get("tg-traced", {}).get("median_s")
-            theirs = [rnd[m]["median_s"] for m in others if "median_s" in rnd.get(m, {})]
-            if mine and theirs:
-                ratios.append(mine / min(theirs))
-        if ratios:
-            listed = ", ".join(f"{x:.2f}" for x in ratios)
-            print(f"tracegrad traced / {name}, round by round: {listed} "
-                  f"(median {statistics.median(ratios):.2f})")  # fmt: skip
+           "--steps", str(0 if first_only else steps), "--budget", str(budget)]  # fmt: skip
+    return run_marked(cmd, env)
 
 
 def main() -> None:
@@ -429,16 +345,21 @@ def main() -> None:
                         help="where the traced step's time goes, by op, instead")  # fmt: skip
     args = parser.parse_args()
     if args.profile:
+        from zoo import MODELS, profile
+
         for workload in args.workloads:
-            profile_tg(workload)
+            profile(MODELS[workload])
         return
     if args.child:
         print(MARK + json.dumps(run_child(*args.child, args.steps, args.budget)), flush=True)
         return
     print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     for workload in args.workloads:
-        results = run_rounds(workload, args.methods, args.rounds, args.steps, args.budget)
-        print_table(workload, results)
+        run = partial(measure, workload, args.steps, args.budget)
+        results = run_rounds(run, args.methods, args.rounds, warm=("tg-traced", "torch-compile"))
+        print(f"\n{workload}:\n")
+        print_table(results)
+        print_agreement(results)
         print_ratios(results)
     print(f"\nload average after: {os.getloadavg()[0]:.2f}")
 
