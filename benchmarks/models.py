@@ -119,6 +119,7 @@ def build_tg(workload: str, traced: bool):
         return float(step(x, y))
 
     if traced:
+        run.traced = step
         run.wait_for_kernels = step.wait_for_kernels
     return run
 
