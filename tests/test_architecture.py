@@ -289,3 +289,31 @@ def test_the_privacy_check_sees_imports_and_module_attributes(tmp_path):
     assert private_reads("passes.budget", tmp_path / "budget.py", known) == {
         "passes.remat._clone", "tracegrad.core.ir._ids", "tracegrad.core.primitives._x"
     }  # fmt: skip
+
+
+def _code_for(test: Path) -> list[Path]:
+    """Where a test file's code lives: tests/<folders>/test_<module>[_topic].py tests
+    <folders>/<module>.py (or the package <module>/, or the folder itself when the module is
+    the folder's own name), under tracegrad/ or at the project's top (passes, examples,
+    benchmarks)."""
+    folders = test.parent.relative_to(ROOT / "tests").parts
+    words = test.stem.removeprefix("test_").split("_")
+    found = []
+    for base in (ROOT / "tracegrad", ROOT):
+        folder = base.joinpath(*folders)
+        for n in range(len(words), 0, -1):
+            name = "_".join(words[:n])
+            for candidate in (folder / f"{name}.py", folder / name):
+                if candidate.exists():
+                    found.append(candidate)
+            if folders and name == folders[-1] and folder.is_dir():
+                found.append(folder)
+    return found
+
+
+def test_tests_mirror_the_code():
+    """A module's tests are found by its path; tests at the top of tests/ are whole-package."""
+    nested = [p for p in (ROOT / "tests").rglob("test_*.py") if p.parent != ROOT / "tests"]
+    assert nested, "no tests in folders"
+    lost = [str(p.relative_to(ROOT)) for p in nested if not _code_for(p)]
+    assert not lost, f"test files that name no module at their path: {lost}"

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from conftest import numeric_grad
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import tracegrad as tg
+from tests.conftest import numeric_grad
 from tracegrad.compiler import lowering
 
 settings.register_profile(

@@ -6,8 +6,8 @@ These are branch-free polynomial/rational approximations (after Eigen's `ptanh_f
 and integer bit tricks, so once LLVM inlines them the surrounding loop becomes SIMD code.
 Special values follow IEEE (exp(-inf) = 0, log(0) = -inf, log(-1) = nan, nan -> nan), which is
 why the flags below leave out `nnan`/`ninf`, and why they leave out `reassoc`: it would undo
-the Cody-Waite argument reduction. Error bounds, as measured by tests/test_fastmath.py, are in
-docs/kernels.md.
+the Cody-Waite argument reduction. Error bounds, as measured by
+tests/compiler/kernels/test_fastmath.py, are in docs/kernels.md.
 """
 
 from __future__ import annotations

@@ -1,0 +1,135 @@
+"""The Numba backend's convolution kernels (`compiler.kernels.conv`): every geometry of the NumPy
+paths' tests, against the direct reference (forward) and the NumPy versions (gradients), with
+blocks of whole samples and of one output row; inputs in any layout; a traced step's plan."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+from tests.core.ops.test_conv import GEOMETRIES, reference
+from tracegrad.compiler.kernels import blas, conv
+from tracegrad.compiler.kernels.native import compile_native
+from tracegrad.core import primitives as P
+from tracegrad.core.ir import Node, Value
+from tracegrad.core.ops import conv as C
+from tracegrad.nn import functional as F
+
+pytestmark = pytest.mark.skipif(
+    blas.gemm_symbols() is None, reason="NumPy's BLAS is not an OpenBLAS with cblas routines"
+)
+ONE_BY_ONE = [
+    ((3, 4, 5, 6), 6, (1, 1), (1, 1), ((0, 0), (0, 0)), (1, 1), 1),  # the sample is its columns
+    ((1, 4, 5, 6), 6, (1, 1), (1, 1), ((0, 0), (0, 0)), (1, 1), 2),  # one sample, two threads
+]
+
+
+def kernels(x, w, y, attrs):
+    """The forward, input-gradient and weight-gradient kernels for these shapes."""
+    v = lambda a: Value(a.shape, a.dtype)  # noqa: E731
+    nodes = [
+        Node(P.conv2d, [v(x), v(w)], [v(y)], attrs),
+        Node(P.conv2d_input_grad, [v(y), v(w)], [v(x)], dict(attrs, shape=x.shape)),
+        Node(P.conv2d_weight_grad, [v(x), v(y)], [v(w)], dict(attrs, shape=w.shape)),
+    ]
+    compiled = compile_native(nodes)
+    assert all(ok for ok, _ in compiled)
+    return [k for _, k in compiled]
+
+
+def run(kernel, a, b, like):
+    out = np.full(like.shape, np.nan, like.dtype)  # every element must be written
+    kernel(a, b, out)
+    return out
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES + ONE_BY_ONE)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("block", ["sample", "row"])
+def test_kernels_match_reference_and_numpy(monkeypatch, geometry, dtype, block):
+    if block == "row":
+        monkeypatch.setattr(conv, "BLOCK_BYTES", 1)  # a block of one output row
+    shape, out, kernel, stride, padding, dilation, groups = geometry
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(shape).astype(dtype)
+    w = rng.standard_normal((out, shape[1] // groups, *kernel)).astype(dtype)
+    a = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    y = reference(x, w, **a)
+    g = rng.standard_normal(y.shape).astype(dtype)
+    forward, input_grad, weight_grad = kernels(x, w, y, a)
+    x0, w0, g0 = x.copy(), w.copy(), g.copy()
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(run(forward, x, w, y), y, rtol=tol, atol=tol)
+    dx, dw = run(input_grad, g, w, x), run(weight_grad, x, g, w)
+    np.testing.assert_allclose(dx, C.input_grad(g, w, x.shape, **a), rtol=tol, atol=tol)
+    np.testing.assert_allclose(dw, C.weight_grad(x, g, w.shape, **a), rtol=tol, atol=tol)
+    inner = float(np.vdot(y.astype(np.float64), g))  # the adjoint identities, independently
+    scale = np.abs(y).sum() * np.abs(g).max()
+    assert abs(float(np.vdot(x, dx)) - inner) <= tol * scale
+    assert abs(float(np.vdot(w, dw)) - inner) <= tol * scale
+    for before, now in ((x0, x), (w0, w), (g0, g)):
+        np.testing.assert_array_equal(before, now)
+
+
+def test_kernels_read_any_layout_and_read_only_operands():
+    shape, out, kernel, stride, padding, dilation, groups = GEOMETRIES[8]
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal(shape)
+    w = rng.standard_normal((out, shape[1] // groups, *kernel))
+    a = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    y = reference(x, w, **a)
+    forward, _, weight_grad = kernels(x, w, y, a)
+    xf, wr = np.asfortranarray(x), w.copy()
+    wr.flags.writeable = False
+    np.testing.assert_allclose(run(forward, xf, wr, y), y, rtol=1e-12, atol=1e-12)
+    g = rng.standard_normal(y.shape)
+    want = C.weight_grad(x, g, w.shape, **a)
+    np.testing.assert_allclose(run(weight_grad, xf, g[:, ::-1][:, ::-1], w), want, rtol=1e-12)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        forward(x, w, np.empty(y.shape[::-1]).T)
+
+
+def test_numpy_versions_write_into_out():
+    """The plan's buffers: the NumPy versions write them (the NumPy backend, and a traced step
+    before its kernels are ready)."""
+    rng = np.random.default_rng(9)
+    a = dict(stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1), groups=1)
+    x, w = rng.standard_normal((2, 3, 5, 5)), rng.standard_normal((4, 3, 3, 3))
+    y = np.full((2, 4, 5, 5), np.nan)
+    assert np.shares_memory(C.forward(x, w, out=y, **a), y)
+    np.testing.assert_allclose(y, reference(x, w, **a), rtol=1e-12, atol=1e-12)
+    g = rng.standard_normal(y.shape)
+    for op, args, like in ((C.input_grad, (g, w, x.shape), x),
+                           (C.weight_grad, (x, g, w.shape), w)):  # fmt: skip
+        out = np.full(like.shape, np.nan)
+        result = op(*args, out=out, **a)
+        assert np.shares_memory(result, out)
+        np.testing.assert_allclose(out, op(*args, **a), rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        C.forward(x, w, out=np.empty((5, 5, 4, 2)).T, **a)
+
+
+def test_traced_conv_step_runs_the_kernels_and_matches_eager(rng):
+    conv_layer = tg.nn.Conv2d(3, 8, 3, padding=1)
+    x = tg.tensor(rng.standard_normal((16, 3, 24, 24)).astype(np.float32))
+
+    def step(x):
+        loss = (F.relu(conv_layer(x)) ** 2).mean()
+        loss.backward()
+        return loss
+
+    want = float(step(x))
+    grads = [p.grad.numpy().copy() for p in conv_layer.parameters()]
+    for p in conv_layer.parameters():
+        p.grad = None
+    traced = tg.trace(step, backend="numba")
+    for _ in range(2):  # the first call runs NumPy while the kernels compile
+        got = float(traced(x))
+        traced.wait_for_kernels()
+        for p, want_grad in zip(conv_layer.parameters(), grads, strict=True):
+            np.testing.assert_allclose(p.grad.numpy(), want_grad, rtol=1e-4, atol=1e-6)
+            p.grad = None
+        assert got == pytest.approx(want, rel=1e-5)
+    source = traced.latest.source
+    assert "conv2d kernel" in source and "conv2d_weight_grad kernel" in source

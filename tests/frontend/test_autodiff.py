@@ -1,0 +1,364 @@
+"""Autodiff semantics (as PyTorch): who requires grad, where grads land, errors, no_grad,
+the functional vjp/grad, and NumPy interop that never drops a gradient."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+from tests.conftest import numeric_grad
+
+
+def leaf(*values: float) -> tg.Tensor:
+    return tg.tensor(np.array(values), requires_grad=True)
+
+
+def test_result_requires_grad_iff_an_input_does() -> None:
+    x, c = leaf(1.0, 2.0), tg.tensor([3.0, 4.0])
+    assert (x * c).requires_grad and (c * x).requires_grad
+    assert not (c * c).requires_grad
+    with tg.no_grad():
+        assert not (x * c).requires_grad
+
+
+def test_leaves_get_grad_non_leaves_only_with_retain_grad() -> None:
+    x = leaf(1.0, 2.0)
+    h, kept = x * 3.0, x * 2.0
+    kept.retain_grad()
+    (h * kept).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), 12.0 * x.numpy())
+    assert h.grad is None
+    np.testing.assert_allclose(kept.grad.numpy(), h.numpy())
+    assert tg.tensor([1.0]).grad is None
+
+
+def test_leaf_without_requires_grad_gets_no_grad() -> None:
+    x, c = leaf(1.0, 2.0), tg.tensor([3.0, 4.0])
+    (x * c).sum().backward()
+    assert c.grad is None
+
+
+def test_gradients_accumulate_until_zeroed() -> None:
+    def losses(x):
+        return (x * x).sum(), tg.exp(x).sum()
+
+    x, y = leaf(0.5, -1.0), leaf(0.5, -1.0)
+    l1, l2 = losses(x)
+    l1.backward()
+    l2.backward()
+    m1, m2 = losses(y)
+    (m1 + m2).backward()
+    np.testing.assert_allclose(x.grad.numpy(), y.grad.numpy())
+    x.grad = None
+    losses(x)[0].backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2 * x.numpy())
+
+
+def test_shared_subexpressions_sum_their_paths() -> None:
+    x = leaf(0.3, 0.7)
+    h = tg.tanh(x)
+    (h * h + h).sum().backward()
+    t = np.tanh(x.numpy())
+    np.testing.assert_allclose(x.grad.numpy(), (2 * t + 1) * (1 - t * t))
+
+
+def test_backward_of_a_non_scalar_needs_dy() -> None:
+    x = leaf(1.0, 2.0)
+    y = x * x
+    with pytest.raises(RuntimeError, match="implicitly created only for scalar outputs"):
+        y.backward()
+    y.backward(tg.tensor([1.0, 10.0]))
+    np.testing.assert_allclose(x.grad.numpy(), [2.0, 40.0])
+
+
+def test_backward_of_a_tensor_without_grad_raises() -> None:
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        tg.tensor(2.0).backward()
+
+
+def test_second_backward_names_retain_graph() -> None:
+    x = leaf(1.0, 2.0)
+    y = tg.exp(x).sum()
+    y.backward()
+    with pytest.raises(RuntimeError, match=r"freed.*retain_graph=True"):
+        y.backward()
+
+
+def test_retain_graph_allows_a_second_backward() -> None:
+    x = leaf(1.0, 2.0)
+    y = (tg.exp(x) * x).sum()
+    y.backward(retain_graph=True)
+    first = x.grad.numpy().copy()
+    y.backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2 * first)
+
+
+def test_detach_cuts_the_graph() -> None:
+    x = leaf(1.0, 2.0)
+    y = (x.detach() * x).sum()  # only the second factor is differentiated
+    y.backward()
+    np.testing.assert_allclose(x.grad.numpy(), x.numpy())
+
+
+# --- no_grad -----------------------------------------------------------------------------------
+
+
+def test_no_grad_as_context_manager() -> None:
+    x = leaf(1.0)
+    with tg.no_grad():
+        assert not tg.is_grad_enabled()
+        y = x * 2.0
+    assert tg.is_grad_enabled()
+    assert y.is_leaf and not y.requires_grad
+
+
+def test_no_grad_as_decorator() -> None:
+    @tg.no_grad()
+    def double(t):
+        assert not tg.is_grad_enabled()
+        return t * 2.0
+
+    assert not double(leaf(1.0)).requires_grad
+    assert tg.is_grad_enabled()
+
+
+def test_no_grad_decorator_restores_after_recursion_and_errors() -> None:
+    @tg.no_grad()
+    def countdown(n):
+        if n == 0:
+            raise ValueError("bottom")
+        return countdown(n - 1)
+
+    with pytest.raises(ValueError):
+        countdown(3)
+    assert tg.is_grad_enabled()
+    with tg.no_grad(), tg.no_grad():
+        pass
+    assert tg.is_grad_enabled()
+
+
+# --- vjp and grad ------------------------------------------------------------------------------
+
+
+def test_vjp_returns_one_gradient_per_primal() -> None:
+    a, b = np.array([0.5, -1.0, 2.0]), np.array([1.5, 0.25, -0.5])
+    out, vjp_fn = tg.vjp(lambda x, y: tg.sin(x) * y, tg.tensor(a), tg.tensor(b))
+    np.testing.assert_allclose(out.numpy(), np.sin(a) * b)
+    c = np.array([1.0, 2.0, 3.0])
+    gx, gy = vjp_fn(tg.tensor(c))
+    np.testing.assert_allclose(gx.numpy(), c * np.cos(a) * b)
+    np.testing.assert_allclose(gy.numpy(), c * np.sin(a))
+    again = vjp_fn(tg.tensor(c))  # the vjp function can be called again
+    np.testing.assert_allclose(again[0].numpy(), gx.numpy())
+
+
+def test_vjp_leaves_grad_fields_alone_and_zero_for_unused_primals() -> None:
+    x, unused = leaf(1.0, 2.0), leaf(3.0)
+    _, vjp_fn = tg.vjp(lambda a, b: a * a, x, unused)
+    gx, gu = vjp_fn(tg.tensor([1.0, 1.0]))
+    np.testing.assert_allclose(gx.numpy(), [2.0, 4.0])
+    np.testing.assert_array_equal(gu.numpy(), [0.0])
+    assert x.grad is None and unused.grad is None
+
+
+def test_vjp_treats_a_repeated_primal_as_separate_arguments() -> None:
+    x = tg.tensor(np.array([1.0, 2.0]))
+    _, vjp_fn = tg.vjp(lambda a, b: a * a * b, x, x)
+    ga, gb = vjp_fn(tg.tensor([1.0, 1.0]))
+    np.testing.assert_allclose(ga.numpy(), 2 * x.numpy() ** 2)
+    np.testing.assert_allclose(gb.numpy(), x.numpy() ** 2)
+
+
+def test_grad_with_int_and_tuple_argnums() -> None:
+    def f(x, y):
+        return (x * x * y).sum()
+
+    a, b = np.array([1.0, 2.0]), np.array([3.0, -1.0])
+    np.testing.assert_allclose(tg.grad(f)(tg.tensor(a), tg.tensor(b)).numpy(), 2 * a * b)
+    np.testing.assert_allclose(tg.grad(f, argnums=1)(tg.tensor(a), tg.tensor(b)).numpy(), a * a)
+    gx, gy = tg.grad(f, argnums=(0, 1))(tg.tensor(a), tg.tensor(b))
+    np.testing.assert_allclose(gx.numpy(), 2 * a * b)
+    np.testing.assert_allclose(gy.numpy(), a * a)
+
+
+def test_grad_of_a_non_scalar_raises() -> None:
+    with pytest.raises(RuntimeError, match="scalar"):
+        tg.grad(lambda x: x * 2.0)(tg.tensor([1.0, 2.0]))
+
+
+def test_grad_nests_to_second_order() -> None:
+    """d/dx of grad(f) against finite differences of the analytic first derivative."""
+
+    def f(x):
+        return (tg.tanh(x) * x).sum()
+
+    a = np.array([0.3, -1.2, 0.8])
+    second = tg.grad(lambda x: tg.grad(f)(x).sum())(tg.tensor(a))
+
+    def first(v):
+        return np.sum(np.tanh(v) + v * (1 - np.tanh(v) ** 2))
+
+    np.testing.assert_allclose(second.numpy(), numeric_grad(first, a), rtol=1e-6)
+
+
+# --- NumPy interop: gradients never vanish silently --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "fn, dfn",
+    [
+        (lambda a, x: a * x, lambda a, x: a),
+        (lambda a, x: a + x, lambda a, x: np.ones_like(x)),
+        (lambda a, x: a - x, lambda a, x: -np.ones_like(x)),
+        (lambda a, x: a / x, lambda a, x: -a / x**2),
+        (lambda a, x: a**x, lambda a, x: a**x * np.log(a)),
+    ],
+    ids=["mul", "add", "sub", "div", "pow"],
+)
+def test_ndarray_on_the_left_gives_a_tensor_with_gradient(fn, dfn) -> None:
+    a, v = np.array([1.5, 2.0]), np.array([0.5, 3.0])
+    x = tg.tensor(v, requires_grad=True)
+    out = fn(a, x)
+    assert isinstance(out, tg.Tensor) and out.requires_grad
+    out.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), dfn(a, v))
+
+
+def test_ndarray_matmul_on_the_left() -> None:
+    a, v = np.arange(6.0).reshape(2, 3), np.array([1.0, -1.0, 2.0])
+    x = tg.tensor(v, requires_grad=True)
+    out = a @ x
+    assert isinstance(out, tg.Tensor)
+    out.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), a.sum(0))
+
+
+@pytest.mark.parametrize(
+    "ufunc, derivative",
+    [(np.exp, np.exp), (np.tanh, lambda v: 1 - np.tanh(v) ** 2), (np.sin, np.cos),
+     (np.negative, lambda v: -np.ones_like(v))],
+)  # fmt: skip
+def test_numpy_ufuncs_dispatch_to_tracegrad(ufunc, derivative) -> None:
+    v = np.array([0.5, -0.25])
+    x = tg.tensor(v, requires_grad=True)
+    out = ufunc(x)
+    assert isinstance(out, tg.Tensor)
+    out.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), derivative(v))
+
+
+@pytest.mark.parametrize(
+    "call",
+    [lambda t: np.spacing(t), lambda t: np.copysign(t, t), lambda t: np.add.reduce(t),
+     lambda t: np.exp(t, out=np.empty(2))],
+    ids=["spacing", "copysign", "add.reduce", "out="],
+)  # fmt: skip
+def test_unsupported_ufunc_raises_a_clear_type_error(call) -> None:
+    with pytest.raises(TypeError, match="not supported on tracegrad tensors"):
+        call(tg.tensor([1.0, 2.0], requires_grad=True))
+
+
+SECOND_ORDER = {
+    "exp": tg.exp,
+    "log": tg.log,
+    "sqrt": tg.sqrt,
+    "tanh": tg.tanh,
+    "sigmoid": tg.sigmoid,
+    "sin": tg.sin,
+    "cos": tg.cos,
+    "x*x": lambda x: x * x,
+    "1/x": lambda x: 1.0 / x,
+    "x/(x+1)": lambda x: x / (x + 1.0),
+    "x**x": lambda x: x**x,
+    "x**3": lambda x: x**3,
+    "abs*x": lambda x: abs(x) * x,
+    "maximum": lambda x: tg.maximum(x * x, x),
+    "where": lambda x: tg.where(x > 1.0, x * x, tg.exp(x)),
+    "matmul": lambda x: (x.reshape(2, 2) @ x.reshape(2, 2)).reshape(-1),
+    "getitem": lambda x: x[np.array([0, 0, 3])] ** 2,
+    "max": lambda x: (x * x).max(keepdims=True),
+    "prod": lambda x: x.prod(keepdims=True),
+    "prod with a zero": lambda x: (x - 0.7).prod(keepdims=True),  # x[0] - 0.7 == 0
+    "softmax": lambda x: tg.softmax(x * x),
+    "logsumexp": lambda x: tg.logsumexp(tg.sin(x), -1, keepdim=True),
+    "broadcast": lambda x: (tg.broadcast_to(x, (3, 4)) * x[:, None][:3]).sum(0),
+    "concatenate": lambda x: tg.concatenate([x * x, tg.exp(x)]),
+}
+
+
+@pytest.mark.parametrize("name", SECOND_ORDER)
+def test_second_order_gradients(name: str) -> None:
+    """grad(sum(grad(f))) against finite differences of tracegrad's first-order gradient
+    (itself checked against finite differences in test_ops)."""
+    fn = SECOND_ORDER[name]
+    a = np.array([0.7, 1.3, 0.4, 1.9])
+    c = np.random.default_rng(3).standard_normal(fn(tg.tensor(a)).shape)
+
+    def first(x):
+        return tg.grad(lambda t: (fn(t) * c).sum())(x)
+
+    second = tg.grad(lambda x: first(x).sum())(tg.tensor(a))
+    expected = numeric_grad(lambda v: float(first(tg.tensor(v)).numpy().sum()), a)
+    np.testing.assert_allclose(second.numpy(), expected, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize(
+    "call, expected_grad",
+    [
+        (lambda t: np.concatenate([t, t * 2.0]), [3.0, 3.0, 3.0]),
+        (lambda t: np.stack([t, t], axis=1), [2.0, 2.0, 2.0]),
+        (lambda t: np.where(np.array([True, False, True]), t, 0.0), [1.0, 0.0, 1.0]),
+        (lambda t: np.sum(t * t), [2.0, 4.0, 6.0]),
+        (lambda t: np.mean(t, axis=0, keepdims=True), [1 / 3, 1 / 3, 1 / 3]),
+        (lambda t: np.max(t), [0.0, 0.0, 1.0]),
+        (lambda t: np.clip(t, 1.5, 2.5), [0.0, 1.0, 0.0]),
+        (lambda t: np.reshape(t, (3, 1)) * np.transpose(np.reshape(t, (3, 1))), [12.0] * 3),
+    ],
+    ids=["concatenate", "stack", "where", "sum", "mean", "max", "clip", "reshape/transpose"],
+)
+def test_numpy_functions_dispatch_to_tracegrad(call, expected_grad) -> None:
+    x = tg.tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
+    out = call(x)
+    assert isinstance(out, tg.Tensor) and out.requires_grad
+    out.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), expected_grad)
+
+
+def test_unsupported_numpy_function_raises_instead_of_dropping_the_gradient() -> None:
+    x = tg.tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(TypeError, match=r"np\.convolve is not supported on tracegrad tensors"):
+        np.convolve(np.ones(2), x)
+    np.testing.assert_allclose(x, [1.0, 2.0])  # explicit conversion still works
+
+
+def test_numpy_functions_without_float_results_still_work() -> None:
+    x = tg.tensor([[1.0, 5.0], [3.0, 2.0]], requires_grad=True)
+    assert np.shape(x) == (2, 2) and np.ndim(x) == 2
+    np.testing.assert_array_equal(np.argmax(x, axis=1), [1, 0])
+    assert np.allclose(x, [[1.0, 5.0], [3.0, 2.0]])
+    with pytest.raises(TypeError, match=r"np\.unique is not supported"):
+        np.unique(x)
+
+
+def test_in_place_update_of_a_saved_value_is_caught_at_backward():
+    """As PyTorch's version counter: the saved w changed, so its gradient would be wrong."""
+    w = tg.tensor([1.0, 2.0], requires_grad=True)
+    loss = (w * w).sum()
+    with tg.no_grad():
+        w -= 1.0
+    with pytest.raises(RuntimeError, match="modified in place"):
+        loss.backward()
+    alias = w.detach()  # shares the buffer and the version counter
+    loss = (w * w).sum()
+    alias += 1.0
+    with pytest.raises(RuntimeError, match="modified in place"):
+        loss.backward()
+
+
+def test_in_place_update_after_backward_is_fine():
+    w = tg.tensor([1.0, 2.0], requires_grad=True)
+    (w * w).sum().backward()
+    with tg.no_grad():
+        w -= 0.5 * w.grad
+    np.testing.assert_allclose(w.numpy(), [0.0, 0.0])

@@ -1,0 +1,371 @@
+"""The tensor methods and functions PyTorch training code uses: in-place methods by PyTorch's
+rules, `x[i] = v`, `.data`, `__format__`, devices, the constructors' PyTorch arguments,
+`multinomial`, scatter and the mask operators. Values and gradients against PyTorch in float64
+(skipped without it), and the rules that hold without it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+from tracegrad.compiler import lowering
+
+R = np.random.default_rng(7)
+X, Y, Z = R.standard_normal((3, 4)), R.standard_normal((3, 4)), R.standard_normal((3, 4))
+POSITIVE = np.abs(Z) + 0.5
+MASK = X > 0.2
+INDEX = np.array([[0, 2, 1, 0], [2, 0, 0, 1]])
+
+
+def torch_or_skip():
+    return pytest.importorskip("torch", reason="PyTorch is the oracle here; not installed")
+
+
+def run(lib, fn, arrays):
+    """fn(lib, *tensors): its value and the gradients of (value * c).sum() in the float
+    inputs."""
+    xs = [lib.tensor(a, requires_grad=a.dtype.kind == "f") for a in arrays]
+    out = fn(lib, *xs)
+    value = out.detach().numpy().copy()
+    grads = []
+    if out.dtype == (np.float64 if lib is tg else lib.float64) and out.requires_grad:
+        c = np.cos(np.arange(out.numel())).reshape(tuple(out.shape))
+        (out * lib.tensor(c)).sum().backward()
+        grads = [None if x.grad is None else x.grad.numpy() for x in xs]
+    return value, grads
+
+
+# fn(lib, *tensors), and the arrays it takes
+CASES = {
+    "add alpha": (lambda t, x, y: x.add(y, alpha=2.5) + t.add(x, 1.0, alpha=-2), (X, Y)),
+    "sub alpha": (lambda t, x, y: x.sub(y, alpha=-0.5) * t.sub(y, x, alpha=3), (X, Y)),
+    "div floor": (lambda t, x, y: x.div(y, rounding_mode="floor"), (X, POSITIVE)),
+    "div trunc": (lambda t, x, y: t.div(x * 3, y, rounding_mode="trunc"), (X, POSITIVE)),
+    "addcmul": (lambda t, x, y, z: x.addcmul(y, z, value=0.3), (X, Y, Z)),
+    "addcdiv": (lambda t, x, y, z: t.addcdiv(x, y, z, value=-0.7), (X, Y, POSITIVE)),
+    "lerp": (lambda t, x, y, z: x.lerp(y, 0.3) + t.lerp(x, y, z), (X, Y, Z)),
+    "masked_fill": (lambda t, x, m: x.masked_fill(m, -1.5) + t.masked_fill(x, ~m, 2.0),
+                    (X, MASK)),
+    "views": (lambda t, x, y: x.view_as(y.t()) + y.t().reshape_as(x.t()), (X, Y)),
+    "expand_as, type_as": (lambda t, x, y: x[:1].expand_as(y).type_as(y) * y, (X, Y)),
+    "gather": (lambda t, x, i: x.gather(1, i[:, :3]).sum() + t.gather(x, 0, i), (X, INDEX)),
+    "scatter": (lambda t, x, i, y: x.scatter(1, i[:, :2], y[:2, :2]), (X, INDEX[:, [0, 2]], Y)),
+    "scatter value": (lambda t, x, i: t.scatter(x, 0, i, 0.5), (X, INDEX)),
+    "scatter_add": (lambda t, x, i, y: x.scatter_add(0, i, y[:2]), (X, INDEX, Y)),
+    "index_fill": (lambda t, x, i: x.index_fill(1, i, -2.0), (X, np.array([0, 3]))),
+    "tril, triu": (lambda t, x: x.tril(1) - t.triu(x, -1) * 2, (X,)),
+    "relu, clamp_min": (lambda t, x: x.relu() + t.relu(x) * x.clamp_min(0.1), (X,)),
+    "topk": (lambda t, x: x.topk(2, dim=1).values.sum() + t.topk(x, 1, 0, False).values,
+             (X,)),
+    "argmax keepdim": (lambda t, x, y: y.gather(1, x.argmax(dim=1, keepdim=True)), (X, Y)),
+    "masks": (lambda t, x, y: ((x > 0) & (y < 0) | ~(x > 1) ^ (y > 0)).float() * x, (X, Y)),
+    "logical": (lambda t, x, y: t.logical_or(x > 0, t.logical_not(y > 0)).double(), (X, Y)),
+    "all, any": (lambda t, x: t.stack([(x > -1).all(1), (x > 1).any(dim=1)]).long(), (X,)),
+    "softmax, log_softmax": (lambda t, x: x.softmax(-1) + x.log_softmax(dim=0), (X,)),
+    "*_like, new_*": (lambda t, x: x + t.ones_like(x) + t.full_like(x, 2.0) + x.new_ones(4)
+                      + x.new_zeros((3, 4)) + x.new_full((3, 1), 0.5) + x.new_tensor([1.0]), (X,)),
+    # in-place ops on tensors autograd tracks, which PyTorch accepts
+    "in place chain": (lambda t, x, y: (x * 1.0).add_(y, alpha=2).mul_(y).clamp_(-1, 1), (X, Y)),
+    "in place elementwise": (lambda t, x: (x * 1.0).neg_().mul_(3.0).add_(1.0).sigmoid_(),
+                             (X,)),
+    "in place addcmul_, lerp_": (lambda t, x, y, z: (x * 1.0).addcmul_(y, z).lerp_(z, 0.25)
+                                 .addcdiv_(y, z.abs() + 1, value=0.5), (X, Y, Z)),
+    "masked_fill_": (lambda t, x, m: (x * 2).masked_fill_(m, 0.0), (X, MASK)),
+    "copy_ into a constant": (lambda t, x: t.zeros(3, 4, dtype=t.float64).copy_(x * 2), (X,)),
+    "zero_ cuts the history": (lambda t, x: (x * 2).zero_() + x, (X,)),
+    "+= and *=": (lambda t, x, y: _augmented(x * 1.0, y), (X, Y)),
+    # x[index] = value
+    "setitem slices": (lambda t, x, y: _set(t.zeros(3, 4, dtype=t.float64), (slice(None),
+                                            slice(0, None, 2)), x[:, :2] * 2), (X, Y)),
+    "setitem mask": (lambda t, x, m: _set(x * 1.0, m, 0.5), (X, MASK)),
+    "setitem computed mask": (lambda t, x, y: _set(x * 1.0, x > y, y.sum()), (X, Y)),
+    "setitem mask values": (lambda t, x, y, m: _set(x * 1.0, m, y[m] * 3), (X, Y, MASK)),
+    "setitem rows": (lambda t, x, y: _set(x * 1.0, t.tensor([2, 0]), y[:2]), (X, Y)),
+    "setitem broadcast": (lambda t, x, y: _set(x * 1.0, (slice(None), 1), y[0, :3]), (X, Y)),
+    "setitem int": (lambda t, x, y: _set(x * 1.0, (1, 2), y[0, 0]), (X, Y)),
+}  # fmt: skip
+
+
+def _set(x, index, value):
+    x[index] = value
+    return x
+
+
+def _augmented(h, y):
+    h += y
+    h *= y
+    h -= 1.0
+    h /= 2.0
+    return h
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_values_and_gradients_match_pytorch(case):
+    torch = torch_or_skip()
+    fn, arrays = CASES[case]
+    (value, grads), (want, want_grads) = run(tg, fn, arrays), run(torch, fn, arrays)
+    assert value.dtype == want.dtype, (value.dtype, want.dtype)
+    np.testing.assert_allclose(value, want, rtol=1e-12, atol=1e-14)
+    assert len(grads) == len(want_grads)
+    for g, w in zip(grads, want_grads, strict=True):
+        if g is None or w is None:  # no gradient (floor): PyTorch's zeros, or none
+            assert not np.any(w) and not np.any(g)
+        else:
+            np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-14)
+
+
+GRADIENT_CASES = ["add alpha", "addcmul", "scatter", "scatter_add", "in place chain",
+                  "in place addcmul_, lerp_", "setitem slices", "setitem computed mask",
+                  "setitem mask values", "setitem rows", "+= and *="]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", GRADIENT_CASES)
+def test_gradients_match_finite_differences(case):
+    from conftest import numeric_grad
+
+    fn, arrays = CASES[case]
+    _, grads = run(tg, fn, arrays)
+    for i, a in enumerate(arrays):
+        if a.dtype.kind != "f" or grads[i] is None:
+            continue
+
+        def f(v, i=i):
+            args = [tg.tensor(b) for b in arrays]
+            args[i] = tg.tensor(v)
+            out = fn(tg, *args)
+            return float((out * np.cos(np.arange(out.numel())).reshape(out.shape)).sum())
+
+        np.testing.assert_allclose(grads[i], numeric_grad(f, a), rtol=1e-5, atol=1e-7)
+
+
+# --- the in-place rules ---------------------------------------------------------------------
+
+
+def test_a_leaf_that_requires_grad_refuses_in_place_ops_outside_no_grad():
+    w = tg.tensor(np.ones(3), requires_grad=True)
+    for update in (lambda: w.add_(1.0), lambda: w.zero_(), lambda: w.__setitem__(0, 2.0)):
+        with pytest.raises(RuntimeError, match="leaf tensor that requires grad"):
+            update()
+    with tg.no_grad():
+        w.add_(tg.tensor(np.arange(3.0)), alpha=2).mul_(2.0)
+        w[0] = -1.0
+    assert w.numpy().tolist() == [-1.0, 6.0, 10.0] and w.requires_grad and w.is_leaf
+
+
+def test_an_in_place_write_of_a_saved_value_raises_at_backward():
+    """Under no_grad the write goes into the array (an optimizer's update): a backward that
+    needs the value it replaced raises, as PyTorch's does."""
+    w = tg.tensor(np.array([1.0, 2.0]), requires_grad=True)
+    loss = (w * w).sum()
+    with tg.no_grad():
+        w.sub_(0.5)
+    with pytest.raises(RuntimeError, match="modified in place"):
+        loss.backward()
+
+
+def test_an_in_place_op_on_a_tracked_tensor_keeps_what_backward_saved():
+    """PyTorch raises here (exp saved its output, which add_ overwrites); tracegrad's in-place
+    op gives the tensor a new value and history, so backward has what exp saved."""
+    x = tg.tensor(np.array([0.0, 1.0]), requires_grad=True)
+    h = x.exp()
+    alias = h
+    version = h._version[0]
+    h.add_(1.0)
+    assert alias is h and h._version[0] == version + 1 and h.grad_fn is not None
+    np.testing.assert_allclose(h.numpy(), np.exp([0.0, 1.0]) + 1)
+    (h * h).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2 * (np.exp([0.0, 1.0]) + 1) * np.exp([0.0, 1.0]))
+
+
+def test_an_untracked_tensor_given_a_tracked_value_joins_the_graph():
+    w = tg.tensor(np.array([1.0, 2.0]), requires_grad=True)
+    pe = tg.zeros(2, 4, dtype=np.float64)
+    pe[:, 0::2] = tg.sin(w)[:, None]
+    assert not pe.is_leaf and pe.requires_grad
+    pe.sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), 2 * np.cos([1.0, 2.0]))
+
+
+def test_in_place_ops_keep_shape_and_dtype():
+    x = tg.zeros(2, 3)
+    with pytest.raises(tg.ShapeError, match="keeps the shape"):
+        x.add_(tg.ones(4, 2, 3))
+    i = tg.zeros(3, dtype=np.int64)
+    with pytest.raises(TypeError, match="can't be cast"):
+        i.add_(0.5)
+    assert x.add_(tg.ones(3)).dtype == np.float32 and x.numpy().tolist() == [[1.0] * 3] * 2
+    assert (
+        i.fill_(2).numpy().tolist() == [2, 2, 2] and i.copy_(tg.ones(3) * 1.7).tolist() == [1] * 3
+    )
+    mask = tg.zeros(2, dtype=np.bool_)
+    assert mask.fill_(1).tolist() == [True, True]
+
+
+def test_data_writes_its_tensor_and_can_be_replaced():
+    p = tg.nn.Parameter(tg.tensor(np.array([1.0, 2.0])))
+    p.grad = tg.tensor(np.array([0.5, 0.5]))
+    p.data.add_(p.grad, alpha=-2.0)  # word_language_model's manual SGD
+    assert p.numpy().tolist() == [0.0, 1.0] and p.requires_grad
+    assert not p.data.requires_grad and np.shares_memory(p.data.numpy(), p.numpy())
+    p.data = tg.tensor(np.array([3.0, 4.0]))
+    assert p.numpy().tolist() == [3.0, 4.0]
+    p.data = tg.zeros(5, dtype=np.float64)
+    assert p.shape == (5,) and p.requires_grad
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_traced_steps_with_data_updates_and_masked_writes_match_eager(backend, monkeypatch):
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+
+    def make():
+        w = tg.tensor(X.copy(), requires_grad=True)
+
+        def step(x):
+            h = x @ w.T
+            h[h < 0] = 0.0  # a traced mask: a where
+            loss = (h * h).mean()
+            w.grad = None
+            loss.backward()
+            w.data.add_(w.grad, alpha=-0.1)
+            return loss
+
+        return w, step
+
+    (w1, eager), (w2, traced) = make(), make()
+    traced = tg.trace(traced, backend=backend)
+    for k in range(3):
+        x = tg.tensor(Y + k)
+        np.testing.assert_allclose(float(traced(x)), float(eager(x)), rtol=1e-12)
+        np.testing.assert_allclose(w2.numpy(), w1.numpy(), rtol=1e-12)
+    assert sum(len(p) for p in traced.plans.values()) == 2  # w.grad None at first, then set
+
+
+def test_a_missing_method_says_what_and_where():
+    x = tg.ones(2)
+    with pytest.raises(AttributeError) as e:
+        x.register_hook(print)
+    line = __import__("sys")._getframe().f_lineno - 1
+    assert str(e.value).startswith(
+        f"Tensor.register_hook is not provided by tracegrad (used at test_mutation.py:{line})"
+    )
+    assert not hasattr(x, "__array_interface__") and not hasattr(x, "_no_such")
+
+
+def test_format_of_a_0d_tensor_is_its_number():
+    loss = tg.tensor(1.23456)
+    assert f"{loss:.4f}" == "1.2346" and "{:+.2f}".format(tg.tensor(-0.5)) == "-0.50"  # noqa: UP032
+    assert "{}".format(tg.ones(2)) == repr(tg.ones(2))  # noqa: UP032
+    with pytest.raises(TypeError, match="only a 0-d tensor"):
+        f"{tg.ones(2):.2f}"
+
+
+# --- devices, dtypes and constructors ---------------------------------------------------------
+
+
+def test_tensors_are_on_the_cpu_and_other_devices_raise():
+    x = tg.ones(2)
+    assert str(x.device) == "cpu" and not x.is_cuda and not x.is_xpu and x.get_device() == -1
+    assert x.to("cpu") is x and x.cpu() is x and x.pin_memory() is x
+    assert x.to("cpu", np.float64, non_blocking=True).dtype == np.float64
+    assert x.to(tg.zeros(1, dtype=np.int64)).dtype == np.int64
+    moves = (lambda: x.cuda(), lambda: x.to("cuda"), lambda: x.to("cuda:1", np.float64),
+             lambda: tg.zeros(2, device="cuda"), lambda: tg.randn(2, device="mps"))  # fmt: skip
+    for move in moves:
+        with pytest.raises(ValueError, match="tracegrad runs on the CPU"):
+            move()
+
+
+def test_constructors_take_pytorch_arguments():
+    assert tg.zeros(2, 3, device="cpu", requires_grad=True).requires_grad
+    assert tg.empty((2,), dtype=np.int64).dtype == np.int64 and tg.empty(3).shape == (3,)
+    assert tg.arange(0, 4, dtype=np.int64, device="cpu").tolist() == [0, 1, 2, 3]
+    tg.manual_seed(0)
+    a = tg.randint(5, (100,))
+    b = tg.randint(3, 5, size=(100,))
+    assert a.dtype == np.int64 and 0 <= a.min() and a.max() < 5 and set(b.tolist()) == {3, 4}
+    x = tg.ones(2, 3, dtype=np.float64)
+    for like in (tg.randn_like(x), tg.rand_like(x), tg.zeros_like(x), tg.empty_like(x)):
+        assert like.shape == (2, 3) and like.dtype == np.float64
+    assert tg.randint_like(x, 7).dtype == np.float64 and tg.randint_like(x, 7).max() < 7
+    np.testing.assert_allclose(tg.logspace(0, 2, 3, base=2).numpy(), [1.0, 2.0, 4.0])
+    with pytest.raises(TypeError, match="tensors are values"):
+        tg.zeros(2, out=x)
+
+
+def test_the_default_dtype_governs_floats_and_new_parameters():
+    assert tg.get_default_dtype() == np.float32
+    tg.set_default_dtype(np.float64)
+    try:
+        for t in (tg.tensor([1.0]), tg.zeros(2), tg.randn(2), tg.full((2,), 1.5),
+                  tg.arange(0.0, 1.0, 0.5), tg.nn.Linear(2, 3).weight):  # fmt: skip
+            assert t.dtype == np.float64
+        assert tg.tensor([1]).dtype == np.int64 and tg.ones(2, dtype=np.float32).dtype == np.float32
+    finally:
+        tg.set_default_dtype(np.float32)
+    assert tg.zeros(2).dtype == np.float32
+    with pytest.raises(TypeError, match="float32 and float64"):
+        tg.set_default_dtype(np.float16)
+
+
+def test_type_names_and_small_methods():
+    x = tg.ones(2, 3)
+    assert x.type() == "torch.FloatTensor" and x.long().type() == "torch.LongTensor"
+    assert x.type("torch.DoubleTensor").dtype == np.float64 and x.type(np.int32).dtype == np.int32
+    assert x.element_size() == 4 and x.nelement() == 6 and x.ndimension() == 2
+    assert x.is_floating_point() and not x.long().is_floating_point() and x.is_contiguous()
+    assert x.contiguous() is x and x.clone() is not x
+    h = tg.tensor(np.ones(2), requires_grad=True) * 2
+    assert h.detach_() is h and h.is_leaf and not h.requires_grad
+
+
+# --- sampling ---------------------------------------------------------------------------------
+
+
+def test_multinomial_draws_by_the_weights():
+    tg.manual_seed(1)
+    p = tg.tensor(np.array([[0.2, 0.5, 0.3, 0.0], [1.0, 1.0, 0.0, 2.0]]))
+    draws = tg.multinomial(p, 20000, replacement=True).numpy()
+    assert draws.shape == (2, 20000) and draws.dtype == np.int64
+    for row, weights in zip(draws, p.numpy(), strict=True):
+        freq = np.bincount(row, minlength=4) / row.size
+        np.testing.assert_allclose(freq, weights / weights.sum(), atol=0.015)
+    distinct = p.multinomial(3).numpy()
+    assert all(len(set(r)) == 3 and 3 not in r[:3] for r in distinct[:1])
+    assert 2 not in distinct[1]
+    first = [tg.multinomial(tg.tensor([0.1, 0.0, 0.9]), 1).item() for _ in range(200)]
+    assert set(first) == {0, 2} and first.count(2) > 150
+    with pytest.raises(ValueError, match="without replacement"):
+        tg.multinomial(tg.tensor([0.5, 0.5]), 3)
+    with pytest.raises(ValueError, match="sums to 0"):
+        tg.multinomial(tg.zeros(1, 3), 1)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_multinomial_traced_draws_afresh_and_as_eager(backend):
+    probs = tg.tensor(np.array([[0.3, 0.3, 0.4], [0.9, 0.05, 0.05]]))
+
+    def draw(p):
+        return tg.multinomial(p, 2), tg.multinomial(p, 4, replacement=True)
+
+    traced = tg.trace(draw, backend=backend)
+    tg.manual_seed(5)
+    eager = [[t.numpy() for t in draw(probs)] for _ in range(3)]
+    tg.manual_seed(5)
+    got = [[t.numpy() for t in traced(probs)] for _ in range(3)]
+    for a, b in zip(got, eager, strict=True):
+        for x, y in zip(a, b, strict=True):
+            np.testing.assert_array_equal(x, y)
+    assert any(not np.array_equal(got[0][1], g[1]) for g in got[1:])  # fresh draws
+
+
+def test_random_fills_and_bernoulli():
+    tg.manual_seed(2)
+    x = tg.zeros(4000, dtype=np.float64)
+    assert x.uniform_(-2.0, 2.0) is x and -2 <= x.min() and x.max() < 2
+    assert abs(float(x.mean())) < 0.1
+    x.normal_(1.0, 0.5)
+    assert abs(float(x.mean()) - 1.0) < 0.05 and abs(float(x.std()) - 0.5) < 0.05
+    b = tg.bernoulli(tg.full((4000,), 0.25))
+    assert set(b.tolist()) == {0.0, 1.0} and abs(float(b.mean()) - 0.25) < 0.03
+    assert x.bernoulli_(0.5).dtype == np.float64 and set(x.tolist()) == {0.0, 1.0}

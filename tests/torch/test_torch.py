@@ -1,0 +1,444 @@
+"""`tracegrad.torch`, shaped like `torch`: its modules, that they re-export tracegrad's own
+objects, what exists only there (dtypes, devices, hardware modules, torch.compile), the error
+for a name tracegrad does not provide, tied state dicts, and `python -m tracegrad run` on
+unchanged PyTorch-style scripts."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+import types
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+import tracegrad.torch as torch
+from tracegrad.compiler import lowering
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SUBMODULES = ["nn", "nn.functional", "nn.init", "nn.utils", "nn.parallel", "optim",
+              "optim.lr_scheduler", "utils", "utils.data", "utils.data.dataloader",
+              "utils.data.dataset", "utils.data.sampler", "autograd", "cuda", "cuda.amp", "amp",
+              "backends", "backends.cudnn", "backends.mps", "backends.cuda", "linalg", "random",
+              "distributed", "accelerator", "onnx", "serialization", "version"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", SUBMODULES)
+def test_each_submodule_is_a_module_reached_by_attribute_and_by_import(name):
+    module = importlib.import_module(f"tracegrad.torch.{name}")
+    assert isinstance(module, types.ModuleType)
+    reached = torch
+    for part in name.split("."):
+        reached = getattr(reached, part)
+    assert reached is module
+
+
+def test_the_submodules_are_torchs_in_a_fresh_interpreter():
+    """`from package import name` takes an attribute before a submodule: tracegrad's own nn or
+    autograd must not stand in for torch.nn or torch.autograd."""
+    code = ("import tracegrad.torch as t; print(t.nn.__name__, t.autograd.__name__, "
+            "t.optim.__name__, t.utils.__name__, t.linalg.__name__)")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, check=True).stdout.split()  # fmt: skip
+    assert out == [f"tracegrad.torch.{n}" for n in ("nn", "autograd", "optim", "utils", "linalg")]
+
+
+def test_the_namespace_re_exports_tracegrads_objects():
+    import tracegrad.torch.nn.functional as F
+
+    assert torch.Tensor is tg.Tensor and torch.nn.Module is tg.nn.Module
+    assert torch.nn.Parameter is tg.nn.Parameter and torch.optim.AdamW is tg.optim.AdamW
+    assert torch.utils.data.DataLoader is tg.utils.data.DataLoader
+    assert torch.utils.data.dataloader.DataLoader is tg.utils.data.DataLoader
+    assert torch.optim.lr_scheduler.StepLR is tg.optim.lr_scheduler.StepLR
+    assert torch.autograd.grad is tg.autograd.grad and torch.linalg.norm is tg.linalg.norm
+    assert all(getattr(F, n) is getattr(tg.nn.functional, n) for n in tg.nn.functional.__all__)
+    assert all(getattr(torch.nn, n) is getattr(tg.nn, n) for n in tg.nn.__all__
+               if n not in ("functional", "init", "utils"))  # fmt: skip
+    own = {"trace", "Size", "manual_seed", "default_generator", "get_default_dtype",
+           "float16", "float32", "float64", "int32", "int64", "long", "bool"}  # fmt: skip
+    shared = [n for n in torch.__all__ if hasattr(tg, n) and n not in own]
+    assert len(shared) > 150
+    differ = {n for n in shared if getattr(torch, n) is not getattr(tg, n)}
+    # torch's modules in the places of tracegrad's (tracegrad.distributed, once imported, too)
+    assert {"autograd", "linalg", "nn", "optim", "utils"} <= differ
+    assert differ <= {"autograd", "distributed", "linalg", "nn", "optim", "utils"}, differ
+
+
+def test_tracegrads_own_names_are_not_pytorchs():
+    for name in ("GradManager", "defprimitive", "PRIMITIVES", "vjp", "interpret"):
+        with pytest.raises(AttributeError, match=f"torch.{name} is not provided by tracegrad"):
+            getattr(torch, name)
+    a = torch.tensor(np.arange(9.0).reshape(3, 3))
+    assert float(torch.trace(a)) == 12.0  # PyTorch's trace: the diagonal's sum
+
+
+def test_a_missing_name_says_what_and_where():
+    with pytest.raises(AttributeError) as e:
+        torch.nn.functional.fancy_new_loss(1)
+    line = sys._getframe().f_lineno - 1
+    assert str(e.value).startswith(
+        f"torch.nn.functional.fancy_new_loss is not provided by tracegrad (used at "
+        f"test_torch.py:{line})"
+    )
+    assert not hasattr(torch, "fft") and hasattr(torch.nn.functional, "cross_entropy")
+
+
+# --- dtypes, devices, hardware ------------------------------------------------------------------
+
+
+def test_dtypes_stand_for_numpys():
+    assert repr(torch.float32) == "torch.float32" and torch.float is torch.float32
+    assert (
+        torch.double is torch.float64 and torch.long is torch.int64 and torch.half is torch.float16
+    )
+    assert torch.zeros(2).dtype == torch.float32 and torch.float32 == torch.zeros(2).dtype
+    assert np.dtype(torch.float64) == np.float64 and torch.int64 == np.int64
+    x = torch.zeros(2, 3, dtype=torch.float64)
+    assert x.dtype == torch.double and x.to(torch.long).dtype == torch.int64
+    assert x.type(torch.int32).dtype == np.int32 and x.float().dtype == torch.float
+    assert {torch.float32: "f"}[x.float().dtype] == "f"  # hashes as NumPy's dtype
+    assert torch.float32.is_floating_point and not torch.int64.is_floating_point
+    assert torch.int8.is_signed and not torch.uint8.is_signed and torch.float64.itemsize == 8
+    assert torch.tensor([1, 2], dtype=torch.int).dtype == np.int32
+    assert torch.bfloat16 != torch.float16  # named, so code that names it runs
+    with pytest.raises(TypeError, match="torch.bfloat16 is not provided by tracegrad"):
+        torch.zeros(2, dtype=torch.bfloat16)
+    assert (
+        torch.finfo(torch.float32).eps == np.finfo(np.float32).eps
+        and torch.iinfo(torch.int8).max == 127
+    )
+
+
+def test_the_default_dtype_is_a_torch_dtype():
+    assert torch.get_default_dtype() is torch.float32
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert (
+            torch.get_default_dtype() is torch.float64 and torch.tensor([0.5]).dtype == torch.double
+        )
+    finally:
+        torch.set_default_dtype(torch.float32)
+
+
+def test_devices_and_hardware_that_is_not_there():
+    cpu = torch.device("cpu")
+    assert str(cpu) == "cpu" and repr(cpu) == "device(type='cpu')" and cpu.index is None
+    assert torch.device("cuda:1").index == 1 and torch.device("cuda", 0) == torch.device("cuda:0")
+    assert cpu != "cpu" and torch.zeros(1).device == cpu  # as PyTorch's
+    assert torch.zeros(2, device=cpu).shape == (2,)
+    with pytest.raises(ValueError, match="'cuda' is not available: tracegrad runs on the CPU"):
+        torch.zeros(2, device=torch.device("cuda"))
+    assert not torch.cuda.is_available() and torch.cuda.device_count() == 0
+    assert not torch.cuda.is_bf16_supported() and torch.cuda.manual_seed_all(1) is None
+    assert not torch.backends.mps.is_available() and not torch.backends.cudnn.is_available()
+    assert not torch.accelerator.is_available() and torch.accelerator.current_accelerator() is None
+    torch.backends.cudnn.benchmark = True  # settings are accepted
+    torch.backends.cuda.matmul.allow_tf32 = True
+    with pytest.raises(ValueError, match="tracegrad runs on the CPU"):
+        torch.cuda.set_device(0)
+    assert not torch.distributed.is_available()
+    with pytest.raises(RuntimeError, match="tracegrad.distributed"):
+        torch.distributed.init_process_group(backend="nccl")
+
+
+def test_data_parallel_wrappers():
+    inner = torch.nn.Linear(2, 1)
+    wrapped = torch.nn.DataParallel(inner)
+    x = torch.ones(3, 2)
+    assert wrapped.module is inner and np.array_equal(wrapped(x).numpy(), inner(x).numpy())
+    assert set(wrapped.state_dict()) == {"module.weight", "module.bias"}
+    assert torch.nn.parallel.data_parallel(inner, x).shape == (3, 1)
+    with pytest.raises(ValueError, match="tracegrad runs on the CPU"):
+        torch.nn.parallel.data_parallel(inner, x, range(2))
+    with pytest.raises(ValueError, match="tracegrad runs on the CPU"):
+        torch.nn.DataParallel(inner, device_ids=[0, 1])
+    with pytest.raises(RuntimeError, match="DistributedDataParallel is not provided"):
+        torch.nn.parallel.DistributedDataParallel(inner, device_ids=[0])
+
+
+def test_sequential_of_an_ordered_dict_names_its_layers():
+    from collections import OrderedDict
+
+    model = torch.nn.Sequential(OrderedDict(fc=torch.nn.Linear(2, 3), act=torch.nn.ReLU()))
+    assert list(model.state_dict()) == ["fc.weight", "fc.bias"] and model[1] is model.act
+    assert model(torch.ones(4, 2)).shape == (4, 3)
+
+
+def test_mixed_precision_is_a_no_op():
+    with pytest.warns(UserWarning, match="GradScaler is enabled, but tracegrad has no CUDA"):
+        scaler = torch.cuda.amp.GradScaler(enabled=True)
+    p = torch.tensor(np.ones(2), requires_grad=True)
+    opt = torch.optim.SGD([p], lr=0.5)
+    loss = (p * p).sum()
+    assert scaler.scale(loss) is loss and not scaler.is_enabled()
+    scaler.scale(loss).backward()
+    scaler.unscale_(opt)
+    scaler.step(opt)
+    scaler.update()
+    assert p.numpy().tolist() == [0.0, 0.0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+            assert (torch.ones(2) @ torch.ones(2)).dtype == torch.float32
+    with torch.amp.autocast("cuda", enabled=False):
+        pass
+
+
+def test_small_things_of_the_namespace():
+    g = torch.manual_seed(3)
+    assert isinstance(g, torch.Generator) and g.initial_seed() == 3 == torch.initial_seed()
+    a = torch.randn(4)
+    torch.manual_seed(3)
+    assert np.array_equal(a.numpy(), torch.randn(4).numpy())
+    size = torch.Size([2, 3])
+    assert size == (2, 3) and size.numel() == 6 and repr(size) == "torch.Size([2, 3])"
+    assert torch.is_tensor(a) and not torch.is_tensor(a.numpy()) and torch.numel(a) == 4
+    assert torch.is_floating_point(a) and torch.__version__.startswith("2.")
+    assert torch.version.cuda is None and torch.clone(a) is not a
+    x = torch.tensor(np.ones(2), requires_grad=True)
+    with torch.inference_mode():
+        assert not (x * 2).requires_grad
+    with torch.inference_mode(False):
+        assert (x * 2).requires_grad
+
+    @torch.inference_mode()
+    def f(x):
+        return x * 2
+
+    @torch.inference_mode
+    def g(x):
+        return x * 2
+
+    assert not f(x).requires_grad and not g(x).requires_grad
+    assert torch.autograd.Variable(a) is a
+    with torch.serialization.safe_globals([dict]):
+        pass
+    assert np.allclose(torch.bmm(torch.ones(2, 3, 4), torch.ones(2, 4, 5)).numpy(), 4)
+    assert np.allclose(torch.rsqrt(torch.tensor([4.0])).numpy(), 0.5)
+    p = torch.tensor(np.ones(2), requires_grad=True)
+    p.grad = torch.tensor(np.array([3.0, 4.0]))
+    norm = torch.nn.utils.clip_grad_norm_([p], 1.0, error_if_nonfinite=True, foreach=True)
+    assert float(norm) == 5.0 and np.allclose(p.grad.numpy(), [0.6, 0.8])
+    p.grad = torch.tensor(np.array([np.inf, 0.0]))
+    with pytest.raises(RuntimeError, match="total norm of order 2.0 of the gradients is inf"):
+        torch.nn.utils.clip_grad_norm_([p], 1.0, error_if_nonfinite=True)
+
+
+# --- torch.compile ------------------------------------------------------------------------------
+
+
+def _pytorch_style_training(compile_step, backend=None, steps=4):
+    """An MLP classifier trained the PyTorch way: zero_grad, loss.backward(), clipping, step."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    model.double()
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    rng = np.random.default_rng(0)
+    x, y = torch.tensor(rng.standard_normal((16, 4))), torch.tensor(rng.integers(0, 3, 16))
+
+    def step(x, y):
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        return loss
+
+    if compile_step == "trace":
+        step = tg.trace(step, backend=backend)
+    elif compile_step == "compile":
+        step = torch.compile(step)
+    losses = []
+    for _ in range(steps):
+        losses.append(float(step(x, y)))
+        sched.step()
+    return losses, [p.numpy().copy() for p in model.parameters()], step
+
+
+@pytest.mark.parametrize("how, backend", [("trace", "numpy"), ("trace", "numba"),
+                                          ("compile", None)])  # fmt: skip
+def test_a_step_written_the_pytorch_way_compiles_and_matches_eager(how, backend, monkeypatch):
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+    want, want_params, _ = _pytorch_style_training(None)
+    got, params, step = _pytorch_style_training(how, backend)
+    np.testing.assert_allclose(got, want, rtol=1e-10)
+    for a, b in zip(params, want_params, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+    assert want[-1] < want[0]
+    assert sum(len(p) for p in step.plans.values()) == 2  # .grad None, then set
+
+
+def test_compile_forms_and_modules():
+    def f(x):
+        return x * 2
+
+    assert isinstance(torch.compile(f), type(tg.trace(f)))
+    assert isinstance(torch.compile(mode="max-autotune", fullgraph=True)(f), type(tg.trace(f)))
+    decorated = torch.compile(f)
+    assert float(decorated(torch.ones(()))) == 2.0
+    assert torch.compile(f, disable=True) is f
+    model = torch.nn.Linear(2, 2)
+    with pytest.warns(UserWarning, match=r"torch.compile\(Linear\) returns the module unchanged"):
+        assert torch.compile(model) is model
+    with pytest.raises(ValueError, match="unknown backend"):
+        torch.compile(f, backend="tensorrt")
+
+
+# --- tied weights in state dicts (nanoGPT ties its embedding and output weights) --------------
+
+
+def _tied(lib):
+    class Tiny(lib.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.transformer = lib.nn.ModuleDict(dict(wte=lib.nn.Embedding(5, 3),
+                                                      ln_f=lib.nn.LayerNorm(3)))  # fmt: skip
+            self.lm_head = lib.nn.Linear(3, 5, bias=False)
+            self.transformer.wte.weight = self.lm_head.weight
+
+        def forward(self, idx):
+            return self.lm_head(self.transformer.ln_f(self.transformer.wte(idx)))
+
+    return Tiny().double()
+
+
+KEYS = ["transformer.wte.weight", "transformer.ln_f.weight", "transformer.ln_f.bias",
+        "lm_head.weight"]  # fmt: skip
+
+
+def test_tied_weights_are_listed_under_each_name_and_load_back(tmp_path):
+    model = _tied(torch)
+    sd = model.state_dict()
+    assert list(sd) == KEYS and len(list(model.parameters())) == 3
+    assert np.shares_memory(sd["transformer.wte.weight"].numpy(), sd["lm_head.weight"].numpy())
+    torch.save({"model": sd}, tmp_path / "ckpt.pt")
+    loaded = torch.load(tmp_path / "ckpt.pt", map_location="cpu")["model"]
+    other = _tied(torch)
+    assert not other.load_state_dict(loaded).missing_keys
+    assert other.lm_head.weight is other.transformer.wte.weight
+    idx = torch.tensor([[0, 3, 4]])
+    np.testing.assert_array_equal(other(idx).numpy(), model(idx).numpy())
+
+
+def test_tied_weights_load_both_ways_with_pytorch():
+    real = pytest.importorskip("torch")
+    ours, theirs = _tied(torch), _tied(real)
+    assert list(theirs.state_dict()) == list(ours.state_dict()) == KEYS
+    theirs.load_state_dict({k: real.tensor(v.numpy()) for k, v in ours.state_dict().items()})
+    idx = np.array([[0, 3, 4, 1]])
+    want = theirs(real.tensor(idx)).detach().numpy()
+    np.testing.assert_allclose(ours(torch.tensor(idx)).numpy(), want, rtol=1e-12)
+    back = _tied(torch)
+    back.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
+    np.testing.assert_allclose(back(torch.tensor(idx)).numpy(), want, rtol=1e-12)
+
+
+# --- import torch as tracegrad.torch ------------------------------------------------------------
+
+
+def test_imported_as_torch_resolves_torch_and_restores_the_import_system():
+    before = {k: v for k, v in sys.modules.items() if k == "torch" or k.startswith("torch.")}
+    with torch.imported_as_torch():
+        import torch as aliased
+        import torch.nn.functional as F
+        from torch.utils.data.dataloader import DataLoader
+
+        assert (
+            aliased is torch and F is torch.nn.functional and DataLoader is tg.utils.data.DataLoader
+        )
+        assert aliased.__spec__.name == "tracegrad.torch"  # its own spec, kept
+        with pytest.raises(ModuleNotFoundError, match="'torch.fft': tracegrad.torch does not"):
+            importlib.import_module("torch.fft")
+    after = {k: v for k, v in sys.modules.items() if k == "torch" or k.startswith("torch.")}
+    assert after == before
+    assert torch.__spec__.name == "tracegrad.torch"
+
+
+SCRIPT = """
+import argparse
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(4, 16)
+        self.fc2 = nn.Linear(16, 3)
+
+    def forward(self, x):
+        return F.log_softmax(self.fc2(F.relu(self.fc1(x))), dim=1)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs", type=int, default=1)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    x = torch.randn(64, 4)
+    y = (x[:, 0] > 0).long() + (x[:, 1] > 0).long()
+    loader = DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True)
+    model = Net().to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
+    for epoch in range(1, args.epochs + 1):
+        total = 0.0
+        for data, target in loader:
+            data, target = data.to(device), target.to(device)
+            optimizer.zero_grad()
+            loss = F.nll_loss(model(data), target)
+            loss.backward()
+            optimizer.step()
+            total += loss.item()
+        print("epoch {} loss {:.4f}".format(epoch, total / len(loader)))
+    with torch.no_grad():
+        correct = model(x).argmax(dim=1, keepdim=True).eq(y.view(-1, 1)).sum().item()
+    print(f"argv {sys.argv[1:]} correct {correct}/{len(x)} torch {torch.__name__}")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def run_script(tmp_path, text, *args):
+    path = tmp_path / "script.py"
+    path.write_text(text)
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "TRACEGRAD_BACKGROUND_COMPILE": "0"}
+    command = [sys.executable, "-m", "tracegrad", "run", str(path), *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=300)  # fmt: skip
+
+
+def test_run_runs_an_unchanged_pytorch_script(tmp_path):
+    done = run_script(tmp_path, SCRIPT, "--epochs", "5")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    losses = [float(line.split()[-1]) for line in lines if line.startswith("epoch")]
+    assert len(losses) == 5 and losses[-1] < losses[0]
+    assert lines[-1].startswith("argv ['--epochs', '5'] correct ")
+    assert lines[-1].endswith("torch tracegrad.torch")
+    assert int(lines[-1].split()[-3].split("/")[0]) > 40
+
+
+def test_run_names_what_is_missing_and_the_line(tmp_path):
+    text = "import torch\n\nx = torch.ones(3)\ny = torch.fft.rfft(x)\n"
+    done = run_script(tmp_path, text)
+    assert done.returncode == 1
+    assert "torch.fft is not provided by tracegrad (used at script.py:4)" in done.stderr
+    done = run_script(tmp_path, "import torch.fft\n")
+    assert done.returncode == 1
+    assert "No module named 'torch.fft': tracegrad.torch does not provide it" in done.stderr
+    done = run_script(tmp_path, "import sys\nsys.exit(3)\n")
+    assert done.returncode == 3
