@@ -451,9 +451,11 @@ def networks(model: Model, lib: Any, c: dict) -> dict[str, Any]:
     return twins
 
 
-def make_step(model: Model, method: str, c: dict | None = None, backend: str = "numba"):
+def make_step(model: Model, method: str, c: dict | None = None, backend: str = "numba",
+              memory_budget: int | str | None = None):  # fmt: skip
     """`run()`: one step of `method` on the model's batch, its loss as a float; a traced step
-    also has `traced` and `wait_for_kernels`, and every run has its `nets`."""
+    (under `memory_budget`, if given) also has `traced` and `wait_for_kernels`, and every run
+    has its `nets`."""
     c = {**model.config, **(c or {})}
     if method.startswith("torch"):
         import torch as lib
@@ -467,7 +469,7 @@ def make_step(model: Model, method: str, c: dict | None = None, backend: str = "
         nets = {name: lib.compile(net, dynamic=False) for name, net in nets.items()}
     step = model.train(lib, nets, c)
     if method == "tg-traced":
-        step = lib.trace(step, backend=backend)
+        step = lib.trace(step, backend=backend, memory_budget=memory_budget)
     elif compiled and not model.compile_nets:
         step = lib.compile(step)
     batch, carry = model.data(c)
