@@ -425,3 +425,37 @@ def test_the_gradient_of_a_max_over_a_recomputed_input_is_finite(backend):
     got, want = tg.trace(f, backend=backend)(x.copy()), f(tg.tensor(x))
     assert np.isfinite(got.numpy()).all()
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("set_to_none", [True, False])
+@pytest.mark.parametrize("how", ["backward", "grad_manager"])
+def test_gradients_accumulate_into_the_grad_of_each_call(backend, set_to_none, how):
+    """zero_grad() between traced calls makes a new `.grad` (or none): the plan accumulates into
+    the gradient the parameter holds at each call, not the one it held when traced."""
+
+    def run(traced):
+        p = tg.tensor(np.zeros(2), requires_grad=how == "backward")
+        gm = tg.GradManager().attach(p)
+        opt = tg.optim.SGD([p], lr=0.1)
+
+        def accumulate(x):
+            if how == "backward":
+                (p * x).sum().backward()
+            else:
+                with gm:
+                    gm.backward((p * x).sum())
+
+        f = tg.trace(accumulate, backend=backend) if traced else accumulate
+        seen = []
+        for _ in range(3):
+            f(tg.tensor([1.0, 2.0]))
+            f(tg.tensor([1.0, 2.0]))
+            seen.append(p.grad.numpy().copy())
+            opt.step()
+            opt.zero_grad(set_to_none=set_to_none)
+        return np.array(seen), p.numpy()
+
+    want, got = run(False), run(True)
+    np.testing.assert_array_equal(want[0], [[2.0, 4.0]] * 3)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])

@@ -122,7 +122,7 @@ GRADIENT_CASES = ["add alpha", "addcmul", "scatter", "scatter_add", "in place ch
 
 @pytest.mark.parametrize("case", GRADIENT_CASES)
 def test_gradients_match_finite_differences(case):
-    from conftest import numeric_grad
+    from tests.conftest import numeric_grad
 
     fn, arrays = CASES[case]
     _, grads = run(tg, fn, arrays)
