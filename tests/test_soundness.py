@@ -459,3 +459,58 @@ def test_gradients_accumulate_into_the_grad_of_each_call(backend, set_to_none, h
     np.testing.assert_array_equal(want[0], [[2.0, 4.0]] * 3)
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_random_numbers_in_a_traced_step_are_drawn_afresh_as_eager_draws_them(backend):
+    """randn/rand/randint/randperm/*_like inside a step read the random state at every call."""
+    gen = tg.Generator()
+
+    def draws(x):
+        return (
+            x + tg.randn_like(x), tg.rand(3), tg.randint(0, 10, (4,)), tg.randperm(5),
+            tg.randn(2, dtype=np.float64), tg.rand_like(x), tg.randint_like(x, 3, 9),
+            tg.randn(2, generator=gen), x.clone().normal_(), x.clone().uniform_(-1, 1),
+        )  # fmt: skip
+
+    def run(f):
+        tg.manual_seed(3)
+        gen.manual_seed(5)
+        return [[a.numpy() for a in f(tg.ones(3))] for _ in range(3)]
+
+    want, got = run(draws), run(tg.trace(draws, backend=backend))
+    for w, g in zip(want, got, strict=True):
+        for a, b in zip(w, g, strict=True):
+            assert a.dtype == b.dtype
+            np.testing.assert_array_equal(b, a)
+    for i in range(len(want[0])):
+        assert not np.array_equal(got[0][i], got[1][i])  # fresh numbers at every call
+
+
+def test_a_vae_reparameterization_trains_on_fresh_noise(backend):
+    """eps = randn_like(std): traced training follows eager training draw for draw."""
+
+    def train(traced):
+        tg.manual_seed(0)
+        enc, dec = tg.nn.Linear(4, 4), tg.nn.Linear(2, 4)
+        params = list(enc.parameters()) + list(dec.parameters())
+        opt = tg.optim.SGD(params, lr=0.1)
+
+        def step(x):
+            mu, logvar = enc(x).chunk(2, dim=-1)
+            std = tg.exp(0.5 * logvar)
+            z = mu + std * tg.randn_like(std)
+            loss = ((dec(z) - x) ** 2).mean() - 0.5 * (1 + logvar - mu**2 - logvar.exp()).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return loss
+
+        f = tg.trace(step, backend=backend) if traced else step
+        x = tg.tensor(np.linspace(-1, 1, 24).reshape(6, 4).astype(np.float32))
+        losses = [f(x).item() for _ in range(5)]
+        return losses, [p.numpy() for p in params]
+
+    (want, want_p), (got, got_p) = train(False), train(True)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    for a, b in zip(want_p, got_p, strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
