@@ -79,6 +79,7 @@ class Capture:
     guards: list[tuple[Ref, tuple, np.dtype, bool]] = field(default_factory=list)
     checks: list[Callable[[], bool]] = field(default_factory=list)  # from `guard()`
     watched: list[Watch] = field(default_factory=list)
+    after: list[Callable[[], None]] = field(default_factory=list)  # from `after_call()`
 
     def guards_hold(self) -> bool:
         return (
@@ -161,6 +162,14 @@ def guard(check: Callable[[], bool]) -> None:
         Listeners.tracers[-1].checks.append(check)
 
 
+def after_call(key: Any, fn: Callable[[], None]) -> None:
+    """While tracing: run `fn` after each call of the plan being traced has written its state
+    back (once per `key`), to bring Python mirrors of that state up to date (a scheduler's
+    `last_epoch` and its optimizer's `group["lr"]`). Does nothing outside tracing."""
+    if Listeners.tracers:
+        Listeners.tracers[-1].after.setdefault(key, fn)
+
+
 class Tracer:
     """Listens to `bind` while a traced function runs; builds the graph node by node."""
 
@@ -171,6 +180,7 @@ class Tracer:
         self.consts: dict[int, tuple[Tensor, ir.Value]] = {}
         self.checks: list[Callable[[], bool]] = []
         self.watched: dict[Any, Watch] = {}
+        self.after: dict[Any, Callable[[], None]] = {}
         self.weak: set[ir.Value] = set()  # stand-ins for Python numbers: they promote weakly
 
     def process(self, prim: Any, inputs: list[Tensor], params: dict, shape: tuple, dtype: Any):
@@ -248,7 +258,8 @@ class Tracer:
             if ref(s).arg is None  # an argument's (and its .grad's) are in the signature
         ]
         return Capture(graph, [s.arg for s in args], reads, value_writes, grad_writes, tree,
-                       len(leaves), guards, self.checks, list(self.watched.values()))  # fmt: skip
+                       len(leaves), guards, self.checks, list(self.watched.values()),
+                       list(self.after.values()))  # fmt: skip
 
 
 def _is_leaf_or_float(x: Any) -> bool:
@@ -310,4 +321,5 @@ def interpret(graph: ir.Graph, *args: Any) -> list[np.ndarray]:
     return ir.evaluate(graph, [np.asarray(a) for a in args])
 
 
-__all__ = ["Capture", "TraceError", "Watch", "capture", "guard", "interpret", "signature", "watch"]
+__all__ = ["Capture", "TraceError", "Watch", "after_call", "capture", "guard", "interpret",
+           "signature", "watch"]  # fmt: skip
