@@ -514,3 +514,32 @@ def test_a_vae_reparameterization_trains_on_fresh_noise(backend):
     np.testing.assert_allclose(got, want, rtol=1e-5)
     for a, b in zip(want_p, got_p, strict=True):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("how", ["data", "detach", "detach then -="])
+def test_a_manual_update_through_data_or_detach_updates_the_parameter(backend, how):
+    """word_language_model's SGD: `p.data.add_(p.grad, alpha=-lr)`; the same through
+    `p.detach()`, whose in-place writes reach p as PyTorch's shared storage does."""
+
+    def run(traced):
+        p = tg.tensor(np.array([1.0, 2.0]), requires_grad=True)
+
+        def step(x):
+            p.grad = None
+            (p * x).sum().backward()
+            if how == "data":
+                p.data.add_(p.grad, alpha=-0.1)
+            elif how == "detach":
+                p.detach().add_(p.grad, alpha=-0.1)
+            else:
+                d = p.detach()
+                d -= 0.1 * p.grad
+
+        f = tg.trace(step, backend=backend) if traced else step
+        for _ in range(3):
+            f(tg.tensor([1.0, 3.0]))
+        return p.numpy()
+
+    want = run(False)
+    np.testing.assert_allclose(want, [0.7, 1.1])
+    np.testing.assert_allclose(run(True), want, rtol=1e-12)

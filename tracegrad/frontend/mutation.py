@@ -227,23 +227,10 @@ def index_fill(input: Any, dim: int, index: Any, value: Any) -> Tensor:
 # --- PyTorch's `.data` -------------------------------------------------------------------------
 
 
-class DataView(Tensor):
+def get_data(self: Tensor) -> Tensor:
     """`t.data`: a tensor autograd does not track, holding `t`'s array; an in-place op on it
     writes `t` (also in a traced step, where `t` is state)."""
-
-    __slots__ = ("_base",)
-
-    def _assign(self, new: Tensor) -> None:
-        self._base._assign(new)
-        self._value = self._base._value
-
-
-def get_data(self: Tensor) -> Tensor:
-    if Listeners.tracers and not self.is_symbolic:  # read as state at each call, never baked
-        Listeners.tracers[-1].lift(self)
-    view = DataView._wrap(self._value)
-    view._base = self
-    return view
+    return self._alias()
 
 
 def set_data(self: Tensor, value: Any) -> None:
