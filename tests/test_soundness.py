@@ -150,6 +150,11 @@ def test_integer_true_division_gives_floats(backend):
         (lambda x: x * np.float64(16777217), np.array([1.0], np.float32)),  # float64 wins
         (lambda x: x + 2, np.array([250], np.uint8)),  # a Python int stays weak: wraps to 252
         (lambda x: x * 0.1, np.array([3.0], np.float32)),  # a Python float too: float32
+        # a float32 constant meeting float64 keeps its float32 value (0.10000000149...)
+        (lambda x: x * np.float32(0.1), np.array([3.0], np.float64)),
+        (lambda x: x + np.float32(1 / 3), np.array([1.0], np.float64)),
+        (lambda x: x * tg.tensor(np.float32(0.1)).item(), np.array([3.0], np.float64)),
+        (lambda x: x * np.float16(0.1), np.array([3.0], np.float64)),
     ],
 )
 def test_numpy_scalars_keep_their_dtype(backend, fn, data):
