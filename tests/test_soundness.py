@@ -548,3 +548,28 @@ def test_a_manual_update_through_data_or_detach_updates_the_parameter(backend, h
     want = run(False)
     np.testing.assert_allclose(want, [0.7, 1.1])
     np.testing.assert_allclose(run(True), want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("layer", ["linear", "conv", "matmul"])
+def test_a_float64_batch_into_a_float32_model_raises_as_in_pytorch(backend, layer):
+    """Not a whole step silently promoted to float64: the op, both dtypes and the user's line."""
+    tg.manual_seed(0)
+    if layer == "linear":
+        model, x = tg.nn.Linear(3, 2), np.ones((2, 3))
+    elif layer == "conv":
+        model, x = tg.nn.Conv2d(1, 2, 2), np.ones((1, 1, 3, 3))
+    else:
+        w = tg.tensor(np.ones((3, 2), np.float32))
+        model, x = (lambda x: x @ w), np.ones((2, 3))
+
+    def step(x):
+        return model(x).sum()  # the line named
+
+    code = model.__code__ if layer == "matmul" else step.__code__  # the innermost user line
+    line = f"test_soundness.py:{code.co_firstlineno + (layer != 'matmul')}"
+    for f in (step, tg.trace(step, backend=backend)):
+        with pytest.raises(ValueError, match=f"float64, float32.*PyTorch.*{line}"):
+            f(tg.tensor(x))
+    assert step(tg.tensor(x.astype(np.float32))).dtype == np.float32
+    # NumPy's namespace keeps NumPy's promotion
+    assert tg.numpy.matmul(np.ones((2, 3)), np.ones((3, 2), np.float32)).dtype == np.float64

@@ -26,6 +26,7 @@ from tracegrad.frontend.functions import (
     matmul,
     permute,
     reshape,
+    same_dtypes,
     stack,
     transpose,
 )
@@ -304,8 +305,10 @@ def huber_loss(input: Any, target: Any, reduction: str = "mean", delta: float = 
 
 
 def linear(input: Any, weight: Any, bias: Any = None) -> Tensor:
-    """input @ weight.T + bias, weight of shape (out, in)."""
-    y = as_tensor(input) @ as_tensor(weight).T
+    """input @ weight.T + bias, weight of shape (out, in); all of one dtype, as PyTorch's."""
+    input, weight = as_tensor(input), as_tensor(weight)
+    same_dtypes("linear", input, weight, None if bias is None else as_tensor(bias))
+    y = input @ weight.T
     return y if bias is None else y + bias
 
 
@@ -352,6 +355,7 @@ def conv2d(
 ) -> Tensor:
     """2-d cross-correlation of (N, C, H, W) `input` with (out, C / groups, kh, kw) `weight`."""
     input, weight = as_tensor(input), as_tensor(weight)
+    same_dtypes("conv2d", input, weight, None if bias is None else as_tensor(bias))
     stride, dilation = _pair(stride, "conv2d", "stride"), _pair(dilation, "conv2d", "dilation")
     if weight.ndim != 4:
         raise ShapeError(f"conv2d: weight {weight.shape} must be 4-d (out, in / groups, kh, kw)")
@@ -714,6 +718,7 @@ def conv_transpose2d(
     the bottom and right of the output."""
     op = "conv_transpose2d"
     x, w = as_tensor(input), as_tensor(weight)
+    same_dtypes(op, x, w, None if bias is None else as_tensor(bias))
     if x.ndim == 3:  # one unbatched image
         return conv_transpose2d(reshape(x, (1, *x.shape)), w, bias, stride, padding,
                                 output_padding, groups, dilation)[0]  # fmt: skip
