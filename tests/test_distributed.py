@@ -41,8 +41,8 @@ def launch(mode: str, out: Path | str = "-", ranks: int = 2) -> tuple[int, str, 
         "TRACEGRAD_BACKGROUND_COMPILE": "1",
     }  # the default, which dist.init() turns off
     # -P: tests/ is not put first on sys.path, where tests/numpy/ would shadow NumPy
-    done = subprocess.run([MPIEXEC, "-n", str(ranks), sys.executable, "-P", str(WORKER), mode,
-                           str(out)], capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+    command = [MPIEXEC, "-n", str(ranks), sys.executable, "-P", str(WORKER), mode, str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
     return done.returncode, done.stdout + done.stderr, time.monotonic() - start
 
 
