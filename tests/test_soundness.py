@@ -573,3 +573,40 @@ def test_a_float64_batch_into_a_float32_model_raises_as_in_pytorch(backend, laye
     assert step(tg.tensor(x.astype(np.float32))).dtype == np.float32
     # NumPy's namespace keeps NumPy's promotion
     assert tg.numpy.matmul(np.ones((2, 3)), np.ones((3, 2), np.float32)).dtype == np.float64
+
+
+def test_one_traced_step_called_from_two_threads_runs_its_calls_one_at_a_time(backend):
+    """Calls of one traced step are serialized: each reads the state the previous one wrote, so
+    the result is that of some serial order (here every order gives the same)."""
+    import threading
+
+    def train(threads: int, calls: int) -> np.ndarray:
+        tg.manual_seed(0)
+        model = tg.nn.Sequential(tg.nn.Linear(64, 64), tg.nn.Tanh(), tg.nn.Linear(64, 1))
+        opt = tg.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        x = tg.tensor(np.linspace(-1, 1, 256 * 64).reshape(256, 64).astype(np.float32))
+
+        @tg.trace(backend=backend)
+        def step(x):
+            opt.zero_grad()
+            loss = (model(x) ** 2).mean()
+            loss.backward()
+            opt.step()
+            return loss
+
+        step(x)  # traced here, once
+        start = threading.Barrier(threads)
+
+        def work():
+            start.wait()
+            for _ in range(calls):
+                step(x)
+
+        workers = [threading.Thread(target=work) for _ in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        return np.concatenate([p.numpy().ravel() for p in model.parameters()])
+
+    np.testing.assert_array_equal(train(2, 40), train(1, 80))
