@@ -5,8 +5,13 @@ shapes (broadcasting, axes of size 0 and 1, non-contiguous inputs) and dtypes.
 - Traced (NumPy and Numba backends; some groups of >= 2^16 elements, so kernels compile)
   against eager: results, input gradients, and raising the same error.
 
-The default profile ("ci") runs in about a minute; `HYPOTHESIS_PROFILE=long` runs 20,000
-programs per test.
+Layers (convolution, pooling, normalization, attention, embedding, losses with their options)
+get the same two checks; random draws (dropout, randn, rand, randint, randperm, normal_,
+bernoulli, multinomial) in traced steps must give eager's numbers for the same seed, call after
+call.
+
+The default profile ("ci") runs in a few minutes; `HYPOTHESIS_PROFILE=long` runs 20,000
+examples per test.
 """
 
 from __future__ import annotations
@@ -220,3 +225,318 @@ def test_traced_matches_eager(backend, p: Program, seed: int, dtype):
 @given(programs(big=True), st.integers(0, 2**16))
 def test_traced_matches_eager_with_large_kernels(p: Program, seed: int):
     check_traced_matches_eager(p, seed, np.float32, "numba")
+
+
+# --- layers: convolution, pooling, normalization, attention, embedding, losses, random draws ---
+
+F = tg.nn.functional
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One library op with its options: `options` are (name, value) pairs; `build` turns it
+    into a function over tensors and the arrays it runs on."""
+
+    op: str
+    options: tuple[tuple[str, object], ...]
+
+    def __getitem__(self, key: str):
+        return dict(self.options)[key]
+
+
+def _conv_out(size: int, k: int, stride: int, pad: int, dilation: int) -> int:
+    return (size + 2 * pad - dilation * (k - 1) - 1) // stride + 1
+
+
+@st.composite
+def layers(draw) -> Layer:
+    op = draw(st.sampled_from(sorted(LAYER_DRAWS)))
+    return Layer(op, tuple(LAYER_DRAWS[op](draw)))
+
+
+def _draw_conv(draw):
+    groups = draw(st.sampled_from([1, 2]))
+    k, stride, dilation = draw(st.integers(1, 3)), draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    pad = draw(st.sampled_from([0, 1, "same"] if stride == 1 else [0, 1]))
+    h, w = draw(st.integers(1, 6)), draw(st.integers(1, 6))
+    p = 0 if pad == "same" else pad
+    assume(pad == "same" or min(_conv_out(h, k, stride, p, dilation),
+                                _conv_out(w, k, stride, p, dilation)) >= 1)  # fmt: skip
+    return [("n", draw(st.integers(1, 2))), ("cin", groups * draw(st.integers(1, 2))),
+            ("cout", groups * draw(st.integers(1, 2))), ("groups", groups), ("k", k),
+            ("stride", stride), ("pad", pad), ("dilation", dilation), ("hw", (h, w)),
+            ("bias", draw(st.booleans()))]  # fmt: skip
+
+
+def _draw_conv_transpose(draw):
+    stride, k, dilation = draw(st.integers(1, 2)), draw(st.integers(1, 3)), draw(st.integers(1, 2))
+    pad = draw(st.integers(0, 1))
+    extra = draw(st.integers(0, max(stride, dilation) - 1))
+    h, w = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    assume(min((h - 1) * stride - 2 * pad + dilation * (k - 1) + extra + 1,
+               (w - 1) * stride - 2 * pad + dilation * (k - 1) + extra + 1) >= 1)  # fmt: skip
+    return [("n", draw(st.integers(1, 2))), ("cin", draw(st.integers(1, 3))),
+            ("cout", draw(st.integers(1, 3))), ("k", k), ("stride", stride), ("pad", pad),
+            ("extra", extra), ("dilation", dilation), ("hw", (h, w)),
+            ("bias", draw(st.booleans()))]  # fmt: skip
+
+
+def _draw_pool(draw):
+    k = draw(st.integers(1, 3))
+    stride = draw(st.sampled_from([None, 1, 2]))
+    pad = draw(st.integers(0, k // 2))
+    ceil = False  # ceil_mode: not supported (raises NotImplementedError)
+    h, w = draw(st.integers(k, 6)), draw(st.integers(k, 6))
+    return [("k", k), ("stride", stride), ("pad", pad), ("ceil", ceil), ("hw", (h, w)),
+            ("count_include_pad", draw(st.booleans())),
+            ("channels", draw(st.integers(1, 3)))]  # fmt: skip
+
+
+def _draw_norm(draw):
+    return [("shape", (draw(st.integers(2, 4)), draw(st.sampled_from([2, 4])),
+                       draw(st.integers(1, 3)))),
+            ("training", draw(st.booleans())), ("affine", draw(st.booleans()))]  # fmt: skip
+
+
+def _draw_attention(draw):
+    lq, lk = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    causal = draw(st.booleans())
+    mask = "none" if causal else draw(st.sampled_from(["none", "bool", "float"]))
+    return [("b", draw(st.integers(1, 2))), ("h", draw(st.integers(1, 2))), ("lq", lq),
+            ("lk", lk), ("e", draw(st.integers(1, 4))), ("causal", causal),
+            ("mask", mask)]  # fmt: skip
+
+
+def _draw_embedding(draw):
+    v = draw(st.integers(2, 6))
+    return [("v", v), ("d", draw(st.integers(1, 3))), ("n", draw(st.integers(1, 5))),
+            ("padding_idx", draw(st.sampled_from([None, 0, v - 1])))]  # fmt: skip
+
+
+def _draw_classification(draw):
+    c = draw(st.integers(2, 4))
+    return [("n", draw(st.integers(1, 4))), ("c", c), ("extra", draw(st.sampled_from([(), (2,)]))),
+            ("weight", draw(st.booleans())), ("ignore", draw(st.sampled_from([-100, 0, 1]))),
+            ("smoothing", draw(st.sampled_from([0.0, 0.1]))),
+            ("reduction", draw(st.sampled_from(["mean", "sum", "none"])))]  # fmt: skip
+
+
+def _draw_regression(draw):
+    return [("shape", tuple(draw(st.lists(st.integers(1, 3), min_size=1, max_size=3)))),
+            ("loss", draw(st.sampled_from(["mse", "l1", "smooth_l1", "huber", "bce_logits"]))),
+            ("beta", draw(st.sampled_from([0.5, 1.0, 2.0]))), ("weights", draw(st.booleans())),
+            ("reduction", draw(st.sampled_from(["mean", "sum", "none"])))]  # fmt: skip
+
+
+LAYER_DRAWS = {
+    "conv2d": _draw_conv, "conv_transpose2d": _draw_conv_transpose, "max_pool2d": _draw_pool,
+    "avg_pool2d": _draw_pool, "adaptive_avg_pool2d": _draw_pool, "batch_norm": _draw_norm,
+    "layer_norm": _draw_norm, "group_norm": _draw_norm, "attention": _draw_attention,
+    "embedding": _draw_embedding, "cross_entropy": _draw_classification,
+    "nll_loss": _draw_classification, "regression": _draw_regression,
+}  # fmt: skip
+
+
+def build(layer: Layer, dtype, seed: int):
+    """(fn over tensors, its arrays, which of them are differentiated)."""
+    rng = np.random.default_rng(seed)
+
+    def normal(*shape):
+        return rng.standard_normal(shape).astype(dtype)
+
+    op = layer.op
+    if op == "conv2d":
+        n, cin, cout, g, k = (layer[s] for s in ("n", "cin", "cout", "groups", "k"))
+        arrays = [normal(n, cin, *layer["hw"]), normal(cout, cin // g, k, k) / k]
+        arrays += [normal(cout)] if layer["bias"] else []
+        fn = lambda x, w, b=None: F.conv2d(x, w, b, layer["stride"], layer["pad"],
+                                           layer["dilation"], g)  # fmt: skip
+        return fn, arrays, [True] * len(arrays)
+    if op == "conv_transpose2d":
+        n, cin, cout, k = (layer[s] for s in ("n", "cin", "cout", "k"))
+        arrays = [normal(n, cin, *layer["hw"]), normal(cin, cout, k, k) / k]
+        arrays += [normal(cout)] if layer["bias"] else []
+        options = (layer["stride"], layer["pad"], layer["extra"], 1, layer["dilation"])
+        fn = lambda x, w, b=None: F.conv_transpose2d(x, w, b, *options)
+        return fn, arrays, [True] * len(arrays)
+    if op in ("max_pool2d", "avg_pool2d", "adaptive_avg_pool2d"):
+        x = normal(2, layer["channels"], *layer["hw"])
+        if op == "max_pool2d":
+            fn = lambda x: F.max_pool2d(x, layer["k"], layer["stride"], layer["pad"],
+                                        ceil_mode=layer["ceil"])  # fmt: skip
+        elif op == "avg_pool2d":
+            fn = lambda x: F.avg_pool2d(x, layer["k"], layer["stride"], layer["pad"],
+                                        layer["ceil"], layer["count_include_pad"])  # fmt: skip
+        else:
+            fn = lambda x: F.adaptive_avg_pool2d(x, (layer["k"], layer["hw"][1] - layer["pad"]))
+        return fn, [x], [True]
+    if op in ("batch_norm", "layer_norm", "group_norm"):
+        n, c, h = layer["shape"]
+        arrays = [normal(n, c, h) * 2 + 1]
+        arrays += [normal(c) + 1.5, normal(c)] if layer["affine"] else []
+        if op == "batch_norm":
+            stats = [np.abs(normal(c)), np.abs(normal(c)) + 0.5]
+
+            def fn(x, w=None, b=None):
+                mean, var = (tg.tensor(s.copy()) for s in stats)  # fresh each call
+                return F.batch_norm(x, mean, var, w, b, layer["training"], 0.1)
+        elif op == "layer_norm":
+            arrays[1:] = [normal(c, h) + 1.5, normal(c, h)] if layer["affine"] else []
+            fn = lambda x, w=None, b=None: F.layer_norm(x, (c, h), w, b)
+        else:
+            fn = lambda x, w=None, b=None: F.group_norm(x, 2, w, b)
+        return fn, arrays, [True] * len(arrays)
+    if op == "attention":
+        b, h, lq, lk, e = (layer[s] for s in ("b", "h", "lq", "lk", "e"))
+        arrays = [normal(b, h, lq, e), normal(b, h, lk, e), normal(b, h, lk, e)]
+        mask = None
+        if layer["mask"] == "bool":
+            mask = rng.random((lq, lk)) > 0.3
+            mask[:, 0] = True
+        elif layer["mask"] == "float":
+            mask = normal(lq, lk)
+        fn = lambda q, k, v: F.scaled_dot_product_attention(
+            q, k, v, None if mask is None else tg.tensor(mask), is_causal=layer["causal"]
+        )
+        return fn, arrays, [True] * 3
+    if op == "embedding":
+        idx = rng.integers(0, layer["v"], layer["n"])
+        fn = lambda i, w: F.embedding(i, w, layer["padding_idx"])
+        return fn, [idx, normal(layer["v"], layer["d"])], [False, True]
+    if op in ("cross_entropy", "nll_loss"):
+        n, c, extra = layer["n"], layer["c"], layer["extra"]
+        logits = normal(n, c, *extra) * 2
+        labels = rng.integers(0, c, (n, *extra))
+        weight = np.abs(normal(c)) + 0.5 if layer["weight"] else None
+        options = dict(ignore_index=layer["ignore"], reduction=layer["reduction"])
+        if op == "cross_entropy":
+            options["label_smoothing"] = layer["smoothing"]
+        loss = F.cross_entropy if op == "cross_entropy" else F.nll_loss
+        inputs = (lambda x: x) if op == "cross_entropy" else (lambda x: F.log_softmax(x, 1))
+        fn = lambda x, t: loss(inputs(x), t, None if weight is None else tg.tensor(weight),
+                               **options)  # fmt: skip
+        return fn, [logits, labels], [True, False]
+    shape, kind = layer["shape"], layer["loss"]
+    x, t = normal(*shape), normal(*shape)
+    r = layer["reduction"]
+    if kind == "bce_logits":
+        t = rng.random(shape).astype(dtype)
+        w = np.abs(normal(*shape[-1:])) + 0.5 if layer["weights"] else None
+        fn = lambda x, t: F.binary_cross_entropy_with_logits(
+            x, t, None if w is None else tg.tensor(w), r, None if w is None else tg.tensor(w * 2)
+        )
+    elif kind in ("smooth_l1", "huber"):
+        f = F.smooth_l1_loss if kind == "smooth_l1" else F.huber_loss
+        fn = lambda x, t: f(x, t, r, layer["beta"])
+    else:
+        f = F.mse_loss if kind == "mse" else F.l1_loss
+        fn = lambda x, t: f(x, t, r)
+    return fn, [x, t], [True, True]
+
+
+def layer_step(fn, arrays, differentiated, cotangent_seed: int):
+    """fn with its gradient: (output, d(sum(out * c))/d each differentiated input)."""
+
+    def step(*xs):
+        attached = [x for x, d in zip(xs, differentiated, strict=True) if d]
+        gm = tg.GradManager().attach(attached)
+        with gm:
+            out = fn(*xs)
+            c = np.random.default_rng(cotangent_seed).standard_normal(out.shape)
+            gm.backward((out * tg.tensor(c.astype(out.dtype))).sum())
+        return (out, *(tg.zeros_like(x) if x.grad is None else x.grad for x in attached))
+
+    return step
+
+
+@given(layers(), st.integers(0, 2**16))
+def test_layer_gradients_match_finite_differences(layer: Layer, seed: int):
+    fn, arrays, differentiated = build(layer, np.float64, seed)
+    step = layer_step(fn, arrays, differentiated, seed)
+    got = outcome(step, *tensors(arrays))
+    assert not isinstance(got, type), got  # every drawn layer is valid
+    # a mean over no element (every label ignored) is nan, as in PyTorch; its gradient is 0
+    assume(np.all(np.isfinite(got[0])))
+    at = 1
+    for i, (x, d) in enumerate(zip(arrays, differentiated, strict=True)):
+        if not d:
+            continue
+
+        def loss(a: np.ndarray, i=i) -> float:
+            args = tensors(arrays)
+            args[i] = tg.tensor(a)
+            out = fn(*args).numpy()
+            c = np.random.default_rng(seed).standard_normal(out.shape)
+            return float(np.sum(out * c))
+
+        want = numeric_grad(loss, x)
+        if layer.op == "embedding" and layer["padding_idx"] is not None:
+            want[layer["padding_idx"]] = 0.0  # PyTorch's definition: that row never learns
+        np.testing.assert_allclose(got[at], want, rtol=1e-4, atol=1e-6, err_msg=f"input {i}")
+        at += 1
+
+
+# Each new structure compiles kernels on the Numba backend: fewer examples in the short profile.
+FEWER = settings(max_examples=settings().max_examples if settings().max_examples > 1000 else 20)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@FEWER
+@given(layers(), st.integers(0, 2**16), st.sampled_from([np.float32, np.float64]))
+def test_traced_layers_match_eager(backend, layer: Layer, seed: int, dtype):
+    fn, arrays, differentiated = build(layer, dtype, seed)
+    step = layer_step(fn, arrays, differentiated, seed)
+    want = outcome(step, *tensors(arrays))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(lowering, "KERNEL_MIN", 0)
+        got = outcome(tg.trace(step, backend=backend), *tensors(arrays))
+    tol = 1e-4 if dtype == np.float32 else 1e-9
+    for k, (a, b) in enumerate(zip(got, want, strict=True)):
+        assert a.dtype == b.dtype and a.shape == b.shape, k
+        scale = max(1.0, float(np.nanmax(np.abs(b), initial=0.0)))
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol * scale, equal_nan=True, err_msg=k)
+
+
+RANDOM_DRAWS = {
+    "dropout": lambda x: F.dropout(x, 0.3),
+    "randn_like": lambda x: x * tg.randn_like(x),
+    "rand": lambda x: x + tg.rand(*x.shape, dtype=x.dtype),
+    "normal_": lambda x: x * tg.zeros_like(x).normal_(1.0, 2.0),
+    "randint": lambda x: x * tg.randint(0, 5, x.shape).astype(x.dtype),
+    "randperm": lambda x: x[..., tg.randperm(x.shape[-1])] if x.ndim else x,
+    "bernoulli": lambda x: x * tg.bernoulli(tg.sigmoid(x)),
+    "multinomial": lambda x: x * tg.multinomial(tg.softmax(x.reshape(-1, x.shape[-1]), -1),
+                                                 1, True).sum() if x.ndim and x.size else x,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@FEWER
+@given(st.lists(st.sampled_from(sorted(RANDOM_DRAWS)), min_size=1, max_size=3),
+       st.lists(st.integers(1, 4), max_size=3), st.integers(0, 2**16),
+       st.sampled_from([np.float32, np.float64]))  # fmt: skip
+def test_random_draws_in_traced_steps_match_eager_for_a_seed(backend, draws, shape, seed, dtype):
+    """The same seed, the same numbers: at every call, not only the first."""
+    x = np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+    def step(x):
+        gm = tg.GradManager().attach(x)
+        with gm:
+            out = x
+            for name in draws:
+                out = RANDOM_DRAWS[name](out)
+            gm.backward(out.sum())
+        return out, x.grad if x.grad is not None else tg.zeros_like(x)
+
+    def run(f):
+        tg.manual_seed(seed)
+        return [outcome(f, tg.tensor(x)) for _ in range(2)]
+
+    want = run(step)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(lowering, "KERNEL_MIN", 0)
+        got = run(tg.trace(step, backend=backend))
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    for g, w in zip(got, want, strict=True):
+        for a, b in zip(g, w, strict=True):
+            np.testing.assert_allclose(a, b, rtol=tol, atol=tol)

@@ -40,11 +40,9 @@ def launch(mode: str, out: Path | str = "-", ranks: int = 2) -> tuple[int, str, 
         "OPENBLAS_NUM_THREADS": "1",
         "TRACEGRAD_BACKGROUND_COMPILE": "1",
     }  # the default, which dist.init() turns off
-    # as a module from the project's root: a script's own folder comes first on sys.path, and
-    # tests/ holds packages named after numpy and torch (the tests of those namespaces)
-    worker = [sys.executable, "-m", "tests.distributed_worker", mode, str(out)]
-    done = subprocess.run([MPIEXEC, "-n", str(ranks), *worker], cwd=WORKER.parent.parent,
-                          capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+    # -P: tests/ is not put first on sys.path, where tests/numpy/ would shadow NumPy
+    command = [MPIEXEC, "-n", str(ranks), sys.executable, "-P", str(WORKER), mode, str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
     return done.returncode, done.stdout + done.stderr, time.monotonic() - start
 
 

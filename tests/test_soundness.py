@@ -150,6 +150,11 @@ def test_integer_true_division_gives_floats(backend):
         (lambda x: x * np.float64(16777217), np.array([1.0], np.float32)),  # float64 wins
         (lambda x: x + 2, np.array([250], np.uint8)),  # a Python int stays weak: wraps to 252
         (lambda x: x * 0.1, np.array([3.0], np.float32)),  # a Python float too: float32
+        # a float32 constant meeting float64 keeps its float32 value (0.10000000149...)
+        (lambda x: x * np.float32(0.1), np.array([3.0], np.float64)),
+        (lambda x: x + np.float32(1 / 3), np.array([1.0], np.float64)),
+        (lambda x: x * tg.tensor(np.float32(0.1)).item(), np.array([3.0], np.float64)),
+        (lambda x: x * np.float16(0.1), np.array([3.0], np.float64)),
     ],
 )
 def test_numpy_scalars_keep_their_dtype(backend, fn, data):
@@ -425,3 +430,183 @@ def test_the_gradient_of_a_max_over_a_recomputed_input_is_finite(backend):
     got, want = tg.trace(f, backend=backend)(x.copy()), f(tg.tensor(x))
     assert np.isfinite(got.numpy()).all()
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("set_to_none", [True, False])
+@pytest.mark.parametrize("how", ["backward", "grad_manager"])
+def test_gradients_accumulate_into_the_grad_of_each_call(backend, set_to_none, how):
+    """zero_grad() between traced calls makes a new `.grad` (or none): the plan accumulates into
+    the gradient the parameter holds at each call, not the one it held when traced."""
+
+    def run(traced):
+        p = tg.tensor(np.zeros(2), requires_grad=how == "backward")
+        gm = tg.GradManager().attach(p)
+        opt = tg.optim.SGD([p], lr=0.1)
+
+        def accumulate(x):
+            if how == "backward":
+                (p * x).sum().backward()
+            else:
+                with gm:
+                    gm.backward((p * x).sum())
+
+        f = tg.trace(accumulate, backend=backend) if traced else accumulate
+        seen = []
+        for _ in range(3):
+            f(tg.tensor([1.0, 2.0]))
+            f(tg.tensor([1.0, 2.0]))
+            seen.append(p.grad.numpy().copy())
+            opt.step()
+            opt.zero_grad(set_to_none=set_to_none)
+        return np.array(seen), p.numpy()
+
+    want, got = run(False), run(True)
+    np.testing.assert_array_equal(want[0], [[2.0, 4.0]] * 3)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_random_numbers_in_a_traced_step_are_drawn_afresh_as_eager_draws_them(backend):
+    """randn/rand/randint/randperm/*_like inside a step read the random state at every call."""
+    gen = tg.Generator()
+
+    def draws(x):
+        return (
+            x + tg.randn_like(x), tg.rand(3), tg.randint(0, 10, (4,)), tg.randperm(5),
+            tg.randn(2, dtype=np.float64), tg.rand_like(x), tg.randint_like(x, 3, 9),
+            tg.randn(2, generator=gen), x.clone().normal_(), x.clone().uniform_(-1, 1),
+        )  # fmt: skip
+
+    def run(f):
+        tg.manual_seed(3)
+        gen.manual_seed(5)
+        return [[a.numpy() for a in f(tg.ones(3))] for _ in range(3)]
+
+    want, got = run(draws), run(tg.trace(draws, backend=backend))
+    for w, g in zip(want, got, strict=True):
+        for a, b in zip(w, g, strict=True):
+            assert a.dtype == b.dtype
+            np.testing.assert_array_equal(b, a)
+    for i in range(len(want[0])):
+        assert not np.array_equal(got[0][i], got[1][i])  # fresh numbers at every call
+
+
+def test_a_vae_reparameterization_trains_on_fresh_noise(backend):
+    """eps = randn_like(std): traced training follows eager training draw for draw."""
+
+    def train(traced):
+        tg.manual_seed(0)
+        enc, dec = tg.nn.Linear(4, 4), tg.nn.Linear(2, 4)
+        params = list(enc.parameters()) + list(dec.parameters())
+        opt = tg.optim.SGD(params, lr=0.1)
+
+        def step(x):
+            mu, logvar = enc(x).chunk(2, dim=-1)
+            std = tg.exp(0.5 * logvar)
+            z = mu + std * tg.randn_like(std)
+            loss = ((dec(z) - x) ** 2).mean() - 0.5 * (1 + logvar - mu**2 - logvar.exp()).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return loss
+
+        f = tg.trace(step, backend=backend) if traced else step
+        x = tg.tensor(np.linspace(-1, 1, 24).reshape(6, 4).astype(np.float32))
+        losses = [f(x).item() for _ in range(5)]
+        return losses, [p.numpy() for p in params]
+
+    (want, want_p), (got, got_p) = train(False), train(True)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    for a, b in zip(want_p, got_p, strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("how", ["data", "detach", "detach then -="])
+def test_a_manual_update_through_data_or_detach_updates_the_parameter(backend, how):
+    """word_language_model's SGD: `p.data.add_(p.grad, alpha=-lr)`; the same through
+    `p.detach()`, whose in-place writes reach p as PyTorch's shared storage does."""
+
+    def run(traced):
+        p = tg.tensor(np.array([1.0, 2.0]), requires_grad=True)
+
+        def step(x):
+            p.grad = None
+            (p * x).sum().backward()
+            if how == "data":
+                p.data.add_(p.grad, alpha=-0.1)
+            elif how == "detach":
+                p.detach().add_(p.grad, alpha=-0.1)
+            else:
+                d = p.detach()
+                d -= 0.1 * p.grad
+
+        f = tg.trace(step, backend=backend) if traced else step
+        for _ in range(3):
+            f(tg.tensor([1.0, 3.0]))
+        return p.numpy()
+
+    want = run(False)
+    np.testing.assert_allclose(want, [0.7, 1.1])
+    np.testing.assert_allclose(run(True), want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("layer", ["linear", "conv", "matmul"])
+def test_a_float64_batch_into_a_float32_model_raises_as_in_pytorch(backend, layer):
+    """Not a whole step silently promoted to float64: the op, both dtypes and the user's line."""
+    tg.manual_seed(0)
+    if layer == "linear":
+        model, x = tg.nn.Linear(3, 2), np.ones((2, 3))
+    elif layer == "conv":
+        model, x = tg.nn.Conv2d(1, 2, 2), np.ones((1, 1, 3, 3))
+    else:
+        w = tg.tensor(np.ones((3, 2), np.float32))
+        model, x = (lambda x: x @ w), np.ones((2, 3))
+
+    def step(x):
+        return model(x).sum()  # the line named
+
+    code = model.__code__ if layer == "matmul" else step.__code__  # the innermost user line
+    line = f"test_soundness.py:{code.co_firstlineno + (layer != 'matmul')}"
+    for f in (step, tg.trace(step, backend=backend)):
+        with pytest.raises(ValueError, match=f"float64, float32.*PyTorch.*{line}"):
+            f(tg.tensor(x))
+    assert step(tg.tensor(x.astype(np.float32))).dtype == np.float32
+    # NumPy's namespace keeps NumPy's promotion
+    assert tg.numpy.matmul(np.ones((2, 3)), np.ones((3, 2), np.float32)).dtype == np.float64
+
+
+def test_one_traced_step_called_from_two_threads_runs_its_calls_one_at_a_time(backend):
+    """Calls of one traced step are serialized: each reads the state the previous one wrote, so
+    the result is that of some serial order (here every order gives the same)."""
+    import threading
+
+    def train(threads: int, calls: int) -> np.ndarray:
+        tg.manual_seed(0)
+        model = tg.nn.Sequential(tg.nn.Linear(64, 64), tg.nn.Tanh(), tg.nn.Linear(64, 1))
+        opt = tg.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        x = tg.tensor(np.linspace(-1, 1, 256 * 64).reshape(256, 64).astype(np.float32))
+
+        @tg.trace(backend=backend)
+        def step(x):
+            opt.zero_grad()
+            loss = (model(x) ** 2).mean()
+            loss.backward()
+            opt.step()
+            return loss
+
+        step(x)  # traced here, once
+        start = threading.Barrier(threads)
+
+        def work():
+            start.wait()
+            for _ in range(calls):
+                step(x)
+
+        workers = [threading.Thread(target=work) for _ in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        return np.concatenate([p.numpy().ravel() for p in model.parameters()])
+
+    np.testing.assert_array_equal(train(2, 40), train(1, 80))

@@ -237,3 +237,27 @@ def test_avg_pool2d_refuses_integers(dtype):
     with pytest.raises(TypeError, match=f"avg_pool2d: input must be floating, not {x.dtype}"):
         F.avg_pool2d(x, 2)
     np.testing.assert_array_equal(F.avg_pool2d(x.astype(np.float32), 2).numpy(), np.mean(x))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_and_nll_loss_take_pytorchs_k_dimensional_form(reduction):
+    """(N, C, d1, d2) scores and (N, d1, d2) classes: one row per position, as PyTorch's."""
+    rng = np.random.default_rng(0)
+    x, t = rng.standard_normal((2, 3, 4, 2)), rng.integers(0, 3, (2, 4, 2))
+    w = rng.random(3) + 0.5
+    rows, labels = x.transpose(0, 2, 3, 1).reshape(-1, 3), t.reshape(-1)
+    options = dict(ignore_index=1, reduction=reduction)
+    for loss, pre in ((F.cross_entropy, lambda a: a), (F.nll_loss, lambda a: F.log_softmax(a, 1))):
+        got = loss(pre(tg.tensor(x)), tg.tensor(t), tg.tensor(w), **options).numpy()
+        want = loss(pre(tg.tensor(rows)), tg.tensor(labels), tg.tensor(w), **options).numpy()
+        np.testing.assert_allclose(got, want.reshape(got.shape), rtol=1e-12)
+        check_grad(lambda a: loss(pre(a), tg.tensor(t), tg.tensor(w), **options).sum(), x)
+    torch = pytest.importorskip("torch")
+    a, b = tg.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    mine = F.cross_entropy(a, tg.tensor(t), tg.tensor(w), label_smoothing=0.2, **options)
+    theirs = torch.nn.functional.cross_entropy(b, torch.tensor(t), torch.tensor(w),
+                                               label_smoothing=0.2, **options)  # fmt: skip
+    mine.sum().backward()
+    theirs.sum().backward()
+    np.testing.assert_allclose(mine.numpy(), theirs.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-10, atol=1e-14)

@@ -45,6 +45,27 @@ def test_registration_follows_attribute_assignment():
     assert list(m.named_parameters()) == []
 
 
+def test_reassigning_a_submodule_or_parameter_keeps_its_place():
+    """PyTorch's dict semantics: `model.conv1 = Conv2d(...)` stays first, so children(),
+    state_dict() and `Sequential(*list(model.children())[:-1])` are PyTorch's."""
+    model = nn.Module()
+    model.conv1, model.relu, model.fc = nn.Conv2d(1, 2, 3), nn.ReLU(), nn.Linear(2, 2)
+    model.scale = tg.tensor([1.0], requires_grad=True)
+    model.bias = tg.tensor([0.0], requires_grad=True)
+    model.conv1 = nn.Conv2d(1, 2, 5)
+    model.scale = nn.Parameter(tg.tensor([2.0]))
+    assert [n for n, _ in model.named_children()] == ["conv1", "relu", "fc"]
+    assert list(model.state_dict()) == [
+        "scale", "bias", "conv1.weight", "conv1.bias", "fc.weight", "fc.bias",
+    ]  # fmt: skip
+    assert model.conv1.weight.shape == (2, 1, 5, 5) and model.scale.item() == 2.0
+    head = nn.Sequential(*list(model.children())[:-1])
+    assert [type(m).__name__ for m in head] == ["Conv2d", "ReLU"]
+    model.fc = tg.tensor([1.0], requires_grad=True)  # a module becomes a parameter: moves
+    assert [n for n, _ in model.named_children()] == ["conv1", "relu"]
+    assert list(dict(model.named_parameters()))[:3] == ["scale", "bias", "fc"]
+
+
 def test_assigning_before_init_names_the_fix():
     class Broken(nn.Module):
         def __init__(self):

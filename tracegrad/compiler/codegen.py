@@ -34,7 +34,9 @@ class _Emitter:
         if v.const is None:
             return self.names[v]
         if n is not None and _literal_keeps_type(v, n):
-            return str(v.const)  # shortest text that round-trips in its own dtype
+            # the Python number's repr round-trips the value, not only the type: str() of
+            # np.float32(0.1) is "0.1", which beside float64 would be another number
+            return repr(v.const.item())
         return self.constant(v.const, "k")
 
     def constant(self, obj: Any, prefix: str) -> str:

@@ -12,15 +12,18 @@ from typing import Any
 
 import numpy as np
 
+from tracegrad.core import primitives as P
+from tracegrad.frontend import random
 from tracegrad.frontend.device import check_device
 from tracegrad.frontend.functions import astype, broadcast_to, pytorch_keywords
 from tracegrad.frontend.random import Generator
 from tracegrad.frontend.tensor import Tensor, get_default_dtype
 from tracegrad.frontend.tensor import as_tensor as _as_tensor
 
-# The host generator behind randn, rand, randint and randperm (PyTorch's default generator);
-# `tracegrad.manual_seed` seeds it and returns it.
-default_generator = Generator()
+# PyTorch's default generator: its counter-based state, which randn, rand, randint and randperm
+# draw from, is the default one (dropout's and sampling's); `tracegrad.manual_seed` seeds it and
+# returns it.
+default_generator = Generator(state=random.default_state)
 _IGNORED = frozenset({"layout", "pin_memory", "memory_format"})
 
 
@@ -189,8 +192,13 @@ def seed(value: int) -> Generator:
     return default_generator.manual_seed(value)
 
 
-def _rng(generator: Generator | None) -> np.random.Generator:
-    return (default_generator if generator is None else generator).rng
+# randn, rand, randint and randperm draw from a counter-based random state (frontend/random.py),
+# as dropout does: a traced step reads the state and advances it at every call, so it draws fresh
+# numbers each time, the same numbers an eager run with the same seed draws.
+
+
+def _drawn(out: Tensor, requires_grad: bool) -> Tensor:
+    return out.requires_grad_() if requires_grad else out
 
 
 def randn(*size: Any, generator: Generator | None = None, dtype: Any = None, device: Any = None,
@@ -198,8 +206,8 @@ def randn(*size: Any, generator: Generator | None = None, dtype: Any = None, dev
     """Standard normal samples, randn(2, 3) or randn((2, 3))."""
     _check("randn", device, options)
     size, dtype = _shape_dtype(size, dtype)
-    data = _rng(generator).standard_normal(size).astype(_float(dtype))
-    return Tensor(data, requires_grad=requires_grad)
+    out = random.draw(P.normal, random.state_of(generator), shape=size, dtype=_float(dtype))
+    return _drawn(out, requires_grad)
 
 
 def rand(*size: Any, generator: Generator | None = None, dtype: Any = None, device: Any = None,
@@ -207,7 +215,8 @@ def rand(*size: Any, generator: Generator | None = None, dtype: Any = None, devi
     """Uniform samples in [0, 1)."""
     _check("rand", device, options)
     size, dtype = _shape_dtype(size, dtype)
-    return Tensor(_rng(generator).random(size).astype(_float(dtype)), requires_grad=requires_grad)
+    out = random.draw(P.uniform, random.state_of(generator), shape=size, dtype=_float(dtype))
+    return _drawn(out, requires_grad)
 
 
 def randint(*args: Any, size: Sequence[int] | None = None, generator: Generator | None = None,
@@ -221,16 +230,17 @@ def randint(*args: Any, size: Sequence[int] | None = None, generator: Generator 
     if size is None or len(bounds) not in (1, 2):
         raise TypeError("randint: expected randint(high, size) or randint(low, high, size)")
     low, high = (0, *bounds) if len(bounds) == 1 else bounds
-    size = (size,) if isinstance(size, int) else tuple(size)
-    data = _rng(generator).integers(low, high, size).astype(dtype)
-    return Tensor(data, requires_grad=requires_grad)
+    size = (size,) if isinstance(size, int | np.integer) else tuple(int(d) for d in size)
+    out = random.draw(P.randint, random.state_of(generator), shape=size, low=int(low),
+                      high=int(high), dtype=np.dtype(dtype))  # fmt: skip
+    return _drawn(out, requires_grad)
 
 
 def randperm(n: int, generator: Generator | None = None, dtype: Any = np.int64,
              device: Any = None, **options: Any) -> Tensor:  # fmt: skip
     """A random permutation of 0..n-1."""
     _check("randperm", device, options)
-    return Tensor(_rng(generator).permutation(n).astype(dtype))
+    return random.draw(P.randperm, random.state_of(generator), n=int(n), dtype=np.dtype(dtype))
 
 
 def randn_like(input: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False,

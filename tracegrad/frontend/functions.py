@@ -326,8 +326,28 @@ def stack(tensors: Sequence[Any], dim: int = 0) -> Tensor:
     return cat([unsqueeze(x, axis) for x in xs], axis)
 
 
+def same_dtypes(op: str, *xs: Tensor) -> None:
+    """PyTorch's products take operands of one dtype: a float64 batch into a float32 model
+    raises rather than silently running the whole step in float64."""
+    dtypes = [x.dtype for x in xs if x is not None]
+    if any(d != dtypes[0] for d in dtypes):
+        names = ", ".join(d.name for d in dtypes)
+        raise ShapeError(
+            f"{op}: operands of dtypes {names}; a product does not promote (as in PyTorch): "
+            "cast the input (x.float()) or the model (model.double())"
+        )
+
+
 def matmul(input: Any, other: Any) -> Tensor:
-    """The matrix product: 2-D, batched (broadcast) and 1-D operands."""
+    """The matrix product: 2-D, batched (broadcast) and 1-D operands, of one dtype (PyTorch's
+    rule; `promoting_matmul` is NumPy's)."""
+    a, b = as_tensor(input), as_tensor(other)
+    same_dtypes("matmul", a, b)
+    return promoting_matmul(a, b)
+
+
+def promoting_matmul(input: Any, other: Any) -> Tensor:
+    """The matrix product with NumPy's promotion of mixed dtypes (`tracegrad.numpy.matmul`)."""
     a, b = as_tensor(input), as_tensor(other)
     if a.ndim == 0 or b.ndim == 0 or a.shape[-1] != b.shape[-2 if b.ndim > 1 else 0]:
         raise ShapeError(f"matmul: {a.shape} @ {b.shape}")

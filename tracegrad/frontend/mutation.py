@@ -18,7 +18,6 @@ through it.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -116,9 +115,11 @@ def uniform(self: Tensor, a: float = 0.0, b: float = 1.0, *, generator: Any = No
 
 
 def normal(self: Tensor, mean: float = 0.0, std: float = 1.0, *, generator: Any = None) -> Tensor:
-    """Numbers from N(mean, std^2) (Box-Muller from the counter-based random state)."""
-    u1, u2 = _uniform(self, "normal_", generator), _uniform(self, "normal_", generator)
-    return mean + std * (P.sqrt(-2.0 * P.log1p(-u1)) * P.cos((2 * math.pi) * u2))
+    """Numbers from N(mean, std^2), drawn from the counter-based random state."""
+    with no_grad():
+        z = random.draw(P.normal, random.state_of(generator), shape=self.shape,
+                        dtype=uniform_dtype(self.dtype))  # fmt: skip
+    return mean + std * z
 
 
 def bernoulli(self: Tensor, p: Any = 0.5, *, generator: Any = None) -> Tensor:
@@ -127,10 +128,8 @@ def bernoulli(self: Tensor, p: Any = 0.5, *, generator: Any = None) -> Tensor:
 
 
 def _uniform(like: Tensor, op: str, generator: Any) -> Tensor:
-    if generator is not None:
-        raise TypeError(f"{op}: generator= is not supported; tracegrad.manual_seed seeds the draws")
     with no_grad():
-        return random.uniform(like.shape, uniform_dtype(like.dtype))
+        return random.uniform(like.shape, uniform_dtype(like.dtype), random.state_of(generator))
 
 
 def uniform_dtype(dtype: np.dtype) -> np.dtype:
@@ -228,23 +227,10 @@ def index_fill(input: Any, dim: int, index: Any, value: Any) -> Tensor:
 # --- PyTorch's `.data` -------------------------------------------------------------------------
 
 
-class DataView(Tensor):
+def get_data(self: Tensor) -> Tensor:
     """`t.data`: a tensor autograd does not track, holding `t`'s array; an in-place op on it
     writes `t` (also in a traced step, where `t` is state)."""
-
-    __slots__ = ("_base",)
-
-    def _assign(self, new: Tensor) -> None:
-        self._base._assign(new)
-        self._value = self._base._value
-
-
-def get_data(self: Tensor) -> Tensor:
-    if Listeners.tracers and not self.is_symbolic:  # read as state at each call, never baked
-        Listeners.tracers[-1].lift(self)
-    view = DataView._wrap(self._value)
-    view._base = self
-    return view
+    return self._alias()
 
 
 def set_data(self: Tensor, value: Any) -> None:

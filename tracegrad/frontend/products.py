@@ -17,6 +17,7 @@ from tracegrad.frontend.functions import (
     matmul,
     moveaxis,
     permute,
+    promoting_matmul,
     pytorch_keywords,
     reshape,
     stack,
@@ -101,7 +102,9 @@ def tensordot(a: Any, b: Any, dims: Any = 2) -> Tensor:
     k = math.prod(a.shape[i] for i in sa)
     a2 = reshape(permute(a, fa + sa), (-1, k))
     b2 = reshape(permute(b, sb + fb), (k, -1))
-    return reshape(matmul(a2, b2), tuple(a.shape[i] for i in fa) + tuple(b.shape[i] for i in fb))
+    return reshape(
+        promoting_matmul(a2, b2), tuple(a.shape[i] for i in fa) + tuple(b.shape[i] for i in fb)
+    )
 
 
 def einsum(*args: Any) -> Tensor:

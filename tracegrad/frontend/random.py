@@ -39,35 +39,61 @@ def manual_seed(seed: int) -> None:
         default_state._assign(new_state(seed))
 
 
-def uniform(shape: Sequence[int], dtype: Any = np.float32, state: Tensor | None = None) -> Tensor:
-    """Uniform numbers in [0, 1), drawn from `state` (default: the default state) and
-    advancing it."""
+def draw(prim: Any, state: Tensor | None = None, **attrs: Any) -> Tensor:
+    """One draw of the random primitive `prim` (uniform, normal, randint, randperm) from `state`
+    (default: the default state), advancing it."""
     state = default_state if state is None else state
     with no_grad():
-        out = P.uniform(state, shape=tuple(int(d) for d in shape), dtype=np.dtype(dtype))
+        out = prim(state, **attrs)
         state._assign(state + _STEP)
     return out
 
 
+def uniform(shape: Sequence[int], dtype: Any = np.float32, state: Tensor | None = None) -> Tensor:
+    """Uniform numbers in [0, 1), drawn from `state` (default: the default state) and
+    advancing it."""
+    return draw(P.uniform, state, shape=tuple(int(d) for d in shape), dtype=np.dtype(dtype))
+
+
+def state_of(generator: Generator | None) -> Tensor:
+    """The counter-based state a draw with `generator=` reads: the generator's own, or the
+    default state (shared with dropout and sampling, as PyTorch's default generator is)."""
+    if generator is None:
+        return default_state
+    if not isinstance(generator, Generator):
+        raise TypeError(f"generator= expects a tracegrad Generator, not {type(generator).__name__}")
+    return generator.random_state
+
+
 class Generator:
-    """PyTorch's `torch.Generator` for what runs on the host, outside any traced step: the order a
-    DataLoader shuffles in, `random_split`, the samplers. `manual_seed` makes the draws
-    repeatable (a new generator starts from PyTorch's default seed, so it is repeatable too).
+    """PyTorch's `torch.Generator`. It holds two streams, both restarted by `manual_seed`:
+    `rng`, for what runs on the host, outside any traced step (the order a DataLoader shuffles
+    in, `random_split`, the samplers), and `random_state`, the counter-based state that
+    `randn(..., generator=g)` and the other tensor draws read and advance (so a traced step
+    draws afresh at every call). A new generator starts from PyTorch's default seed, so it is
+    repeatable too. `Generator(state=...)` shares a counter-based state (the default generator
+    shares the default one).
 
     The same seed gives the same numbers in every tracegrad run, but not PyTorch's numbers: the
-    draws come from NumPy's PCG64 and its sampling algorithms, not PyTorch's Mersenne Twister."""
+    draws come from NumPy's PCG64 and Philox and their sampling algorithms, not PyTorch's."""
 
     DEFAULT_SEED = 67280421310721  # torch.Generator().initial_seed()
 
-    def __init__(self, device: Any = "cpu") -> None:
+    def __init__(self, device: Any = "cpu", *, state: Tensor | None = None) -> None:
         require_cpu(device, "Generator")
         self.device = "cpu"
-        self.manual_seed(self.DEFAULT_SEED)
+        self.random_state = new_state(self.DEFAULT_SEED) if state is None else state
+        self._seed_host(self.DEFAULT_SEED)
+
+    def _seed_host(self, seed: int) -> None:
+        self._seed = int(seed) % 2**64
+        self.rng = np.random.Generator(np.random.PCG64(self._seed))
 
     def manual_seed(self, seed: int) -> Generator:
         """Restart from `seed` (taken modulo 2**64, as PyTorch does with negative seeds)."""
-        self._seed = int(seed) % 2**64
-        self.rng = np.random.Generator(np.random.PCG64(self._seed))
+        self._seed_host(seed)
+        with no_grad():
+            self.random_state._assign(new_state(self._seed))  # in place: traced steps read it
         return self
 
     def seed(self) -> int:
@@ -81,11 +107,15 @@ class Generator:
 
     def get_state(self) -> Tensor:
         """The state as a uint8 tensor (as PyTorch's), for `set_state` and checkpoints."""
-        state = {"seed": self._seed, "bits": self.rng.bit_generator.state}
+        state = {"seed": self._seed, "bits": self.rng.bit_generator.state,
+                 "counter": [int(v) for v in self.random_state.numpy()]}  # fmt: skip
         return Tensor(np.frombuffer(json.dumps(state).encode(), np.uint8).copy())
 
     def set_state(self, state: Any) -> Generator:
         saved = json.loads(np.asarray(state, np.uint8).tobytes())
         self.manual_seed(saved["seed"])
         self.rng.bit_generator.state = saved["bits"]
+        if "counter" in saved:
+            with no_grad():
+                self.random_state._assign(Tensor(np.array(saved["counter"], np.uint64)))
         return self

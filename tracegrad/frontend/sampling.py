@@ -22,8 +22,7 @@ def multinomial(input: Any, num_samples: int, replacement: bool = False, *,
                 generator: Any = None) -> Tensor:  # fmt: skip
     """Indices drawn by the weights in each row of `input` (1-D or 2-D, not necessarily
     normalized): `num_samples` per row, distinct unless `replacement`. int64, no gradient."""
-    if generator is not None:
-        raise TypeError("multinomial: generator= is not supported; tracegrad.manual_seed seeds it")
+    state = random.state_of(generator)
     with no_grad():
         p = as_tensor(input).detach()
         if p.ndim not in (1, 2) or p.dtype.kind != "f":
@@ -36,19 +35,19 @@ def multinomial(input: Any, num_samples: int, replacement: bool = False, *,
         if not p.is_symbolic:
             _check_weights(p.numpy())
         if replacement or num_samples == 1:
-            return _inverse_cdf(p, num_samples)
+            return _inverse_cdf(p, num_samples, state)
         # distinct draws: the k largest of log(u) / p (Efraimidis and Spirakis's keys)
-        u = random.uniform(p.shape, uniform_dtype(p.dtype))
+        u = random.uniform(p.shape, uniform_dtype(p.dtype), state)
         keys = P.where(p > 0, P.log1p(-u) / P.where(p > 0, p, 1.0), -np.inf)
         return topk(keys, num_samples, dim=-1).indices
 
 
-def _inverse_cdf(p: Tensor, num_samples: int) -> Tensor:
+def _inverse_cdf(p: Tensor, num_samples: int, state: Tensor) -> Tensor:
     """Per draw u in [0, 1): the number of categories whose cumulative weight is <= u * total,
     the category u falls in."""
     cdf = cumsum(p, -1)
     total = cdf[..., -1:]
-    u = random.uniform((*p.shape[:-1], num_samples), uniform_dtype(p.dtype)) * total
+    u = random.uniform((*p.shape[:-1], num_samples), uniform_dtype(p.dtype), state) * total
     below = cdf[..., None, :] <= u[..., :, None]
     index = sum(below.astype(np.int64), -1)
     return P.minimum(index, p.shape[-1] - 1)  # u * total may round up to the total
@@ -64,12 +63,11 @@ def _check_weights(p: np.ndarray) -> None:
 def bernoulli(input: Any, p: Any = None, *, generator: Any = None) -> Tensor:
     """1 with probability `input` (elementwise; or `p` for every element), else 0, in input's
     dtype; no gradient."""
-    if generator is not None:
-        raise TypeError("bernoulli: generator= is not supported; tracegrad.manual_seed seeds it")
     with no_grad():
         x = as_tensor(input).detach()
         dtype = x.dtype if x.dtype.kind == "f" else np.dtype(np.float32)
-        draw = random.uniform(x.shape, uniform_dtype(dtype)) < (x if p is None else p)
+        u = random.uniform(x.shape, uniform_dtype(dtype), random.state_of(generator))
+        draw = u < (x if p is None else p)
         return draw.astype(dtype)
 
 

@@ -247,14 +247,25 @@ class Tensor:
             self._node.retained = weakref.ref(self)
 
     def detach(self) -> Tensor:
-        """A new leaf sharing this tensor's data (and its version counter), cut from the graph.
-        While tracing, a tensor from before the trace is lifted first (made state), so the
-        detached alias reads its value at every call rather than a constant of the first."""
+        """A new leaf sharing this tensor's data (and its version counter), cut from the graph:
+        an in-place write through it reaches this tensor, as PyTorch's shared storage does
+        (`p.detach().add_(g)`). While tracing, a tensor from before the trace is lifted first
+        (made state), so the detached alias reads its value at every call rather than a
+        constant of the first, and a write through it is a state write of this tensor."""
+        if not Listeners.tracers:
+            t = Tensor._wrap(self._value)  # eagerly the shared ndarray is the link
+            t._version = self._version
+            return t
+        return self._alias()
+
+    def _alias(self) -> Tensor:
+        """An untracked tensor whose in-place writes are writes of this one (`t.data`, and
+        `t.detach()` while tracing, where values are symbolic and share no memory)."""
         if Listeners.tracers and not isinstance(self._value, ir.Value):
             Listeners.tracers[-1].lift(self)
-        t = Tensor._wrap(self._value)
-        t._version = self._version
-        return t
+        view = Alias._wrap(self._value)
+        view._version, view._base = self._version, self
+        return view
 
     def _assign(self, new: Tensor) -> None:
         """Overwrite this tensor's contents (in-place ops, optimizer steps, trace write-back)."""
@@ -273,6 +284,18 @@ class Tensor:
             self._value = np.array(new._value)
         else:
             np.copyto(self._value, new._value)
+
+
+class Alias(Tensor):
+    """`t.data` and `t.detach()` (while tracing): a tensor autograd does not track, holding
+    `t`'s value; an in-place write through it writes `t` (also in a traced step, where `t` is
+    state)."""
+
+    __slots__ = ("_base",)
+
+    def _assign(self, new: Tensor) -> None:
+        self._base._assign(new)
+        self._value = self._base._value
 
 
 def as_tensor(x: Any, dtype: Any = None) -> Tensor:

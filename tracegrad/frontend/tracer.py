@@ -55,9 +55,14 @@ class Ref:
 
     tensor: Tensor | None
     arg: int | None
+    grad: bool = False  # the `.grad` of that tensor at each call, whichever tensor it is then
 
     def resolve(self, arg_leaves: Sequence[Any]) -> Any:
-        return self.tensor if self.arg is None else arg_leaves[self.arg]
+        t = self.tensor if self.arg is None else arg_leaves[self.arg]
+        return t._grad if self.grad else t
+
+    def as_grad(self) -> Ref:
+        return Ref(self.tensor, self.arg, True)
 
 
 @dataclass
@@ -71,19 +76,24 @@ class Capture:
     grad_writes: list[tuple[Ref, bool]]  # (whose grad, grad is None afterwards)
     result_tree: Any
     n_results: int
-    guards: list[tuple[Tensor, tuple, np.dtype, bool]] = field(default_factory=list)
+    guards: list[tuple[Ref, tuple, np.dtype, bool]] = field(default_factory=list)
     checks: list[Callable[[], bool]] = field(default_factory=list)  # from `guard()`
     watched: list[Watch] = field(default_factory=list)
+    after: list[Callable[[], None]] = field(default_factory=list)  # from `after_call()`
 
     def guards_hold(self) -> bool:
         return (
             all(
-                t.shape == shape and t.dtype == dtype and (t._grad is None) == no_grad
-                for t, shape, dtype, no_grad in self.guards
+                _guard_holds(ref.resolve(()), shape, dtype, no_grad)
+                for ref, shape, dtype, no_grad in self.guards
             )
             and all(w.holds() for w in self.watched)
             and all(check() for check in self.checks)
         )
+
+
+def _guard_holds(t: Tensor | None, shape: tuple, dtype: np.dtype, no_grad: bool) -> bool:
+    return t is not None and t.shape == shape and t.dtype == dtype and (t._grad is None) == no_grad
 
 
 @dataclass
@@ -152,6 +162,14 @@ def guard(check: Callable[[], bool]) -> None:
         Listeners.tracers[-1].checks.append(check)
 
 
+def after_call(key: Any, fn: Callable[[], None]) -> None:
+    """While tracing: run `fn` after each call of the plan being traced has written its state
+    back (once per `key`), to bring Python mirrors of that state up to date (a scheduler's
+    `last_epoch` and its optimizer's `group["lr"]`). Does nothing outside tracing."""
+    if Listeners.tracers:
+        Listeners.tracers[-1].after.setdefault(key, fn)
+
+
 class Tracer:
     """Listens to `bind` while a traced function runs; builds the graph node by node."""
 
@@ -162,6 +180,7 @@ class Tracer:
         self.consts: dict[int, tuple[Tensor, ir.Value]] = {}
         self.checks: list[Callable[[], bool]] = []
         self.watched: dict[Any, Watch] = {}
+        self.after: dict[Any, Callable[[], None]] = {}
         self.weak: set[ir.Value] = set()  # stand-ins for Python numbers: they promote weakly
 
     def process(self, prim: Any, inputs: list[Tensor], params: dict, shape: tuple, dtype: Any):
@@ -206,34 +225,41 @@ class Tracer:
     def finish(self, result: Any) -> Capture:
         leaves, tree = pytree.flatten(result, _is_leaf)
         outputs = [self.lift(as_tensor(x)) for x in leaves]
+        # A gradient tensor read or written in the step is whatever `.grad` its owner holds at
+        # each call: `zero_grad()` (set_to_none) between calls makes a new one.
+        owners = {id(s.grad): s for s in self.slots.values() if s.grad is not None}
+
+        def ref(s: Slot) -> Ref:
+            return owners[id(s.tensor)].ref.as_grad() if id(s.tensor) in owners else s.ref
+
         value_writes, grad_writes = [], []
         for s in list(self.slots.values()):
             t = s.tensor
             if t._value is not s.value and t._value is not s.input:
-                value_writes.append(s.ref)
+                value_writes.append(ref(s))
                 outputs.append(self.lift(t))  # symbolic: _assign lifts what it stores
         for s in list(self.slots.values()):
             t = s.tensor
             if t._grad is not s.grad:
-                grad_writes.append((s.ref, t._grad is None))
+                grad_writes.append((ref(s), t._grad is None))
                 if t._grad is not None:
                     outputs.append(self.lift(t._grad))
         args = [s for s in self.slots.values() if s.arg is not None and s.input is not None]
         state = [s for s in self.slots.values() if s.arg is None and s.input is not None]
         module_names(self.nodes)
         graph = ir.Graph([s.input for s in args + state], self.nodes, outputs)
-        owners = {id(s.grad): s for s in self.slots.values() if s.grad is not None}
         reads = [
             (owners[id(s.tensor)].ref, True) if id(s.tensor) in owners else (s.ref, False)
             for s in state
         ]
         guards = [
-            (s.tensor, s.tensor.shape, s.tensor.dtype, s.grad is None)
+            (ref(s), s.tensor.shape, s.tensor.dtype, s.grad is None)
             for s in self.slots.values()
-            if s.arg is None
+            if ref(s).arg is None  # an argument's (and its .grad's) are in the signature
         ]
         return Capture(graph, [s.arg for s in args], reads, value_writes, grad_writes, tree,
-                       len(leaves), guards, self.checks, list(self.watched.values()))  # fmt: skip
+                       len(leaves), guards, self.checks, list(self.watched.values()),
+                       list(self.after.values()))  # fmt: skip
 
 
 def _is_leaf_or_float(x: Any) -> bool:
@@ -295,4 +321,5 @@ def interpret(graph: ir.Graph, *args: Any) -> list[np.ndarray]:
     return ir.evaluate(graph, [np.asarray(a) for a in args])
 
 
-__all__ = ["Capture", "TraceError", "Watch", "capture", "guard", "interpret", "signature", "watch"]
+__all__ = ["Capture", "TraceError", "Watch", "after_call", "capture", "guard", "interpret",
+           "signature", "watch"]  # fmt: skip

@@ -26,6 +26,7 @@ from tracegrad.frontend.functions import (
     matmul,
     permute,
     reshape,
+    same_dtypes,
     stack,
     transpose,
 )
@@ -179,6 +180,11 @@ def cross_entropy(
     logits, labels = as_tensor(input), as_tensor(target)
     if labels.dtype.kind == "f" and labels.shape == logits.shape and logits.ndim == 2:
         return _soft_cross_entropy(logits, labels, weight, reduction, label_smoothing)
+    if logits.ndim > 2 and labels.dtype.kind in "iu":  # (N, C, d1, ...) and (N, d1, ...)
+        flat, flat_labels, shape = _classes_last(logits, labels, "cross_entropy")
+        loss = cross_entropy(flat, flat_labels, weight, ignore_index=ignore_index,
+                             reduction=reduction, label_smoothing=label_smoothing)  # fmt: skip
+        return reshape(loss, shape) if reduction == "none" else loss
     if logits.ndim != 2 or labels.shape != logits.shape[:1]:
         raise ShapeError(
             f"cross_entropy: logits {logits.shape} and labels {labels.shape}; "
@@ -196,6 +202,17 @@ def cross_entropy(
         smooth = where(labels != ignore_index, smooth, 0.0)
         nll = nll * (1.0 - label_smoothing) + smooth * label_smoothing
     return _weighted_reduce(nll, weights, reduction)
+
+
+def _classes_last(x: Tensor, labels: Tensor, op: str) -> tuple[Tensor, Tensor, tuple]:
+    """PyTorch's K-dimensional form, (N, C, d1, ...) scores and (N, d1, ...) classes, as (M, C)
+    and (M,): one row per position; and the shape of the per-position losses."""
+    shape = (x.shape[0], *x.shape[2:])
+    if labels.shape != shape:
+        raise ShapeError(f"{op}: input {x.shape} and target {labels.shape}; expected "
+                         f"(N, C, d1, ...) and (N, d1, ...) = {shape}")  # fmt: skip
+    rows = reshape(permute(x, (0, *range(2, x.ndim), 1)), (-1, x.shape[1]))
+    return rows, reshape(labels, (-1,)), shape
 
 
 def _class_indices(labels: Tensor, classes: int, ignore_index: int, what: str) -> Tensor:
@@ -244,6 +261,10 @@ def nll_loss(
     """The negative log-likelihood of (N, C) log-probabilities at class indices (N,)."""
     _check_reduction("nll_loss", reduction)
     logp, labels = as_tensor(input), as_tensor(target)
+    if logp.ndim > 2 and labels.dtype.kind in "iu":  # (N, C, d1, ...) and (N, d1, ...)
+        flat, flat_labels, shape = _classes_last(logp, labels, "nll_loss")
+        loss = nll_loss(flat, flat_labels, weight, ignore_index=ignore_index, reduction=reduction)
+        return reshape(loss, shape) if reduction == "none" else loss
     if logp.ndim != 2 or labels.shape != logp.shape[:1] or labels.dtype.kind not in "iu":
         raise ShapeError(
             f"nll_loss: input {logp.shape} and target {labels.shape} ({labels.dtype}); "
@@ -304,8 +325,10 @@ def huber_loss(input: Any, target: Any, reduction: str = "mean", delta: float = 
 
 
 def linear(input: Any, weight: Any, bias: Any = None) -> Tensor:
-    """input @ weight.T + bias, weight of shape (out, in)."""
-    y = as_tensor(input) @ as_tensor(weight).T
+    """input @ weight.T + bias, weight of shape (out, in); all of one dtype, as PyTorch's."""
+    input, weight = as_tensor(input), as_tensor(weight)
+    same_dtypes("linear", input, weight, None if bias is None else as_tensor(bias))
+    y = input @ weight.T
     return y if bias is None else y + bias
 
 
@@ -352,6 +375,7 @@ def conv2d(
 ) -> Tensor:
     """2-d cross-correlation of (N, C, H, W) `input` with (out, C / groups, kh, kw) `weight`."""
     input, weight = as_tensor(input), as_tensor(weight)
+    same_dtypes("conv2d", input, weight, None if bias is None else as_tensor(bias))
     stride, dilation = _pair(stride, "conv2d", "stride"), _pair(dilation, "conv2d", "dilation")
     if weight.ndim != 4:
         raise ShapeError(f"conv2d: weight {weight.shape} must be 4-d (out, in / groups, kh, kw)")
@@ -714,6 +738,7 @@ def conv_transpose2d(
     the bottom and right of the output."""
     op = "conv_transpose2d"
     x, w = as_tensor(input), as_tensor(weight)
+    same_dtypes(op, x, w, None if bias is None else as_tensor(bias))
     if x.ndim == 3:  # one unbatched image
         return conv_transpose2d(reshape(x, (1, *x.shape)), w, bias, stride, padding,
                                 output_padding, groups, dilation)[0]  # fmt: skip

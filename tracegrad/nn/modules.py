@@ -95,17 +95,23 @@ class Module:
             raise AttributeError(
                 f"cannot assign '{name}' before Module.__init__(): call super().__init__() first"
             )
-        self._parameters.pop(name, None)
-        self._modules.pop(name, None)
+        # a dict keeps a key's place when it is assigned again: `model.conv1 = Conv2d(...)`
+        # stays where conv1 was in children() and state_dict(), as in PyTorch
+        is_module = isinstance(value, Module)
+        is_parameter = isinstance(value, Parameter) or (
+            isinstance(value, Tensor) and value.is_leaf and value.requires_grad
+        )
+        if not is_parameter or name in self._buffers:
+            self._parameters.pop(name, None)
+        if not is_module or name in self._buffers:
+            self._modules.pop(name, None)
         if name in self._buffers:
             if value is not None and not isinstance(value, Tensor):
                 raise TypeError(f"buffer '{name}' must be a Tensor or None, not {type(value)}")
             self._buffers[name] = value
-        elif isinstance(value, Module):
+        elif is_module:
             self._modules[name] = value
-        elif isinstance(value, Parameter) or (
-            isinstance(value, Tensor) and value.is_leaf and value.requires_grad
-        ):
+        elif is_parameter:
             self._parameters[name] = value
         object.__setattr__(self, name, value)
 

@@ -100,7 +100,7 @@ _UFUNCS = {
     "ceil": P.ceil, "trunc": P.trunc, "fix": P.trunc, "rint": P.rint, "sign": P.sign,
     "greater": P.greater, "greater_equal": P.greater_equal, "less": P.less,
     "less_equal": P.less_equal, "equal": P.equal, "not_equal": P.not_equal,
-    "matmul": functions.matmul,
+    "matmul": functions.promoting_matmul,
 }  # fmt: skip
 _UFUNCS.update({name: getattr(elementwise, name) for name in (
     "square", "reciprocal", "deg2rad", "rad2deg", "sinc", "fmax", "fmin", "floor_divide",
@@ -557,12 +557,12 @@ def dot(a: Any, b: Any, out: None = None) -> Tensor:
     if a.ndim == 0 or b.ndim == 0:
         return a * b
     if b.ndim <= 2:
-        return functions.matmul(a, b)
+        return functions.promoting_matmul(a, b)
     return products.tensordot(a, b, ([-1], [-2]))
 
 
 def vdot(a: Any, b: Any) -> Tensor:
-    return functions.matmul(ravel(a), ravel(b))
+    return functions.promoting_matmul(ravel(a), ravel(b))
 
 
 def inner(a: Any, b: Any) -> Tensor:

@@ -86,13 +86,16 @@ class Plan:
             t = ref.resolve(arg_leaves)
             inputs.append(t._grad._value if via_grad else t._value)
         try:
-            return self.run(inputs, functools.partial(self._finish, arg_leaves))
+            result = self.run(inputs, functools.partial(self._finish, arg_leaves))
         except Exception as e:
             _name_user_line(e)
             raise
         finally:
             if self.pending is not None:
                 self.pending.start()
+        for sync in cap.after:
+            sync()
+        return result
 
     def _finish(self, arg_leaves: Sequence[Any], inputs: list[np.ndarray], outs: Sequence) -> Any:
         """Now that the step has run to its end: copy the results out of the arena and store the

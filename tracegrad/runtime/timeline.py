@@ -54,7 +54,7 @@ def _state_kinds(plan: Any) -> dict[ir.Value, str]:
         kinds[v] = "gradients" if via_grad else _tensor_kind(ref.tensor)
     writes = iter(graph.outputs[cap.n_results :])
     for ref in cap.value_writes:
-        kinds.setdefault(next(writes), _tensor_kind(ref.tensor))
+        kinds.setdefault(next(writes), "gradients" if ref.grad else _tensor_kind(ref.tensor))
     for _, to_none in cap.grad_writes:
         if not to_none:
             kinds.setdefault(next(writes), "gradients")

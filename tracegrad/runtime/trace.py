@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -42,9 +43,17 @@ class Traced:
         self.static: set[int] = set()  # float arguments the step uses as Python numbers
         self.floats_seen: dict[int, float] = {}
         self.dumped: list[str] = []  # directories TRACEGRAD_DUMP wrote, one per plan
+        # One call at a time: a call reads the state, runs and writes it back, so two at once
+        # would each start from the same parameters and one update would be lost; tracing
+        # swaps symbolic values into the state it captures, which another call must not read.
+        self.lock = threading.RLock()
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with self.lock:
+            return self._call(args, kwargs)
+
+    def _call(self, args: tuple, kwargs: dict) -> Any:
         leaves, key = signature(args, kwargs, self.dynamic)
         plans = self.plans.get(key, [])
         plan = next((p for p in plans if p.capture.guards_hold()), None)

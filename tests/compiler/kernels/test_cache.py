@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -85,3 +86,46 @@ def test_a_read_only_cache_directory_says_so_and_compiles_elsewhere(tmp_path, re
     child = run_child({"TRACEGRAD_CACHE_DIR": str(cache)}, ROOT)
     assert child.returncode == 0, child.stderr
     assert "kernel cache directory unusable" in child.stderr and "Read-only" in child.stderr
+
+
+SIGMOID_AND_TANH = """
+import numpy as np
+from tracegrad.core import primitives as P
+from tracegrad.core.ir import Node, Value
+from tracegrad.compiler.kernels import compile_group
+for name in ("sigmoid", "tanh"):
+    x, y = Value((64,), np.float32), Value((64,), np.float32)
+    kernel = compile_group([x], [Node(getattr(P, name), [x], [y])], [y])
+    out = np.empty(64, np.float32)
+    kernel(np.full(64, 0.5, np.float32), out)
+    print(name, kernel.path.stem, repr(float(out[0])))
+"""
+
+
+@pytest.mark.parametrize("suffix", [".nbc", ".nbi"])
+def test_kernel_files_swapped_in_the_cache_are_not_used_for_each_other(tmp_path, suffix):
+    """Numba's cache files of sigmoid's and tanh's kernels swapped: the next process checks
+    that each file names its own kernel's module and compiles both afresh, rather than loading
+    tanh's machine code for sigmoid."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_", "TRACEGRAD_"))}
+    env |= {"PYTHONPATH": str(ROOT), "TRACEGRAD_CACHE_DIR": str(tmp_path)}
+
+    def run() -> dict[str, tuple[str, float]]:
+        child = subprocess.run([sys.executable, "-c", SIGMOID_AND_TANH], env=env, cwd="/",
+                               capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert child.returncode == 0, child.stderr
+        return {name: (module, float(value))
+                for name, module, value in map(str.split, child.stdout.splitlines())}  # fmt: skip
+
+    want = run()
+    assert want["sigmoid"][1] == pytest.approx(1 / (1 + np.exp(-0.5)), rel=1e-6)
+    assert want["tanh"][1] == pytest.approx(np.tanh(0.5), rel=1e-6)
+    cached = tmp_path / "__pycache__"
+    files = {kind: next(cached.glob(f"{module}.*{suffix}")) for kind, (module, _) in want.items()}
+    warm = {f: f.read_bytes() for f in cached.iterdir()}
+    assert run() == want and {f: f.read_bytes() for f in cached.iterdir()} == warm  # reused
+    a, b = files["sigmoid"], files["tanh"]
+    a_bytes = a.read_bytes()
+    a.write_bytes(b.read_bytes())
+    b.write_bytes(a_bytes)
+    assert run() == want

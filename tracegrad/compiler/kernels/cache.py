@@ -5,8 +5,10 @@ in `sys.modules` under their own name before they run. So each kernel is written
 `<cache dir>/<module>.py` and imported from there; Numba keeps its machine code next to it in
 `__pycache__`, and a new process loads it instead of compiling. The directory holds code we
 execute, so it must be private: created with mode 0700, and one that another user owns is not
-used. A file whose text is not exactly the generated source is rewritten, and a kernel whose
-Numba cache fails to load is compiled afresh.
+used. A file whose text is not exactly the generated source is rewritten, a kernel whose Numba
+cache files name another generated module than its own (files swapped or copied between kernels:
+Numba would load another kernel's machine code, `sigmoid` computing `tanh`) is compiled afresh,
+and so is one whose Numba cache fails to load.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -112,6 +115,8 @@ class KernelCache:
         path = self.path(module_name)
         if _read_text(path) != source:
             _write_atomically(path, source)
+        if not self.compiled_for(module_name):
+            self.forget_numba_cache(module_name)
         try:
             return _import(module_name, path).kernel
         except Exception as first:  # a truncated or foreign Numba cache entry: drop it, rebuild
@@ -186,10 +191,28 @@ class KernelCache:
         # with gufuncs' "guf-" files
         return [f for place in places for f in place.glob(f"*{module_name}.*{suffix}")]
 
+    def compiled_for(self, module_name: str) -> bool:
+        """Whether every Numba cache file of the kernel (its index and its machine code) was
+        written for this module, whose name is the hash of its source: the names of the
+        generated modules they mention must all be its own."""
+        for entry in self._numba_files(module_name):
+            try:
+                named = set(GENERATED_NAME.findall(entry.read_bytes()))
+            except OSError:
+                continue  # gone meanwhile: Numba compiles
+            if named != {module_name.encode()}:
+                return False
+        return True
+
     def forget_numba_cache(self, module_name: str) -> None:
         """Delete Numba's index and code files for a kernel."""
         for entry in self._numba_files(module_name):
             entry.unlink(missing_ok=True)
+
+
+# A generated module's name (`named`) as it appears in Numba's cache files: in the index, the
+# names of the code files; in the code, the mangled symbols.
+GENERATED_NAME = re.compile(rb"tracegrad_[a-z_]+_[0-9a-f]{24}")
 
 
 class _FallbackLocator(UserProvidedCacheLocator):

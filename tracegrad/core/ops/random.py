@@ -7,22 +7,63 @@ import numpy as np
 from tracegrad.core.vocabulary import Kind, Primitive
 
 
-def _uniform(state, *, shape, dtype):
-    """Uniform [0, 1) numbers from Philox keyed by state[0], the stream number state[1] in the
-    counter's top word (so streams never overlap: draws advance the low words)."""
+def _philox(state) -> np.random.Generator:
+    """Philox keyed by state[0], the stream number state[1] in the counter's top word (so
+    streams never overlap: draws advance the low words)."""
     bits = np.random.Philox(key=int(state[0]), counter=[0, 0, 0, int(state[1])])
-    return np.random.Generator(bits).random(shape, dtype=dtype)
+    return np.random.Generator(bits)
 
 
-def _uniform_rule(state, *, shape, dtype):
+def _uniform(state, *, shape, dtype):
+    """Uniform [0, 1) numbers."""
+    return _philox(state).random(shape, dtype=dtype)
+
+
+def _normal(state, *, shape, dtype):
+    """Standard normal numbers (NumPy's ziggurat, the same in eager and traced steps)."""
+    return _philox(state).standard_normal(shape, dtype=dtype)
+
+
+def _randint(state, *, shape, low, high, dtype):
+    """Integers in [low, high), in `dtype` (which may be a float dtype, as randint_like's)."""
+    return _philox(state).integers(low, high, shape).astype(dtype)
+
+
+def _randperm(state, *, n, dtype):
+    """A permutation of 0..n-1."""
+    return _philox(state).permutation(n).astype(dtype)
+
+
+def _check_state(state) -> None:
     if state.shape != (2,) or state.dtype != np.uint64:
         raise ValueError(f"the random state must be uint64[2] (key, stream), not {state}")
+
+
+def _float_rule(state, *, shape, dtype):
+    _check_state(state)
     if np.dtype(dtype) not in (np.float32, np.float64):
-        raise ValueError(f"uniform numbers are float32 or float64, not {dtype}")
+        raise ValueError(f"uniform and normal numbers are float32 or float64, not {dtype}")
     return shape, dtype
 
 
-uniform = Primitive("uniform", _uniform, _uniform_rule, kind=Kind.RANDOM)
+def _randint_rule(state, *, shape, low, high, dtype):
+    _check_state(state)
+    if not low < high:
+        raise ValueError(f"randint: the range [{low}, {high}) is empty")
+    return shape, dtype
+
+
+def _randperm_rule(state, *, n, dtype):
+    _check_state(state)
+    if n < 0:
+        raise ValueError(f"randperm: n must be non-negative, not {n}")
+    return (n,), dtype
+
+
+uniform = Primitive("uniform", _uniform, _float_rule, kind=Kind.RANDOM)
+normal = Primitive("normal", _normal, _float_rule, kind=Kind.RANDOM)
+randint = Primitive("randint", _randint, _randint_rule, kind=Kind.RANDOM)
+randperm = Primitive("randperm", _randperm, _randperm_rule, kind=Kind.RANDOM)
 
 
 __all__ = [n for n, v in list(globals().items()) if isinstance(v, Primitive) and n[0] != "_"]

@@ -1,0 +1,114 @@
+"""Plans: a traced step that fails anywhere leaves every piece of state as it was."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+from tracegrad import nn, optim
+from tracegrad.compiler import lowering
+from tracegrad.compiler.codegen import compile_source, generate
+from tracegrad.frontend import random
+
+
+class Fault(Exception):
+    """Raised by a statement injected into a plan."""
+
+
+def _model():
+    tg.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Dropout(0.25),
+                          nn.Linear(8, 3))  # fmt: skip
+    opt = optim.Adam(model.parameters(), lr=0.01)
+    sched = optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    return model, opt, sched
+
+
+def _state(model, opt, sched) -> list[np.ndarray]:
+    """Every array a step may change: parameters and their gradients, the optimizer's state and
+    hyperparameter tensors, the batch-norm statistics, the random state, the schedule's count."""
+    tensors = [*model.parameters(), *(p.grad for p in model.parameters() if p.grad is not None),
+               *model.buffers(), random.default_state, sched._epoch]  # fmt: skip
+    tensors += [t for state in opt.state for t in state.values()]
+    tensors += [t for group in opt.param_groups for ts in group.held.values() for t in ts]
+    return [t.numpy().copy() for t in tensors]
+
+
+class Injector:
+    """The plan's source with a call `_fault(k)` after the k-th node's statement (the lines that
+    carry a node's comment), compiled once in the namespace the plan's own source runs in;
+    `arm(k, error)` makes that call raise `error`."""
+
+    def __init__(self, plan):
+        source, namespace = generate(plan.graph, plan.name, plan.memory, plan.kernels)
+        assert source == plan.source
+        lines, self.statements = [], 0
+        for line in source.splitlines():
+            lines.append(line)
+            if line.startswith("    ") and "  # " in line and "return (" not in line:
+                lines.append(f"    _fault({self.statements})")
+                self.statements += 1
+        namespace["_fault"] = self._fault
+        self.run = compile_source("\n".join(lines) + "\n", namespace, plan.name)
+        self.armed: tuple[int, BaseException] | None = None
+
+    def arm(self, k: int, error: BaseException) -> None:
+        self.armed = (k, error)
+
+    def _fault(self, k: int) -> None:
+        if self.armed is not None and self.armed[0] == k:
+            raise self.armed[1]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_a_step_failing_at_any_statement_of_its_plan_changes_nothing(backend, monkeypatch):
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+    model, opt, sched = _model()
+    rng = np.random.default_rng(1)
+    x = tg.tensor(rng.standard_normal((5, 6)).astype(np.float32))
+    y = tg.tensor(rng.integers(0, 3, 5))
+
+    @tg.trace(backend=backend)
+    def step(x, y):
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()  # accumulates into the gradients of the call before
+        opt.step()
+        sched.step()
+        return loss
+
+    step(x, y)
+    step(x, y)  # the gradients exist now: the plan reads and writes them
+    step.wait_for_kernels()
+    plan = step.latest
+    assert backend == "numpy" or plan.kernels
+    good, injector = plan.run.run, Injector(plan)
+    assert 30 <= injector.statements <= 400
+    plan.run.run = injector.run
+    try:
+        for k in range(injector.statements):
+            for error in (Fault(k), KeyboardInterrupt()):
+                before, epoch = _state(model, opt, sched), sched.last_epoch
+                injector.arm(k, error)
+                with pytest.raises(type(error)):
+                    step(x, y)
+                after = _state(model, opt, sched)
+                for i, (a, b) in enumerate(zip(before, after, strict=True)):
+                    assert a.tobytes() == b.tobytes(), (k, i)
+                assert sched.last_epoch == epoch
+    finally:
+        plan.run.run = good
+    assert step.latest is plan  # every failing call ran this plan
+    # and the step still runs as eagerly: the same calls without the trace
+    losses = [step(x, y).item() for _ in range(2)]
+    model2, opt2, sched2 = _model()
+
+    def eager(x, y):
+        loss = nn.functional.cross_entropy(model2(x), y)
+        loss.backward()
+        opt2.step()
+        sched2.step()
+        return loss
+
+    want = [eager(x, y).item() for _ in range(4)][2:]  # _model() seeded the same
+    np.testing.assert_allclose(losses, want, rtol=1e-5)
