@@ -12,6 +12,7 @@ autodiff needs; Numba, llvmlite, networkx, matplotlib and SciPy load when a step
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import statistics
 import subprocess
@@ -48,6 +49,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10, help="fresh processes per import (10)")
     args = parser.parse_args()
+    # an install has its bytecode; a checkout run under PYTHONDONTWRITEBYTECODE would otherwise
+    # compile every changed module in every process and time the compiler
+    compileall.compile_dir(os.path.join(ROOT, "tracegrad"), quiet=1)
     numpy_s = statistics.median(import_seconds("numpy") for _ in range(args.runs))
     tracegrad_s = statistics.median(import_seconds("tracegrad") for _ in range(args.runs))
     print(f"import numpy:     {numpy_s * 1e3:7.1f} ms (median of {args.runs} fresh processes)")
