@@ -75,6 +75,7 @@ EXACT = {
     "log": (fastmath.log_f32, scalar._exact_log),
     "tanh": (fastmath.tanh_f32, numba.njit(lambda x: math.tanh(x))),
     "sigmoid": (fastmath.sigmoid_f32, scalar._exact_sigmoid),
+    "erf": (fastmath.erf_f32, numba.njit(lambda x: math.erf(x))),
 }
 
 

@@ -611,11 +611,18 @@ def source_line(where: str | None) -> str:
 
 def profile(model: Model, repeat: int = 20, top: int = 12) -> None:
     """Print where the traced step's time goes (see the module's docstring)."""
+    name = next(k for k, v in MODELS.items() if v is model)
+    profile_run(name, make_step(model, "tg-traced"), model.config.get("dtype", "float32"),
+                repeat, top)  # fmt: skip
+
+
+def profile_run(name: str, run: Callable[[], float], dtype: Any, repeat: int = 20,
+                top: int = 12) -> None:  # fmt: skip
+    """The profile of `run()`, a traced step with `run.traced` (the `tracegrad.trace`d
+    function) and `run.wait_for_kernels` (pytorch_scripts.py's models use it too)."""
     from tracegrad.core.vocabulary import Kind
     from tracegrad.runtime import viz
 
-    name = next(k for k, v in MODELS.items() if v is model)
-    run = make_step(model, "tg-traced")
     for _ in range(2):  # the second call may trace again (grads not None any more)
         run()
         run.wait_for_kernels()
@@ -630,7 +637,7 @@ def profile(model: Model, repeat: int = 20, top: int = 12) -> None:
     between = plan_s - work
     print(f"\n{name}: the traced step takes {step_s * 1e3:.1f} ms a call and its plan alone "
           f"{plan_s * 1e3:.1f} ms (the fastest of 10 runs each): {len(nodes)} statements "
-          f"({plan.kernel_count} kernels) take {work * 1e3:.1f} ms one by one (each the fastest "
+          f"({len(plan.kernels)} kernels) take {work * 1e3:.1f} ms one by one (each the fastest "
           f"of {repeat} runs), which leaves {between * 1e3:.1f} ms between them "
           f"({between / len(nodes) * 1e6:.1f} us a statement); the call around the plan "
           f"(signature, guards, write-back) takes {(step_s - plan_s) * 1e3:.1f} ms. "
@@ -646,7 +653,7 @@ def profile(model: Model, repeat: int = 20, top: int = 12) -> None:
         print(f"\n{title}: ms, share of the statements' time, statements")
         for key, (s, count) in sorted(table.items(), key=lambda kv: -kv[1][0])[:top]:
             print(f"  {key:<60} {s * 1e3:8.2f} {s / work:5.0%} {count:5d}")
-    print_contractions(plan.graph, seconds, model.config.get("dtype", "float32"), top)
+    print_contractions(plan.graph, seconds, dtype, top)
 
 
 def print_contractions(graph: Any, seconds: list[float], dtype: Any, top: int) -> None:

@@ -127,6 +127,8 @@ class Tensor:
         self._retains = False
         self._serial = next(_serials)
         self._version = [0]  # in-place writes so far; shared with detach()ed aliases
+        if data.__class__ is ir.Value and Listeners.tracers:
+            Listeners.tracers[-1].made.append(weakref.ref(self))
         if requires_grad:
             self.requires_grad = True
 
@@ -135,6 +137,8 @@ class Tensor:
         t = cls.__new__(cls)
         t._value, t._requires_grad, t._grad, t._node, t._retains = value, False, None, node, False
         t._serial, t._version = next(_serials), [0]
+        if value.__class__ is ir.Value and Listeners.tracers:
+            Listeners.tracers[-1].made.append(weakref.ref(t))
         return t
 
     # --- array facts -------------------------------------------------------------------------

@@ -9,6 +9,7 @@ ran to the end, so a failing step changes nothing.
 from __future__ import annotations
 
 import dis
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -182,6 +183,7 @@ class Tracer:
         self.watched: dict[Any, Watch] = {}
         self.after: dict[Any, Callable[[], None]] = {}
         self.weak: set[ir.Value] = set()  # stand-ins for Python numbers: they promote weakly
+        self.made: list[weakref.ref[Tensor]] = []  # every symbolic tensor made while tracing
 
     def process(self, prim: Any, inputs: list[Tensor], params: dict, shape: tuple, dtype: Any):
         ins = [self.lift(t) for t in inputs]
@@ -222,6 +224,24 @@ class Tracer:
         for s in self.slots.values():
             s.tensor._value, s.tensor._grad, s.tensor._version[0] = s.value, s.grad, s.version
 
+    def escaped(self, results: list[Any]) -> list[Tensor]:
+        """Tensors made inside the step, other than its results, that outlive it: kept in
+        Python state (`self.mask = ...` in a module's forward, cached for the next call). Each
+        becomes an output of the plan, written into that tensor at every call, so that after a
+        call it holds what the eager step would have left in it (symbolic values of a finished
+        trace would otherwise be read by later calls and traces)."""
+        own = {*(v for n in self.nodes for v in n.outputs),
+               *(s.input for s in self.slots.values() if s.input is not None)}  # fmt: skip
+        skip = {id(x) for x in results} | set(self.slots)
+        skip |= {id(s.tensor._grad) for s in self.slots.values()}
+        out: dict[int, Tensor] = {}
+        for ref in self.made:
+            t = ref()
+            if t is not None and id(t) not in skip and t._value.__class__ is ir.Value:
+                if t._value in own:
+                    out.setdefault(id(t), t)
+        return list(out.values())
+
     def finish(self, result: Any) -> Capture:
         leaves, tree = pytree.flatten(result, _is_leaf)
         outputs = [self.lift(as_tensor(x)) for x in leaves]
@@ -238,6 +258,9 @@ class Tracer:
             if t._value is not s.value and t._value is not s.input:
                 value_writes.append(ref(s))
                 outputs.append(self.lift(t))  # symbolic: _assign lifts what it stores
+        for t in self.escaped(leaves):
+            value_writes.append(Ref(t, None))
+            outputs.append(t._value)
         for s in list(self.slots.values()):
             t = s.tensor
             if t._grad is not s.grad:

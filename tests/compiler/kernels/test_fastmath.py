@@ -15,7 +15,7 @@ from tracegrad.compiler.kernels import fastmath
 
 # Maximum error in units in the last place of the float32 result, for results >= 2**-126,
 # and in units of 2**-149 for subnormal results. docs/kernels.md quotes these.
-BOUNDS = {"exp": 1.5, "log": 1.0, "tanh": 5.0, "sigmoid": 3.0}
+BOUNDS = {"exp": 1.5, "log": 1.0, "tanh": 5.0, "sigmoid": 3.0, "erf": 7.5}
 SUBNORMAL_BOUND = 1.0
 SMALLEST_NORMAL = np.finfo(np.float32).smallest_normal
 SUBNORMAL_ULP = 2.0**-149
@@ -26,7 +26,8 @@ def _sigmoid64(x: np.ndarray) -> np.ndarray:
     return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
 
 
-REFERENCES = {"exp": np.exp, "log": np.log, "tanh": np.tanh, "sigmoid": _sigmoid64}
+REFERENCES = {"exp": np.exp, "log": np.log, "tanh": np.tanh, "sigmoid": _sigmoid64,
+              "erf": np.vectorize(math.erf, otypes=[np.float64])}  # fmt: skip
 
 _loops: dict[str, object] = {}
 
@@ -115,7 +116,9 @@ def test_special_values():
     close("log", [nan, nan, -inf, -inf, 0, inf, nan])
     close("tanh", [-1, np.tanh(-1.0), 0, 0, np.tanh(1.0), 1, nan])
     close("sigmoid", [0, 1 / (1 + np.e), 0.5, 0.5, 1 / (1 + 1 / np.e), 1, nan])
+    close("erf", [-1, math.erf(-1.0), 0, 0, math.erf(1.0), 1, nan])
     assert np.signbit(run("tanh", x)[2])  # tanh(-0) = -0
+    assert np.signbit(run("erf", x)[2])
 
 
 def test_exp_overflow_and_underflow_edges():
@@ -139,6 +142,9 @@ def test_shape_of_the_functions():
     y = run("tanh", x)  # a rational function: odd, bounded, but wobbling by ulps near +-1
     assert np.all(np.abs(y) <= 1) and np.array_equal(y, -y[::-1])
     assert run("tanh", np.array([9.1, 1e30, -1e30], np.float32)).tolist() == [1.0, 1.0, -1.0]
+    y = run("erf", x)
+    assert np.all(np.abs(y) <= 1) and np.array_equal(y, -y[::-1])
+    assert run("erf", np.array([4.0, 1e30, -1e30], np.float32)).tolist() == [1.0, 1.0, -1.0]
 
 
 @pytest.mark.parametrize("name", sorted(BOUNDS))
@@ -156,4 +162,4 @@ def test_loops_over_them_vectorize(name):
     loop(x, np.empty_like(x))
     llvm = loop.inspect_llvm(loop.signatures[0])
     assert re.search(r"<\d+ x float>", llvm)
-    assert not re.search(r"@(llvm\.)?(tanh|exp|log)f?\b", llvm)
+    assert not re.search(r"@(llvm\.)?(tanh|exp|log|erf)f?\b", llvm)

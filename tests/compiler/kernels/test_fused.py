@@ -121,7 +121,7 @@ def test_every_elementwise_primitive(dtype):
         else:
             np.testing.assert_array_equal(a, b, err_msg=op)
     if dtype == np.float64:  # exact math.*, not the float32 approximations: within 2 ulp
-        for op in ("exp", "log", "tanh"):
+        for op in ("exp", "log", "tanh", "erf"):
             np.testing.assert_allclose(got[list(outs).index(op)], want[list(outs).index(op)],
                                        rtol=5e-16, atol=0, err_msg=op)  # fmt: skip
 

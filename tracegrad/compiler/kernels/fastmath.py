@@ -1,9 +1,10 @@
-"""Vectorizable float32 tanh, exp, log and sigmoid for Numba kernels.
+"""Vectorizable float32 tanh, exp, log, sigmoid and erf for Numba kernels.
 
-Numba lowers `math.tanh`/`exp`/`log` to libm calls, which stop LLVM from vectorizing the loop.
-These are branch-free polynomial/rational approximations (after Eigen's `ptanh_float`,
-`pexp_float`, `plog_float`, themselves from Cephes) built only of arithmetic, min/max, selects
-and integer bit tricks, so once LLVM inlines them the surrounding loop becomes SIMD code.
+Numba lowers `math.tanh`/`exp`/`log`/`erf` to libm calls, which stop LLVM from vectorizing the
+loop. These are branch-free polynomial/rational approximations (after Eigen's `ptanh_float`,
+`pexp_float`, `plog_float`, themselves from Cephes, and its `generic_fast_erf_float`) built only
+of arithmetic, min/max, selects and integer bit tricks, so once LLVM inlines them the
+surrounding loop becomes SIMD code.
 Special values follow IEEE (exp(-inf) = 0, log(0) = -inf, log(-1) = nan, nan -> nan), which is
 why the flags below leave out `nnan`/`ninf`, and why they leave out `reassoc`: it would undo
 the Cody-Waite argument reduction. Error bounds, as measured by
@@ -177,3 +178,29 @@ def sigmoid_f32(x):
     e = exp_f32(-abs(x))
     r = _ONE / (_ONE + e)
     return r if x >= _ZERO else e * r
+
+
+# --- erf ----------------------------------------------------------------------------------------
+
+_ERF_CLAMP = _F(4.0)  # float32 erf is 1 from 3.92
+_P1, _P3, _P5, _P7, _P9, _P11, _P13 = map(
+    _F, (-1.60960333262415e-02, -2.95459980854025e-03, -7.34990630326855e-04,
+         -5.69250639462346e-05, -2.10102402082508e-06, 2.77068142495902e-08,
+         -2.72614225801306e-10)
+)  # fmt: skip
+_Q0, _Q2, _Q4, _Q6, _Q8 = map(
+    _F, (-1.42647390514189e-02, -7.37332916720468e-03, -1.68282697438203e-03,
+         -2.13374055278905e-04, -1.45660718464996e-05)
+)  # fmt: skip
+
+
+@_jit
+def erf_f32(x):
+    """erf x as Eigen's odd/even rational function of degree 13/8, on x clamped to [-4, 4],
+    the result clamped to [-1, 1] (nan stays nan)."""
+    xc = min(max(x, -_ERF_CLAMP), _ERF_CLAMP)
+    x2 = xc * xc
+    p = (((((_P13 * x2 + _P11) * x2 + _P9) * x2 + _P7) * x2 + _P5) * x2 + _P3) * x2 + _P1
+    q = (((_Q8 * x2 + _Q6) * x2 + _Q4) * x2 + _Q2) * x2 + _Q0
+    y = p / q * xc  # x last: tiny x keep their relative accuracy down to the subnormals
+    return min(max(y, -_ONE), _ONE)

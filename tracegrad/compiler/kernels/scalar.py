@@ -66,6 +66,10 @@ def sigmoid(x):
     return 1.0 / (1.0 + math.exp(-x))
 
 
+def erf(x):
+    return math.erf(x)
+
+
 @_jit
 def _exact_log(x):
     return math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)
@@ -94,3 +98,4 @@ _by_dtype(exp, fastmath.exp_f32, math.exp)
 _by_dtype(log, fastmath.log_f32, _exact_log)
 _by_dtype(tanh, fastmath.tanh_f32, math.tanh)
 _by_dtype(sigmoid, fastmath.sigmoid_f32, _exact_sigmoid)
+_by_dtype(erf, fastmath.erf_f32, math.erf)

@@ -98,7 +98,7 @@ sigmoid = unary("sigmoid", _sigmoid, lambda g, out, x: g * (out * (1.0 - out)), 
 softplus = unary("softplus", _softplus, lambda g, out, x: g * sigmoid(x), "in",
                  "(math.log1p(math.exp(-abs({0}))) + maximum({0}, 0.0))", ("maximum",))  # fmt: skip
 erf = unary("erf", _erf, lambda g, out, x: g * (1.1283791670955126 * exp(-(x * x))), "in",
-            "math.erf({0})")  # fmt: skip
+            "erf({0})", ("erf",))  # fmt: skip
 sin = unary("sin", np.sin, lambda g, out, x: g * cos(x), "in", "sin({0})", ("sin",))
 cos = unary("cos", np.cos, lambda g, out, x: -(g * sin(x)), "in", "cos({0})", ("cos",))
 tan = unary("tan", np.tan, lambda g, out, x: g * (1.0 + out * out), "out", "math.tan({0})")

@@ -1,0 +1,128 @@
+"""The tracer (frontend/tracer.py): tensors a traced step makes and keeps in Python state (a
+module caching a mask on its first call, as pytorch/examples' word_language_model
+TransformerModel does) hold, after every call, what the eager step leaves in them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+import tracegrad.torch as tgt
+
+
+def cached_mask_model(torch, size: int = 5, d: int = 4):
+    """A model written the PyTorch way that makes its causal mask on its first forward and
+    keeps it on the module for the next calls."""
+    nn = torch.nn
+
+    class Masked(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(d, d)
+            self.mask = None
+
+        def forward(self, x):
+            if self.mask is None or self.mask.size(0) != x.shape[0]:
+                self.mask = torch.log(torch.tril(torch.ones(x.shape[0], x.shape[0])))
+            scores = self.proj(x) @ x.T + self.mask
+            return torch.softmax(scores, dim=-1) @ x
+
+    torch.manual_seed(0)
+    return Masked()
+
+
+def train(torch, model, steps: int = 3, traced: bool = False, size: int = 5, d: int = 4):
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    kept = {}
+
+    def step(x):
+        opt.zero_grad()
+        loss = (model(x) ** 2).mean()
+        loss.backward()
+        opt.step()
+        kept["last"] = loss.detach() * 2  # also made inside the step and kept outside it
+        return loss
+
+    if traced:
+        step = tg.trace(step)
+    rng = np.random.default_rng(1)
+    losses = []
+    for _ in range(steps):
+        losses.append(float(step(torch.tensor(rng.standard_normal((size, d))))))
+        np.testing.assert_allclose(float(kept["last"]), 2 * losses[-1], rtol=1e-12)
+    return losses
+
+
+def weights(model) -> dict[str, np.ndarray]:
+    return {k: np.array(v.detach().numpy()) for k, v in model.state_dict().items()}
+
+
+@pytest.fixture
+def float64():
+    tg.set_default_dtype(np.float64)
+    yield
+    tg.set_default_dtype(np.float32)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_a_tensor_kept_by_a_traced_step_is_concrete_after_it(float64, backend):
+    eager_model = cached_mask_model(tgt)
+    traced_model = cached_mask_model(tgt)
+    traced_model.load_state_dict(eager_model.state_dict())
+    eager = train(tgt, eager_model)
+    opt = tgt.optim.SGD(traced_model.parameters(), lr=0.1)
+
+    @tg.trace(backend=backend)
+    def step(x):
+        opt.zero_grad()
+        loss = (traced_model(x) ** 2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    rng = np.random.default_rng(1)
+    traced = [float(step(tgt.tensor(rng.standard_normal((5, 4))))) for _ in range(3)]
+    np.testing.assert_allclose(traced, eager, rtol=1e-12)
+    assert isinstance(traced_model.mask._value, np.ndarray)  # not a symbolic value of a trace
+    np.testing.assert_array_equal(traced_model.mask.numpy(), eager_model.mask.numpy())
+    for k, v in weights(traced_model).items():
+        np.testing.assert_allclose(v, weights(eager_model)[k], rtol=1e-12, err_msg=k)
+
+
+def test_a_kept_tensor_is_written_at_every_call(float64):
+    """The plan writes the kept tensor at each call (the eager step would make it anew)."""
+    model = cached_mask_model(tgt)
+    eager_model = cached_mask_model(tgt)
+    eager_model.load_state_dict(model.state_dict())
+    traced = train(tgt, model, steps=4, traced=True)  # checks `kept` after each call
+    np.testing.assert_allclose(traced, train(tgt, eager_model, steps=4), rtol=1e-12)
+
+
+def test_a_step_keeping_nothing_writes_nothing_more():
+    x = tg.tensor(np.ones(3, np.float32))
+
+    @tg.trace(backend="numpy")
+    def f(x):
+        y = x * 2
+        return (y + 1).sum()
+
+    f(x)
+    assert len(f.latest.graph.outputs) == 1
+
+
+def test_a_kept_tensor_matches_pytorch(float64):
+    torch = pytest.importorskip("torch")
+    torch.set_default_dtype(torch.float64)
+    try:
+        reference_model = cached_mask_model(torch)
+        initial = weights(reference_model)
+        expected = train(torch, reference_model)
+    finally:
+        torch.set_default_dtype(torch.float32)
+    model = cached_mask_model(tgt)
+    model.load_state_dict({k: tgt.tensor(v) for k, v in initial.items()})
+    np.testing.assert_allclose(train(tgt, model, traced=True), expected, rtol=1e-10)
+    for k, v in weights(model).items():
+        np.testing.assert_allclose(v, weights(reference_model)[k], rtol=1e-10, err_msg=k)
+    np.testing.assert_array_equal(model.mask.numpy(), reference_model.mask.numpy())
