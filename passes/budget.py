@@ -76,14 +76,16 @@ class Budget:
     After it ran, `recomputed` lists the residuals forward does not keep, `extra_s` and `step_s`
     the estimated seconds of all recomputation and of the whole step, `peak` the verified peak."""
 
-    def __init__(self, limit: int, peak_of: Callable[[Graph], int] = default_peak):
+    def __init__(self, limit: int, peak_of: Callable[[Graph], int] = default_peak,
+                 in_place: set[int] | frozenset[int] = frozenset()):  # fmt: skip
         self.limit, self.peak_of = int(limit), peak_of
+        self.in_place = in_place  # positions of outputs written into the state they replace
         self.recomputed: list[tuple[Value, Node]] = []
         self.extra_s = self.step_s = 0.0
         self.peak: int | None = None
 
     def __call__(self, graph: Graph) -> tuple[Graph, PassStats]:
-        chain = _Chain(graph)
+        chain = _Chain(graph, self.in_place)
         self.step_s = sum(seconds(n) for n in graph.nodes)
         slots = chain.solve(self.limit, self.peak_of)
         kept = chain.kept(slots)
@@ -104,8 +106,9 @@ class _Chain:
     """The residuals of one graph in forward order, their bytes, costs, the programme over
     them, and what each number of memory units (`slots`; None: keep everything) peaks at."""
 
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, in_place: set[int] | frozenset[int] = frozenset()):
         self.graph = graph
+        self.in_place = {graph.outputs[i] for i in in_place}
         self.producers = graph.producers()
         order = {v: i for i, n in enumerate(graph.nodes) for v in n.outputs}
         inputs, outputs = set(graph.inputs), set(graph.outputs)
@@ -135,7 +138,7 @@ class _Chain:
         held to the step's end) that appear while backward serves it, in the scheduled step."""
         nodes = schedule(self.graph)[0].nodes
         position = {v: i for i, v in enumerate(self.residuals)}
-        outputs = set(self.graph.outputs)
+        outputs = set(self.graph.outputs) - self.in_place  # in place: nothing held
         served, appear = [-1] * len(self.residuals), []
         for t, n in enumerate(nodes):
             if n.phase is not Phase.FORWARD:

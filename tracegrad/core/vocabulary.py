@@ -56,6 +56,9 @@ class Phase(str, enum.Enum):
 
 _EFFECTS = frozenset({Kind.RANDOM, Kind.COLLECTIVE, Kind.CHECK})
 _RERUNNABLE = frozenset({Kind.ELEMENTWISE, Kind.REDUCTION, Kind.VIEW, Kind.CONTRACTION, Kind.INDEX})
+# kinds whose ops may raise at run time: a check, an index out of range, a peer that fails, and
+# whatever an opaque op does (a linear-algebra routine on a singular matrix)
+_FALLIBLE = frozenset({Kind.CHECK, Kind.COLLECTIVE, Kind.INDEX, Kind.OPAQUE})
 
 
 class Primitive:
@@ -80,7 +83,8 @@ class Primitive:
     `flops(inputs, outputs)`, the operations of one call where `cost`'s rule of thumb is wrong;
     `joint`: `vjp(wanted, g, out, *ins, create_graph=..., **params)` gives every input's
     cotangent in one call (None where `wanted[i]` is false), for an op whose cotangents share
-    their work; `create_graph` says whether the cotangents will be differentiated again."""
+    their work; `create_graph` says whether the cotangents will be differentiated again;
+    `raises`, whether the op may raise at run time where its kind says otherwise (`may_raise`)."""
 
     def __init__(
         self,
@@ -102,6 +106,7 @@ class Primitive:
         scratch: Callable | None = None,
         flops: Callable | None = None,
         joint: bool = False,
+        raises: bool | None = None,
     ):
         if kind not in Kind.__members__.values():
             raise ValueError(f"primitive {name}: kind {kind!r} is not one of {[*map(str, Kind)]}")
@@ -120,6 +125,7 @@ class Primitive:
         self.cheap = cheap or kind is Kind.ELEMENTWISE
         self._scratch = scratch
         self._flops, self.joint = flops, joint
+        self._raises = raises
         PRIMITIVES[name] = self
 
     @property
@@ -134,6 +140,15 @@ class Primitive:
         communicates with other processes, or raises eager's error. Such a node runs in every
         step: it is never folded into a constant."""
         return self.kind in _EFFECTS
+
+    @property
+    def may_raise(self) -> bool:
+        """Running it may raise although its shapes were checked when tracing: a value check,
+        an index array out of range, a collective whose peer failed, a linear-algebra routine
+        on a singular matrix, anything an opaque op does (`raises=False` where the record knows
+        better: a sort, attention). A traced step runs every such node before its commit point,
+        the first write to state, so that a failure leaves the state as it was."""
+        return self.kind in _FALLIBLE if self._raises is None else self._raises
 
     @property
     def may_rerun(self) -> bool:
