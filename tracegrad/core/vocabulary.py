@@ -84,7 +84,9 @@ class Primitive:
     `joint`: `vjp(wanted, g, out, *ins, create_graph=..., **params)` gives every input's
     cotangent in one call (None where `wanted[i]` is false), for an op whose cotangents share
     their work; `create_graph` says whether the cotangents will be differentiated again;
-    `raises`, whether the op may raise at run time where its kind says otherwise (`may_raise`)."""
+    `raises`, whether the op may raise at run time where its kind says otherwise (`may_raise`);
+    `rerun`, whether it may run again where its kind says otherwise (`may_rerun`: an opaque op
+    known to be a pure function, such as attention, which the memory budget may rebuild)."""
 
     def __init__(
         self,
@@ -107,6 +109,7 @@ class Primitive:
         flops: Callable | None = None,
         joint: bool = False,
         raises: bool | None = None,
+        rerun: bool | None = None,
     ):
         if kind not in Kind.__members__.values():
             raise ValueError(f"primitive {name}: kind {kind!r} is not one of {[*map(str, Kind)]}")
@@ -125,7 +128,7 @@ class Primitive:
         self.cheap = cheap or kind is Kind.ELEMENTWISE
         self._scratch = scratch
         self._flops, self.joint = flops, joint
-        self._raises = raises
+        self._raises, self._rerun = raises, rerun
         PRIMITIVES[name] = self
 
     @property
@@ -156,7 +159,7 @@ class Primitive:
         memory budget may rebuild it from a checkpoint, and remat recompute it in backward if it
         is also cheap. No effects, and a kind whose cost the passes know: an opaque op (a
         user's, say) is not assumed to be safe to run twice."""
-        return self.kind in _RERUNNABLE
+        return self.kind in _RERUNNABLE if self._rerun is None else self._rerun
 
     @property
     def single_pass(self) -> bool:

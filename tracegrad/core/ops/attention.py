@@ -198,7 +198,7 @@ def _attention_flops(ins, outs) -> int:
 
 attention = Primitive(
     "attention", forward, _attention_rule, _attention_vjp, "in+out",
-    accepts_out=True, joint=True, flops=_attention_flops, raises=False,
+    accepts_out=True, joint=True, flops=_attention_flops, raises=False, rerun=True,
     scratch=lambda ins, a: scratch(*ins[:3], backward=False),
 )  # fmt: skip
 attention_grad = Primitive(

@@ -104,7 +104,7 @@ def _layer_norm_grads(g, x, weight, eps):
 
 layer_norm = Primitive(
     "layer_norm", forward, _layer_norm_rule, _layer_norm_vjp, "in",
-    accepts_out=True, joint=True, raises=False,
+    accepts_out=True, joint=True, raises=False, rerun=True,
     scratch=lambda ins, a: scratch(ins[0]),
 )  # fmt: skip
 layer_norm_grad = Primitive(
