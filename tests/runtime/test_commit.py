@@ -261,3 +261,14 @@ def test_clipping_by_global_norm_keeps_every_gradient_and_the_report_says_why():
     assert most_alive(spans) == len(spans) == 8
     text = str(traced.report())
     assert "kept until all exist, because an update reads a value computed from all" in text
+
+
+def test_the_timeline_counts_no_bytes_for_state_written_in_place():
+    from tracegrad.runtime.timeline import lifetimes
+
+    step, x = mlp_step()
+    traced = tg.trace(step, backend="numpy")
+    traced(x)
+    plan = traced.latest
+    counted = {life.value for life in lifetimes(plan)}
+    assert plan.memory.in_place and not counted & set(plan.memory.in_place)
