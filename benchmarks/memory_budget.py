@@ -10,11 +10,10 @@ peak, the tracemalloc peak of one step (the arena the plan holds between steps i
 peak RSS of that step, and the median step time relative to the unbudgeted step. Targets:
 measured <= 1.05 x budget everywhere; at 25%, step time <= 1.35 x unbudgeted.
 
-Then a depth sweep (12, 24, 48, 96 layers) of the smallest feasible budget, split into the new
-parameter values (a step that fails must leave the old ones intact, so the new ones are held
-until it ends: they grow with depth, whatever the checkpointing) and the rest, with
-least-squares fits of the rest to `a + b sqrt(depth)` and `a + b depth`. One level of
-checkpoints grows like sqrt(depth) (Chen et al. 2016); nested checkpoints need less.
+Then a depth sweep (12, 24, 48, 96 layers) of the smallest feasible budget, with least-squares
+fits to `a + b sqrt(depth)` and `a + b depth`. One level of checkpoints grows like sqrt(depth)
+(Chen et al. 2016); nested checkpoints need less. New parameter values no longer count: the
+update writes them in place after the step's commit point (docs/architecture.md).
 `--batch` runs a smaller batch than the workload's 4096 (the machine may be shared); the table
 says which batch ran. `--momentum` gives SGD momentum (a buffer per parameter, updated in place
 like the parameter), `--shares` other budgets (shares of the unbudgeted planned peak).
@@ -405,19 +404,19 @@ def sweep(args: argparse.Namespace) -> None:
     print(f"\n### smallest feasible budget by depth (batch {args.batch}, tracing only)\n")
     minima = [child(args, 1, d, probe=True)["minimum"] for d in DEPTHS]
     params = [parameter_bytes(replace(WORKLOADS["deep"], depth=d)) for d in DEPTHS]
-    print("| depth | smallest feasible MiB | new parameter values MiB | the rest MiB |")
-    print("|---:|---:|---:|---:|")
+    print("| depth | smallest feasible MiB | parameters MiB (updated in place, not counted) |")
+    print("|---:|---:|---:|")
     for d, m, p in zip(DEPTHS, minima, params, strict=True):
-        print(f"| {d} | {mib(m)} | {mib(p)} | {mib(m - p)} |")
+        print(f"| {d} | {mib(m)} | {mib(p)} |")
     depth = np.array(DEPTHS, float)
-    y = (np.array(minima, float) - np.array(params, float)) / 2**20
+    y = np.array(minima, float) / 2**20
     for name, x in (("sqrt(depth)", np.sqrt(depth)), ("depth", depth)):
         a = np.stack([np.ones_like(x), x], 1)
         coef, *_ = np.linalg.lstsq(a, y, rcond=None)
         resid = y - a @ coef
         spread = (y - y.mean()) @ (y - y.mean())
         r2 = 1 - (resid @ resid) / spread if spread > 1e-6 else float("nan")  # nan: flat
-        print(f"fit: the rest = {coef[0]:.1f} + {coef[1]:.2f} {name} MiB, R^2 = {r2:.4f}")
+        print(f"fit: smallest feasible = {coef[0]:.1f} + {coef[1]:.2f} {name} MiB, R^2 = {r2:.4f}")
 
 
 def parameter_bytes(w) -> int:
