@@ -93,7 +93,10 @@ def _update_dependencies(graph: Graph, producer: dict[Value, int]) -> list[set[V
 
 def _before_commit(graph: Graph) -> set[Value]:
     """The results of the nodes that may fail and do not depend on an update (those that do
-    cannot run before it, and keep the commit point after them)."""
+    cannot run before it, and keep the commit point after them). Not collectives: each
+    gradient's update runs right after its all-reduce (overlapping the next one), writing into a
+    new buffer until the commit point after the last collective, rather than holding every
+    gradient until all are reduced."""
     after_update: set[Value] = set()
     for n in graph.nodes:
         if n.phase is Phase.UPDATE or any(v in after_update for v in n.inputs):
@@ -101,7 +104,7 @@ def _before_commit(graph: Graph) -> set[Value]:
     return {
         v
         for n, f in zip(graph.nodes, fallible(graph), strict=True)
-        if f and not any(v in after_update for v in n.inputs)
+        if f and not n.prim.starts_early and not any(v in after_update for v in n.inputs)
         for v in n.outputs
     }
 
