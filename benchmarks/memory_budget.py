@@ -1,6 +1,7 @@
 """A training step under `@trace(memory_budget=...)`: planned and measured peaks, and speed.
 
     python benchmarks/memory_budget.py [--batch 4096] [--depth 48] [--backend numba] [--steps 3]
+        [--momentum 0.9] [--shares 1,0.5,0.35,0.25,0.12]
 
 Runs the `deep` workload (48 tanh-GELU layers of 512) unbudgeted, then at 100%, 50%, 25% and 12%
 of the unbudgeted planned peak and at the smallest feasible budget (the `minimum` of the
@@ -9,13 +10,13 @@ peak, the tracemalloc peak of one step (the arena the plan holds between steps i
 peak RSS of that step, and the median step time relative to the unbudgeted step. Targets:
 measured <= 1.05 x budget everywhere; at 25%, step time <= 1.35 x unbudgeted.
 
-Then a depth sweep (12, 24, 48, 96 layers) of the smallest feasible budget, split into the new
-parameter values (a step that fails must leave the old ones intact, so the new ones are held
-until it ends: they grow with depth, whatever the checkpointing) and the rest, with
-least-squares fits of the rest to `a + b sqrt(depth)` and `a + b depth`. One level of
-checkpoints grows like sqrt(depth) (Chen et al. 2016); nested checkpoints need less.
+Then a depth sweep (12, 24, 48, 96 layers) of the smallest feasible budget, with least-squares
+fits to `a + b sqrt(depth)` and `a + b depth`. One level of checkpoints grows like sqrt(depth)
+(Chen et al. 2016); nested checkpoints need less. New parameter values no longer count: the
+update writes them in place after the step's commit point (docs/architecture.md).
 `--batch` runs a smaller batch than the workload's 4096 (the machine may be shared); the table
-says which batch ran.
+says which batch ran. `--momentum` gives SGD momentum (a buffer per parameter, updated in place
+like the parameter), `--shares` other budgets (shares of the unbudgeted planned peak).
 
 Unless `--no-peers`, and if PyTorch is installed, the same step with forward and loss under
 `torch.compile` runs at several `torch._functorch.config.activation_memory_budget` settings, each
@@ -94,7 +95,7 @@ def run_child(args: argparse.Namespace) -> dict:
     import tracegrad as tg
 
     w = replace(WORKLOADS["deep"], batch=args.batch, depth=args.depth)
-    fn, inputs = _tracegrad_step(w)
+    fn, inputs = _tracegrad_step(w, momentum=args.momentum)
     budget = args.budget or None
     traced = tg.trace(fn, backend=args.backend, memory_budget=budget)
     if args.probe:  # trace and plan only: the capture runs no numeric work
@@ -229,6 +230,8 @@ def spawn(args: argparse.Namespace, depth: int, extra: list[str], **env: str) ->
         args.backend,
         "--steps",
         str(args.steps),
+        "--momentum",
+        str(args.momentum),
     ]
     return run_marked(cmd + extra, child_env(**env))
 
@@ -243,6 +246,8 @@ def main() -> None:
     parser.add_argument("--depth", type=int, default=WORKLOADS["deep"].depth)
     parser.add_argument("--backend", choices=["numpy", "numba"], default="numba")
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--momentum", type=float, default=0.0)
+    parser.add_argument("--shares", default=",".join(map(str, SHARES)))
     parser.add_argument("--budget", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
@@ -259,14 +264,16 @@ def main() -> None:
         print(MARK + json.dumps(result), flush=True)
         return
     w = replace(WORKLOADS["deep"], batch=args.batch, depth=args.depth)
-    print(f"### memory budget, {w.describe()}, backend {args.backend}")
+    momentum = f", momentum {args.momentum}" if args.momentum else ""
+    print(f"### memory budget, {w.describe()}{momentum}, backend {args.backend}")
     print(f"(median of {args.steps} steps per row, each row its own process, busy machine)\n")
     base = child(args, 0, args.depth)
     if "planned" not in base:
         sys.exit(f"unbudgeted step failed: {base}")
     minimum = child(args, 1, args.depth, probe=True)["minimum"]
     rows = [("unbudgeted", None, base)]
-    for share in SHARES:
+    shares = [float(s) for s in args.shares.split(",")]
+    for share in shares:
         budget = int(base["planned"] * share)
         rows.append((f"{share:.0%}", budget, child(args, budget, args.depth)))
     rows.append(("smallest feasible", minimum, child(args, minimum, args.depth)))
@@ -291,7 +298,7 @@ def main() -> None:
         if "planned" in r:
             ok = r["measured"] <= MEASURED_TARGET * budget
             print(f"{name}: measured <= {MEASURED_TARGET} x budget {'met' if ok else 'NOT met'}")
-    quarter = rows[3][2]
+    quarter = next((r for name, _, r in rows if name == "25%"), {})
     if "median_s" in quarter:
         ratio = quarter["median_s"] / base["median_s"]
         met = "met" if ratio <= TIME_TARGET else "NOT met"
@@ -397,19 +404,19 @@ def sweep(args: argparse.Namespace) -> None:
     print(f"\n### smallest feasible budget by depth (batch {args.batch}, tracing only)\n")
     minima = [child(args, 1, d, probe=True)["minimum"] for d in DEPTHS]
     params = [parameter_bytes(replace(WORKLOADS["deep"], depth=d)) for d in DEPTHS]
-    print("| depth | smallest feasible MiB | new parameter values MiB | the rest MiB |")
-    print("|---:|---:|---:|---:|")
+    print("| depth | smallest feasible MiB | parameters MiB (updated in place, not counted) |")
+    print("|---:|---:|---:|")
     for d, m, p in zip(DEPTHS, minima, params, strict=True):
-        print(f"| {d} | {mib(m)} | {mib(p)} | {mib(m - p)} |")
+        print(f"| {d} | {mib(m)} | {mib(p)} |")
     depth = np.array(DEPTHS, float)
-    y = (np.array(minima, float) - np.array(params, float)) / 2**20
+    y = np.array(minima, float) / 2**20
     for name, x in (("sqrt(depth)", np.sqrt(depth)), ("depth", depth)):
         a = np.stack([np.ones_like(x), x], 1)
         coef, *_ = np.linalg.lstsq(a, y, rcond=None)
         resid = y - a @ coef
         spread = (y - y.mean()) @ (y - y.mean())
         r2 = 1 - (resid @ resid) / spread if spread > 1e-6 else float("nan")  # nan: flat
-        print(f"fit: the rest = {coef[0]:.1f} + {coef[1]:.2f} {name} MiB, R^2 = {r2:.4f}")
+        print(f"fit: smallest feasible = {coef[0]:.1f} + {coef[1]:.2f} {name} MiB, R^2 = {r2:.4f}")
 
 
 def parameter_bytes(w) -> int:

@@ -242,9 +242,11 @@ def build_jax(w: Workload, remat: str | None = None, every: int = 1, scan: bool 
 # --- tracegrad ----------------------------------------------------------------------------------
 
 
-def _tracegrad_step(w: Workload, callbacks: list | None = None) -> tuple[Callable, tuple]:
+def _tracegrad_step(
+    w: Workload, callbacks: list | None = None, momentum: float = 0.0
+) -> tuple[Callable, tuple]:
     """The user's step in tracegrad's core API, and its tensor arguments (`callbacks` for the
-    GradManager: distributed.py's all-reduce)."""
+    GradManager: distributed.py's all-reduce; `momentum` for SGD's)."""
     import tracegrad as tg
 
     params = [
@@ -253,7 +255,7 @@ def _tracegrad_step(w: Workload, callbacks: list | None = None) -> tuple[Callabl
     ]
     flat = [p for pair in params for p in pair]
     gm = tg.GradManager().attach(flat, callbacks=callbacks)
-    opt = tg.optim.SGD(flat, lr=LEARNING_RATE)
+    opt = tg.optim.SGD(flat, lr=LEARNING_RATE, momentum=momentum)
     x, labels = make_batch(w)
     act = (
         (lambda u: tg.maximum(u, 0.0)) if w.activation == "relu" else (lambda u: _gelu(u, tg.tanh))

@@ -76,14 +76,16 @@ class Budget:
     After it ran, `recomputed` lists the residuals forward does not keep, `extra_s` and `step_s`
     the estimated seconds of all recomputation and of the whole step, `peak` the verified peak."""
 
-    def __init__(self, limit: int, peak_of: Callable[[Graph], int] = default_peak):
+    def __init__(self, limit: int, peak_of: Callable[[Graph], int] = default_peak,
+                 in_place: set[int] | frozenset[int] = frozenset()):  # fmt: skip
         self.limit, self.peak_of = int(limit), peak_of
+        self.in_place = in_place  # positions of outputs written into the state they replace
         self.recomputed: list[tuple[Value, Node]] = []
         self.extra_s = self.step_s = 0.0
         self.peak: int | None = None
 
     def __call__(self, graph: Graph) -> tuple[Graph, PassStats]:
-        chain = _Chain(graph)
+        chain = _Chain(graph, self.in_place)
         self.step_s = sum(seconds(n) for n in graph.nodes)
         slots = chain.solve(self.limit, self.peak_of)
         kept = chain.kept(slots)
@@ -104,8 +106,9 @@ class _Chain:
     """The residuals of one graph in forward order, their bytes, costs, the programme over
     them, and what each number of memory units (`slots`; None: keep everything) peaks at."""
 
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, in_place: set[int] | frozenset[int] = frozenset()):
         self.graph = graph
+        self.in_place = {graph.outputs[i] for i in in_place}
         self.producers = graph.producers()
         order = {v: i for i, n in enumerate(graph.nodes) for v in n.outputs}
         inputs, outputs = set(graph.inputs), set(graph.outputs)
@@ -135,7 +138,7 @@ class _Chain:
         held to the step's end) that appear while backward serves it, in the scheduled step."""
         nodes = schedule(self.graph)[0].nodes
         position = {v: i for i, v in enumerate(self.residuals)}
-        outputs = set(self.graph.outputs)
+        outputs = set(self.graph.outputs) - self.in_place  # in place: nothing held
         served, appear = [-1] * len(self.residuals), []
         for t, n in enumerate(nodes):
             if n.phase is not Phase.FORWARD:
@@ -271,15 +274,17 @@ class _Chain:
 
     def _refusal(self, limit: int, slots: int | None) -> str:
         minimum = self.peaks[slots]
+        scheduled = schedule(self.build(slots))[0]
         shown = "; ".join(
             f"{_mib(total)} in {count} values from {op} ({phase}) at {source}"
-            for (op, phase, source), (total, count) in dominating(schedule(self.build(slots))[0])
+            for (op, phase, source), (total, count) in dominating(scheduled, self.in_place)
         )
         return (
             f"memory budget {_mib(limit)} ({limit} bytes) is below the smallest planned peak "
             f"of this step that was found, {_mib(minimum)} ({minimum} bytes), keeping "
             f"{len(self.kept(slots))} of {len(self.residuals)} residuals in forward and "
-            f"recomputing the rest; alive where most is alive: {shown}"
+            f"recomputing the rest. {floor(scheduled, self.in_place)}; alive where most is "
+            f"alive: {shown}"
         )
 
 
@@ -295,11 +300,12 @@ def _quietest(nodes: list[Node], grows: list[int]) -> int:
     return at
 
 
-def dominating(graph: Graph, count: int = 4) -> list[tuple[tuple, tuple[int, int]]]:
+def _alive_at_peak(graph: Graph, in_place: set[Value]) -> list[tuple[Value, Node]]:
     """The values alive where the schedule holds the most bytes (results the step returns or
-    writes to state stay alive to its end), grouped by op, phase and user line, largest first:
-    ((op, phase, source), (bytes, values))."""
-    born = {v: i for i, n in enumerate(graph.nodes) if not is_view(n) for v in n.outputs}
+    writes to state stay alive to its end, except new state values written in place), with the
+    nodes that make them."""
+    born = {v: i for i, n in enumerate(graph.nodes) if not is_view(n) for v in n.outputs
+            if v not in in_place}  # fmt: skip
     last = last_uses(graph)
     delta = np.zeros(len(graph.nodes) + 2)
     for v, b in born.items():
@@ -307,12 +313,44 @@ def dominating(graph: Graph, count: int = 4) -> list[tuple[tuple, tuple[int, int
         delta[last.get(v, b) + 1] -= v.nbytes
     at = int(np.argmax(np.cumsum(delta)))
     producers = graph.producers()
+    return [(v, producers[v]) for v, b in born.items() if b <= at <= last.get(v, b)]
+
+
+def floor(graph: Graph, in_place: set[Value] | frozenset[Value] = frozenset()) -> str:
+    """What the step's peak consists of (activations: forward values and their recomputation;
+    gradients: backward's results; update: new state values and the update's temporaries), and
+    what would lower it."""
+    parts = {"activations": 0, "gradients": 0, "update": 0}
+    for v, n in _alive_at_peak(graph, set(in_place)):
+        if n.phase is Phase.BACKWARD:
+            parts["gradients"] += v.nbytes
+        elif n.phase is Phase.UPDATE:
+            parts["update"] += v.nbytes
+        else:
+            parts["activations"] += v.nbytes
+    largest = max(parts, key=parts.__getitem__)
+    lower = {
+        "activations": "a smaller batch, or fewer values that cannot be recomputed",
+        "gradients": "updates that need no gradient but their own (no clipping by global norm, "
+        "no .grad kept across calls), so that each dies at its update inside backward",
+        "update": "new state values written in place: nothing that may fail after the update "
+        "(the commit point) and no read of the old values after it",
+    }[largest]
+    shown = ", ".join(f"{_mib(b)} {k}" for k, b in parts.items())
+    return (
+        f"At that peak (values of the unfused schedule): {shown}; what would lower it most: {lower}"
+    )
+
+
+def dominating(
+    graph: Graph, in_place: set[Value] | frozenset[Value] = frozenset(), count: int = 4
+) -> list[tuple[tuple, tuple[int, int]]]:
+    """The values alive where the schedule holds the most bytes, grouped by op, phase and user
+    line, largest first: ((op, phase, source), (bytes, values))."""
     groups: dict[tuple, tuple[int, int]] = {}
-    for v, b in born.items():
-        if b <= at <= last.get(v, b):
-            n = producers[v]
-            total, values = groups.get((n.op, n.phase, n.source), (0, 0))
-            groups[(n.op, n.phase, n.source)] = (total + v.nbytes, values + 1)
+    for v, n in _alive_at_peak(graph, set(in_place)):
+        total, values = groups.get((n.op, n.phase, n.source), (0, 0))
+        groups[(n.op, n.phase, n.source)] = (total + v.nbytes, values + 1)
     return sorted(groups.items(), key=lambda kv: -kv[1][0])[:count]
 
 

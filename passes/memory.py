@@ -5,7 +5,14 @@ and an offset in one arena for every buffer that is not 0-d and whose producer a
 
 Why an arena: a fresh multi-megabyte NumPy array is a fresh `mmap`, and the page faults on its
 first touch cost about as much as the matmul writing it (docs/architecture.md, "The arena").
-The arena is allocated once and reused by every step, so its pages stay mapped."""
+The arena is allocated once and reused by every step, so its pages stay mapped.
+
+The update in place: `updates` pairs the outputs that are new state values with the inputs
+holding the old ones. From the commit point on (`passes/commit.py`: nothing after it can
+fail) a node may write its result into such an input's buffer once nothing reads the old value
+any more (a view of it counts as a read): the new value itself, or a temporary of the update
+that the new value then takes over. Such buffers are the state's, not the step's: they are not
+counted in the peak, and the step's end copies nothing into them."""
 
 from __future__ import annotations
 
@@ -16,6 +23,7 @@ from typing import Any
 from tracegrad.core.ir import Graph, Node, Value
 
 from .base import is_view, last_uses
+from .commit import commit_point
 
 ALIGN = 64  # bytes: a cache line, and the widest SIMD load
 
@@ -33,6 +41,9 @@ class MemoryPlan:
     timeline: list[int] = field(default_factory=list)  # live bytes after each node
     peak: int = 0  # arena plus the most that lives outside it at once (with an op's scratch)
     peak_at: int = 0  # the node at which the step reaches `peak`
+    commit: int = 0  # the commit point: index of the first node after all that may fail
+    written: list[Value] = field(default_factory=list)  # inputs whose buffers the plan writes
+    in_place: dict[Value, Value] = field(default_factory=dict)  # new state value -> its input
 
 
 @dataclass(eq=False)  # one buffer is one object: compared and hashed by identity
@@ -41,20 +52,29 @@ class _Buffer:
     born: int  # index of the node that allocates it
     died: int | None = None  # index of the node after which nothing reads it (or copies it)
     placeable: bool = False  # its producer can write into a given array (`out=`)
+    state: bool = False  # a state input's own buffer, written from the commit point on
 
 
-def plan_memory(graph: Graph, kernels: Mapping[Node, Any] | None = None) -> MemoryPlan:
+def plan_memory(
+    graph: Graph,
+    kernels: Mapping[Node, Any] | None = None,
+    updates: Mapping[int, int] | None = None,
+) -> MemoryPlan:
     """Liveness over buffers plus in-place reuse, then arena offsets. A node's temporaries are
     its op's (`Primitive.scratch`), or those of the kernel `kernels` runs it with, where that
-    kernel says (a `scratch` attribute, bytes): a convolution's kernel holds far fewer."""
-    plan = MemoryPlan()
-    buffers = _liveness(graph, plan)
+    kernel says (a `scratch` attribute, bytes): a convolution's kernel holds far fewer.
+    `updates` maps positions of outputs that are new state values to the positions of the
+    inputs they replace: those are updated in place where the commit point allows."""
+    plan = MemoryPlan(commit=commit_point(graph))
+    buffers = _liveness(graph, plan, _donations(graph, updates or {}))
     for b in buffers.values():
         b.died = b.born if b.died is None else b.died  # a result nothing reads
     for v in graph.outputs:  # the caller copies results and state writes out after the plan
         if v in buffers:
             buffers[v].died = len(graph.nodes) - 1
-    distinct = list(dict.fromkeys(buffers.values()))
+    distinct = [b for b in dict.fromkeys(buffers.values()) if not b.state]
+    plan.written = list(dict.fromkeys(b.owner for v, b in buffers.items()
+                                      if b.state and v is not b.owner))  # fmt: skip
     plan.offsets, plan.arena = _place([b for b in distinct if b.placeable])
     fresh = [b for b in distinct if b.owner not in plan.offsets]
     during, dying = [0] * (len(graph.nodes) + 1), [0] * len(graph.nodes)
@@ -77,13 +97,50 @@ def _scratch(n: Node, kernels: Mapping[Node, Any]) -> int:
     return n.prim.scratch(n.inputs, n.attrs) if own is None else own
 
 
-def _liveness(graph: Graph, plan: MemoryPlan) -> dict[Value, _Buffer]:
+def _donations(graph: Graph, updates: Mapping[int, int]) -> dict[Value, Value]:
+    """New state value -> the input it replaces, where the new value could live in the old
+    one's buffer: same type, an output only once, not an input itself."""
+    count: dict[Value, int] = {}
+    for v in graph.outputs:
+        count[v] = count.get(v, 0) + 1
+    inputs = set(graph.inputs)
+    pairs = {}
+    for o, i in updates.items():
+        new, old = graph.outputs[o], graph.inputs[i]
+        if (new.shape, new.dtype) == (old.shape, old.dtype) and new.ndim and count[new] == 1:
+            if new not in inputs and new.const is None:
+                pairs[new] = old
+    return pairs
+
+
+def _output_backed(graph: Graph) -> set[Value]:
+    """The outputs and the values they are views of: what the step's end reads."""
+    backed = set(graph.outputs)
+    for n in reversed(graph.nodes):
+        if is_view(n) and any(v in backed for v in n.outputs):
+            backed.add(n.inputs[0])
+    return backed
+
+
+def _liveness(graph: Graph, plan: MemoryPlan, donate: dict[Value, Value]) -> dict[Value, _Buffer]:
     """The buffer each value lives in; a result may take over a dying input's buffer (noted in
-    `plan.reuse`). Also the names to `del` after each node (`plan.dead_after`)."""
+    `plan.reuse`), and from the commit point on a dead state input's (`donate`). Also the names
+    to `del` after each node (`plan.dead_after`)."""
     last = last_uses(graph)
     external = {*graph.inputs, *(v for n in graph.nodes for v in n.inputs if v.const is not None)}
     buffers: dict[Value, _Buffer] = {}
     holders: dict[_Buffer, int] = {}  # buffer -> live values in it
+    for old in donate.values():
+        buffers[old] = _Buffer(old, -1, state=True)
+        holders[buffers[old]] = int(old in last)
+    backed = _output_backed(graph)
+
+    def may_take(out: Value, buf: _Buffer, i: int) -> bool:
+        """A state buffer holds, from the commit point on, temporaries and its own new value,
+        never another output (the step's end would read it after it was overwritten)."""
+        return not buf.state or (i >= plan.commit and (out not in backed or
+                                                       donate.get(out) is buf.owner))  # fmt: skip
+
     views: set[Value] = set()  # strided aliases: never a result's buffer (a square transpose
     for i, n in enumerate(graph.nodes):  # has its owner's shape, not its layout)
         dying = [v for v in dict.fromkeys(n.inputs) if last.get(v) == i and v in buffers]
@@ -92,11 +149,17 @@ def _liveness(graph: Graph, plan: MemoryPlan) -> dict[Value, _Buffer]:
                 buf = buffers.get(n.inputs[0])  # None: a view of an input or a constant
                 views.add(out)
             else:
-                buf = _reusable(n, out, [v for v in dying if v not in views], buffers, holders)
+                candidates = [v for v in dying if v not in views and may_take(out, buffers[v], i)]
+                buf = _reusable(n, out, candidates, buffers, holders)
                 if buf is not None:
                     plan.reuse[out] = next(v for v in dying if buffers[v] is buf)
                     dying.remove(plan.reuse[out])  # one result per dying buffer
                     holders[buf] -= 1  # the dying input's place is taken by `out`
+                elif _free_state(n, out, donate, buffers, holders) and may_take(
+                    out, buffers[donate[out]], i
+                ):
+                    buf = buffers[donate[out]]  # the old value died before this node
+                    plan.reuse[out] = donate[out]
                 else:
                     buf = _Buffer(out, i, placeable=n.prim.accepts_out and out.ndim > 0)
             if buf is not None:
@@ -108,7 +171,20 @@ def _liveness(graph: Graph, plan: MemoryPlan) -> dict[Value, _Buffer]:
                 buffers[v].died = i
         plan.dead_after[i] = [v for v in dict.fromkeys(n.inputs) if last.get(v) == i
                               and v not in external]  # fmt: skip
+    plan.in_place = {new: old for new, old in donate.items() if buffers.get(new) is buffers[old]}
     return buffers
+
+
+def _free_state(n: Node, out: Value, donate: dict, buffers: dict, holders: dict) -> bool:
+    """`out` is a new state value whose old value's buffer nothing holds any more, and `n` can
+    write its result into a given array."""
+    old = donate.get(out)
+    return (
+        old is not None
+        and holders[buffers[old]] == 0
+        and n.prim.accepts_out
+        and (len(n.outputs) == 1 or n.prim.overwrites_safely(n.attrs))
+    )
 
 
 def _place(buffers: list[_Buffer]) -> tuple[dict[Value, int], int]:
@@ -144,7 +220,8 @@ def _reusable(
         return None
     # not views: a value here owns its buffer or took over one of its layout; a place in the
     # arena first: taking over a buffer NumPy allocated keeps that allocation alive longer
-    for v in sorted(dying, key=lambda v: not buffers[v].placeable):
+    # a state buffer first of all: it costs the step nothing
+    for v in sorted(dying, key=lambda v: (not buffers[v].state, not buffers[v].placeable)):
         buf = buffers[v]
         if (v.shape, v.dtype) == (buf.owner.shape, buf.owner.dtype) == (out.shape, out.dtype):
             if holders[buf] == 1 and n.inputs.count(v) == 1:

@@ -2,7 +2,13 @@
 that optimizer-update nodes run as soon as they are ready, so each gradient dies right after its
 parameter is updated instead of all gradients living until the end of the step, and so do ops
 that start early (collectives: the other ranks wait for this one to join). Within an update,
-scalar nodes run first, so that its array ops are adjacent and fuse into one kernel."""
+scalar nodes run first, so that its array ops are adjacent and fuse into one kernel.
+
+Two waits make the update cheap in memory: an update waits for every node that may fail (the
+commit point, `passes/commit.py`: from there on it may write the state in place), and for the
+last reader of the old value it replaces (a layer's weight, read by the gradient of the layer's
+input after its own gradient exists): then nothing reads the old value after the update, and
+the memory plan gives the new value the old one's buffer."""
 
 from __future__ import annotations
 
@@ -11,7 +17,8 @@ import heapq
 from tracegrad.core.ir import Graph, Node, Value
 from tracegrad.core.vocabulary import Phase
 
-from .base import PassStats
+from .base import PassStats, is_view
+from .commit import fallible
 
 
 def schedule(graph: Graph) -> tuple[Graph, PassStats]:
@@ -72,6 +79,47 @@ def _update_dependencies(graph: Graph, producer: dict[Value, int]) -> list[set[V
             if j is not None and graph.nodes[j].phase is not Phase.UPDATE:
                 outside.setdefault(root(i), set()).add(v)
     waits = [{v for v in n.inputs if v in producer} for n in graph.nodes]
+    first: dict[int, int] = {}
     for i in updates:
-        waits[i] |= outside.get(root(i), set())
+        first.setdefault(root(i), i)
+    barrier = _before_commit(graph)
+    readers = _old_readers(graph)
+    for i in updates:
+        waits[i] |= outside.get(root(i), set()) | barrier
+        for v in graph.nodes[i].inputs:
+            waits[i].update(r for j, r in readers.get(v, ()) if j < first[root(i)])
     return waits
+
+
+def _before_commit(graph: Graph) -> set[Value]:
+    """The results of the nodes that may fail and do not depend on an update (those that do
+    cannot run before it, and keep the commit point after them). Not collectives: each
+    gradient's update runs right after its all-reduce (overlapping the next one), writing into a
+    new buffer until the commit point after the last collective, rather than holding every
+    gradient until all are reduced."""
+    after_update: set[Value] = set()
+    for n in graph.nodes:
+        if n.phase is Phase.UPDATE or any(v in after_update for v in n.inputs):
+            after_update.update(n.outputs)
+    return {
+        v
+        for n, f in zip(graph.nodes, fallible(graph), strict=True)
+        if f and not n.prim.starts_early and not any(v in after_update for v in n.inputs)
+        for v in n.outputs
+    }
+
+
+def _old_readers(graph: Graph) -> dict[Value, list[tuple[int, Value]]]:
+    """Per array graph input, the results (with their node's index) of the nodes outside
+    updates that read it or a view of it: an update piece that reads the input waits for those
+    traced before it, so that the old value is dead when the piece writes the new one."""
+    base = {v: v for v in graph.inputs if v.ndim}
+    readers: dict[Value, list[tuple[int, Value]]] = {}
+    for i, n in enumerate(graph.nodes):
+        if n.phase is Phase.UPDATE:
+            continue
+        for b in dict.fromkeys(base[v] for v in n.inputs if v in base):
+            readers.setdefault(b, []).extend((i, r) for r in n.outputs)
+            if is_view(n):
+                base.update((r, b) for r in n.outputs)
+    return readers

@@ -2,7 +2,11 @@
 at each value's last use, elementwise results written into a dying input's buffer (`out=`) when
 that is safe, and other results written into their places in the arena (`_arena`, a list of
 views the plan is given). The source is registered with `linecache`, so a traceback
-shows the plan's own line, which names the user's source line of that node in a comment."""
+shows the plan's own line, which names the user's source line of that node in a comment.
+
+At the commit point (`memory.commit`: every node that may fail has run) the plan calls
+`_commit()`, which the runtime defines (it defers SIGINT until the state is written); from there
+on update nodes may write into the state's own buffers."""
 
 from __future__ import annotations
 
@@ -115,7 +119,10 @@ def generate(
     em = _Emitter(graph)
     places = {v: i for i, v in enumerate(memory.offsets)}
     lines = [f"def {name}({', '.join(['_arena', *(em.names[v] for v in graph.inputs)])}):"]
+    em.namespace["_commit"] = _no_commit  # the runtime puts its own in the namespace
     for i, n in enumerate(graph.nodes):
+        if i == memory.commit:
+            lines.append("    _commit()  # the commit point: nothing after it may fail")
         if n in kernels:
             body = _kernel_call(em, n, kernels[n], memory, places)
         else:
@@ -128,10 +135,16 @@ def generate(
         dead = [em.names[v] for v in memory.dead_after.get(i, ())]
         if dead:
             lines.append(f"    del {', '.join(dead)}")
+    if memory.commit >= len(graph.nodes):
+        lines.append("    _commit()  # the commit point: nothing after it may fail")
     outs = [em.ref(v) if v.const is None else em.constant(v.const, "k") + ".copy()"
             for v in graph.outputs]  # fmt: skip
     lines.append(f"    return ({''.join(o + ', ' for o in outs)})")
     return "\n".join(lines) + "\n", em.namespace
+
+
+def _no_commit() -> None:
+    """The commit point of a plan run outside the runtime: nothing to defer."""
 
 
 def compile_source(source: str, namespace: dict[str, Any], name: str) -> Callable:

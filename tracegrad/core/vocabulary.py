@@ -56,6 +56,9 @@ class Phase(str, enum.Enum):
 
 _EFFECTS = frozenset({Kind.RANDOM, Kind.COLLECTIVE, Kind.CHECK})
 _RERUNNABLE = frozenset({Kind.ELEMENTWISE, Kind.REDUCTION, Kind.VIEW, Kind.CONTRACTION, Kind.INDEX})
+# kinds whose ops may raise at run time: a check, an index out of range, a peer that fails, and
+# whatever an opaque op does (a linear-algebra routine on a singular matrix)
+_FALLIBLE = frozenset({Kind.CHECK, Kind.COLLECTIVE, Kind.INDEX, Kind.OPAQUE})
 
 
 class Primitive:
@@ -80,7 +83,10 @@ class Primitive:
     `flops(inputs, outputs)`, the operations of one call where `cost`'s rule of thumb is wrong;
     `joint`: `vjp(wanted, g, out, *ins, create_graph=..., **params)` gives every input's
     cotangent in one call (None where `wanted[i]` is false), for an op whose cotangents share
-    their work; `create_graph` says whether the cotangents will be differentiated again."""
+    their work; `create_graph` says whether the cotangents will be differentiated again;
+    `raises`, whether the op may raise at run time where its kind says otherwise (`may_raise`);
+    `rerun`, whether it may run again where its kind says otherwise (`may_rerun`: an opaque op
+    known to be a pure function, such as attention, which the memory budget may rebuild)."""
 
     def __init__(
         self,
@@ -102,6 +108,8 @@ class Primitive:
         scratch: Callable | None = None,
         flops: Callable | None = None,
         joint: bool = False,
+        raises: bool | None = None,
+        rerun: bool | None = None,
     ):
         if kind not in Kind.__members__.values():
             raise ValueError(f"primitive {name}: kind {kind!r} is not one of {[*map(str, Kind)]}")
@@ -120,6 +128,7 @@ class Primitive:
         self.cheap = cheap or kind is Kind.ELEMENTWISE
         self._scratch = scratch
         self._flops, self.joint = flops, joint
+        self._raises, self._rerun = raises, rerun
         PRIMITIVES[name] = self
 
     @property
@@ -136,12 +145,21 @@ class Primitive:
         return self.kind in _EFFECTS
 
     @property
+    def may_raise(self) -> bool:
+        """Running it may raise although its shapes were checked when tracing: a value check,
+        an index array out of range, a collective whose peer failed, a linear-algebra routine
+        on a singular matrix, anything an opaque op does (`raises=False` where the record knows
+        better: a sort, attention). A traced step runs every such node before its commit point,
+        the first write to state, so that a failure leaves the state as it was."""
+        return self.kind in _FALLIBLE if self._raises is None else self._raises
+
+    @property
     def may_rerun(self) -> bool:
         """Running it again on the same inputs gives the same results and does nothing else: the
         memory budget may rebuild it from a checkpoint, and remat recompute it in backward if it
         is also cheap. No effects, and a kind whose cost the passes know: an opaque op (a
         user's, say) is not assumed to be safe to run twice."""
-        return self.kind in _RERUNNABLE
+        return self.kind in _RERUNNABLE if self._rerun is None else self._rerun
 
     @property
     def single_pass(self) -> bool:

@@ -1,5 +1,7 @@
 """One signature's compiled step (`Plan`): built from a capture by `compile_plan`, which runs the
-passes and lowering; it reads its inputs, runs in the arena and writes the state back."""
+passes and lowering; it reads its inputs, runs in the arena and writes the state back: from the
+plan's commit point on, the update nodes write parameters and optimizer state in place (the
+memory plan says which), and what is not written in place is copied at the end."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from tracegrad.frontend.tensor import Tensor
 from tracegrad.frontend.tracer import Capture
 from tracegrad.runtime.arena import ArenaLayout, MeasuredRun
 from tracegrad.runtime.background import BackgroundLowering, background_compile
+from tracegrad.runtime.commit import enter_commit, leave_commit
 from tracegrad.runtime.report import mib
 
 
@@ -44,11 +47,14 @@ class Plan:
         self.calls = 0  # calls of the step that ran this plan, with or without its kernels
         self.built_at_call = 1  # the first call that ran what is built now (kernels: later)
         self.events: list[tuple[str, float, float]] = []  # (what, perf_counter, seconds)
-        self._build(graph, kernels, memory or plan_memory(graph, kernels))
+        self.updates = state_updates(cap)
+        self._build(graph, kernels, memory or plan_memory(graph, kernels, self.updates))
 
     def _build(self, graph: ir.Graph, kernels: dict, memory: MemoryPlan) -> None:
         self.graph, self.memory, self.kernels = graph, memory, kernels
         self.source, namespace = generate(graph, self.name, memory, kernels)
+        namespace["_commit"] = enter_commit
+        self.written = [graph.inputs.index(v) for v in memory.written]
         self.run = MeasuredRun(compile_source(self.source, namespace, self.name),
                                ArenaLayout(memory), self.pending is None)  # fmt: skip
         self.input_backed = _input_backed(graph)
@@ -68,7 +74,7 @@ class Plan:
                           stacklevel=3)  # fmt: skip
             self.run.measure_first = True  # the stand-in is the plan from now on
             return
-        self._build(*pending.result, plan_memory(*pending.result))
+        self._build(*pending.result, plan_memory(*pending.result, self.updates))
         self.built_at_call = self.calls + 1
         self.events.append((f"{len(self.kernels)} kernels compiled in the background",
                             pending.started, pending.seconds))  # fmt: skip
@@ -85,12 +91,14 @@ class Plan:
         for ref, via_grad in cap.reads:
             t = ref.resolve(arg_leaves)
             inputs.append(t._grad._value if via_grad else t._value)
+        writable(inputs, self.written, self.graph.inputs)
         try:
             result = self.run(inputs, functools.partial(self._finish, arg_leaves))
         except Exception as e:
             _name_user_line(e)
             raise
         finally:
+            leave_commit()  # a SIGINT deferred since the commit point is delivered now
             if self.pending is not None:
                 self.pending.start()
         for sync in cap.after:
@@ -136,15 +144,74 @@ def _name_user_line(e: Exception) -> None:
     e.add_note(f"raised by the traced step at {where} (plan line {lineno}: {statement})")
 
 
+def state_updates(cap: Capture) -> dict[int, int]:
+    """Output position -> input position, for each state value the step writes and reads: the
+    plan may write the new value into the old one's buffer (`plan_memory`'s `updates`)."""
+    base = len(cap.args)
+    reads = {(id(ref.tensor), via_grad): base + k for k, (ref, via_grad) in enumerate(cap.reads)
+             if ref.tensor is not None}  # fmt: skip
+    pairs, at = {}, cap.n_results
+    for ref in cap.value_writes:
+        if ref.tensor is not None and (id(ref.tensor), False) in reads:
+            pairs[at] = reads[id(ref.tensor), False]
+        at += 1
+    for ref, to_none in cap.grad_writes:
+        if to_none:
+            continue  # no output: the grad becomes None
+        if ref.tensor is not None and (id(ref.tensor), True) in reads:
+            pairs[at] = reads[id(ref.tensor), True]
+        at += 1
+    return pairs
+
+
+def writable(inputs: list[Any], written: Sequence[int], types: Sequence[ir.Value]) -> None:
+    """Make sure the plan may write the old state values at positions `written` in place: an
+    array that is read-only, not contiguous, of another type, or overlapping another input (two
+    tensors sharing memory) is replaced by a copy, which the write-back then copies back."""
+    if not written:
+        return
+    shared, reach, first = set(), 0, None  # a sweep: a span starting below the reach overlaps
+    for lo, hi, k in sorted((*_bounds(a), k) for k, a in enumerate(inputs)
+                            if isinstance(a, np.ndarray) and a.size):  # fmt: skip
+        if lo < reach:
+            shared |= {k, first}
+        if hi > reach:
+            reach, first = hi, k
+    for k in written:
+        a, v = inputs[k], types[k]
+        if (
+            not (
+                isinstance(a, np.ndarray)
+                and a.flags.writeable
+                and a.flags.c_contiguous
+                and a.flags.aligned
+                and a.dtype == v.dtype
+                and a.shape == v.shape
+            )
+            or k in shared
+        ):
+            inputs[k] = np.array(a, v.dtype)  # fmt: skip
+
+
+def _bounds(a: np.ndarray) -> tuple[int, int]:
+    if a.flags.c_contiguous:
+        start = a.__array_interface__["data"][0]
+        return start, start + a.nbytes
+    return np.lib.array_utils.byte_bounds(a)
+
+
 def _write(t: Tensor | np.ndarray, value: np.ndarray) -> None:
     """A state write, in place like eager's (a `detach()`ed alias or the array from `.numpy()`
     sees it, and the plan's arena can hold the new value); a read-only buffer is replaced. An
-    ndarray argument is written in place, as NumPy's in-place operators would."""
+    ndarray argument is written in place, as NumPy's in-place operators would. A value the plan
+    wrote in place is there already."""
     if isinstance(t, np.ndarray):
-        if t.flags.writeable:
+        if t.flags.writeable and t is not value:
             np.copyto(t, value)
         return
     t._version[0] += 1
+    if t._value is value:
+        return
     if isinstance(t._value, np.ndarray) and t._value.flags.writeable:
         np.copyto(t._value, value)
     else:
@@ -201,7 +268,9 @@ def compile_plan(
         quiet_openblas()
     name, start = identifier(name), time.perf_counter()
     if memory_budget is not None:
-        graph, stats, kernels, memory, budget = _fit(cap.graph, backend, pipeline, memory_budget)
+        graph, stats, kernels, memory, budget = _fit(
+            cap.graph, backend, pipeline, memory_budget, state_updates(cap)
+        )
         plan = Plan(cap, name, graph, kernels, stats, backend, budget, memory)
     else:
         graph, stats = passes.run(cap.graph, pipeline)
@@ -215,7 +284,8 @@ def compile_plan(
     return plan
 
 
-def _fit(graph: ir.Graph, backend: str, pipeline: Sequence[Callable], limit: int) -> tuple:
+def _fit(graph: ir.Graph, backend: str, pipeline: Sequence[Callable], limit: int,
+         updates: dict[int, int]) -> tuple:  # fmt: skip
     """Run the pipeline with the budget pass; if lowering (a kernel that would not compile)
     leaves the final plan above the budget after all, solve again for less."""
     pipeline = list(pipeline)
@@ -223,14 +293,15 @@ def _fit(graph: ir.Graph, backend: str, pipeline: Sequence[Callable], limit: int
     rest = pipeline[at:]
 
     def peak_of(g: ir.Graph) -> int:
-        return plan_memory(*lowering.lower(passes.run(g, rest)[0], backend, compile=False)).peak
+        lowered = lowering.lower(passes.run(g, rest)[0], backend, compile=False)
+        return plan_memory(*lowered, updates).peak
 
     target = limit
     for _ in range(3):
-        budget = Budget(target, peak_of)
+        budget = Budget(target, peak_of, set(updates))
         graph_after, stats = passes.run(graph, [*pipeline[:at], budget, *rest])
         lowered, kernels = lowering.lower(graph_after, backend)
-        memory = plan_memory(lowered, kernels)
+        memory = plan_memory(lowered, kernels, updates)
         if memory.peak <= limit:
             budget.limit = limit
             return lowered, stats, kernels, memory, budget

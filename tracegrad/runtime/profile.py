@@ -132,6 +132,8 @@ def _line_nodes(source: str) -> dict[int, int]:
         stripped = text.strip()
         if stripped.startswith("del "):
             owner[lineno] = node - 1
+        elif stripped.startswith("_commit()"):  # the commit point: part of the next node
+            owner[lineno] = node
         elif not stripped.startswith("return"):
             owner[lineno] = node
             if "  # " in text:
@@ -141,16 +143,19 @@ def _line_nodes(source: str) -> dict[int, int]:
 
 def profile(plan: Any, repeat: int = 3) -> Profile:
     """Run the plan's function `repeat` times on zeros for its arguments and the state's current
-    values, in the arena between steps (the plan never writes its inputs, and nothing is
-    written back), timing every statement (keeping each one's fastest), then once more under
-    tracemalloc for the bytes after each and the peak: tracemalloc slows what allocates, kernels
-    included (Numba reports its allocations to it), so no time is taken under it."""
+    values, in the arena between steps (the state it would update in place is copied first,
+    and nothing is written back), timing every statement (keeping each one's fastest), then
+    once more under tracemalloc for the bytes after each and the peak: tracemalloc slows what
+    allocates, kernels included (Numba reports its allocations to it), so no time is taken
+    under it."""
     graph, run = plan.graph, plan.run
     n_args = len(plan.capture.args)
     inputs = [np.zeros(v.shape, v.dtype) for v in graph.inputs]
     for k, (ref, via_grad) in enumerate(plan.capture.reads, start=n_args):
         if ref.tensor is not None:  # captured state: its current value (arguments: zeros)
             inputs[k] = ref.tensor._grad._value if via_grad else ref.tensor._value
+    for k in getattr(plan, "written", ()):  # what the plan updates in place: a copy
+        inputs[k] = np.array(inputs[k])
     fixed = run.layout.nbytes + sum(v.nbytes for v in graph.inputs)
     owner = _line_nodes(plan.source)
     runs = []

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from passes.commit import fallible, gradients, why_gradients_wait
 from tracegrad.core.vocabulary import Kind
 
 
@@ -79,12 +80,43 @@ def report(plan: Any) -> str:
     )
     peak, when = measured_peak(plan)
     lines.append(f"measured peak (tracemalloc, {when}): {mib(peak)}")
+    lines += commit_lines(plan)
     ran = history(plan)
     if ran is not None:
         lines.append(ran)
     if plan.budget is not None:
         lines += _budget_lines(plan, producers)
     return "\n".join(lines)
+
+
+def commit_lines(plan: Any) -> list[str]:
+    """Where the commit point is, what is updated in place after it, and whether the gradients
+    die inside backward (or why they wait for each other)."""
+    graph, memory = plan.graph, plan.memory
+    fails = [i for i, f in enumerate(fallible(graph)) if f]
+    if fails:
+        n = graph.nodes[fails[-1]]
+        after = f"after {n.op} at {n.where}, the last of {len(fails)} nodes that may fail"
+    else:
+        after = "at the start: no node of the step may fail"
+    lines = [f"commit point: before node {memory.commit} of {len(graph.nodes)} ({after})"]
+    updates = getattr(plan, "updates", {})
+    if updates:
+        done = len(memory.in_place)
+        copied = len(updates) - done
+        lines.append(
+            f"  state updated in place after it: {done} of {len(updates)} values "
+            f"({mib(sum(v.nbytes for v in memory.in_place))})"
+            + (f"; {copied} copied at the end of the step" if copied else "")
+        )
+    grads = gradients(graph)
+    if grads:
+        alive = max(sum(b <= i <= d for _, b, d in grads) for _, i, _ in grads)
+        why = why_gradients_wait(graph, memory.commit)
+        held = f"{len(grads)} gradients, at most {alive} alive at once"
+        lines.append(f"  {held}: " + (f"kept until all exist, because {why}" if why else
+                                       "each freed by its update inside backward"))  # fmt: skip
+    return lines
 
 
 RECOMPUTED_SHOWN = 12  # report lines for recomputed values; the rest are counted

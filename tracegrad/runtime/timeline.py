@@ -70,7 +70,8 @@ def _tensor_kind(t: Any) -> str:
 
 def lifetimes(plan: Any) -> list[Lifetime]:
     """Every value that owns bytes: graph inputs for the whole step, results (views excluded:
-    they own none) from their node to their last reader, or the end if the step returns them."""
+    they own none, nor do values written into the state's buffers after the commit point) from
+    their node to their last reader, or the end if the step returns them."""
     graph = plan.graph
     end = len(graph.nodes) - 1
     last = last_uses(graph)
@@ -78,6 +79,9 @@ def lifetimes(plan: Any) -> list[Lifetime]:
     saved = set(graph.residuals())
     born = {v: i for i, n in enumerate(graph.nodes) for v in n.outputs}
     handed = {old: born[new] - 1 for new, old in plan.memory.reuse.items()}  # buffer taken over
+    in_state = set(graph.inputs)
+    for n in graph.nodes:  # values that took over a state input's buffer, in order
+        in_state.update(v for v in n.outputs if plan.memory.reuse.get(v) in in_state)
     users = graph.users()
     for n in graph.nodes:  # what backward hands to the update: gradients, held or not
         if n.phase is Phase.BACKWARD:
@@ -89,6 +93,8 @@ def lifetimes(plan: Any) -> list[Lifetime]:
         if is_view(n):
             continue
         for v in n.outputs:
+            if v in in_state:
+                continue
             kind = kinds.get(v) or ("saved activations" if v in saved else "temporaries")
             out.append(Lifetime(v, kind, i, handed.get(v, min(last.get(v, i), end)), n))
     return out
@@ -158,6 +164,8 @@ def timeline_figure(plan: Any, prof: Profile | None = None) -> Any:
     ax.set_xlim(0, max(len(x) - 1, 1))
     ax.set_ylim(0, max(top, float(_mib(rows.sum(axis=0)).max()), max(planned, default=0)) * 1.12)
     _phase_strip(ax, graph)
+    ax.axvline(memory.commit, color="#555555", lw=0.8, ls="--",
+               label="commit point: state written in place after it")  # fmt: skip
     ax.legend(loc="lower left", bbox_to_anchor=(1.02, 0.0), fontsize=7)
     alive = live_at(lives, peak)
     text = [f"live at the planned peak (node {peak}), largest first:"]

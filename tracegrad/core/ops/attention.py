@@ -198,12 +198,12 @@ def _attention_flops(ins, outs) -> int:
 
 attention = Primitive(
     "attention", forward, _attention_rule, _attention_vjp, "in+out",
-    accepts_out=True, joint=True, flops=_attention_flops,
+    accepts_out=True, joint=True, flops=_attention_flops, raises=False, rerun=True,
     scratch=lambda ins, a: scratch(*ins[:3], backward=False),
 )  # fmt: skip
 attention_grad = Primitive(
     "attention_grad", backward, _attention_grad_rule, None, accepts_out=True,
-    flops=_attention_flops,
+    flops=_attention_flops, raises=False,
     scratch=lambda ins, a: scratch(*ins[:3], backward=True),
 )  # fmt: skip
 

@@ -104,12 +104,12 @@ def _layer_norm_grads(g, x, weight, eps):
 
 layer_norm = Primitive(
     "layer_norm", forward, _layer_norm_rule, _layer_norm_vjp, "in",
-    accepts_out=True, joint=True,
+    accepts_out=True, joint=True, raises=False, rerun=True,
     scratch=lambda ins, a: scratch(ins[0]),
 )  # fmt: skip
 layer_norm_grad = Primitive(
     "layer_norm_grad", backward, _layer_norm_grad_rule, None,
-    accepts_out=True, scratch=lambda ins, a: scratch(ins[0]),
+    accepts_out=True, raises=False, scratch=lambda ins, a: scratch(ins[0]),
 )  # fmt: skip
 
 

@@ -224,7 +224,9 @@ def _pool_vjp(g, out, x, idx, **geometry):
 
 
 def _pool(name, impl, rule, vjp, **kw):
-    return Primitive(name, impl, rule, vjp, "in1:" if vjp else "", accepts_out=True, **kw)
+    # never raise: the positions they read are max_pool2d_argmax's, in range by construction
+    return Primitive(name, impl, rule, vjp, "in1:" if vjp else "", accepts_out=True,
+                     raises=False, **kw)  # fmt: skip
 
 
 max_pool2d_argmax = _pool("max_pool2d_argmax", argmax, _pool_argmax_rule, None)

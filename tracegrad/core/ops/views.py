@@ -138,7 +138,8 @@ def _concatenate(*xs, axis, out=None):
 
 # out=: the result goes into the arena, planned and reused like the others' (else a large one,
 # such as the gradient of a q, k, v projection, is a fresh allocation with fresh pages each step)
-concatenate = Primitive("concatenate", _concatenate, _concat_rule, _concat_vjp, accepts_out=True)
+concatenate = Primitive("concatenate", _concatenate, _concat_rule, _concat_vjp, accepts_out=True,
+                        raises=False)  # fmt: skip
 getitem = Primitive(
     "getitem",
     _getitem,
@@ -165,7 +166,7 @@ def _pad_vjp(g, out, x, pad_width, value):
 
 
 pad = Primitive("pad", lambda x, pad_width, value: np.pad(x, pad_width, constant_values=value),
-                _pad_rule, (_pad_vjp,))  # fmt: skip
+                _pad_rule, (_pad_vjp,), raises=False)  # fmt: skip
 
 
 __all__ = [n for n, v in list(globals().items()) if isinstance(v, Primitive) and n[0] != "_"] + [

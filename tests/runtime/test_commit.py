@@ -1,0 +1,274 @@
+"""The commit part of a traced step (runtime/commit.py and the plan's write-back): a step that
+fails before its commit point changes nothing, the update in place gives the copy plan's
+values, a SIGINT after the commit point is delivered once the state is whole, and the report
+names the commit point."""
+
+import os
+import signal
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+from tracegrad import nn
+from tracegrad.nn import functional as F
+from tracegrad.runtime import commit
+from tracegrad.runtime import plan as runtime_plan
+
+V, D, C, B = 12, 8, 5, 16
+
+
+class Net(nn.Module):
+    """An embedding (an index op: may fail), batch norm (buffers), dropout (the random state),
+    a linear layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb, self.norm = nn.Embedding(V, D), nn.BatchNorm1d(D)
+        self.drop, self.out = nn.Dropout(0.25), nn.Linear(D, C)
+
+    def forward(self, tokens):
+        return self.out(self.drop(tg.tanh(self.norm(self.emb(tokens)))))
+
+
+def setup(optimizer="sgd", seed=0):
+    nn.manual_seed(seed)
+    model = Net().double()
+    if optimizer == "sgd":
+        opt = tg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    else:
+        opt = tg.optim.AdamW(model.parameters(), lr=0.01)
+    gm = tg.GradManager().attach(model.parameters())
+
+    def step(tokens, labels):
+        with gm:
+            loss = F.cross_entropy(model(tokens), labels)
+            gm.backward(loss)
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    return model, opt, step
+
+
+def batch(seed=0):
+    rng = np.random.default_rng(seed)
+    return tg.tensor(rng.integers(0, V, B)), tg.tensor(rng.integers(0, C, B))
+
+
+def snapshot(model, opt):
+    """Every value a step may change, as copies: parameters, gradients, buffers, optimizer
+    state, the random state."""
+    values = [p.numpy().copy() for p in model.parameters()]
+    values += [None if p.grad is None else p.grad.numpy().copy() for p in model.parameters()]
+    values += [b.numpy().copy() for b in model.buffers()]
+    values += [t.numpy().copy() for state in opt.state for t in state.values()]
+    return values + [tg.frontend.random.default_state.numpy().copy()]
+
+
+def assert_same(a, b, rtol=0.0):
+    """Bitwise equal (or within `rtol`), None where the other is None."""
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        if x is None or y is None:
+            assert x is y
+        elif rtol:
+            np.testing.assert_allclose(x, y, rtol=rtol, atol=1e-12)
+        else:
+            np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_the_in_place_step_trains_as_eager(backend, optimizer):
+    model, opt, step = setup(optimizer)
+    model_e, opt_e, step_e = setup(optimizer)
+    traced = tg.trace(step, backend=backend)
+    for k in range(3):
+        tokens, labels = batch(k)
+        nn.manual_seed(k)  # the same dropout masks: one random state is shared
+        loss = traced(tokens, labels).item()
+        nn.manual_seed(k)
+        np.testing.assert_allclose(loss, step_e(tokens, labels).item(), rtol=1e-10)
+    assert_same(snapshot(model, opt), snapshot(model_e, opt_e), rtol=1e-9)
+    memory = traced.latest.memory
+    # every parameter and its optimizer state in place (the random state and batch norm's
+    # statistics are written in forward, before the commit point: copied at the end)
+    per_parameter = 2 if optimizer == "sgd" else 3  # the value, momentum; or both moments
+    assert len(memory.in_place) >= per_parameter * len(list(model.parameters()))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_the_in_place_plan_gives_the_copy_plans_values(backend, monkeypatch):
+    model, opt, step = setup("adamw")
+    traced = tg.trace(step, backend=backend)
+    for k in range(3):
+        traced(*batch(k))
+    assert traced.latest.memory.in_place
+    in_place = snapshot(model, opt)
+    monkeypatch.setattr(runtime_plan, "state_updates", lambda cap: {})  # the copy plan
+    model, opt, step = setup("adamw")
+    copied = tg.trace(step, backend=backend)
+    for k in range(3):
+        copied(*batch(k))
+    assert not copied.latest.memory.in_place
+    assert_same(snapshot(model, opt), in_place)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("where", ["token", "label"])
+def test_a_step_failing_before_its_commit_point_changes_nothing(backend, where):
+    model, opt, step = setup("sgd")
+    traced = tg.trace(step, backend=backend)
+    tokens, labels = batch(0)
+    traced(tokens, labels)  # momentum buffers exist, the random state has advanced
+    assert traced.latest.memory.in_place
+    before = snapshot(model, opt)
+    bad = tokens.numpy().copy(), labels.numpy().copy()
+    bad[0 if where == "token" else 1][-1] = 99  # an index out of range, a label out of range
+    with pytest.raises((IndexError, ValueError)):
+        traced(tg.tensor(bad[0]), tg.tensor(bad[1]))
+    assert_same(snapshot(model, opt), before)
+    traced(tokens, labels)  # and the next step runs
+
+
+def test_a_node_that_may_fail_traced_after_the_update_runs_before_it():
+    """An opaque op traced after `opt.step()` that does not read the new values runs before
+    the first write to state: when it raises, nothing has changed."""
+    fail = {"now": False}
+
+    def impl(x):
+        if fail["now"]:
+            raise RuntimeError("late failure")
+        return x.copy()
+
+    late = tg.defprimitive("late_check", impl, vjp=None)
+    model, opt, step = setup("sgd")
+
+    def step_then_check(tokens, labels):
+        loss = step(tokens, labels)
+        return loss, late(tokens)
+
+    traced = tg.trace(step_then_check, backend="numpy")
+    traced(*batch(0))
+    graph, memory = traced.latest.graph, traced.latest.memory
+    at = next(i for i, n in enumerate(graph.nodes) if n.op == "late_check")
+    assert memory.commit == at + 1 and memory.in_place
+    before = snapshot(model, opt)
+    fail["now"] = True
+    with pytest.raises(RuntimeError, match="late failure"):
+        traced(*batch(1))
+    assert_same(snapshot(model, opt), before)
+
+
+def test_sigint_after_the_commit_point_is_delivered_when_the_state_is_whole(monkeypatch):
+    model, opt, step = setup("sgd")
+    model_e, opt_e, step_e = setup("sgd")
+
+    def interrupted():  # Ctrl-C right at the commit point
+        commit.enter_commit()
+        os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(runtime_plan, "enter_commit", interrupted)
+    traced = tg.trace(step, backend="numpy")
+    nn.manual_seed(1)
+    with pytest.raises(KeyboardInterrupt):
+        traced(*batch(0))
+    nn.manual_seed(1)
+    step_e(*batch(0))
+    assert_same(snapshot(model, opt), snapshot(model_e, opt_e), rtol=1e-12)  # it completed
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_sigint_is_deferred_only_between_enter_and_leave():
+    commit.enter_commit()
+    os.kill(os.getpid(), signal.SIGINT)  # held
+    with pytest.raises(KeyboardInterrupt):
+        commit.leave_commit()
+    commit.leave_commit()  # nothing pending: nothing raised
+
+
+def test_the_report_names_the_commit_point():
+    model, opt, step = setup("sgd")
+    traced = tg.trace(step, backend="numpy")
+    traced(*batch(0))
+    text = str(traced.report())
+    assert "commit point: before node" in text
+    assert "(after getitem at test_commit.py:" in text  # the cross-entropy's
+    assert "state updated in place after it" in text
+    assert "each freed by its update inside backward" in text
+
+
+def mlp_step(clip=False, depth=4, width=16):
+    """An MLP step with SGD momentum, optionally clipping gradients by their global norm."""
+    rng = np.random.default_rng(0)
+    nn.manual_seed(0)
+    layers = [nn.Linear(width, width) for _ in range(depth)]
+    model = nn.Sequential(*[m for layer in layers for m in (layer, nn.Tanh())]).double()
+    opt = tg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    gm = tg.GradManager().attach(model.parameters())
+
+    def step(x):
+        with gm:
+            loss = (model(x) ** 2).mean()
+            gm.backward(loss)
+        if clip:
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    return step, tg.tensor(rng.standard_normal((8, width)))
+
+
+def gradient_lifetimes(plan):
+    """(born, died) of each gradient (a backward result read outside backward: by an update,
+    or by the clipping), from the memory plan's `del` points."""
+    graph, memory = plan.graph, plan.memory
+    died = {v: i for i, values in memory.dead_after.items() for v in values}
+    producer = {v: i for i, n in enumerate(graph.nodes) for v in n.outputs}
+    backward = {v for v, i in producer.items() if graph.nodes[i].phase is tg.Phase.BACKWARD}
+    grads = {
+        v
+        for n in graph.nodes
+        if n.phase is not tg.Phase.BACKWARD
+        for v in n.inputs
+        if v in backward and v.ndim
+    }
+    return [(producer[v], died.get(v, len(graph.nodes))) for v in grads]
+
+
+def most_alive(spans):
+    return max(sum(b <= t <= d for b, d in spans) for t, _ in spans)
+
+
+def test_gradients_never_coexist_when_the_optimizer_runs_inside_backward():
+    step, x = mlp_step()
+    traced = tg.trace(step, backend="numpy")
+    traced(x)
+    spans = gradient_lifetimes(traced.latest)
+    assert len(spans) == 8
+    assert most_alive(spans) == 1  # each gradient dies at its update, before the next exists
+    assert "8 gradients, at most 1 alive at once: each freed" in str(traced.report())
+
+
+def test_clipping_by_global_norm_keeps_every_gradient_and_the_report_says_why():
+    step, x = mlp_step(clip=True)
+    step_e, x_e = mlp_step(clip=True)
+    traced = tg.trace(step, backend="numpy")
+    np.testing.assert_allclose(traced(x).item(), step_e(x_e).item(), rtol=1e-12)
+    spans = gradient_lifetimes(traced.latest)
+    assert most_alive(spans) == len(spans) == 8
+    text = str(traced.report())
+    assert "kept until all exist, because an update reads a value computed from all" in text
+
+
+def test_the_timeline_counts_no_bytes_for_state_written_in_place():
+    from tracegrad.runtime.timeline import lifetimes
+
+    step, x = mlp_step()
+    traced = tg.trace(step, backend="numpy")
+    traced(x)
+    plan = traced.latest
+    counted = {life.value for life in lifetimes(plan)}
+    assert plan.memory.in_place and not counted & set(plan.memory.in_place)
