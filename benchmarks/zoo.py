@@ -628,7 +628,7 @@ def profile(model: Model, repeat: int = 20, top: int = 12) -> None:
     between = plan_s - work
     print(f"\n{name}: the traced step takes {step_s * 1e3:.1f} ms a call and its plan alone "
           f"{plan_s * 1e3:.1f} ms (the fastest of 10 runs each): {len(nodes)} statements "
-          f"({plan.kernel_count} kernels) take {work * 1e3:.1f} ms one by one (each the fastest "
+          f"({len(plan.kernels)} kernels) take {work * 1e3:.1f} ms one by one (each the fastest "
           f"of {repeat} runs), which leaves {between * 1e3:.1f} ms between them "
           f"({between / len(nodes) * 1e6:.1f} us a statement); the call around the plan "
           f"(signature, guards, write-back) takes {(step_s - plan_s) * 1e3:.1f} ms. "
