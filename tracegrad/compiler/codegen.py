@@ -89,10 +89,21 @@ def _kernel_call(
     for v in n.outputs:
         buffer = _buffer(em, v, memory, places) or f"np.empty({v.shape}, {em.attr(v.dtype)})"
         lines.append(f"{em.names[v]} = {buffer}")
-    args = [em.names[v] if v.const is None else em.constant(v.const, "k") for v in n.inputs]
-    args += [em.names[v] for v in n.outputs]  # constants go in typed, as 0-d arrays
-    lines.append(f"{em.constant(kernel, 'kernel')}({', '.join(args)})")
+    # constants go in typed, as 0-d arrays, writeable and contiguous as a kernel's signature
+    # takes them (a read-only one would be copied at every call)
+    args = [em.names[v] if v.const is None else em.constant(_as_kernel_takes(v.const), "k")
+            for v in n.inputs]  # fmt: skip
+    args += [em.names[v] for v in n.outputs]
+    launch = getattr(kernel, "launch", kernel)  # a fused kernel's call with its layout bound
+    lines.append(f"{em.constant(launch, 'kernel')}({', '.join(args)})")
     return lines
+
+
+def _as_kernel_takes(const: np.ndarray) -> np.ndarray:
+    """A constant as a kernel takes it: itself if writeable and C-contiguous, else one copy."""
+    if const.flags.c_contiguous and const.flags.writeable:
+        return const
+    return np.array(const, order="C")
 
 
 def _call(em: _Emitter, n: ir.Node, memory: MemoryPlan, places: dict[ir.Value, int]) -> str:
