@@ -139,10 +139,11 @@ class FusedKernel:
 
 
 _LAUNCH = """def launch({params}):
-    try:
-        return compiled({args})
-    except (TypeError, AttributeError):
-        pass
+    if fast:
+        try:
+            return compiled({args})
+        except (TypeError, AttributeError):
+            fast.clear()
     careful({params})
 """
 _launch_code: dict[str, Any] = {}  # launcher source -> its code: layers of one shape share it
@@ -155,8 +156,9 @@ def _launcher(kernel: FusedKernel, given: Sequence[tuple[int, ...]]) -> Callable
     constants, fresh partials, the sizes. An argument the signature does not take as it is (of
     another dtype, read-only, not contiguous, a Python number) makes Numba raise TypeError
     before anything runs; then the careful `kernel.__call__` converts it (or refuses an output
-    it cannot write through). An output is reshaped only if C-contiguous: a reshaped copy would
-    take the results."""
+    it cannot write through), from then on: Numba's error costs far more than a launch, and
+    what the plan passes a kernel (a read-only broadcast, say) is the same at every call. An
+    output is reshaped only if C-contiguous: a reshaped copy would take the results."""
     n, sizes = kernel.n_inputs, [*kernel.sizes, kernel.chunks]
     canonical = [s for s, _ in kernel.input_layouts] + list(kernel.output_shapes)
     if len(given) != len(canonical):  # a kernel built without the plan's shapes
@@ -177,7 +179,7 @@ def _launcher(kernel: FusedKernel, given: Sequence[tuple[int, ...]]) -> Callable
     source = _LAUNCH.format(params=", ".join(params), args=", ".join(args))
     if source not in _launch_code:
         _launch_code[source] = compile(source, "<tracegrad fused kernel launch>", "exec")
-    namespace = {"np": np, "compiled": kernel.compiled, "careful": kernel.__call__}
+    namespace = {"np": np, "compiled": kernel.compiled, "careful": kernel.__call__, "fast": [1]}
     namespace.update({f"c{k}": c for k, c in enumerate(kernel.consts)})
     for k, (_, dtype, init) in enumerate(kernel.partials):
         namespace[f"dt{k}"], namespace[f"i{k}"] = dtype, init

@@ -135,16 +135,19 @@ class GemmKernel(GeneratedKernel):
     def __init__(self, compiled: Callable, path: Path):
         super().__init__(compiled, path)
         self.threads = numba.get_num_threads()  # as many shares, from now on (as conv's)
+        self.fast = True
 
     def __call__(self, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         # The signature refuses (TypeError, before anything runs) a read-only operand, an `out`
         # that is not C-contiguous, another dtype: checking each here cost more than a small
-        # product's work
-        try:
-            if self.compiled(a, b, out, self.threads):
-                return
-        except TypeError:
-            pass
+        # product's work. Numba's error costs far more than a product, and what a plan passes
+        # (a read-only input, say) is the same at every call: after one, NumPy's from then on.
+        if self.fast:
+            try:
+                if self.compiled(a, b, out, self.threads):
+                    return
+            except TypeError:
+                self.fast = False
         np.matmul(a, b, out=out)
 
 
