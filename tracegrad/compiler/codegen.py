@@ -106,14 +106,27 @@ def _as_kernel_takes(const: np.ndarray) -> np.ndarray:
     return np.array(const, order="C")
 
 
+# NumPy functions with a cheaper spelling of the same call: a plan of small arrays spends more
+# in a call's Python than in its work, and `np.sum` or `np.transpose` dispatch through Python
+# wrappers to what these call directly (same dtypes, same results).
+_REDUCES = {np.sum: "np.add.reduce", np.prod: "np.multiply.reduce", np.max: "np.maximum.reduce",
+            np.min: "np.minimum.reduce"}  # fmt: skip
+_METHODS = {np.transpose: ("transpose", "axes"), np.reshape: ("reshape", "shape")}
+
+
 def _call(em: _Emitter, n: ir.Node, memory: MemoryPlan, places: dict[ir.Value, int]) -> str:
     args = [em.ref(v, n) for v in n.inputs]
-    args += [f"{k}={em.attr(a)}" for k, a in n.attrs.items()]
     out = n.outputs[0]
+    impl = n.prim.impl
+    method = _METHODS.get(impl) if len(n.inputs) == 1 and n.inputs[0].const is None else None
+    if method is not None and set(n.attrs) == {method[1]}:  # a view of an array, as its method
+        return f"{em.names[out]} = {args[0]}.{method[0]}({em.attr(n.attrs[method[1]])})"
+    args += [f"{k}={em.attr(a)}" for k, a in n.attrs.items()]
     buffer = _buffer(em, out, memory, places)
     if buffer:
         args.append(f"out={buffer}")
-    return f"{em.names[out]} = {em.function(n.prim)}({', '.join(args)})"
+    function = _REDUCES.get(impl) or em.function(n.prim)
+    return f"{em.names[out]} = {function}({', '.join(args)})"
 
 
 def generate(
