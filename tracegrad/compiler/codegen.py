@@ -95,20 +95,44 @@ def _kernel_call(
     for v in n.outputs:
         buffer = _buffer(em, v, memory, places) or f"np.empty({v.shape}, {em.attr(v.dtype)})"
         lines.append(f"{em.names[v]} = {buffer}")
-    args = [em.names[v] if v.const is None else em.constant(v.const, "k") for v in n.inputs]
-    args += [em.names[v] for v in n.outputs]  # constants go in typed, as 0-d arrays
-    lines.append(f"{em.constant(kernel, 'kernel')}({', '.join(args)})")
+    # constants go in typed, as 0-d arrays, writeable and contiguous as a kernel's signature
+    # takes them (a read-only one would be copied at every call)
+    args = [em.names[v] if v.const is None else em.constant(_as_kernel_takes(v.const), "k")
+            for v in n.inputs]  # fmt: skip
+    args += [em.names[v] for v in n.outputs]
+    launch = getattr(kernel, "launch", kernel)  # a fused kernel's call with its layout bound
+    lines.append(f"{em.constant(launch, 'kernel')}({', '.join(args)})")
     return lines
+
+
+def _as_kernel_takes(const: np.ndarray) -> np.ndarray:
+    """A constant as a kernel takes it: itself if writeable and C-contiguous, else one copy."""
+    if const.flags.c_contiguous and const.flags.writeable:
+        return const
+    return np.array(const, order="C")
+
+
+# NumPy functions with a cheaper spelling of the same call: a plan of small arrays spends more
+# in a call's Python than in its work, and `np.sum` or `np.transpose` dispatch through Python
+# wrappers to what these call directly (same dtypes, same results).
+_REDUCES = {np.sum: "np.add.reduce", np.prod: "np.multiply.reduce", np.max: "np.maximum.reduce",
+            np.min: "np.minimum.reduce"}  # fmt: skip
+_METHODS = {np.transpose: ("transpose", "axes"), np.reshape: ("reshape", "shape")}
 
 
 def _call(em: _Emitter, n: ir.Node, memory: MemoryPlan, places: dict[ir.Value, int]) -> str:
     args = [em.ref(v, n) for v in n.inputs]
-    args += [f"{k}={em.attr(a)}" for k, a in n.attrs.items()]
     out = n.outputs[0]
+    impl = n.prim.impl
+    method = _METHODS.get(impl) if len(n.inputs) == 1 and n.inputs[0].const is None else None
+    if method is not None and set(n.attrs) == {method[1]}:  # a view of an array, as its method
+        return f"{em.names[out]} = {args[0]}.{method[0]}({em.attr(n.attrs[method[1]])})"
+    args += [f"{k}={em.attr(a)}" for k, a in n.attrs.items()]
     buffer = _buffer(em, out, memory, places)
     if buffer:
         args.append(f"out={buffer}")
-    return f"{em.names[out]} = {em.function(n.prim)}({', '.join(args)})"
+    function = _REDUCES.get(impl) or em.function(n.prim)
+    return f"{em.names[out]} = {function}({', '.join(args)})"
 
 
 def generate(

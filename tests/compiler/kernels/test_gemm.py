@@ -59,6 +59,9 @@ def test_layouts_blas_cannot_read_and_read_only_operands_go_to_numpy(rng):
     a.flags.writeable = False
     kernel(a, b[:, ::2].copy(), got)
     np.testing.assert_allclose(got, a @ b[:, ::2], rtol=1e-12)
+    columns = np.empty((150, 200)).T  # a result BLAS would write row by row: NumPy's
+    kernel(a.copy(), b[:, ::2].copy(), columns)
+    np.testing.assert_allclose(columns, a @ b[:, ::2], rtol=1e-12)
 
 
 def test_an_empty_inner_dimension_gives_zeros():

@@ -83,6 +83,7 @@ class Layout(NamedTuple):
     input_shapes: list[tuple[int, ...]]  # each input (and bound constant), reshaped
     output_shapes: list[tuple[int, ...]]
     consts: list[np.ndarray]  # values of constants read but not listed as inputs
+    given: Sequence[tuple[int, ...]] = ()  # the shapes the plan holds its inputs and outputs in
 
 
 class FusedKernel:
@@ -99,7 +100,7 @@ class FusedKernel:
         self, compiled: Callable, structure: Structure, key: str, path: Path, layout: Layout
     ):
         self.compiled, self.structure, self.key, self.path = compiled, structure, key, path
-        self.sizes, input_shapes, self.output_shapes, consts = layout
+        self.sizes, input_shapes, self.output_shapes, consts, given = layout
         self.n_inputs = len(input_shapes) - len(consts)
         layouts = [
             (s, np.dtype(d)) for s, (d, _) in zip(input_shapes, structure.inputs, strict=True)
@@ -115,6 +116,7 @@ class FusedKernel:
             for r in structure.outputs
             if isinstance(r, Reduction) and _form(r, structure.ndim) != "rows"
         ]
+        self.launch = _launcher(self, given)
 
     @property
     def source(self) -> str:
@@ -134,6 +136,55 @@ class FusedKernel:
 
     def __repr__(self) -> str:
         return f"<FusedKernel {self.key} at {self.path}>"
+
+
+_LAUNCH = """def launch({params}):
+    if fast:
+        try:
+            return compiled({args})
+        except (TypeError, AttributeError):
+            fast.clear()
+    careful({params})
+"""
+_launch_code: dict[str, Any] = {}  # launcher source -> its code: layers of one shape share it
+
+
+def _launcher(kernel: FusedKernel, given: Sequence[tuple[int, ...]]) -> Callable:
+    """`kernel(*arrays)` as one call of the compiled function with everything fixed by the
+    plan's shapes bound (a plan's launch of a small kernel otherwise costs more than its work):
+    each array reshaped to its canonical shape only where the plan holds it in another, the
+    constants, fresh partials, the sizes. An argument the signature does not take as it is (of
+    another dtype, read-only, not contiguous, a Python number) makes Numba raise TypeError
+    before anything runs; then the careful `kernel.__call__` converts it (or refuses an output
+    it cannot write through), from then on: Numba's error costs far more than a launch, and
+    what the plan passes a kernel (a read-only broadcast, say) is the same at every call. An
+    output is reshaped only if C-contiguous: a reshaped copy would take the results."""
+    n, sizes = kernel.n_inputs, [*kernel.sizes, kernel.chunks]
+    canonical = [s for s, _ in kernel.input_layouts] + list(kernel.output_shapes)
+    if len(given) != len(canonical):  # a kernel built without the plan's shapes
+        given = [()] * len(canonical)
+    params = [f"a{k}" for k in range(len(canonical))]
+    args = []
+    for k, (have, want) in enumerate(zip(given, canonical, strict=True)):
+        if have == want:
+            args.append(params[k])
+        elif k < n:
+            args.append(f"{params[k]}.reshape({want!r})")
+        else:
+            args.append(f"({params[k]}.reshape({want!r}) if {params[k]}.flags.c_contiguous "
+                        "else None)")  # fmt: skip
+    args[n:n] = [f"c{k}" for k in range(len(kernel.consts))]
+    args += [f"np.full({shape!r}, i{k}, dt{k})" for k, (shape, _, _) in enumerate(kernel.partials)]
+    args += [repr(v) for v in sizes]
+    source = _LAUNCH.format(params=", ".join(params), args=", ".join(args))
+    if source not in _launch_code:
+        _launch_code[source] = compile(source, "<tracegrad fused kernel launch>", "exec")
+    namespace = {"np": np, "compiled": kernel.compiled, "careful": kernel.__call__, "fast": [1]}
+    namespace.update({f"c{k}": c for k, c in enumerate(kernel.consts)})
+    for k, (_, dtype, init) in enumerate(kernel.partials):
+        namespace[f"dt{k}"], namespace[f"i{k}"] = dtype, init
+    exec(_launch_code[source], namespace)  # noqa: S102 (our own generated code)
+    return namespace["launch"]
 
 
 def compile_group(
@@ -248,7 +299,8 @@ def analyze(
         tuple(s for s, full in zip(sizes, spans, strict=True) if full) or (1,)
         for _, spans in in_spec
     ]
-    return structure, Layout(sizes, in_shapes, out_shapes, [c.const for c in consts])
+    given = [v.shape for v in (*inputs, *outputs)]
+    return structure, Layout(sizes, in_shapes, out_shapes, [c.const for c in consts], given)
 
 
 def _unlisted_constants(inputs: Sequence[Value], nodes: Sequence[Node]) -> list[Value]:

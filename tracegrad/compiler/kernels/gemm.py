@@ -132,10 +132,23 @@ def module(node: Node) -> tuple[str, str]:
 class GemmKernel(GeneratedKernel):
     """`kernel(a, b, out)`: out = a @ b, on Numba's threads where BLAS can read a and b."""
 
+    def __init__(self, compiled: Callable, path: Path):
+        super().__init__(compiled, path)
+        self.threads = numba.get_num_threads()  # as many shares, from now on (as conv's)
+        self.fast = True
+
     def __call__(self, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
-        fits = out.flags.c_contiguous and a.flags.writeable and b.flags.writeable
-        if not (fits and self.compiled(a, b, out, numba.get_num_threads())):
-            np.matmul(a, b, out=out)
+        # The signature refuses (TypeError, before anything runs) a read-only operand, an `out`
+        # that is not C-contiguous, another dtype: checking each here cost more than a small
+        # product's work. Numba's error costs far more than a product, and what a plan passes
+        # (a read-only input, say) is the same at every call: after one, NumPy's from then on.
+        if self.fast:
+            try:
+                if self.compiled(a, b, out, self.threads):
+                    return
+            except TypeError:
+                self.fast = False
+        np.matmul(a, b, out=out)
 
 
 def launcher(node: Node, compiled: Callable, path: Path) -> GemmKernel:
