@@ -7,7 +7,8 @@ figure is CPU time of the calling thread (`time.thread_time`): the whole plan th
 thread, and other processes on a shared machine slow the figures only through the caches, not
 by taking the core away (wall-clock time on a busy machine swings by several times). Per model:
 the plan's statements and kernel launches, the plan's time (the fastest of N runs of its
-function alone, as `zoo.py --profile` times it) and of the whole step; from the profile (each
+function alone, as `zoo.py --profile` times it) and of the whole step, PyTorch eager's step
+(one thread; NaN without torch: run it with the venv that has torch); from the profile (each
 statement timed apart, the fastest of N runs, under a line tracer that adds a few us to each),
 how many statements do little work (under 20 us each), their time and that per statement:
 mostly what a statement costs in itself. Then the launch
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -56,6 +58,20 @@ def model_figures(name: str, runs: int) -> dict:
     small = [s for s in seconds if s < SMALL]
     return {"statements": len(seconds), "kernels": len(plan.kernels), "step_s": step_s,
             "plan_s": plan_s, "small": len(small), "small_s": sum(small)}  # fmt: skip
+
+
+def torch_step(name: str, runs: int) -> dict:
+    """PyTorch eager's step of the same model, on one thread (with /work/venv-torch's python)."""
+    import torch
+
+    torch.set_num_threads(1)
+    sys.path.insert(0, HERE)
+    import zoo
+
+    run = zoo.make_step(zoo.MODELS[name], "torch")
+    for _ in range(2):
+        run()
+    return {"step_s": cpu_min(run, runs)}
 
 
 def _plan_cpu(plan, runs: int) -> float:
@@ -122,7 +138,12 @@ def main() -> None:
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        figures = launch_figures() if args.child == "-" else model_figures(args.child, args.runs)
+        if args.child == "-":
+            figures = launch_figures()
+        elif args.child.startswith("torch:"):
+            figures = torch_step(args.child[len("torch:") :], args.runs)
+        else:
+            figures = model_figures(args.child, args.runs)
         print(json.dumps(figures))
         return
     env = {**os.environ, "NUMBA_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
@@ -130,20 +151,21 @@ def main() -> None:
 
     def child(what: str) -> dict:
         cmd = [sys.executable, os.path.abspath(__file__), "--child", what, "--runs", str(args.runs)]
-        out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
-        return json.loads(out.strip().splitlines()[-1])
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if out.returncode:  # PyTorch's child, without torch
+            return {"step_s": math.nan}
+        return json.loads(out.stdout.strip().splitlines()[-1])
 
     print("CPU time of the calling thread, one Numba and one BLAS thread; ms unless said\n")
-    print(
-        "| model | statements | kernels | step | plan | small statements | their time | us each |"
-    )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| model | statements | kernels | step | PyTorch eager step | plan | small statements "
+          "| their time | us each |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name in args.models:
-        f = child(name)
+        f, torch_s = child(name), child(f"torch:{name}")["step_s"]
         each = f["small_s"] / max(f["small"], 1) * 1e6
         print(f"| {name} | {f['statements']} | {f['kernels']} | {f['step_s'] * 1e3:.2f} | "
-              f"{f['plan_s'] * 1e3:.2f} | {f['small']} | {f['small_s'] * 1e3:.2f} | "
-              f"{each:.1f} |", flush=True)  # fmt: skip
+              f"{torch_s * 1e3:.2f} | {f['plan_s'] * 1e3:.2f} | {f['small']} | "
+              f"{f['small_s'] * 1e3:.2f} | {each:.1f} |", flush=True)  # fmt: skip
     print("\n| one statement | us |\n|---|---:|")
     for what, s in child("-").items():
         print(f"| {what} | {s * 1e6:.2f} |")
