@@ -41,11 +41,12 @@ def commit_point(graph: Graph) -> int:
 
 def _index_key(n: Node, same: _Structure) -> tuple | None:
     """What an index op's success proves: these index arrays, applied with this template to a
-    source of this shape, are in range."""
+    source of this shape, are in range. (The template as its repr, as cse keys attributes: it
+    holds slices, which Python 3.11 cannot hash.)"""
     if n.prim is P.getitem and len(n.inputs) > 1:
-        return n.attrs["template"], n.inputs[0].shape, tuple(map(same, n.inputs[1:]))
+        return repr(n.attrs["template"]), n.inputs[0].shape, tuple(map(same, n.inputs[1:]))
     if n.prim is P.scatter_add and len(n.inputs) > 1:
-        return n.attrs["template"], tuple(n.attrs["shape"]), tuple(map(same, n.inputs[1:]))
+        return repr(n.attrs["template"]), tuple(n.attrs["shape"]), tuple(map(same, n.inputs[1:]))
     return None
 
 

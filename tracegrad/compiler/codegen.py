@@ -117,7 +117,7 @@ def _as_kernel_takes(const: np.ndarray) -> np.ndarray:
 # wrappers to what these call directly (same dtypes, same results).
 _REDUCES = {np.sum: "np.add.reduce", np.prod: "np.multiply.reduce", np.max: "np.maximum.reduce",
             np.min: "np.minimum.reduce"}  # fmt: skip
-_METHODS = {np.transpose: ("transpose", "axes"), np.reshape: ("reshape", "shape")}
+_METHODS = {np.transpose: (np.ndarray.transpose, "axes"), np.reshape: (np.ndarray.reshape, "shape")}
 
 
 def _call(em: _Emitter, n: ir.Node, memory: MemoryPlan, places: dict[ir.Value, int]) -> str:
@@ -126,7 +126,7 @@ def _call(em: _Emitter, n: ir.Node, memory: MemoryPlan, places: dict[ir.Value, i
     impl = n.prim.impl
     method = _METHODS.get(impl) if len(n.inputs) == 1 and n.inputs[0].const is None else None
     if method is not None and set(n.attrs) == {method[1]}:  # a view of an array, as its method
-        return f"{em.names[out]} = {args[0]}.{method[0]}({em.attr(n.attrs[method[1]])})"
+        return f"{em.names[out]} = {args[0]}.{method[0].__name__}({em.attr(n.attrs[method[1]])})"
     args += [f"{k}={em.attr(a)}" for k, a in n.attrs.items()]
     buffer = _buffer(em, out, memory, places)
     if buffer:
