@@ -151,9 +151,9 @@ def state_updates(cap: Capture) -> dict[int, int]:
     reads = {(id(ref.tensor), via_grad): base + k for k, (ref, via_grad) in enumerate(cap.reads)
              if ref.tensor is not None}  # fmt: skip
     pairs, at = {}, cap.n_results
-    for ref in cap.value_writes:
-        if ref.tensor is not None and (id(ref.tensor), False) in reads:
-            pairs[at] = reads[id(ref.tensor), False]
+    for ref in cap.value_writes:  # a write into a `.grad`'s own value replaces the grad read
+        if ref.tensor is not None and (id(ref.tensor), ref.grad) in reads:
+            pairs[at] = reads[id(ref.tensor), ref.grad]
         at += 1
     for ref, to_none in cap.grad_writes:
         if to_none:
