@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+
 import numpy as np
 import pytest
 
@@ -10,6 +14,7 @@ from tracegrad import nn, optim
 from tracegrad.compiler import lowering
 from tracegrad.compiler.codegen import compile_source, generate
 from tracegrad.frontend import random
+from tracegrad.runtime.commit import enter_commit
 
 
 class Fault(Exception):
@@ -43,13 +48,15 @@ class Injector:
     def __init__(self, plan):
         source, namespace = generate(plan.graph, plan.name, plan.memory, plan.kernels)
         assert source == plan.source
-        lines, self.statements = [], 0
+        lines, self.statements, self.commit = [], 0, None
         for line in source.splitlines():
             lines.append(line)
-            if line.startswith("    ") and "  # " in line and "return (" not in line:
+            if line.startswith("    _commit()"):
+                self.commit = self.statements  # statements from here on come after it
+            elif line.startswith("    ") and "  # " in line and "return (" not in line:
                 lines.append(f"    _fault({self.statements})")
                 self.statements += 1
-        namespace["_fault"] = self._fault
+        namespace["_fault"], namespace["_commit"] = self._fault, enter_commit  # as plan.py does
         self.run = compile_source("\n".join(lines) + "\n", namespace, plan.name)
         self.armed: tuple[int, BaseException] | None = None
 
@@ -58,6 +65,10 @@ class Injector:
 
     def _fault(self, k: int) -> None:
         if self.armed is not None and self.armed[0] == k:
+            if isinstance(self.armed[1], KeyboardInterrupt):  # a real Ctrl-C, as a user sends
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.01)  # Python runs the handler at its next instruction
+                return
             raise self.armed[1]
 
 
@@ -85,14 +96,25 @@ def test_a_step_failing_at_any_statement_of_its_plan_changes_nothing(backend, mo
     good, injector = plan.run.run, Injector(plan)
     assert 30 <= injector.statements <= 400
     plan.run.run = injector.run
+    commit = injector.statements if injector.commit is None else injector.commit
+    completed = 2  # calls that ran to their end
+    assert 0 < commit <= injector.statements
     try:
         for k in range(injector.statements):
-            for error in (Fault(k), KeyboardInterrupt()):
+            # nothing after the commit point can raise (passes/commit.py), so an exception is
+            # injected only before it; a Ctrl-C after it is deferred: the step ends, then raises
+            for error in (Fault(k), KeyboardInterrupt()) if k < commit else (KeyboardInterrupt(),):
                 before, epoch = _state(model, opt, sched), sched.last_epoch
                 injector.arm(k, error)
                 with pytest.raises(type(error)):
                     step(x, y)
                 after = _state(model, opt, sched)
+                if k >= commit:  # the step completed: its update and schedule were written
+                    assert sched.last_epoch == epoch + 1, k
+                    pairs = zip(before, after, strict=True)
+                    assert any(a.tobytes() != b.tobytes() for a, b in pairs), k
+                    completed += 1
+                    continue
                 for i, (a, b) in enumerate(zip(before, after, strict=True)):
                     assert a.tobytes() == b.tobytes(), (k, i)
                 assert sched.last_epoch == epoch
@@ -110,5 +132,6 @@ def test_a_step_failing_at_any_statement_of_its_plan_changes_nothing(backend, mo
         sched2.step()
         return loss
 
-    want = [eager(x, y).item() for _ in range(4)][2:]  # _model() seeded the same
+    # _model() seeded the same; the interrupted calls after the commit point were whole steps
+    want = [eager(x, y).item() for _ in range(completed + 2)][completed:]
     np.testing.assert_allclose(losses, want, rtol=1e-5)

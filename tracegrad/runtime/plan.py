@@ -93,16 +93,18 @@ class Plan:
             inputs.append(t._grad._value if via_grad else t._value)
         writable(inputs, self.written, self.graph.inputs)
         try:
-            result = self.run(inputs, functools.partial(self._finish, arg_leaves))
-        except Exception as e:
-            _name_user_line(e)
-            raise
+            try:
+                result = self.run(inputs, functools.partial(self._finish, arg_leaves))
+            except Exception as e:
+                _name_user_line(e)
+                raise
+            finally:
+                if self.pending is not None:
+                    self.pending.start()
+            for sync in cap.after:  # Python's copies of state the plan wrote (a schedule's)
+                sync()
         finally:
-            leave_commit()  # a SIGINT deferred since the commit point is delivered now
-            if self.pending is not None:
-                self.pending.start()
-        for sync in cap.after:
-            sync()
+            leave_commit()  # a SIGINT deferred since the commit point: the state is whole now
         return result
 
     def _finish(self, arg_leaves: Sequence[Any], inputs: list[np.ndarray], outs: Sequence) -> Any:
