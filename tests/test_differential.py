@@ -477,7 +477,8 @@ def test_layer_gradients_match_finite_differences(layer: Layer, seed: int):
 
 
 # Each new structure compiles kernels on the Numba backend: fewer examples in the short profile.
-FEWER = settings(max_examples=settings().max_examples if settings().max_examples > 1000 else 20)
+SHORT = os.environ.get("HYPOTHESIS_PROFILE", "ci") == "ci"
+FEWER = settings(max_examples=20 if SHORT else settings().max_examples)
 
 
 @pytest.mark.parametrize("backend", ["numpy", "numba"])

@@ -610,3 +610,16 @@ def test_one_traced_step_called_from_two_threads_runs_its_calls_one_at_a_time(ba
         return np.concatenate([p.numpy().ravel() for p in model.parameters()])
 
     np.testing.assert_array_equal(train(2, 40), train(1, 80))
+
+
+def test_an_elementwise_result_written_over_a_transposed_numpy_result(backend):
+    """NumPy's x[..., index] comes back with a transposed layout; a fused kernel whose output
+    reuses that dying buffer raised ("outputs must be C-contiguous"); it computes apart and
+    copies in instead."""
+    index = tg.tensor([1, 0, 2])
+
+    def f(x, y):
+        return x[..., index] * y + 1.0
+
+    x, y = tg.tensor(np.arange(12.0).reshape(4, 3)), tg.tensor(np.full((4, 3), 2.0))
+    np.testing.assert_array_equal(tg.trace(f, backend=backend)(x, y).numpy(), f(x, y).numpy())

@@ -130,9 +130,13 @@ class FusedKernel:
                 f"got {len(arrays)} arrays"
             )
         ins = [_c_view(a, *lay) for a, lay in zip(arrays[:n], self.input_layouts, strict=True)]
-        outs = [_out_view(a, s) for a, s in zip(arrays[n:], self.output_shapes, strict=True)]
+        given = arrays[n:]
+        outs = [_out_view(a, s) for a, s in zip(given, self.output_shapes, strict=True)]
         parts = [_new_partial(*layout) for layout in self.partials]
         self.compiled(*ins, *self.consts, *outs, *parts, *self.sizes, self.chunks)
+        for a, out in zip(given, outs, strict=True):
+            if not a.flags.c_contiguous:  # computed apart: see _out_view
+                np.copyto(a, out.reshape(a.shape))
 
     def __repr__(self) -> str:
         return f"<FusedKernel {self.key} at {self.path}>"
@@ -392,8 +396,11 @@ def _c_view(a: np.ndarray, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarra
 
 
 def _out_view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Where the kernel writes `a`: `a` itself, C-contiguous as the signature says, or a new
+    array copied into `a` after the call. A dying input's buffer the plan reuses may have any
+    layout: NumPy's `x[..., index]` returns a transposed one."""
     if not a.flags.c_contiguous:
-        raise ValueError(f"fused kernel outputs must be C-contiguous, got strides {a.strides}")
+        return np.empty(shape, a.dtype)
     return a.reshape(shape)
 
 
