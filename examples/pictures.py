@@ -110,7 +110,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main() -> None:
     args = parser().parse_args()
-    out = Path(args.out)
+    out = Path(args.out).resolve()  # Chromium is given file:// URIs, which must be absolute
     os.makedirs(out, exist_ok=True)
     tour = tour_step()
     tour.graph.to_svg(out / "graph.svg", engine=args.engine, expand=True)
