@@ -159,9 +159,10 @@ def _launcher(kernel: FusedKernel, given: Sequence[tuple[int, ...]]) -> Callable
     each array reshaped to its canonical shape only where the plan holds it in another, the
     constants, fresh partials, the sizes. An argument the signature does not take as it is (of
     another dtype, read-only, not contiguous, a Python number) makes Numba raise TypeError
-    before anything runs; then the careful `kernel.__call__` converts it (or refuses an output
-    it cannot write through), from then on: Numba's error costs far more than a launch, and
-    what the plan passes a kernel (a read-only broadcast, say) is the same at every call. An
+    before anything runs; then the careful `kernel.__call__` converts it (an output it cannot
+    write through is computed apart and copied in), from then on: Numba's error costs far more
+    than a launch, and what the plan passes a kernel (a read-only broadcast, say) is the same at
+    every call. An
     output is reshaped only if C-contiguous: a reshaped copy would take the results."""
     n, sizes = kernel.n_inputs, [*kernel.sizes, kernel.chunks]
     canonical = [s for s, _ in kernel.input_layouts] + list(kernel.output_shapes)
