@@ -162,8 +162,8 @@ def _launcher(kernel: FusedKernel, given: Sequence[tuple[int, ...]]) -> Callable
     before anything runs; then the careful `kernel.__call__` converts it (an output it cannot
     write through is computed apart and copied in), from then on: Numba's error costs far more
     than a launch, and what the plan passes a kernel (a read-only broadcast, say) is the same at
-    every call. An
-    output is reshaped only if C-contiguous: a reshaped copy would take the results."""
+    every call. An output is reshaped only if C-contiguous: a reshaped copy would take the
+    results."""
     n, sizes = kernel.n_inputs, [*kernel.sizes, kernel.chunks]
     canonical = [s for s, _ in kernel.input_layouts] + list(kernel.output_shapes)
     if len(given) != len(canonical):  # a kernel built without the plan's shapes
