@@ -32,8 +32,11 @@ from tracegrad.compiler import lowering
 settings.register_profile(
     "ci", max_examples=60, deadline=None, suppress_health_check=list(HealthCheck)
 )
-settings.register_profile(
-    "long", max_examples=20_000, deadline=None, suppress_health_check=list(HealthCheck)
+settings.register_profile(  # HYPOTHESIS_EXAMPLES: a shorter long run, to time one
+    "long",
+    max_examples=int(os.environ.get("HYPOTHESIS_EXAMPLES", 20_000)),
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
