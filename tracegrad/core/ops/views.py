@@ -61,8 +61,11 @@ def _getitem(x, *idx, template):
     return x[shapes.build_index(template, idx)]
 
 
-def _scatter_add(g, *idx, shape, template):
-    out = np.zeros(shape, g.dtype)
+def _scatter_add(g, *idx, shape, template, out=None):
+    if out is None:
+        out = np.zeros(shape, g.dtype)
+    else:
+        out.fill(0)
     index = shapes.build_index(template, idx)
     if template == ("@",) and idx[0].dtype.kind in "iu":  # rows: an embedding's gradient
         rows = idx[0].reshape(-1)
@@ -149,10 +152,12 @@ getitem = Primitive(
     kind=Kind.INDEX,
     view=lambda inputs, attrs: len(inputs) == 1,
 )  # basic indexing: a view
+# out=: in the arena, as concatenate's (an embedding's gradient, a gather's one-hot cotangent
+# are as large as the table or the logits)
 scatter_add = Primitive("scatter_add", _scatter_add, _scatter_rule,
                         (lambda g, out, x, *idx, shape, template:
                          getitem(g, *idx, template=template),),
-                        "in1:", kind=Kind.INDEX)  # fmt: skip
+                        "in1:", kind=Kind.INDEX, accepts_out=True)  # fmt: skip
 
 
 def _pad_rule(x, pad_width, value):
