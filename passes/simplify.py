@@ -16,6 +16,7 @@ from tracegrad.core import primitives as P
 from tracegrad.core.ir import Graph, Node, Value
 from tracegrad.core.ops.elementwise import POWER_PRODUCTS
 from tracegrad.core.primitives import Primitive
+from tracegrad.core.vocabulary import Kind
 
 from .base import PassStats, is_view, stats, substitute
 
@@ -71,6 +72,26 @@ def fold_constants(n: Node, rw: Rewrite) -> Value | None:
     out = n.outputs[0]
     result = n.prim.impl(*(v.const for v in n.inputs), **n.attrs)
     return Value(out.shape, out.dtype, const=np.asarray(result, out.dtype))
+
+
+@rule()
+def read_through_broadcasts(n: Node, rw: Rewrite) -> Value | None:
+    """An elementwise op broadcasts its operands itself: reading `x` instead of
+    `broadcast_to(x, s)` (where the result keeps its shape) lets a kernel read x's (N, 1)
+    column rather than a stride-0 (N, C) view, which its signature would copy whole (a softmax
+    gradient's row sums against the logits)."""
+    if n.prim.kind is not Kind.ELEMENTWISE or len(n.outputs) != 1:
+        return None
+    inputs, shape = list(n.inputs), n.outputs[0].shape
+    for k, v in enumerate(inputs):
+        b = rw.producers.get(v)
+        if b is not None and b.prim is P.broadcast_to:
+            trial = [*inputs[:k], b.inputs[0], *inputs[k + 1 :]]
+            if np.broadcast_shapes(*(x.shape for x in trial)) == shape:
+                inputs = trial
+    if inputs == n.inputs:
+        return None
+    return rw.emit(n.prim, inputs, n.outputs[0], **n.attrs)
 
 
 @rule(P.mul)
@@ -138,6 +159,48 @@ def sum_of_broadcast(n: Node, rw: Rewrite) -> Value | None:
     shaped = rw.emit(P.reshape, [y], Value(out.shape, y.dtype), shape=out.shape)
     scale = Value((), out.dtype, const=np.asarray(copies, out.dtype))
     return rw.emit(P.mul, [shaped, scale], out)
+
+
+@rule(P.scatter_add)
+def one_hot_scatter(n: Node, rw: Rewrite) -> Value | None:
+    """The gradient of `x[arange(N), cols]` (a cross-entropy's pick of each row's label) as
+    `where(arange(C) == cols[:, None], g[:, None], 0)`: elementwise, so it fuses into what reads
+    it instead of filling an (N, C) array as large as the logits. Only where the forward pick of
+    the same indices ran (and raised on any out of range)."""
+    g, *idx = n.inputs
+    out = n.outputs[0]
+    if n.attrs["template"] != ("@", "@") or out.ndim != 2 or g.shape != out.shape[:1]:
+        return None
+    rows, cols = idx
+    count, classes = out.shape
+    if rows.const is None or not np.array_equal(rows.const, np.arange(count)):
+        return None
+    if not any(m.prim is P.getitem and m.attrs["template"] == ("@", "@") and m.inputs[2] is cols
+               and _same_const(m.inputs[1], rows) for m in rw.producers.values()):  # fmt: skip
+        return None
+    column = rw.emit(P.reshape, [cols], Value((count, 1), cols.dtype), shape=(count, 1))
+    wrapped = _wrapped(column, classes, rw)
+    labels = Value((classes,), cols.dtype, const=np.arange(classes, dtype=cols.dtype))
+    mask = rw.emit(P.equal, [labels, wrapped], Value(out.shape, np.dtype(bool)))
+    values = rw.emit(P.reshape, [g], Value((count, 1), g.dtype), shape=(count, 1))
+    zero = Value((), out.dtype, const=np.zeros((), out.dtype))
+    return rw.emit(P.where, [mask, values, zero], out)
+
+
+def _same_const(a: Value, b: Value) -> bool:
+    return a is b or (a.const is not None and b.const is not None
+                      and np.array_equal(a.const, b.const))  # fmt: skip
+
+
+def _wrapped(index: Value, size: int, rw: Rewrite) -> Value:
+    """Negative indices counted from the end, as NumPy's indexing counts them."""
+    if index.dtype.kind == "u":
+        return index
+    zero = Value((), index.dtype, const=np.zeros((), index.dtype))
+    negative = rw.emit(P.less, [index, zero], Value(index.shape, np.dtype(bool)))
+    size_v = Value((), index.dtype, const=np.asarray(size, index.dtype))
+    shifted = rw.emit(P.add, [index, size_v], Value(index.shape, index.dtype))
+    return rw.emit(P.where, [negative, shifted, index], Value(index.shape, index.dtype))
 
 
 @rule(P.transpose)

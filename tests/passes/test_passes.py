@@ -686,3 +686,61 @@ def test_each_parameters_update_runs_when_its_gradient_exists(optimizer):
     first_update = phases.index(Phase.UPDATE)
     last_backward = len(phases) - 1 - phases[::-1].index(Phase.BACKWARD)
     assert first_update < last_backward
+
+
+def test_simplify_reads_through_a_broadcast_an_elementwise_op_would_make_itself():
+    x, y = val(5, 1), val(5, 4)
+    n1, a = node("broadcast_to", [x], (5, 4), shape=(5, 4))
+    n2, b = node("mul", [a, y], (5, 4))
+    n3, c = node("exp", [a], (5, 4))  # alone it needs the broadcast: its result is (5, 4)
+    n4, d = node("add", [b, c], (5, 4))
+    g = Graph([x, y], [n1, n2, n3, n4], [d])
+    after, _ = passes.simplify(g)
+    mul = next(n for n in after.nodes if n.op == "mul")
+    exp = next(n for n in after.nodes if n.op == "exp")
+    assert mul.inputs[0] is x and exp.inputs[0] is a
+    same_results(g, after, rand(5, 1), rand(5, 4))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("labels", [[1, 6, 0, 6], [-1, 2, -7, 3]])
+def test_a_picked_entry_per_row_has_an_elementwise_gradient(backend, labels):
+    """x[arange(N), cols]'s gradient is a where over the (N, C) domain, not a scatter into
+    zeros: no (N, C) array is filled; negative columns count from the end, as eager's."""
+    import tracegrad as tg
+
+    def step(x, cols):
+        y = (x[np.arange(4), cols] * tg.tensor([1.0, 2.0, 3.0, 4.0])).sum()
+        y.backward()
+        return y
+
+    x0 = np.random.default_rng(0).standard_normal((4, 7))
+    cols = np.array(labels)
+    eager, traced = tg.tensor(x0, requires_grad=True), tg.tensor(x0, requires_grad=True)
+    step(eager, tg.tensor(cols))
+    compiled = tg.trace(step, backend=backend)
+    compiled(traced, tg.tensor(cols))
+    np.testing.assert_array_equal(traced.grad.numpy(), eager.grad.numpy())
+    assert [n.op for n in compiled.latest.graph.nodes].count("scatter_add") == 0
+
+
+def test_a_scattered_gradient_lives_in_the_arena():
+    """An embedding's gradient (a scatter of rows) is placed in the arena like the others
+    (not a fresh allocation each step)."""
+    import tracegrad as tg
+
+    table = tg.nn.Embedding(50, 8)
+    opt = tg.optim.SGD(table.parameters(), lr=0.1)
+
+    def step(idx):
+        loss = (table(idx) ** 2).sum()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    compiled = tg.trace(step, backend="numpy")
+    compiled(tg.tensor(np.array([[1, 2, 2], [49, 0, 1]])))
+    plan = compiled.latest
+    scatter = next(n for n in plan.graph.nodes if n.op == "scatter_add")
+    assert scatter.outputs[0] in plan.memory.offsets
