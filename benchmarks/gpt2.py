@@ -7,8 +7,8 @@ The model (written here, PyTorch's idiom, once for both libraries): vocabulary 5
 12 layers of 12 heads, learned positions for a context of 1,024 used at T = 256, pre-LayerNorm
 blocks with causal `scaled_dot_product_attention` and a tanh-GELU MLP of 3,072, the output
 projection tied to the token embedding (no bias), no dropout; batch 4 of random tokens, AdamW
-(lr 3e-4, weight decay 0.1). tracegrad builds it first and PyTorch loads its float32 weights,
-so the first losses agree.
+(lr 3e-4, weight decay 0.1) in nanoGPT's order (gradients set to None after each update).
+tracegrad builds it first and PyTorch loads its float32 weights, so the first losses agree.
 
 Methods: `tg-traced` (`tracegrad.trace`, Numba backend), `tg-traced@SIZE` (the same under
 `memory_budget=SIZE`, one per `--budgets` entry), `torch` (eager), `torch-compile`. Rounds are
@@ -95,7 +95,25 @@ def gpt2_data(c: dict) -> tuple[tuple, tuple]:
     return (tokens[:, :-1], tokens[:, 1:]), ()
 
 
-GPT2 = zoo.Model(gpt2_nets, zoo.classify(zoo.adamw), gpt2_data, CONFIG,
+def gpt2_train(lib: Any, nets: dict, c: dict):
+    """nanoGPT's training step: forward, loss, backward, AdamW's step, then
+    `zero_grad(set_to_none=True)`: no gradient outlives the step, in either library (with
+    `zero_grad()` first instead, both keep the last step's gradients, 475 MiB, between steps)."""
+    model, F = nets["model"], lib.nn.functional
+    opt = zoo.adamw(lib, model.parameters(), c)
+
+    def step(x, y):
+        logits = model(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    return step
+
+
+GPT2 = zoo.Model(gpt2_nets, gpt2_train, gpt2_data, CONFIG,
                  about="GPT-2 small's architecture, T 256, batch 4, AdamW")  # fmt: skip
 
 
