@@ -50,7 +50,7 @@ def _trailing_reduction(n: Node) -> bool:
 
 def fuse(graph: Graph) -> tuple[Graph, PassStats]:
     before = len(graph.nodes)
-    graph = _views_early(graph)
+    graph = _views_early(_expansions_per_reader(graph))
     readers = graph.users()
     for v in graph.outputs:  # the step's caller reads them too
         readers.setdefault(v, []).append(None)
@@ -90,6 +90,56 @@ def fuse(graph: Graph) -> tuple[Graph, PassStats]:
     after = Graph(graph.inputs, nodes, graph.outputs)
     note = f"{fused} nodes in {len(groups)} groups"
     return after, PassStats("fuse", before, len(nodes), 0, note)
+
+
+def _expansions_per_reader(graph: Graph) -> Graph:
+    """Each reader of an expansion gets a copy of it, made right before it. An expansion is an
+    elementwise value computed only from narrower values (broadcast along some axis),
+    constants and other expansions: a one-hot from labels and column numbers, a mask from
+    positions. Each kernel that reads one computes it again as it goes, where one kernel
+    computing it for another would write it whole (a cross-entropy's one-hot gradient is as
+    large as the logits)."""
+    expansion: dict[Value, Node] = {}
+    for n in graph.nodes:
+        out = n.outputs[0] if len(n.outputs) == 1 else None
+        if (
+            out is not None
+            and _elementwise(n)
+            and out not in graph.outputs
+            and all(v.const is not None or v in expansion or v.size < out.size for v in n.inputs)
+        ):
+            expansion[out] = n
+    readers = graph.users()
+    shared = {v for v, users in readers.items() if v in expansion and len(users) > 1}
+    if not shared:
+        return graph
+    nodes: list[Node] = []
+    for n in graph.nodes:
+        if any(v in shared for v in n.inputs):
+            copies: dict[Value, Value] = {}
+            inputs = [_copy_expansion(v, expansion, copies, nodes) for v in n.inputs]
+            n = n.replace(inputs=inputs)
+        nodes.append(n)
+    reads = Counter(v for n in nodes for v in n.inputs)
+    kept = []
+    for n in reversed(nodes):  # without the originals no reader reads any more
+        if n.outputs[0] in expansion and not reads[n.outputs[0]]:
+            reads.subtract(n.inputs)
+        else:
+            kept.append(n)
+    return Graph(graph.inputs, kept[::-1], graph.outputs)
+
+
+def _copy_expansion(v: Value, expansion: dict, copies: dict, nodes: list[Node]) -> Value:
+    """`v` computed again (appended to `nodes`), or `v` itself if it is no expansion."""
+    if v not in expansion:
+        return v
+    if v not in copies:
+        n = expansion[v]
+        inputs = [_copy_expansion(x, expansion, copies, nodes) for x in n.inputs]
+        copies[v] = Value(v.shape, v.dtype)
+        nodes.append(n.replace(inputs=inputs, outputs=[copies[v]]))
+    return copies[v]
 
 
 def _views_early(graph: Graph) -> Graph:

@@ -744,3 +744,21 @@ def test_a_scattered_gradient_lives_in_the_arena():
     plan = compiled.latest
     scatter = next(n for n in plan.graph.nodes if n.op == "scatter_add")
     assert scatter.outputs[0] in plan.memory.offsets
+
+
+def test_fuse_computes_an_expansion_again_in_each_kernel_that_reads_it():
+    """A one-hot built from labels, read by a row sum and by the elementwise chain after it:
+    each group computes it as it goes; no kernel writes the (N, C) one-hot for another."""
+    labels, g, x = val(6, 1, dtype=np.int64), val(6, 1), val(6, 9)
+    n1, hot = node("equal", [const(np.arange(9), np.int64), labels], (6, 9), dtype=np.bool_)
+    n2, picked = node("where", [hot, g, const(0.0)], (6, 9))
+    n3, total = node("sum", [picked], (6, 1), axis=(1,), keepdims=True)
+    n4, scaled = node("mul", [x, total], (6, 9))
+    n5, out = node("sub", [scaled, picked], (6, 9))
+    graph = Graph([labels, g, x], [n1, n2, n3, n4, n5], [out])
+    after, _ = passes.fuse(graph)
+    fused = [n for n in after.nodes if n.op == "fused"]
+    assert len(fused) == 2 and all(v.shape != (6, 9) for v in fused[0].outputs)
+    assert [n.op for n in fused[1].attrs["body"].nodes].count("where") == 1
+    args = [np.array([[0], [3], [8], [1], [1], [5]]), rand(6, 1), rand(6, 9)]
+    same_results(graph, after, *args)
