@@ -345,6 +345,8 @@ def _is_python_number(a: Any) -> bool:
 def _lift_args(args: tuple[Any, ...], weak: Any = ()) -> list[Tensor]:
     """Tensors stay; ndarrays become tensors; Python scalars take the tensors' dtype (NEP 50),
     and so does a traced stand-in for a Python number argument (a `weak` value)."""
+    if not weak and all(isinstance(a, Tensor) for a in args):  # the common case, first
+        return list(args)
     is_weak = [_weak(a, weak) for a in args]
     arrays = [a._value if isinstance(a, Tensor) else a for a in args]
     typed = [a for a, w in zip(arrays, is_weak, strict=True) if not w and not _is_python_number(a)]
