@@ -11,7 +11,8 @@ bernoulli, multinomial) in traced steps must give eager's numbers for the same s
 call.
 
 The default profile ("ci") runs in a few minutes; `HYPOTHESIS_PROFILE=long` runs 20,000
-examples per test.
+examples per test (`HYPOTHESIS_EXAMPLES=N`: N instead), most of the time in Numba compiling
+kernels for structures it has not cached yet.
 """
 
 from __future__ import annotations
