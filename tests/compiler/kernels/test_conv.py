@@ -1,6 +1,8 @@
 """The Numba backend's convolution kernels (`compiler.kernels.conv`): every geometry of the NumPy
 paths' tests, against the direct reference (forward) and the NumPy versions (gradients), with
-blocks of whole samples and of one output row; inputs in any layout; a traced step's plan."""
+blocks of one output row, of one whole sample, of several samples, and as `_block` chooses;
+kernels that cover the image (a matrix product of the batch); inputs in any layout; a traced
+step's plan."""
 
 from __future__ import annotations
 
@@ -19,10 +21,14 @@ from tracegrad.nn import functional as F
 pytestmark = pytest.mark.skipif(
     blas.gemm_symbols() is None, reason="NumPy's BLAS is not an OpenBLAS with cblas routines"
 )
-ONE_BY_ONE = [
+EXTRA = [
     ((3, 4, 5, 6), 6, (1, 1), (1, 1), ((0, 0), (0, 0)), (1, 1), 1),  # the sample is its columns
     ((1, 4, 5, 6), 6, (1, 1), (1, 1), ((0, 0), (0, 0)), (1, 1), 2),  # one sample, two threads
+    ((5, 4, 3, 2), 3, (3, 2), (1, 1), ((0, 0), (0, 0)), (1, 1), 1),  # the kernel is the image
+    ((5, 4, 3, 3), 6, (3, 3), (2, 2), ((0, 1), (0, 1)), (1, 1), 2),  # the same, in 2 groups
+    ((4, 2, 1, 1), 5, (4, 4), (1, 1), ((3, 0), (0, 3)), (1, 1), 1),  # a 1 x 1 input, padded
 ]
+BLOCKS = {"row": lambda oh: (1, 1), "sample": lambda oh: (oh, 1), "samples": lambda oh: (oh, 3)}
 
 
 def kernels(x, w, y, attrs):
@@ -44,12 +50,12 @@ def run(kernel, a, b, like):
     return out
 
 
-@pytest.mark.parametrize("geometry", GEOMETRIES + ONE_BY_ONE)
+@pytest.mark.parametrize("geometry", GEOMETRIES + EXTRA)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("block", ["sample", "row"])
+@pytest.mark.parametrize("block", ["chosen", *BLOCKS])
 def test_kernels_match_reference_and_numpy(monkeypatch, geometry, dtype, block):
-    if block == "row":
-        monkeypatch.setattr(conv, "BLOCK_BYTES", 1)  # a block of one output row
+    if block in BLOCKS:
+        monkeypatch.setattr(conv, "_block", lambda node: BLOCKS[block](conv._shapes(node)[2][0]))
     shape, out, kernel, stride, padding, dilation, groups = geometry
     rng = np.random.default_rng(7)
     x = rng.standard_normal(shape).astype(dtype)
