@@ -298,8 +298,7 @@ _WEIGHT_GRAD = '''
       parallel=True, cache=True)
 def kernel(x, gy, g, groups, dw, threads):
     """dw (O, K) = the sum over samples of gy[n] @ (the columns of x[n])^T, group by group:
-    each thread sums its blocks' as columns @ gy^T (K, O / groups), the orientation OpenBLAS
-    runs faster for these shapes, then the threads' sums are added and transposed."""
+    each thread sums its blocks' in a (O, K) of its own, then the threads' sums are added."""
     batch, k, size, oh_, ow_, rows, nb, og, cg, positions = sizes(x, dw, g, groups)
     blas_threads = get_blas_threads()
     set_blas_threads(1)
@@ -314,7 +313,7 @@ def kernel(x, gy, g, groups, dw, threads):
                          dw.ctypes.data + (grp * og + o0) * k * size, k)
         set_blas_threads(blas_threads)
         return
-    sums = np.zeros((threads, groups, k, og), D)
+    sums = np.zeros((threads, groups, og, k), D)
     for part in prange(threads):
         first, last = part * batch // threads, (part + 1) * batch // threads
         cols = np.empty((k, nb * rows * ow_), D)
@@ -323,7 +322,7 @@ def kernel(x, gy, g, groups, dw, threads):
         for n0 in range(first, last, nb):
             n1 = min(last, n0 + nb)
             for grp in range(groups):
-                acc = sums.ctypes.data + (part * groups + grp) * k * og * size
+                acc = sums.ctypes.data + (part * groups + grp) * og * k * size
                 for r0 in range(0, oh_, rows):
                     r1 = min(oh_, r0 + rows)
                     width = (r1 - r0) * ow_
@@ -334,23 +333,23 @@ def kernel(x, gy, g, groups, dw, threads):
                                 load(pad, x, n0, grp * cg, g)
                             columns_of(cols, 0, pad, g, r0, r1)
                             src, ld = cols.ctypes.data, cols.shape[1]
-                        gemm(ROW_MAJOR, AS_IS, TRANSPOSED, k, og, width, T(1), src, ld,
-                             rows_at(gy, n0, grp * og, g, r0), positions, T(1), acc, og)
+                        gemm(ROW_MAJOR, AS_IS, TRANSPOSED, og, k, width, T(1),
+                             rows_at(gy, n0, grp * og, g, r0), positions, src, ld, T(1), acc, k)
                         continue
                     for n in range(n0, n1):
                         load(pad, x, n, grp * cg, g)
                         columns_of(cols, (n - n0) * width, pad, g, r0, r1)
                     gather(block, gy, n0, n1, grp * og, og, r0 * ow_, r1 * ow_)
-                    gemm(ROW_MAJOR, AS_IS, TRANSPOSED, k, og, (n1 - n0) * width, T(1),
-                         cols.ctypes.data, cols.shape[1], block.ctypes.data, block.shape[1],
-                         T(1), acc, og)
+                    gemm(ROW_MAJOR, AS_IS, TRANSPOSED, og, k, (n1 - n0) * width, T(1),
+                         block.ctypes.data, block.shape[1], cols.ctypes.data, cols.shape[1],
+                         T(1), acc, k)
     set_blas_threads(blas_threads)
     for grp in range(groups):  # loops: array expressions here compiled into more parallel code
         for i in range(og):
             for j in range(k):
-                total = sums[0, grp, j, i]
+                total = sums[0, grp, i, j]
                 for part in range(1, threads):
-                    total += sums[part, grp, j, i]
+                    total += sums[part, grp, i, j]
                 dw[grp * og + i, j] = total
 '''
 
