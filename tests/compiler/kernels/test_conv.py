@@ -11,6 +11,7 @@ import pytest
 
 import tracegrad as tg
 from tests.core.ops.test_conv import GEOMETRIES, reference
+from tracegrad.compiler import lowering
 from tracegrad.compiler.kernels import blas, conv
 from tracegrad.compiler.kernels.native import compile_native
 from tracegrad.core import primitives as P
@@ -139,3 +140,57 @@ def test_traced_conv_step_runs_the_kernels_and_matches_eager(rng):
         assert got == pytest.approx(want, rel=1e-5)
     source = traced.latest.source
     assert "conv2d kernel" in source and "conv2d_weight_grad kernel" in source
+
+
+TRANSPOSED = [  # (N, in, H, W), out, kernel, stride, padding, output_padding, groups, dilation
+    ((3, 5, 1, 1), 4, 4, 1, 0, 0, 1, 1),  # DCGAN's first layer: 1 x 1 to 4 x 4
+    ((3, 4, 4, 4), 3, 4, 2, 1, 0, 1, 1),  # DCGAN's upsampling
+    ((2, 4, 3, 3), 6, 3, 3, 1, 2, 2, 1),  # stride 3, output_padding, groups
+    ((2, 2, 5, 4), 3, 5, 1, 2, 0, 1, 1),  # stride 1, 5 x 5
+    ((3, 3, 4, 4), 2, 1, 2, 0, 1, 1, 1),  # a 1 x 1 kernel of stride 2
+    ((2, 2, 3, 3), 2, 3, 2, 1, 1, 1, 2),  # dilation
+]
+
+
+@pytest.mark.parametrize("shape, out, k, stride, padding, extra, groups, dilation", TRANSPOSED)
+def test_traced_transposed_convolution_runs_the_kernels_and_matches_eager_and_torch(
+    monkeypatch, shape, out, k, stride, padding, extra, groups, dilation
+):
+    """A transposed convolution's forward and both gradients, in float64, by the kernels of a
+    traced step (the Numba backend; the NumPy backend too) against eager and PyTorch."""
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(shape)
+    w = rng.standard_normal((shape[1], out // groups, k, k))
+    args = (None, stride, padding, extra, groups, dilation)
+    probe = rng.standard_normal(F.conv_transpose2d(x, w, *args).shape)
+    xt, wt = tg.tensor(x, requires_grad=True), tg.tensor(w, requires_grad=True)
+    pt = tg.tensor(probe)  # an argument: a constant gradient would run the NumPy versions
+
+    def step(xt, wt, pt):
+        y = F.conv_transpose2d(xt, wt, *args)
+        (y * pt).sum().backward()
+        return y
+
+    want = [step(xt, wt, pt).numpy(), xt.grad.numpy().copy(), wt.grad.numpy().copy()]
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None:
+        tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+        ty = torch.nn.functional.conv_transpose2d(tx, tw, *args)
+        (ty * torch.tensor(probe)).sum().backward()
+        for mine, theirs in zip(want, (ty.detach(), tx.grad, tw.grad), strict=True):
+            np.testing.assert_allclose(mine, theirs.numpy(), rtol=1e-10, atol=1e-10)
+    for backend in ("numba", "numpy"):
+        traced = tg.trace(step, backend=backend)
+        for _ in range(2):  # the first call runs NumPy while the kernels compile
+            xt.grad = wt.grad = None
+            got = [traced(xt, wt, pt).numpy(), xt.grad.numpy(), wt.grad.numpy()]
+            traced.wait_for_kernels()
+            for mine, theirs in zip(got, want, strict=True):
+                np.testing.assert_allclose(mine, theirs, rtol=1e-10, atol=1e-10)
+        if backend == "numba":
+            source = traced.latest.source
+            assert "conv2d_input_grad kernel" in source and "conv2d kernel" in source
