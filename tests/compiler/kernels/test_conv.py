@@ -28,6 +28,8 @@ EXTRA = [
     ((5, 4, 3, 2), 3, (3, 2), (1, 1), ((0, 0), (0, 0)), (1, 1), 1),  # the kernel is the image
     ((5, 4, 3, 3), 6, (3, 3), (2, 2), ((0, 1), (0, 1)), (1, 1), 2),  # the same, in 2 groups
     ((4, 2, 1, 1), 5, (4, 4), (1, 1), ((3, 0), (0, 3)), (1, 1), 1),  # a 1 x 1 input, padded
+    ((4, 2, 7, 6), 3, (2, 2), (2, 2), ((0, 0), (0, 0)), (1, 1), 1),  # unpadded, a row unread
+    ((3, 4, 6, 6), 5, (1, 1), (2, 2), ((0, 0), (0, 0)), (1, 1), 1),  # a 1 x 1 kernel, stride 2
 ]
 BLOCKS = {"row": lambda oh: (1, 1), "sample": lambda oh: (oh, 1), "samples": lambda oh: (oh, 3)}
 

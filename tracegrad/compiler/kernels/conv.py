@@ -126,47 +126,83 @@ def store(dx, pad, n, c0, g):
 
 
 @njit(cache=True)
-def columns_of(cols, col0, pad, g, r0, r1):
-    """Output rows [r0, r1) of the patches of a padded image into the columns col0.. col0 +
-    (r1 - r0) * OW of cols (K rows): row (c, i, j) holds pad (c, oh * sh + i * dh, ow * sw +
-    j * dw). Padded, every row is whole: no bounds to test."""
+def unpadded(x, g):
+    """Whether every position a tap reads is inside the image: the patches are read from the
+    sample itself, without a padded copy."""
     sh, sw, ph, pw, dh, dw, kh, kw, oh_, ow_ = geometry(g)
-    cg, hp, wp = pad.shape
-    pf, cf, width, step = pad.reshape(pad.size), cols.reshape(cols.size), U(ow_), U(sw)
+    return (ph == 0 and pw == 0 and (oh_ - 1) * sh + (kh - 1) * dh < x.shape[2]
+            and (ow_ - 1) * sw + (kw - 1) * dw < x.shape[3])
+
+
+@njit(cache=True)
+def source(x, pad, n, c0, g, r0):
+    """Where the patches of channels c0.. of x[n] are read, (flat array, offset of the first
+    channel, rows, columns): x itself if `unpadded`, else pad (loaded at the first row block)."""
+    h, w = x.shape[2], x.shape[3]
+    if unpadded(x, g):
+        return x.reshape(x.size), (n * x.shape[1] + c0) * h * w, h, w
+    if r0 == 0:
+        load(pad, x, n, c0, g)
+    return pad.reshape(pad.size), 0, pad.shape[1], pad.shape[2]
+
+
+@njit(cache=True)
+def target(dx, pad, n, c0, g, r0):
+    """Where the patches' gradients for channels c0.. of dx[n] are added (as `source`): zeroed
+    at the first row block."""
+    cg = pad.shape[0]
+    if unpadded(dx, g):
+        flat, base = dx.reshape(dx.size), (n * dx.shape[1] + c0) * dx.shape[2] * dx.shape[3]
+        if r0 == 0:
+            for e in range(U(base), U(base + cg * dx.shape[2] * dx.shape[3])):
+                flat[e] = 0
+        return flat, base, dx.shape[2], dx.shape[3]
+    if r0 == 0:
+        pad[:] = 0
+    return pad.reshape(pad.size), 0, pad.shape[1], pad.shape[2]
+
+
+@njit(cache=True)
+def columns_of(cols, col0, src, base, cg, hp, wp, g, r0, r1):
+    """Output rows [r0, r1) of the patches of an image of cg channels of hp x wp at src[base:]
+    (`source`) into the columns col0.. col0 + (r1 - r0) * OW of cols (K rows): row (c, i, j)
+    holds (c, oh * sh + i * dh, ow * sw + j * dw). Padded (or inside the image), every row is
+    whole: no bounds to test."""
+    sh, sw, ph, pw, dh, dw, kh, kw, oh_, ow_ = geometry(g)
+    cf, width, step = cols.reshape(cols.size), U(ow_), U(sw)
     for c in range(cg):
         for i in range(kh):
             for j in range(kw):
                 q = U(((c * kh + i) * kw + j) * cols.shape[1] + col0)
                 for oh in range(r0, r1):
-                    src = U((c * hp + oh * sh + i * dh) * wp + j * dw)
+                    at = U(base + (c * hp + oh * sh + i * dh) * wp + j * dw)
                     if sw == 1:
                         for t in range(width):
-                            cf[q + t] = pf[src + t]
+                            cf[q + t] = src[at + t]
                     else:
                         for t in range(width):
-                            cf[q + t] = pf[src + t * step]
+                            cf[q + t] = src[at + t * step]
                     q += width
 
 
 @njit(cache=True)
-def add_columns(pad, cols, col0, g, r0, r1):
+def add_columns(dst, base, cg, hp, wp, cols, col0, g, r0, r1):
     """The inverse of `columns_of`: each patch's gradient, in the columns col0.. of cols, added
-    into a padded image where the patch came from."""
+    where the patch came from, into an image at dst[base:] (`target`)."""
     sh, sw, ph, pw, dh, dw, kh, kw, oh_, ow_ = geometry(g)
-    cg, hp, wp = pad.shape
-    pf, cf, width, step = pad.reshape(pad.size), cols.reshape(cols.size), U(ow_), U(sw)
+    cf, width, step = cols.reshape(cols.size), U(ow_), U(sw)
     for c in range(cg):
         for i in range(kh):
             for j in range(kw):
                 q = U(((c * kh + i) * kw + j) * cols.shape[1] + col0)
                 for oh in range(r0, r1):
-                    dst = U((c * hp + oh * sh + i * dh) * wp + j * dw)
+                    at = U(base + (c * hp + oh * sh + i * dh) * wp + j * dw)
                     if sw == 1:
                         for t in range(width):
-                            pf[dst + t] += cf[q + t]
+                            dst[at + t] += cf[q + t]
                     else:
                         for t in range(width):
-                            pf[dst + t * step] += cf[q + t]
+                            dst[at + t * step] += cf[q + t]
                     q += width
 
 
@@ -223,16 +259,15 @@ def kernel(x, w, g, groups, y, threads):
                     if n1 - n0 == 1:  # the product straight into y[n]
                         src, ld = rows_at(x, n0, grp * cg, g, r0), positions
                         if not direct(g):
-                            if r0 == 0:
-                                load(pad, x, n0, grp * cg, g)
-                            columns_of(cols, 0, pad, g, r0, r1)
+                            flat, base, hp, wp = source(x, pad, n0, grp * cg, g, r0)
+                            columns_of(cols, 0, flat, base, cg, hp, wp, g, r0, r1)
                             src, ld = cols.ctypes.data, cols.shape[1]
                         gemm(ROW_MAJOR, AS_IS, AS_IS, og, width, k, T(1), wg, k, src, ld, T(0),
                              rows_at(y, n0, grp * og, g, r0), positions)
                         continue
-                    for n in range(n0, n1):
-                        load(pad, x, n, grp * cg, g)
-                        columns_of(cols, (n - n0) * width, pad, g, r0, r1)
+                    for n in range(n0, n1):  # a block of several samples spans all the rows
+                        flat, base, hp, wp = source(x, pad, n, grp * cg, g, r0)
+                        columns_of(cols, (n - n0) * width, flat, base, cg, hp, wp, g, r0, r1)
                     gemm(ROW_MAJOR, AS_IS, AS_IS, og, (n1 - n0) * width, k, T(1), wg, k,
                          cols.ctypes.data, cols.shape[1], T(0), prod.ctypes.data, prod.shape[1])
                     spread(y, prod, n0, n1, grp * og, og, r0 * ow_, r1 * ow_)
@@ -276,10 +311,9 @@ def kernel(gy, w, g, groups, dx, threads):
                         gemm(ROW_MAJOR, TRANSPOSED, AS_IS, k, width, og, T(1), wg, k,
                              rows_at(gy, n0, grp * og, g, r0), positions, T(0), dst, ld)
                         if not in_place:
-                            if r0 == 0:
-                                pad[:] = 0
-                            add_columns(pad, cols, 0, g, r0, r1)
-                            if r1 == oh_:
+                            flat, base, hp, wp = target(dx, pad, n0, grp * cg, g, r0)
+                            add_columns(flat, base, cg, hp, wp, cols, 0, g, r0, r1)
+                            if r1 == oh_ and not unpadded(dx, g):
                                 store(dx, pad, n0, grp * cg, g)
                         continue
                     gather(block, gy, n0, n1, grp * og, og, r0 * ow_, r1 * ow_)
@@ -287,9 +321,10 @@ def kernel(gy, w, g, groups, dx, threads):
                          block.ctypes.data, block.shape[1], T(0), cols.ctypes.data,
                          cols.shape[1])
                     for n in range(n0, n1):  # a block of several samples spans all the rows
-                        pad[:] = 0
-                        add_columns(pad, cols, (n - n0) * width, g, r0, r1)
-                        store(dx, pad, n, grp * cg, g)
+                        flat, base, hp, wp = target(dx, pad, n, grp * cg, g, r0)
+                        add_columns(flat, base, cg, hp, wp, cols, (n - n0) * width, g, r0, r1)
+                        if not unpadded(dx, g):
+                            store(dx, pad, n, grp * cg, g)
     set_blas_threads(blas_threads)
 '''
 
@@ -329,16 +364,15 @@ def kernel(x, gy, g, groups, dw, threads):
                     if n1 - n0 == 1:
                         src, ld = rows_at(x, n0, grp * cg, g, r0), positions
                         if not direct(g):
-                            if r0 == 0:
-                                load(pad, x, n0, grp * cg, g)
-                            columns_of(cols, 0, pad, g, r0, r1)
+                            flat, base, hp, wp = source(x, pad, n0, grp * cg, g, r0)
+                            columns_of(cols, 0, flat, base, cg, hp, wp, g, r0, r1)
                             src, ld = cols.ctypes.data, cols.shape[1]
                         gemm(ROW_MAJOR, AS_IS, TRANSPOSED, og, k, width, T(1),
                              rows_at(gy, n0, grp * og, g, r0), positions, src, ld, T(1), acc, k)
                         continue
-                    for n in range(n0, n1):
-                        load(pad, x, n, grp * cg, g)
-                        columns_of(cols, (n - n0) * width, pad, g, r0, r1)
+                    for n in range(n0, n1):  # a block of several samples spans all the rows
+                        flat, base, hp, wp = source(x, pad, n, grp * cg, g, r0)
+                        columns_of(cols, (n - n0) * width, flat, base, cg, hp, wp, g, r0, r1)
                     gather(block, gy, n0, n1, grp * og, og, r0 * ow_, r1 * ow_)
                     gemm(ROW_MAJOR, AS_IS, TRANSPOSED, og, k, (n1 - n0) * width, T(1),
                          block.ctypes.data, block.shape[1], cols.ctypes.data, cols.shape[1],
