@@ -40,7 +40,7 @@ from tracegrad.core.ir import Node
 
 OPS = {P.conv2d: "output", P.conv2d_input_grad: "input_grad", P.conv2d_weight_grad: "weight_grad"}
 DTYPES = ("float32", "float64")
-BLOCK_BYTES = 1 << 19  # a thread's columns: within its core's L2 cache
+BLOCK_BYTES = 1 << 19  # a thread's columns and product: within its core's L2 cache
 MIN_COLUMNS = 256  # a block's product is at least this wide, even past BLOCK_BYTES
 
 _HELPERS = '''
@@ -460,12 +460,14 @@ def _shapes(node: Node) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ..
 
 
 def _block(node: Node) -> tuple[int, int]:
-    """(output rows, samples) a block of columns spans: as many columns as BLOCK_BYTES hold, but
-    at least MIN_COLUMNS (a narrower product runs far below BLAS's rate, and a block's weight
-    operand is read whole for each product): a few rows of one sample where a sample's columns
-    are more, else whole samples, as many as a thread's share of the batch has."""
-    (n, *_), (_, cg, kh, kw), (oh, ow) = _shapes(node)
-    columns = max(MIN_COLUMNS, BLOCK_BYTES // (cg * kh * kw * node.outputs[0].dtype.itemsize))
+    """(output rows, samples) a block of columns spans: as many positions as BLOCK_BYTES hold
+    of columns and product (K + O / groups rows), but at least MIN_COLUMNS (a narrower product
+    runs far below BLAS's rate, and a block's weight operand is read whole for each product): a
+    few rows of one sample where a sample has more positions, else whole samples, as many as a
+    thread's share of the batch has."""
+    (n, *_), (o, cg, kh, kw), (oh, ow) = _shapes(node)
+    per_position = (cg * kh * kw + o // node.attrs["groups"]) * node.outputs[0].dtype.itemsize
+    columns = max(MIN_COLUMNS, BLOCK_BYTES // per_position)
     if oh * ow >= columns:
         return max(1, min(oh, columns // ow)), 1
     share = -(-n // numba.get_num_threads())
@@ -473,16 +475,20 @@ def _block(node: Node) -> tuple[int, int]:
 
 
 def scratch(node: Node) -> int:
-    """Bytes the node's kernel allocates: each thread's columns, and for the weight's gradient
-    the threads' sums and their total. (The memory plan counts these, not the NumPy version's.)"""
-    threads, item = numba.get_num_threads(), node.outputs[0].dtype.itemsize
-    (_, (o, cg, kh, kw), (_, ow)), (rows, samples) = _shapes(node), _block(node)
+    """Bytes the node's kernel allocates: each thread's columns, product or gradient block and
+    padded image, and for the weight's gradient the threads' sums. (The memory plan counts
+    these, not the NumPy version's.)"""
+    threads, item, a = numba.get_num_threads(), node.outputs[0].dtype.itemsize, node.attrs
+    ((_, _, h, w), (o, cg, kh, kw), (oh, ow)), (rows, samples) = _shapes(node), _block(node)
+    (sh, sw), ((ph, _), (pw, _)), (dh, dw) = a["stride"], a["padding"], a["dilation"]
     width = samples * rows * ow  # a block's columns, and its product's (several samples)
-    total = threads * (cg * kh * kw + (o // node.attrs["groups"] if samples > 1 else 0)) * width
-    total *= item
+    hp = max(ph + h, (oh - 1) * sh + (kh - 1) * dh + 1)  # the padded image (`padded`)
+    wp = max(pw + w, (ow - 1) * sw + (kw - 1) * dw + 1)
+    each = (cg * kh * kw + (o // a["groups"] if samples > 1 else 0)) * width + cg * hp * wp
+    total = threads * each
     if OPS[node.prim] == "weight_grad":
-        total += (threads + 1) * o * cg * kh * kw * item
-    return total
+        total += threads * o * cg * kh * kw
+    return total * item
 
 
 def launcher(node: Node, compiled: Callable, path: Path) -> ConvKernel:
