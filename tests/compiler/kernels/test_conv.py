@@ -1,8 +1,8 @@
 """The Numba backend's convolution kernels (`compiler.kernels.conv`): every geometry of the NumPy
 paths' tests, against the direct reference (forward) and the NumPy versions (gradients), with
 blocks of one output row, of one whole sample, of several samples, and as `_block` chooses;
-kernels that cover the image (a matrix product of the batch); inputs in any layout; a traced
-step's plan."""
+kernels that cover the image (a matrix product of the batch), kernels cropped of the taps that
+read only padding; inputs in any layout; a traced step's plan."""
 
 from __future__ import annotations
 
@@ -30,6 +30,10 @@ EXTRA = [
     ((4, 2, 1, 1), 5, (4, 4), (1, 1), ((3, 0), (0, 3)), (1, 1), 1),  # a 1 x 1 input, padded
     ((4, 2, 7, 6), 3, (2, 2), (2, 2), ((0, 0), (0, 0)), (1, 1), 1),  # unpadded, a row unread
     ((3, 4, 6, 6), 5, (1, 1), (2, 2), ((0, 0), (0, 0)), (1, 1), 1),  # a 1 x 1 kernel, stride 2
+    ((4, 6, 1, 1), 5, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1),  # 3 x 3 over 1 x 1: its centre
+    ((3, 4, 2, 2), 6, (3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), 2),  # taps reading only padding
+    ((3, 4, 1, 3), 5, (5, 3), (1, 1), ((2, 2), (1, 1)), (1, 1), 1),  # cropped in height only
+    ((2, 3, 2, 2), 2, (1, 1), (5, 5), ((2, 2), (2, 2)), (1, 1), 1),  # no tap reads the image
 ]
 BLOCKS = {"row": lambda oh: (1, 1), "sample": lambda oh: (oh, 1), "samples": lambda oh: (oh, 3)}
 

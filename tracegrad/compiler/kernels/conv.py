@@ -426,13 +426,20 @@ def module(node: Node) -> tuple[str, str]:
 
 class ConvKernel(GeneratedKernel):
     """`kernel(a, b, out)` for one node: the operands made C-contiguous and writeable, the
-    weight (or its gradient) seen as (O, K), the gradient of the output as (N, O, OH * OW)."""
+    weight (or its gradient) seen as (O, K), the gradient of the output as (N, O, OH * OW); the
+    kernel's taps that read only padding cropped off (`_live`)."""
 
     def __init__(self, node: Node, compiled: Callable, path: Path):
         super().__init__(compiled, path)
         self.op, a = OPS[node.prim], node.attrs
         (_, (_, cg, kh, kw), (oh, ow)), (rows, samples) = _shapes(node), _block(node)
         (sh, sw), ((ph, _), (pw, _)), (dh, dw) = a["stride"], a["padding"], a["dilation"]
+        self.live = _live(node)
+        if self.live == (slice(0, kh), slice(0, kw)):
+            self.live = None
+        else:  # the cropped kernel's first tap reads where the first live one did
+            (i, j), (kh, kw) = _kernel(node)
+            ph, pw = ph - i * dh, pw - j * dw
         self.geometry = np.array([sh, sw, ph, pw, dh, dw, kh, kw, oh, ow, rows, samples], np.int64)
         self.groups, self.k = a["groups"], cg * kh * kw
         self.threads = numba.get_num_threads()  # as many shares of the batch, from now on
@@ -441,13 +448,23 @@ class ConvKernel(GeneratedKernel):
     def __call__(self, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         if not out.flags.c_contiguous:
             raise ValueError(f"convolution kernels write C-contiguous results, not {out.strides}")
+        if self.live is not None and self.op != "weight_grad":
+            b = b[:, :, self.live[0], self.live[1]]
         a, b = in_c_order(a), in_c_order(b)
         if self.op == "output":
             args = (a, b.reshape(b.shape[0], self.k), out.reshape(*out.shape[:2], -1))
         elif self.op == "input_grad":
             args = (a.reshape(*a.shape[:2], -1), b.reshape(b.shape[0], self.k), out)
-        else:
+        elif self.live is None:
             args = (a, b.reshape(*b.shape[:2], -1), out.reshape(out.shape[0], self.k))
+        else:  # the cropped kernel's gradient, the rest of it zero
+            cropped = np.empty((out.shape[0], self.k), out.dtype)
+            self.compiled(a, b.reshape(*b.shape[:2], -1), self.geometry, self.groups, cropped,
+                          self.threads)  # fmt: skip
+            out[...] = 0
+            kernel = cropped.reshape(*out.shape[:2], *self.geometry[6:8])
+            out[:, :, self.live[0], self.live[1]] = kernel
+            return
         self.compiled(*args[:2], self.geometry, self.groups, args[2], self.threads)
 
 
@@ -459,13 +476,40 @@ def _shapes(node: Node) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ..
     return x, w, y[2:]
 
 
+def _live(node: Node) -> tuple[slice, slice]:
+    """The kernel's rows and columns between the first and the last through which some output
+    reads inside the image: the taps outside them read only padding, so they multiply zeros and
+    are cropped off (a 3 x 3 kernel with padding 1 over a 1 x 1 image is its centre, a matrix
+    product). The first is kept at most at the padding, so that the cropped padding is not
+    negative; all of the kernel if no tap reads inside."""
+    a = node.attrs
+    (_, _, h, w), (_, _, kh, kw), (oh, ow) = _shapes(node)
+    found = []
+    for size, k, out, s, (pad, _), d in zip((h, w), (kh, kw), (oh, ow), a["stride"],
+                                            a["padding"], a["dilation"], strict=True):  # fmt: skip
+        taps = [i for i in range(k) if _reads_inside(out, size, pad, i * d, s)]
+        found.append(slice(min(taps[0], pad // d), taps[-1] + 1) if taps else slice(0, k))
+    return found[0], found[1]
+
+
+def _reads_inside(out: int, size: int, pad: int, offset: int, stride: int) -> bool:
+    """Whether a tap at `offset` reads inside [0, size) for some of the `out` outputs."""
+    return any(0 <= o * stride - pad + offset < size for o in range(out))
+
+
+def _kernel(node: Node) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The first live tap (i, j) and the cropped kernel's (kh, kw) (`_live`)."""
+    rows, cols = _live(node)
+    return (rows.start, cols.start), (rows.stop - rows.start, cols.stop - cols.start)
+
+
 def _block(node: Node) -> tuple[int, int]:
     """(output rows, samples) a block of columns spans: as many positions as BLOCK_BYTES hold
     of columns and product (K + O / groups rows), but at least MIN_COLUMNS (a narrower product
     runs far below BLAS's rate, and a block's weight operand is read whole for each product): a
     few rows of one sample where a sample has more positions, else whole samples, as many as a
     thread's share of the batch has."""
-    (n, *_), (o, cg, kh, kw), (oh, ow) = _shapes(node)
+    ((n, *_), (o, cg, _, _), (oh, ow)), (_, (kh, kw)) = _shapes(node), _kernel(node)
     per_position = (cg * kh * kw + o // node.attrs["groups"]) * node.outputs[0].dtype.itemsize
     columns = max(MIN_COLUMNS, BLOCK_BYTES // per_position)
     if oh * ow >= columns:
@@ -479,15 +523,17 @@ def scratch(node: Node) -> int:
     padded image, and for the weight's gradient the threads' sums. (The memory plan counts
     these, not the NumPy version's.)"""
     threads, item, a = numba.get_num_threads(), node.outputs[0].dtype.itemsize, node.attrs
-    ((_, _, h, w), (o, cg, kh, kw), (oh, ow)), (rows, samples) = _shapes(node), _block(node)
+    ((_, _, h, w), (o, cg, _, _), (oh, ow)), (rows, samples) = _shapes(node), _block(node)
     (sh, sw), ((ph, _), (pw, _)), (dh, dw) = a["stride"], a["padding"], a["dilation"]
+    (i, j), (kh, kw) = _kernel(node)
+    ph, pw = ph - i * dh, pw - j * dw
     width = samples * rows * ow  # a block's columns, and its product's (several samples)
     hp = max(ph + h, (oh - 1) * sh + (kh - 1) * dh + 1)  # the padded image (`padded`)
     wp = max(pw + w, (ow - 1) * sw + (kw - 1) * dw + 1)
     each = (cg * kh * kw + (o // a["groups"] if samples > 1 else 0)) * width + cg * hp * wp
     total = threads * each
-    if OPS[node.prim] == "weight_grad":
-        total += threads * o * cg * kh * kw
+    if OPS[node.prim] == "weight_grad":  # the threads' sums, and the cropped kernel's gradient
+        total += (threads + 1) * o * cg * kh * kw
     return total * item
 
 
