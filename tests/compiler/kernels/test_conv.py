@@ -1,6 +1,8 @@
 """The Numba backend's convolution kernels (`compiler.kernels.conv`): every geometry of the NumPy
 paths' tests, against the direct reference (forward) and the NumPy versions (gradients), with
-blocks of whole samples and of one output row; inputs in any layout; a traced step's plan."""
+blocks of one output row, of one whole sample, of several samples, and as `_block` chooses;
+kernels that cover the image (a matrix product of the batch), kernels cropped of the taps that
+read only padding; inputs in any layout; a traced step's plan."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import pytest
 
 import tracegrad as tg
 from tests.core.ops.test_conv import GEOMETRIES, reference
+from tracegrad.compiler import lowering
 from tracegrad.compiler.kernels import blas, conv
 from tracegrad.compiler.kernels.native import compile_native
 from tracegrad.core import primitives as P
@@ -19,10 +22,20 @@ from tracegrad.nn import functional as F
 pytestmark = pytest.mark.skipif(
     blas.gemm_symbols() is None, reason="NumPy's BLAS is not an OpenBLAS with cblas routines"
 )
-ONE_BY_ONE = [
+EXTRA = [
     ((3, 4, 5, 6), 6, (1, 1), (1, 1), ((0, 0), (0, 0)), (1, 1), 1),  # the sample is its columns
     ((1, 4, 5, 6), 6, (1, 1), (1, 1), ((0, 0), (0, 0)), (1, 1), 2),  # one sample, two threads
+    ((5, 4, 3, 2), 3, (3, 2), (1, 1), ((0, 0), (0, 0)), (1, 1), 1),  # the kernel is the image
+    ((5, 4, 3, 3), 6, (3, 3), (2, 2), ((0, 1), (0, 1)), (1, 1), 2),  # the same, in 2 groups
+    ((4, 2, 1, 1), 5, (4, 4), (1, 1), ((3, 0), (0, 3)), (1, 1), 1),  # a 1 x 1 input, padded
+    ((4, 2, 7, 6), 3, (2, 2), (2, 2), ((0, 0), (0, 0)), (1, 1), 1),  # unpadded, a row unread
+    ((3, 4, 6, 6), 5, (1, 1), (2, 2), ((0, 0), (0, 0)), (1, 1), 1),  # a 1 x 1 kernel, stride 2
+    ((4, 6, 1, 1), 5, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1),  # 3 x 3 over 1 x 1: its centre
+    ((3, 4, 2, 2), 6, (3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), 2),  # taps reading only padding
+    ((3, 4, 1, 3), 5, (5, 3), (1, 1), ((2, 2), (1, 1)), (1, 1), 1),  # cropped in height only
+    ((2, 3, 2, 2), 2, (1, 1), (5, 5), ((2, 2), (2, 2)), (1, 1), 1),  # no tap reads the image
 ]
+BLOCKS = {"row": lambda oh: (1, 1), "sample": lambda oh: (oh, 1), "samples": lambda oh: (oh, 3)}
 
 
 def kernels(x, w, y, attrs):
@@ -44,12 +57,12 @@ def run(kernel, a, b, like):
     return out
 
 
-@pytest.mark.parametrize("geometry", GEOMETRIES + ONE_BY_ONE)
+@pytest.mark.parametrize("geometry", GEOMETRIES + EXTRA)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("block", ["sample", "row"])
+@pytest.mark.parametrize("block", ["chosen", *BLOCKS])
 def test_kernels_match_reference_and_numpy(monkeypatch, geometry, dtype, block):
-    if block == "row":
-        monkeypatch.setattr(conv, "BLOCK_BYTES", 1)  # a block of one output row
+    if block in BLOCKS:
+        monkeypatch.setattr(conv, "_block", lambda node: BLOCKS[block](conv._shapes(node)[2][0]))
     shape, out, kernel, stride, padding, dilation, groups = geometry
     rng = np.random.default_rng(7)
     x = rng.standard_normal(shape).astype(dtype)
@@ -133,3 +146,57 @@ def test_traced_conv_step_runs_the_kernels_and_matches_eager(rng):
         assert got == pytest.approx(want, rel=1e-5)
     source = traced.latest.source
     assert "conv2d kernel" in source and "conv2d_weight_grad kernel" in source
+
+
+TRANSPOSED = [  # (N, in, H, W), out, kernel, stride, padding, output_padding, groups, dilation
+    ((3, 5, 1, 1), 4, 4, 1, 0, 0, 1, 1),  # DCGAN's first layer: 1 x 1 to 4 x 4
+    ((3, 4, 4, 4), 3, 4, 2, 1, 0, 1, 1),  # DCGAN's upsampling
+    ((2, 4, 3, 3), 6, 3, 3, 1, 2, 2, 1),  # stride 3, output_padding, groups
+    ((2, 2, 5, 4), 3, 5, 1, 2, 0, 1, 1),  # stride 1, 5 x 5
+    ((3, 3, 4, 4), 2, 1, 2, 0, 1, 1, 1),  # a 1 x 1 kernel of stride 2
+    ((2, 2, 3, 3), 2, 3, 2, 1, 1, 1, 2),  # dilation
+]
+
+
+@pytest.mark.parametrize("shape, out, k, stride, padding, extra, groups, dilation", TRANSPOSED)
+def test_traced_transposed_convolution_runs_the_kernels_and_matches_eager_and_torch(
+    monkeypatch, shape, out, k, stride, padding, extra, groups, dilation
+):
+    """A transposed convolution's forward and both gradients, in float64, by the kernels of a
+    traced step (the Numba backend; the NumPy backend too) against eager and PyTorch."""
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(shape)
+    w = rng.standard_normal((shape[1], out // groups, k, k))
+    args = (None, stride, padding, extra, groups, dilation)
+    probe = rng.standard_normal(F.conv_transpose2d(x, w, *args).shape)
+    xt, wt = tg.tensor(x, requires_grad=True), tg.tensor(w, requires_grad=True)
+    pt = tg.tensor(probe)  # an argument: a constant gradient would run the NumPy versions
+
+    def step(xt, wt, pt):
+        y = F.conv_transpose2d(xt, wt, *args)
+        (y * pt).sum().backward()
+        return y
+
+    want = [step(xt, wt, pt).numpy(), xt.grad.numpy().copy(), wt.grad.numpy().copy()]
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None:
+        tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+        ty = torch.nn.functional.conv_transpose2d(tx, tw, *args)
+        (ty * torch.tensor(probe)).sum().backward()
+        for mine, theirs in zip(want, (ty.detach(), tx.grad, tw.grad), strict=True):
+            np.testing.assert_allclose(mine, theirs.numpy(), rtol=1e-10, atol=1e-10)
+    for backend in ("numba", "numpy"):
+        traced = tg.trace(step, backend=backend)
+        for _ in range(2):  # the first call runs NumPy while the kernels compile
+            xt.grad = wt.grad = None
+            got = [traced(xt, wt, pt).numpy(), xt.grad.numpy(), wt.grad.numpy()]
+            traced.wait_for_kernels()
+            for mine, theirs in zip(got, want, strict=True):
+                np.testing.assert_allclose(mine, theirs, rtol=1e-10, atol=1e-10)
+        if backend == "numba":
+            source = traced.latest.source
+            assert "conv2d_input_grad kernel" in source and "conv2d kernel" in source

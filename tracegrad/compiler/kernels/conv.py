@@ -1,20 +1,27 @@
-"""Convolution kernels on Numba's threads: each thread takes its share of the batch and, sample
-by sample, lays out a block of the sample's patches ("columns", K x positions, K = C / groups *
-kh * kw, ordered as the weight's (channel, i, j)) in a buffer of its own and runs the block's
-product through NumPy's OpenBLAS on that thread (`gemm.declarations`):
+"""Convolution kernels on Numba's threads: each thread takes its share of the batch and, block
+by block, lays out the block's patches ("columns", K x positions, K = C / groups * kh * kw,
+ordered as the weight's (channel, i, j)) in a buffer of its own and runs the block's product
+through NumPy's OpenBLAS on that thread (`gemm.declarations`):
 
-- forward: y[n] = w (O, K) @ columns, written in place;
-- input gradient: columns = w^T @ g[n], added back where each patch came from (col2im);
-- weight gradient: each thread sums columns @ g[n]^T (K, O) over its samples; the threads'
-  sums are added (and transposed) after.
+- forward: y = w (O, K) @ columns;
+- input gradient: columns = w^T @ g, added back where each patch came from (col2im);
+- weight gradient: each thread sums columns @ g^T (K, O) over its blocks; the threads' sums
+  are added (and transposed) after.
 
-`core.ops.conv` has the NumPy versions and the contract. Why per sample: the NumPy version
-lays out the patches of a chunk of samples with NumPy copies on one thread and multiplies them
-by the weight in one product whose (O, K) side is small, which OpenBLAS runs well below a
-core's peak and wakes its threads for; here a block of columns is written and multiplied while
-it is in the core's cache, both threads busy throughout (docs/kernels.md). Blocks
-span whole output rows, at most BLOCK_BYTES of columns; a 1 x 1 kernel of stride 1 without
-padding reads the sample itself. Dilation and groups are supported; modules are per op and
+A transposed convolution is the input gradient (its gradients the forward and the weight
+gradient), so these three serve both. `core.ops.conv` has the NumPy versions and the contract.
+
+Blocks: a block holds at most BLOCK_BYTES of columns, but at least MIN_COLUMNS of them: a few
+output rows of one sample where a sample has more positions than that, else several whole
+samples side by side (their gradients gathered into one operand, their outputs spread from one
+product), so that small images (4 x 4, 8 x 8 with many channels) still make products wide
+enough for BLAS to run near its rate. A block is written and multiplied while it is in the
+core's cache, both threads busy throughout (docs/kernels.md). The patches are read from a
+padded copy of the sample's group of channels (and the input gradient added into one, then
+stored): then every row of columns is a whole strided run without bounds tests. Two geometries
+need no columns: a 1 x 1 kernel of stride 1 without padding reads the sample itself, and a
+kernel that covers the image exactly (a 1 x 1 output: DCGAN's first and last layers) is one
+matrix product of the batch's rows. Dilation and groups are supported; modules are per op and
 dtype, the geometry an argument."""
 
 from __future__ import annotations
@@ -33,22 +40,28 @@ from tracegrad.core.ir import Node
 
 OPS = {P.conv2d: "output", P.conv2d_input_grad: "input_grad", P.conv2d_weight_grad: "weight_grad"}
 DTYPES = ("float32", "float64")
-BLOCK_BYTES = 1 << 19  # a thread's columns: within its core's L2 cache
+BLOCK_BYTES = 1 << 19  # a thread's columns and product: within its core's L2 cache
+MIN_COLUMNS = 256  # a block's product is at least this wide, even past BLOCK_BYTES
 
 _HELPERS = '''
+U = numba.uint64  # indices the compiler knows are not negative: no wraparound test per access
+
+
 @njit(cache=True)
 def geometry(g):
-    """(sh, sw, ph, pw, dh, dw, kh, kw, OH, OW, rows of a block) from the launcher's array."""
-    return g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10]
+    """(sh, sw, ph, pw, dh, dw, kh, kw, OH, OW) from the launcher's array."""
+    return g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9]
 
 
 @njit(cache=True)
 def sizes(images, weights, g, groups):
-    """(N, K, itemsize, OH, OW, rows of a block, O and C per group, OH * OW) of a kernel over
-    images (N, C, H, W), an input or its gradient, and weights (O, K), or their gradient."""
-    oh_, ow_, rows = g[8], g[9], g[10]
+    """(N, K, itemsize, OH, OW, rows of a block, samples of a block, O and C per group, OH *
+    OW) of a kernel over images (N, C, H, W), an input or its gradient, and weights (O, K), or
+    their gradient."""
+    oh_, ow_ = g[8], g[9]
     og, cg = weights.shape[0] // groups, images.shape[1] // groups
-    return images.shape[0], weights.shape[1], images.itemsize, oh_, ow_, rows, og, cg, oh_ * ow_
+    return (images.shape[0], weights.shape[1], images.itemsize, oh_, ow_, g[10], g[11], og, cg,
+            oh_ * ow_)
 
 
 @njit(cache=True)
@@ -58,30 +71,12 @@ def direct(g):
 
 
 @njit(cache=True)
-def runs(g, w):
-    """Whether a tap's row of columns is the image shifted by a constant, read as one run (stride
-    1, the output as wide as the input), then zeroed where it reads past a row's ends."""
-    return g[0] == 1 and g[1] == 1 and g[9] == w
-
-
-@njit(cache=True)
-def valid(g, w, j):
-    """The offset of kernel column j, and the output columns [lo, hi) that read inside the image."""
-    sw, pw, dw, ow_ = g[1], g[3], g[5], g[9]
-    off = j * dw - pw
-    lo = min(ow_, max(0, -(off // sw)))
-    return off, lo, max(lo, min(ow_, (w - 1 - off) // sw + 1))
-
-
-@njit(cache=True)
-def zero_ends(row, lo, hi, ow_, n_rows):
-    """Zero, in each of n_rows output rows of a row of columns, the columns outside [lo, hi)."""
-    if lo > 0 or hi < ow_:
-        for r in range(n_rows):  # a column or two each: scalar stores beat slices
-            for q in range(r * ow_, r * ow_ + lo):
-                row[q] = 0
-            for q in range(r * ow_ + hi, (r + 1) * ow_):
-                row[q] = 0
+def dense(g, x):
+    """Whether the kernel covers the image exactly, once (a 1 x 1 output, no padding or
+    dilation): each sample's columns are the sample itself, in order, and the convolution a
+    matrix product of the batch's rows, x (N, C * H * W) by w (O, K) per group."""
+    return (g[8] == 1 and g[9] == 1 and g[2] == 0 and g[3] == 0 and g[4] == 1 and g[5] == 1
+            and x.shape[2] == g[6] and x.shape[3] == g[7])
 
 
 @njit(cache=True)
@@ -93,101 +88,189 @@ def rows_at(a, n, channel, g, r0):
 
 
 @njit(cache=True)
-def columns_at(cols, x, n, c0, cg, g, r0, r1):
-    """Output rows [r0, r1) of the columns of sample n, channels c0.. c0 + cg, as BLAS reads
-    them (address, leading dimension): the sample's own rows where it is its columns
-    (`direct`), else laid out in cols."""
-    if direct(g):
-        return rows_at(x, n, c0, g, r0), g[8] * g[9]
-    columns_of(cols, x, n, c0, cg, g, r0, r1)
-    return cols.ctypes.data, cols.shape[1]
+def padded(x, g, cg):
+    """A zeroed image of cg channels big enough for the image at (ph, pw) and for every
+    position a tap reads: the padded copy of a sample's group of channels."""
+    sh, sw, ph, pw, dh, dw, kh, kw, oh_, ow_ = geometry(g)
+    hp = max(ph + x.shape[2], (oh_ - 1) * sh + (kh - 1) * dh + 1)
+    wp = max(pw + x.shape[3], (ow_ - 1) * sw + (kw - 1) * dw + 1)
+    return np.zeros((cg, hp, wp), D)
 
 
 @njit(cache=True)
-def columns_of(cols, x, n, c0, cg, g, r0, r1):
-    """Output rows [r0, r1) of the patches of sample n, channels c0.. c0 + cg, into cols (K x
-    (r1 - r0) * OW): row (c, i, j) holds input (c, oh * sh - ph + i * dh, ow * sw - pw + j *
-    dw), zero off the image."""
-    sh, sw, ph, pw, dh, dw, kh, kw, oh_, ow_, _ = geometry(g)
+def load(pad, x, n, c0, g):
+    """pad's image = channels c0.. of x[n] (its border stays zero). Flat indices, here and
+    below: a view costs two atomic updates of the array's reference count, which the threads
+    contend for, and more than a short row's copy."""
+    cg, hp, wp = pad.shape
+    h, w, ph, pw = x.shape[2], x.shape[3], g[2], g[3]
+    pf, xf = pad.reshape(pad.size), x.reshape(x.size)
+    for c in range(cg):
+        for a in range(h):
+            dst, src = U((c * hp + a + ph) * wp + pw), U(((n * x.shape[1] + c0 + c) * h + a) * w)
+            for b in range(U(w)):
+                pf[dst + b] = xf[src + b]
+
+
+@njit(cache=True)
+def store(dx, pad, n, c0, g):
+    """The inverse of `load`: channels c0.. of dx[n] = pad's image."""
+    cg, hp, wp = pad.shape
+    h, w, ph, pw = dx.shape[2], dx.shape[3], g[2], g[3]
+    pf, xf = pad.reshape(pad.size), dx.reshape(dx.size)
+    for c in range(cg):
+        for a in range(h):
+            src, dst = U((c * hp + a + ph) * wp + pw), U(((n * dx.shape[1] + c0 + c) * h + a) * w)
+            for b in range(U(w)):
+                xf[dst + b] = pf[src + b]
+
+
+@njit(cache=True)
+def unpadded(x, g):
+    """Whether every position a tap reads is inside the image: the patches are read from the
+    sample itself, without a padded copy."""
+    sh, sw, ph, pw, dh, dw, kh, kw, oh_, ow_ = geometry(g)
+    return (ph == 0 and pw == 0 and (oh_ - 1) * sh + (kh - 1) * dh < x.shape[2]
+            and (ow_ - 1) * sw + (kw - 1) * dw < x.shape[3])
+
+
+@njit(cache=True)
+def source(x, pad, n, c0, g, r0):
+    """Where the patches of channels c0.. of x[n] are read, (flat array, offset of the first
+    channel, rows, columns): x itself if `unpadded`, else pad (loaded at the first row block)."""
     h, w = x.shape[2], x.shape[3]
-    p0, p1 = r0 * ow_, r1 * ow_
-    for c in range(cg):
-        plane = x[n, c0 + c]
-        flat = plane.reshape(h * w)
-        for i in range(kh):
-            for j in range(kw):
-                row = cols[(c * kh + i) * kw + j]
-                off, lo, hi = valid(g, w, j)
-                if runs(g, w):
-                    shift = (i * dh - ph) * w + off
-                    a = min(max(p0, -shift), p1)
-                    b = max(min(p1, h * w - shift), a)
-                    row[: a - p0] = 0
-                    row[a - p0 : b - p0] = flat[a + shift : b + shift]
-                    row[b - p0 : p1 - p0] = 0
-                    zero_ends(row, lo, hi, ow_, r1 - r0)
-                    continue
-                for oh in range(r0, r1):
-                    seg = row[(oh - r0) * ow_ : (oh - r0 + 1) * ow_]
-                    ih = oh * sh - ph + i * dh
-                    if ih < 0 or ih >= h:
-                        seg[:] = 0
-                        continue
-                    src = plane[ih]
-                    seg[:lo] = 0
-                    for ow in range(lo, hi):
-                        seg[ow] = src[ow * sw + off]
-                    seg[hi:] = 0
+    if unpadded(x, g):
+        return x.reshape(x.size), (n * x.shape[1] + c0) * h * w, h, w
+    if r0 == 0:
+        load(pad, x, n, c0, g)
+    return pad.reshape(pad.size), 0, pad.shape[1], pad.shape[2]
 
 
 @njit(cache=True)
-def add_columns(dx, cols, n, c0, cg, g, r0, r1):
-    """The inverse of `columns_of`: each patch's gradient added back into dx[n] (cols is
-    overwritten)."""
-    sh, sw, ph, pw, dh, dw, kh, kw, oh_, ow_, _ = geometry(g)
-    h, w = dx.shape[2], dx.shape[3]
-    p0, p1 = r0 * ow_, r1 * ow_
+def target(dx, pad, n, c0, g, r0):
+    """Where the patches' gradients for channels c0.. of dx[n] are added (as `source`): zeroed
+    at the first row block."""
+    cg = pad.shape[0]
+    if unpadded(dx, g):
+        flat, base = dx.reshape(dx.size), (n * dx.shape[1] + c0) * dx.shape[2] * dx.shape[3]
+        if r0 == 0:
+            for e in range(U(base), U(base + cg * dx.shape[2] * dx.shape[3])):
+                flat[e] = 0
+        return flat, base, dx.shape[2], dx.shape[3]
+    if r0 == 0:
+        pad[:] = 0
+    return pad.reshape(pad.size), 0, pad.shape[1], pad.shape[2]
+
+
+@njit(cache=True)
+def columns_of(cols, col0, src, base, cg, hp, wp, g, r0, r1):
+    """Output rows [r0, r1) of the patches of an image of cg channels of hp x wp at src[base:]
+    (`source`) into the columns col0.. col0 + (r1 - r0) * OW of cols (K rows): row (c, i, j)
+    holds (c, oh * sh + i * dh, ow * sw + j * dw). Padded (or inside the image), every row is
+    whole: no bounds to test."""
+    sh, sw, ph, pw, dh, dw, kh, kw, oh_, ow_ = geometry(g)
+    cf, width, step = cols.reshape(cols.size), U(ow_), U(sw)
     for c in range(cg):
-        plane = dx[n, c0 + c]
-        flat = plane.reshape(h * w)
         for i in range(kh):
             for j in range(kw):
-                row = cols[(c * kh + i) * kw + j]
-                off, lo, hi = valid(g, w, j)
-                if runs(g, w):  # what reads past a row's ends adds nothing
-                    zero_ends(row, lo, hi, ow_, r1 - r0)
-                    shift = (i * dh - ph) * w + off
-                    a = min(max(p0, -shift), p1)
-                    b = max(min(p1, h * w - shift), a)
-                    flat[a + shift : b + shift] += row[a - p0 : b - p0]
-                    continue
+                q = U(((c * kh + i) * kw + j) * cols.shape[1] + col0)
                 for oh in range(r0, r1):
-                    ih = oh * sh - ph + i * dh
-                    if ih < 0 or ih >= h:
-                        continue
-                    seg, dst = row[(oh - r0) * ow_ :], plane[ih]
-                    for ow in range(lo, hi):
-                        dst[ow * sw + off] += seg[ow]
+                    at = U(base + (c * hp + oh * sh + i * dh) * wp + j * dw)
+                    if sw == 1:
+                        for t in range(width):
+                            cf[q + t] = src[at + t]
+                    else:
+                        for t in range(width):
+                            cf[q + t] = src[at + t * step]
+                    q += width
+
+
+@njit(cache=True)
+def add_columns(dst, base, cg, hp, wp, cols, col0, g, r0, r1):
+    """The inverse of `columns_of`: each patch's gradient, in the columns col0.. of cols, added
+    where the patch came from, into an image at dst[base:] (`target`)."""
+    sh, sw, ph, pw, dh, dw, kh, kw, oh_, ow_ = geometry(g)
+    cf, width, step = cols.reshape(cols.size), U(ow_), U(sw)
+    for c in range(cg):
+        for i in range(kh):
+            for j in range(kw):
+                q = U(((c * kh + i) * kw + j) * cols.shape[1] + col0)
+                for oh in range(r0, r1):
+                    at = U(base + (c * hp + oh * sh + i * dh) * wp + j * dw)
+                    if sw == 1:
+                        for t in range(width):
+                            dst[at + t] += cf[q + t]
+                    else:
+                        for t in range(width):
+                            dst[at + t * step] += cf[q + t]
+                    q += width
+
+
+@njit(cache=True)
+def gather(block, a, n0, n1, channel, count, p0, p1):
+    """Positions [p0, p1) of planes channel.. channel + count of samples n0.. n1 of a (N, C,
+    positions), side by side in block (count, (n1 - n0) * (p1 - p0)): a block's gradient of the
+    output, as the product reads it."""
+    width = p1 - p0
+    for m in range(n1 - n0):
+        for o in range(count):
+            for t in range(width):
+                block[o, m * width + t] = a[n0 + m, channel + o, p0 + t]
+
+
+@njit(cache=True)
+def spread(a, block, n0, n1, channel, count, p0, p1):
+    """The inverse of `gather`: a block's product written into the outputs of its samples."""
+    width = p1 - p0
+    for m in range(n1 - n0):
+        for o in range(count):
+            for t in range(width):
+                a[n0 + m, channel + o, p0 + t] = block[o, m * width + t]
 '''
 
 _FORWARD = '''
 @njit("void({dtype}[:, :, :, ::1], {dtype}[:, ::1], int64[::1], int64, {dtype}[:, :, ::1], int64)",
       parallel=True, cache=True)
 def kernel(x, w, g, groups, y, threads):
-    """y[n] (O, OH * OW) = w (O, K) @ the columns of x[n], group by group."""
-    batch, k, size, oh_, ow_, rows, og, cg, positions = sizes(x, w, g, groups)
+    """y[n] (O, OH * OW) = w (O, K) @ the columns of x[n], group by group; a block of several
+    samples is one product, whose result is then spread over their outputs."""
+    batch, k, size, oh_, ow_, rows, nb, og, cg, positions = sizes(x, w, g, groups)
     blas_threads = get_blas_threads()
     set_blas_threads(1)
     for part in prange(threads):
-        cols = np.empty((k, rows * ow_), D)
-        for n in range(part * batch // threads, (part + 1) * batch // threads):
+        first, last = part * batch // threads, (part + 1) * batch // threads
+        if dense(g, x):  # y (share, O) = x (share, K) @ w^T, group by group
+            for grp in range(groups if last > first else 0):
+                gemm(ROW_MAJOR, AS_IS, TRANSPOSED, last - first, og, k, T(1),
+                     x.ctypes.data + (first * groups + grp) * k * size, groups * k,
+                     w.ctypes.data + grp * og * k * size, k, T(0),
+                     y.ctypes.data + (first * groups + grp) * og * size, groups * og)
+            continue
+        cols = np.empty((k, nb * rows * ow_), D)
+        prod = np.empty((og, nb * rows * ow_ if nb > 1 else 0), D)
+        pad = padded(x, g, cg)
+        for n0 in range(first, last, nb):
+            n1 = min(last, n0 + nb)
             for grp in range(groups):
+                wg = w.ctypes.data + grp * og * k * size
                 for r0 in range(0, oh_, rows):
                     r1 = min(oh_, r0 + rows)
-                    src, ld = columns_at(cols, x, n, grp * cg, cg, g, r0, r1)
-                    gemm(ROW_MAJOR, AS_IS, AS_IS, og, (r1 - r0) * ow_, k, T(1),
-                         w.ctypes.data + grp * og * k * size, k, src, ld, T(0),
-                         rows_at(y, n, grp * og, g, r0), positions)
+                    width = (r1 - r0) * ow_
+                    if n1 - n0 == 1:  # the product straight into y[n]
+                        src, ld = rows_at(x, n0, grp * cg, g, r0), positions
+                        if not direct(g):
+                            flat, base, hp, wp = source(x, pad, n0, grp * cg, g, r0)
+                            columns_of(cols, 0, flat, base, cg, hp, wp, g, r0, r1)
+                            src, ld = cols.ctypes.data, cols.shape[1]
+                        gemm(ROW_MAJOR, AS_IS, AS_IS, og, width, k, T(1), wg, k, src, ld, T(0),
+                             rows_at(y, n0, grp * og, g, r0), positions)
+                        continue
+                    for n in range(n0, n1):  # a block of several samples spans all the rows
+                        flat, base, hp, wp = source(x, pad, n, grp * cg, g, r0)
+                        columns_of(cols, (n - n0) * width, flat, base, cg, hp, wp, g, r0, r1)
+                    gemm(ROW_MAJOR, AS_IS, AS_IS, og, (n1 - n0) * width, k, T(1), wg, k,
+                         cols.ctypes.data, cols.shape[1], T(0), prod.ctypes.data, prod.shape[1])
+                    spread(y, prod, n0, n1, grp * og, og, r0 * ow_, r1 * ow_)
     set_blas_threads(blas_threads)
 '''
 
@@ -195,28 +278,53 @@ _INPUT_GRAD = '''
 @njit("void({dtype}[:, :, ::1], {dtype}[:, ::1], int64[::1], int64, {dtype}[:, :, :, ::1], int64)",
       parallel=True, cache=True)
 def kernel(gy, w, g, groups, dx, threads):
-    """The columns of dx[n] = w^T (K, O) @ gy[n], added back where they came from."""
-    batch, k, size, oh_, ow_, rows, og, cg, positions = sizes(dx, w, g, groups)
+    """The columns of dx[n] = w^T (K, O) @ gy[n], added back where they came from, in a padded
+    image stored into dx[n] once whole; a block of several samples is one product, of their
+    gradients gathered side by side."""
+    batch, k, size, oh_, ow_, rows, nb, og, cg, positions = sizes(dx, w, g, groups)
     blas_threads = get_blas_threads()
     set_blas_threads(1)
     for part in prange(threads):
-        cols = np.empty((k, rows * ow_), D)
-        for n in range(part * batch // threads, (part + 1) * batch // threads):
-            in_place = direct(g)  # the columns are dx[n]'s own rows: written, not added
-            if not in_place:
-                dx[n] = 0
+        first, last = part * batch // threads, (part + 1) * batch // threads
+        if dense(g, dx):  # dx (share, K) = gy (share, O) @ w, group by group
+            for grp in range(groups if last > first else 0):
+                gemm(ROW_MAJOR, AS_IS, AS_IS, last - first, k, og, T(1),
+                     gy.ctypes.data + (first * groups + grp) * og * size, groups * og,
+                     w.ctypes.data + grp * og * k * size, k, T(0),
+                     dx.ctypes.data + (first * groups + grp) * k * size, groups * k)
+            continue
+        cols = np.empty((k, nb * rows * ow_), D)
+        block = np.empty((og, nb * rows * ow_ if nb > 1 else 0), D)
+        pad = padded(dx, g, cg)
+        for n0 in range(first, last, nb):
+            n1 = min(last, n0 + nb)
             for grp in range(groups):
+                wg = w.ctypes.data + grp * og * k * size
                 for r0 in range(0, oh_, rows):
                     r1 = min(oh_, r0 + rows)
-                    if in_place:
-                        dst, ld = rows_at(dx, n, grp * cg, g, r0), positions
-                    else:
-                        dst, ld = cols.ctypes.data, rows * ow_
-                    gemm(ROW_MAJOR, TRANSPOSED, AS_IS, k, (r1 - r0) * ow_, og, T(1),
-                         w.ctypes.data + grp * og * k * size, k, rows_at(gy, n, grp * og, g, r0),
-                         positions, T(0), dst, ld)
-                    if not in_place:
-                        add_columns(dx, cols, n, grp * cg, cg, g, r0, r1)
+                    width = (r1 - r0) * ow_
+                    if n1 - n0 == 1:
+                        in_place = direct(g)  # the columns are dx[n]'s own rows
+                        dst, ld = rows_at(dx, n0, grp * cg, g, r0), positions
+                        if not in_place:
+                            dst, ld = cols.ctypes.data, cols.shape[1]
+                        gemm(ROW_MAJOR, TRANSPOSED, AS_IS, k, width, og, T(1), wg, k,
+                             rows_at(gy, n0, grp * og, g, r0), positions, T(0), dst, ld)
+                        if not in_place:
+                            flat, base, hp, wp = target(dx, pad, n0, grp * cg, g, r0)
+                            add_columns(flat, base, cg, hp, wp, cols, 0, g, r0, r1)
+                            if r1 == oh_ and not unpadded(dx, g):
+                                store(dx, pad, n0, grp * cg, g)
+                        continue
+                    gather(block, gy, n0, n1, grp * og, og, r0 * ow_, r1 * ow_)
+                    gemm(ROW_MAJOR, TRANSPOSED, AS_IS, k, (n1 - n0) * width, og, T(1), wg, k,
+                         block.ctypes.data, block.shape[1], T(0), cols.ctypes.data,
+                         cols.shape[1])
+                    for n in range(n0, n1):  # a block of several samples spans all the rows
+                        flat, base, hp, wp = target(dx, pad, n, grp * cg, g, r0)
+                        add_columns(flat, base, cg, hp, wp, cols, (n - n0) * width, g, r0, r1)
+                        if not unpadded(dx, g):
+                            store(dx, pad, n, grp * cg, g)
     set_blas_threads(blas_threads)
 '''
 
@@ -225,29 +333,57 @@ _WEIGHT_GRAD = '''
       parallel=True, cache=True)
 def kernel(x, gy, g, groups, dw, threads):
     """dw (O, K) = the sum over samples of gy[n] @ (the columns of x[n])^T, group by group:
-    each thread sums its samples' as columns @ gy[n]^T (K, O / groups), the orientation
-    OpenBLAS runs faster for these shapes, then the threads' sums are added and transposed."""
-    batch, k, size, oh_, ow_, rows, og, cg, positions = sizes(x, dw, g, groups)
-    sums = np.zeros((threads, groups, k, og), D)
+    each thread sums its blocks' in a (O, K) of its own, then the threads' sums are added."""
+    batch, k, size, oh_, ow_, rows, nb, og, cg, positions = sizes(x, dw, g, groups)
     blas_threads = get_blas_threads()
     set_blas_threads(1)
-    for part in prange(threads):
-        cols = np.empty((k, rows * ow_), D)
-        for n in range(part * batch // threads, (part + 1) * batch // threads):
+    if dense(g, x):  # dw (O, K) = gy^T (O, N) @ x (N, K), each thread a share of its rows
+        for part in prange(threads):
             for grp in range(groups):
+                o0, o1 = part * og // threads, (part + 1) * og // threads
+                if o1 > o0:
+                    gemm(ROW_MAJOR, TRANSPOSED, AS_IS, o1 - o0, k, batch, T(1),
+                         gy.ctypes.data + (grp * og + o0) * size, groups * og,
+                         x.ctypes.data + grp * k * size, groups * k, T(0),
+                         dw.ctypes.data + (grp * og + o0) * k * size, k)
+        set_blas_threads(blas_threads)
+        return
+    sums = np.zeros((threads, groups, og, k), D)
+    for part in prange(threads):
+        first, last = part * batch // threads, (part + 1) * batch // threads
+        cols = np.empty((k, nb * rows * ow_), D)
+        block = np.empty((og, nb * rows * ow_ if nb > 1 else 0), D)
+        pad = padded(x, g, cg)
+        for n0 in range(first, last, nb):
+            n1 = min(last, n0 + nb)
+            for grp in range(groups):
+                acc = sums.ctypes.data + (part * groups + grp) * og * k * size
                 for r0 in range(0, oh_, rows):
                     r1 = min(oh_, r0 + rows)
-                    src, ld = columns_at(cols, x, n, grp * cg, cg, g, r0, r1)
-                    gemm(ROW_MAJOR, AS_IS, TRANSPOSED, k, og, (r1 - r0) * ow_, T(1), src, ld,
-                         rows_at(gy, n, grp * og, g, r0), positions, T(1),
-                         sums.ctypes.data + (part * groups + grp) * k * og * size, og)
+                    width = (r1 - r0) * ow_
+                    if n1 - n0 == 1:
+                        src, ld = rows_at(x, n0, grp * cg, g, r0), positions
+                        if not direct(g):
+                            flat, base, hp, wp = source(x, pad, n0, grp * cg, g, r0)
+                            columns_of(cols, 0, flat, base, cg, hp, wp, g, r0, r1)
+                            src, ld = cols.ctypes.data, cols.shape[1]
+                        gemm(ROW_MAJOR, AS_IS, TRANSPOSED, og, k, width, T(1),
+                             rows_at(gy, n0, grp * og, g, r0), positions, src, ld, T(1), acc, k)
+                        continue
+                    for n in range(n0, n1):  # a block of several samples spans all the rows
+                        flat, base, hp, wp = source(x, pad, n, grp * cg, g, r0)
+                        columns_of(cols, (n - n0) * width, flat, base, cg, hp, wp, g, r0, r1)
+                    gather(block, gy, n0, n1, grp * og, og, r0 * ow_, r1 * ow_)
+                    gemm(ROW_MAJOR, AS_IS, TRANSPOSED, og, k, (n1 - n0) * width, T(1),
+                         block.ctypes.data, block.shape[1], cols.ctypes.data, cols.shape[1],
+                         T(1), acc, k)
     set_blas_threads(blas_threads)
     for grp in range(groups):  # loops: array expressions here compiled into more parallel code
         for i in range(og):
             for j in range(k):
-                total = sums[0, grp, j, i]
+                total = sums[0, grp, i, j]
                 for part in range(1, threads):
-                    total += sums[part, grp, j, i]
+                    total += sums[part, grp, i, j]
                 dw[grp * og + i, j] = total
 '''
 
@@ -255,6 +391,7 @@ _KERNELS = {"output": _FORWARD, "input_grad": _INPUT_GRAD, "weight_grad": _WEIGH
 
 _HEAD = '''"""Convolution {op} ({dtype}) on Numba's threads: compiler.kernels.conv generated it."""
 
+import numba
 import numpy as np
 from numba import njit, prange
 
@@ -289,14 +426,21 @@ def module(node: Node) -> tuple[str, str]:
 
 class ConvKernel(GeneratedKernel):
     """`kernel(a, b, out)` for one node: the operands made C-contiguous and writeable, the
-    weight (or its gradient) seen as (O, K), the gradient of the output as (N, O, OH * OW)."""
+    weight (or its gradient) seen as (O, K), the gradient of the output as (N, O, OH * OW); the
+    kernel's taps that read only padding cropped off (`_live`)."""
 
     def __init__(self, node: Node, compiled: Callable, path: Path):
         super().__init__(compiled, path)
         self.op, a = OPS[node.prim], node.attrs
-        (_, (_, cg, kh, kw), (oh, ow)), rows = _shapes(node), _rows(node)
+        (_, (_, cg, kh, kw), (oh, ow)), (rows, samples) = _shapes(node), _block(node)
         (sh, sw), ((ph, _), (pw, _)), (dh, dw) = a["stride"], a["padding"], a["dilation"]
-        self.geometry = np.array([sh, sw, ph, pw, dh, dw, kh, kw, oh, ow, rows], np.int64)
+        self.live = _live(node)
+        if self.live == (slice(0, kh), slice(0, kw)):
+            self.live = None
+        else:  # the cropped kernel's first tap reads where the first live one did
+            (i, j), (kh, kw) = _kernel(node)
+            ph, pw = ph - i * dh, pw - j * dw
+        self.geometry = np.array([sh, sw, ph, pw, dh, dw, kh, kw, oh, ow, rows, samples], np.int64)
         self.groups, self.k = a["groups"], cg * kh * kw
         self.threads = numba.get_num_threads()  # as many shares of the batch, from now on
         self.scratch = scratch(node)
@@ -304,13 +448,23 @@ class ConvKernel(GeneratedKernel):
     def __call__(self, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         if not out.flags.c_contiguous:
             raise ValueError(f"convolution kernels write C-contiguous results, not {out.strides}")
+        if self.live is not None and self.op != "weight_grad":
+            b = b[:, :, self.live[0], self.live[1]]
         a, b = in_c_order(a), in_c_order(b)
         if self.op == "output":
             args = (a, b.reshape(b.shape[0], self.k), out.reshape(*out.shape[:2], -1))
         elif self.op == "input_grad":
             args = (a.reshape(*a.shape[:2], -1), b.reshape(b.shape[0], self.k), out)
-        else:
+        elif self.live is None:
             args = (a, b.reshape(*b.shape[:2], -1), out.reshape(out.shape[0], self.k))
+        else:  # the cropped kernel's gradient, the rest of it zero
+            cropped = np.empty((out.shape[0], self.k), out.dtype)
+            self.compiled(a, b.reshape(*b.shape[:2], -1), self.geometry, self.groups, cropped,
+                          self.threads)  # fmt: skip
+            out[...] = 0
+            kernel = cropped.reshape(*out.shape[:2], *self.geometry[6:8])
+            out[:, :, self.live[0], self.live[1]] = kernel
+            return
         self.compiled(*args[:2], self.geometry, self.groups, args[2], self.threads)
 
 
@@ -322,22 +476,65 @@ def _shapes(node: Node) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ..
     return x, w, y[2:]
 
 
-def _rows(node: Node) -> int:
-    """Output rows a block of columns spans: as many as BLOCK_BYTES hold, at least one."""
-    _, (_, cg, kh, kw), (oh, ow) = _shapes(node)
-    per_row = cg * kh * kw * ow * node.outputs[0].dtype.itemsize
-    return max(1, min(oh, BLOCK_BYTES // per_row))
+def _live(node: Node) -> tuple[slice, slice]:
+    """The kernel's rows and columns between the first and the last through which some output
+    reads inside the image: the taps outside them read only padding, so they multiply zeros and
+    are cropped off (a 3 x 3 kernel with padding 1 over a 1 x 1 image is its centre, a matrix
+    product). The first is kept at most at the padding, so that the cropped padding is not
+    negative; all of the kernel if no tap reads inside."""
+    a = node.attrs
+    (_, _, h, w), (_, _, kh, kw), (oh, ow) = _shapes(node)
+    found = []
+    for size, k, out, s, (pad, _), d in zip((h, w), (kh, kw), (oh, ow), a["stride"],
+                                            a["padding"], a["dilation"], strict=True):  # fmt: skip
+        taps = [i for i in range(k) if _reads_inside(out, size, pad, i * d, s)]
+        found.append(slice(min(taps[0], pad // d), taps[-1] + 1) if taps else slice(0, k))
+    return found[0], found[1]
+
+
+def _reads_inside(out: int, size: int, pad: int, offset: int, stride: int) -> bool:
+    """Whether a tap at `offset` reads inside [0, size) for some of the `out` outputs."""
+    return any(0 <= o * stride - pad + offset < size for o in range(out))
+
+
+def _kernel(node: Node) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The first live tap (i, j) and the cropped kernel's (kh, kw) (`_live`)."""
+    rows, cols = _live(node)
+    return (rows.start, cols.start), (rows.stop - rows.start, cols.stop - cols.start)
+
+
+def _block(node: Node) -> tuple[int, int]:
+    """(output rows, samples) a block of columns spans: as many positions as BLOCK_BYTES hold
+    of columns and product (K + O / groups rows), but at least MIN_COLUMNS (a narrower product
+    runs far below BLAS's rate, and a block's weight operand is read whole for each product): a
+    few rows of one sample where a sample has more positions, else whole samples, as many as a
+    thread's share of the batch has."""
+    ((n, *_), (o, cg, _, _), (oh, ow)), (_, (kh, kw)) = _shapes(node), _kernel(node)
+    per_position = (cg * kh * kw + o // node.attrs["groups"]) * node.outputs[0].dtype.itemsize
+    columns = max(MIN_COLUMNS, BLOCK_BYTES // per_position)
+    if oh * ow >= columns:
+        return max(1, min(oh, columns // ow)), 1
+    share = -(-n // numba.get_num_threads())
+    return oh, max(1, min(share, columns // (oh * ow)))
 
 
 def scratch(node: Node) -> int:
-    """Bytes the node's kernel allocates: each thread's columns, and for the weight's gradient
-    the threads' sums and their total. (The memory plan counts these, not the NumPy version's.)"""
-    threads, item = numba.get_num_threads(), node.outputs[0].dtype.itemsize
-    _, (o, cg, kh, kw), (_, ow) = _shapes(node)
-    total = threads * cg * kh * kw * _rows(node) * ow * item
-    if OPS[node.prim] == "weight_grad":
-        total += (threads + 1) * o * cg * kh * kw * item
-    return total
+    """Bytes the node's kernel allocates: each thread's columns, product or gradient block and
+    padded image, and for the weight's gradient the threads' sums. (The memory plan counts
+    these, not the NumPy version's.)"""
+    threads, item, a = numba.get_num_threads(), node.outputs[0].dtype.itemsize, node.attrs
+    ((_, _, h, w), (o, cg, _, _), (oh, ow)), (rows, samples) = _shapes(node), _block(node)
+    (sh, sw), ((ph, _), (pw, _)), (dh, dw) = a["stride"], a["padding"], a["dilation"]
+    (i, j), (kh, kw) = _kernel(node)
+    ph, pw = ph - i * dh, pw - j * dw
+    width = samples * rows * ow  # a block's columns, and its product's (several samples)
+    hp = max(ph + h, (oh - 1) * sh + (kh - 1) * dh + 1)  # the padded image (`padded`)
+    wp = max(pw + w, (ow - 1) * sw + (kw - 1) * dw + 1)
+    each = (cg * kh * kw + (o // a["groups"] if samples > 1 else 0)) * width + cg * hp * wp
+    total = threads * each
+    if OPS[node.prim] == "weight_grad":  # the threads' sums, and the cropped kernel's gradient
+        total += (threads + 1) * o * cg * kh * kw
+    return total * item
 
 
 def launcher(node: Node, compiled: Callable, path: Path) -> ConvKernel:
