@@ -99,9 +99,9 @@ def padded(x, g, cg):
 
 @njit(cache=True)
 def load(pad, x, n, c0, g):
-    """pad's image = channels c0.. of x[n] (its border stays zero). Flat indices, here and
-    below: a view costs two atomic updates of the array's reference count, which the threads
-    contend for, and more than a short row's copy."""
+    """The padded image `pad` = channels c0.. of x[n] (its border stays zero). Flat indices,
+    here and below: a view costs two atomic updates of the array's reference count, which the
+    threads contend for, and more than a short row's copy."""
     cg, hp, wp = pad.shape
     h, w, ph, pw = x.shape[2], x.shape[3], g[2], g[3]
     pf, xf = pad.reshape(pad.size), x.reshape(x.size)
