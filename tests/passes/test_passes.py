@@ -578,6 +578,28 @@ def test_gradients_of_adjacent_slices_are_one_concatenation(backend):
     assert sorted(len(n.inputs) for n in nodes if n.op == "concatenate") == [2, 3]  # one copy each
 
 
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_gradients_of_a_chunked_tensor_summed_out_of_order_are_one_concatenation(backend):
+    """An LSTM's gates, x.chunk(4, -1) (slices x[..., i:j]), used in an order that sums their
+    gradients as no two adjacent ones meet: one concatenation of the four, as eager's sum."""
+    import tracegrad as tg
+
+    def step(x):
+        i, f, g, o = x.chunk(4, -1)
+        y = (tg.tanh(g) * tg.sigmoid(i) + f * o).sum()
+        y.backward()
+        return y
+
+    x0 = np.random.default_rng(0).standard_normal((3, 8))
+    eager, traced = tg.tensor(x0, requires_grad=True), tg.tensor(x0, requires_grad=True)
+    step(eager)
+    compiled = tg.trace(step, backend=backend)
+    compiled(traced)
+    np.testing.assert_allclose(traced.grad.numpy(), eager.grad.numpy(), rtol=1e-12)
+    ops = [n.op for n in compiled.latest.graph.nodes]
+    assert ops.count("scatter_add") == 0 and ops.count("concatenate") == 1
+
+
 def test_fuse_leaves_out_a_narrower_result_that_is_read_after_the_group():
     """A log-sum-exp: s, the guarded row maxima (8, 1), is read by the (8, 4) exps and again by
     log(t) + s after their row sums. Merged into the exps' group it would be a narrow result of
