@@ -158,7 +158,9 @@ def transposed_matmul(n: Node, rw: Rewrite) -> Value | None:
 @rule(P.pow)
 def small_power(n: Node, rw: Rewrite) -> Value | None:
     """x ** c for a constant c in POWER_PRODUCTS as products (the eager impl computes the same
-    products, so both round alike), x ** 1 as x and x ** 0.5 as sqrt(x)."""
+    products, so both round alike), x ** 1 as x and x ** 0.5 as sqrt(x). An even power of
+    abs(x) is the same power of x (each product's magnitude is the same, and the last one's
+    sign is +): a norm's abs(g) ** 2 costs no pass over g for abs."""
     x, c = n.inputs
     out = n.outputs[0]
     if c.const is None or c.const.size != 1 or (x.shape, x.dtype) != (out.shape, out.dtype):
@@ -171,6 +173,10 @@ def small_power(n: Node, rw: Rewrite) -> Value | None:
     steps = POWER_PRODUCTS.get(exponent)
     if steps is None:
         return None
+    inner = rw.producers.get(x)
+    if inner is not None and inner.prim is P.abs and exponent % 2 == 0 and out.dtype.kind == "f":
+        plain = inner.inputs[0]
+        x = plain if (plain.shape, plain.dtype) == (out.shape, out.dtype) else x
     values = [x]
     for k, (a, b) in enumerate(steps):
         result = out if k == len(steps) - 1 else Value(out.shape, out.dtype)
