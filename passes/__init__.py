@@ -13,6 +13,7 @@ from .budget import Budget
 from .cse import cse
 from .fuse import fuse
 from .memory import MemoryPlan, plan_memory
+from .products import batch_products
 from .prune import prune
 from .remat import rematerialize, saved_values
 from .schedule import schedule
@@ -21,7 +22,7 @@ from .simplify import simplify
 Pass = Callable[[Graph], tuple[Graph, PassStats]]
 
 # cse runs before remat, which duplicates nodes on purpose; prune runs after both.
-DEFAULT: list[Pass] = [simplify, cse, prune, rematerialize, prune, schedule]
+DEFAULT: list[Pass] = [simplify, cse, batch_products, prune, rematerialize, prune, schedule]
 # The Numba backend appends `fuse`; the NumPy backend gains nothing from it.
 
 
@@ -40,5 +41,6 @@ def run(graph: Graph, passes: Sequence[Pass] | None = None) -> tuple[Graph, list
     return graph, all_stats
 
 
-__all__ = ["DEFAULT", "Budget", "MemoryPlan", "PassStats", "cse", "fuse", "plan_memory", "prune",
-           "rematerialize", "run", "saved_values", "schedule", "simplify"]  # fmt: skip
+__all__ = ["DEFAULT", "Budget", "MemoryPlan", "PassStats", "batch_products", "cse", "fuse",
+           "plan_memory", "prune", "rematerialize", "run", "saved_values", "schedule",
+           "simplify"]  # fmt: skip

@@ -221,7 +221,9 @@ def transposed_matmul(n: Node, rw: Rewrite) -> Value | None:
 @rule(P.pow)
 def small_power(n: Node, rw: Rewrite) -> Value | None:
     """x ** c for a constant c in POWER_PRODUCTS as products (the eager impl computes the same
-    products, so both round alike), x ** 1 as x and x ** 0.5 as sqrt(x)."""
+    products, so both round alike), x ** 1 as x and x ** 0.5 as sqrt(x). An even power of
+    abs(x) is the same power of x (each product's magnitude is the same, and the last one's
+    sign is +): a norm's abs(g) ** 2 costs no pass over g for abs."""
     x, c = n.inputs
     out = n.outputs[0]
     if c.const is None or c.const.size != 1 or (x.shape, x.dtype) != (out.shape, out.dtype):
@@ -234,6 +236,10 @@ def small_power(n: Node, rw: Rewrite) -> Value | None:
     steps = POWER_PRODUCTS.get(exponent)
     if steps is None:
         return None
+    inner = rw.producers.get(x)
+    if inner is not None and inner.prim is P.abs and exponent % 2 == 0 and out.dtype.kind == "f":
+        plain = inner.inputs[0]
+        x = plain if (plain.shape, plain.dtype) == (out.shape, out.dtype) else x
     values = [x]
     for k, (a, b) in enumerate(steps):
         result = out if k == len(steps) - 1 else Value(out.shape, out.dtype)
@@ -249,6 +255,9 @@ def adjacent_slice_gradients(n: Node, rw: Rewrite) -> Value | None:
     of three zero-filled copies of qkv's shape, summed. Also (p + sa) + sb -> p + (sa + sb),
     exact since the two scatters never overlap: a gradient summed over several uses."""
     out = n.outputs[0]
+    whole = _whole_axis(n, out, rw)
+    if whole is not None:
+        return whole
     a, b = (_slab(rw.producers.get(v), out, rw) for v in n.inputs)
     if a is not None and b is not None:
         return _join_slabs(a, b, out, rw)
@@ -265,20 +274,44 @@ def adjacent_slice_gradients(n: Node, rw: Rewrite) -> Value | None:
     return None
 
 
-def _join_slabs(a: tuple, b: tuple, out: Value, rw: Rewrite) -> Value | None:
-    first, second = sorted((a, b), key=lambda p: p[1])
-    axis = first[0]
-    if second[0] != axis or first[2] != second[1]:
+def _whole_axis(n: Node, out: Value, rw: Rewrite) -> Value | None:
+    """A sum (through adds read only by it) of three or more scatters that tile one axis
+    whole, in any order: the concatenation of their gradients (the gradient of x.chunk(4),
+    summed as its parts arrive, where joining them two at a time finds no adjacent pair)."""
+    leaves, stack = [], list(n.inputs)
+    while stack:
+        v = stack.pop()
+        add = rw.producers.get(v)
+        if (
+            add is not None
+            and add.prim is P.add
+            and rw.readers.get(v, 1) == 1
+            and all(u.shape == out.shape and u.dtype == out.dtype for u in add.inputs)
+        ):
+            stack += add.inputs
+        else:
+            leaves.append(v)
+    slabs = sorted((_slab(rw.producers.get(v), out, rw) for v in leaves),
+                   key=lambda p: (-1, -1) if p is None else p[:2])  # fmt: skip
+    if len(slabs) < 3 or slabs[0] is None or {p[0] for p in slabs} != {slabs[0][0]}:
         return None
+    axis, bounds = slabs[0][0], [0] + [p[2] for p in slabs]
+    if [p[1] for p in slabs] != bounds[:-1] or bounds[-1] != out.shape[axis]:
+        return None
+    parts = _parts(slabs, axis, out, rw)
+    tiled = _tiled(parts, axis, out, rw)
+    return tiled if tiled is not None else rw.emit(P.concatenate, parts, out, axis=axis)
+
+
+def _parts(slabs: list[tuple], axis: int, out: Value, rw: Rewrite) -> list[Value]:
+    """The slabs' gradients as the parts of a concatenation along `axis` (an index's given
+    the axis back); a gradient joined before is a concatenation: its parts, one copy, not two."""
     grads = [
         rw.emit(P.reshape, [g], Value(shape, g.dtype), shape=shape) if g.shape != shape else g
-        for _, start, stop, g in (first, second)
+        for _, start, stop, g in slabs
         for shape in [out.shape[:axis] + (stop - start,) + out.shape[axis + 1 :]]
     ]
-    start, stop = first[1], second[2]
-    shape = out.shape[:axis] + (stop - start,) + out.shape[axis + 1 :]
-    whole = (start, stop) == (0, out.shape[axis])
-    parts = []  # a gradient joined before is a concatenation: one copy, not two
+    parts = []
     for g in grads:
         inner = rw.producers.get(g)
         joined_before = inner is not None and inner.prim is P.concatenate
@@ -286,6 +319,18 @@ def _join_slabs(a: tuple, b: tuple, out: Value, rw: Rewrite) -> Value | None:
             parts += inner.inputs
         else:
             parts.append(g)
+    return parts
+
+
+def _join_slabs(a: tuple, b: tuple, out: Value, rw: Rewrite) -> Value | None:
+    first, second = sorted((a, b), key=lambda p: p[1])
+    axis = first[0]
+    if second[0] != axis or first[2] != second[1]:
+        return None
+    start, stop = first[1], second[2]
+    shape = out.shape[:axis] + (stop - start,) + out.shape[axis + 1 :]
+    whole = (start, stop) == (0, out.shape[axis])
+    parts = _parts([first, second], axis, out, rw)
     if whole:
         tiled = _tiled(parts, axis, out, rw)
         return tiled if tiled is not None else rw.emit(P.concatenate, parts, out, axis=axis)
@@ -349,6 +394,11 @@ def _slab(n: Node | None, out: Value, rw: Rewrite) -> tuple[int, int, int, Value
     g, template, made = n.inputs[0], n.attrs["template"], n.outputs[0]
     if (made.shape, made.dtype) != (out.shape, out.dtype) or rw.readers.get(made, 1) > 1:
         return None
+    ellipses = [k for k, t in enumerate(template) if t is Ellipsis]
+    if len(ellipses) == 1:  # x[..., i:j]: the slice is of the last axes
+        at = ellipses[0]
+        fill = (slice(None),) * (out.ndim - len(template) + 1)
+        template = template[:at] + fill + template[at + 1 :]
     narrowed = [(k, t) for k, t in enumerate(template) if t != slice(None)]
     if len(narrowed) != 1 or len(template) > out.ndim:
         return None

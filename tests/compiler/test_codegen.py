@@ -17,6 +17,7 @@ def views_and_reductions(x, c):
         (y > 0).sum(axis=0),  # of bools: int64 counts, as np.sum's
         (c * 1.5).prod(axis=1),
         z.sum(axis=0) + x[0, :2].sum(),
+        x[..., 1:3] * x[2, 1:3],  # basic indexes: subscripts
     )
 
 
@@ -35,3 +36,4 @@ def test_cheaper_spellings_compute_what_numpy_functions_do(backend):
     assert ".transpose((1, 0))" in source and "np.add.reduce(" in source
     assert "np.maximum.reduce(" in source and "np.multiply.reduce(" in source
     assert "np.sum(" not in source and "np.transpose(" not in source
+    assert "[(Ellipsis, slice(1, 3, None))]" in source and "getitem" not in source

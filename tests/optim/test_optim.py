@@ -8,6 +8,7 @@ import pytest
 
 import tracegrad as tg
 from tracegrad import optim
+from tracegrad.core.vocabulary import Phase
 
 STEPS = 5
 
@@ -436,3 +437,48 @@ def test_one_cycle_refuses_to_cycle_what_an_optimizer_lacks():
     with pytest.raises(ValueError, match="Adagrad has neither momentum nor betas"):
         optim.lr_scheduler.OneCycleLR(optim.Adagrad([p]), max_lr=0.1, total_steps=5)
     optim.lr_scheduler.OneCycleLR(optim.Adagrad([p]), 0.1, 5, cycle_momentum=False)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("opt_name", ["Adam", "AdamW"])
+def test_adam_computes_its_bias_corrections_once_per_group(opt_name, backend):
+    """Two groups, float32 and float64 parameters mixed in one, one parameter without a
+    gradient: the traced step matches the eager one, and its bias corrections are vector
+    operations of each group (two powers a group), not scalar ones of each parameter."""
+
+    def make():
+        rng = np.random.default_rng(0)
+        f32, f64 = np.float32, np.float64
+        kinds = [((3, 4), f64), ((4,), f32), ((2, 2), f64), ((5,), f64), ((3,), f32), ((2,), f64)]
+        ps = [tg.tensor(rng.standard_normal(shape).astype(dtype), requires_grad=True)
+              for shape, dtype in kinds]  # fmt: skip
+        groups = [{"params": ps[:3]}, {"params": ps[3:], "weight_decay": 0.0}]
+        opt = getattr(optim, opt_name)(groups, lr=0.1, weight_decay=0.01)
+
+        def step(x):
+            opt.zero_grad()
+            loss = (tg.tanh(x @ ps[0]) * ps[1]).sum() + (ps[2] ** 2).sum()
+            loss = loss + (ps[3].astype(np.float32) * ps[4].sum()).sum()
+            loss.backward()
+            opt.step()
+            return loss
+
+        return step, ps, opt
+
+    x = np.random.default_rng(1).standard_normal((2, 3))
+    (eager, ps_e, opt_e), (step, ps_t, opt_t) = make(), make()
+    traced = tg.trace(step, backend=backend)
+    for _ in range(3):
+        eager(tg.tensor(x))
+        traced(x)
+    for a, b in zip(ps_t, ps_e, strict=True):
+        assert a.dtype == b.dtype
+        np.testing.assert_allclose(
+            a.numpy(), b.numpy(), rtol=1e-6 if a.dtype == np.float32 else 1e-13
+        )
+    steps = [(float(sa["step"]), float(sb["step"]))
+             for sa, sb in zip(opt_t.state, opt_e.state, strict=True)]  # fmt: skip
+    assert steps == [(3.0, 3.0)] * 5 + [(0.0, 0.0)]  # the last parameter has no gradient
+    nodes = traced.latest.graph.nodes
+    powers = [n for n in nodes if n.op == "pow" and n.phase is Phase.UPDATE]
+    assert len(powers) == 4 and all(n.outputs[0].ndim == 1 for n in powers)

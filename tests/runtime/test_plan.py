@@ -135,3 +135,34 @@ def test_a_step_failing_at_any_statement_of_its_plan_changes_nothing(backend, mo
     # _model() seeded the same; the interrupted calls after the commit point were whole steps
     want = [eager(x, y).item() for _ in range(completed + 2)][completed:]
     np.testing.assert_allclose(losses, want, rtol=1e-5)
+
+
+def test_writable_copies_a_written_input_that_shares_memory_with_another():
+    from tracegrad.core.ir import Value
+    from tracegrad.runtime.plan import writable
+
+    base, foreign = np.zeros(10), np.frombuffer(bytearray(80), np.float64)
+    separate = [np.zeros(4), np.zeros(4), np.zeros(4)]
+    types = [Value((4,), np.float64) for _ in range(3)]
+    for inputs, copied in [
+        (separate, []),
+        ([base[:4], base[3:7], np.zeros(4)], [0]),  # views of one array that overlap
+        ([base[:4], base[4:8], np.zeros(4)], []),  # views of one array that do not
+        # two arrays over one buffer NumPy did not allocate
+        ([foreign[:4], foreign[3:7], base[:4]], [0]),
+    ]:  # fmt: skip
+        given = list(inputs)
+        writable(given, [0, 2], types)
+        assert [k for k in (0, 2) if given[k] is not inputs[k]] == copied
+        for a, b in zip(given, inputs, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_writable_leaves_inputs_alone_when_nothing_is_written_in_place():
+    from tracegrad.core.ir import Value
+    from tracegrad.runtime.plan import writable
+
+    base = np.zeros(10)
+    inputs = [base[:4], base[3:7]]
+    writable(inputs, [], [Value((4,), np.float64)] * 2)
+    assert inputs[0].base is base and inputs[1].base is base

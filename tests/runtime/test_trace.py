@@ -245,6 +245,28 @@ def test_tracing_runs_no_numeric_work_and_traces_once_per_signature():
     assert len(traced.plans) == 2
 
 
+def test_a_call_checks_the_newest_plan_of_its_signature_first():
+    w = tg.tensor(np.ones(3), requires_grad=True)
+
+    @tg.trace(backend="numpy")
+    def step(x):
+        loss = (w * x).sum()
+        loss.backward()  # the first call finds w.grad None, the later ones set
+        return loss
+
+    x = np.arange(3.0)
+    for _ in range(3):
+        step(x)
+    ((first, second),) = step.plans.values()
+    checked = []
+    for plan in (first, second):
+        holds = plan.capture.guards_hold
+        plan.capture.guards_hold = lambda p=plan, h=holds: checked.append(p) or h()
+    step(x)
+    assert checked == [second]  # the stale plan's guards (one per state tensor) are not read
+    np.testing.assert_allclose(w.grad.numpy(), 4 * x)
+
+
 def test_hashable_python_arguments_are_part_of_the_signature():
     x = tg.tensor([1.0, 2.0])
     calls = []

@@ -19,6 +19,7 @@ import numpy as np
 
 from passes.memory import MemoryPlan
 from tracegrad.core import ir
+from tracegrad.core import primitives as P
 
 _plan_ids = iter(range(1, 1 << 62))
 
@@ -127,6 +128,9 @@ def _call(em: _Emitter, n: ir.Node, memory: MemoryPlan, places: dict[ir.Value, i
     method = _METHODS.get(impl) if len(n.inputs) == 1 and n.inputs[0].const is None else None
     if method is not None and set(n.attrs) == {method[1]}:  # a view of an array, as its method
         return f"{em.names[out]} = {args[0]}.{method[0].__name__}({em.attr(n.attrs[method[1]])})"
+    if n.prim is P.getitem and len(n.inputs) == 1 and n.inputs[0].const is None:
+        # an index of slices and numbers, as the subscript the op's impl builds from it
+        return f"{em.names[out]} = {args[0]}[{em.attr(tuple(n.attrs['template']))}]"
     args += [f"{k}={em.attr(a)}" for k, a in n.attrs.items()]
     buffer = _buffer(em, out, memory, places)
     if buffer:

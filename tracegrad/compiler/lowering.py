@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -59,10 +60,41 @@ def lower(
     return ir.Graph(graph.inputs, nodes, graph.outputs), kernels
 
 
+# A small group still gains from a kernel when its pattern repeats: the kernel is compiled once
+# for all the groups of one pattern (kernels are cached by structure, not by size), and each of
+# them then runs as one launch instead of one NumPy call per member, a few microseconds of
+# Python apiece (an optimizer's update of each small parameter, an RNN cell's gate math at each
+# time step). Worth it when the pattern's groups hold REPEATED_MIN members in all: half a
+# millisecond of calls a step, which pays a kernel's compiling back within a thousand steps.
+REPEATED_MIN = 96
+REPEATED_MEMBERS = 3  # a group of fewer members saves less than a kernel launch costs
+
+
 def kernel_groups(graph: ir.Graph) -> list[ir.Node]:
-    """The fused nodes large enough to gain from a kernel."""
+    """The fused nodes large enough to gain from a kernel, or repeated often enough."""
     composites = [n for n in graph.nodes if n.prim.kind is Kind.COMPOSITE]
-    return [n for n in composites if _elements(n.attrs["body"]) >= KERNEL_MIN]
+    members: Counter = Counter()
+    for n in composites:
+        body = n.attrs["body"]
+        if len(body.nodes) >= REPEATED_MEMBERS:
+            members[_pattern(body)] += len(body.nodes)
+    return [n for n in composites if _elements(n.attrs["body"]) >= KERNEL_MIN
+            or members.get(_pattern(n.attrs["body"]), 0) >= REPEATED_MIN]  # fmt: skip
+
+
+def _pattern(body: ir.Graph) -> tuple:
+    """What of a fused body decides its kernel, short of the kernel generator's `Structure`
+    (which loads Numba): its ops and wiring, attributes, dtypes, and which axes each value
+    broadcasts along; no sizes. Bodies of one pattern share a kernel, or nearly all do."""
+    slots = {v: k for k, v in enumerate(body.inputs)}
+    nodes = []
+    for n in body.nodes:
+        wiring = tuple(slots.get(v, ("const", v.dtype.str, v.ndim)) for v in n.inputs)
+        nodes.append((n.op, wiring, ir.fmt_attr(n.attrs)))
+        slots.update((v, len(slots)) for v in n.outputs)
+    values = (*body.inputs, *(v for n in body.nodes for v in n.outputs))
+    shapes = tuple((v.dtype.str, tuple(d == 1 for d in v.shape)) for v in values)
+    return tuple(nodes), shapes, tuple(slots.get(v) for v in body.outputs)
 
 
 PROGRESS_AFTER = 2.0  # seconds of kernel compilation before saying so on stderr

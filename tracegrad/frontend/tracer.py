@@ -94,7 +94,10 @@ class Capture:
 
 
 def _guard_holds(t: Tensor | None, shape: tuple, dtype: np.dtype, no_grad: bool) -> bool:
-    return t is not None and t.shape == shape and t.dtype == dtype and (t._grad is None) == no_grad
+    if t is None:
+        return False
+    a = t._value  # its shape and dtype directly: a step checks a guard per state tensor
+    return a.shape == shape and a.dtype == dtype and (t._grad is None) == no_grad
 
 
 @dataclass

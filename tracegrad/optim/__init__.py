@@ -25,6 +25,7 @@ import numpy as np
 
 from tracegrad.core.primitives import Phase, abs, maximum, sqrt, where
 from tracegrad.frontend.autodiff import enable_grad, no_grad
+from tracegrad.frontend.functions import stack
 from tracegrad.frontend.tensor import Tensor, get_default_dtype, phase
 from tracegrad.frontend.tracer import guard
 
@@ -170,11 +171,25 @@ class Optimizer:
         baked = self._baked()
         guard(lambda: self._baked() == baked)  # a traced step is valid while these hold
         with phase(Phase.UPDATE):
-            for p, state, group in zip(self.params, self.state, self._group_of, strict=True):
-                if p.grad is not None:
+            for group in self.param_groups:
+                items = [(p, state) for p, state, of in
+                         zip(self.params, self.state, self._group_of, strict=True)
+                         if of is group and p.grad is not None]  # fmt: skip
+                shared = self._shared(group, items) if items else None
+                for k, (p, state) in enumerate(items):
                     g = -p.grad if group.get("maximize") else p.grad
-                    self._update(p, g, state, group)
+                    if shared is None:
+                        self._update(p, g, state, group)
+                    else:
+                        self._update(p, g, state, group, shared[k])
         return loss
+
+    def _shared(self, group: ParamGroup, items: list[tuple[Tensor, dict[str, Tensor]]]) -> Any:
+        """What the updates of a group's parameters (`items`: those with a gradient, and their
+        state) compute alike, computed for all of them at once: one value per item, passed to
+        `_update`; None if nothing. A traced step then runs a few operations on vectors
+        instead of as many on 0-d tensors per parameter."""
+        return None
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Drop the gradients (`grad = None`, PyTorch's default), or zero them in place (an
@@ -401,13 +416,32 @@ class Adam(Optimizer):
         state = {"step": _scalar(0.0), "exp_avg": _zeros_like(p), "exp_avg_sq": _zeros_like(p)}
         return {**state, "max_exp_avg_sq": _zeros_like(p)} if group["amsgrad"] else state
 
-    def _update(self, p: Tensor, g: Tensor, state: dict[str, Tensor], group: ParamGroup) -> None:
+    def _shared(self, group: ParamGroup, items: list[tuple[Tensor, dict[str, Tensor]]]) -> Any:
+        """Each parameter's step count, advanced, and its bias corrections (step size, square
+        root of the second one), computed as vectors over the group's parameters and cast once
+        for each of their dtypes: (step size, bias correction) per item."""
+        steps = [state["step"] for _, state in items]
+        if len({t.dtype for t in steps}) > 1:
+            return None
+        (beta1, beta2), (lr,) = group.tensors("betas"), group.tensors("lr")
+        t = stack(steps) + 1.0
+        for k, step in enumerate(steps):
+            step._assign(t[k])
+        t = t.astype(np.float64)
+        step_size, bias_correction2_sqrt = lr / (1.0 - beta1**t), sqrt(1.0 - beta2**t)
+        cast = {d: (step_size.astype(d), bias_correction2_sqrt.astype(d))
+                for d in {p.dtype for p, _ in items}}  # fmt: skip
+        return [(cast[p.dtype][0][k], cast[p.dtype][1][k]) for k, (p, _) in enumerate(items)]
+
+    def _update(self, p: Tensor, g: Tensor, state: dict[str, Tensor], group: ParamGroup,
+                shared: tuple[Tensor, Tensor] | None = None) -> None:  # fmt: skip
         # the scalars in float64, then cast, as PyTorch computes them (Python floats): in
         # float32, 1 - beta2**t is off by up to eps32 / (1 - beta2), 6e-5 at beta2 = 0.999
         (beta1, beta2), (lr,), dtype = group.tensors("betas"), group.tensors("lr"), p.dtype
         g = _weight_decay(p, g, lr, group)
         step, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
-        step += 1.0
+        if shared is None:
+            step += 1.0
         m._assign(_cast(beta1, dtype) * m + _cast(1.0 - beta1, dtype) * g)
         v._assign(_cast(beta2, dtype) * v + _cast(1.0 - beta2, dtype) * (g * g))
         if group["amsgrad"]:
@@ -415,9 +449,12 @@ class Adam(Optimizer):
                 raise ValueError("Adam: amsgrad was off when this parameter's group was created")
             state["max_exp_avg_sq"]._assign(maximum(state["max_exp_avg_sq"], v))
             v = state["max_exp_avg_sq"]
-        t = step.astype(np.float64)
-        step_size = _cast(lr / (1.0 - beta1**t), dtype)
-        bias_correction2_sqrt = _cast(sqrt(1.0 - beta2**t), dtype)
+        if shared is None:
+            t = step.astype(np.float64)
+            step_size = _cast(lr / (1.0 - beta1**t), dtype)
+            bias_correction2_sqrt = _cast(sqrt(1.0 - beta2**t), dtype)
+        else:
+            step_size, bias_correction2_sqrt = shared
         p -= step_size * m / (sqrt(v) / bias_correction2_sqrt + group["eps"])
 
 

@@ -173,8 +173,7 @@ def writable(inputs: list[Any], written: Sequence[int], types: Sequence[ir.Value
     if not written:
         return
     shared, reach, first = set(), 0, None  # a sweep: a span starting below the reach overlaps
-    for lo, hi, k in sorted((*_bounds(a), k) for k, a in enumerate(inputs)
-                            if isinstance(a, np.ndarray) and a.size):  # fmt: skip
+    for lo, hi, k in sorted((*_bounds(inputs[k]), k) for k in _may_overlap(inputs)):
         if lo < reach:
             shared |= {k, first}
         if hi > reach:
@@ -193,6 +192,24 @@ def writable(inputs: list[Any], written: Sequence[int], types: Sequence[ir.Value
             or k in shared
         ):
             inputs[k] = np.array(a, v.dtype)  # fmt: skip
+
+
+def _may_overlap(inputs: list[Any]) -> list[int]:
+    """The positions of the arrays that may share memory with another: views of one array
+    NumPy allocated, or, if some array is on memory NumPy did not allocate (a buffer, a
+    pointer), every array. Two arrays over separate allocations of NumPy's cannot overlap, and
+    a step reads a thousand of them (asking each for its address costs microseconds)."""
+    by_owner: dict[int, list[int]] = {}
+    for k, a in enumerate(inputs):
+        if not (isinstance(a, np.ndarray) and a.size):
+            continue
+        owner = a
+        while isinstance(owner.base, np.ndarray):
+            owner = owner.base
+        if owner.base is not None or not owner.flags.owndata:
+            return [k for k, a in enumerate(inputs) if isinstance(a, np.ndarray) and a.size]
+        by_owner.setdefault(id(owner), []).append(k)
+    return [k for ks in by_owner.values() if len(ks) > 1 for k in ks]
 
 
 def _bounds(a: np.ndarray) -> tuple[int, int]:

@@ -56,7 +56,9 @@ class Traced:
     def _call(self, args: tuple, kwargs: dict) -> Any:
         leaves, key = signature(args, kwargs, self.dynamic)
         plans = self.plans.get(key, [])
-        plan = next((p for p in plans if p.capture.guards_hold()), None)
+        # the newest first: it was traced because the older ones' guards failed, and a step
+        # that settles (its grads set from the second call on) runs the newest from then on
+        plan = next((p for p in reversed(plans) if p.capture.guards_hold()), None)
         new = plan is None
         if new:
             if plans:

@@ -506,3 +506,24 @@ def test_generated_module_names_do_not_depend_on_string_hashing():
         assert out.returncode == 0, out.stderr
         names.append(out.stdout.split())
     assert len(names[0]) == 8 and names[0] == names[1]
+
+
+def test_a_node_of_row_and_scalar_operands_is_computed_once_a_row():
+    """log-softmax's last step, x - log(sum), and a scalar chain: log(s) is computed per row
+    (before the loop over the columns) and exp(c) once, before every loop; the results are
+    NumPy's."""
+    g = Group()
+    x, s, c = g.input((9, 37)), g.input((9, 1)), g.input(())
+    shifted = g("sub", x, g("log", s))
+    scaled = g("mul", shifted, g("exp", c))
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal((9, 37)).astype(np.float32),
+              rng.uniform(1, 5, (9, 1)).astype(np.float32), np.float32(0.5)]  # fmt: skip
+    got, want = g.run([shifted, scaled], arrays)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    source = compile_group(g.inputs, g.nodes, [shifted, scaled]).source
+    lines = [line.strip() for line in source.split("def kernel")[1].splitlines()]
+    at = {what: next(k for k, line in enumerate(lines) if what in line)
+          for what in ("log(", "exp(", "for c in", "for col in")}  # fmt: skip
+    assert at["exp("] < at["for c in"] < at["log("] < at["for col in"]

@@ -498,19 +498,24 @@ def _body(s: Structure, reductions, partials) -> list[str]:
         return _body_3d(s)
     two_d = s.ndim == 2
     index = "i, j" if two_d else "i"
+    levels = _levels(s)
     inner_accs = [(k, r) for k, r in reductions if _form(r, s.ndim) in ("rows", "all")]
     lines = [f"v{k} = in{k}[0]" for k, (_, spans) in enumerate(s.inputs) if not any(spans)]
+    lines += _computed(s, levels, INVARIANT)
     lines.append(f"for c in {'prange' if s.parallel else 'range'}(chunks):")
     rows = "range(c * n0 // chunks, (c + 1) * n0 // chunks)"
     if two_d:
         lines += [f"    for row in {rows}:", "        i = np.uint64(row)"]
+        lines += ["        " + line for line in _loads(s, index, levels, PER_ROW)]
+        lines += ["        " + line for line in _computed(s, levels, PER_ROW)]
     pad = "        " if two_d else "    "
     lines += [f"{pad}acc{k} = {_init(r, s.ndim)}" for k, r in inner_accs]
     if two_d:
         lines += [f"{pad}for col in range(n1):", f"{pad}    j = np.uint64(col)"]
     else:
         lines += [f"{pad}for row in {rows}:", f"{pad}    i = np.uint64(row)"]
-    lines += [pad + "    " + line for line in _element(s, index)]
+    inner = _loads(s, index, levels, PER_ELEMENT) + _computed(s, levels, PER_ELEMENT)
+    lines += [pad + "    " + line for line in inner + _stores(s, index)]
     for k, r in reductions:
         target = f"part{k}[c, j]" if _form(r, s.ndim) == "cols" else f"acc{k}"
         lines.append(f"{pad}    {_fold(r, target, f'v{r.slot}', _accumulator_dtype(r, s.ndim))}")
@@ -538,6 +543,51 @@ def _body_3d(s: Structure) -> list[str]:
     ]
     lines += ["                " + line for line in _element(s, "i, j, k")]
     return ["    " + line for line in lines]
+
+
+INVARIANT, PER_ROW, PER_ELEMENT = 0, 1, 2  # where in a 1-D or 2-D kernel's loops a slot changes
+
+
+def _levels(s: Structure) -> list[int]:
+    """Each slot's level: an input spanning no axis is INVARIANT, one spanning only the outer
+    axis of two PER_ROW (a row's maximum or sum), any other PER_ELEMENT; a node's is its
+    operands' highest. A node is computed where its level says, once and not at every element:
+    the log of a row's sum of exps (log-softmax) is a log per row, not one per element, which
+    LLVM cannot hoist itself (the stores in the loop might write what the loads read)."""
+    levels = []
+    for _, spans in s.inputs:
+        if not any(spans):
+            levels.append(INVARIANT)
+        else:
+            levels.append(PER_ROW if s.ndim == 2 and spans == (True, False) else PER_ELEMENT)
+    for _, _, operands, _ in s.nodes:
+        levels.append(max((levels[o] for o in operands), default=INVARIANT))
+    return levels
+
+
+def _loads(s: Structure, index: str, levels: list[int], level: int) -> list[str]:
+    """The loads of the inputs of `level` (INVARIANT ones are loaded before the loops)."""
+    lines = []
+    for k, (_, spans) in enumerate(s.inputs):
+        if any(spans) and levels[k] == level:
+            own = ", ".join(i for i, full in zip(index.split(", "), spans, strict=True) if full)
+            lines.append(f"v{k} = in{k}[{own}]")
+    return lines
+
+
+def _computed(s: Structure, levels: list[int], level: int) -> list[str]:
+    """The expressions of the nodes of `level`, in order."""
+    lines = []
+    for k, (_, template, operands, dtype) in enumerate(s.nodes, start=len(s.inputs)):
+        if levels[k] == level:
+            expr = template.format(*(f"v{o}" for o in operands))
+            lines.append(f"v{k} = {_cast(dtype)}({expr})")
+    return lines
+
+
+def _stores(s: Structure, index: str) -> list[str]:
+    return [f"out{k}[{index}] = v{out}" for k, out in enumerate(s.outputs)
+            if not isinstance(out, Reduction)]  # fmt: skip
 
 
 def _element(s: Structure, index: str) -> list[str]:

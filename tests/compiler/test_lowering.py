@@ -1,0 +1,73 @@
+"""Lowering's choice of kernels: large fused groups, and small ones whose pattern repeats."""
+
+import numpy as np
+import pytest
+
+import passes
+import tracegrad as tg
+from tracegrad.compiler import lowering
+
+SIZES = (5, 7, 7, 7, 7, 7, 7, 7, 7, 3)  # eight small hidden layers: 18 small parameters
+
+
+def deep_step():
+    """A step of a deep net of small layers with Adam: every parameter's update is a small fused
+    group, and all of the weights' (and all of the biases') have one pattern."""
+    rng = np.random.default_rng(0)
+    params = []
+    for m, n in zip(SIZES[:-1], SIZES[1:], strict=True):
+        params += [tg.tensor(rng.standard_normal((m, n)) / np.sqrt(m)), tg.tensor(np.zeros(n))]
+    for p in params:
+        p.requires_grad_(True)
+    opt = tg.optim.Adam(params, lr=1e-2, weight_decay=1e-3)
+
+    def step(x, y):
+        opt.zero_grad()
+        h = x
+        for w, b in zip(params[::2], params[1::2], strict=True):
+            h = tg.tanh(h @ w + b)
+        loss = ((h - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step, params
+
+
+def data(steps=3):
+    rng = np.random.default_rng(1)
+    return [(rng.standard_normal((4, SIZES[0])), rng.standard_normal((4, SIZES[-1])))
+            for _ in range(steps)]  # fmt: skip
+
+
+def kernel_lines(step):
+    return [line for line in step.latest.source.splitlines() if line.lstrip().startswith("kernel")]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_a_traced_step_of_many_small_parameters_matches_eager(backend):
+    eager, eager_params = deep_step()
+    step, params = deep_step()
+    traced = tg.trace(step, backend=backend)
+    for x, y in data():
+        want = float(eager(tg.tensor(x), tg.tensor(y)))
+        got = float(traced(x, y))
+        assert got == pytest.approx(want, rel=1e-12)
+    for p, q in zip(params, eager_params, strict=True):
+        np.testing.assert_allclose(p.numpy(), q.numpy(), rtol=1e-12, atol=1e-14)
+    assert bool(kernel_lines(traced)) == (backend == "numba")
+
+
+def test_small_groups_get_a_kernel_only_when_their_pattern_repeats(monkeypatch):
+    step, _ = deep_step()
+    traced = tg.trace(step, backend="numba")
+    traced(*data(1)[0])
+    traced(*data(1)[0])  # the second trace: the grads exist now
+    fused, _ = passes.run(traced.latest.capture.graph, [*passes.DEFAULT, passes.fuse])
+    chosen = lowering.kernel_groups(fused)
+    assert chosen and all(v.size < lowering.KERNEL_MIN for n in chosen
+                          for v in (*n.inputs, *n.outputs))  # fmt: skip
+    updates = [line for line in kernel_lines(traced) if "update" in line]
+    assert len(updates) >= len(SIZES) - 1  # at least each weight's update is one kernel
+    monkeypatch.setattr(lowering, "REPEATED_MIN", 10**6)
+    assert lowering.kernel_groups(fused) == []
