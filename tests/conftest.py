@@ -4,6 +4,7 @@ of every compiled step re-checks the graph it returns."""
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable
 
 import numpy as np
@@ -86,3 +87,13 @@ def global_state_is_restored():
     autodiff.Listeners.grad_enabled = True
     autodiff.Listeners.recording.clear()
     assert leaked == (False, []), f"grad mode off or managers still recording: {leaked}"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def sigint_raises_keyboard_interrupt():
+    """Python's KeyboardInterrupt for SIGINT, whatever the process inherited: a shell starts a
+    background job with SIGINT ignored, Python then installs no handler, and the tests that
+    interrupt a step would see no interrupt."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
