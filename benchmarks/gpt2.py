@@ -98,7 +98,7 @@ def gpt2_data(c: dict) -> tuple[tuple, tuple]:
 def gpt2_train(lib: Any, nets: dict, c: dict):
     """nanoGPT's training step: forward, loss, backward, AdamW's step, then
     `zero_grad(set_to_none=True)`: no gradient outlives the step, in either library (with
-    `zero_grad()` first instead, both keep the last step's gradients, 475 MiB, between steps)."""
+    `zero_grad()` first instead, both keep the last step's gradients between steps)."""
     model, F = nets["model"], lib.nn.functional
     opt = zoo.adamw(lib, model.parameters(), c)
 
