@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tracegrad.core.ir import Graph, Node, Value
+from tracegrad.core.ops import shapes
 from tracegrad.core.primitives import fused
 from tracegrad.core.vocabulary import Kind, Phase
 
-from .base import PassStats, is_view
+from .base import PassStats, clone, is_view
+from .prune import prune
 
 
 @dataclass
@@ -30,7 +32,8 @@ class _Group:
     sealed: bool = False  # a rebuilt segment's group, once a matmul (say) has run after it
     nodes: list[Node] = field(default_factory=list)
     values: set[Value] = field(default_factory=set)  # elementwise results inside the group
-    reductions: set[Value] = field(default_factory=set)  # outputs only, never re-read
+    reductions: set[Value] = field(default_factory=set)  # results, re-read only if in rows
+    rows: dict[Value, tuple[int, ...]] = field(default_factory=dict)  # see `_row_reduction`
 
 
 def _elementwise(n: Node) -> bool:
@@ -46,6 +49,18 @@ def _trailing_reduction(n: Node) -> bool:
     ndim, axes = n.inputs[0].ndim, sorted(a % max(n.inputs[0].ndim, 1) for a in n.attrs["axis"])
     block = axes == list(range(len(axes))) or axes == list(range(ndim - len(axes), ndim))
     return ndim >= 2 and 0 < len(axes) < ndim and block
+
+
+def _row_reduction(n: Node) -> bool:
+    """A reduction over the last axis only, its axes kept: later members of its group may read
+    it (the kernel sweeps each row again, still in cache: a softmax's max, then exps and their
+    sum, then its output), as long as the group's domain is what it reduced."""
+    x = n.inputs[0] if n.inputs else None
+    return (
+        _trailing_reduction(n)
+        and n.outputs[0].ndim == x.ndim
+        and [a % x.ndim for a in n.attrs["axis"]] == [x.ndim - 1]
+    )
 
 
 def fuse(graph: Graph) -> tuple[Graph, PassStats]:
@@ -67,7 +82,7 @@ def fuse(graph: Graph) -> tuple[Graph, PassStats]:
             continue
         group = _join(n, group_of, made_at, groups, readers)
         if group is None:
-            if not _elementwise(n):
+            if not (_elementwise(n) or _row_reduction(n)):
                 continue
             group = groups[i] = _Group(i, _family(n))
             if group.family is Phase.REBUILD:
@@ -75,7 +90,14 @@ def fuse(graph: Graph) -> tuple[Graph, PassStats]:
         group.nodes.append(n)
         out = n.outputs[0]
         (group.values if _elementwise(n) else group.reductions).add(out)
+        if _row_reduction(n):
+            group.rows[out] = n.inputs[0].shape
         group_of[out] = group
+    for start, group in list(groups.items()):  # a reduction alone: nothing to fuse
+        if not group.values:
+            del groups[start]
+            for v in group.reductions:
+                del group_of[v]
     users = graph.users()
     outputs = set(graph.outputs)
     nodes: list[Node] = []
@@ -120,14 +142,7 @@ def _expansions_per_reader(graph: Graph) -> Graph:
             inputs = [_copy_expansion(v, expansion, copies, nodes) for v in n.inputs]
             n = n.replace(inputs=inputs)
         nodes.append(n)
-    reads = Counter(v for n in nodes for v in n.inputs)
-    kept = []
-    for n in reversed(nodes):  # without the originals no reader reads any more
-        if n.outputs[0] in expansion and not reads[n.outputs[0]]:
-            reads.subtract(n.inputs)
-        else:
-            kept.append(n)
-    return Graph(graph.inputs, kept[::-1], graph.outputs)
+    return prune(Graph(graph.inputs, nodes, graph.outputs))[0]  # the originals no one reads
 
 
 def _copy_expansion(v: Value, expansion: dict, copies: dict, nodes: list[Node]) -> Value:
@@ -136,9 +151,9 @@ def _copy_expansion(v: Value, expansion: dict, copies: dict, nodes: list[Node]) 
         return v
     if v not in copies:
         n = expansion[v]
-        inputs = [_copy_expansion(x, expansion, copies, nodes) for x in n.inputs]
-        copies[v] = Value(v.shape, v.dtype)
-        nodes.append(n.replace(inputs=inputs, outputs=[copies[v]]))
+        for x in n.inputs:
+            _copy_expansion(x, expansion, copies, nodes)
+        nodes.append(clone(n, copies, n.phase))
     return copies[v]
 
 
@@ -195,22 +210,30 @@ def _join(
 def _legal(n: Node, option: list[_Group], made_at: dict[Value, int]) -> bool:
     start = min(g.start for g in option)
     values = set().union(*(g.values for g in option))
+    rows = {v: shape for g in option for v, shape in g.rows.items()}
     reads = [x for g in option for m in g.nodes for x in m.inputs] + n.inputs
-    return all(x in values or x.const is not None or made_at.get(x, -1) < start for x in reads)
+    if not all(x in values or x in rows or x.const is not None or made_at.get(x, -1) < start
+               for x in reads):  # fmt: skip
+        return False
+    reread = {rows[x] for g in option for m in [*g.nodes, n] for x in m.inputs if x in rows}
+    if not reread:
+        return True
+    shapes = [n.inputs[0].shape if n.prim.kind is Kind.REDUCTION else n.outputs[0].shape]
+    shapes += [v.shape for g in option for v in g.values]
+    domain = np.broadcast_shapes(*shapes, *reread)
+    return reread == {domain}
 
 
 def _narrow_results(n: Node, option: list[_Group], readers: dict[Value, list[Node | None]]) -> bool:
     """Whether joining would leave a result narrower than the merged group's domain read outside
     it (by a node, or as a graph output: reader None): a kernel writes its elementwise results
-    over its whole domain, so such a group never compiles (a cross-entropy's guarded row
-    maxima, (N, 1), read again after the (N, C) exps and their sums had kept those out of a
-    kernel)."""
+    over its whole domain, or once a row (`row_shaped`), so such a group never compiles."""
     values = [v for g in option for v in g.values]
     members = {id(m) for g in option for m in g.nodes} | {id(n)}
     domain = np.broadcast_shapes(n.inputs[0].shape if n.prim.kind is Kind.REDUCTION
                                  else n.outputs[0].shape, *(v.shape for v in values))  # fmt: skip
-    return any(v.shape != domain and any(id(r) not in members for r in readers.get(v, ()))
-               for v in values)  # fmt: skip
+    narrow = [v for v in values if v.shape != domain and not shapes.row_shaped(v.shape, domain)]
+    return any(id(r) not in members for v in narrow for r in readers.get(v, ()))
 
 
 def _merge(option: list[_Group], group_of: dict[Value, _Group], groups: dict) -> _Group:

@@ -216,7 +216,7 @@ def _reusable(
     n: Node, out: Value, dying: list[Value], buffers: dict, holders: dict
 ) -> _Buffer | None:
     """A dying input's buffer that `n` can safely overwrite with its result `out`."""
-    if out.ndim == 0 or not n.prim.overwrites_safely(n.attrs):  # 0-d results: scalars, no out=
+    if out.ndim == 0:  # 0-d results: scalars, no out=
         return None
     # not views: a value here owns its buffer or took over one of its layout; a place in the
     # arena first: taking over a buffer NumPy allocated keeps that allocation alive longer
@@ -224,6 +224,7 @@ def _reusable(
     for v in sorted(dying, key=lambda v: (not buffers[v].state, not buffers[v].placeable)):
         buf = buffers[v]
         if (v.shape, v.dtype) == (buf.owner.shape, buf.owner.dtype) == (out.shape, out.dtype):
-            if holders[buf] == 1 and n.inputs.count(v) == 1:
+            safe = n.prim.overwrites_safely(n.attrs, n.outputs.index(out), n.inputs.index(v))
+            if safe and holders[buf] == 1 and n.inputs.count(v) == 1:
                 return buf
     return None

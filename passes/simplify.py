@@ -132,6 +132,90 @@ def reshape_chain(n: Node, rw: Rewrite) -> Value | None:
     return x if x.shape == out.shape else rw.emit(P.reshape, [x], out, shape=out.shape)
 
 
+@rule()
+def elementwise_before_reshape(n: Node, rw: Rewrite) -> Value | None:
+    """f(reshape(a), reshape(b), c) -> reshape(f(a, b, c)) when a and b had one shape and c is
+    broadcast only along trailing axes the reshape keeps: `linear(x).view(-1, C)` adds the bias
+    to the (N, C) product itself and its gradient's parts add up before the view's, so each
+    fuses with the (N, C) kernels around it (a log-softmax, its gradient) instead of being
+    written whole in between."""
+    if n.prim.kind is not Kind.ELEMENTWISE or not n.prim.fusible or len(n.outputs) != 1:
+        return None
+    out = n.outputs[0]
+    sources = {rw.producers[x].inputs[0].shape if x in rw.producers and
+               rw.producers[x].prim is P.reshape else None
+               for x in n.inputs if x.shape == out.shape}  # fmt: skip
+    if len(sources) != 1 or None in sources:
+        return None
+    (shape,) = sources
+    kept = _common_trailing(out.shape, shape)
+    inputs = []
+    for x in n.inputs:
+        lead = max(0, x.ndim - kept)
+        if x.shape == out.shape:
+            inputs.append(rw.producers[x].inputs[0])
+        elif all(d == 1 for d in x.shape[:lead]):
+            inputs.append(_reshaped(x, x.shape[lead:], rw))
+        else:
+            return None
+    if np.broadcast_shapes(*(x.shape for x in inputs)) != shape:
+        return None
+    made = rw.emit(n.prim, inputs, Value(shape, out.dtype), **n.attrs)
+    return rw.emit(P.reshape, [made], out, shape=out.shape)
+
+
+@rule(P.reshape)
+def reduction_keeping_axes(n: Node, rw: Rewrite) -> Value | None:
+    """reshape(sum(x, axes), the shape with those axes kept as 1) -> sum(x, axes, keepdims):
+    a gradient's row sums (N, 1) read back against the (N, C) values are then a row reduction,
+    which the kernel computing them reads again (a log-softmax's gradient is one kernel)."""
+    inner = rw.producers.get(n.inputs[0])
+    if inner is None or inner.prim.kind is not Kind.REDUCTION or inner.attrs.get("keepdims", True):
+        return None
+    if rw.readers.get(n.inputs[0]) != 1 or n.inputs[0] in rw.outputs:
+        return None
+    x, out = inner.inputs[0], n.outputs[0]
+    axes = {a % x.ndim for a in inner.attrs["axis"]}
+    if out.shape != tuple(1 if a in axes else d for a, d in enumerate(x.shape)):
+        return None
+    return rw.emit(inner.prim, [x], out, **{**inner.attrs, "keepdims": True})
+
+
+@rule(P.sum, P.max, P.min)
+def reduce_through_reshape(n: Node, rw: Rewrite) -> Value | None:
+    """A reduction over exactly the leading axes a reshape split or merged, of the reshaped
+    array itself: the bias gradient `g.view(N, T, C).sum((0, 1))` as `g.sum(0)` of the (N * T,
+    C) gradient, a column sum that fuses into the kernel writing g."""
+    inner = rw.producers.get(n.inputs[0])
+    if inner is None or inner.prim is not P.reshape:
+        return None
+    x, y = inner.inputs[0], inner.outputs[0]
+    kept = _common_trailing(x.shape, y.shape)
+    lead_x, lead_y = x.ndim - kept, y.ndim - kept
+    if lead_x == 0 or tuple(sorted(a % y.ndim for a in n.attrs["axis"])) != tuple(range(lead_y)):
+        return None
+    out = n.outputs[0]
+    axis = tuple(range(lead_x))
+    if n.attrs["keepdims"]:
+        flat = Value((1,) * lead_x + x.shape[lead_x:], out.dtype)
+        reduced = rw.emit(n.prim, [x], flat, axis=axis, keepdims=True)
+        return rw.emit(P.reshape, [reduced], out, shape=out.shape)
+    return rw.emit(n.prim, [x], out, axis=axis, keepdims=False)
+
+
+def _common_trailing(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    """How many trailing axes two shapes share (size 1 axes included)."""
+    k = 0
+    while k < min(len(a), len(b)) and a[-1 - k] == b[-1 - k]:
+        k += 1
+    return k
+
+
+def _reshaped(x: Value, shape: tuple[int, ...], rw: Rewrite) -> Value:
+    """x as `shape`: x itself or a new reshape."""
+    return x if x.shape == shape else rw.emit(P.reshape, [x], Value(shape, x.dtype), shape=shape)
+
+
 @rule(P.transpose)
 def transpose_chain(n: Node, rw: Rewrite) -> Value | None:
     """transpose(transpose(x)) -> one transpose, or x itself."""

@@ -613,11 +613,10 @@ def test_gradients_of_a_chunked_tensor_summed_out_of_order_are_one_concatenation
     assert ops.count("scatter_add") == 0 and ops.count("concatenate") == 1
 
 
-def test_fuse_leaves_out_a_narrower_result_that_is_read_after_the_group():
-    """A log-sum-exp: s, the guarded row maxima (8, 1), is read by the (8, 4) exps and again by
-    log(t) + s after their row sums. Merged into the exps' group it would be a narrow result of
-    an (8, 4) kernel, which never compiles; it stays in its own group, and the exps and their
-    sums make one kernel."""
+def test_fuse_makes_a_log_sum_exp_one_kernel_that_sweeps_each_row_again():
+    """A log-sum-exp: the row maxima (8, 1), guarded, are read by the (8, 4) exps, whose row
+    sums are read again by log(t) + s. The row reductions are read inside the group (the kernel
+    sweeps each row once per stage) and the (8, 1) result is stored once a row: one kernel."""
     from tracegrad.compiler.kernels.fused import analyze
 
     x = val(8, 4)
@@ -633,29 +632,43 @@ def test_fuse_leaves_out_a_narrower_result_that_is_read_after_the_group():
     graph = Graph([x], [n1, n2, n3, n4, n5, n6, n7, n8, n9], [y, e])
     after, _ = passes.fuse(graph)
     groups = [[m.op for m in n.attrs["body"].nodes] for n in after.nodes if n.op == "fused"]
-    assert groups == [["abs", "less", "where"], ["sub", "exp", "sum"], ["log", "add"]]
-    for n in after.nodes:
-        if n.op == "fused":
-            body = n.attrs["body"]
-            analyze(body.inputs, body.nodes, body.outputs)  # raises for a group it cannot compile
+    assert groups == [["max", "abs", "less", "where", "sub", "exp", "sum", "log", "add"]]
+    body = after.nodes[0].attrs["body"]
+    analyze(body.inputs, body.nodes, body.outputs)  # raises for a group it cannot compile
+    same_results(graph, after, rand(8, 4))
+
+
+def test_fuse_keeps_a_column_reduction_read_again_out_of_its_group():
+    """Only a row's reduction may be read again inside its group: a column sum (1, 4) read by
+    the (8, 4) values after it ends its group."""
+    x = val(8, 4)
+    n1, e = node("exp", [x], (8, 4))
+    n2, t = node("sum", [e], (1, 4), axis=(0,), keepdims=True)
+    n3, y = node("div", [e, t], (8, 4))
+    graph = Graph([x], [n1, n2, n3], [y])
+    after, _ = passes.fuse(graph)
+    groups = [[m.op for m in n.attrs["body"].nodes] for n in after.nodes if n.op == "fused"]
+    assert groups == [["exp", "sum"], ["div"]]
     same_results(graph, after, rand(8, 4))
 
 
 def test_fuse_counts_a_graph_output_as_read_outside_the_group():
-    """s (8, 1) is a result of the step itself: the (8, 4) product that reads it must not widen
-    its group, or the kernel would have a narrow result."""
+    """s (1, 4) is a result of the step itself: the (8, 4) product that reads it must not widen
+    its group, or the kernel would have a narrow result (a column: only a row's number can be
+    stored once a row). s (8, 1) can: one kernel."""
     from tracegrad.compiler.kernels.fused import analyze
 
-    x, c = val(8, 4), val(8, 1)
-    n1, s = node("exp", [c], (8, 1))
-    n2, e = node("mul", [x, s], (8, 4))
-    graph = Graph([x, c], [n1, n2], [e, s])
-    after, _ = passes.fuse(graph)
-    assert [[m.op for m in n.attrs["body"].nodes] for n in after.nodes] == [["exp"], ["mul"]]
-    for n in after.nodes:
-        body = n.attrs["body"]
-        analyze(body.inputs, body.nodes, body.outputs)
-    same_results(graph, after, rand(8, 4), rand(8, 1))
+    for shape, expected in (((1, 4), [["exp"], ["mul"]]), ((8, 1), [["exp", "mul"]])):
+        x, c = val(8, 4), val(*shape)
+        n1, s = node("exp", [c], shape)
+        n2, e = node("mul", [x, s], (8, 4))
+        graph = Graph([x, c], [n1, n2], [e, s])
+        after, _ = passes.fuse(graph)
+        assert [[m.op for m in n.attrs["body"].nodes] for n in after.nodes] == expected
+        for n in after.nodes:
+            body = n.attrs["body"]
+            analyze(body.inputs, body.nodes, body.outputs)
+        same_results(graph, after, rand(8, 4), rand(*shape))
 
 
 def test_fuse_folds_reductions_over_leading_or_trailing_axes_of_3d_values():
@@ -784,7 +797,8 @@ def test_a_scattered_gradient_lives_in_the_arena():
 
 def test_fuse_computes_an_expansion_again_in_each_kernel_that_reads_it():
     """A one-hot built from labels, read by a row sum and by the elementwise chain after it:
-    each group computes it as it goes; no kernel writes the (N, C) one-hot for another."""
+    the kernel computes it as it goes, in each sweep of a row that reads it; nothing writes
+    the (N, C) one-hot."""
     labels, g, x = val(6, 1, dtype=np.int64), val(6, 1), val(6, 9)
     n1, hot = node("equal", [const(np.arange(9), np.int64), labels], (6, 9), dtype=np.bool_)
     n2, picked = node("where", [hot, g, const(0.0)], (6, 9))
@@ -794,7 +808,88 @@ def test_fuse_computes_an_expansion_again_in_each_kernel_that_reads_it():
     graph = Graph([labels, g, x], [n1, n2, n3, n4, n5], [out])
     after, _ = passes.fuse(graph)
     fused = [n for n in after.nodes if n.op == "fused"]
-    assert len(fused) == 2 and all(v.shape != (6, 9) for v in fused[0].outputs)
-    assert [n.op for n in fused[1].attrs["body"].nodes].count("where") == 1
+    assert len(fused) == 1 and [v.shape for v in fused[0].outputs] == [(6, 9)]
+    assert [n.op for n in fused[0].attrs["body"].nodes].count("where") == 2  # a copy a reader
     args = [np.array([[0], [3], [8], [1], [1], [5]]), rand(6, 1), rand(6, 9)]
     same_results(graph, after, *args)
+
+
+def test_simplify_moves_elementwise_ops_of_reshaped_values_before_the_reshape():
+    """`linear(x).view(-1, C)`: the bias add of the (N, T, C) view of the (N * T, C) product
+    happens on the product itself (the bias broadcast along the axes the view keeps), and the
+    gradient's two parts, each viewed back, add before one view. A bias that varies along a
+    reshaped axis keeps the op where it was."""
+    p, b, g1, g2, c = val(6, 4), val(4), val(6, 4), val(6, 4), val(3, 1)
+    n1, p3 = node("reshape", [p], (2, 3, 4), shape=(2, 3, 4))
+    n2, z = node("add", [p3, b], (2, 3, 4))
+    n3, flat = node("reshape", [z], (6, 4), shape=(6, 4))
+    n4, a3 = node("reshape", [g1], (2, 3, 4), shape=(2, 3, 4))
+    n5, b3 = node("reshape", [g2], (2, 3, 4), shape=(2, 3, 4))
+    n6, s = node("add", [a3, b3], (2, 3, 4))
+    n7, keep = node("mul", [a3, c], (2, 3, 4))  # c varies along axis 1, which the view merges
+    g = Graph([p, b, g1, g2, c], [n1, n2, n3, n4, n5, n6, n7], [flat, s, keep])
+    after, _ = passes.prune(passes.simplify(g)[0])
+    producer = after.producers()
+    assert producer[after.outputs[0]].op == "add" and producer[after.outputs[0]].inputs == [p, b]
+    assert producer[after.outputs[1]].op == "reshape"
+    assert producer[producer[after.outputs[1]].inputs[0]].inputs == [g1, g2]
+    assert producer[after.outputs[2]].op == "mul"
+    same_results(g, after, rand(6, 4), rand(4), rand(6, 4), rand(6, 4), rand(3, 1))
+
+
+@pytest.mark.parametrize("op", ["sum", "max"])
+def test_simplify_reduces_the_array_a_reshape_read_and_keeps_axes_a_reshape_restores(op):
+    """sum(g.view(N, T, C), (0, 1)) as sum(g, 0) of the (N * T, C) g (a bias gradient, then a
+    column sum of the kernel writing g); reshape(sum(x, 1), (N, 1)) as sum(x, 1, keepdims):
+    a row reduction its kernel may read again."""
+    g, x = val(6, 4), val(5, 7)
+    n1, g3 = node("reshape", [g], (2, 3, 4), shape=(2, 3, 4))
+    n2, bias = node(op, [g3], (4,), axis=(0, 1), keepdims=False)
+    n3, rows = node(op, [x], (5,), axis=(1,), keepdims=False)
+    n4, kept = node("reshape", [rows], (5, 1), shape=(5, 1))
+    n5, y = node("sub", [x, kept], (5, 7))
+    graph = Graph([g, x], [n1, n2, n3, n4, n5], [bias, y])
+    after, _ = passes.prune(passes.simplify(graph)[0])
+    reductions = [n for n in after.nodes if n.op == op]
+    assert [(n.inputs[0], n.attrs["axis"], n.attrs["keepdims"]) for n in reductions] == [
+        (g, (0,), False), (x, (1,), True)]  # fmt: skip
+    assert "reshape" not in [n.op for n in after.nodes]
+    same_results(graph, after, rand(6, 4), rand(5, 7))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_the_cross_entropy_of_a_viewed_linear_layer_is_a_kernel_each_way(dtype, monkeypatch):
+    """word_language_model's decoder: `linear(h).view(-1, C)`, log-softmax, NLL. Forward, the
+    bias add, the row max, the exps and their sums and the log-probabilities are one kernel
+    (three sweeps of each row); backward, the logits' gradient and the bias gradient (a column
+    sum) one more. Traced matches eager (float64 to 1e-12)."""
+    import tracegrad as tg
+    from tracegrad.compiler import lowering
+
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+    rng = np.random.default_rng(0)
+    linears = [tg.nn.Linear(8, 37).double() if dtype == np.float64 else tg.nn.Linear(8, 37)
+               for _ in range(2)]  # fmt: skip
+    linears[1].load_state_dict(linears[0].state_dict())
+    h = rng.standard_normal((5, 3, 8)).astype(dtype)
+    targets = rng.integers(0, 37, 15)
+
+    def step(linear, h, targets):
+        logits = linear(tg.tensor(h)).view(-1, 37)
+        loss = tg.nn.functional.nll_loss(tg.nn.functional.log_softmax(logits, dim=1), targets)
+        loss.backward()
+        return loss
+
+    eager = step(linears[0], h, tg.tensor(targets))
+    compiled = tg.trace(step, backend="numba")
+    traced = compiled(linears[1], h, tg.tensor(targets))
+    tol = 1e-12 if dtype == np.float64 else 2e-6
+    np.testing.assert_allclose(traced.item(), eager.item(), rtol=tol)
+    for a, b in zip(linears[1].parameters(), linears[0].parameters(), strict=True):
+        np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=tol, atol=tol)
+    nodes = compiled.latest.graph.nodes
+    big = [n for n in nodes if n.op == "fused" and (15, 37) in [v.shape for v in n.outputs]]
+    bodies = [[m.op for m in n.attrs["body"].nodes] for n in big]
+    assert len(big) == 2, bodies
+    assert {"add", "max", "exp", "sum", "log"} <= set(bodies[0])
+    assert any(v.shape == (37,) for v in big[1].outputs)  # the bias gradient

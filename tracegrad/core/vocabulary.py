@@ -192,9 +192,9 @@ class Primitive:
             return self._view(inputs, attrs)
         return self.kind in (Kind.VIEW, Kind.CHECK)
 
-    def overwrites_safely(self, attrs: dict) -> bool:
+    def overwrites_safely(self, attrs: dict, result: int = 0, operand: int = 0) -> bool:
         """Each result element is computed from same-index input elements, through `out=`:
-        writing the result into a dying input's buffer is safe."""
+        writing result `result` into the dying buffer of input `operand` is safe."""
         return self.kind is Kind.ELEMENTWISE and self.accepts_out
 
     def scratch(self, inputs: Sequence[Any], attrs: dict) -> int:
@@ -263,10 +263,45 @@ class Composite(Primitive):
                 raise ShapeError(f"{self.name}: input {outer} for body input {inner}")
         return [(v.shape, v.dtype) for v in body.outputs]
 
-    def overwrites_safely(self, attrs: dict) -> bool:
-        """A fused group's reductions are outputs nothing in it reads again, so its kernel is one
-        pass that reads each element before it writes the results' element there."""
-        return all(n.prim.kind in (Kind.ELEMENTWISE, Kind.REDUCTION) for n in attrs["body"].nodes)
+    def overwrites_safely(self, attrs: dict, result: int = 0, operand: int = 0) -> bool:
+        """A fused group's kernel reads each element before it writes the results' element
+        there, in each sweep over a row (`sweeps`); a result stored in an earlier sweep than the
+        last that reads the input must not take the input's buffer."""
+        body = attrs["body"]
+        if not all(n.prim.kind in (Kind.ELEMENTWISE, Kind.REDUCTION) for n in body.nodes):
+            return False
+        stage, sweep = stages(body), sweeps(body)
+        v = body.inputs[operand]
+        read = max((stage[v] if n.prim.kind is Kind.REDUCTION else sweep[n]
+                    for n in body.nodes if v in n.inputs), default=0)  # fmt: skip
+        made = next(n for n in body.nodes if body.outputs[result] in n.outputs)
+        return read <= (stage[made.outputs[0]] if made.prim.kind is Kind.REDUCTION else sweep[made])
+
+
+def stages(body: Any) -> dict[Any, int]:
+    """Each value's stage in a fused group: 0, or one more than the stage of a reduction it
+    reads (a softmax's max 1, its exps and their sum 1, its output 2). A kernel reading a
+    row's reduction again sweeps each row once per stage."""
+    stage = dict.fromkeys(body.inputs, 0)
+    for n in body.nodes:
+        at = max((stage.get(v, 0) for v in n.inputs), default=0)
+        stage[n.outputs[0]] = at + 1 if n.prim.kind is Kind.REDUCTION else at
+    return stage
+
+
+def sweeps(body: Any) -> dict[Any, int]:
+    """The sweep of a row in which a fused group's kernel computes each node: the first that
+    needs it (to store it, fold it, or compute a node of its own); a later sweep reads the value
+    back from a row of scratch, so every sweep sees the same bits (`x == max(x)` must hold for
+    the max's gradient) and nothing is computed twice."""
+    stage, users, outputs = stages(body), body.users(), set(body.outputs)
+    sweep: dict[Any, int] = {}
+    for n in reversed(body.nodes):
+        out = n.outputs[0]
+        uses = [stage[out] if r.prim.kind is Kind.REDUCTION else sweep[r]
+                for r in users.get(out, ())]  # fmt: skip
+        sweep[n] = min([*uses, *([stage[out]] if out in outputs else [])], default=stage[out])
+    return sweep
 
 
 def _no_rule(*ins: Any, **attrs: Any) -> Any:

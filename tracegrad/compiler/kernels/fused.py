@@ -28,10 +28,13 @@ import numpy as np
 
 from tracegrad.compiler.kernels import fastmath
 from tracegrad.compiler.kernels.cache import KernelCache, default_cache, in_c_order
-from tracegrad.core.ir import Node, Value
-from tracegrad.core.vocabulary import Kind
+from tracegrad.core.ir import Graph, Node, Value
+from tracegrad.core.ops import shapes
+from tracegrad.core.vocabulary import Kind, stages, sweeps
 
-FLAGS = frozenset(fastmath.FLAGS | {"reassoc"})  # reassoc lets LLVM vectorize the reductions
+# Only a fold's own arithmetic may reassociate (LLVM then runs it in SIMD lanes): a kernel's
+# (x - m) - log(s) reassociated to x - (m + log(s)) loses a log-softmax's precision.
+FOLD_FLAGS = frozenset(fastmath.FLAGS | {"reassoc"})
 # Groups smaller than this (or any, when Numba has one thread) run on one thread and compile
 # without `parallel=True`, which compiles the loop body a second time (as a gufunc) and wakes
 # the threads at every call: more than a small group gains.
@@ -74,6 +77,13 @@ class Structure:
     nodes: tuple[tuple[str, str, tuple[int, ...], str], ...]
     outputs: tuple[int | Reduction, ...]
     helpers: tuple[str, ...]
+    # row reductions the group reads again, as (their slot, the reduction): a 2-D kernel then
+    # sweeps each row once per stage, the row still in cache (a softmax's max, then its exps
+    # and their sum, then its output)
+    folds: tuple[tuple[int, Reduction], ...] = ()
+    # per node slot, its stage and the sweep that computes it (`vocabulary.stages`, `sweeps`)
+    stages: tuple[int, ...] = ()
+    sweeps: tuple[int, ...] = ()
 
 
 class Layout(NamedTuple):
@@ -264,7 +274,7 @@ def analyze(
         raise NotImplementedError("an empty group has nothing to compute")
     consts = _unlisted_constants(inputs, nodes)
     kernel_inputs = [*inputs, *consts]
-    reductions = _check_nodes(nodes, outputs)
+    reductions, reread = _check_nodes(nodes, outputs)
     for v in (*kernel_inputs, *(o for n in nodes for o in n.outputs)):
         if v.dtype.name not in SUPPORTED_DTYPES:
             raise NotImplementedError(f"dtype {v.dtype} in a fused kernel")
@@ -272,34 +282,51 @@ def analyze(
     if 0 in domain:  # no element to visit: a reduction's output would never be written
         raise NotImplementedError(f"an empty domain {domain}")
     axes_of = {v: tuple(sorted(n.attrs["axis"])) for v, n in reductions.items()}
-    groups = _canonical_axes(domain, [v.shape for v in kernel_inputs], list(axes_of.values()))
-    if len(groups) > (2 if reductions else 3):  # 3: a channel's bias over (N, C, H * W)
+    rows = [v for v in outputs if v not in reductions and v.shape != domain]
+    groups = _canonical_axes(domain, [v.shape for v in (*kernel_inputs, *rows)],
+                             list(axes_of.values()))  # fmt: skip
+    if len(groups) > (2 if reductions or rows else 3):  # 3: a channel's bias over (N, C, H * W)
         raise NotImplementedError(f"{len(groups)} canonical axes (domain {domain})")
+    if rows and (len(groups) != 2 or groups[1] != [len(domain) - 1]):
+        raise NotImplementedError(f"a row's output of a group of {domain}")
+    for v in reread:
+        if len(groups) != 2 or set(axes_of[v]) != set(groups[1]) or v.ndim != len(domain):
+            raise NotImplementedError(f"{reductions[v].op} over {axes_of[v]} read again in a "
+                                      f"group of {domain} (only a row's, axes kept)")  # fmt: skip
     sizes = tuple(math.prod(domain[a] for a in g) for g in groups) or (1,)
 
-    elementwise = [n for n in nodes if n.prim.kind is not Kind.REDUCTION]
-    slots = {v: i for i, v in enumerate([*kernel_inputs, *(n.outputs[0] for n in elementwise)])}
+    valued = [n for n in nodes if n.prim.kind is not Kind.REDUCTION or n.outputs[0] in reread]
+    slots = {v: i for i, v in enumerate([*kernel_inputs, *(n.outputs[0] for n in valued)])}
     in_spec = tuple((v.dtype.name, _spans(v.shape, domain, groups)) for v in kernel_inputs)
     node_spec = tuple(
-        (n.op, n.prim.scalar, tuple(slots[v] for v in n.inputs), n.outputs[0].dtype.name)
-        for n in elementwise
-    )
+        (n.op, n.prim.combine if n.outputs[0] in reread else n.prim.scalar,
+         tuple(slots[v] for v in n.inputs), n.outputs[0].dtype.name)
+        for n in valued
+    )  # fmt: skip
+
+    def reduction(v: Value) -> Reduction:
+        p, kept = reductions[v].prim, [k for k, g in enumerate(groups) if g[0] not in axes_of[v]]
+        reduced = tuple(k for k in range(len(groups)) if k not in kept)
+        return Reduction(p.name, p.combine, p.identity, slots[reductions[v].inputs[0]], reduced,
+                         v.dtype.name)  # fmt: skip
+
     out_spec, out_shapes = [], []
     for v in outputs:
         if v in reductions:
-            node = reductions[v]
-            kept = tuple(k for k, g in enumerate(groups) if g[0] not in axes_of[v])
-            reduced = tuple(k for k in range(len(groups)) if k not in kept)
-            p = node.prim
-            out_spec.append(Reduction(p.name, p.combine, p.identity, slots[node.inputs[0]],
-                                      reduced, v.dtype.name))  # fmt: skip
+            out_spec.append(reduction(v))
+            kept = [k for k, g in enumerate(groups) if g[0] not in axes_of[v]]
             out_shapes.append(tuple(sizes[k] for k in kept) or (1,))
         else:
             out_spec.append(slots[v])
-            out_shapes.append(sizes)
+            out_shapes.append(sizes[:1] if v in rows else sizes)
+    folds = tuple((slots[v], reduction(v)) for v in reread)
+    body = Graph(inputs, nodes, outputs)
+    stage, sweep = (stages(body), sweeps(body)) if reread else ({}, {})
     parallel = math.prod(sizes) >= PARALLEL_MIN and numba.config.NUMBA_NUM_THREADS > 1
     helpers = tuple(sorted({h for n in nodes for h in n.prim.helpers}))
-    structure = Structure(len(sizes), parallel, in_spec, node_spec, tuple(out_spec), helpers)
+    structure = Structure(len(sizes), parallel, in_spec, node_spec, tuple(out_spec), helpers,
+                          folds, tuple(stage[n.outputs[0]] for n in valued) if reread else (),
+                          tuple(sweep[n] for n in valued) if reread else ())  # fmt: skip
     in_shapes = [
         tuple(s for s, full in zip(sizes, spans, strict=True) if full) or (1,)
         for _, spans in in_spec
@@ -322,17 +349,18 @@ def _unlisted_constants(inputs: Sequence[Value], nodes: Sequence[Node]) -> list[
     return consts
 
 
-def _check_nodes(nodes: Sequence[Node], outputs: Sequence[Value]) -> dict[Value, Node]:
-    """The reduction nodes by their value, after checking every node is one we can fuse."""
+def _check_nodes(
+    nodes: Sequence[Node], outputs: Sequence[Value]
+) -> tuple[dict[Value, Node], list[Value]]:
+    """The reduction nodes by their value, and those read again inside the group, after
+    checking every node is one we can fuse."""
     reductions: dict[Value, Node] = {}
+    reread = []
     for n in nodes:
-        if any(v in reductions for v in n.inputs):
-            raise NotImplementedError("a reduction read again inside its group")
+        reread += [v for v in n.inputs if v in reductions and v not in reread]
         if n.prim.kind is Kind.REDUCTION:
             if n.prim.combine is None:
                 raise NotImplementedError(f"{n.op} has no combine template")
-            if n.outputs[0] not in outputs:
-                raise NotImplementedError(f"{n.op} inside a group must be a group output")
             if not math.isfinite(n.prim.identity) and n.inputs[0].dtype.kind != "f":
                 raise NotImplementedError(f"{n.op} of {n.inputs[0].dtype}")
             if not n.attrs["axis"]:
@@ -342,7 +370,10 @@ def _check_nodes(nodes: Sequence[Node], outputs: Sequence[Value]) -> dict[Value,
             raise NotImplementedError(f"{n.op} has no scalar template")
         elif len(n.outputs) != 1:
             raise NotImplementedError(f"{n.op} with {len(n.outputs)} outputs")
-    return reductions
+    for v, n in reductions.items():
+        if v not in outputs and v not in reread:
+            raise NotImplementedError(f"{n.op} that nothing reads")
+    return reductions, reread
 
 
 def _domain(nodes, outputs, reductions) -> tuple[int, ...]:
@@ -354,7 +385,7 @@ def _domain(nodes, outputs, reductions) -> tuple[int, ...]:
         if shape != domain:
             raise NotImplementedError(f"a reduction over {shape} in a group of shape {domain}")
     for v in outputs:
-        if v not in reductions and v.shape != domain:
+        if v not in reductions and v.shape != domain and not shapes.row_shaped(v.shape, domain):
             raise NotImplementedError(f"an output of shape {v.shape} in a group of {domain}")
     return domain
 
@@ -449,7 +480,7 @@ import math
 import numpy as np
 from numba import njit, prange
 {imports}
-
+{folds}
 
 @njit(
     "{signature}",
@@ -478,11 +509,38 @@ def generate_source(s: Structure, key: str) -> str:
         structure=_describe(s),
         signature=_signature(s, partials),
         parallel=s.parallel,
-        flags=fastmath.flags_literal(FLAGS),
+        flags=fastmath.flags_literal(fastmath.FLAGS),
         params=", ".join(params),
         imports=_helper_imports(s.helpers),
+        folds=_fold_helpers(s),
     )
     return header + "\n".join(_body(s, reductions, partials)) + "\n"
+
+
+_FOLD = """
+
+@njit(fastmath={flags}, error_model="numpy", cache=True)
+def fold_{op}(a, b):
+    return {expr}
+"""
+
+
+def _fold_helpers(s: Structure) -> str:
+    """A function per reduction op that folds a value into an accumulator, compiled with
+    FOLD_FLAGS: inlined into the kernel, only its own instructions reassociate. An extreme's is
+    Python's max or min (see `_start`)."""
+    ops = {r.op: r for r in (*s.outputs, *(r for _, r in s.folds)) if isinstance(r, Reduction)}
+    return "".join(
+        _FOLD.format(flags=fastmath.flags_literal(FOLD_FLAGS), op=op,
+                     expr=_vector_combine(r).format("a", "b"))
+        for op, r in sorted(ops.items())
+    )  # fmt: skip
+
+
+def _vector_combine(r: Reduction) -> str:
+    if _extreme(r):
+        return "max({0}, {1})" if r.identity < 0 else "min({0}, {1})"
+    return r.combine
 
 
 def _helper_imports(helpers: tuple[str, ...]) -> str:
@@ -496,37 +554,130 @@ def _body(s: Structure, reductions, partials) -> list[str]:
     that otherwise stops LLVM from vectorizing the inner loop."""
     if s.ndim == 3:
         return _body_3d(s)
-    two_d = s.ndim == 2
-    index = "i, j" if two_d else "i"
+    if s.ndim == 2:
+        return _body_2d(s, reductions, partials)
     levels = _levels(s)
-    inner_accs = [(k, r) for k, r in reductions if _form(r, s.ndim) in ("rows", "all")]
     lines = [f"v{k} = in{k}[0]" for k, (_, spans) in enumerate(s.inputs) if not any(spans)]
     lines += _computed(s, levels, INVARIANT)
     lines.append(f"for c in {'prange' if s.parallel else 'range'}(chunks):")
-    rows = "range(c * n0 // chunks, (c + 1) * n0 // chunks)"
-    if two_d:
-        lines += [f"    for row in {rows}:", "        i = np.uint64(row)"]
-        lines += ["        " + line for line in _loads(s, index, levels, PER_ROW)]
-        lines += ["        " + line for line in _computed(s, levels, PER_ROW)]
-    pad = "        " if two_d else "    "
-    lines += [f"{pad}acc{k} = {_init(r, s.ndim)}" for k, r in inner_accs]
-    if two_d:
-        lines += [f"{pad}for col in range(n1):", f"{pad}    j = np.uint64(col)"]
-    else:
-        lines += [f"{pad}for row in {rows}:", f"{pad}    i = np.uint64(row)"]
-    inner = _loads(s, index, levels, PER_ELEMENT) + _computed(s, levels, PER_ELEMENT)
-    lines += [pad + "    " + line for line in inner + _stores(s, index)]
-    for k, r in reductions:
-        target = f"part{k}[c, j]" if _form(r, s.ndim) == "cols" else f"acc{k}"
-        lines.append(f"{pad}    {_fold(r, target, f'v{r.slot}', _accumulator_dtype(r, s.ndim))}")
-    for k, r in inner_accs:
-        if _form(r, s.ndim) == "rows":
-            lines.append(f"{pad}out{k}[i] = acc{k}")
-        else:
-            lines.append(f"{pad}{_fold(r, f'part{k}[c]', f'acc{k}')}")
+    lines += ["    " + line for k, r in reductions for line in _start(r, f"acc{k}", s.ndim)]
+    inner = _loads(s, "i", levels, PER_ELEMENT) + _computed(s, levels, PER_ELEMENT)
+    inner += _stores(s, "i", range(len(s.outputs)))
+    accs = [(f"acc{k}", r) for k, r in reductions]
+    loop = _sweep(s, ("row", "i", "c * n0 // chunks", "(c + 1) * n0 // chunks"), inner, accs)
+    lines += ["    " + line for line in loop]
+    lines += ["    " + line for k, r in reductions for line in _finish(r, f"acc{k}")]
+    lines += [f"    {_fold(r, f'part{k}[c]', f'acc{k}')}" for k, r in reductions]
     for k, r in partials:
-        lines += _combine(k, r, _form(r, s.ndim))
+        lines += _combine(k, r, "all")
     return ["    " + line for line in lines]
+
+
+def _body_2d(s: Structure, reductions, partials) -> list[str]:
+    """Chunks of rows; in each row, one sweep over its columns per stage (`stages`). Each
+    node is computed in one sweep (`Structure.sweeps`); a later sweep that reads it loads it
+    from a row of scratch that sweep stored (one per chunk). A row's reductions end with their
+    sweep: the next reads them as row values."""
+    n_in = len(s.inputs)
+    levels, stage_of = _levels(s), [0] * n_in + list(s.stages or [0] * len(s.nodes))
+    sweep = {k: s.sweeps[k - n_in] if s.sweeps else 0 for k in range(n_in, n_in + len(s.nodes))}
+    element = [k for k in sweep if levels[k] == PER_ELEMENT and k not in dict(s.folds)]
+    folded = dict(reductions)
+    # each reduction once: (accumulator, reduction, output position or None)
+    runs = [(f"acc{k}", r, k) for k, r in reductions]
+    runs += [(f"fold{slot}", r, None) for slot, r in s.folds if r not in folded.values()]
+    values = {r: slot for slot, r in s.folds}
+    stored = [(k, out) for k, out in enumerate(s.outputs) if not isinstance(out, Reduction)]
+    per_row = [(k, out) for k, out in stored if levels[out] != PER_ELEMENT]  # row_shaped ones
+    stored = [(k, out) for k, out in stored if levels[out] == PER_ELEMENT]
+    last = max([stage_of[r.slot] for _, r, _ in runs] + [sweep[k] for k in element], default=0)
+    reads = {k: _reads(s, k) for k in element}
+    carried = sorted({o for k in element for o in reads[k] if o in reads and sweep[o] < sweep[k]})
+
+    def row_values(stage: int) -> list[str]:
+        lines = _computed(s, levels, PER_ROW, stage_of, stage)
+        return lines + [f"out{k}[i] = v{out}" for k, out in per_row if stage_of[out] == stage]
+
+    lines = [f"v{k} = in{k}[0]" for k, (_, spans) in enumerate(s.inputs) if not any(spans)]
+    lines += _computed(s, levels, INVARIANT)
+    lines.append(f"for c in {'prange' if s.parallel else 'range'}(chunks):")
+    lines += [f"    row{k} = np.empty(n1, np.{_slot_dtype(s, k)})" for k in carried]
+    lines += ["    for row in range(c * n0 // chunks, (c + 1) * n0 // chunks):",
+              "        i = np.uint64(row)"]  # fmt: skip
+    row = _loads(s, "i, j", levels, PER_ROW) + row_values(0)
+    for stage in range(last + 1):
+        here = [run for run in runs if stage_of[run[1].slot] == stage]
+        made = [k for k in element if sweep[k] == stage]
+        # what this sweep reads: loads of inputs, scratch of values an earlier sweep computed
+        wanted = {o for k in made for o in reads[k]} | {r.slot for _, r, _ in here}
+        inner = _loads(s, "i, j", levels, PER_ELEMENT, {k for k in wanted if k < n_in})
+        inner += [f"v{k} = row{k}[j]" for k in carried if k in wanted and sweep[k] < stage]
+        inner += _computed(s, levels, PER_ELEMENT, only=set(made))
+        inner += [f"row{k}[j] = v{k}" for k in carried if k in made]
+        # a result is stored as soon as it is computed; the memory plan gives it no input's
+        # buffer that a later sweep reads (`Composite.overwrites_safely`)
+        inner += _stores(s, "i, j", [k for k, out in stored if sweep[out] == stage])
+        for _, r, k in here:
+            if _form(r, 2) == "cols":
+                inner.append(_fold(r, f"part{k}[c, j]", f"v{r.slot}", _accumulator_dtype(r, 2)))
+        row += [line for acc, r, _ in here if _form(r, 2) != "cols" for line in _start(r, acc, 2)]
+        accs = [(acc, r) for acc, r, _ in here if _form(r, 2) != "cols"]
+        row += _sweep(s, ("col", "j", "0", "n1"), inner, accs)
+        for acc, r, k in here:
+            row += _finish(r, acc) if _form(r, 2) != "cols" else []
+            if _form(r, 2) == "all":
+                row.append(_fold(r, f"part{k}[c]", acc))
+            elif _form(r, 2) == "rows" and k is not None:
+                row.append(f"out{k}[i] = {acc}")
+            if r in values:
+                row.append(f"v{values[r]} = {_cast(_slot_dtype(s, values[r]))}({acc})")
+        row += row_values(stage + 1)
+    lines += ["        " + line for line in row]
+    for k, r in partials:
+        lines += _combine(k, r, _form(r, 2))
+    return ["    " + line for line in lines]
+
+
+def _reads(s: Structure, k: int) -> tuple[int, ...]:
+    return s.nodes[k - len(s.inputs)][2]
+
+
+BLOCK = 256  # elements a float32 sum adds in float32 before it adds the block in float64
+
+
+def _sweep(s: Structure, loop: tuple[str, str, str, str], body: list[str], accs) -> list[str]:
+    """The loop (variable, its unsigned index, start, stop) running `body` and folding each
+    (accumulator, reduction) of `accs`. A float32 value summed into a float64 accumulator is
+    summed in float32 over blocks of BLOCK elements first, in SIMD lanes of its own width
+    (float64 would halve them), and each block's sum added in float64: as accurate as NumPy's
+    pairwise float32 sums, or more, at the speed of float32 ones."""
+    var, index, start, stop = loop
+    blocked = [(acc, r) for acc, r in accs if _by_blocks(s, r)]
+    folds = []
+    for acc, r in accs:
+        if (acc, r) in blocked:
+            folds += _accumulate(r, f"{acc}_b", np.dtype(_slot_dtype(s, r.slot)))
+        else:
+            folds += _accumulate(r, acc, _accumulator_dtype(r, s.ndim))
+    if not blocked:
+        return [f"for {var} in range({start}, {stop}):", f"    {index} = np.uint64({var})",
+                *("    " + line for line in body + folds)]  # fmt: skip
+    lines = [f"for {var}0 in range({start}, {stop}, {BLOCK}):"]
+    lines += [
+        f"    {acc}_b = {_cast(_slot_dtype(s, r.slot))}({r.identity!r})" for acc, r in blocked
+    ]
+    lines += [f"    for {var} in range({var}0, min({var}0 + {BLOCK}, {stop})):",
+              f"        {index} = np.uint64({var})"]  # fmt: skip
+    lines += ["        " + line for line in body + folds]
+    lines += [
+        f"    {_fold(r, acc, f'{acc}_b', _accumulator_dtype(r, s.ndim))}" for acc, r in blocked
+    ]
+    return lines
+
+
+def _by_blocks(s: Structure, r: Reduction) -> bool:
+    wide = _accumulator_dtype(r, s.ndim) == np.float64
+    return wide and not _extreme(r) and _slot_dtype(s, r.slot) == "float32"
 
 
 def _body_3d(s: Structure) -> list[str]:
@@ -551,43 +702,60 @@ INVARIANT, PER_ROW, PER_ELEMENT = 0, 1, 2  # where in a 1-D or 2-D kernel's loop
 def _levels(s: Structure) -> list[int]:
     """Each slot's level: an input spanning no axis is INVARIANT, one spanning only the outer
     axis of two PER_ROW (a row's maximum or sum), any other PER_ELEMENT; a node's is its
-    operands' highest. A node is computed where its level says, once and not at every element:
-    the log of a row's sum of exps (log-softmax) is a log per row, not one per element, which
-    LLVM cannot hoist itself (the stores in the loop might write what the loads read)."""
+    operands' highest, a row reduction read again PER_ROW. A node is computed where its level
+    says, once and not at every element: the log of a row's sum of exps (log-softmax) is a log
+    per row, not one per element, which LLVM cannot hoist itself (the stores in the loop might
+    write what the loads read)."""
     levels = []
     for _, spans in s.inputs:
         if not any(spans):
             levels.append(INVARIANT)
         else:
             levels.append(PER_ROW if s.ndim == 2 and spans == (True, False) else PER_ELEMENT)
-    for _, _, operands, _ in s.nodes:
-        levels.append(max((levels[o] for o in operands), default=INVARIANT))
+    folds = {slot for slot, _ in s.folds}
+    for k, (_, _, operands, _) in enumerate(s.nodes, start=len(s.inputs)):
+        level = max((levels[o] for o in operands), default=INVARIANT)
+        levels.append(PER_ROW if k in folds else level)
     return levels
 
 
-def _loads(s: Structure, index: str, levels: list[int], level: int) -> list[str]:
+def _loads(
+    s: Structure, index: str, levels: list[int], level: int, only: set[int] | None = None
+) -> list[str]:
     """The loads of the inputs of `level` (INVARIANT ones are loaded before the loops)."""
     lines = []
     for k, (_, spans) in enumerate(s.inputs):
-        if any(spans) and levels[k] == level:
+        if any(spans) and levels[k] == level and (only is None or k in only):
             own = ", ".join(i for i, full in zip(index.split(", "), spans, strict=True) if full)
             lines.append(f"v{k} = in{k}[{own}]")
     return lines
 
 
-def _computed(s: Structure, levels: list[int], level: int) -> list[str]:
-    """The expressions of the nodes of `level`, in order."""
+def _computed(
+    s: Structure,
+    levels: list[int],
+    level: int,
+    stages: list[int] | None = None,
+    stage: int = 0,
+    only: set[int] | None = None,
+) -> list[str]:
+    """The expressions of the nodes of `level` (and `stage`, or in `only`, if given), in
+    order; a row reduction's value comes from its sweep."""
+    folds = {slot for slot, _ in s.folds}
     lines = []
     for k, (_, template, operands, dtype) in enumerate(s.nodes, start=len(s.inputs)):
-        if levels[k] == level:
-            expr = template.format(*(f"v{o}" for o in operands))
-            lines.append(f"v{k} = {_cast(dtype)}({expr})")
+        if levels[k] != level or k in folds:
+            continue
+        if (stages is not None and stages[k] != stage) or (only is not None and k not in only):
+            continue
+        expr = template.format(*(f"v{o}" for o in operands))
+        lines.append(f"v{k} = {_cast(dtype)}({expr})")
     return lines
 
 
-def _stores(s: Structure, index: str) -> list[str]:
-    return [f"out{k}[{index}] = v{out}" for k, out in enumerate(s.outputs)
-            if not isinstance(out, Reduction)]  # fmt: skip
+def _stores(s: Structure, index: str, which) -> list[str]:
+    return [f"out{k}[{index}] = v{s.outputs[k]}" for k in which
+            if not isinstance(s.outputs[k], Reduction)]  # fmt: skip
 
 
 def _element(s: Structure, index: str) -> list[str]:
@@ -631,6 +799,29 @@ def _fold(r: Reduction, target: str, value: str, dtype: np.dtype | None = None) 
     return f"{target} = {r.combine.format(target, value)}"
 
 
+def _start(r: Reduction, acc: str, ndim: int) -> list[str]:
+    """An accumulator's first value; an extreme's (an infinite identity: a max or a min) also
+    says whether a NaN has been seen: it folds with Python's max or min, which LLVM vectorizes
+    but which pass a NaN by (NumPy's propagates it)."""
+    lines = [f"{acc} = {_init(r, ndim)}"]
+    return lines + ([f"{acc}_nan = False"] if _extreme(r) else [])
+
+
+def _accumulate(r: Reduction, acc: str, dtype: np.dtype) -> list[str]:
+    """Fold v{slot} (cast to `dtype`) into `acc` through the op's fold function."""
+    value = f"v{r.slot}"
+    lines = [f"{acc} = fold_{r.op}({acc}, {_cast(dtype.name)}({value}))"]
+    return lines + ([f"{acc}_nan |= {value} != {value}"] if _extreme(r) else [])
+
+
+def _finish(r: Reduction, acc: str) -> list[str]:
+    return [f"if {acc}_nan:", f"    {acc} = {_cast(r.dtype)}(np.nan)"] if _extreme(r) else []
+
+
+def _extreme(r: Reduction) -> bool:
+    return not math.isfinite(r.identity) and np.dtype(r.dtype).kind == "f"
+
+
 def _init(r: Reduction, ndim: int) -> str:
     dtype = _accumulator_dtype(r, ndim).name
     return f"{_cast(dtype)}({r.identity!r})".replace("inf", "np.inf")
@@ -646,11 +837,12 @@ def _signature(s: Structure, partials) -> str:
         return f"{name}[{', '.join([':'] * (ndim - 1) + ['::1'])}]"
 
     types = [array(d, max(1, sum(spans))) for d, spans in s.inputs]
+    levels = _levels(s)
     for out in s.outputs:
         if isinstance(out, Reduction):
             types.append(array(out.dtype, max(1, s.ndim - len(out.axes))))
         else:
-            types.append(array(_slot_dtype(s, out), s.ndim))
+            types.append(array(_slot_dtype(s, out), 1 if levels[out] == PER_ROW else s.ndim))
     for _, r in partials:
         types.append(
             array(_accumulator_dtype(r, s.ndim).name, 1 if _form(r, s.ndim) == "all" else 2)

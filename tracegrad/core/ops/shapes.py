@@ -48,3 +48,11 @@ def reduced(x, axis, keepdims):
 def build_index(template: tuple, arrays: Sequence[Any]) -> tuple:
     it = iter(arrays)
     return tuple(next(it) if item == "@" else item for item in template)
+
+
+def row_shaped(shape: tuple[int, ...], domain: tuple[int, ...]) -> bool:
+    """One number per row of `domain`, its last axis kept as 1 (a log-sum-exp of logits): what
+    a fused 2-D kernel computes once a row and may store."""
+    return (
+        len(shape) == len(domain) > 1 and shape[:-1] == domain[:-1] and shape[-1] == 1 != domain[-1]
+    )
