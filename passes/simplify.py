@@ -498,8 +498,9 @@ def _slab(n: Node | None, out: Value, rw: Rewrite) -> tuple[int, int, int, Value
 
 
 def simplify(graph: Graph) -> tuple[Graph, PassStats]:
-    """Apply the rules once over the graph, in order (those for every op first); rewritten
-    nodes feed later rules."""
+    """Apply the rules over the graph, in order (those for every op first); rewritten nodes
+    feed later rules, and the nodes a rule emits go through the rules themselves (a power
+    moved before a reshape becomes products)."""
     readers: dict[Value, int] = {}
     for n in graph.nodes:
         for v in n.inputs:
@@ -509,14 +510,25 @@ def simplify(graph: Graph) -> tuple[Graph, PassStats]:
     nodes: list[Node] = []
     for n in graph.copy().nodes:
         n.inputs = [alias.get(v, v) for v in n.inputs]
-        rw.node, rw.emitted = n, []
-        rules = RULES.get(None, []) + RULES.get(n.prim, [])
-        new = next((v for v in (r(n, rw) for r in rules) if v is not None), None)
-        emitted = [n] if new is None else rw.emitted
-        if new is not None and new is not n.outputs[0]:
-            alias[n.outputs[0]] = new
-        for e in emitted:
-            nodes.append(e)
-            rw.producers.update((v, e) for v in e.outputs)
+        _rewrite(n, rw, alias, nodes, EMITTED_DEPTH)
     after = substitute(Graph(graph.inputs, nodes, graph.outputs), alias)
     return after, stats("simplify", graph, after)
+
+
+EMITTED_DEPTH = 3  # how many times the nodes a rule emits are rewritten again
+
+
+def _rewrite(n: Node, rw: Rewrite, alias: dict, nodes: list[Node], depth: int) -> None:
+    """Append `n`, or what the first rule that fires on it emits (each rewritten in turn)."""
+    rw.node, rw.emitted = n, []
+    rules = RULES.get(None, []) + RULES.get(n.prim, [])
+    new = next((v for v in (r(n, rw) for r in rules) if v is not None), None)
+    if new is not None and new is not n.outputs[0]:
+        alias[n.outputs[0]] = new
+    for e in [n] if new is None else list(rw.emitted):
+        if e is n or depth == 0:
+            nodes.append(e)
+            rw.producers.update((v, e) for v in e.outputs)
+        else:
+            e.inputs = [alias.get(v, v) for v in e.inputs]
+            _rewrite(e, rw, alias, nodes, depth - 1)

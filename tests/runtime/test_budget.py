@@ -254,16 +254,21 @@ def test_exact_gelu_needs_no_more_memory_than_tanh_gelu():
     assert minimum_budget("none") <= 1.05 * minimum_budget("tanh")
 
 
-def test_a_rebuild_runs_before_the_gradients_that_would_be_held_through_it(monkeypatch):
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_a_rebuild_placed_where_memory_is_quietest_never_raises_the_smallest_budget(
+    backend, monkeypatch
+):
     """Backward computes a layer's input gradient before the rebuilt value the same layer's
-    weight gradient needs; run after the rebuild, it is not held through it. Rebuilding right
-    before the node that reads the value instead, the 8-layer MLP's smallest budget is higher
-    (on the Numba backend, whose kernels write a layer's gradient over its input's)."""
+    weight gradient needs; run after the rebuild, it is not held through it. Against rebuilding
+    right before the node that reads the value, the 8-layer MLP's smallest budget is never
+    higher. (It was 10% lower on Numba while kernels wrote a layer's gradient over its input's;
+    they no longer do, and now the two places cost the same here:
+    `test_a_rebuild_goes_after_the_last_node_that_frees_memory` checks the placement.)"""
     from passes import budget
 
-    placed = minimum_budget("tanh", "numba")
+    placed = minimum_budget("tanh", backend)
     monkeypatch.setattr(budget, "_quietest", lambda nodes, grows: len(nodes))
-    assert placed < 0.9 * minimum_budget("tanh", "numba")
+    assert placed <= minimum_budget("tanh", backend)
 
 
 def test_a_rebuild_goes_after_the_last_node_that_frees_memory():

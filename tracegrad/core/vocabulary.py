@@ -270,12 +270,17 @@ class Composite(Primitive):
         body = attrs["body"]
         if not all(n.prim.kind in (Kind.ELEMENTWISE, Kind.REDUCTION) for n in body.nodes):
             return False
+        return self.sweeps_apart(attrs, result, operand) >= 0
+
+    def sweeps_apart(self, attrs: dict, result: int, operand: int) -> int:
+        """The sweep storing result `result` less the last sweep reading input `operand`."""
+        body = attrs["body"]
         stage, sweep = stages(body), sweeps(body)
         v = body.inputs[operand]
         read = max((stage[v] if n.prim.kind is Kind.REDUCTION else sweep[n]
                     for n in body.nodes if v in n.inputs), default=0)  # fmt: skip
         made = next(n for n in body.nodes if body.outputs[result] in n.outputs)
-        return read <= (stage[made.outputs[0]] if made.prim.kind is Kind.REDUCTION else sweep[made])
+        return (stage[made.outputs[0]] if made.prim.kind is Kind.REDUCTION else sweep[made]) - read
 
 
 def stages(body: Any) -> dict[Any, int]:

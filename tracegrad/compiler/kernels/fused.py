@@ -318,7 +318,10 @@ def analyze(
             out_shapes.append(tuple(sizes[k] for k in kept) or (1,))
         else:
             out_spec.append(slots[v])
-            out_shapes.append(sizes[:1] if v in rows else sizes)
+            # one number a row: stored once a row (a value of the row axis only, as
+            # `_levels` finds it from the inputs it is computed from)
+            row = len(groups) == 2 and _spans(v.shape, domain, groups) == (True, False)
+            out_shapes.append(sizes[:1] if row else sizes)
     folds = tuple((slots[v], reduction(v)) for v in reread)
     body = Graph(inputs, nodes, outputs)
     stage, sweep = (stages(body), sweeps(body)) if reread else ({}, {})
