@@ -1,6 +1,7 @@
 """Fusion: connected elementwise nodes, and reductions that end them (a bias gradient summed over
-the batch, a softmax's row sums), become one `fused` node whose `body` is a small Graph. A backend
-compiles each body into one kernel; the reference interpreter evaluates the body.
+the batch, a softmax's row sums) or that later members read again (a row's, `_row_reduction`),
+become one `fused` node whose `body` is a small Graph. A backend compiles each body into one
+kernel; the reference interpreter evaluates the body.
 
 A node joins the groups of its producers (merging them) when everything else the merged group
 reads already existed when its earliest part started, so the fused node can run where the

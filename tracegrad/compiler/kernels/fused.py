@@ -9,9 +9,10 @@ operand and reduction treats alike are merged first: an (m, n) group with only f
 operands runs as 1-D, one with a bias row or a column sum as 2-D, a channel's bias over (N, C,
 H, W) as 3-D. Supported: canonical 1-D and 2-D domains, and 3-D ones without reductions;
 elementwise ops with a scalar template, and reductions with a combine template over
-any canonical axes, as group outputs. Everything about an op comes from its primitive: the
-templates, the kernel helpers they call, a reduction's identity. Anything else raises
-NotImplementedError (the caller falls back to NumPy).
+any canonical axes, as group outputs; a row's reductions read again by later nodes (the kernel
+then sweeps each row once per stage, `_body_2d`). Everything about an op comes from its
+primitive: the templates, the kernel helpers they call, a reduction's identity. Anything else
+raises NotImplementedError (the caller falls back to NumPy).
 """
 
 from __future__ import annotations
