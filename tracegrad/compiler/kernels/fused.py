@@ -319,10 +319,7 @@ def analyze(
             out_shapes.append(tuple(sizes[k] for k in kept) or (1,))
         else:
             out_spec.append(slots[v])
-            # one number a row: stored once a row (a value of the row axis only, as
-            # `_levels` finds it from the inputs it is computed from)
-            row = len(groups) == 2 and _spans(v.shape, domain, groups) == (True, False)
-            out_shapes.append(sizes[:1] if row else sizes)
+            out_shapes.append(sizes)  # or one number a row: below
     folds = tuple((slots[v], reduction(v)) for v in reread)
     body = Graph(inputs, nodes, outputs)
     stage, sweep = (stages(body), sweeps(body)) if reread else ({}, {})
@@ -331,6 +328,9 @@ def analyze(
     structure = Structure(len(sizes), parallel, in_spec, node_spec, tuple(out_spec), helpers,
                           folds, tuple(stage[n.outputs[0]] for n in valued) if reread else (),
                           tuple(sweep[n] for n in valued) if reread else ())  # fmt: skip
+    levels = _levels(structure)  # a value of the row axis only is stored once a row
+    out_shapes = [sizes[:1] if isinstance(o, int) and levels[o] == PER_ROW else shape
+                  for o, shape in zip(out_spec, out_shapes, strict=True)]  # fmt: skip
     in_shapes = [
         tuple(s for s, full in zip(sizes, spans, strict=True) if full) or (1,)
         for _, spans in in_spec
