@@ -46,8 +46,11 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 UNARY = {
     "tanh": tg.tanh,
     "sigmoid": tg.sigmoid,
-    "sin": tg.sin,
-    "cos": tg.cos,
+    # sin and cos of an argument in [-3, 3]: of a large one (a cube of a power, ~1e3) they turn
+    # the argument's float32 rounding (an ulp, 6e-5 at 735, where a kernel's power may differ
+    # from NumPy's) into the same absolute error in the result, beyond any fixed tolerance
+    "sin": lambda v: tg.sin(3.0 * tg.tanh(v)),
+    "cos": lambda v: tg.cos(3.0 * tg.tanh(v)),
     "softplus": tg.softplus,
     "erf": tg.erf,
     "exp_tanh": lambda v: tg.exp(tg.tanh(v)),
