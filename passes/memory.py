@@ -229,8 +229,8 @@ def _reusable(
             safe = n.prim.overwrites_safely(n.attrs, result, operand)
             if n.prim.kind is Kind.COMPOSITE and not buf.state:
                 # a kernel's loop that writes where it reads fails LLVM's overlap check at run
-                # time and runs its scalar version (a GELU over 1024x512: 0.56 -> 3.6 ms); a
-                # later sweep's result may take the buffer (a log-softmax's, the logits')
+                # time and runs its scalar version (docs/benchmarks.md); a later sweep's result
+                # may take the buffer (a log-softmax's, the logits')
                 safe = safe and n.prim.sweeps_apart(n.attrs, result, operand) > 0
             if safe and holders[buf] == 1 and n.inputs.count(v) == 1:
                 return buf
