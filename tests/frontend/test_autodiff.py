@@ -362,3 +362,21 @@ def test_in_place_update_after_backward_is_fine():
     with tg.no_grad():
         w -= 0.5 * w.grad
     np.testing.assert_allclose(w.numpy(), [0.0, 0.0])
+
+
+@pytest.mark.parametrize("batch", [(4,), (2, 3)])
+def test_a_weights_gradient_is_laid_out_as_the_weight(batch) -> None:
+    """`x @ W.T` (every Linear) gives W's gradient row-major, as W is (PyTorch's layout
+    promise): an optimizer's update over a gradient stored by columns walks memory across
+    rows. The value is NumPy's `g.T @ x`."""
+    rng = np.random.default_rng(0)
+    x = tg.tensor(rng.standard_normal((*batch, 5)))
+    w = tg.tensor(rng.standard_normal((3, 5)), requires_grad=True)
+    v = tg.tensor(rng.standard_normal((5, 3)), requires_grad=True)
+    g = rng.standard_normal((*batch, 3))
+    ((x @ w.T) * tg.tensor(g)).sum().backward()
+    ((x @ v) * tg.tensor(g)).sum().backward()
+    rows, gs = x.numpy().reshape(-1, 5), g.reshape(-1, 3)
+    np.testing.assert_allclose(w.grad.numpy(), gs.T @ rows, rtol=1e-12)
+    np.testing.assert_allclose(v.grad.numpy(), rows.T @ gs, rtol=1e-12)
+    assert w.grad.numpy().flags.c_contiguous and v.grad.numpy().flags.c_contiguous

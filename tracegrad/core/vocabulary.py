@@ -180,7 +180,9 @@ class Primitive:
             raise
         except (ValueError, IndexError, TypeError) as e:
             raise ShapeError(f"{self.name}: {e}") from None
-        return tuple(shape), np.dtype(dtype)
+        if shape.__class__ is not tuple or not isinstance(dtype, np.dtype):  # not twice a call
+            shape, dtype = tuple(shape), np.dtype(dtype)
+        return shape, dtype
 
     def infer(self, inputs: Sequence[Any], attrs: dict) -> list[tuple[tuple[int, ...], np.dtype]]:
         """The (shape, dtype) of each result: what `Graph.verify` checks a node against."""

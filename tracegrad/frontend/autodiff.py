@@ -56,10 +56,15 @@ class TapeNode:
 
     def __init__(self, prim: Any, params: dict, parents: list, inputs: list, out: Tensor):
         self.prim, self.params, self.parents = prim, params, parents
-        self.avals = [ShapeDtype(t.shape, t.dtype) for t in inputs]
-        self.saved_in = {i: inputs[i]._value for i in range(len(inputs))[prim.saved_inputs]}
-        self.saved_out = out._value if prim.saves_output else None
-        saved = [inputs[i] for i in self.saved_in] + ([out] if prim.saves_output else [])
+        self.avals = [ShapeDtype(t._value.shape, t._value.dtype) for t in inputs]
+        kept = range(len(inputs))[prim.saved_inputs]
+        self.saved_in = {i: inputs[i]._value for i in kept}
+        saved = [inputs[i] for i in kept]
+        if prim.saves_output:
+            self.saved_out = out._value
+            saved.append(out)
+        else:
+            self.saved_out = None
         self.versions = [(t._version, t._version[0]) for t in saved]
         self.freed = False
         self.retained: weakref.ref | None = None  # the tensor that called retain_grad()
@@ -110,8 +115,11 @@ def _leaf_of(t: Tensor) -> Tensor | None:
 
 def edge(t: Tensor) -> Any:
     """The node gradients of `t` flow into, or None if no one tracks `t`."""
-    if t._node is not None and not t._node.is_leaf:
-        return t._node
+    node = t._node
+    if node is not None and not node.is_leaf:
+        return node
+    if node is None and not t._requires_grad and not Listeners.recording:
+        return None  # the common untracked tensor, asked about at every op
     leaf = _leaf_of(t)
     recording = Listeners.recording
     if leaf is None or not (leaf._requires_grad or any(gm._has(leaf) for gm in recording)):
@@ -123,10 +131,10 @@ def edge(t: Tensor) -> Any:
 
 def record(prim: Any, inputs: list[Tensor], out: Tensor, params: dict) -> None:
     """Called by `bind` after every op: keep a node iff some input is tracked."""
-    if out.dtype.kind != "f":
+    if out._value.dtype.kind != "f":
         return
     parents = [edge(t) for t in inputs]
-    if any(p is not None for p in parents):
+    if parents.count(None) != len(parents):
         out._node = TapeNode(prim, params, parents, inputs, out)
 
 

@@ -9,6 +9,7 @@ operators and methods from above.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import threading
 import weakref
@@ -134,7 +135,7 @@ class Tensor:
 
     @classmethod
     def _wrap(cls, value: Any, node: Any = None) -> Tensor:
-        t = cls.__new__(cls)
+        t = object.__new__(cls)
         t._value, t._requires_grad, t._grad, t._node, t._retains = value, False, None, node, False
         t._serial, t._version = next(_serials), [0]
         if value.__class__ is ir.Value and Listeners.tracers:
@@ -142,8 +143,8 @@ class Tensor:
         return t
 
     # --- array facts -------------------------------------------------------------------------
-    shape = property(lambda self: tuple(self._value.shape), doc="The shape, as a tuple.")
-    dtype = property(lambda self: np.dtype(self._value.dtype), doc="The NumPy dtype.")
+    shape = property(lambda self: self._value.shape, doc="The shape, as a tuple.")
+    dtype = property(lambda self: self._value.dtype, doc="The NumPy dtype.")
     ndim = property(lambda self: len(self._value.shape))
     size = property(lambda self: Size(np.prod(self._value.shape, dtype=np.int64), self.shape))
 
@@ -320,7 +321,8 @@ def _holds_tensors(x: Any) -> bool:
 
 def bind(prim: Any, *args: Any, **params: Any) -> Tensor:
     """Apply `prim` to `args`: evaluate (eagerly or symbolically), then let the tape record it."""
-    tracer = Listeners.tracers[-1] if Listeners.tracers else None
+    listeners = Listeners
+    tracer = listeners.tracers[-1] if listeners.tracers else None
     weak = tracer.weak if tracer is not None else ()
     inputs = _lift_args(args, weak)
     shape, dtype = prim.shape_rule(*inputs, **params)
@@ -328,13 +330,16 @@ def bind(prim: Any, *args: Any, **params: Any) -> Tensor:
         value = tracer.process(prim, inputs, params, shape, dtype)
         if weak and _all_weak(args, weak):  # Python-number arithmetic stays a Python number
             weak.add(value)
+        out = Tensor._wrap(value)
     else:
-        value = np.asarray(prim.impl(*(t._value for t in inputs), **params))
+        value = prim.impl(*[t._value for t in inputs], **params)
+        if value.__class__ is not np.ndarray:
+            value = np.asarray(value)
         if value.dtype != dtype:
             value = value.astype(dtype)
-    out = Tensor._wrap(value)
-    if Listeners.record is not None and Listeners.grad_enabled:
-        Listeners.record(prim, inputs, out, params)
+        out = Tensor._wrap(value)
+    if listeners.grad_enabled and listeners.record is not None:
+        listeners.record(prim, inputs, out, params)
     return out
 
 
@@ -358,11 +363,25 @@ def _lift_args(args: tuple[Any, ...], weak: Any = ()) -> list[Tensor]:
         elif isinstance(raw, Tensor):
             out.append(raw)
         elif _is_python_number(a):
-            dtype = np.result_type(*(t.dtype for t in typed), a) if typed else None
-            out.append(Tensor(a, dtype=dtype))
+            dtype = _scalar_type(tuple(t.dtype for t in typed), a) if typed else None
+            out.append(Tensor._wrap(np.asarray(a, dtype)) if dtype else Tensor(a))
         else:
             out.append(Tensor(np.asarray(a)))
     return out
+
+
+def _scalar_type(dtypes: tuple[np.dtype, ...], a: int | float | bool) -> np.dtype:
+    """The dtype a Python number takes beside arrays of `dtypes` (NEP 50: the arrays' kind
+    wins). A float or bool's depends on the types alone, so it is remembered; an int's also on
+    its value (an overflow raises)."""
+    if isinstance(a, int) and a.__class__ is not bool:
+        return np.result_type(*dtypes, a)
+    return _weak_type(dtypes, a.__class__)
+
+
+@functools.lru_cache(maxsize=256)
+def _weak_type(dtypes: tuple[np.dtype, ...], kind: type) -> np.dtype:
+    return np.result_type(*dtypes, kind(0))
 
 
 def _weak(a: Any, weak: Any) -> bool:

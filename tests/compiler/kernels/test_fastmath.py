@@ -4,6 +4,7 @@ special points. The bounds asserted here are the ones docs/kernels.md states."""
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from tracegrad.compiler.kernels import fastmath
+from tracegrad.core import primitives as P
 
 # Maximum error in units in the last place of the float32 result, for results >= 2**-126,
 # and in units of 2**-149 for subnormal results. docs/kernels.md quotes these.
@@ -65,10 +67,10 @@ def dense_sweep(step: int = 4099) -> np.ndarray:
     return np.concatenate([bits.view(np.float32), special_points()])
 
 
-def errors(name: str, x: np.ndarray, reference=None) -> tuple[np.ndarray, ...]:
+def errors(name: str, x: np.ndarray, reference=None, compute=None) -> tuple[np.ndarray, ...]:
     """(ulps on normal results, units of 2**-149 on subnormal results, x of wrong specials)."""
     with np.errstate(all="ignore"):  # the sweep holds signalling nans
-        got = run(name, x).astype(np.float64)
+        got = (compute or functools.partial(run, name))(x).astype(np.float64)
         want = (reference or REFERENCES[name])(x.astype(np.float64))
         want32 = want.astype(np.float32).astype(np.float64)
     special = np.isnan(want) | np.isinf(want32)
@@ -98,6 +100,15 @@ def test_error_bound_over_float32_range(name, sweep):
     assert ulps.max() <= BOUNDS[name], f"{name}: {ulps.max():.3f} ulp"
     if subnormal_units.size:
         assert subnormal_units.max() <= SUBNORMAL_BOUND
+
+
+def test_numpys_float32_erf_keeps_the_kernels_bound(sweep):
+    """Eager steps (and a first call's NumPy plan) compute the kernels' function by blocks."""
+    ulps, subnormal_units, wrong = errors("erf", sweep, compute=P.erf.impl)
+    assert wrong.size == 0 and ulps.size > 500_000
+    assert ulps.max() <= BOUNDS["erf"] and subnormal_units.max() <= SUBNORMAL_BOUND
+    x = sweep[:150_000].reshape(300, 500).T  # strided, over more than two blocks
+    np.testing.assert_array_equal(P.erf.impl(x), P.erf.impl(np.ascontiguousarray(x)))
 
 
 @pytest.mark.parametrize("name", sorted(BOUNDS))

@@ -19,6 +19,8 @@ from llvmlite import ir
 from numba.core import types
 from numba.core.extending import intrinsic
 
+from tracegrad.core.ops.elementwise import ERF_F32_CLAMP, ERF_F32_P, ERF_F32_Q
+
 FLAGS = frozenset({"nsz", "contract", "afn"})
 
 
@@ -182,16 +184,9 @@ def sigmoid_f32(x):
 
 # --- erf ----------------------------------------------------------------------------------------
 
-_ERF_CLAMP = _F(4.0)  # float32 erf is 1 from 3.92
-_P1, _P3, _P5, _P7, _P9, _P11, _P13 = map(
-    _F, (-1.60960333262415e-02, -2.95459980854025e-03, -7.34990630326855e-04,
-         -5.69250639462346e-05, -2.10102402082508e-06, 2.77068142495902e-08,
-         -2.72614225801306e-10)
-)  # fmt: skip
-_Q0, _Q2, _Q4, _Q6, _Q8 = map(
-    _F, (-1.42647390514189e-02, -7.37332916720468e-03, -1.68282697438203e-03,
-         -2.13374055278905e-04, -1.45660718464996e-05)
-)  # fmt: skip
+_ERF_CLAMP = _F(ERF_F32_CLAMP)
+_P1, _P3, _P5, _P7, _P9, _P11, _P13 = map(_F, ERF_F32_P)
+_Q0, _Q2, _Q4, _Q6, _Q8 = map(_F, ERF_F32_Q)
 
 
 @_jit

@@ -28,11 +28,50 @@ def _sigmoid(x):
 
 _erf_object = np.frompyfunc(math.erf, 1, 1)
 
+# float32 erf as Eigen's `generic_fast_erf_float`: x p(x^2) / q(x^2), p's coefficients of x^1
+# to x^13, q's of x^0 to x^8, on x clamped to [-4, 4] (float32 erf is 1 from 3.92). The Numba
+# kernels' `fastmath.erf_f32` evaluates the same function; docs/kernels.md has its error bound.
+ERF_F32_CLAMP = 4.0
+ERF_F32_P = (-1.60960333262415e-02, -2.95459980854025e-03, -7.34990630326855e-04,
+             -5.69250639462346e-05, -2.10102402082508e-06, 2.77068142495902e-08,
+             -2.72614225801306e-10)  # fmt: skip
+ERF_F32_Q = (-1.42647390514189e-02, -7.37332916720468e-03, -1.68282697438203e-03,
+             -2.13374055278905e-04, -1.45660718464996e-05)  # fmt: skip
+
 
 def _erf(x):
-    """erf with Python's math.erf per element (NumPy has none): exact, not fast."""
+    """erf: float32 by the rational function above, a few passes of NumPy over the array (as
+    the kernels compute it; Python's math.erf per element took 2 of the 3 s of a ViT's eager
+    step); other dtypes by math.erf per element, exact and slow (NumPy has no erf)."""
     x = np.asarray(x)
+    if x.dtype == np.float32:
+        return _erf_f32(x)
     return np.asarray(_erf_object(x), x.dtype if x.dtype.kind == "f" else np.float64)
+
+
+def _erf_f32(x: np.ndarray) -> np.ndarray:
+    """By blocks that stay in the cache through the function's dozen passes (3x faster)."""
+    flat, out = x.ravel(), np.empty(x.shape, np.float32)
+    for start in range(0, flat.size, BLOCK):
+        xc = np.clip(flat[start : start + BLOCK], -ERF_F32_CLAMP, ERF_F32_CLAMP)
+        x2 = xc * xc
+        p, q = _horner(x2, ERF_F32_P), _horner(x2, ERF_F32_Q)
+        np.divide(p, q, out=p)
+        np.multiply(p, xc, out=p)  # x last: tiny x keep their relative accuracy
+        np.clip(p, -1, 1, out=out.reshape(-1)[start : start + BLOCK])
+    return out
+
+
+BLOCK = 1 << 16  # elements: a block's four temporaries about fill a 1 MiB L2
+
+
+def _horner(x: np.ndarray, coefficients: tuple[float, ...]) -> np.ndarray:
+    """The polynomial with these coefficients (lowest power first) at x, in x's dtype."""
+    out = np.full_like(x, coefficients[-1])
+    for c in coefficients[-2::-1]:
+        np.multiply(out, x, out=out)
+        np.add(out, x.dtype.type(c), out=out)
+    return out
 
 
 def _softplus(x):

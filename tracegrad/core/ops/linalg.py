@@ -17,10 +17,10 @@ def _matmul_rule(a, b):
     if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
         raise mismatch
     try:
-        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        batch = shapes.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     except ValueError:
         raise mismatch from None
-    return (*batch, a.shape[-2], b.shape[-1]), np.result_type(a.dtype, b.dtype)
+    return (*batch, a.shape[-2], b.shape[-1]), shapes.result_type(a.dtype, b.dtype)
 
 
 def _matmul_grad_b(g, out, a, b):
@@ -28,9 +28,22 @@ def _matmul_grad_b(g, out, a, b):
     one per stack member and a sum: OpenBLAS wakes its threads for every call, and one large
     product runs at a higher rate than many small ones."""
     if b.ndim == 2 and a.ndim > 2:
-        rows = reshape(a, shape=(math.prod(a.shape[:-1]), a.shape[-1]))
-        return matmul(mT(rows), reshape(g, shape=(rows.shape[0], g.shape[-1])))
-    return sum_to(matmul(mT(a), g), b.shape)
+        a = reshape(a, shape=(math.prod(a.shape[:-1]), a.shape[-1]))
+        g = reshape(g, shape=(a.shape[0], g.shape[-1]))
+    elif not (b.ndim == 2 == a.ndim):
+        return sum_to(matmul(mT(a), g), b.shape)
+    if _column_major(b):  # `x @ W.T`: (g.T @ x).T, so that W's gradient is laid out as W is
+        return mT(matmul(mT(g), a))
+    return matmul(mT(a), g)
+
+
+def _column_major(x) -> bool:
+    """An eager matrix stored by columns (the `W.T` view of a row-major weight). A gradient
+    given its input's layout is what PyTorch's autograd promises: an optimizer's update of a
+    parameter and a gradient laid out differently walks one of them across rows, several
+    times slower than the product that saved the transpose. Traced values have no layout."""
+    v = getattr(x, "_value", None)
+    return isinstance(v, np.ndarray) and v.flags.f_contiguous and not v.flags.c_contiguous
 
 
 matmul = Primitive("matmul", np.matmul, _matmul_rule,

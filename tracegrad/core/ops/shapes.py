@@ -3,6 +3,7 @@ while tracing and in `Graph.verify`, before any NumPy runs."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,16 +19,34 @@ def floating(x):
 
 
 def broadcast(*xs) -> tuple[int, ...]:
+    return broadcast_shapes(*(x.shape for x in xs))
+
+
+def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    if shapes.count(shapes[0]) == len(shapes):  # the common case, and NumPy's call costs 2 us
+        return shapes[0]
     try:
-        return np.broadcast_shapes(*(x.shape for x in xs))
+        return _broadcast_shapes(shapes)
     except ValueError:
-        raise ValueError(
-            "shapes " + " and ".join(str(x.shape) for x in xs) + " do not broadcast"
-        ) from None
+        raise ValueError(f"shapes {' and '.join(map(str, shapes))} do not broadcast") from None
+
+
+@functools.lru_cache(maxsize=4096)
+def _broadcast_shapes(shapes: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
+    return np.broadcast_shapes(*shapes)
+
+
+@functools.lru_cache(maxsize=1024)
+def result_type(*dtypes: np.dtype) -> np.dtype:
+    """NumPy's promotion of dtypes (not values), remembered: every binary op asks it."""
+    return np.result_type(*dtypes)
 
 
 def broadcast_binary(x, y):
-    return broadcast(x, y), np.result_type(x.dtype, y.dtype)
+    shape, dtype = x.shape, x.dtype
+    if shape != y.shape:
+        shape = broadcast(x, y)
+    return shape, dtype if dtype == y.dtype else result_type(dtype, y.dtype)
 
 
 def true_divide(x, y):
