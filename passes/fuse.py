@@ -44,12 +44,34 @@ def _elementwise(n: Node) -> bool:
 def _trailing_reduction(n: Node) -> bool:
     """A reduction over leading or trailing axes (not all): read as a matrix, one axis of it,
     the shape a kernel folds as it goes (layer norm's statistics over the last axis of (N, T,
-    D), a bias gradient over the first two)."""
+    D), a bias gradient over the first two); or over both around kept middle ones
+    (`_around`)."""
     if n.prim.kind is not Kind.REDUCTION or not n.prim.fusible or not n.inputs:
         return False
     ndim, axes = n.inputs[0].ndim, sorted(a % max(n.inputs[0].ndim, 1) for a in n.attrs["axis"])
     block = axes == list(range(len(axes))) or axes == list(range(ndim - len(axes), ndim))
-    return ndim >= 2 and 0 < len(axes) < ndim and block
+    return ndim >= 2 and 0 < len(axes) < ndim and (block or _around(axes, ndim))
+
+
+def _around(axes: list[int], ndim: int) -> bool:
+    """Leading and trailing axes both, kept ones between them (a channel's over (N, C, H, W))."""
+    kept = [a for a in range(ndim) if a not in axes]
+    return (
+        bool(kept)
+        and 0 < kept[0]
+        and kept[-1] < ndim - 1
+        and kept == [*range(kept[0], kept[-1] + 1)]
+    )
+
+
+def _around_reduction(n: Node) -> bool:
+    """A reduction `_around` kept axes: a batch norm's statistics of each channel. Its kernel
+    reads the input once, in order; NumPy's reduce over such axes runs at a third of that
+    rate, so it is a kernel even alone."""
+    if not _trailing_reduction(n):
+        return False
+    ndim = n.inputs[0].ndim
+    return _around(sorted(a % ndim for a in n.attrs["axis"]), ndim)
 
 
 def _row_reduction(n: Node) -> bool:
@@ -83,7 +105,7 @@ def fuse(graph: Graph) -> tuple[Graph, PassStats]:
             continue
         group = _join(n, group_of, made_at, groups, readers)
         if group is None:
-            if not (_elementwise(n) or _row_reduction(n)):
+            if not (_elementwise(n) or _row_reduction(n) or _around_reduction(n)):
                 continue
             group = groups[i] = _Group(i, _family(n))
             if group.family is Phase.REBUILD:
@@ -95,7 +117,7 @@ def fuse(graph: Graph) -> tuple[Graph, PassStats]:
             group.rows[out] = n.inputs[0].shape
         group_of[out] = group
     for start, group in list(groups.items()):  # a reduction alone: nothing to fuse
-        if not group.values:
+        if not group.values and not any(map(_around_reduction, group.nodes)):
             del groups[start]
             for v in group.reductions:
                 del group_of[v]

@@ -704,6 +704,23 @@ def test_fuse_folds_reductions_over_leading_or_trailing_axes_of_3d_values():
     same_results(graph, Graph(graph.inputs, after.nodes, after.outputs), rand(2, 3, 4))
 
 
+def test_fuse_folds_a_channels_statistics_and_makes_a_lone_one_a_kernel():
+    """Sums over (0, 2, 3) of (N, C, H, W), a batch norm's statistics, join the group of what
+    they sum; alone (the sum of a convolution's output), one is a kernel of its own: NumPy's
+    reduce over those axes is slower than a kernel's sweep. A sum over the middle axis alone
+    stays NumPy's."""
+    x = val(2, 3, 4, 5)
+    n1, alone = node("sum", [x], (1, 3, 1, 1), axis=(0, 2, 3), keepdims=True)
+    n2, e = node("exp", [x], (2, 3, 4, 5))
+    n3, stats = node("sum", [e], (3,), axis=(0, 2, 3), keepdims=False)
+    n4, middle = node("sum", [x], (2, 4, 5), axis=(1,), keepdims=False)
+    graph = Graph([x], [n1, n2, n3, n4], [alone, e, stats, middle])
+    after, _ = passes.fuse(graph)
+    assert [n.op for n in after.nodes] == ["fused", "fused", "sum"]
+    assert after.nodes[0].outputs == [alone] and set(after.nodes[1].outputs) == {e, stats}
+    same_results(graph, Graph(graph.inputs, after.nodes, after.outputs), rand(2, 3, 4, 5))
+
+
 def test_an_adamw_update_is_one_kernel_per_parameter(monkeypatch):
     """AdamW computes its bias corrections (scalars) between its array ops; the schedule runs
     them first, so each parameter's update fuses into one kernel instead of four."""

@@ -194,6 +194,36 @@ def test_a_channel_bias_and_relu_over_nchw_is_one_3d_kernel(shape):
     np.testing.assert_array_equal(got[0], want[0])
 
 
+@pytest.mark.parametrize("shape", [(64, 32, 20, 20), (2, 3, 5, 4)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_channels_statistics_over_nchw_fold_around_the_channel_axis(shape, dtype):
+    """A batch norm's sums over (0, 2, 3) of (N, C, H, W) with a channel's mean subtracted,
+    and a maximum with a NaN in one channel: three canonical axes, folded over the outer and
+    inner into one number per channel (and over everything), beside the elementwise result."""
+    g = Group()
+    x, mean = g.input(shape, dtype), g.input((shape[1], 1, 1), dtype)
+    d = g("sub", x, mean)
+    outputs = [
+        d,
+        g("sum", g("mul", d, d), axis=(0, 2, 3), keepdims=True),
+        g("max", d, axis=(0, 2, 3), keepdims=False),
+        g("sum", d, axis=(0, 1, 2, 3), keepdims=False),
+    ]
+    kernel = compile_group(g.inputs, g.nodes, outputs)
+    assert kernel.structure.ndim == 3
+    assert kernel.structure.parallel == (math.prod(shape) >= fused.PARALLEL_MIN)
+    rng = np.random.default_rng(4)
+    arrays = [rng.standard_normal(v.shape).astype(dtype) for v in g.inputs]
+    arrays[0][1, 2, 3, 1] = np.nan
+    got, want = g.run(outputs, arrays)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[2], want[2])
+    assert np.isnan(got[2][2]) and np.isnan(got[3])
+    scale = (want[0].astype(np.float64) ** 2).sum((0, 2, 3), keepdims=True)
+    tolerance = 1e-6 if dtype == np.float32 else 1e-13
+    np.testing.assert_allclose(got[1], want[1], rtol=tolerance, atol=np.nanmax(scale) * tolerance)
+
+
 def test_reductions_of_inputs_and_integers_in_one_dimension():
     """Full-size operands only: the domain collapses to 1-D. Sums of a bool and of an input."""
     g = Group()

@@ -7,7 +7,8 @@ pattern shares one compiled kernel. Of the sizes only one bit counts: whether th
 enough to run in parallel (`prange` over chunks of the outer axis). Adjacent axes that every
 operand and reduction treats alike are merged first: an (m, n) group with only full-size
 operands runs as 1-D, one with a bias row or a column sum as 2-D, a channel's bias over (N, C,
-H, W) as 3-D. Supported: canonical 1-D and 2-D domains, and 3-D ones without reductions;
+H, W) as 3-D. Supported: canonical 1-D and 2-D domains, and 3-D ones whose reductions fold
+the outer and inner axes (a channel's statistics over (N, C, H * W));
 elementwise ops with a scalar template, and reductions with a combine template over
 any canonical axes, as group outputs; a row's reductions read again by later nodes (the kernel
 then sweeps each row once per stage, `_body_2d`). Everything about an op comes from its
@@ -286,8 +287,11 @@ def analyze(
     rows = [v for v in outputs if v not in reductions and v.shape != domain]
     groups = _canonical_axes(domain, [v.shape for v in (*kernel_inputs, *rows)],
                              list(axes_of.values()))  # fmt: skip
-    if len(groups) > (2 if reductions or rows else 3):  # 3: a channel's bias over (N, C, H * W)
+    if len(groups) > 3 or (len(groups) == 3 and (rows or reread)):
         raise NotImplementedError(f"{len(groups)} canonical axes (domain {domain})")
+    for v, axes in axes_of.items():  # of three axes, over the outer and inner (and the middle)
+        if len(groups) == 3 and not (groups[0][0] in axes and groups[2][0] in axes):
+            raise NotImplementedError(f"{reductions[v].op} over {axes} of a group of {domain}")
     if rows and (len(groups) != 2 or groups[1] != [len(domain) - 1]):
         raise NotImplementedError(f"a row's output of a group of {domain}")
     for v in reread:
@@ -454,9 +458,13 @@ def _new_partial(shape: tuple[int, ...], dtype: np.dtype, init: float) -> np.nda
 
 
 def _form(r: Reduction, ndim: int) -> str:
-    """ "all": everything to one number; "rows": over the inner axis; "cols": over the outer."""
+    """ "all": everything to one number; "rows": over the inner axis; "cols": over the outer;
+    "mid": over the outer and inner of three, one number per middle index (a batch norm's
+    statistics of a channel over (N, C, H * W))."""
     if len(r.axes) == ndim:
         return "all"
+    if ndim == 3:
+        return "mid"
     return "rows" if r.axes == (1,) else "cols"
 
 
@@ -557,7 +565,7 @@ def _body(s: Structure, reductions, partials) -> list[str]:
     """The loops. Indices are cast to unsigned: Numba then skips the negative-index wraparound
     that otherwise stops LLVM from vectorizing the inner loop."""
     if s.ndim == 3:
-        return _body_3d(s)
+        return _body_3d(s, reductions, partials)
     if s.ndim == 2:
         return _body_2d(s, reductions, partials)
     levels = _levels(s)
@@ -684,8 +692,10 @@ def _by_blocks(s: Structure, r: Reduction) -> bool:
     return wide and not _extreme(r) and _slot_dtype(s, r.slot) == "float32"
 
 
-def _body_3d(s: Structure) -> list[str]:
-    """Three canonical axes (elementwise only): chunks of the outer axis, then the two others."""
+def _body_3d(s: Structure, reductions, partials) -> list[str]:
+    """Three canonical axes: chunks of the outer axis, then the middle one, then a sweep of the
+    inner one, which folds each reduction (over all three, or all but the middle) into a
+    partial result per chunk (and middle index)."""
     lines = [f"v{k} = in{k}[0]" for k, (_, spans) in enumerate(s.inputs) if not any(spans)]
     lines += [
         f"for c in {'prange' if s.parallel else 'range'}(chunks):",
@@ -693,10 +703,17 @@ def _body_3d(s: Structure) -> list[str]:
         "        i = np.uint64(row)",
         "        for mid in range(n1):",
         "            j = np.uint64(mid)",
-        "            for col in range(n2):",
-        "                k = np.uint64(col)",
     ]
-    lines += ["                " + line for line in _element(s, "i, j, k")]
+    inner = [line for k, r in reductions for line in _start(r, f"acc{k}", s.ndim)]
+    accs = [(f"acc{k}", r) for k, r in reductions]
+    inner += _sweep(s, ("col", "k", "0", "n2"), _element(s, "i, j, k"), accs)
+    for k, r in reductions:
+        inner += _finish(r, f"acc{k}")
+        inner.append(_fold(r, f"part{k}[c]" if _form(r, 3) == "all" else f"part{k}[c, j]",
+                           f"acc{k}"))  # fmt: skip
+    lines += ["            " + line for line in inner]
+    for k, r in partials:
+        lines += _combine(k, r, _form(r, 3))
     return ["    " + line for line in lines]
 
 
