@@ -166,3 +166,19 @@ def test_tensor_copies_and_as_tensor_shares_as_in_pytorch() -> None:
         mine += 1.0
         theirs += 1.0
         assert a.tolist() == b.tolist(), make  # changed by as_tensor/from_numpy, not by tensor
+
+
+@pytest.mark.parametrize(
+    "dtype, number",
+    [(np.float32, 0.5), (np.float64, 0.5), (np.int32, 0.5), (np.int64, 2), (np.uint8, 2),
+     (np.bool_, True), (np.int32, True), (np.float32, True), (np.uint8, 300.0)],
+)  # fmt: skip
+def test_a_python_number_takes_the_type_numpy_gives_it(dtype, number):
+    """NEP 50: a Python number is weak beside an array (float32 + 0.5 is float32; int32 + 0.5
+    is float64). Twice: the second answer comes from what the first remembered."""
+    x = tg.tensor(np.arange(3).astype(dtype))
+    want = np.arange(3).astype(dtype) + number
+    for _ in range(2):
+        for got in (x + number, number + x):
+            assert got.dtype == want.dtype
+            np.testing.assert_array_equal(got.numpy(), want)

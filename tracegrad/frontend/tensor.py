@@ -364,7 +364,7 @@ def _lift_args(args: tuple[Any, ...], weak: Any = ()) -> list[Tensor]:
             out.append(raw)
         elif _is_python_number(a):
             dtype = _scalar_type(tuple(t.dtype for t in typed), a) if typed else None
-            out.append(Tensor._wrap(np.asarray(a, dtype)) if dtype else Tensor(a))
+            out.append(Tensor(a) if dtype is None else Tensor._wrap(np.asarray(a, dtype)))
         else:
             out.append(Tensor(np.asarray(a)))
     return out
