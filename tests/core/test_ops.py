@@ -597,3 +597,22 @@ def test_new_unary_ops_traced_match_eager(backend: str, monkeypatch) -> None:
     np.testing.assert_allclose(loss.numpy(), want[0], rtol=1e-5)
     np.testing.assert_allclose(grad.numpy(), want[1], rtol=1e-5, atol=1e-6)
     assert ("kernel" in traced.source) == (backend == "numba")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64, np.uint8])
+@pytest.mark.parametrize("rows", [3, 300])  # below and above the size where bits are selected
+def test_where_selects_numpys_bits(dtype, rows):
+    """`where`'s implementation against np.where, bit for bit: NaN, infinities and -0.0 in the
+    operand not taken, Python numbers weak, broadcasting either way, strided operands."""
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((rows, 40)) * 5).astype(dtype)
+    y = (rng.standard_normal((rows, 40)) * 5).astype(dtype)
+    if x.dtype.kind == "f":
+        x[0, :4], y[-1, :4] = [np.nan, np.inf, -0.0, 1e-40], [-np.inf, np.nan, -0.0, 0.0]
+    c = rng.random((rows, 40)) < 0.5
+    cases = [(c, x, y), (c, x, 0.0), (c, 2, y), (c, x, y[:1]), (c[:, :1], x, y),
+             (c[::2], x[::2, ::-1], y[::2]), (c, 1.0, 2.0), (c, x[0, 0], y)]  # fmt: skip
+    for cond, a, b in cases:
+        want, got = np.where(cond, a, b), P.where.impl(cond, a, b)
+        assert (got.dtype, got.shape) == (want.dtype, want.shape)
+        np.testing.assert_array_equal(got.view(np.uint8), np.ascontiguousarray(want).view(np.uint8))
