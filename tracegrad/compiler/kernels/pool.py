@@ -211,5 +211,19 @@ def _scatter(geometry, dtype) -> list[str]:
     if overlapping:
         return lines + _rows(geometry, add, add)
     write = ["k = idx[b, oy, ox]", "v = g[b, oy, ox]", f"z = np.{dtype}(0)"]  # not v * 0: inf
+    if not (ph or pw):  # each row of gx in turn, its windows' taps of that row in order
+        return lines + _rows_of_taps(geometry, write, "gx[b, y, xx] = v if k == t else z")
     write += _taps(geometry, ["gx[b, y, xx] = v if k == t else z"])
     return lines + _rows(geometry, write, add)
+
+
+def _rows_of_taps(geometry, window: list[str], tap: str) -> list[str]:
+    """Windows inside the input, a window row of taps at a time: `window` per window, `tap` per
+    tap. A scatter that wrote each window's taps in turn alternated between rows of its output,
+    which kept LLVM from vectorizing it (2x2 windows over 256x32x28x28: 12.9 -> 3.3 ms)."""
+    (kh, kw), (sh, sw), _, (dh, dw) = geometry
+    return ["for oy in range(oh):", f"    y0 = oy * {sh}", f"    for i in range({kh}):",
+            f"        y = y0 + i * {dh}", "        for ox in range(ow):",
+            f"            x0 = ox * {sw}", *(f"            {line}" for line in window),
+            f"            for j in range({kw}):", f"                xx = x0 + j * {dw}",
+            f"                t = i * {kw} + j", f"                {tap}"]  # fmt: skip
