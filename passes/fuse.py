@@ -66,8 +66,8 @@ def _around(axes: list[int], ndim: int) -> bool:
 
 def _around_reduction(n: Node) -> bool:
     """A reduction `_around` kept axes: a batch norm's statistics of each channel. Its kernel
-    reads the input once, in order; NumPy's reduce over such axes runs at a third of that
-    rate, so it is a kernel even alone."""
+    reads the input once, in order; NumPy's reduce over such axes is several times slower
+    (docs/kernels.md), so it is a kernel even alone."""
     if not _trailing_reduction(n):
         return False
     ndim = n.inputs[0].ndim

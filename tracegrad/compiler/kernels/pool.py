@@ -165,8 +165,8 @@ def _positions(geometry, dtype) -> list[str]:
     """The first maximum in row-major order; a NaN wins, the last NaN of the window (PyTorch);
     a window reaching into the padding starts from its first tap inside the input. A window
     inside the input takes two sweeps, its maximum as `_maxima`'s (which LLVM vectorizes) and
-    then the first tap equal to it: one sweep carrying the tap beside the maximum ran 3.6x
-    slower, not vectorized."""
+    then the first tap equal to it: one sweep carrying the tap beside the maximum kept the loop
+    scalar (docs/kernels.md has both)."""
     maximum = ["v = x[b, y, xx]", "if v > m or v != v:", "    m = v"]
     first = ["if x[b, y, xx] == m:", "    k = t"]
     last_nan = ["if x[b, y, xx] != x[b, y, xx]:", "    k = t"]
@@ -220,7 +220,7 @@ def _scatter(geometry, dtype) -> list[str]:
 def _rows_of_taps(geometry, window: list[str], tap: str) -> list[str]:
     """Windows inside the input, a window row of taps at a time: `window` per window, `tap` per
     tap. A scatter that wrote each window's taps in turn alternated between rows of its output,
-    which kept LLVM from vectorizing it (2x2 windows over 256x32x28x28: 12.9 -> 3.3 ms)."""
+    which kept LLVM from vectorizing it (docs/kernels.md)."""
     (kh, kw), (sh, sw), _, (dh, dw) = geometry
     return ["for oy in range(oh):", f"    y0 = oy * {sh}", f"    for i in range({kh}):",
             f"        y = y0 + i * {dh}", "        for ox in range(ow):",

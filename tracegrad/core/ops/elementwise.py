@@ -20,7 +20,7 @@ def _where_rule(c, a, b):
 def _where(c, x, y):
     """np.where, as a select of bits where the operands share a 4- or 8-byte dtype: NumPy's
     loop branches on each element, which a mask without a pattern (a ReLU's gradient) sends the
-    wrong way half the time (8.7 ms against 1.8 over 2M float32). Python numbers stay weak
+    wrong way half the time (docs/benchmarks.md has the figures). Python numbers stay weak
     (float32 beside 0.0 is float32), as in np.where."""
     dtype = np.result_type(x, y)
     c = np.asarray(c)
@@ -82,8 +82,8 @@ ERF_F32_Q = (-1.42647390514189e-02, -7.37332916720468e-03, -1.68282697438203e-03
 
 def _erf(x):
     """erf: float32 by the rational function above, a few passes of NumPy over the array (as
-    the kernels compute it; Python's math.erf per element took 2 of the 3 s of a ViT's eager
-    step); other dtypes by math.erf per element, exact and slow (NumPy has no erf)."""
+    the kernels compute it; Python's math.erf per element dominated exact GELU's eager steps);
+    other dtypes by math.erf per element, exact and slow (NumPy has no erf)."""
     x = np.asarray(x)
     if x.dtype == np.float32:
         return _erf_f32(x)
@@ -91,7 +91,7 @@ def _erf(x):
 
 
 def _erf_f32(x: np.ndarray) -> np.ndarray:
-    """By blocks that stay in the cache through the function's dozen passes (3x faster)."""
+    """By blocks that stay in the cache through the function's dozen passes."""
     flat, out = x.ravel(), np.empty(x.shape, np.float32)
     for start in range(0, flat.size, BLOCK):
         xc = np.clip(flat[start : start + BLOCK], -ERF_F32_CLAMP, ERF_F32_CLAMP)

@@ -23,7 +23,7 @@ def broadcast(*xs) -> tuple[int, ...]:
 
 
 def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
-    if shapes.count(shapes[0]) == len(shapes):  # the common case, and NumPy's call costs 2 us
+    if shapes.count(shapes[0]) == len(shapes):  # the common case, without NumPy's slow call
         return shapes[0]
     try:
         return _broadcast_shapes(shapes)
