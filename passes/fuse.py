@@ -48,9 +48,15 @@ def _trailing_reduction(n: Node) -> bool:
     (`_around`)."""
     if n.prim.kind is not Kind.REDUCTION or not n.prim.fusible or not n.inputs:
         return False
-    ndim, axes = n.inputs[0].ndim, sorted(a % max(n.inputs[0].ndim, 1) for a in n.attrs["axis"])
+    ndim, axes = _reduced(n)
     block = axes == list(range(len(axes))) or axes == list(range(ndim - len(axes), ndim))
     return ndim >= 2 and 0 < len(axes) < ndim and (block or _around(axes, ndim))
+
+
+def _reduced(n: Node) -> tuple[int, list[int]]:
+    """A reduction's input rank and the axes it reduces, sorted and non-negative."""
+    ndim = n.inputs[0].ndim
+    return ndim, sorted(a % max(ndim, 1) for a in n.attrs["axis"])
 
 
 def _around(axes: list[int], ndim: int) -> bool:
@@ -70,8 +76,8 @@ def _around_reduction(n: Node) -> bool:
     (docs/kernels.md), so it is a kernel even alone."""
     if not _trailing_reduction(n):
         return False
-    ndim = n.inputs[0].ndim
-    return _around(sorted(a % ndim for a in n.attrs["axis"]), ndim)
+    ndim, axes = _reduced(n)
+    return _around(axes, ndim)
 
 
 def _row_reduction(n: Node) -> bool:

@@ -226,12 +226,14 @@ def _reusable(
         buf = buffers[v]
         if (v.shape, v.dtype) == (buf.owner.shape, buf.owner.dtype) == (out.shape, out.dtype):
             result, operand = n.outputs.index(out), n.inputs.index(v)
-            safe = n.prim.overwrites_safely(n.attrs, result, operand)
             if n.prim.kind is Kind.COMPOSITE and not buf.state:
                 # a kernel's loop that writes where it reads fails LLVM's overlap check at run
                 # time and runs its scalar version (docs/benchmarks.md); a later sweep's result
                 # may take the buffer (a log-softmax's, the logits')
-                safe = safe and n.prim.sweeps_apart(n.attrs, result, operand) > 0
+                apart = n.prim.sweeps_apart(n.attrs, result, operand)
+                safe = apart is not None and apart > 0
+            else:
+                safe = n.prim.overwrites_safely(n.attrs, result, operand)
             if safe and holders[buf] == 1 and n.inputs.count(v) == 1:
                 return buf
     return None

@@ -180,7 +180,7 @@ class Primitive:
             raise
         except (ValueError, IndexError, TypeError) as e:
             raise ShapeError(f"{self.name}: {e}") from None
-        if shape.__class__ is not tuple or not isinstance(dtype, np.dtype):  # not twice a call
+        if shape.__class__ is not tuple or not isinstance(dtype, np.dtype):  # most rules' are
             shape, dtype = tuple(shape), np.dtype(dtype)
         return shape, dtype
 
@@ -269,14 +269,15 @@ class Composite(Primitive):
         """A fused group's kernel reads each element before it writes the results' element
         there, in each sweep over a row (`sweeps`); a result stored in an earlier sweep than the
         last that reads the input must not take the input's buffer."""
+        apart = self.sweeps_apart(attrs, result, operand)
+        return apart is not None and apart >= 0
+
+    def sweeps_apart(self, attrs: dict, result: int, operand: int) -> int | None:
+        """The sweep storing result `result` less the last sweep reading input `operand`; None
+        for a body of other ops than elementwise ones and reductions (no kernel's sweeps)."""
         body = attrs["body"]
         if not all(n.prim.kind in (Kind.ELEMENTWISE, Kind.REDUCTION) for n in body.nodes):
-            return False
-        return self.sweeps_apart(attrs, result, operand) >= 0
-
-    def sweeps_apart(self, attrs: dict, result: int, operand: int) -> int:
-        """The sweep storing result `result` less the last sweep reading input `operand`."""
-        body = attrs["body"]
+            return None
         stage, sweep = stages(body), sweeps(body)
         v = body.inputs[operand]
         read = max((stage[v] if n.prim.kind is Kind.REDUCTION else sweep[n]

@@ -92,15 +92,15 @@ def _erf(x):
 
 def _erf_f32(x: np.ndarray) -> np.ndarray:
     """By blocks that stay in the cache through the function's dozen passes."""
-    flat, out = x.ravel(), np.empty(x.shape, np.float32)
+    flat, out = x.ravel(), np.empty(x.size, np.float32)
     for start in range(0, flat.size, BLOCK):
         xc = np.clip(flat[start : start + BLOCK], -ERF_F32_CLAMP, ERF_F32_CLAMP)
         x2 = xc * xc
         p, q = _horner(x2, ERF_F32_P), _horner(x2, ERF_F32_Q)
         np.divide(p, q, out=p)
         np.multiply(p, xc, out=p)  # x last: tiny x keep their relative accuracy
-        np.clip(p, -1, 1, out=out.reshape(-1)[start : start + BLOCK])
-    return out
+        np.clip(p, -1, 1, out=out[start : start + BLOCK])
+    return out.reshape(x.shape)
 
 
 BLOCK = 1 << 16  # elements: a block's four temporaries about fill a 1 MiB L2

@@ -42,8 +42,10 @@ def _column_major(x) -> bool:
     given its input's layout is what PyTorch's autograd promises: an optimizer's update of a
     parameter and a gradient laid out differently walks one of them across rows, several
     times slower than the product that saved the transpose. Traced values have no layout."""
-    v = getattr(x, "_value", None)
-    return isinstance(v, np.ndarray) and v.flags.f_contiguous and not v.flags.c_contiguous
+    if getattr(x, "is_symbolic", True):  # traced, or only a shape and dtype (not saved)
+        return False
+    flags = x.numpy().flags
+    return flags.f_contiguous and not flags.c_contiguous
 
 
 matmul = Primitive("matmul", np.matmul, _matmul_rule,
