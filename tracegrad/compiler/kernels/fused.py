@@ -696,7 +696,9 @@ def _body_3d(s: Structure, reductions, partials) -> list[str]:
     """Three canonical axes: chunks of the outer axis, then the middle one, then a sweep of the
     inner one, which folds each reduction (over all three, or all but the middle) into a
     partial result per chunk (and middle index)."""
+    levels = _levels(s)
     lines = [f"v{k} = in{k}[0]" for k, (_, spans) in enumerate(s.inputs) if not any(spans)]
+    lines += _computed(s, levels, INVARIANT)
     lines += [
         f"for c in {'prange' if s.parallel else 'range'}(chunks):",
         "    for row in range(c * n0 // chunks, (c + 1) * n0 // chunks):",
@@ -706,7 +708,9 @@ def _body_3d(s: Structure, reductions, partials) -> list[str]:
     ]
     inner = [line for k, r in reductions for line in _start(r, f"acc{k}", s.ndim)]
     accs = [(f"acc{k}", r) for k, r in reductions]
-    inner += _sweep(s, ("col", "k", "0", "n2"), _element(s, "i, j, k"), accs)
+    element = _loads(s, "i, j, k", levels, PER_ELEMENT) + _computed(s, levels, PER_ELEMENT)
+    element += _stores(s, "i, j, k", range(len(s.outputs)))
+    inner += _sweep(s, ("col", "k", "0", "n2"), element, accs)
     for k, r in reductions:
         inner += _finish(r, f"acc{k}")
         inner.append(_fold(r, f"part{k}[c]" if _form(r, 3) == "all" else f"part{k}[c, j]",
@@ -717,7 +721,7 @@ def _body_3d(s: Structure, reductions, partials) -> list[str]:
     return ["    " + line for line in lines]
 
 
-INVARIANT, PER_ROW, PER_ELEMENT = 0, 1, 2  # where in a 1-D or 2-D kernel's loops a slot changes
+INVARIANT, PER_ROW, PER_ELEMENT = 0, 1, 2  # where in a kernel's loops a slot changes
 
 
 def _levels(s: Structure) -> list[int]:
@@ -777,22 +781,6 @@ def _computed(
 def _stores(s: Structure, index: str, which) -> list[str]:
     return [f"out{k}[{index}] = v{s.outputs[k]}" for k in which
             if not isinstance(s.outputs[k], Reduction)]  # fmt: skip
-
-
-def _element(s: Structure, index: str) -> list[str]:
-    """Loads, node expressions and elementwise stores for one point of the domain."""
-    lines = []
-    for k, (_, spans) in enumerate(s.inputs):
-        if any(spans):
-            own = ", ".join(i for i, full in zip(index.split(", "), spans, strict=True) if full)
-            lines.append(f"v{k} = in{k}[{own}]")
-    for k, (_, template, operands, dtype) in enumerate(s.nodes, start=len(s.inputs)):
-        expr = template.format(*(f"v{o}" for o in operands))
-        lines.append(f"v{k} = {_cast(dtype)}({expr})")
-    for k, out in enumerate(s.outputs):
-        if not isinstance(out, Reduction):
-            lines.append(f"out{k}[{index}] = v{out}")
-    return lines
 
 
 def _combine(k: int, r: Reduction, form: str) -> list[str]:
