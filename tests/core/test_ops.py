@@ -616,3 +616,67 @@ def test_where_selects_numpys_bits(dtype, rows):
         want, got = np.where(cond, a, b), P.where.impl(cond, a, b)
         assert (got.dtype, got.shape) == (want.dtype, want.shape)
         np.testing.assert_array_equal(got.view(np.uint8), np.ascontiguousarray(want).view(np.uint8))
+
+
+def _gelu_reference(x: np.ndarray, approximate: str) -> tuple[np.ndarray, np.ndarray]:
+    """GELU and its slope per element in float64 from Python's math, written from the
+    definitions (not from the ops' formulas)."""
+    if approximate == "tanh":
+        c, a = math.sqrt(2 / math.pi), 0.044715
+
+        def f(v):
+            return 0.5 * v * (1 + math.tanh(c * (v + a * v**3)))
+
+        def df(v):
+            t = math.tanh(c * (v + a * v**3))
+            return 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * c * (1 + 3 * a * v * v)
+    else:
+
+        def f(v):
+            return v * 0.5 * math.erfc(-v / math.sqrt(2))
+
+        def df(v):
+            return 0.5 * math.erfc(-v / math.sqrt(2)) + v * math.exp(-v * v / 2) / math.sqrt(
+                2 * math.pi
+            )
+
+    flat = [float(v) for v in np.ravel(x)]
+    return (np.reshape([f(v) for v in flat], np.shape(x)),
+            np.reshape([df(v) for v in flat], np.shape(x)))  # fmt: skip
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_and_its_slope_against_math(approximate):
+    """Over more than one block (with a tail), strided, float64 to 1e-14 and float32 to a few
+    ulps of erf or tanh near 1 times |x| (the exact form's 1 + erf(x) cancels where x << 0, as
+    PyTorch's); an int input computes in float64, as PyTorch's."""
+    forward = P.gelu_tanh if approximate == "tanh" else P.gelu
+    slope = P.gelu_tanh_slope if approximate == "tanh" else P.gelu_slope
+    x = np.concatenate([np.linspace(-12, 12, 70_001), [-40.0, 40.0, 0.0, -0.0, 1e-30]])
+    want_y, want_dy = _gelu_reference(x, approximate)
+    np.testing.assert_allclose(forward.impl(x), want_y, rtol=1e-14, atol=1e-15)
+    np.testing.assert_allclose(slope.impl(x), want_dy, rtol=1e-13, atol=1e-13)  # math's cancels
+    x32 = x.astype(np.float32)
+    scale = np.maximum(1, np.abs(x))  # |x| times erf's or tanh's few ulps near 1
+    for impl, want in ((forward.impl, want_y), (slope.impl, want_dy)):
+        got = impl(x32)
+        assert got.dtype == np.float32
+        assert np.all(np.abs(got - want) <= 4e-6 * np.abs(want) + 3e-7 * scale), impl.__name__
+    strided = x.reshape(-1, 2)[:, ::-1]
+    np.testing.assert_array_equal(forward.impl(strided), forward.impl(strided.copy()))
+    ints = np.arange(-3, 4)
+    assert forward.impl(ints).dtype == np.float64
+    np.testing.assert_allclose(forward.impl(ints), _gelu_reference(ints, approximate)[0])
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_gradients_to_second_order(approximate):
+    x = RNG.uniform(-4, 4, (3, 5))
+    check_grad(lambda t: tg.nn.functional.gelu(t, approximate=approximate), x)
+
+    def slope(t):
+        t = t if t.requires_grad else t.detach().requires_grad_()  # finite differences' calls
+        (g,) = tg.autograd.grad(tg.nn.functional.gelu(t, approximate).sum(), t, create_graph=True)
+        return g
+
+    check_grad(slope, x)

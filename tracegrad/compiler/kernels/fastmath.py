@@ -1,4 +1,4 @@
-"""Vectorizable float32 tanh, exp, log, sigmoid and erf for Numba kernels.
+"""Vectorizable float32 tanh, exp, log, sigmoid, erf and GELU for Numba kernels.
 
 Numba lowers `math.tanh`/`exp`/`log`/`erf` to libm calls, which stop LLVM from vectorizing the
 loop. These are branch-free polynomial/rational approximations (after Eigen's `ptanh_float`,
@@ -19,7 +19,15 @@ from llvmlite import ir
 from numba.core import types
 from numba.core.extending import intrinsic
 
-from tracegrad.core.ops.elementwise import ERF_F32_CLAMP, ERF_F32_P, ERF_F32_Q
+from tracegrad.core.ops.elementwise import (
+    ERF_F32_CLAMP,
+    ERF_F32_P,
+    ERF_F32_Q,
+    GELU_TANH_A,
+    GELU_TANH_C,
+    INV_SQRT_2PI,
+    SQRT_HALF,
+)
 
 FLAGS = frozenset({"nsz", "contract", "afn"})
 
@@ -199,3 +207,36 @@ def erf_f32(x):
     q = (((_Q8 * x2 + _Q6) * x2 + _Q4) * x2 + _Q2) * x2 + _Q0
     y = p / q * xc  # x last: tiny x keep their relative accuracy down to the subnormals
     return min(max(y, -_ONE), _ONE)
+
+
+# --- GELU, exact and tanh's, and their slopes -------------------------------------------------
+
+_SQRT_HALF, _INV_SQRT_2PI = _F(SQRT_HALF), _F(INV_SQRT_2PI)
+_TWO_C, _TWO_AC = _F(2 * GELU_TANH_C), _F(2 * GELU_TANH_A * GELU_TANH_C)
+_SIX_AC = _F(6 * GELU_TANH_A * GELU_TANH_C)
+
+
+@_jit
+def gelu_f32(x):
+    return _HALF * x * (_ONE + erf_f32(x * _SQRT_HALF))
+
+
+@_jit
+def gelu_slope_f32(x):
+    """Phi(x) + x phi(x)."""
+    density = _INV_SQRT_2PI * exp_f32(-_HALF * x * x)
+    return _HALF * (_ONE + erf_f32(x * _SQRT_HALF)) + x * density
+
+
+@_jit
+def gelu_tanh_f32(x):
+    """x (1 + tanh u) / 2 = x sigmoid(2u), u = c (x + a x^3): no cancellation for x < 0."""
+    return x * sigmoid_f32((_TWO_AC * x * x + _TWO_C) * x)
+
+
+@_jit
+def gelu_tanh_slope_f32(x):
+    """s + x s (1 - s) 2u', s = sigmoid(2u), 2u' = 2c (1 + 3 a x^2)."""
+    x2 = x * x
+    s = sigmoid_f32((_TWO_AC * x2 + _TWO_C) * x)
+    return s + x * s * (_ONE - s) * (_SIX_AC * x2 + _TWO_C)

@@ -16,6 +16,7 @@ from numba.core import types
 from numba.extending import overload
 
 from tracegrad.compiler.kernels import fastmath
+from tracegrad.core.ops.elementwise import GELU_TANH_A, GELU_TANH_C, INV_SQRT_2PI, SQRT_HALF
 
 _jit = numba.njit(fastmath=set(fastmath.FLAGS), error_model="numpy", cache=True)
 
@@ -70,6 +71,23 @@ def erf(x):
     return math.erf(x)
 
 
+def gelu(x):
+    return 0.5 * x * (1.0 + math.erf(x * SQRT_HALF))
+
+
+def gelu_slope(x):
+    return 0.5 * (1.0 + math.erf(x * SQRT_HALF)) + x * INV_SQRT_2PI * math.exp(-0.5 * x * x)
+
+
+def gelu_tanh(x):
+    return x * _exact_sigmoid(2.0 * GELU_TANH_C * (x + GELU_TANH_A * x * x * x))
+
+
+def gelu_tanh_slope(x):
+    s = _exact_sigmoid(2.0 * GELU_TANH_C * (x + GELU_TANH_A * x * x * x))
+    return s + x * s * (1.0 - s) * 2.0 * GELU_TANH_C * (1.0 + 3.0 * GELU_TANH_A * x * x)
+
+
 @_jit
 def _exact_log(x):
     return math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)
@@ -99,3 +117,7 @@ _by_dtype(log, fastmath.log_f32, _exact_log)
 _by_dtype(tanh, fastmath.tanh_f32, math.tanh)
 _by_dtype(sigmoid, fastmath.sigmoid_f32, _exact_sigmoid)
 _by_dtype(erf, fastmath.erf_f32, math.erf)
+_by_dtype(gelu, fastmath.gelu_f32, _jit(gelu))
+_by_dtype(gelu_slope, fastmath.gelu_slope_f32, _jit(gelu_slope))
+_by_dtype(gelu_tanh, fastmath.gelu_tanh_f32, _jit(gelu_tanh))
+_by_dtype(gelu_tanh_slope, fastmath.gelu_tanh_slope_f32, _jit(gelu_tanh_slope))

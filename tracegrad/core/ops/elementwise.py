@@ -4,6 +4,8 @@ Each has a scalar template, so a fused kernel inlines it with its neighbours."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -115,6 +117,100 @@ def _horner(x: np.ndarray, coefficients: tuple[float, ...]) -> np.ndarray:
     return out
 
 
+# GELU as ops of its own (PyTorch's `gelu`, `approximate="none"` or `"tanh"`): composed of
+# ops, its eager forward and backward were a score of passes over memory each; here each is a
+# few passes over blocks that stay in the cache, and a kernel inlines one helper.
+SQRT_HALF, INV_SQRT_2PI = 0.7071067811865476, 0.3989422804014327
+GELU_TANH_C, GELU_TANH_A = 0.7978845608028654, 0.044715  # sqrt(2/pi) and the cubic's weight
+
+
+def _by_blocks(f: Callable[[np.ndarray, np.ndarray], None]) -> Callable[[Any], np.ndarray]:
+    """`f(x_block, out_block)` made a function of arrays (by the shape rule's dtype), run on
+    blocks of BLOCK elements so that its passes read and write the cache, not memory."""
+
+    def apply(x):
+        x = np.asarray(x)
+        x = x if x.dtype.kind == "f" else x.astype(np.float64)
+        flat, out = x.ravel(), np.empty(x.size, x.dtype)
+        for start in range(0, flat.size, BLOCK):
+            f(flat[start : start + BLOCK], out[start : start + BLOCK])
+        return out.reshape(x.shape)
+
+    apply.__name__ = f.__name__.lstrip("_")
+    return apply
+
+
+def _normal_cdf(x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Phi(x) = (1 + erf(x / sqrt 2)) / 2 into out."""
+    np.multiply(x, x.dtype.type(SQRT_HALF), out=out)
+    out[...] = _erf(out)
+    out += 1
+    out *= x.dtype.type(0.5)
+    return out
+
+
+@_by_blocks
+def _gelu(x, out):
+    np.multiply(_normal_cdf(x, out), x, out=out)
+
+
+@_by_blocks
+def _gelu_slope(x, out):
+    """d/dx x Phi(x) = Phi(x) + x phi(x)."""
+    _normal_cdf(x, out)
+    density = np.multiply(x, x)
+    density *= x.dtype.type(-0.5)
+    np.exp(density, out=density)
+    density *= x
+    density *= x.dtype.type(INV_SQRT_2PI)
+    out += density
+
+
+def _gate(x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """s = sigmoid(2u) = (1 + tanh u) / 2, u = c (x + a x^3), into out: 1 + tanh u cancels in
+    float32 where x is very negative, the sigmoid keeps its relative accuracy."""
+    np.multiply(x, x, out=out)
+    out *= x.dtype.type(-2 * GELU_TANH_A * GELU_TANH_C)
+    out -= x.dtype.type(2 * GELU_TANH_C)
+    out *= x
+    with np.errstate(over="ignore"):  # exp(-2u) = inf: s = 0, as it should
+        np.exp(out, out=out)
+    out += 1
+    return np.reciprocal(out, out=out)
+
+
+@_by_blocks
+def _gelu_tanh(x, out):
+    """x (1 + tanh u) / 2 = x s."""
+    np.multiply(_gate(x, out), x, out=out)
+
+
+@_by_blocks
+def _gelu_tanh_slope(x, out):
+    """s + x s (1 - s) 2u', 2u' = 2c (1 + 3 a x^2)."""
+    s = _gate(x, out)
+    rest = np.multiply(x, x)
+    rest *= x.dtype.type(6 * GELU_TANH_A * GELU_TANH_C)
+    rest += x.dtype.type(2 * GELU_TANH_C)
+    rest *= x
+    rest *= s
+    rest *= 1 - s
+    out += rest
+
+
+def _gelu_curvature(x):
+    """d2/dx2 x Phi(x) = phi(x) (2 - x^2), composed of ops: a second derivative is rare."""
+    return exp(x * x * -0.5) * INV_SQRT_2PI * (2.0 - x * x)
+
+
+def _gelu_tanh_curvature(x):
+    """(1 - t^2) (u' + x (u'' - 2 t u'^2) / 2), u = c (x + a x^3), composed of ops."""
+    t = tanh(GELU_TANH_C * (x + GELU_TANH_A * x * x * x))
+    du = GELU_TANH_C * (1.0 + 3.0 * GELU_TANH_A * x * x)
+    ddu = (6.0 * GELU_TANH_A * GELU_TANH_C) * x
+    return (1.0 - t * t) * (du + 0.5 * x * (ddu - 2.0 * t * du * du))
+
+
 def _softplus(x):
     """log(1 + exp(x)), without overflow for large x."""
     return np.logaddexp(0, x)
@@ -179,6 +275,14 @@ softplus = unary("softplus", _softplus, lambda g, out, x: g * sigmoid(x), "in",
                  "(math.log1p(math.exp(-abs({0}))) + maximum({0}, 0.0))", ("maximum",))  # fmt: skip
 erf = unary("erf", _erf, lambda g, out, x: g * (1.1283791670955126 * exp(-(x * x))), "in",
             "erf({0})", ("erf",))  # fmt: skip
+gelu = unary("gelu", _gelu, lambda g, out, x: g * gelu_slope(x), "in", "gelu({0})", ("gelu",))
+gelu_slope = unary("gelu_slope", _gelu_slope, lambda g, out, x: g * _gelu_curvature(x), "in",
+                   "gelu_slope({0})", ("gelu_slope",))  # fmt: skip
+gelu_tanh = unary("gelu_tanh", _gelu_tanh, lambda g, out, x: g * gelu_tanh_slope(x), "in",
+                  "gelu_tanh({0})", ("gelu_tanh",))  # fmt: skip
+gelu_tanh_slope = unary("gelu_tanh_slope", _gelu_tanh_slope,
+                        lambda g, out, x: g * _gelu_tanh_curvature(x), "in",
+                        "gelu_tanh_slope({0})", ("gelu_tanh_slope",))  # fmt: skip
 sin = unary("sin", np.sin, lambda g, out, x: g * cos(x), "in", "sin({0})", ("sin",))
 cos = unary("cos", np.cos, lambda g, out, x: -(g * sin(x)), "in", "cos({0})", ("cos",))
 tan = unary("tan", np.tan, lambda g, out, x: g * (1.0 + out * out), "out", "math.tan({0})")
