@@ -35,6 +35,7 @@ from tracegrad.frontend.creation import seed as _seed
 from tracegrad.frontend.elementwise import *  # noqa: F403
 from tracegrad.frontend.functions import *  # noqa: F403
 from tracegrad.frontend.grad_manager import GradManager, grad, vjp
+from tracegrad.frontend.heap import keep_freed_memory as _keep_freed_memory
 from tracegrad.frontend.mutation import *  # noqa: F403
 from tracegrad.frontend.products import *  # noqa: F403
 from tracegrad.frontend.random import Generator
@@ -103,6 +104,8 @@ def __getattr__(name: str) -> _Any:
         )
     raise AttributeError(f"module 'tracegrad' has no attribute '{name}'")
 
+
+_keep_freed_memory()  # eager steps refault their freed arrays otherwise (frontend/heap.py)
 
 _SUBPACKAGES = ("compiler", "core", "frontend", "numpy", "runtime")  # not for import *
 __all__ = sorted(name for name in dir() if not name.startswith("_") and name not in _SUBPACKAGES)
