@@ -40,6 +40,14 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def method_env(method: str, env: dict[str, str]) -> dict[str, str]:
+    """A peer's child (any method but tracegrad's own, "tg-...") runs with the C library's
+    allocator defaults, as its users run it: it imports tracegrad (which builds the shared
+    weights and data), whose import would hand it tracegrad's heap settings
+    (tracegrad/frontend/heap.py); PyTorch gains from them as much as tracegrad does."""
+    return env if method.startswith("tg") else {**env, "TRACEGRAD_KEEP_FREED_MEMORY": "0"}
+
+
 def measure(
     method: str,
     workload: str,
@@ -60,7 +68,7 @@ def measure(
         "--budget",
         str(budget),
     ] + (["--memory"] if memory else [])
-    return run_marked(cmd, env or child_env(), timeout)
+    return run_marked(cmd, method_env(method, env or child_env()), timeout)
 
 
 def run_marked(cmd: list[str], env: dict[str, str], timeout: float = 1800.0) -> dict[str, Any]:
@@ -106,9 +114,9 @@ def run_rounds(
         for r in range(rounds):
             results.append({})
             for method in methods:
-                result = measure(method, env, False)
+                result = measure(method, method_env(method, env), False)
                 if r == 0 and method in warm and "first_s" in result:
-                    again = measure(method, env, True)
+                    again = measure(method, method_env(method, env), True)
                     result["warm_first_s"] = again.get("first_s")
                     result["warm_kernels_s"] = again.get("kernels_s")
                 results[r][method] = result
