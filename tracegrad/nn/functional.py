@@ -654,9 +654,12 @@ def batch_norm(
             raise ValueError("batch_norm: evaluation needs running_mean and running_var")
         centered = x - reshape(running_mean, shape)
         var = reshape(running_var, shape)
-    y = centered / sqrt(var + eps)
+    # one product by a per-channel scale (weight / std, as PyTorch's): dividing by std and then
+    # multiplying by the weight made two passes over the batch, and four more in backward
+    scale = 1.0 / sqrt(var + eps)
     if weight is not None:
-        y = y * reshape(weight, shape)
+        scale = scale * reshape(weight, shape)
+    y = centered * scale
     return y if bias is None else y + reshape(bias, shape)
 
 
