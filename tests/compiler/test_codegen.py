@@ -37,3 +37,14 @@ def test_cheaper_spellings_compute_what_numpy_functions_do(backend):
     assert "np.maximum.reduce(" in source and "np.multiply.reduce(" in source
     assert "np.sum(" not in source and "np.transpose(" not in source
     assert "[(Ellipsis, slice(1, 3, None))]" in source and "getitem" not in source
+
+
+def test_a_sum_around_a_kept_axis_keeps_sums_own_function():
+    """Batch norm's (0, 2, 3) sum of a large array is a matrix-vector product in sum's own
+    function, which the plan calls rather than np.add.reduce; a small one is spelt cheaply."""
+    x = tg.tensor(np.random.default_rng(0).standard_normal((64, 8, 16, 16)).astype(np.float32))
+    traced = tg.trace(lambda x: (x.sum((0, 2, 3)), x[:2].sum((0, 2, 3))), backend="numpy")
+    got, want = traced(x), (x.sum((0, 2, 3)), x[:2].sum((0, 2, 3)))
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g.numpy(), w.numpy())
+    assert "= sum_impl0(a, " in traced.latest.source and "np.add.reduce(c, " in traced.latest.source

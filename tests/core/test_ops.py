@@ -610,8 +610,10 @@ def test_where_selects_numpys_bits(dtype, rows):
     if x.dtype.kind == "f":
         x[0, :4], y[-1, :4] = [np.nan, np.inf, -0.0, 1e-40], [-np.inf, np.nan, -0.0, 0.0]
     c = rng.random((rows, 40)) < 0.5
-    cases = [(c, x, y), (c, x, 0.0), (c, 2, y), (c, x, y[:1]), (c[:, :1], x, y),
-             (c[::2], x[::2, ::-1], y[::2]), (c, 1.0, 2.0), (c, x[0, 0], y)]  # fmt: skip
+    cases = [(c, x, y), (c, x, 0.0), (c, x, -0.0), (c[:1], x, 0), (c, 0.0, y), (c, -0.0, y),
+             (c[:1], 0, y), (c, 2, y), (c, x, y[:1]),
+             (c[:, :1], x, y), (c[::2], x[::2, ::-1], y[::2]), (c, 1.0, 2.0),
+             (c, x[0, 0], y)]  # fmt: skip
     for cond, a, b in cases:
         want, got = np.where(cond, a, b), P.where.impl(cond, a, b)
         assert (got.dtype, got.shape) == (want.dtype, want.shape)
@@ -680,3 +682,23 @@ def test_gelu_gradients_to_second_order(approximate):
         return g
 
     check_grad(slope, x)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sum_around_a_kept_axis_matches_numpy(dtype):
+    """Summing over the first and the last axes (batch norm's statistics) takes a product with
+    ones: NumPy's shapes and dtypes, its values to its own rounding, NaN and inf propagated;
+    strided arrays and other axes take NumPy's sum."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((64, 8, 16, 16)).astype(dtype)
+    x[3, 2, 0, 0], x[5, 4, 1, 1] = np.nan, np.inf
+    tol = 1e-5 if dtype == np.float32 else 1e-13
+    for axis in [(0, 2, 3), (0, 3), (-1, -2, -4), (0, 1), (1, 2, 3), (0,)]:
+        for keepdims in (False, True):
+            for a in (x, x[:, :, ::-1]):
+                got = P.sum.impl(a, axis=axis, keepdims=keepdims)
+                want = np.sum(a.astype(np.float64), axis=axis, keepdims=keepdims)
+                assert got.dtype == dtype and got.shape == want.shape, (axis, keepdims)
+                np.testing.assert_allclose(got, want, rtol=tol, atol=tol * 64 * 16 * 16)
+    sums = P.sum.impl(x, axis=(0, 2, 3))
+    assert np.isnan(sums[2]) and np.isinf(sums[4])

@@ -20,6 +20,7 @@ import numpy as np
 from passes.memory import MemoryPlan
 from tracegrad.core import ir
 from tracegrad.core import primitives as P
+from tracegrad.core.ops import reductions
 
 _plan_ids = iter(range(1, 1 << 62))
 
@@ -116,8 +117,9 @@ def _as_kernel_takes(const: np.ndarray) -> np.ndarray:
 # NumPy functions with a cheaper spelling of the same call: a plan of small arrays spends more
 # in a call's Python than in its work, and `np.sum` or `np.transpose` dispatch through Python
 # wrappers to what these call directly (same dtypes, same results).
-_REDUCES = {np.sum: "np.add.reduce", np.prod: "np.multiply.reduce", np.max: "np.maximum.reduce",
-            np.min: "np.minimum.reduce"}  # fmt: skip
+# sum's own function stays where it takes a matrix-vector product (`around_block`).
+_REDUCES = {P.sum: "np.add.reduce", P.prod: "np.multiply.reduce", P.max: "np.maximum.reduce",
+            P.min: "np.minimum.reduce"}  # fmt: skip
 _METHODS = {np.transpose: (np.ndarray.transpose, "axes"), np.reshape: (np.ndarray.reshape, "shape")}
 
 
@@ -135,7 +137,9 @@ def _call(em: _Emitter, n: ir.Node, memory: MemoryPlan, places: dict[ir.Value, i
     buffer = _buffer(em, out, memory, places)
     if buffer:
         args.append(f"out={buffer}")
-    function = _REDUCES.get(impl) or em.function(n.prim)
+    x = n.inputs[0]
+    products = n.prim is P.sum and reductions.around_block(x.shape, x.dtype, n.attrs.get("axis"))
+    function = (not products and _REDUCES.get(n.prim)) or em.function(n.prim)
     return f"{em.names[out]} = {function}({', '.join(args)})"
 
 

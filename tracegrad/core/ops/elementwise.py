@@ -31,9 +31,14 @@ def _where(c, x, y):
     bits = np.dtype(f"u{dtype.itemsize}")
     x, y = (np.asarray(a, dtype).view(bits) for a in (x, y))
     mask = c.astype(bits)
+    into = mask if mask.shape == np.broadcast_shapes(mask.shape, x.shape, y.shape) else None
+    if x.ndim == 0 and x == 0:  # where(c, 0.0, y), a ReLU's gradient: +0.0 is no bits
+        mask -= 1  # all ones where c fails
+        return np.bitwise_and(y, mask, out=into).view(dtype)
     np.negative(mask, out=mask)  # all ones where c holds
-    full = mask.shape == np.broadcast_shapes(mask.shape, x.shape, y.shape)
-    out = np.bitwise_and(np.bitwise_xor(x, y), mask, out=mask if full else None)
+    if y.ndim == 0 and y == 0:
+        return np.bitwise_and(x, mask, out=into).view(dtype)
+    out = np.bitwise_and(np.bitwise_xor(x, y), mask, out=into)
     out ^= y
     return out.view(dtype)
 
