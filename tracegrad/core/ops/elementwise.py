@@ -3,6 +3,7 @@ Each has a scalar template, so a fused kernel inlines it with its neighbours."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -93,24 +94,37 @@ def _erf(x):
     other dtypes by math.erf per element, exact and slow (NumPy has no erf)."""
     x = np.asarray(x)
     if x.dtype == np.float32:
-        return _erf_f32(x)
+        return _by_blocks(_erf_f32)(x)
     return np.asarray(_erf_object(x), x.dtype if x.dtype.kind == "f" else np.float64)
 
 
-def _erf_f32(x: np.ndarray) -> np.ndarray:
-    """By blocks that stay in the cache through the function's dozen passes."""
-    flat, out = x.ravel(), np.empty(x.size, np.float32)
-    for start in range(0, flat.size, BLOCK):
-        xc = np.clip(flat[start : start + BLOCK], -ERF_F32_CLAMP, ERF_F32_CLAMP)
-        x2 = xc * xc
-        p, q = _horner(x2, ERF_F32_P), _horner(x2, ERF_F32_Q)
-        np.divide(p, q, out=p)
-        np.multiply(p, xc, out=p)  # x last: tiny x keep their relative accuracy
-        np.clip(p, -1, 1, out=out[start : start + BLOCK])
-    return out.reshape(x.shape)
+def _erf_f32(x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """float32 erf of a block into out (which may be x)."""
+    xc = np.clip(x, -ERF_F32_CLAMP, ERF_F32_CLAMP)
+    x2 = xc * xc
+    p, q = _horner(x2, ERF_F32_P), _horner(x2, ERF_F32_Q)
+    np.divide(p, q, out=p)
+    np.multiply(p, xc, out=p)  # x last: tiny x keep their relative accuracy
+    return np.clip(p, -1, 1, out=out)
 
 
 BLOCK = 1 << 16  # elements: a block's four temporaries about fill a 1 MiB L2
+
+
+def _by_blocks(f: Callable[[np.ndarray, np.ndarray], Any]) -> Callable[[Any], np.ndarray]:
+    """`f(x_block, out_block)` made a function of arrays (floating: ints become float64, as the
+    shape rule says), run on blocks of BLOCK elements so that its passes stay in the cache."""
+
+    @functools.wraps(f)
+    def apply(x):
+        x = np.asarray(x)
+        x = x if x.dtype.kind == "f" else x.astype(np.float64)
+        flat, out = x.ravel(), np.empty(x.size, x.dtype)
+        for start in range(0, flat.size, BLOCK):
+            f(flat[start : start + BLOCK], out[start : start + BLOCK])
+        return out.reshape(x.shape)
+
+    return apply
 
 
 def _horner(x: np.ndarray, coefficients: tuple[float, ...]) -> np.ndarray:
@@ -129,26 +143,13 @@ SQRT_HALF, INV_SQRT_2PI = 0.7071067811865476, 0.3989422804014327
 GELU_TANH_C, GELU_TANH_A = 0.7978845608028654, 0.044715  # sqrt(2/pi) and the cubic's weight
 
 
-def _by_blocks(f: Callable[[np.ndarray, np.ndarray], None]) -> Callable[[Any], np.ndarray]:
-    """`f(x_block, out_block)` made a function of arrays (by the shape rule's dtype), run on
-    blocks of BLOCK elements so that its passes read and write the cache, not memory."""
-
-    def apply(x):
-        x = np.asarray(x)
-        x = x if x.dtype.kind == "f" else x.astype(np.float64)
-        flat, out = x.ravel(), np.empty(x.size, x.dtype)
-        for start in range(0, flat.size, BLOCK):
-            f(flat[start : start + BLOCK], out[start : start + BLOCK])
-        return out.reshape(x.shape)
-
-    apply.__name__ = f.__name__.lstrip("_")
-    return apply
-
-
 def _normal_cdf(x: np.ndarray, out: np.ndarray) -> np.ndarray:
     """Phi(x) = (1 + erf(x / sqrt 2)) / 2 into out."""
     np.multiply(x, x.dtype.type(SQRT_HALF), out=out)
-    out[...] = _erf(out)
+    if x.dtype == np.float32:
+        _erf_f32(out, out)
+    else:
+        out[...] = _erf(out)
     out += 1
     out *= x.dtype.type(0.5)
     return out
