@@ -2,11 +2,12 @@
 capped with `resource.setrlimit(RLIMIT_AS, ...)` runs the step eagerly (MemoryError), another
 runs it with `@tracegrad.trace(memory_budget=...)` under the same cap (it trains).
 
-    python examples/train_under_budget.py [--depth 16] [--width 256] [--batch 1024] [--steps 5]
+    python examples/train_under_budget.py [--depth 32] [--width 256] [--batch 1024] [--steps 5]
 
 Each child builds the model and data first, then caps its address space at what it maps now plus
-`--room` MiB. The eager step keeps several arrays of batch x width per layer for backward; the
-traced step under a budget keeps a few layers' worth and recomputes the rest (Linux only).
+`--room` MiB. The eager step keeps two arrays of batch x width per layer for backward (a
+layer's input and its GELU's); the traced step under a budget keeps a few layers' worth and
+recomputes the rest (Linux only).
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ def run(mode: str, args: argparse.Namespace) -> dict:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("--depth", type=int, default=16, help="GELU layers (%(default)s)")
+    p.add_argument("--depth", type=int, default=32, help="GELU layers (%(default)s)")
     p.add_argument("--width", type=int, default=256, help="features per layer (%(default)s)")
     p.add_argument("--batch", type=int, default=1024, help="rows per step (%(default)s)")
     p.add_argument("--steps", type=int, default=5, help="steps each child runs (%(default)s)")
