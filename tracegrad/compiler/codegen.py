@@ -114,10 +114,10 @@ def _as_kernel_takes(const: np.ndarray) -> np.ndarray:
     return np.array(const, order="C")
 
 
-# NumPy functions with a cheaper spelling of the same call: a plan of small arrays spends more
-# in a call's Python than in its work, and `np.sum` or `np.transpose` dispatch through Python
-# wrappers to what these call directly (same dtypes, same results).
-# sum's own function stays where it takes a matrix-vector product (`around_block`).
+# Cheaper spellings of the same call: a plan of small arrays spends more in a call's Python
+# than in its work, and `np.sum` or `np.transpose` dispatch through Python wrappers to what
+# these call directly (same dtypes, same results). sum's own function stays where it takes a
+# matrix-vector product (`around_block`).
 _REDUCES = {P.sum: "np.add.reduce", P.prod: "np.multiply.reduce", P.max: "np.maximum.reduce",
             P.min: "np.minimum.reduce"}  # fmt: skip
 _METHODS = {np.transpose: (np.ndarray.transpose, "axes"), np.reshape: (np.ndarray.reshape, "shape")}
@@ -137,9 +137,11 @@ def _call(em: _Emitter, n: ir.Node, memory: MemoryPlan, places: dict[ir.Value, i
     buffer = _buffer(em, out, memory, places)
     if buffer:
         args.append(f"out={buffer}")
-    x = n.inputs[0]
-    products = n.prim is P.sum and reductions.around_block(x.shape, x.dtype, n.attrs.get("axis"))
-    function = (not products and _REDUCES.get(n.prim)) or em.function(n.prim)
+    function = _REDUCES.get(n.prim)
+    if n.prim is P.sum and reductions.around_block(n.inputs[0].shape, n.inputs[0].dtype,
+                                                    n.attrs.get("axis")):  # fmt: skip
+        function = None  # sum's own function: a matrix-vector product
+    function = function or em.function(n.prim)
     return f"{em.names[out]} = {function}({', '.join(args)})"
 
 
