@@ -45,12 +45,13 @@ def _trailing_reduction(n: Node) -> bool:
     """A reduction over leading or trailing axes (not all): read as a matrix, one axis of it,
     the shape a kernel folds as it goes (layer norm's statistics over the last axis of (N, T,
     D), a bias gradient over the first two); or over both around kept middle ones
-    (`_around`)."""
+    (`shapes.around`)."""
     if n.prim.kind is not Kind.REDUCTION or not n.prim.fusible or not n.inputs:
         return False
     ndim, axes = _reduced(n)
     block = axes == list(range(len(axes))) or axes == list(range(ndim - len(axes), ndim))
-    return ndim >= 2 and 0 < len(axes) < ndim and (block or _around(axes, ndim))
+    around = shapes.around(axes, ndim) is not None
+    return ndim >= 2 and 0 < len(axes) < ndim and (block or around)
 
 
 def _reduced(n: Node) -> tuple[int, list[int]]:
@@ -59,25 +60,14 @@ def _reduced(n: Node) -> tuple[int, list[int]]:
     return ndim, sorted(a % max(ndim, 1) for a in n.attrs["axis"])
 
 
-def _around(axes: list[int], ndim: int) -> bool:
-    """Leading and trailing axes both, kept ones between them (a channel's over (N, C, H, W))."""
-    kept = [a for a in range(ndim) if a not in axes]
-    return (
-        bool(kept)
-        and 0 < kept[0]
-        and kept[-1] < ndim - 1
-        and kept == [*range(kept[0], kept[-1] + 1)]
-    )
-
-
 def _around_reduction(n: Node) -> bool:
-    """A reduction `_around` kept axes: a batch norm's statistics of each channel. Its kernel
-    reads the input once, in order; NumPy's reduce over such axes is several times slower
-    (docs/kernels.md), so it is a kernel even alone."""
+    """A reduction around kept axes (`shapes.around`): a batch norm's statistics of each
+    channel. Its kernel reads the input once, in order; NumPy's reduce over such axes is
+    several times slower (docs/kernels.md), so it is a kernel even alone."""
     if not _trailing_reduction(n):
         return False
     ndim, axes = _reduced(n)
-    return _around(axes, ndim)
+    return shapes.around(axes, ndim) is not None
 
 
 def _row_reduction(n: Node) -> bool:

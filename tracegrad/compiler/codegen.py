@@ -138,8 +138,8 @@ def _call(em: _Emitter, n: ir.Node, memory: MemoryPlan, places: dict[ir.Value, i
     if buffer:
         args.append(f"out={buffer}")
     function = _REDUCES.get(n.prim)
-    if n.prim is P.sum and reductions.around_block(n.inputs[0].shape, n.inputs[0].dtype,
-                                                    n.attrs.get("axis")):  # fmt: skip
+    x = n.inputs[0] if n.prim is P.sum else None
+    if x is not None and reductions.around_block(x.shape, x.dtype, n.attrs.get("axis")) is not None:
         function = None  # sum's own function: a matrix-vector product
     function = function or em.function(n.prim)
     return f"{em.names[out]} = {function}({', '.join(args)})"

@@ -62,32 +62,35 @@ def reduction(name, impl, shape, vjp, saves="", combine=None, identity=None, hel
 
 
 def _sum(x, axis=None, keepdims=False):
-    """np.sum; a C-contiguous array summed around a kept axis (`around_block`) as a product of
-    its rows with ones, then over the first axis: NumPy's own loop over such axes runs at a
-    third of BLAS's matrix-vector rate, to about the same rounding (docs/benchmarks.md)."""
-    trailing = around_block(x.shape, x.dtype, axis) if _c_contiguous(x) else 0
-    if not trailing:
+    """np.sum; a C-contiguous array summed around kept axes (`around_block`) as a product of
+    its rows with ones, then over the leading axes: NumPy's own loop over such axes is several
+    times slower than BLAS's matrix-vector product, which rounds about as well
+    (docs/benchmarks.md)."""
+    block = around_block(x.shape, x.dtype, axis) if _c_contiguous(x) else None
+    if block is None:
         return np.add.reduce(x, axis=axis, keepdims=keepdims)
-    kept = x.shape[:trailing]
-    rows = x.reshape(-1, math.prod(x.shape[trailing:]))
-    partial = np.add.reduce((rows @ np.ones(rows.shape[1], x.dtype)).reshape(kept), axis=0)
-    return partial.reshape((1, *kept[1:]) + (1,) * (x.ndim - trailing)) if keepdims else partial
+    lead, trail = block
+    rows = x.reshape(-1, math.prod(x.shape[trail:]))
+    partial = (rows @ np.ones(rows.shape[1], x.dtype)).reshape(x.shape[:trail])
+    out = np.add.reduce(partial, axis=tuple(range(lead)))
+    return (
+        out.reshape((1,) * lead + x.shape[lead:trail] + (1,) * (x.ndim - trail))
+        if keepdims
+        else out
+    )
 
 
 AROUND_MIN = 1 << 16  # elements: below, the product's BLAS call costs more than it saves
 
 
-def around_block(shape: tuple[int, ...], dtype: np.dtype, axis: Any) -> int:
-    """Where the trailing block of summed axes starts, if `axis` sums the first axis and a block
-    of trailing ones with a kept axis between them (batch norm's (0, 2, 3)) of a large float
-    array; else 0."""
+def around_block(shape: tuple[int, ...], dtype: np.dtype, axis: Any) -> tuple[int, int] | None:
+    """The kept block of a sum over leading and trailing axes (`shapes.around`: batch norm's
+    (0, 2, 3)) of a large float array; else None."""
     if not isinstance(axis, tuple) or math.prod(shape) < AROUND_MIN:
-        return 0
+        return None
     if dtype not in (np.float32, np.float64):
-        return 0
-    axes = sorted(a % len(shape) for a in axis)
-    start = axes[1] if len(axes) > 1 else 0
-    return start if axes[0] == 0 and start > 1 and axes[1:] == list(range(start, len(shape))) else 0
+        return None
+    return shapes.around(sorted(a % len(shape) for a in axis), len(shape))
 
 
 def _c_contiguous(x: Any) -> bool:

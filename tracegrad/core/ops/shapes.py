@@ -18,6 +18,16 @@ def floating(x):
     return x.shape, (x.dtype if x.dtype.kind == "f" else np.dtype(np.float64))
 
 
+def around(axes: Sequence[int], ndim: int) -> tuple[int, int] | None:
+    """The kept block [start, end) of axes reduced on both sides of it, leading and trailing
+    ones (a channel's statistics over (N, C, H, W): (1, 2)); None for other axes (sorted,
+    non-negative)."""
+    kept = [a for a in range(ndim) if a not in axes]
+    if kept and 0 < kept[0] and kept[-1] < ndim - 1 and kept == [*range(kept[0], kept[-1] + 1)]:
+        return kept[0], kept[-1] + 1
+    return None
+
+
 def broadcast(*xs) -> tuple[int, ...]:
     return broadcast_shapes(*(x.shape for x in xs))
 
