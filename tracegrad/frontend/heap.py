@@ -4,9 +4,9 @@ Every eager op returns a fresh array, and a training step frees and allocates th
 arrays again and again. glibc gives a freed block back to the kernel when it was mapped on its
 own (blocks over its adaptive threshold) or when the heap's free top exceeds the trim threshold;
 the next array of that size then faults in every page anew, each one zeroed by the kernel. On
-a virtual machine a fault costs microseconds: a ResNet-20 step in eager mode took some 40,000 of
-them (docs/benchmarks.md has the figures). PyTorch's CPU allocator is malloc too; its guides
-advise jemalloc or tcmalloc for the same reason.
+a virtual machine a fault costs microseconds, and an eager step of a convolutional network
+takes tens of thousands of them (docs/benchmarks.md has the figures). PyTorch's CPU allocator
+is malloc too; its guides advise jemalloc or tcmalloc for the same reason.
 
 So at import tracegrad asks glibc to map blocks of their own only from 32 MiB (glibc's largest
 adaptive threshold, now fixed) and never to trim the heap. The process keeps its peak footprint
