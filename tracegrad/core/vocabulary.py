@@ -86,7 +86,12 @@ class Primitive:
     their work; `create_graph` says whether the cotangents will be differentiated again;
     `raises`, whether the op may raise at run time where its kind says otherwise (`may_raise`);
     `rerun`, whether it may run again where its kind says otherwise (`may_rerun`: an opaque op
-    known to be a pure function, such as attention, which the memory budget may rebuild)."""
+    known to be a pure function, such as attention, which the memory budget may rebuild);
+    `decompose`, the op as other ops, `decompose(*inputs, **params)`, which a trace records in
+    its place: eagerly the op is one call and one tape node, traced its parts fuse with their
+    neighbours (PyTorch's split of native eager ops and a compiler's decompositions). Such an
+    op saves its inputs, and its `vjp` need only cover first derivatives of the inputs it
+    names: a second derivative, or an input without a rule, differentiates the decomposition."""
 
     def __init__(
         self,
@@ -110,6 +115,7 @@ class Primitive:
         joint: bool = False,
         raises: bool | None = None,
         rerun: bool | None = None,
+        decompose: Callable | None = None,
     ):
         if kind not in Kind.__members__.values():
             raise ValueError(f"primitive {name}: kind {kind!r} is not one of {[*map(str, Kind)]}")
@@ -129,6 +135,7 @@ class Primitive:
         self._scratch = scratch
         self._flops, self.joint = flops, joint
         self._raises, self._rerun = raises, rerun
+        self.decompose = decompose
         PRIMITIVES[name] = self
 
     @property

@@ -271,7 +271,7 @@ def _propagate(order, useful, grads, deliver, retain_graph, create_graph, stop_a
             wanted = [parent in useful for parent in node.parents]
             outer, Listeners.module = Listeners.module, node.module  # its module, traced
             try:
-                cotangents = node.prim.input_grads(wanted, g, out, ins, node.params, create_graph)
+                cotangents = _cotangents(node, wanted, g, out, ins, create_graph)
                 for i, (parent, gi) in enumerate(zip(node.parents, cotangents, strict=True)):
                     if gi is not None:
                         gi = gi.astype(node.avals[i].dtype)  # float32 inputs get float32 grads
@@ -280,6 +280,38 @@ def _propagate(order, useful, grads, deliver, retain_graph, create_graph, stop_a
                 Listeners.module = outer
             if not retain_graph:
                 node.free()
+
+
+def _cotangents(node: TapeNode, wanted: list[bool], g: Tensor, out: Tensor | None, ins: list,
+                create_graph: bool) -> Sequence[Tensor | None]:  # fmt: skip
+    prim = node.prim
+    if prim.decompose is not None and (
+        create_graph or any(w and prim.vjp_rule(i) is None for i, w in enumerate(wanted))
+    ):
+        return _decomposed_cotangents(prim, wanted, g, ins, node.params, create_graph)
+    return prim.input_grads(wanted, g, out, ins, node.params, create_graph)
+
+
+def _decomposed_cotangents(prim: Any, wanted: list[bool], g: Tensor, ins: list, params: dict,
+                           create_graph: bool) -> list[Tensor | None]:  # fmt: skip
+    """The cotangents of an op with a decomposition, by differentiating that: what its own
+    rules, first derivatives of the common inputs, leave out. Each wanted input gets a node of
+    its own, a fresh leaf unless the cotangents must be differentiable in the input's history."""
+    with _grad_mode(True):
+        xs = [
+            (x + 0.0 if create_graph else Tensor._wrap(x._value).requires_grad_()) if w else x
+            for x, w in zip(ins, wanted, strict=True)
+        ]
+        y = prim.decompose(*xs, **params)
+    slots = {edge(x): i for i, x in enumerate(xs) if wanted[i]}
+    grads: list[Tensor | None] = [None] * len(xs)
+
+    def collect(node: Any) -> Callable | None:
+        i = slots.get(node)
+        return None if i is None else functools.partial(grads.__setitem__, i)
+
+    run_backward([y], [g], collect, create_graph=create_graph, stop_at_sinks=True)
+    return grads
 
 
 def accumulate(t: Tensor, g: Tensor) -> None:

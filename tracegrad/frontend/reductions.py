@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from tracegrad.core import primitives as P
+from tracegrad.core.ops import losses
 from tracegrad.frontend.functions import (
     astype,
     at,
@@ -185,12 +186,9 @@ def logsumexp(input: Any, dim: Any, keepdim: bool = False) -> Tensor:
 
 @pytorch_keywords
 def log_softmax(input: Any, dim: int = -1) -> Tensor:
-    """(x - m) - log(sum(exp(x - m))), m the max: subtracting logsumexp, a large number whose
-    rounding error is large, lost log C in a row of -1e9 and 5e-4 at logits near 1e4."""
+    """(x - m) - log(sum(exp(x - m))), m the max (`core.ops.losses.log_softmax_parts`)."""
     x = as_tensor(input)
-    m = amax(x, dim, keepdim=True).detach()
-    shifted = x - P.where(P.abs(m) < math.inf, m, 0.0)
-    return shifted - P.log(sum(P.exp(shifted), dim, keepdim=True))
+    return losses.log_softmax_parts(x, dim_tuple("log_softmax", dim, x.ndim))
 
 
 @pytorch_keywords

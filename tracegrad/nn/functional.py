@@ -17,6 +17,7 @@ import numpy as np
 from tracegrad.core import primitives as P
 from tracegrad.core.errors import ShapeError
 from tracegrad.core.ops import attention as attention_impl
+from tracegrad.core.ops import losses
 from tracegrad.core.primitives import abs, log, log1p, maximum, sigmoid, sqrt, tanh, where
 from tracegrad.frontend import random
 from tracegrad.frontend.autodiff import no_grad
@@ -191,15 +192,17 @@ def cross_entropy(
     if labels.dtype.kind not in "iu":
         raise TypeError(f"cross_entropy: labels must be integer class indices, not {labels.dtype}")
     labels = _class_indices(labels, logits.shape[1], ignore_index, "cross_entropy: labels")
+    if not label_smoothing:
+        weights = () if weight is None else (as_tensor(weight),)
+        return P.cross_entropy(logits, labels, *weights, ignore_index=ignore_index,
+                               reduction=reduction)  # fmt: skip
     logp = log_softmax(logits, axis=-1)
-    nll, weights = _nll(logp, labels, weight, ignore_index)
-    if label_smoothing:
-        classes = logits.shape[1]
-        w = 1.0 if weight is None else as_tensor(weight)
-        smooth = -sum(logp * w, axis=-1) / float(classes)
-        smooth = where(labels != ignore_index, smooth, 0.0)
-        nll = nll * (1.0 - label_smoothing) + smooth * label_smoothing
-    return _weighted_reduce(nll, weights, reduction)
+    nll, weights = losses.nll_parts(logp, labels, weight, ignore_index)
+    w = 1.0 if weight is None else as_tensor(weight)
+    smooth = -sum(logp * w, axis=-1) / float(logits.shape[1])
+    smooth = where(labels != ignore_index, smooth, 0.0)
+    nll = nll * (1.0 - label_smoothing) + smooth * label_smoothing
+    return losses.weighted_reduce(nll, weights, reduction)
 
 
 def _classes_last(x: Tensor, labels: Tensor, op: str) -> tuple[Tensor, Tensor, tuple]:
@@ -219,29 +222,6 @@ def _class_indices(labels: Tensor, classes: int, ignore_index: int, what: str) -
     ignore_index = -100, so they are compared as int64."""
     labels = check_range(labels, 0, classes, what, ignore_index)
     return labels if labels.dtype == np.int64 else labels.astype(np.int64)
-
-
-def _nll(logp: Tensor, labels: Tensor, weight: Any, ignore_index: int) -> tuple[Tensor, Tensor]:
-    """-logp[i, label_i] * weight[label_i] (0 for ignored samples) and those weights."""
-    keep = labels != ignore_index
-    safe = where(keep, labels, 0)
-    picked = logp[np.arange(logp.shape[0]), safe]
-    w = keep.astype(logp.dtype)
-    if weight is not None:
-        w = w * as_tensor(weight)[safe]
-    return -(picked * w), w
-
-
-def _weighted_reduce(loss: Tensor, weights: Tensor, reduction: str) -> Tensor:
-    """PyTorch's weighted mean divides by the total weight of the (kept) targets. With none
-    kept (a batch of padding) the mean is NaN (0 / 0) and its gradient 0, as in PyTorch: a
-    gradient of 0 / 0 would turn every parameter NaN. (PyTorch's gradient is NaN when the kept
-    targets' weights are all 0; here it is 0 then too.)"""
-    if reduction != "mean":
-        return _reduce(loss, reduction)
-    total = sum(weights)
-    empty = total == 0.0
-    return where(empty, np.nan, sum(loss) / where(empty, 1.0, total))
 
 
 def _soft_cross_entropy(logits, probs, weight, reduction, label_smoothing) -> Tensor:
@@ -269,8 +249,8 @@ def nll_loss(
             "expected (N, C) log-probabilities and (N,) integer classes"
         )
     labels = _class_indices(labels, logp.shape[1], ignore_index, "nll_loss: target")
-    nll, weights = _nll(logp, labels, weight, ignore_index)
-    return _weighted_reduce(nll, weights, reduction)
+    nll, weights = losses.nll_parts(logp, labels, weight, ignore_index)
+    return losses.weighted_reduce(nll, weights, reduction)
 
 
 def _same_shapes(op: str, input: Any, target: Any, reduction: str) -> tuple[Tensor, Tensor]:
@@ -325,9 +305,9 @@ def huber_loss(input: Any, target: Any, reduction: str = "mean", delta: float = 
 def linear(input: Any, weight: Any, bias: Any = None) -> Tensor:
     """input @ weight.T + bias, weight of shape (out, in); all of one dtype, as PyTorch's."""
     input, weight = as_tensor(input), as_tensor(weight)
-    same_dtypes("linear", input, weight, None if bias is None else as_tensor(bias))
-    y = input @ weight.T
-    return y if bias is None else y + bias
+    bias = () if bias is None else (as_tensor(bias),)
+    same_dtypes("linear", input, weight, *bias)
+    return P.linear(input, weight, *bias)
 
 
 def mse_loss(input: Any, target: Any, reduction: str = "mean") -> Tensor:

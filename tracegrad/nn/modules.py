@@ -377,8 +377,7 @@ class Linear(Module):
         self.bias = uniform_parameter((out_features,), bound) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
-        y = x @ self.weight.T
-        return y if self.bias is None else y + self.bias
+        return F.linear(x, self.weight, self.bias)
 
     def extra_repr(self) -> str:
         return (

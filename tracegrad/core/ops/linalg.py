@@ -53,6 +53,54 @@ matmul = Primitive("matmul", np.matmul, _matmul_rule,
                    "in", kind=Kind.CONTRACTION)  # fmt: skip
 
 
+def _linear_rule(x, w, *b):
+    if w.ndim != 2 or x.ndim < 1 or x.shape[-1] != w.shape[1]:
+        raise ValueError(f"input {x.shape} and weight {w.shape}; expected (..., in_features) "
+                         "and (out_features, in_features)")  # fmt: skip
+    shape = (*x.shape[:-1], w.shape[0])
+    try:
+        shape = shapes.broadcast_shapes(shape, b[0].shape) if b else shape
+    except ValueError:
+        raise ValueError(f"bias {b[0].shape} for results of shape {shape}") from None
+    return shape, shapes.result_type(x.dtype, w.dtype, *(v.dtype for v in b))
+
+
+def _linear(x, w, *b):
+    """x @ w.T (+ b): a stack of rows as one GEMM (NumPy's matmul runs one per matrix of the
+    stack), the bias added in place where it does not broadcast the result."""
+    rows = x.reshape(-1, x.shape[-1]) if x.ndim > 2 else x
+    y = np.matmul(rows, w.T)
+    y = y.reshape(*x.shape[:-1], w.shape[0]) if x.ndim > 2 else y
+    if not b:
+        return y
+    in_place = np.broadcast_shapes(y.shape, b[0].shape) == y.shape
+    return np.add(y, b[0], out=y) if in_place else y + b[0]
+
+
+def _linear_vjp(i, g, out, x, w, *b):
+    """The input's and the weight's cotangents as single GEMMs over all rows; the weight's laid
+    out as the weight is, which its optimizer's update then walks in order."""
+    if i == 2:
+        return sum_to(g, b[0].shape)
+    rows = g if g.ndim == 2 else reshape(g, shape=(math.prod(g.shape[:-1]), g.shape[-1]))
+    if i == 0:
+        dx = matmul(rows, w)
+        return dx if x.ndim == 2 else reshape(dx, shape=x.shape)
+    xs = x if x.ndim == 2 else reshape(x, shape=(rows.shape[0], x.shape[-1]))
+    return matmul(mT(rows), xs)
+
+
+def _linear_parts(x, w, *b):
+    y = x @ w.T
+    return y + b[0] if b else y
+
+
+# PyTorch's nn.functional.linear: one op eagerly (one tape node, two or three products back),
+# traced its parts, a transposed view, a product and a sum, which the fuser joins
+linear = Primitive("linear", _linear, _linear_rule, _linear_vjp, "in", kind=Kind.CONTRACTION,
+                   raises=False, decompose=_linear_parts)  # fmt: skip
+
+
 def _einsum_parts(spec: str) -> tuple[list[str], str]:
     ins, out = spec.split("->")
     return ins.split(","), out
