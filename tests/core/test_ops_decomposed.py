@@ -52,14 +52,14 @@ def logits_and_labels(n=9, c=5, dtype=np.float32, ignored=(2,)):
     return x, labels
 
 
+@pytest.mark.parametrize("loss", [P.cross_entropy, P.nll_loss])
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_cross_entropy_is_its_decomposition(reduction, weighted, dtype):
+def test_class_losses_are_their_decompositions(loss, reduction, weighted, dtype):
     x, labels = logits_and_labels(dtype=dtype)
     w = (RNG.uniform(0.5, 2, x.shape[1]).astype(dtype),) if weighted else ()
-    eager, parts = eager_and_parts(P.cross_entropy, x, labels, *w, ignore_index=-100,
-                                   reduction=reduction)  # fmt: skip
+    eager, parts = eager_and_parts(loss, x, labels, *w, ignore_index=-100, reduction=reduction)
     assert_close_grads(eager, parts, 1e-6 if dtype == np.float32 else 1e-13)
 
 
@@ -82,12 +82,15 @@ def test_cross_entropy_edge_rows_match_the_decomposition():
 
 
 @pytest.mark.parametrize("reduction", ["mean", "none"])
-def test_cross_entropy_gradients_to_second_order(reduction):
+@pytest.mark.parametrize(
+    "of_scores", [F.cross_entropy, lambda x, *a, **k: F.nll_loss(x * x, *a, **k)]
+)
+def test_class_losses_gradients_to_second_order(reduction, of_scores):
     x, labels = logits_and_labels(n=4, c=3, dtype=np.float64, ignored=(1,))
     w = RNG.uniform(0.5, 2, 3)
 
     def loss(logits, weight):
-        return F.cross_entropy(logits, tg.tensor(labels), weight, reduction=reduction)
+        return of_scores(logits, tg.tensor(labels), weight, reduction=reduction)
 
     check_grad(loss, x, w)  # the weight's gradient: no rule of its own, the parts'
 
@@ -100,17 +103,18 @@ def test_cross_entropy_gradients_to_second_order(reduction):
     check_grad(slope, x)
 
 
-def test_cross_entropy_is_one_op_eagerly_and_its_parts_traced():
+@pytest.mark.parametrize("name", ["cross_entropy", "nll_loss"])
+def test_class_losses_are_one_op_eagerly_and_their_parts_traced(name):
     x, labels = logits_and_labels()
     t = tg.tensor(x, requires_grad=True)
-    loss = F.cross_entropy(t, tg.tensor(labels))
-    assert loss.grad_fn.name == "cross_entropy"
+    loss = getattr(F, name)(t, tg.tensor(labels))
+    assert loss.grad_fn.name == name
     loss.backward()
-    traced = tg.trace(lambda a, y: F.cross_entropy(a, y), backend="numpy")
+    traced = tg.trace(lambda a, y: getattr(F, name)(a, y), backend="numpy")
     out = traced(tg.tensor(x), tg.tensor(labels))
     np.testing.assert_array_equal(out.numpy(), loss.numpy())
     ops = {n.prim for n in traced.latest.graph.nodes}
-    assert P.cross_entropy not in ops and P.log in ops
+    assert getattr(P, name) not in ops and P.mul in ops
 
 
 def test_cross_entropy_errors_name_the_op_and_shapes():

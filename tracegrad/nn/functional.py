@@ -249,8 +249,8 @@ def nll_loss(
             "expected (N, C) log-probabilities and (N,) integer classes"
         )
     labels = _class_indices(labels, logp.shape[1], ignore_index, "nll_loss: target")
-    nll, weights = losses.nll_parts(logp, labels, weight, ignore_index)
-    return losses.weighted_reduce(nll, weights, reduction)
+    weights = () if weight is None else (as_tensor(weight),)
+    return P.nll_loss(logp, labels, *weights, ignore_index=ignore_index, reduction=reduction)
 
 
 def _same_shapes(op: str, input: Any, target: Any, reduction: str) -> tuple[Tensor, Tensor]:

@@ -1,6 +1,7 @@
 """Losses over class scores: log-softmax and the negative log-likelihood as the ops a trace
-records, and softmax cross-entropy as one op eagerly (one NumPy call and one tape node where
-the parts are a score of ops, each a Python call forward and back) whose trace is those parts.
+records, and PyTorch's nll_loss and cross_entropy as one op each eagerly (one NumPy call and
+one tape node where the parts are a score of ops, each a Python call forward and back) whose
+trace is those parts.
 
 Rows are samples (N) and columns classes (C); a label equal to `ignore_index` counts for
 nothing, and the weighted mean divides by the total weight of the counted labels."""
@@ -50,19 +51,27 @@ def weighted_reduce(loss, weights, reduction: str):
 
 def _cross_entropy_parts(x, labels, *weight, ignore_index, reduction):
     logp = log_softmax_parts(x, (1,))
+    return _nll_loss_parts(logp, labels, *weight, ignore_index=ignore_index, reduction=reduction)
+
+
+def _nll_loss_parts(logp, labels, *weight, ignore_index, reduction):
     loss, w = nll_parts(logp, labels, weight[0] if weight else None, ignore_index)
     return weighted_reduce(loss, w, reduction)
 
 
-def _cross_entropy_rule(x, labels, *weight, ignore_index, reduction):
+def _class_scores_rule(x, labels, *weight, ignore_index, reduction):
     if x.ndim != 2 or labels.shape != x.shape[:1] or labels.dtype.kind not in "iu":
-        raise ValueError(f"logits {x.shape} and labels {labels.shape} ({labels.dtype}); "
+        raise ValueError(f"scores {x.shape} and labels {labels.shape} ({labels.dtype}); "
                          "expected (N, C) and (N,) integer classes")  # fmt: skip
     if weight and weight[0].shape != x.shape[1:]:
         raise ValueError(f"weight {weight[0].shape} for {x.shape[1]} classes")
     floating = x.dtype if x.dtype.kind == "f" else np.dtype(np.float64)
     dtype = np.result_type(floating, *(w.dtype for w in weight))
     return ((x.shape[0],) if reduction == "none" else ()), dtype
+
+
+def _scores_grad_rule(g, x, labels, *weight, **params):
+    return x.shape, _class_scores_rule(x, labels, *weight, **params)[1]
 
 
 def _shifted(x: np.ndarray) -> np.ndarray:
@@ -80,14 +89,8 @@ def _counted(x, labels, weight, ignore_index):
     return safe, (w * weight[0][safe] if weight else w)
 
 
-def _cross_entropy(x, labels, *weight, ignore_index, reduction):
-    """What `_cross_entropy_parts` computes, bit for bit, in a few NumPy calls: the
-    log-probabilities of the labels alone, not of every class."""
-    shifted = _shifted(x)
-    sums = sum.impl(np.exp(shifted), axis=(1,), keepdims=True)
-    safe, w = _counted(shifted, labels, weight, ignore_index)
-    rows = np.arange(x.shape[0])
-    loss = -((shifted[rows, safe] - np.log(sums[:, 0])) * w)
+def _reduced(loss, w, reduction):
+    """`weighted_reduce` in NumPy, bit for bit."""
     if reduction == "none":
         return loss
     total = sum.impl(loss, axis=(0,))
@@ -97,31 +100,66 @@ def _cross_entropy(x, labels, *weight, ignore_index, reduction):
     return np.asarray(np.nan if weights == 0.0 else total / weights, loss.dtype)
 
 
+def _coefficients(g, w, reduction):
+    """Each sample's share of the cotangent g of the reduced loss: g w, over the total weight
+    for the mean (0 where no label counts, as `weighted_reduce`'s gradient)."""
+    coef = np.asarray(g, w.dtype) * w
+    if reduction != "mean":
+        return coef
+    total = np.add.reduce(w)
+    return coef / total if total else np.zeros_like(coef)
+
+
+def _cross_entropy(x, labels, *weight, ignore_index, reduction):
+    """What `_cross_entropy_parts` computes, bit for bit, in a few NumPy calls: the
+    log-probabilities of the labels alone, not of every class."""
+    shifted = _shifted(x)
+    sums = sum.impl(np.exp(shifted), axis=(1,), keepdims=True)
+    safe, w = _counted(shifted, labels, weight, ignore_index)
+    picked = shifted[np.arange(x.shape[0]), safe] - np.log(sums[:, 0])
+    return _reduced(-(picked * w), w, reduction)
+
+
 def _cross_entropy_grad(g, x, labels, *weight, ignore_index, reduction):
-    """The logits' cotangent, (softmax(x) - onehot(labels)) * g * w (over the total weight for
-    the mean), the softmax recomputed from x rather than kept from forward."""
+    """The logits' cotangent, (softmax(x) - onehot(labels)) times each sample's coefficient,
+    the softmax recomputed from x rather than kept from forward."""
     e = np.exp(_shifted(x))
     safe, w = _counted(e, labels, weight, ignore_index)
-    coef = np.asarray(g, e.dtype) * w
-    if reduction == "mean":
-        total = np.add.reduce(w)
-        coef = coef / total if total else np.zeros_like(coef)
+    coef = _coefficients(g, w, reduction)
     e *= (coef / np.add.reduce(e, axis=1))[:, None]
     e[np.arange(x.shape[0]), safe] -= coef
     return e
 
 
-# one op eagerly, its parts traced (`decompose`); the labels are checked before (check_range)
+def _nll_loss(logp, labels, *weight, ignore_index, reduction):
+    safe, w = _counted(logp, labels, weight, ignore_index)
+    return _reduced(-(logp[np.arange(logp.shape[0]), safe] * w), w, reduction)
+
+
+def _nll_loss_grad(g, logp, labels, *weight, ignore_index, reduction):
+    safe, w = _counted(logp, labels, weight, ignore_index)
+    out = np.zeros(logp.shape, w.dtype)
+    out[np.arange(logp.shape[0]), safe] = -_coefficients(g, w, reduction)
+    return out
+
+
+# One op eagerly, its parts traced (`decompose`): PyTorch's nll_loss over log-probabilities and
+# cross_entropy over logits (log_softmax and nll_loss in one). The labels are checked before
+# (check_range); the gradient ops run only in eager backward.
 cross_entropy = Primitive(
-    "cross_entropy", _cross_entropy, _cross_entropy_rule,
+    "cross_entropy", _cross_entropy, _class_scores_rule,
     (lambda g, out, x, labels, *weight, **p: cross_entropy_grad(g, x, labels, *weight, **p),),
     "in", raises=False, rerun=True, decompose=_cross_entropy_parts,
 )  # fmt: skip
-cross_entropy_grad = Primitive(
-    "cross_entropy_grad", _cross_entropy_grad,
-    lambda g, x, labels, *weight, **p: (x.shape, _cross_entropy_rule(x, labels, *weight, **p)[1]),
-    raises=False, rerun=True,
+cross_entropy_grad = Primitive("cross_entropy_grad", _cross_entropy_grad, _scores_grad_rule,
+                               raises=False, rerun=True)  # fmt: skip
+nll_loss = Primitive(
+    "nll_loss", _nll_loss, _class_scores_rule,
+    (lambda g, out, logp, labels, *weight, **p: nll_loss_grad(g, logp, labels, *weight, **p),),
+    "in", raises=False, rerun=True, decompose=_nll_loss_parts,
 )  # fmt: skip
+nll_loss_grad = Primitive("nll_loss_grad", _nll_loss_grad, _scores_grad_rule,
+                          raises=False, rerun=True)  # fmt: skip
 
 __all__ = [n for n, v in list(globals().items()) if isinstance(v, Primitive) and n[0] != "_"]
 
