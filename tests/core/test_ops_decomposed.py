@@ -104,7 +104,9 @@ def test_class_losses_gradients_to_second_order(reduction, of_scores):
 
 
 @pytest.mark.parametrize("name", ["cross_entropy", "nll_loss"])
-def test_class_losses_are_one_op_eagerly_and_their_parts_traced(name):
+def test_class_losses_are_one_op_eagerly(name):
+    """One tape node eagerly; traced, nll_loss is its parts and cross_entropy itself (the Numba
+    backend has kernels for it), either way the eager value."""
     x, labels = logits_and_labels()
     t = tg.tensor(x, requires_grad=True)
     loss = getattr(F, name)(t, tg.tensor(labels))
@@ -114,7 +116,7 @@ def test_class_losses_are_one_op_eagerly_and_their_parts_traced(name):
     out = traced(tg.tensor(x), tg.tensor(labels))
     np.testing.assert_array_equal(out.numpy(), loss.numpy())
     ops = {n.prim for n in traced.latest.graph.nodes}
-    assert getattr(P, name) not in ops and P.mul in ops
+    assert (getattr(P, name) in ops) == (name == "cross_entropy")
 
 
 def test_cross_entropy_errors_name_the_op_and_shapes():

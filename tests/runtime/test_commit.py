@@ -194,7 +194,7 @@ def test_the_report_names_the_commit_point():
     traced(*batch(0))
     text = str(traced.report())
     assert "commit point: before node" in text
-    assert "(after getitem at test_commit.py:" in text  # the cross-entropy's
+    assert "(after check_range at test_commit.py:" in text  # the cross-entropy's labels
     assert "state updated in place after it" in text
     assert "each freed by its update inside backward" in text
 

@@ -134,12 +134,13 @@ def _elements(body: ir.Graph) -> int:
 
 def native_nodes(graph: ir.Graph) -> list[ir.Node]:
     """The nodes of ops with a kernel of their own (a generator in `kernels.native`, such as
-    max-pooling's) over at least KERNEL_MIN elements. The generators import Numba: a graph
-    with no node that large never loads them."""
+    max-pooling's) over at least KERNEL_MIN elements, or the generator's own `KERNEL_MIN` (an
+    op whose NumPy version is a score of calls at any size). The generators import Numba: a
+    graph with no node over KERNEL_MIN never loads them."""
     size = lambda n: max((v.size for v in (*n.inputs, *n.outputs)), default=0)
-    large = [n for n in graph.nodes if size(n) >= KERNEL_MIN]
-    if not large:
+    if not any(size(n) >= KERNEL_MIN for n in graph.nodes):
         return []
     from tracegrad.compiler.kernels.native import GENERATORS
 
-    return [n for n in large if n.prim in GENERATORS]
+    return [n for n in graph.nodes if n.prim in GENERATORS
+            and size(n) >= getattr(GENERATORS[n.prim], "KERNEL_MIN", KERNEL_MIN)]  # fmt: skip

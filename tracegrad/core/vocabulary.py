@@ -87,11 +87,13 @@ class Primitive:
     `raises`, whether the op may raise at run time where its kind says otherwise (`may_raise`);
     `rerun`, whether it may run again where its kind says otherwise (`may_rerun`: an opaque op
     known to be a pure function, such as attention, which the memory budget may rebuild);
-    `decompose`, the op as other ops, `decompose(*inputs, **params)`, which a trace records in
-    its place: eagerly the op is one call and one tape node, traced its parts fuse with their
-    neighbours (PyTorch's split of native eager ops and a compiler's decompositions). Such an
-    op saves its inputs, and its `vjp` need only cover first derivatives of the inputs it
-    names: a second derivative, or an input without a rule, differentiates the decomposition."""
+    `decompose`, the op as other ops, `decompose(*inputs, **params)`: such an op saves its
+    inputs, and its `vjp` need only cover first derivatives of the inputs it names (a second
+    derivative, or an input without a rule, differentiates the decomposition); with
+    `trace_parts` a trace records the decomposition in the op's place: eagerly the op is one
+    call and one tape node, traced its parts fuse with their neighbours (PyTorch's split of
+    native eager ops and a compiler's decompositions); without, a backend runs the op itself
+    (a kernel of its own where its parts would be a score of small statements)."""
 
     def __init__(
         self,
@@ -116,6 +118,7 @@ class Primitive:
         raises: bool | None = None,
         rerun: bool | None = None,
         decompose: Callable | None = None,
+        trace_parts: bool = True,
     ):
         if kind not in Kind.__members__.values():
             raise ValueError(f"primitive {name}: kind {kind!r} is not one of {[*map(str, Kind)]}")
@@ -136,6 +139,7 @@ class Primitive:
         self._flops, self.joint = flops, joint
         self._raises, self._rerun = raises, rerun
         self.decompose = decompose
+        self.trace_parts = decompose is not None and trace_parts
         PRIMITIVES[name] = self
 
     @property

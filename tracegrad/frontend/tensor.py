@@ -326,7 +326,7 @@ def bind(prim: Any, *args: Any, **params: Any) -> Tensor:
     weak = tracer.weak if tracer is not None else ()
     inputs = _lift_args(args, weak)
     shape, dtype = prim.shape_rule(*inputs, **params)
-    if tracer is not None and prim.decompose is not None:
+    if tracer is not None and prim.trace_parts:
         return prim.decompose(*inputs, **params)
     if tracer is not None:
         value = tracer.process(prim, inputs, params, shape, dtype)

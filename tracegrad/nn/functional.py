@@ -78,8 +78,6 @@ __all__ = [
     "softplus",
 ]
 
-_REDUCTIONS = ("mean", "sum", "none")
-
 
 def relu(x: Any, inplace: bool = False) -> Tensor:
     """max(0, x). Zero comes first so that relu'(0) = 0, as in PyTorch (maximum sends ties left)."""
@@ -159,8 +157,8 @@ def _reduce(loss: Tensor, reduction: str) -> Tensor:
 
 
 def _check_reduction(op: str, reduction: str) -> None:
-    if reduction not in _REDUCTIONS:
-        raise ValueError(f"{op}: reduction must be one of {_REDUCTIONS}, not {reduction!r}")
+    if reduction not in losses.REDUCTIONS:
+        raise ValueError(f"{op}: reduction must be one of {losses.REDUCTIONS}, not {reduction!r}")
 
 
 def cross_entropy(

@@ -14,13 +14,20 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from tracegrad.compiler.kernels import attention, conv, gemm, normalization, pool, scatter
+from tracegrad.compiler.kernels import (
+    attention,
+    conv,
+    cross_entropy,
+    gemm,
+    normalization,
+    pool,
+    scatter,
+)
 from tracegrad.compiler.kernels.cache import default_cache
 from tracegrad.core.ir import Node
 
-GENERATORS = {
-    op: gen for gen in (pool, attention, normalization, gemm, conv, scatter) for op in gen.OPS
-}
+_GENERATORS = (pool, attention, normalization, gemm, conv, scatter, cross_entropy)
+GENERATORS = {op: gen for gen in _GENERATORS for op in gen.OPS}
 
 
 def modules(nodes: Sequence[Node]) -> dict[Node, tuple[str, str]]:

@@ -14,6 +14,8 @@ import numpy as np
 
 from tracegrad.core.vocabulary import Primitive
 
+REDUCTIONS = ("none", "sum", "mean")  # PyTorch's, of the per-sample losses
+
 
 def log_softmax_parts(x, axis: tuple[int, ...]):
     """(x - m) - log(sum(exp(x - m))), m the maximum where finite: subtracting logsumexp, a
@@ -149,7 +151,7 @@ def _nll_loss_grad(g, logp, labels, *weight, ignore_index, reduction):
 cross_entropy = Primitive(
     "cross_entropy", _cross_entropy, _class_scores_rule,
     (lambda g, out, x, labels, *weight, **p: cross_entropy_grad(g, x, labels, *weight, **p),),
-    "in", raises=False, rerun=True, decompose=_cross_entropy_parts,
+    "in", raises=False, rerun=True, decompose=_cross_entropy_parts, trace_parts=False,
 )  # fmt: skip
 cross_entropy_grad = Primitive("cross_entropy_grad", _cross_entropy_grad, _scores_grad_rule,
                                raises=False, rerun=True)  # fmt: skip

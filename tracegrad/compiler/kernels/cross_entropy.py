@@ -1,0 +1,174 @@
+"""Softmax cross-entropy kernels: forward and backward each one sweep over the rows of logits
+(`core.ops.losses` has the NumPy versions and the contract), where the op's parts are a score
+of small statements a step.
+
+A row's maximum (where finite, else 0, as the parts' guard) and its sum of exps, then forward
+the row's loss, (log(sum) - (x[label] - max)) * w, w the label's weight (0 where ignored), and
+backward exp(x - max) * coef / sum less coef at the label, coef the row's share of the
+cotangent (g w, over the total weight for the mean). Blocks of rows in parallel; the losses'
+and weights' totals summed in row order after. Modules per dtype and reduction; the class
+weights are an array of ones where the op has none."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numba
+import numpy as np
+
+from tracegrad.compiler.kernels import rows
+from tracegrad.compiler.kernels.cache import GeneratedKernel, in_c_order, named
+from tracegrad.core import primitives as P
+from tracegrad.core.ir import Node
+from tracegrad.core.ops import losses
+
+OPS = {P.cross_entropy: "loss", P.cross_entropy_grad: "grad"}
+DTYPES = ("float32", "float64")
+KERNEL_MIN = 0  # the NumPy versions are a score of calls whatever the size (`lowering`)
+
+_HELPERS = '''
+
+@_inner
+def shift_and_sum(x):
+    """The row's maximum where finite (else 0) and its sum of exp(x - max)."""
+    m = x[0]
+    for j in range(1, x.size):
+        if x[j] > m or x[j] != x[j]:
+            m = x[j]
+    if not abs(m) < np.inf:
+        m = T(0)
+    total = T(0)
+    for j in range(x.size):
+        total += exp(x[j] - m)
+    return m, total
+
+
+@_inner
+def weights(labels, weight, ignore, w):
+    for i in range(labels.size):
+        w[i] = T(0) if labels[i] == ignore else weight[labels[i]]
+'''
+
+_FORWARD = """
+
+@_inner
+def losses(x, labels, ignore, w, out, lo, hi):
+    for i in range(lo, hi):
+        m, total = shift_and_sum(x[i])
+        y = 0 if labels[i] == ignore else labels[i]
+        out[i] = -(((x[i, y] - m) - np.log(total)) * w[i])
+
+
+@_outer
+def kernel(x, labels, weight, ignore, out):
+    n = x.shape[0]
+    w, each = np.empty(n, T), np.empty(n, T)
+    weights(labels, weight, ignore, w)
+    blocks = min(n, {blocks})
+    for k in prange(blocks):
+        losses(x, labels, ignore, w, each, k * n // blocks, (k + 1) * n // blocks)
+    if {reduction} == 0:  # none
+        out[:] = each
+        return
+    total = T(0)
+    for i in range(n):
+        total += each[i]
+    if {reduction} == 1:  # sum
+        out[0] = total
+        return
+    counted = T(0)
+    for i in range(n):
+        counted += w[i]
+    out[0] = np.nan if counted == 0 else total / counted
+"""
+
+_BACKWARD = """
+
+@_inner
+def gradients(x, labels, ignore, coef, dx, lo, hi):
+    for i in range(lo, hi):
+        xi, di = x[i], dx[i]
+        m, total = shift_and_sum(xi)
+        share = coef[i] / total
+        for j in range(xi.size):
+            di[j] = exp(xi[j] - m) * share
+        if labels[i] != ignore:
+            di[labels[i]] -= coef[i]
+
+
+@_outer
+def kernel(g, x, labels, weight, ignore, dx):
+    n = x.shape[0]
+    coef = np.empty(n, T)
+    weights(labels, weight, ignore, coef)
+    scale = T(1)
+    if {reduction} == 2:  # mean
+        counted = T(0)
+        for i in range(n):
+            counted += coef[i]
+        scale = T(0) if counted == 0 else T(1) / counted
+    for i in range(n):
+        coef[i] *= g[i if {reduction} == 0 else 0] * scale
+    blocks = min(n, {blocks})
+    for k in prange(blocks):
+        gradients(x, labels, ignore, coef, dx, k * n // blocks, (k + 1) * n // blocks)
+"""
+
+
+def generate_source(op: str, dtype: str, reduction: str) -> str:
+    """The text of a kernel's module."""
+    matrix, vector = f"{dtype}[:, ::1]", f"{dtype}[::1]"
+    if op == "loss":  # x, labels, weight, ignore_index, out (1 or n losses)
+        arrays, body = [matrix, "int64[::1]", vector, "int64", vector], _FORWARD
+    else:  # g (1 or n), x, labels, weight, ignore_index, dx
+        arrays, body = [vector, matrix, "int64[::1]", vector, "int64", matrix], _BACKWARD
+    body = body.replace("{blocks}", str(4 * numba.config.NUMBA_NUM_THREADS))
+    body = body.replace("{reduction}", str(losses.REDUCTIONS.index(reduction)))
+    head = rows.head(f"Softmax cross-entropy {op}, reduction {reduction}",
+                     "tracegrad.compiler.kernels.cross_entropy", dtype,
+                     f"void({', '.join(arrays)})")  # fmt: skip
+    return head + _HELPERS + body
+
+
+def module(node: Node) -> tuple[str, str]:
+    """The name and text of a cross-entropy node's kernel module; NotImplementedError for
+    other dtypes and labels."""
+    dtype = node.inputs[1 if node.prim is P.cross_entropy_grad else 0].dtype.name
+    labels = node.inputs[2 if node.prim is P.cross_entropy_grad else 1]
+    same = all(v.dtype.name == dtype for v in node.inputs if v is not labels)
+    if dtype not in DTYPES or labels.dtype != np.int64 or not same:
+        raise NotImplementedError(f"cross-entropy kernels for {dtype} and {labels.dtype} labels")
+    source = generate_source(OPS[node.prim], dtype, node.attrs["reduction"])
+    return named("xent", source)
+
+
+def scratch(node: Node) -> int:
+    """The bytes of the per-row weights and losses a call holds."""
+    x = node.inputs[1 if node.prim is P.cross_entropy_grad else 0]
+    return 2 * x.shape[0] * x.dtype.itemsize
+
+
+class CrossEntropyKernel(GeneratedKernel):
+    """`kernel(x, labels, [weight], out)` or `kernel(g, x, labels, [weight], dx)`."""
+
+    def __init__(self, node: Node, compiled: Callable, path: Path):
+        super().__init__(compiled, path)
+        self.ignore = int(node.attrs["ignore_index"])
+        self.backward = node.prim is P.cross_entropy_grad
+
+    def __call__(self, *arrays: np.ndarray) -> None:
+        *ins, out = arrays
+        if not out.flags.c_contiguous:
+            raise ValueError(f"cross-entropy kernels write C-contiguous results, not {out.strides}")
+        g, (x, labels, *weight) = (ins[0], ins[1:]) if self.backward else (None, ins)
+        x, labels = in_c_order(x), in_c_order(labels)
+        weight = in_c_order(weight[0]) if weight else np.ones(x.shape[1], x.dtype)
+        if self.backward:
+            self.compiled(in_c_order(np.reshape(g, -1)), x, labels, weight, self.ignore, out)
+        else:
+            self.compiled(x, labels, weight, self.ignore, out.reshape(-1))
+
+
+def launcher(node: Node, compiled: Callable, path: Path) -> CrossEntropyKernel:
+    return CrossEntropyKernel(node, compiled, path)
