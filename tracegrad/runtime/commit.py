@@ -6,6 +6,7 @@ only there can a handler be installed; other threads run the commit part as it i
 
 from __future__ import annotations
 
+import _signal  # signal.signal's C function: the wrapper's enum conversions cost more than it
 import signal
 import threading
 from types import FrameType
@@ -27,7 +28,7 @@ def enter_commit() -> None:
     if _deferred["active"] or not _main():
         return
     try:
-        _deferred["previous"] = signal.signal(signal.SIGINT, _hold)
+        _deferred["previous"] = _signal.signal(signal.SIGINT, _hold)
     except (ValueError, TypeError):  # no signal support here (an embedded interpreter)
         return
     _deferred["active"] = True
@@ -39,7 +40,7 @@ def leave_commit() -> None:
         return
     _deferred["active"] = False
     previous = _deferred["previous"]
-    signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
+    _signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
     if _deferred["pending"]:
         _deferred["pending"] = False
         signal.raise_signal(signal.SIGINT)  # the restored handler runs now
