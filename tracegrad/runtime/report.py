@@ -96,7 +96,8 @@ def commit_lines(plan: Any) -> list[str]:
     fails = [i for i, f in enumerate(fallible(graph)) if f]
     if fails:
         n = graph.nodes[fails[-1]]
-        after = f"after {n.op} at {n.where}, the last of {len(fails)} nodes that may fail"
+        count = "the only node" if len(fails) == 1 else f"the last of {len(fails)} nodes"
+        after = f"after {n.op} at {n.where}, {count} that may fail"
     else:
         after = "at the start: no node of the step may fail"
     lines = [f"commit point: before node {memory.commit} of {len(graph.nodes)} ({after})"]

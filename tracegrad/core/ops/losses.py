@@ -112,20 +112,25 @@ def _coefficients(g, w, reduction):
     return coef / total if total else np.zeros_like(coef)
 
 
-def _cross_entropy(x, labels, *weight, ignore_index, reduction):
+def _cross_entropy(x, labels, *weight, ignore_index, reduction, out=None):
     """What `_cross_entropy_parts` computes, bit for bit, in a few NumPy calls: the
-    log-probabilities of the labels alone, not of every class."""
+    log-probabilities of the labels alone, not of every class. (`out`: the plan's buffer.)"""
     shifted = _shifted(x)
     sums = sum.impl(np.exp(shifted), axis=(1,), keepdims=True)
     safe, w = _counted(shifted, labels, weight, ignore_index)
     picked = shifted[np.arange(x.shape[0]), safe] - np.log(sums[:, 0])
-    return _reduced(-(picked * w), w, reduction)
+    loss = _reduced(-(picked * w), w, reduction)
+    if out is None:
+        return loss
+    out[...] = loss
+    return out
 
 
-def _cross_entropy_grad(g, x, labels, *weight, ignore_index, reduction):
+def _cross_entropy_grad(g, x, labels, *weight, ignore_index, reduction, out=None):
     """The logits' cotangent, (softmax(x) - onehot(labels)) times each sample's coefficient,
     the softmax recomputed from x rather than kept from forward."""
-    e = np.exp(_shifted(x))
+    shifted = _shifted(x)
+    e = np.exp(shifted, out=shifted if out is None else out)
     safe, w = _counted(e, labels, weight, ignore_index)
     coef = _coefficients(g, w, reduction)
     e *= (coef / np.add.reduce(e, axis=1))[:, None]
@@ -151,10 +156,11 @@ def _nll_loss_grad(g, logp, labels, *weight, ignore_index, reduction):
 cross_entropy = Primitive(
     "cross_entropy", _cross_entropy, _class_scores_rule,
     (lambda g, out, x, labels, *weight, **p: cross_entropy_grad(g, x, labels, *weight, **p),),
-    "in", raises=False, rerun=True, decompose=_cross_entropy_parts, trace_parts=False,
+    "in", accepts_out=True, raises=False, rerun=True, decompose=_cross_entropy_parts,
+    trace_parts=False,
 )  # fmt: skip
 cross_entropy_grad = Primitive("cross_entropy_grad", _cross_entropy_grad, _scores_grad_rule,
-                               raises=False, rerun=True)  # fmt: skip
+                               accepts_out=True, raises=False, rerun=True)  # fmt: skip
 nll_loss = Primitive(
     "nll_loss", _nll_loss, _class_scores_rule,
     (lambda g, out, logp, labels, *weight, **p: nll_loss_grad(g, logp, labels, *weight, **p),),
