@@ -170,3 +170,23 @@ def test_linear_is_its_parts_when_traced():
     assert P.linear not in ops and P.matmul in ops
     with pytest.raises(tg.ShapeError, match=r"linear: input \(6, 3\) and weight \(5, 4\)"):
         P.linear(tg.tensor(x[:, :3]), model.weight)
+
+
+def test_class_weights_gradient_traced_as_eager():
+    """The weights' gradient (no rule of its own: the decomposition's) in a traced step too."""
+    x, labels = logits_and_labels(n=8, c=5, dtype=np.float64, ignored=(3,))
+    x, labels = tg.tensor(x), tg.tensor(labels)
+    w = tg.tensor(RNG.uniform(0.5, 2, 5), requires_grad=True)
+
+    def step(x, y, w):
+        loss = F.cross_entropy(x, y, w)
+        loss.backward()
+        return loss
+
+    step(x, labels, w)
+    want, w.grad = w.grad.numpy().copy(), None
+    traced = tg.trace(step, backend="numpy")
+    for _ in range(2):
+        w.grad = None
+        traced(x, labels, w)
+    np.testing.assert_allclose(w.grad.numpy(), want, rtol=1e-12, atol=1e-15)
