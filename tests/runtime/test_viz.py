@@ -161,6 +161,16 @@ def test_layered_layout_keeps_boxes_apart_and_clusters_around_their_boxes(step):
             assert b.y > a.y
 
 
+@pytest.mark.skipif(not shutil.which("dot"), reason="no dot: apt-get install graphviz")
+def test_a_graph_dot_lays_out_too_slowly_is_drawn_with_the_layered_layout(step, monkeypatch):
+    from tracegrad.core import drawing
+
+    monkeypatch.setattr(drawing, "DOT_SECONDS", 1e-6)
+    with pytest.warns(UserWarning, match="took over 1e-06 s"):
+        svg = step.graph.to_svg(engine="dot")
+    assert svg == step.graph.to_svg(engine="layered")
+
+
 def test_to_svg_rejects_an_unknown_engine(step):
     with pytest.raises(ValueError, match="unknown engine"):
         step.graph.to_svg(engine="neato")

@@ -25,6 +25,7 @@ import linecache
 import re
 import shutil
 import subprocess
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +53,7 @@ FONT = "DejaVu Sans Mono, Menlo, Consolas, monospace"
 FONT_SIZE = 12  # px at 100%: what the HTML report shows without zooming
 CHAR_W, LINE_H = 0.61 * FONT_SIZE, 15.0  # a monospace character's advance; a line of text
 PAD, GAP_X, GAP_Y, HEAD = 8.0, 18.0, 30.0, 24.0
+DOT_SECONDS = 60  # then our layered layout draws the graph instead
 KERNEL_OPS_SHOWN = 30  # characters of a fused kernel's op list shown in its box
 
 
@@ -629,9 +631,17 @@ def _dot_node(b: Box) -> str:
 
 def _dot_svgs(scenes: list[Scene], ids: bool = True) -> list[str]:
     """All scenes in one run of `dot` (it reads several graphs), each SVG given our `data-`
-    attributes."""
-    out = subprocess.run(["dot", "-Tsvg"], input="\n".join(dot_text(sc) for sc in scenes),
-                         capture_output=True, text=True, check=False)  # fmt: skip
+    attributes; our layered layout instead if dot takes longer than DOT_SECONDS (its layout of
+    an unrolled recurrent net's thousands of edges ran for over twenty minutes)."""
+    try:
+        out = subprocess.run(["dot", "-Tsvg"], input="\n".join(dot_text(sc) for sc in scenes),
+                             capture_output=True, text=True, check=False,
+                             timeout=DOT_SECONDS)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        edges = sum(len(sc.edges) for sc in scenes)
+        warnings.warn(f"to_svg: Graphviz's dot took over {DOT_SECONDS} s to lay out {edges} "
+                      "edges; drawn with the layered layout instead", stacklevel=3)  # fmt: skip
+        return [_layered_svg(sc, ids) for sc in scenes]
     if out.returncode != 0:
         raise RuntimeError(f"dot failed: {out.stderr.strip()}")
     svgs = ["<svg" + part.split("</svg>")[0] + "</svg>" for part in out.stdout.split("<svg")[1:]]
