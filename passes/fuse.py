@@ -35,6 +35,7 @@ class _Group:
     values: set[Value] = field(default_factory=set)  # elementwise results inside the group
     reductions: set[Value] = field(default_factory=set)  # results, re-read only if in rows
     rows: dict[Value, tuple[int, ...]] = field(default_factory=dict)  # see `_row_reduction`
+    reads: set[Value] = field(default_factory=set)  # what its members read (`_siblings`)
 
 
 def _elementwise(n: Node) -> bool:
@@ -107,11 +108,13 @@ def fuse(graph: Graph) -> tuple[Graph, PassStats]:
             if group.family is Phase.REBUILD:
                 rebuilding.append(group)
         group.nodes.append(n)
+        group.reads.update(n.inputs)
         out = n.outputs[0]
         (group.values if _elementwise(n) else group.reductions).add(out)
         if _row_reduction(n):
             group.rows[out] = n.inputs[0].shape
         group_of[out] = group
+    _merge_siblings(groups, group_of, made_at)
     for start, group in list(groups.items()):  # a reduction alone: nothing to fuse
         if not group.values and not any(map(_around_reduction, group.nodes)):
             del groups[start]
@@ -226,6 +229,42 @@ def _join(
     return None
 
 
+def _merge_siblings(groups: dict[int, _Group], group_of: dict, made_at: dict[Value, int]) -> None:
+    """Each group joins the latest earlier one that is its sibling, if any: one kernel then
+    reads their shared value once (XLA's sibling fusion)."""
+    for start in sorted(groups):
+        later = groups[start]
+        for earlier in sorted((g for s, g in groups.items() if s < start), key=lambda g: -g.start):
+            if _siblings(earlier, later, made_at):
+                _merge([earlier, later], group_of, groups)
+                break
+
+
+def _siblings(earlier: _Group, later: _Group, made_at: dict[Value, int]) -> bool:
+    """Whether `later` may run inside `earlier`: both of one family (not a rebuilt segment, see
+    `_family`) and domain, reading a value as large as that domain (a recomputed activation
+    and its gradient both read the pre-activation), and all `later` reads besides its own
+    results existed when `earlier` started. Never an optimizer's update: each parameter's is a
+    group of its own, one pattern for all parameters of a kind, which lowering compiles once
+    even when small (a batch norm's weight read by its backward would tie the two together)."""
+    outside = {v for v in later.reads - later.values - later.reductions if v.const is None}
+    domain = _domain(later)
+    updates = any(m.phase is Phase.UPDATE for m in earlier.nodes + later.nodes)
+    return (
+        not updates
+        and earlier.family == later.family != Phase.REBUILD
+        and _domain(earlier) == domain
+        and any(v.shape == domain for v in outside & earlier.reads)
+        and all(made_at.get(v, -1) < earlier.start for v in outside)
+    )
+
+
+def _domain(group: _Group) -> tuple[int, ...]:
+    """The shape a group's kernel loops over: its results', and what its reductions read."""
+    return np.broadcast_shapes(*(m.inputs[0].shape if m.prim.kind is Kind.REDUCTION
+                                 else m.outputs[0].shape for m in group.nodes))  # fmt: skip
+
+
 def _legal(n: Node, option: list[_Group], made_at: dict[Value, int]) -> bool:
     start = min(g.start for g in option)
     values = set().union(*(g.values for g in option))
@@ -263,6 +302,7 @@ def _merge(option: list[_Group], group_of: dict[Value, _Group], groups: dict) ->
         first.nodes += g.nodes
         first.values |= g.values
         first.reductions |= g.reductions
+        first.reads |= g.reads
         group_of.update((v, first) for v in g.values | g.reductions)
         del groups[g.start]
     return first

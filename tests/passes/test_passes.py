@@ -367,18 +367,18 @@ def test_a_kernel_writes_no_result_over_an_input_its_loop_reads():
     LLVM's overlap check and runs its scalar version, so du gets a place of its own. A
     log-softmax's output, stored in a later sweep than the logits' last read, takes their
     buffer."""
-    x = val(8, 4)
+    x, x2 = val(8, 4), val(8, 4)
     n1, u = node("exp", [x], (8, 4))
-    n2, g = node("sin", [x], (8, 4))
+    n2, g = node("sin", [x2], (8, 4))
     n3, y = node("tanh", [u], (8, 4), Phase.BACKWARD)
     n4, du = node("mul", [g, y], (8, 4), Phase.BACKWARD)
     n5, db = node("sum", [du], (4,), Phase.BACKWARD, axis=(0,), keepdims=False)
-    graph = Graph([x], [n1, n2, n3, n4, n5], [du, db])
+    graph = Graph([x, x2], [n1, n2, n3, n4, n5], [du, db])
     after, _ = passes.fuse(graph)
     assert [len(n.attrs["body"].nodes) for n in after.nodes] == [1, 1, 3]
     plan = check_plan(after)
     assert du not in plan.reuse
-    same_results(graph, after, rand(8, 4))
+    same_results(graph, after, rand(8, 4), rand(8, 4))
 
     h, w = val(8, 3), val(3, 4)
     m1, z = node("matmul", [h, w], (8, 4))  # the logits
@@ -707,8 +707,8 @@ def test_fuse_folds_reductions_over_leading_or_trailing_axes_of_3d_values():
 def test_fuse_folds_a_channels_statistics_and_makes_a_lone_one_a_kernel():
     """Sums over (0, 2, 3) of (N, C, H, W), a batch norm's statistics, join the group of what
     they sum; alone (the sum of a convolution's output), one is a kernel of its own: NumPy's
-    reduce over those axes is slower than a kernel's sweep. A sum over the middle axis alone
-    stays NumPy's."""
+    reduce over those axes is slower than a kernel's sweep; beside a group that reads what it
+    sums (its sibling), it joins it. A sum over the middle axis alone stays NumPy's."""
     x = val(2, 3, 4, 5)
     n1, alone = node("sum", [x], (1, 3, 1, 1), axis=(0, 2, 3), keepdims=True)
     n2, e = node("exp", [x], (2, 3, 4, 5))
@@ -716,9 +716,37 @@ def test_fuse_folds_a_channels_statistics_and_makes_a_lone_one_a_kernel():
     n4, middle = node("sum", [x], (2, 4, 5), axis=(1,), keepdims=False)
     graph = Graph([x], [n1, n2, n3, n4], [alone, e, stats, middle])
     after, _ = passes.fuse(graph)
-    assert [n.op for n in after.nodes] == ["fused", "fused", "sum"]
-    assert after.nodes[0].outputs == [alone] and set(after.nodes[1].outputs) == {e, stats}
+    assert [n.op for n in after.nodes] == ["fused", "sum"]
+    assert set(after.nodes[0].outputs) == {alone, e, stats}
     same_results(graph, Graph(graph.inputs, after.nodes, after.outputs), rand(2, 3, 4, 5))
+
+    y = val(2, 3, 4, 5)
+    n5, lone = node("sum", [y], (1, 3, 1, 1), axis=(0, 2, 3), keepdims=True)
+    after, _ = passes.fuse(Graph([y], [n5], [lone]))
+    assert [n.op for n in after.nodes] == ["fused"] and after.nodes[0].outputs == [lone]
+
+
+def test_fuse_merges_sibling_groups_that_read_one_large_value():
+    """A recomputed GELU and its gradient's chain both read the pre-activation u: one kernel
+    reads it once, where the recomputation ran (the incoming gradient g already existed there),
+    computing the GELU's sigmoid once. A chain whose input is made after the earlier group
+    began stays apart, as do optimizer updates (each parameter's its own kernel), even of one
+    parameter w read by both."""
+    u, g, w, s = val(8, 4), val(8, 4), val(4, 4), val()
+    n1, y = node("gelu_tanh", [u], (8, 4), Phase.RECOMPUTE)
+    n2, m = node("matmul", [y, w], (8, 4), Phase.BACKWARD)
+    n3, d = node("gelu_tanh_slope", [u], (8, 4), Phase.BACKWARD)
+    n4, du = node("mul", [g, d], (8, 4), Phase.BACKWARD)
+    n5, b = node("exp", [u], (8, 4), Phase.BACKWARD)
+    n6, c = node("mul", [b, m], (8, 4), Phase.BACKWARD)  # its chain reads m, made after n1
+    n7, e = node("mul", [w, s], (4, 4), Phase.UPDATE)
+    n8, f = node("add", [w, s], (4, 4), Phase.UPDATE)
+    graph = Graph([u, g, w, s], [n1, n2, n3, n4, n5, n6, n7, n8], [m, du, c, e, f])
+    after, _ = passes.fuse(graph)
+    assert [n.op for n in after.nodes] == ["fused", "matmul", "fused", "fused", "fused"]
+    assert [m.op for m in after.nodes[0].attrs["body"].nodes] == ["gelu_tanh", "gelu_tanh_slope",
+                                                                   "mul"]  # fmt: skip
+    same_results(graph, after, rand(8, 4), rand(8, 4), rand(4, 4), rand())
 
 
 def test_an_adamw_update_is_one_kernel_per_parameter(monkeypatch):

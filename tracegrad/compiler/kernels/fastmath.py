@@ -230,8 +230,11 @@ def gelu_slope_f32(x):
 
 @_jit
 def gelu_tanh_f32(x):
-    """x (1 + tanh u) / 2 = x sigmoid(2u), u = c (x + a x^3): no cancellation for x < 0."""
-    return x * sigmoid_f32((_TWO_AC * x * x + _TWO_C) * x)
+    """x (1 + tanh u) / 2 = x sigmoid(2u), u = c (x + a x^3): no cancellation for x < 0. The
+    sigmoid's argument is written as the slope's, so that a kernel computing both (a recomputed
+    activation beside its gradient) computes it once."""
+    x2 = x * x
+    return x * sigmoid_f32((_TWO_AC * x2 + _TWO_C) * x)
 
 
 @_jit
