@@ -302,6 +302,32 @@ def transposed_matmul(n: Node, rw: Rewrite) -> Value | None:
     return rw.emit(P.matmul, [bt, at], n.outputs[0])
 
 
+# Non-decreasing in their one array operand, the others constants or scalars (and, for sub,
+# the array first), and defined everywhere: the maximum of f(x) is f of the maximum of x.
+MONOTONE = {P.maximum, P.minimum, P.add, P.sub, P.tanh, P.sigmoid, P.exp, P.expm1, P.softplus,
+            P.erf, P.arctan, P.sinh, P.arcsinh}  # fmt: skip
+
+
+@rule(P.max_pool2d)
+def pool_before_monotone(n: Node, rw: Rewrite) -> Value | None:
+    """max_pool2d(f(x)) -> f(max_pool2d(x)) for a non-decreasing elementwise f (MONOTONE): a
+    ReLU, a clamp, tanh or a sigmoid before the pooling then runs over a quarter of the values,
+    and backward rebuilds the pooled values from x, which the ReLU's gradient keeps anyway,
+    without computing f over the whole input again. The indices stay those of f(x)'s maxima."""
+    y, idx = n.inputs
+    f = rw.producers.get(y)
+    if f is None or f.prim not in MONOTONE or len(f.outputs) != 1:
+        return None
+    arrays = [k for k, v in enumerate(f.inputs) if v.ndim > 0]
+    if len(arrays) != 1 or (f.prim is P.sub and arrays != [0]):
+        return None
+    x = f.inputs[arrays[0]]
+    if x.shape != y.shape or x.dtype != y.dtype or x.const is not None:
+        return None
+    pooled = rw.emit(P.max_pool2d, [x, idx], Value(n.outputs[0].shape, x.dtype), **n.attrs)
+    return rw.emit(f.prim, [pooled if v is x else v for v in f.inputs], n.outputs[0], **f.attrs)
+
+
 @rule(P.pow)
 def small_power(n: Node, rw: Rewrite) -> Value | None:
     """x ** c for a constant c in POWER_PRODUCTS as products (the eager impl computes the same

@@ -956,3 +956,37 @@ def test_the_cross_entropy_of_a_viewed_linear_layer_is_a_kernel_each_way(dtype, 
     assert len(big) == 2, bodies
     assert {"add", "max", "exp", "sum", "log"} <= set(bodies[0])
     assert any(v.shape == (37,) for v in big[1].outputs)  # the bias gradient
+
+
+POOL = {"kernel": (2, 2), "stride": (2, 2), "padding": (0, 0), "dilation": (1, 1)}
+
+
+def pooled_after(op, first_array=True):
+    """max_pool2d(f(x)) for f = op(x, 0.5) (or op(0.5, x)), simplified: the ops in order."""
+    x, half = val(2, 3, 6, 6), const(0.5)
+    inputs = [x] if op in ("tanh", "gelu") else [x, half] if first_array else [half, x]
+    n1, y = node(op, inputs, (2, 3, 6, 6))
+    n2, idx = node("max_pool2d_argmax", [y], (2, 3, 3, 3), dtype=np.dtype(np.int8), **POOL)
+    n3, p = node("max_pool2d", [y, idx], (2, 3, 3, 3), **POOL)
+    graph = Graph([x], [n1, n2, n3], [p, idx])
+    after, _ = passes.simplify(graph)
+    data = rand(2, 3, 6, 6)
+    data[0, 0, :2, :2] = -1.0  # a window where a ReLU ties at zero
+    same_results(graph, after, data)
+    return [n.op for n in after.nodes], after
+
+
+@pytest.mark.parametrize("op", ["maximum", "minimum", "add", "sub", "tanh"])
+def test_simplify_pools_before_a_non_decreasing_elementwise_op(op):
+    """The maxima of f(x) are f of the maxima of x for a non-decreasing f: f then runs over a
+    quarter of the values, and the argmax still reads f(x)."""
+    ops, after = pooled_after(op)
+    assert ops == [op, "max_pool2d_argmax", "max_pool2d", op]
+    assert after.nodes[2].inputs[0] is after.inputs[0]
+
+
+@pytest.mark.parametrize("op, first_array", [("gelu", True), ("sub", False), ("mul", True)])
+def test_simplify_keeps_the_pooling_after_other_elementwise_ops(op, first_array):
+    """GELU dips below zero, 0.5 - x decreases, and a product's factor may be negative."""
+    ops, _ = pooled_after(op, first_array)
+    assert ops == [op, "max_pool2d_argmax", "max_pool2d"]
