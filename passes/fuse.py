@@ -43,13 +43,16 @@ def _elementwise(n: Node) -> bool:
 
 
 def _trailing_reduction(n: Node) -> bool:
-    """A reduction over leading or trailing axes (not all): read as a matrix, one axis of it,
+    """A reduction over leading or trailing axes: read as a matrix, one axis of it,
     the shape a kernel folds as it goes (layer norm's statistics over the last axis of (N, T,
     D), a bias gradient over the first two); or over both around kept middle ones
-    (`shapes.around`)."""
+    (`shapes.around`); or over all of them (a gradient norm's sum of squares, a loss's mean),
+    which then never writes what it sums."""
     if n.prim.kind is not Kind.REDUCTION or not n.prim.fusible or not n.inputs:
         return False
     ndim, axes = _reduced(n)
+    if ndim >= 1 and len(axes) == ndim:
+        return True
     block = axes == list(range(len(axes))) or axes == list(range(ndim - len(axes), ndim))
     around = shapes.around(axes, ndim) is not None
     return ndim >= 2 and 0 < len(axes) < ndim and (block or around)
@@ -78,6 +81,7 @@ def _row_reduction(n: Node) -> bool:
     x = n.inputs[0] if n.inputs else None
     return (
         _trailing_reduction(n)
+        and x.ndim >= 2
         and n.outputs[0].ndim == x.ndim
         and [a % x.ndim for a in n.attrs["axis"]] == [x.ndim - 1]
     )

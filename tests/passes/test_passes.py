@@ -990,3 +990,14 @@ def test_simplify_keeps_the_pooling_after_other_elementwise_ops(op, first_array)
     """GELU dips below zero, 0.5 - x decreases, and a product's factor may be negative."""
     ops, _ = pooled_after(op, first_array)
     assert ops == [op, "max_pool2d_argmax", "max_pool2d"]
+
+
+def test_fuse_folds_a_sum_over_all_axes_into_what_it_sums():
+    """A gradient norm's sum of squares: one kernel that never writes the squares."""
+    g = val(6, 5)
+    n1, sq = node("mul", [g, g], (6, 5), Phase.UPDATE)
+    n2, total = node("sum", [sq], (), Phase.UPDATE, axis=(0, 1), keepdims=False)
+    graph = Graph([g], [n1, n2], [total])
+    after, _ = passes.fuse(graph)
+    assert [n.op for n in after.nodes] == ["fused"] and after.nodes[0].outputs == [total]
+    same_results(graph, after, rand(6, 5))
