@@ -230,8 +230,8 @@ def _pool(name, impl, rule, vjp, **kw):
 
 
 max_pool2d_argmax = _pool("max_pool2d_argmax", argmax, _pool_argmax_rule, None)
-# cheap: rebuilt in backward from the recomputed ReLU before it (the next layer's weight
-# gradient reads it), not kept
+# cheap: rebuilt in backward (the next layer's weight gradient reads it), not kept; from the
+# pre-activation when a ReLU came before it (simplify's `pool_before_monotone`)
 max_pool2d = _pool("max_pool2d", maxima, _pool_rule, (_pool_vjp, None), kind=Kind.INDEX,
                    cheap=True)  # fmt: skip
 max_pool2d_gather = _pool("max_pool2d_gather", gather, _pool_rule, (_pool_vjp, None),
