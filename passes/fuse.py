@@ -234,32 +234,42 @@ def _join(
 
 
 def _merge_siblings(groups: dict[int, _Group], group_of: dict, made_at: dict[Value, int]) -> None:
-    """Each group joins the latest earlier one that is its sibling, if any: one kernel then
-    reads their shared value once (XLA's sibling fusion)."""
+    """Each group joins the latest earlier one that reads a value as large as both their domains
+    which it reads too, if they are siblings: one kernel then reads that value once (XLA's
+    sibling fusion; a recomputed activation and its gradient both read the pre-activation)."""
+    domains = {id(g): _domain(g) for g in groups.values()}  # merging keeps a group's domain
+    readers: dict[Value, list[_Group]] = {}  # large value -> earlier groups that read it
     for start in sorted(groups):
         later = groups[start]
-        for earlier in sorted((g for s, g in groups.items() if s < start), key=lambda g: -g.start):
-            if _siblings(earlier, later, made_at):
-                _merge([earlier, later], group_of, groups)
-                break
+        domain = domains[id(later)]
+        large = [v for v in _outside(later) if v.shape == domain]
+        alike = {id(g): g for v in large for g in readers.get(v, ()) if domains[id(g)] == domain}
+        ordered = sorted(alike.values(), key=lambda g: -g.start)
+        owner = next((g for g in ordered if _siblings(g, later, made_at)), None)
+        if owner is None:
+            owner = later
+        else:
+            _merge([owner, later], group_of, groups)
+        for v in large:
+            readers.setdefault(v, []).append(owner)
+
+
+def _outside(group: _Group) -> set[Value]:
+    """What a group reads that it does not compute, constants aside."""
+    return {v for v in group.reads - group.values - group.reductions if v.const is None}
 
 
 def _siblings(earlier: _Group, later: _Group, made_at: dict[Value, int]) -> bool:
     """Whether `later` may run inside `earlier`: both of one family (not a rebuilt segment, see
-    `_family`) and domain, reading a value as large as that domain (a recomputed activation
-    and its gradient both read the pre-activation), and all `later` reads besides its own
-    results existed when `earlier` started. Never an optimizer's update: each parameter's is a
-    group of its own, one pattern for all parameters of a kind, which lowering compiles once
-    even when small (a batch norm's weight read by its backward would tie the two together)."""
-    outside = {v for v in later.reads - later.values - later.reductions if v.const is None}
-    domain = _domain(later)
+    `_family`), and all `later` reads besides its own results existed when `earlier` started.
+    Never an optimizer's update: each parameter's is a group of its own, one pattern for all
+    parameters of a kind, which lowering compiles once even when small (a batch norm's weight,
+    read by its backward too, would tie the two together)."""
     updates = any(m.phase is Phase.UPDATE for m in earlier.nodes + later.nodes)
     return (
         not updates
         and earlier.family == later.family != Phase.REBUILD
-        and _domain(earlier) == domain
-        and any(v.shape == domain for v in outside & earlier.reads)
-        and all(made_at.get(v, -1) < earlier.start for v in outside)
+        and all(made_at.get(v, -1) < earlier.start for v in _outside(later))
     )
 
 
