@@ -242,10 +242,11 @@ def _merge_siblings(groups: dict[int, _Group], group_of: dict, made_at: dict[Val
     for start in sorted(groups):
         later = groups[start]
         domain = domains[id(later)]
-        large = [v for v in _outside(later) if v.shape == domain]
+        outside = _outside(later)
+        large = [v for v in outside if v.shape == domain]
         alike = {id(g): g for v in large for g in readers.get(v, ()) if domains[id(g)] == domain}
         ordered = sorted(alike.values(), key=lambda g: -g.start)
-        owner = next((g for g in ordered if _siblings(g, later, made_at)), None)
+        owner = next((g for g in ordered if _siblings(g, later, outside, made_at)), None)
         if owner is None:
             owner = later
         else:
@@ -259,9 +260,11 @@ def _outside(group: _Group) -> set[Value]:
     return {v for v in group.reads - group.values - group.reductions if v.const is None}
 
 
-def _siblings(earlier: _Group, later: _Group, made_at: dict[Value, int]) -> bool:
+def _siblings(earlier: _Group, later: _Group, outside: set[Value], made_at: dict[Value, int]
+              ) -> bool:  # fmt: skip
     """Whether `later` may run inside `earlier`: both of one family (not a rebuilt segment, see
-    `_family`), and all `later` reads besides its own results existed when `earlier` started.
+    `_family`), and all `later` reads besides its own results (`outside`) existed when
+    `earlier` started.
     Never an optimizer's update: each parameter's is a group of its own, one pattern for all
     parameters of a kind, which lowering compiles once even when small (a batch norm's weight,
     read by its backward too, would tie the two together)."""
@@ -269,14 +272,18 @@ def _siblings(earlier: _Group, later: _Group, made_at: dict[Value, int]) -> bool
     return (
         not updates
         and earlier.family == later.family != Phase.REBUILD
-        and all(made_at.get(v, -1) < earlier.start for v in _outside(later))
+        and all(made_at.get(v, -1) < earlier.start for v in outside)
     )
 
 
 def _domain(group: _Group) -> tuple[int, ...]:
-    """The shape a group's kernel loops over: its results', and what its reductions read."""
-    return np.broadcast_shapes(*(m.inputs[0].shape if m.prim.kind is Kind.REDUCTION
-                                 else m.outputs[0].shape for m in group.nodes))  # fmt: skip
+    """The shape a group's kernel loops over."""
+    return np.broadcast_shapes(*map(_extent, group.nodes))
+
+
+def _extent(n: Node) -> tuple[int, ...]:
+    """The shape a member spans in its kernel's loops: its result's, or what a reduction reads."""
+    return n.inputs[0].shape if n.prim.kind is Kind.REDUCTION else n.outputs[0].shape
 
 
 def _legal(n: Node, option: list[_Group], made_at: dict[Value, int]) -> bool:
@@ -290,8 +297,7 @@ def _legal(n: Node, option: list[_Group], made_at: dict[Value, int]) -> bool:
     reread = {rows[x] for g in option for m in [*g.nodes, n] for x in m.inputs if x in rows}
     if not reread:
         return True
-    shapes = [n.inputs[0].shape if n.prim.kind is Kind.REDUCTION else n.outputs[0].shape]
-    shapes += [v.shape for g in option for v in g.values]
+    shapes = [_extent(n)] + [v.shape for g in option for v in g.values]
     domain = np.broadcast_shapes(*shapes, *reread)
     return reread == {domain}
 
@@ -302,8 +308,7 @@ def _narrow_results(n: Node, option: list[_Group], readers: dict[Value, list[Nod
     over its whole domain, or once a row (`row_shaped`), so such a group never compiles."""
     values = [v for g in option for v in g.values]
     members = {id(m) for g in option for m in g.nodes} | {id(n)}
-    domain = np.broadcast_shapes(n.inputs[0].shape if n.prim.kind is Kind.REDUCTION
-                                 else n.outputs[0].shape, *(v.shape for v in values))  # fmt: skip
+    domain = np.broadcast_shapes(_extent(n), *(v.shape for v in values))
     narrow = [v for v in values if v.shape != domain and not shapes.row_shaped(v.shape, domain)]
     return any(id(r) not in members for v in narrow for r in readers.get(v, ()))
 

@@ -631,8 +631,8 @@ def _dot_node(b: Box) -> str:
 
 def _dot_svgs(scenes: list[Scene], ids: bool = True) -> list[str]:
     """All scenes in one run of `dot` (it reads several graphs), each SVG given our `data-`
-    attributes; our layered layout instead if dot takes longer than DOT_SECONDS (its layout of
-    an unrolled recurrent net's thousands of edges ran for over twenty minutes)."""
+    attributes; our layered layout instead if dot takes longer than DOT_SECONDS (its layout
+    time grows steeply with the edges: an unrolled recurrent net's thousands of them)."""
     try:
         out = subprocess.run(["dot", "-Tsvg"], input="\n".join(dot_text(sc) for sc in scenes),
                              capture_output=True, text=True, check=False,
