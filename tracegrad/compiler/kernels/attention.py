@@ -3,12 +3,12 @@
 
 A kernel runs a `prange` over the (batch, head) pairs and the queries four rows (R) at a time.
 Every product is made of tiles (`tile`, `wide_tile`): R x W or R x 2W sums held in SIMD
-registers (W lanes fill 64 bytes), each step one row of the right operand loaded and R numbers
-of the left one broadcast into fused multiply-adds, at about NumPy's GEMM rate (a dot-product
-form spends as long in horizontal sums as in products). The right operand is read by rows, so
-the keys and values are transposed once per
-pair where a product sums over features (q k^T, g v^T); everything else is read in place, the
-inputs passed as flat memory with strides (`flat`), a row of which is known to be contiguous.
+registers (W lanes fill one: `vector_bytes`), each step one row of the right operand loaded and
+R numbers of the left one broadcast into fused multiply-adds, at about NumPy's GEMM rate (a
+dot-product form spends as long in horizontal sums as in products). The right operand is read
+by rows, so the keys and values are transposed once per pair where a product sums over
+features (q k^T, g v^T); everything else is read in place, the inputs passed as flat memory
+with strides (`flat`), a row of which is known to be contiguous.
 Nothing of size (queries x keys) leaves the pair: the backward kernel rebuilds the
 probabilities from q and k (its `out` gives the softmax's correction term, sum(g * out)), keeps
 the pair's in a scratch array, and forms the keys' and values' gradients from it after the
@@ -23,6 +23,7 @@ kernels (`KernelCache`)."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -231,6 +232,22 @@ def kernel(q, qd, k, kd, v, vd, o, od, g, gd, scale, causal, dq, dqd, dk, dkd, d
 ROWS = 4  # R: rows of a tile, each one SIMD register of W sums (two in a wide tile)
 
 
+@functools.cache
+def vector_bytes() -> int:
+    """The width of the SIMD registers Numba compiles for (the host's, unless NUMBA_CPU_NAME
+    names another CPU): 64 bytes with AVX-512, 32 with AVX, else 16. A tile's W is one
+    register's lanes: tiles of 64-byte rows on an AVX2 host take twice the registers (all 16 of
+    its for the sums alone) and spill (docs/kernels.md)."""
+    import llvmlite.binding as llvm
+    from numba.core import config
+
+    if config.CPU_NAME in (None, "host"):
+        features = {name for name, on in llvm.get_host_cpu_features().items() if on}
+    else:
+        features = {f[1:] for f in (config.CPU_FEATURES or "").split(",") if f[:1] == "+"}
+    return 64 if "avx512f" in features else 32 if "avx" in features else 16
+
+
 def tile_source(name: str, width: int) -> str:
     """`name`: out[:R, oc:oc + width] = A[j0:j1, :R]^T @ B[j0:j1, :width], where A[j, r] is
     a[a0 + j * aj + r * ar] (so A may be either way round) and row j of B starts at
@@ -264,7 +281,7 @@ def generate_source(op: str, dtype: str) -> str:
     arrays += [f"{dtype}[::1]", "int64[::1]"] * (1 if op == "output" else 3)  # `flat` too
     head = rows.head("Attention " + op, "tracegrad.compiler.kernels.attention", dtype,
                      f"void({', '.join(arrays)})")  # fmt: skip
-    width = 64 // np.dtype(dtype).itemsize
+    width = vector_bytes() // np.dtype(dtype).itemsize
     body = _FORWARD if op == "output" else _BACKWARD
     kernel_at = body.index("@_outer")
     compiled = "    " + body[kernel_at:].replace("\n", "\n    ").rstrip() + "\n"
