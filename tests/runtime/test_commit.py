@@ -31,7 +31,10 @@ class Net(nn.Module):
         return self.out(self.drop(tg.tanh(self.norm(self.emb(tokens)))))
 
 
-def setup(optimizer="sgd", seed=0):
+def setup(optimizer="sgd", seed=0, zero_first=False):
+    """The model, its optimizer and a step that zeroes the gradients after the update, or, with
+    `zero_first`, before the forward (PyTorch's usual order: each call then replaces the
+    gradients the call before left)."""
     nn.manual_seed(seed)
     model = Net().double()
     if optimizer == "sgd":
@@ -41,11 +44,14 @@ def setup(optimizer="sgd", seed=0):
     gm = tg.GradManager().attach(model.parameters())
 
     def step(tokens, labels):
+        if zero_first:
+            opt.zero_grad()
         with gm:
             loss = F.cross_entropy(model(tokens), labels)
             gm.backward(loss)
         opt.step()
-        opt.zero_grad()
+        if not zero_first:
+            opt.zero_grad()
         return loss
 
     return model, opt, step
@@ -99,6 +105,31 @@ def test_the_in_place_step_trains_as_eager(backend, optimizer):
 
 
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_gradients_a_step_replaces_are_written_into_the_old_ones(backend):
+    """zero_grad() then backward(): the plan writes each new gradient into the buffer of the
+    one it replaces (from the commit point on), as eager's copy-back did, and trains as eager."""
+    model, opt, step = setup("sgd", zero_first=True)
+    model_e, opt_e, step_e = setup("sgd", zero_first=True)
+    traced = tg.trace(step, backend=backend)
+    for k in range(4):
+        tokens, labels = batch(k)
+        nn.manual_seed(k)
+        loss = traced(tokens, labels).item()
+        nn.manual_seed(k)
+        np.testing.assert_allclose(loss, step_e(tokens, labels).item(), rtol=1e-10)
+        if k == 1:
+            buffers = [p.grad.numpy() for p in model.parameters()]
+    assert_same(snapshot(model, opt), snapshot(model_e, opt_e), rtol=1e-9)
+    assert all(p.grad.numpy() is b for p, b in zip(model.parameters(), buffers, strict=True))
+    plan = traced.latest
+    old_grads = dict(zip(plan.capture.reads, plan.graph.inputs[len(plan.capture.args) :],
+                         strict=True))  # fmt: skip
+    weight_grad = next(v for (ref, via_grad), v in old_grads.items()
+                       if via_grad and ref.tensor is model.out.weight)  # fmt: skip
+    assert weight_grad in plan.memory.in_place.values()  # a matmul's result, written in place
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
 def test_the_in_place_plan_gives_the_copy_plans_values(backend, monkeypatch):
     model, opt, step = setup("adamw")
     traced = tg.trace(step, backend=backend)
@@ -117,11 +148,13 @@ def test_the_in_place_plan_gives_the_copy_plans_values(backend, monkeypatch):
 
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
 @pytest.mark.parametrize("where", ["token", "label"])
-def test_a_step_failing_before_its_commit_point_changes_nothing(backend, where):
-    model, opt, step = setup("sgd")
+@pytest.mark.parametrize("zero_first", [False, True])
+def test_a_step_failing_before_its_commit_point_changes_nothing(backend, where, zero_first):
+    model, opt, step = setup("sgd", zero_first=zero_first)
     traced = tg.trace(step, backend=backend)
     tokens, labels = batch(0)
-    traced(tokens, labels)  # momentum buffers exist, the random state has advanced
+    for _ in range(2):  # momentum buffers exist, the random state has advanced, and with
+        traced(tokens, labels)  # `zero_first` the plan writes the gradients it replaces
     assert traced.latest.memory.in_place
     before = snapshot(model, opt)
     bad = tokens.numpy().copy(), labels.numpy().copy()

@@ -245,6 +245,18 @@ class Tracer:
                     out.setdefault(id(t), t)
         return list(out.values())
 
+    def donated_grads(self) -> list[Slot]:
+        """The parameters whose `.grad` the step replaces (`zero_grad()` then `backward()`)
+        without reading the old one: the old grad's buffer becomes an input the plan may write
+        the new grad into (`plan.state_updates`), so that the step's end need not copy every
+        gradient out of the arena. The guards keep the old grad there at each call."""
+        return [
+            s for s in self.slots.values()
+            if s.arg is None and s.grad is not None and s.tensor._grad is not s.grad
+            and s.tensor._grad is not None and id(s.grad) not in self.slots
+            and (s.grad.shape, s.grad.dtype) == (s.tensor._grad.shape, s.tensor._grad.dtype)
+        ]  # fmt: skip
+
     def finish(self, result: Any) -> Capture:
         leaves, tree = pytree.flatten(result, _is_leaf)
         outputs = [self.lift(as_tensor(x)) for x in leaves]
@@ -273,11 +285,15 @@ class Tracer:
         args = [s for s in self.slots.values() if s.arg is not None and s.input is not None]
         state = [s for s in self.slots.values() if s.arg is None and s.input is not None]
         module_names(self.nodes)
-        graph = ir.Graph([s.input for s in args + state], self.nodes, outputs)
         reads = [
             (owners[id(s.tensor)].ref, True) if id(s.tensor) in owners else (s.ref, False)
             for s in state
         ]
+        donated = self.donated_grads()
+        reads += [(s.ref, True) for s in donated]
+        inputs = [s.input for s in args + state] + [ir.Value(s.grad.shape, s.grad.dtype)
+                                                    for s in donated]  # fmt: skip
+        graph = ir.Graph(inputs, self.nodes, outputs)
         guards = [
             (ref(s), s.tensor.shape, s.tensor.dtype, s.grad is None)
             for s in self.slots.values()
