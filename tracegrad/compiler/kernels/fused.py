@@ -183,13 +183,14 @@ def _launcher(kernel: FusedKernel, given: Sequence[tuple[int, ...]]) -> Callable
     params = [f"a{k}" for k in range(len(canonical))]
     args = []
     for k, (have, want) in enumerate(zip(given, canonical, strict=True)):
+        # ravel() is reshape((n,)) at half the cost: an elementwise kernel takes 1-D arrays
+        shaped = f"{params[k]}.ravel()" if len(want) == 1 else f"{params[k]}.reshape({want!r})"
         if have == want:
             args.append(params[k])
         elif k < n:
-            args.append(f"{params[k]}.reshape({want!r})")
+            args.append(shaped)
         else:
-            args.append(f"({params[k]}.reshape({want!r}) if {params[k]}.flags.c_contiguous "
-                        "else None)")  # fmt: skip
+            args.append(f"({shaped} if {params[k]}.flags.c_contiguous else None)")
     args[n:n] = [f"c{k}" for k in range(len(kernel.consts))]
     args += [f"np.full({shape!r}, i{k}, dt{k})" for k, (shape, _, _) in enumerate(kernel.partials)]
     args += [repr(v) for v in sizes]
