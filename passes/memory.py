@@ -16,10 +16,12 @@ counted in the peak, and the step's end copies nothing into them."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tracegrad.core import primitives as P
 from tracegrad.core.ir import Graph, Node, Value
 from tracegrad.core.vocabulary import Kind
 
@@ -37,7 +39,9 @@ class MemoryPlan:
 
     reuse: dict[Value, Value] = field(default_factory=dict)  # result -> input it overwrites
     dead_after: dict[int, list[Value]] = field(default_factory=dict)  # node index -> names
-    offsets: dict[Value, int] = field(default_factory=dict)  # buffer owner -> arena offset
+    offsets: dict[Value, int] = field(default_factory=dict)  # buffer owner -> arena offset,
+    # and each part written straight into its place in a concatenation (`joined`) -> its place
+    joined: set[Value] = field(default_factory=set)  # concatenations with nothing left to copy
     arena: int = 0  # bytes of the arena: held between steps, reused by each
     timeline: list[int] = field(default_factory=list)  # live bytes after each node
     peak: int = 0  # arena plus the most that lives outside it at once (with an op's scratch)
@@ -67,7 +71,9 @@ def plan_memory(
     `updates` maps positions of outputs that are new state values to the positions of the
     inputs they replace: those are updated in place where the commit point allows."""
     plan = MemoryPlan(commit=commit_point(graph))
-    buffers = _liveness(graph, plan, _donations(graph, updates or {}))
+    donate = _donations(graph, updates or {})
+    parts, plan.joined = _parts_in_place(graph, donate)
+    buffers = _liveness(graph, plan, donate, parts)
     for b in buffers.values():
         b.died = b.born if b.died is None else b.died  # a result nothing reads
     for v in graph.outputs:  # the caller copies results and state writes out after the plan
@@ -77,6 +83,9 @@ def plan_memory(
     plan.written = list(dict.fromkeys(b.owner for v, b in buffers.items()
                                       if b.state and v is not b.owner))  # fmt: skip
     plan.offsets, plan.arena = _place([b for b in distinct if b.placeable])
+    for part in parts:
+        whole, at = _place_in(part, parts)
+        plan.offsets[part] = plan.offsets[whole] + at
     fresh = [b for b in distinct if b.owner not in plan.offsets]
     during, dying = [0] * (len(graph.nodes) + 1), [0] * len(graph.nodes)
     for b in fresh:  # a buffer counts from the node that makes it to the last that reads it
@@ -114,6 +123,64 @@ def _donations(graph: Graph, updates: Mapping[int, int]) -> dict[Value, Value]:
     return pairs
 
 
+def _parts_in_place(
+    graph: Graph, donate: dict[Value, Value]
+) -> tuple[dict[Value, tuple[Value, int]], set[Value]]:
+    """The values a concatenation's result can hold from the start, each made in its place
+    instead of copied there (an RNN's outputs over time, the gradients of a split): part ->
+    (result, byte offset in it). Only where every part is one contiguous range of the result
+    (the axis is the first that is not 1) made by a node that writes into a given array (or a
+    reshape of such a value), of the result's dtype, in no other concatenation, and not an
+    input, a constant or a state value: then the concatenation copies nothing. A second
+    concatenation of the same parts in the same order (a stack of an RNN's per-step gradients
+    beside their concatenation for the weights' product) is the first one's buffer. Also the
+    results of the concatenations that copy nothing."""
+    producer = graph.producers()
+
+    def base(v: Value) -> Value | None:
+        n = producer.get(v)
+        if n is not None and n.prim is P.reshape:
+            return base(n.inputs[0])
+        if n is None or is_view(n) or not n.prim.accepts_out or v.ndim == 0 or v in donate:
+            return None
+        return v
+
+    parts: dict[Value, tuple[Value, int]] = {}
+    made: dict[tuple[Value, ...], Value] = {}  # the parts of a result -> that result
+    joined: set[Value] = set()
+    for n in graph.nodes:
+        whole = n.outputs[0]
+        if n.prim is not P.concatenate or len(n.inputs) < 2 or whole in donate:
+            continue
+        if math.prod(whole.shape[: n.attrs["axis"] % whole.ndim]) != 1:
+            continue
+        bases = tuple(base(v) for v in n.inputs)
+        if bases in made:
+            parts[whole] = (made[bases], 0)
+            joined.add(whole)
+            continue
+        if any(b is None or b.dtype != whole.dtype or b in parts for b in bases):
+            continue
+        if len(set(bases)) < len(bases):
+            continue
+        at = 0
+        for b in bases:
+            parts[b], at = (whole, at), at + b.nbytes
+        made[bases] = whole
+        joined.add(whole)
+    return parts, joined
+
+
+def _place_in(part: Value, parts: dict[Value, tuple[Value, int]]) -> tuple[Value, int]:
+    """The outermost result `part` is written into and its byte offset there (a concatenation's
+    result may itself be a part of another)."""
+    whole, at = parts[part]
+    while whole in parts:
+        whole, more = parts[whole]
+        at += more
+    return whole, at
+
+
 def _output_backed(graph: Graph) -> set[Value]:
     """The outputs and the values they are views of: what the step's end reads."""
     backed = set(graph.outputs)
@@ -123,10 +190,12 @@ def _output_backed(graph: Graph) -> set[Value]:
     return backed
 
 
-def _liveness(graph: Graph, plan: MemoryPlan, donate: dict[Value, Value]) -> dict[Value, _Buffer]:
+def _liveness(graph: Graph, plan: MemoryPlan, donate: dict[Value, Value],
+              parts: dict[Value, tuple[Value, int]]) -> dict[Value, _Buffer]:  # fmt: skip
     """The buffer each value lives in; a result may take over a dying input's buffer (noted in
-    `plan.reuse`), and from the commit point on a dead state input's (`donate`). Also the names
-    to `del` after each node (`plan.dead_after`)."""
+    `plan.reuse`), and from the commit point on a dead state input's (`donate`); a part of a
+    concatenation (`parts`) lives in the result's buffer from the first part made on. Also the
+    names to `del` after each node (`plan.dead_after`)."""
     last = last_uses(graph)
     external = {*graph.inputs, *(v for n in graph.nodes for v in n.inputs if v.const is not None)}
     buffers: dict[Value, _Buffer] = {}
@@ -142,6 +211,7 @@ def _liveness(graph: Graph, plan: MemoryPlan, donate: dict[Value, Value]) -> dic
         return not buf.state or (i >= plan.commit and (out not in backed or
                                                        donate.get(out) is buf.owner))  # fmt: skip
 
+    wholes: dict[Value, _Buffer] = {}  # a concatenation's result -> its buffer, parts first
     views: set[Value] = set()  # strided aliases: never a result's buffer (a square transpose
     for i, n in enumerate(graph.nodes):  # has its owner's shape, not its layout)
         dying = [v for v in dict.fromkeys(n.inputs) if last.get(v) == i and v in buffers]
@@ -149,6 +219,11 @@ def _liveness(graph: Graph, plan: MemoryPlan, donate: dict[Value, Value]) -> dic
             if is_view(n):
                 buf = buffers.get(n.inputs[0])  # None: a view of an input or a constant
                 views.add(out)
+            elif out in parts or out in plan.joined:
+                whole = _place_in(out, parts)[0] if out in parts else out
+                if whole not in wholes:
+                    wholes[whole] = _Buffer(whole, i, placeable=True)
+                buf = wholes[whole]
             else:
                 candidates = [v for v in dying if v not in views and may_take(out, buffers[v], i)]
                 buf = _reusable(n, out, candidates, buffers, holders)

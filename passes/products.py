@@ -65,7 +65,8 @@ def batch_products(graph: Graph) -> tuple[Graph, PassStats]:
         products = [producer.get(v) for v in terms if thin(producer.get(v), out)]
         if len(products) < MIN_TERMS:
             continue
-        products.sort(key=order.__getitem__)
+        stacked = _stack_positions(graph, producer, [p.inputs[1] for p in products])
+        products.sort(key=lambda p: stacked[p.inputs[1]] if stacked else order[p])
         chosen = set(products)
         rest = [v for v in terms if producer.get(v) not in chosen]
         replaced[root] = _one_product(root, products, rest)
@@ -80,6 +81,27 @@ def batch_products(graph: Graph) -> tuple[Graph, PassStats]:
             nodes.append(n)
     after = Graph(graph.inputs, nodes, graph.outputs)
     return after, stats("batch_products", graph, after, f"{len(replaced)} sums of products")
+
+
+def _stack_positions(graph: Graph, producer: dict[Value, Node],
+                     operands: list[Value]) -> dict[Value, int] | None:  # fmt: skip
+    """Each operand's position in a concatenation along the first axis that the graph makes of
+    exactly these operands (each maybe reshaped: a stack), if there is one. Concatenated for
+    the one product in that order, they are the same array (`memory` makes it once): an RNN's
+    per-step gradients, stacked for the input's gradient."""
+
+    def unreshaped(v: Value) -> Value:
+        n = producer.get(v)
+        return unreshaped(n.inputs[0]) if n is not None and n.prim is P.reshape else v
+
+    wanted = set(operands)
+    for n in graph.nodes:
+        if n.prim is not P.concatenate or n.attrs["axis"] != 0 or len(n.inputs) != len(wanted):
+            continue
+        parts = [unreshaped(v) for v in n.inputs]
+        if set(parts) == wanted:
+            return {v: i for i, v in enumerate(parts)}
+    return None
 
 
 def _one_product(root: Node, products: list[Node], rest: list[Value]) -> list[Node]:

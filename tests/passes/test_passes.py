@@ -36,8 +36,9 @@ def same_results(before, after, *args):
 
 def check_plan(graph):
     """plan_memory's invariants, derived here independently of it: buffers that live at the
-    same time never overlap in the arena, every intermediate is deleted after its last use, and
-    the planned peak is the arena plus the most bytes alive outside it at once."""
+    same time never overlap in the arena (but the parts of a concatenation that copies nothing
+    lie side by side in its result, in order), every intermediate is deleted after its last use,
+    and the planned peak is the arena plus the most bytes alive outside it at once."""
     graph.verify()
     plan = plan_memory(graph)
     n = len(graph.nodes)
@@ -55,11 +56,28 @@ def check_plan(graph):
             if owner[v] is not None:
                 start = life.get(owner[v], (i, i))[0]
                 life[owner[v]] = (start, max(life.get(owner[v], (i, i))[1], last.get(v, i)))
-    placed = [(plan.offsets[b], plan.offsets[b] + b.nbytes, life[b]) for b in plan.offsets]
-    for lo, hi, (b0, d0) in placed:
-        assert 0 <= lo and hi <= plan.arena and lo % 64 == 0
-        for lo2, hi2, (b1, d1) in placed:
-            if (lo, hi) != (lo2, hi2) and b0 <= d1 and b1 <= d0:
+    inside = {}  # a part's buffer (or a second result of the same parts) -> the result
+    for nd in graph.nodes:
+        whole = nd.outputs[0]
+        if whole in plan.joined:
+            at = plan.offsets[whole]
+            for v in nd.inputs:
+                assert plan.offsets[owner[v]] == at, "a part out of its place"
+                at += v.nbytes
+            first = inside.get(owner[nd.inputs[0]])
+            inside.update({whole: first} if first else {owner[v]: whole for v in nd.inputs})
+            # the result's buffer holds its first part's birth on, and its copy's life too
+            lives = [life[owner[v]] for v in nd.inputs] + [life[whole]]
+            life[first or whole] = (min(s for s, _ in lives), max(e for _, e in lives))
+
+    def root(v):
+        return root(inside[v]) if v in inside else v
+
+    placed = [(plan.offsets[b], plan.offsets[b] + b.nbytes, life[b], b) for b in plan.offsets]
+    for lo, hi, (b0, d0), v in placed:
+        assert 0 <= lo and hi <= plan.arena and (lo % 64 == 0 or v in inside)
+        for lo2, hi2, (b1, d1), w in placed:
+            if (lo, hi) != (lo2, hi2) and b0 <= d1 and b1 <= d0 and root(v) is not root(w):
                 assert hi <= lo2 or hi2 <= lo, "buffers alive at once overlap in the arena"
     deleted = [v for i in range(n) for v in plan.dead_after.get(i, ())]
     intermediates = {v for nd in graph.nodes for v in nd.inputs} - {*graph.inputs} - {
@@ -417,6 +435,66 @@ def test_memory_plan_places_buffers_in_the_arena_and_reuses_places():
     assert {c, d, f, g} <= set(plan.offsets) and plan.offsets[c] != plan.offsets[d]
     assert plan.arena == 2 * 4032  # two places serve every buffer
     assert plan.peak == plan.arena + 4 + 4  # and the 0-d results
+
+
+def stack_of(parts, axis=0):
+    """reshape each part to (1, *shape) and concatenate them along `axis` (a stack)."""
+    nodes, views = [], []
+    for v in parts:
+        r, view = node("reshape", [v], (1, *v.shape), shape=(1, *v.shape))
+        nodes.append(r)
+        views.append(view)
+    shape = list(views[0].shape)
+    shape[axis] = sum(v.shape[axis] for v in views)
+    c, whole = node("concatenate", views, tuple(shape), axis=axis)
+    return [*nodes, c], whole
+
+
+def test_memory_plan_makes_the_parts_of_a_concatenation_in_their_places():
+    x = val(40, 50)
+    n1, a = node("exp", [x], (40, 50))
+    n2, b = node("sin", [x], (40, 50))
+    stacked, s = stack_of([a, b])
+    n3, twice = node("concatenate", [a, b], (80, 50), axis=0)  # the same parts, in order
+    n4, y = node("neg", [s], (2, 40, 50))
+    n5, z = node("neg", [twice], (80, 50))
+    graph = Graph([x], [n1, n2, *stacked, n3, n4, n5], [y, z])
+    plan = check_plan(graph)
+    assert plan.joined == {s, twice}
+    assert plan.offsets[b] == plan.offsets[a] + a.nbytes == plan.offsets[s] + a.nbytes
+    assert plan.offsets[twice] == plan.offsets[s]
+    assert plan.arena == 2 * 8000 + 2 * 16000  # the parts and their results: one buffer
+    args = [rand(40, 50)]
+    source, namespace = lowering_source(graph, plan)
+    assert "concatenate" not in source
+    want = interpret(graph, *args)
+    from tracegrad.compiler.codegen import compile_source
+    from tracegrad.runtime.arena import ArenaLayout, _aligned_empty
+
+    run = compile_source(source, namespace, "stacked")
+    got = run(ArenaLayout(plan).views(_aligned_empty(plan.arena)), *args)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
+def lowering_source(graph, plan):
+    from tracegrad.compiler.codegen import generate
+
+    return generate(graph, "stacked", plan, {})
+
+
+def test_memory_plan_copies_parts_that_cannot_be_made_in_place():
+    x, y = val(40, 50), val(40, 50)
+    n1, a = node("exp", [x], (40, 50))
+    n2, b = node("sin", [x], (40, 50))
+    n3, across = node("concatenate", [a, b], (40, 100), axis=1)  # a part is not contiguous
+    n4, given = node("concatenate", [a, y], (80, 50), axis=0)  # a part is an input
+    n5, other = node("concatenate", [b, a], (80, 50), axis=0)  # the parts in another order
+    n6, first = node("concatenate", [a, b], (80, 50), axis=0)
+    graph = Graph([x, y], [n1, n2, n3, n4, n5, n6], [across, given, other, first])
+    plan = check_plan(graph)
+    assert plan.joined == {other}  # the first of the two that could: a part has one place
+    same_results(graph, graph, rand(40, 50), rand(40, 50))
 
 
 def test_memory_plan_keeps_the_buffers_of_outputs_to_the_end():

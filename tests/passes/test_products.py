@@ -84,6 +84,25 @@ def test_a_product_read_elsewhere_stays_a_term_of_its_own():
         np.testing.assert_allclose(got, want, rtol=1e-13)
 
 
+def test_the_operands_go_in_the_order_of_a_stack_of_them():
+    """An RNN's per-step gradients are stacked (for the input's gradient) in time order while
+    backward makes them last step first: the one product concatenates them as the stack does,
+    so that both are one array (`plan_memory`)."""
+    graph = sum_of_products(6)
+    ys = graph.inputs[1::2][::-1]  # stacked in the order opposite to the products'
+    reshaped = [node("reshape", [y], (1, *y.shape), shape=(1, *y.shape)) for y in ys]
+    stack, stacked = node("concatenate", [v for _, v in reshaped], (6, *ys[0].shape), axis=0)
+    graph = Graph(graph.inputs, [*graph.nodes, *(n for n, _ in reshaped), stack],
+                  [*graph.outputs, stacked])  # fmt: skip
+    after, _ = passes.batch_products(graph)
+    after.verify()
+    (joined,) = [n for n in after.nodes if n.op == "concatenate" and n.inputs[0] in ys]
+    assert joined.inputs == ys
+    args = args_for(graph)
+    for got, want in zip(interpret(after, *args), interpret(graph, *args), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-13)
+
+
 def rnn(steps=8, hidden=6, batch=3):
     rng = np.random.default_rng(0)
     w = tg.tensor(rng.standard_normal((hidden, hidden)) / np.sqrt(hidden), requires_grad=True)

@@ -157,7 +157,9 @@ def generate(
     for i, n in enumerate(graph.nodes):
         if i == memory.commit:
             lines.append("    _commit()  # the commit point: nothing after it may fail")
-        if n in kernels:
+        if n.outputs[0] in memory.joined:  # its parts were made in their places in it
+            body = [f"{em.names[n.outputs[0]]} = {_buffer(em, n.outputs[0], memory, places)}"]
+        elif n in kernels:
             body = _kernel_call(em, n, kernels[n], memory, places)
         else:
             body = [_call(em, n, memory, places)]
