@@ -141,9 +141,9 @@ def _parts_in_place(
         n = producer.get(v)
         if n is not None and n.prim is P.reshape:
             return base(n.inputs[0])
-        if n is None or is_view(n) or not n.prim.accepts_out or v.ndim == 0 or v in donate:
+        if n is None or is_view(n) or not n.prim.accepts_out or v.ndim == 0 or not v.size:
             return None
-        return v
+        return None if v in donate else v
 
     parts: dict[Value, tuple[Value, int]] = {}
     made: dict[tuple[Value, ...], Value] = {}  # the parts of a result -> that result

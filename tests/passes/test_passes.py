@@ -491,10 +491,14 @@ def test_memory_plan_copies_parts_that_cannot_be_made_in_place():
     n4, given = node("concatenate", [a, y], (80, 50), axis=0)  # a part is an input
     n5, other = node("concatenate", [b, a], (80, 50), axis=0)  # the parts in another order
     n6, first = node("concatenate", [a, b], (80, 50), axis=0)
-    graph = Graph([x, y], [n1, n2, n3, n4, n5, n6], [across, given, other, first])
+    n7, c = node("cos", [x], (40, 50))
+    n8, e = node("exp", [z := val(0, 50)], (0, 50))
+    n9, padded = node("concatenate", [e, c], (40, 50), axis=0)  # an empty part: c is the whole
+    graph = Graph([x, y, z], [n1, n2, n3, n4, n5, n6, n7, n8, n9],
+                  [across, given, other, first, padded])  # fmt: skip
     plan = check_plan(graph)
     assert plan.joined == {other}  # the first of the two that could: a part has one place
-    same_results(graph, graph, rand(40, 50), rand(40, 50))
+    same_results(graph, graph, rand(40, 50), rand(40, 50), np.zeros((0, 50), F32))
 
 
 def test_memory_plan_keeps_the_buffers_of_outputs_to_the_end():
