@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tracegrad.core import primitives as P
 from tracegrad.core.ir import Graph, Node, Value
 from tracegrad.core.vocabulary import Phase
 
@@ -17,6 +18,16 @@ class PassStats:
     nodes_after: int
     bytes_saved: int = 0
     note: str = ""
+
+
+def unreshaped(v: Value, producers: dict[Value, Node]) -> Value:
+    """The value `v` is a reshape (or a chain of reshapes) of, else `v`: the same elements in
+    the same order."""
+    n = producers.get(v)
+    while n is not None and n.prim is P.reshape:
+        v = n.inputs[0]
+        n = producers.get(v)
+    return v
 
 
 def is_view(node: Node) -> bool:

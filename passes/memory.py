@@ -25,7 +25,7 @@ from tracegrad.core import primitives as P
 from tracegrad.core.ir import Graph, Node, Value
 from tracegrad.core.vocabulary import Kind
 
-from .base import is_view, last_uses
+from .base import is_view, last_uses, unreshaped
 from .commit import commit_point
 
 ALIGN = 64  # bytes: a cache line, and the widest SIMD load
@@ -138,9 +138,8 @@ def _parts_in_place(
     producer = graph.producers()
 
     def base(v: Value) -> Value | None:
+        v = unreshaped(v, producer)
         n = producer.get(v)
-        if n is not None and n.prim is P.reshape:
-            return base(n.inputs[0])
         if n is None or is_view(n) or not n.prim.accepts_out or v.ndim == 0 or not v.size:
             return None
         return None if v in donate else v

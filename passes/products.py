@@ -16,7 +16,7 @@ from __future__ import annotations
 from tracegrad.core import primitives as P
 from tracegrad.core.ir import Graph, Node, Value, common_module
 
-from .base import PassStats, stats
+from .base import PassStats, stats, unreshaped
 
 MIN_TERMS = 4
 THIN = 64
@@ -89,16 +89,11 @@ def _stack_positions(graph: Graph, producer: dict[Value, Node],
     exactly these operands (each maybe reshaped: a stack), if there is one. Concatenated for
     the one product in that order, they are the same array (`memory` makes it once): an RNN's
     per-step gradients, stacked for the input's gradient."""
-
-    def unreshaped(v: Value) -> Value:
-        n = producer.get(v)
-        return unreshaped(n.inputs[0]) if n is not None and n.prim is P.reshape else v
-
     wanted = set(operands)
     for n in graph.nodes:
         if n.prim is not P.concatenate or n.attrs["axis"] != 0 or len(n.inputs) != len(wanted):
             continue
-        parts = [unreshaped(v) for v in n.inputs]
+        parts = [unreshaped(v, producer) for v in n.inputs]
         if set(parts) == wanted:
             return {v: i for i, v in enumerate(parts)}
     return None
