@@ -215,14 +215,17 @@ def test_lowering_runs_the_large_nodes_of_ops_the_kernel_registry_has():
 
 
 @pytest.mark.parametrize(
-    "geometry, dtype",
-    [(GEOMETRIES[k], np.float64) for k in (0, 1, 4, 6)]  # as the traced tests compile them
-    + [(GEOMETRIES[k], np.float32) for k in (0, 6)],  # unpadded kernels compile fastest
+    "geometry, dtype, parallel",
+    [(GEOMETRIES[k], np.float64, False) for k in (0, 1, 4, 6)]  # as the traced tests compile
+    + [(GEOMETRIES[k], np.float32, False) for k in (0, 6)]  # unpadded kernels compile fastest
+    + [(GEOMETRIES[k], np.float32, True) for k in (0, 1)],  # vectorized (and padded) loops
 )
-def test_kernels_match_numpy(rng, geometry, dtype):
+def test_kernels_match_numpy(rng, geometry, dtype, parallel, monkeypatch):
     """Each Numba kernel against its op's NumPy implementation, bit for bit but for the order
     of sums where windows overlap; NaN and infinities in the values and the gradient (whose
-    infinity must not turn the other taps' zeros into NaN)."""
+    infinity must not turn the other taps' zeros into NaN). `parallel`: the kernels large ones
+    get, whose loops LLVM vectorizes."""
+    from tracegrad.compiler.kernels import pool
     from tracegrad.compiler.kernels.native import compile_native
     from tracegrad.core.ir import Node, Value
     from tracegrad.core.ops import pooling
@@ -231,7 +234,8 @@ def test_kernels_match_numpy(rng, geometry, dtype):
     pair = lambda v: (v, v) if isinstance(v, int) else v
     attrs = dict(kernel=pair(kernel), stride=pair(stride or kernel), padding=pair(padding),
                  dilation=pair(dilation))  # fmt: skip
-    x = with_ties(rng).astype(dtype)
+    monkeypatch.setattr(pool, "PARALLEL_MIN", 1 if parallel else None)
+    x = with_ties(rng, (2, 3, 7, 37) if parallel else SHAPE).astype(dtype)  # rows past a vector
     x[0, 1, 2, 2] = x[0, 1, 2, 3] = x[1, 2, 4, 4] = np.nan
     x[1, 0] = -np.inf
     idx = pooling.argmax(x, **attrs)

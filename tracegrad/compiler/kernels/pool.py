@@ -3,14 +3,14 @@ gradient to the maxima and its VJP, the `gather`. `core.ops.pooling` has the Num
 and the contract (ties, NaN, padding).
 
 Each kernel is generated for one geometry (kernel, stride, padding, dilation) and dtype, its
-loops over the window's taps with constant bounds and offsets: LLVM unrolls them and vectorizes
-the loop over a row of windows. With the geometry as arguments the bounds are unknown to
-LLVM, which then neither unrolls nor vectorizes; taps written out one by one run as fast as
-the loops, but their compile time grows with the window (docs/kernels.md has both). The
-arrays are seen as (planes, H, W); windows that reach into the padding run a second body that
-checks each tap. The scatter writes each element once where windows do not overlap (the
-maximum's tap gets the value, the others zero; the plane is zeroed first only if the windows
-leave gaps), else it zeroes the plane and adds.
+loops over the window's taps with constant bounds and offsets: LLVM unrolls them and, in a
+parallel kernel (`PARALLEL_MIN`), vectorizes the loop over a row of windows. With the geometry
+as arguments the bounds are unknown to LLVM, which then neither unrolls nor vectorizes; taps
+written out one by one run as fast as the loops, but their compile time grows with the window
+(docs/kernels.md has both). The arrays are seen as (planes, H, W); windows that reach into the
+padding run a second body that checks each tap. The scatter writes each element once where
+windows do not overlap (the maximum's tap gets the value, the others zero; the plane is zeroed
+first only if the windows leave gaps), else it zeroes the plane and adds.
 
 Kernels are cached like the fused ones (`KernelCache`: a generated module per key, Numba's
 cache beside it); the key is a hash of the source, which holds geometry, dtypes and threading.
@@ -41,11 +41,11 @@ GEOMETRY = ("kernel", "stride", "padding", "dilation")
 # NaN propagation.
 _DECORATOR = '@njit("{signature}", parallel={parallel}, error_model="numpy", cache=True)'
 
-# Kernels over at least PARALLEL_MIN elements run a `prange` over the planes (None: never): on
-# two cores the threads gained nothing node by node and slowed the step around them, and
-# `parallel=True` compiles each kernel's body a second time (docs/kernels.md, "Measured and
-# dropped").
-PARALLEL_MIN: int | None = None
+# Kernels over at least PARALLEL_MIN elements run a `prange` over the planes (None: never). Not
+# for the threads alone: Numba marks a parallel loop's arrays as not aliasing one another, and
+# only then does LLVM vectorize the row of windows (their strided loads beside the stores of
+# `idx` and `out`); serial, every kernel here stayed scalar (docs/kernels.md).
+PARALLEL_MIN: int | None = 1 << 17
 
 
 class PoolKernel(GeneratedKernel):
@@ -161,18 +161,21 @@ def _taps(geometry, body: list[str], checked: bool = False, backwards: bool = Fa
     return lines + [f"{depth}{line}" for line in inner + body]
 
 
+# A window's running maximum as a select (`|`, not `or`: no branch), NaN winning.
+_MAXIMUM = ["v = x[b, y, xx]", "m = v if (v > m) | (v != v) else m"]
+
+
 def _positions(geometry, dtype) -> list[str]:
     """The first maximum in row-major order; a NaN wins, the last NaN of the window (PyTorch);
     a window reaching into the padding starts from its first tap inside the input. A window
-    inside the input takes two sweeps, its maximum as `_maxima`'s (which LLVM vectorizes) and
-    then the first tap equal to it: one sweep carrying the tap beside the maximum kept the loop
-    scalar (docs/kernels.md has both)."""
-    maximum = ["v = x[b, y, xx]", "if v > m or v != v:", "    m = v"]
-    first = ["if x[b, y, xx] == m:", "    k = t"]
-    last_nan = ["if x[b, y, xx] != x[b, y, xx]:", "    k = t"]
-    nan = ["if m != m:", *(f"    {line}" for line in _taps(geometry, last_nan))]
-    fast = ["m = x[b, y0, x0]", *_taps(geometry, maximum), "k = 0",
-            *_taps(geometry, first, backwards=True), *nan, "idx[b, oy, ox] = k"]  # fmt: skip
+    inside the input takes three sweeps of selects, no branches: its maximum as `_maxima`'s,
+    the first tap equal to it, the last NaN; one sweep carrying the tap beside the maximum, or
+    branches that follow the data, kept the loop scalar (docs/kernels.md)."""
+    first = ["k = t if x[b, y, xx] == m else k"]
+    last_nan = ["v = x[b, y, xx]", "k = t if v != v else k"]
+    fast = ["m = x[b, y0, x0]", *_taps(geometry, _MAXIMUM), "k = 0",
+            *_taps(geometry, first, backwards=True), *_taps(geometry, last_nan),
+            "idx[b, oy, ox] = k"]  # fmt: skip
     update = ["v = x[b, y, xx]", "if k < 0 or v > m or v != v:", "    m = v", "    k = t"]
     checked = ["m = x[b, 0, 0]", "k = -1", *_taps(geometry, update, True), "idx[b, oy, ox] = k"]
     return _rows(geometry, fast, checked)
@@ -180,8 +183,7 @@ def _positions(geometry, dtype) -> list[str]:
 
 def _maxima(geometry, dtype) -> list[str]:
     """The window's maximum (NaN propagates); `idx` is not read."""
-    update = ["v = x[b, y, xx]", "if v > m or v != v:", "    m = v"]
-    fast = ["m = x[b, y0, x0]", *_taps(geometry, update), "out[b, oy, ox] = m"]
+    fast = ["m = x[b, y0, x0]", *_taps(geometry, _MAXIMUM), "out[b, oy, ox] = m"]
     update = ["v = x[b, y, xx]", "if first or v > m or v != v:", "    m = v", "    first = False"]
     checked = ["m = x[b, 0, 0]", "first = True", *_taps(geometry, update, True)]
     return _rows(geometry, fast, [*checked, "out[b, oy, ox] = m"])
