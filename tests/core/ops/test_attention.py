@@ -22,6 +22,10 @@ SHAPES = [  # q, k, v: rows not a multiple of the kernels' blocks of 4, more or 
     ((13, 8), (6, 8), (6, 3)),
     ((2, 5, 3), (2, 5, 3), (2, 5, 2)),
 ]
+LONG = [  # past a causal kernel's blocks of rows and of keys (BLOCK); a single query row
+    ((1, 2, 150, 8), (1, 2, 140, 8), (1, 2, 140, 6)),
+    ((3, 1, 4), (3, 70, 4), (3, 70, 2)),
+]
 
 
 def composed(q, k, v, causal):
@@ -72,10 +76,10 @@ def test_one_backward_call_gives_all_three_cotangents(rng, monkeypatch):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_traced_kernels_match_eager(rng, dtype, monkeypatch):
     """Values and gradients of q, k, v (q in Fortran order, as a strided view) from the Numba
-    kernels against the NumPy op: every shape of SHAPES, causal or not, in one plan."""
+    kernels against the NumPy op: every shape of SHAPES and LONG, causal or not, in one plan."""
     monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
     args = []
-    for shapes in SHAPES:
+    for shapes in SHAPES + LONG:
         q = rng.standard_normal(shapes[0][::-1]).T.astype(dtype)
         args += [q] + [rng.standard_normal(s).astype(dtype) for s in shapes[1:]]
 
@@ -92,7 +96,7 @@ def test_traced_kernels_match_eager(rng, dtype, monkeypatch):
     tol = 1e-12 if dtype == np.float64 else 2e-5
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=tol, atol=tol)
-    source, kernels = traced.source, 2 * len(SHAPES)
+    source, kernels = traced.source, 2 * len(SHAPES + LONG)
     assert source.count("attention kernel") == source.count("attention_grad") == kernels
     calls = len(re.findall(r"kernel\d+\(", traced.source))  # fused and native kernels
     assert f"nodes, {calls} kernels" in traced.report().splitlines()[0]
