@@ -517,11 +517,11 @@ def test_a_result_may_overwrite_the_input_it_is_computed_from():
 
 
 _NAMES = """
-from tracegrad.compiler.kernels import attention, cache, normalization, pool
-for gen in (attention, normalization):
+from tracegrad.compiler.kernels import attention, cache, normalization
+for gen, extra in ((attention, ("int64",)), (normalization, ())):  # BLAS's integers, if any
     for op in sorted(set(gen.OPS.values())):
         for dtype in gen.DTYPES:
-            print(cache.named(gen.__name__, gen.generate_source(op, dtype))[0])
+            print(cache.named(gen.__name__, gen.generate_source(op, dtype, *extra))[0])
 """
 
 
