@@ -332,8 +332,8 @@ _WEIGHT_GRAD = '''
 @njit(cache=True)
 def thin(og, k):
     """Whether a group's O output channels are few beside its K: OpenBLAS then runs the weight
-    gradient's product far nearer its rate with O as the product's columns than as its rows
-    (1.1-1.5x over sweeps of common shapes; with 128 or more channels, the other way round)."""
+    gradient's product nearer its rate with O as the product's columns than as its rows; with
+    many channels it is the other way round (docs/kernels.md)."""
     return og <= 64 and k >= og
 
 
@@ -396,10 +396,11 @@ def kernel(x, gy, g, groups, dw, threads):
                     accumulate(acc, block.ctypes.data, block.shape[1], cols.ctypes.data,
                                cols.shape[1], og, k, (n1 - n0) * width)
     set_blas_threads(blas_threads)
+    tall = thin(og, k)  # the sums' order, (K, O) or (O, K)
     for grp in range(groups):  # loops: array expressions here compiled into more parallel code
         for i in range(og):
             for j in range(k):
-                at = j * og + i if thin(og, k) else i * k + j
+                at = j * og + i if tall else i * k + j
                 total = sums[0, grp, at]
                 for part in range(1, threads):
                     total += sums[part, grp, at]
