@@ -223,3 +223,22 @@ def test_a_query_that_sees_no_key_gets_zeros_as_in_pytorch(float_mask, backend, 
     np.testing.assert_allclose(y.numpy(), want.detach().numpy(), rtol=1e-12, atol=1e-14)
     for a, b in zip(ours, theirs, strict=True):
         np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_kernels_copy_inputs_whose_rows_repeat(rng):
+    """BLAS reads a pair in place only where its rows lie a row apart: keys broadcast along their
+    rows (stride 0, read-only) are copied first, not refused or misread."""
+    from tracegrad.compiler.kernels.native import compile_native
+    from tracegrad.core.ir import Node, Value
+
+    q = rng.standard_normal((2, 3, 5, 4)).astype(np.float32)
+    k = np.broadcast_to(rng.standard_normal((2, 3, 1, 4)).astype(np.float32), (2, 3, 6, 4))
+    v = rng.standard_normal((2, 3, 6, 4)).astype(np.float32)
+    attrs = dict(scale=0.5, causal=False)
+    values = [Value(a.shape, a.dtype) for a in (q, k, v)]
+    node = Node(P.attention, values, [Value(*P.attention.shape_rule(*values, **attrs))], attrs)
+    [(native, kernel)] = compile_native([node])
+    out = np.empty(node.outputs[0].shape, np.float32)
+    kernel(q, k, v, out)
+    assert native
+    np.testing.assert_allclose(out, P.attention.impl(q, k, v, **attrs), rtol=1e-6, atol=1e-6)

@@ -191,12 +191,12 @@ def as_pairs(a: np.ndarray) -> np.ndarray:
 
 def flat(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A 4-D input as the kernels read it: its memory as a 1-D view from its first element, and
-    its dims (shape, then the first three strides in elements). Rows must be contiguous: an
-    input whose are not (or with negative or odd strides) is copied first. In one dimension a
-    row's loads are known to be contiguous, so they run in SIMD lanes, and rows can be read in
-    place (a 4-D view of unknown layout made every element a scalar load)."""
-    item = a.itemsize
-    if a.size and (a.shape[-1] > 1 and a.strides[-1] != item
+    its dims (shape, then the first three strides in elements). Each pair must be a matrix
+    BLAS reads in place, contiguous rows a row stride apart: an input that is not (rows that
+    overlap or repeat, negative or odd strides) is copied first."""
+    item, (rows, features) = a.itemsize, a.shape[-2:]
+    if a.size and (features > 1 and a.strides[-1] != item
+                   or rows > 1 and a.strides[-2] < features * item
                    or any(s < 0 or s % item for s in a.strides)):  # fmt: skip
         a = np.ascontiguousarray(a)
     strides = [s // item if n > 1 else 0 for n, s in zip(a.shape, a.strides, strict=True)]
