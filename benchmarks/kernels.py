@@ -243,15 +243,15 @@ def native_speed(calls: int = 200) -> None:
     strided views of one (16, 128, 3, 4, 64) float32 array, causal; rows of (2048, 256). The
     fastest of `calls`, with NumPy's OpenBLAS threads quieted as a plan quiets them."""
     from tracegrad.compiler.kernels import attention, normalization
-    from tracegrad.compiler.kernels.blas import quiet_openblas
+    from tracegrad.compiler.kernels.blas import gemm_symbols, quiet_openblas
     from tracegrad.compiler.kernels.cache import default_cache, named
     from tracegrad.core.ops.attention import unpack
 
     quiet_openblas()
     cache = default_cache()
 
-    def kernel(generator, prefix: str, op: str):
-        name, text = named(prefix, generator.generate_source(op, "float32"))
+    def kernel(generator, prefix: str, op: str, *extra: str):
+        name, text = named(prefix, generator.generate_source(op, "float32", *extra))
         return cache.load(name, lambda: text)
 
     def fastest(f, *args) -> str:
@@ -264,7 +264,9 @@ def native_speed(calls: int = 200) -> None:
     out, packed = np.empty((16, 128, 4, 64), np.float32), np.empty(3 * q.size, np.float32)
     scale = np.float32(0.125)
     flat = lambda *arrays: [x for a in arrays for x in attention.flat(a)]  # noqa: E731
-    forward, backward = kernel(attention, "sdpa", "output"), kernel(attention, "sdpa", "grads")
+    ints = gemm_symbols()  # BLAS's integer type, which the attention kernels call
+    forward = kernel(attention, "sdpa", "output", ints)
+    backward = kernel(attention, "sdpa", "grads", ints)
     o = out.transpose(0, 2, 1, 3)
     print("attention forward ", fastest(forward, *flat(q, k, v), scale, True, *flat(o)))
     grads = flat(*unpack(packed, q, k, v))
