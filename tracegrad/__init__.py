@@ -46,6 +46,7 @@ from tracegrad.frontend.serialization import CheckpointError, load, save
 from tracegrad.frontend.sorting import *  # noqa: F403
 from tracegrad.frontend.tensor import Tensor, get_default_dtype, set_default_dtype
 from tracegrad.frontend.tracer import guard, interpret
+from tracegrad.runtime import eager as _eager  # noqa: F401 - eager calls run kernels
 from tracegrad.runtime.trace import trace as _compile
 
 # The op table's elementwise ops and tracegrad's own ops, as they are (calling one binds it).

@@ -20,6 +20,9 @@ import numpy as np
 from tracegrad.core.errors import ShapeError
 
 PRIMITIVES: dict[str, Primitive] = {}
+# Ops whose eager calls a backend may run with kernels of its own: `run(prim, arrays, params,
+# shape, dtype)` gives the result, or None for the op's NumPy version (`runtime.eager`).
+EAGER_KERNELS: dict[Primitive, Callable] = {}
 
 
 class Kind(str, enum.Enum):

@@ -21,6 +21,7 @@ import numpy as np
 from tracegrad.core import ir
 from tracegrad.core.errors import ShapeError, TraceError, user_location
 from tracegrad.core.primitives import Phase, Primitive, astype
+from tracegrad.core.vocabulary import EAGER_KERNELS
 
 _serials = itertools.count()
 
@@ -334,7 +335,11 @@ def bind(prim: Any, *args: Any, **params: Any) -> Tensor:
             weak.add(value)
         out = Tensor._wrap(value)
     else:
-        value = prim.impl(*[t._value for t in inputs], **params)
+        arrays = [t._value for t in inputs]
+        kernel = EAGER_KERNELS.get(prim)
+        value = kernel(prim, arrays, params, shape, dtype) if kernel is not None else None
+        if value is None:
+            value = prim.impl(*arrays, **params)
         if value.__class__ is not np.ndarray:
             value = np.asarray(value)
         if value.dtype != dtype:

@@ -1,0 +1,86 @@
+"""Eager calls of the ops that have kernels of their own (convolutions, max-pooling, attention,
+layer norm) run those kernels, where the call is large enough for a plan to run one
+(`lowering.KERNEL_MIN` elements). A signature's first calls run the op's NumPy version while a
+thread loads its kernel (compiled in child processes where Numba's disk cache lacks it, as a
+traced step's first calls do), the later ones the kernel. The kernels compute what the NumPy
+versions compute, to rounding (docs/kernels.md); PyTorch's eager ops are native kernels too."""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from tracegrad.compiler import lowering
+from tracegrad.core import ir, vocabulary
+from tracegrad.core import primitives as P
+
+OPS = (P.conv2d, P.conv2d_input_grad, P.conv2d_weight_grad, P.max_pool2d_argmax, P.max_pool2d,
+       P.max_pool2d_scatter, P.max_pool2d_gather, P.attention, P.attention_grad, P.layer_norm,
+       P.layer_norm_grad)  # fmt: skip
+_LOADING = None  # a signature whose kernel is loading, or that has none
+_kernels: dict[tuple, Callable | None] = {}
+_requests: queue.SimpleQueue = queue.SimpleQueue()
+_worker: list[threading.Thread] = []
+_quiet: list[bool] = []  # OpenBLAS told to sleep at once, as for a plan
+
+
+def _quiet_openblas() -> bool:
+    """`blas.quiet_openblas`, from the caller's thread between calls: OpenBLAS's idle workers
+    would spin on the cores the kernels' threads run on (an eager ResNet step took half again as
+    long). Imported here, not at the top: `import tracegrad` loads no compiler."""
+    from tracegrad.compiler.kernels.blas import quiet_openblas
+
+    return quiet_openblas()
+
+
+def run(prim: vocabulary.Primitive, arrays: list[np.ndarray], params: dict[str, Any],
+        shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:  # fmt: skip
+    """`prim(*arrays, **params)` by its kernel, or None where the caller runs NumPy: a small
+    call, or a signature whose kernel is not loaded (its loading starts then) or that has none."""
+    if max(math.prod(shape), *(a.size for a in arrays)) < lowering.KERNEL_MIN:
+        return None
+    key = (prim.name, *((a.shape, a.dtype.str) for a in arrays), repr(sorted(params.items())))
+    if key not in _kernels:
+        _kernels[key] = _LOADING
+        values = [ir.Value(a.shape, a.dtype) for a in arrays]
+        _request(key, ir.Node(prim, values, [ir.Value(shape, dtype)], dict(params)))
+    kernel = _kernels[key]
+    if kernel is _LOADING:
+        return None
+    if not _quiet:
+        _quiet.append(_quiet_openblas())
+    out = np.empty(shape, dtype)
+    kernel(*arrays, out)
+    return out
+
+
+def _request(key: tuple, node: ir.Node) -> None:
+    _requests.put((key, node))
+    if not _worker:
+        _worker.append(threading.Thread(target=_load, daemon=True, name="tracegrad-eager"))
+        _worker[0].start()
+
+
+def _load() -> None:
+    """Load the requested kernels one at a time, in this thread: a kernel that fails to load
+    leaves its signature to NumPy."""
+    from tracegrad.compiler.kernels import native
+    from tracegrad.compiler.kernels.cache import default_cache
+
+    while True:
+        key, node = _requests.get()
+        try:
+            found = native.modules([node])
+            default_cache().load_all(dict(found.values()), background=True)
+            _kernels[key] = native.launchers(found).get(node)
+        except Exception:  # noqa: BLE001 - NumPy runs the op, as before
+            _kernels[key] = _LOADING
+
+
+for _prim in OPS:
+    vocabulary.EAGER_KERNELS[_prim] = run
