@@ -454,8 +454,8 @@ def networks(model: Model, lib: Any, c: dict) -> dict[str, Any]:
 def make_step(model: Model, method: str, c: dict | None = None, backend: str = "numba",
               memory_budget: int | str | None = None):  # fmt: skip
     """`run()`: one step of `method` on the model's batch, its loss as a float; a traced step
-    (under `memory_budget`, if given) also has `traced` and `wait_for_kernels`, and every run
-    has its `nets`."""
+    (under `memory_budget`, if given) also has `traced` and `wait_for_kernels`, an eager one
+    `wait_for_kernels`, and every run has its `nets`."""
     c = {**model.config, **(c or {})}
     if method.startswith("torch"):
         import torch as lib
@@ -485,6 +485,10 @@ def make_step(model: Model, method: str, c: dict | None = None, backend: str = "
     run.nets = nets
     if method == "tg-traced":
         run.traced, run.wait_for_kernels = step, step.wait_for_kernels
+    elif method == "tg-eager":  # its large ops' kernels load while the first steps run NumPy
+        from tracegrad.runtime.eager import wait_for_kernels
+
+        run.wait_for_kernels = wait_for_kernels
     return run
 
 

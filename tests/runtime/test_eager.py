@@ -3,8 +3,6 @@ kernel has loaded, the kernel after, the same results; small calls never load on
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
@@ -14,11 +12,9 @@ from tracegrad.nn import functional as F
 from tracegrad.runtime import eager
 
 
-def loaded(timeout: float = 120.0) -> bool:
-    """Wait for the kernels requested so far; True if none is still loading."""
-    start = time.monotonic()
-    while any(k is None for k in eager._kernels.values()) and time.monotonic() - start < timeout:
-        time.sleep(0.05)
+def loaded() -> bool:
+    """Wait for the kernels requested so far; True if every one loaded."""
+    eager.wait_for_kernels()
     return all(k is not None for k in eager._kernels.values())
 
 

@@ -24,7 +24,7 @@ OPS = (P.conv2d, P.conv2d_input_grad, P.conv2d_weight_grad, P.max_pool2d_argmax,
        P.layer_norm_grad)  # fmt: skip
 _LOADING = None  # a signature whose kernel is loading, or that has none
 _kernels: dict[tuple, Callable | None] = {}
-_requests: queue.SimpleQueue = queue.SimpleQueue()
+_requests: queue.Queue = queue.Queue()
 _worker: list[threading.Thread] = []
 _quiet: list[bool] = []  # OpenBLAS told to sleep at once, as for a plan
 
@@ -80,6 +80,14 @@ def _load() -> None:
             _kernels[key] = native.launchers(found).get(node)
         except Exception:  # noqa: BLE001 - NumPy runs the op, as before
             _kernels[key] = _LOADING
+        finally:
+            _requests.task_done()
+
+
+def wait_for_kernels() -> None:
+    """Return once the kernels requested so far have loaded (or failed to): the calls after
+    run them. (A benchmark's steady state; a script need not wait.)"""
+    _requests.join()
 
 
 for _prim in OPS:
