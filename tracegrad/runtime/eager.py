@@ -31,8 +31,8 @@ _quiet: list[bool] = []  # OpenBLAS told to sleep at once, as for a plan
 
 def _quiet_openblas() -> bool:
     """`blas.quiet_openblas`, from the caller's thread between calls: OpenBLAS's idle workers
-    would spin on the cores the kernels' threads run on (an eager ResNet step took half again as
-    long). Imported here, not at the top: `import tracegrad` loads no compiler."""
+    would spin on the cores the kernels' threads run on (docs/benchmarks.md has the cost).
+    Imported here, not at the top: `import tracegrad` loads no compiler."""
     from tracegrad.compiler.kernels.blas import quiet_openblas
 
     return quiet_openblas()
