@@ -27,7 +27,6 @@ _kernels: dict[tuple, Callable | None] = {}
 _requests: queue.Queue = queue.Queue()
 _worker: list[threading.Thread] = []
 _quiet: list[bool] = []  # OpenBLAS told to sleep at once, as for a plan
-_numba: list[int | None] = []  # `_parallel_min`, once Numba was imported (or failed to be)
 
 
 def _quiet_openblas() -> bool:
@@ -39,28 +38,11 @@ def _quiet_openblas() -> bool:
     return quiet_openblas()
 
 
-def _parallel_min() -> int | None:
-    """The size from which a fused kernel runs on threads (below it NumPy's ufunc is as fast),
-    importing Numba; None, and no kernels from then on, if Numba cannot load (a process short of
-    memory, say: its ops then fail as NumPy's would, not in llvmlite)."""
-    if not _numba:
-        try:
-            from tracegrad.compiler.kernels.fused import PARALLEL_MIN
-        except (ImportError, OSError, MemoryError):
-            PARALLEL_MIN = None
-        _numba.append(PARALLEL_MIN)
-    return _numba[0]
-
-
 def run(prim: vocabulary.Primitive, arrays: list[np.ndarray], params: dict[str, Any],
         shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:  # fmt: skip
     """`prim(*arrays, **params)` by its kernel, or None where the caller runs NumPy: a small
     call, or a signature whose kernel is not loaded (its loading starts then) or that has none."""
-    size = max(math.prod(shape), *(a.size for a in arrays))
-    if size < lowering.KERNEL_MIN:
-        return None
-    parallel_min = _parallel_min()
-    if parallel_min is None or prim.fusible and size < parallel_min:
+    if max(math.prod(shape), *(a.size for a in arrays)) < lowering.KERNEL_MIN:
         return None
     key = (prim.name, *((a.shape, a.dtype.str) for a in arrays), repr(sorted(params.items())))
     if key not in _kernels:
@@ -89,15 +71,10 @@ def _load() -> None:
     leaves its signature to NumPy."""
     from tracegrad.compiler.kernels import native
     from tracegrad.compiler.kernels.cache import default_cache
-    from tracegrad.compiler.kernels.fused import compile_groups
 
     while True:
         key, node = _requests.get()
         try:
-            if node.prim.fusible:  # a fused kernel of one node
-                group = (node.inputs, [node], node.outputs)
-                [(_, _kernels[key])] = compile_groups([group], background=True)
-                continue
             found = native.modules([node])
             default_cache().load_all(dict(found.values()), background=True)
             _kernels[key] = native.launchers(found).get(node)
@@ -113,5 +90,5 @@ def wait_for_kernels() -> None:
     _requests.join()
 
 
-for _prim in (*OPS, *(p for p in vocabulary.PRIMITIVES.values() if p.fusible)):
+for _prim in OPS:
     vocabulary.EAGER_KERNELS[_prim] = run
