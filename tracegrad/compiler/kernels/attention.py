@@ -45,10 +45,15 @@ def seen(i, n_keys, causal):
 
 
 @_inner
+def start(d, b, h, i):
+    """Where row i of pair (b, h) starts in a flat input of dims d (shape, element strides)."""
+    return b * d[4] + h * d[5] + i * d[6]
+
+
+@_inner
 def at(x, d, b, h, i):
-    """The address of row i of pair (b, h) of a flat input of dims d (shape, then element
-    strides)."""
-    return x.ctypes.data + (b * d[4] + h * d[5] + i * d[6]) * x.itemsize
+    """The address of row i of pair (b, h) of a flat input x, as BLAS takes it."""
+    return x.ctypes.data + start(d, b, h, i) * x.itemsize
 
 
 @_inner
@@ -125,8 +130,7 @@ def pair(q, qd, k, kd, v, vd, o, od, g, gd, scale, causal, dq, dqd, dk, dkd, dv,
              at(v, vd, b, h, 0), ld(vd), T(0), ds_at, n_keys)  # g v^T
         for i in range(i0, i0 + rows):
             probabilities(p, i, n_keys, causal)
-            gi = b * gd[4] + h * gd[5] + i * gd[6]
-            oi = b * od[4] + h * od[5] + i * od[6]
+            gi, oi = start(gd, b, h, i), start(od, b, h, i)
             d = row_dot(g[gi : gi + e], o[oi : oi + e])
             for j in range(i * n_keys, i * n_keys + n):
                 ds[j] = p[j] * (ds[j] - d) * scale  # d(scores) / d(q k^T)
