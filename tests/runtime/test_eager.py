@@ -21,29 +21,35 @@ def loaded() -> bool:
 @pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-12), (np.float32, 2e-5)])
 def test_a_large_eager_call_runs_its_kernel_once_loaded(rng, dtype, tol, monkeypatch):
     """The first calls run NumPy; once the kernels have loaded, the same calls (forward and
-    backward of a convolution and a max-pooling) run them, NumPy's version refusing to run, and
-    give NumPy's results and gradients."""
+    backward of a convolution, a training batch norm and a max-pooling) run them, NumPy's
+    version refusing to run, and give NumPy's results, gradients and running statistics."""
     monkeypatch.setattr(eager, "_kernels", {})
     # the convolution's result, (8, 16, 32, 32), is over KERNEL_MIN elements
     x = tg.tensor(rng.standard_normal((8, 8, 32, 32)).astype(dtype), requires_grad=True)
     w = tg.tensor(rng.standard_normal((16, 8, 3, 3)).astype(dtype), requires_grad=True)
+    scale = tg.tensor(rng.standard_normal(16).astype(dtype), requires_grad=True)
+    mean, var = tg.zeros(16, dtype=dtype), tg.ones(16, dtype=dtype)
 
     def step():
-        x.grad = w.grad = None
-        y = F.max_pool2d(F.conv2d(x, w, padding=1), 2)
+        x.grad = w.grad = scale.grad = None
+        h = F.batch_norm(F.conv2d(x, w, padding=1), mean, var, scale, -scale, training=True)
+        y = F.max_pool2d(h, 2)
         (y * y).sum().backward()
-        return y.numpy(), x.grad.numpy(), w.grad.numpy()
+        return y.numpy(), x.grad.numpy(), w.grad.numpy(), scale.grad.numpy(), mean.numpy()
 
     want = step()  # NumPy, and the kernels' loading starts
     assert loaded()
     ops = {key[0] for key in eager._kernels}
-    assert {"conv2d", "conv2d_input_grad", "conv2d_weight_grad", "max_pool2d"} <= ops
+    assert {"conv2d", "conv2d_input_grad", "conv2d_weight_grad", "max_pool2d", "batch_norm",
+            "batch_norm_grad", "batch_stats"} <= ops  # fmt: skip
 
     def refuse(*args, **kwargs):
         raise AssertionError("NumPy ran an op whose kernel had loaded")
 
-    for prim in (P.conv2d, P.conv2d_input_grad, P.conv2d_weight_grad, P.max_pool2d):
+    for prim in (P.conv2d, P.conv2d_input_grad, P.conv2d_weight_grad, P.max_pool2d,
+                 P.batch_norm, P.batch_norm_grad, P.batch_stats):  # fmt: skip
         monkeypatch.setattr(prim, "impl", refuse)
+    mean.numpy()[:], var.numpy()[:] = 0, 1  # the statistics move again from where they started
     for got, expected in zip(step(), want, strict=True):
         np.testing.assert_allclose(got, expected, rtol=tol, atol=tol * np.abs(expected).max())
 

@@ -611,30 +611,26 @@ def batch_norm(
     if x.ndim < 2:
         raise ShapeError(f"batch_norm: input {x.shape} must be (N, C, ...)")
     shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
-    axes = (0, *range(2, x.ndim))
     if training:
         count = x.size // x.shape[1]
         if count < 2:
             raise ValueError(f"batch_norm: expected more than 1 value per channel, got {x.shape}")
-        mu = mean(x, axes, keepdims=True)
-        centered = x - mu
-        var = mean(centered * centered, axes, keepdims=True)
         if running_mean is not None and running_var is not None:
-            with no_grad():
+            with no_grad():  # the same statistics as the normalization's (cse shares them)
+                stats = P.batch_stats(x)
                 m = momentum
-                new_mean = running_mean * (1.0 - m) + reshape(mu.detach(), (-1,)) * m
-                unbiased = reshape(var.detach(), (-1,)) * (count / (count - 1))
-                new_var = running_var * (1.0 - m) + unbiased * m
+                new_mean = running_mean * (1.0 - m) + stats[0] * m
+                new_var = running_var * (1.0 - m) + stats[1] * (count / (count - 1) * m)
                 running_mean._assign(new_mean)
                 running_var._assign(new_var)
-    else:
-        if running_mean is None or running_var is None:
-            raise ValueError("batch_norm: evaluation needs running_mean and running_var")
-        centered = x - reshape(running_mean, shape)
-        var = reshape(running_var, shape)
-    # one product by a per-channel scale (weight / std, as PyTorch's): dividing by std and then
-    # multiplying by the weight made two passes over the batch, and four more in backward
-    scale = 1.0 / sqrt(var + eps)
+        c = (x.shape[1],)
+        weight = Tensor(np.ones(c, x.dtype)) if weight is None else as_tensor(weight)
+        bias = Tensor(np.zeros(c, x.dtype)) if bias is None else as_tensor(bias)
+        return P.batch_norm(x, weight, bias, eps=float(eps))
+    if running_mean is None or running_var is None:
+        raise ValueError("batch_norm: evaluation needs running_mean and running_var")
+    centered = x - reshape(running_mean, shape)
+    scale = 1.0 / sqrt(reshape(running_var, shape) + eps)
     if weight is not None:
         scale = scale * reshape(weight, shape)
     y = centered * scale

@@ -535,7 +535,7 @@ def test_generated_module_names_do_not_depend_on_string_hashing():
                              text=True)  # fmt: skip
         assert out.returncode == 0, out.stderr
         names.append(out.stdout.split())
-    assert len(names[0]) == 8 and names[0] == names[1]
+    assert len(names[0]) == 14 and names[0] == names[1]
 
 
 def test_a_node_of_row_and_scalar_operands_is_computed_once_a_row():

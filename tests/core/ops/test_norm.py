@@ -1,5 +1,6 @@
-"""The layer-norm op: its NumPy implementation and Numba kernels against eager and finite
-differences, second-order gradients, and one backward call for three cotangents."""
+"""The layer-norm and batch-norm ops: NumPy implementations and Numba kernels against eager,
+NumPy and finite differences, second-order gradients, and one backward call for three
+cotangents."""
 
 from __future__ import annotations
 
@@ -66,3 +67,59 @@ def test_traced_kernels_match_eager(rng, dtype, monkeypatch):
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=tol, atol=tol)
     assert traced.source.count("layer_norm kernel") == traced.source.count("_grad kernel") == 3
+
+
+# --- batch norm ------------------------------------------------------------------------------
+
+
+def test_batch_norm_second_order_gradients_take_the_composed_ops(rng):
+    """d/dx of |dL/dweight|^2 + |dL/dx|^2 through a training batch norm, against finite
+    differences (the first-order gradient is `batch_norm_grad`'s, the second the parts')."""
+    x, w, b, c = (rng.standard_normal(s) for s in [(3, 2, 4), (2,), (2,), (3, 2, 4)])
+
+    def grad_norm(x: np.ndarray | tg.Tensor, create_graph: bool = False) -> tg.Tensor:
+        x = x if isinstance(x, tg.Tensor) else tg.tensor(x, requires_grad=True)
+        wt = tg.tensor(w, requires_grad=True)
+        y = F.batch_norm(x, None, None, wt, tg.tensor(b), training=True)
+        gx, gw = tg.autograd.grad((y * c * y).sum(), [x, wt], create_graph=create_graph)
+        return (gw * gw).sum() + (gx * gx).sum()
+
+    xt = tg.tensor(x, requires_grad=True)
+    grad_norm(xt, create_graph=True).backward()
+    expected = numeric_grad(lambda a: float(grad_norm(tg.tensor(a, requires_grad=True))), x)
+    np.testing.assert_allclose(xt.grad.numpy(), expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-12), (np.float32, 2e-5)])
+@pytest.mark.parametrize("shape", [(4, 3, 4, 4), (2, 5, 7, 9), (3, 2, 40)])
+def test_batch_norm_kernels_match_numpy(rng, dtype, tol, shape):
+    """The three batch-norm kernels against the NumPy ops, on x far from zero (a variance from
+    sums of squares loses digits there unless summed in float64) and in Fortran order."""
+    from tracegrad.compiler.kernels import native
+    from tracegrad.compiler.kernels.cache import default_cache
+    from tracegrad.core import ir
+
+    x = (rng.standard_normal(shape[::-1]).T * 3 + 100).astype(dtype)
+    w, b = (rng.standard_normal(shape[1]).astype(dtype) for _ in range(2))
+    g = rng.standard_normal(shape).astype(dtype)
+    for prim, args, attrs in [(P.batch_norm, (x, w, b), {"eps": 1e-5}), (P.batch_stats, (x,), {}),
+                              (P.batch_norm_grad, (x, w, g), {"eps": 1e-5})]:  # fmt: skip
+        values = [ir.Value(a.shape, a.dtype) for a in args]
+        node = ir.Node(prim, values, [ir.Value(*prim.shape_rule(*values, **attrs))], attrs)
+        found = native.modules([node])
+        default_cache().load_all(dict(found.values()))
+        out = np.empty(node.outputs[0].shape, dtype)
+        native.launchers(found)[node](*args, out)
+        expected = prim.impl(*args, **attrs)
+        np.testing.assert_allclose(out, expected, rtol=tol, atol=tol * np.abs(expected).max())
+
+
+def test_batch_norms_of_few_values_per_sample_have_no_kernel():
+    """(N, C) and (N, C, L) with short L run NumPy: a channel's values would be strided."""
+    from tracegrad.compiler.kernels import native
+    from tracegrad.core import ir
+
+    for shape in [(64, 32), (64, 32, 15)]:
+        values = [ir.Value(shape, np.float32), *[ir.Value((32,), np.float32)] * 2]
+        node = ir.Node(P.batch_norm, values, [ir.Value(shape, np.float32)], {"eps": 1e-5})
+        assert native.modules([node]) == {}

@@ -1,5 +1,6 @@
-"""Layer-norm kernels: forward and backward each one pass over the rows (`core.ops.norm` has the
-NumPy versions and the contract).
+"""Layer-norm and batch-norm kernels (`core.ops.norm` has the NumPy versions and the contract).
+
+Layer norm's forward and backward are each one pass over the rows.
 
 Forward takes a row's mean and the variance of the centred row (two sums in SIMD lanes) and
 writes the row normalized, scaled and shifted. Backward computes a row's statistics again,
@@ -13,6 +14,7 @@ stride, even the weight's, the row loops stay out of SIMD lanes (docs/kernels.md
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,8 +25,11 @@ from tracegrad.compiler.kernels import rows
 from tracegrad.compiler.kernels.cache import GeneratedKernel, named
 from tracegrad.core import primitives as P
 from tracegrad.core.ir import Node
+from tracegrad.core.ops.norm import unpack
 
-OPS = {P.layer_norm: "output", P.layer_norm_grad: "grads"}
+OPS = {P.layer_norm: "output", P.layer_norm_grad: "grads", P.batch_norm: "batch output",
+       P.batch_norm_grad: "batch grads", P.batch_stats: "batch stats"}  # fmt: skip
+MIN_SPATIAL = 16  # values of a channel per sample for a batch-norm kernel: fewer run strided
 DTYPES = ("float32", "float64")
 
 _HELPERS = '''
@@ -100,8 +105,101 @@ def kernel(x, weight, g, eps, dx, dweight, dbias):
 """
 
 
+_MOMENTS_ONE_PASS = """
+
+@_reduce
+def moments(x, c):
+    \"\"\"Channel c's mean and biased variance: float64 sums of x and x * x.\"\"\"
+    total = square = 0.0
+    for i in range(x.shape[0]):
+        xi = x[i, c]
+        for j in range(x.shape[2]):
+            v = np.float64(xi[j])
+            total += v
+            square += v * v
+    count = x.shape[0] * x.shape[2]
+    mean = total / count
+    return mean, max(square / count - mean * mean, 0.0)
+"""
+
+_MOMENTS_TWO_PASSES = """
+
+@_reduce
+def moments(x, c):
+    \"\"\"Channel c's mean and biased variance (that of the centred values).\"\"\"
+    total = square = 0.0
+    for i in range(x.shape[0]):
+        xi = x[i, c]
+        for j in range(x.shape[2]):
+            total += xi[j]
+    count = x.shape[0] * x.shape[2]
+    mean = total / count
+    for i in range(x.shape[0]):
+        xi = x[i, c]
+        for j in range(x.shape[2]):
+            t = xi[j] - mean
+            square += t * t
+    return mean, square / count
+"""
+
+_BATCH_FORWARD = """
+
+@_outer
+def kernel(x, weight, bias, eps, out):
+    for c in prange(x.shape[1]):
+        mean, var = moments(x, c)
+        scale = weight[c] / np.sqrt(var + eps)
+        shift, scale = T(bias[c] - mean * scale), T(scale)
+        for i in range(x.shape[0]):
+            xi, o = x[i, c], out[i, c]
+            for j in range(x.shape[2]):
+                o[j] = xi[j] * scale + shift
+"""
+
+_BATCH_BACKWARD = """
+
+@_reduce
+def sums(x, g, c, mean):
+    \"\"\"Channel c's sums of g and of g * (x - mean).\"\"\"
+    total = dot = 0.0
+    for i in range(x.shape[0]):
+        xi, gi = x[i, c], g[i, c]
+        for j in range(x.shape[2]):
+            total += gi[j]
+            dot += gi[j] * (xi[j] - mean)
+    return total, dot
+
+
+@_outer
+def kernel(x, weight, g, eps, dx, dweight, dbias):
+    count = x.shape[0] * x.shape[2]
+    for c in prange(x.shape[1]):
+        mean, var = moments(x, c)
+        rstd = 1.0 / np.sqrt(var + eps)
+        total, dot = sums(x, g, c, mean)
+        dbias[c], dweight[c] = total, dot * rstd
+        k = weight[c] * rstd  # dx = k (g - mean(g) - (x - mean) rstd^2 mean(g (x - mean)))
+        a, b = T(k * total / count), T(k * dot * rstd * rstd / count)
+        k, mean = T(k), T(mean)
+        for i in range(x.shape[0]):
+            xi, gi, o = x[i, c], g[i, c], dx[i, c]
+            for j in range(x.shape[2]):
+                o[j] = k * gi[j] - a - (xi[j] - mean) * b
+"""
+
+_BATCH_STATS = """
+
+@_outer
+def kernel(x, out):
+    for c in prange(x.shape[1]):
+        out[0, c], out[1, c] = moments(x, c)
+"""
+
+
 def generate_source(op: str, dtype: str) -> str:
     """The text of a kernel's module."""
+    if op.startswith("batch"):
+        return _batch_source(op, dtype)
     matrix, vector = f"{dtype}[:, ::1]", f"{dtype}[::1]"  # contiguous: loops run in SIMD
     if op == "output":  # x, weight, bias, eps, out
         arrays, body = [matrix, vector, vector, "float64", f"{dtype}[:, ::1]"], _FORWARD
@@ -115,12 +213,28 @@ def generate_source(op: str, dtype: str) -> str:
     return head + _HELPERS + body
 
 
+def _batch_source(op: str, dtype: str) -> str:
+    cube, vector = f"{dtype}[:, :, ::1]", f"{dtype}[::1]"
+    if op == "batch output":  # x, weight, bias, eps, out
+        arrays, body = [cube, vector, vector, "float64", cube], _BATCH_FORWARD
+    elif op == "batch grads":  # x, weight, g, eps, dx, dweight, dbias
+        arrays, body = [cube, vector, cube, "float64", cube, vector, vector], _BATCH_BACKWARD
+    else:  # x, out (2, C)
+        arrays, body = [cube, f"{dtype}[:, ::1]"], _BATCH_STATS
+    moments = _MOMENTS_ONE_PASS if dtype == "float32" else _MOMENTS_TWO_PASSES
+    head = rows.head("Batch norm " + op[6:], "tracegrad.compiler.kernels.normalization", dtype,
+                     f"void({', '.join(arrays)})")  # fmt: skip
+    return head + moments + body
+
+
 def module(node: Node) -> tuple[str, str]:
-    """The name and text of a layer-norm node's kernel module; NotImplementedError for other
-    dtypes and for constant operands."""
-    dtype = node.outputs[0].dtype.name
+    """The name and text of a layer-norm or batch-norm node's kernel module; NotImplementedError
+    for other dtypes, for constant operands and for batch norms of few values per sample."""
+    dtype, x = node.outputs[0].dtype.name, node.inputs[0]
     if dtype not in DTYPES or any(v.const is not None for v in node.inputs):
-        raise NotImplementedError(f"layer-norm kernels for {dtype} or constants")
+        raise NotImplementedError(f"normalization kernels for {dtype} or constants")
+    if OPS[node.prim].startswith("batch") and math.prod(x.shape[2:]) < MIN_SPATIAL:
+        raise NotImplementedError(f"batch-norm kernels for input {x.shape}: few values per sample")
     return named("norm", generate_source(OPS[node.prim], dtype))
 
 
@@ -133,8 +247,6 @@ class LayerNormKernel(GeneratedKernel):
         self.backward = node.prim is P.layer_norm_grad
 
     def __call__(self, x: np.ndarray, weight: np.ndarray, third: np.ndarray, out: np.ndarray):
-        from tracegrad.core.ops.norm import unpack
-
         if not out.flags.c_contiguous:
             raise ValueError("layer-norm kernels write C-contiguous outputs")
         d = x.shape[-1]
@@ -147,5 +259,33 @@ class LayerNormKernel(GeneratedKernel):
             self.compiled(x2, weight, np.ascontiguousarray(third), self.eps, out.reshape(-1, d))
 
 
-def launcher(node: Node, compiled: Callable, path: Path) -> LayerNormKernel:
+class BatchNormKernel(GeneratedKernel):
+    """`kernel(x, [weight, bias or g,] out)` for one node, x seen as (N, C, S)."""
+
+    def __init__(self, node: Node, compiled: Callable, path: Path):
+        super().__init__(compiled, path)
+        self.eps = float(node.attrs.get("eps", 0.0))
+        self.op = OPS[node.prim]
+
+    def __call__(self, x: np.ndarray, *arrays: np.ndarray) -> None:
+        *operands, out = arrays
+        if not out.flags.c_contiguous:
+            raise ValueError("batch-norm kernels write C-contiguous outputs")
+        cube = x.shape[:2] + (-1,)
+        x3 = np.ascontiguousarray(x.reshape(cube))
+        if self.op == "batch stats":
+            self.compiled(x3, out)
+            return
+        weight, third = (np.ascontiguousarray(a) for a in operands)
+        if self.op == "batch output":
+            self.compiled(x3, weight, third, self.eps, out.reshape(cube))
+            return
+        dx, dweight, dbias = unpack(out, x, x.shape[1])
+        g3 = np.ascontiguousarray(third.reshape(cube))
+        self.compiled(x3, weight, g3, self.eps, dx.reshape(cube), dweight, dbias)
+
+
+def launcher(node: Node, compiled: Callable, path: Path) -> GeneratedKernel:
+    if OPS[node.prim].startswith("batch"):
+        return BatchNormKernel(node, compiled, path)
     return LayerNormKernel(node, compiled, path)

@@ -1,11 +1,17 @@
-"""Layer norm's ops in NumPy (their records at the end; the Numba backend runs kernels of
-its own, `compiler.kernels.normalization`). Over the last axis of x (..., D), with weight and
-bias (D,):
+"""Layer norm's and batch norm's ops in NumPy (their records at the end; the Numba backend
+runs kernels of its own, `compiler.kernels.normalization`).
+
+Layer norm, over the last axis of x (..., D), with weight and bias (D,):
 
 - `layer_norm`: (x - mean) / sqrt(var + eps) * weight + bias, the variance biased (PyTorch's);
 - `layer_norm_grad(x, weight, g)`: the cotangents of x, weight and bias for the cotangent g of
   the result, packed into one flat array [dx | dweight | dbias] (`unpack`). The statistics are
   computed again from x: backward keeps x, not the normalized values.
+
+Batch norm in training, per channel (axis 1) of x (N, C, ...) over every other axis, with weight
+and bias (C,): `batch_norm` and `batch_norm_grad` as the two above (eagerly one op each, where
+the composed ops made some twenty passes over the batch; a trace records the parts), and
+`batch_stats(x)`, the (2, C) means and biased variances that move the running statistics.
 """
 
 from __future__ import annotations
@@ -15,9 +21,10 @@ import numpy as np
 from tracegrad.core.vocabulary import Primitive
 
 
-def unpack(packed, x) -> tuple:
-    """Views (dx, dweight, dbias) of a flat array (or tensor) laid out as [dx | dw | db]."""
-    n, d = x.size, x.shape[-1]
+def unpack(packed, x, d: int | None = None) -> tuple:
+    """Views (dx, dweight, dbias) of a flat array (or tensor) laid out as [dx | dw | db], the
+    weight's `d` numbers (the last axis's, for layer norm)."""
+    n, d = x.size, x.shape[-1] if d is None else d
     return packed[:n].reshape(x.shape), packed[n : n + d], packed[n + d :]
 
 
@@ -53,6 +60,53 @@ def _statistics(x, eps: float) -> tuple[np.ndarray, np.ndarray]:
     centered = x - x.mean(-1, keepdims=True)
     var = np.mean(np.square(centered), axis=-1, keepdims=True)
     return centered, 1.0 / np.sqrt(var + eps)
+
+
+def channels(x) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    """A batch norm's axes of x (N, C, ...): every one but the channels', the shape a channel's
+    (C,) numbers broadcast as, and the count of values per channel."""
+    axes = (0, *range(2, x.ndim))
+    return axes, (1, x.shape[1], *(1,) * (x.ndim - 2)), x.size // max(x.shape[1], 1)
+
+
+def batch_forward(x, weight, bias, eps: float, out=None) -> np.ndarray:
+    (mean, var), (_, shape, _) = _moments(x), channels(x)
+    scale = weight / np.sqrt(var + eps)
+    out = np.multiply(x, scale.reshape(shape), out=out)
+    out += (bias - mean * scale).reshape(shape)
+    return out
+
+
+def batch_backward(x, weight, g, eps: float, out=None) -> np.ndarray:
+    """dx = weight * rstd * (g - mean(g) - xhat * mean(g * xhat)) per channel (the statistics'
+    own gradients folded in), dweight = sum(g * xhat), dbias = sum(g)."""
+    axes, shape, count = channels(x)
+    out = np.empty(x.size + 2 * x.shape[1], x.dtype) if out is None else out
+    dx, dweight, dbias = unpack(out, x, shape[1])
+    mean, var = _moments(x)
+    rstd = 1.0 / np.sqrt(var + eps)
+    xhat = (x - mean.reshape(shape)) * rstd.reshape(shape)
+    np.sum(g, axis=axes, out=dbias)
+    np.sum(g * xhat, axis=axes, out=dweight)
+    xhat *= (dweight / count).reshape(shape)
+    np.subtract(g, (dbias / count).reshape(shape), out=dx)
+    dx -= xhat
+    dx *= (weight * rstd).reshape(shape)
+    return out
+
+
+def batch_statistics(x, out=None) -> np.ndarray:
+    out = np.empty((2, x.shape[1]), x.dtype) if out is None else out
+    out[0], out[1] = _moments(x)
+    return out
+
+
+def _moments(x) -> tuple[np.ndarray, np.ndarray]:
+    """Each channel's mean and biased variance (that of the centred values), shape (C,)."""
+    axes, shape, _ = channels(x)
+    mean = x.mean(axis=axes)
+    centered = x - mean.reshape(shape)
+    return mean, np.mean(np.square(centered, out=centered), axis=axes)
 
 
 # --- the records ----------------------------------------------------------------------
@@ -113,6 +167,80 @@ layer_norm_grad = Primitive(
 )  # fmt: skip
 
 
+# --- batch norm in training (implemented above; the Numba backend has kernels of its own) -------
+# batch_norm(x, weight, bias) by x's statistics per channel; batch_norm_grad(x, weight, g) packs
+# [dx | dweight | dbias]; batch_stats(x) the (2, C) means and variances. Attribute: eps. A trace
+# and a second-order gradient take the parts (`decompose`), which cse shares between them.
+
+
+def _batch_norm_rule(x, weight, bias, eps):
+    c = x.shape[1] if x.ndim >= 2 else 0
+    if x.ndim < 2 or weight.shape != (c,) or bias.shape != (c,):
+        raise ValueError(f"input {x.shape}, weight {weight.shape} and bias {bias.shape}: "
+                         "expected (N, C, ...), (C,) and (C,)")  # fmt: skip
+    if not x.dtype == weight.dtype == bias.dtype or x.dtype.kind != "f":
+        raise ValueError(f"input, weight and bias of one floating dtype, not {x.dtype}, "
+                         f"{weight.dtype} and {bias.dtype}")  # fmt: skip
+    if x.size // c < 2:
+        raise ValueError(f"expected more than 1 value per channel, got input {x.shape}")
+    return x.shape, x.dtype
+
+
+def _batch_norm_grad_rule(x, weight, g, eps):
+    shape, dtype = _batch_norm_rule(x, weight, weight, eps)
+    if g.shape != shape:
+        raise ValueError(f"cotangent {g.shape} for a result of {shape}")
+    return (x.size + 2 * x.shape[1],), dtype
+
+
+def _batch_stats_rule(x):
+    if x.ndim < 2 or x.dtype.kind != "f" or x.size // max(x.shape[1], 1) < 1:
+        raise ValueError(f"input {x.shape} ({x.dtype}); expected floating (N, C, ...)")
+    return (2, x.shape[1]), x.dtype
+
+
+def _batch_norm_vjp(wanted, g, out, x, weight, bias, eps, create_graph=False):
+    grads = unpack(batch_norm_grad(x, weight, g, eps=eps), x, x.shape[1])
+    return [d if w else None for w, d in zip(wanted, grads, strict=True)]
+
+
+def _batch_moments_parts(x):
+    """Each channel's mean and biased variance in composed ops, broadcastable against x."""
+    axes, _, count = channels(x)
+    mean = reductions.sum(x, axis=axes, keepdims=True) / float(count)
+    centered = x - mean
+    return mean, reductions.sum(centered * centered, axis=axes, keepdims=True) / float(count)
+
+
+def _batch_norm_parts(x, weight, bias, eps):
+    mean, var = _batch_moments_parts(x)
+    shape = channels(x)[1]
+    # one product by a per-channel scale (weight / std, as PyTorch's): dividing by std and then
+    # multiplying by the weight made two passes over the batch, and four more in backward
+    scale = 1.0 / sqrt(var + eps) * reshape(weight, shape=shape)
+    return (x - mean) * scale + reshape(bias, shape=shape)
+
+
+def _batch_stats_parts(x):
+    mean, var = _batch_moments_parts(x)
+    c = (x.shape[1],)
+    return concatenate(reshape(mean, shape=(1, *c)), reshape(var, shape=(1, *c)), axis=0)
+
+
+batch_norm = Primitive(
+    "batch_norm", batch_forward, _batch_norm_rule, _batch_norm_vjp, "in",
+    accepts_out=True, joint=True, raises=False, rerun=True, decompose=_batch_norm_parts,
+)  # fmt: skip
+batch_norm_grad = Primitive(
+    "batch_norm_grad", batch_backward, _batch_norm_grad_rule, None,
+    accepts_out=True, raises=False,
+)  # fmt: skip
+batch_stats = Primitive(
+    "batch_stats", batch_statistics, _batch_stats_rule, None,
+    accepts_out=True, raises=False, rerun=True, decompose=_batch_stats_parts,
+)  # fmt: skip
+
+
 __all__ = [n for n, v in list(globals().items()) if isinstance(v, Primitive) and n[0] != "_"]
 
 
@@ -120,4 +248,4 @@ __all__ = [n for n, v in list(globals().items()) if isinstance(v, Primitive) and
 # cycle is harmless (no rule runs while the table loads).
 from tracegrad.core.ops import reductions  # noqa: E402
 from tracegrad.core.ops.elementwise import sqrt  # noqa: E402
-from tracegrad.core.ops.views import sum_to  # noqa: E402
+from tracegrad.core.ops.views import concatenate, reshape, sum_to  # noqa: E402
