@@ -63,6 +63,46 @@ def test_shared_subexpressions_sum_their_paths() -> None:
     np.testing.assert_allclose(x.grad.numpy(), (2 * t + 1) * (1 - t * t))
 
 
+def test_slices_of_one_tensor_gather_their_cotangents_in_place(rng) -> None:
+    """A tensor read as slices x[t] in a loop, as rows of a repeated index and whole, its
+    cotangent gathered in one buffer of the engine's own (getitem's `vjp_into`, `_Sums`): the
+    gradients are finite differences'; a retained non-leaf's is not changed by later sums."""
+    x0, w0 = rng.standard_normal((5, 3)), rng.standard_normal((3, 3))
+    rows = np.array([4, 1, 4, 0, 4])
+
+    def loss(x: tg.Tensor, w: tg.Tensor, keep: list | None = None) -> tg.Tensor:
+        h = x * 2.0
+        if keep is not None:
+            h.retain_grad()
+            keep.append(h)
+        total = (h[rows] ** 3).sum() + (h @ w).sum() + (w[1:] * w[1:]).sum()
+        for t in range(x.shape[0]):
+            total = total + (h[t] * h[t]).sum() * (t + 1)
+        return total
+
+    x, w, kept = tg.tensor(x0, requires_grad=True), tg.tensor(w0, requires_grad=True), []
+    loss(x, w, kept).backward()
+    for got, a, at in [(x.grad, x0, 0), (w.grad, w0, 1)]:
+
+        def f(v: np.ndarray, at: int = at) -> float:
+            args = [tg.tensor(x0), tg.tensor(w0)]
+            args[at] = tg.tensor(v)
+            return float(loss(*args))
+
+        np.testing.assert_allclose(got.numpy(), numeric_grad(f, a), rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(2.0 * kept[0].grad.numpy(), x.grad.numpy(), rtol=1e-12)
+
+
+def test_a_cotangent_two_inputs_share_is_never_summed_into_in_place(rng) -> None:
+    """add's VJP passes one array to h and to k; h's and k's other cotangents arrive after it
+    and must not be added into it, or each would see the other's."""
+    x0 = rng.standard_normal((3, 2))
+    x = tg.tensor(x0, requires_grad=True)
+    h, k = x * 2.0, x * 3.0
+    ((h * h).sum() + (k * k).sum() + ((h + k) * x).sum()).backward()
+    np.testing.assert_allclose(x.grad.numpy(), (8.0 + 18.0 + 10.0) * x0, rtol=1e-12)
+
+
 def test_backward_of_a_non_scalar_needs_dy() -> None:
     x = leaf(1.0, 2.0)
     y = x * x

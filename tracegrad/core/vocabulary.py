@@ -90,13 +90,17 @@ class Primitive:
     `raises`, whether the op may raise at run time where its kind says otherwise (`may_raise`);
     `rerun`, whether it may run again where its kind says otherwise (`may_rerun`: an opaque op
     known to be a pure function, such as attention, which the memory budget may rebuild);
-    `decompose`, the op as other ops, `decompose(*inputs, **params)`: such an op saves its
-    inputs, and its `vjp` need only cover first derivatives of the inputs it names (a second
-    derivative, or an input without a rule, differentiates the decomposition); with
+    `decompose`, the op as other ops, `decompose(*inputs, **params)`: if such an op saves its
+    inputs, its `vjp` need only cover first derivatives of the inputs it names (a second
+    derivative, or an input without a rule, differentiates the decomposition); one that saves
+    only its result has a `vjp` in ops, differentiated again as it is; with
     `trace_parts` a trace records the decomposition in the op's place: eagerly the op is one
     call and one tape node, traced its parts fuse with their neighbours (PyTorch's split of
     native eager ops and a compiler's decompositions); without, a backend runs the op itself
-    (a kernel of its own where its parts would be a score of small statements)."""
+    (a kernel of its own where its parts would be a score of small statements); `vjp_into`,
+    `vjp_into(acc, g, *inputs, **params)` adds the first input's cotangent into `acc`, an array
+    of its shape, in place: eager backward's way to gather the cotangents of many slices of one
+    tensor (getitem's) in one buffer."""
 
     def __init__(
         self,
@@ -122,6 +126,7 @@ class Primitive:
         rerun: bool | None = None,
         decompose: Callable | None = None,
         trace_parts: bool = True,
+        vjp_into: Callable | None = None,
     ):
         if kind not in Kind.__members__.values():
             raise ValueError(f"primitive {name}: kind {kind!r} is not one of {[*map(str, Kind)]}")
@@ -143,6 +148,7 @@ class Primitive:
         self._raises, self._rerun = raises, rerun
         self.decompose = decompose
         self.trace_parts = decompose is not None and trace_parts
+        self.vjp_into = vjp_into
         PRIMITIVES[name] = self
 
     @property

@@ -257,9 +257,10 @@ def run_backward(
 
 
 def _propagate(order, useful, grads, deliver, retain_graph, create_graph, stop_at_sinks) -> None:
+    sums = _Sums(grads, in_place=not create_graph and not Listeners.tracers)
     with _grad_mode(create_graph):
         for node in order:
-            g = grads.pop(node, None)
+            g = sums.pop(node)
             if g is None or node not in useful:
                 continue
             sink = deliver(node)
@@ -271,21 +272,63 @@ def _propagate(order, useful, grads, deliver, retain_graph, create_graph, stop_a
             wanted = [parent in useful for parent in node.parents]
             outer, Listeners.module = Listeners.module, node.module  # its module, traced
             try:
-                cotangents = _cotangents(node, wanted, g, out, ins, create_graph)
-                for i, (parent, gi) in enumerate(zip(node.parents, cotangents, strict=True)):
-                    if gi is not None:
-                        gi = gi.astype(node.avals[i].dtype)  # float32 inputs get float32 grads
-                        grads[parent] = grads[parent] + gi if parent in grads else gi
+                if (
+                    sums.in_place
+                    and node.prim.vjp_into is not None
+                    and wanted[0]
+                    and len(wanted) == 1 + wanted.count(False)
+                ):
+                    arrays = [t._value if isinstance(t, Tensor) else t for t in ins]
+                    into = sums.buffer(node.parents[0], node.avals[0])
+                    node.prim.vjp_into(into, g._value, *arrays, **node.params)
+                else:
+                    cotangents = _cotangents(node, wanted, g, out, ins, create_graph)
+                    for i, (parent, gi) in enumerate(zip(node.parents, cotangents, strict=True)):
+                        if gi is not None:  # float32 inputs get float32 grads
+                            sums.add(parent, gi.astype(node.avals[i].dtype))
             finally:
                 Listeners.module = outer
             if not retain_graph:
                 node.free()
 
 
+class _Sums:
+    """The cotangent gathered so far for each node. A sum the engine made itself, which nothing
+    else holds, takes later terms in place: a weight used at every step of a loop, or the slices
+    x[t] of one tensor (`Primitive.vjp_into`), gather into one buffer, not a new array per term.
+    Not with `create_graph` (each sum is a node of the graph) nor while tracing (symbolic)."""
+
+    def __init__(self, grads: dict, in_place: bool):
+        self.grads, self.in_place, self.own = grads, in_place, {}
+
+    def pop(self, node: Any) -> Tensor | None:
+        self.own.pop(node, None)
+        return self.grads.pop(node, None)
+
+    def add(self, node: Any, g: Tensor) -> None:
+        total = self.grads.get(node)
+        if total is None:
+            self.grads[node] = g
+        elif self.own.get(node) is total and (total.shape, total.dtype) == (g.shape, g.dtype):
+            np.add(total._value, g._value, out=total._value)
+        else:
+            total = self.grads[node] = total + g
+            if self.in_place:
+                self.own[node] = total
+
+    def buffer(self, node: Any, aval: ShapeDtype) -> np.ndarray:
+        """The node's sum as an array that may take terms in place (zeros, if it had none)."""
+        total = self.grads.get(node)
+        if total is None or self.own.get(node) is not total:
+            fresh = np.zeros(aval.shape, aval.dtype) if total is None else np.array(total._value)
+            self.grads[node] = self.own[node] = total = Tensor._wrap(fresh)
+        return total._value
+
+
 def _cotangents(node: TapeNode, wanted: list[bool], g: Tensor, out: Tensor | None, ins: list,
                 create_graph: bool) -> Sequence[Tensor | None]:  # fmt: skip
-    prim = node.prim
-    if prim.decompose is not None and (
+    prim = node.prim  # an op that keeps only its result (log_softmax) has a VJP in ops
+    if prim.decompose is not None and prim.saves_inputs and (
         create_graph or any(w and prim.vjp_rule(i) is None for i, w in enumerate(wanted))
     ):
         return _decomposed_cotangents(prim, wanted, g, ins, node.params, create_graph)

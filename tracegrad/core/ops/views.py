@@ -66,15 +66,22 @@ def _scatter_add(g, *idx, shape, template, out=None):
         out = np.zeros(shape, g.dtype)
     else:
         out.fill(0)
+    _add_at(out, g, *idx, template=template)
+    return out
+
+
+def _add_at(out, g, *idx, template) -> None:
+    """out[index] += g, in place, repeated indices adding up (getitem's cotangent into `out`:
+    the tape's accumulator for x, where a loop over x[t] adds into one buffer rather than
+    into a zeroed copy of x per step)."""
     index = shapes.build_index(template, idx)
     if template == ("@",) and idx[0].dtype.kind in "iu":  # rows: an embedding's gradient
         rows = idx[0].reshape(-1)
-        _add_rows(out, rows, g.reshape(rows.size, *shape[1:]))
+        _add_rows(out, rows, g.reshape(rows.size, *out.shape[1:]))
     elif idx:
         np.add.at(out, index, g)
     else:
-        out[index] = g
-    return out
+        out[index] += g
 
 
 def _add_rows(out, rows, g) -> None:
@@ -91,7 +98,7 @@ def _add_rows(out, rows, g) -> None:
     order = np.argsort(rows, kind="stable")
     ordered = rows[order]
     starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-    out[ordered[starts]] = np.add.reduceat(g[order], starts, axis=0)
+    out[ordered[starts]] += np.add.reduceat(g[order], starts, axis=0)  # each target once
 
 
 def sum_to(g: Any, shape: Sequence[int]) -> Any:
@@ -151,6 +158,7 @@ getitem = Primitive(
     "in1:",
     kind=Kind.INDEX,
     view=lambda inputs, attrs: len(inputs) == 1,
+    vjp_into=lambda acc, g, x, *idx, template: _add_at(acc, g, *idx, template=template),
 )  # basic indexing: a view
 # out=: in the arena, as concatenate's (an embedding's gradient, a gather's one-hot cotangent
 # are as large as the table or the logits)
