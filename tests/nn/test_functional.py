@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tests.conftest import check_grad
+from tests.conftest import check_grad, numeric_grad
 from tracegrad.compiler import lowering
 from tracegrad.nn import functional as F
 
@@ -54,6 +54,21 @@ def test_activation_values_and_gradients(name, rng):
 def test_activations_keep_float32(name):
     x = tg.tensor(np.linspace(-3, 3, 12, dtype=np.float32).reshape(3, 4))
     assert ACTIVATIONS[name][0](x).dtype == np.float32
+
+
+def test_log_softmax_differentiates_twice(rng):
+    """log_softmax is one op eagerly; its VJP, in ops, reads the saved result, which keeps its
+    history: d/dx |d(sum(log_softmax(x) * c))/dx|^2 against finite differences."""
+    x0, c = rng.standard_normal((3, 4)), rng.standard_normal((3, 4))
+
+    def grad_norm(x: tg.Tensor, create_graph: bool = False) -> tg.Tensor:
+        (g,) = tg.autograd.grad((F.log_softmax(x, dim=1) * c).sum(), [x], create_graph=create_graph)
+        return (g * g).sum()
+
+    x = tg.tensor(x0, requires_grad=True)
+    grad_norm(x, create_graph=True).backward()
+    expected = numeric_grad(lambda a: float(grad_norm(tg.tensor(a, requires_grad=True))), x0)
+    np.testing.assert_allclose(x.grad.numpy(), expected, rtol=1e-6, atol=1e-8)
 
 
 def test_relu_gradient_at_zero_is_zero_as_in_pytorch():

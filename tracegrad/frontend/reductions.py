@@ -12,7 +12,6 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from tracegrad.core import primitives as P
-from tracegrad.core.ops import losses
 from tracegrad.frontend.functions import (
     astype,
     at,
@@ -188,7 +187,7 @@ def logsumexp(input: Any, dim: Any, keepdim: bool = False) -> Tensor:
 def log_softmax(input: Any, dim: int = -1) -> Tensor:
     """(x - m) - log(sum(exp(x - m))), m the max (`core.ops.losses.log_softmax_parts`)."""
     x = as_tensor(input)
-    return losses.log_softmax_parts(x, dim_tuple("log_softmax", dim, x.ndim))
+    return P.log_softmax(x, axis=dim_tuple("log_softmax", dim, x.ndim))
 
 
 @pytorch_keywords

@@ -1,7 +1,7 @@
 """Losses over class scores: log-softmax and the negative log-likelihood as the ops a trace
-records, and PyTorch's nll_loss and cross_entropy as one op each eagerly (one NumPy call and
-one tape node where the parts are a score of ops, each a Python call forward and back) whose
-trace is those parts.
+records, and log_softmax, PyTorch's nll_loss and cross_entropy as one op each eagerly (one
+NumPy call and one tape node where the parts are a score of ops, each a Python call forward and
+back) whose trace is those parts.
 
 Rows are samples (N) and columns classes (C); a label equal to `ignore_index` counts for
 nothing, and the weighted mean divides by the total weight of the counted labels."""
@@ -24,6 +24,24 @@ def log_softmax_parts(x, axis: tuple[int, ...]):
     m = max(x, axis=axis, keepdims=True).detach()
     shifted = x - where(abs(m) < math.inf, m, 0.0)
     return shifted - log(sum(exp(shifted), axis=axis, keepdims=True))
+
+
+def _log_softmax(x, axis: tuple[int, ...], out=None):
+    """`log_softmax_parts` in four passes over x, the last in place."""
+    x = x if x.dtype.kind == "f" else x.astype(np.float64)
+    m = np.max(x, axis=axis, keepdims=True)
+    out = np.subtract(x, np.where(np.abs(m) < math.inf, m, 0.0).astype(x.dtype), out=out)
+    out -= np.log(np.sum(np.exp(out), axis=axis, keepdims=True))
+    return out
+
+
+def _log_softmax_rule(x, axis):
+    return x.shape, x.dtype if x.dtype.kind == "f" else np.dtype(np.float64)
+
+
+def _log_softmax_vjp(g, out, x, axis):
+    """g - softmax(x) sum(g), the softmax from the saved result: differentiable again."""
+    return g - exp(out) * sum(g, axis=axis, keepdims=True)
 
 
 def nll_parts(logp, labels, weight, ignore_index: int):
@@ -150,9 +168,13 @@ def _nll_loss_grad(g, logp, labels, *weight, ignore_index, reduction):
     return out
 
 
-# One op eagerly, its parts traced (`decompose`): PyTorch's nll_loss over log-probabilities and
+# One op eagerly, its parts traced (`decompose`): log_softmax (the composed ops made ten passes
+# over the scores, forward and back), PyTorch's nll_loss over log-probabilities and
 # cross_entropy over logits (log_softmax and nll_loss in one). The labels are checked before
 # (check_range); the gradient ops run only in eager backward.
+log_softmax = Primitive("log_softmax", _log_softmax, _log_softmax_rule, (_log_softmax_vjp,),
+                        "out", accepts_out=True, raises=False, rerun=True,
+                        decompose=log_softmax_parts)  # fmt: skip
 cross_entropy = Primitive(
     "cross_entropy", _cross_entropy, _class_scores_rule,
     (lambda g, out, x, labels, *weight, **p: cross_entropy_grad(g, x, labels, *weight, **p),),
