@@ -164,6 +164,24 @@ def test_an_in_place_write_of_a_saved_value_raises_at_backward():
         loss.backward()
 
 
+def test_in_place_arithmetic_writes_the_array_itself():
+    """`buf *= m` on an untracked tensor (an optimizer's state) computes into its array: the
+    array and its aliases hold the result, the version moves, other dtypes are cast."""
+    buf = tg.tensor(np.array([1.0, 2.0, 3.0], np.float32))
+    array, alias = buf.numpy(), buf.data
+    buf *= tg.tensor(np.float32(2.0))
+    buf += 1.0
+    buf -= tg.tensor(np.array([0.5, 0.5, 0.5]))  # float64: the general path, cast to float32
+    assert buf.numpy() is array and buf.dtype == np.float32
+    np.testing.assert_array_equal(alias.numpy(), [2.5, 4.5, 6.5])
+    w = tg.tensor(np.array([1.0, 2.0]), requires_grad=True)
+    loss = (w * w).sum()
+    with tg.no_grad():
+        w *= 0.5
+    with pytest.raises(RuntimeError, match="modified in place"):
+        loss.backward()
+
+
 def test_an_in_place_op_on_a_tracked_tensor_keeps_what_backward_saved():
     """PyTorch raises here (exp saved its output, which add_ overwrites); tracegrad's in-place
     op gives the tensor a new value and history, so backward has what exp saved."""

@@ -285,7 +285,8 @@ def _propagate(order, useful, grads, deliver, retain_graph, create_graph, stop_a
                     cotangents = _cotangents(node, wanted, g, out, ins, create_graph)
                     for i, (parent, gi) in enumerate(zip(node.parents, cotangents, strict=True)):
                         if gi is not None:  # float32 inputs get float32 grads
-                            sums.add(parent, gi.astype(node.avals[i].dtype))
+                            dtype = node.avals[i].dtype
+                            sums.add(parent, gi if gi.dtype == dtype else gi.astype(dtype))
             finally:
                 Listeners.module = outer
             if not retain_graph:
@@ -328,8 +329,10 @@ class _Sums:
 def _cotangents(node: TapeNode, wanted: list[bool], g: Tensor, out: Tensor | None, ins: list,
                 create_graph: bool) -> Sequence[Tensor | None]:  # fmt: skip
     prim = node.prim  # an op that keeps only its result (log_softmax) has a VJP in ops
-    if prim.decompose is not None and prim.saves_inputs and (
-        create_graph or any(w and prim.vjp_rule(i) is None for i, w in enumerate(wanted))
+    if (
+        prim.decompose is not None
+        and prim.saves_inputs
+        and (create_graph or any(w and prim.vjp_rule(i) is None for i, w in enumerate(wanted)))
     ):
         return _decomposed_cotangents(prim, wanted, g, ins, node.params, create_graph)
     return prim.input_grads(wanted, g, out, ins, node.params, create_graph)

@@ -25,6 +25,7 @@ import numpy as np
 
 from tracegrad.core import primitives as P
 from tracegrad.core.errors import ShapeError, TraceError
+from tracegrad.core.vocabulary import Primitive
 from tracegrad.frontend import random
 from tracegrad.frontend.autodiff import edge, no_grad
 from tracegrad.frontend.functions import (
@@ -35,7 +36,7 @@ from tracegrad.frontend.functions import (
     pytorch_keywords,
     reshape,
 )
-from tracegrad.frontend.tensor import Listeners, Tensor, as_tensor
+from tracegrad.frontend.tensor import Listeners, Tensor, as_tensor, lift_eager
 
 
 def write(target: Tensor, result: Any, op: str) -> Tensor:
@@ -84,13 +85,37 @@ def _rebind(target: Tensor, result: Tensor, op: str) -> None:
 
 def in_place(f: Callable, name: str) -> Callable:
     """The in-place method `name` of the out-of-place function `f` (x.add_(y) of add)."""
+    ufunc = f.impl if isinstance(f, Primitive) and isinstance(f.impl, np.ufunc) else None
 
     def method(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        if ufunc is not None and len(args) == 1 and not kwargs and _into(self, ufunc, args[0]):
+            return self
         return write(self, f(self, *args, **kwargs), name)
 
     method.__name__ = method.__qualname__ = name
     method.__doc__ = f"In place: {name[:-1]}, by PyTorch's rules (see tracegrad.frontend.mutation)."
     return method
+
+
+def _into(target: Tensor, ufunc: np.ufunc, other: Any) -> bool:
+    """Eagerly, where `write` would copy the result into an untracked tensor's array, compute
+    it there: `buf *= m` in one pass, not a new array and a copy (an optimizer's every state
+    update). False, having done nothing, where the general path must run."""
+    if Listeners.tracers or target._value.__class__ is not np.ndarray:
+        return False
+    other = lift_eager((target, other))[1]
+    if Listeners.grad_enabled and (edge(target) is not None or edge(other) is not None):
+        return False
+    a, b = target._value, other._value
+    if (
+        b.dtype != a.dtype
+        or not a.flags.writeable
+        or np.broadcast_shapes(a.shape, b.shape) != a.shape
+    ):
+        return False
+    target._version[0] += 1
+    ufunc(a, b, out=a)
+    return True
 
 
 def fill(self: Tensor, value: Any) -> Tensor:

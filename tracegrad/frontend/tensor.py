@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import math
+import operator
 import threading
 import weakref
 from collections.abc import Iterator
@@ -144,10 +146,11 @@ class Tensor:
         return t
 
     # --- array facts -------------------------------------------------------------------------
-    shape = property(lambda self: self._value.shape, doc="The shape, as a tuple.")
-    dtype = property(lambda self: self._value.dtype, doc="The NumPy dtype.")
-    ndim = property(lambda self: len(self._value.shape))
-    size = property(lambda self: Size(np.prod(self._value.shape, dtype=np.int64), self.shape))
+    # attrgetter, not a lambda: asked at every op, and a getter in C needs no Python frame
+    shape = property(operator.attrgetter("_value.shape"), doc="The shape, as a tuple.")
+    dtype = property(operator.attrgetter("_value.dtype"), doc="The NumPy dtype.")
+    ndim = property(operator.attrgetter("_value.ndim"))
+    size = property(lambda self: Size(math.prod(self._value.shape), self._value.shape))
 
     @property
     def is_symbolic(self) -> bool:
@@ -357,8 +360,8 @@ def _is_python_number(a: Any) -> bool:
 def _lift_args(args: tuple[Any, ...], weak: Any = ()) -> list[Tensor]:
     """Tensors stay; ndarrays become tensors; Python scalars take the tensors' dtype (NEP 50),
     and so does a traced stand-in for a Python number argument (a `weak` value)."""
-    if not weak and all(isinstance(a, Tensor) for a in args):  # the common case, first
-        return list(args)
+    if not weak:
+        return lift_eager(args)
     is_weak = [_weak(a, weak) for a in args]
     arrays = [a._value if isinstance(a, Tensor) else a for a in args]
     typed = [a for a, w in zip(arrays, is_weak, strict=True) if not w and not _is_python_number(a)]
@@ -374,6 +377,24 @@ def _lift_args(args: tuple[Any, ...], weak: Any = ()) -> list[Tensor]:
             out.append(Tensor(a) if dtype is None else Tensor._wrap(np.asarray(a, dtype)))
         else:
             out.append(Tensor(np.asarray(a)))
+    return out
+
+
+def lift_eager(args: tuple[Any, ...]) -> list[Tensor]:
+    """`_lift_args` with no traced stand-ins for numbers: the path of every eager op."""
+    if all(isinstance(a, Tensor) for a in args):  # the common case, first
+        return list(args)
+    typed = tuple(a.dtype for a in args if not _is_python_number(a))
+    out = []
+    for a in args:
+        if isinstance(a, Tensor):
+            out.append(a)
+        elif not _is_python_number(a):
+            out.append(Tensor(np.asarray(a)))
+        elif typed:
+            out.append(Tensor._wrap(np.asarray(a, _scalar_type(typed, a))))
+        else:
+            out.append(Tensor(a))
     return out
 
 
