@@ -103,6 +103,25 @@ def test_a_cotangent_two_inputs_share_is_never_summed_into_in_place(rng) -> None
     np.testing.assert_allclose(x.grad.numpy(), (8.0 + 18.0 + 10.0) * x0, rtol=1e-12)
 
 
+def test_gradients_kept_without_a_copy_share_no_memory(rng) -> None:
+    """`.grad` takes a cotangent's array without copying it only where nothing else holds it
+    (`autodiff.Unshared`): after two backward passes no two gradients share memory, and each is
+    twice the first."""
+    a, b, w = (
+        tg.tensor(rng.standard_normal(s), requires_grad=True) for s in [(3, 4), (3, 4), (4, 2)]
+    )
+    h = (a + b) @ w  # add's VJP gives a and b one array; matmul's are new
+    h.retain_grad()
+    loss = (h * h).sum() + (a * 3.0).sum()
+    loss.backward(retain_graph=True)
+    first = [t.grad.numpy().copy() for t in (a, b, w, h)]
+    loss.backward()
+    grads = [t.grad.numpy() for t in (a, b, w, h)]
+    for i, g in enumerate(grads):
+        np.testing.assert_allclose(g, 2 * first[i], rtol=1e-12)
+        assert not any(np.shares_memory(g, other) for other in grads[i + 1 :])
+
+
 def test_backward_of_a_non_scalar_needs_dy() -> None:
     x = leaf(1.0, 2.0)
     y = x * x

@@ -260,12 +260,12 @@ def _propagate(order, useful, grads, deliver, retain_graph, create_graph, stop_a
     sums = _Sums(grads, in_place=not create_graph and not Listeners.tracers)
     with _grad_mode(create_graph):
         for node in order:
-            g = sums.pop(node)
+            g, unshared = sums.pop(node)
             if g is None or node not in useful:
                 continue
             sink = deliver(node)
             if sink is not None:
-                sink(g)
+                sink(Unshared._wrap(g._value, g._node) if unshared else g)
             if node.is_leaf or (stop_at_sinks and sink is not None):
                 continue
             ins, out = node.unpack()
@@ -283,33 +283,56 @@ def _propagate(order, useful, grads, deliver, retain_graph, create_graph, stop_a
                     node.prim.vjp_into(into, g._value, *arrays, **node.params)
                 else:
                     cotangents = _cotangents(node, wanted, g, out, ins, create_graph)
+                    seen = [g, out, *ins, *cotangents]
                     for i, (parent, gi) in enumerate(zip(node.parents, cotangents, strict=True)):
                         if gi is not None:  # float32 inputs get float32 grads
                             dtype = node.avals[i].dtype
-                            sums.add(parent, gi if gi.dtype == dtype else gi.astype(dtype))
+                            fresh = _made_here(gi, seen)
+                            gi, fresh = (
+                                (gi, fresh) if gi.dtype == dtype else (gi.astype(dtype), True)
+                            )
+                            sums.add(parent, gi, fresh)
             finally:
                 Listeners.module = outer
             if not retain_graph:
                 node.free()
 
 
+def _made_here(t: Tensor, seen: list) -> bool:
+    """`t` holds an array of its own that a VJP just made (not a view, not the cotangent or a
+    saved value passed on, nor one given to two inputs): nothing else can hold it."""
+    a = t._value
+    return a.__class__ is np.ndarray and a.base is None and [x is t for x in seen].count(True) == 1
+
+
+class Unshared(Tensor):
+    """A cotangent delivered with an array nothing else holds: `accumulate` keeps that array
+    as the new `.grad` instead of copying it (a weight's gradient is a copy less per step)."""
+
+    __slots__ = ()
+
+
 class _Sums:
-    """The cotangent gathered so far for each node. A sum the engine made itself, which nothing
-    else holds, takes later terms in place: a weight used at every step of a loop, or the slices
-    x[t] of one tensor (`Primitive.vjp_into`), gather into one buffer, not a new array per term.
-    Not with `create_graph` (each sum is a node of the graph) nor while tracing (symbolic)."""
+    """The cotangent gathered so far for each node. A sum the engine made itself, or an array a
+    VJP just made (`_made_here`), which nothing else holds, takes later terms in place: a weight
+    used at every step of a loop, or the slices x[t] of one tensor (`Primitive.vjp_into`),
+    gather into one buffer, not a new array per term; and it is delivered `Unshared`. Not with
+    `create_graph` (each sum is a node of the graph) nor while tracing (symbolic)."""
 
     def __init__(self, grads: dict, in_place: bool):
         self.grads, self.in_place, self.own = grads, in_place, {}
 
-    def pop(self, node: Any) -> Tensor | None:
-        self.own.pop(node, None)
-        return self.grads.pop(node, None)
+    def pop(self, node: Any) -> tuple[Tensor | None, bool]:
+        """The node's cotangent, and whether the engine owns its array."""
+        g = self.grads.pop(node, None)
+        return g, self.own.pop(node, None) is g and g is not None
 
-    def add(self, node: Any, g: Tensor) -> None:
+    def add(self, node: Any, g: Tensor, fresh: bool = False) -> None:
         total = self.grads.get(node)
         if total is None:
             self.grads[node] = g
+            if fresh and self.in_place:
+                self.own[node] = g
         elif self.own.get(node) is total and (total.shape, total.dtype) == (g.shape, g.dtype):
             np.add(total._value, g._value, out=total._value)
         else:
@@ -364,7 +387,9 @@ def accumulate(t: Tensor, g: Tensor) -> None:
     """`t.grad += g`: a fresh buffer the first time, then in place, as PyTorch does (an alias of
     `.grad` sees the sum; a traced step writes the same buffer). A gradient that carries a graph
     (`create_graph`) gets a new, differentiable sum instead."""
-    if t.grad is None:
+    if t.grad is None and g.__class__ is Unshared:
+        t.grad = Tensor._wrap(g._value, g._node)  # no one else holds the array
+    elif t.grad is None:
         t.grad = Tensor._wrap(np.array(g._value), g._node) if not g.is_symbolic else g
     elif t.grad._node is None and g._node is None:
         t.grad._assign(t.grad + g)

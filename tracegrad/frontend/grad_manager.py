@@ -147,6 +147,8 @@ def _deliver(t: Tensor, callbacks: list[Callback], pending: list, g: Tensor) -> 
     """Run the callbacks, then accumulate; a callback with a `flush()` method (an asynchronous
     one, such as a non-blocking all-reduce) returns a gradient whose data is only there once
     `flush()` returned, so that accumulation waits until the end of `backward`."""
+    if callbacks and g.__class__ is autodiff.Unshared:  # a callback may keep what it is given
+        g = Tensor._wrap(g._value, g._node)
     for cb in callbacks:
         g = cb(t, g)
     if any(hasattr(cb, "flush") for cb in callbacks):
