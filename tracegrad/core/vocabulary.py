@@ -149,6 +149,7 @@ class Primitive:
         self.decompose = decompose
         self.trace_parts = decompose is not None and trace_parts
         self.vjp_into = vjp_into
+        self._shapes: dict[tuple, tuple[tuple[int, ...], np.dtype]] = {}
         PRIMITIVES[name] = self
 
     @property
@@ -194,6 +195,24 @@ class Primitive:
         return len(self.vjp) if isinstance(self.vjp, tuple) else None
 
     def shape_rule(self, *ins: Any, **params: Any) -> tuple[tuple[int, ...], np.dtype]:
+        """The result's shape and dtype, remembered per input shapes and dtypes and (typed)
+        attributes: a rule depends on nothing else, and a step asks the same ones again and
+        again. Unhashable attributes (a list, an index template in Python < 3.12) ask anew."""
+        try:
+            key = (
+                *[(v.shape, v.dtype) for v in ins],
+                *[(k, v.__class__, v) for k, v in params.items()],
+            )
+            return self._shapes[key]
+        except KeyError:
+            if len(self._shapes) >= 4096:  # shapes that keep changing: forget, do not grow
+                self._shapes.clear()
+            found = self._shapes[key] = self._run_rule(ins, params)
+            return found
+        except TypeError:
+            return self._run_rule(ins, params)
+
+    def _run_rule(self, ins: tuple, params: dict) -> tuple[tuple[int, ...], np.dtype]:
         try:
             shape, dtype = self.rule(*ins, **params)
         except ShapeError:
