@@ -34,7 +34,9 @@ def clip_grad_norm_(
     if norm_type == math.inf:
         total = amax(stack([amax(abs(p.grad)) for p in params]))
     else:
-        parts = stack([sum(abs(p.grad) ** float(norm_type)) for p in params])
+        # g * g for the 2-norm: |g| ** 2 exactly, in one pass over each gradient, not two
+        power = (lambda g: g * g) if norm_type == 2.0 else (lambda g: abs(g) ** float(norm_type))
+        parts = stack([sum(power(p.grad)) for p in params])
         total = sqrt(sum(parts)) if norm_type == 2.0 else sum(parts) ** (1.0 / norm_type)
     if error_if_nonfinite and not total.is_symbolic and not math.isfinite(total.item()):
         raise RuntimeError(
