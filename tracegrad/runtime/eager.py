@@ -1,9 +1,10 @@
 """Eager calls of the ops that have kernels of their own (convolutions, max-pooling, attention,
-layer norm and batch norm) run those kernels, where the call is large enough for a plan to run one
-(`lowering.KERNEL_MIN` elements). A signature's first calls run the op's NumPy version while a
-thread loads its kernel (compiled in child processes where Numba's disk cache lacks it, as a
-traced step's first calls do), the later ones the kernel. The kernels compute what the NumPy
-versions compute, to rounding (docs/kernels.md); PyTorch's eager ops are native kernels too."""
+layer norm, batch norm, log-softmax) run those kernels, where the call is large enough for a
+plan to run one (`lowering.KERNEL_MIN` elements). A signature's first calls run the op's NumPy
+version while a thread loads its kernel (compiled in child processes where Numba's disk cache
+lacks it, as a traced step's first calls do), the later ones the kernel. The kernels compute
+what the NumPy versions compute, to rounding (docs/kernels.md); PyTorch's eager ops are native
+kernels too."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from tracegrad.core import primitives as P
 
 OPS = (P.conv2d, P.conv2d_input_grad, P.conv2d_weight_grad, P.max_pool2d_argmax, P.max_pool2d,
        P.max_pool2d_scatter, P.max_pool2d_gather, P.attention, P.attention_grad, P.layer_norm,
-       P.layer_norm_grad, P.batch_norm, P.batch_norm_grad, P.batch_stats)  # fmt: skip
+       P.layer_norm_grad, P.batch_norm, P.batch_norm_grad, P.batch_stats, P.log_softmax,
+       P.log_softmax_grad)  # fmt: skip
 _LOADING = None  # a signature whose kernel is loading, or that has none
 _kernels: dict[tuple, Callable | None] = {}
 _requests: queue.Queue = queue.Queue()

@@ -1,5 +1,6 @@
-"""The Numba backend's softmax cross-entropy kernels (`compiler.kernels.cross_entropy`) against
-the op's NumPy versions, and a traced classifier step that runs them against the eager step."""
+"""The Numba backend's softmax cross-entropy and log-softmax kernels
+(`compiler.kernels.cross_entropy`) against the ops' NumPy versions, and a traced classifier step
+that runs them against the eager step."""
 
 from __future__ import annotations
 
@@ -65,6 +66,26 @@ def test_kernels_on_edge_rows(rng):
     x = rng.standard_normal((6, 4)).astype(np.float32)
     (loss, dx), _ = run_both(np.float32, "mean", True, x, np.full(6, -100))
     assert np.isnan(loss) and not dx.any()
+
+
+@pytest.mark.parametrize("dtype, tol", [(np.float32, 2e-6), (np.float64, 1e-13)])
+@pytest.mark.parametrize("shape", [(7, 3), (2, 5, 129)])
+def test_log_softmax_kernels_match_the_numpy_versions(rng, dtype, tol, shape):
+    """Over the last axis, rows of -inf and a NaN among them; an other axis has no kernel."""
+    x = (rng.standard_normal(shape) * 4).astype(dtype)
+    x[0, 1], x[-1, -1] = -np.inf, np.nan
+    g = rng.standard_normal(shape).astype(dtype)
+    axis = {"axis": (len(shape) - 1,)}
+    out, dx = np.full(shape, 7, dtype), np.full(shape, 7, dtype)
+    kernel_of(P.log_softmax, (x,), shape, dtype, **axis)(x, out)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        want = P.log_softmax.impl(x, **axis)
+        kernel_of(P.log_softmax_grad, (g, want), shape, dtype, **axis)(g, want, dx)
+        want_dx = P.log_softmax_grad.impl(g, want, **axis)
+    np.testing.assert_allclose(out, want, rtol=tol, atol=tol)
+    np.testing.assert_allclose(dx, want_dx, rtol=tol, atol=tol)
+    node = Node(P.log_softmax, [Value(shape, dtype)], [Value(shape, dtype)], {"axis": (0,)})
+    assert compile_native([node]) == [(False, None)]
 
 
 def test_traced_classifier_step_runs_the_kernels_and_matches_eager(rng):

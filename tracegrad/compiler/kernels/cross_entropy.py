@@ -1,13 +1,19 @@
-"""Softmax cross-entropy kernels: forward and backward each one sweep over the rows of logits
-(`core.ops.losses` has the NumPy versions and the contract), where the op's parts are a score
-of small statements a step.
+"""Softmax cross-entropy and log-softmax kernels: forward and backward each one sweep over the
+rows of logits (`core.ops.losses` has the NumPy versions and the contract), where the op's parts
+are a score of small statements a step.
 
 A row's maximum (where finite, else 0, as the parts' guard) and its sum of exps, then forward
 the row's loss, (log(sum) - (x[label] - max)) * w, w the label's weight (0 where ignored), and
 backward exp(x - max) * coef / sum less coef at the label, coef the row's share of the
 cotangent (g w, over the total weight for the mean). Blocks of rows in parallel; the losses'
 and weights' totals summed in row order after. Modules per dtype and reduction; the class
-weights are an array of ones where the op has none."""
+weights are an array of ones where the op has none.
+
+Log-softmax over the last axis (eagerly one op; a trace records its parts): forward writes
+(x - max) - log(sum), backward g - exp(out) * sum(g), rows in parallel, each sweep in SIMD
+lanes (the cross-entropy's keep IEEE order: their rows are a few classes long); the composed
+ops made about ten passes over a language model's (tokens x vocabulary) scores, forward and
+back."""
 
 from __future__ import annotations
 
@@ -23,7 +29,8 @@ from tracegrad.core import primitives as P
 from tracegrad.core.ir import Node
 from tracegrad.core.ops import losses
 
-OPS = {P.cross_entropy: "loss", P.cross_entropy_grad: "grad"}
+OPS = {P.cross_entropy: "loss", P.cross_entropy_grad: "grad", P.log_softmax: "log-softmax",
+       P.log_softmax_grad: "log-softmax grad"}  # fmt: skip
 DTYPES = ("float32", "float64")
 KERNEL_MIN = 0  # the NumPy versions are a score of calls whatever the size (`lowering`)
 
@@ -116,9 +123,67 @@ def kernel(g, x, labels, weight, ignore, dx):
 """
 
 
-def generate_source(op: str, dtype: str, reduction: str) -> str:
+_LOG_SOFTMAX = """
+
+@_reduce
+def exp_sum(x, m):
+    total = T(0)
+    for j in range(x.size):
+        total += exp(x[j] - m)
+    return total
+
+
+@_inner
+def rows(x, out, lo, hi):
+    for i in range(lo, hi):
+        xi, o = x[i], out[i]
+        m = row_max(xi, xi.size)  # a NaN reaches every result through exp_sum
+        if not abs(m) < np.inf:
+            m = T(0)
+        lse = np.log(exp_sum(xi, m))
+        for j in range(xi.size):
+            o[j] = (xi[j] - m) - lse
+
+
+@_outer
+def kernel(x, out):
+    n = x.shape[0]
+    blocks = min(n, {blocks})
+    for k in prange(blocks):
+        rows(x, out, k * n // blocks, (k + 1) * n // blocks)
+"""
+
+_LOG_SOFTMAX_GRAD = """
+
+@_inner
+def rows(g, y, dx, lo, hi):
+    for i in range(lo, hi):
+        gi, yi, di = g[i], y[i], dx[i]
+        total = row_sum(gi, gi.size)
+        for j in range(gi.size):
+            di[j] = gi[j] - exp(yi[j]) * total
+
+
+@_outer
+def kernel(g, y, dx):
+    n = g.shape[0]
+    blocks = min(n, {blocks})
+    for k in prange(blocks):
+        rows(g, y, dx, k * n // blocks, (k + 1) * n // blocks)
+"""
+
+
+def generate_source(op: str, dtype: str, reduction: str = "") -> str:
     """The text of a kernel's module."""
     matrix, vector = f"{dtype}[:, ::1]", f"{dtype}[::1]"
+    if op.startswith("log-softmax"):
+        grad = op.endswith("grad")
+        arrays, body = [matrix] * (3 if grad else 2), _LOG_SOFTMAX_GRAD if grad else _LOG_SOFTMAX
+        body = body.replace("{blocks}", str(4 * numba.config.NUMBA_NUM_THREADS))
+        head = rows.head(f"Log-softmax {'backward' if grad else 'forward'}",
+                         "tracegrad.compiler.kernels.cross_entropy", dtype,
+                         f"void({', '.join(arrays)})")  # fmt: skip
+        return head + body
     if op == "loss":  # x, labels, weight, ignore_index, out (1 or n losses)
         arrays, body = [matrix, "int64[::1]", vector, "int64", vector], _FORWARD
     else:  # g (1 or n), x, labels, weight, ignore_index, dx
@@ -132,8 +197,13 @@ def generate_source(op: str, dtype: str, reduction: str) -> str:
 
 
 def module(node: Node) -> tuple[str, str]:
-    """The name and text of a cross-entropy node's kernel module; NotImplementedError for
-    other dtypes and labels."""
+    """The name and text of a cross-entropy or log-softmax node's kernel module;
+    NotImplementedError for other dtypes and labels, and a log-softmax but over the last axis."""
+    if OPS[node.prim].startswith("log-softmax"):
+        dtype, x = node.outputs[0].dtype.name, node.inputs[0]
+        if dtype not in DTYPES or node.attrs["axis"] not in ((x.ndim - 1,), (-1,)) or not x.ndim:
+            raise NotImplementedError(f"log-softmax kernels for {dtype} over {node.attrs['axis']}")
+        return named("xent", generate_source(OPS[node.prim], dtype))
     dtype = node.inputs[1 if node.prim is P.cross_entropy_grad else 0].dtype.name
     labels = node.inputs[2 if node.prim is P.cross_entropy_grad else 1]
     same = all(v.dtype.name == dtype for v in node.inputs if v is not labels)
@@ -144,7 +214,9 @@ def module(node: Node) -> tuple[str, str]:
 
 
 def scratch(node: Node) -> int:
-    """The bytes of the per-row weights and losses a call holds."""
+    """The bytes of the per-row weights and losses a call holds (none for log-softmax)."""
+    if OPS[node.prim].startswith("log-softmax"):
+        return 0
     x = node.inputs[1 if node.prim is P.cross_entropy_grad else 0]
     return 2 * x.shape[0] * x.dtype.itemsize
 
@@ -170,5 +242,18 @@ class CrossEntropyKernel(GeneratedKernel):
             self.compiled(x, labels, weight, self.ignore, out.reshape(-1))
 
 
-def launcher(node: Node, compiled: Callable, path: Path) -> CrossEntropyKernel:
+class LogSoftmaxKernel(GeneratedKernel):
+    """`kernel(x, out)` or `kernel(g, out_of_forward, dx)`, arrays seen as rows."""
+
+    def __call__(self, *arrays: np.ndarray) -> None:
+        *ins, out = arrays
+        if not out.flags.c_contiguous:
+            raise ValueError(f"log-softmax kernels write C-contiguous results, not {out.strides}")
+        width = out.shape[-1]
+        self.compiled(*(in_c_order(a).reshape(-1, width) for a in ins), out.reshape(-1, width))
+
+
+def launcher(node: Node, compiled: Callable, path: Path) -> GeneratedKernel:
+    if OPS[node.prim].startswith("log-softmax"):
+        return LogSoftmaxKernel(compiled, path)
     return CrossEntropyKernel(node, compiled, path)

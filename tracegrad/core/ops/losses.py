@@ -39,8 +39,12 @@ def _log_softmax_rule(x, axis):
     return x.shape, x.dtype if x.dtype.kind == "f" else np.dtype(np.float64)
 
 
-def _log_softmax_vjp(g, out, x, axis):
-    """g - softmax(x) sum(g), the softmax from the saved result: differentiable again."""
+def _log_softmax_grad(g, out, axis: tuple[int, ...]):
+    """g - softmax(x) sum(g), the softmax from the saved result."""
+    return g - np.exp(out) * np.sum(g, axis=axis, keepdims=True)
+
+
+def _log_softmax_grad_parts(g, out, axis):
     return g - exp(out) * sum(g, axis=axis, keepdims=True)
 
 
@@ -169,12 +173,17 @@ def _nll_loss_grad(g, logp, labels, *weight, ignore_index, reduction):
 
 
 # One op eagerly, its parts traced (`decompose`): log_softmax (the composed ops made ten passes
-# over the scores, forward and back), PyTorch's nll_loss over log-probabilities and
+# over the scores, forward and back; its gradient's op keeps only the result, and a second
+# derivative differentiates the gradient's parts), PyTorch's nll_loss over log-probabilities and
 # cross_entropy over logits (log_softmax and nll_loss in one). The labels are checked before
 # (check_range); the gradient ops run only in eager backward.
-log_softmax = Primitive("log_softmax", _log_softmax, _log_softmax_rule, (_log_softmax_vjp,),
+log_softmax = Primitive("log_softmax", _log_softmax, _log_softmax_rule,
+                        (lambda g, out, x, axis: log_softmax_grad(g, out, axis=axis),),
                         "out", accepts_out=True, raises=False, rerun=True,
                         decompose=log_softmax_parts)  # fmt: skip
+log_softmax_grad = Primitive("log_softmax_grad", _log_softmax_grad,
+                             lambda g, out, axis: (g.shape, g.dtype), None, "in", raises=False,
+                             rerun=True, decompose=_log_softmax_grad_parts)  # fmt: skip
 cross_entropy = Primitive(
     "cross_entropy", _cross_entropy, _class_scores_rule,
     (lambda g, out, x, labels, *weight, **p: cross_entropy_grad(g, x, labels, *weight, **p),),
