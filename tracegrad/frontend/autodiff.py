@@ -272,30 +272,31 @@ def _propagate(order, useful, grads, deliver, retain_graph, create_graph, stop_a
             wanted = [parent in useful for parent in node.parents]
             outer, Listeners.module = Listeners.module, node.module  # its module, traced
             try:
-                if (
-                    sums.in_place
-                    and node.prim.vjp_into is not None
-                    and wanted[0]
-                    and len(wanted) == 1 + wanted.count(False)
-                ):
-                    arrays = [t._value if isinstance(t, Tensor) else t for t in ins]
-                    into = sums.buffer(node.parents[0], node.avals[0])
-                    node.prim.vjp_into(into, g._value, *arrays, **node.params)
-                else:
-                    cotangents = _cotangents(node, wanted, g, out, ins, create_graph)
-                    seen = [g, out, *ins, *cotangents]
-                    for i, (parent, gi) in enumerate(zip(node.parents, cotangents, strict=True)):
-                        if gi is not None:  # float32 inputs get float32 grads
-                            dtype = node.avals[i].dtype
-                            fresh = _made_here(gi, seen)
-                            gi, fresh = (
-                                (gi, fresh) if gi.dtype == dtype else (gi.astype(dtype), True)
-                            )
-                            sums.add(parent, gi, fresh)
+                _pass_on(node, g, out, ins, wanted, sums, create_graph)
             finally:
                 Listeners.module = outer
             if not retain_graph:
                 node.free()
+
+
+def _pass_on(node: TapeNode, g: Tensor, out: Tensor | None, ins: list, wanted: list[bool],
+             sums: _Sums, create_graph: bool) -> None:  # fmt: skip
+    """Add the node's cotangents of its wanted inputs to `sums`: straight into the input's buffer
+    where the op can (`vjp_into`), else as its VJP gives them, cast to the inputs' dtypes."""
+    if sums.in_place and node.prim.vjp_into is not None and wanted[0] and not any(wanted[1:]):
+        arrays = [t._value if isinstance(t, Tensor) else t for t in ins]
+        into = sums.buffer(node.parents[0], node.avals[0])
+        node.prim.vjp_into(into, g._value, *arrays, **node.params)
+        return
+    cotangents = _cotangents(node, wanted, g, out, ins, create_graph)
+    seen = [g, out, *ins, *cotangents]
+    for parent, gi, aval in zip(node.parents, cotangents, node.avals, strict=True):
+        if gi is None:
+            continue
+        if gi.dtype == aval.dtype:
+            sums.add(parent, gi, _made_here(gi, seen))
+        else:  # float32 inputs get float32 grads
+            sums.add(parent, gi.astype(aval.dtype), True)
 
 
 def _made_here(t: Tensor, seen: list) -> bool:
