@@ -14,15 +14,23 @@ from tracegrad.core import primitives as P
 from tracegrad.core.ops import norm as normalization
 from tracegrad.nn import functional as F
 
+NORMS = {  # input shape, weight shape, the normalization
+    "layer": ((3, 6), (6,), lambda x, w, b: F.layer_norm(x, (6,), w, b)),
+    "batch": ((3, 2, 4), (2,), lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True)),
+}
 
-def test_second_order_gradients_take_the_composed_ops(rng):
-    """d/dx of |dL/dweight|^2 + |dL/dx|^2, against finite differences."""
-    x, w, b, c = (rng.standard_normal(s) for s in [(3, 6), (6,), (6,), (3, 6)])
+
+@pytest.mark.parametrize("norm", NORMS)
+def test_second_order_gradients_take_the_composed_ops(rng, norm):
+    """d/dx of |dL/dweight|^2 + |dL/dx|^2, against finite differences (the first-order gradient
+    is the backward op's, the second the composed ops')."""
+    shape, features, normalize = NORMS[norm]
+    x, w, b, c = (rng.standard_normal(s) for s in [shape, features, features, shape])
 
     def grad_norm(x: np.ndarray | tg.Tensor, create_graph: bool = False) -> tg.Tensor:
         x = x if isinstance(x, tg.Tensor) else tg.tensor(x, requires_grad=True)
         wt = tg.tensor(w, requires_grad=True)
-        y = F.layer_norm(x, (6,), wt, tg.tensor(b))
+        y = normalize(x, wt, tg.tensor(b))
         gx, gw = tg.autograd.grad((y * c * y).sum(), [x, wt], create_graph=create_graph)
         return (gw * gw).sum() + (gx * gx).sum()
 
@@ -70,24 +78,6 @@ def test_traced_kernels_match_eager(rng, dtype, monkeypatch):
 
 
 # --- batch norm ------------------------------------------------------------------------------
-
-
-def test_batch_norm_second_order_gradients_take_the_composed_ops(rng):
-    """d/dx of |dL/dweight|^2 + |dL/dx|^2 through a training batch norm, against finite
-    differences (the first-order gradient is `batch_norm_grad`'s, the second the parts')."""
-    x, w, b, c = (rng.standard_normal(s) for s in [(3, 2, 4), (2,), (2,), (3, 2, 4)])
-
-    def grad_norm(x: np.ndarray | tg.Tensor, create_graph: bool = False) -> tg.Tensor:
-        x = x if isinstance(x, tg.Tensor) else tg.tensor(x, requires_grad=True)
-        wt = tg.tensor(w, requires_grad=True)
-        y = F.batch_norm(x, None, None, wt, tg.tensor(b), training=True)
-        gx, gw = tg.autograd.grad((y * c * y).sum(), [x, wt], create_graph=create_graph)
-        return (gw * gw).sum() + (gx * gx).sum()
-
-    xt = tg.tensor(x, requires_grad=True)
-    grad_norm(xt, create_graph=True).backward()
-    expected = numeric_grad(lambda a: float(grad_norm(tg.tensor(a, requires_grad=True))), x)
-    np.testing.assert_allclose(xt.grad.numpy(), expected, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-12), (np.float32, 2e-5)])

@@ -117,15 +117,21 @@ def _moments(x) -> tuple[np.ndarray, np.ndarray]:
 # `_layer_norm_grads`). Attribute: eps.
 
 
-def _layer_norm_rule(x, weight, bias, eps):
-    d = x.shape[-1] if x.ndim else 0
-    if x.ndim < 1 or weight.shape != (d,) or bias.shape != (d,):
+def _affine_rule(x, weight, bias, ndim: int, d: int, expected: str):
+    """x's shape and dtype, for x of `ndim` axes or more and a weight and bias of its `d`
+    features (or channels), all three of one floating dtype."""
+    if x.ndim < ndim or weight.shape != (d,) or bias.shape != (d,):
         raise ValueError(f"input {x.shape}, weight {weight.shape} and bias {bias.shape}: "
-                         "expected (..., D), (D,) and (D,)")  # fmt: skip
+                         f"expected {expected}")  # fmt: skip
     if not x.dtype == weight.dtype == bias.dtype or x.dtype.kind != "f":
         raise ValueError(f"input, weight and bias of one floating dtype, not {x.dtype}, "
                          f"{weight.dtype} and {bias.dtype}")  # fmt: skip
     return x.shape, x.dtype
+
+
+def _layer_norm_rule(x, weight, bias, eps):
+    d = x.shape[-1] if x.ndim else 0
+    return _affine_rule(x, weight, bias, 1, d, "(..., D), (D,) and (D,)")
 
 
 def _layer_norm_grad_rule(x, weight, g, eps):
@@ -175,15 +181,10 @@ layer_norm_grad = Primitive(
 
 def _batch_norm_rule(x, weight, bias, eps):
     c = x.shape[1] if x.ndim >= 2 else 0
-    if x.ndim < 2 or weight.shape != (c,) or bias.shape != (c,):
-        raise ValueError(f"input {x.shape}, weight {weight.shape} and bias {bias.shape}: "
-                         "expected (N, C, ...), (C,) and (C,)")  # fmt: skip
-    if not x.dtype == weight.dtype == bias.dtype or x.dtype.kind != "f":
-        raise ValueError(f"input, weight and bias of one floating dtype, not {x.dtype}, "
-                         f"{weight.dtype} and {bias.dtype}")  # fmt: skip
+    found = _affine_rule(x, weight, bias, 2, c, "(N, C, ...), (C,) and (C,)")
     if x.size // c < 2:
         raise ValueError(f"expected more than 1 value per channel, got input {x.shape}")
-    return x.shape, x.dtype
+    return found
 
 
 def _batch_norm_grad_rule(x, weight, g, eps):
