@@ -36,7 +36,7 @@ from tracegrad.frontend.functions import (
     pytorch_keywords,
     reshape,
 )
-from tracegrad.frontend.tensor import Listeners, Tensor, as_tensor, lift_eager
+from tracegrad.frontend.tensor import Alias, Listeners, Tensor, as_tensor, lift_operands
 
 
 def write(target: Tensor, result: Any, op: str) -> Tensor:
@@ -101,9 +101,9 @@ def _into(target: Tensor, ufunc: np.ufunc, other: Any) -> bool:
     """Eagerly, where `write` would copy the result into an untracked tensor's array, compute
     it there: `buf *= m` in one pass, not a new array and a copy (an optimizer's every state
     update). False, having done nothing, where the general path must run."""
-    if Listeners.tracers or target._value.__class__ is not np.ndarray:
-        return False
-    other = lift_eager((target, other))[1]
+    if Listeners.tracers or target._value.__class__ is not np.ndarray or isinstance(target, Alias):
+        return False  # (an alias writes the array its tensor holds now: `Alias._assign`)
+    other = lift_operands((target, other))[1]
     if Listeners.grad_enabled and (edge(target) is not None or edge(other) is not None):
         return False
     a, b = target._value, other._value

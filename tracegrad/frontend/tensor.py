@@ -361,7 +361,7 @@ def _lift_args(args: tuple[Any, ...], weak: Any = ()) -> list[Tensor]:
     """Tensors stay; ndarrays become tensors; Python scalars take the tensors' dtype (NEP 50),
     and so does a traced stand-in for a Python number argument (a `weak` value)."""
     if not weak:
-        return lift_eager(args)
+        return lift_operands(args)
     is_weak = [_weak(a, weak) for a in args]
     arrays = [a._value if isinstance(a, Tensor) else a for a in args]
     typed = [a for a, w in zip(arrays, is_weak, strict=True) if not w and not _is_python_number(a)]
@@ -380,8 +380,9 @@ def _lift_args(args: tuple[Any, ...], weak: Any = ()) -> list[Tensor]:
     return out
 
 
-def lift_eager(args: tuple[Any, ...]) -> list[Tensor]:
-    """`_lift_args` with no traced stand-ins for numbers: the path of every eager op."""
+def lift_operands(args: tuple[Any, ...]) -> list[Tensor]:
+    """`_lift_args` where no traced value stands in for a Python number: the path of every eager
+    op, without that case's bookkeeping."""
     if all(isinstance(a, Tensor) for a in args):  # the common case, first
         return list(args)
     typed = tuple(a.dtype for a in args if not _is_python_number(a))
