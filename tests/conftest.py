@@ -79,8 +79,13 @@ def rng() -> np.random.Generator:
 
 @pytest.fixture(autouse=True)
 def global_state_is_restored():
-    """Each test must leave grad mode on and no GradManager recording (else later tests lie)."""
+    """Each test must leave grad mode on and no GradManager recording (else later tests lie);
+    the eager kernels it asked for load before the next test, whose measured memory would count
+    the loading thread's allocations."""
     yield
+    from tracegrad.runtime import eager
+
+    eager.wait_for_kernels()
     from tracegrad.frontend import autodiff
 
     leaked = (not tg.is_grad_enabled(), list(autodiff.Listeners.recording))
