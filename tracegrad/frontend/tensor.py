@@ -383,8 +383,11 @@ def _lift_args(args: tuple[Any, ...], weak: Any = ()) -> list[Tensor]:
 def lift_operands(args: tuple[Any, ...]) -> list[Tensor]:
     """`_lift_args` where no traced value stands in for a Python number: the path of every eager
     op, without that case's bookkeeping."""
-    if all(isinstance(a, Tensor) for a in args):  # the common case, first
-        return list(args)
+    for a in args:  # a loop, not all() over a generator: this runs at every op
+        if not isinstance(a, Tensor):
+            break
+    else:
+        return list(args)  # the common case, first
     typed = tuple(a.dtype for a in args if not _is_python_number(a))
     out = []
     for a in args:
