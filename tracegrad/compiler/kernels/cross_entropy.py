@@ -174,26 +174,25 @@ def kernel(g, y, dx):
 
 
 def generate_source(op: str, dtype: str, reduction: str = "") -> str:
-    """The text of a kernel's module."""
+    """The text of a kernel's module (`reduction`: a cross-entropy's)."""
     matrix, vector = f"{dtype}[:, ::1]", f"{dtype}[::1]"
-    if op.startswith("log-softmax"):
-        grad = op.endswith("grad")
-        arrays, body = [matrix] * (3 if grad else 2), _LOG_SOFTMAX_GRAD if grad else _LOG_SOFTMAX
-        body = body.replace("{blocks}", str(4 * numba.config.NUMBA_NUM_THREADS))
-        head = rows.head(f"Log-softmax {'backward' if grad else 'forward'}",
-                         "tracegrad.compiler.kernels.cross_entropy", dtype,
-                         f"void({', '.join(arrays)})")  # fmt: skip
-        return head + body
     if op == "loss":  # x, labels, weight, ignore_index, out (1 or n losses)
-        arrays, body = [matrix, "int64[::1]", vector, "int64", vector], _FORWARD
-    else:  # g (1 or n), x, labels, weight, ignore_index, dx
-        arrays, body = [vector, matrix, "int64[::1]", vector, "int64", matrix], _BACKWARD
+        title = f"Softmax cross-entropy loss, reduction {reduction}"
+        arrays, body = [matrix, "int64[::1]", vector, "int64", vector], _HELPERS + _FORWARD
+    elif op == "grad":  # g (1 or n), x, labels, weight, ignore_index, dx
+        title = f"Softmax cross-entropy grad, reduction {reduction}"
+        arrays = [vector, matrix, "int64[::1]", vector, "int64", matrix]
+        body = _HELPERS + _BACKWARD
+    elif op == "log-softmax":  # x, out
+        title, arrays, body = "Log-softmax forward", [matrix] * 2, _LOG_SOFTMAX
+    else:  # g, the forward's result, dx
+        title, arrays, body = "Log-softmax backward", [matrix] * 3, _LOG_SOFTMAX_GRAD
     body = body.replace("{blocks}", str(4 * numba.config.NUMBA_NUM_THREADS))
-    body = body.replace("{reduction}", str(losses.REDUCTIONS.index(reduction)))
-    head = rows.head(f"Softmax cross-entropy {op}, reduction {reduction}",
-                     "tracegrad.compiler.kernels.cross_entropy", dtype,
+    if reduction:
+        body = body.replace("{reduction}", str(losses.REDUCTIONS.index(reduction)))
+    head = rows.head(title, "tracegrad.compiler.kernels.cross_entropy", dtype,
                      f"void({', '.join(arrays)})")  # fmt: skip
-    return head + _HELPERS + body
+    return head + body
 
 
 def module(node: Node) -> tuple[str, str]:
