@@ -39,10 +39,7 @@ _HELPERS = '''
 @_inner
 def shift_and_sum(x):
     """The row's maximum where finite (else 0) and its sum of exp(x - max)."""
-    m = x[0]
-    for j in range(1, x.size):
-        if x[j] > m or x[j] != x[j]:
-            m = x[j]
+    m = row_max(x, x.size)
     if not abs(m) < np.inf:
         m = T(0)
     total = T(0)

@@ -94,6 +94,30 @@ def _mantissa(typingctx, x):
     return types.float32(types.float32), codegen
 
 
+def _ieee_extreme(name: str):
+    """LLVM's `name` (llvm.maximum or llvm.minimum) of two floats of one type: NaN from either
+    side propagates, as NumPy's does, and LLVM vectorizes a loop that folds a row with it (it
+    does not vectorize Python's max, a compare and a select, even with `nnan`)."""
+
+    @intrinsic
+    def extreme(typingctx, a, b):
+        if not isinstance(a, types.Float) or a != b:
+            return None
+
+        def codegen(context, builder, sig, args):
+            ty = args[0].type
+            fn = builder.module.declare_intrinsic(name, [ty], ir.FunctionType(ty, [ty, ty]))
+            return builder.call(fn, args)
+
+        return a(a, b), codegen
+
+    return extreme
+
+
+fmaximum = _ieee_extreme("llvm.maximum")
+fminimum = _ieee_extreme("llvm.minimum")
+
+
 # --- exp ----------------------------------------------------------------------------------------
 
 _EXP_HI = _F(88.8)  # exp overflows to inf from 88.7228; clamping keeps the exponent in range

@@ -540,20 +540,14 @@ def fold_{op}(a, b):
 
 def _fold_helpers(s: Structure) -> str:
     """A function per reduction op that folds a value into an accumulator, compiled with
-    FOLD_FLAGS: inlined into the kernel, only its own instructions reassociate. An extreme's is
-    Python's max or min (see `_start`)."""
+    FOLD_FLAGS: inlined into the kernel, only its own instructions reassociate. (An extreme's,
+    `scalar.maximum` or `minimum`, vectorizes and propagates NaN without reassociating.)"""
     ops = {r.op: r for r in (*s.outputs, *(r for _, r in s.folds)) if isinstance(r, Reduction)}
     return "".join(
         _FOLD.format(flags=fastmath.flags_literal(FOLD_FLAGS), op=op,
-                     expr=_vector_combine(r).format("a", "b"))
+                     expr=r.combine.format("a", "b"))
         for op, r in sorted(ops.items())
     )  # fmt: skip
-
-
-def _vector_combine(r: Reduction) -> str:
-    if _extreme(r):
-        return "max({0}, {1})" if r.identity < 0 else "min({0}, {1})"
-    return r.combine
 
 
 def _helper_imports(helpers: tuple[str, ...]) -> str:
@@ -579,7 +573,6 @@ def _body(s: Structure, reductions, partials) -> list[str]:
     accs = [(f"acc{k}", r) for k, r in reductions]
     loop = _sweep(s, ("row", "i", "c * n0 // chunks", "(c + 1) * n0 // chunks"), inner, accs)
     lines += ["    " + line for line in loop]
-    lines += ["    " + line for k, r in reductions for line in _finish(r, f"acc{k}")]
     lines += [f"    {_fold(r, f'part{k}[c]', f'acc{k}')}" for k, r in reductions]
     for k, r in partials:
         lines += _combine(k, r, "all")
@@ -637,7 +630,6 @@ def _body_2d(s: Structure, reductions, partials) -> list[str]:
         accs = [(acc, r) for acc, r, _ in here if _form(r, 2) != "cols"]
         row += _sweep(s, ("col", "j", "0", "n1"), inner, accs)
         for acc, r, k in here:
-            row += _finish(r, acc) if _form(r, 2) != "cols" else []
             if _form(r, 2) == "all":
                 row.append(_fold(r, f"part{k}[c]", acc))
             elif _form(r, 2) == "rows" and k is not None:
@@ -713,7 +705,6 @@ def _body_3d(s: Structure, reductions, partials) -> list[str]:
     element += _stores(s, "i, j, k", range(len(s.outputs)))
     inner += _sweep(s, ("col", "k", "0", "n2"), element, accs)
     for k, r in reductions:
-        inner += _finish(r, f"acc{k}")
         inner.append(_fold(r, f"part{k}[c]" if _form(r, 3) == "all" else f"part{k}[c, j]",
                            f"acc{k}"))  # fmt: skip
     lines += ["            " + line for line in inner]
@@ -810,22 +801,13 @@ def _fold(r: Reduction, target: str, value: str, dtype: np.dtype | None = None) 
 
 
 def _start(r: Reduction, acc: str, ndim: int) -> list[str]:
-    """An accumulator's first value; an extreme's (an infinite identity: a max or a min) also
-    says whether a NaN has been seen: it folds with Python's max or min, which LLVM vectorizes
-    but which pass a NaN by (NumPy's propagates it)."""
-    lines = [f"{acc} = {_init(r, ndim)}"]
-    return lines + ([f"{acc}_nan = False"] if _extreme(r) else [])
+    """An accumulator's first value."""
+    return [f"{acc} = {_init(r, ndim)}"]
 
 
 def _accumulate(r: Reduction, acc: str, dtype: np.dtype) -> list[str]:
     """Fold v{slot} (cast to `dtype`) into `acc` through the op's fold function."""
-    value = f"v{r.slot}"
-    lines = [f"{acc} = fold_{r.op}({acc}, {_cast(dtype.name)}({value}))"]
-    return lines + ([f"{acc}_nan |= {value} != {value}"] if _extreme(r) else [])
-
-
-def _finish(r: Reduction, acc: str) -> list[str]:
-    return [f"if {acc}_nan:", f"    {acc} = {_cast(r.dtype)}(np.nan)"] if _extreme(r) else []
+    return [f"{acc} = fold_{r.op}({acc}, {_cast(dtype.name)}(v{r.slot}))"]
 
 
 def _extreme(r: Reduction) -> bool:

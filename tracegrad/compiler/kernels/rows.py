@@ -3,8 +3,8 @@ imports, the dtype `T`, three decorators and the reductions over a row.
 
 `_inner` keeps IEEE semantics (the fast-math flags of `fastmath.FLAGS`), so loops that exp
 stay exact about NaN and inf; `_reduce` also reassociates, so that a row's sum runs in SIMD
-lanes; `_extreme` may also assume no NaN or inf, which a max reduction needs to vectorize (a
-NaN still reaches the result through the exps and sums that follow it). The version of the
+lanes. A row's maximum folds with `scalar.maximum` (LLVM's, which propagates NaN and
+vectorizes without leave to reassociate). The version of the
 scalar math is in the text: Numba's cache checks a module's own file, not the `exp` it
 imports, so a new `exp` must make a new module."""
 
@@ -20,20 +20,19 @@ _HEAD = '''"""{title} ({dtype}): {generator} generated it."""
 import numpy as np
 from numba import njit, prange
 
-from tracegrad.compiler.kernels.scalar import exp
+from tracegrad.compiler.kernels.scalar import exp, maximum
 
 T = np.{dtype}
 _inner = njit(fastmath={flags}, error_model="numpy", cache=True)
 _reduce = njit(fastmath={sum_flags}, error_model="numpy", cache=True)
-_extreme = njit(fastmath={max_flags}, error_model="numpy", cache=True)
 _outer = njit("{signature}", parallel=True, error_model="numpy", cache=True)
 
 
-@_extreme
+@_inner
 def row_max(x, n):
     m = x[0]
     for j in range(1, n):
-        m = max(m, x[j])
+        m = maximum(m, x[j])
     return m
 
 
@@ -63,6 +62,5 @@ def head(title: str, generator: str, dtype: str, signature: str) -> str:
         version=GENERATOR_VERSION,
         flags=fastmath.flags_literal(fastmath.FLAGS),
         sum_flags=fastmath.flags_literal(fastmath.FLAGS | {"reassoc"}),
-        max_flags=fastmath.flags_literal(fastmath.FLAGS | {"reassoc", "nnan", "ninf"}),
         signature=signature,
     )

@@ -21,14 +21,30 @@ from tracegrad.core.ops.elementwise import GELU_TANH_A, GELU_TANH_C, INV_SQRT_2P
 _jit = numba.njit(fastmath=set(fastmath.FLAGS), error_model="numpy", cache=True)
 
 
-@_jit
 def maximum(a, b):
     return a if a >= b or a != a else b
 
 
-@_jit
 def minimum(a, b):
     return a if a <= b or a != a else b
+
+
+def _extreme(python_function, ieee_impl) -> None:
+    """Floats of one type take LLVM's NaN-propagating intrinsic (a row's fold with it
+    vectorizes); other operands the selects of `python_function`, compiled on its own."""
+    selects = _jit(python_function)
+
+    @overload(
+        python_function, jit_options={"fastmath": set(fastmath.FLAGS), "error_model": "numpy"}
+    )
+    def dispatch(a, b):
+        if isinstance(a, types.Float) and a == b:
+            return lambda a, b: ieee_impl(a, b)
+        return lambda a, b: selects(a, b)
+
+
+_extreme(maximum, fastmath.fmaximum)
+_extreme(minimum, fastmath.fminimum)
 
 
 @_jit
