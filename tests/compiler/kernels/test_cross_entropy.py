@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
+from tracegrad.compiler.kernels import cross_entropy
 from tracegrad.compiler.kernels.native import compile_native
 from tracegrad.core import primitives as P
 from tracegrad.core.ir import Node, Value
@@ -51,6 +52,21 @@ def test_kernels_match_the_numpy_versions(rng, dtype, reduction, weighted, shape
     np.testing.assert_allclose(loss, want, rtol=tol, atol=tol)
     np.testing.assert_allclose(dx, want_dx, rtol=tol, atol=tol)
     assert not dx[::5].any() if reduction != "mean" or weighted else True
+
+
+@pytest.mark.parametrize("shape, parallel", [((300, 129), False), ((1100, 129), True)])
+def test_rows_run_on_several_threads_only_where_that_pays(rng, shape, parallel):
+    """Waking the other threads costs more than a small call's work: fewer scores than
+    `fused.PARALLEL_MIN` make a module that runs its rows on one thread; either computes what
+    the NumPy versions compute."""
+    x = (rng.standard_normal(shape) * 4).astype(np.float32)
+    labels = rng.integers(0, shape[1], shape[0])
+    node = Node(P.cross_entropy, [Value(x.shape, x.dtype), Value(labels.shape, labels.dtype)],
+                [Value((), x.dtype)], {"ignore_index": -100, "reduction": "mean"})  # fmt: skip
+    assert f"parallel={parallel}," in cross_entropy.module(node)[1]
+    (loss, dx), (want, want_dx) = run_both(np.float32, "mean", True, x, labels)
+    np.testing.assert_allclose(loss, want, rtol=2e-6, atol=2e-6)
+    np.testing.assert_allclose(dx, want_dx, rtol=2e-6, atol=2e-6)
 
 
 def test_kernels_on_edge_rows(rng):

@@ -12,6 +12,7 @@ import pytest
 import tracegrad as tg
 from tests.conftest import check_grad, numeric_grad
 from tracegrad.compiler import lowering
+from tracegrad.compiler.kernels import rows
 from tracegrad.core import primitives as P
 from tracegrad.core.ops import attention as attention_impl
 from tracegrad.nn import functional as F
@@ -73,11 +74,15 @@ def test_one_backward_call_gives_all_three_cotangents(rng, monkeypatch):
     assert len(calls) == 1 and all(t.grad is not None for t in (q, k, v))
 
 
+@pytest.mark.parametrize("parallel", [False, True])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_traced_kernels_match_eager(rng, dtype, monkeypatch):
+def test_traced_kernels_match_eager(rng, dtype, parallel, monkeypatch):
     """Values and gradients of q, k, v (q in Fortran order, as a strided view) from the Numba
-    kernels against the NumPy op: every shape of SHAPES and LONG, causal or not, in one plan."""
+    kernels against the NumPy op: every shape of SHAPES and LONG, causal or not, in one plan;
+    their pairs on one thread (these small shapes' own kernels), then on several."""
     monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+    if parallel:
+        monkeypatch.setattr(rows, "PARALLEL_MIN", 0)
     args = []
     for shapes in SHAPES + LONG:
         q = rng.standard_normal(shapes[0][::-1]).T.astype(dtype)

@@ -10,6 +10,7 @@ import pytest
 import tracegrad as tg
 from tests.conftest import numeric_grad
 from tracegrad.compiler import lowering
+from tracegrad.compiler.kernels import rows
 from tracegrad.core import primitives as P
 from tracegrad.core.ops import norm as normalization
 from tracegrad.nn import functional as F
@@ -49,11 +50,15 @@ def test_one_backward_call_gives_all_three_cotangents(rng, monkeypatch):
     assert len(calls) == 1 and all(t.grad is not None for t in (x, w, b))
 
 
+@pytest.mark.parametrize("parallel", [False, True])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_traced_kernels_match_eager(rng, dtype, monkeypatch):
+def test_traced_kernels_match_eager(rng, dtype, parallel, monkeypatch):
     """Values and gradients of x (Fortran order), weight and bias from the Numba kernels against
-    the NumPy op; rows of 1, of 7 (fewer than the kernel's blocks) and of 300."""
+    the NumPy op; rows of 1, of 7 (fewer than the kernel's blocks) and of 300; on one thread
+    (these small shapes' own kernels), then on several."""
     monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+    if parallel:
+        monkeypatch.setattr(rows, "PARALLEL_MIN", 0)
     shapes = [(3, 1), (7, 5), (3, 100, 7)]
     args = []
     for s in shapes:
@@ -81,10 +86,14 @@ def test_traced_kernels_match_eager(rng, dtype, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-12), (np.float32, 2e-5)])
-@pytest.mark.parametrize("shape", [(4, 3, 4, 4), (2, 5, 7, 9), (3, 2, 40)])
-def test_batch_norm_kernels_match_numpy(rng, dtype, tol, shape):
+@pytest.mark.parametrize("shape, parallel", [((4, 3, 4, 4), False), ((2, 5, 7, 9), True),
+                                             ((3, 2, 40), False)])  # fmt: skip
+def test_batch_norm_kernels_match_numpy(rng, dtype, tol, shape, parallel, monkeypatch):
     """The three batch-norm kernels against the NumPy ops, on x far from zero (a variance from
-    sums of squares loses digits there unless summed in float64) and in Fortran order."""
+    sums of squares loses digits there unless summed in float64) and in Fortran order; channels
+    on one thread (these small shapes' own kernels) or on several."""
+    if parallel:
+        monkeypatch.setattr(rows, "PARALLEL_MIN", 0)
     from tracegrad.compiler.kernels import native
     from tracegrad.compiler.kernels.cache import default_cache
     from tracegrad.core import ir

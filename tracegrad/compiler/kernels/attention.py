@@ -162,15 +162,17 @@ def kernel(q, qd, k, kd, v, vd, o, od, g, gd, scale, causal, dq, dqd, dk, dkd, d
 """
 
 BLOCK = 64  # rows (or keys) of a causal pair's block: small enough to skip about half the work
+WORK_PER_ELEMENT = 32  # multiply-adds in the time an elementwise kernel takes per element
 
 
-def generate_source(op: str, dtype: str, ints: str) -> str:
-    """The text of a kernel's module, BLAS sizes of integer type `ints`."""
+def generate_source(op: str, dtype: str, ints: str, parallel: bool = True) -> str:
+    """The text of a kernel's module, BLAS sizes of integer type `ints`; its pairs on several
+    threads if `parallel`."""
     inputs = 3 if op == "output" else 5
     arrays = [f"{dtype}[::1]", "int64[::1]"] * inputs + [dtype, "boolean"]  # `flat` inputs
     arrays += [f"{dtype}[::1]", "int64[::1]"] * (1 if op == "output" else 3)  # `flat` too
     head = rows.head("Attention " + op, "tracegrad.compiler.kernels.attention", dtype,
-                     f"void({', '.join(arrays)})")  # fmt: skip
+                     f"void({', '.join(arrays)})", parallel)  # fmt: skip
     # the declarations name the BLAS scalar type T too: the arrays' dtype is T again after them
     return (head + "\n" + declarations(dtype, ints) + f"T = np.{dtype}\nBLOCK = {BLOCK}\n\n"
             + _HELPERS + (_FORWARD if op == "output" else _BACKWARD))  # fmt: skip
@@ -183,7 +185,9 @@ def module(node: Node) -> tuple[str, str]:
     if ints is None or dtype not in DTYPES or any(v.const is not None or v.dtype.name != dtype
                                                   for v in node.inputs):  # fmt: skip
         raise NotImplementedError(f"attention kernels for {dtype} or constants")
-    return named("sdpa", generate_source(OPS[node.prim], dtype, ints))
+    q, k = node.inputs[:2]
+    work = q.size * k.shape[-2] // WORK_PER_ELEMENT  # q k^T's multiply-adds, as elements
+    return named("sdpa", generate_source(OPS[node.prim], dtype, ints, rows.parallel(work)))
 
 
 def as_pairs(a: np.ndarray) -> np.ndarray:

@@ -170,8 +170,9 @@ def kernel(g, y, dx):
 """
 
 
-def generate_source(op: str, dtype: str, reduction: str = "") -> str:
-    """The text of a kernel's module (`reduction`: a cross-entropy's)."""
+def generate_source(op: str, dtype: str, reduction: str = "", parallel: bool = True) -> str:
+    """The text of a kernel's module (`reduction`: a cross-entropy's); its blocks of rows on
+    several threads if `parallel`."""
     matrix, vector = f"{dtype}[:, ::1]", f"{dtype}[::1]"
     if op == "loss":  # x, labels, weight, ignore_index, out (1 or n losses)
         title = f"Softmax cross-entropy loss, reduction {reduction}"
@@ -188,24 +189,25 @@ def generate_source(op: str, dtype: str, reduction: str = "") -> str:
     if reduction:
         body = body.replace("{reduction}", str(losses.REDUCTIONS.index(reduction)))
     head = rows.head(title, "tracegrad.compiler.kernels.cross_entropy", dtype,
-                     f"void({', '.join(arrays)})")  # fmt: skip
+                     f"void({', '.join(arrays)})", parallel)  # fmt: skip
     return head + body
 
 
 def module(node: Node) -> tuple[str, str]:
     """The name and text of a cross-entropy or log-softmax node's kernel module;
     NotImplementedError for other dtypes and labels, and a log-softmax but over the last axis."""
+    x = node.inputs[1 if node.prim is P.cross_entropy_grad else 0]  # the scores, or their like
+    dtype, parallel = x.dtype.name, rows.parallel(x.size)
     if OPS[node.prim].startswith("log-softmax"):
-        dtype, x = node.outputs[0].dtype.name, node.inputs[0]
+        dtype = node.outputs[0].dtype.name
         if dtype not in DTYPES or node.attrs["axis"] not in ((x.ndim - 1,), (-1,)) or not x.ndim:
             raise NotImplementedError(f"log-softmax kernels for {dtype} over {node.attrs['axis']}")
-        return named("xent", generate_source(OPS[node.prim], dtype))
-    dtype = node.inputs[1 if node.prim is P.cross_entropy_grad else 0].dtype.name
+        return named("xent", generate_source(OPS[node.prim], dtype, parallel=parallel))
     labels = node.inputs[2 if node.prim is P.cross_entropy_grad else 1]
     same = all(v.dtype.name == dtype for v in node.inputs if v is not labels)
     if dtype not in DTYPES or labels.dtype != np.int64 or not same:
         raise NotImplementedError(f"cross-entropy kernels for {dtype} and {labels.dtype} labels")
-    source = generate_source(OPS[node.prim], dtype, node.attrs["reduction"])
+    source = generate_source(OPS[node.prim], dtype, node.attrs["reduction"], parallel)
     return named("xent", source)
 
 

@@ -196,10 +196,11 @@ def kernel(x, out):
 """
 
 
-def generate_source(op: str, dtype: str) -> str:
-    """The text of a kernel's module."""
+def generate_source(op: str, dtype: str, parallel: bool = True) -> str:
+    """The text of a kernel's module, its blocks of rows (or its channels) on several threads
+    if `parallel`."""
     if op.startswith("batch"):
-        return _batch_source(op, dtype)
+        return _batch_source(op, dtype, parallel)
     matrix, vector = f"{dtype}[:, ::1]", f"{dtype}[::1]"  # contiguous: loops run in SIMD
     if op == "output":  # x, weight, bias, eps, out
         arrays, body = [matrix, vector, vector, "float64", f"{dtype}[:, ::1]"], _FORWARD
@@ -209,11 +210,11 @@ def generate_source(op: str, dtype: str) -> str:
     # a few blocks of rows per thread, for balance (and few partial sums in backward)
     body = body.replace("{blocks}", str(4 * numba.config.NUMBA_NUM_THREADS))
     head = rows.head("Layer norm " + op, "tracegrad.compiler.kernels.normalization", dtype,
-                     f"void({', '.join(arrays)})")  # fmt: skip
+                     f"void({', '.join(arrays)})", parallel)  # fmt: skip
     return head + _HELPERS + body
 
 
-def _batch_source(op: str, dtype: str) -> str:
+def _batch_source(op: str, dtype: str, parallel: bool) -> str:
     cube, vector = f"{dtype}[:, :, ::1]", f"{dtype}[::1]"
     if op == "batch output":  # x, weight, bias, eps, out
         arrays, body = [cube, vector, vector, "float64", cube], _BATCH_FORWARD
@@ -223,7 +224,7 @@ def _batch_source(op: str, dtype: str) -> str:
         arrays, body = [cube, f"{dtype}[:, ::1]"], _BATCH_STATS
     moments = _MOMENTS_ONE_PASS if dtype == "float32" else _MOMENTS_TWO_PASSES
     head = rows.head("Batch norm " + op[6:], "tracegrad.compiler.kernels.normalization", dtype,
-                     f"void({', '.join(arrays)})")  # fmt: skip
+                     f"void({', '.join(arrays)})", parallel)  # fmt: skip
     return head + moments + body
 
 
@@ -235,7 +236,7 @@ def module(node: Node) -> tuple[str, str]:
         raise NotImplementedError(f"normalization kernels for {dtype} or constants")
     if OPS[node.prim].startswith("batch") and math.prod(x.shape[2:]) < MIN_SPATIAL:
         raise NotImplementedError(f"batch-norm kernels for input {x.shape}: few values per sample")
-    return named("norm", generate_source(OPS[node.prim], dtype))
+    return named("norm", generate_source(OPS[node.prim], dtype, rows.parallel(x.size)))
 
 
 class LayerNormKernel(GeneratedKernel):

@@ -10,8 +10,10 @@ imports, so a new `exp` must make a new module."""
 
 from __future__ import annotations
 
+import numba
+
 from tracegrad.compiler.kernels import fastmath
-from tracegrad.compiler.kernels.fused import GENERATOR_VERSION
+from tracegrad.compiler.kernels.fused import GENERATOR_VERSION, PARALLEL_MIN
 
 _HEAD = '''"""{title} ({dtype}): {generator} generated it."""
 
@@ -25,7 +27,7 @@ from tracegrad.compiler.kernels.scalar import exp, maximum
 T = np.{dtype}
 _inner = njit(fastmath={flags}, error_model="numpy", cache=True)
 _reduce = njit(fastmath={sum_flags}, error_model="numpy", cache=True)
-_outer = njit("{signature}", parallel=True, error_model="numpy", cache=True)
+_outer = njit("{signature}", parallel={parallel}, error_model="numpy", cache=True)
 
 
 @_inner
@@ -53,8 +55,15 @@ def row_dot(x, y):
 '''
 
 
-def head(title: str, generator: str, dtype: str, signature: str) -> str:
-    """The text a generated module starts with; `signature` is its `kernel`'s."""
+def parallel(work: int) -> bool:
+    """Whether a kernel of `work` (elements, or their equivalent) runs its `prange` on several
+    threads: waking them costs more than a small kernel's work, as for the fused kernels."""
+    return work >= PARALLEL_MIN and numba.config.NUMBA_NUM_THREADS > 1
+
+
+def head(title: str, generator: str, dtype: str, signature: str, parallel: bool = True) -> str:
+    """The text a generated module starts with; `signature` is its `kernel`'s, which runs its
+    `prange` in parallel if `parallel` (else as a loop)."""
     return _HEAD.format(
         title=title,
         generator=generator,
@@ -63,4 +72,5 @@ def head(title: str, generator: str, dtype: str, signature: str) -> str:
         flags=fastmath.flags_literal(fastmath.FLAGS),
         sum_flags=fastmath.flags_literal(fastmath.FLAGS | {"reassoc"}),
         signature=signature,
+        parallel=parallel,
     )
