@@ -54,6 +54,35 @@ def test_a_large_eager_call_runs_its_kernel_once_loaded(rng, dtype, tol, monkeyp
         np.testing.assert_allclose(got, expected, rtol=tol, atol=tol * np.abs(expected).max())
 
 
+@pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-12), (np.float32, 2e-6)])
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_a_large_gelu_runs_a_fused_kernel_once_loaded(rng, dtype, tol, approximate, monkeypatch):
+    """GELU's NumPy versions are a dozen passes over memory: once a signature's fused kernel
+    (of the op alone) has loaded, its forward and backward run that, NumPy refusing to run,
+    with NumPy's results and gradient (x in Fortran order: the kernel reads any layout)."""
+    monkeypatch.setattr(eager, "_kernels", {})
+    x = tg.tensor(rng.standard_normal((300, 257)).T.astype(dtype) * 3, requires_grad=True)
+
+    def step():
+        x.grad = None
+        y = F.gelu(x, approximate=approximate)
+        (y * y).sum().backward()
+        return y.numpy(), x.grad.numpy()
+
+    want = step()
+    assert loaded()
+    names = {"none": ("gelu", "gelu_slope"), "tanh": ("gelu_tanh", "gelu_tanh_slope")}
+    assert {key[0] for key in eager._kernels} == set(names[approximate])
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("NumPy ran an op whose kernel had loaded")
+
+    for name in names[approximate]:
+        monkeypatch.setattr(getattr(P, name), "impl", refuse)
+    for got, expected in zip(step(), want, strict=True):
+        np.testing.assert_allclose(got, expected, rtol=tol, atol=tol * np.abs(expected).max())
+
+
 def test_small_calls_load_no_kernel(rng, monkeypatch):
     monkeypatch.setattr(eager, "_kernels", {})
     x = tg.tensor(rng.standard_normal((2, 3, 8, 8)), requires_grad=True)
@@ -63,7 +92,13 @@ def test_small_calls_load_no_kernel(rng, monkeypatch):
 
 
 def test_the_ops_it_runs_have_kernels():
-    """`eager.OPS` names ops the Numba backend has kernels of its own for."""
+    """`eager.OPS` names ops the Numba backend has kernels of its own for; `eager.ELEMENTWISE`,
+    ops the fused-kernel generator compiles alone."""
+    from tracegrad.compiler.kernels.fused import compile_groups
     from tracegrad.compiler.kernels.native import GENERATORS
+    from tracegrad.core.ir import Node, Value
 
     assert set(eager.OPS) <= set(GENERATORS)
+    x, y = Value((4, 5), np.float32), Value((4, 5), np.float32)
+    groups = [([x], [Node(prim, [x], [y], {})], [y]) for prim in eager.ELEMENTWISE]
+    assert all(ok for ok, _ in compile_groups(groups, compile=False))

@@ -1,10 +1,11 @@
 """Eager calls of the ops that have kernels of their own (convolutions, max-pooling, attention,
-layer norm, batch norm, log-softmax) run those kernels, where the call is large enough for a
-plan to run one (`lowering.KERNEL_MIN` elements). A signature's first calls run the op's NumPy
-version while a thread loads its kernel (compiled in child processes where Numba's disk cache
-lacks it, as a traced step's first calls do), the later ones the kernel. The kernels compute
-what the NumPy versions compute, to rounding (docs/kernels.md); PyTorch's eager ops are native
-kernels too."""
+layer norm, batch norm, log-softmax), and of the elementwise ops whose NumPy versions are many
+passes (GELU's), run those kernels (a fused kernel of the one op, for the latter), where the
+call is large enough for a plan to run one (`lowering.KERNEL_MIN` elements). A signature's
+first calls run the op's NumPy version while a thread loads its kernel (compiled in child
+processes where Numba's disk cache lacks it, as a traced step's first calls do), the later ones
+the kernel. The kernels compute what the NumPy versions compute, to rounding (docs/kernels.md);
+PyTorch's eager ops are native kernels too."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ OPS = (P.conv2d, P.conv2d_input_grad, P.conv2d_weight_grad, P.max_pool2d_argmax,
        P.max_pool2d_scatter, P.max_pool2d_gather, P.attention, P.attention_grad, P.layer_norm,
        P.layer_norm_grad, P.batch_norm, P.batch_norm_grad, P.batch_stats, P.log_softmax,
        P.log_softmax_grad)  # fmt: skip
+ELEMENTWISE = (P.gelu, P.gelu_slope, P.gelu_tanh, P.gelu_tanh_slope)
 _LOADING = None  # a signature whose kernel is loading, or that has none
 _kernels: dict[tuple, Callable | None] = {}
 _requests: queue.Queue = queue.Queue()
@@ -71,15 +73,20 @@ def _request(key: tuple, node: ir.Node) -> None:
 def _load() -> None:
     """Load the requested kernels one at a time, in this thread: a kernel that fails to load
     leaves its signature to NumPy."""
-    from tracegrad.compiler.kernels import native
+    from tracegrad.compiler.kernels import fused, native
     from tracegrad.compiler.kernels.cache import default_cache
 
     while True:
         key, node = _requests.get()
         try:
-            found = native.modules([node])
-            default_cache().load_all(dict(found.values()), background=True)
-            _kernels[key] = native.launchers(found).get(node)
+            if node.prim in ELEMENTWISE:
+                group = (node.inputs, [node], node.outputs)
+                [(_, kernel)] = fused.compile_groups([group], background=True)
+            else:
+                found = native.modules([node])
+                default_cache().load_all(dict(found.values()), background=True)
+                kernel = native.launchers(found).get(node)
+            _kernels[key] = kernel
         except Exception:  # noqa: BLE001 - NumPy runs the op, as before
             _kernels[key] = _LOADING
         finally:
@@ -92,5 +99,5 @@ def wait_for_kernels() -> None:
     _requests.join()
 
 
-for _prim in OPS:
+for _prim in OPS + ELEMENTWISE:
     vocabulary.EAGER_KERNELS[_prim] = run
