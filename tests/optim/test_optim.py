@@ -102,6 +102,39 @@ def test_updates_are_in_place_and_state_is_created_eagerly():
     assert optim.SGD([p], lr=0.1).state == [{}]
 
 
+def test_eager_updates_cast_a_hyperparameter_once_until_it_is_written(rng, monkeypatch):
+    """float32 parameters' updates multiply by float32 casts of the held float64 learning rate
+    and momentum: eagerly one cast per value, kept while the held tensor's version stays, made
+    again once it is written (by the group, or in place); the kept cast refuses writes."""
+    from tracegrad.core import primitives as P
+
+    ps = [tg.tensor(rng.standard_normal(4).astype(np.float32), requires_grad=True)
+          for _ in range(3)]  # fmt: skip
+    opt = optim.SGD(ps, lr=0.1, momentum=0.9)
+    grads = [rng.standard_normal(4).astype(np.float32) for _ in ps]
+    casts, impl = [], P.astype.impl
+    monkeypatch.setattr(P.astype, "impl", lambda *a, **k: casts.append(1) or impl(*a, **k))
+    want = [p.numpy().astype(np.float64) for p in ps]
+    bufs = [np.zeros(4) for _ in ps]
+    for step, lr in enumerate([0.1, 0.1, 0.05, 0.02]):
+        if step == 2:
+            opt.param_groups[0]["lr"] = lr
+        if step == 3:
+            opt.param_groups[0].held["lr"][0].copy_(tg.tensor(lr, dtype=tg.float64))
+        casts.clear()
+        for p, g in zip(ps, grads, strict=True):
+            p.grad = tg.tensor(g)
+        opt.step()
+        assert len(casts) == [2, 0, 1, 1][step]  # lr and momentum, then only a new lr
+        for k, g in enumerate(grads):
+            bufs[k] = 0.9 * bufs[k] + g
+            want[k] = want[k] - np.float32(lr) * bufs[k]
+    for p, w in zip(ps, want, strict=True):
+        np.testing.assert_allclose(p.numpy(), w, rtol=1e-5)
+    with pytest.raises(ValueError):
+        opt.lr_for(ps[0]).numpy()[...] = 1.0
+
+
 def test_step_records_nothing_and_skips_parameters_without_grad():
     a = tg.tensor([1.0, 2.0], requires_grad=True)
     b = tg.tensor([3.0], requires_grad=True)

@@ -26,7 +26,7 @@ import numpy as np
 from tracegrad.core.primitives import Phase, abs, maximum, sqrt, where
 from tracegrad.frontend.autodiff import enable_grad, no_grad
 from tracegrad.frontend.functions import stack
-from tracegrad.frontend.tensor import Tensor, get_default_dtype, phase
+from tracegrad.frontend.tensor import Listeners, Tensor, get_default_dtype, phase
 from tracegrad.frontend.tracer import guard
 
 __all__ = ["SGD", "Adadelta", "Adagrad", "Adam", "AdamW", "Adamax", "NAdam", "Optimizer",
@@ -50,6 +50,7 @@ class ParamGroup(dict):
 
     def __init__(self, items: Mapping[str, Any], held: Iterable[str] = ("lr",)):
         self.held: dict[str, tuple[Tensor, ...]] = {k: () for k in held}
+        self._casts: dict[tuple[str, Any], tuple[tuple[int, ...], tuple[Tensor, ...]]] = {}
         super().__init__()
         for k, v in items.items():
             self[k] = v
@@ -65,12 +66,30 @@ class ParamGroup(dict):
 
     def tensors(self, key: str, dtype: Any = np.float64) -> tuple[Tensor, ...]:
         """The held values of `key` as 0-d tensors of `dtype`: float64 for what PyTorch
-        computes in Python floats (bias corrections), else the parameter's."""
-        return tuple(_cast(t, dtype) for t in self.held[key])
+        computes in Python floats (bias corrections), else the parameter's. Eagerly, a cast is
+        kept until the held value is written again (its version moves): each parameter's update
+        asks for it, and a cast is an op. A trace casts the held tensors, which it reads as
+        state."""
+        held = self.held[key]
+        if Listeners.tracers:
+            return tuple(_cast(t, dtype) for t in held)
+        versions = tuple(t._version[0] for t in held)
+        kept = self._casts.get((key, dtype))
+        if kept is None or kept[0] != versions:
+            kept = self._casts[key, dtype] = (versions, tuple(_kept_cast(t, dtype) for t in held))
+        return kept[1]
 
 
 def _cast(t: Tensor, dtype: Any) -> Tensor:
     return t if t.dtype == dtype else t.astype(dtype)
+
+
+def _kept_cast(t: Tensor, dtype: Any) -> Tensor:
+    """`_cast`, read-only where it is a copy: every update shares it, so a write must fail."""
+    out = _cast(t, dtype)
+    if out is not t:
+        out.numpy().flags.writeable = False
+    return out
 
 
 class Optimizer:
