@@ -13,6 +13,7 @@ import tracegrad.numpy as tnp
 from tests.conftest import check_grad
 from tracegrad.compiler import lowering
 from tracegrad.core import primitives as P
+from tracegrad.core.errors import ShapeError
 
 RNG = np.random.default_rng(42)
 
@@ -252,6 +253,15 @@ def test_concatenate(axis: int) -> None:
     fn = lambda *xs: tg.concatenate(xs, axis=axis)
     forward_matches(fn, lambda *a: np.concatenate(a, axis), *arrays)
     check_grad(fn, *arrays)
+
+
+def test_the_concatenate_op_refuses_a_negative_axis():
+    """The front end resolves -1; the op's gradient slices along the axis it is given, so a
+    negative one (which the shapes alone did not always refuse) is an error, not a wrong slice."""
+    a = tg.tensor(np.ones((2, 3)))
+    with pytest.raises(ShapeError, match="concatenate: axis -1"):
+        P.concatenate(a, a, axis=-1)
+    assert P.concatenate(a, a, axis=1).shape == (2, 6)
 
 
 @pytest.mark.parametrize("axis", [0, 1, 2, -1, -3])

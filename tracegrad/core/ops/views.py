@@ -34,6 +34,8 @@ def _broadcast_to_rule(x, shape):
 
 def _concat_rule(*xs, axis):
     first = xs[0]
+    if not 0 <= axis < first.ndim:  # the front end resolves -1; the VJP's slices need axis >= 0
+        raise ValueError(f"axis {axis} of {first.ndim}-d inputs: the op takes 0 <= axis < ndim")
     for x in xs[1:]:
         if x.ndim != first.ndim or any(
             a != b for i, (a, b) in enumerate(zip(x.shape, first.shape, strict=True)) if i != axis
