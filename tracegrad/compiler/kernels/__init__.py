@@ -6,7 +6,7 @@ See docs/kernels.md for what is supported, the accuracy of the float32 math and 
 
 import os
 
-# How Numba's OpenMP threads wait for the next kernel: spinning for about 0.2 ms (3,000 rounds),
+# How Numba's OpenMP threads wait for the next kernel: spinning 3,000 rounds (a short while),
 # then asleep. A plan runs its matrix products on these threads too (`gemm`), so between one
 # kernel or product and the next they are mostly still awake, and waking a sleeping team costs
 # more than a short spin. Longer spins gain nothing on an idle machine and take the cores other

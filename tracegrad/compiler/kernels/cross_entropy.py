@@ -34,14 +34,24 @@ OPS = {P.cross_entropy: "loss", P.cross_entropy_grad: "grad", P.log_softmax: "lo
 DTYPES = ("float32", "float64")
 KERNEL_MIN = 0  # the NumPy versions are a score of calls whatever the size (`lowering`)
 
-_HELPERS = '''
+_SHIFT = '''
+
+@_inner
+def shift(x):
+    """The row's maximum where finite, else 0 (the parts' guard): a NaN still reaches every
+    result through the exps that follow."""
+    m = row_max(x, x.size)
+    return m if abs(m) < np.inf else T(0)
+'''
+
+_HELPERS = (
+    _SHIFT
+    + '''
 
 @_inner
 def shift_and_sum(x):
-    """The row's maximum where finite (else 0) and its sum of exp(x - max)."""
-    m = row_max(x, x.size)
-    if not abs(m) < np.inf:
-        m = T(0)
+    """The row's shift and its sum of exp(x - shift)."""
+    m = shift(x)
     total = T(0)
     for j in range(x.size):
         total += exp(x[j] - m)
@@ -53,6 +63,7 @@ def weights(labels, weight, ignore, w):
     for i in range(labels.size):
         w[i] = T(0) if labels[i] == ignore else weight[labels[i]]
 '''
+)
 
 _FORWARD = """
 
@@ -134,9 +145,7 @@ def exp_sum(x, m):
 def rows(x, out, lo, hi):
     for i in range(lo, hi):
         xi, o = x[i], out[i]
-        m = row_max(xi, xi.size)  # a NaN reaches every result through exp_sum
-        if not abs(m) < np.inf:
-            m = T(0)
+        m = shift(xi)
         lse = np.log(exp_sum(xi, m))
         for j in range(xi.size):
             o[j] = (xi[j] - m) - lse
@@ -182,7 +191,7 @@ def generate_source(op: str, dtype: str, reduction: str = "", parallel: bool = T
         arrays = [vector, matrix, "int64[::1]", vector, "int64", matrix]
         body = _HELPERS + _BACKWARD
     elif op == "log-softmax":  # x, out
-        title, arrays, body = "Log-softmax forward", [matrix] * 2, _LOG_SOFTMAX
+        title, arrays, body = "Log-softmax forward", [matrix] * 2, _SHIFT + _LOG_SOFTMAX
     else:  # g, the forward's result, dx
         title, arrays, body = "Log-softmax backward", [matrix] * 3, _LOG_SOFTMAX_GRAD
     body = body.replace("{blocks}", str(4 * numba.config.NUMBA_NUM_THREADS))
