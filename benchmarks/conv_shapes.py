@@ -1,9 +1,11 @@
 """Each convolution kernel alone (the Numba backend's forward, input gradient and weight
 gradient) against its floor, the same GEMM as one `np.matmul` of the whole batch (zoo.py's
 floor), and against PyTorch's own op when torch is installed, on the shapes of pytorch/examples'
-DCGAN (nz 100, ngf = ndf = 32, batch 32) and of a sweep of common geometries.
+DCGAN (nz 100, ngf = ndf = 32, batch 32), of CIFAR ResNet-20 (batch 128) and of a sweep of common
+geometries.
 
-    PYTHONPATH=$PWD python benchmarks/conv_shapes.py [--set dcgan|sweep|all] [--dtype float32]
+    PYTHONPATH=$PWD python benchmarks/conv_shapes.py [--set dcgan|sweep|resnet|all] \
+        [--dtype float32]
 
 Each time is the fastest of repeated runs (the host is shared: the fastest is the least
 disturbed); `x floor` and `x torch` are ratios measured in the same run."""
@@ -53,6 +55,18 @@ SWEEP = [
     ("convT 3x3 s1 p1 32ch 16x16", (64, 32, 16, 16), 32, 3, 1, 1, True),
     ("convT 3x3 s2 p1 64->32 8x8", (64, 64, 8, 8), 32, 3, 2, 1, True),
     ("convT 5x5 s3 p2 32->16 8x8", (32, 32, 8, 8), 16, 5, 3, 2, True),
+]
+
+
+# CIFAR ResNet-20 (batch 128): its 3 x 3 layers of each stage and the stride-2 transitions
+RESNET = [
+    ("3x3 s1 p1 3->16 32x32", (128, 3, 32, 32), 16, 3, 1, 1, False),
+    ("3x3 s1 p1 16ch 32x32", (128, 16, 32, 32), 16, 3, 1, 1, False),
+    ("3x3 s2 p1 16->32 32x32", (128, 16, 32, 32), 32, 3, 2, 1, False),
+    ("1x1 s2 p0 16->32 32x32", (128, 16, 32, 32), 32, 1, 2, 0, False),
+    ("3x3 s1 p1 32ch 16x16", (128, 32, 16, 16), 32, 3, 1, 1, False),
+    ("3x3 s2 p1 32->64 16x16", (128, 32, 16, 16), 64, 3, 2, 1, False),
+    ("3x3 s1 p1 64ch 8x8", (128, 64, 8, 8), 64, 3, 1, 1, False),
 ]
 
 
@@ -117,7 +131,7 @@ def measure(row, dtype, torch) -> list[dict[str, Any]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--set", choices=["dcgan", "sweep", "all"], default="dcgan")
+    parser.add_argument("--set", choices=["dcgan", "sweep", "resnet", "all"], default="dcgan")
     parser.add_argument("--dtype", default="float32")
     args = parser.parse_args()
     try:
@@ -126,7 +140,8 @@ def main() -> None:
         torch.set_num_threads(os.cpu_count() or 1)
     except ImportError:
         torch = None
-    rows = {"dcgan": DCGAN, "sweep": SWEEP, "all": DCGAN + SWEEP}[args.set]
+    sets = {"dcgan": DCGAN, "sweep": SWEEP, "resnet": RESNET}
+    rows = sets.get(args.set) or DCGAN + SWEEP + RESNET
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, {args.dtype}")
     print(f"{'shape':<28} {'op':<34} {'ms':>7} {'floor':>7} {'x floor':>7} {'torch':>7} "
           f"{'x torch':>7}")  # fmt: skip
