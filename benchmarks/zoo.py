@@ -532,9 +532,11 @@ def gemms(node: Any) -> list[tuple[int, int, int, int]]:
 
 
 def best_gemm_seconds(shape: tuple[int, int, int, int], dtype: Any, budget: float = 0.3) -> float:
-    """The fastest of repeated `np.matmul` runs of one GEMM shape into a preallocated result,
-    with OpenBLAS's threads and (threadpoolctl installed) with one thread: on a busy host, or
-    for a small product, one thread that need not wait for another is the faster."""
+    """The fastest of repeated runs of one GEMM shape into a preallocated result: `np.matmul` with
+    OpenBLAS's threads and (threadpoolctl installed) with one thread, since on a busy host or for
+    a small product one thread that need not wait for another is the faster; and the GEMM
+    routine plans call (MKL's where the `mkl` extra is installed) in halves on two threads, as
+    the plan's kernels run it."""
     b, m, k, n = shape
     rng = np.random.default_rng(0)
     lead = (b,) if b > 1 else ()
@@ -542,22 +544,65 @@ def best_gemm_seconds(shape: tuple[int, int, int, int], dtype: Any, budget: floa
     w = rng.standard_normal((*lead, k, n)).astype(dtype)
     out = np.empty((*lead, m, n), dtype)
 
-    def fastest() -> float:
+    def fastest(run: Callable[[], Any]) -> float:
         best, spent, runs = math.inf, 0.0, 0
-        while runs < 10 or (spent < budget / 2 and runs < 500):
+        while runs < 10 or (spent < budget / 3 and runs < 500):
             start = time.perf_counter()
-            np.matmul(x, w, out=out)
+            run()
             took = time.perf_counter() - start
             best, spent, runs = min(best, took), spent + took, runs + 1
         return best
 
+    matmul = partial(np.matmul, x, w, out=out)
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:
-        return fastest()
+        return fastest(matmul)
     with threadpool_limits(1, user_api="blas"):
-        alone = fastest()
-    return min(alone, fastest())
+        alone = fastest(matmul)
+        halves = plan_gemm_halves(x, w, out)
+        own = fastest(halves) if halves is not None else math.inf
+    return min(alone, own, fastest(matmul))
+
+
+def plan_gemm_halves(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> Callable[[], None] | None:
+    """out = x @ w (2-D or batched, C-contiguous) by the GEMM routine tracegrad's plans call,
+    the rows (or the batch) in two halves on two threads (ctypes lets go of the GIL), as the
+    plan's kernels split it; None without that routine."""
+    import ctypes
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tracegrad.compiler.kernels.blas import gemm_library
+
+    chosen = gemm_library()
+    if chosen is None:
+        return None
+    routines, ints, _ = chosen
+    gemm = routines["cblas_sgemm" if x.dtype == np.float32 else "cblas_dgemm"]
+    size = ctypes.c_int64 if ints == "int64" else ctypes.c_int32
+    scalar = ctypes.c_float if x.dtype == np.float32 else ctypes.c_double
+    matrix = [ctypes.c_void_p, size]  # an operand and its leading dimension
+    gemm.argtypes = [ctypes.c_int] * 3 + [size] * 3 + [scalar, *matrix * 2, scalar, *matrix]
+    (m, k), n, item = x.shape[-2:], w.shape[-1], x.itemsize
+
+    def product(a: int, c: int, rows: int, b: int) -> None:  # out[c:] = x[a:] @ w[b:], elements
+        gemm(101, 111, 111, rows, n, k, 1.0, x.ctypes.data + a * item, k,
+             w.ctypes.data + b * item, n, 0.0, out.ctypes.data + c * item, n)  # fmt: skip
+
+    def part(lo: int, hi: int) -> None:  # rows lo..hi of one product, or products lo..hi
+        if x.ndim == 2:
+            product(lo * k, lo * n, hi - lo, 0)
+        for i in range(lo, hi) if x.ndim == 3 else ():
+            product(i * m * k, i * m * n, m, i * k * n)
+
+    pool, end = ThreadPoolExecutor(1), x.shape[0]
+
+    def run() -> None:
+        other = pool.submit(part, end // 2, end)
+        part(0, end // 2)
+        other.result()
+
+    return run
 
 
 def step_gemms(model: Model, c: dict | None = None) -> tuple[Counter, Any]:

@@ -1,11 +1,16 @@
-"""NumPy's OpenBLAS threads sleep between a Numba plan's matrix products (`kernels.blas`)."""
+"""The BLAS of a Numba plan (`kernels.blas`): NumPy's OpenBLAS threads sleep between its matrix
+products, which MKL runs where the `mkl` extra is installed."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
 
 QUIET = """
 import numpy as np, ctypes, tracegrad as tg
@@ -25,3 +30,51 @@ def test_a_numba_plan_makes_openblas_threads_sleep_unless_the_user_chose(user, t
     if out == "none":
         pytest.skip("NumPy does not use OpenBLAS here")
     assert out == (user or "4")
+
+
+PRODUCTS = """
+import numpy as np, tracegrad as tg
+from tracegrad.compiler.kernels import blas
+rng = np.random.default_rng(0)
+a, b = rng.standard_normal((300, 256)), rng.standard_normal((256, 100))  # big enough for kernels
+x, w = rng.standard_normal((2, 4, 96, 96)), rng.standard_normal((5, 4, 3, 3))
+step = tg.trace(lambda a, b, x, w: (a @ b, tg.nn.functional.conv2d(x, w, padding=1)),
+                backend="numba")
+(got, conv), want = step(a, b, x, w), a @ b
+cols = np.lib.stride_tricks.sliding_window_view(np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))),
+                                                (3, 3), axis=(2, 3))
+np.testing.assert_allclose(got.numpy(), want, rtol=1e-10, atol=1e-10)
+np.testing.assert_allclose(conv.numpy(), np.einsum("ncxyij,ocij->noxy", cols, w), rtol=1e-10,
+                           atol=1e-10)
+assert "matmul kernel" in step.latest.source and "conv2d kernel" in step.latest.source
+print(blas.gemm_library()[2])
+"""
+
+
+@pytest.mark.parametrize("user", [None, "openblas"])
+def test_plans_multiply_with_mkl_where_it_is_installed_unless_the_user_refuses(user):
+    """The `mkl` extra's MKL runs a plan's products and convolutions, as exactly as OpenBLAS;
+    TRACEGRAD_BLAS=openblas keeps NumPy's OpenBLAS."""
+    from tracegrad.compiler.kernels import blas
+
+    if blas.openblas_path() is None:
+        pytest.skip("NumPy does not use OpenBLAS here")
+    env = {**os.environ, "TRACEGRAD_BACKGROUND_COMPILE": "0", "TRACEGRAD_BLAS": user or ""}
+    out = subprocess.run([sys.executable, "-c", PRODUCTS], env=env, capture_output=True,
+                         text=True, check=True).stdout.split("\n")[-2]  # fmt: skip
+    mkl = user is None and blas.mkl_path() is not None
+    assert out.startswith("MKL" if mkl else "OpenBLAS"), out
+
+
+def test_the_kernels_of_products_pass_their_tests_on_openblas_too():
+    """Where MKL runs the suite's products, the kernel tests run once more on OpenBLAS, which
+    an install without the `mkl` extra uses."""
+    from tracegrad.compiler.kernels import blas
+
+    if blas.mkl_path() is None or blas.openblas_path() is None:
+        pytest.skip("one library only here: the suite itself ran its kernels")
+    tests = [f"tests/compiler/kernels/test_{name}.py" for name in ("gemm", "conv")]
+    env = {**os.environ, "TRACEGRAD_BLAS": "openblas"}  # the kernels cached by either library
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
+                          env=env, capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:]

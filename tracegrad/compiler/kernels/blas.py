@@ -1,6 +1,7 @@
-"""NumPy's OpenBLAS, as a plan uses it: its threads kept from spinning through the Numba kernels
-between its GEMMs (`quiet_openblas`), and its GEMM routines lent to the Numba kernels that run
-a plan's 2-D products on Numba's threads (`gemm_symbols`, `kernels.gemm`).
+"""The BLAS a plan uses: NumPy's OpenBLAS, its threads kept from spinning through the Numba
+kernels between its GEMMs (`quiet_openblas`), and the GEMM routines lent to the Numba kernels
+that run a plan's products on Numba's threads (`gemm_symbols`: MKL's where the `mkl` extra is
+installed, else OpenBLAS's).
 
 After each call OpenBLAS's worker threads spin for 2**28 cycles (about 0.1 s) waiting for the
 next one. A plan runs a Numba kernel between most of its matrix products, and on a machine with
@@ -10,13 +11,17 @@ when it loads, which is before tracegrad in most scripts (`import numpy` comes f
 `quiet_openblas` sets it, makes OpenBLAS read its environment again and restarts its idle
 threads. A user's own `OPENBLAS_THREAD_TIMEOUT` is kept (and was read at load). (Since the products
 moved to Numba's threads, OpenBLAS's own threads only run the products a plan still leaves to
-NumPy: batched ones, and those inside the convolutions.)"""
+NumPy: batched ones.)"""
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import glob
+import importlib.metadata
 import os
+import re
+import sys
 import threading
 
 VARIABLE = "OPENBLAS_THREAD_TIMEOUT"
@@ -59,32 +64,92 @@ def quiet_openblas() -> bool:
         return True
 
 
-# Matrix products on Numba's threads (`kernels.gemm`): each thread runs its share through NumPy's
-# OpenBLAS, its thread count set to one meanwhile. How the library names its routines: (prefix,
-# suffix, integer type of the sizes); NumPy's wheels are ILP64 with a scipy_ prefix, a system
-# OpenBLAS is LP64.
+# Matrix products on Numba's threads (`kernels.gemm`, the convolutions, attention): each thread
+# runs its share through a single-threaded GEMM routine. Intel's MKL (the `mkl` extra) where it
+# is installed, since its GEMMs run 10-30% faster than OpenBLAS's on the shapes plans make
+# (docs/kernels.md); else NumPy's OpenBLAS, its thread count set to one meanwhile. The
+# thread-count routines are always NumPy's OpenBLAS's: its own threads must not run inside
+# the kernels' threads, whichever library multiplies.
+LIBRARY_VARIABLE = "TRACEGRAD_BLAS"  # "openblas": NumPy's OpenBLAS even where MKL is installed
+MKL_SEQUENTIAL = 1  # MKL_THREADING_SEQUENTIAL: each call on its caller's thread alone
+# How a library names its routines: (prefix, suffix, integer type of the sizes). NumPy's wheels
+# are ILP64 with a scipy_ prefix, a system OpenBLAS is LP64; MKL has both, ILP64 with _64.
 NAMINGS = (("scipy_", "64_", "int64"), ("", "64_", "int64"), ("", "", "int32"))
-ROUTINES = ("cblas_sgemm", "cblas_dgemm", "openblas_get_num_threads", "openblas_set_num_threads")
+MKL_NAMINGS = (("", "_64", "int64"), ("", "", "int32"))
+GEMMS = ("cblas_sgemm", "cblas_dgemm")
+THREADS = ("openblas_get_num_threads", "openblas_set_num_threads")
+
+
+def mkl_path() -> str | None:
+    """MKL's single dynamic library (libmkl_rt) from the installed `mkl` distribution, or beside
+    this Python (a conda environment's), if any."""
+    try:
+        files = importlib.metadata.files("mkl") or []
+    except importlib.metadata.PackageNotFoundError:
+        files = []
+    found = [str(f.locate()) for f in files if f.name.startswith("libmkl_rt.so")]
+    found += sorted(glob.glob(os.path.join(sys.prefix, "lib", "libmkl_rt.so*")))
+    return next((p for p in found if os.path.exists(p)), None)
+
+
+def _named(lib: ctypes.CDLL, routines: tuple[str, ...], namings: tuple) -> tuple[dict, str] | None:
+    """{routine: the library's function} and the integer type of its sizes, by the first of
+    `namings` under which the library has every routine."""
+    for prefix, suffix, ints in namings:
+        names = {r: f"{prefix}{r}{suffix}" for r in routines}
+        if all(hasattr(lib, name) for name in names.values()):
+            return {r: getattr(lib, name) for r, name in names.items()}, ints
+    return None
+
+
+def _mkl_gemms() -> tuple[dict, str, str] | None:
+    """MKL's GEMM routines, sizes' integer type and version, with MKL made sequential; None if
+    it is not installed, is refused (`LIBRARY_VARIABLE`), or already runs threads of its own
+    in this process (its calls would then start threads inside the kernels' threads)."""
+    path = None if os.environ.get(LIBRARY_VARIABLE, "").lower() == "openblas" else mkl_path()
+    if path is None:
+        return None
+    try:
+        lib = ctypes.CDLL(path)
+        found = _named(lib, GEMMS, MKL_NAMINGS)
+        if found is None or lib.MKL_Set_Threading_Layer(MKL_SEQUENTIAL) != MKL_SEQUENTIAL:
+            return None
+        version = ctypes.create_string_buffer(256)
+        lib.MKL_Get_Version_String(version, len(version))
+    except (OSError, AttributeError):
+        return None
+    number = re.search(r"Version ([\d.]+)", version.value.decode(errors="replace"))
+    return *found, f"MKL {number.group(1) if number else ''}".strip()
+
+
+@functools.cache
+def gemm_library() -> tuple[dict, str, str] | None:
+    """The GEMM routines plans call ({routine: function}), the integer type of their sizes, and
+    the library's name: MKL's where it is installed (`_mkl_gemms`), else NumPy's OpenBLAS's;
+    None if neither has them, or NumPy's BLAS has not the thread-count routines."""
+    path = openblas_path()
+    if path is None or _named(ctypes.CDLL(path), THREADS, NAMINGS) is None:
+        return None
+    mkl = _mkl_gemms()
+    if mkl is not None:
+        return mkl
+    found = _named(ctypes.CDLL(path), GEMMS, NAMINGS)
+    return None if found is None else (*found, f"OpenBLAS ({os.path.basename(path)})")
 
 
 @functools.cache
 def gemm_symbols() -> str | None:
-    """Register NumPy's OpenBLAS's gemm routines and thread-count getter and setter with LLVM as
-    `tracegrad_cblas_sgemm`, ..., `tracegrad_openblas_set_num_threads`, which generated kernels
-    call by name (so that Numba caches them); the integer type of the sizes, or None if NumPy's
-    library has not got them (another BLAS: products stay NumPy's)."""
+    """Register the GEMM routines (`gemm_library`) and NumPy's OpenBLAS's thread-count getter and
+    setter with LLVM as `tracegrad_cblas_sgemm`, ..., `tracegrad_openblas_set_num_threads`,
+    which generated kernels call by name (so that Numba caches them); the integer type of the
+    GEMMs' sizes, or None if there are none (products stay NumPy's)."""
     import llvmlite.binding as llvm
 
-    path = openblas_path()
-    if path is None:
+    chosen = gemm_library()
+    if chosen is None:
         return None
-    lib = ctypes.CDLL(path)
-    for prefix, suffix, ints in NAMINGS:
-        names = {r: f"{prefix}{r}{suffix}" for r in ROUTINES}
-        if all(hasattr(lib, name) for name in names.values()):
-            for routine, name in names.items():
-                llvm.add_symbol(
-                    f"tracegrad_{routine}", ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
-                )
-            return ints
-    return None
+    gemms, ints, _ = chosen
+    threads, _ = _named(ctypes.CDLL(openblas_path()), THREADS, NAMINGS)
+    for routine, function in {**gemms, **threads}.items():
+        llvm.add_symbol(f"tracegrad_{routine}", ctypes.cast(function, ctypes.c_void_p).value)
+    return ints
