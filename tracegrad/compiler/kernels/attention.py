@@ -1,11 +1,11 @@
 """Attention kernels: `softmax(q k^T * scale [causal]) v` and its VJP, each one Numba kernel.
 `core.ops.attention` has the NumPy versions and the contract.
 
-A kernel runs a `prange` over the (batch, head) pairs; each pair's products are OpenBLAS's
-GEMMs, called on that thread (`gemm.declarations`; OpenBLAS's own thread count is one
-meanwhile), each operand read where it lies: a pair of a strided input is a matrix whose rows
-are contiguous (`flat`), which BLAS reads with its row stride as the leading dimension, either
-way round. Forward: the scores q k^T * scale, the softmax of each row, its product with v.
+A kernel runs a `prange` over the (batch, head) pairs; each pair's products are GEMMs called
+on that thread (`gemm.declarations`: MKL's or NumPy's OpenBLAS's, single-threaded), each
+operand read where it lies: a pair of a strided input is a matrix whose rows are contiguous
+(`flat`), which BLAS reads with its row stride as the leading dimension, either way round.
+Forward: the scores q k^T * scale, the softmax of each row, its product with v.
 Backward rebuilds the probabilities p from q and k, takes dp = g v^T, ds = p * (dp - sum(g *
 out)) * scale, then dq = ds k, dk = ds^T q and dv = p^T g. The (queries x keys) arrays are the
 pair's own and never leave the kernel. A causal pair goes BLOCK rows at a time, each block
@@ -180,7 +180,7 @@ def generate_source(op: str, dtype: str, ints: str, parallel: bool = True) -> st
 
 def module(node: Node) -> tuple[str, str]:
     """The name and text of an attention node's kernel module; NotImplementedError for other
-    dtypes, for constant operands, and unless NumPy's OpenBLAS has the routines."""
+    dtypes, for constant operands, and unless there are GEMM routines (`blas.gemm_symbols`)."""
     dtype, ints = node.outputs[0].dtype.name, gemm_symbols()
     if ints is None or dtype not in DTYPES or any(v.const is not None or v.dtype.name != dtype
                                                   for v in node.inputs):  # fmt: skip

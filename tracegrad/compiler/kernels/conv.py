@@ -1,7 +1,8 @@
 """Convolution kernels on Numba's threads: each thread takes its share of the batch and, block
 by block, lays out the block's patches ("columns", K x positions, K = C / groups * kh * kw,
 ordered as the weight's (channel, i, j)) in a buffer of its own and runs the block's product
-through NumPy's OpenBLAS on that thread (`gemm.declarations`):
+through the plan's GEMM routine on that thread (`gemm.declarations`: MKL's or NumPy's
+OpenBLAS's, single-threaded):
 
 - forward: y = w (O, K) @ columns;
 - input gradient: columns = w^T @ g, added back where each patch came from (col2im);
@@ -431,8 +432,8 @@ def generate_source(op: str, dtype: str, ints: str) -> str:
 
 def module(node: Node) -> tuple[str, str]:
     """The name and text of a convolution node's kernel module; NotImplementedError unless its
-    operands are of its result's dtype, float32 or float64, not constants, and NumPy's OpenBLAS
-    has the routines."""
+    operands are of its result's dtype, float32 or float64, not constants, and there are GEMM
+    routines to call (`blas.gemm_symbols`)."""
     dtype = node.outputs[0].dtype.name
     ints = gemm_symbols()
     if (

@@ -1,14 +1,14 @@
 """Matrix products on Numba's threads: each thread runs its share of the rows (or columns) of the
-result through NumPy's own OpenBLAS, whose thread count is set to one meanwhile
-(`blas.gemm_symbols`).
+result through a single-threaded GEMM routine (`blas.gemm_symbols`: MKL's where the `mkl`
+extra is installed, else NumPy's OpenBLAS's, whose thread count is set to one meanwhile).
 
 Why not `np.matmul`: it runs on OpenBLAS's own threads, which a plan wakes for every product and
 which must sleep again at once (`blas.quiet_openblas`: spinning, they took the cores from the
 Numba kernels in between); the Numba threads sleep too, and every product then pays for two
 teams' wake-ups. Run on Numba's threads, products and kernels share one team, which spins
 briefly between them (GOMP_SPINCOUNT, `kernels/__init__.py`; docs/kernels.md, "Threads and a
-busy machine", has the measurements). The same OpenBLAS routines: results
-differ from NumPy's only by rounding (a single-threaded call blocks the sums its own way). 2-D
+busy machine", has the measurements). Results differ from NumPy's only by rounding (a
+single-threaded call, or MKL, blocks the sums its own way). 2-D
 operands of float32 or float64 in any layout BLAS reads (rows or columns contiguous); other
 layouts, and read-only operands, go to `np.matmul`."""
 
@@ -102,7 +102,8 @@ def kernel(a, b, c, threads):
 
 def declarations(dtype: str, ints: str) -> str:
     """Module text declaring `gemm` (`cblas_?gemm` for `dtype`, sizes of integer type `ints`),
-    OpenBLAS's thread-count getter and setter, and the CBLAS constants, for generated kernels."""
+    NumPy's OpenBLAS's thread-count getter and setter, and the CBLAS constants, for generated
+    kernels."""
     letter = {"float32": "s", "float64": "d"}[dtype]
     return DECLARATIONS.format(dtype=dtype, ints=ints, letter=letter)
 
@@ -114,8 +115,8 @@ def generate_source(dtype: str, ints: str) -> str:
 
 def module(node: Node) -> tuple[str, str]:
     """The name and text of a matrix product's kernel module; NotImplementedError unless both
-    operands are 2-D, not constants, and of the result's dtype, float32 or float64, and NumPy's
-    OpenBLAS has the routines."""
+    operands are 2-D, not constants, and of the result's dtype, float32 or float64, and there
+    are GEMM routines to call (`blas.gemm_symbols`)."""
     dtype = node.outputs[0].dtype.name
     ints = gemm_symbols()
     if (
