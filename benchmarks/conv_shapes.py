@@ -1,8 +1,8 @@
 """Each convolution kernel alone (the Numba backend's forward, input gradient and weight
-gradient) against its floor, the same GEMM as one `np.matmul` of the whole batch (zoo.py's
-floor), and against PyTorch's own op when torch is installed, on the shapes of pytorch/examples'
-DCGAN (nz 100, ngf = ndf = 32, batch 32), of CIFAR ResNet-20 (batch 128) and of a sweep of common
-geometries.
+gradient) against its floor, the same GEMM as one product of the whole batch at the best rate
+this machine gives it (zoo.py's floor), and against PyTorch's own op when torch is installed,
+on the shapes of pytorch/examples' DCGAN (nz 100, ngf = ndf = 32, batch 32), of CIFAR ResNet-20
+(batch 128) and of a sweep of common geometries.
 
     PYTHONPATH=$PWD python benchmarks/conv_shapes.py [--set dcgan|sweep|resnet|all] \
         [--dtype float32]

@@ -39,8 +39,9 @@ in `steps.py` and `models.py`; the other models would each be a large job in jax
 state, transposed convolutions, a recurrent loop, a transformer; `--jax-python` names an
 interpreter that has jax), and `floor`: the step's matrix products, convolutions and attention
 products alone, each as the one GEMM of its sizes (a convolution as its im2col product, the
-im2col itself free), timed with NumPy's matmul for every shape the traced step runs (the
-fastest of many runs each, with one BLAS thread and with all), summed. The rounds, medians and
+im2col itself free), timed for every shape the traced step runs (the fastest of many runs
+each: NumPy's matmul with one BLAS thread and with all, and the GEMM routine plans call, MKL's
+with the `mkl` extra, in halves on two threads), summed. The rounds, medians and
 paired ratios are `models.py`'s (`harness.py`): each method once a round, round-robin; a row
 gives the median of its rounds' medians with their range, its step over PyTorch eager's of the
 same round and over the floor, the first call with empty compile caches (tracegrad's kernels,
