@@ -566,6 +566,14 @@ def best_gemm_seconds(shape: tuple[int, int, int, int], dtype: Any, budget: floa
     return min(alone, own, fastest(matmul))
 
 
+def plan_gemm_name() -> str:
+    """The library whose GEMMs tracegrad's plans call (MKL's with the `mkl` extra)."""
+    from tracegrad.compiler.kernels.blas import gemm_library
+
+    routines = gemm_library()
+    return "NumPy's matmul" if routines is None else routines.name
+
+
 def plan_gemm_halves(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> Callable[[], None] | None:
     """out = x @ w (2-D or batched, C-contiguous) by the GEMM routine tracegrad's plans call,
     the rows (or the batch) in two halves on two threads (ctypes lets go of the GIL), as the
@@ -575,12 +583,11 @@ def plan_gemm_halves(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> Callable[
 
     from tracegrad.compiler.kernels.blas import gemm_library
 
-    chosen = gemm_library()
-    if chosen is None:
+    routines = gemm_library()
+    if routines is None:
         return None
-    routines, ints, _ = chosen
-    gemm = routines["cblas_sgemm" if x.dtype == np.float32 else "cblas_dgemm"]
-    size = ctypes.c_int64 if ints == "int64" else ctypes.c_int32
+    gemm = routines.gemms["cblas_sgemm" if x.dtype == np.float32 else "cblas_dgemm"]
+    size = ctypes.c_int64 if routines.ints == "int64" else ctypes.c_int32
     scalar = ctypes.c_float if x.dtype == np.float32 else ctypes.c_double
     matrix = [ctypes.c_void_p, size]  # an operand and its leading dimension
     gemm.argtypes = [ctypes.c_int] * 3 + [size] * 3 + [scalar, *matrix * 2, scalar, *matrix]
@@ -622,7 +629,7 @@ def floor(model: Model) -> dict[str, Any]:
     flops = sum(2 * math.prod(s) * count for s, count in shapes.items())
     return {"median_s": seconds, "times_s": [seconds], "gflop": flops / 1e9,
             "gemms": sum(shapes.values()), "shapes": len(shapes), "peak_rss_mb": peak_rss_mb(),
-            "blas": blas_info()}  # fmt: skip
+            "blas": [*blas_info(), f"plans' GEMMs: {plan_gemm_name()}"]}  # fmt: skip
 
 
 # --- the profile -------------------------------------------------------------------------------

@@ -47,7 +47,7 @@ np.testing.assert_allclose(got.numpy(), want, rtol=1e-10, atol=1e-10)
 np.testing.assert_allclose(conv.numpy(), np.einsum("ncxyij,ocij->noxy", cols, w), rtol=1e-10,
                            atol=1e-10)
 assert "matmul kernel" in step.latest.source and "conv2d kernel" in step.latest.source
-print(blas.gemm_library()[2])
+print(blas.gemm_library().name)
 """
 
 

@@ -23,6 +23,7 @@ import os
 import re
 import sys
 import threading
+from typing import NamedTuple
 
 VARIABLE = "OPENBLAS_THREAD_TIMEOUT"
 TIMEOUT = 4  # log2 of the cycles an idle worker spins; 4 is OpenBLAS's smallest
@@ -102,10 +103,19 @@ def _named(lib: ctypes.CDLL, routines: tuple[str, ...], namings: tuple) -> tuple
     return None
 
 
+class Routines(NamedTuple):
+    """The BLAS routines a plan's kernels call (`gemm_library`)."""
+
+    gemms: dict  # {"cblas_sgemm": function, "cblas_dgemm": function}
+    ints: str  # the integer type of their sizes
+    name: str  # the library's, for reports
+    threads: dict  # NumPy's OpenBLAS's thread-count getter and setter, by routine
+
+
 def _mkl_gemms() -> tuple[dict, str, str] | None:
-    """MKL's GEMM routines, sizes' integer type and version, with MKL made sequential; None if
-    it is not installed, is refused (`LIBRARY_VARIABLE`), or already runs threads of its own
-    in this process (its calls would then start threads inside the kernels' threads)."""
+    """MKL's GEMM routines, the integer type of their sizes and its name, with MKL made
+    sequential; None if it is not installed, is declined (`LIBRARY_VARIABLE`), or already runs
+    threads of its own in this process (its calls would start threads inside the kernels')."""
     path = None if os.environ.get(LIBRARY_VARIABLE, "").lower() == "openblas" else mkl_path()
     if path is None:
         return None
@@ -123,33 +133,35 @@ def _mkl_gemms() -> tuple[dict, str, str] | None:
 
 
 @functools.cache
-def gemm_library() -> tuple[dict, str, str] | None:
-    """The GEMM routines plans call ({routine: function}), the integer type of their sizes, and
-    the library's name: MKL's where it is installed (`_mkl_gemms`), else NumPy's OpenBLAS's;
-    None if neither has them, or NumPy's BLAS has not the thread-count routines."""
+def gemm_library() -> Routines | None:
+    """The routines plans call: MKL's GEMMs where it is installed (`_mkl_gemms`), else NumPy's
+    OpenBLAS's, and OpenBLAS's thread-count routines; None without those (NumPy's BLAS is not
+    an OpenBLAS) or without GEMMs."""
     path = openblas_path()
-    if path is None or _named(ctypes.CDLL(path), THREADS, NAMINGS) is None:
+    if path is None:
         return None
-    mkl = _mkl_gemms()
-    if mkl is not None:
-        return mkl
-    found = _named(ctypes.CDLL(path), GEMMS, NAMINGS)
-    return None if found is None else (*found, f"OpenBLAS ({os.path.basename(path)})")
+    openblas = ctypes.CDLL(path)
+    threads = _named(openblas, THREADS, NAMINGS)
+    if threads is None:
+        return None
+    found = _mkl_gemms()
+    if found is None:
+        gemms = _named(openblas, GEMMS, NAMINGS)
+        found = None if gemms is None else (*gemms, f"OpenBLAS ({os.path.basename(path)})")
+    return None if found is None else Routines(*found, threads=threads[0])
 
 
 @functools.cache
 def gemm_symbols() -> str | None:
-    """Register the GEMM routines (`gemm_library`) and NumPy's OpenBLAS's thread-count getter and
-    setter with LLVM as `tracegrad_cblas_sgemm`, ..., `tracegrad_openblas_set_num_threads`,
-    which generated kernels call by name (so that Numba caches them); the integer type of the
-    GEMMs' sizes, or None if there are none (products stay NumPy's)."""
+    """Register the routines (`gemm_library`) with LLVM as `tracegrad_cblas_sgemm`, ...,
+    `tracegrad_openblas_set_num_threads`, which generated kernels call by name (so that Numba
+    caches them); the integer type of the GEMMs' sizes, or None if there are none (products
+    stay NumPy's)."""
     import llvmlite.binding as llvm
 
-    chosen = gemm_library()
-    if chosen is None:
+    routines = gemm_library()
+    if routines is None:
         return None
-    gemms, ints, _ = chosen
-    threads, _ = _named(ctypes.CDLL(openblas_path()), THREADS, NAMINGS)
-    for routine, function in {**gemms, **threads}.items():
+    for routine, function in {**routines.gemms, **routines.threads}.items():
         llvm.add_symbol(f"tracegrad_{routine}", ctypes.cast(function, ctypes.c_void_p).value)
-    return ints
+    return routines.ints
