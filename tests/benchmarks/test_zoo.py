@@ -94,3 +94,22 @@ def test_the_floor_counts_convolutions_as_their_im2col_products():
                 weight_grads += flops if n.prim is P.conv2d_weight_grad else 0
         assert forward == weight_grads > 0, name
         assert ops == {"conv2d", "conv2d_input_grad", "conv2d_weight_grad"}, name
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_floor_times_the_plans_own_gemm_on_the_whole_product(dtype):
+    """The floor's run of the plans' GEMM routine in halves (`plan_gemm_halves`) computes the
+    whole product, 2-D (rows split) and batched (the batch split), odd sizes included."""
+    rng = np.random.default_rng(0)
+    for shape in ((1, 37, 23, 19), (5, 7, 11, 13)):
+        b, m, k, n = shape
+        lead = (b,) if b > 1 else ()
+        x, w = rng.standard_normal((*lead, m, k)), rng.standard_normal((*lead, k, n))
+        x, w = x.astype(dtype), w.astype(dtype)
+        out = np.full((*lead, m, n), np.nan, dtype)
+        run = zoo.plan_gemm_halves(x, w, out)
+        if run is None:
+            pytest.skip("no BLAS GEMM routine to call: the floor is NumPy's matmul alone")
+        run()
+        tol = 1e-5 if dtype == np.float32 else 1e-12  # relative to the sums' scale, about 5
+        np.testing.assert_allclose(out, x @ w, rtol=tol, atol=5 * tol)
