@@ -65,7 +65,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 from typing import Any
 
 import numpy as np
@@ -579,7 +579,6 @@ def plan_gemm_halves(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> Callable[
     the rows (or the batch) in two halves on two threads (ctypes lets go of the GIL), as the
     plan's kernels split it; None without that routine."""
     import ctypes
-    from concurrent.futures import ThreadPoolExecutor
 
     from tracegrad.compiler.kernels.blas import gemm_library
 
@@ -603,14 +602,22 @@ def plan_gemm_halves(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> Callable[
         for i in range(lo, hi) if x.ndim == 3 else ():
             product(i * m * k, i * m * n, m, i * k * n)
 
-    pool, end = ThreadPoolExecutor(1), x.shape[0]
+    end = x.shape[0]
 
     def run() -> None:
-        other = pool.submit(part, end // 2, end)
+        other = _other_thread().submit(part, end // 2, end)
         part(0, end // 2)
         other.result()
 
     return run
+
+
+@cache
+def _other_thread() -> Any:
+    """The one thread beside the caller that `plan_gemm_halves` runs second halves on."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    return ThreadPoolExecutor(1)
 
 
 def step_gemms(model: Model, c: dict | None = None) -> tuple[Counter, Any]:
