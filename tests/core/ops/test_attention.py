@@ -12,7 +12,7 @@ import pytest
 import tracegrad as tg
 from tests.conftest import check_grad, numeric_grad
 from tracegrad.compiler import lowering
-from tracegrad.compiler.kernels import rows
+from tracegrad.compiler.kernels import fused
 from tracegrad.core import primitives as P
 from tracegrad.core.ops import attention as attention_impl
 from tracegrad.nn import functional as F
@@ -82,7 +82,7 @@ def test_traced_kernels_match_eager(rng, dtype, parallel, monkeypatch):
     their pairs on one thread (these small shapes' own kernels), then on several."""
     monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
     if parallel:
-        monkeypatch.setattr(rows, "PARALLEL_MIN", 0)
+        monkeypatch.setattr(fused, "PARALLEL_MIN", 0)
     args = []
     for shapes in SHAPES + LONG:
         q = rng.standard_normal(shapes[0][::-1]).T.astype(dtype)

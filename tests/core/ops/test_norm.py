@@ -10,7 +10,7 @@ import pytest
 import tracegrad as tg
 from tests.conftest import numeric_grad
 from tracegrad.compiler import lowering
-from tracegrad.compiler.kernels import rows
+from tracegrad.compiler.kernels import fused
 from tracegrad.core import primitives as P
 from tracegrad.core.ops import norm as normalization
 from tracegrad.nn import functional as F
@@ -58,7 +58,7 @@ def test_traced_kernels_match_eager(rng, dtype, parallel, monkeypatch):
     (these small shapes' own kernels), then on several."""
     monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
     if parallel:
-        monkeypatch.setattr(rows, "PARALLEL_MIN", 0)
+        monkeypatch.setattr(fused, "PARALLEL_MIN", 0)
     shapes = [(3, 1), (7, 5), (3, 100, 7)]
     args = []
     for s in shapes:
@@ -93,7 +93,7 @@ def test_batch_norm_kernels_match_numpy(rng, dtype, tol, shape, parallel, monkey
     sums of squares loses digits there unless summed in float64) and in Fortran order; channels
     on one thread (these small shapes' own kernels) or on several."""
     if parallel:
-        monkeypatch.setattr(rows, "PARALLEL_MIN", 0)
+        monkeypatch.setattr(fused, "PARALLEL_MIN", 0)
     from tracegrad.compiler.kernels import native
     from tracegrad.compiler.kernels.cache import default_cache
     from tracegrad.core import ir

@@ -29,6 +29,7 @@ import numpy as np
 from tracegrad.compiler.kernels import rows
 from tracegrad.compiler.kernels.blas import gemm_symbols
 from tracegrad.compiler.kernels.cache import GeneratedKernel, named
+from tracegrad.compiler.kernels.fused import threaded
 from tracegrad.compiler.kernels.gemm import declarations
 from tracegrad.core import primitives as P
 from tracegrad.core.ir import Node
@@ -187,7 +188,7 @@ def module(node: Node) -> tuple[str, str]:
         raise NotImplementedError(f"attention kernels for {dtype} or constants")
     q, k = node.inputs[:2]
     work = q.size * k.shape[-2] // WORK_PER_ELEMENT  # q k^T's multiply-adds, as elements
-    return named("sdpa", generate_source(OPS[node.prim], dtype, ints, rows.parallel(work)))
+    return named("sdpa", generate_source(OPS[node.prim], dtype, ints, threaded(work)))
 
 
 def as_pairs(a: np.ndarray) -> np.ndarray:

@@ -25,6 +25,7 @@ import numpy as np
 
 from tracegrad.compiler.kernels import rows
 from tracegrad.compiler.kernels.cache import GeneratedKernel, in_c_order, named
+from tracegrad.compiler.kernels.fused import threaded
 from tracegrad.core import primitives as P
 from tracegrad.core.ir import Node
 from tracegrad.core.ops import losses
@@ -206,7 +207,7 @@ def module(node: Node) -> tuple[str, str]:
     """The name and text of a cross-entropy or log-softmax node's kernel module;
     NotImplementedError for other dtypes and labels, and a log-softmax but over the last axis."""
     x = node.inputs[1 if node.prim is P.cross_entropy_grad else 0]  # the scores, or their like
-    dtype, parallel = x.dtype.name, rows.parallel(x.size)
+    dtype, parallel = x.dtype.name, threaded(x.size)
     if OPS[node.prim].startswith("log-softmax"):
         dtype = node.outputs[0].dtype.name
         if dtype not in DTYPES or node.attrs["axis"] not in ((x.ndim - 1,), (-1,)) or not x.ndim:

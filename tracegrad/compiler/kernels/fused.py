@@ -48,6 +48,12 @@ SUPPORTED_DTYPES = frozenset(
 )  # fmt: skip
 
 
+def threaded(work: int) -> bool:
+    """Whether a kernel of `work` elements (or their equivalent) runs its `prange` on several
+    threads: waking them costs more than a small kernel's work. Every generated kernel asks."""
+    return work >= PARALLEL_MIN and numba.config.NUMBA_NUM_THREADS > 1
+
+
 @dataclass(frozen=True)
 class Reduction:
     """A group output reducing value `slot` over the canonical `axes` into dtype `dtype`, by the
@@ -328,7 +334,7 @@ def analyze(
     folds = tuple((slots[v], reduction(v)) for v in reread)
     body = Graph(inputs, nodes, outputs)
     stage, sweep = (stages(body), sweeps(body)) if reread else ({}, {})
-    parallel = math.prod(sizes) >= PARALLEL_MIN and numba.config.NUMBA_NUM_THREADS > 1
+    parallel = threaded(math.prod(sizes))
     helpers = tuple(sorted({h for n in nodes for h in n.prim.helpers}))
     structure = Structure(len(sizes), parallel, in_spec, node_spec, tuple(out_spec), helpers,
                           folds, tuple(stage[n.outputs[0]] for n in valued) if reread else (),

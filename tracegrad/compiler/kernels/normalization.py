@@ -23,6 +23,7 @@ import numpy as np
 
 from tracegrad.compiler.kernels import rows
 from tracegrad.compiler.kernels.cache import GeneratedKernel, named
+from tracegrad.compiler.kernels.fused import threaded
 from tracegrad.core import primitives as P
 from tracegrad.core.ir import Node
 from tracegrad.core.ops.norm import unpack
@@ -236,7 +237,7 @@ def module(node: Node) -> tuple[str, str]:
         raise NotImplementedError(f"normalization kernels for {dtype} or constants")
     if OPS[node.prim].startswith("batch") and math.prod(x.shape[2:]) < MIN_SPATIAL:
         raise NotImplementedError(f"batch-norm kernels for input {x.shape}: few values per sample")
-    return named("norm", generate_source(OPS[node.prim], dtype, rows.parallel(x.size)))
+    return named("norm", generate_source(OPS[node.prim], dtype, threaded(x.size)))
 
 
 class LayerNormKernel(GeneratedKernel):

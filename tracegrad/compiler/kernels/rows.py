@@ -10,10 +10,8 @@ imports, so a new `exp` must make a new module."""
 
 from __future__ import annotations
 
-import numba
-
 from tracegrad.compiler.kernels import fastmath
-from tracegrad.compiler.kernels.fused import GENERATOR_VERSION, PARALLEL_MIN
+from tracegrad.compiler.kernels.fused import GENERATOR_VERSION
 
 _HEAD = '''"""{title} ({dtype}): {generator} generated it."""
 
@@ -53,12 +51,6 @@ def row_dot(x, y):
         total += x[j] * y[j]
     return total
 '''
-
-
-def parallel(work: int) -> bool:
-    """Whether a kernel of `work` (elements, or their equivalent) runs its `prange` on several
-    threads: waking them costs more than a small kernel's work, as for the fused kernels."""
-    return work >= PARALLEL_MIN and numba.config.NUMBA_NUM_THREADS > 1
 
 
 def head(title: str, generator: str, dtype: str, signature: str, parallel: bool = True) -> str:
