@@ -67,8 +67,8 @@ def quiet_openblas() -> bool:
 
 # Matrix products on Numba's threads (`kernels.gemm`, the convolutions, attention): each thread
 # runs its share through a single-threaded GEMM routine. Intel's MKL (the `mkl` extra) where it
-# is installed, since its GEMMs run 10-30% faster than OpenBLAS's on the shapes plans make
-# (docs/kernels.md); else NumPy's OpenBLAS, its thread count set to one meanwhile. The
+# is installed, since its GEMMs run faster than OpenBLAS's on the shapes plans make
+# (docs/kernels.md, "Which BLAS"); else NumPy's OpenBLAS, its thread count set to one meanwhile. The
 # thread-count routines are always NumPy's OpenBLAS's: its own threads must not run inside
 # the kernels' threads, whichever library multiplies.
 LIBRARY_VARIABLE = "TRACEGRAD_BLAS"  # "openblas": NumPy's OpenBLAS even where MKL is installed
