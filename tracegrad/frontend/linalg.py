@@ -124,8 +124,17 @@ def vector_norm(x: Any, ord: float = 2, dim: Any = None, keepdim: bool = False) 
     if ord == 1:
         return sum(a, axes, keepdim)
     if ord == 2:
-        return P.sqrt(sum(x * x, axes, keepdim))
-    return sum(a ** float(ord), axes, keepdim) ** (1.0 / ord)
+        return _root(sum(x * x, axes, keepdim), 2)
+    return _root(sum(a ** float(ord), axes, keepdim), ord)
+
+
+def _root(s: Tensor, p: float) -> Tensor:
+    """s ** (1 / p), whose gradient is 0 where s is 0 (PyTorch's, for a norm of zeros), not the
+    infinite derivative times zero (NaN) that clipping or normalizing a zero gradient would
+    spread."""
+    positive = s > 0.0
+    safe = P.where(positive, s, 1.0)
+    return P.where(positive, P.sqrt(safe) if p == 2 else safe ** (1.0 / p), 0.0)
 
 
 @pytorch_keywords
@@ -137,7 +146,7 @@ def matrix_norm(A: Any, ord: Any = "fro", dim: tuple[int, int] = (-2, -1),
     if len(axes) != 2:
         raise ShapeError(f"matrix_norm: dim {dim} must name two dimensions of {x.shape}")
     if ord == "fro":
-        return P.sqrt(sum(x * x, axes, keepdim))
+        return _root(sum(x * x, axes, keepdim), 2)
     if ord in (1, -1, math.inf, -math.inf):
         summed, other = (axes[0], axes[1]) if ord in (1, -1) else (axes[1], axes[0])
         inner = sum(P.abs(x), summed, keepdim=True)
