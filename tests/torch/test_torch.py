@@ -221,6 +221,7 @@ def test_small_things_of_the_namespace():
         pass
     assert np.allclose(torch.bmm(torch.ones(2, 3, 4), torch.ones(2, 4, 5)).numpy(), 4)
     assert np.allclose(torch.rsqrt(torch.tensor([4.0])).numpy(), 0.5)
+    assert np.allclose(torch.norm(torch.tensor([[3.0, 4.0]]), dim=1).numpy(), [5.0])
     p = torch.tensor(np.ones(2), requires_grad=True)
     p.grad = torch.tensor(np.array([3.0, 4.0]))
     norm = torch.nn.utils.clip_grad_norm_([p], 1.0, error_if_nonfinite=True, foreach=True)

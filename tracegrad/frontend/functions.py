@@ -196,6 +196,14 @@ def flatten(input: Any, start_dim: int = 0, end_dim: int = -1) -> Tensor:
     return reshape(x, x.shape[:start] + (-1,) + x.shape[end + 1 :])
 
 
+@pytorch_keywords
+def unflatten(input: Any, dim: int, sizes: Sequence[int]) -> Tensor:
+    """Dimension `dim` split into `sizes` (one of them may be -1)."""
+    x = as_tensor(input)
+    axis = one_dim("unflatten", dim, x.ndim)
+    return reshape(x, x.shape[:axis] + tuple(sizes) + x.shape[axis + 1 :])
+
+
 def ravel(input: Any) -> Tensor:
     return reshape(input, (-1,))
 
@@ -387,5 +395,5 @@ __all__ = [
     "broadcast_to", "cat", "clamp", "clip", "concat", "concatenate", "expand", "flatten",
     "gather", "index_select", "matmul", "moveaxis", "movedim", "narrow", "permute", "ravel",
     "reshape", "select", "squeeze", "stack", "swapaxes", "swapdims", "t", "take_along_dim",
-    "transpose", "unsqueeze",
+    "transpose", "unflatten", "unsqueeze",
 ]  # fmt: skip

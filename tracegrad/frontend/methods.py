@@ -211,7 +211,8 @@ METHODS: dict[str, Any] = {
     "reshape": F.reshape, "view": F.reshape, "permute": F.permute, "transpose": F.transpose,
     "swapaxes": F.swapaxes, "swapdims": F.swapdims, "t": F.t, "expand": F.expand,
     "broadcast_to": F.broadcast_to, "squeeze": F.squeeze, "unsqueeze": F.unsqueeze,
-    "flatten": F.flatten, "ravel": F.ravel, "moveaxis": F.moveaxis, "movedim": F.movedim,
+    "flatten": F.flatten, "unflatten": F.unflatten, "ravel": F.ravel, "moveaxis": F.moveaxis,
+    "movedim": F.movedim,
     "T": property(F.reversed_axes), "mT": property(F.matrix_transpose),
     # indexing
     "gather": F.gather, "take_along_dim": F.take_along_dim, "index_select": F.index_select,
@@ -239,6 +240,7 @@ METHODS: dict[str, Any] = {
     "kron": M.kron, "cross": M.cross, "norm": _norm,
     # elementwise
     "clamp": F.clamp, "clip": F.clip, "square": E.square, "reciprocal": E.reciprocal,
+    "rsqrt": lambda self: 1.0 / P.sqrt(self),
     "round": E.round, "sinc": E.sinc, "isnan": E.isnan, "isinf": E.isinf,
     "isfinite": E.isfinite, "nan_to_num": E.nan_to_num, "floor_divide": E.floor_divide,
     "fmax": E.fmax, "fmin": E.fmin, "deg2rad": E.deg2rad, "rad2deg": E.rad2deg, "eq": E.eq,

@@ -5,13 +5,20 @@ functionally (the same values), any other is written into the input (`functional
 
 from __future__ import annotations
 
-from tracegrad.frontend.reductions import log_softmax, softmax
-from tracegrad.frontend.tensor import Tensor
-from tracegrad.nn import functional as F
-from tracegrad.nn.modules import Module
+from typing import Any
 
-__all__ = ["ELU", "SELU", "Hardtanh", "LeakyReLU", "LogSoftmax", "Mish", "SiLU", "Softmax",
-           "Softplus"]  # fmt: skip
+import numpy as np
+
+from tracegrad.core.errors import ShapeError
+from tracegrad.frontend.reductions import log_softmax, softmax
+from tracegrad.frontend.tensor import Tensor, get_default_dtype
+from tracegrad.nn import functional as F
+from tracegrad.nn.modules import Module, Parameter
+
+__all__ = ["CELU", "ELU", "GLU", "SELU", "Hardshrink", "Hardsigmoid", "Hardswish", "Hardtanh",
+           "LeakyReLU", "LogSigmoid", "LogSoftmax", "Mish", "PReLU", "ReLU6", "SiLU", "Softmax",
+           "Softmax2d", "Softmin", "Softplus", "Softshrink", "Softsign", "Tanhshrink",
+           "Threshold"]  # fmt: skip
 
 
 class LeakyReLU(Module):
@@ -91,19 +98,13 @@ class Hardtanh(Module):
         return f"min_val={self.min_val}, max_val={self.max_val}"
 
 
-def _softmax_dim(dim: int | None, ndim: int) -> int:
-    """PyTorch's choice when a Softmax is built without `dim` (deprecated there too): 0 for 0-,
-    1- and 3-d inputs, else 1."""
-    return dim if dim is not None else 0 if ndim in (0, 1, 3) else 1
-
-
 class Softmax(Module):
     def __init__(self, dim: int | None = None):
         super().__init__()
         self.dim = dim
 
     def forward(self, x: Tensor) -> Tensor:
-        return softmax(x, axis=_softmax_dim(self.dim, x.ndim))
+        return softmax(x, axis=F.implicit_dim(x.ndim) if self.dim is None else self.dim)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"
@@ -115,7 +116,124 @@ class LogSoftmax(Module):
         self.dim = dim
 
     def forward(self, x: Tensor) -> Tensor:
-        return log_softmax(x, axis=_softmax_dim(self.dim, x.ndim))
+        return log_softmax(x, axis=F.implicit_dim(x.ndim) if self.dim is None else self.dim)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"
+
+
+class _Elementwise(Module):
+    """A layer that applies its function to the input with the options it was built with."""
+
+    function: Any = None
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__()
+        self.options = options
+        for name, value in options.items():
+            object.__setattr__(self, name, value)  # PyTorch's attributes (`layer.inplace`)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return type(self).function(x, **self.options)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.options.items() if k != "inplace")
+
+
+class ReLU6(_Elementwise):
+    function = F.relu6
+
+    def __init__(self, inplace: bool = False):
+        super().__init__(inplace=inplace)
+
+
+class Hardsigmoid(_Elementwise):
+    function = F.hardsigmoid
+
+    def __init__(self, inplace: bool = False):
+        super().__init__(inplace=inplace)
+
+
+class Hardswish(_Elementwise):
+    function = F.hardswish
+
+    def __init__(self, inplace: bool = False):
+        super().__init__(inplace=inplace)
+
+
+class LogSigmoid(_Elementwise):
+    function = F.logsigmoid
+
+
+class Softsign(_Elementwise):
+    function = F.softsign
+
+
+class Tanhshrink(_Elementwise):
+    function = F.tanhshrink
+
+
+class Softshrink(_Elementwise):
+    function = F.softshrink
+
+    def __init__(self, lambd: float = 0.5):
+        super().__init__(lambd=lambd)
+
+
+class Hardshrink(_Elementwise):
+    function = F.hardshrink
+
+    def __init__(self, lambd: float = 0.5):
+        super().__init__(lambd=lambd)
+
+
+class CELU(_Elementwise):
+    function = F.celu
+
+    def __init__(self, alpha: float = 1.0, inplace: bool = False):
+        super().__init__(alpha=alpha, inplace=inplace)
+
+
+class Threshold(_Elementwise):
+    function = F.threshold
+
+    def __init__(self, threshold: float, value: float, inplace: bool = False):
+        super().__init__(threshold=threshold, value=value, inplace=inplace)
+
+
+class GLU(_Elementwise):
+    function = F.glu
+
+    def __init__(self, dim: int = -1):
+        super().__init__(dim=dim)
+
+
+class Softmin(_Elementwise):
+    function = F.softmin
+
+    def __init__(self, dim: int | None = None):
+        super().__init__(dim=dim)
+
+
+class Softmax2d(Module):
+    """Softmax over the channels of each position: dim -3 of (N, C, H, W) or (C, H, W)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.ndim not in (3, 4):
+            raise ShapeError(f"Softmax2d: input {x.shape} must be 3-d or 4-d")
+        return softmax(x, axis=-3)
+
+
+class PReLU(Module):
+    """`prelu` with a learned slope: one for all channels, or one per channel (dim 1)."""
+
+    def __init__(self, num_parameters: int = 1, init: float = 0.25):
+        super().__init__()
+        self.num_parameters = num_parameters
+        self.weight = Parameter(np.full(num_parameters, init, get_default_dtype()))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.prelu(x, self.weight)
+
+    def extra_repr(self) -> str:
+        return f"num_parameters={self.num_parameters}"

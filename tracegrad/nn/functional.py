@@ -26,12 +26,14 @@ from tracegrad.frontend.functions import (
     concatenate,
     matmul,
     permute,
+    pytorch_keywords,
     reshape,
     same_dtypes,
     stack,
     transpose,
 )
-from tracegrad.frontend.reductions import log_softmax, mean, softmax, sum
+from tracegrad.frontend.linalg import vector_norm
+from tracegrad.frontend.reductions import amax, log_softmax, mean, softmax, sum
 from tracegrad.frontend.tensor import Tensor, as_tensor
 
 __all__ = [
@@ -76,6 +78,39 @@ __all__ = [
     "pixel_unshuffle",
     "selu",
     "softplus",
+    "adaptive_avg_pool1d",
+    "adaptive_max_pool1d",
+    "adaptive_max_pool2d",
+    "avg_pool1d",
+    "celu",
+    "cosine_embedding_loss",
+    "cosine_similarity",
+    "dropout1d",
+    "dropout2d",
+    "gaussian_nll_loss",
+    "glu",
+    "hardshrink",
+    "hardsigmoid",
+    "hardswish",
+    "hinge_embedding_loss",
+    "kl_div",
+    "logsigmoid",
+    "margin_ranking_loss",
+    "max_pool1d",
+    "multilabel_soft_margin_loss",
+    "normalize",
+    "pairwise_distance",
+    "poisson_nll_loss",
+    "prelu",
+    "relu6",
+    "rms_norm",
+    "soft_margin_loss",
+    "softmin",
+    "softshrink",
+    "softsign",
+    "tanhshrink",
+    "threshold",
+    "triplet_margin_loss",
 ]
 
 
@@ -1030,3 +1065,404 @@ def instance_norm(
                                  + mean(reshape(mu, mu.shape[:2]), 0) * momentum)  # fmt: skip
             running_var._assign(running_var * (1.0 - momentum) + mean(var, 0) * momentum)
     return _affine(reshape(layer_norm(flat, (count,), eps=eps), x.shape), weight, bias)
+
+
+# --- PyTorch's less common activations ----------------------------------------------------------
+
+
+def relu6(input: Any, inplace: bool = False) -> Tensor:
+    """min(max(0, x), 6): hardtanh on [0, 6], whose gradient is zero at both bounds (PyTorch's)."""
+    return hardtanh(input, 0.0, 6.0, inplace)
+
+
+def hardsigmoid(input: Any, inplace: bool = False) -> Tensor:
+    """relu6(x + 3) / 6; the gradient 1/6 strictly inside (-3, 3), as PyTorch's."""
+    x = as_tensor(input)
+    y = where(x <= -3.0, 0.0, where(x >= 3.0, 1.0, x * (1.0 / 6.0) + 0.5)).astype(x.dtype)
+    return _in_place(input, y, inplace)
+
+
+def hardswish(input: Any, inplace: bool = False) -> Tensor:
+    """x relu6(x + 3) / 6, written by PyTorch's branches so that the gradient at -3 and 3 is
+    PyTorch's too (x / 3 + 1/2 on [-3, 3])."""
+    x = as_tensor(input)
+    y = where(x < -3.0, 0.0, where(x <= 3.0, x * (x + 3.0) * (1.0 / 6.0), x)).astype(x.dtype)
+    return _in_place(input, y, inplace)
+
+
+def logsigmoid(input: Any) -> Tensor:
+    """log(sigmoid(x)) = -softplus(-x), without overflow for large |x|."""
+    return -P.softplus(-as_tensor(input))
+
+
+def softsign(input: Any) -> Tensor:
+    x = as_tensor(input)
+    return x / (abs(x) + 1.0)
+
+
+def tanhshrink(input: Any) -> Tensor:
+    x = as_tensor(input)
+    return x - tanh(x)
+
+
+def softshrink(input: Any, lambd: float = 0.5) -> Tensor:
+    """x - lambd above lambd, x + lambd below -lambd, else 0 (gradient 0 on [-lambd, lambd])."""
+    x = as_tensor(input)
+    return where(x > lambd, x - lambd, where(x < -lambd, x + lambd, 0.0)).astype(x.dtype)
+
+
+def hardshrink(input: Any, lambd: float = 0.5) -> Tensor:
+    x = as_tensor(input)
+    return where(abs(x) > lambd, x, 0.0).astype(x.dtype)
+
+
+def celu(input: Any, alpha: float = 1.0, inplace: bool = False) -> Tensor:
+    """x where x > 0, else alpha (exp(x / alpha) - 1); the exponential sees min(x, 0), as in
+    `elu`."""
+    x = as_tensor(input)
+    tail = P.expm1(P.minimum(x, 0.0) * (1.0 / alpha)) * alpha
+    return _in_place(input, where(x > 0.0, x, tail), inplace)
+
+
+def threshold(input: Any, threshold: float, value: float, inplace: bool = False) -> Tensor:
+    """x where x > threshold, else `value`."""
+    x = as_tensor(input)
+    return _in_place(input, where(x > threshold, x, value).astype(x.dtype), inplace)
+
+
+@pytorch_keywords
+def glu(input: Any, dim: int = -1) -> Tensor:
+    """The gated linear unit: the first half of `dim` times the sigmoid of the second."""
+    x = as_tensor(input)
+    size = x.shape[dim] if x.ndim else 0
+    if size % 2:
+        raise ShapeError(f"glu: dim {dim} of input {x.shape} must have an even size")
+    a, b = _halves(x, dim % x.ndim, size // 2)
+    return a * sigmoid(b)
+
+
+def _halves(x: Tensor, axis: int, half: int) -> tuple[Tensor, Tensor]:
+    first = (slice(None),) * axis + (slice(0, half),)
+    second = (slice(None),) * axis + (slice(half, None),)
+    return x[first], x[second]
+
+
+def implicit_dim(ndim: int) -> int:
+    """PyTorch's dim for a softmax-like function called without one (deprecated there): 0 for
+    0-, 1- and 3-d inputs, else 1."""
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+@pytorch_keywords
+def softmin(input: Any, dim: int | None = None, _stacklevel: int = 3, dtype: Any = None) -> Tensor:
+    """softmax(-x) over `dim`."""
+    x = as_tensor(input) if dtype is None else as_tensor(input).astype(dtype)
+    return softmax(-x, dim if dim is not None else implicit_dim(x.ndim))
+
+
+def prelu(input: Any, weight: Any) -> Tensor:
+    """x where x > 0, else weight * x, with one weight for every channel (dim 1) or one each."""
+    x, w = as_tensor(input), as_tensor(weight)
+    if w.size > 1:
+        if x.ndim < 2 or x.shape[1] != w.size:
+            raise ShapeError(f"prelu: {w.size} weights for input {x.shape}: need one, or one "
+                             "per channel (dim 1)")  # fmt: skip
+        w = reshape(w, (w.size,) + (1,) * (x.ndim - 2))
+    return where(x > 0.0, x, w * x)
+
+
+# --- 1-d pooling, adaptive max pooling, channel dropout, RMS norm ------------------------------
+
+
+def _single(v: Any, op: str, what: str) -> int:
+    if isinstance(v, int):
+        return v
+    if len(v) != 1:
+        raise ValueError(f"{op}: {what} must be an int or one int, not {v!r}")
+    return int(v[0])
+
+
+def _as_image(x: Tensor, op: str) -> Tensor:
+    """(N, C, L) as (N, C, 1, L): the 1-d pools are the 2-d ones over a row."""
+    if x.ndim != 3:
+        raise ShapeError(f"{op}: input {x.shape} must be 3-d (N, C, L)")
+    return reshape(x, (x.shape[0], x.shape[1], 1, x.shape[2]))
+
+
+def _as_rows(y: Tensor) -> Tensor:
+    return reshape(y, (y.shape[0], y.shape[1], y.shape[3]))
+
+
+def max_pool1d(
+    input: Any,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] | None = None,
+    padding: int | Sequence[int] = 0,
+    dilation: int | Sequence[int] = 1,
+    ceil_mode: bool = False,
+    return_indices: bool = False,
+) -> Tensor:
+    """`max_pool2d` over one row: its kernels and its ties (the first maximum) serve both."""
+    op, k = "max_pool1d", _single(kernel_size, "max_pool1d", "kernel_size")
+    s = k if stride is None or stride == [] else _single(stride, op, "stride")
+    y = max_pool2d(_as_image(as_tensor(input), op), (1, k), (1, s),
+                   (0, _single(padding, op, "padding")), (1, _single(dilation, op, "dilation")),
+                   ceil_mode, return_indices)  # fmt: skip
+    return _as_rows(y)
+
+
+def avg_pool1d(
+    input: Any,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] | None = None,
+    padding: int | Sequence[int] = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+) -> Tensor:
+    op, k = "avg_pool1d", _single(kernel_size, "avg_pool1d", "kernel_size")
+    s = k if stride is None or stride == [] else _single(stride, op, "stride")
+    y = avg_pool2d(_as_image(as_tensor(input), op), (1, k), (1, s),
+                   (0, _single(padding, op, "padding")), ceil_mode, count_include_pad)  # fmt: skip
+    return _as_rows(y)
+
+
+def adaptive_avg_pool1d(input: Any, output_size: int | Sequence[int]) -> Tensor:
+    size = _single(output_size, "adaptive_avg_pool1d", "output_size")
+    return _as_rows(adaptive_avg_pool2d(_as_image(as_tensor(input), "adaptive_avg_pool1d"),
+                                        (1, size)))  # fmt: skip
+
+
+def adaptive_max_pool2d(
+    input: Any, output_size: int | Sequence[int | None], return_indices: bool = False
+) -> Tensor:
+    """Max over PyTorch's adaptive windows (rows floor(i H / oh) to ceil((i + 1) H / oh)):
+    `max_pool2d` where the windows tile the image, else the windows' maxima stacked."""
+    if return_indices:
+        raise NotImplementedError("adaptive_max_pool2d: return_indices is not supported")
+    x = as_tensor(input)
+    if x.ndim != 4:
+        raise ShapeError(f"adaptive_max_pool2d: input {x.shape} must be 4-d (N, C, H, W)")
+    size = (output_size, output_size) if isinstance(output_size, int) else tuple(output_size)
+    (n, c, h, w) = x.shape
+    oh, ow = (h if size[0] is None else size[0]), (w if size[1] is None else size[1])
+    if h % oh == 0 and w % ow == 0:
+        return max_pool2d(x, (h // oh, w // ow))
+    bounds = lambda i, o, s: slice(i * s // o, -(-(i + 1) * s // o))
+    rows = [stack([amax(x[:, :, bounds(i, oh, h), bounds(j, ow, w)], axis=(2, 3))
+                   for j in range(ow)], axis=-1) for i in range(oh)]  # fmt: skip
+    return stack(rows, axis=2)
+
+
+def adaptive_max_pool1d(
+    input: Any, output_size: int | Sequence[int], return_indices: bool = False
+) -> Tensor:
+    size = _single(output_size, "adaptive_max_pool1d", "output_size")
+    image = _as_image(as_tensor(input), "adaptive_max_pool1d")
+    return _as_rows(adaptive_max_pool2d(image, (1, size), return_indices))
+
+
+def _channel_dropout(input: Any, p: float, training: bool, inplace: bool, spatial: int,
+                     op: str, state: Tensor | None) -> Tensor:  # fmt: skip
+    """Zero whole channels (all `spatial` trailing axes of a channel) with probability p, and
+    scale the rest by 1/(1-p); (C, *spatial) inputs are one sample."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"{op}: p must be in [0, 1], not {p}")
+    x = as_tensor(input)
+    if x.ndim not in (spatial + 1, spatial + 2):
+        raise ShapeError(f"{op}: input {x.shape} must be (N, C, *{spatial} spatial axes) or "
+                         f"(C, *{spatial} spatial axes)")  # fmt: skip
+    if not training or p == 0.0:
+        return x
+    mask_shape = x.shape[: x.ndim - spatial] + (1,) * spatial
+    keep = random.uniform(mask_shape, x.dtype, state) >= p
+    scaled = x * (1.0 / (1.0 - p)) if p < 1.0 else x * 0.0
+    return _in_place(input, where(keep, scaled, 0.0), inplace)
+
+
+def dropout1d(input: Any, p: float = 0.5, training: bool = True, inplace: bool = False, *,
+              state: Tensor | None = None) -> Tensor:  # fmt: skip
+    """Channel dropout of (N, C, L) or (C, L) inputs."""
+    return _channel_dropout(input, p, training, inplace, 1, "dropout1d", state)
+
+
+def dropout2d(input: Any, p: float = 0.5, training: bool = True, inplace: bool = False, *,
+              state: Tensor | None = None) -> Tensor:  # fmt: skip
+    """Channel dropout of (N, C, H, W) or (C, H, W) inputs."""
+    return _channel_dropout(input, p, training, inplace, 2, "dropout2d", state)
+
+
+def rms_norm(
+    input: Any,
+    normalized_shape: Sequence[int],
+    weight: Any = None,
+    eps: float | None = None,
+) -> Tensor:
+    """x / sqrt(mean(x^2) + eps) over the trailing `normalized_shape` axes, times `weight`;
+    eps defaults to the dtype's machine epsilon, as PyTorch's."""
+    x = as_tensor(input)
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if not shape or x.shape[x.ndim - len(shape) :] != shape:
+        raise ShapeError(f"rms_norm: input of shape {x.shape}, normalized_shape {shape}")
+    eps = float(np.finfo(x.dtype).eps) if eps is None else eps
+    axes = tuple(range(x.ndim - len(shape), x.ndim))
+    y = x / sqrt(mean(x * x, axes, keepdim=True) + eps)
+    return y if weight is None else y * weight
+
+
+# --- distances and the losses built on them ----------------------------------------------------
+
+
+@pytorch_keywords
+def normalize(input: Any, p: float = 2.0, dim: int = 1, eps: float = 1e-12, out: Any = None):
+    """x / max(||x||_p, eps) along `dim`."""
+    if out is not None:
+        raise NotImplementedError("normalize: out= is not supported; use the result")
+    x = as_tensor(input)
+    return x / maximum(vector_norm(x, p, dim, keepdim=True), eps)
+
+
+@pytorch_keywords
+def cosine_similarity(x1: Any, x2: Any, dim: int = 1, eps: float = 1e-8) -> Tensor:
+    """The cosine of the angle between x1 and x2 (broadcast) along `dim`: the product of the two
+    normalized vectors, each norm kept above eps, as PyTorch computes it."""
+    a, b = as_tensor(x1), as_tensor(x2)
+    unit = lambda v: v / maximum(vector_norm(v, 2, dim, keepdim=True), eps)
+    return sum(unit(a) * unit(b), dim)
+
+
+def pairwise_distance(x1: Any, x2: Any, p: float = 2.0, eps: float = 1e-6,
+                      keepdim: bool = False) -> Tensor:  # fmt: skip
+    """||x1 - x2 + eps||_p over the last dim (eps keeps the norm's gradient finite)."""
+    diff = as_tensor(x1) - as_tensor(x2) + eps
+    return vector_norm(diff, p, -1, keepdim)
+
+
+def kl_div(
+    input: Any,
+    target: Any,
+    size_average: Any = None,
+    reduce: Any = None,
+    reduction: str = "mean",
+    log_target: bool = False,
+) -> Tensor:
+    """target (log target - input) per element, `input` being log-probabilities (and `target`
+    too with log_target); 0 where target is 0. "batchmean" divides the sum by the batch size,
+    the true KL divergence, where "mean" divides by the element count (PyTorch's default)."""
+    x, t = as_tensor(input), as_tensor(target)
+    if reduction not in (*losses.REDUCTIONS, "batchmean"):
+        raise ValueError(f"kl_div: reduction must be one of {(*losses.REDUCTIONS, 'batchmean')}"
+                         f", not {reduction!r}")  # fmt: skip
+    if log_target:
+        loss = P.exp(t) * (t - x)
+    else:
+        positive = t > 0.0
+        loss = where(positive, t * log(where(positive, t, 1.0)), 0.0) - t * x
+    if reduction == "batchmean":
+        return sum(loss) / float(x.shape[0] if x.ndim else 1)
+    return _reduce(loss, reduction)
+
+
+def margin_ranking_loss(input1: Any, input2: Any, target: Any, margin: float = 0.0,
+                        reduction: str = "mean") -> Tensor:  # fmt: skip
+    """max(0, -target (input1 - input2) + margin)."""
+    _check_reduction("margin_ranking_loss", reduction)
+    x1, x2, y = as_tensor(input1), as_tensor(input2), as_tensor(target)
+    return _reduce(maximum(0.0, -y * (x1 - x2) + margin), reduction)
+
+
+def hinge_embedding_loss(input: Any, target: Any, margin: float = 1.0,
+                         reduction: str = "mean") -> Tensor:  # fmt: skip
+    """x where target is 1, max(0, margin - x) where it is -1 (both terms elsewhere, as
+    PyTorch's)."""
+    _check_reduction("hinge_embedding_loss", reduction)
+    x, y = as_tensor(input), as_tensor(target)
+    loss = where(y != -1.0, x, 0.0) + where(y != 1.0, maximum(0.0, margin - x), 0.0)
+    return _reduce(loss, reduction)
+
+
+def soft_margin_loss(input: Any, target: Any, reduction: str = "mean") -> Tensor:
+    """log(1 + exp(-target x)), without overflow."""
+    x, y = _same_shapes("soft_margin_loss", input, target, reduction)
+    return _reduce(P.softplus(-y * x), reduction)
+
+
+def cosine_embedding_loss(input1: Any, input2: Any, target: Any, margin: float = 0.0,
+                          reduction: str = "mean") -> Tensor:  # fmt: skip
+    """1 - cos(x1, x2) where target is 1, max(0, cos - margin) where it is -1; the cosine along
+    the last dim with PyTorch's 1e-12 added to each squared norm."""
+    _check_reduction("cosine_embedding_loss", reduction)
+    x1, x2, y = as_tensor(input1), as_tensor(input2), as_tensor(target)
+    dot = sum(x1 * x2, -1)
+    cos = dot / sqrt((sum(x1 * x1, -1) + 1e-12) * (sum(x2 * x2, -1) + 1e-12))
+    loss = where(y == 1.0, 1.0 - cos, 0.0) + where(y == -1.0, maximum(0.0, cos - margin), 0.0)
+    return _reduce(loss, reduction)
+
+
+def triplet_margin_loss(
+    anchor: Any,
+    positive: Any,
+    negative: Any,
+    margin: float = 1.0,
+    p: float = 2.0,
+    eps: float = 1e-6,
+    swap: bool = False,
+    size_average: Any = None,
+    reduce: Any = None,
+    reduction: str = "mean",
+) -> Tensor:
+    """max(0, d(a, p) - d(a, n) + margin) with `pairwise_distance`; `swap` takes the nearer of
+    d(a, n) and d(p, n)."""
+    _check_reduction("triplet_margin_loss", reduction)
+    d_pos = pairwise_distance(anchor, positive, p, eps)
+    d_neg = pairwise_distance(anchor, negative, p, eps)
+    if swap:
+        d_neg = P.minimum(d_neg, pairwise_distance(positive, negative, p, eps))
+    return _reduce(maximum(0.0, d_pos - d_neg + margin), reduction)
+
+
+def poisson_nll_loss(
+    input: Any,
+    target: Any,
+    log_input: bool = True,
+    full: bool = False,
+    size_average: Any = None,
+    eps: float = 1e-8,
+    reduce: Any = None,
+    reduction: str = "mean",
+) -> Tensor:
+    """exp(x) - target x for log-rates x, else x - target log(x + eps); `full` adds Stirling's
+    approximation of log(target!) where target > 1."""
+    _check_reduction("poisson_nll_loss", reduction)
+    x, t = as_tensor(input), as_tensor(target)
+    loss = P.exp(x) - t * x if log_input else x - t * log(x + eps)
+    if full:
+        big = t > 1.0
+        safe = where(big, t, 1.0)
+        loss = loss + where(big, safe * log(safe) - safe + 0.5 * log(safe * (2.0 * math.pi)), 0.0)
+    return _reduce(loss, reduction)
+
+
+def gaussian_nll_loss(input: Any, target: Any, var: Any, full: bool = False, eps: float = 1e-6,
+                      reduction: str = "mean") -> Tensor:  # fmt: skip
+    """(log var + (input - target)^2 / var) / 2, var kept above eps for its value only (the
+    gradient flows as if it were not, as PyTorch's clamp under no_grad); `full` adds
+    log(2 pi) / 2. `var` may lack the last dim or have it of size 1 (one variance per sample)."""
+    _check_reduction("gaussian_nll_loss", reduction)
+    x, t, v = as_tensor(input), as_tensor(target), as_tensor(var)
+    if v.ndim == x.ndim - 1 and v.shape == x.shape[:-1]:
+        v = reshape(v, (*v.shape, 1))
+    v = v + (maximum(v, eps) - v).detach()
+    loss = (log(v) + (x - t) ** 2.0 / v) * 0.5
+    if full:
+        loss = loss + 0.5 * math.log(2.0 * math.pi)
+    return _reduce(loss, reduction)
+
+
+def multilabel_soft_margin_loss(input: Any, target: Any, weight: Any = None,
+                                reduction: str = "mean") -> Tensor:  # fmt: skip
+    """The mean over classes of each class's binary cross-entropy on logits, per sample."""
+    x, y = _same_shapes("multilabel_soft_margin_loss", input, target, reduction)
+    loss = -(y * logsigmoid(x) + (1.0 - y) * logsigmoid(-x))
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(mean(loss, -1), reduction)

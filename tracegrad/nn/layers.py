@@ -10,15 +10,28 @@ from typing import Any
 import numpy as np
 
 from tracegrad.core.primitives import where
-from tracegrad.frontend.functions import permute, reshape
+from tracegrad.frontend.functions import permute, reshape, unflatten
 from tracegrad.frontend.tensor import Tensor, as_tensor, get_default_dtype
 from tracegrad.nn import functional as F
 from tracegrad.nn import init
-from tracegrad.nn.modules import Linear, Module, uniform_parameter
+from tracegrad.nn.modules import Dropout, Linear, Module, Parameter, uniform_parameter
 
 __all__ = [
+    "AdaptiveAvgPool1d",
     "AdaptiveAvgPool2d",
+    "AdaptiveMaxPool1d",
+    "AdaptiveMaxPool2d",
+    "AvgPool1d",
     "AvgPool2d",
+    "CosineSimilarity",
+    "Dropout1d",
+    "Dropout2d",
+    "PairwiseDistance",
+    "ParameterDict",
+    "ParameterList",
+    "RMSNorm",
+    "MaxPool1d",
+    "Unflatten",
     "BatchNorm1d",
     "BatchNorm2d",
     "Conv1d",
@@ -186,6 +199,105 @@ class AdaptiveAvgPool2d(Module):
 
     def extra_repr(self) -> str:
         return f"output_size={self.output_size}"
+
+
+class MaxPool1d(MaxPool2d):
+    def forward(self, x: Tensor) -> Tensor:
+        return F.max_pool1d(x, self.kernel_size, self.stride, self.padding, self.dilation,
+                            self.ceil_mode, self.return_indices)  # fmt: skip
+
+
+class AvgPool1d(AvgPool2d):
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
+                 count_include_pad=True):  # fmt: skip
+        super().__init__(kernel_size, stride, padding, ceil_mode, count_include_pad)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.avg_pool1d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                            self.count_include_pad)  # fmt: skip
+
+
+class AdaptiveAvgPool1d(AdaptiveAvgPool2d):
+    def forward(self, x: Tensor) -> Tensor:
+        return F.adaptive_avg_pool1d(x, self.output_size)
+
+
+class AdaptiveMaxPool2d(AdaptiveAvgPool2d):
+    def __init__(self, output_size: int | Sequence[int | None], return_indices: bool = False):
+        super().__init__(output_size)
+        self.return_indices = return_indices
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.adaptive_max_pool2d(x, self.output_size, self.return_indices)
+
+
+class AdaptiveMaxPool1d(AdaptiveMaxPool2d):
+    def forward(self, x: Tensor) -> Tensor:
+        return F.adaptive_max_pool1d(x, self.output_size, self.return_indices)
+
+
+class Dropout1d(Dropout):
+    """Zeroes whole channels of (N, C, L) inputs in training (`functional.dropout1d`)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.dropout1d(x, self.p, self.training, self.inplace, state=self.random_state)
+
+
+class Dropout2d(Dropout):
+    """Zeroes whole channels of (N, C, H, W) inputs in training (`functional.dropout2d`)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.dropout2d(x, self.p, self.training, self.inplace, state=self.random_state)
+
+
+class RMSNorm(Module):
+    """Root-mean-square normalization over the trailing `normalized_shape` axes (no centring),
+    with a learned scale: LLaMA-style transformers' norm."""
+
+    def __init__(self, normalized_shape: int | Sequence[int], eps: float | None = None,
+                 elementwise_affine: bool = True):  # fmt: skip
+        super().__init__()
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
+        self.normalized_shape, self.eps = tuple(shape), eps
+        self.weight = None
+        if elementwise_affine:
+            self.weight = Parameter(np.ones(self.normalized_shape, get_default_dtype()))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+
+    def extra_repr(self) -> str:
+        affine = self.weight is not None
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={affine}"
+
+
+class CosineSimilarity(Module):
+    def __init__(self, dim: int = 1, eps: float = 1e-8):
+        super().__init__()
+        self.dim, self.eps = dim, eps
+
+    def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
+        return F.cosine_similarity(x1, x2, self.dim, self.eps)
+
+
+class PairwiseDistance(Module):
+    def __init__(self, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False):
+        super().__init__()
+        self.norm, self.eps, self.keepdim = p, eps, keepdim
+
+    def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
+        return F.pairwise_distance(x1, x2, self.norm, self.eps, self.keepdim)
+
+
+class Unflatten(Module):
+    """Splits axis `dim` into `unflattened_size` (one entry may be -1)."""
+
+    def __init__(self, dim: int, unflattened_size: Sequence[int]):
+        super().__init__()
+        self.dim, self.unflattened_size = dim, tuple(unflattened_size)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return unflatten(x, self.dim, self.unflattened_size)
 
 
 class Flatten(Module):
@@ -399,6 +511,82 @@ class ModuleDict(Module):
 
     def items(self) -> Iterable[tuple[str, Module]]:
         return self._modules.items()
+
+
+class ParameterList(Module):
+    """A list of parameters, registered as "0", "1", ... (a tensor given is made a Parameter)."""
+
+    def __init__(self, values: Iterable[Any] | None = None):
+        super().__init__()
+        for v in values or ():
+            self.append(v)
+
+    def append(self, value: Any) -> ParameterList:
+        setattr(self, str(len(self._parameters)), _as_parameter(value))
+        return self
+
+    def extend(self, values: Iterable[Any]) -> ParameterList:
+        for v in values:
+            self.append(v)
+        return self
+
+    def __getitem__(self, i: int | slice) -> Any:
+        items = list(self._parameters.values())
+        return ParameterList(items[i]) if isinstance(i, slice) else items[i]
+
+    def __setitem__(self, i: int, value: Any) -> None:
+        setattr(self, str(range(len(self))[i]), _as_parameter(value))
+
+    def __len__(self) -> int:
+        return len(self._parameters)
+
+    def __iter__(self) -> Iterator[Parameter]:
+        return iter(self._parameters.values())
+
+
+class ParameterDict(Module):
+    """Parameters by name, in insertion order (a tensor given is made a Parameter)."""
+
+    def __init__(self, parameters: Mapping[str, Any] | None = None):
+        super().__init__()
+        self.update(parameters or {})
+
+    def update(self, parameters: Mapping[str, Any]) -> None:
+        for k, v in parameters.items():
+            self[k] = v
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        setattr(self, key, _as_parameter(value))
+
+    def __getitem__(self, key: str) -> Parameter:
+        return self._parameters[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._parameters
+
+    def __len__(self) -> int:
+        return len(self._parameters)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._parameters)
+
+    def keys(self) -> Iterable[str]:
+        return self._parameters.keys()
+
+    def values(self) -> Iterable[Parameter]:
+        return self._parameters.values()
+
+    def items(self) -> Iterable[tuple[str, Parameter]]:
+        return self._parameters.items()
+
+
+def _as_parameter(value: Any) -> Parameter:
+    """PyTorch's containers keep a Parameter as it is and make any other tensor one."""
+    if isinstance(value, Parameter):
+        return value
+    if not isinstance(value, Tensor):
+        raise TypeError(f"a parameter container holds tensors, not {type(value).__name__}")
+    return Parameter(value.detach())
 
 
 class MultiheadAttention(Module):

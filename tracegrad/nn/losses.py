@@ -9,8 +9,10 @@ from tracegrad.frontend.tensor import Tensor
 from tracegrad.nn import functional as F
 from tracegrad.nn.modules import Module
 
-__all__ = ["BCELoss", "BCEWithLogitsLoss", "CrossEntropyLoss", "HuberLoss", "L1Loss", "MSELoss",
-           "NLLLoss", "SmoothL1Loss"]  # fmt: skip
+__all__ = ["BCELoss", "BCEWithLogitsLoss", "CosineEmbeddingLoss", "CrossEntropyLoss",
+           "GaussianNLLLoss", "HingeEmbeddingLoss", "HuberLoss", "KLDivLoss", "L1Loss", "MSELoss",
+           "MarginRankingLoss", "MultiLabelSoftMarginLoss", "NLLLoss", "PoissonNLLLoss",
+           "SmoothL1Loss", "SoftMarginLoss", "TripletMarginLoss"]  # fmt: skip
 
 
 class _Loss(Module):
@@ -20,8 +22,8 @@ class _Loss(Module):
         super().__init__()
         self.options = options
 
-    def forward(self, input: Any, target: Any) -> Tensor:
-        return type(self).function(input, target, **self.options)
+    def forward(self, *inputs: Any) -> Tensor:
+        return type(self).function(*inputs, **self.options)
 
     def extra_repr(self) -> str:
         return ", ".join(f"{k}={v!r}" for k, v in self.options.items() if v is not None)
@@ -82,3 +84,76 @@ class HuberLoss(_Loss):
 
     def __init__(self, reduction="mean", delta=1.0):
         super().__init__(reduction=reduction, delta=delta)
+
+
+class KLDivLoss(_Loss):
+    function = F.kl_div
+
+    def __init__(self, size_average=None, reduce=None, reduction="mean", log_target=False):
+        super().__init__(reduction=reduction, log_target=log_target)
+
+
+class PoissonNLLLoss(_Loss):
+    function = F.poisson_nll_loss
+
+    def __init__(self, log_input=True, full=False, size_average=None, eps=1e-8, reduce=None,
+                 reduction="mean"):  # fmt: skip
+        super().__init__(log_input=log_input, full=full, eps=eps, reduction=reduction)
+
+
+class GaussianNLLLoss(_Loss):
+    """Called as loss(input, target, var)."""
+
+    function = F.gaussian_nll_loss
+
+    def __init__(self, *, full=False, eps=1e-6, reduction="mean"):
+        super().__init__(full=full, eps=eps, reduction=reduction)
+
+
+class SoftMarginLoss(_Loss):
+    function = F.soft_margin_loss
+
+    def __init__(self, size_average=None, reduce=None, reduction="mean"):
+        super().__init__(reduction=reduction)
+
+
+class HingeEmbeddingLoss(_Loss):
+    function = F.hinge_embedding_loss
+
+    def __init__(self, margin=1.0, size_average=None, reduce=None, reduction="mean"):
+        super().__init__(margin=margin, reduction=reduction)
+
+
+class MultiLabelSoftMarginLoss(_Loss):
+    function = F.multilabel_soft_margin_loss
+
+    def __init__(self, weight=None, size_average=None, reduce=None, reduction="mean"):
+        super().__init__(weight=weight, reduction=reduction)
+
+
+class MarginRankingLoss(_Loss):
+    """Called as loss(input1, input2, target)."""
+
+    function = F.margin_ranking_loss
+
+    def __init__(self, margin=0.0, size_average=None, reduce=None, reduction="mean"):
+        super().__init__(margin=margin, reduction=reduction)
+
+
+class CosineEmbeddingLoss(_Loss):
+    """Called as loss(input1, input2, target)."""
+
+    function = F.cosine_embedding_loss
+
+    def __init__(self, margin=0.0, size_average=None, reduce=None, reduction="mean"):
+        super().__init__(margin=margin, reduction=reduction)
+
+
+class TripletMarginLoss(_Loss):
+    """Called as loss(anchor, positive, negative)."""
+
+    function = F.triplet_margin_loss
+
+    def __init__(self, margin=1.0, p=2.0, eps=1e-6, swap=False, size_average=None, reduce=None,
+                 reduction="mean"):  # fmt: skip
+        super().__init__(margin=margin, p=p, eps=eps, swap=swap, reduction=reduction)

@@ -63,6 +63,13 @@ def rsqrt(input: Any) -> Tensor:
     return 1.0 / _tg.sqrt(input)
 
 
+def norm(input: Tensor, p: Any = "fro", dim: Any = None, keepdim: bool = False,
+         dtype: Any = None) -> Tensor:  # fmt: skip
+    """PyTorch's (deprecated but common) `torch.norm`: the method `input.norm(p, dim)`."""
+    x = input if dtype is None else input.to(dtype)
+    return x.norm(p, dim, keepdim)
+
+
 class Size(tuple):
     """PyTorch's `torch.Size`: a tuple of extents (a tensor's `shape` is a plain tuple)."""
 

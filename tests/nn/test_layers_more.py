@@ -1,0 +1,397 @@
+"""PyTorch's less common layers, functions and losses that real models use (MobileNet's
+hardswish, LLaMA's RMSNorm, 1-d CNNs' pooling, distillation's kl_div, metric learning's
+distances and margins, parameter containers): values and gradients against PyTorch in float64
+where it is installed, else against finite differences; a traced step against the eager one."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+from tests.conftest import check_grad
+from tests.nn.test_layers_resampling import both, needs_torch, same_module
+from tracegrad import nn
+from tracegrad.compiler import lowering
+from tracegrad.nn import functional as F
+
+try:
+    import torch
+    import torch.nn.functional as TF
+except ImportError:  # the checks without PyTorch still run
+    torch = None
+
+
+def _x(rng, *shape, scale=2.0):
+    """Normal samples kept 0.05 away from the kinks at 0, +-0.5, +-3, 6 and the threshold."""
+    x = rng.standard_normal(shape) * scale
+    for kink in (0.0, 0.5, -0.5, 1.0, -1.0, 3.0, -3.0, 6.0, 0.1):
+        x = np.where(np.abs(x - kink) < 0.05, kink + 0.2, x)
+    return x
+
+
+# (tracegrad's function by name, its arguments after the input, the input's shape, scale)
+ELEMENTWISE = [
+    ("relu6", (), (12,), 4.0), ("hardsigmoid", (), (12,), 3.0), ("hardswish", (), (12,), 3.0),
+    ("logsigmoid", (), (12,), 20.0), ("softsign", (), (12,), 2.0), ("tanhshrink", (), (12,), 2.0),
+    ("softshrink", (), (12,), 2.0), ("softshrink", (1.0,), (12,), 2.0),
+    ("hardshrink", (), (12,), 2.0), ("celu", (), (12,), 2.0), ("celu", (0.5,), (12,), 2.0),
+    ("threshold", (0.1, 20.0), (12,), 2.0), ("glu", (), (3, 4), 2.0), ("glu", (0,), (4, 3), 2.0),
+    ("softmin", (1,), (3, 4), 2.0),
+]  # fmt: skip
+
+
+@needs_torch
+@pytest.mark.parametrize("name, args, shape, scale", ELEMENTWISE)
+def test_elementwise_functions_match_torch(rng, name, args, shape, scale):
+    x = _x(rng, *shape, scale=scale)
+    both(lambda a: getattr(F, name)(a, *args), lambda t: getattr(TF, name)(t, *args), x)
+
+
+@pytest.mark.parametrize("name, args, shape, scale", ELEMENTWISE)
+def test_elementwise_gradients_match_finite_differences(rng, name, args, shape, scale):
+    check_grad(lambda a: getattr(F, name)(a, *args), _x(rng, *shape, scale=scale))
+
+
+MODULES = [  # tracegrad's and PyTorch's layer of one name, built with these arguments
+    ("ReLU6", ()), ("Hardsigmoid", ()), ("Hardswish", ()), ("LogSigmoid", ()), ("Softsign", ()),
+    ("Tanhshrink", ()), ("Softshrink", (0.7,)), ("Hardshrink", ()), ("CELU", (2.0,)),
+    ("Threshold", (0.1, -5.0)), ("GLU", (1,)), ("Softmin", (1,)), ("Softmax2d", ()),
+]  # fmt: skip
+
+
+@needs_torch
+@pytest.mark.parametrize("name, args", MODULES)
+def test_activation_layers_match_torchs(rng, name, args):
+    x = _x(rng, 2, 4, 3, 3, scale=3.0)
+    both(lambda a: getattr(nn, name)(*args)(a), lambda t: getattr(torch.nn, name)(*args)(t), x)
+
+
+def test_hardswish_at_its_bounds_has_pytorchs_gradient():
+    x = tg.tensor([-3.0, 3.0, -4.0, 4.0], requires_grad=True)
+    F.hardswish(x).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [-0.5, 1.5, 0.0, 1.0])
+    x = tg.tensor([-3.0, 3.0, 0.0], requires_grad=True)
+    F.hardsigmoid(x).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [0.0, 0.0, 1 / 6])
+
+
+@needs_torch
+@pytest.mark.parametrize("channels", [1, 3])
+def test_prelu_matches_torch(rng, channels):
+    x, w = _x(rng, 2, 3, 5), rng.uniform(0.1, 0.5, channels)
+    both(F.prelu, TF.prelu, x, w)
+    layer, twin = nn.PReLU(channels, 0.3), torch.nn.PReLU(channels, 0.3)
+    same_module(layer, twin, x)
+
+
+def test_prelu_gradients_and_errors(rng):
+    check_grad(F.prelu, _x(rng, 2, 3, 4), rng.uniform(0.1, 0.5, 3))
+    with pytest.raises(tg.ShapeError, match="prelu: 2 weights for input"):
+        F.prelu(tg.ones((2, 3, 4)), tg.ones(2))
+
+
+# --- pooling ------------------------------------------------------------------------------------
+
+POOLS = [  # tracegrad's and torch's function, arguments, input shape
+    ("max_pool1d", (3,), (2, 3, 11)), ("max_pool1d", (3, 2, 1), (2, 3, 11)),
+    ("max_pool1d", (2, 1, 0, 2), (1, 2, 9)), ("avg_pool1d", (3, 2, 1), (2, 3, 11)),
+    ("avg_pool1d", (3, 2, 1, False, False), (2, 3, 11)), ("adaptive_avg_pool1d", (4,), (2, 3, 10)),
+    ("adaptive_avg_pool1d", (5,), (2, 3, 10)), ("adaptive_max_pool1d", (3,), (2, 3, 10)),
+    ("adaptive_max_pool2d", ((3, 2),), (2, 3, 7, 5)), ("adaptive_max_pool2d", (2,), (2, 3, 8, 8)),
+    ("adaptive_max_pool2d", ((None, 3),), (1, 2, 4, 7)),
+]  # fmt: skip
+
+
+@needs_torch
+@pytest.mark.parametrize("name, args, shape", POOLS)
+def test_pools_match_torch(rng, name, args, shape):
+    x = rng.standard_normal(shape)
+    both(lambda a: getattr(F, name)(a, *args), lambda t: getattr(TF, name)(t, *args), x)
+
+
+@pytest.mark.parametrize("name, args, shape", POOLS)
+def test_pool_gradients_match_finite_differences(rng, name, args, shape):
+    check_grad(lambda a: getattr(F, name)(a, *args), rng.standard_normal(shape))
+
+
+def test_pools_name_their_input_rules():
+    with pytest.raises(tg.ShapeError, match=r"max_pool1d: input \(3, 4\) must be 3-d"):
+        F.max_pool1d(tg.ones((3, 4)), 2)
+    with pytest.raises(ValueError, match="avg_pool1d: kernel_size must be an int or one int"):
+        F.avg_pool1d(tg.ones((1, 3, 4)), (2, 2))
+    layer = nn.AdaptiveMaxPool2d(1)
+    assert layer(tg.ones((2, 3, 4, 5))).shape == (2, 3, 1, 1)
+    assert nn.MaxPool1d(2)(tg.ones((2, 3, 8))).shape == (2, 3, 4)
+    assert nn.AvgPool1d(4, 2)(tg.ones((2, 3, 8))).shape == (2, 3, 3)
+    assert nn.AdaptiveAvgPool1d(1)(tg.ones((2, 3, 8))).shape == (2, 3, 1)
+    assert nn.AdaptiveMaxPool1d(2)(tg.ones((2, 3, 8))).shape == (2, 3, 2)
+
+
+# --- normalization, distances -------------------------------------------------------------------
+
+
+@needs_torch
+def test_rms_norm_matches_torch(rng):
+    x, w = rng.standard_normal((2, 3, 4)), rng.standard_normal(4)
+    both(lambda a, b: F.rms_norm(a, (4,), b), lambda a, b: TF.rms_norm(a, (4,), b), x, w)
+    both(lambda a: F.rms_norm(a, (3, 4), eps=1e-3), lambda a: TF.rms_norm(a, (3, 4), eps=1e-3), x)
+    same_module(nn.RMSNorm(4), torch.nn.RMSNorm(4), x)
+
+
+def test_rms_norm_values_gradients_and_errors(rng):
+    x = rng.standard_normal((3, 5))
+    want = x / np.sqrt((x * x).mean(-1, keepdims=True) + np.finfo(np.float64).eps)
+    np.testing.assert_allclose(F.rms_norm(tg.tensor(x), (5,)).numpy(), want, rtol=1e-12)
+    check_grad(lambda a, b: F.rms_norm(a, 5, b, eps=1e-5), x, rng.standard_normal(5))
+    assert nn.RMSNorm(5).weight.numpy().tolist() == [1.0] * 5
+    with pytest.raises(tg.ShapeError, match=r"rms_norm: input of shape \(3, 5\)"):
+        F.rms_norm(tg.ones((3, 5)), (4,))
+
+
+DISTANCES = [  # tracegrad's and torch's function, its keyword arguments, the inputs' shapes
+    ("normalize", {}, [(3, 4)]), ("normalize", {"p": 1.0, "dim": -1}, [(3, 4)]),
+    ("cosine_similarity", {}, [(3, 4), (3, 4)]),
+    ("cosine_similarity", {"dim": -1}, [(3, 4), (1, 4)]),
+    ("pairwise_distance", {}, [(3, 4), (3, 4)]),
+    ("pairwise_distance", {"p": 3.0, "keepdim": True}, [(3, 4), (3, 4)]),
+]  # fmt: skip
+
+
+@needs_torch
+@pytest.mark.parametrize("name, kwargs, shapes", DISTANCES)
+def test_distances_match_torch(rng, name, kwargs, shapes):
+    xs = [rng.standard_normal(s) for s in shapes]
+    both(lambda *a: getattr(F, name)(*a, **kwargs), lambda *t: getattr(TF, name)(*t, **kwargs),
+         *xs)  # fmt: skip
+
+
+@pytest.mark.parametrize("name, kwargs, shapes", DISTANCES)
+def test_distance_gradients_match_finite_differences(rng, name, kwargs, shapes):
+    check_grad(lambda *a: getattr(F, name)(*a, **kwargs), *[rng.standard_normal(s) for s in shapes])
+
+
+def test_the_norm_of_zeros_has_gradient_zero_as_in_pytorch():
+    """Not NaN: normalizing (or clipping) an all-zero vector must not poison the step."""
+    for norm in (lambda v: tg.linalg.vector_norm(v), lambda v: tg.linalg.vector_norm(v, 3.0),
+                 lambda v: tg.linalg.matrix_norm(v.reshape(2, 2))):  # fmt: skip
+        x = tg.zeros(4, requires_grad=True)
+        norm(x).backward()
+        assert x.grad.numpy().tolist() == [0.0] * 4
+    x = tg.zeros((2, 3), requires_grad=True)
+    y = F.normalize(x)
+    y.sum().backward()
+    assert np.all(y.numpy() == 0) and np.all(np.isfinite(x.grad.numpy()))
+    cosine = nn.CosineSimilarity()(tg.ones((2, 3)), tg.ones((2, 3)) * 2.0)
+    np.testing.assert_allclose(cosine.numpy(), [1.0, 1.0], rtol=1e-6)
+    distance = nn.PairwiseDistance(eps=0.0)(tg.tensor([[3.0, 0.0]]), tg.tensor([[0.0, 4.0]]))
+    np.testing.assert_allclose(distance.numpy(), [5.0])
+
+
+# --- losses -------------------------------------------------------------------------------------
+
+
+def _probabilities(rng, shape):
+    z = rng.standard_normal(shape)
+    return np.exp(z) / np.exp(z).sum(-1, keepdims=True)
+
+
+@needs_torch
+@pytest.mark.parametrize("reduction", ["mean", "batchmean", "sum", "none"])
+def test_kl_div_matches_torch(rng, reduction):
+    x, t = np.log(_probabilities(rng, (4, 5))), _probabilities(rng, (4, 5))
+    both(lambda a, b: F.kl_div(a, b, reduction=reduction),
+         lambda a, b: TF.kl_div(a, b, reduction=reduction), x, t)  # fmt: skip
+    both(lambda a, b: F.kl_div(a, b, reduction=reduction, log_target=True),
+         lambda a, b: TF.kl_div(a, b, reduction=reduction, log_target=True),
+         x, np.log(t + 0.1))  # fmt: skip
+
+
+def test_kl_div_is_the_kl_divergence_with_batchmean(rng):
+    p, q = _probabilities(rng, (3, 4)), _probabilities(rng, (3, 4))
+    want = (p * np.log(p / q)).sum() / 3
+    got = F.kl_div(tg.tensor(np.log(q)), tg.tensor(p), reduction="batchmean")
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-12)
+    check_grad(lambda a, b: F.kl_div(a, b, reduction="sum"), np.log(q), p)
+    x, t = tg.tensor([-1.0, -2.0], requires_grad=True), tg.tensor([0.0, 0.5], requires_grad=True)
+    F.kl_div(x, t, reduction="sum").backward()  # 0 log 0 is 0; PyTorch's target gradient is NaN
+    np.testing.assert_allclose(t.grad.numpy(), [1.0, math.log(0.5) + 1.0 + 2.0])
+    with pytest.raises(ValueError, match="kl_div: reduction must be one of"):
+        F.kl_div(tg.tensor(q), tg.tensor(p), reduction="max")
+
+
+SIGNS = np.array([1.0, -1.0, 1.0, -1.0, -1.0])
+LOSSES = [  # name, keyword arguments, shapes of the differentiated inputs, constant last input
+    ("margin_ranking_loss", {"margin": 0.3}, [(5,), (5,)], SIGNS),
+    ("hinge_embedding_loss", {"margin": 0.7}, [(5,)], SIGNS),
+    ("soft_margin_loss", {}, [(5,)], SIGNS),
+    ("cosine_embedding_loss", {"margin": 0.1}, [(5, 3), (5, 3)], SIGNS),
+    ("multilabel_soft_margin_loss", {}, [(5,)], (SIGNS > 0).astype(float)),
+    ("triplet_margin_loss", {}, [(5, 3), (5, 3), (5, 3)], None),
+    ("triplet_margin_loss", {"swap": True, "p": 1.0, "margin": 2.0}, [(5, 3)] * 3, None),
+    ("poisson_nll_loss", {}, [(5,)], np.array([0.0, 1.0, 2.0, 5.0, 3.0])),
+    ("poisson_nll_loss", {"full": True}, [(5,)], np.array([0.0, 1.0, 2.0, 5.0, 3.0])),
+    ("gaussian_nll_loss", {}, [(5, 2), (5, 2)], None),
+]
+
+
+def _loss_inputs(rng, name, shapes):
+    xs = [rng.standard_normal(s) for s in shapes]
+    if name == "gaussian_nll_loss":  # input, target; the variance is differentiated too
+        xs.append(rng.uniform(0.5, 2.0, shapes[0][0]))
+    return xs
+
+
+@needs_torch
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("name, kwargs, shapes, const", LOSSES)
+def test_losses_match_torch(rng, name, kwargs, shapes, const, reduction):
+    xs = _loss_inputs(rng, name, shapes)
+    extra = () if const is None else (const,)
+    both(lambda *a: getattr(F, name)(*a, *[tg.tensor(c) for c in extra], **kwargs,
+                                     reduction=reduction),
+         lambda *t: getattr(TF, name)(*t, *[torch.tensor(c) for c in extra], **kwargs,
+                                      reduction=reduction), *xs)  # fmt: skip
+
+
+@pytest.mark.parametrize("name, kwargs, shapes, const", LOSSES)
+def test_loss_gradients_match_finite_differences(rng, name, kwargs, shapes, const):
+    xs = _loss_inputs(rng, name, shapes)
+    extra = () if const is None else (tg.tensor(const),)
+    check_grad(lambda *a: getattr(F, name)(*a, *extra, **kwargs, reduction="none"), *xs)
+
+
+def test_gaussian_nll_loss_keeps_the_variance_above_eps_for_its_value_only():
+    x, t = tg.tensor([1.0]), tg.tensor([0.0])
+    var = tg.tensor([0.0], requires_grad=True)
+    loss = F.gaussian_nll_loss(x, t, var, eps=0.5, full=True)
+    np.testing.assert_allclose(loss.numpy(), 0.5 * (math.log(0.5) + 2.0 + math.log(2 * math.pi)))
+    loss.backward()
+    np.testing.assert_allclose(var.grad.numpy(), [0.5 * (1 / 0.5 - 1 / 0.25)])
+
+
+LOSS_MODULES = [  # layer name, its arguments, how many inputs it is called with
+    ("KLDivLoss", {"reduction": "batchmean"}, 2), ("PoissonNLLLoss", {"log_input": True}, 2),
+    ("GaussianNLLLoss", {"eps": 1e-3}, 3), ("SoftMarginLoss", {}, 2),
+    ("HingeEmbeddingLoss", {"margin": 2.0}, 2), ("MultiLabelSoftMarginLoss", {}, 2),
+    ("MarginRankingLoss", {"margin": 0.5}, 3), ("CosineEmbeddingLoss", {"margin": 0.2}, 3),
+    ("TripletMarginLoss", {"margin": 0.5, "swap": True}, 3),
+]  # fmt: skip
+
+
+SIGNED = {"MarginRankingLoss": (4, 3), "CosineEmbeddingLoss": (4,), "HingeEmbeddingLoss": (4, 3)}
+
+
+@needs_torch
+@pytest.mark.parametrize("name, kwargs, count", LOSS_MODULES)
+def test_loss_layers_match_torchs(rng, name, kwargs, count):
+    xs = [rng.uniform(0.2, 1.0, (4, 3)) for _ in range(count)]
+    if name in SIGNED:  # targets of +-1
+        xs[-1] = np.where(rng.standard_normal(SIGNED[name]) > 0, 1.0, -1.0)
+    ours, theirs = getattr(nn, name)(**kwargs), getattr(torch.nn, name)(**kwargs)
+    got = ours(*[tg.tensor(x) for x in xs]).numpy()
+    np.testing.assert_allclose(got, theirs(*[torch.tensor(x) for x in xs]).numpy(), rtol=1e-10)
+
+
+# --- channel dropout, containers, unflatten -----------------------------------------------------
+
+
+@pytest.mark.parametrize("layer, shape, spatial", [(nn.Dropout1d, (64, 8, 5), 1),
+                                                   (nn.Dropout2d, (64, 8, 3, 3), 2),
+                                                   (nn.Dropout2d, (80, 3, 3), 2)])  # fmt: skip
+def test_channel_dropout_zeroes_whole_channels_and_scales_the_rest(layer, shape, spatial):
+    drop = layer(0.25, seed=3)
+    y = drop(tg.ones(shape)).numpy()
+    per_channel = y.reshape(-1, math.prod(shape[-spatial:]))
+    assert set(np.unique(per_channel)) <= {0.0, np.float32(1 / 0.75)}
+    assert np.all(per_channel.min(1) == per_channel.max(1))  # a channel is dropped whole
+    assert 0.1 < (per_channel[:, 0] == 0).mean() < 0.4
+    drop.eval()
+    assert np.all(drop(tg.ones(shape)).numpy() == 1.0)
+    with pytest.raises(tg.ShapeError, match="dropout2d: input"):
+        F.dropout2d(tg.ones((2, 3)))
+
+
+def test_parameter_containers_register_their_parameters():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scales = nn.ParameterList([nn.Parameter(np.ones(2)), tg.zeros(3)])
+            self.table = nn.ParameterDict({"a": tg.ones(1)})
+            self.table["b"] = nn.Parameter(np.zeros(2))
+
+    net = Net()
+    names = [k for k, _ in net.named_parameters()]
+    assert names == ["scales.0", "scales.1", "table.a", "table.b"]
+    assert list(net.state_dict()) == names
+    assert len(net.scales) == 2 and isinstance(net.scales[1], nn.Parameter)
+    assert "a" in net.table and list(net.table.keys()) == ["a", "b"]
+    net.scales.append(tg.ones(4))
+    assert [p.shape for p in net.scales] == [(2,), (3,), (4,)]
+    assert len(list(net.parameters())) == 5
+    with pytest.raises(TypeError, match="a parameter container holds tensors, not int"):
+        net.scales.append(3)
+
+
+def test_unflatten_layer_and_method():
+    x = tg.tensor(np.arange(24.0).reshape(2, 12))
+    assert nn.Unflatten(1, (3, 4))(x).shape == (2, 3, 4)
+    assert x.unflatten(-1, (2, -1)).shape == (2, 2, 6)
+    assert tg.unflatten(x, 0, (1, 2)).shape == (1, 2, 12)
+    np.testing.assert_allclose(x.rsqrt().numpy()[0, 1:3], [1.0, 1 / math.sqrt(2.0)])
+
+
+# --- a traced step against the eager one ---------------------------------------------------------
+
+
+class _AudioNet(nn.Module):
+    """A 1-d CNN with the layers above: what a keyword-spotting or text CNN looks like."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(4, 8, 3, padding=1)
+        self.act, self.pool = nn.Hardswish(), nn.MaxPool1d(2)
+        self.gate = nn.Conv1d(8, 16, 1)
+        self.glu, self.prelu = nn.GLU(1), nn.PReLU(8)
+        self.norm = nn.RMSNorm(8)
+        self.head = nn.Sequential(nn.AdaptiveAvgPool1d(1), nn.Flatten(), nn.Linear(8, 5))
+
+    def forward(self, x):
+        h = self.pool(self.act(self.conv(x)))
+        h = self.prelu(self.glu(self.gate(h)))
+        h = self.norm(h.transpose(1, 2)).transpose(1, 2)
+        return self.head(h)
+
+
+def _train(traced, backend=None, steps=3):
+    tg.nn.manual_seed(0)
+    model = _AudioNet()
+    opt = tg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    rng = np.random.default_rng(0)
+    x = tg.tensor(rng.standard_normal((6, 4, 16)).astype(np.float32))
+    target = tg.tensor(_probabilities(rng, (6, 5)).astype(np.float32))
+
+    def step(x, target):
+        opt.zero_grad()
+        loss = F.kl_div(F.log_softmax(model(x), dim=-1), target, reduction="batchmean")
+        loss = loss + F.cosine_embedding_loss(model(x), target, tg.ones(6)) * 0.1
+        loss.backward()
+        opt.step()
+        return loss
+
+    if traced:
+        step = tg.trace(step, backend=backend)
+    return [float(step(x, target)) for _ in range(steps)], [p.numpy() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_a_traced_step_with_these_layers_matches_eager(backend, monkeypatch):
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+    want, want_params = _train(False)
+    got, params = _train(True, backend)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    for a, b in zip(params, want_params, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    assert want[-1] < want[0]
