@@ -2,9 +2,10 @@
 gradient) against its floor, the same GEMM as one product of the whole batch at the best rate
 this machine gives it (zoo.py's floor), and against PyTorch's own op when torch is installed,
 on the shapes of pytorch/examples' DCGAN (nz 100, ngf = ndf = 32, batch 32), of CIFAR ResNet-20
-(batch 128) and of a sweep of common geometries.
+(batch 128), of depthwise convolutions (MobileNet's, ConvNeXt's) and of a sweep of common
+geometries.
 
-    PYTHONPATH=$PWD python benchmarks/conv_shapes.py [--set dcgan|sweep|resnet|all] \
+    PYTHONPATH=$PWD python benchmarks/conv_shapes.py [--set dcgan|sweep|resnet|depthwise|all] \
         [--dtype float32]
 
 Each time is the fastest of repeated runs (the host is shared: the fastest is the least
@@ -70,12 +71,24 @@ RESNET = [
 ]
 
 
-def geometry(shape, out, k, s, p, transposed):
+# Depthwise convolutions (groups = channels) of MobileNet-style nets at batch 64 and of a
+# ConvNeXt stage at batch 32; the last field is the groups
+DEPTHWISE = [
+    ("dw 3x3 s1 32ch 32x32", (64, 32, 32, 32), 32, 3, 1, 1, False, 32),
+    ("dw 3x3 s2 96ch 32x32", (64, 96, 32, 32), 96, 3, 2, 1, False, 96),
+    ("dw 3x3 s1 144ch 16x16", (64, 144, 16, 16), 144, 3, 1, 1, False, 144),
+    ("dw 3x3 s1 384ch 4x4", (64, 384, 4, 4), 384, 3, 1, 1, False, 384),
+    ("dw 5x5 s2 240ch 14x14", (64, 240, 14, 14), 240, 5, 2, 2, False, 240),
+    ("dw 7x7 s1 96ch 28x28", (32, 96, 28, 28), 96, 7, 1, 3, False, 96),
+]
+
+
+def geometry(shape, out, k, s, p, transposed, groups=1):
     """(x shape, w shape, y shape, attrs) of the convolution whose input is x: for a transposed
     one, the convolution whose input gradient it is (its x is that convolution's output)."""
-    a = dict(stride=(s, s), padding=((p, p), (p, p)), dilation=(1, 1), groups=1)
+    a = dict(stride=(s, s), padding=((p, p), (p, p)), dilation=(1, 1), groups=groups)
     if not transposed:
-        w = (out, shape[1], k, k)
+        w = (out, shape[1] // groups, k, k)
         return shape, w, (shape[0], out, *C.output_size(shape, w, **a)), a
     n, c, h, wd = shape
     big = (n, out, (h - 1) * s - 2 * p + k, (wd - 1) * s - 2 * p + k)
@@ -97,15 +110,15 @@ def torch_ops(x, w, y, a, torch):
     from torch.nn.grad import conv2d_input, conv2d_weight
 
     tx, tw, tg = (torch.from_numpy(v) for v in (x, w, y))
-    kw = dict(stride=a["stride"], padding=a["padding"][0][0])
+    kw = dict(stride=a["stride"], padding=a["padding"][0][0], groups=a["groups"])
     return [lambda: torch.nn.functional.conv2d(tx, tw, **kw),
             lambda: conv2d_input(x.shape, tw, tg, **kw),
             lambda: conv2d_weight(tx, w.shape, tg, **kw)]  # fmt: skip
 
 
 def measure(row, dtype, torch) -> list[dict[str, Any]]:
-    name, shape, out, k, s, p, transposed = row
-    xs, ws, ys, a = geometry(shape, out, k, s, p, transposed)
+    name, shape, out, k, s, p, transposed, *groups = row
+    xs, ws, ys, a = geometry(shape, out, k, s, p, transposed, *groups)
     rng = np.random.default_rng(0)
     x, w, y = (rng.standard_normal(v).astype(dtype) for v in (xs, ws, ys))
     v = lambda arr: Value(arr.shape, arr.dtype)  # noqa: E731
@@ -131,7 +144,8 @@ def measure(row, dtype, torch) -> list[dict[str, Any]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--set", choices=["dcgan", "sweep", "resnet", "all"], default="dcgan")
+    parser.add_argument("--set", choices=["dcgan", "sweep", "resnet", "depthwise", "all"],
+                        default="dcgan")  # fmt: skip
     parser.add_argument("--dtype", default="float32")
     args = parser.parse_args()
     try:
@@ -140,8 +154,8 @@ def main() -> None:
         torch.set_num_threads(os.cpu_count() or 1)
     except ImportError:
         torch = None
-    sets = {"dcgan": DCGAN, "sweep": SWEEP, "resnet": RESNET}
-    rows = sets.get(args.set) or DCGAN + SWEEP + RESNET
+    sets = {"dcgan": DCGAN, "sweep": SWEEP, "resnet": RESNET, "depthwise": DEPTHWISE}
+    rows = sets.get(args.set) or DCGAN + SWEEP + RESNET + DEPTHWISE
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, {args.dtype}")
     print(f"{'shape':<28} {'op':<34} {'ms':>7} {'floor':>7} {'x floor':>7} {'torch':>7} "
           f"{'x torch':>7}")  # fmt: skip

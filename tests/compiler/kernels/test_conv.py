@@ -2,7 +2,8 @@
 paths' tests, against the direct reference (forward) and the NumPy versions (gradients), with
 blocks of one output row, of one whole sample, of several samples, and as `_block` chooses;
 kernels that cover the image (a matrix product of the batch), kernels cropped of the taps that
-read only padding; inputs in any layout; a traced step's plan."""
+read only padding, depthwise ones over planes and over channels; inputs in any layout; a traced
+step's plan."""
 
 from __future__ import annotations
 
@@ -34,6 +35,12 @@ EXTRA = [
     ((3, 4, 2, 2), 6, (3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), 2),  # taps reading only padding
     ((3, 4, 1, 3), 5, (5, 3), (1, 1), ((2, 2), (1, 1)), (1, 1), 1),  # cropped in height only
     ((2, 3, 2, 2), 2, (1, 1), (5, 5), ((2, 2), (2, 2)), (1, 1), 1),  # no tap reads the image
+    ((3, 4, 6, 5), 4, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 4),  # depthwise: no products
+    ((3, 4, 7, 7), 8, (3, 3), (2, 2), ((0, 1), (0, 1)), (1, 1), 4),  # two outputs a channel
+    ((2, 3, 6, 6), 3, (3, 3), (1, 1), ((2, 2), (2, 2)), (2, 2), 3),  # dilated depthwise
+    ((2, 4, 9, 8), 4, (7, 7), (1, 1), ((3, 3), (3, 3)), (1, 1), 4),  # ConvNeXt's 7 x 7
+    ((2, 3, 6, 5), 3, (3, 2), (1, 2), ((0, 0), (0, 0)), (1, 1), 3),  # depthwise, unpadded
+    ((2, 5, 9, 9), 5, (5, 5), (2, 2), ((2, 2), (2, 2)), (1, 1), 5),  # depthwise, stride 2
 ]
 BLOCKS = {"row": lambda oh: (1, 1), "sample": lambda oh: (oh, 1), "samples": lambda oh: (oh, 3)}
 
@@ -63,6 +70,20 @@ def run(kernel, a, b, like):
 def test_kernels_match_reference_and_numpy(monkeypatch, geometry, dtype, block):
     if block in BLOCKS:
         monkeypatch.setattr(conv, "_block", lambda node: BLOCKS[block](conv._shapes(node)[2][0]))
+    check_kernels(geometry, dtype)
+
+
+@pytest.mark.parametrize("geometry", [g for g in EXTRA if g[-1] > 1 and g[0][1] == g[-1]])
+@pytest.mark.parametrize("width", [0, 1 << 30])  # the depthwise loops over planes, over channels
+def test_depthwise_kernels_both_ways(monkeypatch, geometry, width):
+    monkeypatch.setattr(conv, "CHANNELS_LAST_WIDTH", width)
+    check_kernels(geometry, np.float64)
+    check_kernels(geometry, np.float32)
+
+
+def check_kernels(geometry, dtype):
+    """The three kernels against the reference, the NumPy versions and the adjoint identities;
+    their operands left as they were."""
     shape, out, kernel, stride, padding, dilation, groups = geometry
     rng = np.random.default_rng(7)
     x = rng.standard_normal(shape).astype(dtype)

@@ -10,7 +10,10 @@ OpenBLAS's, single-threaded):
   are added (and transposed) after.
 
 A transposed convolution is the input gradient (its gradients the forward and the weight
-gradient), so these three serve both. `core.ops.conv` has the NumPy versions and the contract.
+gradient), so these three serve both. A depthwise convolution (a group one input channel) takes
+no columns and no products: its taps are runs of multiply-adds over planes split by stride phase,
+or, where output rows are short, over channels-last samples (`depthwise`, `depthwise_last`).
+`core.ops.conv` has the NumPy versions and the contract.
 
 Blocks: a block holds at most BLOCK_BYTES of columns, but at least MIN_COLUMNS of them: a few
 output rows of one sample where a sample has more positions than that, else several whole
@@ -227,9 +230,198 @@ def spread(a, block, n0, n1, channel, count, p0, p1):
         for o in range(count):
             for t in range(width):
                 a[n0 + m, channel + o, p0 + t] = block[o, m * width + t]
+
+
+# Depthwise convolutions (each group reads one input channel: MobileNet's, ConvNeXt's) take no
+# columns and no products: the products would be one row by kh * kw, far below BLAS's rate, and
+# the columns kh * kw copies of the input for so little arithmetic. Each output plane is a sum
+# of kh * kw shifted, scaled copies of its channel's padded plane instead, made contiguous runs:
+# the padded plane is split by stride phase (element (r, c) to phase (r % sh, c % sw), at (r //
+# sh, c // sw)), so that tap (i, j) reads phase (i dh % sh, j dw % sw) from (i dh // sh, j dw //
+# sw) on; and output (oh, ow) lies at oh * wq + ow of a grid as wide as a phase (wq), so that a
+# tap is one run over the whole grid (the wq - OW columns between rows computed and dropped),
+# which vectorizes.
+
+
+@njit(cache=True)
+def phases_of(x, g):
+    """A thread's zeroed buffer of a channel's padded plane split by phase: (sh * sw, hq, wq)."""
+    sh, sw, ph, pw, dh, dw, kh, kw, oh_, ow_ = geometry(g)
+    hp = max(ph + x.shape[2], (oh_ - 1) * sh + (kh - 1) * dh + 1)
+    wp = max(pw + x.shape[3], (ow_ - 1) * sw + (kw - 1) * dw + 1)
+    return np.zeros((sh * sw, -(-hp // sh), -(-wp // sw)), D)
+
+
+@njit(inline="always", cache=True)
+def tap_at(i, j, g, hq, wq):
+    """Where in the flat phase buffer tap (i, j) reads the grid's first position."""
+    sh, sw, dh, dw = g[0], g[1], g[4] * i, g[5] * j
+    return U((((dh % sh) * sw + dw % sw) * hq + dh // sh) * wq + dw // sw)
+
+
+@njit(inline="always", cache=True)
+def split(pf, hq, wq, xf, plane, h, w, g, back):
+    """Plane `plane` of an image (flat, h * w) into the flat phase buffer pf, or, `back`, the
+    buffer's image positions back into that plane; the padding's positions are not touched."""
+    sh, sw, ph, pw = g[0], g[1], g[2], g[3]
+    for a in range(h):
+        r = a + ph
+        for p in range(sw):
+            b0 = (p - pw) % sw  # the first column of phase p
+            at = U((((r % sh) * sw + p) * hq + r // sh) * wq + (b0 + pw) // sw)
+            src, step = U(plane + a * w + b0), U(sw)
+            for t in range(U(max(0, -(-(w - b0) // sw)))):
+                if back:
+                    xf[src + t * step] = pf[at + t]
+                else:
+                    pf[at + t] = xf[src + t * step]
+
+
+@njit(inline="always", cache=True)
+def to_grid(grid, a, plane, g, wq):
+    """Plane `plane` of a (flat, OH * OW a plane) laid on the grid, zeros between its rows."""
+    oh_, ow_ = g[8], g[9]
+    for oh in range(oh_):
+        row, q = U(oh * wq), U(plane + oh * ow_)
+        for t in range(U(ow_)):
+            grid[row + t] = a[q + t]
+        for t in range(U(ow_), U(wq if oh < oh_ - 1 else ow_)):
+            grid[row + t] = 0
+
+
+@njit(inline="always", cache=True)
+def triple_at(i, j, g, hq, wq):
+    """Where taps j, j + 1 and j + 2 of kernel row i read (`tap_at`); past the row's end, where
+    its last tap reads (with weight 0, `triple_weights`)."""
+    kw = g[7]
+    return (tap_at(i, j, g, hq, wq), tap_at(i, min(j + 1, kw - 1), g, hq, wq),
+            tap_at(i, min(j + 2, kw - 1), g, hq, wq))
+
+
+@njit(inline="always", cache=True)
+def triple_weights(w, wo, i, j, kw):
+    """The weights of taps j, j + 1 and j + 2 of row i of kernel wo (0 past the row's end)."""
+    at = i * kw + j
+    return (w[wo, at], w[wo, at + 1] if j + 1 < kw else D(0),
+            w[wo, at + 2] if j + 2 < kw else D(0))
+
+
+# Small planes (a few positions a row) make short runs, whose loops cost more than their work;
+# there the depthwise loops go channels-last instead (`_channels_last`): a sample laid out as
+# (rows, columns, C), each tap of each position is one run over the C channels.
+
+
+@njit(cache=True)
+def image_rows(t, x, n, g, back):
+    """Sample n of x (N, C, H, W) into the (hp, wp, C) buffer t at (ph, pw), or, `back`, t's
+    image positions back into it; the padding's positions are not touched."""
+    hp, wp, c_ = t.shape
+    ph, pw, h, w = g[2], g[3], x.shape[2], x.shape[3]
+    xf, tf, step = x.reshape(x.size), t.reshape(t.size), U(c_)
+    for c in range(c_):
+        for a in range(h):
+            src, dst = U(((n * c_ + c) * h + a) * w), U(((a + ph) * wp + pw) * c_ + c)
+            for b in range(U(w)):
+                if back:
+                    xf[src + b] = tf[dst + b * step]
+                else:
+                    tf[dst + b * step] = xf[src + b]
+
+
+@njit(cache=True)
+def plane_rows(t, a, n, back):
+    """Sample n of a (N, C, P) into t (P, C), or, `back`, t into it."""
+    c_, p_ = a.shape[1], a.shape[2]
+    af, tf, step = a.reshape(a.size), t.reshape(t.size), U(c_)
+    for c in range(c_):
+        src = U((n * c_ + c) * p_)
+        for q in range(U(p_)):
+            if back:
+                af[src + q] = tf[q * step + U(c)]
+            else:
+                tf[q * step + U(c)] = af[src + q]
+
+
+@njit(cache=True)
+def image_buffer(x, g):
+    """A thread's zeroed (hp, wp, C) buffer of a padded sample, channels last."""
+    sh, sw, ph, pw, dh, dw, kh, kw, oh_, ow_ = geometry(g)
+    hp = max(ph + x.shape[2], (oh_ - 1) * sh + (kh - 1) * dh + 1)
+    wp = max(pw + x.shape[3], (ow_ - 1) * sw + (kw - 1) * dw + 1)
+    return np.zeros((hp, wp, x.shape[1]), D)
+
+
+@njit(inline="always", cache=True)
+def tap_run(oh, ow, i, j, g, wp, c_):
+    """Where tap (i, j) of output (oh, ow) reads in a channels-last padded sample."""
+    return U(((oh * g[0] + i * g[4]) * wp + ow * g[1] + j * g[5]) * c_)
+
+
+@njit(fastmath={"reassoc", "contract", "nsz"}, cache=True)
+def dot3(a, b, b0, b1, b2, n):
+    """The sums of a[:n] * b[b0:b0 + n], and at b1 and b2: one pass, reassociated so that it runs
+    in SIMD lanes."""
+    s0, s1, s2 = D(0), D(0), D(0)
+    for t in range(U(n)):
+        v = a[t]
+        s0 += v * b[b0 + t]
+        s1 += v * b[b1 + t]
+        s2 += v * b[b2 + t]
+    return s0, s1, s2
 '''
 
 _FORWARD = '''
+@njit(fastmath={{"contract"}}, cache=True)
+def depthwise_last(x, w, g, y, first, last):
+    """`depthwise` channels-last, one output channel a group."""
+    kh, kw, oh_, ow_ = g[6], g[7], g[8], g[9]
+    t, c_ = image_buffer(x, g), x.shape[1]
+    wt, out = np.ascontiguousarray(w.T), np.empty((oh_ * ow_, c_), D)
+    tf, wf, of = t.reshape(t.size), wt.reshape(wt.size), out.reshape(out.size)
+    wp, step = t.shape[1], U(c_)
+    for n in range(first, last):
+        image_rows(t, x, n, g, False)
+        for oh in range(oh_):
+            for ow in range(ow_):
+                q = U(oh * ow_ + ow) * step
+                for c in range(step):
+                    of[q + c] = 0
+                for i in range(kh):
+                    for j in range(kw):
+                        at, wq = tap_run(oh, ow, i, j, g, wp, c_), U(i * kw + j) * step
+                        for c in range(step):
+                            of[q + c] += wf[wq + c] * tf[at + c]
+        plane_rows(out, y, n, True)
+
+@njit(fastmath={{"contract"}}, cache=True)
+def depthwise(x, w, g, groups, y, first, last):
+    """y[first:last] of a depthwise convolution (see `phases_of`)."""
+    kh, kw, oh_, ow_ = g[6], g[7], g[8], g[9]
+    phases = phases_of(x, g)
+    (_, hq, wq), og = phases.shape, w.shape[0] // groups
+    pf, xf, yf = phases.reshape(phases.size), x.reshape(x.size), y.reshape(y.size)
+    length, h, wd = U((oh_ - 1) * wq + ow_), x.shape[2], x.shape[3]
+    grid = np.empty(length, D)
+    for n in range(first, last):
+        for grp in range(groups):
+            split(pf, hq, wq, xf, U((n * x.shape[1] + grp) * h * wd), h, wd, g, False)
+            for o in range(og):
+                plane, wo = U((n * y.shape[1] + grp * og + o) * oh_ * ow_), grp * og + o
+                for i in range(kh):
+                    for j in range(0, kw, 3):  # three taps a pass: the grid read once for them
+                        w0, w1, w2 = triple_weights(w, wo, i, j, kw)
+                        a0, a1, a2 = triple_at(i, j, g, hq, wq)
+                        if i == 0 and j == 0:
+                            for e in range(length):
+                                grid[e] = w0 * pf[a0 + e] + w1 * pf[a1 + e] + w2 * pf[a2 + e]
+                        else:
+                            for e in range(length):
+                                grid[e] += w0 * pf[a0 + e] + w1 * pf[a1 + e] + w2 * pf[a2 + e]
+                for oh in range(oh_):
+                    for t in range(U(ow_)):
+                        yf[plane + U(oh * ow_) + t] = grid[U(oh * wq) + t]
+
+
 @njit("void({dtype}[:, :, :, ::1], {dtype}[:, ::1], int64[::1], int64, {dtype}[:, :, ::1], int64)",
       parallel=True, cache=True)
 def kernel(x, w, g, groups, y, threads):
@@ -246,6 +438,12 @@ def kernel(x, w, g, groups, y, threads):
                      x.ctypes.data + (first * groups + grp) * k * size, groups * k,
                      w.ctypes.data + grp * og * k * size, k, T(0),
                      y.ctypes.data + (first * groups + grp) * og * size, groups * og)
+            continue
+        if g[12]:
+            depthwise_last(x, w, g, y, first, last)
+            continue
+        if cg == 1 and groups > 1:
+            depthwise(x, w, g, groups, y, first, last)
             continue
         cols = np.empty((k, nb * rows * ow_), D)
         prod = np.empty((og, nb * rows * ow_ if nb > 1 else 0), D)
@@ -276,6 +474,53 @@ def kernel(x, w, g, groups, y, threads):
 '''
 
 _INPUT_GRAD = '''
+@njit(fastmath={{"contract"}}, cache=True)
+def depthwise_input_last(gy, w, g, dx, first, last):
+    """`depthwise_input` channels-last, one output channel a group."""
+    kh, kw, oh_, ow_ = g[6], g[7], g[8], g[9]
+    t, c_ = image_buffer(dx, g), dx.shape[1]
+    wt, grad = np.ascontiguousarray(w.T), np.empty((oh_ * ow_, c_), D)
+    tf, wf, gf = t.reshape(t.size), wt.reshape(wt.size), grad.reshape(grad.size)
+    wp, step = t.shape[1], U(c_)
+    for n in range(first, last):
+        plane_rows(grad, gy, n, False)
+        for e in range(U(tf.size)):
+            tf[e] = 0
+        for oh in range(oh_):
+            for ow in range(ow_):
+                q = U(oh * ow_ + ow) * step
+                for i in range(kh):
+                    for j in range(kw):
+                        at, wq = tap_run(oh, ow, i, j, g, wp, c_), U(i * kw + j) * step
+                        for c in range(step):
+                            tf[at + c] += wf[wq + c] * gf[q + c]
+        image_rows(t, dx, n, g, True)
+
+@njit(fastmath={{"contract"}}, cache=True)
+def depthwise_input(gy, w, g, groups, dx, first, last):
+    """The input gradient of `depthwise`: each tap's scaled gradient plane added where the tap
+    read, in the phase buffer, whose image positions then go to dx."""
+    kh, kw, oh_, ow_ = g[6], g[7], g[8], g[9]
+    phases = phases_of(dx, g)
+    (_, hq, wq), og = phases.shape, w.shape[0] // groups
+    pf, gf, xf = phases.reshape(phases.size), gy.reshape(gy.size), dx.reshape(dx.size)
+    length, h, wd = U((oh_ - 1) * wq + ow_), dx.shape[2], dx.shape[3]
+    grid = np.empty(length, D)
+    for n in range(first, last):
+        for grp in range(groups):
+            for e in range(U(pf.size)):
+                pf[e] = 0
+            for o in range(og):
+                wo = grp * og + o
+                to_grid(grid, gf, U((n * gy.shape[1] + wo) * oh_ * ow_), g, wq)
+                for i in range(kh):
+                    for j in range(kw):
+                        wv, at = w[wo, i * kw + j], tap_at(i, j, g, hq, wq)
+                        for e in range(length):
+                            pf[at + e] += wv * grid[e]
+            split(pf, hq, wq, xf, U((n * dx.shape[1] + grp) * h * wd), h, wd, g, True)
+
+
 @njit("void({dtype}[:, :, ::1], {dtype}[:, ::1], int64[::1], int64, {dtype}[:, :, :, ::1], int64)",
       parallel=True, cache=True)
 def kernel(gy, w, g, groups, dx, threads):
@@ -293,6 +538,12 @@ def kernel(gy, w, g, groups, dx, threads):
                      gy.ctypes.data + (first * groups + grp) * og * size, groups * og,
                      w.ctypes.data + grp * og * k * size, k, T(0),
                      dx.ctypes.data + (first * groups + grp) * k * size, groups * k)
+            continue
+        if g[12]:
+            depthwise_input_last(gy, w, g, dx, first, last)
+            continue
+        if cg == 1 and groups > 1:
+            depthwise_input(gy, w, g, groups, dx, first, last)
             continue
         cols = np.empty((k, nb * rows * ow_), D)
         block = np.empty((og, nb * rows * ow_ if nb > 1 else 0), D)
@@ -348,6 +599,56 @@ def accumulate(acc, gy, ldg, cols, ldc, og, k, width):
         gemm(ROW_MAJOR, AS_IS, TRANSPOSED, og, k, width, T(1), gy, ldg, cols, ldc, T(1), acc, k)
 
 
+@njit(fastmath={{"contract"}}, cache=True)
+def depthwise_weights_last(x, gy, g, sums, first, last):
+    """`depthwise_weights` channels-last, one output channel a group: sums (C, K)."""
+    kh, kw, oh_, ow_ = g[6], g[7], g[8], g[9]
+    t, c_ = image_buffer(x, g), x.shape[1]
+    acc, grad = np.zeros((kh * kw, c_), D), np.empty((oh_ * ow_, c_), D)
+    tf, af, gf = t.reshape(t.size), acc.reshape(acc.size), grad.reshape(grad.size)
+    wp, step = t.shape[1], U(c_)
+    for n in range(first, last):
+        image_rows(t, x, n, g, False)
+        plane_rows(grad, gy, n, False)
+        for oh in range(oh_):
+            for ow in range(ow_):
+                q = U(oh * ow_ + ow) * step
+                for i in range(kh):
+                    for j in range(kw):
+                        at, aq = tap_run(oh, ow, i, j, g, wp, c_), U(i * kw + j) * step
+                        for c in range(step):
+                            af[aq + c] += gf[q + c] * tf[at + c]
+    for c in range(c_):
+        for tap in range(kh * kw):
+            sums[c, tap] += acc[tap, c]
+
+
+@njit(cache=True)
+def depthwise_weights(x, gy, g, groups, sums, first, last):
+    """`depthwise`'s weight gradient over samples first..last, added into sums (groups, og * K)
+    in the order `thin` gives the threads' sums: each tap's the dot product of the output's
+    gradient with what the tap read."""
+    kh, kw, oh_, ow_ = g[6], g[7], g[8], g[9]
+    phases = phases_of(x, g)
+    (_, hq, wq), k = phases.shape, kh * kw
+    og, tall = sums.shape[1] // k, thin(sums.shape[1] // k, k)
+    pf, xf, gf = phases.reshape(phases.size), x.reshape(x.size), gy.reshape(gy.size)
+    length, h, wd = U((oh_ - 1) * wq + ow_), x.shape[2], x.shape[3]
+    grid = np.empty(length, D)
+    for n in range(first, last):
+        for grp in range(groups):
+            split(pf, hq, wq, xf, U((n * x.shape[1] + grp) * h * wd), h, wd, g, False)
+            for o in range(og):
+                to_grid(grid, gf, U((n * gy.shape[1] + grp * og + o) * oh_ * ow_), g, wq)
+                for i in range(kh):
+                    for j in range(0, kw, 3):  # three taps a pass: the grid read once for them
+                        a0, a1, a2 = triple_at(i, j, g, hq, wq)
+                        sums3 = dot3(grid, pf, a0, a1, a2, length)
+                        for tap in range(i * kw + j, i * kw + min(j + 3, kw)):
+                            at = tap * og + o if tall else o * k + tap
+                            sums[grp, at] += sums3[tap - i * kw - j]
+
+
 @njit("void({dtype}[:, :, :, ::1], {dtype}[:, :, ::1], int64[::1], int64, {dtype}[:, ::1], int64)",
       parallel=True, cache=True)
 def kernel(x, gy, g, groups, dw, threads):
@@ -371,6 +672,12 @@ def kernel(x, gy, g, groups, dw, threads):
     sums = np.zeros((threads, groups, og * k), D)
     for part in prange(threads):
         first, last = part * batch // threads, (part + 1) * batch // threads
+        if g[12]:
+            depthwise_weights_last(x, gy, g, sums[part], first, last)
+            continue
+        if cg == 1 and groups > 1:
+            depthwise_weights(x, gy, g, groups, sums[part], first, last)
+            continue
         cols = np.empty((k, nb * rows * ow_), D)
         block = np.empty((og, nb * rows * ow_ if nb > 1 else 0), D)
         pad = padded(x, g, cg)
@@ -461,7 +768,8 @@ class ConvKernel(GeneratedKernel):
         else:  # the cropped kernel's first tap reads where the first live one did
             (i, j), (kh, kw) = _kernel(node)
             ph, pw = ph - i * dh, pw - j * dw
-        self.geometry = np.array([sh, sw, ph, pw, dh, dw, kh, kw, oh, ow, rows, samples], np.int64)
+        self.geometry = np.array([sh, sw, ph, pw, dh, dw, kh, kw, oh, ow, rows, samples,
+                                  _channels_last(node)], np.int64)  # fmt: skip
         self.groups, self.k = a["groups"], cg * kh * kw
         self.threads = numba.get_num_threads()  # as many shares of the batch, from now on
         self.scratch = scratch(node)
@@ -487,6 +795,17 @@ class ConvKernel(GeneratedKernel):
             out[:, :, self.live[0], self.live[1]] = kernel
             return
         self.compiled(*args[:2], self.geometry, self.groups, args[2], self.threads)
+
+
+CHANNELS_LAST_WIDTH = 16  # a depthwise convolution's outputs narrower than this go channels-last
+
+
+def _channels_last(node: Node) -> bool:
+    """Whether the node is a depthwise convolution (one input and one output channel a group)
+    whose output rows are short: its loops then run over channels (`depthwise_last`)."""
+    (_, c, _, _), (o, cg, _, _), (_, ow) = _shapes(node)
+    groups = node.attrs["groups"]
+    return groups > 1 and cg == 1 and o == groups and ow < CHANNELS_LAST_WIDTH
 
 
 def _shapes(node: Node) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
@@ -552,6 +871,11 @@ def scratch(node: Node) -> int:
     hp = max(ph + h, (oh - 1) * sh + (kh - 1) * dh + 1)  # the padded image (`padded`)
     wp = max(pw + w, (ow - 1) * sw + (kw - 1) * dw + 1)
     each = (cg * kh * kw + (o // a["groups"] if samples > 1 else 0)) * width + cg * hp * wp
+    if _channels_last(node):  # the sample channels-last, its output's rows, the taps' weights
+        each = (hp * wp + oh * ow + 2 * kh * kw) * o
+    elif cg == 1 and a["groups"] > 1:  # the phases of a padded plane, and the grid (`depthwise`)
+        wq = -(-wp // sw)
+        each = sh * sw * -(-hp // sh) * wq + oh * wq
     total = threads * each
     if OPS[node.prim] == "weight_grad":  # the threads' sums, and the cropped kernel's gradient
         total += (threads + 1) * o * cg * kh * kw
