@@ -19,6 +19,12 @@ so the first losses agree (printed side by side, and relative to PyTorch's). Mod
 - `resnet`: CIFAR ResNet-20 (3 stages of 3 basic blocks, 16/32/64 channels, batch norm, 1x1
   stride-2 projection shortcuts, global average pooling), batch 128 of 3x32x32, SGD lr 0.1,
   momentum 0.9, weight decay 5e-4.
+- `mobilenet`: MobileNetV2 for CIFAR at width 0.5 (a 3x3 stem of 16 channels; inverted residual
+  blocks: a 1x1 expansion by 6, a 3x3 depthwise convolution that strides, a 1x1 projection, batch
+  norm and ReLU6; stages of 8, 12, 16, 32, 48, 80, 160 channels, strides 2 at the third, fourth
+  and sixth; a 1x1 head of 640), batch 64 of 3x32x32, SGD lr 0.05, momentum 0.9, weight decay
+  4e-5. Its depthwise convolutions count in the floor as the products they are not (one row by
+  9 a channel), so its floor column says little.
 - `dcgan`: pytorch/examples' DCGAN: a generator (nz 100 to 3x64x64 by stride-2 transposed
   convolutions, batch norm, ReLU, tanh) and a discriminator (stride-2 convolutions, LeakyReLU
   0.2, batch norm, sigmoid), batch 64, Adam(2e-4, betas (0.5, 0.999)) each, one discriminator
@@ -229,6 +235,38 @@ def resnet_nets(lib: Any, c: dict) -> dict:
     return {"model": ResNet(c["widths"], c["blocks"])}
 
 
+def mobilenet_nets(lib: Any, c: dict) -> dict:
+    """MobileNetV2 for CIFAR: a 3x3 stem, inverted residual blocks (a 1x1 expansion, a 3x3
+    depthwise convolution, which strides, and a 1x1 projection, each with batch norm, ReLU6 after
+    the first two; a residual where shapes allow), a 1x1 head, global average pooling, linear."""
+    nn = lib.nn
+
+    def unit(cin: int, cout: int, k: int = 1, stride: int = 1, groups: int = 1, act: bool = True):
+        layers = [nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False),
+                  nn.BatchNorm2d(cout)]  # fmt: skip
+        return layers + [nn.ReLU6(inplace=True)] if act else layers
+
+    class Block(nn.Module):
+        def __init__(self, cin: int, cout: int, stride: int, expand: int):
+            super().__init__()
+            mid = cin * expand
+            self.residual = stride == 1 and cin == cout
+            self.conv = nn.Sequential(*unit(cin, mid), *unit(mid, mid, 3, stride, mid),
+                                      *unit(mid, cout, act=False))  # fmt: skip
+
+        def forward(self, x):
+            return x + self.conv(x) if self.residual else self.conv(x)
+
+    layers, cin = unit(3, c["stem"], 3), c["stem"]
+    for expand, width, repeats, stride in c["stages"]:
+        for i in range(repeats):
+            layers.append(Block(cin, width, stride if i == 0 else 1, expand))
+            cin = width
+    layers += [*unit(cin, c["head"]), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+               nn.Linear(c["head"], 10)]  # fmt: skip
+    return {"model": nn.Sequential(*layers)}
+
+
 def vit_nets(lib: Any, c: dict) -> dict:
     """A ViT: patches by a stride-`patch` convolution, a class token and learned positions,
     pre-LayerNorm encoder layers, a final LayerNorm and a head on the class token."""
@@ -414,6 +452,13 @@ MODELS: dict[str, Model] = {
                     {"widths": (16, 32, 64), "blocks": 3, "image": 32, "batch": 128, "lr": 0.1,
                      "momentum": 0.9, "weight_decay": 5e-4},
                     about="ResNet-20, batch 128 of 3x32x32, SGD momentum 0.9, weight decay"),
+    "mobilenet": Model(mobilenet_nets, classify(sgd),
+                       lambda c: labelled(c, (3, c["image"], c["image"])),
+                       {"stem": 16, "head": 640, "image": 32, "batch": 64, "lr": 0.05,
+                        "momentum": 0.9, "weight_decay": 4e-5,
+                        "stages": ((1, 8, 1, 1), (6, 12, 2, 1), (6, 16, 3, 2), (6, 32, 4, 2),
+                                   (6, 48, 3, 1), (6, 80, 3, 2), (6, 160, 1, 1))},
+                       about="MobileNetV2 x0.5 on 3x32x32, batch 64, SGD momentum 0.9"),
     "dcgan": Model(dcgan_nets, dcgan_train, dcgan_data,
                    {"nz": 100, "ngf": 64, "ndf": 64, "batch": 64, "lr": 2e-4}, compile_nets=True,
                    about="DCGAN 64x64, batch 64, Adam, a D and a G update"),

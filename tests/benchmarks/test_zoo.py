@@ -26,6 +26,13 @@ SMALL = {
     "cnn": {"batch": 2},
     "gpt": {"vocab": 11, "context": 8, "batch": 2, "d": 16, "layers": 2, "heads": 2},
     "resnet": {"widths": (4, 8, 16), "blocks": 1, "image": 8, "batch": 2},
+    "mobilenet": {
+        "stem": 4,
+        "head": 16,
+        "image": 8,
+        "batch": 2,
+        "stages": ((1, 4, 1, 1), (2, 6, 2, 2)),
+    },
     "dcgan": {"nz": 8, "ngf": 4, "ndf": 4, "batch": 2},
     "lstm": {"vocab": 50, "emb": 8, "hidden": 8, "bptt": 5, "batch": 3},
     "vit": {"image": 8, "patch": 4, "d": 16, "layers": 2, "heads": 2, "mlp": 32, "batch": 2},
