@@ -27,6 +27,9 @@ GEOMETRIES = [
     ((4, 2, 9, 8), 4, (3, 2), (2, 1), ((0, 3), (2, 0)), (1, 3), 2),  # everything asymmetric
     ((5, 3, 6, 5), 2, (3, 3), (1, 1), ((0, 0), (0, 0)), (1, 1), 1),  # no padding
     ((3, 2, 1, 9), 2, (1, 3), (1, 2), ((0, 0), (1, 1)), (1, 2), 1),  # a height of one
+    ((3, 4, 6, 5), 4, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 4),  # depthwise: whole-batch taps
+    ((2, 3, 7, 6), 3, (3, 2), (2, 1), ((0, 2), (1, 0)), (2, 1), 3),  # depthwise, all asymmetric
+    ((2, 2, 3, 3), 2, (5, 5), (1, 1), ((2, 2), (2, 2)), (1, 1), 2),  # depthwise, taps on padding
 ]
 LAYOUTS = {"samples": 1 << 60, "columns": 0}  # BLAS_ONE_THREAD: each sample's GEMM is small
 

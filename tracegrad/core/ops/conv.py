@@ -233,6 +233,10 @@ def scratch(op, x_shape, w_shape, dtype, stride, padding, dilation, groups, shap
     once: a chunk's columns (by columns also its product and image), and the weight gradient's
     per-sample products and partial sums. For the memory plan."""
     out = output_size(x_shape, w_shape, stride, padding, dilation, groups)
+    if _depthwise(x_shape, w_shape, groups):
+        dw = _Depthwise(x_shape, w_shape, out, stride, padding, dilation, dtype)
+        return min(dw.chunk, dw.n) * dw.sample_bytes + (w_shape[0] * dw.dtype.itemsize
+                                                        * len(dw.taps))  # fmt: skip
     cv = _Conv(x_shape, w_shape, out, stride, padding, dilation, groups, dtype)
     total = cv.chunk * cv.sample_bytes
     if op == "weight_grad":
@@ -253,8 +257,77 @@ def _result(out, shape, dtype, zeros=False):
     return out
 
 
+# --- depthwise convolutions (a group one input and one output channel): no columns, no products
+
+
+def _depthwise(x_shape, w_shape, groups) -> bool:
+    """Whether each group reads one input channel into one output channel: its products would
+    be one row by kh * kw each, a Python loop over the channels; whole-batch taps instead."""
+    return groups > 1 and w_shape[1] == 1 and w_shape[0] == groups == x_shape[1]
+
+
+class _Depthwise:
+    """A depthwise convolution's taps, each the strided window of a zero-padded chunk of the
+    batch it reads, and its chunks: a padded image and one tap's product within CHUNK_BYTES."""
+
+    def __init__(self, x_shape, w_shape, size, stride, padding, dilation, dtype):
+        (self.n, c, self.h, self.w), (kh, kw), (oh, ow) = x_shape, w_shape[2:], size
+        (self.top, bottom), (self.left, right) = padding
+        self.hp, self.wp = self.h + self.top + bottom, self.w + self.left + right
+        (sh, sw), (dh, dw) = stride, dilation
+        self.taps = [(i, j, slice(i * dh, i * dh + sh * (oh - 1) + 1, sh),
+                      slice(j * dw, j * dw + sw * (ow - 1) + 1, sw))
+                     for i in range(kh) for j in range(kw)]  # fmt: skip
+        self.dtype = np.dtype(dtype)
+        self.sample_bytes = c * (self.hp * self.wp + oh * ow) * self.dtype.itemsize
+        self.chunk = max(1, CHUNK_BYTES // self.sample_bytes)
+
+    def padded(self, x):
+        """A chunk of the batch, zero-padded (or zeros, for a gradient to add into)."""
+        xp = np.zeros((x.shape[0], x.shape[1], self.hp, self.wp), self.dtype)
+        xp[:, :, self.top : self.top + self.h, self.left : self.left + self.w] = x
+        return xp
+
+    def inside(self, xp):
+        return xp[:, :, self.top : self.top + self.h, self.left : self.left + self.w]
+
+    def forward(self, x, w, y):
+        for n0 in range(0, self.n, self.chunk):
+            xp, ys = self.padded(x[n0 : n0 + self.chunk]), y[n0 : n0 + self.chunk]
+            tmp = np.empty_like(ys)
+            for k, (i, j, rows, cols) in enumerate(self.taps):
+                np.multiply(xp[:, :, rows, cols], w[:, 0, i, j, None, None], out=tmp if k else ys)
+                if k:
+                    ys += tmp
+        return y
+
+    def input_grad(self, g, w, dx):
+        for n0 in range(0, self.n, self.chunk):
+            gs = g[n0 : n0 + self.chunk]
+            dxp = np.zeros((gs.shape[0], gs.shape[1], self.hp, self.wp), self.dtype)
+            tmp = np.empty_like(gs)
+            for i, j, rows, cols in self.taps:
+                dxp[:, :, rows, cols] += np.multiply(gs, w[:, 0, i, j, None, None], out=tmp)
+            dx[n0 : n0 + self.chunk] = self.inside(dxp)
+        return dx
+
+    def weight_grad(self, x, g, dw):
+        sums = np.zeros(dw.shape, self.dtype)
+        for n0 in range(0, self.n, self.chunk):
+            xp, gs = self.padded(x[n0 : n0 + self.chunk]), g[n0 : n0 + self.chunk]
+            tmp = np.empty_like(gs)
+            for i, j, rows, cols in self.taps:
+                sums[:, 0, i, j] += np.multiply(xp[:, :, rows, cols], gs, out=tmp).sum((0, 2, 3))
+        dw[...] = sums
+        return dw
+
+
 def forward(x, w, stride, padding, dilation, groups, out=None):
     size = output_size(x.shape, w.shape, stride, padding, dilation, groups)
+    if _depthwise(x.shape, w.shape, groups):
+        dw = _Depthwise(x.shape, w.shape, size, stride, padding, dilation,
+                        np.result_type(x.dtype, w.dtype))  # fmt: skip
+        return dw.forward(x, w, _result(out, (x.shape[0], w.shape[0], *size), dw.dtype))
     cv = _Conv(x.shape, w.shape, size, stride, padding, dilation, groups,
                np.result_type(x.dtype, w.dtype))  # fmt: skip
     x, wk, og = np.ascontiguousarray(x), cv.weights(w), cv.og
@@ -275,6 +348,10 @@ def forward(x, w, stride, padding, dilation, groups, out=None):
 
 def input_grad(g, w, shape, stride, padding, dilation, groups, out=None):
     """The transposed convolution: each patch's gradient added back where the patch came from."""
+    if _depthwise(shape, w.shape, groups):
+        dw = _Depthwise(shape, w.shape, g.shape[2:], stride, padding, dilation,
+                        np.result_type(g.dtype, w.dtype))  # fmt: skip
+        return dw.input_grad(g, w, _result(out, shape, dw.dtype))
     cv = _Conv(shape, w.shape, g.shape[2:], stride, padding, dilation, groups,
                np.result_type(g.dtype, w.dtype))  # fmt: skip
     wk, og = cv.weights(w), cv.og
@@ -303,6 +380,10 @@ def input_grad(g, w, shape, stride, padding, dilation, groups, out=None):
 
 
 def weight_grad(x, g, shape, stride, padding, dilation, groups, out=None):
+    if _depthwise(x.shape, shape, groups):
+        dw = _Depthwise(x.shape, shape, g.shape[2:], stride, padding, dilation,
+                        np.result_type(x.dtype, g.dtype))  # fmt: skip
+        return dw.weight_grad(x, g, _result(out, shape, dw.dtype))
     cv = _Conv(x.shape, shape, g.shape[2:], stride, padding, dilation, groups,
                np.result_type(x.dtype, g.dtype))  # fmt: skip
     og, (kh, kw) = cv.og, cv.kernel
