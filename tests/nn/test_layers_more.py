@@ -87,6 +87,19 @@ def test_prelu_matches_torch(rng, channels):
     same_module(layer, twin, x)
 
 
+def test_layers_read_their_options_at_each_call():
+    """PyTorch's attributes: setting one after construction takes effect."""
+    loss, x = nn.MSELoss(), tg.tensor([1.0, 3.0])
+    loss.reduction = "sum"
+    assert float(loss(x, tg.zeros(2))) == 10.0
+    act = nn.Softshrink(0.5)
+    act.lambd = 2.0
+    assert act(tg.tensor([1.0, 3.0])).numpy().tolist() == [0.0, 1.0]
+    assert repr(act) == "Softshrink(lambd=2.0)"
+    with pytest.raises(tg.ShapeError, match="glu: dim -1 of input"):
+        F.glu(tg.tensor(1.0))
+
+
 def test_prelu_gradients_and_errors(rng):
     check_grad(F.prelu, _x(rng, 2, 3, 4), rng.uniform(0.1, 0.5, 3))
     with pytest.raises(tg.ShapeError, match="prelu: 2 weights for input"):

@@ -5,15 +5,13 @@ functionally (the same values), any other is written into the input (`functional
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from tracegrad.core.errors import ShapeError
 from tracegrad.frontend.reductions import log_softmax, softmax
 from tracegrad.frontend.tensor import Tensor, get_default_dtype
 from tracegrad.nn import functional as F
-from tracegrad.nn.modules import Module, Parameter
+from tracegrad.nn.modules import FunctionLayer, Module, Parameter
 
 __all__ = ["CELU", "ELU", "GLU", "SELU", "Hardshrink", "Hardsigmoid", "Hardswish", "Hardtanh",
            "LeakyReLU", "LogSigmoid", "LogSoftmax", "Mish", "PReLU", "ReLU6", "SiLU", "Softmax",
@@ -122,93 +120,75 @@ class LogSoftmax(Module):
         return f"dim={self.dim}"
 
 
-class _Elementwise(Module):
-    """A layer that applies its function to the input with the options it was built with."""
-
-    function: Any = None
-
-    def __init__(self, **options: Any) -> None:
-        super().__init__()
-        self.options = options
-        for name, value in options.items():
-            object.__setattr__(self, name, value)  # PyTorch's attributes (`layer.inplace`)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return type(self).function(x, **self.options)
-
-    def extra_repr(self) -> str:
-        return ", ".join(f"{k}={v}" for k, v in self.options.items() if k != "inplace")
-
-
-class ReLU6(_Elementwise):
+class ReLU6(FunctionLayer):
     function = F.relu6
 
     def __init__(self, inplace: bool = False):
         super().__init__(inplace=inplace)
 
 
-class Hardsigmoid(_Elementwise):
+class Hardsigmoid(FunctionLayer):
     function = F.hardsigmoid
 
     def __init__(self, inplace: bool = False):
         super().__init__(inplace=inplace)
 
 
-class Hardswish(_Elementwise):
+class Hardswish(FunctionLayer):
     function = F.hardswish
 
     def __init__(self, inplace: bool = False):
         super().__init__(inplace=inplace)
 
 
-class LogSigmoid(_Elementwise):
+class LogSigmoid(FunctionLayer):
     function = F.logsigmoid
 
 
-class Softsign(_Elementwise):
+class Softsign(FunctionLayer):
     function = F.softsign
 
 
-class Tanhshrink(_Elementwise):
+class Tanhshrink(FunctionLayer):
     function = F.tanhshrink
 
 
-class Softshrink(_Elementwise):
+class Softshrink(FunctionLayer):
     function = F.softshrink
 
     def __init__(self, lambd: float = 0.5):
         super().__init__(lambd=lambd)
 
 
-class Hardshrink(_Elementwise):
+class Hardshrink(FunctionLayer):
     function = F.hardshrink
 
     def __init__(self, lambd: float = 0.5):
         super().__init__(lambd=lambd)
 
 
-class CELU(_Elementwise):
+class CELU(FunctionLayer):
     function = F.celu
 
     def __init__(self, alpha: float = 1.0, inplace: bool = False):
         super().__init__(alpha=alpha, inplace=inplace)
 
 
-class Threshold(_Elementwise):
+class Threshold(FunctionLayer):
     function = F.threshold
 
     def __init__(self, threshold: float, value: float, inplace: bool = False):
         super().__init__(threshold=threshold, value=value, inplace=inplace)
 
 
-class GLU(_Elementwise):
+class GLU(FunctionLayer):
     function = F.glu
 
     def __init__(self, dim: int = -1):
         super().__init__(dim=dim)
 
 
-class Softmin(_Elementwise):
+class Softmin(FunctionLayer):
     function = F.softmin
 
     def __init__(self, dim: int | None = None):

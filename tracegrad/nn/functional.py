@@ -33,6 +33,7 @@ from tracegrad.frontend.functions import (
     transpose,
 )
 from tracegrad.frontend.linalg import vector_norm
+from tracegrad.frontend.rearrange import chunk
 from tracegrad.frontend.reductions import amax, log_softmax, mean, softmax, sum
 from tracegrad.frontend.tensor import Tensor, as_tensor
 
@@ -1134,17 +1135,10 @@ def threshold(input: Any, threshold: float, value: float, inplace: bool = False)
 def glu(input: Any, dim: int = -1) -> Tensor:
     """The gated linear unit: the first half of `dim` times the sigmoid of the second."""
     x = as_tensor(input)
-    size = x.shape[dim] if x.ndim else 0
-    if size % 2:
+    if not x.ndim or x.shape[dim] % 2:
         raise ShapeError(f"glu: dim {dim} of input {x.shape} must have an even size")
-    a, b = _halves(x, dim % x.ndim, size // 2)
+    a, b = chunk(x, 2, dim)
     return a * sigmoid(b)
-
-
-def _halves(x: Tensor, axis: int, half: int) -> tuple[Tensor, Tensor]:
-    first = (slice(None),) * axis + (slice(0, half),)
-    second = (slice(None),) * axis + (slice(half, None),)
-    return x[first], x[second]
 
 
 def implicit_dim(ndim: int) -> int:

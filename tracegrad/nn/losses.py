@@ -3,11 +3,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from tracegrad.frontend.tensor import Tensor
 from tracegrad.nn import functional as F
-from tracegrad.nn.modules import Module
+from tracegrad.nn.modules import FunctionLayer
 
 __all__ = ["BCELoss", "BCEWithLogitsLoss", "CosineEmbeddingLoss", "CrossEntropyLoss",
            "GaussianNLLLoss", "HingeEmbeddingLoss", "HuberLoss", "KLDivLoss", "L1Loss", "MSELoss",
@@ -15,21 +12,7 @@ __all__ = ["BCELoss", "BCEWithLogitsLoss", "CosineEmbeddingLoss", "CrossEntropyL
            "SmoothL1Loss", "SoftMarginLoss", "TripletMarginLoss"]  # fmt: skip
 
 
-class _Loss(Module):
-    function: Any = None
-
-    def __init__(self, **options: Any) -> None:
-        super().__init__()
-        self.options = options
-
-    def forward(self, *inputs: Any) -> Tensor:
-        return type(self).function(*inputs, **self.options)
-
-    def extra_repr(self) -> str:
-        return ", ".join(f"{k}={v!r}" for k, v in self.options.items() if v is not None)
-
-
-class CrossEntropyLoss(_Loss):
+class CrossEntropyLoss(FunctionLayer):
     function = F.cross_entropy
 
     def __init__(self, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
@@ -37,63 +20,63 @@ class CrossEntropyLoss(_Loss):
                          label_smoothing=label_smoothing)  # fmt: skip
 
 
-class NLLLoss(_Loss):
+class NLLLoss(FunctionLayer):
     function = F.nll_loss
 
     def __init__(self, weight=None, ignore_index=-100, reduction="mean"):
         super().__init__(weight=weight, ignore_index=ignore_index, reduction=reduction)
 
 
-class MSELoss(_Loss):
+class MSELoss(FunctionLayer):
     function = F.mse_loss
 
     def __init__(self, reduction="mean"):
         super().__init__(reduction=reduction)
 
 
-class L1Loss(_Loss):
+class L1Loss(FunctionLayer):
     function = F.l1_loss
 
     def __init__(self, reduction="mean"):
         super().__init__(reduction=reduction)
 
 
-class BCELoss(_Loss):
+class BCELoss(FunctionLayer):
     function = F.binary_cross_entropy
 
     def __init__(self, weight=None, reduction="mean"):
         super().__init__(weight=weight, reduction=reduction)
 
 
-class BCEWithLogitsLoss(_Loss):
+class BCEWithLogitsLoss(FunctionLayer):
     function = F.binary_cross_entropy_with_logits
 
     def __init__(self, weight=None, reduction="mean", pos_weight=None):
         super().__init__(weight=weight, reduction=reduction, pos_weight=pos_weight)
 
 
-class SmoothL1Loss(_Loss):
+class SmoothL1Loss(FunctionLayer):
     function = F.smooth_l1_loss
 
     def __init__(self, reduction="mean", beta=1.0):
         super().__init__(reduction=reduction, beta=beta)
 
 
-class HuberLoss(_Loss):
+class HuberLoss(FunctionLayer):
     function = F.huber_loss
 
     def __init__(self, reduction="mean", delta=1.0):
         super().__init__(reduction=reduction, delta=delta)
 
 
-class KLDivLoss(_Loss):
+class KLDivLoss(FunctionLayer):
     function = F.kl_div
 
     def __init__(self, size_average=None, reduce=None, reduction="mean", log_target=False):
         super().__init__(reduction=reduction, log_target=log_target)
 
 
-class PoissonNLLLoss(_Loss):
+class PoissonNLLLoss(FunctionLayer):
     function = F.poisson_nll_loss
 
     def __init__(self, log_input=True, full=False, size_average=None, eps=1e-8, reduce=None,
@@ -101,7 +84,7 @@ class PoissonNLLLoss(_Loss):
         super().__init__(log_input=log_input, full=full, eps=eps, reduction=reduction)
 
 
-class GaussianNLLLoss(_Loss):
+class GaussianNLLLoss(FunctionLayer):
     """Called as loss(input, target, var)."""
 
     function = F.gaussian_nll_loss
@@ -110,28 +93,28 @@ class GaussianNLLLoss(_Loss):
         super().__init__(full=full, eps=eps, reduction=reduction)
 
 
-class SoftMarginLoss(_Loss):
+class SoftMarginLoss(FunctionLayer):
     function = F.soft_margin_loss
 
     def __init__(self, size_average=None, reduce=None, reduction="mean"):
         super().__init__(reduction=reduction)
 
 
-class HingeEmbeddingLoss(_Loss):
+class HingeEmbeddingLoss(FunctionLayer):
     function = F.hinge_embedding_loss
 
     def __init__(self, margin=1.0, size_average=None, reduce=None, reduction="mean"):
         super().__init__(margin=margin, reduction=reduction)
 
 
-class MultiLabelSoftMarginLoss(_Loss):
+class MultiLabelSoftMarginLoss(FunctionLayer):
     function = F.multilabel_soft_margin_loss
 
     def __init__(self, weight=None, size_average=None, reduce=None, reduction="mean"):
         super().__init__(weight=weight, reduction=reduction)
 
 
-class MarginRankingLoss(_Loss):
+class MarginRankingLoss(FunctionLayer):
     """Called as loss(input1, input2, target)."""
 
     function = F.margin_ranking_loss
@@ -140,7 +123,7 @@ class MarginRankingLoss(_Loss):
         super().__init__(margin=margin, reduction=reduction)
 
 
-class CosineEmbeddingLoss(_Loss):
+class CosineEmbeddingLoss(FunctionLayer):
     """Called as loss(input1, input2, target)."""
 
     function = F.cosine_embedding_loss
@@ -149,7 +132,7 @@ class CosineEmbeddingLoss(_Loss):
         super().__init__(margin=margin, reduction=reduction)
 
 
-class TripletMarginLoss(_Loss):
+class TripletMarginLoss(FunctionLayer):
     """Called as loss(anchor, positive, negative)."""
 
     function = F.triplet_margin_loss

@@ -365,6 +365,28 @@ def _cast_in_place(t: Tensor, dtype: np.dtype) -> None:
         t.grad = Tensor(t.grad.numpy().astype(dtype))
 
 
+class FunctionLayer(Module):
+    """A layer that calls its `function` (one of `functional`'s) on its inputs with the options
+    it was built with: PyTorch's losses and parameter-free activations. The options are plain
+    attributes of PyTorch's names (`loss.reduction`, `act.inplace`; a loss's class weights too,
+    not a parameter), read at each call, so that setting one later takes effect."""
+
+    function: Any = None
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__()
+        object.__setattr__(self, "option_names", tuple(options))
+        for name, value in options.items():
+            object.__setattr__(self, name, value)
+
+    def forward(self, *inputs: Any) -> Any:
+        return type(self).function(*inputs, **{k: getattr(self, k) for k in self.option_names})
+
+    def extra_repr(self) -> str:
+        options = ((k, getattr(self, k)) for k in self.option_names)
+        return ", ".join(f"{k}={v!r}" for k, v in options if v is not None)
+
+
 class Linear(Module):
     """y = x @ weight.T + bias, weight of shape (out, in); PyTorch's default initialization."""
 
