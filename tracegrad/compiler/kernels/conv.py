@@ -92,12 +92,18 @@ def rows_at(a, n, channel, g, r0):
 
 
 @njit(cache=True)
-def padded(x, g, cg):
-    """A zeroed image of cg channels big enough for the image at (ph, pw) and for every
-    position a tap reads: the padded copy of a sample's group of channels."""
+def extent(x, g):
+    """(hp, wp): big enough for the image at (ph, pw) and for every position a tap reads."""
     sh, sw, ph, pw, dh, dw, kh, kw, oh_, ow_ = geometry(g)
-    hp = max(ph + x.shape[2], (oh_ - 1) * sh + (kh - 1) * dh + 1)
-    wp = max(pw + x.shape[3], (ow_ - 1) * sw + (kw - 1) * dw + 1)
+    return (max(ph + x.shape[2], (oh_ - 1) * sh + (kh - 1) * dh + 1),
+            max(pw + x.shape[3], (ow_ - 1) * sw + (kw - 1) * dw + 1))
+
+
+@njit(cache=True)
+def padded(x, g, cg):
+    """A zeroed image of cg channels of `extent`: the padded copy of a sample's group of
+    channels."""
+    hp, wp = extent(x, g)
     return np.zeros((cg, hp, wp), D)
 
 
@@ -246,9 +252,7 @@ def spread(a, block, n0, n1, channel, count, p0, p1):
 @njit(cache=True)
 def phases_of(x, g):
     """A thread's zeroed buffer of a channel's padded plane split by phase: (sh * sw, hq, wq)."""
-    sh, sw, ph, pw, dh, dw, kh, kw, oh_, ow_ = geometry(g)
-    hp = max(ph + x.shape[2], (oh_ - 1) * sh + (kh - 1) * dh + 1)
-    wp = max(pw + x.shape[3], (ow_ - 1) * sw + (kw - 1) * dw + 1)
+    (hp, wp), sh, sw = extent(x, g), g[0], g[1]
     return np.zeros((sh * sw, -(-hp // sh), -(-wp // sw)), D)
 
 
@@ -345,9 +349,7 @@ def plane_rows(t, a, n, back):
 @njit(cache=True)
 def image_buffer(x, g):
     """A thread's zeroed (hp, wp, C) buffer of a padded sample, channels last."""
-    sh, sw, ph, pw, dh, dw, kh, kw, oh_, ow_ = geometry(g)
-    hp = max(ph + x.shape[2], (oh_ - 1) * sh + (kh - 1) * dh + 1)
-    wp = max(pw + x.shape[3], (ow_ - 1) * sw + (kw - 1) * dw + 1)
+    hp, wp = extent(x, g)
     return np.zeros((hp, wp, x.shape[1]), D)
 
 
