@@ -238,6 +238,189 @@ def spread(a, block, n0, n1, channel, count, p0, p1):
                 a[n0 + m, channel + o, p0 + t] = block[o, m * width + t]
 
 
+'''
+
+_FORWARD = '''
+@njit("void({dtype}[:, :, :, ::1], {dtype}[:, ::1], int64[::1], int64, {dtype}[:, :, ::1], int64)",
+      parallel=True, cache=True)
+def kernel(x, w, g, groups, y, threads):
+    """y[n] (O, OH * OW) = w (O, K) @ the columns of x[n], group by group; a block of several
+    samples is one product, whose result is then spread over their outputs."""
+    batch, k, size, oh_, ow_, rows, nb, og, cg, positions = sizes(x, w, g, groups)
+    blas_threads = get_blas_threads()
+    set_blas_threads(1)
+    for part in prange(threads):
+        first, last = part * batch // threads, (part + 1) * batch // threads
+        if dense(g, x):  # y (share, O) = x (share, K) @ w^T, group by group
+            for grp in range(groups if last > first else 0):
+                gemm(ROW_MAJOR, AS_IS, TRANSPOSED, last - first, og, k, T(1),
+                     x.ctypes.data + (first * groups + grp) * k * size, groups * k,
+                     w.ctypes.data + grp * og * k * size, k, T(0),
+                     y.ctypes.data + (first * groups + grp) * og * size, groups * og)
+            continue
+        cols = np.empty((k, nb * rows * ow_), D)
+        prod = np.empty((og, nb * rows * ow_ if nb > 1 else 0), D)
+        pad = padded(x, g, cg)
+        for n0 in range(first, last, nb):
+            n1 = min(last, n0 + nb)
+            for grp in range(groups):
+                wg = w.ctypes.data + grp * og * k * size
+                for r0 in range(0, oh_, rows):
+                    r1 = min(oh_, r0 + rows)
+                    width = (r1 - r0) * ow_
+                    if n1 - n0 == 1:  # the product straight into y[n]
+                        src, ld = rows_at(x, n0, grp * cg, g, r0), positions
+                        if not direct(g):
+                            flat, base, hp, wp = source(x, pad, n0, grp * cg, g, r0)
+                            columns_of(cols, 0, flat, base, cg, hp, wp, g, r0, r1)
+                            src, ld = cols.ctypes.data, cols.shape[1]
+                        gemm(ROW_MAJOR, AS_IS, AS_IS, og, width, k, T(1), wg, k, src, ld, T(0),
+                             rows_at(y, n0, grp * og, g, r0), positions)
+                        continue
+                    for n in range(n0, n1):  # a block of several samples spans all the rows
+                        flat, base, hp, wp = source(x, pad, n, grp * cg, g, r0)
+                        columns_of(cols, (n - n0) * width, flat, base, cg, hp, wp, g, r0, r1)
+                    gemm(ROW_MAJOR, AS_IS, AS_IS, og, (n1 - n0) * width, k, T(1), wg, k,
+                         cols.ctypes.data, cols.shape[1], T(0), prod.ctypes.data, prod.shape[1])
+                    spread(y, prod, n0, n1, grp * og, og, r0 * ow_, r1 * ow_)
+    set_blas_threads(blas_threads)
+'''
+
+_INPUT_GRAD = '''
+@njit("void({dtype}[:, :, ::1], {dtype}[:, ::1], int64[::1], int64, {dtype}[:, :, :, ::1], int64)",
+      parallel=True, cache=True)
+def kernel(gy, w, g, groups, dx, threads):
+    """The columns of dx[n] = w^T (K, O) @ gy[n], added back where they came from, in a padded
+    image stored into dx[n] once whole; a block of several samples is one product, of their
+    gradients gathered side by side."""
+    batch, k, size, oh_, ow_, rows, nb, og, cg, positions = sizes(dx, w, g, groups)
+    blas_threads = get_blas_threads()
+    set_blas_threads(1)
+    for part in prange(threads):
+        first, last = part * batch // threads, (part + 1) * batch // threads
+        if dense(g, dx):  # dx (share, K) = gy (share, O) @ w, group by group
+            for grp in range(groups if last > first else 0):
+                gemm(ROW_MAJOR, AS_IS, AS_IS, last - first, k, og, T(1),
+                     gy.ctypes.data + (first * groups + grp) * og * size, groups * og,
+                     w.ctypes.data + grp * og * k * size, k, T(0),
+                     dx.ctypes.data + (first * groups + grp) * k * size, groups * k)
+            continue
+        cols = np.empty((k, nb * rows * ow_), D)
+        block = np.empty((og, nb * rows * ow_ if nb > 1 else 0), D)
+        pad = padded(dx, g, cg)
+        for n0 in range(first, last, nb):
+            n1 = min(last, n0 + nb)
+            for grp in range(groups):
+                wg = w.ctypes.data + grp * og * k * size
+                for r0 in range(0, oh_, rows):
+                    r1 = min(oh_, r0 + rows)
+                    width = (r1 - r0) * ow_
+                    if n1 - n0 == 1:
+                        in_place = direct(g)  # the columns are dx[n]'s own rows
+                        dst, ld = rows_at(dx, n0, grp * cg, g, r0), positions
+                        if not in_place:
+                            dst, ld = cols.ctypes.data, cols.shape[1]
+                        gemm(ROW_MAJOR, TRANSPOSED, AS_IS, k, width, og, T(1), wg, k,
+                             rows_at(gy, n0, grp * og, g, r0), positions, T(0), dst, ld)
+                        if not in_place:
+                            flat, base, hp, wp = target(dx, pad, n0, grp * cg, g, r0)
+                            add_columns(flat, base, cg, hp, wp, cols, 0, g, r0, r1)
+                            if r1 == oh_ and not unpadded(dx, g):
+                                store(dx, pad, n0, grp * cg, g)
+                        continue
+                    gather(block, gy, n0, n1, grp * og, og, r0 * ow_, r1 * ow_)
+                    gemm(ROW_MAJOR, TRANSPOSED, AS_IS, k, (n1 - n0) * width, og, T(1), wg, k,
+                         block.ctypes.data, block.shape[1], T(0), cols.ctypes.data,
+                         cols.shape[1])
+                    for n in range(n0, n1):  # a block of several samples spans all the rows
+                        flat, base, hp, wp = target(dx, pad, n, grp * cg, g, r0)
+                        add_columns(flat, base, cg, hp, wp, cols, (n - n0) * width, g, r0, r1)
+                        if not unpadded(dx, g):
+                            store(dx, pad, n, grp * cg, g)
+    set_blas_threads(blas_threads)
+'''
+
+_WEIGHT_GRAD = '''
+@njit(cache=True)
+def thin(og, k):
+    """Whether a group's O output channels are few beside its K: OpenBLAS then runs the weight
+    gradient's product nearer its rate with O as the product's columns than as its rows; with
+    many channels it is the other way round (docs/kernels.md)."""
+    return og <= 64 and k >= og
+
+
+@njit(cache=True)
+def accumulate(acc, gy, ldg, cols, ldc, og, k, width):
+    """acc += one block's product: (K, O) += columns (K, width) @ gy^T where the output channels
+    are few (`thin`), else (O, K) += gy (O, width) @ columns^T."""
+    if thin(og, k):
+        gemm(ROW_MAJOR, AS_IS, TRANSPOSED, k, og, width, T(1), cols, ldc, gy, ldg, T(1), acc, og)
+    else:
+        gemm(ROW_MAJOR, AS_IS, TRANSPOSED, og, k, width, T(1), gy, ldg, cols, ldc, T(1), acc, k)
+
+
+@njit("void({dtype}[:, :, :, ::1], {dtype}[:, :, ::1], int64[::1], int64, {dtype}[:, ::1], int64)",
+      parallel=True, cache=True)
+def kernel(x, gy, g, groups, dw, threads):
+    """dw (O, K) = the sum over samples of gy[n] @ (the columns of x[n])^T, group by group:
+    each thread sums its blocks' in an (O, K) or (K, O) of its own (`accumulate`), then the
+    threads' sums are added."""
+    batch, k, size, oh_, ow_, rows, nb, og, cg, positions = sizes(x, dw, g, groups)
+    blas_threads = get_blas_threads()
+    set_blas_threads(1)
+    if dense(g, x):  # dw (O, K) = gy^T (O, N) @ x (N, K), each thread a share of its rows
+        for part in prange(threads):
+            for grp in range(groups):
+                o0, o1 = part * og // threads, (part + 1) * og // threads
+                if o1 > o0:
+                    gemm(ROW_MAJOR, TRANSPOSED, AS_IS, o1 - o0, k, batch, T(1),
+                         gy.ctypes.data + (grp * og + o0) * size, groups * og,
+                         x.ctypes.data + grp * k * size, groups * k, T(0),
+                         dw.ctypes.data + (grp * og + o0) * k * size, k)
+        set_blas_threads(blas_threads)
+        return
+    sums = np.zeros((threads, groups, og * k), D)
+    for part in prange(threads):
+        first, last = part * batch // threads, (part + 1) * batch // threads
+        cols = np.empty((k, nb * rows * ow_), D)
+        block = np.empty((og, nb * rows * ow_ if nb > 1 else 0), D)
+        pad = padded(x, g, cg)
+        for n0 in range(first, last, nb):
+            n1 = min(last, n0 + nb)
+            for grp in range(groups):
+                acc = sums.ctypes.data + (part * groups + grp) * og * k * size
+                for r0 in range(0, oh_, rows):
+                    r1 = min(oh_, r0 + rows)
+                    width = (r1 - r0) * ow_
+                    if n1 - n0 == 1:
+                        src, ld = rows_at(x, n0, grp * cg, g, r0), positions
+                        if not direct(g):
+                            flat, base, hp, wp = source(x, pad, n0, grp * cg, g, r0)
+                            columns_of(cols, 0, flat, base, cg, hp, wp, g, r0, r1)
+                            src, ld = cols.ctypes.data, cols.shape[1]
+                        accumulate(acc, rows_at(gy, n0, grp * og, g, r0), positions, src, ld,
+                                   og, k, width)
+                        continue
+                    for n in range(n0, n1):  # a block of several samples spans all the rows
+                        flat, base, hp, wp = source(x, pad, n, grp * cg, g, r0)
+                        columns_of(cols, (n - n0) * width, flat, base, cg, hp, wp, g, r0, r1)
+                    gather(block, gy, n0, n1, grp * og, og, r0 * ow_, r1 * ow_)
+                    accumulate(acc, block.ctypes.data, block.shape[1], cols.ctypes.data,
+                               cols.shape[1], og, k, (n1 - n0) * width)
+    set_blas_threads(blas_threads)
+    tall = thin(og, k)  # the sums' order, (K, O) or (O, K)
+    for grp in range(groups):  # loops: array expressions here compiled into more parallel code
+        for i in range(og):
+            for j in range(k):
+                at = j * og + i if tall else i * k + j
+                total = sums[0, grp, at]
+                for part in range(1, threads):
+                    total += sums[part, grp, at]
+                dw[grp * og + i, j] = total
+'''
+
+
+_DEPTHWISE = '''
 # Depthwise convolutions (each group reads one input channel: MobileNet's, ConvNeXt's) take no
 # columns and no products: the products would be one row by kh * kw, far below BLAS's rate, and
 # the columns kh * kw copies of the input for so little arithmetic. Each output plane is a sum
@@ -359,7 +542,7 @@ def tap_run(oh, ow, i, j, g, wp, c_):
     return U(((oh * g[0] + i * g[4]) * wp + ow * g[1] + j * g[5]) * c_)
 
 
-@njit(fastmath={"reassoc", "contract", "nsz"}, cache=True)
+@njit(fastmath={{"reassoc", "contract", "nsz"}}, cache=True)
 def dot3(a, b, b0, b1, b2, n):
     """The sums of a[:n] * b[b0:b0 + n], and at b1 and b2: one pass, reassociated so that it runs
     in SIMD lanes."""
@@ -370,9 +553,8 @@ def dot3(a, b, b0, b1, b2, n):
         s1 += v * b[b1 + t]
         s2 += v * b[b2 + t]
     return s0, s1, s2
-'''
 
-_FORWARD = '''
+
 @njit(fastmath={{"contract"}}, cache=True)
 def depthwise_last(x, w, g, y, first, last):
     """`depthwise` channels-last, one output channel a group."""
@@ -394,6 +576,7 @@ def depthwise_last(x, w, g, y, first, last):
                         for c in range(step):
                             of[q + c] += wf[wq + c] * tf[at + c]
         plane_rows(out, y, n, True)
+
 
 @njit(fastmath={{"contract"}}, cache=True)
 def depthwise(x, w, g, groups, y, first, last):
@@ -424,58 +607,6 @@ def depthwise(x, w, g, groups, y, first, last):
                         yf[plane + U(oh * ow_) + t] = grid[U(oh * wq) + t]
 
 
-@njit("void({dtype}[:, :, :, ::1], {dtype}[:, ::1], int64[::1], int64, {dtype}[:, :, ::1], int64)",
-      parallel=True, cache=True)
-def kernel(x, w, g, groups, y, threads):
-    """y[n] (O, OH * OW) = w (O, K) @ the columns of x[n], group by group; a block of several
-    samples is one product, whose result is then spread over their outputs."""
-    batch, k, size, oh_, ow_, rows, nb, og, cg, positions = sizes(x, w, g, groups)
-    blas_threads = get_blas_threads()
-    set_blas_threads(1)
-    for part in prange(threads):
-        first, last = part * batch // threads, (part + 1) * batch // threads
-        if dense(g, x):  # y (share, O) = x (share, K) @ w^T, group by group
-            for grp in range(groups if last > first else 0):
-                gemm(ROW_MAJOR, AS_IS, TRANSPOSED, last - first, og, k, T(1),
-                     x.ctypes.data + (first * groups + grp) * k * size, groups * k,
-                     w.ctypes.data + grp * og * k * size, k, T(0),
-                     y.ctypes.data + (first * groups + grp) * og * size, groups * og)
-            continue
-        if g[12]:
-            depthwise_last(x, w, g, y, first, last)
-            continue
-        if cg == 1 and groups > 1:
-            depthwise(x, w, g, groups, y, first, last)
-            continue
-        cols = np.empty((k, nb * rows * ow_), D)
-        prod = np.empty((og, nb * rows * ow_ if nb > 1 else 0), D)
-        pad = padded(x, g, cg)
-        for n0 in range(first, last, nb):
-            n1 = min(last, n0 + nb)
-            for grp in range(groups):
-                wg = w.ctypes.data + grp * og * k * size
-                for r0 in range(0, oh_, rows):
-                    r1 = min(oh_, r0 + rows)
-                    width = (r1 - r0) * ow_
-                    if n1 - n0 == 1:  # the product straight into y[n]
-                        src, ld = rows_at(x, n0, grp * cg, g, r0), positions
-                        if not direct(g):
-                            flat, base, hp, wp = source(x, pad, n0, grp * cg, g, r0)
-                            columns_of(cols, 0, flat, base, cg, hp, wp, g, r0, r1)
-                            src, ld = cols.ctypes.data, cols.shape[1]
-                        gemm(ROW_MAJOR, AS_IS, AS_IS, og, width, k, T(1), wg, k, src, ld, T(0),
-                             rows_at(y, n0, grp * og, g, r0), positions)
-                        continue
-                    for n in range(n0, n1):  # a block of several samples spans all the rows
-                        flat, base, hp, wp = source(x, pad, n, grp * cg, g, r0)
-                        columns_of(cols, (n - n0) * width, flat, base, cg, hp, wp, g, r0, r1)
-                    gemm(ROW_MAJOR, AS_IS, AS_IS, og, (n1 - n0) * width, k, T(1), wg, k,
-                         cols.ctypes.data, cols.shape[1], T(0), prod.ctypes.data, prod.shape[1])
-                    spread(y, prod, n0, n1, grp * og, og, r0 * ow_, r1 * ow_)
-    set_blas_threads(blas_threads)
-'''
-
-_INPUT_GRAD = '''
 @njit(fastmath={{"contract"}}, cache=True)
 def depthwise_input_last(gy, w, g, dx, first, last):
     """`depthwise_input` channels-last, one output channel a group."""
@@ -497,6 +628,7 @@ def depthwise_input_last(gy, w, g, dx, first, last):
                         for c in range(step):
                             tf[at + c] += wf[wq + c] * gf[q + c]
         image_rows(t, dx, n, g, True)
+
 
 @njit(fastmath={{"contract"}}, cache=True)
 def depthwise_input(gy, w, g, groups, dx, first, last):
@@ -523,87 +655,9 @@ def depthwise_input(gy, w, g, groups, dx, first, last):
             split(pf, hq, wq, xf, U((n * dx.shape[1] + grp) * h * wd), h, wd, g, True)
 
 
-@njit("void({dtype}[:, :, ::1], {dtype}[:, ::1], int64[::1], int64, {dtype}[:, :, :, ::1], int64)",
-      parallel=True, cache=True)
-def kernel(gy, w, g, groups, dx, threads):
-    """The columns of dx[n] = w^T (K, O) @ gy[n], added back where they came from, in a padded
-    image stored into dx[n] once whole; a block of several samples is one product, of their
-    gradients gathered side by side."""
-    batch, k, size, oh_, ow_, rows, nb, og, cg, positions = sizes(dx, w, g, groups)
-    blas_threads = get_blas_threads()
-    set_blas_threads(1)
-    for part in prange(threads):
-        first, last = part * batch // threads, (part + 1) * batch // threads
-        if dense(g, dx):  # dx (share, K) = gy (share, O) @ w, group by group
-            for grp in range(groups if last > first else 0):
-                gemm(ROW_MAJOR, AS_IS, AS_IS, last - first, k, og, T(1),
-                     gy.ctypes.data + (first * groups + grp) * og * size, groups * og,
-                     w.ctypes.data + grp * og * k * size, k, T(0),
-                     dx.ctypes.data + (first * groups + grp) * k * size, groups * k)
-            continue
-        if g[12]:
-            depthwise_input_last(gy, w, g, dx, first, last)
-            continue
-        if cg == 1 and groups > 1:
-            depthwise_input(gy, w, g, groups, dx, first, last)
-            continue
-        cols = np.empty((k, nb * rows * ow_), D)
-        block = np.empty((og, nb * rows * ow_ if nb > 1 else 0), D)
-        pad = padded(dx, g, cg)
-        for n0 in range(first, last, nb):
-            n1 = min(last, n0 + nb)
-            for grp in range(groups):
-                wg = w.ctypes.data + grp * og * k * size
-                for r0 in range(0, oh_, rows):
-                    r1 = min(oh_, r0 + rows)
-                    width = (r1 - r0) * ow_
-                    if n1 - n0 == 1:
-                        in_place = direct(g)  # the columns are dx[n]'s own rows
-                        dst, ld = rows_at(dx, n0, grp * cg, g, r0), positions
-                        if not in_place:
-                            dst, ld = cols.ctypes.data, cols.shape[1]
-                        gemm(ROW_MAJOR, TRANSPOSED, AS_IS, k, width, og, T(1), wg, k,
-                             rows_at(gy, n0, grp * og, g, r0), positions, T(0), dst, ld)
-                        if not in_place:
-                            flat, base, hp, wp = target(dx, pad, n0, grp * cg, g, r0)
-                            add_columns(flat, base, cg, hp, wp, cols, 0, g, r0, r1)
-                            if r1 == oh_ and not unpadded(dx, g):
-                                store(dx, pad, n0, grp * cg, g)
-                        continue
-                    gather(block, gy, n0, n1, grp * og, og, r0 * ow_, r1 * ow_)
-                    gemm(ROW_MAJOR, TRANSPOSED, AS_IS, k, (n1 - n0) * width, og, T(1), wg, k,
-                         block.ctypes.data, block.shape[1], T(0), cols.ctypes.data,
-                         cols.shape[1])
-                    for n in range(n0, n1):  # a block of several samples spans all the rows
-                        flat, base, hp, wp = target(dx, pad, n, grp * cg, g, r0)
-                        add_columns(flat, base, cg, hp, wp, cols, (n - n0) * width, g, r0, r1)
-                        if not unpadded(dx, g):
-                            store(dx, pad, n, grp * cg, g)
-    set_blas_threads(blas_threads)
-'''
-
-_WEIGHT_GRAD = '''
-@njit(cache=True)
-def thin(og, k):
-    """Whether a group's O output channels are few beside its K: OpenBLAS then runs the weight
-    gradient's product nearer its rate with O as the product's columns than as its rows; with
-    many channels it is the other way round (docs/kernels.md)."""
-    return og <= 64 and k >= og
-
-
-@njit(cache=True)
-def accumulate(acc, gy, ldg, cols, ldc, og, k, width):
-    """acc += one block's product: (K, O) += columns (K, width) @ gy^T where the output channels
-    are few (`thin`), else (O, K) += gy (O, width) @ columns^T."""
-    if thin(og, k):
-        gemm(ROW_MAJOR, AS_IS, TRANSPOSED, k, og, width, T(1), cols, ldc, gy, ldg, T(1), acc, og)
-    else:
-        gemm(ROW_MAJOR, AS_IS, TRANSPOSED, og, k, width, T(1), gy, ldg, cols, ldc, T(1), acc, k)
-
-
 @njit(fastmath={{"contract"}}, cache=True)
 def depthwise_weights_last(x, gy, g, sums, first, last):
-    """`depthwise_weights` channels-last, one output channel a group: sums (C, K)."""
+    """`depthwise_weights` channels-last, one output channel a group: into sums (C, K)."""
     kh, kw, oh_, ow_ = g[6], g[7], g[8], g[9]
     t, c_ = image_buffer(x, g), x.shape[1]
     acc, grad = np.zeros((kh * kw, c_), D), np.empty((oh_ * ow_, c_), D)
@@ -627,13 +681,11 @@ def depthwise_weights_last(x, gy, g, sums, first, last):
 
 @njit(cache=True)
 def depthwise_weights(x, gy, g, groups, sums, first, last):
-    """`depthwise`'s weight gradient over samples first..last, added into sums (groups, og * K)
-    in the order `thin` gives the threads' sums: each tap's the dot product of the output's
-    gradient with what the tap read."""
+    """`depthwise`'s weight gradient over samples first..last, added into sums (O, K): each
+    tap's the dot product of the output's gradient with what the tap read."""
     kh, kw, oh_, ow_ = g[6], g[7], g[8], g[9]
     phases = phases_of(x, g)
-    (_, hq, wq), k = phases.shape, kh * kw
-    og, tall = sums.shape[1] // k, thin(sums.shape[1] // k, k)
+    (_, hq, wq), og = phases.shape, sums.shape[0] // groups
     pf, xf, gf = phases.reshape(phases.size), x.reshape(x.size), gy.reshape(gy.size)
     length, h, wd = U((oh_ - 1) * wq + ow_), x.shape[2], x.shape[3]
     grid = np.empty(length, D)
@@ -647,75 +699,53 @@ def depthwise_weights(x, gy, g, groups, sums, first, last):
                         a0, a1, a2 = triple_at(i, j, g, hq, wq)
                         sums3 = dot3(grid, pf, a0, a1, a2, length)
                         for tap in range(i * kw + j, i * kw + min(j + 3, kw)):
-                            at = tap * og + o if tall else o * k + tap
-                            sums[grp, at] += sums3[tap - i * kw - j]
+                            sums[grp * og + o, tap] += sums3[tap - i * kw - j]
+'''
 
-
+_DEPTHWISE_KERNELS = {
+    "output": '''
+@njit("void({dtype}[:, :, :, ::1], {dtype}[:, ::1], int64[::1], int64, {dtype}[:, :, ::1], int64)",
+      parallel=True, cache=True)
+def kernel(x, w, g, groups, y, threads):
+    """y of a depthwise convolution, each thread its share of the batch."""
+    for part in prange(threads):
+        first, last = part * x.shape[0] // threads, (part + 1) * x.shape[0] // threads
+        if g[12]:
+            depthwise_last(x, w, g, y, first, last)
+        else:
+            depthwise(x, w, g, groups, y, first, last)
+''',
+    "input_grad": """
+@njit("void({dtype}[:, :, ::1], {dtype}[:, ::1], int64[::1], int64, {dtype}[:, :, :, ::1], int64)",
+      parallel=True, cache=True)
+def kernel(gy, w, g, groups, dx, threads):
+    for part in prange(threads):
+        first, last = part * dx.shape[0] // threads, (part + 1) * dx.shape[0] // threads
+        if g[12]:
+            depthwise_input_last(gy, w, g, dx, first, last)
+        else:
+            depthwise_input(gy, w, g, groups, dx, first, last)
+""",
+    "weight_grad": '''
 @njit("void({dtype}[:, :, :, ::1], {dtype}[:, :, ::1], int64[::1], int64, {dtype}[:, ::1], int64)",
       parallel=True, cache=True)
 def kernel(x, gy, g, groups, dw, threads):
-    """dw (O, K) = the sum over samples of gy[n] @ (the columns of x[n])^T, group by group:
-    each thread sums its blocks' in an (O, K) or (K, O) of its own (`accumulate`), then the
-    threads' sums are added."""
-    batch, k, size, oh_, ow_, rows, nb, og, cg, positions = sizes(x, dw, g, groups)
-    blas_threads = get_blas_threads()
-    set_blas_threads(1)
-    if dense(g, x):  # dw (O, K) = gy^T (O, N) @ x (N, K), each thread a share of its rows
-        for part in prange(threads):
-            for grp in range(groups):
-                o0, o1 = part * og // threads, (part + 1) * og // threads
-                if o1 > o0:
-                    gemm(ROW_MAJOR, TRANSPOSED, AS_IS, o1 - o0, k, batch, T(1),
-                         gy.ctypes.data + (grp * og + o0) * size, groups * og,
-                         x.ctypes.data + grp * k * size, groups * k, T(0),
-                         dw.ctypes.data + (grp * og + o0) * k * size, k)
-        set_blas_threads(blas_threads)
-        return
-    sums = np.zeros((threads, groups, og * k), D)
+    """Each thread sums its samples' gradient in an (O, K) of its own; the sums are added."""
+    sums = np.zeros((threads, dw.shape[0], dw.shape[1]), D)
     for part in prange(threads):
-        first, last = part * batch // threads, (part + 1) * batch // threads
+        first, last = part * x.shape[0] // threads, (part + 1) * x.shape[0] // threads
         if g[12]:
             depthwise_weights_last(x, gy, g, sums[part], first, last)
-            continue
-        if cg == 1 and groups > 1:
+        else:
             depthwise_weights(x, gy, g, groups, sums[part], first, last)
-            continue
-        cols = np.empty((k, nb * rows * ow_), D)
-        block = np.empty((og, nb * rows * ow_ if nb > 1 else 0), D)
-        pad = padded(x, g, cg)
-        for n0 in range(first, last, nb):
-            n1 = min(last, n0 + nb)
-            for grp in range(groups):
-                acc = sums.ctypes.data + (part * groups + grp) * og * k * size
-                for r0 in range(0, oh_, rows):
-                    r1 = min(oh_, r0 + rows)
-                    width = (r1 - r0) * ow_
-                    if n1 - n0 == 1:
-                        src, ld = rows_at(x, n0, grp * cg, g, r0), positions
-                        if not direct(g):
-                            flat, base, hp, wp = source(x, pad, n0, grp * cg, g, r0)
-                            columns_of(cols, 0, flat, base, cg, hp, wp, g, r0, r1)
-                            src, ld = cols.ctypes.data, cols.shape[1]
-                        accumulate(acc, rows_at(gy, n0, grp * og, g, r0), positions, src, ld,
-                                   og, k, width)
-                        continue
-                    for n in range(n0, n1):  # a block of several samples spans all the rows
-                        flat, base, hp, wp = source(x, pad, n, grp * cg, g, r0)
-                        columns_of(cols, (n - n0) * width, flat, base, cg, hp, wp, g, r0, r1)
-                    gather(block, gy, n0, n1, grp * og, og, r0 * ow_, r1 * ow_)
-                    accumulate(acc, block.ctypes.data, block.shape[1], cols.ctypes.data,
-                               cols.shape[1], og, k, (n1 - n0) * width)
-    set_blas_threads(blas_threads)
-    tall = thin(og, k)  # the sums' order, (K, O) or (O, K)
-    for grp in range(groups):  # loops: array expressions here compiled into more parallel code
-        for i in range(og):
-            for j in range(k):
-                at = j * og + i if tall else i * k + j
-                total = sums[0, grp, at]
-                for part in range(1, threads):
-                    total += sums[part, grp, at]
-                dw[grp * og + i, j] = total
-'''
+    for i in range(dw.shape[0]):  # loops: array expressions here compiled into more parallel code
+        for j in range(dw.shape[1]):
+            total = sums[0, i, j]
+            for part in range(1, threads):
+                total += sums[part, i, j]
+            dw[i, j] = total
+''',
+}
 
 _KERNELS = {"output": _FORWARD, "input_grad": _INPUT_GRAD, "weight_grad": _WEIGHT_GRAD}
 
@@ -731,11 +761,15 @@ D = np.{dtype}
 '''
 
 
-def generate_source(op: str, dtype: str, ints: str) -> str:
-    """The text of the module of `op`'s kernel for `dtype`, BLAS sizes of integer type `ints`."""
+def generate_source(op: str, dtype: str, ints: str, depthwise: bool = False) -> str:
+    """The text of the module of `op`'s kernel for `dtype`, BLAS sizes of integer type `ints`:
+    the im2col kernel, or the depthwise one (a module of its own, so that neither compiles the
+    other's loops)."""
     head = _HEAD.format(
         op=op.replace("_", " "), dtype=dtype, declarations=declarations(dtype, ints)
     )
+    if depthwise:
+        return head + _HELPERS + (_DEPTHWISE + _DEPTHWISE_KERNELS[op]).format(dtype=dtype)
     return head + _HELPERS + _KERNELS[op].format(dtype=dtype)
 
 
@@ -751,7 +785,7 @@ def module(node: Node) -> tuple[str, str]:
         or any(v.dtype.name != dtype or v.const is not None for v in node.inputs)
     ):
         raise NotImplementedError(f"no convolution kernel for {[v.type_str for v in node.inputs]}")
-    return named("conv", generate_source(OPS[node.prim], dtype, ints))
+    return named("conv", generate_source(OPS[node.prim], dtype, ints, _depthwise(node)))
 
 
 class ConvKernel(GeneratedKernel):
@@ -802,12 +836,16 @@ class ConvKernel(GeneratedKernel):
 CHANNELS_LAST_WIDTH = 16  # a depthwise convolution's outputs narrower than this go channels-last
 
 
+def _depthwise(node: Node) -> bool:
+    """Whether each group of the node's convolution reads one input channel."""
+    return node.attrs["groups"] > 1 and _shapes(node)[1][1] == 1
+
+
 def _channels_last(node: Node) -> bool:
-    """Whether the node is a depthwise convolution (one input and one output channel a group)
-    whose output rows are short: its loops then run over channels (`depthwise_last`)."""
-    (_, c, _, _), (o, cg, _, _), (_, ow) = _shapes(node)
-    groups = node.attrs["groups"]
-    return groups > 1 and cg == 1 and o == groups and ow < CHANNELS_LAST_WIDTH
+    """Whether the node is a depthwise convolution with one output channel a group whose output
+    rows are short: its loops then run over channels (`depthwise_last`)."""
+    (_, _, _, _), (o, _, _, _), (_, ow) = _shapes(node)
+    return _depthwise(node) and o == node.attrs["groups"] and ow < CHANNELS_LAST_WIDTH
 
 
 def _shapes(node: Node) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
@@ -875,7 +913,7 @@ def scratch(node: Node) -> int:
     each = (cg * kh * kw + (o // a["groups"] if samples > 1 else 0)) * width + cg * hp * wp
     if _channels_last(node):  # the sample channels-last, its output's rows, the taps' weights
         each = (hp * wp + oh * ow + 2 * kh * kw) * o
-    elif cg == 1 and a["groups"] > 1:  # the phases of a padded plane, and the grid (`depthwise`)
+    elif _depthwise(node):  # the phases of a padded plane, and the grid (`depthwise`)
         wq = -(-wp // sw)
         each = sh * sw * -(-hp // sh) * wq + oh * wq
     total = threads * each
