@@ -283,7 +283,7 @@ class _Depthwise:
         self.chunk = max(1, CHUNK_BYTES // self.sample_bytes)
 
     def padded(self, x):
-        """A chunk of the batch, zero-padded (or zeros, for a gradient to add into)."""
+        """A chunk of the batch, zero-padded."""
         xp = np.zeros((x.shape[0], x.shape[1], self.hp, self.wp), self.dtype)
         xp[:, :, self.top : self.top + self.h, self.left : self.left + self.w] = x
         return xp
