@@ -346,6 +346,14 @@ def test_parameter_containers_register_their_parameters():
     assert len(list(net.parameters())) == 5
     with pytest.raises(TypeError, match="a parameter container holds tensors, not int"):
         net.scales.append(3)
+    net.scales[0] = tg.zeros(5)  # PyTorch's keywords and item assignment, in every container
+    assert net.scales[0].shape == (5,) and isinstance(net.scales[0], nn.Parameter)
+    blocks = nn.ModuleList(modules=[nn.Linear(2, 2)])
+    blocks[0] = nn.Identity()
+    assert isinstance(blocks[0], nn.Identity) and len(blocks[:1]) == 1
+    named = nn.ModuleDict(modules={"a": nn.Identity()})
+    named.update({"b": nn.Linear(1, 1)})
+    assert list(named) == ["a", "b"] and len(nn.ParameterDict(parameters={"w": tg.ones(1)})) == 1
 
 
 def test_unflatten_layer_and_method():

@@ -452,141 +452,113 @@ class GroupNorm(Module):
         return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
 
 
-class ModuleList(Module):
-    """A list of modules, registered as "0", "1", ..."""
+class _ListOf(Module):
+    """A list of what its registry holds (`held`: "_modules" or "_parameters"), kept there as
+    "0", "1", ... in order; `admit` checks or converts what is added."""
 
-    def __init__(self, modules: Iterable[Module] | None = None):
-        super().__init__()
-        for m in modules or ():
-            self.append(m)
-
-    def append(self, module: Module) -> ModuleList:
-        setattr(self, str(len(self._modules)), module)
-        return self
-
-    def extend(self, modules: Iterable[Module]) -> ModuleList:
-        for m in modules:
-            self.append(m)
-        return self
-
-    def __getitem__(self, i: int | slice) -> Any:
-        items = list(self._modules.values())
-        return ModuleList(items[i]) if isinstance(i, slice) else items[i]
-
-    def __len__(self) -> int:
-        return len(self._modules)
-
-    def __iter__(self) -> Iterator[Module]:
-        return iter(self._modules.values())
-
-
-class ModuleDict(Module):
-    """Modules by name, in insertion order."""
-
-    def __init__(self, modules: Mapping[str, Module] | None = None):
-        super().__init__()
-        for k, m in (modules or {}).items():
-            self[k] = m
-
-    def __setitem__(self, key: str, module: Module) -> None:
-        setattr(self, key, module)
-
-    def __getitem__(self, key: str) -> Module:
-        return self._modules[key]
-
-    def __contains__(self, key: str) -> bool:
-        return key in self._modules
-
-    def __len__(self) -> int:
-        return len(self._modules)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._modules)
-
-    def keys(self) -> Iterable[str]:
-        return self._modules.keys()
-
-    def values(self) -> Iterable[Module]:
-        return self._modules.values()
-
-    def items(self) -> Iterable[tuple[str, Module]]:
-        return self._modules.items()
-
-
-class ParameterList(Module):
-    """A list of parameters, registered as "0", "1", ... (a tensor given is made a Parameter)."""
+    held, admit = "_modules", staticmethod(lambda value: value)
 
     def __init__(self, values: Iterable[Any] | None = None):
         super().__init__()
-        for v in values or ():
-            self.append(v)
+        self.extend(values or ())
 
-    def append(self, value: Any) -> ParameterList:
-        setattr(self, str(len(self._parameters)), _as_parameter(value))
+    def append(self, value: Any) -> Any:
+        setattr(self, str(len(self)), self.admit(value))
         return self
 
-    def extend(self, values: Iterable[Any]) -> ParameterList:
+    def extend(self, values: Iterable[Any]) -> Any:
         for v in values:
             self.append(v)
         return self
 
     def __getitem__(self, i: int | slice) -> Any:
-        items = list(self._parameters.values())
-        return ParameterList(items[i]) if isinstance(i, slice) else items[i]
+        items = list(getattr(self, self.held).values())
+        return type(self)(items[i]) if isinstance(i, slice) else items[i]
 
     def __setitem__(self, i: int, value: Any) -> None:
-        setattr(self, str(range(len(self))[i]), _as_parameter(value))
+        setattr(self, str(range(len(self))[i]), self.admit(value))
 
     def __len__(self) -> int:
-        return len(self._parameters)
+        return len(getattr(self, self.held))
 
-    def __iter__(self) -> Iterator[Parameter]:
-        return iter(self._parameters.values())
+    def __iter__(self) -> Iterator[Any]:
+        return iter(getattr(self, self.held).values())
 
 
-class ParameterDict(Module):
-    """Parameters by name, in insertion order (a tensor given is made a Parameter)."""
+class _DictOf(Module):
+    """What its registry holds (`held`) by name, in insertion order; `admit` as `_ListOf`'s."""
 
-    def __init__(self, parameters: Mapping[str, Any] | None = None):
+    held, admit = "_modules", staticmethod(lambda value: value)
+
+    def __init__(self, values: Mapping[str, Any] | None = None):
         super().__init__()
-        self.update(parameters or {})
+        self.update(values or {})
 
-    def update(self, parameters: Mapping[str, Any]) -> None:
-        for k, v in parameters.items():
+    def update(self, values: Mapping[str, Any]) -> None:
+        for k, v in values.items():
             self[k] = v
 
     def __setitem__(self, key: str, value: Any) -> None:
-        setattr(self, key, _as_parameter(value))
+        setattr(self, key, self.admit(value))
 
-    def __getitem__(self, key: str) -> Parameter:
-        return self._parameters[key]
+    def __getitem__(self, key: str) -> Any:
+        return getattr(self, self.held)[key]
 
     def __contains__(self, key: str) -> bool:
-        return key in self._parameters
+        return key in getattr(self, self.held)
 
     def __len__(self) -> int:
-        return len(self._parameters)
+        return len(getattr(self, self.held))
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._parameters)
+        return iter(getattr(self, self.held))
 
     def keys(self) -> Iterable[str]:
-        return self._parameters.keys()
+        return getattr(self, self.held).keys()
 
-    def values(self) -> Iterable[Parameter]:
-        return self._parameters.values()
+    def values(self) -> Iterable[Any]:
+        return getattr(self, self.held).values()
 
-    def items(self) -> Iterable[tuple[str, Parameter]]:
-        return self._parameters.items()
+    def items(self) -> Iterable[tuple[str, Any]]:
+        return getattr(self, self.held).items()
 
 
 def _as_parameter(value: Any) -> Parameter:
-    """PyTorch's containers keep a Parameter as it is and make any other tensor one."""
+    """PyTorch's parameter containers keep a Parameter as it is and make any other tensor one."""
     if isinstance(value, Parameter):
         return value
     if not isinstance(value, Tensor):
         raise TypeError(f"a parameter container holds tensors, not {type(value).__name__}")
     return Parameter(value.detach())
+
+
+class ModuleList(_ListOf):
+    """A list of modules, registered as "0", "1", ..."""
+
+    def __init__(self, modules: Iterable[Module] | None = None):  # PyTorch's keyword
+        super().__init__(modules)
+
+
+class ModuleDict(_DictOf):
+    """Modules by name, in insertion order."""
+
+    def __init__(self, modules: Mapping[str, Module] | None = None):
+        super().__init__(modules)
+
+
+class ParameterList(_ListOf):
+    """A list of parameters, registered as "0", "1", ... (a tensor given is made a Parameter)."""
+
+    held, admit = "_parameters", staticmethod(_as_parameter)
+
+
+class ParameterDict(_DictOf):
+    """Parameters by name, in insertion order (a tensor given is made a Parameter)."""
+
+    held, admit = "_parameters", staticmethod(_as_parameter)
+
+    def __init__(self, parameters: Mapping[str, Any] | None = None):
+        super().__init__(parameters)
 
 
 class MultiheadAttention(Module):
