@@ -145,14 +145,25 @@ def dropout(
 ) -> Tensor:
     """Zero each element with probability `p` and scale the rest by 1/(1-p), in training; the
     mask is drawn from `state` (default: frontend.random's), which this advances."""
+    return _dropout(input, p, training, inplace, 0, "dropout", state)
+
+
+def _dropout(input: Any, p: float, training: bool, inplace: bool, spatial: int, op: str,
+             state: Tensor | None) -> Tensor:  # fmt: skip
+    """`dropout` of each element, or (`spatial` > 0) of whole channels: all `spatial` trailing
+    axes of a channel at once; a (C, *spatial) input is one sample."""
     if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout: p must be in [0, 1], not {p}")
+        raise ValueError(f"{op}: p must be in [0, 1], not {p}")
     x = as_tensor(input)
+    if spatial and x.ndim not in (spatial + 1, spatial + 2):
+        raise ShapeError(f"{op}: input {x.shape} must be (N, C, *{spatial} spatial axes) or "
+                         f"(C, *{spatial} spatial axes)")  # fmt: skip
     if not training or p == 0.0:
         return x
-    keep = random.uniform(x.shape, x.dtype, state) >= p
-    return _in_place(input, where(keep, x * (1.0 / (1.0 - p)) if p < 1.0 else x * 0.0, 0.0),
-                     inplace)  # fmt: skip
+    mask_shape = x.shape[: x.ndim - spatial] + (1,) * spatial
+    keep = random.uniform(mask_shape, x.dtype, state) >= p
+    scaled = x * (1.0 / (1.0 - p)) if p < 1.0 else x * 0.0
+    return _in_place(input, where(keep, scaled, 0.0), inplace)
 
 
 def layer_norm(
@@ -525,23 +536,32 @@ def _window_count(x: Tensor, kernel_size, stride, padding) -> np.ndarray:
                         for i in range(kh) for j in range(kw))  # fmt: skip
 
 
-def adaptive_avg_pool2d(input: Any, output_size: int | Sequence[int | None]) -> Tensor:
-    """Mean over PyTorch's adaptive windows: rows floor(i H / oh) to ceil((i + 1) H / oh)."""
+def _adaptive(input: Any, output_size: Any, op: str, tiled: Callable, reduce: Callable) -> Tensor:
+    """A reduction over PyTorch's adaptive windows of (N, C, H, W): rows floor(i H / oh) to
+    ceil((i + 1) H / oh), columns likewise. `tiled(x, kh, kw)` where the windows tile the image
+    (kh x kw each), else `reduce(window, axes)` of each window, stacked."""
     x = as_tensor(input)
     if x.ndim != 4:
-        raise ShapeError(f"adaptive_avg_pool2d: input {x.shape} must be 4-d (N, C, H, W)")
+        raise ShapeError(f"{op}: input {x.shape} must be 4-d (N, C, H, W)")
     size = (output_size, output_size) if isinstance(output_size, int) else tuple(output_size)
-    (n, c, h, w) = x.shape
+    h, w = x.shape[2:]
     oh, ow = (h if size[0] is None else size[0]), (w if size[1] is None else size[1])
     if h % oh == 0 and w % ow == 0:
-        return mean(reshape(x, (n, c, oh, h // oh, ow, w // ow)), axis=(3, 5))
-    bounds = lambda i, o, s: (i * s // o, -(-(i + 1) * s // o))
-    rows = []
-    for i in range(oh):
-        r0, r1 = bounds(i, oh, h)
-        rows.append(stack([mean(x[:, :, r0:r1, slice(*bounds(j, ow, w))], axis=(2, 3))
-                           for j in range(ow)], axis=-1))  # fmt: skip
+        return tiled(x, h // oh, w // ow)
+    window = lambda i, o, s: slice(i * s // o, -(-(i + 1) * s // o))
+    rows = [stack([reduce(x[:, :, window(i, oh, h), window(j, ow, w)], (2, 3))
+                   for j in range(ow)], axis=-1) for i in range(oh)]  # fmt: skip
     return stack(rows, axis=2)
+
+
+def adaptive_avg_pool2d(input: Any, output_size: int | Sequence[int | None]) -> Tensor:
+    """The mean over each of PyTorch's adaptive windows (`_adaptive`)."""
+
+    def tiled(x: Tensor, kh: int, kw: int) -> Tensor:
+        n, c, h, w = x.shape
+        return mean(reshape(x, (n, c, h // kh, kh, w // kw, kw)), axis=(3, 5))
+
+    return _adaptive(input, output_size, "adaptive_avg_pool2d", tiled, mean)
 
 
 # --- embeddings, attention, normalization -----------------------------------------------------
@@ -1141,17 +1161,17 @@ def glu(input: Any, dim: int = -1) -> Tensor:
     return a * sigmoid(b)
 
 
-def implicit_dim(ndim: int) -> int:
-    """PyTorch's dim for a softmax-like function called without one (deprecated there): 0 for
-    0-, 1- and 3-d inputs, else 1."""
-    return 0 if ndim in (0, 1, 3) else 1
+def implicit_dim(dim: int | None, ndim: int) -> int:
+    """`dim`, or PyTorch's choice for a softmax-like function called without one (deprecated
+    there): 0 for 0-, 1- and 3-d inputs, else 1."""
+    return dim if dim is not None else 0 if ndim in (0, 1, 3) else 1
 
 
 @pytorch_keywords
 def softmin(input: Any, dim: int | None = None, _stacklevel: int = 3, dtype: Any = None) -> Tensor:
     """softmax(-x) over `dim`."""
     x = as_tensor(input) if dtype is None else as_tensor(input).astype(dtype)
-    return softmax(-x, dim if dim is not None else implicit_dim(x.ndim))
+    return softmax(-x, implicit_dim(dim, x.ndim))
 
 
 def prelu(input: Any, weight: Any) -> Tensor:
@@ -1229,22 +1249,12 @@ def adaptive_avg_pool1d(input: Any, output_size: int | Sequence[int]) -> Tensor:
 def adaptive_max_pool2d(
     input: Any, output_size: int | Sequence[int | None], return_indices: bool = False
 ) -> Tensor:
-    """Max over PyTorch's adaptive windows (rows floor(i H / oh) to ceil((i + 1) H / oh)):
-    `max_pool2d` where the windows tile the image, else the windows' maxima stacked."""
+    """The max over each of PyTorch's adaptive windows (`_adaptive`): `max_pool2d` (its kernels,
+    its ties) where they tile the image."""
     if return_indices:
         raise NotImplementedError("adaptive_max_pool2d: return_indices is not supported")
-    x = as_tensor(input)
-    if x.ndim != 4:
-        raise ShapeError(f"adaptive_max_pool2d: input {x.shape} must be 4-d (N, C, H, W)")
-    size = (output_size, output_size) if isinstance(output_size, int) else tuple(output_size)
-    (n, c, h, w) = x.shape
-    oh, ow = (h if size[0] is None else size[0]), (w if size[1] is None else size[1])
-    if h % oh == 0 and w % ow == 0:
-        return max_pool2d(x, (h // oh, w // ow))
-    bounds = lambda i, o, s: slice(i * s // o, -(-(i + 1) * s // o))
-    rows = [stack([amax(x[:, :, bounds(i, oh, h), bounds(j, ow, w)], axis=(2, 3))
-                   for j in range(ow)], axis=-1) for i in range(oh)]  # fmt: skip
-    return stack(rows, axis=2)
+    return _adaptive(input, output_size, "adaptive_max_pool2d",
+                     lambda x, kh, kw: max_pool2d(x, (kh, kw)), amax)  # fmt: skip
 
 
 def adaptive_max_pool1d(
@@ -1255,34 +1265,16 @@ def adaptive_max_pool1d(
     return _as_rows(adaptive_max_pool2d(image, (1, size), return_indices))
 
 
-def _channel_dropout(input: Any, p: float, training: bool, inplace: bool, spatial: int,
-                     op: str, state: Tensor | None) -> Tensor:  # fmt: skip
-    """Zero whole channels (all `spatial` trailing axes of a channel) with probability p, and
-    scale the rest by 1/(1-p); (C, *spatial) inputs are one sample."""
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"{op}: p must be in [0, 1], not {p}")
-    x = as_tensor(input)
-    if x.ndim not in (spatial + 1, spatial + 2):
-        raise ShapeError(f"{op}: input {x.shape} must be (N, C, *{spatial} spatial axes) or "
-                         f"(C, *{spatial} spatial axes)")  # fmt: skip
-    if not training or p == 0.0:
-        return x
-    mask_shape = x.shape[: x.ndim - spatial] + (1,) * spatial
-    keep = random.uniform(mask_shape, x.dtype, state) >= p
-    scaled = x * (1.0 / (1.0 - p)) if p < 1.0 else x * 0.0
-    return _in_place(input, where(keep, scaled, 0.0), inplace)
-
-
 def dropout1d(input: Any, p: float = 0.5, training: bool = True, inplace: bool = False, *,
               state: Tensor | None = None) -> Tensor:  # fmt: skip
     """Channel dropout of (N, C, L) or (C, L) inputs."""
-    return _channel_dropout(input, p, training, inplace, 1, "dropout1d", state)
+    return _dropout(input, p, training, inplace, 1, "dropout1d", state)
 
 
 def dropout2d(input: Any, p: float = 0.5, training: bool = True, inplace: bool = False, *,
               state: Tensor | None = None) -> Tensor:  # fmt: skip
     """Channel dropout of (N, C, H, W) or (C, H, W) inputs."""
-    return _channel_dropout(input, p, training, inplace, 2, "dropout2d", state)
+    return _dropout(input, p, training, inplace, 2, "dropout2d", state)
 
 
 def rms_norm(
@@ -1319,9 +1311,7 @@ def normalize(input: Any, p: float = 2.0, dim: int = 1, eps: float = 1e-12, out:
 def cosine_similarity(x1: Any, x2: Any, dim: int = 1, eps: float = 1e-8) -> Tensor:
     """The cosine of the angle between x1 and x2 (broadcast) along `dim`: the product of the two
     normalized vectors, each norm kept above eps, as PyTorch computes it."""
-    a, b = as_tensor(x1), as_tensor(x2)
-    unit = lambda v: v / maximum(vector_norm(v, 2, dim, keepdim=True), eps)
-    return sum(unit(a) * unit(b), dim)
+    return sum(normalize(x1, 2.0, dim, eps) * normalize(x2, 2.0, dim, eps), dim)
 
 
 def pairwise_distance(x1: Any, x2: Any, p: float = 2.0, eps: float = 1e-6,
