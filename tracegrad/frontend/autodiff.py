@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -35,12 +36,13 @@ class ShapeDtype:
 class LeafNode:
     """Where gradients for a leaf (or a tensor attached with no history) arrive."""
 
-    __slots__ = ("ref", "__weakref__")
+    __slots__ = ("ref", "hooks", "__weakref__")
     is_leaf = True
     parents: tuple = ()
 
     def __init__(self, tensor: Tensor):
         self.ref = weakref.ref(tensor)
+        self.hooks: dict | None = None
 
     @property
     def name(self) -> str:
@@ -51,7 +53,7 @@ class TapeNode:
     """One recorded op: its parents' nodes and exactly the values its VJP reads."""
 
     __slots__ = ("prim", "params", "parents", "saved_in", "saved_out", "avals", "freed",
-                 "retained", "versions", "module", "__weakref__")  # fmt: skip
+                 "retained", "versions", "module", "hooks", "__weakref__")  # fmt: skip
     is_leaf = False
 
     def __init__(self, prim: Any, params: dict, parents: list, inputs: list, out: Tensor):
@@ -69,6 +71,7 @@ class TapeNode:
         self.freed = False
         self.retained: weakref.ref | None = None  # the tensor that called retain_grad()
         self.module = Listeners.module  # while tracing: its backward ops belong there too
+        self.hooks: dict | None = None  # register_hook's functions of the cotangent, in order
 
     @property
     def name(self) -> str:
@@ -263,6 +266,9 @@ def _propagate(order, useful, grads, deliver, retain_graph, create_graph, stop_a
             g, unshared = sums.pop(node)
             if g is None or node not in useful:
                 continue
+            if node.hooks:
+                hooked = _hooked(node, g)
+                g, unshared = hooked, unshared and hooked is g
             sink = deliver(node)
             if sink is not None:
                 sink(Unshared._wrap(g._value, g._node) if unshared else g)
@@ -277,6 +283,58 @@ def _propagate(order, useful, grads, deliver, retain_graph, create_graph, stop_a
                 Listeners.module = outer
             if not retain_graph:
                 node.free()
+
+
+def _hooked(node: Any, g: Tensor) -> Tensor:
+    """The cotangent after the tensor's hooks, each of which may return a replacement."""
+    for hook in list(node.hooks.values()):
+        new = hook(g)
+        if new is not None:
+            new = as_tensor(new, g.dtype)
+            if new.shape != g.shape:
+                raise RuntimeError(
+                    f"hook {getattr(hook, '__name__', hook)!r} returned a gradient of shape "
+                    f"{new.shape} for a tensor of shape {g.shape}"
+                )
+            g = new
+    return g
+
+
+def register_hook(t: Tensor, hook: Callable[[Tensor], Tensor | None]) -> RemovableHandle:
+    """`t.register_hook(hook)`: `hook(grad)` runs when backward computes `t`'s gradient, and
+    what it returns (if not None) replaces that gradient, for `t`'s history and its `.grad`."""
+    node = edge(t)
+    if node is None:
+        raise RuntimeError(
+            f"register_hook: cannot register a hook on a tensor (shape {t.shape}) that does not "
+            "require grad"
+        )
+    if node.hooks is None:
+        node.hooks = {}
+    return RemovableHandle(node.hooks, hook)
+
+
+class RemovableHandle:
+    """What registering a hook returns: `handle.remove()` takes the hook off again (also as a
+    context manager: removed on exit)."""
+
+    _ids = itertools.count()
+
+    def __init__(self, hooks: dict, hook: Callable, *, prepend: bool = False) -> None:
+        self.hooks, self.id = hooks, next(RemovableHandle._ids)
+        hooks[self.id] = hook
+        if prepend:
+            for key in [k for k in hooks if k != self.id]:
+                hooks[key] = hooks.pop(key)
+
+    def remove(self) -> None:
+        self.hooks.pop(self.id, None)
+
+    def __enter__(self) -> RemovableHandle:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.remove()
 
 
 def _pass_on(node: TapeNode, g: Tensor, out: Tensor | None, ins: list, wanted: list[bool],

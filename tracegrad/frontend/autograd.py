@@ -8,9 +8,11 @@ from typing import Any
 
 from tracegrad.frontend import autodiff
 from tracegrad.frontend.autodiff import enable_grad, no_grad, set_grad_enabled
+from tracegrad.frontend.function import Function, FunctionCtx, once_differentiable
 from tracegrad.frontend.tensor import Tensor, as_tensor
 
-__all__ = ["enable_grad", "grad", "no_grad", "set_grad_enabled"]
+__all__ = ["Function", "FunctionCtx", "enable_grad", "grad", "no_grad", "once_differentiable",
+           "set_grad_enabled"]  # fmt: skip
 
 
 def grad(

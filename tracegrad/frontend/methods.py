@@ -206,7 +206,7 @@ METHODS: dict[str, Any] = {
     "__rxor__": _swapped(E.bitwise_xor), "__invert__": E.bitwise_not,
     "__array_ufunc__": _array_ufunc, "__array_function__": _array_function,
     "__getattr__": _missing,
-    "backward": autodiff.tensor_backward,
+    "backward": autodiff.tensor_backward, "register_hook": autodiff.register_hook,
     # shapes
     "reshape": F.reshape, "view": F.reshape, "permute": F.permute, "transpose": F.transpose,
     "swapaxes": F.swapaxes, "swapdims": F.swapdims, "t": F.t, "expand": F.expand,

@@ -1,11 +1,13 @@
-"""`torch.autograd`: `grad(outputs, inputs, ...)` and the grad modes, over tracegrad's tape.
-`Variable(t)` is the tensor itself (PyTorch's Variable is a Tensor since 0.4)."""
+"""`torch.autograd`: `grad(outputs, inputs, ...)`, the grad modes and `Function` (a custom
+op's forward and backward), over tracegrad's tape. `Variable(t)` is the tensor itself
+(PyTorch's Variable is a Tensor since 0.4)."""
 
 from typing import Any
 
 from tracegrad.frontend.autograd import *  # noqa: F403
 from tracegrad.frontend.tensor import Tensor
 from tracegrad.torch._support import not_provided as _not_provided
+from tracegrad.torch.autograd import function
 
 
 def Variable(data: Any, requires_grad: bool = False, volatile: bool = False) -> Tensor:  # noqa: N802
