@@ -295,4 +295,3 @@ def once_differentiable(backward: Callable) -> Callable:
             return backward(ctx, *grads)
 
     return run
-

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from tracegrad.frontend import autodiff
+from tracegrad.frontend import autodiff, pytree
 from tracegrad.frontend.tensor import Listeners, Tensor, as_tensor
 
 Callback = Callable[[Tensor, Tensor], Tensor]
@@ -160,8 +160,11 @@ def _deliver(t: Tensor, callbacks: list[Callback], pending: list, g: Tensor) -> 
 # --- functional transformations -----------------------------------------------------------------
 
 
-def vjp(fn: Callable, *primals: Any) -> tuple[Tensor, Callable]:
+def vjp(fn: Callable, *primals: Any, has_aux: bool = False) -> tuple:
     """`out, vjp_fn = vjp(fn, *primals)`; `vjp_fn(cotangent)` gives one gradient per primal.
+    `out` may be a tensor or nested tuples, lists and dicts of them, and the cotangent has its
+    structure. With `has_aux`, `fn` returns `(out, aux)` and so does this, as `(out, vjp_fn,
+    aux)` (`torch.func.vjp`'s).
 
     Nests: inside another `vjp`/`grad`/GradManager the returned gradients are differentiable."""
     xs = [as_tensor(p) for p in primals]
@@ -169,12 +172,18 @@ def vjp(fn: Callable, *primals: Any) -> tuple[Tensor, Callable]:
         # a primal passed twice gets a node of its own, so each slot gets only its own part
         xs = [x + 0.0 if any(x is y for y in xs[:i]) else x for i, x in enumerate(xs)]
         gm.attach(xs)
-        out = fn(*xs)
-        if any(out is x for x in xs):  # a primal returned as it is: its gradient is the cotangent
-            out = out + 0.0  # recorded, so that backward reaches the primal after the block
+        result = fn(*xs)
+        out, aux = result if has_aux else (result, None)
+        outs, tree = pytree.flatten(out, _is_tensor)
+        # a primal returned as it is: recorded, so that backward reaches the primal after the
+        # block (its gradient is the cotangent)
+        outs = [o + 0.0 if any(o is x for x in xs) else o for o in outs]
         slots = {autodiff.edge(x): i for i, x in enumerate(xs)}
 
     def vjp_fn(cotangent: Any) -> tuple[Tensor, ...]:
+        cotangents, _ = pytree.flatten(cotangent, _is_leaf)
+        if len(cotangents) != len(outs):
+            raise ValueError(f"vjp: {len(cotangents)} cotangents for {len(outs)} outputs")
         grads: list[Tensor | None] = [None] * len(xs)
 
         def collect(node: Any) -> Callable | None:
@@ -182,30 +191,54 @@ def vjp(fn: Callable, *primals: Any) -> tuple[Tensor, Callable]:
             return None if i is None else (lambda g: grads.__setitem__(i, g))
 
         create = bool(Listeners.recording) and Listeners.grad_enabled
-        autodiff.run_backward([out], [as_tensor(cotangent, out.dtype)], collect, True, create,
-                              stop_at_sinks=True)  # fmt: skip
+        dys = [as_tensor(c, o.dtype) for c, o in zip(cotangents, outs, strict=True)]
+        autodiff.run_backward(outs, dys, collect, True, create, stop_at_sinks=True)
         return tuple(
             Tensor(np.zeros(x.shape, x.dtype)) if g is None else g
             for x, g in zip(xs, grads, strict=True)
         )
 
-    return out, vjp_fn
+    out = pytree.unflatten(tree, outs)
+    return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
 
 
-def grad(fn: Callable, argnums: int | Sequence[int] = 0) -> Callable:
-    """The gradient of a scalar-valued `fn` with respect to argument(s) `argnums`."""
+def _is_tensor(x: Any) -> bool:
+    return isinstance(x, Tensor)
 
-    def grad_fn(*args: Any) -> Any:
+
+def _is_leaf(x: Any) -> bool:
+    return not isinstance(x, tuple | list | dict)
+
+
+def grad(fn: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+    """The gradient of a scalar-valued `fn` with respect to argument(s) `argnums` (a tuple of
+    gradients for a tuple of argnums). With `has_aux`, `fn` returns `(value, aux)` and the
+    gradient function `(grads, aux)` (`torch.func.grad`'s)."""
+    return _with_value(fn, argnums, has_aux, value=False)
+
+
+def grad_and_value(fn: Callable, argnums: int | Sequence[int] = 0,
+                   has_aux: bool = False) -> Callable:  # fmt: skip
+    """`grad`, also returning the value: `(grads, value)`, or `(grads, (value, aux))`."""
+    return _with_value(fn, argnums, has_aux, value=True)
+
+
+def _with_value(fn: Callable, argnums: int | Sequence[int], has_aux: bool,
+                value: bool) -> Callable:  # fmt: skip
+    def grad_fn(*args: Any, **kwargs: Any) -> Any:
         nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
 
-        def partial_fn(*xs: Any) -> Tensor:
+        def partial_fn(*xs: Any) -> Any:
             full = list(args)
             for n, x in zip(nums, xs, strict=True):
                 full[n] = x
-            return fn(*full)
+            return fn(*full, **kwargs)
 
-        out, vjp_fn = vjp(partial_fn, *(args[n] for n in nums))
+        out, vjp_fn, *aux = vjp(partial_fn, *(args[n] for n in nums), has_aux=has_aux)
         grads = vjp_fn(autodiff.default_dy(out))
-        return grads[0] if isinstance(argnums, int) else grads
+        grads = grads[0] if isinstance(argnums, int) else grads
+        if not value:
+            return (grads, aux[0]) if has_aux else grads
+        return grads, ((out, aux[0]) if has_aux else out)
 
     return grad_fn

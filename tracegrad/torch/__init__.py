@@ -161,6 +161,7 @@ from tracegrad.torch import (  # noqa: E402 (the submodules read the names above
     backends,
     cuda,
     distributed,
+    func,
     linalg,
     nn,
     onnx,

@@ -7,7 +7,7 @@ from typing import Any
 from tracegrad.frontend.autograd import *  # noqa: F403
 from tracegrad.frontend.tensor import Tensor
 from tracegrad.torch._support import not_provided as _not_provided
-from tracegrad.torch.autograd import function
+from tracegrad.torch.autograd import function, functional
 
 
 def Variable(data: Any, requires_grad: bool = False, volatile: bool = False) -> Tensor:  # noqa: N802

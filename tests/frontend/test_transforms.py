@@ -1,0 +1,165 @@
+"""Function transforms as `torch.func` and `torch.autograd.functional` spell them: Jacobians,
+Hessians and their products against finite differences in float64 and against PyTorch where it
+is installed; `vmap(grad(f))` per-sample gradients and `functional_call` fast weights, eagerly
+and in a traced function."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+import tracegrad.torch as tt
+from tests.conftest import numeric_grad
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed")
+AF = tt.autograd.functional
+
+
+def two_in_two_out(lib):
+    return lambda a, b: (lib.tanh(b @ a) * a.sum(), (a * a).sum() * b)
+
+
+def scalar(lib):
+    return lambda a: (lib.sin(a) ** 2).sum() * a.prod()
+
+
+def _numeric_jacobian(f, x):
+    """d f / d x by central differences, shaped f.shape + x.shape."""
+    out = np.asarray(f(x))
+    jac = np.zeros(out.shape + x.shape)
+    for k in range(out.size):
+        jac.reshape(out.size, *x.shape)[k] = numeric_grad(lambda a: np.asarray(f(a)).flat[k], x)
+    return jac
+
+
+@pytest.fixture
+def xs(rng):
+    return rng.standard_normal(3), rng.standard_normal((2, 3))
+
+
+def test_jacobian_matches_finite_differences(xs):
+    x, w = xs
+    jac = AF.jacobian(two_in_two_out(tg), (tg.tensor(x), tg.tensor(w)))
+    assert [[j.shape for j in row] for row in jac] == [
+        [(2, 3), (2, 2, 3)],
+        [(2, 3, 3), (2, 3, 2, 3)],
+    ]
+    f0 = two_in_two_out(tg)
+
+    def out(i, n):
+        def f(a):
+            args = [tg.tensor(x), tg.tensor(w)]
+            args[n] = tg.tensor(a)
+            return f0(*args)[i].numpy()
+
+        return f
+
+    for i in range(2):
+        for n, arg in enumerate((x, w)):
+            np.testing.assert_allclose(jac[i][n].numpy(), _numeric_jacobian(out(i, n), arg),
+                                       rtol=1e-6, atol=1e-8)  # fmt: skip
+
+
+def test_hessian_and_its_products_agree(xs):
+    x = xs[0]
+    h = AF.hessian(scalar(tg), tg.tensor(x)).numpy()
+    grad_np = lambda a: tg.grad(scalar(tg))(tg.tensor(a)).numpy()  # noqa: E731
+    np.testing.assert_allclose(h, _numeric_jacobian(grad_np, x), rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(h, h.T, rtol=1e-12)
+    v = np.array([1.0, 2.0, -1.0])
+    for product in (AF.hvp, AF.vhp):
+        value, hv = product(scalar(tg), tg.tensor(x), tg.tensor(v))
+        np.testing.assert_allclose(hv.numpy(), h @ v, rtol=1e-10)
+        np.testing.assert_allclose(value.numpy(), scalar(tg)(tg.tensor(x)).numpy())
+    _, jv = AF.jvp(lambda a: tg.grad(scalar(tg))(a), tg.tensor(x), tg.tensor(v))
+    np.testing.assert_allclose(jv.numpy(), h @ v, rtol=1e-10)  # forward over reverse
+
+
+@needs_torch
+@pytest.mark.parametrize("name", ["jacobian", "hessian", "jvp", "vjp", "hvp", "vhp"])
+def test_autograd_functional_matches_pytorchs(xs, name):
+    x, w = xs
+
+    def run(lib):
+        F = getattr(lib.autograd.functional, name)
+        X, W = lib.tensor(x), lib.tensor(w)
+        if name == "jacobian":
+            return F(two_in_two_out(lib), (X, W))
+        if name == "hessian":
+            return F(scalar(lib), X)
+        if name == "jvp":
+            return F(lambda a, b: two_in_two_out(lib)(a, b)[0], (X, W), (X * 0 + 1, W * 2))
+        if name == "vjp":
+            return F(lambda a, b: two_in_two_out(lib)(a, b)[0], (X, W), lib.tensor([1.0, 2.0]))
+        return F(scalar(lib), X, lib.tensor([1.0, 2.0, -1.0], dtype=lib.float64))
+
+    def leaves(r):
+        return [t for x in (r if isinstance(r, tuple) else (r,)) for t in leaves_of(x)]
+
+    def leaves_of(x):
+        return [t for y in x for t in leaves_of(y)] if isinstance(x, tuple) else [x]
+
+    got, want = leaves(run(tt)), leaves(run(torch))
+    assert len(got) == len(want)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a.numpy(), b.detach().numpy(), rtol=1e-10, atol=1e-14)
+
+
+def test_func_transforms(rng):
+    x = tg.tensor(rng.standard_normal((4, 3)))
+    per_sample = tt.func.vmap(tt.func.grad(lambda a: (a**3).sum()))(x)
+    np.testing.assert_allclose(per_sample.numpy(), 3 * x.numpy() ** 2)
+    jac = tt.func.jacrev(lambda a: tg.sin(a) * a)(x[0])
+    np.testing.assert_allclose(jac.numpy(), np.diag(np.cos(x[0].numpy()) * x[0].numpy()
+                                                    + np.sin(x[0].numpy())))  # fmt: skip
+    hess = tt.func.hessian(lambda a: (a**3).sum())(x[0])
+    np.testing.assert_allclose(hess.numpy(), np.diag(6 * x[0].numpy()))
+    out, tangent = tt.func.jvp(lambda a: a**2, (x[0],), (tg.ones(3, dtype=np.float64),))
+    np.testing.assert_allclose(tangent.numpy(), 2 * x[0].numpy())
+    grads, (value, aux) = tt.func.grad_and_value(lambda a: ((a**2).sum(), "aux"), has_aux=True)(x)
+    assert aux == "aux" and np.isclose(value.item(), (x.numpy() ** 2).sum())
+    np.testing.assert_allclose(grads.numpy(), 2 * x.numpy())
+    mapped = tt.func.vmap(lambda a, b: a * b, in_dims=(1, None), out_dims=1)(x, tg.tensor(2.0))
+    np.testing.assert_allclose(mapped.numpy(), 2 * x.numpy())
+    with pytest.raises(ValueError, match="sizes"):
+        tt.func.vmap(lambda a, b: a + b)(x, tg.ones(5))
+
+
+def _fast_weights_step(model, x, y):
+    """One MAML-style inner step: gradients of the loss at the model's parameters, then the
+    loss at parameters moved against them, through `functional_call`."""
+    params = dict(model.named_parameters())
+    loss = tg.nn.functional.mse_loss(tt.func.functional_call(model, params, (x,)), y)
+    grads = tg.autograd.grad(loss, list(params.values()), create_graph=True)
+    fast = {n: p - 0.1 * g for (n, p), g in zip(params.items(), grads, strict=True)}
+    return tg.nn.functional.mse_loss(tt.func.functional_call(model, fast, (x,)), y)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_functional_call_fast_weights_traced_and_eager(rng, backend):
+    tg.nn.manual_seed(0)
+    model = tg.nn.Sequential(tg.nn.Linear(3, 8), tg.nn.Tanh(), tg.nn.Linear(8, 1))
+    x = tg.tensor(rng.standard_normal((5, 3)).astype(np.float32))
+    y = tg.tensor(rng.standard_normal((5, 1)).astype(np.float32))
+    before = [p.numpy().copy() for p in model.parameters()]
+
+    def meta_grads():
+        for p in model.parameters():
+            p.grad = None
+        _fast_weights_step(model, x, y).backward()
+        return [p.grad for p in model.parameters()]
+
+    want = [g.numpy() for g in meta_grads()]
+    got = [g.numpy() for g in tg.trace(meta_grads, backend=backend)()]
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    for p, b in zip(model.parameters(), before, strict=True):  # the call left them in place
+        np.testing.assert_array_equal(p.numpy(), b)
+    first_order = tg.autograd.grad(tg.nn.functional.mse_loss(model(x), y), list(model.parameters()))
+    assert not all(np.allclose(a, b.numpy()) for a, b in zip(want, first_order, strict=True))
