@@ -214,12 +214,88 @@ def angle(input: Any) -> Tensor:
     return P.where(x < 0.0, math.pi, 0.0).astype(x.dtype if x.dtype.kind == "f" else np.float64)
 
 
+def frac(input: Any) -> Tensor:
+    """The fractional part, with the input's sign: x - trunc(x)."""
+    x = as_tensor(input)
+    return x - P.trunc(x)
+
+
+def heaviside(input: Any, values: Any) -> Tensor:
+    """The step function: 0 below zero, 1 above, `values` at zero."""
+    x = as_tensor(input)
+    return P.where(x == 0, values, (x > 0).astype(x.dtype))
+
+
+def copysign(input: Any, other: Any) -> Tensor:
+    """|input| with the sign of `other` (-0.0 counts as negative, as in IEEE)."""
+    x, y = as_tensor(input), as_tensor(other)
+    x = x if x.dtype.kind == "f" else x.astype(np.result_type(np.float32, y.dtype))
+    negative = signbit(y)
+    return P.where(negative, -P.abs(x), P.abs(x))
+
+
+def signbit(input: Any) -> Tensor:
+    """Whether the sign bit is set (true for -0.0), without gradient."""
+    x = as_tensor(input).detach()
+    if x.dtype.kind != "f":
+        return x < 0
+    return (x < 0) | ((x == 0) & (P.arctan2(x, -1.0) < 0))  # atan2(-0.0, -1) is -pi
+
+
+def float_power(input: Any, exponent: Any) -> Tensor:
+    """input ** exponent in float64, as PyTorch's."""
+    x, e = as_tensor(input).astype(np.float64), as_tensor(exponent)
+    return P.pow(x, e.astype(np.float64) if e.dtype.kind == "f" else e)
+
+
+def isposinf(input: Any) -> Tensor:
+    x = as_tensor(input)
+    return x == math.inf
+
+
+def isneginf(input: Any) -> Tensor:
+    x = as_tensor(input)
+    return x == -math.inf
+
+
+def isreal(input: Any) -> Tensor:
+    """True everywhere: tracegrad's tensors are real."""
+    return Tensor(np.ones(as_tensor(input).shape, np.bool_))
+
+
+def isclose(input: Any, other: Any, rtol: float = 1e-05, atol: float = 1e-08,
+            equal_nan: bool = False) -> Tensor:  # fmt: skip
+    """|input - other| <= atol + rtol * |other| elementwise (infinities equal only to
+    themselves; nan equal to nan if `equal_nan`)."""
+    x, y = as_tensor(input), as_tensor(other)
+    close = (x == y) | (P.abs(x - y) <= atol + rtol * P.abs(y))
+    return close | (isnan(x) & isnan(y)) if equal_nan else close
+
+
+def allclose(input: Any, other: Any, rtol: float = 1e-05, atol: float = 1e-08,
+             equal_nan: bool = False) -> bool:  # fmt: skip
+    """Whether `isclose` holds everywhere: one Python bool, read eagerly."""
+    return bool(isclose(input, other, rtol, atol, equal_nan).numpy().all())
+
+
+sgn = P.sign  # PyTorch's sign for complex numbers: the sign, for real ones
+
+
+def clamp_min(input: Any, min: Any) -> Tensor:
+    return P.maximum(input, min)
+
+
+def clamp_max(input: Any, max: Any) -> Tensor:
+    return P.minimum(input, max)
+
+
 __all__ = [
-    "absolute", "add", "addcdiv", "addcmul", "angle", "bitwise_and", "bitwise_not",
-    "bitwise_or", "bitwise_xor", "conj", "deg2rad", "div", "divide", "eq", "equal", "fix",
-    "floor_divide", "fmax", "fmin", "ge", "greater", "greater_equal", "gt", "isfinite", "isinf",
-    "isnan", "le", "lerp", "less", "less_equal", "logical_and", "logical_not", "logical_or",
-    "logical_xor", "lt", "masked_fill", "mul", "multiply", "nan_to_num", "ne", "negative",
-    "not_equal", "rad2deg", "real", "reciprocal", "relu", "round", "sinc", "square", "sub",
-    "subtract", "true_divide",
+    "absolute", "add", "addcdiv", "addcmul", "allclose", "angle", "bitwise_and", "bitwise_not",
+    "bitwise_or", "bitwise_xor", "clamp_max", "clamp_min", "conj", "copysign", "deg2rad", "div",
+    "divide", "eq", "equal", "fix", "float_power", "floor_divide", "fmax", "fmin", "frac", "ge",
+    "greater", "greater_equal", "gt", "heaviside", "isclose", "isfinite", "isinf", "isnan",
+    "isneginf", "isposinf", "isreal", "le", "lerp", "less", "less_equal", "logical_and",
+    "logical_not", "logical_or", "logical_xor", "lt", "masked_fill", "mul", "multiply",
+    "nan_to_num", "ne", "negative", "not_equal", "rad2deg", "real", "reciprocal", "relu", "round",
+    "sgn", "signbit", "sinc", "square", "sub", "subtract", "true_divide",
 ]  # fmt: skip

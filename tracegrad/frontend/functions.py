@@ -21,7 +21,7 @@ import numpy as np
 
 from tracegrad.core import primitives as P
 from tracegrad.core.errors import ShapeError, TraceError, user_location
-from tracegrad.frontend.tensor import Tensor, as_tensor
+from tracegrad.frontend.tensor import Listeners, Tensor, as_tensor
 
 # Keywords only NumPy's functions take: a top-level call with one is a NumPy habit, and the
 # error says where NumPy's meaning lives.
@@ -222,6 +222,19 @@ def getitem(input: Any, index: Any) -> Tensor:
     return P.getitem(as_tensor(input), *arrays, template=template)
 
 
+def _mask_value(mask: Tensor) -> np.ndarray:
+    """A concrete boolean mask's value. While tracing, a mask from before the trace (a module's
+    buffer, a tensor the function closes over) is baked into the plan as the positions it
+    selects: the plan holds only while the mask keeps that value (a guard; a new value traces
+    again)."""
+    value = mask.numpy()
+    tracers = Listeners.tracers
+    if tracers and mask._serial <= tracers[-1].start:
+        baked = value.copy()
+        tracers[-1].checks.append(lambda: np.array_equal(mask._value, baked))
+    return value
+
+
 def index_parts(index: Any) -> tuple[tuple, list[Tensor]]:
     """An index as the getitem op takes it: a template of ints, slices, None, ... and "@" for
     each index array, and the integer index arrays (a boolean mask gives one per dimension)."""
@@ -235,7 +248,7 @@ def index_parts(index: Any) -> tuple[tuple, list[Tensor]]:
                         "indexing with a traced boolean mask gives a data-dependent shape; use "
                         "tracegrad.where(mask, x, 0) instead"
                     )
-                parts = [Tensor(a) for a in np.nonzero(item.numpy())]
+                parts = [Tensor(a) for a in np.nonzero(_mask_value(item))]
             else:
                 parts = [item]
             template += ["@"] * len(parts)

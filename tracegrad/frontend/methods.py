@@ -187,6 +187,13 @@ for _name in ("astype", "where", "equal", "less", "less_equal", "greater", "grea
               "not_equal", "positive"):  # fmt: skip
     _ELEMENTWISE.pop(_name, None)  # other names below, or not PyTorch's methods
 
+def _stride(self: Tensor, dim: int | None = None) -> Any:
+    """The strides, in elements, of the row-major layout `is_contiguous` promises."""
+    shape = self.shape
+    strides = tuple(int(np.prod(shape[i + 1 :], dtype=np.int64)) for i in range(len(shape)))
+    return strides if dim is None else strides[dim]
+
+
 METHODS: dict[str, Any] = {
     **_ELEMENTWISE,
     # operators
@@ -212,7 +219,8 @@ METHODS: dict[str, Any] = {
     "swapaxes": F.swapaxes, "swapdims": F.swapdims, "t": F.t, "expand": F.expand,
     "broadcast_to": F.broadcast_to, "squeeze": F.squeeze, "unsqueeze": F.unsqueeze,
     "flatten": F.flatten, "unflatten": F.unflatten, "ravel": F.ravel, "moveaxis": F.moveaxis,
-    "movedim": F.movedim,
+    "movedim": F.movedim, "unfold": A.windows,
+    "sum_to_size": lambda self, *size: P.sum_to(self, F.shape_arg(size)),
     "T": property(F.reversed_axes), "mT": property(F.matrix_transpose),
     # indexing
     "gather": F.gather, "take_along_dim": F.take_along_dim, "index_select": F.index_select,
@@ -220,14 +228,19 @@ METHODS: dict[str, Any] = {
     "where": lambda self, condition, other: P.where(condition, self, other),
     "nonzero": A.nonzero, "scatter": W.scatter, "scatter_add": W.scatter_add,
     "index_fill": W.index_fill, "index_put": W.index_put, "masked_fill": E.masked_fill,
+    "index_add": W.index_add, "index_copy": W.index_copy, "scatter_reduce": W.scatter_reduce,
+    "masked_scatter": W.masked_scatter, "masked_select": W.masked_select, "take": W.take,
+    "slice_scatter": W.slice_scatter, "select_scatter": W.select_scatter,
     # reductions and scans
     "sum": R.sum, "mean": R.mean, "prod": R.prod, "max": R.max, "min": R.min, "amax": R.amax,
     "amin": R.amin, "argmax": R.argmax, "argmin": R.argmin, "var": R.var, "std": R.std,
     "logsumexp": R.logsumexp, "softmax": R.softmax, "log_softmax": R.log_softmax,
-    "cumsum": R.cumsum, "diff": R.diff, "all": R.all, "any": R.any,
+    "cumsum": R.cumsum, "diff": R.diff, "all": R.all, "any": R.any, "nansum": R.nansum,
+    "nanmean": R.nanmean,
     # sorting
     "sort": S.sort, "argsort": S.argsort, "msort": S.msort, "topk": S.topk,
-    "kthvalue": S.kthvalue, "median": S.median,
+    "kthvalue": S.kthvalue, "median": S.median, "mode": S.mode, "quantile": S.quantile,
+    "nanquantile": S.nanquantile,
     # rearranging
     "split": A.split, "chunk": A.chunk, "tensor_split": A.tensor_split, "unbind": A.unbind,
     "hsplit": A.hsplit, "vsplit": A.vsplit, "dsplit": A.dsplit, "flip": _varargs(A.flip),
@@ -237,7 +250,7 @@ METHODS: dict[str, Any] = {
     "tril": A.tril,
     # products
     "matmul": F.matmul, "mm": F.matmul, "dot": M.dot, "inner": M.inner, "outer": M.outer,
-    "kron": M.kron, "cross": M.cross, "norm": _norm,
+    "kron": M.kron, "cross": M.cross, "norm": _norm, "mv": M.mv, "bmm": M.bmm,
     # elementwise
     "clamp": F.clamp, "clip": F.clip, "square": E.square, "reciprocal": E.reciprocal,
     "rsqrt": lambda self: 1.0 / P.sqrt(self),
@@ -249,13 +262,17 @@ METHODS: dict[str, Any] = {
     "div": E.div, "divide": E.div, "true_divide": P.div, "addcmul": E.addcmul,
     "addcdiv": E.addcdiv, "lerp": E.lerp, "relu": E.relu, "logical_not": E.logical_not,
     "logical_and": E.logical_and, "logical_or": E.logical_or, "logical_xor": E.logical_xor,
-    "clamp_min": lambda self, min: F.clamp(self, min=min),
-    "clamp_max": lambda self, max: F.clamp(self, max=max),
+    "clamp_min": E.clamp_min, "clamp_max": E.clamp_max, "absolute": P.abs, "negative": P.neg,
+    "atan2": P.arctan2, "arctan2": P.arctan2, "frac": E.frac, "sgn": E.sgn,
+    "heaviside": E.heaviside, "copysign": E.copysign,
+    "float_power": E.float_power, "signbit": E.signbit, "isclose": E.isclose,
+    "allclose": E.allclose, "isposinf": E.isposinf, "isneginf": E.isneginf,
     # sampling
     "multinomial": sampling.multinomial, "bernoulli": sampling.bernoulli,
     # dtypes, devices, copies, Python values
     "astype": F.astype, "float": _cast(np.float32), "double": _cast(np.float64),
-    "half": _cast(np.float16), "long": _cast(np.int64), "int": _cast(np.int32),
+    "half": _cast(np.float16), "byte": _cast(np.uint8), "char": _cast(np.int8),
+    "long": _cast(np.int64), "int": _cast(np.int32),
     "bool": _cast(np.bool_), "type": _type,
     "type_as": lambda self, other: F.astype(self, other.dtype),
     "to": _to, "cpu": lambda self: self, "cuda": _cuda, "pin_memory": lambda self: self,
@@ -274,19 +291,24 @@ METHODS: dict[str, Any] = {
     "numel": lambda self: self.size, "nelement": lambda self: self.size,
     "element_size": lambda self: self.dtype.itemsize, "dim": lambda self: self.ndim,
     "ndimension": lambda self: self.ndim, "tolist": lambda self: self.numpy().tolist(),
+    "stride": _stride, "storage_offset": lambda self: 0, "is_shared": lambda self: False,
+    "share_memory_": lambda self: self,  # one process: nothing to share
+    "data_ptr": lambda self: self._concrete("Tensor.data_ptr()").ctypes.data,
     # in-place updates (the X_ of each X below is added after the table)
     "data": property(W.get_data, W.set_data), "detach_": W.detach_,
     "copy_": W.in_place(W.copy, "copy_"), "fill_": W.in_place(W.fill, "fill_"),
     "zero_": W.in_place(lambda self: W.fill(self, 0), "zero_"),
     "uniform_": W.in_place(W.uniform, "uniform_"), "normal_": W.in_place(W.normal, "normal_"),
     "bernoulli_": W.in_place(W.bernoulli, "bernoulli_"),
+    "fill_diagonal_": W.in_place(W.fill_diagonal, "fill_diagonal_"),
     "_stack": staticmethod(F.stack),  # tensor.as_tensor stacks lists of tensors with it
 }  # fmt: skip
 _IN_PLACE = ("add", "sub", "mul", "div", "pow", "fmod", "remainder", "clamp", "clip",
              "clamp_min", "clamp_max", "masked_fill", "exp", "log", "sqrt", "abs", "neg",
              "sigmoid", "tanh", "relu", "floor", "ceil", "trunc", "round", "sign", "sin", "cos",
              "reciprocal", "square", "addcmul", "addcdiv", "lerp", "scatter", "scatter_add",
-             "index_fill", "index_put", "nan_to_num", "logical_not")  # fmt: skip
+             "index_fill", "index_put", "nan_to_num", "logical_not", "index_add", "index_copy",
+             "scatter_reduce", "masked_scatter", "frac", "copysign", "cumsum", "atan2")  # fmt: skip
 METHODS.update({f"{name}_": W.in_place(METHODS[name], f"{name}_") for name in _IN_PLACE})
 
 for _name, _method in METHODS.items():

@@ -165,6 +165,22 @@ def uniform_dtype(dtype: np.dtype) -> np.dtype:
 # --- indexed writes --------------------------------------------------------------------------
 
 
+def fill_diagonal(self: Tensor, fill_value: Any, wrap: bool = False) -> Tensor:
+    """`fill_diagonal_`'s result: the main diagonal (all indices equal) set to `fill_value`; of a
+    tall matrix with `wrap`, again every columns + 1 rows, as NumPy's fill_diagonal."""
+    x = as_tensor(self)
+    if x.ndim < 2 or (x.ndim > 2 and len(set(x.shape)) != 1):
+        raise ShapeError(f"fill_diagonal_: needs a matrix or a tensor of equal sides, got "
+                         f"{x.shape}")  # fmt: skip
+    rows = np.arange(min(x.shape))
+    if wrap and x.ndim == 2 and x.shape[0] > x.shape[1] + 1:
+        rows = np.arange(x.shape[0])
+        rows = rows[rows % (x.shape[1] + 1) < x.shape[1]]
+        cols = rows % (x.shape[1] + 1)
+        return index_put(x, (Tensor(rows), Tensor(cols)), fill_value)
+    return index_put(x, (Tensor(rows),) * x.ndim, fill_value)
+
+
 def setitem(self: Tensor, index: Any, value: Any) -> None:
     """`x[index] = value`, differentiable in both (PyTorch's index_put_)."""
     write(self, index_put(self, index, value), "__setitem__")
@@ -282,4 +298,98 @@ def detach_(self: Tensor) -> Tensor:
     return self
 
 
-__all__ = ["index_fill", "index_put", "scatter", "scatter_add"]
+def _along(x: Tensor, dim: int, index: Any, op: str) -> tuple:
+    """The index template that selects `index` along `dim` of `x`."""
+    d = one_dim(op, dim, x.ndim)
+    return (slice(None),) * d + (index,)
+
+
+@pytorch_keywords
+def index_add(input: Any, dim: int, index: Any, source: Any, *, alpha: Any = 1) -> Tensor:
+    """input with alpha * source's slices added at `index` along `dim`; repeated indices add
+    up (graph networks' sum of messages into their nodes)."""
+    x = as_tensor(input)
+    values = as_tensor(source) if alpha == 1 else as_tensor(source) * alpha
+    idx = reshape(as_tensor(index), (-1,))
+    return index_put(x, _along(x, dim, idx, "index_add"), values, accumulate=True)
+
+
+@pytorch_keywords
+def index_copy(input: Any, dim: int, index: Any, source: Any) -> Tensor:
+    """input with source's slices written at `index` along `dim`."""
+    x = as_tensor(input)
+    idx = reshape(as_tensor(index), (-1,))
+    return index_put(x, _along(x, dim, idx, "index_copy"), source)
+
+
+@pytorch_keywords
+def scatter_reduce(input: Any, dim: int, index: Any, src: Any, reduce: str, *,
+                   include_self: bool = True) -> Tensor:  # fmt: skip
+    """src's elements combined into input at `index` along `dim` by "sum" or "mean" (with or
+    without input's own values). "amax", "amin" and "prod" are refused: they need a scatter
+    with a selection gradient that tracegrad does not have."""
+    if reduce not in ("sum", "mean"):
+        raise NotImplementedError(
+            f"scatter_reduce: reduce={reduce!r} is not provided by tracegrad ('sum' and 'mean' "
+            "are); see docs/pytorch.md"
+        )
+    x = as_tensor(input)
+    zeros = P.mul(x, 0.0) if x.dtype.kind == "f" else x * 0
+    total = _scatter(zeros, dim, index, src, True, "scatter_reduce")
+    with no_grad():
+        ones = Tensor(np.ones(as_tensor(index).shape, x.dtype))
+        count = _scatter(Tensor(np.zeros(x.shape, x.dtype)), dim, index, ones, True, "count")
+    if include_self:
+        total = total + x
+        count = count + 1
+    out = total / P.maximum(count, 1) if reduce == "mean" else total
+    out = out if out.dtype == x.dtype else astype(out, x.dtype)
+    return out if include_self else P.where(count > 0, out, x)
+
+
+@pytorch_keywords
+def slice_scatter(input: Any, src: Any, dim: int = 0, start: int | None = None,
+                  end: int | None = None, step: int = 1) -> Tensor:  # fmt: skip
+    """input with `src` in the slice start:end:step along `dim`."""
+    x = as_tensor(input)
+    return index_put(x, _along(x, dim, slice(start, end, step), "slice_scatter"), src)
+
+
+@pytorch_keywords
+def select_scatter(input: Any, src: Any, dim: int, index: int) -> Tensor:
+    """input with `src` at position `index` along `dim`."""
+    x = as_tensor(input)
+    return index_put(x, _along(x, dim, index, "select_scatter"), src)
+
+
+def masked_scatter(input: Any, mask: Any, source: Any) -> Tensor:
+    """input with source's leading elements, in order, where `mask` is true. How many depends
+    on the mask's values: eager only."""
+    x, m = as_tensor(input), as_tensor(mask)
+    m = broadcast_to(m, x.shape)
+    n = int(m._concrete("masked_scatter").sum())
+    src = reshape(as_tensor(source), (-1,))
+    if n > src.shape[0]:
+        raise ShapeError(f"masked_scatter: the mask selects {n} elements, source has "
+                         f"{src.shape[0]}")  # fmt: skip
+    return index_put(x, (m,), src[:n])
+
+
+def masked_select(input: Any, mask: Any) -> Tensor:
+    """The elements where `mask` (broadcast with input) is true, as a 1-d tensor: its length
+    depends on the mask's values, so eager only."""
+    x, m = as_tensor(input), as_tensor(mask)
+    shape = np.broadcast_shapes(x.shape, m.shape)
+    m = broadcast_to(m, shape)
+    m._concrete("masked_select")
+    return broadcast_to(x, shape)[m]
+
+
+def take(input: Any, index: Any) -> Tensor:
+    """input's elements at flat positions `index` (as if input were 1-d)."""
+    return reshape(as_tensor(input), (-1,))[as_tensor(index)]
+
+
+__all__ = ["index_add", "index_copy", "index_fill", "index_put", "masked_scatter",
+           "masked_select", "scatter", "scatter_add", "scatter_reduce", "select_scatter",
+           "slice_scatter", "take"]  # fmt: skip

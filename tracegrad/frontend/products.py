@@ -155,4 +155,20 @@ def _einsum(subscripts: str, xs: list[Tensor]) -> Tensor:
     return P.einsum(*xs, spec=",".join(ins) + "->" + out)
 
 
-__all__ = ["cross", "dot", "einsum", "inner", "kron", "outer", "tensordot"]
+def mv(input: Any, vec: Any) -> Tensor:
+    """A matrix times a vector."""
+    a, b = as_tensor(input), as_tensor(vec)
+    if a.ndim != 2 or b.ndim != 1:
+        raise ShapeError(f"mv: expects a 2-D and a 1-D tensor, got {a.shape} and {b.shape}")
+    return matmul(a, b)
+
+
+def bmm(input: Any, mat2: Any) -> Tensor:
+    """Batched matrix product of two 3-D tensors (no broadcasting: that is `matmul`)."""
+    a, b = as_tensor(input), as_tensor(mat2)
+    if a.ndim != 3 or b.ndim != 3 or a.shape[0] != b.shape[0]:
+        raise ShapeError(f"bmm: expects 3-D tensors of one batch size, got {a.shape} and {b.shape}")
+    return matmul(a, b)
+
+
+__all__ = ["bmm", "cross", "dot", "einsum", "inner", "kron", "mv", "outer", "tensordot"]

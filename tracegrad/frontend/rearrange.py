@@ -19,6 +19,7 @@ from tracegrad.frontend.functions import (
     cat,
     dim_tuple,
     getitem,
+    index_select,
     moveaxis,
     one_dim,
     pytorch_keywords,
@@ -329,6 +330,21 @@ def dstack(tensors: Sequence[Any]) -> Tensor:
 
 def column_stack(tensors: Sequence[Any]) -> Tensor:
     return cat([reshape(x, (-1, 1)) if as_tensor(x).ndim < 2 else x for x in tensors], 1)
+
+
+def windows(input: Any, dimension: int, size: int, step: int) -> Tensor:
+    """`Tensor.unfold`: every slice of `size` along `dimension`, `step` apart, the slices'
+    elements in a new last dimension (sliding windows; `nn.functional.unfold` is im2col)."""
+    x = as_tensor(input)
+    d = one_dim("unfold", dimension, x.ndim) if x.ndim else 0
+    n = x.shape[d] if x.ndim else 1
+    if size > n or step <= 0:
+        raise ShapeError(f"unfold: size {size} and step {step} along dimension {d} of {x.shape}")
+    starts = np.arange(0, n - size + 1, step)
+    idx = (starts[:, None] + np.arange(size)[None, :]).reshape(-1)
+    picked = index_select(x, d, Tensor(idx)) if x.ndim else x.reshape(1)
+    shape = (*x.shape[:d], len(starts), size, *x.shape[d + 1 :])
+    return moveaxis(picked.reshape(shape), d + 1, -1)
 
 
 __all__ = [

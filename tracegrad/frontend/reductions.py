@@ -237,7 +237,23 @@ def gradient(
     return tuple(out)
 
 
+@pytorch_keywords
+def nansum(input: Any, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
+    """The sum treating nan as 0 (their gradient is 0)."""
+    x = as_tensor(input)
+    return sum(P.where(x != x, 0.0, x), dim, keepdim, dtype=dtype)
+
+
+@pytorch_keywords
+def nanmean(input: Any, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
+    """The mean of the values that are not nan (nan where all are)."""
+    x = as_tensor(input)
+    kept = (x == x).astype(x.dtype if dtype is None else dtype)
+    return nansum(x, dim, keepdim, dtype=dtype) / sum(kept, dim, keepdim)
+
+
 __all__ = [
     "all", "amax", "amin", "any", "argmax", "argmin", "cumsum", "diff", "gradient",
-    "log_softmax", "logsumexp", "max", "mean", "min", "prod", "softmax", "std", "sum", "var",
+    "log_softmax", "logsumexp", "max", "mean", "min", "nanmean", "nansum", "prod", "softmax",
+    "std", "sum", "var",
 ]  # fmt: skip

@@ -4,10 +4,22 @@ so the gradient goes back to where each value came from."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+import numpy as np
+
 from tracegrad.core import primitives as P
-from tracegrad.frontend.functions import at, one_dim, pytorch_keywords, ravel
+from tracegrad.frontend.elementwise import isnan
+from tracegrad.frontend.functions import (
+    at,
+    one_dim,
+    pytorch_keywords,
+    ravel,
+    squeeze,
+    stack,
+    take_along,
+)
 from tracegrad.frontend.reductions import taken, values_indices
 from tracegrad.frontend.tensor import Tensor, as_tensor
 
@@ -86,4 +98,107 @@ def median(input: Any, dim: int | None = None, keepdim: bool = False) -> Any:
     return MedianResult(*kthvalue(x, k, d, keepdim))
 
 
-__all__ = ["argsort", "kthvalue", "median", "msort", "sort", "topk"]
+_INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
+
+
+@pytorch_keywords
+def quantile(input: Any, q: Any, dim: int | None = None, keepdim: bool = False, *,
+             interpolation: str = "linear") -> Tensor:  # fmt: skip
+    """The q-th quantiles along `dim` (of all elements without): between the sorted values at
+    the ranks around q * (n - 1), as PyTorch interpolates; a 1-d `q` puts its axis first.
+    Differentiable through the sorted values. A nan makes the result nan (`nanquantile`
+    skips them)."""
+    return _quantile("quantile", input, q, dim, keepdim, interpolation, skip_nan=False)
+
+
+@pytorch_keywords
+def nanquantile(input: Any, q: Any, dim: int | None = None, keepdim: bool = False, *,
+                interpolation: str = "linear") -> Tensor:  # fmt: skip
+    """`quantile` of the values that are not nan (nan where all are)."""
+    return _quantile("nanquantile", input, q, dim, keepdim, interpolation, skip_nan=True)
+
+
+def _quantile(op: str, input: Any, q: Any, dim: Any, keepdim: bool, interpolation: str,
+              skip_nan: bool) -> Tensor:  # fmt: skip
+    if interpolation not in _INTERPOLATIONS:
+        raise ValueError(f"{op}: interpolation must be one of {_INTERPOLATIONS}, not "
+                         f"{interpolation!r}")  # fmt: skip
+    x = as_tensor(input)
+    qs = np.asarray(q.numpy() if isinstance(q, Tensor) else q, dtype=np.float64)
+    if qs.ndim > 1 or ((qs < 0) | (qs > 1)).any():
+        raise ValueError(f"{op}: q must be a number or a 1-d tensor of values in [0, 1], got {q}")
+    if dim is None:
+        x, d = ravel(x), 0
+    else:
+        d = one_dim(op, dim, x.ndim)
+    values = P.where(isnan(x), math.inf, x) if skip_nan else x
+    values = sort(values, d).values
+    n = x.shape[d]
+    counts = (n - isnan(x).astype(np.int64).sum(d, keepdim=True)) if skip_nan else n
+    picks = [_pick(values, d, qk, counts, interpolation) for qk in qs.reshape(-1)]
+    if skip_nan:  # a row of nans only has no quantile
+        picks = [P.where(counts == 0, math.nan, p) for p in picks]
+    else:  # a nan sorts last: any nan makes the quantile nan, as in PyTorch
+        has_nan = isnan(at(values, d, slice(n - 1, n)))
+        picks = [P.where(has_nan, math.nan, p) for p in picks]
+    out = stack(picks) if qs.ndim else picks[0]
+    if not keepdim:
+        out = squeeze(out, d + (1 if qs.ndim else 0))
+    elif dim is None:
+        out = out.reshape((*qs.shape, *[1] * as_tensor(input).ndim))
+    return out
+
+
+def _pick(values: Tensor, d: int, q: float, counts: Any, interpolation: str) -> Tensor:
+    """The quantile q from `values` sorted along d, `counts` of them valid (a number, or per
+    row where nans were moved last)."""
+    rank = q * (counts - 1) if isinstance(counts, int) else (counts - 1).astype(np.float64) * q
+    lo = np.floor(rank) if isinstance(counts, int) else P.floor(rank)
+    hi = np.ceil(rank) if isinstance(counts, int) else P.ceil(rank)
+    if interpolation == "nearest":
+        lo = hi = np.round(rank) if isinstance(counts, int) else P.rint(rank)  # half to even
+    at_lo, at_hi = _gather(values, d, lo), _gather(values, d, hi)
+    if interpolation in ("lower", "nearest"):
+        return at_lo
+    if interpolation == "higher":
+        return at_hi
+    if interpolation == "midpoint":
+        return (at_lo + at_hi) / 2
+    frac = rank - lo
+    frac = frac if isinstance(counts, int) else frac.astype(values.dtype)
+    return at_lo + (at_hi - at_lo) * frac
+
+
+def _gather(values: Tensor, d: int, rank: Any) -> Tensor:
+    """values[..., rank, ...] along d, keeping d: one rank, or one per row."""
+    if not isinstance(rank, Tensor):
+        i = int(max(rank, 0))
+        return at(values, d, slice(i, i + 1))
+    idx = P.maximum(rank, 0).astype(np.int64)
+    return take_along(values, idx, d, idx.shape)
+
+
+ModeResult = values_indices("mode")
+
+
+@pytorch_keywords
+def mode(input: Any, dim: int = -1, keepdim: bool = False) -> Any:
+    """(values, indices): the most frequent value along `dim` (the smallest of equally frequent
+    ones) and the last index where it occurs, as PyTorch's CPU mode gives them. The counting
+    reads values, so it runs eagerly; the values are gathered, so the gradient flows."""
+    x = as_tensor(input)
+    d = one_dim("mode", dim, x.ndim)
+    a = np.moveaxis(np.atleast_1d(x._concrete("mode")), d if x.ndim else 0, -1)
+    rows = a.reshape(-1, a.shape[-1])
+    picks = np.empty(len(rows), np.int64)
+    for r, row in enumerate(rows):
+        values, counts = np.unique(row, return_counts=True)
+        best = values[np.argmax(counts)]
+        picks[r] = np.flatnonzero(row == best)[-1]
+    idx = np.expand_dims(picks.reshape(a.shape[:-1]), -1)
+    idx = np.moveaxis(idx, -1, d) if x.ndim else idx.reshape(())
+    return taken(x, Tensor(idx), d, keepdim, ModeResult)
+
+
+__all__ = ["argsort", "kthvalue", "median", "mode", "msort", "nanquantile", "quantile", "sort",
+           "topk"]  # fmt: skip

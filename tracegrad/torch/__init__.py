@@ -52,13 +52,6 @@ acosh, asinh, atanh = _tg.arccosh, _tg.arcsinh, _tg.arctanh
 clone, mm = _tg.positive, _tg.matmul
 
 
-def bmm(input: Tensor, mat2: Tensor) -> Tensor:
-    """Batched matrix product of two 3-D tensors."""
-    if input.ndim != 3 or mat2.ndim != 3:
-        raise ValueError(f"bmm: expects 3-D tensors, got {input.shape} and {mat2.shape}")
-    return _tg.matmul(input, mat2)
-
-
 def rsqrt(input: Any) -> Tensor:
     return 1.0 / _tg.sqrt(input)
 
