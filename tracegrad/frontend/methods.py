@@ -187,6 +187,7 @@ for _name in ("astype", "where", "equal", "less", "less_equal", "greater", "grea
               "not_equal", "positive"):  # fmt: skip
     _ELEMENTWISE.pop(_name, None)  # other names below, or not PyTorch's methods
 
+
 def _stride(self: Tensor, dim: int | None = None) -> Any:
     """The strides, in elements, of the row-major layout `is_contiguous` promises."""
     shape = self.shape
