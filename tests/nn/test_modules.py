@@ -674,3 +674,23 @@ def test_batch_norm_without_momentum_keeps_a_cumulative_average_also_traced(back
     np.testing.assert_allclose(bn.running_var.numpy(), np.mean(variances, 0), rtol=1e-5)
     if backend:
         assert sum(len(plans) for plans in step.plans.values()) == 1
+
+
+FACTORY_BUILT = [  # PyTorch's layers take device= and dtype=; so do tracegrad's
+    ("Linear", (3, 2)),
+    ("Conv1d", (2, 3, 3)), ("Conv2d", (2, 3, 3)), ("ConvTranspose2d", (2, 3, 3)),
+    ("Embedding", (10, 4)), ("LayerNorm", (4,)), ("BatchNorm2d", (4,)), ("GroupNorm", (2, 4)),
+    ("LSTM", (4, 5)), ("GRU", (4, 5)), ("PReLU", ()), ("RMSNorm", (4,)),
+    ("MultiheadAttention", (8, 2)), ("TransformerEncoderLayer", (8, 2, 16)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name, args", FACTORY_BUILT)
+def test_layers_take_pytorchs_factory_keywords(name, args):
+    layer = getattr(nn, name)(*args, device="cpu", dtype=np.float64)
+    dtypes = {p.dtype for p in layer.parameters()}
+    dtypes |= {b.dtype for b in layer.buffers() if b.dtype.kind == "f"}
+    assert dtypes == {np.dtype(np.float64)}
+    assert all(b.dtype.kind != "f" for b in layer.buffers() if b.dtype != np.float64)
+    with pytest.raises(ValueError, match="tracegrad runs on the CPU"):
+        getattr(nn, name)(*args, device="cuda")

@@ -8,6 +8,8 @@ keeps seeing the loaded values.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -80,8 +82,33 @@ class IncompatibleKeys(NamedTuple):
         )
 
 
+def _with_factory_keywords(init: Callable) -> Callable:
+    """`init` also taking `device` and `dtype`: the layer is built as usual, then moved there
+    (the CPU only) and its floating parameters and buffers converted."""
+    params = inspect.signature(init).parameters
+    if "dtype" in params or "device" in params:
+        return init
+
+    @functools.wraps(init)
+    def __init__(self: Module, *args: Any, device: Any = None, dtype: Any = None,
+                 **kwargs: Any) -> None:  # fmt: skip
+        init(self, *args, **kwargs)
+        if device is not None or dtype is not None:
+            self.to(*(a for a in (device, dtype) if a is not None))
+
+    return __init__
+
+
 class Module:
     """Base class: subclasses set parameters and submodules as attributes and define `forward`."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """tracegrad's own layers take PyTorch's factory keywords (`nn.Linear(4, 2,
+        device="cpu", dtype=torch.float64)`, as `factory_kwargs` code passes them)."""
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is not None and cls.__module__.startswith("tracegrad.nn"):
+            cls.__init__ = _with_factory_keywords(init)
 
     def __init__(self) -> None:
         object.__setattr__(self, "_parameters", {})
