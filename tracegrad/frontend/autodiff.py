@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from tracegrad.core.errors import user_location
 from tracegrad.core.vocabulary import Phase
 from tracegrad.frontend.tensor import Listeners, Tensor, as_tensor, phase
 
@@ -139,6 +140,63 @@ def record(prim: Any, inputs: list[Tensor], out: Tensor, params: dict) -> None:
     parents = [edge(t) for t in inputs]
     if parents.count(None) != len(parents):
         out._node = TapeNode(prim, params, parents, inputs, out)
+        if anomaly.enabled:
+            anomaly.made_at[out._node] = user_location()
+
+
+class _Anomaly:
+    """Anomaly detection (`torch.autograd.detect_anomaly`): while enabled, each recorded op
+    remembers the user's line that ran it, and backward raises at the first op whose
+    cotangents hold a nan, naming the op and that line."""
+
+    def __init__(self) -> None:
+        self.enabled = False
+        self.made_at: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def check(self, node: TapeNode, cotangents: Sequence[Tensor | None]) -> None:
+        for i, g in enumerate(cotangents):
+            if g is not None and not g.is_symbolic and np.isnan(g._value).any():
+                where = self.made_at.get(node)
+                raise RuntimeError(
+                    f"Function '{node.name}Backward' returned nan values in its {i}th output"
+                    + (f" (the forward op ran at {where})" if where else "")
+                )
+
+
+anomaly = _Anomaly()
+
+
+class detect_anomaly(contextlib.ContextDecorator):  # noqa: N801 (PyTorch's name)
+    """Inside (or in a function it decorates), backward raises where a nan first appears."""
+
+    def __init__(self, check_nan: bool = True) -> None:
+        self.check_nan = check_nan
+        self._previous: list[bool] = []
+
+    def __enter__(self) -> None:
+        self._previous.append(anomaly.enabled)
+        anomaly.enabled = self.check_nan
+
+    def __exit__(self, *exc: Any) -> None:
+        anomaly.enabled = self._previous.pop()
+
+
+class set_detect_anomaly:  # noqa: N801 (PyTorch's name)
+    """Sets anomaly detection at once; as a context manager, restores it on exit."""
+
+    def __init__(self, mode: bool, check_nan: bool = True) -> None:
+        self._previous = anomaly.enabled
+        anomaly.enabled = bool(mode) and check_nan
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, *exc: Any) -> None:
+        anomaly.enabled = self._previous
+
+
+def is_anomaly_enabled() -> bool:
+    return anomaly.enabled
 
 
 type(Listeners).record = staticmethod(record)  # for every thread
@@ -347,6 +405,8 @@ def _pass_on(node: TapeNode, g: Tensor, out: Tensor | None, ins: list, wanted: l
         node.prim.vjp_into(into, g._value, *arrays, **node.params)
         return
     cotangents = _cotangents(node, wanted, g, out, ins, create_graph)
+    if anomaly.enabled:
+        anomaly.check(node, cotangents)
     seen = [g, out, *ins, *cotangents]
     for parent, gi, aval in zip(node.parents, cotangents, node.avals, strict=True):
         if gi is None:

@@ -7,11 +7,19 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tracegrad.frontend import autodiff
-from tracegrad.frontend.autodiff import enable_grad, no_grad, set_grad_enabled
+from tracegrad.frontend.autodiff import (
+    detect_anomaly,
+    enable_grad,
+    is_anomaly_enabled,
+    no_grad,
+    set_detect_anomaly,
+    set_grad_enabled,
+)
 from tracegrad.frontend.function import Function, FunctionCtx, once_differentiable
 from tracegrad.frontend.tensor import Tensor, as_tensor
 
-__all__ = ["Function", "FunctionCtx", "enable_grad", "grad", "no_grad", "once_differentiable",
+__all__ = ["Function", "FunctionCtx", "detect_anomaly", "enable_grad", "grad",
+           "is_anomaly_enabled", "no_grad", "once_differentiable", "set_detect_anomaly",
            "set_grad_enabled"]  # fmt: skip
 
 

@@ -292,8 +292,7 @@ METHODS: dict[str, Any] = {
     "numel": lambda self: self.size, "nelement": lambda self: self.size,
     "element_size": lambda self: self.dtype.itemsize, "dim": lambda self: self.ndim,
     "ndimension": lambda self: self.ndim, "tolist": lambda self: self.numpy().tolist(),
-    "stride": _stride, "storage_offset": lambda self: 0, "is_shared": lambda self: False,
-    "share_memory_": lambda self: self,  # one process: nothing to share
+    "stride": _stride, "storage_offset": lambda self: 0,
     "data_ptr": lambda self: self._concrete("Tensor.data_ptr()").ctypes.data,
     # in-place updates (the X_ of each X below is added after the table)
     "data": property(W.get_data, W.set_data), "detach_": W.detach_,

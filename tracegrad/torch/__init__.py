@@ -152,18 +152,23 @@ from tracegrad.torch import (  # noqa: E402 (the submodules read the names above
     amp,
     autograd,
     backends,
+    compiler,
     cuda,
     distributed,
     func,
+    jit,
     linalg,
     nn,
     onnx,
     optim,
+    profiler,
     random,
     serialization,
+    testing,
     utils,
     version,
 )
+from tracegrad.torch._environment import *  # noqa: E402, F403
 from tracegrad.torch.amp import autocast  # noqa: E402
 from tracegrad.torch.random import default_generator, initial_seed, manual_seed, seed  # noqa: E402
 from tracegrad.torch.version import __version__  # noqa: E402

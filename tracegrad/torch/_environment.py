@@ -1,0 +1,128 @@
+"""PyTorch's process-wide settings that training scripts set in their first lines, each meaning
+what it can on tracegrad (NumPy on the CPU): matmul precision and determinism are what they
+already are, print options are NumPy's, the RNG state is the default generator's."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from typing import Any
+
+import numpy as np
+
+import tracegrad as _tg
+from tracegrad.frontend.device import CPU, require_cpu
+from tracegrad.frontend.tensor import Tensor, as_tensor
+from tracegrad.torch._support import dtype, torch_dtype
+
+__all__ = ["are_deterministic_algorithms_enabled", "can_cast", "get_default_device",
+           "get_float32_matmul_precision", "get_rng_state", "is_nonzero", "promote_types",
+           "set_default_device", "set_float32_matmul_precision", "set_flush_denormal",
+           "set_printoptions", "set_rng_state", "typename",
+           "use_deterministic_algorithms"]  # fmt: skip
+
+_settings = {"matmul_precision": "highest", "deterministic": False}
+
+
+def set_float32_matmul_precision(precision: str) -> None:
+    """Accepted: "highest", "high" or "medium" let PyTorch use TF32 or bfloat16 on GPUs; NumPy's
+    float32 products are float32 at every setting."""
+    if precision not in ("highest", "high", "medium"):
+        raise ValueError(f"set_float32_matmul_precision: {precision!r} is not one of "
+                         "'highest', 'high', 'medium'")  # fmt: skip
+    _settings["matmul_precision"] = precision
+
+
+def get_float32_matmul_precision() -> str:
+    return _settings["matmul_precision"]
+
+
+def use_deterministic_algorithms(mode: bool, *, warn_only: bool = False) -> None:
+    """Accepted and remembered: tracegrad's kernels give the same results from the same inputs
+    and thread count, run after run (no atomics, no autotuning)."""
+    _settings["deterministic"] = bool(mode)
+
+
+def are_deterministic_algorithms_enabled() -> bool:
+    return _settings["deterministic"]
+
+
+_PROFILES = {
+    "default": dict(precision=4, threshold=1000, edgeitems=3, linewidth=80),
+    "short": dict(precision=2, threshold=1000, edgeitems=2, linewidth=80),
+    "full": dict(precision=4, threshold=sys.maxsize, edgeitems=3, linewidth=80),
+}
+
+
+def set_printoptions(precision: int | None = None, threshold: int | None = None,
+                     edgeitems: int | None = None, linewidth: int | None = None,
+                     profile: str | None = None, sci_mode: bool | None = None) -> None:  # fmt: skip
+    """Tensors print through NumPy: these set NumPy's print options (PyTorch's `profile`s
+    "default", "short" and "full" too)."""
+    options: dict[str, Any] = {} if profile is None else dict(_PROFILES[profile])
+    given = dict(precision=precision, threshold=threshold, edgeitems=edgeitems,
+                 linewidth=linewidth)  # fmt: skip
+    options.update({k: v for k, v in given.items() if v is not None})
+    if sci_mode is not None:
+        options["suppress"] = not sci_mode
+    np.set_printoptions(**options)
+
+
+def is_nonzero(input: Tensor) -> bool:
+    """The truth of a one-element tensor."""
+    x = as_tensor(input)
+    if x.size != 1:
+        raise RuntimeError(f"is_nonzero: a tensor with {x.size} elements is ambiguous")
+    return bool(x)
+
+
+def get_rng_state() -> Tensor:
+    """The default generator's state (what `set_rng_state` restores)."""
+    return _tg.default_generator.get_state()
+
+
+def set_rng_state(new_state: Any) -> None:
+    _tg.default_generator.set_state(new_state)
+
+
+def set_default_device(device: Any) -> None:
+    """The CPU is the only device: "cpu" (or None) is accepted, any other raises."""
+    if device is not None:
+        require_cpu(device, "set_default_device")
+
+
+def get_default_device() -> Any:
+    return CPU
+
+
+def set_flush_denormal(mode: bool) -> bool:
+    """Whether flushing denormal floats to zero is supported: it is not (NumPy's arithmetic
+    keeps them), so False, as PyTorch returns on CPUs without it."""
+    if mode:
+        warnings.warn("set_flush_denormal: not supported by tracegrad; denormals are kept",
+                      stacklevel=2)  # fmt: skip
+    return False
+
+
+_TYPE_NAMES = {"float32": "Float", "float64": "Double", "float16": "Half", "int64": "Long",
+               "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte",
+               "bool": "Bool"}  # fmt: skip
+
+
+def typename(obj: Any) -> str:
+    """PyTorch's type string of a tensor ("torch.FloatTensor"), or Python's type name."""
+    if isinstance(obj, Tensor):
+        return f"torch.{_TYPE_NAMES.get(obj.dtype.name, obj.dtype.name)}Tensor"
+    return f"{type(obj).__module__}.{type(obj).__qualname__}".removeprefix("builtins.")
+
+
+def promote_types(type1: Any, type2: Any) -> dtype:
+    """The smallest dtype both convert to without loss (NumPy's rule, which agrees with
+    PyTorch's for the dtypes tracegrad has)."""
+    return torch_dtype(np.promote_types(np.dtype(type1), np.dtype(type2)))
+
+
+def can_cast(from_: Any, to: Any) -> bool:
+    """Whether PyTorch's casting rules allow it: not to a lower kind (float to int, to bool)."""
+    rank = {"b": 0, "u": 1, "i": 1, "f": 2}
+    return rank[np.dtype(from_).kind] <= rank[np.dtype(to).kind]

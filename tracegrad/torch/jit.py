@@ -1,0 +1,49 @@
+"""`torch.jit`: TorchScript compiles Python functions and modules for PyTorch's C++ runtime.
+tracegrad runs the Python itself (and compiles whole training steps with `torch.compile`), so
+`script` and `trace` give back what they are given, which computes what the scripted one would;
+the annotations are accepted. Saving and loading TorchScript archives is not provided."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final  # noqa: F401 (torch.jit.Final is typing's Final)
+
+from tracegrad.torch._support import not_provided as _not_provided
+
+__all__ = ["Final", "annotate", "export", "ignore", "is_scripting", "is_tracing", "script",
+           "trace", "unused"]  # fmt: skip
+
+
+def script(obj: Any = None, optimize: Any = None, _frames_up: int = 0, _rcb: Any = None,
+           example_inputs: Any = None) -> Any:  # fmt: skip
+    """The function or module itself: it runs as Python."""
+    return obj
+
+
+def trace(func: Any, example_inputs: Any = None, *args: Any, **kwargs: Any) -> Any:
+    """The function or module itself. Unlike a TorchScript trace it keeps its Python control
+    flow, so it computes what `func` computes for every input, not only the traced path."""
+    return func
+
+
+def _decorator(fn: Callable | None = None, **options: Any) -> Any:
+    return fn if callable(fn) else (lambda f: f)
+
+
+ignore = unused = export = _decorator
+
+
+def annotate(the_type: Any, the_value: Any) -> Any:
+    return the_value
+
+
+def is_scripting() -> bool:
+    return False
+
+
+def is_tracing() -> bool:
+    return False
+
+
+def __getattr__(name: str) -> Any:
+    raise _not_provided(__name__, name)
