@@ -68,7 +68,7 @@ class Normal(ExponentialFamily):
         return P.log(self.scale) + (0.5 + LOG_SQRT_2PI)
 
     def cdf(self, value: Any) -> Tensor:
-        value = self._value(value)
+        value = self._value(value, "cdf")
         return (P.erf((value - self.loc) / self.scale * (1 / math.sqrt(2))) + 1.0) * 0.5
 
 
@@ -109,7 +109,7 @@ class LogNormal(Distribution):
         return self.base_dist.entropy() + self.loc
 
     def cdf(self, value: Any) -> Tensor:
-        return self.base_dist.cdf(P.log(self._value(value)))
+        return self.base_dist.cdf(P.log(self._value(value, "cdf")))
 
 
 class Uniform(Distribution):
@@ -155,11 +155,11 @@ class Uniform(Distribution):
 
     def log_prob(self, value: Any) -> Tensor:
         value = self._value(value)
-        inside = P.where(self.low <= value, self.high > value, False).astype(self.low.dtype)
-        return P.log(inside) - P.log(self.high - self.low)
+        inside = P.where(self.low <= value, self.high > value, False)
+        return P.where(inside, -P.log(self.high - self.low), -math.inf)
 
     def cdf(self, value: Any) -> Tensor:
-        value = self._value(value)
+        value = self._value(value, "cdf")
         fraction = (value - self.low) / (self.high - self.low)
         return P.minimum(P.maximum(fraction, 0.0), 1.0)
 
@@ -211,7 +211,7 @@ class Laplace(Distribution):
         return -P.log(self.scale * 2.0) - P.abs(value - self.loc) / self.scale
 
     def cdf(self, value: Any) -> Tensor:
-        d = self._value(value) - self.loc
+        d = self._value(value, "cdf") - self.loc
         return 0.5 - P.sign(d) * P.expm1(-P.abs(d) / self.scale) * 0.5
 
     def icdf(self, value: Any) -> Tensor:
@@ -256,7 +256,7 @@ class Exponential(ExponentialFamily):
         return P.log(self.rate) - self.rate * self._value(value)
 
     def cdf(self, value: Any) -> Tensor:
-        return 1.0 - P.exp(-self.rate * self._value(value))
+        return 1.0 - P.exp(-self.rate * self._value(value, "cdf"))
 
     def icdf(self, value: Any) -> Tensor:
         return -P.log1p(-float_tensor(value, self.rate.dtype)) / self.rate
@@ -297,7 +297,7 @@ class Cauchy(Distribution):
         return -P.log1p(z * z) - P.log(self.scale) - math.log(math.pi)
 
     def cdf(self, value: Any) -> Tensor:
-        return P.arctan((self._value(value) - self.loc) / self.scale) * (1 / math.pi) + 0.5
+        return P.arctan((self._value(value, "cdf") - self.loc) / self.scale) * (1 / math.pi) + 0.5
 
     def icdf(self, value: Any) -> Tensor:
         u = float_tensor(value, self.loc.dtype)

@@ -50,12 +50,15 @@ class Bernoulli(ExponentialFamily):
                  validate_args: bool | None = None) -> None:  # fmt: skip
         name, value = _probs_or_logits("Bernoulli", probs, logits)
         setattr(self, name, value)
-        self._param = value
+        self._param, self._param_name = value, name
         super().__init__(value.shape, (), validate_args)
 
     @functools.cached_property
     def probs(self) -> Tensor:
         return logits_to_probs(self.logits, is_binary=True)
+
+    def _parameters(self) -> dict[str, Tensor]:
+        return {self._param_name: self._param}
 
     @functools.cached_property
     def logits(self) -> Tensor:
@@ -120,13 +123,16 @@ class Categorical(Distribution):
             self.probs = value / sum(value, -1, keepdim=True)
         else:
             self.logits = value - logsumexp(value, -1, keepdim=True)
-        self._param = value
+        self._param, self._param_name = value, name
         self._num_events = value.shape[-1]
         super().__init__(value.shape[:-1], (), validate_args)
 
     @functools.cached_property
     def probs(self) -> Tensor:
         return logits_to_probs(self.logits)
+
+    def _parameters(self) -> dict[str, Tensor]:
+        return {self._param_name: self._param}
 
     @functools.cached_property
     def logits(self) -> Tensor:
@@ -181,8 +187,7 @@ class Categorical(Distribution):
         return broadcast_to(values, (self._num_events, *self._batch_shape)) if expand else values
 
     def __repr__(self) -> str:
-        name = "probs" if "probs" in self.__dict__ and "logits" not in self.__dict__ else "logits"
-        return f"{type(self).__name__}({name}: {self._param.shape})"
+        return f"{type(self).__name__}({self._param_name}: {self._param.shape})"
 
 
 class OneHotCategorical(Distribution):

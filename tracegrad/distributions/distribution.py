@@ -37,7 +37,8 @@ def broadcast_shapes(where: str, **shapes: tuple) -> tuple:
     try:
         return tuple(np.broadcast_shapes(*shapes.values()))
     except ValueError:
-        listed = ", ".join(f"{name} {shape}" for name, shape in shapes.items())
+        named = [f"{name} {shape}" for name, shape in shapes.items()]
+        listed = ", ".join(named[:-1]) + " and " + named[-1]
         raise ShapeError(f"{where}: the shapes of {listed} do not broadcast") from None
 
 
@@ -140,12 +141,14 @@ class Distribution:
         """The distribution with its parameters broadcast to `batch_shape` (the parameters it
         was made from, each keeping its event dimensions)."""
         batch_shape, cut = shape_of(batch_shape), len(self._batch_shape)
-        params = {}
-        for name in self.arg_constraints:
-            value = self.__dict__.get(name)
-            if isinstance(value, Tensor):
-                params[name] = broadcast_to(value, batch_shape + value.shape[cut:])
+        params = {name: broadcast_to(value, batch_shape + value.shape[cut:])
+                  for name, value in self._parameters().items()}  # fmt: skip
         return type(self)(**params, validate_args=False)
+
+    def _parameters(self) -> dict[str, Tensor]:
+        """The parameters it was made from, by the constructor's keywords."""
+        return {name: value for name in self.arg_constraints
+                if isinstance(value := self.__dict__.get(name), Tensor)}  # fmt: skip
 
     def sample(self, sample_shape: Any = ()) -> Tensor:
         with no_grad():
@@ -193,10 +196,10 @@ class Distribution:
     def stddev(self) -> Tensor:
         return P.sqrt(self.variance)
 
-    def _value(self, value: Any) -> Tensor:
-        """`log_prob`'s argument as a tensor (a Python number in the parameters' dtype),
-        checked when validating: its shape must broadcast with batch_shape + event_shape, and
-        (when concrete) it must lie in the support."""
+    def _value(self, value: Any, where: str = "log_prob") -> Tensor:
+        """`log_prob`'s (or `where`'s) argument as a tensor (a Python number in the parameters'
+        dtype), checked when validating: its shape must broadcast with batch_shape +
+        event_shape, and (when concrete) it must lie in the support."""
         dtype = next((v.dtype for v in vars(self).values() if isinstance(v, Tensor)
                       and v.dtype.kind == "f"), None)  # fmt: skip
         value = value if isinstance(value, Tensor) else float_tensor(value, dtype)
@@ -204,27 +207,26 @@ class Distribution:
             return value
         name, n = type(self).__name__, len(self._event_shape)
         if n and value.shape[value.ndim - n :] != self._event_shape:
-            raise ShapeError(f"{name}.log_prob: the rightmost dimensions of value {value.shape} "
+            raise ShapeError(f"{name}.{where}: the rightmost dimensions of value {value.shape} "
                              f"must be the event shape {self._event_shape}")  # fmt: skip
         expected = self._batch_shape + self._event_shape
         for i, j in zip(reversed(value.shape), reversed(expected), strict=False):
             if i != 1 and j != 1 and i != j:
-                raise ShapeError(f"{name}.log_prob: value {value.shape} does not broadcast with "
+                raise ShapeError(f"{name}.{where}: value {value.shape} does not broadcast with "
                                  f"batch_shape + event_shape {expected}")  # fmt: skip
         support = self.support
         if support is not None and not value.is_symbolic and not constraints.is_dependent(support):
             if not bool(np.all(support.test(value.numpy()))):
                 raise ValueError(
-                    f"{name}.log_prob: expected value argument (a tensor of shape "
+                    f"{name}.{where}: expected value argument (a tensor of shape "
                     f"{value.shape}) to be within the support ({support}) of {self!r}, but "
                     f"found invalid values:\n{value.numpy()}"
                 )
         return value
 
     def __repr__(self) -> str:
-        names = [k for k in self.arg_constraints if k in self.__dict__]
-        args = ", ".join(f"{k}: {getattr(self, k).shape}" if getattr(self, k).ndim else
-                         f"{k}: {getattr(self, k).numpy()}" for k in names)  # fmt: skip
+        args = ", ".join(f"{k}: {v.shape}" if v.ndim or v.is_symbolic else f"{k}: {v.numpy()}"
+                         for k, v in self._parameters().items())  # fmt: skip
         return f"{type(self).__name__}({args})"
 
 
