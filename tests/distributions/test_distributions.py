@@ -231,6 +231,81 @@ def test_draws_follow_the_distribution(name):
     assert np.all(ks < 1.95 / math.sqrt(N)), (name, ks)
 
 
+# (id, the grid's ends per column: where the density is evaluated for the quadrature)
+GRIDS = {
+    "normal": lambda d: (d.loc - 12 * d.scale, d.loc + 12 * d.scale),
+    "lognormal": lambda d: (d.loc - 14 * d.scale, d.loc + 14 * d.scale),  # of log x
+    "uniform": lambda d: (d.low, d.high - 1e-12),
+    "laplace": lambda d: (d.loc - 40 * d.scale, d.loc + 40 * d.scale),
+    "exponential": lambda d: (d.rate * 0, 40 / d.rate),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GRIDS))
+def test_densities_integrate_to_one_with_their_mean_variance_entropy_and_cdf(name):
+    """Trapezoidal quadrature over 400001 points, with no reference implementation: a wrong
+    normalizing constant, moment or entropy formula is off by far more than 1e-5."""
+    _, make, params, _ = next(c for c in CASES if c[0] == name)
+    d = make(D, *(tg.tensor(p) for p in params))
+    lo, hi = (e.numpy() for e in GRIDS[name](d))
+    x = np.linspace(lo, hi, 400001)  # (points, 3)
+    x = np.exp(x) if name == "lognormal" else x
+    log_p = d.log_prob(tg.tensor(x)).numpy()
+    p = np.exp(log_p)
+
+    def integral(f):
+        return np.trapezoid(f, x, axis=0)
+
+    np.testing.assert_allclose(integral(p), 1.0, rtol=1e-5)
+    mean = integral(x * p)
+    np.testing.assert_allclose(mean, d.mean.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(integral((x - mean) ** 2 * p), d.variance.numpy(), rtol=1e-4)
+    np.testing.assert_allclose(integral(-p * log_p), d.entropy().numpy(), rtol=1e-5, atol=1e-6)
+    cumulative = np.cumsum((p[1:] + p[:-1]) / 2 * np.diff(x, axis=0), axis=0)[::20000]
+    cdf = d.cdf(tg.tensor(x[1:][::20000])).numpy()
+    np.testing.assert_allclose(cdf, cumulative, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(CDF - {"normal_scalar_scale"}))
+def test_the_cdf_is_the_integral_of_the_density_and_icdf_its_inverse(name):
+    _, make, params, value = next(c for c in CASES if c[0] == name)
+    d = make(D, *(tg.tensor(p) for p in params))
+    h = 1e-5
+    slope = (d.cdf(tg.tensor(value + h)).numpy() - d.cdf(tg.tensor(value - h)).numpy()) / (2 * h)
+    np.testing.assert_allclose(slope, np.exp(d.log_prob(tg.tensor(value)).numpy()), rtol=1e-6)
+    if name not in ("normal", "lognormal"):  # no erfinv here
+        np.testing.assert_allclose(d.icdf(d.cdf(tg.tensor(value))).numpy(), value, rtol=1e-9)
+
+
+def test_discrete_and_multivariate_log_probs_are_the_formulas():
+    """Without a reference implementation: log_prob over the whole support sums to one, is the
+    normalized probabilities and gives the entropy; the multivariate normal's density and
+    entropy are the textbook formulas."""
+    probs = SIMPLEX
+    for d in (
+        D.Categorical(tg.tensor(probs * 5)),
+        D.OneHotCategorical(logits=tg.tensor(np.log(probs))),
+    ):
+        lp = d.log_prob(d.enumerate_support()).numpy()  # (4, 2)
+        np.testing.assert_allclose(np.exp(lp), probs.T, rtol=1e-12)
+        np.testing.assert_allclose(d.entropy().numpy(), -(probs * np.log(probs)).sum(-1))
+    p = np.array([0.1, 0.5, 0.8])
+    for b in (D.Bernoulli(tg.tensor(p)), D.Bernoulli(logits=tg.tensor(np.log(p / (1 - p))))):
+        lp = b.log_prob(b.enumerate_support()).numpy()
+        np.testing.assert_allclose(np.exp(lp), [1 - p, p], rtol=1e-12)
+        h = -(p * np.log(p) + (1 - p) * np.log(1 - p))
+        np.testing.assert_allclose(b.entropy().numpy(), h, rtol=1e-12)
+    loc, cov, x = R.standard_normal(3), A @ A.T, R.standard_normal((5, 3))
+    d = D.MultivariateNormal(tg.tensor(loc), tg.tensor(cov))
+    diff = x - loc
+    want = -0.5 * (np.einsum("ni,ij,nj->n", diff, np.linalg.inv(cov), diff)
+                   + np.linalg.slogdet(2 * np.pi * cov)[1])  # fmt: skip
+    np.testing.assert_allclose(d.log_prob(tg.tensor(x)).numpy(), want, rtol=1e-12)
+    entropy = 0.5 * np.linalg.slogdet(2 * np.pi * np.e * cov)[1]
+    np.testing.assert_allclose(d.entropy().numpy(), entropy, rtol=1e-12)
+    np.testing.assert_allclose(d.variance.numpy(), np.diag(cov), rtol=1e-12)
+
+
 def test_discrete_frequencies_are_the_probabilities():
     """Within 4.5 binomial standard errors of each probability."""
     tg.manual_seed(0)
