@@ -210,6 +210,11 @@ def test_python_numbers_take_the_default_dtype_or_the_tensors():
     assert n.scale.dtype == np.float64 and n.scale.shape == (2,)
     assert D.Categorical(tg.tensor([0.25, 0.75])).sample().dtype == np.int64
     assert D.Bernoulli(0.3).sample((4,)).dtype == np.float32
+    assert D.Normal(np.zeros(2), 1.0).scale.dtype == np.float64  # an ndarray keeps its dtype
+    assert D.Normal(np.zeros(2, np.float32), 1.0).scale.dtype == np.float32
+    x = tg.tensor(np.array([0.5, -1.0]), requires_grad=True)
+    D.Normal(0.0, 2.0).log_prob(x).sum().backward()  # a flow's value gets a gradient too
+    np.testing.assert_allclose(x.grad.numpy(), [-0.125, 0.25])
     assert float(D.Normal(0.0, 1.0).log_prob(0.0)) == pytest.approx(-0.5 * math.log(2 * math.pi))
 
 

@@ -10,9 +10,10 @@ and the same numbers an eager run with the same seed draws (not PyTorch's number
 
 Provided: Bernoulli, Categorical, OneHotCategorical, Normal, LogNormal, Uniform, Laplace,
 Exponential, Cauchy, MultivariateNormal, Independent, RelaxedOneHotCategorical, RelaxedBernoulli;
+`TransformedDistribution` with the Exp, Affine, Sigmoid, Tanh and Compose transforms;
 `kl_divergence` and `register_kl`; `constraints`. Not provided: the families whose densities need
 the gamma function's logarithm and its derivative (Gamma, Beta, Dirichlet, Poisson, Binomial,
-StudentT, Chi2, ...), and transforms (`TransformedDistribution`).
+StudentT, Chi2, ...).
 """
 
 from tracegrad.distributions import constraints
@@ -29,10 +30,20 @@ from tracegrad.distributions.distribution import Distribution, ExponentialFamily
 from tracegrad.distributions.kl import kl_divergence, register_kl
 from tracegrad.distributions.multivariate import MultivariateNormal
 from tracegrad.distributions.relaxed import RelaxedBernoulli, RelaxedOneHotCategorical
+from tracegrad.distributions.transforms import (
+    AffineTransform,
+    ComposeTransform,
+    ExpTransform,
+    SigmoidTransform,
+    TanhTransform,
+    Transform,
+    TransformedDistribution,
+)
 
 __all__ = [
-    "Bernoulli", "Categorical", "Cauchy", "Distribution", "Exponential", "ExponentialFamily",
-    "Independent", "Laplace", "LogNormal", "MultivariateNormal", "Normal", "OneHotCategorical",
-    "RelaxedBernoulli", "RelaxedOneHotCategorical", "Uniform", "constraints", "kl_divergence",
-    "register_kl",
+    "AffineTransform", "Bernoulli", "Categorical", "Cauchy", "ComposeTransform", "Distribution",
+    "ExpTransform", "Exponential", "ExponentialFamily", "Independent", "Laplace", "LogNormal",
+    "MultivariateNormal", "Normal", "OneHotCategorical", "RelaxedBernoulli",
+    "RelaxedOneHotCategorical", "SigmoidTransform", "TanhTransform", "Transform",
+    "TransformedDistribution", "Uniform", "constraints", "kl_divergence", "register_kl",
 ]  # fmt: skip

@@ -25,9 +25,11 @@ from tracegrad.frontend.tensor import Tensor, get_default_dtype
 
 
 def float_tensor(value: Any, dtype: Any = None) -> Tensor:
-    """`value` as a float tensor: a tensor keeps its float dtype (ints become `dtype`), a Python
-    number or array becomes `dtype` (the default dtype when None)."""
+    """`value` as a float tensor: a tensor or a float ndarray keeps its float dtype (ints become
+    `dtype`), a Python number or list becomes `dtype` (the default dtype when None)."""
     dtype = np.dtype(get_default_dtype() if dtype is None else dtype)
+    if isinstance(value, np.ndarray):
+        value = Tensor(value)
     if isinstance(value, Tensor):
         return value if value.dtype.kind == "f" else astype(value, dtype)
     return Tensor(np.asarray(value, dtype))
@@ -45,6 +47,7 @@ def broadcast_shapes(where: str, **shapes: tuple) -> tuple:
 def broadcast_all(where: str, **values: Any) -> list[Tensor]:
     """The parameters as float tensors of one shape: Python numbers take the first tensor's
     dtype (the default dtype if none is a tensor), as PyTorch's."""
+    values = {k: Tensor(v) if isinstance(v, np.ndarray) else v for k, v in values.items()}
     first = next((v for v in values.values() if isinstance(v, Tensor) and v.dtype.kind == "f"),
                  None)  # fmt: skip
     dtype = None if first is None else first.dtype
@@ -62,6 +65,12 @@ def clamp_probs(probs: Tensor) -> Tensor:
     """Probabilities kept eps (the dtype's) away from 0 and 1."""
     eps = float(np.finfo(probs.dtype).eps)
     return P.minimum(P.maximum(probs, eps), 1.0 - eps)
+
+
+def clipped(y: Tensor) -> Tensor:
+    """y in [tiny, 1 - eps] (the bounds of PyTorch's sigmoid transform)."""
+    info = np.finfo(y.dtype)
+    return P.minimum(P.maximum(y, float(info.tiny)), 1.0 - float(info.eps))
 
 
 def probs_to_logits(probs: Tensor, is_binary: bool = False) -> Tensor:

@@ -7,14 +7,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
-
 from tracegrad.core import primitives as P
 from tracegrad.distributions import constraints
 from tracegrad.distributions.discrete import Bernoulli, Categorical
 from tracegrad.distributions.distribution import (
     Distribution,
     clamp_probs,
+    clipped,
     float_tensor,
     shape_of,
 )
@@ -66,12 +65,6 @@ class RelaxedOneHotCategorical(Distribution):
         score = self.logits - log_value * t
         score = sum(score - logsumexp(score, -1, keepdim=True), -1)
         return score + log_scale - sum(log_value, -1)  # the density of exp(x): minus log|dy/dx|
-
-
-def clipped(y: Tensor) -> Tensor:
-    """y in [tiny, 1 - eps] (PyTorch's sigmoid transform's bounds)."""
-    info = np.finfo(y.dtype)
-    return P.minimum(P.maximum(y, float(info.tiny)), 1.0 - float(info.eps))
 
 
 class RelaxedBernoulli(Distribution):

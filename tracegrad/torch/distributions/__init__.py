@@ -24,6 +24,8 @@ from tracegrad.torch.distributions import (  # noqa: E402
     one_hot_categorical,
     relaxed_bernoulli,
     relaxed_categorical,
+    transformed_distribution,
+    transforms,
     uniform,
 )
 
