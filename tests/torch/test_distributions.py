@@ -22,7 +22,8 @@ SUBMODULES = {
     "multivariate_normal": "MultivariateNormal", "normal": "Normal",
     "one_hot_categorical": "OneHotCategorical", "relaxed_bernoulli": "RelaxedBernoulli",
     "relaxed_categorical": "RelaxedOneHotCategorical", "uniform": "Uniform",
-    "constraints": "positive",
+    "constraints": "positive", "transforms": "TanhTransform",
+    "transformed_distribution": "TransformedDistribution",
 }  # fmt: skip
 
 
@@ -44,6 +45,14 @@ def test_the_package_is_tracegrads_distributions():
     assert torch.distributions.kl_divergence is tg.distributions.kl_divergence
     assert torch.distributions.kl.register_kl is tg.distributions.register_kl
     assert torch.distributions.constraints.simplex is tg.distributions.constraints.simplex
+    utils = torch.distributions.utils
+    a, b = utils.broadcast_all(tg.zeros(3), 1.0)
+    assert b.shape == (3,) and b.dtype == np.float32
+    p = tg.tensor([0.25, 0.75])
+    np.testing.assert_allclose(
+        utils.logits_to_probs(utils.probs_to_logits(p)).numpy(), [0.25, 0.75]
+    )
+    assert float(utils.clamp_probs(tg.tensor(0.0))) > 0
     assert all(hasattr(torch.distributions, n) for n in tg.distributions.__all__)
     with pytest.raises(AttributeError, match="torch.distributions.Gamma is not provided by "):
         torch.distributions.Gamma(1.0, 1.0)

@@ -20,7 +20,6 @@ from tracegrad.distributions.distribution import (
     nan_like,
 )
 from tracegrad.frontend.creation import rand, randn
-from tracegrad.frontend.functions import broadcast_to
 from tracegrad.frontend.tensor import Tensor
 
 
@@ -305,10 +304,6 @@ class Cauchy(Distribution):
 
     def entropy(self) -> Tensor:
         return P.log(self.scale) + math.log(4 * math.pi)
-
-
-def expanded(x: Tensor, shape: tuple) -> Tensor:
-    return x if x.shape == shape else broadcast_to(x, shape)
 
 
 __all__ = ["Cauchy", "Exponential", "Laplace", "LogNormal", "Normal", "Uniform"]

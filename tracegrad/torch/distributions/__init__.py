@@ -27,6 +27,7 @@ from tracegrad.torch.distributions import (  # noqa: E402
     transformed_distribution,
     transforms,
     uniform,
+    utils,
 )
 
 
