@@ -29,6 +29,7 @@ LAYERS = {
         "tracegrad.numpy",
         "tracegrad.distributed",
         "tracegrad.utils",
+        "tracegrad.distributions",
     ],  # library
     3: ["passes", "tracegrad.compiler"],  # the compiler: sees only the core
     4: ["tracegrad.runtime"],

@@ -2,9 +2,9 @@
 
 Layers, one folder each, each importing only those before it: core (errors, the IR, the op
 table), frontend (Tensor and its methods, the functions, the tape, GradManager, the tracer), the
-library (nn, optim, numpy, utils, distributed), the compiler (the top-level `passes` package and
-`compiler`: lowering, codegen, kernels) and runtime (`@trace`, plans, the arena, reports); this
-module is the front door.
+library (nn, optim, numpy, utils, distributions, distributed), the compiler (the top-level
+`passes` package and `compiler`: lowering, codegen, kernels) and runtime (`@trace`, plans, the
+arena, reports); this module is the front door.
 
 The top level has PyTorch's meanings (`max(x, dim)` gives values and indices, `split` by chunk
 size, `var` unbiased, `tensor` copies); `tracegrad.numpy` has NumPy's. A NumPy-only name asked
@@ -13,7 +13,7 @@ of the top level raises and says where it lives.
 
 from typing import Any as _Any
 
-from tracegrad import nn, optim, utils
+from tracegrad import distributions, nn, optim, utils
 from tracegrad import numpy as _numpy
 from tracegrad.core import primitives as _primitives
 from tracegrad.core.errors import MemoryBudgetError, ShapeError, TraceError

@@ -39,7 +39,7 @@ for _name in ("Composite", "GradManager", "GraphError", "Kind", "MemoryBudgetErr
               "allreduce", "conv2d", "conv2d_input_grad", "conv2d_weight_grad", "defprimitive",
               "getitem", "grad", "guard", "interpret", "sum_to", "uniform", "vjp",
               # tracegrad's modules, whose places the torch ones below take
-              "autograd", "linalg", "nn", "optim", "utils"):  # fmt: skip
+              "autograd", "distributions", "linalg", "nn", "optim", "utils"):  # fmt: skip
     globals().pop(_name, None)
 
 globals().update(_DTYPES)
@@ -155,6 +155,7 @@ from tracegrad.torch import (  # noqa: E402 (the submodules read the names above
     compiler,
     cuda,
     distributed,
+    distributions,
     func,
     jit,
     linalg,

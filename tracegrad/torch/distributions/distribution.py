@@ -1,0 +1,10 @@
+"""`torch.distributions.distribution`: the base class, Distribution."""
+
+from typing import Any
+
+from tracegrad.distributions import Distribution  # noqa: F401
+from tracegrad.torch._support import not_provided as _not_provided
+
+
+def __getattr__(name: str) -> Any:
+    raise _not_provided(__name__, name)
