@@ -117,9 +117,12 @@ def typename(obj: Any) -> str:
 
 
 def promote_types(type1: Any, type2: Any) -> dtype:
-    """The smallest dtype both convert to without loss (NumPy's rule, which agrees with
-    PyTorch's for the dtypes tracegrad has)."""
-    return torch_dtype(np.promote_types(np.dtype(type1), np.dtype(type2)))
+    """PyTorch's promotion: a floating type wins over integers and bools whatever their size
+    (int64 and float32 give float32, where NumPy says float64); within a kind, NumPy's rule."""
+    a, b = np.dtype(type1), np.dtype(type2)
+    if (a.kind == "f") != (b.kind == "f"):
+        return torch_dtype(a if a.kind == "f" else b)
+    return torch_dtype(np.promote_types(a, b))
 
 
 def can_cast(from_: Any, to: Any) -> bool:

@@ -55,7 +55,8 @@ def assert_close(actual: Any, expected: Any, *, allow_subclasses: bool = True,
         bad = ~np.isclose(a, e, rtol=rtol, atol=atol, equal_nan=equal_nan)
         worst = np.max(np.abs(a.astype(np.float64) - e.astype(np.float64))[bad])
         raise AssertionError(
-            msg or f"Tensor-likes are not close!\n\nMismatched elements: {bad.sum()} / {a.size}"
+            msg
+            or f"Tensor-likes are not close!\n\nMismatched elements: {bad.sum()} / {a.size}"
             f"\nGreatest absolute difference: {worst} (up to {atol} allowed, rtol {rtol})"
         )
 

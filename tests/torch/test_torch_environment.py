@@ -1,0 +1,141 @@
+"""The lines training scripts start with (matmul precision, determinism, print options, the RNG
+state, `@torch.jit.script`, `torch.compiler.is_compiling()`, anomaly detection) and
+`torch.testing.assert_close`: each means on tracegrad what it can, or says what it cannot."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+import tracegrad.torch as torch
+
+
+def test_settings_are_accepted_and_remembered():
+    torch.set_float32_matmul_precision("high")
+    assert torch.get_float32_matmul_precision() == "high"
+    torch.set_float32_matmul_precision("highest")
+    with pytest.raises(ValueError, match="'highest', 'high', 'medium'"):
+        torch.set_float32_matmul_precision("tf32")
+    torch.use_deterministic_algorithms(True)
+    assert torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(False)
+    torch.set_default_device("cpu")
+    assert str(torch.get_default_device()) == "cpu"
+    with pytest.raises(ValueError, match="tracegrad runs on the CPU"):
+        torch.set_default_device("cuda")
+    with pytest.warns(UserWarning, match="denormals are kept"):
+        assert torch.set_flush_denormal(True) is False
+
+
+def test_print_options_are_numpys():
+    before = np.get_printoptions()
+    try:
+        torch.set_printoptions(precision=2, sci_mode=False)
+        assert "3.14," in repr(torch.tensor([3.14159, 1.0]))
+        torch.set_printoptions(profile="default")
+        assert np.get_printoptions()["precision"] == 4
+    finally:
+        np.set_printoptions(**before)
+
+
+def test_rng_state_round_trips():
+    torch.manual_seed(3)
+    state = torch.get_rng_state()
+    first = torch.randn(4).numpy()
+    torch.randn(2)
+    torch.set_rng_state(state)
+    np.testing.assert_array_equal(torch.randn(4).numpy(), first)
+
+
+def test_type_facts():
+    assert torch.typename(torch.zeros(2)) == "torch.FloatTensor"
+    assert torch.typename(torch.zeros(2, dtype=torch.int64)) == "torch.LongTensor"
+    assert torch.promote_types(torch.int64, torch.float32) == torch.float32  # not NumPy's rule
+    assert torch.promote_types(torch.float32, torch.float64) == torch.float64
+    assert torch.promote_types(torch.uint8, torch.int8) == torch.int16
+    assert torch.promote_types(torch.bool, torch.int32) == torch.int32
+    assert torch.can_cast(torch.int64, torch.float32) and torch.can_cast(torch.bool, torch.int8)
+    assert not torch.can_cast(torch.float32, torch.int64)
+    assert not torch.can_cast(torch.int32, torch.bool)
+    assert torch.is_nonzero(torch.tensor([2.0])) and not torch.is_nonzero(torch.tensor(0))
+    with pytest.raises(RuntimeError, match="ambiguous"):
+        torch.is_nonzero(torch.ones(2))
+
+
+def test_jit_gives_back_what_it_is_given():
+    @torch.jit.script
+    def gelu(x):
+        return x * 0.5 * (1.0 + torch.erf(x / 1.41421))
+
+    @torch.jit.ignore
+    def helper(x):
+        return x
+
+    layer = torch.nn.Linear(2, 2)
+    assert torch.jit.script(layer) is layer and torch.jit.trace(layer, torch.ones(1, 2)) is layer
+    assert helper(3) == 3 and not torch.jit.is_scripting() and torch.jit.annotate(int, 4) == 4
+    np.testing.assert_allclose(gelu(torch.ones(1)).numpy(), [0.8413], rtol=1e-3)
+    with pytest.raises(AttributeError, match="torch.jit.save is not provided"):
+        torch.jit.save(layer, "f.pt")
+
+
+def test_is_compiling_inside_a_traced_step_only():
+    seen = []
+
+    @torch.compile
+    def step(x):
+        seen.append(torch.compiler.is_compiling())
+        return x * 2
+
+    step(torch.ones(2))
+    step(torch.ones(2))  # runs the plan: the Python is not run again
+    assert seen == [True] and not torch.compiler.is_compiling()
+    assert torch.compiler.disable(step) is step
+
+
+def test_record_function_labels_without_changing_anything():
+    with torch.profiler.record_function("forward"):
+        y = torch.ones(2) * 3
+
+    @torch.profiler.record_function("decorated")
+    def f(x):
+        return x + 1
+
+    np.testing.assert_array_equal(f(y).numpy(), [4.0, 4.0])
+    with pytest.raises(AttributeError, match="torch.profiler.profile is not provided"):
+        torch.profiler.profile()
+
+
+def test_anomaly_detection_names_the_op_that_made_a_nan():
+    x = torch.tensor([0.0, 1.0], requires_grad=True)
+    with torch.autograd.detect_anomaly():
+        assert torch.autograd.is_anomaly_enabled()
+        y = (torch.sqrt(x) * 0).sum()  # sqrt's derivative at 0 is inf: inf * 0 is nan
+        with pytest.raises(RuntimeError, match=r"'sqrtBackward' returned nan values in its 0th "
+                                               r"output \(the forward op ran at "):  # fmt: skip
+            y.backward()
+    assert not torch.autograd.is_anomaly_enabled()
+    (torch.sqrt(x) * 0).sum().backward()  # off: the nan goes into the gradient, as PyTorch's
+    assert np.isnan(x.grad.numpy()[0])
+    torch.autograd.set_detect_anomaly(True)
+    try:
+        assert torch.autograd.is_anomaly_enabled()
+    finally:
+        torch.autograd.set_detect_anomaly(False)
+
+
+def test_assert_close_uses_pytorchs_tolerances():
+    a = torch.tensor([1.0, 2.0])
+    torch.testing.assert_close(a, a + 1e-6)  # float32: rtol 1.3e-6, atol 1e-5
+    with pytest.raises(AssertionError, match="Mismatched elements: 1 / 2"):
+        torch.testing.assert_close(a, torch.tensor([1.0, 2.1]))
+    with pytest.raises(AssertionError, match="dtype"):
+        torch.testing.assert_close(a, a.double())
+    with pytest.raises(AssertionError, match="shape"):
+        torch.testing.assert_close(a, torch.ones(3))
+    torch.testing.assert_close({"w": [a, 3]}, {"w": [a.clone(), 3]})
+    torch.testing.assert_close(a.double(), a.double() + 1e-8, rtol=0.0, atol=1e-7)
+    torch.testing.assert_allclose(a, np.array([1.0, 2.0]))
+    with pytest.raises(AssertionError):
+        torch.testing.assert_close(tg.tensor([1, 2]), tg.tensor([1, 3]))  # integers: exact
