@@ -36,9 +36,11 @@ from tracegrad.frontend.linalg import vector_norm
 from tracegrad.frontend.rearrange import chunk
 from tracegrad.frontend.reductions import amax, log_softmax, mean, softmax, sum
 from tracegrad.frontend.tensor import Tensor, as_tensor
+from tracegrad.nn.spatial import affine_grid, grid_sample
 
 __all__ = [
     "adaptive_avg_pool2d",
+    "affine_grid",
     "avg_pool2d",
     "batch_norm",
     "binary_cross_entropy",
@@ -90,6 +92,7 @@ __all__ = [
     "dropout2d",
     "gaussian_nll_loss",
     "glu",
+    "grid_sample",
     "hardshrink",
     "hardsigmoid",
     "hardswish",

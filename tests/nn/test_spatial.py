@@ -1,0 +1,137 @@
+"""Spatial transformers' `affine_grid` and `grid_sample`: values and gradients (input and grid)
+against PyTorch in float64 for every mode, padding and corner convention, against finite
+differences without it, and a spatial-transformer classifier's traced step against eager."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+from tests.conftest import check_grad
+from tracegrad import nn
+from tracegrad.compiler import lowering
+from tracegrad.nn import functional as F
+
+try:
+    import torch
+    import torch.nn.functional as TF
+except ImportError:
+    torch = None
+
+needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed")
+SETTINGS = list(itertools.product(["bilinear", "nearest"], ["zeros", "border", "reflection"],
+                                  [False, True]))  # fmt: skip
+
+
+def _inputs():
+    rng = np.random.default_rng(0)
+    # a grid reaching past the image on every side, kept off pixel boundaries (kinks)
+    grid = rng.uniform(-1.4, 1.4, (2, 4, 7, 2))
+    return rng.standard_normal((2, 3, 5, 6)), grid
+
+
+@needs_torch
+@pytest.mark.parametrize("mode, padding, corners", SETTINGS)
+def test_grid_sample_matches_pytorch(mode, padding, corners):
+    x, g = _inputs()
+    c = np.random.default_rng(1).standard_normal((2, 3, 4, 7))
+    X, G = tg.tensor(x, requires_grad=True), tg.tensor(g, requires_grad=True)
+    (F.grid_sample(X, G, mode, padding, corners) * tg.tensor(c)).sum().backward()
+    tx, tgrid = torch.tensor(x, requires_grad=True), torch.tensor(g, requires_grad=True)
+    want = TF.grid_sample(tx, tgrid, mode, padding, corners)
+    (want * torch.tensor(c)).sum().backward()
+    got = F.grid_sample(tg.tensor(x), tg.tensor(g), mode, padding, corners)
+    np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(X.grad.numpy(), tx.grad.numpy(), rtol=1e-12, atol=1e-12)
+    grid_grad = np.zeros_like(g) if G.grad is None else G.grad.numpy()  # nearest: none
+    np.testing.assert_allclose(grid_grad, tgrid.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+@needs_torch
+@pytest.mark.parametrize("corners", [False, True])
+def test_affine_grid_matches_pytorch(corners):
+    theta = np.random.default_rng(2).standard_normal((2, 2, 3))
+    got = F.affine_grid(tg.tensor(theta), (2, 3, 4, 5), corners).numpy()
+    want = TF.affine_grid(torch.tensor(theta), (2, 3, 4, 5), corners).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+
+
+FINITE = [("zeros", False), ("border", True), ("reflection", False), ("reflection", True)]
+
+
+@pytest.mark.parametrize("padding, corners", FINITE)
+def test_grid_sample_gradients_match_finite_differences(padding, corners):
+    x, g = _inputs()
+    check_grad(lambda a, b: F.grid_sample(a, b, "bilinear", padding, corners), x, g)
+
+
+def test_the_identity_grid_samples_the_image_itself():
+    x = np.random.default_rng(3).standard_normal((1, 2, 4, 5))
+    theta = tg.tensor(np.array([[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]]))
+    for corners in (False, True):
+        grid = F.affine_grid(theta, (1, 2, 4, 5), corners)
+        out = F.grid_sample(tg.tensor(x), grid, align_corners=corners)
+        np.testing.assert_allclose(out.numpy(), x, rtol=1e-12, atol=1e-12)
+    shifted = F.grid_sample(tg.tensor(x), grid + tg.tensor([2.0 / 4, 0.0]), align_corners=True)
+    np.testing.assert_allclose(shifted.numpy()[..., :4], x[..., 1:], atol=1e-12)  # one pixel
+
+
+def test_bad_shapes_and_modes_are_named():
+    with pytest.raises(tg.ShapeError, match=r"grid_sample: input \(2, 3, 5\)"):
+        F.grid_sample(tg.ones((2, 3, 5)), tg.ones((2, 4, 4, 2)))
+    with pytest.raises(NotImplementedError, match="'bicubic'"):
+        F.grid_sample(tg.ones((1, 1, 3, 3)), tg.zeros((1, 2, 2, 2)), mode="bicubic")
+    with pytest.raises(tg.ShapeError, match="affine_grid"):
+        F.affine_grid(tg.ones((2, 3, 3)), (2, 1, 4, 4))
+
+
+class _STN(nn.Module):
+    """A spatial transformer network as PyTorch's tutorial writes it: a localization net
+    predicts the affine map that resamples the input before classification."""
+
+    def __init__(self):
+        super().__init__()
+        self.loc = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(144, 6))
+        with tg.no_grad():
+            self.loc[-1].weight.zero_()
+            self.loc[-1].bias.copy_(tg.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 0.0]))
+        self.head = nn.Sequential(nn.Flatten(), nn.Linear(64, 3))
+
+    def forward(self, x):
+        theta = self.loc(x).view(-1, 2, 3)
+        grid = F.affine_grid(theta, x.size(), align_corners=False)
+        return self.head(F.grid_sample(x, grid, align_corners=False))
+
+
+def _train(traced, backend=None, steps=3):
+    tg.nn.manual_seed(0)
+    model = _STN()
+    opt = tg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    rng = np.random.default_rng(0)
+    x = tg.tensor(rng.standard_normal((5, 1, 8, 8)).astype(np.float32))
+    y = tg.tensor(rng.integers(0, 3, 5))
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    if traced:
+        step = tg.trace(step, backend=backend)
+    return [float(step(x, y)) for _ in range(steps)], [p.numpy() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_a_traced_spatial_transformer_step_matches_eager(backend, monkeypatch):
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+    want, want_params = _train(False)
+    got, params = _train(True, backend)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    for a, b in zip(params, want_params, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    assert want[-1] < want[0]
