@@ -166,7 +166,8 @@ def fmin(input: Any, other: Any) -> Tensor:
 
 
 def floor_divide(input: Any, other: Any) -> Tensor:
-    return P.floor(P.div(input, other))
+    """input // other, rounded down; integers stay integers, as PyTorch's `//`."""
+    return div(input, other, rounding_mode="floor")
 
 
 def isnan(input: Any) -> Tensor:

@@ -33,6 +33,7 @@ from tracegrad.frontend.functions import (
     transpose,
 )
 from tracegrad.frontend.linalg import vector_norm
+from tracegrad.frontend.mutation import scatter
 from tracegrad.frontend.rearrange import chunk
 from tracegrad.frontend.reductions import amax, log_softmax, mean, softmax, sum
 from tracegrad.frontend.tensor import Tensor, as_tensor
@@ -59,6 +60,7 @@ __all__ = [
     "layer_norm",
     "log_softmax",
     "max_pool2d",
+    "max_unpool2d",
     "mse_loss",
     "one_hot",
     "relu",
@@ -473,6 +475,21 @@ def _fold(op: Callable, parts: list) -> Tensor:
     return out
 
 
+def _ceil_extra(x: Tensor, kernel: tuple, stride: tuple, padding: tuple,
+                dilation: tuple = (1, 1)) -> tuple[int, int]:  # fmt: skip
+    """The rows and columns `ceil_mode` adds past the bottom right edge: enough for one more
+    window where a partial one remains, but never a window that starts in that padding (the
+    output size rule of PyTorch's pooling_output_shape)."""
+    extra = []
+    for n, k, s, p, d in zip(x.shape[2:], kernel, stride, padding, dilation, strict=True):
+        span = d * (k - 1) + 1
+        out = -(-(n + 2 * p - span) // s) + 1
+        if (out - 1) * s >= n + p:
+            out -= 1
+        extra.append(builtins.max((out - 1) * s + span - (n + 2 * p), 0))
+    return extra[0], extra[1]
+
+
 def max_pool2d(
     input: Any,
     kernel_size: int | Sequence[int],
@@ -481,12 +498,12 @@ def max_pool2d(
     dilation: int | Sequence[int] = 1,
     ceil_mode: bool = False,
     return_indices: bool = False,
-) -> Tensor:
+) -> Any:
     """The max over each window (padding counts as -inf); ties send the gradient to the first
     maximum, as PyTorch does. Backward keeps only the (int8) positions of the maxima; the Numba
-    backend runs kernels of its own (tracegrad.compiler.kernels.pool)."""
-    if ceil_mode or return_indices:
-        raise NotImplementedError("max_pool2d: ceil_mode and return_indices are not supported")
+    backend runs kernels of its own (tracegrad.compiler.kernels.pool). `ceil_mode` pads the
+    bottom right with -inf for the last partial windows; `return_indices` also gives each
+    maximum's flat position in its (H, W) plane (what `max_unpool2d` takes)."""
     x = as_tensor(input)
     if x.ndim != 4:
         raise ShapeError(f"max_pool2d: input {x.shape} must be 4-d (N, C, H, W)")
@@ -498,9 +515,51 @@ def max_pool2d(
         padding=_pair(padding, "max_pool2d", "padding"),
         dilation=_pair(dilation, "max_pool2d", "dilation"),
     )  # fmt: skip
+    plane = x.shape[2:]
+    if ceil_mode:
+        eh, ew = _ceil_extra(x, kernel, geometry["stride"], geometry["padding"],
+                             geometry["dilation"])  # fmt: skip
+        if eh or ew:
+            x = pad(x, (0, ew, 0, eh), value=-math.inf)
     with no_grad():
         idx = P.max_pool2d_argmax(x, **geometry)
-    return P.max_pool2d(x, idx, **geometry)
+    out = P.max_pool2d(x, idx, **geometry)
+    return (out, _flat_positions(idx, plane, **geometry)) if return_indices else out
+
+
+def _flat_positions(idx: Tensor, plane: tuple[int, int], *, kernel: tuple, stride: tuple,
+                    padding: tuple, dilation: tuple) -> Tensor:  # fmt: skip
+    """Each window's maximum as a flat index into the input's (H, W) plane: the window's
+    origin plus the tap `idx` (row-major in the kernel)."""
+    with no_grad():
+        oh, ow = idx.shape[2:]
+        tap_row, tap_col = idx.astype(np.int64) // kernel[1], idx.astype(np.int64) % kernel[1]
+        rows = Tensor(np.arange(oh).reshape(-1, 1) * stride[0] - padding[0]) + tap_row * dilation[0]
+        cols = Tensor(np.arange(ow) * stride[1] - padding[1]) + tap_col * dilation[1]
+        return rows * plane[1] + cols
+
+
+def max_unpool2d(input: Any, indices: Any, kernel_size: int | Sequence[int],
+                 stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0,
+                 output_size: Sequence[int] | None = None) -> Tensor:  # fmt: skip
+    """The inverse of `max_pool2d(..., return_indices=True)`: each value placed at its index in
+    a zero (H, W) plane (the size max pooling came from, or `output_size`)."""
+    x, idx = as_tensor(input), as_tensor(indices)
+    if x.ndim != 4 or idx.shape != x.shape:
+        raise ShapeError(f"max_unpool2d: input {x.shape} and indices {idx.shape} must be the same "
+                         "4-d shape")  # fmt: skip
+    (kh, kw) = _pair(kernel_size, "max_unpool2d", "kernel_size")
+    (sh, sw) = _pair(stride if stride is not None and stride != [] else (kh, kw), "max_unpool2d",
+                     "stride")  # fmt: skip
+    (ph, pw) = _pair(padding, "max_unpool2d", "padding")
+    if output_size is None:
+        h, w = (x.shape[2] - 1) * sh - 2 * ph + kh, (x.shape[3] - 1) * sw - 2 * pw + kw
+    else:
+        h, w = tuple(output_size)[-2:]
+    n, c = x.shape[:2]
+    flat = scatter(Tensor(np.zeros((n, c, h * w), x.dtype)), 2, reshape(idx, (n, c, -1)),
+                     reshape(x, (n, c, -1)))  # fmt: skip
+    return reshape(flat, (n, c, h, w))
 
 
 def avg_pool2d(
@@ -512,28 +571,42 @@ def avg_pool2d(
     count_include_pad: bool = True,
     divisor_override: int | None = None,
 ) -> Tensor:
-    """The mean over each window; padding zeros count unless `count_include_pad=False`."""
-    if ceil_mode:
-        raise NotImplementedError("avg_pool2d: ceil_mode is not supported")
+    """The mean over each window; padding zeros count unless `count_include_pad=False`. With
+    `ceil_mode` the last partial windows count only what lies inside the padded input, as in
+    PyTorch."""
     x = as_tensor(input)
     if x.dtype.kind != "f":  # PyTorch refuses integers too (but int64, which it truncates)
         raise TypeError(f"avg_pool2d: input must be floating, not {x.dtype} (its window sums "
                         "would wrap around); convert it first, e.g. x.float()")  # fmt: skip
-    total = _fold(lambda a, b: a + b, _windows(x, "avg_pool2d", kernel_size, stride, padding, 1,
-                                               0.0))  # fmt: skip
+    if x.ndim != 4:
+        raise ShapeError(f"avg_pool2d: input {x.shape} must be 4-d (N, C, H, W)")
+    kernel = _pair(kernel_size, "avg_pool2d", "kernel_size")
+    strides = _pair(stride if stride is not None and stride != [] else kernel, "avg_pool2d",
+                    "stride")  # fmt: skip
+    pads = _pair(padding, "avg_pool2d", "padding")
+    extra = _ceil_extra(x, kernel, strides, pads) if ceil_mode else (0, 0)
+    plane = x.shape[2:]
+    if extra != (0, 0):
+        x = pad(x, (0, extra[1], 0, extra[0]))
+    total = _fold(lambda a, b: a + b, _windows(x, "avg_pool2d", kernel, strides, pads, 1, 0.0))
     if divisor_override:
         return total / float(divisor_override)
-    if count_include_pad or _pair(padding, "avg_pool2d", "padding") == (0, 0):
-        kh, kw = _pair(kernel_size, "avg_pool2d", "kernel_size")
-        return total / float(kh * kw)
-    return total / _window_count(x, kernel_size, stride, padding)
+    if extra == (0, 0) and (count_include_pad or pads == (0, 0)):
+        return total / float(kernel[0] * kernel[1])
+    counted = _window_count(plane, kernel, strides, pads, extra, count_include_pad)
+    return total / counted.astype(x.dtype)
 
 
-def _window_count(x: Tensor, kernel_size, stride, padding) -> np.ndarray:
-    """How many of each window's elements lie inside `x` (not in its padding): a constant."""
-    (kh, kw), (ph, pw) = _pair(kernel_size, "", ""), _pair(padding, "", "")
-    (sh, sw) = _pair(stride if stride is not None and stride != [] else (kh, kw), "", "")
-    inside = np.pad(np.ones(x.shape[2:], x.dtype), ((ph, ph), (pw, pw)))
+def _window_count(plane: tuple, kernel: tuple, stride: tuple, padding: tuple, extra: tuple,
+                  include_pad: bool) -> np.ndarray:  # fmt: skip
+    """How many of each window's elements are counted: those inside the input, or with
+    `include_pad` inside the padded input (never the rows `ceil_mode` added): a constant."""
+    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
+    if include_pad:
+        inside = np.ones((plane[0] + 2 * ph, plane[1] + 2 * pw))
+    else:
+        inside = np.pad(np.ones(plane), ((ph, ph), (pw, pw)))
+    inside = np.pad(inside, ((0, extra[0]), (0, extra[1])))
     oh, ow = (inside.shape[0] - kh) // sh + 1, (inside.shape[1] - kw) // sw + 1
     return builtins.sum(inside[i : i + sh * (oh - 1) + 1 : sh, j : j + sw * (ow - 1) + 1 : sw]
                         for i in range(kh) for j in range(kw))  # fmt: skip
@@ -1225,7 +1298,7 @@ def max_pool1d(
     y = max_pool2d(_as_image(as_tensor(input), op), (1, k), (1, s),
                    (0, _single(padding, op, "padding")), (1, _single(dilation, op, "dilation")),
                    ceil_mode, return_indices)  # fmt: skip
-    return _as_rows(y)
+    return tuple(_as_rows(t) for t in y) if return_indices else _as_rows(y)
 
 
 def avg_pool1d(

@@ -45,6 +45,7 @@ __all__ = [
     "InstanceNorm1d",
     "InstanceNorm2d",
     "MaxPool2d",
+    "MaxUnpool2d",
     "ModuleDict",
     "ModuleList",
     "MultiheadAttention",
@@ -171,6 +172,18 @@ class MaxPool2d(Module):
 
     def extra_repr(self) -> str:
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class MaxUnpool2d(Module):
+    """Puts `MaxPool2d(..., return_indices=True)`'s maxima back where they came from."""
+
+    def __init__(self, kernel_size, stride=None, padding=0):
+        super().__init__()
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+
+    def forward(self, x: Tensor, indices: Tensor, output_size=None) -> Tensor:
+        return F.max_unpool2d(x, indices, self.kernel_size, self.stride, self.padding,
+                              output_size)  # fmt: skip
 
 
 class AvgPool2d(Module):
