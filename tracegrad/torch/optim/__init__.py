@@ -4,7 +4,12 @@ from typing import Any
 
 from tracegrad.optim import *  # noqa: F403
 from tracegrad.torch._support import not_provided as _not_provided
-from tracegrad.torch.optim import lr_scheduler
+
+# the star import bound tracegrad.optim's submodule, which `from tracegrad.torch.optim import`
+# would take for this package's: drop it, so that torch.optim.lr_scheduler is the module whose
+# missing names say they are not provided
+del lr_scheduler  # noqa: F821
+from tracegrad.torch.optim import lr_scheduler  # noqa: E402
 
 
 def __getattr__(name: str) -> Any:
