@@ -208,7 +208,8 @@ def test_warm_restarts_take_fractional_epochs_as_pytorch():
         theirs.step(epoch)
         np.testing.assert_allclose(ours.get_last_lr(), theirs.get_last_lr(), rtol=1e-13)
         assert (ours.T_cur, ours.T_i, ours.last_epoch) == pytest.approx(
-            (theirs.T_cur, theirs.T_i, theirs.last_epoch), rel=1e-13)
+            (theirs.T_cur, theirs.T_i, theirs.last_epoch), rel=1e-13
+        )
         ours.step()  # and one step on from there
         theirs.step()
         np.testing.assert_allclose(ours.get_last_lr(), theirs.get_last_lr(), rtol=1e-13)

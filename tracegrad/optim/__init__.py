@@ -2,7 +2,7 @@
 RMSprop, Adagrad, Adadelta, Adamax, NAdam, RAdam, Rprop, ASGD and (eager only) LBFGS, with
 PyTorch's param groups and options
 (`maximize`; `foreach`, `fused` and `capturable` are accepted and mean nothing on the CPU);
-`lr_scheduler` has the learning-rate schedules.
+`lr_scheduler` has the learning-rate schedules, `swa_utils` weight averaging (SWA, EMA).
 
 Written so that `@tracegrad.trace` can capture a whole training step:
 - all state (momentum buffers, Adam's moments, the step count) is created as tensors in the
@@ -33,7 +33,8 @@ from tracegrad.frontend.tracer import guard
 from tracegrad.optim.line_search import strong_wolfe
 
 __all__ = ["ASGD", "LBFGS", "SGD", "Adadelta", "Adagrad", "Adam", "AdamW", "Adamax", "NAdam",
-           "Optimizer", "RAdam", "RMSprop", "Rprop", "SparseAdam", "lr_scheduler"]  # fmt: skip
+           "Optimizer", "RAdam", "RMSprop", "Rprop", "SparseAdam", "lr_scheduler",
+           "swa_utils"]  # fmt: skip
 
 # PyTorch's options every optimizer takes: `maximize` (ascend the gradient), and those that choose
 # among PyTorch's kernels (multi-tensor, fused, CUDA-graph capturable), meaningless here
@@ -1126,4 +1127,4 @@ def _array(x: Any) -> Any:
     return x.numpy() if isinstance(x, Tensor) else x
 
 
-from tracegrad.optim import lr_scheduler  # noqa: E402, F401 (optim.lr_scheduler, as in PyTorch)
+from tracegrad.optim import lr_scheduler, swa_utils  # noqa: E402, F401 (as in PyTorch)
