@@ -191,3 +191,77 @@ def test_lbfgs_rejects_groups_and_unknown_line_searches():
         optim.LBFGS([a], line_search_fn="backtracking")
     with pytest.raises(ValueError, match="closure"):
         optim.LBFGS([a]).step()
+
+
+def time_sequence_prediction(torch, traced_closure=False, line_search_fn=None):
+    """pytorch/examples' time_sequence_prediction, smaller: two LSTMCells and a Linear in
+    float64 learn sine waves with LBFGS(lr=0.8), the closure as the example writes it (run as a
+    traced function too: it is only LBFGS.step that must stay eager). The loss of every closure
+    call."""
+    nn = torch.nn
+
+    class Sequence(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm1 = nn.LSTMCell(1, 8)
+            self.lstm2 = nn.LSTMCell(8, 8)
+            self.linear = nn.Linear(8, 1)
+
+        def forward(self, input):
+            outputs = []
+            h_t = torch.zeros(input.size(0), 8, dtype=torch.double)
+            c_t = torch.zeros(input.size(0), 8, dtype=torch.double)
+            h_t2 = torch.zeros(input.size(0), 8, dtype=torch.double)
+            c_t2 = torch.zeros(input.size(0), 8, dtype=torch.double)
+            for input_t in input.split(1, dim=1):
+                h_t, c_t = self.lstm1(input_t, (h_t, c_t))
+                h_t2, c_t2 = self.lstm2(h_t, (h_t2, c_t2))
+                outputs += [self.linear(h_t2)]
+            return torch.cat(outputs, dim=1)
+
+    seq = Sequence().double()
+    r = np.random.default_rng(0)
+    seq.load_state_dict({k: torch.tensor(0.3 * r.standard_normal(tuple(v.shape)))
+                         for k, v in seq.state_dict().items()})  # fmt: skip
+    waves = np.sin(np.arange(4)[:, None] * 0.7 + np.arange(13)[None] / 3.0)
+    input, target = torch.tensor(waves[:, :-1]), torch.tensor(waves[:, 1:])
+    criterion = nn.MSELoss()
+    optimizer = torch.optim.LBFGS(seq.parameters(), lr=0.8, line_search_fn=line_search_fn)
+
+    def closure():
+        optimizer.zero_grad()
+        loss = criterion(seq(input), target)
+        loss.backward()
+        return loss
+
+    run = tg.trace(closure) if traced_closure else closure
+    losses = []
+
+    def logged():
+        loss = run()
+        losses.append(float(loss.detach()))
+        return loss
+
+    for _ in range(2):
+        optimizer.step(logged)
+    return losses
+
+
+def test_time_sequence_prediction_learns_with_a_traced_closure():
+    import tracegrad.torch as ttorch
+
+    got = time_sequence_prediction(ttorch)
+    assert len(got) > 20 and got[-1] < got[0] / 10  # it learns
+    traced = time_sequence_prediction(ttorch, traced_closure=True)
+    np.testing.assert_allclose(traced, got, rtol=1e-11)
+
+
+@pytest.mark.parametrize("line_search_fn", SEARCHES)
+def test_time_sequence_prediction_matches_pytorch(line_search_fn):
+    torch = pytest.importorskip("torch")
+    import tracegrad.torch as ttorch
+
+    got = time_sequence_prediction(ttorch, line_search_fn=line_search_fn)
+    want = time_sequence_prediction(torch, line_search_fn=line_search_fn)
+    assert len(got) == len(want) > 20
+    np.testing.assert_allclose(got, want, rtol=1e-9)
