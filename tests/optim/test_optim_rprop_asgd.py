@@ -178,3 +178,45 @@ def test_rprop_rejects_bad_etas_and_sparse_adam_refuses():
     import tracegrad.torch as torch
 
     assert torch.optim.SparseAdam is optim.SparseAdam  # the name exists, and says why it refuses
+
+
+def _warmed_up(lib, name, backend=None):
+    """A LinearLR warm-up made after the optimizer sets the lr before the first step: PyTorch's
+    Rprop and ASGD take their first step sizes (eta) from the lr at that step."""
+    torch = pytest.importorskip("torch") if lib == "torch" else tg
+    start, grads = _grads()
+    p = torch.tensor(start.copy(), requires_grad=True)
+    opt = getattr(torch.optim, name)([p], lr=0.1)
+    sched = torch.optim.lr_scheduler.LinearLR(opt, start_factor=0.25, total_iters=3)
+
+    def step(g):
+        p.grad = g
+        opt.step()
+        sched.step()
+
+    run = tg.trace(step, backend=backend) if backend else step
+    seen = []
+    for g in grads:
+        run(torch.tensor(g))
+        seen.append(p.detach().numpy().copy())
+    return seen
+
+
+@pytest.mark.parametrize("name", ["Rprop", "ASGD"])
+def test_the_first_step_takes_the_lr_a_warm_up_set(name):
+    start, grads = _grads()
+    got = _warmed_up("tg", name)
+    if name == "Rprop":
+        first = start - np.sign(grads[0]) * 0.025
+    else:  # the decay term with lambd 1e-4, then the step
+        first = start * (1 - 1e-4 * 0.025) - 0.025 * grads[0]
+    np.testing.assert_allclose(got[0], first, rtol=1e-8)  # eta: the float32 lr, as PyTorch's
+    for backend in ("numpy", "numba"):
+        np.testing.assert_allclose(_warmed_up("tg", name, backend), got, rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["Rprop", "ASGD"])
+def test_the_first_step_takes_the_lr_a_warm_up_set_as_pytorch(name):
+    pytest.importorskip("torch")
+    np.testing.assert_allclose(_warmed_up("tg", name), _warmed_up("torch", name), rtol=1e-11,
+                               atol=1e-13)  # fmt: skip

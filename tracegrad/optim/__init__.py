@@ -813,8 +813,8 @@ class RAdam(Optimizer):
 class Rprop(Optimizer):
     """PyTorch's Rprop: each element's step size grows by etas[1] while its gradient keeps its
     sign and shrinks by etas[0] when it flips (that step then skips it), within step_sizes; the
-    parameter moves by its step size against the gradient's sign. `lr` is the first step size
-    (taken at construction: PyTorch takes the lr of the first step)."""
+    parameter moves by its step size against the gradient's sign. The step sizes start at the
+    lr of the first step (a warm-up scheduler may have set it after construction)."""
 
     hyperparameters = ("lr", "etas", "step_sizes", *OPTIONS)
 
@@ -849,7 +849,9 @@ class Rprop(Optimizer):
         step += 1.0
         agreement = sign(g * prev)
         factor = where(agreement > 0, etaplus, where(agreement < 0, etaminus, 1.0))
-        step_size._assign(clamp(step_size * factor.astype(p.dtype), smallest, largest))
+        # PyTorch makes the step sizes at the first step, from the lr then: a tensor op here
+        size = where(step == 1.0, self.lr_for(p, group), step_size)
+        step_size._assign(clamp(size * factor.astype(p.dtype), smallest, largest))
         g = where(agreement < 0, 0.0, g).astype(p.dtype)  # a flipped sign: no step this time
         p -= sign(g) * step_size
         prev._assign(g)
@@ -858,7 +860,7 @@ class Rprop(Optimizer):
 class ASGD(Optimizer):
     """PyTorch's averaged SGD: p *= 1 - lambd eta, p -= eta g, then the average ax moves toward
     p by mu; eta = lr / (1 + lambd lr t)^alpha and mu = 1 / max(1, t - t0) are state, for the
-    next step (so the first step uses eta = lr, mu = 1)."""
+    next step (so the first step uses eta = the lr then, mu = 1)."""
 
     hyperparameters = ("lr", "lambd", "alpha", "t0", "weight_decay", *OPTIONS)
 
@@ -894,12 +896,14 @@ class ASGD(Optimizer):
         step += 1.0
         if group["weight_decay"]:
             g = g + group["weight_decay"] * p
-        eta64 = eta.astype(np.float64)  # PyTorch reads eta as a Python float
+        # the first step's eta is the lr then (PyTorch makes it at that step), in eta's dtype
+        (lr,), t = group.tensors("lr"), step.astype(np.float64)
+        first = _cast(_cast(lr, eta.dtype), np.float64)
+        eta64 = where(step == 1.0, first, eta.astype(np.float64))  # read as a Python float
         p *= _cast(1.0 - lambd * eta64, dtype)
         p -= _cast(eta64, dtype) * g
         mu64 = mu.astype(np.float64)
         ax._assign(where(mu64 == 1.0, p, ax + (p - ax) * _cast(mu64, dtype)))
-        (lr,), t = group.tensors("lr"), step.astype(np.float64)
         eta._assign(lr / (1.0 + lambd * lr * t) ** group["alpha"])
         mu._assign(1.0 / maximum(t - group["t0"], 1.0))
 
