@@ -162,6 +162,10 @@ def test_state_dict_round_trip_resumes_identically():
     assert len(opt.state[0]["old_dirs"]) == 4 and opt.state[0]["old_dirs"][0] is not dirs[0]
     assert saved["state"]["0"]["old_dirs"] == dirs and saved["state"]["0"]["n_iter"] == n_iter
     np.testing.assert_array_equal(dirs[0].numpy(), first_dir)
+    with pytest.raises(ValueError, match="unknown state"):
+        opt2.load_state_dict({**saved, "state": {"0": {**saved["state"]["0"], "typo": 1}}})
+    opt2.load_state_dict({**saved, "state": {"0": {**saved["state"]["0"], "al": [None]}}})
+    assert "al" not in opt2.state[0]  # PyTorch's scratch buffer is not state here
 
 
 @pytest.mark.parametrize("backend", ["numpy", "numba"])

@@ -933,6 +933,8 @@ class LBFGS(Optimizer):
 
     hyperparameters = ("lr", "max_iter", "max_eval", "tolerance_grad", "tolerance_change",
                        "history_size", "line_search_fn")  # fmt: skip
+    state_keys = ("func_evals", "n_iter", "d", "t", "old_dirs", "old_stps", "ro", "H_diag",
+                  "prev_flat_grad", "prev_loss")  # fmt: skip
 
     def __init__(
         self,
@@ -1104,7 +1106,7 @@ class LBFGS(Optimizer):
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         saved = state_dict["state"]
         entry = saved.get("0", saved.get(0, {})) if saved else {}
-        unknown = set(entry) - set(LBFGS_STATE)
+        unknown = set(entry) - {*self.state_keys, "al"}  # "al": PyTorch's scratch buffer
         if unknown:
             raise ValueError(f"LBFGS.load_state_dict: unknown state {sorted(unknown)}")
         hyper = dict((state_dict.get("param_groups") or {}).get("0")
@@ -1116,14 +1118,10 @@ class LBFGS(Optimizer):
         self.state[0].update(
             {k: [Tensor(np.array(_array(a))) for a in v] if k in ("old_dirs", "old_stps")
              else Tensor(np.array(_array(v))) if k in ("d", "prev_flat_grad") else
-             list(v) if isinstance(v, list) else v for k, v in entry.items()}
+             list(v) if isinstance(v, list) else v for k, v in entry.items() if k != "al"}
         )  # fmt: skip
         for k, v in hyper.items():
             self.param_groups[0][k] = _plain(v)
-
-
-LBFGS_STATE = ("func_evals", "n_iter", "d", "t", "old_dirs", "old_stps", "ro", "H_diag",
-               "prev_flat_grad", "prev_loss")  # fmt: skip
 
 
 def _array(x: Any) -> Any:
