@@ -297,3 +297,39 @@ def test_torch_namespace_has_swa_utils():
     assert torch.optim.swa_utils.AveragedModel is swa_utils.AveragedModel
     with pytest.raises(AttributeError, match="swa_utils.NoSuchThing is not provided"):
         torch.optim.swa_utils.NoSuchThing  # noqa: B018
+
+
+def test_an_ema_in_a_step_compiled_the_pytorch_way():
+    """`import torch` code: an EMA of the weights updated inside a `torch.compile`d step, with
+    AdamW and a schedule, equals the same step run eagerly."""
+    import tracegrad.torch as torch
+
+    def train(compiled):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.GELU(),
+                                    torch.nn.Linear(8, 2))  # fmt: skip
+        ema = torch.optim.swa_utils.AveragedModel(
+            model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(0.9)
+        )
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=STEPS)
+
+        def step(x, y):
+            opt.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            sched.step()
+            ema.update_parameters(model)
+            return loss
+
+        run = torch.compile(step) if compiled else step
+        losses = [run(torch.tensor(x, dtype=torch.float32), torch.tensor(y, dtype=torch.float32))
+                  .item() for x, y in zip(X, Y, strict=True)]  # fmt: skip
+        ema.eval()
+        return losses, ema(torch.tensor(X[0], dtype=torch.float32)).numpy(), ema.n_averaged.item()
+
+    (eager_losses, eager_out, eager_n), (losses, out, n) = train(False), train(True)
+    np.testing.assert_allclose(losses, eager_losses, rtol=1e-5)
+    np.testing.assert_allclose(out, eager_out, rtol=1e-5, atol=1e-6)
+    assert n == eager_n == STEPS
