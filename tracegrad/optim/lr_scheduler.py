@@ -90,17 +90,22 @@ class LRScheduler:
         for group, lr in zip(self.optimizer.param_groups, self._last_lr, strict=True):
             group["lr"] = lr
 
-    def _traced_step(self, epoch: int | None) -> None:
+    def _traced_step(self, epoch: int | None, chained: bool = False) -> None:
         """Advance the step count tensor and write the schedule's values into the groups'
-        tensors; Python's copies follow after each call (`_sync`)."""
+        tensors (`chained`: the current values moved as the schedule moved, `chain_step`);
+        Python's copies follow after each call (`_sync`)."""
         baked = self._settings()
         guard(lambda: self._settings() == baked)  # the schedule's constants are baked in
         with no_grad():
             self._epoch._assign(self._epoch + 1.0 if epoch is None else Tensor(float(epoch)))
             for i, (group, base) in enumerate(zip(self.optimizer.param_groups, self.base_lrs,
                                                   strict=True)):  # fmt: skip
-                lr = self._computed(self.lr_tensor, self._epoch, base, i)
-                group.held["lr"][0]._assign(_as_float64(lr))
+                held = group.held["lr"][0]
+                lr = _as_float64(self._computed(self.lr_tensor, self._epoch, base, i))
+                if chained:
+                    before = self._computed(self.lr_tensor, self._epoch - 1.0, base, i)
+                    lr = _scaled(held, lr, _as_float64(before), self.chain_floor(), Tensor)
+                held._assign(lr)
         after_call(("lr scheduler", id(self)), self._sync)
 
     def _computed(self, rule: Callable, epoch: Tensor, base: float, index: int) -> Any:
@@ -145,28 +150,16 @@ class LRScheduler:
         if self.chain != "ratio":
             self.step()
             return
-        if not _tracing():
-            self.last_epoch += 1
-            for i, (group, base) in enumerate(zip(self.optimizer.param_groups, self.base_lrs,
-                                                  strict=True)):  # fmt: skip
-                now, before = self.lr_at(self.last_epoch, base, i), self._before(base, i)
-                group["lr"] = _scaled(group["lr"], now, before, self.chain_floor(), float)
-            self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
+        if _tracing():
+            self._traced_step(None, chained=True)
             return
-        baked = self._settings()
-        guard(lambda: self._settings() == baked)
-        with no_grad():
-            self._epoch._assign(self._epoch + 1.0)
-            for i, (group, base) in enumerate(zip(self.optimizer.param_groups, self.base_lrs,
-                                                  strict=True)):  # fmt: skip
-                now = _as_float64(self._computed(self.lr_tensor, self._epoch, base, i))
-                before = _as_float64(self._computed(self.lr_tensor, self._epoch - 1.0, base, i))
-                held = group.held["lr"][0]
-                held._assign(_scaled(held, now, before, self.chain_floor(), Tensor))
-        after_call(("lr scheduler", id(self)), self._sync)
-
-    def _before(self, base: float, index: int) -> float:
-        return self.lr_at(self.last_epoch - 1, base, index) if self.last_epoch > 0 else base
+        self.last_epoch += 1
+        for i, (group, base) in enumerate(zip(self.optimizer.param_groups, self.base_lrs,
+                                              strict=True)):  # fmt: skip
+            now = self.lr_at(self.last_epoch, base, i)
+            before = self.lr_at(self.last_epoch - 1, base, i) if self.last_epoch > 0 else base
+            group["lr"] = _scaled(group["lr"], now, before, self.chain_floor(), float)
+        self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
 
     def state_dict(self) -> dict[str, Any]:
         state = {k: v for k, v in self.__dict__.items()
