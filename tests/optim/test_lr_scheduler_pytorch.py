@@ -52,6 +52,9 @@ SCHEDULES = {
     "CyclicLR exp_range": ("SGD", {}, lambda t, o: t.optim.lr_scheduler.CyclicLR(
         o, [0.01], [0.2], step_size_up=2, mode="exp_range", gamma=0.9,
         base_momentum=0.7, max_momentum=0.95)),
+    "CyclicLR scale_fn": ("SGD", {"momentum": 0.5}, lambda t, o: t.optim.lr_scheduler.CyclicLR(
+        o, 0.01, 0.1, step_size_up=2, scale_fn=lambda x: 1 / (1 + 0.3 * x),
+        scale_mode="iterations")),
     "CyclicLR no momentum": ("Adagrad", {}, lambda t, o: t.optim.lr_scheduler.CyclicLR(
         o, 0.01, 0.1, step_size_up=2, cycle_momentum=False)),
     "Chained Constant Exponential": ("SGD", {}, _chain_constant_exponential),
@@ -276,3 +279,17 @@ def test_torch_namespace_has_the_schedulers_and_says_what_it_lacks():
         assert getattr(S, name) is getattr(tg.optim.lr_scheduler, name)
     with pytest.raises(AttributeError, match="lr_scheduler.NoSuchLR is not provided"):
         S.NoSuchLR  # noqa: B018
+
+
+def test_a_cyclic_scale_fn_that_needs_a_python_number_refuses_inside_a_traced_step():
+    w = tg.tensor(np.ones(2), requires_grad=True)
+    opt = tg.optim.SGD([w], lr=0.1, momentum=0.9)
+    sched = tg.optim.lr_scheduler.CyclicLR(opt, 0.01, 0.1, step_size_up=2,
+                                           scale_fn=lambda x: min(1.0, 2.0 / x))  # fmt: skip
+
+    @tg.trace(backend="numpy")
+    def step():
+        sched.step()
+
+    with pytest.raises(tg.TraceError, match="CyclicLR.step.*Python number.*outside the traced"):
+        step()

@@ -416,16 +416,24 @@ class OneCycleLR(LRScheduler):
 
     def step(self, epoch: int | None = None) -> None:
         super().step(epoch)
-        if not self.cycle_momentum:
-            return
-        for group in self.optimizer.param_groups:
+        if self.cycle_momentum:
+            groups = self.optimizer.param_groups
+            self._cycle_momenta(
+                lambda e, i: self._anneal(e, groups[i], of_lr=False),
+                lambda e, i: self._anneal_tensor(e, groups[i], of_lr=False),
+            )
+
+    def _cycle_momenta(self, eager: Callable[[int, int], float],
+                       traced: Callable[[Tensor, int], Tensor]) -> None:  # fmt: skip
+        """Write each group's cycled momentum (or beta1), f(step count, group index): eagerly
+        its value, inside a traced step into the group's tensor, at every call."""
+        for i, group in enumerate(self.optimizer.param_groups):
             if not _tracing():
-                self._set_momentum(group, self._anneal(self.last_epoch, group, of_lr=False))
+                self._set_momentum(group, eager(self.last_epoch, i))
                 continue
-            with no_grad():  # the groups' momentum (or beta1) tensors, at every call
-                momentum = self._anneal_tensor(self._epoch, group, of_lr=False)
+            with no_grad():
                 held = group.held["betas" if self.use_beta1 else "momentum"][0]
-                held._assign(_as_float64(momentum))
+                held._assign(_as_float64(traced(self._epoch, i)))
 
 
 def _per_group(value: float | Sequence[float], groups: Sequence[Any]) -> list[float]:
@@ -718,7 +726,7 @@ class CyclicLR(LRScheduler):
         super().__init__(optimizer, last_epoch)
         self.base_lrs = base_lrs
 
-    _set_momentum = OneCycleLR._set_momentum
+    _set_momentum, _cycle_momenta = OneCycleLR._set_momentum, OneCycleLR._cycle_momenta
 
     def _scale(self, epoch: Any, floor: Callable) -> tuple[Any, Any]:
         """(the height in the cycle, 0 to 1, and the amplitude's scale) at `epoch`."""
@@ -754,17 +762,14 @@ class CyclicLR(LRScheduler):
 
     def step(self, epoch: int | None = None) -> None:
         super().step(epoch)
-        if not self.cycle_momentum:
-            return
-        for i, group in enumerate(self.optimizer.param_groups):
-            if not _tracing():
-                self._set_momentum(group, self._momentum(self.last_epoch, i, math.floor))
-                continue
-            with no_grad():
-                momentum = self._computed(lambda e, _, i: self._momentum(e, i, floor),
-                                          self._epoch, 0.0, i)  # fmt: skip
-                held = group.held["betas" if self.use_beta1 else "momentum"][0]
-                held._assign(_as_float64(momentum))
+        if self.cycle_momentum:  # traced, a scale_fn that needs a Python number refuses
+            self._cycle_momenta(
+                lambda e, i: self._momentum(e, i, math.floor),
+                lambda e, i: self._computed(self._momentum_tensor, e, 0.0, i),
+            )
+
+    def _momentum_tensor(self, epoch: Tensor, base: float, index: int) -> Tensor:
+        return self._momentum(epoch, index, floor)
 
 
 class ChainedScheduler(LRScheduler):
