@@ -1,7 +1,8 @@
 """Optimizers: SGD (momentum, dampening, Nesterov, weight decay), Adam and AdamW (amsgrad),
-RMSprop, Adagrad, Adadelta, Adamax, NAdam and RAdam, with PyTorch's param groups and options
+RMSprop, Adagrad, Adadelta, Adamax, NAdam, RAdam, Rprop, ASGD and (eager only) LBFGS, with
+PyTorch's param groups and options
 (`maximize`; `foreach`, `fused` and `capturable` are accepted and mean nothing on the CPU);
-`lr_scheduler` has the learning-rate schedules.
+`lr_scheduler` has the learning-rate schedules, `swa_utils` weight averaging (SWA, EMA).
 
 Written so that `@tracegrad.trace` can capture a whole training step:
 - all state (momentum buffers, Adam's moments, the step count) is created as tensors in the
@@ -23,14 +24,17 @@ from typing import Any
 
 import numpy as np
 
-from tracegrad.core.primitives import Phase, abs, maximum, sqrt, where
+from tracegrad.core.errors import TraceError
+from tracegrad.core.primitives import Phase, abs, maximum, sign, sqrt, where
 from tracegrad.frontend.autodiff import enable_grad, no_grad
-from tracegrad.frontend.functions import stack
+from tracegrad.frontend.functions import clamp, stack
 from tracegrad.frontend.tensor import Listeners, Tensor, get_default_dtype, phase
 from tracegrad.frontend.tracer import guard
+from tracegrad.optim.line_search import strong_wolfe
 
-__all__ = ["SGD", "Adadelta", "Adagrad", "Adam", "AdamW", "Adamax", "NAdam", "Optimizer",
-           "RAdam", "RMSprop", "lr_scheduler"]  # fmt: skip
+__all__ = ["ASGD", "LBFGS", "SGD", "Adadelta", "Adagrad", "Adam", "AdamW", "Adamax", "NAdam",
+           "Optimizer", "RAdam", "RMSprop", "Rprop", "SparseAdam", "lr_scheduler",
+           "swa_utils"]  # fmt: skip
 
 # PyTorch's options every optimizer takes: `maximize` (ascend the gradient), and those that choose
 # among PyTorch's kernels (multi-tensor, fused, CUDA-graph capturable), meaningless here
@@ -806,4 +810,323 @@ class RAdam(Optimizer):
         p -= m / _cast(bias_correction1, dtype) * _cast(lr, dtype) * update
 
 
-from tracegrad.optim import lr_scheduler  # noqa: E402, F401 (optim.lr_scheduler, as in PyTorch)
+class Rprop(Optimizer):
+    """PyTorch's Rprop: each element's step size grows by etas[1] while its gradient keeps its
+    sign and shrinks by etas[0] when it flips (that step then skips it), within step_sizes; the
+    parameter moves by its step size against the gradient's sign. The step sizes start at the
+    lr of the first step (a warm-up scheduler may have set it after construction)."""
+
+    hyperparameters = ("lr", "etas", "step_sizes", *OPTIONS)
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 1e-2,
+        etas: tuple[float, float] = (0.5, 1.2),
+        step_sizes: tuple[float, float] = (1e-6, 50),
+        *,
+        capturable: bool = False,
+        foreach: bool | None = None,
+        maximize: bool = False,
+        differentiable: bool = False,
+    ):
+        defaults = dict(lr=lr, etas=tuple(etas), step_sizes=tuple(step_sizes),
+                        **options(maximize, foreach, capturable, differentiable, None))  # fmt: skip
+        super().__init__(params, defaults)
+
+    def _check(self, group: Mapping[str, Any]) -> None:
+        group["etas"], group["step_sizes"] = tuple(group["etas"]), tuple(group["step_sizes"])
+        if not 0.0 < group["etas"][0] < 1.0 < group["etas"][1]:
+            raise ValueError(f"Rprop: invalid etas {group['etas']} (0 < etaminus < 1 < etaplus)")
+
+    def _init_state(self, p: Tensor, group: Mapping[str, Any]) -> dict[str, Tensor]:
+        return {"step": _scalar(0.0), "prev": _zeros_like(p),
+                "step_size": Tensor(np.full(p.shape, group["lr"], p.dtype))}  # fmt: skip
+
+    def _update(self, p: Tensor, g: Tensor, state: dict[str, Tensor], group: ParamGroup) -> None:
+        (etaminus, etaplus), (smallest, largest) = group["etas"], group["step_sizes"]
+        step, prev, step_size = state["step"], state["prev"], state["step_size"]
+        step += 1.0
+        agreement = sign(g * prev)
+        factor = where(agreement > 0, etaplus, where(agreement < 0, etaminus, 1.0))
+        # PyTorch makes the step sizes at the first step, from the lr then: a tensor op here
+        size = where(step == 1.0, self.lr_for(p, group), step_size)
+        step_size._assign(clamp(size * factor.astype(p.dtype), smallest, largest))
+        g = where(agreement < 0, 0.0, g).astype(p.dtype)  # a flipped sign: no step this time
+        p -= sign(g) * step_size
+        prev._assign(g)
+
+
+class ASGD(Optimizer):
+    """PyTorch's averaged SGD: p *= 1 - lambd eta, p -= eta g, then the average ax moves toward
+    p by mu; eta = lr / (1 + lambd lr t)^alpha and mu = 1 / max(1, t - t0) are state, for the
+    next step (so the first step uses eta = the lr then, mu = 1)."""
+
+    hyperparameters = ("lr", "lambd", "alpha", "t0", "weight_decay", *OPTIONS)
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 1e-2,
+        lambd: float = 1e-4,
+        alpha: float = 0.75,
+        t0: float = 1e6,
+        weight_decay: float = 0.0,
+        foreach: bool | None = None,
+        maximize: bool = False,
+        differentiable: bool = False,
+        capturable: bool = False,
+    ):
+        defaults = dict(lr=lr, lambd=lambd, alpha=alpha, t0=t0, weight_decay=weight_decay,
+                        **options(maximize, foreach, capturable, differentiable, None))  # fmt: skip
+        super().__init__(params, defaults)
+
+    def _check(self, group: Mapping[str, Any]) -> None:
+        if group["weight_decay"] < 0:
+            raise ValueError(f"ASGD: invalid weight_decay {group['weight_decay']}")
+
+    def _init_state(self, p: Tensor, group: Mapping[str, Any]) -> dict[str, Tensor]:
+        # eta starts at the lr, as PyTorch's (which takes it at the first step)
+        return {"step": _scalar(0.0), "eta": _scalar(group["lr"]), "mu": _scalar(1.0),
+                "ax": _zeros_like(p)}  # fmt: skip
+
+    def _update(self, p: Tensor, g: Tensor, state: dict[str, Tensor], group: ParamGroup) -> None:
+        lambd, dtype = group["lambd"], p.dtype
+        step, eta, mu, ax = state["step"], state["eta"], state["mu"], state["ax"]
+        step += 1.0
+        if group["weight_decay"]:
+            g = g + group["weight_decay"] * p
+        # the first step's eta is the lr then (PyTorch makes it at that step), in eta's dtype
+        (lr,), t = group.tensors("lr"), step.astype(np.float64)
+        first = _cast(_cast(lr, eta.dtype), np.float64)
+        eta64 = where(step == 1.0, first, eta.astype(np.float64))  # read as a Python float
+        p *= _cast(1.0 - lambd * eta64, dtype)
+        p -= _cast(eta64, dtype) * g
+        mu64 = mu.astype(np.float64)
+        ax._assign(where(mu64 == 1.0, p, ax + (p - ax) * _cast(mu64, dtype)))
+        eta._assign(lr / (1.0 + lambd * lr * t) ** group["alpha"])
+        mu._assign(1.0 / maximum(t - group["t0"], 1.0))
+
+
+class SparseAdam(Optimizer):
+    """Not provided: PyTorch's SparseAdam updates only the rows a sparse gradient touches, and
+    tracegrad's gradients are dense. It raises at construction, with what to use instead."""
+
+    def __init__(self, params: Iterable[Any], lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 maximize: bool = False):  # fmt: skip
+        raise NotImplementedError(
+            "SparseAdam is not provided by tracegrad: it needs sparse gradients (it updates only "
+            "the rows an nn.Embedding(sparse=True) lookup touched), and tracegrad's gradients "
+            "are dense. Use Adam (or AdamW) on the dense gradient: the same update, except "
+            "that the moments of rows not looked up decay too"
+        )
+
+
+class LBFGS(Optimizer):
+    """PyTorch's L-BFGS: each `step(closure)` runs up to max_iter quasi-Newton iterations on
+    all parameters as one flat vector, with a fixed step (lr) or a strong-Wolfe line search,
+    re-evaluating `closure` (which computes the loss and its gradients) as it goes. It runs
+    eagerly, in NumPy: what it does next depends on the losses and gradients it gets (stopping
+    tests, line search), so one traced plan cannot repeat it, and inside a traced step it
+    refuses. Its state (the curvature history) is that of the first parameter, as PyTorch's."""
+
+    hyperparameters = ("lr", "max_iter", "max_eval", "tolerance_grad", "tolerance_change",
+                       "history_size", "line_search_fn")  # fmt: skip
+    state_keys = ("func_evals", "n_iter", "d", "t", "old_dirs", "old_stps", "ro", "H_diag",
+                  "prev_flat_grad", "prev_loss")  # fmt: skip
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 1.0,
+        max_iter: int = 20,
+        max_eval: int | None = None,
+        tolerance_grad: float = 1e-7,
+        tolerance_change: float = 1e-9,
+        history_size: int = 100,
+        line_search_fn: str | None = None,
+    ):
+        max_eval = max_iter * 5 // 4 if max_eval is None else max_eval
+        defaults = dict(lr=lr, max_iter=max_iter, max_eval=max_eval,
+                        tolerance_grad=tolerance_grad, tolerance_change=tolerance_change,
+                        history_size=history_size, line_search_fn=line_search_fn)  # fmt: skip
+        super().__init__(params, defaults)
+        if len(self.param_groups) != 1:
+            raise ValueError("LBFGS doesn't support per-parameter options (parameter groups)")
+
+    def _check(self, group: Mapping[str, Any]) -> None:
+        if group["line_search_fn"] not in (None, "strong_wolfe"):
+            raise ValueError(
+                f"LBFGS: line_search_fn {group['line_search_fn']!r}: only 'strong_wolfe' or None"
+            )
+
+    def add_param_group(self, group: Mapping[str, Any]) -> None:
+        if self.param_groups:
+            raise ValueError("LBFGS doesn't support per-parameter options (parameter groups)")
+        super().add_param_group(group)
+
+    def _flat_grad(self) -> np.ndarray:
+        return np.concatenate([np.zeros(p.size, p.dtype) if p.grad is None
+                               else p.grad.numpy().reshape(-1) for p in self.params])  # fmt: skip
+
+    def _add(self, step_size: Any, update: np.ndarray) -> None:
+        offset = 0
+        for p in self.params:
+            n = p.size
+            p._assign(Tensor(p.numpy() + step_size * update[offset : offset + n].reshape(p.shape)))
+            offset += n
+
+    def _set(self, values: list[np.ndarray]) -> None:
+        for p, v in zip(self.params, values, strict=True):
+            p._assign(Tensor(v))
+
+    @no_grad()
+    def step(self, closure: Any = None) -> Any:
+        """Run up to max_iter iterations from the loss and gradients `closure` computes (grad
+        enabled); returns the first loss, as PyTorch's."""
+        if Listeners.tracers:
+            raise TraceError(
+                "LBFGS.step(closure) inside a traced step: L-BFGS calls the closure again and "
+                "again and chooses what to do next (line search, stopping tests) from the loss's "
+                "and gradient's values, so one traced plan cannot repeat it. Call "
+                "opt.step(closure) eagerly, outside tracegrad.trace / torch.compile (the closure "
+                "itself may call a traced function)"
+            )
+        if closure is None:
+            raise ValueError("LBFGS.step needs a closure that computes the loss and its gradients")
+
+        def evaluate() -> Any:
+            with enable_grad():
+                return closure()
+
+        group = self.param_groups[0]
+        lr, max_iter, max_eval = group["lr"], group["max_iter"], group["max_eval"]
+        tolerance_grad, tolerance_change = group["tolerance_grad"], group["tolerance_change"]
+        line_search_fn, history_size = group["line_search_fn"], group["history_size"]
+        state = self.state[0]
+        state.setdefault("func_evals", 0)
+        state.setdefault("n_iter", 0)
+
+        orig_loss = evaluate()
+        loss = float(orig_loss)
+        current_evals = 1
+        state["func_evals"] += 1
+        flat_grad = self._flat_grad()
+        if np.abs(flat_grad).max() <= tolerance_grad:
+            return orig_loss
+
+        d, t = _array(state.get("d")), state.get("t")
+        old_dirs = [_array(a) for a in state.get("old_dirs", [])]
+        old_stps = [_array(a) for a in state.get("old_stps", [])]
+        ro, H_diag = list(state.get("ro", [])), state.get("H_diag")  # noqa: N806
+        prev_flat_grad, prev_loss = _array(state.get("prev_flat_grad")), state.get("prev_loss")
+
+        n_iter = 0
+        while n_iter < max_iter:
+            n_iter += 1
+            state["n_iter"] += 1
+            # the descent direction
+            if state["n_iter"] == 1:
+                d, old_dirs, old_stps, ro, H_diag = -flat_grad, [], [], [], 1  # noqa: N806
+            else:
+                y = flat_grad - prev_flat_grad
+                s = d * t
+                ys = y.dot(s)
+                if ys > 1e-10:  # curvature: update the memory
+                    if len(old_dirs) == history_size:
+                        old_dirs.pop(0), old_stps.pop(0), ro.pop(0)
+                    old_dirs.append(y)
+                    old_stps.append(s)
+                    ro.append(1.0 / ys)
+                    H_diag = ys / y.dot(y)  # noqa: N806 (the initial Hessian's scale)
+                # the inverse Hessian approximation times the gradient (two-loop recursion)
+                al = [None] * len(old_dirs)
+                q = -flat_grad
+                for i in range(len(old_dirs) - 1, -1, -1):
+                    al[i] = old_stps[i].dot(q) * ro[i]
+                    q = q - al[i] * old_dirs[i]
+                d = r = q * H_diag
+                for i in range(len(old_dirs)):
+                    be_i = old_dirs[i].dot(r) * ro[i]
+                    r += (al[i] - be_i) * old_stps[i]
+            prev_flat_grad = flat_grad.copy()
+            prev_loss = loss
+
+            # the step length
+            t = min(1.0, 1.0 / np.abs(flat_grad).sum()) * lr if state["n_iter"] == 1 else lr
+            gtd = flat_grad.dot(d)
+            if gtd > -tolerance_change:  # the directional derivative is below tolerance
+                break
+            ls_func_evals = 0
+            if line_search_fn is not None:
+                x_init = [p.numpy().copy() for p in self.params]
+
+                def obj_func(x: list[np.ndarray], t: Any, d: np.ndarray) -> tuple[float, Any]:
+                    self._add(t, d)
+                    f = float(evaluate())
+                    g = self._flat_grad()
+                    self._set(x)
+                    return f, g
+
+                loss, flat_grad, t, ls_func_evals = strong_wolfe(
+                    obj_func, x_init, t, d, loss, flat_grad, gtd, max_ls=max_eval - current_evals
+                )
+                self._add(t, d)
+                opt_cond = np.abs(flat_grad).max() <= tolerance_grad
+            else:
+                self._add(t, d)
+                if n_iter != max_iter:  # not re-evaluated after the last iteration
+                    loss = float(evaluate())
+                    flat_grad = self._flat_grad()
+                    opt_cond = np.abs(flat_grad).max() <= tolerance_grad
+                    ls_func_evals = 1
+            current_evals += ls_func_evals
+            state["func_evals"] += ls_func_evals
+
+            if n_iter == max_iter or current_evals >= max_eval or opt_cond:
+                break
+            if np.abs(d * t).max() <= tolerance_change or abs(loss - prev_loss) < tolerance_change:
+                break  # no progress
+
+        state.update(d=Tensor(d), t=t, old_dirs=[Tensor(a) for a in old_dirs],
+                     old_stps=[Tensor(a) for a in old_stps], ro=ro, H_diag=H_diag,
+                     prev_flat_grad=Tensor(prev_flat_grad), prev_loss=prev_loss)  # fmt: skip
+        return orig_loss
+
+    def state_dict(self) -> dict[str, Any]:
+        """As Optimizer's, with the history's lists copied (PyTorch's keys: "func_evals",
+        "n_iter", "d", "t", "old_dirs", "old_stps", "ro", "H_diag", "prev_flat_grad",
+        "prev_loss"), all under parameter 0."""
+        state = {k: list(v) if isinstance(v, list) else v for k, v in self.state[0].items()}
+        return {"state": {"0": state} if state else {},
+                "hyperparameters": self._hyper(self.param_groups[0]),
+                "param_groups": {"0": self._hyper(self.param_groups[0])}}  # fmt: skip
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        saved = state_dict["state"]
+        entry = saved.get("0", saved.get(0, {})) if saved else {}
+        unknown = set(entry) - {*self.state_keys, "al"}  # "al": PyTorch's scratch buffer
+        if unknown:
+            raise ValueError(f"LBFGS.load_state_dict: unknown state {sorted(unknown)}")
+        hyper = dict((state_dict.get("param_groups") or {}).get("0")
+                     or state_dict["hyperparameters"])  # fmt: skip
+        if set(hyper) - set(self.hyperparameters):
+            raise ValueError("LBFGS.load_state_dict: unknown hyperparameters "
+                             f"{sorted(set(hyper) - set(self.hyperparameters))}")  # fmt: skip
+        self.state[0].clear()
+        self.state[0].update(
+            {k: [Tensor(np.array(_array(a))) for a in v] if k in ("old_dirs", "old_stps")
+             else Tensor(np.array(_array(v))) if k in ("d", "prev_flat_grad") else
+             list(v) if isinstance(v, list) else v for k, v in entry.items() if k != "al"}
+        )  # fmt: skip
+        for k, v in hyper.items():
+            self.param_groups[0][k] = _plain(v)
+
+
+def _array(x: Any) -> Any:
+    """A state tensor's array (None stays None): LBFGS computes in NumPy."""
+    return x.numpy() if isinstance(x, Tensor) else x
+
+
+from tracegrad.optim import lr_scheduler, swa_utils  # noqa: E402, F401 (as in PyTorch)

@@ -9,6 +9,9 @@ count (PyTorch's chainable forms give the same values when nothing else changes 
 `get_last_lr()`) are brought up to date. `LambdaLR` calls its lambda on that tensor: a lambda
 that needs a Python number (`min`, `if`, `math.*`) refuses, as do `SequentialLR` and
 `ReduceLROnPlateau`, whose choices are Python control flow: step those outside the traced step.
+
+`ChainedScheduler` composes schedules as PyTorch's chainable forms do: a closed-form schedule in
+a chain scales the current lr by its own change from the last step (`chain_step`).
 """
 
 from __future__ import annotations
@@ -20,14 +23,16 @@ from typing import Any
 
 import numpy as np
 
-from tracegrad.core.primitives import cos, minimum, where
+from tracegrad.core.primitives import cos, floor, minimum, where
 from tracegrad.frontend.autodiff import no_grad
 from tracegrad.frontend.functions import check_range
 from tracegrad.frontend.tensor import Listeners, Tensor, TraceError
 from tracegrad.frontend.tracer import after_call, guard
 
-__all__ = ["CosineAnnealingLR", "ExponentialLR", "LRScheduler", "LambdaLR", "LinearLR",
-           "MultiStepLR", "OneCycleLR", "ReduceLROnPlateau", "SequentialLR", "StepLR"]  # fmt: skip
+__all__ = ["ChainedScheduler", "ConstantLR", "CosineAnnealingLR", "CosineAnnealingWarmRestarts",
+           "CyclicLR", "ExponentialLR", "LRScheduler", "LambdaLR", "LinearLR", "MultiStepLR",
+           "MultiplicativeLR", "OneCycleLR", "PolynomialLR", "ReduceLROnPlateau", "SequentialLR",
+           "StepLR"]  # fmt: skip
 
 
 def _tracing() -> bool:
@@ -85,17 +90,22 @@ class LRScheduler:
         for group, lr in zip(self.optimizer.param_groups, self._last_lr, strict=True):
             group["lr"] = lr
 
-    def _traced_step(self, epoch: int | None) -> None:
+    def _traced_step(self, epoch: int | None, chained: bool = False) -> None:
         """Advance the step count tensor and write the schedule's values into the groups'
-        tensors; Python's copies follow after each call (`_sync`)."""
+        tensors (`chained`: the current values moved as the schedule moved, `chain_step`);
+        Python's copies follow after each call (`_sync`)."""
         baked = self._settings()
         guard(lambda: self._settings() == baked)  # the schedule's constants are baked in
         with no_grad():
             self._epoch._assign(self._epoch + 1.0 if epoch is None else Tensor(float(epoch)))
             for i, (group, base) in enumerate(zip(self.optimizer.param_groups, self.base_lrs,
                                                   strict=True)):  # fmt: skip
-                lr = self._computed(self.lr_tensor, self._epoch, base, i)
-                group.held["lr"][0]._assign(_as_float64(lr))
+                held = group.held["lr"][0]
+                lr = _as_float64(self._computed(self.lr_tensor, self._epoch, base, i))
+                if chained:
+                    before = self._computed(self.lr_tensor, self._epoch - 1.0, base, i)
+                    lr = _scaled(held, lr, _as_float64(before), self.chain_floor(), Tensor)
+                held._assign(lr)
         after_call(("lr scheduler", id(self)), self._sync)
 
     def _computed(self, rule: Callable, epoch: Tensor, base: float, index: int) -> Any:
@@ -125,6 +135,32 @@ class LRScheduler:
     def get_last_lr(self) -> list[float]:
         return list(self._last_lr)
 
+    # how a ChainedScheduler steps it: "ratio", the current lr scaled by the schedule's change
+    # (around `chain_floor`); "closed" (its value replaces the lr) and "current" (it reads the
+    # current lr itself) by `step()`
+    chain = "ratio"
+
+    def chain_floor(self) -> float:
+        return 0.0
+
+    def chain_step(self) -> None:
+        """Step as PyTorch's chainable form: a "ratio" schedule moves the group's current lr
+        (which earlier schedulers in the chain set) from f by (lr_e - f) / (lr_{e-1} - f), f
+        its floor (eta_min; 0), or by lr_e - lr_{e-1} where lr_{e-1} = f."""
+        if self.chain != "ratio":
+            self.step()
+            return
+        if _tracing():
+            self._traced_step(None, chained=True)
+            return
+        self.last_epoch += 1
+        for i, (group, base) in enumerate(zip(self.optimizer.param_groups, self.base_lrs,
+                                              strict=True)):  # fmt: skip
+            now = self.lr_at(self.last_epoch, base, i)
+            before = self.lr_at(self.last_epoch - 1, base, i) if self.last_epoch > 0 else base
+            group["lr"] = _scaled(group["lr"], now, before, self.chain_floor(), float)
+        self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
+
     def state_dict(self) -> dict[str, Any]:
         state = {k: v for k, v in self.__dict__.items()
                  if k not in ("optimizer", "_epoch") and not callable(v)}  # fmt: skip
@@ -142,6 +178,18 @@ class LRScheduler:
 _MIRRORS = frozenset({"_last_epoch", "_last_lr"})
 
 
+def _scaled(lr: Any, now: Any, before: Any, floor: float, kind: type) -> Any:
+    """`lr` moved as a schedule moved from `before` to `now`, around `floor` (PyTorch's
+    chainable forms: CosineAnnealingLR's is affine around eta_min, the others multiply)."""
+    if kind is Tensor:
+        flat = before == floor
+        ratio = (now - floor) / where(flat, 1.0, before - floor)
+        return where(flat, lr + (now - before), floor + (lr - floor) * ratio)
+    if before == floor:
+        return lr + (now - before)
+    return floor + (lr - floor) * ((now - floor) / (before - floor))
+
+
 def _as_float64(x: Any) -> Tensor:
     x = x if isinstance(x, Tensor) else Tensor(np.array(float(x)))
     return x if x.dtype == np.float64 else x.astype(np.float64)
@@ -149,6 +197,8 @@ def _as_float64(x: Any) -> Tensor:
 
 class LambdaLR(LRScheduler):
     """base_lr * lr_lambda(epoch), one function or one per group."""
+
+    chain = "closed"
 
     def __init__(self, optimizer: Any, lr_lambda: Callable | Sequence[Callable], last_epoch=-1):
         n = len(optimizer.param_groups)
@@ -164,10 +214,10 @@ class LambdaLR(LRScheduler):
         try:
             return rule(epoch, base, index)
         except (TraceError, TypeError) as e:
-            raise _refuse("LambdaLR.step()", "its lr_lambda was called on the step count as a "
-                          "0-d tensor and needs a Python number there (write it with tensor "
-                          f"ops, e.g. tracegrad.minimum for min, or step the scheduler "
-                          f"outside the traced step) ({e})") from e  # fmt: skip
+            raise _refuse(f"{type(self).__name__}.step()", "its lr_lambda was called on the step "
+                          "count as a 0-d tensor and needs a Python number there (write it "
+                          "with tensor ops, e.g. tracegrad.minimum for min, or step the "
+                          f"scheduler outside the traced step) ({e})") from e  # fmt: skip
 
 
 class StepLR(LRScheduler):
@@ -212,6 +262,9 @@ class CosineAnnealingLR(LRScheduler):
     def lr_tensor(self, epoch: Tensor, base_lr: float, index: int) -> Tensor:
         return self._cosine(epoch, base_lr, cos)
 
+    def chain_floor(self) -> float:
+        return self.eta_min
+
     def _cosine(self, epoch: Any, base_lr: float, cos: Callable) -> Any:
         return (
             self.eta_min
@@ -245,6 +298,8 @@ class OneCycleLR(LRScheduler):
     `cycle_momentum` (the default, as in PyTorch), momentum (or Adam's beta1) goes the other
     way, from max_momentum down to base_momentum and back. Both are state of a traced step:
     stepping the scheduler traces nothing again."""
+
+    chain = "closed"
 
     def __init__(
         self,
@@ -361,16 +416,24 @@ class OneCycleLR(LRScheduler):
 
     def step(self, epoch: int | None = None) -> None:
         super().step(epoch)
-        if not self.cycle_momentum:
-            return
-        for group in self.optimizer.param_groups:
+        if self.cycle_momentum:
+            groups = self.optimizer.param_groups
+            self._cycle_momenta(
+                lambda e, i: self._anneal(e, groups[i], of_lr=False),
+                lambda e, i: self._anneal_tensor(e, groups[i], of_lr=False),
+            )
+
+    def _cycle_momenta(self, eager: Callable[[int, int], float],
+                       traced: Callable[[Tensor, int], Tensor]) -> None:  # fmt: skip
+        """Write each group's cycled momentum (or beta1), f(step count, group index): eagerly
+        its value, inside a traced step into the group's tensor, at every call."""
+        for i, group in enumerate(self.optimizer.param_groups):
             if not _tracing():
-                self._set_momentum(group, self._anneal(self.last_epoch, group, of_lr=False))
+                self._set_momentum(group, eager(self.last_epoch, i))
                 continue
-            with no_grad():  # the groups' momentum (or beta1) tensors, at every call
-                momentum = self._anneal_tensor(self._epoch, group, of_lr=False)
+            with no_grad():
                 held = group.held["betas" if self.use_beta1 else "momentum"][0]
-                held._assign(_as_float64(momentum))
+                held._assign(_as_float64(traced(self._epoch, i)))
 
 
 def _per_group(value: float | Sequence[float], groups: Sequence[Any]) -> list[float]:
@@ -379,6 +442,8 @@ def _per_group(value: float | Sequence[float], groups: Sequence[Any]) -> list[fl
 
 class SequentialLR(LRScheduler):
     """Runs `schedulers` one after another, switching at the `milestones` (each restarts at 0)."""
+
+    chain = "closed"
 
     def __init__(self, optimizer: Any, schedulers: Sequence[LRScheduler],
                  milestones: Sequence[int], last_epoch: int = -1):  # fmt: skip
@@ -463,3 +528,301 @@ class ReduceLROnPlateau:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+
+
+class ConstantLR(LRScheduler):
+    """base_lr * factor for the first total_iters steps, then base_lr."""
+
+    def __init__(self, optimizer: Any, factor: float = 1.0 / 3, total_iters: int = 5,
+                 last_epoch: int = -1):  # fmt: skip
+        if not 0 <= factor <= 1.0:
+            raise ValueError("Constant multiplicative factor expected to be between 0 and 1.")
+        self.factor, self.total_iters = factor, total_iters
+        super().__init__(optimizer, last_epoch)
+
+    def lr_at(self, epoch: int, base_lr: float, index: int) -> float:
+        return base_lr * (self.factor if epoch < self.total_iters else 1.0)
+
+    def lr_tensor(self, epoch: Tensor, base_lr: float, index: int) -> Tensor:
+        return where(epoch < self.total_iters, base_lr * self.factor, base_lr)
+
+
+class PolynomialLR(LRScheduler):
+    """base_lr * (1 - min(epoch, total_iters) / total_iters) ** power: 0 from total_iters on."""
+
+    def __init__(self, optimizer: Any, total_iters: int = 5, power: float = 1.0,
+                 last_epoch: int = -1):  # fmt: skip
+        self.total_iters, self.power = total_iters, power
+        super().__init__(optimizer, last_epoch)
+
+    def lr_at(self, epoch: int, base_lr: float, index: int) -> float:
+        return base_lr * (1.0 - min(self.total_iters, epoch) / self.total_iters) ** self.power
+
+    def lr_tensor(self, epoch: Tensor, base_lr: float, index: int) -> Tensor:
+        done = minimum(epoch, float(self.total_iters)) / self.total_iters
+        return base_lr * (1.0 - done) ** self.power
+
+
+class MultiplicativeLR(LambdaLR):
+    """The current lr times lr_lambda(epoch) at each step (not at construction): PyTorch's
+    chainable form, which works from the group's lr, so other schedulers' changes carry."""
+
+    chain = "current"
+
+    def lr_at(self, epoch: int, base_lr: float, index: int) -> float:
+        lr = self.optimizer.param_groups[index]["lr"]
+        return lr * self.lr_lambdas[index](epoch) if epoch > 0 else lr
+
+    def lr_tensor(self, epoch: Tensor, base_lr: float, index: int) -> Tensor:
+        lr = self.optimizer.param_groups[index].held["lr"][0]
+        return where(epoch > 0, lr * self.lr_lambdas[index](epoch), lr)
+
+
+class CosineAnnealingWarmRestarts(LRScheduler):
+    """Cosine annealing from base_lr to eta_min over T_i steps, restarting at base_lr, with
+    T_0, T_0 T_mult, T_0 T_mult^2, ... `step(epoch)` takes a fractional epoch (per batch:
+    `step(epoch + i / iters)`), as PyTorch's. T_cur and T_i are 0-d tensors, so that `step()`
+    inside a traced step advances them at every call; `step(epoch)` there refuses (the epoch
+    is a Python number the plan would bake in)."""
+
+    chain = "closed"
+
+    def __init__(self, optimizer: Any, T_0: int, T_mult: int = 1, eta_min: float = 0.0,
+                 last_epoch: int = -1):  # fmt: skip
+        if T_0 <= 0 or not isinstance(T_0, int):
+            raise ValueError(f"Expected positive integer T_0, but got {T_0}")
+        if T_mult < 1 or not isinstance(T_mult, int):
+            raise ValueError(f"Expected integer T_mult >= 1, but got {T_mult}")
+        if not isinstance(eta_min, float | int):
+            raise ValueError(f"Expected float or int eta_min, but got {eta_min} of type "
+                             f"{type(eta_min)}")  # fmt: skip
+        self.T_0, self.T_mult, self.eta_min = T_0, T_mult, eta_min
+        self._t_cur = Tensor(np.array(float(last_epoch)))
+        self._t_i = Tensor(np.array(float(T_0)))
+        super().__init__(optimizer, last_epoch)
+
+    T_cur = property(lambda self: _number(self._t_cur), lambda self, v: _set(self._t_cur, v))
+    T_i = property(lambda self: _number(self._t_i), lambda self, v: _set(self._t_i, v))
+
+    def lr_at(self, epoch: int, base_lr: float, index: int) -> float:
+        return self._cosine(base_lr, self.T_cur / self.T_i, math.cos)
+
+    def lr_tensor(self, epoch: Tensor, base_lr: float, index: int) -> Tensor:
+        return self._cosine(base_lr, self._t_cur / self._t_i, cos)
+
+    def _cosine(self, base_lr: float, done: Any, cos: Callable) -> Any:
+        return self.eta_min + (base_lr - self.eta_min) * (1 + cos(math.pi * done)) / 2
+
+    def step(self, epoch: float | None = None) -> None:
+        if _tracing():
+            if epoch is not None:
+                raise _refuse("CosineAnnealingWarmRestarts.step(epoch)", "the epoch is a Python "
+                              "number, which the traced plan would bake in")  # fmt: skip
+            with no_grad():  # T_cur + 1, wrapped to the next, T_mult times longer, cycle
+                t_cur, t_i = self._t_cur + 1.0, self._t_i
+                wrap = t_cur >= t_i
+                self._t_cur._assign(where(wrap, t_cur - t_i, t_cur))
+                self._t_i._assign(where(wrap, t_i * float(self.T_mult), t_i))
+            self._traced_step(None)
+            return
+        if epoch is None and self.last_epoch < 0:
+            epoch = 0
+        if epoch is None:
+            epoch = self.last_epoch + 1
+            self.T_cur = self.T_cur + 1
+            if self.T_cur >= self.T_i:
+                self.T_cur, self.T_i = self.T_cur % self.T_i, self.T_i * self.T_mult
+        elif epoch < 0:
+            raise ValueError(f"Expected non-negative epoch, but got {epoch}")
+        elif epoch >= self.T_0 and self.T_mult == 1:
+            self.T_cur = epoch % self.T_0
+        elif epoch >= self.T_0:
+            n = int(math.log((epoch / self.T_0 * (self.T_mult - 1) + 1), self.T_mult))
+            self.T_cur = epoch - self.T_0 * (self.T_mult**n - 1) / (self.T_mult - 1)
+            self.T_i = self.T_0 * self.T_mult**n
+        else:
+            self.T_i, self.T_cur = self.T_0, epoch
+        super().step(math.floor(epoch))
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        del state["_t_cur"], state["_t_i"]
+        return {**state, "T_cur": self.T_cur, "T_i": self.T_i}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        self.T_cur, self.T_i = state.pop("T_cur"), state.pop("T_i")
+        super().load_state_dict(state)
+
+
+def _number(t: Tensor) -> float | int:
+    """A 0-d tensor's value as PyTorch's Python attribute holds it: an int when whole."""
+    v = float(t.item())
+    return int(v) if v.is_integer() else v
+
+
+def _set(t: Tensor, value: float) -> None:
+    with no_grad():
+        t._assign(Tensor(np.array(float(value))))
+
+
+class CyclicLR(LRScheduler):
+    """The lr cycles between base_lr and max_lr (up in step_size_up steps, down in
+    step_size_down), its amplitude scaled per cycle ("triangular": 1, "triangular2": halved
+    each cycle) or per step ("exp_range": gamma^step), or by `scale_fn`; with `cycle_momentum`
+    (the default, as PyTorch's) momentum (or Adam's beta1) goes the other way between
+    max_momentum and base_momentum. Both are state of a traced step."""
+
+    chain = "closed"
+
+    def __init__(
+        self,
+        optimizer: Any,
+        base_lr: float | Sequence[float],
+        max_lr: float | Sequence[float],
+        step_size_up: int = 2000,
+        step_size_down: int | None = None,
+        mode: str = "triangular",
+        gamma: float = 1.0,
+        scale_fn: Callable[[Any], Any] | None = None,
+        scale_mode: str = "cycle",
+        cycle_momentum: bool = True,
+        base_momentum: float | Sequence[float] = 0.8,
+        max_momentum: float | Sequence[float] = 0.9,
+        last_epoch: int = -1,
+    ):
+        groups = optimizer.param_groups
+        base_lrs = _per_group(base_lr, groups)
+        if last_epoch == -1:
+            for lr, group in zip(base_lrs, groups, strict=True):
+                group["lr"] = lr
+        self.max_lrs = _per_group(max_lr, groups)
+        up = float(step_size_up)
+        down = float(step_size_down) if step_size_down is not None else up
+        self.total_size, self.step_ratio = up + down, up / (up + down)
+        if mode not in ("triangular", "triangular2", "exp_range") and scale_fn is None:
+            raise ValueError("mode is invalid and scale_fn is None")
+        self.mode, self.gamma, self.scale_fn = mode, gamma, scale_fn
+        self.scale_mode = (
+            {"triangular": "cycle", "triangular2": "cycle", "exp_range": "iterations"}[mode]
+            if scale_fn is None
+            else scale_mode
+        )
+        self.cycle_momentum = cycle_momentum
+        if cycle_momentum:
+            if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
+                raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` "
+                                 "option enabled")  # fmt: skip
+            self.use_beta1 = "betas" in optimizer.defaults
+            self.base_momentums = _per_group(base_momentum, groups)
+            self.max_momentums = _per_group(max_momentum, groups)
+            if last_epoch == -1:
+                for top, bottom, group in zip(self.max_momentums, self.base_momentums, groups,
+                                              strict=True):  # fmt: skip
+                    self._set_momentum(group, top)
+                    group["max_momentum"], group["base_momentum"] = top, bottom
+                if not self.use_beta1:  # an SGD made with momentum 0 has no buffers yet
+                    optimizer._add_missing_state()
+        super().__init__(optimizer, last_epoch)
+        self.base_lrs = base_lrs
+
+    _set_momentum, _cycle_momenta = OneCycleLR._set_momentum, OneCycleLR._cycle_momenta
+
+    def _scale(self, epoch: Any, floor: Callable) -> tuple[Any, Any]:
+        """(the height in the cycle, 0 to 1, and the amplitude's scale) at `epoch`."""
+        cycle = floor(1 + epoch / self.total_size)
+        x = 1.0 + epoch / self.total_size - cycle
+        if floor is math.floor:
+            height = x / self.step_ratio if x <= self.step_ratio else (
+                (x - 1) / (self.step_ratio - 1))  # fmt: skip
+        else:
+            height = where(x <= self.step_ratio, x / self.step_ratio,
+                           (x - 1) / (self.step_ratio - 1))  # fmt: skip
+        at = cycle if self.scale_mode == "cycle" else epoch
+        if self.scale_fn is not None:
+            return height, self.scale_fn(at)
+        if self.mode == "triangular":
+            return height, 1.0
+        if self.mode == "triangular2":
+            return height, 1 / (2.0 ** (at - 1))
+        return height, self.gamma**at
+
+    def lr_at(self, epoch: int, base_lr: float, index: int) -> float:
+        height, scale = self._scale(epoch, math.floor)
+        return base_lr + (self.max_lrs[index] - base_lr) * height * scale
+
+    def lr_tensor(self, epoch: Tensor, base_lr: float, index: int) -> Tensor:
+        height, scale = self._scale(epoch, floor)
+        return base_lr + (self.max_lrs[index] - base_lr) * height * scale
+
+    def _momentum(self, epoch: Any, index: int, floor: Callable) -> Any:
+        height, scale = self._scale(epoch, floor)
+        top, bottom = self.max_momentums[index], self.base_momentums[index]
+        return top - (top - bottom) * height * scale
+
+    def step(self, epoch: int | None = None) -> None:
+        super().step(epoch)
+        if self.cycle_momentum:  # traced, a scale_fn that needs a Python number refuses
+            self._cycle_momenta(
+                lambda e, i: self._momentum(e, i, math.floor),
+                lambda e, i: self._computed(self._momentum_tensor, e, 0.0, i),
+            )
+
+    def _momentum_tensor(self, epoch: Tensor, base: float, index: int) -> Tensor:
+        return self._momentum(epoch, index, floor)
+
+
+class ChainedScheduler(LRScheduler):
+    """Steps `schedulers` (of one optimizer) one after another at each `step()`, each from the
+    lr the one before it set: PyTorch's chaining, e.g. ConstantLR warm-up times ExponentialLR
+    decay. A closed-form schedule in the chain scales the current lr by its own change
+    (`LRScheduler.chain_step`), as PyTorch's chainable forms do."""
+
+    def __init__(self, schedulers: Sequence[LRScheduler], optimizer: Any = None):
+        if len(schedulers) < 1:
+            raise ValueError("ChainedScheduler expects at least one scheduler to be chained, but "
+                             "got no scheduler.")  # fmt: skip
+        optimizer = optimizer or schedulers[0].optimizer
+        for i, s in enumerate(schedulers):
+            if isinstance(s, ReduceLROnPlateau):
+                raise ValueError("ChainedScheduler does not support `ReduceLROnPlateau` (at "
+                                 f"index {i}): its step needs the metric")  # fmt: skip
+            if s.optimizer is not optimizer:
+                raise ValueError("ChainedScheduler expects all schedulers to belong to the same "
+                                 f"optimizer, but got {type(s).__name__} at index {i} with "
+                                 "another")  # fmt: skip
+        self._schedulers, self.optimizer = list(schedulers), optimizer
+        self._epoch = Tensor(np.array(0.0))
+        # each made its initial step from the constructor's lr, PyTorch's chainable ones
+        # from the lr the one before left: the product, as PyTorch's
+        for i, group in enumerate(optimizer.param_groups):
+            lr = schedulers[0].base_lrs[i]
+            for s in schedulers:
+                base = s.base_lrs[i]
+                if s.chain == "ratio":
+                    now = s.lr_at(s.last_epoch, base, i)
+                    lr = _scaled(lr, now, base, s.chain_floor(), float)
+                elif s.chain == "closed":
+                    lr = s.get_last_lr()[i]
+            group["lr"] = lr
+        self._last_lr = [group["lr"] for group in optimizer.param_groups]
+
+    def step(self) -> None:  # type: ignore[override]
+        for s in self._schedulers:
+            s.chain_step()
+        if _tracing():
+            after_call(("lr scheduler", id(self)), self._sync_chain)
+        else:
+            self._sync_chain()
+
+    def _sync_chain(self) -> None:
+        self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"_last_lr": list(self._last_lr),
+                "_schedulers": [s.state_dict() for s in self._schedulers]}  # fmt: skip
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for s, saved in zip(self._schedulers, state["_schedulers"], strict=True):
+            s.load_state_dict(saved)
+        self._last_lr = list(state["_last_lr"])
