@@ -72,8 +72,9 @@ def test_pad_sequence_pads_and_stacks(rng, batch_first, value, side):
 @pytest.mark.parametrize("batch_first, value, side", PADDINGS)
 def test_pad_sequence_matches_torch(rng, batch_first, value, side):
     seqs = [rng.standard_normal(n) for n in (2, 5, 3)]
+    theirs = torch.nn.utils.rnn.pad_sequence
     both(lambda *xs: utils.pad_sequence(xs, batch_first, value, side),
-         lambda *ts: torch.nn.utils.rnn.pad_sequence(ts, batch_first, value, side), *seqs)  # fmt: skip
+         lambda *ts: theirs(ts, batch_first, value, side), *seqs)  # fmt: skip
 
 
 def test_pad_sequence_refuses_an_unknown_side():

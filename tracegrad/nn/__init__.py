@@ -1,6 +1,6 @@
 """Neural-network building blocks: `Module`, layers, and `functional` (activations, losses)."""
 
-from tracegrad.nn import functional, init, utils
+from tracegrad.nn import functional, init, parametrize, utils
 from tracegrad.nn.activations import (
     CELU,
     ELU,
@@ -155,6 +155,7 @@ __all__ = [
     "NLLLoss",
     "SmoothL1Loss",
     "utils",
+    "parametrize",
     "GELU",
     "Dropout",
     "IncompatibleKeys",
