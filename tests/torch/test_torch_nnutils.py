@@ -1,6 +1,6 @@
 """`tracegrad.torch`'s names for the module hooks, nn.utils' submodules (rnn, parametrize,
 parametrizations) and torch.utils.checkpoint/hooks: reached by attribute in a fresh interpreter
-and by import, the same objects as tracegrad's; what is left out refuses by name."""
+and by import, the same objects as tracegrad's; a name left out refuses by name."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import tracegrad.torch as torch
-from tracegrad.nn import parametrize, utils
+from tracegrad.nn import packed, parametrize, utils
 from tracegrad.nn.modules import RemovableHandle, register_module_forward_hook
 from tracegrad.utils import checkpoint
 
@@ -55,8 +55,13 @@ def test_the_names_are_tracegrads():
 
 
 @pytest.mark.parametrize(
-    "name", ["PackedSequence", "pack_padded_sequence", "pad_packed_sequence", "pack_sequence"]
-)
-def test_packed_sequences_are_refused_by_name(name):
-    with pytest.raises(AttributeError, match=f"torch.nn.utils.rnn.{name} is not provided"):
-        getattr(torch.nn.utils.rnn, name)
+    "name", ["PackedSequence", "pack_padded_sequence", "pad_packed_sequence", "pack_sequence",
+             "unpack_sequence"]
+)  # fmt: skip
+def test_packed_sequences_are_tracegrads(name):
+    assert getattr(torch.nn.utils.rnn, name) is getattr(packed, name)
+
+
+def test_a_missing_name_is_refused_by_name():
+    with pytest.raises(AttributeError, match="torch.nn.utils.rnn.invert_permutation is not"):
+        torch.nn.utils.rnn.invert_permutation  # noqa: B018

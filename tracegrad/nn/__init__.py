@@ -1,6 +1,6 @@
 """Neural-network building blocks: `Module`, layers, and `functional` (activations, losses)."""
 
-from tracegrad.nn import functional, init, parametrize, utils
+from tracegrad.nn import functional, init, packed, parametrize, utils
 from tracegrad.nn.activations import (
     CELU,
     ELU,
@@ -164,6 +164,7 @@ __all__ = [
     "SmoothL1Loss",
     "utils",
     "parametrize",
+    "packed",
     "GELU",
     "Dropout",
     "IncompatibleKeys",
