@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from tracegrad.frontend.autodiff import no_grad
+from tracegrad.frontend.functions import pytorch_keywords
 from tracegrad.frontend.tensor import Tensor
 from tracegrad.nn import functional as F
 from tracegrad.nn.layers import ModuleDict, ModuleList
@@ -196,6 +197,7 @@ class _WeightNorm(Module):
         return norm_except_dim(weight, self.dim), weight
 
 
+@pytorch_keywords
 def weight_norm(module: Module, name: str = "weight", dim: int | None = 0) -> Module:
     """`module.name` = g * v / ||v|| (the norm over every axis but `dim`; None: over all), g
     and v the parameters `parametrizations.name.original0` and `original1`, as PyTorch's
@@ -243,6 +245,7 @@ class _SpectralNorm(Module):
         return value
 
 
+@pytorch_keywords
 def spectral_norm(
     module: Module, name: str = "weight", n_power_iterations: int = 1, eps: float = 1e-12,
     dim: int | None = None,

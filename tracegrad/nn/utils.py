@@ -13,7 +13,14 @@ import numpy as np
 
 from tracegrad.core.primitives import abs, minimum, sqrt
 from tracegrad.frontend.autodiff import no_grad
-from tracegrad.frontend.functions import clip, concatenate, permute, reshape, stack
+from tracegrad.frontend.functions import (
+    clip,
+    concatenate,
+    permute,
+    pytorch_keywords,
+    reshape,
+    stack,
+)
 from tracegrad.frontend.linalg import vector_norm
 from tracegrad.frontend.reductions import amax, sum
 from tracegrad.frontend.tensor import Tensor, as_tensor
@@ -123,6 +130,7 @@ def pad_sequence(
 # --- weight_norm and spectral_norm, PyTorch's hook-based versions -------------------------------
 
 
+@pytorch_keywords
 def norm_except_dim(v: Tensor, dim: int) -> Tensor:
     """The 2-norm of `v` over every axis but `dim`, kept as size-1 axes (PyTorch's
     `torch.norm_except_dim`); over the whole tensor, a 0-d one, when dim is -1 (PyTorch's
@@ -148,6 +156,7 @@ class WeightNorm:
         setattr(module, self.name, self.compute_weight(module))
 
 
+@pytorch_keywords
 def weight_norm(module: Module, name: str = "weight", dim: int | None = 0) -> Module:
     """Reparametrize `module.name` as g * v / ||v|| (the norm over every axis but `dim`; dim
     None: over the whole tensor), g and v the parameters name_g and name_v, recomputed before
@@ -227,6 +236,7 @@ class SpectralNorm:
         setattr(module, self.name, self.compute_weight(module, module.training))
 
 
+@pytorch_keywords
 def spectral_norm(
     module: Module, name: str = "weight", n_power_iterations: int = 1, eps: float = 1e-12,
     dim: int | None = None,
