@@ -934,7 +934,7 @@ def _repeat_axis(x: Tensor, axis: int, size: int) -> Tensor:
 
 
 _INTERPOLATION = {"nearest": None, "nearest-exact": None, "linear": 1, "bilinear": 2,
-                  "trilinear": 3}  # fmt: skip
+                  "trilinear": 3, "bicubic": 2}  # fmt: skip
 
 
 def interpolate(
@@ -948,9 +948,10 @@ def interpolate(
 ) -> Tensor:
     """Resize the spatial axes of (N, C, *spatial) `input` to `size`, or by `scale_factor`,
     with PyTorch's index rules: "nearest" (floor(i * in / out), in float32 as PyTorch computes
-    it), "nearest-exact", and "linear"/"bilinear"/"trilinear" (pixel centres, or the corners
-    with `align_corners`). One axis at a time: a gather (or a broadcast for integer nearest
-    upsampling) and, for the linear modes, a weighted sum of two gathers."""
+    it), "nearest-exact", "linear"/"bilinear"/"trilinear" (pixel centres, or the corners
+    with `align_corners`) and "bicubic" (PyTorch's cubic convolution, A = -0.75, edge taps
+    clamped). One axis at a time: a gather (or a broadcast for integer nearest upsampling) and,
+    for the linear modes, a weighted sum of two gathers (four for bicubic)."""
     x = as_tensor(input)
     dims = x.ndim - 2
     if mode not in _INTERPOLATION:
@@ -973,7 +974,9 @@ def interpolate(
         scales = (None,) * dims
     for i, (out, scale) in enumerate(zip(sizes, scales, strict=True)):
         axis = 2 + i
-        if linear:
+        if mode == "bicubic":
+            x = _cubic_axis(x, axis, out, scale, bool(align_corners))
+        elif linear:
             x = _linear_axis(x, axis, out, scale, bool(align_corners))
         else:
             x = _nearest_axis(x, axis, out, scale, mode == "nearest-exact")
@@ -1033,6 +1036,29 @@ def _linear_axis(x: Tensor, axis: int, out: int, scale: float | None, corners: b
     shape[axis] = out
     frac = Tensor(frac.reshape(shape))
     return _along(x, axis, Tensor(lo)) * (1.0 - frac) + _along(x, axis, Tensor(hi)) * frac
+
+
+def _cubic_axis(x: Tensor, axis: int, out: int, scale: float | None, corners: bool) -> Tensor:
+    """PyTorch's bicubic along one axis: the source position as `_linear_axis`'s but not
+    clamped at 0, four taps around it (clamped to the edges) weighted by the cubic convolution
+    kernel with A = -0.75."""
+    n, dtype = x.shape[axis], np.result_type(x.dtype, np.float32)
+    dst = np.arange(out, dtype=dtype)
+    if corners:
+        src = dst * dtype.type((n - 1) / (out - 1) if out > 1 else 0.0)
+    else:
+        step = dtype.type(1.0 / scale) if scale else dtype.type(n) / dtype.type(out)
+        src = step * (dst + dtype.type(0.5)) - dtype.type(0.5)
+    base = np.floor(src).astype(np.int64)
+    t, a = (src - base).astype(dtype), dtype.type(-0.75)
+    near = lambda d: ((a + 2) * d - (a + 3)) * d * d + 1  # noqa: E731 (|d| <= 1)
+    far = lambda d: ((a * d - 5 * a) * d + 8 * a) * d - 4 * a  # noqa: E731 (1 < |d| < 2)
+    weights = (far(t + 1), near(t), near(1 - t), far(2 - t))
+    shape = [1] * x.ndim
+    shape[axis] = out
+    taps = [_along(x, axis, Tensor(np.clip(base - 1 + k, 0, n - 1))) *
+            Tensor(w.astype(dtype).reshape(shape)) for k, w in enumerate(weights)]  # fmt: skip
+    return _fold(lambda p, q: p + q, taps)
 
 
 # --- normalization over groups and instances ----------------------------------------------------
