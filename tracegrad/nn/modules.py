@@ -407,14 +407,13 @@ class RemovableHandle:
 
     next_id = 0
 
-    def __init__(self, registries: Sequence[dict[int, Any]], owner: _Hooks) -> None:
+    def __init__(self, registry: dict[int, Any], owner: _Hooks) -> None:
         self.id = RemovableHandle.next_id
         RemovableHandle.next_id += 1
-        self.registries, self.owner = registries, owner
+        self.registry, self.owner = registry, owner
 
     def remove(self) -> None:
-        for registry in self.registries:
-            registry.pop(self.id, None)
+        self.registry.pop(self.id, None)
         self.owner.changed()
 
     def __enter__(self) -> RemovableHandle:
@@ -440,7 +439,7 @@ class _Hooks:
     def add(self, kind: int, hook: Callable, prepend: bool, with_kwargs: bool,
             always_call: bool) -> RemovableHandle:  # fmt: skip
         registry = self.pre if kind == _Hooks.PRE else self.post
-        handle = RemovableHandle([registry], self)
+        handle = RemovableHandle(registry, self)
         registry[handle.id] = (hook, with_kwargs, always_call)
         if prepend:
             rest = [(k, v) for k, v in registry.items() if k != handle.id]
