@@ -175,3 +175,23 @@ def test_traced_step_with_spectral_norm_updates_its_buffers_as_eager(rng, backen
     before = Normed(P.spectral_norm).double().fc.parametrizations.weight[0]._u.numpy().copy()
     eager, traced = train_both(lambda: Normed(P.spectral_norm), rng, backend)
     assert not np.allclose(traced.fc.parametrizations.weight[0]._u.numpy(), before)
+
+
+class FromRow(nn.Module):
+    """A (3, 3) weight made of one row repeated: its right_inverse stores one row."""
+
+    def forward(self, row):
+        return tg.stack([row, row, row])
+
+    def right_inverse(self, weight):
+        return weight[0]
+
+
+def test_a_right_inverse_that_changes_the_shape_needs_unsafe():
+    m = nn.Linear(3, 3).double()
+    with pytest.raises(ValueError, match="shape and dtype"):
+        P.register_parametrization(m, "weight", FromRow())
+    first = m.weight.numpy()[0].copy()
+    P.register_parametrization(m, "weight", FromRow(), unsafe=True)
+    assert m.parametrizations.weight.original.shape == (3,)
+    np.testing.assert_array_equal(m.weight.numpy(), np.stack([first] * 3))

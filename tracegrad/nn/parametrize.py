@@ -44,13 +44,12 @@ class ParametrizationList(ModuleList):
         object.__setattr__(self, "is_tensor", isinstance(new, Tensor))
         object.__setattr__(self, "ntensors", 1 if self.is_tensor else len(new))
         if self.is_tensor:
-            if new.dtype != original.dtype or new.shape != original.shape and not unsafe:
+            if not unsafe and (new.dtype != original.dtype or new.shape != original.shape):
                 raise ValueError(
                     "register_parametrization: right_inverse must keep the tensor's shape and "
                     f"dtype ({original.shape} {original.dtype}), it gave {new.shape} {new.dtype}"
                 )
-            with no_grad():  # the same tensor: an optimizer holding it keeps working
-                original.copy_(new)
+            original.data = new  # the same tensor: an optimizer holding it keeps working
             _register(self, "original", original)
         else:
             for i, part in enumerate(new):
