@@ -160,7 +160,9 @@ class WeightNorm:
 def weight_norm(module: Module, name: str = "weight", dim: int | None = 0) -> Module:
     """Reparametrize `module.name` as g * v / ||v|| (the norm over every axis but `dim`; dim
     None: over the whole tensor), g and v the parameters name_g and name_v, recomputed before
-    each forward (PyTorch's `torch.nn.utils.weight_norm`)."""
+    each forward (PyTorch's `torch.nn.utils.weight_norm`). A traced step computes the weight
+    inside, but does not set the attribute, which keeps the last eager forward's value: the
+    parametrizations' `weight_norm` (tracegrad.nn.parametrize) computes it at every read."""
     fn = WeightNorm(name, -1 if dim is None else dim)
     weight = dict(module.named_parameters(recurse=False)).get(name)
     if weight is None:
@@ -243,7 +245,8 @@ def spectral_norm(
 ) -> Module:  # fmt: skip
     """Divide `module.name` by its spectral norm, estimated by power iteration before each
     forward (PyTorch's `torch.nn.utils.spectral_norm`): parameter name_orig, buffers name_u and
-    name_v (the singular vectors' estimates), as PyTorch names them in `state_dict`."""
+    name_v (the singular vectors' estimates), as PyTorch names them in `state_dict`. As for
+    `weight_norm`, the attribute `module.name` is set by eager forwards only."""
     weight = dict(module.named_parameters(recurse=False)).get(name)
     if weight is None:
         raise ValueError(f"spectral_norm: {type(module).__name__} has no parameter {name!r}")
