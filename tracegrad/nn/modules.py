@@ -179,7 +179,9 @@ class Module:
     ) -> RemovableHandle:  # fmt: skip
         """Call `hook(module, args, output)` (or `hook(module, args, kwargs, output)`) after
         each forward; what it returns, if not None, replaces the output. `always_call` hooks
-        also run when forward raises (with output None), before the error propagates."""
+        also run when forward raises (with output None), before the error propagates. In a
+        traced step hooks run while it traces: what they compute joins the plan, but their
+        Python side effects (a dict of features) are not repeated at each call."""
         return self._own_hooks().add(_Hooks.POST, hook, prepend, with_kwargs, always_call)
 
     @property
