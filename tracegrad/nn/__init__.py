@@ -1,6 +1,6 @@
 """Neural-network building blocks: `Module`, layers, and `functional` (activations, losses)."""
 
-from tracegrad.nn import functional, init, utils
+from tracegrad.nn import functional, init, packed, parametrize, utils
 from tracegrad.nn.activations import (
     CELU,
     ELU,
@@ -31,10 +31,13 @@ from tracegrad.nn.layers import (
     AdaptiveAvgPool2d,
     AdaptiveMaxPool1d,
     AdaptiveMaxPool2d,
+    AlphaDropout,
     AvgPool1d,
     AvgPool2d,
     BatchNorm1d,
     BatchNorm2d,
+    Bilinear,
+    ChannelShuffle,
     Conv1d,
     Conv2d,
     ConvTranspose1d,
@@ -43,11 +46,15 @@ from tracegrad.nn.layers import (
     Dropout1d,
     Dropout2d,
     Embedding,
+    EmbeddingBag,
+    FeatureAlphaDropout,
     Flatten,
+    Fold,
     GroupNorm,
     Identity,
     InstanceNorm1d,
     InstanceNorm2d,
+    LocalResponseNorm,
     MaxPool1d,
     MaxPool2d,
     MaxUnpool2d,
@@ -59,6 +66,7 @@ from tracegrad.nn.layers import (
     ParameterList,
     RMSNorm,
     Unflatten,
+    Unfold,
 )
 from tracegrad.nn.losses import (
     BCELoss,
@@ -157,6 +165,8 @@ __all__ = [
     "NLLLoss",
     "SmoothL1Loss",
     "utils",
+    "parametrize",
+    "packed",
     "GELU",
     "Dropout",
     "IncompatibleKeys",
@@ -234,4 +244,12 @@ __all__ = [
     "PoissonNLLLoss",
     "SoftMarginLoss",
     "TripletMarginLoss",
+    "AlphaDropout",
+    "Bilinear",
+    "ChannelShuffle",
+    "EmbeddingBag",
+    "FeatureAlphaDropout",
+    "Fold",
+    "LocalResponseNorm",
+    "Unfold",
 ]

@@ -33,7 +33,7 @@ from tracegrad.frontend.functions import (
     transpose,
 )
 from tracegrad.frontend.linalg import vector_norm
-from tracegrad.frontend.mutation import scatter
+from tracegrad.frontend.mutation import index_put, scatter
 from tracegrad.frontend.rearrange import chunk
 from tracegrad.frontend.reductions import amax, log_softmax, mean, softmax, sum
 from tracegrad.frontend.tensor import Tensor, as_tensor
@@ -117,6 +117,14 @@ __all__ = [
     "tanhshrink",
     "threshold",
     "triplet_margin_loss",
+    "alpha_dropout",
+    "bilinear",
+    "channel_shuffle",
+    "embedding_bag",
+    "feature_alpha_dropout",
+    "fold",
+    "local_response_norm",
+    "unfold",
 ]
 
 
@@ -1001,7 +1009,7 @@ def _repeat_axis(x: Tensor, axis: int, size: int) -> Tensor:
 
 
 _INTERPOLATION = {"nearest": None, "nearest-exact": None, "linear": 1, "bilinear": 2,
-                  "trilinear": 3}  # fmt: skip
+                  "trilinear": 3, "bicubic": 2}  # fmt: skip
 
 
 def interpolate(
@@ -1015,9 +1023,10 @@ def interpolate(
 ) -> Tensor:
     """Resize the spatial axes of (N, C, *spatial) `input` to `size`, or by `scale_factor`,
     with PyTorch's index rules: "nearest" (floor(i * in / out), in float32 as PyTorch computes
-    it), "nearest-exact", and "linear"/"bilinear"/"trilinear" (pixel centres, or the corners
-    with `align_corners`). One axis at a time: a gather (or a broadcast for integer nearest
-    upsampling) and, for the linear modes, a weighted sum of two gathers."""
+    it), "nearest-exact", "linear"/"bilinear"/"trilinear" (pixel centres, or the corners
+    with `align_corners`) and "bicubic" (PyTorch's cubic convolution, A = -0.75, edge taps
+    clamped). One axis at a time: a gather (or a broadcast for integer nearest upsampling) and,
+    for the linear modes, a weighted sum of two gathers (four for bicubic)."""
     x = as_tensor(input)
     dims = x.ndim - 2
     if mode not in _INTERPOLATION:
@@ -1040,7 +1049,9 @@ def interpolate(
         scales = (None,) * dims
     for i, (out, scale) in enumerate(zip(sizes, scales, strict=True)):
         axis = 2 + i
-        if linear:
+        if mode == "bicubic":
+            x = _cubic_axis(x, axis, out, scale, bool(align_corners))
+        elif linear:
             x = _linear_axis(x, axis, out, scale, bool(align_corners))
         else:
             x = _nearest_axis(x, axis, out, scale, mode == "nearest-exact")
@@ -1100,6 +1111,29 @@ def _linear_axis(x: Tensor, axis: int, out: int, scale: float | None, corners: b
     shape[axis] = out
     frac = Tensor(frac.reshape(shape))
     return _along(x, axis, Tensor(lo)) * (1.0 - frac) + _along(x, axis, Tensor(hi)) * frac
+
+
+def _cubic_axis(x: Tensor, axis: int, out: int, scale: float | None, corners: bool) -> Tensor:
+    """PyTorch's bicubic along one axis: the source position as `_linear_axis`'s but not
+    clamped at 0, four taps around it (clamped to the edges) weighted by the cubic convolution
+    kernel with A = -0.75."""
+    n, dtype = x.shape[axis], np.result_type(x.dtype, np.float32)
+    dst = np.arange(out, dtype=dtype)
+    if corners:
+        src = dst * dtype.type((n - 1) / (out - 1) if out > 1 else 0.0)
+    else:
+        step = dtype.type(1.0 / scale) if scale else dtype.type(n) / dtype.type(out)
+        src = step * (dst + dtype.type(0.5)) - dtype.type(0.5)
+    base = np.floor(src).astype(np.int64)
+    t, a = (src - base).astype(dtype), dtype.type(-0.75)
+    near = lambda d: ((a + 2) * d - (a + 3)) * d * d + 1  # noqa: E731 (|d| <= 1)
+    far = lambda d: ((a * d - 5 * a) * d + 8 * a) * d - 4 * a  # noqa: E731 (1 < |d| < 2)
+    weights = (far(t + 1), near(t), near(1 - t), far(2 - t))
+    shape = [1] * x.ndim
+    shape[axis] = out
+    taps = [_along(x, axis, Tensor(np.clip(base - 1 + k, 0, n - 1))) *
+            Tensor(w.astype(dtype).reshape(shape)) for k, w in enumerate(weights)]  # fmt: skip
+    return _fold(lambda p, q: p + q, taps)
 
 
 # --- normalization over groups and instances ----------------------------------------------------
@@ -1526,3 +1560,270 @@ def multilabel_soft_margin_loss(input: Any, target: Any, weight: Any = None,
     if weight is not None:
         loss = loss * weight
     return _reduce(mean(loss, -1), reduction)
+
+
+# --- bilinear, channel shuffle, local response norm, alpha dropout -----------------------------
+
+
+def bilinear(input1: Any, input2: Any, weight: Any, bias: Any = None) -> Tensor:
+    """y_o = x1 . W_o x2 + b_o for (out, in1, in2) `weight`: one matmul of x1 with W laid out as
+    (in1, out * in2), then a product with x2 summed over in2."""
+    x1, x2, w = as_tensor(input1), as_tensor(input2), as_tensor(weight)
+    if w.ndim != 3 or x1.shape[-1] != w.shape[1] or x2.shape[-1] != w.shape[2]:
+        raise ShapeError(f"bilinear: inputs {x1.shape} and {x2.shape} do not fit the weight "
+                         f"{w.shape} (out, in1, in2)")  # fmt: skip
+    o, i1, i2 = w.shape
+    t = matmul(x1, reshape(permute(w, (1, 0, 2)), (i1, o * i2)))
+    y = sum(reshape(t, (*t.shape[:-1], o, i2)) * reshape(x2, (*x2.shape[:-1], 1, i2)), -1)
+    return y if bias is None else y + as_tensor(bias)
+
+
+def channel_shuffle(input: Any, groups: int) -> Tensor:
+    """(N, C, *) with its channels regrouped: channel g * (C / groups) + i goes to
+    i * groups + g (ShuffleNet's)."""
+    x = as_tensor(input)
+    if x.ndim < 3 or x.shape[1] % groups:
+        raise ShapeError(f"channel_shuffle: input {x.shape} must be (N, C, *) with C divisible "
+                         f"by groups {groups}")  # fmt: skip
+    n, c, *rest = x.shape
+    x = reshape(x, (n, groups, c // groups, *rest))
+    return reshape(transpose(x, 1, 2), (n, c, *rest))
+
+
+def local_response_norm(input: Any, size: int, alpha: float = 1e-4, beta: float = 0.75,
+                        k: float = 1.0) -> Tensor:  # fmt: skip
+    """x / (k + alpha * mean of x^2 over `size` neighbouring channels) ** beta, the window
+    zero-padded at the ends and always divided by `size`, as PyTorch's (AlexNet's LRN)."""
+    x = as_tensor(input)
+    if x.ndim < 3:
+        raise ShapeError(f"local_response_norm: input {x.shape} must be (N, C, *), 3-d or more")
+    c = x.shape[1]
+    widths = [(0, 0)] * x.ndim
+    widths[1] = (size // 2, (size - 1) // 2)
+    padded = _pad_constant(x * x, widths, 0.0)
+    window = _fold(lambda a, b: a + b, [padded[:, i : i + c] for i in range(size)])
+    return x / (window * (alpha / size) + k) ** beta
+
+
+def alpha_dropout(input: Any, p: float = 0.5, training: bool = False, inplace: bool = False, *,
+                  state: Tensor | None = None) -> Tensor:  # fmt: skip
+    """Dropout for SELU networks: dropped elements take SELU's saturation value, and an affine
+    map keeps the mean and variance (PyTorch's constants); the mask is drawn as `dropout`'s."""
+    return _alpha_dropout(input, p, training, inplace, False, "alpha_dropout", state)
+
+
+def feature_alpha_dropout(
+    input: Any,
+    p: float = 0.5,
+    training: bool = False,
+    inplace: bool = False,
+    *,
+    state: Tensor | None = None,
+) -> Tensor:
+    """`alpha_dropout` of whole channels of (N, C, *) inputs."""
+    return _alpha_dropout(input, p, training, inplace, True, "feature_alpha_dropout", state)
+
+
+_ALPHA_DROPOUT = _SELU_ALPHA * _SELU_SCALE  # minus SELU's saturation value
+
+
+def _alpha_dropout(input: Any, p: float, training: bool, inplace: bool, feature: bool, op: str,
+                   state: Tensor | None) -> Tensor:  # fmt: skip
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"{op}: p must be in [0, 1], not {p}")
+    x = as_tensor(input)
+    if not training or p == 0.0:
+        return x
+    if p == 1.0:
+        return _in_place(input, x * 0.0, inplace)
+    if feature and x.ndim < 2:
+        raise ShapeError(f"{op}: input {x.shape} must be (N, C, *)")
+    shape = x.shape[:2] + (1,) * (x.ndim - 2) if feature else x.shape
+    keep = random.uniform(shape, x.dtype, state) >= p
+    a = 1.0 / math.sqrt((_ALPHA_DROPOUT**2 * p + 1.0) * (1.0 - p))
+    b = _ALPHA_DROPOUT * a * p
+    return _in_place(input, where(keep, x * a + b, b - _ALPHA_DROPOUT * a), inplace)
+
+
+# --- unfold and fold (im2col and col2im) -------------------------------------------------------
+
+
+def _patches(op: str, spatial: tuple[int, int], kernel_size, dilation, padding, stride) -> tuple:
+    """The geometry ((kh, kw), (dh, dw), (ph, pw), (sh, sw), (oh, ow)) of sliding blocks."""
+    k, d = _pair(kernel_size, op, "kernel_size"), _pair(dilation, op, "dilation")
+    pad, s = _pair(padding, op, "padding"), _pair(stride, op, "stride")
+    out = tuple((spatial[i] + 2 * pad[i] - d[i] * (k[i] - 1) - 1) // s[i] + 1 for i in range(2))
+    if builtins.min(out) < 1:
+        raise ShapeError(
+            f"{op}: the (dilated) kernel {k} does not fit the padded size "
+            f"{tuple(n + 2 * q for n, q in zip(spatial, pad, strict=True))}"
+        )
+    return k, d, pad, s, out
+
+
+def unfold(
+    input: Any,
+    kernel_size: int | Sequence[int],
+    dilation: int | Sequence[int] = 1,
+    padding: int | Sequence[int] = 0,
+    stride: int | Sequence[int] = 1,
+) -> Tensor:
+    """im2col: the sliding blocks of (N, C, H, W) (or (C, H, W)) as columns (N, C * kh * kw,
+    L), rows ordered channel first, then the kernel's positions (PyTorch's). Each kernel
+    position is one strided slice of the zero-padded input, so the gradient is exact slicing
+    adjoints."""
+    x = as_tensor(input)
+    if x.ndim == 3:
+        return unfold(reshape(x, (1, *x.shape)), kernel_size, dilation, padding, stride)[0]
+    if x.ndim != 4:
+        raise ShapeError(f"unfold: input {x.shape} must be (N, C, H, W) or (C, H, W)")
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw), (oh, ow) = _patches(
+        "unfold", x.shape[2:], kernel_size, dilation, padding, stride
+    )
+    xp = _pad_constant(x, [(0, 0), (0, 0), (ph, ph), (pw, pw)], 0.0)
+    blocks = [xp[:, :, i * dh : i * dh + sh * (oh - 1) + 1 : sh,
+                 j * dw : j * dw + sw * (ow - 1) + 1 : sw]
+              for i in range(kh) for j in range(kw)]  # fmt: skip
+    n, c = x.shape[:2]
+    return reshape(stack(blocks, axis=2), (n, c * kh * kw, oh * ow))
+
+
+def fold(input: Any, output_size: int | Sequence[int], kernel_size: int | Sequence[int],
+         dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
+         stride: int | Sequence[int] = 1) -> Tensor:  # fmt: skip
+    """col2im, `unfold`'s adjoint: columns (N, C * kh * kw, L) (or unbatched) summed back into
+    an (N, C, *output_size) image where their blocks overlap. Each kernel position's block is
+    spread by the stride (zeros between) and padded into place: one image-sized sum per
+    position, no products."""
+    x = as_tensor(input)
+    if x.ndim == 2:
+        return fold(reshape(x, (1, *x.shape)), output_size, kernel_size, dilation, padding,
+                    stride)[0]  # fmt: skip
+    h, w = _pair(output_size, "fold", "output_size")
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw), (oh, ow) = _patches(
+        "fold", (h, w), kernel_size, dilation, padding, stride
+    )
+    if x.ndim != 3 or x.shape[1] % (kh * kw) or x.shape[2] != oh * ow:
+        raise ShapeError(f"fold: input {x.shape} must be (N, C * {kh * kw}, {oh * ow}) for "
+                         f"output_size {(h, w)} and kernel {(kh, kw)}")  # fmt: skip
+    n, c = x.shape[0], x.shape[1] // (kh * kw)
+    cols = reshape(x, (n, c, kh, kw, oh, ow))
+    hp, wp = h + 2 * ph, w + 2 * pw
+    parts = []
+    for i in range(kh):
+        for j in range(kw):
+            block = cols[:, :, i, j]
+            if sh > 1 or sw > 1:  # the stride's gaps: (oh, 1) padded to (oh, sh), flattened
+                spread = _pad_constant(
+                    reshape(block, (n, c, oh, 1, ow, 1)),
+                    [(0, 0)] * 3 + [(0, sh - 1), (0, 0), (0, sw - 1)],
+                    0.0,
+                )
+                block = reshape(spread, (n, c, oh * sh, ow * sw))
+            top, left = i * dh, j * dw
+            parts.append(_pad_constant(block, [(0, 0), (0, 0), (top, hp - top - oh * sh),
+                                               (left, wp - left - ow * sw)], 0.0))  # fmt: skip
+    return _fold(lambda a, b: a + b, parts)[:, :, ph : ph + h, pw : pw + w]
+
+
+# --- embedding bags ---------------------------------------------------------------------------
+
+_BAG_MODES = ("sum", "mean", "max")
+
+
+def embedding_bag(
+    input: Any, weight: Any, offsets: Any = None, max_norm: float | None = None,
+    norm_type: float = 2.0, scale_grad_by_freq: bool = False, mode: str = "mean",
+    sparse: bool = False, per_sample_weights: Any = None, include_last_offset: bool = False,
+    padding_idx: int | None = None,
+) -> Tensor:  # fmt: skip
+    """The sum, mean or max of bags of `weight`'s rows, without the (bags, length, dim) rows
+    in between for sum and mean: a bag is a row of 2-d `input`, or of 1-d `input` the indices
+    from one of `offsets` to the next. `per_sample_weights` scale the rows (mode "sum");
+    `padding_idx` rows are left out of their bag (and its count); an empty bag gives zeros.
+    `sparse` is accepted (the gradient is dense)."""
+    if max_norm is not None or scale_grad_by_freq:
+        raise NotImplementedError("embedding_bag: max_norm and scale_grad_by_freq are not "
+                                  "supported")  # fmt: skip
+    if mode not in _BAG_MODES:
+        raise ValueError(f"embedding_bag: mode must be one of {_BAG_MODES}, not {mode!r}")
+    x, w = as_tensor(input), as_tensor(weight)
+    if x.dtype.kind not in "iu" or w.ndim != 2:
+        raise TypeError(f"embedding_bag: indices must be integers ({x.dtype}) and the weight "
+                        f"2-d ({w.shape})")  # fmt: skip
+    scale = None if per_sample_weights is None else as_tensor(per_sample_weights)
+    if scale is not None and (mode != "sum" or scale.shape != x.shape):
+        raise ValueError(
+            f"embedding_bag: per_sample_weights {scale.shape} must have the "
+            f"input's shape {x.shape}, and mode must be 'sum' (not {mode!r})"
+        )
+    if padding_idx is not None:
+        padding_idx %= w.shape[0]
+    if x.ndim == 2:
+        if offsets is not None:
+            raise ValueError("embedding_bag: offsets must be None for a 2-d input")
+        return _bags(x, w, None, scale, mode, padding_idx)
+    if x.ndim != 1 or offsets is None:
+        raise ValueError(f"embedding_bag: input {x.shape} must be 2-d, or 1-d with offsets")
+    off = as_tensor(offsets)
+    if off.ndim != 1 or off.dtype.kind not in "iu":
+        raise ValueError(f"embedding_bag: offsets must be a 1-d integer tensor, not {off.shape} "
+                         f"{off.dtype}")  # fmt: skip
+    starts = off[:-1] if include_last_offset else off
+    n, b = x.shape[0], starts.shape[0]
+    if b == 0:
+        return Tensor(np.zeros((0, w.shape[1]), w.dtype))
+    end = off[-1] if include_last_offset else n
+    if off.is_symbolic:  # each index's bag: how many starts are at or before it, minus one
+        if mode == "max":
+            raise NotImplementedError("embedding_bag: mode 'max' with offsets computed inside a "
+                                      "traced step; pass them as data, or a 2-d input")  # fmt: skip
+        here = Tensor(np.arange(n).reshape(n, 1))
+        bag = sum((here >= reshape(starts, (1, b))).astype(np.int64), 1) - 1
+        valid = Tensor(np.arange(n)) < end
+    else:
+        first, stops = starts.numpy(), np.append(starts.numpy()[1:], int(as_tensor(end).item()))
+        if b and first[0] != 0 or np.any(stops < first):
+            raise ValueError(f"embedding_bag: offsets {off.numpy()} must start at 0 and "
+                             "not decrease")  # fmt: skip
+        if mode == "max":  # bags padded to the longest, the padding masked out
+            length = int(builtins.max(1, (stops - first).max(initial=0)))
+            pos = first[:, None] + np.arange(length)
+            inside = pos < stops[:, None]
+            return _bags(x[Tensor(np.where(inside, pos, 0) % builtins.max(n, 1))], w,
+                         Tensor(inside), None, mode, padding_idx)  # fmt: skip
+        bag = Tensor(np.searchsorted(first, np.arange(n), side="right") - 1)
+        valid = Tensor(np.arange(n) < stops[-1] if b else np.zeros(n, np.bool_))
+    keep = valid if padding_idx is None else valid & (x != padding_idx)
+    rows = embedding(x, w) * reshape(keep, (n, 1)).astype(w.dtype)
+    if scale is not None:
+        rows = rows * reshape(scale, (n, 1))
+    bag = where(keep, bag, 0)  # (dropped rows are zeros: they may go anywhere)
+    out = index_put(Tensor(np.zeros((b, w.shape[1]), w.dtype)), (bag,), rows, accumulate=True)
+    if mode == "sum":
+        return out
+    count = index_put(Tensor(np.zeros(b, w.dtype)), (bag,), keep.astype(w.dtype), accumulate=True)
+    return out / reshape(maximum(count, 1.0), (b, 1))
+
+
+def _bags(x: Tensor, w: Tensor, inside: Tensor | None, scale: Tensor | None, mode: str,
+          padding_idx: int | None) -> Tensor:  # fmt: skip
+    """The bags of (B, L) indices, the entries `inside` (default all) and not `padding_idx`."""
+    keep = inside
+    if padding_idx is not None:
+        keep = (x != padding_idx) if keep is None else keep & (x != padding_idx)
+    rows = embedding(x, w)
+    if keep is None and mode != "max":
+        rows = rows if scale is None else rows * reshape(scale, (*x.shape, 1))
+        return sum(rows, 1) if mode == "sum" else mean(rows, 1)
+    keep = Tensor(np.ones(x.shape, np.bool_)) if keep is None else keep
+    mask = reshape(keep, (*x.shape, 1))
+    if mode == "max":
+        top = amax(where(mask, rows, -np.inf), 1)
+        return where(reshape(sum(keep.astype(np.int64), 1) > 0, (-1, 1)), top, 0.0)
+    rows = where(mask, rows, 0.0) if scale is None else where(mask, rows, 0.0) * \
+        reshape(scale, (*x.shape, 1))  # fmt: skip
+    total = sum(rows, 1)
+    if mode == "sum":
+        return total
+    return total / reshape(maximum(sum(keep.astype(w.dtype), 1), 1.0), (-1, 1))

@@ -14,9 +14,24 @@ from tracegrad.frontend.functions import permute, reshape, unflatten
 from tracegrad.frontend.tensor import Tensor, as_tensor, get_default_dtype
 from tracegrad.nn import functional as F
 from tracegrad.nn import init
-from tracegrad.nn.modules import Dropout, Linear, Module, Parameter, uniform_parameter
+from tracegrad.nn.modules import (
+    Dropout,
+    FunctionLayer,
+    Linear,
+    Module,
+    Parameter,
+    uniform_parameter,
+)
 
 __all__ = [
+    "AlphaDropout",
+    "Bilinear",
+    "ChannelShuffle",
+    "EmbeddingBag",
+    "FeatureAlphaDropout",
+    "Fold",
+    "LocalResponseNorm",
+    "Unfold",
     "AdaptiveAvgPool1d",
     "AdaptiveAvgPool2d",
     "AdaptiveMaxPool1d",
@@ -675,3 +690,116 @@ class MultiheadAttention(Module):
             else:
                 scores = scores + mask.astype(scores.dtype)
         return scores
+
+
+# --- bilinear, channel shuffle, local response norm, alpha dropout, fold, embedding bags --------
+
+
+class Bilinear(Module):
+    """y = x1 . W x2 + b, weight (out, in1, in2); weight and bias drawn from
+    U(-1/sqrt(in1), 1/sqrt(in1)), as PyTorch's."""
+
+    def __init__(self, in1_features: int, in2_features: int, out_features: int,
+                 bias: bool = True):  # fmt: skip
+        super().__init__()
+        self.in1_features, self.in2_features = in1_features, in2_features
+        self.out_features = out_features
+        bound = 1.0 / math.sqrt(in1_features) if in1_features else 0.0
+        self.weight = uniform_parameter((out_features, in1_features, in2_features), bound)
+        self.bias = uniform_parameter((out_features,), bound) if bias else None
+
+    def forward(self, input1: Tensor, input2: Tensor) -> Tensor:
+        return F.bilinear(input1, input2, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return (f"in1_features={self.in1_features}, in2_features={self.in2_features}, "
+                f"out_features={self.out_features}, bias={self.bias is not None}")  # fmt: skip
+
+
+class ChannelShuffle(FunctionLayer):
+    function = F.channel_shuffle
+
+    def __init__(self, groups: int):
+        super().__init__(groups=groups)
+
+
+class LocalResponseNorm(FunctionLayer):
+    function = F.local_response_norm
+
+    def __init__(self, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0):
+        super().__init__(size=size, alpha=alpha, beta=beta, k=k)
+
+
+class AlphaDropout(Dropout):
+    """`functional.alpha_dropout` in training (for SELU networks); the mask as Dropout's."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.alpha_dropout(x, self.p, self.training, self.inplace, state=self.random_state)
+
+
+class FeatureAlphaDropout(Dropout):
+    """`functional.feature_alpha_dropout` (whole channels) in training."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.feature_alpha_dropout(x, self.p, self.training, self.inplace,
+                                       state=self.random_state)  # fmt: skip
+
+
+class Unfold(FunctionLayer):
+    """im2col (`functional.unfold`)."""
+
+    function = F.unfold
+
+    def __init__(self, kernel_size: int | Sequence[int], dilation: int | Sequence[int] = 1,
+                 padding: int | Sequence[int] = 0, stride: int | Sequence[int] = 1):  # fmt: skip
+        super().__init__(kernel_size=kernel_size, dilation=dilation, padding=padding,
+                         stride=stride)  # fmt: skip
+
+
+class Fold(FunctionLayer):
+    """col2im (`functional.fold`)."""
+
+    function = F.fold
+
+    def __init__(self, output_size: int | Sequence[int], kernel_size: int | Sequence[int],
+                 dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
+                 stride: int | Sequence[int] = 1):  # fmt: skip
+        super().__init__(output_size=output_size, kernel_size=kernel_size, dilation=dilation,
+                         padding=padding, stride=stride)  # fmt: skip
+
+
+class EmbeddingBag(Module):
+    """Sums, means or maxima of bags of embeddings (`functional.embedding_bag`) without the
+    per-index rows in between; a table drawn from N(0, 1), `padding_idx`'s row zero."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, max_norm: float | None = None,
+                 norm_type: float = 2.0, scale_grad_by_freq: bool = False, mode: str = "mean",
+                 sparse: bool = False, _weight: Tensor | None = None,
+                 include_last_offset: bool = False, padding_idx: int | None = None,
+                 device: Any = None, dtype: Any = None):  # fmt: skip
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.max_norm, self.norm_type = max_norm, norm_type
+        self.scale_grad_by_freq, self.mode, self.sparse = scale_grad_by_freq, mode, sparse
+        self.include_last_offset = include_last_offset
+        if padding_idx is not None:
+            padding_idx %= num_embeddings
+        self.padding_idx = padding_idx
+        if _weight is not None:
+            self.weight = Parameter(as_tensor(_weight).detach())
+        else:
+            self.weight = Parameter(np.zeros((num_embeddings, embedding_dim), get_default_dtype()))
+            init.normal_(self.weight)
+            if padding_idx is not None:
+                self.weight.numpy()[padding_idx] = 0.0
+        self.to(device, dtype)
+
+    def forward(self, input: Tensor, offsets: Tensor | None = None,
+                per_sample_weights: Tensor | None = None) -> Tensor:  # fmt: skip
+        return F.embedding_bag(input, self.weight, offsets, self.max_norm, self.norm_type,
+                               self.scale_grad_by_freq, self.mode, self.sparse,
+                               per_sample_weights, self.include_last_offset,
+                               self.padding_idx)  # fmt: skip
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}, mode={self.mode!r}"

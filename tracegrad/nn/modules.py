@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -174,14 +175,58 @@ class Module:
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
 
+    # None (the class's) until a hook is registered on this module, or on every module
+    _hooks: _Hooks | None = None
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if not Listeners.tracers:
+        if self._hooks is None and not Listeners.tracers:  # the common case: one read each
             return self.forward(*args, **kwargs)
-        # a traced step bakes in what `training` selects: guard it
+        if not Listeners.tracers:
+            return _call_with_hooks(self, args, kwargs)
+        # a traced step bakes in what `training` selects and which hooks ran: guard both
         watch((id(self), "training"), f"{type(self).__name__}.training",
               lambda: self.training, warn=False)  # fmt: skip
+        watch(_Hooks, "the modules' forward hooks", lambda: _Hooks.version, warn=False)
         with module_scope(self):  # the nodes made inside know their module path
-            return self.forward(*args, **kwargs)
+            if self._hooks is None:
+                return self.forward(*args, **kwargs)
+            return _call_with_hooks(self, args, kwargs)
+
+    def register_forward_pre_hook(
+        self, hook: Callable[..., Any], *, prepend: bool = False, with_kwargs: bool = False
+    ) -> RemovableHandle:
+        """Call `hook(module, args)` (or `hook(module, args, kwargs)` with_kwargs) before each
+        forward; what it returns, if not None, replaces the arguments (a tuple, or one value;
+        with_kwargs an (args, kwargs) pair), as PyTorch's."""
+        return self._own_hooks().add(_Hooks.PRE, hook, prepend, with_kwargs, False)
+
+    def register_forward_hook(
+        self, hook: Callable[..., Any], *, prepend: bool = False, with_kwargs: bool = False,
+        always_call: bool = False,
+    ) -> RemovableHandle:  # fmt: skip
+        """Call `hook(module, args, output)` (or `hook(module, args, kwargs, output)`) after
+        each forward; what it returns, if not None, replaces the output. `always_call` hooks
+        also run when forward raises (with output None), before the error propagates. In a
+        traced step hooks run while it traces: what they compute joins the plan, but their
+        Python side effects (a dict of features) are not repeated at each call."""
+        return self._own_hooks().add(_Hooks.POST, hook, prepend, with_kwargs, always_call)
+
+    @property
+    def _forward_pre_hooks(self) -> dict[int, Callable[..., Any]]:
+        """PyTorch's: handle id -> forward pre-hook, in calling order (a copy: read only)."""
+        hooks = self.__dict__.get("_hooks")
+        return {} if hooks is None else {k: v[0] for k, v in hooks.pre.items()}
+
+    @property
+    def _forward_hooks(self) -> dict[int, Callable[..., Any]]:
+        """PyTorch's: handle id -> forward hook, in calling order (a copy: read only)."""
+        hooks = self.__dict__.get("_hooks")
+        return {} if hooks is None else {k: v[0] for k, v in hooks.post.items()}
+
+    def _own_hooks(self) -> _Hooks:
+        if "_hooks" not in self.__dict__:
+            object.__setattr__(self, "_hooks", _Hooks(self))
+        return self._hooks
 
     # --- traversal -------------------------------------------------------------------------
     def named_modules(
@@ -382,6 +427,127 @@ class Module:
             f"  ({name}): " + repr(m).replace("\n", "\n  ") for name, m in self._modules.items()
         ]
         return head + "\n" + "\n".join(lines) + "\n)"
+
+
+class RemovableHandle:
+    """What registering a hook returns (PyTorch's `torch.utils.hooks.RemovableHandle`):
+    `remove()` unregisters it (twice is harmless); as a context manager, it removes the hook on
+    exit."""
+
+    next_id = 0
+
+    def __init__(self, registry: dict[int, Any], owner: _Hooks) -> None:
+        self.id = RemovableHandle.next_id
+        RemovableHandle.next_id += 1
+        self.registry, self.owner = registry, owner
+
+    def remove(self) -> None:
+        self.registry.pop(self.id, None)
+        self.owner.changed()
+
+    def __enter__(self) -> RemovableHandle:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.remove()
+
+
+class _Hooks:
+    """A module's forward hooks (or, owner None, those of every module: the global ones), each
+    id -> (hook, with_kwargs, always_call), in calling order. `version` counts every change
+    anywhere: a traced step watches it, so that adding or removing a hook traces again."""
+
+    PRE, POST = 0, 1
+    version = 0
+
+    def __init__(self, module: Module | None) -> None:
+        self.module = module
+        self.pre: dict[int, tuple[Callable, bool, bool]] = {}
+        self.post: dict[int, tuple[Callable, bool, bool]] = {}
+
+    def add(self, kind: int, hook: Callable, prepend: bool, with_kwargs: bool,
+            always_call: bool) -> RemovableHandle:  # fmt: skip
+        registry = self.pre if kind == _Hooks.PRE else self.post
+        handle = RemovableHandle(registry, self)
+        registry[handle.id] = (hook, with_kwargs, always_call)
+        if prepend:
+            rest = [(k, v) for k, v in registry.items() if k != handle.id]
+            registry.clear()
+            registry[handle.id] = (hook, with_kwargs, always_call)
+            registry.update(rest)
+        self.changed()
+        return handle
+
+    def changed(self) -> None:
+        """After an add or a remove: a module without hooks (of its own, or global ones) takes
+        `Module.__call__`'s fast path again."""
+        _Hooks.version += 1
+        empty = not self.pre and not self.post
+        if self.module is None:
+            Module._hooks = None if empty else _GLOBAL_HOOKS  # seen by modules without their own
+        elif empty and self.module.__dict__.get("_hooks") is self:
+            object.__delattr__(self.module, "_hooks")
+
+
+_GLOBAL_HOOKS = _Hooks(None)
+
+
+def register_module_forward_pre_hook(hook: Callable[..., Any]) -> RemovableHandle:
+    """A forward pre-hook of every module, called before the module's own (PyTorch's
+    `torch.nn.modules.module.register_module_forward_pre_hook`)."""
+    return _GLOBAL_HOOKS.add(_Hooks.PRE, hook, False, False, False)
+
+
+def register_module_forward_hook(
+    hook: Callable[..., Any], *, with_kwargs: bool = False, always_call: bool = False
+) -> RemovableHandle:
+    """A forward hook of every module, called before the module's own (PyTorch's
+    `torch.nn.modules.module.register_module_forward_hook`)."""
+    return _GLOBAL_HOOKS.add(_Hooks.POST, hook, False, with_kwargs, always_call)
+
+
+def _call_with_hooks(module: Module, args: tuple, kwargs: dict) -> Any:
+    """PyTorch's `Module._call_impl`: the global pre-hooks, then the module's; forward; the
+    global forward hooks, then the module's (and, if forward raises, the `always_call` ones)."""
+    own = module.__dict__.get("_hooks")
+    hooks = [_GLOBAL_HOOKS] if own is None else [_GLOBAL_HOOKS, own]
+    for registry in [h.pre for h in hooks]:
+        for hook, with_kwargs, _ in list(registry.values()):
+            if with_kwargs:
+                result = hook(module, args, kwargs)
+                if result is not None:
+                    if not (isinstance(result, tuple) and len(result) == 2):
+                        raise RuntimeError(
+                            "forward pre-hook must return None or a tuple of (new_args, "
+                            f"new_kwargs), but got {result!r}"
+                        )
+                    args, kwargs = result
+            else:
+                result = hook(module, args)
+                if result is not None:
+                    args = result if isinstance(result, tuple) else (result,)
+    posts = [entry for h in hooks for entry in list(h.post.values())]
+    output, called = None, set()
+    try:
+        output = module.forward(*args, **kwargs)
+        for i, (hook, with_kwargs, _) in enumerate(posts):
+            called.add(i)
+            result = hook(module, args, kwargs, output) if with_kwargs else \
+                hook(module, args, output)  # fmt: skip
+            if result is not None:
+                output = result
+    except Exception:
+        for i, (hook, with_kwargs, always_call) in enumerate(posts):
+            if always_call and i not in called:
+                try:
+                    result = hook(module, args, kwargs, output) if with_kwargs else \
+                        hook(module, args, output)  # fmt: skip
+                    output = output if result is None else result
+                except Exception as e:  # PyTorch warns and re-raises the first error
+                    warnings.warn(f"forward hook {hook!r} raised after forward did: {e!r}",
+                                  stacklevel=2)  # fmt: skip
+        raise
+    return output
 
 
 def _cast_in_place(t: Tensor, dtype: np.dtype) -> None:

@@ -4,8 +4,9 @@ and their cells.
 
 A layer's input projection x W_ih^T + b_ih is one matrix product for all time steps and all gates;
 each step then adds h W_hh^T (one product for all gates) and applies the gates' elementwise math,
-which the compiler's fuser can make one kernel per step. PackedSequence is not supported: pad the
-sequences (and mask the loss)."""
+which the compiler's fuser can make one kernel per step. A PackedSequence (`tracegrad.nn.packed`)
+runs padded, each sequence's states kept from the step after its end (a mask per step where
+some sequence has ended), so outputs and final states are PyTorch's."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from tracegrad.frontend.functions import concatenate, matmul, permute, reshape, 
 from tracegrad.frontend.tensor import Tensor, as_tensor
 from tracegrad.nn import functional as F
 from tracegrad.nn.modules import Module, uniform_parameter
+from tracegrad.nn.packed import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 __all__ = ["GRU", "GRUCell", "LSTM", "LSTMCell", "RNN", "RNNCell"]
 
@@ -75,8 +77,9 @@ def _activation(nonlinearity: str) -> Callable:
 
 def _sequence(op: str, input: Any) -> Tensor:
     if hasattr(input, "batch_sizes"):
-        raise TypeError(f"{op}: PackedSequence is not supported; pass a padded tensor (and mask "
-                        "the padding in the loss)")  # fmt: skip
+        raise TypeError(f"{op}: this PackedSequence is not tracegrad's; pack with "
+                        "tracegrad.nn.packed (torch.nn.utils.rnn), or pass a padded "
+                        "tensor")  # fmt: skip
     return as_tensor(input)
 
 
@@ -173,17 +176,42 @@ class RNNBase(Module):
             states.append(state)
         return states
 
-    def forward(self, input: Any, hx: Any = None) -> tuple[Tensor, Any]:
+    def forward(self, input: Any, hx: Any = None) -> tuple[Any, Any]:
+        if isinstance(input, PackedSequence):
+            return self._packed(input, hx)
         name = type(self).__name__
         x = _sequence(name, input)
         if x.ndim not in (2, 3) or x.shape[-1] != self.input_size:
             raise ShapeError(f"{name}: input {x.shape}, expected (L, N, {self.input_size}), "
                              f"(N, L, {self.input_size}) with batch_first, or unbatched "
                              f"(L, {self.input_size})")  # fmt: skip
+        return self._run(x, hx, None)
+
+    def _packed(self, input: PackedSequence, hx: Any) -> tuple[PackedSequence, Any]:
+        """Run the padded batch in its sorted order, the states of the sequences that have
+        ended masked, and pack the output as the input was packed."""
+        sorted_input = input._replace(sorted_indices=None, unsorted_indices=None)
+        x, lengths = pad_packed_sequence(sorted_input)
+        if x.shape[-1] != self.input_size:
+            raise ShapeError(f"{type(self).__name__}: packed input {input.data.shape}, expected "
+                             f"(steps, {self.input_size})")  # fmt: skip
+        order, unorder = input.sorted_indices, input.unsorted_indices
+        if hx is not None and order is not None:  # given in the batch's order
+            hx = tuple(as_tensor(h)[:, order] for h in hx) if self.mode == "LSTM" else \
+                as_tensor(hx)[:, order]  # fmt: skip
+        y, finals = self._run(x, hx, lengths.numpy(), packed=True)
+        data = pack_padded_sequence(y, lengths).data
+        if unorder is not None:
+            finals = tuple(f[:, unorder] for f in finals) if self.mode == "LSTM" else \
+                finals[:, unorder]  # fmt: skip
+        return input._replace(data=data), finals
+
+    def _run(self, x: Tensor, hx: Any, lengths: np.ndarray | None,
+             packed: bool = False) -> tuple[Tensor, Any]:  # fmt: skip
         batched = x.ndim == 3
         if not batched:
             x = reshape(x, (x.shape[0], 1, x.shape[1]))
-        elif self.batch_first:
+        elif self.batch_first and not packed:
             x = permute(x, (1, 0, 2))
         states = self._states(hx, x.shape[1], np.result_type(x.dtype, np.float32), batched)
         finals: list[list[Tensor]] = [[] for _ in states]
@@ -191,7 +219,7 @@ class RNNBase(Module):
             outputs = []
             for d, suffix in enumerate(self._suffixes()):
                 k = layer * len(self._suffixes()) + d
-                ys, last = self._direction(x, [s[k] for s in states], layer, suffix)
+                ys, last = self._direction(x, [s[k] for s in states], layer, suffix, lengths)
                 outputs.append(ys)
                 for final, value in zip(finals, last, strict=True):
                     final.append(value)
@@ -201,13 +229,16 @@ class RNNBase(Module):
         finals = [stack(f, axis=0) for f in finals]
         if not batched:
             x, finals = reshape(x, (x.shape[0], x.shape[2])), [f[:, 0] for f in finals]
-        elif self.batch_first:
+        elif self.batch_first and not packed:
             x = permute(x, (1, 0, 2))
         return x, (tuple(finals) if self.mode == "LSTM" else finals[0])
 
-    def _direction(self, x: Tensor, state: list[Tensor], layer: int, suffix: str) -> tuple:
+    def _direction(self, x: Tensor, state: list[Tensor], layer: int, suffix: str,
+                   lengths: np.ndarray | None = None) -> tuple:  # fmt: skip
         """One layer in one direction over the whole sequence: the outputs (L, N, H) and the
-        final states."""
+        final states. With `lengths` (decreasing), a sequence's state stays as it was at the
+        steps past its end: forward its last valid state, backward the initial one until its
+        end (PyTorch's packed semantics; the outputs there are never read)."""
         w_ih, w_hh_t, b_ih, b_hh, w_hr_t = self._weights(layer, suffix)
         x_parts = matmul(x, w_ih.T)  # every step's and gate's input part: one GEMM
         if b_ih is not None:
@@ -218,12 +249,16 @@ class RNNBase(Module):
         outputs: list[Any] = [None] * x.shape[0]
         for t in steps:
             if self.mode == "LSTM":
-                state = list(_lstm_step(x_parts[t], *state, w_hh_t, b_hh, w_hr_t))
+                new = list(_lstm_step(x_parts[t], *state, w_hh_t, b_hh, w_hr_t))
             elif self.mode == "GRU":
-                state = [_gru_step(x_parts[t], state[0], w_hh_t, b_hh)]
+                new = [_gru_step(x_parts[t], state[0], w_hh_t, b_hh)]
             else:
                 act = _activation("tanh" if self.mode == "RNN_TANH" else "relu")
-                state = [_rnn_step(x_parts[t], state[0], w_hh_t, b_hh, act)]
+                new = [_rnn_step(x_parts[t], state[0], w_hh_t, b_hh, act)]
+            if lengths is not None and lengths[-1] <= t:  # some sequence has ended
+                valid = Tensor((lengths > t)[:, None])
+                new = [P.where(valid, n, s) for n, s in zip(new, state, strict=True)]
+            state = new
             outputs[t] = state[0]
         return stack(outputs, axis=0), state
 

@@ -1,5 +1,6 @@
-"""Library pieces training scripts use besides layers: `data` (datasets, samplers, DataLoader)."""
+"""Library pieces training scripts use besides layers: `data` (datasets, samplers, DataLoader),
+`checkpoint` (activation checkpointing's interface)."""
 
-from tracegrad.utils import data
+from tracegrad.utils import checkpoint, data
 
-__all__ = ["data"]
+__all__ = ["checkpoint", "data"]

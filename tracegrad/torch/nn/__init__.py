@@ -5,8 +5,12 @@ from typing import Any
 
 from tracegrad.nn import *  # noqa: F403
 from tracegrad.torch._support import not_provided as _not_provided
-from tracegrad.torch.nn import functional, init, parallel, utils
+from tracegrad.torch.nn import functional, init, modules, parallel
 from tracegrad.torch.nn.parallel import DataParallel
+
+# isort: split
+# after the star import: the package (rnn, parametrize, ...), not tracegrad.nn's utils
+import tracegrad.torch.nn.utils as utils
 
 
 def __getattr__(name: str) -> Any:

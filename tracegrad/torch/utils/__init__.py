@@ -1,9 +1,9 @@
-"""`torch.utils`: `data` (datasets, samplers, DataLoader)."""
+"""`torch.utils`: `data` (datasets, samplers, DataLoader), `checkpoint`, `hooks`."""
 
 from typing import Any
 
 from tracegrad.torch._support import not_provided as _not_provided
-from tracegrad.torch.utils import data
+from tracegrad.torch.utils import checkpoint, data, hooks
 
 
 def __getattr__(name: str) -> Any:

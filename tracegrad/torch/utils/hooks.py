@@ -1,9 +1,11 @@
-"""`torch.nn.utils`: gradient clipping (`tracegrad.nn.utils`)."""
+"""`torch.utils.hooks`: `RemovableHandle`, what registering a module's hook returns."""
 
 from typing import Any
 
-from tracegrad.nn.utils import *  # noqa: F403
+from tracegrad.nn.modules import RemovableHandle
 from tracegrad.torch._support import not_provided as _not_provided
+
+__all__ = ["RemovableHandle"]
 
 
 def __getattr__(name: str) -> Any:

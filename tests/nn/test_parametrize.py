@@ -1,0 +1,197 @@
+"""Parametrizations: register_parametrization (chained, assigned through right_inverse,
+removed), and weight_norm and spectral_norm on them. state_dict keys, values, gradients and the
+power iteration's buffers against PyTorch in float64 (where installed), gradients against
+finite differences, traced training steps against eager ones."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+from tests.conftest import check_grad
+from tests.nn.test_layers_resampling import needs_torch, same_module, torch
+from tests.nn.test_utils import Normed, train_both
+from tracegrad import nn
+from tracegrad.compiler import lowering
+from tracegrad.nn import parametrize as P
+
+
+class Symmetric(nn.Module):
+    def forward(self, x):
+        return tg.triu(x) + tg.transpose(tg.triu(x, 1), 0, 1)
+
+
+class Scaled(nn.Module):
+    def forward(self, x):
+        return x * 2.0
+
+    def right_inverse(self, x):
+        return x / 2.0
+
+
+def test_a_parametrized_tensor_is_computed_at_each_read(rng):
+    m = nn.Linear(3, 3).double()
+    original = m.weight
+    P.register_parametrization(m, "weight", Symmetric())
+    assert P.is_parametrized(m) and P.is_parametrized(m, "weight")
+    assert not P.is_parametrized(m, "bias") and not P.is_parametrized(nn.Linear(2, 2))
+    assert m.parametrizations.weight.original is original  # optimizers keep their tensor
+    assert type(m).__name__ == "ParametrizedLinear" and isinstance(m, nn.Linear)
+    assert type(nn.Linear(2, 2)) is nn.Linear  # other instances untouched
+    w = m.weight.numpy()
+    np.testing.assert_array_equal(w, w.T)
+    assert [k for k, _ in m.named_parameters()] == ["bias", "parametrizations.weight.original"]
+    x = tg.tensor(rng.standard_normal((2, 3)))
+    m(x).sum().backward()
+    g = original.grad.numpy()  # the gradient reaches the original through the parametrization
+    np.testing.assert_allclose(np.tril(g, -1), 0.0)
+    with P.cached():
+        np.testing.assert_array_equal(m.weight.numpy(), w)
+
+
+def test_chained_parametrizations_assignment_and_removal(rng):
+    m = nn.Linear(2, 2).double()
+    P.register_parametrization(m, "weight", Scaled())
+    P.register_parametrization(m, "weight", Scaled())
+    original = m.parametrizations.weight.original
+    target = rng.standard_normal((2, 2))
+    m.weight = tg.tensor(target)  # through both right_inverses
+    np.testing.assert_allclose(original.numpy(), target / 4.0)
+    np.testing.assert_allclose(m.weight.numpy(), target)
+    P.remove_parametrizations(m, "weight")
+    assert type(m) is nn.Linear and "parametrizations" not in dict(m.named_children())
+    assert m.weight is original  # the same parameter, holding the parametrized value
+    np.testing.assert_allclose(m.weight.numpy(), target)
+    assert list(m.state_dict()) == ["bias", "weight"]
+    P.register_parametrization(m, "weight", Scaled())
+    P.remove_parametrizations(m, "weight", leave_parametrized=False)
+    np.testing.assert_allclose(m.weight.numpy(), target / 2.0)
+    with pytest.raises(ValueError, match="no parametrization"):
+        P.remove_parametrizations(m, "weight")
+    with pytest.raises(ValueError, match="no parameter or buffer"):
+        P.register_parametrization(m, "nothing", Scaled())
+
+
+@needs_torch
+def test_a_custom_parametrization_matches_torch(rng):
+    class TorchSymmetric(torch.nn.Module):
+        def forward(self, x):
+            return x.triu() + x.triu(1).transpose(0, 1)
+
+    ours, theirs = nn.Linear(3, 3), torch.nn.Linear(3, 3)
+    P.register_parametrization(ours, "weight", Symmetric())
+    torch.nn.utils.parametrize.register_parametrization(theirs, "weight", TorchSymmetric())
+    same_module(ours, theirs, rng.standard_normal((4, 3)))
+
+
+# --- weight_norm ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dim", [0, 1, None])
+def test_weight_norm_names_values_and_finite_differences(rng, dim):
+    m = P.weight_norm(nn.Conv2d(2, 3, 3).double(), dim=dim)
+    assert list(m.state_dict()) == ["bias", "parametrizations.weight.original0",
+                                    "parametrizations.weight.original1"]  # fmt: skip
+    g, v = m.parametrizations.weight.original0, m.parametrizations.weight.original1
+    np.testing.assert_allclose(m.weight.numpy(), v.numpy())  # g starts as v's norm
+    assert g.shape == {0: (3, 1, 1, 1), 1: (1, 2, 1, 1), None: ()}[dim]
+    check_grad(lambda g, v: m.parametrizations.weight[0](g, v), g.numpy() * 1.5, v.numpy())
+
+
+@needs_torch
+@pytest.mark.parametrize("dim", [0, 1, None])
+def test_weight_norm_matches_torch(rng, dim):
+    ours = P.weight_norm(nn.Conv2d(2, 3, 3), dim=dim)
+    theirs = torch.nn.utils.parametrizations.weight_norm(torch.nn.Conv2d(2, 3, 3), dim=dim)
+    with torch.no_grad():
+        theirs.parametrizations.weight.original0.mul_(1.5)
+    same_module(ours, theirs, rng.standard_normal((2, 2, 5, 6)))
+    P.remove_parametrizations(ours, "weight")
+    torch.nn.utils.parametrize.remove_parametrizations(theirs, "weight")
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    np.testing.assert_allclose(ours.weight.numpy(), theirs.weight.detach().numpy(), atol=1e-12)
+
+
+# --- spectral_norm ----------------------------------------------------------------------------
+
+
+def test_spectral_norm_names_convergence_and_finite_differences(rng):
+    nn.manual_seed(0)
+    m = P.spectral_norm(nn.Linear(5, 4).double())
+    assert list(m.state_dict()) == ["bias", "parametrizations.weight.original",
+                                    "parametrizations.weight.0._u",
+                                    "parametrizations.weight.0._v"]  # fmt: skip
+    w = m.parametrizations.weight.original.numpy()
+    for _ in range(50):  # each read in training is one more power iteration
+        m.weight  # noqa: B018
+    np.testing.assert_allclose(np.linalg.svd(m.weight.numpy(), compute_uv=False)[0], 1.0,
+                               rtol=1e-8)  # fmt: skip
+    sn = m.parametrizations.weight[0]
+    u = sn._u.numpy().copy()
+    m.eval()
+    m.weight  # noqa: B018 (a read computes it)
+    np.testing.assert_array_equal(sn._u.numpy(), u)  # no power iteration in eval
+    check_grad(lambda w: sn(w), w)
+    P.remove_parametrizations(m, "weight")
+    assert list(m.state_dict()) == ["bias", "weight"]
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda lib: lib.nn.Linear(4, 3),
+        lambda lib: lib.nn.Conv2d(2, 3, 3),
+        lambda lib: lib.nn.ConvTranspose2d(2, 3, 3),  # dim 1
+    ],
+)
+def test_spectral_norm_matches_torch_with_its_buffers(rng, make):
+    ours = P.spectral_norm(make(tg), n_power_iterations=2)
+    theirs = torch.nn.utils.parametrizations.spectral_norm(make(torch), n_power_iterations=2)
+    x = rng.standard_normal((2, 4) if isinstance(theirs, torch.nn.Linear) else (2, 2, 5, 5))
+    same_module(ours, theirs, x)  # training: two power iterations each
+    sn, tsn = ours.parametrizations.weight[0], theirs.parametrizations.weight[0]
+    for k in ("_u", "_v"):
+        np.testing.assert_allclose(getattr(sn, k).numpy(), getattr(tsn, k).numpy(), atol=1e-12,
+                                   err_msg=k)  # fmt: skip
+    ours.eval(), theirs.eval()
+    np.testing.assert_allclose(ours.weight.numpy(), theirs.weight.detach().numpy(), atol=1e-12)
+
+
+# --- traced training steps --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_traced_step_with_weight_norm_matches_eager(rng, backend, monkeypatch):
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+    train_both(lambda: Normed(P.weight_norm), rng, backend)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_traced_step_with_spectral_norm_updates_its_buffers_as_eager(rng, backend, monkeypatch):
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+    nn.manual_seed(0)
+    before = Normed(P.spectral_norm).double().fc.parametrizations.weight[0]._u.numpy().copy()
+    eager, traced = train_both(lambda: Normed(P.spectral_norm), rng, backend)
+    assert not np.allclose(traced.fc.parametrizations.weight[0]._u.numpy(), before)
+
+
+class FromRow(nn.Module):
+    """A (3, 3) weight made of one row repeated: its right_inverse stores one row."""
+
+    def forward(self, row):
+        return tg.stack([row, row, row])
+
+    def right_inverse(self, weight):
+        return weight[0]
+
+
+def test_a_right_inverse_that_changes_the_shape_needs_unsafe():
+    m = nn.Linear(3, 3).double()
+    with pytest.raises(ValueError, match="shape and dtype"):
+        P.register_parametrization(m, "weight", FromRow())
+    first = m.weight.numpy()[0].copy()
+    P.register_parametrization(m, "weight", FromRow(), unsafe=True)
+    assert m.parametrizations.weight.original.shape == (3,)
+    np.testing.assert_array_equal(m.weight.numpy(), np.stack([first] * 3))

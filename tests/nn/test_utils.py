@@ -1,0 +1,235 @@
+"""nn.utils beyond clipping: parameters as one vector, pad_sequence, and the hook-based
+weight_norm and spectral_norm. Values, gradients, state_dict keys and the power iteration's
+buffers against PyTorch in float64 (where installed), gradients against finite differences, and
+traced training steps against eager ones (the buffers u and v too)."""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+from tests.conftest import check_grad
+from tests.nn.test_layers_resampling import both, needs_torch, same_module, torch
+from tracegrad import nn, optim
+from tracegrad.compiler import lowering
+from tracegrad.nn import functional as F
+from tracegrad.nn import utils
+
+# --- parameters as a vector -----------------------------------------------------------------
+
+
+def test_parameters_to_vector_and_back(rng):
+    model = nn.Sequential(nn.Linear(3, 2), nn.Linear(2, 1, bias=False)).double()
+    vec = utils.parameters_to_vector(model.parameters())
+    assert vec.shape == (6 + 2 + 2,)
+    np.testing.assert_array_equal(
+        vec.numpy(), np.concatenate([p.numpy().ravel() for p in model.parameters()])
+    )
+    new = rng.standard_normal(vec.shape)
+    params = list(model.parameters())
+    utils.vector_to_parameters(tg.tensor(new), model.parameters())
+    assert [p for p in model.parameters()] == params  # the same tensors, new values
+    np.testing.assert_array_equal(utils.parameters_to_vector(model.parameters()).numpy(), new)
+    with pytest.raises(TypeError, match="1-d"):
+        utils.vector_to_parameters(tg.tensor(new.reshape(2, 5)), model.parameters())
+
+
+def test_parameters_to_vector_is_differentiable(rng):
+    check_grad(lambda a, b: utils.parameters_to_vector([a, b]) ** 2,
+               rng.standard_normal((2, 3)), rng.standard_normal(4))  # fmt: skip
+
+
+@needs_torch
+def test_parameters_to_vector_matches_torch(rng):
+    a, b = rng.standard_normal((2, 3)), rng.standard_normal(4)
+    both(lambda x, y: utils.parameters_to_vector([x, y]),
+         lambda x, y: torch.nn.utils.parameters_to_vector([x, y]), a, b)  # fmt: skip
+
+
+# --- pad_sequence ---------------------------------------------------------------------------
+
+PADDINGS = [(False, 0.0, "right"), (True, -1.5, "right"), (True, 2.0, "left"),
+            (False, 0.0, "left")]  # fmt: skip
+
+
+@pytest.mark.parametrize("batch_first, value, side", PADDINGS)
+def test_pad_sequence_pads_and_stacks(rng, batch_first, value, side):
+    seqs = [rng.standard_normal((n, 2)) for n in (3, 1, 4)]
+    out = utils.pad_sequence([tg.tensor(s) for s in seqs], batch_first, value, side).numpy()
+    assert out.shape == ((3, 4, 2) if batch_first else (4, 3, 2))
+    out = out if batch_first else out.transpose(1, 0, 2)
+    for row, s in zip(out, seqs, strict=True):
+        pad = np.full((4 - len(s), 2), value)
+        np.testing.assert_array_equal(row, np.concatenate([s, pad] if side == "right" else
+                                                          [pad, s]))  # fmt: skip
+    check_grad(lambda *xs: utils.pad_sequence(xs, batch_first, value, side), *seqs)
+
+
+@needs_torch
+@pytest.mark.parametrize("batch_first, value, side", PADDINGS)
+def test_pad_sequence_matches_torch(rng, batch_first, value, side):
+    seqs = [rng.standard_normal(n) for n in (2, 5, 3)]
+    theirs = torch.nn.utils.rnn.pad_sequence
+    both(lambda *xs: utils.pad_sequence(xs, batch_first, value, side),
+         lambda *ts: theirs(ts, batch_first, value, side), *seqs)  # fmt: skip
+
+
+def test_pad_sequence_refuses_an_unknown_side():
+    with pytest.raises(ValueError, match="padding_side"):
+        utils.pad_sequence([tg.tensor(np.ones(2))], padding_side="middle")
+
+
+# --- weight_norm --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dim", [0, 1, None])
+def test_weight_norm_gradients_match_finite_differences(rng, dim):
+    fn = utils.WeightNorm("weight", -1 if dim is None else dim)
+    g_shape = {0: (3, 1, 1), 1: (1, 2, 1), None: ()}[dim]
+
+    def weight(g, v):
+        return fn.compute_weight(types.SimpleNamespace(weight_g=g, weight_v=v))
+
+    check_grad(weight, rng.uniform(0.5, 2, g_shape), rng.standard_normal((3, 2, 4)))
+
+
+def test_weight_norm_names_and_removal(rng):
+    m = utils.weight_norm(nn.Conv2d(2, 3, 3).double())
+    assert list(m.state_dict()) == ["bias", "weight_g", "weight_v"]
+    assert m.weight_g.shape == (3, 1, 1, 1)
+    x = tg.tensor(rng.standard_normal((1, 2, 5, 5)))
+    with tg.no_grad():
+        m.weight_g.mul_(2.0)
+    y = m(x).numpy()
+    utils.remove_weight_norm(m)
+    assert list(m.state_dict()) == ["bias", "weight"] and m._forward_pre_hooks == {}
+    np.testing.assert_allclose(m(x).numpy(), y)
+    with pytest.raises(ValueError, match="weight_norm"):
+        utils.remove_weight_norm(m)
+
+
+@needs_torch
+@pytest.mark.parametrize("dim", [0, 1, None])
+def test_weight_norm_matches_torch(rng, dim):
+    ours = utils.weight_norm(nn.Conv2d(2, 3, 3), dim=dim)
+    theirs = torch.nn.utils.weight_norm(torch.nn.Conv2d(2, 3, 3), dim=dim)
+    same_module(ours, theirs, rng.standard_normal((2, 2, 5, 6)))
+
+
+# --- spectral_norm ------------------------------------------------------------------------------
+
+
+def test_spectral_norm_gradient_matches_finite_differences(rng):
+    fn = utils.SpectralNorm("weight", 1, 0, 1e-12)
+    u, v = (tg.tensor(a / np.linalg.norm(a)) for a in rng.standard_normal((2, 3)))
+
+    def weight(w):
+        module = types.SimpleNamespace(weight_orig=w, weight_u=u, weight_v=v)
+        return fn.compute_weight(module, do_power_iteration=False)
+
+    check_grad(weight, rng.standard_normal((3, 3)))
+
+
+def test_spectral_norm_converges_to_the_largest_singular_value(rng):
+    nn.manual_seed(0)
+    m = utils.spectral_norm(nn.Linear(5, 4).double(), n_power_iterations=3)
+    x = tg.tensor(rng.standard_normal((2, 5)))
+    for _ in range(20):
+        m(x)
+    sigma = np.linalg.svd(m.weight_orig.numpy(), compute_uv=False)[0]
+    np.testing.assert_allclose(m.weight.numpy(), m.weight_orig.numpy() / sigma, rtol=1e-8)
+    assert list(m.state_dict()) == ["bias", "weight_orig", "weight_u", "weight_v"]
+    u = m.weight_u.numpy().copy()
+    m.eval()
+    m(x)
+    np.testing.assert_array_equal(m.weight_u.numpy(), u)  # no power iteration in eval
+    utils.remove_spectral_norm(m)
+    assert list(m.state_dict()) == ["bias", "weight"]
+    np.testing.assert_allclose(np.linalg.svd(m.weight.numpy(), compute_uv=False)[0], 1.0)
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda lib: lib.nn.Linear(4, 3),
+        lambda lib: lib.nn.Conv2d(2, 3, 3),
+        lambda lib: lib.nn.ConvTranspose2d(2, 3, 3),  # dim 1
+    ],
+)
+def test_spectral_norm_matches_torch_with_its_buffers(rng, make):
+    ours = utils.spectral_norm(make(tg), n_power_iterations=2)
+    theirs = torch.nn.utils.spectral_norm(make(torch), n_power_iterations=2)
+    x = rng.standard_normal((2, 4) if isinstance(theirs, torch.nn.Linear) else (2, 2, 5, 5))
+    same_module(ours, theirs, x)  # training: one power iteration each
+    for k in ("weight_u", "weight_v"):
+        np.testing.assert_allclose(getattr(ours, k).numpy(), getattr(theirs, k).numpy(),
+                                   atol=1e-12, err_msg=k)  # fmt: skip
+    ours.eval(), theirs.eval()
+    np.testing.assert_allclose(ours(tg.tensor(x)).numpy(), theirs(torch.tensor(x)).detach().numpy(),
+                               atol=1e-12)  # fmt: skip
+    utils.remove_spectral_norm(ours)
+    torch.nn.utils.remove_spectral_norm(theirs)
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    np.testing.assert_allclose(ours.weight.numpy(), theirs.weight.detach().numpy(), atol=1e-12)
+
+
+# --- traced training steps ----------------------------------------------------------------------
+
+
+class Normed(nn.Module):
+    def __init__(self, normalize):
+        super().__init__()
+        self.conv = normalize(nn.Conv2d(1, 4, 3))
+        self.fc = normalize(nn.Linear(4 * 3 * 3, 3))
+
+    def forward(self, x):
+        return self.fc(tg.reshape(F.relu(self.conv(x)), (x.shape[0], -1)))
+
+
+def train_both(make, rng, backend, steps=3):
+    """The eager and the traced training step of two copies of one model; the models after."""
+    models, fns = [], []
+    for _ in range(2):
+        nn.manual_seed(0)
+        model = make().double()
+        opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+        def step(x, y, model=model, opt=opt):
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            return loss
+
+        models.append(model)
+        fns.append(step)
+    eager, traced = fns[0], tg.trace(fns[1], backend=backend)
+    for _ in range(steps):
+        x, y = rng.standard_normal((4, 1, 5, 5)), rng.integers(0, 3, 4)
+        np.testing.assert_allclose(float(traced(x, y)), float(eager(tg.tensor(x), tg.tensor(y))),
+                                   rtol=1e-10)  # fmt: skip
+    eager_state, traced_state = models[0].state_dict(), models[1].state_dict()
+    assert list(eager_state) == list(traced_state)
+    for k, v in eager_state.items():
+        np.testing.assert_allclose(traced_state[k].numpy(), v.numpy(), rtol=1e-9, atol=1e-12,
+                                   err_msg=k)  # fmt: skip
+    return models
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_traced_step_with_weight_norm_matches_eager(rng, backend, monkeypatch):
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+    train_both(lambda: Normed(utils.weight_norm), rng, backend)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_traced_step_with_spectral_norm_updates_its_buffers_as_eager(rng, backend, monkeypatch):
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+    nn.manual_seed(0)
+    before = Normed(utils.spectral_norm).double().fc.weight_u.numpy().copy()
+    eager, traced = train_both(lambda: Normed(utils.spectral_norm), rng, backend)
+    assert not np.allclose(traced.fc.weight_u.numpy(), before)  # written at every call

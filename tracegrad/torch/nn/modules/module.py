@@ -1,0 +1,16 @@
+"""`torch.nn.modules.module`: `Module` and the forward hooks of every module."""
+
+from typing import Any
+
+from tracegrad.nn.modules import (
+    Module,
+    register_module_forward_hook,
+    register_module_forward_pre_hook,
+)
+from tracegrad.torch._support import not_provided as _not_provided
+
+__all__ = ["Module", "register_module_forward_hook", "register_module_forward_pre_hook"]
+
+
+def __getattr__(name: str) -> Any:
+    raise _not_provided(__name__, name)
