@@ -44,6 +44,7 @@ from tracegrad.frontend.reductions import *  # noqa: F403
 from tracegrad.frontend.sampling import *  # noqa: F403
 from tracegrad.frontend.serialization import CheckpointError, load, save
 from tracegrad.frontend.sorting import *  # noqa: F403
+from tracegrad.frontend.special import *  # noqa: F403
 from tracegrad.frontend.tensor import Tensor, get_default_dtype, set_default_dtype
 from tracegrad.frontend.tracer import guard, interpret
 from tracegrad.runtime import eager as _eager  # noqa: F401 - eager calls run kernels

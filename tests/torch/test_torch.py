@@ -25,7 +25,8 @@ SUBMODULES = ["nn", "nn.functional", "nn.init", "nn.utils", "nn.parallel", "opti
               "optim.lr_scheduler", "utils", "utils.data", "utils.data.dataloader",
               "utils.data.dataset", "utils.data.sampler", "autograd", "cuda", "cuda.amp", "amp",
               "backends", "backends.cudnn", "backends.mps", "backends.cuda", "linalg", "random",
-              "distributed", "accelerator", "onnx", "serialization", "version"]  # fmt: skip
+              "distributed", "accelerator", "onnx", "serialization", "special",
+              "version"]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", SUBMODULES)

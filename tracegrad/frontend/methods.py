@@ -28,6 +28,7 @@ from tracegrad.frontend import products as M
 from tracegrad.frontend import rearrange as A
 from tracegrad.frontend import reductions as R
 from tracegrad.frontend import sorting as S
+from tracegrad.frontend import special as X
 from tracegrad.frontend.device import CPU, require_cpu, to_arguments
 from tracegrad.frontend.tensor import Tensor
 
@@ -250,6 +251,9 @@ METHODS: dict[str, Any] = {
     "addcdiv": E.addcdiv, "lerp": E.lerp, "relu": E.relu, "logical_not": E.logical_not,
     "logical_and": E.logical_and, "logical_or": E.logical_or, "logical_xor": E.logical_xor,
     "clamp_min": lambda self, min: F.clamp(self, min=min),
+    # special functions (lgamma, digamma, erfc, erfinv are the op table's, above)
+    "polygamma": lambda self, n: X.polygamma(n, self), "logit": X.logit, "xlogy": X.xlogy,
+    "mvlgamma": X.mvlgamma,
     "clamp_max": lambda self, max: F.clamp(self, max=max),
     # sampling
     "multinomial": sampling.multinomial, "bernoulli": sampling.bernoulli,

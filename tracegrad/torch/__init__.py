@@ -167,6 +167,7 @@ from tracegrad.torch import (  # noqa: E402 (the submodules read the names above
     optim,
     random,
     serialization,
+    special,
     utils,
     version,
 )
