@@ -36,6 +36,8 @@ BINARY = {
 SHAPES = {
     "cumsum": (lambda x: tnp.cumsum(x, axis=1), lambda x: np.cumsum(x, axis=1), [M]),
     "cumsum flat": (tnp.cumsum, np.cumsum, [M]),
+    "cumprod": (lambda x: tnp.cumprod(x, axis=0), lambda x: np.cumprod(x, axis=0), [M]),
+    "cumprod flat": (tnp.cumprod, np.cumprod, [M]),
     "diff": (lambda x: tnp.diff(x, 2), lambda x: np.diff(x, 2), [M]),
     "sort": (lambda x: tnp.sort(x, 0), lambda x: np.sort(x, 0), [M]),
     "msort": (tnp.msort, lambda x: np.sort(x, 0), [M]),

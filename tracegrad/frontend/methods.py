@@ -225,7 +225,9 @@ METHODS: dict[str, Any] = {
     "sum": R.sum, "mean": R.mean, "prod": R.prod, "max": R.max, "min": R.min, "amax": R.amax,
     "amin": R.amin, "argmax": R.argmax, "argmin": R.argmin, "var": R.var, "std": R.std,
     "logsumexp": R.logsumexp, "softmax": R.softmax, "log_softmax": R.log_softmax,
-    "cumsum": R.cumsum, "diff": R.diff, "all": R.all, "any": R.any,
+    "cumsum": R.cumsum, "diff": R.diff, "all": R.all, "any": R.any, "cumprod": R.cumprod,
+    "logcumsumexp": R.logcumsumexp, "cummax": R.cummax, "cummin": R.cummin,
+    "count_nonzero": R.count_nonzero,
     # sorting
     "sort": S.sort, "argsort": S.argsort, "msort": S.msort, "topk": S.topk,
     "kthvalue": S.kthvalue, "median": S.median,

@@ -208,6 +208,60 @@ def cumsum(input: Any, dim: int, *, dtype: Any = None) -> Tensor:
 
 
 @pytorch_keywords
+def cumprod(input: Any, dim: int, *, dtype: Any = None) -> Tensor:
+    """Running products along `dim`; the gradient is right at zeros too (an op of its own: the
+    product of the others, not out / x)."""
+    x = as_tensor(input)
+    x = x if dtype is None else astype(x, dtype)
+    if x.ndim == 0:
+        return reshape(P.cumprod(reshape(x, (1,)), axis=0), ())
+    return P.cumprod(x, axis=one_dim("cumprod", dim, x.ndim))
+
+
+@pytorch_keywords
+def logcumsumexp(input: Any, dim: int) -> Tensor:
+    """log(cumsum(exp(x))) along `dim`, without overflow or underflow (NumPy's
+    logaddexp.accumulate; its gradient is summed in log space too)."""
+    x = as_tensor(input)
+    if x.ndim == 0:
+        return reshape(P.logcumsumexp(reshape(x, (1,)), axis=0), ())
+    return P.logcumsumexp(x, axis=one_dim("logcumsumexp", dim, x.ndim))
+
+
+CummaxResult, CumminResult = values_indices("cummax"), values_indices("cummin")
+
+
+def _cumulative(name: str, input: Any, dim: int) -> Any:
+    x = as_tensor(input)
+    flat = reshape(x, (1,)) if x.ndim == 0 else x
+    d = one_dim(name, dim, flat.ndim)
+    idx = (P.argcummax if name == "cummax" else P.argcummin)(flat, axis=d)
+    values = take_along(flat, idx, d, flat.shape)
+    result = CummaxResult if name == "cummax" else CumminResult
+    return result(values, idx) if x.ndim else result(reshape(values, ()), reshape(idx, ()))
+
+
+@pytorch_keywords
+def cummax(input: Any, dim: int) -> Any:
+    """(values, indices) of the running maximum along `dim` (the last index of a tie, as
+    PyTorch's); the values are gathered there, so the gradient goes to the maxima."""
+    return _cumulative("cummax", input, dim)
+
+
+@pytorch_keywords
+def cummin(input: Any, dim: int) -> Any:
+    """As `cummax`, for the running minimum."""
+    return _cumulative("cummin", input, dim)
+
+
+@pytorch_keywords
+def count_nonzero(input: Any, dim: Any = None) -> Tensor:
+    """The number of nonzero elements over `dim` (all by default), int64."""
+    x = as_tensor(input)
+    return sum(x != 0, dim)
+
+
+@pytorch_keywords
 def diff(input: Any, n: int = 1, dim: int = -1, prepend: Any = None, append: Any = None) -> Tensor:
     """The n-th forward difference along `dim`, after joining `prepend` and `append`."""
     x = as_tensor(input)
@@ -238,6 +292,7 @@ def gradient(
 
 
 __all__ = [
-    "all", "amax", "amin", "any", "argmax", "argmin", "cumsum", "diff", "gradient",
-    "log_softmax", "logsumexp", "max", "mean", "min", "prod", "softmax", "std", "sum", "var",
+    "all", "amax", "amin", "any", "argmax", "argmin", "count_nonzero", "cummax", "cummin",
+    "cumprod", "cumsum", "diff", "gradient", "log_softmax", "logcumsumexp", "logsumexp", "max",
+    "mean", "min", "prod", "softmax", "std", "sum", "var",
 ]  # fmt: skip

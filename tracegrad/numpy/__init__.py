@@ -249,6 +249,15 @@ def cumsum(a: Any, axis: int | None = None, dtype: Any = None, out: None = None)
     return reductions.cumsum(x, axis, dtype=dtype)
 
 
+def cumprod(a: Any, axis: int | None = None, dtype: Any = None, out: None = None) -> Tensor:
+    """Running products along `axis`, of the flattened array if None."""
+    _no_out("cumprod", out)
+    x = asarray(a)
+    if axis is None:
+        x, axis = functions.ravel(x), 0
+    return reductions.cumprod(x, axis, dtype=dtype)
+
+
 def diff(a: Any, n: int = 1, axis: int = -1, prepend: Any = None, append: Any = None) -> Tensor:
     return reductions.diff(asarray(a), n, axis, None if prepend is None else asarray(prepend),
                   None if append is None else asarray(append))  # fmt: skip
