@@ -30,6 +30,7 @@ from tracegrad.core.primitives import (
 from tracegrad.frontend import autograd, linalg
 from tracegrad.frontend import methods as _methods  # noqa: F401 (attaches Tensor's methods)
 from tracegrad.frontend.autodiff import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from tracegrad.frontend.counting import *  # noqa: F403
 from tracegrad.frontend.creation import *  # noqa: F403
 from tracegrad.frontend.creation import seed as _seed
 from tracegrad.frontend.elementwise import *  # noqa: F403

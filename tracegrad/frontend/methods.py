@@ -20,6 +20,7 @@ from tracegrad.core import primitives as P
 from tracegrad.core.errors import user_location
 from tracegrad.core.vocabulary import Kind
 from tracegrad.frontend import autodiff, linalg, sampling
+from tracegrad.frontend import counting as K
 from tracegrad.frontend import creation as C
 from tracegrad.frontend import elementwise as E
 from tracegrad.frontend import functions as F
@@ -231,6 +232,9 @@ METHODS: dict[str, Any] = {
     # sorting
     "sort": S.sort, "argsort": S.argsort, "msort": S.msort, "topk": S.topk,
     "kthvalue": S.kthvalue, "median": S.median,
+    # indices and counts
+    "unique": K.unique, "unique_consecutive": K.unique_consecutive, "bincount": K.bincount,
+    "histc": K.histc,
     # rearranging
     "split": A.split, "chunk": A.chunk, "tensor_split": A.tensor_split, "unbind": A.unbind,
     "hsplit": A.hsplit, "vsplit": A.vsplit, "dsplit": A.dsplit, "flip": _varargs(A.flip),

@@ -187,6 +187,44 @@ argcummax = Primitive("argcummax", _argcumulative(np.maximum),
                       lambda x, axis: (x.shape, np.int64), raises=False)  # fmt: skip
 argcummin = Primitive("argcummin", _argcumulative(np.minimum),
                       lambda x, axis: (x.shape, np.int64), raises=False)  # fmt: skip
+
+
+def _searchsorted(sorted_sequence, values, side):
+    """np.searchsorted, row by row when the sequence has leading dimensions (values' match)."""
+    seq, values = np.asarray(sorted_sequence), np.asarray(values)
+    if seq.ndim == 1:
+        return np.searchsorted(seq, values, side).astype(np.int64)
+    out = np.empty(values.shape, np.int64)
+    for row in np.ndindex(seq.shape[:-1]):
+        out[row] = np.searchsorted(seq[row], values[row], side)
+    return out
+
+
+def _searchsorted_rule(sorted_sequence, values, side):
+    if sorted_sequence.ndim > 1 and sorted_sequence.shape[:-1] != values.shape[:-1]:
+        raise ValueError(f"the sorted sequence {sorted_sequence.shape} and the values "
+                         f"{values.shape} differ in their leading dimensions")  # fmt: skip
+    return values.shape, np.int64
+
+
+searchsorted = Primitive("searchsorted", _searchsorted, _searchsorted_rule, raises=False)
+
+
+def _histc(x, bins, lo, hi):
+    """PyTorch's histc: `bins` equal bins over [lo, hi] (the data's range if both are 0, widened
+    by 1 each way if it is one value), the last bin closed; elements outside are not counted."""
+    x = np.asarray(x)
+    if lo == hi == 0 and x.size:
+        lo, hi = float(np.min(x)), float(np.max(x))
+    if lo == hi:
+        lo, hi = lo - 1, hi + 1
+    kept = x[(x >= lo) & (x <= hi)]
+    counts = np.histogram(kept, bins, (lo, hi))[0] if kept.size else np.zeros(bins, np.int64)
+    return counts.astype(x.dtype if x.dtype.kind == "f" else np.float64)
+
+
+histc = Primitive("histc", _histc, lambda x, bins, lo, hi: ((bins,), shapes.floating(x)[1]),
+                  raises=False)  # fmt: skip
 argsort = Primitive("argsort", lambda x, axis: np.argsort(x, axis=axis, kind="stable"),
                     lambda x, axis: (x.shape, np.int64), raises=False)  # fmt: skip
 argpartition = Primitive("argpartition", np.argpartition,
