@@ -244,7 +244,9 @@ METHODS: dict[str, Any] = {
     "tril": A.tril,
     # products
     "matmul": F.matmul, "mm": F.matmul, "dot": M.dot, "inner": M.inner, "outer": M.outer,
-    "kron": M.kron, "cross": M.cross, "norm": _norm,
+    "kron": M.kron, "cross": M.cross, "norm": _norm, "addmm": M.addmm, "addmv": M.addmv,
+    "addr": M.addr, "baddbmm": M.baddbmm, "addbmm": M.addbmm, "det": linalg.det,
+    "logdet": linalg.logdet, "slogdet": linalg.slogdet, "cholesky": linalg.cholesky_top,
     # elementwise
     "clamp": F.clamp, "clip": F.clip, "square": E.square, "reciprocal": E.reciprocal,
     "rsqrt": lambda self: 1.0 / P.sqrt(self),

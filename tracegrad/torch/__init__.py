@@ -19,6 +19,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+import numba
 import numpy as np
 
 import tracegrad as _tg
@@ -119,6 +120,41 @@ class inference_mode(no_grad):  # noqa: N801 (PyTorch's name)
         super().__init__()
 
 
+# --- threads -----------------------------------------------------------------------------------
+
+
+def set_num_threads(num: int) -> None:
+    """PyTorch's intra-op thread count, mapped onto tracegrad's: the Numba threads of the
+    compiled kernels (clamped to the NUMBA_NUM_THREADS the process started with; kernels built
+    before keep theirs) and the BLAS threads (through threadpoolctl, where it is installed)."""
+    n = builtins.int(num)
+    if n < 1:
+        raise ValueError(f"set_num_threads: expects a positive number of threads, got {num!r}")
+    numba.set_num_threads(builtins.min(n, numba.config.NUMBA_NUM_THREADS))
+    try:
+        import threadpoolctl
+    except ImportError:  # not a dependency: BLAS keeps its own count
+        return
+    threadpoolctl.threadpool_limits(limits=n, user_api="blas")
+
+
+def get_num_threads() -> int:
+    """The Numba threads compiled kernels run on (what `set_num_threads` set)."""
+    return numba.get_num_threads()
+
+
+_interop_threads = [1]
+
+
+def set_num_interop_threads(num: int) -> None:
+    """Recorded only: tracegrad runs no inter-op thread pool."""
+    _interop_threads[0] = builtins.int(num)
+
+
+def get_num_interop_threads() -> int:
+    return _interop_threads[0]
+
+
 # --- torch.compile ----------------------------------------------------------------------------
 
 _TORCH_BACKENDS = ("inductor", "eager", "aot_eager", "cudagraphs")
@@ -185,5 +221,6 @@ def __getattr__(name: str) -> Any:
 __all__ = sorted(
     name for name, value in globals().items()
     if not name.startswith("_") and name not in ("annotations", "builtins", "functools",
-                                                 "warnings", "np", "Any", "Callable")
+                                                 "warnings", "np", "numba", "Any",
+                                                 "Callable")
 )  # fmt: skip
