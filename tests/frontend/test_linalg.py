@@ -37,6 +37,10 @@ CASES = {  # name: (call given the library, arrays)
     "slogdet log": (lambda lib, a: lib.slogdet(a).logabsdet, [SQ]),
     "cholesky": (lambda lib, a: lib.cholesky(a), [SPD]),
     "cholesky upper": (lambda lib, a: lib.cholesky(a, True), [SPD]),
+    "linalg.qr": (lambda lib, a: lib.stack(list(lib.linalg.qr(a))), [SQ]),
+    "linalg.qr tall": (lambda lib, a: lib.linalg.qr(a).Q @ lib.linalg.qr(a).R.exp(), [X1]),
+    "linalg.qr wide q": (lambda lib, a: lib.linalg.qr(a.mT)[0], [X1]),
+    "linalg.qr wide r": (lambda lib, a: lib.linalg.qr(a.mT, "complete")[1], [X1]),
     "cdist": (lambda lib, a, b: lib.cdist(a, b), [X1, X2]),
     "cdist many": (lambda lib, a, b: lib.cdist(a, b), [MANY, MANY[:7] + 0.1]),
     "cdist mm": (lambda lib, a, b: lib.cdist(a, b, compute_mode="use_mm_for_euclid_dist"),
@@ -97,6 +101,21 @@ def test_values_without_torch():
         tg.cdist(tg.tensor(X1), tg.tensor(X2[..., :3]))
 
 
+def test_qr_without_torch():
+    for a in (X1, X1.transpose(0, 2, 1), SQ):
+        q, r = tg.linalg.qr(tg.tensor(a))
+        k = min(a.shape[-2:])
+        eye = np.broadcast_to(np.eye(k), q.shape[:-2] + (k, k))
+        np.testing.assert_allclose((q.mT @ q).numpy(), eye, atol=1e-14)
+        np.testing.assert_allclose((q @ r).numpy(), a, atol=1e-14)
+        assert np.array_equal(r.numpy(), np.triu(r.numpy()))
+        np.testing.assert_allclose(r.numpy(), np.linalg.qr(a)[1], atol=1e-14)  # LAPACK's signs
+    assert tg.linalg.qr(tg.tensor(SQ), mode="r").Q.shape == (0,)
+    with pytest.raises(NotImplementedError, match="complete"):
+        tg.linalg.qr(tg.tensor(X1), mode="complete")
+    assert ttorch.linalg.qr is tg.linalg.qr
+
+
 @pytest.mark.parametrize("mode", ["use_mm_for_euclid_dist", "donot_use_mm_for_euclid_dist"])
 def test_a_zero_distance_has_a_zero_gradient(mode):
     x = tg.tensor(MANY[:4], requires_grad=True)
@@ -113,7 +132,9 @@ def test_traced_matches_eager(backend, monkeypatch):
     monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
 
     def f(a, b, s):
+        q, r = tg.linalg.qr(a.mT)
         return (tg.cdist(a, b).sum(-1) + tg.cdist(a, b, 1.0, "donot_use_mm_for_euclid_dist")
-                .sum(-1) + tg.logdet(s @ s.mT + 1.0).unsqueeze(-1))  # fmt: skip
+                .sum(-1) + tg.logdet(s @ s.mT + 1.0).unsqueeze(-1) + (q.sum(-2) * r.sum(-1))
+                .sum(-1, keepdim=True))  # fmt: skip
 
     traced_matches_eager(f, X1, X2, SQ, backend=backend)

@@ -125,6 +125,8 @@ LINALG = {
     "solve": (tnp.linalg.solve, np.linalg.solve, [SQ, M[:, :2]]),
     "solve vector": (tnp.linalg.solve, np.linalg.solve, [SQ, V[:3]]),
     "pinv": (tnp.linalg.pinv, np.linalg.pinv, [M]),
+    "qr q": (lambda a: tnp.linalg.qr(a)[0], lambda a: np.linalg.qr(a)[0], [M.T]),
+    "qr r wide": (lambda a: tnp.linalg.qr(a, "r"), lambda a: np.linalg.qr(a, "r"), [M]),
     "norm": (tnp.linalg.norm, np.linalg.norm, [M]),
     "norm ord=3 axis": (lambda a: tnp.linalg.norm(a, 3, 1), lambda a: np.linalg.norm(a, 3, 1), [M]),
     "norm ord=inf matrix": (lambda a: tnp.linalg.norm(a, np.inf),

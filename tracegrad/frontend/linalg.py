@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from tracegrad.core import primitives as P
 from tracegrad.core.errors import ShapeError
 from tracegrad.frontend.functions import (
@@ -91,6 +93,27 @@ def svd(A: Any, full_matrices: bool = True) -> SVDResult:
     if full_matrices and a.shape[-1] != a.shape[-2]:
         raise NotImplementedError("svd: only full_matrices=False (or square matrices)")
     return SVDResult(*(P.svd(a, part=p) for p in ("u", "s", "vh")))
+
+
+class QRResult(NamedTuple):
+    Q: Tensor
+    R: Tensor
+
+
+def qr(A: Any, mode: str = "reduced") -> QRResult:
+    """(Q, R) with A = QR, Q's columns orthonormal and R upper triangular (LAPACK's signs, as
+    NumPy's and PyTorch's): "reduced" (Q m x k, R k x n, k = min(m, n)), "complete" (the same
+    where m <= n; a full Q of a tall matrix has no unique gradient and is not provided) or "r"
+    (Q empty). Differentiable where R's first k columns are invertible."""
+    a = as_tensor(A)
+    if mode not in ("reduced", "complete", "r"):
+        raise ValueError(f"qr: mode must be 'reduced', 'complete' or 'r', not {mode!r}")
+    if mode == "complete" and a.shape[-2] > a.shape[-1]:
+        raise NotImplementedError("qr: mode='complete' of a tall matrix (use 'reduced')")
+    r = P.qr(a, part="r")
+    if mode == "r":
+        return QRResult(Tensor(np.zeros((0,), r.dtype)), r)
+    return QRResult(P.qr(a, part="q"), r)
 
 
 def svdvals(A: Any) -> Tensor:
@@ -223,4 +246,4 @@ def cdist(x1: Any, x2: Any, p: float = 2.0,
 
 
 __all__ = ["cholesky", "cross", "det", "eigh", "eigvalsh", "inv", "matrix_norm", "norm", "pinv",
-           "slogdet", "solve", "svd", "svdvals", "vector_norm"]  # fmt: skip
+           "qr", "slogdet", "solve", "svd", "svdvals", "vector_norm"]  # fmt: skip
