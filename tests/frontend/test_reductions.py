@@ -36,6 +36,21 @@ CASES = {  # name: (call given the library, the input)
     "logcumsumexp dim 0": (lambda lib, x: x.logcumsumexp(0), M),
     "cummax values": (lambda lib, x: lib.cummax(x, 1).values, TIES),
     "cummin values": (lambda lib, x: x.cummin(dim=0).values, TIES),
+    "trapezoid": (lambda lib, x: lib.trapezoid(x, dim=0), M),
+    "trapezoid x": (lambda lib, x: lib.trapezoid(x, x[0].exp().cumsum(0)), M),
+    "trapezoid x 2-D": (lambda lib, x: lib.trapezoid(x, x.exp().cumsum(1), dim=1), M),
+    "trapz dx": (lambda lib, x: lib.trapz(x, dx=0.25), M),
+    "cumulative_trapezoid": (lambda lib, x: lib.cumulative_trapezoid(x, dx=0.5, dim=0), M),
+    "cumulative_trapezoid x": (lambda lib, x: lib.cumulative_trapezoid(x, x[0].exp().cumsum(0)), M),
+    "cov": (lambda lib, x: lib.cov(x), M),
+    "cov 1-D": (lambda lib, x: lib.cov(x[1], correction=0), M),
+    "cov weights": (
+        lambda lib, x: lib.cov(
+            x, correction=2, fweights=lib.tensor([1, 2, 1, 3, 2]), aweights=x[0].abs() + 0.1
+        ),
+        M,
+    ),
+    "corrcoef": (lambda lib, x: x.corrcoef(), M),
 }
 
 
@@ -113,6 +128,9 @@ def test_traced_matches_eager(backend, monkeypatch):
 
     def f(x):
         return (tg.cumprod(x, 1) + tg.logcumsumexp(x, 0) + tg.cummax(x, 1).values
-                - tg.cummin(x, 0).values * tg.count_nonzero(x, 1).unsqueeze(1))  # fmt: skip
+                - tg.cummin(x, 0).values * tg.count_nonzero(x, 1).unsqueeze(1)
+                + tg.corrcoef(x).sum() + tg.cov(x, aweights=x[0] * x[0] + 1.0).sum(0, True).mT
+                + tg.trapezoid(x, x[0].exp().cumsum(0)).unsqueeze(1)
+                + tg.cumulative_trapezoid(x, dim=0).sum(0))  # fmt: skip
 
     traced_matches_eager(f, ZEROS, backend=backend)

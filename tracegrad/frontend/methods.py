@@ -240,7 +240,8 @@ METHODS: dict[str, Any] = {
     "hsplit": A.hsplit, "vsplit": A.vsplit, "dsplit": A.dsplit, "flip": _varargs(A.flip),
     "fliplr": A.fliplr, "flipud": A.flipud, "roll": A.roll, "rot90": A.rot90,
     "tile": _varargs(A.tile), "repeat": A.repeat, "repeat_interleave": A.repeat_interleave,
-    "diagonal": A.diagonal, "diag": A.diag, "trace": A.matrix_trace, "triu": A.triu,
+    "diagonal": A.diagonal, "diag": A.diag, "diag_embed": A.diag_embed, "cov": R.cov,
+    "corrcoef": R.corrcoef, "trace": A.matrix_trace, "triu": A.triu,
     "tril": A.tril,
     # products
     "matmul": F.matmul, "mm": F.matmul, "dot": M.dot, "inner": M.inner, "outer": M.outer,

@@ -276,6 +276,18 @@ def diag_embed(input: Any, offset: int = 0, dim1: int = -2, dim2: int = -1) -> T
     return moveaxis(out, (n - 2, n - 1), (a, b))
 
 
+def vander(x: Any, N: int | None = None, increasing: bool = False) -> Tensor:
+    """The Vandermonde matrix of a 1-D x: columns x^(N-1), ..., x, 1 (x^0 first if
+    increasing), N = len(x) by default; powers with constant exponents, so 0^0 = 1 and its
+    gradient 0."""
+    v = as_tensor(x)
+    if v.ndim != 1:
+        raise ShapeError(f"vander: x must be 1-D, got {v.shape}")
+    n = v.shape[0] if N is None else int(N)
+    powers = np.arange(n) if increasing else np.arange(n)[::-1].copy()
+    return reshape(v, (-1, 1)) ** powers.astype(v.dtype if v.dtype.kind == "f" else np.int64)
+
+
 def block_diag(*tensors: Any) -> Tensor:
     """The tensors (0-D, 1-D as a row, or 2-D) as blocks on the diagonal of one matrix, zeros
     elsewhere, of their promoted dtype."""
@@ -404,7 +416,7 @@ def column_stack(tensors: Sequence[Any]) -> Tensor:
 
 __all__ = [
     "atleast_1d", "atleast_2d", "atleast_3d", "block_diag", "cartesian_prod", "chunk",
-    "column_stack", "diag", "diag_embed", "diagonal", "meshgrid",
+    "column_stack", "diag", "diag_embed", "diagonal", "meshgrid", "vander",
     "dsplit", "dstack", "flip", "fliplr", "flipud", "hsplit", "hstack", "nonzero",
     "repeat_interleave", "roll", "rot90", "split", "tensor_split", "tile", "tril", "triu",
     "unbind", "vsplit", "vstack", "where",
