@@ -53,6 +53,8 @@ CASES = {
     "ndtri": (lambda s, p: s.ndtri(p), [P01]),
     "log_ndtr": (lambda s, x: s.log_ndtr(x * 10), [X]),
     "entr": (lambda s, x: s.entr(x), [POS]),
+    "i0": (lambda s, x: s.i0(x), [X]),
+    "i1": (lambda s, x: s.i1(x), [X]),
 }
 
 

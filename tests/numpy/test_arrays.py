@@ -53,6 +53,7 @@ SHAPES = {
     "corrcoef": (tnp.corrcoef, np.corrcoef, [M]),
     "corrcoef of two": (tnp.corrcoef, np.corrcoef, [V, V * V]),
     "vander": (tnp.vander, np.vander, [V]),
+    "i0": (tnp.i0, np.i0, [M * 3]),
     "vander increasing": (lambda x: tnp.vander(x, 3, True), lambda x: np.vander(x, 3, True), [V]),
     "diff": (lambda x: tnp.diff(x, 2), lambda x: np.diff(x, 2), [M]),
     "sort": (lambda x: tnp.sort(x, 0), lambda x: np.sort(x, 0), [M]),

@@ -115,6 +115,11 @@ def cbrt(x: Any) -> Tensor:
     return P.sign(x) * P.abs(x) ** (1.0 / 3.0)
 
 
+def i0(x: Any) -> Tensor:
+    """The modified Bessel function of order 0, differentiable (its derivative is I1)."""
+    return P.i0(asarray(x))
+
+
 def imag(val: Any) -> Tensor:
     x = asarray(val)
     return x * 0.0

@@ -4,7 +4,18 @@ lgamma, `psi` digamma, `expit` the sigmoid); the values and gradients are the op
 
 from typing import Any
 
-from tracegrad.core.primitives import digamma, erf, erfc, erfinv, exp2, expm1, log1p, sigmoid
+from tracegrad.core.primitives import (
+    digamma,
+    erf,
+    erfc,
+    erfinv,
+    exp2,
+    expm1,
+    i0,
+    i1,
+    log1p,
+    sigmoid,
+)
 from tracegrad.core.primitives import lgamma as gammaln
 from tracegrad.frontend.elementwise import round, sinc
 from tracegrad.frontend.functions import astype
@@ -39,8 +50,8 @@ def log_softmax(input: Any, dim: int, *, dtype: Any = None) -> Tensor:
     return _log_softmax(x if dtype is None else astype(x, dtype), dim)
 
 
-__all__ = ["digamma", "entr", "erf", "erfc", "erfinv", "exp2", "expit", "expm1", "gammaln",
-           "log1p", "log_ndtr", "log_softmax", "logit", "logsumexp", "multigammaln", "ndtr",
+__all__ = ["digamma", "entr", "erf", "erfc", "erfinv", "exp2", "expit", "expm1", "gammaln", "i0",
+           "i1", "log1p", "log_ndtr", "log_softmax", "logit", "logsumexp", "multigammaln", "ndtr",
            "ndtri", "polygamma", "psi", "round", "sinc", "softmax", "xlog1py",
            "xlogy"]  # fmt: skip
 

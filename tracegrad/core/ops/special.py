@@ -176,6 +176,35 @@ def _erfinv(x):
     return y.astype(dtype, copy=False)
 
 
+def _i0(x):
+    """The modified Bessel function of the first kind of order 0: NumPy's np.i0 (Cephes's
+    Chebyshev expansions)."""
+    a, dtype = _as_float(x)
+    return np.i0(a).astype(dtype, copy=False)
+
+
+def _i1(x):
+    """Order 1 by its power series sum_k (x/2)^(2k+1) / (k! (k+1)!), whose terms are all of one
+    sign (no cancellation), summed until they no longer change the sum (about |x| + 40 terms;
+    NumPy has no i1)."""
+    a, dtype = _as_float(x)
+    with np.errstate(over="ignore", invalid="ignore"):
+        quarter = a * a / 4.0
+        term = a / 2.0
+        total = term.copy()
+        steps = int(np.nanmax(np.abs(a), initial=0.0)) + 40 if a.size else 0
+        for k in range(1, min(steps, 2000)):
+            term = term * quarter / (k * (k + 1))
+            total = total + term
+    return total.astype(dtype, copy=False)
+
+
+def _i1_slope(x):
+    """d/dx I1(x) = I0(x) - I1(x) / x, 1/2 at 0 (composed of ops, so it differentiates again)."""
+    zero = x == 0.0
+    return where(zero, 0.5, i0(x) - i1(x) / where(zero, 1.0, x))
+
+
 def special(name, impl, vjp, saves):
     return Primitive(name, impl, shapes.floating, (vjp,), saves, kind=Kind.ELEMENTWISE,
                      raises=False)  # fmt: skip
@@ -187,6 +216,8 @@ polygamma = Primitive("polygamma", _polygamma, lambda x, n: shapes.floating(x),
                       (lambda g, out, x, n: g * polygamma(x, n=n + 1),), "in",
                       kind=Kind.ELEMENTWISE, raises=False)  # fmt: skip
 erfc = special("erfc", _erfc, lambda g, out, x: g * (-TWO_OVER_SQRT_PI * exp(-(x * x))), "in")
+i0 = special("i0", _i0, lambda g, out, x: g * i1(x), "in")
+i1 = special("i1", _i1, lambda g, out, x: g * _i1_slope(x), "in")
 erfinv = special("erfinv", _erfinv, lambda g, out, x: g * (0.8862269254527579 * exp(out * out)),
                  "out")  # fmt: skip
 
@@ -196,4 +227,4 @@ __all__ = [n for n, v in list(globals().items()) if isinstance(v, Primitive) and
 
 # The rules above call ops of other families, which import this one: imported last, the
 # cycle is harmless (no rule runs while the table loads).
-from tracegrad.core.ops.elementwise import exp  # noqa: E402
+from tracegrad.core.ops.elementwise import exp, where  # noqa: E402
