@@ -258,6 +258,7 @@ def tril(input: Any, diagonal: int = 0) -> Tensor:
     return P.where(np.tril(np.ones(x.shape[-2:], bool), diagonal), x, 0.0)
 
 
+@pytorch_keywords
 def diag_embed(input: Any, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Tensor:
     """input's last dimension laid on diagonal `offset` of new (dim1, dim2) planes of the
     result, zeros elsewhere (the inverse of `diagonal`): a product with the identity, padded to

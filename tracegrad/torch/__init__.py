@@ -4,7 +4,7 @@
 Everything here is tracegrad's own implementation, re-exported under PyTorch's names: the top
 level of `tracegrad` (PyTorch's meanings), `torch.nn` (+ `functional`, `init`, `utils`,
 `parallel`), `torch.optim` (+ `lr_scheduler`), `torch.utils.data`, `torch.autograd`,
-`torch.linalg`, `torch.random`. What exists only here: PyTorch's dtype objects
+`torch.linalg`, `torch.random`, `torch.special`. What exists only here: PyTorch's dtype objects
 (`torch.float32`, ...), `torch.device`, `torch.Size`, `torch.compile`, and the modules for
 hardware tracegrad does not have (`torch.cuda`, `torch.backends`, `torch.accelerator`,
 `torch.amp`), which say there is none. A name tracegrad does not provide raises

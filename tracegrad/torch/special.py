@@ -18,7 +18,7 @@ from tracegrad.core.primitives import (
 )
 from tracegrad.core.primitives import lgamma as gammaln
 from tracegrad.frontend.elementwise import round, sinc
-from tracegrad.frontend.functions import astype
+from tracegrad.frontend.functions import astype, pytorch_keywords
 from tracegrad.frontend.reductions import log_softmax as _log_softmax
 from tracegrad.frontend.reductions import logsumexp
 from tracegrad.frontend.reductions import softmax as _softmax
@@ -39,12 +39,14 @@ from tracegrad.torch._support import not_provided as _not_provided
 expit, psi = sigmoid, digamma
 
 
+@pytorch_keywords
 def softmax(input: Any, dim: int, *, dtype: Any = None) -> Tensor:
     """softmax along `dim` (required here, as in PyTorch), of input cast to `dtype` first."""
     x = as_tensor(input)
     return _softmax(x if dtype is None else astype(x, dtype), dim)
 
 
+@pytorch_keywords
 def log_softmax(input: Any, dim: int, *, dtype: Any = None) -> Tensor:
     x = as_tensor(input)
     return _log_softmax(x if dtype is None else astype(x, dtype), dim)
