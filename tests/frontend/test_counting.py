@@ -59,6 +59,10 @@ CASES = {  # name: call given the library (torch or tracegrad.torch) and its ten
     "searchsorted int32": lambda lib, t: lib.searchsorted(t(SORTED), t(VALUES), out_int32=True),
     "bucketize": lambda lib, t: lib.bucketize(t(VALUES), t(SORTED)),
     "bucketize right": lambda lib, t: lib.bucketize(t(VALUES), t(SORTED), right=True),
+    "isin": lambda lib, t: lib.isin(t(ROWS), t(np.array([2, 9, 0, 0]))),
+    "isin invert": lambda lib, t: lib.isin(t(INTS), t(np.array([1, 7])), invert=True),
+    "isin number": lambda lib, t: lib.isin(t(INTS), 3),
+    "isin floats": lambda lib, t: lib.isin(t(np.round(FLOATS)), t(np.array([0.0, -1.0]))),
     "tril_indices": lambda lib, t: lib.tril_indices(3, 4),
     "tril_indices offset": lambda lib, t: lib.tril_indices(4, 3, -1),
     "triu_indices": lambda lib, t: lib.triu_indices(3, 5, 1),
@@ -103,6 +107,9 @@ def test_values_without_torch():
     assert tg.searchsorted(tg.tensor(SORTED_ROWS), tg.tensor([[3.0], [3.0]])).tolist() == [
         [1], [1]]  # fmt: skip
     assert tg.searchsorted(seq, 4.0).shape == () and tg.searchsorted(seq, 4.0).item() == 2
+    assert tg.isin(tg.tensor(INTS), tg.tensor([1, 7])).tolist() == np.isin(INTS, [1, 7]).tolist()
+    assert tg.isin(tg.tensor([1.0]), tg.tensor([])).tolist() == [False]
+    assert tg.isin(3, tg.tensor(INTS)).item() is True
     assert tg.tril_indices(3, 3).tolist() == [list(a) for a in np.tril_indices(3)]
     assert tg.triu_indices(3, 4, 1).tolist() == [list(a) for a in np.triu_indices(3, 1, 4)]
 
@@ -150,7 +157,8 @@ def test_constants_and_shaped_ops_trace(backend, monkeypatch):
             sums = tg.bincount(labels, w * w, minlength=len(tg.unique(labels)) + 4)
             gm.backward(sums.sum())
         return (sums, tg.searchsorted(tg.tensor(SORTED), values, right=True),
-                tg.bucketize(values, tg.tensor(SORTED)), tg.histc(data, 6, -2, 2))  # fmt: skip
+                tg.bucketize(values, tg.tensor(SORTED)), tg.histc(data, 6, -2, 2),
+                tg.isin(values, values[0]), tg.isin(values, tg.tensor(SORTED)))  # fmt: skip
 
     args = (tg.tensor(VALUES), tg.tensor(FLOATS))
     eager = [o.numpy().copy() for o in step(*args)]

@@ -39,6 +39,9 @@ CASES = {  # name: (call given the library, arrays)
     "diag_embed below": (lambda lib, m: lib.diag_embed(m, -1, 0, 2), [M]),
     "diag_embed dims": (lambda lib, m: lib.diag_embed(m, 1, dim1=-1, dim2=1), [M]),
     "diag_embed method": (lambda lib, m: m[0].diag_embed(-1), [M]),
+    "masked_select": (lambda lib, m: lib.masked_select(m, m[0] > 0), [M]),
+    "masked_select method": (lambda lib, m: m[0].masked_select(lib.tensor([[True], [False],
+                                                                          [True]])), [M]),
     "vander": (lambda lib, a: lib.vander(a), [A]),
     "vander N increasing": (lambda lib, a: lib.vander(a, N=5, increasing=True), [A]),
 }  # fmt: skip
@@ -86,6 +89,13 @@ def test_values_without_torch():
     np.testing.assert_array_equal(tg.diagonal(tg.diag_embed(tg.tensor(M), 1), 1, -2, -1).numpy(), M)
     assert tg.vander(tg.tensor([0, 2, 3])).tolist() == np.vander([0, 2, 3]).tolist()
     np.testing.assert_array_equal(tg.vander(tg.tensor(A), 4, True).numpy(), np.vander(A, 4, True))
+    x = tg.tensor([[0, 3], [2, 0]])
+    assert tg.argwhere(x).tolist() == [[0, 1], [1, 0]] and x.argwhere().shape == (2, 2)
+    assert tg.argwhere(tg.tensor(5)).shape == (1, 0) and tg.argwhere(tg.tensor(0)).shape == (0, 0)
+    with pytest.raises(tg.TraceError, match="data-dependent"):
+        tg.trace(lambda m, x: tg.masked_select(x, m > 0))(tg.tensor(A), tg.tensor(A))
+    with pytest.raises(tg.TraceError, match="data-dependent"):
+        tg.trace(tg.argwhere)(tg.tensor(A))
     with pytest.raises(ValueError, match="indexing"):
         tg.meshgrid(tg.tensor(A), indexing="ji")
     with pytest.raises(tg.ShapeError, match="at most 2"):

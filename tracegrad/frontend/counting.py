@@ -1,6 +1,6 @@
 """Functions whose results are indices or counts, with PyTorch's meanings: `unique` (sorted,
 with `return_inverse`/`return_counts`), `unique_consecutive`, `bincount`, `histc`,
-`searchsorted` and `bucketize`, `tril_indices`/`triu_indices`. None has a gradient (but
+`searchsorted`, `bucketize` and `isin`, `tril_indices`/`triu_indices`. None has a gradient (but
 `bincount`'s weights, which are summed by a scatter).
 
 Under `@tracegrad.trace` a result whose shape depends on the values (unique's, bincount's) is
@@ -17,6 +17,7 @@ import numpy as np
 from tracegrad.core import primitives as P
 from tracegrad.core.errors import ShapeError, TraceError
 from tracegrad.frontend.functions import one_dim, pytorch_keywords, ravel, reshape, take_along_dim
+from tracegrad.frontend.sorting import sort
 from tracegrad.frontend.tensor import Tensor, as_tensor
 
 
@@ -139,6 +140,20 @@ def bucketize(input: Any, boundaries: Any, *, out_int32: bool = False,
     return searchsorted(b, input, out_int32=out_int32, right=right)
 
 
+def isin(elements: Any, test_elements: Any, *, assume_unique: bool = False,
+         invert: bool = False) -> Tensor:  # fmt: skip
+    """Whether each element occurs among `test_elements` (either may be a number): a binary
+    search in the sorted test elements, so it traces (and costs n log m, not n m)."""
+    x, t = as_tensor(elements), ravel(as_tensor(test_elements))
+    if t.shape[0] == 0:
+        found = Tensor(np.zeros(x.shape, np.bool_))
+    else:
+        ordered = sort(t).values
+        at = P.minimum(searchsorted(ordered, x), t.shape[0] - 1)
+        found = ordered[at] == x
+    return ~found if invert else found
+
+
 def _triangle(op: str, row: int, col: int, offset: int, dtype: Any) -> Tensor:
     rows, cols = np.nonzero((np.tril if op == "tril" else np.triu)(np.ones((row, col)), offset))
     return Tensor(np.stack([rows, cols]).astype(np.dtype(dtype)))
@@ -157,5 +172,5 @@ def triu_indices(row: int, col: int, offset: int = 0, *, dtype: Any = np.int64,
     return _triangle("triu", row, col, offset, dtype)
 
 
-__all__ = ["bincount", "bucketize", "histc", "searchsorted", "tril_indices", "triu_indices",
-           "unique", "unique_consecutive"]  # fmt: skip
+__all__ = ["bincount", "bucketize", "histc", "isin", "searchsorted", "tril_indices",
+           "triu_indices", "unique", "unique_consecutive"]  # fmt: skip

@@ -220,7 +220,8 @@ METHODS: dict[str, Any] = {
     "gather": F.gather, "take_along_dim": F.take_along_dim, "index_select": F.index_select,
     "select": F.select, "narrow": F.narrow,
     "where": lambda self, condition, other: P.where(condition, self, other),
-    "nonzero": A.nonzero, "scatter": W.scatter, "scatter_add": W.scatter_add,
+    "nonzero": A.nonzero, "argwhere": A.argwhere, "masked_select": A.masked_select,
+    "scatter": W.scatter, "scatter_add": W.scatter_add,
     "index_fill": W.index_fill, "index_put": W.index_put, "masked_fill": E.masked_fill,
     # reductions and scans
     "sum": R.sum, "mean": R.mean, "prod": R.prod, "max": R.max, "min": R.min, "amax": R.amax,

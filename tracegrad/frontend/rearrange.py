@@ -365,6 +365,26 @@ def nonzero(input: Any, *, as_tuple: bool = False) -> Any:
     return Tensor(np.stack(found, axis=1) if found else np.zeros((0, 0), np.int64))
 
 
+def argwhere(input: Any) -> Tensor:
+    """The (n, ndim) indices of the nonzero elements (`nonzero`'s; not traceable either)."""
+    x = as_tensor(input)
+    if x.ndim == 0:
+        if x.is_symbolic:
+            return nonzero(x)  # its error
+        return Tensor(np.zeros((int(bool(x.numpy())), 0), np.int64))
+    return nonzero(x)
+
+
+def masked_select(input: Any, mask: Any) -> Tensor:
+    """The elements of input where the (broadcast) mask holds, as a 1-D tensor; the gradient goes
+    back to them. Its length depends on the mask: a traced mask is refused."""
+    x, m = as_tensor(input), as_tensor(mask)
+    shape = np.broadcast_shapes(x.shape, m.shape)
+    if m.shape != shape:  # a constant mask stays one (the index needs its values)
+        m = broadcast_to(m, shape) if m.is_symbolic else Tensor(np.broadcast_to(m.numpy(), shape))
+    return getitem(broadcast_to(x, shape), m)
+
+
 # --- stacking ---------------------------------------------------------------------------------
 
 
@@ -416,8 +436,8 @@ def column_stack(tensors: Sequence[Any]) -> Tensor:
 
 
 __all__ = [
-    "atleast_1d", "atleast_2d", "atleast_3d", "block_diag", "cartesian_prod", "chunk",
-    "column_stack", "diag", "diag_embed", "diagonal", "meshgrid", "vander",
+    "argwhere", "atleast_1d", "atleast_2d", "atleast_3d", "block_diag", "cartesian_prod", "chunk",
+    "column_stack", "diag", "diag_embed", "diagonal", "masked_select", "meshgrid", "vander",
     "dsplit", "dstack", "flip", "fliplr", "flipud", "hsplit", "hstack", "nonzero",
     "repeat_interleave", "roll", "rot90", "split", "tensor_split", "tile", "tril", "triu",
     "unbind", "vsplit", "vstack", "where",
