@@ -261,7 +261,8 @@ METHODS: dict[str, Any] = {
     "addcdiv": E.addcdiv, "lerp": E.lerp, "relu": E.relu, "logical_not": E.logical_not,
     "logical_and": E.logical_and, "logical_or": E.logical_or, "logical_xor": E.logical_xor,
     "clamp_min": lambda self, min: F.clamp(self, min=min),
-    # special functions (lgamma, digamma, erfc, erfinv are the op table's, above)
+    # special functions
+    "lgamma": P.lgamma, "digamma": P.digamma, "erfc": P.erfc, "erfinv": P.erfinv, "i0": P.i0,
     "polygamma": lambda self, n: X.polygamma(n, self), "logit": X.logit, "xlogy": X.xlogy,
     "mvlgamma": X.mvlgamma,
     "clamp_max": lambda self, max: F.clamp(self, max=max),

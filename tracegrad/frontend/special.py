@@ -16,6 +16,10 @@ from tracegrad.frontend.tensor import Tensor, as_tensor
 
 SQRT_HALF = 0.7071067811865476
 
+# the op table's, under PyTorch's top-level names (opaque ops: not exported with the
+# elementwise ones)
+lgamma, digamma, erfc, erfinv, i0 = P.lgamma, P.digamma, P.erfc, P.erfinv, P.i0
+
 
 def _floating(x: Any) -> Tensor:
     x = as_tensor(x)
@@ -100,4 +104,4 @@ def log_ndtr(input: Any) -> Tensor:
     return P.where(tail, far, near)
 
 
-__all__ = ["logit", "mvlgamma", "polygamma", "xlogy"]
+__all__ = ["digamma", "erfc", "erfinv", "i0", "lgamma", "logit", "mvlgamma", "polygamma", "xlogy"]

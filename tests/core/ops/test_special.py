@@ -12,6 +12,7 @@ import pytest
 import tracegrad as tg
 from tests.conftest import check_grad, traced_matches_eager
 from tracegrad.compiler import lowering
+from tracegrad.torch import special
 
 try:
     import torch
@@ -81,12 +82,21 @@ def test_bessel_i0_and_i1_at_known_values():
     xs = [0.0, 1.0, -2.5, 10.0]
     np.testing.assert_allclose(values(tg.i0, xs), np.i0(xs), rtol=1e-15)
     want = [0.0, 0.5651591039924851, -2.5167162452886984, 2670.988303701255]
-    np.testing.assert_allclose(values(tg.i1, xs), want, rtol=1e-14)
+    np.testing.assert_allclose(values(special.i1, xs), want, rtol=1e-14)
     # I0' = I1 and (x I1)' = x I0
     h = 1e-6
     for x in (0.3, 4.0, -7.0):
         d = (values(tg.i0, [x + h]) - values(tg.i0, [x - h])) / (2 * h)
-        assert math.isclose(d[0], values(tg.i1, [x])[0], rel_tol=1e-8)
+        assert math.isclose(d[0], values(special.i1, [x])[0], rel_tol=1e-8)
+
+
+def test_they_are_opaque_so_remat_does_not_recompute_them():
+    """Each costs many passes (or a Python call per element): not `cheap`, so remat keeps its
+    result rather than recompute it in backward; pure, so the memory budget may rebuild it."""
+    from tracegrad.core import primitives as P
+
+    for op in (P.lgamma, P.digamma, P.polygamma, P.erfc, P.erfinv, P.i0, P.i1):
+        assert not op.cheap and op.may_rerun and not op.may_raise, op
 
 
 def test_dtypes_and_methods():
@@ -108,7 +118,7 @@ GRADIENTS = {
     "polygamma 2": (lambda t: tg.polygamma(2, t), [0.3, 1.7, 4.2, 12.5]),
     "erfc": (tg.erfc, [-1.5, 0.0, 0.4, 2.0]),
     "i0": (tg.i0, [-3.0, 0.0, 0.5, 6.0]),
-    "i1": (tg.i1, [-3.0, 0.0, 0.5, 6.0]),
+    "i1": (special.i1, [-3.0, 0.0, 0.5, 6.0]),
     "erfinv": (tg.erfinv, [-0.9, -0.3, 0.0, 0.2, 0.75, 0.99]),
 }
 
@@ -138,7 +148,7 @@ def test_traced_matches_eager(backend, monkeypatch):
 
     def f(x, p):
         return (tg.lgamma(x) * 0.5 + tg.digamma(x) - tg.polygamma(2, x) + tg.erfc(x)
-                + tg.erfinv(p) * x + tg.i0(p) * tg.i1(x))  # fmt: skip
+                + tg.erfinv(p) * x + tg.i0(p) * special.i1(x))  # fmt: skip
 
     x = np.array([0.4, 1.3, 2.2, 7.5, 15.0])
     p = np.array([-0.8, -0.1, 0.3, 0.6, 0.95])
@@ -159,7 +169,7 @@ def test_values_and_gradients_match_torch(name):
         ours, theirs = (lambda t: tg.polygamma(n, t)), (lambda t: torch.polygamma(n, t))
         x = x if n == 1 else np.abs(x) + 1e-3  # PyTorch's higher orders reject x < 0
     else:
-        ours = getattr(tg, name)
+        ours = getattr(special if name == "i1" else tg, name)
         theirs = getattr(torch.special, name) if name.startswith("i") else getattr(torch, name)
     a = tg.tensor(x, requires_grad=True)
     t = torch.tensor(x, requires_grad=True)

@@ -2,8 +2,8 @@
 function and its derivatives (digamma, polygamma), erfc, and the inverse error function, each
 an elementwise op whose gradient is the next function of its family. The values are NumPy
 (recurrence plus asymptotic series, a rational start refined by Newton steps) or Python's
-`math`, element by element, where it is exact and NumPy has nothing; they have no scalar
-template, so a compiled step runs them as they are, between fused kernels."""
+`math`, element by element, where it is exact and NumPy has nothing. They are opaque ops
+(`special`), run as they are between a compiled step's fused kernels."""
 
 from __future__ import annotations
 
@@ -205,16 +205,18 @@ def _i1_slope(x):
     return where(zero, 0.5, i0(x) - i1(x) / where(zero, 1.0, x))
 
 
-def special(name, impl, vjp, saves):
-    return Primitive(name, impl, shapes.floating, (vjp,), saves, kind=Kind.ELEMENTWISE,
-                     raises=False)  # fmt: skip
+def special(name, impl, vjp, saves, shape=shapes.floating):
+    """An elementwise function, recorded as opaque: its value is many passes (or a Python call
+    per element), not the one pass an elementwise op is taken to cost, so remat must not
+    recompute it in backward to save memory; being pure, the memory budget may rebuild it."""
+    return Primitive(name, impl, shape, (vjp,), saves, kind=Kind.OPAQUE, raises=False,
+                     rerun=True)  # fmt: skip
 
 
 lgamma = special("lgamma", _lgamma, lambda g, out, x: g * digamma(x), "in")
 digamma = special("digamma", _digamma, lambda g, out, x: g * polygamma(x, n=1), "in")
-polygamma = Primitive("polygamma", _polygamma, lambda x, n: shapes.floating(x),
-                      (lambda g, out, x, n: g * polygamma(x, n=n + 1),), "in",
-                      kind=Kind.ELEMENTWISE, raises=False)  # fmt: skip
+polygamma = special("polygamma", _polygamma, lambda g, out, x, n: g * polygamma(x, n=n + 1),
+                    "in", shape=lambda x, n: shapes.floating(x))  # fmt: skip
 erfc = special("erfc", _erfc, lambda g, out, x: g * (-TWO_OVER_SQRT_PI * exp(-(x * x))), "in")
 i0 = special("i0", _i0, lambda g, out, x: g * i1(x), "in")
 i1 = special("i1", _i1, lambda g, out, x: g * _i1_slope(x), "in")
