@@ -148,12 +148,28 @@ def _polynomial(w: np.ndarray, coefficients: tuple[float, ...]) -> np.ndarray:
     return out
 
 
+def _newton_step(y: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """The Newton step for erf(y) = a: on erf itself for |a| <= 1/2; beyond, on log erfc(|y|)
+    = log(1 - |a|), where 1 - |a| is exact (Sterbenz), erf would cancel, and the logarithm
+    makes the tail nearly linear, so that Newton converges from afar. One Python call per
+    element (math.erf or math.erfc)."""
+    slope = TWO_OVER_SQRT_PI * np.exp(-y * y)
+    step = np.empty_like(y)
+    big = np.abs(a) > 0.5
+    near = ~big
+    step[near] = (np.asarray(_erf_object(y[near]), np.float64) - a[near]) / slope[near]
+    upper = np.asarray(_erfc_object(np.abs(y[big])), np.float64)
+    far = (np.log(upper) - np.log(1.0 - np.abs(a[big]))) * upper / slope[big]
+    step[big] = -np.sign(a[big]) * far
+    return step
+
+
 def _erfinv(x):
-    """The y with erf(y) = x: Giles's approximation, then four Newton steps on math.erf (on
-    log erfc(|y|) = log(1 - |x|) for |x| > 1/2, where 1 - |x| is exact and erf would cancel,
-    and the logarithm makes the tail nearly linear, so that Newton converges from afar).
-    +-inf at +-1, nan outside [-1, 1]."""
+    """The y with erf(y) = x: Giles's approximation, then Newton steps (`_newton_step`) on the
+    elements whose last step was not yet small enough to have made them exact (two in float64
+    for most, one in float32). +-inf at +-1, nan outside [-1, 1]."""
     a, dtype = _as_float(x)
+    tol = 1e-15 if dtype == np.float64 else 1e-9
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         w = -np.log((1.0 - a) * (1.0 + a))
         central = _polynomial(w - 2.5, ERFINV_CENTRAL)
@@ -161,16 +177,16 @@ def _erfinv(x):
         y = np.where(w < 5.0, central, tail) * a
         inside = np.abs(a) < 1.0
         y = np.where(inside, y, 0.0)
-        big = np.abs(a) > 0.5
+        active = np.flatnonzero(inside)
+        for _ in range(8):
+            if not active.size:
+                break
+            step = _newton_step(y[active], a[active])
+            moved = (TWO_OVER_SQRT_PI * np.exp(-(y[active] ** 2)) > 0) & np.isfinite(step)
+            y[active[moved]] -= step[moved]
+            # Newton squares the error: a step below sqrt(tol) leaves an error below tol
+            active = active[moved & (np.abs(step) > 0.1 * math.sqrt(tol))]
         sign = np.sign(a)
-        log_rest = np.log(1.0 - np.abs(a))  # 1 - |a| is exact for |a| >= 1/2 (Sterbenz)
-        for _ in range(4):
-            slope = TWO_OVER_SQRT_PI * np.exp(-y * y)
-            near = (np.asarray(_erf_object(y), np.float64) - a) / slope
-            upper = np.asarray(_erfc_object(np.abs(y)), np.float64)
-            far = -sign * (np.log(upper) - log_rest) * upper / slope  # on log erfc: ~linear
-            step = np.where(big, far, near)
-            y = np.where(inside & (slope > 0) & np.isfinite(step), y - step, y)
         y = np.where(np.abs(a) == 1.0, sign * np.inf, y)
         y = np.where(np.abs(a) > 1.0, np.nan, y)
     return y.astype(dtype, copy=False)
