@@ -54,6 +54,14 @@ SHAPES = {
     "corrcoef of two": (tnp.corrcoef, np.corrcoef, [V, V * V]),
     "vander": (tnp.vander, np.vander, [V]),
     "i0": (tnp.i0, np.i0, [M * 3]),
+    "meshgrid": (lambda a, b: tnp.stack(tnp.meshgrid(a, b)),
+                 lambda a, b: np.stack(np.meshgrid(a, b)), [V, V[:3]]),
+    "meshgrid ij": (lambda a, b: tnp.stack(tnp.meshgrid(a, b, indexing="ij")),
+                    lambda a, b: np.stack(np.meshgrid(a, b, indexing="ij")), [V, V[:3]]),
+    "meshgrid sparse": (lambda *xs: sum(g * (i + 1) for i, g in enumerate(tnp.meshgrid(
+                            *xs, sparse=True))),
+                        lambda *xs: sum(g * (i + 1) for i, g in enumerate(np.meshgrid(
+                            *xs, sparse=True))), [V, V[:3], V[:2]]),
     "vander increasing": (lambda x: tnp.vander(x, 3, True), lambda x: np.vander(x, 3, True), [V]),
     "diff": (lambda x: tnp.diff(x, 2), lambda x: np.diff(x, 2), [M]),
     "sort": (lambda x: tnp.sort(x, 0), lambda x: np.sort(x, 0), [M]),

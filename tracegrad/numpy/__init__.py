@@ -298,6 +298,22 @@ def corrcoef(x: Any, y: Any = None, rowvar: bool = True, *, dtype: Any = None) -
     return reductions.corrcoef(v if dtype is None else functions.astype(v, dtype))
 
 
+def meshgrid(*xi: Any, copy: bool = True, sparse: bool = False, indexing: str = "xy") -> tuple:
+    """Coordinate grids, "xy" (Cartesian) indexing by default (NumPy's; PyTorch's default is
+    "ij"); sparse=True leaves each as a broadcastable column, row, ..."""
+    grids = rearrange.meshgrid(*[asarray(x) for x in xi], indexing=indexing)
+    if not sparse:
+        return grids
+    n = len(grids)
+    out = []
+    for i, x in enumerate(xi):
+        at = (1 - i if i < 2 else i) if indexing == "xy" and n > 1 else i
+        shape = [1] * n
+        shape[at] = functions.ravel(asarray(x)).shape[0]
+        out.append(functions.reshape(asarray(x), tuple(shape)))
+    return tuple(out)
+
+
 def vander(x: Any, N: int | None = None, increasing: bool = False) -> Tensor:
     return rearrange.vander(asarray(x), N, increasing)
 
