@@ -298,7 +298,10 @@ def _legal(n: Node, option: list[_Group], made_at: dict[Value, int]) -> bool:
     if not reread:
         return True
     shapes = [_extent(n)] + [v.shape for g in option for v in g.values]
-    domain = np.broadcast_shapes(*shapes, *reread)
+    try:
+        domain = np.broadcast_shapes(*shapes, *reread)
+    except ValueError:  # rows of two shapes that do not broadcast: no one kernel's domain
+        return False
     return reread == {domain}
 
 

@@ -54,6 +54,35 @@ def check_grad(fn: Callable[..., tg.Tensor], *arrays: np.ndarray, tol: float = 1
         np.testing.assert_allclose(x.grad.numpy(), expected, rtol=tol, atol=tol, err_msg=f"arg {i}")
 
 
+def traced_matches_eager(
+    fn: Callable[..., tg.Tensor], *arrays: np.ndarray, backend: str, tol: float = 1e-10
+) -> None:
+    """One step computing fn(*xs) and the gradient of sum(fn(*xs) * c): traced (the second
+    call runs the compiled plan) it gives eager's values and gradients (float64)."""
+    xs = [tg.tensor(np.asarray(a, np.float64), requires_grad=True) for a in arrays]
+    gm = tg.GradManager().attach(xs)
+    c = None
+
+    def step():
+        nonlocal c
+        with gm:
+            out = fn(*xs)
+            c = np.random.default_rng(2).standard_normal(out.shape) if c is None else c
+            gm.backward((out * c).sum())
+        return out
+
+    eager = step().numpy().copy()
+    eager_grads = [x.grad.numpy().copy() for x in xs]
+    traced = tg.trace(step, backend=backend)
+    for _ in range(2):
+        for x in xs:
+            x.grad = None
+        got = traced()
+    np.testing.assert_allclose(got.numpy(), eager, rtol=tol, atol=tol)
+    for i, (x, g) in enumerate(zip(xs, eager_grads, strict=True)):
+        np.testing.assert_allclose(x.grad.numpy(), g, rtol=tol, atol=tol, err_msg=f"arg {i}")
+
+
 def classifier_step(model: Callable, optimizer) -> Callable:
     """The eager training step of a classifier: cross-entropy, backward through a GradManager
     attached to the model's parameters, the optimizer's step, zeroed gradients."""

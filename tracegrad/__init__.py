@@ -30,12 +30,15 @@ from tracegrad.core.primitives import (
 from tracegrad.frontend import autograd, linalg
 from tracegrad.frontend import methods as _methods  # noqa: F401 (attaches Tensor's methods)
 from tracegrad.frontend.autodiff import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from tracegrad.frontend.counting import *  # noqa: F403
 from tracegrad.frontend.creation import *  # noqa: F403
 from tracegrad.frontend.creation import seed as _seed
 from tracegrad.frontend.elementwise import *  # noqa: F403
 from tracegrad.frontend.functions import *  # noqa: F403
 from tracegrad.frontend.grad_manager import GradManager, grad, vjp
 from tracegrad.frontend.heap import keep_freed_memory as _keep_freed_memory
+from tracegrad.frontend.linalg import cdist, det, logdet, slogdet
+from tracegrad.frontend.linalg import cholesky_top as cholesky
 from tracegrad.frontend.mutation import *  # noqa: F403
 from tracegrad.frontend.products import *  # noqa: F403
 from tracegrad.frontend.random import Generator
@@ -44,6 +47,7 @@ from tracegrad.frontend.reductions import *  # noqa: F403
 from tracegrad.frontend.sampling import *  # noqa: F403
 from tracegrad.frontend.serialization import CheckpointError, load, save
 from tracegrad.frontend.sorting import *  # noqa: F403
+from tracegrad.frontend.special import *  # noqa: F403
 from tracegrad.frontend.tensor import Tensor, get_default_dtype, set_default_dtype
 from tracegrad.frontend.tracer import guard, interpret
 from tracegrad.runtime import eager as _eager  # noqa: F401 - eager calls run kernels

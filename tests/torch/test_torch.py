@@ -5,6 +5,7 @@ unchanged PyTorch-style scripts."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import subprocess
 import sys
@@ -25,7 +26,8 @@ SUBMODULES = ["nn", "nn.functional", "nn.init", "nn.utils", "nn.parallel", "opti
               "optim.lr_scheduler", "utils", "utils.data", "utils.data.dataloader",
               "utils.data.dataset", "utils.data.sampler", "autograd", "cuda", "cuda.amp", "amp",
               "backends", "backends.cudnn", "backends.mps", "backends.cuda", "linalg", "random",
-              "distributed", "accelerator", "onnx", "serialization", "version"]  # fmt: skip
+              "distributed", "accelerator", "onnx", "serialization", "special",
+              "version"]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", SUBMODULES)
@@ -89,6 +91,45 @@ def test_a_missing_name_says_what_and_where():
         f"test_torch.py:{line})"
     )
     assert not hasattr(torch, "fft") and hasattr(torch.nn.functional, "cross_entropy")
+
+
+def test_the_functions_real_training_code_asks_for():
+    """Each is tracegrad's own (one object at both levels), with PyTorch's name."""
+    for name in ("cumprod", "unique", "bincount", "searchsorted", "bucketize", "meshgrid",
+                 "tril_indices", "triu_indices", "addmm", "baddbmm", "cdist", "lgamma",
+                 "digamma", "erfinv", "logdet", "det", "slogdet", "cholesky", "cummax",
+                 "logcumsumexp", "block_diag", "diag_embed", "histc", "polygamma"):  # fmt: skip
+        assert getattr(torch, name) is getattr(tg, name), name
+    assert torch.special.gammaln(torch.tensor([4.0])).item() == pytest.approx(np.log(6.0))
+
+
+def test_thread_counts_map_onto_numbas_and_blass():
+    import numba
+
+    try:
+        import threadpoolctl
+
+        blas = threadpoolctl.threadpool_limits(limits=None, user_api="blas")  # restores BLAS's
+    except ImportError:
+        blas = contextlib.nullcontext()
+    before = numba.get_num_threads()
+    with blas:
+        try:
+            torch.set_num_threads(1)
+            assert torch.get_num_threads() == 1 == numba.get_num_threads()
+            if "threadpoolctl" in sys.modules:
+                counts = [p["num_threads"] for p in threadpoolctl.threadpool_info()
+                          if p["user_api"] == "blas"]  # fmt: skip
+                assert counts and set(counts) == {1}
+            torch.set_num_threads(10_000)  # more than Numba started with: as many as it has
+            assert torch.get_num_threads() == numba.config.NUMBA_NUM_THREADS
+            with pytest.raises(ValueError, match="positive"):
+                torch.set_num_threads(0)
+        finally:
+            numba.set_num_threads(before)
+    torch.set_num_interop_threads(3)
+    assert torch.get_num_interop_threads() == 3
+    torch.set_num_interop_threads(1)
 
 
 # --- dtypes, devices, hardware ------------------------------------------------------------------

@@ -222,7 +222,7 @@ def getitem(input: Any, index: Any) -> Tensor:
     return P.getitem(as_tensor(input), *arrays, template=template)
 
 
-def _mask_value(mask: Tensor) -> np.ndarray:
+def mask_value(mask: Tensor) -> np.ndarray:
     """A concrete boolean mask's value. While tracing, a mask from before the trace (a module's
     buffer, a tensor the function closes over) is baked into the plan as the positions it
     selects: the plan holds only while the mask keeps that value (a guard; a new value traces
@@ -248,7 +248,7 @@ def index_parts(index: Any) -> tuple[tuple, list[Tensor]]:
                         "indexing with a traced boolean mask gives a data-dependent shape; use "
                         "tracegrad.where(mask, x, 0) instead"
                     )
-                parts = [Tensor(a) for a in np.nonzero(_mask_value(item))]
+                parts = [Tensor(a) for a in np.nonzero(mask_value(item))]
             else:
                 parts = [item]
             template += ["@"] * len(parts)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from tracegrad.core import primitives as P
 from tracegrad.core.errors import ShapeError
 from tracegrad.frontend.functions import (
@@ -16,6 +18,7 @@ from tracegrad.frontend.functions import (
     pytorch_keywords,
     reshape,
     squeeze,
+    unsqueeze,
 )
 from tracegrad.frontend.products import cross3
 from tracegrad.frontend.rearrange import triu
@@ -90,6 +93,27 @@ def svd(A: Any, full_matrices: bool = True) -> SVDResult:
     if full_matrices and a.shape[-1] != a.shape[-2]:
         raise NotImplementedError("svd: only full_matrices=False (or square matrices)")
     return SVDResult(*(P.svd(a, part=p) for p in ("u", "s", "vh")))
+
+
+class QRResult(NamedTuple):
+    Q: Tensor
+    R: Tensor
+
+
+def qr(A: Any, mode: str = "reduced") -> QRResult:
+    """(Q, R) with A = QR, Q's columns orthonormal and R upper triangular (LAPACK's signs, as
+    NumPy's and PyTorch's): "reduced" (Q m x k, R k x n, k = min(m, n)), "complete" (the same
+    where m <= n; a full Q of a tall matrix has no unique gradient and is not provided) or "r"
+    (Q empty). Differentiable where R's first k columns are invertible."""
+    a = as_tensor(A)
+    if mode not in ("reduced", "complete", "r"):
+        raise ValueError(f"qr: mode must be 'reduced', 'complete' or 'r', not {mode!r}")
+    if mode == "complete" and a.shape[-2] > a.shape[-1]:
+        raise NotImplementedError("qr: mode='complete' of a tall matrix (use 'reduced')")
+    r = P.qr(a, part="r")
+    if mode == "r":
+        return QRResult(Tensor(np.zeros((0,), r.dtype)), r)
+    return QRResult(P.qr(a, part="q"), r)
 
 
 def svdvals(A: Any) -> Tensor:
@@ -179,5 +203,47 @@ def norm(A: Any, ord: Any = None, dim: Any = None, keepdim: bool = False) -> Ten
     return matrix_norm(x, "fro" if ord is None else ord, dims, keepdim)
 
 
+# --- PyTorch's top-level spellings (torch.det, torch.logdet, torch.cdist, ...) ------------------
+
+
+def logdet(input: Any) -> Tensor:
+    """log det(A): nan where det < 0, -inf where it is 0 (PyTorch's); the gradient is
+    inv(A)^T, as log|det|'s."""
+    sign, logabs = slogdet(input)
+    return P.where(sign < 0.0, math.nan, logabs)
+
+
+def cholesky_top(input: Any, upper: bool = False) -> Tensor:
+    """PyTorch's deprecated `torch.cholesky(A, upper=False)` (upper positional)."""
+    return cholesky(input, upper=upper)
+
+
+EUCLID_MODES = ("use_mm_for_euclid_dist_if_necessary", "use_mm_for_euclid_dist",
+                "donot_use_mm_for_euclid_dist")  # fmt: skip
+MM_ABOVE = 25  # rows: PyTorch's default mode multiplies matrices past this, else subtracts
+
+
+def cdist(x1: Any, x2: Any, p: float = 2.0,
+          compute_mode: str = "use_mm_for_euclid_dist_if_necessary") -> Tensor:  # fmt: skip
+    """The p-norm distance between each row of x1 (..., P, M) and each row of x2 (..., R, M):
+    (..., P, R). Euclidean distances of many rows are |a|^2 + |b|^2 - 2 a.b, one matrix
+    product (PyTorch's default mode, and as exact as PyTorch's); else the norm of the
+    differences, whose gradient at a zero distance is 0, as PyTorch's."""
+    a, b = as_tensor(x1), as_tensor(x2)
+    if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-1]:
+        raise ShapeError(f"cdist: expects (..., P, M) and (..., R, M), got {a.shape}, {b.shape}")
+    if compute_mode not in EUCLID_MODES:
+        raise ValueError(f"cdist: compute_mode must be one of {EUCLID_MODES}")
+    if p < 0:
+        raise ValueError(f"cdist: p must be non-negative, got {p}")
+    many = a.shape[-2] > MM_ABOVE or b.shape[-2] > MM_ABOVE
+    if p == 2 and (compute_mode == EUCLID_MODES[1] or compute_mode == EUCLID_MODES[0] and many):
+        squares = (sum(a * a, -1, keepdim=True) + matrix_transpose(sum(b * b, -1, keepdim=True))
+                   - 2.0 * (a @ matrix_transpose(b)))  # fmt: skip
+        return _root(P.maximum(squares, 0.0), 2)
+    diff = unsqueeze(a, -2) - unsqueeze(b, -3)
+    return vector_norm(diff, p, -1)
+
+
 __all__ = ["cholesky", "cross", "det", "eigh", "eigvalsh", "inv", "matrix_norm", "norm", "pinv",
-           "slogdet", "solve", "svd", "svdvals", "vector_norm"]  # fmt: skip
+           "qr", "slogdet", "solve", "svd", "svdvals", "vector_norm"]  # fmt: skip

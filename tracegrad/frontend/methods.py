@@ -20,6 +20,7 @@ from tracegrad.core import primitives as P
 from tracegrad.core.errors import user_location
 from tracegrad.core.vocabulary import Kind
 from tracegrad.frontend import autodiff, linalg, sampling
+from tracegrad.frontend import counting as K
 from tracegrad.frontend import creation as C
 from tracegrad.frontend import elementwise as E
 from tracegrad.frontend import functions as F
@@ -28,6 +29,7 @@ from tracegrad.frontend import products as M
 from tracegrad.frontend import rearrange as A
 from tracegrad.frontend import reductions as R
 from tracegrad.frontend import sorting as S
+from tracegrad.frontend import special as X
 from tracegrad.frontend.device import CPU, require_cpu, to_arguments
 from tracegrad.frontend.tensor import Tensor
 
@@ -227,31 +229,40 @@ METHODS: dict[str, Any] = {
     "gather": F.gather, "take_along_dim": F.take_along_dim, "index_select": F.index_select,
     "select": F.select, "narrow": F.narrow,
     "where": lambda self, condition, other: P.where(condition, self, other),
-    "nonzero": A.nonzero, "scatter": W.scatter, "scatter_add": W.scatter_add,
+    "nonzero": A.nonzero, "argwhere": A.argwhere, "masked_select": A.masked_select,
+    "scatter": W.scatter, "scatter_add": W.scatter_add,
     "index_fill": W.index_fill, "index_put": W.index_put, "masked_fill": E.masked_fill,
     "index_add": W.index_add, "index_copy": W.index_copy, "scatter_reduce": W.scatter_reduce,
-    "masked_scatter": W.masked_scatter, "masked_select": W.masked_select, "take": W.take,
+    "masked_scatter": W.masked_scatter, "take": W.take,
     "slice_scatter": W.slice_scatter, "select_scatter": W.select_scatter,
     # reductions and scans
     "sum": R.sum, "mean": R.mean, "prod": R.prod, "max": R.max, "min": R.min, "amax": R.amax,
     "amin": R.amin, "argmax": R.argmax, "argmin": R.argmin, "var": R.var, "std": R.std,
     "logsumexp": R.logsumexp, "softmax": R.softmax, "log_softmax": R.log_softmax,
-    "cumsum": R.cumsum, "diff": R.diff, "all": R.all, "any": R.any, "nansum": R.nansum,
-    "nanmean": R.nanmean,
+    "cumsum": R.cumsum, "diff": R.diff, "all": R.all, "any": R.any, "cumprod": R.cumprod,
+    "logcumsumexp": R.logcumsumexp, "cummax": R.cummax, "cummin": R.cummin,
+    "count_nonzero": R.count_nonzero, "nansum": R.nansum, "nanmean": R.nanmean,
     # sorting
     "sort": S.sort, "argsort": S.argsort, "msort": S.msort, "topk": S.topk,
     "kthvalue": S.kthvalue, "median": S.median, "mode": S.mode, "quantile": S.quantile,
     "nanquantile": S.nanquantile,
+    # indices and counts
+    "unique": K.unique, "unique_consecutive": K.unique_consecutive, "bincount": K.bincount,
+    "histc": K.histc,
     # rearranging
     "split": A.split, "chunk": A.chunk, "tensor_split": A.tensor_split, "unbind": A.unbind,
     "hsplit": A.hsplit, "vsplit": A.vsplit, "dsplit": A.dsplit, "flip": _varargs(A.flip),
     "fliplr": A.fliplr, "flipud": A.flipud, "roll": A.roll, "rot90": A.rot90,
     "tile": _varargs(A.tile), "repeat": A.repeat, "repeat_interleave": A.repeat_interleave,
-    "diagonal": A.diagonal, "diag": A.diag, "trace": A.matrix_trace, "triu": A.triu,
+    "diagonal": A.diagonal, "diag": A.diag, "diag_embed": A.diag_embed, "cov": R.cov,
+    "corrcoef": R.corrcoef, "trace": A.matrix_trace, "triu": A.triu,
     "tril": A.tril,
     # products
     "matmul": F.matmul, "mm": F.matmul, "dot": M.dot, "inner": M.inner, "outer": M.outer,
     "kron": M.kron, "cross": M.cross, "norm": _norm, "mv": M.mv, "bmm": M.bmm,
+    "addmm": M.addmm, "addmv": M.addmv,
+    "addr": M.addr, "baddbmm": M.baddbmm, "addbmm": M.addbmm, "det": linalg.det,
+    "logdet": linalg.logdet, "slogdet": linalg.slogdet, "cholesky": linalg.cholesky_top,
     # elementwise
     "clamp": F.clamp, "clip": F.clip, "square": E.square, "reciprocal": E.reciprocal,
     "rsqrt": lambda self: 1.0 / P.sqrt(self),
@@ -268,6 +279,10 @@ METHODS: dict[str, Any] = {
     "heaviside": E.heaviside, "copysign": E.copysign,
     "float_power": E.float_power, "signbit": E.signbit, "isclose": E.isclose,
     "allclose": E.allclose, "isposinf": E.isposinf, "isneginf": E.isneginf,
+    # special functions
+    "lgamma": P.lgamma, "digamma": P.digamma, "erfc": P.erfc, "erfinv": P.erfinv, "i0": P.i0,
+    "polygamma": lambda self, n: X.polygamma(n, self), "logit": X.logit, "xlogy": X.xlogy,
+    "mvlgamma": X.mvlgamma,
     # sampling
     "multinomial": sampling.multinomial, "bernoulli": sampling.bernoulli,
     # dtypes, devices, copies, Python values

@@ -375,21 +375,11 @@ def masked_scatter(input: Any, mask: Any, source: Any) -> Tensor:
     return index_put(x, (m,), src[:n])
 
 
-def masked_select(input: Any, mask: Any) -> Tensor:
-    """The elements where `mask` (broadcast with input) is true, as a 1-d tensor: its length
-    depends on the mask's values, so eager only."""
-    x, m = as_tensor(input), as_tensor(mask)
-    shape = np.broadcast_shapes(x.shape, m.shape)
-    m = broadcast_to(m, shape)
-    m._concrete("masked_select")
-    return broadcast_to(x, shape)[m]
-
-
 def take(input: Any, index: Any) -> Tensor:
     """input's elements at flat positions `index` (as if input were 1-d)."""
     return reshape(as_tensor(input), (-1,))[as_tensor(index)]
 
 
 __all__ = ["index_add", "index_copy", "index_fill", "index_put", "masked_scatter",
-           "masked_select", "scatter", "scatter_add", "scatter_reduce", "select_scatter",
+           "scatter", "scatter_add", "scatter_reduce", "select_scatter",
            "slice_scatter", "take"]  # fmt: skip

@@ -171,4 +171,62 @@ def bmm(input: Any, mat2: Any) -> Tensor:
     return matmul(a, b)
 
 
-__all__ = ["bmm", "cross", "dot", "einsum", "inner", "kron", "mv", "outer", "tensordot"]
+# --- products added to a tensor (BLAS's gemm form) ------------------------------------------------
+
+
+def _added(input: Any, product: Tensor, beta: Any, alpha: Any) -> Tensor:
+    """beta * input + alpha * product; with beta = 0 input is not read (its nan and inf do not
+    spread, as in PyTorch)."""
+    out = product if alpha == 1 else product * alpha
+    if beta == 0:
+        return out
+    x = as_tensor(input)
+    return (x if beta == 1 else x * beta) + out
+
+
+def _ranks(op: str, want: tuple[int, ...], *xs: Tensor) -> None:
+    if tuple(x.ndim for x in xs) != want:
+        raise ShapeError(f"{op}: expects operands of {want} dimensions, got "
+                         + ", ".join(str(x.shape) for x in xs))  # fmt: skip
+
+
+def addmm(input: Any, mat1: Any, mat2: Any, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
+    """beta * input + alpha * (mat1 @ mat2), for matrices (input broadcast)."""
+    a, b = as_tensor(mat1), as_tensor(mat2)
+    _ranks("addmm", (2, 2), a, b)
+    return _added(input, matmul(a, b), beta, alpha)
+
+
+def addmv(input: Any, mat: Any, vec: Any, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
+    """beta * input + alpha * (mat @ vec)."""
+    a, v = as_tensor(mat), as_tensor(vec)
+    _ranks("addmv", (2, 1), a, v)
+    return _added(input, matmul(a, v), beta, alpha)
+
+
+def addr(input: Any, vec1: Any, vec2: Any, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
+    """beta * input + alpha * outer(vec1, vec2)."""
+    return _added(input, outer(vec1, vec2), beta, alpha)
+
+
+def baddbmm(input: Any, batch1: Any, batch2: Any, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
+    """beta * input + alpha * (batch1 @ batch2), for batches of matrices (attention's scores
+    with a bias: baddbmm(bias, q, k.mT, alpha=scale))."""
+    a, b = as_tensor(batch1), as_tensor(batch2)
+    _ranks("baddbmm", (3, 3), a, b)
+    return _added(input, matmul(a, b), beta, alpha)
+
+
+def addbmm(input: Any, batch1: Any, batch2: Any, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
+    """beta * input + alpha * sum_b batch1[b] @ batch2[b]: one product of the batches laid
+    side by side, (n, b*m) @ (b*m, p)."""
+    a, b = as_tensor(batch1), as_tensor(batch2)
+    _ranks("addbmm", (3, 3), a, b)
+    if a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
+        raise ShapeError(f"addbmm: batches {a.shape} and {b.shape} do not multiply")
+    rows = reshape(permute(a, (1, 0, 2)), (a.shape[1], -1))
+    return _added(input, matmul(rows, reshape(b, (-1, b.shape[2]))), beta, alpha)
+
+
+__all__ = ["addbmm", "addmm", "addmv", "addr", "baddbmm", "bmm", "cross", "dot", "einsum",
+           "inner", "kron", "mv", "outer", "tensordot"]  # fmt: skip

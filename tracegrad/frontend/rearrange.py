@@ -20,6 +20,7 @@ from tracegrad.frontend.functions import (
     dim_tuple,
     getitem,
     index_select,
+    mask_value,
     moveaxis,
     one_dim,
     pytorch_keywords,
@@ -259,6 +260,90 @@ def tril(input: Any, diagonal: int = 0) -> Tensor:
     return P.where(np.tril(np.ones(x.shape[-2:], bool), diagonal), x, 0.0)
 
 
+@pytorch_keywords
+def diag_embed(input: Any, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Tensor:
+    """input's last dimension laid on diagonal `offset` of new (dim1, dim2) planes of the
+    result, zeros elsewhere (the inverse of `diagonal`): a product with the identity, padded to
+    the offset."""
+    x = as_tensor(input)
+    m = x.shape[-1] if x.ndim else 1
+    x = reshape(x, (1,)) if x.ndim == 0 else x
+    square = reshape(x, x.shape[:-1] + (1, m)) * np.eye(m, dtype=np.bool_)
+    k = builtins.abs(int(offset))
+    widths = ((0, 0),) * (x.ndim - 1) + (((0, k), (k, 0)) if offset >= 0 else ((k, 0), (0, k)))
+    out = P.pad(square, pad_width=widths, value=0) if k else square
+    n = out.ndim
+    a, b = one_dim("diag_embed", dim1, n), one_dim("diag_embed", dim2, n)
+    if a == b:
+        raise ShapeError(f"diag_embed: dim1 and dim2 are both {a}")
+    return moveaxis(out, (n - 2, n - 1), (a, b))
+
+
+def vander(x: Any, N: int | None = None, increasing: bool = False) -> Tensor:
+    """The Vandermonde matrix of a 1-D x: columns x^(N-1), ..., x, 1 (x^0 first if
+    increasing), N = len(x) by default; powers with constant exponents, so 0^0 = 1 and its
+    gradient 0."""
+    v = as_tensor(x)
+    if v.ndim != 1:
+        raise ShapeError(f"vander: x must be 1-D, got {v.shape}")
+    n = v.shape[0] if N is None else int(N)
+    powers = np.arange(n) if increasing else np.arange(n)[::-1].copy()
+    return reshape(v, (-1, 1)) ** powers.astype(v.dtype if v.dtype.kind == "f" else np.int64)
+
+
+def block_diag(*tensors: Any) -> Tensor:
+    """The tensors (0-D, 1-D as a row, or 2-D) as blocks on the diagonal of one matrix, zeros
+    elsewhere, of their promoted dtype."""
+    xs = [as_tensor(t) for t in tensors]
+    if builtins.any(x.ndim > 2 for x in xs):
+        raise ShapeError("block_diag: the tensors must have at most 2 dimensions, got "
+                         + ", ".join(str(x.shape) for x in xs))  # fmt: skip
+    xs = [reshape(x, (1, x.size) if x.ndim < 2 else x.shape) for x in xs]
+    if not xs:
+        return Tensor(np.zeros((1, 0), np.float32))  # PyTorch's
+    dtype = np.result_type(*(x.dtype for x in xs))
+    cols = builtins.sum(x.shape[1] for x in xs)
+    rows, start = [], 0
+    for x in xs:
+        x = x if x.dtype == dtype else x.astype(dtype)
+        width = ((0, 0), (start, cols - start - x.shape[1]))
+        rows.append(P.pad(x, pad_width=width, value=0) if cols != x.shape[1] else x)
+        start += x.shape[1]
+    return cat(rows, 0)
+
+
+def meshgrid(*tensors: Any, indexing: str = "ij") -> tuple[Tensor, ...]:
+    """Coordinate grids of 1-D (or 0-D) tensors: each broadcast along the others' dimensions,
+    "ij" (matrix) indexing by default, "xy" (Cartesian) swapping the first two; views, so the
+    gradient sums back. `meshgrid(a, b)` and `meshgrid([a, b])` both work."""
+    if len(tensors) == 1 and isinstance(tensors[0], list | tuple):
+        tensors = tuple(tensors[0])
+    if indexing not in ("ij", "xy"):
+        raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', not {indexing!r}")
+    xs = [ravel(as_tensor(t)) for t in tensors]
+    if builtins.any(as_tensor(t).ndim > 1 for t in tensors):
+        raise ShapeError("meshgrid: expects 0-D or 1-D tensors")
+    swap = indexing == "xy" and len(xs) > 1
+    order = [1, 0, *range(2, len(xs))] if swap else list(range(len(xs)))
+    shape = tuple(xs[i].shape[0] for i in order)
+    grids = []
+    for i, x in enumerate(xs):
+        at_dim = order.index(i)
+        spread = [1] * len(xs)
+        spread[at_dim] = x.shape[0]
+        grids.append(broadcast_to(reshape(x, tuple(spread)), shape))
+    return tuple(grids)
+
+
+def cartesian_prod(*tensors: Any) -> Tensor:
+    """Every combination of the 1-D tensors' elements, as rows (itertools.product's order); one
+    tensor is returned as it is."""
+    if len(tensors) == 1:
+        return as_tensor(tensors[0])
+    grids = meshgrid(*tensors, indexing="ij")
+    return cat([reshape(g, (-1, 1)) for g in grids], 1)
+
+
 # --- selection ---------------------------------------------------------------------------------
 
 
@@ -280,6 +365,28 @@ def nonzero(input: Any, *, as_tuple: bool = False) -> Any:
     if as_tuple:
         return tuple(Tensor(i) for i in found)
     return Tensor(np.stack(found, axis=1) if found else np.zeros((0, 0), np.int64))
+
+
+def argwhere(input: Any) -> Tensor:
+    """The (n, ndim) indices of the nonzero elements (`nonzero`'s; not traceable either)."""
+    x = as_tensor(input)
+    if x.ndim == 0:
+        if x.is_symbolic:
+            return nonzero(x)  # its error
+        return Tensor(np.zeros((int(bool(x.numpy())), 0), np.int64))
+    return nonzero(x)
+
+
+def masked_select(input: Any, mask: Any) -> Tensor:
+    """The elements of input where the (broadcast) mask holds, as a 1-D tensor; the gradient goes
+    back to them. Its length depends on the mask: a traced mask is refused."""
+    x, m = as_tensor(input), as_tensor(mask)
+    shape = np.broadcast_shapes(x.shape, m.shape)
+    if m.shape != shape and m.is_symbolic:
+        m = broadcast_to(m, shape)
+    elif m.shape != shape:  # a constant mask stays one (the index needs its values, guarded)
+        m = Tensor(np.broadcast_to(mask_value(m), shape))
+    return getitem(broadcast_to(x, shape), m)
 
 
 # --- stacking ---------------------------------------------------------------------------------
@@ -348,7 +455,8 @@ def windows(input: Any, dimension: int, size: int, step: int) -> Tensor:
 
 
 __all__ = [
-    "atleast_1d", "atleast_2d", "atleast_3d", "chunk", "column_stack", "diag", "diagonal",
+    "argwhere", "atleast_1d", "atleast_2d", "atleast_3d", "block_diag", "cartesian_prod", "chunk",
+    "column_stack", "diag", "diag_embed", "diagonal", "masked_select", "meshgrid", "vander",
     "dsplit", "dstack", "flip", "fliplr", "flipud", "hsplit", "hstack", "nonzero",
     "repeat_interleave", "roll", "rot90", "split", "tensor_split", "tile", "tril", "triu",
     "unbind", "vsplit", "vstack", "where",

@@ -6,6 +6,7 @@ gradient goes to the elements chosen only, as PyTorch's does."""
 
 from __future__ import annotations
 
+import builtins
 import math
 from typing import Any, NamedTuple
 
@@ -208,6 +209,60 @@ def cumsum(input: Any, dim: int, *, dtype: Any = None) -> Tensor:
 
 
 @pytorch_keywords
+def cumprod(input: Any, dim: int, *, dtype: Any = None) -> Tensor:
+    """Running products along `dim`; the gradient is right at zeros too (an op of its own: the
+    product of the others, not out / x)."""
+    x = as_tensor(input)
+    x = x if dtype is None else astype(x, dtype)
+    if x.ndim == 0:
+        return reshape(P.cumprod(reshape(x, (1,)), axis=0), ())
+    return P.cumprod(x, axis=one_dim("cumprod", dim, x.ndim))
+
+
+@pytorch_keywords
+def logcumsumexp(input: Any, dim: int) -> Tensor:
+    """log(cumsum(exp(x))) along `dim`, without overflow or underflow (NumPy's
+    logaddexp.accumulate; its gradient is summed in log space too)."""
+    x = as_tensor(input)
+    if x.ndim == 0:
+        return reshape(P.logcumsumexp(reshape(x, (1,)), axis=0), ())
+    return P.logcumsumexp(x, axis=one_dim("logcumsumexp", dim, x.ndim))
+
+
+CummaxResult, CumminResult = values_indices("cummax"), values_indices("cummin")
+
+
+def _cumulative(name: str, input: Any, dim: int) -> Any:
+    x = as_tensor(input)
+    flat = reshape(x, (1,)) if x.ndim == 0 else x
+    d = one_dim(name, dim, flat.ndim)
+    idx = (P.argcummax if name == "cummax" else P.argcummin)(flat, axis=d)
+    values = take_along(flat, idx, d, flat.shape)
+    result = CummaxResult if name == "cummax" else CumminResult
+    return result(values, idx) if x.ndim else result(reshape(values, ()), reshape(idx, ()))
+
+
+@pytorch_keywords
+def cummax(input: Any, dim: int) -> Any:
+    """(values, indices) of the running maximum along `dim` (the last index of a tie, as
+    PyTorch's); the values are gathered there, so the gradient goes to the maxima."""
+    return _cumulative("cummax", input, dim)
+
+
+@pytorch_keywords
+def cummin(input: Any, dim: int) -> Any:
+    """As `cummax`, for the running minimum."""
+    return _cumulative("cummin", input, dim)
+
+
+@pytorch_keywords
+def count_nonzero(input: Any, dim: Any = None) -> Tensor:
+    """The number of nonzero elements over `dim` (all by default), int64."""
+    x = as_tensor(input)
+    return sum(x != 0, dim)
+
+
+@pytorch_keywords
 def diff(input: Any, n: int = 1, dim: int = -1, prepend: Any = None, append: Any = None) -> Tensor:
     """The n-th forward difference along `dim`, after joining `prepend` and `append`."""
     x = as_tensor(input)
@@ -217,6 +272,87 @@ def diff(input: Any, n: int = 1, dim: int = -1, prepend: Any = None, append: Any
     for _ in range(n):
         x = at(x, d, slice(1, None)) - at(x, d, slice(None, -1))
     return x
+
+
+def _trapezoids(name: str, y: Any, x: Any, dx: Any, dim: int) -> tuple[Tensor, int]:
+    """The area of each trapezoid along `dim`, and dim: at spacing dx (1 by default) or between
+    the points x (1-D along dim, or broadcast against y)."""
+    yt = as_tensor(y)
+    if x is not None and dx is not None:
+        raise TypeError(f"{name}: give x or dx, not both")
+    d = one_dim(name, dim, yt.ndim)
+    mid = (at(yt, d, slice(1, None)) + at(yt, d, slice(None, -1))) * 0.5
+    if x is None:
+        return mid * (1.0 if dx is None else dx), d
+    xs = as_tensor(x)
+    xd = 0 if xs.ndim == 1 else d - (yt.ndim - xs.ndim)
+    steps = at(xs, xd, slice(1, None)) - at(xs, xd, slice(None, -1))
+    if xs.ndim == 1:
+        steps = reshape(steps, (-1,) + (1,) * (yt.ndim - 1 - d))
+    return mid * steps, d
+
+
+@pytorch_keywords
+def trapezoid(y: Any, x: Any = None, *, dx: Any = None, dim: int = -1) -> Tensor:
+    """The integral of y along `dim` by the trapezoid rule, at spacing dx or at points x."""
+    areas, d = _trapezoids("trapezoid", y, x, dx, dim)
+    return sum(areas, d)
+
+
+@pytorch_keywords
+def cumulative_trapezoid(y: Any, x: Any = None, *, dx: Any = None, dim: int = -1) -> Tensor:
+    """The running integrals of `trapezoid` (one fewer along `dim`)."""
+    areas, d = _trapezoids("cumulative_trapezoid", y, x, dx, dim)
+    return cumsum(areas, d)
+
+
+@pytorch_keywords
+def trapz(y: Any, x: Any = None, *, dx: Any = None, dim: int = -1) -> Tensor:
+    """PyTorch's older name of `trapezoid`."""
+    return trapezoid(y, x, dx=dx, dim=dim)
+
+
+def cov(input: Any, *, correction: int = 1, fweights: Any = None,
+        aweights: Any = None) -> Tensor:  # fmt: skip
+    """The covariance matrix of the variables in input's rows (observations in its columns; a
+    1-D input is one variable), with integer frequency and float observation weights, divided
+    by the weights' sum less `correction` (NumPy's and PyTorch's formula)."""
+    x = as_tensor(input)
+    if x.ndim > 2:
+        raise ValueError(f"cov: expects at most 2 dimensions, got {x.shape}")
+    x = reshape(x, (1, -1)) if x.ndim < 2 else x
+    x = x if x.dtype.kind == "f" else astype(x, np.float64)
+    n = x.shape[1]
+    w = None
+    for given in (fweights, aweights):
+        if given is not None:
+            w = as_tensor(given) if w is None else w * as_tensor(given)
+    if w is None:
+        avg, norm = mean(x, 1, keepdim=True), float(n - correction)
+    else:
+        w = astype(w, x.dtype)
+        total = sum(w)
+        avg = sum(x * w, 1, keepdim=True) / total
+        if aweights is None or correction == 0:
+            norm = total - correction
+        else:
+            norm = total - correction * sum(w * as_tensor(aweights)) / total
+    centered = x - avg
+    weighted = centered if w is None else centered * w
+    norm = P.maximum(norm, 0.0) if isinstance(norm, Tensor) else builtins.max(norm, 0.0)
+    out = (weighted @ centered.mT) / norm
+    return reshape(out, ()) if as_tensor(input).ndim < 2 else out
+
+
+def corrcoef(input: Any) -> Tensor:
+    """Pearson's correlation coefficients of input's rows (`cov` over the outer product of the
+    standard deviations), clipped to [-1, 1] as NumPy's and PyTorch's."""
+    c = cov(input)
+    if c.ndim == 0:
+        return c / c
+    d = P.sqrt(at(reshape(c, (-1,)), 0, slice(None, None, c.shape[0] + 1)))
+    out = c / reshape(d, (-1, 1)) / reshape(d, (1, -1))
+    return P.minimum(P.maximum(out, -1.0), 1.0)
 
 
 @pytorch_keywords
@@ -253,7 +389,8 @@ def nanmean(input: Any, dim: Any = None, keepdim: bool = False, *, dtype: Any = 
 
 
 __all__ = [
-    "all", "amax", "amin", "any", "argmax", "argmin", "cumsum", "diff", "gradient",
-    "log_softmax", "logsumexp", "max", "mean", "min", "nanmean", "nansum", "prod", "softmax",
-    "std", "sum", "var",
+    "all", "amax", "amin", "any", "argmax", "argmin", "corrcoef", "count_nonzero", "cov",
+    "cummax", "cummin", "cumprod", "cumsum", "cumulative_trapezoid", "diff", "gradient",
+    "log_softmax", "logcumsumexp", "logsumexp", "max", "mean", "min", "nanmean", "nansum",
+    "prod", "softmax", "std", "sum", "trapezoid", "trapz", "var",
 ]  # fmt: skip

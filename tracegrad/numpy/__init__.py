@@ -115,6 +115,11 @@ def cbrt(x: Any) -> Tensor:
     return P.sign(x) * P.abs(x) ** (1.0 / 3.0)
 
 
+def i0(x: Any) -> Tensor:
+    """The modified Bessel function of order 0, differentiable (its derivative is I1)."""
+    return P.i0(asarray(x))
+
+
 def imag(val: Any) -> Tensor:
     x = asarray(val)
     return x * 0.0
@@ -249,9 +254,68 @@ def cumsum(a: Any, axis: int | None = None, dtype: Any = None, out: None = None)
     return reductions.cumsum(x, axis, dtype=dtype)
 
 
+def cumprod(a: Any, axis: int | None = None, dtype: Any = None, out: None = None) -> Tensor:
+    """Running products along `axis`, of the flattened array if None."""
+    _no_out("cumprod", out)
+    x = asarray(a)
+    if axis is None:
+        x, axis = functions.ravel(x), 0
+    return reductions.cumprod(x, axis, dtype=dtype)
+
+
 def diff(a: Any, n: int = 1, axis: int = -1, prepend: Any = None, append: Any = None) -> Tensor:
     return reductions.diff(asarray(a), n, axis, None if prepend is None else asarray(prepend),
                   None if append is None else asarray(append))  # fmt: skip
+
+
+def trapezoid(y: Any, x: Any = None, dx: float = 1.0, axis: int = -1) -> Tensor:
+    """The integral along `axis` by the trapezoid rule, at the points x or spacing dx."""
+    return reductions.trapezoid(asarray(y), None if x is None else asarray(x),
+                                dx=None if x is not None else dx, dim=axis)  # fmt: skip
+
+
+def _variables(m: Any, y: Any, rowvar: bool) -> Tensor:
+    """m (and y) as one 2-D array of variables in rows (NumPy's cov and corrcoef)."""
+    given = [asarray(v) for v in (m, y) if v is not None]
+    rows = [rearrange.atleast_2d(v if rowvar or v.ndim < 2 else v.mT) for v in given]
+    out = rows[0] if len(rows) == 1 else functions.cat(rows, 0)
+    return functions.reshape(out, (-1,)) if y is None and asarray(m).ndim < 2 else out
+
+
+def cov(m: Any, y: Any = None, rowvar: bool = True, bias: bool = False, ddof: int | None = None,
+        fweights: Any = None, aweights: Any = None, *, dtype: Any = None) -> Tensor:  # fmt: skip
+    """The covariance matrix of the variables (rows, or columns if rowvar is False), divided by
+    N - 1 (N with bias=True, or N - ddof)."""
+    x = _variables(m, y, rowvar)
+    x = x if dtype is None else functions.astype(x, dtype)
+    ddof = (0 if bias else 1) if ddof is None else ddof
+    return reductions.cov(x, correction=ddof, fweights=fweights, aweights=aweights)
+
+
+def corrcoef(x: Any, y: Any = None, rowvar: bool = True, *, dtype: Any = None) -> Tensor:
+    """Pearson's correlation coefficients of the variables, clipped to [-1, 1]."""
+    v = _variables(x, y, rowvar)
+    return reductions.corrcoef(v if dtype is None else functions.astype(v, dtype))
+
+
+def meshgrid(*xi: Any, copy: bool = True, sparse: bool = False, indexing: str = "xy") -> tuple:
+    """Coordinate grids, "xy" (Cartesian) indexing by default (NumPy's; PyTorch's default is
+    "ij"); sparse=True leaves each as a broadcastable column, row, ..."""
+    grids = rearrange.meshgrid(*[asarray(x) for x in xi], indexing=indexing)
+    if not sparse:
+        return grids
+    n = len(grids)
+    out = []
+    for i, x in enumerate(xi):
+        at = (1 - i if i < 2 else i) if indexing == "xy" and n > 1 else i
+        shape = [1] * n
+        shape[at] = functions.ravel(asarray(x)).shape[0]
+        out.append(functions.reshape(asarray(x), tuple(shape)))
+    return tuple(out)
+
+
+def vander(x: Any, N: int | None = None, increasing: bool = False) -> Tensor:
+    return rearrange.vander(asarray(x), N, increasing)
 
 
 def gradient(f: Any, *varargs: float, axis: Any = None, edge_order: int = 1) -> Any:

@@ -13,7 +13,7 @@ from tracegrad.frontend import linalg as _linalg
 from tracegrad.frontend.tensor import Tensor
 from tracegrad.numpy.arrays import asarray
 
-__all__ = ["cholesky", "det", "eigh", "eigvalsh", "inv", "matrix_norm", "norm", "pinv",
+__all__ = ["cholesky", "det", "eigh", "eigvalsh", "inv", "matrix_norm", "norm", "pinv", "qr",
            "slogdet", "solve", "svd", "vector_norm"]  # fmt: skip
 
 
@@ -63,6 +63,14 @@ def svd(
     compute_uv=False."""
     a = asarray(a)
     return _linalg.svd(a, full_matrices) if compute_uv else _linalg.svdvals(a)
+
+
+def qr(a: Any, mode: str = "reduced") -> Any:
+    """(Q, R) ("reduced"; "complete" where m <= n), or R alone with mode="r" (NumPy's; PyTorch's
+    "r" gives an empty Q beside it)."""
+    if mode == "r":
+        return _linalg.qr(asarray(a), "r").R
+    return _linalg.qr(asarray(a), mode)
 
 
 def pinv(a: Any, rcond: Any = None, hermitian: bool = False) -> Tensor:

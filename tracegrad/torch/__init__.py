@@ -4,7 +4,7 @@
 Everything here is tracegrad's own implementation, re-exported under PyTorch's names: the top
 level of `tracegrad` (PyTorch's meanings), `torch.nn` (+ `functional`, `init`, `utils`,
 `parallel`), `torch.optim` (+ `lr_scheduler`), `torch.utils.data`, `torch.autograd`,
-`torch.linalg`, `torch.random`. What exists only here: PyTorch's dtype objects
+`torch.linalg`, `torch.random`, `torch.special`. What exists only here: PyTorch's dtype objects
 (`torch.float32`, ...), `torch.device`, `torch.Size`, `torch.compile`, and the modules for
 hardware tracegrad does not have (`torch.cuda`, `torch.backends`, `torch.accelerator`,
 `torch.amp`), which say there is none. A name tracegrad does not provide raises
@@ -19,6 +19,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+import numba
 import numpy as np
 
 import tracegrad as _tg
@@ -112,6 +113,41 @@ class inference_mode(no_grad):  # noqa: N801 (PyTorch's name)
         super().__init__()
 
 
+# --- threads -----------------------------------------------------------------------------------
+
+
+def set_num_threads(num: int) -> None:
+    """PyTorch's intra-op thread count, mapped onto tracegrad's: the Numba threads of the
+    compiled kernels (clamped to the NUMBA_NUM_THREADS the process started with; kernels built
+    before keep theirs) and the BLAS threads (through threadpoolctl, where it is installed)."""
+    n = builtins.int(num)
+    if n < 1:
+        raise ValueError(f"set_num_threads: expects a positive number of threads, got {num!r}")
+    numba.set_num_threads(builtins.min(n, numba.config.NUMBA_NUM_THREADS))
+    try:
+        import threadpoolctl
+    except ImportError:  # not a dependency: BLAS keeps its own count
+        return
+    threadpoolctl.threadpool_limits(limits=n, user_api="blas")
+
+
+def get_num_threads() -> int:
+    """The Numba threads compiled kernels run on (what `set_num_threads` set)."""
+    return numba.get_num_threads()
+
+
+_interop_threads = [1]
+
+
+def set_num_interop_threads(num: int) -> None:
+    """Recorded only: tracegrad runs no inter-op thread pool."""
+    _interop_threads[0] = builtins.int(num)
+
+
+def get_num_interop_threads() -> int:
+    return _interop_threads[0]
+
+
 # --- torch.compile ----------------------------------------------------------------------------
 
 _TORCH_BACKENDS = ("inductor", "eager", "aot_eager", "cudagraphs")
@@ -165,6 +201,7 @@ from tracegrad.torch import (  # noqa: E402 (the submodules read the names above
     profiler,
     random,
     serialization,
+    special,
     testing,
     utils,
     version,
@@ -184,5 +221,6 @@ def __getattr__(name: str) -> Any:
 __all__ = sorted(
     name for name, value in globals().items()
     if not name.startswith("_") and name not in ("annotations", "builtins", "functools",
-                                                 "warnings", "np", "Any", "Callable")
+                                                 "warnings", "np", "numba", "Any",
+                                                 "Callable")
 )  # fmt: skip

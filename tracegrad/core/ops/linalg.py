@@ -233,6 +233,51 @@ def _svd_vjp(g, out, x, part):
     return matmul(u, matmul(j, vh) * mT(s_row) + rest / mT(s_row))
 
 
+def _qr_rule(x, part):
+    m, n = x.shape[-2:]
+    k, batch, dtype = builtins.min(m, n), x.shape[:-2], shapes.floating(x)[1]
+    return {"q": (*batch, m, k), "r": (*batch, k, n)}[part], dtype
+
+
+def _qr(x, part):
+    q, r = np.linalg.qr(x)
+    return {"q": q, "r": r}[part]
+
+
+def _tall_qr_grad(q, r, gq, gr):
+    """The cotangent of A = QR with m >= n (R square, invertible), given Q's and R's (None for
+    none): (gQ + Q copyltu(M)) R^-T, M = R gR^T - gQ^T Q, copyltu(M) = tril(M) + tril(M, -1)^T
+    (Liao, Liu, Wang and Xiang, 2019; PyTorch's and JAX's rule)."""
+    k = r.shape[-1]
+    lower, strict = np.tril(np.ones((k, k), r.dtype)), np.tril(np.ones((k, k), r.dtype), -1)
+    terms = ([matmul(r, mT(gr))] if gr is not None else []) + (
+        [-matmul(mT(gq), q)] if gq is not None else [])  # fmt: skip
+    m = terms[0] if len(terms) == 1 else terms[0] + terms[1]
+    b = matmul(q, m * lower + mT(m * strict))
+    b = b if gq is None else gq + b
+    return mT(solve(r, mT(b)))  # b R^-T
+
+
+def _qr_vjp(g, out, x, part):
+    """One output's share (Q's or R's) of the cotangent of the reduced QR. A wide matrix
+    [X | Y] = Q [U | V] is X = QU, Y = QV: Y's cotangent is Q gV, X's the square rule's with
+    Q's cotangent gQ + Y gV^T (Liao et al.'s split)."""
+    q, r = (qr(x, part=p) for p in ("q", "r"))
+    gq, gr = (g, None) if part == "q" else (None, g)
+    m, n = x.shape[-2:]
+    if m >= n:
+        return _tall_qr_grad(q, r, gq, gr)
+    left = (slice(None),) * (x.ndim - 1)
+    u = getitem(r, template=(*left, slice(0, m)))
+    if gr is None:
+        widths = ((0, 0),) * (x.ndim - 1) + ((0, n - m),)  # Y's share is Q gV = 0
+        return pad(_tall_qr_grad(q, u, gq, None), pad_width=widths, value=0)
+    gu, gv = getitem(gr, template=(*left, slice(0, m))), getitem(gr, template=(*left, slice(m, n)))
+    y = getitem(x, template=(*left, slice(m, n)))
+    gx = _tall_qr_grad(q, u, matmul(y, mT(gv)), gu)
+    return concatenate(gx, matmul(q, gv), axis=x.ndim - 1)
+
+
 inv = Primitive("inv", np.linalg.inv, _square_rule,
                 (lambda g, out, x: -matmul(matmul(mT(out), g), mT(out)),), "out")  # fmt: skip
 det = Primitive("det", np.linalg.det, _det_rule,
@@ -261,6 +306,7 @@ eigh_values = Primitive("eigh_values", np.linalg.eigvalsh,
 eigh_vectors = Primitive("eigh_vectors", lambda x: np.linalg.eigh(x)[1], _square_rule,
                          (_eigh_vectors_vjp,), "in+out")  # fmt: skip
 svd = Primitive("svd", _svd, _svd_rule, (_svd_vjp,), "in")
+qr = Primitive("qr", _qr, _qr_rule, (_qr_vjp,), "in")
 pinv = Primitive("pinv", np.linalg.pinv,
                  lambda x: ((*x.shape[:-2], x.shape[-1], x.shape[-2]), shapes.floating(x)[1]),
                  (_pinv_vjp,), "in+out")  # fmt: skip
@@ -273,7 +319,10 @@ __all__ = [n for n, v in list(globals().items()) if isinstance(v, Primitive) and
 # cycle is harmless (no rule runs while the table loads).
 from tracegrad.core.ops.views import (  # noqa: E402
     broadcast_to,
+    concatenate,
+    getitem,
     mT,
+    pad,
     reshape,
     reshaped,
     sum_to,

@@ -118,6 +118,113 @@ argmax = Primitive(
 cumsum = Primitive("cumsum", np.cumsum, _cumsum_rule,
                    (lambda g, out, x, axis: sum(g, axis=(axis,), keepdims=True)
                     - cumsum(g, axis=axis) + g,), raises=False)  # fmt: skip
+
+
+def _reversed_cumsum(v, axis):
+    """sum_{j >= i} v_j along `axis`."""
+    return sum(v, axis=(axis,), keepdims=True) - cumsum(v, axis=axis) + v
+
+
+def _cumprod_vjp(g, out, x, axis):
+    """d out_j / d x_i is the product of x_k, k <= j, but x_i. Where x_i != 0 the gradient is
+    sum_{j >= i} g_j out_j / x_i; at a zero it is the same sum over the products with that
+    zero taken as 1 (for the first and second zero of a slice; at later ones it and its first
+    two derivatives are 0). Each is the gradient near x too, not only at it, and composed of
+    ops (cumprod among them): second derivatives are right, zeros included."""
+    zero = x == 0.0
+    seen = cumsum(zero.astype(g.dtype), axis=axis)  # zeros up to and including each position
+    out_grad = where(zero, 0.0, _reversed_cumsum(g * out, axis) / where(zero, 1.0, x))
+    for k in (1.0, 2.0):
+        kth = where(zero, seen == k, False)
+        skipped = _reversed_cumsum(g * cumprod(where(kth, 1.0, x), axis=axis), axis)
+        out_grad = where(kth, skipped, out_grad)
+    return out_grad
+
+
+cumprod = Primitive("cumprod", np.cumprod, _cumsum_rule, (_cumprod_vjp,), "in+out",
+                    raises=False)  # fmt: skip
+
+
+def _flipped(v, axis):
+    return getitem(v, template=(slice(None),) * axis + (slice(None, None, -1),))
+
+
+def _logcumsumexp_vjp(g, out, x, axis):
+    """d/dx_i = exp(x_i) sum_{j >= i} g_j exp(-out_j), summed in log space (a reversed
+    logcumsumexp) separately for the positive and the negative g, so nothing overflows."""
+    terms = []
+    for part in (g, -g):
+        positive = part > 0.0
+        logs = where(positive, log(where(positive, part, 1.0)), -math.inf) - out
+        terms.append(exp(x + _flipped(logcumsumexp(_flipped(logs, axis), axis=axis), axis)))
+    return terms[0] - terms[1]
+
+
+def _logcumsumexp(x, axis):
+    x = np.asarray(x)
+    return np.logaddexp.accumulate(x if x.dtype.kind == "f" else x.astype(np.float64), axis=axis)
+
+
+logcumsumexp = Primitive("logcumsumexp", _logcumsumexp,
+                         lambda x, axis: shapes.floating(x), (_logcumsumexp_vjp,), "in+out",
+                         raises=False)  # fmt: skip
+
+
+def _argcumulative(running):
+    """The index of the running extreme along `axis`: the last element that equals it, or the
+    last nan, which is the extreme from the first on (PyTorch's indices, ties and nan)."""
+
+    def impl(x, axis):
+        x = np.moveaxis(np.asarray(x), axis, -1)
+        hit = (x == running.accumulate(x, axis=-1)) | (x != x)
+        idx = np.where(hit, np.arange(x.shape[-1]), 0)
+        return np.moveaxis(np.maximum.accumulate(idx, axis=-1), -1, axis)
+
+    return impl
+
+
+argcummax = Primitive("argcummax", _argcumulative(np.maximum),
+                      lambda x, axis: (x.shape, np.int64), raises=False)  # fmt: skip
+argcummin = Primitive("argcummin", _argcumulative(np.minimum),
+                      lambda x, axis: (x.shape, np.int64), raises=False)  # fmt: skip
+
+
+def _searchsorted(sorted_sequence, values, side):
+    """np.searchsorted, row by row when the sequence has leading dimensions (values' match)."""
+    seq, values = np.asarray(sorted_sequence), np.asarray(values)
+    if seq.ndim == 1:
+        return np.searchsorted(seq, values, side).astype(np.int64)
+    out = np.empty(values.shape, np.int64)
+    for row in np.ndindex(seq.shape[:-1]):
+        out[row] = np.searchsorted(seq[row], values[row], side)
+    return out
+
+
+def _searchsorted_rule(sorted_sequence, values, side):
+    if sorted_sequence.ndim > 1 and sorted_sequence.shape[:-1] != values.shape[:-1]:
+        raise ValueError(f"the sorted sequence {sorted_sequence.shape} and the values "
+                         f"{values.shape} differ in their leading dimensions")  # fmt: skip
+    return values.shape, np.int64
+
+
+searchsorted = Primitive("searchsorted", _searchsorted, _searchsorted_rule, raises=False)
+
+
+def _histc(x, bins, lo, hi):
+    """PyTorch's histc: `bins` equal bins over [lo, hi] (the data's range if both are 0, widened
+    by 1 each way if it is one value), the last bin closed; elements outside are not counted."""
+    x = np.asarray(x)
+    if lo == hi == 0 and x.size:
+        lo, hi = float(np.min(x)), float(np.max(x))
+    if lo == hi:
+        lo, hi = lo - 1, hi + 1
+    kept = x[(x >= lo) & (x <= hi)]
+    counts = np.histogram(kept, bins, (lo, hi))[0] if kept.size else np.zeros(bins, np.int64)
+    return counts.astype(x.dtype if x.dtype.kind == "f" else np.float64)
+
+
+histc = Primitive("histc", _histc, lambda x, bins, lo, hi: ((bins,), shapes.floating(x)[1]),
+                  raises=False)  # fmt: skip
 argsort = Primitive("argsort", lambda x, axis: np.argsort(x, axis=axis, kind="stable"),
                     lambda x, axis: (x.shape, np.int64), raises=False)  # fmt: skip
 argpartition = Primitive("argpartition", np.argpartition,
@@ -129,5 +236,5 @@ __all__ = [n for n, v in list(globals().items()) if isinstance(v, Primitive) and
 
 # The rules above call ops of other families, which import this one: imported last, the
 # cycle is harmless (no rule runs while the table loads).
-from tracegrad.core.ops.elementwise import where  # noqa: E402
-from tracegrad.core.ops.views import broadcast_to, reshaped  # noqa: E402
+from tracegrad.core.ops.elementwise import exp, log, where  # noqa: E402
+from tracegrad.core.ops.views import broadcast_to, getitem, reshaped  # noqa: E402

@@ -1,0 +1,140 @@
+"""PyTorch's top-level linear algebra spellings (det, logdet, slogdet, the deprecated cholesky
+with `upper` positional) and cdist (p = 2 by a matrix product or by differences, any p):
+values and gradients against PyTorch in float64 where installed, else against NumPy and
+finite differences; a zero distance's gradient is 0; traced against eager."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+import tracegrad.torch as ttorch
+from tests.conftest import check_grad, traced_matches_eager
+from tracegrad.compiler import lowering
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed")
+
+R = np.random.default_rng(13)
+SQ = R.standard_normal((2, 3, 3))
+SPD = SQ @ SQ.transpose(0, 2, 1) + np.eye(3)
+X1, X2 = R.standard_normal((2, 6, 4)), R.standard_normal((2, 5, 4))
+MANY = R.standard_normal((30, 3))  # past 25 rows: the matrix product's mode
+
+CASES = {  # name: (call given the library, arrays)
+    "det": (lambda lib, a: lib.det(a), [SQ]),
+    "logdet": (lambda lib, a: lib.logdet(a), [SPD]),
+    "logdet method": (lambda lib, a: a.logdet(), [SPD]),
+    "slogdet sign": (lambda lib, a: lib.slogdet(a)[0], [SQ]),
+    "slogdet log": (lambda lib, a: lib.slogdet(a).logabsdet, [SQ]),
+    "cholesky": (lambda lib, a: lib.cholesky(a), [SPD]),
+    "cholesky upper": (lambda lib, a: lib.cholesky(a, True), [SPD]),
+    "linalg.qr": (lambda lib, a: lib.stack(list(lib.linalg.qr(a))), [SQ]),
+    "linalg.qr tall": (lambda lib, a: lib.linalg.qr(a).Q @ lib.linalg.qr(a).R.exp(), [X1]),
+    "linalg.qr wide q": (lambda lib, a: lib.linalg.qr(a.mT)[0], [X1]),
+    "linalg.qr wide r": (lambda lib, a: lib.linalg.qr(a.mT, "complete")[1], [X1]),
+    "cdist": (lambda lib, a, b: lib.cdist(a, b), [X1, X2]),
+    "cdist many": (lambda lib, a, b: lib.cdist(a, b), [MANY, MANY[:7] + 0.1]),
+    "cdist mm": (lambda lib, a, b: lib.cdist(a, b, compute_mode="use_mm_for_euclid_dist"),
+                 [X1, X2]),
+    "cdist no mm": (lambda lib, a, b: lib.cdist(a, b, 2.0, "donot_use_mm_for_euclid_dist"),
+                    [MANY, MANY[:4] + 0.2]),
+    "cdist p=1": (lambda lib, a, b: lib.cdist(a, b, p=1), [X1, X2]),
+    "cdist p=3": (lambda lib, a, b: lib.cdist(a, b, 3.0), [X1, X2]),
+    "cdist p=0.5": (lambda lib, a, b: lib.cdist(a, b, 0.5), [X1, X2]),
+    "cdist p=inf": (lambda lib, a, b: lib.cdist(a, b, math.inf), [X1, X2]),
+    "cdist broadcast": (lambda lib, a, b: lib.cdist(a, b[0]), [X1, X2]),
+}  # fmt: skip
+
+
+@needs_torch
+@pytest.mark.parametrize("name", CASES)
+def test_values_and_gradients_match_torch(name):
+    call, arrays = CASES[name]
+    ours = [ttorch.tensor(a, requires_grad=True) for a in arrays]
+    theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # PyTorch's cholesky says it is deprecated
+        b = call(torch, *theirs)
+    a = call(ttorch, *ours)
+    np.testing.assert_allclose(a.numpy(), b.detach().numpy(), rtol=1e-12, atol=1e-12)
+    if "sign" in name:  # no gradient (PyTorch's is zeros)
+        return
+    c = R.standard_normal(a.shape)
+    (a * c).sum().backward()
+    (b * torch.tensor(c)).sum().backward()
+    for x, t in zip(ours, theirs, strict=True):
+        np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-10, atol=1e-10)
+
+
+# cholesky reads one triangle, and its gradient is that of the symmetric matrix (as PyTorch's),
+# which finite differences of single elements do not see
+@pytest.mark.parametrize("name", [n for n in CASES if "sign" not in n and "chol" not in n])
+def test_gradients_match_finite_differences(name):
+    call, arrays = CASES[name]
+    check_grad(lambda *xs: call(tg, *xs), *arrays, tol=1e-5)
+
+
+def test_values_without_torch():
+    np.testing.assert_allclose(tg.det(tg.tensor(SQ)).numpy(), np.linalg.det(SQ))
+    np.testing.assert_allclose(tg.logdet(tg.tensor(SPD)).numpy(), np.linalg.slogdet(SPD)[1])
+    flipped = tg.tensor(SPD[0] * np.array([[-1.0], [1.0], [1.0]]))  # det < 0: nan, as PyTorch
+    assert math.isnan(tg.logdet(flipped).item())
+    assert tg.logdet(tg.tensor(np.zeros((2, 2)))).item() == -math.inf
+    np.testing.assert_allclose(tg.cholesky(tg.tensor(SPD), True).numpy(),
+                               np.linalg.cholesky(SPD).transpose(0, 2, 1))  # fmt: skip
+    want = np.linalg.norm(X1[:, :, None] - X2[:, None], axis=-1)
+    for mode in ("use_mm_for_euclid_dist", "donot_use_mm_for_euclid_dist"):
+        got = tg.cdist(tg.tensor(X1), tg.tensor(X2), compute_mode=mode).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    want = np.abs(X1[:, :, None] - X2[:, None]).max(-1)
+    np.testing.assert_allclose(tg.cdist(tg.tensor(X1), tg.tensor(X2), math.inf).numpy(), want)
+    with pytest.raises(tg.ShapeError, match="cdist"):
+        tg.cdist(tg.tensor(X1), tg.tensor(X2[..., :3]))
+
+
+def test_qr_without_torch():
+    for a in (X1, X1.transpose(0, 2, 1), SQ):
+        q, r = tg.linalg.qr(tg.tensor(a))
+        k = min(a.shape[-2:])
+        eye = np.broadcast_to(np.eye(k), q.shape[:-2] + (k, k))
+        np.testing.assert_allclose((q.mT @ q).numpy(), eye, atol=1e-14)
+        np.testing.assert_allclose((q @ r).numpy(), a, atol=1e-14)
+        assert np.array_equal(r.numpy(), np.triu(r.numpy()))
+        np.testing.assert_allclose(r.numpy(), np.linalg.qr(a)[1], atol=1e-14)  # LAPACK's signs
+    assert tg.linalg.qr(tg.tensor(SQ), mode="r").Q.shape == (0,)
+    with pytest.raises(NotImplementedError, match="complete"):
+        tg.linalg.qr(tg.tensor(X1), mode="complete")
+    assert ttorch.linalg.qr is tg.linalg.qr
+
+
+@pytest.mark.parametrize("mode", ["use_mm_for_euclid_dist", "donot_use_mm_for_euclid_dist"])
+def test_a_zero_distance_has_a_zero_gradient(mode):
+    x = tg.tensor(MANY[:4], requires_grad=True)
+    tg.cdist(x, x, compute_mode=mode).sum().backward()
+    assert np.isfinite(x.grad.numpy()).all()
+    d = MANY[:4, None] - MANY[None, :4]
+    n = np.linalg.norm(d, axis=-1)
+    want = 2 * (d / np.where(n > 0, n, 1)[..., None]).sum(1)  # x_i in rows and in columns
+    np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-7, atol=1e-7)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_traced_matches_eager(backend, monkeypatch):
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+
+    def f(a, b, s):
+        q, r = tg.linalg.qr(a.mT)
+        return (tg.cdist(a, b).sum(-1) + tg.cdist(a, b, 1.0, "donot_use_mm_for_euclid_dist")
+                .sum(-1) + tg.logdet(s @ s.mT + 1.0).unsqueeze(-1) + (q.sum(-2) * r.sum(-1))
+                .sum(-1, keepdim=True))  # fmt: skip
+
+    traced_matches_eager(f, X1, X2, SQ, backend=backend)

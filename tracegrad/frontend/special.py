@@ -1,0 +1,107 @@
+"""Special functions with PyTorch's signatures (`torch.special` and the top-level ones), composed
+of the op table's: lgamma, digamma, polygamma, erfc and erfinv are records there (core/ops/
+special.py), with their gradients; these add the arguments and the limits PyTorch gives
+(`polygamma(n, x)` takes the order first, `xlogy(0, y)` is 0, `logit(x, eps)` clamps)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from tracegrad.core import primitives as P
+from tracegrad.frontend.functions import clamp
+from tracegrad.frontend.tensor import Tensor, as_tensor
+
+SQRT_HALF = 0.7071067811865476
+
+# the op table's, under PyTorch's top-level names (opaque ops: not exported with the
+# elementwise ones)
+lgamma, digamma, erfc, erfinv, i0 = P.lgamma, P.digamma, P.erfc, P.erfinv, P.i0
+
+
+def _floating(x: Any) -> Tensor:
+    x = as_tensor(x)
+    return x if x.dtype.kind == "f" else x.astype(np.float64)
+
+
+def polygamma(n: int, input: Any) -> Tensor:
+    """The n-th derivative of digamma (n = 0 is digamma itself), PyTorch's argument order."""
+    if int(n) != n or n < 0:
+        raise ValueError(f"polygamma: n must be a non-negative integer, got {n!r}")
+    return P.digamma(input) if n == 0 else P.polygamma(input, n=int(n))
+
+
+def mvlgamma(input: Any, p: int) -> Tensor:
+    """The multivariate log-gamma function of dimension p: p(p-1)/4 log(pi) + sum_j lgamma(x -
+    j/2), j < p (PyTorch requires x > (p - 1) / 2; so does this function's meaning)."""
+    x = _floating(input)
+    out = sum(P.lgamma(x - 0.5 * j) for j in range(int(p)))
+    return out + p * (p - 1) / 4 * math.log(math.pi)
+
+
+def xlogy(input: Any, other: Any) -> Tensor:
+    """x * log(y), 0 where x is 0 (unless y is nan), as PyTorch's: the entropy's 0 log 0 = 0.
+    y is replaced by 1 there before the log, so the gradient is finite too."""
+    x, y = as_tensor(input), as_tensor(other)
+    zero = (x == 0) & (y == y)
+    return P.where(zero, 0.0, x * P.log(P.where(zero, 1.0, y)))
+
+
+def xlog1py(input: Any, other: Any) -> Tensor:
+    """x * log1p(y), 0 where x is 0 (unless y is nan)."""
+    x, y = as_tensor(input), as_tensor(other)
+    zero = (x == 0) & (y == y)
+    return P.where(zero, 0.0, x * P.log1p(P.where(zero, 0.0, y)))
+
+
+def entr(input: Any) -> Tensor:
+    """-x log x for x > 0, 0 at 0, -inf below (the entropy's summand)."""
+    x = _floating(input)
+    positive = x > 0
+    inner = -(x * P.log(P.where(positive, x, 1.0)))
+    return P.where(positive, inner, P.where(x == 0, 0.0, P.where(x < 0, -math.inf, x)))
+
+
+def logit(input: Any, eps: float | None = None) -> Tensor:
+    """log(p / (1 - p)), with p clamped to [eps, 1 - eps] first if eps is given."""
+    x = _floating(input)
+    x = x if eps is None else clamp(x, eps, 1.0 - eps)
+    return P.log(x / (1.0 - x))
+
+
+def ndtr(input: Any) -> Tensor:
+    """The standard normal CDF, by erfc, so that the lower tail keeps its relative accuracy."""
+    return 0.5 * P.erfc(-SQRT_HALF * _floating(input))
+
+
+def ndtri(input: Any) -> Tensor:
+    """The standard normal quantile, sqrt(2) erfinv(2p - 1): 2p - 1 rounds away probabilities
+    below about 1e-16 (they give -inf)."""
+    return math.sqrt(2.0) * P.erfinv(2.0 * _floating(input) - 1.0)
+
+
+def _log_ndtr_tail(x: Tensor) -> Tensor:
+    """log Phi(x) for x << 0 by the asymptotic series -x^2/2 - log(-x) - log(2 pi)/2 +
+    log(1 - 1/x^2 + 3/x^4 - ...), ten terms (Phi itself underflows there)."""
+    z = 1.0 / (x * x)
+    series, term = 1.0, 1.0
+    for k in range(1, 11):
+        term = term * (-(2 * k - 1)) * z
+        series = series + term
+    return -0.5 * x * x - P.log(-x) - 0.5 * math.log(2 * math.pi) + P.log(series)
+
+
+def log_ndtr(input: Any) -> Tensor:
+    """log of the standard normal CDF, accurate far into the lower tail: log(ndtr(x)) down to
+    -20 (-10 in float32), the asymptotic series below."""
+    x = _floating(input)
+    cut = -20.0 if x.dtype == np.float64 else -10.0
+    tail = x < cut
+    far = _log_ndtr_tail(P.where(tail, x, cut))
+    near = P.log(ndtr(P.where(tail, cut, x)))
+    return P.where(tail, far, near)
+
+
+__all__ = ["digamma", "erfc", "erfinv", "i0", "lgamma", "logit", "mvlgamma", "polygamma", "xlogy"]
