@@ -433,3 +433,14 @@ def test_hooks_are_checked():
     x.register_hook(lambda g: g[:1])
     with pytest.raises(RuntimeError, match=r"shape \(1,\) for a tensor of shape \(2,\)"):
         (x * 2).sum().backward()
+
+
+def test_autograd_backward_from_several_outputs_and_into_chosen_inputs():
+    x = tg.tensor([1.0, 2.0], requires_grad=True)
+    w = tg.tensor([3.0], requires_grad=True)
+    tg.autograd.backward([(x * w).sum(), x**2], [None, tg.tensor([1.0, 1.0])])
+    np.testing.assert_array_equal(x.grad.numpy(), [5.0, 7.0])  # w + 2x
+    np.testing.assert_array_equal(w.grad.numpy(), [3.0])
+    x.grad = w.grad = None
+    tg.autograd.backward((x * w).sum(), inputs=[w])
+    assert x.grad is None and w.grad.numpy().tolist() == [3.0]

@@ -276,3 +276,23 @@ def test_cross_entropy_and_nll_loss_take_pytorchs_k_dimensional_form(reduction):
     theirs.sum().backward()
     np.testing.assert_allclose(mine.numpy(), theirs.detach().numpy(), rtol=1e-12)
     np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-10, atol=1e-14)
+
+
+def test_gumbel_softmax_samples_the_categorical_and_passes_the_soft_gradient():
+    tg.manual_seed(0)
+    probs = np.array([0.1, 0.6, 0.3])
+    logits = tg.tensor(np.log(probs)[None].repeat(20000, 0), requires_grad=True)
+    hard = F.gumbel_softmax(logits, tau=0.5, hard=True)
+    assert set(np.unique(hard.numpy())) == {0.0, 1.0} and (hard.numpy().sum(1) == 1).all()
+    # argmax of logits + Gumbel noise is a draw of the categorical: 4 standard errors
+    np.testing.assert_allclose(hard.numpy().mean(0), probs, atol=4 * np.sqrt(0.25 / 20000))
+    (hard * tg.tensor([1.0, 2.0, 3.0])).sum().backward()  # straight through: the soft one's
+    tg.manual_seed(0)
+    soft_logits = tg.tensor(np.log(probs)[None].repeat(20000, 0), requires_grad=True)
+    soft = F.gumbel_softmax(soft_logits, tau=0.5)
+    (soft * tg.tensor([1.0, 2.0, 3.0])).sum().backward()
+    np.testing.assert_allclose(logits.grad.numpy(), soft_logits.grad.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(soft.numpy().sum(1), 1.0, rtol=1e-6)
+    step = tg.trace(lambda z: F.gumbel_softmax(z, hard=True))
+    first, second = step(tg.zeros((50, 4))).numpy(), step(tg.zeros((50, 4))).numpy()
+    assert not np.array_equal(first, second)  # fresh noise at every call

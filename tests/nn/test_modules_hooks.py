@@ -206,3 +206,91 @@ def test_a_traced_function_traces_again_when_a_hook_is_added_or_removed():
     with register_module_forward_pre_hook(lambda mod, args: (args[0] * 2.0,)):
         np.testing.assert_allclose(f(x).numpy(), doubled)
     np.testing.assert_allclose(f(x).numpy(), plain)
+
+
+def _backward_hooked(lib, seen):
+    """A Linear whose backward pre-hook doubles the output's cotangent and whose full backward
+    hook triples the input's gradient, run on an input that needs a gradient and one that
+    does not."""
+    lib.manual_seed(0)
+    lin = lib.nn.Linear(3, 2).double()
+    with lib.no_grad():
+        lin.weight.copy_(lib.tensor(np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])))
+        lin.bias.zero_()
+
+    def pre(module, grad_output):
+        seen.append(("pre", [tuple(g.shape) for g in grad_output]))
+        return (grad_output[0] * 2,)
+
+    def full(module, grad_input, grad_output):
+        seen.append(("full", [None if g is None else tuple(g.shape) for g in grad_input]))
+        return None if grad_input[0] is None else (grad_input[0] * 3,)
+
+    lin.register_full_backward_pre_hook(pre)
+    lin.register_full_backward_hook(full)
+    x = lib.tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
+    (lin(x) ** 2).sum().backward()
+    (lin(lib.tensor(np.ones((2, 3)))) ** 2).sum().backward()
+    return x.grad.numpy(), lin.weight.grad.numpy()
+
+
+def test_backward_hooks_see_and_replace_the_cotangents():
+    seen = []
+    x_grad, w_grad = _backward_hooked(tg, seen)
+    x = np.arange(6.0).reshape(2, 3)
+    w = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    dy = 2 * (2 * x @ w.T)  # the pre-hook doubled d(y^2)/dy
+    np.testing.assert_allclose(x_grad, 3 * dy @ w)  # and the full hook tripled the input's
+    np.testing.assert_allclose(
+        w_grad, dy.T @ x + (2 * 2 * np.ones((2, 3)) @ w.T).T @ np.ones((2, 3))
+    )
+    assert seen == [("pre", [(2, 2)]), ("full", [(2, 3)]), ("pre", [(2, 2)]), ("full", [None])]
+
+
+@needs_torch
+def test_backward_hooks_match_torch():
+    import warnings
+
+    seen, want_seen = [], []
+    import tracegrad.torch as tt
+
+    got = _backward_hooked(tt, seen)
+    with warnings.catch_warnings():  # PyTorch's note that no input needs a gradient
+        warnings.simplefilter("ignore")
+        want = _backward_hooked(torch, want_seen)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+    assert seen == want_seen
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_a_traced_step_with_a_backward_hook_matches_eager(rng, backend, monkeypatch):
+    """Gradient clipping per layer, as a backward hook writes it."""
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+    x = tg.tensor(rng.standard_normal((6, 4)).astype(np.float32))
+    y = tg.tensor(rng.integers(0, 3, 6))
+
+    def train(traced):
+        tg.nn.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3))
+        model[2].register_full_backward_hook(
+            lambda m, gi, go: tuple(None if g is None else tg.clamp(g, -0.01, 0.01) for g in gi)
+        )
+        model[0].register_full_backward_pre_hook(lambda m, go: (go[0] * 0.5,))
+        opt = optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x, y):
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+
+        run = tg.trace(step, backend=backend) if traced else step
+        return [float(run(x, y)) for _ in range(3)], [p.numpy() for p in model.parameters()]
+
+    want, want_params = train(False)
+    got, params = train(True)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    for a, b in zip(params, want_params, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)

@@ -369,24 +369,25 @@ def register_hook(t: Tensor, hook: Callable[[Tensor], Tensor | None]) -> Removab
         )
     if node.hooks is None:
         node.hooks = {}
-    return RemovableHandle(node.hooks, hook)
+    handle = RemovableHandle(node.hooks)
+    node.hooks[handle.id] = hook
+    return handle
 
 
 class RemovableHandle:
-    """What registering a hook returns: `handle.remove()` takes the hook off again (also as a
-    context manager: removed on exit)."""
+    """What registering a hook returns (PyTorch's `torch.utils.hooks.RemovableHandle`), for a
+    hook stored in `registry` under `handle.id`: `remove()` unregisters it (twice is harmless)
+    and calls `on_remove`; as a context manager, it removes the hook on exit."""
 
     _ids = itertools.count()
 
-    def __init__(self, hooks: dict, hook: Callable, *, prepend: bool = False) -> None:
-        self.hooks, self.id = hooks, next(RemovableHandle._ids)
-        hooks[self.id] = hook
-        if prepend:
-            for key in [k for k in hooks if k != self.id]:
-                hooks[key] = hooks.pop(key)
+    def __init__(self, registry: dict, on_remove: Callable[[], None] | None = None) -> None:
+        self.registry, self.id, self.on_remove = registry, next(RemovableHandle._ids), on_remove
 
     def remove(self) -> None:
-        self.hooks.pop(self.id, None)
+        self.registry.pop(self.id, None)
+        if self.on_remove is not None:
+            self.on_remove()
 
     def __enter__(self) -> RemovableHandle:
         return self
@@ -548,11 +549,30 @@ def tensor_backward(
             "computation requires grad)"
         )
     dy = default_dy(y) if dy is None else as_tensor(dy, y.dtype)
+    run_backward([y], [dy], into_grads, retain_graph, create_graph)
 
-    def deliver(node: Any) -> Callable | None:
-        if node.is_leaf:
-            t = node.ref()
-            return None if t is None or not t._requires_grad else functools.partial(accumulate, t)
-        return retained_sink(node)
 
-    run_backward([y], [dy], deliver, retain_graph, create_graph)
+def into_grads(node: Any) -> Callable | None:
+    """Where backward delivers: `.grad` of a leaf that requires grad, or of a retaining
+    non-leaf."""
+    if node.is_leaf:
+        t = node.ref()
+        return None if t is None or not t._requires_grad else functools.partial(accumulate, t)
+    return retained_sink(node)
+
+
+def backward(tensors: Tensor | Sequence[Tensor], grad_tensors: Any = None,
+             retain_graph: bool | None = None, create_graph: bool = False,
+             inputs: Any = None) -> None:  # fmt: skip
+    """`torch.autograd.backward`: one backward from several outputs at once (their cotangents
+    `grad_tensors`, 1 for scalars), into the `.grad` of every leaf, or only of `inputs`."""
+    ys = [tensors] if isinstance(tensors, Tensor) else list(tensors)
+    given = grad_tensors if isinstance(grad_tensors, list | tuple) else [grad_tensors] * len(ys)
+    pairs = zip(ys, given, strict=True)
+    dys = [default_dy(y) if g is None else as_tensor(g, y.dtype) for y, g in pairs]
+    deliver = into_grads
+    if inputs is not None:
+        wanted = {edge(t) for t in ([inputs] if isinstance(inputs, Tensor) else inputs)}
+        deliver = lambda node: into_grads(node) if node in wanted else None  # noqa: E731
+    retain = create_graph if retain_graph is None else retain_graph
+    run_backward(ys, dys, deliver, retain, create_graph)

@@ -8,6 +8,7 @@ from typing import Any
 
 from tracegrad.frontend import autodiff
 from tracegrad.frontend.autodiff import (
+    backward,
     detect_anomaly,
     enable_grad,
     is_anomaly_enabled,
@@ -18,7 +19,7 @@ from tracegrad.frontend.autodiff import (
 from tracegrad.frontend.function import Function, FunctionCtx, once_differentiable
 from tracegrad.frontend.tensor import Tensor, as_tensor
 
-__all__ = ["Function", "FunctionCtx", "detect_anomaly", "enable_grad", "grad",
+__all__ = ["Function", "FunctionCtx", "backward", "detect_anomaly", "enable_grad", "grad",
            "is_anomaly_enabled", "no_grad", "once_differentiable", "set_detect_anomaly",
            "set_grad_enabled"]  # fmt: skip
 

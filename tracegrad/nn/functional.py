@@ -95,6 +95,7 @@ __all__ = [
     "gaussian_nll_loss",
     "glu",
     "grid_sample",
+    "gumbel_softmax",
     "hardshrink",
     "hardsigmoid",
     "hardswish",
@@ -649,6 +650,25 @@ def adaptive_avg_pool2d(input: Any, output_size: int | Sequence[int | None]) -> 
 
 
 # --- embeddings, attention, normalization -----------------------------------------------------
+
+
+@pytorch_keywords
+def gumbel_softmax(logits: Any, tau: float = 1.0, hard: bool = False, eps: float = 1e-10,
+                   dim: int = -1) -> Tensor:  # fmt: skip
+    """A differentiable sample of a categorical: softmax((logits + Gumbel noise) / tau) along
+    `dim`; with `hard`, the one-hot of its argmax forward and the soft sample's gradient
+    backward (straight through). The noise comes from tracegrad's random state, so a traced
+    step draws afresh at every call."""
+    x = as_tensor(logits)
+    u = random.uniform(x.shape, x.dtype)
+    gumbels = -log(-log(maximum(u, float(np.finfo(x.dtype).tiny))))  # -log Exponential(1)
+    soft = softmax((x + gumbels) / tau, dim)
+    if not hard:
+        return soft
+    with no_grad():
+        one_hot = (soft == amax(soft, dim, keepdim=True)).astype(x.dtype)
+        one_hot = one_hot / sum(one_hot, dim, keepdim=True)  # a tie (measure zero) shares
+    return one_hot - soft.detach() + soft
 
 
 def embedding(input: Any, weight: Any, padding_idx: int | None = None) -> Tensor:

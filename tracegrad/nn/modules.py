@@ -19,7 +19,9 @@ import numpy as np
 
 from tracegrad.core.errors import TraceError
 from tracegrad.frontend import random
+from tracegrad.frontend.autodiff import RemovableHandle, edge
 from tracegrad.frontend.device import require_cpu, to_arguments
+from tracegrad.frontend.function import Function
 from tracegrad.frontend.scopes import module_scope
 from tracegrad.frontend.tensor import Listeners, Tensor, get_default_dtype
 from tracegrad.frontend.tracer import watch
@@ -199,6 +201,22 @@ class Module:
         forward; what it returns, if not None, replaces the arguments (a tuple, or one value;
         with_kwargs an (args, kwargs) pair), as PyTorch's."""
         return self._own_hooks().add(_Hooks.PRE, hook, prepend, with_kwargs, False)
+
+    def register_full_backward_pre_hook(self, hook: Callable[..., Any], prepend: bool = False
+                                        ) -> RemovableHandle:  # fmt: skip
+        """Call `hook(module, grad_output)` when the cotangents of the module's outputs are
+        known; a tuple it returns replaces them."""
+        return self._own_hooks().add(_Hooks.BACKWARD_PRE, hook, prepend, False, False)
+
+    def register_full_backward_hook(self, hook: Callable[..., Any], prepend: bool = False
+                                    ) -> RemovableHandle:  # fmt: skip
+        """Call `hook(module, grad_input, grad_output)` when the gradients with respect to the
+        module's tensor inputs are computed (None for inputs that need none); a tuple it returns
+        replaces grad_input. Traced, the hooks run while the step traces (what they compute
+        joins the plan; their Python side effects are not repeated at each call)."""
+        return self._own_hooks().add(_Hooks.BACKWARD, hook, prepend, False, False)
+
+    register_backward_hook = register_full_backward_hook  # PyTorch's deprecated, less exact one
 
     def register_forward_hook(
         self, hook: Callable[..., Any], *, prepend: bool = False, with_kwargs: bool = False,
@@ -429,46 +447,25 @@ class Module:
         return head + "\n" + "\n".join(lines) + "\n)"
 
 
-class RemovableHandle:
-    """What registering a hook returns (PyTorch's `torch.utils.hooks.RemovableHandle`):
-    `remove()` unregisters it (twice is harmless); as a context manager, it removes the hook on
-    exit."""
-
-    next_id = 0
-
-    def __init__(self, registry: dict[int, Any], owner: _Hooks) -> None:
-        self.id = RemovableHandle.next_id
-        RemovableHandle.next_id += 1
-        self.registry, self.owner = registry, owner
-
-    def remove(self) -> None:
-        self.registry.pop(self.id, None)
-        self.owner.changed()
-
-    def __enter__(self) -> RemovableHandle:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.remove()
-
-
 class _Hooks:
     """A module's forward hooks (or, owner None, those of every module: the global ones), each
     id -> (hook, with_kwargs, always_call), in calling order. `version` counts every change
     anywhere: a traced step watches it, so that adding or removing a hook traces again."""
 
-    PRE, POST = 0, 1
+    PRE, POST, BACKWARD_PRE, BACKWARD = 0, 1, 2, 3
     version = 0
 
     def __init__(self, module: Module | None) -> None:
         self.module = module
         self.pre: dict[int, tuple[Callable, bool, bool]] = {}
         self.post: dict[int, tuple[Callable, bool, bool]] = {}
+        self.backward_pre: dict[int, tuple[Callable, bool, bool]] = {}
+        self.backward: dict[int, tuple[Callable, bool, bool]] = {}
 
     def add(self, kind: int, hook: Callable, prepend: bool, with_kwargs: bool,
             always_call: bool) -> RemovableHandle:  # fmt: skip
-        registry = self.pre if kind == _Hooks.PRE else self.post
-        handle = RemovableHandle(registry, self)
+        registry = (self.pre, self.post, self.backward_pre, self.backward)[kind]
+        handle = RemovableHandle(registry, self.changed)
         registry[handle.id] = (hook, with_kwargs, always_call)
         if prepend:
             rest = [(k, v) for k, v in registry.items() if k != handle.id]
@@ -482,7 +479,7 @@ class _Hooks:
         """After an add or a remove: a module without hooks (of its own, or global ones) takes
         `Module.__call__`'s fast path again."""
         _Hooks.version += 1
-        empty = not self.pre and not self.post
+        empty = not (self.pre or self.post or self.backward_pre or self.backward)
         if self.module is None:
             Module._hooks = None if empty else _GLOBAL_HOOKS  # seen by modules without their own
         elif empty and self.module.__dict__.get("_hooks") is self:
@@ -490,6 +487,76 @@ class _Hooks:
 
 
 _GLOBAL_HOOKS = _Hooks(None)
+
+
+class _BackwardHooks:
+    """One call's full backward hooks (PyTorch's `BackwardHook`): identity Functions around the
+    tensor inputs and outputs catch their cotangents. The outputs' arrive first: the pre-hooks
+    may replace them; the inputs' then go to the hooks with them, which may replace those."""
+
+    def __init__(self, module: Module, hooks: _Hooks) -> None:
+        self.module, self.hooks = module, hooks
+        self.grad_output: tuple = ()
+        self.count, self.slots = 0, []
+
+    def wrap_inputs(self, args: tuple) -> tuple:
+        positions = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
+        tracked = [i for i in positions if edge(args[i]) is not None]
+        self.count, self.slots = len(positions), [positions.index(i) for i in tracked]
+        if not tracked:
+            return args
+        wrapped = list(args)
+        for i, t in zip(tracked, _Identity.apply(self, "in", *[args[i] for i in tracked]),
+                        strict=True):  # fmt: skip
+            wrapped[i] = t
+        return tuple(wrapped)
+
+    def wrap_outputs(self, output: Any) -> Any:
+        many = isinstance(output, tuple | list)
+        outs = list(output) if many else [output]
+        tracked = [i for i, o in enumerate(outs) if isinstance(o, Tensor) and edge(o) is not None]
+        if not tracked:
+            return output
+        for i, t in zip(tracked, _Identity.apply(self, "out", *[outs[i] for i in tracked]),
+                        strict=True):  # fmt: skip
+            outs[i] = t
+        return type(output)(outs) if many else outs[0]
+
+    def outputs_done(self, grads: tuple) -> tuple:
+        for hook, _, _ in list(self.hooks.backward_pre.values()):
+            result = hook(self.module, grads)
+            grads = grads if result is None else tuple(result)
+        self.grad_output = grads
+        if not self.slots:  # no input needs a gradient: the hooks run now, without one
+            self._run((None,) * self.count)
+        return grads
+
+    def inputs_done(self, grads: tuple) -> tuple:
+        grad_input = [None] * self.count
+        for slot, g in zip(self.slots, grads, strict=True):
+            grad_input[slot] = g
+        grad_input = self._run(tuple(grad_input))
+        return tuple(grad_input[slot] for slot in self.slots)
+
+    def _run(self, grad_input: tuple) -> tuple:
+        for hook, _, _ in list(self.hooks.backward.values()):
+            result = hook(self.module, grad_input, self.grad_output)
+            grad_input = grad_input if result is None else tuple(result)
+        return grad_input
+
+
+class _Identity(Function):
+    """Passes tensors on unchanged; their cotangents go through `_BackwardHooks`."""
+
+    @staticmethod
+    def forward(ctx: Any, run: _BackwardHooks, side: str, *tensors: Tensor) -> tuple:
+        ctx.run, ctx.side = run, side
+        return tensors
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Tensor) -> tuple:
+        done = ctx.run.outputs_done if ctx.side == "out" else ctx.run.inputs_done
+        return (None, None, *done(grads))
 
 
 def register_module_forward_pre_hook(hook: Callable[..., Any]) -> RemovableHandle:
@@ -527,6 +594,9 @@ def _call_with_hooks(module: Module, args: tuple, kwargs: dict) -> Any:
                 if result is not None:
                     args = result if isinstance(result, tuple) else (result,)
     posts = [entry for h in hooks for entry in list(h.post.values())]
+    backward = _BackwardHooks(module, own) if own and (own.backward or own.backward_pre) else None
+    if backward is not None:
+        args = backward.wrap_inputs(args)
     output, called = None, set()
     try:
         output = module.forward(*args, **kwargs)
@@ -536,6 +606,8 @@ def _call_with_hooks(module: Module, args: tuple, kwargs: dict) -> Any:
                 hook(module, args, output)  # fmt: skip
             if result is not None:
                 output = result
+        if backward is not None:
+            output = backward.wrap_outputs(output)
     except Exception:
         for i, (hook, with_kwargs, always_call) in enumerate(posts):
             if always_call and i not in called:
