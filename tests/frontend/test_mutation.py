@@ -387,3 +387,12 @@ def test_random_fills_and_bernoulli():
     b = tg.bernoulli(tg.full((4000,), 0.25))
     assert set(b.tolist()) == {0.0, 1.0} and abs(float(b.mean()) - 0.25) < 0.03
     assert x.bernoulli_(0.5).dtype == np.float64 and set(x.tolist()) == {0.0, 1.0}
+
+
+def test_a_range_indexes_as_an_array():
+    x = tg.zeros((3, 4))
+    x[range(3), tg.tensor([1, 0, 3])] = 5.0  # one element per row, as x[np.arange(3), y]
+    want = np.zeros((3, 4))
+    want[np.arange(3), [1, 0, 3]] = 5.0
+    np.testing.assert_array_equal(x.numpy(), want)
+    np.testing.assert_array_equal(x[range(0, 3, 2)].numpy(), want[0:3:2])

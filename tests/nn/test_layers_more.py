@@ -311,9 +311,10 @@ def test_loss_layers_match_torchs(rng, name, kwargs, count):
 # --- channel dropout, containers, unflatten -----------------------------------------------------
 
 
+@pytest.mark.filterwarnings("ignore:dropout2d")  # a 3-d input is PyTorch's deprecated (N, C, L)
 @pytest.mark.parametrize("layer, shape, spatial", [(nn.Dropout1d, (64, 8, 5), 1),
                                                    (nn.Dropout2d, (64, 8, 3, 3), 2),
-                                                   (nn.Dropout2d, (80, 3, 3), 2)])  # fmt: skip
+                                                   (nn.Dropout2d, (80, 3, 3), 1)])  # fmt: skip
 def test_channel_dropout_zeroes_whole_channels_and_scales_the_rest(layer, shape, spatial):
     drop = layer(0.25, seed=3)
     y = drop(tg.ones(shape)).numpy()
@@ -323,8 +324,11 @@ def test_channel_dropout_zeroes_whole_channels_and_scales_the_rest(layer, shape,
     assert 0.1 < (per_channel[:, 0] == 0).mean() < 0.4
     drop.eval()
     assert np.all(drop(tg.ones(shape)).numpy() == 1.0)
-    with pytest.raises(tg.ShapeError, match="dropout2d: input"):
-        F.dropout2d(tg.ones((2, 3)))
+    with pytest.raises(tg.ShapeError, match="dropout1d: input"):
+        F.dropout1d(tg.ones((2, 3, 4, 5)))
+    with pytest.warns(UserWarning, match="dropout2d: a 2-d input"):  # element by element
+        rows = F.dropout2d(tg.ones((50, 40)), 0.5).numpy()
+    assert not np.all(rows.min(1) == rows.max(1))
 
 
 def test_parameter_containers_register_their_parameters():

@@ -694,3 +694,14 @@ def test_layers_take_pytorchs_factory_keywords(name, args):
     assert all(b.dtype.kind != "f" for b in layer.buffers() if b.dtype != np.float64)
     with pytest.raises(ValueError, match="tracegrad runs on the CPU"):
         getattr(nn, name)(*args, device="cuda")
+
+
+def test_factory_keywords_passed_by_position_as_subclasses_do():
+    class Scaled(nn.Linear):  # as PyTorch code subclasses it (mnist_forward_forward's Layer)
+        def __init__(self, n_in, n_out, bias=True, device=None, dtype=None):
+            super().__init__(n_in, n_out, bias, device, dtype)
+
+    layer = Scaled(3, 2, False, "cpu", np.float64)
+    assert layer.weight.dtype == np.float64 and layer.bias is None
+    with pytest.raises(TypeError, match="positional arguments"):
+        nn.Linear(3, 2, True, "cpu", np.float64, 7)

@@ -240,6 +240,8 @@ def index_parts(index: Any) -> tuple[tuple, list[Tensor]]:
     each index array, and the integer index arrays (a boolean mask gives one per dimension)."""
     template, arrays = [], []
     for item in index if isinstance(index, tuple) else (index,):
+        if isinstance(item, range):  # x[range(n), y]: an index array, as NumPy and PyTorch take it
+            item = np.arange(item.start, item.stop, item.step)
         if isinstance(item, Tensor | np.ndarray | list):
             item = as_tensor(item)
             if item.dtype == np.bool_:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -169,7 +170,14 @@ def _dropout(input: Any, p: float, training: bool, inplace: bool, spatial: int, 
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"{op}: p must be in [0, 1], not {p}")
     x = as_tensor(input)
-    if spatial and x.ndim not in (spatial + 1, spatial + 2):
+    if op == "dropout2d" and x.ndim != 4:
+        # PyTorch's dropout2d drops whatever its first two axes index, for any rank (a 3-d input
+        # as (N, C, L), a 2-d one element by element), and warns that this is deprecated
+        warnings.warn(f"dropout2d: a {x.ndim}-d input: each (first, second) index is dropped "
+                      "as a whole, as PyTorch's deprecated behaviour (use dropout or dropout1d)",
+                      stacklevel=3)  # fmt: skip
+        spatial = builtins.max(x.ndim - 2, 0)
+    elif spatial and x.ndim not in (spatial + 1, spatial + 2):
         raise ShapeError(f"{op}: input {x.shape} must be (N, C, *{spatial} spatial axes) or "
                          f"(C, *{spatial} spatial axes)")  # fmt: skip
     if not training or p == 0.0:

@@ -86,15 +86,28 @@ class IncompatibleKeys(NamedTuple):
 
 
 def _with_factory_keywords(init: Callable) -> Callable:
-    """`init` also taking `device` and `dtype`: the layer is built as usual, then moved there
-    (the CPU only) and its floating parameters and buffers converted."""
-    params = inspect.signature(init).parameters
-    if "dtype" in params or "device" in params:
+    """`init` also taking `device` and `dtype`, by keyword or as PyTorch's signatures place them,
+    after the layer's own arguments (`super().__init__(n_in, n_out, bias, device, dtype)`): the
+    layer is built as usual, then moved there (the CPU only) and its floating parameters and
+    buffers converted."""
+    params = list(inspect.signature(init).parameters.values())[1:]
+    if any(p.name in ("dtype", "device") or p.kind is p.VAR_POSITIONAL for p in params):
         return init
+    own = len([p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)])
 
     @functools.wraps(init)
     def __init__(self: Module, *args: Any, device: Any = None, dtype: Any = None,
                  **kwargs: Any) -> None:  # fmt: skip
+        args, extra = args[:own], args[own:]
+        if (
+            len(extra) > 2
+            or (len(extra) > 0 and device is not None)
+            or (len(extra) > 1 and dtype is not None)
+        ):
+            raise TypeError(f"{type(self).__name__}: {own + len(extra)} positional arguments "
+                            f"for {own} and device, dtype")  # fmt: skip
+        device = extra[0] if extra else device
+        dtype = extra[1] if len(extra) > 1 else dtype
         init(self, *args, **kwargs)
         if device is not None or dtype is not None:
             self.to(*(a for a in (device, dtype) if a is not None))
