@@ -420,3 +420,24 @@ def test_a_traced_step_with_these_layers_matches_eager(backend, monkeypatch):
     for a, b in zip(params, want_params, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
     assert want[-1] < want[0]
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+@pytest.mark.parametrize("padding", [1, "same"])
+def test_convolutions_pad_their_input_by_padding_mode(mode, padding):
+    rng = np.random.default_rng(0)
+    conv = nn.Conv2d(3, 4, 3, padding=padding, padding_mode=mode).double()
+    x = rng.standard_normal((2, 3, 6, 7))
+    padded = F.pad(tg.tensor(x), (1, 1, 1, 1), mode=mode)  # what PyTorch's layer does first
+    want = F.conv2d(padded, conv.weight, conv.bias).numpy()
+    np.testing.assert_allclose(conv(tg.tensor(x)).numpy(), want, rtol=1e-12)
+    row = nn.Conv1d(3, 2, 5, padding=2, padding_mode=mode).double()
+    want = F.conv1d(F.pad(tg.tensor(x[:, :, 0]), (2, 2), mode=mode), row.weight, row.bias)
+    np.testing.assert_allclose(row(tg.tensor(x[:, :, 0])).numpy(), want.numpy(), rtol=1e-12)
+    if torch is not None:
+        theirs = torch.nn.Conv2d(3, 4, 3, padding=padding, padding_mode=mode).double()
+        theirs.load_state_dict({k: torch.tensor(v.numpy()) for k, v in conv.state_dict().items()})
+        want = theirs(torch.tensor(x)).detach().numpy()
+        np.testing.assert_allclose(conv(tg.tensor(x)).numpy(), want, rtol=1e-12)
+    with pytest.raises(ValueError, match="padding_mode"):
+        nn.Conv2d(3, 4, 3, padding_mode="mirror")

@@ -24,46 +24,53 @@ from tracegrad.nn.modules import (
 )
 
 __all__ = [
-    "AlphaDropout",
-    "Bilinear",
-    "ChannelShuffle",
-    "EmbeddingBag",
-    "FeatureAlphaDropout",
-    "Fold",
-    "LocalResponseNorm",
-    "Unfold",
     "AdaptiveAvgPool1d",
     "AdaptiveAvgPool2d",
+    "AdaptiveAvgPool3d",
     "AdaptiveMaxPool1d",
     "AdaptiveMaxPool2d",
+    "AlphaDropout",
     "AvgPool1d",
     "AvgPool2d",
+    "AvgPool3d",
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "BatchNorm3d",
+    "Bilinear",
+    "ChannelShuffle",
+    "Conv1d",
+    "Conv2d",
+    "Conv3d",
+    "ConvTranspose1d",
+    "ConvTranspose2d",
     "CosineSimilarity",
     "Dropout1d",
     "Dropout2d",
-    "PairwiseDistance",
-    "ParameterDict",
-    "ParameterList",
-    "RMSNorm",
-    "MaxPool1d",
-    "Unflatten",
-    "BatchNorm1d",
-    "BatchNorm2d",
-    "Conv1d",
-    "Conv2d",
-    "ConvTranspose1d",
-    "ConvTranspose2d",
+    "Dropout3d",
     "Embedding",
+    "EmbeddingBag",
+    "FeatureAlphaDropout",
     "Flatten",
+    "Fold",
     "GroupNorm",
     "Identity",
     "InstanceNorm1d",
     "InstanceNorm2d",
+    "InstanceNorm3d",
+    "LocalResponseNorm",
+    "MaxPool1d",
     "MaxPool2d",
+    "MaxPool3d",
     "MaxUnpool2d",
     "ModuleDict",
     "ModuleList",
     "MultiheadAttention",
+    "PairwiseDistance",
+    "ParameterDict",
+    "ParameterList",
+    "RMSNorm",
+    "Unflatten",
+    "Unfold",
 ]
 
 
@@ -84,8 +91,12 @@ class _ConvNd(Module):
                  dilation: int | Sequence[int] = 1, groups: int = 1, bias: bool = True,
                  padding_mode: str = "zeros"):  # fmt: skip
         super().__init__()
-        if padding_mode != "zeros":
-            raise NotImplementedError(f"{type(self).__name__}: padding_mode {padding_mode!r}")
+        if padding_mode not in ("zeros", "reflect", "replicate", "circular"):
+            raise ValueError(f"{type(self).__name__}: padding_mode must be 'zeros', 'reflect', "
+                             f"'replicate' or 'circular', not {padding_mode!r}")  # fmt: skip
+        if padding_mode != "zeros" and self.transposed:
+            raise ValueError(f"{type(self).__name__}: only padding_mode 'zeros' is supported")
+        self.padding_mode = padding_mode
         if in_channels % groups or out_channels % groups:
             raise ValueError(
                 f"{type(self).__name__}: in_channels {in_channels} and out_channels "
@@ -106,10 +117,24 @@ class _ConvNd(Module):
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
                 f"stride={self.stride}, padding={self.padding}")  # fmt: skip
 
+    def _input(self, x: Tensor) -> tuple[Tensor, Any]:
+        """The input and the convolution's padding: with a padding_mode other than zeros, the
+        input padded that way (PyTorch's F.pad before the convolution) and no more padding."""
+        if self.padding_mode == "zeros" or self.padding == "valid":
+            return x, self.padding
+        if self.padding == "same":
+            totals = [d * (k - 1) for k, d in zip(self.kernel_size, self.dilation, strict=True)]
+            pairs = [(t // 2, t - t // 2) for t in totals]
+        else:
+            pairs = [(p, p) for p in self.padding]
+        widths = [w for pair in reversed(pairs) for w in pair]  # F.pad: the last axis first
+        return F.pad(x, widths, mode=self.padding_mode), 0
+
 
 class Conv2d(_ConvNd):
     def forward(self, x: Tensor) -> Tensor:
-        return F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
+        x, padding = self._input(x)
+        return F.conv2d(x, self.weight, self.bias, self.stride, padding, self.dilation,
                         self.groups)  # fmt: skip
 
 
@@ -117,8 +142,18 @@ class Conv1d(_ConvNd):
     dims = 1
 
     def forward(self, x: Tensor) -> Tensor:
-        padding = self.padding if isinstance(self.padding, str) else self.padding[0]
+        x, padding = self._input(x)
+        padding = padding if isinstance(padding, str | int) else padding[0]
         return F.conv1d(x, self.weight, self.bias, self.stride[0], padding, self.dilation[0],
+                        self.groups)  # fmt: skip
+
+
+class Conv3d(_ConvNd):
+    dims = 3
+
+    def forward(self, x: Tensor) -> Tensor:
+        x, padding = self._input(x)
+        return F.conv3d(x, self.weight, self.bias, self.stride, padding, self.dilation,
                         self.groups)  # fmt: skip
 
 
@@ -229,6 +264,23 @@ class AdaptiveAvgPool2d(Module):
         return f"output_size={self.output_size}"
 
 
+class MaxPool3d(MaxPool2d):
+    def forward(self, x: Tensor) -> Tensor:
+        return F.max_pool3d(x, self.kernel_size, self.stride, self.padding, self.dilation,
+                            self.ceil_mode, self.return_indices)  # fmt: skip
+
+
+class AvgPool3d(AvgPool2d):
+    def forward(self, x: Tensor) -> Tensor:
+        return F.avg_pool3d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                            self.count_include_pad, self.divisor_override)  # fmt: skip
+
+
+class AdaptiveAvgPool3d(AdaptiveAvgPool2d):
+    def forward(self, x: Tensor) -> Tensor:
+        return F.adaptive_avg_pool3d(x, self.output_size)
+
+
 class MaxPool1d(MaxPool2d):
     def forward(self, x: Tensor) -> Tensor:
         return F.max_pool1d(x, self.kernel_size, self.stride, self.padding, self.dilation,
@@ -276,6 +328,13 @@ class Dropout2d(Dropout):
 
     def forward(self, x: Tensor) -> Tensor:
         return F.dropout2d(x, self.p, self.training, self.inplace, state=self.random_state)
+
+
+class Dropout3d(Dropout):
+    """Zeroes whole channels of (N, C, D, H, W) inputs in training (`functional.dropout3d`)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.dropout3d(x, self.p, self.training, self.inplace, state=self.random_state)
 
 
 class RMSNorm(Module):
@@ -420,6 +479,10 @@ class BatchNorm2d(_BatchNorm):
     ndims = (4,)
 
 
+class BatchNorm3d(_BatchNorm):
+    ndims = (5,)
+
+
 class _InstanceNorm(_BatchNorm):
     """Normalizes each channel of each sample over its positions (F.instance_norm); PyTorch's
     defaults: no affine, no running statistics. Unbatched inputs are accepted."""
@@ -454,6 +517,10 @@ class InstanceNorm1d(_InstanceNorm):
 
 class InstanceNorm2d(_InstanceNorm):
     dims = 2
+
+
+class InstanceNorm3d(_InstanceNorm):
+    dims = 3
 
 
 class GroupNorm(Module):
