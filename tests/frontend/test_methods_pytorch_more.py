@@ -47,6 +47,16 @@ def _scatter_mean(idx, src, base, mean, include_self=False):
     return np.where(count > 0, out, base)
 
 
+def _scatter_extreme(idx, src, base, combine, include_self=False):
+    out = base.copy()
+    seen = np.zeros(base.shape, bool)
+    for (i, j), v in np.ndenumerate(src):
+        t = (idx[i, j], j)
+        out[t] = combine(out[t], v) if seen[t] or include_self else v
+        seen[t] = True
+    return out
+
+
 def _masked_scatter(a, mask, source):
     out = a.copy()
     out[mask] = source.reshape(-1)[: mask.sum()]
@@ -93,6 +103,16 @@ CASES = {
     "scatter_reduce_mean": (
         lambda lib, T: T(np.ones((3, 5))).scatter_reduce(0, T(SCATTER_IDX), T(A[:2]), "mean"),
         _scatter_mean(SCATTER_IDX, A[:2], np.ones((3, 5)), mean=True, include_self=True),
+    ),
+    "scatter_reduce_amax": (
+        lambda lib, T: T(np.zeros((3, 5))).scatter_reduce(
+            0, T(SCATTER_IDX), T(A[:2]), "amax", include_self=False
+        ),
+        _scatter_extreme(SCATTER_IDX, A[:2], np.zeros((3, 5)), np.maximum),
+    ),
+    "scatter_reduce_amin_self": (
+        lambda lib, T: T(A[:3]).scatter_reduce(0, T(SCATTER_IDX), T(A[2:4]), "amin"),
+        _scatter_extreme(SCATTER_IDX, A[2:4], A[:3], np.minimum, include_self=True),
     ),
     "masked_select": (lambda lib, T: lib.masked_select(T(A), T(A > 0.5)), A[A > 0.5]),
     "masked_scatter": (
@@ -166,6 +186,9 @@ GRADIENTS = {
     "nanmean": lambda x: tg.nanmean(x, dim=0),
     "index_add": lambda x: tg.zeros((5, 5), dtype=np.float64).index_add(0, tg.tensor(IDX), x * x),
     "scatter_reduce": lambda x: x[:3].scatter_reduce(0, tg.tensor(SCATTER_IDX), x[:2] * 3, "mean"),
+    "scatter_reduce_amax": lambda x: x[:3].scatter_reduce(
+        0, tg.tensor(SCATTER_IDX), x[2:4], "amax"
+    ),
     "masked_select": lambda x: tg.masked_select(x * x, tg.tensor(A > 0)),
     "unfold": lambda x: x.unfold(0, 2, 1) ** 2,
     "take": lambda x: tg.take(x, tg.tensor(np.array([3, 3, 11]))),
@@ -201,14 +224,23 @@ def test_value_shaped_ones_refuse_a_traced_mask_and_guard_a_captured_one():
 
 
 def test_scatter_reduce_names_what_it_does_not_do():
-    with pytest.raises(NotImplementedError, match="reduce='amax'"):
-        tg.tensor(A).scatter_reduce(0, tg.tensor(SCATTER_IDX), tg.tensor(A[:2]), "amax")
+    with pytest.raises(NotImplementedError, match="reduce='prod'"):
+        tg.tensor(A).scatter_reduce(0, tg.tensor(SCATTER_IDX), tg.tensor(A[:2]), "prod")
+
+
+def test_scatter_max_splits_the_gradient_among_ties():
+    src = tg.tensor([1.0, 3.0, 3.0, 2.0, 5.0], requires_grad=True)
+    out = tg.zeros(2).scatter_reduce(0, tg.tensor([0, 0, 0, 1, 1]), src, "amax",
+                                     include_self=False)  # fmt: skip
+    np.testing.assert_array_equal(out.numpy(), [3.0, 5.0])
+    (out * tg.tensor([2.0, 7.0])).sum().backward()
+    np.testing.assert_array_equal(src.grad.numpy(), [0.0, 1.0, 1.0, 0.0, 7.0])  # 2 split in two
 
 
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
 def test_traced_message_passing_matches_eager(backend):
     """A graph layer: messages along edges summed into nodes with index_add, averaged with
-    scatter_reduce, a quantile-clipped loss."""
+    scatter_reduce's mean and max, a quantile-clipped loss."""
     rng = np.random.default_rng(0)
     src, dst = rng.integers(0, 6, 20), rng.integers(0, 6, 20)
     feats = tg.tensor(rng.standard_normal((6, 4)).astype(np.float32))
@@ -220,7 +252,8 @@ def test_traced_message_passing_matches_eager(backend):
         summed = tg.zeros((6, 4)).index_add(0, tg.tensor(dst), msg)
         index = tg.tensor(np.repeat(dst[:, None], 4, 1))
         mean = tg.zeros((6, 4)).scatter_reduce(0, index, msg, "mean", include_self=False)
-        h = tg.tanh(summed + mean)
+        top = tg.zeros((6, 4)).scatter_reduce(0, index, msg, "amax", include_self=False)
+        h = tg.tanh(summed + mean + top)
         loss = tg.clamp(h, max=tg.quantile(h, 0.9)).sum()
         loss.backward()
         return loss, w.grad

@@ -240,7 +240,15 @@ def scatter_add(input: Any, dim: int, index: Any, src: Any) -> Tensor:
 
 
 def _scatter(input: Any, dim: int, index: Any, src: Any, accumulate: bool, op: str) -> Tensor:
-    x, idx = as_tensor(input), as_tensor(index)
+    x = as_tensor(input)
+    grids, src = _scatter_parts(x, dim, index, src, op)
+    return put(x, ("@",) * x.ndim, grids, src, accumulate)
+
+
+def _scatter_parts(x: Tensor, dim: int, index: Any, src: Any, op: str) -> tuple[list, Tensor]:
+    """`scatter`'s index arrays, one per axis of x (`index` along `dim`, the positions along the
+    others), and the part of `src` they send."""
+    idx = as_tensor(index)
     if idx.ndim != x.ndim:
         raise ShapeError(f"{op}: index {idx.shape} and input {x.shape} differ in dimensions")
     d = one_dim(op, dim, x.ndim)
@@ -254,7 +262,7 @@ def _scatter(input: Any, dim: int, index: Any, src: Any, accumulate: bool, op: s
         if src.ndim != idx.ndim or any(s < i for s, i in zip(src.shape, idx.shape, strict=True)):
             raise ShapeError(f"{op}: src {src.shape} is smaller than index {idx.shape}")
         src = src[tuple(slice(0, n) for n in idx.shape)]
-    return put(x, ("@",) * x.ndim, grids, src, accumulate)
+    return grids, src
 
 
 @pytorch_keywords
@@ -325,20 +333,31 @@ def index_copy(input: Any, dim: int, index: Any, source: Any) -> Tensor:
 @pytorch_keywords
 def scatter_reduce(input: Any, dim: int, index: Any, src: Any, reduce: str, *,
                    include_self: bool = True) -> Tensor:  # fmt: skip
-    """src's elements combined into input at `index` along `dim` by "sum" or "mean" (with or
-    without input's own values). "amax", "amin" and "prod" are refused: they need a scatter
-    with a selection gradient that tracegrad does not have."""
-    if reduce not in ("sum", "mean"):
+    """src's elements combined into input at `index` along `dim` by "sum", "mean", "amax" or
+    "amin", with or without input's own values. The extremes' gradient is split evenly among
+    the sources that tie (PyTorch's rule); with `include_self`, a tie between input and sources
+    splits half to the input. "prod" is refused (its gradient at zeros is not provided)."""
+    if reduce not in ("sum", "mean", "amax", "amin"):
         raise NotImplementedError(
-            f"scatter_reduce: reduce={reduce!r} is not provided by tracegrad ('sum' and 'mean' "
-            "are); see docs/pytorch.md"
+            f"scatter_reduce: reduce={reduce!r} is not provided by tracegrad ('sum', 'mean', "
+            "'amax' and 'amin' are); see docs/pytorch.md"
         )
     x = as_tensor(input)
-    zeros = P.mul(x, 0.0) if x.dtype.kind == "f" else x * 0
-    total = _scatter(zeros, dim, index, src, True, "scatter_reduce")
     with no_grad():
         ones = Tensor(np.ones(as_tensor(index).shape, x.dtype))
         count = _scatter(Tensor(np.zeros(x.shape, x.dtype)), dim, index, ones, True, "count")
+    if reduce in ("amax", "amin"):
+        sign = 1.0 if reduce == "amax" else -1.0
+        grids, part = _scatter_parts(x, dim, index, src, "scatter_reduce")
+        part = as_tensor(part) if sign > 0 else P.neg(as_tensor(part))
+        extreme = P.scatter_max(astype(part, x.dtype), *grids, shape=x.shape,
+                                template=("@",) * x.ndim)  # fmt: skip
+        extreme = extreme if sign > 0 else P.neg(extreme)
+        if include_self:
+            return (P.maximum if sign > 0 else P.minimum)(x, P.where(count > 0, extreme, x))
+        return P.where(count > 0, extreme, x)
+    zeros = P.mul(x, 0.0) if x.dtype.kind == "f" else x * 0
+    total = _scatter(zeros, dim, index, src, True, "scatter_reduce")
     if include_self:
         total = total + x
         count = count + 1

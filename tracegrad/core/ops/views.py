@@ -170,6 +170,28 @@ scatter_add = Primitive("scatter_add", _scatter_add, _scatter_rule,
                         "in1:", kind=Kind.INDEX, accepts_out=True)  # fmt: skip
 
 
+def _scatter_max(g, *idx, shape, template):
+    """out[index] = the largest of the values sent there (-inf, or the least integer, where
+    none is)."""
+    low = -np.inf if g.dtype.kind == "f" else np.iinfo(g.dtype).min
+    out = np.full(shape, low, g.dtype)
+    np.maximum.at(out, shapes.build_index(template, idx), g)
+    return out
+
+
+def _scatter_max_vjp(g, out, x, *idx, shape, template):
+    """Each value's share of its target's cotangent: the target's, split evenly among the
+    values that tied for its maximum (PyTorch's rule), nothing for the others."""
+    hit = astype(equal(x, getitem(out, *idx, template=template)), dtype=x.dtype)
+    ties = getitem(scatter_add(hit, *idx, shape=shape, template=template), *idx, template=template)
+    return div(mul(getitem(g, *idx, template=template), hit), ties)
+
+
+# scatter_reduce's "amax" (and, negated, "amin"): graph networks' max aggregation
+scatter_max = Primitive("scatter_max", _scatter_max, _scatter_rule, (_scatter_max_vjp,), "in+out",
+                        kind=Kind.INDEX)  # fmt: skip
+
+
 def _pad_rule(x, pad_width, value):
     return tuple(d + lo + hi for d, (lo, hi) in zip(x.shape, pad_width, strict=True)), x.dtype
 
@@ -191,4 +213,5 @@ __all__ = [n for n, v in list(globals().items()) if isinstance(v, Primitive) and
 
 # The rules above call ops of other families, which import this one: imported last, the
 # cycle is harmless (no rule runs while the table loads).
+from tracegrad.core.ops.elementwise import astype, div, equal, mul  # noqa: E402
 from tracegrad.core.ops.reductions import sum  # noqa: E402
