@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
+from tests.conftest import assert_traced_training_matches_eager
 from tests.nn.test_layers_resampling import needs_torch, torch
 from tracegrad import nn, optim
 from tracegrad.compiler import lowering
@@ -168,30 +169,9 @@ class Hooked(nn.Module):
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
 def test_a_traced_step_with_hooks_matches_the_eager_step(rng, backend, monkeypatch):
     monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
-    models = []
-    for _ in range(2):
-        nn.manual_seed(0)
-        models.append(Hooked().double())
-    steps = []
-    for model in models:
-        opt = optim.SGD(model.parameters(), lr=0.1)
-
-        def step(x, y, model=model, opt=opt):
-            loss = F.cross_entropy(model(x), y)
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            return loss
-
-        steps.append(step)
-    eager, traced = steps[0], tg.trace(steps[1], backend=backend)
-    for _ in range(3):
-        x, y = rng.standard_normal((6, 4)), rng.integers(0, 3, 6)
-        np.testing.assert_allclose(float(traced(x, y)), float(eager(tg.tensor(x), tg.tensor(y))),
-                                   rtol=1e-10)  # fmt: skip
-    for (k, v), w in zip(models[0].state_dict().items(), models[1].state_dict().values(),
-                         strict=True):  # fmt: skip
-        np.testing.assert_allclose(w.numpy(), v.numpy(), rtol=1e-10, err_msg=k)
+    batches = [(rng.standard_normal((6, 4)), rng.integers(0, 3, 6)) for _ in range(3)]
+    assert_traced_training_matches_eager(lambda: Hooked().double(), batches, backend,
+                                         lambda ps: optim.SGD(ps, lr=0.1))  # fmt: skip
 
 
 def test_a_traced_function_traces_again_when_a_hook_is_added_or_removed():
@@ -263,34 +243,19 @@ def test_backward_hooks_match_torch():
     assert seen == want_seen
 
 
+def _clipped_model():
+    """Gradient clipping per layer, as a backward hook writes it, and a pre-hook's scaling."""
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3))
+    model[2].register_full_backward_hook(
+        lambda m, gi, go: tuple(None if g is None else tg.clamp(g, -0.01, 0.01) for g in gi)
+    )
+    model[0].register_full_backward_pre_hook(lambda m, go: (go[0] * 0.5,))
+    return model
+
+
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
 def test_a_traced_step_with_a_backward_hook_matches_eager(rng, backend, monkeypatch):
-    """Gradient clipping per layer, as a backward hook writes it."""
     monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
-    x = tg.tensor(rng.standard_normal((6, 4)).astype(np.float32))
-    y = tg.tensor(rng.integers(0, 3, 6))
-
-    def train(traced):
-        tg.nn.manual_seed(0)
-        model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3))
-        model[2].register_full_backward_hook(
-            lambda m, gi, go: tuple(None if g is None else tg.clamp(g, -0.01, 0.01) for g in gi)
-        )
-        model[0].register_full_backward_pre_hook(lambda m, go: (go[0] * 0.5,))
-        opt = optim.SGD(model.parameters(), lr=0.1)
-
-        def step(x, y):
-            opt.zero_grad()
-            loss = F.cross_entropy(model(x), y)
-            loss.backward()
-            opt.step()
-            return loss
-
-        run = tg.trace(step, backend=backend) if traced else step
-        return [float(run(x, y)) for _ in range(3)], [p.numpy() for p in model.parameters()]
-
-    want, want_params = train(False)
-    got, params = train(True)
-    np.testing.assert_allclose(got, want, rtol=1e-6)
-    for a, b in zip(params, want_params, strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    batch = (rng.standard_normal((6, 4)).astype(np.float32), rng.integers(0, 3, 6))
+    assert_traced_training_matches_eager(_clipped_model, [batch] * 3, backend,
+                                         lambda ps: optim.SGD(ps, lr=0.1))  # fmt: skip

@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tests.conftest import check_grad
+from tests.conftest import assert_traced_training_matches_eager, check_grad
 from tests.nn.test_layers_resampling import needs_torch, torch
 from tracegrad import nn, optim
 from tracegrad.compiler import lowering
-from tracegrad.nn import functional as F
 from tracegrad.nn.packed import (
     PackedSequence,
     pack_padded_sequence,
@@ -151,26 +150,6 @@ class Tagger(nn.Module):
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
 def test_a_traced_step_on_packed_sequences_matches_eager(rng, backend, monkeypatch):
     monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
-    models, steps = [], []
-    for _ in range(2):
-        nn.manual_seed(0)
-        model = Tagger().double()
-        opt = optim.Adam(model.parameters(), lr=0.01)
-
-        def step(x, y, model=model, opt=opt):
-            loss = F.cross_entropy(model(x), y)
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            return loss
-
-        models.append(model)
-        steps.append(step)
-    traced = tg.trace(steps[1], backend=backend)
-    for _ in range(3):
-        x, y = rng.standard_normal((5, 5, 3)), rng.integers(0, 2, 5)
-        np.testing.assert_allclose(float(traced(x, y)), float(steps[0](tg.tensor(x), tg.tensor(y))),
-                                   rtol=1e-10)  # fmt: skip
-    for (k, v), w in zip(models[0].state_dict().items(), models[1].state_dict().values(),
-                         strict=True):  # fmt: skip
-        np.testing.assert_allclose(w.numpy(), v.numpy(), rtol=1e-9, err_msg=k)
+    batches = [(rng.standard_normal((5, 5, 3)), rng.integers(0, 2, 5)) for _ in range(3)]
+    assert_traced_training_matches_eager(lambda: Tagger().double(), batches, backend,
+                                         lambda ps: optim.Adam(ps, lr=0.01))  # fmt: skip

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tests.conftest import check_grad
+from tests.conftest import assert_traced_training_matches_eager, check_grad
 from tests.nn.test_layers_resampling import both, needs_torch, same_module, torch
-from tracegrad import nn, optim
+from tracegrad import nn
 from tracegrad.compiler import lowering
 from tracegrad.nn import functional as F
 from tracegrad.nn import utils
@@ -192,32 +192,10 @@ class Normed(nn.Module):
 
 def train_both(make, rng, backend, steps=3):
     """The eager and the traced training step of two copies of one model; the models after."""
-    models, fns = [], []
-    for _ in range(2):
-        nn.manual_seed(0)
-        model = make().double()
-        opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-
-        def step(x, y, model=model, opt=opt):
-            loss = F.cross_entropy(model(x), y)
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            return loss
-
-        models.append(model)
-        fns.append(step)
-    eager, traced = fns[0], tg.trace(fns[1], backend=backend)
-    for _ in range(steps):
-        x, y = rng.standard_normal((4, 1, 5, 5)), rng.integers(0, 3, 4)
-        np.testing.assert_allclose(float(traced(x, y)), float(eager(tg.tensor(x), tg.tensor(y))),
-                                   rtol=1e-10)  # fmt: skip
-    eager_state, traced_state = models[0].state_dict(), models[1].state_dict()
-    assert list(eager_state) == list(traced_state)
-    for k, v in eager_state.items():
-        np.testing.assert_allclose(traced_state[k].numpy(), v.numpy(), rtol=1e-9, atol=1e-12,
-                                   err_msg=k)  # fmt: skip
-    return models
+    batches = [(rng.standard_normal((4, 1, 5, 5)), rng.integers(0, 3, 4)) for _ in range(steps)]
+    _, eager, traced = assert_traced_training_matches_eager(lambda: make().double(), batches,
+                                                            backend)  # fmt: skip
+    return eager, traced
 
 
 @pytest.mark.parametrize("backend", ["numpy", "numba"])

@@ -181,18 +181,25 @@ class detect_anomaly(contextlib.ContextDecorator):  # noqa: N801 (PyTorch's name
         anomaly.enabled = self._previous.pop()
 
 
-class set_detect_anomaly:  # noqa: N801 (PyTorch's name)
-    """Sets anomaly detection at once; as a context manager, restores it on exit."""
+class _SetNow:
+    """A setting changed at once and, used as a context manager, restored on exit (PyTorch's
+    `set_grad_enabled`, `set_detect_anomaly`)."""
 
-    def __init__(self, mode: bool, check_nan: bool = True) -> None:
-        self._previous = anomaly.enabled
-        anomaly.enabled = bool(mode) and check_nan
+    def __init__(self, owner: Any, attribute: str, value: bool) -> None:
+        self._owner, self._attribute = owner, attribute
+        self._previous = getattr(owner, attribute)
+        setattr(owner, attribute, value)
 
     def __enter__(self) -> None:
         pass
 
     def __exit__(self, *exc: Any) -> None:
-        anomaly.enabled = self._previous
+        setattr(self._owner, self._attribute, self._previous)
+
+
+class set_detect_anomaly(_SetNow):  # noqa: N801 (PyTorch's name)
+    def __init__(self, mode: bool, check_nan: bool = True) -> None:
+        super().__init__(anomaly, "enabled", bool(mode) and check_nan)
 
 
 def is_anomaly_enabled() -> bool:
@@ -245,18 +252,9 @@ class enable_grad(_GradMode):
     enabled = True
 
 
-class set_grad_enabled:
-    """PyTorch's: sets grad mode at once, and as a context manager restores it on exit."""
-
+class set_grad_enabled(_SetNow):  # noqa: N801 (PyTorch's name)
     def __init__(self, mode: bool) -> None:
-        self._previous = Listeners.grad_enabled
-        Listeners.grad_enabled = bool(mode)
-
-    def __enter__(self) -> None:
-        pass
-
-    def __exit__(self, *exc: Any) -> None:
-        Listeners.grad_enabled = self._previous
+        super().__init__(Listeners, "grad_enabled", bool(mode))
 
 
 def is_grad_enabled() -> bool:
