@@ -40,8 +40,9 @@ START = [R.standard_normal((3, 4)), R.standard_normal(4), R.standard_normal((4, 
 X, Y = R.standard_normal((5, 3)), R.standard_normal((5, 2))
 
 
-def train(lib, name, kwargs, backend=None):
-    """STEPS steps of a small tanh network, the PyTorch way; the parameters after each."""
+def train(lib, name, kwargs, backend=None, state_keys=()):
+    """STEPS steps of a small tanh network, the PyTorch way; the parameters after each, and the
+    optimizer's state tensors named in `state_keys` (ASGD's average "ax")."""
     if lib == "torch":
         import torch
     else:
@@ -61,7 +62,10 @@ def train(lib, name, kwargs, backend=None):
     history = []
     for _ in range(STEPS):
         run(x, y)
-        history.append([p.detach().numpy().copy() for p in ps])
+        states = [opt.state[p] if lib == "torch" else opt.state[i] for i, p in enumerate(ps)]
+        extra = [np.asarray(s[k].detach().numpy()).copy() for s in states for k in sorted(s)
+                 if k in state_keys]  # fmt: skip
+        history.append([p.detach().numpy().copy() for p in ps] + extra)
     if backend:  # once with .grad None, once with it set (zero_grad comes first)
         assert sum(len(plans) for plans in run.plans.values()) <= 2
     return history

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
+from tests.optim.test_optim_pytorch import train
 from tracegrad import optim
 from tracegrad.compiler import lowering
 
@@ -22,47 +23,17 @@ CASES = {
     "asgd maximize": ("ASGD", dict(lr=0.05, t0=2, maximize=True, foreach=False)),
 }
 
-R = np.random.default_rng(5)
-START = [R.standard_normal((3, 4)), R.standard_normal(4), R.standard_normal((4, 2))]
-X, Y = R.standard_normal((5, 3)), R.standard_normal((5, 2))
-
-
-def train(lib, name, kwargs, backend=None):
-    """STEPS steps of a small tanh network, the PyTorch way: the parameters and the state
-    tensors (ASGD's average ax) after each."""
-    if lib == "torch":
-        import torch
-    else:
-        torch = tg
-    ps = [torch.tensor(a, requires_grad=True) for a in START]
-    opt = getattr(torch.optim, name)(ps, **kwargs)
-    x, y = torch.tensor(X), torch.tensor(Y)
-
-    def step(x, y):
-        opt.zero_grad()
-        loss = ((torch.tanh(x @ ps[0] + ps[1]) @ ps[2] - y) ** 2).mean()
-        loss.backward()
-        opt.step()
-        return loss
-
-    run = tg.trace(step, backend=backend) if backend else step
-    history = []
-    for _ in range(STEPS):
-        run(x, y)
-        states = [opt.state[p] if lib == "torch" else opt.state[i] for i, p in enumerate(ps)]
-        extra = [np.asarray(s[k].detach().numpy()).copy() for s in states for k in sorted(s)
-                 if k in ("ax", "step_size", "eta", "mu")]  # fmt: skip
-        history.append([p.detach().numpy().copy() for p in ps] + extra)
-    if backend:
-        assert sum(len(plans) for plans in run.plans.values()) <= 2
-    return history
+STATE = ("ax", "step_size", "eta", "mu")  # compared with the parameters after each step
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_rprop_and_asgd_match_pytorch_in_float64(case):
     pytest.importorskip("torch")
     name, kwargs = CASES[case]
-    got, want = train("tg", name, kwargs), train("torch", name, kwargs)
+    got, want = (
+        train("tg", name, kwargs, state_keys=STATE),
+        train("torch", name, kwargs, state_keys=STATE),
+    )
     for step, (a, b) in enumerate(zip(got, want, strict=True)):
         assert len(a) == len(b)
         for p, q in zip(a, b, strict=True):
@@ -74,7 +45,10 @@ def test_rprop_and_asgd_match_pytorch_in_float64(case):
 def test_a_traced_step_matches_the_eager_one(case, backend, monkeypatch):
     monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
     name, kwargs = CASES[case]
-    got, want = train("tg", name, kwargs, backend), train("tg", name, kwargs)
+    got, want = (
+        train("tg", name, kwargs, backend, STATE),
+        train("tg", name, kwargs, state_keys=STATE),
+    )
     for a, b in zip(got, want, strict=True):
         for p, q in zip(a, b, strict=True):
             np.testing.assert_allclose(p, q, rtol=1e-12, atol=1e-14)
