@@ -26,8 +26,11 @@ SUBMODULES = ["nn", "nn.functional", "nn.init", "nn.utils", "nn.parallel", "opti
               "optim.lr_scheduler", "utils", "utils.data", "utils.data.dataloader",
               "utils.data.dataset", "utils.data.sampler", "autograd", "cuda", "cuda.amp", "amp",
               "backends", "backends.cudnn", "backends.mps", "backends.cuda", "linalg", "random",
-              "distributed", "accelerator", "onnx", "serialization", "special",
-              "version"]  # fmt: skip
+              "distributed", "accelerator", "onnx", "serialization", "special", "version",
+              "nn.utils.rnn", "nn.utils.parametrize", "nn.utils.parametrizations", "nn.modules",
+              "nn.modules.module", "utils.checkpoint", "utils.hooks", "autograd.function",
+              "autograd.functional", "func", "jit", "compiler", "profiler", "testing",
+              "optim.swa_utils", "distributions"]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", SUBMODULES)

@@ -4,10 +4,8 @@ and by import, the same objects as tracegrad's; a name left out refuses by name.
 
 from __future__ import annotations
 
-import importlib
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -18,18 +16,6 @@ from tracegrad.nn.modules import RemovableHandle, register_module_forward_hook
 from tracegrad.utils import checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
-SUBMODULES = ["nn.utils.rnn", "nn.utils.parametrize", "nn.utils.parametrizations", "nn.modules",
-              "nn.modules.module", "utils.checkpoint", "utils.hooks"]  # fmt: skip
-
-
-@pytest.mark.parametrize("name", SUBMODULES)
-def test_each_submodule_is_reached_by_attribute_and_by_import(name):
-    module = importlib.import_module(f"tracegrad.torch.{name}")
-    assert isinstance(module, types.ModuleType)
-    reached = torch
-    for part in name.split("."):
-        reached = getattr(reached, part)
-    assert reached is module
 
 
 def test_the_submodules_are_attributes_before_anything_imports_them():
