@@ -77,6 +77,10 @@ def _world() -> Any:
     return _comm
 
 
+def is_initialized() -> bool:
+    return _comm is not None
+
+
 def rank() -> int:
     return _world().Get_rank()
 

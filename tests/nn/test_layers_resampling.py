@@ -492,3 +492,19 @@ def test_multihead_attention_dropout_only_in_training(rng):
         nn.MultiheadAttention(8, 2, kdim=4)
     positional = nn.MultiheadAttention(8, 2, 0.1, False, False, False, None, None, True)
     assert positional.batch_first and positional.dropout == 0.1 and positional.in_proj_bias is None
+
+
+@pytest.mark.parametrize("name", ["ConstantPad3d", "ZeroPad3d", "ReflectionPad3d",
+                                  "ReplicationPad3d", "CircularPad3d"])  # fmt: skip
+def test_3d_padding_layers_pad_the_three_last_axes(name):
+    x = np.random.default_rng(0).standard_normal((1, 2, 3, 4, 5))
+    widths = (1, 2, 1, 0, 2, 1)
+    args = (widths, 0.5) if name == "ConstantPad3d" else (widths,)
+    got = getattr(nn, name)(*args)(tg.tensor(x)).numpy()
+    mode = {"ConstantPad3d": "constant", "ZeroPad3d": "constant", "ReflectionPad3d": "reflect",
+            "ReplicationPad3d": "edge", "CircularPad3d": "wrap"}[name]  # fmt: skip
+    pairs = ((0, 0), (0, 0), (2, 1), (1, 0), (1, 2))
+    extra = (
+        {"constant_values": 0.5 if name == "ConstantPad3d" else 0.0} if mode == "constant" else {}
+    )
+    np.testing.assert_array_equal(got, np.pad(x, pairs, mode=mode, **extra))

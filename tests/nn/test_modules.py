@@ -705,3 +705,30 @@ def test_factory_keywords_passed_by_position_as_subclasses_do():
     assert layer.weight.dtype == np.float64 and layer.bias is None
     with pytest.raises(TypeError, match="positional arguments"):
         nn.Linear(3, 2, True, "cpu", np.float64, 7)
+
+
+def test_modules_added_by_name_and_found_by_path():
+    model = nn.Sequential()
+    for i in range(2):
+        model.add_module(f"conv{i}", nn.Conv2d(2, 2, 3))
+    model.register_module("norm", nn.BatchNorm2d(2))
+    assert [name for name, _ in model.named_children()] == ["conv0", "conv1", "norm"]
+    assert model.get_submodule("conv1") is model.conv1 and model.get_submodule("") is model
+    assert model.get_parameter("conv0.bias") is model.conv0.bias
+    assert model.get_buffer("norm.running_var") is model.norm.running_var
+    with pytest.raises(AttributeError, match="no submodule 'conv7'"):
+        model.get_submodule("conv7.weight")
+    with pytest.raises(KeyError, match="without '.'"):
+        model.add_module("a.b", nn.ReLU())
+
+
+def test_sync_batch_norm_is_batch_norm_in_one_process():
+    tg.nn.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU())
+    x = tg.tensor(np.random.default_rng(0).standard_normal((2, 3, 6, 6)).astype(np.float32))
+    want = model(x).numpy()
+    weight = model[1].weight
+    synced = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    assert isinstance(synced[1], nn.SyncBatchNorm) and synced[1].weight is weight
+    np.testing.assert_allclose(synced(x).numpy(), want, rtol=1e-6)
+    assert nn.SyncBatchNorm(4)(tg.ones((2, 4, 2, 3, 3))).shape == (2, 4, 2, 3, 3)

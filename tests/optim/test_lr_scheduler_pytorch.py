@@ -5,6 +5,7 @@ PyTorch; state_dict round trips; what refuses inside a traced step."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
 
 import numpy as np
@@ -292,4 +293,55 @@ def test_a_cyclic_scale_fn_that_needs_a_python_number_refuses_inside_a_traced_st
         sched.step()
 
     with pytest.raises(tg.TraceError, match="CyclicLR.step.*Python number.*outside the traced"):
+        step()
+
+
+def _warmup(lib):
+    """A scheduler written as custom PyTorch code writes one: a subclass with get_lr()."""
+
+    class Warmup(lib.optim.lr_scheduler._LRScheduler):
+        def __init__(self, optimizer, warmup, last_epoch=-1):
+            self.warmup = warmup
+            super().__init__(optimizer, last_epoch)
+
+        def get_lr(self):
+            scale = min(1.0, (self.last_epoch + 1) / self.warmup)
+            return [base * scale for base in self.base_lrs]
+
+    return Warmup
+
+
+def _warmup_lrs(lib):
+    params = [lib.nn.Parameter(lib.ones(2))]
+    opt = lib.optim.SGD(params, lr=0.3)
+    sched = _warmup(lib)(opt, warmup=4)
+    lrs = []
+    for _ in range(6):
+        opt.step()
+        sched.step()
+        lrs.append(sched.get_last_lr()[0])
+    return lrs
+
+
+def test_a_subclass_with_its_own_get_lr_schedules_as_written():
+    import tracegrad.torch as torch
+
+    want = [0.3 * min(1.0, (e + 1) / 4) for e in range(1, 7)]
+    np.testing.assert_allclose(_warmup_lrs(torch), want)
+    if importlib.util.find_spec("torch") is not None:
+        import torch as real
+
+        np.testing.assert_allclose(_warmup_lrs(torch), _warmup_lrs(real))
+    params = [torch.nn.Parameter(torch.ones(2))]
+    opt = torch.optim.SGD(params, lr=0.3)
+    sched = _warmup(torch)(opt, warmup=4)
+
+    @torch.compile
+    def step():
+        opt.zero_grad()
+        (params[0] ** 2).sum().backward()
+        opt.step()
+        sched.step()
+
+    with pytest.raises(tg.TraceError, match="Warmup.step.*get_lr"):
         step()

@@ -139,3 +139,10 @@ def test_assert_close_uses_pytorchs_tolerances():
     torch.testing.assert_allclose(a, np.array([1.0, 2.0]))
     with pytest.raises(AssertionError):
         torch.testing.assert_close(tg.tensor([1, 2]), tg.tensor([1, 3]))  # integers: exact
+
+
+def test_memory_formats_are_accepted():
+    model = torch.nn.Conv2d(3, 4, 3).to(memory_format=torch.channels_last)
+    x = torch.ones(1, 3, 5, 5).contiguous(memory_format=torch.channels_last)
+    assert model(x).shape == (1, 4, 3, 3) and repr(torch.channels_last) == "torch.channels_last"
+    assert torch.contiguous_format is not torch.preserve_format

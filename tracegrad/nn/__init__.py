@@ -72,6 +72,7 @@ from tracegrad.nn.layers import (
     ParameterDict,
     ParameterList,
     RMSNorm,
+    SyncBatchNorm,
     Unflatten,
     Unfold,
 )
@@ -112,19 +113,24 @@ from tracegrad.nn.recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, R
 from tracegrad.nn.resampling import (
     CircularPad1d,
     CircularPad2d,
+    CircularPad3d,
     ConstantPad1d,
     ConstantPad2d,
+    ConstantPad3d,
     PixelShuffle,
     PixelUnshuffle,
     ReflectionPad1d,
     ReflectionPad2d,
+    ReflectionPad3d,
     ReplicationPad1d,
     ReplicationPad2d,
+    ReplicationPad3d,
     Upsample,
     UpsamplingBilinear2d,
     UpsamplingNearest2d,
     ZeroPad1d,
     ZeroPad2d,
+    ZeroPad3d,
 )
 from tracegrad.nn.transformer import (
     Transformer,
@@ -266,4 +272,10 @@ __all__ = [
     "BatchNorm3d",
     "InstanceNorm3d",
     "Dropout3d",
+    "ConstantPad3d",
+    "ZeroPad3d",
+    "ReflectionPad3d",
+    "ReplicationPad3d",
+    "CircularPad3d",
+    "SyncBatchNorm",
 ]

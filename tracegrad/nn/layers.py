@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from tracegrad import distributed
 from tracegrad.core.primitives import where
 from tracegrad.frontend.functions import permute, reshape, unflatten
 from tracegrad.frontend.tensor import Tensor, as_tensor, get_default_dtype
@@ -71,6 +72,7 @@ __all__ = [
     "RMSNorm",
     "Unflatten",
     "Unfold",
+    "SyncBatchNorm",
 ]
 
 
@@ -481,6 +483,41 @@ class BatchNorm2d(_BatchNorm):
 
 class BatchNorm3d(_BatchNorm):
     ndims = (5,)
+
+
+class SyncBatchNorm(_BatchNorm):
+    """Batch norm whose statistics PyTorch gathers across DDP's processes. In one process it is
+    batch norm of any rank; across tracegrad.distributed's processes it refuses (each would
+    normalize by its own part of the batch)."""
+
+    ndims = (2, 3, 4, 5)
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
+                 affine: bool = True, track_running_stats: bool = True,
+                 process_group: Any = None):  # fmt: skip
+        super().__init__(num_features, eps, momentum, affine, track_running_stats)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if distributed.is_initialized() and distributed.world_size() > 1:
+            raise NotImplementedError(
+                "SyncBatchNorm: statistics across tracegrad.distributed's processes are not "
+                "provided; use BatchNorm (each process normalizes by its own batch)"
+            )
+        return super().forward(x)
+
+    @classmethod
+    def convert_sync_batchnorm(cls, module: Module, process_group: Any = None) -> Module:
+        """`module` with each BatchNorm layer replaced by a SyncBatchNorm holding its tensors."""
+        if isinstance(module, _BatchNorm) and not isinstance(module, _InstanceNorm | cls):
+            sync = cls(module.num_features, module.eps, module.momentum, module.affine,
+                       module.track_running_stats)  # fmt: skip
+            for name, value in (*module._parameters.items(), *module._buffers.items()):
+                setattr(sync, name, value)
+            sync.train(module.training)
+            return sync
+        for name, child in list(module._modules.items()):
+            setattr(module, name, cls.convert_sync_batchnorm(child, process_group))
+        return module
 
 
 class _InstanceNorm(_BatchNorm):

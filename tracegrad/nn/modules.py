@@ -281,6 +281,42 @@ class Module:
     def modules(self) -> Iterator[Module]:
         return (m for _, m in self.named_modules())
 
+    def add_module(self, name: str, module: Module | None) -> None:
+        """PyTorch's spelling of `self.name = module` (names made in a loop)."""
+        if module is not None and not isinstance(module, Module):
+            raise TypeError(f"add_module: {type(module).__name__} is not a Module")
+        if not isinstance(name, str) or "." in name or not name:
+            raise KeyError(f"add_module: module name {name!r} must be a non-empty string "
+                           "without '.'")  # fmt: skip
+        setattr(self, name, module)
+
+    register_module = add_module
+
+    def get_submodule(self, target: str) -> Module:
+        """The submodule at a dotted path ("" is the module itself), as named_modules names it."""
+        module = self
+        for part in target.split(".") if target else []:
+            child = module._modules.get(part)
+            if child is None:
+                raise AttributeError(f"{type(module).__name__} has no submodule {part!r} (looking "
+                                     f"up {target!r})")  # fmt: skip
+            module = child
+        return module
+
+    def get_parameter(self, target: str) -> Tensor:
+        owner, _, name = target.rpartition(".")
+        module = self.get_submodule(owner)
+        if name not in module._parameters:
+            raise AttributeError(f"{type(module).__name__} has no parameter {name!r}")
+        return module._parameters[name]
+
+    def get_buffer(self, target: str) -> Tensor:
+        owner, _, name = target.rpartition(".")
+        module = self.get_submodule(owner)
+        if name not in module._buffers:
+            raise AttributeError(f"{type(module).__name__} has no buffer {name!r}")
+        return module._buffers[name]
+
     def children(self) -> Iterator[Module]:
         return iter(self._modules.values())
 

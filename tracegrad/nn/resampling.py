@@ -9,10 +9,11 @@ from tracegrad.frontend.tensor import Tensor
 from tracegrad.nn import functional as F
 from tracegrad.nn.modules import Module
 
-__all__ = ["CircularPad1d", "CircularPad2d", "ConstantPad1d", "ConstantPad2d", "PixelShuffle",
-           "PixelUnshuffle", "ReflectionPad1d", "ReflectionPad2d", "ReplicationPad1d",
-           "ReplicationPad2d", "Upsample", "UpsamplingBilinear2d", "UpsamplingNearest2d",
-           "ZeroPad1d", "ZeroPad2d"]  # fmt: skip
+__all__ = ["CircularPad1d", "CircularPad2d", "CircularPad3d", "ConstantPad1d", "ConstantPad2d",
+           "ConstantPad3d", "PixelShuffle", "PixelUnshuffle", "ReflectionPad1d",
+           "ReflectionPad2d", "ReflectionPad3d", "ReplicationPad1d", "ReplicationPad2d",
+           "ReplicationPad3d", "Upsample", "UpsamplingBilinear2d", "UpsamplingNearest2d",
+           "ZeroPad1d", "ZeroPad2d", "ZeroPad3d"]  # fmt: skip
 
 
 class PixelShuffle(Module):
@@ -99,6 +100,10 @@ class ConstantPad2d(ConstantPad1d):
     dims = 2
 
 
+class ConstantPad3d(ConstantPad1d):
+    dims = 3
+
+
 class ZeroPad1d(ConstantPad1d):
     def __init__(self, padding: int | Sequence[int]):
         super().__init__(padding, 0.0)
@@ -106,6 +111,10 @@ class ZeroPad1d(ConstantPad1d):
 
 class ZeroPad2d(ZeroPad1d):
     dims = 2
+
+
+class ZeroPad3d(ZeroPad1d):
+    dims = 3
 
 
 class ReflectionPad1d(_PadNd):
@@ -130,3 +139,15 @@ class CircularPad1d(_PadNd):
 
 class CircularPad2d(_PadNd):
     mode = "circular"
+
+
+class ReflectionPad3d(_PadNd):
+    dims, mode = 3, "reflect"
+
+
+class ReplicationPad3d(_PadNd):
+    dims, mode = 3, "replicate"
+
+
+class CircularPad3d(_PadNd):
+    dims, mode = 3, "circular"

@@ -32,7 +32,7 @@ from tracegrad.frontend.tracer import after_call, guard
 __all__ = ["ChainedScheduler", "ConstantLR", "CosineAnnealingLR", "CosineAnnealingWarmRestarts",
            "CyclicLR", "ExponentialLR", "LRScheduler", "LambdaLR", "LinearLR", "MultiStepLR",
            "MultiplicativeLR", "OneCycleLR", "PolynomialLR", "ReduceLROnPlateau", "SequentialLR",
-           "StepLR"]  # fmt: skip
+           "StepLR", "_LRScheduler"]  # fmt: skip
 
 
 def _tracing() -> bool:
@@ -76,6 +76,12 @@ class LRScheduler:
     def lr_at(self, epoch: int, base_lr: float, index: int) -> float:
         raise NotImplementedError
 
+    def get_lr(self) -> list[float]:
+        """The learning rates at `last_epoch`: PyTorch's hook, which schedulers written as
+        subclasses (of `LRScheduler` or the old `_LRScheduler`) override; the built-in ones give
+        theirs by `lr_at`."""
+        return [self.lr_at(self.last_epoch, base, i) for i, base in enumerate(self.base_lrs)]
+
     def lr_tensor(self, epoch: Tensor, base_lr: float, index: int) -> Tensor:
         return self.lr_at(epoch, base_lr, index)
 
@@ -84,9 +90,7 @@ class LRScheduler:
             self._traced_step(epoch)
             return
         self.last_epoch = self.last_epoch + 1 if epoch is None else epoch
-        self._last_lr = [
-            self.lr_at(self.last_epoch, base, i) for i, base in enumerate(self.base_lrs)
-        ]
+        self._last_lr = [float(lr) for lr in self.get_lr()]
         for group, lr in zip(self.optimizer.param_groups, self._last_lr, strict=True):
             group["lr"] = lr
 
@@ -94,6 +98,9 @@ class LRScheduler:
         """Advance the step count tensor and write the schedule's values into the groups'
         tensors (`chained`: the current values moved as the schedule moved, `chain_step`);
         Python's copies follow after each call (`_sync`)."""
+        if type(self).get_lr is not LRScheduler.get_lr:
+            raise _refuse(f"{type(self).__name__}.step()", "its get_lr() is Python code that "
+                          "reads last_epoch as a number")  # fmt: skip
         baked = self._settings()
         guard(lambda: self._settings() == baked)  # the schedule's constants are baked in
         with no_grad():
@@ -193,6 +200,9 @@ def _scaled(lr: Any, now: Any, before: Any, floor: float, kind: type) -> Any:
 def _as_float64(x: Any) -> Tensor:
     x = x if isinstance(x, Tensor) else Tensor(np.array(float(x)))
     return x if x.dtype == np.float64 else x.astype(np.float64)
+
+
+_LRScheduler = LRScheduler  # PyTorch's name before 2.0, which custom schedulers still subclass
 
 
 class LambdaLR(LRScheduler):

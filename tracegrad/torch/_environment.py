@@ -15,13 +15,33 @@ from tracegrad.frontend.device import CPU, require_cpu
 from tracegrad.frontend.tensor import Tensor, as_tensor
 from tracegrad.torch._support import dtype, torch_dtype
 
-__all__ = ["are_deterministic_algorithms_enabled", "can_cast", "get_default_device",
+__all__ = ["are_deterministic_algorithms_enabled", "can_cast", "channels_last",
+           "channels_last_3d", "contiguous_format", "get_default_device", "memory_format",
+           "preserve_format",
            "get_float32_matmul_precision", "get_rng_state", "is_nonzero", "promote_types",
            "set_default_device", "set_float32_matmul_precision", "set_flush_denormal",
            "set_printoptions", "set_rng_state", "typename",
            "use_deterministic_algorithms"]  # fmt: skip
 
 _settings = {"matmul_precision": "highest", "deterministic": False}
+
+
+class memory_format:  # noqa: N801 (PyTorch's name)
+    """PyTorch's memory layouts, accepted wherever PyTorch takes one (`x.contiguous(
+    memory_format=torch.channels_last)`, `model.to(memory_format=...)`): tracegrad's arrays stay
+    row-major, and its convolution kernels choose their own layouts."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"torch.{self.name}"
+
+
+contiguous_format = memory_format("contiguous_format")
+channels_last = memory_format("channels_last")
+channels_last_3d = memory_format("channels_last_3d")
+preserve_format = memory_format("preserve_format")
 
 
 def set_float32_matmul_precision(precision: str) -> None:
