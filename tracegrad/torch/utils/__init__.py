@@ -1,9 +1,10 @@
-"""`torch.utils`: `data` (datasets, samplers, DataLoader), `checkpoint`, `hooks`."""
+"""`torch.utils`: `data` (datasets, samplers, DataLoader), `checkpoint`, `hooks`,
+`tensorboard`."""
 
 from typing import Any
 
 from tracegrad.torch._support import not_provided as _not_provided
-from tracegrad.torch.utils import checkpoint, data, hooks
+from tracegrad.torch.utils import checkpoint, data, hooks, tensorboard
 
 
 def __getattr__(name: str) -> Any:
