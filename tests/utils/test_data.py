@@ -422,3 +422,40 @@ def test_a_traced_step_trains_on_batches_as_the_eager_step():
         return [step(x, y).item() for _ in range(2) for x, y in loader]
 
     np.testing.assert_allclose(train(True), train(False), rtol=1e-6)
+
+
+@pytest.mark.parametrize("replicas, drop_last", [(3, False), (3, True), (4, False), (12, False)])
+def test_distributed_samplers_share_the_dataset_as_pytorchs_do(replicas, drop_last):
+    from tracegrad.utils.data import DistributedSampler
+
+    data = list(range(10))
+    shares = [list(DistributedSampler(data, replicas, r, shuffle=False, drop_last=drop_last))
+              for r in range(replicas)]  # fmt: skip
+    assert len({len(s) for s in shares}) == 1  # equal shares
+    flat = sorted(i for s in shares for i in s)
+    if drop_last:
+        assert len(set(flat)) == len(flat) and len(flat) == 10 - 10 % replicas
+    else:
+        assert set(flat) == set(data) and len(flat) == -(-10 // replicas) * replicas
+    assert shares[1][0] == 1 and shares[0][1:2] == ([replicas] if replicas < 10 else [])
+    try:
+        from torch.utils.data.distributed import DistributedSampler as Theirs
+    except ImportError:
+        return
+    assert shares == [list(Theirs(data, replicas, r, shuffle=False, drop_last=drop_last))
+                      for r in range(replicas)]  # fmt: skip
+
+
+def test_a_shuffled_distributed_sampler_agrees_across_ranks_and_epochs_differ():
+    from tracegrad.utils.data import DistributedSampler
+
+    samplers = [DistributedSampler(range(20), 2, r, seed=5) for r in range(2)]
+    first = [list(s) for s in samplers]
+    assert sorted(first[0] + first[1]) == list(range(20))  # one order, split between the ranks
+    for s in samplers:
+        s.set_epoch(1)
+    assert [list(s) for s in samplers] != first
+    with pytest.raises(ValueError, match="Invalid rank 2"):
+        DistributedSampler(range(4), 2, 2)
+    with pytest.raises(RuntimeError, match="tracegrad.distributed.init"):
+        DistributedSampler(range(4))

@@ -26,12 +26,14 @@ from typing import Any
 
 import numpy as np
 
+from tracegrad import distributed
 from tracegrad.frontend import creation, functions
 from tracegrad.frontend.random import Generator
 from tracegrad.frontend.tensor import Tensor
 
 __all__ = [
-    "BatchSampler", "ChainDataset", "ConcatDataset", "DataLoader", "Dataset", "IterableDataset",
+    "BatchSampler", "ChainDataset", "ConcatDataset", "DataLoader", "Dataset",
+    "DistributedSampler", "IterableDataset",
     "RandomSampler", "Sampler", "SequentialSampler", "Subset", "SubsetRandomSampler",
     "TensorDataset", "WeightedRandomSampler", "default_collate", "default_convert",
     "get_worker_info", "random_split",
@@ -304,6 +306,49 @@ class BatchSampler(Sampler):
     def __len__(self) -> int:
         n = len(self.sampler)
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+
+class DistributedSampler(Sampler):
+    """This process's share of the dataset when `num_replicas` processes train on it (rank
+    `rank`; by default tracegrad.distributed's size and rank): every `num_replicas`-th index of
+    one order all ranks share (shuffled from `seed + epoch`; `set_epoch` at each epoch), padded by
+    repeating indices so that the shares are equal, or cut short with `drop_last`."""
+
+    def __init__(self, dataset: Any, num_replicas: int | None = None, rank: int | None = None,
+                 shuffle: bool = True, seed: int = 0, drop_last: bool = False) -> None:  # fmt: skip
+        if num_replicas is None or rank is None:
+            if not distributed.is_initialized():
+                raise RuntimeError("DistributedSampler: give num_replicas and rank, or call "
+                                   "tracegrad.distributed.init() first")  # fmt: skip
+            num_replicas = distributed.world_size() if num_replicas is None else num_replicas
+            rank = distributed.rank() if rank is None else rank
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"Invalid rank {rank}, rank should be in the interval "
+                             f"[0, {num_replicas - 1}]")  # fmt: skip
+        self.dataset, self.num_replicas, self.rank = dataset, num_replicas, rank
+        self.shuffle, self.seed, self.drop_last, self.epoch = shuffle, seed, drop_last, 0
+        n = len(dataset)
+        if drop_last and n % num_replicas:
+            self.num_samples = math.ceil((n - num_replicas) / num_replicas)
+        else:
+            self.num_samples = math.ceil(n / num_replicas)
+        self.total_size = self.num_samples * num_replicas
+
+    def __iter__(self) -> Iterator[int]:
+        n = len(self.dataset)
+        order = (np.random.default_rng(self.seed + self.epoch).permutation(n).tolist()
+                 if self.shuffle else list(range(n)))  # fmt: skip
+        if self.drop_last:
+            order = order[: self.total_size]
+        elif self.total_size > n:
+            order = (order * math.ceil(self.total_size / n))[: self.total_size]
+        return iter(order[self.rank : self.total_size : self.num_replicas])
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
 
 
 class _InfiniteConstantSampler(Sampler):
