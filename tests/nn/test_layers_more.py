@@ -247,6 +247,15 @@ LOSSES = [  # name, keyword arguments, shapes of the differentiated inputs, cons
     ("poisson_nll_loss", {}, [(5,)], np.array([0.0, 1.0, 2.0, 5.0, 3.0])),
     ("poisson_nll_loss", {"full": True}, [(5,)], np.array([0.0, 1.0, 2.0, 5.0, 3.0])),
     ("gaussian_nll_loss", {}, [(5, 2), (5, 2)], None),
+    ("multi_margin_loss", {}, [(5, 4)], np.array([0, 3, 1, 1, 2])),
+    ("multi_margin_loss", {"p": 2, "margin": 0.7}, [(5, 4)], np.array([2, 0, 3, 1, 2])),
+    (
+        "multilabel_margin_loss",
+        {},
+        [(3, 4)],
+        np.array([[3, 0, -1, 1], [1, 2, 3, 0], [2, -1, 0, 0]]),
+    ),
+    ("triplet_margin_with_distance_loss", {"swap": True}, [(5, 3)] * 3, None),
 ]
 
 
@@ -291,6 +300,7 @@ LOSS_MODULES = [  # layer name, its arguments, how many inputs it is called with
     ("HingeEmbeddingLoss", {"margin": 2.0}, 2), ("MultiLabelSoftMarginLoss", {}, 2),
     ("MarginRankingLoss", {"margin": 0.5}, 3), ("CosineEmbeddingLoss", {"margin": 0.2}, 3),
     ("TripletMarginLoss", {"margin": 0.5, "swap": True}, 3),
+    ("TripletMarginWithDistanceLoss", {"margin": 0.5, "swap": True}, 3),
 ]  # fmt: skip
 
 
@@ -441,3 +451,14 @@ def test_convolutions_pad_their_input_by_padding_mode(mode, padding):
         np.testing.assert_allclose(conv(tg.tensor(x)).numpy(), want, rtol=1e-12)
     with pytest.raises(ValueError, match="padding_mode"):
         nn.Conv2d(3, 4, 3, padding_mode="mirror")
+
+
+def test_margin_loss_layers_take_their_options():
+    x = tg.tensor(np.array([[0.1, 0.8, -0.3], [0.5, 0.2, 0.9]]))
+    y = tg.tensor(np.array([1, 2]))
+    loss = nn.MultiMarginLoss(margin=0.5, weight=tg.tensor(np.array([1.0, 2.0, 3.0])))(x, y)
+    # sample 0: target 1 (weight 2): max(0, .5 - .8 + .1) + max(0, .5 - .8 - .3) = 0
+    # sample 1: target 2 (weight 3): 3 * (max(0, .5 - .9 + .5) + max(0, .5 - .9 + .2)) / 3
+    np.testing.assert_allclose(loss.numpy(), (0.0 + 0.1) / 2)
+    labels = tg.tensor(np.array([[1, -1, 0], [2, 0, -1]]))
+    assert nn.MultiLabelMarginLoss(reduction="none")(x, labels).shape == (2,)

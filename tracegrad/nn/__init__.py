@@ -88,12 +88,15 @@ from tracegrad.nn.losses import (
     L1Loss,
     MarginRankingLoss,
     MSELoss,
+    MultiLabelMarginLoss,
     MultiLabelSoftMarginLoss,
+    MultiMarginLoss,
     NLLLoss,
     PoissonNLLLoss,
     SmoothL1Loss,
     SoftMarginLoss,
     TripletMarginLoss,
+    TripletMarginWithDistanceLoss,
 )
 from tracegrad.nn.modules import (
     GELU,
@@ -278,4 +281,7 @@ __all__ = [
     "ReplicationPad3d",
     "CircularPad3d",
     "SyncBatchNorm",
+    "MultiMarginLoss",
+    "MultiLabelMarginLoss",
+    "TripletMarginWithDistanceLoss",
 ]

@@ -31,6 +31,7 @@ from tracegrad.frontend.functions import (
     reshape,
     same_dtypes,
     stack,
+    take_along,
     transpose,
 )
 from tracegrad.frontend.linalg import vector_norm
@@ -133,6 +134,9 @@ __all__ = [
     "threshold",
     "triplet_margin_loss",
     "unfold",
+    "multi_margin_loss",
+    "multilabel_margin_loss",
+    "triplet_margin_with_distance_loss",
 ]
 
 
@@ -1552,6 +1556,62 @@ def triplet_margin_loss(
     if swap:
         d_neg = P.minimum(d_neg, pairwise_distance(positive, negative, p, eps))
     return _reduce(maximum(0.0, d_pos - d_neg + margin), reduction)
+
+
+def triplet_margin_with_distance_loss(anchor: Any, positive: Any, negative: Any, *,
+                                      distance_function: Callable | None = None,
+                                      margin: float = 1.0, swap: bool = False,
+                                      reduction: str = "mean") -> Tensor:  # fmt: skip
+    """`triplet_margin_loss` with any distance (default `pairwise_distance`): max(0,
+    d(a, p) - d(a, n) + margin)."""
+    _check_reduction("triplet_margin_with_distance_loss", reduction)
+    distance = distance_function or pairwise_distance
+    d_pos, d_neg = distance(anchor, positive), distance(anchor, negative)
+    if swap:
+        d_neg = P.minimum(d_neg, distance(positive, negative))
+    return _reduce(maximum(0.0, d_pos - d_neg + margin), reduction)
+
+
+def multi_margin_loss(input: Any, target: Any, p: int = 1, margin: float = 1.0,
+                      weight: Any = None, size_average: Any = None, reduce: Any = None,
+                      reduction: str = "mean") -> Tensor:  # fmt: skip
+    """The multi-class hinge loss: sum over the classes j other than the target y of
+    max(0, margin - x[y] + x[j]) ** p (times weight[y]), divided by the number of classes."""
+    _check_reduction("multi_margin_loss", reduction)
+    if p not in (1, 2):
+        raise ValueError(f"multi_margin_loss: p must be 1 or 2, not {p}")
+    x, y = as_tensor(input), as_tensor(target)
+    rows = x if x.ndim == 2 else reshape(x, (1, -1))
+    labels = reshape(y, (-1, 1))
+    picked = take_along(rows, labels, 1, (rows.shape[0], 1))
+    hinge = maximum(0.0, margin - picked + rows)
+    hinge = hinge if p == 1 else hinge * hinge
+    if weight is not None:
+        hinge = hinge * reshape(as_tensor(weight)[reshape(labels, (-1,))], (-1, 1))
+    others = Tensor(np.arange(rows.shape[1])[None, :]) != labels  # the target's own term is 0
+    loss = sum(where(others, hinge, 0.0), 1) / float(rows.shape[1])
+    return _reduce(loss if x.ndim == 2 else reshape(loss, ()), reduction)
+
+
+def multilabel_margin_loss(input: Any, target: Any, size_average: Any = None, reduce: Any = None,
+                           reduction: str = "mean") -> Tensor:  # fmt: skip
+    """The multi-label hinge loss: for each sample, sum over its target classes j (the labels
+    before the first -1 in its row of `target`) and the other classes k of
+    max(0, 1 - (x[j] - x[k])), divided by the number of classes."""
+    _check_reduction("multilabel_margin_loss", reduction)
+    x, t = as_tensor(input), as_tensor(target)
+    rows = x if x.ndim == 2 else reshape(x, (1, -1))
+    labels = t._concrete("multilabel_margin_loss's target").reshape(rows.shape)
+    n, c = rows.shape
+    is_target = np.zeros((n, c), bool)
+    for i, row in enumerate(labels):
+        stop = np.flatnonzero(row < 0)
+        chosen = row[: stop[0] if stop.size else c]
+        is_target[i, chosen] = True
+    pairs = 1.0 - (reshape(rows, (n, c, 1)) - reshape(rows, (n, 1, c)))  # [i, j, k]
+    valid = Tensor(is_target[:, :, None] & ~is_target[:, None, :])
+    loss = sum(where(valid, maximum(0.0, pairs), 0.0), (1, 2)) / float(c)
+    return _reduce(loss if x.ndim == 2 else reshape(loss, ()), reduction)
 
 
 def poisson_nll_loss(

@@ -8,8 +8,9 @@ from tracegrad.nn.modules import FunctionLayer
 
 __all__ = ["BCELoss", "BCEWithLogitsLoss", "CosineEmbeddingLoss", "CrossEntropyLoss",
            "GaussianNLLLoss", "HingeEmbeddingLoss", "HuberLoss", "KLDivLoss", "L1Loss", "MSELoss",
-           "MarginRankingLoss", "MultiLabelSoftMarginLoss", "NLLLoss", "PoissonNLLLoss",
-           "SmoothL1Loss", "SoftMarginLoss", "TripletMarginLoss"]  # fmt: skip
+           "MarginRankingLoss", "MultiLabelMarginLoss", "MultiLabelSoftMarginLoss",
+           "MultiMarginLoss", "NLLLoss", "PoissonNLLLoss", "SmoothL1Loss", "SoftMarginLoss",
+           "TripletMarginLoss", "TripletMarginWithDistanceLoss"]  # fmt: skip
 
 
 class CrossEntropyLoss(FunctionLayer):
@@ -140,3 +141,28 @@ class TripletMarginLoss(FunctionLayer):
     def __init__(self, margin=1.0, p=2.0, eps=1e-6, swap=False, size_average=None, reduce=None,
                  reduction="mean"):  # fmt: skip
         super().__init__(margin=margin, p=p, eps=eps, swap=swap, reduction=reduction)
+
+
+class MultiMarginLoss(FunctionLayer):
+    function = F.multi_margin_loss
+
+    def __init__(self, p=1, margin=1.0, weight=None, size_average=None, reduce=None,
+                 reduction="mean"):  # fmt: skip
+        super().__init__(p=p, margin=margin, weight=weight, reduction=reduction)
+
+
+class MultiLabelMarginLoss(FunctionLayer):
+    function = F.multilabel_margin_loss
+
+    def __init__(self, size_average=None, reduce=None, reduction="mean"):
+        super().__init__(reduction=reduction)
+
+
+class TripletMarginWithDistanceLoss(FunctionLayer):
+    """Called as loss(anchor, positive, negative)."""
+
+    function = F.triplet_margin_with_distance_loss
+
+    def __init__(self, *, distance_function=None, margin=1.0, swap=False, reduction="mean"):
+        super().__init__(distance_function=distance_function, margin=margin, swap=swap,
+                         reduction=reduction)  # fmt: skip
