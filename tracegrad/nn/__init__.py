@@ -81,6 +81,7 @@ from tracegrad.nn.losses import (
     BCEWithLogitsLoss,
     CosineEmbeddingLoss,
     CrossEntropyLoss,
+    CTCLoss,
     GaussianNLLLoss,
     HingeEmbeddingLoss,
     HuberLoss,
@@ -284,4 +285,5 @@ __all__ = [
     "MultiMarginLoss",
     "MultiLabelMarginLoss",
     "TripletMarginWithDistanceLoss",
+    "CTCLoss",
 ]

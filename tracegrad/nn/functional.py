@@ -39,6 +39,7 @@ from tracegrad.frontend.mutation import index_put, scatter
 from tracegrad.frontend.rearrange import chunk
 from tracegrad.frontend.reductions import amax, log_softmax, mean, softmax, sum
 from tracegrad.frontend.tensor import Tensor, as_tensor
+from tracegrad.nn.ctc import ctc_loss
 from tracegrad.nn.spatial import affine_grid, grid_sample
 from tracegrad.nn.volumetric import adaptive_avg_pool3d, avg_pool3d, conv3d, max_pool3d
 
@@ -137,6 +138,7 @@ __all__ = [
     "multi_margin_loss",
     "multilabel_margin_loss",
     "triplet_margin_with_distance_loss",
+    "ctc_loss",
 ]
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from tracegrad.nn import functional as F
 from tracegrad.nn.modules import FunctionLayer
 
-__all__ = ["BCELoss", "BCEWithLogitsLoss", "CosineEmbeddingLoss", "CrossEntropyLoss",
+__all__ = ["BCELoss", "BCEWithLogitsLoss", "CTCLoss", "CosineEmbeddingLoss", "CrossEntropyLoss",
            "GaussianNLLLoss", "HingeEmbeddingLoss", "HuberLoss", "KLDivLoss", "L1Loss", "MSELoss",
            "MarginRankingLoss", "MultiLabelMarginLoss", "MultiLabelSoftMarginLoss",
            "MultiMarginLoss", "NLLLoss", "PoissonNLLLoss", "SmoothL1Loss", "SoftMarginLoss",
@@ -166,3 +166,12 @@ class TripletMarginWithDistanceLoss(FunctionLayer):
     def __init__(self, *, distance_function=None, margin=1.0, swap=False, reduction="mean"):
         super().__init__(distance_function=distance_function, margin=margin, swap=swap,
                          reduction=reduction)  # fmt: skip
+
+
+class CTCLoss(FunctionLayer):
+    """Called as loss(log_probs, targets, input_lengths, target_lengths)."""
+
+    function = F.ctc_loss
+
+    def __init__(self, blank=0, reduction="mean", zero_infinity=False):
+        super().__init__(blank=blank, reduction=reduction, zero_infinity=zero_infinity)
