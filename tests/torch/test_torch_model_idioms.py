@@ -1,12 +1,16 @@
-"""Two small models written the way current PyTorch code writes them, run through
+"""Small models written the way current PyTorch code writes them, run through
 `tracegrad.torch` unchanged: a ConvNeXt (7x7 depthwise convolutions, a LayerNorm subclass over
-channels by permute, a GELU MLP of Linears, layer scale, `mean` over two dims, label smoothing)
-and a LLaMA-style LM (RMSNorm, rotary embeddings by cos/sin and cat, SwiGLU, causal
-`scaled_dot_product_attention`, a head tied to the embedding, non-persistent buffers), each
-trained with AdamW and gradient clipping. In float64: the compiled step (`torch.compile`, both
+channels by permute, a GELU MLP of Linears, layer scale, `mean` over two dims, label smoothing),
+a LLaMA-style LM (RMSNorm, rotary embeddings by cos/sin and cat, SwiGLU, causal
+`scaled_dot_product_attention`, a head tied to the embedding, non-persistent buffers) and a
+diffusion model's U-Net (sinusoidal time embeddings, GroupNorm, SiLU, a transposed convolution,
+skip connections by cat, the noising schedule by cumprod, an MSE to the noise), each trained
+with AdamW and gradient clipping. In float64: the compiled step (`torch.compile`, both
 backends) against the eager one, and eager against PyTorch from the same weights."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
@@ -110,31 +114,92 @@ def llama(lib):
     return LM()
 
 
+def unet(lib):
+    nn, F = lib.nn, lib.nn.functional
+
+    def timestep_embedding(t, dim):
+        half = dim // 2
+        freqs = lib.exp(-math.log(10000) * lib.arange(half, dtype=lib.float64) / half)
+        args = t[:, None].double() * freqs[None]
+        return lib.cat([lib.cos(args), lib.sin(args)], dim=-1)
+
+    class ResBlock(nn.Module):
+        def __init__(self, cin, cout, tdim):
+            super().__init__()
+            self.norm1, self.conv1 = nn.GroupNorm(4, cin), nn.Conv2d(cin, cout, 3, padding=1)
+            self.temb = nn.Linear(tdim, cout)
+            self.norm2, self.conv2 = nn.GroupNorm(4, cout), nn.Conv2d(cout, cout, 3, padding=1)
+            self.skip = nn.Conv2d(cin, cout, 1) if cin != cout else nn.Identity()
+
+        def forward(self, x, t):
+            h = self.conv1(F.silu(self.norm1(x))) + self.temb(F.silu(t))[:, :, None, None]
+            return self.conv2(F.silu(self.norm2(h))) + self.skip(x)
+
+    class UNet(nn.Module):
+        def __init__(self, ch=8, tdim=16):
+            super().__init__()
+            self.tdim = tdim
+            self.tmlp = nn.Sequential(nn.Linear(tdim, tdim), nn.SiLU(), nn.Linear(tdim, tdim))
+            self.inc = nn.Conv2d(3, ch, 3, padding=1)
+            self.down = ResBlock(ch, ch, tdim)
+            self.pool = nn.Conv2d(ch, ch, 3, stride=2, padding=1)
+            self.mid = ResBlock(ch, 2 * ch, tdim)
+            self.up = nn.ConvTranspose2d(2 * ch, ch, 4, stride=2, padding=1)
+            self.dec = ResBlock(2 * ch, ch, tdim)
+            self.out = nn.Sequential(nn.GroupNorm(4, ch), nn.SiLU(), nn.Conv2d(ch, 3, 3, padding=1))
+
+        def forward(self, x, t):
+            temb = self.tmlp(timestep_embedding(t, self.tdim))
+            h = self.down(self.inc(x), temb)
+            return self.out(self.dec(lib.cat([self.up(self.mid(self.pool(h), temb)), h], dim=1),
+                                     temb))  # fmt: skip
+
+    return UNet()
+
+
 def batch(name):
     rng = np.random.default_rng(3)
     if name == "convnext":
         return rng.standard_normal((2, 3, 16, 16)), rng.integers(0, 5, 2)
+    if name == "unet":  # images, time steps, the noise to predict
+        return (
+            rng.standard_normal((3, 3, 8, 8)),
+            rng.integers(0, 50, 3),
+            rng.standard_normal((3, 3, 8, 8)),
+        )
     tokens = rng.integers(0, 11, (3, 7))
     return tokens[:, :-1], tokens[:, 1:]
 
 
-MODELS = {"convnext": convnext, "llama": llama}
+def classification_loss(lib, model, x, y):
+    logits = model(x)
+    return lib.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
+                                           label_smoothing=0.1)  # fmt: skip
+
+
+def denoising_loss(lib, model, x0, t, noise):
+    alphas_bar = lib.cumprod(1 - lib.linspace(1e-4, 0.02, 50, dtype=lib.float64), dim=0)
+    ab = alphas_bar[t][:, None, None, None]
+    xt = ab.sqrt() * x0 + (1 - ab).sqrt() * noise
+    return lib.nn.functional.mse_loss(model(xt, t), noise)
+
+
+MODELS = {"convnext": (convnext, classification_loss), "llama": (llama, classification_loss),
+          "unet": (unet, denoising_loss)}  # fmt: skip
 
 
 def train(lib, name, compiled=None, weights=None, steps=3):
     """Losses of `steps` AdamW steps with clipping, and the final state (float64)."""
     lib.manual_seed(0)
-    model = MODELS[name](lib).double()
+    build, loss_of = MODELS[name]
+    model = build(lib).double()
     if weights is not None:
         model.load_state_dict({k: lib.tensor(v) for k, v in weights.items()})
     opt = lib.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.05)
-    F = lib.nn.functional
 
-    def step(x, y):
+    def step(*inputs):
         opt.zero_grad(set_to_none=True)
-        logits = model(x)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
-                               label_smoothing=0.1)  # fmt: skip
+        loss = loss_of(lib, model, *inputs)
         loss.backward()
         lib.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -142,9 +207,9 @@ def train(lib, name, compiled=None, weights=None, steps=3):
 
     if compiled is not None:
         step = lib.compile(step, backend=compiled)
-    x, y = batch(name)
-    x = lib.tensor(x) if x.dtype.kind == "i" else lib.tensor(x).double()
-    losses = [float(step(x, lib.tensor(y)).detach()) for _ in range(steps)]
+    inputs = [lib.tensor(a) if a.dtype.kind == "i" else lib.tensor(a).double()
+              for a in batch(name)]  # fmt: skip
+    losses = [float(step(*inputs).detach()) for _ in range(steps)]
     return losses, {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
 
 
