@@ -76,6 +76,13 @@ from tracegrad.nn.layers import (
     Unflatten,
     Unfold,
 )
+from tracegrad.nn.lazy import (
+    LazyConv1d,
+    LazyConv2d,
+    LazyConv3d,
+    LazyLinear,
+    UninitializedParameter,
+)
 from tracegrad.nn.losses import (
     BCELoss,
     BCEWithLogitsLoss,
@@ -286,4 +293,9 @@ __all__ = [
     "MultiLabelMarginLoss",
     "TripletMarginWithDistanceLoss",
     "CTCLoss",
+    "LazyConv1d",
+    "LazyConv2d",
+    "LazyConv3d",
+    "LazyLinear",
+    "UninitializedParameter",
 ]

@@ -30,6 +30,7 @@ from tracegrad.frontend.autodiff import enable_grad, no_grad
 from tracegrad.frontend.functions import clamp, stack
 from tracegrad.frontend.tensor import Listeners, Tensor, get_default_dtype, phase
 from tracegrad.frontend.tracer import guard
+from tracegrad.nn.lazy import UninitializedParameter
 from tracegrad.optim.line_search import strong_wolfe
 
 __all__ = ["ASGD", "LBFGS", "SGD", "Adadelta", "Adagrad", "Adam", "AdamW", "Adamax", "NAdam",
@@ -124,6 +125,11 @@ class Optimizer:
         params = _unique([params] if isinstance(params, Tensor) else params)
         if any(any(p is q for q in self.params) for p in params):
             raise ValueError("add_param_group: some parameters already are in another group")
+        if any(isinstance(p, UninitializedParameter) for p in params):
+            raise ValueError(
+                f"{type(self).__name__}: a lazy layer's parameters have no shape yet; run one "
+                "forward pass (a dry run) before building the optimizer"
+            )
         unknown = set(group) - {"params", *self.hyperparameters}
         if unknown:
             raise ValueError(f"{type(self).__name__}: unknown hyperparameters {sorted(unknown)}")
