@@ -489,3 +489,31 @@ def test_run_names_what_is_missing_and_the_line(tmp_path):
     assert "No module named 'torch.fft': tracegrad.torch does not provide it" in done.stderr
     done = run_script(tmp_path, "import sys\nsys.exit(3)\n")
     assert done.returncode == 3
+
+
+def test_pytorchs_module_paths_and_base_classes():
+    """`torch.nn.modules.<file>` as PyTorch lays them out, with the private bases code tests
+    with isinstance (weight-decay groups) or subclasses (custom losses), and `utils._pair`."""
+    with torch.imported_as_torch():
+        import torch as t
+        from torch.nn.modules.batchnorm import _BatchNorm
+        from torch.nn.modules.conv import _ConvNd
+        from torch.nn.modules.loss import _Loss, _WeightedLoss
+        from torch.nn.modules.utils import _pair, _triple
+
+    model = t.nn.Sequential(t.nn.Conv2d(1, 2, 3), t.nn.BatchNorm2d(2), t.nn.LayerNorm(2))
+    assert [isinstance(m, _BatchNorm) for m in model] == [False, True, False]
+    assert isinstance(model[0], _ConvNd) and isinstance(t.nn.CrossEntropyLoss(), _Loss)
+    assert _pair(3) == (3, 3) and _triple((1, 2, 3)) == (1, 2, 3)
+
+    class Weighted(_WeightedLoss):  # a custom loss, as PyTorch code writes one
+        def forward(self, x, y):
+            return t.nn.functional.cross_entropy(x, y, weight=self.weight,
+                                                 reduction=self.reduction)  # fmt: skip
+
+    loss = Weighted(weight=t.tensor([1.0, 3.0]), reduction="sum")
+    assert "weight" in loss.state_dict()
+    np.testing.assert_allclose(loss(t.zeros((2, 2)), t.tensor([0, 1])).item(), 4 * np.log(2),
+                               rtol=1e-6)  # fmt: skip
+    with pytest.raises(AttributeError, match="torch.nn.modules.conv.Conv4d is not provided"):
+        _ = t.nn.modules.conv.Conv4d

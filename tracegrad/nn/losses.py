@@ -3,8 +3,29 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from tracegrad.nn import functional as F
-from tracegrad.nn.modules import FunctionLayer
+from tracegrad.nn.modules import FunctionLayer, Module
+
+
+class _Loss(Module):  # noqa: N801 (PyTorch's name, which custom losses subclass)
+    """PyTorch's base of the losses (`torch.nn.modules.loss._Loss`): custom losses subclass it
+    and read `self.reduction`; every loss here is one (isinstance holds)."""
+
+    def __init__(self, size_average: Any = None, reduce: Any = None, reduction: str = "mean"):
+        super().__init__()
+        self.reduction = reduction
+
+
+class _WeightedLoss(_Loss):  # noqa: N801
+    """`_Loss` with class weights, a buffer `weight` (None without)."""
+
+    def __init__(self, weight: Any = None, size_average: Any = None, reduce: Any = None,
+                 reduction: str = "mean"):  # fmt: skip
+        super().__init__(size_average, reduce, reduction)
+        self.register_buffer("weight", weight)
+
 
 __all__ = ["BCELoss", "BCEWithLogitsLoss", "CTCLoss", "CosineEmbeddingLoss", "CrossEntropyLoss",
            "GaussianNLLLoss", "HingeEmbeddingLoss", "HuberLoss", "KLDivLoss", "L1Loss", "MSELoss",
@@ -13,7 +34,7 @@ __all__ = ["BCELoss", "BCEWithLogitsLoss", "CTCLoss", "CosineEmbeddingLoss", "Cr
            "TripletMarginLoss", "TripletMarginWithDistanceLoss"]  # fmt: skip
 
 
-class CrossEntropyLoss(FunctionLayer):
+class CrossEntropyLoss(FunctionLayer, _Loss):
     function = F.cross_entropy
 
     def __init__(self, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
@@ -21,63 +42,63 @@ class CrossEntropyLoss(FunctionLayer):
                          label_smoothing=label_smoothing)  # fmt: skip
 
 
-class NLLLoss(FunctionLayer):
+class NLLLoss(FunctionLayer, _Loss):
     function = F.nll_loss
 
     def __init__(self, weight=None, ignore_index=-100, reduction="mean"):
         super().__init__(weight=weight, ignore_index=ignore_index, reduction=reduction)
 
 
-class MSELoss(FunctionLayer):
+class MSELoss(FunctionLayer, _Loss):
     function = F.mse_loss
 
     def __init__(self, reduction="mean"):
         super().__init__(reduction=reduction)
 
 
-class L1Loss(FunctionLayer):
+class L1Loss(FunctionLayer, _Loss):
     function = F.l1_loss
 
     def __init__(self, reduction="mean"):
         super().__init__(reduction=reduction)
 
 
-class BCELoss(FunctionLayer):
+class BCELoss(FunctionLayer, _Loss):
     function = F.binary_cross_entropy
 
     def __init__(self, weight=None, reduction="mean"):
         super().__init__(weight=weight, reduction=reduction)
 
 
-class BCEWithLogitsLoss(FunctionLayer):
+class BCEWithLogitsLoss(FunctionLayer, _Loss):
     function = F.binary_cross_entropy_with_logits
 
     def __init__(self, weight=None, reduction="mean", pos_weight=None):
         super().__init__(weight=weight, reduction=reduction, pos_weight=pos_weight)
 
 
-class SmoothL1Loss(FunctionLayer):
+class SmoothL1Loss(FunctionLayer, _Loss):
     function = F.smooth_l1_loss
 
     def __init__(self, reduction="mean", beta=1.0):
         super().__init__(reduction=reduction, beta=beta)
 
 
-class HuberLoss(FunctionLayer):
+class HuberLoss(FunctionLayer, _Loss):
     function = F.huber_loss
 
     def __init__(self, reduction="mean", delta=1.0):
         super().__init__(reduction=reduction, delta=delta)
 
 
-class KLDivLoss(FunctionLayer):
+class KLDivLoss(FunctionLayer, _Loss):
     function = F.kl_div
 
     def __init__(self, size_average=None, reduce=None, reduction="mean", log_target=False):
         super().__init__(reduction=reduction, log_target=log_target)
 
 
-class PoissonNLLLoss(FunctionLayer):
+class PoissonNLLLoss(FunctionLayer, _Loss):
     function = F.poisson_nll_loss
 
     def __init__(self, log_input=True, full=False, size_average=None, eps=1e-8, reduce=None,
@@ -85,7 +106,7 @@ class PoissonNLLLoss(FunctionLayer):
         super().__init__(log_input=log_input, full=full, eps=eps, reduction=reduction)
 
 
-class GaussianNLLLoss(FunctionLayer):
+class GaussianNLLLoss(FunctionLayer, _Loss):
     """Called as loss(input, target, var)."""
 
     function = F.gaussian_nll_loss
@@ -94,28 +115,28 @@ class GaussianNLLLoss(FunctionLayer):
         super().__init__(full=full, eps=eps, reduction=reduction)
 
 
-class SoftMarginLoss(FunctionLayer):
+class SoftMarginLoss(FunctionLayer, _Loss):
     function = F.soft_margin_loss
 
     def __init__(self, size_average=None, reduce=None, reduction="mean"):
         super().__init__(reduction=reduction)
 
 
-class HingeEmbeddingLoss(FunctionLayer):
+class HingeEmbeddingLoss(FunctionLayer, _Loss):
     function = F.hinge_embedding_loss
 
     def __init__(self, margin=1.0, size_average=None, reduce=None, reduction="mean"):
         super().__init__(margin=margin, reduction=reduction)
 
 
-class MultiLabelSoftMarginLoss(FunctionLayer):
+class MultiLabelSoftMarginLoss(FunctionLayer, _Loss):
     function = F.multilabel_soft_margin_loss
 
     def __init__(self, weight=None, size_average=None, reduce=None, reduction="mean"):
         super().__init__(weight=weight, reduction=reduction)
 
 
-class MarginRankingLoss(FunctionLayer):
+class MarginRankingLoss(FunctionLayer, _Loss):
     """Called as loss(input1, input2, target)."""
 
     function = F.margin_ranking_loss
@@ -124,7 +145,7 @@ class MarginRankingLoss(FunctionLayer):
         super().__init__(margin=margin, reduction=reduction)
 
 
-class CosineEmbeddingLoss(FunctionLayer):
+class CosineEmbeddingLoss(FunctionLayer, _Loss):
     """Called as loss(input1, input2, target)."""
 
     function = F.cosine_embedding_loss
@@ -133,7 +154,7 @@ class CosineEmbeddingLoss(FunctionLayer):
         super().__init__(margin=margin, reduction=reduction)
 
 
-class TripletMarginLoss(FunctionLayer):
+class TripletMarginLoss(FunctionLayer, _Loss):
     """Called as loss(anchor, positive, negative)."""
 
     function = F.triplet_margin_loss
@@ -143,7 +164,7 @@ class TripletMarginLoss(FunctionLayer):
         super().__init__(margin=margin, p=p, eps=eps, swap=swap, reduction=reduction)
 
 
-class MultiMarginLoss(FunctionLayer):
+class MultiMarginLoss(FunctionLayer, _Loss):
     function = F.multi_margin_loss
 
     def __init__(self, p=1, margin=1.0, weight=None, size_average=None, reduce=None,
@@ -151,14 +172,14 @@ class MultiMarginLoss(FunctionLayer):
         super().__init__(p=p, margin=margin, weight=weight, reduction=reduction)
 
 
-class MultiLabelMarginLoss(FunctionLayer):
+class MultiLabelMarginLoss(FunctionLayer, _Loss):
     function = F.multilabel_margin_loss
 
     def __init__(self, size_average=None, reduce=None, reduction="mean"):
         super().__init__(reduction=reduction)
 
 
-class TripletMarginWithDistanceLoss(FunctionLayer):
+class TripletMarginWithDistanceLoss(FunctionLayer, _Loss):
     """Called as loss(anchor, positive, negative)."""
 
     function = F.triplet_margin_with_distance_loss
@@ -168,7 +189,7 @@ class TripletMarginWithDistanceLoss(FunctionLayer):
                          reduction=reduction)  # fmt: skip
 
 
-class CTCLoss(FunctionLayer):
+class CTCLoss(FunctionLayer, _Loss):
     """Called as loss(log_probs, targets, input_lengths, target_lengths)."""
 
     function = F.ctc_loss
