@@ -304,18 +304,18 @@ class Module:
         return module
 
     def get_parameter(self, target: str) -> Tensor:
-        owner, _, name = target.rpartition(".")
-        module = self.get_submodule(owner)
-        if name not in module._parameters:
-            raise AttributeError(f"{type(module).__name__} has no parameter {name!r}")
-        return module._parameters[name]
+        return self._member(target, "parameter", lambda m: m._parameters)
 
     def get_buffer(self, target: str) -> Tensor:
+        return self._member(target, "buffer", lambda m: m._buffers)
+
+    def _member(self, target: str, kind: str, registry: Callable) -> Tensor:
+        """The parameter or buffer at a dotted path ("conv0.weight")."""
         owner, _, name = target.rpartition(".")
         module = self.get_submodule(owner)
-        if name not in module._buffers:
-            raise AttributeError(f"{type(module).__name__} has no buffer {name!r}")
-        return module._buffers[name]
+        if name not in registry(module):
+            raise AttributeError(f"{type(module).__name__} has no {kind} {name!r}")
+        return registry(module)[name]
 
     def children(self) -> Iterator[Module]:
         return iter(self._modules.values())
