@@ -462,3 +462,54 @@ def test_margin_loss_layers_take_their_options():
     np.testing.assert_allclose(loss.numpy(), (0.0 + 0.1) / 2)
     labels = tg.tensor(np.array([[1, -1, 0], [2, 0, -1]]))
     assert nn.MultiLabelMarginLoss(reduction="none")(x, labels).shape == (2,)
+
+
+# --- PyTorch's other spellings and smaller layers ----------------------------------------------
+
+
+@needs_torch
+def test_spellings_and_small_functions_match_torch(rng):
+    x = rng.standard_normal((2, 3, 7, 8))
+    for name, args in [("elu_", ()), ("leaky_relu_", (0.2,)), ("selu_", ()), ("celu_", ()),
+                       ("hardtanh_", ()), ("threshold_", (0.1, 2.0)), ("relu_", ())]:  # fmt: skip
+        ours, theirs = tg.tensor(x.copy()), torch.tensor(x.copy())
+        getattr(F, name)(ours, *args)
+        getattr(TF, name)(theirs, *args)
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-12, err_msg=name)
+    with pytest.warns(UserWarning):  # PyTorch's own deprecation warning
+        want = TF.upsample_bilinear(torch.tensor(x), size=(5, 9)).numpy()
+    np.testing.assert_allclose(F.upsample_bilinear(tg.tensor(x), size=(5, 9)).numpy(), want)
+    m = rng.standard_normal((5, 3))
+    for p in (1.0, 2.0, 3.5):
+        np.testing.assert_allclose(F.pdist(tg.tensor(m), p).numpy(),
+                                   TF.pdist(torch.tensor(m), p).numpy(), rtol=1e-12)  # fmt: skip
+    positive = np.abs(x) + 0.1
+    for p, ceil in [(1.0, False), (2.0, True), (3.0, False)]:
+        both(lambda a, p=p, ceil=ceil: F.lp_pool2d(a, p, 3, 2, ceil),
+             lambda t, p=p, ceil=ceil: TF.lp_pool2d(t, p, 3, 2, ceil), positive)  # fmt: skip
+    np.testing.assert_allclose(F.rrelu(tg.tensor(x)).numpy(), TF.rrelu(torch.tensor(x)).numpy())
+    v = rng.standard_normal((2, 3, 10))
+    a, ai = F.max_pool1d(tg.tensor(v), 2, return_indices=True)
+    b, bi = TF.max_pool1d(torch.tensor(v), 2, return_indices=True)
+    np.testing.assert_allclose(nn.MaxUnpool1d(2)(a, ai).numpy(), TF.max_unpool1d(b, bi, 2).numpy())
+
+
+def test_small_functions_against_numpy(rng):
+    m = rng.standard_normal((5, 3))
+    i, j = np.triu_indices(5, 1)
+    np.testing.assert_allclose(F.pdist(tg.tensor(m)).numpy(),
+                               np.linalg.norm(m[i] - m[j], axis=1), rtol=1e-12)  # fmt: skip
+    check_grad(lambda a: F.pdist(a, 3.0), m)
+    x = np.abs(rng.standard_normal((1, 2, 6, 6))) + 0.1
+    want = (x**2).reshape(1, 2, 3, 2, 3, 2).sum(axis=(3, 5)) ** 0.5
+    np.testing.assert_allclose(nn.LPPool2d(2, 2)(tg.tensor(x)).numpy(), want, rtol=1e-12)
+    check_grad(lambda a: F.lp_pool2d(a, 3.0, 2), x)
+    slopes = -F.rrelu(tg.tensor(-np.ones(20000)), training=True).numpy()
+    assert 1 / 8 <= slopes.min() and slopes.max() <= 1 / 3
+    assert abs(slopes.mean() - (1 / 8 + 1 / 3) / 2) < 0.005  # U(1/8, 1/3): sd 0.06 / sqrt(2e4)
+    np.testing.assert_allclose(nn.RReLU().eval()(tg.tensor([-2.0, 3.0])).numpy(),
+                               [-2.0 * (1 / 8 + 1 / 3) / 2, 3.0])  # fmt: skip
+    w = tg.zeros((3, 4))
+    with pytest.warns(FutureWarning, match="xavier_uniform_"):
+        tg.nn.init.xavier_uniform(w)
+    assert np.abs(w.numpy()).max() > 0 and nn.NLLLoss2d is nn.NLLLoss

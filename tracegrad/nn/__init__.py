@@ -61,9 +61,12 @@ from tracegrad.nn.layers import (
     InstanceNorm2d,
     InstanceNorm3d,
     LocalResponseNorm,
+    LPPool1d,
+    LPPool2d,
     MaxPool1d,
     MaxPool2d,
     MaxPool3d,
+    MaxUnpool1d,
     MaxUnpool2d,
     ModuleDict,
     ModuleList,
@@ -72,6 +75,7 @@ from tracegrad.nn.layers import (
     ParameterDict,
     ParameterList,
     RMSNorm,
+    RReLU,
     SyncBatchNorm,
     Unflatten,
     Unfold,
@@ -100,6 +104,7 @@ from tracegrad.nn.losses import (
     MultiLabelSoftMarginLoss,
     MultiMarginLoss,
     NLLLoss,
+    NLLLoss2d,
     PoissonNLLLoss,
     SmoothL1Loss,
     SoftMarginLoss,
@@ -120,7 +125,16 @@ from tracegrad.nn.modules import (
     Tanh,
     manual_seed,
 )
-from tracegrad.nn.recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell
+from tracegrad.nn.recurrent import (
+    GRU,
+    LSTM,
+    RNN,
+    GRUCell,
+    LSTMCell,
+    RNNBase,
+    RNNCell,
+    RNNCellBase,
+)
 from tracegrad.nn.resampling import (
     CircularPad1d,
     CircularPad2d,
@@ -298,4 +312,10 @@ __all__ = [
     "LazyConv3d",
     "LazyLinear",
     "UninitializedParameter",
+    "LPPool1d",
+    "LPPool2d",
+    "MaxUnpool1d",
+    "RReLU",
+    "NLLLoss2d",
+    "RNNCellBase",
 ]

@@ -139,6 +139,22 @@ __all__ = [
     "multilabel_margin_loss",
     "triplet_margin_with_distance_loss",
     "ctc_loss",
+    "relu_",
+    "elu_",
+    "leaky_relu_",
+    "selu_",
+    "celu_",
+    "hardtanh_",
+    "threshold_",
+    "upsample",
+    "upsample_nearest",
+    "upsample_bilinear",
+    "pdist",
+    "lp_pool1d",
+    "lp_pool2d",
+    "rrelu",
+    "rrelu_",
+    "max_unpool1d",
 ]
 
 
@@ -1929,3 +1945,93 @@ def _bags(x: Tensor, w: Tensor, inside: Tensor | None, scale: Tensor | None, mod
     if mode == "sum":
         return total
     return total / reshape(maximum(sum(keep.astype(w.dtype), 1), 1.0), (-1, 1))
+
+
+# --- PyTorch's other spellings: in-place activations, the old upsample -------------------------
+
+
+def _in_place_variant(f: Callable) -> Callable:
+    def variant(input: Any, *args: Any, **kwargs: Any) -> Tensor:
+        return f(input, *args, inplace=True, **kwargs)
+
+    variant.__name__ = f.__name__ + "_"
+    variant.__doc__ = f"`{f.__name__}` written into its input."
+    return variant
+
+
+relu_, elu_, leaky_relu_, selu_, celu_, hardtanh_, threshold_ = (
+    _in_place_variant(f) for f in (relu, elu, leaky_relu, selu, celu, hardtanh, threshold)
+)
+
+
+def upsample(input: Any, size: Any = None, scale_factor: Any = None, mode: str = "nearest",
+             align_corners: bool | None = None) -> Tensor:  # fmt: skip
+    """PyTorch's deprecated name of `interpolate`."""
+    return interpolate(input, size, scale_factor, mode, align_corners)
+
+
+def upsample_nearest(input: Any, size: Any = None, scale_factor: Any = None) -> Tensor:
+    return interpolate(input, size, scale_factor, mode="nearest")
+
+
+def upsample_bilinear(input: Any, size: Any = None, scale_factor: Any = None) -> Tensor:
+    """Bilinear with the corners aligned, as PyTorch's deprecated function."""
+    return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)
+
+
+def pdist(input: Any, p: float = 2.0) -> Tensor:
+    """The p-norm distances between the rows of an (N, M) input, each pair once (i < j), in
+    row-major order: the upper triangle of `cdist(x, x)`, without its zero diagonal."""
+    x = as_tensor(input)
+    if x.ndim != 2:
+        raise ShapeError(f"pdist: input {x.shape} must be 2-d (N, M)")
+    i, j = np.triu_indices(x.shape[0], 1)
+    diff = x[Tensor(i)] - x[Tensor(j)]
+    return vector_norm(diff, p, -1)
+
+
+def lp_pool2d(input: Any, norm_type: float, kernel_size: int | Sequence[int],
+              stride: int | Sequence[int] | None = None,
+              ceil_mode: bool = False) -> Tensor:  # fmt: skip
+    """The p-norm of each window: (sum of x ** p) ** (1 / p), by average pooling, as PyTorch
+    computes it (the sum's sign kept through a relu of its magnitude)."""
+    kh, kw = _pair(kernel_size, "lp_pool2d", "kernel_size")
+    pooled = avg_pool2d(as_tensor(input) ** norm_type, (kh, kw), stride, 0, ceil_mode)
+    return (P.sign(pooled) * relu(abs(pooled)) * float(kh * kw)) ** (1.0 / norm_type)
+
+
+def lp_pool1d(input: Any, norm_type: float, kernel_size: int, stride: int | None = None,
+              ceil_mode: bool = False) -> Tensor:  # fmt: skip
+    k = _single(kernel_size, "lp_pool1d", "kernel_size")
+    s = None if stride is None else (1, _single(stride, "lp_pool1d", "stride"))
+    x = _as_image(as_tensor(input), "lp_pool1d")
+    return _as_rows(lp_pool2d(x, norm_type, (1, k), s, ceil_mode))
+
+
+def rrelu(input: Any, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: bool = False,
+          inplace: bool = False, *, state: Tensor | None = None) -> Tensor:  # fmt: skip
+    """Leaky relu whose negative slope is drawn from U(lower, upper) per element in training
+    (from tracegrad's random state, afresh at every call of a compiled step) and is their mean
+    in evaluation."""
+    x = as_tensor(input)
+    if training:
+        slope = lower + (upper - lower) * random.uniform(x.shape, x.dtype, state)
+    else:
+        slope = (lower + upper) / 2
+    return _in_place(input, where(x >= 0, x, x * slope), inplace)
+
+
+rrelu_ = _in_place_variant(rrelu)
+
+
+def max_unpool1d(input: Any, indices: Any, kernel_size: int | Sequence[int],
+                 stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0,
+                 output_size: Sequence[int] | None = None) -> Tensor:  # fmt: skip
+    """`max_unpool2d` over one row (the indices are positions in each row)."""
+    op = "max_unpool1d"
+    k = _single(kernel_size, op, "kernel_size")
+    s = k if stride is None or stride == [] else _single(stride, op, "stride")
+    size = None if output_size is None else (1, tuple(output_size)[-1])
+    y = max_unpool2d(_as_image(as_tensor(input), op), _as_image(as_tensor(indices), op), (1, k),
+                     (1, s), (0, _single(padding, op, "padding")), size)  # fmt: skip
+    return _as_rows(y)

@@ -6,6 +6,8 @@ gradient, and return it."""
 from __future__ import annotations
 
 import math
+import warnings
+from typing import Any
 
 import numpy as np
 
@@ -183,3 +185,22 @@ def kaiming_uniform_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in",
 def kaiming_normal_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in",
                     nonlinearity: str = "leaky_relu", generator=None) -> Tensor:  # fmt: skip
     return normal_(tensor, 0.0, _kaiming_std(tensor, a, mode, nonlinearity), generator)
+
+
+def _deprecated(name: str) -> Any:
+    """PyTorch's old spelling `init.<name>` of `init.<name>_`: it warns and does the same."""
+    new = globals()[name + "_"]
+
+    def old(*args: Any, **kwargs: Any) -> Tensor:
+        warnings.warn(f"nn.init.{name} is now deprecated in favor of nn.init.{name}_",
+                      FutureWarning, stacklevel=2)  # fmt: skip
+        return new(*args, **kwargs)
+
+    old.__name__ = name
+    return old
+
+
+_OLD = ("uniform", "normal", "constant", "eye", "dirac", "xavier_uniform", "xavier_normal",
+        "kaiming_uniform", "kaiming_normal", "orthogonal")  # fmt: skip
+globals().update({name: _deprecated(name) for name in _OLD})
+__all__ += list(_OLD)

@@ -73,6 +73,10 @@ __all__ = [
     "Unflatten",
     "Unfold",
     "SyncBatchNorm",
+    "LPPool1d",
+    "LPPool2d",
+    "MaxUnpool1d",
+    "RReLU",
 ]
 
 
@@ -226,6 +230,23 @@ class MaxPool2d(Module):
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
 
 
+class LPPool2d(Module):
+    """The p-norm of each window (`functional.lp_pool2d`)."""
+
+    def __init__(self, norm_type, kernel_size, stride=None, ceil_mode=False):
+        super().__init__()
+        self.norm_type, self.kernel_size = norm_type, kernel_size
+        self.stride, self.ceil_mode = stride, ceil_mode
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.lp_pool2d(x, self.norm_type, self.kernel_size, self.stride, self.ceil_mode)
+
+
+class LPPool1d(LPPool2d):
+    def forward(self, x: Tensor) -> Tensor:
+        return F.lp_pool1d(x, self.norm_type, self.kernel_size, self.stride, self.ceil_mode)
+
+
 class MaxUnpool2d(Module):
     """Puts `MaxPool2d(..., return_indices=True)`'s maxima back where they came from."""
 
@@ -235,6 +256,12 @@ class MaxUnpool2d(Module):
 
     def forward(self, x: Tensor, indices: Tensor, output_size=None) -> Tensor:
         return F.max_unpool2d(x, indices, self.kernel_size, self.stride, self.padding,
+                              output_size)  # fmt: skip
+
+
+class MaxUnpool1d(MaxUnpool2d):
+    def forward(self, x: Tensor, indices: Tensor, output_size=None) -> Tensor:
+        return F.max_unpool1d(x, indices, self.kernel_size, self.stride, self.padding,
                               output_size)  # fmt: skip
 
 
@@ -330,6 +357,23 @@ class Dropout2d(Dropout):
 
     def forward(self, x: Tensor) -> Tensor:
         return F.dropout2d(x, self.p, self.training, self.inplace, state=self.random_state)
+
+
+class RReLU(Dropout):
+    """Leaky relu with a random negative slope from U(lower, upper) in training, their mean in
+    evaluation (`functional.rrelu`); its draws come from a random state as Dropout's masks."""
+
+    def __init__(self, lower: float = 1.0 / 8, upper: float = 1.0 / 3, inplace: bool = False, *,
+                 seed: int | None = None):  # fmt: skip
+        super().__init__(0.0, inplace, seed=seed)
+        self.lower, self.upper = lower, upper
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.rrelu(x, self.lower, self.upper, self.training, self.inplace,
+                       state=self.random_state)  # fmt: skip
+
+    def extra_repr(self) -> str:
+        return f"lower={self.lower}, upper={self.upper}"
 
 
 class Dropout3d(Dropout):

@@ -30,8 +30,8 @@ class _WeightedLoss(_Loss):  # noqa: N801
 __all__ = ["BCELoss", "BCEWithLogitsLoss", "CTCLoss", "CosineEmbeddingLoss", "CrossEntropyLoss",
            "GaussianNLLLoss", "HingeEmbeddingLoss", "HuberLoss", "KLDivLoss", "L1Loss", "MSELoss",
            "MarginRankingLoss", "MultiLabelMarginLoss", "MultiLabelSoftMarginLoss",
-           "MultiMarginLoss", "NLLLoss", "PoissonNLLLoss", "SmoothL1Loss", "SoftMarginLoss",
-           "TripletMarginLoss", "TripletMarginWithDistanceLoss"]  # fmt: skip
+           "MultiMarginLoss", "NLLLoss", "NLLLoss2d", "PoissonNLLLoss", "SmoothL1Loss",
+           "SoftMarginLoss", "TripletMarginLoss", "TripletMarginWithDistanceLoss"]  # fmt: skip
 
 
 class CrossEntropyLoss(FunctionLayer, _Loss):
@@ -196,3 +196,6 @@ class CTCLoss(FunctionLayer, _Loss):
 
     def __init__(self, blank=0, reduction="mean", zero_infinity=False):
         super().__init__(blank=blank, reduction=reduction, zero_infinity=zero_infinity)
+
+
+NLLLoss2d = NLLLoss  # PyTorch's deprecated name for images' NLL: NLLLoss takes (N, C, H, W)
