@@ -30,7 +30,7 @@ SUBMODULES = ["nn", "nn.functional", "nn.init", "nn.utils", "nn.parallel", "opti
               "nn.utils.rnn", "nn.utils.parametrize", "nn.utils.parametrizations", "nn.modules",
               "nn.modules.module", "utils.checkpoint", "utils.hooks", "autograd.function",
               "autograd.functional", "func", "jit", "compiler", "profiler", "testing",
-              "optim.swa_utils", "distributions", "nn.parameter", "nn.utils.prune"]  # fmt: skip
+              "optim.swa_utils", "distributions", "nn.parameter", "nn.utils.prune", "nn.attention"]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", SUBMODULES)
@@ -517,3 +517,12 @@ def test_pytorchs_module_paths_and_base_classes():
                                rtol=1e-6)  # fmt: skip
     with pytest.raises(AttributeError, match="torch.nn.modules.conv.Conv4d is not provided"):
         _ = t.nn.modules.conv.Conv4d
+
+
+def test_attention_kernel_choices_are_accepted():
+    from tracegrad.torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q = torch.ones((1, 2, 3, 4))
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]):
+        out = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+    np.testing.assert_allclose(out.numpy(), 1.0, rtol=1e-6)
