@@ -30,7 +30,8 @@ SUBMODULES = ["nn", "nn.functional", "nn.init", "nn.utils", "nn.parallel", "opti
               "nn.utils.rnn", "nn.utils.parametrize", "nn.utils.parametrizations", "nn.modules",
               "nn.modules.module", "utils.checkpoint", "utils.hooks", "autograd.function",
               "autograd.functional", "func", "jit", "compiler", "profiler", "testing",
-              "optim.swa_utils", "distributions", "nn.parameter", "nn.utils.prune", "nn.attention"]  # fmt: skip
+              "optim.swa_utils", "distributions", "nn.parameter", "nn.utils.prune",
+              "nn.attention"]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", SUBMODULES)
