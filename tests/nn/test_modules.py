@@ -732,3 +732,21 @@ def test_sync_batch_norm_is_batch_norm_in_one_process():
     assert isinstance(synced[1], nn.SyncBatchNorm) and synced[1].weight is weight
     np.testing.assert_allclose(synced(x).numpy(), want, rtol=1e-6)
     assert nn.SyncBatchNorm(4)(tg.ones((2, 4, 2, 3, 3))).shape == (2, 4, 2, 3, 3)
+
+
+def test_buffers_assigned_as_nn_buffer():
+    class Scaled(nn.Module):  # PyTorch 2.5's spelling of register_buffer
+        def __init__(self):
+            super().__init__()
+            self.scale = nn.Buffer(tg.ones(3) * 2)
+            self.cache = nn.Buffer(tg.zeros(2), persistent=False)
+            self.w = nn.Parameter(tg.ones(3))
+
+        def forward(self, x):
+            return x * self.scale * self.w
+
+    m = Scaled()
+    assert list(m.state_dict()) == ["w", "scale"]  # parameters first, as PyTorch's
+    assert [n for n, _ in m.named_buffers()] == ["scale", "cache"]
+    assert type(m.scale) is tg.Tensor and [n for n, _ in m.named_parameters()] == ["w"]
+    np.testing.assert_array_equal(m(tg.ones(3)).numpy(), [2.0, 2.0, 2.0])

@@ -113,6 +113,7 @@ from tracegrad.nn.losses import (
 )
 from tracegrad.nn.modules import (
     GELU,
+    Buffer,
     Dropout,
     IncompatibleKeys,
     LayerNorm,
@@ -318,4 +319,5 @@ __all__ = [
     "RReLU",
     "NLLLoss2d",
     "RNNCellBase",
+    "Buffer",
 ]

@@ -61,6 +61,17 @@ class Parameter(Tensor):
         return "Parameter containing:\n" + super().__repr__()
 
 
+class Buffer(Tensor):
+    """PyTorch's `nn.Buffer(data, persistent=True)`: assigned to a module attribute, it is
+    registered as a buffer (`register_buffer`), in `state_dict` unless not `persistent`."""
+
+    __slots__ = ("persistent",)
+
+    def __init__(self, data: Any = None, *, persistent: bool = True):
+        super().__init__(np.empty(0, get_default_dtype()) if data is None else data)
+        self.persistent = persistent
+
+
 def init_generator() -> np.random.Generator:
     """The generator parameter initialization draws from (`manual_seed` seeds it)."""
     return _generator
@@ -138,6 +149,9 @@ class Module:
             raise AttributeError(
                 f"cannot assign '{name}' before Module.__init__(): call super().__init__() first"
             )
+        if isinstance(value, Buffer):  # PyTorch 2.5's spelling of register_buffer
+            self.register_buffer(name, Tensor._wrap(value._value), value.persistent)
+            return
         # a dict keeps a key's place when it is assigned again: `model.conv1 = Conv2d(...)`
         # stays where conv1 was in children() and state_dict(), as in PyTorch
         is_module = isinstance(value, Module)
