@@ -8,6 +8,7 @@ everywhere in tracegrad; losses take PyTorch's signatures.
 from __future__ import annotations
 
 import builtins
+import functools
 import math
 import warnings
 from collections.abc import Callable, Sequence
@@ -513,13 +514,6 @@ def _windows(x: Tensor, op: str, kernel_size, stride, padding, dilation, value: 
     ]
 
 
-def _fold(op: Callable, parts: list) -> Tensor:
-    out = parts[0]
-    for p in parts[1:]:
-        out = op(out, p)
-    return out
-
-
 def _ceil_extra(x: Tensor, kernel: tuple, stride: tuple, padding: tuple,
                 dilation: tuple = (1, 1)) -> tuple[int, int]:  # fmt: skip
     """The rows and columns `ceil_mode` adds past the bottom right edge: enough for one more
@@ -633,7 +627,9 @@ def avg_pool2d(
     plane = x.shape[2:]
     if extra != (0, 0):
         x = pad(x, (0, extra[1], 0, extra[0]))
-    total = _fold(lambda a, b: a + b, _windows(x, "avg_pool2d", kernel, strides, pads, 1, 0.0))
+    total = functools.reduce(
+        lambda a, b: a + b, _windows(x, "avg_pool2d", kernel, strides, pads, 1, 0.0)
+    )
     if divisor_override:
         return total / float(divisor_override)
     if extra == (0, 0) and (count_include_pad or pads == (0, 0)):
@@ -1189,7 +1185,7 @@ def _cubic_axis(x: Tensor, axis: int, out: int, scale: float | None, corners: bo
     shape[axis] = out
     taps = [_along(x, axis, Tensor(np.clip(base - 1 + k, 0, n - 1))) *
             Tensor(w.astype(dtype).reshape(shape)) for k, w in enumerate(weights)]  # fmt: skip
-    return _fold(lambda p, q: p + q, taps)
+    return functools.reduce(lambda p, q: p + q, taps)
 
 
 # --- normalization over groups and instances ----------------------------------------------------
@@ -1719,7 +1715,7 @@ def local_response_norm(input: Any, size: int, alpha: float = 1e-4, beta: float 
     widths = [(0, 0)] * x.ndim
     widths[1] = (size // 2, (size - 1) // 2)
     padded = _pad_constant(x * x, widths, 0.0)
-    window = _fold(lambda a, b: a + b, [padded[:, i : i + c] for i in range(size)])
+    window = functools.reduce(lambda a, b: a + b, [padded[:, i : i + c] for i in range(size)])
     return x / (window * (alpha / size) + k) ** beta
 
 
@@ -1841,7 +1837,7 @@ def fold(input: Any, output_size: int | Sequence[int], kernel_size: int | Sequen
             top, left = i * dh, j * dw
             parts.append(_pad_constant(block, [(0, 0), (0, 0), (top, hp - top - oh * sh),
                                                (left, wp - left - ow * sw)], 0.0))  # fmt: skip
-    return _fold(lambda a, b: a + b, parts)[:, :, ph : ph + h, pw : pw + w]
+    return functools.reduce(lambda a, b: a + b, parts)[:, :, ph : ph + h, pw : pw + w]
 
 
 # --- embedding bags ---------------------------------------------------------------------------

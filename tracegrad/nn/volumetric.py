@@ -6,9 +6,10 @@ kernels are the 2-d ops'."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -122,13 +123,6 @@ def _windows(x: Tensor, op: str, kernel_size: Any, stride: Any, padding: Any,
     return views, kernel
 
 
-def _fold(op: Callable, parts: list[Tensor]) -> Tensor:
-    out = parts[0]
-    for p in parts[1:]:
-        out = op(out, p)
-    return out
-
-
 def max_pool3d(input: Any, kernel_size: int | Sequence[int],
                stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0,
                dilation: int | Sequence[int] = 1, ceil_mode: bool = False,
@@ -138,7 +132,7 @@ def max_pool3d(input: Any, kernel_size: int | Sequence[int],
         raise NotImplementedError("max_pool3d: dilation, ceil_mode and return_indices are not "
                                   "provided by tracegrad")  # fmt: skip
     views, _ = _windows(as_tensor(input), "max_pool3d", kernel_size, stride, padding, -math.inf)
-    return _fold(P.maximum, views)
+    return functools.reduce(P.maximum, views)
 
 
 def avg_pool3d(input: Any, kernel_size: int | Sequence[int],
@@ -151,13 +145,15 @@ def avg_pool3d(input: Any, kernel_size: int | Sequence[int],
         raise NotImplementedError("avg_pool3d: ceil_mode is not provided by tracegrad")
     x = as_tensor(input)
     views, kernel = _windows(x, "avg_pool3d", kernel_size, stride, padding, 0.0)
-    total = _fold(P.add, views)
+    total = functools.reduce(P.add, views)
     if divisor_override:
         return total / float(divisor_override)
     if count_include_pad or triple(padding, "avg_pool3d", "padding") == (0, 0, 0):
         return total / float(math.prod(kernel))
     ones = Tensor(np.ones((1, 1, *x.shape[2:]), x.dtype))
-    counted = _fold(P.add, _windows(ones, "avg_pool3d", kernel_size, stride, padding, 0.0)[0])
+    counted = functools.reduce(
+        P.add, _windows(ones, "avg_pool3d", kernel_size, stride, padding, 0.0)[0]
+    )
     return total / counted
 
 
