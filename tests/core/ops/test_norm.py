@@ -82,6 +82,26 @@ def test_traced_kernels_match_eager(rng, dtype, parallel, monkeypatch):
     assert traced.source.count("layer_norm kernel") == traced.source.count("_grad kernel") == 3
 
 
+
+def test_group_norms_run_the_layer_norm_kernels(rng, monkeypatch):
+    """A group norm is a layer norm of (N, groups, rest) with a constant unit weight and zero
+    bias; its kernels take the constants, and a traced step equals eager to float64 precision."""
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+    x, w, b = rng.standard_normal((2, 6, 5, 3)), rng.standard_normal(6), rng.standard_normal(6)
+
+    def step(x, w, b):
+        with tg.GradManager().attach([x, w, b]) as gm:
+            y = F.silu(F.group_norm(x, 3, w, b))
+            gm.backward((y * y).sum())
+        return y, x.grad, w.grad, b.grad
+
+    traced = tg.trace(step, backend="numba")
+    got = traced(*(tg.tensor(a, requires_grad=True) for a in (x, w, b)))
+    want = step(*(tg.tensor(a, requires_grad=True) for a in (x, w, b)))
+    for a, e in zip(got, want, strict=True):
+        np.testing.assert_allclose(a.numpy(), e.numpy(), rtol=1e-12, atol=1e-12)
+    assert "layer_norm kernel" in traced.source and "layer_norm_grad kernel" in traced.source
+
 # --- batch norm ------------------------------------------------------------------------------
 
 

@@ -31,6 +31,7 @@ from tracegrad.core.ops.norm import unpack
 OPS = {P.layer_norm: "output", P.layer_norm_grad: "grads", P.batch_norm: "batch output",
        P.batch_norm_grad: "batch grads", P.batch_stats: "batch stats"}  # fmt: skip
 MIN_SPATIAL = 16  # values of a channel per sample for a batch-norm kernel: fewer run strided
+KERNEL_MIN = 0  # the NumPy versions are several passes and calls whatever the size (`lowering`)
 DTYPES = ("float32", "float64")
 
 _HELPERS = '''
@@ -231,10 +232,11 @@ def _batch_source(op: str, dtype: str, parallel: bool) -> str:
 
 def module(node: Node) -> tuple[str, str]:
     """The name and text of a layer-norm or batch-norm node's kernel module; NotImplementedError
-    for other dtypes, for constant operands and for batch norms of few values per sample."""
+    for other dtypes and for batch norms of few values per sample. A constant operand (a group
+    norm's unit weight) is passed like any array (`codegen` makes it one the kernel takes)."""
     dtype, x = node.outputs[0].dtype.name, node.inputs[0]
-    if dtype not in DTYPES or any(v.const is not None for v in node.inputs):
-        raise NotImplementedError(f"normalization kernels for {dtype} or constants")
+    if dtype not in DTYPES:
+        raise NotImplementedError(f"normalization kernels for {dtype}")
     if OPS[node.prim].startswith("batch") and math.prod(x.shape[2:]) < MIN_SPATIAL:
         raise NotImplementedError(f"batch-norm kernels for input {x.shape}: few values per sample")
     return named("norm", generate_source(OPS[node.prim], dtype, threaded(x.size)))
