@@ -82,7 +82,6 @@ def test_traced_kernels_match_eager(rng, dtype, parallel, monkeypatch):
     assert traced.source.count("layer_norm kernel") == traced.source.count("_grad kernel") == 3
 
 
-
 def test_group_norms_run_the_layer_norm_kernels(rng, monkeypatch):
     """A group norm is a layer norm of (N, groups, rest) with a constant unit weight and zero
     bias; its kernels take the constants, and a traced step equals eager to float64 precision."""
@@ -101,6 +100,7 @@ def test_group_norms_run_the_layer_norm_kernels(rng, monkeypatch):
     for a, e in zip(got, want, strict=True):
         np.testing.assert_allclose(a.numpy(), e.numpy(), rtol=1e-12, atol=1e-12)
     assert "layer_norm kernel" in traced.source and "layer_norm_grad kernel" in traced.source
+
 
 # --- batch norm ------------------------------------------------------------------------------
 
