@@ -148,6 +148,8 @@ def elementwise_before_reshape(n: Node, rw: Rewrite) -> Value | None:
     if len(sources) != 1 or None in sources:
         return None
     (shape,) = sources
+    if _squeezed(shape, out.shape):  # a view of the same axes: a chain of the parameter's shape
+        return None  # (a bias gradient's Adam update) stays in it, unbroken by the view
     kept = _common_trailing(out.shape, shape)
     inputs = []
     for x in n.inputs:
@@ -201,6 +203,11 @@ def reduce_through_reshape(n: Node, rw: Rewrite) -> Value | None:
         reduced = rw.emit(n.prim, [x], flat, axis=axis, keepdims=True)
         return rw.emit(P.reshape, [reduced], out, shape=out.shape)
     return rw.emit(n.prim, [x], out, axis=axis, keepdims=False)
+
+
+def _squeezed(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """Whether shapes `a` and `b` differ only by axes of length 1."""
+    return [d for d in a if d != 1] == [d for d in b if d != 1]
 
 
 def _common_trailing(a: tuple[int, ...], b: tuple[int, ...]) -> int:

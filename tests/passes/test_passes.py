@@ -982,6 +982,24 @@ def test_simplify_moves_elementwise_ops_of_reshaped_values_before_the_reshape():
     same_results(g, after, rand(6, 4), rand(4), rand(6, 4), rand(6, 4), rand(3, 1))
 
 
+def test_simplify_leaves_a_view_that_only_drops_unit_axes_where_it_is():
+    """A conv bias's gradient, summed to (1, C, 1, 1) and viewed as (C,), then scaled (a clipped
+    gradient): the scaling stays in the parameter's shape, so the update it feeds, all (C,),
+    is one fused group rather than two split by the view."""
+    g, m = val(2, 3, 4, 4), val(3)
+    n1, summed = node("sum", [g], (1, 3, 1, 1), axis=(0, 2, 3), keepdims=True)
+    n2, flat = node("reshape", [summed], (3,), shape=(3,))
+    n3, scaled = node("mul", [flat, const(0.5)], (3,))
+    n4, moment = node("add", [m, scaled], (3,))
+    graph = Graph([g, m], [n1, n2, n3, n4], [moment])
+    after, _ = passes.prune(passes.simplify(graph)[0])
+    assert [n.op for n in after.nodes] == ["sum", "reshape", "mul", "add"]
+    fused, _ = passes.fuse(after)
+    bodies = [[m.op for m in n.attrs["body"].nodes] for n in fused.nodes if n.op == "fused"]
+    assert ["mul", "add"] in bodies and ["mul"] not in bodies
+    same_results(graph, after, rand(2, 3, 4, 4), rand(3))
+
+
 @pytest.mark.parametrize("op", ["sum", "max"])
 def test_simplify_reduces_the_array_a_reshape_read_and_keeps_axes_a_reshape_restores(op):
     """sum(g.view(N, T, C), (0, 1)) as sum(g, 0) of the (N * T, C) g (a bias gradient, then a
