@@ -71,3 +71,32 @@ def test_small_groups_get_a_kernel_only_when_their_pattern_repeats(monkeypatch):
     assert len(updates) >= len(SIZES) - 1  # at least each weight's update is one kernel
     monkeypatch.setattr(lowering, "REPEATED_MIN", 10**6)
     assert lowering.kernel_groups(fused) == []
+
+
+def test_updates_of_parameters_of_any_rank_are_one_pattern_and_one_kernel():
+    """Adam's update of a (C,) bias, a (C, D) weight and a (C, D, 1, 1) kernel: lowering counts
+    them as one pattern, as the kernel generator compiles them to one kernel (the same canonical
+    structure), so together they reach REPEATED_MIN where apart they would not."""
+    from tracegrad.compiler.kernels import fused as fused_kernels
+
+    rng = np.random.default_rng(0)
+    shapes = [(3,), (3, 5), (3, 5, 1, 1)]
+    params = [tg.tensor(rng.standard_normal(s), requires_grad=True) for s in shapes]
+    opt = tg.optim.Adam(params, lr=1e-2)
+
+    def step():
+        opt.zero_grad()
+        sum(((p * p).sum() for p in params), tg.tensor(0.0)).backward()
+        opt.step()
+
+    traced = tg.trace(step, backend="numpy")
+    traced()
+    traced()  # the second trace: the grads exist now
+    graph, _ = passes.run(traced.latest.capture.graph, [*passes.DEFAULT, passes.fuse])
+    updates = [n for n in graph.nodes if n.op == "fused" and n.outputs[0].shape in shapes
+               and "mul" in [m.op for m in n.attrs["body"].nodes]]  # fmt: skip
+    assert sorted(n.outputs[0].shape for n in updates) == sorted(shapes)
+    bodies = [n.attrs["body"] for n in updates]
+    assert len({lowering._pattern(b) for b in bodies}) == 1
+    structures = {fused_kernels.analyze(b.inputs, b.nodes, b.outputs)[0] for b in bodies}
+    assert len(structures) == 1

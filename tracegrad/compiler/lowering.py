@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tracegrad.core import ir
+from tracegrad.core.ops import shapes
 from tracegrad.core.vocabulary import Kind
 
 
@@ -84,17 +85,36 @@ def kernel_groups(graph: ir.Graph) -> list[ir.Node]:
 
 def _pattern(body: ir.Graph) -> tuple:
     """What of a fused body decides its kernel, short of the kernel generator's `Structure`
-    (which loads Numba): its ops and wiring, attributes, dtypes, and which axes each value
-    broadcasts along; no sizes. Bodies of one pattern share a kernel, or nearly all do."""
+    (which loads Numba): its ops and wiring, attributes, dtypes, and which of the canonical
+    axes (`shapes.canonical_axes`) each value spans and each reduction reduces; no sizes. So an
+    update of a (C,) bias, a (C, D) weight and a (C, D, 1, 1) kernel is one pattern, as it is
+    one kernel. Bodies of one pattern share a kernel, or nearly all do."""
+    reductions = [n for n in body.nodes if n.prim.kind is Kind.REDUCTION]
+    extents = [n.inputs[0].shape if n in reductions else n.outputs[0].shape for n in body.nodes]
+    try:
+        domain = shapes.broadcast_shapes(*extents)
+    except ValueError:  # not one kernel's domain: it will not compile anyway
+        domain = ()
+    values = (*body.inputs, *(v for n in body.nodes for v in n.outputs))
+    reduced = [tuple(a % len(domain) for a in n.attrs["axis"]) for n in reductions if domain]
+    axes = shapes.canonical_axes(domain, [v.shape for v in values], reduced)
     slots = {v: k for k, v in enumerate(body.inputs)}
     nodes = []
     for n in body.nodes:
         wiring = tuple(slots.get(v, ("const", v.dtype.str, v.ndim)) for v in n.inputs)
-        nodes.append((n.op, wiring, ir.fmt_attr(n.attrs)))
+        attrs = {k: a for k, a in n.attrs.items() if k not in ("axis", "keepdims")}
+        if n in reductions and domain:
+            attrs["axis"] = shapes.spans(_reduced_shape(n, domain), domain, axes)
+        nodes.append((n.op, wiring, ir.fmt_attr(attrs)))
         slots.update((v, len(slots)) for v in n.outputs)
-    values = (*body.inputs, *(v for n in body.nodes for v in n.outputs))
-    shapes = tuple((v.dtype.str, tuple(d == 1 for d in v.shape)) for v in values)
-    return tuple(nodes), shapes, tuple(slots.get(v) for v in body.outputs)
+    spans = tuple((v.dtype.str, shapes.spans(v.shape, domain, axes)) for v in values)
+    return tuple(nodes), spans, tuple(slots.get(v) for v in body.outputs)
+
+
+def _reduced_shape(n: ir.Node, domain: tuple[int, ...]) -> tuple[int, ...]:
+    """A reduction's result as its kept axes of `domain` (reduced ones as 1)."""
+    axes = {a % len(domain) for a in n.attrs["axis"]}
+    return tuple(1 if a in axes else d for a, d in enumerate(domain))
 
 
 PROGRESS_AFTER = 2.0  # seconds of kernel compilation before saying so on stderr

@@ -292,7 +292,7 @@ def analyze(
         raise NotImplementedError(f"an empty domain {domain}")
     axes_of = {v: tuple(sorted(n.attrs["axis"])) for v, n in reductions.items()}
     rows = [v for v in outputs if v not in reductions and v.shape != domain]
-    groups = _canonical_axes(domain, [v.shape for v in (*kernel_inputs, *rows)],
+    groups = shapes.canonical_axes(domain, [v.shape for v in (*kernel_inputs, *rows)],
                              list(axes_of.values()))  # fmt: skip
     if len(groups) > 3 or (len(groups) == 3 and (rows or reread)):
         raise NotImplementedError(f"{len(groups)} canonical axes (domain {domain})")
@@ -309,7 +309,7 @@ def analyze(
 
     valued = [n for n in nodes if n.prim.kind is not Kind.REDUCTION or n.outputs[0] in reread]
     slots = {v: i for i, v in enumerate([*kernel_inputs, *(n.outputs[0] for n in valued)])}
-    in_spec = tuple((v.dtype.name, _spans(v.shape, domain, groups)) for v in kernel_inputs)
+    in_spec = tuple((v.dtype.name, shapes.spans(v.shape, domain, groups)) for v in kernel_inputs)
     node_spec = tuple(
         (n.op, n.prim.combine if n.outputs[0] in reread else n.prim.scalar,
          tuple(slots[v] for v in n.inputs), n.outputs[0].dtype.name)
@@ -403,36 +403,6 @@ def _domain(nodes, outputs, reductions) -> tuple[int, ...]:
         if v not in reductions and v.shape != domain and not shapes.row_shaped(v.shape, domain):
             raise NotImplementedError(f"an output of shape {v.shape} in a group of {domain}")
     return domain
-
-
-def _canonical_axes(
-    domain: tuple[int, ...], input_shapes: list[tuple[int, ...]], reduced: list[tuple[int, ...]]
-) -> list[list[int]]:
-    """Domain axes grouped into canonical axes: adjacent axes merge when every input spans both
-    or neither and every reduction reduces both or neither. Size-1 axes drop out, unless
-    reduced (so each reduction keeps at least one axis)."""
-    groups: list[list[int]] = []
-    last = None
-    for a, d in enumerate(domain):
-        reduces = tuple(a in axes for axes in reduced)
-        if d == 1 and not any(reduces):
-            continue
-        signature = (tuple(_spans_axis(s, domain, a) for s in input_shapes), reduces)
-        if signature == last:
-            groups[-1].append(a)
-        else:
-            groups.append([a])
-            last = signature
-    return groups
-
-
-def _spans_axis(shape: tuple[int, ...], domain: tuple[int, ...], axis: int) -> bool:
-    offset = len(domain) - len(shape)
-    return axis >= offset and domain[axis] != 1 and shape[axis - offset] == domain[axis]
-
-
-def _spans(shape, domain, groups) -> tuple[bool, ...]:
-    return tuple(_spans_axis(shape, domain, g[0]) for g in groups) or (False,)
 
 
 def _c_view(a: np.ndarray, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:

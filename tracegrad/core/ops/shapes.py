@@ -86,3 +86,37 @@ def row_shaped(shape: tuple[int, ...], domain: tuple[int, ...]) -> bool:
     return (
         len(shape) == len(domain) > 1 and shape[:-1] == domain[:-1] and shape[-1] == 1 != domain[-1]
     )
+
+
+def canonical_axes(
+    domain: tuple[int, ...], input_shapes: list[tuple[int, ...]], reduced: list[tuple[int, ...]]
+) -> list[list[int]]:
+    """Domain axes grouped into canonical axes: adjacent axes merge when every input spans both
+    or neither and every reduction reduces both or neither. Size-1 axes drop out, unless
+    reduced (so each reduction keeps at least one axis)."""
+    groups: list[list[int]] = []
+    last = None
+    for a, d in enumerate(domain):
+        reduces = tuple(a in axes for axes in reduced)
+        if d == 1 and not any(reduces):
+            continue
+        signature = (tuple(spans_axis(s, domain, a) for s in input_shapes), reduces)
+        if signature == last:
+            groups[-1].append(a)
+        else:
+            groups.append([a])
+            last = signature
+    return groups
+
+
+def spans_axis(shape: tuple[int, ...], domain: tuple[int, ...], axis: int) -> bool:
+    """Whether `shape`, broadcast against `domain`, spans its `axis` (of length above 1)."""
+    offset = len(domain) - len(shape)
+    return axis >= offset and domain[axis] != 1 and shape[axis - offset] == domain[axis]
+
+
+def spans(
+    shape: tuple[int, ...], domain: tuple[int, ...], groups: list[list[int]]
+) -> tuple[bool, ...]:
+    """Per canonical axis (`canonical_axes`), whether `shape` spans it (else it broadcasts)."""
+    return tuple(spans_axis(shape, domain, g[0]) for g in groups) or (False,)
