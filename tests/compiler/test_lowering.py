@@ -100,3 +100,49 @@ def test_updates_of_parameters_of_any_rank_are_one_pattern_and_one_kernel():
     assert len({lowering._pattern(b) for b in bodies}) == 1
     structures = {fused_kernels.analyze(b.inputs, b.nodes, b.outputs)[0] for b in bodies}
     assert len(structures) == 1
+
+
+def test_squeeze_excitation_and_group_norm_blocks_run_as_kernels_and_train_as_eager(
+    monkeypatch,
+):
+    """A conv net with group norm, SiLU and squeeze-and-excitation gates (pooled per sample and
+    channel, where a channel's scale also broadcasts): every fused group compiles (no sigmoid
+    is left to NumPy), the group norms run the layer-norm kernels, and training traced equals
+    eager in float64."""
+    from tests.conftest import assert_traced_training_matches_eager
+
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+    nn = tg.nn
+
+    class Gate(nn.Module):
+        def __init__(self, c: int):
+            super().__init__()
+            self.fc = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, 2),
+                                    nn.ReLU(), nn.Linear(2, c), nn.Sigmoid())  # fmt: skip
+
+        def forward(self, x):
+            return x * self.fc(x)[:, :, None, None]
+
+    def make_model():
+        layers = [nn.Conv2d(3, 4, 3, padding=1), nn.GroupNorm(2, 4), nn.SiLU(), Gate(4),
+                  nn.Conv2d(4, 4, 3, stride=2, padding=1), nn.BatchNorm2d(4), nn.SiLU(), Gate(4),
+                  nn.Flatten(), nn.Linear(64, 3)]  # fmt: skip
+        return nn.Sequential(*layers).double()
+
+    rng = np.random.default_rng(0)
+    batches = [(rng.standard_normal((2, 3, 8, 8)), rng.integers(0, 3, 2)) for _ in range(3)]
+    assert_traced_training_matches_eager(make_model, batches, "numba")
+    model = make_model()
+    opt = tg.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(x, y):
+        opt.zero_grad()
+        tg.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    traced = tg.trace(step, backend="numba")
+    for x, y in batches:
+        traced(tg.tensor(x), tg.tensor(y))
+    assert "sigmoid_impl" not in traced.latest.source
+    assert "layer_norm kernel" in traced.latest.source
+    assert "layer_norm_grad kernel" in traced.latest.source

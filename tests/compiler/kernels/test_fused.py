@@ -224,6 +224,35 @@ def test_a_channels_statistics_over_nchw_fold_around_the_channel_axis(shape, dty
     np.testing.assert_allclose(got[1], want[1], rtol=tolerance, atol=np.nanmax(scale) * tolerance)
 
 
+@pytest.mark.parametrize("shape", [(64, 32, 16, 16), (2, 3, 5, 4)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_squeeze_and_excitation_pools_each_cell_over_nchw(shape, dtype):
+    """A channel's scale, a sample's channel gate and SiLU over (N, C, H, W), and their sums and
+    maxima over (2, 3) per sample and channel (keeping the axes or not): three canonical axes,
+    each (N, C) cell folded over the inner one, beside the elementwise result."""
+    g = Group()
+    n, c = shape[:2]
+    x, scale, gate = g.input(shape, dtype), g.input((c, 1, 1), dtype), g.input((n, c, 1, 1), dtype)
+    y = g("mul", g("mul", x, scale), gate)
+    outputs = [
+        g("mul", y, g("sigmoid", y)),
+        g("sum", g("mul", y, x), axis=(2, 3), keepdims=True),
+        g("max", y, axis=(2, 3), keepdims=False),
+    ]
+    kernel = compile_group(g.inputs, g.nodes, outputs)
+    assert kernel.structure.ndim == 3
+    rng = np.random.default_rng(5)
+    arrays = [rng.standard_normal(v.shape).astype(dtype) for v in g.inputs]
+    arrays[0][1, 2, 3, 1] = np.nan
+    got, want = g.run(outputs, arrays)
+    tolerance = 1e-6 if dtype == np.float32 else 1e-13
+    np.testing.assert_allclose(got[0], want[0], rtol=tolerance, atol=tolerance)
+    np.testing.assert_array_equal(got[2], want[2])
+    assert np.isnan(got[1][1, 2, 0, 0]) and np.isnan(got[2][1, 2])
+    size = math.prod(shape[2:])
+    np.testing.assert_allclose(got[1], want[1], rtol=tolerance, atol=size * tolerance)
+
+
 def test_reductions_of_inputs_and_integers_in_one_dimension():
     """Full-size operands only: the domain collapses to 1-D. Sums of a bool and of an input."""
     g = Group()
@@ -326,7 +355,7 @@ def test_key_tells_apart_what_the_code_depends_on():
     [
         lambda g: [
             g("sum", g("add", g.input((2, 3, 4)), g.input((3, 1))), axis=(0,), keepdims=False)
-        ],  # three canonical axes and a reduction
+        ],  # three canonical axes and a reduction over the outer one
         lambda g: [g("add", g.input((2, 3, 4, 5)), g.input((3, 1, 5)))],  # four canonical axes
         lambda g: [g("matmul", g.input((2, 3)), g.input((3, 2)))],  # not elementwise
         lambda g: [g("add", (s := g("sum", g.input((4, 5)), axis=(0,), keepdims=True)), s)],

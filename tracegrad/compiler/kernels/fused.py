@@ -132,7 +132,7 @@ class FusedKernel:
         self.partials = [
             _partial_layout(r, structure.ndim, self.chunks, self.sizes)
             for r in structure.outputs
-            if isinstance(r, Reduction) and _form(r, structure.ndim) != "rows"
+            if isinstance(r, Reduction) and _partial(r, structure.ndim)
         ]
         self.launch = _launcher(self, given)
 
@@ -296,8 +296,9 @@ def analyze(
                              list(axes_of.values()))  # fmt: skip
     if len(groups) > 3 or (len(groups) == 3 and (rows or reread)):
         raise NotImplementedError(f"{len(groups)} canonical axes (domain {domain})")
-    for v, axes in axes_of.items():  # of three axes, over the outer and inner (and the middle)
-        if len(groups) == 3 and not (groups[0][0] in axes and groups[2][0] in axes):
+    for v, axes in axes_of.items():  # of three: the outer and inner (and the middle), or inner
+        reduced = tuple(k for k, g in enumerate(groups) if g[0] in axes)
+        if len(groups) == 3 and reduced not in ((0, 2), (0, 1, 2), (2,)):
             raise NotImplementedError(f"{reductions[v].op} over {axes} of a group of {domain}")
     if rows and (len(groups) != 2 or groups[1] != [len(domain) - 1]):
         raise NotImplementedError(f"a row's output of a group of {domain}")
@@ -437,12 +438,19 @@ def _new_partial(shape: tuple[int, ...], dtype: np.dtype, init: float) -> np.nda
 def _form(r: Reduction, ndim: int) -> str:
     """ "all": everything to one number; "rows": over the inner axis; "cols": over the outer;
     "mid": over the outer and inner of three, one number per middle index (a batch norm's
-    statistics of a channel over (N, C, H * W))."""
+    statistics of a channel over (N, C, H * W)); "cells": over the inner of three, one number
+    per outer and middle index (a squeeze-and-excitation's pooling of each sample's channel,
+    where a channel's scale and shift also broadcast)."""
     if len(r.axes) == ndim:
         return "all"
     if ndim == 3:
-        return "mid"
+        return "cells" if r.axes == (2,) else "mid"
     return "rows" if r.axes == (1,) else "cols"
+
+
+def _partial(r: Reduction, ndim: int) -> bool:
+    """Whether chunks fold `r` into partial results (else each writes its own outputs)."""
+    return _form(r, ndim) not in ("rows", "cells")
 
 
 def _accumulator_dtype(r: Reduction, ndim: int) -> np.dtype:
@@ -485,7 +493,7 @@ def kernel({params}):
 def generate_source(s: Structure, key: str) -> str:
     """The module text of the kernel for `s` (a function of `s` and `key` only)."""
     reductions = [(k, r) for k, r in enumerate(s.outputs) if isinstance(r, Reduction)]
-    partials = [(k, r) for k, r in reductions if _form(r, s.ndim) != "rows"]
+    partials = [(k, r) for k, r in reductions if _partial(r, s.ndim)]
     sizes = ["n0", "n1", "n2"][: s.ndim]
     params = (
         [f"in{k}" for k in range(len(s.inputs))]
@@ -664,7 +672,7 @@ def _by_blocks(s: Structure, r: Reduction) -> bool:
 def _body_3d(s: Structure, reductions, partials) -> list[str]:
     """Three canonical axes: chunks of the outer axis, then the middle one, then a sweep of the
     inner one, which folds each reduction (over all three, or all but the middle) into a
-    partial result per chunk (and middle index)."""
+    partial result per chunk (and middle index), or one over the inner axis into its cell."""
     levels = _levels(s)
     lines = [f"v{k} = in{k}[0]" for k, (_, spans) in enumerate(s.inputs) if not any(spans)]
     lines += _computed(s, levels, INVARIANT)
@@ -680,9 +688,12 @@ def _body_3d(s: Structure, reductions, partials) -> list[str]:
     element = _loads(s, "i, j, k", levels, PER_ELEMENT) + _computed(s, levels, PER_ELEMENT)
     element += _stores(s, "i, j, k", range(len(s.outputs)))
     inner += _sweep(s, ("col", "k", "0", "n2"), element, accs)
+    target = {"all": "part{}[c]", "mid": "part{}[c, j]", "cells": "out{}[i, j]"}
     for k, r in reductions:
-        inner.append(_fold(r, f"part{k}[c]" if _form(r, 3) == "all" else f"part{k}[c, j]",
-                           f"acc{k}"))  # fmt: skip
+        if _partial(r, 3):
+            inner.append(_fold(r, target[_form(r, 3)].format(k), f"acc{k}"))
+        else:
+            inner.append(f"{target['cells'].format(k)} = acc{k}")
     lines += ["            " + line for line in inner]
     for k, r in partials:
         lines += _combine(k, r, _form(r, 3))
