@@ -1,8 +1,9 @@
 """The measurements behind docs/kernels.md. Run `python benchmarks/kernels.py [what ...]` with
 `what` among accuracy (all 2**32 float32 inputs: minutes), tanh (fast tanh against math.tanh in
 a parallel loop), groups (typical fused kernels against NumPy op by op), cache (a new
-process's first calls, cold and warm) and native (attention's and layer norm's own kernels
-alone, on the GPT's shapes); `--help` says so too."""
+process's first calls, cold and warm), native (attention's and layer norm's own kernels
+alone, on the GPT's shapes) and alias (a kernel's time per array element as it writes and
+reads more arrays, about the fuse pass's ALIAS_CHECKS_MAX); `--help` says so too."""
 
 from __future__ import annotations
 
@@ -152,6 +153,43 @@ def group_speed(batch: int = 4096, width: int = 256) -> None:
         print(f"  {name:26} kernel {fused * 1e6:7.0f} us   NumPy {numpy * 1e6:7.0f} us")
 
 
+# --- alias: LLVM's limit on runtime overlap checks ---------------------------------------------
+
+
+def alias_checks(shape: tuple[int, int] = (64, 128)) -> None:
+    """A kernel reading R arrays (their sum) and writing W (multiples of it): time per array
+    element on either side of W (W - 1) / 2 + W R = 128, past which LLVM leaves the loop
+    unvectorized (passes/fuse.py's ALIAS_CHECKS_MAX)."""
+    rng = np.random.default_rng(0)
+    print(f"median of 25, one {shape} float32 array each; pairs = W (W - 1) / 2 + W R:")
+    for read, written in [(1, 15), (1, 16), (62, 2), (66, 2), (15, 7), (17, 8)]:
+        inputs = [Value(shape, np.dtype(np.float32)) for _ in range(read)]
+        nodes, total = [], inputs[0]
+        for x in inputs[1:]:
+            total = _node(nodes, "add", total, x)
+        outputs = [_node(nodes, "mul", total, _constant(k + 2.0)) for k in range(written)]
+        kernel = compile_group(inputs, nodes, outputs)
+        arrays = [rng.standard_normal(shape).astype(np.float32) for _ in inputs]
+        arrays += [np.empty(shape, np.float32) for _ in outputs]
+        seconds = median_seconds(kernel, *arrays)
+        pairs = written * (written - 1) // 2 + written * read
+        print(
+            f"  R {read:2}  W {written:2}  pairs {pairs:3}: "
+            f"{seconds / (len(arrays) * math.prod(shape)) * 1e9:.3f} ns per array element"
+        )
+
+
+def _node(nodes: list, op: str, *inputs: Value) -> Value:
+    out = Value(inputs[0].shape, inputs[0].dtype)
+    nodes.append(Node(primitives.PRIMITIVES[op], list(inputs), [out], {}))
+    return out
+
+
+def _constant(x: float) -> Value:
+    value = np.asarray(x, np.float32)
+    return Value(value.shape, value.dtype, const=value)
+
+
 # --- cache: a new process's first kernels, cold and warm --------------------------------------
 
 _CHILD = """
@@ -281,7 +319,7 @@ def native_speed(calls: int = 200) -> None:
 
 
 JOBS = {"accuracy": accuracy, "tanh": tanh_speed, "groups": group_speed, "cache": cache_timing,
-        "native": native_speed}  # fmt: skip
+        "native": native_speed, "alias": alias_checks}  # fmt: skip
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -118,7 +118,7 @@ def fuse(graph: Graph) -> tuple[Graph, PassStats]:
         if _row_reduction(n):
             group.rows[out] = n.inputs[0].shape
         group_of[out] = group
-    _merge_siblings(groups, group_of, made_at)
+    _merge_siblings(groups, group_of, made_at, readers)
     for start, group in list(groups.items()):  # a reduction alone: nothing to fuse
         if not group.values and not any(map(_around_reduction, group.nodes)):
             del groups[start]
@@ -228,12 +228,39 @@ def _join(
         }.values()
     )
     for option in ([candidates] if len(candidates) > 1 else []) + [[g] for g in candidates]:
-        if _legal(n, option, made_at) and not _narrow_results(n, option, readers):
+        if (
+            _legal(n, option, made_at)
+            and not _narrow_results(n, option, readers)
+            and _vectorizes(option, readers, n)
+        ):
             return _merge(option, group_of, groups)
     return None
 
 
-def _merge_siblings(groups: dict[int, _Group], group_of: dict, made_at: dict[Value, int]) -> None:
+# LLVM vectorizes a kernel's loop, whose arrays might overlap, only behind a runtime check per
+# pair of arrays one of which it writes, and gives up past 128 such pairs (its
+# vectorize-memory-check-threshold): the loop then runs an element at a time, 3-4x slower per
+# op. A group grows only while its kernel stays under that (a GRU's recomputed hidden states
+# chain through every time step, a result and two reads apiece).
+ALIAS_CHECKS_MAX = 128
+
+
+def _vectorizes(option: list[_Group], readers: dict[Value, list[Node | None]],
+                n: Node | None = None) -> bool:  # fmt: skip
+    """Whether the kernel of the groups of `option` merged (with node `n`) keeps within
+    ALIAS_CHECKS_MAX: with W arrays written (results read outside it, as far as known now) and
+    R read (not scalars), W (W - 1) / 2 + W R pairs."""
+    nodes = [m for g in option for m in g.nodes] + ([n] if n is not None else [])
+    members = set(map(id, nodes))
+    made = {v for m in nodes for v in m.outputs}
+    reads = {v for m in nodes for v in m.inputs} - made
+    written = sum(any(r is None or id(r) not in members for r in readers.get(v, ())) for v in made)
+    read = sum(v.const is None and v.size > 1 for v in reads)
+    return written * (written - 1) // 2 + written * read <= ALIAS_CHECKS_MAX
+
+
+def _merge_siblings(groups: dict[int, _Group], group_of: dict, made_at: dict[Value, int],
+                    node_readers: dict[Value, list[Node | None]]) -> None:  # fmt: skip
     """Each group joins the latest earlier one that reads a value as large as both their domains
     which it reads too, if they are siblings: one kernel then reads that value once (XLA's
     sibling fusion; a recomputed activation and its gradient both read the pre-activation)."""
@@ -246,7 +273,8 @@ def _merge_siblings(groups: dict[int, _Group], group_of: dict, made_at: dict[Val
         large = [v for v in outside if v.shape == domain]
         alike = {id(g): g for v in large for g in readers.get(v, ()) if domains[id(g)] == domain}
         ordered = sorted(alike.values(), key=lambda g: -g.start)
-        owner = next((g for g in ordered if _siblings(g, later, outside, made_at)), None)
+        owner = next((g for g in ordered if _siblings(g, later, outside, made_at)
+                      and _vectorizes([g, later], node_readers)), None)  # fmt: skip
         if owner is None:
             owner = later
         else:

@@ -1,13 +1,16 @@
-"""The fusion pass on a graph it once failed on: a node reading rows of two reductions whose
-shapes do not broadcast ((2, 6) and (2, 4)) cannot join both groups; the pass leaves them apart
-instead of raising numpy's broadcast error."""
+"""The fusion pass on graphs it once failed on: a node reading rows of two reductions whose
+shapes do not broadcast ((2, 6) and (2, 4)) cannot join both groups, and the pass leaves them
+apart instead of raising numpy's broadcast error; a chain through many time steps, each step's
+result read elsewhere, is cut into kernels LLVM still vectorizes."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+import passes
 import tracegrad as tg
+from passes.fuse import ALIAS_CHECKS_MAX
 from tracegrad.compiler import lowering
 
 
@@ -23,3 +26,32 @@ def test_rows_of_shapes_that_do_not_broadcast_are_not_fused(backend, monkeypatch
     traced = tg.trace(f, backend=backend)
     for _ in range(2):
         np.testing.assert_allclose(traced(a, q, w).numpy(), f(a, q, w).numpy(), rtol=1e-12)
+
+
+def test_a_long_recurrence_is_cut_into_kernels_within_llvms_alias_checks():
+    """A GRU's hidden states recomputed from its saved gates, h = n + z (h - n) for 40 steps,
+    each h read by the step's caller: one group would write 40 arrays and read 81 (its loop
+    unvectorized: LLVM checks at most 128 pairs of arrays for overlap). Each group keeps within
+    ALIAS_CHECKS_MAX, the groups together still take every step, and the values are eager's."""
+    r = np.random.default_rng(0)
+    steps = 40
+    gates = [tg.tensor(r.random((6, 8))) for _ in range(2 * steps)]
+
+    def recurrence(h, *gates):
+        states = []
+        for z, n in zip(gates[::2], gates[1::2], strict=True):
+            h = n + z * (h - n)
+            states.append(h)
+        return states
+
+    traced = tg.trace(recurrence, backend="numpy")
+    h = tg.tensor(r.random((6, 8)))
+    for got, want in zip(traced(h, *gates), recurrence(h, *gates), strict=True):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
+    graph, _ = passes.fuse(traced.latest.capture.graph)
+    groups = [n for n in graph.nodes if n.op == "fused"]
+    assert len(groups) > 1 and sum(len(n.attrs["body"].nodes) for n in groups) == 3 * steps
+    for n in groups:
+        written = len(n.outputs)
+        read = sum(v.size > 1 for v in n.inputs)
+        assert written * (written - 1) // 2 + written * read <= ALIAS_CHECKS_MAX
