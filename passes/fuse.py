@@ -239,8 +239,8 @@ def _join(
 
 # LLVM vectorizes a kernel's loop, whose arrays might overlap, only behind a runtime check per
 # pair of arrays one of which it writes, and gives up past 128 such pairs (its
-# vectorize-memory-check-threshold): the loop then runs an element at a time, 3-4x slower per
-# op. A group grows only while its kernel stays under that (a GRU's recomputed hidden states
+# vectorize-memory-check-threshold): the loop then runs an element at a time, several times
+# slower. A group grows only while its kernel stays under that (a GRU's recomputed hidden states
 # chain through every time step, a result and two reads apiece).
 ALIAS_CHECKS_MAX = 128
 
