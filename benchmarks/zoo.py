@@ -36,6 +36,11 @@ so the first losses agree (printed side by side, and relative to PyTorch's). Mod
 - `vit`: a vision transformer on 3x32x32: 4x4 patches, a class token, learned positions, d 192,
   6 pre-LayerNorm encoder layers (`nn.TransformerEncoderLayer`) of 3 heads, MLP 768 with exact
   GELU, no dropout; batch 64, AdamW.
+- `unet`: a DDPM noise predictor on 3x32x32 (no issue named it; the family the others leave
+  out): channels 32 and 64, GroupNorm(8), SiLU, sinusoidal time embeddings through an MLP and
+  added per channel, one stride-2 convolution down and one transposed convolution up, the skip
+  joined by concatenation; batch 16, the noise and the steps as inputs, MSE, gradients clipped
+  to norm 1, AdamW(2e-4).
 
 Methods: `tg-traced` (`tracegrad.trace`, Numba backend), `tg-eager`, `torch` (eager),
 `torch-compile` (`torch.compile` of the whole step function; for `dcgan`, of each network, with
@@ -421,6 +426,85 @@ def lstm_data(c: dict) -> tuple[tuple, tuple]:
     return (stream[:-1], stream[1:]), (zeros, zeros.copy())
 
 
+# --- unet --------------------------------------------------------------------------------------
+
+
+def unet_nets(lib: Any, c: dict) -> dict:
+    """A DDPM-style noise predictor: sinusoidal time embeddings through an MLP; residual blocks
+    of GroupNorm, SiLU and 3x3 convolutions, the time embedding added per channel; a stride-2
+    convolution down, a transposed convolution up, the skip joined by concatenation."""
+    nn, F = lib.nn, lib.nn.functional
+    ch, tdim = c["ch"], c["tdim"]
+
+    class Block(nn.Module):
+        def __init__(self, cin: int, cout: int):
+            super().__init__()
+            self.norm1, self.conv1 = nn.GroupNorm(8, cin), nn.Conv2d(cin, cout, 3, padding=1)
+            self.temb = nn.Linear(tdim, cout)
+            self.norm2, self.conv2 = nn.GroupNorm(8, cout), nn.Conv2d(cout, cout, 3, padding=1)
+            self.skip = nn.Conv2d(cin, cout, 1) if cin != cout else nn.Identity()
+
+        def forward(self, x, t):
+            h = self.conv1(F.silu(self.norm1(x)))
+            h = h + self.temb(F.silu(t))[:, :, None, None]
+            return self.conv2(F.silu(self.norm2(h))) + self.skip(x)
+
+    class UNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.time = nn.Sequential(nn.Linear(tdim, tdim), nn.SiLU(), nn.Linear(tdim, tdim))
+            self.inc = nn.Conv2d(3, ch, 3, padding=1)
+            self.down1, self.pool = Block(ch, ch), nn.Conv2d(ch, ch, 3, stride=2, padding=1)
+            self.down2, self.mid = Block(ch, 2 * ch), Block(2 * ch, 2 * ch)
+            self.up = nn.ConvTranspose2d(2 * ch, ch, 4, stride=2, padding=1)
+            self.up1 = Block(2 * ch, ch)
+            self.out = nn.Sequential(nn.GroupNorm(8, ch), nn.SiLU(), nn.Conv2d(ch, 3, 3, padding=1))
+
+        def forward(self, x, t):
+            half = tdim // 2
+            freqs = lib.exp(-math.log(10000) * lib.arange(half, dtype=x.dtype) / half)
+            args = t[:, None].to(x.dtype) * freqs[None]
+            temb = self.time(lib.cat([lib.cos(args), lib.sin(args)], dim=-1))
+            h1 = self.down1(self.inc(x), temb)
+            h2 = self.mid(self.down2(self.pool(h1), temb), temb)
+            return self.out(self.up1(lib.cat([self.up(h2), h1], dim=1), temb))
+
+    return {"model": UNet()}
+
+
+def unet_train(lib: Any, nets: dict, c: dict) -> Step:
+    """A DDPM step: the images noised to the steps `t` by the linear schedule's cumulative
+    products, the noise predicted, MSE, AdamW, the gradients' norm clipped to 1. (The steps and
+    the noise come in as data: the libraries draw different numbers.)"""
+    model, F = nets["model"], lib.nn.functional
+    opt = lib.optim.AdamW(model.parameters(), lr=c["lr"], weight_decay=0.01)
+    dtype = getattr(lib, c.get("dtype", "float32"))
+    alphas_bar = lib.cumprod(1 - lib.linspace(1e-4, 0.02, c["steps"], dtype=dtype), dim=0)
+
+    def step(x0, t, noise):
+        ab = alphas_bar[t][:, None, None, None]
+        xt = ab.sqrt() * x0 + (1 - ab).sqrt() * noise
+        loss = F.mse_loss(model(xt, t), noise)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        lib.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        return loss
+
+    return step
+
+
+def unet_data(c: dict) -> tuple[tuple, tuple]:
+    rng, dtype = np.random.default_rng(1), c.get("dtype", "float32")
+    shape = (c["batch"], 3, c["image"], c["image"])
+    x0 = rng.uniform(-1, 1, shape).astype(dtype)
+    return (
+        x0,
+        rng.integers(0, c["steps"], c["batch"]),
+        rng.standard_normal(shape).astype(dtype),
+    ), ()
+
+
 # --- the table of models -----------------------------------------------------------------------
 
 
@@ -470,6 +554,9 @@ MODELS: dict[str, Model] = {
                  {"image": 32, "patch": 4, "d": 192, "layers": 6, "heads": 3, "mlp": 768,
                   "batch": 64, "lr": 1e-3, "weight_decay": 0.01},
                  about="ViT on 3x32x32: 4x4 patches, d 192, 6 layers, 3 heads, AdamW"),
+    "unet": Model(unet_nets, unet_train, unet_data,
+                  {"ch": 32, "tdim": 64, "image": 32, "batch": 16, "steps": 1000, "lr": 2e-4},
+                  about="DDPM U-Net on 3x32x32: GroupNorm, SiLU, time embeddings, AdamW"),
 }  # fmt: skip
 
 

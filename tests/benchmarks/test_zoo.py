@@ -36,6 +36,7 @@ SMALL = {
     "dcgan": {"nz": 8, "ngf": 4, "ndf": 4, "batch": 2},
     "lstm": {"vocab": 50, "emb": 8, "hidden": 8, "bptt": 5, "batch": 3},
     "vit": {"image": 8, "patch": 4, "d": 16, "layers": 2, "heads": 2, "mlp": 32, "batch": 2},
+    "unet": {"ch": 8, "tdim": 8, "image": 8, "batch": 2, "steps": 50},
 }
 
 
