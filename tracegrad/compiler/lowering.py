@@ -89,21 +89,21 @@ def _pattern(body: ir.Graph) -> tuple:
     axes (`shapes.canonical_axes`) each value spans and each reduction reduces; no sizes. So an
     update of a (C,) bias, a (C, D) weight and a (C, D, 1, 1) kernel is one pattern, as it is
     one kernel. Bodies of one pattern share a kernel, or nearly all do."""
-    reductions = [n for n in body.nodes if n.prim.kind is Kind.REDUCTION]
-    extents = [n.inputs[0].shape if n in reductions else n.outputs[0].shape for n in body.nodes]
+    reduces = lambda n: n.prim.kind is Kind.REDUCTION  # noqa: E731
+    extents = [n.inputs[0].shape if reduces(n) else n.outputs[0].shape for n in body.nodes]
     try:
         domain = shapes.broadcast_shapes(*extents)
     except ValueError:  # not one kernel's domain: it will not compile anyway
         domain = ()
     values = (*body.inputs, *(v for n in body.nodes for v in n.outputs))
-    reduced = [tuple(a % len(domain) for a in n.attrs["axis"]) for n in reductions if domain]
+    reduced = [_reduced_axes(n, domain) for n in body.nodes if reduces(n) and domain]
     axes = shapes.canonical_axes(domain, [v.shape for v in values], reduced)
     slots = {v: k for k, v in enumerate(body.inputs)}
     nodes = []
     for n in body.nodes:
         wiring = tuple(slots.get(v, ("const", v.dtype.str, v.ndim)) for v in n.inputs)
         attrs = {k: a for k, a in n.attrs.items() if k not in ("axis", "keepdims")}
-        if n in reductions and domain:
+        if reduces(n) and domain:
             attrs["axis"] = shapes.spans(_reduced_shape(n, domain), domain, axes)
         nodes.append((n.op, wiring, ir.fmt_attr(attrs)))
         slots.update((v, len(slots)) for v in n.outputs)
@@ -111,9 +111,13 @@ def _pattern(body: ir.Graph) -> tuple:
     return tuple(nodes), spans, tuple(slots.get(v) for v in body.outputs)
 
 
+def _reduced_axes(n: ir.Node, domain: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(sorted({a % len(domain) for a in n.attrs["axis"]}))
+
+
 def _reduced_shape(n: ir.Node, domain: tuple[int, ...]) -> tuple[int, ...]:
     """A reduction's result as its kept axes of `domain` (reduced ones as 1)."""
-    axes = {a % len(domain) for a in n.attrs["axis"]}
+    axes = _reduced_axes(n, domain)
     return tuple(1 if a in axes else d for a, d in enumerate(domain))
 
 
