@@ -309,6 +309,18 @@ def transposed_matmul(n: Node, rw: Rewrite) -> Value | None:
     return rw.emit(P.matmul, [bt, at], n.outputs[0])
 
 
+@rule(P.matmul)
+def outer_product(n: Node, rw: Rewrite) -> Value | None:
+    """a @ b over a contraction of length 1 -> a * b, broadcast (the same products, exactly):
+    BLAS spends tens of microseconds setting up a product with nothing to sum, where the
+    multiply fuses with what reads it (the weight gradient of a Linear(d, 1) layer, a
+    one-key attention's weights times its values)."""
+    a, b = n.inputs
+    if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != 1:
+        return None
+    return rw.emit(P.mul, [a, b], n.outputs[0])
+
+
 # Non-decreasing in their one array operand, the others constants or scalars (and, for sub,
 # the array first), and defined everywhere: the maximum of f(x) is f of the maximum of x.
 MONOTONE = {P.maximum, P.minimum, P.add, P.sub, P.tanh, P.sigmoid, P.exp, P.expm1, P.softplus,

@@ -1000,6 +1000,20 @@ def test_simplify_leaves_a_view_that_only_drops_unit_axes_where_it_is():
     same_results(graph, after, rand(2, 3, 4, 4), rand(3))
 
 
+def test_simplify_makes_a_product_over_a_contraction_of_one_a_broadcast_multiply():
+    """(3, 1) @ (1, 4) and a batch of them are outer products: one multiply each, the same
+    numbers; a contraction longer than one stays a matmul."""
+    a, b, c, d, e, f = val(3, 1), val(1, 4), val(2, 3, 1), val(2, 1, 4), val(3, 2), val(2, 4)
+    n1, outer = node("matmul", [a, b], (3, 4))
+    n2, batched = node("matmul", [c, d], (2, 3, 4))
+    n3, product = node("matmul", [e, f], (3, 4))
+    graph = Graph([a, b, c, d, e, f], [n1, n2, n3], [outer, batched, product])
+    after, _ = passes.simplify(graph)
+    assert [n.op for n in after.nodes] == ["mul", "mul", "matmul"]
+    same_results(graph, after, rand(3, 1), rand(1, 4), rand(2, 3, 1), rand(2, 1, 4), rand(3, 2),
+                 rand(2, 4))  # fmt: skip
+
+
 @pytest.mark.parametrize("op", ["sum", "max"])
 def test_simplify_reduces_the_array_a_reshape_read_and_keeps_axes_a_reshape_restores(op):
     """sum(g.view(N, T, C), (0, 1)) as sum(g, 0) of the (N * T, C) g (a bias gradient, then a
