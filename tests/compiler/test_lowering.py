@@ -146,3 +146,23 @@ def test_squeeze_excitation_and_group_norm_blocks_run_as_kernels_and_train_as_ea
     assert "sigmoid_impl" not in traced.latest.source
     assert "layer_norm kernel" in traced.latest.source
     assert "layer_norm_grad kernel" in traced.latest.source
+
+
+@pytest.mark.parametrize("large", [True, False])
+def test_a_small_channel_statistic_is_a_kernel_where_the_plan_runs_kernels(large):
+    """A batch norm's sum over (0, 2, 3) of a small (2, 3, 4, 4) input: a kernel in a plan that
+    loads Numba anyway (NumPy's reduce around kept axes is several times slower at any size),
+    NumPy calls in a plan of small arrays only; traced equals eager either way."""
+    rng = np.random.default_rng(0)
+    x = tg.tensor(rng.standard_normal((2, 3, 4, 4)))
+    big = tg.tensor(rng.standard_normal((lowering.KERNEL_MIN if large else 8,)))
+
+    def f(x, big):
+        return (x * x).sum((0, 2, 3), keepdim=True), tg.tanh(big) * 2.0
+
+    traced = tg.trace(f, backend="numba")
+    for got, want in zip(traced(x, big), f(x, big), strict=True):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
+    graph, _ = passes.run(traced.latest.capture.graph, [*passes.DEFAULT, passes.fuse])
+    chosen = [[m.op for m in n.attrs["body"].nodes] for n in lowering.kernel_groups(graph)]
+    assert (["mul", "sum"] in chosen) == large

@@ -72,15 +72,27 @@ REPEATED_MEMBERS = 3  # a group of fewer members saves less than a kernel launch
 
 
 def kernel_groups(graph: ir.Graph) -> list[ir.Node]:
-    """The fused nodes large enough to gain from a kernel, or repeated often enough."""
+    """The fused nodes large enough to gain from a kernel, or repeated often enough; and, in a
+    plan that runs kernels anyway, every group reducing around kept axes (a batch norm's
+    statistics of each channel over (N, C, H, W)): NumPy's reduce over such axes is several
+    times slower than a kernel's pass at any size."""
     composites = [n for n in graph.nodes if n.prim.kind is Kind.COMPOSITE]
     members: Counter = Counter()
     for n in composites:
         body = n.attrs["body"]
         if len(body.nodes) >= REPEATED_MEMBERS:
             members[_pattern(body)] += len(body.nodes)
+    around = _has_large_node(graph)
     return [n for n in composites if _elements(n.attrs["body"]) >= KERNEL_MIN
-            or members.get(_pattern(n.attrs["body"]), 0) >= REPEATED_MIN]  # fmt: skip
+            or members.get(_pattern(n.attrs["body"]), 0) >= REPEATED_MIN
+            or (around and any(map(_reduces_around, n.attrs["body"].nodes)))]  # fmt: skip
+
+
+def _reduces_around(n: ir.Node) -> bool:
+    if n.prim.kind is not Kind.REDUCTION:
+        return False
+    ndim = n.inputs[0].ndim
+    return shapes.around(sorted(a % ndim for a in n.attrs["axis"]), ndim) is not None
 
 
 def _pattern(body: ir.Graph) -> tuple:
@@ -161,10 +173,19 @@ def native_nodes(graph: ir.Graph) -> list[ir.Node]:
     max-pooling's) over at least KERNEL_MIN elements, or the generator's own `KERNEL_MIN` (an
     op whose NumPy version is a score of calls at any size). The generators import Numba: a
     graph with no node over KERNEL_MIN never loads them."""
-    size = lambda n: max((v.size for v in (*n.inputs, *n.outputs)), default=0)
-    if not any(size(n) >= KERNEL_MIN for n in graph.nodes):
+    if not _has_large_node(graph):
         return []
     from tracegrad.compiler.kernels.native import GENERATORS
 
     return [n for n in graph.nodes if n.prim in GENERATORS
-            and size(n) >= getattr(GENERATORS[n.prim], "KERNEL_MIN", KERNEL_MIN)]  # fmt: skip
+            and _size(n) >= getattr(GENERATORS[n.prim], "KERNEL_MIN", KERNEL_MIN)]  # fmt: skip
+
+
+def _size(n: ir.Node) -> int:
+    return max((v.size for v in (*n.inputs, *n.outputs)), default=0)
+
+
+def _has_large_node(graph: ir.Graph) -> bool:
+    """Whether a node of `graph` reaches KERNEL_MIN: only then does a plan load Numba for
+    what gains from a kernel at any size."""
+    return any(_size(n) >= KERNEL_MIN for n in graph.nodes)
