@@ -2,8 +2,9 @@
 `what` among accuracy (all 2**32 float32 inputs: minutes), tanh (fast tanh against math.tanh in
 a parallel loop), groups (typical fused kernels against NumPy op by op), cache (a new
 process's first calls, cold and warm), native (attention's and layer norm's own kernels
-alone, on the GPT's shapes) and alias (a kernel's time per array element as it writes and
-reads more arrays, about the fuse pass's ALIAS_CHECKS_MAX); `--help` says so too."""
+alone, on the GPT's shapes), alias (a kernel's time per array element as it writes and
+reads more arrays, about the fuse pass's ALIAS_CHECKS_MAX) and gemm (the plan's GEMM kernel
+against np.matmul on small products); `--help` says so too."""
 
 from __future__ import annotations
 
@@ -190,6 +191,34 @@ def _constant(x: float) -> Value:
     return Value(value.shape, value.dtype, const=value)
 
 
+# --- gemm: the plan's GEMM kernel against np.matmul on small products -----------------------
+
+
+def gemm_sizes() -> None:
+    """`compiler.kernels.gemm`'s kernel (MKL's GEMM with the `mkl` extra, on Numba's threads)
+    against np.matmul (NumPy's OpenBLAS, its own threads), float32, small products: where the
+    kernel starts to pay (`gemm.KERNEL_MIN`)."""
+    from tracegrad.compiler.kernels import native
+    from tracegrad.compiler.kernels.blas import quiet_openblas
+
+    quiet_openblas()  # as a plan does
+    rng = np.random.default_rng(0)
+    print("median of 25, float32 (m x k) @ (k x n):")
+    shapes = [(16, 16, 16), (32, 32, 32), (64, 64, 64), (32, 128, 128), (32, 128, 384),
+              (128, 128, 128), (64, 128, 384), (20, 200, 800), (256, 256, 256)]  # fmt: skip
+    for m, k, n in shapes:
+        a, b = Value((m, k), np.dtype(np.float32)), Value((k, n), np.dtype(np.float32))
+        node = Node(primitives.matmul, [a, b], [Value((m, n), np.dtype(np.float32))], {})
+        ((_, kernel),) = native.compile_native([node])
+        x, w = rng.standard_normal((m, k), np.float32), rng.standard_normal((k, n), np.float32)
+        out = np.empty((m, n), np.float32)
+        ours, numpy = median_seconds(kernel, x, w, out), median_seconds(np.matmul, x, w, out)
+        print(
+            f"  {m:4} x {k:4} x {n:4}  largest operand {max(m * k, k * n, m * n):6}: "
+            f"kernel {ours * 1e6:6.1f} us   np.matmul {numpy * 1e6:6.1f} us"
+        )
+
+
 # --- cache: a new process's first kernels, cold and warm --------------------------------------
 
 _CHILD = """
@@ -319,7 +348,7 @@ def native_speed(calls: int = 200) -> None:
 
 
 JOBS = {"accuracy": accuracy, "tanh": tanh_speed, "groups": group_speed, "cache": cache_timing,
-        "native": native_speed, "alias": alias_checks}  # fmt: skip
+        "native": native_speed, "alias": alias_checks, "gemm": gemm_sizes}  # fmt: skip
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -599,7 +599,8 @@ def main() -> None:
             return run_marked(cmd, method_env(method, env))
 
         results = run_rounds(measure, args.methods, args.rounds)
-        print(f"\n### {name}: {MODELS[name].__doc__.split(';')[0].strip()}\n")
+        about = " ".join(MODELS[name].__doc__.split()).split(";")[0]
+        print(f"\n### {name}: {about}\n")
         print_table(results)
         ratios = paired(results, "tg-traced", ("torch",))
         if ratios:

@@ -166,3 +166,26 @@ def test_a_small_channel_statistic_is_a_kernel_where_the_plan_runs_kernels(large
     graph, _ = passes.run(traced.latest.capture.graph, [*passes.DEFAULT, passes.fuse])
     chosen = [[m.op for m in n.attrs["body"].nodes] for n in lowering.kernel_groups(graph)]
     assert (["mul", "sum"] in chosen) == large
+
+
+def test_products_from_gemms_minimum_run_on_the_gemm_kernel_in_a_plan_that_loads_numba():
+    """A recurrent step's (32, 128) @ (128, 384) is below the plan-wide KERNEL_MIN but above
+    gemm's own: it takes the GEMM kernel (np.matmul's threads cost more there); a (16, 16)
+    product stays np.matmul; traced equals eager."""
+    from tracegrad.compiler.kernels import gemm
+
+    rng = np.random.default_rng(0)
+    h, w = rng.standard_normal((32, 128)), rng.standard_normal((128, 384))
+    a, b = rng.standard_normal((16, 16)), rng.standard_normal((16, 16))
+    big = rng.standard_normal(lowering.KERNEL_MIN)
+
+    def f(h, w, a, b, big):
+        return h @ w, a @ b, tg.tanh(big)
+
+    args = [tg.tensor(v) for v in (h, w, a, b, big)]
+    traced = tg.trace(f, backend="numba")
+    for got, want in zip(traced(*args), f(*args), strict=True):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12, atol=1e-12)
+    chosen = {n.outputs[0].shape for n in lowering.native_nodes(traced.latest.graph)}
+    assert (32, 384) in chosen and (16, 16) not in chosen
+    assert 16 * 16 < gemm.KERNEL_MIN <= 32 * 128

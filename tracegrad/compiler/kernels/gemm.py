@@ -28,6 +28,10 @@ from tracegrad.core.ir import Node
 OPS = {P.matmul: "product"}
 DTYPES = ("float32", "float64")
 ALIGN = 16  # a thread's share of rows or columns is a multiple of this many
+# Products with an operand of this many elements run here whatever the plan's size
+# (`lowering`): from about there, np.matmul's call into OpenBLAS's threads costs more than a
+# kernel's launch (a recurrent net's per-step products, `benchmarks/kernels.py gemm`).
+KERNEL_MIN = 1 << 12
 
 DECLARATIONS = """from numba import types
 
