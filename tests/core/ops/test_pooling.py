@@ -204,13 +204,14 @@ def test_lowering_runs_the_large_nodes_of_ops_the_kernel_registry_has():
     assert set(GENERATORS) <= set(P.PRIMITIVES.values())
     assert {P.max_pool2d, P.max_pool2d_argmax, P.max_pool2d_scatter, P.matmul} <= set(GENERATORS)
     rows, f32 = lowering.KERNEL_MIN // 64, np.float32
-    big, small, w = Value((rows, 64), f32), Value((2, 64), f32), Value((64, 64), f32)
+    big, small, w = Value((rows, 64), f32), Value((2, 16), f32), Value((64, 64), f32)
+    w_small = Value((16, 16), f32)  # below even gemm's own KERNEL_MIN
     nodes = [
         Node(P.matmul, [big, w], [Value((rows, 64), f32)]),
-        Node(P.matmul, [small, w], [Value((2, 64), f32)]),
+        Node(P.matmul, [small, w_small], [Value((2, 16), f32)]),
         Node(P.exp, [big], [Value((rows, 64), f32)]),
     ]
-    graph = Graph([big, small, w], nodes, [v for n in nodes for v in n.outputs])
+    graph = Graph([big, small, w, w_small], nodes, [v for n in nodes for v in n.outputs])
     assert lowering.native_nodes(graph) == nodes[:1]
 
 
