@@ -10,12 +10,18 @@ backends) against the eager one, and eager against PyTorch from the same weights
 
 from __future__ import annotations
 
-import math
+import os
+import sys
 
 import numpy as np
 import pytest
 
 import tracegrad.torch as ttorch
+
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks")
+)
+import zoo  # noqa: E402
 
 try:
     import torch
@@ -115,46 +121,8 @@ def llama(lib):
 
 
 def unet(lib):
-    nn, F = lib.nn, lib.nn.functional
-
-    def timestep_embedding(t, dim):
-        half = dim // 2
-        freqs = lib.exp(-math.log(10000) * lib.arange(half, dtype=lib.float64) / half)
-        args = t[:, None].double() * freqs[None]
-        return lib.cat([lib.cos(args), lib.sin(args)], dim=-1)
-
-    class ResBlock(nn.Module):
-        def __init__(self, cin, cout, tdim):
-            super().__init__()
-            self.norm1, self.conv1 = nn.GroupNorm(4, cin), nn.Conv2d(cin, cout, 3, padding=1)
-            self.temb = nn.Linear(tdim, cout)
-            self.norm2, self.conv2 = nn.GroupNorm(4, cout), nn.Conv2d(cout, cout, 3, padding=1)
-            self.skip = nn.Conv2d(cin, cout, 1) if cin != cout else nn.Identity()
-
-        def forward(self, x, t):
-            h = self.conv1(F.silu(self.norm1(x))) + self.temb(F.silu(t))[:, :, None, None]
-            return self.conv2(F.silu(self.norm2(h))) + self.skip(x)
-
-    class UNet(nn.Module):
-        def __init__(self, ch=8, tdim=16):
-            super().__init__()
-            self.tdim = tdim
-            self.tmlp = nn.Sequential(nn.Linear(tdim, tdim), nn.SiLU(), nn.Linear(tdim, tdim))
-            self.inc = nn.Conv2d(3, ch, 3, padding=1)
-            self.down = ResBlock(ch, ch, tdim)
-            self.pool = nn.Conv2d(ch, ch, 3, stride=2, padding=1)
-            self.mid = ResBlock(ch, 2 * ch, tdim)
-            self.up = nn.ConvTranspose2d(2 * ch, ch, 4, stride=2, padding=1)
-            self.dec = ResBlock(2 * ch, ch, tdim)
-            self.out = nn.Sequential(nn.GroupNorm(4, ch), nn.SiLU(), nn.Conv2d(ch, 3, 3, padding=1))
-
-        def forward(self, x, t):
-            temb = self.tmlp(timestep_embedding(t, self.tdim))
-            h = self.down(self.inc(x), temb)
-            return self.out(self.dec(lib.cat([self.up(self.mid(self.pool(h), temb)), h], dim=1),
-                                     temb))  # fmt: skip
-
-    return UNet()
+    """The zoo's DDPM U-Net (benchmarks/zoo.py), small: one definition of the model for both."""
+    return zoo.unet_nets(lib, {"ch": 8, "tdim": 16})["model"]
 
 
 def batch(name):
