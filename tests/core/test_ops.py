@@ -694,6 +694,44 @@ def test_gelu_gradients_to_second_order(approximate):
     check_grad(slope, x)
 
 
+def test_silu_and_its_slope_against_math():
+    """Over more than one block, float64 to 1e-15 and float32 to a few ulps; no overflow far
+    out (exp(-x) is never taken of a large x), where x s(x) -> 0 and x, its slope -> 0 and 1."""
+    x = np.concatenate([np.linspace(-40, 40, 70_001), [-1000.0, 1000.0, 0.0, -0.0, 1e-30]])
+
+    def sigmoid(v):
+        return 1 / (1 + math.exp(-v)) if v >= 0 else math.exp(v) / (1 + math.exp(v))
+
+    def reference(x):
+        return (np.array([v * sigmoid(v) for v in x]),
+                np.array([sigmoid(v) + v * sigmoid(v) * (1 - sigmoid(v)) for v in x]))  # fmt: skip
+
+    want_y, want_dy = reference(x)
+    x32 = x.astype(np.float32)
+    want32 = reference(x32.astype(np.float64))  # of the float32 inputs: their rounding aside
+    # the slope s (1 + x (1 - s)) cancels near x = -1.28: its error is relative to s (1 + |x|)
+    terms = (np.abs(want32[0]), np.array([sigmoid(v) * (1 + abs(v)) for v in x32.astype(float)]))
+    with np.errstate(over="raise", invalid="raise"):
+        np.testing.assert_allclose(P.silu.impl(x), want_y, rtol=1e-15, atol=1e-300)
+        np.testing.assert_allclose(P.silu_slope.impl(x), want_dy, rtol=1e-13, atol=1e-15)
+        for impl, want, scale in zip((P.silu.impl, P.silu_slope.impl), want32, terms, strict=True):
+            got = impl(x32)
+            assert got.dtype == np.float32
+            assert np.all(np.abs(got - want) <= 4e-7 * scale + 1e-37), impl.__name__
+
+
+def test_silu_gradients_to_second_order():
+    x = RNG.uniform(-6, 6, (3, 5))
+    check_grad(tg.nn.functional.silu, x)
+
+    def slope(t):
+        t = t if t.requires_grad else t.detach().requires_grad_()  # finite differences' calls
+        (g,) = tg.autograd.grad(tg.nn.functional.silu(t).sum(), t, create_graph=True)
+        return g
+
+    check_grad(slope, x)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_sum_around_a_kept_axis_matches_numpy(dtype):
     """Summing over the first and the last axes (batch norm's statistics) takes a product with

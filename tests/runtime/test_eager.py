@@ -54,33 +54,95 @@ def test_a_large_eager_call_runs_its_kernel_once_loaded(rng, dtype, tol, monkeyp
         np.testing.assert_allclose(got, expected, rtol=tol, atol=tol * np.abs(expected).max())
 
 
+# activation: (its function, the ops its forward and backward run by their kernels)
+ACTIVATIONS = {
+    "gelu": (F.gelu, ("gelu", "gelu_slope")),
+    "gelu_tanh": (lambda x: F.gelu(x, approximate="tanh"), ("gelu_tanh", "gelu_tanh_slope")),
+    "silu": (F.silu, ("silu", "silu_slope")),
+    "sigmoid": (F.sigmoid, ("sigmoid",)),
+}
+
+
 @pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-12), (np.float32, 2e-6)])
-@pytest.mark.parametrize("approximate", ["none", "tanh"])
-def test_a_large_gelu_runs_a_fused_kernel_once_loaded(rng, dtype, tol, approximate, monkeypatch):
-    """GELU's NumPy versions are a dozen passes over memory: once a signature's fused kernel
-    (of the op alone) has loaded, its forward and backward run that, NumPy refusing to run,
-    with NumPy's results and gradient (x in Fortran order: the kernel reads any layout)."""
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_a_large_activation_runs_a_fused_kernel_once_loaded(rng, dtype, tol, activation,
+                                                            monkeypatch):  # fmt: skip
+    """GELU's, SiLU's and the sigmoid's NumPy versions are many passes over memory: once a
+    signature's fused kernel (of the op alone) has loaded, its forward and backward run that,
+    NumPy refusing to run, with NumPy's results and gradient (x in Fortran order: the kernel
+    reads any layout)."""
     monkeypatch.setattr(eager, "_kernels", {})
+    function, names = ACTIVATIONS[activation]
     x = tg.tensor(rng.standard_normal((300, 257)).T.astype(dtype) * 3, requires_grad=True)
 
     def step():
         x.grad = None
-        y = F.gelu(x, approximate=approximate)
+        y = function(x)
         (y * y).sum().backward()
         return y.numpy(), x.grad.numpy()
 
     want = step()
     assert loaded()
-    names = {"none": ("gelu", "gelu_slope"), "tanh": ("gelu_tanh", "gelu_tanh_slope")}
-    assert {key[0] for key in eager._kernels} == set(names[approximate])
+    assert set(names) <= {key[0] for key in eager._kernels}
 
     def refuse(*args, **kwargs):
         raise AssertionError("NumPy ran an op whose kernel had loaded")
 
-    for name in names[approximate]:
+    for name in names:
         monkeypatch.setattr(getattr(P, name), "impl", refuse)
     for got, expected in zip(step(), want, strict=True):
         np.testing.assert_allclose(got, expected, rtol=tol, atol=tol * np.abs(expected).max())
+
+
+EXACT = ("add", "sub", "mul", "div", "neg", "maximum", "minimum", "where", "less", "less_equal",
+         "greater", "greater_equal", "equal", "not_equal")  # fmt: skip
+
+
+def test_large_exact_elementwise_ops_run_kernels_with_numpys_bits(rng, monkeypatch):
+    """In a process that runs kernels, arithmetic, selects and comparisons on large float
+    operands run kernels once loaded (broadcast, transposed, 0-d, mixed float32 and float64, a
+    mask), bit for bit NumPy's results and gradients, NumPy's versions refusing to run; integer
+    operands stay NumPy's."""
+    monkeypatch.setattr(eager, "_kernels", {})
+    monkeypatch.setattr(eager, "_quiet", [False])  # some kernel has run
+    x = tg.tensor(rng.standard_normal((257, 300)).astype(np.float32).T, requires_grad=True)
+    row = tg.tensor(rng.standard_normal(257), requires_grad=True)  # float64, broadcast
+    mask = tg.tensor(rng.random((300, 257)) < 0.5)
+
+    def step():
+        x.grad = row.grad = None
+        y = tg.where(mask, F.relu(x) - x / 3, -x * 0.5)
+        z = tg.minimum(y, row) + (x >= row) * 2.0 - (x < 0.25) + (x == x) - (x != row)
+        w = z / (1.0 + (x <= row)) + (x > y)
+        (w * w).sum().backward()
+        return w.numpy(), x.grad.numpy(), row.grad.numpy()
+
+    want = step()
+    assert loaded()
+    assert set(EXACT) <= {key[0] for key in eager._kernels}
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("NumPy ran an op whose kernel had loaded")
+
+    with monkeypatch.context() as patches:
+        for name in EXACT:
+            patches.setattr(getattr(P, name), "impl", refuse)
+        got = step()
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
+    ints = tg.tensor(np.arange(300 * 257).reshape(300, 257))
+    eager._kernels.clear()
+    np.testing.assert_array_equal((ints * ints // 7).numpy(), ints.numpy() ** 2 // 7)
+    assert eager._kernels == {}
+
+
+def test_exact_ops_alone_stay_numpys(rng, monkeypatch):
+    """A process that has run no other kernel keeps NumPy's exact ops (and OpenBLAS awake)."""
+    monkeypatch.setattr(eager, "_kernels", {})
+    monkeypatch.setattr(eager, "_quiet", [])
+    x = tg.tensor(rng.standard_normal((300, 257)))
+    np.testing.assert_array_equal((x * x + x).numpy(), x.numpy() * x.numpy() + x.numpy())
+    assert eager._kernels == {} and eager._quiet == []
 
 
 def test_small_calls_load_no_kernel(rng, monkeypatch):
@@ -92,8 +154,8 @@ def test_small_calls_load_no_kernel(rng, monkeypatch):
 
 
 def test_the_ops_it_runs_have_kernels():
-    """`eager.OPS` names ops the Numba backend has kernels of its own for; `eager.ELEMENTWISE`,
-    ops the fused-kernel generator compiles alone."""
+    """`eager.OPS` names ops the Numba backend has kernels of its own for; `eager.ELEMENTWISE`
+    and `eager.EXACT`, ops the fused-kernel generator compiles alone."""
     from tracegrad.compiler.kernels.fused import compile_groups
     from tracegrad.compiler.kernels.native import GENERATORS
     from tracegrad.core.ir import Node, Value
@@ -101,4 +163,9 @@ def test_the_ops_it_runs_have_kernels():
     assert set(eager.OPS) <= set(GENERATORS)
     x, y = Value((4, 5), np.float32), Value((4, 5), np.float32)
     groups = [([x], [Node(prim, [x], [y], {})], [y]) for prim in eager.ELEMENTWISE]
+    mask, z = Value((4, 5), np.bool_), Value((4, 5), np.float32)
+    for prim in eager.EXACT:
+        ins = [mask, x, z] if prim is P.where else [x] if prim is P.neg else [x, z]
+        out = Value((4, 5), np.bool_ if prim.name in EXACT[-6:] else np.float32)
+        groups.append((ins, [Node(prim, ins, [out], {})], [out]))
     assert all(ok for ok, _ in compile_groups(groups, compile=False))

@@ -174,9 +174,9 @@ def gelu(x: Any, approximate: str = "none") -> Tensor:
 
 
 def silu(input: Any, inplace: bool = False) -> Tensor:
-    """x * sigmoid(x) (swish)."""
+    """x * sigmoid(x) (swish), one op, as PyTorch's: its gradient is one op too."""
     x = as_tensor(input)
-    return _in_place(input, x * sigmoid(x), inplace)
+    return _in_place(input, P.silu(x), inplace)
 
 
 def dropout(

@@ -1,11 +1,11 @@
 """Eager calls of the ops that have kernels of their own (convolutions, max-pooling, attention,
 layer norm, batch norm, log-softmax), and of the elementwise ops whose NumPy versions are many
-passes (GELU's), run those kernels (a fused kernel of the one op, for the latter), where the
-call is large enough for a plan to run one (`lowering.KERNEL_MIN` elements). A signature's
-first calls run the op's NumPy version while a thread loads its kernel (compiled in child
-processes where Numba's disk cache lacks it, as a traced step's first calls do), the later ones
-the kernel. The kernels compute what the NumPy versions compute, to rounding (docs/kernels.md);
-PyTorch's eager ops are native kernels too."""
+passes (GELU's, SiLU's, the sigmoid's), run those kernels (a fused kernel of the one op, for
+the latter), where the call is large enough for a plan to run one (`lowering.KERNEL_MIN`
+elements). A signature's first calls run the op's NumPy version while a thread loads its kernel
+(compiled in child processes where Numba's disk cache lacks it, as a traced step's first calls
+do), the later ones the kernel. The kernels compute what the NumPy versions compute, to rounding
+(docs/kernels.md); PyTorch's eager ops are native kernels too."""
 
 from __future__ import annotations
 
@@ -25,7 +25,16 @@ OPS = (P.conv2d, P.conv2d_input_grad, P.conv2d_weight_grad, P.max_pool2d_argmax,
        P.max_pool2d_scatter, P.max_pool2d_gather, P.attention, P.attention_grad, P.layer_norm,
        P.layer_norm_grad, P.batch_norm, P.batch_norm_grad, P.batch_stats, P.log_softmax,
        P.log_softmax_grad)  # fmt: skip
-ELEMENTWISE = (P.gelu, P.gelu_slope, P.gelu_tanh, P.gelu_tanh_slope)
+# Elementwise ops of many NumPy passes; the kernels' float32 exp or tanh round differently from
+# NumPy's one pass, so those stay NumPy's.
+ELEMENTWISE = (P.gelu, P.gelu_slope, P.gelu_tanh, P.gelu_tanh_slope, P.silu, P.silu_slope,
+               P.sigmoid)  # fmt: skip
+# The exact ones (arithmetic, selects, comparisons): NumPy runs them on one thread and faults in
+# a fresh result's pages at each call, a kernel on every core. They take kernels only in a
+# process that runs other kernels already: the first one tells OpenBLAS to sleep between calls,
+# which costs each later matrix product a wake-up (a small MLP's eager step, 0.9 -> 1.2 ms).
+EXACT = (P.add, P.sub, P.mul, P.div, P.neg, P.maximum, P.minimum, P.where, P.less, P.less_equal,
+         P.greater, P.greater_equal, P.equal, P.not_equal)  # fmt: skip
 _LOADING = None  # a signature whose kernel is loading, or that has none
 _kernels: dict[tuple, Callable | None] = {}
 _requests: queue.Queue = queue.Queue()
@@ -48,6 +57,8 @@ def run(prim: vocabulary.Primitive, arrays: list[np.ndarray], params: dict[str, 
     call, or a signature whose kernel is not loaded (its loading starts then) or that has none."""
     if max(math.prod(shape), *(a.size for a in arrays)) < lowering.KERNEL_MIN:
         return None
+    if prim in EXACT and not (_quiet and _floating(dtype, arrays)):
+        return None
     key = (prim.name, *((a.shape, a.dtype.str) for a in arrays), repr(sorted(params.items())))
     if key not in _kernels:
         _kernels[key] = _LOADING
@@ -61,6 +72,11 @@ def run(prim: vocabulary.Primitive, arrays: list[np.ndarray], params: dict[str, 
     out = np.empty(shape, dtype)
     kernel(*arrays, out)
     return out
+
+
+def _floating(dtype: np.dtype, arrays: list[np.ndarray]) -> bool:
+    """Floats and masks only: integer arithmetic stays NumPy's (its overflow, its division)."""
+    return dtype.kind in "fb" and all(a.dtype.kind in "fb" for a in arrays)
 
 
 def _request(key: tuple, node: ir.Node) -> None:
@@ -79,7 +95,7 @@ def _load() -> None:
     while True:
         key, node = _requests.get()
         try:
-            if node.prim in ELEMENTWISE:
+            if node.prim in ELEMENTWISE or node.prim in EXACT:
                 group = (node.inputs, [node], node.outputs)
                 [(_, kernel)] = fused.compile_groups([group], background=True)
             else:
@@ -99,5 +115,5 @@ def wait_for_kernels() -> None:
     _requests.join()
 
 
-for _prim in OPS + ELEMENTWISE:
+for _prim in OPS + ELEMENTWISE + EXACT:
     vocabulary.EAGER_KERNELS[_prim] = run

@@ -80,7 +80,8 @@ def all_primitives(dtype):
     unit, above1 = g.input((37, 29), dtype), g.input((37, 29), dtype)
     outs = {}
     for op in ("neg", "exp", "expm1", "tanh", "sigmoid", "softplus", "erf", "sin", "cos", "sign",
-               "abs", "gelu", "gelu_slope", "gelu_tanh", "gelu_tanh_slope"):  # fmt: skip
+               "abs", "gelu", "gelu_slope", "gelu_tanh", "gelu_tanh_slope", "silu",
+               "silu_slope"):  # fmt: skip
         outs[op] = g(op, y)
     for op in ("log", "log1p", "sqrt", "log2", "log10"):
         outs[op] = g(op, pos)

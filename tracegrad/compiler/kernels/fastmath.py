@@ -214,6 +214,18 @@ def sigmoid_f32(x):
     return r if x >= _ZERO else e * r
 
 
+@_jit
+def silu_f32(x):
+    return x * sigmoid_f32(x)
+
+
+@_jit
+def silu_slope_f32(x):
+    """s (1 + x (1 - s)), s = sigmoid(x)."""
+    s = sigmoid_f32(x)
+    return s * (_ONE + x * (_ONE - s))
+
+
 # --- erf ----------------------------------------------------------------------------------------
 
 _ERF_CLAMP = _F(ERF_F32_CLAMP)

@@ -87,6 +87,15 @@ def erf(x):
     return math.erf(x)
 
 
+def silu(x):
+    return x * _exact_sigmoid(x)
+
+
+def silu_slope(x):
+    s = _exact_sigmoid(x)
+    return s * (1.0 + x * (1.0 - s))
+
+
 def gelu(x):
     return 0.5 * x * (1.0 + math.erf(x * SQRT_HALF))
 
@@ -133,6 +142,8 @@ _by_dtype(log, fastmath.log_f32, _exact_log)
 _by_dtype(tanh, fastmath.tanh_f32, math.tanh)
 _by_dtype(sigmoid, fastmath.sigmoid_f32, _exact_sigmoid)
 _by_dtype(erf, fastmath.erf_f32, math.erf)
+_by_dtype(silu, fastmath.silu_f32, _jit(silu))
+_by_dtype(silu_slope, fastmath.silu_slope_f32, _jit(silu_slope))
 _by_dtype(gelu, fastmath.gelu_f32, _jit(gelu))
 _by_dtype(gelu_slope, fastmath.gelu_slope_f32, _jit(gelu_slope))
 _by_dtype(gelu_tanh, fastmath.gelu_tanh_f32, _jit(gelu_tanh))

@@ -66,13 +66,17 @@ def _where_scratch(ins, attrs) -> int:
     return (math.prod(shape) + (0 if c.shape == shape else c.size)) * dtype.itemsize
 
 
-def _sigmoid(x):
+def _sigmoid_into(x: np.ndarray, out: np.ndarray) -> np.ndarray:
     """1 / (1 + exp(-x)) without overflow, and small results keep their relative accuracy
     (0.5 * (tanh(x / 2) + 1) is 0 below -17 in float32, so log(sigmoid(-20)) was -inf): the
-    same formula as the kernels' float32 sigmoid."""
-    x = np.asarray(x)
-    e = np.exp(-np.abs(x))
-    return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(e.dtype, copy=False)
+    same formula as the kernels' float32 sigmoid. e = exp(-|x|), then 1 / (1 + e) where x >= 0,
+    e / (1 + e) elsewhere."""
+    np.abs(x, out=out)
+    np.negative(out, out=out)
+    np.exp(out, out=out)
+    denominator = out + 1
+    np.copyto(out, 1, where=x >= 0)
+    return np.divide(out, denominator, out=out)
 
 
 # float32 erf as Eigen's `generic_fast_erf_float`: x p(x^2) / q(x^2), p's coefficients of x^1
@@ -180,6 +184,35 @@ def _horner(x: np.ndarray, coefficients: tuple[float, ...]) -> np.ndarray:
         np.multiply(out, x, out=out)
         np.add(out, x.dtype.type(c), out=out)
     return out
+
+
+@_by_blocks
+def _sigmoid(x, out):
+    _sigmoid_into(x, out)
+
+
+# SiLU (x sigmoid(x)) as an op of its own, as PyTorch's `silu`: composed of ops, its eager
+# forward and backward were nine passes over memory; a kernel inlines one helper.
+@_by_blocks
+def _silu(x, out):
+    np.multiply(_sigmoid_into(x, out), x, out=out)
+
+
+@_by_blocks
+def _silu_slope(x, out):
+    """d/dx x s(x) = s (1 + x (1 - s)), s = sigmoid(x)."""
+    s = _sigmoid_into(x, out)
+    rest = np.subtract(1, s)
+    rest *= x
+    rest += 1
+    np.multiply(s, rest, out=out)
+
+
+def _silu_curvature(x):
+    """d2/dx2 x s(x) = s (1 - s) (2 + x (1 - 2 s)), composed of ops: a second derivative is
+    rare."""
+    s = sigmoid(x)
+    return s * (1.0 - s) * (2.0 + x * (1.0 - 2.0 * s))
 
 
 # GELU as ops of its own (PyTorch's `gelu`, `approximate="none"` or `"tanh"`): composed of
@@ -327,6 +360,9 @@ softplus = unary("softplus", _softplus, lambda g, out, x: g * sigmoid(x), "in",
                  "(math.log1p(math.exp(-abs({0}))) + maximum({0}, 0.0))", ("maximum",))  # fmt: skip
 erf = unary("erf", _erf, lambda g, out, x: g * (1.1283791670955126 * exp(-(x * x))), "in",
             "erf({0})", ("erf",))  # fmt: skip
+silu = unary("silu", _silu, lambda g, out, x: g * silu_slope(x), "in", "silu({0})", ("silu",))
+silu_slope = unary("silu_slope", _silu_slope, lambda g, out, x: g * _silu_curvature(x), "in",
+                   "silu_slope({0})", ("silu_slope",))  # fmt: skip
 gelu = unary("gelu", _gelu, lambda g, out, x: g * gelu_slope(x), "in", "gelu({0})", ("gelu",))
 gelu_slope = unary("gelu_slope", _gelu_slope, lambda g, out, x: g * _gelu_curvature(x), "in",
                    "gelu_slope({0})", ("gelu_slope",))  # fmt: skip
