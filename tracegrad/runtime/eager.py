@@ -29,12 +29,15 @@ OPS = (P.conv2d, P.conv2d_input_grad, P.conv2d_weight_grad, P.max_pool2d_argmax,
 # NumPy's one pass, so those stay NumPy's.
 ELEMENTWISE = (P.gelu, P.gelu_slope, P.gelu_tanh, P.gelu_tanh_slope, P.silu, P.silu_slope,
                P.sigmoid)  # fmt: skip
-# The exact ones (arithmetic, selects, comparisons): NumPy runs them on one thread and faults in
-# a fresh result's pages at each call, a kernel on every core. They take kernels only in a
-# process that runs other kernels already: the first one tells OpenBLAS to sleep between calls,
-# which costs each later matrix product a wake-up (a small MLP's eager step, 0.9 -> 1.2 ms).
+# The exact ones (arithmetic, selects, comparisons): NumPy runs those on one thread and faults in
+# a fresh result's pages at each call, a kernel on every core. They take kernels only where that
+# pays: over EXACT_MIN elements, since the kernels' threads sleep between eager ops and waking
+# them costs 45-75 us here (docs/kernels.md), and in a process that runs other kernels already:
+# the first one tells OpenBLAS to sleep between calls, which costs each later matrix product a
+# wake-up too (a small MLP's eager step, 0.9 -> 1.2 ms).
 EXACT = (P.add, P.sub, P.mul, P.div, P.neg, P.maximum, P.minimum, P.where, P.less, P.less_equal,
          P.greater, P.greater_equal, P.equal, P.not_equal)  # fmt: skip
+EXACT_MIN = 1 << 19
 _LOADING = None  # a signature whose kernel is loading, or that has none
 _kernels: dict[tuple, Callable | None] = {}
 _requests: queue.Queue = queue.Queue()
@@ -57,7 +60,9 @@ def run(prim: vocabulary.Primitive, arrays: list[np.ndarray], params: dict[str, 
     call, or a signature whose kernel is not loaded (its loading starts then) or that has none."""
     if max(math.prod(shape), *(a.size for a in arrays)) < lowering.KERNEL_MIN:
         return None
-    if prim in EXACT and not (_quiet and _floating(dtype, arrays)):
+    if prim in EXACT and not (
+        _quiet and math.prod(shape) >= EXACT_MIN and _floating(dtype, arrays)
+    ):
         return None
     key = (prim.name, *((a.shape, a.dtype.str) for a in arrays), repr(sorted(params.items())))
     if key not in _kernels:
