@@ -25,16 +25,16 @@ OPS = (P.conv2d, P.conv2d_input_grad, P.conv2d_weight_grad, P.max_pool2d_argmax,
        P.max_pool2d_scatter, P.max_pool2d_gather, P.attention, P.attention_grad, P.layer_norm,
        P.layer_norm_grad, P.batch_norm, P.batch_norm_grad, P.batch_stats, P.log_softmax,
        P.log_softmax_grad)  # fmt: skip
-# Elementwise ops of many NumPy passes; the kernels' float32 exp or tanh round differently from
-# NumPy's one pass, so those stay NumPy's.
+# Elementwise ops whose NumPy versions are many passes over memory. (Ops of one NumPy pass, as
+# exp or tanh, stay NumPy's: the kernels' float32 versions of them round differently.)
 ELEMENTWISE = (P.gelu, P.gelu_slope, P.gelu_tanh, P.gelu_tanh_slope, P.silu, P.silu_slope,
                P.sigmoid)  # fmt: skip
 # The exact ones (arithmetic, selects, comparisons): NumPy runs those on one thread and faults in
 # a fresh result's pages at each call, a kernel on every core. They take kernels only where that
-# pays: over EXACT_MIN elements, since the kernels' threads sleep between eager ops and waking
-# them costs 45-75 us here (docs/kernels.md), and in a process that runs other kernels already:
-# the first one tells OpenBLAS to sleep between calls, which costs each later matrix product a
-# wake-up too (a small MLP's eager step, 0.9 -> 1.2 ms).
+# pays: from EXACT_MIN elements, since the kernels' threads fall asleep between eager ops and
+# waking them costs more than NumPy's pass below that (docs/benchmarks.md), and only in a process
+# that runs other kernels already, since the first kernel tells OpenBLAS to sleep between calls,
+# which costs each later matrix product a wake-up too.
 EXACT = (P.add, P.sub, P.mul, P.div, P.neg, P.maximum, P.minimum, P.where, P.less, P.less_equal,
          P.greater, P.greater_equal, P.equal, P.not_equal)  # fmt: skip
 EXACT_MIN = 1 << 19
