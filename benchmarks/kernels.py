@@ -197,15 +197,19 @@ def _constant(x: float) -> Value:
 def gemm_sizes() -> None:
     """`compiler.kernels.gemm`'s kernel (MKL's GEMM with the `mkl` extra, on Numba's threads)
     against np.matmul (NumPy's OpenBLAS, its own threads), float32, small products: where the
-    kernel starts to pay (`gemm.KERNEL_MIN`)."""
+    kernel starts to pay (`gemm.KERNEL_MIN`); and the kernel on the calling thread against all
+    threads, called back to back and after a pause longer than the threads' spin, where they
+    have fallen asleep: where sharing a product starts to pay (`gemm.SERIAL_MAX`)."""
     from tracegrad.compiler.kernels import native
     from tracegrad.compiler.kernels.blas import quiet_openblas
 
     quiet_openblas()  # as a plan does
     rng = np.random.default_rng(0)
-    print("median of 25, float32 (m x k) @ (k x n):")
-    shapes = [(16, 16, 16), (32, 32, 32), (64, 64, 64), (32, 128, 128), (32, 128, 384),
-              (128, 128, 128), (64, 128, 384), (20, 200, 800), (256, 256, 256)]  # fmt: skip
+    print("median of 25, float32 (m x k) @ (k x n), us; one thread / all, back to back and after")
+    print("a 100 us pause:")
+    shapes = [(16, 16, 16), (32, 32, 32), (64, 10, 256), (64, 64, 64), (32, 128, 128),
+              (32, 128, 384), (128, 128, 128), (64, 128, 384), (20, 200, 800), (128, 128, 384),
+              (256, 256, 256)]  # fmt: skip
     for m, k, n in shapes:
         a, b = Value((m, k), np.dtype(np.float32)), Value((k, n), np.dtype(np.float32))
         node = Node(primitives.matmul, [a, b], [Value((m, n), np.dtype(np.float32))], {})
@@ -213,10 +217,30 @@ def gemm_sizes() -> None:
         x, w = rng.standard_normal((m, k), np.float32), rng.standard_normal((k, n), np.float32)
         out = np.empty((m, n), np.float32)
         ours, numpy = median_seconds(kernel, x, w, out), median_seconds(np.matmul, x, w, out)
+        shares = [_paused_seconds(kernel.compiled, pause, x, w, out, threads)
+                  for pause in (0, 100e-6) for threads in (1, kernel.threads)]  # fmt: skip
         print(
             f"  {m:4} x {k:4} x {n:4}  largest operand {max(m * k, k * n, m * n):6}: "
-            f"kernel {ours * 1e6:6.1f} us   np.matmul {numpy * 1e6:6.1f} us"
+            f"kernel {ours * 1e6:6.1f}   np.matmul {numpy * 1e6:6.1f}   "
+            + "   ".join(
+                f"{one * 1e6:5.1f} / {every * 1e6:5.1f}" for one, every in (shares[:2], shares[2:])
+            )  # fmt: skip
         )
+
+
+def _paused_seconds(f, pause: float, *args, runs: int = 25) -> float:
+    """The median time of f(*args), each call after spinning `pause` seconds on this thread
+    (the kernels' threads left idle meanwhile)."""
+    f(*args)
+    times = []
+    for _ in range(runs):
+        until = time.perf_counter() + pause
+        while time.perf_counter() < until:
+            pass
+        start = time.perf_counter()
+        f(*args)
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
 
 
 # --- cache: a new process's first kernels, cold and warm --------------------------------------

@@ -32,6 +32,10 @@ ALIGN = 16  # a thread's share of rows or columns is a multiple of this many
 # (`lowering`): from about there, np.matmul's call into OpenBLAS's threads costs more than a
 # kernel's launch (a recurrent net's per-step products, `benchmarks/kernels.py gemm`).
 KERNEL_MIN = 1 << 12
+# Products of fewer multiply-adds than this run on the calling thread alone: waking the other
+# threads, asleep after a pause longer than their spin, costs more than such a product's work,
+# and splitting it gains little when they are awake (`benchmarks/kernels.py gemm`).
+SERIAL_MAX = 1 << 21
 
 DECLARATIONS = """from numba import types
 
@@ -82,12 +86,17 @@ def kernel(a, b, c, threads):
         c[:] = 0
     if m == 0 or n == 0 or k == 0:
         return True
+    blas_threads = get_blas_threads()
+    set_blas_threads(1)  # for every thread of the process (OpenBLAS's count is global)
+    if threads == 1:  # on this thread alone: the loop below would wake the others
+        gemm(ROW_MAJOR, ta, tb, m, n, k, T(1), a.ctypes.data, lda, b.ctypes.data, ldb, T(0),
+             c.ctypes.data, n)
+        set_blas_threads(blas_threads)
+        return True
     by_rows = m >= n
     extent = m if by_rows else n
     share = -(-extent // threads)
     share = -(-share // {align}) * {align}
-    blas_threads = get_blas_threads()
-    set_blas_threads(1)  # for every thread of the process (OpenBLAS's count is global)
     for part in prange(-(-extent // share)):
         lo = part * share
         hi = min(extent, lo + share)
@@ -148,8 +157,10 @@ class GemmKernel(GeneratedKernel):
         # product's work. Numba's error costs far more than a product, and what a plan passes
         # (a read-only input, say) is the same at every call: after one, NumPy's from then on.
         if self.fast:
+            (m, k), n = a.shape, b.shape[-1]
+            threads = self.threads if m * k * n >= SERIAL_MAX else 1
             try:
-                if self.compiled(a, b, out, self.threads):
+                if self.compiled(a, b, out, threads):
                     return
             except TypeError:
                 self.fast = False
