@@ -102,6 +102,43 @@ def test_group_norms_run_the_layer_norm_kernels(rng, monkeypatch):
     assert "layer_norm kernel" in traced.source and "layer_norm_grad kernel" in traced.source
 
 
+@pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-13), (np.float32, 2e-6)])
+def test_x_gradient_alone_skips_the_weights_sums(rng, dtype, tol, monkeypatch):
+    """Where the weight and bias need no gradient (a group norm's constant unit weight), the
+    backward op computes x's alone (`params=False`): NumPy's and the kernel's equal the dx of
+    the full op, and the step's graph holds that op, not the full one."""
+    x = rng.standard_normal((40, 33)).T.astype(dtype)  # Fortran order, rows of 40
+    w, g = rng.standard_normal(40).astype(dtype), rng.standard_normal((33, 40)).astype(dtype)
+    full = normalization.unpack(P.layer_norm_grad.impl(x, w, g, eps=1e-5), x)[0]
+    alone = P.layer_norm_grad.impl(x, w, g, eps=1e-5, params=False)
+    assert alone.shape == (x.size,)
+    np.testing.assert_allclose(alone.reshape(x.shape), full, rtol=tol, atol=tol)
+
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+    x6 = rng.standard_normal((2, 6, 5, 3)).astype(dtype)
+
+    def step(x):
+        with tg.GradManager().attach([x]) as gm:
+            y = F.group_norm(x, 3)
+            gm.backward((y * y * y).sum())
+        return x.grad
+
+    traced = tg.trace(step, backend="numba")
+    got = traced(tg.tensor(x6, requires_grad=True)).numpy()
+    want = step(tg.tensor(x6, requires_grad=True)).numpy()
+    np.testing.assert_allclose(got, want, rtol=10 * tol, atol=10 * tol)
+    [node] = [n for n in traced.graph.nodes if n.prim is P.layer_norm_grad]
+    assert node.attrs["params"] is False and "layer_norm_grad kernel" in traced.source
+
+
+def test_group_norm_gradients_against_finite_differences(rng):
+    x = rng.standard_normal((2, 4, 3, 2))
+    expected = numeric_grad(lambda a: float((F.group_norm(tg.tensor(a), 2) ** 3).sum()), x)
+    xt = tg.tensor(x, requires_grad=True)
+    (F.group_norm(xt, 2) ** 3).sum().backward()
+    np.testing.assert_allclose(xt.grad.numpy(), expected, rtol=1e-6, atol=1e-7)
+
+
 # --- batch norm ------------------------------------------------------------------------------
 
 

@@ -106,6 +106,33 @@ def kernel(x, weight, g, eps, dx, dweight, dbias):
             dbias[j] += db[k, j]
 """
 
+# x's gradient alone (`params=False`): no partial sums of the weight's and the bias's
+_BACKWARD_DX = """
+
+@_reduce
+def rows(x, weight, g, eps, dx, lo, hi):
+    d = x.shape[1]
+    for i in range(lo, hi):
+        xi, gi, out = x[i], g[i], dx[i]
+        mean, rstd = statistics(xi, eps)
+        a = b = T(0)
+        for j in range(d):
+            xhat, dxhat = (xi[j] - mean) * rstd, gi[j] * weight[j]
+            a += dxhat
+            b += dxhat * xhat
+        a, b = a / d, b / d
+        for j in range(d):
+            out[j] = (gi[j] * weight[j] - a - (xi[j] - mean) * rstd * b) * rstd
+
+
+@_outer
+def kernel(x, weight, g, eps, dx):
+    n = x.shape[0]
+    blocks = min(n, {blocks})
+    for k in prange(blocks):
+        rows(x, weight, g, eps, dx, k * n // blocks, (k + 1) * n // blocks)
+"""
+
 
 _MOMENTS_ONE_PASS = """
 
@@ -206,6 +233,8 @@ def generate_source(op: str, dtype: str, parallel: bool = True) -> str:
     matrix, vector = f"{dtype}[:, ::1]", f"{dtype}[::1]"  # contiguous: loops run in SIMD
     if op == "output":  # x, weight, bias, eps, out
         arrays, body = [matrix, vector, vector, "float64", f"{dtype}[:, ::1]"], _FORWARD
+    elif op == "dx":  # x, weight, g, eps, dx
+        arrays, body = [matrix, vector, matrix, "float64", f"{dtype}[:, ::1]"], _BACKWARD_DX
     else:  # x, weight, g, eps, dx, dweight, dbias
         arrays = [matrix, vector, matrix, "float64", f"{dtype}[:, ::1]", *[f"{dtype}[::1]"] * 2]
         body = _BACKWARD
@@ -239,7 +268,8 @@ def module(node: Node) -> tuple[str, str]:
         raise NotImplementedError(f"normalization kernels for {dtype}")
     if OPS[node.prim].startswith("batch") and math.prod(x.shape[2:]) < MIN_SPATIAL:
         raise NotImplementedError(f"batch-norm kernels for input {x.shape}: few values per sample")
-    return named("norm", generate_source(OPS[node.prim], dtype, threaded(x.size)))
+    op = "dx" if not node.attrs.get("params", True) else OPS[node.prim]
+    return named("norm", generate_source(op, dtype, threaded(x.size)))
 
 
 class LayerNormKernel(GeneratedKernel):
@@ -249,6 +279,7 @@ class LayerNormKernel(GeneratedKernel):
         super().__init__(compiled, path)
         self.eps = float(node.attrs["eps"])
         self.backward = node.prim is P.layer_norm_grad
+        self.params = node.attrs.get("params", True)  # False: x's gradient alone
 
     def __call__(self, x: np.ndarray, weight: np.ndarray, third: np.ndarray, out: np.ndarray):
         if not out.flags.c_contiguous:
@@ -256,8 +287,11 @@ class LayerNormKernel(GeneratedKernel):
         d = x.shape[-1]
         x2, weight = np.ascontiguousarray(x.reshape(-1, d)), np.ascontiguousarray(weight)
         if self.backward:
-            dx, dw, db = unpack(out, x)
             g2 = np.ascontiguousarray(third.reshape(-1, d))
+            if not self.params:
+                self.compiled(x2, weight, g2, self.eps, out.reshape(-1, d))
+                return
+            dx, dw, db = unpack(out, x)
             self.compiled(x2, weight, g2, self.eps, dx.reshape(-1, d), dw, db)
         else:
             self.compiled(x2, weight, np.ascontiguousarray(third), self.eps, out.reshape(-1, d))

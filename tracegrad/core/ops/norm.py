@@ -41,14 +41,18 @@ def forward(x, weight, bias, eps: float, out=None) -> np.ndarray:
     return out
 
 
-def backward(x, weight, g, eps: float, out=None) -> np.ndarray:
-    out = np.empty(x.size + 2 * x.shape[-1], x.dtype) if out is None else out
-    dx, dweight, dbias = unpack(out, x)
+def backward(x, weight, g, eps: float, params: bool = True, out=None) -> np.ndarray:
+    """[dx | dweight | dbias], flat; [dx] alone without `params` (a group norm's constant unit
+    weight, a layer norm without affine: their sums would be thrown away)."""
+    out = np.empty(x.size + 2 * x.shape[-1] * params, x.dtype) if out is None else out
+    dx = out[: x.size].reshape(x.shape)
     xhat, rstd = _statistics(x, eps)
     xhat *= rstd
-    rows = tuple(range(x.ndim - 1))
-    np.sum(g * xhat, axis=rows, out=dweight)
-    np.sum(g, axis=rows, out=dbias)
+    if params:
+        _, dweight, dbias = unpack(out, x)
+        rows = tuple(range(x.ndim - 1))
+        np.sum(g * xhat, axis=rows, out=dweight)
+        np.sum(g, axis=rows, out=dbias)
     dxhat = g * weight
     dx[...] = dxhat - dxhat.mean(-1, keepdims=True) - xhat * (dxhat * xhat).mean(-1, keepdims=True)
     dx *= rstd
@@ -134,18 +138,21 @@ def _layer_norm_rule(x, weight, bias, eps):
     return _affine_rule(x, weight, bias, 1, d, "(..., D), (D,) and (D,)")
 
 
-def _layer_norm_grad_rule(x, weight, g, eps):
+def _layer_norm_grad_rule(x, weight, g, eps, params=True):
     shape, dtype = _layer_norm_rule(x, weight, weight, eps)
     if g.shape != shape:
         raise ValueError(f"cotangent {g.shape} for a result of {shape}")
-    return (x.size + 2 * x.shape[-1],), dtype
+    return (x.size + 2 * x.shape[-1] * params,), dtype
 
 
 def _layer_norm_vjp(wanted, g, out, x, weight, bias, eps, create_graph=False):
     if create_graph:
         grads = _layer_norm_grads(g, x, weight, eps)
-    else:
+    elif wanted[1] or wanted[2]:
         grads = unpack(layer_norm_grad(x, weight, g, eps=eps), x)
+    else:  # x's alone: the kernel skips the weight's and the bias's sums over the rows
+        dx = layer_norm_grad(x, weight, g, eps=eps, params=False)
+        grads = (dx.reshape(x.shape), None, None)
     return [d if w else None for w, d in zip(wanted, grads, strict=True)]
 
 
