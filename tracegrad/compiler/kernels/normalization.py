@@ -6,9 +6,10 @@ Forward takes a row's mean and the variance of the centred row (two sums in SIMD
 writes the row normalized, scaled and shifted. Backward computes a row's statistics again,
 sums dxhat and dxhat * xhat while adding the row's share of dweight and dbias into partial sums
 of its thread's block of rows (summed at the end: the rows run in parallel without sharing an
-accumulator), and writes dx in one more pass; xhat is recomputed where it is read rather than
-kept in a scratch row. A few blocks of rows per thread, for balance. Modules are generated per
-dtype; eps is an argument. Every array is declared C-contiguous (rows, weight and bias; the
+accumulator), and writes dx in one more pass (`params=False`: x's gradient alone, without the
+partial sums, where the weight and bias need none); xhat is recomputed where it is read rather
+than kept in a scratch row. A few blocks of rows per thread, for balance. Modules are generated
+per dtype; eps is an argument. Every array is declared C-contiguous (rows, weight and bias; the
 launcher copies other layouts, the weight's few numbers included): indexed by an unknown
 stride, even the weight's, the row loops stay out of SIMD lanes (docs/kernels.md)."""
 
