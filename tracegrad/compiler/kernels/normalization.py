@@ -71,10 +71,12 @@ def kernel(x, weight, bias, eps, out):
         rows(x, weight, bias, eps, out, k * n // blocks, (k + 1) * n // blocks)
 """
 
-_BACKWARD = """
+# A row's backward: dx, and (`{partials}` kept) the row's share of dweight and dbias added to its
+# block's partial sums; without them, x's gradient alone (`params=False`)
+_BACKWARD_ROWS = """
 
 @_reduce
-def rows(x, weight, g, eps, dx, dw, db, lo, hi):
+def rows(x, weight, g, eps, dx{partials}, lo, hi):
     d = x.shape[1]
     for i in range(lo, hi):
         xi, gi, out = x[i], g[i], dx[i]
@@ -82,14 +84,19 @@ def rows(x, weight, g, eps, dx, dw, db, lo, hi):
         a = b = T(0)
         for j in range(d):
             xhat, dxhat = (xi[j] - mean) * rstd, gi[j] * weight[j]
-            dw[j] += gi[j] * xhat
-            db[j] += gi[j]
-            a += dxhat
+{sums}            a += dxhat
             b += dxhat * xhat
         a, b = a / d, b / d
         for j in range(d):
             out[j] = (gi[j] * weight[j] - a - (xi[j] - mean) * rstd * b) * rstd
+"""
+_PARTIAL_SUMS = """            dw[j] += gi[j] * xhat
+            db[j] += gi[j]
+"""
 
+_BACKWARD = (
+    _BACKWARD_ROWS.replace("{partials}", ", dw, db").replace("{sums}", _PARTIAL_SUMS)
+    + """
 
 @_outer
 def kernel(x, weight, g, eps, dx, dweight, dbias):
@@ -106,25 +113,11 @@ def kernel(x, weight, g, eps, dx, dweight, dbias):
             dweight[j] += dw[k, j]
             dbias[j] += db[k, j]
 """
+)
 
-# x's gradient alone (`params=False`): no partial sums of the weight's and the bias's
-_BACKWARD_DX = """
-
-@_reduce
-def rows(x, weight, g, eps, dx, lo, hi):
-    d = x.shape[1]
-    for i in range(lo, hi):
-        xi, gi, out = x[i], g[i], dx[i]
-        mean, rstd = statistics(xi, eps)
-        a = b = T(0)
-        for j in range(d):
-            xhat, dxhat = (xi[j] - mean) * rstd, gi[j] * weight[j]
-            a += dxhat
-            b += dxhat * xhat
-        a, b = a / d, b / d
-        for j in range(d):
-            out[j] = (gi[j] * weight[j] - a - (xi[j] - mean) * rstd * b) * rstd
-
+_BACKWARD_DX = (
+    _BACKWARD_ROWS.replace("{partials}", "").replace("{sums}", "")
+    + """
 
 @_outer
 def kernel(x, weight, g, eps, dx):
@@ -133,7 +126,7 @@ def kernel(x, weight, g, eps, dx):
     for k in prange(blocks):
         rows(x, weight, g, eps, dx, k * n // blocks, (k + 1) * n // blocks)
 """
-
+)
 
 _MOMENTS_ONE_PASS = """
 
