@@ -58,11 +58,10 @@ def run(prim: vocabulary.Primitive, arrays: list[np.ndarray], params: dict[str, 
         shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:  # fmt: skip
     """`prim(*arrays, **params)` by its kernel, or None where the caller runs NumPy: a small
     call, or a signature whose kernel is not loaded (its loading starts then) or that has none."""
-    if max(math.prod(shape), *(a.size for a in arrays)) < lowering.KERNEL_MIN:
+    size = math.prod(shape)
+    if max(size, *(a.size for a in arrays)) < lowering.KERNEL_MIN:
         return None
-    if prim in EXACT and not (
-        _quiet and math.prod(shape) >= EXACT_MIN and _floating(dtype, arrays)
-    ):
+    if prim in EXACT and not (_quiet and size >= EXACT_MIN and _floating(dtype, arrays)):
         return None
     key = (prim.name, *((a.shape, a.dtype.str) for a in arrays), repr(sorted(params.items())))
     if key not in _kernels:
