@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import passes
-from tracegrad.compiler.kernels import cache, compile_group, fused
+from tracegrad.compiler.kernels import cache, compile_group, fused, team
 from tracegrad.compiler.kernels.fused import analyze, structure_key
 from tracegrad.core import primitives as primitives
 from tracegrad.core.ir import Graph, Node, Value, evaluate
@@ -428,6 +428,47 @@ def test_new_kernels_compile_in_a_child_process_too(tmp_path, monkeypatch, helpe
         got = np.empty((64, 3), np.float32)
         kernel(x, got)
         np.testing.assert_allclose(got, evaluate(Graph(g.inputs, g.nodes, outs), [x])[0], rtol=1e-5)
+
+
+def test_a_mid_sized_elementwise_group_shares_its_work_only_while_the_team_is_awake(monkeypatch):
+    """Below PARALLEL_MIN elements, a group without partial sums compiles for both: on all
+    threads when the last parallel call has just returned (the team still spins), else on the
+    calling thread, which leaves the team asleep. Its results are the same bits either way; a
+    group with a sum over everything (partials per chunk) stays on one thread."""
+    monkeypatch.setattr(team, "WINDOW", 60.0)  # "just returned", however slow this machine is
+    g = Group()
+    x, y = g.input((64, 300)), g.input((64, 300))
+    outputs = [g("mul", g("tanh", x), y)]
+    assert 64 * 300 < fused.PARALLEL_MIN and 64 * 300 * 2 >= fused.AWAKE_MIN  # two nodes
+    kernel = compile_group(g.inputs, g.nodes, outputs)
+    threads = numba.get_num_threads() > 1
+    assert kernel.structure.parallel == kernel.when_awake == threads
+    if threads:
+        assert "    if chunks == 1:" in kernel.source and "in prange(chunks)" in kernel.source
+    rng = np.random.default_rng(5)
+    arrays = [rng.standard_normal(v.shape).astype(np.float32) for v in g.inputs]
+    asleep, awake = np.empty((64, 300), np.float32), np.empty((64, 300), np.float32)
+    team.last[0] = -1e9  # long ago
+    kernel.launch(*arrays, asleep)
+    assert team.last[0] == -1e9
+    team.finished()
+    before = team.last[0]
+    kernel.launch(*arrays, awake)
+    assert (team.last[0] > before) == threads
+    np.testing.assert_array_equal(asleep, awake)
+    np.testing.assert_allclose(awake, np.tanh(arrays[0]) * arrays[1], rtol=1e-6, atol=1e-6)
+    total = [g("sum", outputs[0], axis=(0, 1), keepdims=False)]
+    assert not compile_group(g.inputs, g.nodes, total).structure.parallel
+
+
+def test_the_awake_window_follows_the_users_wait_policy(monkeypatch):
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    assert team._window() == pytest.approx(25e-6)
+    monkeypatch.setenv("GOMP_SPINCOUNT", "300")
+    assert team._window() == pytest.approx(2.5e-6)
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    assert team._window() == 0.0
 
 
 def test_one_thread_compiles_serial_kernels(monkeypatch):

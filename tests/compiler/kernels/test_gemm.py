@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad.compiler.kernels import blas, gemm
+from tracegrad.compiler.kernels import blas, gemm, team
 from tracegrad.compiler.kernels.native import compile_native
 from tracegrad.core import primitives as P
 from tracegrad.core.ir import Node, Value
@@ -47,8 +47,12 @@ def test_products_match_numpy_in_every_layout(rng, dtype, m, k, n):
     for la, a_ in layouts(a).items():
         for lb, b_ in layouts(b).items():
             got = np.full((m, n), np.nan, dtype)
+            team.last[0] = -1.0
             kernel(a_, b_, got)
             np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=f"{la} @ {lb}")
+            # a shared product leaves the team awake (`team`), one on this thread does not
+            shared = m * k * n >= gemm.SERIAL_MAX and kernel.threads > 1
+            assert (team.last[0] != -1.0) == shared
 
 
 def test_layouts_blas_cannot_read_and_read_only_operands_go_to_numpy(rng):

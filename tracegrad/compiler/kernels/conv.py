@@ -36,6 +36,7 @@ from pathlib import Path
 import numba
 import numpy as np
 
+from tracegrad.compiler.kernels import team
 from tracegrad.compiler.kernels.blas import gemm_symbols
 from tracegrad.compiler.kernels.cache import GeneratedKernel, in_c_order, named
 from tracegrad.compiler.kernels.gemm import declarations
@@ -831,6 +832,7 @@ class ConvKernel(GeneratedKernel):
             out[:, :, self.live[0], self.live[1]] = kernel
             return
         self.compiled(*args[:2], self.geometry, self.groups, args[2], self.threads)
+        team.finished()
 
 
 CHANNELS_LAST_WIDTH = 16  # a depthwise convolution's outputs narrower than this go channels-last

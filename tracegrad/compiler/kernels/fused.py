@@ -18,6 +18,7 @@ raises NotImplementedError (the caller falls back to NumPy).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 from collections.abc import Callable, Sequence
@@ -28,7 +29,7 @@ from typing import Any, NamedTuple
 import numba
 import numpy as np
 
-from tracegrad.compiler.kernels import fastmath
+from tracegrad.compiler.kernels import fastmath, team
 from tracegrad.compiler.kernels.cache import KernelCache, default_cache, in_c_order
 from tracegrad.core.ir import Graph, Node, Value
 from tracegrad.core.ops import shapes
@@ -41,6 +42,10 @@ FOLD_FLAGS = frozenset(fastmath.FLAGS | {"reassoc"})
 # without `parallel=True`, which compiles the loop body a second time (as a gufunc) and wakes
 # the threads at every call: more than a small group gains.
 PARALLEL_MIN = 1 << 17
+# Groups without partial sums from this much work (elements times nodes) up compile for both:
+# they share their work when the team is awake (`team.awake`) and run on the calling thread
+# when it is not. Their results are the same either way (only partial sums depend on chunks).
+AWAKE_MIN = 1 << 14
 SUPPORTED_DTYPES = frozenset(
     np.dtype(t).name
     for t in (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
@@ -52,6 +57,14 @@ def threaded(work: int) -> bool:
     """Whether a kernel of `work` elements (or their equivalent) runs its `prange` on several
     threads: waking them costs more than a small kernel's work. Every generated kernel asks."""
     return work >= PARALLEL_MIN and numba.config.NUMBA_NUM_THREADS > 1
+
+
+def _shares(elements: int, nodes: int, partials: bool) -> bool:
+    """Whether a group compiles for several threads: always from PARALLEL_MIN elements, and
+    from AWAKE_MIN work when its results do not depend on the chunks (no partial sums)."""
+    return threaded(elements) or (
+        not partials and threaded(PARALLEL_MIN) and elements * nodes >= AWAKE_MIN
+    )
 
 
 @dataclass(frozen=True)
@@ -111,7 +124,9 @@ class FusedKernel:
     the caller's inputs. Inputs are reshaped to the canonical axes (a view when contiguous) and
     cast to their Value's dtype if they differ (a Python float, a float64 0-d array);
     outputs must be C-contiguous, since they are written through such a view. A parallel
-    kernel splits the outer axis into one chunk per Numba thread (as many as at construction).
+    kernel splits the outer axis into one chunk per Numba thread (as many as at construction);
+    one below PARALLEL_MIN elements only while the team is awake (`when_awake`), else it runs
+    on the calling thread.
     """
 
     def __init__(
@@ -134,6 +149,7 @@ class FusedKernel:
             for r in structure.outputs
             if isinstance(r, Reduction) and _partial(r, structure.ndim)
         ]
+        self.when_awake = self.chunks > 1 and not threaded(math.prod(self.sizes))
         self.launch = _launcher(self, given)
 
     @property
@@ -163,11 +179,22 @@ class FusedKernel:
 _LAUNCH = """def launch({params}):
     if fast:
         try:
-            return compiled({args})
+{call}
+            return
         except (TypeError, AttributeError):
             fast.clear()
     careful({params})
 """
+# how the launcher calls a kernel on one thread, on all, or on all only while they are awake
+_CALLS = {
+    "one": "            compiled({args}, 1)",
+    "all": "            compiled({args}, {chunks})\n            last[0] = clock()",
+    "awake": """            if clock() - last[0] < WINDOW:
+                compiled({args}, {chunks})
+                last[0] = clock()
+            else:
+                compiled({args}, 1)""",
+}
 _launch_code: dict[str, Any] = {}  # launcher source -> its code: layers of one shape share it
 
 
@@ -182,7 +209,7 @@ def _launcher(kernel: FusedKernel, given: Sequence[tuple[int, ...]]) -> Callable
     than a launch, and what the plan passes a kernel (a read-only broadcast, say) is the same at
     every call. An output is reshaped only if C-contiguous: a reshaped copy would take the
     results."""
-    n, sizes = kernel.n_inputs, [*kernel.sizes, kernel.chunks]
+    n, sizes = kernel.n_inputs, kernel.sizes
     canonical = [s for s, _ in kernel.input_layouts] + list(kernel.output_shapes)
     if len(given) != len(canonical):  # a kernel built without the plan's shapes
         given = [()] * len(canonical)
@@ -200,10 +227,13 @@ def _launcher(kernel: FusedKernel, given: Sequence[tuple[int, ...]]) -> Callable
     args[n:n] = [f"c{k}" for k in range(len(kernel.consts))]
     args += [f"np.full({shape!r}, i{k}, dt{k})" for k, (shape, _, _) in enumerate(kernel.partials)]
     args += [repr(v) for v in sizes]
-    source = _LAUNCH.format(params=", ".join(params), args=", ".join(args))
+    how = "awake" if kernel.when_awake else "all" if kernel.chunks > 1 else "one"
+    call = _CALLS[how].format(args=", ".join(args), chunks=kernel.chunks)
+    source = _LAUNCH.format(params=", ".join(params), call=call)
     if source not in _launch_code:
         _launch_code[source] = compile(source, "<tracegrad fused kernel launch>", "exec")
-    namespace = {"np": np, "compiled": kernel.compiled, "careful": kernel.__call__, "fast": [1]}
+    namespace = {"np": np, "compiled": kernel.compiled, "careful": kernel.__call__, "fast": [1],
+                 "clock": team.clock, "last": team.last, "WINDOW": team.WINDOW}  # fmt: skip
     namespace.update({f"c{k}": c for k, c in enumerate(kernel.consts)})
     for k, (_, dtype, init) in enumerate(kernel.partials):
         namespace[f"dt{k}"], namespace[f"i{k}"] = dtype, init
@@ -335,7 +365,8 @@ def analyze(
     folds = tuple((slots[v], reduction(v)) for v in reread)
     body = Graph(inputs, nodes, outputs)
     stage, sweep = (stages(body), sweeps(body)) if reread else ({}, {})
-    parallel = threaded(math.prod(sizes))
+    partials = any(isinstance(o, Reduction) and _partial(o, len(sizes)) for o in out_spec)
+    parallel = _shares(math.prod(sizes), len(nodes), partials)
     helpers = tuple(sorted({h for n in nodes for h in n.prim.helpers}))
     structure = Structure(len(sizes), parallel, in_spec, node_spec, tuple(out_spec), helpers,
                           folds, tuple(stage[n.outputs[0]] for n in valued) if reread else (),
@@ -511,7 +542,12 @@ def generate_source(s: Structure, key: str) -> str:
         imports=_helper_imports(s.helpers),
         folds=_fold_helpers(s),
     )
-    return header + "\n".join(_body(s, reductions, partials)) + "\n"
+    lines = _body(s, reductions, partials)
+    if s.parallel and not partials:  # chunks == 1: see `FusedKernel.when_awake`
+        alone = _body(dataclasses.replace(s, parallel=False), reductions, partials)
+        lines = ["    if chunks == 1:  # prange would wake the other threads",
+                 *("    " + line for line in alone), "        return", *lines]  # fmt: skip
+    return header + "\n".join(lines) + "\n"
 
 
 _FOLD = """

@@ -20,6 +20,7 @@ from pathlib import Path
 import numba
 import numpy as np
 
+from tracegrad.compiler.kernels import team
 from tracegrad.compiler.kernels.blas import gemm_symbols
 from tracegrad.compiler.kernels.cache import GeneratedKernel, named
 from tracegrad.core import primitives as P
@@ -161,6 +162,8 @@ class GemmKernel(GeneratedKernel):
             threads = self.threads if m * k * n >= SERIAL_MAX else 1
             try:
                 if self.compiled(a, b, out, threads):
+                    if threads > 1:
+                        team.finished()
                     return
             except TypeError:
                 self.fast = False
