@@ -750,3 +750,30 @@ def test_sum_around_a_kept_axis_matches_numpy(dtype):
                 np.testing.assert_allclose(got, want, rtol=tol, atol=tol * 64 * 16 * 16)
     sums = P.sum.impl(x, axis=(0, 2, 3))
     assert np.isnan(sums[2]) and np.isinf(sums[4])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sum_of_a_few_trailing_elements_is_numpys_to_the_bit(dtype):
+    """A sum over trailing axes of 2 to SHORT_MAX elements a result (a nearest upsampling's
+    gradient) adds columns: NumPy's values bit for bit, NaN and inf where NumPy has them, its
+    shapes; more elements a result, or a strided array, take NumPy's sum. A traced sum of
+    that shape calls the same function and gives the same bits."""
+    from tracegrad.core.ops import reductions
+
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((32, 16, 64, 2)).astype(dtype)
+    x[3, 2, 0, 1], x[5, 4, 1, 0] = np.nan, -np.inf
+    for axis, short in [((3,), 1), ((-1,), 1), ((2, 3), None), ((1, 3), None)]:
+        assert reductions.short_rows(x.shape, x.dtype, axis) == short
+        for keepdims in (False, True):
+            for a in (x, x[:, ::-1]):
+                got = P.sum.impl(a, axis=axis, keepdims=keepdims)
+                want = np.add.reduce(a, axis=axis, keepdims=keepdims)
+                assert got.dtype == dtype and got.shape == want.shape
+                np.testing.assert_array_equal(got, want)
+    y = x.reshape(32, 16, 32, 2, 2)
+    assert reductions.short_rows(y.shape, y.dtype, (3, 4)) == 2
+    np.testing.assert_array_equal(P.sum.impl(y, axis=(3, 4)), np.add.reduce(y, axis=(3, 4)))
+    traced = tg.trace(lambda t: t.sum(dim=(3, 4)))
+    np.testing.assert_array_equal(traced(tg.tensor(y)).numpy(), np.add.reduce(y, axis=(3, 4)))
+    assert "np.add.reduce" not in traced.source  # the plan calls sum's own function

@@ -117,7 +117,7 @@ def _as_kernel_takes(const: np.ndarray) -> np.ndarray:
 # Cheaper spellings of the same call: a plan of small arrays spends more in a call's Python
 # than in its work, and `np.sum` or `np.transpose` dispatch through Python wrappers to what
 # these call directly (same dtypes, same results). sum's own function stays where it takes a
-# matrix-vector product (`around_block`).
+# matrix-vector product or adds columns (`reductions.own_sum`).
 _REDUCES = {P.sum: "np.add.reduce", P.prod: "np.multiply.reduce", P.max: "np.maximum.reduce",
             P.min: "np.minimum.reduce"}  # fmt: skip
 _METHODS = {np.transpose: (np.ndarray.transpose, "axes"), np.reshape: (np.ndarray.reshape, "shape")}
@@ -139,8 +139,8 @@ def _call(em: _Emitter, n: ir.Node, memory: MemoryPlan, places: dict[ir.Value, i
         args.append(f"out={buffer}")
     function = _REDUCES.get(n.prim)
     x = n.inputs[0] if n.prim is P.sum else None
-    if x is not None and reductions.around_block(x.shape, x.dtype, n.attrs.get("axis")) is not None:
-        function = None  # sum's own function: a matrix-vector product
+    if x is not None and reductions.own_sum(x.shape, x.dtype, n.attrs.get("axis")):
+        function = None  # sum's own function: a matrix-vector product, or columns added
     function = function or em.function(n.prim)
     return f"{em.names[out]} = {function}({', '.join(args)})"
 

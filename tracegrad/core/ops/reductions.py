@@ -65,8 +65,13 @@ def _sum(x, axis=None, keepdims=False):
     """np.sum; a C-contiguous array summed around kept axes (`around_block`) as a product of
     its rows with ones, then over the leading axes: NumPy's own loop over such axes is several
     times slower than BLAS's matrix-vector product, which rounds about as well
-    (docs/benchmarks.md)."""
-    block = around_block(x.shape, x.dtype, axis) if _c_contiguous(x) else None
+    (docs/benchmarks.md). One summed over a few trailing elements a result (`short_rows`)
+    adds their columns, in NumPy's order (`SHORT_MAX`)."""
+    contiguous = _c_contiguous(x)
+    short = short_rows(x.shape, x.dtype, axis) if contiguous else None
+    if short is not None:
+        return _sum_short_rows(x, short, keepdims)
+    block = around_block(x.shape, x.dtype, axis) if contiguous else None
     if block is None:
         return np.add.reduce(x, axis=axis, keepdims=keepdims)
     lead, trail = block
@@ -80,6 +85,16 @@ def _sum(x, axis=None, keepdims=False):
     )
 
 
+def _sum_short_rows(x: np.ndarray, axes: int, keepdims: bool) -> np.ndarray:
+    """The sum over the last `axes` axes of C-contiguous `x`, column by column of its rows."""
+    kept = x.shape[: x.ndim - axes]
+    rows = x.reshape(math.prod(kept), -1)
+    out = np.add(rows[:, 0], rows[:, 1])
+    for j in range(2, rows.shape[1]):
+        np.add(out, rows[:, j], out=out)
+    return out.reshape(kept + (1,) * axes if keepdims else kept)
+
+
 AROUND_MIN = 1 << 16  # elements: below, the product's BLAS call costs more than it saves
 
 
@@ -91,6 +106,31 @@ def around_block(shape: tuple[int, ...], dtype: np.dtype, axis: Any) -> tuple[in
     if dtype not in (np.float32, np.float64):
         return None
     return shapes.around(sorted(a % len(shape) for a in axis), len(shape))
+
+
+# Sums of at most this many trailing elements a result add columns: NumPy's reduction loops
+# once per result over so few (an upsampling's gradient, (N, C, H, W, 2) summed over the last),
+# about 10 times slower than adding two strided columns. Below 8, NumPy adds them in order, so
+# the columns' sums are its own to the bit.
+SHORT_MAX = 7
+
+
+def short_rows(shape: tuple[int, ...], dtype: np.dtype, axis: Any) -> int | None:
+    """How many trailing axes a sum of a large float array reduces, when it reduces only
+    trailing ones, of 2 to SHORT_MAX elements a result; else None."""
+    if not isinstance(axis, tuple) or not axis or math.prod(shape) < AROUND_MIN:
+        return None
+    if dtype not in (np.float32, np.float64):
+        return None
+    axes = sorted({a % len(shape) for a in axis})
+    if axes != list(range(len(shape) - len(axes), len(shape))):
+        return None
+    return len(axes) if 1 < math.prod(shape[a] for a in axes) <= SHORT_MAX else None
+
+
+def own_sum(shape: tuple[int, ...], dtype: np.dtype, axis: Any) -> bool:
+    """Whether `_sum` spells this sum otherwise than `np.add.reduce` (the plan then calls it)."""
+    return any(f(shape, dtype, axis) is not None for f in (around_block, short_rows))
 
 
 def _c_contiguous(x: Any) -> bool:
