@@ -1,5 +1,5 @@
-"""The Numba backend's scatter-add of rows (`compiler.kernels.scatter`), an embedding's gradient,
-against the NumPy version and `np.add.at`."""
+"""The Numba backend's scatter-add along an axis (`compiler.kernels.scatter`): an embedding's
+gradient (rows) and a gather's along a later axis, against the NumPy version and `np.add.at`."""
 
 from __future__ import annotations
 
@@ -7,14 +7,15 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
+from tracegrad.compiler.kernels import scatter, team
 from tracegrad.compiler.kernels.native import compile_native
 from tracegrad.core import primitives as P
 from tracegrad.core.ir import Node, Value
 
 
-def scatter_kernel(g, rows, shape):
+def scatter_kernel(g, rows, shape, template=("@",)):
     node = Node(P.scatter_add, [Value(g.shape, g.dtype), Value(rows.shape, rows.dtype)],
-                [Value(shape, g.dtype)], {"shape": shape, "template": ("@",)})  # fmt: skip
+                [Value(shape, g.dtype)], {"shape": shape, "template": template})  # fmt: skip
     [(ok, kernel)] = compile_native([node])
     assert ok
     return kernel
@@ -36,11 +37,49 @@ def test_rows_add_up_like_add_at(rng, dtype, index, shape):
                                rtol=tol, atol=tol)  # fmt: skip
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "shape, axis",
+    [((3, 7, 5), 1), ((2, 3, 7), 2), ((64, 4, 40), 2), ((2, 64, 7, 33), 2), ((16, 64, 160), 2)],
+)
+def test_along_a_later_axis_adds_up_like_add_at_on_one_thread_or_all(rng, dtype, shape, axis):
+    """Full slices before the index (a bilinear interpolation's taps along H or W): the rows
+    before the axis shared between threads (always from PARALLEL_MIN elements, else only while
+    the team is awake), the same bits either way, and add.at's values."""
+    index = rng.integers(-shape[axis], shape[axis], 2 * shape[axis])  # repeats, negatives
+    template = (slice(None),) * axis + ("@",)
+    g = rng.standard_normal(shape[:axis] + index.shape + shape[axis + 1 :]).astype(dtype)
+    want = np.zeros(shape, dtype)
+    np.add.at(want, (slice(None),) * axis + (index,), g)
+    kernel = scatter_kernel(g, index, shape, template)
+    got = []
+    for last in (-1e9, team.clock()):  # asleep long ago, awake just now
+        team.last[0] = last
+        got.append(np.full(shape, np.nan, dtype))
+        kernel(g, index, got[-1])
+    np.testing.assert_array_equal(got[0], got[1])
+    tol = 1e-6 if dtype == np.float32 else 1e-14
+    np.testing.assert_allclose(got[0], want, rtol=tol, atol=tol)
+    numpy = P.scatter_add.impl(g, index, shape=shape, template=template)
+    np.testing.assert_allclose(got[0], numpy, rtol=tol, atol=tol)
+
+
+def test_an_index_not_after_whole_axes_is_not_this_kernels():
+    g, rows = Value((3, 4), np.float32), Value((4,), np.int64)
+    for template in [(slice(1, 3), "@"), ("@", "@"), (0, "@")]:
+        node = Node(P.scatter_add, [g, rows], [Value((5, 4), np.float32)],
+                    {"shape": (5, 4), "template": template})  # fmt: skip
+        with pytest.raises(NotImplementedError):
+            scatter.module(node)
+
+
 def test_an_index_out_of_range_raises_as_numpy_does(rng):
     rows, g = np.array([1, 7, 2]), rng.standard_normal((3, 4))
     kernel = scatter_kernel(g, rows, (7, 4))
+    got = np.full((7, 4), 3.0)
     with pytest.raises(IndexError, match="index 7 is out of bounds for axis 0 with size 7"):
-        kernel(g, rows, np.empty((7, 4)))
+        kernel(g, rows, got)
+    assert (got == 3.0).all()  # nothing written
     with pytest.raises(IndexError, match="index 7 is out of bounds for axis 0 with size 7"):
         P.scatter_add.impl(g, rows, shape=(7, 4), template=("@",))
 
