@@ -67,11 +67,10 @@ def _sum(x, axis=None, keepdims=False):
     times slower than BLAS's matrix-vector product, which rounds about as well
     (docs/benchmarks.md). One summed over a few trailing elements a result (`short_rows`)
     adds their columns, in NumPy's order (`SHORT_MAX`)."""
-    contiguous = _c_contiguous(x)
-    short = short_rows(x.shape, x.dtype, axis) if contiguous else None
+    short = short_rows(x.shape, x.dtype, axis) if isinstance(x, np.ndarray) else None
     if short is not None:
         return _sum_short_rows(x, short, keepdims)
-    block = around_block(x.shape, x.dtype, axis) if contiguous else None
+    block = around_block(x.shape, x.dtype, axis) if _c_contiguous(x) else None
     if block is None:
         return np.add.reduce(x, axis=axis, keepdims=keepdims)
     lead, trail = block
@@ -86,13 +85,13 @@ def _sum(x, axis=None, keepdims=False):
 
 
 def _sum_short_rows(x: np.ndarray, axes: int, keepdims: bool) -> np.ndarray:
-    """The sum over the last `axes` axes of C-contiguous `x`, column by column of its rows."""
+    """The sum over the last `axes` axes of `x`, one strided column of them at a time."""
     kept = x.shape[: x.ndim - axes]
-    rows = x.reshape(math.prod(kept), -1)
-    out = np.add(rows[:, 0], rows[:, 1])
-    for j in range(2, rows.shape[1]):
-        np.add(out, rows[:, j], out=out)
-    return out.reshape(kept + (1,) * axes if keepdims else kept)
+    first, second, *rest = (x[(..., *at)] for at in np.ndindex(x.shape[len(kept) :]))
+    out = np.add(first, second)
+    for column in rest:
+        np.add(out, column, out=out)
+    return out.reshape(kept + (1,) * axes) if keepdims else out
 
 
 AROUND_MIN = 1 << 16  # elements: below, the product's BLAS call costs more than it saves
