@@ -64,6 +64,15 @@ def test_along_a_later_axis_adds_up_like_add_at_on_one_thread_or_all(rng, dtype,
     np.testing.assert_allclose(got[0], numpy, rtol=tol, atol=tol)
 
 
+def test_empty_gradients_and_empty_cells_give_zeros_or_nothing(rng):
+    for shape, n in [((3, 4, 0), 5), ((3, 4, 2), 0)]:
+        index = rng.integers(0, shape[1], n)
+        g = np.ones(shape[:1] + index.shape + shape[2:], np.float32)
+        got = np.full(shape, np.nan, np.float32)
+        scatter_kernel(g, index, shape, (slice(None), "@"))(g, index, got)
+        np.testing.assert_array_equal(got, np.zeros(shape, np.float32))
+
+
 def test_an_index_not_after_whole_axes_is_not_this_kernels():
     g, rows = Value((3, 4), np.float32), Value((4,), np.int64)
     for template in [(slice(1, 3), "@"), ("@", "@"), (0, "@")]:

@@ -92,7 +92,7 @@ class ScatterKernel(GeneratedKernel):
     def __init__(self, node: Node, compiled: Callable, path: Path):
         super().__init__(compiled, path)
         self.axis, shape = _axis(node), node.attrs["shape"]
-        self.rows = math.prod(shape[: self.axis])
+        self.rows, self.cells = math.prod(shape[: self.axis]), math.prod(shape[self.axis + 1 :])
         self.threads = min(numba.get_num_threads(), self.rows)
         self.always = math.prod(node.inputs[0].shape) >= PARALLEL_MIN  # else while awake
 
@@ -101,8 +101,9 @@ class ScatterKernel(GeneratedKernel):
             raise ValueError(f"scatter-add kernels write C-contiguous results, not {out.strides}")
         index = in_c_order(index.reshape(-1))
         threads = self.threads if self.always or team.awake() else 1
-        bad = self.compiled(in_c_order(g).reshape(self.rows, index.size, -1), index,
-                            out.reshape(self.rows, out.shape[self.axis], -1), threads)  # fmt: skip
+        bad = self.compiled(in_c_order(g).reshape(self.rows, index.size, self.cells), index,
+                            out.reshape(self.rows, out.shape[self.axis], self.cells),
+                            threads)  # fmt: skip
         if threads > 1:
             team.finished()
         if bad >= 0:
