@@ -1143,8 +1143,8 @@ def _nearest_axis(x: Tensor, axis: int, out: int, scale: float | None, exact: bo
         shape = (*x.shape[: axis + 1], 1, *x.shape[axis + 1 :])
         column = reshape(x, shape)
         if axis == x.ndim - 1 and k < 8:
-            # NumPy copies a broadcast last axis a few elements at a time, 3x slower than
-            # copying whole strided columns (and the gradient adds them: a kernel when fused)
+            # NumPy copies a broadcast last axis a few elements at a time, slower than whole
+            # strided columns (docs/benchmarks.md); the gradient adds them, fused in a plan
             y = concatenate([column] * k, axis + 1)
         else:
             y = _repeat_axis(column, axis + 1, k)

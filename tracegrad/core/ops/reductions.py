@@ -109,8 +109,8 @@ def around_block(shape: tuple[int, ...], dtype: np.dtype, axis: Any) -> tuple[in
 
 # Sums of at most this many trailing elements a result add columns: NumPy's reduction loops
 # once per result over so few (an upsampling's gradient, (N, C, H, W, 2) summed over the last),
-# about 10 times slower than adding two strided columns. Below 8, NumPy adds them in order, so
-# the columns' sums are its own to the bit.
+# far slower than adding strided columns (docs/benchmarks.md). Below 8, NumPy adds them in
+# order, so the columns' sums are its own to the bit.
 SHORT_MAX = 7
 
 
