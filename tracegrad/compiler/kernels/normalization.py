@@ -52,6 +52,17 @@ def statistics(x, eps):
     return mean, T(1) / np.sqrt(square / d + T(eps))
 '''
 
+# The outer kernel of a row op writing only its rows: blocks of rows on the threads
+_IN_BLOCKS = """
+
+@_outer
+def kernel({args}):
+    n = x.shape[0]
+    blocks = min(n, {blocks})
+    for k in prange(blocks):
+        rows({args}, k * n // blocks, (k + 1) * n // blocks)
+"""
+
 _FORWARD = """
 
 @_reduce
@@ -61,15 +72,7 @@ def rows(x, weight, bias, eps, out, lo, hi):
         mean, rstd = statistics(xi, eps)
         for j in range(xi.size):
             o[j] = (xi[j] - mean) * rstd * weight[j] + bias[j]
-
-
-@_outer
-def kernel(x, weight, bias, eps, out):
-    n = x.shape[0]
-    blocks = min(n, {blocks})
-    for k in prange(blocks):
-        rows(x, weight, bias, eps, out, k * n // blocks, (k + 1) * n // blocks)
-"""
+""" + _IN_BLOCKS.replace("{args}", "x, weight, bias, eps, out")
 
 # A row's backward: dx, and (`{partials}` kept) the row's share of dweight and dbias added to its
 # block's partial sums; without them, x's gradient alone (`params=False`)
@@ -115,17 +118,8 @@ def kernel(x, weight, g, eps, dx, dweight, dbias):
 """
 )
 
-_BACKWARD_DX = (
-    _BACKWARD_ROWS.replace("{partials}", "").replace("{sums}", "")
-    + """
-
-@_outer
-def kernel(x, weight, g, eps, dx):
-    n = x.shape[0]
-    blocks = min(n, {blocks})
-    for k in prange(blocks):
-        rows(x, weight, g, eps, dx, k * n // blocks, (k + 1) * n // blocks)
-"""
+_BACKWARD_DX = _BACKWARD_ROWS.replace("{partials}", "").replace("{sums}", "") + _IN_BLOCKS.replace(
+    "{args}", "x, weight, g, eps, dx"
 )
 
 _MOMENTS_ONE_PASS = """
