@@ -62,9 +62,9 @@ def threaded(work: int) -> bool:
 def _shares(elements: int, nodes: int, partials: bool) -> bool:
     """Whether a group compiles for several threads: always from PARALLEL_MIN elements, and
     from AWAKE_MIN work when its results do not depend on the chunks (no partial sums)."""
-    return threaded(elements) or (
-        not partials and threaded(PARALLEL_MIN) and elements * nodes >= AWAKE_MIN
-    )
+    if numba.config.NUMBA_NUM_THREADS == 1:
+        return False
+    return elements >= PARALLEL_MIN or (not partials and elements * nodes >= AWAKE_MIN)
 
 
 @dataclass(frozen=True)

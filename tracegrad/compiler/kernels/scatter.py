@@ -17,7 +17,7 @@ import numpy as np
 
 from tracegrad.compiler.kernels import team
 from tracegrad.compiler.kernels.cache import GeneratedKernel, in_c_order, named
-from tracegrad.compiler.kernels.fused import PARALLEL_MIN
+from tracegrad.compiler.kernels.fused import threaded
 from tracegrad.core import primitives as P
 from tracegrad.core.ir import Node
 
@@ -94,7 +94,7 @@ class ScatterKernel(GeneratedKernel):
         self.axis, shape = _axis(node), node.attrs["shape"]
         self.rows, self.cells = math.prod(shape[: self.axis]), math.prod(shape[self.axis + 1 :])
         self.threads = min(numba.get_num_threads(), self.rows)
-        self.always = math.prod(node.inputs[0].shape) >= PARALLEL_MIN  # else while awake
+        self.always = threaded(math.prod(node.inputs[0].shape))  # else while awake
 
     def __call__(self, g: np.ndarray, index: np.ndarray, out: np.ndarray) -> None:
         if not out.flags.c_contiguous:

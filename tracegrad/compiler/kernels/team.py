@@ -16,8 +16,9 @@ clock = time.perf_counter
 
 
 def _window() -> float:
-    """Seconds after a parallel call within which the team surely still spins: 3,000 rounds
-    spun 40-200 us on the hosts measured; none if the user has the threads sleep at once."""
+    """Seconds after a parallel call within which the team surely still spins: shorter than
+    3,000 rounds of spin take on any host measured (docs/kernels.md), scaled down for fewer;
+    none if the user has the threads sleep at once."""
     if os.environ.get("OMP_WAIT_POLICY", "").lower() == "passive":
         return 0.0
     rounds = os.environ.get("GOMP_SPINCOUNT", "3000")
