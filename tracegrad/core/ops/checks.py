@@ -11,7 +11,7 @@ from tracegrad.core.vocabulary import Kind, Primitive
 def _check_range(x, *, lo, hi, allow, what, where):
     """x, if every value lies in [lo, hi) or is `allow` (an ignored label); else a ValueError
     naming the first value that does not. The common case costs two reductions: every step's
-    cross-entropy checks its labels, and the masks below cost several times that."""
+    cross-entropy checks its labels, and the masks below cost more (docs/benchmarks.md)."""
     if x.size and np.minimum.reduce(x, axis=None) >= lo and np.maximum.reduce(x, axis=None) < hi:
         return x
     outside = (x < lo) | (x >= hi)
