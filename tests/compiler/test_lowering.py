@@ -189,3 +189,64 @@ def test_products_from_gemms_minimum_run_on_the_gemm_kernel_in_a_plan_that_loads
     chosen = {n.outputs[0].shape for n in lowering.native_nodes(traced.latest.graph)}
     assert (32, 384) in chosen and (16, 16) not in chosen
     assert 16 * 16 < gemm.KERNEL_MIN <= 32 * 128
+
+
+def test_a_skip_connections_gradient_halves_are_copied_once_for_the_kernels_that_read_them(
+    monkeypatch,
+):
+    """A U-Net's skip connection: the gradient of cat([up, skip], dim=1) splits along channels
+    into two strided halves, which convolutions and fused kernels read; each half is copied
+    once, by NumPy into the arena, and no kernel is handed a strided array (each would copy it
+    at every call). Training traced equals eager in float64."""
+    from tests.conftest import assert_traced_training_matches_eager
+
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+    nn = tg.nn
+
+    class Skip(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.down, self.up = nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1)
+            self.merge, self.head = nn.Conv2d(8, 4, 3, padding=1), nn.Linear(4 * 8 * 8, 3)
+
+        def forward(self, x):
+            skip = nn.functional.silu(self.down(x))
+            merged = self.merge(tg.cat([self.up(skip), skip], dim=1))
+            return self.head(tg.tanh(merged).flatten(1))
+
+    rng = np.random.default_rng(0)
+    batches = [(rng.standard_normal((2, 3, 8, 8)), rng.integers(0, 3, 2)) for _ in range(3)]
+    assert_traced_training_matches_eager(lambda: Skip().double(), batches, "numba")
+
+    model = Skip().double()
+    opt = tg.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(x, y):
+        opt.zero_grad()
+        tg.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    traced = tg.trace(step, backend="numba")
+    traced(*(tg.tensor(a) for a in batches[0]))
+    graph = traced.latest.graph
+    halves = {v for n in graph.nodes if lowering._strided_slice(n) for v in n.outputs}
+    assert len(halves) == 2  # of the merge's input gradient
+    assert [n.op for n in graph.nodes if halves & set(n.inputs)] == ["positive", "positive"]
+
+
+@pytest.mark.parametrize(
+    ("index", "strided"),
+    [((slice(None), slice(0, 4)), True),  # channels of a batch: a concatenation's gradient
+     ((slice(0, 2),), False),  # samples: one contiguous block
+     ((0, slice(0, 4)), False),  # a sample's first channels
+     ((slice(None), slice(None), slice(None), slice(0, 3)), True),
+     ((slice(None),), False)],
+)  # fmt: skip
+def test_strided_slices_are_told_from_contiguous_ones_by_shape_alone(index, strided):
+    from tracegrad.core import ir
+    from tracegrad.core import primitives as P
+
+    x = ir.Value((2, 8, 5, 5), np.dtype(np.float32))
+    out_shape = np.empty(x.shape, x.dtype)[index].shape
+    node = ir.Node(P.getitem, [x], [ir.Value(out_shape, x.dtype)], {"template": index})
+    assert lowering._strided_slice(node) is strided

@@ -10,6 +10,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from tracegrad.core import ir
 from tracegrad.core.ops import shapes
 from tracegrad.core.vocabulary import Kind
@@ -58,7 +60,61 @@ def lower(
             nodes.append(n)
         else:
             nodes.extend(n.attrs["body"].nodes)
-    return ir.Graph(graph.inputs, nodes, graph.outputs), kernels
+    return _slices_copied(ir.Graph(graph.inputs, nodes, graph.outputs), kernels), kernels
+
+
+def _slices_copied(graph: ir.Graph, kernels: dict[ir.Node, Any]) -> ir.Graph:
+    """Each strided slice that kernels read (a concatenation's gradient split along channels,
+    as a U-Net's skip connections make it; a chunk of features) copied once, by one NumPy call
+    into the arena, right after the slice: the fused kernels and most of the others take
+    C-contiguous arrays and would each copy it for themselves, at every call, into fresh pages
+    (docs/kernels.md, "Strided slices"). Products and attention read a slice where it lies.
+    `kernels` is updated for the rewritten nodes."""
+    from tracegrad.core import primitives as P
+
+    readers = [n for n in graph.nodes if n in kernels and _needs_c_order(n)]
+    slices = {v for n in readers for v in n.inputs if v.const is None}
+    producer = graph.producers()
+    copies = {v: ir.Value(v.shape, v.dtype) for v in slices
+              if v in producer and _strided_slice(producer[v])}  # fmt: skip
+    if not copies:
+        return graph
+    nodes = []
+    for n in graph.nodes:
+        if n in kernels and _needs_c_order(n):
+            new = n.replace(inputs=[copies.get(v, v) for v in n.inputs])
+            kernels[new] = kernels.pop(n)
+            n = new
+        nodes.append(n)
+        for v in n.outputs:
+            if v in copies:
+                nodes.append(n.replace(prim=P.positive, inputs=[v], outputs=[copies[v]],
+                                       attrs={}))  # fmt: skip
+    return ir.Graph(graph.inputs, nodes, graph.outputs)
+
+
+def _needs_c_order(n: ir.Node) -> bool:
+    """Whether node `n`'s kernel takes its arrays C-contiguous (all but the generators that
+    say they read strided operands: BLAS's rows and columns)."""
+    from tracegrad.compiler.kernels.native import GENERATORS
+
+    return not getattr(GENERATORS.get(n.prim), "STRIDED", False)
+
+
+def _strided_slice(n: ir.Node) -> bool:
+    """Whether `n` is a basic slice of one array that is not C-contiguous even where that
+    array is (decided on a stand-in of the array's shape and strides, no memory behind it), of
+    a numeric dtype (`positive` copies it)."""
+    from tracegrad.core import primitives as P
+
+    if n.prim is not P.getitem or len(n.inputs) != 1 or n.outputs[0].dtype.kind not in "fiuc":
+        return False
+    x = n.inputs[0]
+    strides = [x.dtype.itemsize] * x.ndim
+    for k in range(x.ndim - 2, -1, -1):
+        strides[k] = strides[k + 1] * max(x.shape[k + 1], 1)
+    stand_in = np.lib.stride_tricks.as_strided(np.zeros(1, x.dtype), x.shape, strides)
+    return not stand_in[shapes.build_index(n.attrs["template"], ())].flags.c_contiguous
 
 
 # A small group still gains from a kernel when its pattern repeats: the kernel is compiled once

@@ -35,6 +35,7 @@ from tracegrad.core import primitives as P
 from tracegrad.core.ir import Node
 
 OPS = {P.attention: "output", P.attention_grad: "grads"}
+STRIDED = True  # reads operands where they lie (`lowering._slices_copied`)
 DTYPES = ("float32", "float64")
 
 _HELPERS = '''

@@ -27,6 +27,7 @@ from tracegrad.core import primitives as P
 from tracegrad.core.ir import Node
 
 OPS = {P.matmul: "product"}
+STRIDED = True  # reads operands where they lie (`lowering._slices_copied`)
 DTYPES = ("float32", "float64")
 ALIGN = 16  # a thread's share of rows or columns is a multiple of this many
 # Products with an operand of this many elements run here whatever the plan's size
