@@ -73,6 +73,27 @@ def test_kernels_match_reference_and_numpy(monkeypatch, geometry, dtype, block):
     check_kernels(geometry, dtype)
 
 
+@pytest.mark.parametrize("geometry", [g for g in GEOMETRIES + EXTRA if g[0][1] != g[-1]])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_weight_gradients_split_by_output_channels_match(monkeypatch, geometry, dtype):
+    """The weight gradient with each thread's share of the output channels over the whole
+    batch (`_splits_channels`, chosen for few positions and many channels), on every geometry."""
+    split = lambda node: conv.OPS[node.prim] == "weight_grad" and not conv._depthwise(node)  # noqa: E731
+    monkeypatch.setattr(conv, "_splits_channels", split)
+    check_kernels(geometry, dtype)
+
+
+def test_weight_gradients_split_by_output_channels_where_the_batch_has_few_positions():
+    def node(x, o):
+        f32, gy = np.dtype(np.float32), (x[0], o, *x[2:])
+        attrs = dict(stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1), groups=1)
+        return Node(P.conv2d_weight_grad, [Value(x, f32), Value(gy, f32)],
+                    [Value((o, x[1], 3, 3), f32)], dict(attrs, shape=(o, x[1], 3, 3)))  # fmt: skip
+
+    assert conv._splits_channels(node((32, 256, 2, 2), 256))  # 128 positions, 256 channels
+    assert not conv._splits_channels(node((32, 64, 8, 8), 64))  # 2,048 positions
+
+
 @pytest.mark.parametrize("geometry", [g for g in EXTRA if g[-1] > 1 and g[0][1] == g[-1]])
 @pytest.mark.parametrize("width", [0, 1 << 30])  # the depthwise loops over planes, over channels
 def test_depthwise_kernels_both_ways(monkeypatch, geometry, width):

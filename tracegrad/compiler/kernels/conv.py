@@ -365,7 +365,9 @@ def accumulate(acc, gy, ldg, cols, ldc, og, k, width):
 def kernel(x, gy, g, groups, dw, threads):
     """dw (O, K) = the sum over samples of gy[n] @ (the columns of x[n])^T, group by group:
     each thread sums its blocks' in an (O, K) or (K, O) of its own (`accumulate`), then the
-    threads' sums are added."""
+    threads' sums are added; or, where the batch has fewer positions than the group output
+    channels (`_splits_channels`), each thread lays out the columns of the whole batch and
+    computes its share of the rows of dw in one product."""
     batch, k, size, oh_, ow_, rows, nb, og, cg, positions = sizes(x, dw, g, groups)
     blas_threads = get_blas_threads()
     set_blas_threads(1)
@@ -378,6 +380,24 @@ def kernel(x, gy, g, groups, dw, threads):
                          gy.ctypes.data + (grp * og + o0) * size, groups * og,
                          x.ctypes.data + grp * k * size, groups * k, T(0),
                          dw.ctypes.data + (grp * og + o0) * k * size, k)
+        set_blas_threads(blas_threads)
+        return
+    if g[13]:  # few positions, many channels: each thread all of them, its share of O
+        width = batch * positions
+        for part in prange(threads):
+            cols, block = np.empty((k, width), D), np.empty((og, width), D)
+            pad = padded(x, g, cg)
+            for grp in range(groups):
+                o0, o1 = part * og // threads, (part + 1) * og // threads
+                if o1 == o0:
+                    continue
+                for n in range(batch):
+                    flat, base, hp, wp = source(x, pad, n, grp * cg, g, 0)
+                    columns_of(cols, n * positions, flat, base, cg, hp, wp, g, 0, oh_)
+                gather(block, gy, 0, batch, grp * og + o0, o1 - o0, 0, positions)
+                gemm(ROW_MAJOR, AS_IS, TRANSPOSED, o1 - o0, k, width, T(1), block.ctypes.data,
+                     width, cols.ctypes.data, width, T(0),
+                     dw.ctypes.data + (grp * og + o0) * k * size, k)
         set_blas_threads(blas_threads)
         return
     sums = np.zeros((threads, groups, og * k), D)
@@ -806,7 +826,8 @@ class ConvKernel(GeneratedKernel):
             (i, j), (kh, kw) = _kernel(node)
             ph, pw = ph - i * dh, pw - j * dw
         self.geometry = np.array([sh, sw, ph, pw, dh, dw, kh, kw, oh, ow, rows, samples,
-                                  _channels_last(node)], np.int64)  # fmt: skip
+                                  _channels_last(node), _splits_channels(node)],
+                                 np.int64)  # fmt: skip
         self.groups, self.k = a["groups"], cg * kh * kw
         self.threads = numba.get_num_threads()  # as many shares of the batch, from now on
         self.scratch = scratch(node)
@@ -848,6 +869,18 @@ def _channels_last(node: Node) -> bool:
     rows are short: its loops then run over channels (`depthwise_last`)."""
     (_, _, _, _), (o, _, _, _), (_, ow) = _shapes(node)
     return _depthwise(node) and o == node.attrs["groups"] and ow < CHANNELS_LAST_WIDTH
+
+
+def _splits_channels(node: Node) -> bool:
+    """Whether a weight gradient's threads split its output channels rather than the batch: where
+    the batch has fewer positions (N * OH * OW) than a group has output channels (a ResNet's
+    last stages, 2 x 2 images of 256 channels), each thread's sum over its share of the batch
+    is as large as dw and costs more to zero and add up than the product's work, while laying
+    out the columns of the whole batch once a thread costs less."""
+    if OPS[node.prim] != "weight_grad" or _depthwise(node):
+        return False
+    (n, *_), (o, *_), (oh, ow) = _shapes(node)
+    return n * oh * ow < o // node.attrs["groups"]
 
 
 def _shapes(node: Node) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
@@ -905,7 +938,7 @@ def scratch(node: Node) -> int:
     padded image, and for the weight's gradient the threads' sums. (The memory plan counts
     these, not the NumPy version's.)"""
     threads, item, a = numba.get_num_threads(), node.outputs[0].dtype.itemsize, node.attrs
-    ((_, _, h, w), (o, cg, _, _), (oh, ow)), (rows, samples) = _shapes(node), _block(node)
+    ((n, _, h, w), (o, cg, _, _), (oh, ow)), (rows, samples) = _shapes(node), _block(node)
     (sh, sw), ((ph, _), (pw, _)), (dh, dw) = a["stride"], a["padding"], a["dilation"]
     (i, j), (kh, kw) = _kernel(node)
     ph, pw = ph - i * dh, pw - j * dw
@@ -913,14 +946,17 @@ def scratch(node: Node) -> int:
     hp = max(ph + h, (oh - 1) * sh + (kh - 1) * dh + 1)  # the padded image (`padded`)
     wp = max(pw + w, (ow - 1) * sw + (kw - 1) * dw + 1)
     each = (cg * kh * kw + (o // a["groups"] if samples > 1 else 0)) * width + cg * hp * wp
-    if _channels_last(node):  # the sample channels-last, its output's rows, the taps' weights
+    split = _splits_channels(node)
+    if split:  # the whole batch's columns, the gradient's rows of the group (`_splits_channels`)
+        each = (cg * kh * kw + o // a["groups"]) * n * oh * ow + cg * hp * wp
+    elif _channels_last(node):  # the sample channels-last, its output's rows, the taps' weights
         each = (hp * wp + oh * ow + 2 * kh * kw) * o
     elif _depthwise(node):  # the phases of a padded plane, and the grid (`depthwise`)
         wq = -(-wp // sw)
         each = sh * sw * -(-hp // sh) * wq + oh * wq
     total = threads * each
     if OPS[node.prim] == "weight_grad":  # the threads' sums, and the cropped kernel's gradient
-        total += (threads + 1) * o * cg * kh * kw
+        total += (1 if split else threads + 1) * o * cg * kh * kw
     return total * item
 
 
