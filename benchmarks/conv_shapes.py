@@ -2,10 +2,10 @@
 gradient) against its floor, the same GEMM as one product of the whole batch at the best rate
 this machine gives it (zoo.py's floor), and against PyTorch's own op when torch is installed,
 on the shapes of pytorch/examples' DCGAN (nz 100, ngf = ndf = 32, batch 32), of CIFAR ResNet-20
-(batch 128), of depthwise convolutions (MobileNet's, ConvNeXt's) and of a sweep of common
-geometries.
+(batch 128), of depthwise convolutions (MobileNet's, ConvNeXt's), of layers with few output
+channels (RGB outputs, one-class heads) and of a sweep of common geometries.
 
-    PYTHONPATH=$PWD python benchmarks/conv_shapes.py [--set dcgan|sweep|resnet|depthwise|all] \
+    PYTHONPATH=$PWD python benchmarks/conv_shapes.py [--set dcgan|sweep|resnet|depthwise|few|all] \
         [--dtype float32]
 
 Each time is the fastest of repeated runs (the host is shared: the fastest is the least
@@ -68,6 +68,20 @@ RESNET = [
     ("3x3 s1 p1 32ch 16x16", (128, 32, 16, 16), 32, 3, 1, 1, False),
     ("3x3 s2 p1 32->64 16x16", (128, 32, 16, 16), 64, 3, 2, 1, False),
     ("3x3 s1 p1 64ch 8x8", (128, 64, 8, 8), 64, 3, 1, 1, False),
+]
+
+
+# Few output channels: RGB outputs, one-class heads (their products of columns are thin; the
+# kernels run them over planes where that pays, `conv._by_planes`)
+FEW = [
+    ("3x3 s1 p1 32->3 32x32", (16, 32, 32, 32), 3, 3, 1, 1, False),
+    ("3x3 s1 p1 64->3 64x64", (16, 64, 64, 64), 3, 3, 1, 1, False),
+    ("3x3 s1 p1 128->1 32x32", (8, 128, 32, 32), 1, 3, 1, 1, False),
+    ("3x3 s1 p1 16->2 28x28", (64, 16, 28, 28), 2, 3, 1, 1, False),
+    ("5x5 s1 p2 32->4 32x32", (32, 32, 32, 32), 4, 5, 1, 2, False),
+    ("4x4 s2 p1 64->3 32x32", (64, 64, 32, 32), 3, 4, 2, 1, False),
+    ("4x4 s1 p1 512->1 8x8", (16, 512, 8, 8), 1, 4, 1, 1, False),
+    ("1x1 s1 p0 64->1 64x64", (16, 64, 64, 64), 1, 1, 1, 0, False),
 ]
 
 
@@ -144,7 +158,7 @@ def measure(row, dtype, torch) -> list[dict[str, Any]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--set", choices=["dcgan", "sweep", "resnet", "depthwise", "all"],
+    parser.add_argument("--set", choices=["dcgan", "sweep", "resnet", "depthwise", "few", "all"],
                         default="dcgan")  # fmt: skip
     parser.add_argument("--dtype", default="float32")
     args = parser.parse_args()
@@ -154,8 +168,8 @@ def main() -> None:
         torch.set_num_threads(os.cpu_count() or 1)
     except ImportError:
         torch = None
-    sets = {"dcgan": DCGAN, "sweep": SWEEP, "resnet": RESNET, "depthwise": DEPTHWISE}
-    rows = sets.get(args.set) or DCGAN + SWEEP + RESNET + DEPTHWISE
+    sets = {"dcgan": DCGAN, "sweep": SWEEP, "resnet": RESNET, "depthwise": DEPTHWISE, "few": FEW}
+    rows = sets.get(args.set) or DCGAN + SWEEP + RESNET + DEPTHWISE + FEW
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, {args.dtype}")
     print(f"{'shape':<28} {'op':<34} {'ms':>7} {'floor':>7} {'x floor':>7} {'torch':>7} "
           f"{'x torch':>7}")  # fmt: skip

@@ -78,8 +78,8 @@ def test_kernels_match_reference_and_numpy(monkeypatch, geometry, dtype, block):
 def test_weight_gradients_split_by_output_channels_match(monkeypatch, geometry, dtype):
     """The weight gradient with each thread's share of the output channels over the whole
     batch (`_splits_channels`, chosen for few positions and many channels), on every geometry."""
-    split = lambda node: conv.OPS[node.prim] == "weight_grad" and not conv._depthwise(node)  # noqa: E731
-    monkeypatch.setattr(conv, "_splits_channels", split)
+    monkeypatch.setattr(conv, "_by_planes", lambda node: False)  # products of columns
+    monkeypatch.setattr(conv, "_splits_channels", lambda node: conv.OPS[node.prim] == "weight_grad")
     check_kernels(geometry, dtype)
 
 
@@ -92,6 +92,36 @@ def test_weight_gradients_split_by_output_channels_where_the_batch_has_few_posit
 
     assert conv._splits_channels(node((32, 256, 2, 2), 256))  # 128 positions, 256 channels
     assert not conv._splits_channels(node((32, 64, 8, 8), 64))  # 2,048 positions
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES + EXTRA)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_every_geometry_runs_over_planes_too(monkeypatch, geometry, dtype):
+    """The depthwise loops over any number of input channels a group (`_by_planes`, chosen for
+    few output channels), forced on every geometry."""
+    monkeypatch.setattr(conv, "_by_planes", lambda node: True)
+    check_kernels(geometry, dtype)
+
+
+def test_few_output_channels_run_over_planes():
+    def node(op, x, o, k=3, pad=1):
+        f32, w = np.dtype(np.float32), (o, x[1], k, k)
+        y = (x[0], o, x[2] + 2 * pad - k + 1, x[3] + 2 * pad - k + 1)
+        attrs = dict(stride=(1, 1), padding=((pad, pad), (pad, pad)), dilation=(1, 1), groups=1)
+        ins, out = {P.conv2d: ((x, w), y), P.conv2d_input_grad: ((y, w), x),
+                    P.conv2d_weight_grad: ((x, y), w)}[op]  # fmt: skip
+        extra = {} if op is P.conv2d else {"shape": out}
+        return Node(op, [Value(s, f32) for s in ins], [Value(out, f32)], dict(attrs, **extra))
+
+    rgb = (16, 32, 32, 32)  # into 3 channels: the weight's gradient only
+    assert conv._by_planes(node(P.conv2d_weight_grad, rgb, 3))
+    assert not conv._by_planes(node(P.conv2d_input_grad, rgb, 3))
+    assert not conv._by_planes(node(P.conv2d, rgb, 3))
+    assert conv._by_planes(node(P.conv2d, rgb, 1))  # a one-class head: all three
+    assert conv._by_planes(node(P.conv2d_input_grad, rgb, 1))
+    assert not conv._by_planes(node(P.conv2d_weight_grad, rgb, 1, k=1, pad=0))  # 1 x 1 kernel
+    assert not conv._by_planes(node(P.conv2d_weight_grad, rgb, 16))
+    assert not conv._by_planes(node(P.conv2d_weight_grad, (4, 8, 4, 4), 1, k=4, pad=0))  # 1 x 1
 
 
 @pytest.mark.parametrize("geometry", [g for g in EXTRA if g[-1] > 1 and g[0][1] == g[-1]])

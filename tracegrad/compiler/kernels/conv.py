@@ -454,10 +454,11 @@ _DEPTHWISE = '''
 
 
 @njit(cache=True)
-def phases_of(x, g):
-    """A thread's zeroed buffer of a channel's padded plane split by phase: (sh * sw, hq, wq)."""
+def phases_of(x, g, cg):
+    """A thread's zeroed buffer of the padded planes of a group's cg channels, each split by
+    phase: (cg, sh * sw, hq, wq)."""
     (hp, wp), sh, sw = extent(x, g), g[0], g[1]
-    return np.zeros((sh * sw, -(-hp // sh), -(-wp // sw)), D)
+    return np.zeros((cg, sh * sw, -(-hp // sh), -(-wp // sw)), D)
 
 
 @njit(inline="always", cache=True)
@@ -468,15 +469,16 @@ def tap_at(i, j, g, hq, wq):
 
 
 @njit(inline="always", cache=True)
-def split(pf, hq, wq, xf, plane, h, w, g, back):
-    """Plane `plane` of an image (flat, h * w) into the flat phase buffer pf, or, `back`, the
-    buffer's image positions back into that plane; the padding's positions are not touched."""
+def split(pf, base, hq, wq, xf, plane, h, w, g, back):
+    """Plane `plane` of an image (flat, h * w) into the phase buffer at pf[base:], or, `back`,
+    the buffer's image positions back into that plane; the padding's positions are not
+    touched."""
     sh, sw, ph, pw = g[0], g[1], g[2], g[3]
     for a in range(h):
         r = a + ph
         for p in range(sw):
             b0 = (p - pw) % sw  # the first column of phase p
-            at = U((((r % sh) * sw + p) * hq + r // sh) * wq + (b0 + pw) // sw)
+            at = U(base + (((r % sh) * sw + p) * hq + r // sh) * wq + (b0 + pw) // sw)
             src, step = U(plane + a * w + b0), U(sw)
             for t in range(U(max(0, -(-(w - b0) // sw)))):
                 if back:
@@ -507,9 +509,10 @@ def triple_at(i, j, g, hq, wq):
 
 
 @njit(inline="always", cache=True)
-def triple_weights(w, wo, i, j, kw):
-    """The weights of taps j, j + 1 and j + 2 of row i of kernel wo (0 past the row's end)."""
-    at = i * kw + j
+def triple_weights(w, wo, row, j, kw):
+    """The weights of taps j, j + 1 and j + 2 of row `row` (channel c's row i: c * kh + i) of
+    kernel wo (0 past the row's end)."""
+    at = row * kw + j
     return (w[wo, at], w[wo, at + 1] if j + 1 < kw else D(0),
             w[wo, at + 2] if j + 2 < kw else D(0))
 
@@ -601,23 +604,28 @@ def depthwise_last(x, w, g, y, first, last):
 
 @njit(fastmath={{"contract"}}, cache=True)
 def depthwise(x, w, g, groups, y, first, last):
-    """y[first:last] of a depthwise convolution (see `phases_of`)."""
+    """y[first:last] of a convolution of few channels a group (a depthwise one: one), as runs
+    of multiply-adds over each channel's phases (see `phases_of`)."""
     kh, kw, oh_, ow_ = g[6], g[7], g[8], g[9]
-    phases = phases_of(x, g)
-    (_, hq, wq), og = phases.shape, w.shape[0] // groups
+    cg, og = x.shape[1] // groups, w.shape[0] // groups
+    phases = phases_of(x, g, cg)
+    (_, _, hq, wq), size = phases.shape, U(phases[0].size)
     pf, xf, yf = phases.reshape(phases.size), x.reshape(x.size), y.reshape(y.size)
     length, h, wd = U((oh_ - 1) * wq + ow_), x.shape[2], x.shape[3]
     grid = np.empty(length, D)
     for n in range(first, last):
         for grp in range(groups):
-            split(pf, hq, wq, xf, U((n * x.shape[1] + grp) * h * wd), h, wd, g, False)
+            for c in range(cg):
+                plane = U((n * x.shape[1] + grp * cg + c) * h * wd)
+                split(pf, U(c) * size, hq, wq, xf, plane, h, wd, g, False)
             for o in range(og):
                 plane, wo = U((n * y.shape[1] + grp * og + o) * oh_ * ow_), grp * og + o
-                for i in range(kh):
+                for c, i in np.ndindex(cg, kh):
                     for j in range(0, kw, 3):  # three taps a pass: the grid read once for them
-                        w0, w1, w2 = triple_weights(w, wo, i, j, kw)
+                        w0, w1, w2 = triple_weights(w, wo, c * kh + i, j, kw)
                         a0, a1, a2 = triple_at(i, j, g, hq, wq)
-                        if i == 0 and j == 0:
+                        a0, a1, a2 = a0 + U(c) * size, a1 + U(c) * size, a2 + U(c) * size
+                        if c == 0 and i == 0 and j == 0:
                             for e in range(length):
                                 grid[e] = w0 * pf[a0 + e] + w1 * pf[a1 + e] + w2 * pf[a2 + e]
                         else:
@@ -656,8 +664,9 @@ def depthwise_input(gy, w, g, groups, dx, first, last):
     """The input gradient of `depthwise`: each tap's scaled gradient plane added where the tap
     read, in the phase buffer, whose image positions then go to dx."""
     kh, kw, oh_, ow_ = g[6], g[7], g[8], g[9]
-    phases = phases_of(dx, g)
-    (_, hq, wq), og = phases.shape, w.shape[0] // groups
+    cg, og = dx.shape[1] // groups, w.shape[0] // groups
+    phases = phases_of(dx, g, cg)
+    (_, _, hq, wq), size = phases.shape, U(phases[0].size)
     pf, gf, xf = phases.reshape(phases.size), gy.reshape(gy.size), dx.reshape(dx.size)
     length, h, wd = U((oh_ - 1) * wq + ow_), dx.shape[2], dx.shape[3]
     grid = np.empty(length, D)
@@ -668,12 +677,14 @@ def depthwise_input(gy, w, g, groups, dx, first, last):
             for o in range(og):
                 wo = grp * og + o
                 to_grid(grid, gf, U((n * gy.shape[1] + wo) * oh_ * ow_), g, wq)
-                for i in range(kh):
-                    for j in range(kw):
-                        wv, at = w[wo, i * kw + j], tap_at(i, j, g, hq, wq)
-                        for e in range(length):
-                            pf[at + e] += wv * grid[e]
-            split(pf, hq, wq, xf, U((n * dx.shape[1] + grp) * h * wd), h, wd, g, True)
+                for c, i, j in np.ndindex(cg, kh, kw):
+                    wv = w[wo, (c * kh + i) * kw + j]
+                    at = U(c) * size + tap_at(i, j, g, hq, wq)
+                    for e in range(length):
+                        pf[at + e] += wv * grid[e]
+            for c in range(cg):
+                plane = U((n * dx.shape[1] + grp * cg + c) * h * wd)
+                split(pf, U(c) * size, hq, wq, xf, plane, h, wd, g, True)
 
 
 @njit(fastmath={{"contract"}}, cache=True)
@@ -705,22 +716,27 @@ def depthwise_weights(x, gy, g, groups, sums, first, last):
     """`depthwise`'s weight gradient over samples first..last, added into sums (O, K): each
     tap's the dot product of the output's gradient with what the tap read."""
     kh, kw, oh_, ow_ = g[6], g[7], g[8], g[9]
-    phases = phases_of(x, g)
-    (_, hq, wq), og = phases.shape, sums.shape[0] // groups
+    cg, og = x.shape[1] // groups, sums.shape[0] // groups
+    phases = phases_of(x, g, cg)
+    (_, _, hq, wq), size = phases.shape, U(phases[0].size)
     pf, xf, gf = phases.reshape(phases.size), x.reshape(x.size), gy.reshape(gy.size)
     length, h, wd = U((oh_ - 1) * wq + ow_), x.shape[2], x.shape[3]
     grid = np.empty(length, D)
     for n in range(first, last):
         for grp in range(groups):
-            split(pf, hq, wq, xf, U((n * x.shape[1] + grp) * h * wd), h, wd, g, False)
+            for c in range(cg):
+                plane = U((n * x.shape[1] + grp * cg + c) * h * wd)
+                split(pf, U(c) * size, hq, wq, xf, plane, h, wd, g, False)
             for o in range(og):
                 to_grid(grid, gf, U((n * gy.shape[1] + grp * og + o) * oh_ * ow_), g, wq)
-                for i in range(kh):
+                for c, i in np.ndindex(cg, kh):
                     for j in range(0, kw, 3):  # three taps a pass: the grid read once for them
                         a0, a1, a2 = triple_at(i, j, g, hq, wq)
-                        sums3 = dot3(grid, pf, a0, a1, a2, length)
-                        for tap in range(i * kw + j, i * kw + min(j + 3, kw)):
-                            sums[grp * og + o, tap] += sums3[tap - i * kw - j]
+                        at = U(c) * size
+                        sums3 = dot3(grid, pf, a0 + at, a1 + at, a2 + at, length)
+                        row = (c * kh + i) * kw
+                        for tap in range(row + j, row + min(j + 3, kw)):
+                            sums[grp * og + o, tap] += sums3[tap - row - j]
 '''
 
 _DEPTHWISE_KERNELS = {
@@ -806,7 +822,7 @@ def module(node: Node) -> tuple[str, str]:
         or any(v.dtype.name != dtype or v.const is not None for v in node.inputs)
     ):
         raise NotImplementedError(f"no convolution kernel for {[v.type_str for v in node.inputs]}")
-    return named("conv", generate_source(OPS[node.prim], dtype, ints, _depthwise(node)))
+    return named("conv", generate_source(OPS[node.prim], dtype, ints, _by_planes(node)))
 
 
 class ConvKernel(GeneratedKernel):
@@ -859,6 +875,25 @@ class ConvKernel(GeneratedKernel):
 CHANNELS_LAST_WIDTH = 16  # a depthwise convolution's outputs narrower than this go channels-last
 
 
+# A group's output channels up to which each op runs as runs over planes (`_by_planes`): its
+# products of columns would be that thin (docs/kernels.md, "Few output channels").
+PLANES_MAX = {"output": 1, "input_grad": 2, "weight_grad": 4}
+
+
+def _by_planes(node: Node) -> bool:
+    """Whether the node's convolution runs as runs of multiply-adds over planes (the depthwise
+    loops, over any number of input channels a group) rather than as products of columns: a
+    depthwise convolution, or one whose groups have at most PLANES_MAX output channels (an RGB
+    or a one-class output layer), unless its kernel is 1 x 1 (a product of the sample itself,
+    `direct`, or of few columns) or its output is (one product of the batch's rows, `dense`,
+    or a few taps a plane)."""
+    if _depthwise(node):
+        return True
+    (_, (o, _, kh, kw), out) = _shapes(node)
+    few = o // node.attrs["groups"] <= PLANES_MAX[OPS[node.prim]]
+    return few and (kh, kw) != (1, 1) and out != (1, 1)
+
+
 def _depthwise(node: Node) -> bool:
     """Whether each group of the node's convolution reads one input channel."""
     return node.attrs["groups"] > 1 and _shapes(node)[1][1] == 1
@@ -877,7 +912,7 @@ def _splits_channels(node: Node) -> bool:
     last stages, 2 x 2 images of 256 channels), each thread's sum over its share of the batch
     is as large as dw and costs more to zero and add up than the product's work, while laying
     out the columns of the whole batch once a thread costs less."""
-    if OPS[node.prim] != "weight_grad" or _depthwise(node):
+    if OPS[node.prim] != "weight_grad" or _by_planes(node):
         return False
     (n, *_), (o, *_), (oh, ow) = _shapes(node)
     return n * oh * ow < o // node.attrs["groups"]
@@ -951,9 +986,9 @@ def scratch(node: Node) -> int:
         each = (cg * kh * kw + o // a["groups"]) * n * oh * ow + cg * hp * wp
     elif _channels_last(node):  # the sample channels-last, its output's rows, the taps' weights
         each = (hp * wp + oh * ow + 2 * kh * kw) * o
-    elif _depthwise(node):  # the phases of a padded plane, and the grid (`depthwise`)
+    elif _by_planes(node):  # the phases of a group's padded planes, and the grid (`depthwise`)
         wq = -(-wp // sw)
-        each = sh * sw * -(-hp // sh) * wq + oh * wq
+        each = cg * sh * sw * -(-hp // sh) * wq + oh * wq
     total = threads * each
     if OPS[node.prim] == "weight_grad":  # the threads' sums, and the cropped kernel's gradient
         total += (1 if split else threads + 1) * o * cg * kh * kw
