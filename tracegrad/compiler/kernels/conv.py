@@ -12,7 +12,8 @@ OpenBLAS's, single-threaded):
 A transposed convolution is the input gradient (its gradients the forward and the weight
 gradient), so these three serve both. A depthwise convolution (a group one input channel) takes
 no columns and no products: its taps are runs of multiply-adds over planes split by stride phase,
-or, where output rows are short, over channels-last samples (`depthwise`, `depthwise_last`).
+or, where output rows are short, over channels-last samples (`depthwise`, `depthwise_last`); the
+loops over planes also run the ops whose groups have few output channels (`_by_planes`).
 `core.ops.conv` has the NumPy versions and the contract.
 
 Blocks: a block holds at most BLOCK_BYTES of columns, but at least MIN_COLUMNS of them: a few
