@@ -69,14 +69,16 @@ def _slices_copied(graph: ir.Graph, kernels: dict[ir.Node, Any]) -> ir.Graph:
     into the arena, right after the slice: the fused kernels and most of the others take
     C-contiguous arrays and would each copy it for themselves, at every call, into fresh pages
     (docs/kernels.md, "Strided slices"). Products and attention read a slice where it lies.
-    `kernels` is updated for the rewritten nodes."""
+    Slices under KERNEL_MIN elements stay: a recurrent net's gates, chunks of a small step's
+    product, cost a statement each copied apart, more than the copy a fused kernel's launcher
+    makes of them in its call (`ravel`). `kernels` is updated for the rewritten nodes."""
     from tracegrad.core import primitives as P
 
     readers = [n for n in graph.nodes if n in kernels and _needs_c_order(n)]
     slices = {v for n in readers for v in n.inputs if v.const is None}
     producer = graph.producers()
-    copies = {v: ir.Value(v.shape, v.dtype) for v in slices
-              if v in producer and _strided_slice(producer[v])}  # fmt: skip
+    large = [v for v in slices if v.size >= KERNEL_MIN and v in producer]
+    copies = {v: ir.Value(v.shape, v.dtype) for v in large if _strided_slice(producer[v])}
     if not copies:
         return graph
     nodes = []
