@@ -40,6 +40,21 @@ def data(steps=3):
             for _ in range(steps)]  # fmt: skip
 
 
+def traced_training(model, batches):
+    """`model`'s cross-entropy SGD step, traced on the Numba backend, after a call per batch."""
+    opt = tg.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(x, y):
+        opt.zero_grad()
+        tg.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    traced = tg.trace(step, backend="numba")
+    for x, y in batches:
+        traced(tg.tensor(x), tg.tensor(y))
+    return traced
+
+
 def kernel_lines(step):
     return [line for line in step.latest.source.splitlines() if line.lstrip().startswith("kernel")]
 
@@ -132,17 +147,7 @@ def test_squeeze_excitation_and_group_norm_blocks_run_as_kernels_and_train_as_ea
     rng = np.random.default_rng(0)
     batches = [(rng.standard_normal((2, 3, 8, 8)), rng.integers(0, 3, 2)) for _ in range(3)]
     assert_traced_training_matches_eager(make_model, batches, "numba")
-    model = make_model()
-    opt = tg.optim.SGD(model.parameters(), lr=0.1)
-
-    def step(x, y):
-        opt.zero_grad()
-        tg.nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
-
-    traced = tg.trace(step, backend="numba")
-    for x, y in batches:
-        traced(tg.tensor(x), tg.tensor(y))
+    traced = traced_training(make_model(), batches)
     assert "sigmoid_impl" not in traced.latest.source
     assert "layer_norm kernel" in traced.latest.source
     assert "layer_norm_grad kernel" in traced.latest.source
@@ -217,18 +222,7 @@ def test_a_skip_connections_gradient_halves_are_copied_once_for_the_kernels_that
     rng = np.random.default_rng(0)
     batches = [(rng.standard_normal((2, 3, 8, 8)), rng.integers(0, 3, 2)) for _ in range(3)]
     assert_traced_training_matches_eager(lambda: Skip().double(), batches, "numba")
-
-    model = Skip().double()
-    opt = tg.optim.SGD(model.parameters(), lr=0.1)
-
-    def step(x, y):
-        opt.zero_grad()
-        tg.nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
-
-    traced = tg.trace(step, backend="numba")
-    traced(*(tg.tensor(a) for a in batches[0]))
-    graph = traced.latest.graph
+    graph = traced_training(Skip().double(), batches[:1]).latest.graph
     halves = {v for n in graph.nodes if lowering._strided_slice(n) for v in n.outputs}
     assert len(halves) == 2  # of the merge's input gradient
     assert [n.op for n in graph.nodes if halves & set(n.inputs)] == ["positive", "positive"]
