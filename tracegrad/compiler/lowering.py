@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from tracegrad.core import ir
+from tracegrad.core import primitives as P
 from tracegrad.core.ops import shapes
 from tracegrad.core.vocabulary import Kind
 
@@ -72,8 +73,6 @@ def _slices_copied(graph: ir.Graph, kernels: dict[ir.Node, Any]) -> ir.Graph:
     Slices under KERNEL_MIN elements stay: a recurrent net's gates, chunks of a small step's
     product, cost a statement each copied apart, more than the copy a fused kernel's launcher
     makes of them in its call (`ravel`). `kernels` is updated for the rewritten nodes."""
-    from tracegrad.core import primitives as P
-
     readers = [n for n in graph.nodes if n in kernels and _needs_c_order(n)]
     slices = {v for n in readers for v in n.inputs if v.const is None}
     producer = graph.producers()
@@ -107,8 +106,6 @@ def _strided_slice(n: ir.Node) -> bool:
     """Whether `n` is a basic slice of one array that is not C-contiguous even where that
     array is (decided on a stand-in of the array's shape and strides, no memory behind it), of
     a numeric dtype (`positive` copies it)."""
-    from tracegrad.core import primitives as P
-
     if n.prim is not P.getitem or len(n.inputs) != 1 or n.outputs[0].dtype.kind not in "fiuc":
         return False
     x = n.inputs[0]
