@@ -73,7 +73,7 @@ def _slices_copied(graph: ir.Graph, kernels: dict[ir.Node, Any]) -> ir.Graph:
     Slices under KERNEL_MIN elements stay: a recurrent net's gates, chunks of a small step's
     product, cost a statement each copied apart, more than the copy a fused kernel's launcher
     makes of them in its call (`ravel`). `kernels` is updated for the rewritten nodes."""
-    readers = [n for n in graph.nodes if n in kernels and _needs_c_order(n)]
+    readers = {n for n in graph.nodes if n in kernels and _needs_c_order(n)}
     slices = {v for n in readers for v in n.inputs if v.const is None}
     producer = graph.producers()
     large = [v for v in slices if v.size >= KERNEL_MIN and v in producer]
@@ -82,7 +82,7 @@ def _slices_copied(graph: ir.Graph, kernels: dict[ir.Node, Any]) -> ir.Graph:
         return graph
     nodes = []
     for n in graph.nodes:
-        if n in kernels and _needs_c_order(n):
+        if n in readers and not copies.keys().isdisjoint(n.inputs):
             new = n.replace(inputs=[copies.get(v, v) for v in n.inputs])
             kernels[new] = kernels.pop(n)
             n = new
