@@ -97,7 +97,8 @@ def test_defprimitive_checks_its_kind():
 
 def test_shape_rules_are_remembered_by_shapes_dtypes_and_typed_attributes():
     """A rule runs once per input shapes and dtypes and attribute values of one type (1, 1.0
-    and True are three), anew for unhashable attributes, and every time it raises."""
+    and True are three; so are [2] and [2.0], lists keyed item by item, as an index template's
+    slices are), anew for other unhashable attributes, and every time it raises."""
     calls = []
 
     def rule(x, fill):
@@ -105,7 +106,7 @@ def test_shape_rules_are_remembered_by_shapes_dtypes_and_typed_attributes():
         if x.ndim == 0:
             raise ValueError("not a 0-d input")
         return x.shape, np.result_type(
-            x.dtype, np.asarray(fill[0] if isinstance(fill, list) else fill)
+            x.dtype, np.asarray(fill[0] if isinstance(fill, list | np.ndarray) else fill)
         )
 
     op = tg.defprimitive("filled", lambda x, fill: np.full(x.shape, fill), vjp=None, shape=rule)
@@ -113,7 +114,12 @@ def test_shape_rules_are_remembered_by_shapes_dtypes_and_typed_attributes():
     dtypes = [op.shape_rule(x, fill=f)[1] for f in (1, 1.0, True, 1, 1.0, True)]
     assert dtypes == [np.int64, np.float64, np.int8] * 2 and calls == [1, 1.0, True]
     assert op.shape_rule(x, fill=[2])[1] == op.shape_rule(x, fill=[2])[1] == np.int64
+    assert op.shape_rule(x, fill=[2.0])[1] == np.float64
+    template = [2, (slice(1, 2), None)]  # slices inside, as getitem's
+    assert op.shape_rule(x, fill=template)[1] == op.shape_rule(x, fill=list(template))[1]
+    unhashable = np.array([2])
+    assert op.shape_rule(x, fill=unhashable)[1] == op.shape_rule(x, fill=unhashable)[1] == np.int64
     for _ in range(2):
         with pytest.raises(tg.ShapeError, match="filled: not a 0-d input"):
             op.shape_rule(tg.tensor(np.float32(1.0)), fill=1)
-    assert calls == [1, 1.0, True, [2], [2], 1, 1]
+    assert calls == [1, 1.0, True, [2], [2.0], template, unhashable, unhashable, 1, 1]

@@ -197,20 +197,25 @@ class Primitive:
     def shape_rule(self, *ins: Any, **params: Any) -> tuple[tuple[int, ...], np.dtype]:
         """The result's shape and dtype, remembered per input shapes and dtypes and (typed)
         attributes: a rule depends on nothing else, and a step asks the same ones again and
-        again. Unhashable attributes (a list, an index template in Python < 3.12) ask anew."""
+        again. An index template's slices (unhashable before Python 3.12) and a list of ints
+        are keyed by their fields; other unhashable attributes ask anew."""
+        shapes = [(v.shape, v.dtype) for v in ins]
         try:
-            key = (
-                *[(v.shape, v.dtype) for v in ins],
-                *[(k, v.__class__, v) for k, v in params.items()],
-            )
+            key = (*shapes, *[(k, v.__class__, v) for k, v in params.items()])
             return self._shapes[key]
         except KeyError:
-            if len(self._shapes) >= 4096:  # shapes that keep changing: forget, do not grow
-                self._shapes.clear()
-            found = self._shapes[key] = self._run_rule(ins, params)
-            return found
+            pass
         except TypeError:
-            return self._run_rule(ins, params)
+            try:
+                key = (*shapes, *[(k, v.__class__, _hashable(v)) for k, v in params.items()])
+                if key in self._shapes:
+                    return self._shapes[key]
+            except TypeError:
+                return self._run_rule(ins, params)
+        if len(self._shapes) >= 4096:  # shapes that keep changing: forget, do not grow
+            self._shapes.clear()
+        found = self._shapes[key] = self._run_rule(ins, params)
+        return found
 
     def _run_rule(self, ins: tuple, params: dict) -> tuple[tuple[int, ...], np.dtype]:
         try:
@@ -282,6 +287,21 @@ class Primitive:
 
     def __repr__(self) -> str:
         return f"<primitive {self.name}>"
+
+
+def _hashable(v: Any) -> Any:
+    """A key standing for `v` where Python cannot hash it: a slice of int (or None) fields as
+    those fields, a list or tuple item by item with their types; TypeError for anything else
+    unhashable."""
+    if v.__class__ is slice:
+        fields = (v.start, v.stop, v.step)
+        if all(f is None or f.__class__ is int for f in fields):
+            return (slice, *fields)
+        raise TypeError(f"unhashable slice {v!r}")
+    if v.__class__ is tuple or v.__class__ is list:  # typed: [2] and [2.0] are two keys
+        return (v.__class__, *[(item.__class__, _hashable(item)) for item in v])
+    hash(v)
+    return v
 
 
 class Composite(Primitive):
