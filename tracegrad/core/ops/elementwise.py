@@ -66,16 +66,17 @@ def _where_scratch(ins, attrs) -> int:
     return (math.prod(shape) + (0 if c.shape == shape else c.size)) * dtype.itemsize
 
 
-def _sigmoid_into(x: np.ndarray, out: np.ndarray) -> np.ndarray:
+def sigmoid_into(x: np.ndarray, out: np.ndarray) -> np.ndarray:
     """1 / (1 + exp(-x)) without overflow, and small results keep their relative accuracy
     (0.5 * (tanh(x / 2) + 1) is 0 below -17 in float32, so log(sigmoid(-20)) was -inf): the
     same formula as the kernels' float32 sigmoid. e = exp(-|x|), then 1 / (1 + e) where x >= 0,
-    e / (1 + e) elsewhere."""
+    e / (1 + e) elsewhere: exp(min(x, 0)) / (1 + e), whose numerator is e or exactly 1 (a
+    second exp, where `np.copyto(out, 1, where=x >= 0)` took 2.5 times as long as all the rest)."""
     np.abs(x, out=out)
     np.negative(out, out=out)
     np.exp(out, out=out)
     denominator = out + 1
-    np.copyto(out, 1, where=x >= 0)
+    np.exp(np.minimum(x, 0, out=out), out=out)
     return np.divide(out, denominator, out=out)
 
 
@@ -188,20 +189,20 @@ def _horner(x: np.ndarray, coefficients: tuple[float, ...]) -> np.ndarray:
 
 @_by_blocks
 def _sigmoid(x, out):
-    _sigmoid_into(x, out)
+    sigmoid_into(x, out)
 
 
 # SiLU (x sigmoid(x)) as an op of its own, as PyTorch's `silu`: composed of ops, its eager
 # forward and backward were nine passes over memory; a kernel inlines one helper.
 @_by_blocks
 def _silu(x, out):
-    np.multiply(_sigmoid_into(x, out), x, out=out)
+    np.multiply(sigmoid_into(x, out), x, out=out)
 
 
 @_by_blocks
 def _silu_slope(x, out):
     """d/dx x s(x) = s (1 + x (1 - s)), s = sigmoid(x)."""
-    s = _sigmoid_into(x, out)
+    s = sigmoid_into(x, out)
     rest = np.subtract(1, s)
     rest *= x
     rest += 1
