@@ -13,6 +13,7 @@ from tracegrad.core.ops.losses import *  # noqa: F403
 from tracegrad.core.ops.norm import *  # noqa: F403
 from tracegrad.core.ops.pooling import *  # noqa: F403
 from tracegrad.core.ops.random import *  # noqa: F403
+from tracegrad.core.ops.recurrent import *  # noqa: F403
 from tracegrad.core.ops.reductions import *  # noqa: F403
 from tracegrad.core.ops.special import *  # noqa: F403
 from tracegrad.core.ops.views import *  # noqa: F403
