@@ -3,8 +3,9 @@
 a parallel loop), groups (typical fused kernels against NumPy op by op), cache (a new
 process's first calls, cold and warm), native (attention's and layer norm's own kernels
 alone, on the GPT's shapes), alias (a kernel's time per array element as it writes and
-reads more arrays, about the fuse pass's ALIAS_CHECKS_MAX) and gemm (the plan's GEMM kernel
-against np.matmul on small products); `--help` says so too."""
+reads more arrays, about the fuse pass's ALIAS_CHECKS_MAX), gemm (the plan's GEMM kernel
+against np.matmul on small products) and scan (the LSTM's and GRU's scan kernels against their
+NumPy versions); `--help` says so too."""
 
 from __future__ import annotations
 
@@ -371,8 +372,48 @@ def native_speed(calls: int = 200) -> None:
     print("layer norm backward", fastest(norm_grad, x, w, dy, 1e-5, dx, dw, db))
 
 
+SCAN_SHAPES = {  # (steps, batch, hidden) of the recurrent nets of zoo.py and torch_models.py
+    "lstm": {"zoo lstm": (35, 20, 200), "char-lstm": (64, 32, 256), "bilstm": (100, 64, 128)},
+    "gru": {"gru": (50, 64, 128)},
+}
+
+
+def scan_speed(runs: int = 10) -> None:
+    """The LSTM and GRU scans forward and backward, float32, as eager runs them: the NumPy
+    versions (NumPy's OpenBLAS threads quieted, as in a process that runs kernels) against the
+    kernels. Medians of `runs` calls."""
+    from tracegrad.compiler.kernels.blas import quiet_openblas
+    from tracegrad.compiler.kernels.native import compile_native
+
+    quiet_openblas()
+    rng = np.random.default_rng(0)
+    for scan, shapes in SCAN_SHAPES.items():
+        op, grad = getattr(primitives, f"{scan}_scan"), getattr(primitives, f"{scan}_scan_grad")
+        gates = 4 if scan == "lstm" else 3
+        for name, (steps, batch, hidden) in shapes.items():
+            x = rng.standard_normal((steps, batch, gates * hidden), dtype=np.float32)
+            w_hh_t = rng.uniform(-0.1, 0.1, (gates * hidden, hidden)).astype(np.float32).T
+            h0 = np.zeros((batch, hidden), np.float32)
+            states = (h0, h0) if scan == "lstm" else (np.zeros(gates * hidden, np.float32), h0)
+            ins = (x, w_hh_t, *states)
+            out = op.impl(*ins, reverse=False)
+            g = rng.standard_normal(out.shape, dtype=np.float32)
+            packed = grad.impl(g, out, *ins, reverse=False)
+            calls = ((op, ins, out.shape), (grad, (g, out, *ins), packed.shape))
+            nodes = [Node(p, [Value(a.shape, a.dtype) for a in args], [Value(shape, np.float32)],
+                          {"reverse": False}) for p, args, shape in calls]  # fmt: skip
+            (_, forward), (_, backward) = compile_native(nodes)
+            ms = lambda f, *a, **k: median_seconds(lambda: f(*a, **k), runs=runs) * 1e3  # noqa: E731
+            numpy = ms(op.impl, *ins, reverse=False), ms(grad.impl, g, out, *ins, reverse=False)
+            kernels = ms(forward, *ins, np.empty_like(out)), ms(backward, g, out, *ins, packed)
+            print(f"{scan} {name} {(steps, batch, hidden)}: NumPy {numpy[0]:.2f} / "
+                  f"{numpy[1]:.2f} ms, kernels {kernels[0]:.2f} / {kernels[1]:.2f} ms "
+                  "(forward / backward)")  # fmt: skip
+
+
 JOBS = {"accuracy": accuracy, "tanh": tanh_speed, "groups": group_speed, "cache": cache_timing,
-        "native": native_speed, "alias": alias_checks, "gemm": gemm_sizes}  # fmt: skip
+        "native": native_speed, "alias": alias_checks, "gemm": gemm_sizes,
+        "scan": scan_speed}  # fmt: skip
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

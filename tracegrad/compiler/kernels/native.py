@@ -21,12 +21,13 @@ from tracegrad.compiler.kernels import (
     gemm,
     normalization,
     pool,
+    recurrent,
     scatter,
 )
 from tracegrad.compiler.kernels.cache import default_cache
 from tracegrad.core.ir import Node
 
-_GENERATORS = (pool, attention, normalization, gemm, conv, scatter, cross_entropy)
+_GENERATORS = (pool, attention, normalization, gemm, conv, scatter, cross_entropy, recurrent)
 GENERATORS = {op: gen for gen in _GENERATORS for op in gen.OPS}
 
 

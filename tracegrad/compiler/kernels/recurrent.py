@@ -1,0 +1,344 @@
+"""Recurrent layers' scans (LSTM's and GRU's), forward and backward, on Numba's threads
+(`core.ops.recurrent` has the NumPy versions and the contract): eagerly, `nn.LSTM` and `nn.GRU`
+are then one native call each way, as PyTorch's are.
+
+Each step's product h W_hh^T runs through the plan's GEMM routine (`gemm.declarations`), its
+columns in shares, one per thread; the gates' math then runs over the batch's rows in parallel.
+The NumPy versions' products go to NumPy's BLAS, whose threads sleep between eager calls and
+woke at every step. Backward computes the gates of all steps again in one product from the saved
+h's (and an LSTM's cell states over time, for each row in parallel), then the cotangents step
+by step (their math by rows, the product of the gates' cotangents and W_hh by columns), and
+W_hh's gradient in one product at the end. The weight is read as W_hh, (G H, H) C-contiguous
+(what `weight_hh` is)"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numba
+import numpy as np
+
+from tracegrad.compiler.kernels import fastmath, team
+from tracegrad.compiler.kernels.blas import gemm_symbols
+from tracegrad.compiler.kernels.cache import GeneratedKernel, in_c_order, named
+from tracegrad.compiler.kernels.fused import GENERATOR_VERSION
+from tracegrad.compiler.kernels.gemm import declarations
+from tracegrad.core import primitives as P
+from tracegrad.core.ir import Node
+from tracegrad.core.ops.recurrent import unpack
+
+OPS = {P.lstm_scan: "lstm forward", P.lstm_scan_grad: "lstm backward",
+       P.gru_scan: "gru forward", P.gru_scan_grad: "gru backward"}  # fmt: skip
+DTYPES = ("float32", "float64")
+
+_HEAD = '''"""A scan's {op} ({dtype}): compiler.kernels.recurrent generated it."""
+
+# scalar math {version}
+
+import numpy as np
+from numba import njit, prange
+
+from tracegrad.compiler.kernels.scalar import sigmoid, tanh
+{declarations}
+D = np.{dtype}
+SIZE = np.dtype(D).itemsize
+_inner = njit(fastmath={flags}, error_model="numpy", cache=True)
+_parallel = njit(fastmath={flags}, error_model="numpy", parallel=True, cache=True)
+
+
+@_parallel
+def product(a, ta, lda, b, tb, ldb, c, ldc, m, n, k, threads):
+    """c (m x n) = a (m x k) @ b (k x n), each read as laid out (`ta`, `tb`: AS_IS or
+    TRANSPOSED) at the given addresses, c's columns in `threads` shares."""
+    share = -(-n // threads)
+    for part in prange(threads):
+        lo, hi = part * share, min(n, (part + 1) * share)
+        if hi > lo:
+            at = lo if tb == AS_IS else lo * ldb
+            gemm(ROW_MAJOR, ta, tb, m, hi - lo, k, T(1), a, lda, b + at * SIZE, ldb, T(0),
+                 c + lo * SIZE, ldc)
+
+
+@_inner
+def step_of(s, steps, reverse):
+    return steps - 1 - s if reverse else s
+
+
+@_inner
+def befores(h0, out, steps, reverse):
+    """Each step's h before it (h0, or the h of the step run before it), in time order."""
+    before = np.empty((steps, *h0.shape), D)
+    for s in range(steps):
+        before[step_of(s, steps, reverse)] = h0 if s == 0 else out[step_of(s - 1, steps, reverse)]
+    return before
+'''
+
+_FORWARD = '''
+
+@_parallel
+def cells(x, pre, c, h, size):
+    """One step's gates from x's and h W_hh^T's parts, then c and h, row by row."""
+    for b in prange(x.shape[0]):
+        for j in range(size):
+            i = sigmoid(x[b, j] + pre[b, j])
+            f = sigmoid(x[b, size + j] + pre[b, size + j])
+            g = tanh(x[b, 2 * size + j] + pre[b, 2 * size + j])
+            o = sigmoid(x[b, 3 * size + j] + pre[b, 3 * size + j])
+            c[b, j] = f * c[b, j] + i * g
+            h[b, j] = o * tanh(c[b, j])
+
+
+@njit("void({dtype}[:, :, ::1], {dtype}[:, ::1], {dtype}[:, ::1], {dtype}[:, ::1], boolean, "
+      "{dtype}[:, :, ::1], int64)", cache=True)
+def kernel(x, w, h0, c0, reverse, out, threads):
+    """out[t] = h after step t (time order), out[T] = the final c; w is W_hh (4H, H)."""
+    steps, batch, gates = x.shape
+    size = gates // 4
+    blas_threads = get_blas_threads()
+    set_blas_threads(1)
+    pre, c = np.empty((batch, gates), D), c0.copy()
+    h = h0
+    for s in range(steps):
+        t = step_of(s, steps, reverse)
+        product(h.ctypes.data, AS_IS, size, w.ctypes.data, TRANSPOSED, size, pre.ctypes.data,
+                gates, batch, gates, size, threads)
+        cells(x[t], pre, c, out[t], size)
+        h = out[t]
+    out[steps] = c
+    set_blas_threads(blas_threads)
+'''
+
+_BACKWARD = '''
+
+@_parallel
+def activate(gates, x, c0, cells_, reverse):
+    """Every step's gates (their products already in `gates`) activated in place, and the cell
+    states over time, for each row in parallel (loops over units, which run in SIMD lanes)."""
+    steps, batch, width = x.shape
+    size = width // 4
+    for b in prange(batch):
+        for t in range(steps):
+            for j in range(2 * size):
+                gates[t, b, j] = sigmoid(gates[t, b, j] + x[t, b, j])
+            for j in range(2 * size, 3 * size):
+                gates[t, b, j] = tanh(gates[t, b, j] + x[t, b, j])
+            for j in range(3 * size, width):
+                gates[t, b, j] = sigmoid(gates[t, b, j] + x[t, b, j])
+        c = c0[b].copy()
+        for s in range(steps):
+            t = step_of(s, steps, reverse)
+            for j in range(size):
+                c[j] = gates[t, b, size + j] * c[j] + gates[t, b, j] * gates[t, b, 2 * size + j]
+                cells_[t, b, j] = c[j]
+
+
+@_parallel
+def cotangents(t, prev, dhs, gates, cells_, c0, dh, dc, dx):
+    """Step t's cotangents of its gates (into dx[t]); dh, dc become those of the cell state
+    before it (dh without the product by W_hh, which follows)."""
+    size = dh.shape[1]
+    for b in prange(dh.shape[0]):
+        for j in range(size):
+            i, f = gates[t, b, j], gates[t, b, size + j]
+            g, o = gates[t, b, 2 * size + j], gates[t, b, 3 * size + j]
+            tc = tanh(cells_[t, b, j])
+            dh_ = dh[b, j] + dhs[t, b, j]
+            dc_ = dc[b, j] + dh_ * o * (1 - tc * tc)
+            cp = c0[b, j] if prev < 0 else cells_[prev, b, j]
+            dx[t, b, j] = dc_ * g * i * (1 - i)
+            dx[t, b, size + j] = dc_ * cp * f * (1 - f)
+            dx[t, b, 2 * size + j] = dc_ * i * (1 - g * g)
+            dx[t, b, 3 * size + j] = dh_ * tc * o * (1 - o)
+            dc[b, j] = dc_ * f
+
+
+@njit("void({dtype}[:, :, ::1], {dtype}[:, :, ::1], {dtype}[:, :, ::1], {dtype}[:, ::1], "
+      "{dtype}[:, ::1], {dtype}[:, ::1], boolean, {dtype}[:, :, ::1], {dtype}[:, ::1], "
+      "{dtype}[:, ::1], {dtype}[:, ::1], int64)", cache=True)
+def kernel(g, out, x, w, h0, c0, reverse, dx, dw, dh0, dc0, threads):
+    """The cotangents of x_parts, W_hh^T (dw, (H, 4H)) and the initial states, for the
+    cotangent g of the scan's result `out`."""
+    steps, batch, gates = x.shape
+    size = gates // 4
+    blas_threads = get_blas_threads()
+    set_blas_threads(1)
+    before = befores(h0, out, steps, reverse)
+    acts, cells_ = np.empty((steps, batch, gates), D), np.empty((steps, batch, size), D)
+    product(before.ctypes.data, AS_IS, size, w.ctypes.data, TRANSPOSED, size, acts.ctypes.data,
+            gates, steps * batch, gates, size, threads)
+    activate(acts, x, c0, cells_, reverse)
+    dh, dc = np.zeros((batch, size), D), g[steps].copy()
+    for s in range(steps - 1, -1, -1):
+        t = step_of(s, steps, reverse)
+        cotangents(t, step_of(s - 1, steps, reverse) if s > 0 else -1, g, acts, cells_, c0, dh,
+                   dc, dx)
+        product(dx[t].ctypes.data, AS_IS, gates, w.ctypes.data, AS_IS, size, dh.ctypes.data,
+                size, batch, size, gates, threads)
+    if steps == 0:
+        dw[:] = 0
+    else:  # (H, 4H) = before (T B, H)^T @ dx (T B, 4H)
+        product(before.ctypes.data, TRANSPOSED, size, dx.ctypes.data, AS_IS, gates,
+                dw.ctypes.data, gates, size, gates, steps * batch, threads)
+    dh0[:], dc0[:] = dh, dc
+    set_blas_threads(blas_threads)
+'''
+
+
+_GRU_FORWARD = '''
+
+@_parallel
+def cells(x, hidden, bias, h, out, size):
+    """One step's gates from x's parts and h W_hh^T's (+ b_hh), then h, row by row."""
+    for b in prange(x.shape[0]):
+        for j in range(size):
+            r = sigmoid(x[b, j] + (hidden[b, j] + bias[j]))
+            z = sigmoid(x[b, size + j] + (hidden[b, size + j] + bias[size + j]))
+            n = tanh(x[b, 2 * size + j] + r * (hidden[b, 2 * size + j] + bias[2 * size + j]))
+            out[b, j] = n + z * (h[b, j] - n)
+
+
+@njit("void({dtype}[:, :, ::1], {dtype}[:, ::1], {dtype}[::1], {dtype}[:, ::1], boolean, "
+      "{dtype}[:, :, ::1], int64)", cache=True)
+def kernel(x, w, bias, h0, reverse, out, threads):
+    """out[t] = h after step t (time order), out[T] = the final h; w is W_hh (3H, H)."""
+    steps, batch, gates = x.shape
+    size = gates // 3
+    blas_threads = get_blas_threads()
+    set_blas_threads(1)
+    hidden = np.empty((batch, gates), D)
+    h = h0
+    for s in range(steps):
+        t = step_of(s, steps, reverse)
+        product(h.ctypes.data, AS_IS, size, w.ctypes.data, TRANSPOSED, size, hidden.ctypes.data,
+                gates, batch, gates, size, threads)
+        cells(x[t], hidden, bias, h, out[t], size)
+        h = out[t]
+    out[steps] = h
+    set_blas_threads(blas_threads)
+'''
+
+_GRU_BACKWARD = '''
+
+@_parallel
+def activate(hidden, x, bias, acts):
+    """Every step's gates r, z, n (into acts) from x's parts and h W_hh^T's (in hidden, which
+    keeps its n part + b_hn, what r multiplies), for each row in parallel."""
+    steps, batch, gates = x.shape
+    size = gates // 3
+    for b in prange(batch):
+        for t in range(steps):
+            for j in range(2 * size):
+                acts[t, b, j] = sigmoid(x[t, b, j] + (hidden[t, b, j] + bias[j]))
+            for j in range(2 * size, gates):
+                hidden[t, b, j] += bias[j]
+                acts[t, b, j] = tanh(x[t, b, j] + acts[t, b, j - 2 * size] * hidden[t, b, j])
+
+
+@_parallel
+def cotangents(t, dhs, acts, hidden, before, dh, dprod, dx, dhid):
+    """Step t's cotangents of its gates' sums (into dx[t], and of h W_hh^T's parts into
+    dhid[t]); dh becomes that of h before it but for the product by W_hh (dprod's, next)."""
+    size = dh.shape[1]
+    for b in prange(dh.shape[0]):
+        for j in range(size):
+            r, z, n = acts[t, b, j], acts[t, b, size + j], acts[t, b, 2 * size + j]
+            dh_ = dh[b, j] + dprod[b, j] + dhs[t, b, j]
+            dn = dh_ * (1 - z) * (1 - n * n)
+            dr = dn * hidden[t, b, 2 * size + j] * r * (1 - r)
+            dz = dh_ * (before[t, b, j] - n) * z * (1 - z)
+            dx[t, b, j], dx[t, b, size + j], dx[t, b, 2 * size + j] = dr, dz, dn
+            dhid[t, b, j], dhid[t, b, size + j], dhid[t, b, 2 * size + j] = dr, dz, dn * r
+            dh[b, j] = dh_ * z
+
+
+@_parallel
+def column_sums(a, out, threads):
+    """out = a's rows summed, columns in `threads` shares."""
+    share = -(-a.shape[1] // threads)
+    for part in prange(threads):
+        lo, hi = part * share, min(a.shape[1], (part + 1) * share)
+        out[lo:hi] = 0
+        for i in range(a.shape[0]):
+            for j in range(lo, hi):
+                out[j] += a[i, j]
+
+
+@njit("void({dtype}[:, :, ::1], {dtype}[:, :, ::1], {dtype}[:, :, ::1], {dtype}[:, ::1], "
+      "{dtype}[::1], {dtype}[:, ::1], boolean, {dtype}[:, :, ::1], {dtype}[:, ::1], "
+      "{dtype}[::1], {dtype}[:, ::1], int64)", cache=True)
+def kernel(g, out, x, w, bias, h0, reverse, dx, dw, db, dh0, threads):
+    """The cotangents of x_parts, W_hh^T (dw, (H, 3H)), b_hh and h0, for the cotangent g of
+    the scan's result `out`."""
+    steps, batch, gates = x.shape
+    size = gates // 3
+    blas_threads = get_blas_threads()
+    set_blas_threads(1)
+    before = befores(h0, out, steps, reverse)
+    hidden, acts = np.empty((steps, batch, gates), D), np.empty((steps, batch, gates), D)
+    dhid = np.empty((steps, batch, gates), D)
+    product(before.ctypes.data, AS_IS, size, w.ctypes.data, TRANSPOSED, size,
+            hidden.ctypes.data, gates, steps * batch, gates, size, threads)
+    activate(hidden, x, bias, acts)
+    dh, dprod = g[steps].copy(), np.zeros((batch, size), D)
+    for s in range(steps - 1, -1, -1):
+        t = step_of(s, steps, reverse)
+        cotangents(t, g, acts, hidden, before, dh, dprod, dx, dhid)
+        product(dhid[t].ctypes.data, AS_IS, gates, w.ctypes.data, AS_IS, size,
+                dprod.ctypes.data, size, batch, size, gates, threads)
+    flat = dhid.reshape(steps * batch, gates)
+    if steps == 0:
+        dw[:] = 0
+    else:  # (H, 3H) = before (T B, H)^T @ dhid (T B, 3H)
+        product(before.ctypes.data, TRANSPOSED, size, dhid.ctypes.data, AS_IS, gates,
+                dw.ctypes.data, gates, size, gates, steps * batch, threads)
+    column_sums(flat, db, threads)
+    dh0[:] = dh + dprod
+    set_blas_threads(blas_threads)
+'''
+
+
+_SOURCES = {"lstm forward": _FORWARD, "lstm backward": _BACKWARD,
+            "gru forward": _GRU_FORWARD, "gru backward": _GRU_BACKWARD}  # fmt: skip
+
+
+def generate_source(op: str, dtype: str, ints: str) -> str:
+    head = _HEAD.format(op=op, dtype=dtype, declarations=declarations(dtype, ints),
+                        version=GENERATOR_VERSION,
+                        flags=fastmath.flags_literal(fastmath.FLAGS))  # fmt: skip
+    return head + _SOURCES[op].format(dtype=dtype)
+
+
+def module(node: Node) -> tuple[str, str]:
+    """The name and text of a scan node's kernel module; NotImplementedError for other dtypes,
+    or without GEMM routines to call (`blas.gemm_symbols`)."""
+    dtype, ints = node.outputs[0].dtype.name, gemm_symbols()
+    if ints is None or dtype not in DTYPES:
+        raise NotImplementedError(f"no {node.op} kernel for {dtype}")
+    return named("scan", generate_source(OPS[node.prim], dtype, ints))
+
+
+class ScanKernel(GeneratedKernel):
+    """`kernel(*scan_inputs, out)` or `kernel(g, out, *scan_inputs, packed)`, the scan's inputs
+    (x_parts, w_hh_t, then h0 and c0, or b_hh and h0) made C-contiguous, W_hh^T seen as W_hh;
+    the packed cotangents' parts viewed."""
+
+    def __init__(self, node: Node, compiled: Callable, path: Path):
+        super().__init__(compiled, path)
+        self.reverse = bool(node.attrs["reverse"])
+        self.backward = node.prim in (P.lstm_scan_grad, P.gru_scan_grad)
+        self.threads = numba.get_num_threads()
+
+    def __call__(self, *arrays: np.ndarray) -> None:
+        *ins, result = arrays
+        if not result.flags.c_contiguous:
+            raise ValueError(f"scan kernels write C-contiguous results, not {result.strides}")
+        head, (x, w_hh_t, *states) = [in_c_order(a) for a in ins[:-4]], ins[-4:]
+        scan = (in_c_order(x), in_c_order(w_hh_t.T), *(in_c_order(a) for a in states))
+        parts = unpack(result, x, w_hh_t, *states) if self.backward else (result,)
+        self.compiled(*head, *scan, self.reverse, *parts, self.threads)
+        team.finished()
+
+
+def launcher(node: Node, compiled: Callable, path: Path) -> ScanKernel:
+    return ScanKernel(node, compiled, path)
