@@ -40,11 +40,32 @@ def _lstm_scan_rule(x_parts, w_hh_t, h0, c0, reverse):
     return (x_parts.shape[0] + 1, batch, size), x_parts.dtype
 
 
-def _lstm_scan_grad_rule(g, out, x_parts, w_hh_t, h0, c0, reverse):
-    shape, dtype = _lstm_scan_rule(x_parts, w_hh_t, h0, c0, reverse)
-    if g.shape != shape or out.shape != shape:
-        raise ValueError(f"result {out.shape} and its cotangent {g.shape}: expected {shape}")
-    return (x_parts.size + w_hh_t.size + 2 * h0.size,), dtype
+def _grad_rule(rule):
+    """The shape rule of a scan's gradient op, `rule` the scan's: the flat packed cotangents of
+    the scan's inputs, for the cotangent g of its result `out`."""
+
+    def grad_rule(g, out, *ins, reverse):
+        shape, dtype = rule(*ins, reverse)
+        if g.shape != shape or out.shape != shape:
+            raise ValueError(f"result {out.shape} and its cotangent {g.shape}: expected {shape}")
+        return (sum(v.size for v in ins),), dtype
+
+    return grad_rule
+
+
+def _vjp(grad: Primitive):
+    """A scan's joint VJP: its gradient op `grad`, its packed result viewed per input."""
+
+    def vjp(wanted, g, out, *ins, reverse, create_graph=False):
+        grads = unpack(grad(g, out, *ins, reverse=reverse), *ins)
+        return [d if w else None for w, d in zip(wanted, grads, strict=True)]
+
+    return vjp
+
+
+def _scan_flops(ins, outs) -> int:
+    """Each step's product, 2 B H (G H) (x_parts' size times H); backward three times that."""
+    return 2 * ins[0].size * ins[1].shape[0] * (1 if len(ins) == 4 else 3)
 
 
 def _in_order(x: np.ndarray, reverse: bool) -> np.ndarray:
@@ -123,12 +144,6 @@ def unpack(packed, *like) -> tuple:
                  for a, b, x in zip(ends[:-1], ends[1:], like, strict=True))  # fmt: skip
 
 
-def _lstm_scan_vjp(wanted, g, out, x_parts, w_hh_t, h0, c0, reverse, create_graph=False):
-    packed = lstm_scan_grad(g, out, x_parts, w_hh_t, h0, c0, reverse=reverse)
-    grads = unpack(packed, x_parts, w_hh_t, h0, c0)
-    return [d if w else None for w, d in zip(wanted, grads, strict=True)]
-
-
 def _lstm_scan_parts(x_parts, w_hh_t, h0, c0, reverse):
     """The scan in ops, a step at a time: what a trace records, and what a second derivative
     differentiates."""
@@ -143,18 +158,13 @@ def _lstm_scan_parts(x_parts, w_hh_t, h0, c0, reverse):
     return concatenate(*[reshape(v, shape=(1, *v.shape)) for v in (*hs, c)], axis=0)
 
 
-def _lstm_scan_flops(ins, outs) -> int:
-    """Each step's product, 2 B H 4H; backward three times that."""
-    return 2 * ins[0].size * ins[1].shape[0] * (1 if len(ins) == 4 else 3)
-
-
-lstm_scan = Primitive(
-    "lstm_scan", _lstm_scan, _lstm_scan_rule, _lstm_scan_vjp, "in+out",
-    joint=True, raises=False, rerun=True, flops=_lstm_scan_flops, decompose=_lstm_scan_parts,
-)  # fmt: skip
 lstm_scan_grad = Primitive(
-    "lstm_scan_grad", _lstm_scan_grad, _lstm_scan_grad_rule, None, raises=False,
-    flops=_lstm_scan_flops,
+    "lstm_scan_grad", _lstm_scan_grad, _grad_rule(_lstm_scan_rule), None, raises=False,
+    flops=_scan_flops,
+)  # fmt: skip
+lstm_scan = Primitive(
+    "lstm_scan", _lstm_scan, _lstm_scan_rule, _vjp(lstm_scan_grad), "in+out", joint=True,
+    raises=False, rerun=True, flops=_scan_flops, decompose=_lstm_scan_parts,
 )  # fmt: skip
 
 
@@ -179,13 +189,6 @@ def _gru_scan_rule(x_parts, w_hh_t, b_hh, h0, reverse):
         raise ValueError("input parts, weights and states of one floating dtype, not "
                          + ", ".join(str(v.dtype) for v in ins))  # fmt: skip
     return (x_parts.shape[0] + 1, batch, size), x_parts.dtype
-
-
-def _gru_scan_grad_rule(g, out, x_parts, w_hh_t, b_hh, h0, reverse):
-    shape, dtype = _gru_scan_rule(x_parts, w_hh_t, b_hh, h0, reverse)
-    if g.shape != shape or out.shape != shape:
-        raise ValueError(f"result {out.shape} and its cotangent {g.shape}: expected {shape}")
-    return (x_parts.size + w_hh_t.size + b_hh.size + h0.size,), dtype
 
 
 def _gru_scan(x_parts, w_hh_t, b_hh, h0, reverse):
@@ -239,12 +242,6 @@ def _gru_scan_grad(g, out, x_parts, w_hh_t, b_hh, h0, reverse):
     return packed
 
 
-def _gru_scan_vjp(wanted, g, out, x_parts, w_hh_t, b_hh, h0, reverse, create_graph=False):
-    packed = gru_scan_grad(g, out, x_parts, w_hh_t, b_hh, h0, reverse=reverse)
-    grads = unpack(packed, x_parts, w_hh_t, b_hh, h0)
-    return [d if w else None for w, d in zip(wanted, grads, strict=True)]
-
-
 def _gru_scan_parts(x_parts, w_hh_t, b_hh, h0, reverse):
     """The scan in ops, a step at a time (`nn.GRU`'s before it was one op)."""
     steps, size = x_parts.shape[0], h0.shape[1]
@@ -258,18 +255,13 @@ def _gru_scan_parts(x_parts, w_hh_t, b_hh, h0, reverse):
     return concatenate(*[reshape(v, shape=(1, *v.shape)) for v in (*hs, h)], axis=0)
 
 
-def _gru_scan_flops(ins, outs) -> int:
-    """Each step's product, 2 B H 3H; backward three times that."""
-    return 2 * ins[0].size * ins[1].shape[0] * (1 if len(ins) == 4 else 3)
-
-
-gru_scan = Primitive(
-    "gru_scan", _gru_scan, _gru_scan_rule, _gru_scan_vjp, "in+out",
-    joint=True, raises=False, rerun=True, flops=_gru_scan_flops, decompose=_gru_scan_parts,
-)  # fmt: skip
 gru_scan_grad = Primitive(
-    "gru_scan_grad", _gru_scan_grad, _gru_scan_grad_rule, None, raises=False,
-    flops=_gru_scan_flops,
+    "gru_scan_grad", _gru_scan_grad, _grad_rule(_gru_scan_rule), None, raises=False,
+    flops=_scan_flops,
+)  # fmt: skip
+gru_scan = Primitive(
+    "gru_scan", _gru_scan, _gru_scan_rule, _vjp(gru_scan_grad), "in+out", joint=True,
+    raises=False, rerun=True, flops=_scan_flops, decompose=_gru_scan_parts,
 )  # fmt: skip
 
 
