@@ -5,6 +5,8 @@ differences; a traced training step (both backends) against the eager one."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -177,6 +179,12 @@ def test_shapes_names_init_and_refusals():
         lstm(Packed())
     with pytest.raises(tg.ShapeError, match="initial state"):
         nn.GRU(5, 8)(tg.zeros(3, 2, 5), tg.zeros(1, 3, 8))
+    for layer in (lstm, nn.GRU(5, 8)):  # the time axis, batch first or not, of no steps
+        given = (3, 0, 5) if layer is lstm else (0, 3, 5)
+        with pytest.raises(
+            tg.ShapeError, match=re.escape(f"a sequence of no steps, input {given}")
+        ):
+            layer(tg.zeros(*given))
     with pytest.raises(ValueError, match="nonlinearity"):
         nn.RNN(2, 3, nonlinearity="sigmoid")
     with pytest.raises(ValueError, match="proj_size"):

@@ -208,11 +208,13 @@ class RNNBase(Module):
 
     def _run(self, x: Tensor, hx: Any, lengths: np.ndarray | None,
              packed: bool = False) -> tuple[Tensor, Any]:  # fmt: skip
-        batched = x.ndim == 3
+        batched, given = x.ndim == 3, x.shape
         if not batched:
             x = reshape(x, (x.shape[0], 1, x.shape[1]))
         elif self.batch_first and not packed:
             x = permute(x, (1, 0, 2))
+        if x.shape[0] == 0:  # PyTorch's refusal too: no step, no final state to give
+            raise ShapeError(f"{type(self).__name__}: a sequence of no steps, input {given}")
         states = self._states(hx, x.shape[1], np.result_type(x.dtype, np.float32), batched)
         finals: list[list[Tensor]] = [[] for _ in states]
         for layer in range(self.num_layers):
