@@ -74,7 +74,7 @@ def befores(h0, out, steps, reverse):
     return before
 '''
 
-_FORWARD = '''
+_LSTM_FORWARD = '''
 
 @_parallel
 def cells(x, pre, c, h, size):
@@ -109,7 +109,7 @@ def kernel(x, w, h0, c0, reverse, out, threads):
     set_blas_threads(blas_threads)
 '''
 
-_BACKWARD = '''
+_LSTM_BACKWARD = '''
 
 @_parallel
 def activate(gates, x, c0, cells_, reverse):
@@ -298,7 +298,7 @@ def kernel(g, out, x, w, bias, h0, reverse, dx, dw, db, dh0, threads):
 '''
 
 
-_SOURCES = {"lstm forward": _FORWARD, "lstm backward": _BACKWARD,
+_SOURCES = {"lstm forward": _LSTM_FORWARD, "lstm backward": _LSTM_BACKWARD,
             "gru forward": _GRU_FORWARD, "gru backward": _GRU_BACKWARD}  # fmt: skip
 
 
