@@ -386,7 +386,7 @@ def kernel(x, gy, g, groups, dw, threads):
     if g[13]:  # few positions, many channels: each thread all of them, its share of O
         width = batch * positions
         for part in prange(threads):
-            cols, block = np.empty((k, width), D), np.empty((og, width), D)
+            cols, block = np.empty((k, width), D), np.empty((-(-og // threads), width), D)
             pad = padded(x, g, cg)
             for grp in range(groups):
                 o0, o1 = part * og // threads, (part + 1) * og // threads
@@ -983,8 +983,8 @@ def scratch(node: Node) -> int:
     wp = max(pw + w, (ow - 1) * sw + (kw - 1) * dw + 1)
     each = (cg * kh * kw + (o // a["groups"] if samples > 1 else 0)) * width + cg * hp * wp
     split = _splits_channels(node)
-    if split:  # the whole batch's columns, the gradient's rows of the group (`_splits_channels`)
-        each = (cg * kh * kw + o // a["groups"]) * n * oh * ow + cg * hp * wp
+    if split:  # the whole batch's columns, a thread's share of the group's gradient rows
+        each = (cg * kh * kw + -(-o // a["groups"] // threads)) * n * oh * ow + cg * hp * wp
     elif _channels_last(node):  # the sample channels-last, its output's rows, the taps' weights
         each = (hp * wp + oh * ow + 2 * kh * kw) * o
     elif _by_planes(node):  # the phases of a group's padded planes, and the grid (`depthwise`)
