@@ -5,31 +5,50 @@ would then read the forward result, keeping it alive from forward to backward, w
 recomputing it costs a few flops in a kernel that runs anyway (remat's reasoning). It would
 also be a different computation from the one backward sees: remat may rebuild the forward
 input in backward, by a kernel whose float32 math differs in the last bits, and max's VJP
-compares the input with its maximum (a merged maximum matched no element: 0 / 0)."""
+compares the input with its maximum (a merged maximum matched no element: 0 / 0).
+Exempt are a few numbers (`_held`), merged by what they compute: a batch norm's statistics per
+channel, which its gradient computes again from x, are forward's, and backward's pass over the
+batch to get them goes."""
 
 from __future__ import annotations
 
 from tracegrad.core.ir import Graph, Node, Value, common_module
-from tracegrad.core.vocabulary import Phase
+from tracegrad.core.vocabulary import Kind, Phase
 
 from .base import PassStats, stats, substitute
+
+# A few numbers (a batch norm's statistics and scales per channel) are held from forward to
+# backward rather than computed again: a sum this many times smaller than its input, an
+# elementwise result of at most this many elements.
+SMALL = 16
+FEW = 4096
 
 
 def cse(graph: Graph) -> tuple[Graph, PassStats]:
     seen: dict[tuple, int] = {}  # key -> position in kept
     alias: dict[Value, Value] = {}
     kept: list[Node] = []
+    names: dict[tuple, int] = {}  # a pure computation -> its number
+    name_of: dict[Value, object] = {}  # a pure node's result -> its computation's number
     for n in graph.nodes:
-        inputs = tuple(_key(alias.get(v, v)) for v in n.inputs)
-        key = (n.prim, inputs, repr(sorted(n.attrs.items())), _region(n))
+        ins = [alias.get(v, v) for v in n.inputs]
+        attrs = repr(sorted(n.attrs.items()))
+        exprs = tuple(name_of[v] if v in name_of else _key(v) for v in ins)
+        if _held(n):  # what it computes, whichever phase's values compute it
+            key = (n.prim, exprs, attrs, None)
+        else:
+            key = (n.prim, tuple(map(_key, ins)), attrs, _region(n))
         if key in seen:
             first = kept[seen[key]]
             alias.update(zip(n.outputs, first.outputs, strict=True))
             if first.module != n.module:  # one node serves both modules: it belongs to both
                 kept[seen[key]] = first.replace(module=common_module((first.module, n.module)))
-        else:
-            seen[key] = len(kept)
-            kept.append(n)
+            continue
+        seen[key] = len(kept)
+        kept.append(n)
+        if n.prim.single_pass or n.prim.kind is Kind.VIEW:
+            for i, v in enumerate(n.outputs):
+                name_of[v] = names.setdefault((n.prim, exprs, attrs, i), len(names))
     after = substitute(Graph(graph.inputs, kept, graph.outputs), alias)
     return after, stats("cse", graph, after)
 
@@ -38,6 +57,20 @@ def _region(n: Node) -> bool | None:
     """Single-pass nodes (`Primitive.single_pass`) merge only within forward or within the
     rest; others (a matrix product) merge anywhere."""
     return n.phase is Phase.FORWARD if n.prim.single_pass else None
+
+
+def _held(n: Node) -> bool:
+    """A single-pass node that merges anywhere, by what it computes (backward's computing it
+    again from recomputed values included): one whose result is a few numbers, and a sum much
+    smaller than what it reads. Holding them costs nothing, computing them again a pass (or a
+    kernel launch); a linear reduction's gradient reads neither its input nor its result."""
+    prim, out = n.prim, n.outputs[0] if len(n.outputs) == 1 else None
+    if out is None or not prim.single_pass:
+        return False
+    if prim.kind is Kind.ELEMENTWISE:
+        return out.size <= FEW
+    linear = not (prim.saves_inputs or prim.saves_output)
+    return linear and SMALL * out.size <= n.inputs[0].size
 
 
 def _key(v: Value) -> object:

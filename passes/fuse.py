@@ -8,7 +8,8 @@ reads already existed when its earliest part started, so the fused node can run 
 group's first member ran, and when both are of one family (`_family`): a recomputed value must
 not move back into forward, or into a segment rebuilt long before backward reads it, where it
 would be held until then; and not when it would widen a group whose narrower results are read
-after it (`_narrow_results`)."""
+after it (`_narrow_results`). A map of one large value that a group writes for a later one is
+computed again by the later one's kernel instead (`_maps_per_group`)."""
 
 from __future__ import annotations
 
@@ -90,6 +91,31 @@ def _row_reduction(n: Node) -> bool:
 def fuse(graph: Graph) -> tuple[Graph, PassStats]:
     before = len(graph.nodes)
     graph = _views_early(_expansions_per_reader(graph))
+    groups, group_of = _grouped(graph)
+    for _ in range(MAPS_ROUNDS):
+        copied = _maps_per_group(graph, groups, group_of)
+        if copied is None:
+            break
+        graph = _views_early(copied)
+        groups, group_of = _grouped(graph)
+    users = graph.users()
+    outputs = set(graph.outputs)
+    nodes: list[Node] = []
+    fused = 0
+    for i, n in enumerate(graph.nodes):
+        group = group_of.get(n.outputs[0]) if n.outputs else None
+        if group is None:
+            nodes.append(n)
+        elif group.start == i:
+            nodes.append(_fused_node(group, users, outputs))
+            fused += len(group.nodes)
+    after = Graph(graph.inputs, nodes, graph.outputs)
+    note = f"{fused} nodes in {len(groups)} groups"
+    return after, PassStats("fuse", before, len(nodes), 0, note)
+
+
+def _grouped(graph: Graph) -> tuple[dict[int, _Group], dict[Value, _Group]]:
+    """The groups by their first node's index, and the group of each result in one."""
     readers = graph.users()
     for v in graph.outputs:  # the step's caller reads them too
         readers.setdefault(v, []).append(None)
@@ -124,20 +150,76 @@ def fuse(graph: Graph) -> tuple[Graph, PassStats]:
             del groups[start]
             for v in group.reductions:
                 del group_of[v]
-    users = graph.users()
-    outputs = set(graph.outputs)
-    nodes: list[Node] = []
-    fused = 0
+    return groups, group_of
+
+
+# Rounds of `_maps_per_group`: a map copied into a later group may make another copyable.
+MAPS_ROUNDS = 3
+
+
+def _maps_per_group(graph: Graph, groups: dict[int, _Group], group_of: dict[Value, _Group]
+                    ) -> Graph | None:  # fmt: skip
+    """The graph with each map one group writes for a later group of its family computed again
+    by that group's kernel, or None if there is none. A map is an elementwise result of
+    arithmetic (`Primitive.arithmetic`) on one value as large as it and narrower ones (a batch
+    norm's x - mean, read by the sum of its squares and by the normalization after it): the later
+    kernel reads that large value where it would read the map, and the earlier one no longer
+    writes it (Inductor's inlining of pointwise ops into every reader)."""
+    made_at = {v: i for i, n in enumerate(graph.nodes) for v in n.outputs}
+    producer = {v: n for n in graph.nodes for v in n.outputs}
+    copies: dict[int, dict[Value, Value]] = {}  # reader index -> its map -> its copy
+    inserted: dict[int, list[Node]] = {}
     for i, n in enumerate(graph.nodes):
-        group = group_of.get(n.outputs[0]) if n.outputs else None
-        if group is None:
-            nodes.append(n)
-        elif group.start == i:
-            nodes.append(_fused_node(group, users, outputs))
-            fused += len(group.nodes)
-    after = Graph(graph.inputs, nodes, graph.outputs)
-    note = f"{fused} nodes in {len(groups)} groups"
-    return after, PassStats("fuse", before, len(nodes), 0, note)
+        later = group_of.get(n.outputs[0]) if n.outputs else None
+        if later is None:
+            continue
+        for v in n.inputs:
+            earlier = group_of.get(v)
+            if earlier is None or earlier is later or earlier.family != later.family:
+                continue
+            chain = _map_chain(v, earlier, producer, made_at)
+            if chain is None or any(made_at.get(u, -1) >= later.start for u in chain[1]):
+                continue
+            mine = copies.setdefault(i, {})
+            for m in chain[0]:
+                if m.outputs[0] not in mine:
+                    inserted.setdefault(i, []).append(clone(m, mine, n.phase))
+    if not inserted:
+        return None
+    nodes: list[Node] = []
+    for i, n in enumerate(graph.nodes):
+        mine = copies.get(i, {})
+        nodes += inserted.get(i, ())
+        nodes.append(n.replace(inputs=[mine.get(v, v) for v in n.inputs]) if mine else n)
+    return prune(Graph(graph.inputs, nodes, graph.outputs))[0]
+
+
+def _map_chain(v: Value, group: _Group, producer: dict[Value, Node], made_at: dict[Value, int]
+               ) -> tuple[list[Node], set[Value]] | None:  # fmt: skip
+    """The group's nodes that compute `v`, in order, and what they read from outside them, if
+    `v` is a map (see `_maps_per_group`) of at most one value as large as it; else None."""
+    chain: list[Node] = []
+    leaves: set[Value] = set()
+    stack, seen = [v], set()
+    while stack:
+        u = stack.pop()
+        if u in seen:
+            continue
+        seen.add(u)
+        if u in group.values:
+            m = producer[u]
+            if not m.prim.arithmetic or len(chain) >= MAP_NODES_MAX:
+                return None
+            chain.append(m)
+            stack += m.inputs
+        elif u.const is None:
+            leaves.add(u)
+    if sum(u.size >= v.size for u in leaves) > 1:
+        return None
+    return sorted(chain, key=lambda m: made_at[m.outputs[0]]), leaves
+
+
+MAP_NODES_MAX = 8  # longest chain a later kernel computes again
 
 
 def _expansions_per_reader(graph: Graph) -> Graph:

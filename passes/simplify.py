@@ -117,6 +117,28 @@ def same_shape_view(n: Node, rw: Rewrite) -> Value | None:
     return x if x.shape == n.outputs[0].shape else None
 
 
+@rule(P.getitem)
+def part_of_concatenation(n: Node, rw: Rewrite) -> Value | None:
+    """A slice of a concatenation that is one of its parts: that part (a gradient op's packed
+    cotangents, traced as the concatenation of their parts, then unpacked)."""
+    joined = rw.producers.get(n.inputs[0])
+    template, out = n.attrs["template"], n.outputs[0]
+    if joined is None or joined.prim is not P.concatenate or len(n.inputs) != 1:
+        return None
+    axis = joined.attrs["axis"] % out.ndim if out.ndim else 0
+    if len(template) != axis + 1 or any(t != slice(None) for t in template[:axis]):
+        return None
+    t, at = template[axis], 0
+    if not isinstance(t, slice) or t.step not in (None, 1):
+        return None
+    start, stop, _ = t.indices(joined.outputs[0].shape[axis])
+    for part in joined.inputs:
+        if (start, stop) == (at, at + part.shape[axis]) and part.shape == out.shape:
+            return part
+        at += part.shape[axis]
+    return None
+
+
 @rule(P.transpose)
 def identity_transpose(n: Node, rw: Rewrite) -> Value | None:
     return n.inputs[0] if n.attrs["axes"] == tuple(range(n.inputs[0].ndim)) else None

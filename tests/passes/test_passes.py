@@ -1115,3 +1115,99 @@ def test_fuse_folds_a_sum_over_all_axes_into_what_it_sums():
     after, _ = passes.fuse(graph)
     assert [n.op for n in after.nodes] == ["fused"] and after.nodes[0].outputs == [total]
     same_results(graph, after, rand(6, 5))
+
+
+BATCH = (8, 3, 16, 16)  # more elements than cse holds as a few numbers
+
+
+def channel_statistics(op="sub", phase=Phase.FORWARD, x=None):
+    """A batch norm's forward on x (8, 3, 16, 16): the mean, x - mean (or `op`), the sum of its
+    squares, the normalized values' ReLU. Returns x, the nodes, the result."""
+    x = val(*BATCH) if x is None else x
+    count, eps = const(x.size / 3), const(1e-5)
+    n1, total = node("sum", [x], (1, 3, 1, 1), phase, axis=(0, 2, 3), keepdims=True)
+    n2, mean = node("div", [total, count], (1, 3, 1, 1), phase)
+    n3, centered = node(op, [x, mean], BATCH, phase)
+    n4, square = node("mul", [centered, centered], BATCH, phase)
+    n5, squares = node("sum", [square], (1, 3, 1, 1), phase, axis=(0, 2, 3), keepdims=True)
+    n6, var = node("div", [squares, count], (1, 3, 1, 1), phase)
+    n7, shifted = node("add", [var, eps], (1, 3, 1, 1), phase)
+    n8, std = node("sqrt", [shifted], (1, 3, 1, 1), phase)
+    n9, y = node("div", [centered, std], BATCH, phase)
+    n10, out = node("maximum", [y, const(0.0)], BATCH, phase)
+    return x, [n1, n2, n3, n4, n5, n6, n7, n8, n9, n10], out
+
+
+def test_fuse_computes_a_map_again_in_a_later_kernel_instead_of_writing_it():
+    """x - mean, read by the sum of its squares and, once the variance is known, by the
+    normalization: the later kernel computes it again from x (which it reads instead), so the
+    first kernel writes nothing as large as x; only the result is written."""
+    x, nodes, out = channel_statistics()
+    graph = Graph([x], nodes, [out])
+    after, _ = passes.fuse(graph)
+    kernels = [n for n in after.nodes if n.op == "fused"]
+    written = [v for n in kernels for v in n.outputs if v.shape == x.shape]
+    assert written == [out]
+    bodies = [[m.op for m in n.attrs["body"].nodes] for n in kernels]
+    assert sum(body.count("sub") for body in bodies) == 2, bodies
+    same_results(graph, after, rand(*BATCH))
+
+
+@pytest.mark.parametrize("op", ["arctan2", "hypot", "pow"])
+def test_fuse_writes_a_map_of_a_transcendental_function_once(op):
+    """A map that is not arithmetic costs more to compute again than to write and read back:
+    the earlier kernel writes it, the later reads it."""
+    x, nodes, out = channel_statistics(op)
+    after, _ = passes.fuse(Graph([x], nodes, [out]))
+    written = [v for n in after.nodes if n.op == "fused" for v in n.outputs]
+    assert [v for v in written if v.shape == x.shape and v is not out] == [nodes[2].outputs[0]]
+
+
+def test_fuse_writes_a_map_of_two_large_values_once():
+    """x - z read across a reduction: computing it again would read both x and z."""
+    x, z = val(4, 6), val(4, 6)
+    n1, d = node("sub", [x, z], (4, 6))
+    n2, rows = node("sum", [d], (4, 1), axis=(1,), keepdims=True)
+    n3, s = node("sqrt", [rows], (4, 1))
+    n4, out = node("div", [d, s], (4, 6))
+    graph = Graph([x, z], [n1, n2, n3, n4], [out])
+    after, _ = passes.fuse(graph)
+    assert sum(m.op == "sub" for n in after.nodes if n.op == "fused"
+               for m in n.attrs["body"].nodes) == 1  # fmt: skip
+    same_results(graph, after, rand(4, 6), np.full((4, 6), -5.0, F32))  # sums > 0
+
+
+def test_cse_holds_a_channels_statistics_until_backward_computes_them_again():
+    """Backward's recomputation of the mean and the sum of squares (a batch norm's gradient
+    recomputes its statistics) merges with forward's: a few numbers held, not a pass over the
+    batch. x - mean itself, as large as x, is backward's own; so is a sum that keeps x's size."""
+    x, forward, out = channel_statistics()
+    _, again, _ = channel_statistics(phase=Phase.BACKWARD, x=x)
+    wide_f, wide = node("sum", [x], (8, 1, 16, 16), axis=(1,), keepdims=True)
+    wide_b, wide_again = node("sum", [x], (8, 1, 16, 16), Phase.BACKWARD, axis=(1,), keepdims=True)
+    graph = Graph([x], forward + again + [wide_f, wide_b],
+                  [out, again[-1].outputs[0], wide, wide_again])  # fmt: skip
+    after, _ = passes.cse(graph)
+    after, _ = passes.prune(after)
+    kept = [n for n in after.nodes if n.phase is Phase.BACKWARD]
+    assert [n.op for n in kept] == ["sub", "div", "maximum", "sum"]
+    same_results(graph, after, rand(*BATCH))
+
+
+def test_simplify_takes_the_parts_of_a_concatenation_its_slices_are():
+    """A gradient op's cotangents packed into one array and unpacked (batch norm's, traced as
+    their parts): each slice is the part it covers, and the concatenation goes; a slice across
+    two parts stays one."""
+    a, b = val(2, 3), val(4)
+    n1, flat = node("reshape", [a], (6,), shape=(6,))
+    n2, packed = node("concatenate", [flat, b], (10,), axis=0)
+    n3, first = node("getitem", [packed], (6,), template=(slice(None, 6, None),))
+    n4, again = node("reshape", [first], (2, 3), shape=(2, 3))
+    n5, second = node("getitem", [packed], (4,), template=(slice(6, None, None),))
+    n6, across = node("getitem", [packed], (2,), template=(slice(5, 7, None),))
+    graph = Graph([a, b], [n1, n2, n3, n4, n5, n6], [again, second, across])
+    after, _ = passes.simplify(graph)
+    after, _ = passes.prune(after)
+    assert after.outputs[:2] == [a, b]
+    assert [n.op for n in after.nodes] == ["reshape", "concatenate", "getitem"]
+    same_results(graph, after, rand(2, 3), rand(4))

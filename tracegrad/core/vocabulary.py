@@ -12,6 +12,7 @@ from __future__ import annotations
 import builtins
 import enum
 import functools
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,6 +24,10 @@ PRIMITIVES: dict[str, Primitive] = {}
 # Ops whose eager calls a backend may run with kernels of its own: `run(prim, arrays, params,
 # shape, dtype)` gives the result, or None for the op's NumPy version (`runtime.eager`).
 EAGER_KERNELS: dict[Primitive, Callable] = {}
+
+
+# What a scalar template may call and still be arithmetic (`Primitive.arithmetic`).
+ONE_INSTRUCTION = {"abs", "maximum", "minimum", "sign"}
 
 
 class Kind(str, enum.Enum):
@@ -181,6 +186,14 @@ class Primitive:
         is also cheap. No effects, and a kind whose cost the passes know: an opaque op (a
         user's, say) is not assumed to be safe to run twice."""
         return self.kind in _RERUNNABLE if self._rerun is None else self._rerun
+
+    @property
+    def arithmetic(self) -> bool:
+        """Elementwise and a few instructions (operators, abs, a maximum): a kernel computes it
+        again for less than writing its result and reading it back, which a transcendental
+        function (a call, a power) may not."""
+        scalar = self.scalar or "math.nan()"
+        return "**" not in scalar and set(re.findall(r"([\w.]+)\(", scalar)) <= ONE_INSTRUCTION
 
     @property
     def single_pass(self) -> bool:
