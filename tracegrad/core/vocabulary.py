@@ -102,10 +102,13 @@ class Primitive:
     `trace_parts` a trace records the decomposition in the op's place: eagerly the op is one
     call and one tape node, traced its parts fuse with their neighbours (PyTorch's split of
     native eager ops and a compiler's decompositions); without, a backend runs the op itself
-    (a kernel of its own where its parts would be a score of small statements); `vjp_into`,
-    `vjp_into(acc, g, *inputs, **params)` adds the first input's cotangent into `acc`, an array
-    of its shape, in place: eager backward's way to gather the cotangents of many slices of one
-    tensor (getitem's) in one buffer."""
+    (a kernel of its own where its parts would be a score of small statements); with
+    `traced_vjp` too, a trace differentiates the op by its own `vjp` (whose ops trace as their
+    parts) rather than its parts: a gradient derived by hand knows what autodiff of the parts
+    cannot (batch norm's: the centred values sum to zero, one pass over the batch fewer);
+    `vjp_into`, `vjp_into(acc, g, *inputs, **params)` adds the first input's cotangent into
+    `acc`, an array of its shape, in place: eager backward's way to gather the cotangents of many
+    slices of one tensor (getitem's) in one buffer."""
 
     def __init__(
         self,
@@ -131,6 +134,7 @@ class Primitive:
         rerun: bool | None = None,
         decompose: Callable | None = None,
         trace_parts: bool = True,
+        traced_vjp: bool = False,
         vjp_into: Callable | None = None,
     ):
         if kind not in Kind.__members__.values():
@@ -153,6 +157,7 @@ class Primitive:
         self._raises, self._rerun = raises, rerun
         self.decompose = decompose
         self.trace_parts = decompose is not None and trace_parts
+        self.traced_vjp = traced_vjp
         self.vjp_into = vjp_into
         self._shapes: dict[tuple, tuple[tuple[int, ...], np.dtype]] = {}
         PRIMITIVES[name] = self

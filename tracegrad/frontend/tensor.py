@@ -331,8 +331,10 @@ def bind(prim: Any, *args: Any, **params: Any) -> Tensor:
     inputs = _lift_args(args, weak)
     shape, dtype = prim.shape_rule(*inputs, **params)
     if tracer is not None and prim.trace_parts:
-        return prim.decompose(*inputs, **params)
-    if tracer is not None:
+        if not prim.traced_vjp:
+            return prim.decompose(*inputs, **params)
+        out = _parts_off_the_tape(prim, inputs, params)
+    elif tracer is not None:
         value = tracer.process(prim, inputs, params, shape, dtype)
         if weak and _all_weak(args, weak):  # Python-number arithmetic stays a Python number
             weak.add(value)
@@ -351,6 +353,16 @@ def bind(prim: Any, *args: Any, **params: Any) -> Tensor:
     if listeners.grad_enabled and listeners.record is not None:
         listeners.record(prim, inputs, out, params)
     return out
+
+
+def _parts_off_the_tape(prim: Any, inputs: list[Tensor], params: dict) -> Tensor:
+    """The op's parts, traced but not taped: the tape holds the op, whose own VJP
+    differentiates it (`Primitive.traced_vjp`)."""
+    enabled, Listeners.grad_enabled = Listeners.grad_enabled, False
+    try:
+        return prim.decompose(*inputs, **params)
+    finally:
+        Listeners.grad_enabled = enabled
 
 
 def _is_python_number(a: Any) -> bool:

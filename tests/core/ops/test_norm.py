@@ -13,6 +13,7 @@ from tracegrad.compiler import lowering
 from tracegrad.compiler.kernels import fused
 from tracegrad.core import primitives as P
 from tracegrad.core.ops import norm as normalization
+from tracegrad.core.vocabulary import Phase
 from tracegrad.nn import functional as F
 
 NORMS = {  # input shape, weight shape, the normalization
@@ -179,3 +180,37 @@ def test_batch_norms_of_few_values_per_sample_have_no_kernel():
         values = [ir.Value(shape, np.float32), *[ir.Value((32,), np.float32)] * 2]
         node = ir.Node(P.batch_norm, values, [ir.Value(shape, np.float32)], {"eps": 1e-5})
         assert native.modules([node]) == {}
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_a_traced_batch_norm_is_differentiated_by_its_own_formula(rng, backend, monkeypatch):
+    """A trace records batch norm's parts but differentiates it by batch_norm_grad's
+    (`traced_vjp`): x's, weight's and bias's gradients through a ReLU against finite
+    differences (float64). The statistics are forward's, and on Numba backward reads the batch
+    in two kernels, the sums and then dx, writing nothing as large as x before dx."""
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+    x, c = rng.standard_normal((4, 3, 5, 2)) + 2.0, rng.standard_normal((4, 3, 5, 2))
+    w, b = rng.standard_normal(3), rng.standard_normal(3)
+
+    def loss(x, w, b):
+        return (F.relu(F.batch_norm(x, None, None, w, b, training=True)) * tg.tensor(c)).sum()
+
+    def step(x, w, b):
+        with tg.GradManager().attach([x, w, b]) as gm:
+            gm.backward(loss(x, w, b))
+        return x.grad, w.grad, b.grad
+
+    traced = tg.trace(step, backend=backend)
+    got = traced(*(tg.tensor(a, requires_grad=True) for a in (x, w, b)))
+    args = {"x": x, "w": w, "b": b}
+    for name, g in zip(args, got, strict=True):
+        def f(a, name=name):
+            return float(loss(*(tg.tensor(a if k == name else v) for k, v in args.items())))
+
+        np.testing.assert_allclose(g.numpy(), numeric_grad(f, args[name]), rtol=1e-6, atol=1e-7)
+    backward = [n for n in traced.graph.nodes if n.phase is not Phase.FORWARD]
+    assert not any(n.prim is P.batch_norm_grad for n in traced.graph.nodes)
+    if backend == "numba":
+        reads = [n for n in backward if n.op == "fused" and x.shape in [v.shape for v in n.inputs]]
+        assert len(reads) == 2, [[m.op for m in n.attrs["body"].nodes] for n in reads]
+        assert [v.shape for v in reads[0].outputs] == [(3,), (3,)]

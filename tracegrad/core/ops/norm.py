@@ -183,7 +183,8 @@ layer_norm_grad = Primitive(
 # --- batch norm in training (implemented above; the Numba backend has kernels of its own) -------
 # batch_norm(x, weight, bias) by x's statistics per channel; batch_norm_grad(x, weight, g) packs
 # [dx | dweight | dbias]; batch_stats(x) the (2, C) means and variances. Attribute: eps. A trace
-# and a second-order gradient take the parts (`decompose`), which cse shares between them.
+# and a second-order gradient take the parts (`decompose`), which cse shares between them; a
+# trace differentiates batch_norm by batch_norm_grad's parts (`traced_vjp`).
 
 
 def _batch_norm_rule(x, weight, bias, eps):
@@ -229,6 +230,22 @@ def _batch_norm_parts(x, weight, bias, eps):
     return (x - mean) * scale + reshape(bias, shape=shape)
 
 
+def _batch_norm_grad_parts(x, weight, g, eps):
+    """batch_backward's formula in composed ops, packed as it packs: a trace differentiates
+    batch_norm by it (`traced_vjp`), two passes over the batch (its sums, then dx) where the
+    parts' own gradient makes three. The statistics are forward's (cse holds them)."""
+    axes, shape, count = channels(x)
+    mean, var = _batch_moments_parts(x)
+    rstd = 1.0 / sqrt(var + eps)
+    xhat = (x - mean) * rstd
+    dbias = reductions.sum(g, axis=axes, keepdims=False)
+    dweight = reductions.sum(g * xhat, axis=axes, keepdims=False)
+    mean_g = reshape(dbias, shape=shape) / float(count)
+    mean_g_xhat = reshape(dweight, shape=shape) / float(count)
+    dx = (g - mean_g - xhat * mean_g_xhat) * (reshape(weight, shape=shape) * rstd)
+    return concatenate(reshape(dx, shape=(x.size,)), dweight, dbias, axis=0)
+
+
 def _batch_stats_parts(x):
     mean, var = _batch_moments_parts(x)
     c = (x.shape[1],)
@@ -238,10 +255,11 @@ def _batch_stats_parts(x):
 batch_norm = Primitive(
     "batch_norm", batch_forward, _batch_norm_rule, _batch_norm_vjp, "in",
     accepts_out=True, joint=True, raises=False, rerun=True, decompose=_batch_norm_parts,
+    traced_vjp=True,
 )  # fmt: skip
 batch_norm_grad = Primitive(
     "batch_norm_grad", batch_backward, _batch_norm_grad_rule, None,
-    accepts_out=True, raises=False,
+    accepts_out=True, raises=False, decompose=_batch_norm_grad_parts,
 )  # fmt: skip
 batch_stats = Primitive(
     "batch_stats", batch_statistics, _batch_stats_rule, None,
