@@ -28,8 +28,8 @@ def cse(graph: Graph) -> tuple[Graph, PassStats]:
     seen: dict[tuple, int] = {}  # key -> position in kept
     alias: dict[Value, Value] = {}
     kept: list[Node] = []
-    names: dict[tuple, int] = {}  # a pure computation -> its number
-    name_of: dict[Value, object] = {}  # a pure node's result -> its computation's number
+    names: dict[tuple, tuple] = {}  # a pure computation -> its name
+    name_of: dict[Value, tuple] = {}  # a pure node's result -> its computation's name
     for n in graph.nodes:
         ins = [alias.get(v, v) for v in n.inputs]
         attrs = repr(sorted(n.attrs.items()))
@@ -48,7 +48,7 @@ def cse(graph: Graph) -> tuple[Graph, PassStats]:
         kept.append(n)
         if n.prim.single_pass or n.prim.kind is Kind.VIEW:
             for i, v in enumerate(n.outputs):
-                name_of[v] = names.setdefault((n.prim, exprs, attrs, i), len(names))
+                name_of[v] = names.setdefault((n.prim, exprs, attrs, i), ("made", len(names)))
     after = substitute(Graph(graph.inputs, kept, graph.outputs), alias)
     return after, stats("cse", graph, after)
 

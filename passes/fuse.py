@@ -161,10 +161,12 @@ def _maps_per_group(graph: Graph, groups: dict[int, _Group], group_of: dict[Valu
                     ) -> Graph | None:  # fmt: skip
     """The graph with each map one group writes for a later group of its family computed again
     by that group's kernel, or None if there is none. A map is an elementwise result of
-    arithmetic (`Primitive.arithmetic`) on one value as large as it and narrower ones (a batch
-    norm's x - mean, read by the sum of its squares and by the normalization after it): the later
-    kernel reads that large value where it would read the map, and the earlier one no longer
-    writes it (Inductor's inlining of pointwise ops into every reader)."""
+    arithmetic (`Primitive.arithmetic`) on values as large as it, of which the later group reads
+    at most one it did not read before, and narrower ones (a batch norm's x - mean, read by the
+    sum of its squares and by the normalization after it; the ReLU-masked gradient its backward
+    sums and then reads for dx, which reads x anyway): the later kernel reads at most one more
+    large value, and the earlier one no longer writes the map (Inductor inlines pointwise ops
+    into every reader)."""
     made_at = {v: i for i, n in enumerate(graph.nodes) for v in n.outputs}
     producer = {v: n for n in graph.nodes for v in n.outputs}
     copies: dict[int, dict[Value, Value]] = {}  # reader index -> its map -> its copy
@@ -177,7 +179,7 @@ def _maps_per_group(graph: Graph, groups: dict[int, _Group], group_of: dict[Valu
             earlier = group_of.get(v)
             if earlier is None or earlier is later or earlier.family != later.family:
                 continue
-            chain = _map_chain(v, earlier, producer, made_at)
+            chain = _map_chain(v, earlier, producer, made_at, later.reads)
             if chain is None or any(made_at.get(u, -1) >= later.start for u in chain[1]):
                 continue
             mine = copies.setdefault(i, {})
@@ -194,10 +196,10 @@ def _maps_per_group(graph: Graph, groups: dict[int, _Group], group_of: dict[Valu
     return prune(Graph(graph.inputs, nodes, graph.outputs))[0]
 
 
-def _map_chain(v: Value, group: _Group, producer: dict[Value, Node], made_at: dict[Value, int]
-               ) -> tuple[list[Node], set[Value]] | None:  # fmt: skip
+def _map_chain(v: Value, group: _Group, producer: dict[Value, Node], made_at: dict[Value, int],
+               read: set[Value]) -> tuple[list[Node], set[Value]] | None:  # fmt: skip
     """The group's nodes that compute `v`, in order, and what they read from outside them, if
-    `v` is a map (see `_maps_per_group`) of at most one value as large as it; else None."""
+    `v` is a map (see `_maps_per_group`) of at most one value as large as it not in `read`."""
     chain: list[Node] = []
     leaves: set[Value] = set()
     stack, seen = [v], set()
@@ -214,7 +216,7 @@ def _map_chain(v: Value, group: _Group, producer: dict[Value, Node], made_at: di
             stack += m.inputs
         elif u.const is None:
             leaves.add(u)
-    if sum(u.size >= v.size for u in leaves) > 1:
+    if sum(u.size >= v.size and u not in read for u in leaves) > 1:
         return None
     return sorted(chain, key=lambda m: made_at[m.outputs[0]]), leaves
 
