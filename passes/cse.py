@@ -6,9 +6,9 @@ recomputing it costs a few flops in a kernel that runs anyway (remat's reasoning
 also be a different computation from the one backward sees: remat may rebuild the forward
 input in backward, by a kernel whose float32 math differs in the last bits, and max's VJP
 compares the input with its maximum (a merged maximum matched no element: 0 / 0).
-Exempt are a few numbers (`_held`), merged by what they compute: a batch norm's statistics per
-channel, which its gradient computes again from x, are forward's, and backward's pass over the
-batch to get them goes."""
+Exempt are statistics (`_held`), merged by what they compute: a batch norm's means and
+variances per channel, which its gradient computes again from x, are forward's, and backward's
+pass over the batch to get them goes."""
 
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ from tracegrad.core.vocabulary import Kind, Phase
 
 from .base import PassStats, stats, substitute
 
-# A few numbers (a batch norm's statistics and scales per channel) are held from forward to
-# backward rather than computed again: a sum this many times smaller than its input, an
-# elementwise result of at most this many elements.
+# Statistics (a batch norm's means and variances per channel, and what is computed from them
+# alone) are held from forward to backward rather than computed again: a linear sum this many
+# times smaller than its input, and elementwise results of at most FEW elements of statistics,
+# constants and parameters of at most FEW elements.
 SMALL = 16
 FEW = 4096
 
@@ -30,11 +31,13 @@ def cse(graph: Graph) -> tuple[Graph, PassStats]:
     kept: list[Node] = []
     names: dict[tuple, tuple] = {}  # a pure computation -> its name
     name_of: dict[Value, tuple] = {}  # a pure node's result -> its computation's name
+    statistics = {v for v in graph.inputs if v.size <= FEW}  # and what is computed from them
     for n in graph.nodes:
         ins = [alias.get(v, v) for v in n.inputs]
         attrs = repr(sorted(n.attrs.items()))
         exprs = tuple(name_of[v] if v in name_of else _key(v) for v in ins)
-        if _held(n):  # what it computes, whichever phase's values compute it
+        held = _held(n, ins, statistics)
+        if held:  # what it computes, whichever phase's values compute it
             key = (n.prim, exprs, attrs, None)
         else:
             key = (n.prim, tuple(map(_key, ins)), attrs, _region(n))
@@ -46,6 +49,8 @@ def cse(graph: Graph) -> tuple[Graph, PassStats]:
             continue
         seen[key] = len(kept)
         kept.append(n)
+        if held or (n.prim.kind is Kind.VIEW and ins[0] in statistics):
+            statistics.update(n.outputs)
         if n.prim.single_pass or n.prim.kind is Kind.VIEW:
             for i, v in enumerate(n.outputs):
                 name_of[v] = names.setdefault((n.prim, exprs, attrs, i), ("made", len(names)))
@@ -59,16 +64,18 @@ def _region(n: Node) -> bool | None:
     return n.phase is Phase.FORWARD if n.prim.single_pass else None
 
 
-def _held(n: Node) -> bool:
+def _held(n: Node, ins: list[Value], statistics: set[Value]) -> bool:
     """A single-pass node that merges anywhere, by what it computes (backward's computing it
-    again from recomputed values included): one whose result is a few numbers, and a sum much
-    smaller than what it reads. Holding them costs nothing, computing them again a pass (or a
-    kernel launch); a linear reduction's gradient reads neither its input nor its result."""
+    again from recomputed values included): a linear sum much smaller than what it reads, and
+    a few numbers computed from such sums, constants and small parameters alone. Holding them
+    costs nothing, computing them again a pass (or a kernel launch); a linear reduction's
+    gradient reads neither its input nor its result. (A recurrent net's hidden state, as small,
+    is computed from the step's products: backward computes it again, as before.)"""
     prim, out = n.prim, n.outputs[0] if len(n.outputs) == 1 else None
     if out is None or not prim.single_pass:
         return False
     if prim.kind is Kind.ELEMENTWISE:
-        return out.size <= FEW
+        return out.size <= FEW and all(v.const is not None or v in statistics for v in ins)
     linear = not (prim.saves_inputs or prim.saves_output)
     return linear and SMALL * out.size <= n.inputs[0].size
 

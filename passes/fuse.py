@@ -166,26 +166,30 @@ def _maps_per_group(graph: Graph, groups: dict[int, _Group], group_of: dict[Valu
     sum of its squares and by the normalization after it; the ReLU-masked gradient its backward
     sums and then reads for dx, which reads x anyway): the later kernel reads at most one more
     large value, and the earlier one no longer writes the map (Inductor inlines pointwise ops
-    into every reader)."""
+    into every reader). Only a map of a group that sums (the reason a reader of its sums runs
+    in a later kernel) and that every reader outside its group may compute again: one written
+    for a reader anyway would be work on top."""
     made_at = {v: i for i, n in enumerate(graph.nodes) for v in n.outputs}
     producer = {v: n for n in graph.nodes for v in n.outputs}
+    position = {id(n): i for i, n in enumerate(graph.nodes)}
+    outputs = set(graph.outputs)
     copies: dict[int, dict[Value, Value]] = {}  # reader index -> its map -> its copy
     inserted: dict[int, list[Node]] = {}
-    for i, n in enumerate(graph.nodes):
-        later = group_of.get(n.outputs[0]) if n.outputs else None
-        if later is None:
-            continue
-        for v in n.inputs:
-            earlier = group_of.get(v)
-            if earlier is None or earlier is later or earlier.family != later.family:
-                continue
-            chain = _map_chain(v, earlier, producer, made_at, later.reads)
-            if chain is None or any(made_at.get(u, -1) >= later.start for u in chain[1]):
-                continue
+    for v, users in graph.users().items():
+        earlier = group_of.get(v)
+        outside = [r for r in users if group_of.get(r.outputs[0]) is not earlier]
+        if earlier is None or not earlier.reductions or not outside or v in outputs:
+            continue  # groups without sums are apart for LLVM's sake (ALIAS_CHECKS_MAX)
+        chains = [_copyable(v, earlier, group_of.get(r.outputs[0]), producer, made_at)
+                  for r in outside]  # fmt: skip
+        if any(c is None for c in chains):
+            continue  # a reader needs it written: a copy would be work on top
+        for r, chain in zip(outside, chains, strict=True):
+            i = position[id(r)]
             mine = copies.setdefault(i, {})
-            for m in chain[0]:
+            for m in chain:
                 if m.outputs[0] not in mine:
-                    inserted.setdefault(i, []).append(clone(m, mine, n.phase))
+                    inserted.setdefault(i, []).append(clone(m, mine, r.phase))
     if not inserted:
         return None
     nodes: list[Node] = []
@@ -194,6 +198,18 @@ def _maps_per_group(graph: Graph, groups: dict[int, _Group], group_of: dict[Valu
         nodes += inserted.get(i, ())
         nodes.append(n.replace(inputs=[mine.get(v, v) for v in n.inputs]) if mine else n)
     return prune(Graph(graph.inputs, nodes, graph.outputs))[0]
+
+
+def _copyable(v: Value, earlier: _Group, later: _Group | None, producer: dict[Value, Node],
+              made_at: dict[Value, int]) -> list[Node] | None:  # fmt: skip
+    """The nodes of `earlier` that compute `v`, in order, if `later` (a reader's group) may
+    compute it again: a later group of the family, and `v` a map whose inputs exist before it."""
+    if later is None or later.start <= earlier.start or later.family != earlier.family:
+        return None
+    chain = _map_chain(v, earlier, producer, made_at, later.reads)
+    if chain is None or any(made_at.get(u, -1) >= later.start for u in chain[1]):
+        return None
+    return chain[0]
 
 
 def _map_chain(v: Value, group: _Group, producer: dict[Value, Node], made_at: dict[Value, int],

@@ -1187,18 +1187,23 @@ def test_fuse_copies_a_map_of_two_large_values_only_where_one_is_read_anyway(rea
 def test_cse_holds_a_channels_statistics_until_backward_computes_them_again():
     """Backward's recomputation of the mean and the sum of squares (a batch norm's gradient
     recomputes its statistics) merges with forward's: a few numbers held, not a pass over the
-    batch. x - mean itself, as large as x, is backward's own; so is a sum that keeps x's size."""
+    batch. x - mean itself, as large as x, is backward's own; so is a sum that keeps most of
+    x's size, and a small value computed from a product (a recurrent net's hidden state)."""
     x, forward, out = channel_statistics()
     _, again, _ = channel_statistics(phase=Phase.BACKWARD, x=x)
     wide_f, wide = node("sum", [x], (8, 1, 16, 16), axis=(1,), keepdims=True)
     wide_b, wide_again = node("sum", [x], (8, 1, 16, 16), Phase.BACKWARD, axis=(1,), keepdims=True)
-    graph = Graph([x], forward + again + [wide_f, wide_b],
-                  [out, again[-1].outputs[0], wide, wide_again])  # fmt: skip
+    a = val(4, 4)
+    product_n, product = node("matmul", [a, a], (4, 4))
+    state_f, state = node("tanh", [product], (4, 4))
+    state_b, state_again = node("tanh", [product], (4, 4), Phase.BACKWARD)
+    graph = Graph([x, a], forward + again + [wide_f, wide_b, product_n, state_f, state_b],
+                  [out, again[-1].outputs[0], wide, wide_again, state, state_again])  # fmt: skip
     after, _ = passes.cse(graph)
     after, _ = passes.prune(after)
     kept = [n for n in after.nodes if n.phase is Phase.BACKWARD]
-    assert [n.op for n in kept] == ["sub", "div", "maximum", "sum"]
-    same_results(graph, after, rand(*BATCH))
+    assert [n.op for n in kept] == ["sub", "div", "maximum", "sum", "tanh"]
+    same_results(graph, after, rand(*BATCH), rand(4, 4))
 
 
 def test_simplify_takes_the_parts_of_a_concatenation_its_slices_are():
