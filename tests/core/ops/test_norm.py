@@ -204,6 +204,7 @@ def test_a_traced_batch_norm_is_differentiated_by_its_own_formula(rng, backend, 
     got = traced(*(tg.tensor(a, requires_grad=True) for a in (x, w, b)))
     args = {"x": x, "w": w, "b": b}
     for name, g in zip(args, got, strict=True):
+
         def f(a, name=name):
             return float(loss(*(tg.tensor(a if k == name else v) for k, v in args.items())))
 
