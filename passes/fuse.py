@@ -179,7 +179,7 @@ def _maps_per_group(graph: Graph, groups: dict[int, _Group], group_of: dict[Valu
         earlier = group_of.get(v)
         outside = [r for r in users if group_of.get(r.outputs[0]) is not earlier]
         if earlier is None or not earlier.reductions or not outside or v in outputs:
-            continue  # groups without sums are apart for LLVM's sake (ALIAS_CHECKS_MAX)
+            continue  # only a sum's split pays for a copy (not LLVM's, ALIAS_CHECKS_MAX)
         chains = [_copyable(v, earlier, group_of.get(r.outputs[0]), producer, made_at)
                   for r in outside]  # fmt: skip
         if any(c is None for c in chains):
