@@ -123,3 +123,16 @@ def test_shape_rules_are_remembered_by_shapes_dtypes_and_typed_attributes():
         with pytest.raises(tg.ShapeError, match="filled: not a 0-d input"):
             op.shape_rule(tg.tensor(np.float32(1.0)), fill=1)
     assert calls == [1, 1.0, True, [2], [2.0], template, unhashable, unhashable, 1, 1]
+
+
+@pytest.mark.parametrize(
+    "name, arithmetic",
+    [("add", True), ("where", True), ("maximum", True), ("abs", True), ("greater_equal", True),
+     ("exp", False), ("tanh", False), ("pow", False), ("arctan2", False), ("sum", False)],
+)  # fmt: skip
+def test_arithmetic_is_operators_and_one_instruction_helpers(name, arithmetic):
+    """What fuse computes again in another kernel rather than write: operators, abs, maximum;
+    not a transcendental call, a power, or an op without a scalar template (a reduction)."""
+    from tracegrad.core.primitives import PRIMITIVES
+
+    assert PRIMITIVES[name].arithmetic is arithmetic

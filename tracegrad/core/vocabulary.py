@@ -197,8 +197,10 @@ class Primitive:
         """Elementwise and a few instructions (operators, abs, a maximum): a kernel computes it
         again for less than writing its result and reading it back, which a transcendental
         function (a call, a power) may not."""
-        scalar = self.scalar or "math.nan()"
-        return "**" not in scalar and set(re.findall(r"([\w.]+)\(", scalar)) <= ONE_INSTRUCTION
+        if self.scalar is None:
+            return False
+        calls = set(re.findall(r"([\w.]+)\(", self.scalar))
+        return "**" not in self.scalar and calls <= ONE_INSTRUCTION
 
     @property
     def single_pass(self) -> bool:
