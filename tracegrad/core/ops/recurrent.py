@@ -68,6 +68,21 @@ def _scan_flops(ins, outs) -> int:
     return 2 * ins[0].size * ins[1].shape[0] * (1 if len(ins) == 4 else 3)
 
 
+def _scan_ops(name: str, impl, grad_impl, rule, parts) -> tuple[Primitive, Primitive]:
+    """A scan's record and its gradient op's: the two scans differ only in these functions."""
+    grad = Primitive(f"{name}_grad", grad_impl, _grad_rule(rule), None, raises=False,
+                     flops=_scan_flops)  # fmt: skip
+    scan = Primitive(name, impl, rule, _vjp(grad), "in+out", joint=True, raises=False,
+                     rerun=True, flops=_scan_flops, decompose=parts)  # fmt: skip
+    return scan, grad
+
+
+def _stacked(*values):
+    """The values (each step's h, then the final state) stacked along a new first axis: the
+    scans' result, in composed ops."""
+    return concatenate(*[reshape(v, shape=(1, *v.shape)) for v in values], axis=0)
+
+
 def _in_order(x: np.ndarray, reverse: bool) -> np.ndarray:
     """`x`'s steps in the order the scan takes them."""
     return x[::-1] if reverse else x
@@ -155,17 +170,12 @@ def _lstm_scan_parts(x_parts, w_hh_t, h0, c0, reverse):
         c = sigmoid(f) * c + sigmoid(i) * tanh(g)
         h = sigmoid(o) * tanh(c)
         hs[t] = h
-    return concatenate(*[reshape(v, shape=(1, *v.shape)) for v in (*hs, c)], axis=0)
+    return _stacked(*hs, c)
 
 
-lstm_scan_grad = Primitive(
-    "lstm_scan_grad", _lstm_scan_grad, _grad_rule(_lstm_scan_rule), None, raises=False,
-    flops=_scan_flops,
-)  # fmt: skip
-lstm_scan = Primitive(
-    "lstm_scan", _lstm_scan, _lstm_scan_rule, _vjp(lstm_scan_grad), "in+out", joint=True,
-    raises=False, rerun=True, flops=_scan_flops, decompose=_lstm_scan_parts,
-)  # fmt: skip
+lstm_scan, lstm_scan_grad = _scan_ops(
+    "lstm_scan", _lstm_scan, _lstm_scan_grad, _lstm_scan_rule, _lstm_scan_parts
+)
 
 
 # --- GRU --------------------------------------------------------------------------------------
@@ -252,17 +262,12 @@ def _gru_scan_parts(x_parts, w_hh_t, b_hh, h0, reverse):
         r, z = sigmoid(x[:, r] + hidden[:, r]), sigmoid(x[:, z] + hidden[:, z])
         n = tanh(x[:, n] + r * hidden[:, n])
         h = hs[t] = n + z * (h - n)
-    return concatenate(*[reshape(v, shape=(1, *v.shape)) for v in (*hs, h)], axis=0)
+    return _stacked(*hs, h)
 
 
-gru_scan_grad = Primitive(
-    "gru_scan_grad", _gru_scan_grad, _grad_rule(_gru_scan_rule), None, raises=False,
-    flops=_scan_flops,
-)  # fmt: skip
-gru_scan = Primitive(
-    "gru_scan", _gru_scan, _gru_scan_rule, _vjp(gru_scan_grad), "in+out", joint=True,
-    raises=False, rerun=True, flops=_scan_flops, decompose=_gru_scan_parts,
-)  # fmt: skip
+gru_scan, gru_scan_grad = _scan_ops(
+    "gru_scan", _gru_scan, _gru_scan_grad, _gru_scan_rule, _gru_scan_parts
+)
 
 
 __all__ = [n for n, v in list(globals().items()) if isinstance(v, Primitive) and n[0] != "_"]
