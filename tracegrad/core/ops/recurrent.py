@@ -25,6 +25,14 @@ import numpy as np
 from tracegrad.core.vocabulary import Primitive
 
 
+def _scan_result(ins: tuple, batch: int, size: int) -> tuple[tuple[int, ...], np.dtype]:
+    """A scan's (T + 1, B, H) result and dtype, its inputs (parts first) of one floating dtype."""
+    if len({v.dtype for v in ins}) != 1 or ins[0].dtype.kind != "f":
+        raise ValueError("input parts, weights and states of one floating dtype, not "
+                         + ", ".join(str(v.dtype) for v in ins))  # fmt: skip
+    return (ins[0].shape[0] + 1, batch, size), ins[0].dtype
+
+
 def _lstm_scan_rule(x_parts, w_hh_t, h0, c0, reverse):
     ins = (x_parts, w_hh_t, h0, c0)
     batch, size = h0.shape if h0.ndim == 2 else (-1, -1)
@@ -34,10 +42,7 @@ def _lstm_scan_rule(x_parts, w_hh_t, h0, c0, reverse):
             f"input parts {x_parts.shape}, W_hh^T {w_hh_t.shape}, h0 {h0.shape}, "
             f"c0 {c0.shape}: expected (T, B, 4H), (H, 4H), (B, H), (B, H)"
         )
-    if len({v.dtype for v in ins}) != 1 or x_parts.dtype.kind != "f":
-        raise ValueError("input parts, weights and states of one floating dtype, not "
-                         + ", ".join(str(v.dtype) for v in ins))  # fmt: skip
-    return (x_parts.shape[0] + 1, batch, size), x_parts.dtype
+    return _scan_result(ins, batch, size)
 
 
 def _grad_rule(rule):
@@ -195,10 +200,7 @@ def _gru_scan_rule(x_parts, w_hh_t, b_hh, h0, reverse):
             f"input parts {x_parts.shape}, W_hh^T {w_hh_t.shape}, b_hh {b_hh.shape}, "
             f"h0 {h0.shape}: expected (T, B, 3H), (H, 3H), (3H,), (B, H)"
         )
-    if len({v.dtype for v in ins}) != 1 or x_parts.dtype.kind != "f":
-        raise ValueError("input parts, weights and states of one floating dtype, not "
-                         + ", ".join(str(v.dtype) for v in ins))  # fmt: skip
-    return (x_parts.shape[0] + 1, batch, size), x_parts.dtype
+    return _scan_result(ins, batch, size)
 
 
 def _gru_scan(x_parts, w_hh_t, b_hh, h0, reverse):
