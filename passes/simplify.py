@@ -369,6 +369,80 @@ def pool_before_monotone(n: Node, rw: Rewrite) -> Value | None:
     return rw.emit(f.prim, [pooled if v is x else v for v in f.inputs], n.outputs[0], **f.attrs)
 
 
+@rule(P.where)
+def mask_before_scatter(n: Node, rw: Rewrite) -> Value | None:
+    """where(c(x), 0, scatter(g)) -> scatter(where(c(x at the maxima), 0, g)): a max-pooling's
+    gradient lands only on each window's maximum, so the mask of the activation before it (a
+    ReLU's, a clamp's) need only be taken there, on the pooled values, which forward computes
+    anyway. The pass over the whole pre-activation goes, and so does the reason to keep it
+    until backward. (A product by a slope stays: where its gradient is zero, a slope of
+    infinity must still make NaN.)"""
+    cond, out = n.inputs[0], n.outputs[0]
+    for k in (1, 2):
+        scatter = _scattered(n.inputs[k], out, rw)
+        if scatter is not None and _const_equal(n.inputs[3 - k], 0.0):
+            break
+    else:
+        return None
+    g, idx = scatter.inputs
+    pool = {key: scatter.attrs[key] for key in ("kernel", "stride", "padding", "dilation")}
+    mask = _at_maxima(cond, out.shape, idx, pool, rw, MAXIMA_DEPTH)
+    if mask is None:
+        return None
+    zero = Value((), out.dtype, const=np.zeros((), out.dtype))
+    kept = [mask, g, zero] if k == 1 else [mask, zero, g]
+    masked = rw.emit(P.where, kept, Value(g.shape, out.dtype), **n.attrs)
+    return rw.emit(P.max_pool2d_scatter, [masked, idx], out, **scatter.attrs)
+
+
+MAXIMA_DEPTH = 4  # how many elementwise ops back `_at_maxima` follows a mask's inputs
+
+
+def _scattered(v: Value, out: Value, rw: Rewrite) -> Node | None:
+    """The max-pooling gradient that makes `v`, if nothing else reads it and it is the result's
+    shape and dtype."""
+    s = rw.producers.get(v)
+    if s is None or s.prim is not P.max_pool2d_scatter or rw.readers.get(v, 0) != 1:
+        return None
+    return s if (v.shape, v.dtype) == (out.shape, out.dtype) else None
+
+
+def _at_maxima(v: Value, shape: tuple, idx: Value, pool: dict, rw: Rewrite, depth: int
+               ) -> Value | None:  # fmt: skip
+    """`v`, of the pooled `shape` (or broadcast to it, constant across each window), at the
+    windows' maxima `idx`: itself where it is constant over windows, the pooled values for an
+    array, an elementwise op of its inputs at the maxima; None past `depth` ops."""
+    spatial = v.shape[max(v.ndim - 2, 0) :]
+    if v.ndim <= len(shape) and all(d == 1 for d in spatial):
+        return v
+    if v.shape != shape:
+        return None
+    windows = idx.shape
+    if v.dtype.kind == "f":
+        return rw.emit(P.max_pool2d, [v, idx], Value(windows, v.dtype), **pool)
+    f = rw.producers.get(v)
+    if depth == 0 or f is None or f.prim.kind is not Kind.ELEMENTWISE or len(f.outputs) != 1:
+        return None
+    ins = [_at_maxima(u, shape, idx, pool, rw, depth - 1) for u in f.inputs]
+    if any(u is None for u in ins):
+        return None
+    return rw.emit(f.prim, ins, Value(windows, v.dtype), **f.attrs)
+
+
+@rule(P.sum)
+def sum_of_scatter(n: Node, rw: Rewrite) -> Value | None:
+    """The sum of a max-pooling's gradient over each whole image is the sum of what it
+    scatters (a bias gradient after `mask_before_scatter`): the windows' values, a quarter of
+    the positions."""
+    s = rw.producers.get(n.inputs[0])
+    if s is None or s.prim is not P.max_pool2d_scatter:
+        return None
+    ndim = n.inputs[0].ndim
+    if not {ndim - 2, ndim - 1} <= {a % ndim for a in n.attrs["axis"]}:
+        return None
+    return rw.emit(P.sum, [s.inputs[0]], n.outputs[0], **n.attrs)
+
+
 @rule(P.pow)
 def small_power(n: Node, rw: Rewrite) -> Value | None:
     """x ** c for a constant c in POWER_PRODUCTS as products (the eager impl computes the same

@@ -170,9 +170,10 @@ class Net(nn.Module):
 
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
 def test_backward_keeps_the_indices_not_the_activations(rng, backend, monkeypatch):
-    """Forward keeps the conv's pre-activation (ReLU's backward reads it) and the int8
-    positions of the maxima; the pooled values the head's weight gradient reads are rebuilt
-    from the recomputed ReLU and the indices. The traced step matches eager."""
+    """Forward keeps the pooled pre-activations (ReLU's mask is taken at the maxima alone,
+    simplify's `mask_before_scatter`) and the int8 positions of the maxima, nothing of the
+    conv's size; the head's input is the pooled values' ReLU again. The traced step matches
+    eager."""
     monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
     data = [(rng.standard_normal((6, 1, 8, 8)), rng.integers(0, 3, 6)) for _ in range(2)]
     models = []
@@ -192,7 +193,8 @@ def test_backward_keeps_the_indices_not_the_activations(rng, backend, monkeypatc
     producers = graph.producers()
     saved = {producers[v].prim: v for v in passes.saved_values(graph)}
     assert saved[P.max_pool2d_argmax].dtype == np.int8
-    assert P.max_pool2d not in saved and P.maximum not in saved  # pooled values, ReLU output
+    assert saved[P.max_pool2d].shape == (6, 4, 4, 4) and P.maximum not in saved
+    assert all(v.shape != (6, 4, 8, 8) for v in passes.saved_values(graph))
 
 
 def test_lowering_runs_the_large_nodes_of_ops_the_kernel_registry_has():
