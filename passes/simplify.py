@@ -371,31 +371,31 @@ def pool_before_monotone(n: Node, rw: Rewrite) -> Value | None:
 
 @rule(P.where)
 def mask_before_scatter(n: Node, rw: Rewrite) -> Value | None:
-    """where(c(x), 0, scatter(g)) -> scatter(where(c(x at the maxima), 0, g)): a max-pooling's
-    gradient lands only on each window's maximum, so the mask of the activation before it (a
-    ReLU's, a clamp's) need only be taken there, on the pooled values, which forward computes
-    anyway. The pass over the whole pre-activation goes, and so does the reason to keep it
-    until backward. (A product by a slope stays: where its gradient is zero, a slope of
-    infinity must still make NaN.)"""
-    cond, out = n.inputs[0], n.outputs[0]
-    for k in (1, 2):
-        scatter = _scattered(n.inputs[k], out, rw)
-        if scatter is not None and _const_equal(n.inputs[3 - k], 0.0):
-            break
-    else:
+    """where(a >= x, 0, scatter(g)) -> scatter(where(a >= max_pool2d(x), 0, g)) for the mask
+    of a ReLU (maximum(a, x), a constant) that a max-pooling of x or of the ReLU's result
+    follows: the pooling's gradient lands only on each window's maximum, so the mask need only
+    be taken there, on the pooled pre-activations, which forward computes anyway. The pass over
+    the whole pre-activation goes, and so does the reason to keep it until backward.
+
+    Exact where the pooled value is x at the maximum the indices chose; where they chose among
+    the ReLU's zeros, x's maximum is at most a, as x there is: both masked. Other masks (a
+    clamp's, ties sent to x) would differ at such ties, and a product by a slope must still
+    make NaN where the gradient is zero and the slope infinite: both left."""
+    cond, zero, s = n.inputs
+    out = n.outputs[0]
+    scatter = _scattered(s, out, rw)
+    c = rw.producers.get(cond)
+    if scatter is None or c is None or c.prim is not P.greater_equal or not _const_equal(zero, 0):
         return None
+    a, x = c.inputs
     g, idx = scatter.inputs
-    pool = {key: scatter.attrs[key] for key in ("kernel", "stride", "padding", "dilation")}
-    mask = _at_maxima(cond, out.shape, idx, pool, rw, MAXIMA_DEPTH)
-    if mask is None:
+    if x.shape != out.shape or not _relu_indices(idx, a, x, rw):
         return None
-    zero = Value((), out.dtype, const=np.zeros((), out.dtype))
-    kept = [mask, g, zero] if k == 1 else [mask, zero, g]
-    masked = rw.emit(P.where, kept, Value(g.shape, out.dtype), **n.attrs)
+    pool = {key: scatter.attrs[key] for key in ("kernel", "stride", "padding", "dilation")}
+    pooled = rw.emit(P.max_pool2d, [x, idx], Value(g.shape, x.dtype), **pool)
+    mask = rw.emit(P.greater_equal, [a, pooled], Value(g.shape, cond.dtype))
+    masked = rw.emit(P.where, [mask, zero, g], Value(g.shape, out.dtype))
     return rw.emit(P.max_pool2d_scatter, [masked, idx], out, **scatter.attrs)
-
-
-MAXIMA_DEPTH = 4  # how many elementwise ops back `_at_maxima` follows a mask's inputs
 
 
 def _scattered(v: Value, out: Value, rw: Rewrite) -> Node | None:
@@ -407,26 +407,16 @@ def _scattered(v: Value, out: Value, rw: Rewrite) -> Node | None:
     return s if (v.shape, v.dtype) == (out.shape, out.dtype) else None
 
 
-def _at_maxima(v: Value, shape: tuple, idx: Value, pool: dict, rw: Rewrite, depth: int
-               ) -> Value | None:  # fmt: skip
-    """`v`, of the pooled `shape` (or broadcast to it, constant across each window), at the
-    windows' maxima `idx`: itself where it is constant over windows, the pooled values for an
-    array, an elementwise op of its inputs at the maxima; None past `depth` ops."""
-    spatial = v.shape[max(v.ndim - 2, 0) :]
-    if v.ndim <= len(shape) and all(d == 1 for d in spatial):
-        return v
-    if v.shape != shape:
-        return None
-    windows = idx.shape
-    if v.dtype.kind == "f":
-        return rw.emit(P.max_pool2d, [v, idx], Value(windows, v.dtype), **pool)
-    f = rw.producers.get(v)
-    if depth == 0 or f is None or f.prim.kind is not Kind.ELEMENTWISE or len(f.outputs) != 1:
-        return None
-    ins = [_at_maxima(u, shape, idx, pool, rw, depth - 1) for u in f.inputs]
-    if any(u is None for u in ins):
-        return None
-    return rw.emit(f.prim, ins, Value(windows, v.dtype), **f.attrs)
+def _relu_indices(idx: Value, a: Value, x: Value, rw: Rewrite) -> bool:
+    """Whether `idx` are the maxima of x or of maximum(a, x), for a scalar constant a."""
+    argmax = rw.producers.get(idx)
+    if argmax is None or argmax.prim is not P.max_pool2d_argmax or a.const is None or a.ndim:
+        return False
+    relu = rw.producers.get(argmax.inputs[0])
+    return argmax.inputs[0] is x or (
+        relu is not None and relu.prim is P.maximum and relu.inputs[1] is x
+        and _same_const(relu.inputs[0], a)
+    )  # fmt: skip
 
 
 @rule(P.sum)

@@ -1107,31 +1107,39 @@ def test_simplify_keeps_the_pooling_after_other_elementwise_ops(op, first_array)
     assert ops == [op, "max_pool2d_argmax", "max_pool2d"]
 
 
-def relu_pool_backward(op="greater_equal", stride=2, zero_first=True):
-    """A ReLU's (`op`(0, x)'s) mask on a max-pooling's gradient, and its sum per channel (a
-    bias gradient), in float64: x (2, 3, 6, 6) and g, the pooled gradient, in; the masked
-    gradient and the sum out."""
+def relu_pool_backward(stride=2, mask="greater_equal", relu_first=True, zero_first=True):
+    """A ReLU's (maximum(0, x)'s, or maximum(x, 0)'s) `mask`(0, x) on the gradient of a
+    max-pooling of its result, and its sum per channel (a bias gradient), in float64: x
+    (2, 3, 6, 6) and g, the pooled gradient, in; the masked gradient and the sum out."""
     pool = dict(POOL, stride=(stride, stride))
     windows = (2, 3, 3, 3) if stride == 2 else (2, 3, 5, 5)
     x, g, zero = val(2, 3, 6, 6, dtype=F64), val(*windows, dtype=F64), const(0.0, F64)
-    n1, y = node("maximum", [zero, x], (2, 3, 6, 6), dtype=F64)
+    n1, y = node("maximum", [zero, x] if relu_first else [x, zero], (2, 3, 6, 6), dtype=F64)
     n2, idx = node("max_pool2d_argmax", [y], windows, dtype=np.dtype(np.int8), **pool)
     n3, s = node("max_pool2d_scatter", [g, idx], (2, 3, 6, 6), Phase.BACKWARD, F64,
                  shape=x.shape, **pool)  # fmt: skip
-    n4, c = node(op, [zero, x], (2, 3, 6, 6), Phase.BACKWARD, dtype=np.dtype(bool))
+    n4, c = node(mask, [zero, x], (2, 3, 6, 6), Phase.BACKWARD, dtype=np.dtype(bool))
     n5, dx = node("where", [c, zero, s] if zero_first else [c, s, zero], (2, 3, 6, 6),
                   Phase.BACKWARD, F64)  # fmt: skip
     n6, db = node("sum", [dx], (3,), Phase.BACKWARD, F64, axis=(0, 2, 3), keepdims=False)
     return Graph([x, g], [n1, n2, n3, n4, n5, n6], [dx, db])
 
 
+def relu_pool_data(graph):
+    """x with a window where the ReLU ties at zero and one whose maximum is zero; g."""
+    data = rand(2, 3, 6, 6).astype(F64)
+    data[0, 0, :2, :2] = -1.0
+    data[1, 2, 2:4, 2:4] = 0.0
+    data[1, 2, 2, 2] = -1.0
+    return data, rand(*graph.inputs[1].shape).astype(F64)
+
+
 @pytest.mark.parametrize("stride", [2, 1])
-@pytest.mark.parametrize("zero_first", [True, False])
-def test_simplify_masks_a_pooled_gradient_at_the_maxima(stride, zero_first):
+def test_simplify_masks_a_pooled_gradient_at_the_maxima(stride):
     """ReLU's mask on a max-pooling's gradient is taken on the pooled values (the pre-activation
     at the maxima) and scattered after: nothing of x's size is read in backward, and the bias
     gradient sums the windows' values. Overlapping windows (stride 1) add, as before."""
-    graph = relu_pool_backward(stride=stride, zero_first=zero_first)
+    graph = relu_pool_backward(stride)
     after, _ = passes.prune(passes.simplify(graph)[0])
     x = after.inputs[0]
     backward = [n for n in after.nodes if n.phase is Phase.BACKWARD]
@@ -1139,23 +1147,23 @@ def test_simplify_masks_a_pooled_gradient_at_the_maxima(stride, zero_first):
                                         "max_pool2d_scatter", "sum"]  # fmt: skip
     assert [n for n in after.nodes if x in n.inputs and n.phase is Phase.BACKWARD] == backward[:1]
     assert backward[-1].inputs[0].shape == backward[2].outputs[0].shape != x.shape
-    data = rand(2, 3, 6, 6).astype(F64)
-    data[0, 0, :2, :2] = -1.0  # a window where the ReLU ties at zero
-    data[1, 2, 2:4, 2:4] = 0.0  # and one whose maximum is zero
-    same_results(graph, after, data, rand(*after.inputs[1].shape).astype(F64))
+    same_results(graph, after, *relu_pool_data(graph))
 
 
-def test_simplify_leaves_a_gradient_read_elsewhere_or_not_masked_by_zero():
-    """A scattered gradient that another node reads stays whole; so does a where whose other
-    branch is not zero."""
-    graph = relu_pool_backward()
-    extra, _ = node("exp", [graph.nodes[2].outputs[0]], (2, 3, 6, 6), Phase.BACKWARD)
-    shared = Graph(graph.inputs, [*graph.nodes, extra], [*graph.outputs, extra.outputs[0]])
-    one = relu_pool_backward()
-    one.nodes[4].inputs[1] = const(1.0)
-    for g in (shared, one):
-        after, _ = passes.prune(passes.simplify(g)[0])
-        assert [n.op for n in after.nodes if n.op == "max_pool2d"] == []
+@pytest.mark.parametrize("change", [{"mask": "greater"}, {"relu_first": False},
+                                    {"zero_first": False}, {"shared": True}])  # fmt: skip
+def test_simplify_leaves_masks_that_would_differ_at_ties(change):
+    """Left as they are: a mask of x > 0 (at a window whose maximum is 0 it would pass the
+    gradient to a position the indices did not choose), a ReLU that sends ties to x, a where
+    that keeps the gradient where the mask holds, a gradient another node reads too."""
+    shared = change.pop("shared", False)
+    graph = relu_pool_backward(**change)
+    if shared:
+        extra, _ = node("exp", [graph.nodes[2].outputs[0]], (2, 3, 6, 6), Phase.BACKWARD, F64)
+        graph = Graph(graph.inputs, [*graph.nodes, extra], [*graph.outputs, extra.outputs[0]])
+    after, _ = passes.prune(passes.simplify(graph)[0])
+    assert "max_pool2d" not in [n.op for n in after.nodes]
+    same_results(graph, after, *relu_pool_data(graph))
 
 
 def test_fuse_folds_a_sum_over_all_axes_into_what_it_sums():
