@@ -23,14 +23,19 @@ from .base import PassStats, is_view, stats, substitute
 
 @dataclass
 class Rewrite:
-    """What a rule sees: producers so far, how many nodes read each value in the input graph,
+    """What a rule sees: producers so far, the nodes that read each value in the input graph,
     and where to emit replacement nodes (`emit(prim, inputs, out, attrs)`)."""
 
     producers: dict[Value, Node]
-    readers: dict[Value, int]
+    users: dict[Value, list[Node]]
     outputs: set[Value]
     node: Node | None = None
     emitted: list[Node] = field(default_factory=list)
+
+    def reads(self, v: Value, unknown: int = 0) -> int:
+        """How many nodes of the input graph read `v`; `unknown` for a value no node reads
+        there (one a rule made)."""
+        return len(self.users[v]) if v in self.users else unknown
 
     def emit(self, prim: Primitive, inputs: list[Value], out: Value, **attrs) -> Value:
         """A new node in place of the rewritten one (its source, phase and module)."""
@@ -196,7 +201,7 @@ def reduction_keeping_axes(n: Node, rw: Rewrite) -> Value | None:
     inner = rw.producers.get(n.inputs[0])
     if inner is None or inner.prim.kind is not Kind.REDUCTION or inner.attrs.get("keepdims", True):
         return None
-    if rw.readers.get(n.inputs[0]) != 1 or n.inputs[0] in rw.outputs:
+    if rw.reads(n.inputs[0]) != 1 or n.inputs[0] in rw.outputs:
         return None
     x, out = inner.inputs[0], n.outputs[0]
     axes = {a % x.ndim for a in inner.attrs["axis"]}
@@ -323,7 +328,7 @@ def transposed_matmul(n: Node, rw: Rewrite) -> Value | None:
     inner = rw.producers.get(n.inputs[0])
     if inner is None or inner.prim is not P.matmul or n.attrs["axes"] != (1, 0):
         return None
-    if rw.readers.get(inner.outputs[0], 0) > 1 or inner.outputs[0] in rw.outputs:
+    if rw.reads(inner.outputs[0]) > 1 or inner.outputs[0] in rw.outputs:
         return None  # the product is needed as it is too: two products would cost more
     a, b = inner.inputs
     bt = rw.emit(P.transpose, [b], Value(b.shape[::-1], b.dtype), axes=(1, 0))
@@ -369,6 +374,39 @@ def pool_before_monotone(n: Node, rw: Rewrite) -> Value | None:
     return rw.emit(f.prim, [pooled if v is x else v for v in f.inputs], n.outputs[0], **f.attrs)
 
 
+@rule(P.max_pool2d_argmax)
+def argmax_before_relu(n: Node, rw: Rewrite) -> Value | None:
+    """argmax(maximum(a, x)) -> argmax(x), for a ReLU (a constant) whose indices only the
+    pooling reads (its value is each window's maximum, whichever index) and the pooling's
+    gradient, masked by that ReLU's a >= x and read by nothing else. The two argmaxes differ
+    only in windows whose maximum of x is at most a, where the mask zeroes the gradient either
+    way. With `pool_before_monotone`, the ReLU's result need not be written at all."""
+    relu = rw.producers.get(n.inputs[0])
+    if relu is None or relu.prim is not P.maximum:
+        return None
+    (a, x), idx = relu.inputs, n.outputs[0]
+    if a.const is None or a.ndim or x.shape != n.inputs[0].shape or idx in rw.outputs:
+        return None
+    for m in rw.users.get(idx, []):
+        if m.prim is not P.max_pool2d and not (
+            m.prim is P.max_pool2d_scatter and _only_relu_masked(m.outputs[0], a, x, rw)
+        ):
+            return None
+    return rw.emit(P.max_pool2d_argmax, [x], idx, **n.attrs)
+
+
+def _only_relu_masked(s: Value, a: Value, x: Value, rw: Rewrite) -> bool:
+    """Whether the input graph reads `s` only as where(a >= x, 0, s)."""
+    readers = rw.users.get(s, [])
+    if len(readers) != 1 or s in rw.outputs:
+        return False
+    w = readers[0]
+    if w.prim is not P.where or w.inputs[2] is not s or not _const_equal(w.inputs[1], 0.0):
+        return False
+    return any(c.prim is P.greater_equal and c.outputs[0] is w.inputs[0] and c.inputs[1] is x
+               and _same_const(c.inputs[0], a) for c in rw.users.get(x, []))  # fmt: skip
+
+
 @rule(P.where)
 def mask_before_scatter(n: Node, rw: Rewrite) -> Value | None:
     """where(a >= x, 0, scatter(g)) -> scatter(where(a >= max_pool2d(x), 0, g)) for the mask
@@ -402,7 +440,7 @@ def _scattered(v: Value, out: Value, rw: Rewrite) -> Node | None:
     """The max-pooling gradient that makes `v`, if nothing else reads it and it is the result's
     shape and dtype."""
     s = rw.producers.get(v)
-    if s is None or s.prim is not P.max_pool2d_scatter or rw.readers.get(v, 0) != 1:
+    if s is None or s.prim is not P.max_pool2d_scatter or rw.reads(v) != 1:
         return None
     return s if (v.shape, v.dtype) == (out.shape, out.dtype) else None
 
@@ -478,7 +516,7 @@ def adjacent_slice_gradients(n: Node, rw: Rewrite) -> Value | None:
         return _join_slabs(a, b, out, rw)
     for inner, slab in ((n.inputs[0], b), (n.inputs[1], a)):
         add = rw.producers.get(inner)
-        if slab is None or add is None or add.prim is not P.add or rw.readers.get(inner) != 1:
+        if slab is None or add is None or add.prim is not P.add or rw.reads(inner) != 1:
             continue
         for rest, v in (add.inputs, add.inputs[::-1]):
             found = _slab(rw.producers.get(v), out, rw)
@@ -500,7 +538,7 @@ def _whole_axis(n: Node, out: Value, rw: Rewrite) -> Value | None:
         if (
             add is not None
             and add.prim is P.add
-            and rw.readers.get(v, 1) == 1
+            and rw.reads(v, 1) == 1
             and all(u.shape == out.shape and u.dtype == out.dtype for u in add.inputs)
         ):
             stack += add.inputs
@@ -530,7 +568,7 @@ def _parts(slabs: list[tuple], axis: int, out: Value, rw: Rewrite) -> list[Value
     for g in grads:
         inner = rw.producers.get(g)
         joined_before = inner is not None and inner.prim is P.concatenate
-        if joined_before and inner.attrs["axis"] == axis and rw.readers.get(g, 1) == 1:
+        if joined_before and inner.attrs["axis"] == axis and rw.reads(g, 1) == 1:
             parts += inner.inputs
         else:
             parts.append(g)
@@ -607,7 +645,7 @@ def _slab(n: Node | None, out: Value, rw: Rewrite) -> tuple[int, int, int, Value
     if n is None or n.prim is not P.scatter_add or len(n.inputs) != 1:
         return None
     g, template, made = n.inputs[0], n.attrs["template"], n.outputs[0]
-    if (made.shape, made.dtype) != (out.shape, out.dtype) or rw.readers.get(made, 1) > 1:
+    if (made.shape, made.dtype) != (out.shape, out.dtype) or rw.reads(made, 1) > 1:
         return None
     ellipses = [k for k, t in enumerate(template) if t is Ellipsis]
     if len(ellipses) == 1:  # x[..., i:j]: the slice is of the last axes
@@ -632,11 +670,7 @@ def simplify(graph: Graph) -> tuple[Graph, PassStats]:
     """Apply the rules over the graph, in order (those for every op first); rewritten nodes
     feed later rules, and the nodes a rule emits go through the rules themselves (a power
     moved before a reshape becomes products)."""
-    readers: dict[Value, int] = {}
-    for n in graph.nodes:
-        for v in n.inputs:
-            readers[v] = readers.get(v, 0) + 1
-    rw = Rewrite({}, readers, set(graph.outputs))
+    rw = Rewrite({}, graph.users(), set(graph.outputs))
     alias: dict[Value, Value] = {}
     nodes: list[Node] = []
     for n in graph.copy().nodes:

@@ -1147,6 +1147,8 @@ def test_simplify_masks_a_pooled_gradient_at_the_maxima(stride):
                                         "max_pool2d_scatter", "sum"]  # fmt: skip
     assert [n for n in after.nodes if x in n.inputs and n.phase is Phase.BACKWARD] == backward[:1]
     assert backward[-1].inputs[0].shape == backward[2].outputs[0].shape != x.shape
+    argmax = [n for n in after.nodes if n.op == "max_pool2d_argmax"]
+    assert argmax[0].inputs == [x]  # the ReLU's result is not needed at all
     same_results(graph, after, *relu_pool_data(graph))
 
 
@@ -1158,11 +1160,13 @@ def test_simplify_leaves_masks_that_would_differ_at_ties(change):
     that keeps the gradient where the mask holds, a gradient another node reads too."""
     shared = change.pop("shared", False)
     graph = relu_pool_backward(**change)
+    x = graph.inputs[0]
     if shared:
         extra, _ = node("exp", [graph.nodes[2].outputs[0]], (2, 3, 6, 6), Phase.BACKWARD, F64)
         graph = Graph(graph.inputs, [*graph.nodes, extra], [*graph.outputs, extra.outputs[0]])
     after, _ = passes.prune(passes.simplify(graph)[0])
     assert "max_pool2d" not in [n.op for n in after.nodes]
+    assert after.nodes[1].op == "max_pool2d_argmax" and after.nodes[1].inputs[0] is not x
     same_results(graph, after, *relu_pool_data(graph))
 
 
