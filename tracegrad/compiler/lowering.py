@@ -45,6 +45,7 @@ def lower(
         from tracegrad.compiler.kernels import compile_groups, native
 
         modules = native.modules(natives)
+        graph, modules = _argmax_with_maxima(graph, modules)
         bodies = [(b.inputs, b.nodes, b.outputs) for b in (n.attrs["body"] for n in groups)]
         progress = Progress() if compile and not background else None
         compiled = compile_groups(bodies, progress, compile=compile, background=background,
@@ -62,6 +63,30 @@ def lower(
         else:
             nodes.extend(n.attrs["body"].nodes)
     return _slices_copied(ir.Graph(graph.inputs, nodes, graph.outputs), kernels), kernels
+
+
+def _argmax_with_maxima(graph: ir.Graph, modules: dict[ir.Node, Any]
+                        ) -> tuple[ir.Graph, dict[ir.Node, Any]]:  # fmt: skip
+    """A max-pooling's argmax and maxima of one input, both run by kernels, as one node whose
+    kernel writes both (`kernels.pool`): the argmax finds each window's maximum anyway, where
+    the maxima's own kernel read the whole input again. `modules` (node -> its kernel's module)
+    follows."""
+    from tracegrad.compiler.kernels import native
+
+    argmax = {n.outputs[0]: n for n in modules if n.prim is P.max_pool2d_argmax}
+    pairs: dict[ir.Node, ir.Node] = {}
+    for n in modules:
+        a = argmax.get(n.inputs[1]) if n.prim is P.max_pool2d else None
+        if a is not None and a.inputs[0] is n.inputs[0] and a.attrs == n.attrs and a not in pairs:
+            pairs[a] = n
+    if not pairs:
+        return graph, modules
+    joint = {a: a.replace(outputs=[*a.outputs, m.outputs[0]]) for a, m in pairs.items()}
+    maxima = set(pairs.values())
+    nodes = [joint.get(n, n) for n in graph.nodes if n not in maxima]
+    modules = {n: m for n, m in modules.items() if n not in pairs and n not in maxima}
+    modules.update(native.modules(list(joint.values())))
+    return ir.Graph(graph.inputs, nodes, graph.outputs), modules
 
 
 def _slices_copied(graph: ir.Graph, kernels: dict[ir.Node, Any]) -> ir.Graph:

@@ -154,8 +154,9 @@ def test_traced_matches_eager(rng, geometry, backend, dtype, monkeypatch):
         tol = 1e-14 if dtype == np.float64 else 1e-6  # overlapping windows: sums in any order
         for a, b in zip(got, want, strict=True):
             np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=tol, atol=tol)
-    if backend == "numba":
-        assert "max_pool2d kernel" in traced.source and "max_pool2d_argmax kernel" in traced.source
+    if backend == "numba":  # the argmax's kernel writes the maxima too
+        assert "max_pool2d_argmax kernel" in traced.source
+        assert "max_pool2d kernel" not in traced.source
 
 
 class Net(nn.Module):
@@ -189,12 +190,15 @@ def test_backward_keeps_the_indices_not_the_activations(rng, backend, monkeypatc
         np.testing.assert_allclose(losses[1], losses[0], rtol=1e-12)
     for (k, v), (_, w) in zip(*(m.state_dict().items() for m, _ in models), strict=True):
         np.testing.assert_allclose(w.numpy(), v.numpy(), rtol=1e-10, atol=1e-12, err_msg=k)
-    graph = models[1][1].graph
+    graph = models[1][1].graph  # on numba, one kernel makes the indices and the maxima
     producers = graph.producers()
-    saved = {producers[v].prim: v for v in passes.saved_values(graph)}
-    assert saved[P.max_pool2d_argmax].dtype == np.int8
-    assert saved[P.max_pool2d].shape == (6, 4, 4, 4) and P.maximum not in saved
-    assert all(v.shape != (6, 4, 8, 8) for v in passes.saved_values(graph))
+    saved = {(producers[v].prim, v.dtype.kind, v.shape) for v in passes.saved_values(graph)}
+    pooling = {P.max_pool2d_argmax, P.max_pool2d}
+    assert {(k, s) for p, k, s in saved if p in pooling} == {
+        ("i", (6, 4, 4, 4)),
+        ("f", (6, 4, 4, 4)),
+    }
+    assert all(p is not P.maximum and s != (6, 4, 8, 8) for p, _, s in saved)
 
 
 def test_lowering_runs_the_large_nodes_of_ops_the_kernel_registry_has():

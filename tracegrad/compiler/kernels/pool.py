@@ -18,6 +18,7 @@ cache beside it); the key is a hash of the source, which holds geometry, dtypes 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -69,16 +70,19 @@ class PoolKernel(GeneratedKernel):
 
 def module(node: Node) -> tuple[str, str]:
     """The name and text of the module of a max-pooling node's kernel; NotImplementedError for
-    dtypes other than float32 and float64, and for constant operands."""
+    dtypes other than float32 and float64, and for constant operands. An argmax node with a
+    second result (`lowering`'s pairing) writes the maxima there too."""
     op, _ = OPS[node.prim]
-    values, idx = node.inputs[0], (node.outputs if op == "positions" else node.inputs)[-1]
+    values, idx = node.inputs[0], node.outputs[0] if op == "positions" else node.inputs[1]
     if values.dtype.name not in DTYPES or any(v.const is not None for v in node.inputs):
         raise NotImplementedError(f"max-pooling kernels for {values.dtype} or constants")
     elements = max(v.size for v in (*node.inputs, *node.outputs))
     parallel = PARALLEL_MIN is not None and elements >= PARALLEL_MIN
     parallel = parallel and numba.config.NUMBA_NUM_THREADS > 1
     geometry = tuple(tuple(int(a) for a in node.attrs[k]) for k in GEOMETRY)
-    source = generate_source(node.prim, values.dtype.name, idx.dtype.name, geometry, parallel)
+    maxima = len(node.outputs) == 2
+    source = generate_source(node.prim, values.dtype.name, idx.dtype.name, geometry, parallel,
+                             maxima)  # fmt: skip
     return named("pool", source)
 
 
@@ -90,11 +94,18 @@ def launcher(node: Node, compiled: Callable, path: Path) -> PoolKernel:
 
 
 def generate_source(
-    prim: P.Primitive, dtype: str, index: str, geometry: tuple, parallel: bool
+    prim: P.Primitive,
+    dtype: str,
+    index: str,
+    geometry: tuple,
+    parallel: bool,
+    maxima: bool = False,
 ) -> str:
-    """The text of a kernel's module; its docstring says what it computes."""
+    """The text of a kernel's module; its docstring says what it computes. `maxima`: the argmax
+    kernel writes the maxima too, into a third array."""
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = geometry
     op, arrays = OPS[prim]
+    arrays = (*arrays, "out") if maxima else arrays
     types = [index if a == "idx" else dtype for a in arrays]
     signature = f"void({', '.join(f'{t}[:, :, ::1]' for t in types)})"
     planes, windows = ("gx", "g") if op == "scatter" else ("x", "idx")
@@ -110,11 +121,13 @@ def generate_source(
             f"    hi = max(lo, min(ow, (w - 1 + {pw} - {last}) // {sw} + 1))",
         ]
     lines.append(f"    for b in {'prange' if parallel else 'range'}(n):")
-    body = {"positions": _positions, "maxima": _maxima, "gather": _gather, "scatter": _scatter}
+    positions = functools.partial(_positions, maxima=maxima)
+    body = {"positions": positions, "maxima": _maxima, "gather": _gather, "scatter": _scatter}
     lines += [f"        {line}" for line in body[op](geometry, dtype)]
     threads = "parallel" if parallel else "one thread"
+    what = f"{op} and maxima" if maxima else op
     doc = (
-        f"max-pooling {op} ({dtype}, indices {index}): kernel {(kh, kw)}, stride {(sh, sw)}, "
+        f"max-pooling {what} ({dtype}, indices {index}): kernel {(kh, kw)}, stride {(sh, sw)}, "
         f"padding {(ph, pw)}, dilation {(dh, dw)}; {threads}"
     )
     head = f'"""{doc}."""\n\nimport numpy as np\nfrom numba import njit, prange\n\n\n'
@@ -165,19 +178,21 @@ def _taps(geometry, body: list[str], checked: bool = False, backwards: bool = Fa
 _MAXIMUM = ["v = x[b, y, xx]", "m = v if (v > m) | (v != v) else m"]
 
 
-def _positions(geometry, dtype) -> list[str]:
+def _positions(geometry, dtype, maxima: bool = False) -> list[str]:
     """The first maximum in row-major order; a NaN wins, the last NaN of the window (PyTorch);
     a window reaching into the padding starts from its first tap inside the input. A window
     inside the input takes three sweeps of selects, no branches: its maximum as `_maxima`'s,
     the first tap equal to it, the last NaN; one sweep carrying the tap beside the maximum, or
-    branches that follow the data, kept the loop scalar (docs/kernels.md)."""
+    branches that follow the data, kept the loop scalar (docs/kernels.md). With `maxima`, the
+    maximum found is stored too: `_maxima`'s value, without its pass over x."""
     first = ["k = t if x[b, y, xx] == m else k"]
     last_nan = ["v = x[b, y, xx]", "k = t if v != v else k"]
+    store = ["idx[b, oy, ox] = k", *(["out[b, oy, ox] = m"] if maxima else [])]
     fast = ["m = x[b, y0, x0]", *_taps(geometry, _MAXIMUM), "k = 0",
             *_taps(geometry, first, backwards=True), *_taps(geometry, last_nan),
-            "idx[b, oy, ox] = k"]  # fmt: skip
+            *store]  # fmt: skip
     update = ["v = x[b, y, xx]", "if k < 0 or v > m or v != v:", "    m = v", "    k = t"]
-    checked = ["m = x[b, 0, 0]", "k = -1", *_taps(geometry, update, True), "idx[b, oy, ox] = k"]
+    checked = ["m = x[b, 0, 0]", "k = -1", *_taps(geometry, update, True), *store]
     return _rows(geometry, fast, checked)
 
 
