@@ -269,7 +269,9 @@ class _Chain:
         fits = [s for s, peak in self.peaks.items() if s is not None and peak <= limit]
         if fits:
             return max(fits)
-        minimum = min((s for s in self.peaks if s is not None), key=self.peaks.__getitem__)
+        # keeping every residual may peak lowest of all (a ReLU's pooling keeps only the pooled
+        # values): then that is the smallest peak found, and a budget of it fits
+        minimum = min(self.peaks, key=self.peaks.__getitem__)
         raise MemoryBudgetError(self._refusal(limit, minimum), self.peaks[minimum])
 
     def _refusal(self, limit: int, slots: int | None) -> str:
