@@ -5,12 +5,11 @@ kernel; the reference interpreter evaluates the body.
 
 A node joins the groups of its producers (merging them) when everything else the merged group
 reads already existed when its earliest part started, so the fused node can run where the
-group's first member ran, or, if nothing outside reads the group's results before the node,
-where the node runs (`_movable`); and when both are of one family (`_family`): a recomputed
-value must not move back into forward, or into a segment rebuilt long before backward reads
-it, where it would be held until then; and not when it would widen a group whose narrower
-results are read after it (`_narrow_results`). A map of one large value that a group writes for
-a later one is computed again by the later one's kernel instead (`_maps_per_group`)."""
+group's first member ran, and when both are of one family (`_family`): a recomputed value must
+not move back into forward, or into a segment rebuilt long before backward reads it, where it
+would be held until then; and not when it would widen a group whose narrower results are read
+after it (`_narrow_results`). A map of one large value that a group writes for a later one is
+computed again by the later one's kernel instead (`_maps_per_group`)."""
 
 from __future__ import annotations
 
