@@ -120,7 +120,6 @@ def _grouped(graph: Graph) -> tuple[dict[int, _Group], dict[Value, _Group]]:
     for v in graph.outputs:  # the step's caller reads them too
         readers.setdefault(v, []).append(None)
     made_at = {v: i for i, n in enumerate(graph.nodes) for v in n.outputs}
-    at = {id(n): i for i, n in enumerate(graph.nodes)}
     group_of: dict[Value, _Group] = {}
     groups: dict[int, _Group] = {}  # start index -> group
     rebuilding: list[_Group] = []  # rebuild groups not sealed yet
@@ -131,7 +130,7 @@ def _grouped(graph: Graph) -> tuple[dict[int, _Group], dict[Value, _Group]]:
                     g.sealed = True
                 rebuilding.clear()
             continue
-        group = _join(n, i, group_of, made_at, groups, readers, at)
+        group = _join(n, group_of, made_at, groups, readers)
         if group is None:
             if not (_elementwise(n) or _row_reduction(n) or _around_reduction(n)):
                 continue
@@ -314,16 +313,13 @@ def _family(n: Node) -> Phase:
 
 def _join(
     n: Node,
-    i: int,
     group_of: dict[Value, _Group],
     made_at: dict[Value, int],
     groups: dict[int, _Group],
     readers: dict[Value, list[Node | None]],
-    at: dict[int, int],
 ) -> _Group | None:
-    """The group `n` (node i) joins: all the groups whose elementwise results it reads, merged,
-    if that is legal where the earliest of them starts, or, moved, where `n` runs (`_movable`);
-    else the first one of them it may join alone."""
+    """The group `n` joins: all the groups whose elementwise results it reads, merged, if that
+    is legal; else the first one of them it may join alone."""
     candidates = list(
         {
             id(g): g
@@ -332,34 +328,13 @@ def _join(
         }.values()
     )
     for option in ([candidates] if len(candidates) > 1 else []) + [[g] for g in candidates]:
-        start = min(g.start for g in option)
-        if not _legal(n, option, made_at, start):
-            if not (_movable(option, i, readers, at) and _legal(n, option, made_at, i)):
-                continue
-            start = i
-        if _narrow_results(n, option, readers) or not _vectorizes(option, readers, n):
-            continue
-        group = _merge(option, group_of, groups)
-        if group.start != start:
-            del groups[group.start]
-            group.start, groups[start] = start, group
-        return group
+        if (
+            _legal(n, option, made_at)
+            and not _narrow_results(n, option, readers)
+            and _vectorizes(option, readers, n)
+        ):
+            return _merge(option, group_of, groups)
     return None
-
-
-def _movable(option: list[_Group], i: int, readers: dict[Value, list[Node | None]],
-             at: dict[int, int]) -> bool:  # fmt: skip
-    """Whether the groups of `option` may run at node i instead of where they start, so that a
-    member may read what is made in between (a convolution's bias add, then a time embedding
-    or a shortcut computed after it): nothing outside them reads their results before i, and
-    they are not a rebuilt segment's (whose values are held from where they run)."""
-    members = {id(m) for g in option for m in g.nodes}
-    results = [v for g in option for v in g.values | g.reductions]
-    return all(g.family is not Phase.REBUILD for g in option) and not any(
-        r is not None and id(r) not in members and at[id(r)] < i
-        for v in results
-        for r in readers.get(v, ())
-    )
 
 
 # LLVM vectorizes a kernel's loop, whose arrays might overlap, only behind a runtime check per
@@ -439,16 +414,13 @@ def _extent(n: Node) -> tuple[int, ...]:
     return n.inputs[0].shape if n.prim.kind is Kind.REDUCTION else n.outputs[0].shape
 
 
-def _legal(n: Node, option: list[_Group], made_at: dict[Value, int], start: int) -> bool:
-    """Whether `n` and the groups of `option` may be one kernel run at node `start`: what they
-    read is their own elementwise results or rows' reductions, constants, or made before it
-    (their other reductions are complete only at the kernel's end)."""
+def _legal(n: Node, option: list[_Group], made_at: dict[Value, int]) -> bool:
+    start = min(g.start for g in option)
     values = set().union(*(g.values for g in option))
-    sums = set().union(*(g.reductions for g in option))
     rows = {v: shape for g in option for v, shape in g.rows.items()}
     reads = [x for g in option for m in g.nodes for x in m.inputs] + n.inputs
-    if not all(x in values or x in rows or x.const is not None
-               or (x not in sums and made_at.get(x, -1) < start) for x in reads):  # fmt: skip
+    if not all(x in values or x in rows or x.const is not None or made_at.get(x, -1) < start
+               for x in reads):  # fmt: skip
         return False
     reread = {rows[x] for g in option for m in [*g.nodes, n] for x in m.inputs if x in rows}
     if not reread:
