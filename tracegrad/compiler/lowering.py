@@ -67,17 +67,19 @@ def lower(
 
 def _argmax_with_maxima(graph: ir.Graph, modules: dict[ir.Node, Any]
                         ) -> tuple[ir.Graph, dict[ir.Node, Any]]:  # fmt: skip
-    """A max-pooling's argmax and maxima of one input, both run by kernels, as one node whose
-    kernel writes both (`kernels.pool`): the argmax finds each window's maximum anyway, where
-    the maxima's own kernel read the whole input again. `modules` (node -> its kernel's module)
-    follows."""
+    """A max-pooling's argmax and maxima of one input, both run by kernels in one phase, as one
+    node whose kernel writes both (`kernels.pool`): the argmax finds each window's maximum
+    anyway, where the maxima's own kernel read the whole input again. (Maxima rebuilt for
+    backward stay there: made in forward they would be held until then.) `modules` (node ->
+    its kernel's module) follows."""
     from tracegrad.compiler.kernels import native
 
     argmax = {n.outputs[0]: n for n in modules if n.prim is P.max_pool2d_argmax}
     pairs: dict[ir.Node, ir.Node] = {}
     for n in modules:
         a = argmax.get(n.inputs[1]) if n.prim is P.max_pool2d else None
-        if a is not None and a.inputs[0] is n.inputs[0] and a.attrs == n.attrs and a not in pairs:
+        if (a is not None and a.inputs[0] is n.inputs[0] and a.attrs == n.attrs
+                and a.phase is n.phase and a not in pairs):  # fmt: skip
             pairs[a] = n
     if not pairs:
         return graph, modules
