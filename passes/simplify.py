@@ -381,12 +381,10 @@ def argmax_before_relu(n: Node, rw: Rewrite) -> Value | None:
     gradient, masked by that ReLU's a >= x and read by nothing else. The two argmaxes differ
     only in windows whose maximum of x is at most a, where the mask zeroes the gradient either
     way. With `pool_before_monotone`, the ReLU's result need not be written at all."""
-    relu = rw.producers.get(n.inputs[0])
-    if relu is None or relu.prim is not P.maximum:
+    relu, idx = _relu(n.inputs[0], rw), n.outputs[0]
+    if relu is None or idx in rw.outputs:
         return None
-    (a, x), idx = relu.inputs, n.outputs[0]
-    if a.const is None or a.ndim or x.shape != n.inputs[0].shape or idx in rw.outputs:
-        return None
+    a, x = relu
     for m in rw.users.get(idx, []):
         if m.prim is not P.max_pool2d and not (
             m.prim is P.max_pool2d_scatter and _only_relu_masked(m.outputs[0], a, x, rw)
@@ -450,11 +448,18 @@ def _relu_indices(idx: Value, a: Value, x: Value, rw: Rewrite) -> bool:
     argmax = rw.producers.get(idx)
     if argmax is None or argmax.prim is not P.max_pool2d_argmax or a.const is None or a.ndim:
         return False
-    relu = rw.producers.get(argmax.inputs[0])
-    return argmax.inputs[0] is x or (
-        relu is not None and relu.prim is P.maximum and relu.inputs[1] is x
-        and _same_const(relu.inputs[0], a)
-    )  # fmt: skip
+    relu = _relu(argmax.inputs[0], rw)
+    return argmax.inputs[0] is x or (relu is not None and relu[1] is x and _same_const(relu[0], a))
+
+
+def _relu(v: Value, rw: Rewrite) -> tuple[Value, Value] | None:
+    """(a, x) if `v` is maximum(a, x) for a scalar constant a and an x of v's shape: a ReLU
+    whose ties give x no gradient."""
+    n = rw.producers.get(v)
+    if n is None or n.prim is not P.maximum:
+        return None
+    a, x = n.inputs
+    return (a, x) if a.const is not None and not a.ndim and x.shape == v.shape else None
 
 
 @rule(P.sum)
