@@ -352,13 +352,33 @@ def thin(og, k):
 
 
 @njit(cache=True)
-def accumulate(acc, gy, ldg, cols, ldc, og, k, width):
-    """acc += one block's product: (K, O) += columns (K, width) @ gy^T where the output channels
-    are few (`thin`), else (O, K) += gy (O, width) @ columns^T."""
+def accumulate(acc, gy, ldg, cols, ldc, og, k, width, beta):
+    """acc = beta acc + one block's product: (K, O) columns (K, width) @ gy^T where the output
+    channels are few (`thin`), else (O, K) gy (O, width) @ columns^T."""
     if thin(og, k):
-        gemm(ROW_MAJOR, AS_IS, TRANSPOSED, k, og, width, T(1), cols, ldc, gy, ldg, T(1), acc, og)
+        gemm(ROW_MAJOR, AS_IS, TRANSPOSED, k, og, width, T(1), cols, ldc, gy, ldg, beta, acc, og)
     else:
-        gemm(ROW_MAJOR, AS_IS, TRANSPOSED, og, k, width, T(1), gy, ldg, cols, ldc, T(1), acc, k)
+        gemm(ROW_MAJOR, AS_IS, TRANSPOSED, og, k, width, T(1), gy, ldg, cols, ldc, beta, acc, k)
+
+
+@njit(parallel=True, cache=True)
+def add_up(sums, dw, og, k, batch, threads):
+    """dw = the sum of the threads' sums (each (O, K) or (K, O), `thin`), of the threads that
+    had samples, on all threads: a large weight's sums (DCGAN's 512 x 4096) take longer to add
+    on one thread than its product's share."""
+    tall, groups = thin(og, k), sums.shape[1]
+    parts = [p for p in range(threads) if (p + 1) * batch // threads > p * batch // threads]
+    if not parts:  # an empty batch
+        dw[:] = 0
+        return
+    for row in prange(groups * og):
+        grp, i = row // og, row % og
+        for j in range(k):
+            at = j * og + i if tall else i * k + j
+            total = sums[parts[0], grp, at]
+            for p in parts[1:]:
+                total += sums[p, grp, at]
+            dw[row, j] = total
 
 
 @njit("void({dtype}[:, :, :, ::1], {dtype}[:, :, ::1], int64[::1], int64, {dtype}[:, ::1], int64)",
@@ -401,7 +421,7 @@ def kernel(x, gy, g, groups, dw, threads):
                      dw.ctypes.data + (grp * og + o0) * k * size, k)
         set_blas_threads(blas_threads)
         return
-    sums = np.zeros((threads, groups, og * k), D)
+    sums = np.empty((threads, groups, og * k), D)  # each thread's first block overwrites
     for part in prange(threads):
         first, last = part * batch // threads, (part + 1) * batch // threads
         cols = np.empty((k, nb * rows * ow_), D)
@@ -421,24 +441,17 @@ def kernel(x, gy, g, groups, dw, threads):
                             columns_of(cols, 0, flat, base, cg, hp, wp, g, r0, r1)
                             src, ld = cols.ctypes.data, cols.shape[1]
                         accumulate(acc, rows_at(gy, n0, grp * og, g, r0), positions, src, ld,
-                                   og, k, width)
+                                   og, k, width, T(0) if n0 == first and r0 == 0 else T(1))
                         continue
                     for n in range(n0, n1):  # a block of several samples spans all the rows
                         flat, base, hp, wp = source(x, pad, n, grp * cg, g, r0)
                         columns_of(cols, (n - n0) * width, flat, base, cg, hp, wp, g, r0, r1)
                     gather(block, gy, n0, n1, grp * og, og, r0 * ow_, r1 * ow_)
                     accumulate(acc, block.ctypes.data, block.shape[1], cols.ctypes.data,
-                               cols.shape[1], og, k, (n1 - n0) * width)
+                               cols.shape[1], og, k, (n1 - n0) * width,
+                               T(0) if n0 == first and r0 == 0 else T(1))
     set_blas_threads(blas_threads)
-    tall = thin(og, k)  # the sums' order, (K, O) or (O, K)
-    for grp in range(groups):  # loops: array expressions here compiled into more parallel code
-        for i in range(og):
-            for j in range(k):
-                at = j * og + i if tall else i * k + j
-                total = sums[0, grp, at]
-                for part in range(1, threads):
-                    total += sums[part, grp, at]
-                dw[grp * og + i, j] = total
+    add_up(sums, dw, og, k, batch, threads)
 '''
 
 
