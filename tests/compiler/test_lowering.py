@@ -153,6 +153,57 @@ def test_squeeze_excitation_and_group_norm_blocks_run_as_kernels_and_train_as_ea
     assert "layer_norm_grad kernel" in traced.latest.source
 
 
+class NormedBlock(tg.nn.Module):
+    """conv, batch norm, an activation, conv: the activation is the second conv's image, and
+    with `tap` a linear layer's too."""
+
+    def __init__(self, activation: tg.nn.Module, tap: bool = False):
+        super().__init__()
+        nn = tg.nn
+        self.conv1, self.norm = nn.Conv2d(3, 6, 3, padding=1), nn.BatchNorm2d(6)
+        self.activation, self.conv2 = activation, nn.Conv2d(6, 6, 3, stride=2, padding=1)
+        self.fc, self.tap = nn.Linear(6 * 4 * 4, 3), nn.Linear(6 * 8 * 8, 3) if tap else None
+
+    def forward(self, x):
+        h = self.activation(self.norm(self.conv1(x)))
+        out = self.fc(self.conv2(h).flatten(1))
+        return out + self.tap(h.flatten(1)) if self.tap else out
+
+
+@pytest.mark.parametrize(
+    "activation, tap, expected",
+    [("relu", False, ["conv2d", "conv2d_weight_grad"]),
+     ("leaky", False, ["conv2d", "conv2d_weight_grad"]),
+     ("silu", False, []),  # its exp stays in the fused kernels
+     ("relu", True, None)],  # the activation read by a product too: forward's conv reads it
+)  # fmt: skip
+def test_a_norm_and_activation_only_convolutions_read_is_their_prologue(
+    monkeypatch, activation, tap, expected
+):
+    """The second convolution (forward, and its weight gradient from the rebuilt activation)
+    applies the batch norm's scale and shift and a ReLU or leaky ReLU as it copies its image
+    (`lowering._conv_prologues`), and no kernel writes the activation; training traced equals
+    eager in float64."""
+    from tests.conftest import assert_traced_training_matches_eager
+
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+    nn = tg.nn
+    act = {"relu": nn.ReLU, "leaky": lambda: nn.LeakyReLU(0.2), "silu": nn.SiLU}[activation]
+    make_model = lambda: NormedBlock(act(), tap).double()  # noqa: E731
+    rng = np.random.default_rng(0)
+    batches = [(rng.standard_normal((2, 3, 8, 8)), rng.integers(0, 3, 2)) for _ in range(3)]
+    assert_traced_training_matches_eager(make_model, batches, "numba")
+    graph = traced_training(make_model(), batches).latest.graph
+    prologues = [n for n in graph.nodes if "prologue" in n.attrs]
+    taken = sorted(n.op for n in prologues)
+    if expected is None:
+        assert "conv2d" not in taken
+        return
+    assert taken == expected
+    activations = {n.attrs["prologue"].outputs[0] for n in prologues}
+    assert not activations & {v for n in graph.nodes for v in n.outputs}  # nothing writes them
+
+
 @pytest.mark.parametrize("large", [True, False])
 def test_a_small_channel_statistic_is_a_kernel_where_the_plan_runs_kernels(large):
     """A batch norm's sum over (0, 2, 3) of a small (2, 3, 4, 4) input: a kernel in a plan that

@@ -46,6 +46,7 @@ def lower(
 
         modules = native.modules(natives)
         graph, modules = _argmax_with_maxima(graph, modules)
+        graph, modules, groups = _conv_prologues(graph, modules, groups)
         bodies = [(b.inputs, b.nodes, b.outputs) for b in (n.attrs["body"] for n in groups)]
         progress = Progress() if compile and not background else None
         compiled = compile_groups(bodies, progress, compile=compile, background=background,
@@ -89,6 +90,111 @@ def _argmax_with_maxima(graph: ir.Graph, modules: dict[ir.Node, Any]
     modules = {n: m for n, m in modules.items() if n not in pairs and n not in maxima}
     modules.update(native.modules(list(joint.values())))
     return ir.Graph(graph.inputs, nodes, graph.outputs), modules
+
+
+def _conv_prologues(graph: ir.Graph, modules: dict[ir.Node, Any], groups: list[ir.Node]
+                    ) -> tuple[ir.Graph, dict[ir.Node, Any], list[ir.Node]]:  # fmt: skip
+    """A fused kernel's result that only convolutions read as their image (forward's, the weight
+    gradient's), made by arithmetic from one image of its size and a number per channel (a batch
+    or group norm's scale and shift, then a ReLU), is computed by those convolutions as they copy
+    the image into their padded buffer (`kernels.conv.prologue_source`) and never written:
+    forward's norm-and-activation pass goes, and so does backward's rebuilt copy of it. The fused
+    kernel keeps its other results, or goes. `modules` and `groups` follow."""
+    from tracegrad.compiler.kernels import native
+
+    producer, users, kernels = graph.producers(), graph.users(), set(groups)
+    taken: dict[ir.Value, ir.Graph] = {}
+    for n in modules:
+        x = n.inputs[0] if _takes_prologue(n, modules) else None
+        if x is None or x in taken or producer.get(x) not in kernels or x in graph.outputs:
+            continue
+        if all(_takes_prologue(u, modules) and x not in u.inputs[1:] for u in users[x]):
+            body = _prologue(producer[x].attrs["body"], x)
+            if body is not None:
+                taken[x] = body
+    if not taken:
+        return graph, modules, groups
+    convs = {u: u.replace(inputs=[taken[x].inputs[0], u.inputs[1], *taken[x].inputs[1:]],
+                          attrs={**u.attrs, "prologue": taken[x]})
+             for x in taken for u in users[x]}  # fmt: skip
+    made = native.modules(list(convs.values()))
+    if len(made) < len(convs):  # a kernel that cannot take it: leave them all as they were
+        return graph, modules, groups
+    fused = {f: _without(f, taken) for f in {producer[x] for x in taken}}
+    replaced = {**convs, **fused}  # a fused node that is left with nothing to make: None
+    nodes = [m for m in (replaced.get(n, n) for n in graph.nodes) if m is not None]
+    modules = {n: m for n, m in modules.items() if n not in convs}
+    modules.update(made)
+    groups = [m for m in (fused.get(f, f) for f in groups) if m is not None]
+    return ir.Graph(graph.inputs, nodes, graph.outputs), modules, groups
+
+
+def _takes_prologue(n: ir.Node, modules: dict[ir.Node, Any]) -> bool:
+    """Whether node n runs a convolution kernel that can read its image through a prologue."""
+    from tracegrad.compiler.kernels import conv
+
+    return n in modules and n.prim in conv.OPS and conv.takes_prologue(n)
+
+
+# The scalar helpers a prologue may call besides operators: the NaN-propagating extremes (a
+# ReLU, a clamp). An activation of exp or erf (SiLU, GELU) costs more in the convolution's copy
+# loop than the pass it saves, and backward's rebuilt kernel computes it anyway for its slope.
+PROLOGUE_HELPERS = frozenset((*P.maximum.helpers, *P.minimum.helpers))
+
+
+def _prologue(body: ir.Graph, x: ir.Value) -> ir.Graph | None:
+    """The part of a fused body that makes x, as a graph of the image (its one input of x's
+    size) and the per-channel numbers it reads; None unless x is made by elementwise ops alone
+    from such inputs."""
+    made = body.producers()
+    needed, leaves, stack = set(), [], [x]
+    while stack:
+        v = stack.pop()
+        n = made.get(v)
+        if n is None:
+            leaves += [v] if v not in leaves else []
+        elif n not in needed:
+            if (n.prim.kind is not Kind.ELEMENTWISE or n.prim.scalar is None
+                    or not PROLOGUE_HELPERS.issuperset(n.prim.helpers)):  # fmt: skip
+                return None
+            needed.add(n)
+            stack.extend(n.inputs)
+    images = [v for v in leaves if v.shape == x.shape]
+    numbers = [v for v in leaves if v.shape != x.shape]
+    if len(images) != 1 or any(not _per_channel(v, x) for v in (*images, *numbers)):
+        return None
+    return ir.Graph([*images, *numbers], [n for n in body.nodes if n in needed], [x])
+
+
+def _per_channel(v: ir.Value, x: ir.Value) -> bool:
+    """Whether v, of x's dtype, is x's size or broadcasts to it as one number per channel of the
+    image (N, C, H, W), or one for all."""
+    if v.dtype != x.dtype or v.ndim > 4:
+        return False
+    shape = (1,) * (4 - v.ndim) + v.shape
+    return v.shape == x.shape or (shape[0] == shape[2] == shape[3] == 1
+                                  and shape[1] in (1, x.shape[1]))  # fmt: skip
+
+
+def _without(f: ir.Node, taken: dict[ir.Value, ir.Graph]) -> ir.Node | None:
+    """Fused node f without its results in `taken` and what only they needed; None if nothing
+    is left."""
+    body = f.attrs["body"]
+    outputs = [v for v in body.outputs if v not in taken]
+    if not outputs:
+        return None
+    made, needed, stack = body.producers(), set(), list(outputs)
+    while stack:
+        n = made.get(stack.pop())
+        if n is not None and n not in needed:
+            needed.add(n)
+            stack.extend(n.inputs)
+    nodes = [n for n in body.nodes if n in needed]
+    read = {v for n in nodes for v in n.inputs}
+    inputs = [v for v in body.inputs if v in read]
+    return f.replace(
+        inputs=inputs, outputs=outputs, attrs={**f.attrs, "body": ir.Graph(inputs, nodes, outputs)}
+    )
 
 
 def _slices_copied(graph: ir.Graph, kernels: dict[ir.Node, Any]) -> ir.Graph:

@@ -16,7 +16,7 @@ from tracegrad.compiler import lowering
 from tracegrad.compiler.kernels import blas, conv
 from tracegrad.compiler.kernels.native import compile_native
 from tracegrad.core import primitives as P
-from tracegrad.core.ir import Node, Value
+from tracegrad.core.ir import Graph, Node, Value
 from tracegrad.core.ops import conv as C
 from tracegrad.nn import functional as F
 
@@ -155,6 +155,64 @@ def check_kernels(geometry, dtype):
     assert abs(float(np.vdot(w, dw)) - inner) <= tol * scale
     for before, now in ((x0, x), (w0, w), (g0, g)):
         np.testing.assert_array_equal(before, now)
+
+
+def activated(x, scale, shift, slope):
+    """A batch norm's scale and shift, then a leaky ReLU (a ReLU where the slope is 0)."""
+    t = x * scale + shift
+    return np.where(t > 0, t, t * slope)
+
+
+def prologue(x, scale, shift, slope):
+    """`activated` as a prologue graph: the image, then its numbers (a 0-d slope, a constant)."""
+    v = lambda a: Value(np.shape(a), x.dtype)  # noqa: E731
+    image, s, b, k, zero = v(x), v(scale), v(shift), v(slope), Value((), x.dtype, np.zeros(()))
+    scaled, shifted, above, sloped, out = v(x), v(x), Value(x.shape, bool), v(x), v(x)
+    nodes = [Node(P.mul, [image, s], [scaled]), Node(P.add, [scaled, b], [shifted]),
+             Node(P.greater, [shifted, zero], [above]), Node(P.mul, [shifted, k], [sloped]),
+             Node(P.where, [above, shifted, sloped], [out])]  # fmt: skip
+    return Graph([image, s, b, k, zero], nodes, [out])
+
+
+PROLOGUE_GEOMETRIES = [g for g in GEOMETRIES + EXTRA if g[-1] == 1 or g[0][1] != g[-1]]
+
+
+@pytest.mark.parametrize("geometry", PROLOGUE_GEOMETRIES)
+@pytest.mark.parametrize("block", ["chosen", *BLOCKS])
+@pytest.mark.parametrize("slope", [0.0, 0.2])
+def test_forward_and_weight_gradient_read_their_image_through_a_prologue(
+    monkeypatch, geometry, block, slope
+):
+    """Forward and the weight gradient apply a prologue (`prologue_source`) to each sample as they
+    copy it, and only to the image: the padding stays zero, though the shift would move it; the
+    geometries whose products read the image itself (1 x 1, the whole image) lay out columns
+    then."""
+    if block in BLOCKS:
+        monkeypatch.setattr(conv, "_block", lambda node: BLOCKS[block](conv._shapes(node)[2][0]))
+    shape, out, kernel, stride, padding, dilation, groups = geometry
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(shape)
+    w = rng.standard_normal((out, shape[1] // groups, *kernel))
+    scale, shift = rng.uniform(0.5, 2, (1, shape[1], 1, 1)), rng.uniform(0.5, 1, (shape[1], 1, 1))
+    a = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    image = activated(x, scale, shift, slope)
+    y = reference(image, w, **a)
+    g = rng.standard_normal(y.shape)
+    body = prologue(x, scale, shift, np.asarray(slope))
+    v = lambda arr: Value(arr.shape, arr.dtype)  # noqa: E731
+    numbers = [v(scale), v(shift), v(np.asarray(slope)), body.inputs[-1]]
+    nodes = [Node(P.conv2d, [v(x), v(w), *numbers], [v(y)], dict(a, prologue=body)),
+             Node(P.conv2d_weight_grad, [v(x), v(g), *numbers], [v(w)],
+                  dict(a, shape=w.shape, prologue=body))]  # fmt: skip
+    params = (scale, shift, np.asarray(slope), np.zeros(()))
+    want = {P.conv2d: y, P.conv2d_weight_grad: C.weight_grad(image, g, w.shape, **a)}
+    columns = [n for n in nodes if not conv._by_planes(n)]  # loops over planes take none
+    assert columns
+    for node, (ok, kernel) in zip(columns, compile_native(columns), strict=True):
+        assert ok, node.op
+        got = np.full_like(want[node.prim], np.nan)
+        kernel(x, w if node.prim is P.conv2d else g, *params, got)
+        np.testing.assert_allclose(got, want[node.prim], rtol=1e-12, atol=1e-12, err_msg=node.op)
 
 
 def test_kernels_read_any_layout_and_read_only_operands():

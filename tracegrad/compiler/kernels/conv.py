@@ -37,12 +37,12 @@ from pathlib import Path
 import numba
 import numpy as np
 
-from tracegrad.compiler.kernels import team
+from tracegrad.compiler.kernels import fastmath, team
 from tracegrad.compiler.kernels.blas import gemm_symbols
 from tracegrad.compiler.kernels.cache import GeneratedKernel, in_c_order, named
 from tracegrad.compiler.kernels.gemm import declarations
 from tracegrad.core import primitives as P
-from tracegrad.core.ir import Node
+from tracegrad.core.ir import Graph, Node
 
 OPS = {P.conv2d: "output", P.conv2d_input_grad: "input_grad", P.conv2d_weight_grad: "weight_grad"}
 DTYPES = ("float32", "float64")
@@ -72,17 +72,20 @@ def sizes(images, weights, g, groups):
 
 @njit(cache=True)
 def direct(g):
-    """Whether the columns are the image itself: a 1 x 1 kernel, stride 1, no padding."""
-    return g[6] == 1 and g[7] == 1 and g[0] == 1 and g[1] == 1 and g[2] == 0 and g[3] == 0
+    """Whether the columns are the image itself: a 1 x 1 kernel, stride 1, no padding (and no
+    prologue to apply to it)."""
+    return (not PROLOGUE and g[6] == 1 and g[7] == 1 and g[0] == 1 and g[1] == 1 and g[2] == 0
+            and g[3] == 0)
 
 
 @njit(cache=True)
 def dense(g, x):
     """Whether the kernel covers the image exactly, once (a 1 x 1 output, no padding or
     dilation): each sample's columns are the sample itself, in order, and the convolution a
-    matrix product of the batch's rows, x (N, C * H * W) by w (O, K) per group."""
-    return (g[8] == 1 and g[9] == 1 and g[2] == 0 and g[3] == 0 and g[4] == 1 and g[5] == 1
-            and x.shape[2] == g[6] and x.shape[3] == g[7])
+    matrix product of the batch's rows, x (N, C * H * W) by w (O, K) per group (and no
+    prologue to apply to it)."""
+    return (not PROLOGUE and g[8] == 1 and g[9] == 1 and g[2] == 0 and g[3] == 0 and g[4] == 1
+            and g[5] == 1 and x.shape[2] == g[6] and x.shape[3] == g[7])
 
 
 @njit(cache=True)
@@ -110,10 +113,11 @@ def padded(x, g, cg):
 
 
 @njit(cache=True)
-def load(pad, x, n, c0, g):
-    """The padded image `pad` = channels c0.. of x[n] (its border stays zero). Flat indices,
-    here and below: a view costs two atomic updates of the array's reference count, which the
-    threads contend for, and more than a short row's copy."""
+def load(pad, x, n, c0, g, p):
+    """The padded image `pad` = channels c0.. of x[n] (its border stays zero), through the
+    `prologue` (its parameters p). Flat indices, here and below: a view costs two atomic updates
+    of the array's reference count, which the threads contend for, and more than a short row's
+    copy."""
     cg, hp, wp = pad.shape
     h, w, ph, pw = x.shape[2], x.shape[3], g[2], g[3]
     pf, xf = pad.reshape(pad.size), x.reshape(x.size)
@@ -121,7 +125,7 @@ def load(pad, x, n, c0, g):
         for a in range(h):
             dst, src = U((c * hp + a + ph) * wp + pw), U(((n * x.shape[1] + c0 + c) * h + a) * w)
             for b in range(U(w)):
-                pf[dst + b] = xf[src + b]
+                pf[dst + b] = prologue(xf[src + b], p, c0 + c)
 
 
 @njit(cache=True)
@@ -147,14 +151,15 @@ def unpadded(x, g):
 
 
 @njit(cache=True)
-def source(x, pad, n, c0, g, r0):
+def source(x, pad, n, c0, g, r0, p):
     """Where the patches of channels c0.. of x[n] are read, (flat array, offset of the first
-    channel, rows, columns): x itself if `unpadded`, else pad (loaded at the first row block)."""
+    channel, rows, columns): x itself if `unpadded` (and without a prologue), else pad (loaded
+    at the first row block)."""
     h, w = x.shape[2], x.shape[3]
-    if unpadded(x, g):
+    if not PROLOGUE and unpadded(x, g):
         return x.reshape(x.size), (n * x.shape[1] + c0) * h * w, h, w
     if r0 == 0:
-        load(pad, x, n, c0, g)
+        load(pad, x, n, c0, g, p)
     return pad.reshape(pad.size), 0, pad.shape[1], pad.shape[2]
 
 
@@ -243,9 +248,9 @@ def spread(a, block, n0, n1, channel, count, p0, p1):
 '''
 
 _FORWARD = '''
-@njit("void({dtype}[:, :, :, ::1], {dtype}[:, ::1], int64[::1], int64, {dtype}[:, :, ::1], int64)",
-      parallel=True, cache=True)
-def kernel(x, w, g, groups, y, threads):
+@njit("void({dtype}[:, :, :, ::1], {dtype}[:, ::1], int64[::1], int64, {dtype}[:, ::1], "
+      "{dtype}[:, :, ::1], int64)", parallel=True, cache=True)
+def kernel(x, w, g, groups, p, y, threads):
     """y[n] (O, OH * OW) = w (O, K) @ the columns of x[n], group by group; a block of several
     samples is one product, whose result is then spread over their outputs."""
     batch, k, size, oh_, ow_, rows, nb, og, cg, positions = sizes(x, w, g, groups)
@@ -273,14 +278,14 @@ def kernel(x, w, g, groups, y, threads):
                     if n1 - n0 == 1:  # the product straight into y[n]
                         src, ld = rows_at(x, n0, grp * cg, g, r0), positions
                         if not direct(g):
-                            flat, base, hp, wp = source(x, pad, n0, grp * cg, g, r0)
+                            flat, base, hp, wp = source(x, pad, n0, grp * cg, g, r0, p)
                             columns_of(cols, 0, flat, base, cg, hp, wp, g, r0, r1)
                             src, ld = cols.ctypes.data, cols.shape[1]
                         gemm(ROW_MAJOR, AS_IS, AS_IS, og, width, k, T(1), wg, k, src, ld, T(0),
                              rows_at(y, n0, grp * og, g, r0), positions)
                         continue
                     for n in range(n0, n1):  # a block of several samples spans all the rows
-                        flat, base, hp, wp = source(x, pad, n, grp * cg, g, r0)
+                        flat, base, hp, wp = source(x, pad, n, grp * cg, g, r0, p)
                         columns_of(cols, (n - n0) * width, flat, base, cg, hp, wp, g, r0, r1)
                     gemm(ROW_MAJOR, AS_IS, AS_IS, og, (n1 - n0) * width, k, T(1), wg, k,
                          cols.ctypes.data, cols.shape[1], T(0), prod.ctypes.data, prod.shape[1])
@@ -381,9 +386,9 @@ def add_up(sums, dw, og, k, batch, threads):
             dw[row, j] = total
 
 
-@njit("void({dtype}[:, :, :, ::1], {dtype}[:, :, ::1], int64[::1], int64, {dtype}[:, ::1], int64)",
-      parallel=True, cache=True)
-def kernel(x, gy, g, groups, dw, threads):
+@njit("void({dtype}[:, :, :, ::1], {dtype}[:, :, ::1], int64[::1], int64, {dtype}[:, ::1], "
+      "{dtype}[:, ::1], int64)", parallel=True, cache=True)
+def kernel(x, gy, g, groups, p, dw, threads):
     """dw (O, K) = the sum over samples of gy[n] @ (the columns of x[n])^T, group by group:
     each thread sums its blocks' in an (O, K) or (K, O) of its own (`accumulate`), then the
     threads' sums are added; or, where the batch has fewer positions than the group output
@@ -413,7 +418,7 @@ def kernel(x, gy, g, groups, dw, threads):
                 if o1 == o0:
                     continue
                 for n in range(batch):
-                    flat, base, hp, wp = source(x, pad, n, grp * cg, g, 0)
+                    flat, base, hp, wp = source(x, pad, n, grp * cg, g, 0, p)
                     columns_of(cols, n * positions, flat, base, cg, hp, wp, g, 0, oh_)
                 gather(block, gy, 0, batch, grp * og + o0, o1 - o0, 0, positions)
                 gemm(ROW_MAJOR, AS_IS, TRANSPOSED, o1 - o0, k, width, T(1), block.ctypes.data,
@@ -437,14 +442,14 @@ def kernel(x, gy, g, groups, dw, threads):
                     if n1 - n0 == 1:
                         src, ld = rows_at(x, n0, grp * cg, g, r0), positions
                         if not direct(g):
-                            flat, base, hp, wp = source(x, pad, n0, grp * cg, g, r0)
+                            flat, base, hp, wp = source(x, pad, n0, grp * cg, g, r0, p)
                             columns_of(cols, 0, flat, base, cg, hp, wp, g, r0, r1)
                             src, ld = cols.ctypes.data, cols.shape[1]
                         accumulate(acc, rows_at(gy, n0, grp * og, g, r0), positions, src, ld,
                                    og, k, width, T(0) if n0 == first and r0 == 0 else T(1))
                         continue
                     for n in range(n0, n1):  # a block of several samples spans all the rows
-                        flat, base, hp, wp = source(x, pad, n, grp * cg, g, r0)
+                        flat, base, hp, wp = source(x, pad, n, grp * cg, g, r0, p)
                         columns_of(cols, (n - n0) * width, flat, base, cg, hp, wp, g, r0, r1)
                     gather(block, gy, n0, n1, grp * og, og, r0 * ow_, r1 * ow_)
                     accumulate(acc, block.ctypes.data, block.shape[1], cols.ctypes.data,
@@ -755,9 +760,9 @@ def depthwise_weights(x, gy, g, groups, sums, first, last):
 
 _DEPTHWISE_KERNELS = {
     "output": '''
-@njit("void({dtype}[:, :, :, ::1], {dtype}[:, ::1], int64[::1], int64, {dtype}[:, :, ::1], int64)",
-      parallel=True, cache=True)
-def kernel(x, w, g, groups, y, threads):
+@njit("void({dtype}[:, :, :, ::1], {dtype}[:, ::1], int64[::1], int64, {dtype}[:, ::1], "
+      "{dtype}[:, :, ::1], int64)", parallel=True, cache=True)
+def kernel(x, w, g, groups, p, y, threads):
     """y of a depthwise convolution, each thread its share of the batch."""
     for part in prange(threads):
         first, last = part * x.shape[0] // threads, (part + 1) * x.shape[0] // threads
@@ -778,9 +783,9 @@ def kernel(gy, w, g, groups, dx, threads):
             depthwise_input(gy, w, g, groups, dx, first, last)
 """,
     "weight_grad": '''
-@njit("void({dtype}[:, :, :, ::1], {dtype}[:, :, ::1], int64[::1], int64, {dtype}[:, ::1], int64)",
-      parallel=True, cache=True)
-def kernel(x, gy, g, groups, dw, threads):
+@njit("void({dtype}[:, :, :, ::1], {dtype}[:, :, ::1], int64[::1], int64, {dtype}[:, ::1], "
+      "{dtype}[:, ::1], int64)", parallel=True, cache=True)
+def kernel(x, gy, g, groups, p, dw, threads):
     """Each thread sums its samples' gradient in an (O, K) of its own; the sums are added."""
     sums = np.zeros((threads, dw.shape[0], dw.shape[1]), D)
     for part in prange(threads):
@@ -812,37 +817,86 @@ D = np.{dtype}
 '''
 
 
-def generate_source(op: str, dtype: str, ints: str, depthwise: bool = False) -> str:
+_NO_PROLOGUE = """
+PROLOGUE = False
+
+
+@njit(inline="always", cache=True)
+def prologue(v, p, c):
+    return v
+"""
+
+_PROLOGUE = """{imports}
+PROLOGUE = True  # the image is read through `prologue`: always into a padded copy
+
+
+@njit(inline="always", fastmath={flags}, error_model="numpy", cache=True)
+def prologue(v0, p, c):
+    \"\"\"{ops} of the image's value v0 in channel c, with the channel's parameters p[:, c].\"\"\"
+{lines}
+"""
+
+
+def prologue_source(body: Graph) -> str:
+    """The `prologue` function of a convolution that reads its image through the elementwise
+    `body` (`lowering._conv_prologues`): its first input the image, the others a number per
+    channel, rows of the parameters `p` (`ConvKernel`). Each op's scalar template, as the fused
+    kernels compute it."""
+    slots = {v: k for k, v in enumerate(body.inputs)}
+    lines = [f"    v{k} = p[{k - 1}, c]" for k in range(1, len(body.inputs))]
+    for n in body.nodes:
+        expr = n.prim.scalar.format(*(f"v{slots[v]}" for v in n.inputs))
+        slots[n.outputs[0]] = len(slots)
+        lines.append(f"    v{len(slots) - 1} = np.{n.outputs[0].dtype.name}({expr})")
+    lines.append(f"    return v{slots[body.outputs[0]]}")
+    helpers = sorted({h for n in body.nodes for h in n.prim.helpers})
+    imports = "".join(f"from tracegrad.compiler.kernels.scalar import {h}\n" for h in helpers)
+    return _PROLOGUE.format(
+        imports=imports,
+        flags=fastmath.flags_literal(fastmath.FLAGS),
+        ops=", ".join(n.op for n in body.nodes),
+        lines="\n".join(lines),
+    )
+
+
+def generate_source(op: str, dtype: str, ints: str, depthwise: bool = False,
+                    prologue: str = _NO_PROLOGUE) -> str:  # fmt: skip
     """The text of the module of `op`'s kernel for `dtype`, BLAS sizes of integer type `ints`:
     the im2col kernel, or the depthwise one (a module of its own, so that neither compiles the
-    other's loops)."""
+    other's loops); the image read through `prologue` (`prologue_source`)."""
     head = _HEAD.format(
         op=op.replace("_", " "), dtype=dtype, declarations=declarations(dtype, ints)
     )
     if depthwise:
-        return head + _HELPERS + (_DEPTHWISE + _DEPTHWISE_KERNELS[op]).format(dtype=dtype)
-    return head + _HELPERS + _KERNELS[op].format(dtype=dtype)
+        kernels = (_DEPTHWISE + _DEPTHWISE_KERNELS[op]).format(dtype=dtype)
+        return head + prologue + _HELPERS + kernels
+    return head + prologue + _HELPERS + _KERNELS[op].format(dtype=dtype)
 
 
 def module(node: Node) -> tuple[str, str]:
     """The name and text of a convolution node's kernel module; NotImplementedError unless its
-    operands are of its result's dtype, float32 or float64, not constants, and there are GEMM
-    routines to call (`blas.gemm_symbols`)."""
+    operands (the prologue's parameters aside) are of its result's dtype, float32 or float64,
+    not constants, and there are GEMM routines to call (`blas.gemm_symbols`)."""
     dtype = node.outputs[0].dtype.name
     ints = gemm_symbols()
     if (
         ints is None
         or dtype not in DTYPES
-        or any(v.dtype.name != dtype or v.const is not None for v in node.inputs)
+        or any(v.dtype.name != dtype or v.const is not None for v in node.inputs[:2])
     ):
         raise NotImplementedError(f"no convolution kernel for {[v.type_str for v in node.inputs]}")
-    return named("conv", generate_source(OPS[node.prim], dtype, ints, _by_planes(node)))
+    body = node.attrs.get("prologue")
+    if body is not None and (OPS[node.prim] == "input_grad" or _by_planes(node)):
+        raise NotImplementedError(f"a prologue in a {node.op} kernel without columns")
+    text = _NO_PROLOGUE if body is None else prologue_source(body)
+    return named("conv", generate_source(OPS[node.prim], dtype, ints, _by_planes(node), text))
 
 
 class ConvKernel(GeneratedKernel):
-    """`kernel(a, b, out)` for one node: the operands made C-contiguous and writeable, the
-    weight (or its gradient) seen as (O, K), the gradient of the output as (N, O, OH * OW); the
-    kernel's taps that read only padding cropped off (`_live`)."""
+    """`kernel(a, b, *parameters, out)` for one node: the operands made C-contiguous and
+    writeable, the weight (or its gradient) seen as (O, K), the gradient of the output as (N, O,
+    OH * OW); the kernel's taps that read only padding cropped off (`_live`); the prologue's
+    parameters, if any, as rows of a number per input channel."""
 
     def __init__(self, node: Node, compiled: Callable, path: Path):
         super().__init__(compiled, path)
@@ -861,29 +915,40 @@ class ConvKernel(GeneratedKernel):
         self.groups, self.k = a["groups"], cg * kh * kw
         self.threads = numba.get_num_threads()  # as many shares of the batch, from now on
         self.scratch = scratch(node)
+        self.none = np.empty((0, 1), node.outputs[0].dtype)  # no prologue, no parameters
 
-    def __call__(self, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    def __call__(self, a: np.ndarray, b: np.ndarray, *rest: np.ndarray) -> None:
+        *parameters, out = rest
         if not out.flags.c_contiguous:
             raise ValueError(f"convolution kernels write C-contiguous results, not {out.strides}")
         if self.live is not None and self.op != "weight_grad":
             b = b[:, :, self.live[0], self.live[1]]
         a, b = in_c_order(a), in_c_order(b)
+        p = self.parameters(parameters, a.shape[1], out.dtype)
         if self.op == "output":
-            args = (a, b.reshape(b.shape[0], self.k), out.reshape(*out.shape[:2], -1))
+            args = (a, b.reshape(b.shape[0], self.k), p, out.reshape(*out.shape[:2], -1))
         elif self.op == "input_grad":
             args = (a.reshape(*a.shape[:2], -1), b.reshape(b.shape[0], self.k), out)
         elif self.live is None:
-            args = (a, b.reshape(*b.shape[:2], -1), out.reshape(out.shape[0], self.k))
+            args = (a, b.reshape(*b.shape[:2], -1), p, out.reshape(out.shape[0], self.k))
         else:  # the cropped kernel's gradient, the rest of it zero
             cropped = np.empty((out.shape[0], self.k), out.dtype)
-            self.compiled(a, b.reshape(*b.shape[:2], -1), self.geometry, self.groups, cropped,
+            self.compiled(a, b.reshape(*b.shape[:2], -1), self.geometry, self.groups, p, cropped,
                           self.threads)  # fmt: skip
             out[...] = 0
             kernel = cropped.reshape(*out.shape[:2], *self.geometry[6:8])
             out[:, :, self.live[0], self.live[1]] = kernel
             return
-        self.compiled(*args[:2], self.geometry, self.groups, args[2], self.threads)
+        self.compiled(*args[:2], self.geometry, self.groups, *args[2:], self.threads)
         team.finished()
+
+    def parameters(self, given: list[np.ndarray], channels: int, dtype: np.dtype) -> np.ndarray:
+        """The prologue's parameters as one C-contiguous (count, channels) array: each a number
+        per channel or one for all."""
+        if not given:
+            return self.none
+        rows = [np.broadcast_to(np.asarray(q, dtype).reshape(-1), (channels,)) for q in given]
+        return np.stack(rows)
 
 
 CHANNELS_LAST_WIDTH = 16  # a depthwise convolution's outputs narrower than this go channels-last
@@ -906,6 +971,21 @@ def _by_planes(node: Node) -> bool:
     (_, (o, _, kh, kw), out) = _shapes(node)
     few = o // node.attrs["groups"] <= PLANES_MAX[OPS[node.prim]]
     return few and (kh, kw) != (1, 1) and out != (1, 1)
+
+
+def takes_prologue(node: Node) -> bool:
+    """Whether the node's kernel can read its image through a prologue (`prologue_source`) and
+    gain from it: forward's or the weight gradient's, which copy each sample into a padded
+    buffer anyway. Not the loops over planes (`_by_planes`), nor the geometries whose products
+    read the image itself (`direct`, `dense`): there the prologue's copy would be one more."""
+    if OPS[node.prim] == "input_grad" or _by_planes(node):
+        return False
+    a, ((_, _, h, w), _, out), ((i, j), (kh, kw)) = node.attrs, _shapes(node), _kernel(node)
+    stride, ((ph, _), (pw, _)), (dh, dw) = a["stride"], a["padding"], a["dilation"]
+    corner = (ph - i * dh, pw - j * dw) == (0, 0)  # the cropped kernel's padding
+    direct = corner and (kh, kw) == (1, 1) and stride == (1, 1)
+    dense = corner and out == (1, 1) and (dh, dw) == (1, 1) and (h, w) == (kh, kw)
+    return not (direct or dense)
 
 
 def _depthwise(node: Node) -> bool:
@@ -935,7 +1015,7 @@ def _splits_channels(node: Node) -> bool:
 def _shapes(node: Node) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     """The node's input, weight and output sizes: (N, C, H, W), (O, C / groups, kh, kw) and
     (OH, OW)."""
-    op, (a, b), out = OPS[node.prim], (v.shape for v in node.inputs), node.outputs[0].shape
+    op, (a, b), out = OPS[node.prim], (v.shape for v in node.inputs[:2]), node.outputs[0].shape
     x, w, y = {"output": (a, b, out), "input_grad": (out, b, a), "weight_grad": (a, out, b)}[op]
     return x, w, y[2:]
 
