@@ -40,6 +40,7 @@ import numpy as np
 from tracegrad.compiler.kernels import fastmath, team
 from tracegrad.compiler.kernels.blas import gemm_symbols
 from tracegrad.compiler.kernels.cache import GeneratedKernel, in_c_order, named
+from tracegrad.compiler.kernels.fused import scalar_cast
 from tracegrad.compiler.kernels.gemm import declarations
 from tracegrad.core import primitives as P
 from tracegrad.core.ir import Graph, Node
@@ -115,17 +116,18 @@ def padded(x, g, cg):
 @njit(cache=True)
 def load(pad, x, n, c0, g, p):
     """The padded image `pad` = channels c0.. of x[n] (its border stays zero), through the
-    `prologue` (its parameters p). Flat indices, here and below: a view costs two atomic updates
-    of the array's reference count, which the threads contend for, and more than a short row's
-    copy."""
+    `prologue` (its numbers per channel p). Flat indices, here and below: a view costs two
+    atomic updates of the array's reference count, which the threads contend for, and more than
+    a short row's copy."""
     cg, hp, wp = pad.shape
     h, w, ph, pw = x.shape[2], x.shape[3], g[2], g[3]
     pf, xf = pad.reshape(pad.size), x.reshape(x.size)
     for c in range(cg):
+        q = numbers(p, c0 + c)
         for a in range(h):
             dst, src = U((c * hp + a + ph) * wp + pw), U(((n * x.shape[1] + c0 + c) * h + a) * w)
             for b in range(U(w)):
-                pf[dst + b] = prologue(xf[src + b], p, c0 + c)
+                pf[dst + b] = prologue(xf[src + b], q)
 
 
 @njit(cache=True)
@@ -822,7 +824,12 @@ PROLOGUE = False
 
 
 @njit(inline="always", cache=True)
-def prologue(v, p, c):
+def numbers(p, c):
+    return ()
+
+
+@njit(inline="always", cache=True)
+def prologue(v, q):
     return v
 """
 
@@ -830,9 +837,16 @@ _PROLOGUE = """{imports}
 PROLOGUE = True  # the image is read through `prologue`: always into a padded copy
 
 
+@njit(inline="always", cache=True)
+def numbers(p, c):
+    \"\"\"Channel c's numbers, p[:, c], taken once a plane: loaded in the loop, they would be
+    loaded again for every value (p might alias the buffer written), which keeps it scalar.\"\"\"
+    return ({numbers})
+
+
 @njit(inline="always", fastmath={flags}, error_model="numpy", cache=True)
-def prologue(v0, p, c):
-    \"\"\"{ops} of the image's value v0 in channel c, with the channel's parameters p[:, c].\"\"\"
+def prologue(v0, q):
+    \"\"\"{ops} of the image's value v0, with its channel's numbers q (`numbers`).\"\"\"
 {lines}
 """
 
@@ -843,17 +857,18 @@ def prologue_source(body: Graph) -> str:
     channel, rows of the parameters `p` (`ConvKernel`). Each op's scalar template, as the fused
     kernels compute it."""
     slots = {v: k for k, v in enumerate(body.inputs)}
-    lines = [f"    v{k} = p[{k - 1}, c]" for k in range(1, len(body.inputs))]
+    lines = [f"    v{k} = q[{k - 1}]" for k in range(1, len(body.inputs))]
     for n in body.nodes:
         expr = n.prim.scalar.format(*(f"v{slots[v]}" for v in n.inputs))
         slots[n.outputs[0]] = len(slots)
-        lines.append(f"    v{len(slots) - 1} = np.{n.outputs[0].dtype.name}({expr})")
+        lines.append(f"    v{len(slots) - 1} = {scalar_cast(n.outputs[0].dtype.name)}({expr})")
     lines.append(f"    return v{slots[body.outputs[0]]}")
     helpers = sorted({h for n in body.nodes for h in n.prim.helpers})
     imports = "".join(f"from tracegrad.compiler.kernels.scalar import {h}\n" for h in helpers)
     return _PROLOGUE.format(
         imports=imports,
         flags=fastmath.flags_literal(fastmath.FLAGS),
+        numbers="".join(f"p[{k}, c], " for k in range(len(body.inputs) - 1)),
         ops=", ".join(n.op for n in body.nodes),
         lines="\n".join(lines),
     )
@@ -976,8 +991,10 @@ def _by_planes(node: Node) -> bool:
 def takes_prologue(node: Node) -> bool:
     """Whether the node's kernel can read its image through a prologue (`prologue_source`) and
     gain from it: forward's or the weight gradient's, which copy each sample into a padded
-    buffer anyway. Not the loops over planes (`_by_planes`), nor the geometries whose products
-    read the image itself (`direct`, `dense`): there the prologue's copy would be one more."""
+    buffer anyway. Not the loops over planes (`_by_planes`: a prologue in their copy by phase
+    made MobileNetV2's depthwise convolutions slower than the pass it saved), nor the geometries
+    whose products read the image itself (`direct`, `dense`): there the copy would be one
+    more."""
     if OPS[node.prim] == "input_grad" or _by_planes(node):
         return False
     a, ((_, _, h, w), _, out), ((i, j), (kh, kw)) = node.attrs, _shapes(node), _kernel(node)

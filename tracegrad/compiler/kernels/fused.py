@@ -655,7 +655,7 @@ def _body_2d(s: Structure, reductions, partials) -> list[str]:
             elif _form(r, 2) == "rows" and k is not None:
                 row.append(f"out{k}[i] = {acc}")
             if r in values:
-                row.append(f"v{values[r]} = {_cast(_slot_dtype(s, values[r]))}({acc})")
+                row.append(f"v{values[r]} = {scalar_cast(_slot_dtype(s, values[r]))}({acc})")
         row += row_values(stage + 1)
     lines += ["        " + line for line in row]
     for k, r in partials:
@@ -689,7 +689,7 @@ def _sweep(s: Structure, loop: tuple[str, str, str, str], body: list[str], accs)
                 *("    " + line for line in body + folds)]  # fmt: skip
     lines = [f"for {var}0 in range({start}, {stop}, {BLOCK}):"]
     lines += [
-        f"    {acc}_b = {_cast(_slot_dtype(s, r.slot))}({r.identity!r})" for acc, r in blocked
+        f"    {acc}_b = {scalar_cast(_slot_dtype(s, r.slot))}({r.identity!r})" for acc, r in blocked
     ]
     lines += [f"    for {var} in range({var}0, min({var}0 + {BLOCK}, {stop})):",
               f"        {index} = np.uint64({var})"]  # fmt: skip
@@ -789,7 +789,7 @@ def _computed(
         if (stages is not None and stages[k] != stage) or (only is not None and k not in only):
             continue
         expr = template.format(*(f"v{o}" for o in operands))
-        lines.append(f"v{k} = {_cast(dtype)}({expr})")
+        lines.append(f"v{k} = {scalar_cast(dtype)}({expr})")
     return lines
 
 
@@ -819,7 +819,7 @@ def _combine(k: int, r: Reduction, form: str) -> list[str]:
 def _fold(r: Reduction, target: str, value: str, dtype: np.dtype | None = None) -> str:
     """The statement folding `value` (cast to `dtype`, if given) into `target`."""
     if dtype is not None:
-        value = f"{_cast(dtype.name)}({value})"
+        value = f"{scalar_cast(dtype.name)}({value})"
     return f"{target} = {r.combine.format(target, value)}"
 
 
@@ -830,7 +830,7 @@ def _start(r: Reduction, acc: str, ndim: int) -> list[str]:
 
 def _accumulate(r: Reduction, acc: str, dtype: np.dtype) -> list[str]:
     """Fold v{slot} (cast to `dtype`) into `acc` through the op's fold function."""
-    return [f"{acc} = fold_{r.op}({acc}, {_cast(dtype.name)}(v{r.slot}))"]
+    return [f"{acc} = fold_{r.op}({acc}, {scalar_cast(dtype.name)}(v{r.slot}))"]
 
 
 def _extreme(r: Reduction) -> bool:
@@ -839,10 +839,10 @@ def _extreme(r: Reduction) -> bool:
 
 def _init(r: Reduction, ndim: int) -> str:
     dtype = _accumulator_dtype(r, ndim).name
-    return f"{_cast(dtype)}({r.identity!r})".replace("inf", "np.inf")
+    return f"{scalar_cast(dtype)}({r.identity!r})".replace("inf", "np.inf")
 
 
-def _cast(dtype: str) -> str:
+def scalar_cast(dtype: str) -> str:
     return "np.bool_" if dtype == "bool" else f"np.{dtype}"
 
 
