@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from passes.prune import prune
 from tracegrad.core import ir
 from tracegrad.core import primitives as P
 from tracegrad.core.ops import shapes
@@ -146,24 +147,15 @@ def _prologue(body: ir.Graph, x: ir.Value) -> ir.Graph | None:
     """The part of a fused body that makes x, as a graph of the image (its one input of x's
     size) and the per-channel numbers it reads; None unless x is made by elementwise ops alone
     from such inputs."""
-    made = body.producers()
-    needed, leaves, stack = set(), [], [x]
-    while stack:
-        v = stack.pop()
-        n = made.get(v)
-        if n is None:
-            leaves += [v] if v not in leaves else []
-        elif n not in needed:
-            if (n.prim.kind is not Kind.ELEMENTWISE or n.prim.scalar is None
-                    or not PROLOGUE_HELPERS.issuperset(n.prim.helpers)):  # fmt: skip
-                return None
-            needed.add(n)
-            stack.extend(n.inputs)
-    images = [v for v in leaves if v.shape == x.shape]
-    numbers = [v for v in leaves if v.shape != x.shape]
+    cone = _needed(body, [x])
+    if any(n.prim.kind is not Kind.ELEMENTWISE or n.prim.scalar is None
+           or not PROLOGUE_HELPERS.issuperset(n.prim.helpers) for n in cone.nodes):  # fmt: skip
+        return None
+    images = [v for v in cone.inputs if v.shape == x.shape]
+    numbers = [v for v in cone.inputs if v.shape != x.shape]
     if len(images) != 1 or any(not _per_channel(v, x) for v in (*images, *numbers)):
         return None
-    return ir.Graph([*images, *numbers], [n for n in body.nodes if n in needed], [x])
+    return ir.Graph([*images, *numbers], cone.nodes, [x])
 
 
 def _per_channel(v: ir.Value, x: ir.Value) -> bool:
@@ -179,22 +171,20 @@ def _per_channel(v: ir.Value, x: ir.Value) -> bool:
 def _without(f: ir.Node, taken: dict[ir.Value, ir.Graph]) -> ir.Node | None:
     """Fused node f without its results in `taken` and what only they needed; None if nothing
     is left."""
-    body = f.attrs["body"]
-    outputs = [v for v in body.outputs if v not in taken]
+    outputs = [v for v in f.outputs if v not in taken]
     if not outputs:
         return None
-    made, needed, stack = body.producers(), set(), list(outputs)
-    while stack:
-        n = made.get(stack.pop())
-        if n is not None and n not in needed:
-            needed.add(n)
-            stack.extend(n.inputs)
-    nodes = [n for n in body.nodes if n in needed]
-    read = {v for n in nodes for v in n.inputs}
-    inputs = [v for v in body.inputs if v in read]
-    return f.replace(
-        inputs=inputs, outputs=outputs, attrs={**f.attrs, "body": ir.Graph(inputs, nodes, outputs)}
-    )
+    body = _needed(f.attrs["body"], outputs)
+    return f.replace(inputs=body.inputs, outputs=outputs, attrs={**f.attrs, "body": body})
+
+
+def _needed(body: ir.Graph, outputs: list[ir.Value]) -> ir.Graph:
+    """What of `body` makes `outputs` (`passes.prune`), its inputs what that reads and does not
+    make, as `fuse` lists a body's."""
+    kept = prune(ir.Graph(body.inputs, body.nodes, outputs))[0].nodes
+    made = {v for n in kept for v in n.outputs}
+    inputs = dict.fromkeys(v for n in kept for v in n.inputs if v not in made)
+    return ir.Graph(list(inputs), kept, outputs)
 
 
 def _slices_copied(graph: ir.Graph, kernels: dict[ir.Node, Any]) -> ir.Graph:
