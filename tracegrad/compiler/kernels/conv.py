@@ -917,13 +917,11 @@ class ConvKernel(GeneratedKernel):
         super().__init__(compiled, path)
         self.op, a = OPS[node.prim], node.attrs
         (_, (_, cg, kh, kw), (oh, ow)), (rows, samples) = _shapes(node), _block(node)
-        (sh, sw), ((ph, _), (pw, _)), (dh, dw) = a["stride"], a["padding"], a["dilation"]
+        (sh, sw), (dh, dw) = a["stride"], a["dilation"]
         self.live = _live(node)
         if self.live == (slice(0, kh), slice(0, kw)):
             self.live = None
-        else:  # the cropped kernel's first tap reads where the first live one did
-            (i, j), (kh, kw) = _kernel(node)
-            ph, pw = ph - i * dh, pw - j * dw
+        (ph, pw), (kh, kw) = _kernel(node)
         self.geometry = np.array([sh, sw, ph, pw, dh, dw, kh, kw, oh, ow, rows, samples,
                                   _channels_last(node), _splits_channels(node)],
                                  np.int64)  # fmt: skip
@@ -997,11 +995,10 @@ def takes_prologue(node: Node) -> bool:
     more."""
     if OPS[node.prim] == "input_grad" or _by_planes(node):
         return False
-    a, ((_, _, h, w), _, out), ((i, j), (kh, kw)) = node.attrs, _shapes(node), _kernel(node)
-    stride, ((ph, _), (pw, _)), (dh, dw) = a["stride"], a["padding"], a["dilation"]
-    corner = (ph - i * dh, pw - j * dw) == (0, 0)  # the cropped kernel's padding
-    direct = corner and (kh, kw) == (1, 1) and stride == (1, 1)
-    dense = corner and out == (1, 1) and (dh, dw) == (1, 1) and (h, w) == (kh, kw)
+    ((_, _, h, w), _, out), (padding, (kh, kw)) = _shapes(node), _kernel(node)
+    corner = padding == (0, 0)
+    direct = corner and (kh, kw) == (1, 1) and node.attrs["stride"] == (1, 1)
+    dense = corner and out == (1, 1) and node.attrs["dilation"] == (1, 1) and (h, w) == (kh, kw)
     return not (direct or dense)
 
 
@@ -1059,9 +1056,12 @@ def _reads_inside(out: int, size: int, pad: int, offset: int, stride: int) -> bo
 
 
 def _kernel(node: Node) -> tuple[tuple[int, int], tuple[int, int]]:
-    """The first live tap (i, j) and the cropped kernel's (kh, kw) (`_live`)."""
-    rows, cols = _live(node)
-    return (rows.start, cols.start), (rows.stop - rows.start, cols.stop - cols.start)
+    """The cropped kernel's (`_live`) padding before the image, (ph, pw), so that its first tap
+    reads where the first live one did, and its (kh, kw)."""
+    (rows, cols), a = _live(node), node.attrs
+    ((ph, _), (pw, _)), (dh, dw) = a["padding"], a["dilation"]
+    size = (rows.stop - rows.start, cols.stop - cols.start)
+    return (ph - rows.start * dh, pw - cols.start * dw), size
 
 
 def _block(node: Node) -> tuple[int, int]:
@@ -1085,9 +1085,8 @@ def scratch(node: Node) -> int:
     these, not the NumPy version's.)"""
     threads, item, a = numba.get_num_threads(), node.outputs[0].dtype.itemsize, node.attrs
     ((n, _, h, w), (o, cg, _, _), (oh, ow)), (rows, samples) = _shapes(node), _block(node)
-    (sh, sw), ((ph, _), (pw, _)), (dh, dw) = a["stride"], a["padding"], a["dilation"]
-    (i, j), (kh, kw) = _kernel(node)
-    ph, pw = ph - i * dh, pw - j * dw
+    (sh, sw), (dh, dw) = a["stride"], a["dilation"]
+    (ph, pw), (kh, kw) = _kernel(node)
     width = samples * rows * ow  # a block's columns, and its product's (several samples)
     hp = max(ph + h, (oh - 1) * sh + (kh - 1) * dh + 1)  # the padded image (`padded`)
     wp = max(pw + w, (ow - 1) * sw + (kw - 1) * dw + 1)
