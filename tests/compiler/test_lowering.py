@@ -224,6 +224,34 @@ def test_a_small_channel_statistic_is_a_kernel_where_the_plan_runs_kernels(large
     assert (["mul", "sum"] in chosen) == large
 
 
+@pytest.mark.parametrize("large", [True, False])
+def test_a_small_layers_bias_and_relu_are_a_kernel_where_the_plan_runs_kernels(large):
+    """A (64, 256) layer's bias and ReLU, two ops over 16K elements: one kernel in a plan that
+    loads Numba anyway, NumPy calls in a plan of small arrays only; a lone op over as many, or
+    two over a few elements, NumPy calls either way; traced equals eager."""
+    rng = np.random.default_rng(0)
+    shapes = [
+        (64, 32),
+        (32, 256),
+        (256,),
+        (64, 256),
+        (4, 8),
+        (lowering.KERNEL_MIN if large else 8,),
+    ]
+    args = [tg.tensor(rng.standard_normal(s)) for s in shapes]
+
+    def f(x, w, b, z, small, big):
+        return tg.relu(x @ w + b), z * 3.0, small * 2.0 + 1.0, tg.tanh(big) * 2.0
+
+    traced = tg.trace(f, backend="numba")
+    for got, want in zip(traced(*args), f(*args), strict=True):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
+    graph, _ = passes.run(traced.latest.capture.graph, [*passes.DEFAULT, passes.fuse])
+    chosen = [[m.op for m in n.attrs["body"].nodes] for n in lowering.kernel_groups(graph)]
+    assert (["add", "maximum"] in chosen) == large
+    assert ["mul"] not in chosen and ["mul", "add"] not in chosen
+
+
 def test_products_from_gemms_minimum_run_on_the_gemm_kernel_in_a_plan_that_loads_numba():
     """A recurrent step's (32, 128) @ (128, 384) is below the plan-wide KERNEL_MIN but above
     gemm's own: it takes the GEMM kernel (np.matmul's threads cost more there); a (16, 16)

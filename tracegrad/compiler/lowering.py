@@ -247,13 +247,12 @@ def _strided_slice(n: ir.Node) -> bool:
 # millisecond of calls a step, which pays a kernel's compiling back within a thousand steps.
 REPEATED_MIN = 96
 REPEATED_MEMBERS = 3  # a group of fewer members saves less than a kernel launch costs
+SMALL_WORK = 1 << 14  # elements times ops: a small group's kernel's least work (`_worth_a_launch`)
 
 
 def kernel_groups(graph: ir.Graph) -> list[ir.Node]:
     """The fused nodes large enough to gain from a kernel, or repeated often enough; and, in a
-    plan that runs kernels anyway, every group reducing around kept axes (a batch norm's
-    statistics of each channel over (N, C, H, W)): NumPy's reduce over such axes is several
-    times slower than a kernel's pass at any size."""
+    plan that runs kernels anyway, the small ones that gain from one too (`_worth_a_launch`)."""
     composites = [n for n in graph.nodes if n.prim.kind is Kind.COMPOSITE]
     members: Counter = Counter()
     for n in composites:
@@ -263,7 +262,21 @@ def kernel_groups(graph: ir.Graph) -> list[ir.Node]:
     around = _has_large_node(graph)
     return [n for n in composites if _elements(n.attrs["body"]) >= KERNEL_MIN
             or members.get(_pattern(n.attrs["body"]), 0) >= REPEATED_MIN
-            or (around and any(map(_reduces_around, n.attrs["body"].nodes)))]  # fmt: skip
+            or (around and _worth_a_launch(n.attrs["body"]))]  # fmt: skip
+
+
+def _worth_a_launch(body: ir.Graph) -> bool:
+    """In a plan that runs kernels anyway (Numba loaded, kernels cached on disk by structure):
+    whether a small group's kernel beats its NumPy calls. Each op is a call of a microsecond or
+    two and a pass of its own, the kernel one launch of about five and one pass: a few ops over
+    a few thousand elements (a small MLP's bias and ReLU, their gradient with the bias's sum)
+    run faster as a kernel. So does a group reducing around kept axes (a batch norm's statistics
+    of each channel over (N, C, H, W)) at any size: NumPy's reduce over such axes is several
+    times slower than a kernel's pass."""
+    ops = len(body.nodes)
+    return (ops >= 2 and _elements(body) * ops >= SMALL_WORK) or any(
+        map(_reduces_around, body.nodes)
+    )
 
 
 def _reduces_around(n: ir.Node) -> bool:
