@@ -98,7 +98,7 @@ def broadcast_parameters(
         for p in params:
             buf = np.ascontiguousarray(p.numpy())
             wait_request(comm.Ibcast(buf, root=root), timeout, f"broadcast on rank {rank()}")
-            p._assign(Tensor(buf))
+            p._assign(Tensor._of(buf))
 
 
 def shard(*arrays: np.ndarray) -> Any:
@@ -144,7 +144,7 @@ class AllReduce:
             self._send()
         for request, *_ in self._sent:  # MPI progresses messages only inside MPI calls
             request.Test()
-        return Tensor(result)
+        return Tensor._of(result)
 
     def _send(self) -> None:
         from mpi4py import MPI

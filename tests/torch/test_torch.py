@@ -107,6 +107,61 @@ def test_the_functions_real_training_code_asks_for():
     assert torch.special.gammaln(torch.tensor([4.0])).item() == pytest.approx(np.log(6.0))
 
 
+def test_the_legacy_constructors_of_older_code():
+    """`nn.Parameter(torch.Tensor(n, m))` then an init (pygcn, many older repositories):
+    `torch.Tensor` and the legacy types construct as PyTorch's do, in their float dtype, and a
+    tensor of a legacy type's dtype is its instance."""
+    assert torch.Tensor(3, 4).shape == (3, 4) and torch.Tensor(3, 4).dtype == torch.float32
+    assert torch.Tensor(5).shape == (5,) and torch.Tensor().shape == (0,)
+    assert torch.Tensor(torch.Size([2, 3])).shape == (2, 3)
+    assert torch.Tensor((2, 3)).tolist() == [2.0, 3.0]  # a plain tuple is data
+    assert torch.Tensor([1, 2]).dtype == torch.float32 == torch.Tensor(np.arange(2)).dtype
+    a = np.zeros(2, np.float32)
+    copied = torch.Tensor(a)
+    a[0] = 1.0
+    assert copied.tolist() == [0.0, 0.0]  # a copy, as PyTorch's
+    w = torch.nn.Parameter(torch.Tensor(4, 2))
+    torch.nn.init.xavier_uniform_(w)
+    assert w.shape == (4, 2) and w.requires_grad and np.abs(w.numpy()).max() > 0
+    long, floats = torch.LongTensor([1, 2]), torch.FloatTensor(2, 3)
+    assert long.dtype == np.int64 and floats.shape == (2, 3) and floats.dtype == np.float32
+    assert isinstance(long, torch.LongTensor) and not isinstance(long, torch.FloatTensor)
+    assert torch.tensor([1.5]).type(torch.LongTensor).dtype == np.int64
+    assert torch.BoolTensor([1, 0]).tolist() == [True, False]
+    with pytest.raises(TypeError, match="expected data or sizes"):
+        torch.Tensor([1.0], 2)
+
+
+def test_factories_take_size_as_a_keyword_and_normal_samples():
+    """gat's `torch.empty(size=(n, m))`; `torch.normal` of tensors or of numbers and a size."""
+    for make in (torch.empty, torch.zeros, torch.ones, torch.rand, torch.randn):
+        assert make(size=(2, 3)).shape == (2, 3), make.__name__
+    with pytest.raises(TypeError, match="zeros: sizes given twice"):
+        torch.zeros(2, size=(3,))
+    torch.manual_seed(0)
+    x = torch.normal(5.0, 0.5, size=(20000,))
+    assert x.dtype == np.float32 and x.mean().item() == pytest.approx(5.0, abs=0.02)
+    assert x.std().item() == pytest.approx(0.5, rel=0.03)
+    mean = torch.zeros(3, 1, dtype=torch.float64, requires_grad=True)
+    y = torch.normal(mean, torch.ones(1, 2, dtype=torch.float64))
+    assert y.shape == (3, 2) and y.dtype == np.float64 and not y.requires_grad
+    with pytest.raises(TypeError, match="give size="):
+        torch.normal(0.0, 1.0)
+    a, b = np.arange(6.0).reshape(2, 3), np.ones((3, 2))
+    np.testing.assert_array_equal(torch.spmm(torch.tensor(a), torch.tensor(b)).numpy(), a @ b)
+
+
+def test_a_list_of_tensors_without_grad_becomes_their_values():
+    """actor-critic's `torch.tensor([reward])` of 0-d tensors: their values, as PyTorch's; a
+    list holding a tensor that requires grad is refused (the new leaf would cut its gradient:
+    stack keeps it)."""
+    r = torch.tensor([1.0, 2.0])
+    assert torch.tensor([r[0]]).tolist() == [1.0]
+    assert torch.tensor([[r[0], r[1]], [r[1], r[0]]]).tolist() == [[1.0, 2.0], [2.0, 1.0]]
+    with pytest.raises(TypeError, match="require grad"):
+        torch.tensor([torch.tensor(1.0, requires_grad=True) * 2])
+
+
 def test_thread_counts_map_onto_numbas_and_blass():
     import numba
 

@@ -32,7 +32,7 @@ class Constraint:
         raise NotImplementedError
 
     def check(self, value: Any) -> Tensor:
-        return Tensor(np.asarray(self.test(_array(value)), dtype=np.bool_))
+        return Tensor._of(np.asarray(self.test(_array(value)), dtype=np.bool_))
 
     def __repr__(self) -> str:
         return type(self).__name__.lstrip("_") + "()"

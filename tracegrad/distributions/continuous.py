@@ -285,7 +285,7 @@ class Cauchy(Distribution):
 
     @property
     def variance(self) -> Tensor:
-        return Tensor(np.full(self._batch_shape, np.inf, self.loc.dtype))
+        return Tensor._of(np.full(self._batch_shape, np.inf, self.loc.dtype))
 
     def rsample(self, sample_shape: Any = ()) -> Tensor:
         u = _rand(self, self.loc, sample_shape)

@@ -98,7 +98,7 @@ class Bernoulli(ExponentialFamily):
 
     def enumerate_support(self, expand: bool = True) -> Tensor:
         shape = (2,) + (1,) * len(self._batch_shape)
-        values = Tensor(np.arange(2, dtype=self._param.dtype).reshape(shape))
+        values = Tensor._of(np.arange(2, dtype=self._param.dtype).reshape(shape))
         return broadcast_to(values, (2, *self._batch_shape)) if expand else values
 
 
@@ -183,7 +183,7 @@ class Categorical(Distribution):
 
     def enumerate_support(self, expand: bool = True) -> Tensor:
         shape = (self._num_events,) + (1,) * len(self._batch_shape)
-        values = Tensor(np.arange(self._num_events, dtype=np.int64).reshape(shape))
+        values = Tensor._of(np.arange(self._num_events, dtype=np.int64).reshape(shape))
         return broadcast_to(values, (self._num_events, *self._batch_shape)) if expand else values
 
     def __repr__(self) -> str:
@@ -230,7 +230,7 @@ class OneHotCategorical(Distribution):
 
     def _one_hot(self, index: Tensor) -> Tensor:
         k = self._event_shape[0]
-        classes = Tensor(np.arange(k, dtype=np.int64))
+        classes = Tensor._of(np.arange(k, dtype=np.int64))
         return (reshape(index, (*index.shape, 1)) == classes).astype(self.probs.dtype)
 
     def expand(self, batch_shape: Any, _instance: Any = None) -> Distribution:
@@ -252,7 +252,7 @@ class OneHotCategorical(Distribution):
     def enumerate_support(self, expand: bool = True) -> Tensor:
         k = self._event_shape[0]
         eye = np.eye(k, dtype=self.probs.dtype)
-        values = Tensor(eye.reshape((k,) + (1,) * len(self._batch_shape) + (k,)))
+        values = Tensor._of(eye.reshape((k,) + (1,) * len(self._batch_shape) + (k,)))
         return broadcast_to(values, (k, *self._batch_shape, k)) if expand else values
 
     def __repr__(self) -> str:

@@ -29,10 +29,10 @@ def float_tensor(value: Any, dtype: Any = None) -> Tensor:
     `dtype`), a Python number or list becomes `dtype` (the default dtype when None)."""
     dtype = np.dtype(get_default_dtype() if dtype is None else dtype)
     if isinstance(value, np.ndarray):
-        value = Tensor(value)
+        value = Tensor._of(value)
     if isinstance(value, Tensor):
         return value if value.dtype.kind == "f" else astype(value, dtype)
-    return Tensor(np.asarray(value, dtype))
+    return Tensor._of(np.asarray(value, dtype))
 
 
 def broadcast_shapes(where: str, **shapes: tuple) -> tuple:
@@ -47,7 +47,7 @@ def broadcast_shapes(where: str, **shapes: tuple) -> tuple:
 def broadcast_all(where: str, **values: Any) -> list[Tensor]:
     """The parameters as float tensors of one shape: Python numbers take the first tensor's
     dtype (the default dtype if none is a tensor), as PyTorch's."""
-    values = {k: Tensor(v) if isinstance(v, np.ndarray) else v for k, v in values.items()}
+    values = {k: Tensor._of(v) if isinstance(v, np.ndarray) else v for k, v in values.items()}
     first = next((v for v in values.values() if isinstance(v, Tensor) and v.dtype.kind == "f"),
                  None)  # fmt: skip
     dtype = None if first is None else first.dtype
@@ -89,7 +89,7 @@ def shape_of(sample_shape: Any) -> tuple:
 
 
 def nan_like(x: Tensor, shape: Sequence[int]) -> Tensor:
-    return Tensor(np.full(tuple(shape), np.nan, x.dtype))
+    return Tensor._of(np.full(tuple(shape), np.nan, x.dtype))
 
 
 class Distribution:

@@ -39,7 +39,7 @@ def mv(matrix: Tensor, vector: Tensor) -> Tensor:
 def tril_inverse(L: Tensor) -> Tensor:
     """The inverse of lower-triangular L (lower-triangular: what rounds above the diagonal is
     dropped)."""
-    eye = Tensor(np.eye(L.shape[-1], dtype=L.dtype))
+    eye = Tensor._of(np.eye(L.shape[-1], dtype=L.dtype))
     return tril(linalg.solve(L, broadcast_to(eye, L.shape)))
 
 

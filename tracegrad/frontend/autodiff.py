@@ -527,7 +527,7 @@ def default_dy(y: Tensor) -> Tensor:
             f"grad can be implicitly created only for scalar outputs; y has shape {y.shape}: "
             "pass dy (the cotangent, same shape as y)"
         )
-    return Tensor(np.ones(y.shape, y.dtype))
+    return Tensor._of(np.ones(y.shape, y.dtype))
 
 
 def tensor_backward(

@@ -31,8 +31,8 @@ def _concrete(op: str, x: Tensor, why: str = "its result's shape depends on the 
 
 def _result(values: np.ndarray, inverse: np.ndarray | None, counts: np.ndarray | None) -> Any:
     """PyTorch's result: the values alone, or a tuple with the inverse and/or the counts."""
-    extra = [Tensor(a.astype(np.int64)) for a in (inverse, counts) if a is not None]
-    return (Tensor(values), *extra) if extra else Tensor(values)
+    extra = [Tensor._of(a.astype(np.int64)) for a in (inverse, counts) if a is not None]
+    return (Tensor._of(values), *extra) if extra else Tensor._of(values)
 
 
 @pytorch_keywords
@@ -92,12 +92,12 @@ def bincount(input: Any, weights: Any = None, minlength: int = 0) -> Tensor:
         raise ValueError(f"bincount: the values must be non-negative, found {a.min()}")
     n = max(int(a.max()) + 1 if a.size else 0, int(minlength))
     if weights is None:
-        return Tensor(np.bincount(a, minlength=n).astype(np.int64))
+        return Tensor._of(np.bincount(a, minlength=n).astype(np.int64))
     w = as_tensor(weights)
     if w.shape != a.shape:
         raise ShapeError(f"bincount: weights {w.shape} and input {a.shape} differ in shape")
     w = w if w.dtype.kind == "f" else w.astype(np.float64)
-    return P.scatter_add(w, Tensor(a.astype(np.int64)), shape=(n,), template=("@",))
+    return P.scatter_add(w, Tensor._of(a.astype(np.int64)), shape=(n,), template=("@",))
 
 
 def histc(input: Any, bins: int = 100, min: float = 0, max: float = 0) -> Tensor:
@@ -146,7 +146,7 @@ def isin(elements: Any, test_elements: Any, *, assume_unique: bool = False,
     search in the sorted test elements, so it traces (and costs n log m, not n m)."""
     x, t = as_tensor(elements), ravel(as_tensor(test_elements))
     if t.shape[0] == 0:
-        found = Tensor(np.zeros(x.shape, np.bool_))
+        found = Tensor._of(np.zeros(x.shape, np.bool_))
     else:
         ordered = sort(t).values
         at = P.minimum(searchsorted(ordered, x), t.shape[0] - 1)
@@ -156,7 +156,7 @@ def isin(elements: Any, test_elements: Any, *, assume_unique: bool = False,
 
 def _triangle(op: str, row: int, col: int, offset: int, dtype: Any) -> Tensor:
     rows, cols = np.nonzero((np.tril if op == "tril" else np.triu)(np.ones((row, col)), offset))
-    return Tensor(np.stack([rows, cols]).astype(np.dtype(dtype)))
+    return Tensor._of(np.stack([rows, cols]).astype(np.dtype(dtype)))
 
 
 def tril_indices(row: int, col: int, offset: int = 0, *, dtype: Any = np.int64,

@@ -49,7 +49,7 @@ def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool
         data = data.numpy()
     if isinstance(data, np.ndarray | np.generic):
         data = np.array(data, dtype=dtype)
-    return Tensor(data, dtype=dtype, requires_grad=requires_grad)
+    return Tensor._of(data, dtype=dtype, requires_grad=requires_grad)
 
 
 def as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
@@ -64,23 +64,27 @@ def from_numpy(a: np.ndarray) -> Tensor:
     """A tensor sharing `a`'s memory and dtype (as torch.from_numpy)."""
     if not isinstance(a, np.ndarray):
         raise TypeError(f"from_numpy: expected an ndarray, got {type(a).__name__}")
-    return Tensor(a)
+    return Tensor._of(a)
 
 
-def _shape_dtype(args: tuple, dtype: Any) -> tuple[tuple, Any]:
-    """PyTorch's (*sizes) or ((sizes), dtype) positional arguments."""
+def _shape_dtype(where: str, args: tuple, dtype: Any, size: Any = None) -> tuple[tuple, Any]:
+    """PyTorch's (*sizes) or ((sizes), dtype) positional arguments, or its `size=` keyword."""
+    if size is not None:
+        if args:
+            raise TypeError(f"{where}: sizes given twice, {args} and size={size}")
+        return tuple(size), dtype
     if args and not isinstance(args[0], int | np.integer):
         if len(args) > 2:
-            raise TypeError(f"expected (shape, dtype) or integer sizes, got {args}")
+            raise TypeError(f"{where}: expected (shape, dtype) or integer sizes, got {args}")
         return tuple(args[0]), args[1] if len(args) == 2 else dtype
     return tuple(args), dtype
 
 
-def _filled(where: str, size: tuple, fill: Any, dtype: Any, device: Any,
+def _filled(where: str, sizes: tuple, fill: Any, dtype: Any, device: Any,
             requires_grad: bool, options: dict) -> Tensor:  # fmt: skip
+    size, dtype = _shape_dtype(where, sizes, dtype, options.pop("size", None))
     _check(where, device, options)
-    size, dtype = _shape_dtype(size, dtype)
-    return Tensor(np.full(size, fill, _float(dtype)), requires_grad=requires_grad)
+    return Tensor._of(np.full(size, fill, _float(dtype)), requires_grad=requires_grad)
 
 
 def zeros(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False,
@@ -103,7 +107,7 @@ def empty(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool
 def eye(n: int, m: int | None = None, dtype: Any = None, device: Any = None,
         requires_grad: bool = False, **options: Any) -> Tensor:  # fmt: skip
     _check("eye", device, options)
-    return Tensor(np.eye(n, m, dtype=_float(dtype)), requires_grad=requires_grad)
+    return Tensor._of(np.eye(n, m, dtype=_float(dtype)), requires_grad=requires_grad)
 
 
 def full(size: Any, fill_value: Any, dtype: Any = None, device: Any = None,
@@ -116,7 +120,7 @@ def full(size: Any, fill_value: Any, dtype: Any = None, device: Any = None,
         return broadcast_to(fill_value if dtype is None else astype(fill_value, dtype), size)
     if dtype is None and type(fill_value) is float:
         dtype = get_default_dtype()
-    return Tensor(np.full(size, fill_value, dtype), requires_grad=requires_grad)
+    return Tensor._of(np.full(size, fill_value, dtype), requires_grad=requires_grad)
 
 
 def _like(where: str, input: Any, dtype: Any, device: Any, options: dict) -> tuple:
@@ -128,19 +132,19 @@ def _like(where: str, input: Any, dtype: Any, device: Any, options: dict) -> tup
 def zeros_like(input: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False,
                **options: Any) -> Tensor:  # fmt: skip
     shape, dtype = _like("zeros_like", input, dtype, device, options)
-    return Tensor(np.zeros(shape, dtype), requires_grad=requires_grad)
+    return Tensor._of(np.zeros(shape, dtype), requires_grad=requires_grad)
 
 
 def ones_like(input: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False,
               **options: Any) -> Tensor:  # fmt: skip
     shape, dtype = _like("ones_like", input, dtype, device, options)
-    return Tensor(np.ones(shape, dtype), requires_grad=requires_grad)
+    return Tensor._of(np.ones(shape, dtype), requires_grad=requires_grad)
 
 
 def full_like(input: Any, fill_value: Any, dtype: Any = None, device: Any = None,
               requires_grad: bool = False, **options: Any) -> Tensor:  # fmt: skip
     shape, dtype = _like("full_like", input, dtype, device, options)
-    return Tensor(np.full(shape, fill_value, dtype), requires_grad=requires_grad)
+    return Tensor._of(np.full(shape, fill_value, dtype), requires_grad=requires_grad)
 
 
 empty_like = zeros_like
@@ -153,7 +157,7 @@ def arange(start: Any, end: Any = None, step: Any = 1, dtype: Any = None, device
     data = np.arange(start, end, step) if end is not None else np.arange(start)
     if dtype is not None or data.dtype.kind == "f":
         data = data.astype(_float(dtype))
-    return Tensor(data, requires_grad=requires_grad)
+    return Tensor._of(data, requires_grad=requires_grad)
 
 
 @pytorch_keywords
@@ -170,7 +174,7 @@ def logspace(start: Any, end: Any, steps: int, base: float = 10.0, dtype: Any = 
     """base ** linspace(start, end, steps)."""
     check_device(device, "logspace")
     exponents = np.linspace(start, end, steps)
-    out = Tensor(np.power(float(base), exponents).astype(_float(dtype)))
+    out = Tensor._of(np.power(float(base), exponents).astype(_float(dtype)))
     return out.requires_grad_() if requires_grad else out
 
 
@@ -180,7 +184,7 @@ def spaced(start: Any, stop: Any, num: int, endpoint: bool, dtype: Any, default:
     if not isinstance(start, Tensor) and not isinstance(stop, Tensor):
         python = all(type(v) in (int, float) for v in (start, stop))
         dtype = default if dtype is None and python else dtype
-        return Tensor(np.linspace(start, stop, num, endpoint=endpoint, dtype=dtype))
+        return Tensor._of(np.linspace(start, stop, num, endpoint=endpoint, dtype=dtype))
     start, stop = _as_tensor(start), _as_tensor(stop)
     out = start + (stop - start) * steps.astype(np.result_type(start.dtype, stop.dtype))
     return out if dtype is None else astype(out, dtype)
@@ -204,8 +208,8 @@ def _drawn(out: Tensor, requires_grad: bool) -> Tensor:
 def randn(*size: Any, generator: Generator | None = None, dtype: Any = None, device: Any = None,
           requires_grad: bool = False, **options: Any) -> Tensor:  # fmt: skip
     """Standard normal samples, randn(2, 3) or randn((2, 3))."""
+    size, dtype = _shape_dtype("randn", size, dtype, options.pop("size", None))
     _check("randn", device, options)
-    size, dtype = _shape_dtype(size, dtype)
     out = random.draw(P.normal, random.state_of(generator), shape=size, dtype=_float(dtype))
     return _drawn(out, requires_grad)
 
@@ -213,10 +217,26 @@ def randn(*size: Any, generator: Generator | None = None, dtype: Any = None, dev
 def rand(*size: Any, generator: Generator | None = None, dtype: Any = None, device: Any = None,
          requires_grad: bool = False, **options: Any) -> Tensor:  # fmt: skip
     """Uniform samples in [0, 1)."""
+    size, dtype = _shape_dtype("rand", size, dtype, options.pop("size", None))
     _check("rand", device, options)
-    size, dtype = _shape_dtype(size, dtype)
     out = random.draw(P.uniform, random.state_of(generator), shape=size, dtype=_float(dtype))
     return _drawn(out, requires_grad)
+
+
+def normal(mean: Any, std: Any = 1.0, size: Sequence[int] | None = None, *,
+           generator: Generator | None = None, dtype: Any = None, device: Any = None,
+           requires_grad: bool = False, **options: Any) -> Tensor:  # fmt: skip
+    """PyTorch's `torch.normal`: samples of N(mean, std), elementwise over the broadcast
+    `mean` and `std` (tensors, or a tensor and a number), or over `size` where both are
+    numbers. It passes no gradient (PyTorch's passes zeros): a sample to differentiate through
+    is the reparametrization `mean + std * randn(...)`, written out."""
+    _check("normal", device, options)
+    given = [x for x in (mean, std) if isinstance(x, Tensor)]
+    if size is None and not given:
+        raise TypeError("normal: with numbers for mean and std, give size=")
+    shape = tuple(size) if size is not None else np.broadcast_shapes(*(t.shape for t in given))
+    z = randn(shape, generator=generator, dtype=given[0].dtype if given else _float(dtype))
+    return _drawn((z * std + mean).detach(), requires_grad)
 
 
 def randint(*args: Any, size: Sequence[int] | None = None, generator: Generator | None = None,
@@ -265,6 +285,7 @@ def randint_like(input: Any, low: int = 0, high: int | None = None, dtype: Any =
 
 __all__ = [
     "arange", "as_tensor", "default_generator", "empty", "empty_like", "eye", "from_numpy",
-    "full", "full_like", "linspace", "logspace", "ones", "ones_like", "rand", "rand_like",
+    "full", "full_like", "linspace", "logspace", "normal", "ones", "ones_like", "rand",
+    "rand_like",
     "randint", "randint_like", "randn", "randn_like", "randperm", "tensor", "zeros", "zeros_like",
 ]  # fmt: skip

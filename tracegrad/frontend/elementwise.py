@@ -261,7 +261,7 @@ def isneginf(input: Any) -> Tensor:
 
 def isreal(input: Any) -> Tensor:
     """True everywhere: tracegrad's tensors are real."""
-    return Tensor(np.ones(as_tensor(input).shape, np.bool_))
+    return Tensor._of(np.ones(as_tensor(input).shape, np.bool_))
 
 
 def isclose(input: Any, other: Any, rtol: float = 1e-05, atol: float = 1e-08,

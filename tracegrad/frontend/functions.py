@@ -250,7 +250,7 @@ def index_parts(index: Any) -> tuple[tuple, list[Tensor]]:
                         "indexing with a traced boolean mask gives a data-dependent shape; use "
                         "tracegrad.where(mask, x, 0) instead"
                     )
-                parts = [Tensor(a) for a in np.nonzero(mask_value(item))]
+                parts = [Tensor._of(a) for a in np.nonzero(mask_value(item))]
             else:
                 parts = [item]
             template += ["@"] * len(parts)

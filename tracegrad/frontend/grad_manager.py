@@ -116,7 +116,7 @@ class GradManager:
             return
         ys = [y] if isinstance(y, Tensor) else list(y)
         if dy is None:
-            dys = [Tensor(np.ones(t.shape, t.dtype)) for t in ys]
+            dys = [Tensor._of(np.ones(t.shape, t.dtype)) for t in ys]
         else:
             dys = [as_tensor(d, t.dtype) for t, d in zip(ys, [dy] if isinstance(dy, Tensor) else dy,
                                                         strict=True)]  # fmt: skip
@@ -194,7 +194,7 @@ def vjp(fn: Callable, *primals: Any, has_aux: bool = False) -> tuple:
         dys = [as_tensor(c, o.dtype) for c, o in zip(cotangents, outs, strict=True)]
         autodiff.run_backward(outs, dys, collect, True, create, stop_at_sinks=True)
         return tuple(
-            Tensor(np.zeros(x.shape, x.dtype)) if g is None else g
+            Tensor._of(np.zeros(x.shape, x.dtype)) if g is None else g
             for x, g in zip(xs, grads, strict=True)
         )
 

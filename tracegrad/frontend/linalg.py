@@ -112,7 +112,7 @@ def qr(A: Any, mode: str = "reduced") -> QRResult:
         raise NotImplementedError("qr: mode='complete' of a tall matrix (use 'reduced')")
     r = P.qr(a, part="r")
     if mode == "r":
-        return QRResult(Tensor(np.zeros((0,), r.dtype)), r)
+        return QRResult(Tensor._of(np.zeros((0,), r.dtype)), r)
     return QRResult(P.qr(a, part="q"), r)
 
 

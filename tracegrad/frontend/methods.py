@@ -63,10 +63,33 @@ _TYPE_NAMES = {
 }  # fmt: skip
 
 
+class TensorType(type):
+    """PyTorch's legacy tensor types (`torch.FloatTensor`, `torch.LongTensor`, ...): calling one
+    is the legacy constructor of its dtype (`torch.FloatTensor(3, 4)`, `torch.LongTensor([1,
+    2])`), a tensor of its dtype is an instance, and `t.type(torch.LongTensor)` casts."""
+
+    dtype: np.dtype
+
+    def __instancecheck__(cls, x: Any) -> bool:
+        return isinstance(x, Tensor) and x.dtype == cls.dtype
+
+    def __call__(cls, *data: Any) -> Tensor:
+        return Tensor(*data, dtype=cls.dtype)
+
+
+def legacy_types() -> dict[str, TensorType]:
+    """PyTorch's legacy tensor types by name, one per dtype of `_TYPE_NAMES`."""
+    names = {name.removeprefix("torch."): np.dtype(d) for d, name in _TYPE_NAMES.items()}
+    return {name: TensorType(name, (), {"dtype": d}) for name, d in names.items()}
+
+
 def _type(self: Tensor, dtype: Any = None, non_blocking: bool = False) -> Any:
-    """t.type(): PyTorch's name of the tensor's type; t.type(dtype or name): a cast."""
+    """t.type(): PyTorch's name of the tensor's type; t.type(dtype, name or legacy type): a
+    cast."""
     if dtype is None:
         return _TYPE_NAMES.get(self.dtype.name, f"torch.{self.dtype.name}")
+    if isinstance(dtype, TensorType):
+        dtype = dtype.dtype
     if isinstance(dtype, str):
         names = {v: k for k, v in _TYPE_NAMES.items()}
         if dtype not in names:

@@ -121,7 +121,7 @@ def _into(target: Tensor, ufunc: np.ufunc, other: Any) -> bool:
 def fill(self: Tensor, value: Any) -> Tensor:
     """`value` (a number or a 0-d tensor) everywhere, in this tensor's dtype."""
     if not isinstance(value, Tensor):
-        return Tensor(np.asarray(value, self.dtype))
+        return Tensor._of(np.asarray(value, self.dtype))
     if value.ndim:
         raise ShapeError(f"fill_: expects a number or a 0-d tensor, got shape {value.shape}")
     return value if value.dtype == self.dtype else astype(value, self.dtype)
@@ -177,8 +177,8 @@ def fill_diagonal(self: Tensor, fill_value: Any, wrap: bool = False) -> Tensor:
         rows = np.arange(x.shape[0])
         rows = rows[rows % (x.shape[1] + 1) < x.shape[1]]
         cols = rows % (x.shape[1] + 1)
-        return index_put(x, (Tensor(rows), Tensor(cols)), fill_value)
-    return index_put(x, (Tensor(rows),) * x.ndim, fill_value)
+        return index_put(x, (Tensor._of(rows), Tensor._of(cols)), fill_value)
+    return index_put(x, (Tensor._of(rows),) * x.ndim, fill_value)
 
 
 def setitem(self: Tensor, index: Any, value: Any) -> None:
@@ -215,7 +215,7 @@ def put(x: Tensor, template: tuple, arrays: list, value: Any, accumulate: bool) 
         return x + placed
     with no_grad():
         count_dtype = x.dtype if x.dtype.kind == "f" else np.dtype(np.int64)
-        ones = Tensor(np.ones(tuple(region), count_dtype))
+        ones = Tensor._of(np.ones(tuple(region), count_dtype))
         count = P.scatter_add(ones, *arrays, shape=x.shape, template=template)
     if arrays:  # only index arrays can repeat a position
         placed = placed / P.maximum(count, 1)  # integers: exact for equal values
@@ -256,7 +256,7 @@ def _scatter_parts(x: Tensor, dim: int, index: Any, src: Any, op: str) -> tuple[
     for axis in range(x.ndim):
         shape = [1] * x.ndim
         shape[axis] = idx.shape[axis]
-        grids.append(idx if axis == d else Tensor(np.arange(idx.shape[axis]).reshape(shape)))
+        grids.append(idx if axis == d else Tensor._of(np.arange(idx.shape[axis]).reshape(shape)))
     src = as_tensor(src)
     if src.ndim:  # the part of src at index's positions
         if src.ndim != idx.ndim or any(s < i for s, i in zip(src.shape, idx.shape, strict=True)):
@@ -344,8 +344,8 @@ def scatter_reduce(input: Any, dim: int, index: Any, src: Any, reduce: str, *,
         )
     x = as_tensor(input)
     with no_grad():
-        ones = Tensor(np.ones(as_tensor(index).shape, x.dtype))
-        count = _scatter(Tensor(np.zeros(x.shape, x.dtype)), dim, index, ones, True, "count")
+        ones = Tensor._of(np.ones(as_tensor(index).shape, x.dtype))
+        count = _scatter(Tensor._of(np.zeros(x.shape, x.dtype)), dim, index, ones, True, "count")
     if reduce in ("amax", "amin"):
         sign = 1.0 if reduce == "amax" else -1.0
         grids, part = _scatter_parts(x, dim, index, src, "scatter_reduce")

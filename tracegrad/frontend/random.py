@@ -27,7 +27,7 @@ def new_state(seed: int | None = None) -> Tensor:
     """A random state of its own (for a module seeded apart from the rest); None: from the OS."""
     if seed is None:
         seed = np.random.SeedSequence().entropy
-    return Tensor(np.array([seed % 2**64, 0], np.uint64))
+    return Tensor._of(np.array([seed % 2**64, 0], np.uint64))
 
 
 default_state = new_state()
@@ -109,7 +109,7 @@ class Generator:
         """The state as a uint8 tensor (as PyTorch's), for `set_state` and checkpoints."""
         state = {"seed": self._seed, "bits": self.rng.bit_generator.state,
                  "counter": [int(v) for v in self.random_state.numpy()]}  # fmt: skip
-        return Tensor(np.frombuffer(json.dumps(state).encode(), np.uint8).copy())
+        return Tensor._of(np.frombuffer(json.dumps(state).encode(), np.uint8).copy())
 
     def set_state(self, state: Any) -> Generator:
         saved = json.loads(np.asarray(state, np.uint8).tobytes())
@@ -117,5 +117,5 @@ class Generator:
         self.rng.bit_generator.state = saved["bits"]
         if "counter" in saved:
             with no_grad():
-                self.random_state._assign(Tensor(np.array(saved["counter"], np.uint64)))
+                self.random_state._assign(Tensor._of(np.array(saved["counter"], np.uint64)))
         return self

@@ -300,7 +300,7 @@ def block_diag(*tensors: Any) -> Tensor:
                          + ", ".join(str(x.shape) for x in xs))  # fmt: skip
     xs = [reshape(x, (1, x.size) if x.ndim < 2 else x.shape) for x in xs]
     if not xs:
-        return Tensor(np.zeros((1, 0), np.float32))  # PyTorch's
+        return Tensor._of(np.zeros((1, 0), np.float32))  # PyTorch's
     dtype = np.result_type(*(x.dtype for x in xs))
     cols = builtins.sum(x.shape[1] for x in xs)
     rows, start = [], 0
@@ -363,8 +363,8 @@ def nonzero(input: Any, *, as_tuple: bool = False) -> Any:
                          "use tracegrad.where(cond, x, y)")  # fmt: skip
     found = np.nonzero(np.atleast_1d(x.numpy()))
     if as_tuple:
-        return tuple(Tensor(i) for i in found)
-    return Tensor(np.stack(found, axis=1) if found else np.zeros((0, 0), np.int64))
+        return tuple(Tensor._of(i) for i in found)
+    return Tensor._of(np.stack(found, axis=1) if found else np.zeros((0, 0), np.int64))
 
 
 def argwhere(input: Any) -> Tensor:
@@ -373,7 +373,7 @@ def argwhere(input: Any) -> Tensor:
     if x.ndim == 0:
         if x.is_symbolic:
             return nonzero(x)  # its error
-        return Tensor(np.zeros((int(bool(x.numpy())), 0), np.int64))
+        return Tensor._of(np.zeros((int(bool(x.numpy())), 0), np.int64))
     return nonzero(x)
 
 
@@ -385,7 +385,7 @@ def masked_select(input: Any, mask: Any) -> Tensor:
     if m.shape != shape and m.is_symbolic:
         m = broadcast_to(m, shape)
     elif m.shape != shape:  # a constant mask stays one (the index needs its values, guarded)
-        m = Tensor(np.broadcast_to(mask_value(m), shape))
+        m = Tensor._of(np.broadcast_to(mask_value(m), shape))
     return getitem(broadcast_to(x, shape), m)
 
 
@@ -449,7 +449,7 @@ def windows(input: Any, dimension: int, size: int, step: int) -> Tensor:
         raise ShapeError(f"unfold: size {size} and step {step} along dimension {d} of {x.shape}")
     starts = np.arange(0, n - size + 1, step)
     idx = (starts[:, None] + np.arange(size)[None, :]).reshape(-1)
-    picked = index_select(x, d, Tensor(idx)) if x.ndim else x.reshape(1)
+    picked = index_select(x, d, Tensor._of(idx)) if x.ndim else x.reshape(1)
     shape = (*x.shape[:d], len(starts), size, *x.shape[d + 1 :])
     return moveaxis(picked.reshape(shape), d + 1, -1)
 

@@ -227,7 +227,7 @@ def _decode(tree: list, array: Callable[[str], np.ndarray]) -> Any:
         items = [_decode(v, array) for v in body]
         return tuple(items) if kind == "tuple" else items
     if kind == "tensor":
-        return Tensor(array(body), requires_grad=rest[0])
+        return Tensor._of(array(body), requires_grad=rest[0])
     if kind == "array":
         return array(body)
     if kind == "scalar":

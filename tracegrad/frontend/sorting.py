@@ -197,7 +197,7 @@ def mode(input: Any, dim: int = -1, keepdim: bool = False) -> Any:
         picks[r] = np.flatnonzero(row == best)[-1]
     idx = np.expand_dims(picks.reshape(a.shape[:-1]), -1)
     idx = np.moveaxis(idx, -1, d) if x.ndim else idx.reshape(())
-    return taken(x, Tensor(idx), d, keepdim, ModeResult)
+    return taken(x, Tensor._of(idx), d, keepdim, ModeResult)
 
 
 __all__ = ["argsort", "kthvalue", "median", "mode", "msort", "nanquantile", "quantile", "sort",

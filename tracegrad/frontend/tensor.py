@@ -84,6 +84,16 @@ def set_default_dtype(dtype: Any) -> None:
     _default_float = d
 
 
+def _is_extent(n: Any) -> bool:
+    return isinstance(n, int | np.integer) and not isinstance(n, bool)
+
+
+def _is_size(x: Any) -> bool:
+    """A shape given as one argument: PyTorch's `torch.Size` (a tuple subclass); a plain tuple
+    or list is data, as in PyTorch."""
+    return isinstance(x, tuple) and type(x) is not tuple and all(map(_is_extent, x))
+
+
 def _default_dtype(data: Any) -> np.dtype | None:
     """Python floats (and lists of them) get the default dtype; ndarrays keep theirs."""
     if isinstance(data, np.ndarray | np.generic):
@@ -111,14 +121,41 @@ class Tensor:
                  "__weakref__")  # fmt: skip
     __array_priority__ = 1000
 
-    def __init__(self, data: Any, dtype: Any = None, requires_grad: bool = False):
+    def __init__(self, *data: Any, dtype: Any = None, requires_grad: bool = False):
+        """PyTorch's legacy constructor `torch.Tensor(...)`, always of the default float dtype
+        (or `dtype`): `Tensor(data)` a leaf holding a copy of `data` (`Tensor([1, 2])` is
+        float32), `Tensor(*sizes)` or `Tensor(torch.Size)` a zeroed tensor of that shape
+        (PyTorch's is uninitialized), `Tensor()` an empty one. tracegrad's own code makes tensors
+        of any dtype with `Tensor._of`."""
+        dtype = _default_float if dtype is None else dtype
+        if all(_is_extent(n) for n in data) or (len(data) == 1 and _is_size(data[0])):
+            shape = tuple(data[0]) if len(data) == 1 and _is_size(data[0]) else data or (0,)
+            self._init(np.zeros(tuple(map(int, shape)), dtype), None, requires_grad)
+        elif len(data) == 1:
+            copied = isinstance(data[0], np.ndarray | np.generic)  # as PyTorch's: not an alias
+            self._init(np.array(data[0], dtype) if copied else data[0], dtype, requires_grad)
+        else:
+            raise TypeError(f"Tensor(): expected data or sizes (ints), got {data!r}")
+
+    @classmethod
+    def _of(cls, data: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+        """A new leaf holding `data`: its own dtype for an ndarray, the default float dtype for
+        Python floats, int64 for Python ints (or `dtype`)."""
+        t = object.__new__(cls)
+        t._init(data, dtype, requires_grad)
+        return t
+
+    def _init(self, data: Any, dtype: Any, requires_grad: bool) -> None:
         if isinstance(data, Tensor):
             data = data._value
         elif isinstance(data, list | tuple) and _holds_tensors(data):
-            raise TypeError(
-                "tensor(): the list holds tensors, and a new leaf would cut their gradient; use "
-                "tracegrad.stack(...) (or tracegrad.as_tensor, which stacks)"
-            )
+            if _holds_tensors(data, requiring_grad=True):
+                raise TypeError(
+                    "tensor(): the list holds tensors that require grad, and a new leaf would "
+                    "cut their gradient; use tracegrad.stack(...) (or tracegrad.as_tensor, "
+                    "which stacks)"
+                )
+            data = Tensor._stack(data)._value  # their values: no gradient to cut
         if not isinstance(data, ir.Value):
             dtype = dtype if dtype is not None else _default_dtype(data)
             data = np.asarray(data, dtype=dtype)
@@ -242,7 +279,7 @@ class Tensor:
     @grad.setter
     def grad(self, g: Tensor | None) -> None:
         if g is not None and not isinstance(g, Tensor):
-            g = Tensor(g)
+            g = Tensor._of(g)
         if g is not None and g.shape != self.shape:
             raise ValueError(f"grad of shape {g.shape} assigned to a tensor of shape {self.shape}")
         for tracer in Listeners.tracers:
@@ -314,13 +351,13 @@ def as_tensor(x: Any, dtype: Any = None) -> Tensor:
     if isinstance(x, list | tuple) and _holds_tensors(x):
         out = Tensor._stack(x)
         return out if dtype is None else out.astype(dtype)
-    return Tensor(x, dtype=dtype)
+    return Tensor._of(x, dtype=dtype)
 
 
-def _holds_tensors(x: Any) -> bool:
+def _holds_tensors(x: Any, requiring_grad: bool = False) -> bool:
     if isinstance(x, list | tuple):
-        return any(_holds_tensors(v) for v in x)
-    return isinstance(x, Tensor)
+        return any(_holds_tensors(v, requiring_grad) for v in x)
+    return isinstance(x, Tensor) and (not requiring_grad or x.requires_grad)
 
 
 def bind(prim: Any, *args: Any, **params: Any) -> Tensor:
@@ -386,9 +423,9 @@ def _lift_args(args: tuple[Any, ...], weak: Any = ()) -> list[Tensor]:
             out.append(raw)
         elif _is_python_number(a):
             dtype = _scalar_type(tuple(t.dtype for t in typed), a) if typed else None
-            out.append(Tensor(a) if dtype is None else Tensor._wrap(np.asarray(a, dtype)))
+            out.append(Tensor._of(a) if dtype is None else Tensor._wrap(np.asarray(a, dtype)))
         else:
-            out.append(Tensor(np.asarray(a)))
+            out.append(Tensor._of(np.asarray(a)))
     return out
 
 
@@ -406,11 +443,11 @@ def lift_operands(args: tuple[Any, ...]) -> list[Tensor]:
         if isinstance(a, Tensor):
             out.append(a)
         elif not _is_python_number(a):
-            out.append(Tensor(np.asarray(a)))
+            out.append(Tensor._of(np.asarray(a)))
         elif typed:
             out.append(Tensor._wrap(np.asarray(a, _scalar_type(typed, a))))
         else:
-            out.append(Tensor(a))
+            out.append(Tensor._of(a))
     return out
 
 

@@ -29,13 +29,13 @@ def _tensors(x: Any) -> tuple[list[Tensor], bool]:
 
 
 def _zeros_like(t: Tensor) -> Tensor:
-    return Tensor(np.zeros(t.shape, t.dtype))
+    return Tensor._of(np.zeros(t.shape, t.dtype))
 
 
 def _one_hot(t: Tensor, k: int) -> Tensor:
     e = np.zeros(t.shape, t.dtype)
     e.flat[k] = 1
-    return Tensor(e)
+    return Tensor._of(e)
 
 
 def _rows(fn: Callable, xs: list[Tensor]) -> tuple[bool, list[list[Tensor]]]:
@@ -51,7 +51,7 @@ def _rows(fn: Callable, xs: list[Tensor]) -> tuple[bool, list[list[Tensor]]]:
             rows.append(vjp_fn(tuple(cotangents) if len(outs) > 1 else cotangents[0]))
         jac.append([
             stack([r[n] for r in rows]).reshape(o.shape + x.shape)
-            if rows else Tensor(np.zeros(o.shape + x.shape, x.dtype))
+            if rows else Tensor._of(np.zeros(o.shape + x.shape, x.dtype))
             for n, x in enumerate(xs)
         ])  # fmt: skip
     return many, jac
@@ -103,7 +103,7 @@ def linearize_jvp(func: Callable, xs: Sequence[Tensor], tangents: Sequence[Tenso
         return sum((p * t).sum() for p, t in zip(pulled, tangents, strict=True))
 
     _, pair_vjp = vjp(pairing, *[_zeros_like(o) for o in outs])
-    products = pair_vjp(Tensor(np.ones((), outs[0].dtype)))
+    products = pair_vjp(Tensor._of(np.ones((), outs[0].dtype)))
     return out, (tuple(products) if many else products[0])
 
 
@@ -111,7 +111,7 @@ def jvp(func: Callable, inputs: Any, v: Any = None, create_graph: bool = False,
         strict: bool = False) -> tuple:  # fmt: skip
     """`torch.autograd.functional.jvp`: (func(inputs), J @ v)."""
     xs, many_in = _tensors(inputs)
-    vs = _tensors(v)[0] if v is not None else [Tensor(np.ones(x.shape, x.dtype)) for x in xs]
+    vs = _tensors(v)[0] if v is not None else [Tensor._of(np.ones(x.shape, x.dtype)) for x in xs]
     out, product = linearize_jvp(func, xs, vs)
     return _detached(out, create_graph), _detached(product, create_graph)
 
@@ -121,7 +121,7 @@ def vhp(func: Callable, inputs: Any, v: Any = None, create_graph: bool = False,
     """`torch.autograd.functional.vhp`: (func(inputs), v^T H) of a scalar function, as the
     gradient of the directional derivative <grad func, v>."""
     xs, many_in = _tensors(inputs)
-    vs = _tensors(v)[0] if v is not None else [Tensor(np.ones(x.shape, x.dtype)) for x in xs]
+    vs = _tensors(v)[0] if v is not None else [Tensor._of(np.ones(x.shape, x.dtype)) for x in xs]
     nums = tuple(range(len(xs)))
 
     def directional(*a: Tensor) -> Tensor:

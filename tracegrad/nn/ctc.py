@@ -37,7 +37,7 @@ def _logaddexp(*terms: Tensor) -> Tensor:
 def _shifted(alpha: Tensor, by: int) -> Tensor:
     """alpha moved `by` states along the extended targets, unreachable states coming in."""
     n = alpha.shape[0]
-    fill = Tensor(np.full((n, by), UNREACHABLE, alpha.dtype))
+    fill = Tensor._of(np.full((n, by), UNREACHABLE, alpha.dtype))
     return cat([fill, alpha[:, :-by]], 1)
 
 
@@ -52,7 +52,7 @@ def _padded_targets(targets: Tensor, lengths: Tensor, n: int) -> Tensor:
     rows = np.zeros((n, max(int(counts.max(initial=0)), 1)), np.int64)
     for i, start in enumerate(np.concatenate([[0], np.cumsum(counts)[:-1]])):
         rows[i, : counts[i]] = flat[start : start + counts[i]]
-    return Tensor(rows)
+    return Tensor._of(rows)
 
 
 def ctc_loss(log_probs: Any, targets: Any, input_lengths: Any, target_lengths: Any,
@@ -77,14 +77,14 @@ def ctc_loss(log_probs: Any, targets: Any, input_lengths: Any, target_lengths: A
     s_max = tgt.shape[1]
     width = 2 * s_max + 1
     # the blank-extended targets: blank, y1, blank, y2, ..., blank
-    odd = Tensor(np.arange(width) % 2 == 1)
-    label_at = Tensor(np.clip((np.arange(width) - 1) // 2, 0, s_max - 1))
+    odd = Tensor._of(np.arange(width) % 2 == 1)
+    label_at = Tensor._of(np.clip((np.arange(width) - 1) // 2, 0, s_max - 1))
     ext = P.where(odd, tgt[:, label_at].astype(np.int64), blank)  # (N, width)
     # a state may skip the blank before it when its label differs from the one two back
-    skip = odd & (Tensor(np.arange(width) >= 2)) & (ext != cat([ext[:, :2], ext[:, :-2]], 1))
-    frames = take_along(lp, reshape(ext, (1, n, width)) + Tensor(np.zeros((t_max, 1, 1), np.int64)),
-                        2, (t_max, n, width))  # fmt: skip
-    start = Tensor(np.arange(width) < 2)
+    skip = odd & (Tensor._of(np.arange(width) >= 2)) & (ext != cat([ext[:, :2], ext[:, :-2]], 1))
+    at = reshape(ext, (1, n, width)) + Tensor._of(np.zeros((t_max, 1, 1), np.int64))
+    frames = take_along(lp, at, 2, (t_max, n, width))
+    start = Tensor._of(np.arange(width) < 2)
     alpha = P.where(start, frames[0], UNREACHABLE)
     for t in range(1, t_max):
         step = _logaddexp(alpha, _shifted(alpha, 1),

@@ -237,8 +237,8 @@ def layer_norm(
             raise ShapeError(f"layer_norm: {name} of shape {as_tensor(t).shape} for "
                              f"normalized_shape {normalized_shape}")  # fmt: skip
     d = math.prod(normalized_shape)
-    weight = Tensor(np.ones(d, x.dtype)) if weight is None else reshape(weight, (d,))
-    bias = Tensor(np.zeros(d, x.dtype)) if bias is None else reshape(bias, (d,))
+    weight = Tensor._of(np.ones(d, x.dtype)) if weight is None else reshape(weight, (d,))
+    bias = Tensor._of(np.zeros(d, x.dtype)) if bias is None else reshape(bias, (d,))
     dtype = np.result_type(x.dtype, weight.dtype, bias.dtype, np.float16)  # floating, promoted
     x, weight, bias = (t if t.dtype == dtype else t.astype(dtype) for t in (x, weight, bias))
     rows = x.shape[: x.ndim - len(normalized_shape)]
@@ -484,10 +484,10 @@ def _pad_value(x: Tensor, padding: tuple[int, int], value: float) -> Tensor:
     """`x` with `value` around its last two axes."""
     (ph, pw), (n, c, h, w) = padding, x.shape
     if ph:
-        rows = Tensor(np.full((n, c, ph, w), value, x.dtype))
+        rows = Tensor._of(np.full((n, c, ph, w), value, x.dtype))
         x = concatenate([rows, x, rows], axis=2)
     if pw:
-        cols = Tensor(np.full((n, c, h + 2 * ph, pw), value, x.dtype))
+        cols = Tensor._of(np.full((n, c, h + 2 * ph, pw), value, x.dtype))
         x = concatenate([cols, x, cols], axis=3)
     return x
 
@@ -573,8 +573,11 @@ def _flat_positions(idx: Tensor, plane: tuple[int, int], *, kernel: tuple, strid
     with no_grad():
         oh, ow = idx.shape[2:]
         tap_row, tap_col = idx.astype(np.int64) // kernel[1], idx.astype(np.int64) % kernel[1]
-        rows = Tensor(np.arange(oh).reshape(-1, 1) * stride[0] - padding[0]) + tap_row * dilation[0]
-        cols = Tensor(np.arange(ow) * stride[1] - padding[1]) + tap_col * dilation[1]
+        rows = (
+            Tensor._of(np.arange(oh).reshape(-1, 1) * stride[0] - padding[0])
+            + tap_row * dilation[0]
+        )
+        cols = Tensor._of(np.arange(ow) * stride[1] - padding[1]) + tap_col * dilation[1]
         return rows * plane[1] + cols
 
 
@@ -596,7 +599,7 @@ def max_unpool2d(input: Any, indices: Any, kernel_size: int | Sequence[int],
     else:
         h, w = tuple(output_size)[-2:]
     n, c = x.shape[:2]
-    flat = scatter(Tensor(np.zeros((n, c, h * w), x.dtype)), 2, reshape(idx, (n, c, -1)),
+    flat = scatter(Tensor._of(np.zeros((n, c, h * w), x.dtype)), 2, reshape(idx, (n, c, -1)),
                      reshape(x, (n, c, -1)))  # fmt: skip
     return reshape(flat, (n, c, h, w))
 
@@ -728,7 +731,7 @@ def one_hot(tensor: Any, num_classes: int = -1) -> Tensor:
     if num_classes < 0:
         num_classes = int(t.numpy().max()) + 1 if t.size else 0
     t = check_range(t, 0, num_classes, "one_hot: indices")  # else a row of zeros
-    classes = Tensor(np.arange(num_classes, dtype=t.dtype))
+    classes = Tensor._of(np.arange(num_classes, dtype=t.dtype))
     return (reshape(t, (*t.shape, 1)) == classes).astype(np.int64)
 
 
@@ -762,7 +765,7 @@ def scaled_dot_product_attention(
         # the op's result has its heads next to its features: heads first again, as a view
         return attention_impl.heads_next(P.attention(q, k, v, scale=scale, causal=bool(is_causal)))
     if is_causal:
-        attn_mask = Tensor(attention_impl.causal_mask(q.shape[-2], k.shape[-2]))
+        attn_mask = Tensor._of(attention_impl.causal_mask(q.shape[-2], k.shape[-2]))
     return matmul(dropout(_probabilities(q, k, scale, attn_mask), dropout_p), v)
 
 
@@ -816,8 +819,8 @@ def batch_norm(
                 running_mean._assign(new_mean)
                 running_var._assign(new_var)
         c = (x.shape[1],)
-        weight = Tensor(np.ones(c, x.dtype)) if weight is None else as_tensor(weight)
-        bias = Tensor(np.zeros(c, x.dtype)) if bias is None else as_tensor(bias)
+        weight = Tensor._of(np.ones(c, x.dtype)) if weight is None else as_tensor(weight)
+        bias = Tensor._of(np.zeros(c, x.dtype)) if bias is None else as_tensor(bias)
         return P.batch_norm(x, weight, bias, eps=float(eps))
     if running_mean is None or running_var is None:
         raise ValueError("batch_norm: evaluation needs running_mean and running_var")
@@ -1149,7 +1152,7 @@ def _nearest_axis(x: Tensor, axis: int, out: int, scale: float | None, exact: bo
         else:
             y = _repeat_axis(column, axis + 1, k)
         return reshape(y, (*x.shape[:axis], out, *x.shape[axis + 1 :]))
-    return _along(x, axis, Tensor(src))
+    return _along(x, axis, Tensor._of(src))
 
 
 def _linear_axis(x: Tensor, axis: int, out: int, scale: float | None, corners: bool) -> Tensor:
@@ -1167,8 +1170,8 @@ def _linear_axis(x: Tensor, axis: int, out: int, scale: float | None, corners: b
     frac = np.clip(src - lo, 0, 1).astype(dtype)
     shape = [1] * x.ndim
     shape[axis] = out
-    frac = Tensor(frac.reshape(shape))
-    return _along(x, axis, Tensor(lo)) * (1.0 - frac) + _along(x, axis, Tensor(hi)) * frac
+    frac = Tensor._of(frac.reshape(shape))
+    return _along(x, axis, Tensor._of(lo)) * (1.0 - frac) + _along(x, axis, Tensor._of(hi)) * frac
 
 
 def _cubic_axis(x: Tensor, axis: int, out: int, scale: float | None, corners: bool) -> Tensor:
@@ -1189,8 +1192,8 @@ def _cubic_axis(x: Tensor, axis: int, out: int, scale: float | None, corners: bo
     weights = (far(t + 1), near(t), near(1 - t), far(2 - t))
     shape = [1] * x.ndim
     shape[axis] = out
-    taps = [_along(x, axis, Tensor(np.clip(base - 1 + k, 0, n - 1))) *
-            Tensor(w.astype(dtype).reshape(shape)) for k, w in enumerate(weights)]  # fmt: skip
+    taps = [_along(x, axis, Tensor._of(np.clip(base - 1 + k, 0, n - 1))) *
+            Tensor._of(w.astype(dtype).reshape(shape)) for k, w in enumerate(weights)]  # fmt: skip
     return functools.reduce(lambda p, q: p + q, taps)
 
 
@@ -1608,7 +1611,7 @@ def multi_margin_loss(input: Any, target: Any, p: int = 1, margin: float = 1.0,
     hinge = hinge if p == 1 else hinge * hinge
     if weight is not None:
         hinge = hinge * reshape(as_tensor(weight)[reshape(labels, (-1,))], (-1, 1))
-    others = Tensor(np.arange(rows.shape[1])[None, :]) != labels  # the target's own term is 0
+    others = Tensor._of(np.arange(rows.shape[1])[None, :]) != labels  # the target's own term is 0
     loss = sum(where(others, hinge, 0.0), 1) / float(rows.shape[1])
     return _reduce(loss if x.ndim == 2 else reshape(loss, ()), reduction)
 
@@ -1629,7 +1632,7 @@ def multilabel_margin_loss(input: Any, target: Any, size_average: Any = None, re
         chosen = row[: stop[0] if stop.size else c]
         is_target[i, chosen] = True
     pairs = 1.0 - (reshape(rows, (n, c, 1)) - reshape(rows, (n, 1, c)))  # [i, j, k]
-    valid = Tensor(is_target[:, :, None] & ~is_target[:, None, :])
+    valid = Tensor._of(is_target[:, :, None] & ~is_target[:, None, :])
     loss = sum(where(valid, maximum(0.0, pairs), 0.0), (1, 2)) / float(c)
     return _reduce(loss if x.ndim == 2 else reshape(loss, ()), reduction)
 
@@ -1892,15 +1895,15 @@ def embedding_bag(
     starts = off[:-1] if include_last_offset else off
     n, b = x.shape[0], starts.shape[0]
     if b == 0:
-        return Tensor(np.zeros((0, w.shape[1]), w.dtype))
+        return Tensor._of(np.zeros((0, w.shape[1]), w.dtype))
     end = off[-1] if include_last_offset else n
     if off.is_symbolic:  # each index's bag: how many starts are at or before it, minus one
         if mode == "max":
             raise NotImplementedError("embedding_bag: mode 'max' with offsets computed inside a "
                                       "traced step; pass them as data, or a 2-d input")  # fmt: skip
-        here = Tensor(np.arange(n).reshape(n, 1))
+        here = Tensor._of(np.arange(n).reshape(n, 1))
         bag = sum((here >= reshape(starts, (1, b))).astype(np.int64), 1) - 1
-        valid = Tensor(np.arange(n)) < end
+        valid = Tensor._of(np.arange(n)) < end
     else:
         first, stops = starts.numpy(), np.append(starts.numpy()[1:], int(as_tensor(end).item()))
         if b and first[0] != 0 or np.any(stops < first):
@@ -1910,19 +1913,21 @@ def embedding_bag(
             length = int(builtins.max(1, (stops - first).max(initial=0)))
             pos = first[:, None] + np.arange(length)
             inside = pos < stops[:, None]
-            return _bags(x[Tensor(np.where(inside, pos, 0) % builtins.max(n, 1))], w,
-                         Tensor(inside), None, mode, padding_idx)  # fmt: skip
-        bag = Tensor(np.searchsorted(first, np.arange(n), side="right") - 1)
-        valid = Tensor(np.arange(n) < stops[-1] if b else np.zeros(n, np.bool_))
+            return _bags(x[Tensor._of(np.where(inside, pos, 0) % builtins.max(n, 1))], w,
+                         Tensor._of(inside), None, mode, padding_idx)  # fmt: skip
+        bag = Tensor._of(np.searchsorted(first, np.arange(n), side="right") - 1)
+        valid = Tensor._of(np.arange(n) < stops[-1] if b else np.zeros(n, np.bool_))
     keep = valid if padding_idx is None else valid & (x != padding_idx)
     rows = embedding(x, w) * reshape(keep, (n, 1)).astype(w.dtype)
     if scale is not None:
         rows = rows * reshape(scale, (n, 1))
     bag = where(keep, bag, 0)  # (dropped rows are zeros: they may go anywhere)
-    out = index_put(Tensor(np.zeros((b, w.shape[1]), w.dtype)), (bag,), rows, accumulate=True)
+    out = index_put(Tensor._of(np.zeros((b, w.shape[1]), w.dtype)), (bag,), rows, accumulate=True)
     if mode == "sum":
         return out
-    count = index_put(Tensor(np.zeros(b, w.dtype)), (bag,), keep.astype(w.dtype), accumulate=True)
+    count = index_put(
+        Tensor._of(np.zeros(b, w.dtype)), (bag,), keep.astype(w.dtype), accumulate=True
+    )
     return out / reshape(maximum(count, 1.0), (b, 1))
 
 
@@ -1936,7 +1941,7 @@ def _bags(x: Tensor, w: Tensor, inside: Tensor | None, scale: Tensor | None, mod
     if keep is None and mode != "max":
         rows = rows if scale is None else rows * reshape(scale, (*x.shape, 1))
         return sum(rows, 1) if mode == "sum" else mean(rows, 1)
-    keep = Tensor(np.ones(x.shape, np.bool_)) if keep is None else keep
+    keep = Tensor._of(np.ones(x.shape, np.bool_)) if keep is None else keep
     mask = reshape(keep, (*x.shape, 1))
     if mode == "max":
         top = amax(where(mask, rows, -np.inf), 1)
@@ -1988,7 +1993,7 @@ def pdist(input: Any, p: float = 2.0) -> Tensor:
     if x.ndim != 2:
         raise ShapeError(f"pdist: input {x.shape} must be 2-d (N, M)")
     i, j = np.triu_indices(x.shape[0], 1)
-    diff = x[Tensor(i)] - x[Tensor(j)]
+    diff = x[Tensor._of(i)] - x[Tensor._of(j)]
     return vector_norm(diff, p, -1)
 
 

@@ -65,7 +65,7 @@ def _fans(tensor: Tensor) -> tuple[int, int]:
 
 def _fill(tensor: Tensor, data: np.ndarray) -> Tensor:
     with no_grad():
-        tensor._assign(Tensor(np.asarray(data, tensor.dtype)))
+        tensor._assign(Tensor._of(np.asarray(data, tensor.dtype)))
     return tensor
 
 

@@ -463,7 +463,7 @@ class Embedding(Module):
         if padding_idx is not None:
             padding_idx %= num_embeddings
         self.padding_idx = padding_idx
-        self.weight = Tensor(np.zeros((num_embeddings, embedding_dim), get_default_dtype()),
+        self.weight = Tensor._of(np.zeros((num_embeddings, embedding_dim), get_default_dtype()),
                              requires_grad=True)  # fmt: skip
         init.normal_(self.weight)
         if padding_idx is not None:
@@ -489,14 +489,14 @@ class _BatchNorm(Module):
         self.affine, self.track_running_stats = affine, track_running_stats
         self.weight = self.bias = None
         if affine:
-            self.weight = Tensor(np.ones(num_features, get_default_dtype()), requires_grad=True)
-            self.bias = Tensor(np.zeros(num_features, get_default_dtype()), requires_grad=True)
+            self.weight = Tensor._of(np.ones(num_features, get_default_dtype()), requires_grad=True)
+            self.bias = Tensor._of(np.zeros(num_features, get_default_dtype()), requires_grad=True)
         stats = track_running_stats
         dtype = get_default_dtype()
         mean, var = np.zeros(num_features, dtype), np.ones(num_features, dtype)
-        self.register_buffer("running_mean", Tensor(mean) if stats else None)
-        self.register_buffer("running_var", Tensor(var) if stats else None)
-        count = Tensor(np.zeros((), np.int64)) if stats else None
+        self.register_buffer("running_mean", Tensor._of(mean) if stats else None)
+        self.register_buffer("running_var", Tensor._of(var) if stats else None)
+        count = Tensor._of(np.zeros((), np.int64)) if stats else None
         self.register_buffer("num_batches_tracked", count)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -618,8 +618,8 @@ class GroupNorm(Module):
                                                                      eps, affine)  # fmt: skip
         self.weight = self.bias = None
         if affine:
-            self.weight = Tensor(np.ones(num_channels, get_default_dtype()), requires_grad=True)
-            self.bias = Tensor(np.zeros(num_channels, get_default_dtype()), requires_grad=True)
+            self.weight = Tensor._of(np.ones(num_channels, get_default_dtype()), requires_grad=True)
+            self.bias = Tensor._of(np.zeros(num_channels, get_default_dtype()), requires_grad=True)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
@@ -763,13 +763,13 @@ class MultiheadAttention(Module):
             raise ValueError(f"MultiheadAttention: dropout must be in [0, 1], not {dropout}")
         self.embed_dim, self.num_heads, self.batch_first = embed_dim, num_heads, batch_first
         self.dropout, self.head_dim = float(dropout), embed_dim // num_heads
-        self.in_proj_weight = Tensor(np.zeros((3 * embed_dim, embed_dim), get_default_dtype()),
+        self.in_proj_weight = Tensor._of(np.zeros((3 * embed_dim, embed_dim), get_default_dtype()),
                                      requires_grad=True)  # fmt: skip
         init.xavier_uniform_(self.in_proj_weight)
         self.in_proj_bias = None
         if bias:
             bias_values = np.zeros(3 * embed_dim, get_default_dtype())
-            self.in_proj_bias = Tensor(bias_values, requires_grad=True)
+            self.in_proj_bias = Tensor._of(bias_values, requires_grad=True)
         self.out_proj = Linear(embed_dim, embed_dim, bias=bias)
         if bias:
             init.zeros_(self.out_proj.bias)
@@ -828,7 +828,7 @@ class MultiheadAttention(Module):
         for mask, shape in ((attn_mask, None), (key_padding_mask, (n, 1, 1, s))):
             if mask is None:
                 continue
-            mask = mask if isinstance(mask, Tensor) else Tensor(np.asarray(mask))
+            mask = mask if isinstance(mask, Tensor) else Tensor._of(np.asarray(mask))
             if shape is None and mask.ndim == 3:
                 shape = (n, h, length, s)
             if shape is not None:

@@ -53,7 +53,7 @@ class Parameter(Tensor):
                 "nn.Parameter: cannot make a parameter of a value computed inside @trace; "
                 "create parameters before the traced step"
             )
-        super().__init__(data, requires_grad=requires_grad)
+        self._init(data, None, requires_grad)
         if isinstance(data, Tensor):
             self._version = data._version  # an alias of `data`, as in PyTorch
 
@@ -68,7 +68,7 @@ class Buffer(Tensor):
     __slots__ = ("persistent",)
 
     def __init__(self, data: Any = None, *, persistent: bool = True):
-        super().__init__(np.empty(0, get_default_dtype()) if data is None else data)
+        self._init(np.empty(0, get_default_dtype()) if data is None else data, None, False)
         self.persistent = persistent
 
 
@@ -193,7 +193,7 @@ class Module:
         if "_buffers" not in self.__dict__:
             raise AttributeError("cannot register a buffer before Module.__init__()")
         if tensor is not None and not isinstance(tensor, Tensor):
-            tensor = Tensor(tensor)
+            tensor = Tensor._of(tensor)
         self._parameters.pop(name, None)
         self._modules.pop(name, None)
         self._buffers[name] = tensor
@@ -355,7 +355,7 @@ class Module:
             if set_to_none or p.grad is None:
                 p.grad = None
             else:
-                p.grad = Tensor(np.zeros(p.shape, p.grad.dtype))
+                p.grad = Tensor._of(np.zeros(p.shape, p.grad.dtype))
 
     def _named_members(
         self, members: Callable[[Module], dict[str, Any]], prefix: str, recurse: bool,
@@ -421,7 +421,7 @@ class Module:
         targets = self._state()
         missing = [k for k in targets if k not in state]
         unexpected = [k for k in state if k not in targets]
-        values = {k: v if isinstance(v, Tensor) else Tensor(np.asarray(v))  # traced: symbolic
+        values = {k: v if isinstance(v, Tensor) else Tensor._of(np.asarray(v))  # traced: symbolic
                   for k, v in state.items() if k in targets}  # fmt: skip
         problems = [
             f"shape mismatch for '{k}': checkpoint {v.shape}, model {targets[k].shape}"
@@ -690,7 +690,7 @@ def _cast_in_place(t: Tensor, dtype: np.dtype) -> None:
     t._value = t._value.astype(dtype)
     t._version[0] += 1
     if t.grad is not None:
-        t.grad = Tensor(t.grad.numpy().astype(dtype))
+        t.grad = Tensor._of(t.grad.numpy().astype(dtype))
 
 
 class FunctionLayer(Module):

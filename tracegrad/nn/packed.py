@@ -88,14 +88,14 @@ def pack_padded_sequence(input: Any, lengths: Any, batch_first: bool = False,
     column = np.arange(x.shape[1]) if order is None else order
     rows = [t * x.shape[1] + column[: batch_sizes[t]] for t in range(steps)]
     flat = reshape(x, (x.shape[0] * x.shape[1], *x.shape[2:]))
-    data = flat[Tensor(np.concatenate(rows) if rows else np.zeros(0, np.int64))]
-    return PackedSequence(data, Tensor(batch_sizes.astype(np.int64)), *_indices(order))
+    data = flat[Tensor._of(np.concatenate(rows) if rows else np.zeros(0, np.int64))]
+    return PackedSequence(data, Tensor._of(batch_sizes.astype(np.int64)), *_indices(order))
 
 
 def _indices(order: np.ndarray | None) -> tuple[Tensor | None, Tensor | None]:
     if order is None:
         return None, None
-    return Tensor(order.astype(np.int64)), Tensor(np.argsort(order).astype(np.int64))
+    return Tensor._of(order.astype(np.int64)), Tensor._of(np.argsort(order).astype(np.int64))
 
 
 def pad_packed_sequence(sequence: PackedSequence, batch_first: bool = False,
@@ -119,11 +119,11 @@ def pad_packed_sequence(sequence: PackedSequence, batch_first: bool = False,
     if sequence.unsorted_indices is not None:
         unsorted = sequence.unsorted_indices.numpy()
         index, lengths = index[:, unsorted], lengths[unsorted]
-    pad = Tensor(np.full((1, *data.shape[1:]), padding_value, data.dtype))
-    padded = concatenate([data, pad])[Tensor(index)]
+    pad = Tensor._of(np.full((1, *data.shape[1:]), padding_value, data.dtype))
+    padded = concatenate([data, pad])[Tensor._of(index)]
     if batch_first:
         padded = permute(padded, (1, 0, *range(2, padded.ndim)))
-    return padded, Tensor(lengths.astype(np.int64))
+    return padded, Tensor._of(lengths.astype(np.int64))
 
 
 def pack_sequence(sequences: Sequence[Any], enforce_sorted: bool = True) -> PackedSequence:

@@ -63,13 +63,13 @@ def _apply(module: Module, name: str, mask_of: Any) -> Module:
             raise ValueError(f"prune: {type(module).__name__} has no parameter {name!r}")
         delattr(module, name)
         module.register_parameter(name + "_orig", weight)
-        module.register_buffer(name + "_mask", Tensor(np.ones(weight.shape, weight.dtype)))
+        module.register_buffer(name + "_mask", Tensor._of(np.ones(weight.shape, weight.dtype)))
         hook = _Pruned(name)
         hook.handle = module.register_forward_pre_hook(hook)
     orig, mask = getattr(module, name + "_orig"), getattr(module, name + "_mask")
     kept = mask.numpy() != 0
     new = mask_of(orig.detach().numpy(), kept).astype(mask.dtype) * mask.numpy()
-    mask._assign(Tensor(new))
+    mask._assign(Tensor._of(new))
     setattr(module, name, hook.weight(module))
     return module
 

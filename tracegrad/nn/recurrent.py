@@ -159,7 +159,7 @@ class RNNBase(Module):
         if self.mode == "LSTM":
             sizes.append(self.hidden_size)
         if hx is None:
-            return [Tensor(np.zeros((count, batch, s), dtype)) for s in sizes]
+            return [Tensor._of(np.zeros((count, batch, s), dtype)) for s in sizes]
         given = list(hx) if self.mode == "LSTM" else [hx]
         if len(given) != len(sizes):
             raise TypeError(f"{type(self).__name__}: hx must be (h0, c0) for an LSTM, else h0")
@@ -253,7 +253,7 @@ class RNNBase(Module):
             return out[:-1], [out[last], out[-1]]
         if self.mode == "GRU" and lengths is None:  # one op (`gru_scan`)
             if b_hh is None:
-                b_hh = Tensor(np.zeros(w_hh_t.shape[1], x_parts.dtype))
+                b_hh = Tensor._of(np.zeros(w_hh_t.shape[1], x_parts.dtype))
             out = P.gru_scan(x_parts, w_hh_t, b_hh, state[0], reverse=bool(suffix))
             return out[:-1], [out[-1]]
         steps = range(x.shape[0] - 1, -1, -1) if suffix else range(x.shape[0])
@@ -267,7 +267,7 @@ class RNNBase(Module):
                 act = _activation("tanh" if self.mode == "RNN_TANH" else "relu")
                 new = [_rnn_step(x_parts[t], state[0], w_hh_t, b_hh, act)]
             if lengths is not None and lengths[-1] <= t:  # some sequence has ended
-                valid = Tensor((lengths > t)[:, None])
+                valid = Tensor._of((lengths > t)[:, None])
                 new = [P.where(valid, n, s) for n, s in zip(new, state, strict=True)]
             state = new
             outputs[t] = state[0]
@@ -339,7 +339,7 @@ class RNNCellBase(Module):
         shape = (x.shape[0], self.hidden_size)
         if hx is None:
             dtype = np.result_type(x.dtype, np.float32)
-            return x, [Tensor(np.zeros(shape, dtype)) for _ in range(count)], batched
+            return x, [Tensor._of(np.zeros(shape, dtype)) for _ in range(count)], batched
         states = [as_tensor(h) for h in (hx if count > 1 else [hx])]
         states = [s if batched else reshape(s, (1, *s.shape)) for s in states]
         if len(states) != count or any(s.shape != shape for s in states):

@@ -33,7 +33,7 @@ def affine_grid(theta: Any, size: Sequence[int], align_corners: bool | None = No
     n, _, h, w = size
     xs, ys = _steps(w, bool(align_corners)), _steps(h, bool(align_corners))
     base = np.stack([*np.meshgrid(xs, ys), np.ones((h, w))], axis=-1).reshape(1, h * w, 3)
-    grid = matmul(Tensor(base.astype(t.dtype)), permute(t, (0, 2, 1)))
+    grid = matmul(Tensor._of(base.astype(t.dtype)), permute(t, (0, 2, 1)))
     return reshape(grid, (n, h, w, 2))
 
 
@@ -64,7 +64,7 @@ def grid_sample(input: Any, grid: Any, mode: str = "bilinear", padding_mode: str
     ix = _source(g[..., 0], w, corners, padding_mode)
     iy = _source(g[..., 1], h, corners, padding_mode)
     pixels = permute(x, (0, 2, 3, 1))  # (N, H, W, C): a gather picks whole channel vectors
-    batch = Tensor(np.arange(n).reshape(n, 1, 1))
+    batch = Tensor._of(np.arange(n).reshape(n, 1, 1))
 
     def tap(yi: Tensor, xi: Tensor) -> Tensor:
         """The pixels at (yi, xi), zeros where that is outside the image."""

@@ -252,4 +252,4 @@ class Transformer(Module):
         """A float (sz, sz) mask: -inf above the diagonal (a position attends to no later one),
         0 elsewhere."""
         mask = np.triu(np.full((sz, sz), -np.inf, np.dtype(dtype or get_default_dtype())), 1)
-        return Tensor(mask)
+        return Tensor._of(mask)

@@ -56,7 +56,7 @@ def clip_grad_norm_(
     (eagerly; a traced step cannot look at it); `foreach` is accepted."""
     params = _with_grads(parameters)
     if not params:
-        return Tensor(0.0)
+        return Tensor._of(0.0)
     if norm_type == math.inf:
         total = amax(stack([amax(abs(p.grad)) for p in params]))
     else:
@@ -122,7 +122,7 @@ def pad_sequence(
     longest = max(x.shape[0] for x in xs)
     padded = []
     for x in xs:
-        fill = Tensor(np.full((longest - x.shape[0], *x.shape[1:]), padding_value, x.dtype))
+        fill = Tensor._of(np.full((longest - x.shape[0], *x.shape[1:]), padding_value, x.dtype))
         padded.append(concatenate([x, fill] if padding_side == "right" else [fill, x]))
     return stack(padded, axis=0 if batch_first else 1)
 
@@ -207,7 +207,9 @@ def as_matrix(weight: Tensor, dim: int) -> Tensor:
 
 def random_unit_vector(n: int, dtype: np.dtype, eps: float) -> Tensor:
     """A normalized N(0, 1) draw from the parameter-initialization generator."""
-    return F.normalize(Tensor(init_generator().standard_normal(n).astype(dtype)), dim=0, eps=eps)
+    return F.normalize(
+        Tensor._of(init_generator().standard_normal(n).astype(dtype)), dim=0, eps=eps
+    )
 
 
 class SpectralNorm:

@@ -150,7 +150,7 @@ def avg_pool3d(input: Any, kernel_size: int | Sequence[int],
         return total / float(divisor_override)
     if count_include_pad or triple(padding, "avg_pool3d", "padding") == (0, 0, 0):
         return total / float(math.prod(kernel))
-    ones = Tensor(np.ones((1, 1, *x.shape[2:]), x.dtype))
+    ones = Tensor._of(np.ones((1, 1, *x.shape[2:]), x.dtype))
     counted = functools.reduce(
         P.add, _windows(ones, "avg_pool3d", kernel_size, stride, padding, 0.0)[0]
     )

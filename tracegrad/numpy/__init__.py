@@ -56,7 +56,7 @@ int8, int16, int32, int64, uint8, bool_ = (
 def array(object: Any, dtype: Any = None, *, copy: bool = True, ndmin: int = 0) -> Tensor:
     """A new array (a copy, differentiable when `object` holds tensors)."""
     if not isinstance(object, Tensor) and not holds_tensors(object):
-        return Tensor(_np.array(object, dtype, copy=copy, ndmin=ndmin))
+        return Tensor._of(_np.array(object, dtype, copy=copy, ndmin=ndmin))
     out = asarray(object, dtype)
     out = P.positive(out) if copy and out is object else out
     return (
@@ -674,7 +674,7 @@ def einsum(*operands: Any, out: None = None, optimize: Any = False, **kwargs: An
 
 def _from(make: Callable) -> Callable:
     def build(*args: Any, **kwargs: Any) -> Tensor:
-        return Tensor(make(*args, **kwargs))
+        return Tensor._of(make(*args, **kwargs))
 
     build.__name__ = build.__qualname__ = make.__name__
     build.__doc__ = f"NumPy's {make.__name__}, as a tensor (float64 by default)."
@@ -691,15 +691,15 @@ def full(shape: Any, fill_value: Any, dtype: Any = None) -> Tensor:
     """`fill_value` everywhere; a tensor `fill_value` is broadcast, so its gradient flows."""
     if isinstance(fill_value, Tensor):
         return creation.full(shape, fill_value, dtype)
-    return Tensor(_np.full(shape, fill_value, dtype))
+    return Tensor._of(_np.full(shape, fill_value, dtype))
 
 
 def zeros_like(a: Any, dtype: Any = None) -> Tensor:
-    return Tensor(_np.zeros(shape(a), dtype or asarray(a).dtype))
+    return Tensor._of(_np.zeros(shape(a), dtype or asarray(a).dtype))
 
 
 def ones_like(a: Any, dtype: Any = None) -> Tensor:
-    return Tensor(_np.ones(shape(a), dtype or asarray(a).dtype))
+    return Tensor._of(_np.ones(shape(a), dtype or asarray(a).dtype))
 
 
 def full_like(a: Any, fill_value: Any, dtype: Any = None) -> Tensor:

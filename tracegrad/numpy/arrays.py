@@ -25,4 +25,4 @@ def asarray(a: Any, dtype: Any = None) -> Tensor:
     if isinstance(a, list | tuple) and holds_tensors(a):
         out = functions.stack([asarray(v) for v in a])
         return out if dtype is None else functions.astype(out, dtype)
-    return Tensor(np.asarray(a, dtype))
+    return Tensor._of(np.asarray(a, dtype))

@@ -64,9 +64,9 @@ class ParamGroup(dict):
         if key in self.held:
             numbers = tuple(value) if isinstance(value, tuple | list) else (value,)
             if len(self.held[key]) != len(numbers):
-                self.held[key] = tuple(Tensor(np.zeros((), np.float64)) for _ in numbers)
+                self.held[key] = tuple(Tensor._of(np.zeros((), np.float64)) for _ in numbers)
             for t, v in zip(self.held[key], numbers, strict=True):
-                t._assign(Tensor(np.array(v, np.float64)))
+                t._assign(Tensor._of(np.array(v, np.float64)))
         super().__setitem__(key, value)
 
     def tensors(self, key: str, dtype: Any = np.float64) -> tuple[Tensor, ...]:
@@ -227,7 +227,7 @@ class Optimizer:
             if set_to_none or p.grad is None:
                 p.grad = None
             else:
-                p.grad._assign(Tensor(np.zeros(p.shape, p.grad.dtype)))
+                p.grad._assign(Tensor._of(np.zeros(p.shape, p.grad.dtype)))
 
     clear_grad = zero_grad  # MegEngine's name
 
@@ -295,7 +295,7 @@ class Optimizer:
                 f"optimizer has {len(self.param_groups)}"
             )
         for t, a in arrays:
-            t._assign(Tensor(a))
+            t._assign(Tensor._of(a))
         for group, h in zip(
             self.param_groups, groups or [hyper] * len(groups or self.param_groups), strict=True
         ):
@@ -330,13 +330,15 @@ def _unique(params: Iterable[Tensor]) -> list[Tensor]:
 
 
 def _zeros_like(p: Tensor) -> Tensor:
-    return Tensor(np.zeros(p.shape, p.dtype))
+    return Tensor._of(np.zeros(p.shape, p.dtype))
 
 
 def _scalar(value: float) -> Tensor:
     """A 0-d state tensor (a step count, NAdam's momentum product) in PyTorch's dtype for
     them: float64 when the default dtype is float64, else float32."""
-    return Tensor(np.array(value, np.float64 if get_default_dtype() == np.float64 else np.float32))
+    return Tensor._of(
+        np.array(value, np.float64 if get_default_dtype() == np.float64 else np.float32)
+    )
 
 
 class SGD(Optimizer):
@@ -608,7 +610,7 @@ class Adagrad(Optimizer):
 
     def _init_state(self, p: Tensor, group: Mapping[str, Any]) -> dict[str, Tensor]:
         start = np.full(p.shape, group["initial_accumulator_value"], p.dtype)
-        return {"step": Tensor(np.zeros((), np.float32)), "sum": Tensor(start)}
+        return {"step": Tensor._of(np.zeros((), np.float32)), "sum": Tensor._of(start)}
 
     def _update(self, p: Tensor, g: Tensor, state: dict[str, Tensor], group: ParamGroup) -> None:
         if group["weight_decay"]:
@@ -847,7 +849,7 @@ class Rprop(Optimizer):
 
     def _init_state(self, p: Tensor, group: Mapping[str, Any]) -> dict[str, Tensor]:
         return {"step": _scalar(0.0), "prev": _zeros_like(p),
-                "step_size": Tensor(np.full(p.shape, group["lr"], p.dtype))}  # fmt: skip
+                "step_size": Tensor._of(np.full(p.shape, group["lr"], p.dtype))}  # fmt: skip
 
     def _update(self, p: Tensor, g: Tensor, state: dict[str, Tensor], group: ParamGroup) -> None:
         (etaminus, etaplus), (smallest, largest) = group["etas"], group["step_sizes"]
@@ -980,12 +982,14 @@ class LBFGS(Optimizer):
         offset = 0
         for p in self.params:
             n = p.size
-            p._assign(Tensor(p.numpy() + step_size * update[offset : offset + n].reshape(p.shape)))
+            p._assign(
+                Tensor._of(p.numpy() + step_size * update[offset : offset + n].reshape(p.shape))
+            )
             offset += n
 
     def _set(self, values: list[np.ndarray]) -> None:
         for p, v in zip(self.params, values, strict=True):
-            p._assign(Tensor(v))
+            p._assign(Tensor._of(v))
 
     @no_grad()
     def step(self, closure: Any = None) -> Any:
@@ -1095,9 +1099,9 @@ class LBFGS(Optimizer):
             if np.abs(d * t).max() <= tolerance_change or abs(loss - prev_loss) < tolerance_change:
                 break  # no progress
 
-        state.update(d=Tensor(d), t=t, old_dirs=[Tensor(a) for a in old_dirs],
-                     old_stps=[Tensor(a) for a in old_stps], ro=ro, H_diag=H_diag,
-                     prev_flat_grad=Tensor(prev_flat_grad), prev_loss=prev_loss)  # fmt: skip
+        state.update(d=Tensor._of(d), t=t, old_dirs=[Tensor._of(a) for a in old_dirs],
+                     old_stps=[Tensor._of(a) for a in old_stps], ro=ro, H_diag=H_diag,
+                     prev_flat_grad=Tensor._of(prev_flat_grad), prev_loss=prev_loss)  # fmt: skip
         return orig_loss
 
     def state_dict(self) -> dict[str, Any]:
@@ -1122,8 +1126,8 @@ class LBFGS(Optimizer):
                              f"{sorted(set(hyper) - set(self.hyperparameters))}")  # fmt: skip
         self.state[0].clear()
         self.state[0].update(
-            {k: [Tensor(np.array(_array(a))) for a in v] if k in ("old_dirs", "old_stps")
-             else Tensor(np.array(_array(v))) if k in ("d", "prev_flat_grad") else
+            {k: [Tensor._of(np.array(_array(a))) for a in v] if k in ("old_dirs", "old_stps")
+             else Tensor._of(np.array(_array(v))) if k in ("d", "prev_flat_grad") else
              list(v) if isinstance(v, list) else v for k, v in entry.items() if k != "al"}
         )  # fmt: skip
         for k, v in hyper.items():

@@ -59,7 +59,7 @@ class LRScheduler:
             elif "initial_lr" not in group:
                 raise KeyError("param group has no 'initial_lr': resume with last_epoch=-1")
         self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
-        self._epoch = Tensor(np.array(float(last_epoch)))  # what a traced step reads
+        self._epoch = Tensor._of(np.array(float(last_epoch)))  # what a traced step reads
         self.last_epoch = last_epoch
         self.step()
 
@@ -71,7 +71,7 @@ class LRScheduler:
     def last_epoch(self, value: int) -> None:
         self._last_epoch = int(value)
         with no_grad():
-            self._epoch._assign(Tensor(np.array(float(value))))
+            self._epoch._assign(Tensor._of(np.array(float(value))))
 
     def lr_at(self, epoch: int, base_lr: float, index: int) -> float:
         raise NotImplementedError
@@ -104,7 +104,7 @@ class LRScheduler:
         baked = self._settings()
         guard(lambda: self._settings() == baked)  # the schedule's constants are baked in
         with no_grad():
-            self._epoch._assign(self._epoch + 1.0 if epoch is None else Tensor(float(epoch)))
+            self._epoch._assign(self._epoch + 1.0 if epoch is None else Tensor._of(float(epoch)))
             for i, (group, base) in enumerate(zip(self.optimizer.param_groups, self.base_lrs,
                                                   strict=True)):  # fmt: skip
                 held = group.held["lr"][0]
@@ -198,7 +198,7 @@ def _scaled(lr: Any, now: Any, before: Any, floor: float, kind: type) -> Any:
 
 
 def _as_float64(x: Any) -> Tensor:
-    x = x if isinstance(x, Tensor) else Tensor(np.array(float(x)))
+    x = x if isinstance(x, Tensor) else Tensor._of(np.array(float(x)))
     return x if x.dtype == np.float64 else x.astype(np.float64)
 
 
@@ -248,7 +248,7 @@ class MultiStepLR(LRScheduler):
         return base_lr * self.gamma ** bisect.bisect_right(self.milestones, epoch)
 
     def lr_tensor(self, epoch: Tensor, base_lr: float, index: int) -> Tensor:
-        passed = sum(((epoch >= m).astype(np.float64) for m in self.milestones), Tensor(0.0))
+        passed = sum(((epoch >= m).astype(np.float64) for m in self.milestones), Tensor._of(0.0))
         return base_lr * self.gamma**passed
 
 
@@ -460,7 +460,7 @@ class SequentialLR(LRScheduler):
         if len(milestones) != len(schedulers) - 1:
             raise ValueError("SequentialLR: needs one milestone fewer than schedulers")
         self.optimizer, self._schedulers, self._milestones = optimizer, list(schedulers), milestones
-        self._epoch = Tensor(np.array(0.0))
+        self._epoch = Tensor._of(np.array(0.0))
         self.last_epoch = last_epoch + 1
         for group in optimizer.param_groups:
             group["lr"] = group["initial_lr"]
@@ -607,8 +607,8 @@ class CosineAnnealingWarmRestarts(LRScheduler):
             raise ValueError(f"Expected float or int eta_min, but got {eta_min} of type "
                              f"{type(eta_min)}")  # fmt: skip
         self.T_0, self.T_mult, self.eta_min = T_0, T_mult, eta_min
-        self._t_cur = Tensor(np.array(float(last_epoch)))
-        self._t_i = Tensor(np.array(float(T_0)))
+        self._t_cur = Tensor._of(np.array(float(last_epoch)))
+        self._t_i = Tensor._of(np.array(float(T_0)))
         super().__init__(optimizer, last_epoch)
 
     T_cur = property(lambda self: _number(self._t_cur), lambda self, v: _set(self._t_cur, v))
@@ -673,7 +673,7 @@ def _number(t: Tensor) -> float | int:
 
 def _set(t: Tensor, value: float) -> None:
     with no_grad():
-        t._assign(Tensor(np.array(float(value))))
+        t._assign(Tensor._of(np.array(float(value))))
 
 
 class CyclicLR(LRScheduler):
@@ -802,7 +802,7 @@ class ChainedScheduler(LRScheduler):
                                  f"optimizer, but got {type(s).__name__} at index {i} with "
                                  "another")  # fmt: skip
         self._schedulers, self.optimizer = list(schedulers), optimizer
-        self._epoch = Tensor(np.array(0.0))
+        self._epoch = Tensor._of(np.array(0.0))
         # each made its initial step from the constructor's lr, PyTorch's chainable ones
         # from the lr the one before left: the product, as PyTorch's
         for i, group in enumerate(optimizer.param_groups):

@@ -134,7 +134,7 @@ class AveragedModel(nn.Module):
         self.module = copy.deepcopy(model)
         if device is not None:
             self.module = self.module.to(device)
-        self.register_buffer("n_averaged", Tensor(np.array(0, np.int64)))
+        self.register_buffer("n_averaged", Tensor._of(np.array(0, np.int64)))
         self.avg_fn, self.multi_avg_fn, self.use_buffers = avg_fn, multi_avg_fn, use_buffers
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
@@ -204,10 +204,10 @@ def update_bn(loader: Iterable[Any], model: nn.Module, device: Any = None) -> No
     momenta = {}
     for module in model.modules():
         if isinstance(module, _batch_norms()) and module.running_mean is not None:
-            module.running_mean._assign(Tensor(np.zeros_like(module.running_mean.numpy())))
-            module.running_var._assign(Tensor(np.ones_like(module.running_var.numpy())))
+            module.running_mean._assign(Tensor._of(np.zeros_like(module.running_mean.numpy())))
+            module.running_var._assign(Tensor._of(np.ones_like(module.running_var.numpy())))
             count = module.num_batches_tracked
-            count._assign(Tensor(np.zeros_like(count.numpy())))
+            count._assign(Tensor._of(np.zeros_like(count.numpy())))
             momenta[module] = module.momentum
     if not momenta:
         return

@@ -26,6 +26,7 @@ import tracegrad as _tg
 from tracegrad import *  # noqa: F403 (the top level has PyTorch's meanings)
 from tracegrad.frontend.autodiff import no_grad
 from tracegrad.frontend.device import device
+from tracegrad.frontend.methods import legacy_types
 from tracegrad.frontend.rearrange import matrix_trace as trace
 from tracegrad.frontend.tensor import Tensor
 from tracegrad.torch._support import ALIASES as _ALIASES
@@ -51,6 +52,7 @@ globals().update({alias: _DTYPES[name] for alias, name in _ALIASES.items()})
 acos, asin, atan, atan2 = _tg.arccos, _tg.arcsin, _tg.arctan, _tg.arctan2
 acosh, asinh, atanh = _tg.arccosh, _tg.arcsinh, _tg.arctanh
 clone, mm = _tg.positive, _tg.matmul
+spmm = _tg.matmul  # a sparse matrix's product; tensors here are dense (a GCN's adjacency)
 
 
 def rsqrt(input: Any) -> Tensor:
@@ -212,6 +214,7 @@ from tracegrad.torch.random import default_generator, initial_seed, manual_seed,
 from tracegrad.torch.version import __version__  # noqa: E402
 
 del _name
+globals().update(legacy_types())  # torch.FloatTensor, torch.LongTensor, ...
 
 
 def __getattr__(name: str) -> Any:

@@ -379,12 +379,12 @@ def default_collate(batch: Sequence[Any]) -> Any:
     if isinstance(elem, np.ndarray | np.generic) and not isinstance(elem, str | bytes):
         if elem.dtype.kind in "USO":
             raise TypeError(_COLLATE_ERROR.format(elem.dtype))
-        return Tensor(np.stack(batch))
+        return Tensor._of(np.stack(batch))
     if isinstance(elem, float):
-        return Tensor(np.array(batch, np.float64))
+        return Tensor._of(np.array(batch, np.float64))
     if isinstance(elem, int):  # bools too; as torch.tensor(batch): bool, int64 or float32
         data = np.array(batch)
-        return Tensor(data.astype({"b": bool, "f": np.float32}.get(data.dtype.kind, np.int64)))
+        return Tensor._of(data.astype({"b": bool, "f": np.float32}.get(data.dtype.kind, np.int64)))
     if isinstance(elem, str | bytes):
         return list(batch)
     if isinstance(elem, Mapping):
@@ -403,7 +403,7 @@ def default_convert(data: Any) -> Any:
     """PyTorch's collation without batching (batch_size=None): ndarrays and NumPy scalars become
     tensors, in dicts, namedtuples and sequences too (tuples come back as lists); the rest stays."""
     if isinstance(data, np.ndarray | np.generic) and not isinstance(data, str | bytes):
-        return data if data.dtype.kind in "USO" else Tensor(data)
+        return data if data.dtype.kind in "USO" else Tensor._of(data)
     if isinstance(data, Mapping):
         return _like(data, {key: default_convert(v) for key, v in data.items()})
     if isinstance(data, tuple) and hasattr(data, "_fields"):

@@ -12,7 +12,7 @@ from tracegrad.torch.autograd import function, functional
 
 def Variable(data: Any, requires_grad: bool = False, volatile: bool = False) -> Tensor:  # noqa: N802
     """The tensor itself (requiring grad if asked), as PyTorch's deprecated Variable."""
-    t = data if isinstance(data, Tensor) else Tensor(data)
+    t = data if isinstance(data, Tensor) else Tensor._of(data)
     return t.requires_grad_() if requires_grad else t
 
 
