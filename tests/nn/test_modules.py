@@ -165,6 +165,38 @@ def test_train_and_eval_set_every_module():
     assert all(m.training for m in model.modules())
 
 
+def test_a_step_that_sets_train_mode_itself_traces_once_and_matches_eager():
+    """gcn's and gat's loop: the step starts with model.train(), and the model is evaluated
+    (model.eval()) between steps. The flag the step reads is the step's own, so the plan is not
+    traced again at each call; after a call the model is in training mode, as after eager's;
+    the batch norm's running statistics and the losses equal eager's."""
+
+    def setup():
+        nn.manual_seed(0)
+        model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 1))
+        opt = tg.optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x):
+            model.train()
+            opt.zero_grad()
+            loss = (model(x) ** 2).mean()
+            loss.backward()
+            opt.step()
+            return loss
+
+        return model, step
+
+    x = tg.tensor(np.random.default_rng(0).standard_normal((8, 3)).astype(np.float32))
+    (model, eager), (traced_model, step) = setup(), setup()
+    traced = tg.trace(step, backend="numpy")
+    for _ in range(4):
+        assert float(traced(x)) == pytest.approx(float(eager(x)), rel=1e-6)
+        assert all(m.training for m in traced_model.modules())
+        evaluated = [m.eval()(x).numpy() for m in (model, traced_model)]
+        np.testing.assert_allclose(evaluated[1], evaluated[0], rtol=1e-5, atol=1e-6)
+    assert sum(len(plans) for plans in traced.plans.values()) == 2  # no grads yet, then grads
+
+
 # --- state dicts --------------------------------------------------------------------------------
 
 

@@ -354,6 +354,59 @@ def test_python_control_flow_on_traced_values_names_the_user_line(body, what):
     assert "outside the traced function" in str(err.value)
 
 
+def test_a_backward_into_a_forward_run_before_the_step_is_refused_and_changes_nothing():
+    """A policy-gradient update: the forward ran eagerly, its outputs kept in a list, and the
+    traced function only sums them, backward and steps. Its plan could only replay the first
+    forward's gradients at every call, so the trace refuses, naming the user's line, and the
+    parameters, their grads and the list are as they were."""
+    rng = np.random.default_rng(0)
+    w = tg.tensor(rng.standard_normal((3, 2)), requires_grad=True)
+    opt = tg.optim.SGD([w], lr=0.1)
+    saved = [(tg.tensor(rng.standard_normal((1, 3))) @ w).sum() for _ in range(2)]
+
+    @tg.trace(backend="numpy")
+    def update():
+        opt.zero_grad()
+        tg.stack(saved).sum().backward()
+        opt.step()
+        del saved[:]
+
+    before = w.numpy().copy()
+    with pytest.raises(tg.TraceError, match=r"recorded before the step began \(at test_trace"):
+        update()
+    np.testing.assert_array_equal(w.numpy(), before)
+    assert w.grad is None and len(saved) == 2
+    tg.stack(saved).sum().backward()  # eagerly, the kept history still serves
+    assert w.grad is not None
+
+
+def test_a_traced_function_called_inside_a_traced_step_is_part_of_its_plan():
+    """A compiled loss called by a compiled step (torch.compile on both): the inner function's
+    ops are traced into the outer plan, whose gradients equal eager's; called alone, the inner
+    one runs its own plan."""
+    rng = np.random.default_rng(0)
+    w0, x = rng.standard_normal((3, 2)), tg.tensor(rng.standard_normal((4, 3)))
+    w = tg.tensor(w0, requires_grad=True)
+    inner = tg.trace(lambda x: tg.tanh(x @ w).sum(), backend="numpy")
+
+    @tg.trace(backend="numpy")
+    def outer(x):
+        w.grad = None
+        loss = inner(x) * 2.0
+        loss.backward()
+        return loss
+
+    outer(x)
+    got = outer(x)
+    want_w = tg.tensor(w0, requires_grad=True)
+    want = tg.tanh(x @ want_w).sum() * 2.0
+    want.backward()
+    assert float(got) == pytest.approx(float(want), rel=1e-12)
+    np.testing.assert_allclose(w.grad.numpy(), want_w.grad.numpy(), rtol=1e-12)
+    assert len(outer.plans) == 1 and not inner.plans  # inlined, never traced on its own
+    assert float(inner(x)) == pytest.approx(float(want) / 2.0, rel=1e-12)
+
+
 def test_pytrees_in_and_out():
     @tg.trace(backend="numpy")
     def f(batch, extra):

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from tracegrad.core.errors import user_location
+from tracegrad.core.errors import TraceError, user_location
 from tracegrad.core.vocabulary import Phase
 from tracegrad.frontend.tensor import Listeners, Tensor, as_tensor, phase
 
@@ -54,7 +54,7 @@ class TapeNode:
     """One recorded op: its parents' nodes and exactly the values its VJP reads."""
 
     __slots__ = ("prim", "params", "parents", "saved_in", "saved_out", "avals", "freed",
-                 "retained", "versions", "module", "hooks", "__weakref__")  # fmt: skip
+                 "retained", "versions", "module", "hooks", "tracer", "__weakref__")  # fmt: skip
     is_leaf = False
 
     def __init__(self, prim: Any, params: dict, parents: list, inputs: list, out: Tensor):
@@ -72,6 +72,7 @@ class TapeNode:
         self.freed = False
         self.retained: weakref.ref | None = None  # the tensor that called retain_grad()
         self.module = Listeners.module  # while tracing: its backward ops belong there too
+        self.tracer = Listeners.tracers[-1] if Listeners.tracers else None  # recorded in it
         self.hooks: dict | None = None  # register_hook's functions of the cotangent, in order
 
     @property
@@ -317,6 +318,7 @@ def run_backward(
 
 def _propagate(order, useful, grads, deliver, retain_graph, create_graph, stop_at_sinks) -> None:
     sums = _Sums(grads, in_place=not create_graph and not Listeners.tracers)
+    tracer = Listeners.tracers[-1] if Listeners.tracers else None
     with _grad_mode(create_graph):
         for node in order:
             g, unshared = sums.pop(node)
@@ -330,6 +332,8 @@ def _propagate(order, useful, grads, deliver, retain_graph, create_graph, stop_a
                 sink(Unshared._wrap(g._value, g._node) if unshared else g)
             if node.is_leaf or (stop_at_sinks and sink is not None):
                 continue
+            if tracer is not None and node.tracer is not tracer:
+                _refuse_outside_history(node)
             ins, out = node.unpack()
             wanted = [parent in useful for parent in node.parents]
             outer, Listeners.module = Listeners.module, node.module  # its module, traced
@@ -339,6 +343,18 @@ def _propagate(order, useful, grads, deliver, retain_graph, create_graph, stop_a
                 Listeners.module = outer
             if not retain_graph:
                 node.free()
+
+
+def _refuse_outside_history(node: TapeNode) -> None:
+    """A traced backward that reaches an op recorded before the step began (a forward run
+    eagerly, its outputs kept for the step: a policy's log-probabilities) cannot be replayed:
+    the plan would hold that one forward's values and apply them at every call."""
+    raise TraceError(
+        f"backward() inside a traced step reached {node.name!r}, an op recorded before the step "
+        f"began (at {user_location()}): a plan cannot replay a forward run outside it, so each "
+        "call would repeat the first one's gradients. Run the forward inside the traced "
+        "function, or call backward() eagerly"
+    )
 
 
 def _hooked(node: Any, g: Tensor) -> Tensor:

@@ -166,6 +166,18 @@ def guard(check: Callable[[], bool]) -> None:
         Listeners.tracers[-1].checks.append(check)
 
 
+def set_in_step(key: Any, apply: Callable[[], None]) -> None:
+    """While tracing: the step sets the Python value `watch` calls `key` (a module's training
+    flag: `train()` inside the step) by `apply()`. From then on the trace reads the step's own
+    setting, not the caller's, so it is not guarded (unless read before); and each call of the
+    plan ends with `apply()`, as the step would (the last setting wins). Does nothing outside
+    tracing."""
+    if Listeners.tracers:
+        tracer = Listeners.tracers[-1]
+        tracer.watched.setdefault(key, None)
+        tracer.after[key] = apply
+
+
 def after_call(key: Any, fn: Callable[[], None]) -> None:
     """While tracing: run `fn` after each call of the plan being traced has written its state
     back (once per `key`), to bring Python mirrors of that state up to date (a scheduler's
@@ -183,7 +195,7 @@ class Tracer:
         self.slots: dict[int, Slot] = {}
         self.consts: dict[int, tuple[Tensor, ir.Value]] = {}
         self.checks: list[Callable[[], bool]] = []
-        self.watched: dict[Any, Watch] = {}
+        self.watched: dict[Any, Watch | None] = {}  # None: set by the step (`set_in_step`)
         self.after: dict[Any, Callable[[], None]] = {}
         self.weak: set[ir.Value] = set()  # stand-ins for Python numbers: they promote weakly
         self.made: list[weakref.ref[Tensor]] = []  # every symbolic tensor made while tracing
@@ -300,7 +312,8 @@ class Tracer:
             if ref(s).arg is None  # an argument's (and its .grad's) are in the signature
         ]
         return Capture(graph, [s.arg for s in args], reads, value_writes, grad_writes, tree,
-                       len(leaves), guards, self.checks, list(self.watched.values()),
+                       len(leaves), guards, self.checks,
+                       [w for w in self.watched.values() if w is not None],
                        list(self.after.values()))  # fmt: skip
 
 
@@ -364,4 +377,4 @@ def interpret(graph: ir.Graph, *args: Any) -> list[np.ndarray]:
 
 
 __all__ = ["Capture", "TraceError", "Watch", "after_call", "capture", "guard", "interpret",
-           "signature", "watch"]  # fmt: skip
+           "set_in_step", "signature", "watch"]  # fmt: skip

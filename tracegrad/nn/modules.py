@@ -24,7 +24,7 @@ from tracegrad.frontend.device import require_cpu, to_arguments
 from tracegrad.frontend.function import Function
 from tracegrad.frontend.scopes import module_scope
 from tracegrad.frontend.tensor import Listeners, Tensor, get_default_dtype
-from tracegrad.frontend.tracer import watch
+from tracegrad.frontend.tracer import set_in_step, watch
 from tracegrad.nn import functional as F
 
 _generator = np.random.default_rng()
@@ -491,6 +491,11 @@ class Module:
     def train(self, mode: bool = True) -> Module:
         for m in self.modules():
             object.__setattr__(m, "training", mode)
+            # inside a traced step (a step that starts with model.train(), evaluation between
+            # calls): the flag is the step's doing, not a guard, and each call sets it again
+            set_in_step(
+                (id(m), "training"), functools.partial(object.__setattr__, m, "training", mode)
+            )
         return self
 
     def eval(self) -> Module:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tracegrad.core import ir
+from tracegrad.frontend.tensor import Listeners
 from tracegrad.frontend.tracer import Capture, TraceError, capture, signature
 from tracegrad.runtime.budget import parse_budget
 from tracegrad.runtime.report import report
@@ -50,6 +51,8 @@ class Traced:
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if Listeners.tracers:  # inside another traced step: its ops are that step's (inlined)
+            return self.fn(*args, **kwargs)
         with self.lock:
             return self._call(args, kwargs)
 
