@@ -259,6 +259,79 @@ def test_traced_steps_with_data_updates_and_masked_writes_match_eager(backend, m
     assert sum(len(p) for p in traced.plans.values()) == 2  # w.grad None at first, then set
 
 
+def chained_writes(lib, w):
+    """Writes through views: a CRF's `alphas[0][start] = 0.`, char-rnn's one-hot
+    `t[i][0][k] = 1`, a row written from a tracked value and one updated in place."""
+    alphas = lib.full((1, 5), -100.0, dtype=lib.float64)
+    alphas[0][3] = 0.0
+    onehot = lib.zeros(4, 1, 5, dtype=lib.float64)
+    for i, k in enumerate([1, 4, 0, 2]):
+        onehot[i][0][k] = 1.0
+    grid = lib.zeros(2, 5, dtype=lib.float64)
+    grid[1][2] = w[0] * 3.0
+    row = grid[0]
+    row += w
+    return (alphas * w).sum() + (onehot * w).sum() + (grid * w).sum()
+
+
+@pytest.mark.parametrize("backend", ["eager", "numpy"])
+def test_a_write_into_a_view_writes_its_base(backend):
+    """Basic indexing gives views (NumPy's and PyTorch's): a write into one, or into a view of
+    one, writes the tensor indexed, also where autograd records the write (the view then holds
+    a value of its own) and in a traced step (every write does). Values and gradients against
+    the same function written with one index per write."""
+
+    def direct(w):
+        alphas = tg.full((1, 5), -100.0, dtype=tg.float64)
+        alphas[0, 3] = 0.0
+        onehot = tg.zeros(4, 1, 5, dtype=tg.float64)
+        onehot[[0, 1, 2, 3], 0, [1, 4, 0, 2]] = 1.0
+        grid = tg.zeros(2, 5, dtype=tg.float64)
+        grid[1, 2] = w[0] * 3.0
+        grid[0] = grid[0] + w
+        return (alphas * w).sum() + (onehot * w).sum() + (grid * w).sum()
+
+    def value_and_grad(f, calls=1):
+        w = tg.tensor(np.arange(1.0, 6.0), requires_grad=True)
+        for _ in range(calls):
+            loss = f(w)
+        return float(loss), w.grad.numpy()
+
+    run = _eager(lambda w: chained_writes(tg, w))
+    run = run if backend == "eager" else tg.trace(run, backend=backend)
+    got, want = value_and_grad(run, calls=3), value_and_grad(_eager(direct))
+    assert got[0] == pytest.approx(want[0], rel=1e-12)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+
+
+def _eager(f):
+    def step(w):
+        w.grad = None
+        loss = f(w)
+        loss.backward()
+        return loss
+
+    return step
+
+
+def test_shape_changing_in_place_methods():
+    """char-rnn's `target.unsqueeze_(-1)`; `t_`, `squeeze_`, `transpose_` as PyTorch's: the
+    tensor itself takes the new shape, and its gradient flows; a leaf that requires grad
+    refuses."""
+    x = tg.tensor([1, 2, 3])
+    assert x.unsqueeze_(-1) is x and x.shape == (3, 1)
+    m = tg.ones(2, 3)
+    assert m.t_().shape == (3, 2) and m.transpose_(0, 1).shape == (2, 3)
+    assert tg.ones(1, 3, 1).squeeze_().shape == (3,)
+    w = tg.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    h = w * 2.0
+    h.unsqueeze_(0)
+    (h * tg.tensor([[1.0, 10.0, 100.0]])).sum().backward()
+    np.testing.assert_array_equal(w.grad.numpy(), [2.0, 20.0, 200.0])
+    with pytest.raises(RuntimeError, match="unsqueeze_: a leaf tensor that requires grad"):
+        w.unsqueeze_(0)
+
+
 def test_a_missing_method_says_what_and_where():
     x = tg.ones(2)
     with pytest.raises(AttributeError) as e:

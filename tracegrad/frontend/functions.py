@@ -217,9 +217,15 @@ def astype(input: Any, dtype: Any) -> Tensor:
 
 
 def getitem(input: Any, index: Any) -> Tensor:
-    """Indexing with ints, slices, None, ..., integer arrays (several) and boolean masks."""
+    """Indexing with ints, slices, None, ..., integer arrays (several) and boolean masks. Basic
+    indexing (no arrays) gives a view, as NumPy's and PyTorch's: a write into it writes the
+    indexed tensor too (`mutation.write_back`)."""
     template, arrays = index_parts(index)
-    return P.getitem(as_tensor(input), *arrays, template=template)
+    x = as_tensor(input)
+    out = P.getitem(x, *arrays, template=template)
+    if not arrays:
+        out._view = (x, index)
+    return out
 
 
 def mask_value(mask: Tensor) -> np.ndarray:

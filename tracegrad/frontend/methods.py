@@ -244,6 +244,8 @@ METHODS: dict[str, Any] = {
     "reshape": F.reshape, "view": F.reshape, "permute": F.permute, "transpose": F.transpose,
     "swapaxes": F.swapaxes, "swapdims": F.swapdims, "t": F.t, "expand": F.expand,
     "broadcast_to": F.broadcast_to, "squeeze": F.squeeze, "unsqueeze": F.unsqueeze,
+    **{f"{name}_": W.reshaped(getattr(F, name), f"{name}_")  # x.unsqueeze_(-1): a new shape
+       for name in ("squeeze", "unsqueeze", "t", "transpose", "swapdims", "swapaxes")},
     "flatten": F.flatten, "unflatten": F.unflatten, "ravel": F.ravel, "moveaxis": F.moveaxis,
     "movedim": F.movedim, "unfold": A.windows,
     "sum_to_size": lambda self, *size: P.sum_to(self, F.shape_arg(size)),

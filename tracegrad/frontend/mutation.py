@@ -65,7 +65,20 @@ def write(target: Tensor, result: Any, op: str) -> Tensor:
         _rebind(target, P.positive(result) if tracked and result.is_leaf else result, op)
     else:
         target._assign(result)
+        if not Listeners.tracers:
+            return target  # a view's array is its base's memory: the base has the write
+    write_back(target, op)
     return target
+
+
+def write_back(view: Tensor, op: str) -> None:
+    """After a write into a view (basic indexing's result: `a[0][3] = 0.`, `row = a[i]; row +=
+    1`), write its base as NumPy's and PyTorch's views do. Eagerly their arrays share memory,
+    but a write autograd records, or any write in a traced step, gives the view a new value of
+    its own, which the base would never see."""
+    if view._view is not None:
+        base, index = view._view
+        write(base, index_put(base, index, view), op)
 
 
 def _rebind(target: Tensor, result: Tensor, op: str) -> None:
@@ -94,6 +107,22 @@ def in_place(f: Callable, name: str) -> Callable:
 
     method.__name__ = method.__qualname__ = name
     method.__doc__ = f"In place: {name[:-1]}, by PyTorch's rules (see tracegrad.frontend.mutation)."
+    return method
+
+
+def reshaped(f: Callable, name: str) -> Callable:
+    """The in-place method `name` of a view op that changes the shape (x.unsqueeze_(-1) of
+    unsqueeze, x.t_() of t): the tensor itself takes the view's shape, value and history."""
+
+    def method(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        if Listeners.grad_enabled and self.is_leaf and self.requires_grad:
+            raise RuntimeError(f"{name}: a leaf tensor that requires grad cannot be changed in "
+                               "place; use the out-of-place op")  # fmt: skip
+        _rebind(self, f(self, *args, **kwargs), name)
+        return self
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"In place: {name[:-1]}; the tensor takes the new shape (as PyTorch's)."
     return method
 
 

@@ -118,7 +118,7 @@ class Tensor:
     """An n-d array with reverse-mode autodiff: concrete (an ndarray) or symbolic (traced)."""
 
     __slots__ = ("_value", "_requires_grad", "_grad", "_node", "_retains", "_serial", "_version",
-                 "__weakref__")  # fmt: skip
+                 "_view", "__weakref__")  # fmt: skip
     __array_priority__ = 1000
 
     def __init__(self, *data: Any, dtype: Any = None, requires_grad: bool = False):
@@ -168,6 +168,7 @@ class Tensor:
         self._retains = False
         self._serial = next(_serials)
         self._version = [0]  # in-place writes so far; shared with detach()ed aliases
+        self._view: tuple | None = None  # (the base, index): `mutation.write_back`
         if data.__class__ is ir.Value and Listeners.tracers:
             Listeners.tracers[-1].made.append(weakref.ref(self))
         if requires_grad:
@@ -177,7 +178,7 @@ class Tensor:
     def _wrap(cls, value: Any, node: Any = None) -> Tensor:
         t = object.__new__(cls)
         t._value, t._requires_grad, t._grad, t._node, t._retains = value, False, None, node, False
-        t._serial, t._version = next(_serials), [0]
+        t._serial, t._version, t._view = next(_serials), [0], None
         if value.__class__ is ir.Value and Listeners.tracers:
             Listeners.tracers[-1].made.append(weakref.ref(t))
         return t

@@ -270,6 +270,10 @@ class Tracer:
         ]  # fmt: skip
 
     def finish(self, result: Any) -> Capture:
+        for ref in self.made:  # a view's base lives on only if the step keeps it (`escaped`)
+            t = ref()
+            if t is not None:
+                t._view = None
         leaves, tree = pytree.flatten(result, _is_leaf)
         outputs = [self.lift(as_tensor(x)) for x in leaves]
         # A gradient tensor read or written in the step is whatever `.grad` its owner holds at
