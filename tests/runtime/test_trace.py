@@ -407,6 +407,37 @@ def test_a_traced_function_called_inside_a_traced_step_is_part_of_its_plan():
     assert float(inner(x)) == pytest.approx(float(want) / 2.0, rel=1e-12)
 
 
+def test_python_random_numbers_drawn_in_a_step_are_refused():
+    """A depth drawn with `random.randint` (the dynamic-net tutorial), a mask from NumPy's global
+    generator: a plan would repeat the trace's draws at every call, so the trace refuses."""
+    import random
+
+    w = tg.tensor(np.ones(3), requires_grad=True)
+    for draw in (lambda: random.randint(0, 3), lambda: np.random.rand()):
+
+        def step(x, draw=draw):
+            return (x * w).sum() * draw()
+
+        with pytest.raises(tg.TraceError, match="Python's `random` or NumPy's global"):
+            tg.trace(step, backend="numpy")(np.ones(3))
+
+
+def test_a_constant_cotangent_of_an_indexed_row_traces():
+    """`-w[tags[1]]`, a CRF's gold score: the row's cotangent is the constant -1, which the plan
+    passes to the scatter of the gradient as a typed array (it was a Python float)."""
+    w = tg.tensor(np.arange(5.0), requires_grad=True)
+
+    @tg.trace(backend="numpy")
+    def step(tags):
+        w.grad = None
+        loss = -w[tags[1]] * 2.0
+        loss.backward()
+        return loss
+
+    assert float(step(tg.tensor([0, 2, 3]))) == -4.0
+    np.testing.assert_array_equal(w.grad.numpy(), [0.0, 0.0, -2.0, 0.0, 0.0])
+
+
 def test_pytrees_in_and_out():
     @tg.trace(backend="numpy")
     def f(batch, extra):

@@ -34,12 +34,13 @@ class _Emitter:
         self.globals_by_id: dict[int, str] = {}
 
     def ref(self, v: ir.Value, n: ir.Node | None = None) -> str:
-        """A value as an argument of node `n`: its name, a literal where NumPy gives the literal
-        the constant's own dtype there (a Python number takes the other operands' dtype), else
-        the constant as a typed array from the namespace."""
+        """A value as an argument of node `n`: its name, a literal where `n` is a ufunc and NumPy
+        gives the literal the constant's own dtype there (a Python number takes the other
+        operands' dtype), else the constant as a typed array from the namespace (an op of our
+        own takes arrays: scatter_add's cotangent may be a constant)."""
         if v.const is None:
             return self.names[v]
-        if n is not None and _literal_keeps_type(v, n):
+        if n is not None and isinstance(n.prim.impl, np.ufunc) and _literal_keeps_type(v, n):
             # the Python number's repr round-trips the value, not only the type: str() of
             # np.float32(0.1) is "0.1", which beside float64 would be another number
             return repr(v.const.item())

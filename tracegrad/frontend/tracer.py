@@ -9,6 +9,7 @@ ran to the end, so a failing step changes nothing.
 from __future__ import annotations
 
 import dis
+import random
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -368,11 +369,26 @@ def capture(
             stand_ins.append(t)
         call_args, call_kwargs = pytree.unflatten(tree, stand_ins)
         watch_python_numbers(fn)
+        before = _global_random_states()
         result = fn(*call_args, **call_kwargs)
+        if _global_random_states() != before:
+            raise TraceError(
+                "the traced step drew numbers from Python's `random` or NumPy's global "
+                "generator (np.random.rand, ...): a plan would repeat the ones drawn while tracing "
+                "at every call. Draw with tracegrad's generator inside the step (torch.rand, "
+                "torch.randint: drawn afresh at each call), or draw outside the step and pass "
+                "the result as an argument"
+            )
         return tracer.finish(result)
     finally:
         Listeners.tracers.remove(tracer)
         tracer.restore()
+
+
+def _global_random_states() -> tuple:
+    """Python's and NumPy's global generators' states: a draw changes one."""
+    key, position = np.random.get_state()[1:3]
+    return random.getstate(), position, key.tobytes()
 
 
 def interpret(graph: ir.Graph, *args: Any) -> list[np.ndarray]:
