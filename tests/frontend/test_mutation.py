@@ -331,6 +331,14 @@ def test_shape_changing_in_place_methods():
     with pytest.raises(RuntimeError, match="unsqueeze_: a leaf tensor that requires grad"):
         w.unsqueeze_(0)
 
+    @tg.trace(backend="numpy")
+    def step(target):  # char-rnn's `target_line_tensor.unsqueeze_(-1)` of its argument
+        target.unsqueeze_(-1)
+        return target * 2
+
+    with pytest.raises(tg.TraceError, match="cannot change the caller's tensor's shape"):
+        step(tg.tensor([1, 2, 3]))
+
 
 def test_a_missing_method_says_what_and_where():
     x = tg.ones(2)

@@ -118,6 +118,13 @@ def reshaped(f: Callable, name: str) -> Callable:
         if Listeners.grad_enabled and self.is_leaf and self.requires_grad:
             raise RuntimeError(f"{name}: a leaf tensor that requires grad cannot be changed in "
                                "place; use the out-of-place op")  # fmt: skip
+        tracer = Listeners.tracers[-1] if Listeners.tracers else None
+        if tracer is not None and self._serial <= tracer.start:
+            raise TraceError(
+                f"{name} on a tensor of shape {self.shape} made before the traced step (an "
+                "argument or state): a plan cannot change the caller's tensor's shape; use the "
+                f"out-of-place op (x = x.{name[:-1]}(...))"
+            )
         _rebind(self, f(self, *args, **kwargs), name)
         return self
 
