@@ -128,9 +128,9 @@ class Tensor:
         (PyTorch's is uninitialized), `Tensor()` an empty one. tracegrad's own code makes tensors
         of any dtype with `Tensor._of`."""
         dtype = _default_float if dtype is None else dtype
-        if all(_is_extent(n) for n in data) or (len(data) == 1 and _is_size(data[0])):
-            shape = tuple(data[0]) if len(data) == 1 and _is_size(data[0]) else data or (0,)
-            self._init(np.zeros(tuple(map(int, shape)), dtype), None, requires_grad)
+        sizes = tuple(data[0]) if len(data) == 1 and _is_size(data[0]) else data
+        if all(map(_is_extent, sizes)):
+            self._init(np.zeros(tuple(map(int, sizes)) or (0,), dtype), None, requires_grad)
         elif len(data) == 1:
             copied = isinstance(data[0], np.ndarray | np.generic)  # as PyTorch's: not an alias
             self._init(np.array(data[0], dtype) if copied else data[0], dtype, requires_grad)
