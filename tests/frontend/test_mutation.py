@@ -470,6 +470,71 @@ def test_random_fills_and_bernoulli():
     assert x.bernoulli_(0.5).dtype == np.float64 and set(x.tolist()) == {0.0, 1.0}
 
 
+def test_the_other_random_fills_draw_their_distributions():
+    """Each fill against its distribution's known quantiles or moments (20,000 draws)."""
+    tg.manual_seed(3)
+    x = tg.empty(20000, dtype=np.float64)
+    e = x.exponential_(2.0).numpy()
+    assert e.min() >= 0 and abs(np.median(e) - np.log(2) / 2) < 0.02
+    g = x.geometric_(0.25).numpy()
+    assert g.min() == 1 and np.all(g == np.round(g)) and abs(g.mean() - 4.0) < 0.15
+    assert abs(np.mean(g == 1) - 0.25) < 0.02
+    c = x.cauchy_(1.0, 3.0).numpy()  # quartiles at median -+ sigma
+    np.testing.assert_allclose(np.percentile(c, [25, 50, 75]), [-2.0, 1.0, 4.0], atol=0.2)
+    ln = np.log(x.log_normal_(0.5, 0.25).numpy())
+    assert abs(ln.mean() - 0.5) < 0.01 and abs(ln.std() - 0.25) < 0.01
+
+
+def test_random_fills_integers_in_the_dtype():
+    tg.manual_seed(4)
+    x = tg.empty(5000)
+    assert set(x.random_(10).tolist()) == set(range(10))
+    assert set(x.random_(3, 7).tolist()) == {3.0, 4.0, 5.0, 6.0}
+    assert set(x.random_(**{"from": -2, "to": 0}).tolist()) == {-2.0, -1.0}
+    top = x.random_().numpy()
+    assert top.min() >= 0 and top.max() <= 2**24 and top.max() > 2**23
+    i = tg.empty(5000, dtype=tg.int32).random_(0, 5)
+    assert i.dtype == np.int32 and set(i.tolist()) == set(range(5))
+    assert set(tg.empty(100, dtype=tg.bool).random_().tolist()) == {False, True}
+    with pytest.raises(ValueError, match="random_: expects from < to"):
+        x.random_(5, 5)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_random_fills_traced_draw_afresh_and_as_eager(backend):
+    def draw(x):
+        y = x * 1.0
+        return y.exponential_(), y.random_(0, 100) + y.cauchy_() * 0
+
+    traced = tg.trace(draw, backend=backend)
+    x = tg.ones(50)
+    tg.manual_seed(6)
+    eager = [[t.numpy() for t in draw(x)] for _ in range(2)]
+    tg.manual_seed(6)
+    got = [[t.numpy() for t in traced(x)] for _ in range(2)]
+    for a, b in zip(got, eager, strict=True):
+        for u, v in zip(a, b, strict=True):
+            np.testing.assert_allclose(u, v, rtol=1e-6)
+    assert not np.array_equal(got[0][0], got[1][0])
+
+
+def test_resize_keeps_the_elements_in_order():
+    """resize_ as PyTorch's: the same elements in order, cut, or padded where PyTorch leaves the
+    new memory unset (here zeros); resize_as_ takes another tensor's shape."""
+    x = tg.arange(6.0)
+    assert x.resize_(2, 2) is x
+    np.testing.assert_array_equal(x.numpy(), [[0, 1], [2, 3]])
+    np.testing.assert_array_equal(x.resize_((3, 2)).numpy(), [[0, 1], [2, 3], [0, 0]])
+    assert tg.arange(4).resize_as_(tg.zeros(2, 2)).shape == (2, 2)
+    w = tg.ones(3, requires_grad=True)
+    h = w * tg.tensor([1.0, 2.0, 3.0])
+    h.resize_(2)
+    h.sum().backward()
+    np.testing.assert_array_equal(w.grad.numpy(), [1.0, 2.0, 0.0])
+    with pytest.raises(RuntimeError, match="resize_: a leaf tensor that requires grad"):
+        w.resize_(2)
+
+
 def test_a_range_indexes_as_an_array():
     x = tg.zeros((3, 4))
     x[range(3), tg.tensor([1, 0, 3])] = 5.0  # one element per row, as x[np.arange(3), y]

@@ -340,6 +340,14 @@ METHODS: dict[str, Any] = {
     "zero_": W.in_place(lambda self: W.fill(self, 0), "zero_"),
     "uniform_": W.in_place(W.uniform, "uniform_"), "normal_": W.in_place(W.normal, "normal_"),
     "bernoulli_": W.in_place(W.bernoulli, "bernoulli_"),
+    "exponential_": W.in_place(W.exponential, "exponential_"),
+    "geometric_": W.in_place(W.geometric, "geometric_"),
+    "cauchy_": W.in_place(W.cauchy, "cauchy_"),
+    "log_normal_": W.in_place(W.log_normal, "log_normal_"),
+    "random_": W.in_place(W.random_integers, "random_"),
+    "resize_": W.reshaped(W.resize, "resize_"),
+    "resize_as_": W.reshaped(lambda self, other, memory_format=None: W.resize(self, other.shape),
+                             "resize_as_"),
     "fill_diagonal_": W.in_place(W.fill_diagonal, "fill_diagonal_"),
     "_stack": staticmethod(F.stack),  # tensor.as_tensor stacks lists of tensors with it
 }  # fmt: skip

@@ -35,6 +35,7 @@ from tracegrad.frontend.functions import (
     one_dim,
     pytorch_keywords,
     reshape,
+    shape_arg,
 )
 from tracegrad.frontend.tensor import Alias, Listeners, Tensor, as_tensor, lift_operands
 
@@ -188,6 +189,49 @@ def bernoulli(self: Tensor, p: Any = 0.5, *, generator: Any = None) -> Tensor:
     return P.where(_uniform(self, "bernoulli_", generator) < p, 1, 0)
 
 
+def exponential(self: Tensor, lambd: float = 1.0, *, generator: Any = None) -> Tensor:
+    """Numbers from the exponential distribution of rate `lambd` (by inversion)."""
+    return P.log1p(-_uniform(self, "exponential_", generator)) * (-1.0 / lambd)
+
+
+def geometric(self: Tensor, p: float, *, generator: Any = None) -> Tensor:
+    """The trial of the first success, 1, 2, ..., each trial succeeding with probability `p`."""
+    u = _uniform(self, "geometric_", generator)
+    return P.floor(P.log1p(-u) / float(np.log1p(-p))) + 1
+
+
+def cauchy(self: Tensor, median: float = 0.0, sigma: float = 1.0, *,
+           generator: Any = None) -> Tensor:  # fmt: skip
+    """Numbers from the Cauchy distribution about `median` of scale `sigma`."""
+    return median + sigma * P.tan(np.pi * (_uniform(self, "cauchy_", generator) - 0.5))
+
+
+def log_normal(self: Tensor, mean: float = 1.0, std: float = 2.0, *,
+               generator: Any = None) -> Tensor:  # fmt: skip
+    """exp of numbers from N(mean, std^2) (`mean` and `std` are the logarithm's)."""
+    return P.exp(normal(self, mean, std, generator=generator))
+
+
+def random_integers(self: Tensor, *bounds: int, generator: Any = None, **named: int) -> Tensor:
+    """`random_`'s integers: random_(to) in [0, to), random_(from, to) in [from, to); none given,
+    in [0, 2^mantissa] for floats (every integer the dtype holds exactly), [0, max] for ints."""
+    given = [named.pop(k, None) for k in ("from", "to")]
+    bounds = (*bounds, *(v for v in given if v is not None))
+    if named or len(bounds) > 2:
+        raise TypeError(f"random_: expected random_(to) or random_(from, to), got {bounds} "
+                        f"{named or ''}")  # fmt: skip
+    if not bounds:
+        top = 2 ** (np.finfo(self.dtype).nmant + 1) + 1 if self.dtype.kind == "f" else None
+        bounds = (top or (2 if self.dtype == np.bool_ else int(np.iinfo(self.dtype).max)),)
+    low, high = (0, *bounds) if len(bounds) == 1 else bounds
+    if high <= low:
+        raise ValueError(f"random_: expects from < to, got from={low}, to={high}")
+    with no_grad():
+        out = random.draw(P.randint, random.state_of(generator), shape=self.shape, low=int(low),
+                          high=int(high), dtype=np.dtype(np.int64))  # fmt: skip
+    return out if self.dtype == np.int64 else astype(out, self.dtype)
+
+
 def _uniform(like: Tensor, op: str, generator: Any) -> Tensor:
     with no_grad():
         return random.uniform(like.shape, uniform_dtype(like.dtype), random.state_of(generator))
@@ -196,6 +240,18 @@ def _uniform(like: Tensor, op: str, generator: Any) -> Tensor:
 def uniform_dtype(dtype: np.dtype) -> np.dtype:
     """The dtype to draw uniform numbers in for a tensor of `dtype` (float32 or float64)."""
     return np.dtype(np.float64 if dtype == np.float64 else np.float32)
+
+
+def resize(self: Tensor, *sizes: Any, memory_format: Any = None) -> Tensor:
+    """`resize_`'s result: the elements in order, cut to the new size or (where PyTorch leaves
+    new memory unset) padded with zeros."""
+    shape = shape_arg(sizes)
+    flat, size = reshape(self, (-1,)), int(np.prod(shape))
+    if size < self.size:
+        flat = flat[:size]
+    elif size > self.size:
+        flat = P.concatenate(flat, Tensor._of(np.zeros(size - self.size, self.dtype)), axis=0)
+    return reshape(flat, shape)
 
 
 # --- indexed writes --------------------------------------------------------------------------
