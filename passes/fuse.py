@@ -65,6 +65,10 @@ def _reduced(n: Node) -> tuple[int, list[int]]:
     return ndim, sorted(a % max(ndim, 1) for a in n.attrs["axis"])
 
 
+def _alone_a_kernel(n: Node) -> bool:
+    return _around_reduction(n) or _column_reduction(n)
+
+
 def _around_reduction(n: Node) -> bool:
     """A reduction around kept axes (`shapes.around`): a batch norm's statistics of each
     channel. Its kernel reads the input once, in order; NumPy's reduce over such axes is
@@ -73,6 +77,16 @@ def _around_reduction(n: Node) -> bool:
         return False
     ndim, axes = _reduced(n)
     return shapes.around(axes, ndim) is not None
+
+
+def _column_reduction(n: Node) -> bool:
+    """A reduction over leading axes, the last kept (a bias's gradient, the sum of (N, T, D)
+    over N and T). Its kernel adds whole rows into each thread's sums; NumPy's reduce over
+    leading axes is about three times slower, so it is a kernel even alone."""
+    if not _trailing_reduction(n):
+        return False
+    ndim, axes = _reduced(n)
+    return 0 < len(axes) < ndim and axes == list(range(len(axes)))
 
 
 def _row_reduction(n: Node) -> bool:
@@ -132,7 +146,7 @@ def _grouped(graph: Graph) -> tuple[dict[int, _Group], dict[Value, _Group]]:
             continue
         group = _join(n, group_of, made_at, groups, readers)
         if group is None:
-            if not (_elementwise(n) or _row_reduction(n) or _around_reduction(n)):
+            if not (_elementwise(n) or _row_reduction(n) or _alone_a_kernel(n)):
                 continue
             group = groups[i] = _Group(i, _family(n))
             if group.family is Phase.REBUILD:
@@ -146,7 +160,7 @@ def _grouped(graph: Graph) -> tuple[dict[int, _Group], dict[Value, _Group]]:
         group_of[out] = group
     _merge_siblings(groups, group_of, made_at, readers)
     for start, group in list(groups.items()):  # a reduction alone: nothing to fuse
-        if not group.values and not any(map(_around_reduction, group.nodes)):
+        if not group.values and not any(map(_alone_a_kernel, group.nodes)):
             del groups[start]
             for v in group.reductions:
                 del group_of[v]

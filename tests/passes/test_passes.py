@@ -809,6 +809,21 @@ def test_fuse_folds_a_channels_statistics_and_makes_a_lone_one_a_kernel():
     assert [n.op for n in after.nodes] == ["fused"] and after.nodes[0].outputs == [lone]
 
 
+def test_fuse_makes_a_lone_sum_over_leading_axes_a_kernel():
+    """A bias's gradient, the sum of a matrix product's output over its rows (or over N and T
+    of (N, T, D)), is a kernel of its own: NumPy's reduce over leading axes is about three times
+    slower than a kernel adding whole rows. A lone sum over the last axis stays NumPy's."""
+    g, h = val(6, 4), val(2, 3, 4)
+    n1, bias = node("sum", [g], (4,), axis=(0,), keepdims=False)
+    n2, kept = node("sum", [h], (1, 1, 4), axis=(0, 1), keepdims=True)
+    n3, rows = node("sum", [g], (6,), axis=(1,), keepdims=False)
+    graph = Graph([g, h], [n1, n2, n3], [bias, kept, rows])
+    after, _ = passes.fuse(graph)
+    assert [n.op for n in after.nodes] == ["fused", "fused", "sum"]
+    assert [n.outputs for n in after.nodes[:2]] == [[bias], [kept]]
+    same_results(graph, Graph(graph.inputs, after.nodes, after.outputs), rand(6, 4), rand(2, 3, 4))
+
+
 def test_fuse_merges_sibling_groups_that_read_one_large_value():
     """A recomputed GELU and its gradient's chain both read the pre-activation u: one kernel
     reads it once, where the recomputation ran (the incoming gradient g already existed there),
