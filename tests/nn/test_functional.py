@@ -153,8 +153,8 @@ def test_mse_loss(reduction, rng):
     x, t = rng.standard_normal((3, 4)), rng.standard_normal((3, 4))
     sq = (x - t) ** 2
     expected = {"mean": sq.mean(), "sum": sq.sum(), "none": sq}[reduction]
-    np.testing.assert_allclose(F.mse_loss(x, t, reduction).numpy(), expected, rtol=1e-12)
-    check_grad(lambda a, b: F.mse_loss(a, b, reduction), x, t)
+    np.testing.assert_allclose(F.mse_loss(x, t, reduction=reduction).numpy(), expected, rtol=1e-12)
+    check_grad(lambda a, b: F.mse_loss(a, b, reduction=reduction), x, t)
 
 
 def test_mse_loss_refuses_to_broadcast():

@@ -5,6 +5,8 @@ where it is installed, else against finite differences; a traced step against th
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 
 import numpy as np
@@ -283,6 +285,72 @@ def test_loss_gradients_match_finite_differences(rng, name, kwargs, shapes, cons
     xs = _loss_inputs(rng, name, shapes)
     extra = () if const is None else (tg.tensor(const),)
     check_grad(lambda *a: getattr(F, name)(*a, *extra, **kwargs, reduction="none"), *xs)
+
+
+PROBABILITIES = np.array([[0.2, 0.7, 0.4], [0.9, 0.1, 0.5]])
+COMMON_LOSSES = [  # name, the inputs after the first (PROBABILITIES, or its log)
+    ("mse_loss", [PROBABILITIES[::-1]]), ("l1_loss", [PROBABILITIES[::-1]]),
+    ("smooth_l1_loss", [PROBABILITIES[::-1]]), ("binary_cross_entropy", [PROBABILITIES[::-1]]),
+    ("binary_cross_entropy_with_logits", [PROBABILITIES[::-1]]),
+    ("kl_div", [PROBABILITIES[::-1]]), ("cross_entropy", [np.array([2, 0])]),
+    ("nll_loss", [np.array([1, 2])]),
+]  # fmt: skip
+
+
+def _common_inputs(rng, name, rest):
+    return [np.log(PROBABILITIES) if name in ("kl_div", "nll_loss") else PROBABILITIES, *rest]
+
+
+def _listed_inputs(rng, name, shapes, const):
+    return [*_loss_inputs(rng, name, shapes), *([] if const is None else [const])]
+
+
+@pytest.mark.filterwarnings("ignore:size_average and reduce")
+@pytest.mark.parametrize(
+    "name, inputs",
+    [(n, functools.partial(_common_inputs, name=n, rest=r)) for n, r in COMMON_LOSSES]
+    + [(n, functools.partial(_listed_inputs, name=n, shapes=sh, const=c))
+       for n, kw, sh, c in LOSSES if "size_average" in inspect.signature(getattr(F, n)).parameters],
+)  # fmt: skip
+def test_losses_take_pytorchs_deprecated_size_average_and_reduce(rng, name, inputs):
+    """Old PyTorch code says size_average=False for a sum and reduce=False for per-element
+    losses (the VAE of a well-known tutorial); each loss reads them as PyTorch does."""
+    args = [tg.tensor(a) for a in inputs(rng)]
+    loss = getattr(F, name)
+
+    def same(legacy: dict, reduction: str) -> None:
+        np.testing.assert_array_equal(loss(*args, **legacy).numpy(),
+                                      loss(*args, reduction=reduction).numpy())  # fmt: skip
+
+    same({"size_average": False}, "sum")
+    same({"size_average": True, "reduce": True}, "mean")
+    same({"reduce": False}, "none")
+    same({"size_average": True, "reduce": False}, "none")
+    with pytest.warns(UserWarning, match="size_average and reduce"):
+        loss(*args, size_average=False)
+    with pytest.raises(TypeError, match="give the reduction by keyword"):
+        loss(*args, size_average="sum")  # PyTorch would read it as True: a mean
+
+
+@pytest.mark.filterwarnings("ignore:size_average and reduce")
+def test_loss_classes_take_the_deprecated_arguments():
+    takes = [c for c in vars(nn).values() if isinstance(c, type) and issubclass(c, nn.Module)
+             and "size_average" in inspect.signature(c).parameters]  # fmt: skip
+    assert len(takes) >= 17
+    for cls in takes:
+        assert cls(size_average=False).reduction == "sum", cls
+        assert cls(reduce=False).reduction == "none", cls
+        assert cls().reduction == "mean", cls
+    x = tg.tensor(PROBABILITIES)
+    got = nn.BCELoss(size_average=False)(x, x[::-1])
+    assert float(got) == float(F.binary_cross_entropy(x, x[::-1], reduction="sum"))
+
+
+def test_hogwild_sharing_is_refused_not_silently_private():
+    with pytest.raises(NotImplementedError, match="Module.share_memory is not provided"):
+        nn.Linear(2, 2).share_memory()
+    with pytest.raises(AttributeError, match="Tensor.share_memory_ is not provided"):
+        tg.ones(2).share_memory_()
 
 
 def test_gaussian_nll_loss_keeps_the_variance_above_eps_for_its_value_only():

@@ -254,6 +254,24 @@ def _reduce(loss: Tensor, reduction: str) -> Tensor:
     return loss
 
 
+def legacy_reduction(size_average: Any, reduce: Any, reduction: str) -> str:
+    """The `reduction` that PyTorch's deprecated `size_average=` and `reduce=` (either given)
+    stand for, as PyTorch reads them: both true unless given, "mean" if both, "sum" if only
+    `reduce`, else "none"; otherwise `reduction`."""
+    if size_average is None and reduce is None:
+        return reduction
+    if isinstance(size_average, str) or isinstance(reduce, str):  # PyTorch reads it as true
+        raise TypeError(
+            f"size_average={size_average!r}, reduce={reduce!r}: these deprecated flags are "
+            "booleans; give the reduction by keyword (reduction=...)"
+        )
+    warnings.warn("size_average and reduce args will be deprecated, please use reduction=...",
+                  UserWarning, stacklevel=3)  # fmt: skip
+    if reduce is None or reduce:
+        return "mean" if size_average is None or size_average else "sum"
+    return "none"
+
+
 def _check_reduction(op: str, reduction: str) -> None:
     if reduction not in losses.REDUCTIONS:
         raise ValueError(f"{op}: reduction must be one of {losses.REDUCTIONS}, not {reduction!r}")
@@ -264,13 +282,16 @@ def cross_entropy(
     target: Any,
     weight: Any = None,
     *,
+    size_average: Any = None,
     ignore_index: int = -100,
+    reduce: Any = None,
     reduction: str = "mean",
     label_smoothing: float = 0.0,
 ) -> Tensor:
     """Softmax cross-entropy of (N, C) logits against class indices (N,) or class
     probabilities (N, C), as PyTorch's: per-class `weight`, `ignore_index` (index targets) and
     `label_smoothing` (the target mixed with the uniform distribution)."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
     _check_reduction("cross_entropy", reduction)
     logits, labels = as_tensor(input), as_tensor(target)
     if labels.dtype.kind == "f" and labels.shape == logits.shape and logits.ndim == 2:
@@ -329,10 +350,10 @@ def _soft_cross_entropy(logits, probs, weight, reduction, label_smoothing) -> Te
     return loss.mean() if reduction == "mean" else _reduce(loss, reduction)
 
 
-def nll_loss(
-    input: Any, target: Any, weight: Any = None, *, ignore_index: int = -100, reduction="mean"
-) -> Tensor:
+def nll_loss(input: Any, target: Any, weight: Any = None, *, size_average: Any = None,
+             ignore_index: int = -100, reduce: Any = None, reduction="mean") -> Tensor:  # fmt: skip
     """The negative log-likelihood of (N, C) log-probabilities at class indices (N,)."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
     _check_reduction("nll_loss", reduction)
     logp, labels = as_tensor(input), as_tensor(target)
     if logp.ndim > 2 and labels.dtype.kind in "iu":  # (N, C, d1, ...) and (N, d1, ...)
@@ -357,33 +378,39 @@ def _same_shapes(op: str, input: Any, target: Any, reduction: str) -> tuple[Tens
     return input, target
 
 
-def binary_cross_entropy(
-    input: Any, target: Any, weight: Any = None, reduction: str = "mean"
-) -> Tensor:
+def binary_cross_entropy(input: Any, target: Any, weight: Any = None, size_average: Any = None,
+                         reduce: Any = None, reduction: str = "mean") -> Tensor:  # fmt: skip
     """-(t log p + (1 - t) log(1 - p)), the logs clamped at -100 as in PyTorch."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
     p, t = _same_shapes("binary_cross_entropy", input, target, reduction)
     loss = -(t * maximum(log(p), -100.0) + (1.0 - t) * maximum(log1p(-p), -100.0))
     return _reduce(loss if weight is None else loss * weight, reduction)
 
 
-def binary_cross_entropy_with_logits(
-    input: Any, target: Any, weight: Any = None, reduction: str = "mean", pos_weight: Any = None
-) -> Tensor:
+def binary_cross_entropy_with_logits(input: Any, target: Any, weight: Any = None,
+                                     size_average: Any = None, reduce: Any = None,
+                                     reduction: str = "mean",
+                                     pos_weight: Any = None) -> Tensor:  # fmt: skip
     """Sigmoid and binary cross-entropy in one stable expression:
     (1 - t) x + (1 + (pos_weight - 1) t) softplus(-x)."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
     x, t = _same_shapes("binary_cross_entropy_with_logits", input, target, reduction)
     scale = 1.0 if pos_weight is None else 1.0 + (as_tensor(pos_weight) - 1.0) * t
     loss = (1.0 - t) * x + scale * P.softplus(-x)
     return _reduce(loss if weight is None else loss * weight, reduction)
 
 
-def l1_loss(input: Any, target: Any, reduction: str = "mean") -> Tensor:
+def l1_loss(input: Any, target: Any, size_average: Any = None, reduce: Any = None,
+            reduction: str = "mean") -> Tensor:  # fmt: skip
+    reduction = legacy_reduction(size_average, reduce, reduction)
     x, t = _same_shapes("l1_loss", input, target, reduction)
     return _reduce(abs(x - t), reduction)
 
 
-def smooth_l1_loss(input: Any, target: Any, reduction: str = "mean", beta: float = 1.0):
+def smooth_l1_loss(input: Any, target: Any, size_average: Any = None, reduce: Any = None,
+                   reduction: str = "mean", beta: float = 1.0):  # fmt: skip
     """0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (PyTorch's)."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
     x, t = _same_shapes("smooth_l1_loss", input, target, reduction)
     d = abs(x - t)
     if beta == 0.0:
@@ -406,8 +433,10 @@ def linear(input: Any, weight: Any, bias: Any = None) -> Tensor:
     return P.linear(input, weight, *bias)
 
 
-def mse_loss(input: Any, target: Any, reduction: str = "mean") -> Tensor:
+def mse_loss(input: Any, target: Any, size_average: Any = None, reduce: Any = None,
+             reduction: str = "mean") -> Tensor:  # fmt: skip
     """Squared error. The shapes must match: a silent (N, 1) vs (N,) broadcast is a classic bug."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
     input, target = _same_shapes("mse_loss", input, target, reduction)
     diff = input - target
     return _reduce(diff * diff, reduction)
@@ -1509,6 +1538,7 @@ def kl_div(
     """target (log target - input) per element, `input` being log-probabilities (and `target`
     too with log_target); 0 where target is 0. "batchmean" divides the sum by the batch size,
     the true KL divergence, where "mean" divides by the element count (PyTorch's default)."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
     x, t = as_tensor(input), as_tensor(target)
     if reduction not in (*losses.REDUCTIONS, "batchmean"):
         raise ValueError(f"kl_div: reduction must be one of {(*losses.REDUCTIONS, 'batchmean')}"
@@ -1524,33 +1554,42 @@ def kl_div(
 
 
 def margin_ranking_loss(input1: Any, input2: Any, target: Any, margin: float = 0.0,
+                        size_average: Any = None, reduce: Any = None,
                         reduction: str = "mean") -> Tensor:  # fmt: skip
     """max(0, -target (input1 - input2) + margin)."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
     _check_reduction("margin_ranking_loss", reduction)
     x1, x2, y = as_tensor(input1), as_tensor(input2), as_tensor(target)
     return _reduce(maximum(0.0, -y * (x1 - x2) + margin), reduction)
 
 
 def hinge_embedding_loss(input: Any, target: Any, margin: float = 1.0,
+                         size_average: Any = None, reduce: Any = None,
                          reduction: str = "mean") -> Tensor:  # fmt: skip
     """x where target is 1, max(0, margin - x) where it is -1 (both terms elsewhere, as
     PyTorch's)."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
     _check_reduction("hinge_embedding_loss", reduction)
     x, y = as_tensor(input), as_tensor(target)
     loss = where(y != -1.0, x, 0.0) + where(y != 1.0, maximum(0.0, margin - x), 0.0)
     return _reduce(loss, reduction)
 
 
-def soft_margin_loss(input: Any, target: Any, reduction: str = "mean") -> Tensor:
+def soft_margin_loss(
+    input: Any, target: Any, size_average: Any = None, reduce: Any = None, reduction: str = "mean"
+) -> Tensor:
     """log(1 + exp(-target x)), without overflow."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
     x, y = _same_shapes("soft_margin_loss", input, target, reduction)
     return _reduce(P.softplus(-y * x), reduction)
 
 
 def cosine_embedding_loss(input1: Any, input2: Any, target: Any, margin: float = 0.0,
+                          size_average: Any = None, reduce: Any = None,
                           reduction: str = "mean") -> Tensor:  # fmt: skip
     """1 - cos(x1, x2) where target is 1, max(0, cos - margin) where it is -1; the cosine along
     the last dim with PyTorch's 1e-12 added to each squared norm."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
     _check_reduction("cosine_embedding_loss", reduction)
     x1, x2, y = as_tensor(input1), as_tensor(input2), as_tensor(target)
     dot = sum(x1 * x2, -1)
@@ -1573,6 +1612,7 @@ def triplet_margin_loss(
 ) -> Tensor:
     """max(0, d(a, p) - d(a, n) + margin) with `pairwise_distance`; `swap` takes the nearer of
     d(a, n) and d(p, n)."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
     _check_reduction("triplet_margin_loss", reduction)
     d_pos = pairwise_distance(anchor, positive, p, eps)
     d_neg = pairwise_distance(anchor, negative, p, eps)
@@ -1600,6 +1640,7 @@ def multi_margin_loss(input: Any, target: Any, p: int = 1, margin: float = 1.0,
                       reduction: str = "mean") -> Tensor:  # fmt: skip
     """The multi-class hinge loss: sum over the classes j other than the target y of
     max(0, margin - x[y] + x[j]) ** p (times weight[y]), divided by the number of classes."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
     _check_reduction("multi_margin_loss", reduction)
     if p not in (1, 2):
         raise ValueError(f"multi_margin_loss: p must be 1 or 2, not {p}")
@@ -1621,6 +1662,7 @@ def multilabel_margin_loss(input: Any, target: Any, size_average: Any = None, re
     """The multi-label hinge loss: for each sample, sum over its target classes j (the labels
     before the first -1 in its row of `target`) and the other classes k of
     max(0, 1 - (x[j] - x[k])), divided by the number of classes."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
     _check_reduction("multilabel_margin_loss", reduction)
     x, t = as_tensor(input), as_tensor(target)
     rows = x if x.ndim == 2 else reshape(x, (1, -1))
@@ -1649,6 +1691,7 @@ def poisson_nll_loss(
 ) -> Tensor:
     """exp(x) - target x for log-rates x, else x - target log(x + eps); `full` adds Stirling's
     approximation of log(target!) where target > 1."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
     _check_reduction("poisson_nll_loss", reduction)
     x, t = as_tensor(input), as_tensor(target)
     loss = P.exp(x) - t * x if log_input else x - t * log(x + eps)
@@ -1676,8 +1719,10 @@ def gaussian_nll_loss(input: Any, target: Any, var: Any, full: bool = False, eps
 
 
 def multilabel_soft_margin_loss(input: Any, target: Any, weight: Any = None,
+                                size_average: Any = None, reduce: Any = None,
                                 reduction: str = "mean") -> Tensor:  # fmt: skip
     """The mean over classes of each class's binary cross-entropy on logits, per sample."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
     x, y = _same_shapes("multilabel_soft_margin_loss", input, target, reduction)
     loss = -(y * logsigmoid(x) + (1.0 - y) * logsigmoid(-x))
     if weight is not None:

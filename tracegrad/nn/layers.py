@@ -737,6 +737,11 @@ class ParameterDict(_DictOf):
         super().__init__(parameters)
 
 
+class NonDynamicallyQuantizableLinear(Linear):
+    """PyTorch's class of MultiheadAttention's output projection: a Linear (it differs only in
+    how PyTorch quantizes it), which checkpoints and isinstance tests name."""
+
+
 class MultiheadAttention(Module):
     """PyTorch's layout: in_proj_weight (3 E, E) and in_proj_bias (q, k, v stacked), out_proj a
     Linear. A boolean attn_mask (L, S) or (N * heads, L, S) marks positions NOT attended (True),
@@ -770,7 +775,7 @@ class MultiheadAttention(Module):
         if bias:
             bias_values = np.zeros(3 * embed_dim, get_default_dtype())
             self.in_proj_bias = Tensor._of(bias_values, requires_grad=True)
-        self.out_proj = Linear(embed_dim, embed_dim, bias=bias)
+        self.out_proj = NonDynamicallyQuantizableLinear(embed_dim, embed_dim, bias=bias)
         if bias:
             init.zeros_(self.out_proj.bias)
         self.to(device, dtype)

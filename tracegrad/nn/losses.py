@@ -15,7 +15,7 @@ class _Loss(Module):  # noqa: N801 (PyTorch's name, which custom losses subclass
 
     def __init__(self, size_average: Any = None, reduce: Any = None, reduction: str = "mean"):
         super().__init__()
-        self.reduction = reduction
+        self.reduction = F.legacy_reduction(size_average, reduce, reduction)
 
 
 class _WeightedLoss(_Loss):  # noqa: N801
@@ -37,51 +37,61 @@ __all__ = ["BCELoss", "BCEWithLogitsLoss", "CTCLoss", "CosineEmbeddingLoss", "Cr
 class CrossEntropyLoss(FunctionLayer, _Loss):
     function = F.cross_entropy
 
-    def __init__(self, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
-        super().__init__(weight=weight, ignore_index=ignore_index, reduction=reduction,
-                         label_smoothing=label_smoothing)  # fmt: skip
+    def __init__(self, weight=None, size_average=None, ignore_index=-100, reduce=None,
+                 reduction="mean", label_smoothing=0.0):  # fmt: skip
+        super().__init__(weight=weight, ignore_index=ignore_index, label_smoothing=label_smoothing,
+                         reduction=F.legacy_reduction(size_average, reduce, reduction))  # fmt: skip
 
 
 class NLLLoss(FunctionLayer, _Loss):
     function = F.nll_loss
 
-    def __init__(self, weight=None, ignore_index=-100, reduction="mean"):
-        super().__init__(weight=weight, ignore_index=ignore_index, reduction=reduction)
+    def __init__(self, weight=None, size_average=None, ignore_index=-100, reduce=None,
+                 reduction="mean"):  # fmt: skip
+        super().__init__(weight=weight, ignore_index=ignore_index,
+                         reduction=F.legacy_reduction(size_average, reduce, reduction))  # fmt: skip
 
 
 class MSELoss(FunctionLayer, _Loss):
     function = F.mse_loss
 
-    def __init__(self, reduction="mean"):
-        super().__init__(reduction=reduction)
+    def __init__(self, size_average=None, reduce=None, reduction="mean"):
+        super().__init__(reduction=F.legacy_reduction(size_average, reduce, reduction))
 
 
 class L1Loss(FunctionLayer, _Loss):
     function = F.l1_loss
 
-    def __init__(self, reduction="mean"):
-        super().__init__(reduction=reduction)
+    def __init__(self, size_average=None, reduce=None, reduction="mean"):
+        super().__init__(reduction=F.legacy_reduction(size_average, reduce, reduction))
 
 
 class BCELoss(FunctionLayer, _Loss):
     function = F.binary_cross_entropy
 
-    def __init__(self, weight=None, reduction="mean"):
-        super().__init__(weight=weight, reduction=reduction)
+    def __init__(self, weight=None, size_average=None, reduce=None, reduction="mean"):
+        super().__init__(
+            weight=weight, reduction=F.legacy_reduction(size_average, reduce, reduction)
+        )
 
 
 class BCEWithLogitsLoss(FunctionLayer, _Loss):
     function = F.binary_cross_entropy_with_logits
 
-    def __init__(self, weight=None, reduction="mean", pos_weight=None):
-        super().__init__(weight=weight, reduction=reduction, pos_weight=pos_weight)
+    def __init__(self, weight=None, size_average=None, reduce=None, reduction="mean",
+                 pos_weight=None):  # fmt: skip
+        super().__init__(
+            weight=weight,
+            pos_weight=pos_weight,
+            reduction=F.legacy_reduction(size_average, reduce, reduction),
+        )
 
 
 class SmoothL1Loss(FunctionLayer, _Loss):
     function = F.smooth_l1_loss
 
-    def __init__(self, reduction="mean", beta=1.0):
-        super().__init__(reduction=reduction, beta=beta)
+    def __init__(self, size_average=None, reduce=None, reduction="mean", beta=1.0):
+        super().__init__(beta=beta, reduction=F.legacy_reduction(size_average, reduce, reduction))
 
 
 class HuberLoss(FunctionLayer, _Loss):
@@ -95,7 +105,9 @@ class KLDivLoss(FunctionLayer, _Loss):
     function = F.kl_div
 
     def __init__(self, size_average=None, reduce=None, reduction="mean", log_target=False):
-        super().__init__(reduction=reduction, log_target=log_target)
+        super().__init__(
+            log_target=log_target, reduction=F.legacy_reduction(size_average, reduce, reduction)
+        )
 
 
 class PoissonNLLLoss(FunctionLayer, _Loss):
@@ -103,7 +115,12 @@ class PoissonNLLLoss(FunctionLayer, _Loss):
 
     def __init__(self, log_input=True, full=False, size_average=None, eps=1e-8, reduce=None,
                  reduction="mean"):  # fmt: skip
-        super().__init__(log_input=log_input, full=full, eps=eps, reduction=reduction)
+        super().__init__(
+            log_input=log_input,
+            full=full,
+            eps=eps,
+            reduction=F.legacy_reduction(size_average, reduce, reduction),
+        )
 
 
 class GaussianNLLLoss(FunctionLayer, _Loss):
@@ -119,21 +136,25 @@ class SoftMarginLoss(FunctionLayer, _Loss):
     function = F.soft_margin_loss
 
     def __init__(self, size_average=None, reduce=None, reduction="mean"):
-        super().__init__(reduction=reduction)
+        super().__init__(reduction=F.legacy_reduction(size_average, reduce, reduction))
 
 
 class HingeEmbeddingLoss(FunctionLayer, _Loss):
     function = F.hinge_embedding_loss
 
     def __init__(self, margin=1.0, size_average=None, reduce=None, reduction="mean"):
-        super().__init__(margin=margin, reduction=reduction)
+        super().__init__(
+            margin=margin, reduction=F.legacy_reduction(size_average, reduce, reduction)
+        )
 
 
 class MultiLabelSoftMarginLoss(FunctionLayer, _Loss):
     function = F.multilabel_soft_margin_loss
 
     def __init__(self, weight=None, size_average=None, reduce=None, reduction="mean"):
-        super().__init__(weight=weight, reduction=reduction)
+        super().__init__(
+            weight=weight, reduction=F.legacy_reduction(size_average, reduce, reduction)
+        )
 
 
 class MarginRankingLoss(FunctionLayer, _Loss):
@@ -142,7 +163,9 @@ class MarginRankingLoss(FunctionLayer, _Loss):
     function = F.margin_ranking_loss
 
     def __init__(self, margin=0.0, size_average=None, reduce=None, reduction="mean"):
-        super().__init__(margin=margin, reduction=reduction)
+        super().__init__(
+            margin=margin, reduction=F.legacy_reduction(size_average, reduce, reduction)
+        )
 
 
 class CosineEmbeddingLoss(FunctionLayer, _Loss):
@@ -151,7 +174,9 @@ class CosineEmbeddingLoss(FunctionLayer, _Loss):
     function = F.cosine_embedding_loss
 
     def __init__(self, margin=0.0, size_average=None, reduce=None, reduction="mean"):
-        super().__init__(margin=margin, reduction=reduction)
+        super().__init__(
+            margin=margin, reduction=F.legacy_reduction(size_average, reduce, reduction)
+        )
 
 
 class TripletMarginLoss(FunctionLayer, _Loss):
@@ -161,7 +186,13 @@ class TripletMarginLoss(FunctionLayer, _Loss):
 
     def __init__(self, margin=1.0, p=2.0, eps=1e-6, swap=False, size_average=None, reduce=None,
                  reduction="mean"):  # fmt: skip
-        super().__init__(margin=margin, p=p, eps=eps, swap=swap, reduction=reduction)
+        super().__init__(
+            margin=margin,
+            p=p,
+            eps=eps,
+            swap=swap,
+            reduction=F.legacy_reduction(size_average, reduce, reduction),
+        )
 
 
 class MultiMarginLoss(FunctionLayer, _Loss):
@@ -169,14 +200,19 @@ class MultiMarginLoss(FunctionLayer, _Loss):
 
     def __init__(self, p=1, margin=1.0, weight=None, size_average=None, reduce=None,
                  reduction="mean"):  # fmt: skip
-        super().__init__(p=p, margin=margin, weight=weight, reduction=reduction)
+        super().__init__(
+            p=p,
+            margin=margin,
+            weight=weight,
+            reduction=F.legacy_reduction(size_average, reduce, reduction),
+        )
 
 
 class MultiLabelMarginLoss(FunctionLayer, _Loss):
     function = F.multilabel_margin_loss
 
     def __init__(self, size_average=None, reduce=None, reduction="mean"):
-        super().__init__(reduction=reduction)
+        super().__init__(reduction=F.legacy_reduction(size_average, reduce, reduction))
 
 
 class TripletMarginWithDistanceLoss(FunctionLayer, _Loss):

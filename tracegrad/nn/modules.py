@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from tracegrad.core.errors import TraceError
+from tracegrad.core.errors import TraceError, user_location
 from tracegrad.frontend import random
 from tracegrad.frontend.autodiff import RemovableHandle, edge
 from tracegrad.frontend.device import require_cpu, to_arguments
@@ -356,6 +356,14 @@ class Module:
                 p.grad = None
             else:
                 p.grad = Tensor._of(np.zeros(p.shape, p.grad.dtype))
+
+    def share_memory(self) -> Module:
+        """Refused: PyTorch's Hogwild training shares parameters with worker processes, and a
+        tracegrad tensor lives in its process (workers would each train a copy, silently)."""
+        raise NotImplementedError(
+            f"Module.share_memory is not provided by tracegrad (used at {user_location()}): its "
+            "tensors live in their process, so Hogwild workers would each train a copy"
+        )
 
     def _named_members(
         self, members: Callable[[Module], dict[str, Any]], prefix: str, recurse: bool,

@@ -13,7 +13,13 @@ from typing import Any
 
 import tracegrad.nn as _nn
 from tracegrad.nn import *  # noqa: F403
-from tracegrad.nn.layers import _BatchNorm, _ConvNd, _ConvTransposeNd, _InstanceNorm
+from tracegrad.nn.layers import (
+    NonDynamicallyQuantizableLinear,
+    _BatchNorm,
+    _ConvNd,
+    _ConvTransposeNd,
+    _InstanceNorm,
+)
 from tracegrad.nn.losses import _Loss, _WeightedLoss
 from tracegrad.torch._support import not_provided as _not_provided
 from tracegrad.torch.nn.modules import module
@@ -29,7 +35,8 @@ def _ntuple(n: int, name: str = "parse") -> Any:
     return parse
 
 
-_BASES = {"_BatchNorm": _BatchNorm, "_NormBase": _BatchNorm, "_ConvNd": _ConvNd,
+_BASES = {"NonDynamicallyQuantizableLinear": NonDynamicallyQuantizableLinear,
+          "_BatchNorm": _BatchNorm, "_NormBase": _BatchNorm, "_ConvNd": _ConvNd,
           "_ConvTransposeNd": _ConvTransposeNd, "_InstanceNorm": _InstanceNorm, "_Loss": _Loss,
           "_WeightedLoss": _WeightedLoss, "_single": _ntuple(1, "_single"),
           "_pair": _ntuple(2, "_pair"), "_triple": _ntuple(3, "_triple"),
@@ -37,7 +44,7 @@ _BASES = {"_BatchNorm": _BatchNorm, "_NormBase": _BatchNorm, "_ConvNd": _ConvNd,
 
 # PyTorch's file for each name (those tracegrad has; the rest are not provided there either)
 _LAYOUT = {
-    "linear": "Linear Identity Bilinear LazyLinear",
+    "linear": "Linear Identity Bilinear LazyLinear NonDynamicallyQuantizableLinear",
     "conv": "Conv1d Conv2d Conv3d ConvTranspose1d ConvTranspose2d LazyConv1d LazyConv2d "
             "LazyConv3d _ConvNd _ConvTransposeNd",
     "batchnorm": "BatchNorm1d BatchNorm2d BatchNorm3d SyncBatchNorm _BatchNorm _NormBase",
