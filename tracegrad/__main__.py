@@ -61,11 +61,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run(script: str, args: list[str]) -> int:
-    """Run `script` as __main__ with `import torch` meaning tracegrad.torch; its exit code."""
+    """Run `script` as __main__ with `import torch` meaning tracegrad.torch, also in the Python
+    processes it starts (multiprocessing's spawned workers, scripts it runs); its exit code."""
     from tracegrad.torch import imported_as_torch
+    from tracegrad.torch._support import CHILDREN_PATH
 
-    with imported_as_torch():
-        return run_script(script, args)
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([CHILDREN_PATH, *filter(None, [before])])
+    sys.path.insert(0, CHILDREN_PATH)  # a spawned worker takes its parent's sys.path
+    try:
+        with imported_as_torch():
+            return run_script(script, args)
+    finally:
+        sys.path.remove(CHILDREN_PATH)
+        if before is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = before
 
 
 def run_script(script: str, args: list[str]) -> int:

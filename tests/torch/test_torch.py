@@ -547,6 +547,38 @@ def test_run_names_what_is_missing_and_the_line(tmp_path):
     assert done.returncode == 3
 
 
+CHILDREN = """
+import multiprocessing, subprocess, sys
+import torch
+
+
+def child(queue):
+    import torch.nn.functional as F
+
+    queue.put(F.__name__)
+
+
+if __name__ == "__main__":
+    spawn = multiprocessing.get_context("spawn")
+    queue = spawn.Queue()
+    worker = spawn.Process(target=child, args=(queue,))
+    worker.start()
+    print(torch.__name__, queue.get())
+    worker.join()
+    print(subprocess.run([sys.executable, "-c", "import torch; print(torch.__name__)"],
+                         capture_output=True, text=True, check=True).stdout.strip())
+"""
+
+
+def test_run_gives_the_scripts_own_python_processes_tracegrad_too(tmp_path):
+    """A spawned worker re-imports the script and a script may run Python again: both import
+    tracegrad.torch, not an installed PyTorch (which would take tracegrad's tensors as foreign)."""
+    done = run_script(tmp_path, CHILDREN)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["tracegrad.torch", "tracegrad.torch.nn.functional",
+                                   "tracegrad.torch"]  # fmt: skip
+
+
 def test_pytorchs_module_paths_and_base_classes():
     """`torch.nn.modules.<file>` as PyTorch lays them out, with the private bases code tests
     with isinstance (weight-decay groups) or subclasses (custom losses), and `utils._pair`."""

@@ -8,6 +8,7 @@ import contextlib
 import importlib
 import importlib.abc
 import importlib.util
+import os
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -134,6 +135,17 @@ class _TorchAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def __init__(self) -> None:
         self.specs: dict[str, Any] = {}
+
+
+def alias_torch() -> None:
+    """From now on in this process, `import torch` (and its submodules) is tracegrad.torch: a
+    child of `python -m tracegrad run` calls this as its first `import torch`."""
+    if not any(isinstance(f, _TorchAlias) for f in sys.meta_path):
+        sys.meta_path.insert(0, _TorchAlias())
+    sys.modules["torch"] = importlib.import_module("tracegrad.torch")
+
+
+CHILDREN_PATH = os.path.join(os.path.dirname(__file__), "_as_torch")  # for PYTHONPATH
 
 
 def _is_torch(name: str) -> bool:
