@@ -443,6 +443,58 @@ def test_tied_weights_load_both_ways_with_pytorch():
     np.testing.assert_allclose(back(torch.tensor(idx)).numpy(), want, rtol=1e-12)
 
 
+# --- torch._foreach_* -----------------------------------------------------------------------------
+
+FOREACH = [  # name, the operands after the tensors (arrays: one per tensor), options
+    ("_foreach_add", ["B"], {"alpha": 2.0}), ("_foreach_add_", [2.0], {}),
+    ("_foreach_sub", [[1.0, 2.0]], {}), ("_foreach_mul_", ["B"], {}),
+    ("_foreach_div", ["C"], {}), ("_foreach_lerp_", ["B", 0.1], {}),
+    ("_foreach_lerp", ["B", [0.1, 0.3]], {}), ("_foreach_addcmul_", ["B", "C"], {"value": 0.5}),
+    ("_foreach_addcdiv", ["B", "C"], {}), ("_foreach_sqrt", [], {}), ("_foreach_neg_", [], {}),
+    ("_foreach_zero_", [], {}), ("_foreach_copy_", ["B"], {}), ("_foreach_maximum", ["B"], {}),
+    ("_foreach_clamp_max_", [0.1], {}), ("_foreach_norm", [], {}), ("_foreach_pow", [2.0], {}),
+]  # fmt: skip
+
+
+def _foreach(lib, name, operands, options):
+    rng = np.random.default_rng(0)
+    arrays = {k: [rng.uniform(1, 2, (3, 2)), rng.uniform(1, 2, 4)] for k in "ABC"}
+    tensors = [lib.tensor(a) for a in arrays["A"]]
+    given = [[lib.tensor(a) for a in arrays[o]] if isinstance(o, str) else o for o in operands]
+    out = getattr(lib, name)(tensors, *given, **options)
+    return [np.array(t.numpy()) for t in (tensors if out is None else out)]
+
+
+@pytest.mark.parametrize("name, operands, options", FOREACH)
+def test_foreach_functions_match_pytorchs(name, operands, options):
+    """EMA code's `torch._foreach_lerp_(ema, params, 1 - decay)` and its kin: the op over lists,
+    with a number, a tensor or one of either per tensor."""
+    real = pytest.importorskip("torch")
+    got, want = _foreach(torch, name, operands, options), _foreach(real, name, operands, options)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_a_foreach_ema_compiles_as_it_runs_eagerly(backend):
+    model = torch.nn.Linear(3, 2)
+    ema = [p.detach().clone() for p in model.parameters()]
+
+    def update(decay):
+        with torch.no_grad():
+            torch._foreach_lerp_(ema, list(model.parameters()), 1.0 - decay)
+            torch._foreach_mul_(ema, 1.0)
+
+    want = [e.numpy() + 0.1 * (p.detach().numpy() * 2 - e.numpy()) for e, p in
+            zip(ema, model.parameters(), strict=True)]  # fmt: skip
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(2.0)
+    torch.compile(update, backend=backend)(torch.tensor(0.9))
+    for e, w in zip(ema, want, strict=True):
+        np.testing.assert_allclose(e.numpy(), w, rtol=1e-6)
+
+
 # --- import torch as tracegrad.torch ------------------------------------------------------------
 
 

@@ -186,6 +186,7 @@ def compile(  # noqa: A001 (PyTorch's name)
 
 
 from tracegrad.torch import (  # noqa: E402 (the submodules read the names above)
+    _foreach,
     accelerator,
     amp,
     autograd,
@@ -215,6 +216,7 @@ from tracegrad.torch.version import __version__  # noqa: E402
 
 del _name
 globals().update(legacy_types())  # torch.FloatTensor, torch.LongTensor, ...
+globals().update(_foreach.FUNCTIONS)  # torch._foreach_mul_(tensors, 0.5), ...
 
 
 def __getattr__(name: str) -> Any:
