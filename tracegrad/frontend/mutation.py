@@ -85,8 +85,7 @@ def write_back(view: Tensor, op: str) -> None:
 def _rebind(target: Tensor, result: Tensor, op: str) -> None:
     """`target` takes `result`'s value and history (a new version counter: what nodes saved of
     the old value stays as it was)."""
-    tracer = Listeners.tracers[-1] if Listeners.tracers else None
-    if tracer is not None and target._serial <= tracer.start:
+    if _before_the_step(target):
         raise TraceError(
             f"{op}: an in-place op that autograd records, on a tensor of shape {target.shape} "
             "made before the traced step; compute it out of place, or update it under no_grad()"
@@ -95,6 +94,13 @@ def _rebind(target: Tensor, result: Tensor, op: str) -> None:
     target._value, target._node, target._version = result._value, result._node, [version]
     if not target.is_leaf and target._retains:
         target.retain_grad()
+
+
+def _before_the_step(t: Tensor) -> bool:
+    """Whether `t` was made before the step being traced, if one is (an argument or state: a
+    plan can write its value, not give it a new history or shape)."""
+    tracer = Listeners.tracers[-1] if Listeners.tracers else None
+    return tracer is not None and t._serial <= tracer.start
 
 
 def in_place(f: Callable, name: str) -> Callable:
@@ -119,8 +125,7 @@ def reshaped(f: Callable, name: str) -> Callable:
         if Listeners.grad_enabled and self.is_leaf and self.requires_grad:
             raise RuntimeError(f"{name}: a leaf tensor that requires grad cannot be changed in "
                                "place; use the out-of-place op")  # fmt: skip
-        tracer = Listeners.tracers[-1] if Listeners.tracers else None
-        if tracer is not None and self._serial <= tracer.start:
+        if _before_the_step(self):
             raise TraceError(
                 f"{name} on a tensor of shape {self.shape} made before the traced step (an "
                 "argument or state): a plan cannot change the caller's tensor's shape; use the "
