@@ -430,14 +430,19 @@ def build(layer: Layer, dtype, seed: int):
         t = rng.random(shape).astype(dtype)
         w = np.abs(normal(*shape[-1:])) + 0.5 if layer["weights"] else None
         fn = lambda x, t: F.binary_cross_entropy_with_logits(
-            x, t, None if w is None else tg.tensor(w), r, None if w is None else tg.tensor(w * 2)
+            x,
+            t,
+            None if w is None else tg.tensor(w),
+            reduction=r,
+            pos_weight=None if w is None else tg.tensor(w * 2),
         )
-    elif kind in ("smooth_l1", "huber"):
-        f = F.smooth_l1_loss if kind == "smooth_l1" else F.huber_loss
-        fn = lambda x, t: f(x, t, r, layer["beta"])
+    elif kind == "smooth_l1":
+        fn = lambda x, t: F.smooth_l1_loss(x, t, reduction=r, beta=layer["beta"])
+    elif kind == "huber":
+        fn = lambda x, t: F.huber_loss(x, t, reduction=r, delta=layer["beta"])
     else:
         f = F.mse_loss if kind == "mse" else F.l1_loss
-        fn = lambda x, t: f(x, t, r)
+        fn = lambda x, t: f(x, t, reduction=r)
     return fn, [x, t], [True, True]
 
 

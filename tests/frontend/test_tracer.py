@@ -126,3 +126,66 @@ def test_a_kept_tensor_matches_pytorch(float64):
     for k, v in weights(model).items():
         np.testing.assert_allclose(v, weights(reference_model)[k], rtol=1e-10, err_msg=k)
     np.testing.assert_array_equal(model.mask.numpy(), reference_model.mask.numpy())
+
+
+class HandBatchNorm:
+    """makemore's batch norm written by hand, in a plain class: its running statistics are
+    replaced (not updated in place) at every call."""
+
+    def __init__(self, torch, dim: int):
+        self.gamma, self.beta = torch.ones(dim), torch.zeros(dim)
+        self.running_mean, self.running_var = torch.zeros(dim), torch.ones(dim)
+
+    def __call__(self, x):
+        mean, var = x.mean(0), x.var(0)
+        with tg.no_grad():
+            self.running_mean = 0.9 * self.running_mean + 0.1 * mean
+            self.running_var = 0.9 * self.running_var + 0.1 * var
+        return self.gamma * (x - mean) / (var + 1e-5) ** 0.5 + self.beta
+
+
+class BufferedCounter(tgt.nn.Module):
+    """The same in a module: a registered buffer and a plain tensor attribute replaced."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = tgt.nn.Linear(3, 3)
+        self.register_buffer("running_mean", tgt.zeros(3))
+        self.calls = tgt.zeros(())
+
+    def forward(self, x):
+        y = self.lin(x)
+        with tg.no_grad():
+            self.running_mean = 0.9 * self.running_mean + 0.1 * y.mean(0)
+            self.calls = self.calls + 1
+        return y
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_state_replaced_in_the_step_is_followed_at_every_call(float64, backend):
+    """`self.running_mean = 0.9 * self.running_mean + ...`: the plan had read the tensor the
+    first call replaced at every later call (the statistics stuck at their first update);
+    now the old tensor takes the new one's place and value, as eager's state after each
+    call."""
+    results = {}
+    for traced in (False, True):
+        norm, model = HandBatchNorm(tgt, 3), BufferedCounter()
+        model.lin.load_state_dict({"weight": tgt.eye(3), "bias": tgt.zeros(3)})
+        w = tgt.ones(3, requires_grad=True)
+
+        def step(x):
+            loss = (norm(model(x) * w) ** 2).sum()
+            loss.backward()
+            return loss
+
+        step = tg.trace(step, backend=backend) if traced else step
+        rng = np.random.default_rng(2)
+        for _ in range(5):
+            step(tgt.tensor(rng.standard_normal((4, 3))))
+        results[traced] = [norm.running_mean, norm.running_var, model.running_mean,
+                           model.calls, w.grad]  # fmt: skip
+        assert model.running_mean is model._buffers["running_mean"]
+        assert "running_mean" in model.state_dict()
+    for got, want in zip(results[True], results[False], strict=True):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
+    assert float(results[True][3]) == 5.0

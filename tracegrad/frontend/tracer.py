@@ -9,6 +9,7 @@ ran to the end, so a failing step changes nothing.
 from __future__ import annotations
 
 import dis
+import gc
 import random
 import weakref
 from collections.abc import Callable, Sequence
@@ -28,6 +29,30 @@ from tracegrad.frontend.tensor import (
     next_serial,
     user_location,
 )
+
+
+def _unreferenced(tensors: list[Tensor]) -> set[int]:
+    """The ids of `tensors` that nothing but a trace's own records (its slots and refs) refers
+    to (one sweep of the heap for all of them)."""
+    ids = {id(t) for t in tensors}
+    held: set[int] = set()
+    for holder in gc.get_referrers(*tensors):
+        if holder is not tensors and not isinstance(holder, Slot | Ref):
+            held |= {id(x) for x in gc.get_referents(holder)} & ids
+    return ids - held
+
+
+def _substitute(new: Tensor, old: Tensor) -> None:
+    """Make the dicts, lists and objects' attributes that refer to `new` refer to `old`."""
+    for holder in gc.get_referrers(new):
+        if isinstance(holder, dict):
+            for k in [k for k, v in holder.items() if v is new]:
+                holder[k] = old
+        elif isinstance(holder, list):
+            holder[:] = [old if v is new else v for v in holder]
+        elif hasattr(holder, "__dict__") and not isinstance(holder, type):
+            for k in [k for k, v in vars(holder).items() if v is new]:
+                setattr(holder, k, old)
 
 
 def _is_leaf(x: Any) -> bool:
@@ -258,6 +283,42 @@ class Tracer:
                     out.setdefault(id(t), t)
         return list(out.values())
 
+    def follow_replacements(self, results: list[Any]) -> None:
+        """State the step replaced rather than updated (`self.running_mean = 0.9 *
+        self.running_mean + ...`): the plan would read the old tensor at every call, while
+        Python state holds the new one. Where a tensor made in the step and kept in Python
+        state was computed from a state tensor of its shape and dtype that nothing but this
+        trace refers to any more, the old tensor takes the new one's place in that state (its
+        dicts, lists and attributes) and its value, as an in-place update would: the plan then
+        reads and writes it at every call."""
+        escaped = self.escaped(results)
+        kinds = {(t.shape, t.dtype) for t in escaped}
+        state = [s.tensor for s in self.slots.values()
+                 if s.arg is None and (s.tensor.shape, s.tensor.dtype) in kinds]  # fmt: skip
+        if not state:
+            return  # the common case: nothing made in the step outlives it
+        gone = _unreferenced(state)
+        replaced = [s for s in self.slots.values() if id(s.tensor) in gone]
+        for new in escaped:
+            reads = self.inputs_of(new._value)
+            pairs = [s for s in replaced if s.input in reads
+                     and (s.tensor.shape, s.tensor.dtype) == (new.shape, new.dtype)]  # fmt: skip
+            if len(pairs) == 1:
+                _substitute(new, pairs[0].tensor)
+                pairs[0].tensor._value = new._value
+                replaced.remove(pairs[0])
+
+    def inputs_of(self, value: ir.Value) -> set[ir.Value]:
+        """The values `value` is computed from (the step's inputs among them)."""
+        made_by = {v: n for n in self.nodes for v in n.outputs}
+        seen, todo = set(), [value]
+        while todo:
+            v = todo.pop()
+            if v not in seen:
+                seen.add(v)
+                todo.extend(made_by[v].inputs if v in made_by else ())
+        return seen
+
     def donated_grads(self) -> list[Slot]:
         """The parameters whose `.grad` the step replaces (`zero_grad()` then `backward()`)
         without reading the old one: the old grad's buffer becomes an input the plan may write
@@ -284,6 +345,7 @@ class Tracer:
         def ref(s: Slot) -> Ref:
             return owners[id(s.tensor)].ref.as_grad() if id(s.tensor) in owners else s.ref
 
+        self.follow_replacements(leaves)
         value_writes, grad_writes = [], []
         for s in list(self.slots.values()):
             t = s.tensor
