@@ -49,6 +49,10 @@ CASES = {  # name: call given the library (torch or tracegrad.torch) and its ten
     "histc": lambda lib, t: lib.histc(t(FLOATS), bins=7),
     "histc range": lambda lib, t: t(FLOATS).histc(5, -1, 1),
     "histc one value": lambda lib, t: lib.histc(t(np.ones(3)), bins=4),
+    "histogram": lambda lib, t: lib.histogram(t(FLOATS), bins=6),
+    "histogram range density": lambda lib, t: t(FLOATS).histogram(4, range=(-1.0, 2.0),
+                                                                  density=True),
+    "histogram one value": lambda lib, t: lib.histogram(t(np.ones(3)), bins=2),
     "searchsorted": lambda lib, t: lib.searchsorted(t(SORTED), t(VALUES)),
     "searchsorted right": lambda lib, t: lib.searchsorted(t(SORTED), t(VALUES), right=True),
     "searchsorted side": lambda lib, t: lib.searchsorted(t(SORTED), t(VALUES), side="right"),
@@ -98,6 +102,10 @@ def test_values_without_torch():
     np.testing.assert_allclose(tg.bincount(tg.tensor(INTS), tg.tensor(FLOATS[:8])).numpy(),
                                np.bincount(INTS, FLOATS[:8]))  # fmt: skip
     assert tg.histc(tg.tensor([0.0, 1.0, 2.0, 3.0, 5.0]), 3, 0, 3).tolist() == [1, 1, 2]
+    hist, edges = tg.histogram(tg.tensor([0.0, 1.0, 2.0, 3.0, 5.0]), 3, range=(0.0, 3.0))
+    assert hist.tolist() == [1, 1, 2] and edges.tolist() == [0, 1, 2, 3]
+    want, _ = np.histogram(FLOATS, 5, density=True)
+    np.testing.assert_allclose(tg.histogram(tg.tensor(FLOATS), 5, density=True).hist, want)
     assert tg.histc(tg.tensor([1.0, 1.0, 1.0]), bins=4).tolist() == [0, 0, 3, 0]
     assert tg.histc(tg.tensor(FLOATS), 10).sum().item() == 40
     seq = tg.tensor(SORTED)

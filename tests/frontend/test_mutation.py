@@ -535,6 +535,22 @@ def test_resize_keeps_the_elements_in_order():
         w.resize_(2)
 
 
+def test_a_value_with_leading_ones_fills_a_smaller_region():
+    """makemore's `logits[i] = model(x[[i]])`: a (1, 27) row into a (27,) region, as NumPy and
+    PyTorch take it (leading 1s dropped), its gradient shaped as the value."""
+    a = tg.zeros(3, 4)
+    a[0] = tg.ones(1, 4)
+    a[1:3] = tg.full((1, 1, 2, 4), 2.0)
+    np.testing.assert_array_equal(a.numpy(), [[1] * 4, [2] * 4, [2] * 4])
+    w = tg.ones(1, 4, requires_grad=True)
+    b = tg.zeros(3, 4)
+    b[2] = w * 3
+    b.sum().backward()
+    np.testing.assert_array_equal(w.grad.numpy(), np.full((1, 4), 3.0))
+    with pytest.raises(tg.ShapeError, match=r"cannot broadcast \(2, 4\) to \(4,\)"):
+        a[0] = tg.ones(2, 4)
+
+
 def test_a_range_indexes_as_an_array():
     x = tg.zeros((3, 4))
     x[range(3), tg.tensor([1, 0, 3])] = 5.0  # one element per row, as x[np.arange(3), y]

@@ -10,7 +10,7 @@ inputs' and are ops, so they trace."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -111,6 +111,28 @@ def histc(input: Any, bins: int = 100, min: float = 0, max: float = 0) -> Tensor
     return P.histc(ravel(x), bins=int(bins), lo=float(min), hi=float(max))
 
 
+class HistogramResult(NamedTuple):
+    hist: Tensor
+    bin_edges: Tensor
+
+
+def histogram(input: Any, bins: int = 100, *, range: tuple[float, float] | None = None,
+              weight: Any = None, density: bool = False) -> HistogramResult:  # fmt: skip
+    """Counts in `bins` equal bins over `range` (the data's if None, widened by 1/2 each way
+    if it is one value, as NumPy's) and the bins' edges; with `density`, scaled to integrate
+    to 1. A bin count only, without weights."""
+    x = as_tensor(input)
+    if not isinstance(bins, int | np.integer) or weight is not None:
+        raise NotImplementedError("histogram: takes a number of bins, without weight (see histc)")
+    lo, hi = (float(x.min()), float(x.max())) if range is None else map(float, range)
+    if lo == hi:
+        lo, hi = lo - 0.5, hi + 0.5
+    hist = histc(x, int(bins), lo, hi)
+    if density:
+        hist = hist / (hist.sum() * ((hi - lo) / int(bins)))
+    return HistogramResult(hist, Tensor._of(np.linspace(lo, hi, int(bins) + 1, dtype=x.dtype)))
+
+
 def searchsorted(sorted_sequence: Any, input: Any, *, out_int32: bool = False, right: bool = False,
                  side: str | None = None, sorter: Any = None) -> Tensor:  # fmt: skip
     """Where each value would be inserted into `sorted_sequence` (along its last dimension,
@@ -172,5 +194,5 @@ def triu_indices(row: int, col: int, offset: int = 0, *, dtype: Any = np.int64,
     return _triangle("triu", row, col, offset, dtype)
 
 
-__all__ = ["bincount", "bucketize", "histc", "isin", "searchsorted", "tril_indices",
+__all__ = ["bincount", "bucketize", "histc", "histogram", "isin", "searchsorted", "tril_indices",
            "triu_indices", "unique", "unique_consecutive"]  # fmt: skip

@@ -273,7 +273,7 @@ METHODS: dict[str, Any] = {
     "nanquantile": S.nanquantile,
     # indices and counts
     "unique": K.unique, "unique_consecutive": K.unique_consecutive, "bincount": K.bincount,
-    "histc": K.histc,
+    "histc": K.histc, "histogram": K.histogram,
     # rearranging
     "split": A.split, "chunk": A.chunk, "tensor_split": A.tensor_split, "unbind": A.unbind,
     "hsplit": A.hsplit, "vsplit": A.vsplit, "dsplit": A.dsplit, "flip": _varargs(A.flip),

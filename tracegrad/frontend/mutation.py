@@ -306,6 +306,9 @@ def put(x: Tensor, template: tuple, arrays: list, value: Any, accumulate: bool) 
                    accumulate).astype(np.bool_)  # fmt: skip
     region, _ = P.getitem.shape_rule(x, *arrays, template=template)
     v = as_tensor(value)
+    extra = v.ndim - len(region)  # leading 1s beyond the region's rank go, as in NumPy and PyTorch
+    if extra > 0 and all(d == 1 for d in v.shape[:extra]):
+        v = reshape(v, v.shape[extra:])
     v = broadcast_to(v if v.dtype == x.dtype else astype(v, x.dtype), tuple(region))
     placed = P.scatter_add(v, *arrays, shape=x.shape, template=template)
     if accumulate:
