@@ -447,15 +447,22 @@ def test_multinomial_traced_draws_afresh_and_as_eager(backend):
     def draw(p):
         return tg.multinomial(p, 2), tg.multinomial(p, 4, replacement=True)
 
+    got = drawn_as_eager(draw, probs, backend, calls=3, seed=5)
+    assert any(not np.array_equal(got[0][1], g[1]) for g in got[1:])  # fresh draws
+
+
+def drawn_as_eager(draw, arg, backend, calls, seed):
+    """The draws of `calls` traced calls of `draw(arg)`, checked against as many eager ones
+    from the same seed."""
     traced = tg.trace(draw, backend=backend)
-    tg.manual_seed(5)
-    eager = [[t.numpy() for t in draw(probs)] for _ in range(3)]
-    tg.manual_seed(5)
-    got = [[t.numpy() for t in traced(probs)] for _ in range(3)]
+    tg.manual_seed(seed)
+    eager = [[t.numpy() for t in draw(arg)] for _ in range(calls)]
+    tg.manual_seed(seed)
+    got = [[t.numpy() for t in traced(arg)] for _ in range(calls)]
     for a, b in zip(got, eager, strict=True):
         for x, y in zip(a, b, strict=True):
-            np.testing.assert_array_equal(x, y)
-    assert any(not np.array_equal(got[0][1], g[1]) for g in got[1:])  # fresh draws
+            np.testing.assert_allclose(x, y, rtol=1e-6)
+    return got
 
 
 def test_random_fills_and_bernoulli():
@@ -506,15 +513,7 @@ def test_random_fills_traced_draw_afresh_and_as_eager(backend):
         y = x * 1.0
         return y.exponential_(), y.random_(0, 100) + y.cauchy_() * 0
 
-    traced = tg.trace(draw, backend=backend)
-    x = tg.ones(50)
-    tg.manual_seed(6)
-    eager = [[t.numpy() for t in draw(x)] for _ in range(2)]
-    tg.manual_seed(6)
-    got = [[t.numpy() for t in traced(x)] for _ in range(2)]
-    for a, b in zip(got, eager, strict=True):
-        for u, v in zip(a, b, strict=True):
-            np.testing.assert_allclose(u, v, rtol=1e-6)
+    got = drawn_as_eager(draw, tg.ones(50), backend, calls=2, seed=6)
     assert not np.array_equal(got[0][0], got[1][0])
 
 

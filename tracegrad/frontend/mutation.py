@@ -219,7 +219,7 @@ def log_normal(self: Tensor, mean: float = 1.0, std: float = 2.0, *,
 
 def random_integers(self: Tensor, *bounds: int, generator: Any = None, **named: int) -> Tensor:
     """`random_`'s integers: random_(to) in [0, to), random_(from, to) in [from, to); none given,
-    in [0, 2^mantissa] for floats (every integer the dtype holds exactly), [0, max] for ints."""
+    in [0, 2^mantissa] for floats (every integer the dtype holds exactly), [0, max) for ints."""
     given = [named.pop(k, None) for k in ("from", "to")]
     bounds = (*bounds, *(v for v in given if v is not None))
     if named or len(bounds) > 2:

@@ -291,7 +291,7 @@ class Tracer:
         trace refers to any more, the old tensor takes the new one's place in that state (its
         dicts, lists and attributes) and its value, as an in-place update would: the plan then
         reads and writes it at every call."""
-        escaped = self.escaped(results)
+        escaped = tuple(self.escaped(results))  # a tuple: `_substitute` rewrites lists
         kinds = {(t.shape, t.dtype) for t in escaped}
         state = [s.tensor for s in self.slots.values()
                  if s.arg is None and (s.tensor.shape, s.tensor.dtype) in kinds]  # fmt: skip
