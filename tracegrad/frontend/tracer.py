@@ -55,6 +55,17 @@ def _substitute(new: Tensor, old: Tensor) -> None:
                 setattr(holder, k, old)
 
 
+def _computed_from(value: ir.Value, made_by: dict[ir.Value, ir.Node]) -> set[ir.Value]:
+    """The values `value` is computed from (the step's inputs among them), itself included."""
+    seen, todo = set(), [value]
+    while todo:
+        v = todo.pop()
+        if v not in seen:
+            seen.add(v)
+            todo.extend(made_by[v].inputs if v in made_by else ())
+    return seen
+
+
 def _is_leaf(x: Any) -> bool:
     return isinstance(x, Tensor | np.ndarray)
 
@@ -299,25 +310,15 @@ class Tracer:
             return  # the common case: nothing made in the step outlives it
         gone = _unreferenced(state)
         replaced = [s for s in self.slots.values() if id(s.tensor) in gone]
+        made_by = {v: n for n in self.nodes for v in n.outputs}
         for new in escaped:
-            reads = self.inputs_of(new._value)
+            reads = _computed_from(new._value, made_by)
             pairs = [s for s in replaced if s.input in reads
                      and (s.tensor.shape, s.tensor.dtype) == (new.shape, new.dtype)]  # fmt: skip
             if len(pairs) == 1:
                 _substitute(new, pairs[0].tensor)
                 pairs[0].tensor._value = new._value
                 replaced.remove(pairs[0])
-
-    def inputs_of(self, value: ir.Value) -> set[ir.Value]:
-        """The values `value` is computed from (the step's inputs among them)."""
-        made_by = {v: n for n in self.nodes for v in n.outputs}
-        seen, todo = set(), [value]
-        while todo:
-            v = todo.pop()
-            if v not in seen:
-                seen.add(v)
-                todo.extend(made_by[v].inputs if v in made_by else ())
-        return seen
 
     def donated_grads(self) -> list[Slot]:
         """The parameters whose `.grad` the step replaces (`zero_grad()` then `backward()`)
