@@ -557,3 +557,47 @@ def test_a_range_indexes_as_an_array():
     want[np.arange(3), [1, 0, 3]] = 5.0
     np.testing.assert_array_equal(x.numpy(), want)
     np.testing.assert_array_equal(x[range(0, 3, 2)].numpy(), want[0:3:2])
+
+
+def test_out_writes_the_result_into_the_given_tensor():
+    """PyTorch's out=: on primitives, on functions with options and on ones with tuple results;
+    the tensor is returned, resized (with PyTorch's warning) where its shape differs."""
+    a, b = tg.tensor([1.0, 2.0]), tg.tensor([3.0, 4.0])
+    c = tg.empty(2)
+    assert tg.mul(a, b, out=c) is c and c.tolist() == [3.0, 8.0]
+    assert tg.add(a, b, alpha=2, out=c) is c and c.tolist() == [7.0, 10.0]
+    m = tg.empty(0)
+    assert tg.matmul(tg.ones(2, 3), tg.ones(3, 2), out=m).tolist() == [[3.0, 3.0]] * 2
+    values, indices = tg.empty(3), tg.empty(3, dtype=tg.int64)
+    got = tg.max(tg.tensor([[1.0, 5.0], [7.0, 2.0], [0.0, 0.5]]), 1, out=(values, indices))
+    assert got.values is values and values.tolist() == [5.0, 7.0, 0.5]
+    assert indices.tolist() == [1, 0, 1]
+    joined = tg.empty(5)
+    with pytest.warns(UserWarning, match="resized"):
+        tg.cat([a, b], out=joined)
+    assert joined.shape == (4,) and joined.tolist() == [1.0, 2.0, 3.0, 4.0]
+    counts = tg.empty(2, dtype=tg.int64)
+    with pytest.raises(TypeError, match="can't be cast"):
+        tg.mul(a, b, out=counts)
+
+
+def test_out_refuses_a_result_autograd_would_track():
+    w = tg.ones(2, requires_grad=True)
+    with pytest.raises(RuntimeError, match="don't support automatic differentiation"):
+        tg.mul(w, 2.0, out=tg.empty(2))
+    with tg.no_grad():
+        assert tg.mul(w, 2.0, out=tg.empty(2)).tolist() == [2.0, 2.0]
+
+
+def test_out_in_a_traced_step_writes_state_as_eager_does():
+    state = tg.zeros(3)
+
+    def step(x):
+        tg.add(state, x * 2.0, out=state)
+        return state.sum()
+
+    traced = tg.trace(step)
+    x = tg.tensor([1.0, 2.0, 3.0])
+    for want in (12.0, 24.0, 36.0):
+        assert traced(x).item() == want
+    assert state.tolist() == [6.0, 12.0, 18.0]

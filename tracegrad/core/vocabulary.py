@@ -108,7 +108,12 @@ class Primitive:
     cannot (batch norm's: the centred values sum to zero, one pass over the batch fewer);
     `vjp_into`, `vjp_into(acc, g, *inputs, **params)` adds the first input's cotangent into
     `acc`, an array of its shape, in place: eager backward's way to gather the cotangents of many
-    slices of one tensor (getitem's) in one buffer."""
+    slices of one tensor (getitem's) in one buffer.
+
+    For the front end: `promotion`, how operands of different dtypes meet (PyTorch's rules,
+    `frontend.promotion`): "" as given; "operands", all cast to their result type; "values",
+    all but the first (where's condition); "float", as "operands" and integers become the
+    default float (sqrt, true division). The op's own rule then sees operands that agree."""
 
     def __init__(
         self,
@@ -136,6 +141,7 @@ class Primitive:
         trace_parts: bool = True,
         traced_vjp: bool = False,
         vjp_into: Callable | None = None,
+        promotion: str = "",
     ):
         if kind not in Kind.__members__.values():
             raise ValueError(f"primitive {name}: kind {kind!r} is not one of {[*map(str, Kind)]}")
@@ -159,6 +165,7 @@ class Primitive:
         self.trace_parts = decompose is not None and trace_parts
         self.traced_vjp = traced_vjp
         self.vjp_into = vjp_into
+        self.promotion = promotion
         self._shapes: dict[tuple, tuple[tuple[int, ...], np.dtype]] = {}
         PRIMITIVES[name] = self
 

@@ -308,6 +308,8 @@ def run_backward(
             continue
         if dy.shape != y.shape:
             raise ValueError(f"backward: dy of shape {dy.shape} for y of shape {y.shape}")
+        if dy.dtype != y.dtype:  # as PyTorch's engine: a cotangent takes its value's dtype
+            dy = dy.astype(y.dtype)
         grads[node] = grads[node] + dy if node in grads else dy
         roots.append(node)
     order, useful = _order(roots, lambda n: deliver(n) is not None)

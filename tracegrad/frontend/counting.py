@@ -100,6 +100,7 @@ def bincount(input: Any, weights: Any = None, minlength: int = 0) -> Tensor:
     return P.scatter_add(w, Tensor._of(a.astype(np.int64)), shape=(n,), template=("@",))
 
 
+@pytorch_keywords
 def histc(input: Any, bins: int = 100, min: float = 0, max: float = 0) -> Tensor:
     """Counts in `bins` equal bins over [min, max] (the data's range if both are 0), as floats
     of input's dtype; elements outside are not counted."""
@@ -116,6 +117,7 @@ class HistogramResult(NamedTuple):
     bin_edges: Tensor
 
 
+@pytorch_keywords
 def histogram(input: Any, bins: int = 100, *, range: tuple[float, float] | None = None,
               weight: Any = None, density: bool = False) -> HistogramResult:  # fmt: skip
     """Counts in `bins` equal bins over `range` (the data's if None, widened by 1/2 each way
@@ -133,6 +135,7 @@ def histogram(input: Any, bins: int = 100, *, range: tuple[float, float] | None 
     return HistogramResult(hist, Tensor._of(np.linspace(lo, hi, int(bins) + 1, dtype=x.dtype)))
 
 
+@pytorch_keywords
 def searchsorted(sorted_sequence: Any, input: Any, *, out_int32: bool = False, right: bool = False,
                  side: str | None = None, sorter: Any = None) -> Tensor:  # fmt: skip
     """Where each value would be inserted into `sorted_sequence` (along its last dimension,
@@ -152,6 +155,7 @@ def searchsorted(sorted_sequence: Any, input: Any, *, out_int32: bool = False, r
     return out.astype(np.int32) if out_int32 else out
 
 
+@pytorch_keywords
 def bucketize(input: Any, boundaries: Any, *, out_int32: bool = False,
               right: bool = False) -> Tensor:  # fmt: skip
     """The bucket of each element among 1-D `boundaries`: i with boundaries[i-1] < x <=

@@ -12,6 +12,7 @@ import numpy as np
 
 from tracegrad.core import primitives as P
 from tracegrad.frontend.functions import pytorch_keywords
+from tracegrad.frontend.promotion import is_number, result_type
 from tracegrad.frontend.tensor import Tensor, as_tensor
 
 eq, ne, lt, le, gt, ge = P.equal, P.not_equal, P.less, P.less_equal, P.greater, P.greater_equal
@@ -24,11 +25,13 @@ def _scaled(other: Any, alpha: Any) -> Any:
     return other if alpha == 1 else other * alpha
 
 
+@pytorch_keywords
 def add(input: Any, other: Any, *, alpha: Any = 1) -> Tensor:
     """input + alpha * other."""
     return P.add(input, _scaled(other, alpha))
 
 
+@pytorch_keywords
 def sub(input: Any, other: Any, *, alpha: Any = 1) -> Tensor:
     """input - alpha * other."""
     return P.sub(input, _scaled(other, alpha))
@@ -37,6 +40,7 @@ def sub(input: Any, other: Any, *, alpha: Any = 1) -> Tensor:
 subtract = sub
 
 
+@pytorch_keywords
 def div(input: Any, other: Any, *, rounding_mode: str | None = None) -> Tensor:
     """input / other, rounded toward zero ("trunc") or down ("floor") if asked."""
     if rounding_mode not in (None, "trunc", "floor"):
@@ -44,24 +48,31 @@ def div(input: Any, other: Any, *, rounding_mode: str | None = None) -> Tensor:
                          f"{rounding_mode!r}")  # fmt: skip
     if rounding_mode is None:
         return P.div(input, other)
-    exact = as_tensor(input).dtype.kind in "iu" and as_tensor(other).dtype.kind in "iu"
-    q = (P.trunc if rounding_mode == "trunc" else P.floor)(P.div(input, other))
-    return q.astype(np.result_type(as_tensor(input).dtype, as_tensor(other).dtype)) if exact else q
+    rounded = P.trunc if rounding_mode == "trunc" else P.floor
+    x, y = (a if is_number(a) else as_tensor(a) for a in (input, other))
+    dtype = result_type(x, y)
+    if dtype.kind in "fc":
+        return rounded(P.div(x, y))
+    x, y = (float(a) if is_number(a) else a.astype(np.float64) for a in (x, y))
+    return rounded(P.div(x, y)).astype(dtype)  # integers: exact up to 2**53, not float32's
 
 
 divide = div
 
 
+@pytorch_keywords
 def addcmul(input: Any, tensor1: Any, tensor2: Any, *, value: Any = 1) -> Tensor:
     """input + value * tensor1 * tensor2."""
     return P.add(input, _scaled(P.mul(tensor1, tensor2), value))
 
 
+@pytorch_keywords
 def addcdiv(input: Any, tensor1: Any, tensor2: Any, *, value: Any = 1) -> Tensor:
     """input + value * tensor1 / tensor2."""
     return P.add(input, _scaled(P.div(tensor1, tensor2), value))
 
 
+@pytorch_keywords
 def lerp(input: Any, end: Any, weight: Any) -> Tensor:
     """input + weight * (end - input)."""
     return P.add(input, P.mul(weight, P.sub(end, input)))
@@ -79,18 +90,22 @@ def _truth(x: Any) -> Tensor:
     return x if x.dtype == np.bool_ else x != 0
 
 
+@pytorch_keywords
 def logical_not(input: Any) -> Tensor:
     return _truth(input) == False  # noqa: E712 (an elementwise comparison)
 
 
+@pytorch_keywords
 def logical_and(input: Any, other: Any) -> Tensor:
     return P.where(_truth(input), _truth(other), False)
 
 
+@pytorch_keywords
 def logical_or(input: Any, other: Any) -> Tensor:
     return P.where(_truth(input), True, _truth(other))
 
 
+@pytorch_keywords
 def logical_xor(input: Any, other: Any) -> Tensor:
     return _truth(input) != _truth(other)
 
@@ -128,23 +143,28 @@ def equal(input: Any, other: Any) -> bool:
     return a.shape == b.shape and bool(np.array_equal(a.numpy(), b.numpy()))
 
 
+@pytorch_keywords
 def square(input: Any) -> Tensor:
     x = as_tensor(input)
     return x * x
 
 
+@pytorch_keywords
 def reciprocal(input: Any) -> Tensor:
     return 1.0 / as_tensor(input)
 
 
+@pytorch_keywords
 def deg2rad(input: Any) -> Tensor:
     return as_tensor(input) * (math.pi / 180.0)
 
 
+@pytorch_keywords
 def rad2deg(input: Any) -> Tensor:
     return as_tensor(input) * (180.0 / math.pi)
 
 
+@pytorch_keywords
 def sinc(input: Any) -> Tensor:
     """sin(pi x) / (pi x), 1 at 0; the 0 is replaced before dividing so the gradient there is
     0, not nan."""
@@ -154,17 +174,20 @@ def sinc(input: Any) -> Tensor:
     return P.where(at_zero, 1.0, P.sin(safe) / safe)
 
 
+@pytorch_keywords
 def fmax(input: Any, other: Any) -> Tensor:
     """maximum, ignoring a nan on one side."""
     x, y = as_tensor(input), as_tensor(other)
     return P.where(y != y, x, P.where(x != x, y, P.maximum(x, y)))
 
 
+@pytorch_keywords
 def fmin(input: Any, other: Any) -> Tensor:
     x, y = as_tensor(input), as_tensor(other)
     return P.where(y != y, x, P.where(x != x, y, P.minimum(x, y)))
 
 
+@pytorch_keywords
 def floor_divide(input: Any, other: Any) -> Tensor:
     """input // other, rounded down; integers stay integers, as PyTorch's `//`."""
     return div(input, other, rounding_mode="floor")
@@ -209,24 +232,28 @@ def real(input: Any) -> Tensor:
 conj = real
 
 
+@pytorch_keywords
 def angle(input: Any) -> Tensor:
     """0 for x >= 0, pi for x < 0 (real inputs); no gradient."""
     x = as_tensor(input).detach()
     return P.where(x < 0.0, math.pi, 0.0).astype(x.dtype if x.dtype.kind == "f" else np.float64)
 
 
+@pytorch_keywords
 def frac(input: Any) -> Tensor:
     """The fractional part, with the input's sign: x - trunc(x)."""
     x = as_tensor(input)
     return x - P.trunc(x)
 
 
+@pytorch_keywords
 def heaviside(input: Any, values: Any) -> Tensor:
     """The step function: 0 below zero, 1 above, `values` at zero."""
     x = as_tensor(input)
     return P.where(x == 0, values, (x > 0).astype(x.dtype))
 
 
+@pytorch_keywords
 def copysign(input: Any, other: Any) -> Tensor:
     """|input| with the sign of `other` (-0.0 counts as negative, as in IEEE)."""
     x, y = as_tensor(input), as_tensor(other)
@@ -235,6 +262,7 @@ def copysign(input: Any, other: Any) -> Tensor:
     return P.where(negative, -P.abs(x), P.abs(x))
 
 
+@pytorch_keywords
 def signbit(input: Any) -> Tensor:
     """Whether the sign bit is set (true for -0.0), without gradient."""
     x = as_tensor(input).detach()
@@ -243,17 +271,20 @@ def signbit(input: Any) -> Tensor:
     return (x < 0) | ((x == 0) & (P.arctan2(x, -1.0) < 0))  # atan2(-0.0, -1) is -pi
 
 
+@pytorch_keywords
 def float_power(input: Any, exponent: Any) -> Tensor:
     """input ** exponent in float64, as PyTorch's."""
     x, e = as_tensor(input).astype(np.float64), as_tensor(exponent)
     return P.pow(x, e.astype(np.float64) if e.dtype.kind == "f" else e)
 
 
+@pytorch_keywords
 def isposinf(input: Any) -> Tensor:
     x = as_tensor(input)
     return x == math.inf
 
 
+@pytorch_keywords
 def isneginf(input: Any) -> Tensor:
     x = as_tensor(input)
     return x == -math.inf

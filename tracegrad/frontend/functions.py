@@ -21,13 +21,13 @@ import numpy as np
 
 from tracegrad.core import primitives as P
 from tracegrad.core.errors import ShapeError, TraceError, user_location
-from tracegrad.frontend.tensor import Listeners, Tensor, as_tensor
+from tracegrad.frontend.tensor import Listeners, Tensor, as_tensor, write_out
 
 # Keywords only NumPy's functions take: a top-level call with one is a NumPy habit, and the
 # error says where NumPy's meaning lives.
 NUMPY_KEYWORDS = frozenset({
     "axis", "keepdims", "axes", "axis1", "axis2", "axisa", "axisb", "axisc", "ddof", "a_min",
-    "a_max", "indices_or_sections", "repeats", "reps", "kind", "order", "out", "newshape",
+    "a_max", "indices_or_sections", "repeats", "reps", "kind", "order", "newshape",
     "shift", "num", "endpoint", "condlist", "choicelist", "copy",
 })  # fmt: skip
 _ALIASES = (("axis", "dim"), ("keepdims", "keepdim"))
@@ -36,7 +36,8 @@ _ALIASES = (("axis", "dim"), ("keepdims", "keepdim"))
 def pytorch_keywords(f: Callable | None = None, *, aliases: bool = True) -> Callable:
     """`f` taking NumPy's `axis=`/`keepdims=` as aliases of its `dim=`/`keepdim=` (as PyTorch's
     functions do; not where `aliases` is False, as for `split`, whose NumPy namesake means
-    another thing), and naming `tracegrad.numpy.<name>` when called with a NumPy keyword."""
+    another thing), PyTorch's `out=` (`mutation.write_out`), and naming
+    `tracegrad.numpy.<name>` when called with a NumPy keyword."""
     if f is None:
         return functools.partial(pytorch_keywords, aliases=aliases)
     params = inspect.signature(f).parameters
@@ -45,10 +46,18 @@ def pytorch_keywords(f: Callable | None = None, *, aliases: bool = True) -> Call
     @functools.wraps(f)
     def call(*args: Any, **kwargs: Any) -> Any:
         if kwargs and not kwargs.keys() <= params.keys():
+            if "out" in kwargs and "out" not in params:
+                return _into_out(call, args, kwargs)
             kwargs = _renamed(f.__name__, params, renames, kwargs)
         return f(*args, **kwargs)
 
     return call
+
+
+def _into_out(f: Callable, args: tuple, kwargs: dict) -> Any:
+    out = kwargs.pop("out")
+    result = f(*args, **kwargs)
+    return result if out is None else write_out(out, result, f.__name__)
 
 
 def _renamed(name: str, params: Any, aliases: dict, kwargs: dict) -> dict:
@@ -367,6 +376,7 @@ def same_dtypes(op: str, *xs: Tensor) -> None:
         )
 
 
+@pytorch_keywords
 def matmul(input: Any, other: Any) -> Tensor:
     """The matrix product: 2-D, batched (broadcast) and 1-D operands, of one dtype (PyTorch's
     rule; `promoting_matmul` is NumPy's)."""

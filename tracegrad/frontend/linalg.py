@@ -213,6 +213,7 @@ def logdet(input: Any) -> Tensor:
     return P.where(sign < 0.0, math.nan, logabs)
 
 
+@pytorch_keywords
 def cholesky_top(input: Any, upper: bool = False) -> Tensor:
     """PyTorch's deprecated `torch.cholesky(A, upper=False)` (upper positional)."""
     return cholesky(input, upper=upper)

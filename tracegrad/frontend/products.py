@@ -25,6 +25,7 @@ from tracegrad.frontend.functions import (
 from tracegrad.frontend.tensor import Tensor, as_tensor
 
 
+@pytorch_keywords
 def dot(input: Any, other: Any) -> Tensor:
     """The inner product of two vectors (NumPy's dot of any ranks is `tracegrad.numpy.dot`)."""
     a, b = as_tensor(input), as_tensor(other)
@@ -34,6 +35,7 @@ def dot(input: Any, other: Any) -> Tensor:
     return matmul(a, b)
 
 
+@pytorch_keywords
 def inner(input: Any, other: Any) -> Tensor:
     """The sum over both operands' last dimension (a product for 0-D operands)."""
     a, b = as_tensor(input), as_tensor(other)
@@ -42,6 +44,7 @@ def inner(input: Any, other: Any) -> Tensor:
     return tensordot(a, b, ([-1], [-1]))
 
 
+@pytorch_keywords
 def outer(input: Any, vec2: Any) -> Tensor:
     """The outer product of two vectors."""
     a, b = as_tensor(input), as_tensor(vec2)
@@ -51,6 +54,7 @@ def outer(input: Any, vec2: Any) -> Tensor:
     return reshape(a, (-1, 1)) * reshape(b, (1, -1))
 
 
+@pytorch_keywords
 def kron(input: Any, other: Any) -> Tensor:
     a, b = as_tensor(input), as_tensor(other)
     n = a.ndim if a.ndim > b.ndim else b.ndim
@@ -155,6 +159,7 @@ def _einsum(subscripts: str, xs: list[Tensor]) -> Tensor:
     return P.einsum(*xs, spec=",".join(ins) + "->" + out)
 
 
+@pytorch_keywords
 def mv(input: Any, vec: Any) -> Tensor:
     """A matrix times a vector."""
     a, b = as_tensor(input), as_tensor(vec)
@@ -163,6 +168,7 @@ def mv(input: Any, vec: Any) -> Tensor:
     return matmul(a, b)
 
 
+@pytorch_keywords
 def bmm(input: Any, mat2: Any) -> Tensor:
     """Batched matrix product of two 3-D tensors (no broadcasting: that is `matmul`)."""
     a, b = as_tensor(input), as_tensor(mat2)
@@ -190,6 +196,7 @@ def _ranks(op: str, want: tuple[int, ...], *xs: Tensor) -> None:
                          + ", ".join(str(x.shape) for x in xs))  # fmt: skip
 
 
+@pytorch_keywords
 def addmm(input: Any, mat1: Any, mat2: Any, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
     """beta * input + alpha * (mat1 @ mat2), for matrices (input broadcast)."""
     a, b = as_tensor(mat1), as_tensor(mat2)
@@ -197,6 +204,7 @@ def addmm(input: Any, mat1: Any, mat2: Any, *, beta: Any = 1, alpha: Any = 1) ->
     return _added(input, matmul(a, b), beta, alpha)
 
 
+@pytorch_keywords
 def addmv(input: Any, mat: Any, vec: Any, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
     """beta * input + alpha * (mat @ vec)."""
     a, v = as_tensor(mat), as_tensor(vec)
@@ -204,6 +212,7 @@ def addmv(input: Any, mat: Any, vec: Any, *, beta: Any = 1, alpha: Any = 1) -> T
     return _added(input, matmul(a, v), beta, alpha)
 
 
+@pytorch_keywords
 def addr(input: Any, vec1: Any, vec2: Any, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
     """beta * input + alpha * outer(vec1, vec2)."""
     return _added(input, outer(vec1, vec2), beta, alpha)
@@ -217,6 +226,7 @@ def baddbmm(input: Any, batch1: Any, batch2: Any, *, beta: Any = 1, alpha: Any =
     return _added(input, matmul(a, b), beta, alpha)
 
 
+@pytorch_keywords
 def addbmm(input: Any, batch1: Any, batch2: Any, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
     """beta * input + alpha * sum_b batch1[b] @ batch2[b]: one product of the batches laid
     side by side, (n, b*m) @ (b*m, p)."""

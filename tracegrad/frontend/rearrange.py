@@ -228,6 +228,7 @@ def _diagonal(input: Any, offset: int, dim1: int, dim2: int) -> Tensor:
     return getitem(x, (Ellipsis, i, i + offset))
 
 
+@pytorch_keywords
 def diag(input: Any, diagonal: int = 0) -> Tensor:
     """A 1-D input becomes a matrix with it on diagonal k; a 2-D one gives its diagonal k."""
     x = as_tensor(input)
@@ -250,11 +251,13 @@ def matrix_trace(input: Any) -> Tensor:
     return sum(diagonal(x), -1)
 
 
+@pytorch_keywords
 def triu(input: Any, diagonal: int = 0) -> Tensor:
     x = as_tensor(input)
     return P.where(np.triu(np.ones(x.shape[-2:], bool), diagonal), x, 0.0)
 
 
+@pytorch_keywords
 def tril(input: Any, diagonal: int = 0) -> Tensor:
     x = as_tensor(input)
     return P.where(np.tril(np.ones(x.shape[-2:], bool), diagonal), x, 0.0)
@@ -347,6 +350,7 @@ def cartesian_prod(*tensors: Any) -> Tensor:
 # --- selection ---------------------------------------------------------------------------------
 
 
+@pytorch_keywords
 def where(condition: Any, input: Any = None, other: Any = None) -> Any:
     """`input` where `condition` holds, else `other`; where(condition) alone is
     nonzero(condition, as_tuple=True)."""
@@ -355,6 +359,7 @@ def where(condition: Any, input: Any = None, other: Any = None) -> Any:
     return P.where(condition, input, other)
 
 
+@pytorch_keywords
 def nonzero(input: Any, *, as_tuple: bool = False) -> Any:
     """The indices of the nonzero elements: an (n, ndim) tensor, or one 1-D tensor per dim."""
     x = as_tensor(input)
@@ -377,6 +382,7 @@ def argwhere(input: Any) -> Tensor:
     return nonzero(x)
 
 
+@pytorch_keywords
 def masked_select(input: Any, mask: Any) -> Tensor:
     """The elements of input where the (broadcast) mask holds, as a 1-D tensor; the gradient goes
     back to them. Its length depends on the mask: a traced mask is refused."""
@@ -422,19 +428,23 @@ def atleast_3d(*tensors: Any) -> Any:
     return _each(tensors, 3)
 
 
+@pytorch_keywords
 def hstack(tensors: Sequence[Any]) -> Tensor:
     xs = [_atleast(x, 1) for x in tensors]
     return cat(xs, 0 if xs[0].ndim == 1 else 1)
 
 
+@pytorch_keywords
 def vstack(tensors: Sequence[Any]) -> Tensor:
     return cat([_atleast(x, 2) for x in tensors], 0)
 
 
+@pytorch_keywords
 def dstack(tensors: Sequence[Any]) -> Tensor:
     return cat([_atleast(x, 3) for x in tensors], 2)
 
 
+@pytorch_keywords
 def column_stack(tensors: Sequence[Any]) -> Tensor:
     return cat([reshape(x, (-1, 1)) if as_tensor(x).ndim < 2 else x for x in tensors], 1)
 

@@ -57,6 +57,7 @@ def sort(input: Any, dim: int = -1, descending: bool = False, stable: bool = Fal
     return taken(x, _order(x, d, descending), d, True, SortResult)
 
 
+@pytorch_keywords
 def msort(input: Any) -> Tensor:
     """The values sorted along the first dimension."""
     return sort(input, 0).values

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from tracegrad.core import primitives as P
-from tracegrad.frontend.functions import clamp
+from tracegrad.frontend.functions import clamp, pytorch_keywords
 from tracegrad.frontend.tensor import Tensor, as_tensor
 
 SQRT_HALF = 0.7071067811865476
@@ -26,6 +26,7 @@ def _floating(x: Any) -> Tensor:
     return x if x.dtype.kind == "f" else x.astype(np.float64)
 
 
+@pytorch_keywords
 def polygamma(n: int, input: Any) -> Tensor:
     """The n-th derivative of digamma (n = 0 is digamma itself), PyTorch's argument order."""
     if int(n) != n or n < 0:
@@ -33,6 +34,7 @@ def polygamma(n: int, input: Any) -> Tensor:
     return P.digamma(input) if n == 0 else P.polygamma(input, n=int(n))
 
 
+@pytorch_keywords
 def mvlgamma(input: Any, p: int) -> Tensor:
     """The multivariate log-gamma function of dimension p: p(p-1)/4 log(pi) + sum_j lgamma(x -
     j/2), j < p (PyTorch requires x > (p - 1) / 2; so does this function's meaning)."""
@@ -41,6 +43,7 @@ def mvlgamma(input: Any, p: int) -> Tensor:
     return out + p * (p - 1) / 4 * math.log(math.pi)
 
 
+@pytorch_keywords
 def xlogy(input: Any, other: Any) -> Tensor:
     """x * log(y), 0 where x is 0 (unless y is nan), as PyTorch's: the entropy's 0 log 0 = 0.
     y is replaced by 1 there before the log, so the gradient is finite too."""
@@ -64,6 +67,7 @@ def entr(input: Any) -> Tensor:
     return P.where(positive, inner, P.where(x == 0, 0.0, P.where(x < 0, -math.inf, x)))
 
 
+@pytorch_keywords
 def logit(input: Any, eps: float | None = None) -> Tensor:
     """log(p / (1 - p)), with p clamped to [eps, 1 - eps] first if eps is given."""
     x = _floating(input)

@@ -14,6 +14,7 @@ import itertools
 import math
 import operator
 import threading
+import warnings
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -24,6 +25,12 @@ from tracegrad.core import ir
 from tracegrad.core.errors import ShapeError, TraceError, user_location
 from tracegrad.core.primitives import Phase, Primitive, astype
 from tracegrad.core.vocabulary import EAGER_KERNELS
+from tracegrad.frontend.promotion import (
+    get_default_dtype,
+    is_number,
+    result_type,
+    set_default_dtype,
+)
 
 _serials = itertools.count()
 
@@ -65,25 +72,6 @@ def phase(name: Phase) -> Iterator[None]:
         Listeners.phase = previous
 
 
-_default_float = np.dtype(np.float32)
-
-
-def get_default_dtype() -> np.dtype:
-    """The dtype of Python floats made tensors and of float constructors (PyTorch's default
-    dtype): float32 unless `set_default_dtype` changed it."""
-    return _default_float
-
-
-def set_default_dtype(dtype: Any) -> None:
-    """Make Python floats, float constructors (zeros, randn, ...) and new layers' parameters
-    `dtype`: float32 (the default) or float64, as PyTorch's set_default_dtype."""
-    global _default_float
-    d = np.dtype(dtype)
-    if d not in (np.float32, np.float64):
-        raise TypeError(f"set_default_dtype: only float32 and float64 are supported, not {d}")
-    _default_float = d
-
-
 def _is_extent(n: Any) -> bool:
     return isinstance(n, int | np.integer) and not isinstance(n, bool)
 
@@ -98,7 +86,7 @@ def _default_dtype(data: Any) -> np.dtype | None:
     """Python floats (and lists of them) get the default dtype; ndarrays keep theirs."""
     if isinstance(data, np.ndarray | np.generic):
         return None
-    return _default_float if np.asarray(data).dtype == np.float64 else None
+    return get_default_dtype() if np.asarray(data).dtype == np.float64 else None
 
 
 class Size(int):
@@ -127,7 +115,7 @@ class Tensor:
         float32), `Tensor(*sizes)` or `Tensor(torch.Size)` a zeroed tensor of that shape
         (PyTorch's is uninitialized), `Tensor()` an empty one. tracegrad's own code makes tensors
         of any dtype with `Tensor._of`."""
-        dtype = _default_float if dtype is None else dtype
+        dtype = get_default_dtype() if dtype is None else dtype
         sizes = tuple(data[0]) if len(data) == 1 and _is_size(data[0]) else data
         if all(map(_is_extent, sizes)):
             self._init(np.zeros(tuple(map(int, sizes)) or (0,), dtype), None, requires_grad)
@@ -363,10 +351,15 @@ def _holds_tensors(x: Any, requiring_grad: bool = False) -> bool:
 
 def bind(prim: Any, *args: Any, **params: Any) -> Tensor:
     """Apply `prim` to `args`: evaluate (eagerly or symbolically), then let the tape record it."""
+    if "out" in params:
+        return _bind_into(prim, args, params)
     listeners = Listeners
     tracer = listeners.tracers[-1] if listeners.tracers else None
     weak = tracer.weak if tracer is not None else ()
     inputs = _lift_args(args, weak)
+    promotion = prim.promotion
+    if promotion and _disagree(promotion, inputs):
+        inputs = _promote(promotion, inputs, args, weak)
     shape, dtype = prim.shape_rule(*inputs, **params)
     if tracer is not None and prim.trace_parts:
         if not prim.traced_vjp:
@@ -393,6 +386,40 @@ def bind(prim: Any, *args: Any, **params: Any) -> Tensor:
     return out
 
 
+def _bind_into(prim: Any, args: tuple, params: dict) -> Any:
+    """`op(..., out=t)`: the result written into `t`."""
+    out = params.pop("out")
+    result = bind(prim, *args, **params)
+    return result if out is None else write_out(out, result, prim.name)
+
+
+def write_out(out: Any, result: Any, op: str) -> Any:
+    """PyTorch's `out=`: `result` written into `out` (a tensor, or a tuple of them for a tuple of
+    results), which is returned. A result autograd tracks is refused, as PyTorch refuses it;
+    an `out` of another shape takes the result's, with PyTorch's warning if it held elements.
+    Through `resize_` and `copy_`, the methods, so that a traced step writes state as they do."""
+    if isinstance(result, tuple):
+        if not isinstance(out, tuple | list) or len(out) != len(result):
+            raise TypeError(f"{op}: out= takes a tuple of {len(result)} tensors here")
+        written = [write_out(o, r, op) for o, r in zip(out, result, strict=True)]
+        return result._make(written) if hasattr(result, "_make") else tuple(written)
+    if not isinstance(out, Tensor):
+        raise TypeError(f"{op}: out= must be a tensor, not {type(out).__name__}")
+    if Listeners.grad_enabled and result.requires_grad:
+        raise RuntimeError(f"{op}(): functions with out=... arguments don't support automatic "
+                           "differentiation, but one of the arguments requires grad")  # fmt: skip
+    if not np.can_cast(result.dtype, out.dtype, "same_kind"):
+        raise TypeError(f"{op}: result type {result.dtype} can't be cast to out='s dtype "
+                        f"{out.dtype}")  # fmt: skip
+    if out.shape != result.shape:
+        if out.size:
+            warnings.warn(f"{op}: an output with one or more elements was resized since it had "
+                          f"shape {out.shape}, which does not match the required output shape "
+                          f"{result.shape}", UserWarning, stacklevel=4)  # fmt: skip
+        out.resize_(result.shape)
+    return out.copy_(result)
+
+
 def _parts_off_the_tape(prim: Any, inputs: list[Tensor], params: dict) -> Tensor:
     """The op's parts, traced but not taped: the tape holds the op, whose own VJP
     differentiates it (`Primitive.traced_vjp`)."""
@@ -403,8 +430,39 @@ def _parts_off_the_tape(prim: Any, inputs: list[Tensor], params: dict) -> Tensor
         Listeners.grad_enabled = enabled
 
 
-def _is_python_number(a: Any) -> bool:
-    return isinstance(a, int | float | bool)
+def _disagree(promotion: str, inputs: list[Tensor]) -> bool:
+    """The operands' dtypes differ, or a float function has integers: the rare case, asked at
+    every op (NumPy's builtin dtypes are singletons: `is` answers first)."""
+    first = promotion == "values"
+    dtype = inputs[first]._value.dtype
+    for x in inputs[first + 1 :]:
+        other = x._value.dtype
+        if other is not dtype and other != dtype:
+            return True
+    return promotion == "float" and dtype.kind not in "fc"
+
+
+def _promote(promotion: str, inputs: list[Tensor], args: tuple, weak: Any) -> list[Tensor]:
+    """The operands cast to PyTorch's result type (`promotion.result_type`), each Python number
+    (or traced stand-in for one) counted as one; a float function's integers as default floats."""
+    first = 1 if promotion == "values" else 0
+    operands = [_WEAK_KINDS[a.dtype.kind] if _weak(a, weak) else a if is_number(a) else x
+                for a, x in zip(args[first:], inputs[first:], strict=True)]  # fmt: skip
+    dtype = result_type(*operands)
+    if promotion == "float" and dtype.kind not in "fc":
+        dtype = get_default_dtype()
+    out = inputs[:first]
+    for a, x in zip(args[first:], inputs[first:], strict=True):
+        if x.dtype == dtype:
+            out.append(x)
+        elif is_number(a):
+            out.append(Tensor._wrap(np.asarray(a, dtype)))
+        else:
+            out.append(astype(x, dtype=dtype))
+    return out
+
+
+_WEAK_KINDS = {"b": False, "u": 0, "i": 0, "f": 0.0, "c": 0j}  # a number standing for each kind
 
 
 def _lift_args(args: tuple[Any, ...], weak: Any = ()) -> list[Tensor]:
@@ -414,7 +472,7 @@ def _lift_args(args: tuple[Any, ...], weak: Any = ()) -> list[Tensor]:
         return lift_operands(args)
     is_weak = [_weak(a, weak) for a in args]
     arrays = [a._value if isinstance(a, Tensor) else a for a in args]
-    typed = [a for a, w in zip(arrays, is_weak, strict=True) if not w and not _is_python_number(a)]
+    typed = [a for a, w in zip(arrays, is_weak, strict=True) if not w and not is_number(a)]
     out = []
     for a, raw, w in zip(arrays, args, is_weak, strict=True):
         if w and typed:
@@ -422,7 +480,7 @@ def _lift_args(args: tuple[Any, ...], weak: Any = ()) -> list[Tensor]:
             out.append(raw if dtype == raw.dtype else astype(raw, dtype=dtype))
         elif isinstance(raw, Tensor):
             out.append(raw)
-        elif _is_python_number(a):
+        elif is_number(a):
             dtype = _scalar_type(tuple(t.dtype for t in typed), a) if typed else None
             out.append(Tensor._of(a) if dtype is None else Tensor._wrap(np.asarray(a, dtype)))
         else:
@@ -438,12 +496,12 @@ def lift_operands(args: tuple[Any, ...]) -> list[Tensor]:
             break
     else:
         return list(args)  # the common case, first
-    typed = tuple(a.dtype for a in args if not _is_python_number(a))
+    typed = tuple(a.dtype for a in args if not is_number(a))
     out = []
     for a in args:
         if isinstance(a, Tensor):
             out.append(a)
-        elif not _is_python_number(a):
+        elif not is_number(a):
             out.append(Tensor._of(np.asarray(a)))
         elif typed:
             out.append(Tensor._wrap(np.asarray(a, _scalar_type(typed, a))))
@@ -476,7 +534,7 @@ def _all_weak(args: tuple[Any, ...], weak: Any) -> bool:
     return (
         bool(tensors)
         and all(_weak(a, weak) for a in tensors)
-        and all(isinstance(a, Tensor) or _is_python_number(a) for a in args)
+        and all(isinstance(a, Tensor) or is_number(a) for a in args)
     )
 
 

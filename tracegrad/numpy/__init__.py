@@ -32,7 +32,7 @@ from tracegrad.frontend import (
     sorting,
 )
 from tracegrad.frontend.tensor import Tensor
-from tracegrad.numpy.arrays import asarray, holds_tensors
+from tracegrad.numpy.arrays import asarray, holds_tensors, promoted
 
 _IMPORTED = set(globals())
 
@@ -75,12 +75,15 @@ def _no_out(name: str, out: Any) -> None:
 
 def _ufunc(f: Callable, name: str) -> Callable:
     """NumPy's `name` as `f`, with NumPy's dtypes: Python numbers alone become float64 arrays
-    (with a tensor they take its dtype, as NumPy's weak scalars do)."""
+    (with a tensor they take its dtype, as NumPy's weak scalars do); tensors are cast to the
+    dtypes of NumPy's loop (int64 with float32 is float64 here, float32 at the top level)."""
+    ufunc = getattr(_np, name, None)
+    ufunc = ufunc if isinstance(ufunc, _np.ufunc) else None
 
     def call(*args: Any) -> Tensor:
         if not builtins.any(isinstance(a, Tensor) for a in args):
             args = tuple(asarray(a) for a in args)
-        return f(*args)
+        return f(*(promoted(args, ufunc) if ufunc is not None else args))
 
     call.__name__ = call.__qualname__ = name
     call.__doc__ = f"NumPy's {name}, differentiable."
@@ -162,7 +165,7 @@ def where(condition: Any, x: Any = None, y: Any = None) -> Any:
         return nonzero(condition)
     if not builtins.any(isinstance(v, Tensor) for v in (x, y)):
         x, y = asarray(x), asarray(y)
-    return P.where(condition, x, y)
+    return P.where(condition, *promoted((x, y)))
 
 
 def nonzero(a: Any) -> tuple[Tensor, ...]:
@@ -435,7 +438,7 @@ def broadcast_to(array: Any, shape: Sequence[int]) -> Tensor:
 
 def concatenate(arrays: Sequence[Any], axis: int | None = 0, out: None = None) -> Tensor:
     _no_out("concatenate", out)
-    xs = [asarray(x) for x in arrays]
+    xs = _arrays(arrays)
     return (
         functions.cat([functions.ravel(x) for x in xs], 0)
         if axis is None
@@ -445,11 +448,12 @@ def concatenate(arrays: Sequence[Any], axis: int | None = 0, out: None = None) -
 
 def stack(arrays: Sequence[Any], axis: int = 0, out: None = None) -> Tensor:
     _no_out("stack", out)
-    return functions.stack([asarray(x) for x in arrays], axis)
+    return functions.stack(_arrays(arrays), axis)
 
 
 def _arrays(tup: Sequence[Any]) -> list[Tensor]:
-    return [asarray(x) for x in tup]
+    """Arrays to join, in NumPy's common dtype."""
+    return list(promoted(tuple(asarray(x) for x in tup)))
 
 
 def hstack(tup: Sequence[Any]) -> Tensor:
@@ -472,15 +476,15 @@ def column_stack(tup: Sequence[Any]) -> Tensor:
 
 
 def atleast_1d(*arys: Any) -> Any:
-    return rearrange.atleast_1d(*_arrays(arys))
+    return rearrange.atleast_1d(*map(asarray, arys))
 
 
 def atleast_2d(*arys: Any) -> Any:
-    return rearrange.atleast_2d(*_arrays(arys))
+    return rearrange.atleast_2d(*map(asarray, arys))
 
 
 def atleast_3d(*arys: Any) -> Any:
-    return rearrange.atleast_3d(*_arrays(arys))
+    return rearrange.atleast_3d(*map(asarray, arys))
 
 
 def append(arr: Any, values: Any, axis: int | None = None) -> Tensor:

@@ -26,6 +26,7 @@ import tracegrad as _tg
 from tracegrad import *  # noqa: F403 (the top level has PyTorch's meanings)
 from tracegrad.frontend.autodiff import no_grad
 from tracegrad.frontend.device import device
+from tracegrad.frontend.functions import pytorch_keywords
 from tracegrad.frontend.methods import legacy_types
 from tracegrad.frontend.rearrange import matrix_trace as trace
 from tracegrad.frontend.tensor import Tensor
@@ -55,10 +56,12 @@ clone, mm = _tg.positive, _tg.matmul
 spmm = _tg.matmul  # a sparse matrix's product; tensors here are dense (a GCN's adjacency)
 
 
+@pytorch_keywords
 def rsqrt(input: Any) -> Tensor:
     return 1.0 / _tg.sqrt(input)
 
 
+@pytorch_keywords
 def norm(input: Tensor, p: Any = "fro", dim: Any = None, keepdim: bool = False,
          dtype: Any = None) -> Tensor:  # fmt: skip
     """PyTorch's (deprecated but common) `torch.norm`: the method `input.norm(p, dim)`."""

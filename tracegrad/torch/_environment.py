@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 import tracegrad as _tg
+from tracegrad.frontend import promotion
 from tracegrad.frontend.device import CPU, require_cpu
 from tracegrad.frontend.tensor import Tensor, as_tensor
 from tracegrad.torch._support import dtype, torch_dtype
@@ -19,6 +20,7 @@ __all__ = ["are_deterministic_algorithms_enabled", "can_cast", "channels_last",
            "channels_last_3d", "contiguous_format", "get_default_device", "memory_format",
            "preserve_format",
            "get_float32_matmul_precision", "get_rng_state", "is_nonzero", "promote_types",
+           "result_type",
            "set_default_device", "set_float32_matmul_precision", "set_flush_denormal",
            "set_printoptions", "set_rng_state", "typename",
            "use_deterministic_algorithms"]  # fmt: skip
@@ -137,12 +139,17 @@ def typename(obj: Any) -> str:
 
 
 def promote_types(type1: Any, type2: Any) -> dtype:
-    """PyTorch's promotion: a floating type wins over integers and bools whatever their size
-    (int64 and float32 give float32, where NumPy says float64); within a kind, NumPy's rule."""
-    a, b = np.dtype(type1), np.dtype(type2)
-    if (a.kind == "f") != (b.kind == "f"):
-        return torch_dtype(a if a.kind == "f" else b)
-    return torch_dtype(np.promote_types(a, b))
+    """PyTorch's promotion: a higher category wins whatever its size (int64 and float32 give
+    float32, where NumPy says float64); within a category, NumPy's rule."""
+    return torch_dtype(promotion.promote_types(np.dtype(type1), np.dtype(type2)))
+
+
+def result_type(tensor1: Any, tensor2: Any) -> dtype:
+    """The dtype an arithmetic op of the two computes in: dimensioned tensors above 0-d ones
+    above Python numbers, unless a lower group's category is higher."""
+    operands = [a if isinstance(a, Tensor) or promotion.is_number(a) else as_tensor(a)
+                for a in (tensor1, tensor2)]  # fmt: skip
+    return torch_dtype(promotion.result_type(*operands))
 
 
 def can_cast(from_: Any, to: Any) -> bool:

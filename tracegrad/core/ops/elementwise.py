@@ -337,14 +337,19 @@ def _power(x, y):
 
 def unary(name, impl, vjp=None, saves="", scalar=None, helpers=(), shape=shapes.floating, **kw):
     return Primitive(name, impl, shape, (vjp,) if vjp else None, saves, kind=Kind.ELEMENTWISE,
-                     scalar=scalar, helpers=helpers, **kw)  # fmt: skip
+                     scalar=scalar, helpers=helpers, promotion=_promotion(shape), **kw)  # fmt: skip
 
 
 def binary(
     name, impl, vjp=None, saves="", scalar=None, helpers=(), shape=shapes.broadcast_binary, **kw
 ):
     return Primitive(name, impl, shape, vjp, saves, kind=Kind.ELEMENTWISE, scalar=scalar,
-                     helpers=helpers, **kw)  # fmt: skip
+                     helpers=helpers, promotion=_promotion(shape) or "operands", **kw)  # fmt: skip
+
+
+def _promotion(shape) -> str:
+    """Float functions (whose rule makes integers floats) take integers as the default float."""
+    return "float" if shape in (shapes.floating, shapes.true_divide) else ""
 
 
 positive = unary("positive", np.positive, lambda g, out, x: g, shape=shapes.same, scalar="(+{0})")
@@ -468,7 +473,7 @@ where = Primitive("where", _where, _where_rule,
                    lambda g, out, c, x, y: sum_to(where(c, g, 0.0), x.shape),
                    lambda g, out, c, x, y: sum_to(where(c, 0.0, g), y.shape)),
                   "in0", kind=Kind.ELEMENTWISE, scalar="({1} if {0} else {2})",
-                  numpy=np.where, scratch=_where_scratch)  # fmt: skip
+                  numpy=np.where, scratch=_where_scratch, promotion="values")  # fmt: skip
 less = binary("less", np.less, shape=shapes.compare, scalar="({0} < {1})")
 less_equal = binary("less_equal", np.less_equal, shape=shapes.compare, scalar="({0} <= {1})")
 greater = binary("greater", np.greater, shape=shapes.compare, scalar="({0} > {1})")

@@ -226,7 +226,7 @@ def special(name, impl, vjp, saves, shape=shapes.floating):
     per element), not the one pass an elementwise op is taken to cost, so remat must not
     recompute it in backward to save memory; being pure, the memory budget may rebuild it."""
     return Primitive(name, impl, shape, (vjp,), saves, kind=Kind.OPAQUE, raises=False,
-                     rerun=True)  # fmt: skip
+                     rerun=True, promotion="float")  # fmt: skip
 
 
 lgamma = special("lgamma", _lgamma, lambda g, out, x: g * digamma(x), "in")

@@ -151,7 +151,7 @@ def _concatenate(*xs, axis, out=None):
 # out=: the result goes into the arena, planned and reused like the others' (else a large one,
 # such as the gradient of a q, k, v projection, is a fresh allocation with fresh pages each step)
 concatenate = Primitive("concatenate", _concatenate, _concat_rule, _concat_vjp, accepts_out=True,
-                        raises=False)  # fmt: skip
+                        raises=False, promotion="operands")  # fmt: skip
 getitem = Primitive(
     "getitem",
     _getitem,
