@@ -439,3 +439,15 @@ def test_a_weights_gradient_is_laid_out_as_the_weight(batch) -> None:
     np.testing.assert_allclose(w.grad.numpy(), gs.T @ rows, rtol=1e-12)
     np.testing.assert_allclose(v.grad.numpy(), rows.T @ gs, rtol=1e-12)
     assert w.grad.numpy().flags.c_contiguous and v.grad.numpy().flags.c_contiguous
+
+
+def test_grad_fn_walks_back_to_the_leaves():
+    """`loss.grad_fn.next_functions`, as the PyTorch tutorial walks it: each input's node
+    (a leaf's gives the leaf as `variable`), None for an untracked input."""
+    w = tg.tensor([1.0, 2.0], requires_grad=True)
+    x = tg.tensor([3.0, 4.0])
+    loss = (w * x).sum()
+    ((mul, _),) = loss.grad_fn.next_functions
+    assert mul.name == "mul"
+    (leaf, _), (untracked, _) = mul.next_functions
+    assert leaf.variable is w and leaf.next_functions == () and untracked is None

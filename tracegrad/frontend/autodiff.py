@@ -49,6 +49,13 @@ class LeafNode:
     def name(self) -> str:
         return "leaf"
 
+    @property
+    def variable(self) -> Tensor | None:
+        """The leaf (PyTorch's AccumulateGrad.variable)."""
+        return self.ref()
+
+    next_functions: tuple = ()
+
 
 class TapeNode:
     """One recorded op: its parents' nodes and exactly the values its VJP reads."""
@@ -78,6 +85,12 @@ class TapeNode:
     @property
     def name(self) -> str:
         return self.prim.name
+
+    @property
+    def next_functions(self) -> tuple[tuple[Any, int], ...]:
+        """(node, 0) per input, as PyTorch's graph walk reads it: a leaf's node, an op's, or
+        None for an input autograd does not track."""
+        return tuple((p, 0) for p in self.parents)
 
     def __repr__(self) -> str:
         return f"<grad_fn {self.name}>"
