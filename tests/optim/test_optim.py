@@ -223,9 +223,10 @@ def test_state_dict_round_trip_resumes_identically(opt_cls, kwargs, rng):
         "state": {
             i: {k: t.numpy().copy() for k, t in s.items()} for i, s in state["state"].items()
         },
-        "hyperparameters": {
-            k: list(v) if isinstance(v, tuple) else v for k, v in state["hyperparameters"].items()
-        },
+        "param_groups": [
+            {k: list(v) if isinstance(v, tuple) else v for k, v in g.items()}
+            for g in state["param_groups"]
+        ],
     }
     p_resumed = tg.tensor(p_first.numpy().copy(), requires_grad=True)
     resumed = opt_cls([p_resumed], **kwargs)
@@ -251,7 +252,46 @@ def test_load_state_dict_rejects_mismatches():
         optim.SGD([p], lr=0.1, momentum=0.9).load_state_dict(adam_state)
     sgd_state = optim.SGD([p], lr=0.1).state_dict()
     with pytest.raises(ValueError, match="unknown hyperparameters"):
-        optim.SGD([p], lr=0.1).load_state_dict({**sgd_state, "hyperparameters": {"betas": 1}})
+        optim.SGD([p], lr=0.1).load_state_dict(
+            {**sgd_state, "param_groups": [{**sgd_state["param_groups"][0], "betas": 1}]}
+        )
+    with pytest.raises(ValueError, match="2 parameters, this optimizer's 1"):
+        optim.SGD([p], lr=0.1).load_state_dict(
+            {**sgd_state, "param_groups": [{**sgd_state["param_groups"][0], "params": [0, 1]}]}
+        )
+
+
+def test_state_dict_has_pytorchs_layout():
+    """Parameters numbered across the groups, each group's hyperparameters with its numbers:
+    code reading `state_dict()["param_groups"][0]["lr"]` reads the learning rate."""
+    w, b = tg.tensor(np.ones((2, 2)), requires_grad=True), tg.tensor(np.ones(2), requires_grad=True)
+    opt = optim.Adam([{"params": [w]}, {"params": [b], "lr": 0.01}], lr=0.1)
+    saved = opt.state_dict()
+    assert sorted(saved) == ["param_groups", "state"] and sorted(saved["state"]) == [0, 1]
+    assert [g["params"] for g in saved["param_groups"]] == [[0], [1]]
+    assert [g["lr"] for g in saved["param_groups"]] == [0.1, 0.01]
+    assert saved["param_groups"][0]["betas"] == (0.9, 0.999)
+    assert sorted(saved["state"][1]) == ["exp_avg", "exp_avg_sq", "step"]
+    again = optim.Adam([{"params": [w]}, {"params": [b]}], lr=0.5)
+    again.load_state_dict(saved)
+    assert [g["lr"] for g in again.param_groups] == [0.1, 0.01] and again.lr == 0.1
+
+
+def test_a_checkpoint_of_the_earlier_layout_still_loads():
+    """tracegrad wrote {"state": {"0": ...}, "hyperparameters": ..., "param_groups": {"0": ...}}
+    before it took PyTorch's layout."""
+    p = tg.tensor(np.ones(3), requires_grad=True)
+    old = {"state": {"0": {"momentum_buffer": np.full(3, 2.0)}},
+           "hyperparameters": {"lr": 0.5, "momentum": 0.8, "dampening": 0.0,
+                               "weight_decay": 0.0, "nesterov": False},
+           "param_groups": {"0": {"lr": 0.25, "momentum": 0.8, "dampening": 0.0,
+                                  "weight_decay": 0.0, "nesterov": False}}}  # fmt: skip
+    opt = optim.SGD([p], lr=0.1, momentum=0.9)
+    opt.load_state_dict(old)
+    assert opt.lr == 0.25 and opt.momentum == 0.8
+    assert opt.state[0]["momentum_buffer"].tolist() == [2.0, 2.0, 2.0]
+    opt.load_state_dict({**old, "param_groups": None})
+    assert opt.lr == 0.5
 
 
 def _quadratic_run(opt_cls, kwargs, schedule, traced):

@@ -146,9 +146,9 @@ def test_state_dict_round_trip_resumes_identically():
     xy, opt, closure = make()
     opt.step(closure)
     saved = opt.state_dict()
-    n_iter, dirs = saved["state"]["0"]["n_iter"], list(saved["state"]["0"]["old_dirs"])
+    n_iter, dirs = saved["state"][0]["n_iter"], list(saved["state"][0]["old_dirs"])
     first_dir = dirs[0].numpy().copy()
-    assert set(saved["state"]["0"]) >= {"d", "t", "old_dirs", "old_stps", "ro", "H_diag",
+    assert set(saved["state"][0]) >= {"d", "t", "old_dirs", "old_stps", "ro", "H_diag",
                                         "prev_flat_grad", "prev_loss", "n_iter"}  # fmt: skip
     xy2, opt2, closure2 = make()
     xy2.numpy()[:] = xy.numpy()
@@ -160,11 +160,11 @@ def test_state_dict_round_trip_resumes_identically():
     assert opt2.state[0]["n_iter"] == opt.state[0]["n_iter"] > 5
     # the saved history is not the live one: stepping on (past history_size) left it as it was
     assert len(opt.state[0]["old_dirs"]) == 4 and opt.state[0]["old_dirs"][0] is not dirs[0]
-    assert saved["state"]["0"]["old_dirs"] == dirs and saved["state"]["0"]["n_iter"] == n_iter
+    assert saved["state"][0]["old_dirs"] == dirs and saved["state"][0]["n_iter"] == n_iter
     np.testing.assert_array_equal(dirs[0].numpy(), first_dir)
     with pytest.raises(ValueError, match="unknown state"):
-        opt2.load_state_dict({**saved, "state": {"0": {**saved["state"]["0"], "typo": 1}}})
-    opt2.load_state_dict({**saved, "state": {"0": {**saved["state"]["0"], "al": [None]}}})
+        opt2.load_state_dict({**saved, "state": {0: {**saved["state"][0], "typo": 1}}})
+    opt2.load_state_dict({**saved, "state": {0: {**saved["state"][0], "al": [None]}}})
     assert "al" not in opt2.state[0]  # PyTorch's scratch buffer is not state here
 
 

@@ -241,32 +241,40 @@ class Optimizer:
         )  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
-        """{"state": {"0": {"step": ..., ...}, ...}, "hyperparameters": {"lr": ..., ...} (the
-        first group's), "param_groups": {"0": {...}, ...}}, with state tensors detached
-        (sharing data); parameters are identified by position."""
-        return {
-            "state": {
-                str(i): {k: t.detach() for k, t in s.items()} for i, s in enumerate(self.state)
-            },
-            "hyperparameters": self._hyper(self.param_groups[0]),
-            "param_groups": {str(i): self._hyper(g) for i, g in enumerate(self.param_groups)},
-        }
+        """PyTorch's layout: {"state": {0: {"step": ..., ...}, ...}, "param_groups": [{"lr": ...,
+        ..., "params": [0, 1, ...]}, ...]}, parameters numbered in order across the groups, state
+        tensors detached (sharing data)."""
+        state = {i: {k: t.detach() for k, t in s.items()} for i, s in enumerate(self.state)}
+        return {"state": state, "param_groups": self._saved_groups()}
 
-    def _hyper(self, group: Mapping[str, Any]) -> dict[str, Any]:
-        return {k: group[k] for k in self.hyperparameters}
+    def _saved_groups(self) -> list[dict[str, Any]]:
+        """Each group's hyperparameters, "params" its parameters' numbers (PyTorch's)."""
+        groups, start = [], 0
+        for g in self.param_groups:
+            n = len(g["params"])
+            groups.append({**{k: v for k, v in g.items() if k != "params"},
+                           "params": list(range(start, start + n))})  # fmt: skip
+            start += n
+        return groups
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Copy saved state into the existing state tensors (so a traced step keeps them)."""
+        """Copy saved state into the existing state tensors (so a traced step keeps them), and
+        each saved group's hyperparameters (and a scheduler's "initial_lr") into its group."""
         name = type(self).__name__
-        saved = state_dict["state"]
+        saved, groups = _pytorch_layout(state_dict, len(self.param_groups))
         if len(saved) != len(self.state):
             raise ValueError(
                 f"{name}.load_state_dict: the checkpoint has state for {len(saved)} parameters, "
                 f"this optimizer has {len(self.state)}"
             )
+        if len(groups) != len(self.param_groups):
+            raise ValueError(
+                f"{name}.load_state_dict: the checkpoint has {len(groups)} param groups, this "
+                f"optimizer has {len(self.param_groups)}"
+            )
         arrays = []
         for i, state in enumerate(self.state):
-            entry = saved[str(i)] if str(i) in saved else saved[i]
+            entry = saved[i] if i in saved else saved[str(i)]
             if set(entry) != set(state):
                 raise ValueError(
                     f"{name}.load_state_dict: parameter {i} has state {sorted(entry)}, "
@@ -280,27 +288,34 @@ class Optimizer:
                         f"expected {t.shape}"
                     )
                 arrays.append((t, a))
-        hyper = dict(state_dict["hyperparameters"])
-        groups = state_dict.get("param_groups")
-        groups = [dict(groups[str(i)]) for i in range(len(groups))] if groups else None
-        for h in [hyper, *(groups or [])]:
-            unknown = set(h) - set(self.hyperparameters)
+        for group, h in zip(self.param_groups, groups, strict=True):
+            if "params" in h and len(h["params"]) != len(group["params"]):
+                raise ValueError(f"{name}.load_state_dict: a saved group has "
+                                 f"{len(h['params'])} parameters, this optimizer's "
+                                 f"{len(group['params'])}")  # fmt: skip
+            unknown = set(h) - {"params", "initial_lr", *self.defaults}
             if unknown:
                 raise ValueError(
                     f"{name}.load_state_dict: unknown hyperparameters {sorted(unknown)}"
                 )
-        if groups is not None and len(groups) != len(self.param_groups):
-            raise ValueError(
-                f"{name}.load_state_dict: the checkpoint has {len(groups)} param groups, this "
-                f"optimizer has {len(self.param_groups)}"
-            )
         for t, a in arrays:
             t._assign(Tensor._of(a))
-        for group, h in zip(
-            self.param_groups, groups or [hyper] * len(groups or self.param_groups), strict=True
-        ):
+        for group, h in zip(self.param_groups, groups, strict=True):
             for k, v in h.items():
-                group[k] = _plain(v)
+                if k != "params":
+                    group[k] = _plain(v)
+
+
+def _pytorch_layout(state_dict: Mapping[str, Any], n_groups: int) -> tuple[Mapping, list]:
+    """The state and the list of groups, also of a checkpoint tracegrad wrote before it took
+    PyTorch's layout ("hyperparameters", the first group's, and "param_groups" keyed by
+    position)."""
+    groups = state_dict.get("param_groups")
+    if isinstance(groups, Mapping):
+        groups = [groups[str(i)] if str(i) in groups else groups[i] for i in range(len(groups))]
+    if not groups and "hyperparameters" in state_dict:
+        groups = [state_dict["hyperparameters"]] * n_groups
+    return state_dict["state"], [dict(g) for g in groups or ()]
 
 
 def _is_zero(v: Any) -> Any:
@@ -1109,21 +1124,18 @@ class LBFGS(Optimizer):
         "n_iter", "d", "t", "old_dirs", "old_stps", "ro", "H_diag", "prev_flat_grad",
         "prev_loss"), all under parameter 0."""
         state = {k: list(v) if isinstance(v, list) else v for k, v in self.state[0].items()}
-        return {"state": {"0": state} if state else {},
-                "hyperparameters": self._hyper(self.param_groups[0]),
-                "param_groups": {"0": self._hyper(self.param_groups[0])}}  # fmt: skip
+        return {"state": {0: state} if state else {}, "param_groups": self._saved_groups()}
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        saved = state_dict["state"]
-        entry = saved.get("0", saved.get(0, {})) if saved else {}
+        saved, groups = _pytorch_layout(state_dict, 1)
+        entry = saved.get(0, saved.get("0", {})) if saved else {}
         unknown = set(entry) - {*self.state_keys, "al"}  # "al": PyTorch's scratch buffer
         if unknown:
             raise ValueError(f"LBFGS.load_state_dict: unknown state {sorted(unknown)}")
-        hyper = dict((state_dict.get("param_groups") or {}).get("0")
-                     or state_dict["hyperparameters"])  # fmt: skip
-        if set(hyper) - set(self.hyperparameters):
+        hyper = {k: v for k, v in groups[0].items() if k != "params"} if groups else {}
+        if set(hyper) - {"initial_lr", *self.defaults}:
             raise ValueError("LBFGS.load_state_dict: unknown hyperparameters "
-                             f"{sorted(set(hyper) - set(self.hyperparameters))}")  # fmt: skip
+                             f"{sorted(set(hyper) - {'initial_lr', *self.defaults})}")  # fmt: skip
         self.state[0].clear()
         self.state[0].update(
             {k: [Tensor._of(np.array(_array(a))) for a in v] if k in ("old_dirs", "old_stps")
