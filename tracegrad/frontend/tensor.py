@@ -226,11 +226,16 @@ class Tensor:
     __hash__ = object.__hash__
 
     def __repr__(self) -> str:
+        """PyTorch's fields: the dtype unless it is the default float, int64 or bool, then the
+        op that made it (`grad_fn=<mul>`) or `requires_grad=True` on a leaf; NumPy's digits."""
         grad = ", requires_grad=True" if self.requires_grad else ""
         if isinstance(self._value, ir.Value):
             return f"tensor(<traced {self._value.type_str}>{grad})"
         body = np.array2string(self._value, separator=", ", prefix="tensor(")
-        return f"tensor({body}, dtype={self.dtype.name}{grad})"
+        shown = self.dtype not in (get_default_dtype(), np.int64, np.bool_)
+        dtype = f", dtype={self.dtype.name}" if shown else ""
+        grad = f", grad_fn=<{self._node.name}>" if not self.is_leaf else grad
+        return f"tensor({body}{dtype}{grad})"
 
     # --- autodiff facts (the tape lives in autodiff.py; these read its marks) ----------------
     @property
