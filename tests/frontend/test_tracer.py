@@ -9,6 +9,7 @@ import pytest
 
 import tracegrad as tg
 import tracegrad.torch as tgt
+from tracegrad.core.errors import TraceError
 
 
 def cached_mask_model(torch, size: int = 5, d: int = 4):
@@ -189,3 +190,113 @@ def test_state_replaced_in_the_step_is_followed_at_every_call(float64, backend):
     for got, want in zip(results[True], results[False], strict=True):
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
     assert float(results[True][3]) == 5.0
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_kept_tensors_hold_the_latest_calls_values_across_plans(float64, backend):
+    """A module caching results on itself (`self.state = ...`, a recurrent `(h, c)` tuple, a
+    list entry) while the step runs two plans (two batch sizes): after each call the attributes
+    hold that call's values, as eagerly. Each plan writes its own kept tensors, so the one
+    that ran puts them back (before, the attribute kept the last-traced plan's, stale)."""
+
+    class Caching(tgt.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = tgt.nn.Linear(3, 3)
+            self.state, self.hc, self.log = None, None, [None]
+
+        def forward(self, x):
+            y = self.lin(x)
+            self.state, self.hc = y.sum(0), (y.mean(0), y.max())
+            self.log[0] = y.min()
+            return (y**2).sum()
+
+    models = [Caching(), Caching()]
+    models[1].load_state_dict(models[0].state_dict())
+    steps = []
+    for model, traced in zip(models, (False, True), strict=True):
+        opt = tgt.optim.SGD(model.parameters(), lr=0.01)
+
+        def step(x, model=model, opt=opt):
+            opt.zero_grad()
+            loss = model(x)
+            loss.backward()
+            opt.step()
+            return loss
+
+        steps.append(tg.trace(step, backend=backend) if traced else step)
+    rng = np.random.default_rng(3)
+    for n in (2, 3, 2, 3, 2):
+        x = rng.standard_normal((n, 3))
+        for step in steps:
+            step(tgt.tensor(x))
+        eager, traced = models
+        for got, want in [(traced.state, eager.state), (traced.hc[0], eager.hc[0]),
+                          (traced.hc[1], eager.hc[1]), (traced.log[0], eager.log[0])]:  # fmt: skip
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_a_recurrent_state_carried_in_a_module_attribute_is_followed(float64, backend):
+    """`self.hidden = (h, c)` carried between calls and detached (truncated BPTT, the PyTorch
+    tutorials' LSTM tagger), with two sequence lengths (two plans): every plan reads and writes
+    the same state, as eager reads the last call's. Before, each plan read its own first
+    tensors (an LSTM's new h is computed from both old h and c, so the pair was ambiguous),
+    and the losses drifted from the third call on."""
+
+    class Carrying(tgt.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = tgt.nn.LSTM(3, 4)
+            self.hidden = (tgt.zeros(1, 1, 4), tgt.zeros(1, 1, 4))
+
+        def forward(self, x):
+            self.hidden = tuple(h.detach() for h in self.hidden)
+            out, self.hidden = self.lstm(x, self.hidden)
+            return (out**2).sum()
+
+    models = [Carrying(), Carrying()]
+    models[1].load_state_dict(models[0].state_dict())
+    steps = []
+    for model, traced in zip(models, (False, True), strict=True):
+        opt = tgt.optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x, model=model, opt=opt):
+            opt.zero_grad()
+            loss = model(x)
+            loss.backward()
+            opt.step()
+            return loss
+
+        steps.append(tg.trace(step, backend=backend) if traced else step)
+    rng = np.random.default_rng(4)
+    for n in (5, 4, 5, 5, 4, 4, 5):
+        x = rng.standard_normal((n, 1, 3))
+        eager, traced = (float(step(tgt.tensor(x))) for step in steps)
+        assert traced == pytest.approx(eager, rel=1e-12)
+        for got, want in zip(models[1].hidden, models[0].hidden, strict=True):
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
+
+
+def test_state_rotated_between_module_attributes_is_refused():
+    """`self.prev = self.cur; self.cur = f(self.cur)`: a plan reading fixed tensors cannot
+    follow the old tensor moving to another attribute: refused, naming the attribute, rather
+    than reading the first call's tensors at every call."""
+
+    class Rotating(tgt.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = tgt.nn.Linear(2, 2)
+            self.cur, self.prev = tgt.zeros(2), tgt.zeros(2)
+
+        def forward(self, x):
+            self.prev = self.cur
+            self.cur = self.cur + x
+            return self.lin(x).sum()
+
+    model = Rotating()
+    weight = model.lin.weight.numpy().copy()
+    step = tg.trace(lambda x: model(x))
+    with pytest.raises(TraceError, match="attribute `cur`"):
+        step(tgt.ones(2))
+    np.testing.assert_array_equal(model.lin.weight.numpy(), weight)

@@ -22,6 +22,7 @@ from tracegrad.core import ir
 from tracegrad.frontend import pytree
 from tracegrad.frontend.scopes import module_names
 from tracegrad.frontend.tensor import (
+    Alias,
     Listeners,
     Tensor,
     TraceError,
@@ -37,15 +38,20 @@ def _unreferenced(tensors: list[Tensor]) -> set[int]:
     ids = {id(t) for t in tensors}
     held: set[int] = set()
     for holder in gc.get_referrers(*tensors):
-        if holder is not tensors and not isinstance(holder, Slot | Ref):
+        if holder is not tensors and not isinstance(holder, Slot | Ref | Place | Before):
             held |= {id(x) for x in gc.get_referents(holder)} & ids
     return ids - held
 
 
-def _substitute(new: Tensor, old: Tensor) -> None:
-    """Make the dicts, lists and objects' attributes that refer to `new` refer to `old`."""
+def _substitute(new: Any, old: Any) -> None:
+    """Make the dicts, lists and objects' attributes that refer to `new` refer to `old`, and
+    the tuples (a recurrent layer's `(h, c)`): each is rebuilt with `old`, in its holders."""
     for holder in gc.get_referrers(new):
-        if isinstance(holder, dict):
+        if isinstance(holder, tuple) and any(v is new for v in holder):
+            items = [old if v is new else v for v in holder]
+            _substitute(holder, holder._make(items) if hasattr(holder, "_make") else
+                        type(holder)(items))  # fmt: skip
+        elif isinstance(holder, dict):
             for k in [k for k, v in holder.items() if v is new]:
                 holder[k] = old
         elif isinstance(holder, list):
@@ -53,6 +59,71 @@ def _substitute(new: Tensor, old: Tensor) -> None:
         elif hasattr(holder, "__dict__") and not isinstance(holder, type):
             for k in [k for k, v in vars(holder).items() if v is new]:
                 setattr(holder, k, old)
+
+
+@dataclass
+class Place:
+    """A dict's key or a list's index that holds `obj`: a kept tensor, or a tuple of them."""
+
+    holder: dict | list
+    key: Any
+    obj: Any
+
+
+def _places(kept: Sequence[Tensor]) -> list[Place]:
+    """Where Python state holds each tensor in `kept` (or a tuple of them, a recurrent layer's
+    `(h, c)`): the dicts, lists and objects' attributes that refer to it, found in one sweep of
+    the heap (two with tuples)."""
+    places, tuples = [], []
+    ids = {id(t) for t in kept}
+    for holder in gc.get_referrers(*kept):
+        if holder is kept or isinstance(holder, Slot | Ref | Place | weakref.ref):
+            continue
+        if isinstance(holder, tuple):
+            tuples.append(holder)
+        else:
+            places += [p for p in _items(holder) if id(p.obj) in ids]
+    if tuples:
+        ids = {id(t) for t in tuples}
+        for holder in gc.get_referrers(*tuples):
+            if holder is not tuples and not isinstance(holder, tuple | Place):
+                places += [p for p in _items(holder) if id(p.obj) in ids]
+    return places
+
+
+def _items(holder: Any) -> list[Place]:
+    if hasattr(holder, "__dict__") and not isinstance(holder, type):
+        holder = vars(holder)  # an object's attributes (Python may report the object itself)
+    if isinstance(holder, dict):
+        return [Place(holder, k, v) for k, v in holder.items()]
+    if isinstance(holder, list):
+        return [Place(holder, i, v) for i, v in enumerate(holder)]
+    return []
+
+
+def put_back(places: list[Place]) -> None:
+    """Make each place hold its object again: after a call, the attribute a step assigns holds
+    what this plan wrote (another plan of the same step, for other shapes, wrote its own)."""
+    for p in places:
+        if isinstance(p.holder, dict):
+            if p.holder.get(p.key) is not p.obj:
+                p.holder[p.key] = p.obj
+        elif p.key < len(p.holder) and p.holder[p.key] is not p.obj:
+            p.holder[p.key] = p.obj
+
+
+class Before(tuple):
+    """The tensors an attribute held as the step entered its object (one, or a tuple's), a
+    detached alias as its tensor; not a reference that keeps them in use (`_unreferenced`)."""
+
+    was_tuple: bool
+
+    @classmethod
+    def of(cls, v: Any) -> Before:
+        out = cls(x._base if isinstance(x, Alias) else x for x in (v if isinstance(v, tuple)
+                                                                   else (v,)))  # fmt: skip
+        out.was_tuple = isinstance(v, tuple)
+        return out
 
 
 def _computed_from(value: ir.Value, made_by: dict[ir.Value, ir.Node]) -> set[ir.Value]:
@@ -118,6 +189,7 @@ class Capture:
     checks: list[Callable[[], bool]] = field(default_factory=list)  # from `guard()`
     watched: list[Watch] = field(default_factory=list)
     after: list[Callable[[], None]] = field(default_factory=list)  # from `after_call()`
+    places: list[Place] = field(default_factory=list)  # where kept tensors go back (`put_back`)
 
     def guards_hold(self) -> bool:
         return (
@@ -236,6 +308,16 @@ class Tracer:
         self.after: dict[Any, Callable[[], None]] = {}
         self.weak: set[ir.Value] = set()  # stand-ins for Python numbers: they promote weakly
         self.made: list[weakref.ref[Tensor]] = []  # every symbolic tensor made while tracing
+        self.held_before: dict[int, dict[Any, Any]] = {}  # id(object's dict) -> its tensors
+
+    def remember(self, obj: Any) -> None:
+        """What `obj`'s attributes hold as the step first enters it (a module's forward): a
+        tensor the step keeps where one of them was replaced that one (`follow_replacements`).
+        A detached alias stands for its tensor."""
+        attrs = vars(obj)
+        if id(attrs) not in self.held_before:
+            self.held_before[id(attrs)] = {k: Before.of(v) for k, v in attrs.items()
+                                           if isinstance(v, Tensor | tuple)}  # fmt: skip
 
     def process(self, prim: Any, inputs: list[Tensor], params: dict, shape: tuple, dtype: Any):
         ins = [self.lift(t) for t in inputs]
@@ -311,14 +393,46 @@ class Tracer:
         gone = _unreferenced(state)
         replaced = [s for s in self.slots.values() if id(s.tensor) in gone]
         made_by = {v: n for n in self.nodes for v in n.outputs}
+        where = self._held_where(escaped)
         for new in escaped:
             reads = _computed_from(new._value, made_by)
             pairs = [s for s in replaced if s.input in reads
                      and (s.tensor.shape, s.tensor.dtype) == (new.shape, new.dtype)]  # fmt: skip
+            was, name = where.get(id(new), (None, None))
+            if was is not None and was.input in reads:
+                if was not in replaced:
+                    raise TraceError(
+                        f"the step replaced the tensor of shape {new.shape} in attribute "
+                        f"`{name}` by one it computed from it, and the old one stays referenced "
+                        "elsewhere (`prev = cur; cur = f(cur)`): a compiled step reads fixed "
+                        "tensors and cannot follow that; update it in place (`cur.copy_(...)`) "
+                        "or pass the state in and return it"
+                    )
+                pairs = [was]
             if len(pairs) == 1:
                 _substitute(new, pairs[0].tensor)
                 pairs[0].tensor._value = new._value
                 replaced.remove(pairs[0])
+
+    def _held_where(self, kept: Sequence[Tensor]) -> dict[int, tuple[Slot, Any]]:
+        """For each kept tensor found in an attribute (or a tuple in one) of an object the
+        step entered, the state tensor that attribute held before (`remember`): the one it
+        replaced, whichever others it was also computed from (an LSTM's new h from h and c)."""
+        out = {}
+        for p in _places(kept) if self.held_before else ():
+            before = self.held_before.get(id(p.holder), {}).get(p.key)
+            if before is None or isinstance(p.obj, tuple) != before.was_tuple:
+                continue
+            for new, old in zip(p.obj if before.was_tuple else (p.obj,), before, strict=False):
+                slot = self.slots.get(id(old))
+                if (
+                    slot is not None
+                    and slot.arg is None
+                    and isinstance(new, Tensor)
+                    and ((old.shape, old.dtype) == (new.shape, new.dtype))
+                ):
+                    out[id(new)] = slot, p.key
+        return out
 
     def donated_grads(self) -> list[Slot]:
         """The parameters whose `.grad` the step replaces (`zero_grad()` then `backward()`)
@@ -353,7 +467,8 @@ class Tracer:
             if t._value is not s.value and t._value is not s.input:
                 value_writes.append(ref(s))
                 outputs.append(self.lift(t))  # symbolic: _assign lifts what it stores
-        for t in self.escaped(leaves):
+        kept = self.escaped(leaves)
+        for t in kept:
             value_writes.append(Ref(t, None))
             outputs.append(t._value)
         for s in list(self.slots.values()):
@@ -382,7 +497,7 @@ class Tracer:
         return Capture(graph, [s.arg for s in args], reads, value_writes, grad_writes, tree,
                        len(leaves), guards, self.checks,
                        [w for w in self.watched.values() if w is not None],
-                       list(self.after.values()))  # fmt: skip
+                       list(self.after.values()), _places(kept) if kept else [])  # fmt: skip
 
 
 def _is_leaf_or_float(x: Any) -> bool:

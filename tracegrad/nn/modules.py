@@ -216,6 +216,7 @@ class Module:
         watch((id(self), "training"), f"{type(self).__name__}.training",
               lambda: self.training, warn=False)  # fmt: skip
         watch(_Hooks, "the modules' forward hooks", lambda: _Hooks.version, warn=False)
+        Listeners.tracers[-1].remember(self)  # its attributes' tensors, before it runs
         with module_scope(self):  # the nodes made inside know their module path
             if self._hooks is None:
                 return self.forward(*args, **kwargs)

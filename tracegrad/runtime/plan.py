@@ -26,7 +26,7 @@ from tracegrad.core import ir
 from tracegrad.core.errors import MemoryBudgetError
 from tracegrad.frontend import pytree
 from tracegrad.frontend.tensor import Tensor
-from tracegrad.frontend.tracer import Capture
+from tracegrad.frontend.tracer import Capture, put_back
 from tracegrad.runtime.arena import ArenaLayout, MeasuredRun
 from tracegrad.runtime.background import BackgroundLowering, background_compile
 from tracegrad.runtime.commit import enter_commit, leave_commit
@@ -103,6 +103,7 @@ class Plan:
                     self.pending.start()
             for sync in cap.after:  # Python's copies of state the plan wrote (a schedule's)
                 sync()
+            put_back(cap.places)
         finally:
             leave_commit()  # a SIGINT deferred since the commit point: the state is whole now
         return result
