@@ -601,3 +601,29 @@ def test_out_in_a_traced_step_writes_state_as_eager_does():
     for want in (12.0, 24.0, 36.0):
         assert traced(x).item() == want
     assert state.tolist() == [6.0, 12.0, 18.0]
+
+
+def test_the_deprecated_scale_first_overloads_work_with_a_warning():
+    """`p.data.add_(-lr, p.grad.data)` (the old PyTorch tutorials), `x.sub(2, t)`,
+    `addcmul_(value, t1, t2)`: PyTorch still takes them, and warns."""
+    with pytest.warns(UserWarning, match="deprecated"):
+        x = tg.zeros(3)
+        x.add_(-0.5, tg.tensor([1.0, 2.0, 3.0]))
+    assert x.tolist() == [-0.5, -1.0, -1.5]
+    with pytest.warns(UserWarning, match="deprecated"):
+        assert tg.ones(2).sub(2, tg.ones(2)).tolist() == [-1.0, -1.0]
+    with pytest.warns(UserWarning, match="deprecated"):
+        z = tg.ones(2)
+        z.addcmul_(2, tg.ones(2), tg.tensor([3.0, 4.0]))
+    assert z.tolist() == [7.0, 9.0]
+    with pytest.warns(UserWarning, match="deprecated"):
+        assert tg.addcdiv(tg.ones(1), 0.5, tg.ones(1), tg.tensor([4.0])).tolist() == [1.125]
+    with pytest.raises(TypeError, match="positional"):
+        tg.add(tg.ones(1), 2, tg.ones(1), tg.ones(1))
+
+
+def test_shape_errors_are_runtime_errors_as_in_pytorch():
+    with pytest.raises(RuntimeError, match="concatenate|cat"):
+        tg.cat([tg.zeros(2, 5), tg.zeros(2, 3)])
+    with pytest.raises(ValueError):
+        tg.cat([tg.zeros(2, 5), tg.zeros(2, 3)])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from typing import Any
 
 # Frames of these packages (and of generated plans) are ours: errors point past them.
@@ -18,9 +19,9 @@ class TraceError(RuntimeError):
     """A traced function needed a concrete value (Python control flow on a tensor, .item())."""
 
 
-class ShapeError(ValueError):
+class ShapeError(ValueError, RuntimeError):
     """Operands whose shapes or dtypes an op cannot take; names the op, the shapes and the user's
-    source line."""
+    source line. A RuntimeError too, as PyTorch raises for the same mistakes."""
 
     def __init__(self, message: str):
         super().__init__(f"{message} (at {user_location()})")
@@ -52,6 +53,15 @@ def user_frame() -> Any:
     while frame is not None and _internal(frame):
         frame = frame.f_back
     return frame
+
+
+def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
+    """Warn at the user's line (the innermost frame outside tracegrad), however deep in
+    tracegrad the warning is raised."""
+    level, frame = 2, sys._getframe(1)
+    while frame is not None and _internal(frame):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level - 1 if frame is None else level)
 
 
 def user_location() -> str | None:

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from tracegrad.core import primitives as P
+from tracegrad.core.errors import warn_user
 from tracegrad.frontend.functions import pytorch_keywords
 from tracegrad.frontend.promotion import is_number, result_type
 from tracegrad.frontend.tensor import Tensor, as_tensor
@@ -25,15 +26,31 @@ def _scaled(other: Any, alpha: Any) -> Any:
     return other if alpha == 1 else other * alpha
 
 
+def _old_overload(name: str, tensors: tuple, n: int) -> tuple:
+    """The tensors of PyTorch's deprecated overloads with the scale first (`x.add_(alpha,
+    other)`, the old tutorials' `p.data.add_(-lr, p.grad.data)`), taken with its warning."""
+    if len(tensors) != n:
+        raise TypeError(f"{name}(): {n + 1} positional arguments at most, got {len(tensors) + 1}")
+    warn_user(
+        f"This overload of {name} is deprecated: pass the scale as a keyword "
+        f"({'alpha' if n == 1 else 'value'}=)"
+    )
+    return tensors
+
+
 @pytorch_keywords
-def add(input: Any, other: Any, *, alpha: Any = 1) -> Tensor:
+def add(input: Any, other: Any, *rest: Any, alpha: Any = 1) -> Tensor:
     """input + alpha * other."""
+    if rest:
+        alpha, (other,) = other, _old_overload("add", rest, 1)
     return P.add(input, _scaled(other, alpha))
 
 
 @pytorch_keywords
-def sub(input: Any, other: Any, *, alpha: Any = 1) -> Tensor:
+def sub(input: Any, other: Any, *rest: Any, alpha: Any = 1) -> Tensor:
     """input - alpha * other."""
+    if rest:
+        alpha, (other,) = other, _old_overload("sub", rest, 1)
     return P.sub(input, _scaled(other, alpha))
 
 
@@ -61,14 +78,18 @@ divide = div
 
 
 @pytorch_keywords
-def addcmul(input: Any, tensor1: Any, tensor2: Any, *, value: Any = 1) -> Tensor:
-    """input + value * tensor1 * tensor2."""
+def addcmul(input: Any, tensor1: Any, tensor2: Any, *rest: Any, value: Any = 1) -> Tensor:
+    """input + value * tensor1 * tensor2 (also PyTorch's deprecated (value, tensor1, tensor2))."""
+    if rest:
+        value, (tensor1, tensor2) = tensor1, _old_overload("addcmul", (tensor2, *rest), 2)
     return P.add(input, _scaled(P.mul(tensor1, tensor2), value))
 
 
 @pytorch_keywords
-def addcdiv(input: Any, tensor1: Any, tensor2: Any, *, value: Any = 1) -> Tensor:
-    """input + value * tensor1 / tensor2."""
+def addcdiv(input: Any, tensor1: Any, tensor2: Any, *rest: Any, value: Any = 1) -> Tensor:
+    """input + value * tensor1 / tensor2 (also PyTorch's deprecated (value, tensor1, tensor2))."""
+    if rest:
+        value, (tensor1, tensor2) = tensor1, _old_overload("addcdiv", (tensor2, *rest), 2)
     return P.add(input, _scaled(P.div(tensor1, tensor2), value))
 
 

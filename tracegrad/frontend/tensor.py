@@ -14,7 +14,6 @@ import itertools
 import math
 import operator
 import threading
-import warnings
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -22,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from tracegrad.core import ir
-from tracegrad.core.errors import ShapeError, TraceError, user_location
+from tracegrad.core.errors import ShapeError, TraceError, user_location, warn_user
 from tracegrad.core.primitives import Phase, Primitive, astype
 from tracegrad.core.vocabulary import EAGER_KERNELS
 from tracegrad.frontend.promotion import (
@@ -418,9 +417,11 @@ def write_out(out: Any, result: Any, op: str) -> Any:
                         f"{out.dtype}")  # fmt: skip
     if out.shape != result.shape:
         if out.size:
-            warnings.warn(f"{op}: an output with one or more elements was resized since it had "
-                          f"shape {out.shape}, which does not match the required output shape "
-                          f"{result.shape}", UserWarning, stacklevel=4)  # fmt: skip
+            warn_user(
+                f"{op}: an output with one or more elements was resized since it had "
+                f"shape {out.shape}, which does not match the required output shape "
+                f"{result.shape}"
+            )
         out.resize_(result.shape)
     return out.copy_(result)
 
