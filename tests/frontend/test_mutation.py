@@ -627,3 +627,26 @@ def test_shape_errors_are_runtime_errors_as_in_pytorch():
         tg.cat([tg.zeros(2, 5), tg.zeros(2, 3)])
     with pytest.raises(ValueError):
         tg.cat([tg.zeros(2, 5), tg.zeros(2, 3)])
+
+
+def test_comparing_with_none_is_false_as_in_pytorch():
+    """`if idx_next == eos_id:` with eos_id None (LLMs-from-scratch's generate) is False."""
+    t = tg.tensor([[3]])
+    assert (t == None) is False and (t != None) is True  # noqa: E711 (the case itself)
+    assert (t == "a") is False and None not in [t]
+    assert (t == 3).tolist() == [[True]]
+
+
+def test_triangles_keep_the_dtype():
+    """A causal mask from `triu(ones(n, n, dtype=bool), 1)` stays a bool mask."""
+    mask = tg.triu(tg.ones(3, 3, dtype=tg.bool), 1)
+    assert mask.dtype == np.bool_ and mask.tolist()[0] == [False, True, True]
+    assert tg.tril(tg.ones(2, 2, dtype=tg.int64)).tolist() == [[1, 0], [1, 1]]
+    assert tg.zeros(2, 2).masked_fill(mask[:2, :2], -1.0).tolist() == [[0.0, -1.0], [0.0, 0.0]]
+
+
+def test_pytorchs_exception_types():
+    with pytest.raises(IndexError):
+        tg.nn.Embedding(3, 2)(tg.tensor([5]))
+    with pytest.raises(RuntimeError, match="ambiguous"):
+        bool(tg.ones(2))

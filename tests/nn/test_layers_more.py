@@ -581,3 +581,11 @@ def test_small_functions_against_numpy(rng):
     with pytest.warns(FutureWarning, match="xavier_uniform_"):
         tg.nn.init.xavier_uniform(w)
     assert np.abs(w.numpy()).max() > 0 and nn.NLLLoss2d is nn.NLLLoss
+
+
+def test_fan_in_and_fan_out_by_pytorchs_private_name():
+    """Layers' own `reset_parameters` call `nn.init._calculate_fan_in_and_fan_out`."""
+    from tracegrad.torch.nn import init
+
+    assert init._calculate_fan_in_and_fan_out(tg.empty(3, 5)) == (5, 3)
+    assert init._calculate_fan_in_and_fan_out(tg.empty(8, 4, 3, 3)) == (36, 72)

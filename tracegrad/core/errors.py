@@ -19,6 +19,11 @@ class TraceError(RuntimeError):
     """A traced function needed a concrete value (Python control flow on a tensor, .item())."""
 
 
+class RangeError(ValueError, IndexError):
+    """A value outside what an op accepts (an embedding's index, a class label): an IndexError
+    too, as PyTorch raises for it."""
+
+
 class ShapeError(ValueError, RuntimeError):
     """Operands whose shapes or dtypes an op cannot take; names the op, the shapes and the user's
     source line. A RuntimeError too, as PyTorch raises for the same mistakes."""

@@ -38,6 +38,21 @@ NUMPY_FUNCTIONS: dict[Callable, Callable] = {}
 NUMPY_UFUNCS: dict[np.ufunc, Callable] = {}
 
 
+def _comparing(op: Any) -> Any:
+    """`==` and `!=` with what is no tensor, array, number or sequence (`idx == None`, as
+    `generate(eos_id=None)` asks): NotImplemented, so Python answers False and True, as
+    PyTorch does."""
+
+    def method(self: Tensor, other: Any) -> Any:
+        if not isinstance(other, Tensor | np.ndarray | np.generic | int | float | complex
+                          | list | tuple):  # fmt: skip
+            return NotImplemented
+        return op(self, other)
+
+    method.__name__ = op.name
+    return method
+
+
 def _swapped(f: Callable) -> Callable:
     return lambda self, other: f(other, self)
 
@@ -229,7 +244,8 @@ METHODS: dict[str, Any] = {
     "__matmul__": F.matmul, "__rmatmul__": _swapped(F.matmul), "__mod__": P.remainder,
     "__rmod__": _swapped(P.remainder), "__floordiv__": E.floor_divide,
     "__rfloordiv__": _swapped(E.floor_divide), "__lt__": P.less, "__le__": P.less_equal,
-    "__gt__": P.greater, "__ge__": P.greater_equal, "__eq__": P.equal, "__ne__": P.not_equal,
+    "__gt__": P.greater, "__ge__": P.greater_equal, "__eq__": _comparing(P.equal),
+    "__ne__": _comparing(P.not_equal),
     "__getitem__": F.getitem, "__neg__": P.neg, "__abs__": P.abs, "__pos__": lambda self: self,
     "__iadd__": W.in_place(P.add, "__iadd__"), "__isub__": W.in_place(P.sub, "__isub__"),
     "__imul__": W.in_place(P.mul, "__imul__"), "__itruediv__": W.in_place(P.div, "__itruediv__"),

@@ -253,14 +253,16 @@ def matrix_trace(input: Any) -> Tensor:
 
 @pytorch_keywords
 def triu(input: Any, diagonal: int = 0) -> Tensor:
+    """The upper triangle, in the input's dtype (a bool mask stays bool)."""
     x = as_tensor(input)
-    return P.where(np.triu(np.ones(x.shape[-2:], bool), diagonal), x, 0.0)
+    return P.where(np.triu(np.ones(x.shape[-2:], bool), diagonal), x, np.zeros((), x.dtype))
 
 
 @pytorch_keywords
 def tril(input: Any, diagonal: int = 0) -> Tensor:
+    """The lower triangle, in the input's dtype."""
     x = as_tensor(input)
-    return P.where(np.tril(np.ones(x.shape[-2:], bool), diagonal), x, 0.0)
+    return P.where(np.tril(np.ones(x.shape[-2:], bool), diagonal), x, np.zeros((), x.dtype))
 
 
 @pytorch_keywords

@@ -203,7 +203,10 @@ class Tensor:
         return a if dtype is None else a.astype(dtype)
 
     def __bool__(self) -> bool:
-        return bool(self._concrete("bool(tensor) (an `if` or `while` on a tensor)"))
+        value = self._concrete("bool(tensor) (an `if` or `while` on a tensor)")
+        if value.size != 1:
+            raise ShapeError(f"Boolean value of Tensor with {value.size} values is ambiguous")
+        return bool(value)
 
     def __float__(self) -> float:
         return float(self._concrete("float(tensor)"))

@@ -63,6 +63,9 @@ def _fans(tensor: Tensor) -> tuple[int, int]:
     return tensor.shape[1] * receptive, tensor.shape[0] * receptive
 
 
+_calculate_fan_in_and_fan_out = _fans  # PyTorch's private name, which layers' own inits call
+
+
 def _fill(tensor: Tensor, data: np.ndarray) -> Tensor:
     with no_grad():
         tensor._assign(Tensor._of(np.asarray(data, tensor.dtype)))
