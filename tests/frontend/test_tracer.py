@@ -192,6 +192,25 @@ def test_state_replaced_in_the_step_is_followed_at_every_call(float64, backend):
     assert float(results[True][3]) == 5.0
 
 
+def eager_and_traced(make, backend, lr):
+    """Two copies of `make()`'s module, same weights, and an SGD step for each: eager, traced."""
+    models = [make(), make()]
+    models[1].load_state_dict(models[0].state_dict())
+    steps = []
+    for model, traced in zip(models, (False, True), strict=True):
+        opt = tgt.optim.SGD(model.parameters(), lr=lr)
+
+        def step(x, model=model, opt=opt):
+            opt.zero_grad()
+            loss = model(x)
+            loss.backward()
+            opt.step()
+            return loss
+
+        steps.append(tg.trace(step, backend=backend) if traced else step)
+    return models, steps
+
+
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
 def test_kept_tensors_hold_the_latest_calls_values_across_plans(float64, backend):
     """A module caching results on itself (`self.state = ...`, a recurrent `(h, c)` tuple, a
@@ -211,20 +230,7 @@ def test_kept_tensors_hold_the_latest_calls_values_across_plans(float64, backend
             self.log[0] = y.min()
             return (y**2).sum()
 
-    models = [Caching(), Caching()]
-    models[1].load_state_dict(models[0].state_dict())
-    steps = []
-    for model, traced in zip(models, (False, True), strict=True):
-        opt = tgt.optim.SGD(model.parameters(), lr=0.01)
-
-        def step(x, model=model, opt=opt):
-            opt.zero_grad()
-            loss = model(x)
-            loss.backward()
-            opt.step()
-            return loss
-
-        steps.append(tg.trace(step, backend=backend) if traced else step)
+    models, steps = eager_and_traced(Caching, backend, lr=0.01)
     rng = np.random.default_rng(3)
     for n in (2, 3, 2, 3, 2):
         x = rng.standard_normal((n, 3))
@@ -255,20 +261,7 @@ def test_a_recurrent_state_carried_in_a_module_attribute_is_followed(float64, ba
             out, self.hidden = self.lstm(x, self.hidden)
             return (out**2).sum()
 
-    models = [Carrying(), Carrying()]
-    models[1].load_state_dict(models[0].state_dict())
-    steps = []
-    for model, traced in zip(models, (False, True), strict=True):
-        opt = tgt.optim.SGD(model.parameters(), lr=0.1)
-
-        def step(x, model=model, opt=opt):
-            opt.zero_grad()
-            loss = model(x)
-            loss.backward()
-            opt.step()
-            return loss
-
-        steps.append(tg.trace(step, backend=backend) if traced else step)
+    models, steps = eager_and_traced(Carrying, backend, lr=0.1)
     rng = np.random.default_rng(4)
     for n in (5, 4, 5, 5, 4, 4, 5):
         x = rng.standard_normal((n, 1, 3))
