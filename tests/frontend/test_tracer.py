@@ -240,6 +240,7 @@ def test_kept_tensors_hold_the_latest_calls_values_across_plans(float64, backend
         for got, want in [(traced.state, eager.state), (traced.hc[0], eager.hc[0]),
                           (traced.hc[1], eager.hc[1]), (traced.log[0], eager.log[0])]:  # fmt: skip
             np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
+        assert traced.state.grad_fn is None  # a value: the trace's tape is not kept
 
 
 @pytest.mark.parametrize("backend", ["numpy", "numba"])

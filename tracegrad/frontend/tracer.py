@@ -471,6 +471,7 @@ class Tracer:
         for t in kept:
             value_writes.append(Ref(t, None))
             outputs.append(t._value)
+            t._node = None  # the trace's tape is gone: the plan keeps values, not a graph
         for s in list(self.slots.values()):
             t = s.tensor
             if t._grad is not s.grad:
