@@ -196,6 +196,12 @@ class Tensor:
         return self._concrete("Tensor.numpy()")
 
     def item(self) -> Any:
+        """The Python number; in a traced step, a 0-d tensor standing for it (`Tracer.number`),
+        which the step may compute with and return."""
+        if isinstance(self._value, ir.Value) and Listeners.tracers:
+            if self.size != 1:
+                raise ShapeError(f"item: a tensor of {self.size} elements has no one number")
+            return Listeners.tracers[-1].number(self)
         return self._concrete("Tensor.item()").item()
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from tracegrad.core import ir
+from tracegrad.core import primitives as P
 from tracegrad.frontend import pytree
 from tracegrad.frontend.scopes import module_names
 from tracegrad.frontend.tensor import (
@@ -185,6 +186,7 @@ class Capture:
     grad_writes: list[tuple[Ref, bool]]  # (whose grad, grad is None afterwards)
     result_tree: Any
     n_results: int
+    numbers: list[int]  # results that are Python numbers (`.item()`), as 0-d values in the graph
     guards: list[tuple[Ref, tuple, np.dtype, bool]] = field(default_factory=list)
     checks: list[Callable[[], bool]] = field(default_factory=list)  # from `guard()`
     watched: list[Watch] = field(default_factory=list)
@@ -309,6 +311,18 @@ class Tracer:
         self.weak: set[ir.Value] = set()  # stand-ins for Python numbers: they promote weakly
         self.made: list[weakref.ref[Tensor]] = []  # every symbolic tensor made while tracing
         self.held_before: dict[int, dict[Any, Any]] = {}  # id(object's dict) -> its tensors
+        self.items: dict[ir.Value, str | None] = {}  # `.item()`'s values -> the user's line
+
+    def number(self, t: Tensor) -> Tensor:
+        """`t.item()` while tracing: a 0-d tensor that promotes as a Python number (`weak`), as
+        does arithmetic on it with numbers. Returned by the step, it is the call's number
+        (`Capture.numbers`); used to decide (`if`, `float()`, formatting) it refuses, as before,
+        and kept in Python state it refuses (`finish`): a plan would not append or store it at
+        every call."""
+        out = P.reshape(t, shape=()) if t.shape != () else P.positive(t)
+        self.weak.add(out._value)
+        self.items[out._value] = user_location()
+        return out
 
     def remember(self, obj: Any) -> None:
         """What `obj`'s attributes hold as the step first enters it (a module's forward): a
@@ -468,6 +482,13 @@ class Tracer:
                 value_writes.append(ref(s))
                 outputs.append(self.lift(t))  # symbolic: _assign lifts what it stores
         kept = self.escaped(leaves)
+        numbers = [t for t in kept if t._value in self.weak]
+        if numbers:
+            raise TraceError(
+                "the number of a Tensor.item() in the traced step is kept in Python state (a "
+                "list, an attribute): a plan would not store it again at every call; return it "
+                f"from the step instead (.item() at {self.items.get(numbers[0]._value, '?')})"
+            )
         for t in kept:
             value_writes.append(Ref(t, None))
             outputs.append(t._value)
@@ -495,8 +516,10 @@ class Tracer:
             for s in self.slots.values()
             if ref(s).arg is None  # an argument's (and its .grad's) are in the signature
         ]
+        numbers = [i for i, x in enumerate(leaves)
+                   if isinstance(x, Tensor) and x._value in self.weak]  # fmt: skip
         return Capture(graph, [s.arg for s in args], reads, value_writes, grad_writes, tree,
-                       len(leaves), guards, self.checks,
+                       len(leaves), numbers, guards, self.checks,
                        [w for w in self.watched.values() if w is not None],
                        list(self.after.values()), _places(kept) if kept else [])  # fmt: skip
 

@@ -117,6 +117,8 @@ class Plan:
         outs = [np.array(a) if i in self.input_backed else a for i, a in enumerate(outs)]
         owned = {id(a) for a in inputs}
         results = [Tensor._wrap(_fresh(a, owned)) for a in outs[: cap.n_results]]
+        for i in cap.numbers:
+            results[i] = results[i].item()
         writes = iter(outs[cap.n_results :])
         for ref in cap.value_writes:
             _write(ref.resolve(arg_leaves), next(writes))
