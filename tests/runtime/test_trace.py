@@ -343,6 +343,7 @@ def test_a_step_that_fails_at_run_time_changes_nothing():
         (lambda t: 1 if t.sum() > 0 else 0, "bool"),
         (lambda t: float(t.sum()), "float"),
         (lambda t: round(float(t.sum().item()), 2), "float"),  # returning .item() is fine
+        (lambda t: f"{t.sum().item():.2f}", "formatting"),
         (lambda t: t.numpy(), "numpy"),
     ],
 )

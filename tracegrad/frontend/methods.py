@@ -116,7 +116,7 @@ def _type(self: Tensor, dtype: Any = None, non_blocking: bool = False) -> Any:
 def _format(self: Tensor, spec: str) -> str:
     """A 0-d tensor formats as its number ('{:.4f}'.format(loss)), as in PyTorch."""
     if self.ndim == 0:
-        return format(self.item(), spec)
+        return format(self._concrete("formatting a tensor").item(), spec)
     if spec:
         raise TypeError(f"unsupported format string {spec!r} for a tensor of shape {self.shape}: "
                         "only a 0-d tensor formats as a number")  # fmt: skip
