@@ -650,3 +650,12 @@ def test_pytorchs_exception_types():
         tg.nn.Embedding(3, 2)(tg.tensor([5]))
     with pytest.raises(RuntimeError, match="ambiguous"):
         bool(tg.ones(2))
+
+
+def test_a_one_element_integer_tensor_of_any_shape_is_an_index():
+    """`[char_arr[i] for i in predict]` over an (n, 1, 1) prediction (nlp-tutorial's Seq2Seq)."""
+    assert ["S", "E", "P", "a"][tg.tensor([[3]])] == "a"
+    with pytest.raises(TypeError, match="single element"):
+        ["a", "b"][tg.tensor([0, 1])]
+    with pytest.raises(TypeError, match="single element"):
+        ["a", "b"][tg.tensor([1.0])]

@@ -589,3 +589,33 @@ def test_fan_in_and_fan_out_by_pytorchs_private_name():
 
     assert init._calculate_fan_in_and_fan_out(tg.empty(3, 5)) == (5, 3)
     assert init._calculate_fan_in_and_fan_out(tg.empty(8, 4, 3, 3)) == (36, 72)
+
+
+def test_embedding_from_pretrained_and_its_pytorch_arguments():
+    """nlp-tutorial's Transformer: `nn.Embedding.from_pretrained(table, freeze=True)`."""
+    table = tg.tensor(np.arange(6.0).reshape(3, 2))
+    frozen = nn.Embedding.from_pretrained(table)
+    assert frozen(tg.tensor([2, 0])).tolist() == [[4.0, 5.0], [0.0, 1.0]]
+    assert not frozen.weight.requires_grad and list(frozen.state_dict()) == ["weight"]
+    trained = nn.Embedding.from_pretrained(table, freeze=False, padding_idx=0)
+    assert trained.weight.requires_grad and trained.padding_idx == 0
+    bag = nn.EmbeddingBag.from_pretrained(table, mode="sum")
+    assert bag(tg.tensor([[0, 2]])).tolist() == [[4.0, 6.0]] and not bag.weight.requires_grad
+    assert nn.Embedding(4, 2, sparse=True).weight.shape == (4, 2)
+    with pytest.raises(NotImplementedError, match="max_norm"):
+        nn.Embedding(4, 2, max_norm=1.0)
+
+
+def test_softmax_without_dim_takes_pytorchs_deprecated_choice():
+    """F.softmax(x) of a 3-d x normalizes dim 0 (PyTorch's old rule: 0 for 0-, 1- and 3-d
+    inputs, else 1), with its warning; it had taken the last dim silently."""
+    x = tg.tensor(np.arange(24.0).reshape(2, 3, 4))
+    with pytest.warns(UserWarning, match="Implicit dimension"):
+        np.testing.assert_allclose(F.softmax(x).numpy().sum(0), np.ones((3, 4)))
+    with pytest.warns(UserWarning, match="Implicit dimension"):
+        np.testing.assert_allclose(F.log_softmax(x[0]).exp().numpy().sum(1), np.ones(3))
+
+
+def test_one_layer_rnn_dropout_warns_as_pytorch():
+    with pytest.warns(UserWarning, match="num_layers greater than 1"):
+        nn.RNN(3, 4, dropout=0.5)

@@ -837,3 +837,13 @@ def test_a_step_may_return_item_numbers(backend):
 
     with pytest.raises(tg.TraceError, match=r"kept in Python state.*test_trace\.py:\d+"):
         tg.trace(keeps, backend=backend)(tg.ones(1))
+
+
+def test_a_layer_built_inside_the_step_refuses_to_bake_its_random_weights():
+    """BERT in graykode/nlp-tutorial builds nn.Linear in forward: eager draws new weights at
+    each call, a plan would reuse the ones drawn while tracing. Refused, naming the line;
+    layers without random weights (pooling, a fresh LayerNorm) build as before."""
+    with pytest.raises(tg.TraceError, match=r"drawn inside the traced step.*test_trace\.py"):
+        tg.trace(lambda x: tg.nn.Linear(3, 3)(x).sum())(tg.ones(1, 3))
+    fixed = tg.trace(lambda x: tg.nn.LayerNorm(4)(x).sum() + tg.nn.MaxPool2d(2)(x).sum())
+    assert fixed(tg.ones(1, 1, 4, 4)).item() == 4.0

@@ -221,7 +221,13 @@ class Tensor:
         return int(self._concrete("int(tensor)"))
 
     def __index__(self) -> int:
-        return int(self._concrete("using a tensor as an index").__index__())
+        """A one-element integer tensor of any shape, as PyTorch's (`names[i]` for each `i` of
+        an (n, 1) prediction)."""
+        value = self._concrete("using a tensor as an index")
+        if value.size != 1 or value.dtype.kind not in "biu":
+            raise TypeError("only integer tensors of a single element can be converted to an "
+                            f"index, not {value.dtype} of shape {value.shape}")  # fmt: skip
+        return int(value.reshape(()).__index__())
 
     def __len__(self) -> int:
         if not self.shape:

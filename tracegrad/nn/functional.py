@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 
 from tracegrad.core import primitives as P
-from tracegrad.core.errors import ShapeError
+from tracegrad.core.errors import ShapeError, warn_user
 from tracegrad.core.ops import attention as attention_impl
 from tracegrad.core.ops import losses
 from tracegrad.core.primitives import abs, log, log1p, maximum, sigmoid, sqrt, tanh, where
-from tracegrad.frontend import random
+from tracegrad.frontend import random, reductions
 from tracegrad.frontend.autodiff import no_grad
 from tracegrad.frontend.functions import (
     check_range,
@@ -38,7 +38,7 @@ from tracegrad.frontend.functions import (
 from tracegrad.frontend.linalg import vector_norm
 from tracegrad.frontend.mutation import index_put, scatter
 from tracegrad.frontend.rearrange import chunk
-from tracegrad.frontend.reductions import amax, log_softmax, mean, softmax, sum
+from tracegrad.frontend.reductions import amax, mean, sum
 from tracegrad.frontend.tensor import Tensor, as_tensor
 from tracegrad.nn.ctc import ctc_loss
 from tracegrad.nn.spatial import affine_grid, grid_sample
@@ -1361,17 +1361,36 @@ def glu(input: Any, dim: int = -1) -> Tensor:
     return a * sigmoid(b)
 
 
-def implicit_dim(dim: int | None, ndim: int) -> int:
+def implicit_dim(dim: int | None, ndim: int, name: str = "softmin") -> int:
     """`dim`, or PyTorch's choice for a softmax-like function called without one (deprecated
-    there): 0 for 0-, 1- and 3-d inputs, else 1."""
-    return dim if dim is not None else 0 if ndim in (0, 1, 3) else 1
+    there, with this warning): 0 for 0-, 1- and 3-d inputs, else 1."""
+    if dim is not None:
+        return dim
+    warn_user(f"Implicit dimension choice for {name} has been deprecated. Change the call to "
+              "include dim=X as an argument.")  # fmt: skip
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+@pytorch_keywords
+def softmax(input: Any, dim: int | None = None, _stacklevel: int = 3, dtype: Any = None) -> Tensor:
+    """exp(x) / sum(exp(x)) over `dim` (without one, PyTorch's deprecated choice)."""
+    x = as_tensor(input) if dtype is None else as_tensor(input).astype(dtype)
+    return reductions.softmax(x, implicit_dim(dim, x.ndim, "softmax"))
+
+
+@pytorch_keywords
+def log_softmax(input: Any, dim: int | None = None, _stacklevel: int = 3,
+                dtype: Any = None) -> Tensor:  # fmt: skip
+    """log(softmax(x)) over `dim`, computed stably (without one, PyTorch's deprecated choice)."""
+    x = as_tensor(input) if dtype is None else as_tensor(input).astype(dtype)
+    return reductions.log_softmax(x, implicit_dim(dim, x.ndim, "log_softmax"))
 
 
 @pytorch_keywords
 def softmin(input: Any, dim: int | None = None, _stacklevel: int = 3, dtype: Any = None) -> Tensor:
     """softmax(-x) over `dim`."""
     x = as_tensor(input) if dtype is None else as_tensor(input).astype(dtype)
-    return softmax(-x, implicit_dim(dim, x.ndim))
+    return softmax(-x, implicit_dim(dim, x.ndim, "softmin"))
 
 
 def prelu(input: Any, weight: Any) -> Tensor:

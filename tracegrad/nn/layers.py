@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from tracegrad import distributed
+from tracegrad.core.errors import ShapeError
 from tracegrad.core.primitives import where
 from tracegrad.frontend.functions import permute, reshape, unflatten
 from tracegrad.frontend.tensor import Tensor, as_tensor, get_default_dtype
@@ -457,17 +458,39 @@ class Embedding(Module):
     """A (num_embeddings, embedding_dim) table drawn from N(0, 1); `padding_idx`'s row is zero
     and gets no gradient."""
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None):
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
+                 max_norm: float | None = None, norm_type: float = 2.0,
+                 scale_grad_by_freq: bool = False, sparse: bool = False,
+                 _weight: Tensor | None = None, _freeze: bool = False):  # fmt: skip
         super().__init__()
+        _dense_rows_only("Embedding", max_norm, scale_grad_by_freq)
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.max_norm, self.norm_type, self.scale_grad_by_freq = max_norm, norm_type, False
+        self.sparse = sparse  # a dense gradient either way
         if padding_idx is not None:
             padding_idx %= num_embeddings
         self.padding_idx = padding_idx
+        if _weight is not None:
+            self.weight = Parameter(as_tensor(_weight).detach(), requires_grad=not _freeze)
+            return
         self.weight = Tensor._of(np.zeros((num_embeddings, embedding_dim), get_default_dtype()),
                              requires_grad=True)  # fmt: skip
         init.normal_(self.weight)
         if padding_idx is not None:
             self.weight.numpy()[padding_idx] = 0.0
+
+    @classmethod
+    def from_pretrained(cls, embeddings: Any, freeze: bool = True, padding_idx: int | None = None,
+                        max_norm: float | None = None, norm_type: float = 2.0,
+                        scale_grad_by_freq: bool = False,
+                        sparse: bool = False) -> Embedding:  # fmt: skip
+        """An embedding whose table is `embeddings` (shared, as PyTorch's), trained unless
+        `freeze`."""
+        table = as_tensor(embeddings)
+        if table.ndim != 2:
+            raise ShapeError(f"Embedding.from_pretrained: embeddings {table.shape} must be 2-d")
+        return cls(*table.shape, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse,
+                   table, freeze)  # fmt: skip
 
     def forward(self, x: Tensor) -> Tensor:
         return F.embedding(x, self.weight, self.padding_idx)
@@ -921,6 +944,12 @@ class Fold(FunctionLayer):
                          padding=padding, stride=stride)  # fmt: skip
 
 
+def _dense_rows_only(name: str, max_norm: float | None, scale_grad_by_freq: bool) -> None:
+    if max_norm is not None or scale_grad_by_freq:
+        raise NotImplementedError(f"{name}: max_norm and scale_grad_by_freq are not provided "
+                                  "(they renormalize or rescale rows in place)")  # fmt: skip
+
+
 class EmbeddingBag(Module):
     """Sums, means or maxima of bags of embeddings (`functional.embedding_bag`) without the
     per-index rows in between; a table drawn from N(0, 1), `padding_idx`'s row zero."""
@@ -946,6 +975,21 @@ class EmbeddingBag(Module):
             if padding_idx is not None:
                 self.weight.numpy()[padding_idx] = 0.0
         self.to(device, dtype)
+
+    @classmethod
+    def from_pretrained(cls, embeddings: Any, freeze: bool = True, max_norm: float | None = None,
+                        norm_type: float = 2.0, scale_grad_by_freq: bool = False,
+                        mode: str = "mean", sparse: bool = False,
+                        include_last_offset: bool = False,
+                        padding_idx: int | None = None) -> EmbeddingBag:  # fmt: skip
+        """A bag over the table `embeddings` (shared, as PyTorch's), trained unless `freeze`."""
+        table = as_tensor(embeddings)
+        if table.ndim != 2:
+            raise ShapeError(f"EmbeddingBag.from_pretrained: embeddings {table.shape} must be 2-d")
+        bag = cls(*table.shape, max_norm, norm_type, scale_grad_by_freq, mode, sparse, table,
+                  include_last_offset, padding_idx)  # fmt: skip
+        bag.weight.requires_grad = not freeze
+        return bag
 
     def forward(self, input: Tensor, offsets: Tensor | None = None,
                 per_sample_weights: Tensor | None = None) -> Tensor:  # fmt: skip

@@ -73,14 +73,23 @@ class Buffer(Tensor):
 
 
 def init_generator() -> np.random.Generator:
-    """The generator parameter initialization draws from (`manual_seed` seeds it)."""
+    """The generator parameter initialization draws from (`manual_seed` seeds it). Not while
+    a step is traced: a layer built (or re-initialized) inside the step would draw its weights
+    once, when traced, and every call would reuse them where eager draws afresh."""
+    if Listeners.tracers:
+        raise TraceError(
+            "a layer's weights are drawn inside the traced step (a layer built in forward, or "
+            f"nn.init at {user_location()}): a plan would reuse the numbers drawn while tracing "
+            "at every call, where eager draws new ones; build the layer outside the step (in "
+            "__init__)"
+        )
     return _generator
 
 
 def uniform_parameter(shape: tuple[int, ...], bound: float) -> Parameter:
     """A parameter drawn from U(-bound, bound) in the default dtype: PyTorch's default
     initialization."""
-    return Parameter(_generator.uniform(-bound, bound, shape).astype(get_default_dtype()))
+    return Parameter(init_generator().uniform(-bound, bound, shape).astype(get_default_dtype()))
 
 
 class IncompatibleKeys(NamedTuple):

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from tracegrad.core import primitives as P
-from tracegrad.core.errors import ShapeError
+from tracegrad.core.errors import ShapeError, warn_user
 from tracegrad.frontend.functions import concatenate, matmul, permute, reshape, stack
 from tracegrad.frontend.tensor import Tensor, as_tensor
 from tracegrad.nn import functional as F
@@ -97,6 +97,10 @@ class RNNBase(Module):
         name = type(self).__name__
         if isinstance(dropout, bool) or not 0.0 <= dropout <= 1.0:
             raise ValueError(f"{name}: dropout must be a probability in [0, 1], not {dropout}")
+        if dropout and num_layers == 1:
+            warn_user("dropout option adds dropout after all but last recurrent layer, so "
+                      "non-zero dropout expects num_layers greater than 1, but got "
+                      f"dropout={dropout} and num_layers={num_layers}")  # fmt: skip
         if min(input_size, hidden_size, num_layers) <= 0:
             raise ValueError(f"{name}: input_size {input_size}, hidden_size {hidden_size} and "
                              f"num_layers {num_layers} must be positive")  # fmt: skip
