@@ -356,7 +356,7 @@ def test_layers_make_parameters_and_repr_says_so():
     assert all(isinstance(p, nn.Parameter) for p in layer.parameters())
     assert all(isinstance(p, nn.Parameter) for p in nn.LayerNorm(3).parameters())
     assert repr(nn.Parameter(tg.zeros(2))) == (
-        "Parameter containing:\ntensor([0., 0.], dtype=float32, requires_grad=True)"
+        "Parameter containing:\ntensor([0., 0.], requires_grad=True)"
     )
 
 
