@@ -516,8 +516,8 @@ class Tracer:
             for s in self.slots.values()
             if ref(s).arg is None  # an argument's (and its .grad's) are in the signature
         ]
-        numbers = [i for i, x in enumerate(leaves)
-                   if isinstance(x, Tensor) and x._value in self.weak]  # fmt: skip
+        numbers = [i for i, x in enumerate(leaves) if isinstance(x, Tensor)
+                   and x._value.__class__ is ir.Value and x._value in self.weak]  # fmt: skip
         return Capture(graph, [s.arg for s in args], reads, value_writes, grad_writes, tree,
                        len(leaves), numbers, guards, self.checks,
                        [w for w in self.watched.values() if w is not None],

@@ -102,7 +102,7 @@ class Softmax(Module):
         self.dim = dim
 
     def forward(self, x: Tensor) -> Tensor:
-        return softmax(x, axis=F.implicit_dim(self.dim, x.ndim))
+        return softmax(x, axis=F.implicit_dim(self.dim, x.ndim, "softmax"))
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"
@@ -114,7 +114,7 @@ class LogSoftmax(Module):
         self.dim = dim
 
     def forward(self, x: Tensor) -> Tensor:
-        return log_softmax(x, axis=F.implicit_dim(self.dim, x.ndim))
+        return log_softmax(x, axis=F.implicit_dim(self.dim, x.ndim, "log_softmax"))
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"

@@ -1361,7 +1361,7 @@ def glu(input: Any, dim: int = -1) -> Tensor:
     return a * sigmoid(b)
 
 
-def implicit_dim(dim: int | None, ndim: int, name: str = "softmin") -> int:
+def implicit_dim(dim: int | None, ndim: int, name: str) -> int:
     """`dim`, or PyTorch's choice for a softmax-like function called without one (deprecated
     there, with this warning): 0 for 0-, 1- and 3-d inputs, else 1."""
     if dim is not None:
