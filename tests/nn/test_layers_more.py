@@ -585,7 +585,7 @@ def test_small_functions_against_numpy(rng):
 
 def test_fan_in_and_fan_out_by_pytorchs_private_name():
     """Layers' own `reset_parameters` call `nn.init._calculate_fan_in_and_fan_out`."""
-    from tracegrad.torch.nn import init
+    import tracegrad.torch.nn.init as init  # the torch tree's module, as `import torch` gives
 
     assert init._calculate_fan_in_and_fan_out(tg.empty(3, 5)) == (5, 3)
     assert init._calculate_fan_in_and_fan_out(tg.empty(8, 4, 3, 3)) == (36, 72)

@@ -3,6 +3,7 @@
 from typing import Any
 
 from tracegrad.nn.init import *  # noqa: F403
+from tracegrad.nn.init import _calculate_fan_in_and_fan_out  # noqa: F401 (PyTorch's private)
 from tracegrad.torch._support import not_provided as _not_provided
 
 
