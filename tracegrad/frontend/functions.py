@@ -21,7 +21,7 @@ import numpy as np
 
 from tracegrad.core import primitives as P
 from tracegrad.core.errors import ShapeError, TraceError, user_location
-from tracegrad.frontend.tensor import Listeners, Tensor, as_tensor, write_out
+from tracegrad.frontend.tensor import Listeners, Tensor, as_tensor, call_into
 
 # Keywords only NumPy's functions take: a top-level call with one is a NumPy habit, and the
 # error says where NumPy's meaning lives.
@@ -36,7 +36,7 @@ _ALIASES = (("axis", "dim"), ("keepdims", "keepdim"))
 def pytorch_keywords(f: Callable | None = None, *, aliases: bool = True) -> Callable:
     """`f` taking NumPy's `axis=`/`keepdims=` as aliases of its `dim=`/`keepdim=` (as PyTorch's
     functions do; not where `aliases` is False, as for `split`, whose NumPy namesake means
-    another thing), PyTorch's `out=` (`mutation.write_out`), and naming
+    another thing), PyTorch's `out=` (`tensor.call_into`), and naming
     `tracegrad.numpy.<name>` when called with a NumPy keyword."""
     if f is None:
         return functools.partial(pytorch_keywords, aliases=aliases)
@@ -47,17 +47,11 @@ def pytorch_keywords(f: Callable | None = None, *, aliases: bool = True) -> Call
     def call(*args: Any, **kwargs: Any) -> Any:
         if kwargs and not kwargs.keys() <= params.keys():
             if "out" in kwargs and "out" not in params:
-                return _into_out(call, args, kwargs)
+                return call_into(call, args, kwargs, f.__name__)
             kwargs = _renamed(f.__name__, params, renames, kwargs)
         return f(*args, **kwargs)
 
     return call
-
-
-def _into_out(f: Callable, args: tuple, kwargs: dict) -> Any:
-    out = kwargs.pop("out")
-    result = f(*args, **kwargs)
-    return result if out is None else write_out(out, result, f.__name__)
 
 
 def _renamed(name: str, params: Any, aliases: dict, kwargs: dict) -> dict:

@@ -371,7 +371,7 @@ def _holds_tensors(x: Any, requiring_grad: bool = False) -> bool:
 def bind(prim: Any, *args: Any, **params: Any) -> Tensor:
     """Apply `prim` to `args`: evaluate (eagerly or symbolically), then let the tape record it."""
     if "out" in params:
-        return _bind_into(prim, args, params)
+        return call_into(functools.partial(bind, prim), args, params, prim.name)
     listeners = Listeners
     tracer = listeners.tracers[-1] if listeners.tracers else None
     weak = tracer.weak if tracer is not None else ()
@@ -405,11 +405,12 @@ def bind(prim: Any, *args: Any, **params: Any) -> Tensor:
     return out
 
 
-def _bind_into(prim: Any, args: tuple, params: dict) -> Any:
-    """`op(..., out=t)`: the result written into `t`."""
-    out = params.pop("out")
-    result = bind(prim, *args, **params)
-    return result if out is None else write_out(out, result, prim.name)
+def call_into(f: Any, args: tuple, kwargs: dict, op: str) -> Any:
+    """`f(*args, **kwargs)` given PyTorch's `out=t` among `kwargs`: the result written into
+    `t` (`write_out`), for ops and the top level's functions alike."""
+    out = kwargs.pop("out")
+    result = f(*args, **kwargs)
+    return result if out is None else write_out(out, result, op)
 
 
 def write_out(out: Any, result: Any, op: str) -> Any:
