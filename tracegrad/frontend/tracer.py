@@ -39,7 +39,7 @@ def _unreferenced(tensors: list[Tensor]) -> set[int]:
     ids = {id(t) for t in tensors}
     held: set[int] = set()
     for holder in gc.get_referrers(*tensors):
-        if holder is not tensors and not isinstance(holder, Slot | Ref | Place | Before):
+        if holder is not tensors and not isinstance(holder, _TRACE_RECORDS):
             held |= {id(x) for x in gc.get_referents(holder)} & ids
     return ids - held
 
@@ -52,14 +52,9 @@ def _substitute(new: Any, old: Any) -> None:
             items = [old if v is new else v for v in holder]
             _substitute(holder, holder._make(items) if hasattr(holder, "_make") else
                         type(holder)(items))  # fmt: skip
-        elif isinstance(holder, dict):
-            for k in [k for k, v in holder.items() if v is new]:
-                holder[k] = old
-        elif isinstance(holder, list):
-            holder[:] = [old if v is new else v for v in holder]
-        elif hasattr(holder, "__dict__") and not isinstance(holder, type):
-            for k in [k for k, v in vars(holder).items() if v is new]:
-                setattr(holder, k, old)
+        for p in _items(holder):
+            if p.obj is new:
+                p.holder[p.key] = old
 
 
 @dataclass
@@ -78,7 +73,7 @@ def _places(kept: Sequence[Tensor]) -> list[Place]:
     places, tuples = [], []
     ids = {id(t) for t in kept}
     for holder in gc.get_referrers(*kept):
-        if holder is kept or isinstance(holder, Slot | Ref | Place | weakref.ref):
+        if holder is kept or isinstance(holder, _TRACE_RECORDS):
             continue
         if isinstance(holder, tuple):
             tuples.append(holder)
@@ -87,12 +82,13 @@ def _places(kept: Sequence[Tensor]) -> list[Place]:
     if tuples:
         ids = {id(t) for t in tuples}
         for holder in gc.get_referrers(*tuples):
-            if holder is not tuples and not isinstance(holder, tuple | Place):
+            if holder is not tuples and not isinstance(holder, (tuple, *_TRACE_RECORDS)):
                 places += [p for p in _items(holder) if id(p.obj) in ids]
     return places
 
 
 def _items(holder: Any) -> list[Place]:
+    """The places of a dict, a list, or an object's attributes (none of anything else)."""
     if hasattr(holder, "__dict__") and not isinstance(holder, type):
         holder = vars(holder)  # an object's attributes (Python may report the object itself)
     if isinstance(holder, dict):
@@ -173,6 +169,10 @@ class Ref:
 
     def as_grad(self) -> Ref:
         return Ref(self.tensor, self.arg, True)
+
+
+# The trace's own records of tensors: not Python state that keeps or places them.
+_TRACE_RECORDS = (Slot, Ref, Place, Before)
 
 
 @dataclass
@@ -311,7 +311,6 @@ class Tracer:
         self.weak: set[ir.Value] = set()  # stand-ins for Python numbers: they promote weakly
         self.made: list[weakref.ref[Tensor]] = []  # every symbolic tensor made while tracing
         self.held_before: dict[int, dict[Any, Any]] = {}  # id(object's dict) -> its tensors
-        self.items: dict[ir.Value, str | None] = {}  # `.item()`'s values -> the user's line
 
     def number(self, t: Tensor) -> Tensor:
         """`t.item()` while tracing: a 0-d tensor that promotes as a Python number (`weak`), as
@@ -321,7 +320,6 @@ class Tracer:
         every call."""
         out = P.reshape(t, shape=()) if t.shape != () else P.positive(t)
         self.weak.add(out._value)
-        self.items[out._value] = user_location()
         return out
 
     def remember(self, obj: Any) -> None:
@@ -482,12 +480,13 @@ class Tracer:
                 value_writes.append(ref(s))
                 outputs.append(self.lift(t))  # symbolic: _assign lifts what it stores
         kept = self.escaped(leaves)
-        numbers = [t for t in kept if t._value in self.weak]
-        if numbers:
+        kept_numbers = [t._value for t in kept if t._value in self.weak]
+        if kept_numbers:
+            made_at = next(n.source for n in self.nodes if kept_numbers[0] in n.outputs)
             raise TraceError(
                 "the number of a Tensor.item() in the traced step is kept in Python state (a "
                 "list, an attribute): a plan would not store it again at every call; return it "
-                f"from the step instead (.item() at {self.items.get(numbers[0]._value, '?')})"
+                f"from the step instead (made at {made_at})"
             )
         for t in kept:
             value_writes.append(Ref(t, None))
