@@ -247,6 +247,11 @@ class Optimizer:
         state = {i: {k: t.detach() for k, t in s.items()} for i, s in enumerate(self.state)}
         return {"state": state, "param_groups": self._saved_groups()}
 
+    def _unknown_keys(self, group: Mapping[str, Any]) -> set[str]:
+        """A saved group's keys this optimizer does not take: not its parameters' numbers, its
+        hyperparameters, or a scheduler's "initial_lr"."""
+        return set(group) - {"params", "initial_lr", *self.defaults}
+
     def _saved_groups(self) -> list[dict[str, Any]]:
         """Each group's hyperparameters, "params" its parameters' numbers (PyTorch's)."""
         groups, start = [], 0
@@ -293,7 +298,7 @@ class Optimizer:
                 raise ValueError(f"{name}.load_state_dict: a saved group has "
                                  f"{len(h['params'])} parameters, this optimizer's "
                                  f"{len(group['params'])}")  # fmt: skip
-            unknown = set(h) - {"params", "initial_lr", *self.defaults}
+            unknown = self._unknown_keys(h)
             if unknown:
                 raise ValueError(
                     f"{name}.load_state_dict: unknown hyperparameters {sorted(unknown)}"
@@ -1133,9 +1138,9 @@ class LBFGS(Optimizer):
         if unknown:
             raise ValueError(f"LBFGS.load_state_dict: unknown state {sorted(unknown)}")
         hyper = {k: v for k, v in groups[0].items() if k != "params"} if groups else {}
-        if set(hyper) - {"initial_lr", *self.defaults}:
-            raise ValueError("LBFGS.load_state_dict: unknown hyperparameters "
-                             f"{sorted(set(hyper) - {'initial_lr', *self.defaults})}")  # fmt: skip
+        unknown = self._unknown_keys(hyper)
+        if unknown:
+            raise ValueError(f"LBFGS.load_state_dict: unknown hyperparameters {sorted(unknown)}")
         self.state[0].clear()
         self.state[0].update(
             {k: [Tensor._of(np.array(_array(a))) for a in v] if k in ("old_dirs", "old_stps")
