@@ -650,6 +650,23 @@ def test_pytorchs_exception_types():
         tg.nn.Embedding(3, 2)(tg.tensor([5]))
     with pytest.raises(RuntimeError, match="ambiguous"):
         bool(tg.ones(2))
+    with pytest.raises(IndexError, match="broadcast"):  # index arrays of 5 and 10 (makemore)
+        tg.zeros(5, 27)[tg.arange(5), tg.arange(10)]
+
+
+def test_a_row_picked_by_a_0d_index_made_in_a_compiled_step_is_its_own():
+    """`dC[ix] += demb[k, j]` with `ix = Xb[k, j]` (nn-zero-to-hero's manual backprop): NumPy
+    would return a view for a 0-d index array, and the compiled step's update wrote through it
+    into its constant zeros, so that the next call started from the first call's row."""
+
+    def step(x):
+        d = tg.zeros(3, 2)
+        d[x[0]] += 1.0
+        return d
+
+    traced = tg.trace(step, backend="numpy")
+    for x in ([0], [2], [1]):
+        assert traced(tg.tensor(x)).tolist() == step(tg.tensor(x)).tolist()
 
 
 def test_a_one_element_integer_tensor_of_any_shape_is_an_index():

@@ -32,6 +32,11 @@ class ShapeError(ValueError, RuntimeError):
         super().__init__(f"{message} (at {user_location()})")
 
 
+class IndexShapeError(ShapeError, IndexError):
+    """An index that does not fit the tensor (index arrays that do not broadcast together, more
+    indices than axes): an IndexError too, as PyTorch raises for it."""
+
+
 class MemoryBudgetError(MemoryError):
     """A memory budget no plan of the step fits: `minimum` is the smallest planned peak (bytes)
     the solver reached, and the message names the values that dominate it with their user

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from tracegrad.core.errors import ShapeError
+from tracegrad.core.errors import IndexShapeError, ShapeError
 
 PRIMITIVES: dict[str, Primitive] = {}
 # Ops whose eager calls a backend may run with kernels of its own: `run(prim, arrays, params,
@@ -249,7 +249,9 @@ class Primitive:
             shape, dtype = self.rule(*ins, **params)
         except ShapeError:
             raise
-        except (ValueError, IndexError, TypeError) as e:
+        except IndexError as e:
+            raise IndexShapeError(f"{self.name}: {e}") from None
+        except (ValueError, TypeError) as e:
             raise ShapeError(f"{self.name}: {e}") from None
         if shape.__class__ is not tuple or not isinstance(dtype, np.dtype):  # most rules' are
             shape, dtype = tuple(shape), np.dtype(dtype)

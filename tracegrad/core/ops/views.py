@@ -60,7 +60,13 @@ def _scatter_rule(g, *idx, shape, template):
 
 
 def _getitem(x, *idx, template):
-    return x[shapes.build_index(template, idx)]
+    """With index arrays the result is a copy, as the graph takes it to be: NumPy takes a 0-d
+    integer array for an integer and would return a view (a write into it would reach `x`,
+    a constant of the plan, say)."""
+    out = x[shapes.build_index(template, idx)]
+    if idx and any(i.ndim == 0 for i in idx) and np.may_share_memory(out, x):
+        return np.array(out)
+    return out
 
 
 def _scatter_add(g, *idx, shape, template, out=None):
