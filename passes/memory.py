@@ -1,7 +1,8 @@
 """Memory planning along the schedule: liveness over buffers (a view keeps its base's buffer
 alive), `del` points, elementwise results written into a dying input's buffer where that is safe,
 and an offset in one arena for every buffer that is not 0-d and whose producer accepts `out=`
-(the step's outputs too: the caller copies them out after the plan ran).
+(the state the step writes too: the caller copies it out after the plan ran; the results the
+caller keeps get buffers of their own instead, outside the arena, so nothing copies them).
 
 Why an arena: a fresh multi-megabyte NumPy array is a fresh `mmap`, and the page faults on its
 first touch cost about as much as the matmul writing it (docs/architecture.md, "The arena").
@@ -49,6 +50,7 @@ class MemoryPlan:
     commit: int = 0  # the commit point: index of the first node after all that may fail
     written: list[Value] = field(default_factory=list)  # inputs whose buffers the plan writes
     in_place: dict[Value, Value] = field(default_factory=dict)  # new state value -> its input
+    own_buffers: set[int] = field(default_factory=set)  # results in buffers of their own
 
 
 @dataclass(eq=False)  # one buffer is one object: compared and hashed by identity
@@ -64,12 +66,15 @@ def plan_memory(
     graph: Graph,
     kernels: Mapping[Node, Any] | None = None,
     updates: Mapping[int, int] | None = None,
+    results: int = 0,
 ) -> MemoryPlan:
     """Liveness over buffers plus in-place reuse, then arena offsets. A node's temporaries are
     its op's (`Primitive.scratch`), or those of the kernel `kernels` runs it with, where that
     kernel says (a `scratch` attribute, bytes): a convolution's kernel holds far fewer.
     `updates` maps positions of outputs that are new state values to the positions of the
-    inputs they replace: those are updated in place where the commit point allows."""
+    inputs they replace: those are updated in place where the commit point allows. The first
+    `results` outputs are handed to the caller, who keeps them: they are made outside the
+    arena (`own_buffers`), where no other plan overwrites them, rather than copied out of it."""
     plan = MemoryPlan(commit=commit_point(graph))
     donate = _donations(graph, updates or {})
     parts, plan.joined = _parts_in_place(graph, donate)
@@ -79,6 +84,12 @@ def plan_memory(
     for v in graph.outputs:  # the caller copies results and state writes out after the plan
         if v in buffers:
             buffers[v].died = len(graph.nodes) - 1
+    wholes = {_place_in(part, parts)[0] for part in parts}
+    for i, v in enumerate(graph.outputs[:results]):
+        b = buffers.get(v)
+        if b is not None and not b.state and b.owner not in wholes:
+            b.placeable = False
+            plan.own_buffers.add(i)
     distinct = [b for b in dict.fromkeys(buffers.values()) if not b.state]
     plan.written = list(dict.fromkeys(b.owner for v, b in buffers.items()
                                       if b.state and v is not b.owner))  # fmt: skip

@@ -166,3 +166,22 @@ def test_writable_leaves_inputs_alone_when_nothing_is_written_in_place():
     inputs = [base[:4], base[3:7]]
     writable(inputs, [], [Value((4,), np.float64)] * 2)
     assert inputs[0].base is base and inputs[1].base is base
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_results_are_made_outside_the_arena_and_handed_over_uncopied(backend):
+    """A plan's results are the caller's: made in buffers of their own, so the next plan,
+    which reuses the shared arena, cannot overwrite them, and nothing copies them out."""
+    w = tg.tensor(np.random.default_rng(0).standard_normal((64, 64)))
+    step = tg.trace(lambda x: (tg.tanh(x @ w), (x @ w).reshape(-1)), backend=backend)
+    x = tg.ones(32, 64, dtype=tg.float64)
+    a, b = step(x)
+    step.wait_for_kernels()
+    a, b = step(x)
+    arena = tg.runtime.arena.shared_arena().buffer
+    assert step.latest.memory.own_buffers == {0, 1}
+    assert not np.shares_memory(a.numpy(), arena) and not np.shares_memory(b.numpy(), arena)
+    other = tg.trace(lambda x: x * 3.0 + 1.0, backend=backend)
+    other(tg.ones(32, 64, dtype=tg.float64))  # reuses the arena
+    np.testing.assert_allclose(a.numpy(), np.tanh(np.ones((32, 64)) @ w.numpy()))
+    np.testing.assert_allclose(b.numpy(), (np.ones((32, 64)) @ w.numpy()).reshape(-1))

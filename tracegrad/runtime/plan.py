@@ -48,7 +48,9 @@ class Plan:
         self.built_at_call = 1  # the first call that ran what is built now (kernels: later)
         self.events: list[tuple[str, float, float]] = []  # (what, perf_counter, seconds)
         self.updates = state_updates(cap)
-        self._build(graph, kernels, memory or plan_memory(graph, kernels, self.updates))
+        self._build(
+            graph, kernels, memory or plan_memory(graph, kernels, self.updates, cap.n_results)
+        )
 
     def _build(self, graph: ir.Graph, kernels: dict, memory: MemoryPlan) -> None:
         self.graph, self.memory, self.kernels = graph, memory, kernels
@@ -74,7 +76,9 @@ class Plan:
                           stacklevel=3)  # fmt: skip
             self.run.measure_first = True  # the stand-in is the plan from now on
             return
-        self._build(*pending.result, plan_memory(*pending.result, self.updates))
+        self._build(
+            *pending.result, plan_memory(*pending.result, self.updates, self.capture.n_results)
+        )
         self.built_at_call = self.calls + 1
         self.events.append((f"{len(self.kernels)} kernels compiled in the background",
                             pending.started, pending.seconds))  # fmt: skip
@@ -109,14 +113,20 @@ class Plan:
         return result
 
     def _finish(self, arg_leaves: Sequence[Any], inputs: list[np.ndarray], outs: Sequence) -> Any:
-        """Now that the step has run to its end: copy the results out of the arena and store the
-        state writes in place, as eager in-place ops do. An output that is (a view of) an input
-        is copied first: a write before it must not change it (`prev <- p; p <- p + 1`)."""
+        """Now that the step has run to its end: take the results (in buffers of their own, or
+        copied out of the arena) and store the state writes in place, as eager in-place ops do.
+        An output that is (a view of) an input is copied first: a write before it must not
+        change it (`prev <- p; p <- p + 1`)."""
         cap = self.capture
         outs = [_typed(a, v) for a, v in zip(outs, self.graph.outputs, strict=True)]
         outs = [np.array(a) if i in self.input_backed else a for i, a in enumerate(outs)]
         owned = {id(a) for a in inputs}
-        results = [Tensor._wrap(_fresh(a, owned)) for a in outs[: cap.n_results]]
+        own = self.memory.own_buffers
+        results = [
+            Tensor._wrap(a if i in own and type(a) is np.ndarray and id(a) not in owned
+                         else _fresh(a, owned))
+            for i, a in enumerate(outs[: cap.n_results])
+        ]  # fmt: skip
         for i in cap.numbers:
             results[i] = results[i].item()
         writes = iter(outs[cap.n_results :])
@@ -291,7 +301,7 @@ def compile_plan(
     name, start = identifier(name), time.perf_counter()
     if memory_budget is not None:
         graph, stats, kernels, memory, budget = _fit(
-            cap.graph, backend, pipeline, memory_budget, state_updates(cap)
+            cap.graph, backend, pipeline, memory_budget, state_updates(cap), cap.n_results
         )
         plan = Plan(cap, name, graph, kernels, stats, backend, budget, memory)
     else:
@@ -307,7 +317,7 @@ def compile_plan(
 
 
 def _fit(graph: ir.Graph, backend: str, pipeline: Sequence[Callable], limit: int,
-         updates: dict[int, int]) -> tuple:  # fmt: skip
+         updates: dict[int, int], results: int) -> tuple:  # fmt: skip
     """Run the pipeline with the budget pass; if lowering (a kernel that would not compile)
     leaves the final plan above the budget after all, solve again for less."""
     pipeline = list(pipeline)
@@ -316,14 +326,14 @@ def _fit(graph: ir.Graph, backend: str, pipeline: Sequence[Callable], limit: int
 
     def peak_of(g: ir.Graph) -> int:
         lowered = lowering.lower(passes.run(g, rest)[0], backend, compile=False)
-        return plan_memory(*lowered, updates).peak
+        return plan_memory(*lowered, updates, results).peak
 
     target = limit
     for _ in range(3):
         budget = Budget(target, peak_of, set(updates))
         graph_after, stats = passes.run(graph, [*pipeline[:at], budget, *rest])
         lowered, kernels = lowering.lower(graph_after, backend)
-        memory = plan_memory(lowered, kernels, updates)
+        memory = plan_memory(lowered, kernels, updates, results)
         if memory.peak <= limit:
             budget.limit = limit
             return lowered, stats, kernels, memory, budget
