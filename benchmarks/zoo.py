@@ -42,7 +42,9 @@ so the first losses agree (printed side by side, and relative to PyTorch's). Mod
   joined by concatenation; batch 16, the noise and the steps as inputs, MSE, gradients clipped
   to norm 1, AdamW(2e-4).
 
-Methods: `tg-traced` (`tracegrad.trace`, Numba backend), `tg-eager`, `torch` (eager),
+Methods: `tg-traced` (`tracegrad.trace`, Numba backend), `tg-eager`, `tg-module` (each
+network `torch.compile`d as a module by `tracegrad.torch`, the step around them eager), `torch`
+(eager),
 `torch-compile` (`torch.compile` of the whole step function; for `dcgan`, of each network, with
 static shapes: its step runs backward twice through the generator's region, which fails
 compiled whole), `jax` (`jax.jit` of the whole step; written for `mlp`, `cnn` and `gpt` only,
@@ -96,7 +98,7 @@ from harness import (  # noqa: E402
 )
 from workloads import WORKLOADS, init_params, make_batch  # noqa: E402
 
-METHODS = ("tg-traced", "tg-eager", "torch", "torch-compile", "jax", "floor")
+METHODS = ("tg-traced", "tg-eager", "tg-module", "torch", "torch-compile", "jax", "floor")
 Step = Callable[..., Any]
 
 
@@ -594,9 +596,13 @@ def make_step(model: Model, method: str, c: dict | None = None, backend: str = "
         import torch as lib
     else:
         import tracegrad as lib
-    if method not in ("tg-traced", "tg-eager", "torch", "torch-compile"):
+    if method not in ("tg-traced", "tg-eager", "tg-module", "torch", "torch-compile"):
         raise ValueError(f"unknown method {method!r}")
     nets = networks(model, lib, c)
+    if method == "tg-module":
+        import tracegrad.torch
+
+        nets = {name: tracegrad.torch.compile(net, backend=backend) for name, net in nets.items()}
     compiled = method == "torch-compile"
     if compiled and model.compile_nets:
         nets = {name: lib.compile(net, dynamic=False) for name, net in nets.items()}
@@ -618,10 +624,15 @@ def make_step(model: Model, method: str, c: dict | None = None, backend: str = "
     run.nets = nets
     if method == "tg-traced":
         run.traced, run.wait_for_kernels = step, step.wait_for_kernels
-    elif method == "tg-eager":  # its large ops' kernels load while the first steps run NumPy
+    elif method in ("tg-eager", "tg-module"):  # kernels load while the first steps run NumPy
         from tracegrad.runtime.eager import wait_for_kernels
 
-        run.wait_for_kernels = wait_for_kernels
+        def wait() -> None:
+            wait_for_kernels()
+            for net in nets.values():
+                getattr(net, "wait_for_kernels", lambda: None)()
+
+        run.wait_for_kernels = wait
     return run
 
 
@@ -957,7 +968,7 @@ def main() -> None:
     for name in args.models:
         run = partial(measure, name, args.steps, args.budget, args.jax_python)
         everything[name] = run_rounds(run, args.methods, args.rounds,
-                                      warm=("tg-traced", "torch-compile"))  # fmt: skip
+                                      warm=("tg-traced", "tg-module", "torch-compile"))  # fmt: skip
         print_model(name, everything[name])
         blas = next((r["blas"] for r in everything[name][0].values() if r.get("blas")), None)
     print(f"\nBLAS: {'; '.join(blas or ['?'])}")

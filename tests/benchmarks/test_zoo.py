@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections import Counter
 
 import numpy as np
@@ -66,6 +67,22 @@ def test_traced_steps_train_as_eager_ones(name):
         for key, value in states(traced_nets).items():  # weights, optimizer-free state: BN's
             np.testing.assert_allclose(value, expected[key], rtol=1e-8, atol=1e-10,
                                        err_msg=f"{backend}: {key}")  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(SMALL))
+def test_compiled_modules_train_as_eager_ones(name):
+    """Each network `torch.compile`d as a module (runtime/compiled_module.py), the step around
+    them eager: a GAN's two networks and their two backward passes, an LSTM's carried state,
+    batch norm's statistics written by the compiled forward."""
+    eager, nets = train(name, "tg-eager")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", "torch.compile")  # no call runs eagerly
+        compiled, compiled_nets = train(name, "tg-module", "numpy")
+    np.testing.assert_allclose(compiled, eager, rtol=1e-10)
+    expected = states(nets)
+    for key, value in states(compiled_nets).items():
+        key = key.replace("_orig_mod.", "")
+        np.testing.assert_allclose(value, expected[key], rtol=1e-8, atol=1e-10, err_msg=key)
 
 
 @pytest.mark.parametrize("name", list(SMALL))

@@ -187,7 +187,7 @@ class Capture:
     result_tree: Any
     n_results: int
     numbers: list[int]  # results that are Python numbers (`.item()`), as 0-d values in the graph
-    guards: list[tuple[Ref, tuple, np.dtype, bool]] = field(default_factory=list)
+    guards: list[tuple[Ref, tuple, np.dtype, bool | None]] = field(default_factory=list)
     checks: list[Callable[[], bool]] = field(default_factory=list)  # from `guard()`
     watched: list[Watch] = field(default_factory=list)
     after: list[Callable[[], None]] = field(default_factory=list)  # from `after_call()`
@@ -204,11 +204,12 @@ class Capture:
         )
 
 
-def _guard_holds(t: Tensor | None, shape: tuple, dtype: np.dtype, no_grad: bool) -> bool:
+def _guard_holds(t: Tensor | None, shape: tuple, dtype: np.dtype, no_grad: bool | None) -> bool:
+    """`no_grad`: whether its grad must be None (None: either, for a plan that reads no grad)."""
     if t is None:
         return False
     a = t._value  # its shape and dtype directly: a step checks a guard per state tensor
-    return a.shape == shape and a.dtype == dtype and (t._grad is None) == no_grad
+    return a.shape == shape and a.dtype == dtype and no_grad in (None, t._grad is None)
 
 
 @dataclass

@@ -30,6 +30,7 @@ from tracegrad.frontend.functions import pytorch_keywords
 from tracegrad.frontend.methods import legacy_types
 from tracegrad.frontend.rearrange import matrix_trace as trace
 from tracegrad.frontend.tensor import Tensor
+from tracegrad.runtime.compiled_module import OptimizedModule
 from tracegrad.torch._support import ALIASES as _ALIASES
 from tracegrad.torch._support import DTYPES as _DTYPES
 from tracegrad.torch._support import dtype, imported_as_torch
@@ -164,27 +165,22 @@ def compile(  # noqa: A001 (PyTorch's name)
 ) -> Any:  # fmt: skip
     """PyTorch's `torch.compile`. On a function (a training step that runs forward, backward and
     the optimizer, or an inference function) it is `tracegrad.trace`: compiled per input
-    signature. On a module (`model = torch.compile(model)`) it returns the module itself and
-    warns once: tracegrad compiles whole steps, and a module's forward compiled alone would cut
-    the gradient to its parameters. Used bare, as `@torch.compile`, or with options."""
+    signature. On a module (`model = torch.compile(model)`) it returns an `OptimizedModule`
+    whose calls run a compiled forward, and a compiled backward when `loss.backward()` reaches
+    it; where the trace refuses, the call runs eagerly with a warning (an error with
+    `fullgraph=True`). Used bare, as `@torch.compile`, or with options."""
     if model is None:
         return functools.partial(compile, fullgraph=fullgraph, dynamic=dynamic, backend=backend,
                                  mode=mode, options=options, disable=disable)  # fmt: skip
     if disable:
         return model
-    if isinstance(model, nn.Module):
-        warnings.warn(
-            f"torch.compile({type(model).__name__}) returns the module unchanged: tracegrad "
-            "compiles whole training steps; compile the function that runs forward, backward "
-            "and optimizer.step() with torch.compile or @tracegrad.trace",
-            stacklevel=2,
-        )
-        return model
-    if not callable(model):
-        raise TypeError(f"torch.compile: expected a function or a module, got {model!r}")
     tracegrad_backend = backend if backend in ("numpy", "numba") else "numba"
     if backend not in (*_TORCH_BACKENDS, "numpy", "numba") and not callable(backend):
         raise ValueError(f"torch.compile: unknown backend {backend!r}")
+    if isinstance(model, nn.Module):
+        return OptimizedModule(model, tracegrad_backend, fullgraph)
+    if not callable(model):
+        raise TypeError(f"torch.compile: expected a function or a module, got {model!r}")
     return _tg.trace(model, backend=tracegrad_backend)
 
 

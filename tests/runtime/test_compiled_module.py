@@ -1,0 +1,167 @@
+"""`torch.compile(model)`: the module's calls run a compiled forward and, when backward reaches
+them, a compiled backward (runtime/compiled_module.py). Each check trains a compiled module
+and an uncompiled copy from the same weights in float64, eagerly around the module (loss,
+backward, optimizer), and compares losses, gradients and weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+import tracegrad.torch as torch
+from tracegrad.frontend.tensor import TraceError
+from tracegrad.runtime.compiled_module import OptimizedModule
+
+nn, F = torch.nn, torch.nn.functional
+
+
+def _pair(make):
+    torch.manual_seed(0)
+    plain = make().double()
+    torch.manual_seed(0)
+    compiled = torch.compile(make().double(), backend="numpy")
+    return plain, compiled
+
+
+def _close(a, b):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-10, atol=1e-12)
+
+
+class Classifier(nn.Module):
+    """Batch norm (running statistics written by the forward), dropout (random numbers drawn
+    by it), and a (logits, loss) result with the targets by keyword, as nanoGPT's."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(6, 16), nn.BatchNorm1d(16), nn.GELU(),
+                                  nn.Dropout(0.2), nn.Linear(16, 4))  # fmt: skip
+
+    def forward(self, x, targets=None):
+        logits = self.body(x)
+        loss = None if targets is None else F.cross_entropy(logits, targets)
+        return logits, loss
+
+
+def _train(model, x, y, steps=4):
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        _, loss = model(x, targets=y)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    return losses
+
+
+def test_trains_as_the_eager_module_does():
+    plain, compiled = _pair(Classifier)
+    rng = np.random.default_rng(0)
+    x, y = torch.tensor(rng.standard_normal((8, 6))), torch.tensor(rng.integers(0, 4, 8))
+    torch.manual_seed(1)
+    want = _train(plain, x, y)
+    torch.manual_seed(1)
+    got = _train(compiled, x, y)
+    _close(got, want)
+    assert want[-1] < want[0]
+    for (k, a), (j, b) in zip(plain.state_dict().items(), compiled.state_dict().items(),
+                              strict=True):  # fmt: skip
+        assert j == f"_orig_mod.{k}"  # PyTorch's names for a compiled module's state
+        _close(b, a)
+    calls = compiled._calls.plans
+    assert len(calls) == 1 and all(c.backward is not None for cs in calls.values() for c in cs)
+
+
+def test_gradients_of_inputs_and_of_every_output():
+    plain, compiled = _pair(Classifier)
+    plain.eval(), compiled.eval()
+    rng = np.random.default_rng(1)
+    data, y = rng.standard_normal((5, 6)), torch.tensor(rng.integers(0, 4, 5))
+    w = torch.tensor(rng.standard_normal((5, 4)))
+    grads = []
+    for model in (plain, compiled):
+        x = torch.tensor(data, requires_grad=True)
+        logits, loss = model(x, targets=y)
+        ((logits * w).sum() + 3 * loss).backward()
+        grads.append([x.grad, *(p.grad for p in model.parameters())])
+    for a, b in zip(*grads, strict=True):
+        _close(b, a)
+
+
+def test_inference_runs_the_forward_alone():
+    plain, compiled = _pair(Classifier)
+    x = torch.tensor(np.random.default_rng(2).standard_normal((4, 6)))
+    plain.eval(), compiled.eval()
+    with torch.no_grad():
+        _close(compiled(x)[0], plain(x)[0])
+    assert all(c.backward is None for cs in compiled._calls.plans.values() for c in cs)
+    assert compiled(x)[0].requires_grad  # with grad enabled: another plan, with a backward
+
+
+def test_frozen_parameters_get_no_gradient():
+    plain, compiled = _pair(Classifier)
+    x, y = torch.ones(3, 6, dtype=torch.float64), torch.tensor([0, 1, 2])
+    for model in (plain, compiled):
+        model.eval()
+        model.body[0].weight.requires_grad_(False)
+        model(x, targets=y)[1].backward()
+    assert compiled.body[0].weight.grad is None  # attributes read through to the module
+    _close(compiled.body[4].weight.grad, plain.body[4].weight.grad)
+
+
+def test_backward_twice_needs_retain_graph():
+    _, compiled = _pair(Classifier)
+    compiled.eval()
+    x, y = torch.ones(3, 6, dtype=torch.float64), torch.tensor([0, 1, 2])
+    _, loss = compiled(x, targets=y)
+    loss.backward(retain_graph=True)
+    once = compiled.body[4].bias.grad.clone()
+    loss.backward()
+    _close(compiled.body[4].bias.grad, 2 * once)  # accumulated, as PyTorch does
+    with pytest.raises(RuntimeError, match="second time"):
+        loss.backward()
+
+
+class Branchy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x):
+        y = self.lin(x)
+        return y * 2 if y.sum().item() > 0 else -y  # PyTorch breaks the graph here
+
+
+def test_a_graph_break_runs_eagerly_or_refuses_with_fullgraph():
+    torch.manual_seed(0)
+    model = Branchy().double()
+    compiled = torch.compile(model, backend="numpy")
+    x = torch.ones(2, 3, dtype=torch.float64)
+    with pytest.warns(UserWarning, match=r"torch.compile\(Branchy\): this call runs eagerly"):
+        got = compiled(x)
+    _close(got, model(x))
+    got.sum().backward()
+    assert model.lin.weight.grad is not None
+    with pytest.raises(TraceError, match="fullgraph=True"):
+        torch.compile(model, fullgraph=True)(x)
+
+
+def test_a_compiled_module_inside_a_compiled_step_is_part_of_the_step():
+    plain, compiled = _pair(Classifier)
+    x, y = torch.ones(4, 6, dtype=torch.float64), torch.tensor([0, 1, 2, 3])
+    plain.eval(), compiled.eval()
+    step = tg.trace(lambda: compiled(x, targets=y)[1], backend="numpy")
+    _close(step(), plain(x, targets=y)[1])
+    assert not compiled._calls.plans  # traced into the step's plan, not compiled on its own
+
+
+def test_torch_compile_returns_an_optimized_module():
+    model = nn.Linear(2, 2)
+    compiled = torch.compile(model)
+    import tracegrad.torch._dynamo as dynamo  # `import torch._dynamo`
+
+    assert isinstance(compiled, dynamo.eval_frame.OptimizedModule)
+    assert isinstance(compiled, OptimizedModule) and compiled._orig_mod is model
+    assert compiled.weight is model.weight and compiled.in_features == 2
+    assert [n for n, _ in compiled.named_parameters()] == ["_orig_mod.weight", "_orig_mod.bias"]

@@ -1,0 +1,289 @@
+"""`torch.compile(model)`: a module whose calls run compiled plans, as PyTorch's AOTAutograd
+runs them. The module's forward and its backward are traced together once per input signature
+(`joint`), the graph is cut where the cotangents enter (`split`), and each half compiles to a
+plan: the forward plan also returns what the backward reads (its *residuals*), and one node on
+the tape runs the backward plan when `loss.backward()` reaches it. The loss, the backward call
+and the optimizer stay eager, as they are around a module PyTorch compiled. Where the trace
+refuses (a graph break in PyTorch), that call signature runs eagerly, with a warning."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tracegrad.core import ir
+from tracegrad.frontend import pytree
+from tracegrad.frontend.autodiff import is_grad_enabled
+from tracegrad.frontend.autograd import grad
+from tracegrad.frontend.function import Function, FunctionCtx
+from tracegrad.frontend.tensor import Listeners, Tensor, TraceError
+from tracegrad.frontend.tracer import Capture, capture, signature
+from tracegrad.nn.modules import Module
+from tracegrad.runtime.plan import Plan, compile_plan
+
+COTANGENT = 1 << 30  # the cotangents' positions among the joint trace's arguments start here
+
+
+def _is_leaf(x: Any) -> bool:
+    return isinstance(x, Tensor | np.ndarray)
+
+
+def _is_argument(x: Any) -> bool:
+    """A leaf of a call's signature (`tracer.signature`): an array or a Python float."""
+    return _is_leaf(x) or type(x) is float
+
+
+def _flat(n: int) -> Any:
+    """The tree of a flat tuple of `n` leaves (a plan's results)."""
+    return pytree.flatten(tuple(range(n)), lambda x: isinstance(x, int))[1]
+
+
+@dataclass
+class Compiled:
+    """One input signature's plans: the forward (its results: the module's output leaves, then
+    the residuals) and the backward (its arguments: the residuals, then one cotangent per
+    differentiable output; its results: the gradients that are not None)."""
+
+    forward: Plan
+    backward: Plan | None
+    out_tree: Any
+    n_out: int
+    differentiable: list[int]  # output leaves with a gradient (a cotangent each)
+    has_grad: list[bool]  # per tensor gradients go to: whether its gradient is not None
+
+
+@dataclass
+class Joint:
+    """What the joint trace learns besides its graph."""
+
+    out_tree: Any = None
+    n_out: int = 0
+    differentiable: list[int] = field(default_factory=list)
+    has_grad: list[bool] = field(default_factory=list)
+
+
+def _needed(values: Sequence[ir.Value], made_by: dict[ir.Value, ir.Node]) -> set[ir.Node]:
+    """The nodes `values` are computed by, directly or not."""
+    seen: set[ir.Node] = set()
+    todo = [made_by[v] for v in values if v in made_by]
+    while todo:
+        n = todo.pop()
+        if n not in seen:
+            seen.add(n)
+            todo.extend(made_by[v] for v in n.inputs if v in made_by)
+    return seen
+
+
+def split(cap: Capture, n_out: int) -> tuple[Capture, Capture | None]:
+    """The joint capture cut in two: the forward computes the output leaves and the state
+    writes (batch norm's running statistics, the random state); the backward, the gradients
+    (the results after the first `n_out`) from the cotangents (the arguments at `COTANGENT`
+    and after) and the residuals: the forward's values it reads, the arguments, and state the
+    forward writes, as they were at the forward (state it does not write it reads itself)."""
+    g, n_results = cap.graph, cap.n_results
+    outs, grads = g.outputs[:n_out], g.outputs[n_out:n_results]
+    writes = g.outputs[n_results:]
+    made_by = {v: n for n in g.nodes for v in n.outputs}
+    forward = _needed([*outs, *writes], made_by)
+    n_args = len(cap.args)
+    module_args = [v for v, a in zip(g.inputs, cap.args, strict=False) if a < COTANGENT]
+    cotangents = [v for v, a in zip(g.inputs, cap.args, strict=False) if a >= COTANGENT]
+    reads = dict(zip(g.inputs[n_args:], cap.reads, strict=True))
+    written = {id(r.tensor) for r in cap.value_writes if r.tensor is not None}
+    fwd_nodes = [n for n in g.nodes if n in forward]
+    used = {v for n in fwd_nodes for v in n.inputs} | set(outs) | set(writes)
+    fwd_reads = [v for v in reads if v in used]
+    if not grads:
+        fwd = ir.Graph([*module_args, *fwd_reads], fwd_nodes, [*outs, *writes])
+        return _forward_capture(cap, fwd, fwd_reads, reads, n_out), None
+    backward = _needed(grads, made_by) - forward
+    bwd_nodes = [n for n in g.nodes if n in backward]
+    read_later = [v for v in reads if id(reads[v][0].tensor) not in written]
+    residuals, bwd_reads = [], []
+    seen = {*cotangents, *(v for n in bwd_nodes for v in n.outputs)}
+    for v in [*(x for n in bwd_nodes for x in n.inputs), *grads]:
+        if v in seen or v.const is not None:
+            continue
+        seen.add(v)
+        (bwd_reads if v in read_later else residuals).append(v)
+    fwd = ir.Graph([*module_args, *fwd_reads], fwd_nodes, [*outs, *residuals, *writes])
+    bwd = ir.Graph([*residuals, *cotangents, *bwd_reads], bwd_nodes, list(grads))
+    n_args = len(residuals) + len(cotangents)
+    bwd_cap = Capture(bwd, list(range(n_args)), [reads[v] for v in bwd_reads], [], [],
+                      _flat(len(grads)), len(grads), [])  # fmt: skip
+    return _forward_capture(cap, fwd, fwd_reads, reads, n_out + len(residuals)), bwd_cap
+
+
+def _forward_capture(cap: Capture, graph: ir.Graph, fwd_reads: list, reads: dict,
+                     n_results: int) -> Capture:  # fmt: skip
+    """The forward half's capture: the module's arguments and the state it reads; its guards
+    leave out whether a parameter's grad is None (the forward never reads a grad)."""
+    args = [a for a in cap.args if a < COTANGENT]
+    guards = [(ref, shape, dtype, None) for ref, shape, dtype, _ in cap.guards]
+    return Capture(graph, args, [reads[v] for v in fwd_reads], cap.value_writes, [],
+                   _flat(n_results), n_results, [i for i in cap.numbers if i < n_results],
+                   guards, cap.checks, cap.watched, cap.after, cap.places)  # fmt: skip
+
+
+class _Call(Function):
+    """The tape's node for one call of a compiled module: its inputs are the tensors the
+    gradients go to (`Compiled.wrt`); forward runs the forward plan, backward the backward."""
+
+    @staticmethod
+    def forward(ctx: FunctionCtx, plans: Compiled, leaves: list, *wrt: Tensor) -> tuple:
+        results = plans.forward(leaves)
+        ctx.plans, ctx.residuals = plans, list(results[plans.n_out :])
+        outs = results[: plans.n_out]
+        ctx.mark_non_differentiable(*(t for i, t in enumerate(outs) if isinstance(t, Tensor)
+                                      and i not in plans.differentiable))  # fmt: skip
+        return tuple(outs)
+
+    @staticmethod
+    def backward(ctx: FunctionCtx, *cotangents: Tensor | None) -> tuple:
+        plans = ctx.plans
+        if ctx._freed:
+            raise RuntimeError(
+                "Trying to backward through the graph a second time (or to read saved tensors "
+                "after they were freed); pass retain_graph=True to the first backward"
+            )
+        if is_grad_enabled():
+            raise RuntimeError(
+                "a compiled module's backward is not differentiable (create_graph=True): "
+                "torch.compile does not support double backward; call the module uncompiled"
+            )
+        given = [cotangents[i] for i in plans.differentiable]
+        grads = iter(plans.backward([*ctx.residuals, *given]))
+        return (None, None, *(next(grads) if has else None for has in plans.has_grad))
+
+
+class CompiledCalls:
+    """The plans of a module's calls, per input signature, whether gradients are recorded and
+    which tensors take them; see the module's docstring."""
+
+    def __init__(self, module: Any, backend: str = "numba", fullgraph: bool = False):
+        self.module, self.backend, self.fullgraph = module, backend, fullgraph
+        self.plans: dict[Any, list[Compiled]] = {}
+        self.eager: set[Any] = set()  # signatures whose trace refused: they run eagerly
+
+    def __call__(self, args: tuple, kwargs: dict) -> Any:
+        if Listeners.tracers:  # inside a traced step: its ops are the step's
+            return self.module(*args, **kwargs)
+        try:
+            leaves, key = signature(args, kwargs)
+        except TypeError:  # an argument that is not a tensor and cannot be hashed
+            return self._eagerly(None, args, kwargs, "an argument cannot be hashed")
+        params, grad_args = self._wrt(leaves)
+        key = (key, tuple(id(p) for p in params), grad_args)
+        if key in self.eager:
+            return self.module(*args, **kwargs)
+        plans = next((c for c in self.plans.get(key, ()) if c.forward.capture.guards_hold()), None)
+        if plans is None:
+            try:
+                plans = self._compile(args, kwargs, params, grad_args)
+            except TraceError as e:
+                return self._eagerly(key, args, kwargs, str(e))
+            self.plans.setdefault(key, []).append(plans)
+        if plans.backward is None:
+            outs = plans.forward(leaves)[: plans.n_out]
+        else:
+            outs = _Call.apply(plans, leaves, *params, *(leaves[i] for i in grad_args))
+        return pytree.unflatten(plans.out_tree, list(outs))
+
+    def wait_for_kernels(self) -> None:
+        """Wait until every plan's kernels, compiling in the background, are ready."""
+        for compiled in (c for cs in self.plans.values() for c in cs):
+            for plan in (compiled.forward, compiled.backward):
+                if plan is not None:
+                    plan.adopt_kernels(wait=True)
+
+    def _wrt(self, leaves: list) -> tuple[list[Tensor], tuple[int, ...]]:
+        """Whom gradients go to: the parameters that require grad, and the positions of the
+        tensor arguments that do (none under no_grad)."""
+        if not is_grad_enabled():
+            return [], ()
+        params = [p for p in self.module.parameters() if p.requires_grad]
+        args = tuple(i for i, x in enumerate(leaves) if isinstance(x, Tensor) and x.requires_grad
+                     and not any(x is p for p in params))  # fmt: skip
+        return params, args
+
+    def _compile(self, args: tuple, kwargs: dict, params: list[Tensor],
+                 grad_args: tuple[int, ...]) -> Compiled:  # fmt: skip
+        joint = Joint()
+        cap = capture(self._joint(joint, params, grad_args), args, kwargs)
+        forward, backward = split(cap, joint.n_out)
+        name = type(self.module).__name__
+        fplan = compile_plan(forward, self.backend, None, f"{name}_forward")
+        bplan = backward and compile_plan(backward, self.backend, None, f"{name}_backward")
+        return Compiled(fplan, bplan, joint.out_tree, joint.n_out, joint.differentiable,
+                        joint.has_grad)  # fmt: skip
+
+    def _joint(self, joint: Joint, params: list[Tensor], grad_args: tuple[int, ...]) -> Any:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            # an argument's gradient is the plan's to compute, its history the tape's to follow
+            leaves, tree = pytree.flatten((args, kwargs), _is_argument)
+            for i in grad_args:
+                leaves[i] = leaves[i].detach().requires_grad_()
+            args, kwargs = pytree.unflatten(tree, leaves)
+            wrt = [*params, *(leaves[i] for i in grad_args)]
+            out = self.module(*args, **kwargs)
+            leaves, joint.out_tree = pytree.flatten(out, _is_leaf)
+            joint.n_out = len(leaves)
+            joint.differentiable = [i for i, t in enumerate(leaves)
+                                    if isinstance(t, Tensor) and t.requires_grad]  # fmt: skip
+            if not wrt or not joint.differentiable:
+                joint.differentiable, joint.has_grad = [], []
+                return tuple(leaves)
+            tracer = Listeners.tracers[-1]
+            cotangents = []
+            for k, i in enumerate(joint.differentiable):
+                ct = Tensor._wrap(np.zeros(leaves[i].shape, leaves[i].dtype))
+                tracer.stand_in(ct, arg=COTANGENT + k)
+                cotangents.append(ct)
+            outs = [leaves[i] for i in joint.differentiable]
+            grads = grad(outs, wrt, cotangents, allow_unused=True)
+            joint.has_grad = [g is not None for g in grads]
+            return (*leaves, *(g for g in grads if g is not None))
+
+        return run
+
+    def _eagerly(self, key: Any, args: tuple, kwargs: dict, why: str) -> Any:
+        if self.fullgraph:
+            raise TraceError(f"torch.compile(fullgraph=True): {why}")
+        if key is not None:
+            self.eager.add(key)
+        warnings.warn(
+            f"torch.compile({type(self.module).__name__}): this call runs eagerly (PyTorch "
+            f"would break the graph here): {why}",
+            stacklevel=4,
+        )
+        return self.module(*args, **kwargs)
+
+
+class OptimizedModule(Module):
+    """What `torch.compile(module)` returns, as PyTorch's: the module is `_orig_mod` (its
+    parameters' names, and `state_dict`'s keys, start with `_orig_mod.`), its attributes read
+    through, and calling it runs compiled plans (`CompiledCalls`)."""
+
+    def __init__(self, mod: Module, backend: str = "numba", fullgraph: bool = False):
+        super().__init__()
+        self._orig_mod = mod
+        object.__setattr__(self, "_calls", CompiledCalls(mod, backend, fullgraph))
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self._calls(args, kwargs)
+
+    def wait_for_kernels(self) -> None:
+        """Wait until the kernels of the plans so far are ready (`Traced.wait_for_kernels`)."""
+        self._calls.wait_for_kernels()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or "_modules" not in self.__dict__:
+            raise AttributeError(name)
+        return getattr(self._modules["_orig_mod"], name)
+
+
+__all__ = ["CompiledCalls", "OptimizedModule", "split"]
