@@ -665,3 +665,22 @@ def test_attention_kernel_choices_are_accepted():
     with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]):
         out = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
     np.testing.assert_allclose(out.numpy(), 1.0, rtol=1e-6)
+
+
+def test_the_deprecated_sdp_kernel_context_and_flags():
+    """vit-pytorch's flash-attention ViT: `with torch.backends.cuda.sdp_kernel(...)`."""
+    q = torch.randn(2, 2, 4, 8)
+    with pytest.warns(FutureWarning, match="sdp_kernel"):
+        with torch.backends.cuda.sdp_kernel(enable_flash=False, enable_mem_efficient=False):
+            assert not torch.backends.cuda.flash_sdp_enabled()
+            out = torch.nn.functional.scaled_dot_product_attention(q, q, q)
+    assert torch.backends.cuda.flash_sdp_enabled() and out.shape == (2, 2, 4, 8)
+
+
+def test_a_parameter_list_holds_a_parameter_list():
+    """nViT appends ParameterLists to a ParameterList: they are submodules, as in PyTorch."""
+    inner = torch.nn.ParameterList([torch.nn.Parameter(torch.ones(2)), torch.ones(3)])
+    outer = torch.nn.ParameterList([torch.nn.Parameter(torch.zeros(1))])
+    outer.append(inner)
+    assert len(outer) == 2 and outer[1] is inner and list(outer)[0].shape == (1,)
+    assert [n for n, _ in outer.named_parameters()] == ["0", "1.0", "1.1"]

@@ -15,17 +15,19 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from tracegrad.core import primitives as P
-from tracegrad.core.errors import ShapeError, TraceError
+from tracegrad.core.errors import ShapeError, TraceError, user_location
 from tracegrad.frontend.functions import one_dim, pytorch_keywords, ravel, reshape, take_along_dim
 from tracegrad.frontend.sorting import sort
 from tracegrad.frontend.tensor import Tensor, as_tensor
 
 
-def _concrete(op: str, x: Tensor, why: str = "its result's shape depends on the values") -> None:
-    if x.is_symbolic:
+def data_dependent_shape(op: str, *xs: Any, why: str = "its result's shape depends on the values"
+                         ) -> None:  # fmt: skip
+    """Refuse, naming the user's line, where a traced tensor would set a result's shape."""
+    if any(isinstance(x, Tensor) and x.is_symbolic for x in xs):
         raise TraceError(
             f"{op}: {why} (a data-dependent shape), so it cannot be traced; compute it outside "
-            "the traced function and pass the result in"
+            f"the traced function and pass the result in (at {user_location()})"
         )
 
 
@@ -43,7 +45,7 @@ def unique(input: Any, sorted: bool = True, return_inverse: bool = False,
     (dim's length), with return_counts how often each occurs. Always sorted, as PyTorch's on
     the CPU."""
     x = as_tensor(input)
-    _concrete("unique", x)
+    data_dependent_shape("unique", x)
     a = x.numpy()
     if dim is None:
         values, inverse, counts = np.unique(a, return_inverse=True, return_counts=True)
@@ -61,7 +63,7 @@ def unique_consecutive(input: Any, return_inverse: bool = False, return_counts: 
     """Each run of equal consecutive elements (slices along `dim`) kept once, in order; the
     inverse and counts as `unique`'s."""
     x = as_tensor(input)
-    _concrete("unique_consecutive", x)
+    data_dependent_shape("unique_consecutive", x)
     a = x.numpy()
     if dim is None:
         a, d = a.reshape(-1), 0
@@ -84,7 +86,7 @@ def bincount(input: Any, weights: Any = None, minlength: int = 0) -> Tensor:
     least `minlength` bins), int64; with `weights`, their sums per value instead (weights'
     float dtype, float64 for integers), differentiable in the weights."""
     x = as_tensor(input)
-    _concrete("bincount", x, "its length is the largest value plus one")
+    data_dependent_shape("bincount", x, why="its length is the largest value plus one")
     a = x.numpy()
     if a.ndim != 1 or a.dtype.kind not in "iub":
         raise ValueError(f"bincount: expects a 1-D tensor of integers, got {a.dtype} {a.shape}")

@@ -14,6 +14,7 @@ import numpy as np
 
 from tracegrad.core import primitives as P
 from tracegrad.frontend import random
+from tracegrad.frontend.counting import data_dependent_shape
 from tracegrad.frontend.device import check_device
 from tracegrad.frontend.functions import astype, broadcast_to, pytorch_keywords
 from tracegrad.frontend.random import Generator
@@ -154,6 +155,7 @@ def arange(start: Any, end: Any = None, step: Any = 1, dtype: Any = None, device
            requires_grad: bool = False, **options: Any) -> Tensor:  # fmt: skip
     """Integers stay int64, floats get the default dtype."""
     _check("arange", device, options)
+    data_dependent_shape("arange", start, end, step, why="its length is a value the step computes")
     data = np.arange(start, end, step) if end is not None else np.arange(start)
     if dtype is not None or data.dtype.kind == "f":
         data = data.astype(_float(dtype))

@@ -670,18 +670,21 @@ class _ListOf(Module):
             self.append(v)
         return self
 
+    def _items(self) -> list[Any]:
+        return list(getattr(self, self.held).values())
+
     def __getitem__(self, i: int | slice) -> Any:
-        items = list(getattr(self, self.held).values())
+        items = self._items()
         return type(self)(items[i]) if isinstance(i, slice) else items[i]
 
     def __setitem__(self, i: int, value: Any) -> None:
         setattr(self, str(range(len(self))[i]), self.admit(value))
 
     def __len__(self) -> int:
-        return len(getattr(self, self.held))
+        return len(self._items())
 
     def __iter__(self) -> Iterator[Any]:
-        return iter(getattr(self, self.held).values())
+        return iter(self._items())
 
 
 class _DictOf(Module):
@@ -722,9 +725,10 @@ class _DictOf(Module):
         return getattr(self, self.held).items()
 
 
-def _as_parameter(value: Any) -> Parameter:
-    """PyTorch's parameter containers keep a Parameter as it is and make any other tensor one."""
-    if isinstance(value, Parameter):
+def _as_parameter(value: Any) -> Parameter | Module:
+    """PyTorch's parameter containers keep a Parameter as it is and make any other tensor one;
+    a module (another ParameterList, nViT's) is held as a submodule."""
+    if isinstance(value, Parameter | Module):
         return value
     if not isinstance(value, Tensor):
         raise TypeError(f"a parameter container holds tensors, not {type(value).__name__}")
@@ -749,6 +753,11 @@ class ParameterList(_ListOf):
     """A list of parameters, registered as "0", "1", ... (a tensor given is made a Parameter)."""
 
     held, admit = "_parameters", staticmethod(_as_parameter)
+
+    def _items(self) -> list[Any]:
+        """Parameters and modules, in the order of their indices."""
+        both = {**self._parameters, **self._modules}
+        return [both[k] for k in sorted(both, key=int)]
 
 
 class ParameterDict(_DictOf):
