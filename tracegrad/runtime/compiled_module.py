@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from passes import rematerialize
 from tracegrad.core import ir
 from tracegrad.frontend import pytree
 from tracegrad.frontend.autodiff import is_grad_enabled
@@ -84,7 +85,9 @@ def split(cap: Capture, n_out: int) -> tuple[Capture, Capture | None]:
     (the results after the first `n_out`) from the cotangents (the arguments at `COTANGENT`
     and after) and the residuals: the forward's values it reads, the arguments, and state the
     forward writes, as they were at the forward (state it does not write it reads itself)."""
-    g, n_results = cap.graph, cap.n_results
+    # first, backward recomputes the cheap forward values it can (`rematerialize`): fewer,
+    # smaller residuals live from the forward call to the backward one
+    g, n_results = rematerialize(cap.graph)[0], cap.n_results
     outs, grads = g.outputs[:n_out], g.outputs[n_out:n_results]
     writes = g.outputs[n_results:]
     made_by = {v: n for n in g.nodes for v in n.outputs}
