@@ -3,6 +3,7 @@ failed steps that lose nothing; TraceErrors; pytrees; printing and export."""
 
 import gc
 import threading
+import weakref
 
 import networkx as nx
 import numpy as np
@@ -451,6 +452,23 @@ def test_pytrees_in_and_out():
     np.testing.assert_allclose(out["parts"][0].numpy(), 3 * x)
     np.testing.assert_allclose(out["parts"][1].numpy(), 5.0)
     assert out["label"] == "ok"
+
+
+def test_a_call_keeps_no_argument_or_result_alive_for_the_garbage_collector():
+    """Flattening the arguments and building the results made reference cycles (closures
+    calling themselves) that kept both lists, their batches and results, until a collection."""
+    f = tg.trace(lambda batch: {"y": [batch["x"] * 2.0]}, backend="numpy")
+    f({"x": tg.ones(3)})
+    gc.collect()
+    gc.disable()
+    try:
+        x = tg.ones(3)
+        out = f({"x": x})
+        gone = [weakref.ref(x), weakref.ref(out["y"][0])]
+        del x, out
+        assert [r() for r in gone] == [None, None]
+    finally:
+        gc.enable()
 
 
 def test_no_grad_detach_retain_grad_and_two_managers_inside_trace():
