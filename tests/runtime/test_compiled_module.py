@@ -5,6 +5,8 @@ backward, optimizer), and compares losses, gradients and weights."""
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import pytest
 
@@ -121,6 +123,20 @@ def test_backward_twice_needs_retain_graph():
     _close(compiled.body[4].bias.grad, 2 * once)  # accumulated, as PyTorch does
     with pytest.raises(RuntimeError, match="second time"):
         loss.backward()
+
+
+def test_the_residuals_go_with_the_backward():
+    """What the forward kept for backward is freed by a backward that does not retain the graph,
+    as PyTorch frees saved tensors, not when the loss tensor goes (a training loop holds it
+    until the next step's forward has made its own)."""
+    _, compiled = _pair(Classifier)
+    x, y = torch.ones(3, 6, dtype=torch.float64), torch.tensor([0, 1, 2])
+    _, loss = compiled(x, targets=y)
+    ctx = loss.grad_fn.next_functions[0][0].ctx  # the loss's input is the module's node
+    kept = [weakref.ref(t) for t in ctx.to_save]
+    assert kept and all(r() is not None for r in kept)
+    loss.backward()
+    assert all(r() is None for r in kept)
 
 
 class Branchy(nn.Module):

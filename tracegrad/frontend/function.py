@@ -104,6 +104,7 @@ class FunctionNode(TapeNode):
     def free(self) -> None:
         super().free()
         self.ctx._freed = True
+        self.ctx.to_save = (None,) * len(self.ctx.to_save)  # the memory goes now, not with ctx
 
 
 class OutputNode(TapeNode):

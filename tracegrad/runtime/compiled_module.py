@@ -139,7 +139,8 @@ class _Call(Function):
     @staticmethod
     def forward(ctx: FunctionCtx, plans: Compiled, leaves: list, *wrt: Tensor) -> tuple:
         results = plans.forward(leaves)
-        ctx.plans, ctx.residuals = plans, list(results[plans.n_out :])
+        ctx.plans = plans
+        ctx.save_for_backward(*results[plans.n_out :])  # freed after backward, as PyTorch's
         outs = results[: plans.n_out]
         ctx.mark_non_differentiable(*(t for i, t in enumerate(outs) if isinstance(t, Tensor)
                                       and i not in plans.differentiable))  # fmt: skip
@@ -147,19 +148,14 @@ class _Call(Function):
 
     @staticmethod
     def backward(ctx: FunctionCtx, *cotangents: Tensor | None) -> tuple:
-        plans = ctx.plans
-        if ctx._freed:
-            raise RuntimeError(
-                "Trying to backward through the graph a second time (or to read saved tensors "
-                "after they were freed); pass retain_graph=True to the first backward"
-            )
+        plans, residuals = ctx.plans, ctx.saved_tensors
         if is_grad_enabled():
             raise RuntimeError(
                 "a compiled module's backward is not differentiable (create_graph=True): "
                 "torch.compile does not support double backward; call the module uncompiled"
             )
         given = [cotangents[i] for i in plans.differentiable]
-        grads = iter(plans.backward([*ctx.residuals, *given]))
+        grads = iter(plans.backward([*residuals, *given]))
         return (None, None, *(next(grads) if has else None for has in plans.has_grad))
 
 
