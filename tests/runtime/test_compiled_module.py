@@ -181,3 +181,37 @@ def test_torch_compile_returns_an_optimized_module():
     assert isinstance(compiled, OptimizedModule) and compiled._orig_mod is model
     assert compiled.weight is model.weight and compiled.in_features == 2
     assert [n for n, _ in compiled.named_parameters()] == ["_orig_mod.weight", "_orig_mod.bias"]
+
+
+def test_past_eight_signatures_calls_run_eagerly():
+    """A module called with ever new shapes (a sequence growing token by token) stops compiling
+    after eight, as PyTorch's cache_size_limit, rather than compiling at every call."""
+    torch.manual_seed(0)
+    model = nn.Linear(3, 2).double()
+    compiled = torch.compile(model, backend="numpy")
+    with torch.no_grad():
+        for n in range(1, 9):
+            compiled(torch.ones(n, 3, dtype=torch.float64))
+        with pytest.warns(UserWarning, match="8 signatures compiled already"):
+            got = compiled(torch.ones(9, 3, dtype=torch.float64))
+    assert len(compiled._calls.plans) == 8
+    _close(got, model(torch.ones(9, 3, dtype=torch.float64)).detach())
+
+
+class Exp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return torch.exp(self.lin(x))  # backward reads the output itself
+
+
+def test_an_output_backward_reads_is_saved_as_itself():
+    torch.manual_seed(0)
+    compiled = torch.compile(Exp().double(), backend="numpy")
+    out = compiled(torch.ones(2, 3, dtype=torch.float64))
+    with torch.no_grad():
+        out.add_(1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()

@@ -27,6 +27,7 @@ from tracegrad.nn.modules import Module
 from tracegrad.runtime.plan import Plan, compile_plan
 
 COTANGENT = 1 << 30  # the cotangents' positions among the joint trace's arguments start here
+PLANS_KEPT = 8  # signatures compiled per module; other calls run eagerly (PyTorch's default)
 
 
 def _is_leaf(x: Any) -> bool:
@@ -105,20 +106,27 @@ def split(cap: Capture, n_out: int) -> tuple[Capture, Capture | None]:
         return _forward_capture(cap, fwd, fwd_reads, reads, n_out), None
     backward = _needed(grads, made_by) - forward
     bwd_nodes = [n for n in g.nodes if n in backward]
-    read_later = [v for v in reads if id(reads[v][0].tensor) not in written]
-    residuals, bwd_reads = [], []
-    seen = {*cotangents, *(v for n in bwd_nodes for v in n.outputs)}
-    for v in [*(x for n in bwd_nodes for x in n.inputs), *grads]:
-        if v in seen or v.const is not None:
-            continue
-        seen.add(v)
-        (bwd_reads if v in read_later else residuals).append(v)
+    read_later = {v for v in reads if id(reads[v][0].tensor) not in written}
+    residuals, bwd_reads = _crossing(bwd_nodes, grads, cotangents, read_later)
     fwd = ir.Graph([*module_args, *fwd_reads], fwd_nodes, [*outs, *residuals, *writes])
     bwd = ir.Graph([*residuals, *cotangents, *bwd_reads], bwd_nodes, list(grads))
     n_args = len(residuals) + len(cotangents)
     bwd_cap = Capture(bwd, list(range(n_args)), [reads[v] for v in bwd_reads], [], [],
                       _flat(len(grads)), len(grads), [])  # fmt: skip
     return _forward_capture(cap, fwd, fwd_reads, reads, n_out + len(residuals)), bwd_cap
+
+
+def _crossing(nodes: list[ir.Node], grads: Sequence[ir.Value], cotangents: list[ir.Value],
+              read_later: set[ir.Value]) -> tuple[list[ir.Value], list[ir.Value]]:  # fmt: skip
+    """What the backward `nodes` (and the gradients) read from before them, once each: the
+    residuals the forward hands over, and the state inputs backward reads itself."""
+    residuals, reads = [], []
+    seen = {*cotangents, *(v for n in nodes for v in n.outputs)}
+    for v in [*(x for n in nodes for x in n.inputs), *grads]:
+        if v not in seen and v.const is None:
+            seen.add(v)
+            (reads if v in read_later else residuals).append(v)
+    return residuals, reads
 
 
 def _forward_capture(cap: Capture, graph: ir.Graph, fwd_reads: list, reads: dict,
@@ -134,14 +142,18 @@ def _forward_capture(cap: Capture, graph: ir.Graph, fwd_reads: list, reads: dict
 
 class _Call(Function):
     """The tape's node for one call of a compiled module: its inputs are the tensors the
-    gradients go to (`Compiled.wrt`); forward runs the forward plan, backward the backward."""
+    gradients go to (the parameters, the arguments that require grad); forward runs the
+    forward plan, backward the backward plan."""
 
     @staticmethod
     def forward(ctx: FunctionCtx, plans: Compiled, leaves: list, *wrt: Tensor) -> tuple:
         results = plans.forward(leaves)
-        ctx.plans = plans
-        ctx.save_for_backward(*results[plans.n_out :])  # freed after backward, as PyTorch's
         outs = results[: plans.n_out]
+        # a residual that is an output is saved as that tensor: an in-place write to it before
+        # backward then raises, as PyTorch's saved-tensor check does
+        named = {id(t._value): t for t in outs if isinstance(t, Tensor)}
+        ctx.plans = plans
+        ctx.save_for_backward(*(named.get(id(r._value), r) for r in results[plans.n_out :]))
         ctx.mark_non_differentiable(*(t for i, t in enumerate(outs) if isinstance(t, Tensor)
                                       and i not in plans.differentiable))  # fmt: skip
         return tuple(outs)
@@ -180,6 +192,9 @@ class CompiledCalls:
         if key in self.eager:
             return self.module(*args, **kwargs)
         plans = next((c for c in self.plans.get(key, ()) if c.forward.capture.guards_hold()), None)
+        if plans is None and sum(map(len, self.plans.values())) >= PLANS_KEPT:
+            full = f"{PLANS_KEPT} signatures compiled already (PyTorch's cache_size_limit)"
+            return self._eagerly(None, args, kwargs, full + "; pad or bucket shapes that vary")
         if plans is None:
             try:
                 plans = self._compile(args, kwargs, params, grad_args)
