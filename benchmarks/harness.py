@@ -104,16 +104,17 @@ def run_rounds(
 ) -> list[dict[str, dict[str, Any]]]:
     """Every method's child once a round, round after round: a slow spell of the host then
     lands on every method, not on whichever ran during it. `measure(method, env, first_only)`
-    runs one child. The compile caches start empty; in the first round each method of `warm`
-    is followed by a child that times only the first call, with the caches its first child
+    runs one child. Each method's compile caches start empty (its own: kernels another method
+    compiled would not be its first call's); in the first round each method of `warm` is
+    followed by a child that times only the first call, with the caches its first child
     filled (`warm_first_s`; `warm_kernels_s`: when a traced step's kernels were ready). A list
     of {method: result} per round."""
     results: list[dict[str, dict[str, Any]]] = []
     with tempfile.TemporaryDirectory(prefix="tracegrad-bench-") as cache:
-        env = cache_env(cache)
         for r in range(rounds):
             results.append({})
             for method in methods:
+                env = cache_env(os.path.join(cache, method))
                 result = measure(method, method_env(method, env), False)
                 if r == 0 and method in warm and "first_s" in result:
                     again = measure(method, method_env(method, env), True)

@@ -21,3 +21,16 @@ def test_peers_children_run_with_the_c_librarys_allocator_defaults():
 
     harness.run_rounds(measure, ["tg-traced", "tg-eager", "torch", "torch-compile"], rounds=1)
     assert seen == {"tg-traced": None, "tg-eager": None, "torch": "0", "torch-compile": "0"}
+
+
+def test_each_method_starts_from_caches_of_its_own():
+    """A first call "with empty caches" must not find kernels another method compiled."""
+    caches = {}
+
+    def measure(method, env, first_only):
+        caches.setdefault(method, set()).add(env["TRACEGRAD_CACHE_DIR"])
+        return {}
+
+    harness.run_rounds(measure, ["tg-traced", "tg-eager", "tg-module"], rounds=2)
+    assert all(len(c) == 1 for c in caches.values())  # the same one from round to round
+    assert len(set.union(*caches.values())) == 3
