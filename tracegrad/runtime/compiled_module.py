@@ -232,6 +232,10 @@ class CompiledCalls:
         name = type(self.module).__name__
         fplan = compile_plan(forward, self.backend, None, f"{name}_forward")
         bplan = backward and compile_plan(backward, self.backend, None, f"{name}_backward")
+        for plan in (fplan, bplan) if bplan else (fplan,):
+            # kernels compile from the second call on: during the first training step other
+            # modules (a GAN's) and signatures still trace and run as NumPy calls
+            plan.kernels_after_call = 2
         return Compiled(fplan, bplan, joint.out_tree, joint.n_out, joint.differentiable,
                         joint.has_grad)  # fmt: skip
 

@@ -46,6 +46,9 @@ class Plan:
         self.pending = pending
         self.calls = 0  # calls of the step that ran this plan, with or without its kernels
         self.built_at_call = 1  # the first call that ran what is built now (kernels: later)
+        # its kernels start compiling after this call: the first (the machine is free then),
+        # or later when other plans trace and run before the step first ends (a module's)
+        self.kernels_after_call = 1
         self.events: list[tuple[str, float, float]] = []  # (what, perf_counter, seconds)
         self.updates = state_updates(cap)
         self._build(
@@ -103,7 +106,7 @@ class Plan:
                 _name_user_line(e)
                 raise
             finally:
-                if self.pending is not None:
+                if self.pending is not None and self.calls >= self.kernels_after_call:
                     self.pending.start()
             for sync in cap.after:  # Python's copies of state the plan wrote (a schedule's)
                 sync()
