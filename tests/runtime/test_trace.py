@@ -454,6 +454,32 @@ def test_pytrees_in_and_out():
     assert out["label"] == "ok"
 
 
+def test_a_modules_python_settings_are_guarded():
+    """A number, flag or string a module's forward reads from its attributes (a temperature)
+    was baked in unguarded: changed between calls, the plan kept dividing by the old one."""
+
+    class Scaled(tg.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.temperature, self.mode = tg.nn.Linear(2, 2), 1.0, "scale"
+
+        def forward(self, x):
+            y = self.lin(x)
+            return y / self.temperature if self.mode == "scale" else y
+
+    model, x = Scaled(), tg.ones(1, 2)
+    step = tg.trace(lambda x: model(x), backend="numpy")
+    first = step(x).numpy().copy()
+    step(x)
+    model.temperature = 2.0
+    with pytest.warns(UserWarning, match=r"Scaled.temperature changed \(1.0 -> 2.0\)"):
+        np.testing.assert_allclose(step(x).numpy(), first / 2)
+    model.mode = "plain"
+    with pytest.warns(UserWarning, match="Scaled.mode changed"):
+        np.testing.assert_allclose(step(x).numpy(), first)
+    assert sum(len(p) for p in step.plans.values()) == 3
+
+
 def test_a_call_keeps_no_argument_or_result_alive_for_the_garbage_collector():
     """Flattening the arguments and building the results made reference cycles (closures
     calling themselves) that kept both lists, their batches and results, until a collection."""

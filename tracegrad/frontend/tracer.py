@@ -225,7 +225,8 @@ class Watch:
     warn: bool = True
 
     def holds(self) -> bool:
-        return self.get() == self.value
+        now = self.get()
+        return now is self.value or now == self.value  # `is`: a NaN still holds
 
 
 def watch(key: Any, describe: str, get: Callable[[], Any], warn: bool = True) -> None:

@@ -135,6 +135,9 @@ def _with_factory_keywords(init: Callable) -> Callable:
     return __init__
 
 
+_SETTINGS = (bool, int, float, str)  # attribute types a trace reads as constants: guarded
+
+
 class Module:
     """Base class: subclasses set parameters and submodules as attributes and define `forward`."""
 
@@ -221,10 +224,16 @@ class Module:
             return self.forward(*args, **kwargs)
         if not Listeners.tracers:
             return _call_with_hooks(self, args, kwargs)
-        # a traced step bakes in what `training` selects and which hooks ran: guard both
+        # a traced step bakes in what `training` selects, which hooks ran and the Python
+        # numbers, flags and strings of the module's attributes (a temperature, a `causal`
+        # flag) that its forward may read: guard them all
         watch((id(self), "training"), f"{type(self).__name__}.training",
               lambda: self.training, warn=False)  # fmt: skip
         watch(_Hooks, "the modules' forward hooks", lambda: _Hooks.version, warn=False)
+        for name, value in vars(self).items():
+            if type(value) in _SETTINGS:
+                watch((id(self), name), f"{type(self).__name__}.{name}",
+                      functools.partial(getattr, self, name, None))  # fmt: skip
         Listeners.tracers[-1].remember(self)  # its attributes' tensors, before it runs
         with module_scope(self):  # the nodes made inside know their module path
             if self._hooks is None:
