@@ -215,3 +215,33 @@ def test_an_output_backward_reads_is_saved_as_itself():
         out.add_(1.0)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         out.sum().backward()
+
+
+def test_a_compiled_forward_or_loss_function_passes_gradients_back():
+    """`torch.compile(fn)` of a function that returns what autograd tracks without running
+    backward itself (a forward, a loss) compiles its backward too: its results' gradients
+    reach the parameters it reads (a closure's, a global's) and its arguments. Before, its
+    results were constants: `loss.backward()` raised, or, beside another path, the gradient
+    through it was silently missing."""
+    torch.manual_seed(0)
+    lin = nn.Linear(3, 2).double()
+    w = torch.ones(2, 2, dtype=torch.float64, requires_grad=True)
+
+    def forward(x):
+        return torch.tanh(lin(x)) @ w
+
+    compiled = torch.compile(forward, backend="numpy")
+    compiled_loss = torch.compile(lambda a, b: F.cross_entropy(a, b), backend="numpy")
+    data, y = np.random.default_rng(0).standard_normal((4, 3)), torch.tensor([0, 1, 0, 1])
+    grads = []
+    for f, loss_fn in ((forward, F.cross_entropy), (compiled, compiled_loss)):
+        for _ in range(2):  # the second call runs the plans compiled by the first
+            lin.zero_grad(), setattr(w, "grad", None)
+            x = torch.tensor(data, requires_grad=True)
+            out = f(x)
+            (loss_fn(out, y) + out.sum() + lin(x).sum()).backward()  # beside another path
+        grads.append([x.grad, w.grad, lin.weight.grad, lin.bias.grad])
+    for a, b in zip(*grads, strict=True):
+        _close(b, a)
+    with torch.no_grad():  # no grad: the forward plan alone
+        _close(compiled(torch.tensor(data)), forward(torch.tensor(data)))

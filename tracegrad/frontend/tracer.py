@@ -20,6 +20,7 @@ import numpy as np
 
 from tracegrad.core import ir
 from tracegrad.core import primitives as P
+from tracegrad.core.vocabulary import Phase
 from tracegrad.frontend import pytree
 from tracegrad.frontend.scopes import module_names
 from tracegrad.frontend.tensor import (
@@ -192,6 +193,9 @@ class Capture:
     watched: list[Watch] = field(default_factory=list)
     after: list[Callable[[], None]] = field(default_factory=list)  # from `after_call()`
     places: list[Place] = field(default_factory=list)  # where kept tensors go back (`put_back`)
+    # a result autograd tracks from a function that ran no backward (a compiled forward or
+    # loss): its gradient is the caller's to ask for, which a plan's results cannot give
+    needs_backward: bool = False
 
     def guards_hold(self) -> bool:
         return (
@@ -519,10 +523,13 @@ class Tracer:
         ]
         numbers = [i for i, x in enumerate(leaves) if isinstance(x, Tensor)
                    and x._value.__class__ is ir.Value and x._value in self.weak]  # fmt: skip
+        tracked = any(isinstance(x, Tensor) and x.requires_grad for x in leaves)
+        backward = any(n.phase is not Phase.FORWARD for n in self.nodes)
         return Capture(graph, [s.arg for s in args], reads, value_writes, grad_writes, tree,
                        len(leaves), numbers, guards, self.checks,
                        [w for w in self.watched.values() if w is not None],
-                       list(self.after.values()), _places(kept) if kept else [])  # fmt: skip
+                       list(self.after.values()), _places(kept) if kept else [],
+                       tracked and not backward)  # fmt: skip
 
 
 def _is_leaf_or_float(x: Any) -> bool:

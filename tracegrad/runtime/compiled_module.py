@@ -9,13 +9,12 @@ refuses (a graph break in PyTorch), that call signature runs eagerly, with a war
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from passes import rematerialize
 from tracegrad.core import ir
 from tracegrad.frontend import pytree
 from tracegrad.frontend.autodiff import is_grad_enabled
@@ -24,7 +23,9 @@ from tracegrad.frontend.function import Function, FunctionCtx
 from tracegrad.frontend.tensor import Listeners, Tensor, TraceError
 from tracegrad.frontend.tracer import Capture, capture, signature
 from tracegrad.nn.modules import Module
-from tracegrad.runtime.plan import Plan, compile_plan
+
+if TYPE_CHECKING:
+    from tracegrad.runtime.plan import Plan
 
 COTANGENT = 1 << 30  # the cotangents' positions among the joint trace's arguments start here
 PLANS_KEPT = 8  # signatures compiled per module; other calls run eagerly (PyTorch's default)
@@ -37,6 +38,11 @@ def _is_leaf(x: Any) -> bool:
 def _is_argument(x: Any) -> bool:
     """A leaf of a call's signature (`tracer.signature`): an array or a Python float."""
     return _is_leaf(x) or type(x) is float
+
+
+def _name(module: Any) -> str:
+    """A module's class name, a function's name."""
+    return getattr(module, "__name__", None) or type(module).__name__
 
 
 def _flat(n: int) -> Any:
@@ -86,6 +92,8 @@ def split(cap: Capture, n_out: int) -> tuple[Capture, Capture | None]:
     (the results after the first `n_out`) from the cotangents (the arguments at `COTANGENT`
     and after) and the residuals: the forward's values it reads, the arguments, and state the
     forward writes, as they were at the forward (state it does not write it reads itself)."""
+    from passes import rematerialize  # the compiler loads with the first trace
+
     # first, backward recomputes the cheap forward values it can (`rematerialize`): fewer,
     # smaller residuals live from the forward call to the backward one
     g, n_results = rematerialize(cap.graph)[0], cap.n_results
@@ -226,10 +234,12 @@ class CompiledCalls:
 
     def _compile(self, args: tuple, kwargs: dict, params: list[Tensor],
                  grad_args: tuple[int, ...]) -> Compiled:  # fmt: skip
+        from tracegrad.runtime.plan import compile_plan  # the compiler loads with the first trace
+
         joint = Joint()
         cap = capture(self._joint(joint, params, grad_args), args, kwargs)
         forward, backward = split(cap, joint.n_out)
-        name = type(self.module).__name__
+        name = _name(self.module)
         fplan = compile_plan(forward, self.backend, None, f"{name}_forward")
         bplan = backward and compile_plan(backward, self.backend, None, f"{name}_backward")
         for plan in (fplan, bplan) if bplan else (fplan,):
@@ -274,11 +284,35 @@ class CompiledCalls:
         if key is not None:
             self.eager.add(key)
         warnings.warn(
-            f"torch.compile({type(self.module).__name__}): this call runs eagerly (PyTorch "
+            f"torch.compile({_name(self.module)}): this call runs eagerly (PyTorch "
             f"would break the graph here): {why}",
             stacklevel=4,
         )
         return self.module(*args, **kwargs)
+
+
+class _Forward:
+    """A traced function whose results autograd tracks, as `CompiledCalls` calls a module: the
+    tensors from outside it read that require grad are its parameters."""
+
+    def __init__(self, fn: Callable, params: list[Tensor]):
+        self.fn, self.params, self.__name__ = fn, params, getattr(fn, "__name__", "function")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def parameters(self) -> list[Tensor]:
+        return self.params
+
+
+def differentiable_function(fn: Callable, cap: Capture, backend: str) -> CompiledCalls:
+    """`trace(fn)` (`torch.compile(fn)`) for a function that returns what autograd tracks
+    without running backward itself (a forward, a loss): its calls with grad enabled run a
+    forward and a backward plan, as a compiled module's do. Its parameters: the leaf tensors
+    from outside that the first trace read and that require grad."""
+    params = [ref.tensor for ref, via_grad in cap.reads if not via_grad and ref.tensor is not None
+              and ref.tensor.is_leaf and ref.tensor.requires_grad]  # fmt: skip
+    return CompiledCalls(_Forward(fn, params), backend)
 
 
 class OptimizedModule(Module):

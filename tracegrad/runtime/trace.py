@@ -11,12 +11,14 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tracegrad.core import ir
+from tracegrad.frontend.autodiff import is_grad_enabled
 from tracegrad.frontend.tensor import Listeners
 from tracegrad.frontend.tracer import Capture, TraceError, capture, signature
 from tracegrad.runtime.budget import parse_budget
 from tracegrad.runtime.report import report
 
 if TYPE_CHECKING:
+    from tracegrad.runtime.compiled_module import CompiledCalls
     from tracegrad.runtime.plan import Plan
     from tracegrad.runtime.profile import Profile
     from tracegrad.runtime.viz import Report
@@ -44,6 +46,9 @@ class Traced:
         self.static: set[int] = set()  # float arguments the step uses as Python numbers
         self.floats_seen: dict[int, float] = {}
         self.dumped: list[str] = []  # directories TRACEGRAD_DUMP wrote, one per plan
+        # a function whose results autograd tracks (a forward, a loss), called with grad
+        # enabled: its plans and their backward (`compiled_module`)
+        self.differentiable: CompiledCalls | None = None
         # One call at a time: a call reads the state, runs and writes it back, so two at once
         # would each start from the same parameters and one update would be lost; tracing
         # swaps symbolic values into the state it captures, which another call must not read.
@@ -54,6 +59,8 @@ class Traced:
         if Listeners.tracers:  # inside another traced step: its ops are that step's (inlined)
             return self.fn(*args, **kwargs)
         with self.lock:
+            if self.differentiable is not None and is_grad_enabled():
+                return self.differentiable(args, kwargs)
             return self._call(args, kwargs)
 
     def _call(self, args: tuple, kwargs: dict) -> Any:
@@ -67,7 +74,13 @@ class Traced:
             if plans:
                 self._say_why(plans[-1].capture)
             self._more_dynamic(leaves)
-            plan = self._compile(self._capture(args, kwargs))
+            cap = self._capture(args, kwargs)
+            if cap.needs_backward:  # a forward (a compiled loss): its backward compiles too
+                from tracegrad.runtime.compiled_module import differentiable_function
+
+                self.differentiable = differentiable_function(self.fn, cap, self.backend)
+                return self.differentiable(args, kwargs)
+            plan = self._compile(cap)
             leaves, key = signature(args, kwargs, self.dynamic)  # floats may have become inputs
             self._keep(key, plan)
         self.plans.move_to_end(key)
