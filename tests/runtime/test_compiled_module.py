@@ -245,3 +245,5 @@ def test_a_compiled_forward_or_loss_function_passes_gradients_back():
         _close(b, a)
     with torch.no_grad():  # no grad: the forward plan alone
         _close(compiled(torch.tensor(data)), forward(torch.tensor(data)))
+    compiled.wait_for_kernels()
+    assert "tanh" in compiled.source  # its forward plan, as a step's plan is shown

@@ -187,6 +187,7 @@ class CompiledCalls:
         self.module, self.backend, self.fullgraph = module, backend, fullgraph
         self.plans: dict[Any, list[Compiled]] = {}
         self.eager: set[Any] = set()  # signatures whose trace refused: they run eagerly
+        self.latest: Compiled | None = None  # the plans of the latest compiled call
 
     def __call__(self, args: tuple, kwargs: dict) -> Any:
         if Listeners.tracers:  # inside a traced step: its ops are the step's
@@ -209,6 +210,7 @@ class CompiledCalls:
             except TraceError as e:
                 return self._eagerly(key, args, kwargs, str(e))
             self.plans.setdefault(key, []).append(plans)
+        self.latest = plans
         if plans.backward is None:
             outs = plans.forward(leaves)[: plans.n_out]
         else:

@@ -162,17 +162,23 @@ class Traced:
         return compile_plan(cap, self.backend, self.passes, self.fn.__name__, budget)
 
     def _plan(self) -> Plan:
-        """The latest plan, with its kernels: what the step runs from now on."""
-        if self.latest is None:
+        """The latest plan, with its kernels: what the step runs from now on (of a function
+        whose backward compiles too, the latest forward plan)."""
+        latest = self.latest
+        if latest is None and self.differentiable is not None and self.differentiable.latest:
+            latest = self.differentiable.latest.forward
+        if latest is None:
             raise RuntimeError("this traced function has not been called yet: nothing to show")
-        self.latest.adopt_kernels(wait=True)
-        return self.latest
+        latest.adopt_kernels(wait=True)
+        return latest
 
     def wait_for_kernels(self) -> None:
         """Wait until the latest plan's kernels, compiling in the background, are ready; the
         next call runs them. Steps before that run the same plan as NumPy calls."""
         if self.latest is not None:
             self.latest.adopt_kernels(wait=True)
+        if self.differentiable is not None:
+            self.differentiable.wait_for_kernels()
 
     @property
     def graph(self) -> ir.Graph:
