@@ -5,6 +5,7 @@ backward, optimizer), and compares losses, gradients and weights."""
 
 from __future__ import annotations
 
+import copy
 import weakref
 
 import numpy as np
@@ -247,3 +248,42 @@ def test_a_compiled_forward_or_loss_function_passes_gradients_back():
         _close(compiled(torch.tensor(data)), forward(torch.tensor(data)))
     compiled.wait_for_kernels()
     assert "tanh" in compiled.source  # its forward plan, as a step's plan is shown
+
+
+def test_a_parameter_written_between_forward_and_backward_is_refused():
+    """The backward plan reads parameters at backward time: one written in place since the
+    forward (a clipping step under no_grad) would give the new weight's gradient, silently;
+    it raises, as eager tracegrad does (PyTorch too, wherever it saved the weight)."""
+
+    class Gate(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.tensor([1.0, -1.0, 0.5], dtype=torch.float64))
+
+        def forward(self, x):
+            return torch.relu(x * self.w)
+
+    model = torch.compile(Gate(), backend="numpy")
+    x = torch.tensor([[1.0, 2.0, 3.0]], dtype=torch.float64)
+    model(x).sum().backward()
+    _close(model.w.grad, [1.0, 0.0, 3.0])
+    out = model(x).sum()
+    with torch.no_grad():
+        model.w.mul_(-1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.backward()
+
+
+def test_a_deep_copy_compiles_its_own_plans():
+    """timm's ModelEmaV2 deep-copies the (compiled) model after it has run."""
+    plain, compiled = _pair(Classifier)
+    plain.eval(), compiled.eval()
+    x = torch.ones(4, 6, dtype=torch.float64)
+    compiled(x)
+    twin = copy.deepcopy(compiled)
+    assert isinstance(twin, OptimizedModule) and not twin._calls.plans
+    assert twin.body[0].weight is not compiled.body[0].weight
+    with torch.no_grad():
+        twin.body[0].weight.mul_(0.0)
+    _close(compiled(x)[0], plain(x)[0])  # the original's plans still read the original
+    assert not np.allclose(twin(x)[0].detach().numpy(), plain(x)[0].detach().numpy())

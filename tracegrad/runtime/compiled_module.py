@@ -8,6 +8,7 @@ refuses (a graph break in PyTorch), that call signature runs eagerly, with a war
 
 from __future__ import annotations
 
+import copy
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -162,6 +163,8 @@ class _Call(Function):
         named = {id(t._value): t for t in outs if isinstance(t, Tensor)}
         ctx.plans = plans
         ctx.save_for_backward(*(named.get(id(r._value), r) for r in results[plans.n_out :]))
+        # the state the backward plan reads itself (parameters), as the forward left it
+        ctx.read = [(t, t._version[0]) for t in _state(plans.backward)]
         ctx.mark_non_differentiable(*(t for i, t in enumerate(outs) if isinstance(t, Tensor)
                                       and i not in plans.differentiable))  # fmt: skip
         return tuple(outs)
@@ -174,9 +177,21 @@ class _Call(Function):
                 "a compiled module's backward is not differentiable (create_graph=True): "
                 "torch.compile does not support double backward; call the module uncompiled"
             )
+        changed = [t for t, version in ctx.read if t._version[0] != version]
+        if changed:
+            raise RuntimeError(
+                "one of the variables needed for gradient computation has been modified by an "
+                f"inplace operation: a tensor of shape {changed[0].shape} that the compiled "
+                "module's backward reads was written between its forward and this backward"
+            )
         given = [cotangents[i] for i in plans.differentiable]
         grads = iter(plans.backward([*residuals, *given]))
         return (None, None, *(next(grads) if has else None for has in plans.has_grad))
+
+
+def _state(plan: Plan) -> list[Tensor]:
+    """The tensors from outside (parameters) a plan reads at each call."""
+    return [ref.tensor for ref, _ in plan.capture.reads if ref.tensor is not None]
 
 
 class CompiledCalls:
@@ -333,6 +348,12 @@ class OptimizedModule(Module):
     def wait_for_kernels(self) -> None:
         """Wait until the kernels of the plans so far are ready (`Traced.wait_for_kernels`)."""
         self._calls.wait_for_kernels()
+
+    def __deepcopy__(self, memo: dict) -> OptimizedModule:
+        """A compiled copy of a copy of the module (an EMA model's `deepcopy(model)`): the plans
+        read and write the original's tensors, so the copy compiles its own."""
+        calls = self._calls
+        return OptimizedModule(copy.deepcopy(self._orig_mod, memo), calls.backend, calls.fullgraph)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or "_modules" not in self.__dict__:
