@@ -16,7 +16,7 @@ from tests.nn.test_layers_resampling import both, needs_torch, same_module, torc
 from tracegrad import nn
 from tracegrad.compiler import lowering
 from tracegrad.nn import functional as F
-from tracegrad.nn import utils
+from tracegrad.nn import parametrize, utils
 
 # --- parameters as a vector -----------------------------------------------------------------
 
@@ -149,6 +149,18 @@ def test_spectral_norm_converges_to_the_largest_singular_value(rng):
     utils.remove_spectral_norm(m)
     assert list(m.state_dict()) == ["bias", "weight"]
     np.testing.assert_allclose(np.linalg.svd(m.weight.numpy(), compute_uv=False)[0], 1.0)
+
+
+@pytest.mark.parametrize("norm", [utils.spectral_norm, parametrize.spectral_norm])
+def test_a_spectral_normed_module_called_twice_before_one_backward(rng, norm):
+    """SNGAN's D(real), D(fake), one backward: the second call's power iteration writes the
+    buffers the first call's backward reads; PyTorch copies them, and so does tracegrad."""
+    nn.manual_seed(0)
+    m = norm(nn.Linear(6, 1).double())
+    a, b = tg.tensor(rng.standard_normal((2, 6))), tg.tensor(rng.standard_normal((2, 6)))
+    (m(a).mean() - m(b).mean()).backward()
+    weight = next(p for p in m.parameters() if p.ndim == 2)
+    assert weight.grad is not None and np.isfinite(weight.grad.numpy()).all()
 
 
 @needs_torch

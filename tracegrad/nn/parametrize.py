@@ -237,7 +237,7 @@ class _SpectralNorm(Module):
         matrix = as_matrix(weight, self.dim)
         if self.training:
             self._power_method(matrix, self.n_power_iterations)
-        u, v = self._u.detach(), self._v.detach()
+        u, v = self._u.detach().clone(), self._v.detach().clone()  # `SpectralNorm`'s reason
         return weight / (u * (matrix @ v)).sum()
 
     def right_inverse(self, value: Tensor) -> Tensor:

@@ -233,7 +233,9 @@ class SpectralNorm:
                 for _ in range(self.n_power_iterations):  # v first, then u: PyTorch's order
                     v.copy_(F.normalize(permute(matrix, (1, 0)) @ u, dim=0, eps=self.eps))
                     u.copy_(F.normalize(matrix @ v, dim=0, eps=self.eps))
-        u, v = u.detach(), v.detach()
+        # copies, as PyTorch's: the next forward's power iteration writes the buffers, and this
+        # forward's backward must still read these values (a GAN's D(real), D(fake), one backward)
+        u, v = u.detach().clone(), v.detach().clone()
         return weight / sum(u * (matrix @ v))
 
     def __call__(self, module: Module, inputs: Any) -> None:
