@@ -287,3 +287,20 @@ def test_a_deep_copy_compiles_its_own_plans():
         twin.body[0].weight.mul_(0.0)
     _close(compiled(x)[0], plain(x)[0])  # the original's plans still read the original
     assert not np.allclose(twin(x)[0].detach().numpy(), plain(x)[0].detach().numpy())
+
+
+def test_a_changed_setting_compiles_again_with_a_warning():
+    class Tempered(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.temperature = nn.Linear(2, 2).double(), 1.0
+
+        def forward(self, x):
+            return self.lin(x) / self.temperature
+
+    model = Tempered()
+    compiled, x = torch.compile(model, backend="numpy"), torch.ones(1, 2, dtype=torch.float64)
+    first = compiled(x).detach().numpy().copy()
+    model.temperature = 4.0
+    with pytest.warns(UserWarning, match=r"Tempered.temperature changed \(1.0 -> 4.0\)"):
+        _close(compiled(x).detach(), first / 4)

@@ -3,6 +3,7 @@ failed steps that lose nothing; TraceErrors; pytrees; printing and export."""
 
 import gc
 import threading
+import types
 import weakref
 
 import networkx as nx
@@ -468,7 +469,7 @@ def test_a_modules_python_settings_are_guarded():
             return y / self.temperature if self.mode == "scale" else y
 
     model, x = Scaled(), tg.ones(1, 2)
-    step = tg.trace(lambda x: model(x), backend="numpy")
+    step = tg.trace(lambda x: model(x).detach(), backend="numpy")
     first = step(x).numpy().copy()
     step(x)
     model.temperature = 2.0
@@ -891,3 +892,34 @@ def test_a_layer_built_inside_the_step_refuses_to_bake_its_random_weights():
         tg.trace(lambda x: tg.nn.Linear(3, 3)(x).sum())(tg.ones(1, 3))
     fixed = tg.trace(lambda x: tg.nn.LayerNorm(4)(x).sum() + tg.nn.MaxPool2d(2)(x).sum())
     assert fixed(tg.ones(1, 1, 4, 4)).item() == 4.0
+
+
+def test_a_modules_config_entries_and_its_forwards_globals_are_guarded():
+    """The numbers a forward reads from a config object, a dict it holds or its module's
+    globals: each change traces again (they were baked in unguarded)."""
+    global _SHIFT
+
+    class Configured(tg.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cfg, self.opts = types.SimpleNamespace(scale=1.0), {"power": 1}
+
+        def forward(self, x):
+            return (x * self.cfg.scale) ** self.opts["power"] + _SHIFT
+
+    model, x = Configured(), tg.full((2,), 2.0)
+    step = tg.trace(lambda x: model(x), backend="numpy")  # no parameters: no backward
+    assert step(x).tolist() == [2.0, 2.0]
+    with pytest.warns(UserWarning, match=r"Configured.cfg\['scale'\] changed"):
+        model.cfg.scale = 3.0
+        assert step(x).tolist() == [6.0, 6.0]
+    with pytest.warns(UserWarning, match=r"Configured.opts\['power'\] changed"):
+        model.opts["power"] = 2
+        assert step(x).tolist() == [36.0, 36.0]
+    with pytest.warns(UserWarning, match="global `_SHIFT` changed"):
+        _SHIFT = 1.0
+        assert step(x).tolist() == [37.0, 37.0]
+    _SHIFT = 0.0
+
+
+_SHIFT = 0.0

@@ -24,7 +24,7 @@ from tracegrad.frontend.device import require_cpu, to_arguments
 from tracegrad.frontend.function import Function
 from tracegrad.frontend.scopes import module_scope
 from tracegrad.frontend.tensor import Listeners, Tensor, get_default_dtype
-from tracegrad.frontend.tracer import set_in_step, watch
+from tracegrad.frontend.tracer import set_in_step, watch, watch_python_numbers
 from tracegrad.nn import functional as F
 
 _generator = np.random.default_rng()
@@ -136,6 +136,35 @@ def _with_factory_keywords(init: Callable) -> Callable:
 
 
 _SETTINGS = (bool, int, float, str)  # attribute types a trace reads as constants: guarded
+_CONFIG_ENTRIES = 64  # a dict or plain object with more entries is data, not settings
+
+
+def _watch_settings(module: Module) -> None:
+    """While tracing: guard the numbers, flags and strings among the module's attributes, and
+    among the entries of the dicts and plain objects it holds (`self.config.dropout`,
+    `self.opts["scale"]`): its forward may read any of them, and the trace bakes them in."""
+    owner = type(module).__name__
+    for name, value in vars(module).items():
+        if type(value) in _SETTINGS:
+            watch((id(module), name), f"{owner}.{name}",
+                  functools.partial(getattr, module, name, None))  # fmt: skip
+            continue
+        entries = _config_entries(value)
+        for key, entry in entries.items() if len(entries) <= _CONFIG_ENTRIES else ():
+            if type(entry) in _SETTINGS:
+                get = (functools.partial(value.get, key) if isinstance(value, dict)
+                       else functools.partial(getattr, value, key, None))  # fmt: skip
+                watch((id(value), key), f"{owner}.{name}[{key!r}]", get)
+
+
+def _config_entries(value: Any) -> dict:
+    """A dict's items, or a plain object's attributes (a config: a dataclass, a namespace);
+    none for modules, tensors, functions, classes and anything else."""
+    if type(value) is dict:
+        return value
+    if isinstance(value, Module | Tensor | type) or callable(value):
+        return {}
+    return getattr(value, "__dict__", {}) if not isinstance(value, np.ndarray) else {}
 
 
 class Module:
@@ -230,10 +259,8 @@ class Module:
         watch((id(self), "training"), f"{type(self).__name__}.training",
               lambda: self.training, warn=False)  # fmt: skip
         watch(_Hooks, "the modules' forward hooks", lambda: _Hooks.version, warn=False)
-        for name, value in vars(self).items():
-            if type(value) in _SETTINGS:
-                watch((id(self), name), f"{type(self).__name__}.{name}",
-                      functools.partial(getattr, self, name, None))  # fmt: skip
+        _watch_settings(self)
+        watch_python_numbers(self.forward)  # and the numbers its forward reads from globals
         Listeners.tracers[-1].remember(self)  # its attributes' tensors, before it runs
         with module_scope(self):  # the nodes made inside know their module path
             if self._hooks is None:

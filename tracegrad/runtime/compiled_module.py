@@ -215,7 +215,10 @@ class CompiledCalls:
         key = (key, tuple(id(p) for p in params), grad_args)
         if key in self.eager:
             return self.module(*args, **kwargs)
-        plans = next((c for c in self.plans.get(key, ()) if c.forward.capture.guards_hold()), None)
+        known = self.plans.get(key, [])
+        plans = next((c for c in known if c.forward.capture.guards_hold()), None)
+        if plans is None and known:
+            self._say_why(known[-1].forward.capture)
         if plans is None and sum(map(len, self.plans.values())) >= PLANS_KEPT:
             full = f"{PLANS_KEPT} signatures compiled already (PyTorch's cache_size_limit)"
             return self._eagerly(None, args, kwargs, full + "; pad or bucket shapes that vary")
@@ -294,6 +297,16 @@ class CompiledCalls:
             return (*leaves, *(g for g in grads if g is not None))
 
         return run
+
+    def _say_why(self, cap: Capture) -> None:
+        """Warn when a Python value the plans baked in changed and forces a new trace."""
+        for w in cap.watched:
+            if w.warn and not w.holds():
+                warnings.warn(
+                    f"torch.compile({_name(self.module)}) is traced again because {w.describe} "
+                    f"changed ({w.value!r} -> {w.get()!r}): each new value compiles anew",
+                    stacklevel=5,
+                )
 
     def _eagerly(self, key: Any, args: tuple, kwargs: dict, why: str) -> Any:
         if self.fullgraph:
