@@ -9,7 +9,6 @@ refuses (a graph break in PyTorch), that call signature runs eagerly, with a war
 from __future__ import annotations
 
 import copy
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tracegrad.core import ir
+from tracegrad.core.errors import warn_user
 from tracegrad.frontend import pytree
 from tracegrad.frontend.autodiff import is_grad_enabled
 from tracegrad.frontend.autograd import grad
@@ -210,30 +210,42 @@ class CompiledCalls:
         try:
             leaves, key = signature(args, kwargs)
         except TypeError:  # an argument that is not a tensor and cannot be hashed
-            return self._eagerly(None, args, kwargs, "an argument cannot be hashed")
-        params, grad_args = self._wrt(leaves)
-        key = (key, tuple(id(p) for p in params), grad_args)
-        if key in self.eager:
+            leaves, key = None, None
+        params, grad_args = self._wrt(leaves or [])
+        plans = self._plans(key, args, kwargs, params, grad_args)
+        if plans is None:  # this call runs eagerly (a graph break, said once)
             return self.module(*args, **kwargs)
-        known = self.plans.get(key, [])
-        plans = next((c for c in known if c.forward.capture.guards_hold()), None)
-        if plans is None and known:
-            self._say_why(known[-1].forward.capture)
-        if plans is None and sum(map(len, self.plans.values())) >= PLANS_KEPT:
-            full = f"{PLANS_KEPT} signatures compiled already (PyTorch's cache_size_limit)"
-            return self._eagerly(None, args, kwargs, full + "; pad or bucket shapes that vary")
-        if plans is None:
-            try:
-                plans = self._compile(args, kwargs, params, grad_args)
-            except TraceError as e:
-                return self._eagerly(key, args, kwargs, str(e))
-            self.plans.setdefault(key, []).append(plans)
         self.latest = plans
         if plans.backward is None:
             outs = plans.forward(leaves)[: plans.n_out]
         else:
             outs = _Call.apply(plans, leaves, *params, *(leaves[i] for i in grad_args))
         return pytree.unflatten(plans.out_tree, list(outs))
+
+    def _plans(self, key: Any, args: tuple, kwargs: dict, params: list[Tensor],
+               grad_args: tuple[int, ...]) -> Compiled | None:  # fmt: skip
+        """The plans for this call: kept ones whose guards hold, or new ones; None where the
+        call runs eagerly."""
+        if key is None:
+            return self._eagerly(None, "an argument cannot be hashed")
+        key = (key, tuple(id(p) for p in params), grad_args)
+        if key in self.eager:
+            return None
+        known = self.plans.get(key, [])
+        plans = next((c for c in known if c.forward.capture.guards_hold()), None)
+        if plans is not None:
+            return plans
+        if known:
+            self._say_why(known[-1].forward.capture)
+        if sum(map(len, self.plans.values())) >= PLANS_KEPT:
+            full = f"{PLANS_KEPT} signatures compiled already (PyTorch's cache_size_limit)"
+            return self._eagerly(None, full + "; pad or bucket shapes that vary")
+        try:
+            plans = self._compile(args, kwargs, params, grad_args)
+        except TraceError as e:
+            return self._eagerly(key, str(e))
+        self.plans.setdefault(key, []).append(plans)
+        return plans
 
     def wait_for_kernels(self) -> None:
         """Wait until every plan's kernels, compiling in the background, are ready."""
@@ -302,23 +314,19 @@ class CompiledCalls:
         """Warn when a Python value the plans baked in changed and forces a new trace."""
         for w in cap.watched:
             if w.warn and not w.holds():
-                warnings.warn(
-                    f"torch.compile({_name(self.module)}) is traced again because {w.describe} "
-                    f"changed ({w.value!r} -> {w.get()!r}): each new value compiles anew",
-                    stacklevel=5,
-                )
+                warn_user(f"torch.compile({_name(self.module)}) is traced again because "
+                          f"{w.describe} changed ({w.value!r} -> {w.get()!r}): each new value "
+                          "compiles anew")  # fmt: skip
 
-    def _eagerly(self, key: Any, args: tuple, kwargs: dict, why: str) -> Any:
+    def _eagerly(self, key: Any, why: str) -> None:
+        """Say why a call runs eagerly (and, with a key, every call of its signature); with
+        `fullgraph=True`, refuse."""
         if self.fullgraph:
             raise TraceError(f"torch.compile(fullgraph=True): {why}")
         if key is not None:
             self.eager.add(key)
-        warnings.warn(
-            f"torch.compile({_name(self.module)}): this call runs eagerly (PyTorch "
-            f"would break the graph here): {why}",
-            stacklevel=4,
-        )
-        return self.module(*args, **kwargs)
+        warn_user(f"torch.compile({_name(self.module)}): this call runs eagerly (PyTorch would "
+                  f"break the graph here): {why}")  # fmt: skip
 
 
 class _Forward:
