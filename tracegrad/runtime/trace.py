@@ -60,8 +60,15 @@ class Traced:
             return self.fn(*args, **kwargs)
         with self.lock:
             if self.differentiable is not None and is_grad_enabled():
-                return self.differentiable(args, kwargs)
+                return self._call_differentiable(args, kwargs)
             return self._call(args, kwargs)
+
+    def _call_differentiable(self, args: tuple, kwargs: dict) -> Any:
+        """A call of a function whose backward compiles too; `latest` is its forward plan."""
+        result = self.differentiable(args, kwargs)
+        if self.differentiable.latest is not None:
+            self.latest = self.differentiable.latest.forward
+        return result
 
     def _call(self, args: tuple, kwargs: dict) -> Any:
         leaves, key = signature(args, kwargs, self.dynamic)
@@ -79,7 +86,7 @@ class Traced:
                 from tracegrad.runtime.compiled_module import differentiable_function
 
                 self.differentiable = differentiable_function(self.fn, cap, self.backend)
-                return self.differentiable(args, kwargs)
+                return self._call_differentiable(args, kwargs)
             plan = self._compile(cap)
             leaves, key = signature(args, kwargs, self.dynamic)  # floats may have become inputs
             self._keep(key, plan)
@@ -164,13 +171,10 @@ class Traced:
     def _plan(self) -> Plan:
         """The latest plan, with its kernels: what the step runs from now on (of a function
         whose backward compiles too, the latest forward plan)."""
-        latest = self.latest
-        if latest is None and self.differentiable is not None and self.differentiable.latest:
-            latest = self.differentiable.latest.forward
-        if latest is None:
+        if self.latest is None:
             raise RuntimeError("this traced function has not been called yet: nothing to show")
-        latest.adopt_kernels(wait=True)
-        return latest
+        self.latest.adopt_kernels(wait=True)
+        return self.latest
 
     def wait_for_kernels(self) -> None:
         """Wait until the latest plan's kernels, compiling in the background, are ready; the
