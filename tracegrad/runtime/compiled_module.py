@@ -87,7 +87,7 @@ def _needed(values: Sequence[ir.Value], made_by: dict[ir.Value, ir.Node]) -> set
     return seen
 
 
-def split(cap: Capture, n_out: int) -> tuple[Capture, Capture | None]:
+def split(cap: Capture, n_out: int, remat: bool = True) -> tuple[Capture, Capture | None]:
     """The joint capture cut in two: the forward computes the output leaves and the state
     writes (batch norm's running statistics, the random state); the backward, the gradients
     (the results after the first `n_out`) from the cotangents (the arguments at `COTANGENT`
@@ -97,7 +97,7 @@ def split(cap: Capture, n_out: int) -> tuple[Capture, Capture | None]:
 
     # first, backward recomputes the cheap forward values it can (`rematerialize`): fewer,
     # smaller residuals live from the forward call to the backward one
-    g, n_results = rematerialize(cap.graph)[0], cap.n_results
+    g, n_results = rematerialize(cap.graph)[0] if remat else cap.graph, cap.n_results
     outs, grads = g.outputs[:n_out], g.outputs[n_out:n_results]
     writes = g.outputs[n_results:]
     made_by = {v: n for n in g.nodes for v in n.outputs}
@@ -198,8 +198,10 @@ class CompiledCalls:
     """The plans of a module's calls, per input signature, whether gradients are recorded and
     which tensors take them; see the module's docstring."""
 
-    def __init__(self, module: Any, backend: str = "numba", fullgraph: bool = False):
+    def __init__(self, module: Any, backend: str = "numba", fullgraph: bool = False,
+                 passes: Sequence[Callable] | None = None, budget: int | None = None):  # fmt: skip
         self.module, self.backend, self.fullgraph = module, backend, fullgraph
+        self.passes, self.budget = passes, budget  # `trace`'s: None, the default pipeline
         self.plans: dict[Any, list[Compiled]] = {}
         self.eager: set[Any] = set()  # signatures whose trace refused: they run eagerly
         self.latest: Compiled | None = None  # the plans of the latest compiled call
@@ -270,10 +272,11 @@ class CompiledCalls:
 
         joint = Joint()
         cap = capture(self._joint(joint, params, grad_args), args, kwargs)
-        forward, backward = split(cap, joint.n_out)
+        forward, backward = split(cap, joint.n_out, remat=self.passes is None)
         name = _name(self.module)
-        fplan = compile_plan(forward, self.backend, None, f"{name}_forward")
-        bplan = backward and compile_plan(backward, self.backend, None, f"{name}_backward")
+        fplan = compile_plan(forward, self.backend, self.passes, f"{name}_forward", self.budget)
+        bplan = backward and compile_plan(backward, self.backend, self.passes,
+                                          f"{name}_backward", self.budget)  # fmt: skip
         for plan in (fplan, bplan) if bplan else (fplan,):
             # kernels compile from the second call on: during the first training step other
             # modules (a GAN's) and signatures still trace and run as NumPy calls
@@ -343,14 +346,16 @@ class _Forward:
         return self.params
 
 
-def differentiable_function(fn: Callable, cap: Capture, backend: str) -> CompiledCalls:
+def differentiable_function(fn: Callable, cap: Capture, backend: str,
+                            passes: Sequence[Callable] | None = None,
+                            budget: int | None = None) -> CompiledCalls:  # fmt: skip
     """`trace(fn)` (`torch.compile(fn)`) for a function that returns what autograd tracks
     without running backward itself (a forward, a loss): its calls with grad enabled run a
     forward and a backward plan, as a compiled module's do. Its parameters: the leaf tensors
     from outside that the first trace read and that require grad."""
     params = [ref.tensor for ref, via_grad in cap.reads if not via_grad and ref.tensor is not None
               and ref.tensor.is_leaf and ref.tensor.requires_grad]  # fmt: skip
-    return CompiledCalls(_Forward(fn, params), backend)
+    return CompiledCalls(_Forward(fn, params), backend, passes=passes, budget=budget)
 
 
 class OptimizedModule(Module):

@@ -85,7 +85,9 @@ class Traced:
             if cap.needs_backward:  # a forward (a compiled loss): its backward compiles too
                 from tracegrad.runtime.compiled_module import differentiable_function
 
-                self.differentiable = differentiable_function(self.fn, cap, self.backend)
+                budget = None if self.memory_budget is None else parse_budget(self.memory_budget)
+                self.differentiable = differentiable_function(self.fn, cap, self.backend,
+                                                              self.passes, budget)  # fmt: skip
                 return self._call_differentiable(args, kwargs)
             plan = self._compile(cap)
             leaves, key = signature(args, kwargs, self.dynamic)  # floats may have become inputs
