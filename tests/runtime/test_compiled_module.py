@@ -304,3 +304,23 @@ def test_a_changed_setting_compiles_again_with_a_warning():
     model.temperature = 4.0
     with pytest.warns(UserWarning, match=r"Tempered.temperature changed \(1.0 -> 4.0\)"):
         _close(compiled(x).detach(), first / 4)
+
+
+def test_a_forward_reading_another_modules_parameter_runs_eagerly():
+    """A parameter the forward reads from outside the module (tied to another module's) would
+    get no gradient from the compiled backward: that call runs eagerly, with a warning."""
+    torch.manual_seed(0)
+    shared = nn.Linear(2, 2).double()
+
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.own = nn.Linear(2, 2).double()
+
+        def forward(self, x):
+            return self.own(x) @ shared.weight
+
+    compiled = torch.compile(Tied(), backend="numpy")
+    with pytest.warns(UserWarning, match="not one of the module's parameters"):
+        compiled(torch.ones(1, 2, dtype=torch.float64)).sum().backward()
+    assert shared.weight.grad is not None

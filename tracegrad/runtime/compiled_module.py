@@ -301,6 +301,7 @@ class CompiledCalls:
                 joint.differentiable, joint.has_grad = [], []
                 return tuple(leaves)
             tracer = Listeners.tracers[-1]
+            _check_all_taken(tracer, wrt)
             cotangents = []
             for k, i in enumerate(joint.differentiable):
                 ct = Tensor._wrap(np.zeros(leaves[i].shape, leaves[i].dtype))
@@ -330,6 +331,21 @@ class CompiledCalls:
             self.eager.add(key)
         warn_user(f"torch.compile({_name(self.module)}): this call runs eagerly (PyTorch would "
                   f"break the graph here): {why}")  # fmt: skip
+
+
+def _check_all_taken(tracer: Any, wrt: list[Tensor]) -> None:
+    """Refuse a forward that read a tensor from outside that requires grad and is not among
+    those the gradients go to (another module's parameter, a global one): its gradient would
+    be lost. The call then runs eagerly."""
+    taken = {id(t) for t in wrt}
+    for slot in tracer.slots.values():
+        t = slot.tensor
+        if slot.arg is None and t.is_leaf and t.requires_grad and id(t) not in taken:
+            raise TraceError(
+                f"the forward reads a tensor of shape {t.shape} that requires grad and is not "
+                "one of the module's parameters (another module's, a global one): the compiled "
+                "backward would not reach it"
+            )
 
 
 class _Forward:
