@@ -9,6 +9,7 @@ ran to the end, so a failing step changes nothing.
 from __future__ import annotations
 
 import dis
+import functools
 import gc
 import random
 import weakref
@@ -135,7 +136,8 @@ def _computed_from(value: ir.Value, made_by: dict[ir.Value, ir.Node]) -> set[ir.
     return seen
 
 
-def _is_leaf(x: Any) -> bool:
+def is_array(x: Any) -> bool:
+    """A leaf of a traced call's results (and of its arguments, with `is_argument`)."""
     return isinstance(x, Tensor | np.ndarray)
 
 
@@ -251,14 +253,8 @@ def watch_python_numbers(fn: Callable) -> None:
     code = getattr(fn, "__code__", None)
     if code is None:
         return
-    codes, names = [code], set()
-    while codes:
-        c = codes.pop()
-        # globals only: co_names also lists attribute names (`opt.step()` is not global `step`)
-        names.update(i.argval for i in dis.get_instructions(c) if i.opname in GLOBAL_LOADS)
-        codes += [k for k in c.co_consts if hasattr(k, "co_names")]
     scope = fn.__globals__
-    for name in sorted(names):
+    for name in _global_loads(code):
         if _is_number(scope.get(name)):
             watch(("global", id(scope), name), f"global `{name}`", lambda n=name: scope.get(n))
     for name, cell in zip(code.co_freevars, fn.__closure__ or (), strict=True):
@@ -269,6 +265,19 @@ def watch_python_numbers(fn: Callable) -> None:
         if _is_number(content):
             watch(("closure", id(cell)), f"`{name}` (from an enclosing function)",
                   lambda c=cell: c.cell_contents)  # fmt: skip
+
+
+@functools.lru_cache(maxsize=4096)
+def _global_loads(code: Any) -> tuple[str, ...]:
+    """The global names `code` reads, and the functions and lambdas written inside it, sorted:
+    disassembled once per function, not at each call of a module's forward while tracing."""
+    codes, names = [code], set()
+    while codes:
+        c = codes.pop()
+        # globals only: co_names also lists attribute names (`opt.step()` is not global `step`)
+        names.update(i.argval for i in dis.get_instructions(c) if i.opname in GLOBAL_LOADS)
+        codes += [k for k in c.co_consts if hasattr(k, "co_names")]
+    return tuple(sorted(names))
 
 
 def _is_number(x: Any) -> bool:
@@ -469,7 +478,7 @@ class Tracer:
             t = ref()
             if t is not None:
                 t._view = None
-        leaves, tree = pytree.flatten(result, _is_leaf)
+        leaves, tree = pytree.flatten(result, is_array)
         outputs = [self.lift(as_tensor(x)) for x in leaves]
         # A gradient tensor read or written in the step is whatever `.grad` its owner holds at
         # each call: `zero_grad()` (set_to_none) between calls makes a new one.
@@ -532,8 +541,9 @@ class Tracer:
                        tracked and not backward)  # fmt: skip
 
 
-def _is_leaf_or_float(x: Any) -> bool:
-    return _is_leaf(x) or type(x) is float
+def is_argument(x: Any) -> bool:
+    """A leaf of a call's signature (`signature`): an array or a Python float."""
+    return is_array(x) or type(x) is float
 
 
 def signature(args: tuple, kwargs: dict, dynamic: frozenset[int] = frozenset()) -> tuple:
@@ -541,7 +551,7 @@ def signature(args: tuple, kwargs: dict, dynamic: frozenset[int] = frozenset()) 
     arguments; per array its shape, dtype, whether its grad is None, and which earlier leaf it
     is, if any (the same tensor passed twice); per float its value, unless its position is
     `dynamic` (then it is an input of the plan, as a 0-d float64)."""
-    leaves, tree = pytree.flatten((args, kwargs), _is_leaf_or_float)
+    leaves, tree = pytree.flatten((args, kwargs), is_argument)
     ids = [id(x) for x in leaves]
     spec = tuple(
         (("float", x) if i not in dynamic else ("dynamic float",))
@@ -562,7 +572,7 @@ def capture(
 ) -> Capture:
     """Run `fn` once on symbolic stand-ins for its tensor arguments (and the Python floats at
     `dynamic` positions of `signature`'s leaves) and record everything."""
-    leaves, tree = pytree.flatten((args, kwargs), _is_leaf_or_float)
+    leaves, tree = pytree.flatten((args, kwargs), is_argument)
     tracer = Tracer()
     Listeners.tracers.append(tracer)
     try:

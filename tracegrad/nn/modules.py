@@ -164,7 +164,7 @@ def _config_entries(value: Any) -> dict:
         return value
     if isinstance(value, Module | Tensor | type) or callable(value):
         return {}
-    return getattr(value, "__dict__", {}) if not isinstance(value, np.ndarray) else {}
+    return getattr(value, "__dict__", {})
 
 
 class Module:

@@ -22,7 +22,7 @@ from tracegrad.frontend.autodiff import is_grad_enabled
 from tracegrad.frontend.autograd import grad
 from tracegrad.frontend.function import Function, FunctionCtx
 from tracegrad.frontend.tensor import Listeners, Tensor, TraceError
-from tracegrad.frontend.tracer import Capture, capture, signature
+from tracegrad.frontend.tracer import Capture, capture, is_argument, is_array, signature
 from tracegrad.nn.modules import Module
 
 if TYPE_CHECKING:
@@ -30,15 +30,6 @@ if TYPE_CHECKING:
 
 COTANGENT = 1 << 30  # the cotangents' positions among the joint trace's arguments start here
 PLANS_KEPT = 8  # signatures compiled per module; other calls run eagerly (PyTorch's default)
-
-
-def _is_leaf(x: Any) -> bool:
-    return isinstance(x, Tensor | np.ndarray)
-
-
-def _is_argument(x: Any) -> bool:
-    """A leaf of a call's signature (`tracer.signature`): an array or a Python float."""
-    return _is_leaf(x) or type(x) is float
 
 
 def _name(module: Any) -> str:
@@ -287,13 +278,13 @@ class CompiledCalls:
     def _joint(self, joint: Joint, params: list[Tensor], grad_args: tuple[int, ...]) -> Any:
         def run(*args: Any, **kwargs: Any) -> Any:
             # an argument's gradient is the plan's to compute, its history the tape's to follow
-            leaves, tree = pytree.flatten((args, kwargs), _is_argument)
+            leaves, tree = pytree.flatten((args, kwargs), is_argument)
             for i in grad_args:
                 leaves[i] = leaves[i].detach().requires_grad_()
             args, kwargs = pytree.unflatten(tree, leaves)
             wrt = [*params, *(leaves[i] for i in grad_args)]
             out = self.module(*args, **kwargs)
-            leaves, joint.out_tree = pytree.flatten(out, _is_leaf)
+            leaves, joint.out_tree = pytree.flatten(out, is_array)
             joint.n_out = len(leaves)
             joint.differentiable = [i for i, t in enumerate(leaves)
                                     if isinstance(t, Tensor) and t.requires_grad]  # fmt: skip

@@ -85,9 +85,8 @@ class Traced:
             if cap.needs_backward:  # a forward (a compiled loss): its backward compiles too
                 from tracegrad.runtime.compiled_module import differentiable_function
 
-                budget = None if self.memory_budget is None else parse_budget(self.memory_budget)
                 self.differentiable = differentiable_function(self.fn, cap, self.backend,
-                                                              self.passes, budget)  # fmt: skip
+                                                              self.passes, self._budget())  # fmt: skip
                 return self._call_differentiable(args, kwargs)
             plan = self._compile(cap)
             leaves, key = signature(args, kwargs, self.dynamic)  # floats may have become inputs
@@ -167,8 +166,11 @@ class Traced:
     def _compile(self, cap: Capture) -> Plan:
         from tracegrad.runtime.plan import compile_plan  # the compiler loads with the first trace
 
-        budget = None if self.memory_budget is None else parse_budget(self.memory_budget)
-        return compile_plan(cap, self.backend, self.passes, self.fn.__name__, budget)
+        return compile_plan(cap, self.backend, self.passes, self.fn.__name__, self._budget())
+
+    def _budget(self) -> int | None:
+        """The memory budget in bytes, its share of the memory available now, if one is set."""
+        return None if self.memory_budget is None else parse_budget(self.memory_budget)
 
     def _plan(self) -> Plan:
         """The latest plan, with its kernels: what the step runs from now on (of a function
