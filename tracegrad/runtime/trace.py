@@ -85,8 +85,9 @@ class Traced:
             if cap.needs_backward:  # a forward (a compiled loss): its backward compiles too
                 from tracegrad.runtime.compiled_module import differentiable_function
 
-                self.differentiable = differentiable_function(self.fn, cap, self.backend,
-                                                              self.passes, self._budget())  # fmt: skip
+                self.differentiable = differentiable_function(
+                    self.fn, cap, self.backend, self.passes, self._budget()
+                )
                 return self._call_differentiable(args, kwargs)
             plan = self._compile(cap)
             leaves, key = signature(args, kwargs, self.dynamic)  # floats may have become inputs
