@@ -199,6 +199,10 @@ class Capture:
     # loss): its gradient is the caller's to ask for, which a plan's results cannot give
     needs_backward: bool = False
 
+    def changed(self) -> list[Watch]:
+        """The baked-in values worth a warning that no longer hold: why a new trace."""
+        return [w for w in self.watched if w.warn and not w.holds()]
+
     def guards_hold(self) -> bool:
         return (
             all(
@@ -233,6 +237,10 @@ class Watch:
     def holds(self) -> bool:
         now = self.get()
         return now is self.value or now == self.value  # `is`: a NaN still holds
+
+    def change(self) -> str:
+        """What changed, for a warning: "`name` changed (old -> new)"."""
+        return f"{self.describe} changed ({self.value!r} -> {self.get()!r})"
 
 
 def watch(key: Any, describe: str, get: Callable[[], Any], warn: bool = True) -> None:

@@ -307,11 +307,9 @@ class CompiledCalls:
 
     def _say_why(self, cap: Capture) -> None:
         """Warn when a Python value the plans baked in changed and forces a new trace."""
-        for w in cap.watched:
-            if w.warn and not w.holds():
-                warn_user(f"torch.compile({_name(self.module)}) is traced again because "
-                          f"{w.describe} changed ({w.value!r} -> {w.get()!r}): each new value "
-                          "compiles anew")  # fmt: skip
+        for w in cap.changed():
+            warn_user(f"torch.compile({_name(self.module)}) is traced again because "
+                      f"{w.change()}: each new value compiles anew")  # fmt: skip
 
     def _eagerly(self, key: Any, why: str) -> None:
         """Say why a call runs eagerly (and, with a key, every call of its signature); with

@@ -151,13 +151,12 @@ class Traced:
 
     def _say_why(self, cap: Capture) -> None:
         """Warn, once per value, when a baked-in Python number changed and forces a new trace."""
-        for w in cap.watched:
-            if w.warn and not w.holds():
-                self._warn(
-                    f"{self.fn.__name__} is traced again because {w.describe} changed "
-                    f"({w.value!r} -> {w.get()!r}): the trace bakes Python numbers in and each "
-                    "new value compiles a new plan; pass it as an argument (a tensor) instead"
-                )
+        for w in cap.changed():
+            self._warn(
+                f"{self.fn.__name__} is traced again because {w.change()}: the trace bakes "
+                "Python numbers in and each new value compiles a new plan; pass it as an "
+                "argument (a tensor) instead"
+            )
 
     def _warn(self, message: str) -> None:
         if message.split(" (")[0] not in self.warned:
