@@ -50,6 +50,7 @@ from tracegrad.frontend.sorting import *  # noqa: F403
 from tracegrad.frontend.special import *  # noqa: F403
 from tracegrad.frontend.tensor import Tensor, get_default_dtype, set_default_dtype
 from tracegrad.frontend.tracer import guard, interpret
+from tracegrad.runtime import compiled_module as _compiled  # noqa: F401 - Module.compile's
 from tracegrad.runtime import eager as _eager  # noqa: F401 - eager calls run kernels
 from tracegrad.runtime.trace import trace as _compile
 

@@ -144,6 +144,25 @@ def test_sequential_indexing_and_forward(rng):
         nn.Sequential(nn.ReLU(), F.relu)
 
 
+def test_sequential_edits_as_pytorchs():
+    """Slices are Sequentials keeping their layers' names (`model[:-1]` as a feature extractor);
+    deleting, inserting and popping number the layers again by place, as PyTorch does."""
+    relu, tanh, gelu = nn.ReLU(), nn.Tanh(), nn.GELU()
+    model = nn.Sequential(nn.Linear(1, 2), relu, nn.Linear(2, 3), tanh)
+    head = model[1:3]
+    assert isinstance(head, nn.Sequential) and [n for n, _ in head.named_children()] == ["1", "2"]
+    assert head[0] is relu and model[:-1][-1] is model[2]
+    del model[1]
+    assert [n for n, _ in model.named_children()] == ["0", "1", "2"] and model[2] is tanh
+    model.append(nn.Sigmoid()).insert(1, gelu)
+    assert [type(m).__name__ for m in model] == ["Linear", "GELU", "Linear", "Tanh", "Sigmoid"]
+    assert model.pop(1) is gelu and len(model) == 4 and "4" not in dict(model.named_children())
+    model[0] = nn.Identity()
+    assert isinstance(model[0], nn.Identity) and model.state_dict().keys() == {"1.weight", "1.bias"}
+    with pytest.raises(IndexError, match="index 4 is out of range for 4 layers"):
+        model[4]
+
+
 def test_repr_is_readable():
     model = nn.Sequential(nn.Linear(2, 3), nn.Sequential(nn.ReLU(), nn.Dropout(0.25)))
     assert repr(model) == (

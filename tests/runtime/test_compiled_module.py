@@ -324,3 +324,43 @@ def test_a_forward_reading_another_modules_parameter_runs_eagerly():
     with pytest.warns(UserWarning, match="not one of the module's parameters"):
         compiled(torch.ones(1, 2, dtype=torch.float64)).sum().backward()
     assert shared.weight.grad is not None
+
+
+def test_module_compile_compiles_in_place():
+    """PyTorch 2.2's `model.compile()`: the calls compile as `torch.compile(model)`'s, while the
+    module keeps its class, its `state_dict` keys and its hooks (which run inside the plans)."""
+    torch.manual_seed(0)
+    plain = Classifier().double()
+    torch.manual_seed(0)
+    model = Classifier().double()
+    seen = []
+    model.body[0].register_forward_hook(lambda mod, args, out: seen.append(out.shape))
+    assert model.compile(backend="numpy") is None
+    rng = np.random.default_rng(0)
+    x, y = torch.tensor(rng.standard_normal((8, 6))), torch.tensor(rng.integers(0, 4, 8))
+    torch.manual_seed(1)
+    want = _train(plain, x, y)
+    torch.manual_seed(1)
+    _close(_train(model, x, y), want)
+    assert type(model) is Classifier and list(model.state_dict()) == list(plain.state_dict())
+    assert seen == [(8, 16)]  # traced once: the plan ran the hook's part of the other calls
+    assert len(model._compiled.plans) == 1
+    twin = copy.deepcopy(model)  # compiles its own plans, as a deep-copied OptimizedModule
+    assert twin._compiled.module is twin and not twin._compiled.plans
+    with pytest.raises(ValueError, match="unknown backend"):
+        nn.Linear(2, 2).compile(backend="no such backend")
+
+
+def test_a_compiled_submodule_passes_gradients_to_the_rest():
+    torch.manual_seed(0)
+    plain = nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 2)).double()
+    model = copy.deepcopy(plain)
+    model[2].compile(backend="numpy")
+    x = torch.tensor(np.random.default_rng(0).standard_normal((4, 3)))
+    for net in (plain, model):
+        net(x).square().sum().backward()
+    for a, b in zip(model.parameters(), plain.parameters(), strict=True):
+        _close(a.grad, b.grad)
+    assert model[2]._compiled.latest is not None and model._compiled is None
+    step = tg.trace(lambda: model(x).sum(), backend="numpy")  # inside a step: part of its plan
+    _close(step(), plain(x).sum())

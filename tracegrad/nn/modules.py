@@ -12,7 +12,7 @@ import functools
 import inspect
 import math
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -167,6 +167,11 @@ def _config_entries(value: Any) -> dict:
     return getattr(value, "__dict__", {})
 
 
+# `Module.compile`'s compiler, `(module, fullgraph=, backend=) -> calls`: the runtime's, which
+# sits above nn and puts it here when it loads
+MODULE_COMPILER: list[Callable[..., Callable[[tuple, dict], Any]]] = []
+
+
 class Module:
     """Base class: subclasses set parameters and submodules as attributes and define `forward`."""
 
@@ -248,8 +253,20 @@ class Module:
     # None (the class's) until a hook is registered on this module, or on every module
     _hooks: _Hooks | None = None
 
+    # the module's compiled calls once `compile()` ran (None, the class's, until then)
+    _compiled: Callable[[tuple, dict], Any] | None = None
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self._hooks is None and not Listeners.tracers:  # the common case: one read each
+        if self._hooks is None and self._compiled is None and not Listeners.tracers:
+            return self.forward(*args, **kwargs)  # the common case: one read each
+        if self._compiled is not None:
+            return self._compiled(args, kwargs)
+        return self.call_uncompiled(*args, **kwargs)
+
+    def call_uncompiled(self, *args: Any, **kwargs: Any) -> Any:
+        """The call as if `compile()` had not run: hooks and forward (what the compiled calls
+        trace, and run where they fall back to eager)."""
+        if self._hooks is None and not Listeners.tracers:
             return self.forward(*args, **kwargs)
         if not Listeners.tracers:
             return _call_with_hooks(self, args, kwargs)
@@ -266,6 +283,17 @@ class Module:
             if self._hooks is None:
                 return self.forward(*args, **kwargs)
             return _call_with_hooks(self, args, kwargs)
+
+    def compile(
+        self, *, fullgraph: bool = False, dynamic: Any = None, backend: Any = "inductor",
+        mode: Any = None, options: Any = None, disable: bool = False,
+    ) -> None:  # fmt: skip
+        """PyTorch's in-place `torch.compile(module)`: from now on calls of this module run
+        compiled plans (those of `torch.compile(module)`, with its options), while the module
+        keeps its class and its `state_dict` keys."""
+        if not disable:
+            compiled = MODULE_COMPILER[0](self, fullgraph=fullgraph, backend=backend)
+            object.__setattr__(self, "_compiled", compiled)
 
     def register_forward_pre_hook(
         self, hook: Callable[..., Any], *, prepend: bool = False, with_kwargs: bool = False
@@ -812,14 +840,60 @@ class Sequential(Module):
             x = layer(x)
         return x
 
-    def __getitem__(self, i: int) -> Module:
-        return list(self._modules.values())[i]
+    def __getitem__(self, i: int | slice) -> Module:
+        """A layer, or a slice of them as a Sequential keeping their names (`model[:-1]`)."""
+        if isinstance(i, slice):
+            return type(self)(dict(list(self._modules.items())[i]))
+        return list(self._modules.values())[self._index(i)]
+
+    def __setitem__(self, i: int, layer: Module) -> None:
+        setattr(self, self._name_at(i), layer)
+
+    def __delitem__(self, i: int | slice) -> None:
+        """As PyTorch's: the layers left are numbered again by place."""
+        gone = {id(m) for m in (self[i] if isinstance(i, slice) else [self[self._index(i)]])}
+        self._renumber([m for m in self._modules.values() if id(m) not in gone])
+
+    def _name_at(self, i: int) -> str:
+        return list(self._modules)[self._index(i)]
+
+    def _index(self, i: int) -> int:
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"Sequential: index {i} is out of range for {len(self)} layers")
+        return i % len(self)
+
+    def _renumber(self, layers: list[Module]) -> None:
+        for name in list(self._modules):
+            delattr(self, name)
+        for i, layer in enumerate(layers):
+            setattr(self, str(i), layer)
 
     def __len__(self) -> int:
         return len(self._modules)
 
     def __iter__(self) -> Iterator[Module]:
         return iter(self._modules.values())
+
+    def append(self, layer: Module) -> Sequential:
+        self.add_module(str(len(self)), layer)
+        return self
+
+    def extend(self, layers: Iterable[Module]) -> Sequential:
+        for layer in layers:
+            self.append(layer)
+        return self
+
+    def insert(self, index: int, layer: Module) -> Sequential:
+        """PyTorch's: the layers from `index` on move one place up (numbered by place)."""
+        layers = list(self._modules.values())
+        layers.insert(index, layer)
+        self._renumber(layers)
+        return self
+
+    def pop(self, i: int | slice) -> Module:
+        layer = self[i]
+        del self[i]
+        return layer
 
 
 class ReLU(Module):

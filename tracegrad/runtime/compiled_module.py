@@ -23,7 +23,7 @@ from tracegrad.frontend.autograd import grad
 from tracegrad.frontend.function import Function, FunctionCtx
 from tracegrad.frontend.tensor import Listeners, Tensor, TraceError
 from tracegrad.frontend.tracer import Capture, capture, is_argument, is_array, signature
-from tracegrad.nn.modules import Module
+from tracegrad.nn.modules import MODULE_COMPILER, Module
 
 if TYPE_CHECKING:
     from tracegrad.runtime.plan import Plan
@@ -192,6 +192,8 @@ class CompiledCalls:
     def __init__(self, module: Any, backend: str = "numba", fullgraph: bool = False,
                  passes: Sequence[Callable] | None = None, budget: int | None = None):  # fmt: skip
         self.module, self.backend, self.fullgraph = module, backend, fullgraph
+        # the module's call without its own compiled calls (`Module.compile`'s)
+        self.call = getattr(module, "call_uncompiled", module)
         self.passes, self.budget = passes, budget  # `trace`'s: None, the default pipeline
         self.plans: dict[Any, list[Compiled]] = {}
         self.eager: set[Any] = set()  # signatures whose trace refused: they run eagerly
@@ -199,7 +201,7 @@ class CompiledCalls:
 
     def __call__(self, args: tuple, kwargs: dict) -> Any:
         if Listeners.tracers:  # inside a traced step: its ops are the step's
-            return self.module(*args, **kwargs)
+            return self.call(*args, **kwargs)
         try:
             leaves, key = signature(args, kwargs)
         except TypeError:  # an argument that is not a tensor and cannot be hashed
@@ -207,7 +209,7 @@ class CompiledCalls:
         params, grad_args = self._wrt(leaves or [])
         plans = self._plans(key, args, kwargs, params, grad_args)
         if plans is None:  # this call runs eagerly (a graph break, said once)
-            return self.module(*args, **kwargs)
+            return self.call(*args, **kwargs)
         self.latest = plans
         if plans.backward is None:
             outs = plans.forward(leaves)[: plans.n_out]
@@ -239,6 +241,12 @@ class CompiledCalls:
             return self._eagerly(key, str(e))
         self.plans.setdefault(key, []).append(plans)
         return plans
+
+    def __deepcopy__(self, memo: dict) -> CompiledCalls:
+        """The calls of a copy of the module (an EMA model's `deepcopy(model)`) compile plans of
+        their own: these read and write the original's tensors."""
+        module = copy.deepcopy(self.module, memo)
+        return CompiledCalls(module, self.backend, self.fullgraph, self.passes, self.budget)
 
     def wait_for_kernels(self) -> None:
         """Wait until every plan's kernels, compiling in the background, are ready."""
@@ -283,7 +291,7 @@ class CompiledCalls:
                 leaves[i] = leaves[i].detach().requires_grad_()
             args, kwargs = pytree.unflatten(tree, leaves)
             wrt = [*params, *(leaves[i] for i in grad_args)]
-            out = self.module(*args, **kwargs)
+            out = self.call(*args, **kwargs)
             leaves, joint.out_tree = pytree.flatten(out, is_array)
             joint.n_out = len(leaves)
             joint.differentiable = [i for i, t in enumerate(leaves)
@@ -380,16 +388,31 @@ class OptimizedModule(Module):
         """Wait until the kernels of the plans so far are ready (`Traced.wait_for_kernels`)."""
         self._calls.wait_for_kernels()
 
-    def __deepcopy__(self, memo: dict) -> OptimizedModule:
-        """A compiled copy of a copy of the module (an EMA model's `deepcopy(model)`): the plans
-        read and write the original's tensors, so the copy compiles its own."""
-        calls = self._calls
-        return OptimizedModule(copy.deepcopy(self._orig_mod, memo), calls.backend, calls.fullgraph)
-
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or "_modules" not in self.__dict__:
             raise AttributeError(name)
         return getattr(self._modules["_orig_mod"], name)
 
 
-__all__ = ["CompiledCalls", "OptimizedModule", "split"]
+TORCH_BACKENDS = ("inductor", "eager", "aot_eager", "cudagraphs")
+
+
+def backend_named(backend: Any) -> str:
+    """tracegrad's backend for `torch.compile(backend=...)`: PyTorch's backends (and a callable
+    one) compile with Numba; "numpy" and "numba" are tracegrad's own."""
+    if backend in ("numpy", "numba"):
+        return backend
+    if backend not in TORCH_BACKENDS and not callable(backend):
+        raise ValueError(f"torch.compile: unknown backend {backend!r}")
+    return "numba"
+
+
+def compile_module(module: Module, *, fullgraph: bool = False, backend: Any = "inductor"
+                   ) -> CompiledCalls:  # fmt: skip
+    """`module.compile()`'s calls."""
+    return CompiledCalls(module, backend_named(backend), fullgraph)
+
+
+MODULE_COMPILER.append(compile_module)
+
+__all__ = ["CompiledCalls", "OptimizedModule", "backend_named", "compile_module", "split"]

@@ -30,7 +30,7 @@ from tracegrad.frontend.functions import pytorch_keywords
 from tracegrad.frontend.methods import legacy_types
 from tracegrad.frontend.rearrange import matrix_trace as trace
 from tracegrad.frontend.tensor import Tensor
-from tracegrad.runtime.compiled_module import OptimizedModule
+from tracegrad.runtime.compiled_module import OptimizedModule, backend_named
 from tracegrad.torch._support import ALIASES as _ALIASES
 from tracegrad.torch._support import DTYPES as _DTYPES
 from tracegrad.torch._support import dtype, imported_as_torch
@@ -156,8 +156,6 @@ def get_num_interop_threads() -> int:
 
 # --- torch.compile ----------------------------------------------------------------------------
 
-_TORCH_BACKENDS = ("inductor", "eager", "aot_eager", "cudagraphs")
-
 
 def compile(  # noqa: A001 (PyTorch's name)
     model: Any = None, *, fullgraph: bool = False, dynamic: Any = None, backend: Any = "inductor",
@@ -174,9 +172,7 @@ def compile(  # noqa: A001 (PyTorch's name)
                                  mode=mode, options=options, disable=disable)  # fmt: skip
     if disable:
         return model
-    tracegrad_backend = backend if backend in ("numpy", "numba") else "numba"
-    if backend not in (*_TORCH_BACKENDS, "numpy", "numba") and not callable(backend):
-        raise ValueError(f"torch.compile: unknown backend {backend!r}")
+    tracegrad_backend = backend_named(backend)
     if isinstance(model, nn.Module):
         return OptimizedModule(model, tracegrad_backend, fullgraph)
     if not callable(model):
