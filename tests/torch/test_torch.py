@@ -215,6 +215,10 @@ def test_dtypes_stand_for_numpys():
         torch.finfo(torch.float32).eps == np.finfo(np.float32).eps
         and torch.iinfo(torch.int8).max == 127
     )
+    # Python floats, as PyTorch's: NumPy's float32 eps would promote a float16 tensor
+    info = torch.finfo(torch.float32)
+    assert type(info.eps) is float and info.resolution == 1e-06 and info.bits == 32
+    assert (torch.ones(2, dtype=torch.float16) + info.eps).dtype == torch.float16
 
 
 def test_the_default_dtype_is_a_torch_dtype():

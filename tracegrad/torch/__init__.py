@@ -97,9 +97,23 @@ def get_default_dtype() -> dtype:
     return _torch_dtype(_tg.get_default_dtype())
 
 
-def finfo(type: Any = None) -> np.finfo:  # noqa: A002
-    """NumPy's finfo (eps, max, min, tiny) of a float dtype (the default one without)."""
-    return np.finfo(np.dtype(_tg.get_default_dtype() if type is None else type))
+class finfo:  # noqa: N801 (PyTorch's name)
+    """A float dtype's limits (the default dtype's without one), as PyTorch's: Python floats, so
+    `x + torch.finfo(x.dtype).eps` keeps x's dtype as in PyTorch (a NumPy float32 scalar would
+    promote a float16 x)."""
+
+    def __init__(self, type: Any = None) -> None:  # noqa: A002
+        info = np.finfo(np.dtype(_tg.get_default_dtype() if type is None else type))
+        self.bits, self.dtype = info.bits, info.dtype.name
+        number = builtins.float  # `float` here is torch.float, a dtype
+        self.eps, self.max, self.min = number(info.eps), number(info.max), number(info.min)
+        self.tiny = self.smallest_normal = number(info.smallest_normal)
+        self.resolution = 10.0**-info.precision
+
+    def __repr__(self) -> str:
+        return (f"finfo(resolution={self.resolution:g}, min={self.min:g}, max={self.max:g}, "
+                f"eps={self.eps:g}, smallest_normal={self.tiny:g}, tiny={self.tiny:g}, "
+                f"dtype={self.dtype})")  # fmt: skip
 
 
 def iinfo(type: Any) -> np.iinfo:  # noqa: A002
