@@ -94,6 +94,20 @@ def test_is_compiling_inside_a_traced_step_only():
     assert torch.compiler.disable(step) is step
 
 
+def test_dynamos_hints_are_accepted():
+    """einops imports `torch._dynamo.allow_in_graph` (a warning where it is missing); code
+    marks dimensions dynamic before compiling."""
+    import tracegrad.torch._dynamo as dynamo
+
+    def f(x):
+        return x * 2
+
+    assert dynamo.allow_in_graph(f) is f and torch.compiler.allow_in_graph(f) is f
+    x = torch.ones(3, 2)
+    dynamo.mark_dynamic(x, 0), dynamo.maybe_mark_dynamic(x, 1), dynamo.mark_static(x, 0)
+    np.testing.assert_array_equal(torch.compile(f)(x).numpy(), np.full((3, 2), 2.0))
+
+
 def test_record_function_labels_without_changing_anything():
     with torch.profiler.record_function("forward"):
         y = torch.ones(2) * 3

@@ -1,17 +1,29 @@
 """`torch._dynamo`, as training scripts touch it (`torch._dynamo.reset()`, `config.<option> =
 ...` before `torch.compile`): tracegrad's compiler is `trace`, which has no Dynamo, so the
-settings are accepted and mean nothing; `disable`, `reset` and `is_compiling` are
-`torch.compiler`'s; `eval_frame.OptimizedModule` is the class `torch.compile(module)` returns
-(code tests for it to unwrap `_orig_mod`)."""
+settings are accepted and mean nothing; `disable`, `reset`, `is_compiling`, `allow_in_graph`
+and the shape hints are `torch.compiler`'s; `eval_frame.OptimizedModule` is the class
+`torch.compile(module)` returns (code tests for it to unwrap `_orig_mod`)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
 from tracegrad.runtime.compiled_module import OptimizedModule
-from tracegrad.torch.compiler import disable, is_compiling, reset
+from tracegrad.torch.compiler import (
+    allow_in_graph,
+    assume_constant_result,
+    disable,
+    is_compiling,
+    mark_dynamic,
+    mark_static,
+    maybe_mark_dynamic,
+    reset,
+)
 
-__all__ = ["config", "disable", "eval_frame", "is_compiling", "reset"]
+__all__ = [
+    "allow_in_graph", "assume_constant_result", "config", "disable", "eval_frame",
+    "is_compiling", "mark_dynamic", "mark_static", "maybe_mark_dynamic", "reset",
+]  # fmt: skip
 
 eval_frame = SimpleNamespace(OptimizedModule=OptimizedModule)
 
