@@ -294,3 +294,29 @@ def test_state_rotated_between_module_attributes_is_refused():
     with pytest.raises(TraceError, match="attribute `cur`"):
         step(tgt.ones(2))
     np.testing.assert_array_equal(model.lin.weight.numpy(), weight)
+
+
+def test_a_result_also_kept_in_python_state_is_the_result_after_every_call(float64):
+    """A forward hook storing a layer's output (`features[name] = out`) when the step returns
+    that output: the stored tensor was the trace's symbolic one, unusable after the call."""
+    nn = tgt.nn
+    tgt.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh())
+    features = {}
+    model[1].register_forward_hook(lambda mod, args, out: features.update(last=out))
+    opt = tgt.optim.SGD(model.parameters(), lr=0.1)
+
+    @tg.trace
+    def step(x):
+        opt.zero_grad()
+        out = model(x)
+        out.square().sum().backward()
+        opt.step()
+        return {"out": out, "pair": (out, out.sum())}
+
+    for i in range(3):
+        x = tgt.ones(2, 3) * i
+        want = np.tanh(x.numpy() @ model[0].weight.detach().numpy().T + model[0].bias.numpy())
+        got = step(x)
+        assert features["last"] is got["out"] and got["pair"][0] is got["out"]
+        np.testing.assert_allclose(features["last"].numpy(), want, rtol=1e-12)

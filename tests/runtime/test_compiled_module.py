@@ -364,3 +364,48 @@ def test_a_compiled_submodule_passes_gradients_to_the_rest():
     assert model[2]._compiled.latest is not None and model._compiled is None
     step = tg.trace(lambda: model(x).sum(), backend="numpy")  # inside a step: part of its plan
     _close(step(), plain(x).sum())
+
+
+class KeepsLosses(nn.Module):
+    """llama2.c keeps its loss on the module (`self.last_loss`); mixtures of experts keep an
+    auxiliary loss; a hook-like cache keeps the output itself."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+        self.extra = {}
+
+    def forward(self, x, y):
+        logits = self.lin(x)
+        self.last = logits
+        self.pair = (logits.sum(), (self.lin.weight**2).sum())
+        self.extra["aux"] = self.lin.bias.abs().sum()
+        self.last_loss = F.cross_entropy(logits, y)
+        return logits
+
+
+def test_tensors_the_forward_keeps_carry_their_gradients():
+    """They were the plan's values without autograd history: `model.last_loss.backward()`
+    raised, and a loss adding a kept auxiliary term lost its gradient silently."""
+    plain, compiled = _pair(KeepsLosses)
+    x, y = (
+        torch.tensor(np.random.default_rng(0).standard_normal((5, 4))),
+        torch.tensor([0, 1, 2, 0, 1]),
+    )
+    for step in range(3):
+        for model in (plain, compiled):
+            model.zero_grad()
+            out = model(x + step, y)
+            loss = model.last_loss + model.pair[1] + model.extra["aux"] + model.last.mean()
+            (loss + model.pair[0] / 100).backward()
+            assert model.last is out
+            with torch.no_grad():
+                for p in model.parameters():
+                    p -= 0.1 * p.grad
+        _close(compiled.last_loss.detach(), plain.last_loss.detach())
+        for a, b in zip(compiled.parameters(), plain.parameters(), strict=True):
+            _close(a.grad, b.grad)
+    with torch.no_grad():  # under no_grad the kept tensors are values, as eager's
+        compiled(x, y), plain(x, y)
+    _close(compiled.last_loss, plain.last_loss)
+    assert not compiled.last_loss.requires_grad

@@ -884,6 +884,27 @@ def test_a_step_may_return_item_numbers(backend):
         tg.trace(keeps, backend=backend)(tg.ones(1))
 
 
+def test_an_item_number_carries_no_gradient():
+    """actor_critic's `advantage = R - value.item()`: a Python number, a constant to backward.
+    The traced step differentiated through it (other gradients from the first call), silently;
+    `tensor([v.item(), ...])` raised."""
+
+    def step(w, x, r):
+        value = (w * x).sum()
+        loss = -(w * (r - value.item())).sum() + (value - r) ** 2
+        loss = loss + (w * tg.tensor([value.item(), 2 * value.item()])).sum()
+        w.grad = None
+        loss.backward()
+        return loss.detach(), w.grad.clone()
+
+    traced = tg.trace(step, backend="numpy")
+    w = tg.tensor([0.5, -0.25], requires_grad=True)
+    for xs in ([1.0, 2.0], [3.0, -1.0], [0.2, 0.7]):
+        x, r = tg.tensor(xs, dtype=np.float64), tg.tensor(1.5, dtype=np.float64)
+        for got, want in zip(traced(w, x, r), step(w, x, r), strict=True):
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
+
+
 def test_a_layer_built_inside_the_step_refuses_to_bake_its_random_weights():
     """BERT in graykode/nlp-tutorial builds nn.Linear in forward: eager draws new weights at
     each call, a plan would reuse the ones drawn while tracing. Refused, naming the line;

@@ -68,7 +68,7 @@ class Place:
     obj: Any
 
 
-def _places(kept: Sequence[Tensor]) -> list[Place]:
+def places(kept: Sequence[Tensor]) -> list[Place]:
     """Where Python state holds each tensor in `kept` (or a tuple of them, a recurrent layer's
     `(h, c)`): the dicts, lists and objects' attributes that refer to it, found in one sweep of
     the heap (two with tuples)."""
@@ -109,6 +109,40 @@ def put_back(places: list[Place]) -> None:
                 p.holder[p.key] = p.obj
         elif p.key < len(p.holder) and p.holder[p.key] is not p.obj:
             p.holder[p.key] = p.obj
+
+
+# Where Python state holds a result: the place, the position in the tuple there (None: the
+# place holds the result itself), and which result
+Held = tuple[Place, int | None, int]
+
+
+def held_where(results: list, result: Any) -> list[Held]:
+    """Where Python state holds the step's result tensors (a forward's `self.last = out`, a
+    forward hook's `features[name] = out`), apart from the containers of `result` itself."""
+    ids = {id(t): k for k, t in enumerate(results) if isinstance(t, Tensor)}
+    if not ids:
+        return []
+    own, todo = {id(results)}, [result]
+    while todo:  # the result's own lists, tuples and dicts
+        x = todo.pop()
+        if isinstance(x, list | tuple | dict) and id(x) not in own:
+            own.add(id(x))
+            todo.extend(x.values() if isinstance(x, dict) else x)
+    return [(p, j, ids[id(x)]) for p in places(results) if id(p.holder) not in own
+            for j, x in (enumerate(p.obj) if isinstance(p.obj, tuple) else [(None, p.obj)])
+            if id(x) in ids]  # fmt: skip
+
+
+def keep(held: list[Held], results: Sequence[Any]) -> None:
+    """Put a call's results where the trace found them held, as the eager step would have left
+    them there (the trace's symbolic tensors must not stay there)."""
+    for p, j, k in held:
+        if j is None:
+            p.holder[p.key] = results[k]
+        else:
+            parts = list(p.holder[p.key])
+            parts[j] = results[k]
+            p.holder[p.key] = tuple(parts)
 
 
 class Before(tuple):
@@ -195,6 +229,7 @@ class Capture:
     watched: list[Watch] = field(default_factory=list)
     after: list[Callable[[], None]] = field(default_factory=list)  # from `after_call()`
     places: list[Place] = field(default_factory=list)  # where kept tensors go back (`put_back`)
+    held: list[Held] = field(default_factory=list)  # where results go (`keep`)
     # a result autograd tracks from a function that ran no backward (a compiled forward or
     # loss): its gradient is the caller's to ask for, which a plan's results cannot give
     needs_backward: bool = False
@@ -341,6 +376,7 @@ class Tracer:
         (`Capture.numbers`); used to decide (`if`, `float()`, formatting) it refuses, as before,
         and kept in Python state it refuses (`finish`): a plan would not append or store it at
         every call."""
+        t = t.detach()  # a Python number carries no gradient
         out = P.reshape(t, shape=()) if t.shape != () else P.positive(t)
         self.weak.add(out._value)
         return out
@@ -454,7 +490,7 @@ class Tracer:
         step entered, the state tensor that attribute held before (`remember`): the one it
         replaced, whichever others it was also computed from (an LSTM's new h from h and c)."""
         out = {}
-        for p in _places(kept) if self.held_before else ():
+        for p in places(kept) if self.held_before else ():
             before = self.held_before.get(id(p.holder), {}).get(p.key)
             if before is None or isinstance(p.obj, tuple) != before.was_tuple:
                 continue
@@ -545,8 +581,8 @@ class Tracer:
         return Capture(graph, [s.arg for s in args], reads, value_writes, grad_writes, tree,
                        len(leaves), numbers, guards, self.checks,
                        [w for w in self.watched.values() if w is not None],
-                       list(self.after.values()), _places(kept) if kept else [],
-                       tracked and not backward)  # fmt: skip
+                       list(self.after.values()), places(kept) if kept else [],
+                       held_where(leaves, result), tracked and not backward)  # fmt: skip
 
 
 def is_argument(x: Any) -> bool:

@@ -22,7 +22,15 @@ from tracegrad.frontend.autodiff import is_grad_enabled
 from tracegrad.frontend.autograd import grad
 from tracegrad.frontend.function import Function, FunctionCtx
 from tracegrad.frontend.tensor import Listeners, Tensor, TraceError
-from tracegrad.frontend.tracer import Capture, capture, is_argument, is_array, signature
+from tracegrad.frontend.tracer import (
+    Capture,
+    Held,
+    capture,
+    is_argument,
+    is_array,
+    keep,
+    signature,
+)
 from tracegrad.nn.modules import MODULE_COMPILER, Module
 
 if TYPE_CHECKING:
@@ -51,9 +59,11 @@ class Compiled:
     forward: Plan
     backward: Plan | None
     out_tree: Any
-    n_out: int
+    n_out: int  # the output leaves, then the `n_kept` tensors the forward keeps
     differentiable: list[int]  # output leaves with a gradient (a cotangent each)
     has_grad: list[bool]  # per tensor gradients go to: whether its gradient is not None
+    n_kept: int
+    held: list[Held]  # where Python state keeps outputs (`keep`)
 
 
 @dataclass
@@ -64,6 +74,7 @@ class Joint:
     n_out: int = 0
     differentiable: list[int] = field(default_factory=list)
     has_grad: list[bool] = field(default_factory=list)
+    n_kept: int = 0
 
 
 def _needed(values: Sequence[ir.Value], made_by: dict[ir.Value, ir.Node]) -> set[ir.Node]:
@@ -215,7 +226,8 @@ class CompiledCalls:
             outs = plans.forward(leaves)[: plans.n_out]
         else:
             outs = _Call.apply(plans, leaves, *params, *(leaves[i] for i in grad_args))
-        return pytree.unflatten(plans.out_tree, list(outs))
+        keep(plans.held, outs)
+        return pytree.unflatten(plans.out_tree, list(outs[: plans.n_out - plans.n_kept]))
 
     def _plans(self, key: Any, args: tuple, kwargs: dict, params: list[Tensor],
                grad_args: tuple[int, ...]) -> Compiled | None:  # fmt: skip
@@ -281,7 +293,7 @@ class CompiledCalls:
             # modules (a GAN's) and signatures still trace and run as NumPy calls
             plan.kernels_after_call = 2
         return Compiled(fplan, bplan, joint.out_tree, joint.n_out, joint.differentiable,
-                        joint.has_grad)  # fmt: skip
+                        joint.has_grad, joint.n_kept, cap.held)  # fmt: skip
 
     def _joint(self, joint: Joint, params: list[Tensor], grad_args: tuple[int, ...]) -> Any:
         def run(*args: Any, **kwargs: Any) -> Any:
@@ -291,15 +303,20 @@ class CompiledCalls:
                 leaves[i] = leaves[i].detach().requires_grad_()
             args, kwargs = pytree.unflatten(tree, leaves)
             wrt = [*params, *(leaves[i] for i in grad_args)]
-            out = self.call(*args, **kwargs)
-            leaves, joint.out_tree = pytree.flatten(out, is_array)
+            leaves, joint.out_tree = pytree.flatten(self.call(*args, **kwargs), is_array)
+            tracer = Listeners.tracers[-1]
+            # what the forward keeps in Python state that autograd tracks (llama2.c's
+            # `self.last_loss`, a mixture of experts' `self.aux_loss`) is an output too, which
+            # each call puts where the forward kept it (`Capture.held`): backward reaches it
+            kept = [t for t in tracer.escaped(leaves) if t.requires_grad] if wrt else []
+            joint.n_kept = len(kept)
+            leaves += kept
             joint.n_out = len(leaves)
             joint.differentiable = [i for i, t in enumerate(leaves)
                                     if isinstance(t, Tensor) and t.requires_grad]  # fmt: skip
             if not wrt or not joint.differentiable:
                 joint.differentiable, joint.has_grad = [], []
                 return tuple(leaves)
-            tracer = Listeners.tracers[-1]
             _check_all_taken(tracer, wrt)
             cotangents = []
             for k, i in enumerate(joint.differentiable):

@@ -26,7 +26,7 @@ from tracegrad.core import ir
 from tracegrad.core.errors import MemoryBudgetError
 from tracegrad.frontend import pytree
 from tracegrad.frontend.tensor import Tensor
-from tracegrad.frontend.tracer import Capture, put_back
+from tracegrad.frontend.tracer import Capture, keep, put_back
 from tracegrad.runtime.arena import ArenaLayout, MeasuredRun
 from tracegrad.runtime.background import BackgroundLowering, background_compile
 from tracegrad.runtime.commit import enter_commit, leave_commit
@@ -132,6 +132,10 @@ class Plan:
         ]  # fmt: skip
         for i in cap.numbers:
             results[i] = results[i].item()
+        first: dict[int, int] = {}  # a tensor the step returns twice is one tensor, as eager's
+        for i, v in enumerate(self.graph.outputs[: cap.n_results]):
+            results[i] = results[first.setdefault(id(v), i)]
+        keep(cap.held, results)
         writes = iter(outs[cap.n_results :])
         for ref in cap.value_writes:
             _write(ref.resolve(arg_leaves), next(writes))
