@@ -23,7 +23,8 @@ from tracegrad.nn import functional as F
 
 # --- the same function as nn.functional's, whose leading arguments are the top level's -------
 
-conv1d, conv2d, conv3d = F.conv1d, F.conv2d, F.conv3d
+# (not conv2d: `tracegrad.conv2d` is tracegrad's own op, which torch's namespace leaves out)
+conv1d, conv3d = F.conv1d, F.conv3d
 conv_transpose1d, conv_transpose2d = F.conv_transpose1d, F.conv_transpose2d
 max_pool1d, max_pool2d, max_pool3d = F.max_pool1d, F.max_pool2d, F.max_pool3d
 avg_pool1d, adaptive_avg_pool1d = F.avg_pool1d, F.adaptive_avg_pool1d
