@@ -37,7 +37,17 @@ from tracegrad.frontend.elementwise import *  # noqa: F403
 from tracegrad.frontend.functions import *  # noqa: F403
 from tracegrad.frontend.grad_manager import GradManager, grad, vjp
 from tracegrad.frontend.heap import keep_freed_memory as _keep_freed_memory
-from tracegrad.frontend.linalg import cdist, det, logdet, slogdet
+from tracegrad.frontend.linalg import (
+    cdist,
+    det,
+    dist,
+    inverse,
+    logdet,
+    matrix_power,
+    pinverse,
+    renorm,
+    slogdet,
+)
 from tracegrad.frontend.linalg import cholesky_top as cholesky
 from tracegrad.frontend.mutation import *  # noqa: F403
 from tracegrad.frontend.products import *  # noqa: F403

@@ -37,13 +37,14 @@ class ShapeDtype:
 class LeafNode:
     """Where gradients for a leaf (or a tensor attached with no history) arrive."""
 
-    __slots__ = ("ref", "hooks", "__weakref__")
+    __slots__ = ("ref", "hooks", "post_hooks", "__weakref__")
     is_leaf = True
     parents: tuple = ()
 
     def __init__(self, tensor: Tensor):
         self.ref = weakref.ref(tensor)
         self.hooks: dict | None = None
+        self.post_hooks: dict | None = None  # functions of the leaf, run after `accumulate`
 
     @property
     def name(self) -> str:
@@ -403,6 +404,22 @@ def register_hook(t: Tensor, hook: Callable[[Tensor], Tensor | None]) -> Removab
     return handle
 
 
+def register_post_accumulate_grad_hook(t: Tensor, hook: Callable[[Tensor], None]) -> Any:
+    """`t.register_post_accumulate_grad_hook(hook)`: `hook(t)` runs after backward added to the
+    `.grad` of `t`, a leaf (an optimizer step per parameter, as soon as its gradient is
+    final)."""
+    if not t.is_leaf:
+        raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors")
+    node = edge(t)
+    if node is None:
+        raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+    if node.post_hooks is None:
+        node.post_hooks = {}
+    handle = RemovableHandle(node.post_hooks)
+    node.post_hooks[handle.id] = hook
+    return handle
+
+
 class RemovableHandle:
     """What registering a hook returns (PyTorch's `torch.utils.hooks.RemovableHandle`), for a
     hook stored in `registry` under `handle.id`: `remove()` unregisters it (twice is harmless)
@@ -544,6 +561,10 @@ def accumulate(t: Tensor, g: Tensor) -> None:
         t.grad._assign(t.grad + g)
     else:
         t.grad = t.grad + g
+    node = t._node
+    if node is not None and node.is_leaf and node.post_hooks:
+        for hook in list(node.post_hooks.values()):
+            hook(t)
 
 
 def retained_sink(node: Any) -> Callable | None:

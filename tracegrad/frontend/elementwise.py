@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from tracegrad.core import primitives as P
-from tracegrad.core.errors import warn_user
-from tracegrad.frontend.functions import pytorch_keywords
+from tracegrad.core.errors import ShapeError, warn_user
+from tracegrad.frontend.functions import pytorch_keywords, reshape
 from tracegrad.frontend.promotion import is_number, result_type
 from tracegrad.frontend.tensor import Tensor, as_tensor
 
@@ -334,6 +334,31 @@ def allclose(input: Any, other: Any, rtol: float = 1e-05, atol: float = 1e-08,
 sgn = P.sign  # PyTorch's sign for complex numbers: the sign, for real ones
 
 
+@pytorch_keywords
+def ldexp(input: Any, other: Any) -> Tensor:
+    """input * 2 ** other, a float (the default one for integers), as PyTorch's."""
+    return mul(input, P.pow(2.0, as_tensor(other)))
+
+
+@pytorch_keywords
+def hardshrink(input: Any, lambd: float = 0.5) -> Tensor:
+    """x where |x| > lambd, else 0."""
+    x = as_tensor(input)
+    return P.where(P.abs(x) > lambd, x, 0.0).astype(x.dtype)
+
+
+@pytorch_keywords
+def prelu(input: Any, weight: Any) -> Tensor:
+    """x where x > 0, else weight * x, with one weight for every channel (dim 1) or one each."""
+    x, w = as_tensor(input), as_tensor(weight)
+    if w.size > 1:
+        if x.ndim < 2 or x.shape[1] != w.size:
+            raise ShapeError(f"prelu: {w.size} weights for input {x.shape}: need one, or one "
+                             "per channel (dim 1)")  # fmt: skip
+        w = reshape(w, (w.size,) + (1,) * (x.ndim - 2))
+    return P.where(x > 0.0, x, w * x)
+
+
 def clamp_min(input: Any, min: Any) -> Tensor:
     return P.maximum(input, min)
 
@@ -346,9 +371,10 @@ __all__ = [
     "absolute", "add", "addcdiv", "addcmul", "allclose", "angle", "bitwise_and", "bitwise_not",
     "bitwise_or", "bitwise_xor", "clamp_max", "clamp_min", "conj", "copysign", "deg2rad", "div",
     "divide", "eq", "equal", "fix", "float_power", "floor_divide", "fmax", "fmin", "frac", "ge",
-    "greater", "greater_equal", "gt", "heaviside", "isclose", "isfinite", "isinf", "isnan",
-    "isneginf", "isposinf", "isreal", "le", "lerp", "less", "less_equal", "logical_and",
-    "logical_not", "logical_or", "logical_xor", "lt", "masked_fill", "mul", "multiply",
-    "nan_to_num", "ne", "negative", "not_equal", "rad2deg", "real", "reciprocal", "relu", "round",
-    "sgn", "signbit", "sinc", "square", "sub", "subtract", "true_divide",
+    "greater", "greater_equal", "gt", "hardshrink", "heaviside", "isclose", "isfinite", "isinf",
+    "isnan", "isneginf", "isposinf", "isreal", "ldexp", "le", "lerp", "less", "less_equal",
+    "logical_and", "logical_not", "logical_or", "logical_xor", "lt", "masked_fill", "mul",
+    "multiply", "nan_to_num", "ne", "negative", "not_equal", "prelu", "rad2deg", "real",
+    "reciprocal", "relu", "round", "sgn", "signbit", "sinc", "square", "sub", "subtract",
+    "true_divide",
 ]  # fmt: skip

@@ -30,6 +30,57 @@ def inv(A: Any) -> Tensor:
     return P.inv(as_tensor(A))
 
 
+def inverse(input: Any) -> Tensor:
+    """`torch.inverse`: `linalg.inv`."""
+    return inv(input)
+
+
+def pinverse(input: Any, rcond: float = 1e-15) -> Tensor:
+    """`torch.pinverse`: `linalg.pinv`, whose singular values below 1e-15 times the largest count
+    as zero (another `rcond` is refused)."""
+    if rcond != 1e-15:
+        raise ValueError(f"pinverse: only the default rcond=1e-15 is provided, got {rcond}")
+    return pinv(input)
+
+
+@pytorch_keywords
+def matrix_power(A: Any, n: int) -> Tensor:
+    """A @ A @ ... (n times) by repeated squaring, of (a batch of) square matrices: the identity
+    for n = 0, powers of the inverse for n < 0."""
+    a = as_tensor(A)
+    if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
+        raise ShapeError(f"matrix_power: expects (a batch of) square matrices, got {a.shape}")
+    n = int(n)
+    if n == 0:
+        return Tensor._of(np.broadcast_to(np.eye(a.shape[-1], dtype=a.dtype), a.shape).copy())
+    if n < 0:
+        a, n = inv(a), -n
+    result = None
+    while True:
+        if n & 1:
+            result = a if result is None else result @ a
+        n >>= 1
+        if not n:
+            return result
+        a = a @ a
+
+
+@pytorch_keywords
+def dist(input: Any, other: Any, p: float = 2) -> Tensor:
+    """The p-norm of input - other (broadcast), over all elements."""
+    return vector_norm(as_tensor(input) - other, p)
+
+
+@pytorch_keywords
+def renorm(input: Any, p: float, dim: int, maxnorm: float) -> Tensor:
+    """Each slice along `dim` whose p-norm exceeds `maxnorm` scaled to norm `maxnorm` (by
+    maxnorm / (norm + 1e-7), as PyTorch's); differentiable through the norm."""
+    x = as_tensor(input)
+    d = dim % max(x.ndim, 1)
+    norm = vector_norm(x, p, tuple(i for i in range(x.ndim) if i != d), keepdim=True)
+    return x * P.where(norm > maxnorm, maxnorm / (norm + 1e-7), 1.0).astype(x.dtype)
+
+
 def det(A: Any) -> Tensor:
     return P.det(as_tensor(A))
 
@@ -246,5 +297,6 @@ def cdist(x1: Any, x2: Any, p: float = 2.0,
     return vector_norm(diff, p, -1)
 
 
-__all__ = ["cholesky", "cross", "det", "eigh", "eigvalsh", "inv", "matrix_norm", "norm", "pinv",
+__all__ = ["cholesky", "cross", "det", "eigh", "eigvalsh", "inv", "matrix_norm", "matrix_power",
+           "norm", "pinv",
            "qr", "slogdet", "solve", "svd", "svdvals", "vector_norm"]  # fmt: skip

@@ -167,6 +167,25 @@ def _norm(self: Tensor, p: Any = "fro", dim: Any = None, keepdim: bool = False) 
     return linalg.vector_norm(self, 2 if p == "fro" else p, dim, keepdim)
 
 
+def _is_nonzero(self: Tensor) -> bool:
+    """The truth of a one-element tensor (PyTorch's errors for any other)."""
+    if self.size != 1:
+        which = "no values" if self.size == 0 else "more than one value"
+        raise RuntimeError(f"Boolean value of Tensor with {which} is ambiguous")
+    return bool(self._concrete("Tensor.is_nonzero()").item())
+
+
+_float_power_in_place = W.in_place(E.float_power, "float_power_")
+
+
+def _float_power_(self: Tensor, exponent: Any) -> Tensor:
+    """In place: float_power, whose result is float64, so only into a float64 tensor."""
+    if self.dtype != np.float64:
+        raise RuntimeError(f"the base given to float_power_ has dtype {self.dtype} but the "
+                           "operation's result requires dtype float64")  # fmt: skip
+    return _float_power_in_place(self, exponent)
+
+
 def _varargs(f: Callable) -> Callable:
     """PyTorch's method form f(*dims) of a function taking one sequence: x.flip(0, 1)."""
     return lambda self, *dims: f(self, F.shape_arg(dims))
@@ -256,6 +275,8 @@ METHODS: dict[str, Any] = {
     "__array_ufunc__": _array_ufunc, "__array_function__": _array_function,
     "__getattr__": _missing,
     "backward": autodiff.tensor_backward, "register_hook": autodiff.register_hook,
+    "register_post_accumulate_grad_hook": autodiff.register_post_accumulate_grad_hook,
+    "retains_grad": property(lambda self: self._retains and not self.is_leaf),
     # shapes
     "reshape": F.reshape, "view": F.reshape, "permute": F.permute, "transpose": F.transpose,
     "swapaxes": F.swapaxes, "swapdims": F.swapdims, "t": F.t, "expand": F.expand,
@@ -286,7 +307,7 @@ METHODS: dict[str, Any] = {
     # sorting
     "sort": S.sort, "argsort": S.argsort, "msort": S.msort, "topk": S.topk,
     "kthvalue": S.kthvalue, "median": S.median, "mode": S.mode, "quantile": S.quantile,
-    "nanquantile": S.nanquantile,
+    "nanquantile": S.nanquantile, "nanmedian": S.nanmedian, "aminmax": R.aminmax,
     # indices and counts
     "unique": K.unique, "unique_consecutive": K.unique_consecutive, "bincount": K.bincount,
     "histc": K.histc, "histogram": K.histogram,
@@ -297,13 +318,15 @@ METHODS: dict[str, Any] = {
     "tile": _varargs(A.tile), "repeat": A.repeat, "repeat_interleave": A.repeat_interleave,
     "diagonal": A.diagonal, "diag": A.diag, "diag_embed": A.diag_embed, "cov": R.cov,
     "corrcoef": R.corrcoef, "trace": A.matrix_trace, "triu": A.triu,
-    "tril": A.tril,
+    "tril": A.tril, "diagflat": A.diagflat, "split_with_sizes": A.split_with_sizes,
     # products
     "matmul": F.matmul, "mm": F.matmul, "dot": M.dot, "inner": M.inner, "outer": M.outer,
     "kron": M.kron, "cross": M.cross, "norm": _norm, "mv": M.mv, "bmm": M.bmm,
     "addmm": M.addmm, "addmv": M.addmv,
     "addr": M.addr, "baddbmm": M.baddbmm, "addbmm": M.addbmm, "det": linalg.det,
     "logdet": linalg.logdet, "slogdet": linalg.slogdet, "cholesky": linalg.cholesky_top,
+    "inverse": linalg.inverse, "pinverse": linalg.pinverse, "matrix_power": linalg.matrix_power,
+    "dist": linalg.dist, "renorm": linalg.renorm, "vdot": M.vdot,
     # elementwise
     "clamp": F.clamp, "clip": F.clip, "square": E.square, "reciprocal": E.reciprocal,
     "rsqrt": lambda self: 1.0 / P.sqrt(self),
@@ -320,6 +343,9 @@ METHODS: dict[str, Any] = {
     "heaviside": E.heaviside, "copysign": E.copysign,
     "float_power": E.float_power, "signbit": E.signbit, "isclose": E.isclose,
     "allclose": E.allclose, "isposinf": E.isposinf, "isneginf": E.isneginf,
+    "bitwise_and": E.bitwise_and, "bitwise_or": E.bitwise_or, "bitwise_xor": E.bitwise_xor,
+    "bitwise_not": E.bitwise_not, "ldexp": E.ldexp, "hardshrink": E.hardshrink,
+    "prelu": E.prelu, "positive": lambda self: self,  # torch.positive(x) is x
     # special functions
     "lgamma": P.lgamma, "digamma": P.digamma, "erfc": P.erfc, "erfinv": P.erfinv, "i0": P.i0,
     "polygamma": lambda self, n: X.polygamma(n, self), "logit": X.logit, "xlogy": X.xlogy,
@@ -329,7 +355,7 @@ METHODS: dict[str, Any] = {
     # dtypes, devices, copies, Python values
     "astype": F.astype, "float": _cast(np.float32), "double": _cast(np.float64),
     "half": _cast(np.float16), "byte": _cast(np.uint8), "char": _cast(np.int8),
-    "long": _cast(np.int64), "int": _cast(np.int32),
+    "long": _cast(np.int64), "int": _cast(np.int32), "short": _cast(np.int16),
     "bool": _cast(np.bool_), "type": _type,
     "type_as": lambda self, other: F.astype(self, other.dtype),
     "to": _to, "cpu": lambda self: self, "cuda": _cuda, "pin_memory": lambda self: self,
@@ -337,7 +363,10 @@ METHODS: dict[str, Any] = {
     "is_cuda": property(lambda self: False), "is_xpu": property(lambda self: False),
     "is_mps": property(lambda self: False), "is_sparse": property(lambda self: False),
     "is_floating_point": lambda self: self.dtype.kind == "f",
-    "is_complex": lambda self: False, "contiguous": lambda self, memory_format=None: self,
+    "is_complex": lambda self: False, "is_signed": lambda self: self.dtype.kind in "fi",
+    "is_cpu": property(lambda self: True), "is_inference": lambda self: False,
+    "is_nonzero": _is_nonzero, "is_same_size": lambda self, other: self.shape == other.shape,
+    "contiguous": lambda self, memory_format=None: self,
     "is_contiguous": lambda self, memory_format=None: True,
     "view_as": lambda self, other: F.reshape(self, other.shape),
     "reshape_as": lambda self, other: F.reshape(self, other.shape),
@@ -346,7 +375,9 @@ METHODS: dict[str, Any] = {
     "new_zeros": _new(C.zeros), "new_ones": _new(C.ones), "new_empty": _new(C.empty),
     "new_full": _new_full, "new_tensor": _new_tensor,
     "numel": lambda self: self.size, "nelement": lambda self: self.size,
-    "element_size": lambda self: self.dtype.itemsize, "dim": lambda self: self.ndim,
+    "element_size": lambda self: self.dtype.itemsize,
+    "itemsize": property(lambda self: self.dtype.itemsize),
+    "nbytes": property(lambda self: self.size * self.dtype.itemsize), "dim": lambda self: self.ndim,
     "ndimension": lambda self: self.ndim, "tolist": lambda self: self.numpy().tolist(),
     "stride": _stride, "storage_offset": lambda self: 0,
     "data_ptr": lambda self: self._concrete("Tensor.data_ptr()").ctypes.data,
@@ -367,13 +398,37 @@ METHODS: dict[str, Any] = {
     "fill_diagonal_": W.in_place(W.fill_diagonal, "fill_diagonal_"),
     "_stack": staticmethod(F.stack),  # tensor.as_tensor stacks lists of tensors with it
 }  # fmt: skip
+# PyTorch's other names of methods above
+_ALIASES = {"greater": "gt", "greater_equal": "ge", "less": "lt", "less_equal": "le",
+            "not_equal": "ne", "asin": "arcsin", "acos": "arccos", "atan": "arctan",
+            "asinh": "arcsinh", "acosh": "arccosh", "atanh": "arctanh", "fix": "trunc"}  # fmt: skip
+METHODS.update({alias: METHODS[name] for alias, name in _ALIASES.items()})
+
+# The methods X with an in-place X_: X's result written into the tensor by PyTorch's rules
+# (cast to its dtype, a comparison's to 0 and 1; autograd through it; the version counter).
 _IN_PLACE = ("add", "sub", "mul", "div", "pow", "fmod", "remainder", "clamp", "clip",
              "clamp_min", "clamp_max", "masked_fill", "exp", "log", "sqrt", "abs", "neg",
              "sigmoid", "tanh", "relu", "floor", "ceil", "trunc", "round", "sign", "sin", "cos",
              "reciprocal", "square", "addcmul", "addcdiv", "lerp", "scatter", "scatter_add",
              "index_fill", "index_put", "nan_to_num", "logical_not", "index_add", "index_copy",
-             "scatter_reduce", "masked_scatter", "frac", "copysign", "cumsum", "atan2")  # fmt: skip
+             "scatter_reduce", "masked_scatter", "frac", "copysign", "cumsum", "atan2",
+             # comparisons and bitwise (bool) ops
+             "eq", "ne", "lt", "le", "gt", "ge", "greater", "greater_equal", "less",
+             "less_equal", "not_equal", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
+             "logical_and", "logical_or", "logical_xor",
+             # unary math
+             "arcsin", "arccos", "arctan", "arcsinh", "arccosh", "arctanh", "asin", "acos", "atan",
+             "asinh", "acosh", "atanh", "arctan2", "log10", "log1p", "log2", "erf", "erfc",
+             "erfinv", "expm1", "exp2", "rsqrt", "tan", "sinh", "cosh", "sinc", "lgamma",
+             "digamma", "i0", "deg2rad", "rad2deg", "sgn", "logit", "fix", "negative", "absolute",
+             # binary math and the others' other names
+             "xlogy", "hypot", "heaviside", "ldexp", "fmax", "fmin", "subtract", "multiply",
+             "divide", "true_divide", "floor_divide",
+             # special functions, scans, triangles, products
+             "mvlgamma", "polygamma", "cumprod", "tril", "triu", "addmm", "addbmm", "baddbmm",
+             "addmv", "addr")  # fmt: skip
 METHODS.update({f"{name}_": W.in_place(METHODS[name], f"{name}_") for name in _IN_PLACE})
+METHODS["float_power_"] = _float_power_
 
 for _name, _method in METHODS.items():
     setattr(Tensor, _name, _method)

@@ -36,6 +36,15 @@ def dot(input: Any, other: Any) -> Tensor:
 
 
 @pytorch_keywords
+def vdot(input: Any, other: Any) -> Tensor:
+    """The inner product of two vectors (of real ones: `dot`)."""
+    a, b = as_tensor(input), as_tensor(other)
+    if a.ndim != 1 or b.ndim != 1:
+        raise ShapeError(f"vdot: 1-D tensors expected, got {a.shape} and {b.shape}")
+    return matmul(a, b)
+
+
+@pytorch_keywords
 def inner(input: Any, other: Any) -> Tensor:
     """The sum over both operands' last dimension (a product for 0-D operands)."""
     a, b = as_tensor(input), as_tensor(other)
@@ -239,4 +248,5 @@ def addbmm(input: Any, batch1: Any, batch2: Any, *, beta: Any = 1, alpha: Any = 
 
 
 __all__ = ["addbmm", "addmm", "addmv", "addr", "baddbmm", "bmm", "cross", "dot", "einsum",
-           "inner", "kron", "mv", "outer", "tensordot"]  # fmt: skip
+           "inner", "kron", "mv", "outer", "tensordot",
+           "vdot"]  # fmt: skip

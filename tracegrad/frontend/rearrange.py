@@ -64,6 +64,12 @@ def split(
 
 
 @pytorch_keywords
+def split_with_sizes(input: Any, split_sizes: Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+    """Pieces of the listed sizes along `dim` (`split` with a list)."""
+    return split(input, list(split_sizes), dim)
+
+
+@pytorch_keywords
 def chunk(input: Any, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
     """At most `chunks` pieces of ceil(n / chunks) along `dim` (so possibly fewer pieces)."""
     x = as_tensor(input)
@@ -229,6 +235,12 @@ def _diagonal(input: Any, offset: int, dim1: int, dim2: int) -> Tensor:
 
 
 @pytorch_keywords
+@pytorch_keywords
+def diagflat(input: Any, offset: int = 0) -> Tensor:
+    """The elements, flattened, on diagonal `offset` of a square matrix."""
+    return diag(ravel(as_tensor(input)), offset)
+
+
 def diag(input: Any, diagonal: int = 0) -> Tensor:
     """A 1-D input becomes a matrix with it on diagonal k; a 2-D one gives its diagonal k."""
     x = as_tensor(input)
@@ -468,8 +480,10 @@ def windows(input: Any, dimension: int, size: int, step: int) -> Tensor:
 
 __all__ = [
     "argwhere", "atleast_1d", "atleast_2d", "atleast_3d", "block_diag", "cartesian_prod", "chunk",
-    "column_stack", "diag", "diag_embed", "diagonal", "masked_select", "meshgrid", "vander",
+    "column_stack", "diag", "diag_embed", "diagflat", "diagonal", "masked_select", "meshgrid",
+    "vander",
     "dsplit", "dstack", "flip", "fliplr", "flipud", "hsplit", "hstack", "nonzero",
-    "repeat_interleave", "roll", "rot90", "split", "tensor_split", "tile", "tril", "triu",
+    "repeat_interleave", "roll", "rot90", "split", "split_with_sizes",
+    "tensor_split", "tile", "tril", "triu",
     "unbind", "vsplit", "vstack", "where",
 ]  # fmt: skip

@@ -106,6 +106,17 @@ def values_indices(name: str) -> type:
 MaxResult, MinResult = values_indices("max"), values_indices("min")
 
 
+class AminmaxResult(NamedTuple):
+    min: Tensor
+    max: Tensor
+
+
+@pytorch_keywords
+def aminmax(input: Any, *, dim: int | None = None, keepdim: bool = False) -> Any:
+    """The named tuple (min, max): `amin` and `amax` over `dim` (all elements without)."""
+    return AminmaxResult(amin(input, dim, keepdim), amax(input, dim, keepdim))
+
+
 def taken(x: Tensor, idx: Tensor, dim: int, keepdim: bool, result: type) -> Any:
     """(values, indices) with the values gathered at `idx` (kept dim), so that the gradient goes
     to the elements chosen only, as PyTorch's does."""
@@ -389,7 +400,7 @@ def nanmean(input: Any, dim: Any = None, keepdim: bool = False, *, dtype: Any = 
 
 
 __all__ = [
-    "all", "amax", "amin", "any", "argmax", "argmin", "corrcoef", "count_nonzero", "cov",
+    "all", "amax", "amin", "aminmax", "any", "argmax", "argmin", "corrcoef", "count_nonzero", "cov",
     "cummax", "cummin", "cumprod", "cumsum", "cumulative_trapezoid", "diff", "gradient",
     "log_softmax", "logcumsumexp", "logsumexp", "max", "mean", "min", "nanmean", "nansum",
     "prod", "softmax", "std", "sum", "trapezoid", "trapz", "var",

@@ -25,6 +25,7 @@ from tracegrad.frontend.tensor import Tensor, as_tensor
 
 SortResult, TopkResult = values_indices("sort"), values_indices("topk")
 KthvalueResult, MedianResult = values_indices("kthvalue"), values_indices("median")
+NanmedianResult = values_indices("nanmedian")
 
 
 def _flipped(x: Tensor, dim: int) -> Tensor:
@@ -97,6 +98,23 @@ def median(input: Any, dim: int | None = None, keepdim: bool = False) -> Any:
     d = one_dim("median", dim, x.ndim)
     k = ((x.shape[d] if x.ndim else 1) - 1) // 2 + 1
     return MedianResult(*kthvalue(x, k, d, keepdim))
+
+
+@pytorch_keywords
+def nanmedian(input: Any, dim: int | None = None, keepdim: bool = False) -> Any:
+    """`median` of the values that are not nan (the lower middle one; nan where all are): of
+    all elements, or with a dim the named tuple (values, indices)."""
+    x = as_tensor(input)
+    if dim is None:
+        return nanmedian(ravel(x), 0).values
+    d = one_dim("nanmedian", dim, x.ndim)
+    flat = ravel(x) if x.ndim == 0 else x
+    order = _order(flat, d, False)  # nan sorts last
+    count = (~isnan(flat)).astype(np.int64).sum(d, keepdim=True)
+    k = P.maximum((count - 1) // 2, 0)
+    found = taken(flat, take_along(order, k, d, k.shape), d, keepdim or x.ndim == 0,
+                  NanmedianResult)  # fmt: skip
+    return NanmedianResult(*(squeeze(t, 0) for t in found)) if x.ndim == 0 else found
 
 
 _INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
@@ -201,5 +219,5 @@ def mode(input: Any, dim: int = -1, keepdim: bool = False) -> Any:
     return taken(x, Tensor._of(idx), d, keepdim, ModeResult)
 
 
-__all__ = ["argsort", "kthvalue", "median", "mode", "msort", "nanquantile", "quantile", "sort",
-           "topk"]  # fmt: skip
+__all__ = ["argsort", "kthvalue", "median", "mode", "msort", "nanmedian", "nanquantile", "quantile",
+           "sort", "topk"]  # fmt: skip

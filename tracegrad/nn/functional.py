@@ -23,6 +23,7 @@ from tracegrad.core.ops import losses
 from tracegrad.core.primitives import abs, log, log1p, maximum, sigmoid, sqrt, tanh, where
 from tracegrad.frontend import random, reductions
 from tracegrad.frontend.autodiff import no_grad
+from tracegrad.frontend.elementwise import hardshrink, prelu
 from tracegrad.frontend.functions import (
     check_range,
     concatenate,
@@ -1332,11 +1333,6 @@ def softshrink(input: Any, lambd: float = 0.5) -> Tensor:
     return where(x > lambd, x - lambd, where(x < -lambd, x + lambd, 0.0)).astype(x.dtype)
 
 
-def hardshrink(input: Any, lambd: float = 0.5) -> Tensor:
-    x = as_tensor(input)
-    return where(abs(x) > lambd, x, 0.0).astype(x.dtype)
-
-
 def celu(input: Any, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     """x where x > 0, else alpha (exp(x / alpha) - 1); the exponential sees min(x, 0), as in
     `elu`."""
@@ -1391,17 +1387,6 @@ def softmin(input: Any, dim: int | None = None, _stacklevel: int = 3, dtype: Any
     """softmax(-x) over `dim`."""
     x = as_tensor(input) if dtype is None else as_tensor(input).astype(dtype)
     return softmax(-x, implicit_dim(dim, x.ndim, "softmin"))
-
-
-def prelu(input: Any, weight: Any) -> Tensor:
-    """x where x > 0, else weight * x, with one weight for every channel (dim 1) or one each."""
-    x, w = as_tensor(input), as_tensor(weight)
-    if w.size > 1:
-        if x.ndim < 2 or x.shape[1] != w.size:
-            raise ShapeError(f"prelu: {w.size} weights for input {x.shape}: need one, or one "
-                             "per channel (dim 1)")  # fmt: skip
-        w = reshape(w, (w.size,) + (1,) * (x.ndim - 2))
-    return where(x > 0.0, x, w * x)
 
 
 # --- 1-d pooling, adaptive max pooling, channel dropout, RMS norm ------------------------------

@@ -80,6 +80,12 @@ class Size(tuple):
         return f"torch.Size({list(self)})"
 
 
+def broadcast_shapes(*shapes: Any) -> Size:
+    """The shape the shapes broadcast to (an int is a 1-d shape)."""
+    sizes = [(s,) if isinstance(s, builtins.int | np.integer) else tuple(s) for s in shapes]
+    return Size(np.broadcast_shapes(*sizes))
+
+
 def is_tensor(obj: Any) -> bool:
     return isinstance(obj, Tensor)
 
@@ -195,6 +201,7 @@ def compile(  # noqa: A001 (PyTorch's name)
 
 
 from tracegrad.torch import (  # noqa: E402 (the submodules read the names above)
+    _aten,
     _foreach,
     accelerator,
     amp,
@@ -218,6 +225,7 @@ from tracegrad.torch import (  # noqa: E402 (the submodules read the names above
     utils,
     version,
 )
+from tracegrad.torch._aten import *  # noqa: E402, F403
 from tracegrad.torch._environment import *  # noqa: E402, F403
 from tracegrad.torch.amp import autocast  # noqa: E402
 from tracegrad.torch.random import default_generator, initial_seed, manual_seed, seed  # noqa: E402
@@ -226,6 +234,31 @@ from tracegrad.torch.version import __version__  # noqa: E402
 del _name
 globals().update(legacy_types())  # torch.FloatTensor, torch.LongTensor, ...
 globals().update(_foreach.FUNCTIONS)  # torch._foreach_mul_(tensors, 0.5), ...
+globals().update(_aten.IN_PLACE_FUNCTIONS)  # torch.relu_(x), torch.zero_(x), ...
+newaxis = None
+vmap = func.vmap
+is_anomaly_enabled = autograd.is_anomaly_enabled
+
+
+def set_anomaly_enabled(enabled: bool, check_nan: bool = True) -> None:
+    """`torch.autograd.set_detect_anomaly(enabled)` (which always checks for nan)."""
+    autograd.set_detect_anomaly(enabled)
+
+
+def is_anomaly_check_nan_enabled() -> bool:
+    return autograd.is_anomaly_enabled()
+
+
+_warn_always = [False]
+
+
+def set_warn_always(b: bool) -> None:
+    """Recorded only: tracegrad's warnings follow Python's `warnings` filters."""
+    _warn_always[0] = builtins.bool(b)
+
+
+def is_warn_always_enabled() -> bool:
+    return _warn_always[0]
 
 
 def __getattr__(name: str) -> Any:

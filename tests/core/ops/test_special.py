@@ -73,6 +73,14 @@ def test_erfinv_inverts_math_erf_to_the_last_bits_and_its_tails():
     assert np.isnan(values(tg.erfinv, [1.5, -2.0])).all()
 
 
+def test_erfinv_of_a_matrix_is_elementwise():
+    """Its Newton steps index the elements by flat position: a 2-d input too."""
+    x = np.array([[0.5, -0.25, 0.75], [0.1, 0.2, -0.9]])
+    y = tg.tensor(x).erfinv().numpy()
+    assert y.shape == x.shape
+    np.testing.assert_allclose([math.erf(v) for v in y.ravel()], x.ravel(), rtol=1e-15)
+
+
 def test_erfc_keeps_the_tail():
     xs = [-3.0, 0.0, 0.5, 5.0, 20.0]
     np.testing.assert_allclose(values(tg.erfc, xs), [math.erfc(v) for v in xs], rtol=1e-15)

@@ -169,6 +169,7 @@ def _erfinv(x):
     elements whose last step was not yet small enough to have made them exact (two in float64
     for most, one in float32). +-inf at +-1, nan outside [-1, 1]."""
     a, dtype = _as_float(x)
+    shape, a = np.shape(a), np.ravel(a)  # `active` holds flat indices
     tol = 1e-15 if dtype == np.float64 else 1e-9
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         w = -np.log((1.0 - a) * (1.0 + a))
@@ -189,7 +190,7 @@ def _erfinv(x):
         sign = np.sign(a)
         y = np.where(np.abs(a) == 1.0, sign * np.inf, y)
         y = np.where(np.abs(a) > 1.0, np.nan, y)
-    return y.astype(dtype, copy=False)
+    return y.reshape(shape).astype(dtype, copy=False)
 
 
 def _i0(x):
