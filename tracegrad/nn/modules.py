@@ -86,10 +86,31 @@ def init_generator() -> np.random.Generator:
     return _generator
 
 
-def uniform_parameter(shape: tuple[int, ...], bound: float) -> Parameter:
-    """A parameter drawn from U(-bound, bound) in the default dtype: PyTorch's default
-    initialization."""
-    return Parameter(init_generator().uniform(-bound, bound, shape).astype(get_default_dtype()))
+def empty_parameter(*shape: int) -> Parameter:
+    """A parameter of `shape` in the default dtype, for `reset_parameters` to fill (zeros until
+    then, where PyTorch's `torch.empty` holds whatever the memory held)."""
+    return Parameter(np.zeros(shape, get_default_dtype()))
+
+
+def inverse_sqrt(n: int) -> float:
+    """1 / sqrt(n), or 0 for n = 0: the bound of PyTorch's default initialization (kaiming
+    uniform with a = sqrt(5) reduces to U(-1/sqrt(fan_in), 1/sqrt(fan_in)))."""
+    return 1.0 / math.sqrt(n) if n else 0.0
+
+
+def reset_uniform(bound: float, *tensors: Tensor | None) -> None:
+    """Draw each tensor (None skipped), in turn, from U(-bound, bound), in place: the same
+    tensors keep the new values, as `nn.init.uniform_` writes them (and with its numbers)."""
+    for t in tensors:
+        if t is not None:
+            t._assign(Tensor._of(init_generator().uniform(-bound, bound, t.shape)))
+
+
+def reset_affine(weight: Tensor | None, bias: Tensor | None = None) -> None:
+    """A norm's scale to ones and its shift to zeros, in place (`nn.init.ones_`/`zeros_`)."""
+    for t, value in ((weight, 1.0), (bias, 0.0)):
+        if t is not None:
+            t._assign(Tensor._of(np.full(t.shape, value, t.dtype)))
 
 
 class IncompatibleKeys(NamedTuple):
@@ -808,10 +829,14 @@ class Linear(Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
-        # kaiming_uniform(a=sqrt(5)) reduces to U(-1/sqrt(in), 1/sqrt(in)), as for the bias
-        bound = 1.0 / math.sqrt(in_features) if in_features else 0.0
-        self.weight = uniform_parameter((out_features, in_features), bound)
-        self.bias = uniform_parameter((out_features,), bound) if bias else None
+        self.weight = empty_parameter(out_features, in_features)
+        self.bias = empty_parameter(out_features) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """PyTorch's: weight, then bias, from U(-1/sqrt(in), 1/sqrt(in)) (kaiming uniform with
+        a = sqrt(5), which reduces to that)."""
+        reset_uniform(inverse_sqrt(self.weight.shape[1]), self.weight, self.bias)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.linear(x, self.weight, self.bias)
@@ -939,9 +964,13 @@ class LayerNorm(Module):
         self.normalized_shape, self.eps = tuple(shape), eps
         self.weight = self.bias = None
         if elementwise_affine:
-            self.weight = Parameter(np.ones(self.normalized_shape, get_default_dtype()))
+            self.weight = empty_parameter(*self.normalized_shape)
         if elementwise_affine and bias:
-            self.bias = Parameter(np.zeros(self.normalized_shape, get_default_dtype()))
+            self.bias = empty_parameter(*self.normalized_shape)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        reset_affine(self.weight, self.bias)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
