@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -718,6 +719,16 @@ class _ListOf(Module):
     def __iter__(self) -> Iterator[Any]:
         return iter(self._items())
 
+    def __iadd__(self, values: Iterable[Any]) -> Any:
+        return self.extend(values)
+
+    def _renumber(self, values: list[Any]) -> None:
+        """Hold `values`, numbered again by place (as PyTorch's after a delete or insert)."""
+        for i in range(len(self)):
+            delattr(self, str(i))
+        for i, value in enumerate(values):
+            setattr(self, str(i), value)
+
 
 class _DictOf(Module):
     """What its registry holds (`held`) by name, in insertion order; `admit` as `_ListOf`'s."""
@@ -756,6 +767,20 @@ class _DictOf(Module):
     def items(self) -> Iterable[tuple[str, Any]]:
         return getattr(self, self.held).items()
 
+    def __delitem__(self, key: str) -> None:
+        if key not in self:
+            raise KeyError(key)
+        delattr(self, key)
+
+    def pop(self, key: str) -> Any:
+        value = self[key]
+        del self[key]
+        return value
+
+    def clear(self) -> None:
+        for key in list(self):
+            del self[key]
+
 
 def _as_parameter(value: Any) -> Parameter | Module:
     """PyTorch's parameter containers keep a Parameter as it is and make any other tensor one;
@@ -768,10 +793,30 @@ def _as_parameter(value: Any) -> Parameter | Module:
 
 
 class ModuleList(_ListOf):
-    """A list of modules, registered as "0", "1", ..."""
+    """A list of modules, registered as "0", "1", ...; after a delete or an insert they are
+    numbered again by place, as PyTorch's (and so named in `state_dict`)."""
 
     def __init__(self, modules: Iterable[Module] | None = None):  # PyTorch's keyword
         super().__init__(modules)
+
+    def __delitem__(self, i: int | slice) -> None:
+        modules = self._items()
+        del modules[i]
+        self._renumber(modules)
+
+    def insert(self, index: int, module: Module) -> None:
+        modules = self._items()
+        modules.insert(index, module)
+        self._renumber(modules)
+
+    def pop(self, i: int | slice) -> Module | ModuleList:
+        module = self[i]
+        del self[i]
+        return module
+
+    def __add__(self, other: Iterable[Module]) -> ModuleList:
+        """A new ModuleList of this one's modules, then `other`'s (the same modules)."""
+        return ModuleList([*self, *other])
 
 
 class ModuleDict(_DictOf):
@@ -793,12 +838,65 @@ class ParameterList(_ListOf):
 
 
 class ParameterDict(_DictOf):
-    """Parameters by name, in insertion order (a tensor given is made a Parameter)."""
+    """Parameters by name, in insertion order (a tensor given is made a Parameter), with a
+    dict's methods, as PyTorch's."""
 
     held, admit = "_parameters", staticmethod(_as_parameter)
 
-    def __init__(self, parameters: Mapping[str, Any] | None = None):
+    def __init__(self, parameters: Mapping[str, Any] | Iterable[tuple[str, Any]] | None = None):
         super().__init__(parameters)
+
+    def update(self, values: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> None:
+        """From (key, value) pairs, an OrderedDict or a ParameterDict in their order, or from
+        another mapping (a dict) in the order of its sorted keys, as PyTorch's."""
+        if isinstance(values, OrderedDict | ParameterDict):
+            pairs = values.items()
+        elif isinstance(values, Mapping):
+            pairs = sorted(values.items())
+        else:
+            pairs = values
+        for k, v in pairs:
+            self[k] = v
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self else default
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def popitem(self) -> tuple[str, Any]:
+        """The last inserted (key, parameter), removed."""
+        if not len(self):
+            raise KeyError("popitem(): ParameterDict is empty")
+        key = next(reversed(self))
+        return key, self.pop(key)
+
+    def copy(self) -> ParameterDict:
+        """A new ParameterDict holding the same parameters."""
+        return ParameterDict(OrderedDict(self.items()))
+
+    def fromkeys(self, keys: Iterable[str], default: Any = None) -> ParameterDict:
+        return ParameterDict((k, default) for k in keys)
+
+    def __reversed__(self) -> Iterator[str]:
+        return reversed(list(self))
+
+    def __or__(self, other: Mapping[str, Any]) -> ParameterDict:
+        merged = self.copy()
+        merged.update(other)
+        return merged
+
+    def __ror__(self, other: dict[str, Any]) -> dict[str, Any]:
+        """`{...} | params`: a dict, as PyTorch's (the dict's copy, updated)."""
+        merged = other.copy()
+        merged.update(self)
+        return merged
+
+    def __ior__(self, other: Mapping[str, Any]) -> ParameterDict:
+        self.update(other)
+        return self
 
 
 class NonDynamicallyQuantizableLinear(Linear):

@@ -920,6 +920,37 @@ class Sequential(Module):
         del self[i]
         return layer
 
+    def __add__(self, other: Sequential) -> Sequential:
+        """A new Sequential of this one's layers, then `other`'s (the same modules)."""
+        return Sequential(*self._sequential("add", other), *other)
+
+    def __iadd__(self, other: Sequential) -> Sequential:
+        self._sequential("add", other)
+        return self.extend(list(other))
+
+    def __mul__(self, times: int) -> Sequential:
+        """A new Sequential of this one's layers `times` over (the same modules, as PyTorch's:
+        they share their parameters)."""
+        return Sequential(*(list(self) * self._factor(times)))
+
+    __rmul__ = __mul__
+
+    def __imul__(self, times: int) -> Sequential:
+        return self.extend(list(self) * (self._factor(times) - 1))
+
+    def _sequential(self, op: str, other: Any) -> list[Module]:
+        if not isinstance(other, Sequential):
+            raise ValueError(f"{op} operator supports only objects of Sequential class, but "
+                             f"{type(other)} is given.")  # fmt: skip
+        return list(self)
+
+    def _factor(self, times: Any) -> int:
+        if not isinstance(times, int) or isinstance(times, bool):
+            raise TypeError(f"unsupported operand type(s) for *: {type(self)} and {type(times)}")
+        if times <= 0:
+            raise ValueError(f"Non-positive multiplication factor {times} for {type(self)}")
+        return times
+
 
 class ReLU(Module):
     def __init__(self, inplace: bool = False):
