@@ -52,3 +52,61 @@ def test_after_the_dry_run_a_traced_step_matches_eager(rng, backend, monkeypatch
         return model
 
     assert_traced_training_matches_eager(dry_run, [batch] * 3, backend)
+
+
+# PyTorch's lazy norms have affine weights and running statistics by default (the instance
+# norms too); checked against PyTorch 2.13: keys, shapes, outputs and running statistics
+@pytest.mark.parametrize(
+    "lazy, plain, shape",
+    [
+        (nn.LazyBatchNorm1d, nn.BatchNorm1d, (4, 3)),
+        (nn.LazyBatchNorm2d, nn.BatchNorm2d, (2, 3, 4, 4)),
+        (nn.LazyBatchNorm3d, nn.BatchNorm3d, (2, 3, 2, 2, 2)),
+        (nn.LazyInstanceNorm1d, nn.InstanceNorm1d, (2, 3, 5)),
+        (nn.LazyInstanceNorm2d, nn.InstanceNorm2d, (2, 3, 4, 4)),
+        (nn.LazyInstanceNorm3d, nn.InstanceNorm3d, (2, 3, 2, 2, 2)),
+    ],
+)
+def test_lazy_norms_become_the_plain_ones(rng, lazy, plain, shape):
+    x = rng.standard_normal(shape)
+    layer = lazy().double()
+    keys = ["weight", "bias", "running_mean", "running_var", "num_batches_tracked"]
+    assert list(layer.state_dict()) == keys and layer.has_uninitialized_params()
+    assert isinstance(layer.running_mean, nn.UninitializedBuffer)
+    weight = layer.weight
+    y = layer(tg.tensor(x))
+    assert type(layer) is plain and layer.weight is weight and layer.num_features == 3
+    reference = plain(3, affine=True, track_running_stats=True).double()
+    np.testing.assert_allclose(y.numpy(), reference(tg.tensor(x)).numpy(), atol=1e-12)
+    for k, v in reference.state_dict().items():
+        np.testing.assert_allclose(layer.state_dict()[k].numpy(), v.numpy(), atol=1e-12)
+    assert layer.running_mean.dtype == np.float64
+
+
+@pytest.mark.parametrize("lazy, plain, shape", [
+    (nn.LazyConvTranspose1d, nn.ConvTranspose1d, (2, 6, 5)),
+    (nn.LazyConvTranspose2d, nn.ConvTranspose2d, (2, 6, 4, 4)),
+])  # fmt: skip
+def test_lazy_transposed_convolutions_draw_as_the_plain_ones(lazy, plain, shape):
+    args = (4, 3, 2, 1, 1, 2)  # out_channels, kernel, stride, padding, output_padding, groups
+    layer = lazy(*args)
+    x = tg.ones(shape)
+    nn.manual_seed(3)
+    y = layer(x)
+    nn.manual_seed(3)
+    reference = plain(6, *args)
+    nn.manual_seed(3)
+    reference.reset_parameters()
+    assert type(layer) is plain and layer.weight.shape == (6, 2, 3, 3)[: len(shape)]
+    for k, v in reference.state_dict().items():
+        np.testing.assert_array_equal(layer.state_dict()[k].numpy(), v.numpy())
+    np.testing.assert_array_equal(y.numpy(), reference(x).numpy())
+
+
+def test_a_lazy_layer_resets_nothing_before_its_first_input():
+    layer = nn.LazyLinear(3)
+    layer.reset_parameters()
+    assert isinstance(layer.weight, nn.UninitializedParameter)
+    layer(tg.ones((1, 2)))
+    layer.reset_parameters()
+    assert layer.weight.shape == (3, 2)

@@ -9,9 +9,9 @@ import numpy as np
 
 from tracegrad.core.errors import ShapeError
 from tracegrad.frontend.reductions import log_softmax, softmax
-from tracegrad.frontend.tensor import Tensor, get_default_dtype
+from tracegrad.frontend.tensor import Tensor
 from tracegrad.nn import functional as F
-from tracegrad.nn.modules import FunctionLayer, Module, Parameter
+from tracegrad.nn.modules import FunctionLayer, Module, empty_parameter
 
 __all__ = ["CELU", "ELU", "GLU", "SELU", "Hardshrink", "Hardsigmoid", "Hardswish", "Hardtanh",
            "LeakyReLU", "LogSigmoid", "LogSoftmax", "Mish", "PReLU", "ReLU6", "SiLU", "Softmax",
@@ -209,8 +209,13 @@ class PReLU(Module):
 
     def __init__(self, num_parameters: int = 1, init: float = 0.25):
         super().__init__()
-        self.num_parameters = num_parameters
-        self.weight = Parameter(np.full(num_parameters, init, get_default_dtype()))
+        self.num_parameters, self.init = num_parameters, init
+        self.weight = empty_parameter(num_parameters)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Every slope `init` (PyTorch's `nn.init.constant_`)."""
+        self.weight._assign(Tensor._of(np.full(self.weight.shape, self.init)))
 
     def forward(self, x: Tensor) -> Tensor:
         return F.prelu(x, self.weight)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import inspect
 import math
 import warnings
 from collections.abc import Callable, Sequence
@@ -2091,3 +2092,23 @@ def max_unpool1d(input: Any, indices: Any, kernel_size: int | Sequence[int],
     y = max_unpool2d(_as_image(as_tensor(input), op), _as_image(as_tensor(indices), op), (1, k),
                      (1, s), (0, _single(padding, op, "padding")), size)  # fmt: skip
     return _as_rows(y)
+
+
+def _with_indices(pool: Callable[..., Any]) -> Callable[..., Any]:
+    """PyTorch's `<pool>_with_indices`: `pool` with the same arguments, always returning
+    (values, indices) (a `return_indices` given is ignored, as PyTorch ignores it)."""
+    signature = inspect.signature(pool)
+
+    @functools.wraps(pool)
+    def with_indices(*args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
+        bound = signature.bind(*args, **kwargs)
+        bound.arguments["return_indices"] = True
+        return pool(*bound.args, **bound.kwargs)
+
+    with_indices.__name__ = with_indices.__qualname__ = pool.__name__ + "_with_indices"
+    return with_indices
+
+
+max_pool1d_with_indices = _with_indices(max_pool1d)
+max_pool2d_with_indices = _with_indices(max_pool2d)
+__all__ += ["max_pool1d_with_indices", "max_pool2d_with_indices"]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -22,7 +23,10 @@ from tracegrad.nn.modules import (
     Linear,
     Module,
     Parameter,
-    uniform_parameter,
+    empty_parameter,
+    inverse_sqrt,
+    reset_affine,
+    reset_uniform,
 )
 
 __all__ = [
@@ -113,12 +117,20 @@ class _ConvNd(Module):
         self.kernel_size = _tuple(kernel_size, self.dims)
         self.stride, self.dilation = _tuple(stride, self.dims), _tuple(dilation, self.dims)
         self.padding = padding if isinstance(padding, str) else _tuple(padding, self.dims)
-        channels = (in_channels, out_channels // groups) if self.transposed else \
-            (out_channels, in_channels // groups)  # fmt: skip
-        fan_in = channels[1] * math.prod(self.kernel_size)
-        bound = 1.0 / math.sqrt(fan_in) if fan_in else 0.0
-        self.weight = uniform_parameter((*channels, *self.kernel_size), bound)
-        self.bias = uniform_parameter((out_channels,), bound) if bias else None
+        self.weight = empty_parameter(*self._weight_shape())
+        self.bias = empty_parameter(out_channels) if bias else None
+        self.reset_parameters()
+
+    def _weight_shape(self) -> tuple[int, ...]:
+        channels = (self.in_channels, self.out_channels // self.groups) if self.transposed \
+            else (self.out_channels, self.in_channels // self.groups)  # fmt: skip
+        return (*channels, *self.kernel_size)
+
+    def reset_parameters(self) -> None:
+        """PyTorch's: weight, then bias, from U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in the
+        weight's dim 1 times the kernel's size."""
+        fan_in = self.weight.shape[1] * math.prod(self.weight.shape[2:])
+        reset_uniform(inverse_sqrt(fan_in), self.weight, self.bias)
 
     def extra_repr(self) -> str:
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
@@ -395,7 +407,11 @@ class RMSNorm(Module):
         self.normalized_shape, self.eps = tuple(shape), eps
         self.weight = None
         if elementwise_affine:
-            self.weight = Parameter(np.ones(self.normalized_shape, get_default_dtype()))
+            self.weight = empty_parameter(*self.normalized_shape)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        reset_affine(self.weight)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
@@ -473,11 +489,14 @@ class Embedding(Module):
         if _weight is not None:
             self.weight = Parameter(as_tensor(_weight).detach(), requires_grad=not _freeze)
             return
-        self.weight = Tensor._of(np.zeros((num_embeddings, embedding_dim), get_default_dtype()),
-                             requires_grad=True)  # fmt: skip
+        self.weight = empty_parameter(num_embeddings, embedding_dim)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """PyTorch's: N(0, 1), then `padding_idx`'s row zero."""
         init.normal_(self.weight)
-        if padding_idx is not None:
-            self.weight.numpy()[padding_idx] = 0.0
+        if self.padding_idx is not None:
+            self.weight.numpy()[self.padding_idx] = 0.0
 
     @classmethod
     def from_pretrained(cls, embeddings: Any, freeze: bool = True, padding_idx: int | None = None,
@@ -512,8 +531,7 @@ class _BatchNorm(Module):
         self.affine, self.track_running_stats = affine, track_running_stats
         self.weight = self.bias = None
         if affine:
-            self.weight = Tensor._of(np.ones(num_features, get_default_dtype()), requires_grad=True)
-            self.bias = Tensor._of(np.zeros(num_features, get_default_dtype()), requires_grad=True)
+            self.weight, self.bias = empty_parameter(num_features), empty_parameter(num_features)
         stats = track_running_stats
         dtype = get_default_dtype()
         mean, var = np.zeros(num_features, dtype), np.ones(num_features, dtype)
@@ -521,6 +539,18 @@ class _BatchNorm(Module):
         self.register_buffer("running_var", Tensor._of(var) if stats else None)
         count = Tensor._of(np.zeros((), np.int64)) if stats else None
         self.register_buffer("num_batches_tracked", count)
+        self.reset_parameters()
+
+    def reset_running_stats(self) -> None:
+        """Running mean zeros, variance ones and the batch count 0, in place."""
+        if self.track_running_stats:
+            reset_affine(self.running_var, self.running_mean)
+            self.num_batches_tracked._assign(Tensor._of(np.zeros((), np.int64)))
+
+    def reset_parameters(self) -> None:
+        """PyTorch's: the running statistics, then weight ones and bias zeros."""
+        self.reset_running_stats()
+        reset_affine(self.weight, self.bias)
 
     def forward(self, x: Tensor) -> Tensor:
         if x.ndim not in self.ndims:
@@ -641,8 +671,11 @@ class GroupNorm(Module):
                                                                      eps, affine)  # fmt: skip
         self.weight = self.bias = None
         if affine:
-            self.weight = Tensor._of(np.ones(num_channels, get_default_dtype()), requires_grad=True)
-            self.bias = Tensor._of(np.zeros(num_channels, get_default_dtype()), requires_grad=True)
+            self.weight, self.bias = empty_parameter(num_channels), empty_parameter(num_channels)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        reset_affine(self.weight, self.bias)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
@@ -686,6 +719,16 @@ class _ListOf(Module):
     def __iter__(self) -> Iterator[Any]:
         return iter(self._items())
 
+    def __iadd__(self, values: Iterable[Any]) -> Any:
+        return self.extend(values)
+
+    def _renumber(self, values: list[Any]) -> None:
+        """Hold `values`, numbered again by place (as PyTorch's after a delete or insert)."""
+        for i in range(len(self)):
+            delattr(self, str(i))
+        for i, value in enumerate(values):
+            setattr(self, str(i), value)
+
 
 class _DictOf(Module):
     """What its registry holds (`held`) by name, in insertion order; `admit` as `_ListOf`'s."""
@@ -724,6 +767,20 @@ class _DictOf(Module):
     def items(self) -> Iterable[tuple[str, Any]]:
         return getattr(self, self.held).items()
 
+    def __delitem__(self, key: str) -> None:
+        if key not in self:
+            raise KeyError(key)
+        delattr(self, key)
+
+    def pop(self, key: str) -> Any:
+        value = self[key]
+        del self[key]
+        return value
+
+    def clear(self) -> None:
+        for key in list(self):
+            del self[key]
+
 
 def _as_parameter(value: Any) -> Parameter | Module:
     """PyTorch's parameter containers keep a Parameter as it is and make any other tensor one;
@@ -736,10 +793,30 @@ def _as_parameter(value: Any) -> Parameter | Module:
 
 
 class ModuleList(_ListOf):
-    """A list of modules, registered as "0", "1", ..."""
+    """A list of modules, registered as "0", "1", ...; after a delete or an insert they are
+    numbered again by place, as PyTorch's (and so named in `state_dict`)."""
 
     def __init__(self, modules: Iterable[Module] | None = None):  # PyTorch's keyword
         super().__init__(modules)
+
+    def __delitem__(self, i: int | slice) -> None:
+        modules = self._items()
+        del modules[i]
+        self._renumber(modules)
+
+    def insert(self, index: int, module: Module) -> None:
+        modules = self._items()
+        modules.insert(index, module)
+        self._renumber(modules)
+
+    def pop(self, i: int | slice) -> Module | ModuleList:
+        module = self[i]
+        del self[i]
+        return module
+
+    def __add__(self, other: Iterable[Module]) -> ModuleList:
+        """A new ModuleList of this one's modules, then `other`'s (the same modules)."""
+        return ModuleList([*self, *other])
 
 
 class ModuleDict(_DictOf):
@@ -761,12 +838,65 @@ class ParameterList(_ListOf):
 
 
 class ParameterDict(_DictOf):
-    """Parameters by name, in insertion order (a tensor given is made a Parameter)."""
+    """Parameters by name, in insertion order (a tensor given is made a Parameter), with a
+    dict's methods, as PyTorch's."""
 
     held, admit = "_parameters", staticmethod(_as_parameter)
 
-    def __init__(self, parameters: Mapping[str, Any] | None = None):
+    def __init__(self, parameters: Mapping[str, Any] | Iterable[tuple[str, Any]] | None = None):
         super().__init__(parameters)
+
+    def update(self, values: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> None:
+        """From (key, value) pairs, an OrderedDict or a ParameterDict in their order, or from
+        another mapping (a dict) in the order of its sorted keys, as PyTorch's."""
+        if isinstance(values, OrderedDict | ParameterDict):
+            pairs = values.items()
+        elif isinstance(values, Mapping):
+            pairs = sorted(values.items())
+        else:
+            pairs = values
+        for k, v in pairs:
+            self[k] = v
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self else default
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def popitem(self) -> tuple[str, Any]:
+        """The last inserted (key, parameter), removed."""
+        if not len(self):
+            raise KeyError("popitem(): ParameterDict is empty")
+        key = next(reversed(self))
+        return key, self.pop(key)
+
+    def copy(self) -> ParameterDict:
+        """A new ParameterDict holding the same parameters."""
+        return ParameterDict(OrderedDict(self.items()))
+
+    def fromkeys(self, keys: Iterable[str], default: Any = None) -> ParameterDict:
+        return ParameterDict((k, default) for k in keys)
+
+    def __reversed__(self) -> Iterator[str]:
+        return reversed(list(self))
+
+    def __or__(self, other: Mapping[str, Any]) -> ParameterDict:
+        merged = self.copy()
+        merged.update(other)
+        return merged
+
+    def __ror__(self, other: dict[str, Any]) -> dict[str, Any]:
+        """`{...} | params`: a dict, as PyTorch's (the dict's copy, updated)."""
+        merged = other.copy()
+        merged.update(self)
+        return merged
+
+    def __ior__(self, other: Mapping[str, Any]) -> ParameterDict:
+        self.update(other)
+        return self
 
 
 class NonDynamicallyQuantizableLinear(Linear):
@@ -800,17 +930,22 @@ class MultiheadAttention(Module):
             raise ValueError(f"MultiheadAttention: dropout must be in [0, 1], not {dropout}")
         self.embed_dim, self.num_heads, self.batch_first = embed_dim, num_heads, batch_first
         self.dropout, self.head_dim = float(dropout), embed_dim // num_heads
-        self.in_proj_weight = Tensor._of(np.zeros((3 * embed_dim, embed_dim), get_default_dtype()),
-                                     requires_grad=True)  # fmt: skip
+        self.in_proj_weight = empty_parameter(3 * embed_dim, embed_dim)
+        self.in_proj_bias = empty_parameter(3 * embed_dim) if bias else None
+        # PyTorch draws out_proj's weight first; tracegrad always drew in_proj_weight first,
+        # and keeps that order, so that a seed gives the weights it gave
         init.xavier_uniform_(self.in_proj_weight)
-        self.in_proj_bias = None
-        if bias:
-            bias_values = np.zeros(3 * embed_dim, get_default_dtype())
-            self.in_proj_bias = Tensor._of(bias_values, requires_grad=True)
         self.out_proj = NonDynamicallyQuantizableLinear(embed_dim, embed_dim, bias=bias)
-        if bias:
-            init.zeros_(self.out_proj.bias)
+        reset_affine(None, self.in_proj_bias)
+        reset_affine(None, self.out_proj.bias)
         self.to(device, dtype)
+
+    def _reset_parameters(self) -> None:
+        """PyTorch's (private, as there): in_proj_weight xavier uniform, the biases zeros;
+        out_proj's weight is its Linear's (`out_proj.reset_parameters()`)."""
+        init.xavier_uniform_(self.in_proj_weight)
+        reset_affine(None, self.in_proj_bias)
+        reset_affine(None, self.out_proj.bias)
 
     def _heads(self, x: Tensor, i: int) -> Tensor:
         """Project with the i-th third of in_proj and split heads: (N, heads, T, head_dim)."""
@@ -889,9 +1024,12 @@ class Bilinear(Module):
         super().__init__()
         self.in1_features, self.in2_features = in1_features, in2_features
         self.out_features = out_features
-        bound = 1.0 / math.sqrt(in1_features) if in1_features else 0.0
-        self.weight = uniform_parameter((out_features, in1_features, in2_features), bound)
-        self.bias = uniform_parameter((out_features,), bound) if bias else None
+        self.weight = empty_parameter(out_features, in1_features, in2_features)
+        self.bias = empty_parameter(out_features) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        reset_uniform(inverse_sqrt(self.weight.shape[1]), self.weight, self.bias)
 
     def forward(self, input1: Tensor, input2: Tensor) -> Tensor:
         return F.bilinear(input1, input2, self.weight, self.bias)
@@ -979,11 +1117,11 @@ class EmbeddingBag(Module):
         if _weight is not None:
             self.weight = Parameter(as_tensor(_weight).detach())
         else:
-            self.weight = Parameter(np.zeros((num_embeddings, embedding_dim), get_default_dtype()))
-            init.normal_(self.weight)
-            if padding_idx is not None:
-                self.weight.numpy()[padding_idx] = 0.0
+            self.weight = empty_parameter(num_embeddings, embedding_dim)
+            self.reset_parameters()
         self.to(device, dtype)
+
+    reset_parameters = Embedding.reset_parameters
 
     @classmethod
     def from_pretrained(cls, embeddings: Any, freeze: bool = True, max_norm: float | None = None,

@@ -86,10 +86,31 @@ def init_generator() -> np.random.Generator:
     return _generator
 
 
-def uniform_parameter(shape: tuple[int, ...], bound: float) -> Parameter:
-    """A parameter drawn from U(-bound, bound) in the default dtype: PyTorch's default
-    initialization."""
-    return Parameter(init_generator().uniform(-bound, bound, shape).astype(get_default_dtype()))
+def empty_parameter(*shape: int) -> Parameter:
+    """A parameter of `shape` in the default dtype, for `reset_parameters` to fill (zeros until
+    then, where PyTorch's `torch.empty` holds whatever the memory held)."""
+    return Parameter(np.zeros(shape, get_default_dtype()))
+
+
+def inverse_sqrt(n: int) -> float:
+    """1 / sqrt(n), or 0 for n = 0: the bound of PyTorch's default initialization (kaiming
+    uniform with a = sqrt(5) reduces to U(-1/sqrt(fan_in), 1/sqrt(fan_in)))."""
+    return 1.0 / math.sqrt(n) if n else 0.0
+
+
+def reset_uniform(bound: float, *tensors: Tensor | None) -> None:
+    """Draw each tensor (None skipped), in turn, from U(-bound, bound), in place: the same
+    tensors keep the new values, as `nn.init.uniform_` writes them (and with its numbers)."""
+    for t in tensors:
+        if t is not None:
+            t._assign(Tensor._of(init_generator().uniform(-bound, bound, t.shape)))
+
+
+def reset_affine(weight: Tensor | None, bias: Tensor | None = None) -> None:
+    """A norm's scale to ones and its shift to zeros, in place (`nn.init.ones_`/`zeros_`)."""
+    for t, value in ((weight, 1.0), (bias, 0.0)):
+        if t is not None:
+            t._assign(Tensor._of(np.full(t.shape, value, t.dtype)))
 
 
 class IncompatibleKeys(NamedTuple):
@@ -480,45 +501,170 @@ class Module:
         state = {}
         for path, module in self.named_modules(remove_duplicate=False):
             path = f"{path}." if path else ""
-            for name, p in module._parameters.items():
-                state[path + name] = p
-            for name, b in module._buffers.items():
-                if b is not None and name not in module._non_persistent:
-                    state[path + name] = b
+            state.update((path + name, t) for name, t in module._own_state().items())
         return state
 
     # --- state -----------------------------------------------------------------------------
-    def state_dict(self, *, prefix: str = "", keep_vars: bool = False) -> dict[str, Tensor]:
+    def state_dict(self, *, prefix: str = "", keep_vars: bool = False) -> dict[str, Any]:
         """Parameter (and buffer) name -> a detached tensor sharing its data (as in PyTorch;
         with keep_vars=True, the parameters themselves). A shared (tied) parameter appears under
-        every name that reaches it, all sharing one array. `prefix` is put before each name."""
-        return {prefix + k: t if keep_vars else t.detach() for k, t in self._state().items()}
+        every name that reaches it, all sharing one array. `prefix` is put before each name.
+        A module whose class defines `get_extra_state` adds what it returns under
+        "_extra_state", after its own tensors; each module's state-dict pre-hooks run before
+        its entries, its post-hooks after its submodules' (they may edit the dict)."""
+        state: dict[str, Any] = {}
+        self._save(state, prefix, keep_vars)
+        return state
+
+    def _save(self, state: dict[str, Any], prefix: str, keep_vars: bool) -> None:
+        hooks = self.__dict__.get("_state_hooks", {})
+        for hook in list(hooks.get(_SAVE_PRE, {}).values()):
+            hook(self, prefix, keep_vars)
+        for name, t in self._own_state().items():
+            state[prefix + name] = t if keep_vars else t.detach()
+        if _has_extra_state(self):
+            state[prefix + _EXTRA_STATE] = self.get_extra_state()
+        for name, child in self._modules.items():
+            child._save(state, f"{prefix}{name}.", keep_vars)
+        for hook in list(hooks.get(_SAVE_POST, {}).values()):
+            hook(self, state, prefix, {})
+
+    def _own_state(self) -> dict[str, Tensor]:
+        state = dict(self._parameters)
+        state.update((name, b) for name, b in self._buffers.items()
+                     if b is not None and name not in self._non_persistent)  # fmt: skip
+        return state
+
+    def get_extra_state(self) -> Any:
+        """What a subclass adds to `state_dict` as "_extra_state" (any picklable value); a
+        subclass that defines it defines `set_extra_state` too, which `load_state_dict` calls."""
+        raise RuntimeError(
+            "Reached a code path in Module.get_extra_state() that should never be called: "
+            f"{type(self).__name__} does not define get_extra_state"
+        )
+
+    def set_extra_state(self, state: Any) -> None:
+        """Take back what `get_extra_state` returned (from `load_state_dict`)."""
+        raise RuntimeError(
+            "Reached a code path in Module.set_extra_state() that should never be called: "
+            f"{type(self).__name__} does not define set_extra_state"
+        )
 
     def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> IncompatibleKeys:
-        """Copy `state` into the existing parameters. Checks everything before writing anything.
+        """Copy `state` into the existing parameters (and give each module that defines
+        `set_extra_state` its "_extra_state"). Checks everything before writing anything, unless
+        a module has a load-state-dict post-hook: then, as PyTorch does, the hooks see (and may
+        edit) the missing and unexpected keys after the write, and `strict` checks what is left.
+        Each module's load pre-hooks run first, with a copy of its entries that they may edit.
 
         A tied parameter is found under each of its names, as PyTorch's: `strict` wants all of
         them; with strict=False one of them is enough (the others are reported missing); when
         the copies in `state` differ, the one under the name `state_dict()` lists last wins."""
+        state = dict(state)
+        modules = list(self.named_modules(remove_duplicate=False))
+        hooks = [(f"{path}." if path else "", m, m.__dict__.get("_state_hooks", {}))
+                 for path, m in modules]  # fmt: skip
+        errors: list[str] = []
+        for prefix, module, registry in hooks:
+            if registry.get(_LOAD_PRE):  # a submodule's hooks see its entries, as PyTorch's
+                own = {k: v for k, v in state.items() if k.startswith(prefix)}
+                for hook in list(registry[_LOAD_PRE].values()):
+                    hook(module, own, prefix, {}, strict, [], [], errors)
+                state = {k: v for k, v in state.items() if not k.startswith(prefix)} | own
         targets = self._state()
-        missing = [k for k in targets if k not in state]
-        unexpected = [k for k in state if k not in targets]
+        extras = {(f"{path}." if path else "") + _EXTRA_STATE: m
+                  for path, m in modules if _has_extra_state(m)}  # fmt: skip
+        missing = [k for k in (*targets, *extras) if k not in state]
+        unexpected = [k for k in state if k not in targets and k not in extras]
         values = {k: v if isinstance(v, Tensor) else Tensor._of(np.asarray(v))  # traced: symbolic
                   for k, v in state.items() if k in targets}  # fmt: skip
-        problems = [
+        problems = errors + [
             f"shape mismatch for '{k}': checkpoint {v.shape}, model {targets[k].shape}"
             for k, v in values.items()
             if v.shape != targets[k].shape
         ]
-        if strict:
-            problems += [f"missing key '{k}'" for k in missing]
-            problems += [f"unexpected key '{k}'" for k in unexpected]
+        post = [(m, r[_LOAD_POST]) for _, m, r in hooks if r.get(_LOAD_POST)]
+        if strict and not post:
+            problems += _key_problems(missing, unexpected)
         if problems:
             raise RuntimeError(f"{type(self).__name__}.load_state_dict: " + "; ".join(problems))
         for k, target in targets.items():  # in the model's order: the last tied copy wins
             if k in values:
                 target._assign(values[k])
-        return IncompatibleKeys(missing, unexpected)
+        for k, module in extras.items():
+            if k in state:
+                module.set_extra_state(state[k])
+        keys = IncompatibleKeys(missing, unexpected)
+        for module, registry in post:
+            for hook in list(registry.values()):
+                hook(module, keys)
+        if strict and (problems := _key_problems(missing, unexpected)):
+            raise RuntimeError(f"{type(self).__name__}.load_state_dict: " + "; ".join(problems))
+        return keys
+
+    def register_state_dict_pre_hook(self, hook: Callable[..., None]) -> RemovableHandle:
+        """Call `hook(module, prefix, keep_vars)` before `state_dict` collects this module's
+        entries."""
+        return self._add_state_hook(_SAVE_PRE, hook)
+
+    def register_state_dict_post_hook(self, hook: Callable[..., None]) -> RemovableHandle:
+        """Call `hook(module, state_dict, prefix, local_metadata)` once this module's entries
+        (and its submodules') are in `state_dict`; it may edit the dict in place."""
+        return self._add_state_hook(_SAVE_POST, hook)
+
+    def register_load_state_dict_pre_hook(self, hook: Callable[..., None]) -> RemovableHandle:
+        """Call `hook(module, state_dict, prefix, local_metadata, strict, missing_keys,
+        unexpected_keys, error_msgs)` before `load_state_dict` loads: it may edit `state_dict`
+        (rename an old checkpoint's keys); a message it appends to error_msgs fails the load."""
+        return self._add_state_hook(_LOAD_PRE, hook)
+
+    def _register_load_state_dict_pre_hook(
+        self, hook: Callable[..., None], with_module: bool = False
+    ) -> RemovableHandle:
+        """PyTorch's older, private spelling (older checkpoint-upgrading code calls it): the hook
+        takes no module unless `with_module`."""
+        if not with_module:
+            hook = functools.partial(_without_module, hook)
+        return self._add_state_hook(_LOAD_PRE, hook)
+
+    def register_load_state_dict_post_hook(self, hook: Callable[..., None]) -> RemovableHandle:
+        """Call `hook(module, incompatible_keys)` after `load_state_dict` wrote the values; it
+        may remove keys from `incompatible_keys.missing_keys` and `.unexpected_keys` (before
+        `strict` checks them)."""
+        return self._add_state_hook(_LOAD_POST, hook)
+
+    def _add_state_hook(self, kind: str, hook: Callable[..., None]) -> RemovableHandle:
+        if "_state_hooks" not in self.__dict__:
+            object.__setattr__(self, "_state_hooks", {})
+        registry = self._state_hooks.setdefault(kind, {})
+        handle = RemovableHandle(registry)
+        registry[handle.id] = hook
+        return handle
+
+    def set_submodule(self, target: str, module: Module, strict: bool = False) -> None:
+        """Put `module` at the dotted path `target` ("block.0.conv"), replacing what is there;
+        with `strict`, only an existing submodule is replaced."""
+        if target == "":
+            raise ValueError("Cannot set the submodule without a target name!")
+        if not isinstance(module, Module):
+            raise ValueError(f"`module` is not an nn.Module, found {type(module)}")
+        owner, _, name = target.rpartition(".")
+        parent = self.get_submodule(owner)
+        if strict and not hasattr(parent, name):
+            raise AttributeError(f"{type(parent).__name__} has no attribute `{name}`")
+        if hasattr(parent, name) and not isinstance(getattr(parent, name), Module):
+            raise AttributeError(f"`{name}` is not an nn.Module")
+        setattr(parent, name, module)
+
+    def to_empty(self, *, device: Any = None, recurse: bool = True) -> Module:
+        """PyTorch's move of a module built on the meta device: tracegrad's parameters always
+        have memory (on the CPU, the only device), so it returns the module as it is."""
+        to_arguments(f"{type(self).__name__}.to_empty", (() if device is None else (device,)),
+                     {})  # fmt: skip
+        return self
+
+    # PyTorch's switch for Module.__init__ calling super().__init__() with extra arguments
+    call_super_init: bool = False
 
     # --- dtype and device ------------------------------------------------------------------
     def to(self, *args: Any, **kwargs: Any) -> Module:
@@ -595,6 +741,23 @@ class Module:
             f"  ({name}): " + repr(m).replace("\n", "\n  ") for name, m in self._modules.items()
         ]
         return head + "\n" + "\n".join(lines) + "\n)"
+
+
+_EXTRA_STATE = "_extra_state"
+_SAVE_PRE, _SAVE_POST, _LOAD_PRE, _LOAD_POST = "save_pre", "save_post", "load_pre", "load_post"
+
+
+def _has_extra_state(module: Module) -> bool:
+    """Whether the module's class defines `get_extra_state` (then state_dict holds it)."""
+    return type(module).get_extra_state is not Module.get_extra_state
+
+
+def _without_module(hook: Callable[..., None], module: Module, *args: Any) -> None:
+    hook(*args)
+
+
+def _key_problems(missing: list[str], unexpected: list[str]) -> list[str]:
+    return [f"missing key '{k}'" for k in missing] + [f"unexpected key '{k}'" for k in unexpected]
 
 
 class _Hooks:
@@ -808,10 +971,14 @@ class Linear(Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
-        # kaiming_uniform(a=sqrt(5)) reduces to U(-1/sqrt(in), 1/sqrt(in)), as for the bias
-        bound = 1.0 / math.sqrt(in_features) if in_features else 0.0
-        self.weight = uniform_parameter((out_features, in_features), bound)
-        self.bias = uniform_parameter((out_features,), bound) if bias else None
+        self.weight = empty_parameter(out_features, in_features)
+        self.bias = empty_parameter(out_features) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """PyTorch's: weight, then bias, from U(-1/sqrt(in), 1/sqrt(in)) (kaiming uniform with
+        a = sqrt(5), which reduces to that)."""
+        reset_uniform(inverse_sqrt(self.weight.shape[1]), self.weight, self.bias)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.linear(x, self.weight, self.bias)
@@ -895,6 +1062,37 @@ class Sequential(Module):
         del self[i]
         return layer
 
+    def __add__(self, other: Sequential) -> Sequential:
+        """A new Sequential of this one's layers, then `other`'s (the same modules)."""
+        return Sequential(*self._sequential("add", other), *other)
+
+    def __iadd__(self, other: Sequential) -> Sequential:
+        self._sequential("add", other)
+        return self.extend(list(other))
+
+    def __mul__(self, times: int) -> Sequential:
+        """A new Sequential of this one's layers `times` over (the same modules, as PyTorch's:
+        they share their parameters)."""
+        return Sequential(*(list(self) * self._factor(times)))
+
+    __rmul__ = __mul__
+
+    def __imul__(self, times: int) -> Sequential:
+        return self.extend(list(self) * (self._factor(times) - 1))
+
+    def _sequential(self, op: str, other: Any) -> list[Module]:
+        if not isinstance(other, Sequential):
+            raise ValueError(f"{op} operator supports only objects of Sequential class, but "
+                             f"{type(other)} is given.")  # fmt: skip
+        return list(self)
+
+    def _factor(self, times: Any) -> int:
+        if not isinstance(times, int) or isinstance(times, bool):
+            raise TypeError(f"unsupported operand type(s) for *: {type(self)} and {type(times)}")
+        if times <= 0:
+            raise ValueError(f"Non-positive multiplication factor {times} for {type(self)}")
+        return times
+
 
 class ReLU(Module):
     def __init__(self, inplace: bool = False):
@@ -939,9 +1137,13 @@ class LayerNorm(Module):
         self.normalized_shape, self.eps = tuple(shape), eps
         self.weight = self.bias = None
         if elementwise_affine:
-            self.weight = Parameter(np.ones(self.normalized_shape, get_default_dtype()))
+            self.weight = empty_parameter(*self.normalized_shape)
         if elementwise_affine and bias:
-            self.bias = Parameter(np.zeros(self.normalized_shape, get_default_dtype()))
+            self.bias = empty_parameter(*self.normalized_shape)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        reset_affine(self.weight, self.bias)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)

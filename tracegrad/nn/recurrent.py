@@ -10,7 +10,6 @@ some sequence has ended), so outputs and final states are PyTorch's."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +20,7 @@ from tracegrad.core.errors import ShapeError, warn_user
 from tracegrad.frontend.functions import concatenate, matmul, permute, reshape, stack
 from tracegrad.frontend.tensor import Tensor, as_tensor
 from tracegrad.nn import functional as F
-from tracegrad.nn.modules import Module, uniform_parameter
+from tracegrad.nn.modules import Module, empty_parameter, inverse_sqrt, reset_uniform
 from tracegrad.nn.packed import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 __all__ = ["GRU", "GRUCell", "LSTM", "LSTMCell", "RNN", "RNNCell"]
@@ -111,7 +110,6 @@ class RNNBase(Module):
         self.num_layers, self.bias, self.batch_first = num_layers, bias, batch_first
         self.dropout, self.bidirectional, self.proj_size = float(dropout), bidirectional, proj_size
         gates, out_size = _GATES[mode] * hidden_size, proj_size or hidden_size
-        bound = 1.0 / math.sqrt(hidden_size)
         self._flat_weights_names: list[str] = []
         for layer in range(num_layers):
             for suffix in self._suffixes():
@@ -122,9 +120,14 @@ class RNNBase(Module):
                 if proj_size:
                     shapes["weight_hr"] = (proj_size, hidden_size)
                 for kind, shape in shapes.items():
-                    setattr(self, f"{kind}_l{layer}{suffix}", uniform_parameter(shape, bound))
+                    setattr(self, f"{kind}_l{layer}{suffix}", empty_parameter(*shape))
                     self._flat_weights_names.append(f"{kind}_l{layer}{suffix}")
+        self.reset_parameters()
         self.to(device, dtype)
+
+    def reset_parameters(self) -> None:
+        """PyTorch's: every parameter, in order, from U(-1/sqrt(H), 1/sqrt(H))."""
+        reset_uniform(inverse_sqrt(self.hidden_size), *self.parameters())
 
     def _suffixes(self) -> tuple[str, ...]:
         return ("", "_reverse") if self.bidirectional else ("",)
@@ -321,12 +324,15 @@ class RNNCellBase(Module):
                  dtype: Any = None):  # fmt: skip
         super().__init__()
         self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
-        bound, rows = 1.0 / math.sqrt(hidden_size), self.gates * hidden_size
-        self.weight_ih = uniform_parameter((rows, input_size), bound)
-        self.weight_hh = uniform_parameter((rows, hidden_size), bound)
-        self.bias_ih = uniform_parameter((rows,), bound) if bias else None
-        self.bias_hh = uniform_parameter((rows,), bound) if bias else None
+        rows = self.gates * hidden_size
+        self.weight_ih = empty_parameter(rows, input_size)
+        self.weight_hh = empty_parameter(rows, hidden_size)
+        self.bias_ih = empty_parameter(rows) if bias else None
+        self.bias_hh = empty_parameter(rows) if bias else None
+        self.reset_parameters()
         self.to(device, dtype)
+
+    reset_parameters = RNNBase.reset_parameters
 
     def extra_repr(self) -> str:
         return f"{self.input_size}, {self.hidden_size}" + ("" if self.bias else ", bias=False")

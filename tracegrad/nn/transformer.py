@@ -216,11 +216,15 @@ class Transformer(Module):
             num_decoder_layers,
             LayerNorm(d_model, eps=layer_norm_eps, bias=bias),
         )
+        self._reset_parameters()
+        self.d_model, self.nhead, self.batch_first = d_model, nhead, batch_first
+        self.to(device, dtype)
+
+    def _reset_parameters(self) -> None:
+        """PyTorch's (private, as there): every matrix parameter from xavier_uniform_."""
         for p in self.parameters():
             if p.ndim > 1:
                 init.xavier_uniform_(p)
-        self.d_model, self.nhead, self.batch_first = d_model, nhead, batch_first
-        self.to(device, dtype)
 
     def forward(self, src: Tensor, tgt: Tensor, src_mask: Any = None, tgt_mask: Any = None,
                 memory_mask: Any = None, src_key_padding_mask: Any = None,

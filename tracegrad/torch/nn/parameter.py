@@ -2,10 +2,10 @@
 
 from typing import Any
 
-from tracegrad.nn import Parameter, UninitializedParameter
+from tracegrad.nn import Parameter, UninitializedBuffer, UninitializedParameter
 from tracegrad.torch._support import not_provided as _not_provided
 
-__all__ = ["Parameter", "UninitializedParameter"]
+__all__ = ["Parameter", "UninitializedBuffer", "UninitializedParameter"]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,0 +1,105 @@
+"""Module's state API as PyTorch 2.13's (the expected keys and calls are what it gives):
+get_extra_state/set_extra_state, the state-dict and load-state-dict hooks, set_submodule,
+to_empty, call_super_init."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+from tracegrad import nn
+
+
+class _Counter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin, self.count = nn.Linear(1, 1), 3
+
+    def get_extra_state(self):
+        return {"count": self.count}
+
+    def set_extra_state(self, state):
+        self.count = state["count"]
+
+
+def test_extra_state_is_saved_and_loaded():
+    model = nn.Sequential(_Counter())
+    state = model.state_dict()
+    assert list(state) == ["0._extra_state", "0.lin.weight", "0.lin.bias"]
+    other = nn.Sequential(_Counter())
+    other[0].count = 0
+    assert other.load_state_dict(state) == ([], []) and other[0].count == 3
+    del state["0._extra_state"]
+    with pytest.raises(RuntimeError, match="missing key '0._extra_state'"):
+        other.load_state_dict(state)
+    assert other.load_state_dict(state, strict=False).missing_keys == ["0._extra_state"]
+    plain = nn.Linear(1, 1)
+    keys = plain.load_state_dict({**plain.state_dict(), "_extra_state": 1}, strict=False)
+    assert keys.unexpected_keys == ["_extra_state"]
+    with pytest.raises(RuntimeError, match="should never be called"):
+        plain.get_extra_state()
+
+
+def test_state_dict_hooks():
+    layer, calls = nn.Linear(1, 1), []
+    handle = layer.register_state_dict_pre_hook(
+        lambda m, prefix, keep: calls.append((prefix, keep))
+    )
+    layer.register_state_dict_post_hook(lambda m, sd, prefix, meta: sd.pop(prefix + "bias"))
+    model = nn.Sequential(layer)
+    assert list(model.state_dict(prefix="p.")) == ["p.0.weight"] and calls == [("p.0.", False)]
+    handle.remove()
+    model.state_dict()
+    assert calls == [("p.0.", False)]
+
+
+def test_load_state_dict_hooks_rename_report_and_forgive():
+    def rename(module, state, prefix, meta, strict, missing, unexpected, errors):
+        if prefix + "w" in state:
+            state[prefix + "weight"] = state.pop(prefix + "w")
+
+    seen = []
+
+    def forgive(module, keys):
+        seen.append(list(keys.unexpected_keys))
+        keys.unexpected_keys.clear()
+
+    layer = nn.Linear(1, 1)
+    layer.register_load_state_dict_pre_hook(rename)
+    layer.register_load_state_dict_post_hook(forgive)
+    model = nn.Sequential(layer)
+    model.load_state_dict({"0.w": np.full((1, 1), 2.0), "0.bias": np.zeros(1), "x": 1})
+    assert seen == [["x"]] and layer.weight.item() == 2.0
+
+    old = nn.Linear(1, 1)  # the older private spelling: a hook without the module
+    old._register_load_state_dict_pre_hook(
+        lambda state, prefix, *rest: rename(None, state, prefix, *rest)
+    )
+    old.load_state_dict({"w": np.full((1, 1), 5.0), "bias": np.zeros(1)})
+    assert old.weight.item() == 5.0
+
+    failing = nn.Linear(1, 1)
+    failing.register_load_state_dict_pre_hook(lambda *args: args[-1].append("refused"))
+    with pytest.raises(RuntimeError, match="refused"):
+        failing.load_state_dict(failing.state_dict())
+
+
+def test_set_submodule_to_empty_call_super_init():
+    net = nn.Sequential(nn.Sequential(nn.ReLU(), nn.Linear(1, 1)))
+    net.set_submodule("0.1", nn.Tanh())
+    assert type(net[0][1]) is nn.Tanh and list(net.state_dict()) == []
+    with pytest.raises(ValueError, match="without a target name"):
+        net.set_submodule("", nn.ReLU())
+    with pytest.raises(AttributeError, match="has no attribute `x`"):
+        net.set_submodule("0.x", nn.ReLU(), strict=True)
+    with pytest.raises(ValueError, match="is not an nn.Module"):
+        net.set_submodule("0.1", 3)
+    with pytest.raises(AttributeError, match="`training` is not an nn.Module"):
+        net.set_submodule("0.training", nn.ReLU())
+    net.set_submodule("0.x", nn.ReLU())
+    assert list(net[0]._modules) == ["0", "1", "x"]
+    assert net.to_empty(device="cpu") is net and nn.Module.call_super_init is False
+    with pytest.raises(ValueError):
+        net.to_empty(device="cuda")
+    assert tg.ones(1).shape == (1,)
