@@ -20,10 +20,10 @@ def _walk(x: Any, is_leaf: Callable[[Any], bool], leaves: list[Any]) -> Treedef:
     if is_leaf(x):
         leaves.append(x)
         return "*"
-    if isinstance(x, tuple | list):
-        return (type(x).__name__, tuple(_walk(v, is_leaf, leaves) for v in x))
-    if isinstance(x, dict):
-        return ("dict", tuple((k, _walk(v, is_leaf, leaves)) for k, v in x.items()))
+    if isinstance(x, tuple | list):  # the class too: a namedtuple's fields, a return type's
+        return (type(x), tuple(_walk(v, is_leaf, leaves) for v in x))
+    if isinstance(x, dict):  # an OrderedDict, an attribute dict (`batch.premise`)
+        return (type(x), tuple((k, _walk(v, is_leaf, leaves)) for k, v in x.items()))
     return ("static", x)
 
 
@@ -40,7 +40,20 @@ def _build(d: Treedef, it: Iterator[Any]) -> Any:
     kind, body = d
     if kind == "static":
         return body
-    if kind == "dict":
-        return {k: _build(v, it) for k, v in body}
+    if issubclass(kind, dict):
+        items = {k: _build(v, it) for k, v in body}
+        return items if kind is dict else _remake(kind, items)
     items = [_build(v, it) for v in body]
-    return tuple(items) if kind == "tuple" else items
+    if kind is tuple or kind is list:
+        return kind(items)
+    return kind(*items) if hasattr(kind, "_fields") else _remake(kind, items)
+
+
+def _remake(kind: type, items: Any) -> Any:
+    """A container of a subclass of tuple, list or dict, as it was; its base class where the
+    subclass cannot be built from its items."""
+    try:
+        return kind(items)
+    except Exception:  # noqa: BLE001 - a constructor of other arguments
+        return (tuple if issubclass(kind, tuple) else list if issubclass(kind, list)
+                else dict)(items)  # fmt: skip
