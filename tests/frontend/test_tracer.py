@@ -320,3 +320,34 @@ def test_a_result_also_kept_in_python_state_is_the_result_after_every_call(float
         got = step(x)
         assert features["last"] is got["out"] and got["pair"][0] is got["out"]
         np.testing.assert_allclose(features["last"].numpy(), want, rtol=1e-12)
+
+
+def test_a_tensor_appended_to_a_list_refuses_and_a_compiled_module_runs_eagerly():
+    """REINFORCE's `saved_log_probs.append(m.log_prob(action))` in a compiled function: the
+    plan stored the first call's tensor in place at every call, and the list never grew,
+    silently. A module's list entry assigned in place (`self.log[0] = x`) still compiles
+    (test_kept_tensors_hold_the_latest_calls_values_across_plans)."""
+    lin, saved = tgt.nn.Linear(4, 2), []
+
+    def select(state):
+        saved.append(tgt.log_softmax(lin(state), dim=-1)[0])
+        return state.sum()
+
+    with pytest.raises(TraceError, match=r"kept in a list.*test_tracer\.py:\d+"):
+        tg.trace(select)(tgt.ones(4))
+
+    class Policy(tgt.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.saved = tgt.nn.Linear(4, 2), []
+
+        def forward(self, x):
+            self.saved.append(tgt.log_softmax(self.lin(x), dim=-1)[0])
+            return self.lin(x)
+
+    policy = Policy()
+    compiled = tgt.compile(policy)
+    with pytest.warns(UserWarning, match="runs eagerly.*kept in a list"):
+        compiled(tgt.ones(4))
+    compiled(tgt.ones(4)), compiled(tgt.ones(4))
+    assert len(policy.saved) == 3 and all(s.grad_fn is not None for s in policy.saved)

@@ -13,7 +13,7 @@ import functools
 import gc
 import random
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,10 +116,11 @@ def put_back(places: list[Place]) -> None:
 Held = tuple[Place, int | None, int]
 
 
-def held_where(results: list, result: Any) -> list[Held]:
+def held_where(results: list, result: Any, state: Container[int] = ()) -> list[Held]:
     """Where Python state holds the step's result tensors (a forward's `self.last = out`, a
-    forward hook's `features[name] = out`), apart from the containers of `result` itself."""
-    ids = {id(t): k for k, t in enumerate(results) if isinstance(t, Tensor)}
+    forward hook's `features[name] = out`), apart from the containers of `result` itself.
+    Tensors whose id is in `state` (the step's inputs) are not the step's to put anywhere."""
+    ids = {id(t): k for k, t in enumerate(results) if isinstance(t, Tensor) and id(t) not in state}
     if not ids:
         return []
     own, todo = {id(results)}, [result]
@@ -128,7 +129,8 @@ def held_where(results: list, result: Any) -> list[Held]:
         if isinstance(x, list | tuple | dict) and id(x) not in own:
             own.add(id(x))
             todo.extend(x.values() if isinstance(x, dict) else x)
-    return [(p, j, ids[id(x)]) for p in places(results) if id(p.holder) not in own
+    made = [t for t in results if id(t) in ids]
+    return [(p, j, ids[id(x)]) for p in places(made) if id(p.holder) not in own
             for j, x in (enumerate(p.obj) if isinstance(p.obj, tuple) else [(None, p.obj)])
             if id(x) in ids]  # fmt: skip
 
@@ -369,6 +371,7 @@ class Tracer:
         self.weak: set[ir.Value] = set()  # stand-ins for Python numbers: they promote weakly
         self.made: list[weakref.ref[Tensor]] = []  # every symbolic tensor made while tracing
         self.held_before: dict[int, dict[Any, Any]] = {}  # id(object's dict) -> its tensors
+        self.list_lengths: dict[int, int] = {}  # id(a list attribute) -> its length, before
 
     def number(self, t: Tensor) -> Tensor:
         """`t.item()` while tracing: a 0-d tensor that promotes as a Python number (`weak`), as
@@ -389,6 +392,8 @@ class Tracer:
         if id(attrs) not in self.held_before:
             self.held_before[id(attrs)] = {k: Before.of(v) for k, v in attrs.items()
                                            if isinstance(v, Tensor | tuple)}  # fmt: skip
+            self.list_lengths.update((id(v), len(v)) for v in attrs.values()
+                                     if isinstance(v, list))  # fmt: skip
 
     def process(self, prim: Any, inputs: list[Tensor], params: dict, shape: tuple, dtype: Any):
         ins = [self.lift(t) for t in inputs]
@@ -517,6 +522,27 @@ class Tracer:
             and (s.grad.shape, s.grad.dtype) == (s.tensor._grad.shape, s.tensor._grad.dtype)
         ]  # fmt: skip
 
+    def _refuse_lists(self, where: list[Place]) -> None:
+        """A tensor the step made that a list holds, at an index the list did not have as the
+        step entered the module holding it (or a list of no module's), may have been appended
+        (`saved.append(x)`, REINFORCE's log-probabilities): a plan would not append it again
+        at each call. A module's list entry assigned (`self.log[0] = x`) is written back."""
+        appended = [p for p in where if isinstance(p.holder, list)
+                    and p.key >= self.list_lengths.get(id(p.holder), 0)]  # fmt: skip
+        if not appended:
+            return
+        listed = appended[0].obj
+        for p in sorted(appended, key=lambda p: -p.key):  # the trace's own: an eager run follows
+            if p.key < len(p.holder) and p.holder[p.key] is p.obj:
+                del p.holder[p.key]
+        values = {t._value for t in (listed if isinstance(listed, tuple) else (listed,))}
+        made_at = next((n.source for n in self.nodes if values & set(n.outputs)), "its line")
+        raise TraceError(
+            "a tensor made in the traced function is kept in a list (`saved.append(x)`): a "
+            "plan would not append it again at each call; return it and append it outside, or "
+            f"keep it in an attribute or a dict (made at {made_at})"
+        )
+
     def finish(self, result: Any) -> Capture:
         for ref in self.made:  # a view's base lives on only if the step keeps it (`escaped`)
             t = ref()
@@ -547,6 +573,9 @@ class Tracer:
                 "list, an attribute): a plan would not store it again at every call; return it "
                 f"from the step instead (made at {made_at})"
             )
+        kept_at = places(kept) if kept else []
+        held = held_where(leaves, result, self.slots)
+        self._refuse_lists([*kept_at, *(p for p, _, _ in held)])
         for t in kept:
             value_writes.append(Ref(t, None))
             outputs.append(t._value)
@@ -581,8 +610,8 @@ class Tracer:
         return Capture(graph, [s.arg for s in args], reads, value_writes, grad_writes, tree,
                        len(leaves), numbers, guards, self.checks,
                        [w for w in self.watched.values() if w is not None],
-                       list(self.after.values()), places(kept) if kept else [],
-                       held_where(leaves, result), tracked and not backward)  # fmt: skip
+                       list(self.after.values()), kept_at,
+                       held, tracked and not backward)  # fmt: skip
 
 
 def is_argument(x: Any) -> bool:
