@@ -455,6 +455,16 @@ def test_pytrees_in_and_out():
     assert out["label"] == "ok"
 
 
+def test_from_numpy_of_an_array_argument():
+    """reinforce.py's `torch.from_numpy(state)` on its NumPy argument, in a compiled function:
+    the argument is already a tensor while tracing (it raised TypeError)."""
+    f = tg.trace(lambda state: (tg.from_numpy(state).float().unsqueeze(0) * 2).sum())
+    for i in range(3):
+        assert f(np.arange(4, dtype=np.float32) + i).item() == 12.0 + 8 * i
+    with pytest.raises(TypeError, match="expected an ndarray, got Tensor"):
+        tg.from_numpy(tg.ones(2))
+
+
 def test_a_modules_python_settings_are_guarded():
     """A number, flag or string a module's forward reads from its attributes (a temperature)
     was baked in unguarded: changed between calls, the plan kept dividing by the old one."""

@@ -18,7 +18,7 @@ from tracegrad.frontend.counting import data_dependent_shape
 from tracegrad.frontend.device import check_device
 from tracegrad.frontend.functions import astype, broadcast_to, pytorch_keywords
 from tracegrad.frontend.random import Generator
-from tracegrad.frontend.tensor import Tensor, get_default_dtype
+from tracegrad.frontend.tensor import Listeners, Tensor, get_default_dtype
 from tracegrad.frontend.tensor import as_tensor as _as_tensor
 
 # PyTorch's default generator: its counter-based state, which randn, rand, randint and randperm
@@ -62,8 +62,12 @@ def as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
 
 
 def from_numpy(a: np.ndarray) -> Tensor:
-    """A tensor sharing `a`'s memory and dtype (as torch.from_numpy)."""
+    """A tensor sharing `a`'s memory and dtype (as torch.from_numpy). While tracing, an array
+    argument of the traced function is already its tensor (read at each call)."""
     if not isinstance(a, np.ndarray):
+        slot = Listeners.tracers[-1].slots.get(id(a)) if Listeners.tracers else None
+        if slot is not None and slot.arg is not None:
+            return a
         raise TypeError(f"from_numpy: expected an ndarray, got {type(a).__name__}")
     return Tensor._of(a)
 
