@@ -69,12 +69,26 @@ def div(input: Any, other: Any, *, rounding_mode: str | None = None) -> Tensor:
     x, y = (a if is_number(a) else as_tensor(a) for a in (input, other))
     dtype = result_type(x, y)
     if dtype.kind in "fc":
-        return rounded(P.div(x, y))
+        return rounded(P.div(x, y)) if rounded is P.trunc else _floor_divide(x, y)
     x, y = (float(a) if is_number(a) else a.astype(np.float64) for a in (x, y))
     return rounded(P.div(x, y)).astype(dtype)  # integers: exact up to 2**53, not float32's
 
 
 divide = div
+
+
+def _floor_divide(x: Any, y: Any) -> Tensor:
+    """PyTorch's (and Python's) float floor division: the quotient that goes with fmod's
+    remainder, so that `-0.9 // 0.3` is -4, as `x - (x // y) * y` is `x % y` (floor(x / y)
+    gives -3: the division rounds -3.0000000000000004 to -3). No gradient, as floor's."""
+    mod = P.fmod(x, y)
+    q = P.div(P.sub(x, mod), y)
+    q = P.where((mod != 0) & (P.less(y, 0) != P.less(mod, 0)), P.sub(q, 1.0), q)
+    floor = P.floor(q)
+    floor = P.where(P.sub(q, floor) > 0.5, P.add(floor, 1.0), floor)
+    ratio = P.div(x, y)
+    floor = P.where(q == 0, P.mul(ratio, 0.0), floor)  # a zero of x / y's sign
+    return P.where(P.equal(y, 0), P.floor(ratio), floor)  # inf or nan, as x / y
 
 
 @pytorch_keywords
