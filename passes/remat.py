@@ -72,17 +72,22 @@ def _chain(v: Value, producers: dict[Value, Node], available: set[Value]) -> lis
     nodes: list[Node] = []
     visited: set[Value] = set()
 
-    def walk(x: Value) -> bool:
+    def walk(x: Value, depth: int) -> bool:
+        """`depth`: the nodes below on the way here, each one more in the chain if it holds, so
+        a long run of cheap nodes (a squeeze-excitation's) stops at MAX_CHAIN, not at Python's
+        recursion limit."""
         if x in visited or x in available or x.const is not None:
             return True
         visited.add(x)
         n = producers.get(x)
-        if not _cheap(n) or len(nodes) >= MAX_CHAIN or not all(walk(i) for i in n.inputs):
+        if not _cheap(n) or max(len(nodes), depth) >= MAX_CHAIN:
+            return False
+        if not all(walk(i, depth + 1) for i in n.inputs):
             return False
         nodes.append(n)
         return True
 
-    return nodes if walk(v) and nodes else None
+    return nodes if walk(v, 0) and nodes else None
 
 
 def rematerialize(graph: Graph) -> tuple[Graph, PassStats]:

@@ -282,6 +282,21 @@ def test_remat_rebuilds_views_instead_of_keeping_their_base():
     same_results(g, after, rand(4, 4), rand(4, 4))
 
 
+def test_remat_of_a_long_run_of_cheap_nodes():
+    """600 sines in a row (SENet's gates make long runs): the chain search recursed once per
+    node and hit Python's recursion limit; it stops at MAX_CHAIN."""
+    x, w = val(4), val(4)
+    nodes, v = [], x
+    for _ in range(600):
+        n, v = node("sin", [v], (4,))
+        nodes.append(n)
+    n, y = node("mul", [v, w], (4,))
+    n2, z = node("cos", [v], (4,), Phase.BACKWARD)
+    g = Graph([x, w], [*nodes, n, n2], [y, z])
+    after, _ = passes.rematerialize(g)
+    same_results(g, after, rand(4), rand(4))
+
+
 def test_remat_keeps_the_smallest_cut():
     """y = exp(x) * c, c = a matmul's (4, 1) result, backward reads the (4, 4) y: keeping c (4
     elements) and recomputing exp(x) * c is smaller than keeping y (16); keeping c and exp(x)
