@@ -163,6 +163,17 @@ def test_sequential_edits_as_pytorchs():
         model[4]
 
 
+def test_getattr_finds_what_was_registered():
+    """pytorch-cifar's DLA calls `self.__getattr__('level_%d' % i)` itself, as PyTorch's
+    Module defines it; a missing name gets PyTorch's message."""
+    model = nn.Sequential(nn.Linear(2, 2))
+    model.register_buffer("steps", tg.zeros(1))
+    assert model.__getattr__("0") is model[0] and model.__getattr__("steps") is model.steps
+    assert model[0].__getattr__("weight") is model[0].weight
+    with pytest.raises(AttributeError, match="'Sequential' object has no attribute 'nope'"):
+        _ = model.nope
+
+
 def test_repr_is_readable():
     model = nn.Sequential(nn.Linear(2, 3), nn.Sequential(nn.ReLU(), nn.Dropout(0.25)))
     assert repr(model) == (

@@ -239,6 +239,16 @@ class Module:
             self._parameters[name] = value
         object.__setattr__(self, name, value)
 
+    def __getattr__(self, name: str) -> Any:
+        """Only for names not found as attributes (where tracegrad keeps parameters, buffers and
+        submodules too): PyTorch's message, and code that calls it itself
+        (`self.__getattr__(f"level_{i}")`, pytorch-cifar's DLA) finds what was registered."""
+        for registry in ("_parameters", "_buffers", "_modules"):
+            found = self.__dict__.get(registry, {})
+            if name in found:
+                return found[name]
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
     def __delattr__(self, name: str) -> None:
         self._parameters.pop(name, None)
         self._modules.pop(name, None)
