@@ -37,11 +37,8 @@ def dot(input: Any, other: Any) -> Tensor:
 
 @pytorch_keywords
 def vdot(input: Any, other: Any) -> Tensor:
-    """The inner product of two vectors (of real ones: `dot`)."""
-    a, b = as_tensor(input), as_tensor(other)
-    if a.ndim != 1 or b.ndim != 1:
-        raise ShapeError(f"vdot: 1-D tensors expected, got {a.shape} and {b.shape}")
-    return matmul(a, b)
+    """The inner product of two vectors: `dot`'s, tracegrad's tensors being real."""
+    return dot(input, other)
 
 
 @pytorch_keywords
