@@ -26,7 +26,7 @@ from tracegrad.frontend.functions import (
     stack,
     take_along_dim,
 )
-from tracegrad.frontend.mutation import scatter, scatter_add
+from tracegrad.frontend.mutation import scatter, scatter_add, scatter_reduce
 from tracegrad.frontend.reductions import argmax, mean
 from tracegrad.frontend.tensor import Tensor, as_tensor
 
@@ -308,10 +308,22 @@ def adaptive_max_pool3d(input: Any, output_size: int | Sequence[int | None],
     (D, H, W) volume."""
     x = _volume(as_tensor(input), "adaptive_max_pool3d")
     outs = _output_size(x, output_size, "adaptive_max_pool3d")
-    if all(n % o == 0 for n, o in zip(x.shape[2:], outs, strict=True)):
-        kernel = [n // o for n, o in zip(x.shape[2:], outs, strict=True)]
-        return max_pool3d(x, kernel, return_indices=return_indices)
-    return adaptive_max(x, outs, return_indices)
+    if not all(n % o == 0 for n, o in zip(x.shape[2:], outs, strict=True)):
+        return adaptive_max(x, outs, return_indices)
+    # the windows tile the volume: each window's elements along one last axis, whatever its size
+    kernel = [n // o for n, o in zip(x.shape[2:], outs, strict=True)]
+    tiles = reshape(
+        x, (*x.shape[:2], *(v for pair in zip(outs, kernel, strict=True) for v in pair))
+    )
+    tiles = reshape(permute(tiles, (0, 1, 2, 4, 6, 3, 5, 7)), (*x.shape[:2], *outs, -1))
+    with no_grad():
+        tap = argmax(tiles, -1)
+    out = reshape(take_along_dim(tiles, reshape(tap, (*tap.shape, 1)), -1), tap.shape)
+    if not return_indices:
+        return out
+    with no_grad():
+        g = _Geometry(tuple(kernel), tuple(kernel), (0, 0, 0), (1, 1, 1), (0, 0, 0))
+        return out, _flat_index(tap, x.shape[2:], g)
 
 
 def max_unpool3d(input: Any, indices: Any, kernel_size: int | Sequence[int],
@@ -342,15 +354,17 @@ def max_unpool3d(input: Any, indices: Any, kernel_size: int | Sequence[int],
 def unpool(x: Tensor, indices: Tensor, size: Sequence[int], overlapping: bool) -> Tensor:
     """(N, C, ...) `x` placed at its flat `indices` in zero (N, C, *size) volumes. Where the
     pool's windows overlap, one maximum can be two windows' (the same index twice): the value
-    lands once and, as in PyTorch, each gets the whole gradient at its index (a scatter-add's
-    gradient, its value taken away again)."""
+    lands once, exactly (the max of its equal copies, where a scatter would average them) and,
+    as in PyTorch, each copy gets the whole gradient at its index (a scatter-add's gradient,
+    its value taken away again)."""
     n, c = x.shape[:2]
     zeros = Tensor._of(np.zeros((n, c, math.prod(size)), x.dtype))
     idx, src = reshape(indices, (n, c, -1)), reshape(x, (n, c, -1))
     if not overlapping:
         return reshape(scatter(zeros, 2, idx, src), (n, c, *size))
     added = scatter_add(zeros, 2, idx, src)
-    flat = scatter(zeros, 2, idx, src.detach()) + (added - added.detach())
+    once = scatter_reduce(zeros, 2, idx, src.detach(), "amax", include_self=False)
+    flat = once + (added - added.detach())
     return reshape(flat, (n, c, *size))
 
 
