@@ -38,13 +38,25 @@ from tracegrad.frontend.functions import (
     transpose,
 )
 from tracegrad.frontend.linalg import vector_norm
-from tracegrad.frontend.mutation import index_put, scatter
+from tracegrad.frontend.mutation import index_put
 from tracegrad.frontend.rearrange import chunk
 from tracegrad.frontend.reductions import amax, mean, sum
 from tracegrad.frontend.tensor import Tensor, as_tensor
 from tracegrad.nn.ctc import ctc_loss
 from tracegrad.nn.spatial import affine_grid, grid_sample
-from tracegrad.nn.volumetric import adaptive_avg_pool3d, avg_pool3d, conv3d, max_pool3d
+from tracegrad.nn.volumetric import (
+    adaptive_avg_pool3d,
+    adaptive_max,
+    adaptive_max_pool3d,
+    avg_pool3d,
+    ceil_extra,
+    conv3d,
+    conv_transpose3d,
+    lp_pool3d,
+    max_pool3d,
+    max_unpool3d,
+    unpool,
+)
 
 __all__ = [
     "adaptive_avg_pool1d",
@@ -68,6 +80,7 @@ __all__ = [
     "conv3d",
     "conv_transpose1d",
     "conv_transpose2d",
+    "conv_transpose3d",
     "cosine_embedding_loss",
     "cosine_similarity",
     "cross_entropy",
@@ -155,6 +168,9 @@ __all__ = [
     "pdist",
     "lp_pool1d",
     "lp_pool2d",
+    "lp_pool3d",
+    "adaptive_max_pool3d",
+    "max_unpool3d",
     "rrelu",
     "rrelu_",
     "max_unpool1d",
@@ -545,21 +561,6 @@ def _windows(x: Tensor, op: str, kernel_size, stride, padding, dilation, value: 
     ]
 
 
-def _ceil_extra(x: Tensor, kernel: tuple, stride: tuple, padding: tuple,
-                dilation: tuple = (1, 1)) -> tuple[int, int]:  # fmt: skip
-    """The rows and columns `ceil_mode` adds past the bottom right edge: enough for one more
-    window where a partial one remains, but never a window that starts in that padding (the
-    output size rule of PyTorch's pooling_output_shape)."""
-    extra = []
-    for n, k, s, p, d in zip(x.shape[2:], kernel, stride, padding, dilation, strict=True):
-        span = d * (k - 1) + 1
-        out = -(-(n + 2 * p - span) // s) + 1
-        if (out - 1) * s >= n + p:
-            out -= 1
-        extra.append(builtins.max((out - 1) * s + span - (n + 2 * p), 0))
-    return extra[0], extra[1]
-
-
 def max_pool2d(
     input: Any,
     kernel_size: int | Sequence[int],
@@ -587,8 +588,8 @@ def max_pool2d(
     )  # fmt: skip
     plane = x.shape[2:]
     if ceil_mode:
-        eh, ew = _ceil_extra(x, kernel, geometry["stride"], geometry["padding"],
-                             geometry["dilation"])  # fmt: skip
+        eh, ew = ceil_extra(x.shape[2:], kernel, geometry["stride"], geometry["padding"],
+                            geometry["dilation"])  # fmt: skip
         if eh or ew:
             x = pad(x, (0, ew, 0, eh), value=-math.inf)
     with no_grad():
@@ -629,10 +630,7 @@ def max_unpool2d(input: Any, indices: Any, kernel_size: int | Sequence[int],
         h, w = (x.shape[2] - 1) * sh - 2 * ph + kh, (x.shape[3] - 1) * sw - 2 * pw + kw
     else:
         h, w = tuple(output_size)[-2:]
-    n, c = x.shape[:2]
-    flat = scatter(Tensor._of(np.zeros((n, c, h * w), x.dtype)), 2, reshape(idx, (n, c, -1)),
-                     reshape(x, (n, c, -1)))  # fmt: skip
-    return reshape(flat, (n, c, h, w))
+    return unpool(x, idx, (h, w), sh < kh or sw < kw)
 
 
 def avg_pool2d(
@@ -657,7 +655,7 @@ def avg_pool2d(
     strides = _pair(stride if stride is not None and stride != [] else kernel, "avg_pool2d",
                     "stride")  # fmt: skip
     pads = _pair(padding, "avg_pool2d", "padding")
-    extra = _ceil_extra(x, kernel, strides, pads) if ceil_mode else (0, 0)
+    extra = ceil_extra(x.shape[2:], kernel, strides, pads) if ceil_mode else (0, 0)
     plane = x.shape[2:]
     if extra != (0, 0):
         x = pad(x, (0, extra[1], 0, extra[0]))
@@ -1453,21 +1451,29 @@ def adaptive_avg_pool1d(input: Any, output_size: int | Sequence[int]) -> Tensor:
 
 def adaptive_max_pool2d(
     input: Any, output_size: int | Sequence[int | None], return_indices: bool = False
-) -> Tensor:
-    """The max over each of PyTorch's adaptive windows (`_adaptive`): `max_pool2d` (its kernels,
-    its ties) where they tile the image."""
-    if return_indices:
-        raise NotImplementedError("adaptive_max_pool2d: return_indices is not supported")
-    return _adaptive(input, output_size, "adaptive_max_pool2d",
-                     lambda x, kh, kw: max_pool2d(x, (kh, kw)), amax)  # fmt: skip
+) -> Any:
+    """The max over each of PyTorch's adaptive windows: `max_pool2d` (its kernels, its ties)
+    where they tile the image, else a window at a time (its first maximum, `adaptive_max`);
+    `return_indices` also gives each maximum's flat position in its (H, W) plane."""
+    x = as_tensor(input)
+    if x.ndim != 4:
+        raise ShapeError(f"adaptive_max_pool2d: input {x.shape} must be 4-d (N, C, H, W)")
+    size = (output_size, output_size) if isinstance(output_size, int) else tuple(output_size)
+    outs = [n if o is None else int(o) for n, o in zip(x.shape[2:], size, strict=True)]
+    if all(n % o == 0 for n, o in zip(x.shape[2:], outs, strict=True)):
+        kernel = tuple(n // o for n, o in zip(x.shape[2:], outs, strict=True))
+        return max_pool2d(x, kernel, return_indices=return_indices)
+    return adaptive_max(x, outs, return_indices)
 
 
 def adaptive_max_pool1d(
     input: Any, output_size: int | Sequence[int], return_indices: bool = False
-) -> Tensor:
+) -> Any:
+    """`adaptive_max_pool2d` over one row (the indices are positions in the row)."""
     size = _single(output_size, "adaptive_max_pool1d", "output_size")
     image = _as_image(as_tensor(input), "adaptive_max_pool1d")
-    return _as_rows(adaptive_max_pool2d(image, (1, size), return_indices))
+    y = adaptive_max_pool2d(image, (1, size), return_indices)
+    return tuple(_as_rows(t) for t in y) if return_indices else _as_rows(y)
 
 
 def dropout1d(input: Any, p: float = 0.5, training: bool = True, inplace: bool = False, *,
@@ -2111,4 +2117,15 @@ def _with_indices(pool: Callable[..., Any]) -> Callable[..., Any]:
 
 max_pool1d_with_indices = _with_indices(max_pool1d)
 max_pool2d_with_indices = _with_indices(max_pool2d)
-__all__ += ["max_pool1d_with_indices", "max_pool2d_with_indices"]
+max_pool3d_with_indices = _with_indices(max_pool3d)
+adaptive_max_pool1d_with_indices = _with_indices(adaptive_max_pool1d)
+adaptive_max_pool2d_with_indices = _with_indices(adaptive_max_pool2d)
+adaptive_max_pool3d_with_indices = _with_indices(adaptive_max_pool3d)
+__all__ += [
+    "adaptive_max_pool1d_with_indices",
+    "adaptive_max_pool2d_with_indices",
+    "adaptive_max_pool3d_with_indices",
+    "max_pool1d_with_indices",
+    "max_pool2d_with_indices",
+    "max_pool3d_with_indices",
+]

@@ -35,6 +35,7 @@ __all__ = [
     "AdaptiveAvgPool3d",
     "AdaptiveMaxPool1d",
     "AdaptiveMaxPool2d",
+    "AdaptiveMaxPool3d",
     "AlphaDropout",
     "AvgPool1d",
     "AvgPool2d",
@@ -49,6 +50,7 @@ __all__ = [
     "Conv3d",
     "ConvTranspose1d",
     "ConvTranspose2d",
+    "ConvTranspose3d",
     "CosineSimilarity",
     "Dropout1d",
     "Dropout2d",
@@ -68,6 +70,7 @@ __all__ = [
     "MaxPool2d",
     "MaxPool3d",
     "MaxUnpool2d",
+    "MaxUnpool3d",
     "ModuleDict",
     "ModuleList",
     "MultiheadAttention",
@@ -80,6 +83,7 @@ __all__ = [
     "SyncBatchNorm",
     "LPPool1d",
     "LPPool2d",
+    "LPPool3d",
     "MaxUnpool1d",
     "RReLU",
 ]
@@ -228,6 +232,15 @@ class ConvTranspose1d(_ConvTransposeNd):
                                   self.dilation)  # fmt: skip
 
 
+class ConvTranspose3d(_ConvTransposeNd):
+    dims = 3
+
+    def forward(self, x: Tensor, output_size: Sequence[int] | None = None) -> Tensor:
+        return F.conv_transpose3d(x, self.weight, self.bias, self.stride, self.padding,
+                                  self._output_padding(x, output_size), self.groups,
+                                  self.dilation)  # fmt: skip
+
+
 class MaxPool2d(Module):
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False,
                  ceil_mode=False):  # fmt: skip
@@ -269,6 +282,17 @@ class MaxUnpool2d(Module):
 
     def forward(self, x: Tensor, indices: Tensor, output_size=None) -> Tensor:
         return F.max_unpool2d(x, indices, self.kernel_size, self.stride, self.padding,
+                              output_size)  # fmt: skip
+
+
+class LPPool3d(LPPool2d):
+    def forward(self, x: Tensor) -> Tensor:
+        return F.lp_pool3d(x, self.norm_type, self.kernel_size, self.stride, self.ceil_mode)
+
+
+class MaxUnpool3d(MaxUnpool2d):
+    def forward(self, x: Tensor, indices: Tensor, output_size=None) -> Tensor:
+        return F.max_unpool3d(x, indices, self.kernel_size, self.stride, self.padding,
                               output_size)  # fmt: skip
 
 
@@ -351,6 +375,11 @@ class AdaptiveMaxPool2d(AdaptiveAvgPool2d):
 
     def forward(self, x: Tensor) -> Tensor:
         return F.adaptive_max_pool2d(x, self.output_size, self.return_indices)
+
+
+class AdaptiveMaxPool3d(AdaptiveMaxPool2d):
+    def forward(self, x: Tensor) -> Tensor:
+        return F.adaptive_max_pool3d(x, self.output_size, self.return_indices)
 
 
 class AdaptiveMaxPool1d(AdaptiveMaxPool2d):

@@ -1,4 +1,4 @@
-"""PyTorch's lazy layers (`LazyLinear`, `LazyConv1d`/`2d`/`3d`, `LazyConvTranspose1d`/`2d`,
+"""PyTorch's lazy layers (`LazyLinear`, `LazyConv1d`/`2d`/`3d`, `LazyConvTranspose1d`/`2d`/`3d`,
 `LazyBatchNorm1d`/`2d`/`3d`, `LazyInstanceNorm1d`/`2d`/`3d`): the input size is read from the
 first input. Until then the parameters are `UninitializedParameter`s (and the running statistics
 `UninitializedBuffer`s); the first (eager) forward gives them their shapes, in place (the same
@@ -23,6 +23,7 @@ from tracegrad.nn.layers import (
     Conv3d,
     ConvTranspose1d,
     ConvTranspose2d,
+    ConvTranspose3d,
     InstanceNorm1d,
     InstanceNorm2d,
     InstanceNorm3d,
@@ -38,6 +39,7 @@ __all__ = [
     "LazyConv3d",
     "LazyConvTranspose1d",
     "LazyConvTranspose2d",
+    "LazyConvTranspose3d",
     "LazyInstanceNorm1d",
     "LazyInstanceNorm2d",
     "LazyInstanceNorm3d",
@@ -186,6 +188,10 @@ class LazyConvTranspose1d(_LazyConvTranspose, ConvTranspose1d):
 
 class LazyConvTranspose2d(_LazyConvTranspose, ConvTranspose2d):
     becomes = ConvTranspose2d
+
+
+class LazyConvTranspose3d(_LazyConvTranspose, ConvTranspose3d):
+    becomes = ConvTranspose3d
 
 
 class _LazyNorm(_Lazy):

@@ -25,7 +25,7 @@ from tracegrad.frontend.linalg import vector_norm
 from tracegrad.frontend.reductions import amax, sum
 from tracegrad.frontend.tensor import Tensor, as_tensor
 from tracegrad.nn import functional as F
-from tracegrad.nn.layers import ConvTranspose1d, ConvTranspose2d
+from tracegrad.nn.layers import ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from tracegrad.nn.modules import Module, Parameter, RemovableHandle, init_generator
 
 __all__ = [
@@ -195,7 +195,7 @@ def _hook_of(module: Module, kind: type, name: str, what: str) -> Any:
 
 def default_spectral_dim(module: Module) -> int:
     """PyTorch's: the output axis, 1 for a transposed convolution's weight, else 0."""
-    return 1 if isinstance(module, ConvTranspose1d | ConvTranspose2d) else 0
+    return 1 if isinstance(module, ConvTranspose1d | ConvTranspose2d | ConvTranspose3d) else 0
 
 
 def as_matrix(weight: Tensor, dim: int) -> Tensor:

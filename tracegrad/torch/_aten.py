@@ -26,8 +26,12 @@ from tracegrad.nn import functional as F
 # (not conv2d: `tracegrad.conv2d` is tracegrad's own op, which torch's namespace leaves out)
 conv1d, conv3d = F.conv1d, F.conv3d
 conv_transpose1d, conv_transpose2d = F.conv_transpose1d, F.conv_transpose2d
+conv_transpose3d = F.conv_transpose3d
 max_pool1d, max_pool2d, max_pool3d = F.max_pool1d, F.max_pool2d, F.max_pool3d
 avg_pool1d, adaptive_avg_pool1d = F.avg_pool1d, F.adaptive_avg_pool1d
+max_pool1d_with_indices = F.max_pool1d_with_indices
+# torch.adaptive_max_pool1d(x, output_size) is F's with the indices: (values, indices)
+adaptive_max_pool1d = F.adaptive_max_pool1d_with_indices
 pixel_shuffle, pixel_unshuffle = F.pixel_shuffle, F.pixel_unshuffle
 channel_shuffle = F.channel_shuffle
 selu, celu, threshold, rrelu = F.selu, F.celu, F.threshold, F.rrelu

@@ -45,8 +45,9 @@ _BASES = {"NonDynamicallyQuantizableLinear": NonDynamicallyQuantizableLinear,
 # PyTorch's file for each name (those tracegrad has; the rest are not provided there either)
 _LAYOUT = {
     "linear": "Linear Identity Bilinear LazyLinear NonDynamicallyQuantizableLinear",
-    "conv": "Conv1d Conv2d Conv3d ConvTranspose1d ConvTranspose2d LazyConv1d LazyConv2d "
-            "LazyConv3d _ConvNd _ConvTransposeNd",
+    "conv": "Conv1d Conv2d Conv3d ConvTranspose1d ConvTranspose2d ConvTranspose3d LazyConv1d "
+            "LazyConv2d LazyConv3d LazyConvTranspose1d LazyConvTranspose2d LazyConvTranspose3d "
+            "_ConvNd _ConvTransposeNd",
     "batchnorm": "BatchNorm1d BatchNorm2d BatchNorm3d SyncBatchNorm _BatchNorm _NormBase",
     "instancenorm": "InstanceNorm1d InstanceNorm2d InstanceNorm3d _InstanceNorm",
     "normalization": "LayerNorm GroupNorm RMSNorm LocalResponseNorm",
@@ -63,7 +64,8 @@ _LAYOUT = {
     "dropout": "Dropout Dropout1d Dropout2d Dropout3d AlphaDropout FeatureAlphaDropout",
     "pooling": "MaxPool1d MaxPool2d MaxPool3d AvgPool1d AvgPool2d AvgPool3d AdaptiveAvgPool1d "
                "AdaptiveAvgPool2d AdaptiveAvgPool3d AdaptiveMaxPool1d AdaptiveMaxPool2d "
-               "MaxUnpool2d",
+               "AdaptiveMaxPool3d MaxUnpool1d MaxUnpool2d MaxUnpool3d LPPool1d LPPool2d LPPool3d",
+    "adaptive": "AdaptiveLogSoftmaxWithLoss",
     "rnn": "RNNBase RNN LSTM GRU RNNCellBase RNNCell LSTMCell GRUCell",
     "sparse": "Embedding EmbeddingBag",
     "transformer": "Transformer TransformerEncoder TransformerDecoder TransformerEncoderLayer "
