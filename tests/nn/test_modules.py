@@ -174,6 +174,23 @@ def test_getattr_finds_what_was_registered():
         _ = model.nope
 
 
+def test_plain_attributes_may_come_before_init():
+    """timm's DenseNet sets `self.num_classes` before `super().__init__()`, as PyTorch allows;
+    parameters and submodules must wait for it."""
+
+    class Early(nn.Module):
+        def __init__(self, early):
+            self.n = 3
+            if early:
+                self.lin = nn.Linear(2, 2)
+            super().__init__()
+            self.lin = nn.Linear(2, self.n)
+
+    assert Early(False).n == 3 and Early(False).lin.out_features == 3
+    with pytest.raises(AttributeError, match="before Module.__init__"):
+        Early(True)
+
+
 def test_repr_is_readable():
     model = nn.Sequential(nn.Linear(2, 3), nn.Sequential(nn.ReLU(), nn.Dropout(0.25)))
     assert repr(model) == (

@@ -171,3 +171,28 @@ def test_hubs_progress_bar_and_directory_and_its_downloads_refused(tmp_path):
     assert torch.hub.get_dir() == str(tmp_path)
     with pytest.raises(AttributeError, match="load_state_dict_from_url is not provided"):
         torch.hub.load_state_dict_from_url("https://example.com/w.pth")
+
+
+def test_names_libraries_import_at_import_time():
+    """timm imports these as it loads: `@torch.fx.wrap` on module functions, torch.hub's
+    HASH_REGEX and download functions, `torch.jit.annotations.List`, `Sampler[List[int]]`."""
+    from tracegrad.torch.hub import HASH_REGEX, download_url_to_file, urlparse  # noqa: F401
+    from tracegrad.torch.jit.annotations import BroadcastingList2, List
+    from tracegrad.torch.nn.utils.fusion import fuse_conv_bn_eval  # noqa: F401
+    from tracegrad.torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
+
+    def f(x):
+        return x
+
+    assert torch.fx.wrap(f) is f and torch.fx.wrap("f") == "f"
+    assert HASH_REGEX.search("resnet18-5c106cde.pth").group(1) == "5c106cde"
+    assert BroadcastingList2[int] == list[int] and List[int] is not None
+    assert Sampler[List[int]] is Sampler and DataLoader[int] is DataLoader
+
+    class Numbers(IterableDataset[int]):
+        def __iter__(self):
+            return iter(range(3))
+
+    assert list(Numbers()) == [0, 1, 2] and Dataset[int] is Dataset
+    with pytest.raises(AttributeError, match="symbolic_trace is not provided"):
+        torch.fx.symbolic_trace(f)

@@ -213,9 +213,11 @@ class Module:
 
     def __setattr__(self, name: str, value: Any) -> None:
         if "_parameters" not in self.__dict__:
-            raise AttributeError(
-                f"cannot assign '{name}' before Module.__init__(): call super().__init__() first"
-            )
+            if isinstance(value, Tensor | Module):  # a plain value may come first, as in PyTorch
+                raise AttributeError(f"cannot assign '{name}' before Module.__init__(): call "
+                                     "super().__init__() first")  # fmt: skip
+            object.__setattr__(self, name, value)
+            return
         if isinstance(value, Buffer):  # PyTorch 2.5's spelling of register_buffer
             self.register_buffer(name, Tensor._wrap(value._value), value.persistent)
             return

@@ -212,6 +212,7 @@ from tracegrad.torch import (  # noqa: E402 (the submodules read the names above
     distributed,
     distributions,
     func,
+    fx,
     hub,
     jit,
     linalg,

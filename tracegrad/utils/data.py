@@ -40,12 +40,20 @@ __all__ = [
 ]  # fmt: skip
 
 
+def _parameterized(cls: type, params: Any) -> type:
+    """`Dataset[int]`, `Sampler[List[int]]` (PyTorch's classes are typing generics; code
+    subscripts them in annotations and base classes): the class itself."""
+    return cls
+
+
 # --- datasets ---------------------------------------------------------------------------------
 
 
 class Dataset:
     """A map-style dataset: `dataset[i]` is a sample (subclasses define `__getitem__` and usually
     `__len__`; an optional `__getitems__(indices)` fetches a whole batch's samples at once)."""
+
+    __class_getitem__ = classmethod(_parameterized)
 
     def __getitem__(self, index: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} does not define __getitem__")
@@ -179,6 +187,8 @@ def _rng(generator: Generator | None) -> np.random.Generator:
 
 class Sampler:
     """Yields dataset indices (or, for a batch sampler, lists of them)."""
+
+    __class_getitem__ = classmethod(_parameterized)
 
     def __init__(self, data_source: Any = None) -> None:
         pass
@@ -446,6 +456,8 @@ class DataLoader:
     `shuffle=True` draws a new order each epoch from `generator` (see the module's docstring);
     `batch_size=None` yields the samples one by one, converted (`default_convert`) but not
     batched. `num_workers > 0` loads in this process, with a warning; `pin_memory` is ignored."""
+
+    __class_getitem__ = classmethod(_parameterized)
 
     def __init__(
         self, dataset: Any, batch_size: int | None = 1, shuffle: bool | None = None,

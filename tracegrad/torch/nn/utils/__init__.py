@@ -6,7 +6,7 @@ from typing import Any
 
 from tracegrad.nn.utils import *  # noqa: F403
 from tracegrad.torch._support import not_provided as _not_provided
-from tracegrad.torch.nn.utils import parametrizations, parametrize, prune, rnn  # noqa: E402, I001
+from tracegrad.torch.nn.utils import fusion, parametrizations, parametrize, prune, rnn  # noqa: E402, I001
 
 
 def __getattr__(name: str) -> Any:

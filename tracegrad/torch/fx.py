@@ -1,0 +1,24 @@
+"""`torch.fx`: PyTorch's tracer of modules into graphs of Python calls is not provided (the
+compiler's tracer is `torch.compile`'s). `wrap`, which libraries (timm) apply at import to keep
+a function whole in FX graphs, gives the function back; `Proxy` exists for isinstance checks
+(nothing here is one)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tracegrad.torch._support import not_provided as _not_provided
+
+__all__ = ["Proxy", "wrap"]
+
+
+def wrap(fn_or_name: Any) -> Any:
+    return fn_or_name
+
+
+class Proxy:
+    """FX's symbolic value: never made here."""
+
+
+def __getattr__(name: str) -> Any:  # symbolic_trace, GraphModule, Tracer, ...
+    raise _not_provided(__name__, name)
