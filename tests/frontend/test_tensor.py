@@ -191,3 +191,23 @@ def test_a_python_number_takes_the_type_numpy_gives_it(dtype, number):
         for got in results:
             assert got.dtype == want.dtype
             np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_a_one_element_tensor_of_any_shape_is_a_python_number() -> None:
+    """PyTorch's float(t), int(t) and math's functions of shape (1,) and (1, 1) (a sampling
+    loop's `int(torch.multinomial(p, 1))`); more elements raise, as PyTorch's ValueError; a
+    traced tensor refuses, whatever its shape."""
+    import math
+
+    assert float(tg.ones(1)) == 1.0 and isinstance(float(tg.ones(1, 1)), float)
+    assert int(tg.tensor([[3]])) == 3 and int(tg.tensor([2.7])) == 2
+    assert math.log(tg.ones(1) * 2) == pytest.approx(math.log(2))
+    with pytest.raises(ValueError, match="one element"):
+        float(tg.ones(2))
+
+    @tg.trace
+    def step(x):
+        return x * float(x)
+
+    with pytest.raises(tg.TraceError, match="float"):
+        step(tg.ones(1, 1))

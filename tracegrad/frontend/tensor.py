@@ -215,10 +215,18 @@ class Tensor:
         return bool(value)
 
     def __float__(self) -> float:
-        return float(self._concrete("float(tensor)"))
+        return float(self._scalar("float(tensor)"))
 
     def __int__(self) -> int:
-        return int(self._concrete("int(tensor)"))
+        return int(self._scalar("int(tensor)"))
+
+    def _scalar(self, what: str) -> np.ndarray:
+        """The one element of a concrete tensor of any shape, as a 0-d array (PyTorch's
+        `float(t)`, `int(torch.multinomial(p, 1))`, `math.log(t)` of shape (1,) or (1, 1))."""
+        value = self._concrete(what)
+        if value.size != 1:
+            raise ValueError("only one element tensors can be converted to Python scalars")
+        return value.reshape(())
 
     def __index__(self) -> int:
         """A one-element integer tensor of any shape, as PyTorch's (`names[i]` for each `i` of
