@@ -30,9 +30,11 @@ from tracegrad.frontend import random
 from tracegrad.frontend.autodiff import edge, no_grad
 from tracegrad.frontend.functions import (
     astype,
+    bool_value,
     broadcast_to,
     index_parts,
     one_dim,
+    pytorch_index,
     pytorch_keywords,
     reshape,
     shape_arg,
@@ -280,7 +282,7 @@ def fill_diagonal(self: Tensor, fill_value: Any, wrap: bool = False) -> Tensor:
 
 def setitem(self: Tensor, index: Any, value: Any) -> None:
     """`x[index] = value`, differentiable in both (PyTorch's index_put_)."""
-    write(self, index_put(self, index, value), "__setitem__")
+    write(self, index_put(self, pytorch_index(index), value), "__setitem__")
 
 
 def index_put(input: Any, index: Any, value: Any, accumulate: bool = False) -> Tensor:
@@ -288,6 +290,8 @@ def index_put(input: Any, index: Any, value: Any, accumulate: bool = False) -> T
     indexed region. A boolean mask of input's shape with one value is a `where`, so it traces;
     other indices scatter."""
     x = as_tensor(input)
+    if any(bool_value(i) is False for i in (index if isinstance(index, tuple) else (index,))):
+        return x  # a bool scalar False selects nothing
     mask = index if isinstance(index, Tensor | np.ndarray) else None
     if mask is not None and mask.dtype == np.bool_ and mask.shape == x.shape and not accumulate:
         if as_tensor(value).ndim == 0:
