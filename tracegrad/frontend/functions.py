@@ -21,6 +21,7 @@ import numpy as np
 
 from tracegrad.core import primitives as P
 from tracegrad.core.errors import ShapeError, TraceError, user_location, warn_user
+from tracegrad.frontend.promotion import result_type
 from tracegrad.frontend.tensor import Listeners, Tensor, as_tensor, call_into
 
 # Keywords only NumPy's functions take: a top-level call with one is a NumPy habit, and the
@@ -382,11 +383,15 @@ def take_along(x: Tensor, idx: Tensor, dim: int, extents: tuple[int, ...]) -> Te
 
 @pytorch_keywords
 def cat(tensors: Sequence[Any], dim: int = 0) -> Tensor:
-    """The tensors joined along an existing dimension."""
+    """The tensors joined along an existing dimension. PyTorch's legacy empty tensor (shape
+    (0,), `torch.tensor([])`, an accumulator's start) is skipped beside others; its dtype
+    still counts in the result's."""
     xs = [as_tensor(x) for x in tensors]
     if not xs:
         raise ShapeError("cat: needs at least one tensor")
-    return P.concatenate(*xs, axis=one_dim("cat", dim, xs[0].ndim))
+    kept = [x for x in xs if x.shape != (0,)] or xs
+    out = P.concatenate(*kept, axis=one_dim("cat", dim, kept[0].ndim))
+    return out if len(kept) == len(xs) else astype(out, result_type(*xs))
 
 
 concatenate = concat = cat
