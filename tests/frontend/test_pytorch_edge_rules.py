@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 import tracegrad as tg
+import tracegrad.numpy as tnp
 from tests.conftest import check_grad, traced_matches_eager
 
 A = np.random.default_rng(3).standard_normal((2, 3))
@@ -24,3 +25,14 @@ def test_cat_skips_the_legacy_empty_tensor():
     assert tg.cat([tg.tensor([]), tg.tensor([])]).shape == (0,)
     check_grad(lambda x: tg.cat([tg.tensor([], dtype=tg.float64), x, x * 2.0]), A)
     traced_matches_eager(lambda x: tg.cat([tg.tensor([]).double(), x]), A, backend="numpy")
+
+
+def test_where_of_two_python_numbers_takes_their_own_result_type():
+    """`torch.where(c, 1.0, 0.0)` is of the default float dtype (it was float64), eager and
+    traced; two ints are int64, two bools bool. tracegrad.numpy.where keeps NumPy's float64."""
+    c = tg.tensor([True, False])
+    assert tg.where(c, 1.0, 0.0).dtype == np.float32
+    assert tg.where(c, 1.0, 0.0).tolist() == [1.0, 0.0]
+    assert (tg.where(c, 1, 0).dtype, tg.where(c, True, False).dtype) == (np.int64, np.bool_)
+    assert tg.trace(lambda c: tg.where(c, 1.0, 0.0))(c).dtype == np.float32
+    assert tnp.where(c, 1.0, 0.0).dtype == np.float64

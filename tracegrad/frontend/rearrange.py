@@ -29,6 +29,7 @@ from tracegrad.frontend.functions import (
     shape_arg,
     transpose,
 )
+from tracegrad.frontend.promotion import is_number, result_type
 from tracegrad.frontend.reductions import sum
 from tracegrad.frontend.tensor import Tensor, as_tensor
 
@@ -367,9 +368,13 @@ def cartesian_prod(*tensors: Any) -> Tensor:
 @pytorch_keywords
 def where(condition: Any, input: Any = None, other: Any = None) -> Any:
     """`input` where `condition` holds, else `other`; where(condition) alone is
-    nonzero(condition, as_tuple=True)."""
+    nonzero(condition, as_tuple=True). Two Python numbers take their own result type
+    (`where(c, 1.0, 0.0)` is of the default float dtype), as PyTorch's."""
     if input is None and other is None:
         return nonzero(condition, as_tuple=True)
+    if is_number(input) and is_number(other):
+        dtype = result_type(input, other)
+        input, other = Tensor._of(input, dtype), Tensor._of(other, dtype)
     return P.where(condition, input, other)
 
 
