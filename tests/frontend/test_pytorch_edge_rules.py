@@ -5,6 +5,7 @@ finite differences in float64, traced against eager where the rule holds in a co
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import tracegrad as tg
 import tracegrad.numpy as tnp
@@ -36,3 +37,32 @@ def test_where_of_two_python_numbers_takes_their_own_result_type():
     assert (tg.where(c, 1, 0).dtype, tg.where(c, True, False).dtype) == (np.int64, np.bool_)
     assert tg.trace(lambda c: tg.where(c, 1.0, 0.0))(c).dtype == np.float32
     assert tnp.where(c, 1.0, 0.0).dtype == np.float64
+
+
+R = np.random.default_rng(5)
+SQUARES = R.standard_normal((2, 3, 3))
+
+
+@pytest.mark.parametrize(
+    "spec, shapes",
+    [("bij,bjk->bik", [(2, 2, 3), (1, 3, 4)]), ("...ij,...jk->...ik", [(2, 2, 3), (1, 3, 4)]),
+     ("ij,ij->i", [(2, 3), (1, 3)]), ("ij,ij->ij", [(1, 3), (2, 1)]), ("ij,jk", [(2, 1), (3, 4)])],
+)  # fmt: skip
+def test_einsum_broadcasts_indices_of_size_one(spec, shapes):
+    """As NumPy's and PyTorch's einsum (it raised): values, gradients, traced."""
+    arrays = [R.standard_normal(s) for s in shapes]
+    got = tg.einsum(spec, *map(tg.tensor, arrays))
+    np.testing.assert_allclose(got.numpy(), np.einsum(spec, *arrays), rtol=1e-12)
+    check_grad(lambda *xs: tg.einsum(spec, *xs), *arrays)
+    traced_matches_eager(lambda *xs: tg.einsum(spec, *xs), *arrays, backend="numpy")
+
+
+@pytest.mark.parametrize("spec", ["bii->bi", "bii->", "bii,bij->bj", "bii->b"])
+def test_einsum_differentiates_through_a_repeated_index(spec):
+    """A trace or diagonal ("ii->", "bii->bi") had no gradient (NotImplementedError)."""
+    arrays = [SQUARES] * spec.split("->")[0].count(",") + [SQUARES]
+    got = tg.einsum(spec, *map(tg.tensor, arrays))
+    np.testing.assert_allclose(got.numpy(), np.einsum(spec, *arrays), rtol=1e-12)
+    check_grad(lambda *xs: tg.einsum(spec, *xs), *arrays)
+    traced_matches_eager(lambda *xs: tg.einsum(spec, *xs), *arrays, backend="numpy")
+    check_grad(lambda x: tg.einsum("ii->", x), SQUARES[0])
