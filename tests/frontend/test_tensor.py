@@ -211,3 +211,14 @@ def test_a_one_element_tensor_of_any_shape_is_a_python_number() -> None:
 
     with pytest.raises(tg.TraceError, match="float"):
         step(tg.ones(1, 1))
+
+
+def test_a_list_holding_numpy_float64_values_makes_a_float64_tensor() -> None:
+    """As PyTorch infers: a NumPy float64 scalar or array anywhere in the list (it was the
+    default float32); Python floats, and NumPy float32 beside them, stay the default dtype."""
+    assert tg.tensor([np.float64(1.5), 2.0]).dtype == np.float64
+    assert tg.tensor([[1.0], [np.float64(2.0)]]).dtype == np.float64
+    assert tg.tensor([np.array([1.5]), np.array([2.0])]).dtype == np.float64
+    assert tg.tensor([np.float32(1.5), 2.0]).dtype == np.float32
+    assert tg.tensor([1.5, 2.0]).dtype == np.float32
+    assert tg.tensor([np.float64(1.5)]).tolist() == [1.5]

@@ -82,10 +82,17 @@ def _is_size(x: Any) -> bool:
 
 
 def _default_dtype(data: Any) -> np.dtype | None:
-    """Python floats (and lists of them) get the default dtype; ndarrays keep theirs."""
-    if isinstance(data, np.ndarray | np.generic):
+    """Python floats (and lists of them) get the default dtype; ndarrays keep theirs, and so
+    does a list holding NumPy float64 scalars or arrays (PyTorch infers float64 from them)."""
+    if isinstance(data, np.ndarray | np.generic) or np.asarray(data).dtype != np.float64:
         return None
-    return get_default_dtype() if np.asarray(data).dtype == np.float64 else None
+    return None if _holds_numpy_float64(data) else get_default_dtype()
+
+
+def _holds_numpy_float64(x: Any) -> bool:
+    if isinstance(x, list | tuple):
+        return any(map(_holds_numpy_float64, x))
+    return isinstance(x, np.ndarray | np.generic) and x.dtype == np.float64
 
 
 class Size(int):
