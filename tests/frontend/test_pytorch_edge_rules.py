@@ -66,3 +66,14 @@ def test_einsum_differentiates_through_a_repeated_index(spec):
     check_grad(lambda *xs: tg.einsum(spec, *xs), *arrays)
     traced_matches_eager(lambda *xs: tg.einsum(spec, *xs), *arrays, backend="numpy")
     check_grad(lambda x: tg.einsum("ii->", x), SQUARES[0])
+
+
+def test_an_empty_dim_list_reduces_every_dim_as_pytorch_reads_it():
+    """`sum(dim=[])` and `mean(dim=[])` reduce all (they reduced none); tracegrad.numpy keeps
+    NumPy's reading, axis=() reduces none."""
+    x = tg.tensor(A)
+    assert x.sum(dim=[]).item() == A.sum() and tg.sum(x, ()).shape == ()
+    np.testing.assert_allclose(tg.mean(x, dim=[], keepdim=True).numpy(), A.mean(keepdims=True))
+    assert tnp.sum(x, axis=()).shape == tnp.mean(x, axis=()).shape == A.shape
+    check_grad(lambda x: x.sum(dim=[]) * x, A)
+    traced_matches_eager(lambda x: x.mean(dim=[]) * x, A, backend="numpy")
