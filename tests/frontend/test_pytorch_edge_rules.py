@@ -77,3 +77,38 @@ def test_an_empty_dim_list_reduces_every_dim_as_pytorch_reads_it():
     assert tnp.sum(x, axis=()).shape == tnp.mean(x, axis=()).shape == A.shape
     check_grad(lambda x: x.sum(dim=[]) * x, A)
     traced_matches_eager(lambda x: x.mean(dim=[]) * x, A, backend="numpy")
+
+
+def test_index_select_with_a_0d_index_keeps_the_dim():
+    x = tg.tensor(A)
+    assert x.index_select(1, tg.tensor(2)).tolist() == A[:, [2]].tolist()
+    check_grad(lambda x: x.index_select(0, tg.tensor(1)), A)
+
+
+def test_softmax_over_a_size_0_dim_is_empty():
+    for f in (tg.softmax, tg.log_softmax):
+        out = f(tg.zeros(0, 3, dtype=tg.float64), 0)
+        assert out.shape == (0, 3) and out.dtype == np.float64
+
+
+def test_repeat_interleave_of_counts_alone_repeats_the_positions():
+    assert tg.repeat_interleave(tg.tensor([1, 0, 2])).tolist() == [0, 2, 2]
+    assert tg.repeat_interleave(tg.tensor([2, 1])).dtype == np.int64
+
+
+def test_all_and_any_of_uint8_are_uint8():
+    b = tg.tensor(np.array([1, 0, 2], np.uint8))
+    assert (b.all().dtype, b.any(0).dtype, tg.all(b).item()) == (np.uint8, np.uint8, 0)
+    assert tg.tensor([1, 2]).all().dtype == np.bool_
+
+
+def test_overwriting_a_tracked_tensor_with_a_constant_keeps_it_tracked():
+    """`x.clone().zero_()`, `.fill_(v)`, `.copy_(constant)`: requires_grad stays (it was
+    dropped), and the old value's gradient is zero, as PyTorch's."""
+    x = tg.tensor(A, requires_grad=True)
+    zeroed, copied = x.clone().zero_(), x.clone().copy_(tg.tensor([1, 2, 3]))
+    assert zeroed.requires_grad and copied.requires_grad and zeroed.abs().sum().item() == 0
+    (zeroed.sum() + copied.sum() + x.sum()).backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.ones_like(A))
+    check_grad(lambda x: x * 2.0 + (x * 1.0).fill_(3.0), A)
+    traced_matches_eager(lambda x: (x * 1.0).zero_() + x.exp(), A, backend="numpy")

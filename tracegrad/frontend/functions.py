@@ -343,8 +343,9 @@ def narrow(input: Any, dim: int, start: int, length: int) -> Tensor:
 
 @pytorch_keywords
 def index_select(input: Any, dim: int, index: Any) -> Tensor:
+    """The slices at `index` (1-d, or 0-d: the dim keeps size 1, as PyTorch's) along `dim`."""
     x = as_tensor(input)
-    return at(x, one_dim("index_select", dim, x.ndim), as_tensor(index))
+    return at(x, one_dim("index_select", dim, x.ndim), reshape(as_tensor(index), (-1,)))
 
 
 @pytorch_keywords

@@ -65,13 +65,21 @@ def write(target: Tensor, result: Any, op: str) -> Tensor:
         result = astype(result, target.dtype)
     tracked = edge(result) is not None
     if Listeners.grad_enabled and (tracked or not target.is_leaf):
-        _rebind(target, P.positive(result) if tracked and result.is_leaf else result, op)
+        _rebind(target, P.positive(result) if tracked and result.is_leaf else
+                result if tracked else _replacing(target, result), op)  # fmt: skip
     else:
         target._assign(result)
         if not Listeners.tracers:
             return target  # a view's array is its base's memory: the base has the write
     write_back(target, op)
     return target
+
+
+def _replacing(target: Tensor, result: Tensor) -> Tensor:
+    """`result`, untracked, as a value of the tracked `target`'s history, as PyTorch's
+    `x.zero_()`, `x.copy_(constant)`: still requiring grad, its gradient to the old value
+    zero."""
+    return P.where(Tensor._of(np.True_), result, target)
 
 
 def write_back(view: Tensor, op: str) -> None:

@@ -200,10 +200,13 @@ def repeat(input: Any, *sizes: Any) -> Tensor:
 
 
 @pytorch_keywords
-def repeat_interleave(input: Any, repeats: Any, dim: int | None = None, *,
+def repeat_interleave(input: Any, repeats: Any = None, dim: int | None = None, *,
                       output_size: int | None = None) -> Tensor:  # fmt: skip
     """Each element repeated `repeats` times (an int, or one count per element) along `dim`, of
-    the flattened tensor if None: NumPy's repeat."""
+    the flattened tensor if None: NumPy's repeat. `repeat_interleave(counts)` alone repeats
+    each position i counts[i] times, as PyTorch's."""
+    if repeats is None:
+        input, repeats = Tensor._of(np.arange(len(as_tensor(input)))), input
     x = as_tensor(input)
     if dim is None:
         x, dim = ravel(x), 0

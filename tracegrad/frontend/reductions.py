@@ -80,14 +80,19 @@ def amin(input: Any, dim: Any = None, keepdim: bool = False) -> Tensor:
 def all(input: Any, dim: Any = None, keepdim: bool = False) -> Tensor:
     """Whether every element (along `dim`) is true (nonzero)."""
     x = as_tensor(input)
-    return reduce_dims(P.min, x if x.dtype == np.bool_ else x != 0, dim, keepdim)
+    return _as_bytes(x, reduce_dims(P.min, x if x.dtype == np.bool_ else x != 0, dim, keepdim))
 
 
 @pytorch_keywords
 def any(input: Any, dim: Any = None, keepdim: bool = False) -> Tensor:
     """Whether some element (along `dim`) is true (nonzero)."""
     x = as_tensor(input)
-    return reduce_dims(P.max, x if x.dtype == np.bool_ else x != 0, dim, keepdim)
+    return _as_bytes(x, reduce_dims(P.max, x if x.dtype == np.bool_ else x != 0, dim, keepdim))
+
+
+def _as_bytes(x: Tensor, out: Tensor) -> Tensor:
+    """all's and any's result: uint8 for a uint8 input, as PyTorch's (bool otherwise)."""
+    return astype(out, np.uint8) if x.dtype == np.uint8 else out
 
 
 def _argmax(x: Tensor, dim: int | None, keepdim: bool) -> Tensor:
@@ -211,12 +216,16 @@ def logsumexp(input: Any, dim: Any, keepdim: bool = False) -> Tensor:
 def log_softmax(input: Any, dim: int = -1) -> Tensor:
     """(x - m) - log(sum(exp(x - m))), m the max (`core.ops.losses.log_softmax_parts`)."""
     x = as_tensor(input)
+    if not x.size:  # nothing to normalize, as PyTorch's (a max over no elements would raise)
+        return P.positive(x)
     return P.log_softmax(x, axis=dim_tuple("log_softmax", dim, x.ndim))
 
 
 @pytorch_keywords
 def softmax(input: Any, dim: int = -1) -> Tensor:
     x = as_tensor(input)
+    if not x.size:
+        return P.positive(x)
     e = P.exp(x - amax(x, dim, keepdim=True).detach())
     return e / sum(e, dim, keepdim=True)
 
