@@ -112,3 +112,25 @@ def test_overwriting_a_tracked_tensor_with_a_constant_keeps_it_tracked():
     np.testing.assert_array_equal(x.grad.numpy(), np.ones_like(A))
     check_grad(lambda x: x * 2.0 + (x * 1.0).fill_(3.0), A)
     traced_matches_eager(lambda x: (x * 1.0).zero_() + x.exp(), A, backend="numpy")
+
+
+def test_median_of_values_with_a_nan_is_nan_at_its_first_index():
+    """As PyTorch's (the nan was skipped, as nanmedian does); without one, the lower middle."""
+    n = np.nan
+    x = tg.tensor([[2.0, n, 1.0, n], [3.0, 1.0, 2.0, 5.0]])
+    values, indices = x.median(1)
+    np.testing.assert_array_equal(values.numpy(), [n, 2.0])
+    assert indices.tolist() == [1, 2] and np.isnan(tg.tensor([1.0, n, 3.0]).median().item())
+    assert x.nanmedian(1).values.tolist() == [1.0, 2.0]
+    check_grad(lambda x: x.median(0).values, A)
+    traced_matches_eager(lambda x: x.median(1, keepdim=True).values * x, A, backend="numpy")
+
+
+def test_sign_of_nan_is_0_and_of_bools_the_bools():
+    """PyTorch's sign (and Tensor.sign, sgn); tracegrad.numpy.sign keeps NumPy's nan."""
+    x = tg.tensor([np.nan, -2.0, 0.0, 3.0])
+    assert tg.sign(x).tolist() == x.sign().tolist() == tg.sgn(x).tolist() == [0.0, -1.0, 0.0, 1.0]
+    assert np.isnan(tnp.sign(x).numpy()[0])
+    assert tg.sign(tg.tensor([True, False])).tolist() == [True, False]
+    assert tg.sign(tg.tensor([-3, 0, 2])).tolist() == [-1, 0, 1]
+    check_grad(lambda x: tg.sign(x) * x, A)

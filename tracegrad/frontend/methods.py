@@ -241,7 +241,7 @@ def _has_floats(result: Any) -> bool:
 
 _ELEMENTWISE = {p.name: p for p in P.PRIMITIVES.values()
                 if p.kind is Kind.ELEMENTWISE and p.arity in (1, 2)}  # fmt: skip
-_ELEMENTWISE.update(floor=P.floor, ceil=P.ceil, trunc=P.trunc, sign=P.sign)
+_ELEMENTWISE.update(floor=P.floor, ceil=P.ceil, trunc=P.trunc, sign=E.sign)
 for _name in ("astype", "where", "equal", "less", "less_equal", "greater", "greater_equal",
               "not_equal", "positive"):  # fmt: skip
     _ELEMENTWISE.pop(_name, None)  # other names below, or not PyTorch's methods
