@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
+import tracegrad.numpy as tnp
+from tests.conftest import check_grad, traced_matches_eager
 from tracegrad.compiler import lowering
 
 R = np.random.default_rng(7)
@@ -676,3 +678,33 @@ def test_a_one_element_integer_tensor_of_any_shape_is_an_index():
         ["a", "b"][tg.tensor([0, 1])]
     with pytest.raises(TypeError, match="single element"):
         ["a", "b"][tg.tensor([1.0])]
+
+
+def test_a_bool_scalar_index_is_a_new_axis_of_size_one_or_zero():
+    """x[True] and x[False], as NumPy's and PyTorch's (x[True] read 1 as an int)."""
+    a = np.arange(24.0).reshape(2, 3, 4)
+    x = tg.tensor(a)
+    for index in [True, False, (slice(None), False), (Ellipsis, False, 1), (0, True, 1),
+                  (np.True_, slice(1, 2)), (slice(None), np.False_)]:  # fmt: skip
+        np.testing.assert_array_equal(x[index].numpy(), a[index], err_msg=str(index))
+    np.testing.assert_array_equal(x[tg.tensor(False)].numpy(), a[np.array(False)])
+    y = tg.zeros(3)
+    y[False] = 5.0
+    assert y.tolist() == [0.0] * 3
+    y[True] = 7.0
+    assert y.tolist() == [7.0] * 3
+    check_grad(lambda t: t[True][..., 1:] * t[False].sum(), a)
+    traced_matches_eager(lambda t: t[:, True] * 2.0 + t[..., False, 1].sum(), a, backend="numpy")
+
+
+def test_a_uint8_index_tensor_is_a_mask_as_in_pytorch():
+    """PyTorch's (deprecated, with its warning) reading of `x[mask.byte()]` and
+    `x[mask.byte()] = v`; tracegrad.numpy.take reads the same tensor as integers, as NumPy."""
+    mask = tg.tensor(np.array([1, 0, 1], np.uint8))
+    x = tg.tensor([1.0, 2.0, 3.0])
+    with pytest.warns(UserWarning, match="uint8 is now deprecated"):
+        assert x[mask].tolist() == [1.0, 3.0]
+    with pytest.warns(UserWarning, match="uint8"):
+        x[mask] = 0.0
+    assert x.tolist() == [0.0, 2.0, 0.0]
+    assert tnp.take(tg.tensor([1.0, 2.0, 3.0]), mask).tolist() == [2.0, 1.0, 2.0]

@@ -191,3 +191,34 @@ def test_a_python_number_takes_the_type_numpy_gives_it(dtype, number):
         for got in results:
             assert got.dtype == want.dtype
             np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_a_one_element_tensor_of_any_shape_is_a_python_number() -> None:
+    """PyTorch's float(t), int(t) and math's functions of shape (1,) and (1, 1) (a sampling
+    loop's `int(torch.multinomial(p, 1))`); more elements raise, as PyTorch's ValueError; a
+    traced tensor refuses, whatever its shape."""
+    import math
+
+    assert float(tg.ones(1)) == 1.0 and isinstance(float(tg.ones(1, 1)), float)
+    assert int(tg.tensor([[3]])) == 3 and int(tg.tensor([2.7])) == 2
+    assert math.log(tg.ones(1) * 2) == pytest.approx(math.log(2))
+    with pytest.raises(ValueError, match="one element"):
+        float(tg.ones(2))
+
+    @tg.trace
+    def step(x):
+        return x * float(x)
+
+    with pytest.raises(tg.TraceError, match="float"):
+        step(tg.ones(1, 1))
+
+
+def test_a_list_holding_numpy_float64_values_makes_a_float64_tensor() -> None:
+    """As PyTorch infers: a NumPy float64 scalar or array anywhere in the list (it was the
+    default float32); Python floats, and NumPy float32 beside them, stay the default dtype."""
+    assert tg.tensor([np.float64(1.5), 2.0]).dtype == np.float64
+    assert tg.tensor([[1.0], [np.float64(2.0)]]).dtype == np.float64
+    assert tg.tensor([np.array([1.5]), np.array([2.0])]).dtype == np.float64
+    assert tg.tensor([np.float32(1.5), 2.0]).dtype == np.float32
+    assert tg.tensor([1.5, 2.0]).dtype == np.float32
+    assert tg.tensor([np.float64(1.5)]).tolist() == [1.5]

@@ -345,7 +345,16 @@ def allclose(input: Any, other: Any, rtol: float = 1e-05, atol: float = 1e-08,
     return bool(isclose(input, other, rtol, atol, equal_nan).numpy().all())
 
 
-sgn = P.sign  # PyTorch's sign for complex numbers: the sign, for real ones
+def sign(input: Any) -> Tensor:
+    """-1, 0 or 1 by the sign; 0 at nan and a bool tensor itself, as PyTorch's (NumPy's sign
+    of nan is nan: tracegrad.numpy.sign)."""
+    x = as_tensor(input)
+    if x.dtype == np.bool_:
+        return x
+    return P.where(isnan(x), 0, P.sign(x)) if x.dtype.kind == "f" else P.sign(x)
+
+
+sgn = sign  # PyTorch's sign for complex numbers: the sign, for real ones
 
 
 @pytorch_keywords
@@ -389,6 +398,6 @@ __all__ = [
     "isnan", "isneginf", "isposinf", "isreal", "ldexp", "le", "lerp", "less", "less_equal",
     "logical_and", "logical_not", "logical_or", "logical_xor", "lt", "masked_fill", "mul",
     "multiply", "nan_to_num", "ne", "negative", "not_equal", "prelu", "rad2deg", "real",
-    "reciprocal", "relu", "round", "sgn", "signbit", "sinc", "square", "sub", "subtract",
+    "reciprocal", "relu", "round", "sgn", "sign", "signbit", "sinc", "square", "sub", "subtract",
     "true_divide",
 ]  # fmt: skip

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from tracegrad.core import primitives as P
-from tracegrad.core.errors import ShapeError, TraceError, user_location
+from tracegrad.core.errors import ShapeError, TraceError, user_location, warn_user
+from tracegrad.frontend.promotion import result_type
 from tracegrad.frontend.tensor import Listeners, Tensor, as_tensor, call_into
 
 # Keywords only NumPy's functions take: a top-level call with one is a NumPy habit, and the
@@ -223,8 +224,8 @@ def getitem(input: Any, index: Any) -> Tensor:
     """Indexing with ints, slices, None, ..., integer arrays (several) and boolean masks. Basic
     indexing (no arrays) gives a view, as NumPy's and PyTorch's: a write into it writes the
     indexed tensor too (`mutation.write_back`)."""
+    x, index = bool_scalars(as_tensor(input), index)
     template, arrays = index_parts(index)
-    x = as_tensor(input)
     out = P.getitem(x, *arrays, template=template)
     if not arrays:
         out._view = (x, index)
@@ -244,6 +245,50 @@ def mask_value(mask: Tensor) -> np.ndarray:
     return value
 
 
+def pytorch_index(index: Any) -> Any:
+    """PyTorch's reading of an index for `t[index]` and `t[index] = v`: a uint8 tensor is a
+    boolean mask (deprecated, with PyTorch's warning); NumPy's (`tracegrad.numpy.take`) reads
+    it as integers."""
+    items = index if isinstance(index, tuple) else (index,)
+    if not any(isinstance(i, Tensor | np.ndarray) and i.dtype == np.uint8 for i in items):
+        return index
+    warn_user("indexing with dtype torch.uint8 is now deprecated, please use a dtype "
+              "torch.bool instead.")  # fmt: skip
+    items = tuple(astype(i, np.bool_) if isinstance(i, Tensor | np.ndarray) and i.dtype == np.uint8
+                  else i for i in items)  # fmt: skip
+    return items if isinstance(index, tuple) else items[0]
+
+
+def tensor_getitem(self: Tensor, index: Any) -> Tensor:
+    """`t[index]`, by PyTorch's reading of the index (`pytorch_index`)."""
+    return getitem(self, pytorch_index(index))
+
+
+def bool_value(item: Any) -> bool | None:
+    """A bool scalar index's value (a Python or NumPy bool, a concrete 0-d mask), else None."""
+    if isinstance(item, bool | np.bool_):
+        return bool(item)
+    if isinstance(item, Tensor | np.ndarray) and item.dtype == np.bool_ and item.ndim == 0:
+        mask = as_tensor(item)
+        return None if mask.is_symbolic else bool(mask_value(mask))
+    return None
+
+
+def bool_scalars(x: Tensor, index: Any) -> tuple[Tensor, Any]:
+    """NumPy's and PyTorch's bool scalar in an index: a new axis of size 1 (True, which
+    `index_parts` reads as None) or 0 (False: a new input axis, indexed by no positions)."""
+    items = list(index) if isinstance(index, tuple) else [index]
+    k = next((k for k, i in enumerate(items) if bool_value(i) is False), None)
+    if k is None:
+        return x, index
+    used = [0 if i is None or i is Ellipsis or bool_value(i) is not None else
+            as_tensor(i).ndim if isinstance(i, Tensor | np.ndarray) and i.dtype == np.bool_
+            else 1 for i in items]  # fmt: skip
+    before = sum(used[:k]) if Ellipsis not in items[:k] else x.ndim - sum(used[k + 1 :])
+    items[k] = Tensor._of(np.zeros(0, np.int64))
+    return bool_scalars(unsqueeze(x, before), tuple(items))
+
+
 def index_parts(index: Any) -> tuple[tuple, list[Tensor]]:
     """An index as the getitem op takes it: a template of ints, slices, None, ... and "@" for
     each index array, and the integer index arrays (a boolean mask gives one per dimension)."""
@@ -251,6 +296,8 @@ def index_parts(index: Any) -> tuple[tuple, list[Tensor]]:
     for item in index if isinstance(index, tuple) else (index,):
         if isinstance(item, range):  # x[range(n), y]: an index array, as NumPy and PyTorch take it
             item = np.arange(item.start, item.stop, item.step)
+        if bool_value(item):  # True: a new axis of size 1 (False: `bool_scalars`)
+            item = None
         if isinstance(item, Tensor | np.ndarray | list):
             item = as_tensor(item)
             if item.dtype == np.bool_:
@@ -296,8 +343,9 @@ def narrow(input: Any, dim: int, start: int, length: int) -> Tensor:
 
 @pytorch_keywords
 def index_select(input: Any, dim: int, index: Any) -> Tensor:
+    """The slices at `index` (1-d, or 0-d: the dim keeps size 1, as PyTorch's) along `dim`."""
     x = as_tensor(input)
-    return at(x, one_dim("index_select", dim, x.ndim), as_tensor(index))
+    return at(x, one_dim("index_select", dim, x.ndim), reshape(as_tensor(index), (-1,)))
 
 
 @pytorch_keywords
@@ -336,11 +384,15 @@ def take_along(x: Tensor, idx: Tensor, dim: int, extents: tuple[int, ...]) -> Te
 
 @pytorch_keywords
 def cat(tensors: Sequence[Any], dim: int = 0) -> Tensor:
-    """The tensors joined along an existing dimension."""
+    """The tensors joined along an existing dimension. PyTorch's legacy empty tensor (shape
+    (0,), `torch.tensor([])`, an accumulator's start) is skipped beside others; its dtype
+    still counts in the result's."""
     xs = [as_tensor(x) for x in tensors]
     if not xs:
         raise ShapeError("cat: needs at least one tensor")
-    return P.concatenate(*xs, axis=one_dim("cat", dim, xs[0].ndim))
+    kept = [x for x in xs if x.shape != (0,)] or xs
+    out = P.concatenate(*kept, axis=one_dim("cat", dim, kept[0].ndim))
+    return out if len(kept) == len(xs) else astype(out, result_type(*xs))
 
 
 concatenate = concat = cat

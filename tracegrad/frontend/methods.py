@@ -241,7 +241,7 @@ def _has_floats(result: Any) -> bool:
 
 _ELEMENTWISE = {p.name: p for p in P.PRIMITIVES.values()
                 if p.kind is Kind.ELEMENTWISE and p.arity in (1, 2)}  # fmt: skip
-_ELEMENTWISE.update(floor=P.floor, ceil=P.ceil, trunc=P.trunc, sign=P.sign)
+_ELEMENTWISE.update(floor=P.floor, ceil=P.ceil, trunc=P.trunc, sign=E.sign)
 for _name in ("astype", "where", "equal", "less", "less_equal", "greater", "greater_equal",
               "not_equal", "positive"):  # fmt: skip
     _ELEMENTWISE.pop(_name, None)  # other names below, or not PyTorch's methods
@@ -264,8 +264,8 @@ METHODS: dict[str, Any] = {
     "__rmod__": _swapped(P.remainder), "__floordiv__": E.floor_divide,
     "__rfloordiv__": _swapped(E.floor_divide), "__lt__": P.less, "__le__": P.less_equal,
     "__gt__": P.greater, "__ge__": P.greater_equal, "__eq__": _comparing(P.equal),
-    "__ne__": _comparing(P.not_equal),
-    "__getitem__": F.getitem, "__neg__": P.neg, "__abs__": P.abs, "__pos__": lambda self: self,
+    "__ne__": _comparing(P.not_equal), "__getitem__": F.tensor_getitem,
+    "__neg__": P.neg, "__abs__": P.abs, "__pos__": lambda self: self,
     "__iadd__": W.in_place(P.add, "__iadd__"), "__isub__": W.in_place(P.sub, "__isub__"),
     "__imul__": W.in_place(P.mul, "__imul__"), "__itruediv__": W.in_place(P.div, "__itruediv__"),
     "__ipow__": W.in_place(P.pow, "__ipow__"), "__setitem__": W.setitem, "__format__": _format,

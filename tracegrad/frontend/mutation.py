@@ -30,9 +30,11 @@ from tracegrad.frontend import random
 from tracegrad.frontend.autodiff import edge, no_grad
 from tracegrad.frontend.functions import (
     astype,
+    bool_value,
     broadcast_to,
     index_parts,
     one_dim,
+    pytorch_index,
     pytorch_keywords,
     reshape,
     shape_arg,
@@ -63,13 +65,21 @@ def write(target: Tensor, result: Any, op: str) -> Tensor:
         result = astype(result, target.dtype)
     tracked = edge(result) is not None
     if Listeners.grad_enabled and (tracked or not target.is_leaf):
-        _rebind(target, P.positive(result) if tracked and result.is_leaf else result, op)
+        _rebind(target, P.positive(result) if tracked and result.is_leaf else
+                result if tracked else _replacing(target, result), op)  # fmt: skip
     else:
         target._assign(result)
         if not Listeners.tracers:
             return target  # a view's array is its base's memory: the base has the write
     write_back(target, op)
     return target
+
+
+def _replacing(target: Tensor, result: Tensor) -> Tensor:
+    """`result`, untracked, as a value of the tracked `target`'s history, as PyTorch's
+    `x.zero_()`, `x.copy_(constant)`: still requiring grad, its gradient to the old value
+    zero."""
+    return P.where(Tensor._of(np.True_), result, target)
 
 
 def write_back(view: Tensor, op: str) -> None:
@@ -280,7 +290,7 @@ def fill_diagonal(self: Tensor, fill_value: Any, wrap: bool = False) -> Tensor:
 
 def setitem(self: Tensor, index: Any, value: Any) -> None:
     """`x[index] = value`, differentiable in both (PyTorch's index_put_)."""
-    write(self, index_put(self, index, value), "__setitem__")
+    write(self, index_put(self, pytorch_index(index), value), "__setitem__")
 
 
 def index_put(input: Any, index: Any, value: Any, accumulate: bool = False) -> Tensor:
@@ -288,6 +298,8 @@ def index_put(input: Any, index: Any, value: Any, accumulate: bool = False) -> T
     indexed region. A boolean mask of input's shape with one value is a `where`, so it traces;
     other indices scatter."""
     x = as_tensor(input)
+    if any(bool_value(i) is False for i in (index if isinstance(index, tuple) else (index,))):
+        return x  # a bool scalar False selects nothing
     mask = index if isinstance(index, Tensor | np.ndarray) else None
     if mask is not None and mask.dtype == np.bool_ and mask.shape == x.shape and not accumulate:
         if as_tensor(value).ndim == 0:

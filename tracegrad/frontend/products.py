@@ -22,6 +22,7 @@ from tracegrad.frontend.functions import (
     reshape,
     stack,
 )
+from tracegrad.frontend.rearrange import diagonal
 from tracegrad.frontend.tensor import Tensor, as_tensor
 
 
@@ -162,7 +163,38 @@ def _einsum(subscripts: str, xs: list[Tensor]) -> Tensor:
         letters = "".join(ins)
         out = ell + "".join(sorted(c for c in set(letters) if letters.count(c) == 1
                                    and c not in ell))  # fmt: skip
+    for subs, x in zip(ins, xs, strict=True):
+        if len(subs) != x.ndim:
+            raise ShapeError(f"einsum '{subscripts}': operand of shape {x.shape} for '{subs}'")
+    pairs = [_diagonals(s, x) for s, x in zip(ins, xs, strict=True)]
+    ins, xs = [s for s, _ in pairs], [x for _, x in pairs]
+    ins, xs = _broadcast_ones(ins, xs)
     return P.einsum(*xs, spec=",".join(ins) + "->" + out)
+
+
+def _diagonals(subs: str, x: Tensor) -> tuple[str, Tensor]:
+    """An operand's repeated index ("ii", "bii") as its diagonal, an index of its own (last),
+    so that the contraction, and its gradient, see each index once."""
+    c = next((c for c in subs if subs.count(c) > 1), None)
+    if c is None:
+        return subs, x
+    p, q = subs.index(c), subs.index(c, subs.index(c) + 1)
+    rest = subs[:p] + subs[p + 1 : q] + subs[q + 1 :]
+    return _diagonals(rest + c, diagonal(x, 0, p, q))
+
+
+def _broadcast_ones(ins: list[str], xs: list[Tensor]) -> tuple[list[str], list[Tensor]]:
+    """An index of size 1 in one operand and n in another broadcasts, as in NumPy's and
+    PyTorch's einsum: the operand is constant along it, so the index leaves it (squeezed)."""
+    sizes: dict[str, int] = {}
+    for subs, x in zip(ins, xs, strict=True):
+        sizes.update((c, max(sizes.get(c, 1), d)) for c, d in zip(subs, x.shape, strict=True))
+    out_ins, out_xs = [], []
+    for subs, x in zip(ins, xs, strict=True):
+        kept = [k for k, c in enumerate(subs) if x.shape[k] != 1 or sizes[c] == 1]
+        out_ins.append("".join(subs[k] for k in kept))
+        out_xs.append(x if len(kept) == x.ndim else reshape(x, tuple(x.shape[k] for k in kept)))
+    return out_ins, out_xs
 
 
 @pytorch_keywords

@@ -29,6 +29,7 @@ from tracegrad.frontend.functions import (
     shape_arg,
     transpose,
 )
+from tracegrad.frontend.promotion import is_number, result_type
 from tracegrad.frontend.reductions import sum
 from tracegrad.frontend.tensor import Tensor, as_tensor
 
@@ -199,10 +200,13 @@ def repeat(input: Any, *sizes: Any) -> Tensor:
 
 
 @pytorch_keywords
-def repeat_interleave(input: Any, repeats: Any, dim: int | None = None, *,
+def repeat_interleave(input: Any, repeats: Any = None, dim: int | None = None, *,
                       output_size: int | None = None) -> Tensor:  # fmt: skip
     """Each element repeated `repeats` times (an int, or one count per element) along `dim`, of
-    the flattened tensor if None: NumPy's repeat."""
+    the flattened tensor if None: NumPy's repeat. `repeat_interleave(counts)` alone repeats
+    each position i counts[i] times, as PyTorch's."""
+    if repeats is None:
+        input, repeats = Tensor._of(np.arange(len(as_tensor(input)))), input
     x = as_tensor(input)
     if dim is None:
         x, dim = ravel(x), 0
@@ -367,9 +371,13 @@ def cartesian_prod(*tensors: Any) -> Tensor:
 @pytorch_keywords
 def where(condition: Any, input: Any = None, other: Any = None) -> Any:
     """`input` where `condition` holds, else `other`; where(condition) alone is
-    nonzero(condition, as_tuple=True)."""
+    nonzero(condition, as_tuple=True). Two Python numbers take their own result type
+    (`where(c, 1.0, 0.0)` is of the default float dtype), as PyTorch's."""
     if input is None and other is None:
         return nonzero(condition, as_tuple=True)
+    if is_number(input) and is_number(other):
+        dtype = result_type(input, other)
+        input, other = Tensor._of(input, dtype), Tensor._of(other, dtype)
     return P.where(condition, input, other)
 
 

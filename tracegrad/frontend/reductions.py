@@ -29,7 +29,14 @@ from tracegrad.frontend.functions import (
 from tracegrad.frontend.tensor import Tensor, as_tensor
 
 
-def _reduce(prim: P.Primitive, input: Any, dim: Any, keepdim: bool, dtype: Any = None):
+def every_if_empty(dim: Any) -> Any:
+    """PyTorch's reading of an empty dim list, `sum(dim=[])`: every dim (NumPy's axis=()
+    reduces none: `reduce_dims`, which tracegrad.numpy calls)."""
+    return None if isinstance(dim, list | tuple) and not dim else dim
+
+
+def reduce_dims(prim: P.Primitive, input: Any, dim: Any, keepdim: bool, dtype: Any = None):
+    """`prim` over `dim` (NumPy's reading: an empty tuple is no dims)."""
     x = as_tensor(input)
     x = x if dtype is None else astype(x, dtype)
     return prim(x, axis=dim_tuple(prim.name, dim, x.ndim), keepdims=bool(keepdim))
@@ -37,45 +44,55 @@ def _reduce(prim: P.Primitive, input: Any, dim: Any, keepdim: bool, dtype: Any =
 
 @pytorch_keywords
 def sum(input: Any, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
-    return _reduce(P.sum, input, dim, keepdim, dtype)
+    return reduce_dims(P.sum, input, every_if_empty(dim), keepdim, dtype)
 
 
 @pytorch_keywords
 def prod(input: Any, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
-    return _reduce(P.prod, input, dim, keepdim, dtype)
+    return reduce_dims(P.prod, input, dim, keepdim, dtype)
 
 
 @pytorch_keywords
 def mean(input: Any, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
+    return mean_dims(input, every_if_empty(dim), keepdim, dtype)
+
+
+def mean_dims(input: Any, dim: Any, keepdim: bool, dtype: Any = None) -> Tensor:
+    """The mean over `dim`, read as `reduce_dims` reads it."""
     x = as_tensor(input)
     x = x if dtype is None else astype(x, dtype)
     axes = dim_tuple("mean", dim, x.ndim)
-    return sum(x, axes, keepdim) / float(math.prod(x.shape[a] for a in axes))
+    return reduce_dims(P.sum, x, axes, keepdim) / float(math.prod(x.shape[a] for a in axes))
 
 
 @pytorch_keywords
 def amax(input: Any, dim: Any = None, keepdim: bool = False) -> Tensor:
     """The maximum over `dim` (all by default); ties share the gradient."""
-    return _reduce(P.max, input, dim, keepdim)
+    return reduce_dims(P.max, input, dim, keepdim)
 
 
 @pytorch_keywords
 def amin(input: Any, dim: Any = None, keepdim: bool = False) -> Tensor:
-    return _reduce(P.min, input, dim, keepdim)
+    return reduce_dims(P.min, input, dim, keepdim)
 
 
 @pytorch_keywords
 def all(input: Any, dim: Any = None, keepdim: bool = False) -> Tensor:
     """Whether every element (along `dim`) is true (nonzero)."""
     x = as_tensor(input)
-    return _reduce(P.min, x if x.dtype == np.bool_ else x != 0, dim, keepdim)
+    return _as_bytes(x, reduce_dims(P.min, x if x.dtype == np.bool_ else x != 0, dim, keepdim))
 
 
 @pytorch_keywords
 def any(input: Any, dim: Any = None, keepdim: bool = False) -> Tensor:
     """Whether some element (along `dim`) is true (nonzero)."""
     x = as_tensor(input)
-    return _reduce(P.max, x if x.dtype == np.bool_ else x != 0, dim, keepdim)
+    return _as_bytes(x, reduce_dims(P.max, x if x.dtype == np.bool_ else x != 0, dim, keepdim))
+
+
+def _as_bytes(x: Tensor, out: Tensor) -> Tensor:
+    """all's and any's result: uint8 for a uint8 input, as PyTorch's (bool otherwise)."""
+    return astype(out, np.uint8) if x.dtype == np.uint8 else out
 
 
 def _argmax(x: Tensor, dim: int | None, keepdim: bool) -> Tensor:
@@ -199,12 +216,16 @@ def logsumexp(input: Any, dim: Any, keepdim: bool = False) -> Tensor:
 def log_softmax(input: Any, dim: int = -1) -> Tensor:
     """(x - m) - log(sum(exp(x - m))), m the max (`core.ops.losses.log_softmax_parts`)."""
     x = as_tensor(input)
+    if not x.size:  # nothing to normalize, as PyTorch's (a max over no elements would raise)
+        return P.positive(x)
     return P.log_softmax(x, axis=dim_tuple("log_softmax", dim, x.ndim))
 
 
 @pytorch_keywords
 def softmax(input: Any, dim: int = -1) -> Tensor:
     x = as_tensor(input)
+    if not x.size:
+        return P.positive(x)
     e = P.exp(x - amax(x, dim, keepdim=True).detach())
     return e / sum(e, dim, keepdim=True)
 

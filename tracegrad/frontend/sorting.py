@@ -20,7 +20,7 @@ from tracegrad.frontend.functions import (
     stack,
     take_along,
 )
-from tracegrad.frontend.reductions import taken, values_indices
+from tracegrad.frontend.reductions import any, argmax, taken, values_indices
 from tracegrad.frontend.tensor import Tensor, as_tensor
 
 SortResult, TopkResult = values_indices("sort"), values_indices("topk")
@@ -91,13 +91,19 @@ def kthvalue(input: Any, k: int, dim: int = -1, keepdim: bool = False) -> Any:
 @pytorch_keywords
 def median(input: Any, dim: int | None = None, keepdim: bool = False) -> Any:
     """The lower median (no mean of the middle two, as PyTorch): of all elements, or with a dim
-    the named tuple (values, indices)."""
+    the named tuple (values, indices). A nan among them is the median, at its first index, as
+    PyTorch's (`nanmedian` skips them)."""
     x = as_tensor(input)
     if dim is None:
         return median(ravel(x), 0).values
     d = one_dim("median", dim, x.ndim)
-    k = ((x.shape[d] if x.ndim else 1) - 1) // 2 + 1
-    return MedianResult(*kthvalue(x, k, d, keepdim))
+    if not x.ndim:
+        return MedianResult(*kthvalue(x, 1, d, keepdim))
+    m = (x.shape[d] - 1) // 2
+    middle = at(_order(x, d, descending=False), d, slice(m, m + 1))
+    nan = isnan(x)
+    idx = P.where(any(nan, d, keepdim=True), argmax(nan, d, keepdim=True), middle)
+    return MedianResult(*taken(x, idx, d, keepdim, MedianResult))
 
 
 @pytorch_keywords

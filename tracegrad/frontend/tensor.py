@@ -82,10 +82,17 @@ def _is_size(x: Any) -> bool:
 
 
 def _default_dtype(data: Any) -> np.dtype | None:
-    """Python floats (and lists of them) get the default dtype; ndarrays keep theirs."""
-    if isinstance(data, np.ndarray | np.generic):
+    """Python floats (and lists of them) get the default dtype; ndarrays keep theirs, and so
+    does a list holding NumPy float64 scalars or arrays (PyTorch infers float64 from them)."""
+    if isinstance(data, np.ndarray | np.generic) or np.asarray(data).dtype != np.float64:
         return None
-    return get_default_dtype() if np.asarray(data).dtype == np.float64 else None
+    return None if _holds_numpy_float64(data) else get_default_dtype()
+
+
+def _holds_numpy_float64(x: Any) -> bool:
+    if isinstance(x, list | tuple):
+        return any(map(_holds_numpy_float64, x))
+    return isinstance(x, np.ndarray | np.generic) and x.dtype == np.float64
 
 
 class Size(int):
@@ -215,10 +222,18 @@ class Tensor:
         return bool(value)
 
     def __float__(self) -> float:
-        return float(self._concrete("float(tensor)"))
+        return float(self._scalar("float(tensor)"))
 
     def __int__(self) -> int:
-        return int(self._concrete("int(tensor)"))
+        return int(self._scalar("int(tensor)"))
+
+    def _scalar(self, what: str) -> np.ndarray:
+        """The one element of a concrete tensor of any shape, as a 0-d array (PyTorch's
+        `float(t)`, `int(torch.multinomial(p, 1))`, `math.log(t)` of shape (1,) or (1, 1))."""
+        value = self._concrete(what)
+        if value.size != 1:
+            raise ValueError("only one element tensors can be converted to Python scalars")
+        return value.reshape(())
 
     def __index__(self) -> int:
         """A one-element integer tensor of any shape, as PyTorch's (`names[i]` for each `i` of

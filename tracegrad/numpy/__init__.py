@@ -179,7 +179,7 @@ def sum(
     a: Any, axis: Any = None, dtype: Any = None, out: None = None, keepdims: bool = False
 ) -> Tensor:
     _no_out("sum", out)
-    return reductions.sum(asarray(a), axis, bool(keepdims), dtype=dtype)
+    return reductions.reduce_dims(P.sum, asarray(a), axis, bool(keepdims), dtype)
 
 
 def prod(
@@ -193,7 +193,7 @@ def mean(
     a: Any, axis: Any = None, dtype: Any = None, out: None = None, keepdims: bool = False
 ) -> Tensor:
     _no_out("mean", out)
-    return reductions.mean(asarray(a), axis, bool(keepdims), dtype=dtype)
+    return reductions.mean_dims(asarray(a), axis, bool(keepdims), dtype)
 
 
 def max(a: Any, axis: Any = None, out: None = None, keepdims: bool = False) -> Tensor:
