@@ -21,7 +21,7 @@ from tracegrad.core import primitives as P
 from tracegrad.core.errors import ShapeError, warn_user
 from tracegrad.core.ops import attention as attention_impl
 from tracegrad.core.ops import losses
-from tracegrad.core.primitives import abs, log, log1p, maximum, sigmoid, sqrt, tanh, where
+from tracegrad.core.primitives import abs, log, maximum, sigmoid, sqrt, tanh, where
 from tracegrad.frontend import random, reductions
 from tracegrad.frontend.autodiff import no_grad
 from tracegrad.frontend.elementwise import hardshrink, prelu
@@ -398,10 +398,11 @@ def _same_shapes(op: str, input: Any, target: Any, reduction: str) -> tuple[Tens
 
 def binary_cross_entropy(input: Any, target: Any, weight: Any = None, size_average: Any = None,
                          reduce: Any = None, reduction: str = "mean") -> Tensor:  # fmt: skip
-    """-(t log p + (1 - t) log(1 - p)), the logs clamped at -100 as in PyTorch."""
+    """-(t log p + (1 - t) log(1 - p)), the logs clamped at -100 and the gradient PyTorch's,
+    0 (not NaN) at a probability saturated towards its target (`P.binary_cross_entropy`)."""
     reduction = legacy_reduction(size_average, reduce, reduction)
     p, t = _same_shapes("binary_cross_entropy", input, target, reduction)
-    loss = -(t * maximum(log(p), -100.0) + (1.0 - t) * maximum(log1p(-p), -100.0))
+    loss = P.binary_cross_entropy(p, t)
     return _reduce(loss if weight is None else loss * weight, reduction)
 
 

@@ -1,0 +1,83 @@
+"""tracegrad.nn.functional where PyTorch's conventions are easy to miss: saturated probabilities,
+broadcast loss targets, unbatched inputs, in-place renormalization, grouped-query attention,
+negative padding, area interpolation and the activations' gradients at their kinks. Values
+against NumPy, gradients against finite differences (or explicit values where the function has
+no derivative), traced steps against eager."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+from tests.conftest import check_grad, traced_matches_eager
+from tracegrad.compiler import lowering
+from tracegrad.nn import functional as F
+
+BACKENDS = [None, "numpy", "numba"]  # eager, and traced on each backend
+
+
+def eager_or_traced(fn, backend, monkeypatch):
+    """`fn` itself, or traced on `backend` with every fused group a kernel (small ones too)."""
+    if backend is None:
+        return fn
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+    return tg.trace(fn, backend=backend)
+
+
+# --- binary cross-entropy at saturated probabilities --------------------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_bce_at_saturated_probabilities_has_pytorchs_gradient(backend, dtype, monkeypatch):
+    """p exactly 0 or 1: each log clamped at -100, the gradient (p - t) / max(p (1 - p), 1e-12):
+    0 where p is its target (the parts' 0 * inf was NaN), 1e12 in size where it is the other
+    end. Through a saturated sigmoid (sigmoid(40) == 1.0 in float32 and float64) it is 0."""
+    p = np.array([0.0, 1.0, 0.0, 1.0, 0.25], dtype)
+    t = np.array([0.0, 1.0, 1.0, 0.0, 1.0], dtype)
+
+    def step(p, t, x):
+        loss = F.binary_cross_entropy(p, t, reduction="sum")
+        saturated = F.binary_cross_entropy(tg.sigmoid(x), tg.ones_like(x))
+        (loss + saturated).backward()
+        return loss, saturated
+
+    ps, x = (
+        tg.tensor(p, requires_grad=True),
+        tg.tensor(np.array([40.0, 0.3], dtype), requires_grad=True),
+    )
+    run = eager_or_traced(step, backend, monkeypatch)
+    for _ in range(2):  # the second call runs the compiled plan
+        ps.grad = x.grad = None
+        loss, saturated = run(ps, tg.tensor(t), x)
+    np.testing.assert_allclose(loss.item(), 200.0 - np.log(0.25), rtol=1e-6)
+    np.testing.assert_allclose(ps.grad.numpy(), [0.0, 0.0, -1e12, 1e12, -4.0], rtol=1e-6)
+    assert x.grad.numpy()[0] == 0.0 and np.isfinite(x.grad.numpy()).all()
+    np.testing.assert_allclose(x.grad.numpy()[1], -(1 - 1 / (1 + np.exp(-0.3))) / 2, rtol=1e-6)
+
+
+def test_bce_matches_numpy_and_finite_differences(rng):
+    p, t, w = rng.uniform(0.05, 0.95, (3, 4)), rng.uniform(0, 1, (3, 4)), rng.uniform(0, 2, 4)
+    want = -(t * np.log(p) + (1 - t) * np.log1p(-p)) * w
+    got = F.binary_cross_entropy(p, t, tg.tensor(w), reduction="none")
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-12)
+    check_grad(lambda p, t: F.binary_cross_entropy(p, t, tg.tensor(w), reduction="none"), p, t)
+    check_grad(lambda p: F.binary_cross_entropy(p, tg.tensor(t)), p)
+
+
+def test_bce_traced_matches_eager(rng):
+    p, t = rng.uniform(0.05, 0.95, (3, 4)), rng.uniform(0, 1, (3, 4))
+    for backend in ("numpy", "numba"):
+        traced_matches_eager(lambda p, t: F.binary_cross_entropy(p, t, reduction="none"), p, t,
+                             backend=backend)  # fmt: skip
+
+
+def test_bce_second_derivative_is_the_formulas():
+    """d2/dp2 of -(t log p + (1 - t) log(1 - p)) = t / p^2 + (1 - t) / (1 - p)^2."""
+    p = tg.tensor(np.array([0.2, 0.7]), requires_grad=True)
+    t = np.array([1.0, 0.4])
+    (g,) = tg.autograd.grad(F.binary_cross_entropy(p, t, reduction="sum"), p, create_graph=True)
+    g.sum().backward()
+    want = t / p.numpy() ** 2 + (1 - t) / (1 - p.numpy()) ** 2
+    np.testing.assert_allclose(p.grad.numpy(), want, rtol=1e-12)
