@@ -81,3 +81,29 @@ def test_bce_second_derivative_is_the_formulas():
     g.sum().backward()
     want = t / p.numpy() ** 2 + (1 - t) / (1 - p.numpy()) ** 2
     np.testing.assert_allclose(p.grad.numpy(), want, rtol=1e-12)
+
+
+# --- regression losses broadcast a target of another shape, with PyTorch's warning ---------------
+
+REGRESSION = {
+    "mse_loss": (F.mse_loss, lambda d: d * d),
+    "l1_loss": (F.l1_loss, np.abs),
+    "smooth_l1_loss": (F.smooth_l1_loss, lambda d: np.where(abs(d) < 1, 0.5 * d * d, abs(d) - 0.5)),
+    "huber_loss": (lambda x, t, **kw: F.huber_loss(x, t, delta=0.5, **kw),
+                   lambda d: np.where(abs(d) < 0.5, 0.5 * d * d, 0.5 * (abs(d) - 0.25))),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("loss", REGRESSION)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_regression_losses_broadcast_the_target_with_a_warning(loss, reduction, rng):
+    fn, per_element = REGRESSION[loss]
+    x, t = rng.standard_normal((3, 1)) * 2, rng.standard_normal(3) * 2
+    elements = per_element(x - t)  # (3, 3), NumPy's broadcast
+    want = {"mean": elements.mean(), "sum": elements.sum(), "none": elements}[reduction]
+    with pytest.warns(UserWarning, match=r"target size \(3,\) that is different to the input "
+                      r"size \(3, 1\)"):  # fmt: skip
+        got = fn(tg.tensor(x), tg.tensor(t), reduction=reduction)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-12)
+    with pytest.warns(UserWarning):
+        check_grad(lambda a, b: fn(a, b, reduction=reduction), x, t)

@@ -396,6 +396,23 @@ def _same_shapes(op: str, input: Any, target: Any, reduction: str) -> tuple[Tens
     return input, target
 
 
+def _broadcast_target(op: str, input: Any, target: Any, reduction: str) -> tuple[Tensor, Tensor]:
+    """PyTorch's regression losses broadcast a target of another shape against the input, with
+    its warning: an (N, 1) input and an (N,) target make an (N, N) loss, a classic bug."""
+    _check_reduction(op, reduction)
+    input, target = as_tensor(input), as_tensor(target)
+    if input.shape != target.shape:
+        try:
+            np.broadcast_shapes(input.shape, target.shape)
+        except ValueError:
+            raise ShapeError(f"{op}: input {input.shape} and target {target.shape} do not "
+                             "broadcast") from None  # fmt: skip
+        warn_user(f"Using a target size {target.shape} that is different to the input size "
+                  f"{input.shape}. This will likely lead to incorrect results due to "
+                  "broadcasting. Please ensure they have the same size.")  # fmt: skip
+    return input, target
+
+
 def binary_cross_entropy(input: Any, target: Any, weight: Any = None, size_average: Any = None,
                          reduce: Any = None, reduction: str = "mean") -> Tensor:  # fmt: skip
     """-(t log p + (1 - t) log(1 - p)), the logs clamped at -100 and the gradient PyTorch's,
@@ -422,7 +439,7 @@ def binary_cross_entropy_with_logits(input: Any, target: Any, weight: Any = None
 def l1_loss(input: Any, target: Any, size_average: Any = None, reduce: Any = None,
             reduction: str = "mean") -> Tensor:  # fmt: skip
     reduction = legacy_reduction(size_average, reduce, reduction)
-    x, t = _same_shapes("l1_loss", input, target, reduction)
+    x, t = _broadcast_target("l1_loss", input, target, reduction)
     return _reduce(abs(x - t), reduction)
 
 
@@ -430,7 +447,7 @@ def smooth_l1_loss(input: Any, target: Any, size_average: Any = None, reduce: An
                    reduction: str = "mean", beta: float = 1.0):  # fmt: skip
     """0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (PyTorch's)."""
     reduction = legacy_reduction(size_average, reduce, reduction)
-    x, t = _same_shapes("smooth_l1_loss", input, target, reduction)
+    x, t = _broadcast_target("smooth_l1_loss", input, target, reduction)
     d = abs(x - t)
     if beta == 0.0:
         return _reduce(d, reduction)
@@ -439,7 +456,7 @@ def smooth_l1_loss(input: Any, target: Any, size_average: Any = None, reduce: An
 
 def huber_loss(input: Any, target: Any, reduction: str = "mean", delta: float = 1.0):
     """0.5 d^2 where |d| < delta, else delta (|d| - 0.5 delta): smooth_l1_loss times delta."""
-    x, t = _same_shapes("huber_loss", input, target, reduction)
+    x, t = _broadcast_target("huber_loss", input, target, reduction)
     d = abs(x - t)
     return _reduce(where(d < delta, 0.5 * d * d, delta * (d - 0.5 * delta)), reduction)
 
@@ -454,9 +471,9 @@ def linear(input: Any, weight: Any, bias: Any = None) -> Tensor:
 
 def mse_loss(input: Any, target: Any, size_average: Any = None, reduce: Any = None,
              reduction: str = "mean") -> Tensor:  # fmt: skip
-    """Squared error. The shapes must match: a silent (N, 1) vs (N,) broadcast is a classic bug."""
+    """Squared error; a target of another shape broadcasts, with PyTorch's warning."""
     reduction = legacy_reduction(size_average, reduce, reduction)
-    input, target = _same_shapes("mse_loss", input, target, reduction)
+    input, target = _broadcast_target("mse_loss", input, target, reduction)
     diff = input - target
     return _reduce(diff * diff, reduction)
 
