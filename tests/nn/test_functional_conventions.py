@@ -107,3 +107,85 @@ def test_regression_losses_broadcast_the_target_with_a_warning(loss, reduction, 
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-12)
     with pytest.warns(UserWarning):
         check_grad(lambda a, b: fn(a, b, reduction=reduction), x, t)
+
+
+# --- unbatched inputs and PyTorch's other shapes ------------------------------------------------
+
+
+def np_conv1d(x: np.ndarray, w: np.ndarray, pad: int) -> np.ndarray:
+    """(C, L) with (O, C, k), stride 1: each output position a dot product of a window."""
+    x = np.pad(x, ((0, 0), (pad, pad)))
+    k = w.shape[2]
+    return np.stack([np.einsum("ck,ock->o", x[:, i : i + k], w)
+                     for i in range(x.shape[1] - k + 1)], axis=1)  # fmt: skip
+
+
+def test_conv1d_and_conv2d_take_one_unbatched_sample(rng):
+    x, w, b = rng.standard_normal((4, 7)), rng.standard_normal((3, 4, 3)), rng.standard_normal(3)
+    got = F.conv1d(tg.tensor(x), tg.tensor(w), tg.tensor(b), padding=1)
+    np.testing.assert_allclose(got.numpy(), np_conv1d(x, w, 1) + b[:, None], rtol=1e-12)
+    check_grad(lambda x, w, b: F.conv1d(x, w, b, padding=1), x, w, b)
+    # a 2-d convolution with a kernel one row high is the 1-d one of each row
+    img, w2 = rng.standard_normal((4, 2, 7)), w[:, :, None, :]
+    got = F.conv2d(tg.tensor(img), tg.tensor(w2), tg.tensor(b), padding=(0, 1))
+    assert got.shape == (3, 2, 7)
+    for r in range(2):
+        want = np_conv1d(img[:, r], w, 1) + b[:, None]
+        np.testing.assert_allclose(got.numpy()[:, r], want, rtol=1e-12)
+    check_grad(lambda x, w: F.conv2d(x, w, stride=2, padding=1), rng.standard_normal((2, 5, 4)),
+               rng.standard_normal((3, 2, 3, 3)))  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", ["zeros", "reflect"])
+def test_conv_layers_take_one_unbatched_sample(mode, rng):
+    layers = [(tg.nn.Conv1d(4, 3, 3, padding=1, padding_mode=mode), (4, 6)),
+              (tg.nn.Conv2d(4, 3, 3, padding=1, padding_mode=mode), (4, 6, 5))]  # fmt: skip
+    for layer, shape in layers:
+        x = rng.standard_normal(shape).astype(np.float32)
+        got = layer(tg.tensor(x))
+        want = layer(tg.tensor(x[None]))[0]
+        assert got.shape == want.shape == (3, *shape[1:])
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
+
+
+def np_soft_cross_entropy(z: np.ndarray, p: np.ndarray, axis: int) -> np.ndarray:
+    logp = z - z.max(axis, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(axis, keepdims=True))
+    return -(logp * p).sum(axis)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_of_one_unbatched_sample(reduction, rng):
+    """(C,) logits against a class () or probabilities (C,); nll_loss likewise: the loss of a
+    batch of one, 0-d without a reduction."""
+    z, p = rng.standard_normal(5), rng.dirichlet(np.ones(5))
+    label = tg.tensor(np.array(2))
+    got = F.cross_entropy(tg.tensor(z), label, reduction=reduction)
+    assert got.shape == ()
+    np.testing.assert_allclose(got.item(), np_soft_cross_entropy(z, np.eye(5)[2], 0), rtol=1e-12)
+    got = F.cross_entropy(tg.tensor(z), tg.tensor(p), reduction=reduction)
+    np.testing.assert_allclose(got.item(), np_soft_cross_entropy(z, p, 0), rtol=1e-12)
+    assert F.nll_loss(tg.tensor(z), label, reduction=reduction).item() == -z[2]
+    check_grad(lambda z, p: F.cross_entropy(z, p, reduction=reduction), z, p)
+    check_grad(lambda z: F.cross_entropy(z, label, reduction=reduction, label_smoothing=0.1), z)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_of_probabilities_with_spatial_axes(reduction, rng):
+    """(N, C, d1, d2) logits against probabilities of that shape: each position's loss, the
+    mean over the N d1 d2 positions."""
+    z, w = rng.standard_normal((2, 3, 4, 2)), np.array([1.0, 2.0, 0.5])
+    p = rng.dirichlet(np.ones(3), (2, 4, 2)).transpose(0, 3, 1, 2)
+    per_position = np_soft_cross_entropy(z, p * w[:, None, None], 1)
+    want = {"mean": per_position.mean(), "sum": per_position.sum(), "none": per_position}
+    got = F.cross_entropy(tg.tensor(z), tg.tensor(p), tg.tensor(w), reduction=reduction)
+    np.testing.assert_allclose(got.numpy(), want[reduction], rtol=1e-12)
+    check_grad(lambda z, p: F.cross_entropy(z, p, tg.tensor(w), reduction=reduction), z, p)
+
+
+def test_linear_with_a_1d_weight_has_no_out_axis(rng):
+    x, w, b = rng.standard_normal((2, 3, 4)), rng.standard_normal(4), rng.standard_normal(())
+    got = F.linear(tg.tensor(x), tg.tensor(w), tg.tensor(b))
+    np.testing.assert_allclose(got.numpy(), x @ w + b, rtol=1e-12)
+    check_grad(lambda x, w, b: F.linear(x, w, b), x, w, b)
+    assert F.linear(tg.tensor(x), tg.tensor(w)).shape == (2, 3)

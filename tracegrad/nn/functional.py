@@ -308,12 +308,20 @@ def cross_entropy(
 ) -> Tensor:
     """Softmax cross-entropy of (N, C) logits against class indices (N,) or class
     probabilities (N, C), as PyTorch's: per-class `weight`, `ignore_index` (index targets) and
-    `label_smoothing` (the target mixed with the uniform distribution)."""
+    `label_smoothing` (the target mixed with the uniform distribution). Also PyTorch's other
+    shapes: (N, C, d1, ...) against (N, d1, ...) or probabilities of the logits' shape, and one
+    unbatched sample, (C,) against a class () or probabilities (C,)."""
     reduction = legacy_reduction(size_average, reduce, reduction)
     _check_reduction("cross_entropy", reduction)
     logits, labels = as_tensor(input), as_tensor(target)
-    if labels.dtype.kind == "f" and labels.shape == logits.shape and logits.ndim == 2:
-        return _soft_cross_entropy(logits, labels, weight, reduction, label_smoothing)
+    if logits.ndim == 1:
+        return _one_sample(cross_entropy, logits, labels, weight, ignore_index=ignore_index,
+                           reduction=reduction, label_smoothing=label_smoothing)  # fmt: skip
+    if labels.dtype.kind == "f" and labels.shape == logits.shape and logits.ndim >= 2:
+        loss = _soft_cross_entropy(_rows(logits), _rows(labels), weight, reduction,
+                                   label_smoothing)  # fmt: skip
+        shape = (logits.shape[0], *logits.shape[2:])
+        return reshape(loss, shape) if reduction == "none" else loss
     if logits.ndim > 2 and labels.dtype.kind in "iu":  # (N, C, d1, ...) and (N, d1, ...)
         flat, flat_labels, shape = _classes_last(logits, labels, "cross_entropy")
         loss = cross_entropy(flat, flat_labels, weight, ignore_index=ignore_index,
@@ -347,8 +355,20 @@ def _classes_last(x: Tensor, labels: Tensor, op: str) -> tuple[Tensor, Tensor, t
     if labels.shape != shape:
         raise ShapeError(f"{op}: input {x.shape} and target {labels.shape}; expected "
                          f"(N, C, d1, ...) and (N, d1, ...) = {shape}")  # fmt: skip
-    rows = reshape(permute(x, (0, *range(2, x.ndim), 1)), (-1, x.shape[1]))
-    return rows, reshape(labels, (-1,)), shape
+    return _rows(x), reshape(labels, (-1,)), shape
+
+
+def _rows(x: Tensor) -> Tensor:
+    """(N, C, d1, ...) as (N d1 ..., C): one row per position, in (N, d1, ...)'s order."""
+    return x if x.ndim == 2 else reshape(permute(x, (0, *range(2, x.ndim), 1)), (-1, x.shape[1]))
+
+
+def _one_sample(loss: Callable, x: Tensor, target: Tensor, *args: Any, reduction: str,
+                **kwargs: Any) -> Tensor:  # fmt: skip
+    """`loss` of one unbatched sample, (C,) scores: a batch of one, whose unreduced loss is 0-d."""
+    out = loss(reshape(x, (1, -1)), reshape(target, (1, *target.shape)), *args,
+               reduction=reduction, **kwargs)  # fmt: skip
+    return reshape(out, ()) if reduction == "none" else out
 
 
 def _class_indices(labels: Tensor, classes: int, ignore_index: int, what: str) -> Tensor:
@@ -374,6 +394,9 @@ def nll_loss(input: Any, target: Any, weight: Any = None, *, size_average: Any =
     reduction = legacy_reduction(size_average, reduce, reduction)
     _check_reduction("nll_loss", reduction)
     logp, labels = as_tensor(input), as_tensor(target)
+    if logp.ndim == 1:  # one unbatched sample: (C,) and a class ()
+        return _one_sample(nll_loss, logp, labels, weight, ignore_index=ignore_index,
+                           reduction=reduction)  # fmt: skip
     if logp.ndim > 2 and labels.dtype.kind in "iu":  # (N, C, d1, ...) and (N, d1, ...)
         flat, flat_labels, shape = _classes_last(logp, labels, "nll_loss")
         loss = nll_loss(flat, flat_labels, weight, ignore_index=ignore_index, reduction=reduction)
@@ -462,8 +485,12 @@ def huber_loss(input: Any, target: Any, reduction: str = "mean", delta: float = 
 
 
 def linear(input: Any, weight: Any, bias: Any = None) -> Tensor:
-    """input @ weight.T + bias, weight of shape (out, in); all of one dtype, as PyTorch's."""
+    """input @ weight.T + bias, weight of shape (out, in) (or (in,): no out axis, a 0-d bias);
+    all of one dtype, as PyTorch's."""
     input, weight = as_tensor(input), as_tensor(weight)
+    if weight.ndim == 1:
+        y = linear(input, reshape(weight, (1, -1)), None if bias is None else reshape(bias, (1,)))
+        return reshape(y, y.shape[:-1])
     bias = () if bias is None else (as_tensor(bias),)
     same_dtypes("linear", input, weight, *bias)
     return P.linear(input, weight, *bias)
@@ -512,8 +539,11 @@ def conv2d(
     dilation: int | Sequence[int] = 1,
     groups: int = 1,
 ) -> Tensor:
-    """2-d cross-correlation of (N, C, H, W) `input` with (out, C / groups, kh, kw) `weight`."""
+    """2-d cross-correlation of (N, C, H, W) `input` (or one (C, H, W) image) with
+    (out, C / groups, kh, kw) `weight`."""
     input, weight = as_tensor(input), as_tensor(weight)
+    if input.ndim == 3:
+        return _unbatched(conv2d, input, weight, bias, stride, padding, dilation, groups)
     same_dtypes("conv2d", input, weight, None if bias is None else as_tensor(bias))
     stride, dilation = _pair(stride, "conv2d", "stride"), _pair(dilation, "conv2d", "dilation")
     if weight.ndim != 4:
@@ -532,9 +562,11 @@ def conv1d(
     dilation: int = 1,
     groups: int = 1,
 ) -> Tensor:
-    """1-d cross-correlation of (N, C, L) `input` with (out, C / groups, k) `weight`: a conv2d
-    over a height of one."""
+    """1-d cross-correlation of (N, C, L) `input` (or one (C, L) signal) with (out, C / groups,
+    k) `weight`: a conv2d over a height of one."""
     input, weight = as_tensor(input), as_tensor(weight)
+    if input.ndim == 2:
+        return _unbatched(conv1d, input, weight, bias, stride, padding, dilation, groups)
     if input.ndim != 3 or weight.ndim != 3:
         raise ShapeError(f"conv1d: input {input.shape} and weight {weight.shape} must be 3-d")
     one = lambda v: (1, v if isinstance(v, int) else v[0])
@@ -543,6 +575,11 @@ def conv1d(
                reshape(weight, (*weight.shape[:2], 1, weight.shape[2])), bias, one(stride), pad,
                one(dilation), groups)  # fmt: skip
     return reshape(y, (y.shape[0], y.shape[1], y.shape[3]))
+
+
+def _unbatched(f: Callable, x: Tensor, *args: Any) -> Tensor:
+    """`f` of one unbatched sample, as PyTorch's: a batch of one, the batch axis dropped."""
+    return f(reshape(x, (1, *x.shape)), *args)[0]
 
 
 def _pad_value(x: Tensor, padding: tuple[int, int], value: float) -> Tensor:
