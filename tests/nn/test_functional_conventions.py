@@ -189,3 +189,65 @@ def test_linear_with_a_1d_weight_has_no_out_axis(rng):
     np.testing.assert_allclose(got.numpy(), x @ w + b, rtol=1e-12)
     check_grad(lambda x, w, b: F.linear(x, w, b), x, w, b)
     assert F.linear(tg.tensor(x), tg.tensor(w)).shape == (2, 3)
+
+
+# --- embedding's max_norm: the picked rows renormalized in the table, in place -------------------
+
+
+def np_renorm(table: np.ndarray, index: np.ndarray, max_norm: float, p: float) -> np.ndarray:
+    """PyTorch's embedding_renorm_, row by row: the picked rows above max_norm scaled to it."""
+    out = table.copy()
+    for i in np.unique(index):
+        norm = np.sum(np.abs(out[i]) ** p) ** (1 / p)
+        if norm > max_norm:
+            out[i] *= max_norm / (norm + 1e-7)
+    return out
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0])
+def test_embedding_max_norm_renormalizes_the_picked_rows_in_place(norm_type, rng):
+    table = rng.standard_normal((5, 3)) * 2
+    index = np.array([[0, 3], [3, 4]])
+    w = tg.tensor(table, requires_grad=True)
+    out = F.embedding(tg.tensor(index), w, max_norm=1.5, norm_type=norm_type)
+    want = np_renorm(table, index, 1.5, norm_type)
+    np.testing.assert_allclose(w.detach().numpy(), want, rtol=1e-12)  # rows 1, 2 untouched
+    np.testing.assert_array_equal(w.detach().numpy()[[1, 2]], table[[1, 2]])
+    np.testing.assert_allclose(out.numpy(), want[index], rtol=1e-12)
+    out.sum().backward()  # the lookup's gradient: how often each row was picked
+    np.testing.assert_array_equal(w.grad.numpy()[:, 0], [1.0, 0.0, 0.0, 2.0, 1.0])
+
+
+def test_embedding_layer_max_norm_eager_and_traced_renormalize_at_every_call(rng):
+    """A step that renormalizes, looks up and takes an SGD step (the picked rows grow again):
+    eager and traced (the table written at every call) follow NumPy's simulation."""
+    batches = [rng.integers(0, 6, (4,)) for _ in range(4)]
+    for traced in (False, True):
+        tg.nn.manual_seed(0)
+        layer = tg.nn.Embedding(6, 3, max_norm=1.0)
+        table = layer.weight.detach().numpy().astype(np.float64)
+        opt = tg.optim.SGD(layer.parameters(), lr=0.5)
+
+        def step(x, layer=layer, opt=opt):
+            opt.zero_grad()
+            loss = -layer(x).sum()
+            loss.backward()
+            opt.step()
+            return loss
+
+        run = tg.trace(step, backend="numpy") if traced else step
+        for b in batches:
+            table = np_renorm(table, b, 1.0, 2.0)
+            want = -table[b].sum()
+            table += 0.5 * np.bincount(b, minlength=6)[:, None]  # SGD on -sum: + lr * count
+            np.testing.assert_allclose(run(tg.tensor(b)).item(), want, rtol=1e-5)
+        np.testing.assert_allclose(layer.weight.detach().numpy(), table, rtol=1e-5)
+
+
+def test_embedding_bag_max_norm_renormalizes_the_picked_rows_first(rng):
+    table, index = rng.standard_normal((5, 3)) * 2, np.array([[0, 3], [3, 4]])
+    w = tg.tensor(table)
+    got = F.embedding_bag(tg.tensor(index), w, max_norm=1.5, mode="sum")
+    want = np_renorm(table, index, 1.5, 2.0)
+    np.testing.assert_allclose(w.numpy(), want, rtol=1e-12)
+    np.testing.assert_allclose(got.numpy(), want[index].sum(1), rtol=1e-12)

@@ -602,8 +602,8 @@ def test_embedding_from_pretrained_and_its_pytorch_arguments():
     bag = nn.EmbeddingBag.from_pretrained(table, mode="sum")
     assert bag(tg.tensor([[0, 2]])).tolist() == [[4.0, 6.0]] and not bag.weight.requires_grad
     assert nn.Embedding(4, 2, sparse=True).weight.shape == (4, 2)
-    with pytest.raises(NotImplementedError, match="max_norm"):
-        nn.Embedding(4, 2, max_norm=1.0)
+    with pytest.raises(NotImplementedError, match="scale_grad_by_freq"):
+        nn.Embedding(4, 2, scale_grad_by_freq=True)
 
 
 def test_softmax_without_dim_takes_pytorchs_deprecated_choice():

@@ -790,21 +790,42 @@ def gumbel_softmax(logits: Any, tau: float = 1.0, hard: bool = False, eps: float
     return one_hot - soft.detach() + soft
 
 
-def embedding(input: Any, weight: Any, padding_idx: int | None = None) -> Tensor:
+def embedding(input: Any, weight: Any, padding_idx: int | None = None,
+              max_norm: float | None = None, norm_type: float = 2.0,
+              scale_grad_by_freq: bool = False, sparse: bool = False) -> Tensor:  # fmt: skip
     """Rows of `weight` picked by integer `input`; the gradient is a scatter-add into the rows
-    (getitem's VJP), and the row `padding_idx` gets none."""
+    (getitem's VJP), and the row `padding_idx` gets none. With `max_norm`, the picked rows are
+    first renormalized in `weight` itself (`embedding_renorm_`). `sparse` is accepted (the
+    gradient is dense)."""
+    if scale_grad_by_freq:
+        raise NotImplementedError("embedding: scale_grad_by_freq is not supported")
     input, weight = as_tensor(input), as_tensor(weight)
     if input.dtype.kind not in "iu":
         raise TypeError(f"embedding: indices must be integers, not {input.dtype}")
     if weight.ndim != 2:
         raise ShapeError(f"embedding: weight {weight.shape} must be 2-d (num_embeddings, dim)")
     input = check_range(input, 0, weight.shape[0], "embedding: indices")  # -1 would read a row
+    if max_norm is not None:
+        embedding_renorm_(weight, input, max_norm, norm_type)
     out = weight[input]
     if padding_idx is None:
         return out
     padding_idx %= weight.shape[0]
     keep = reshape(input != padding_idx, (*input.shape, 1))
     return where(keep, out, weight.detach()[input])
+
+
+def embedding_renorm_(weight: Tensor, input: Any, max_norm: float, norm_type: float) -> Tensor:
+    """PyTorch's: each row of `weight` that `input` picks whose `norm_type`-norm exceeds
+    `max_norm` scaled by max_norm / (norm + 1e-7), in place and untracked (a traced step writes
+    the table at every call, as state)."""
+    with no_grad():
+        index = reshape(as_tensor(input), (-1,))
+        rows = weight.detach()[index]
+        norms = vector_norm(rows, norm_type, 1, keepdim=True)
+        scale = where(norms > max_norm, max_norm / (norms + 1e-7), 1.0).astype(weight.dtype)
+        weight._assign(index_put(weight.detach(), (index,), rows * scale))
+    return weight
 
 
 def one_hot(tensor: Any, num_classes: int = -1) -> Tensor:
@@ -1976,9 +1997,8 @@ def embedding_bag(
     from one of `offsets` to the next. `per_sample_weights` scale the rows (mode "sum");
     `padding_idx` rows are left out of their bag (and its count); an empty bag gives zeros.
     `sparse` is accepted (the gradient is dense)."""
-    if max_norm is not None or scale_grad_by_freq:
-        raise NotImplementedError("embedding_bag: max_norm and scale_grad_by_freq are not "
-                                  "supported")  # fmt: skip
+    if scale_grad_by_freq:
+        raise NotImplementedError("embedding_bag: scale_grad_by_freq is not supported")
     if mode not in _BAG_MODES:
         raise ValueError(f"embedding_bag: mode must be one of {_BAG_MODES}, not {mode!r}")
     x, w = as_tensor(input), as_tensor(weight)
@@ -1993,6 +2013,9 @@ def embedding_bag(
         )
     if padding_idx is not None:
         padding_idx %= w.shape[0]
+    if max_norm is not None:
+        embedding_renorm_(w, check_range(x, 0, w.shape[0], "embedding_bag: indices"), max_norm,
+                          norm_type)  # fmt: skip
     if x.ndim == 2:
         if offsets is not None:
             raise ValueError("embedding_bag: offsets must be None for a 2-d input")
