@@ -251,3 +251,32 @@ def test_embedding_bag_max_norm_renormalizes_the_picked_rows_first(rng):
     want = np_renorm(table, index, 1.5, 2.0)
     np.testing.assert_allclose(w.numpy(), want, rtol=1e-12)
     np.testing.assert_allclose(got.numpy(), want[index].sum(1), rtol=1e-12)
+
+
+# --- grouped-query attention --------------------------------------------------------------------
+
+
+def np_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool) -> np.ndarray:
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
+    e = np.exp(s - s.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True) @ v
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_enable_gqa_repeats_each_key_and_value_head_for_its_group(causal, rng):
+    """Query heads 0, 1, 2 read key/value head 0 and heads 3, 4, 5 head 1 (repeat_interleave)."""
+    q, k, v = (rng.standard_normal(s) for s in ((2, 6, 4, 3), (2, 2, 5, 3), (2, 2, 5, 2)))
+    if causal:
+        k, v = k[:, :, :4], v[:, :, :4]
+    fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal,  # noqa: E731
+                                                        enable_gqa=True)  # fmt: skip
+    got = fn(tg.tensor(q), tg.tensor(k), tg.tensor(v))
+    want = np_attention(q, np.repeat(k, 3, axis=1), np.repeat(v, 3, axis=1), causal)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-12)
+    check_grad(fn, q, k, v)
+    traced_matches_eager(fn, q, k, v, backend="numba")
+    with pytest.raises(tg.ShapeError, match="enable_gqa"):
+        F.scaled_dot_product_attention(tg.tensor(q[:, :5]), tg.tensor(k), tg.tensor(v),
+                                       enable_gqa=True)  # fmt: skip

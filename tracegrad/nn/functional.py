@@ -848,13 +848,18 @@ def scaled_dot_product_attention(
     dropout_p: float = 0.0,
     is_causal: bool = False,
     scale: float | None = None,
+    enable_gqa: bool = False,
 ) -> Tensor:
-    """softmax(q k^T * scale + mask) v over (..., L, E) queries and (..., S, E) keys. A boolean
+    """softmax(q k^T * scale + mask) v over (..., L, E) queries and (..., S, E) keys; with
+    `enable_gqa`, keys and values of fewer heads (axis -3) than the queries serve groups of
+    them, each repeated in turn (PyTorch's repeat_interleave) to the queries' count. A boolean
     mask says which keys a query may attend to (True: attend); a float mask is added. Without a
     mask, or with `is_causal`, it is one op (`attention`, fused kernels forward and backward);
     a mask, leading axes that broadcast, or `dropout_p` (on the probabilities, drawn as
     `dropout` draws) take the composed ops."""
     q, k, v = as_tensor(query), as_tensor(key), as_tensor(value)
+    if enable_gqa:
+        k, v = _repeat_heads(k, q, "key"), _repeat_heads(v, q, "value")
     if q.ndim < 2 or k.ndim < 2 or v.ndim < 2 or q.shape[-1] != k.shape[-1] \
             or k.shape[-2] != v.shape[-2]:  # fmt: skip
         raise ShapeError(
@@ -872,6 +877,19 @@ def scaled_dot_product_attention(
     if is_causal:
         attn_mask = Tensor._of(attention_impl.causal_mask(q.shape[-2], k.shape[-2]))
     return matmul(dropout(_probabilities(q, k, scale, attn_mask), dropout_p), v)
+
+
+def _repeat_heads(x: Tensor, q: Tensor, what: str) -> Tensor:
+    """(..., Hk, S, E) keys or values as (..., Hq, S, E), the queries' heads: each head
+    repeated Hq / Hk times in turn."""
+    if x.ndim < 3 or q.ndim < 3 or q.shape[-3] % x.shape[-3]:
+        raise ShapeError(f"scaled_dot_product_attention: enable_gqa needs the {what}'s heads "
+                         f"(axis -3 of {x.shape}) to divide the query's ({q.shape})")  # fmt: skip
+    groups = q.shape[-3] // x.shape[-3]
+    if groups == 1:
+        return x
+    grouped = _repeat_axis(reshape(x, (*x.shape[:-2], 1, *x.shape[-2:])), x.ndim - 2, groups)
+    return reshape(grouped, (*x.shape[:-3], q.shape[-3], *x.shape[-2:]))
 
 
 def _probabilities(q: Tensor, k: Tensor, scale: float, mask: Any) -> Tensor:
