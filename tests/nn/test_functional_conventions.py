@@ -280,3 +280,31 @@ def test_sdpa_enable_gqa_repeats_each_key_and_value_head_for_its_group(causal, r
     with pytest.raises(tg.ShapeError, match="enable_gqa"):
         F.scaled_dot_product_attention(tg.tensor(q[:, :5]), tg.tensor(k), tg.tensor(v),
                                        enable_gqa=True)  # fmt: skip
+
+
+# --- negative pads crop in every mode ------------------------------------------------------------
+
+# PyTorch's results for arange(5): reflect and replicate pad the input, then crop (the mirror
+# reads what the crop takes away); circular crops, then wraps what is left
+NEGATIVE_PADS = {
+    ("reflect", (-1, 2)): [1, 2, 3, 4, 3, 2],
+    ("reflect", (-3, 2)): [3, 4, 3, 2],
+    ("reflect", (2, -3)): [2, 1, 0, 1],
+    ("reflect", (1, -4)): [1, 0],
+    ("replicate", (-1, 2)): [1, 2, 3, 4, 4, 4],
+    ("replicate", (2, -3)): [0, 0, 0, 1],
+    ("replicate", (-2, -2)): [2],
+    ("circular", (-3, 2)): [3, 4, 3, 4],
+    ("circular", (2, -3)): [0, 1, 0, 1],
+    ("circular", (1, -4)): [0, 0],
+}
+
+
+@pytest.mark.parametrize("mode, widths", NEGATIVE_PADS)
+def test_pad_with_negative_widths_crops_in_every_mode(mode, widths, rng):
+    x = tg.tensor(np.arange(5.0).reshape(1, 1, 5))
+    got = F.pad(x, widths, mode=mode)
+    np.testing.assert_array_equal(got.numpy()[0, 0], NEGATIVE_PADS[mode, widths])
+    check_grad(lambda x: F.pad(x, widths + (1, -1), mode=mode), rng.standard_normal((1, 3, 5)))
+    with pytest.raises(ValueError, match="leave an element"):
+        F.pad(x, (-3, -2), mode=mode)

@@ -1131,9 +1131,10 @@ _PAD_MODES = ("constant", "reflect", "replicate", "circular")
 
 def pad(input: Any, pad: Sequence[int], mode: str = "constant", value: float | None = None):
     """PyTorch's pad: `pad` is (before, after) pairs for the last axes, the last axis first, so
-    (1, 2, 3, 4) pads the width by 1 and 2 and the height by 3 and 4. Modes: constant (`value`;
-    negative widths crop), reflect (mirrored, the edge not repeated), replicate (the edge
-    repeated), circular (wrapped around)."""
+    (1, 2, 3, 4) pads the width by 1 and 2 and the height by 3 and 4. Modes: constant (`value`),
+    reflect (mirrored, the edge not repeated), replicate (the edge repeated), circular (wrapped
+    around). Negative widths crop, as PyTorch's: after reflecting or replicating the input
+    (which the mirror reads), before wrapping it (circular wraps what is left)."""
     x = as_tensor(input)
     if len(pad) % 2 or len(pad) // 2 > x.ndim:
         raise ValueError(f"pad: {tuple(pad)} must hold (before, after) pairs for at most the "
@@ -1146,13 +1147,25 @@ def pad(input: Any, pad: Sequence[int], mode: str = "constant", value: float | N
     if mode == "constant":
         return _pad_constant(x, [widths.get(a, (0, 0)) for a in range(x.ndim)], value or 0.0)
     for axis, (lo, hi) in widths.items():
+        size = x.shape[axis] + lo + hi
+        x = _crop(x, axis, lo, hi) if mode == "circular" else x
         n = x.shape[axis]
         limit = n if mode == "circular" else n - 1 if mode == "reflect" else math.inf
-        if builtins.min(lo, hi) < 0 or builtins.max(lo, hi) > limit or n == 0:
+        grow = (builtins.max(lo, 0), builtins.max(hi, 0))
+        if builtins.max(grow) > limit or n == 0 or size < 1:
             raise ValueError(f"pad: widths {(lo, hi)} for axis {axis} of the input {x.shape} in "
-                             f"mode {mode!r} must be non-negative and at most {limit}")  # fmt: skip
-        x = concatenate([p for p in _pad_parts(x, axis, lo, hi, mode) if p.shape[axis]], axis)
+                             f"mode {mode!r} must be at most {limit} and leave an element "
+                             "(negative widths crop)")  # fmt: skip
+        x = concatenate([p for p in _pad_parts(x, axis, *grow, mode) if p.shape[axis]], axis)
+        x = x if mode == "circular" else _crop(x, axis, lo, hi)
     return x
+
+
+def _crop(x: Tensor, axis: int, lo: int, hi: int) -> Tensor:
+    """`x` without -lo elements at the start of `axis` and -hi at its end (the negative ones)."""
+    if lo >= 0 and hi >= 0:
+        return x
+    return _along(x, axis, slice(builtins.max(0, -lo), x.shape[axis] - builtins.max(0, -hi)))
 
 
 def _pad_constant(x: Tensor, widths: list[tuple[int, int]], value: float) -> Tensor:
