@@ -308,3 +308,32 @@ def test_pad_with_negative_widths_crops_in_every_mode(mode, widths, rng):
     check_grad(lambda x: F.pad(x, widths + (1, -1), mode=mode), rng.standard_normal((1, 3, 5)))
     with pytest.raises(ValueError, match="leave an element"):
         F.pad(x, (-3, -2), mode=mode)
+
+
+# --- area interpolation: the mean of each of PyTorch's adaptive windows -------------------------
+
+
+def np_area(x: np.ndarray, size: tuple[int, ...]) -> np.ndarray:
+    """Each output position the mean of input positions floor(i n / o) to ceil((i + 1) n / o)
+    along every spatial axis."""
+    out = x
+    for axis, o in enumerate(size, start=2):
+        n = out.shape[axis]
+        parts = [np.take(out, range(i * n // o, -(-(i + 1) * n // o)), axis).mean(axis)
+                 for i in range(o)]  # fmt: skip
+        out = np.stack(parts, axis)
+    return out
+
+
+@pytest.mark.parametrize("shape, options, size", [
+    ((2, 3, 7), {"size": 3}, (3,)),
+    ((2, 3, 7, 5), {"size": (3, 2)}, (3, 2)),
+    ((1, 2, 6, 4), {"scale_factor": 0.5}, (3, 2)),
+    ((1, 2, 5, 4), {"size": (7, 6)}, (7, 6)),  # upsampling: windows of one or two
+    ((1, 2, 5, 4, 3), {"size": (2, 3, 2)}, (2, 3, 2)),
+])  # fmt: skip
+def test_interpolate_area_is_the_mean_of_adaptive_windows(shape, options, size, rng):
+    x = rng.standard_normal(shape)
+    got = F.interpolate(tg.tensor(x), mode="area", **options)
+    np.testing.assert_allclose(got.numpy(), np_area(x, size), rtol=1e-12)
+    check_grad(lambda x: F.interpolate(x, mode="area", **options), x)

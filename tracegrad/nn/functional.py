@@ -1200,7 +1200,7 @@ def _repeat_axis(x: Tensor, axis: int, size: int) -> Tensor:
 
 
 _INTERPOLATION = {"nearest": None, "nearest-exact": None, "linear": 1, "bilinear": 2,
-                  "trilinear": 3, "bicubic": 2}  # fmt: skip
+                  "trilinear": 3, "bicubic": 2, "area": None}  # fmt: skip
 
 
 def interpolate(
@@ -1217,7 +1217,8 @@ def interpolate(
     it), "nearest-exact", "linear"/"bilinear"/"trilinear" (pixel centres, or the corners
     with `align_corners`) and "bicubic" (PyTorch's cubic convolution, A = -0.75, edge taps
     clamped). One axis at a time: a gather (or a broadcast for integer nearest upsampling) and,
-    for the linear modes, a weighted sum of two gathers (four for bicubic)."""
+    for the linear modes, a weighted sum of two gathers (four for bicubic). "area" is PyTorch's
+    adaptive average pooling to the output size."""
     x = as_tensor(input)
     dims = x.ndim - 2
     if mode not in _INTERPOLATION:
@@ -1238,6 +1239,11 @@ def interpolate(
     sizes, scales = _interpolation_sizes(x.shape[2:], size, scale_factor)
     if recompute_scale_factor:
         scales = (None,) * dims
+    if mode == "area":
+        if dims > 3:
+            raise ShapeError(f"interpolate: input {x.shape} in mode 'area' must have 1 to 3 "
+                             "spatial axes")  # fmt: skip
+        return (adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d)[dims - 1](x, sizes)
     for i, (out, scale) in enumerate(zip(sizes, scales, strict=True)):
         axis = 2 + i
         if mode == "bicubic":
