@@ -1418,9 +1418,10 @@ def hardsigmoid(input: Any, inplace: bool = False) -> Tensor:
 
 def hardswish(input: Any, inplace: bool = False) -> Tensor:
     """x relu6(x + 3) / 6, written by PyTorch's branches so that the gradient at -3 and 3 is
-    PyTorch's too (x / 3 + 1/2 on [-3, 3])."""
+    PyTorch's too: x / 3 + 1/2 strictly inside (-3, 3), 0 at -3 and 1 at 3 (its kernel's
+    `x <= -3` and `x < 3`)."""
     x = as_tensor(input)
-    y = where(x < -3.0, 0.0, where(x <= 3.0, x * (x + 3.0) * (1.0 / 6.0), x)).astype(x.dtype)
+    y = where(x <= -3.0, 0.0, where(x < 3.0, x * (x + 3.0) * (1.0 / 6.0), x)).astype(x.dtype)
     return _in_place(input, y, inplace)
 
 
