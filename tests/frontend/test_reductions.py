@@ -134,3 +134,24 @@ def test_traced_matches_eager(backend, monkeypatch):
                 + tg.cumulative_trapezoid(x, dim=0).sum(0))  # fmt: skip
 
     traced_matches_eager(f, ZEROS, backend=backend)
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+def test_softmax_takes_a_dtype_the_input_is_converted_to(name):
+    """torch.softmax, torch.log_softmax and their methods take dtype= (as F.softmax does): the
+    float32 input converted first, so the float64 result is the float64 input's."""
+    x = R.standard_normal((2, 3)).astype(np.float32)
+    want = getattr(tg, name)(tg.tensor(x.astype(np.float64)), 1).numpy()
+    for got in (getattr(tg, name)(tg.tensor(x), 1, dtype=np.float64),
+                getattr(tg.tensor(x), name)(dim=-1, dtype=np.float64)):  # fmt: skip
+        assert got.dtype == np.float64
+        np.testing.assert_array_equal(got.numpy(), want)
+    grads = []
+    for a in (
+        tg.tensor(x, requires_grad=True),
+        tg.tensor(x.astype(np.float64), requires_grad=True),
+    ):
+        (getattr(tg, name)(a, 1, dtype=np.float64) * tg.tensor(M[:2, :3])).sum().backward()
+        grads.append(a.grad)
+    assert grads[0].dtype == np.float32  # the conversion's gradient goes back to float32
+    np.testing.assert_allclose(grads[0].numpy(), grads[1].numpy(), rtol=1e-6, atol=1e-7)

@@ -72,9 +72,13 @@ def test_activation_layers_match_torchs(rng, name, args):
 
 
 def test_hardswish_at_its_bounds_has_pytorchs_gradient():
-    x = tg.tensor([-3.0, 3.0, -4.0, 4.0], requires_grad=True)
-    F.hardswish(x).sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), [-0.5, 1.5, 0.0, 1.0])
+    """PyTorch's kernel: 0 at -3 and below, 1 at 3 and above, x / 3 + 1/2 between (the one-sided
+    derivatives outside: -0.5 and 1.5 were its old rule); values continuous at both."""
+    x = tg.tensor([-3.0, 3.0, -4.0, 4.0, -2.5, 2.5], requires_grad=True)
+    y = F.hardswish(x)
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [0.0, 1.0, 0.0, 1.0, -1 / 3, 4 / 3])
+    np.testing.assert_allclose(y.numpy(), [0.0, 3.0, 0.0, 4.0, -2.5 * 0.5 / 6, 2.5 * 5.5 / 6])
     x = tg.tensor([-3.0, 3.0, 0.0], requires_grad=True)
     F.hardsigmoid(x).sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), [0.0, 0.0, 1 / 6])
@@ -602,8 +606,8 @@ def test_embedding_from_pretrained_and_its_pytorch_arguments():
     bag = nn.EmbeddingBag.from_pretrained(table, mode="sum")
     assert bag(tg.tensor([[0, 2]])).tolist() == [[4.0, 6.0]] and not bag.weight.requires_grad
     assert nn.Embedding(4, 2, sparse=True).weight.shape == (4, 2)
-    with pytest.raises(NotImplementedError, match="max_norm"):
-        nn.Embedding(4, 2, max_norm=1.0)
+    with pytest.raises(NotImplementedError, match="scale_grad_by_freq"):
+        nn.Embedding(4, 2, scale_grad_by_freq=True)
 
 
 def test_softmax_without_dim_takes_pytorchs_deprecated_choice():

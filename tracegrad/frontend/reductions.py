@@ -213,17 +213,21 @@ def logsumexp(input: Any, dim: Any, keepdim: bool = False) -> Tensor:
 
 
 @pytorch_keywords
-def log_softmax(input: Any, dim: int = -1) -> Tensor:
-    """(x - m) - log(sum(exp(x - m))), m the max (`core.ops.losses.log_softmax_parts`)."""
+def log_softmax(input: Any, dim: int = -1, *, dtype: Any = None) -> Tensor:
+    """(x - m) - log(sum(exp(x - m))), m the max (`core.ops.losses.log_softmax_parts`); `dtype`
+    converts the input first, as PyTorch's."""
     x = as_tensor(input)
+    x = x if dtype is None else astype(x, dtype)
     if not x.size:  # nothing to normalize, as PyTorch's (a max over no elements would raise)
         return P.positive(x)
     return P.log_softmax(x, axis=dim_tuple("log_softmax", dim, x.ndim))
 
 
 @pytorch_keywords
-def softmax(input: Any, dim: int = -1) -> Tensor:
+def softmax(input: Any, dim: int = -1, *, dtype: Any = None) -> Tensor:
+    """exp(x - m) / sum(exp(x - m)), m the max; `dtype` converts the input first."""
     x = as_tensor(input)
+    x = x if dtype is None else astype(x, dtype)
     if not x.size:
         return P.positive(x)
     e = P.exp(x - amax(x, dim, keepdim=True).detach())

@@ -21,7 +21,7 @@ from tracegrad.core import primitives as P
 from tracegrad.core.errors import ShapeError, warn_user
 from tracegrad.core.ops import attention as attention_impl
 from tracegrad.core.ops import losses
-from tracegrad.core.primitives import abs, log, log1p, maximum, sigmoid, sqrt, tanh, where
+from tracegrad.core.primitives import abs, log, maximum, sigmoid, sqrt, tanh, where
 from tracegrad.frontend import random, reductions
 from tracegrad.frontend.autodiff import no_grad
 from tracegrad.frontend.elementwise import hardshrink, prelu
@@ -308,12 +308,20 @@ def cross_entropy(
 ) -> Tensor:
     """Softmax cross-entropy of (N, C) logits against class indices (N,) or class
     probabilities (N, C), as PyTorch's: per-class `weight`, `ignore_index` (index targets) and
-    `label_smoothing` (the target mixed with the uniform distribution)."""
+    `label_smoothing` (the target mixed with the uniform distribution). Also PyTorch's other
+    shapes: (N, C, d1, ...) against (N, d1, ...) or probabilities of the logits' shape, and one
+    unbatched sample, (C,) against a class () or probabilities (C,)."""
     reduction = legacy_reduction(size_average, reduce, reduction)
     _check_reduction("cross_entropy", reduction)
     logits, labels = as_tensor(input), as_tensor(target)
-    if labels.dtype.kind == "f" and labels.shape == logits.shape and logits.ndim == 2:
-        return _soft_cross_entropy(logits, labels, weight, reduction, label_smoothing)
+    if logits.ndim == 1:
+        return _one_sample(cross_entropy, logits, labels, weight, ignore_index=ignore_index,
+                           reduction=reduction, label_smoothing=label_smoothing)  # fmt: skip
+    if labels.dtype.kind == "f" and labels.shape == logits.shape and logits.ndim >= 2:
+        loss = _soft_cross_entropy(_rows(logits), _rows(labels), weight, reduction,
+                                   label_smoothing)  # fmt: skip
+        shape = (logits.shape[0], *logits.shape[2:])
+        return reshape(loss, shape) if reduction == "none" else loss
     if logits.ndim > 2 and labels.dtype.kind in "iu":  # (N, C, d1, ...) and (N, d1, ...)
         flat, flat_labels, shape = _classes_last(logits, labels, "cross_entropy")
         loss = cross_entropy(flat, flat_labels, weight, ignore_index=ignore_index,
@@ -347,8 +355,20 @@ def _classes_last(x: Tensor, labels: Tensor, op: str) -> tuple[Tensor, Tensor, t
     if labels.shape != shape:
         raise ShapeError(f"{op}: input {x.shape} and target {labels.shape}; expected "
                          f"(N, C, d1, ...) and (N, d1, ...) = {shape}")  # fmt: skip
-    rows = reshape(permute(x, (0, *range(2, x.ndim), 1)), (-1, x.shape[1]))
-    return rows, reshape(labels, (-1,)), shape
+    return _rows(x), reshape(labels, (-1,)), shape
+
+
+def _rows(x: Tensor) -> Tensor:
+    """(N, C, d1, ...) as (N d1 ..., C): one row per position, in (N, d1, ...)'s order."""
+    return x if x.ndim == 2 else reshape(permute(x, (0, *range(2, x.ndim), 1)), (-1, x.shape[1]))
+
+
+def _one_sample(loss: Callable, x: Tensor, target: Tensor, *args: Any, reduction: str,
+                **kwargs: Any) -> Tensor:  # fmt: skip
+    """`loss` of one unbatched sample, (C,) scores: a batch of one, whose unreduced loss is 0-d."""
+    out = loss(reshape(x, (1, -1)), reshape(target, (1, *target.shape)), *args,
+               reduction=reduction, **kwargs)  # fmt: skip
+    return reshape(out, ()) if reduction == "none" else out
 
 
 def _class_indices(labels: Tensor, classes: int, ignore_index: int, what: str) -> Tensor:
@@ -374,6 +394,9 @@ def nll_loss(input: Any, target: Any, weight: Any = None, *, size_average: Any =
     reduction = legacy_reduction(size_average, reduce, reduction)
     _check_reduction("nll_loss", reduction)
     logp, labels = as_tensor(input), as_tensor(target)
+    if logp.ndim == 1:  # one unbatched sample: (C,) and a class ()
+        return _one_sample(nll_loss, logp, labels, weight, ignore_index=ignore_index,
+                           reduction=reduction)  # fmt: skip
     if logp.ndim > 2 and labels.dtype.kind in "iu":  # (N, C, d1, ...) and (N, d1, ...)
         flat, flat_labels, shape = _classes_last(logp, labels, "nll_loss")
         loss = nll_loss(flat, flat_labels, weight, ignore_index=ignore_index, reduction=reduction)
@@ -396,12 +419,30 @@ def _same_shapes(op: str, input: Any, target: Any, reduction: str) -> tuple[Tens
     return input, target
 
 
+def _broadcast_target(op: str, input: Any, target: Any, reduction: str) -> tuple[Tensor, Tensor]:
+    """PyTorch's regression losses broadcast a target of another shape against the input, with
+    its warning: an (N, 1) input and an (N,) target make an (N, N) loss, a classic bug."""
+    _check_reduction(op, reduction)
+    input, target = as_tensor(input), as_tensor(target)
+    if input.shape != target.shape:
+        try:
+            np.broadcast_shapes(input.shape, target.shape)
+        except ValueError:
+            raise ShapeError(f"{op}: input {input.shape} and target {target.shape} do not "
+                             "broadcast") from None  # fmt: skip
+        warn_user(f"Using a target size {target.shape} that is different to the input size "
+                  f"{input.shape}. This will likely lead to incorrect results due to "
+                  "broadcasting. Please ensure they have the same size.")  # fmt: skip
+    return input, target
+
+
 def binary_cross_entropy(input: Any, target: Any, weight: Any = None, size_average: Any = None,
                          reduce: Any = None, reduction: str = "mean") -> Tensor:  # fmt: skip
-    """-(t log p + (1 - t) log(1 - p)), the logs clamped at -100 as in PyTorch."""
+    """-(t log p + (1 - t) log(1 - p)), the logs clamped at -100 and the gradient PyTorch's,
+    0 (not NaN) at a probability saturated towards its target (`P.binary_cross_entropy`)."""
     reduction = legacy_reduction(size_average, reduce, reduction)
     p, t = _same_shapes("binary_cross_entropy", input, target, reduction)
-    loss = -(t * maximum(log(p), -100.0) + (1.0 - t) * maximum(log1p(-p), -100.0))
+    loss = P.binary_cross_entropy(p, t)
     return _reduce(loss if weight is None else loss * weight, reduction)
 
 
@@ -421,7 +462,7 @@ def binary_cross_entropy_with_logits(input: Any, target: Any, weight: Any = None
 def l1_loss(input: Any, target: Any, size_average: Any = None, reduce: Any = None,
             reduction: str = "mean") -> Tensor:  # fmt: skip
     reduction = legacy_reduction(size_average, reduce, reduction)
-    x, t = _same_shapes("l1_loss", input, target, reduction)
+    x, t = _broadcast_target("l1_loss", input, target, reduction)
     return _reduce(abs(x - t), reduction)
 
 
@@ -429,7 +470,7 @@ def smooth_l1_loss(input: Any, target: Any, size_average: Any = None, reduce: An
                    reduction: str = "mean", beta: float = 1.0):  # fmt: skip
     """0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (PyTorch's)."""
     reduction = legacy_reduction(size_average, reduce, reduction)
-    x, t = _same_shapes("smooth_l1_loss", input, target, reduction)
+    x, t = _broadcast_target("smooth_l1_loss", input, target, reduction)
     d = abs(x - t)
     if beta == 0.0:
         return _reduce(d, reduction)
@@ -438,14 +479,18 @@ def smooth_l1_loss(input: Any, target: Any, size_average: Any = None, reduce: An
 
 def huber_loss(input: Any, target: Any, reduction: str = "mean", delta: float = 1.0):
     """0.5 d^2 where |d| < delta, else delta (|d| - 0.5 delta): smooth_l1_loss times delta."""
-    x, t = _same_shapes("huber_loss", input, target, reduction)
+    x, t = _broadcast_target("huber_loss", input, target, reduction)
     d = abs(x - t)
     return _reduce(where(d < delta, 0.5 * d * d, delta * (d - 0.5 * delta)), reduction)
 
 
 def linear(input: Any, weight: Any, bias: Any = None) -> Tensor:
-    """input @ weight.T + bias, weight of shape (out, in); all of one dtype, as PyTorch's."""
+    """input @ weight.T + bias, weight of shape (out, in) (or (in,): no out axis, a 0-d bias);
+    all of one dtype, as PyTorch's."""
     input, weight = as_tensor(input), as_tensor(weight)
+    if weight.ndim == 1:
+        y = linear(input, reshape(weight, (1, -1)), None if bias is None else reshape(bias, (1,)))
+        return reshape(y, y.shape[:-1])
     bias = () if bias is None else (as_tensor(bias),)
     same_dtypes("linear", input, weight, *bias)
     return P.linear(input, weight, *bias)
@@ -453,9 +498,9 @@ def linear(input: Any, weight: Any, bias: Any = None) -> Tensor:
 
 def mse_loss(input: Any, target: Any, size_average: Any = None, reduce: Any = None,
              reduction: str = "mean") -> Tensor:  # fmt: skip
-    """Squared error. The shapes must match: a silent (N, 1) vs (N,) broadcast is a classic bug."""
+    """Squared error; a target of another shape broadcasts, with PyTorch's warning."""
     reduction = legacy_reduction(size_average, reduce, reduction)
-    input, target = _same_shapes("mse_loss", input, target, reduction)
+    input, target = _broadcast_target("mse_loss", input, target, reduction)
     diff = input - target
     return _reduce(diff * diff, reduction)
 
@@ -494,8 +539,11 @@ def conv2d(
     dilation: int | Sequence[int] = 1,
     groups: int = 1,
 ) -> Tensor:
-    """2-d cross-correlation of (N, C, H, W) `input` with (out, C / groups, kh, kw) `weight`."""
+    """2-d cross-correlation of (N, C, H, W) `input` (or one (C, H, W) image) with
+    (out, C / groups, kh, kw) `weight`."""
     input, weight = as_tensor(input), as_tensor(weight)
+    if input.ndim == 3:
+        return _unbatched(conv2d, input, weight, bias, stride, padding, dilation, groups)
     same_dtypes("conv2d", input, weight, None if bias is None else as_tensor(bias))
     stride, dilation = _pair(stride, "conv2d", "stride"), _pair(dilation, "conv2d", "dilation")
     if weight.ndim != 4:
@@ -514,9 +562,11 @@ def conv1d(
     dilation: int = 1,
     groups: int = 1,
 ) -> Tensor:
-    """1-d cross-correlation of (N, C, L) `input` with (out, C / groups, k) `weight`: a conv2d
-    over a height of one."""
+    """1-d cross-correlation of (N, C, L) `input` (or one (C, L) signal) with (out, C / groups,
+    k) `weight`: a conv2d over a height of one."""
     input, weight = as_tensor(input), as_tensor(weight)
+    if input.ndim == 2:
+        return _unbatched(conv1d, input, weight, bias, stride, padding, dilation, groups)
     if input.ndim != 3 or weight.ndim != 3:
         raise ShapeError(f"conv1d: input {input.shape} and weight {weight.shape} must be 3-d")
     one = lambda v: (1, v if isinstance(v, int) else v[0])
@@ -525,6 +575,11 @@ def conv1d(
                reshape(weight, (*weight.shape[:2], 1, weight.shape[2])), bias, one(stride), pad,
                one(dilation), groups)  # fmt: skip
     return reshape(y, (y.shape[0], y.shape[1], y.shape[3]))
+
+
+def _unbatched(f: Callable, x: Tensor, *args: Any) -> Tensor:
+    """`f` of one unbatched sample, as PyTorch's: a batch of one, the batch axis dropped."""
+    return f(reshape(x, (1, *x.shape)), *args)[0]
 
 
 def _pad_value(x: Tensor, padding: tuple[int, int], value: float) -> Tensor:
@@ -735,21 +790,42 @@ def gumbel_softmax(logits: Any, tau: float = 1.0, hard: bool = False, eps: float
     return one_hot - soft.detach() + soft
 
 
-def embedding(input: Any, weight: Any, padding_idx: int | None = None) -> Tensor:
+def embedding(input: Any, weight: Any, padding_idx: int | None = None,
+              max_norm: float | None = None, norm_type: float = 2.0,
+              scale_grad_by_freq: bool = False, sparse: bool = False) -> Tensor:  # fmt: skip
     """Rows of `weight` picked by integer `input`; the gradient is a scatter-add into the rows
-    (getitem's VJP), and the row `padding_idx` gets none."""
+    (getitem's VJP), and the row `padding_idx` gets none. With `max_norm`, the picked rows are
+    first renormalized in `weight` itself (`embedding_renorm_`). `sparse` is accepted (the
+    gradient is dense)."""
+    if scale_grad_by_freq:
+        raise NotImplementedError("embedding: scale_grad_by_freq is not supported")
     input, weight = as_tensor(input), as_tensor(weight)
     if input.dtype.kind not in "iu":
         raise TypeError(f"embedding: indices must be integers, not {input.dtype}")
     if weight.ndim != 2:
         raise ShapeError(f"embedding: weight {weight.shape} must be 2-d (num_embeddings, dim)")
     input = check_range(input, 0, weight.shape[0], "embedding: indices")  # -1 would read a row
+    if max_norm is not None:
+        embedding_renorm_(weight, input, max_norm, norm_type)
     out = weight[input]
     if padding_idx is None:
         return out
     padding_idx %= weight.shape[0]
     keep = reshape(input != padding_idx, (*input.shape, 1))
     return where(keep, out, weight.detach()[input])
+
+
+def embedding_renorm_(weight: Tensor, input: Any, max_norm: float, norm_type: float) -> Tensor:
+    """PyTorch's: each row of `weight` that `input` picks whose `norm_type`-norm exceeds
+    `max_norm` scaled by max_norm / (norm + 1e-7), in place and untracked (a traced step writes
+    the table at every call, as state)."""
+    with no_grad():
+        index = reshape(as_tensor(input), (-1,))
+        rows = weight.detach()[index]
+        norms = vector_norm(rows, norm_type, 1, keepdim=True)
+        scale = where(norms > max_norm, max_norm / (norms + 1e-7), 1.0).astype(weight.dtype)
+        weight._assign(index_put(weight.detach(), (index,), rows * scale))
+    return weight
 
 
 def one_hot(tensor: Any, num_classes: int = -1) -> Tensor:
@@ -772,13 +848,18 @@ def scaled_dot_product_attention(
     dropout_p: float = 0.0,
     is_causal: bool = False,
     scale: float | None = None,
+    enable_gqa: bool = False,
 ) -> Tensor:
-    """softmax(q k^T * scale + mask) v over (..., L, E) queries and (..., S, E) keys. A boolean
+    """softmax(q k^T * scale + mask) v over (..., L, E) queries and (..., S, E) keys; with
+    `enable_gqa`, keys and values of fewer heads (axis -3) than the queries serve groups of
+    them, each repeated in turn (PyTorch's repeat_interleave) to the queries' count. A boolean
     mask says which keys a query may attend to (True: attend); a float mask is added. Without a
     mask, or with `is_causal`, it is one op (`attention`, fused kernels forward and backward);
     a mask, leading axes that broadcast, or `dropout_p` (on the probabilities, drawn as
     `dropout` draws) take the composed ops."""
     q, k, v = as_tensor(query), as_tensor(key), as_tensor(value)
+    if enable_gqa:
+        k, v = _repeat_heads(k, q, "key"), _repeat_heads(v, q, "value")
     if q.ndim < 2 or k.ndim < 2 or v.ndim < 2 or q.shape[-1] != k.shape[-1] \
             or k.shape[-2] != v.shape[-2]:  # fmt: skip
         raise ShapeError(
@@ -796,6 +877,19 @@ def scaled_dot_product_attention(
     if is_causal:
         attn_mask = Tensor._of(attention_impl.causal_mask(q.shape[-2], k.shape[-2]))
     return matmul(dropout(_probabilities(q, k, scale, attn_mask), dropout_p), v)
+
+
+def _repeat_heads(x: Tensor, q: Tensor, what: str) -> Tensor:
+    """(..., Hk, S, E) keys or values as (..., Hq, S, E), the queries' heads: each head
+    repeated Hq / Hk times in turn."""
+    if x.ndim < 3 or q.ndim < 3 or q.shape[-3] % x.shape[-3]:
+        raise ShapeError(f"scaled_dot_product_attention: enable_gqa needs the {what}'s heads "
+                         f"(axis -3 of {x.shape}) to divide the query's ({q.shape})")  # fmt: skip
+    groups = q.shape[-3] // x.shape[-3]
+    if groups == 1:
+        return x
+    grouped = _repeat_axis(reshape(x, (*x.shape[:-2], 1, *x.shape[-2:])), x.ndim - 2, groups)
+    return reshape(grouped, (*x.shape[:-3], q.shape[-3], *x.shape[-2:]))
 
 
 def _probabilities(q: Tensor, k: Tensor, scale: float, mask: Any) -> Tensor:
@@ -1037,9 +1131,10 @@ _PAD_MODES = ("constant", "reflect", "replicate", "circular")
 
 def pad(input: Any, pad: Sequence[int], mode: str = "constant", value: float | None = None):
     """PyTorch's pad: `pad` is (before, after) pairs for the last axes, the last axis first, so
-    (1, 2, 3, 4) pads the width by 1 and 2 and the height by 3 and 4. Modes: constant (`value`;
-    negative widths crop), reflect (mirrored, the edge not repeated), replicate (the edge
-    repeated), circular (wrapped around)."""
+    (1, 2, 3, 4) pads the width by 1 and 2 and the height by 3 and 4. Modes: constant (`value`),
+    reflect (mirrored, the edge not repeated), replicate (the edge repeated), circular (wrapped
+    around). Negative widths crop, as PyTorch's: after reflecting or replicating the input
+    (which the mirror reads), before wrapping it (circular wraps what is left)."""
     x = as_tensor(input)
     if len(pad) % 2 or len(pad) // 2 > x.ndim:
         raise ValueError(f"pad: {tuple(pad)} must hold (before, after) pairs for at most the "
@@ -1052,13 +1147,25 @@ def pad(input: Any, pad: Sequence[int], mode: str = "constant", value: float | N
     if mode == "constant":
         return _pad_constant(x, [widths.get(a, (0, 0)) for a in range(x.ndim)], value or 0.0)
     for axis, (lo, hi) in widths.items():
+        size = x.shape[axis] + lo + hi
+        x = _crop(x, axis, lo, hi) if mode == "circular" else x
         n = x.shape[axis]
         limit = n if mode == "circular" else n - 1 if mode == "reflect" else math.inf
-        if builtins.min(lo, hi) < 0 or builtins.max(lo, hi) > limit or n == 0:
+        grow = (builtins.max(lo, 0), builtins.max(hi, 0))
+        if builtins.max(grow) > limit or n == 0 or size < 1:
             raise ValueError(f"pad: widths {(lo, hi)} for axis {axis} of the input {x.shape} in "
-                             f"mode {mode!r} must be non-negative and at most {limit}")  # fmt: skip
-        x = concatenate([p for p in _pad_parts(x, axis, lo, hi, mode) if p.shape[axis]], axis)
+                             f"mode {mode!r} must be at most {limit} and leave an element "
+                             "(negative widths crop)")  # fmt: skip
+        x = concatenate([p for p in _pad_parts(x, axis, *grow, mode) if p.shape[axis]], axis)
+        x = x if mode == "circular" else _crop(x, axis, lo, hi)
     return x
+
+
+def _crop(x: Tensor, axis: int, lo: int, hi: int) -> Tensor:
+    """`x` without -lo elements at the start of `axis` and -hi at its end (the negative ones)."""
+    if lo >= 0 and hi >= 0:
+        return x
+    return _along(x, axis, slice(builtins.max(0, -lo), x.shape[axis] - builtins.max(0, -hi)))
 
 
 def _pad_constant(x: Tensor, widths: list[tuple[int, int]], value: float) -> Tensor:
@@ -1093,7 +1200,7 @@ def _repeat_axis(x: Tensor, axis: int, size: int) -> Tensor:
 
 
 _INTERPOLATION = {"nearest": None, "nearest-exact": None, "linear": 1, "bilinear": 2,
-                  "trilinear": 3, "bicubic": 2}  # fmt: skip
+                  "trilinear": 3, "bicubic": 2, "area": None}  # fmt: skip
 
 
 def interpolate(
@@ -1110,7 +1217,8 @@ def interpolate(
     it), "nearest-exact", "linear"/"bilinear"/"trilinear" (pixel centres, or the corners
     with `align_corners`) and "bicubic" (PyTorch's cubic convolution, A = -0.75, edge taps
     clamped). One axis at a time: a gather (or a broadcast for integer nearest upsampling) and,
-    for the linear modes, a weighted sum of two gathers (four for bicubic)."""
+    for the linear modes, a weighted sum of two gathers (four for bicubic). "area" is PyTorch's
+    adaptive average pooling to the output size."""
     x = as_tensor(input)
     dims = x.ndim - 2
     if mode not in _INTERPOLATION:
@@ -1131,6 +1239,11 @@ def interpolate(
     sizes, scales = _interpolation_sizes(x.shape[2:], size, scale_factor)
     if recompute_scale_factor:
         scales = (None,) * dims
+    if mode == "area":
+        if dims > 3:
+            raise ShapeError(f"interpolate: input {x.shape} in mode 'area' must have 1 to 3 "
+                             "spatial axes")  # fmt: skip
+        return (adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d)[dims - 1](x, sizes)
     for i, (out, scale) in enumerate(zip(sizes, scales, strict=True)):
         axis = 2 + i
         if mode == "bicubic":
@@ -1305,9 +1418,10 @@ def hardsigmoid(input: Any, inplace: bool = False) -> Tensor:
 
 def hardswish(input: Any, inplace: bool = False) -> Tensor:
     """x relu6(x + 3) / 6, written by PyTorch's branches so that the gradient at -3 and 3 is
-    PyTorch's too (x / 3 + 1/2 on [-3, 3])."""
+    PyTorch's too: x / 3 + 1/2 strictly inside (-3, 3), 0 at -3 and 1 at 3 (its kernel's
+    `x <= -3` and `x < 3`)."""
     x = as_tensor(input)
-    y = where(x < -3.0, 0.0, where(x <= 3.0, x * (x + 3.0) * (1.0 / 6.0), x)).astype(x.dtype)
+    y = where(x <= -3.0, 0.0, where(x < 3.0, x * (x + 3.0) * (1.0 / 6.0), x)).astype(x.dtype)
     return _in_place(input, y, inplace)
 
 
@@ -1921,9 +2035,8 @@ def embedding_bag(
     from one of `offsets` to the next. `per_sample_weights` scale the rows (mode "sum");
     `padding_idx` rows are left out of their bag (and its count); an empty bag gives zeros.
     `sparse` is accepted (the gradient is dense)."""
-    if max_norm is not None or scale_grad_by_freq:
-        raise NotImplementedError("embedding_bag: max_norm and scale_grad_by_freq are not "
-                                  "supported")  # fmt: skip
+    if scale_grad_by_freq:
+        raise NotImplementedError("embedding_bag: scale_grad_by_freq is not supported")
     if mode not in _BAG_MODES:
         raise ValueError(f"embedding_bag: mode must be one of {_BAG_MODES}, not {mode!r}")
     x, w = as_tensor(input), as_tensor(weight)
@@ -1938,6 +2051,9 @@ def embedding_bag(
         )
     if padding_idx is not None:
         padding_idx %= w.shape[0]
+    if max_norm is not None:
+        embedding_renorm_(w, check_range(x, 0, w.shape[0], "embedding_bag: indices"), max_norm,
+                          norm_type)  # fmt: skip
     if x.ndim == 2:
         if offsets is not None:
             raise ValueError("embedding_bag: offsets must be None for a 2-d input")

@@ -508,7 +508,9 @@ class Embedding(Module):
                  scale_grad_by_freq: bool = False, sparse: bool = False,
                  _weight: Tensor | None = None, _freeze: bool = False):  # fmt: skip
         super().__init__()
-        _dense_rows_only("Embedding", max_norm, scale_grad_by_freq)
+        if scale_grad_by_freq:
+            raise NotImplementedError("Embedding: scale_grad_by_freq is not provided (it rescales "
+                                      "the rows' gradients)")  # fmt: skip
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         self.max_norm, self.norm_type, self.scale_grad_by_freq = max_norm, norm_type, False
         self.sparse = sparse  # a dense gradient either way
@@ -541,7 +543,7 @@ class Embedding(Module):
                    table, freeze)  # fmt: skip
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.embedding(x, self.weight, self.padding_idx)
+        return F.embedding(x, self.weight, self.padding_idx, self.max_norm, self.norm_type)
 
     def extra_repr(self) -> str:
         return f"{self.num_embeddings}, {self.embedding_dim}"
@@ -1118,12 +1120,6 @@ class Fold(FunctionLayer):
                  stride: int | Sequence[int] = 1):  # fmt: skip
         super().__init__(output_size=output_size, kernel_size=kernel_size, dilation=dilation,
                          padding=padding, stride=stride)  # fmt: skip
-
-
-def _dense_rows_only(name: str, max_norm: float | None, scale_grad_by_freq: bool) -> None:
-    if max_norm is not None or scale_grad_by_freq:
-        raise NotImplementedError(f"{name}: max_norm and scale_grad_by_freq are not provided "
-                                  "(they renormalize or rescale rows in place)")  # fmt: skip
 
 
 class EmbeddingBag(Module):

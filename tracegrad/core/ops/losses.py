@@ -200,10 +200,46 @@ nll_loss = Primitive(
 nll_loss_grad = Primitive("nll_loss_grad", _nll_loss_grad, _scores_grad_rule,
                           raises=False, rerun=True)  # fmt: skip
 
+# --- binary cross-entropy ------------------------------------------------------------------------
+# PyTorch's own op: each log clamped at -100 (a saturated probability, exactly 0 or 1, gives a
+# finite loss) and the probability's gradient (p - t) / max(p (1 - p), 1e-12), which is 0 where p
+# is saturated towards its target. The parts' own gradient is 0 * inf = NaN there (a sigmoid
+# that reaches 1.0 in float32 made every parameter NaN), so a trace differentiates the op by its
+# VJP too (`traced_vjp`); only a second derivative takes the parts.
+
+
+def _clamped_log(x):
+    return maximum(log(x), -100.0)
+
+
+def _binary_cross_entropy_parts(p, t):
+    return -(t * _clamped_log(p) + (1.0 - t) * maximum(log1p(-p), -100.0))
+
+
+def _binary_cross_entropy(p, t):
+    with np.errstate(divide="ignore"):
+        logs = np.maximum(np.log(p), -100.0), np.maximum(np.log1p(-p), -100.0)
+    return -(t * logs[0] + (1.0 - t) * logs[1])
+
+
+def _same_shape_rule(p, t):
+    if p.shape != t.shape:
+        raise ValueError(f"input {p.shape} and target {t.shape} differ")
+    return p.shape, np.result_type(p.dtype, t.dtype, np.float16)
+
+
+binary_cross_entropy = Primitive(
+    "binary_cross_entropy", _binary_cross_entropy, _same_shape_rule,
+    (lambda g, out, p, t: g * (p - t) / maximum(p * (1.0 - p), 1e-12),
+     lambda g, out, p, t: g * (maximum(log1p(-p), -100.0) - _clamped_log(p))),
+    "in", raises=False, rerun=True, decompose=_binary_cross_entropy_parts, traced_vjp=True,
+    promotion="operands",
+)  # fmt: skip
+
 __all__ = [n for n, v in list(globals().items()) if isinstance(v, Primitive) and n[0] != "_"]
 
 
 # The parts call ops of other families, which import this one: imported last, the cycle is
 # harmless (no part runs while the table loads).
-from tracegrad.core.ops.elementwise import abs, exp, log, where  # noqa: E402
+from tracegrad.core.ops.elementwise import abs, exp, log, log1p, maximum, where  # noqa: E402
 from tracegrad.core.ops.reductions import max, sum  # noqa: E402
