@@ -351,3 +351,32 @@ def test_a_tensor_appended_to_a_list_refuses_and_a_compiled_module_runs_eagerly(
         compiled(tgt.ones(4))
     compiled(tgt.ones(4)), compiled(tgt.ones(4))
     assert len(policy.saved) == 3 and all(s.grad_fn is not None for s in policy.saved)
+
+
+def test_a_bare_result_kept_by_a_hook_is_found_and_a_plain_one_costs_no_heap_sweep(
+    float64, monkeypatch
+):
+    """Finding where Python state holds a result sweeps the heap (tens of ms with a large
+    one), so it runs only when a result has references beyond the step's own; the count of
+    those (frames holding a bare result included) must be exact both ways."""
+    import tracegrad.frontend.tracer as tracer
+
+    sweeps = []
+    real = tracer.places
+    monkeypatch.setattr(tracer, "places", lambda kept: sweeps.append(kept) or real(kept))
+    nn = tgt.nn
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh())
+    for shape in [(), (0,), ("loss",)]:  # bare, in a tuple, in a dict
+        sweeps.clear()
+
+        def step(x, shape=shape):
+            loss = model(x).square().sum()
+            return loss if shape == () else (loss, 1) if shape == (0,) else {"loss": loss}
+
+        tg.trace(step)(tgt.ones(2, 3))
+        assert sweeps == []
+    features = {}
+    model[1].register_forward_hook(lambda mod, args, out: features.update(last=out))
+    step = tg.trace(lambda x: model(x))
+    for i in range(2):
+        assert step(tgt.ones(2, 3) * i) is features["last"]

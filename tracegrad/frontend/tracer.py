@@ -12,6 +12,7 @@ import dis
 import functools
 import gc
 import random
+import sys
 import weakref
 from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field
@@ -119,20 +120,42 @@ Held = tuple[Place, int | None, int]
 def held_where(results: list, result: Any, state: Container[int] = ()) -> list[Held]:
     """Where Python state holds the step's result tensors (a forward's `self.last = out`, a
     forward hook's `features[name] = out`), apart from the containers of `result` itself.
-    Tensors whose id is in `state` (the step's inputs) are not the step's to put anywhere."""
+    Tensors whose id is in `state` (the step's inputs) are not the step's to put anywhere.
+    `result` is the step's return value as `capture` and `finish` hold it (`_held_elsewhere`)."""
     ids = {id(t): k for k, t in enumerate(results) if isinstance(t, Tensor) and id(t) not in state}
     if not ids:
         return []
-    own, todo = {id(results)}, [result]
+    todo: list = [result]
+    inside: list = []  # what the result's containers hold
+    own = {id(results), id(todo), id(inside)}
     while todo:  # the result's own lists, tuples and dicts
         x = todo.pop()
         if isinstance(x, list | tuple | dict) and id(x) not in own:
             own.add(id(x))
-            todo.extend(x.values() if isinstance(x, dict) else x)
+            todo += x.values() if isinstance(x, dict) else x
+            inside += x.values() if isinstance(x, dict) else x
+    x = None
+    if not _held_elsewhere(results, result, inside, ids):
+        return []
     made = [t for t in results if id(t) in ids]
     return [(p, j, ids[id(x)]) for p in places(made) if id(p.holder) not in own
             for j, x in (enumerate(p.obj) if isinstance(p.obj, tuple) else [(None, p.obj)])
             if id(x) in ids]  # fmt: skip
+
+
+def _held_elsewhere(results: list, result: Any, inside: list, ids: dict[int, int]) -> bool:
+    """Whether a result tensor has more references than the step's own: its places in
+    `results`, in the result's containers and in `inside` (which lists what those hold), the
+    frames of `capture`, `finish`, `held_where` and this function holding a bare `result`, and
+    `getrefcount`'s argument. Only
+    then is the heap swept for its holders (a sweep of a large heap takes tens of ms, and a
+    traced step's result is seldom kept). References the count misses only cost a sweep."""
+    for k in set(ids.values()):
+        own = sum(u is results[k] for u in results) + 2 * sum(u is results[k] for u in inside)
+        own += 4 if result is results[k] else 0
+        if sys.getrefcount(results[k]) > own + 1:
+            return True
+    return False
 
 
 def keep(held: list[Held], results: Sequence[Any]) -> None:
