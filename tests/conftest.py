@@ -13,6 +13,7 @@ import pytest
 
 import passes
 import tracegrad as tg
+from tracegrad.compiler import lowering
 
 os.environ["TRACEGRAD_BACKGROUND_COMPILE"] = "0"  # plans are tested as compiled (test_trace)
 passes.VERIFY = True  # every graph a pass returns is re-checked (Graph.verify) in the tests
@@ -53,6 +54,14 @@ def check_grad(fn: Callable[..., tg.Tensor], *arrays: np.ndarray, tol: float = 1
         assert x.grad is not None, f"argument {i} got no gradient"
         assert x.grad.shape == x.shape and x.grad.dtype == x.dtype
         np.testing.assert_allclose(x.grad.numpy(), expected, rtol=tol, atol=tol, err_msg=f"arg {i}")
+
+
+def eager_or_traced(fn, backend, monkeypatch):
+    """`fn` itself, or traced on `backend` with every fused group a kernel (small ones too)."""
+    if backend is None:
+        return fn
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+    return tg.trace(fn, backend=backend)
 
 
 def traced_matches_eager(

@@ -10,19 +10,10 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tests.conftest import check_grad, traced_matches_eager
-from tracegrad.compiler import lowering
+from tests.conftest import check_grad, eager_or_traced, traced_matches_eager
 from tracegrad.nn import functional as F
 
 BACKENDS = [None, "numpy", "numba"]  # eager, and traced on each backend
-
-
-def eager_or_traced(fn, backend, monkeypatch):
-    """`fn` itself, or traced on `backend` with every fused group a kernel (small ones too)."""
-    if backend is None:
-        return fn
-    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
-    return tg.trace(fn, backend=backend)
 
 
 # --- binary cross-entropy at saturated probabilities --------------------------------------------
