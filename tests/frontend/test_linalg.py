@@ -138,3 +138,23 @@ def test_traced_matches_eager(backend, monkeypatch):
                 .sum(-1, keepdim=True))  # fmt: skip
 
     traced_matches_eager(f, X1, X2, SQ, backend=backend)
+
+
+def test_pytorchs_older_svd_and_the_chain_and_vector_products():
+    """`torch.svd` (U, S, V with V not transposed), `linalg.multi_dot`, `linalg.vecdot` and
+    `linalg.diagonal` (the last two dims), which PyTorch code calls."""
+    rng = np.random.default_rng(0)
+    a, b, c = rng.standard_normal((4, 3)), rng.standard_normal((3, 5)), rng.standard_normal(5)
+    u, s, v = tg.svd(tg.tensor(a))
+    np.testing.assert_allclose((u.numpy() * s.numpy()) @ v.numpy().T, a, atol=1e-12)
+    assert u.shape == (4, 3) and v.shape == (3, 3) and ttorch.svd is tg.svd
+    assert not tg.svd(tg.tensor(a), compute_uv=False).U.numpy().any()
+    chain = tg.linalg.multi_dot([tg.tensor(a), tg.tensor(b), tg.tensor(c)])
+    np.testing.assert_allclose(chain.numpy(), a @ b @ c)
+    check_grad(lambda x, y, z: tg.linalg.multi_dot([x, y, z]), a, b, c)
+    x, y = rng.standard_normal((2, 3, 4)), rng.standard_normal((3, 4))
+    np.testing.assert_allclose(tg.linalg.vecdot(tg.tensor(x), tg.tensor(y)).numpy(),
+                               (x * y).sum(-1))  # fmt: skip
+    check_grad(lambda p, q: tg.linalg.vecdot(p, q, dim=0), y, y[::-1].copy())
+    np.testing.assert_array_equal(tg.linalg.diagonal(tg.tensor(x)).numpy(),
+                                  np.diagonal(x, axis1=-2, axis2=-1))  # fmt: skip

@@ -167,6 +167,48 @@ def qr(A: Any, mode: str = "reduced") -> QRResult:
     return QRResult(P.qr(a, part="q"), r)
 
 
+class SVDTopResult(NamedTuple):
+    U: Tensor
+    S: Tensor
+    V: Tensor
+
+
+def svd_top(input: Any, some: bool = True, compute_uv: bool = True) -> SVDTopResult:
+    """PyTorch's older `torch.svd`: (U, S, V), V not transposed; `some=False` is the full SVD
+    (square matrices only, as `svd`); without `compute_uv`, U and V are zeros."""
+    u, s, vh = svd(input, full_matrices=not some)
+    if not compute_uv:
+        return SVDTopResult(u * 0.0, s, vh * 0.0)
+    return SVDTopResult(u, s, matrix_transpose(vh))
+
+
+def multi_dot(tensors: Any) -> Tensor:
+    """The product of a chain of matrices (the first may be a vector, as may the last), left to
+    right."""
+    xs = [as_tensor(t) for t in tensors]
+    if len(xs) < 2:
+        raise ValueError(f"multi_dot: expected at least 2 tensors, got {len(xs)}")
+    if any(x.ndim != 2 for x in xs[1:-1]) or not all(x.ndim in (1, 2) for x in (xs[0], xs[-1])):
+        raise ShapeError(f"multi_dot: 2-D tensors expected (1-D at the ends), got "
+                         f"{[x.shape for x in xs]}")  # fmt: skip
+    out = xs[0]
+    for x in xs[1:]:
+        out = out @ x
+    return out
+
+
+@pytorch_keywords
+def vecdot(x: Any, y: Any, *, dim: int = -1) -> Tensor:
+    """The dot product of vectors along `dim`, broadcast over the others."""
+    return sum(as_tensor(x) * as_tensor(y), dim)
+
+
+def diagonal(A: Any, *, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Tensor:
+    """`torch.linalg.diagonal`: the matrices' diagonals (the last two dims by default, unlike
+    `torch.diagonal`'s first two)."""
+    return as_tensor(A).diagonal(offset, dim1, dim2)
+
+
 def svdvals(A: Any) -> Tensor:
     return P.svd(as_tensor(A), part="s")
 
@@ -297,6 +339,6 @@ def cdist(x1: Any, x2: Any, p: float = 2.0,
     return vector_norm(diff, p, -1)
 
 
-__all__ = ["cholesky", "cross", "det", "eigh", "eigvalsh", "inv", "matrix_norm", "matrix_power",
-           "norm", "pinv",
-           "qr", "slogdet", "solve", "svd", "svdvals", "vector_norm"]  # fmt: skip
+__all__ = ["cholesky", "cross", "det", "diagonal", "eigh", "eigvalsh", "inv", "matrix_norm",
+           "matrix_power", "multi_dot", "norm", "pinv", "qr", "slogdet", "solve", "svd",
+           "svdvals", "vecdot", "vector_norm"]  # fmt: skip
