@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
+from tests.conftest import check_grad
 
 
 @pytest.mark.parametrize("backend", [None, "numpy", "numba"])
@@ -28,3 +29,27 @@ def test_float_floor_division_is_pythons(backend):
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
     assert (tg.tensor([-0.9], dtype=np.float64) // 0.3).item() == -4.0
+
+
+@pytest.mark.parametrize("backend", [None, "numpy", "numba"])
+def test_a_ties_gradient_is_shared_by_maximum_and_minimum(backend):
+    """PyTorch's `maximum`, `minimum`, `max(a, b)` give each side half a tie's gradient (all
+    went to the first); relu and clamp keep theirs (0 and 1 at the corner)."""
+
+    def grads(a, b, x):
+        a, b, x = (tg.tensor(v, dtype=np.float64, requires_grad=True) for v in (a, b, x))
+
+        def loss(a, b, x):
+            out = tg.maximum(a, b) + 2 * tg.max(a, b) + 4 * a.minimum(b)
+            return out.sum() + tg.relu(x).sum() + 8 * tg.clamp(x, min=0.0).sum()
+
+        run = loss if backend is None else tg.trace(loss, backend=backend)
+        run(a, b, x).backward()
+        return a.grad.numpy(), b.grad.numpy(), x.grad.numpy()
+
+    ga, gb, gx = grads([1.0, 2.0, 3.0], [1.0, 3.0, 2.0], [0.0, -1.0, 2.0])
+    np.testing.assert_array_equal(ga, [3.5, 4.0, 3.0])
+    np.testing.assert_array_equal(gb, [3.5, 3.0, 4.0])
+    np.testing.assert_array_equal(gx, [8.0, 0.0, 9.0])
+    assert tg.maximum(tg.tensor([3, 1]), tg.tensor([2, 2])).tolist() == [3, 2]  # integers stay
+    check_grad(lambda a, b: tg.maximum(a, b) * tg.minimum(a, b), [1.0, 4.0], [2.0, 3.0])

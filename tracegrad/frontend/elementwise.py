@@ -210,6 +210,28 @@ def sinc(input: Any) -> Tensor:
 
 
 @pytorch_keywords
+def maximum(input: Any, other: Any) -> Tensor:
+    """The larger of each pair; a tie's gradient is shared half and half, as PyTorch's (the op
+    gives it all to `input`: clamp and relu, which rely on that, call the op)."""
+    return _ties_shared(P.maximum, input, other)
+
+
+@pytorch_keywords
+def minimum(input: Any, other: Any) -> Tensor:
+    """The smaller of each pair; a tie's gradient shared, as `maximum`'s."""
+    return _ties_shared(P.minimum, input, other)
+
+
+def _ties_shared(op: Any, input: Any, other: Any) -> Tensor:
+    """op(x, y), and where x == y, (x + y) / 2: the same value (but where |x| is over half the
+    dtype's largest), half the gradient each; every op at the broadcast shape."""
+    x, y = (a if is_number(a) else as_tensor(a) for a in (input, other))
+    if result_type(x, y).kind != "f":
+        return op(x, y)
+    return P.where(P.equal(x, y), P.mul(P.add(x, y), 0.5), op(x, y))
+
+
+@pytorch_keywords
 def fmax(input: Any, other: Any) -> Tensor:
     """maximum, ignoring a nan on one side."""
     x, y = as_tensor(input), as_tensor(other)
@@ -396,7 +418,8 @@ __all__ = [
     "divide", "eq", "equal", "fix", "float_power", "floor_divide", "fmax", "fmin", "frac", "ge",
     "greater", "greater_equal", "gt", "hardshrink", "heaviside", "isclose", "isfinite", "isinf",
     "isnan", "isneginf", "isposinf", "isreal", "ldexp", "le", "lerp", "less", "less_equal",
-    "logical_and", "logical_not", "logical_or", "logical_xor", "lt", "masked_fill", "mul",
+    "logical_and", "logical_not", "logical_or", "logical_xor", "lt", "masked_fill", "maximum",
+    "minimum", "mul",
     "multiply", "nan_to_num", "ne", "negative", "not_equal", "prelu", "rad2deg", "real",
     "reciprocal", "relu", "round", "sgn", "sign", "signbit", "sinc", "square", "sub", "subtract",
     "true_divide",

@@ -332,6 +332,7 @@ METHODS: dict[str, Any] = {
     "rsqrt": lambda self: 1.0 / P.sqrt(self),
     "round": E.round, "sinc": E.sinc, "isnan": E.isnan, "isinf": E.isinf,
     "isfinite": E.isfinite, "nan_to_num": E.nan_to_num, "floor_divide": E.floor_divide,
+    "maximum": E.maximum, "minimum": E.minimum,
     "fmax": E.fmax, "fmin": E.fmin, "deg2rad": E.deg2rad, "rad2deg": E.rad2deg, "eq": E.eq,
     "ne": E.ne, "lt": E.lt, "le": E.le, "gt": E.gt, "ge": E.ge, "equal": E.equal,
     "add": E.add, "sub": E.sub, "subtract": E.sub, "mul": E.mul, "multiply": E.mul,

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from tracegrad.core import primitives as P
+from tracegrad.frontend.elementwise import maximum, minimum
 from tracegrad.frontend.functions import (
     astype,
     at,
@@ -146,7 +147,7 @@ def taken(x: Tensor, idx: Tensor, dim: int, keepdim: bool, result: type) -> Any:
 def _extreme(name: str, input: Any, dim: Any, keepdim: bool, other: Any) -> Any:
     x = as_tensor(input)
     if other is not None or isinstance(dim, Tensor | np.ndarray):
-        return (P.maximum if name == "max" else P.minimum)(x, dim if other is None else other)
+        return (maximum if name == "max" else minimum)(x, dim if other is None else other)
     if dim is None:
         return (amax if name == "max" else amin)(x, None, keepdim)
     d = one_dim(name, dim, x.ndim)
