@@ -25,6 +25,7 @@ from tracegrad.nn.modules import (
     Parameter,
     empty_parameter,
     inverse_sqrt,
+    renumber,
     reset_affine,
     reset_uniform,
 )
@@ -753,13 +754,6 @@ class _ListOf(Module):
     def __iadd__(self, values: Iterable[Any]) -> Any:
         return self.extend(values)
 
-    def _renumber(self, values: list[Any]) -> None:
-        """Hold `values`, numbered again by place (as PyTorch's after a delete or insert)."""
-        for i in range(len(self)):
-            delattr(self, str(i))
-        for i, value in enumerate(values):
-            setattr(self, str(i), value)
-
 
 class _DictOf(Module):
     """What its registry holds (`held`) by name, in insertion order; `admit` as `_ListOf`'s."""
@@ -833,12 +827,12 @@ class ModuleList(_ListOf):
     def __delitem__(self, i: int | slice) -> None:
         modules = self._items()
         del modules[i]
-        self._renumber(modules)
+        renumber(self, self._modules, modules)
 
     def insert(self, index: int, module: Module) -> None:
         modules = self._items()
         modules.insert(index, module)
-        self._renumber(modules)
+        renumber(self, self._modules, modules)
 
     def pop(self, i: int | slice) -> Module | ModuleList:
         module = self[i]

@@ -1002,6 +1002,15 @@ class Linear(Module):
         )
 
 
+def renumber(module: Module, names: Iterable[str], values: list[Any]) -> None:
+    """`module` holds `values` as "0", "1", ... in place of what it held under `names`: a
+    container's numbering after a delete or an insert, as PyTorch's (and so `state_dict`'s)."""
+    for name in list(names):
+        delattr(module, name)
+    for i, value in enumerate(values):
+        setattr(module, str(i), value)
+
+
 class Sequential(Module):
     """Applies its layers in order; they are registered as "0", "1", ... (as in PyTorch), or
     under their names when given as one (ordered) dict."""
@@ -1030,8 +1039,9 @@ class Sequential(Module):
 
     def __delitem__(self, i: int | slice) -> None:
         """As PyTorch's: the layers left are numbered again by place."""
-        gone = {id(m) for m in (self[i] if isinstance(i, slice) else [self[self._index(i)]])}
-        self._renumber([m for m in self._modules.values() if id(m) not in gone])
+        layers = list(self._modules.values())
+        del layers[i if isinstance(i, slice) else self._index(i)]
+        renumber(self, self._modules, layers)
 
     def _name_at(self, i: int) -> str:
         return list(self._modules)[self._index(i)]
@@ -1040,12 +1050,6 @@ class Sequential(Module):
         if not -len(self) <= i < len(self):
             raise IndexError(f"Sequential: index {i} is out of range for {len(self)} layers")
         return i % len(self)
-
-    def _renumber(self, layers: list[Module]) -> None:
-        for name in list(self._modules):
-            delattr(self, name)
-        for i, layer in enumerate(layers):
-            setattr(self, str(i), layer)
 
     def __len__(self) -> int:
         return len(self._modules)
@@ -1066,7 +1070,7 @@ class Sequential(Module):
         """PyTorch's: the layers from `index` on move one place up (numbered by place)."""
         layers = list(self._modules.values())
         layers.insert(index, layer)
-        self._renumber(layers)
+        renumber(self, self._modules, layers)
         return self
 
     def pop(self, i: int | slice) -> Module:
