@@ -149,6 +149,9 @@ def test_dist_renorm_aminmax_diagflat_vdot_split_with_sizes():
     np.testing.assert_array_equal(low.numpy(), X.min(1, keepdims=True))
     assert x.aminmax().max.item() == X.max()
     np.testing.assert_array_equal(tg.tensor(M).diagflat(1).numpy(), np.diagflat(M, 1))
+    into = tg.zeros(2, 2, dtype=np.float64)  # diag keeps PyTorch's keywords (out=)
+    tg.diag(tg.tensor([1.0, 2.0], dtype=np.float64), out=into)
+    np.testing.assert_array_equal(into.numpy(), np.diag([1.0, 2.0]))
     assert math.isclose(y.vdot(y).item(), X[0] @ X[0])
     assert [p.shape for p in x.split_with_sizes([1, 3], 1)] == [(3, 1), (3, 3)]
 

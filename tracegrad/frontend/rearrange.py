@@ -239,12 +239,12 @@ def _diagonal(input: Any, offset: int, dim1: int, dim2: int) -> Tensor:
 
 
 @pytorch_keywords
-@pytorch_keywords
 def diagflat(input: Any, offset: int = 0) -> Tensor:
     """The elements, flattened, on diagonal `offset` of a square matrix."""
     return diag(ravel(as_tensor(input)), offset)
 
 
+@pytorch_keywords
 def diag(input: Any, diagonal: int = 0) -> Tensor:
     """A 1-D input becomes a matrix with it on diagonal k; a 2-D one gives its diagonal k."""
     x = as_tensor(input)
@@ -489,9 +489,7 @@ def windows(input: Any, dimension: int, size: int, step: int) -> Tensor:
 __all__ = [
     "argwhere", "atleast_1d", "atleast_2d", "atleast_3d", "block_diag", "cartesian_prod", "chunk",
     "column_stack", "diag", "diag_embed", "diagflat", "diagonal", "masked_select", "meshgrid",
-    "vander",
-    "dsplit", "dstack", "flip", "fliplr", "flipud", "hsplit", "hstack", "nonzero",
-    "repeat_interleave", "roll", "rot90", "split", "split_with_sizes",
-    "tensor_split", "tile", "tril", "triu",
-    "unbind", "vsplit", "vstack", "where",
+    "vander", "dsplit", "dstack", "flip", "fliplr", "flipud", "hsplit", "hstack", "nonzero",
+    "repeat_interleave", "roll", "rot90", "split", "split_with_sizes", "tensor_split", "tile",
+    "tril", "triu", "unbind", "vsplit", "vstack", "where",
 ]  # fmt: skip

@@ -147,9 +147,9 @@ def _held_elsewhere(results: list, result: Any, inside: list, ids: dict[int, int
     """Whether a result tensor has more references than the step's own: its places in
     `results`, in the result's containers and in `inside` (which lists what those hold), the
     frames of `capture`, `finish`, `held_where` and this function holding a bare `result`, and
-    `getrefcount`'s argument. Only
-    then is the heap swept for its holders (a sweep of a large heap takes tens of ms, and a
-    traced step's result is seldom kept). References the count misses only cost a sweep."""
+    `getrefcount`'s argument. Only then is the heap swept for its holders (a sweep of a large
+    heap takes tens of ms, and a traced step's result is seldom kept). References the count
+    misses only cost a sweep."""
     for k in set(ids.values()):
         own = sum(u is results[k] for u in results) + 2 * sum(u is results[k] for u in inside)
         own += 4 if result is results[k] else 0
