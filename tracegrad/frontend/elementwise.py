@@ -419,8 +419,7 @@ __all__ = [
     "greater", "greater_equal", "gt", "hardshrink", "heaviside", "isclose", "isfinite", "isinf",
     "isnan", "isneginf", "isposinf", "isreal", "ldexp", "le", "lerp", "less", "less_equal",
     "logical_and", "logical_not", "logical_or", "logical_xor", "lt", "masked_fill", "maximum",
-    "minimum", "mul",
-    "multiply", "nan_to_num", "ne", "negative", "not_equal", "prelu", "rad2deg", "real",
-    "reciprocal", "relu", "round", "sgn", "sign", "signbit", "sinc", "square", "sub", "subtract",
-    "true_divide",
+    "minimum", "mul", "multiply", "nan_to_num", "ne", "negative", "not_equal", "prelu", "rad2deg",
+    "real", "reciprocal", "relu", "round", "sgn", "sign", "signbit", "sinc", "square", "sub",
+    "subtract", "true_divide",
 ]  # fmt: skip

@@ -277,5 +277,4 @@ def addbmm(input: Any, batch1: Any, batch2: Any, *, beta: Any = 1, alpha: Any = 
 
 
 __all__ = ["addbmm", "addmm", "addmv", "addr", "baddbmm", "bmm", "cross", "dot", "einsum",
-           "inner", "kron", "mv", "outer", "tensordot",
-           "vdot"]  # fmt: skip
+           "inner", "kron", "mv", "outer", "tensordot", "vdot"]  # fmt: skip
