@@ -55,6 +55,7 @@ from tracegrad.nn.volumetric import (
     lp_pool3d,
     max_pool3d,
     max_unpool3d,
+    unbatched,
     unpool,
 )
 
@@ -543,7 +544,7 @@ def conv2d(
     (out, C / groups, kh, kw) `weight`."""
     input, weight = as_tensor(input), as_tensor(weight)
     if input.ndim == 3:
-        return _unbatched(conv2d, input, weight, bias, stride, padding, dilation, groups)
+        return unbatched(conv2d, input, weight, bias, stride, padding, dilation, groups)
     same_dtypes("conv2d", input, weight, None if bias is None else as_tensor(bias))
     stride, dilation = _pair(stride, "conv2d", "stride"), _pair(dilation, "conv2d", "dilation")
     if weight.ndim != 4:
@@ -566,7 +567,7 @@ def conv1d(
     k) `weight`: a conv2d over a height of one."""
     input, weight = as_tensor(input), as_tensor(weight)
     if input.ndim == 2:
-        return _unbatched(conv1d, input, weight, bias, stride, padding, dilation, groups)
+        return unbatched(conv1d, input, weight, bias, stride, padding, dilation, groups)
     if input.ndim != 3 or weight.ndim != 3:
         raise ShapeError(f"conv1d: input {input.shape} and weight {weight.shape} must be 3-d")
     one = lambda v: (1, v if isinstance(v, int) else v[0])
@@ -575,11 +576,6 @@ def conv1d(
                reshape(weight, (*weight.shape[:2], 1, weight.shape[2])), bias, one(stride), pad,
                one(dilation), groups)  # fmt: skip
     return reshape(y, (y.shape[0], y.shape[1], y.shape[3]))
-
-
-def _unbatched(f: Callable, x: Tensor, *args: Any) -> Tensor:
-    """`f` of one unbatched sample, as PyTorch's: a batch of one, the batch axis dropped."""
-    return f(reshape(x, (1, *x.shape)), *args)[0]
 
 
 def _pad_value(x: Tensor, padding: tuple[int, int], value: float) -> Tensor:
@@ -1033,8 +1029,8 @@ def conv_transpose2d(
     x, w = as_tensor(input), as_tensor(weight)
     same_dtypes(op, x, w, None if bias is None else as_tensor(bias))
     if x.ndim == 3:  # one unbatched image
-        return conv_transpose2d(reshape(x, (1, *x.shape)), w, bias, stride, padding,
-                                output_padding, groups, dilation)[0]  # fmt: skip
+        return unbatched(conv_transpose2d, x, w, bias, stride, padding, output_padding, groups,
+                         dilation)  # fmt: skip
     groups = int(groups)
     if x.ndim != 4 or w.ndim != 4 or groups < 1 or x.shape[1] != w.shape[0] or w.shape[0] % groups:
         raise ShapeError(f"{op}: input {x.shape} and weight {w.shape} with groups={groups}; "

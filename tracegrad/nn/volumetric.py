@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -396,6 +396,11 @@ def _spread(v: Tensor, stride: int, offset: int, length: int) -> Tensor:
     return _padded(v, [(offset, length - offset - v.shape[2]), (0, 0), (0, 0)], 0.0)
 
 
+def unbatched(f: Callable, x: Tensor, *args: Any) -> Tensor:
+    """`f` of one unbatched sample, as PyTorch's: a batch of one, the batch axis dropped."""
+    return f(reshape(x, (1, *x.shape)), *args)[0]
+
+
 def conv_transpose3d(input: Any, weight: Any, bias: Any = None, stride: int | Sequence[int] = 1,
                      padding: int | Sequence[int] = 0, output_padding: int | Sequence[int] = 0,
                      groups: int = 1, dilation: int | Sequence[int] = 1) -> Tensor:  # fmt: skip
@@ -408,8 +413,8 @@ def conv_transpose3d(input: Any, weight: Any, bias: Any = None, stride: int | Se
     x, w = as_tensor(input), as_tensor(weight)
     same_dtypes(op, x, w, None if bias is None else as_tensor(bias))
     if x.ndim == 4:  # one unbatched volume
-        return conv_transpose3d(reshape(x, (1, *x.shape)), w, bias, stride, padding,
-                                output_padding, groups, dilation)[0]  # fmt: skip
+        return unbatched(conv_transpose3d, x, w, bias, stride, padding, output_padding, groups,
+                         dilation)  # fmt: skip
     groups = int(groups)
     if x.ndim != 5 or w.ndim != 5 or groups < 1 or x.shape[1] != w.shape[0] or w.shape[0] % groups:
         raise ShapeError(f"{op}: input {x.shape} and weight {w.shape} with groups={groups}; "
