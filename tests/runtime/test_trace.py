@@ -4,6 +4,7 @@ failed steps that lose nothing; TraceErrors; pytrees; printing and export."""
 import gc
 import threading
 import types
+import warnings
 import weakref
 
 import networkx as nx
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
+import tracegrad.torch as torch
 from tracegrad.compiler import lowering
 from tracegrad.core.vocabulary import Phase
 from tracegrad.runtime import arena as runtime_arena
@@ -355,6 +357,50 @@ def test_python_control_flow_on_traced_values_names_the_user_line(body, what):
         traced(np.ones(3, np.float32))
     assert what in str(err.value)
     assert "outside the traced function" in str(err.value)
+
+
+def test_torch_compile_runs_a_refused_signature_eagerly_where_trace_raises():
+    """PyTorch's `torch.compile(step)` breaks the graph where the trace refuses (Python control
+    flow on a value, after the update here): that signature's calls run eagerly, warned once,
+    and train as the eager step does; `fullgraph=True` and `trace` raise, changing nothing."""
+
+    def branching(model):
+        def step(x, y):
+            loss = model.step(x, y)
+            return loss * 2 if loss.item() > 100 else loss
+
+        return step
+
+    data = batches(3, np.float64, (6, 8, 4))
+    reference, model = MLP((6, 8, 4), np.float64), MLP((6, 8, 4), np.float64)
+    expected = [float(branching(reference)(tg.tensor(x), tg.tensor(y))) for x, y in data]
+    compiled = torch.compile(branching(model), backend="numpy")
+    with pytest.warns(UserWarning, match=r"torch.compile\(step\): this call runs eagerly .*bool"):
+        got = [float(compiled(x, y)) for x, y in data[:1]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once: the signature runs eagerly from then on
+        got += [float(compiled(x, y)) for x, y in data[1:]]
+    assert got == expected and not compiled.plans
+    for a, b in zip(model.state(), reference.state(), strict=True):
+        np.testing.assert_array_equal(a, b)
+    before = model.state()
+    for refusing in (torch.compile(branching(model), fullgraph=True), tg.trace(branching(model))):
+        with pytest.raises(tg.TraceError, match=r"bool.*test_trace\.py:\d+"):
+            refusing(*data[0])
+    for a, b in zip(model.state(), before, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_torch_compile_runs_a_call_with_an_unhashable_argument_eagerly():
+    def scaled(t, names):
+        return t * len(names)
+
+    compiled = torch.compile(scaled, backend="numpy")
+    with pytest.warns(UserWarning, match="must be hashable"):
+        got = compiled(tg.ones(2), {"a", "b", "c"})
+    np.testing.assert_array_equal(got.numpy(), [3.0, 3.0])
+    with pytest.raises(TypeError, match="must be hashable"):
+        tg.trace(scaled)(tg.ones(2), {"a", "b", "c"})
 
 
 def test_a_backward_into_a_forward_run_before_the_step_is_refused_and_changes_nothing():

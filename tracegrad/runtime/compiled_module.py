@@ -377,15 +377,15 @@ class _Forward:
 
 
 def differentiable_function(fn: Callable, cap: Capture, backend: str,
-                            passes: Sequence[Callable] | None = None,
-                            budget: int | None = None) -> CompiledCalls:  # fmt: skip
+                            passes: Sequence[Callable] | None = None, budget: int | None = None,
+                            fullgraph: bool = True) -> CompiledCalls:  # fmt: skip
     """`trace(fn)` (`torch.compile(fn)`) for a function that returns what autograd tracks
     without running backward itself (a forward, a loss): its calls with grad enabled run a
     forward and a backward plan, as a compiled module's do. Its parameters: the leaf tensors
     from outside that the first trace read and that require grad."""
     params = [ref.tensor for ref, via_grad in cap.reads if not via_grad and ref.tensor is not None
               and ref.tensor.is_leaf and ref.tensor.requires_grad]  # fmt: skip
-    return CompiledCalls(_Forward(fn, params), backend, passes=passes, budget=budget)
+    return CompiledCalls(_Forward(fn, params), backend, fullgraph, passes, budget)
 
 
 class OptimizedModule(Module):

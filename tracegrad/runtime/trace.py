@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tracegrad.core import ir
+from tracegrad.core.errors import warn_user
 from tracegrad.frontend.autodiff import is_grad_enabled
 from tracegrad.frontend.tensor import Listeners
 from tracegrad.frontend.tracer import Capture, TraceError, capture, signature
@@ -32,7 +33,7 @@ class Traced:
     """A function traced once per input signature; see `trace`."""
 
     def __init__(self, fn: Callable, backend: str, passes: Sequence[Callable] | None,
-                 memory_budget: int | str | None = None):  # fmt: skip
+                 memory_budget: int | str | None = None, fullgraph: bool = True):  # fmt: skip
         if backend not in ("numpy", "numba"):
             raise ValueError(f"trace: unknown backend {backend!r} (use 'numpy' or 'numba')")
         self.fn, self.backend, self.passes = fn, backend, passes
@@ -46,6 +47,10 @@ class Traced:
         self.static: set[int] = set()  # float arguments the step uses as Python numbers
         self.floats_seen: dict[int, float] = {}
         self.dumped: list[str] = []  # directories TRACEGRAD_DUMP wrote, one per plan
+        # False (`torch.compile(fn)`'s default): a signature whose trace refuses runs eagerly,
+        # where PyTorch would break the graph; True (`trace`'s): the refusal is raised
+        self.fullgraph = fullgraph
+        self.eager: set[Any] = set()  # the signatures that run eagerly
         # a function whose results autograd tracks (a forward, a loss), called with grad
         # enabled: its plans and their backward (`compiled_module`)
         self.differentiable: CompiledCalls | None = None
@@ -71,7 +76,12 @@ class Traced:
         return result
 
     def _call(self, args: tuple, kwargs: dict) -> Any:
-        leaves, key = signature(args, kwargs, self.dynamic)
+        try:
+            leaves, key = signature(args, kwargs, self.dynamic)
+        except TypeError as e:  # an argument that cannot be hashed
+            return self._eagerly(None, e, args, kwargs)
+        if key in self.eager:
+            return self.fn(*args, **kwargs)
         plans = self.plans.get(key, [])
         # the newest first: it was traced because the older ones' guards failed, and a step
         # that settles (its grads set from the second call on) runs the newest from then on
@@ -81,12 +91,15 @@ class Traced:
             if plans:
                 self._say_why(plans[-1].capture)
             self._more_dynamic(leaves)
-            cap = self._capture(args, kwargs)
+            try:
+                cap = self._capture(args, kwargs)
+            except TraceError as e:  # the state is as it was: the trace restored it
+                return self._eagerly(key, e, args, kwargs)
             if cap.needs_backward:  # a forward (a compiled loss): its backward compiles too
                 from tracegrad.runtime.compiled_module import differentiable_function
 
                 self.differentiable = differentiable_function(
-                    self.fn, cap, self.backend, self.passes, self._budget()
+                    self.fn, cap, self.backend, self.passes, self._budget(), self.fullgraph
                 )
                 return self._call_differentiable(args, kwargs)
             plan = self._compile(cap)
@@ -102,6 +115,17 @@ class Traced:
             where = os.environ["TRACEGRAD_DUMP"]
             self.dumped.append(dump(plan, report(plan), where, self.fn.__name__))
         return result
+
+    def _eagerly(self, key: Any, why: Exception, args: tuple, kwargs: dict) -> Any:
+        """Run this call eagerly, and with a key every call of its signature, saying why; raise
+        `why` instead if `fullgraph`."""
+        if self.fullgraph:
+            raise why
+        if key is not None:
+            self.eager.add(key)
+        warn_user(f"torch.compile({self.fn.__name__}): this call runs eagerly (PyTorch would "
+                  f"break the graph here): {why}")  # fmt: skip
+        return self.fn(*args, **kwargs)
 
     def _more_dynamic(self, leaves: list[Any]) -> None:
         """A Python float argument that takes a second value becomes an input of the plan

@@ -31,6 +31,7 @@ from tracegrad.frontend.methods import legacy_types
 from tracegrad.frontend.rearrange import matrix_trace as trace
 from tracegrad.frontend.tensor import Tensor
 from tracegrad.runtime.compiled_module import OptimizedModule, backend_named
+from tracegrad.runtime.trace import Traced as _Traced
 from tracegrad.torch._support import ALIASES as _ALIASES
 from tracegrad.torch._support import DTYPES as _DTYPES
 from tracegrad.torch._support import dtype, imported_as_torch
@@ -185,8 +186,9 @@ def compile(  # noqa: A001 (PyTorch's name)
     the optimizer, or an inference function) it is `tracegrad.trace`: compiled per input
     signature. On a module (`model = torch.compile(model)`) it returns an `OptimizedModule`
     whose calls run a compiled forward, and a compiled backward when `loss.backward()` reaches
-    it; where the trace refuses, the call runs eagerly with a warning (an error with
-    `fullgraph=True`). Used bare, as `@torch.compile`, or with options."""
+    it. Where the trace refuses (PyTorch would break the graph), that signature's calls run
+    eagerly with a warning (the refusal is raised with `fullgraph=True`). Used bare, as
+    `@torch.compile`, or with options."""
     if model is None:
         return functools.partial(compile, fullgraph=fullgraph, dynamic=dynamic, backend=backend,
                                  mode=mode, options=options, disable=disable)  # fmt: skip
@@ -197,7 +199,7 @@ def compile(  # noqa: A001 (PyTorch's name)
         return OptimizedModule(model, tracegrad_backend, fullgraph)
     if not callable(model):
         raise TypeError(f"torch.compile: expected a function or a module, got {model!r}")
-    return _tg.trace(model, backend=tracegrad_backend)
+    return _Traced(model, tracegrad_backend, None, fullgraph=fullgraph)
 
 
 from tracegrad.torch import (  # noqa: E402 (the submodules read the names above)
