@@ -1,9 +1,13 @@
 """Pytrees (frontend/pytree.py): the containers around a traced function's arguments and
 results come back as the classes they were (fast_neural_style's Vgg16 returns a namedtuple and
-reads `features.relu2_2`; torchtext-style batches are attribute dicts)."""
+reads `features.relu2_2`; torchtext-style batches are attribute dicts); an argument that cannot
+be hashed (argparse's `Namespace`, a dataclass) counts by its attributes."""
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import warnings
 from collections import OrderedDict, namedtuple
 
 import numpy as np
@@ -54,3 +58,50 @@ def test_traced_and_compiled_calls_return_the_callers_classes():
         np.testing.assert_allclose(got.low.detach().numpy(), want.low.detach().numpy())
         np.testing.assert_array_equal(got.high["top"].indices.numpy(),
                                       want.high["top"].indices.numpy())  # fmt: skip
+
+
+@dataclasses.dataclass
+class Config:
+    scale: float
+    names: list
+
+
+def test_an_object_that_cannot_be_hashed_counts_by_its_class_and_attributes():
+    def key(obj):
+        tree = pytree.flatten(obj, lambda x: False)[1]
+        hash(tree)  # raises if it cannot be hashed
+        return tree
+
+    t = torch.ones(2)
+    a = argparse.Namespace(lr=0.1, sizes=[1, 2], w=t)
+    b = argparse.Namespace(lr=0.1, sizes=[1, 2], w=t)
+    assert key(a) == key(b) and key(a) != key(argparse.Namespace(lr=0.2, sizes=[1, 2], w=t))
+    assert key(a) != key(argparse.Namespace(lr=0.1, sizes=[1, 3], w=t))
+    assert key(a) != key(argparse.Namespace(lr=0.1, sizes=[1, 2], w=torch.ones(2)))  # identity
+    assert key(Config(1.0, ["x"])) == key(Config(1.0, ["x"])) != key(Config(2.0, ["x"]))
+    leaves, tree = pytree.flatten([a], lambda x: False)
+    assert pytree.unflatten(tree, leaves)[0] is a  # the object itself, not a copy
+
+
+def test_a_traced_step_takes_an_argparse_namespace_and_traces_again_when_it_changes():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 3))
+    w, w_eager = torch.tensor(x[:3], requires_grad=True), torch.tensor(x[:3], requires_grad=True)
+
+    def step(w, x, args):
+        loss = (x @ w).square().mean() * args.scale
+        loss.backward()
+        with torch.no_grad():
+            w -= args.lr * w.grad
+        w.grad = None
+        return loss
+
+    traced = tg.trace(step, backend="numpy")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for lr in (0.1, 0.1, 0.2):
+            args = argparse.Namespace(lr=lr, scale=2.0)
+            got, want = traced(w, torch.tensor(x), args), step(w_eager, torch.tensor(x), args)
+            np.testing.assert_allclose(float(got), float(want), rtol=1e-13)
+            np.testing.assert_allclose(w.detach().numpy(), w_eager.detach().numpy(), rtol=1e-13)
+    assert len(traced.plans) == 2  # lr 0.1 and lr 0.2

@@ -24,7 +24,40 @@ def _walk(x: Any, is_leaf: Callable[[Any], bool], leaves: list[Any]) -> Treedef:
         return (type(x), tuple(_walk(v, is_leaf, leaves) for v in x))
     if isinstance(x, dict):  # an OrderedDict, an attribute dict (`batch.premise`)
         return (type(x), tuple((k, _walk(v, is_leaf, leaves)) for k, v in x.items()))
+    if type(x).__hash__ is None and hasattr(x, "__dict__"):
+        return ("static", ByAttributes(x))
     return ("static", x)
+
+
+class ByAttributes:
+    """An object that cannot be hashed (argparse's `Namespace`, a dataclass) where a structure
+    must be: equal to another of its class with the same attributes, as they are now (a plan
+    may have baked them in). Tensors and arrays among them count by identity (their values
+    are read at each call); the object itself is what `unflatten` gives back."""
+
+    __slots__ = ("obj", "key")
+
+    def __init__(self, obj: Any):
+        self.obj = obj
+        self.key = (type(obj), tuple((k, _attribute_key(v)) for k, v in vars(obj).items()))
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ByAttributes) and self.key == other.key
+
+
+def _attribute_key(v: Any) -> Any:
+    if hasattr(v, "__array__") or hasattr(v, "_value"):  # a tensor's == is elementwise
+        return ("identity", id(v))
+    if isinstance(v, list | tuple):
+        return (type(v), tuple(map(_attribute_key, v)))
+    if isinstance(v, dict):
+        return (type(v), tuple((k, _attribute_key(x)) for k, x in v.items()))
+    if type(v).__hash__ is None and hasattr(v, "__dict__"):
+        return ByAttributes(v)
+    return v
 
 
 def unflatten(treedef: Treedef, leaves: list[Any]) -> Any:
@@ -39,7 +72,7 @@ def _build(d: Treedef, it: Iterator[Any]) -> Any:
         return next(it)
     kind, body = d
     if kind == "static":
-        return body
+        return body.obj if type(body) is ByAttributes else body
     if issubclass(kind, dict):
         items = {k: _build(v, it) for k, v in body}
         return items if kind is dict else _remake(kind, items)
