@@ -1,6 +1,7 @@
 """@trace against eager execution: same losses, parameters and state; retracing; write-back;
 failed steps that lose nothing; TraceErrors; pytrees; printing and export."""
 
+import functools
 import gc
 import threading
 import types
@@ -389,6 +390,21 @@ def test_torch_compile_runs_a_refused_signature_eagerly_where_trace_raises():
             refusing(*data[0])
     for a, b in zip(model.state(), before, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_partial_and_a_callable_object_trace_under_their_functions_names():
+    class Doubler:
+        def __call__(self, t):
+            return t * 2
+
+    def scaled(a, t):
+        return (t * a).sum()
+
+    partial = tg.trace(functools.partial(scaled, 2.0), backend="numpy")
+    assert float(partial(tg.ones(3))) == 6.0 and partial.latest.name == "scaled"
+    instance = tg.trace(Doubler(), backend="numpy")
+    np.testing.assert_array_equal(instance(tg.ones(2)).numpy(), [2.0, 2.0])
+    assert instance.latest.name == "Doubler"
 
 
 def test_torch_compile_runs_a_call_with_an_unhashable_argument_eagerly():

@@ -36,7 +36,7 @@ class Traced:
                  memory_budget: int | str | None = None, fullgraph: bool = True):  # fmt: skip
         if backend not in ("numpy", "numba"):
             raise ValueError(f"trace: unknown backend {backend!r} (use 'numpy' or 'numba')")
-        self.fn, self.backend, self.passes = fn, backend, passes
+        self.fn, self.backend, self.passes, self.name = fn, backend, passes, _name(fn)
         if memory_budget is not None:
             parse_budget(memory_budget)  # a bad budget fails here; a share is taken per trace
         self.memory_budget = memory_budget
@@ -113,7 +113,7 @@ class Traced:
 
             plan.adopt_kernels(wait=True)
             where = os.environ["TRACEGRAD_DUMP"]
-            self.dumped.append(dump(plan, report(plan), where, self.fn.__name__))
+            self.dumped.append(dump(plan, report(plan), where, self.name))
         return result
 
     def _eagerly(self, key: Any, why: Exception, args: tuple, kwargs: dict) -> Any:
@@ -123,7 +123,7 @@ class Traced:
             raise why
         if key is not None:
             self.eager.add(key)
-        warn_user(f"torch.compile({self.fn.__name__}): this call runs eagerly (PyTorch would "
+        warn_user(f"torch.compile({self.name}): this call runs eagerly (PyTorch would "
                   f"break the graph here): {why}")  # fmt: skip
         return self.fn(*args, **kwargs)
 
@@ -149,7 +149,7 @@ class Traced:
             self.static |= self.dynamic
             self.dynamic = frozenset()
             self._warn(
-                f"{self.fn.__name__}: a float argument that changes between calls is used as a "
+                f"{self.name}: a float argument that changes between calls is used as a "
                 "Python number inside the step (in an `if`, float() or math.*), so each value "
                 "is traced and compiled anew; pass it as a 0-d tensor to avoid that"
             )
@@ -160,13 +160,13 @@ class Traced:
         plans.append(plan)
         if len(plans) == RETRACES_WARNED:
             self._warn(
-                f"{self.fn.__name__} was traced {RETRACES_WARNED} times for one signature: what "
+                f"{self.name} was traced {RETRACES_WARNED} times for one signature: what "
                 "its guards check keeps changing (the grads being None or not, a baked-in "
                 "hyperparameter such as momentum); each new trace compiles"
             )
         if len(self.plans) == SIGNATURES_WARNED:
             self._warn(
-                f"{self.fn.__name__} was traced for {SIGNATURES_WARNED} input signatures "
+                f"{self.name} was traced for {SIGNATURES_WARNED} input signatures "
                 "(shapes, dtypes, other arguments): each compiles, and only the last "
                 f"{MAX_SIGNATURES} are kept; pad or bucket shapes that vary"
             )
@@ -177,7 +177,7 @@ class Traced:
         """Warn, once per value, when a baked-in Python number changed and forces a new trace."""
         for w in cap.changed():
             self._warn(
-                f"{self.fn.__name__} is traced again because {w.change()}: the trace bakes "
+                f"{self.name} is traced again because {w.change()}: the trace bakes "
                 "Python numbers in and each new value compiles a new plan; pass it as an "
                 "argument (a tensor) instead"
             )
@@ -190,7 +190,7 @@ class Traced:
     def _compile(self, cap: Capture) -> Plan:
         from tracegrad.runtime.plan import compile_plan  # the compiler loads with the first trace
 
-        return compile_plan(cap, self.backend, self.passes, self.fn.__name__, self._budget())
+        return compile_plan(cap, self.backend, self.passes, self.name, self._budget())
 
     def _budget(self) -> int | None:
         """The memory budget in bytes, its share of the memory available now, if one is set."""
@@ -227,7 +227,7 @@ class Traced:
         from tracegrad.runtime.viz import Report
 
         plan = self._plan()
-        return Report(report(plan), plan, self.fn.__name__)
+        return Report(report(plan), plan, self.name)
 
     def to_html(self, path: str | None = None) -> str:
         """The latest plan's report as one self-contained HTML page (written to `path` too, if
@@ -249,6 +249,14 @@ class Traced:
         from tracegrad.runtime.timeline import memory_timeline
 
         return memory_timeline(self._plan(), path)
+
+
+def _name(fn: Callable) -> str:
+    """A function's name; a `functools.partial`'s, its function's; a callable object's, its
+    class's."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return getattr(fn, "__name__", None) or type(fn).__name__
 
 
 def trace(
