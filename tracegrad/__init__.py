@@ -27,7 +27,7 @@ from tracegrad.core.primitives import (
     defprimitive,
     sum_to,
 )
-from tracegrad.frontend import autograd, linalg
+from tracegrad.frontend import autograd, fft, linalg
 from tracegrad.frontend import methods as _methods  # noqa: F401 (attaches Tensor's methods)
 from tracegrad.frontend.autodiff import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from tracegrad.frontend.counting import *  # noqa: F403
