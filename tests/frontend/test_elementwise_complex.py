@@ -4,6 +4,8 @@ loss being dL/dRe z + i dL/dIm z, checked against finite differences of both par
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -75,6 +77,17 @@ def test_the_gradient_of_a_squared_modulus_is_2z():
     z.grad = None
     (z * z.conj()).real.sum().backward()
     np.testing.assert_allclose(z.grad.numpy(), 2 * A)
+
+
+def test_a_real_operand_of_a_complex_product_gets_the_real_part_quietly():
+    """einsum takes a real and a complex operand as they are: the real one's cotangent comes
+    back complex, and the tape keeps its real part (no ComplexWarning of a cast)."""
+    r = tg.tensor(R, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tg.einsum("ij,jk->ik", r, tg.tensor(B.T)).real.sum().backward()
+    assert r.grad.dtype == np.float64
+    np.testing.assert_allclose(r.grad.numpy(), np.broadcast_to(B.T.real.sum(1), R.shape))
 
 
 def test_values_and_dtypes():
