@@ -336,8 +336,11 @@ def is_complex(input: Tensor) -> bool:
 
 @pytorch_keywords
 def complex(real: Any, imag: Any) -> Tensor:  # noqa: A001 (PyTorch's name)
-    """real + i imag, of float tensors (float32 parts make complex64)."""
-    return P.complex(real, imag)
+    """real + i imag, of float tensors of one dtype (float32 parts make complex64)."""
+    re, im = as_tensor(real), as_tensor(imag)
+    if re.dtype != im.dtype:
+        raise RuntimeError(f"complex: expected parts of one dtype, got {re.dtype} and {im.dtype}")
+    return P.complex(re, im)
 
 
 @pytorch_keywords

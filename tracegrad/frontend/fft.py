@@ -31,7 +31,7 @@ _NORMS = {None: ("none", "n"), "backward": ("none", "n"), "ortho": ("sqrt", "sqr
 
 def _scale(norm: str | None, forward: bool) -> str:
     if norm not in _NORMS:
-        raise ValueError(f'Invalid normalization mode: "{norm}"')
+        raise RuntimeError(f'Invalid normalization mode: "{norm}"')
     return _NORMS[norm][0 if forward else 1]
 
 
