@@ -40,7 +40,17 @@ class _Group:
 
 
 def _elementwise(n: Node) -> bool:
-    return n.prim.kind is Kind.ELEMENTWISE and n.prim.fusible and n.outputs[0].ndim > 0
+    return (
+        n.prim.kind is Kind.ELEMENTWISE
+        and n.prim.fusible
+        and n.outputs[0].ndim > 0
+        and not _complex(n)
+    )
+
+
+def _complex(n: Node) -> bool:
+    """It reads or makes complex values, which kernels do not take (they stay NumPy's)."""
+    return any(v.dtype.kind == "c" for v in (*n.inputs, *n.outputs))
 
 
 def _trailing_reduction(n: Node) -> bool:
@@ -49,7 +59,7 @@ def _trailing_reduction(n: Node) -> bool:
     D), a bias gradient over the first two); or over both around kept middle ones
     (`shapes.around`); or over all of them (a gradient norm's sum of squares, a loss's mean),
     which then never writes what it sums."""
-    if n.prim.kind is not Kind.REDUCTION or not n.prim.fusible or not n.inputs:
+    if n.prim.kind is not Kind.REDUCTION or not n.prim.fusible or not n.inputs or _complex(n):
         return False
     ndim, axes = _reduced(n)
     if ndim >= 1 and len(axes) == ndim:

@@ -36,21 +36,34 @@ def numeric_grad(f: Callable[[np.ndarray], float], a: np.ndarray, eps: float = 1
 
 def check_grad(fn: Callable[..., tg.Tensor], *arrays: np.ndarray, tol: float = 1e-5) -> None:
     """Compare tracegrad's gradient of sum(fn(*xs) * c), c a random cotangent, with finite
-    differences in float64, for every argument. Also checks grads' shapes and dtypes."""
-    arrays = [np.asarray(a, dtype=np.float64) for a in arrays]
+    differences in float64, for every argument. Also checks grads' shapes and dtypes. Complex
+    arrays are complex128, and a complex result's loss is sum(re(fn(*xs) * conj(c))): their
+    gradient is PyTorch's, dL/dRe x + i dL/dIm x, each part's by finite differences."""
+    arrays = [np.asarray(a, np.complex128 if np.iscomplexobj(a) else np.float64) for a in arrays]
     xs = [tg.tensor(a, requires_grad=True) for a in arrays]
     out = fn(*xs)
-    c = np.random.default_rng(1).standard_normal(out.shape)
-    (out * c).sum().backward()
+    rng = np.random.default_rng(1)
+    c = rng.standard_normal(out.shape)
+    if out.dtype.kind == "c":
+        c = c + 1j * rng.standard_normal(out.shape)
+        tg.real(out * tg.tensor(np.conj(c))).sum().backward()
+    else:
+        (out * c).sum().backward()
 
     for i, x in enumerate(xs):
 
         def loss(a: np.ndarray) -> float:
             args = [tg.tensor(b) for b in arrays]
             args[i] = tg.tensor(a)
-            return float(np.sum(fn(*args).numpy() * c))
+            return float(np.sum(np.real(fn(*args).numpy() * np.conj(c))))
 
-        expected = numeric_grad(loss, arrays[i])
+        a = arrays[i]
+        if a.dtype.kind == "c":
+            expected = numeric_grad(lambda r, a=a: loss(r + 1j * a.imag), a.real) + 1j * (
+                numeric_grad(lambda m, a=a: loss(a.real + 1j * m), a.imag)
+            )
+        else:
+            expected = numeric_grad(loss, a)
         assert x.grad is not None, f"argument {i} got no gradient"
         assert x.grad.shape == x.shape and x.grad.dtype == x.dtype
         np.testing.assert_allclose(x.grad.numpy(), expected, rtol=tol, atol=tol, err_msg=f"arg {i}")

@@ -27,7 +27,7 @@ from tracegrad.core.primitives import (
     defprimitive,
     sum_to,
 )
-from tracegrad.frontend import autograd, linalg
+from tracegrad.frontend import autograd, fft, linalg
 from tracegrad.frontend import methods as _methods  # noqa: F401 (attaches Tensor's methods)
 from tracegrad.frontend.autodiff import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from tracegrad.frontend.counting import *  # noqa: F403
@@ -76,6 +76,7 @@ globals().update({
 })  # fmt: skip
 
 float16, float32, float64 = _numpy.float16, _numpy.float32, _numpy.float64
+complex64, complex128 = cfloat, cdouble = _numpy.complex64, _numpy.complex128
 int32, int64, long, bool = _numpy.int32, _numpy.int64, _numpy.int64, _numpy.bool_
 pi, e, inf, nan = _numpy.pi, _numpy.e, _numpy.inf, _numpy.nan
 Size = tuple  # t.shape is a tuple; `t.size()` gives it too

@@ -70,6 +70,30 @@ def test_update_rule_matches_numpy_reference(opt_cls, reference, kwargs, rng):
         np.testing.assert_allclose(p.numpy(), expected, rtol=1e-12, atol=1e-12)
 
 
+def _parts(z: np.ndarray) -> np.ndarray:
+    return np.stack([z.real, z.imag], -1)
+
+
+@pytest.mark.parametrize("opt_cls, reference, kwargs", CASES)
+def test_a_complex_parameter_is_updated_as_its_real_view(opt_cls, reference, kwargs, rng):
+    """PyTorch's optimizers update a complex parameter (and its state) as the real tensor of
+    its parts: Adam's second moment is of each part, not of g * g. The state stays complex."""
+    start = rng.standard_normal((3, 4)) + 1j * rng.standard_normal((3, 4))
+    grads = [rng.standard_normal((3, 4)) + 1j * rng.standard_normal((3, 4)) for _ in range(STEPS)]
+    p = tg.tensor(start.copy(), requires_grad=True)
+    data = p.numpy()
+    opt = opt_cls([p], **kwargs)
+    for g in grads:
+        p.grad = g
+        opt.step()
+    expected = reference(_parts(start), [_parts(g) for g in grads], **kwargs)
+    assert p.numpy() is data and p.dtype == np.complex128
+    np.testing.assert_allclose(_parts(p.numpy()), expected, rtol=1e-12, atol=1e-12)
+    assert all(t.dtype == np.complex128 for k, t in opt.state[0].items() if k != "step")
+    with pytest.raises(TypeError, match="LBFGS: complex parameters are not provided"):
+        optim.LBFGS([p])
+
+
 @pytest.mark.parametrize("opt_cls, reference, kwargs", CASES[1:2] + CASES[5:6])
 def test_float32_parameters_stay_float32_and_close(opt_cls, reference, kwargs, rng):
     start = rng.standard_normal((4, 3)).astype(np.float32)

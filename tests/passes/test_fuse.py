@@ -55,3 +55,26 @@ def test_a_long_recurrence_is_cut_into_kernels_within_llvms_alias_checks():
         written = len(n.outputs)
         read = sum(v.size > 1 for v in n.inputs)
         assert written * (written - 1) // 2 + written * read <= ALIAS_CHECKS_MAX
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_complex_values_stay_out_of_kernels(backend, monkeypatch):
+    """Kernels are real: complex products and sums (a spectral layer's) run as NumPy's calls,
+    while the real elementwise ops around them still fuse."""
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+    r = np.random.default_rng(0)
+    x = tg.tensor(r.standard_normal((4, 8)))
+    w = tg.tensor(r.standard_normal((4, 8)) + 1j * r.standard_normal((4, 8)))
+
+    def f(x, w):
+        z = tg.complex(tg.tanh(x) * 2.0 + 1.0, x) * w + w * 3.0
+        return ((z.sum(0, keepdim=True) * z).real * 0.5).exp()
+
+    traced = tg.trace(f, backend=backend)
+    for _ in range(2):
+        np.testing.assert_allclose(traced(x, w).numpy(), f(x, w).numpy(), rtol=1e-12)
+    graph, _ = passes.fuse(traced.latest.capture.graph)
+    groups = [n for n in graph.nodes if n.op == "fused"]
+    members = [m for n in groups for m in n.attrs["body"].nodes]
+    assert {m.op for m in members} >= {"tanh", "exp"}  # the real ones fuse
+    assert not any(v.dtype.kind == "c" for m in members for v in (*m.inputs, *m.outputs))

@@ -26,7 +26,7 @@ SUBMODULES = ["nn", "nn.functional", "nn.init", "nn.utils", "nn.parallel", "opti
               "optim.lr_scheduler", "utils", "utils.data", "utils.data.dataloader",
               "utils.data.dataset", "utils.data.sampler", "autograd", "cuda", "cuda.amp", "amp",
               "backends", "backends.cudnn", "backends.mps", "backends.cuda", "linalg", "random",
-              "distributed", "accelerator", "onnx", "serialization", "special", "version",
+              "fft", "distributed", "accelerator", "onnx", "serialization", "special", "version",
               "nn.utils.rnn", "nn.utils.parametrize", "nn.utils.parametrizations", "nn.modules",
               "nn.modules.module", "utils.checkpoint", "utils.hooks", "autograd.function",
               "autograd.functional", "func", "jit", "compiler", "profiler", "testing",
@@ -67,15 +67,17 @@ def test_the_namespace_re_exports_tracegrads_objects():
     assert all(getattr(torch.nn, n) is getattr(tg.nn, n) for n in tg.nn.__all__
                if n not in ("functional", "init", "utils"))  # fmt: skip
     own = {"trace", "Size", "manual_seed", "default_generator", "get_default_dtype",
-           "float16", "float32", "float64", "int32", "int64", "long", "bool"}  # fmt: skip
+           "float16", "float32", "float64", "int32", "int64", "long", "bool", "complex64",
+           "complex128", "cfloat", "cdouble"}  # fmt: skip
     shared = [n for n in torch.__all__ if hasattr(tg, n) and n not in own]
     assert len(shared) > 150
     differ = {n for n in shared if getattr(torch, n) is not getattr(tg, n)}
     # torch's modules in the places of tracegrad's (tracegrad.distributed, once imported, too;
     # torch.compiler is PyTorch's API, tracegrad.compiler the code generator)
-    assert {"autograd", "compiler", "distributions", "linalg", "nn", "optim", "utils"} <= differ
-    assert differ <= {"autograd", "compiler", "distributed", "distributions", "linalg", "nn",
-                      "optim", "utils"}, differ  # fmt: skip
+    assert {"autograd", "compiler", "distributions", "fft", "linalg", "nn", "optim",
+            "utils"} <= differ  # fmt: skip
+    assert differ <= {"autograd", "compiler", "distributed", "distributions", "fft", "linalg",
+                      "nn", "optim", "utils"}, differ  # fmt: skip
 
 
 def test_tracegrads_own_names_are_not_pytorchs():
@@ -94,7 +96,7 @@ def test_a_missing_name_says_what_and_where():
         f"torch.nn.functional.fancy_new_loss is not provided by tracegrad (used at "
         f"test_torch.py:{line})"
     )
-    assert not hasattr(torch, "fft") and hasattr(torch.nn.functional, "cross_entropy")
+    assert not hasattr(torch, "sparse") and hasattr(torch.nn.functional, "cross_entropy")
 
 
 def test_the_functions_real_training_code_asks_for():
@@ -219,6 +221,23 @@ def test_dtypes_stand_for_numpys():
     info = torch.finfo(torch.float32)
     assert type(info.eps) is float and info.resolution == 1e-06 and info.bits == 32
     assert (torch.ones(2, dtype=torch.float16) + info.eps).dtype == torch.float16
+
+
+def test_complex_dtypes_and_torch_fft():
+    """torch.cfloat and torch.cdouble are NumPy's complex dtypes; torch.fft is tracegrad.fft,
+    also where code imports it by name."""
+    assert torch.cfloat is torch.complex64 and torch.cdouble is torch.complex128
+    assert torch.complex64.is_complex and torch.complex64.to_real() is torch.float32
+    assert torch.float64.to_complex() is torch.complex128
+    assert torch.float32.to_real() is torch.float32
+    w = torch.nn.Parameter(torch.rand(2, 3, dtype=torch.cfloat))
+    assert w.dtype == torch.complex64 and w.is_complex() and torch.is_complex(w)
+    spectrum = torch.fft.rfft2(torch.ones(4, 4))
+    assert spectrum.dtype == torch.complex64 and spectrum[0, 0].item() == 16
+    with torch.imported_as_torch():
+        import torch.fft as fft
+
+        assert fft.irfft2 is tg.fft.irfft2
 
 
 def test_the_default_dtype_is_a_torch_dtype():
@@ -512,8 +531,8 @@ def test_imported_as_torch_resolves_torch_and_restores_the_import_system():
             aliased is torch and F is torch.nn.functional and DataLoader is tg.utils.data.DataLoader
         )
         assert aliased.__spec__.name == "tracegrad.torch"  # its own spec, kept
-        with pytest.raises(ModuleNotFoundError, match="'torch.fft': tracegrad.torch does not"):
-            importlib.import_module("torch.fft")
+        with pytest.raises(ModuleNotFoundError, match="'torch.sparse': tracegrad.torch does not"):
+            importlib.import_module("torch.sparse")
     after = {k: v for k, v in sys.modules.items() if k == "torch" or k.startswith("torch.")}
     assert after == before
     assert torch.__spec__.name == "tracegrad.torch"
@@ -591,13 +610,13 @@ def test_run_runs_an_unchanged_pytorch_script(tmp_path):
 
 
 def test_run_names_what_is_missing_and_the_line(tmp_path):
-    text = "import torch\n\nx = torch.ones(3)\ny = torch.fft.rfft(x)\n"
+    text = "import torch\n\nx = torch.ones(3)\ny = torch.sparse.mm(x, x)\n"
     done = run_script(tmp_path, text)
     assert done.returncode == 1
-    assert "torch.fft is not provided by tracegrad (used at script.py:4)" in done.stderr
-    done = run_script(tmp_path, "import torch.fft\n")
+    assert "torch.sparse is not provided by tracegrad (used at script.py:4)" in done.stderr
+    done = run_script(tmp_path, "import torch.sparse\n")
     assert done.returncode == 1
-    assert "No module named 'torch.fft': tracegrad.torch does not provide it" in done.stderr
+    assert "No module named 'torch.sparse': tracegrad.torch does not provide it" in done.stderr
     done = run_script(tmp_path, "import sys\nsys.exit(3)\n")
     assert done.returncode == 3
 

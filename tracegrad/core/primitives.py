@@ -8,6 +8,7 @@ from tracegrad.core.ops.checks import *  # noqa: F403
 from tracegrad.core.ops.collectives import *  # noqa: F403
 from tracegrad.core.ops.conv import *  # noqa: F403
 from tracegrad.core.ops.elementwise import *  # noqa: F403
+from tracegrad.core.ops.fft import *  # noqa: F403
 from tracegrad.core.ops.linalg import *  # noqa: F403
 from tracegrad.core.ops.losses import *  # noqa: F403
 from tracegrad.core.ops.norm import *  # noqa: F403

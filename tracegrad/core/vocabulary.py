@@ -113,7 +113,12 @@ class Primitive:
     For the front end: `promotion`, how operands of different dtypes meet (PyTorch's rules,
     `frontend.promotion`): "" as given; "operands", all cast to their result type; "values",
     all but the first (where's condition); "float", as "operands" and integers become the
-    default float (sqrt, true division). The op's own rule then sees operands that agree."""
+    default float (sqrt, true division). The op's own rule then sees operands that agree.
+
+    `complex_grad`: its VJP holds for complex values too, by PyTorch's convention (the cotangent
+    of a real loss in z is dL/dRe z + i dL/dIm z: a holomorphic op's rule multiplies by the
+    conjugate of its derivative). Autodiff refuses to record an op with a complex result that
+    does not say so, where its real rule would give a wrong gradient silently."""
 
     def __init__(
         self,
@@ -142,6 +147,7 @@ class Primitive:
         traced_vjp: bool = False,
         vjp_into: Callable | None = None,
         promotion: str = "",
+        complex_grad: bool = False,
     ):
         if kind not in Kind.__members__.values():
             raise ValueError(f"primitive {name}: kind {kind!r} is not one of {[*map(str, Kind)]}")
@@ -166,6 +172,7 @@ class Primitive:
         self.traced_vjp = traced_vjp
         self.vjp_into = vjp_into
         self.promotion = promotion
+        self.complex_grad = complex_grad
         self._shapes: dict[tuple, tuple[tuple[int, ...], np.dtype]] = {}
         PRIMITIVES[name] = self
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from tracegrad.core import primitives as P
 from tracegrad.core.errors import TraceError, user_location
 from tracegrad.core.vocabulary import Phase
 from tracegrad.frontend.tensor import Listeners, Tensor, as_tensor, phase
@@ -150,10 +151,18 @@ def edge(t: Tensor) -> Any:
 
 def record(prim: Any, inputs: list[Tensor], out: Tensor, params: dict) -> None:
     """Called by `bind` after every op: keep a node iff some input is tracked."""
-    if out._value.dtype.kind != "f":
+    kind = out._value.dtype.kind
+    if kind != "f" and kind != "c":
         return
     parents = [edge(t) for t in inputs]
     if parents.count(None) != len(parents):
+        if kind == "c" and not prim.complex_grad:
+            raise RuntimeError(
+                f"{prim.name} does not support automatic differentiation for outputs with "
+                f"complex dtype (its gradient rule is for real values; inputs "
+                f"{', '.join(f'{t.dtype}{list(t.shape)}' for t in inputs)}, at "
+                f"{user_location()}): compute it on the real and imaginary parts"
+            )
         out._node = TapeNode(prim, params, parents, inputs, out)
         if anomaly.enabled:
             anomaly.made_at[out._node] = user_location()
@@ -460,7 +469,8 @@ def _pass_on(node: TapeNode, g: Tensor, out: Tensor | None, ins: list, wanted: l
             continue
         if gi.dtype == aval.dtype:
             sums.add(parent, gi, _made_here(gi, seen))
-        else:  # float32 inputs get float32 grads
+        else:  # float32 inputs get float32 grads; a real input the real part
+            gi = P.real(gi) if gi.dtype.kind == "c" and aval.dtype.kind != "c" else gi
             sums.add(parent, gi.astype(aval.dtype), True)
 
 
@@ -574,6 +584,9 @@ def retained_sink(node: Any) -> Callable | None:
 
 
 def default_dy(y: Tensor) -> Tensor:
+    if y.dtype.kind == "c":
+        raise RuntimeError("grad can be implicitly created only for real scalar outputs; y is "
+                           f"{y.dtype}: pass dy, or take a real loss (abs, real)")  # fmt: skip
     if y.size != 1:
         raise RuntimeError(
             f"grad can be implicitly created only for scalar outputs; y has shape {y.shape}: "

@@ -7,12 +7,14 @@ zeros((2, 3)). Each takes PyTorch's `device=` (the CPU only), `requires_grad=` a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from tracegrad.core import primitives as P
+from tracegrad.core.ops import shapes
 from tracegrad.frontend import random
 from tracegrad.frontend.counting import data_dependent_shape
 from tracegrad.frontend.device import check_device
@@ -216,8 +218,7 @@ def randn(*size: Any, generator: Generator | None = None, dtype: Any = None, dev
     """Standard normal samples, randn(2, 3) or randn((2, 3))."""
     size, dtype = _shape_dtype("randn", size, dtype, options.pop("size", None))
     _check("randn", device, options)
-    out = random.draw(P.normal, random.state_of(generator), shape=size, dtype=_float(dtype))
-    return _drawn(out, requires_grad)
+    return _drawn(_draw(P.normal, generator, size, _float(dtype)), requires_grad)
 
 
 def rand(*size: Any, generator: Generator | None = None, dtype: Any = None, device: Any = None,
@@ -225,8 +226,19 @@ def rand(*size: Any, generator: Generator | None = None, dtype: Any = None, devi
     """Uniform samples in [0, 1)."""
     size, dtype = _shape_dtype("rand", size, dtype, options.pop("size", None))
     _check("rand", device, options)
-    out = random.draw(P.uniform, random.state_of(generator), shape=size, dtype=_float(dtype))
-    return _drawn(out, requires_grad)
+    return _drawn(_draw(P.uniform, generator, size, _float(dtype)), requires_grad)
+
+
+def _draw(op: Any, generator: Generator | None, size: tuple, dtype: np.dtype) -> Tensor:
+    """Samples of `op`; of a complex dtype, its real and imaginary parts drawn independently,
+    each of variance 1/2 for normal samples, as PyTorch's."""
+    state = random.state_of(generator)
+    if dtype.kind != "c":
+        return random.draw(op, state, shape=tuple(size), dtype=dtype)
+    parts = random.draw(op, state, shape=(*size, 2), dtype=shapes.real_dtype(dtype))
+    if op is P.normal:
+        parts = parts * math.sqrt(0.5)
+    return P.complex(parts[..., 0], parts[..., 1])
 
 
 def normal(mean: Any, std: Any = 1.0, size: Sequence[int] | None = None, *,

@@ -1,7 +1,8 @@
 """Elementwise functions composed of the op table's primitives (no VJP of their own), PyTorch's
 comparison and logical names, and its arithmetic with options (`add(x, y, alpha=2)`,
-`div(x, y, rounding_mode="floor")`, `addcmul`, `lerp`, `masked_fill`). `equal` is PyTorch's: one
-bool for the whole tensors (NumPy's elementwise `equal` is `eq`, or `tracegrad.numpy.equal`)."""
+`div(x, y, rounding_mode="floor")`, `addcmul`, `lerp`, `masked_fill`), and complex numbers'
+parts, `complex`, `polar` and `view_as_real`/`view_as_complex`. `equal` is PyTorch's: one bool
+for the whole tensors (NumPy's elementwise `equal` is `eq`, or `tracegrad.numpy.equal`)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ import numpy as np
 
 from tracegrad.core import primitives as P
 from tracegrad.core.errors import ShapeError, warn_user
-from tracegrad.frontend.functions import pytorch_keywords, reshape
+from tracegrad.frontend.functions import pytorch_keywords, reshape, stack
 from tracegrad.frontend.promotion import is_number, result_type
-from tracegrad.frontend.tensor import Tensor, as_tensor
+from tracegrad.frontend.tensor import Tensor, as_tensor, get_default_dtype
 
 eq, ne, lt, le, gt, ge = P.equal, P.not_equal, P.less, P.less_equal, P.greater, P.greater_equal
 mul = multiply = P.mul
@@ -282,18 +283,92 @@ def nan_to_num(input: Any, nan: float = 0.0, posinf: float | None = None,
     return P.where(x != x, nan, P.where(x == math.inf, posinf, P.where(x == -math.inf, neginf, x)))
 
 
+# --- complex numbers (PyTorch's convention for their gradients: see core/vocabulary.py) -------
+
+
+@pytorch_keywords
 def real(input: Any) -> Tensor:
+    """The real part of a complex tensor; a real tensor itself."""
+    x = as_tensor(input)
+    return P.real(x) if x.dtype.kind == "c" else x
+
+
+@pytorch_keywords
+def imag(input: Any) -> Tensor:
+    """The imaginary part of a complex tensor (a real one has none, as in PyTorch)."""
+    x = as_tensor(input)
+    if x.dtype.kind != "c":
+        raise RuntimeError(f"imag is not implemented for tensors with non-complex dtypes "
+                           f"({x.dtype})")  # fmt: skip
+    return P.imag(x)
+
+
+@pytorch_keywords
+def conj(input: Any) -> Tensor:
+    """The complex conjugate (computed: PyTorch's lazy conjugate bit has no counterpart, so
+    `conj_physical`, `resolve_conj` and `resolve_neg` are this or the tensor itself); a real
+    tensor itself."""
+    x = as_tensor(input)
+    return P.conj(x) if x.dtype.kind == "c" else x
+
+
+conj_physical = conj
+
+
+def resolve_conj(input: Any) -> Tensor:
     return as_tensor(input)
 
 
-conj = real
+resolve_neg = resolve_conj
 
 
 @pytorch_keywords
 def angle(input: Any) -> Tensor:
-    """0 for x >= 0, pi for x < 0 (real inputs); no gradient."""
-    x = as_tensor(input).detach()
-    return P.where(x < 0.0, math.pi, 0.0).astype(x.dtype if x.dtype.kind == "f" else np.float64)
+    """The argument of a complex number; of a real one pi for x < 0, else 0 (its gradient 0),
+    of integers in the default float dtype."""
+    x = as_tensor(input)
+    return P.angle(x if x.dtype.kind in "fc" else x.astype(get_default_dtype()))
+
+
+def is_complex(input: Tensor) -> bool:
+    return as_tensor(input).dtype.kind == "c"
+
+
+@pytorch_keywords
+def complex(real: Any, imag: Any) -> Tensor:  # noqa: A001 (PyTorch's name)
+    """real + i imag, of float tensors of one dtype (float32 parts make complex64)."""
+    re, im = as_tensor(real), as_tensor(imag)
+    if re.dtype != im.dtype:
+        raise RuntimeError(f"complex: expected parts of one dtype, got {re.dtype} and {im.dtype}")
+    return P.complex(re, im)
+
+
+@pytorch_keywords
+def polar(abs: Any, angle: Any) -> Tensor:  # noqa: A002 (PyTorch's names)
+    """abs (cos angle + i sin angle)."""
+    r, theta = as_tensor(abs), as_tensor(angle)
+    return P.complex(r * P.cos(theta), r * P.sin(theta))
+
+
+def view_as_real(input: Any) -> Tensor:
+    """A complex tensor as real pairs along a new last axis: (..., 2) of its parts. A copy (a
+    tensor here is a value: a write into it does not reach the complex tensor)."""
+    x = as_tensor(input)
+    if x.dtype.kind != "c":
+        raise RuntimeError(f"view_as_real is only supported for complex tensors, not {x.dtype}")
+    return stack([P.real(x), P.imag(x)], -1)
+
+
+def view_as_complex(input: Any) -> Tensor:
+    """Real pairs along the last axis (..., 2) as complex numbers (a copy, as view_as_real's)."""
+    x = as_tensor(input)
+    if x.dtype not in (np.float32, np.float64):
+        raise RuntimeError("view_as_complex is only supported for float and double tensors, "
+                           f"but got a tensor of scalar type: {x.dtype}")  # fmt: skip
+    if x.ndim == 0 or x.shape[-1] != 2:
+        raise RuntimeError(f"view_as_complex: the tensor must have a last dimension of size 2, "
+                           f"not shape {x.shape}")  # fmt: skip
+    return P.complex(x[..., 0], x[..., 1])
 
 
 @pytorch_keywords
@@ -348,8 +423,11 @@ def isneginf(input: Any) -> Tensor:
 
 
 def isreal(input: Any) -> Tensor:
-    """True everywhere: tracegrad's tensors are real."""
-    return Tensor._of(np.ones(as_tensor(input).shape, np.bool_))
+    """Where the imaginary part is 0 (everywhere, for a real tensor)."""
+    x = as_tensor(input)
+    if x.dtype.kind == "c":
+        return P.imag(x) == 0.0
+    return Tensor._of(np.ones(x.shape, np.bool_))
 
 
 def isclose(input: Any, other: Any, rtol: float = 1e-05, atol: float = 1e-08,
@@ -376,7 +454,13 @@ def sign(input: Any) -> Tensor:
     return P.where(isnan(x), 0, P.sign(x)) if x.dtype.kind == "f" else P.sign(x)
 
 
-sgn = sign  # PyTorch's sign for complex numbers: the sign, for real ones
+def sgn(input: Any) -> Tensor:
+    """z / |z| (0 at 0) of a complex tensor, differentiable; `sign` of a real one."""
+    x = as_tensor(input)
+    if x.dtype.kind != "c":
+        return sign(x)
+    r = P.abs(x)
+    return x / P.where(r == 0.0, 1.0, r)
 
 
 @pytorch_keywords
@@ -414,12 +498,13 @@ def clamp_max(input: Any, max: Any) -> Tensor:
 
 __all__ = [
     "absolute", "add", "addcdiv", "addcmul", "allclose", "angle", "bitwise_and", "bitwise_not",
-    "bitwise_or", "bitwise_xor", "clamp_max", "clamp_min", "conj", "copysign", "deg2rad", "div",
-    "divide", "eq", "equal", "fix", "float_power", "floor_divide", "fmax", "fmin", "frac", "ge",
-    "greater", "greater_equal", "gt", "hardshrink", "heaviside", "isclose", "isfinite", "isinf",
-    "isnan", "isneginf", "isposinf", "isreal", "ldexp", "le", "lerp", "less", "less_equal",
-    "logical_and", "logical_not", "logical_or", "logical_xor", "lt", "masked_fill", "maximum",
-    "minimum", "mul", "multiply", "nan_to_num", "ne", "negative", "not_equal", "prelu", "rad2deg",
-    "real", "reciprocal", "relu", "round", "sgn", "sign", "signbit", "sinc", "square", "sub",
-    "subtract", "true_divide",
+    "bitwise_or", "bitwise_xor", "clamp_max", "clamp_min", "complex", "conj", "conj_physical",
+    "copysign", "deg2rad", "div", "divide", "eq", "equal", "fix", "float_power", "floor_divide",
+    "fmax", "fmin", "frac", "ge", "greater", "greater_equal", "gt", "hardshrink", "heaviside",
+    "imag", "is_complex", "isclose", "isfinite", "isinf", "isnan", "isneginf", "isposinf",
+    "isreal", "ldexp", "le", "lerp", "less", "less_equal", "logical_and", "logical_not",
+    "logical_or", "logical_xor", "lt", "masked_fill", "maximum", "minimum", "mul", "multiply",
+    "nan_to_num", "ne", "negative", "not_equal", "polar", "prelu", "rad2deg", "real",
+    "reciprocal", "relu", "resolve_conj", "resolve_neg", "round", "sgn", "sign", "signbit",
+    "sinc", "square", "sub", "subtract", "true_divide", "view_as_complex", "view_as_real",
 ]  # fmt: skip

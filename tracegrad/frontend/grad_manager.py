@@ -44,8 +44,9 @@ class GradManager:
         for t in tensors:
             if not isinstance(t, Tensor):
                 raise TypeError(f"GradManager.attach: expected Tensors, got {type(t).__name__}")
-            if t.dtype.kind != "f":
-                raise TypeError(f"GradManager.attach: only floating tensors, not {t.dtype}")
+            if t.dtype.kind not in "fc":
+                raise TypeError(f"GradManager.attach: only floating point and complex tensors, "
+                                f"not {t.dtype}")  # fmt: skip
         for t in tensors:
             key = id(t)
             if key not in self._attached or self._attached[key][0]() is not t:

@@ -237,11 +237,11 @@ def vector_norm(x: Any, ord: float = 2, dim: Any = None, keepdim: bool = False) 
     if ord == -math.inf:
         return amin(a, axes, keepdim)
     if ord == 0:
-        return sum((a != 0.0).astype(x.dtype), axes, keepdim)
+        return sum((a != 0.0).astype(a.dtype), axes, keepdim)
     if ord == 1:
         return sum(a, axes, keepdim)
-    if ord == 2:
-        return _root(sum(x * x, axes, keepdim), 2)
+    if ord == 2:  # |x| ** 2 as x * x, one pass (a complex number's from its modulus)
+        return _root(sum(a * a if x.dtype.kind == "c" else x * x, axes, keepdim), 2)
     return _root(sum(a ** float(ord), axes, keepdim), ord)
 
 

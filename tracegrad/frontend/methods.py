@@ -243,7 +243,7 @@ _ELEMENTWISE = {p.name: p for p in P.PRIMITIVES.values()
                 if p.kind is Kind.ELEMENTWISE and p.arity in (1, 2)}  # fmt: skip
 _ELEMENTWISE.update(floor=P.floor, ceil=P.ceil, trunc=P.trunc, sign=E.sign)
 for _name in ("astype", "where", "equal", "less", "less_equal", "greater", "greater_equal",
-              "not_equal", "positive"):  # fmt: skip
+              "not_equal", "positive", "complex"):  # fmt: skip
     _ELEMENTWISE.pop(_name, None)  # other names below, or not PyTorch's methods
 
 
@@ -340,7 +340,7 @@ METHODS: dict[str, Any] = {
     "addcdiv": E.addcdiv, "lerp": E.lerp, "relu": E.relu, "logical_not": E.logical_not,
     "logical_and": E.logical_and, "logical_or": E.logical_or, "logical_xor": E.logical_xor,
     "clamp_min": E.clamp_min, "clamp_max": E.clamp_max, "absolute": P.abs, "negative": P.neg,
-    "atan2": P.arctan2, "arctan2": P.arctan2, "frac": E.frac, "sgn": E.sgn,
+    "atan2": P.arctan2, "arctan2": P.arctan2, "frac": E.frac, "sgn": E.sgn, "isreal": E.isreal,
     "heaviside": E.heaviside, "copysign": E.copysign,
     "float_power": E.float_power, "signbit": E.signbit, "isclose": E.isclose,
     "allclose": E.allclose, "isposinf": E.isposinf, "isneginf": E.isneginf,
@@ -364,7 +364,13 @@ METHODS: dict[str, Any] = {
     "is_cuda": property(lambda self: False), "is_xpu": property(lambda self: False),
     "is_mps": property(lambda self: False), "is_sparse": property(lambda self: False),
     "is_floating_point": lambda self: self.dtype.kind == "f",
-    "is_complex": lambda self: False, "is_signed": lambda self: self.dtype.kind in "fi",
+    "is_complex": E.is_complex, "is_signed": lambda self: self.dtype.kind in "fic",
+    "cfloat": _cast(np.complex64), "cdouble": _cast(np.complex128),
+    # complex numbers: `.real` and `.imag` are attributes, as PyTorch's (copies: see
+    # view_as_real), the conjugate computed
+    "real": property(E.real), "imag": property(E.imag), "conj": E.conj, "angle": E.angle,
+    "conj_physical": E.conj, "resolve_conj": E.resolve_conj, "resolve_neg": E.resolve_neg,
+    "is_conj": lambda self: False, "is_neg": lambda self: False,
     "is_cpu": property(lambda self: True), "is_inference": lambda self: False,
     "is_nonzero": _is_nonzero, "is_same_size": lambda self, other: self.shape == other.shape,
     "contiguous": lambda self, memory_format=None: self,

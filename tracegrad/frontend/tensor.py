@@ -27,6 +27,7 @@ from tracegrad.core.vocabulary import EAGER_KERNELS
 from tracegrad.frontend.promotion import (
     get_default_dtype,
     is_number,
+    number_dtype,
     result_type,
     set_default_dtype,
 )
@@ -82,9 +83,15 @@ def _is_size(x: Any) -> bool:
 
 
 def _default_dtype(data: Any) -> np.dtype | None:
-    """Python floats (and lists of them) get the default dtype; ndarrays keep theirs, and so
-    does a list holding NumPy float64 scalars or arrays (PyTorch infers float64 from them)."""
-    if isinstance(data, np.ndarray | np.generic) or np.asarray(data).dtype != np.float64:
+    """Python floats (and lists of them) get the default dtype, Python complex numbers its
+    complex one; ndarrays keep theirs, and so does a list holding NumPy float64 scalars or arrays
+    (PyTorch infers float64 from them)."""
+    if isinstance(data, np.ndarray | np.generic):
+        return None
+    inferred = np.asarray(data).dtype
+    if inferred == np.complex128:
+        return number_dtype(0j)
+    if inferred != np.float64:
         return None
     return None if _holds_numpy_float64(data) else get_default_dtype()
 
@@ -287,8 +294,9 @@ class Tensor:
                 "requires_grad can only be changed on leaf tensors; this tensor was produced by "
                 f"'{self._node.name}'. Use t.detach() to get a leaf that shares its data."
             )
-        if flag and self.dtype.kind != "f":
-            raise RuntimeError(f"only floating tensors can require gradients, not {self.dtype}")
+        if flag and self.dtype.kind not in "fc":
+            raise RuntimeError(f"only Tensors of floating point and complex dtype can require "
+                               f"gradients, not {self.dtype}")  # fmt: skip
         self._requires_grad = bool(flag)
 
     def requires_grad_(self, flag: bool = True) -> Tensor:

@@ -60,9 +60,7 @@ def clip_grad_norm_(
     if norm_type == math.inf:
         total = amax(stack([amax(abs(p.grad)) for p in params]))
     else:
-        # g * g for the 2-norm: |g| ** 2 exactly, in one pass over each gradient, not two
-        power = (lambda g: g * g) if norm_type == 2.0 else (lambda g: abs(g) ** float(norm_type))
-        parts = stack([sum(power(p.grad)) for p in params])
+        parts = stack([sum(_power(p.grad, norm_type)) for p in params])
         total = sqrt(sum(parts)) if norm_type == 2.0 else sum(parts) ** (1.0 / norm_type)
     if error_if_nonfinite and not total.is_symbolic and not math.isfinite(total.item()):
         raise RuntimeError(
@@ -73,6 +71,14 @@ def clip_grad_norm_(
     for p in params:
         p.grad = p.grad * scale.astype(p.grad.dtype)
     return total
+
+
+def _power(g: Tensor, norm_type: float) -> Tensor:
+    """|g| ** norm_type; for the 2-norm g * g, exactly, in one pass over a real gradient."""
+    if norm_type != 2.0:
+        return abs(g) ** float(norm_type)
+    a = abs(g) if g.dtype.kind == "c" else g
+    return a * a
 
 
 @no_grad()

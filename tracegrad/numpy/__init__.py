@@ -125,7 +125,7 @@ def i0(x: Any) -> Tensor:
 
 def imag(val: Any) -> Tensor:
     x = asarray(val)
-    return x * 0.0
+    return elementwise.imag(x) if x.dtype.kind == "c" else x * 0.0
 
 
 def real_if_close(a: Any, tol: float = 100) -> Tensor:
@@ -133,7 +133,8 @@ def real_if_close(a: Any, tol: float = 100) -> Tensor:
 
 
 def angle(z: Any, deg: bool = False) -> Tensor:
-    out = elementwise.angle(asarray(z))
+    x = asarray(z)
+    out = elementwise.angle(x if x.dtype.kind in "fc" else x.astype(float64))
     return out * (180.0 / math.pi) if deg else out
 
 

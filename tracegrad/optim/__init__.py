@@ -10,6 +10,9 @@ Written so that `@tracegrad.trace` can capture a whole training step:
 - nothing that changes from step to step lives in Python: bias correction reads the step tensor;
 - updates happen in place (`p -= ...`, `buf._assign(...)`) under `no_grad`, which the tracer sees
   as state writes;
+- a complex parameter is updated as PyTorch's optimizers update it: as its real view (its real
+  and imaginary parts along a last axis of 2), and its state too, so that Adam's second moment
+  is of each part; the results are written back as complex numbers;
 - the hyperparameters a schedule changes (the learning rate; momentum and betas, which
   `OneCycleLR` cycles) are also held as 0-d float64 tensors per param group, which a traced step
   reads as state: setting `opt.lr` or `group["momentum"]` between steps needs no new trace. The
@@ -27,6 +30,7 @@ import numpy as np
 from tracegrad.core.errors import TraceError
 from tracegrad.core.primitives import Phase, abs, maximum, sign, sqrt, where
 from tracegrad.frontend.autodiff import enable_grad, no_grad
+from tracegrad.frontend.elementwise import view_as_complex, view_as_real
 from tracegrad.frontend.functions import clamp, stack
 from tracegrad.frontend.tensor import Listeners, Tensor, get_default_dtype, phase
 from tracegrad.frontend.tracer import guard
@@ -204,13 +208,17 @@ class Optimizer:
                 items = [(p, state) for p, state, of in
                          zip(self.params, self.state, self._group_of, strict=True)
                          if of is group and p.grad is not None]  # fmt: skip
-                shared = self._shared(group, items) if items else None
-                for k, (p, state) in enumerate(items):
+                real = [_real_view(p, state) for p, state in items]
+                shared = self._shared(group, real) if items else None
+                for k, ((p, state), (q, q_state)) in enumerate(zip(items, real, strict=True)):
                     g = -p.grad if group.get("maximize") else p.grad
+                    g = g if q is p else view_as_real(g)
                     if shared is None:
-                        self._update(p, g, state, group)
+                        self._update(q, g, q_state, group)
                     else:
-                        self._update(p, g, state, group, shared[k])
+                        self._update(q, g, q_state, group, shared[k])
+                    if q is not p:
+                        _write_back([p, *state.values()], [q, *q_state.values()])
         return loss
 
     def _shared(self, group: ParamGroup, items: list[tuple[Tensor, dict[str, Tensor]]]) -> Any:
@@ -339,14 +347,30 @@ def _unique(params: Iterable[Tensor]) -> list[Tensor]:
     for p in params:
         if not isinstance(p, Tensor):
             raise TypeError(f"optimizer parameters must be Tensors, got {type(p).__name__}")
-        if p.dtype.kind != "f":
-            raise TypeError(f"optimizer parameters must be floating, got {p.dtype}")
+        if p.dtype.kind not in "fc":
+            raise TypeError(f"optimizer parameters must be floating or complex, got {p.dtype}")
         if id(p) not in seen:
             seen.add(id(p))
             out.append(p)
     if not out:
         raise ValueError("optimizer got an empty parameter list")
     return out
+
+
+def _real_view(p: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+    """A complex parameter and its complex state as real tensors of their parts (..., 2), which
+    the update rules update as any real parameter; a real one as it is."""
+    if p.dtype.kind != "c":
+        return p, state
+    return view_as_real(p), {k: view_as_real(t) if t.dtype.kind == "c" else t
+                             for k, t in state.items()}  # fmt: skip
+
+
+def _write_back(tensors: list[Tensor], parts: list[Tensor]) -> None:
+    """Each complex tensor takes the value of its real view's update."""
+    for t, v in zip(tensors, parts, strict=True):
+        if v is not t:
+            t._assign(view_as_complex(v))
 
 
 def _zeros_like(p: Tensor) -> Tensor:
@@ -992,7 +1016,12 @@ class LBFGS(Optimizer):
     def add_param_group(self, group: Mapping[str, Any]) -> None:
         if self.param_groups:
             raise ValueError("LBFGS doesn't support per-parameter options (parameter groups)")
-        super().add_param_group(group)
+        params = group["params"]
+        params = [params] if isinstance(params, Tensor) else list(params)
+        if any(isinstance(p, Tensor) and p.dtype.kind == "c" for p in params):
+            raise TypeError("LBFGS: complex parameters are not provided (optimize their real "
+                            "and imaginary parts as real parameters)")  # fmt: skip
+        super().add_param_group({**group, "params": params})
 
     def _flat_grad(self) -> np.ndarray:
         return np.concatenate([np.zeros(p.size, p.dtype) if p.grad is None

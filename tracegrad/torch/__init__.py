@@ -44,7 +44,7 @@ for _name in ("Composite", "GradManager", "GraphError", "Kind", "MemoryBudgetErr
               "allreduce", "conv2d", "conv2d_input_grad", "conv2d_weight_grad", "defprimitive",
               "getitem", "grad", "guard", "interpret", "sum_to", "uniform", "vjp",
               # tracegrad's modules, whose places the torch ones below take
-              "autograd", "distributions", "linalg", "nn", "optim", "utils"):  # fmt: skip
+              "autograd", "distributions", "fft", "linalg", "nn", "optim", "utils"):  # fmt: skip
     globals().pop(_name, None)
 
 globals().update(_DTYPES)
@@ -213,6 +213,7 @@ from tracegrad.torch import (  # noqa: E402 (the submodules read the names above
     cuda,
     distributed,
     distributions,
+    fft,
     func,
     fx,
     hub,

@@ -194,10 +194,6 @@ def chain_matmul(*matrices: Any) -> Tensor:
     return functools.reduce(_tg.matmul, matrices)
 
 
-def is_complex(input: Tensor) -> bool:
-    return False  # tracegrad's tensors are real
-
-
 def is_same_size(input: Tensor, other: Tensor) -> bool:
     return input.is_same_size(other)
 

@@ -46,7 +46,14 @@ class dtype:  # noqa: N801 (PyTorch's name)
         return "f" if self._numpy is None else self._numpy.kind
 
     def to_real(self) -> dtype:
-        return self
+        """The dtype of a complex dtype's parts (complex64: float32); a real dtype itself."""
+        return DTYPES[_PARTS[self.name]] if self.name in _PARTS else self
+
+    def to_complex(self) -> dtype:
+        """The complex dtype of a float dtype's precision (float64: complex128)."""
+        if self.name == "float64" or self.name == "complex128":
+            return DTYPES["complex128"]
+        return DTYPES["complex64"]
 
     def __repr__(self) -> str:
         return f"torch.{self.name}"
@@ -65,7 +72,6 @@ class dtype:  # noqa: N801 (PyTorch's name)
         return hash(self.name if self._numpy is None else self._numpy)
 
 
-_REAL = "tracegrad's tensors are real"
 DTYPES = {
     "float32": dtype("float32", np.float32), "float64": dtype("float64", np.float64),
     "float16": dtype("float16", np.float16),
@@ -75,8 +81,9 @@ DTYPES = {
     "uint8": dtype("uint8", np.uint8), "uint16": dtype("uint16", np.uint16),
     "uint32": dtype("uint32", np.uint32), "uint64": dtype("uint64", np.uint64),
     "bool": dtype("bool", np.bool_),
-    "complex64": dtype("complex64", why=_REAL), "complex128": dtype("complex128", why=_REAL),
+    "complex64": dtype("complex64", np.complex64), "complex128": dtype("complex128", np.complex128),
 }  # fmt: skip
+_PARTS = {"complex64": "float32", "complex128": "float64"}
 ALIASES = {"float": "float32", "double": "float64", "half": "float16", "short": "int16",
            "int": "int32", "long": "int64", "cfloat": "complex64",
            "cdouble": "complex128"}  # fmt: skip

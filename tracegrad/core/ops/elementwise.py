@@ -352,13 +352,25 @@ def _promotion(shape) -> str:
     return "float" if shape in (shapes.floating, shapes.true_divide) else ""
 
 
-positive = unary("positive", np.positive, lambda g, out, x: g, shape=shapes.same, scalar="(+{0})")
-neg = unary("neg", np.negative, lambda g, out, x: -g, shape=shapes.same, scalar="(-{0})")
-exp = unary("exp", np.exp, lambda g, out, x: g * out, "out", "exp({0})", ("exp",))
-log = unary("log", np.log, lambda g, out, x: g / x, "in", "log({0})", ("log",))
+def conjugated(x: Any) -> Any:
+    """x's complex conjugate, or x itself when real: a holomorphic op's VJP multiplies the
+    cotangent by the conjugate of its derivative (PyTorch's convention for complex values)."""
+    return conj(x) if x.dtype.kind == "c" else x
+
+
+# `complex_grad=True` (vocabulary.Primitive): the rule holds for complex values too
+_C = {"complex_grad": True}
+
+positive = unary("positive", np.positive, lambda g, out, x: g, shape=shapes.same, scalar="(+{0})",
+                 **_C)  # fmt: skip
+neg = unary("neg", np.negative, lambda g, out, x: -g, shape=shapes.same, scalar="(-{0})", **_C)
+exp = unary("exp", np.exp, lambda g, out, x: g * conjugated(out), "out", "exp({0})", ("exp",),
+            **_C)  # fmt: skip
+log = unary("log", np.log, lambda g, out, x: g / conjugated(x), "in", "log({0})", ("log",), **_C)
 log1p = unary("log1p", np.log1p, lambda g, out, x: g / (x + 1.0), "in", "math.log1p({0})")
 expm1 = unary("expm1", np.expm1, lambda g, out, x: g * (out + 1.0), "out", "math.expm1({0})")
-sqrt = unary("sqrt", np.sqrt, lambda g, out, x: g / (out * 2.0), "out", "sqrt({0})", ("sqrt",))
+sqrt = unary("sqrt", np.sqrt, lambda g, out, x: g / (conjugated(out) * 2.0), "out", "sqrt({0})",
+             ("sqrt",), **_C)  # fmt: skip
 tanh = unary("tanh", np.tanh, lambda g, out, x: g * (1.0 - out * out), "out", "tanh({0})",
              ("tanh",))  # fmt: skip
 sigmoid = unary("sigmoid", _sigmoid, lambda g, out, x: g * (out * (1.0 - out)), "out",
@@ -405,22 +417,25 @@ ceil = unary("ceil", np.ceil, shape=shapes.same)
 trunc = unary("trunc", np.trunc, shape=shapes.same)
 rint = unary("rint", np.rint, shape=shapes.same)
 sign = unary("sign", np.sign, shape=shapes.same, scalar="sign({0})", helpers=("sign",))
-abs = unary("abs", np.abs, lambda g, out, x: g * sign(x), "in", "abs({0})", shape=shapes.same)
+# a complex number's: real, its gradient g z / |z| (0 at 0, where NumPy's sign is 0)
+abs = unary("abs", np.abs, lambda g, out, x: g * sign(x), "in", "abs({0})", shape=shapes.magnitude,
+            **_C)  # fmt: skip
 
 add = binary("add", np.add,
              (lambda g, out, x, y: sum_to(g, x.shape), lambda g, out, x, y: sum_to(g, y.shape)),
-             scalar="({0} + {1})")  # fmt: skip
+             scalar="({0} + {1})", **_C)  # fmt: skip
 sub = binary("sub", np.subtract,
              (lambda g, out, x, y: sum_to(g, x.shape), lambda g, out, x, y: sum_to(-g, y.shape)),
-             scalar="({0} - {1})")  # fmt: skip
+             scalar="({0} - {1})", **_C)  # fmt: skip
 mul = binary("mul", np.multiply,
-             (lambda g, out, x, y: sum_to(g * y, x.shape),
-              lambda g, out, x, y: sum_to(g * x, y.shape)),
-             "in", "({0} * {1})")  # fmt: skip
+             (lambda g, out, x, y: sum_to(g * conjugated(y), x.shape),
+              lambda g, out, x, y: sum_to(g * conjugated(x), y.shape)),
+             "in", "({0} * {1})", **_C)  # fmt: skip
 div = binary("div", np.true_divide,
-             (lambda g, out, x, y: sum_to(g / y, x.shape),
-              lambda g, out, x, y: sum_to(-(g * (x / y)) / y, y.shape)),  # x / y: keeps no out
-             "in", "({0} / {1})", shape=shapes.true_divide)  # fmt: skip
+             (lambda g, out, x, y: sum_to(g / conjugated(y), x.shape),
+              lambda g, out, x, y:  # x / y: keeps no out
+              sum_to(-(g * conjugated(x / y)) / conjugated(y), y.shape)),
+             "in", "({0} / {1})", shape=shapes.true_divide, **_C)  # fmt: skip
 
 
 def _pow_grad_y(g, out, x, y):
@@ -473,7 +488,7 @@ where = Primitive("where", _where, _where_rule,
                    lambda g, out, c, x, y: sum_to(where(c, g, 0.0), x.shape),
                    lambda g, out, c, x, y: sum_to(where(c, 0.0, g), y.shape)),
                   "in0", kind=Kind.ELEMENTWISE, scalar="({1} if {0} else {2})",
-                  numpy=np.where, scratch=_where_scratch, promotion="values")  # fmt: skip
+                  numpy=np.where, scratch=_where_scratch, promotion="values", **_C)  # fmt: skip
 less = binary("less", np.less, shape=shapes.compare, scalar="({0} < {1})")
 less_equal = binary("less_equal", np.less_equal, shape=shapes.compare, scalar="({0} <= {1})")
 greater = binary("greater", np.greater, shape=shapes.compare, scalar="({0} > {1})")
@@ -482,9 +497,66 @@ greater_equal = binary(
 )
 equal = binary("equal", np.equal, shape=shapes.compare, scalar="({0} == {1})")
 not_equal = binary("not_equal", np.not_equal, shape=shapes.compare, scalar="({0} != {1})")
-astype = unary("astype", lambda x, dtype: x.astype(dtype),
-               lambda g, out, x, dtype: g.astype(x.dtype) if x.dtype.kind == "f" else None,
-               shape=lambda x, dtype: (x.shape, dtype), scalar="{0}")  # fmt: skip
+
+
+def _astype_vjp(g, out, x, dtype):
+    """The cotangent cast back; a real value cast to complex gets the real part (PyTorch's)."""
+    if x.dtype.kind not in "fc":
+        return None
+    return (real(g) if g.dtype.kind == "c" and x.dtype.kind == "f" else g).astype(x.dtype)
+
+
+astype = unary("astype", lambda x, dtype: x.astype(dtype), _astype_vjp,
+               shape=lambda x, dtype: (x.shape, dtype), scalar="{0}", **_C)  # fmt: skip
+
+
+# Complex numbers' parts, as PyTorch's (no scalar templates: kernels are real, complex values
+# stay NumPy's). The results are copies, as every elementwise op's: NumPy's `.real` is a view.
+def _complex_rule(re, im):
+    if re.dtype.kind != "f" or im.dtype.kind != "f":
+        raise ValueError(f"the parts must be floats, not {re.dtype} and {im.dtype}")
+    return shapes.broadcast(re, im), shapes.complex_dtype(shapes.result_type(re.dtype, im.dtype))
+
+
+def _complex(re, im):
+    shape, dtype = _complex_rule(re, im)
+    out = np.empty(shape, dtype)
+    out.real, out.imag = re, im  # not re + 1j * im: 1j * inf would be nan + inf j
+    return out
+
+
+def _angle_rule(x):
+    return x.shape, shapes.real_dtype(shapes.floating(x)[1])
+
+
+def _angle(x):
+    """NumPy's angle of complex numbers; of real ones PyTorch's: pi below 0, else 0 (also at
+    -0.0, where NumPy's is pi), nan at nan."""
+    if x.dtype.kind == "c":
+        return np.angle(x)
+    dtype = _angle_rule(x)[1]
+    return np.where(x < 0, dtype.type(np.pi), np.where(x == x, dtype.type(0), x)).astype(dtype)
+
+
+def _angle_vjp(g, out, x):
+    """g i z / |z|^2, 0 at 0 (PyTorch's); 0 for real values, whose angle is constant."""
+    if x.dtype.kind != "c":
+        return g * 0.0
+    a, b = real(x), imag(x)
+    r2 = a * a + b * b
+    return complex(0.0, g) * x / where(r2 == 0.0, 1.0, r2)
+
+
+real = unary("real", lambda x: x.real.copy(), lambda g, out, x: g.astype(x.dtype),
+             shape=shapes.magnitude, **_C)  # fmt: skip
+imag = unary("imag", lambda x: x.imag.copy(), lambda g, out, x: complex(0.0, g),
+             shape=shapes.magnitude, **_C)  # fmt: skip
+conj = unary("conj", np.conjugate, lambda g, out, x: conj(g), shape=shapes.same, **_C)
+angle = unary("angle", _angle, _angle_vjp, "in", shape=_angle_rule, **_C)
+complex = binary("complex", _complex,
+                 (lambda g, out, re, im: sum_to(real(g), re.shape),
+                  lambda g, out, re, im: sum_to(imag(g), im.shape)),
+                 shape=_complex_rule, **_C)  # fmt: skip
 
 
 __all__ = [n for n, v in list(globals().items()) if isinstance(v, Primitive) and n[0] != "_"]

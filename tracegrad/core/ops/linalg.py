@@ -27,6 +27,7 @@ def _matmul_grad_b(g, out, a, b):
     """A stack of rows times one matrix (every Linear on (N, T, D)): one GEMM over all rows, not
     one per stack member and a sum: OpenBLAS wakes its threads for every call, and one large
     product runs at a higher rate than many small ones."""
+    a = conjugated(a)
     if b.ndim == 2 and a.ndim > 2:
         a = reshape(a, shape=(math.prod(a.shape[:-1]), a.shape[-1]))
         g = reshape(g, shape=(a.shape[0], g.shape[-1]))
@@ -48,9 +49,11 @@ def _column_major(x) -> bool:
     return flags.f_contiguous and not flags.c_contiguous
 
 
+# complex operands: g @ b^H and a^H @ g (PyTorch's convention)
 matmul = Primitive("matmul", np.matmul, _matmul_rule,
-                   (lambda g, out, a, b: sum_to(matmul(g, mT(b)), a.shape), _matmul_grad_b),
-                   "in", kind=Kind.CONTRACTION)  # fmt: skip
+                   (lambda g, out, a, b: sum_to(matmul(g, mT(conjugated(b))), a.shape),
+                    _matmul_grad_b),
+                   "in", kind=Kind.CONTRACTION, complex_grad=True)  # fmt: skip
 
 
 def _linear_rule(x, w, *b):
@@ -128,7 +131,8 @@ def _einsum_vjp(i, g, out, *xs, spec):
     others = ins[:i] + ins[i + 1 :]
     known = set(result) | set("".join(others))
     kept = "".join(c for c in mine if c in known)
-    gi = einsum(g, *xs[:i], *xs[i + 1 :], spec=",".join([result, *others]) + "->" + kept)
+    rest = [conjugated(x) for x in (*xs[:i], *xs[i + 1 :])]
+    gi = einsum(g, *rest, spec=",".join([result, *others]) + "->" + kept)
     if kept == mine:
         return gi
     gi = reshaped(gi, tuple(d if c in known else 1 for c, d in zip(mine, xs[i].shape, strict=True)))
@@ -136,7 +140,8 @@ def _einsum_vjp(i, g, out, *xs, spec):
 
 
 einsum = Primitive("einsum", lambda *xs, spec: np.einsum(spec, *xs, optimize=len(xs) > 2),
-                   _einsum_rule, _einsum_vjp, "in", kind=Kind.CONTRACTION)  # fmt: skip
+                   _einsum_rule, _einsum_vjp, "in", kind=Kind.CONTRACTION,
+                   complex_grad=True)  # fmt: skip
 
 
 def _square_rule(x):
@@ -317,6 +322,7 @@ __all__ = [n for n, v in list(globals().items()) if isinstance(v, Primitive) and
 
 # The rules above call ops of other families, which import this one: imported last, the
 # cycle is harmless (no rule runs while the table loads).
+from tracegrad.core.ops.elementwise import conjugated  # noqa: E402
 from tracegrad.core.ops.views import (  # noqa: E402
     broadcast_to,
     concatenate,

@@ -56,9 +56,9 @@ def _prod_vjp(g, out, x, axis, keepdims):
     return reshaped(g, kept) * where(zero, at_zero, reshaped(out, kept) / nonzero)
 
 
-def reduction(name, impl, shape, vjp, saves="", combine=None, identity=None, helpers=()):
+def reduction(name, impl, shape, vjp, saves="", combine=None, identity=None, helpers=(), **kw):
     return Primitive(name, impl, shape, (vjp,), saves, kind=Kind.REDUCTION, combine=combine,
-                     identity=identity, helpers=helpers)  # fmt: skip
+                     identity=identity, helpers=helpers, **kw)  # fmt: skip
 
 
 def _sum(x, axis=None, keepdims=False):
@@ -138,7 +138,8 @@ def _c_contiguous(x: Any) -> bool:
 
 # Implementations are NumPy's own functions where their keyword names match the attributes, so
 # the generated plan reads as plain NumPy (sum's, where it gains, a matrix-vector product).
-sum = reduction("sum", _sum, _sum_rule, _sum_vjp, combine="({0} + {1})", identity=0.0)
+sum = reduction("sum", _sum, _sum_rule, _sum_vjp, combine="({0} + {1})", identity=0.0,
+                complex_grad=True)  # fmt: skip
 max = reduction("max", np.max, _extreme_rule, _extreme_vjp(lambda *a, **k: max(*a, **k)), "in",
                 "maximum({0}, {1})",
                 -math.inf, ("maximum",))  # fmt: skip
@@ -156,7 +157,7 @@ argmax = Primitive(
 
 cumsum = Primitive("cumsum", np.cumsum, _cumsum_rule,
                    (lambda g, out, x, axis: sum(g, axis=(axis,), keepdims=True)
-                    - cumsum(g, axis=axis) + g,), raises=False)  # fmt: skip
+                    - cumsum(g, axis=axis) + g,), raises=False, complex_grad=True)  # fmt: skip
 
 
 def _reversed_cumsum(v, axis):

@@ -15,7 +15,25 @@ def same(x, *rest, **attrs):
 
 
 def floating(x):
-    return x.shape, (x.dtype if x.dtype.kind == "f" else np.dtype(np.float64))
+    return x.shape, (x.dtype if x.dtype.kind in "fc" else np.dtype(np.float64))
+
+
+def real_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype of a complex dtype's parts (complex64: float32); a real dtype itself."""
+    return np.empty(0, dtype).real.dtype if dtype.kind == "c" else dtype
+
+
+def complex_dtype(dtype: np.dtype) -> np.dtype:
+    """The complex dtype of a float dtype's precision (float64: complex128; float32 and
+    narrower: complex64, NumPy having no complex32)."""
+    if dtype.kind == "c":
+        return dtype
+    return np.dtype(np.complex128 if dtype == np.float64 else np.complex64)
+
+
+def magnitude(x):
+    """abs and angle: a complex number's are real."""
+    return x.shape, real_dtype(x.dtype)
 
 
 def around(axes: Sequence[int], ndim: int) -> tuple[int, int] | None:

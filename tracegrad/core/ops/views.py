@@ -134,14 +134,17 @@ def _inverse(axes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(int(a) for a in np.argsort(axes))
 
 
+# Each rule here is linear with real coefficients: it holds for complex values as it is.
+_C = {"complex_grad": True}
 reshape = Primitive("reshape", np.reshape, _reshape_rule,
-                    (lambda g, out, x, shape: reshaped(g, x.shape),), kind=Kind.VIEW)  # fmt: skip
+                    (lambda g, out, x, shape: reshaped(g, x.shape),), kind=Kind.VIEW,
+                    **_C)  # fmt: skip
 transpose = Primitive("transpose", np.transpose, _transpose_rule,
                       (lambda g, out, x, axes: transpose(g, axes=_inverse(axes)),),
-                      kind=Kind.VIEW)  # fmt: skip
+                      kind=Kind.VIEW, **_C)  # fmt: skip
 broadcast_to = Primitive("broadcast_to", np.broadcast_to, _broadcast_to_rule,
                          (lambda g, out, x, shape: sum_to(g, x.shape),),
-                         kind=Kind.VIEW)  # fmt: skip
+                         kind=Kind.VIEW, **_C)  # fmt: skip
 
 
 def _concat_vjp(i, g, out, *xs, axis):
@@ -157,7 +160,7 @@ def _concatenate(*xs, axis, out=None):
 # out=: the result goes into the arena, planned and reused like the others' (else a large one,
 # such as the gradient of a q, k, v projection, is a fresh allocation with fresh pages each step)
 concatenate = Primitive("concatenate", _concatenate, _concat_rule, _concat_vjp, accepts_out=True,
-                        raises=False, promotion="operands")  # fmt: skip
+                        raises=False, promotion="operands", **_C)  # fmt: skip
 getitem = Primitive(
     "getitem",
     _getitem,
@@ -167,13 +170,14 @@ getitem = Primitive(
     kind=Kind.INDEX,
     view=lambda inputs, attrs: len(inputs) == 1,
     vjp_into=lambda acc, g, x, *idx, template: _add_at(acc, g, *idx, template=template),
+    **_C,
 )  # basic indexing: a view
 # out=: in the arena, as concatenate's (an embedding's gradient, a gather's one-hot cotangent
 # are as large as the table or the logits)
 scatter_add = Primitive("scatter_add", _scatter_add, _scatter_rule,
                         (lambda g, out, x, *idx, shape, template:
                          getitem(g, *idx, template=template),),
-                        "in1:", kind=Kind.INDEX, accepts_out=True)  # fmt: skip
+                        "in1:", kind=Kind.INDEX, accepts_out=True, **_C)  # fmt: skip
 
 
 def _scatter_max(g, *idx, shape, template):
@@ -209,7 +213,7 @@ def _pad_vjp(g, out, x, pad_width, value):
 
 
 pad = Primitive("pad", lambda x, pad_width, value: np.pad(x, pad_width, constant_values=value),
-                _pad_rule, (_pad_vjp,), raises=False)  # fmt: skip
+                _pad_rule, (_pad_vjp,), raises=False, **_C)  # fmt: skip
 
 
 __all__ = [n for n, v in list(globals().items()) if isinstance(v, Primitive) and n[0] != "_"] + [

@@ -1,0 +1,152 @@
+"""Complex tensors (frontend/elementwise.py's complex functions, the arithmetic ops' complex
+rules): PyTorch's values and dtypes, and its convention for gradients, the cotangent of a real
+loss being dL/dRe z + i dL/dIm z, checked against finite differences of both parts."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+from tests.conftest import check_grad
+
+rng = np.random.default_rng(0)
+
+
+def complex_normal(*shape: int) -> np.ndarray:
+    return rng.standard_normal(shape) + 1j * rng.standard_normal(shape)
+
+
+A, B = complex_normal(3, 4), complex_normal(3, 4)
+R = rng.standard_normal((3, 4))
+
+GRADIENTS = {
+    "add": (lambda a, b: a + b * 2.0, A, B),
+    "sub": (lambda a, b: a - b, A, B),
+    "mul": (lambda a, b: a * b, A, B),
+    "div": (lambda a, b: a / b, A, B),
+    "exp": (tg.exp, A),
+    "log": (tg.log, A),
+    "sqrt": (tg.sqrt, A),
+    "abs": (lambda a: a.abs(), A),
+    "angle": (lambda a: a.angle(), A),
+    "real": (lambda a: a.real, A),
+    "imag": (lambda a: a.imag, A),
+    "conj": (lambda a: a.conj(), A),
+    "sgn": (tg.sgn, A),
+    "complex": (tg.complex, R, R[0]),
+    "polar": (tg.polar, np.abs(R), R),
+    "view_as_real": (tg.view_as_real, A),
+    "view_as_complex": (tg.view_as_complex, rng.standard_normal((3, 2, 2))),
+    "real times complex": (lambda r, a: r * a, R, A),
+    "complex number": (lambda a: (2 - 1j) * a + 1j, A),
+    "matmul": (lambda a, b: a @ b, A, B.T),
+    "batched matmul": (lambda a, b: a @ b, complex_normal(2, 3, 4), B.T),
+    "einsum": (lambda a, b: tg.einsum("bixy,ioxy->boxy", a, b),
+               complex_normal(2, 3, 2, 2), complex_normal(3, 4, 2, 2)),
+    "einsum of real and complex": (lambda r, a: tg.einsum("ij,jk->ik", r, a), R, B.T),
+    "sum and mean": (lambda a: a.sum(0) + a.mean(1, keepdim=True), A),
+    "views and slices": (lambda a: a.T.reshape(2, 6)[:, 1:4].unsqueeze(0), A),
+    "stack and where": (lambda a, b: tg.where(tg.tensor(R > 0), tg.stack([a, b]), 0.0), A, B),
+    "setitem": (lambda a, b: _placed(a, b), A, B[:2, :2]),
+    "cast": (lambda r: r.to(tg.complex128) * (1 + 2j), R),
+    "norm": (lambda a: tg.linalg.vector_norm(a, dim=1), A),
+}  # fmt: skip
+
+
+def _placed(a, b):
+    out = tg.zeros(3, 4, dtype=tg.complex128)
+    out[:2, :2] = b
+    out[1:, 2:] = a[1:, 2:] * 2.0
+    return out
+
+
+@pytest.mark.parametrize("name", GRADIENTS)
+def test_gradients_follow_pytorchs_convention(name):
+    fn, *arrays = GRADIENTS[name]
+    check_grad(fn, *arrays)
+
+
+def test_the_gradient_of_a_squared_modulus_is_2z():
+    """PyTorch's "Autograd for Complex Numbers": the conjugate Wirtinger derivative times 2."""
+    z = tg.tensor(A, requires_grad=True)
+    (z.abs() ** 2).sum().backward()
+    np.testing.assert_allclose(z.grad.numpy(), 2 * A)
+    z.grad = None
+    (z * z.conj()).real.sum().backward()
+    np.testing.assert_allclose(z.grad.numpy(), 2 * A)
+
+
+def test_a_real_operand_of_a_complex_product_gets_the_real_part_quietly():
+    """einsum takes a real and a complex operand as they are: the real one's cotangent comes
+    back complex, and the tape keeps its real part (no ComplexWarning of a cast)."""
+    r = tg.tensor(R, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tg.einsum("ij,jk->ik", r, tg.tensor(B.T)).real.sum().backward()
+    assert r.grad.dtype == np.float64
+    np.testing.assert_allclose(r.grad.numpy(), np.broadcast_to(B.T.real.sum(1), R.shape))
+
+
+def test_values_and_dtypes():
+    z32 = tg.tensor(A.astype(np.complex64))
+    assert z32.real.dtype == z32.imag.dtype == z32.abs().dtype == z32.angle().dtype == np.float32
+    np.testing.assert_array_equal(z32.real.numpy(), A.real.astype(np.float32))
+    np.testing.assert_array_equal(z32.angle().numpy(), np.angle(A.astype(np.complex64)))
+    assert tg.view_as_real(z32).shape == (3, 4, 2) and tg.view_as_real(z32).dtype == np.float32
+    np.testing.assert_array_equal(tg.view_as_complex(tg.view_as_real(z32)).numpy(), z32.numpy())
+    assert tg.complex(tg.tensor(R), tg.tensor(R)).dtype == np.complex128
+    parts = tg.tensor(R.astype(np.float32))
+    assert tg.complex(parts, parts).dtype == np.complex64
+    np.testing.assert_allclose(tg.polar(tg.tensor(2.0), tg.tensor(np.pi / 2)).item(), 2j,
+                               atol=1e-7)  # fmt: skip
+    assert z32.is_complex() and tg.is_complex(z32) and not tg.tensor(R).is_complex()
+    assert not z32.is_floating_point()
+    x = tg.tensor(R)
+    assert x.real is x and tg.conj(x) is x  # a real tensor's real part and conjugate: itself
+    with pytest.raises(RuntimeError, match="imag is not implemented for tensors with non-complex"):
+        _ = x.imag
+    assert tg.isreal(tg.tensor(np.array([1 + 0j, 1j]))).tolist() == [True, False]
+    inf = tg.complex(tg.tensor([np.inf]), tg.tensor([0.0]))  # not inf + 0 * 1j = nan
+    assert inf.numpy()[0] == complex(np.inf, 0)
+
+
+def test_complex_dtypes_make_tensors():
+    assert tg.zeros(2, 3, dtype=tg.cfloat).dtype == np.complex64
+    assert tg.tensor([1 + 2j, 3]).dtype == np.complex64  # Python's: the default complex dtype
+    assert (tg.ones(2) * 1j).dtype == np.complex64 and (tg.ones(2) * 1j).numpy()[0] == 1j
+    u = tg.rand(2000, dtype=tg.cdouble)
+    assert u.dtype == np.complex128 and 0 <= u.real.numpy().min() and u.imag.numpy().max() < 1
+    n = tg.randn(20000, dtype=tg.cfloat).numpy()
+    assert n.dtype == np.complex64
+    np.testing.assert_allclose([n.real.var(), n.imag.var()], [0.5, 0.5], atol=0.03)
+    p = tg.nn.Parameter(tg.rand(2, 2, dtype=tg.cfloat))
+    assert p.requires_grad and p.dtype == np.complex64
+
+
+def test_bad_inputs_are_refused():
+    with pytest.raises(RuntimeError, match="view_as_real is only supported for complex tensors"):
+        tg.view_as_real(tg.tensor(R))
+    with pytest.raises(RuntimeError, match=r"last dimension of size 2, not shape \(3, 4\)"):
+        tg.view_as_complex(tg.tensor(R))
+    with pytest.raises(RuntimeError, match="only supported for float and double tensors"):
+        tg.view_as_complex(tg.tensor(np.zeros((2, 2), np.int64)))
+    with pytest.raises(tg.ShapeError, match="complex: the parts must be floats, not complex128"):
+        tg.complex(tg.tensor(A), tg.tensor(A))
+    with pytest.raises(RuntimeError, match="complex: expected parts of one dtype, got float32 and"):
+        tg.complex(tg.tensor(R.astype(np.float32)), tg.tensor(R))
+
+
+def test_an_op_without_a_complex_rule_refuses_to_record():
+    """Its real rule would give a wrong gradient silently (tanh's g (1 - out^2) lacks the
+    conjugate): autodiff refuses, naming the op, the inputs and the line."""
+    z = tg.tensor(A, requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"tanh does not support automatic differentiation for "
+                       r"outputs with complex dtype .*inputs complex128\[3, 4\]"):  # fmt: skip
+        tg.tanh(z)
+    with tg.no_grad():
+        np.testing.assert_allclose(tg.tanh(z).numpy(), np.tanh(A))
+    with pytest.raises(RuntimeError, match="grad can be implicitly created only for real scalar"):
+        (z * 2.0).sum().backward()
