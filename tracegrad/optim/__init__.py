@@ -116,14 +116,18 @@ class State(list):
     def __init__(self, owner: Optimizer):
         super().__init__()
         self.owner = owner
+        self.index: dict[int, int] = {}  # id(parameter) -> its place, made when first asked
 
     def __getitem__(self, key: Any) -> Any:
         if isinstance(key, Tensor):
             watch_python_state(self.owner)  # PyTorch's way of reading state
-            for p, state in zip(self.owner.params, self, strict=True):
-                if p is key:
-                    return state
-            raise KeyError(f"a tensor of shape {key.shape} that this optimizer does not update")
+            params = self.owner.params
+            if len(self.index) != len(params):  # a group was added
+                self.index = {id(p): i for i, p in enumerate(params)}
+            i = self.index.get(id(key))
+            if i is None:
+                raise KeyError(f"a tensor of shape {key.shape} that this optimizer does not update")
+            return super().__getitem__(i)
         return super().__getitem__(key)
 
     def __contains__(self, key: Any) -> bool:
