@@ -481,8 +481,8 @@ def test_foreach_functions_match_pytorchs(name, operands, options):
 
 def test_foreach_operands_by_name_and_the_legacy_spellings_optimizers_use():
     """schedulefree's `_foreach_lerp_(y, z, weight=c)`, torch-optimizer's `grad.new(n, n)`,
-    `torch.clone(p, memory_format=torch.preserve_format)` and Adahessian's
-    `autograd.grad(..., only_inputs=True)`."""
+    `torch.clone(p, memory_format=torch.preserve_format)`, Adahessian's
+    `autograd.grad(..., only_inputs=True)`, the constructors' `out=`."""
     ys, zs = [torch.zeros(2), torch.ones(3)], [torch.ones(2), torch.ones(3) * 3]
     torch._foreach_lerp_(ys, zs, weight=0.25)
     assert ys[0].tolist() == [0.25, 0.25] and ys[1].tolist() == [1.5, 1.5, 1.5]
@@ -495,6 +495,9 @@ def test_foreach_operands_by_name_and_the_legacy_spellings_optimizers_use():
     assert c.tolist() == [1.0, 1.0] and c.requires_grad and c is not p
     (dp,) = torch.autograd.grad((p**3).sum(), [p], only_inputs=True)
     assert dp.tolist() == [3.0, 3.0]
+    into = g.new(2, 2)  # Shampoo's `torch.eye(n, out=grad.new(n, n))`
+    assert torch.eye(2, out=into) is into and into.tolist() == [[1.0, 0.0], [0.0, 1.0]]
+    assert torch.full((2,), 3.0, out=g.new(2)).tolist() == [3.0, 3.0]
 
 
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
