@@ -222,3 +222,31 @@ def test_a_list_holding_numpy_float64_values_makes_a_float64_tensor() -> None:
     assert tg.tensor([np.float32(1.5), 2.0]).dtype == np.float32
     assert tg.tensor([1.5, 2.0]).dtype == np.float32
     assert tg.tensor([np.float64(1.5)]).tolist() == [1.5]
+
+
+def test_deepcopy_makes_a_leaf_of_its_own_also_inside_a_traced_step() -> None:
+    """As PyTorch's: a copy with its own value, class and requires_grad (and grad); a computed
+    tensor refuses. In a traced step (torch-optimizer's `state["buf"] = deepcopy(p.data)`) the
+    copy is the trace's: kept in Python state, it holds a value after the call."""
+    import copy
+
+    from tracegrad import nn
+
+    p = nn.Parameter(tg.tensor([1.0, 2.0]))
+    (p * 3).sum().backward()
+    q = copy.deepcopy(p)
+    assert type(q) is nn.Parameter and q.requires_grad and q.grad.tolist() == [3.0, 3.0]
+    q.data.add_(1)
+    assert p.tolist() == [1.0, 2.0] and q.tolist() == [2.0, 3.0]
+    with pytest.raises(RuntimeError, match="only tensors made by the user"):
+        copy.deepcopy(p * 2)
+    held = {}
+
+    @tg.trace(backend="numpy")
+    def step(x):
+        held["copy"] = copy.deepcopy(p.data)
+        held["copy"].mul_(x)
+        return x * 1
+
+    step(tg.tensor(2.0))
+    assert isinstance(held["copy"]._value, np.ndarray) and held["copy"].tolist() == [2.0, 4.0]

@@ -100,6 +100,24 @@ def test_a_kept_tensor_is_written_at_every_call(float64):
     np.testing.assert_allclose(traced, train(tgt, eager_model, steps=4), rtol=1e-12)
 
 
+def test_a_tensor_made_with_a_value_then_updated_in_place_and_kept_is_concrete_after_it():
+    """`s = zeros(3); s.add_(x)` kept in Python state (an optimizer's state made at its first
+    step): the in-place update made it symbolic, and the plan must write it like any kept
+    tensor, or a later trace reading it finds a value of the finished one."""
+    held = {}
+
+    @tg.trace(backend="numpy")
+    def step(x):
+        s = tg.zeros(3, dtype=np.float64)
+        s.add_(x)
+        held["s"] = s
+        return x * 2
+
+    step(tg.tensor(np.arange(3.0)))
+    assert isinstance(held["s"]._value, np.ndarray)
+    np.testing.assert_array_equal(held["s"].numpy(), np.arange(3.0))
+
+
 def test_a_step_keeping_nothing_writes_nothing_more():
     x = tg.tensor(np.ones(3, np.float32))
 

@@ -29,6 +29,23 @@ def test_module_list_insert_pop_delete_renumber():
         del ml[3]
 
 
+def test_a_none_keeps_its_place_as_in_pytorch():
+    """x-transformers keeps optional layers as `ModuleList([norm, None, None])`: each None is
+    counted and numbered, so the layers after it keep PyTorch's `state_dict` names."""
+    ml = nn.ModuleList([None, nn.Linear(2, 2), None])
+    assert len(ml) == 3 and ml[0] is None and ml[2] is None
+    assert list(ml.state_dict()) == ["1.weight", "1.bias"] and _names(ml.children()) == ["Linear"]
+    ml.insert(0, None)
+    del ml[1]
+    assert list(ml._modules) == ["0", "1", "2"] and ml[0] is None and ml[2] is None
+    ml[2] = nn.ReLU()
+    ml[2] = None  # a submodule's place assigned None stays a place
+    assert len(ml) == 3 and [name for name, _ in ml.named_modules()] == ["", "1"]
+    outer = nn.Module()
+    outer.add_module("skip", None)
+    assert outer.skip is None and "skip" in outer._modules and list(outer.children()) == []
+
+
 def test_module_list_add_and_iadd():
     ml = nn.ModuleList([nn.Linear(2, 2)])
     both = ml + [nn.ELU()]

@@ -413,6 +413,10 @@ def test_init_distributions_and_known_values():
     assert u.min() >= -2 and u.max() <= 2 and u.std() > 1
     again = nn.init.uniform_(tg.zeros(1000), -2.0, 2.0, generator=np.random.default_rng(3))
     np.testing.assert_array_equal(again.numpy(), u)
+    g = tg.Generator().manual_seed(5)  # a torch.Generator, as llm.c's GPT seeds its own
+    drawn = nn.init.normal_(tg.zeros(100), 0.0, 0.02, generator=g).numpy()
+    g.manual_seed(5)
+    np.testing.assert_array_equal(nn.init.normal_(tg.zeros(100), 0.0, 0.02, generator=g), drawn)
     n = nn.init.normal_(tg.zeros(4000), mean=1.0, std=0.5).numpy()
     assert abs(n.mean() - 1.0) < 0.05 and abs(n.std() - 0.5) < 0.05
 

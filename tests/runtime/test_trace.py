@@ -272,6 +272,25 @@ def test_a_call_checks_the_newest_plan_of_its_signature_first():
     np.testing.assert_allclose(w.grad.numpy(), 4 * x)
 
 
+def test_a_signature_keeps_its_newest_plans_only():
+    """A guard that fails at every call (a Python step count) traces at every call: the older
+    plans, whose guards cannot hold again, are dropped rather than kept for the whole run."""
+    count = {"n": 0}
+
+    @tg.trace(backend="numpy")
+    def step(x):
+        n = count["n"]
+        tg.guard(lambda: count["n"] == n)
+        return x * n
+
+    with pytest.warns(UserWarning, match="traced 8 times for one signature"):
+        for n in range(12):
+            count["n"] = n
+            assert float(step(np.ones(()))) == n
+    ((*_, newest),) = step.plans.values()
+    assert len(next(iter(step.plans.values()))) == 8 and newest.capture.guards_hold()
+
+
 def test_hashable_python_arguments_are_part_of_the_signature():
     x = tg.tensor([1.0, 2.0])
     calls = []

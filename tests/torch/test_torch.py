@@ -261,6 +261,7 @@ def test_devices_and_hardware_that_is_not_there():
         torch.zeros(2, device=torch.device("cuda"))
     assert not torch.cuda.is_available() and torch.cuda.device_count() == 0
     assert not torch.cuda.is_bf16_supported() and torch.cuda.manual_seed_all(1) is None
+    assert torch.cuda.max_memory_allocated() == 0 and torch.cuda.memory_stats() == {}  # llm.c
     assert not torch.backends.mps.is_available() and not torch.backends.cudnn.is_available()
     assert not torch.accelerator.is_available() and torch.accelerator.current_accelerator() is None
     torch.backends.cudnn.benchmark = True  # settings are accepted
@@ -495,6 +496,27 @@ def test_foreach_functions_match_pytorchs(name, operands, options):
     got, want = _foreach(torch, name, operands, options), _foreach(real, name, operands, options)
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def test_foreach_operands_by_name_and_the_legacy_spellings_optimizers_use():
+    """schedulefree's `_foreach_lerp_(y, z, weight=c)`, torch-optimizer's `grad.new(n, n)`,
+    `torch.clone(p, memory_format=torch.preserve_format)`, Adahessian's
+    `autograd.grad(..., only_inputs=True)`, the constructors' `out=`."""
+    ys, zs = [torch.zeros(2), torch.ones(3)], [torch.ones(2), torch.ones(3) * 3]
+    torch._foreach_lerp_(ys, zs, weight=0.25)
+    assert ys[0].tolist() == [0.25, 0.25] and ys[1].tolist() == [1.5, 1.5, 1.5]
+    g = torch.ones(2, dtype=torch.float64)
+    assert g.new(2, 3).shape == (2, 3) and g.new(2, 3).dtype == torch.float64
+    assert g.new().shape == (0,) and g.new(torch.Size([4])).shape == (4,)
+    assert g.new([1, 2]).tolist() == [1.0, 2.0] and g.new([1, 2]).dtype == torch.float64
+    p = torch.ones(2, requires_grad=True)
+    c = torch.clone(p, memory_format=torch.preserve_format)
+    assert c.tolist() == [1.0, 1.0] and c.requires_grad and c is not p
+    (dp,) = torch.autograd.grad((p**3).sum(), [p], only_inputs=True)
+    assert dp.tolist() == [3.0, 3.0]
+    into = g.new(2, 2)  # Shampoo's `torch.eye(n, out=grad.new(n, n))`
+    assert torch.eye(2, out=into) is into and into.tolist() == [[1.0, 0.0], [0.0, 1.0]]
+    assert torch.full((2,), 3.0, out=g.new(2)).tolist() == [3.0, 3.0]
 
 
 @pytest.mark.parametrize("backend", ["numpy", "numba"])

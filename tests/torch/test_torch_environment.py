@@ -196,3 +196,18 @@ def test_names_libraries_import_at_import_time():
     assert list(Numbers()) == [0, 1, 2] and Dataset[int] is Dataset
     with pytest.raises(AttributeError, match="symbolic_trace is not provided"):
         torch.fx.symbolic_trace(f)
+
+
+def test_compiler_settings_and_distributed_names_import():
+    """llm.c's `train_gpt2.py` imports `torch._inductor.config` (and sets a tuning flag if it
+    has it) and `ZeroRedundancyOptimizer` at the top; optimizer libraries import the base class
+    from `torch.optim.optimizer`."""
+    import tracegrad.torch._inductor.config as config
+    from tracegrad.torch.distributed.optim import ZeroRedundancyOptimizer
+    from tracegrad.torch.optim.optimizer import Optimizer, required
+
+    assert hasattr(config, "coordinate_descent_tuning") and torch._inductor.config is config
+    config.coordinate_descent_tuning = True
+    assert Optimizer is torch.optim.Optimizer and repr(required) == "<required parameter>"
+    with pytest.raises(RuntimeError, match="ZeroRedundancyOptimizer is not provided"):
+        ZeroRedundancyOptimizer([torch.zeros(1)], optimizer_class=torch.optim.AdamW)

@@ -31,10 +31,12 @@ def grad(
     retain_graph: bool | None = None,
     create_graph: bool = False,
     allow_unused: bool = False,
+    only_inputs: bool = True,
 ) -> tuple[Tensor | None, ...]:
     """The gradients of `outputs` (weighted by `grad_outputs`, 1 for scalars) with respect to
     `inputs`, returned rather than accumulated into `.grad`. With `create_graph` they are
-    differentiable (higher order)."""
+    differentiable (higher order). `only_inputs` is PyTorch's deprecated flag, which it
+    ignores too (torch-optimizer's Adahessian passes it)."""
     outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     ins = [inputs] if isinstance(inputs, Tensor) else list(inputs)
     if grad_outputs is None or isinstance(grad_outputs, Tensor):

@@ -94,29 +94,34 @@ def _filled(where: str, sizes: tuple, fill: Any, dtype: Any, device: Any,
     return Tensor._of(np.full(size, fill, _float(dtype)), requires_grad=requires_grad)
 
 
+@pytorch_keywords(aliases=False)  # out=: written into that tensor
 def zeros(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False,
           **options: Any) -> Tensor:  # fmt: skip
     """zeros(2, 3) or zeros((2, 3)); the default dtype (float32) unless `dtype`."""
     return _filled("zeros", size, 0, dtype, device, requires_grad, options)
 
 
+@pytorch_keywords(aliases=False)
 def ones(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False,
          **options: Any) -> Tensor:  # fmt: skip
     return _filled("ones", size, 1, dtype, device, requires_grad, options)
 
 
+@pytorch_keywords(aliases=False)
 def empty(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False,
           **options: Any) -> Tensor:  # fmt: skip
     """Zeros: PyTorch leaves them uninitialized, which no program may rely on."""
     return _filled("empty", size, 0, dtype, device, requires_grad, options)
 
 
+@pytorch_keywords(aliases=False)
 def eye(n: int, m: int | None = None, dtype: Any = None, device: Any = None,
         requires_grad: bool = False, **options: Any) -> Tensor:  # fmt: skip
     _check("eye", device, options)
     return Tensor._of(np.eye(n, m, dtype=_float(dtype)), requires_grad=requires_grad)
 
 
+@pytorch_keywords(aliases=False)
 def full(size: Any, fill_value: Any, dtype: Any = None, device: Any = None,
          requires_grad: bool = False, **options: Any) -> Tensor:  # fmt: skip
     """`fill_value` everywhere; a tensor `fill_value` is broadcast, so its gradient flows.

@@ -155,6 +155,17 @@ def _new_tensor(self: Tensor, data: Any, dtype: Any = None, device: Any = None,
     return C.tensor(data, self.dtype if dtype is None else dtype, device, requires_grad)
 
 
+def _legacy_new(self: Tensor, *args: Any, **options: Any) -> Tensor:
+    """PyTorch's legacy `t.new(...)` (older optimizers: `grad.new(n, n).zero_()`): of t's
+    dtype, a tensor of the sizes given (zeros: PyTorch leaves it uninitialized), or of the data
+    given; `t.new()` is empty."""
+    sizes = args[0] if len(args) == 1 and isinstance(args[0], tuple) else args
+    if all(isinstance(n, int | np.integer) for n in sizes):
+        return C.zeros(tuple(sizes) or (0,), dtype=self.dtype, **options)
+    (data,) = args
+    return C.tensor(data, self.dtype, **options)
+
+
 def _cast(dtype: Any) -> Callable:
     return lambda self: F.astype(self, dtype)
 
@@ -380,7 +391,7 @@ METHODS: dict[str, Any] = {
     "expand_as": lambda self, other: F.expand(self, other.shape),
     "clone": lambda self, memory_format=None: P.positive(self), "copy": P.positive,
     "new_zeros": _new(C.zeros), "new_ones": _new(C.ones), "new_empty": _new(C.empty),
-    "new_full": _new_full, "new_tensor": _new_tensor,
+    "new_full": _new_full, "new_tensor": _new_tensor, "new": _legacy_new,
     "numel": lambda self: self.size, "nelement": lambda self: self.size,
     "element_size": lambda self: self.dtype.itemsize,
     "itemsize": property(lambda self: self.dtype.itemsize),

@@ -9,6 +9,7 @@ operators and methods from above.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import itertools
 import math
@@ -22,7 +23,7 @@ import numpy as np
 
 from tracegrad.core import ir
 from tracegrad.core.errors import ShapeError, TraceError, user_location, warn_user
-from tracegrad.core.primitives import Phase, Primitive, astype
+from tracegrad.core.primitives import Phase, Primitive, astype, positive
 from tracegrad.core.vocabulary import EAGER_KERNELS
 from tracegrad.frontend.promotion import (
     get_default_dtype,
@@ -334,6 +335,28 @@ class Tensor:
             t._version = self._version
             return t
         return self._alias()
+
+    def __deepcopy__(self, memo: dict) -> Tensor:
+        """A leaf of the same class and `requires_grad` with a value of its own, as PyTorch's
+        (`copy.deepcopy(model)`; torch-optimizer's `deepcopy(p.data)` as state). While tracing,
+        the copy is an op of the trace: a tensor the step made, not the symbolic value of the
+        original (which a later call would not bind)."""
+        if not self.is_leaf:
+            raise RuntimeError(
+                "deepcopy: only tensors made by the user (graph leaves) can be deep-copied, as in "
+                f"PyTorch; this one (shape {self.shape}) was computed: detach() it first"
+            )
+        if Listeners.tracers:
+            out = positive(self.detach())
+        else:
+            out = Tensor._of(np.array(self._value))
+        with contextlib.suppress(TypeError):  # a class with slots of its own stays a Tensor
+            out.__class__ = Tensor if isinstance(self, Alias) else type(self)
+        out.requires_grad = self._requires_grad
+        if self._grad is not None:
+            out._grad = copy.deepcopy(self._grad, memo)
+        memo[id(self)] = out
+        return out
 
     def _alias(self) -> Tensor:
         """An untracked tensor whose in-place writes are writes of this one (`t.data`, and

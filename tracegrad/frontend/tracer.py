@@ -449,9 +449,13 @@ class Tracer:
         return self.slots[id(t)]
 
     def will_write(self, t: Tensor) -> None:
-        """Called before a tensor's value or grad changes: remember what to restore."""
+        """Called before a tensor's value or grad changes: remember what to restore. A tensor
+        made in the step with a value of its own (`zeros_like(p)`, an optimizer's state made at
+        its first step) becomes symbolic: it is then one of the step's, which `escaped` finds."""
         if t._serial <= self.start:
             self.slot(t)
+        elif t._value.__class__ is not ir.Value:
+            self.made.append(weakref.ref(t))
 
     def restore(self) -> None:
         for s in self.slots.values():

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from tracegrad.frontend.autodiff import no_grad
+from tracegrad.frontend.random import Generator
 from tracegrad.frontend.tensor import Tensor
 from tracegrad.nn import modules
 
@@ -72,11 +73,15 @@ def _fill(tensor: Tensor, data: np.ndarray) -> Tensor:
     return tensor
 
 
-def _rng(generator: np.random.Generator | None) -> np.random.Generator:
-    """The generator to draw from: `generator` (a NumPy Generator, in the place of PyTorch's
-    torch.Generator), else the one `nn.manual_seed` seeds."""
+def _rng(generator: np.random.Generator | Generator | None) -> np.random.Generator:
+    """The generator to draw from: `generator` (a `torch.Generator`, whose host generator it
+    is, as llm.c's `GPT` seeds its own for initialization; or a NumPy Generator), else the one
+    `nn.manual_seed` seeds."""
+    if isinstance(generator, Generator):
+        return generator.rng
     if generator is not None and not isinstance(generator, np.random.Generator):
-        raise TypeError(f"generator must be a numpy.random.Generator, not {type(generator)}")
+        raise TypeError(f"generator must be a torch.Generator or a numpy.random.Generator, not "
+                        f"{type(generator)}")  # fmt: skip
     return modules.init_generator() if generator is None else generator
 
 

@@ -644,7 +644,7 @@ class SyncBatchNorm(_BatchNorm):
                 setattr(sync, name, value)
             sync.train(module.training)
             return sync
-        for name, child in list(module._modules.items()):
+        for name, child in list(module.named_children()):
             setattr(module, name, cls.convert_sync_batchnorm(child, process_group))
         return module
 
@@ -727,7 +727,10 @@ class _ListOf(Module):
         self.extend(values or ())
 
     def append(self, value: Any) -> Any:
-        setattr(self, str(len(self)), self.admit(value))
+        if value is None and self.held == "_modules":
+            self.add_module(str(len(self)), None)  # PyTorch's ModuleList holds a None too
+        else:
+            setattr(self, str(len(self)), self.admit(value))
         return self
 
     def extend(self, values: Iterable[Any]) -> Any:

@@ -223,7 +223,9 @@ class Module:
             return
         # a dict keeps a key's place when it is assigned again: `model.conv1 = Conv2d(...)`
         # stays where conv1 was in children() and state_dict(), as in PyTorch
-        is_module = isinstance(value, Module)
+        # None in a submodule's place keeps the place, as in PyTorch (`add_module(name, None)`,
+        # a ModuleList of optional layers): it stays counted and numbered, holding nothing
+        is_module = isinstance(value, Module) or (value is None and name in self._modules)
         is_parameter = isinstance(value, Parameter) or (
             isinstance(value, Tensor) and value.is_leaf and value.requires_grad
         )
@@ -394,7 +396,7 @@ class Module:
                     return
                 seen.add(id(module))
             yield path, module
-            for name, child in module._modules.items():
+            for name, child in module.named_children():
                 yield from walk(child, f"{path}.{name}" if path else name)
 
         return walk(self, prefix)
@@ -410,6 +412,8 @@ class Module:
             raise KeyError(f"add_module: module name {name!r} must be a non-empty string "
                            "without '.'")  # fmt: skip
         setattr(self, name, module)
+        if module is None:
+            self._modules[name] = None
 
     register_module = add_module
 
@@ -439,10 +443,10 @@ class Module:
         return registry(module)[name]
 
     def children(self) -> Iterator[Module]:
-        return iter(self._modules.values())
+        return (m for _, m in self.named_children())
 
     def named_children(self) -> Iterator[tuple[str, Module]]:
-        return iter(self._modules.items())
+        return ((name, m) for name, m in self._modules.items() if m is not None)
 
     def apply(self, fn: Any) -> Module:
         """Call `fn` on every submodule, then on this module (PyTorch's order); returns self."""
@@ -536,7 +540,7 @@ class Module:
             state[prefix + name] = t if keep_vars else t.detach()
         if _has_extra_state(self):
             state[prefix + _EXTRA_STATE] = self.get_extra_state()
-        for name, child in self._modules.items():
+        for name, child in self.named_children():
             child._save(state, f"{prefix}{name}.", keep_vars)
         for hook in list(hooks.get(_SAVE_POST, {}).values()):
             hook(self, state, prefix, {})
@@ -1008,7 +1012,7 @@ def renumber(module: Module, names: Iterable[str], values: list[Any]) -> None:
     for name in list(names):
         delattr(module, name)
     for i, value in enumerate(values):
-        setattr(module, str(i), value)
+        module.add_module(str(i), value)
 
 
 class Sequential(Module):

@@ -22,7 +22,8 @@ Written so that `@tracegrad.trace` can capture a whole training step:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import functools
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,7 @@ from tracegrad.frontend.autodiff import enable_grad, no_grad
 from tracegrad.frontend.elementwise import view_as_complex, view_as_real
 from tracegrad.frontend.functions import clamp, stack
 from tracegrad.frontend.tensor import Listeners, Tensor, get_default_dtype, phase
-from tracegrad.frontend.tracer import guard
+from tracegrad.frontend.tracer import guard, watch
 from tracegrad.nn.lazy import UninitializedParameter
 from tracegrad.optim.line_search import strong_wolfe
 
@@ -52,6 +53,17 @@ def options(maximize: bool, foreach: Any, capturable: bool, differentiable: bool
                 differentiable=differentiable, fused=fused)  # fmt: skip
 
 
+class Required:
+    """PyTorch's marker for a hyperparameter without default (`lr=required`), which each
+    param group must then give."""
+
+    def __repr__(self) -> str:
+        return "<required parameter>"
+
+
+required = Required()
+
+
 class ParamGroup(dict):
     """One param group: "params" and its hyperparameters. Writing one of `held` (a number or a
     tuple of numbers, as betas) also writes the group's 0-d float64 tensors of it, which a
@@ -65,7 +77,7 @@ class ParamGroup(dict):
             self[k] = v
 
     def __setitem__(self, key: str, value: Any) -> None:
-        if key in self.held:
+        if key in self.held and value is not None:  # None: an optimizer of its own with no lr
             numbers = tuple(value) if isinstance(value, tuple | list) else (value,)
             if len(self.held[key]) != len(numbers):
                 self.held[key] = tuple(Tensor._of(np.zeros((), np.float64)) for _ in numbers)
@@ -101,20 +113,64 @@ def _kept_cast(t: Tensor, dtype: Any) -> Tensor:
     return out
 
 
+class State(list):
+    """One dict of state per parameter, in order (`opt.state[0]`), also found by the parameter
+    itself, as PyTorch's optimizers key theirs (`self.state[p]`, `state.items()`)."""
+
+    def __init__(self, owner: Optimizer):
+        super().__init__()
+        self.owner = owner
+        self.index: dict[int, int] = {}  # id(parameter) -> its place, made when first asked
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, Tensor):
+            watch_python_state(self.owner)  # PyTorch's way of reading state
+            params = self.owner.params
+            if len(self.index) != len(params):  # a group was added
+                self.index = {id(p): i for i, p in enumerate(params)}
+            i = self.index.get(id(key))
+            if i is None:
+                raise KeyError(f"a tensor of shape {key.shape} that this optimizer does not update")
+            return super().__getitem__(i)
+        return super().__getitem__(key)
+
+    def __contains__(self, key: Any) -> bool:
+        if isinstance(key, Tensor):
+            return any(p is key and state for p, state in self.items())
+        return super().__contains__(key)
+
+    def keys(self) -> list[Tensor]:
+        return [p for p, _ in self.items()]
+
+    def values(self) -> list[dict[str, Any]]:
+        return [state for _, state in self.items()]
+
+    def items(self) -> list[tuple[Tensor, dict[str, Any]]]:
+        return [(p, s) for p, s in zip(self.owner.params, self, strict=True) if s]
+
+
 class Optimizer:
     """Holds the parameters in `param_groups` (PyTorch's: a list of dicts, each with "params"
     and its own hyperparameters; plain parameters make one group), one dict of state tensors per
     parameter, and the hyperparameters named in `hyperparameters`. `opt.lr = x` (and any other
-    hyperparameter as an attribute) sets it in every group."""
+    hyperparameter as an attribute) sets it in every group.
+
+    An optimizer written against PyTorch's API subclasses it as PyTorch's (`defaults`, its own
+    `step` over `self.param_groups`, state made at the first step in `self.state[p]`)."""
 
     hyperparameters: tuple[str, ...] = ("lr",)
     held: tuple[str, ...] = ("lr",)  # those also held as tensors: a traced step reads them
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "step" in vars(cls):
+            cls.step = _watching(cls.step)
 
     def __init__(self, params: Iterable[Any], defaults: dict[str, Any]):
         object.__setattr__(self, "defaults", dict(defaults))
         self.param_groups: list[ParamGroup] = []
         self.params: list[Tensor] = []
-        self.state: list[dict[str, Tensor]] = []
+        self.state = State(self)
         self._group_of: list[ParamGroup] = []
         groups = list(params)
         if not groups:
@@ -134,9 +190,6 @@ class Optimizer:
                 f"{type(self).__name__}: a lazy layer's parameters have no shape yet; run one "
                 "forward pass (a dry run) before building the optimizer"
             )
-        unknown = set(group) - {"params", *self.hyperparameters}
-        if unknown:
-            raise ValueError(f"{type(self).__name__}: unknown hyperparameters {sorted(unknown)}")
         full = ParamGroup({**self.defaults, **group, "params": params}, self.held)
         self._check_all(full)
         self.param_groups.append(full)
@@ -148,7 +201,11 @@ class Optimizer:
     def _check_all(self, group: Mapping[str, Any]) -> None:
         """Raise ValueError for invalid hyperparameters given to the optimizer (a scheduler
         may set any lr, as in PyTorch: OneCycleLR's last, linear, goes below 0)."""
-        if not group["lr"] >= 0:
+        for k, v in group.items():
+            if v is required:
+                raise ValueError(f"{type(self).__name__}: the parameter group gives no value of "
+                                 f"the required hyperparameter {k!r}")  # fmt: skip
+        if group.get("lr") is not None and not group["lr"] >= 0:
             raise ValueError(f"invalid learning rate {group['lr']}")
         if group.get("differentiable"):
             raise ValueError(
@@ -252,7 +309,7 @@ class Optimizer:
         """PyTorch's layout: {"state": {0: {"step": ..., ...}, ...}, "param_groups": [{"lr": ...,
         ..., "params": [0, 1, ...]}, ...]}, parameters numbered in order across the groups, state
         tensors detached (sharing data)."""
-        state = {i: {k: t.detach() for k, t in s.items()} for i, s in enumerate(self.state)}
+        state = {i: {k: _detached(t) for k, t in s.items()} for i, s in enumerate(self.state)}
         return {"state": state, "param_groups": self._saved_groups()}
 
     def _unknown_keys(self, group: Mapping[str, Any]) -> set[str]:
@@ -317,6 +374,58 @@ class Optimizer:
             for k, v in h.items():
                 if k != "params":
                     group[k] = _plain(v)
+
+
+def _watching(step: Callable[..., Any]) -> Callable[..., Any]:
+    """A subclass's own `step`, which reads its hyperparameters and state as PyTorch's do."""
+
+    @functools.wraps(step)
+    def watched(self: Optimizer, *args: Any, **kwargs: Any) -> Any:
+        watch_python_state(self)
+        return step(self, *args, **kwargs)
+
+    return watched
+
+
+def watch_python_state(opt: Optimizer) -> None:
+    """While tracing code written the PyTorch way (`if len(state) == 0:` makes the state, a
+    Python step count, `group["lr"]` read as a number): the trace bakes in what that code saw,
+    so its plan holds while the state's keys, numbers and tensors' shapes and the
+    hyperparameters are as the trace found them, else the step traces again (PyTorch's compiler
+    guards them too). Not worth a warning: the first step makes the state; a Python step
+    count, which changes at every step, meets the warning about tracing again and again."""
+    watch(("optimizer", id(opt)), f"{type(opt).__name__}'s state or hyperparameters",
+          lambda: PythonState.of(opt), warn=False)  # fmt: skip
+
+
+class PythonState(tuple):
+    """What an optimizer's own `step` reads as Python values: each state's keys with its
+    numbers (a tensor as its shape and dtype), and the groups' hyperparameters."""
+
+    @classmethod
+    def of(cls, opt: Optimizer) -> PythonState:
+        states = tuple(tuple((k, _frozen(v)) for k, v in s.items()) for s in opt.state)
+        groups = tuple(tuple((k, _frozen(v)) for k, v in g.items() if k != "params")
+                       for g in opt.param_groups)  # fmt: skip
+        return cls((states, groups))
+
+    def __repr__(self) -> str:
+        numbers = [v for s in self[0] for _, v in s if not isinstance(v, tuple)]
+        return f"state numbers {numbers[:4]}{' ...' if len(numbers) > 4 else ''}"
+
+
+def _frozen(v: Any) -> Any:
+    if isinstance(v, Tensor):
+        return ("tensor", v.shape, v.dtype)
+    if isinstance(v, list | tuple):
+        return tuple(_frozen(x) for x in v)
+    if isinstance(v, np.generic):
+        return v.item()
+    return v if isinstance(v, int | float | str | bool | None) else id(v)
+
+
+def _detached(v: Any) -> Any:
+    return v.detach() if isinstance(v, Tensor) else v
 
 
 def _pytorch_layout(state_dict: Mapping[str, Any], n_groups: int) -> tuple[Mapping, list]:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 RETRACES_WARNED = 8  # plans for one signature: past this, retracing is likely a mistake
 SIGNATURES_WARNED = 8  # distinct input signatures: past this, shapes are likely unbucketed
 MAX_SIGNATURES = 32  # plans kept per traced function; the least recently used go first
+PLANS_KEPT = 8  # plans kept per signature, the newest: a Python step count traces at each step
 
 
 class Traced:
@@ -158,11 +159,14 @@ class Traced:
     def _keep(self, key: Any, plan: Plan) -> None:
         plans = self.plans.setdefault(key, [])
         plans.append(plan)
+        del plans[:-PLANS_KEPT]
         if len(plans) == RETRACES_WARNED:
             self._warn(
                 f"{self.name} was traced {RETRACES_WARNED} times for one signature: what "
                 "its guards check keeps changing (the grads being None or not, a baked-in "
-                "hyperparameter such as momentum); each new trace compiles"
+                "hyperparameter such as momentum, an optimizer's step count kept as a Python "
+                "number: step such an optimizer outside the compiled function); each new trace "
+                "compiles"
             )
         if len(self.plans) == SIGNATURES_WARNED:
             self._warn(

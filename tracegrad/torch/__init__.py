@@ -44,7 +44,8 @@ for _name in ("Composite", "GradManager", "GraphError", "Kind", "MemoryBudgetErr
               "allreduce", "conv2d", "conv2d_input_grad", "conv2d_weight_grad", "defprimitive",
               "getitem", "grad", "guard", "interpret", "sum_to", "uniform", "vjp",
               # tracegrad's modules, whose places the torch ones below take
-              "autograd", "distributions", "fft", "linalg", "nn", "optim", "utils"):  # fmt: skip
+              "autograd", "distributed", "distributions", "fft", "linalg", "nn", "optim",
+              "utils"):  # fmt: skip
     globals().pop(_name, None)
 
 globals().update(_DTYPES)
@@ -54,8 +55,15 @@ globals().update({alias: _DTYPES[name] for alias, name in _ALIASES.items()})
 # PyTorch's other spellings of the same functions
 acos, asin, atan, atan2 = _tg.arccos, _tg.arcsin, _tg.arctan, _tg.arctan2
 acosh, asinh, atanh = _tg.arccosh, _tg.arcsinh, _tg.arctanh
-clone, mm = _tg.positive, _tg.matmul
+mm = _tg.matmul
 spmm = _tg.matmul  # a sparse matrix's product; tensors here are dense (a GCN's adjacency)
+
+
+@pytorch_keywords
+def clone(input: Tensor, *, memory_format: Any = None) -> Tensor:
+    """A copy autograd tracks; `memory_format` (optimizers' `torch.preserve_format`) means
+    nothing to NumPy's arrays."""
+    return _tg.positive(input)
 
 
 @pytorch_keywords

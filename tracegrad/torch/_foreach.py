@@ -6,6 +6,7 @@ in-place forms (`_foreach_mul_`) write each result into its tensor with `copy_`.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,9 +19,15 @@ def _each(other: Any, n: int) -> list:
 
 
 def _over(op: Callable, operands: int) -> Callable:
-    """The list form of `op(t, *others, **options)`, `others` given whole or one per tensor."""
+    """The list form of `op(t, *others, **options)`, `others` given whole or one per tensor,
+    by position or by name (schedulefree's `_foreach_lerp_(y, z, weight=c)`)."""
+    try:
+        names = list(inspect.signature(op).parameters)[1 : 1 + operands]
+    except ValueError:  # an op of the table (no Python signature): by position only
+        names = []
 
     def over(tensors: Sequence[Tensor], *others: Any, **options: Any) -> list[Tensor]:
+        others += tuple(options.pop(k) for k in names[len(others) :] if k in options)
         if len(others) != operands:
             raise TypeError(f"expected {operands} operand(s) after the tensors, got {len(others)}")
         columns = [_each(o, len(tensors)) for o in others]

@@ -1,6 +1,6 @@
 """`torch.cuda`: tracegrad has no CUDA. `is_available()` is False, the seeding functions do
-nothing (as PyTorch's without CUDA), and asking for a device (`set_device`, `current_device`)
-raises."""
+nothing and the memory statistics are 0 (as PyTorch's without CUDA), and asking for a device
+(`set_device`, `current_device`) raises."""
 
 from __future__ import annotations
 
@@ -42,6 +42,22 @@ def empty_cache() -> None:
 
 
 def synchronize(device: Any = None) -> None:
+    pass
+
+
+def memory_allocated(device: Any = None) -> int:
+    """0: no CUDA memory is in use (PyTorch's answer without CUDA; llm.c prints the peak)."""
+    return 0
+
+
+max_memory_allocated = memory_reserved = max_memory_reserved = memory_allocated
+
+
+def memory_stats(device: Any = None) -> dict[str, Any]:
+    return {}
+
+
+def reset_peak_memory_stats(device: Any = None) -> None:
     pass
 
 

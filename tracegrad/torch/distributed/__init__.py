@@ -1,6 +1,7 @@
 """`torch.distributed`: not provided; tracegrad's data parallelism is `tracegrad.distributed`
 (MPI, see docs/distributed.md). `is_available()` is False; the process-group functions exist
-(scripts import them at the top) and raise when called."""
+(scripts import them at the top) and raise when called, as does building `optim`'s
+`ZeroRedundancyOptimizer`."""
 
 from __future__ import annotations
 
