@@ -10,7 +10,7 @@ import pytest
 
 import tracegrad as tg
 import tracegrad.numpy as tnp
-from tests.conftest import check_grad, traced_matches_eager
+from tests.conftest import check_grad, eager_or_traced, traced_matches_eager
 from tracegrad.compiler import lowering
 
 R = np.random.default_rng(7)
@@ -708,3 +708,21 @@ def test_a_uint8_index_tensor_is_a_mask_as_in_pytorch():
         x[mask] = 0.0
     assert x.tolist() == [0.0, 2.0, 0.0]
     assert tnp.take(tg.tensor([1.0, 2.0, 3.0]), mask).tolist() == [2.0, 1.0, 2.0]
+
+
+@pytest.mark.parametrize("backend", [None, "numpy", "numba"])
+def test_bool_masks_clone_and_combine_in_place(backend, monkeypatch):
+    def step(mask, x):
+        keep = mask.clone()  # np.positive has no bool loop: clone raised
+        keep &= x > 0
+        done = keep.clone()
+        done.logical_or_(x < -1)
+        return keep, done
+
+    fn = eager_or_traced(step, backend, monkeypatch)
+    mask = tg.tensor(np.array([True, False, True, True]))
+    for _ in range(2):
+        keep, done = fn(mask, tg.tensor(np.array([1.0, 2.0, -0.5, -2.0])))
+        assert keep.dtype == np.bool_ and keep.numpy().tolist() == [True, False, False, False]
+        assert done.numpy().tolist() == [True, False, False, True]
+    assert mask.numpy().tolist() == [True, False, True, True]

@@ -361,8 +361,19 @@ def conjugated(x: Any) -> Any:
 # `complex_grad=True` (vocabulary.Primitive): the rule holds for complex values too
 _C = {"complex_grad": True}
 
-positive = unary("positive", np.positive, lambda g, out, x: g, shape=shapes.same, scalar="(+{0})",
-                 **_C)  # fmt: skip
+
+def _copy(x, out=None):
+    """np.positive, which has no loop for bool: a bool tensor's `clone()` copies."""
+    if np.asarray(x).dtype != np.bool_:
+        return np.positive(x, out=out)
+    if out is None:
+        return np.array(x, copy=True)
+    np.copyto(out, x)
+    return out
+
+
+positive = unary("positive", _copy, lambda g, out, x: g, shape=shapes.same, scalar="(+{0})",
+                 accepts_out=True, numpy=np.positive, **_C)  # fmt: skip
 neg = unary("neg", np.negative, lambda g, out, x: -g, shape=shapes.same, scalar="(-{0})", **_C)
 exp = unary("exp", np.exp, lambda g, out, x: g * conjugated(out), "out", "exp({0})", ("exp",),
             **_C)  # fmt: skip
