@@ -158,3 +158,20 @@ def test_pytorchs_older_svd_and_the_chain_and_vector_products():
     check_grad(lambda p, q: tg.linalg.vecdot(p, q, dim=0), y, y[::-1].copy())
     np.testing.assert_array_equal(tg.linalg.diagonal(tg.tensor(x)).numpy(),
                                   np.diagonal(x, axis1=-2, axis2=-1))  # fmt: skip
+
+
+@pytest.mark.parametrize("uplo", ["L", "U"])
+def test_eigh_gradient_is_symmetric_for_either_triangle(uplo):
+    """PyTorch's gradient of eigh is V (dL) V^T whichever triangle was read; the upper one's
+    was the triangle's own (the off-diagonal doubled, the lower triangle zero)."""
+    a = R.standard_normal((3, 3))
+    w = np.array([0.5, -1.0, 2.0])
+    x = tg.tensor(a, requires_grad=True)
+    (tg.linalg.eigvalsh(x, UPLO=uplo) * tg.tensor(w)).sum().backward()
+    v = np.linalg.eigh(a, UPLO=uplo)[1]
+    np.testing.assert_allclose(x.grad.numpy(), (v * w) @ v.T, atol=1e-12)
+    x.grad = None
+    values, vectors = tg.linalg.eigh(x, UPLO=uplo)
+    np.testing.assert_allclose(values.numpy(), np.linalg.eigvalsh(a, UPLO=uplo), atol=1e-12)
+    (vectors[:, 0] ** 2).sum().backward()  # a unit vector: no gradient, in any triangle
+    np.testing.assert_allclose(x.grad.numpy(), 0, atol=1e-12)

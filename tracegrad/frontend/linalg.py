@@ -21,7 +21,6 @@ from tracegrad.frontend.functions import (
     unsqueeze,
 )
 from tracegrad.frontend.products import cross3
-from tracegrad.frontend.rearrange import triu
 from tracegrad.frontend.reductions import amax, amin, sum
 from tracegrad.frontend.tensor import Tensor, as_tensor
 
@@ -117,11 +116,11 @@ class EighResult(NamedTuple):
 
 def eigh(A: Any, UPLO: str = "L") -> EighResult:
     """Eigenvalues (ascending) and eigenvectors of symmetric matrices, read from the lower (or
-    upper) triangle. The gradient is that of the symmetric matrix: it is symmetrized, and
-    assumes distinct eigenvalues."""
+    upper) triangle. The gradient is that of the symmetric matrix: it is symmetrized (for
+    either triangle, as PyTorch's), and assumes distinct eigenvalues."""
     a = as_tensor(A)
-    if UPLO == "U":  # the matrix the upper triangle stands for, as its lower triangle
-        a = triu(a) + matrix_transpose(triu(a, 1))
+    if UPLO == "U":  # the upper triangle is the transpose's lower one; a symmetric gradient
+        a = matrix_transpose(a)  # stays itself through the transpose
     elif UPLO != "L":
         raise ValueError(f"eigh: UPLO must be 'L' or 'U', not {UPLO!r}")
     return EighResult(P.eigh_values(a), P.eigh_vectors(a))
