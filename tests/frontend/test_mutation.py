@@ -726,3 +726,36 @@ def test_bool_masks_clone_and_combine_in_place(backend, monkeypatch):
         assert keep.dtype == np.bool_ and keep.numpy().tolist() == [True, False, False, False]
         assert done.numpy().tolist() == [True, False, False, True]
     assert mask.numpy().tolist() == [True, False, True, True]
+
+
+@pytest.mark.parametrize("backend", [None, "numpy"])
+@pytest.mark.parametrize("reduce", ["amax", "amin"])
+def test_scatter_reduce_extremes_split_ties_with_the_input_evenly(reduce, backend, monkeypatch):
+    """PyTorch's rule: the gradient of a maximum is split evenly among every value that ties
+    for it, the input's own one included (the input took all of it)."""
+    sign = 1.0 if reduce == "amax" else -1.0
+    s = tg.tensor(sign * np.array([1.0, 0.0, 2.0]), requires_grad=True)
+    src = tg.tensor(sign * np.array([1.0, 1.0, -1.0, 2.0, 0.5]), requires_grad=True)
+    index = tg.tensor(np.array([0, 0, 1, 2, 2]))
+    gm = tg.GradManager().attach([s, src])
+
+    def step():
+        with gm:
+            out = s.scatter_reduce(0, index, src, reduce)
+            gm.backward((out * tg.tensor(np.array([1.0, 2.0, 3.0]))).sum())
+        return out
+
+    fn = eager_or_traced(step, backend, monkeypatch)
+    for _ in range(2):
+        s.grad = src.grad = None
+        assert (fn().numpy() * sign).tolist() == [1.0, 0.0, 2.0]
+        np.testing.assert_allclose(src.grad.numpy(), [1 / 3, 1 / 3, 0.0, 1.5, 0.0], atol=1e-15)
+        np.testing.assert_allclose(s.grad.numpy(), [1 / 3, 2.0, 1.5], atol=1e-15)
+
+
+def test_scatter_reduce_mean_of_integers_rounds_down():
+    out = tg.zeros(2, dtype=tg.int64).scatter_reduce(
+        0, tg.tensor(np.array([0, 0, 1, 1])), tg.tensor(np.array([1, -2, 4, 1])), "mean",
+        include_self=False,
+    )  # fmt: skip
+    assert out.numpy().tolist() == [-1, 2]  # -1 // 2 and 5 // 2, PyTorch's (-0.5 became 0)

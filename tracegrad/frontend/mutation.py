@@ -447,8 +447,9 @@ def scatter_reduce(input: Any, dim: int, index: Any, src: Any, reduce: str, *,
                    include_self: bool = True) -> Tensor:  # fmt: skip
     """src's elements combined into input at `index` along `dim` by "sum", "mean", "amax" or
     "amin", with or without input's own values. The extremes' gradient is split evenly among
-    the sources that tie (PyTorch's rule); with `include_self`, a tie between input and sources
-    splits half to the input. "prod" is refused (its gradient at zeros is not provided)."""
+    the values that tie, the input's own among them with `include_self` (PyTorch's rule). An
+    integer mean rounds down, as PyTorch's. "prod" is refused (its gradient at zeros is not
+    provided)."""
     if reduce not in ("sum", "mean", "amax", "amin"):
         raise NotImplementedError(
             f"scatter_reduce: reduce={reduce!r} is not provided by tracegrad ('sum', 'mean', "
@@ -459,23 +460,37 @@ def scatter_reduce(input: Any, dim: int, index: Any, src: Any, reduce: str, *,
         ones = Tensor._of(np.ones(as_tensor(index).shape, x.dtype))
         count = _scatter(Tensor._of(np.zeros(x.shape, x.dtype)), dim, index, ones, True, "count")
     if reduce in ("amax", "amin"):
-        sign = 1.0 if reduce == "amax" else -1.0
         grids, part = _scatter_parts(x, dim, index, src, "scatter_reduce")
-        part = as_tensor(part) if sign > 0 else P.neg(as_tensor(part))
-        extreme = P.scatter_max(astype(part, x.dtype), *grids, shape=x.shape,
-                                template=("@",) * x.ndim)  # fmt: skip
-        extreme = extreme if sign > 0 else P.neg(extreme)
+        part = astype(as_tensor(part), x.dtype)
         if include_self:
-            return (P.maximum if sign > 0 else P.minimum)(x, P.where(count > 0, extreme, x))
-        return P.where(count > 0, extreme, x)
+            grids, part = _with_own(x, grids, part)
+        part = part if reduce == "amax" else P.neg(part)
+        extreme = P.scatter_max(part, *grids, shape=x.shape, template=("@",) * x.ndim)
+        extreme = extreme if reduce == "amax" else P.neg(extreme)
+        return extreme if include_self else P.where(count > 0, extreme, x)
     zeros = P.mul(x, 0.0) if x.dtype.kind == "f" else x * 0
     total = _scatter(zeros, dim, index, src, True, "scatter_reduce")
     if include_self:
         total = total + x
         count = count + 1
-    out = total / P.maximum(count, 1) if reduce == "mean" else total
+    if reduce == "mean":
+        count = P.maximum(count, 1)
+        out = total / count if x.dtype.kind == "f" else total // count
+    else:
+        out = total
     out = out if out.dtype == x.dtype else astype(out, x.dtype)
     return out if include_self else P.where(count > 0, out, x)
+
+
+def _with_own(x: Tensor, grids: list, part: Tensor) -> tuple[list, Tensor]:
+    """Scatter's index arrays and sources, flat, with x's own elements among the sources, each
+    at its place: a maximum that ties with x's value shares its gradient with x."""
+    shape = np.broadcast_shapes(*(g.shape for g in grids))
+    own = np.indices(x.shape).reshape(x.ndim, -1)
+    flat = [reshape(broadcast_to(g, shape), (-1,)) for g in grids]
+    grids = [P.concatenate(Tensor._of(o), f, axis=0) for o, f in zip(own, flat, strict=True)]
+    part = reshape(broadcast_to(part, shape), (-1,))
+    return grids, P.concatenate(reshape(x, (-1,)), part, axis=0)
 
 
 @pytorch_keywords
