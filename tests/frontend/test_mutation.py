@@ -754,8 +754,46 @@ def test_scatter_reduce_extremes_split_ties_with_the_input_evenly(reduce, backen
 
 
 def test_scatter_reduce_mean_of_integers_rounds_down():
-    out = tg.zeros(2, dtype=tg.int64).scatter_reduce(
+    out = tg.tensor(np.array([0, 0, 7])).scatter_reduce(
         0, tg.tensor(np.array([0, 0, 1, 1])), tg.tensor(np.array([1, -2, 4, 1])), "mean",
         include_self=False,
     )  # fmt: skip
-    assert out.numpy().tolist() == [-1, 2]  # -1 // 2 and 5 // 2, PyTorch's (-0.5 became 0)
+    assert out.numpy().tolist() == [-1, 2, 7]  # -1 // 2 and 5 // 2, PyTorch's (-0.5 became 0)
+
+
+def _views_written_in_place(x, w):
+    y = x * 1.0
+    y.t().mul_(w[:3])  # row i of y times w[i]
+    y.view(12)[::5].add_(1.0)
+    y[:, :3].diagonal().fill_(0.0)
+    y.unsqueeze(0)[:, 1].mul_(w[3])
+    y.permute(1, 0).unflatten(0, (2, 2))[1].add_(w[0] ** 2)  # columns 2 and 3
+    y.mT.squeeze()[0].sub_(w[1])
+    return y
+
+
+def _views_written_in_place_by_hand(x, w):
+    y = x * w[:3, None]
+    y.reshape(-1)[::5] += 1.0
+    y[[0, 1, 2], [0, 1, 2]] = 0.0
+    y[1] *= w[3]
+    y[:, 2:] += w[0] ** 2
+    y[:, 0] -= w[1]
+    return y
+
+
+def test_in_place_ops_on_views_write_their_base():
+    """`y.t().mul_(2)`, `y.view(-1).add_(1)`, `y.diagonal().fill_(0)`, `y.unsqueeze(0)...`: a
+    write into a view writes its base, as PyTorch's; where autograd tracked the base (or the
+    diagonal, a copy here) the base kept its old value."""
+    expected = _views_written_in_place_by_hand(X, np.arange(1.0, 5.0))
+    for requires_grad in (False, True):
+        x = tg.tensor(X, requires_grad=requires_grad)
+        out = _views_written_in_place(x, tg.tensor(np.arange(1.0, 5.0)))
+        np.testing.assert_allclose(out.numpy(), expected, rtol=1e-15)
+    check_grad(_views_written_in_place, X, np.arange(1.0, 5.0))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_in_place_ops_on_views_traced_match_eager(backend):
+    traced_matches_eager(_views_written_in_place, X, np.arange(1.0, 5.0), backend=backend)

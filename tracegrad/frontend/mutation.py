@@ -69,10 +69,15 @@ def write(target: Tensor, result: Any, op: str) -> Tensor:
                 result if tracked else _replacing(target, result), op)  # fmt: skip
     else:
         target._assign(result)
-        if not Listeners.tracers:
-            return target  # a view's array is its base's memory: the base has the write
+        if not Listeners.tracers and _shares_base(target):
+            return target  # the view's array is its base's memory: the base has the write
     write_back(target, op)
     return target
+
+
+def _shares_base(view: Tensor) -> bool:
+    """Whether a view's array is (eagerly) its base's memory (a diagonal's is a copy)."""
+    return view._view is None or np.may_share_memory(view._value, view._view[0]._value)
 
 
 def _replacing(target: Tensor, result: Tensor) -> Tensor:
@@ -83,13 +88,14 @@ def _replacing(target: Tensor, result: Tensor) -> Tensor:
 
 
 def write_back(view: Tensor, op: str) -> None:
-    """After a write into a view (basic indexing's result: `a[0][3] = 0.`, `row = a[i]; row +=
-    1`), write its base as NumPy's and PyTorch's views do. Eagerly their arrays share memory,
-    but a write autograd records, or any write in a traced step, gives the view a new value of
-    its own, which the base would never see."""
+    """After a write into a view (basic indexing's result, `view`, `permute` and the transposes,
+    `unsqueeze`, `diagonal`: `a[0][3] = 0.`, `row = a[i]; row += 1`, `a.t().mul_(2)`), write its
+    base as PyTorch's views do. Eagerly most share memory, but a write autograd records, or any
+    write in a traced step, gives the view a new value of its own, which the base would never
+    see."""
     if view._view is not None:
-        base, index = view._view
-        write(base, index_put(base, index, view), op)
+        base, undo = view._view
+        write(base, undo(view) if callable(undo) else index_put(base, undo, view), op)
 
 
 def _rebind(target: Tensor, result: Tensor, op: str) -> None:
@@ -474,8 +480,8 @@ def scatter_reduce(input: Any, dim: int, index: Any, src: Any, reduce: str, *,
         total = total + x
         count = count + 1
     if reduce == "mean":
-        count = P.maximum(count, 1)
-        out = total / count if x.dtype.kind == "f" else total // count
+        n = P.maximum(count, 1)
+        out = total / n if x.dtype.kind == "f" else total // n
     else:
         out = total
     out = out if out.dtype == x.dtype else astype(out, x.dtype)
