@@ -11,9 +11,9 @@
 - A write into an array (under `no_grad`, or of an untracked tensor) bumps the tensor's version
   counter; a backward that needs the value it held before raises, as PyTorch's does.
 
-Tensors are values, not views of storage: an in-place op on `x.view(...)` or `x[0]` does not
-reach `x` (PyTorch's would); `t.data` is the exception, as PyTorch code updates parameters
-through it.
+Tensors are values, not views of storage, but a write into a view (`x[0]`, `x.view(...)`,
+`x.t()`: `functions.viewing`) writes its base too, as PyTorch's (`write_back`); `t.data` is a
+tensor whose in-place updates reach `t`, as PyTorch code updates parameters through it.
 """
 
 from __future__ import annotations

@@ -570,6 +570,36 @@ complex = binary("complex", _complex,
                  shape=_complex_rule, **_C)  # fmt: skip
 
 
+def _bits(kinds: str) -> Callable:
+    """The shape rule of a bitwise op: integers (and, for `&`, `|` and `^`, bools) only."""
+
+    def rule(*xs):
+        if any(x.dtype.kind not in kinds for x in xs):
+            dtypes = ", ".join(str(x.dtype) for x in xs)
+            raise TypeError(f"expects integer{' or bool' if 'b' in kinds else ''} tensors, "
+                            f"got {dtypes}")  # fmt: skip
+        return shapes.broadcast_binary(*xs) if len(xs) == 2 else shapes.same(*xs)
+
+    return rule
+
+
+# integers' bitwise ops, without gradients (bool masks' `~` is logical_not's: Numba's ~True is -2)
+bitwise_and = binary("bitwise_and", np.bitwise_and, (None, None), scalar="({0} & {1})",
+                     shape=_bits("biu"))  # fmt: skip
+bitwise_or = binary("bitwise_or", np.bitwise_or, (None, None), scalar="({0} | {1})",
+                    shape=_bits("biu"))  # fmt: skip
+bitwise_xor = binary("bitwise_xor", np.bitwise_xor, (None, None), scalar="({0} ^ {1})",
+                     shape=_bits("biu"))  # fmt: skip
+bitwise_not = Primitive("bitwise_not", np.invert, _bits("iu"), (None,),
+                        kind=Kind.ELEMENTWISE, scalar="(~{0})")  # fmt: skip
+bitwise_left_shift = binary(
+    "bitwise_left_shift", np.left_shift, (None, None), scalar="({0} << {1})", shape=_bits("iu")
+)
+bitwise_right_shift = binary(
+    "bitwise_right_shift", np.right_shift, (None, None), scalar="({0} >> {1})", shape=_bits("iu")
+)
+
+
 __all__ = [n for n, v in list(globals().items()) if isinstance(v, Primitive) and n[0] != "_"]
 
 
