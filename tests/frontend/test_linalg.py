@@ -111,8 +111,9 @@ def test_qr_without_torch():
         assert np.array_equal(r.numpy(), np.triu(r.numpy()))
         np.testing.assert_allclose(r.numpy(), np.linalg.qr(a)[1], atol=1e-14)  # LAPACK's signs
     assert tg.linalg.qr(tg.tensor(SQ), mode="r").Q.shape == (0,)
-    with pytest.raises(NotImplementedError, match="complete"):
-        tg.linalg.qr(tg.tensor(X1), mode="complete")
+    x = tg.tensor(X1, requires_grad=True)
+    with pytest.raises(NotImplementedError, match="complete"):  # its values: below
+        tg.linalg.qr(x, mode="complete").Q.sum().backward()
     assert ttorch.linalg.qr is tg.linalg.qr
 
 
@@ -175,3 +176,42 @@ def test_eigh_gradient_is_symmetric_for_either_triangle(uplo):
     np.testing.assert_allclose(values.numpy(), np.linalg.eigvalsh(a, UPLO=uplo), atol=1e-12)
     (vectors[:, 0] ** 2).sum().backward()  # a unit vector: no gradient, in any triangle
     np.testing.assert_allclose(x.grad.numpy(), 0, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(5, 3), (3, 5), (2, 4, 3)])
+def test_full_svd_of_non_square_matrices_is_differentiable_through_its_thin_part(shape):
+    """`torch.linalg.svd(A)` is the full SVD by default (it raised for a non-square A): U is
+    m x m and Vh n x n, orthogonal; their extra columns and rows get no gradient, as in PyTorch,
+    so a loss of the thin part has the thin SVD's gradient."""
+    a = R.standard_normal(shape)
+    m, n = shape[-2:]
+    k = min(m, n)
+    x = tg.tensor(a, requires_grad=True)
+    u, s, vh = tg.linalg.svd(x)
+    assert u.shape == (*shape[:-2], m, m) and vh.shape == (*shape[:-2], n, n)
+    np.testing.assert_allclose(u.numpy() @ u.numpy().swapaxes(-1, -2),
+                               np.broadcast_to(np.eye(m), u.shape), atol=1e-12)  # fmt: skip
+    np.testing.assert_allclose(vh.numpy().swapaxes(-1, -2) @ vh.numpy(),
+                               np.broadcast_to(np.eye(n), vh.shape), atol=1e-12)  # fmt: skip
+    thin = u.numpy()[..., :k] * s.numpy()[..., None, :] @ vh.numpy()[..., :k, :]
+    np.testing.assert_allclose(thin, a, atol=1e-12)
+    c_u, c_v = R.standard_normal(u.shape), R.standard_normal(vh.shape)
+    ((u * tg.tensor(c_u)).sum() + (vh * tg.tensor(c_v)).sum() + s.sum()).backward()
+    y = tg.tensor(a, requires_grad=True)
+    ut, st, vht = tg.linalg.svd(y, full_matrices=False)
+    signs_u = np.sign(np.sum(u.numpy()[..., :k] * ut.numpy(), axis=-2, keepdims=True))
+    signs_v = np.swapaxes(signs_u, -1, -2)  # a column of U flips with its row of Vh
+    loss = (ut * tg.tensor(c_u[..., :k] * signs_u)).sum() + st.sum()
+    (loss + (vht * tg.tensor(c_v[..., :k, :] * signs_v)).sum()).backward()
+    np.testing.assert_allclose(x.grad.numpy(), y.grad.numpy(), atol=1e-10)
+
+
+def test_complete_qr_of_a_tall_matrix_has_values_and_refuses_a_gradient():
+    a = R.standard_normal((5, 3))
+    x = tg.tensor(a, requires_grad=True)
+    q, r = tg.linalg.qr(x, mode="complete")
+    assert q.shape == (5, 5) and r.shape == (5, 3)
+    np.testing.assert_allclose(q.numpy() @ r.numpy(), a, atol=1e-12)
+    np.testing.assert_allclose(q.numpy().T @ q.numpy(), np.eye(5), atol=1e-12)
+    with pytest.raises(NotImplementedError, match="complete.*not differentiable"):
+        q.sum().backward()

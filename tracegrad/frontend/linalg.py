@@ -137,12 +137,12 @@ class SVDResult(NamedTuple):
 
 
 def svd(A: Any, full_matrices: bool = True) -> SVDResult:
-    """(U, S, Vh); only the thin SVD of a non-square matrix (full_matrices=False): the full one
-    has no unique gradient."""
+    """(U, S, Vh). The full SVD of a non-square matrix (the default, as PyTorch's) is
+    differentiable through its thin part: U's columns (Vh's rows) past min(m, n), a basis of a
+    complement, have no gradient, as in PyTorch."""
     a = as_tensor(A)
-    if full_matrices and a.shape[-1] != a.shape[-2]:
-        raise NotImplementedError("svd: only full_matrices=False (or square matrices)")
-    return SVDResult(*(P.svd(a, part=p) for p in ("u", "s", "vh")))
+    full = {"full": True} if full_matrices and a.shape[-1] != a.shape[-2] else {}
+    return SVDResult(*(P.svd(a, part=p, **full) for p in ("u", "s", "vh")))
 
 
 class QRResult(NamedTuple):
@@ -152,18 +152,17 @@ class QRResult(NamedTuple):
 
 def qr(A: Any, mode: str = "reduced") -> QRResult:
     """(Q, R) with A = QR, Q's columns orthonormal and R upper triangular (LAPACK's signs, as
-    NumPy's and PyTorch's): "reduced" (Q m x k, R k x n, k = min(m, n)), "complete" (the same
-    where m <= n; a full Q of a tall matrix has no unique gradient and is not provided) or "r"
-    (Q empty). Differentiable where R's first k columns are invertible."""
+    NumPy's and PyTorch's): "reduced" (Q m x k, R k x n, k = min(m, n)), "complete" (Q m x m;
+    of a tall matrix not differentiable, as PyTorch's: Q's last columns are any basis of a
+    complement) or "r" (Q empty). Differentiable where R's first k columns are invertible."""
     a = as_tensor(A)
     if mode not in ("reduced", "complete", "r"):
         raise ValueError(f"qr: mode must be 'reduced', 'complete' or 'r', not {mode!r}")
-    if mode == "complete" and a.shape[-2] > a.shape[-1]:
-        raise NotImplementedError("qr: mode='complete' of a tall matrix (use 'reduced')")
-    r = P.qr(a, part="r")
+    full = {"complete": True} if mode == "complete" and a.shape[-2] > a.shape[-1] else {}
+    r = P.qr(a, part="r", **full)
     if mode == "r":
         return QRResult(Tensor._of(np.zeros((0,), r.dtype)), r)
-    return QRResult(P.qr(a, part="q"), r)
+    return QRResult(P.qr(a, part="q", **full), r)
 
 
 class SVDTopResult(NamedTuple):
@@ -174,7 +173,7 @@ class SVDTopResult(NamedTuple):
 
 def svd_top(input: Any, some: bool = True, compute_uv: bool = True) -> SVDTopResult:
     """PyTorch's older `torch.svd`: (U, S, V), V not transposed; `some=False` is the full SVD
-    (square matrices only, as `svd`); without `compute_uv`, U and V are zeros."""
+    (its extra columns without gradient, as `svd`); without `compute_uv`, U and V are zeros."""
     u, s, vh = svd(input, full_matrices=not some)
     if not compute_uv:
         return SVDTopResult(u * 0.0, s, vh * 0.0)
