@@ -215,3 +215,17 @@ def test_complete_qr_of_a_tall_matrix_has_values_and_refuses_a_gradient():
     np.testing.assert_allclose(q.numpy().T @ q.numpy(), np.eye(5), atol=1e-12)
     with pytest.raises(NotImplementedError, match="complete.*not differentiable"):
         q.sum().backward()
+
+
+def test_solve_takes_batches_of_vectors_and_the_right_side():
+    """PyTorch's rules: B of A's shape but its last dim is a batch of vectors (it raised), and
+    `left=False` solves X A = B (it was refused)."""
+    a = SQ + 3 * np.eye(3)
+    b = R.standard_normal((2, 3))
+    out = tg.linalg.solve(tg.tensor(a), tg.tensor(b))
+    np.testing.assert_allclose(out.numpy(), np.linalg.solve(a, b[..., None])[..., 0], rtol=1e-12)
+    c = R.standard_normal((2, 4, 3))
+    out = tg.linalg.solve(tg.tensor(a), tg.tensor(c), left=False)
+    np.testing.assert_allclose(out.numpy() @ a, c, rtol=1e-12, atol=1e-12)
+    check_grad(lambda x, y: tg.linalg.solve(x, y), a, b)
+    check_grad(lambda x, y: tg.linalg.solve(x, y, left=False), a, c)

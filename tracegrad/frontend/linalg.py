@@ -95,13 +95,19 @@ def slogdet(A: Any) -> SlogdetResult:
     return SlogdetResult(P.det_sign(a), P.logabsdet(a))
 
 
-def solve(A: Any, B: Any) -> Tensor:
-    """X with A @ X = B; a 1-D B is one right-hand side."""
+@pytorch_keywords
+def solve(A: Any, B: Any, *, left: bool = True) -> Tensor:
+    """X with A @ X = B (X @ A = B with `left=False`). With A on the left, B is a (batch of)
+    vector(s) where it is 1-D or has A's shape but its last dim, as PyTorch's; else a (batch
+    of) matrices."""
     a, b = as_tensor(A), as_tensor(B)
-    if b.ndim == 1:
-        out = P.solve(a, reshape(b, (-1, 1)))
-        return reshape(out, out.shape[:-1])
-    return P.solve(a, b)
+    vector = left and (b.ndim == 1 or (b.ndim == a.ndim - 1 and b.shape == a.shape[:-1]))
+    if not left:  # X A = B is A^T X^T = B^T
+        a, b = matrix_transpose(a), matrix_transpose(b)
+    if vector:
+        return squeeze(P.solve(a, unsqueeze(b, -1)), -1)
+    out = P.solve(a, b)
+    return out if left else matrix_transpose(out)
 
 
 def cholesky(A: Any, *, upper: bool = False) -> Tensor:
