@@ -229,3 +229,21 @@ def test_solve_takes_batches_of_vectors_and_the_right_side():
     np.testing.assert_allclose(out.numpy() @ a, c, rtol=1e-12, atol=1e-12)
     check_grad(lambda x, y: tg.linalg.solve(x, y), a, b)
     check_grad(lambda x, y: tg.linalg.solve(x, y, left=False), a, c)
+
+
+def test_norms_take_dtype():
+    """`vector_norm(x, dtype=torch.float64)` computes in that dtype (a TypeError before)."""
+    a = R.standard_normal((3, 4)).astype(np.float32)
+    x = tg.tensor(a, requires_grad=True)
+    wide = a.astype(np.float64)
+    for fn, want in ((tg.linalg.vector_norm, np.linalg.norm(wide)),
+                     (tg.linalg.matrix_norm, np.linalg.norm(wide)),
+                     (tg.linalg.norm, np.linalg.norm(wide))):  # fmt: skip
+        out = fn(x, dtype=np.float64)
+        assert out.dtype == np.float64
+        np.testing.assert_allclose(out.numpy(), want, rtol=1e-15)
+    tg.linalg.vector_norm(x, 3, dim=(0, 1), dtype=np.float64).backward()
+    assert x.grad.dtype == np.float32
+    np.testing.assert_allclose(
+        x.grad.numpy(), wide * np.abs(wide) / np.sum(np.abs(wide) ** 3) ** (2 / 3), rtol=1e-6
+    )

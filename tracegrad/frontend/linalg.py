@@ -230,9 +230,11 @@ def cross(input: Any, other: Any, *, dim: int = -1) -> Tensor:
 
 
 @pytorch_keywords
-def vector_norm(x: Any, ord: float = 2, dim: Any = None, keepdim: bool = False) -> Tensor:
-    """The p-norm of the elements over `dim` (all by default): ord 2, 1, inf, -inf, 0 or any p."""
-    x = as_tensor(x)
+def vector_norm(x: Any, ord: float = 2, dim: Any = None, keepdim: bool = False, *,
+                dtype: Any = None) -> Tensor:  # fmt: skip
+    """The p-norm of the elements over `dim` (all by default): ord 2, 1, inf, -inf, 0 or any p;
+    computed in `dtype` if given."""
+    x = as_tensor(x) if dtype is None else as_tensor(x).to(dtype)
     axes = tuple(range(x.ndim)) if dim is None else (dim,) if isinstance(dim, int) else dim
     axes = tuple(a % x.ndim for a in axes)
     a = P.abs(x)
@@ -260,9 +262,10 @@ def _root(s: Tensor, p: float) -> Tensor:
 
 @pytorch_keywords
 def matrix_norm(A: Any, ord: Any = "fro", dim: tuple[int, int] = (-2, -1),
-                keepdim: bool = False) -> Tensor:  # fmt: skip
-    """Matrix norms over the two dims: "fro", "nuc", 1, -1, 2, -2, inf, -inf."""
-    x = as_tensor(A)
+                keepdim: bool = False, *, dtype: Any = None) -> Tensor:  # fmt: skip
+    """Matrix norms over the two dims: "fro", "nuc", 1, -1, 2, -2, inf, -inf; computed in
+    `dtype` if given."""
+    x = as_tensor(A) if dtype is None else as_tensor(A).to(dtype)
     axes = tuple(a % x.ndim for a in dim)
     if len(axes) != 2:
         raise ShapeError(f"matrix_norm: dim {dim} must name two dimensions of {x.shape}")
@@ -283,10 +286,12 @@ def matrix_norm(A: Any, ord: Any = "fro", dim: tuple[int, int] = (-2, -1),
 
 
 @pytorch_keywords
-def norm(A: Any, ord: Any = None, dim: Any = None, keepdim: bool = False) -> Tensor:
+def norm(A: Any, ord: Any = None, dim: Any = None, keepdim: bool = False, *,
+         dtype: Any = None) -> Tensor:  # fmt: skip
     """A vector norm over one dim (or of the flattened tensor when ord and dim are None), a
-    matrix norm over two (or of a 2-D tensor when only ord is given)."""
-    x = as_tensor(A)
+    matrix norm over two (or of a 2-D tensor when only ord is given); computed in `dtype` if
+    given."""
+    x = as_tensor(A) if dtype is None else as_tensor(A).to(dtype)
     if dim is None and ord is None:
         return vector_norm(x, 2, None, keepdim)
     if dim is None:
