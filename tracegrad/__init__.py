@@ -47,6 +47,7 @@ from tracegrad.frontend.linalg import (
     pinverse,
     renorm,
     slogdet,
+    triangular_solve,
 )
 from tracegrad.frontend.linalg import cholesky_top as cholesky
 from tracegrad.frontend.linalg import svd_top as svd

@@ -247,3 +247,66 @@ def test_norms_take_dtype():
     np.testing.assert_allclose(
         x.grad.numpy(), wide * np.abs(wide) / np.sum(np.abs(wide) ** 3) ** (2 / 3), rtol=1e-6
     )
+
+
+@pytest.mark.parametrize("upper", [False, True])
+@pytest.mark.parametrize("left", [True, False])
+@pytest.mark.parametrize("unit", [False, True])
+def test_solve_triangular_reads_one_triangle(upper, left, unit):
+    a = R.standard_normal((2, 3, 3)) + 3 * np.eye(3)
+    b = R.standard_normal((2, 3, 4) if left else (2, 4, 3))
+    t = np.triu(a) if upper else np.tril(a)
+    if unit:
+        t = t - t * np.eye(3) + np.eye(3)
+    out = tg.linalg.solve_triangular(tg.tensor(a), tg.tensor(b), upper=upper, left=left,
+                                     unitriangular=unit)  # fmt: skip
+    np.testing.assert_allclose(t @ out.numpy() if left else out.numpy() @ t, b, atol=1e-12)
+
+    def f(x, y):
+        return tg.linalg.solve_triangular(x, y, upper=upper, left=left, unitriangular=unit)
+
+    check_grad(f, a, b)  # the other triangle (and a unit diagonal) gets no gradient
+    x = tg.tensor(a, requires_grad=True)
+    f(x, tg.tensor(b)).sum().backward()
+    ignored = np.tril(np.ones((3, 3)), -1 if not unit else 0) if upper else np.triu(
+        np.ones((3, 3)), 1 if not unit else 0)  # fmt: skip
+    assert np.all(x.grad.numpy() * ignored == 0)
+
+
+def test_lstsq_matrix_rank_and_pinv_tolerances():
+    a, b = R.standard_normal((5, 3)), R.standard_normal((5, 2))
+    result = tg.linalg.lstsq(tg.tensor(a), tg.tensor(b), driver="gelsd")
+    want, residuals, rank, values = np.linalg.lstsq(a, b)
+    np.testing.assert_allclose(result.solution.numpy(), want, atol=1e-12)
+    np.testing.assert_allclose(result.residuals.numpy(), residuals, atol=1e-12)
+    assert int(result.rank) == rank and np.allclose(result.singular_values.numpy(), values)
+    default = tg.linalg.lstsq(tg.tensor(a), tg.tensor(b[:, 0]))  # gelsy; B a vector
+    np.testing.assert_allclose(default.solution.numpy(), want[:, 0], atol=1e-12)
+    assert default.residuals.shape == (0,) and default.singular_values.shape == (0,)
+    check_grad(lambda x, y: tg.linalg.lstsq(x, y).solution, a, b)
+    d = tg.tensor(np.diag([3.0, 1.0, 0.4, 1e-16]))
+    assert tg.linalg.matrix_rank(d).item() == 3 and tg.linalg.matrix_rank(d).dtype == np.int64
+    assert tg.linalg.matrix_rank(d, atol=0.5).item() == 2
+    assert tg.linalg.matrix_rank(d, rtol=0.2).item() == 2
+    # float32's default tolerance is eps * max(m, n), as PyTorch's: 1e-7 is noise there
+    small = tg.tensor(np.diag([1.0, 1e-7, 0.5]).astype(np.float32))
+    np.testing.assert_allclose(tg.linalg.pinv(small).numpy(), np.diag([1.0, 0.0, 2.0]), rtol=1e-6)
+    np.testing.assert_allclose(tg.pinverse(d, rcond=0.2).numpy(), np.diag([1 / 3, 1.0, 0, 0]))
+
+
+def test_the_ex_functions_report_info():
+    spd = tg.tensor(SPD)
+    out = tg.linalg.cholesky_ex(spd)
+    np.testing.assert_allclose(out.L.numpy(), np.linalg.cholesky(SPD), rtol=1e-12)
+    assert out.info.numpy().tolist() == [0, 0] and out.info.dtype == np.int32
+    bad = SPD.copy()
+    bad[1, 2, 2] = -10.0  # the third leading minor of the second matrix is not positive
+    out = tg.linalg.cholesky_ex(tg.tensor(bad))
+    assert out.info.numpy().tolist() == [0, 3] and np.isnan(out.L.numpy()[1]).all()
+    with pytest.raises(np.linalg.LinAlgError):
+        tg.linalg.cholesky_ex(tg.tensor(bad), check_errors=True)
+    np.testing.assert_allclose(tg.linalg.inv_ex(spd).inverse.numpy(), np.linalg.inv(SPD))
+    v = R.standard_normal((2, 3))
+    got = tg.linalg.solve_ex(spd, tg.tensor(v)).result.numpy()
+    np.testing.assert_allclose(got, np.linalg.solve(SPD, v[..., None])[..., 0], rtol=1e-10)
+    np.testing.assert_allclose(tg.linalg.matmul(spd, spd).numpy(), SPD @ SPD)

@@ -74,7 +74,7 @@ def qr(a: Any, mode: str = "reduced") -> Any:
 
 
 def pinv(a: Any, rcond: Any = None, hermitian: bool = False) -> Tensor:
-    return _linalg.pinv(asarray(a))
+    return _linalg.pinv(asarray(a), rtol=1e-15 if rcond is None else rcond)
 
 
 def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> Tensor:

@@ -192,7 +192,7 @@ def _cholesky_vjp(g, out, x):
     return _symmetric(matmul(matmul(mT(li), matmul(mT(out), g) * phi), li))
 
 
-def _pinv_vjp(g, out, x):
+def _pinv_vjp(g, out, x, rcond=1e-15):
     """From Golub and Pereyra's differential of the pseudo-inverse P of A:
     dP = -P dA P + P P^T dA^T (I - A P) + (I - P A) dA^T P^T P."""
     m, n = x.shape[-2:]
@@ -328,7 +328,8 @@ eigh_vectors = Primitive("eigh_vectors", lambda x: np.linalg.eigh(x)[1], _square
 svd = Primitive("svd", _svd, _svd_rule, (_svd_vjp,), "in")
 qr = Primitive("qr", _qr, _qr_rule, (_qr_vjp,), "in")
 pinv = Primitive("pinv", np.linalg.pinv,
-                 lambda x: ((*x.shape[:-2], x.shape[-1], x.shape[-2]), shapes.floating(x)[1]),
+                 lambda x, rcond=1e-15: ((*x.shape[:-2], x.shape[-1], x.shape[-2]),
+                                         shapes.floating(x)[1]),
                  (_pinv_vjp,), "in+out")  # fmt: skip
 
 
