@@ -310,3 +310,11 @@ def test_the_ex_functions_report_info():
     got = tg.linalg.solve_ex(spd, tg.tensor(v)).result.numpy()
     np.testing.assert_allclose(got, np.linalg.solve(SPD, v[..., None])[..., 0], rtol=1e-10)
     np.testing.assert_allclose(tg.linalg.matmul(spd, spd).numpy(), SPD @ SPD)
+
+
+def test_torch_qr_is_the_older_spelling():
+    q, r = tg.qr(tg.tensor(X1[0]), some=False)
+    want_q, want_r = np.linalg.qr(X1[0], mode="complete")
+    np.testing.assert_allclose(q.numpy(), want_q, atol=1e-14)
+    np.testing.assert_allclose(r.numpy(), want_r, atol=1e-14)
+    assert tg.qr(tg.tensor(X1[0])).Q.shape == (6, 4) and ttorch.qr is tg.qr

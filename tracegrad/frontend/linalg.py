@@ -171,6 +171,11 @@ def qr(A: Any, mode: str = "reduced") -> QRResult:
     return QRResult(P.qr(a, part="q", **full), r)
 
 
+def qr_top(input: Any, some: bool = True) -> QRResult:
+    """PyTorch's older `torch.qr`: `linalg.qr`, reduced, or complete with `some=False`."""
+    return qr(input, "reduced" if some else "complete")
+
+
 class SVDTopResult(NamedTuple):
     U: Tensor
     S: Tensor
