@@ -797,3 +797,31 @@ def test_in_place_ops_on_views_write_their_base():
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
 def test_in_place_ops_on_views_traced_match_eager(backend):
     traced_matches_eager(_views_written_in_place, X, np.arange(1.0, 5.0), backend=backend)
+
+
+@pytest.mark.parametrize("backend", [None, "numpy"])
+def test_scatter_reduce_prod_gradient_is_the_product_of_the_others(backend, monkeypatch):
+    """A lone zero's share is the product of the rest; two zeros give every value 0 (PyTorch's
+    rule; dividing the product by the value gave nan). "prod" was refused."""
+    s = tg.tensor(np.array([2.0, 1.0, 0.0]), requires_grad=True)
+    src = tg.tensor(np.array([0.0, 4.0, 0.0, 0.0, 5.0, 7.0]), requires_grad=True)
+    index = tg.tensor(np.array([0, 0, 1, 1, 2, 2]))
+    gm = tg.GradManager().attach([s, src])
+
+    def step():
+        with gm:
+            out = s.scatter_reduce(0, index, src, "prod")
+            gm.backward((out * tg.tensor(np.array([1.0, 2.0, 3.0]))).sum())
+        return out
+
+    fn = eager_or_traced(step, backend, monkeypatch)
+    for _ in range(2):
+        s.grad = src.grad = None
+        assert fn().numpy().tolist() == [0.0, 0.0, 0.0]
+        assert s.grad.numpy().tolist() == [0.0, 0.0, 3 * 35.0]  # 2 * 0 * 4, 1 * 0 * 0, 0 * 5 * 7
+        assert src.grad.numpy().tolist() == [8.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    check_grad(lambda a, b: a.scatter_reduce(0, index, b, "prod", include_self=False),
+               np.array([2.0, -1.0, 3.0]), np.array([1.5, 4.0, -2.0, 0.5, 3.0, -1.0]))  # fmt: skip
+    out = tg.full((2, 3), 2.0).scatter_(1, tg.tensor(np.array([[0, 0], [2, 1]])), 3.0,
+                                        reduce="multiply")  # fmt: skip
+    assert out.numpy().tolist() == [[18.0, 2.0, 2.0], [2.0, 6.0, 6.0]]

@@ -345,10 +345,13 @@ def put(x: Tensor, template: tuple, arrays: list, value: Any, accumulate: bool) 
 def scatter(input: Any, dim: int, index: Any, src: Any = None, *, value: Any = None,
             reduce: str | None = None) -> Tensor:  # fmt: skip
     """out[index[i][j]][j] = src[i][j] for dim=0 (and likewise for other dims); `src` may be a
-    number (or `value=`). `reduce="add"` adds instead."""
+    number (or `value=`). `reduce="add"` adds instead, "multiply" multiplies."""
+    src = value if src is None else src
+    if reduce == "multiply":
+        return scatter_reduce(input, dim, index, src, "prod")
     if reduce not in (None, "add"):
-        raise ValueError(f"scatter: reduce={reduce!r} is not provided (None or 'add')")
-    return _scatter(input, dim, index, value if src is None else src, reduce == "add", "scatter")
+        raise ValueError(f"scatter: reduce must be None, 'add' or 'multiply', not {reduce!r}")
+    return _scatter(input, dim, index, src, reduce == "add", "scatter")
 
 
 @pytorch_keywords
@@ -451,29 +454,31 @@ def index_copy(input: Any, dim: int, index: Any, source: Any) -> Tensor:
 @pytorch_keywords
 def scatter_reduce(input: Any, dim: int, index: Any, src: Any, reduce: str, *,
                    include_self: bool = True) -> Tensor:  # fmt: skip
-    """src's elements combined into input at `index` along `dim` by "sum", "mean", "amax" or
-    "amin", with or without input's own values. The extremes' gradient is split evenly among
-    the values that tie, the input's own among them with `include_self` (PyTorch's rule). An
-    integer mean rounds down, as PyTorch's. "prod" is refused (its gradient at zeros is not
-    provided)."""
-    if reduce not in ("sum", "mean", "amax", "amin"):
-        raise NotImplementedError(
-            f"scatter_reduce: reduce={reduce!r} is not provided by tracegrad ('sum', 'mean', "
-            "'amax' and 'amin' are); see docs/pytorch.md"
-        )
+    """src's elements combined into input at `index` along `dim` by "sum", "prod", "mean",
+    "amax" or "amin", with or without input's own values. The extremes' gradient is split
+    evenly among the values that tie, the input's own among them with `include_self`; a
+    product's is the product of the others (PyTorch's rules). An integer mean rounds down, as
+    PyTorch's."""
+    if reduce not in ("sum", "prod", "mean", "amax", "amin"):
+        raise ValueError(f"scatter_reduce: reduce must be 'sum', 'prod', 'mean', 'amax' or "
+                         f"'amin', not {reduce!r}")  # fmt: skip
     x = as_tensor(input)
     with no_grad():
         ones = Tensor._of(np.ones(as_tensor(index).shape, x.dtype))
         count = _scatter(Tensor._of(np.zeros(x.shape, x.dtype)), dim, index, ones, True, "count")
-    if reduce in ("amax", "amin"):
+    if reduce in ("amax", "amin", "prod"):
         grids, part = _scatter_parts(x, dim, index, src, "scatter_reduce")
         part = astype(as_tensor(part), x.dtype)
         if include_self:
             grids, part = _with_own(x, grids, part)
-        part = part if reduce == "amax" else P.neg(part)
-        extreme = P.scatter_max(part, *grids, shape=x.shape, template=("@",) * x.ndim)
-        extreme = extreme if reduce == "amax" else P.neg(extreme)
-        return extreme if include_self else P.where(count > 0, extreme, x)
+        template = ("@",) * x.ndim
+        if reduce == "prod":
+            out = P.scatter_prod(part, *grids, shape=x.shape, template=template)
+        else:
+            part = part if reduce == "amax" else P.neg(part)
+            out = P.scatter_max(part, *grids, shape=x.shape, template=template)
+            out = out if reduce == "amax" else P.neg(out)
+        return out if include_self else P.where(count > 0, out, x)
     zeros = P.mul(x, 0.0) if x.dtype.kind == "f" else x * 0
     total = _scatter(zeros, dim, index, src, True, "scatter_reduce")
     if include_self:
@@ -490,7 +495,8 @@ def scatter_reduce(input: Any, dim: int, index: Any, src: Any, reduce: str, *,
 
 def _with_own(x: Tensor, grids: list, part: Tensor) -> tuple[list, Tensor]:
     """Scatter's index arrays and sources, flat, with x's own elements among the sources, each
-    at its place: a maximum that ties with x's value shares its gradient with x."""
+    at its place: a maximum that ties with x's value shares its gradient with x, a product's
+    gradient counts x's zeros."""
     shape = np.broadcast_shapes(*(g.shape for g in grids))
     own = np.indices(x.shape).reshape(x.ndim, -1)
     flat = [reshape(broadcast_to(g, shape), (-1,)) for g in grids]
