@@ -47,8 +47,10 @@ from tracegrad.frontend.linalg import (
     pinverse,
     renorm,
     slogdet,
+    triangular_solve,
 )
 from tracegrad.frontend.linalg import cholesky_top as cholesky
+from tracegrad.frontend.linalg import qr_top as qr
 from tracegrad.frontend.linalg import svd_top as svd
 from tracegrad.frontend.mutation import *  # noqa: F403
 from tracegrad.frontend.products import *  # noqa: F403

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tests.conftest import check_grad
+from tests.conftest import check_grad, eager_or_traced
 
 
 @pytest.mark.parametrize("backend", [None, "numpy", "numba"])
@@ -53,3 +53,27 @@ def test_a_ties_gradient_is_shared_by_maximum_and_minimum(backend):
     np.testing.assert_array_equal(gx, [8.0, 0.0, 9.0])
     assert tg.maximum(tg.tensor([3, 1]), tg.tensor([2, 2])).tolist() == [3, 2]  # integers stay
     check_grad(lambda a, b: tg.maximum(a, b) * tg.minimum(a, b), [1.0, 4.0], [2.0, 3.0])
+
+
+@pytest.mark.parametrize("backend", [None, "numpy", "numba"])
+def test_bitwise_ops_and_shifts_of_integers(backend, monkeypatch):
+    """`&`, `|`, `^`, `~`, `<<` and `>>` on integers (hash encodings, bit packing) are their
+    bits', as PyTorch's (they raised); on bool masks they stay logical."""
+
+    def step(a, b, m):
+        return (a & b, a | 6, a ^ b, ~a, a << 2, a >> 1, 1 << (b & 7), m & (a > 0), ~m,
+                tg.bitwise_left_shift(a, b & 3), a.bitwise_xor(3))  # fmt: skip
+
+    fn = eager_or_traced(step, backend, monkeypatch)
+    a, b = np.array([-7, -5, -1, 0, 3, 8]), np.array([2, -3, 4, -2, -5, 3])
+    m = np.array([True, False, True, True, False, True])
+    for _ in range(2):
+        out = [t.numpy() for t in fn(tg.tensor(a), tg.tensor(b), tg.tensor(m))]
+        want = [a & b, a | 6, a ^ b, ~a, a << 2, a >> 1, 1 << (b & 7), m & (a > 0), ~m,
+                a << (b & 3), a ^ 3]  # fmt: skip
+        for got, expected in zip(out, want, strict=True):
+            assert got.dtype == expected.dtype and got.tolist() == expected.tolist()
+    small = tg.tensor(np.array([1, 2], np.int32))
+    assert (small & 3).dtype == np.int32 and (small << 1).numpy().tolist() == [2, 4]
+    with pytest.raises(tg.ShapeError, match="bitwise_and.*integer or bool.*float64"):
+        tg.tensor(np.ones(2)) & 1

@@ -111,8 +111,9 @@ def test_qr_without_torch():
         assert np.array_equal(r.numpy(), np.triu(r.numpy()))
         np.testing.assert_allclose(r.numpy(), np.linalg.qr(a)[1], atol=1e-14)  # LAPACK's signs
     assert tg.linalg.qr(tg.tensor(SQ), mode="r").Q.shape == (0,)
-    with pytest.raises(NotImplementedError, match="complete"):
-        tg.linalg.qr(tg.tensor(X1), mode="complete")
+    x = tg.tensor(X1, requires_grad=True)
+    with pytest.raises(NotImplementedError, match="complete"):  # its values: below
+        tg.linalg.qr(x, mode="complete").Q.sum().backward()
     assert ttorch.linalg.qr is tg.linalg.qr
 
 
@@ -158,3 +159,162 @@ def test_pytorchs_older_svd_and_the_chain_and_vector_products():
     check_grad(lambda p, q: tg.linalg.vecdot(p, q, dim=0), y, y[::-1].copy())
     np.testing.assert_array_equal(tg.linalg.diagonal(tg.tensor(x)).numpy(),
                                   np.diagonal(x, axis1=-2, axis2=-1))  # fmt: skip
+
+
+@pytest.mark.parametrize("uplo", ["L", "U"])
+def test_eigh_gradient_is_symmetric_for_either_triangle(uplo):
+    """PyTorch's gradient of eigh is V (dL) V^T whichever triangle was read; the upper one's
+    was the triangle's own (the off-diagonal doubled, the lower triangle zero)."""
+    a = R.standard_normal((3, 3))
+    w = np.array([0.5, -1.0, 2.0])
+    x = tg.tensor(a, requires_grad=True)
+    (tg.linalg.eigvalsh(x, UPLO=uplo) * tg.tensor(w)).sum().backward()
+    v = np.linalg.eigh(a, UPLO=uplo)[1]
+    np.testing.assert_allclose(x.grad.numpy(), (v * w) @ v.T, atol=1e-12)
+    x.grad = None
+    values, vectors = tg.linalg.eigh(x, UPLO=uplo)
+    np.testing.assert_allclose(values.numpy(), np.linalg.eigvalsh(a, UPLO=uplo), atol=1e-12)
+    (vectors[:, 0] ** 2).sum().backward()  # a unit vector: no gradient, in any triangle
+    np.testing.assert_allclose(x.grad.numpy(), 0, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(5, 3), (3, 5), (2, 4, 3)])
+def test_full_svd_of_non_square_matrices_is_differentiable_through_its_thin_part(shape):
+    """`torch.linalg.svd(A)` is the full SVD by default (it raised for a non-square A): U is
+    m x m and Vh n x n, orthogonal; their extra columns and rows get no gradient, as in PyTorch,
+    so a loss of the thin part has the thin SVD's gradient."""
+    a = R.standard_normal(shape)
+    m, n = shape[-2:]
+    k = min(m, n)
+    x = tg.tensor(a, requires_grad=True)
+    u, s, vh = tg.linalg.svd(x)
+    assert u.shape == (*shape[:-2], m, m) and vh.shape == (*shape[:-2], n, n)
+    np.testing.assert_allclose(u.numpy() @ u.numpy().swapaxes(-1, -2),
+                               np.broadcast_to(np.eye(m), u.shape), atol=1e-12)  # fmt: skip
+    np.testing.assert_allclose(vh.numpy().swapaxes(-1, -2) @ vh.numpy(),
+                               np.broadcast_to(np.eye(n), vh.shape), atol=1e-12)  # fmt: skip
+    thin = u.numpy()[..., :k] * s.numpy()[..., None, :] @ vh.numpy()[..., :k, :]
+    np.testing.assert_allclose(thin, a, atol=1e-12)
+    c_u, c_v = R.standard_normal(u.shape), R.standard_normal(vh.shape)
+    ((u * tg.tensor(c_u)).sum() + (vh * tg.tensor(c_v)).sum() + s.sum()).backward()
+    y = tg.tensor(a, requires_grad=True)
+    ut, st, vht = tg.linalg.svd(y, full_matrices=False)
+    signs_u = np.sign(np.sum(u.numpy()[..., :k] * ut.numpy(), axis=-2, keepdims=True))
+    signs_v = np.swapaxes(signs_u, -1, -2)  # a column of U flips with its row of Vh
+    loss = (ut * tg.tensor(c_u[..., :k] * signs_u)).sum() + st.sum()
+    (loss + (vht * tg.tensor(c_v[..., :k, :] * signs_v)).sum()).backward()
+    np.testing.assert_allclose(x.grad.numpy(), y.grad.numpy(), atol=1e-10)
+
+
+def test_complete_qr_of_a_tall_matrix_has_values_and_refuses_a_gradient():
+    a = R.standard_normal((5, 3))
+    x = tg.tensor(a, requires_grad=True)
+    q, r = tg.linalg.qr(x, mode="complete")
+    assert q.shape == (5, 5) and r.shape == (5, 3)
+    np.testing.assert_allclose(q.numpy() @ r.numpy(), a, atol=1e-12)
+    np.testing.assert_allclose(q.numpy().T @ q.numpy(), np.eye(5), atol=1e-12)
+    with pytest.raises(NotImplementedError, match="complete.*not differentiable"):
+        q.sum().backward()
+
+
+def test_solve_takes_batches_of_vectors_and_the_right_side():
+    """PyTorch's rules: B of A's shape but its last dim is a batch of vectors (it raised), and
+    `left=False` solves X A = B (it was refused)."""
+    a = SQ + 3 * np.eye(3)
+    b = R.standard_normal((2, 3))
+    out = tg.linalg.solve(tg.tensor(a), tg.tensor(b))
+    np.testing.assert_allclose(out.numpy(), np.linalg.solve(a, b[..., None])[..., 0], rtol=1e-12)
+    c = R.standard_normal((2, 4, 3))
+    out = tg.linalg.solve(tg.tensor(a), tg.tensor(c), left=False)
+    np.testing.assert_allclose(out.numpy() @ a, c, rtol=1e-12, atol=1e-12)
+    check_grad(lambda x, y: tg.linalg.solve(x, y), a, b)
+    check_grad(lambda x, y: tg.linalg.solve(x, y, left=False), a, c)
+
+
+def test_norms_take_dtype():
+    """`vector_norm(x, dtype=torch.float64)` computes in that dtype (a TypeError before)."""
+    a = R.standard_normal((3, 4)).astype(np.float32)
+    x = tg.tensor(a, requires_grad=True)
+    wide = a.astype(np.float64)
+    for fn, want in ((tg.linalg.vector_norm, np.linalg.norm(wide)),
+                     (tg.linalg.matrix_norm, np.linalg.norm(wide)),
+                     (tg.linalg.norm, np.linalg.norm(wide))):  # fmt: skip
+        out = fn(x, dtype=np.float64)
+        assert out.dtype == np.float64
+        np.testing.assert_allclose(out.numpy(), want, rtol=1e-15)
+    tg.linalg.vector_norm(x, 3, dim=(0, 1), dtype=np.float64).backward()
+    assert x.grad.dtype == np.float32
+    np.testing.assert_allclose(
+        x.grad.numpy(), wide * np.abs(wide) / np.sum(np.abs(wide) ** 3) ** (2 / 3), rtol=1e-6
+    )
+
+
+@pytest.mark.parametrize("upper", [False, True])
+@pytest.mark.parametrize("left", [True, False])
+@pytest.mark.parametrize("unit", [False, True])
+def test_solve_triangular_reads_one_triangle(upper, left, unit):
+    a = R.standard_normal((2, 3, 3)) + 3 * np.eye(3)
+    b = R.standard_normal((2, 3, 4) if left else (2, 4, 3))
+    t = np.triu(a) if upper else np.tril(a)
+    if unit:
+        t = t - t * np.eye(3) + np.eye(3)
+    out = tg.linalg.solve_triangular(tg.tensor(a), tg.tensor(b), upper=upper, left=left,
+                                     unitriangular=unit)  # fmt: skip
+    np.testing.assert_allclose(t @ out.numpy() if left else out.numpy() @ t, b, atol=1e-12)
+
+    def f(x, y):
+        return tg.linalg.solve_triangular(x, y, upper=upper, left=left, unitriangular=unit)
+
+    check_grad(f, a, b)  # the other triangle (and a unit diagonal) gets no gradient
+    x = tg.tensor(a, requires_grad=True)
+    f(x, tg.tensor(b)).sum().backward()
+    ignored = np.tril(np.ones((3, 3)), -1 if not unit else 0) if upper else np.triu(
+        np.ones((3, 3)), 1 if not unit else 0)  # fmt: skip
+    assert np.all(x.grad.numpy() * ignored == 0)
+
+
+def test_lstsq_matrix_rank_and_pinv_tolerances():
+    a, b = R.standard_normal((5, 3)), R.standard_normal((5, 2))
+    result = tg.linalg.lstsq(tg.tensor(a), tg.tensor(b), driver="gelsd")
+    want, residuals, rank, values = np.linalg.lstsq(a, b)
+    np.testing.assert_allclose(result.solution.numpy(), want, atol=1e-12)
+    np.testing.assert_allclose(result.residuals.numpy(), residuals, atol=1e-12)
+    assert int(result.rank) == rank and np.allclose(result.singular_values.numpy(), values)
+    default = tg.linalg.lstsq(tg.tensor(a), tg.tensor(b[:, 0]))  # gelsy; B a vector
+    np.testing.assert_allclose(default.solution.numpy(), want[:, 0], atol=1e-12)
+    assert default.residuals.shape == (0,) and default.singular_values.shape == (0,)
+    check_grad(lambda x, y: tg.linalg.lstsq(x, y).solution, a, b)
+    d = tg.tensor(np.diag([3.0, 1.0, 0.4, 1e-16]))
+    assert tg.linalg.matrix_rank(d).item() == 3 and tg.linalg.matrix_rank(d).dtype == np.int64
+    assert tg.linalg.matrix_rank(d, atol=0.5).item() == 2
+    assert tg.linalg.matrix_rank(d, rtol=0.2).item() == 2
+    # float32's default tolerance is eps * max(m, n), as PyTorch's: 1e-7 is noise there
+    small = tg.tensor(np.diag([1.0, 1e-7, 0.5]).astype(np.float32))
+    np.testing.assert_allclose(tg.linalg.pinv(small).numpy(), np.diag([1.0, 0.0, 2.0]), rtol=1e-6)
+    np.testing.assert_allclose(tg.pinverse(d, rcond=0.2).numpy(), np.diag([1 / 3, 1.0, 0, 0]))
+
+
+def test_the_ex_functions_report_info():
+    spd = tg.tensor(SPD)
+    out = tg.linalg.cholesky_ex(spd)
+    np.testing.assert_allclose(out.L.numpy(), np.linalg.cholesky(SPD), rtol=1e-12)
+    assert out.info.numpy().tolist() == [0, 0] and out.info.dtype == np.int32
+    bad = SPD.copy()
+    bad[1, 2, 2] = -10.0  # the third leading minor of the second matrix is not positive
+    out = tg.linalg.cholesky_ex(tg.tensor(bad))
+    assert out.info.numpy().tolist() == [0, 3] and np.isnan(out.L.numpy()[1]).all()
+    with pytest.raises(np.linalg.LinAlgError):
+        tg.linalg.cholesky_ex(tg.tensor(bad), check_errors=True)
+    np.testing.assert_allclose(tg.linalg.inv_ex(spd).inverse.numpy(), np.linalg.inv(SPD))
+    v = R.standard_normal((2, 3))
+    got = tg.linalg.solve_ex(spd, tg.tensor(v)).result.numpy()
+    np.testing.assert_allclose(got, np.linalg.solve(SPD, v[..., None])[..., 0], rtol=1e-10)
+    np.testing.assert_allclose(tg.linalg.matmul(spd, spd).numpy(), SPD @ SPD)
+
+
+def test_torch_qr_is_the_older_spelling():
+    q, r = tg.qr(tg.tensor(X1[0]), some=False)
+    want_q, want_r = np.linalg.qr(X1[0], mode="complete")
+    np.testing.assert_allclose(q.numpy(), want_q, atol=1e-14)
+    np.testing.assert_allclose(r.numpy(), want_r, atol=1e-14)
+    assert tg.qr(tg.tensor(X1[0])).Q.shape == (6, 4) and ttorch.qr is tg.qr

@@ -827,3 +827,22 @@ def test_pytorch_meanings_traced_match_eager(backend, monkeypatch):
     np.testing.assert_allclose(x.grad.numpy(), eager_grad, rtol=1e-12, atol=1e-12)
     with pytest.raises(tg.TraceError, match="data-dependent"):
         tg.trace(lambda t: tg.where(t > 4.0), backend=backend)(S)
+
+
+def test_augmented_assignments_write_the_tensor_in_place():
+    """`x //= 2`, `x &= m`, `x <<= 1`: in place, as PyTorch's (Python rebound the name to a new
+    tensor, or raised for `<<=`), so another reference sees the change."""
+    x = tg.tensor(np.array([5, 6, 7]))
+    alias = x
+    x //= 2
+    x %= 3
+    x &= 1
+    x |= 2
+    x ^= 1
+    x <<= 2
+    x >>= 1
+    assert x is alias and x.numpy().tolist() == [6, 6, 6]
+    mask = tg.tensor(np.array([True, True, False]))
+    same = mask
+    mask &= tg.tensor(np.array([True, False, True]))
+    assert mask is same and mask.numpy().tolist() == [True, False, False]

@@ -114,6 +114,10 @@ CASES = {
         lambda lib, T: T(A[:3]).scatter_reduce(0, T(SCATTER_IDX), T(A[2:4]), "amin"),
         _scatter_extreme(SCATTER_IDX, A[2:4], A[:3], np.minimum, include_self=True),
     ),
+    "scatter_reduce_prod_self": (
+        lambda lib, T: T(A[:3]).scatter_reduce(0, T(SCATTER_IDX), T(A[2:4]), "prod"),
+        _scatter_extreme(SCATTER_IDX, A[2:4], A[:3], np.multiply, include_self=True),
+    ),
     "masked_select": (lambda lib, T: lib.masked_select(T(A), T(A > 0.5)), A[A > 0.5]),
     "masked_scatter": (
         lambda lib, T: T(A).masked_scatter(T(A > 0), T(np.arange(20.0))),
@@ -224,8 +228,8 @@ def test_value_shaped_ones_refuse_a_traced_mask_and_guard_a_captured_one():
 
 
 def test_scatter_reduce_names_what_it_does_not_do():
-    with pytest.raises(NotImplementedError, match="reduce='prod'"):
-        tg.tensor(A).scatter_reduce(0, tg.tensor(SCATTER_IDX), tg.tensor(A[:2]), "prod")
+    with pytest.raises(ValueError, match="'sum', 'prod', 'mean', 'amax' or 'amin', not 'max'"):
+        tg.tensor(A).scatter_reduce(0, tg.tensor(SCATTER_IDX), tg.tensor(A[:2]), "max")
 
 
 def test_scatter_max_splits_the_gradient_among_ties():

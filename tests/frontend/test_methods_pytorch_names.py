@@ -166,8 +166,9 @@ def test_matrix_power_inverse_pinverse():
                                @ np.stack([M, M.T]))  # fmt: skip
     np.testing.assert_allclose(m.inverse().numpy(), np.linalg.inv(M))
     np.testing.assert_allclose(tg.tensor(X).pinverse().numpy(), np.linalg.pinv(X))
-    with pytest.raises(ValueError, match="rcond"):
-        m.pinverse(1e-5)
+    s = np.linalg.svd(M, compute_uv=False)  # singular values below rcond * the largest: zero
+    cut = np.linalg.pinv(M, rcond=(s[-1] / s[0]) * 1.01)
+    np.testing.assert_allclose(m.pinverse((s[-1] / s[0]) * 1.01).numpy(), cut, atol=1e-12)
 
 
 def test_nanmedian_skips_nan_as_pytorch():

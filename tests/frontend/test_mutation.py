@@ -10,7 +10,7 @@ import pytest
 
 import tracegrad as tg
 import tracegrad.numpy as tnp
-from tests.conftest import check_grad, traced_matches_eager
+from tests.conftest import check_grad, eager_or_traced, traced_matches_eager
 from tracegrad.compiler import lowering
 
 R = np.random.default_rng(7)
@@ -708,3 +708,120 @@ def test_a_uint8_index_tensor_is_a_mask_as_in_pytorch():
         x[mask] = 0.0
     assert x.tolist() == [0.0, 2.0, 0.0]
     assert tnp.take(tg.tensor([1.0, 2.0, 3.0]), mask).tolist() == [2.0, 1.0, 2.0]
+
+
+@pytest.mark.parametrize("backend", [None, "numpy", "numba"])
+def test_bool_masks_clone_and_combine_in_place(backend, monkeypatch):
+    def step(mask, x):
+        keep = mask.clone()  # np.positive has no bool loop: clone raised
+        keep &= x > 0
+        done = keep.clone()
+        done.logical_or_(x < -1)
+        return keep, done
+
+    fn = eager_or_traced(step, backend, monkeypatch)
+    mask = tg.tensor(np.array([True, False, True, True]))
+    for _ in range(2):
+        keep, done = fn(mask, tg.tensor(np.array([1.0, 2.0, -0.5, -2.0])))
+        assert keep.dtype == np.bool_ and keep.numpy().tolist() == [True, False, False, False]
+        assert done.numpy().tolist() == [True, False, False, True]
+    assert mask.numpy().tolist() == [True, False, True, True]
+
+
+@pytest.mark.parametrize("backend", [None, "numpy"])
+@pytest.mark.parametrize("reduce", ["amax", "amin"])
+def test_scatter_reduce_extremes_split_ties_with_the_input_evenly(reduce, backend, monkeypatch):
+    """PyTorch's rule: the gradient of a maximum is split evenly among every value that ties
+    for it, the input's own one included (the input took all of it)."""
+    sign = 1.0 if reduce == "amax" else -1.0
+    s = tg.tensor(sign * np.array([1.0, 0.0, 2.0]), requires_grad=True)
+    src = tg.tensor(sign * np.array([1.0, 1.0, -1.0, 2.0, 0.5]), requires_grad=True)
+    index = tg.tensor(np.array([0, 0, 1, 2, 2]))
+    gm = tg.GradManager().attach([s, src])
+
+    def step():
+        with gm:
+            out = s.scatter_reduce(0, index, src, reduce)
+            gm.backward((out * tg.tensor(np.array([1.0, 2.0, 3.0]))).sum())
+        return out
+
+    fn = eager_or_traced(step, backend, monkeypatch)
+    for _ in range(2):
+        s.grad = src.grad = None
+        assert (fn().numpy() * sign).tolist() == [1.0, 0.0, 2.0]
+        np.testing.assert_allclose(src.grad.numpy(), [1 / 3, 1 / 3, 0.0, 1.5, 0.0], atol=1e-15)
+        np.testing.assert_allclose(s.grad.numpy(), [1 / 3, 2.0, 1.5], atol=1e-15)
+
+
+def test_scatter_reduce_mean_of_integers_rounds_down():
+    out = tg.tensor(np.array([0, 0, 7])).scatter_reduce(
+        0, tg.tensor(np.array([0, 0, 1, 1])), tg.tensor(np.array([1, -2, 4, 1])), "mean",
+        include_self=False,
+    )  # fmt: skip
+    assert out.numpy().tolist() == [-1, 2, 7]  # -1 // 2 and 5 // 2, PyTorch's (-0.5 became 0)
+
+
+def _views_written_in_place(x, w):
+    y = x * 1.0
+    y.t().mul_(w[:3])  # row i of y times w[i]
+    y.view(12)[::5].add_(1.0)
+    y[:, :3].diagonal().fill_(0.0)
+    y.unsqueeze(0)[:, 1].mul_(w[3])
+    y.permute(1, 0).unflatten(0, (2, 2))[1].add_(w[0] ** 2)  # columns 2 and 3
+    y.mT.squeeze()[0].sub_(w[1])
+    return y
+
+
+def _views_written_in_place_by_hand(x, w):
+    y = x * w[:3, None]
+    y.reshape(-1)[::5] += 1.0
+    y[[0, 1, 2], [0, 1, 2]] = 0.0
+    y[1] *= w[3]
+    y[:, 2:] += w[0] ** 2
+    y[:, 0] -= w[1]
+    return y
+
+
+def test_in_place_ops_on_views_write_their_base():
+    """`y.t().mul_(2)`, `y.view(-1).add_(1)`, `y.diagonal().fill_(0)`, `y.unsqueeze(0)...`: a
+    write into a view writes its base, as PyTorch's; where autograd tracked the base (or the
+    diagonal, a copy here) the base kept its old value."""
+    expected = _views_written_in_place_by_hand(X, np.arange(1.0, 5.0))
+    for requires_grad in (False, True):
+        x = tg.tensor(X, requires_grad=requires_grad)
+        out = _views_written_in_place(x, tg.tensor(np.arange(1.0, 5.0)))
+        np.testing.assert_allclose(out.numpy(), expected, rtol=1e-15)
+    check_grad(_views_written_in_place, X, np.arange(1.0, 5.0))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_in_place_ops_on_views_traced_match_eager(backend):
+    traced_matches_eager(_views_written_in_place, X, np.arange(1.0, 5.0), backend=backend)
+
+
+@pytest.mark.parametrize("backend", [None, "numpy"])
+def test_scatter_reduce_prod_gradient_is_the_product_of_the_others(backend, monkeypatch):
+    """A lone zero's share is the product of the rest; two zeros give every value 0 (PyTorch's
+    rule; dividing the product by the value gave nan). "prod" was refused."""
+    s = tg.tensor(np.array([2.0, 1.0, 0.0]), requires_grad=True)
+    src = tg.tensor(np.array([0.0, 4.0, 0.0, 0.0, 5.0, 7.0]), requires_grad=True)
+    index = tg.tensor(np.array([0, 0, 1, 1, 2, 2]))
+    gm = tg.GradManager().attach([s, src])
+
+    def step():
+        with gm:
+            out = s.scatter_reduce(0, index, src, "prod")
+            gm.backward((out * tg.tensor(np.array([1.0, 2.0, 3.0]))).sum())
+        return out
+
+    fn = eager_or_traced(step, backend, monkeypatch)
+    for _ in range(2):
+        s.grad = src.grad = None
+        assert fn().numpy().tolist() == [0.0, 0.0, 0.0]
+        assert s.grad.numpy().tolist() == [0.0, 0.0, 3 * 35.0]  # 2 * 0 * 4, 1 * 0 * 0, 0 * 5 * 7
+        assert src.grad.numpy().tolist() == [8.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    check_grad(lambda a, b: a.scatter_reduce(0, index, b, "prod", include_self=False),
+               np.array([2.0, -1.0, 3.0]), np.array([1.5, 4.0, -2.0, 0.5, 3.0, -1.0]))  # fmt: skip
+    out = tg.full((2, 3), 2.0).scatter_(1, tg.tensor(np.array([[0, 0], [2, 1]])), 3.0,
+                                        reduce="multiply")  # fmt: skip
+    assert out.numpy().tolist() == [[18.0, 2.0, 2.0], [2.0, 6.0, 6.0]]

@@ -146,25 +146,23 @@ def logical_xor(input: Any, other: Any) -> Tensor:
     return _truth(input) != _truth(other)
 
 
-def _boolean(name: str, logical: Any) -> Any:
-    """`&`, `|`, `^` and `~` on bool tensors (masks); integers' bitwise operators are not
-    provided."""
+def _bitwise(bits: Any, logical: Any) -> Any:
+    """`&`, `|`, `^` and `~`: the op on integers' bits, the logical one on bool masks."""
 
     def op(*args: Any) -> Tensor:
-        tensors = [as_tensor(a) for a in args]
-        if any(t.dtype != np.bool_ for t in tensors if isinstance(t, Tensor)):
-            dtypes = ", ".join(str(t.dtype) for t in tensors)
-            raise TypeError(f"{name}: tracegrad provides it for bool tensors only, not {dtypes}")
-        return logical(*args)
+        if all(a.dtype == np.bool_ if isinstance(a, Tensor) else isinstance(a, bool | np.bool_)
+               for a in args):  # fmt: skip
+            return logical(*args)
+        return bits(*args)
 
-    op.__name__ = name
+    op.__name__ = op.__qualname__ = bits.name
     return op
 
 
-bitwise_and = _boolean("bitwise_and", logical_and)
-bitwise_or = _boolean("bitwise_or", logical_or)
-bitwise_xor = _boolean("bitwise_xor", logical_xor)
-bitwise_not = _boolean("bitwise_not", logical_not)
+bitwise_and = _bitwise(P.bitwise_and, logical_and)
+bitwise_or = _bitwise(P.bitwise_or, logical_or)
+bitwise_xor = _bitwise(P.bitwise_xor, logical_xor)
+bitwise_not = _bitwise(P.bitwise_not, logical_not)
 
 
 def relu(input: Any) -> Tensor:

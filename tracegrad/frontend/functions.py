@@ -105,14 +105,33 @@ def reshape(input: Any, *shape: Any) -> Tensor:
     return x if shape == x.shape else P.reshape(x, shape=shape)
 
 
+def viewing(x: Tensor, out: Tensor, undo: Any) -> Tensor:
+    """`out` as a view of `x`, as PyTorch's views: an in-place op on it writes `x` too
+    (`mutation.write_back`), with `undo`, which gives x's value from out's (a function), or the
+    index out was read at."""
+    if out is not x:
+        out._view = (x, undo)
+    return out
+
+
+def view(input: Any, *shape: Any) -> Tensor:
+    """`x.view(shape)`: reshape, whose result is a view (`reshape`'s, which PyTorch may copy,
+    is a value)."""
+    x = as_tensor(input)
+    return viewing(x, reshape(x, *shape), lambda v: reshape(v, x.shape))
+
+
 def permute(input: Any, *dims: Any) -> Tensor:
-    """The axes reordered: result axis i is input axis dims[i]."""
+    """The axes reordered: result axis i is input axis dims[i]. A view."""
     x = as_tensor(input)
     axes = tuple(int(a) % builtins.max(x.ndim, 1) for a in shape_arg(dims))
     if sorted(axes) != list(range(x.ndim)):
         raise ShapeError(f"permute: {tuple(shape_arg(dims))} is not a permutation of the "
                          f"{x.ndim} dimensions of {x.shape}")  # fmt: skip
-    return x if axes == tuple(range(x.ndim)) else P.transpose(x, axes=axes)
+    if axes == tuple(range(x.ndim)):
+        return x
+    back = tuple(int(a) for a in np.argsort(axes))
+    return viewing(x, P.transpose(x, axes=axes), lambda v: P.transpose(v, axes=back))
 
 
 @pytorch_keywords
@@ -180,7 +199,8 @@ def squeeze(input: Any, dim: int | Sequence[int] | None = None) -> Tensor:
     PyTorch)."""
     x = as_tensor(input)
     axes = dim_tuple("squeeze", dim, x.ndim)
-    return reshape(x, tuple(d for i, d in enumerate(x.shape) if i not in axes or d != 1))
+    out = reshape(x, tuple(d for i, d in enumerate(x.shape) if i not in axes or d != 1))
+    return viewing(x, out, lambda v: reshape(v, x.shape))
 
 
 @pytorch_keywords
@@ -188,7 +208,8 @@ def unsqueeze(input: Any, dim: int) -> Tensor:
     """A size-1 dimension inserted at `dim`."""
     x = as_tensor(input)
     axis = one_dim("unsqueeze", dim, x.ndim + 1)
-    return reshape(x, x.shape[:axis] + (1,) + x.shape[axis:])
+    return viewing(x, reshape(x, x.shape[:axis] + (1,) + x.shape[axis:]),
+                   lambda v: reshape(v, x.shape))  # fmt: skip
 
 
 def flatten(input: Any, start_dim: int = 0, end_dim: int = -1) -> Tensor:
@@ -205,7 +226,8 @@ def unflatten(input: Any, dim: int, sizes: Sequence[int]) -> Tensor:
     """Dimension `dim` split into `sizes` (one of them may be -1)."""
     x = as_tensor(input)
     axis = one_dim("unflatten", dim, x.ndim)
-    return reshape(x, x.shape[:axis] + tuple(sizes) + x.shape[axis + 1 :])
+    out = reshape(x, x.shape[:axis] + tuple(sizes) + x.shape[axis + 1 :])
+    return viewing(x, out, lambda v: reshape(v, x.shape))
 
 
 def ravel(input: Any) -> Tensor:
@@ -227,9 +249,7 @@ def getitem(input: Any, index: Any) -> Tensor:
     x, index = bool_scalars(as_tensor(input), index)
     template, arrays = index_parts(index)
     out = P.getitem(x, *arrays, template=template)
-    if not arrays:
-        out._view = (x, index)
-    return out
+    return out if arrays else viewing(x, out, index)
 
 
 def mask_value(mask: Tensor) -> np.ndarray:

@@ -21,9 +21,9 @@ from tracegrad.frontend.functions import (
     unsqueeze,
 )
 from tracegrad.frontend.products import cross3
-from tracegrad.frontend.rearrange import triu
+from tracegrad.frontend.rearrange import tril, triu
 from tracegrad.frontend.reductions import amax, amin, sum
-from tracegrad.frontend.tensor import Tensor, as_tensor
+from tracegrad.frontend.tensor import Listeners, Tensor, as_tensor
 
 
 def inv(A: Any) -> Tensor:
@@ -35,12 +35,11 @@ def inverse(input: Any) -> Tensor:
     return inv(input)
 
 
+@pytorch_keywords
 def pinverse(input: Any, rcond: float = 1e-15) -> Tensor:
-    """`torch.pinverse`: `linalg.pinv`, whose singular values below 1e-15 times the largest count
-    as zero (another `rcond` is refused)."""
-    if rcond != 1e-15:
-        raise ValueError(f"pinverse: only the default rcond=1e-15 is provided, got {rcond}")
-    return pinv(input)
+    """`torch.pinverse`: `linalg.pinv` with singular values at most `rcond` times the largest
+    counting as zero."""
+    return pinv(input, rtol=rcond)
 
 
 @pytorch_keywords
@@ -96,13 +95,19 @@ def slogdet(A: Any) -> SlogdetResult:
     return SlogdetResult(P.det_sign(a), P.logabsdet(a))
 
 
-def solve(A: Any, B: Any) -> Tensor:
-    """X with A @ X = B; a 1-D B is one right-hand side."""
+@pytorch_keywords
+def solve(A: Any, B: Any, *, left: bool = True) -> Tensor:
+    """X with A @ X = B (X @ A = B with `left=False`). With A on the left, B is a (batch of)
+    vector(s) where it is 1-D or has A's shape but its last dim, as PyTorch's; else a (batch
+    of) matrices."""
     a, b = as_tensor(A), as_tensor(B)
-    if b.ndim == 1:
-        out = P.solve(a, reshape(b, (-1, 1)))
-        return reshape(out, out.shape[:-1])
-    return P.solve(a, b)
+    vector = left and (b.ndim == 1 or (b.ndim == a.ndim - 1 and b.shape == a.shape[:-1]))
+    if not left:  # X A = B is A^T X^T = B^T
+        a, b = matrix_transpose(a), matrix_transpose(b)
+    if vector:
+        return squeeze(P.solve(a, unsqueeze(b, -1)), -1)
+    out = P.solve(a, b)
+    return out if left else matrix_transpose(out)
 
 
 def cholesky(A: Any, *, upper: bool = False) -> Tensor:
@@ -117,11 +122,11 @@ class EighResult(NamedTuple):
 
 def eigh(A: Any, UPLO: str = "L") -> EighResult:
     """Eigenvalues (ascending) and eigenvectors of symmetric matrices, read from the lower (or
-    upper) triangle. The gradient is that of the symmetric matrix: it is symmetrized, and
-    assumes distinct eigenvalues."""
+    upper) triangle. The gradient is that of the symmetric matrix: it is symmetrized (for
+    either triangle, as PyTorch's), and assumes distinct eigenvalues."""
     a = as_tensor(A)
-    if UPLO == "U":  # the matrix the upper triangle stands for, as its lower triangle
-        a = triu(a) + matrix_transpose(triu(a, 1))
+    if UPLO == "U":  # the upper triangle is the transpose's lower one; a symmetric gradient
+        a = matrix_transpose(a)  # stays itself through the transpose
     elif UPLO != "L":
         raise ValueError(f"eigh: UPLO must be 'L' or 'U', not {UPLO!r}")
     return EighResult(P.eigh_values(a), P.eigh_vectors(a))
@@ -138,12 +143,12 @@ class SVDResult(NamedTuple):
 
 
 def svd(A: Any, full_matrices: bool = True) -> SVDResult:
-    """(U, S, Vh); only the thin SVD of a non-square matrix (full_matrices=False): the full one
-    has no unique gradient."""
+    """(U, S, Vh). The full SVD of a non-square matrix (the default, as PyTorch's) is
+    differentiable through its thin part: U's columns (Vh's rows) past min(m, n), a basis of a
+    complement, have no gradient, as in PyTorch."""
     a = as_tensor(A)
-    if full_matrices and a.shape[-1] != a.shape[-2]:
-        raise NotImplementedError("svd: only full_matrices=False (or square matrices)")
-    return SVDResult(*(P.svd(a, part=p) for p in ("u", "s", "vh")))
+    full = {"full": True} if full_matrices and a.shape[-1] != a.shape[-2] else {}
+    return SVDResult(*(P.svd(a, part=p, **full) for p in ("u", "s", "vh")))
 
 
 class QRResult(NamedTuple):
@@ -153,18 +158,22 @@ class QRResult(NamedTuple):
 
 def qr(A: Any, mode: str = "reduced") -> QRResult:
     """(Q, R) with A = QR, Q's columns orthonormal and R upper triangular (LAPACK's signs, as
-    NumPy's and PyTorch's): "reduced" (Q m x k, R k x n, k = min(m, n)), "complete" (the same
-    where m <= n; a full Q of a tall matrix has no unique gradient and is not provided) or "r"
-    (Q empty). Differentiable where R's first k columns are invertible."""
+    NumPy's and PyTorch's): "reduced" (Q m x k, R k x n, k = min(m, n)), "complete" (Q m x m;
+    of a tall matrix not differentiable, as PyTorch's: Q's last columns are any basis of a
+    complement) or "r" (Q empty). Differentiable where R's first k columns are invertible."""
     a = as_tensor(A)
     if mode not in ("reduced", "complete", "r"):
         raise ValueError(f"qr: mode must be 'reduced', 'complete' or 'r', not {mode!r}")
-    if mode == "complete" and a.shape[-2] > a.shape[-1]:
-        raise NotImplementedError("qr: mode='complete' of a tall matrix (use 'reduced')")
-    r = P.qr(a, part="r")
+    full = {"complete": True} if mode == "complete" and a.shape[-2] > a.shape[-1] else {}
+    r = P.qr(a, part="r", **full)
     if mode == "r":
         return QRResult(Tensor._of(np.zeros((0,), r.dtype)), r)
-    return QRResult(P.qr(a, part="q"), r)
+    return QRResult(P.qr(a, part="q", **full), r)
+
+
+def qr_top(input: Any, some: bool = True) -> QRResult:
+    """PyTorch's older `torch.qr`: `linalg.qr`, reduced, or complete with `some=False`."""
+    return qr(input, "reduced" if some else "complete")
 
 
 class SVDTopResult(NamedTuple):
@@ -175,7 +184,7 @@ class SVDTopResult(NamedTuple):
 
 def svd_top(input: Any, some: bool = True, compute_uv: bool = True) -> SVDTopResult:
     """PyTorch's older `torch.svd`: (U, S, V), V not transposed; `some=False` is the full SVD
-    (square matrices only, as `svd`); without `compute_uv`, U and V are zeros."""
+    (its extra columns without gradient, as `svd`); without `compute_uv`, U and V are zeros."""
     u, s, vh = svd(input, full_matrices=not some)
     if not compute_uv:
         return SVDTopResult(u * 0.0, s, vh * 0.0)
@@ -213,8 +222,172 @@ def svdvals(A: Any) -> Tensor:
     return P.svd(as_tensor(A), part="s")
 
 
-def pinv(A: Any) -> Tensor:
-    return P.pinv(as_tensor(A))
+@pytorch_keywords
+def pinv(A: Any, *, atol: Any = None, rtol: Any = None, hermitian: bool = False) -> Tensor:
+    """The pseudo-inverse: singular values at most `rtol` times the largest count as zero, by
+    default eps * max(m, n), as PyTorch's (NumPy's 1e-15 kept float32's noise). `hermitian`
+    changes nothing (the SVD serves symmetric matrices); `atol` is not provided."""
+    a = as_tensor(A)
+    if atol is not None:
+        raise NotImplementedError("linalg.pinv: atol= is not provided by tracegrad (rtol= is)")
+    return P.pinv(a, rcond=_rtol(a) if rtol is None else float(rtol))
+
+
+def _rtol(a: Tensor) -> float:
+    """PyTorch's default tolerance of small singular values, relative to the largest."""
+    dtype = a.dtype if a.dtype.kind == "f" else np.dtype(np.float64)
+    return float(np.finfo(dtype).eps) * max(a.shape[-2:])
+
+
+@pytorch_keywords
+def matrix_rank(A: Any, *, atol: Any = None, rtol: Any = None, hermitian: bool = False,
+                tol: Any = None) -> Tensor:  # fmt: skip
+    """How many singular values exceed max(atol, rtol * the largest) (int64; `tol` is atol):
+    rtol by default eps * max(m, n) without atol, 0 with it, as PyTorch's."""
+    a = as_tensor(A)
+    atol = tol if atol is None else atol
+    if rtol is None:
+        rtol = 0.0 if atol is not None else _rtol(a)
+    s = svdvals(a.detach())
+    bound = P.maximum(amax(s, -1, keepdim=True) * rtol, 0.0 if atol is None else atol)
+    return sum(s > bound, -1)
+
+
+@pytorch_keywords
+def solve_triangular(A: Any, B: Any, *, upper: bool, left: bool = True,
+                     unitriangular: bool = False) -> Tensor:  # fmt: skip
+    """X with A X = B (X A = B with `left=False`), A read from its upper or lower triangle (its
+    diagonal taken as ones with `unitriangular`), which alone gets a gradient, as PyTorch's."""
+    a = as_tensor(A)
+    part = triu if upper else tril
+    if unitriangular:
+        a = part(a, 1 if upper else -1) + Tensor._of(np.eye(a.shape[-1], dtype=a.dtype))
+    else:
+        a = part(a)
+    b = as_tensor(B)
+    if left:
+        return P.solve(a, b)
+    return matrix_transpose(P.solve(matrix_transpose(a), matrix_transpose(b)))
+
+
+class TriangularSolveResult(NamedTuple):
+    solution: Tensor
+    cloned_coefficient: Tensor
+
+
+@pytorch_keywords
+def triangular_solve(b: Any, A: Any, upper: bool = True, transpose: bool = False,
+                     unitriangular: bool = False) -> TriangularSolveResult:  # fmt: skip
+    """PyTorch's older `torch.triangular_solve(b, A)`: (X with op(A) X = b, A), op(A) = A^T with
+    `transpose`."""
+    a = as_tensor(A)
+    t = matrix_transpose(a) if transpose else a
+    x = solve_triangular(t, b, upper=upper != transpose, unitriangular=unitriangular)
+    return TriangularSolveResult(x, P.positive(a))
+
+
+class LstsqResult(NamedTuple):
+    solution: Tensor
+    residuals: Tensor
+    rank: Tensor
+    singular_values: Tensor
+
+
+@pytorch_keywords
+def lstsq(A: Any, B: Any, rcond: Any = None, *, driver: str | None = None) -> LstsqResult:
+    """The least-squares solution of A X = B (the least-norm one where A is wide or
+    rank-deficient): pinv(A) B, differentiable. As PyTorch's CPU drivers: `rank` from "gelsy"
+    (the default), "gelsd" and "gelss"; `singular_values` from "gelsd" and "gelss"; `residuals`
+    (the squared residual of each column) where A is tall and of full rank, from any driver but
+    "gelsy"; the others are empty."""
+    a, b = as_tensor(A), as_tensor(B)
+    if driver not in (None, "gelsy", "gelsd", "gelss", "gels"):
+        raise ValueError(f"lstsq: driver must be 'gels', 'gelsy', 'gelsd' or 'gelss', not "
+                         f"{driver!r}")  # fmt: skip
+    driver = driver or "gelsy"
+    vector = b.ndim == a.ndim - 1  # B (*, m): a batch of vectors, as PyTorch's
+    b = unsqueeze(b, -1) if vector else b
+    m, n = a.shape[-2:]
+    rtol = _rtol(a) if rcond is None else float(rcond)
+    x = pinv(a, rtol=rtol) @ b
+    empty = Tensor._of(np.zeros((0,), a.dtype))
+    rank = matrix_rank(a, rtol=rtol) if driver != "gels" else Tensor._of(np.zeros((0,), np.int64))
+    values = svdvals(a.detach()) if driver in ("gelsd", "gelss") else empty
+    residuals = empty
+    if driver != "gelsy" and m > n and bool((rank == n).all()):
+        residuals = sum((a @ x - b) ** 2, -2)
+    return LstsqResult(squeeze(x, -1) if vector else x, residuals, rank, values)
+
+
+class InvExResult(NamedTuple):
+    inverse: Tensor
+    info: Tensor
+
+
+class CholeskyExResult(NamedTuple):
+    L: Tensor
+    info: Tensor
+
+
+class SolveExResult(NamedTuple):
+    result: Tensor
+    info: Tensor
+
+
+def _no_errors(a: Tensor) -> Tensor:
+    """`info` of a factorization that succeeded: zeros, one per matrix (int32)."""
+    return Tensor._of(np.zeros(a.shape[:-2], np.int32))
+
+
+@pytorch_keywords
+def inv_ex(A: Any, *, check_errors: bool = False) -> InvExResult:
+    """(inv(A), info): info is zeros; a singular matrix raises (PyTorch's reports it in info)."""
+    a = as_tensor(A)
+    return InvExResult(inv(a), _no_errors(a))
+
+
+@pytorch_keywords
+def cholesky_ex(A: Any, *, upper: bool = False, check_errors: bool = False) -> CholeskyExResult:
+    """(cholesky(A), info), info zeros where A is positive definite. Eagerly, a matrix that is
+    not gives the order of its first leading minor that is not (PyTorch's info) and a factor of
+    nans, unless `check_errors`; inside a traced step it raises."""
+    a = as_tensor(A)
+    try:
+        return CholeskyExResult(cholesky(a, upper=upper), _no_errors(a))
+    except np.linalg.LinAlgError:
+        if check_errors or Listeners.tracers:
+            raise
+    value = a.numpy()
+    flat = value.reshape(-1, *value.shape[-2:])
+    info = np.array([_first_bad_minor(m) for m in flat], np.int32).reshape(value.shape[:-2])
+    factors = np.full_like(flat, np.nan)
+    for k, matrix in enumerate(flat):
+        if info.flat[k] == 0:
+            factors[k] = np.linalg.cholesky(matrix)
+    factors = factors.reshape(value.shape)
+    factors = np.swapaxes(factors, -1, -2) if upper else factors
+    return CholeskyExResult(Tensor._of(factors), Tensor._of(info))
+
+
+def _first_bad_minor(matrix: np.ndarray) -> int:
+    for k in range(1, matrix.shape[-1] + 1):
+        try:
+            np.linalg.cholesky(matrix[:k, :k])
+        except np.linalg.LinAlgError:
+            return k
+    return 0
+
+
+@pytorch_keywords
+def solve_ex(A: Any, B: Any, *, left: bool = True, check_errors: bool = False) -> SolveExResult:
+    """(solve(A, B), info): info is zeros; a singular A raises (PyTorch's reports it in info)."""
+    a = as_tensor(A)
+    return SolveExResult(solve(a, B, left=left), _no_errors(a))
+
+
+def matmul(input: Any, other: Any) -> Tensor:
+    """`torch.linalg.matmul`: `torch.matmul`."""
+    return as_tensor(input) @ other
 
 
 @pytorch_keywords
@@ -226,9 +399,11 @@ def cross(input: Any, other: Any, *, dim: int = -1) -> Tensor:
 
 
 @pytorch_keywords
-def vector_norm(x: Any, ord: float = 2, dim: Any = None, keepdim: bool = False) -> Tensor:
-    """The p-norm of the elements over `dim` (all by default): ord 2, 1, inf, -inf, 0 or any p."""
-    x = as_tensor(x)
+def vector_norm(x: Any, ord: float = 2, dim: Any = None, keepdim: bool = False, *,
+                dtype: Any = None) -> Tensor:  # fmt: skip
+    """The p-norm of the elements over `dim` (all by default): ord 2, 1, inf, -inf, 0 or any p;
+    computed in `dtype` if given."""
+    x = as_tensor(x) if dtype is None else as_tensor(x).to(dtype)
     axes = tuple(range(x.ndim)) if dim is None else (dim,) if isinstance(dim, int) else dim
     axes = tuple(a % x.ndim for a in axes)
     a = P.abs(x)
@@ -256,9 +431,10 @@ def _root(s: Tensor, p: float) -> Tensor:
 
 @pytorch_keywords
 def matrix_norm(A: Any, ord: Any = "fro", dim: tuple[int, int] = (-2, -1),
-                keepdim: bool = False) -> Tensor:  # fmt: skip
-    """Matrix norms over the two dims: "fro", "nuc", 1, -1, 2, -2, inf, -inf."""
-    x = as_tensor(A)
+                keepdim: bool = False, *, dtype: Any = None) -> Tensor:  # fmt: skip
+    """Matrix norms over the two dims: "fro", "nuc", 1, -1, 2, -2, inf, -inf; computed in
+    `dtype` if given."""
+    x = as_tensor(A) if dtype is None else as_tensor(A).to(dtype)
     axes = tuple(a % x.ndim for a in dim)
     if len(axes) != 2:
         raise ShapeError(f"matrix_norm: dim {dim} must name two dimensions of {x.shape}")
@@ -279,10 +455,12 @@ def matrix_norm(A: Any, ord: Any = "fro", dim: tuple[int, int] = (-2, -1),
 
 
 @pytorch_keywords
-def norm(A: Any, ord: Any = None, dim: Any = None, keepdim: bool = False) -> Tensor:
+def norm(A: Any, ord: Any = None, dim: Any = None, keepdim: bool = False, *,
+         dtype: Any = None) -> Tensor:  # fmt: skip
     """A vector norm over one dim (or of the flattened tensor when ord and dim are None), a
-    matrix norm over two (or of a 2-D tensor when only ord is given)."""
-    x = as_tensor(A)
+    matrix norm over two (or of a 2-D tensor when only ord is given); computed in `dtype` if
+    given."""
+    x = as_tensor(A) if dtype is None else as_tensor(A).to(dtype)
     if dim is None and ord is None:
         return vector_norm(x, 2, None, keepdim)
     if dim is None:
@@ -339,6 +517,7 @@ def cdist(x1: Any, x2: Any, p: float = 2.0,
     return vector_norm(diff, p, -1)
 
 
-__all__ = ["cholesky", "cross", "det", "diagonal", "eigh", "eigvalsh", "inv", "matrix_norm",
-           "matrix_power", "multi_dot", "norm", "pinv", "qr", "slogdet", "solve", "svd",
+__all__ = ["cholesky", "cholesky_ex", "cross", "det", "diagonal", "eigh", "eigvalsh", "inv",
+           "inv_ex", "lstsq", "matmul", "matrix_norm", "matrix_power", "matrix_rank", "multi_dot",
+           "norm", "pinv", "qr", "slogdet", "solve", "solve_ex", "solve_triangular", "svd",
            "svdvals", "vecdot", "vector_norm"]  # fmt: skip

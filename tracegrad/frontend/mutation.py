@@ -11,9 +11,9 @@
 - A write into an array (under `no_grad`, or of an untracked tensor) bumps the tensor's version
   counter; a backward that needs the value it held before raises, as PyTorch's does.
 
-Tensors are values, not views of storage: an in-place op on `x.view(...)` or `x[0]` does not
-reach `x` (PyTorch's would); `t.data` is the exception, as PyTorch code updates parameters
-through it.
+Tensors are values, not views of storage, but a write into a view (`x[0]`, `x.view(...)`,
+`x.t()`: `functions.viewing`) writes its base too, as PyTorch's (`write_back`); `t.data` is a
+tensor whose in-place updates reach `t`, as PyTorch code updates parameters through it.
 """
 
 from __future__ import annotations
@@ -69,10 +69,15 @@ def write(target: Tensor, result: Any, op: str) -> Tensor:
                 result if tracked else _replacing(target, result), op)  # fmt: skip
     else:
         target._assign(result)
-        if not Listeners.tracers:
-            return target  # a view's array is its base's memory: the base has the write
+        if not Listeners.tracers and _shares_base(target):
+            return target  # the view's array is its base's memory: the base has the write
     write_back(target, op)
     return target
+
+
+def _shares_base(view: Tensor) -> bool:
+    """Whether a view's array is (eagerly) its base's memory (a diagonal's is a copy)."""
+    return view._view is None or np.may_share_memory(view._value, view._view[0]._value)
 
 
 def _replacing(target: Tensor, result: Tensor) -> Tensor:
@@ -83,13 +88,14 @@ def _replacing(target: Tensor, result: Tensor) -> Tensor:
 
 
 def write_back(view: Tensor, op: str) -> None:
-    """After a write into a view (basic indexing's result: `a[0][3] = 0.`, `row = a[i]; row +=
-    1`), write its base as NumPy's and PyTorch's views do. Eagerly their arrays share memory,
-    but a write autograd records, or any write in a traced step, gives the view a new value of
-    its own, which the base would never see."""
+    """After a write into a view (basic indexing's result, `view`, `permute` and the transposes,
+    `unsqueeze`, `diagonal`: `a[0][3] = 0.`, `row = a[i]; row += 1`, `a.t().mul_(2)`), write its
+    base as PyTorch's views do. Eagerly most share memory, but a write autograd records, or any
+    write in a traced step, gives the view a new value of its own, which the base would never
+    see."""
     if view._view is not None:
-        base, index = view._view
-        write(base, index_put(base, index, view), op)
+        base, undo = view._view
+        write(base, undo(view) if callable(undo) else index_put(base, undo, view), op)
 
 
 def _rebind(target: Tensor, result: Tensor, op: str) -> None:
@@ -339,10 +345,13 @@ def put(x: Tensor, template: tuple, arrays: list, value: Any, accumulate: bool) 
 def scatter(input: Any, dim: int, index: Any, src: Any = None, *, value: Any = None,
             reduce: str | None = None) -> Tensor:  # fmt: skip
     """out[index[i][j]][j] = src[i][j] for dim=0 (and likewise for other dims); `src` may be a
-    number (or `value=`). `reduce="add"` adds instead."""
+    number (or `value=`). `reduce="add"` adds instead, "multiply" multiplies."""
+    src = value if src is None else src
+    if reduce == "multiply":
+        return scatter_reduce(input, dim, index, src, "prod")
     if reduce not in (None, "add"):
-        raise ValueError(f"scatter: reduce={reduce!r} is not provided (None or 'add')")
-    return _scatter(input, dim, index, value if src is None else src, reduce == "add", "scatter")
+        raise ValueError(f"scatter: reduce must be None, 'add' or 'multiply', not {reduce!r}")
+    return _scatter(input, dim, index, src, reduce == "add", "scatter")
 
 
 @pytorch_keywords
@@ -445,37 +454,55 @@ def index_copy(input: Any, dim: int, index: Any, source: Any) -> Tensor:
 @pytorch_keywords
 def scatter_reduce(input: Any, dim: int, index: Any, src: Any, reduce: str, *,
                    include_self: bool = True) -> Tensor:  # fmt: skip
-    """src's elements combined into input at `index` along `dim` by "sum", "mean", "amax" or
-    "amin", with or without input's own values. The extremes' gradient is split evenly among
-    the sources that tie (PyTorch's rule); with `include_self`, a tie between input and sources
-    splits half to the input. "prod" is refused (its gradient at zeros is not provided)."""
-    if reduce not in ("sum", "mean", "amax", "amin"):
-        raise NotImplementedError(
-            f"scatter_reduce: reduce={reduce!r} is not provided by tracegrad ('sum', 'mean', "
-            "'amax' and 'amin' are); see docs/pytorch.md"
-        )
+    """src's elements combined into input at `index` along `dim` by "sum", "prod", "mean",
+    "amax" or "amin", with or without input's own values. The extremes' gradient is split
+    evenly among the values that tie, the input's own among them with `include_self`; a
+    product's is the product of the others (PyTorch's rules). An integer mean rounds down, as
+    PyTorch's."""
+    if reduce not in ("sum", "prod", "mean", "amax", "amin"):
+        raise ValueError(f"scatter_reduce: reduce must be 'sum', 'prod', 'mean', 'amax' or "
+                         f"'amin', not {reduce!r}")  # fmt: skip
     x = as_tensor(input)
     with no_grad():
         ones = Tensor._of(np.ones(as_tensor(index).shape, x.dtype))
         count = _scatter(Tensor._of(np.zeros(x.shape, x.dtype)), dim, index, ones, True, "count")
-    if reduce in ("amax", "amin"):
-        sign = 1.0 if reduce == "amax" else -1.0
+    if reduce in ("amax", "amin", "prod"):
         grids, part = _scatter_parts(x, dim, index, src, "scatter_reduce")
-        part = as_tensor(part) if sign > 0 else P.neg(as_tensor(part))
-        extreme = P.scatter_max(astype(part, x.dtype), *grids, shape=x.shape,
-                                template=("@",) * x.ndim)  # fmt: skip
-        extreme = extreme if sign > 0 else P.neg(extreme)
+        part = astype(as_tensor(part), x.dtype)
         if include_self:
-            return (P.maximum if sign > 0 else P.minimum)(x, P.where(count > 0, extreme, x))
-        return P.where(count > 0, extreme, x)
+            grids, part = _with_own(x, grids, part)
+        template = ("@",) * x.ndim
+        if reduce == "prod":
+            out = P.scatter_prod(part, *grids, shape=x.shape, template=template)
+        else:
+            part = part if reduce == "amax" else P.neg(part)
+            out = P.scatter_max(part, *grids, shape=x.shape, template=template)
+            out = out if reduce == "amax" else P.neg(out)
+        return out if include_self else P.where(count > 0, out, x)
     zeros = P.mul(x, 0.0) if x.dtype.kind == "f" else x * 0
     total = _scatter(zeros, dim, index, src, True, "scatter_reduce")
     if include_self:
         total = total + x
         count = count + 1
-    out = total / P.maximum(count, 1) if reduce == "mean" else total
+    if reduce == "mean":
+        n = P.maximum(count, 1)
+        out = total / n if x.dtype.kind == "f" else total // n
+    else:
+        out = total
     out = out if out.dtype == x.dtype else astype(out, x.dtype)
     return out if include_self else P.where(count > 0, out, x)
+
+
+def _with_own(x: Tensor, grids: list, part: Tensor) -> tuple[list, Tensor]:
+    """Scatter's index arrays and sources, flat, with x's own elements among the sources, each
+    at its place: a maximum that ties with x's value shares its gradient with x, a product's
+    gradient counts x's zeros."""
+    shape = np.broadcast_shapes(*(g.shape for g in grids))
+    own = np.indices(x.shape).reshape(x.ndim, -1)
+    flat = [reshape(broadcast_to(g, shape), (-1,)) for g in grids]
+    grids = [P.concatenate(Tensor._of(o), f, axis=0) for o, f in zip(own, flat, strict=True)]
+    part = reshape(broadcast_to(part, shape), (-1,))
+    return grids, P.concatenate(reshape(x, (-1,)), part, axis=0)
 
 
 @pytorch_keywords

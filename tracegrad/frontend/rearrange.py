@@ -28,6 +28,7 @@ from tracegrad.frontend.functions import (
     reshape,
     shape_arg,
     transpose,
+    viewing,
 )
 from tracegrad.frontend.promotion import is_number, result_type
 from tracegrad.frontend.reductions import sum
@@ -235,7 +236,8 @@ def _diagonal(input: Any, offset: int, dim1: int, dim2: int) -> Tensor:
     else:
         n = builtins.max(0, builtins.min(rows + offset, cols))
     i = np.arange(n) + (0 if offset >= 0 else -offset)
-    return getitem(x, (Ellipsis, i, i + offset))
+    index = (Ellipsis, i, i + offset)
+    return viewing(x, getitem(x, index), index)  # a view, as PyTorch's (`diagonal().zero_()`)
 
 
 @pytorch_keywords

@@ -170,7 +170,7 @@ class Tensor:
         self._retains = False
         self._serial = next(_serials)
         self._version = [0]  # in-place writes so far; shared with detach()ed aliases
-        self._view: tuple | None = None  # (the base, index): `mutation.write_back`
+        self._view: tuple | None = None  # (the base, undo): `functions.viewing`
         if data.__class__ is ir.Value and Listeners.tracers:
             Listeners.tracers[-1].made.append(weakref.ref(self))
         if requires_grad:

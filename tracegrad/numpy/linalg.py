@@ -59,22 +59,22 @@ def _triangle(a: Tensor, UPLO: str) -> Tensor:
 def svd(
     a: Any, full_matrices: bool = True, compute_uv: bool = True, hermitian: bool = False
 ) -> Any:
-    """(U, S, Vh) (only the thin SVD of a non-square matrix), or the singular values with
-    compute_uv=False."""
+    """(U, S, Vh) (of the full SVD, U's extra columns and Vh's extra rows get no gradient), or
+    the singular values with compute_uv=False."""
     a = asarray(a)
     return _linalg.svd(a, full_matrices) if compute_uv else _linalg.svdvals(a)
 
 
 def qr(a: Any, mode: str = "reduced") -> Any:
-    """(Q, R) ("reduced"; "complete" where m <= n), or R alone with mode="r" (NumPy's; PyTorch's
-    "r" gives an empty Q beside it)."""
+    """(Q, R) ("reduced"; "complete", of a tall matrix without gradient), or R alone with
+    mode="r" (NumPy's; PyTorch's "r" gives an empty Q beside it)."""
     if mode == "r":
         return _linalg.qr(asarray(a), "r").R
     return _linalg.qr(asarray(a), mode)
 
 
 def pinv(a: Any, rcond: Any = None, hermitian: bool = False) -> Tensor:
-    return _linalg.pinv(asarray(a))
+    return _linalg.pinv(asarray(a), rtol=1e-15 if rcond is None else rcond)
 
 
 def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> Tensor:

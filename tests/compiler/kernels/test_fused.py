@@ -100,6 +100,13 @@ def all_primitives(dtype):
         outs[op] = g(op, y, z)
     outs["where"] = g("where", cond, y, z)
     outs["astype"] = g("astype", y, dtype=np.dtype(np.int32))
+    iy, iz = (g("astype", v, dtype=np.dtype(np.int64)) for v in (y, z))  # -9..9
+    for op in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+        outs[op] = g(op, iy, iz)
+    outs["bitwise_not"] = g("bitwise_not", iy)
+    count = g("bitwise_and", iz, g.const(7, np.int64))  # a shift by 0..7
+    for op in ("bitwise_left_shift", "bitwise_right_shift"):
+        outs[op] = g(op, iy, count)
     rng = np.random.default_rng(0)
     yv = (rng.standard_normal((37, 29)) * 3).astype(dtype)
     zv = np.where(rng.random((37, 29)) < 0.3, yv, rng.standard_normal((37, 29))).astype(dtype)

@@ -1,5 +1,6 @@
 """The elementwise ops' NumPy implementations where NumPy has no function: float64 erf (Cody's
-rational approximations) against math.erf, and GELU's float64 values built on it."""
+rational approximations) against math.erf, and GELU's float64 values built on it; `positive`
+on bool arrays."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 
 import numpy as np
 
-from tracegrad.core.ops.elementwise import erf_f64, gelu
+from tracegrad.core.ops.elementwise import erf_f64, gelu, positive
 
 
 def test_float64_erf_is_within_four_ulp_of_math_erf_everywhere():
@@ -34,3 +35,11 @@ def test_float64_gelu_is_x_times_the_normal_cdf():
     x = np.linspace(-6, 6, 1001)
     want = np.array([v * 0.5 * math.erfc(-v / math.sqrt(2)) for v in x])
     np.testing.assert_allclose(gelu.impl(x), want, rtol=1e-14, atol=4 * 2.0**-52)
+
+
+def test_positive_copies_bool_arrays_which_np_positive_refuses():
+    mask = np.array([True, False])
+    out = positive.impl(mask)
+    assert out.dtype == np.bool_ and out.tolist() == [True, False] and out is not mask
+    into = np.zeros(2, np.bool_)
+    assert positive.impl(mask, out=into) is into and into.tolist() == [True, False]

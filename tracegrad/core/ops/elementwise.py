@@ -361,8 +361,19 @@ def conjugated(x: Any) -> Any:
 # `complex_grad=True` (vocabulary.Primitive): the rule holds for complex values too
 _C = {"complex_grad": True}
 
-positive = unary("positive", np.positive, lambda g, out, x: g, shape=shapes.same, scalar="(+{0})",
-                 **_C)  # fmt: skip
+
+def _copy(x, out=None):
+    """np.positive, which has no loop for bool: a bool tensor's `clone()` copies."""
+    if np.asarray(x).dtype != np.bool_:
+        return np.positive(x, out=out)
+    if out is None:
+        return np.array(x, copy=True)
+    np.copyto(out, x)
+    return out
+
+
+positive = unary("positive", _copy, lambda g, out, x: g, shape=shapes.same, scalar="(+{0})",
+                 accepts_out=True, numpy=np.positive, **_C)  # fmt: skip
 neg = unary("neg", np.negative, lambda g, out, x: -g, shape=shapes.same, scalar="(-{0})", **_C)
 exp = unary("exp", np.exp, lambda g, out, x: g * conjugated(out), "out", "exp({0})", ("exp",),
             **_C)  # fmt: skip
@@ -557,6 +568,36 @@ complex = binary("complex", _complex,
                  (lambda g, out, re, im: sum_to(real(g), re.shape),
                   lambda g, out, re, im: sum_to(imag(g), im.shape)),
                  shape=_complex_rule, **_C)  # fmt: skip
+
+
+def _bits(kinds: str) -> Callable:
+    """The shape rule of a bitwise op: integers (and, for `&`, `|` and `^`, bools) only."""
+
+    def rule(*xs):
+        if any(x.dtype.kind not in kinds for x in xs):
+            dtypes = ", ".join(str(x.dtype) for x in xs)
+            raise TypeError(f"expects integer{' or bool' if 'b' in kinds else ''} tensors, "
+                            f"got {dtypes}")  # fmt: skip
+        return shapes.broadcast_binary(*xs) if len(xs) == 2 else shapes.same(*xs)
+
+    return rule
+
+
+# integers' bitwise ops, without gradients (bool masks' `~` is logical_not's: Numba's ~True is -2)
+bitwise_and = binary("bitwise_and", np.bitwise_and, (None, None), scalar="({0} & {1})",
+                     shape=_bits("biu"))  # fmt: skip
+bitwise_or = binary("bitwise_or", np.bitwise_or, (None, None), scalar="({0} | {1})",
+                    shape=_bits("biu"))  # fmt: skip
+bitwise_xor = binary("bitwise_xor", np.bitwise_xor, (None, None), scalar="({0} ^ {1})",
+                     shape=_bits("biu"))  # fmt: skip
+bitwise_not = Primitive("bitwise_not", np.invert, _bits("iu"), (None,),
+                        kind=Kind.ELEMENTWISE, scalar="(~{0})")  # fmt: skip
+bitwise_left_shift = binary(
+    "bitwise_left_shift", np.left_shift, (None, None), scalar="({0} << {1})", shape=_bits("iu")
+)
+bitwise_right_shift = binary(
+    "bitwise_right_shift", np.right_shift, (None, None), scalar="({0} >> {1})", shape=_bits("iu")
+)
 
 
 __all__ = [n for n, v in list(globals().items()) if isinstance(v, Primitive) and n[0] != "_"]

@@ -192,7 +192,7 @@ def _cholesky_vjp(g, out, x):
     return _symmetric(matmul(matmul(mT(li), matmul(mT(out), g) * phi), li))
 
 
-def _pinv_vjp(g, out, x):
+def _pinv_vjp(g, out, x, rcond=1e-15):
     """From Golub and Pereyra's differential of the pseudo-inverse P of A:
     dP = -P dA P + P P^T dA^T (I - A P) + (I - P A) dA^T P^T P."""
     m, n = x.shape[-2:]
@@ -205,21 +205,29 @@ def _pinv_vjp(g, out, x):
     )
 
 
-def _svd_rule(x, part):
+def _svd_rule(x, part, full=False):
     m, n = x.shape[-2:]
     k, batch, dtype = builtins.min(m, n), x.shape[:-2], shapes.floating(x)[1]
-    return {"u": (*batch, m, k), "s": (*batch, k), "vh": (*batch, k, n)}[part], dtype
+    u, vh = (*batch, m, m if full else k), (*batch, n if full else k, n)
+    return {"u": u, "s": (*batch, k), "vh": vh}[part], dtype
 
 
-def _svd(x, part):
-    u, s, vh = np.linalg.svd(x, full_matrices=False)
+def _svd(x, part, full=False):
+    u, s, vh = np.linalg.svd(x, full_matrices=full)
     return {"u": u, "s": s, "vh": vh}[part]
 
 
-def _svd_vjp(g, out, x, part):
+def _svd_vjp(g, out, x, part, full=False):
     """Townsend's rules (2016) for the thin SVD x = U S V^T, one output's share at a time;
-    F_ij = 1 / (s_j^2 - s_i^2) off the diagonal (distinct singular values assumed)."""
-    u, s, vh = (svd(x, part=p) for p in ("u", "s", "vh"))
+    F_ij = 1 / (s_j^2 - s_i^2) off the diagonal (distinct singular values assumed). Of the full
+    SVD, U's columns (Vh's rows) past the k-th, a basis of a complement, get no gradient, as in
+    PyTorch."""
+    u, s, vh = (svd(x, part=p, full=full) for p in ("u", "s", "vh"))
+    if full:
+        k, lead = s.shape[-1], (slice(None),) * (x.ndim - 2)
+        cols, rows = (*lead, slice(None), slice(0, k)), (*lead, slice(0, k), slice(None))
+        u, vh = getitem(u, template=cols), getitem(vh, template=rows)
+        g = g if part == "s" else getitem(g, template=cols if part == "u" else rows)
     v = mT(vh)
     if part == "s":
         return matmul(u * reshaped(g, (*g.shape[:-1], 1, g.shape[-1])), vh)
@@ -238,14 +246,15 @@ def _svd_vjp(g, out, x, part):
     return matmul(u, matmul(j, vh) * mT(s_row) + rest / mT(s_row))
 
 
-def _qr_rule(x, part):
+def _qr_rule(x, part, complete=False):
     m, n = x.shape[-2:]
     k, batch, dtype = builtins.min(m, n), x.shape[:-2], shapes.floating(x)[1]
+    k = m if complete else k
     return {"q": (*batch, m, k), "r": (*batch, k, n)}[part], dtype
 
 
-def _qr(x, part):
-    q, r = np.linalg.qr(x)
+def _qr(x, part, complete=False):
+    q, r = np.linalg.qr(x, mode="complete" if complete else "reduced")
     return {"q": q, "r": r}[part]
 
 
@@ -263,10 +272,16 @@ def _tall_qr_grad(q, r, gq, gr):
     return mT(solve(r, mT(b)))  # b R^-T
 
 
-def _qr_vjp(g, out, x, part):
+def _qr_vjp(g, out, x, part, complete=False):
     """One output's share (Q's or R's) of the cotangent of the reduced QR. A wide matrix
     [X | Y] = Q [U | V] is X = QU, Y = QV: Y's cotangent is Q gV, X's the square rule's with
-    Q's cotangent gQ + Y gV^T (Liao et al.'s split)."""
+    Q's cotangent gQ + Y gV^T (Liao et al.'s split). The complete QR of a tall matrix has none
+    (Q's last columns are any basis of a complement), as PyTorch's."""
+    if complete and x.shape[-2] > x.shape[-1]:
+        raise NotImplementedError(
+            f"qr: mode='complete' of a tall matrix {x.shape} is not differentiable (as in "
+            "PyTorch); use mode='reduced'"
+        )
     q, r = (qr(x, part=p) for p in ("q", "r"))
     gq, gr = (g, None) if part == "q" else (None, g)
     m, n = x.shape[-2:]
@@ -313,7 +328,8 @@ eigh_vectors = Primitive("eigh_vectors", lambda x: np.linalg.eigh(x)[1], _square
 svd = Primitive("svd", _svd, _svd_rule, (_svd_vjp,), "in")
 qr = Primitive("qr", _qr, _qr_rule, (_qr_vjp,), "in")
 pinv = Primitive("pinv", np.linalg.pinv,
-                 lambda x: ((*x.shape[:-2], x.shape[-1], x.shape[-2]), shapes.floating(x)[1]),
+                 lambda x, rcond=1e-15: ((*x.shape[:-2], x.shape[-1], x.shape[-2]),
+                                         shapes.floating(x)[1]),
                  (_pinv_vjp,), "in+out")  # fmt: skip
 
 

@@ -202,6 +202,32 @@ scatter_max = Primitive("scatter_max", _scatter_max, _scatter_rule, (_scatter_ma
                         kind=Kind.INDEX)  # fmt: skip
 
 
+def _scatter_prod(g, *idx, shape, template):
+    """out[index] = the product of the values sent there (1 where none is)."""
+    out = np.ones(shape, g.dtype)
+    np.multiply.at(out, shapes.build_index(template, idx), g)
+    return out
+
+
+def _scatter_prod_vjp(g, out, x, *idx, shape, template):
+    """Each value's share of its target's cotangent: the product of the other values sent
+    there. Zeros are counted apart, so that a lone zero's share is the product of the rest
+    (not 0 / 0) and every other share is 0 (PyTorch's rule)."""
+    zero = equal(x, 0.0)
+    nonzero = where(zero, 1.0, x)
+    product = getitem(scatter_prod(nonzero, *idx, shape=shape, template=template), *idx,
+                      template=template)  # fmt: skip
+    zeros = getitem(scatter_add(astype(zero, dtype=x.dtype), *idx, shape=shape, template=template),
+                    *idx, template=template)  # fmt: skip
+    others = where(equal(zeros, 0.0), div(product, nonzero), where(zero, product, 0.0))
+    return mul(getitem(g, *idx, template=template), where(greater(zeros, 1.0), 0.0, others))
+
+
+# scatter_reduce's "prod" and scatter's reduce="multiply"
+scatter_prod = Primitive("scatter_prod", _scatter_prod, _scatter_rule, (_scatter_prod_vjp,),
+                         "in", kind=Kind.INDEX)  # fmt: skip
+
+
 def _pad_rule(x, pad_width, value):
     return tuple(d + lo + hi for d, (lo, hi) in zip(x.shape, pad_width, strict=True)), x.dtype
 
@@ -223,5 +249,5 @@ __all__ = [n for n, v in list(globals().items()) if isinstance(v, Primitive) and
 
 # The rules above call ops of other families, which import this one: imported last, the
 # cycle is harmless (no rule runs while the table loads).
-from tracegrad.core.ops.elementwise import astype, div, equal, mul  # noqa: E402
+from tracegrad.core.ops.elementwise import astype, div, equal, greater, mul, where  # noqa: E402
 from tracegrad.core.ops.reductions import sum  # noqa: E402
