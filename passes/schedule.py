@@ -13,7 +13,6 @@ the memory plan gives the new value the old one's buffer."""
 from __future__ import annotations
 
 import heapq
-import itertools
 
 from tracegrad.core.ir import Graph, Node, Value
 from tracegrad.core.vocabulary import Phase
@@ -57,13 +56,8 @@ def _update_dependencies(graph: Graph, producer: dict[Value, int]) -> list[set[V
     """The values each node waits for. An optimizer update is one connected piece of update
     nodes (`buf *= m; buf += g; p -= lr * buf`): each of its nodes waits for everything the
     piece reads from backward, so the piece runs together once the gradient exists, and no part
-    of it runs early only to hold its result until then. A piece lies within one `step()` (a
-    run of update nodes in traced order): where a traced step calls `step()` twice (SAC's
-    delayed actor updates), one piece holding both would wait for the second gradient, which
-    needs the first update's result, and neither would ever run."""
+    of it runs early only to hold its result until then."""
     parent = list(range(len(graph.nodes)))
-    # two update nodes are of one step() when no other node was traced between them
-    run = list(itertools.accumulate(n.phase is not Phase.UPDATE for n in graph.nodes))
 
     def root(i: int) -> int:
         while parent[i] != i:
@@ -76,7 +70,7 @@ def _update_dependencies(graph: Graph, producer: dict[Value, int]) -> list[set[V
     for i in arrays:  # a scalar many updates read (a learning rate cast once) joins no piece
         for v in graph.nodes[i].inputs:
             j = producer.get(v)
-            if j in arrays and run[j] == run[i]:
+            if j in arrays:
                 parent[root(i)] = root(j)
     outside: dict[int, set[Value]] = {}
     for i in updates:

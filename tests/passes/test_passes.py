@@ -913,52 +913,6 @@ def test_each_parameters_update_runs_when_its_gradient_exists(optimizer):
     assert first_update < last_backward
 
 
-def test_schedule_keeps_two_steps_of_one_parameter_apart():
-    """A parameter updated twice in one graph (p1 = p - g(p), p2 = p1 - g(p1)): the second
-    update reads the first's result, yet the two are not one piece, which would wait for g(p1)
-    before p1 exists and leave both unscheduled."""
-    p, x = val(3), val(3)
-    n1, g1 = node("mul", [p, x], (3,), Phase.BACKWARD)
-    n2, p1 = node("sub", [p, g1], (3,), Phase.UPDATE)
-    n3, g2 = node("mul", [p1, x], (3,), Phase.BACKWARD)
-    n4, p2 = node("sub", [p1, g2], (3,), Phase.UPDATE)
-    g = Graph([p, x], [n1, n2, n3, n4], [p2])
-    after, _ = passes.schedule(g)
-    assert after.nodes == g.nodes
-    same_results(g, after, rand(3), rand(3))
-
-
-@pytest.mark.parametrize("optimizer", ["SGD", "Adam"])
-def test_a_traced_step_may_step_an_optimizer_twice(optimizer):
-    """SAC's delayed actor updates: forward, backward and `step()` twice in one traced step."""
-    import tracegrad as tg
-    from tracegrad import optim
-
-    def make():
-        w = tg.tensor([1.0, 2.0], dtype=F64, requires_grad=True)
-        opt = getattr(optim, optimizer)([w], lr=0.1)
-
-        def step(x):
-            for _ in range(2):
-                loss = (w * x).sum() ** 2
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-            return loss
-
-        return w, step
-
-    x = tg.tensor([0.5, -1.0], dtype=F64)
-    w_eager, eager = make()
-    w_traced, traced = make()
-    traced = tg.trace(traced, backend="numpy")
-    for _ in range(2):
-        np.testing.assert_allclose(traced(x).numpy(), eager(x).numpy(), rtol=1e-14)
-        np.testing.assert_allclose(w_traced.numpy(), w_eager.numpy(), rtol=1e-14)
-    if optimizer == "SGD":  # by hand: w - 0.1 * 2 (w . x) x, twice, then twice again
-        np.testing.assert_allclose(w_eager.numpy(), [1.41015625, 1.1796875], rtol=1e-14)
-
-
 def test_simplify_reads_through_a_broadcast_an_elementwise_op_would_make_itself():
     x, y = val(5, 1), val(5, 4)
     n1, a = node("broadcast_to", [x], (5, 4), shape=(5, 4))
