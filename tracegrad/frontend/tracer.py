@@ -313,6 +313,15 @@ def watch(key: Any, describe: str, get: Callable[[], Any], warn: bool = True) ->
 GLOBAL_LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME"})
 
 
+def name_of(fn: Any) -> str:
+    """What messages and plans call a traced callable: a function's name; a
+    `functools.partial`'s, its function's; a module's or another callable object's, its
+    class's."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return getattr(fn, "__name__", None) or type(fn).__name__
+
+
 def watch_python_numbers(fn: Callable) -> None:
     """Watch the Python numbers `fn` reads from its globals and closure cells (and so do the
     functions and lambdas written inside it): the trace bakes them in."""
@@ -717,4 +726,4 @@ def interpret(graph: ir.Graph, *args: Any) -> list[np.ndarray]:
 
 
 __all__ = ["Capture", "TraceError", "Watch", "after_call", "capture", "guard", "interpret",
-           "set_in_step", "signature", "watch"]  # fmt: skip
+           "name_of", "set_in_step", "signature", "watch"]  # fmt: skip

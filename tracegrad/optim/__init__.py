@@ -393,7 +393,10 @@ def watch_python_state(opt: Optimizer) -> None:
     so its plan holds while the state's keys, numbers and tensors' shapes and the
     hyperparameters are as the trace found them, else the step traces again (PyTorch's compiler
     guards them too). Not worth a warning: the first step makes the state; a Python step
-    count, which changes at every step, meets the warning about tracing again and again."""
+    count, which changes at every step, meets the warning about tracing again and again.
+    Nothing outside tracing: every `state[p]` of an eager step asks."""
+    if not Listeners.tracers:
+        return
     watch(("optimizer", id(opt)), f"{type(opt).__name__}'s state or hyperparameters",
           lambda: PythonState.of(opt), warn=False)  # fmt: skip
 

@@ -29,6 +29,7 @@ from tracegrad.frontend.tracer import (
     is_argument,
     is_array,
     keep,
+    name_of,
     signature,
 )
 from tracegrad.nn.modules import MODULE_COMPILER, Module
@@ -38,11 +39,6 @@ if TYPE_CHECKING:
 
 COTANGENT = 1 << 30  # the cotangents' positions among the joint trace's arguments start here
 PLANS_KEPT = 8  # signatures compiled per module; other calls run eagerly (PyTorch's default)
-
-
-def _name(module: Any) -> str:
-    """A module's class name, a function's name."""
-    return getattr(module, "__name__", None) or type(module).__name__
 
 
 def _flat(n: int) -> Any:
@@ -284,7 +280,7 @@ class CompiledCalls:
         joint = Joint()
         cap = capture(self._joint(joint, params, grad_args), args, kwargs)
         forward, backward = split(cap, joint.n_out, remat=self.passes is None)
-        name = _name(self.module)
+        name = name_of(self.module)
         fplan = compile_plan(forward, self.backend, self.passes, f"{name}_forward", self.budget)
         bplan = backward and compile_plan(backward, self.backend, self.passes,
                                           f"{name}_backward", self.budget)  # fmt: skip
@@ -333,7 +329,7 @@ class CompiledCalls:
     def _say_why(self, cap: Capture) -> None:
         """Warn when a Python value the plans baked in changed and forces a new trace."""
         for w in cap.changed():
-            warn_user(f"torch.compile({_name(self.module)}) is traced again because "
+            warn_user(f"torch.compile({name_of(self.module)}) is traced again because "
                       f"{w.change()}: each new value compiles anew")  # fmt: skip
 
     def _eagerly(self, key: Any, why: str) -> None:
@@ -343,7 +339,7 @@ class CompiledCalls:
             raise TraceError(f"torch.compile(fullgraph=True): {why}")
         if key is not None:
             self.eager.add(key)
-        warn_user(f"torch.compile({_name(self.module)}): this call runs eagerly (PyTorch would "
+        warn_user(f"torch.compile({name_of(self.module)}): this call runs eagerly (PyTorch would "
                   f"break the graph here): {why}")  # fmt: skip
 
 
@@ -367,7 +363,7 @@ class _Forward:
     tensors from outside it read that require grad are its parameters."""
 
     def __init__(self, fn: Callable, params: list[Tensor]):
-        self.fn, self.params, self.__name__ = fn, params, getattr(fn, "__name__", "function")
+        self.fn, self.params, self.__name__ = fn, params, name_of(fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)

@@ -14,7 +14,7 @@ from tracegrad.core import ir
 from tracegrad.core.errors import warn_user
 from tracegrad.frontend.autodiff import is_grad_enabled
 from tracegrad.frontend.tensor import Listeners
-from tracegrad.frontend.tracer import Capture, TraceError, capture, signature
+from tracegrad.frontend.tracer import Capture, TraceError, capture, name_of, signature
 from tracegrad.runtime.budget import parse_budget
 from tracegrad.runtime.report import report
 
@@ -37,7 +37,7 @@ class Traced:
                  memory_budget: int | str | None = None, fullgraph: bool = True):  # fmt: skip
         if backend not in ("numpy", "numba"):
             raise ValueError(f"trace: unknown backend {backend!r} (use 'numpy' or 'numba')")
-        self.fn, self.backend, self.passes, self.name = fn, backend, passes, _name(fn)
+        self.fn, self.backend, self.passes, self.name = fn, backend, passes, name_of(fn)
         if memory_budget is not None:
             parse_budget(memory_budget)  # a bad budget fails here; a share is taken per trace
         self.memory_budget = memory_budget
@@ -253,14 +253,6 @@ class Traced:
         from tracegrad.runtime.timeline import memory_timeline
 
         return memory_timeline(self._plan(), path)
-
-
-def _name(fn: Callable) -> str:
-    """A function's name; a `functools.partial`'s, its function's; a callable object's, its
-    class's."""
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    return getattr(fn, "__name__", None) or type(fn).__name__
 
 
 def trace(
