@@ -1035,3 +1035,40 @@ def test_a_modules_config_entries_and_its_forwards_globals_are_guarded():
 
 
 _SHIFT = 0.0
+
+
+_ORDER = np.array([2, 0, 1])
+
+
+def test_numpy_arrays_a_step_reads_from_globals_or_closures_are_guarded():
+    """An index array or a mask the step reads from its globals, an enclosing function or a
+    module's attribute becomes a constant of the plan: changed in place (a reshuffle) or
+    rebound, the step traces again, as eager reads it anew (before, the old one stayed baked)."""
+    global _ORDER
+    mask = np.array([1.0, 0.0, 1.0])
+
+    class Picked(tg.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = np.array([1.0, 1.0, 1.0])
+
+        def forward(self, x):
+            return x * self.scale
+
+    model = Picked()
+    step = tg.trace(lambda x: (model(x)[_ORDER] * tg.from_numpy(mask)).sum(), backend="numpy")
+    x = tg.tensor([1.0, 2.0, 3.0])
+    assert step(x).item() == 5.0  # x[[2, 0, 1]] * [1, 0, 1] = 3 + 2
+    with pytest.warns(UserWarning, match="global `_ORDER` changed"):
+        _ORDER[:] = [0, 1, 2]  # in place
+        assert step(x).item() == 4.0
+    with pytest.warns(UserWarning, match="`mask` .from an enclosing function. changed"):
+        mask[1] = 1.0
+        assert step(x).item() == 6.0
+    with pytest.warns(UserWarning, match="Picked.scale changed"):
+        model.scale = np.array([2.0, 2.0, 2.0])  # rebound
+        assert step(x).item() == 12.0
+    _ORDER = np.array([0, 1, 2])  # another array with the same contents: the plan holds
+    assert step(x).item() == 12.0
+    assert len(step.plans[next(iter(step.plans))]) == 4
+    _ORDER = np.array([2, 0, 1])

@@ -14,6 +14,7 @@ import gc
 import random
 import sys
 import weakref
+import zlib
 from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -322,9 +323,9 @@ def name_of(fn: Any) -> str:
     return getattr(fn, "__name__", None) or type(fn).__name__
 
 
-def watch_python_numbers(fn: Callable) -> None:
-    """Watch the Python numbers `fn` reads from its globals and closure cells (and so do the
-    functions and lambdas written inside it): the trace bakes them in."""
+def watch_python_values(fn: Callable) -> None:
+    """Watch the Python numbers and NumPy arrays `fn` reads from its globals and closure cells
+    (and so do the functions and lambdas written inside it): the trace bakes them in."""
     while not hasattr(fn, "__code__") and hasattr(fn, "__func__") or hasattr(fn, "func"):
         fn = getattr(fn, "__func__", None) or fn.func  # bound methods, functools.partial
     code = getattr(fn, "__code__", None)
@@ -332,16 +333,40 @@ def watch_python_numbers(fn: Callable) -> None:
         return
     scope = fn.__globals__
     for name in _global_loads(code):
-        if _is_number(scope.get(name)):
-            watch(("global", id(scope), name), f"global `{name}`", lambda n=name: scope.get(n))
+        if _is_baked(scope.get(name)):
+            watch(("global", id(scope), name), f"global `{name}`",
+                  lambda n=name: baked(scope.get(n)))  # fmt: skip
     for name, cell in zip(code.co_freevars, fn.__closure__ or (), strict=True):
         try:
             content = cell.cell_contents
         except ValueError:  # an empty cell
             continue
-        if _is_number(content):
+        if _is_baked(content):
             watch(("closure", id(cell)), f"`{name}` (from an enclosing function)",
-                  lambda c=cell: c.cell_contents)  # fmt: skip
+                  lambda c=cell: baked(c.cell_contents))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Contents:
+    """What a plan baked in of a NumPy array: its shape, dtype and a checksum of its bytes.
+    Compared at each call, it sees the array changed in place (`np.random.shuffle(idx)`) or
+    replaced by one with other contents, at the cost of reading it, not of keeping a copy."""
+
+    shape: tuple
+    dtype: str
+    checksum: int
+
+    def __repr__(self) -> str:
+        return f"{self.dtype} array of shape {self.shape}, checksum {self.checksum:08x}"
+
+
+def baked(x: Any) -> Any:
+    """What the trace bakes in of `x`, to compare at each call: a number itself, an array's
+    `Contents` (an array of objects: itself, compared by identity)."""
+    if not isinstance(x, np.ndarray) or x.dtype.hasobject:
+        return x
+    data = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
+    return Contents(x.shape, x.dtype.name, zlib.crc32(data))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -357,8 +382,9 @@ def _global_loads(code: Any) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
-def _is_number(x: Any) -> bool:
-    return isinstance(x, int | float | complex | np.number) and not isinstance(x, np.ndarray)
+def _is_baked(x: Any) -> bool:
+    """A value the trace bakes in where the step reads it: a number or a NumPy array."""
+    return isinstance(x, int | float | complex | np.number | np.ndarray)
 
 
 def guard(check: Callable[[], bool]) -> None:
@@ -697,7 +723,7 @@ def capture(
                     tracer.weak.add(t._value)
             stand_ins.append(t)
         call_args, call_kwargs = pytree.unflatten(tree, stand_ins)
-        watch_python_numbers(fn)
+        watch_python_values(fn)
         before = _global_random_states()
         result = fn(*call_args, **call_kwargs)
         if _global_random_states() != before:

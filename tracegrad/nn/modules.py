@@ -24,7 +24,7 @@ from tracegrad.frontend.device import require_cpu, to_arguments
 from tracegrad.frontend.function import Function
 from tracegrad.frontend.scopes import module_scope
 from tracegrad.frontend.tensor import Listeners, Tensor, get_default_dtype
-from tracegrad.frontend.tracer import set_in_step, watch, watch_python_numbers
+from tracegrad.frontend.tracer import baked, set_in_step, watch, watch_python_values
 from tracegrad.nn import functional as F
 
 _generator = np.random.default_rng()
@@ -161,14 +161,15 @@ _CONFIG_ENTRIES = 64  # a dict or plain object with more entries is data, not se
 
 
 def _watch_settings(module: Module) -> None:
-    """While tracing: guard the numbers, flags and strings among the module's attributes, and
-    among the entries of the dicts and plain objects it holds (`self.config.dropout`,
-    `self.opts["scale"]`): its forward may read any of them, and the trace bakes them in."""
+    """While tracing: guard the numbers, flags, strings and NumPy arrays among the module's
+    attributes, and the settings among the entries of the dicts and plain objects it holds
+    (`self.config.dropout`, `self.opts["scale"]`): its forward may read any of them, and the
+    trace bakes them in."""
     owner = type(module).__name__
     for name, value in vars(module).items():
-        if type(value) in _SETTINGS:
+        if type(value) in _SETTINGS or isinstance(value, np.ndarray):
             watch((id(module), name), f"{owner}.{name}",
-                  functools.partial(getattr, module, name, None))  # fmt: skip
+                  lambda name=name: baked(getattr(module, name, None)))  # fmt: skip
             continue
         entries = _config_entries(value)
         for key, entry in entries.items() if len(entries) <= _CONFIG_ENTRIES else ():
@@ -312,7 +313,7 @@ class Module:
               lambda: self.training, warn=False)  # fmt: skip
         watch(_Hooks, "the modules' forward hooks", lambda: _Hooks.version, warn=False)
         _watch_settings(self)
-        watch_python_numbers(self.forward)  # and the numbers its forward reads from globals
+        watch_python_values(self.forward)  # and what its forward reads from globals
         Listeners.tracers[-1].remember(self)  # its attributes' tensors, before it runs
         with module_scope(self):  # the nodes made inside know their module path
             if self._hooks is None:

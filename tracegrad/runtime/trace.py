@@ -182,8 +182,8 @@ class Traced:
         for w in cap.changed():
             self._warn(
                 f"{self.name} is traced again because {w.change()}: the trace bakes "
-                "Python numbers in and each new value compiles a new plan; pass it as an "
-                "argument (a tensor) instead"
+                "Python numbers and NumPy arrays in and each new value compiles a new plan; "
+                "pass it as an argument (a tensor) instead"
             )
 
     def _warn(self, message: str) -> None:
