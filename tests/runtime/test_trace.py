@@ -1072,3 +1072,41 @@ def test_numpy_arrays_a_step_reads_from_globals_or_closures_are_guarded():
     assert step(x).item() == 12.0
     assert len(step.plans[next(iter(step.plans))]) == 4
     _ORDER = np.array([2, 0, 1])
+
+
+_CACHE: dict = {}
+
+
+def test_state_a_step_makes_at_its_first_call_is_read_at_the_next():
+    """A hidden state a module makes when its attribute is None (or missing), and an average a
+    step keeps in a global dict under a key it adds: the first call's plan makes them anew, so
+    each later call needs a plan that reads them (before, every call started from zeros)."""
+
+    class Carry(tg.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.h = None
+
+        def forward(self, x):
+            if self.h is None:
+                self.h = tg.zeros_like(x)
+            if not hasattr(self, "steps"):
+                self.steps = tg.zeros(())
+            self.h = (0.5 * self.h + x).detach()
+            self.steps = self.steps + 1
+            return self.h.sum() + self.steps
+
+    def step(model, x):
+        if "m" not in _CACHE:
+            _CACHE["m"] = tg.zeros_like(x)
+        _CACHE["m"].mul_(0.5).add_(x)
+        return model(x) + _CACHE["m"].sum()
+
+    x = tg.tensor([1.0, 2.0])
+    eager, traced = Carry(), Carry()
+    expected = [step(eager, x).item() for _ in range(4)]
+    _CACHE.clear()
+    compiled = tg.trace(step, backend="numpy")
+    assert [compiled(traced, x).item() for _ in range(4)] == expected
+    assert traced.h.tolist() == eager.h.tolist() and traced.steps.item() == 4.0
+    _CACHE.clear()

@@ -102,6 +102,10 @@ def _items(holder: Any) -> list[Place]:
     return []
 
 
+def _holds_tensor(holder: dict, key: Any) -> bool:
+    return isinstance(holder.get(key), Tensor | tuple)
+
+
 def put_back(places: list[Place]) -> None:
     """Make each place hold its object again: after a call, the attribute a step assigns holds
     what this plan wrote (another plan of the same step, for other shapes, wrote its own)."""
@@ -333,6 +337,7 @@ def watch_python_values(fn: Callable) -> None:
         return
     scope = fn.__globals__
     for name in _global_loads(code):
+        _note_keys(scope.get(name))
         if _is_baked(scope.get(name)):
             watch(("global", id(scope), name), f"global `{name}`",
                   lambda n=name: baked(scope.get(n)))  # fmt: skip
@@ -341,9 +346,17 @@ def watch_python_values(fn: Callable) -> None:
             content = cell.cell_contents
         except ValueError:  # an empty cell
             continue
+        _note_keys(content)
         if _is_baked(content):
             watch(("closure", id(cell)), f"`{name}` (from an enclosing function)",
                   lambda c=cell: baked(c.cell_contents))  # fmt: skip
+
+
+def _note_keys(x: Any) -> None:
+    """A dict the step reads from its globals or a closure: its keys as the step enters, so
+    that one it adds to keep a tensor it made is known for what it is (`Tracer.watch_filled`)."""
+    if type(x) is dict and Listeners.tracers:
+        Listeners.tracers[-1].keys_before.setdefault(id(x), frozenset(x))
 
 
 @dataclass(frozen=True)
@@ -430,6 +443,7 @@ class Tracer:
         self.made: list[weakref.ref[Tensor]] = []  # every symbolic tensor made while tracing
         self.held_before: dict[int, dict[Any, Any]] = {}  # id(object's dict) -> its tensors
         self.list_lengths: dict[int, int] = {}  # id(a list attribute) -> its length, before
+        self.keys_before: dict[int, frozenset] = {}  # id(a global dict) -> its keys, before
 
     def number(self, t: Tensor) -> Tensor:
         """`t.item()` while tracing: a 0-d tensor that promotes as a Python number (`weak`), as
@@ -572,6 +586,24 @@ class Tracer:
                     out[id(new)] = slot, p.key
         return out
 
+    def watch_filled(self, kept_at: list[Place]) -> None:
+        """State the step makes where it found none (`if self.h is None: self.h = zeros(...)`,
+        a key it adds to a global dict): the Python test that chose to make it is baked in, so
+        this plan holds only while the place holds no tensor. After the first call it holds
+        one, and the next call traces a plan that reads it (a warm-up, as `.grad` is)."""
+        for p in kept_at:
+            if not isinstance(p.holder, dict):
+                continue
+            if id(p.holder) in self.held_before:  # a module's attributes
+                filled = p.key not in self.held_before[id(p.holder)]
+            else:
+                filled = p.key not in self.keys_before.get(id(p.holder), (p.key,))
+            if filled:
+                get = functools.partial(_holds_tensor, p.holder, p.key)
+                self.watched[("filled", id(p.holder), p.key)] = Watch(
+                    f"`{p.key}`, which the step filled", get, False, warn=False
+                )
+
     def donated_grads(self) -> list[Slot]:
         """The parameters whose `.grad` the step replaces (`zero_grad()` then `backward()`)
         without reading the old one: the old grad's buffer becomes an input the plan may write
@@ -638,6 +670,7 @@ class Tracer:
         kept_at = places(kept) if kept else []
         held = held_where(leaves, result, self.slots)
         self._refuse_lists([*kept_at, *(p for p, _, _ in held)])
+        self.watch_filled(kept_at)
         for t in kept:
             value_writes.append(Ref(t, None))
             outputs.append(t._value)
