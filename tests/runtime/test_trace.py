@@ -17,6 +17,7 @@ import tracegrad.torch as torch
 from tracegrad.compiler import lowering
 from tracegrad.core.vocabulary import Phase
 from tracegrad.runtime import arena as runtime_arena
+from tracegrad.runtime.trace import Traced
 
 
 def gelu(u):
@@ -289,6 +290,25 @@ def test_a_signature_keeps_its_newest_plans_only():
             assert float(step(np.ones(()))) == n
     ((*_, newest),) = step.plans.values()
     assert len(next(iter(step.plans.values()))) == 8 and newest.capture.guards_hold()
+
+
+def test_torch_compile_runs_a_signature_eagerly_after_eight_traces():
+    """Under `torch.compile` (fullgraph False) a signature traced 8 times (a Python step count
+    an optimizer keeps) runs eagerly from then on, as PyTorch's does past its cache_size_limit:
+    tracing and compiling at every step costs far more than the step."""
+    count = {"n": 0}
+
+    def step(x):
+        n = count["n"]
+        tg.guard(lambda: count["n"] == n)
+        return x * n
+
+    compiled = Traced(step, "numpy", None, fullgraph=False)
+    with pytest.warns(UserWarning, match="runs eagerly .* traced 8 times for this signature"):
+        for n in range(12):
+            count["n"] = n
+            assert float(compiled(np.ones(()))) == n
+    assert sum(compiled.traces.values()) == 8 and len(compiled.eager) == 1
 
 
 def test_hashable_python_arguments_are_part_of_the_signature():

@@ -6,7 +6,7 @@ import functools
 import os
 import threading
 import warnings
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +24,9 @@ if TYPE_CHECKING:
     from tracegrad.runtime.profile import Profile
     from tracegrad.runtime.viz import Report
 
-RETRACES_WARNED = 8  # plans for one signature: past this, retracing is likely a mistake
+# traces of one signature: past this, retracing is likely a mistake; `torch.compile(fn)` runs
+# that signature eagerly from then on, as PyTorch does past its cache_size_limit
+RETRACES_WARNED = 8
 SIGNATURES_WARNED = 8  # distinct input signatures: past this, shapes are likely unbucketed
 MAX_SIGNATURES = 32  # plans kept per traced function; the least recently used go first
 PLANS_KEPT = 8  # plans kept per signature, the newest: a Python step count traces at each step
@@ -52,6 +54,7 @@ class Traced:
         # where PyTorch would break the graph; True (`trace`'s): the refusal is raised
         self.fullgraph = fullgraph
         self.eager: set[Any] = set()  # the signatures that run eagerly
+        self.traces: Counter[Any] = Counter()  # traces per signature
         # a function whose results autograd tracks (a forward, a loss), called with grad
         # enabled: its plans and their backward (`compiled_module`)
         self.differentiable: CompiledCalls | None = None
@@ -91,6 +94,12 @@ class Traced:
         if new:
             if plans:
                 self._say_why(plans[-1].capture)
+            if self.traces[key] >= RETRACES_WARNED and not self.fullgraph:
+                why = (
+                    f"it was traced {RETRACES_WARNED} times for this signature already "
+                    "(PyTorch's cache_size_limit): what its guards check keeps changing"
+                )
+                return self._eagerly(key, TraceError(why), args, kwargs)
             self._more_dynamic(leaves)
             try:
                 cap = self._capture(args, kwargs)
@@ -160,7 +169,8 @@ class Traced:
         plans = self.plans.setdefault(key, [])
         plans.append(plan)
         del plans[:-PLANS_KEPT]
-        if len(plans) == RETRACES_WARNED:
+        self.traces[key] += 1
+        if self.traces[key] == RETRACES_WARNED:
             self._warn(
                 f"{self.name} was traced {RETRACES_WARNED} times for one signature: what "
                 "its guards check keeps changing (the grads being None or not, a baked-in "
