@@ -1094,22 +1094,48 @@ def test_numpy_arrays_a_step_reads_from_globals_or_closures_are_guarded():
     _ORDER = np.array([2, 0, 1])
 
 
+def test_two_replaced_state_tensors_of_one_shape_are_both_followed():
+    """A module replacing two state tensors of one shape, one computed from the other: finding
+    which old tensor each replaced compared them as values (`if` on a traced tensor: the trace
+    failed)."""
+
+    class Two(tg.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.h, self.stats = tg.zeros(2), {"peak": tg.ones(2)}
+
+        def forward(self, x):
+            self.stats["peak"] = self.stats["peak"] + self.h
+            self.h = (0.5 * self.h + x).detach()
+            return self.h.sum() + self.stats["peak"].sum()
+
+    x, eager, traced = tg.tensor([1.0, 2.0]), Two(), Two()
+    expected = [eager(x).item() for _ in range(3)]
+    step = tg.trace(lambda x: traced(x), backend="numpy")
+    assert [step(x).item() for _ in range(3)] == expected == [5.0, 9.5, 14.75]
+
+
 _CACHE: dict = {}
 
 
 def test_state_a_step_makes_at_its_first_call_is_read_at_the_next():
-    """A hidden state a module makes when its attribute is None (or missing), and an average a
-    step keeps in a global dict under a key it adds: the first call's plan makes them anew, so
-    each later call needs a plan that reads them (before, every call started from zeros)."""
+    """A hidden state a module makes when its attribute is None (or missing) or under a key it
+    adds to a dict it holds, and an average a step keeps in a global dict under a key it adds:
+    the first call's plan makes them anew, so each later call needs a plan that reads them
+    (before, every call started from zeros). A module's detached state from the first plan
+    (an alias) is followed by the second as the tensor it replaced."""
 
     class Carry(tg.nn.Module):
         def __init__(self):
             super().__init__()
-            self.h = None
+            self.h, self.stats = None, {}
 
         def forward(self, x):
             if self.h is None:
                 self.h = tg.zeros_like(x)
+            if "peak" not in self.stats:
+                self.stats["peak"] = x.detach().clone()
+            self.stats["peak"] = self.stats["peak"] + self.h
             if not hasattr(self, "steps"):
                 self.steps = tg.zeros(())
             self.h = (0.5 * self.h + x).detach()
@@ -1129,4 +1155,5 @@ def test_state_a_step_makes_at_its_first_call_is_read_at_the_next():
     compiled = tg.trace(step, backend="numpy")
     assert [compiled(traced, x).item() for _ in range(4)] == expected
     assert traced.h.tolist() == eager.h.tolist() and traced.steps.item() == 4.0
+    assert traced.stats["peak"].tolist() == eager.stats["peak"].tolist()
     _CACHE.clear()

@@ -176,15 +176,14 @@ def keep(held: list[Held], results: Sequence[Any]) -> None:
 
 
 class Before(tuple):
-    """The tensors an attribute held as the step entered its object (one, or a tuple's), a
-    detached alias as its tensor; not a reference that keeps them in use (`_unreferenced`)."""
+    """The tensors an attribute held as the step entered its object (one, or a tuple's); not a
+    reference that keeps them in use (`_unreferenced`)."""
 
     was_tuple: bool
 
     @classmethod
     def of(cls, v: Any) -> Before:
-        out = cls(x._base if isinstance(x, Alias) else x for x in (v if isinstance(v, tuple)
-                                                                   else (v,)))  # fmt: skip
+        out = cls(v if isinstance(v, tuple) else (v,))
         out.was_tuple = isinstance(v, tuple)
         return out
 
@@ -205,7 +204,7 @@ def is_array(x: Any) -> bool:
     return isinstance(x, Tensor | np.ndarray)
 
 
-@dataclass
+@dataclass(eq=False)  # one per tensor: equal only to itself (fields hold tensors)
 class Slot:
     """A tensor from outside the trace: what it held before, and its symbolic stand-in."""
 
@@ -443,7 +442,7 @@ class Tracer:
         self.made: list[weakref.ref[Tensor]] = []  # every symbolic tensor made while tracing
         self.held_before: dict[int, dict[Any, Any]] = {}  # id(object's dict) -> its tensors
         self.list_lengths: dict[int, int] = {}  # id(a list attribute) -> its length, before
-        self.keys_before: dict[int, frozenset] = {}  # id(a global dict) -> its keys, before
+        self.keys_before: dict[int, frozenset] = {}  # id(a dict the step read) -> its keys
 
     def number(self, t: Tensor) -> Tensor:
         """`t.item()` while tracing: a 0-d tensor that promotes as a Python number (`weak`), as
@@ -466,6 +465,9 @@ class Tracer:
                                            if isinstance(v, Tensor | tuple)}  # fmt: skip
             self.list_lengths.update((id(v), len(v)) for v in attrs.values()
                                      if isinstance(v, list))  # fmt: skip
+            for v in attrs.values():
+                if type(v) is dict:
+                    self.keys_before.setdefault(id(v), frozenset(v))
 
     def process(self, prim: Any, inputs: list[Tensor], params: dict, shape: tuple, dtype: Any):
         ins = [self.lift(t) for t in inputs]
@@ -546,7 +548,9 @@ class Tracer:
         replaced = [s for s in self.slots.values() if id(s.tensor) in gone]
         made_by = {v: n for n in self.nodes for v in n.outputs}
         where = self._held_where(escaped)
-        for new in escaped:
+        # those in the attribute whose old tensor they replaced claim it first: a tensor kept
+        # only by its detached alias (`(0.5 * self.h + x).detach()`) was computed from it too
+        for new in sorted(escaped, key=lambda t: id(t) not in where):
             reads = _computed_from(new._value, made_by)
             pairs = [s for s in replaced if s.input in reads
                      and (s.tensor.shape, s.tensor.dtype) == (new.shape, new.dtype)]  # fmt: skip
@@ -576,7 +580,9 @@ class Tracer:
             if before is None or isinstance(p.obj, tuple) != before.was_tuple:
                 continue
             for new, old in zip(p.obj if before.was_tuple else (p.obj,), before, strict=False):
-                slot = self.slots.get(id(old))
+                # a detached alias stands for its tensor, if the step read that one
+                bases = (old._base, old) if isinstance(old, Alias) else (old,)
+                slot = next((self.slots[id(b)] for b in bases if id(b) in self.slots), None)
                 if (
                     slot is not None
                     and slot.arg is None
@@ -588,9 +594,10 @@ class Tracer:
 
     def watch_filled(self, kept_at: list[Place]) -> None:
         """State the step makes where it found none (`if self.h is None: self.h = zeros(...)`,
-        a key it adds to a global dict): the Python test that chose to make it is baked in, so
-        this plan holds only while the place holds no tensor. After the first call it holds
-        one, and the next call traces a plan that reads it (a warm-up, as `.grad` is)."""
+        a key it adds to a dict of its globals or of a module's attributes): the Python test
+        that chose to make it is baked in, so this plan holds only while the place holds no
+        tensor. After the first call it holds one, and the next call traces a plan that reads
+        it (a warm-up, as `.grad` is)."""
         for p in kept_at:
             if not isinstance(p.holder, dict):
                 continue
