@@ -315,6 +315,7 @@ def watch(key: Any, describe: str, get: Callable[[], Any], warn: bool = True) ->
 
 
 GLOBAL_LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME"})
+NAME_LOADS = GLOBAL_LOADS | {"LOAD_ATTR", "LOAD_METHOD"}  # not STORE_ATTR: `self.x = ...`
 
 
 def name_of(fn: Any) -> str:
@@ -379,6 +380,23 @@ def baked(x: Any) -> Any:
         return x
     data = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
     return Contents(x.shape, x.dtype.name, zlib.crc32(data))
+
+
+def names_read(*fns: Any) -> frozenset[str]:
+    """The global and attribute names the code of `fns` (and of the functions written inside
+    them) reads: `self.idx` in a method names `idx`; `self.idx = ...` does not."""
+    codes = (getattr(getattr(f, "__func__", f), "__code__", None) for f in fns)
+    return frozenset().union(*(_names_read(c) for c in codes if c is not None))
+
+
+@functools.lru_cache(maxsize=4096)
+def _names_read(code: Any) -> frozenset[str]:
+    codes, names = [code], set()
+    while codes:
+        c = codes.pop()
+        names.update(i.argval for i in dis.get_instructions(c) if i.opname in NAME_LOADS)
+        codes += [k for k in c.co_consts if hasattr(k, "co_names")]
+    return frozenset(names)
 
 
 @functools.lru_cache(maxsize=4096)

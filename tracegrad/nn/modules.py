@@ -24,7 +24,7 @@ from tracegrad.frontend.device import require_cpu, to_arguments
 from tracegrad.frontend.function import Function
 from tracegrad.frontend.scopes import module_scope
 from tracegrad.frontend.tensor import Listeners, Tensor, get_default_dtype
-from tracegrad.frontend.tracer import baked, set_in_step, watch, watch_python_values
+from tracegrad.frontend.tracer import baked, names_read, set_in_step, watch, watch_python_values
 from tracegrad.nn import functional as F
 
 _generator = np.random.default_rng()
@@ -161,13 +161,14 @@ _CONFIG_ENTRIES = 64  # a dict or plain object with more entries is data, not se
 
 
 def _watch_settings(module: Module) -> None:
-    """While tracing: guard the numbers, flags, strings and NumPy arrays among the module's
-    attributes, and the settings among the entries of the dicts and plain objects it holds
-    (`self.config.dropout`, `self.opts["scale"]`): its forward may read any of them, and the
-    trace bakes them in."""
+    """While tracing: guard the numbers, flags and strings among the module's attributes, the
+    NumPy arrays its class's methods name, and the settings among the entries of the dicts and
+    plain objects it holds (`self.config.dropout`, `self.opts["scale"]`): its forward may read
+    any of them, and the trace bakes them in."""
     owner = type(module).__name__
+    read = _names_read(type(module))
     for name, value in vars(module).items():
-        if type(value) in _SETTINGS or isinstance(value, np.ndarray):
+        if type(value) in _SETTINGS or isinstance(value, np.ndarray) and name in read:
             watch((id(module), name), f"{owner}.{name}",
                   lambda name=name: baked(getattr(module, name, None)))  # fmt: skip
             continue
@@ -177,6 +178,14 @@ def _watch_settings(module: Module) -> None:
                 get = (functools.partial(value.get, key) if isinstance(value, dict)
                        else functools.partial(getattr, value, key, None))  # fmt: skip
                 watch((id(value), key), f"{owner}.{name}[{key!r}]", get)
+
+
+@functools.lru_cache(maxsize=1024)
+def _names_read(cls: type) -> frozenset[str]:
+    """The names a module class's own methods read (not `Module`'s): an array attribute none
+    of them names is data the module holds (a replay buffer), not one its forward reads."""
+    own = [f for c in cls.__mro__ if c not in Module.__mro__ for f in vars(c).values()]
+    return names_read(*own)
 
 
 def _config_entries(value: Any) -> dict:
