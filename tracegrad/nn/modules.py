@@ -166,7 +166,7 @@ def _watch_settings(module: Module) -> None:
     plain objects it holds (`self.config.dropout`, `self.opts["scale"]`): its forward may read
     any of them, and the trace bakes them in."""
     owner = type(module).__name__
-    read = _names_read(type(module))
+    read = _class_reads(type(module))
     for name, value in vars(module).items():
         if type(value) in _SETTINGS or isinstance(value, np.ndarray) and name in read:
             watch((id(module), name), f"{owner}.{name}",
@@ -181,7 +181,7 @@ def _watch_settings(module: Module) -> None:
 
 
 @functools.lru_cache(maxsize=1024)
-def _names_read(cls: type) -> frozenset[str]:
+def _class_reads(cls: type) -> frozenset[str]:
     """The names a module class's own methods read (not `Module`'s): an array attribute none
     of them names is data the module holds (a replay buffer), not one its forward reads."""
     own = [f for c in cls.__mro__ if c not in Module.__mro__ for f in vars(c).values()]
