@@ -150,3 +150,36 @@ def test_an_op_without_a_complex_rule_refuses_to_record():
         np.testing.assert_allclose(tg.tanh(z).numpy(), np.tanh(A))
     with pytest.raises(RuntimeError, match="grad can be implicitly created only for real scalar"):
         (z * 2.0).sum().backward()
+
+
+def test_real_imag_and_view_as_real_are_views_that_write_their_tensor():
+    """PyTorch's optimizers update a complex parameter through `view_as_real(p)` in place, and
+    code writes `z.real` / `z.imag`: the writes reach the complex tensor, eagerly, under
+    autograd and in a traced step (they were copies: the update was lost silently)."""
+    z = tg.tensor([1 + 2j, 3 - 1j])
+    with tg.no_grad():
+        tg.view_as_real(z).mul_(2)
+    z.real.add_(1)
+    assert z.tolist() == [3 + 4j, 7 - 2j]
+    z.imag.zero_()
+    assert z.tolist() == [3 + 0j, 7 + 0j]
+    pairs = tg.tensor([[1.0, 2.0], [3.0, 4.0]])
+    tg.view_as_complex(pairs).mul_(1j)
+    assert pairs.tolist() == [[-2.0, 1.0], [-4.0, 3.0]]
+
+    w = tg.tensor([1 + 1j, 2 + 0j], requires_grad=True)
+    y = w * 1
+    tg.view_as_real(y).mul_(3)  # y = 3w: sum |y|^2 = 9 |w|^2, whose gradient is 18 w
+    (y.abs() ** 2).sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), [18 + 18j, 36])
+
+    def update(p, g):
+        with tg.no_grad():
+            tg.view_as_real(p).add_(tg.view_as_real(g), alpha=-0.1)
+
+    traced = tg.trace(update, backend="numpy")
+    for run in (update, traced):
+        p, g = tg.tensor([1 + 1j, 2 - 1j]), tg.tensor([0.5 + 0j, 1j])
+        run(p, g)
+        run(p, g)
+        np.testing.assert_allclose(p.numpy(), [0.9 + 1j, 2 - 1.2j])

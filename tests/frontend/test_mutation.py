@@ -825,3 +825,12 @@ def test_scatter_reduce_prod_gradient_is_the_product_of_the_others(backend, monk
     out = tg.full((2, 3), 2.0).scatter_(1, tg.tensor(np.array([[0, 0], [2, 1]])), 3.0,
                                         reduce="multiply")  # fmt: skip
     assert out.numpy().tolist() == [[18.0, 2.0, 2.0], [2.0, 6.0, 6.0]]
+
+
+def test_a_ufunc_in_place_on_a_view_held_as_a_copy_writes_its_base():
+    """`y.diagonal().mul_(2)` under no_grad: the fast path computing into the view's own array
+    skipped the write-back a diagonal (a copy) needs, and y kept its value."""
+    y = tg.ones((3, 3))
+    with tg.no_grad():
+        y.diagonal().mul_(2)
+    np.testing.assert_array_equal(y.numpy(), np.ones((3, 3)) + np.eye(3))

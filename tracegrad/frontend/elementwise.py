@@ -13,7 +13,7 @@ import numpy as np
 
 from tracegrad.core import primitives as P
 from tracegrad.core.errors import ShapeError, warn_user
-from tracegrad.frontend.functions import pytorch_keywords, reshape, stack
+from tracegrad.frontend.functions import pytorch_keywords, reshape, stack, viewing
 from tracegrad.frontend.promotion import is_number, result_type
 from tracegrad.frontend.tensor import Tensor, as_tensor, get_default_dtype
 
@@ -286,19 +286,22 @@ def nan_to_num(input: Any, nan: float = 0.0, posinf: float | None = None,
 
 @pytorch_keywords
 def real(input: Any) -> Tensor:
-    """The real part of a complex tensor; a real tensor itself."""
+    """The real part of a complex tensor, a view (writing it writes the tensor); a real tensor
+    itself."""
     x = as_tensor(input)
-    return P.real(x) if x.dtype.kind == "c" else x
+    if x.dtype.kind != "c":
+        return x
+    return viewing(x, P.real(x), lambda v: P.complex(v, P.imag(x)))
 
 
 @pytorch_keywords
 def imag(input: Any) -> Tensor:
-    """The imaginary part of a complex tensor (a real one has none, as in PyTorch)."""
+    """The imaginary part of a complex tensor, a view (a real one has none, as in PyTorch)."""
     x = as_tensor(input)
     if x.dtype.kind != "c":
         raise RuntimeError(f"imag is not implemented for tensors with non-complex dtypes "
                            f"({x.dtype})")  # fmt: skip
-    return P.imag(x)
+    return viewing(x, P.imag(x), lambda v: P.complex(P.real(x), v))
 
 
 @pytorch_keywords
@@ -349,16 +352,20 @@ def polar(abs: Any, angle: Any) -> Tensor:  # noqa: A002 (PyTorch's names)
 
 
 def view_as_real(input: Any) -> Tensor:
-    """A complex tensor as real pairs along a new last axis: (..., 2) of its parts. A copy (a
-    tensor here is a value: a write into it does not reach the complex tensor)."""
+    """A complex tensor as real pairs along a new last axis: (..., 2) of its parts. A view:
+    an in-place op on it writes the complex tensor (optimizers update complex parameters so)."""
     x = as_tensor(input)
     if x.dtype.kind != "c":
         raise RuntimeError(f"view_as_real is only supported for complex tensors, not {x.dtype}")
-    return stack([P.real(x), P.imag(x)], -1)
+    return viewing(x, stack([P.real(x), P.imag(x)], -1), _as_complex)
+
+
+def _as_complex(pairs: Tensor) -> Tensor:
+    return P.complex(pairs[..., 0], pairs[..., 1])
 
 
 def view_as_complex(input: Any) -> Tensor:
-    """Real pairs along the last axis (..., 2) as complex numbers (a copy, as view_as_real's)."""
+    """Real pairs along the last axis (..., 2) as complex numbers; a view, as view_as_real's."""
     x = as_tensor(input)
     if x.dtype not in (np.float32, np.float64):
         raise RuntimeError("view_as_complex is only supported for float and double tensors, "
@@ -366,7 +373,7 @@ def view_as_complex(input: Any) -> Tensor:
     if x.ndim == 0 or x.shape[-1] != 2:
         raise RuntimeError(f"view_as_complex: the tensor must have a last dimension of size 2, "
                            f"not shape {x.shape}")  # fmt: skip
-    return P.complex(x[..., 0], x[..., 1])
+    return viewing(x, _as_complex(x), lambda v: stack([P.real(v), P.imag(v)], -1))
 
 
 @pytorch_keywords

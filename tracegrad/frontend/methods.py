@@ -386,8 +386,8 @@ METHODS: dict[str, Any] = {
     "is_floating_point": lambda self: self.dtype.kind == "f",
     "is_complex": E.is_complex, "is_signed": lambda self: self.dtype.kind in "fic",
     "cfloat": _cast(np.complex64), "cdouble": _cast(np.complex128),
-    # complex numbers: `.real` and `.imag` are attributes, as PyTorch's (copies: see
-    # view_as_real), the conjugate computed
+    # complex numbers: `.real` and `.imag` are attributes, as PyTorch's (views), the conjugate
+    # computed
     "real": property(E.real), "imag": property(E.imag), "conj": E.conj, "angle": E.angle,
     "conj_physical": E.conj, "resolve_conj": E.resolve_conj, "resolve_neg": E.resolve_neg,
     "is_conj": lambda self: False, "is_neg": lambda self: False,

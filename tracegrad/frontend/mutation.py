@@ -161,6 +161,8 @@ def _into(target: Tensor, ufunc: np.ufunc, other: Any) -> bool:
     update). False, having done nothing, where the general path must run."""
     if Listeners.tracers or target._value.__class__ is not np.ndarray or isinstance(target, Alias):
         return False  # (an alias writes the array its tensor holds now: `Alias._assign`)
+    if not _shares_base(target):
+        return False  # a view held as a copy (a diagonal): `write` writes its base too
     other = lift_operands((target, other))[1]
     if Listeners.grad_enabled and (edge(target) is not None or edge(other) is not None):
         return False
