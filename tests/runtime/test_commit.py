@@ -165,6 +165,49 @@ def test_a_step_failing_before_its_commit_point_changes_nothing(backend, where, 
     traced(tokens, labels)  # and the next step runs
 
 
+def two_updates(optimizer="sgd"):
+    """The model, its optimizer and a step that trains on two batches, one `step()` each: the
+    second forward reads the weights the first update wrote."""
+    model, opt, step = setup(optimizer)
+
+    def step_twice(tokens, labels, tokens2, labels2):
+        return tg.stack([step(tokens, labels), step(tokens2, labels2)])
+
+    return model, opt, step_twice
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("where", ["token", "label", "shape"])
+def test_a_step_with_two_updates_failing_in_its_second_forward_changes_nothing(backend, where):
+    """A token out of range in the second batch fails in the embedding's lookup of the weights
+    the first update wrote, so after that update; a label, in a check that may run before it;
+    a batch of another shape, in the trace. Each leaves the state as it was, and the next call
+    trains as eager."""
+    model, opt, step = two_updates()
+    model_e, opt_e, step_e = two_updates()
+    traced = tg.trace(step, backend=backend)
+    batches = [*batch(0), *batch(1)]
+    for k in range(2):
+        nn.manual_seed(k)
+        traced(*batches)
+        nn.manual_seed(k)
+        step_e(*batches)
+    before = snapshot(model, opt)
+    bad = [t.numpy().copy() for t in batches]
+    if where == "shape":
+        bad[3] = bad[3][:-1]
+    else:
+        bad[2 if where == "token" else 3][-1] = 99
+    with pytest.raises((IndexError, ValueError)):
+        traced(*map(tg.tensor, bad))
+    assert_same(snapshot(model, opt), before)
+    nn.manual_seed(2)
+    got = traced(*batches).numpy()
+    nn.manual_seed(2)
+    np.testing.assert_allclose(got, step_e(*batches).numpy(), rtol=1e-10)
+    assert_same(snapshot(model, opt), snapshot(model_e, opt_e), rtol=1e-9)
+
+
 def test_a_node_that_may_fail_traced_after_the_update_runs_before_it():
     """An opaque op traced after `opt.step()` that does not read the new values runs before
     the first write to state: when it raises, nothing has changed."""
