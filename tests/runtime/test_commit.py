@@ -208,6 +208,20 @@ def test_a_step_with_two_updates_failing_in_its_second_forward_changes_nothing(b
     assert_same(snapshot(model, opt), snapshot(model_e, opt_e), rtol=1e-9)
 
 
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_the_second_update_writes_in_place_when_the_commit_point_follows_the_first(backend):
+    """The second forward's lookup of the updated embedding may fail, so the first update
+    writes new buffers; the second then writes each parameter and momentum into the state's
+    own buffer (free since the first read it), not into the arena for a copy at the end."""
+    model, opt, step = two_updates()
+    traced = tg.trace(step, backend=backend)
+    traced(*batch(0), *batch(1))
+    plan = traced.latest
+    updates = [i for i, n in enumerate(plan.graph.nodes) if n.phase is tg.Phase.UPDATE]
+    assert updates[0] < plan.memory.commit <= updates[-1]
+    assert len(plan.memory.in_place) >= 2 * len(list(model.parameters()))
+
+
 def test_a_node_that_may_fail_traced_after_the_update_runs_before_it():
     """An opaque op traced after `opt.step()` that does not read the new values runs before
     the first write to state: when it raises, nothing has changed."""
