@@ -289,8 +289,9 @@ def test_the_report_names_the_commit_point():
     assert "each freed by its update inside backward" in text
 
 
-def mlp_step(clip=False, depth=4, width=16):
-    """An MLP step with SGD momentum, optionally clipping gradients by their global norm."""
+def mlp_step(clip=False, depth=4, width=16, calls=1):
+    """An MLP step with SGD momentum, optionally clipping gradients by their global norm;
+    `calls` forward, backward and `step()` rounds in one step."""
     rng = np.random.default_rng(0)
     nn.manual_seed(0)
     layers = [nn.Linear(width, width) for _ in range(depth)]
@@ -299,13 +300,14 @@ def mlp_step(clip=False, depth=4, width=16):
     gm = tg.GradManager().attach(model.parameters())
 
     def step(x):
-        with gm:
-            loss = (model(x) ** 2).mean()
-            gm.backward(loss)
-        if clip:
-            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad()
+        for _ in range(calls):
+            with gm:
+                loss = (model(x) ** 2).mean()
+                gm.backward(loss)
+            if clip:
+                nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad()
         return loss
 
     return step, tg.tensor(rng.standard_normal((8, width)))
@@ -351,6 +353,21 @@ def test_clipping_by_global_norm_keeps_every_gradient_and_the_report_says_why():
     assert most_alive(spans) == len(spans) == 8
     text = str(traced.report())
     assert "kept until all exist, because an update reads a value computed from all" in text
+
+
+@pytest.mark.parametrize("clip", [False, True])
+def test_two_step_calls_each_free_or_keep_their_gradients_and_the_report_says_which(clip):
+    """The report asks each `step()` call about its own gradients: the first call's updates
+    run before the second backward's gradients exist, which hid the clipping's wait."""
+    step, x = mlp_step(clip=clip, calls=2)
+    step_e, x_e = mlp_step(clip=clip, calls=2)
+    traced = tg.trace(step, backend="numpy")
+    np.testing.assert_allclose(traced(x).item(), step_e(x_e).item(), rtol=1e-12)
+    spans = gradient_lifetimes(traced.latest)
+    assert len(spans) == 16 and most_alive(spans) == (8 if clip else 1)
+    text = str(traced.report())
+    assert ("kept until all exist" in text) == clip
+    assert ("each freed by its update inside backward" in text) != clip
 
 
 def test_the_timeline_counts_no_bytes_for_state_written_in_place():
