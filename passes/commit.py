@@ -92,18 +92,43 @@ def gradients(graph: Graph) -> list[tuple[Value, int, int]]:
 
 def why_gradients_wait(graph: Graph, commit: int) -> str | None:
     """Why the updates do not run inside backward, each as its gradient is final (None if
-    they do, or there are none): what in the step needs all gradients first."""
-    grads = gradients(graph)
-    updates = [
-        i for i, n in enumerate(graph.nodes) if n.phase is Phase.UPDATE and n.outputs[0].ndim
-    ]
-    if len(grads) < 2 or not updates or updates[0] < max(b for _, b, _ in grads):
-        return None
-    outputs = set(graph.outputs)
-    if any(v in outputs for v, _, _ in grads):
+    they do, or there are none): what in the step needs all gradients first. Asked of each
+    `step()` call apart (a step may call it twice, the second on a second backward's
+    gradients), about the gradients its updates read, directly or through a clipping."""
+    born = {v: b for v, b, _ in gradients(graph)}
+    calls: dict[int | None, list[int]] = {}
+    for i, n in enumerate(graph.nodes):
+        if n.phase is Phase.UPDATE and n.outputs[0].ndim:
+            calls.setdefault(n.update, []).append(i)
+    for updates in calls.values():
+        read = _gradients_read(graph, updates, born)
+        if len(read) > 1 and updates[0] > max(born[v] for v in read):
+            return _why_waited(graph, read, born)
+    return None
+
+
+def _gradients_read(graph: Graph, updates: list[int], born: dict[Value, int]) -> set[Value]:
+    """The gradients the nodes `updates` read, directly or through nodes of neither backward
+    nor an update (a clipping's scale, from every gradient's norm)."""
+    producer = {v: n for n in graph.nodes for v in n.outputs}
+    stack = [v for i in updates for v in graph.nodes[i].inputs]
+    seen: set[Value] = set()
+    while stack:
+        v = stack.pop()
+        n = producer.get(v)
+        if v in seen or n is None:
+            continue
+        seen.add(v)
+        if v not in born and n.phase not in (Phase.BACKWARD, Phase.UPDATE):
+            stack.extend(n.inputs)
+    return {v for v in seen if v in born}
+
+
+def _why_waited(graph: Graph, read: set[Value], born: dict[Value, int]) -> str:
+    if any(v in read for v in graph.outputs):
         return "the gradients are outputs of the step (written to .grad, accumulated across calls)"
     fails = [i for i, f in enumerate(fallible(graph)) if f]
-    if fails and fails[-1] >= min(b for _, b, _ in grads):
+    if fails and fails[-1] >= min(born[v] for v in read):
         n = graph.nodes[fails[-1]]
         return f"the commit point waits for {n.op} at {n.source or '?'}, which may fail"
     return (

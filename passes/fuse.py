@@ -497,4 +497,6 @@ def _fused_node(group: _Group, users: dict[Value, list[Node]], outputs: set[Valu
     # the module most of its members come from: a GELU's kernel that took in the bias add
     # before it belongs to the GELU
     module = Counter(n.module for n in group.nodes).most_common(1)[0][0]
-    return Node(fused, inputs, results, {"body": body}, first.source, first.phase, module)
+    return Node(
+        fused, inputs, results, {"body": body}, first.source, first.phase, module, first.update
+    )

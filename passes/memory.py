@@ -236,14 +236,17 @@ def _liveness(graph: Graph, plan: MemoryPlan, donate: dict[Value, Value],
                 buf = wholes[whole]
             else:
                 candidates = [v for v in dying if v not in views and may_take(out, buffers[v], i)]
-                buf = _reusable(n, out, candidates, buffers, holders)
+                # a free state buffer before a dying temporary's: a parameter's second update
+                # in a step reads the first's result, which lives in the arena
+                free = _free_state(n, out, donate, buffers, holders) and may_take(
+                    out, buffers[donate[out]], i
+                )
+                buf = None if free else _reusable(n, out, candidates, buffers, holders)
                 if buf is not None:
                     plan.reuse[out] = next(v for v in dying if buffers[v] is buf)
                     dying.remove(plan.reuse[out])  # one result per dying buffer
                     holders[buf] -= 1  # the dying input's place is taken by `out`
-                elif _free_state(n, out, donate, buffers, holders) and may_take(
-                    out, buffers[donate[out]], i
-                ):
+                elif free:
                     buf = buffers[donate[out]]  # the old value died before this node
                     plan.reuse[out] = donate[out]
                 else:

@@ -56,7 +56,10 @@ def _update_dependencies(graph: Graph, producer: dict[Value, int]) -> list[set[V
     """The values each node waits for. An optimizer update is one connected piece of update
     nodes (`buf *= m; buf += g; p -= lr * buf`): each of its nodes waits for everything the
     piece reads from backward, so the piece runs together once the gradient exists, and no part
-    of it runs early only to hold its result until then."""
+    of it runs early only to hold its result until then. A piece lies within one `step()` call
+    (`Node.update`): a step that calls it twice (SAC's delayed actor update, an inner loop)
+    updates a parameter twice, and one piece over both would wait for the second gradient,
+    computed from the first update's result."""
     parent = list(range(len(graph.nodes)))
 
     def root(i: int) -> int:
@@ -70,7 +73,7 @@ def _update_dependencies(graph: Graph, producer: dict[Value, int]) -> list[set[V
     for i in arrays:  # a scalar many updates read (a learning rate cast once) joins no piece
         for v in graph.nodes[i].inputs:
             j = producer.get(v)
-            if j in arrays:
+            if j in arrays and graph.nodes[j].update == graph.nodes[i].update:
                 parent[root(i)] = root(j)
     outside: dict[int, set[Value]] = {}
     for i in updates:

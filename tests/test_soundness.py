@@ -625,3 +625,90 @@ def test_an_elementwise_result_written_over_a_transposed_numpy_result(backend):
 
     x, y = tg.tensor(np.arange(12.0).reshape(4, 3)), tg.tensor(np.full((4, 3), 2.0))
     np.testing.assert_array_equal(tg.trace(f, backend=backend)(x, y).numpy(), f(x, y).numpy())
+
+
+def _mlp(n_in, n_out, seed):
+    tg.nn.manual_seed(seed)
+    return tg.nn.Sequential(tg.nn.Linear(n_in, 8), tg.nn.Tanh(), tg.nn.Linear(8, n_out)).double()
+
+
+def _two_step_case(case):
+    """(modules, optimizers, step): a step that calls one optimizer's `step()` twice. "sgd": a
+    k-updates inner loop on one batch, SGD with momentum; "adam": Adam on two batches, a forward
+    and backward over the updated weights between the steps; "actor_critic": SAC's critic
+    update, the actor's through the updated critic, the critic's again."""
+    F = tg.nn.functional
+    if case == "actor_critic":
+        actor, critic = _mlp(3, 2, 0), _mlp(5, 1, 1)
+        actor_opt = tg.optim.SGD(actor.parameters(), lr=0.05, momentum=0.9)
+        critic_opt = tg.optim.Adam(critic.parameters(), lr=0.01)
+
+        def critic_update(s, a, r):
+            critic_opt.zero_grad()
+            loss = F.mse_loss(critic(tg.cat([s, a], 1)), r)
+            loss.backward()
+            critic_opt.step()
+            return loss
+
+        def step(s, a, r):
+            first = critic_update(s, a, r)
+            actor_opt.zero_grad()
+            actor_loss = -critic(tg.cat([s, tg.tanh(actor(s))], 1)).mean()
+            actor_loss.backward()  # also into the critic's grads, which the next update zeroes
+            actor_opt.step()
+            return tg.stack([first, actor_loss, critic_update(s, a, r)])
+
+        return [actor, critic], [actor_opt, critic_opt], step
+    model = _mlp(3, 2, 0)
+    if case == "sgd":
+        opt = tg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+        def step(s, a, r):
+            losses = []
+            for _ in range(2):
+                opt.zero_grad()
+                losses.append(F.mse_loss(model(s), a))
+                losses[-1].backward()
+                opt.step()
+            return tg.stack(losses)
+
+        return [model], [opt], step
+    opt = tg.optim.Adam(model.parameters(), lr=0.01)
+
+    def step(s, a, r):
+        first = F.mse_loss(model(s), a)
+        first.backward()
+        opt.step()
+        opt.zero_grad()
+        second = F.mse_loss(model(s * 2.0), a - 1.0)  # another batch, on the new weights
+        second.backward()
+        opt.step()
+        opt.zero_grad()
+        return tg.stack([first, second])
+
+    return [model], [opt], step
+
+
+def _state_of(modules, optimizers):
+    return [t.numpy().copy() for t in [
+        *(p for m in modules for p in m.parameters()),
+        *(t for opt in optimizers for state in opt.state for t in state.values()),
+    ]]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", ["sgd", "adam", "actor_critic"])
+def test_a_step_may_call_an_optimizers_step_twice(backend, case):
+    """The second `step()` reads the weights the first wrote, through a second backward: the
+    schedule kept both updates of a parameter in one piece, which waited for its own result
+    (the plan lost nodes)."""
+    rng = np.random.default_rng(0)
+    batches = [[tg.tensor(rng.standard_normal(shape)) for shape in ((4, 3), (4, 2), (4, 1))]
+               for _ in range(3)]  # fmt: skip
+    eager, traced = _two_step_case(case), _two_step_case(case)
+    step = tg.trace(traced[2], backend=backend)
+    for batch in batches:
+        np.testing.assert_allclose(step(*batch).numpy(), eager[2](*batch).numpy(), rtol=1e-12)
+    want, got = _state_of(*eager[:2]), _state_of(*traced[:2])
+    assert len(got) == len(want) >= 8
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15)

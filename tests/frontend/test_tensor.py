@@ -10,6 +10,7 @@ import pytest
 import tracegrad as tg
 import tracegrad.numpy as tnp
 from tracegrad.frontend.promotion import category, number_dtype
+from tracegrad.frontend.tensor import Listeners, phase
 
 
 def test_array_facts() -> None:
@@ -250,3 +251,14 @@ def test_deepcopy_makes_a_leaf_of_its_own_also_inside_a_traced_step() -> None:
 
     step(tg.tensor(2.0))
     assert isinstance(held["copy"]._value, np.ndarray) and held["copy"].tolist() == [2.0, 4.0]
+
+
+def test_an_update_phase_entered_from_outside_one_is_a_new_step_call():
+    assert Listeners.update is None
+    with phase(tg.Phase.UPDATE):
+        call = Listeners.update
+        with phase(tg.Phase.BACKWARD), phase(tg.Phase.UPDATE):  # nested: the same call
+            assert Listeners.update == call
+    assert Listeners.update is None
+    with phase(tg.Phase.UPDATE):
+        assert Listeners.update not in (None, call)

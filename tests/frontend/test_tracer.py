@@ -398,3 +398,25 @@ def test_a_bare_result_kept_by_a_hook_is_found_and_a_plain_one_costs_no_heap_swe
     step = tg.trace(lambda x: model(x))
     for i in range(2):
         assert step(tgt.ones(2, 3) * i) is features["last"]
+
+
+def test_each_optimizer_step_call_numbers_the_update_nodes_it_makes():
+    """Two `step()` calls in one traced step: each call's update nodes carry one number, the
+    second's another; nodes outside updates carry none. The schedule keeps pieces apart by it."""
+    w = tg.tensor([1.0, 2.0], requires_grad=True)
+    opt = tg.optim.SGD([w], lr=0.1, momentum=0.9)
+
+    def step(x):
+        for _ in range(2):
+            (w * x).sum().backward()
+            opt.step()
+            opt.zero_grad()
+
+    traced = tg.trace(step, backend="numpy", passes=[])
+    traced(tg.tensor([0.5, -1.0]))
+    nodes = traced.latest.graph.nodes
+    numbers = [n.update for n in nodes if n.phase is tg.Phase.UPDATE]
+    first, second = dict.fromkeys(numbers)
+    assert first is not None and second is not None and first != second
+    assert numbers == sorted(numbers, key=[first, second].index)  # each call's nodes together
+    assert all(n.update is None for n in nodes if n.phase is not tg.Phase.UPDATE)

@@ -913,6 +913,22 @@ def test_each_parameters_update_runs_when_its_gradient_exists(optimizer):
     assert first_update < last_backward
 
 
+def test_schedule_keeps_two_step_calls_updates_of_one_parameter_apart():
+    """A parameter updated by two `step()` calls (p1 = p - g(p), p2 = p1 - g(p1)): the second
+    update reads the first's result, yet the two are not one piece, which would wait for g(p1)
+    before p1 exists and leave both unscheduled."""
+    p, x = val(3), val(3)
+    n1, g1 = node("mul", [p, x], (3,), Phase.BACKWARD)
+    n2, p1 = node("sub", [p, g1], (3,), Phase.UPDATE)
+    n3, g2 = node("mul", [p1, x], (3,), Phase.BACKWARD)
+    n4, p2 = node("sub", [p1, g2], (3,), Phase.UPDATE)
+    n2.update, n4.update = 0, 1
+    g = Graph([p, x], [n1, n2, n3, n4], [p2])
+    after, _ = passes.schedule(g)
+    assert after.nodes == g.nodes
+    same_results(g, after, rand(3), rand(3))
+
+
 def test_simplify_reads_through_a_broadcast_an_elementwise_op_would_make_itself():
     x, y = val(5, 1), val(5, 4)
     n1, a = node("broadcast_to", [x], (5, 4), shape=(5, 4))

@@ -165,6 +165,63 @@ def test_a_step_failing_before_its_commit_point_changes_nothing(backend, where, 
     traced(tokens, labels)  # and the next step runs
 
 
+def two_updates(optimizer="sgd"):
+    """The model, its optimizer and a step that trains on two batches, one `step()` each: the
+    second forward reads the weights the first update wrote."""
+    model, opt, step = setup(optimizer)
+
+    def step_twice(tokens, labels, tokens2, labels2):
+        return tg.stack([step(tokens, labels), step(tokens2, labels2)])
+
+    return model, opt, step_twice
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("where", ["token", "label", "shape"])
+def test_a_step_with_two_updates_failing_in_its_second_forward_changes_nothing(backend, where):
+    """A token out of range in the second batch fails in the embedding's lookup of the weights
+    the first update wrote, so after that update; a label, in a check that may run before it;
+    a batch of another shape, in the trace. Each leaves the state as it was, and the next call
+    trains as eager."""
+    model, opt, step = two_updates()
+    model_e, opt_e, step_e = two_updates()
+    traced = tg.trace(step, backend=backend)
+    batches = [*batch(0), *batch(1)]
+    for k in range(2):
+        nn.manual_seed(k)
+        traced(*batches)
+        nn.manual_seed(k)
+        step_e(*batches)
+    before = snapshot(model, opt)
+    bad = [t.numpy().copy() for t in batches]
+    if where == "shape":
+        bad[3] = bad[3][:-1]
+    else:
+        bad[2 if where == "token" else 3][-1] = 99
+    with pytest.raises((IndexError, ValueError)):
+        traced(*map(tg.tensor, bad))
+    assert_same(snapshot(model, opt), before)
+    nn.manual_seed(2)
+    got = traced(*batches).numpy()
+    nn.manual_seed(2)
+    np.testing.assert_allclose(got, step_e(*batches).numpy(), rtol=1e-10)
+    assert_same(snapshot(model, opt), snapshot(model_e, opt_e), rtol=1e-9)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_the_second_update_writes_in_place_when_the_commit_point_follows_the_first(backend):
+    """The second forward's lookup of the updated embedding may fail, so the first update
+    writes new buffers; the second then writes each parameter and momentum into the state's
+    own buffer (free since the first read it), not into the arena for a copy at the end."""
+    model, opt, step = two_updates()
+    traced = tg.trace(step, backend=backend)
+    traced(*batch(0), *batch(1))
+    plan = traced.latest
+    updates = [i for i, n in enumerate(plan.graph.nodes) if n.phase is tg.Phase.UPDATE]
+    assert updates[0] < plan.memory.commit <= updates[-1]
+    assert len(plan.memory.in_place) >= 2 * len(list(model.parameters()))
+
+
 def test_a_node_that_may_fail_traced_after_the_update_runs_before_it():
     """An opaque op traced after `opt.step()` that does not read the new values runs before
     the first write to state: when it raises, nothing has changed."""
@@ -232,8 +289,9 @@ def test_the_report_names_the_commit_point():
     assert "each freed by its update inside backward" in text
 
 
-def mlp_step(clip=False, depth=4, width=16):
-    """An MLP step with SGD momentum, optionally clipping gradients by their global norm."""
+def mlp_step(clip=False, depth=4, width=16, calls=1):
+    """An MLP step with SGD momentum, optionally clipping gradients by their global norm;
+    `calls` forward, backward and `step()` rounds in one step."""
     rng = np.random.default_rng(0)
     nn.manual_seed(0)
     layers = [nn.Linear(width, width) for _ in range(depth)]
@@ -242,13 +300,14 @@ def mlp_step(clip=False, depth=4, width=16):
     gm = tg.GradManager().attach(model.parameters())
 
     def step(x):
-        with gm:
-            loss = (model(x) ** 2).mean()
-            gm.backward(loss)
-        if clip:
-            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad()
+        for _ in range(calls):
+            with gm:
+                loss = (model(x) ** 2).mean()
+                gm.backward(loss)
+            if clip:
+                nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad()
         return loss
 
     return step, tg.tensor(rng.standard_normal((8, width)))
@@ -294,6 +353,21 @@ def test_clipping_by_global_norm_keeps_every_gradient_and_the_report_says_why():
     assert most_alive(spans) == len(spans) == 8
     text = str(traced.report())
     assert "kept until all exist, because an update reads a value computed from all" in text
+
+
+@pytest.mark.parametrize("clip", [False, True])
+def test_two_step_calls_each_free_or_keep_their_gradients_and_the_report_says_which(clip):
+    """The report asks each `step()` call about its own gradients: the first call's updates
+    run before the second backward's gradients exist, which hid the clipping's wait."""
+    step, x = mlp_step(clip=clip, calls=2)
+    step_e, x_e = mlp_step(clip=clip, calls=2)
+    traced = tg.trace(step, backend="numpy")
+    np.testing.assert_allclose(traced(x).item(), step_e(x_e).item(), rtol=1e-12)
+    spans = gradient_lifetimes(traced.latest)
+    assert len(spans) == 16 and most_alive(spans) == (8 if clip else 1)
+    text = str(traced.report())
+    assert ("kept until all exist" in text) == clip
+    assert ("each freed by its update inside backward" in text) != clip
 
 
 def test_the_timeline_counts_no_bytes_for_state_written_in_place():

@@ -40,6 +40,11 @@ def _state(model, opt, sched) -> list[np.ndarray]:
     return [t.numpy().copy() for t in tensors]
 
 
+def _loss(logits, y, k):
+    loss = nn.functional.cross_entropy(logits, y)
+    return loss + logits.gather(1, logits.argmax(1, keepdim=True)).mean() if k else loss
+
+
 class Injector:
     """The plan's source with a call `_fault(k)` after the k-th node's statement (the lines that
     carry a node's comment), compiled once in the namespace the plan's own source runs in;
@@ -73,7 +78,11 @@ class Injector:
 
 
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
-def test_a_step_failing_at_any_statement_of_its_plan_changes_nothing(backend, monkeypatch):
+@pytest.mark.parametrize("calls", [1, 2])
+def test_a_step_failing_at_any_statement_of_its_plan_changes_nothing(backend, calls, monkeypatch):
+    """Also a step that calls `step()` twice, whose second loss gathers the logits of the
+    updated weights at their argmax (DQN's greedy action): an index op that may fail after the
+    first update, which then writes new buffers until the commit point."""
     monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
     model, opt, sched = _model()
     rng = np.random.default_rng(1)
@@ -82,9 +91,10 @@ def test_a_step_failing_at_any_statement_of_its_plan_changes_nothing(backend, mo
 
     @tg.trace(backend=backend)
     def step(x, y):
-        loss = nn.functional.cross_entropy(model(x), y)
-        loss.backward()  # accumulates into the gradients of the call before
-        opt.step()
+        for k in range(calls):
+            loss = _loss(model(x), y, k)
+            loss.backward()  # accumulates into the gradients of the call before
+            opt.step()
         sched.step()
         return loss
 
@@ -94,9 +104,11 @@ def test_a_step_failing_at_any_statement_of_its_plan_changes_nothing(backend, mo
     plan = step.latest
     assert backend == "numpy" or plan.kernels
     good, injector = plan.run.run, Injector(plan)
-    assert 30 <= injector.statements <= 400
+    assert 30 * calls <= injector.statements <= 400 * calls
     plan.run.run = injector.run
     commit = injector.statements if injector.commit is None else injector.commit
+    updates = [i for i, n in enumerate(plan.graph.nodes) if n.phase is tg.Phase.UPDATE]
+    assert (updates[0] < plan.memory.commit) == (calls == 2)
     completed = 2  # calls that ran to their end
     assert 0 < commit <= injector.statements
     try:
@@ -126,9 +138,10 @@ def test_a_step_failing_at_any_statement_of_its_plan_changes_nothing(backend, mo
     model2, opt2, sched2 = _model()
 
     def eager(x, y):
-        loss = nn.functional.cross_entropy(model2(x), y)
-        loss.backward()
-        opt2.step()
+        for k in range(calls):
+            loss = _loss(model2(x), y, k)
+            loss.backward()
+            opt2.step()
         sched2.step()
         return loss
 

@@ -73,9 +73,11 @@ class Node:
     produced it; `phase` is the `Phase` of the step it belongs to (a name that is not one
     raises); `module` is the path of the module it was made in, as `named_modules()` names it
     (`blocks.2.attn`; "" the root module itself, None outside every module): pictures, reports
-    and profiles group by it."""
+    and profiles group by it. `update` numbers, for an update node, the optimizer `step()` call
+    that made it (in traced order; None outside updates): a step may update a parameter twice,
+    and the schedule keeps the two calls' updates apart."""
 
-    __slots__ = ("prim", "inputs", "outputs", "attrs", "source", "phase", "module")
+    __slots__ = ("prim", "inputs", "outputs", "attrs", "source", "phase", "module", "update")
 
     def __init__(
         self,
@@ -86,6 +88,7 @@ class Node:
         source: str | None = None,
         phase: Phase | str = Phase.FORWARD,
         module: str | None = None,
+        update: int | None = None,
     ):
         if isinstance(prim, str):
             raise TypeError(f"Node: pass the primitive, not its name {prim!r}")
@@ -96,6 +99,7 @@ class Node:
         self.attrs = dict(attrs or {})
         self.source = source
         self.module = module
+        self.update = update
 
     @property
     def op(self) -> str:

@@ -47,7 +47,8 @@ class _Listeners(threading.local):
     `no_grad` and backward state are per thread, as PyTorch's grad mode and JAX's trace state
     are: a step traced in one thread must not capture another thread's eager ops. `phase` is the
     `Phase` of a training step that is running (forward, backward, update), set where it
-    starts (backward passes, optimizer steps) and read by the tracer to label nodes."""
+    starts (backward passes, optimizer steps) and read by the tracer to label nodes; `update`
+    numbers the optimizer `step()` call running (None outside one), which labels its nodes too."""
 
     record: Any = None  # autodiff's recorder, shared by all threads: record(prim, inputs, out, ...)
 
@@ -55,6 +56,7 @@ class _Listeners(threading.local):
         self.tracers: list[Any] = []
         self.grad_enabled = True
         self.phase = Phase.FORWARD
+        self.update: int | None = None
         self.module: Any = None  # while tracing, the module being called (frontend/scopes.py)
         self.recording: list[Any] = []  # GradManagers recording in this thread, outermost first
 
@@ -62,15 +64,22 @@ class _Listeners(threading.local):
 Listeners = _Listeners()
 
 
+_updates = itertools.count()
+
+
 @contextlib.contextmanager
 def phase(name: Phase) -> Iterator[None]:
     """Label the ops run inside as part of phase `name` (`Phase.BACKWARD`, `Phase.UPDATE`) of a
-    training step; a name that is not a `Phase` raises."""
-    previous, Listeners.phase = Listeners.phase, Phase(name)
+    training step; a name that is not a `Phase` raises. Entering the update phase from outside
+    one starts a new `step()` call: a step that updates twice has two (`Listeners.update`)."""
+    previous = Listeners.phase, Listeners.update
+    Listeners.phase = Phase(name)
+    if Listeners.phase is Phase.UPDATE and Listeners.update is None:
+        Listeners.update = next(_updates)
     try:
         yield
     finally:
-        Listeners.phase = previous
+        Listeners.phase, Listeners.update = previous
 
 
 def _is_extent(n: Any) -> bool:

@@ -490,8 +490,9 @@ class Tracer:
     def process(self, prim: Any, inputs: list[Tensor], params: dict, shape: tuple, dtype: Any):
         ins = [self.lift(t) for t in inputs]
         out = ir.Value(shape, dtype)
+        update = Listeners.update if Listeners.phase is Phase.UPDATE else None
         node = ir.Node(prim, ins, [out], params, user_location(), Listeners.phase,
-                       Listeners.module)  # a Scope until `finish` names it  # fmt: skip
+                       Listeners.module, update)  # a Scope until `finish` names it  # fmt: skip
         self.nodes.append(node)
         return out
 
