@@ -292,10 +292,11 @@ def test_a_signature_keeps_its_newest_plans_only():
     assert len(next(iter(step.plans.values()))) == 8 and newest.capture.guards_hold()
 
 
-def test_torch_compile_runs_a_signature_eagerly_after_eight_traces():
+def test_torch_compile_runs_eagerly_past_eight_traces_or_signatures():
     """Under `torch.compile` (fullgraph False) a signature traced 8 times (a Python step count
-    an optimizer keeps) runs eagerly from then on, as PyTorch's does past its cache_size_limit:
-    tracing and compiling at every step costs far more than the step."""
+    an optimizer keeps), and any new signature past 8 (an int argument that counts), run
+    eagerly from then on, as PyTorch's do past its cache_size_limit: tracing and compiling at
+    every step costs far more than the step."""
     count = {"n": 0}
 
     def step(x):
@@ -309,6 +310,13 @@ def test_torch_compile_runs_a_signature_eagerly_after_eight_traces():
             count["n"] = n
             assert float(compiled(np.ones(()))) == n
     assert sum(compiled.traces.values()) == 8 and len(compiled.eager) == 1
+
+    counting = Traced(lambda x, it: x * it, "numpy", None, fullgraph=False)
+    with pytest.warns(UserWarning, match="runs eagerly .* 8 input signatures were traced"):
+        for it in range(12):  # an int that counts: a new signature at every call
+            assert float(counting(np.ones(()), it)) == it
+    assert len(counting.plans) == 8 and len(counting.eager) == 4
+    assert float(counting(np.ones(()), 3)) == 3  # a signature traced before runs its plan
 
 
 def test_hashable_python_arguments_are_part_of_the_signature():

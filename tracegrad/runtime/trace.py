@@ -24,10 +24,11 @@ if TYPE_CHECKING:
     from tracegrad.runtime.profile import Profile
     from tracegrad.runtime.viz import Report
 
-# traces of one signature: past this, retracing is likely a mistake; `torch.compile(fn)` runs
-# that signature eagerly from then on, as PyTorch does past its cache_size_limit
+# traces of one signature, and signatures: past these, retracing is likely a mistake (a step
+# count, shapes that vary); `torch.compile(fn)` runs those calls eagerly from then on, as
+# PyTorch does past its cache_size_limit, and `trace` warns and goes on tracing
 RETRACES_WARNED = 8
-SIGNATURES_WARNED = 8  # distinct input signatures: past this, shapes are likely unbucketed
+SIGNATURES_WARNED = 8
 MAX_SIGNATURES = 32  # plans kept per traced function; the least recently used go first
 PLANS_KEPT = 8  # plans kept per signature, the newest: a Python step count traces at each step
 
@@ -94,11 +95,8 @@ class Traced:
         if new:
             if plans:
                 self._say_why(plans[-1].capture)
-            if self.traces[key] >= RETRACES_WARNED and not self.fullgraph:
-                why = (
-                    f"it was traced {RETRACES_WARNED} times for this signature already "
-                    "(PyTorch's cache_size_limit): what its guards check keeps changing"
-                )
+            why = self._past_the_limit(key)
+            if why and not self.fullgraph:
                 return self._eagerly(key, TraceError(why), args, kwargs)
             self._more_dynamic(leaves)
             try:
@@ -136,6 +134,23 @@ class Traced:
         warn_user(f"torch.compile({self.name}): this call runs eagerly (PyTorch would "
                   f"break the graph here): {why}")  # fmt: skip
         return self.fn(*args, **kwargs)
+
+    def _past_the_limit(self, key: Any) -> str | None:
+        """Why tracing `key` again would pass PyTorch's cache_size_limit, if it would: a guard
+        that fails at every call (a Python step count), or a new signature at every call (an
+        int argument that counts). `torch.compile(fn)` runs such calls eagerly."""
+        if self.traces[key] >= RETRACES_WARNED:
+            return (
+                f"it was traced {RETRACES_WARNED} times for this signature already "
+                "(PyTorch's cache_size_limit): what its guards check keeps changing"
+            )
+        if key not in self.plans and len(self.plans) >= SIGNATURES_WARNED:
+            return (
+                f"{SIGNATURES_WARNED} input signatures were traced already (PyTorch's "
+                "cache_size_limit): pad or bucket shapes that vary, pass an int that "
+                "changes at every call as a tensor"
+            )
+        return None
 
     def _more_dynamic(self, leaves: list[Any]) -> None:
         """A Python float argument that takes a second value becomes an input of the plan
