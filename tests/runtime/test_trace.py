@@ -1170,3 +1170,43 @@ def test_state_a_step_makes_at_its_first_call_is_read_at_the_next():
     assert traced.h.tolist() == eager.h.tolist() and traced.steps.item() == 4.0
     assert traced.stats["peak"].tolist() == eager.stats["peak"].tolist()
     _CACHE.clear()
+
+
+def test_state_a_step_replaces_by_a_result_it_returns_is_read_where_it_is_kept():
+    """`self.h = 0.5 * self.h + x; return self.h` (a stateful cell, a streaming model), and a
+    running average a step keeps in a dict and returns: each call leaves its result there, so
+    the next call reads it from there. Before, every call read the first state (the plan
+    never wrote it) and returned the same number, traced, as a compiled module, and in tuples."""
+
+    class Cell(tg.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.h, self.hc = tg.zeros(2), (tg.zeros(2), tg.ones(2))
+
+        def forward(self, x):
+            self.h = 0.5 * self.h + x
+            h, c = self.hc
+            self.hc = (h + c, c * 2)
+            return self.h, self.hc[0]
+
+    store: dict = {}
+
+    def average(x):
+        store["avg"] = 0.5 * store["avg"] + x if "avg" in store else x.clone()
+        return store["avg"]
+
+    x = tg.tensor([1.0, 2.0])
+    eager = Cell()
+    expected = [[t.tolist() for t in eager(x)] for _ in range(4)]
+    cell = Cell()
+    traced = tg.trace(lambda x: cell(x), backend="numpy")
+    assert [[t.tolist() for t in traced(x)] for _ in range(4)] == expected
+    assert cell.h.tolist() == eager.h.tolist() and cell.hc[1].tolist() == [16.0, 16.0]
+    compiled = torch.compile(Cell())
+    assert [[t.tolist() for t in compiled(x)] for _ in range(4)] == expected
+
+    means = [average(x).tolist() for _ in range(4)]
+    store.clear()
+    compiled_average = tg.trace(average, backend="numpy")
+    assert [compiled_average(x).tolist() for _ in range(4)] == means
+    assert means[-1] == [1.875, 3.75]

@@ -214,27 +214,48 @@ class Slot:
     version: int  # in-place writes so far: a write is counted when a plan stores it, not here
     input: ir.Value | None = None
     arg: int | None = None  # the position among the call's array arguments, if it is one
+    at: Spot | None = None  # read from there at each call (`Tracer.follow_held`)
 
     @property
     def ref(self) -> Ref:
-        return Ref(None, self.arg) if self.arg is not None else Ref(self.tensor, None)
+        return Ref(None, self.arg) if self.arg is not None else Ref(self.tensor, None, at=self.at)
 
 
-@dataclass(frozen=True)
+# A place in Python state and the position in the tuple it holds there (None: the place itself)
+Spot = tuple[dict | list, Any, int | None]
+
+
+@dataclass(frozen=True, eq=False)
 class Ref:
     """Whom a plan reads or writes: argument `arg` of each call (another tensor every call,
-    maybe) or a tensor captured while tracing (a parameter, optimizer state)."""
+    maybe), a tensor captured while tracing (a parameter, optimizer state), or the tensor a
+    spot in Python state holds at each call (state the step replaces by a result it keeps)."""
 
     tensor: Tensor | None
     arg: int | None
     grad: bool = False  # the `.grad` of that tensor at each call, whichever tensor it is then
+    at: Spot | None = None
 
     def resolve(self, arg_leaves: Sequence[Any]) -> Any:
-        t = self.tensor if self.arg is None else arg_leaves[self.arg]
-        return t._grad if self.grad else t
+        if self.at is not None:
+            t = _occupant(*self.at)
+        else:
+            t = self.tensor if self.arg is None else arg_leaves[self.arg]
+        return t._grad if self.grad and t is not None else t
 
     def as_grad(self) -> Ref:
-        return Ref(self.tensor, self.arg, True)
+        return Ref(self.tensor, self.arg, True, self.at)
+
+
+def _occupant(holder: dict | list, key: Any, pos: int | None) -> Tensor | None:
+    """The tensor at a spot now, if one is there (a guard fails where none is)."""
+    if isinstance(holder, dict):
+        x = holder.get(key)
+    else:
+        x = holder[key] if key < len(holder) else None
+    if pos is not None:
+        x = x[pos] if isinstance(x, tuple) and pos < len(x) else None
+    return x if isinstance(x, Tensor) else None
 
 
 # The trace's own records of tensors: not Python state that keeps or places them.
@@ -611,6 +632,33 @@ class Tracer:
                     out[id(new)] = slot, p.key
         return out
 
+    def follow_held(self, held: list[Held], results: list[Any]) -> None:
+        """A result the step also keeps where a state tensor was, computed from it (`self.h =
+        0.5 * self.h + x; return self.h`): each call leaves its result there (`keep`), so the
+        next must read what that spot holds then, not the tensor the trace read, which the
+        plan never writes. Where one such state tensor is gone from Python state, it is read
+        from the spot from now on (`Slot.at`); in a module's attribute, the one it held as the
+        step entered the module."""
+        state = [s for s in self.slots.values() if s.arg is None and s.input is not None]
+        if not held or not state:
+            return
+        gone = _unreferenced([s.tensor for s in state])
+        made_by = {v: n for n in self.nodes for v in n.outputs}
+        for place, pos, i in held:
+            new = results[i]
+            reads = _computed_from(new._value, made_by)
+            kind = (new.shape, new.dtype)
+            pairs = [s for s in state if s.input in reads and id(s.tensor) in gone
+                     and s.at is None and (s.tensor.shape, s.tensor.dtype) == kind]  # fmt: skip
+            before = self.held_before.get(id(place.holder), {}).get(place.key)
+            if before is not None:  # a module's attribute: the tensor it held then
+                old = before[pos if before.was_tuple and pos is not None else 0]
+                olds = (old, getattr(old, "_base", None))  # (a detached alias: its tensor)
+                pairs = [s for s in pairs if any(s.tensor is o for o in olds)]
+            if len(pairs) == 1:
+                pairs[0].at = (place.holder, place.key, pos)
+                keep([(place, pos, 0)], [pairs[0].tensor])  # the first call reads it there
+
     def watch_filled(self, kept_at: list[Place]) -> None:
         """State the step makes where it found none (`if self.h is None: self.h = zeros(...)`,
         a key it adds to a dict of its globals or of a module's attributes): the Python test
@@ -696,7 +744,8 @@ class Tracer:
         kept_at = places(kept) if kept else []
         held = held_where(leaves, result, self.slots)
         self._refuse_lists([*kept_at, *(p for p, _, _ in held)])
-        self.watch_filled(kept_at)
+        self.follow_held(held, leaves)
+        self.watch_filled([*kept_at, *(p for p, _, _ in held)])
         for t in kept:
             value_writes.append(Ref(t, None))
             outputs.append(t._value)
