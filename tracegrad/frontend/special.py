@@ -46,17 +46,18 @@ def mvlgamma(input: Any, p: int) -> Tensor:
 @pytorch_keywords
 def xlogy(input: Any, other: Any) -> Tensor:
     """x * log(y), 0 where x is 0 (unless y is nan), as PyTorch's: the entropy's 0 log 0 = 0.
-    y is replaced by 1 there before the log, so the gradient is finite too."""
+    Where x is 0 and log y is not finite, y is replaced by 1 before the log, so the gradient is
+    finite; elsewhere x's gradient is log y, also where x is 0 (PyTorch's)."""
     x, y = as_tensor(input), as_tensor(other)
-    zero = (x == 0) & (y == y)
-    return P.where(zero, 0.0, x * P.log(P.where(zero, 1.0, y)))
+    undefined = (x == 0) & ((y <= 0) | (y == math.inf))
+    return x * P.log(P.where(undefined, 1.0, y))
 
 
 def xlog1py(input: Any, other: Any) -> Tensor:
-    """x * log1p(y), 0 where x is 0 (unless y is nan)."""
+    """x * log1p(y), 0 where x is 0 (unless y is nan), with `xlogy`'s gradients."""
     x, y = as_tensor(input), as_tensor(other)
-    zero = (x == 0) & (y == y)
-    return P.where(zero, 0.0, x * P.log1p(P.where(zero, 0.0, y)))
+    undefined = (x == 0) & ((y <= -1) | (y == math.inf))
+    return x * P.log1p(P.where(undefined, 0.0, y))
 
 
 def entr(input: Any) -> Tensor:
