@@ -626,6 +626,8 @@ bitwise_left_shift = binary(
 bitwise_right_shift = binary(
     "bitwise_right_shift", np.right_shift, (None, None), scalar="({0} >> {1})", shape=_bits("iu")
 )
+gcd = binary("gcd", np.gcd, (None, None), shape=_bits("iu"))  # non-negative, gcd(0, 0) = 0
+lcm = binary("lcm", np.lcm, (None, None), shape=_bits("iu"))
 
 
 __all__ = [n for n, v in list(globals().items()) if isinstance(v, Primitive) and n[0] != "_"]
