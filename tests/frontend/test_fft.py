@@ -46,6 +46,15 @@ VALUES = {
     "hfft n": (lambda x: fft.hfft(x, n=5, norm="ortho"),
                lambda a: np.fft.hfft(a, 5, norm="ortho"), Z),
     "ihfft": (lambda x: fft.ihfft(x, dim=1), lambda a: np.fft.ihfft(a, axis=1), X),
+    # the n-D Hermitian transforms (they were missing): irfftn of the conjugate, times n, and
+    # the conjugate of rfftn, divided by n
+    "hfft2": (lambda x: fft.hfft2(x), lambda a: np.fft.irfftn(a.conj(), axes=(1, 2)) * 40, Z),
+    "hfftn s": (lambda x: fft.hfftn(x, s=(3, 4, 7), norm="ortho"),
+                lambda a: np.fft.irfftn(a.conj(), s=(3, 4, 7), norm="ortho"), Z),
+    "ihfft2": (lambda x: fft.ihfft2(x, dim=(2, 0)),
+               lambda a: np.fft.rfftn(a, axes=(2, 0)).conj() / 18, X),
+    "ihfftn s": (lambda x: fft.ihfftn(x, s=(5, 4), norm="forward"),
+                 lambda a: np.fft.rfftn(a, s=(5, 4), axes=(1, 2)).conj(), X),
 }  # fmt: skip
 
 

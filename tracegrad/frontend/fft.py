@@ -1,5 +1,5 @@
-"""`torch.fft` with PyTorch's meanings: `fft`, `ifft`, `rfft`, `irfft`, `hfft`, `ihfft`, the 2-D
-and n-D forms of the first four, `fftfreq`, `rfftfreq`, `fftshift` and `ifftshift`, over the op
+"""`torch.fft` with PyTorch's meanings: `fft`, `ifft`, `rfft`, `irfft`, `hfft`, `ihfft`, their 2-D
+and n-D forms, `fftfreq`, `rfftfreq`, `fftshift` and `ifftshift`, over the op
 table's three transforms (`core/ops/fft.py`), which differentiate as PyTorch's.
 
 As PyTorch's: `n` (or `s`, one length per transformed dimension, -1 keeping the input's) pads
@@ -207,6 +207,27 @@ def ihfft(input: Any, n: int | None = None, dim: int = -1, norm: str | None = No
 
 
 @pytorch_keywords
+def hfft2(input: Any, s: Any = None, dim: Any = (-2, -1), norm: str | None = None) -> Tensor:
+    return _c2r(input, s, dim, norm, True, "hfft2")
+
+
+@pytorch_keywords
+def ihfft2(input: Any, s: Any = None, dim: Any = (-2, -1), norm: str | None = None) -> Tensor:
+    return _r2c(input, s, dim, norm, False, "ihfft2")
+
+
+@pytorch_keywords
+def hfftn(input: Any, s: Any = None, dim: Any = None, norm: str | None = None) -> Tensor:
+    """hfft over several dimensions: the last one's input is the half spectrum."""
+    return _c2r(input, s, dim, norm, True, "hfftn")
+
+
+@pytorch_keywords
+def ihfftn(input: Any, s: Any = None, dim: Any = None, norm: str | None = None) -> Tensor:
+    return _r2c(input, s, dim, norm, False, "ihfftn")
+
+
+@pytorch_keywords
 def fftfreq(n: int, d: float = 1.0, *, dtype: Any = None, layout: Any = None, device: Any = None,
             requires_grad: bool = False) -> Tensor:  # fmt: skip
     """The frequencies of fft's bins, [0, 1, ..., -2, -1] / (d n), in the default float dtype
@@ -246,6 +267,6 @@ def ifftshift(input: Any, dim: Any = None) -> Tensor:
     return _shifted(input, dim, 1)
 
 
-__all__ = ["fft", "fft2", "fftfreq", "fftn", "fftshift", "hfft", "ifft", "ifft2", "ifftn",
-           "ifftshift", "ihfft", "irfft", "irfft2", "irfftn", "rfft", "rfft2", "rfftfreq",
-           "rfftn"]  # fmt: skip
+__all__ = ["fft", "fft2", "fftfreq", "fftn", "fftshift", "hfft", "hfft2", "hfftn", "ifft", "ifft2",
+           "ifftn", "ifftshift", "ihfft", "ihfft2", "ihfftn", "irfft", "irfft2", "irfftn", "rfft",
+           "rfft2", "rfftfreq", "rfftn"]  # fmt: skip
