@@ -67,6 +67,7 @@ GRADIENTS = {
     "pow, complex exponent": (lambda a: a ** (1.5 + 0.5j), A + 3.0),
     "pow of tensors": (lambda a, b: a**b, A + 3.0, B * 0.5),
     "var and std": (lambda a: tg.var(a, 1) + tg.std(a) + a.std(1, unbiased=False), A),
+    "prod": (lambda a: a.prod(1) + a[:, :2].prod() + tg.cat([a[:, :1] * 0.0, a], 1).prod(1), A),
 }  # fmt: skip
 
 
