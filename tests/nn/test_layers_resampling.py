@@ -492,8 +492,7 @@ def test_multihead_attention_dropout_only_in_training(rng):
     mha.eval()
     a, b = mha(x, x, x, need_weights=False)[0], mha(x, x, x, need_weights=False)[0]
     np.testing.assert_array_equal(a.numpy(), b.numpy())
-    with pytest.raises(NotImplementedError, match="kdim"):
-        nn.MultiheadAttention(8, 2, kdim=4)
+    assert nn.MultiheadAttention(8, 2, kdim=4).k_proj_weight.shape == (8, 4)
     positional = nn.MultiheadAttention(8, 2, 0.1, False, False, False, None, None, True)
     assert positional.batch_first and positional.dropout == 0.1 and positional.in_proj_bias is None
 
