@@ -143,3 +143,13 @@ def test_traced_matches_eager(backend, monkeypatch):
                 + special.entr(p) + special.logit(p, 0.1) + tg.mvlgamma(p + 3, 2))  # fmt: skip
 
     traced_matches_eager(f, X, P01, backend=backend)
+
+
+@pytest.mark.parametrize("name", ["digamma", "lgamma", "erfinv", "erfc", "i0", "i1", "logit",
+                                  "entr", "ndtr", "ndtri", "log_ndtr", "polygamma"])  # fmt: skip
+def test_complex_values_are_refused_as_in_pytorch(name):
+    """They kept only the real part, silently (the imaginary part dropped by a cast)."""
+    z = tg.tensor(np.array([0.3 + 0.1j]))
+    f = getattr(special, name, None) or getattr(tg, name)
+    with pytest.raises(RuntimeError, match="complex"):
+        f(1, z) if name == "polygamma" else f(z)
