@@ -486,7 +486,10 @@ def small_power(n: Node, rw: Rewrite) -> Value | None:
     out = n.outputs[0]
     if c.const is None or c.const.size != 1 or (x.shape, x.dtype) != (out.shape, out.dtype):
         return None
-    exponent = float(c.const.item())
+    exponent = complex(c.const.item())  # a complex base's exponent is complex: 2+0j
+    if exponent.imag != 0.0:
+        return None
+    exponent = exponent.real
     if exponent == 1.0:
         return x
     if exponent == 0.5 and out.dtype.kind == "f":

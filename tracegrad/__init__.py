@@ -34,6 +34,7 @@ from tracegrad.frontend.counting import *  # noqa: F403
 from tracegrad.frontend.creation import *  # noqa: F403
 from tracegrad.frontend.creation import seed as _seed
 from tracegrad.frontend.elementwise import *  # noqa: F403
+from tracegrad.frontend.fft import istft, stft
 from tracegrad.frontend.functions import *  # noqa: F403
 from tracegrad.frontend.grad_manager import GradManager, grad, vjp
 from tracegrad.frontend.heap import keep_freed_memory as _keep_freed_memory

@@ -77,3 +77,18 @@ def test_bitwise_ops_and_shifts_of_integers(backend, monkeypatch):
     assert (small & 3).dtype == np.int32 and (small << 1).numpy().tolist() == [2, 4]
     with pytest.raises(tg.ShapeError, match="bitwise_and.*integer or bool.*float64"):
         tg.tensor(np.ones(2)) & 1
+
+
+@pytest.mark.parametrize("backend", [None, "numpy"])
+def test_gcd_and_lcm_of_integers(backend, monkeypatch):
+    """PyTorch's gcd and lcm (they were missing): non-negative, 0 for (0, 0); floats refused."""
+    fn = eager_or_traced(lambda a, b: (tg.gcd(a, b), a.lcm(b)), backend, monkeypatch)
+    a, b = np.array([4, -6, 0, 9, 0]), np.array([6, 4, 0, -3, 5])
+    for _ in range(2):
+        g, m = fn(tg.tensor(a), tg.tensor(b))
+        assert g.tolist() == [2, 2, 0, 3, 5] and m.tolist() == [12, 12, 0, 9, 0]
+    x = tg.tensor(a)
+    x.gcd_(tg.tensor(b))
+    assert x.tolist() == [2, 2, 0, 3, 5]
+    with pytest.raises(tg.ShapeError, match="gcd: expects integer tensors"):
+        tg.gcd(tg.tensor([1.5]), tg.tensor([2.0]))

@@ -11,6 +11,7 @@ import pytest
 
 import tracegrad as tg
 from tests.conftest import check_grad
+from tracegrad.compiler import lowering
 
 rng = np.random.default_rng(0)
 
@@ -53,6 +54,20 @@ GRADIENTS = {
     "setitem": (lambda a, b: _placed(a, b), A, B[:2, :2]),
     "cast": (lambda r: r.to(tg.complex128) * (1 + 2j), R),
     "norm": (lambda a: tg.linalg.vector_norm(a, dim=1), A),
+    "tanh": (tg.tanh, A * 0.5),
+    "sigmoid and silu": (lambda a: tg.sigmoid(a) + tg.nn.functional.silu(a * 2.0), A * 0.5),
+    "sin cos tan": (lambda a: tg.sin(a) * tg.cos(a) + tg.tan(a * 0.3), A),
+    "sinh cosh": (lambda a: tg.sinh(a) + tg.cosh(a * 2.0), A),
+    "inverse trigonometric": (lambda a: tg.arcsin(a) + tg.arccos(a) + tg.arctan(a) + tg.arcsinh(a)
+                              + tg.arctanh(a * 0.5), A * 0.5),  # fmt: skip
+    "logs and exps": (lambda a: tg.log1p(a) + tg.log2(a) + tg.log10(a) + tg.expm1(a) + tg.exp2(a),
+                      A + 3.0),  # fmt: skip
+    "reciprocal": (tg.reciprocal, A),
+    "pow, real exponent": (lambda a: a**2.5 + a**2 + a**3, A + 3.0),
+    "pow, complex exponent": (lambda a: a ** (1.5 + 0.5j), A + 3.0),
+    "pow of tensors": (lambda a, b: a**b, A + 3.0, B * 0.5),
+    "var and std": (lambda a: tg.var(a, 1) + tg.std(a) + a.std(1, unbiased=False), A),
+    "prod": (lambda a: a.prod(1) + a[:, :2].prod() + tg.cat([a[:, :1] * 0.0, a], 1).prod(1), A),
 }  # fmt: skip
 
 
@@ -126,6 +141,25 @@ def test_complex_dtypes_make_tensors():
     assert p.requires_grad and p.dtype == np.complex64
 
 
+def test_values_pytorch_computes_for_complex_numbers():
+    """sigmoid and silu of complex values are complex (the imaginary part was dropped), x ** 2
+    ran (the exponent, made complex, broke its fast path), var and std are real (they were the
+    complex mean of (x - m)^2); erf and GELU, which PyTorch refuses for complex, refuse."""
+    z = tg.tensor(A)
+    sigmoid = 1 / (1 + np.exp(-A))
+    np.testing.assert_allclose(tg.sigmoid(z).numpy(), sigmoid, rtol=1e-14)
+    np.testing.assert_allclose(tg.nn.functional.silu(z).numpy(), A * sigmoid, rtol=1e-14)
+    np.testing.assert_allclose((z**2).numpy(), A * A, rtol=1e-15)
+    np.testing.assert_allclose((z**2.5).numpy(), A**2.5, rtol=1e-14)
+    v = tg.var(z, 1)
+    assert v.dtype == np.float64
+    np.testing.assert_allclose(v.numpy(), np.var(A, 1, ddof=1), rtol=1e-14)
+    np.testing.assert_allclose(tg.std(z).numpy(), np.std(A, ddof=1), rtol=1e-14)
+    for f in (tg.erf, tg.nn.functional.gelu):
+        with pytest.raises(RuntimeError, match="expects a real tensor, got complex128"):
+            f(z)
+
+
 def test_bad_inputs_are_refused():
     with pytest.raises(RuntimeError, match="view_as_real is only supported for complex tensors"):
         tg.view_as_real(tg.tensor(R))
@@ -140,14 +174,14 @@ def test_bad_inputs_are_refused():
 
 
 def test_an_op_without_a_complex_rule_refuses_to_record():
-    """Its real rule would give a wrong gradient silently (tanh's g (1 - out^2) lacks the
-    conjugate): autodiff refuses, naming the op, the inputs and the line."""
+    """Its real rule would give a wrong gradient silently (cumprod's lacks the conjugates):
+    autodiff refuses, naming the op, the inputs and the line."""
     z = tg.tensor(A, requires_grad=True)
-    with pytest.raises(RuntimeError, match=r"tanh does not support automatic differentiation for "
-                       r"outputs with complex dtype .*inputs complex128\[3, 4\]"):  # fmt: skip
-        tg.tanh(z)
+    with pytest.raises(RuntimeError, match=r"cumprod does not support automatic differentiation "
+                       r"for outputs with complex dtype .*inputs complex128\[3, 4\]"):  # fmt: skip
+        tg.cumprod(z, 1)
     with tg.no_grad():
-        np.testing.assert_allclose(tg.tanh(z).numpy(), np.tanh(A))
+        np.testing.assert_allclose(tg.cumprod(z, 1).numpy(), np.cumprod(A, 1))
     with pytest.raises(RuntimeError, match="grad can be implicitly created only for real scalar"):
         (z * 2.0).sum().backward()
 
@@ -183,3 +217,27 @@ def test_real_imag_and_view_as_real_are_views_that_write_their_tensor():
         run(p, g)
         run(p, g)
         np.testing.assert_allclose(p.numpy(), [0.9 + 1j, 2 - 1.2j])
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_complex_gradients_traced_match_eager(backend, monkeypatch):
+    """The new rules traced, and x ** 2.5 of a complex x, whose constant exponent (2.5+0j) the
+    simplifier read as a float and crashed on."""
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+    x = tg.tensor(A, requires_grad=True)
+    gm = tg.GradManager().attach([x])
+    c = np.conj(B)
+
+    def step():
+        with gm:
+            out = tg.sigmoid(x) * tg.tanh(x * 0.5) + tg.sin(x) * tg.cosh(x) + x**2.5 + x**2
+            gm.backward(tg.real(out * tg.tensor(c)).sum())
+        return out
+
+    eager, eager_grad = step().numpy().copy(), x.grad.numpy().copy()
+    traced = tg.trace(step, backend=backend)
+    for _ in range(2):
+        x.grad = None
+        got = traced()
+    np.testing.assert_allclose(got.numpy(), eager, rtol=1e-12)
+    np.testing.assert_allclose(x.grad.numpy(), eager_grad, rtol=1e-12)

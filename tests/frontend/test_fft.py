@@ -46,6 +46,15 @@ VALUES = {
     "hfft n": (lambda x: fft.hfft(x, n=5, norm="ortho"),
                lambda a: np.fft.hfft(a, 5, norm="ortho"), Z),
     "ihfft": (lambda x: fft.ihfft(x, dim=1), lambda a: np.fft.ihfft(a, axis=1), X),
+    # the n-D Hermitian transforms (they were missing): irfftn of the conjugate, times n, and
+    # the conjugate of rfftn, divided by n
+    "hfft2": (lambda x: fft.hfft2(x), lambda a: np.fft.irfftn(a.conj(), axes=(1, 2)) * 40, Z),
+    "hfftn s": (lambda x: fft.hfftn(x, s=(3, 4, 7), norm="ortho"),
+                lambda a: np.fft.irfftn(a.conj(), s=(3, 4, 7), norm="ortho"), Z),
+    "ihfft2": (lambda x: fft.ihfft2(x, dim=(2, 0)),
+               lambda a: np.fft.rfftn(a, axes=(2, 0)).conj() / 18, X),
+    "ihfftn s": (lambda x: fft.ihfftn(x, s=(5, 4), norm="forward"),
+                 lambda a: np.fft.rfftn(a, s=(5, 4), axes=(1, 2)).conj(), X),
 }  # fmt: skip
 
 
@@ -197,3 +206,29 @@ def test_spectral_layers_train_traced_as_eager(layer, optimizer, backend):
         np.testing.assert_allclose(traced_state[k], v, rtol=1e-9, atol=1e-12, err_msg=k)
     if layer == "fno":
         assert state["w1"].dtype == np.complex128
+
+
+def _np_stft(x, n_fft, hop, window):
+    """The short-time transform by hand: reflect-padded by n_fft // 2, framed, windowed."""
+    x = np.pad(x, [(0, 0), (n_fft // 2, n_fft // 2)], mode="reflect")
+    starts = range(0, x.shape[-1] - n_fft + 1, hop)
+    frames = np.stack([x[:, s : s + n_fft] * window for s in starts], 1)
+    return np.fft.rfft(frames).transpose(0, 2, 1)
+
+
+def test_stft_and_istft_are_pytorchs():
+    """torch.stft and torch.istft (they were missing): frames of a centred signal, windowed and
+    transformed; istft inverts it; gradients by finite differences."""
+    signal = rng.standard_normal((2, 30))
+    window = np.hanning(10)[1:-1]  # 8 points, nonzero: the envelope never vanishes
+    spec = tg.stft(tg.tensor(signal), 8, 3, window=tg.tensor(window), return_complex=True)
+    np.testing.assert_allclose(spec.numpy(), _np_stft(signal, 8, 3, window), atol=1e-12)
+    real = tg.stft(tg.tensor(signal), 8, 3, window=tg.tensor(window), return_complex=False)
+    np.testing.assert_allclose(real.numpy(), tg.view_as_real(spec).numpy())
+    back = tg.istft(spec, 8, 3, window=tg.tensor(window), length=30)
+    np.testing.assert_allclose(back.numpy(), signal, atol=1e-12)
+    check_grad(lambda x: tg.stft(x, 8, 3, window=tg.tensor(window), return_complex=True),
+               signal[:1, :16])  # fmt: skip
+    check_grad(lambda s: tg.istft(s, 8, 2, window=tg.tensor(window)), spec.numpy()[:1, :, :4])
+    with pytest.raises(RuntimeError, match="return_complex"):
+        tg.stft(tg.tensor(signal), 8)

@@ -83,6 +83,19 @@ def test_gradients_match_finite_differences(name):
     check_grad(lambda *xs: call(tg, *xs), *arrays, tol=1e-5)
 
 
+def test_the_gradient_of_det_at_a_singular_matrix_is_its_cofactor_matrix():
+    """det is a polynomial: at a singular matrix its gradient is the cofactor matrix (0 at rank
+    n - 2), where det * inv(A)^T raised; second derivatives too (the cofactors' rule)."""
+    rank_2 = [[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0]]
+    rank_1 = [[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [3.0, 6.0, 9.0]]
+    check_grad(tg.det, np.array([rank_2, rank_1, SQ[0]]))
+    check_grad(tg.det, np.array([[1.0, 2.0], [2.0, 4.0]]))
+    check_grad(tg.det, np.array([[0.0]]))
+    check_grad(
+        lambda a: tg.autograd.grad(tg.det(a.requires_grad_()).sum(), a, create_graph=True)[0], SQ
+    )
+
+
 def test_values_without_torch():
     np.testing.assert_allclose(tg.det(tg.tensor(SQ)).numpy(), np.linalg.det(SQ))
     np.testing.assert_allclose(tg.logdet(tg.tensor(SPD)).numpy(), np.linalg.slogdet(SPD)[1])

@@ -834,3 +834,18 @@ def test_a_ufunc_in_place_on_a_view_held_as_a_copy_writes_its_base():
     with tg.no_grad():
         y.diagonal().mul_(2)
     np.testing.assert_array_equal(y.numpy(), np.ones((3, 3)) + np.eye(3))
+
+
+def test_put_writes_flat_positions_counting_negative_ones_from_the_end():
+    """PyTorch's `put`/`put_`, `take`'s inverse (they were missing): input read as 1-d, with
+    gradients to both (the overwritten elements get none)."""
+    x = tg.tensor(np.arange(6.0).reshape(2, 3))
+    x.put_(tg.tensor([-1, 0]), tg.tensor([10.0, 20.0]))
+    assert x.tolist() == [[20.0, 1.0, 2.0], [3.0, 4.0, 10.0]]
+    out = tg.put(x, tg.tensor([[1], [-1]]), tg.tensor([1.0, 2.0]), accumulate=True)
+    assert out.tolist() == [[20.0, 2.0, 2.0], [3.0, 4.0, 12.0]]
+    index = tg.tensor([4, -6, 2])
+    check_grad(lambda a, v: a.put(index, v), X[:2], np.arange(3.0))
+    check_grad(lambda a, v: tg.put(a, index, v, accumulate=True), X[:2], np.arange(3.0))
+    with pytest.raises(tg.ShapeError, match="put: index .* and source"):
+        x.put_(tg.tensor([0, 1]), tg.tensor([1.0]))

@@ -86,6 +86,21 @@ def test_limits_without_torch():
     assert np.isnan(special.xlogy(zero[:1], tg.tensor([math.nan])).item())
     got = special.xlog1py(zero, tg.tensor([-1.0, 3.0, 1.0], dtype=tg.float64)).tolist()
     assert got == [0.0, 0.0, 2 * math.log(2)]
+
+
+@pytest.mark.parametrize("f", ["xlogy", "xlog1py"])
+def test_at_x_zero_the_gradient_in_x_is_the_log(f):
+    """d/dx x log y = log y at x = 0 too (PyTorch's; it was 0), and 0 where the log is not
+    finite; y's is x / y, 0."""
+    ys = np.array([2.0, 0.5, 0.0, -1.0, math.inf])
+    x, y = tg.tensor(np.zeros(5), requires_grad=True), tg.tensor(ys, requires_grad=True)
+    out = getattr(special, f)(x, y)
+    assert out.tolist() == [0.0] * 5
+    out.sum().backward()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log = np.log(ys) if f == "xlogy" else np.log1p(ys)
+    np.testing.assert_array_equal(x.grad.numpy(), np.where(np.isfinite(log), log, 0.0))
+    np.testing.assert_array_equal(y.grad.numpy(), np.zeros(5))
     assert special.entr(tg.tensor([0.0, -1.0, 0.5], dtype=tg.float64)).tolist() == [
         0.0,
         -math.inf,
@@ -128,3 +143,13 @@ def test_traced_matches_eager(backend, monkeypatch):
                 + special.entr(p) + special.logit(p, 0.1) + tg.mvlgamma(p + 3, 2))  # fmt: skip
 
     traced_matches_eager(f, X, P01, backend=backend)
+
+
+@pytest.mark.parametrize("name", ["digamma", "lgamma", "erfinv", "erfc", "i0", "i1", "logit",
+                                  "entr", "ndtr", "ndtri", "log_ndtr", "polygamma"])  # fmt: skip
+def test_complex_values_are_refused_as_in_pytorch(name):
+    """They kept only the real part, silently (the imaginary part dropped by a cast)."""
+    z = tg.tensor(np.array([0.3 + 0.1j]))
+    f = getattr(special, name, None) or getattr(tg, name)
+    with pytest.raises(RuntimeError, match="complex"):
+        f(1, z) if name == "polygamma" else f(z)

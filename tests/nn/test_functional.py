@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tests.conftest import check_grad, eager_or_traced, numeric_grad
+from tests.conftest import check_grad, eager_or_traced, numeric_grad, traced_matches_eager
 from tracegrad.nn import functional as F
 
 BACKENDS = [None, "numpy", "numba"]  # eager, and traced on each backend
@@ -45,6 +45,65 @@ def test_activation_values_and_gradients(name, rng):
 def test_activations_keep_float32(name):
     x = tg.tensor(np.linspace(-3, 3, 12, dtype=np.float32).reshape(3, 4))
     assert ACTIVATIONS[name][0](x).dtype == np.float32
+
+
+IN_PLACE = {  # inplace=True forms, and what they compute
+    "relu": (lambda x: F.relu(x, inplace=True), lambda x: np.maximum(x, 0)),
+    "leaky_relu_": (lambda x: F.leaky_relu_(x, 0.1), lambda x: np.where(x > 0, x, 0.1 * x)),
+    "hardtanh_": (F.hardtanh_, lambda x: np.clip(x, -1, 1)),
+    "elu": (lambda x: F.elu(x, inplace=True), lambda x: np.where(x > 0, x, np.expm1(x))),
+    "silu": (lambda x: F.silu(x, inplace=True), lambda x: x / (1 + np.exp(-x))),
+    "threshold_": (lambda x: F.threshold_(x, 0.5, -2.0), lambda x: np.where(x > 0.5, x, -2.0)),
+}
+
+
+def _activated_in_place(act):
+    """`act(h); return h`, on a tensor autograd tracks and on views of it (a row, columns of a
+    transpose): the code that needs the input to hold the result."""
+
+    def fn(x):
+        h = x * 2.0
+        act(h[1])
+        act(h.t()[2:])
+        act(h)
+        return h
+
+    return fn
+
+
+@pytest.mark.parametrize("name", IN_PLACE)
+def test_in_place_activations_write_a_tracked_input_and_its_base(name, rng):
+    """The input holds the result, with its gradient, also through a view (a new tensor was
+    returned and the input kept its value)."""
+    act, reference = IN_PLACE[name]
+    x = rng.standard_normal((3, 4))
+    x[np.abs(x * 2 - 0.5) < 0.05] = 0.9  # away from the kinks, for finite differences
+    h = x * 2
+    h[1] = reference(h[1])
+    h[:, 2:] = reference(h[:, 2:])
+    fn = _activated_in_place(act)
+    np.testing.assert_allclose(fn(tg.tensor(x)).numpy(), reference(h), rtol=1e-14)
+    check_grad(fn, x)
+    y = tg.tensor(x, requires_grad=True) * 1.0
+    assert act(y) is y
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_in_place_activations_traced_match_eager(backend, rng):
+    traced_matches_eager(_activated_in_place(IN_PLACE["elu"][0]), rng.standard_normal((3, 4)),
+                         backend=backend)  # fmt: skip
+
+
+def test_in_place_dropout_writes_its_input_and_a_leaf_refuses():
+    tg.manual_seed(0)
+    x = tg.tensor(np.ones((4, 50)), requires_grad=True)
+    h = x * 1.0
+    F.dropout(h, 0.5, training=True, inplace=True)
+    assert set(np.unique(h.numpy())) == {0.0, 2.0}
+    h.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), h.detach().numpy())
+    with pytest.raises(RuntimeError, match="leaf"):
+        F.relu(tg.tensor([1.0], requires_grad=True), inplace=True)
 
 
 def test_log_softmax_differentiates_twice(rng):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tests.conftest import check_grad, numeric_grad
+from tests.conftest import check_grad, numeric_grad, traced_matches_eager
 from tracegrad import nn, optim
 from tracegrad.compiler import lowering
 from tracegrad.nn import functional as F
@@ -273,6 +273,54 @@ def test_multihead_attention_matches_torch(rng, batch_first):
             assert tweights is None
         else:
             np.testing.assert_allclose(weights.numpy(), tweights.detach().numpy(), atol=1e-5)
+
+
+def _np_attention(mha, q, k, v, padding):
+    """PyTorch's MultiheadAttention by hand, (T, N, E) inputs: separate projections, bias_k and
+    bias_v appended to the keys and values, then a zero key and value, all attended."""
+    p = {name: t.numpy() for name, t in mha.named_parameters()}
+    e, h = mha.embed_dim, mha.num_heads
+    bias = np.split(p["in_proj_bias"], 3)
+    projected = zip((q, k, v), "qkv", bias, strict=True)
+    qp, kp, vp = (x @ p[f"{c}_proj_weight"].T + b for x, c, b in projected)
+    n = q.shape[1]
+    kp = np.concatenate([kp, np.broadcast_to(p["bias_k"], (1, n, e)), np.zeros((1, n, e))])
+    vp = np.concatenate([vp, np.broadcast_to(p["bias_v"], (1, n, e)), np.zeros((1, n, e))])
+    split = lambda x: x.reshape(x.shape[0], n, h, e // h).transpose(1, 2, 0, 3)  # noqa: E731
+    scores = split(qp) @ split(kp).transpose(0, 1, 3, 2) / np.sqrt(e // h)
+    masked = np.concatenate([padding, np.zeros((n, 2), bool)], 1)[:, None, None]
+    scores = np.where(masked, -np.inf, scores)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    out = (weights @ split(vp)).transpose(2, 0, 1, 3).reshape(q.shape[0], n, e)
+    return out @ p["out_proj.weight"].T + p["out_proj.bias"], weights.mean(1)
+
+
+def test_multihead_attention_with_kdim_vdim_bias_kv_and_zero_attention(rng):
+    """kdim/vdim (q, k and v_proj_weight), add_bias_kv and add_zero_attn, PyTorch's layout and
+    arithmetic (they were refused); gradients by finite differences, traced as eager."""
+    nn.manual_seed(0)
+    mha = nn.MultiheadAttention(6, 2, kdim=5, vdim=3, add_bias_kv=True, add_zero_attn=True)
+    mha.double()
+    names = [name for name, _ in mha.named_parameters()]
+    assert names == ["q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias",
+                     "bias_k", "bias_v", "out_proj.weight", "out_proj.bias"]  # fmt: skip
+    assert mha.in_proj_weight is None and mha.bias_k.shape == (1, 1, 6)
+    with tg.no_grad():
+        mha.in_proj_bias.normal_()
+    q, k, v = (
+        rng.standard_normal((4, 2, 6)),
+        rng.standard_normal((5, 2, 5)),
+        rng.standard_normal((5, 2, 3)),
+    )
+    padding = np.array([[False, False, True, True, True], [False, True, False, False, False]])
+    out, weights = mha(tg.tensor(q), tg.tensor(k), tg.tensor(v), key_padding_mask=padding)
+    want, want_weights = _np_attention(mha, q, k, v, padding)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(weights.numpy(), want_weights, rtol=1e-12, atol=1e-12)
+    check_grad(lambda q, k, v: mha(q, k, v, key_padding_mask=padding)[0], q, k, v)
+    traced_matches_eager(lambda q, k, v: mha(q, k, v, need_weights=False)[0], q, k, v,
+                         backend="numpy")  # fmt: skip
 
 
 # --- traced against eager -------------------------------------------------------------------

@@ -77,6 +77,26 @@ def test_pad_sequence_matches_torch(rng, batch_first, value, side):
          lambda *ts: theirs(ts, batch_first, value, side), *seqs)  # fmt: skip
 
 
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_unpad_sequence_undoes_pad_sequence(rng, batch_first):
+    """PyTorch's unpad_sequence (it was missing), lengths a tensor or a list."""
+    seqs = [rng.standard_normal((n, 2)) for n in (3, 1, 4)]
+    padded = utils.pad_sequence([tg.tensor(s) for s in seqs], batch_first)
+    for lengths in (tg.tensor([3, 1, 4]), [3, 1, 4]):
+        out = utils.unpad_sequence(padded, lengths, batch_first)
+        for got, s in zip(out, seqs, strict=True):
+            np.testing.assert_array_equal(got.numpy(), s)
+    check_grad(lambda x: tg.cat(utils.unpad_sequence(x, [3, 1, 4], True)), padded.numpy())
+
+
+def test_clip_grad_norm_takes_the_order_as_a_string():
+    """norm_type="inf" (PyTorch converts it with float()); it raised a TypeError."""
+    p = nn.Parameter(tg.tensor([3.0, -4.0]))
+    p.grad = tg.tensor([3.0, -4.0])
+    assert utils.clip_grad_norm_([p], 1.0, norm_type="inf").item() == 4.0
+    np.testing.assert_allclose(p.grad.numpy(), [0.75, -1.0], rtol=1e-6)
+
+
 def test_pad_sequence_refuses_an_unknown_side():
     with pytest.raises(ValueError, match="padding_side"):
         utils.pad_sequence([tg.tensor(np.ones(2))], padding_side="middle")

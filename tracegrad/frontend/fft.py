@@ -1,5 +1,5 @@
-"""`torch.fft` with PyTorch's meanings: `fft`, `ifft`, `rfft`, `irfft`, `hfft`, `ihfft`, the 2-D
-and n-D forms of the first four, `fftfreq`, `rfftfreq`, `fftshift` and `ifftshift`, over the op
+"""`torch.fft` with PyTorch's meanings: `fft`, `ifft`, `rfft`, `irfft`, `hfft`, `ihfft`, their 2-D
+and n-D forms, `fftfreq`, `rfftfreq`, `fftshift` and `ifftshift`, over the op
 table's three transforms (`core/ops/fft.py`), which differentiate as PyTorch's.
 
 As PyTorch's: `n` (or `s`, one length per transformed dimension, -1 keeping the input's) pads
@@ -20,6 +20,7 @@ import numpy as np
 from tracegrad.core import primitives as P
 from tracegrad.core.ops import shapes
 from tracegrad.frontend.device import check_device
+from tracegrad.frontend.elementwise import view_as_real
 from tracegrad.frontend.functions import astype, pytorch_keywords
 from tracegrad.frontend.rearrange import roll
 from tracegrad.frontend.tensor import Tensor, as_tensor, get_default_dtype
@@ -207,6 +208,27 @@ def ihfft(input: Any, n: int | None = None, dim: int = -1, norm: str | None = No
 
 
 @pytorch_keywords
+def hfft2(input: Any, s: Any = None, dim: Any = (-2, -1), norm: str | None = None) -> Tensor:
+    return _c2r(input, s, dim, norm, True, "hfft2")
+
+
+@pytorch_keywords
+def ihfft2(input: Any, s: Any = None, dim: Any = (-2, -1), norm: str | None = None) -> Tensor:
+    return _r2c(input, s, dim, norm, False, "ihfft2")
+
+
+@pytorch_keywords
+def hfftn(input: Any, s: Any = None, dim: Any = None, norm: str | None = None) -> Tensor:
+    """hfft over several dimensions: the last one's input is the half spectrum."""
+    return _c2r(input, s, dim, norm, True, "hfftn")
+
+
+@pytorch_keywords
+def ihfftn(input: Any, s: Any = None, dim: Any = None, norm: str | None = None) -> Tensor:
+    return _r2c(input, s, dim, norm, False, "ihfftn")
+
+
+@pytorch_keywords
 def fftfreq(n: int, d: float = 1.0, *, dtype: Any = None, layout: Any = None, device: Any = None,
             requires_grad: bool = False) -> Tensor:  # fmt: skip
     """The frequencies of fft's bins, [0, 1, ..., -2, -1] / (d n), in the default float dtype
@@ -225,6 +247,118 @@ def rfftfreq(n: int, d: float = 1.0, *, dtype: Any = None, layout: Any = None, d
     dtype = np.dtype(get_default_dtype() if dtype is None else dtype)
     k = np.arange(n // 2 + 1).astype(dtype)
     return Tensor._of(k * dtype.type(1.0 / (n * d)), requires_grad=requires_grad)
+
+
+# --- the short-time transform (torch.stft, torch.istft) ---------------------------------------
+
+_PAD_INDEX = {"reflect": lambda i, n: np.abs(i) - 2 * np.maximum(np.abs(i) - (n - 1), 0),
+              "replicate": lambda i, n: np.clip(i, 0, n - 1),
+              "circular": lambda i, n: i % n}  # fmt: skip
+
+
+def _window(window: Any, n_fft: int, win_length: int | None, dtype: np.dtype) -> Tensor:
+    """The window (rectangular by default) zero-padded to n_fft on both sides, as PyTorch's."""
+    win_length = n_fft if win_length is None else win_length
+    if not 0 < win_length <= n_fft:
+        raise RuntimeError(f"stft: expected 0 < win_length <= n_fft, got {win_length}")
+    w = Tensor._of(np.ones(win_length, dtype)) if window is None else as_tensor(window)
+    if w.shape != (win_length,):
+        raise RuntimeError(f"stft: expected a 1-D window of size win_length={win_length}, got "
+                           f"{w.shape}")  # fmt: skip
+    left = (n_fft - win_length) // 2
+    return P.pad(w, pad_width=((left, n_fft - win_length - left),), value=0.0)
+
+
+@pytorch_keywords
+def stft(input: Any, n_fft: int, hop_length: int | None = None, win_length: int | None = None,
+         window: Any = None, center: bool = True, pad_mode: str = "reflect",
+         normalized: bool = False, onesided: bool | None = None,
+         return_complex: bool | None = None) -> Tensor:  # fmt: skip
+    """PyTorch's short-time Fourier transform of (L,) or (B, L) signals: frames of n_fft points
+    every hop_length (n_fft // 4), times the window, transformed; (B, bins, frames). `center`
+    pads n_fft // 2 on both sides first (`pad_mode` "reflect", "constant", "replicate" or
+    "circular"); `normalized` divides by sqrt(n_fft); real signals give the half spectrum
+    unless onesided=False. Differentiable, a gather and an rfft."""
+    x = _floating(as_tensor(input))
+    if return_complex is None and x.dtype.kind != "c":
+        raise RuntimeError("stft requires the return_complex parameter be given for real "
+                           "inputs (PyTorch's rule)")  # fmt: skip
+    if x.ndim not in (1, 2):
+        raise RuntimeError(f"stft: expected a 1-D or 2-D signal, got shape {x.shape}")
+    hop = n_fft // 4 if hop_length is None else hop_length
+    w = _window(window, n_fft, win_length, shapes.real_dtype(x.dtype))
+    onesided = x.dtype.kind != "c" and w.dtype.kind != "c" if onesided is None else onesided
+    if onesided and (x.dtype.kind == "c" or w.dtype.kind == "c"):
+        raise RuntimeError("stft: cannot have onesided output if window or input is complex")
+    if center:
+        x = _padded(x, n_fft // 2, pad_mode)
+    n = x.shape[-1]
+    if not 0 < n_fft <= n or hop < 1:
+        raise RuntimeError(f"stft: expected 0 < n_fft <= {n} and hop_length > 0, got n_fft="
+                           f"{n_fft}, hop_length={hop}")  # fmt: skip
+    starts = np.arange(1 + (n - n_fft) // hop) * hop
+    frames = x[..., Tensor._of(starts[:, None] + np.arange(n_fft))] * w  # (..., frames, n_fft)
+    norm = "ortho" if normalized else None
+    out = rfft(frames, norm=norm) if onesided else fft(frames, norm=norm)
+    out = out.swapaxes(-1, -2)
+    return out if return_complex or return_complex is None else view_as_real(out)
+
+
+def _padded(x: Tensor, width: int, mode: str) -> Tensor:
+    """x with `width` points added at both ends of its last axis."""
+    if mode == "constant":
+        return P.pad(x, pad_width=((0, 0),) * (x.ndim - 1) + ((width, width),), value=0.0)
+    if mode not in _PAD_INDEX:
+        raise ValueError(f"stft: pad_mode must be one of 'constant', {list(_PAD_INDEX)}, not "
+                         f"{mode!r}")  # fmt: skip
+    n = x.shape[-1]
+    if mode == "reflect" and width >= n:
+        raise RuntimeError(f"stft: reflect padding of {width} needs a signal longer than that, "
+                           f"got {n} points")  # fmt: skip
+    return x[..., Tensor._of(_PAD_INDEX[mode](np.arange(-width, n + width), n))]
+
+
+@pytorch_keywords
+def istft(input: Any, n_fft: int, hop_length: int | None = None, win_length: int | None = None,
+          window: Any = None, center: bool = True, normalized: bool = False,
+          onesided: bool | None = None, length: int | None = None,
+          return_complex: bool = False) -> Tensor:  # fmt: skip
+    """`stft` inverted (PyTorch's): each frame transformed back and windowed, overlapped and
+    added, and divided by the sum of the squared windows (which must not vanish)."""
+    spec = _complex(as_tensor(input))
+    hop = n_fft // 4 if hop_length is None else hop_length
+    w = _window(window, n_fft, win_length, shapes.real_dtype(spec.dtype))
+    onesided = spec.shape[-2] != n_fft if onesided is None else onesided
+    frames = spec.swapaxes(-1, -2)  # (..., frames, bins)
+    norm = "ortho" if normalized else None
+    if onesided:
+        if return_complex:
+            raise RuntimeError("istft: cannot have onesided output if return_complex is True")
+        frames = irfft(frames, n=n_fft, norm=norm)
+    else:
+        frames = ifft(frames, norm=norm)
+        frames = frames if return_complex else P.real(frames)
+    frames = frames * w
+    count = frames.shape[-2]
+    total = n_fft + hop * (count - 1)
+    positions = (np.arange(count)[:, None] * hop + np.arange(n_fft)).ravel()
+    flat = frames.reshape(*frames.shape[:-2], count * n_fft)
+    zeros = Tensor._of(np.zeros((*frames.shape[:-2], total), frames.dtype))
+    signal = zeros.index_add(-1, Tensor._of(positions), flat)
+    envelope = np.zeros(total, w.dtype)
+    np.add.at(envelope, positions, np.tile(np.abs(w.numpy()) ** 2, count))
+    start = n_fft // 2 if center else 0
+    end = total - start if length is None else min(start + length, total)
+    if (envelope[start:end] < 1e-11).any():
+        raise RuntimeError(
+            "istft: the window overlap-add envelope vanishes (window overlap "
+            "add min below 1e-11): choose a window and hop that overlap"
+        )
+    out = signal[..., start:end] / Tensor._of(envelope[start:end])
+    if length is not None and end - start < length:
+        out = P.pad(out, pad_width=((0, 0),) * (out.ndim - 1) + ((0, length - (end - start)),),
+                    value=0.0)  # fmt: skip
+    return out
 
 
 def _shifted(input: Any, dim: Any, up: int) -> Tensor:
@@ -246,6 +380,6 @@ def ifftshift(input: Any, dim: Any = None) -> Tensor:
     return _shifted(input, dim, 1)
 
 
-__all__ = ["fft", "fft2", "fftfreq", "fftn", "fftshift", "hfft", "ifft", "ifft2", "ifftn",
-           "ifftshift", "ihfft", "irfft", "irfft2", "irfftn", "rfft", "rfft2", "rfftfreq",
-           "rfftn"]  # fmt: skip
+__all__ = ["fft", "fft2", "fftfreq", "fftn", "fftshift", "hfft", "hfft2", "hfftn", "ifft", "ifft2",
+           "ifftn", "ifftshift", "ihfft", "ihfft2", "ihfftn", "irfft", "irfft2", "irfftn", "rfft",
+           "rfft2", "rfftfreq", "rfftn"]  # fmt: skip

@@ -315,7 +315,7 @@ METHODS: dict[str, Any] = {
     "scatter": W.scatter, "scatter_add": W.scatter_add,
     "index_fill": W.index_fill, "index_put": W.index_put, "masked_fill": E.masked_fill,
     "index_add": W.index_add, "index_copy": W.index_copy, "scatter_reduce": W.scatter_reduce,
-    "masked_scatter": W.masked_scatter, "take": W.take,
+    "masked_scatter": W.masked_scatter, "take": W.take, "put": W.put,
     "slice_scatter": W.slice_scatter, "select_scatter": W.select_scatter,
     # reductions and scans
     "sum": R.sum, "mean": R.mean, "prod": R.prod, "max": R.max, "min": R.min, "amax": R.amax,
@@ -438,11 +438,11 @@ _IN_PLACE = ("add", "sub", "mul", "div", "pow", "fmod", "remainder", "clamp", "c
              "sigmoid", "tanh", "relu", "floor", "ceil", "trunc", "round", "sign", "sin", "cos",
              "reciprocal", "square", "addcmul", "addcdiv", "lerp", "scatter", "scatter_add",
              "index_fill", "index_put", "nan_to_num", "logical_not", "index_add", "index_copy",
-             "scatter_reduce", "masked_scatter", "frac", "copysign", "cumsum", "atan2",
+             "scatter_reduce", "masked_scatter", "frac", "copysign", "cumsum", "atan2", "put",
              # comparisons and bitwise ops
              "eq", "ne", "lt", "le", "gt", "ge", "greater", "greater_equal", "less",
              "less_equal", "not_equal", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
-             "bitwise_left_shift", "bitwise_right_shift",
+             "bitwise_left_shift", "bitwise_right_shift", "gcd", "lcm",
              "logical_and", "logical_or", "logical_xor",
              # unary math
              "arcsin", "arccos", "arctan", "arcsinh", "arccosh", "arctanh", "asin", "acos", "atan",

@@ -314,15 +314,15 @@ def index_put(input: Any, index: Any, value: Any, accumulate: bool = False) -> T
             out = P.where(mask, value, x)
             return out if out.dtype == x.dtype else astype(out, x.dtype)
     template, arrays = index_parts(index)
-    return put(x, template, arrays, value, accumulate)
+    return put_region(x, template, arrays, value, accumulate)
 
 
-def put(x: Tensor, template: tuple, arrays: list, value: Any, accumulate: bool) -> Tensor:
+def put_region(x: Tensor, template: tuple, arrays: list, value: Any, accumulate: bool) -> Tensor:
     """x with the region that getitem(template, arrays) reads replaced by (or, accumulating,
     increased by) `value`. Where an index repeats, the values written there are averaged
     (PyTorch leaves unspecified which one wins; equal values, the usual case, are exact)."""
     if x.dtype == np.bool_:
-        return put(astype(x, np.uint8), template, arrays, astype(as_tensor(value), np.uint8),
+        return put_region(astype(x, np.uint8), template, arrays, astype(as_tensor(value), np.uint8),
                    accumulate).astype(np.bool_)  # fmt: skip
     region, _ = P.getitem.shape_rule(x, *arrays, template=template)
     v = as_tensor(value)
@@ -365,7 +365,7 @@ def scatter_add(input: Any, dim: int, index: Any, src: Any) -> Tensor:
 def _scatter(input: Any, dim: int, index: Any, src: Any, accumulate: bool, op: str) -> Tensor:
     x = as_tensor(input)
     grids, src = _scatter_parts(x, dim, index, src, op)
-    return put(x, ("@",) * x.ndim, grids, src, accumulate)
+    return put_region(x, ("@",) * x.ndim, grids, src, accumulate)
 
 
 def _scatter_parts(x: Tensor, dim: int, index: Any, src: Any, op: str) -> tuple[list, Tensor]:
@@ -540,6 +540,18 @@ def take(input: Any, index: Any) -> Tensor:
     return reshape(as_tensor(input), (-1,))[as_tensor(index)]
 
 
+def put(input: Any, index: Any, source: Any, accumulate: bool = False) -> Tensor:
+    """`input` with the elements at flat positions `index` (as if input were 1-d; negative ones
+    count from the end) set to (or, accumulating, increased by) `source`'s, `take`'s inverse."""
+    x, index, source = as_tensor(input), as_tensor(index), as_tensor(source)
+    if index.size != source.size:
+        raise ShapeError(f"put: index {index.shape} and source {source.shape} must have the "
+                         "same number of elements")  # fmt: skip
+    flat = index_put(reshape(x, (-1,)), (reshape(index, (-1,)),), reshape(source, (-1,)),
+                     accumulate)  # fmt: skip
+    return reshape(flat, x.shape)
+
+
 __all__ = ["index_add", "index_copy", "index_fill", "index_put", "masked_scatter",
-           "scatter", "scatter_add", "scatter_reduce", "select_scatter",
+           "put", "scatter", "scatter_add", "scatter_reduce", "select_scatter",
            "slice_scatter", "take"]  # fmt: skip

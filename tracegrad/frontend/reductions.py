@@ -182,13 +182,17 @@ def _correction(dim: Any, unbiased: bool | None, correction: float | None) -> tu
 def var(input: Any, dim: Any = None, unbiased: bool | None = None, keepdim: bool = False, *,
         correction: float | None = None) -> Tensor:  # fmt: skip
     """The variance, divided by N - correction: unbiased (correction=1) by default, as in PyTorch
-    (NumPy's ddof=0 default is `tracegrad.numpy.var`)."""
+    (NumPy's ddof=0 default is `tracegrad.numpy.var`); of complex values the mean of |x - m|^2,
+    real, as PyTorch's and NumPy's."""
     x = as_tensor(input)
     dim, correction = _correction(dim, unbiased, correction)
     axes = dim_tuple("var", dim, x.ndim)
     centered = x - mean(x, axes, keepdim=True)
+    squares = centered * centered
+    if x.dtype.kind == "c":
+        squares = P.real(centered * P.conj(centered))
     count = math.prod(x.shape[a] for a in axes) - correction
-    return sum(centered * centered, axes, keepdim) / float(count)
+    return sum(squares, axes, keepdim) / float(count)
 
 
 @pytorch_keywords

@@ -21,8 +21,11 @@ SQRT_HALF = 0.7071067811865476
 lgamma, digamma, erfc, erfinv, i0 = P.lgamma, P.digamma, P.erfc, P.erfinv, P.i0
 
 
-def _floating(x: Any) -> Tensor:
+def _floating(x: Any, op: str) -> Tensor:
+    """x as floats; complex values refused (as PyTorch's), whose imaginary parts were dropped."""
     x = as_tensor(x)
+    if x.dtype.kind == "c":
+        raise NotImplementedError(f"{op} is not implemented for complex tensors ({x.dtype})")
     return x if x.dtype.kind == "f" else x.astype(np.float64)
 
 
@@ -38,7 +41,7 @@ def polygamma(n: int, input: Any) -> Tensor:
 def mvlgamma(input: Any, p: int) -> Tensor:
     """The multivariate log-gamma function of dimension p: p(p-1)/4 log(pi) + sum_j lgamma(x -
     j/2), j < p (PyTorch requires x > (p - 1) / 2; so does this function's meaning)."""
-    x = _floating(input)
+    x = _floating(input, "mvlgamma")
     out = sum(P.lgamma(x - 0.5 * j) for j in range(int(p)))
     return out + p * (p - 1) / 4 * math.log(math.pi)
 
@@ -46,22 +49,23 @@ def mvlgamma(input: Any, p: int) -> Tensor:
 @pytorch_keywords
 def xlogy(input: Any, other: Any) -> Tensor:
     """x * log(y), 0 where x is 0 (unless y is nan), as PyTorch's: the entropy's 0 log 0 = 0.
-    y is replaced by 1 there before the log, so the gradient is finite too."""
+    Where x is 0 and log y is not finite, y is replaced by 1 before the log, so the gradient is
+    finite; elsewhere x's gradient is log y, also where x is 0 (PyTorch's)."""
     x, y = as_tensor(input), as_tensor(other)
-    zero = (x == 0) & (y == y)
-    return P.where(zero, 0.0, x * P.log(P.where(zero, 1.0, y)))
+    undefined = (x == 0) & ((y <= 0) | (y == math.inf))
+    return x * P.log(P.where(undefined, 1.0, y))
 
 
 def xlog1py(input: Any, other: Any) -> Tensor:
-    """x * log1p(y), 0 where x is 0 (unless y is nan)."""
+    """x * log1p(y), 0 where x is 0 (unless y is nan), with `xlogy`'s gradients."""
     x, y = as_tensor(input), as_tensor(other)
-    zero = (x == 0) & (y == y)
-    return P.where(zero, 0.0, x * P.log1p(P.where(zero, 0.0, y)))
+    undefined = (x == 0) & ((y <= -1) | (y == math.inf))
+    return x * P.log1p(P.where(undefined, 0.0, y))
 
 
 def entr(input: Any) -> Tensor:
     """-x log x for x > 0, 0 at 0, -inf below (the entropy's summand)."""
-    x = _floating(input)
+    x = _floating(input, "entr")
     positive = x > 0
     inner = -(x * P.log(P.where(positive, x, 1.0)))
     return P.where(positive, inner, P.where(x == 0, 0.0, P.where(x < 0, -math.inf, x)))
@@ -70,20 +74,20 @@ def entr(input: Any) -> Tensor:
 @pytorch_keywords
 def logit(input: Any, eps: float | None = None) -> Tensor:
     """log(p / (1 - p)), with p clamped to [eps, 1 - eps] first if eps is given."""
-    x = _floating(input)
+    x = _floating(input, "logit")
     x = x if eps is None else clamp(x, eps, 1.0 - eps)
     return P.log(x / (1.0 - x))
 
 
 def ndtr(input: Any) -> Tensor:
     """The standard normal CDF, by erfc, so that the lower tail keeps its relative accuracy."""
-    return 0.5 * P.erfc(-SQRT_HALF * _floating(input))
+    return 0.5 * P.erfc(-SQRT_HALF * _floating(input, "ndtr"))
 
 
 def ndtri(input: Any) -> Tensor:
     """The standard normal quantile, sqrt(2) erfinv(2p - 1): 2p - 1 rounds away probabilities
     below about 1e-16 (they give -inf)."""
-    return math.sqrt(2.0) * P.erfinv(2.0 * _floating(input) - 1.0)
+    return math.sqrt(2.0) * P.erfinv(2.0 * _floating(input, "ndtri") - 1.0)
 
 
 def _log_ndtr_tail(x: Tensor) -> Tensor:
@@ -100,7 +104,7 @@ def _log_ndtr_tail(x: Tensor) -> Tensor:
 def log_ndtr(input: Any) -> Tensor:
     """log of the standard normal CDF, accurate far into the lower tail: log(ndtr(x)) down to
     -20 (-10 in float32), the asymptotic series below."""
-    x = _floating(input)
+    x = _floating(input, "log_ndtr")
     cut = -20.0 if x.dtype == np.float64 else -10.0
     tail = x < cut
     far = _log_ndtr_tail(P.where(tail, x, cut))

@@ -38,7 +38,7 @@ from tracegrad.frontend.functions import (
     transpose,
 )
 from tracegrad.frontend.linalg import vector_norm
-from tracegrad.frontend.mutation import index_put
+from tracegrad.frontend.mutation import index_put, write
 from tracegrad.frontend.rearrange import chunk
 from tracegrad.frontend.reductions import amax, mean, sum
 from tracegrad.frontend.tensor import Tensor, as_tensor
@@ -180,7 +180,7 @@ __all__ = [
 
 def relu(x: Any, inplace: bool = False) -> Tensor:
     """max(0, x). Zero comes first so that relu'(0) = 0, as in PyTorch (maximum sends ties left)."""
-    return _in_place(x, maximum(0.0, as_tensor(x)), inplace)
+    return _in_place(x, maximum(0.0, as_tensor(x)), inplace, "relu")
 
 
 def gelu(x: Any, approximate: str = "none") -> Tensor:
@@ -195,7 +195,7 @@ def gelu(x: Any, approximate: str = "none") -> Tensor:
 def silu(input: Any, inplace: bool = False) -> Tensor:
     """x * sigmoid(x) (swish), one op, as PyTorch's: its gradient is one op too."""
     x = as_tensor(input)
-    return _in_place(input, P.silu(x), inplace)
+    return _in_place(input, P.silu(x), inplace, "silu")
 
 
 def dropout(
@@ -233,7 +233,7 @@ def _dropout(input: Any, p: float, training: bool, inplace: bool, spatial: int, 
     mask_shape = x.shape[: x.ndim - spatial] + (1,) * spatial
     keep = random.uniform(mask_shape, x.dtype, state) >= p
     scaled = x * (1.0 / (1.0 - p)) if p < 1.0 else x * 0.0
-    return _in_place(input, where(keep, scaled, 0.0), inplace)
+    return _in_place(input, where(keep, scaled, 0.0), inplace, op)
 
 
 def layer_norm(
@@ -954,27 +954,26 @@ def batch_norm(
 # --- activations with PyTorch's arguments -----------------------------------------------------
 
 
-def _in_place(input: Any, result: Tensor, inplace: bool) -> Tensor:
-    """PyTorch's `inplace=True`, as Tensor's in-place operators do it: a result autodiff records
-    stays functional (the same values: PyTorch code uses the returned tensor), any other is
-    written into the input tensor."""
-    if not inplace or not isinstance(input, Tensor) or not result.is_leaf:
+def _in_place(input: Any, result: Tensor, inplace: bool, op: str) -> Tensor:
+    """PyTorch's `inplace=True`: `result` written into the input tensor by Tensor's in-place
+    rules, so code that reads the input afterwards (`self.act(x); return x`) sees it, with its
+    gradient, also through a view."""
+    if not inplace or not isinstance(input, Tensor):
         return result
-    input._assign(result)
-    return input
+    return write(input, result, op + "(inplace=True)")
 
 
 def leaky_relu(input: Any, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
     """x where x > 0, else negative_slope * x (also the gradient at 0, as PyTorch's)."""
     x = as_tensor(input)
-    return _in_place(input, where(x > 0.0, x, x * negative_slope), inplace)
+    return _in_place(input, where(x > 0.0, x, x * negative_slope), inplace, "leaky_relu")
 
 
 def elu(input: Any, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     """x where x > 0, else alpha (exp(x) - 1). The exponential sees min(x, 0): the branch not
     taken must not overflow, or its zero gradient times infinity would be NaN."""
     x = as_tensor(input)
-    return _in_place(input, where(x > 0.0, x, P.expm1(P.minimum(x, 0.0)) * alpha), inplace)
+    return _in_place(input, where(x > 0.0, x, P.expm1(P.minimum(x, 0.0)) * alpha), inplace, "elu")
 
 
 _SELU_ALPHA, _SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
@@ -982,7 +981,7 @@ _SELU_ALPHA, _SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804
 
 def selu(input: Any, inplace: bool = False) -> Tensor:
     """scale * elu(x, alpha) with the self-normalizing constants."""
-    return _in_place(input, elu(input, _SELU_ALPHA) * _SELU_SCALE, inplace)
+    return _in_place(input, elu(input, _SELU_ALPHA) * _SELU_SCALE, inplace, "selu")
 
 
 def softplus(input: Any, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
@@ -995,7 +994,7 @@ def softplus(input: Any, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
 def mish(input: Any, inplace: bool = False) -> Tensor:
     """x tanh(softplus(x))."""
     x = as_tensor(input)
-    return _in_place(input, x * tanh(P.softplus(x)), inplace)
+    return _in_place(input, x * tanh(P.softplus(x)), inplace, "mish")
 
 
 def hardtanh(
@@ -1004,7 +1003,7 @@ def hardtanh(
     """x clipped to [min_val, max_val]; the gradient is zero at the bounds too, as PyTorch's."""
     x = as_tensor(input)
     clipped = where(x <= min_val, min_val, where(x >= max_val, max_val, x)).astype(x.dtype)
-    return _in_place(input, clipped, inplace)
+    return _in_place(input, clipped, inplace, "hardtanh")
 
 
 # --- transposed convolution ---------------------------------------------------------------------
@@ -1409,7 +1408,7 @@ def hardsigmoid(input: Any, inplace: bool = False) -> Tensor:
     """relu6(x + 3) / 6; the gradient 1/6 strictly inside (-3, 3), as PyTorch's."""
     x = as_tensor(input)
     y = where(x <= -3.0, 0.0, where(x >= 3.0, 1.0, x * (1.0 / 6.0) + 0.5)).astype(x.dtype)
-    return _in_place(input, y, inplace)
+    return _in_place(input, y, inplace, "hardsigmoid")
 
 
 def hardswish(input: Any, inplace: bool = False) -> Tensor:
@@ -1418,7 +1417,7 @@ def hardswish(input: Any, inplace: bool = False) -> Tensor:
     `x <= -3` and `x < 3`)."""
     x = as_tensor(input)
     y = where(x <= -3.0, 0.0, where(x < 3.0, x * (x + 3.0) * (1.0 / 6.0), x)).astype(x.dtype)
-    return _in_place(input, y, inplace)
+    return _in_place(input, y, inplace, "hardswish")
 
 
 def logsigmoid(input: Any) -> Tensor:
@@ -1447,13 +1446,13 @@ def celu(input: Any, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     `elu`."""
     x = as_tensor(input)
     tail = P.expm1(P.minimum(x, 0.0) * (1.0 / alpha)) * alpha
-    return _in_place(input, where(x > 0.0, x, tail), inplace)
+    return _in_place(input, where(x > 0.0, x, tail), inplace, "celu")
 
 
 def threshold(input: Any, threshold: float, value: float, inplace: bool = False) -> Tensor:
     """x where x > threshold, else `value`."""
     x = as_tensor(input)
-    return _in_place(input, where(x > threshold, x, value).astype(x.dtype), inplace)
+    return _in_place(input, where(x > threshold, x, value).astype(x.dtype), inplace, "threshold")
 
 
 @pytorch_keywords
@@ -1924,14 +1923,14 @@ def _alpha_dropout(input: Any, p: float, training: bool, inplace: bool, feature:
     if not training or p == 0.0:
         return x
     if p == 1.0:
-        return _in_place(input, x * 0.0, inplace)
+        return _in_place(input, x * 0.0, inplace, op)
     if feature and x.ndim < 2:
         raise ShapeError(f"{op}: input {x.shape} must be (N, C, *)")
     shape = x.shape[:2] + (1,) * (x.ndim - 2) if feature else x.shape
     keep = random.uniform(shape, x.dtype, state) >= p
     a = 1.0 / math.sqrt((_ALPHA_DROPOUT**2 * p + 1.0) * (1.0 - p))
     b = _ALPHA_DROPOUT * a * p
-    return _in_place(input, where(keep, x * a + b, b - _ALPHA_DROPOUT * a), inplace)
+    return _in_place(input, where(keep, x * a + b, b - _ALPHA_DROPOUT * a), inplace, op)
 
 
 # --- unfold and fold (im2col and col2im) -------------------------------------------------------
@@ -2193,7 +2192,7 @@ def rrelu(input: Any, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: 
         slope = lower + (upper - lower) * random.uniform(x.shape, x.dtype, state)
     else:
         slope = (lower + upper) / 2
-    return _in_place(input, where(x >= 0, x, x * slope), inplace)
+    return _in_place(input, where(x >= 0, x, x * slope), inplace, "rrelu")
 
 
 rrelu_ = _in_place_variant(rrelu)

@@ -13,7 +13,7 @@ import numpy as np
 from tracegrad import distributed
 from tracegrad.core.errors import ShapeError
 from tracegrad.core.primitives import where
-from tracegrad.frontend.functions import permute, reshape, unflatten
+from tracegrad.frontend.functions import broadcast_to, cat, permute, reshape, unflatten
 from tracegrad.frontend.tensor import Tensor, as_tensor, get_default_dtype
 from tracegrad.nn import functional as F
 from tracegrad.nn import init
@@ -934,7 +934,10 @@ class NonDynamicallyQuantizableLinear(Linear):
 
 class MultiheadAttention(Module):
     """PyTorch's layout: in_proj_weight (3 E, E) and in_proj_bias (q, k, v stacked), out_proj a
-    Linear. A boolean attn_mask (L, S) or (N * heads, L, S) marks positions NOT attended (True),
+    Linear; with `kdim` or `vdim` other than E, q_proj_weight (E, E), k_proj_weight (E, kdim)
+    and v_proj_weight (E, vdim) instead. `add_bias_kv` appends a learned key and value (bias_k,
+    bias_v, (1, 1, E)) and `add_zero_attn` a zero one, after projection; masks attend them.
+    A boolean attn_mask (L, S) or (N * heads, L, S) marks positions NOT attended (True),
     as in PyTorch's module (the opposite of scaled_dot_product_attention); a float one is added;
     so for key_padding_mask (N, S). `dropout` applies to the attention weights in training.
     Returns (output, weights averaged over heads or None); without masks and weights it is one
@@ -948,42 +951,76 @@ class MultiheadAttention(Module):
         if embed_dim % num_heads:
             raise ValueError(f"MultiheadAttention: embed_dim {embed_dim} must divide by "
                              f"num_heads {num_heads}")  # fmt: skip
-        if add_bias_kv or add_zero_attn or kdim not in (None, embed_dim) \
-                or vdim not in (None, embed_dim):  # fmt: skip
-            raise NotImplementedError(
-                "MultiheadAttention: add_bias_kv, add_zero_attn, and kdim or vdim other than "
-                "embed_dim are not supported"
-            )
         if not 0.0 <= dropout <= 1.0:
             raise ValueError(f"MultiheadAttention: dropout must be in [0, 1], not {dropout}")
         self.embed_dim, self.num_heads, self.batch_first = embed_dim, num_heads, batch_first
+        self.kdim = embed_dim if kdim is None else kdim
+        self.vdim = embed_dim if vdim is None else vdim
+        self._qkv_same_embed_dim = self.kdim == embed_dim == self.vdim
         self.dropout, self.head_dim = float(dropout), embed_dim // num_heads
-        self.in_proj_weight = empty_parameter(3 * embed_dim, embed_dim)
+        if self._qkv_same_embed_dim:
+            self.in_proj_weight = empty_parameter(3 * embed_dim, embed_dim)
+            self.q_proj_weight = self.k_proj_weight = self.v_proj_weight = None
+        else:
+            self.q_proj_weight = empty_parameter(embed_dim, embed_dim)
+            self.k_proj_weight = empty_parameter(embed_dim, self.kdim)
+            self.v_proj_weight = empty_parameter(embed_dim, self.vdim)
+            self.in_proj_weight = None
         self.in_proj_bias = empty_parameter(3 * embed_dim) if bias else None
         # PyTorch draws out_proj's weight first; tracegrad always drew in_proj_weight first,
         # and keeps that order, so that a seed gives the weights it gave
-        init.xavier_uniform_(self.in_proj_weight)
+        self._init_projections()
         self.out_proj = NonDynamicallyQuantizableLinear(embed_dim, embed_dim, bias=bias)
-        reset_affine(None, self.in_proj_bias)
-        reset_affine(None, self.out_proj.bias)
+        self.bias_k = empty_parameter(1, 1, embed_dim) if add_bias_kv else None
+        self.bias_v = empty_parameter(1, 1, embed_dim) if add_bias_kv else None
+        self.add_zero_attn = add_zero_attn
+        self._init_biases()
         self.to(device, dtype)
 
-    def _reset_parameters(self) -> None:
-        """PyTorch's (private, as there): in_proj_weight xavier uniform, the biases zeros;
-        out_proj's weight is its Linear's (`out_proj.reset_parameters()`)."""
-        init.xavier_uniform_(self.in_proj_weight)
+    def _init_projections(self) -> None:
+        for w in (self.in_proj_weight, self.q_proj_weight, self.k_proj_weight,
+                  self.v_proj_weight):  # fmt: skip
+            if w is not None:
+                init.xavier_uniform_(w)
+
+    def _init_biases(self) -> None:
         reset_affine(None, self.in_proj_bias)
         reset_affine(None, self.out_proj.bias)
+        for b in (self.bias_k, self.bias_v):
+            if b is not None:
+                init.xavier_normal_(b)
+
+    def _reset_parameters(self) -> None:
+        """PyTorch's (private, as there): the projections xavier uniform, the biases zeros,
+        bias_k and bias_v xavier normal; out_proj's weight is its Linear's
+        (`out_proj.reset_parameters()`)."""
+        self._init_projections()
+        self._init_biases()
 
     def _heads(self, x: Tensor, i: int) -> Tensor:
-        """Project with the i-th third of in_proj and split heads: (N, heads, T, head_dim)."""
+        """Project with the i-th third of in_proj (or q, k, v_proj_weight) and split heads:
+        (N, heads, T, head_dim)."""
         e = self.embed_dim
-        w = self.in_proj_weight[i * e : (i + 1) * e]
+        if self._qkv_same_embed_dim:
+            w = self.in_proj_weight[i * e : (i + 1) * e]
+        else:
+            w = (self.q_proj_weight, self.k_proj_weight, self.v_proj_weight)[i]
         y = x @ permute(w, (1, 0))
         if self.in_proj_bias is not None:
             y = y + self.in_proj_bias[i * e : (i + 1) * e]
         n, t = x.shape[:2]
         return permute(reshape(y, (n, t, self.num_heads, self.head_dim)), (0, 2, 1, 3))
+
+    def _extra_keys(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, int]:
+        """k and v (N, heads, S, head_dim) with bias_k and bias_v, then a zero key and value,
+        appended along S; and how many were."""
+        n, h, _, d = k.shape
+        if self.bias_k is not None:
+            k, v = (cat([t, broadcast_to(reshape(b, (1, h, 1, d)), (n, h, 1, d))], 2)
+                    for t, b in ((k, self.bias_k), (v, self.bias_v)))  # fmt: skip
+        if self.add_zero_attn:
+            k, v = (cat([t, Tensor._of(np.zeros((n, h, 1, d), t.dtype))], 2) for t in (k, v))
+        return k, v, (self.bias_k is not None) + bool(self.add_zero_attn)
 
     def forward(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Any = None,
                 need_weights: bool = True, attn_mask: Any = None,
@@ -1003,6 +1040,7 @@ class MultiheadAttention(Module):
             query, key, value = (permute(t, (1, 0, 2)) for t in (query, key, value))
         n, length = query.shape[:2]
         q, k, v = self._heads(query, 0), self._heads(key, 1), self._heads(value, 2)
+        k, v, extra = self._extra_keys(k, v)
         p = self.dropout if self.training else 0.0
         if not need_weights and key_padding_mask is None and (attn_mask is None or is_causal):
             # PyTorch's own path: is_causal is a hint that attn_mask is the causal mask
@@ -1010,7 +1048,7 @@ class MultiheadAttention(Module):
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=is_causal)
         else:
             scores = (q * (1.0 / math.sqrt(self.head_dim))) @ permute(k, (0, 1, 3, 2))
-            scores = self._masked(scores, attn_mask, key_padding_mask, is_causal)
+            scores = self._masked(scores, attn_mask, key_padding_mask, is_causal, extra)
             weights = F.dropout(F.softmax(scores, axis=-1), p)
             out = weights @ v
         out = permute(out, (0, 2, 1, 3))
@@ -1021,14 +1059,19 @@ class MultiheadAttention(Module):
             return out, None
         return out, (weights.mean(axis=1) if average_attn_weights else weights)
 
-    def _masked(self, scores: Tensor, attn_mask: Any, key_padding_mask: Any, is_causal: bool):
+    def _masked(self, scores: Tensor, attn_mask: Any, key_padding_mask: Any, is_causal: bool,
+                extra: int):  # fmt: skip
+        """scores with the masks applied; the `extra` keys appended last are attended."""
         n, h, length, s = scores.shape
         if attn_mask is None and is_causal:
-            attn_mask = np.triu(np.ones((length, s), np.bool_), 1)
+            attn_mask = np.triu(np.ones((length, s - extra), np.bool_), 1)
         for mask, shape in ((attn_mask, None), (key_padding_mask, (n, 1, 1, s))):
             if mask is None:
                 continue
             mask = mask if isinstance(mask, Tensor) else Tensor._of(np.asarray(mask))
+            if extra:
+                fill = Tensor._of(np.zeros((*mask.shape[:-1], extra), mask.dtype))
+                mask = cat([mask, fill], -1)
             if shape is None and mask.ndim == 3:
                 shape = (n, h, length, s)
             if shape is not None:

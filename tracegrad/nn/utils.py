@@ -36,6 +36,7 @@ __all__ = [
     "remove_spectral_norm",
     "remove_weight_norm",
     "spectral_norm",
+    "unpad_sequence",
     "vector_to_parameters",
     "weight_norm",
 ]
@@ -57,6 +58,7 @@ def clip_grad_norm_(
     params = _with_grads(parameters)
     if not params:
         return Tensor._of(0.0)
+    norm_type = float(norm_type)  # PyTorch's takes "inf" too
     if norm_type == math.inf:
         total = amax(stack([amax(abs(p.grad)) for p in params]))
     else:
@@ -131,6 +133,15 @@ def pad_sequence(
         fill = Tensor._of(np.full((longest - x.shape[0], *x.shape[1:]), padding_value, x.dtype))
         padded.append(concatenate([x, fill] if padding_side == "right" else [fill, x]))
     return stack(padded, axis=0 if batch_first else 1)
+
+
+def unpad_sequence(padded_sequences: Tensor, lengths: Any, batch_first: bool = False
+                   ) -> list[Tensor]:  # fmt: skip
+    """`pad_sequence` undone: the first lengths[i] steps of each sequence, a list."""
+    x = as_tensor(padded_sequences)
+    x = x if batch_first else permute(x, (1, 0, *range(2, x.ndim)))
+    lengths = lengths.numpy() if isinstance(lengths, Tensor) else np.asarray(lengths)
+    return [x[i, : int(n)] for i, n in enumerate(lengths)]
 
 
 # --- weight_norm and spectral_norm, PyTorch's hook-based versions -------------------------------

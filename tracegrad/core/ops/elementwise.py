@@ -3,6 +3,7 @@ Each has a scalar template, so a fused kernel inlines it with its neighbours."""
 
 from __future__ import annotations
 
+import builtins
 import functools
 import math
 from collections.abc import Callable
@@ -193,6 +194,16 @@ def _sigmoid(x, out):
     sigmoid_into(x, out)
 
 
+def _complex_or(real: Callable, complex: Callable) -> Callable:
+    """`real` (by blocks, which take real values only), or `complex`'s formula for complex x."""
+    return lambda x: complex(x) if np.iscomplexobj(x) else real(x)
+
+
+def _complex_silu_slope(x):
+    s = 1 / (1 + np.exp(-x))
+    return s * (1 + x * (1 - s))
+
+
 # SiLU (x sigmoid(x)) as an op of its own, as PyTorch's `silu`: composed of ops, its eager
 # forward and backward were nine passes over memory; a kernel inlines one helper.
 @_by_blocks
@@ -320,7 +331,7 @@ def _power(x, y):
     write constants) first becomes an array of the result's dtype, so eager and traced steps
     take the same branch. Other exponents go straight to np.power: an AdamW step takes this
     path twice per parameter, and NumPy's dtype queries cost microseconds each."""
-    steps = POWER_PRODUCTS.get(float(y)) if np.ndim(y) == 0 else None
+    steps = POWER_PRODUCTS.get(builtins.complex(y)) if np.ndim(y) == 0 else None  # 2+0j finds 2.0
     if steps is None:
         return np.power(x, y)
     if not isinstance(x, np.ndarray):
@@ -349,7 +360,7 @@ def binary(
 
 def _promotion(shape) -> str:
     """Float functions (whose rule makes integers floats) take integers as the default float."""
-    return "float" if shape in (shapes.floating, shapes.true_divide) else ""
+    return "float" if shape in (shapes.floating, shapes.real_floating, shapes.true_divide) else ""
 
 
 def conjugated(x: Any) -> Any:
@@ -378,50 +389,65 @@ neg = unary("neg", np.negative, lambda g, out, x: -g, shape=shapes.same, scalar=
 exp = unary("exp", np.exp, lambda g, out, x: g * conjugated(out), "out", "exp({0})", ("exp",),
             **_C)  # fmt: skip
 log = unary("log", np.log, lambda g, out, x: g / conjugated(x), "in", "log({0})", ("log",), **_C)
-log1p = unary("log1p", np.log1p, lambda g, out, x: g / (x + 1.0), "in", "math.log1p({0})")
-expm1 = unary("expm1", np.expm1, lambda g, out, x: g * (out + 1.0), "out", "math.expm1({0})")
+log1p = unary("log1p", np.log1p, lambda g, out, x: g / conjugated(x + 1.0), "in",
+              "math.log1p({0})", **_C)  # fmt: skip
+expm1 = unary("expm1", np.expm1, lambda g, out, x: g * conjugated(out + 1.0), "out",
+              "math.expm1({0})", **_C)  # fmt: skip
 sqrt = unary("sqrt", np.sqrt, lambda g, out, x: g / (conjugated(out) * 2.0), "out", "sqrt({0})",
              ("sqrt",), **_C)  # fmt: skip
-tanh = unary("tanh", np.tanh, lambda g, out, x: g * (1.0 - out * out), "out", "tanh({0})",
-             ("tanh",))  # fmt: skip
-sigmoid = unary("sigmoid", _sigmoid, lambda g, out, x: g * (out * (1.0 - out)), "out",
-                "sigmoid({0})", ("sigmoid",))  # fmt: skip
+tanh = unary("tanh", np.tanh, lambda g, out, x: g * conjugated(1.0 - out * out), "out",
+             "tanh({0})", ("tanh",), **_C)  # fmt: skip
+sigmoid = unary("sigmoid", _complex_or(_sigmoid, lambda x: 1 / (1 + np.exp(-x))),
+                lambda g, out, x: g * conjugated(out * (1.0 - out)), "out", "sigmoid({0})",
+                ("sigmoid",), **_C)  # fmt: skip
 softplus = unary("softplus", _softplus, lambda g, out, x: g * sigmoid(x), "in",
                  "(math.log1p(math.exp(-abs({0}))) + maximum({0}, 0.0))", ("maximum",))  # fmt: skip
 erf = unary("erf", _erf, lambda g, out, x: g * (1.1283791670955126 * exp(-(x * x))), "in",
-            "erf({0})", ("erf",))  # fmt: skip
-silu = unary("silu", _silu, lambda g, out, x: g * silu_slope(x), "in", "silu({0})", ("silu",))
-silu_slope = unary("silu_slope", _silu_slope, lambda g, out, x: g * _silu_curvature(x), "in",
-                   "silu_slope({0})", ("silu_slope",))  # fmt: skip
-gelu = unary("gelu", _gelu, lambda g, out, x: g * gelu_slope(x), "in", "gelu({0})", ("gelu",))
+            "erf({0})", ("erf",), shape=shapes.real_floating)  # fmt: skip
+silu = unary("silu", _complex_or(_silu, lambda x: x / (1 + np.exp(-x))),
+             lambda g, out, x: g * conjugated(silu_slope(x)), "in", "silu({0})", ("silu",),
+             **_C)  # fmt: skip
+silu_slope = unary("silu_slope", _complex_or(_silu_slope, _complex_silu_slope),
+                   lambda g, out, x: g * conjugated(_silu_curvature(x)), "in",
+                   "silu_slope({0})", ("silu_slope",), **_C)  # fmt: skip
+gelu = unary("gelu", _gelu, lambda g, out, x: g * gelu_slope(x), "in", "gelu({0})", ("gelu",),
+             shape=shapes.real_floating)  # fmt: skip
 gelu_slope = unary("gelu_slope", _gelu_slope, lambda g, out, x: g * _gelu_curvature(x), "in",
                    "gelu_slope({0})", ("gelu_slope",))  # fmt: skip
 gelu_tanh = unary("gelu_tanh", _gelu_tanh, lambda g, out, x: g * gelu_tanh_slope(x), "in",
-                  "gelu_tanh({0})", ("gelu_tanh",))  # fmt: skip
+                  "gelu_tanh({0})", ("gelu_tanh",), shape=shapes.real_floating)  # fmt: skip
 gelu_tanh_slope = unary("gelu_tanh_slope", _gelu_tanh_slope,
                         lambda g, out, x: g * _gelu_tanh_curvature(x), "in",
                         "gelu_tanh_slope({0})", ("gelu_tanh_slope",))  # fmt: skip
-sin = unary("sin", np.sin, lambda g, out, x: g * cos(x), "in", "sin({0})", ("sin",))
-cos = unary("cos", np.cos, lambda g, out, x: -(g * sin(x)), "in", "cos({0})", ("cos",))
-tan = unary("tan", np.tan, lambda g, out, x: g * (1.0 + out * out), "out", "math.tan({0})")
-arcsin = unary("arcsin", np.arcsin, lambda g, out, x: g / sqrt(1.0 - x * x), "in",
-               "math.asin({0})")  # fmt: skip
-arccos = unary("arccos", np.arccos, lambda g, out, x: -g / sqrt(1.0 - x * x), "in",
-               "math.acos({0})")  # fmt: skip
-arctan = unary("arctan", np.arctan, lambda g, out, x: g / (1.0 + x * x), "in", "math.atan({0})")
-sinh = unary("sinh", np.sinh, lambda g, out, x: g * cosh(x), "in", "math.sinh({0})")
-cosh = unary("cosh", np.cosh, lambda g, out, x: g * sinh(x), "in", "math.cosh({0})")
-arcsinh = unary("arcsinh", np.arcsinh, lambda g, out, x: g / sqrt(x * x + 1.0), "in",
-                "math.asinh({0})")  # fmt: skip
-arccosh = unary("arccosh", np.arccosh, lambda g, out, x: g / sqrt(x * x - 1.0), "in",
-                "math.acosh({0})")  # fmt: skip
-arctanh = unary("arctanh", np.arctanh, lambda g, out, x: g / (1.0 - x * x), "in",
-                "math.atanh({0})")  # fmt: skip
-log2 = unary("log2", np.log2, lambda g, out, x: g / (x * math.log(2.0)), "in",
-             "math.log2({0})")  # fmt: skip
-log10 = unary("log10", np.log10, lambda g, out, x: g / (x * math.log(10.0)), "in",
-              "math.log10({0})")  # fmt: skip
-exp2 = unary("exp2", np.exp2, lambda g, out, x: g * out * math.log(2.0), "out", "(2.0 ** {0})")
+# holomorphic: the cotangent times the conjugate of the derivative (see `conjugated`)
+sin = unary("sin", np.sin, lambda g, out, x: g * conjugated(cos(x)), "in", "sin({0})", ("sin",),
+            **_C)  # fmt: skip
+cos = unary("cos", np.cos, lambda g, out, x: -(g * conjugated(sin(x))), "in", "cos({0})",
+            ("cos",), **_C)  # fmt: skip
+tan = unary("tan", np.tan, lambda g, out, x: g * conjugated(1.0 + out * out), "out",
+            "math.tan({0})", **_C)  # fmt: skip
+arcsin = unary("arcsin", np.arcsin, lambda g, out, x: g / conjugated(sqrt(1.0 - x * x)), "in",
+               "math.asin({0})", **_C)  # fmt: skip
+arccos = unary("arccos", np.arccos, lambda g, out, x: -g / conjugated(sqrt(1.0 - x * x)), "in",
+               "math.acos({0})", **_C)  # fmt: skip
+arctan = unary("arctan", np.arctan, lambda g, out, x: g / conjugated(1.0 + x * x), "in",
+               "math.atan({0})", **_C)  # fmt: skip
+sinh = unary("sinh", np.sinh, lambda g, out, x: g * conjugated(cosh(x)), "in", "math.sinh({0})",
+             **_C)  # fmt: skip
+cosh = unary("cosh", np.cosh, lambda g, out, x: g * conjugated(sinh(x)), "in", "math.cosh({0})",
+             **_C)  # fmt: skip
+arcsinh = unary("arcsinh", np.arcsinh, lambda g, out, x: g / conjugated(sqrt(x * x + 1.0)),
+                "in", "math.asinh({0})", **_C)  # fmt: skip
+arccosh = unary("arccosh", np.arccosh, lambda g, out, x: g / conjugated(sqrt(x * x - 1.0)),
+                "in", "math.acosh({0})", **_C)  # fmt: skip
+arctanh = unary("arctanh", np.arctanh, lambda g, out, x: g / conjugated(1.0 - x * x), "in",
+                "math.atanh({0})", **_C)  # fmt: skip
+log2 = unary("log2", np.log2, lambda g, out, x: g / conjugated(x * math.log(2.0)), "in",
+             "math.log2({0})", **_C)  # fmt: skip
+log10 = unary("log10", np.log10, lambda g, out, x: g / conjugated(x * math.log(10.0)), "in",
+              "math.log10({0})", **_C)  # fmt: skip
+exp2 = unary("exp2", np.exp2, lambda g, out, x: g * conjugated(out * math.log(2.0)), "out",
+             "(2.0 ** {0})", **_C)  # fmt: skip
 # Piecewise constant: no gradient (None), as in NumPy autograd.
 floor = unary("floor", np.floor, shape=shapes.same)
 ceil = unary("ceil", np.ceil, shape=shapes.same)
@@ -452,16 +478,18 @@ div = binary("div", np.true_divide,
 def _pow_grad_y(g, out, x, y):
     """g x**y log(x); 0 where x == 0 <= y (as PyTorch's), where 0 * log(0) would give nan. The
     base is replaced by 1 there, not the result masked, so higher orders stay finite too."""
-    safe = where(x == 0.0, where(y >= 0.0, 1.0, x), x)
-    return sum_to(g * out * log(safe), y.shape)
+    positive = (real(y) if y.dtype.kind == "c" else y) >= 0.0
+    safe = where(x == 0.0, where(positive, 1.0, x), x)
+    return sum_to(g * conjugated(out * log(safe)), y.shape)
 
 
 # d/dx x**y = y x**(y-1), with the exponent 1 where y == 0 so that 0**0's gradient is 0, not
 # 0 * 0**-1 = nan (as HIPS autograd's): a where of y's shape, usually a scalar's.
 pow = binary("pow", _power,
-             (lambda g, out, x, y: sum_to(g * y * x ** where(y == 0.0, 1.0, y - 1.0), x.shape),
+             (lambda g, out, x, y:
+              sum_to(g * conjugated(y * x ** where(y == 0.0, 1.0, y - 1.0)), x.shape),
               _pow_grad_y),
-             "in+out", "({0} ** {1})", numpy=np.power)  # fmt: skip
+             "in+out", "({0} ** {1})", numpy=np.power, **_C)  # fmt: skip
 maximum = binary("maximum", np.maximum,
                  (lambda g, out, x, y: sum_to(where(x >= y, g, 0.0), x.shape),
                   lambda g, out, x, y: sum_to(where(x >= y, 0.0, g), y.shape)),
@@ -598,6 +626,8 @@ bitwise_left_shift = binary(
 bitwise_right_shift = binary(
     "bitwise_right_shift", np.right_shift, (None, None), scalar="({0} >> {1})", shape=_bits("iu")
 )
+gcd = binary("gcd", np.gcd, (None, None), shape=_bits("iu"))  # non-negative, gcd(0, 0) = 0
+lcm = binary("lcm", np.lcm, (None, None), shape=_bits("iu"))
 
 
 __all__ = [n for n, v in list(globals().items()) if isinstance(v, Primitive) and n[0] != "_"]

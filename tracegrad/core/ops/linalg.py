@@ -300,9 +300,31 @@ def _qr_vjp(g, out, x, part, complete=False):
 
 inv = Primitive("inv", np.linalg.inv, _square_rule,
                 (lambda g, out, x: -matmul(matmul(mT(out), g), mT(out)),), "out")  # fmt: skip
+
+
+def _cofactors(x):
+    """det(x) inv(x)^T, det's derivative, also at a singular matrix (PyTorch's; inv raised):
+    there from the SVD x = U S V^T, det(U V^T) U diag(prod of the s_j, j != i) V^T."""
+    try:
+        return np.linalg.det(x)[..., None, None] * np.swapaxes(np.linalg.inv(x), -1, -2)
+    except np.linalg.LinAlgError:
+        pass
+    u, s, vt = np.linalg.svd(x)
+    others = np.stack([np.prod(np.delete(s, i, -1), -1) for i in range(s.shape[-1])], -1)
+    sign = np.linalg.det(u) * np.linalg.det(vt)
+    return sign[..., None, None] * np.matmul(u * others[..., None, :], vt)
+
+
+def _cofactors_vjp(g, out, x):
+    """d(det(A) M) = <G, M> C - C G^T M, M = inv(A)^T, C the cofactors (a second derivative at a
+    singular matrix raises, as inv)."""
+    m = mT(inv(x))
+    return sum_to(g * m, (*x.shape[:-2], 1, 1)) * out - matmul(matmul(out, mT(g)), m)
+
+
+cofactors = Primitive("cofactors", _cofactors, _square_rule, (_cofactors_vjp,), "in+out")
 det = Primitive("det", np.linalg.det, _det_rule,
-                (lambda g, out, x: _matrices(g * out) * mT(inv(x)),), "in+out",
-                raises=False)  # fmt: skip
+                (lambda g, out, x: _matrices(g) * cofactors(x),), "in", raises=False)  # fmt: skip
 logabsdet = Primitive("logabsdet", lambda x: np.linalg.slogdet(x)[1], _det_rule,
                       (lambda g, out, x: _matrices(g) * mT(inv(x)),), "in",
                       raises=False)  # fmt: skip

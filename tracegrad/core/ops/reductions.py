@@ -53,7 +53,7 @@ def _prod_vjp(g, out, x, axis, keepdims):
     nonzero = where(zero, 1.0, x)
     alone = sum(zero.astype(x.dtype), axis=axis, keepdims=True) == 1.0
     at_zero = where(alone, prod(nonzero, axis=axis, keepdims=True), 0.0)
-    return reshaped(g, kept) * where(zero, at_zero, reshaped(out, kept) / nonzero)
+    return reshaped(g, kept) * conjugated(where(zero, at_zero, reshaped(out, kept) / nonzero))
 
 
 def reduction(name, impl, shape, vjp, saves="", combine=None, identity=None, helpers=(), **kw):
@@ -146,7 +146,8 @@ max = reduction("max", np.max, _extreme_rule, _extreme_vjp(lambda *a, **k: max(*
 min = reduction("min", np.min, _extreme_rule, _extreme_vjp(lambda *a, **k: min(*a, **k)), "in",
                 "minimum({0}, {1})",
                 math.inf, ("minimum",))  # fmt: skip
-prod = reduction("prod", np.prod, _sum_rule, _prod_vjp, "in+out", "({0} * {1})", 1.0)
+prod = reduction("prod", np.prod, _sum_rule, _prod_vjp, "in+out", "({0} * {1})", 1.0,
+                 complex_grad=True)  # fmt: skip
 argmax = Primitive(
     "argmax",
     np.argmax,
@@ -276,5 +277,5 @@ __all__ = [n for n, v in list(globals().items()) if isinstance(v, Primitive) and
 
 # The rules above call ops of other families, which import this one: imported last, the
 # cycle is harmless (no rule runs while the table loads).
-from tracegrad.core.ops.elementwise import exp, log, where  # noqa: E402
+from tracegrad.core.ops.elementwise import conjugated, exp, log, where  # noqa: E402
 from tracegrad.core.ops.views import broadcast_to, getitem, reshaped  # noqa: E402

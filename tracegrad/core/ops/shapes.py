@@ -18,6 +18,14 @@ def floating(x):
     return x.shape, (x.dtype if x.dtype.kind in "fc" else np.dtype(np.float64))
 
 
+def real_floating(x):
+    """`floating`, for functions of real values only (erf, GELU: PyTorch refuses complex ones,
+    whose imaginary parts the NumPy forms dropped)."""
+    if x.dtype.kind == "c":
+        raise TypeError(f"expects a real tensor, got {x.dtype}")
+    return floating(x)
+
+
 def real_dtype(dtype: np.dtype) -> np.dtype:
     """The dtype of a complex dtype's parts (complex64: float32); a real dtype itself."""
     return np.empty(0, dtype).real.dtype if dtype.kind == "c" else dtype

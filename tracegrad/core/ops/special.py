@@ -222,10 +222,11 @@ def _i1_slope(x):
     return where(zero, 0.5, i0(x) - i1(x) / where(zero, 1.0, x))
 
 
-def special(name, impl, vjp, saves, shape=shapes.floating):
+def special(name, impl, vjp, saves, shape=shapes.real_floating):
     """An elementwise function, recorded as opaque: its value is many passes (or a Python call
     per element), not the one pass an elementwise op is taken to cost, so remat must not
-    recompute it in backward to save memory; being pure, the memory budget may rebuild it."""
+    recompute it in backward to save memory; being pure, the memory budget may rebuild it.
+    Of real values only, as PyTorch's (complex ones lost their imaginary parts)."""
     return Primitive(name, impl, shape, (vjp,), saves, kind=Kind.OPAQUE, raises=False,
                      rerun=True, promotion="float")  # fmt: skip
 
@@ -233,7 +234,7 @@ def special(name, impl, vjp, saves, shape=shapes.floating):
 lgamma = special("lgamma", _lgamma, lambda g, out, x: g * digamma(x), "in")
 digamma = special("digamma", _digamma, lambda g, out, x: g * polygamma(x, n=1), "in")
 polygamma = special("polygamma", _polygamma, lambda g, out, x, n: g * polygamma(x, n=n + 1),
-                    "in", shape=lambda x, n: shapes.floating(x))  # fmt: skip
+                    "in", shape=lambda x, n: shapes.real_floating(x))  # fmt: skip
 erfc = special("erfc", _erfc, lambda g, out, x: g * (-TWO_OVER_SQRT_PI * exp(-(x * x))), "in")
 i0 = special("i0", _i0, lambda g, out, x: g * i1(x), "in")
 i1 = special("i1", _i1, lambda g, out, x: g * _i1_slope(x), "in")

@@ -1,5 +1,5 @@
-"""`torch.nn.utils.rnn`: `pad_sequence` (`tracegrad.nn.utils`) and packed sequences
-(`tracegrad.nn.packed`), which tracegrad's RNN, LSTM and GRU accept."""
+"""`torch.nn.utils.rnn`: `pad_sequence`, `unpad_sequence` (`tracegrad.nn.utils`) and packed
+sequences (`tracegrad.nn.packed`), which tracegrad's RNN, LSTM and GRU accept."""
 
 from typing import Any
 
@@ -10,7 +10,7 @@ from tracegrad.nn.packed import (
     pad_packed_sequence,
     unpack_sequence,
 )
-from tracegrad.nn.utils import pad_sequence
+from tracegrad.nn.utils import pad_sequence, unpad_sequence
 from tracegrad.torch._support import not_provided as _not_provided
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "pad_packed_sequence",
     "pad_sequence",
     "unpack_sequence",
+    "unpad_sequence",
 ]
 
 
