@@ -198,6 +198,16 @@ def test_names_libraries_import_at_import_time():
         torch.fx.symbolic_trace(f)
 
 
+def test_distributed_nn_imports_and_its_collectives_refuse():
+    """vector-quantize-pytorch imports `from torch.distributed import nn` at the top and calls
+    its `all_reduce` only when a process group is initialized."""
+    from tracegrad.torch.distributed import nn as dist_nn
+
+    assert torch.distributed.nn is dist_nn
+    with pytest.raises(RuntimeError, match="all_reduce is not provided"):
+        dist_nn.all_reduce(torch.zeros(2))
+
+
 def test_compiler_settings_and_distributed_names_import():
     """llm.c's `train_gpt2.py` imports `torch._inductor.config` (and sets a tuning flag if it
     has it) and `ZeroRedundancyOptimizer` at the top; optimizer libraries import the base class
