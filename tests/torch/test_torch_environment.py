@@ -48,6 +48,21 @@ def test_rng_state_round_trips():
     np.testing.assert_array_equal(torch.randn(4).numpy(), first)
 
 
+def test_fork_rng_restores_the_state_after_its_block():
+    torch.manual_seed(3)
+    with torch.random.fork_rng(devices=[]):
+        torch.randn(3)
+        torch.manual_seed(9)
+    after = torch.randn(4).numpy()
+    torch.manual_seed(3)
+    np.testing.assert_array_equal(torch.randn(4).numpy(), after)
+    with torch.random.fork_rng(enabled=False):
+        torch.randn(2)
+    assert not np.array_equal(torch.randn(4).numpy(), after)
+    with pytest.raises(ValueError, match="CPU only"), torch.random.fork_rng(devices=[0]):
+        pass
+
+
 def test_type_facts():
     assert torch.typename(torch.zeros(2)) == "torch.FloatTensor"
     assert torch.typename(torch.zeros(2, dtype=torch.int64)) == "torch.LongTensor"
