@@ -234,6 +234,24 @@ def test_data_writes_its_tensor_and_can_be_replaced():
     assert p.shape == (5,) and p.requires_grad
 
 
+@pytest.mark.parametrize("backend", [None, "numpy"])
+def test_data_written_in_place_with_a_tracked_value_writes_its_tensor(backend, monkeypatch):
+    """vector-quantize-pytorch's EMA codebook: `buf.data.lerp_(new, 0.2)` with `new` computed
+    from the batch outside no_grad; the buffer takes the values, and `.data` the history."""
+    buf = tg.zeros(3, dtype=np.float64)
+    w = tg.tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
+
+    def step():
+        alias = buf.data
+        alias.lerp_(w * 2, 0.5)
+        buf.data.copy_(buf * 3 + w)  # (3 * w) + w: as PyTorch's, where both share the storage
+        assert alias.requires_grad and not buf.requires_grad
+        return (w * 1).sum()
+
+    eager_or_traced(step, backend, monkeypatch)()
+    np.testing.assert_allclose(buf.numpy(), [4.0, 8.0, 12.0])
+
+
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
 def test_traced_steps_with_data_updates_and_masked_writes_match_eager(backend, monkeypatch):
     monkeypatch.setattr(lowering, "KERNEL_MIN", 0)

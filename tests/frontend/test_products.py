@@ -77,6 +77,20 @@ def test_beta_zero_ignores_the_input_and_ranks_are_checked():
         tg.addmm(tg.tensor(IN), tg.tensor(M1), tg.tensor(M2).float())
 
 
+def test_einsum_takes_one_dtype_and_numpys_promotes():
+    """As PyTorch's: a float32 codebook against float64 features raises (vector-quantize-
+    pytorch's LFQ ran silently in float64 where PyTorch refuses); NumPy's einsum promotes."""
+    import tracegrad.numpy as tnp
+
+    a, b = tg.tensor(M1), tg.tensor(M2).float()
+    with pytest.raises(tg.ShapeError, match="einsum: operands of dtypes float64, float32"):
+        tg.einsum("ij,jk->ik", a, b)
+    with pytest.raises(tg.ShapeError, match="einsum"):
+        tg.einsum(a, [0, 1], b, [1, 2], [0, 2])
+    assert tg.einsum("ij,jk->ik", a.float(), b).dtype == np.float32
+    assert tnp.einsum("ij,jk->ik", a, b).dtype == np.float64
+
+
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
 def test_traced_matches_eager(backend, monkeypatch):
     monkeypatch.setattr(lowering, "KERNEL_MIN", 0)

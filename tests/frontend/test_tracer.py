@@ -420,3 +420,33 @@ def test_each_optimizer_step_call_numbers_the_update_nodes_it_makes():
     assert first is not None and second is not None and first != second
     assert numbers == sorted(numbers, key=[first, second].index)  # each call's nodes together
     assert all(n.update is None for n in nodes if n.phase is not tg.Phase.UPDATE)
+
+
+def test_a_state_tensor_read_as_a_python_value_is_guarded():
+    """`if self.needs_init:` on a buffer the step then clears in place (vector-quantize-
+    pytorch's affine statistics; an `initted` flag): the plan baked in the first call's branch
+    and ran it at every call. Now a new value traces again, and each call computes the eager
+    step's values."""
+
+    def make():
+        flag, avg = tg.tensor(True), tg.zeros(3, dtype=np.float64)
+
+        def step(x):
+            if flag:
+                flag.fill_(False)
+                avg.copy_(x.mean(0))
+            else:
+                avg.mul_(0.5).add_(x.mean(0) * 0.5)
+            return (x * 2).sum()
+
+        return avg, step
+
+    (avg1, eager), (avg2, traced) = make(), make()
+    traced = tg.trace(traced)
+    with pytest.warns(UserWarning, match=r"traced again because the tensor read by bool\(tensor\)"):
+        for k in range(3):
+            x = tg.tensor(np.full((2, 3), k + 1.0))
+            assert float(traced(x)) == float(eager(x))
+            np.testing.assert_allclose(avg2.numpy(), avg1.numpy())
+    assert avg2.numpy().tolist() == [2.25] * 3 and len(traced.plans) == 1
+    assert sum(len(p) for p in traced.plans.values()) == 2

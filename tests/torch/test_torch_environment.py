@@ -48,6 +48,21 @@ def test_rng_state_round_trips():
     np.testing.assert_array_equal(torch.randn(4).numpy(), first)
 
 
+def test_fork_rng_restores_the_state_after_its_block():
+    torch.manual_seed(3)
+    with torch.random.fork_rng(devices=[]):
+        torch.randn(3)
+        torch.manual_seed(9)
+    after = torch.randn(4).numpy()
+    torch.manual_seed(3)
+    np.testing.assert_array_equal(torch.randn(4).numpy(), after)
+    with torch.random.fork_rng(enabled=False):
+        torch.randn(2)
+    assert not np.array_equal(torch.randn(4).numpy(), after)
+    with pytest.raises(ValueError, match="CPU only"), torch.random.fork_rng(devices=[0]):
+        pass
+
+
 def test_type_facts():
     assert torch.typename(torch.zeros(2)) == "torch.FloatTensor"
     assert torch.typename(torch.zeros(2, dtype=torch.int64)) == "torch.LongTensor"
@@ -196,6 +211,16 @@ def test_names_libraries_import_at_import_time():
     assert list(Numbers()) == [0, 1, 2] and Dataset[int] is Dataset
     with pytest.raises(AttributeError, match="symbolic_trace is not provided"):
         torch.fx.symbolic_trace(f)
+
+
+def test_distributed_nn_imports_and_its_collectives_refuse():
+    """vector-quantize-pytorch imports `from torch.distributed import nn` at the top and calls
+    its `all_reduce` only when a process group is initialized."""
+    from tracegrad.torch.distributed import nn as dist_nn
+
+    assert torch.distributed.nn is dist_nn
+    with pytest.raises(RuntimeError, match="all_reduce is not provided"):
+        dist_nn.all_reduce(torch.zeros(2))
 
 
 def test_compiler_settings_and_distributed_names_import():

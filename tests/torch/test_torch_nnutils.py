@@ -51,3 +51,15 @@ def test_packed_sequences_are_tracegrads(name):
 def test_a_missing_name_is_refused_by_name():
     with pytest.raises(AttributeError, match="torch.nn.utils.rnn.invert_permutation is not"):
         torch.nn.utils.rnn.invert_permutation  # noqa: B018
+
+
+def test_device_states_are_none_on_the_cpu():
+    """performer-pytorch's and reformer's reversible layers save the GPU RNG states of their
+    inputs' devices beside the CPU's, and restore them to replay dropout in backward."""
+    from tracegrad.torch.utils.checkpoint import get_device_states, set_device_states
+
+    devices, states = get_device_states(torch.zeros(2), torch.ones(3))
+    assert devices == [] and states == []
+    set_device_states(devices, states)
+    with pytest.raises(ValueError, match="CPU only"):
+        set_device_states([0], [torch.zeros(1)])

@@ -67,6 +67,8 @@ def write(target: Tensor, result: Any, op: str) -> Tensor:
     if Listeners.grad_enabled and (tracked or not target.is_leaf):
         _rebind(target, P.positive(result) if tracked and result.is_leaf else
                 result if tracked else _replacing(target, result), op)  # fmt: skip
+        if isinstance(target, Alias):  # `t.data.lerp_(tracked)`: t's values change all the same
+            target._base._assign(Tensor._wrap(target._value))
     else:
         target._assign(result)
         if not Listeners.tracers and _shares_base(target):

@@ -20,6 +20,7 @@ from tracegrad.frontend.functions import (
     promoting_matmul,
     pytorch_keywords,
     reshape,
+    same_dtypes,
     stack,
 )
 from tracegrad.frontend.rearrange import diagonal
@@ -121,14 +122,31 @@ def tensordot(a: Any, b: Any, dims: Any = 2) -> Tensor:
 def einsum(*args: Any) -> Tensor:
     """einsum("ij,jk->ik", a, b) (or the operands as one list), or the sublist form
     einsum(a, [0, 1], b, [1, 2], [0, 2]); explicit or implicit output and `...`, as one
-    contraction op."""
+    contraction op, of operands of one dtype (PyTorch's rule; `promoting_einsum` is NumPy's),
+    save that a real operand may meet a complex one of its precision."""
+    spec, operands = _spec_and_operands(args)
+    if len({x.dtype if x.dtype.kind != "c" else _real_of(x.dtype) for x in operands}) > 1:
+        same_dtypes("einsum", *operands)
+    return _einsum(spec, operands)
+
+
+def _real_of(dtype: np.dtype) -> np.dtype:
+    return np.dtype(f"f{dtype.itemsize // 2}")
+
+
+def promoting_einsum(*args: Any) -> Tensor:
+    """einsum whose operands may differ in dtype, promoted as NumPy's are."""
+    return _einsum(*_spec_and_operands(args))
+
+
+def _spec_and_operands(args: tuple) -> tuple[str, list[Tensor]]:
     if isinstance(args[0], str):
         spec, operands = args[0], list(args[1:])
         if len(operands) == 1 and isinstance(operands[0], list | tuple):
             operands = list(operands[0])
     else:
         spec, operands = _sublists(args)
-    return _einsum(spec, [as_tensor(x) for x in operands])
+    return spec, [as_tensor(x) for x in operands]
 
 
 def _sublists(args: tuple) -> tuple[str, list]:

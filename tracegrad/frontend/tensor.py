@@ -205,7 +205,11 @@ class Tensor:
     def is_symbolic(self) -> bool:
         return isinstance(self._value, ir.Value)
 
-    def _concrete(self, what: str) -> np.ndarray:
+    def _concrete(self, what: str, read: bool = False) -> np.ndarray:
+        """The array; while tracing, `read` (a Python decision on it) makes the plan hold only
+        while the tensor holds this value (`Tracer.read`)."""
+        if read and Listeners.tracers and not isinstance(self._value, ir.Value):
+            Listeners.tracers[-1].read(self, self._value, what)
         if isinstance(self._value, ir.Value):
             raise TraceError(
                 f"{what} needs a concrete value, but this tensor ({self._value.type_str}) is "
@@ -226,14 +230,14 @@ class Tensor:
             if self.size != 1:
                 raise ShapeError(f"item: a tensor of {self.size} elements has no one number")
             return Listeners.tracers[-1].number(self)
-        return self._concrete("Tensor.item()").item()
+        return self._concrete("Tensor.item()", read=True).item()
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         a = self._concrete("np.asarray(tensor)")
         return a if dtype is None else a.astype(dtype)
 
     def __bool__(self) -> bool:
-        value = self._concrete("bool(tensor) (an `if` or `while` on a tensor)")
+        value = self._concrete("bool(tensor) (an `if` or `while` on a tensor)", read=True)
         if value.size != 1:
             raise ShapeError(f"Boolean value of Tensor with {value.size} values is ambiguous")
         return bool(value)
@@ -247,7 +251,7 @@ class Tensor:
     def _scalar(self, what: str) -> np.ndarray:
         """The one element of a concrete tensor of any shape, as a 0-d array (PyTorch's
         `float(t)`, `int(torch.multinomial(p, 1))`, `math.log(t)` of shape (1,) or (1, 1))."""
-        value = self._concrete(what)
+        value = self._concrete(what, read=True)
         if value.size != 1:
             raise ValueError("only one element tensors can be converted to Python scalars")
         return value.reshape(())
@@ -255,7 +259,7 @@ class Tensor:
     def __index__(self) -> int:
         """A one-element integer tensor of any shape, as PyTorch's (`names[i]` for each `i` of
         an (n, 1) prediction)."""
-        value = self._concrete("using a tensor as an index")
+        value = self._concrete("using a tensor as an index", read=True)
         if value.size != 1 or value.dtype.kind not in "biu":
             raise TypeError("only integer tensors of a single element can be converted to an "
                             f"index, not {value.dtype} of shape {value.shape}")  # fmt: skip

@@ -494,6 +494,15 @@ class Tracer:
         self.weak.add(out._value)
         return out
 
+    def read(self, t: Tensor, value: np.ndarray, what: str) -> None:
+        """A concrete tensor (state the step has not used yet: a module's `initted` flag) read
+        as a Python value by `what` (an `if`, `.item()`): the plan bakes in what it saw, so it
+        holds while `t` holds that value, and another value traces again (PyTorch's compiler
+        guards such a read, or breaks the graph there). Not for a constant made in the step."""
+        if t._serial <= self.start and value.size == 1 and ("read", id(t)) not in self.watched:
+            where = f"the tensor read by {what} at {user_location()}"
+            self.watched["read", id(t)] = Watch(where, lambda: t._value.item(), value.item())
+
     def remember(self, obj: Any) -> None:
         """What `obj`'s attributes hold as the step first enters it (a module's forward): a
         tensor the step keeps where one of them was replaced that one (`follow_replacements`).

@@ -669,9 +669,10 @@ def einsum(*operands: Any, out: None = None, optimize: Any = False, **kwargs: An
     """NumPy's einsum (a subscripts string, or the sublist form), as one contraction op."""
     _no_out("einsum", out)
     if isinstance(operands[0], str):
-        return products.einsum(operands[0], *map(asarray, operands[1:]))
-    return products.einsum(*(asarray(v) if i % 2 == 0 and i < len(operands) - len(operands) % 2
-                             else v for i, v in enumerate(operands)))  # fmt: skip
+        return products.promoting_einsum(operands[0], *map(asarray, operands[1:]))
+    n = len(operands) - len(operands) % 2
+    return products.promoting_einsum(*(asarray(v) if i % 2 == 0 and i < n else v
+                                       for i, v in enumerate(operands)))  # fmt: skip
 
 
 # --- constructors ------------------------------------------------------------------------------

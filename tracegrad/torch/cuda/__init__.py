@@ -19,6 +19,13 @@ def device_count() -> int:
     return 0
 
 
+def is_initialized() -> bool:
+    return False
+
+
+_initialized = False  # PyTorch's private flag, which reversible layers read before saving GPU RNG
+
+
 def is_bf16_supported(including_emulation: bool = True) -> bool:
     return False
 
