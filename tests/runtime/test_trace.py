@@ -1210,3 +1210,46 @@ def test_state_a_step_replaces_by_a_result_it_returns_is_read_where_it_is_kept()
     compiled_average = tg.trace(average, backend="numpy")
     assert [compiled_average(x).tolist() for _ in range(4)] == means
     assert means[-1] == [1.875, 3.75]
+
+
+def test_a_flag_the_step_replaces_is_read_where_it_is_kept():
+    """vector-quantize-pytorch's EMA codebook: `if self.initted:` on a buffer the step then
+    replaces (`register_buffer("initted", tensor(False))`) with the first batch's statistics,
+    later calls averaging into them. The guard reads what the attribute holds at each call
+    (it read the first tensor, still True: every call re-initialized); a forward whose
+    backward compiles apart is traced twice, and the first trace's changes to the module are
+    undone (its flag, already cleared, sent the compiled call down the other branch; its
+    symbolic tensors crashed the plan)."""
+
+    class Codebook(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("initted", torch.tensor(True))
+            self.register_buffer("avg", torch.zeros(3))
+            self.lin = torch.nn.Linear(3, 3)
+            with torch.no_grad():
+                self.lin.weight.copy_(torch.eye(3))
+                self.lin.bias.zero_()
+
+        def forward(self, x):
+            y = self.lin(x)
+            if self.initted:
+                self.register_buffer("initted", torch.tensor(False))
+                self.register_buffer("avg", y.mean(0).detach())
+            else:
+                self.register_buffer("avg", self.avg * 0.5 + y.mean(0).detach() * 0.5)
+            return y.sum()
+
+    def averages(make_step):
+        model = Codebook()
+        step = make_step(model)
+        for i in range(4):
+            step(torch.full((2, 3), float(i + 1)))
+        return model.avg.tolist(), bool(model.initted)
+
+    expected = averages(lambda m: m)
+    assert expected == ([3.125] * 3, False)
+    with torch.no_grad():  # traced whole
+        assert averages(lambda m: tg.trace(lambda x: m(x), backend="numpy")) == expected
+    assert averages(lambda m: torch.compile(m)) == expected
+    assert averages(lambda m: torch.compile(lambda x: m(x), fullgraph=True)) == expected

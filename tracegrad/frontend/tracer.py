@@ -37,13 +37,17 @@ from tracegrad.frontend.tensor import (
 )
 
 
-def _unreferenced(tensors: list[Tensor]) -> set[int]:
-    """The ids of `tensors` that nothing but a trace's own records (its slots and refs) refers
-    to (one sweep of the heap for all of them)."""
+def _unreferenced(tensors: list[Tensor], records: Container[int] = ()) -> set[int]:
+    """The ids of `tensors` that nothing but a trace's own records (its slots and refs, and
+    the objects whose ids are in `records`) refers to (one sweep of the heap for all)."""
     ids = {id(t) for t in tensors}
     held: set[int] = set()
     for holder in gc.get_referrers(*tensors):
-        if holder is not tensors and not isinstance(holder, _TRACE_RECORDS):
+        if (
+            holder is not tensors
+            and not isinstance(holder, _TRACE_RECORDS)
+            and id(holder) not in records
+        ):
             held |= {id(x) for x in gc.get_referents(holder)} & ids
     return ids - held
 
@@ -104,6 +108,15 @@ def _items(holder: Any) -> list[Place]:
 
 def _holds_tensor(holder: dict, key: Any) -> bool:
     return isinstance(holder.get(key), Tensor | tuple)
+
+
+_GONE = object()  # a key a dict no longer has
+
+
+def _number_at(spot: Spot) -> Any:
+    """The value of the one-element tensor at `spot`, or None if none is there."""
+    t = _occupant(*spot)
+    return t._value.item() if t is not None and t._value.size == 1 else None
 
 
 def put_back(places: list[Place]) -> None:
@@ -258,8 +271,13 @@ def _occupant(holder: dict | list, key: Any, pos: int | None) -> Tensor | None:
     return x if isinstance(x, Tensor) else None
 
 
+class Snapshot(dict):
+    """A dict as the step entered it (`Tracer.dicts_before`): the trace's record, not Python
+    state that keeps its tensors."""
+
+
 # The trace's own records of tensors: not Python state that keeps or places them.
-_TRACE_RECORDS = (Slot, Ref, Place, Before)
+_TRACE_RECORDS = (Slot, Ref, Place, Before, Snapshot)
 
 
 @dataclass
@@ -377,7 +395,7 @@ def _note_keys(x: Any) -> None:
     """A dict the step reads from its globals or a closure: its keys as the step enters, so
     that one it adds to keep a tensor it made is known for what it is (`Tracer.watch_filled`)."""
     if type(x) is dict and Listeners.tracers:
-        Listeners.tracers[-1].keys_before.setdefault(id(x), frozenset(x))
+        Listeners.tracers[-1].dicts_before.setdefault(id(x), (x, Snapshot(x)))
 
 
 @dataclass(frozen=True)
@@ -481,7 +499,9 @@ class Tracer:
         self.made: list[weakref.ref[Tensor]] = []  # every symbolic tensor made while tracing
         self.held_before: dict[int, dict[Any, Any]] = {}  # id(object's dict) -> its tensors
         self.list_lengths: dict[int, int] = {}  # id(a list attribute) -> its length, before
-        self.keys_before: dict[int, frozenset] = {}  # id(a dict the step read) -> its keys
+        # id(a module's attributes, a dict the step read) -> it and a copy as the step entered
+        self.dicts_before: dict[int, tuple[dict, dict]] = {}
+        self.read_tensors: dict[int, Tensor] = {}  # state read as Python values (`read`)
 
     def number(self, t: Tensor) -> Tensor:
         """`t.item()` while tracing: a 0-d tensor that promotes as a Python number (`weak`), as
@@ -502,6 +522,7 @@ class Tracer:
         if t._serial <= self.start and value.size == 1 and ("read", id(t)) not in self.watched:
             where = f"the tensor read by {what} at {user_location()}"
             self.watched["read", id(t)] = Watch(where, lambda: t._value.item(), value.item())
+            self.read_tensors[id(t)] = t
 
     def remember(self, obj: Any) -> None:
         """What `obj`'s attributes hold as the step first enters it (a module's forward): a
@@ -509,13 +530,14 @@ class Tracer:
         A detached alias stands for its tensor."""
         attrs = vars(obj)
         if id(attrs) not in self.held_before:
+            self.dicts_before.setdefault(id(attrs), (attrs, Snapshot(attrs)))
             self.held_before[id(attrs)] = {k: Before.of(v) for k, v in attrs.items()
                                            if isinstance(v, Tensor | tuple)}  # fmt: skip
             self.list_lengths.update((id(v), len(v)) for v in attrs.values()
                                      if isinstance(v, list))  # fmt: skip
             for v in attrs.values():
                 if type(v) is dict:
-                    self.keys_before.setdefault(id(v), frozenset(v))
+                    self.dicts_before.setdefault(id(v), (v, Snapshot(v)))
 
     def process(self, prim: Any, inputs: list[Tensor], params: dict, shape: tuple, dtype: Any):
         ins = [self.lift(t) for t in inputs]
@@ -593,7 +615,7 @@ class Tracer:
                  if s.arg is None and (s.tensor.shape, s.tensor.dtype) in kinds]  # fmt: skip
         if not state:
             return  # the common case: nothing made in the step outlives it
-        gone = _unreferenced(state)
+        gone = _unreferenced(state, self.snapshot_tuples())
         replaced = [s for s in self.slots.values() if id(s.tensor) in gone]
         made_by = {v: n for n in self.nodes for v in n.outputs}
         where = self._held_where(escaped)
@@ -651,7 +673,7 @@ class Tracer:
         state = [s for s in self.slots.values() if s.arg is None and s.input is not None]
         if not held or not state:
             return
-        gone = _unreferenced([s.tensor for s in state])
+        gone = _unreferenced([s.tensor for s in state], self.snapshot_tuples())
         made_by = {v: n for n in self.nodes for v in n.outputs}
         for place, pos, i in held:
             new = results[i]
@@ -668,6 +690,18 @@ class Tracer:
                 pairs[0].at = (place.holder, place.key, pos)
                 keep([(place, pos, 0)], [pairs[0].tensor])  # the first call reads it there
 
+    def follow_reads(self) -> None:
+        """A tensor read as a Python value that the step then replaced in its module's
+        attribute (`if self.initted: ...; self.register_buffer("initted", tensor(False))`):
+        the next call's Python reads what the attribute holds then, so the guard does too."""
+        for id_attrs, before in self.held_before.items() if self.read_tensors else ():
+            attrs = self.dicts_before[id_attrs][0]
+            for name, held in before.items():
+                for pos, old in enumerate(held):
+                    spot = (attrs, name, pos if held.was_tuple else None)
+                    if id(old) in self.read_tensors and _occupant(*spot) is not old:
+                        self.watched["read", id(old)].get = functools.partial(_number_at, spot)
+
     def watch_filled(self, kept_at: list[Place]) -> None:
         """State the step makes where it found none (`if self.h is None: self.h = zeros(...)`,
         a key it adds to a dict of its globals or of a module's attributes): the Python test
@@ -675,17 +709,31 @@ class Tracer:
         tensor. After the first call it holds one, and the next call traces a plan that reads
         it (a warm-up, as `.grad` is)."""
         for p in kept_at:
-            if not isinstance(p.holder, dict):
-                continue
-            if id(p.holder) in self.held_before:  # a module's attributes
-                filled = p.key not in self.held_before[id(p.holder)]
-            else:
-                filled = p.key not in self.keys_before.get(id(p.holder), (p.key,))
+            known = self.dicts_before.get(id(p.holder)) if isinstance(p.holder, dict) else None
+            filled = known is not None and not isinstance(known[1].get(p.key), Tensor | tuple)
             if filled:
                 get = functools.partial(_holds_tensor, p.holder, p.key)
                 self.watched[("filled", id(p.holder), p.key)] = Watch(
                     f"`{p.key}`, which the step filled", get, False, warn=False
                 )
+
+    def snapshot_tuples(self) -> set[int]:
+        """The tuples that only `dicts_before` still holds (an LSTM's old `(h, c)`): records,
+        not state keeping their tensors."""
+        tuples = [v for _, before in self.dicts_before.values() for v in before.values()
+                  if type(v) is tuple]  # fmt: skip
+        return {id(t) for t in tuples if all(isinstance(r, _TRACE_RECORDS) or r is tuples
+                                             for r in gc.get_referrers(t))}  # fmt: skip
+
+    def undo(self) -> None:
+        """Put back the module attributes and dict entries a discarded trace (a refusal; a
+        forward whose backward compiles apart) changed: the call has not happened, and the
+        eager run or the next trace of it must find them as they were (not a trace's symbolic
+        tensors, not a flag the step already cleared)."""
+        for d, before in self.dicts_before.values():
+            for k in [k for k in d if k not in before]:
+                del d[k]
+            d.update((k, v) for k, v in before.items() if d.get(k, _GONE) is not v)
 
     def donated_grads(self) -> list[Slot]:
         """The parameters whose `.grad` the step replaces (`zero_grad()` then `backward()`)
@@ -754,6 +802,7 @@ class Tracer:
         held = held_where(leaves, result, self.slots)
         self._refuse_lists([*kept_at, *(p for p, _, _ in held)])
         self.follow_held(held, leaves)
+        self.follow_reads()
         self.watch_filled([*kept_at, *(p for p, _, _ in held)])
         for t in kept:
             value_writes.append(Ref(t, None))
@@ -827,6 +876,7 @@ def capture(
     leaves, tree = pytree.flatten((args, kwargs), is_argument)
     tracer = Tracer()
     Listeners.tracers.append(tracer)
+    discarded = True  # unless it returns a capture that a plan will run
     try:
         stand_ins: list[Any] = []
         for i, x in enumerate(leaves):
@@ -851,10 +901,14 @@ def capture(
                 "torch.randint: drawn afresh at each call), or draw outside the step and pass "
                 "the result as an argument"
             )
-        return tracer.finish(result)
+        cap = tracer.finish(result)
+        discarded = cap.needs_backward  # traced again with its backward (`compiled_module`)
+        return cap
     finally:
         Listeners.tracers.remove(tracer)
         tracer.restore()
+        if discarded:
+            tracer.undo()
 
 
 def _global_random_states() -> tuple:
