@@ -1253,3 +1253,25 @@ def test_a_flag_the_step_replaces_is_read_where_it_is_kept():
         assert averages(lambda m: tg.trace(lambda x: m(x), backend="numpy")) == expected
     assert averages(lambda m: torch.compile(m)) == expected
     assert averages(lambda m: torch.compile(lambda x: m(x), fullgraph=True)) == expected
+
+
+def test_a_refused_trace_leaves_the_modules_attributes_as_they_were():
+    """A forward that counts its calls in a Python attribute, then breaks the graph
+    (`.item()` in an `if`): the eager call after the refused trace counts once, not twice."""
+
+    class Counting(tg.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.calls, self.last = 0, None
+
+        def forward(self, x):
+            self.calls += 1
+            self.last = x * 2
+            return x + 1 if self.last.sum().item() > 0 else x - 1
+
+    model = Counting()
+    step = torch.compile(lambda x: model(x))
+    with pytest.warns(UserWarning, match="runs eagerly"):
+        for _ in range(3):
+            step(tg.ones(2))
+    assert model.calls == 3 and model.last.tolist() == [2.0, 2.0]
