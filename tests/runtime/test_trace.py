@@ -1275,3 +1275,19 @@ def test_a_refused_trace_leaves_the_modules_attributes_as_they_were():
         for _ in range(3):
             step(tg.ones(2))
     assert model.calls == 3 and model.last.tolist() == [2.0, 2.0]
+
+
+def test_a_constant_result_the_step_also_keeps_is_not_followed():
+    """A result made from no input (zeros, kept in a dict too) beside state the step reads:
+    following held results read its history as a graph value and raised TypeError."""
+    w, store = tg.tensor([1.0, 2.0]), {}
+
+    def step(x):
+        store["zero"] = tg.zeros(2)
+        return x * w, store["zero"]
+
+    traced = tg.trace(step, backend="numpy")
+    for _ in range(2):
+        out, zero = traced(tg.tensor([3.0, 4.0]))
+        assert out.tolist() == [3.0, 8.0] and zero.tolist() == [0.0, 0.0]
+        assert store["zero"] is zero

@@ -677,6 +677,8 @@ class Tracer:
         made_by = {v: n for n in self.nodes for v in n.outputs}
         for place, pos, i in held:
             new = results[i]
+            if new._value.__class__ is not ir.Value:
+                continue  # a constant: computed from nothing
             reads = _computed_from(new._value, made_by)
             kind = (new.shape, new.dtype)
             pairs = [s for s in state if s.input in reads and id(s.tensor) in gone
