@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tracegrad.torch._support import needs_process_group
 from tracegrad.torch._support import not_provided as _not_provided
 
 
@@ -18,23 +19,12 @@ def is_initialized() -> bool:
     return False
 
 
-def _refuse(name: str) -> Any:
-    def call(*args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError(
-            f"torch.distributed.{name} is not provided by tracegrad; its data parallelism is "
-            "tracegrad.distributed, over MPI (docs/distributed.md)"
-        )
-
-    call.__name__ = name
-    return call
-
-
-init_process_group = _refuse("init_process_group")
-destroy_process_group = _refuse("destroy_process_group")
-get_rank = _refuse("get_rank")
-get_world_size = _refuse("get_world_size")
-barrier = _refuse("barrier")
-all_reduce = _refuse("all_reduce")
+init_process_group = needs_process_group(__name__, "init_process_group")
+destroy_process_group = needs_process_group(__name__, "destroy_process_group")
+get_rank = needs_process_group(__name__, "get_rank")
+get_world_size = needs_process_group(__name__, "get_world_size")
+barrier = needs_process_group(__name__, "barrier")
+all_reduce = needs_process_group(__name__, "all_reduce")
 
 
 def __getattr__(name: str) -> Any:

@@ -5,24 +5,13 @@ and each collective raises when called."""
 
 from typing import Any
 
+from tracegrad.torch._support import needs_process_group
 from tracegrad.torch._support import not_provided as _not_provided
 
-
-def _refuse(name: str) -> Any:
-    def call(*args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError(
-            f"torch.distributed.nn.{name} is not provided by tracegrad; its data parallelism is "
-            "tracegrad.distributed, over MPI (docs/distributed.md)"
-        )
-
-    call.__name__ = name
-    return call
-
-
-all_reduce = _refuse("all_reduce")
-all_gather = _refuse("all_gather")
-broadcast = _refuse("broadcast")
-reduce = _refuse("reduce")
+all_reduce = needs_process_group(__name__, "all_reduce")
+all_gather = needs_process_group(__name__, "all_gather")
+broadcast = needs_process_group(__name__, "broadcast")
+reduce = needs_process_group(__name__, "reduce")
 
 
 def __getattr__(name: str) -> Any:
