@@ -425,30 +425,25 @@ def names_read(*fns: Any) -> frozenset[str]:
     """The global and attribute names the code of `fns` (and of the functions written inside
     them) reads: `self.idx` in a method names `idx`; `self.idx = ...` does not."""
     codes = (getattr(getattr(f, "__func__", f), "__code__", None) for f in fns)
-    return frozenset().union(*(_names_read(c) for c in codes if c is not None))
+    return frozenset().union(*(_loads(c, NAME_LOADS) for c in codes if c is not None))
 
 
-@functools.lru_cache(maxsize=4096)
-def _names_read(code: Any) -> frozenset[str]:
-    codes, names = [code], set()
-    while codes:
-        c = codes.pop()
-        names.update(i.argval for i in dis.get_instructions(c) if i.opname in NAME_LOADS)
-        codes += [k for k in c.co_consts if hasattr(k, "co_names")]
-    return frozenset(names)
-
-
-@functools.lru_cache(maxsize=4096)
 def _global_loads(code: Any) -> tuple[str, ...]:
-    """The global names `code` reads, and the functions and lambdas written inside it, sorted:
+    """The global names `code` reads, and the functions and lambdas written inside it, sorted
+    (globals only: co_names also lists attribute names, and `opt.step()` is not global `step`)."""
+    return tuple(sorted(_loads(code, GLOBAL_LOADS)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _loads(code: Any, opnames: frozenset[str]) -> frozenset[str]:
+    """The names `code` and the code written inside it load by instructions `opnames`:
     disassembled once per function, not at each call of a module's forward while tracing."""
     codes, names = [code], set()
     while codes:
         c = codes.pop()
-        # globals only: co_names also lists attribute names (`opt.step()` is not global `step`)
-        names.update(i.argval for i in dis.get_instructions(c) if i.opname in GLOBAL_LOADS)
+        names.update(i.argval for i in dis.get_instructions(c) if i.opname in opnames)
         codes += [k for k in c.co_consts if hasattr(k, "co_names")]
-    return tuple(sorted(names))
+    return frozenset(names)
 
 
 def _is_baked(x: Any) -> bool:
