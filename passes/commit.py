@@ -100,17 +100,18 @@ def why_gradients_wait(graph: Graph, commit: int) -> str | None:
     for i, n in enumerate(graph.nodes):
         if n.phase is Phase.UPDATE and n.outputs[0].ndim:
             calls.setdefault(n.update, []).append(i)
+    producer = graph.producers()
     for updates in calls.values():
-        read = _gradients_read(graph, updates, born)
+        read = _gradients_read(graph, updates, born, producer)
         if len(read) > 1 and updates[0] > max(born[v] for v in read):
             return _why_waited(graph, read, born)
     return None
 
 
-def _gradients_read(graph: Graph, updates: list[int], born: dict[Value, int]) -> set[Value]:
+def _gradients_read(graph: Graph, updates: list[int], born: dict[Value, int],
+                    producer: dict[Value, Node]) -> set[Value]:  # fmt: skip
     """The gradients the nodes `updates` read, directly or through nodes of neither backward
     nor an update (a clipping's scale, from every gradient's norm)."""
-    producer = {v: n for n in graph.nodes for v in n.outputs}
     stack = [v for i in updates for v in graph.nodes[i].inputs]
     seen: set[Value] = set()
     while stack:
