@@ -3,10 +3,11 @@ gradient) against its floor, the same GEMM as one product of the whole batch at 
 this machine gives it (zoo.py's floor), and against PyTorch's own op when torch is installed,
 on the shapes of pytorch/examples' DCGAN (nz 100, ngf = ndf = 32, batch 32), of CIFAR ResNet-20
 (batch 128), of depthwise convolutions (MobileNet's, ConvNeXt's), of layers with few output
-channels (RGB outputs, one-class heads) and of a sweep of common geometries.
+channels (RGB outputs, one-class heads), of first layers (one or three input channels) and of a
+sweep of common geometries.
 
-    PYTHONPATH=$PWD python benchmarks/conv_shapes.py [--set dcgan|sweep|resnet|depthwise|few|all] \
-        [--dtype float32]
+    PYTHONPATH=$PWD python benchmarks/conv_shapes.py \
+        [--set dcgan|sweep|resnet|first|depthwise|few|all] [--dtype float32]
 
 Each time is the fastest of repeated runs (the host is shared: the fastest is the least
 disturbed); `x floor` and `x torch` are ratios measured in the same run."""
@@ -85,6 +86,20 @@ FEW = [
 ]
 
 
+# First layers: one or three input channels over the whole image (a product only K = 9..48 deep,
+# memory-bound on its output and columns): MNIST CNNs, CIFAR stems, DCGAN's discriminator, a
+# ViT's patches, an ImageNet stem at a small batch
+FIRST = [
+    ("3x3 s1 p1 1->32 28x28", (256, 1, 28, 28), 32, 3, 1, 1, False),
+    ("3x3 s1 p0 1->32 28x28", (64, 1, 28, 28), 32, 3, 1, 0, False),
+    ("3x3 s1 p1 3->16 32x32", (128, 3, 32, 32), 16, 3, 1, 1, False),
+    ("3x3 s1 p1 3->32 32x32", (16, 3, 32, 32), 32, 3, 1, 1, False),
+    ("4x4 s2 p1 3->64 64x64", (64, 3, 64, 64), 64, 4, 2, 1, False),
+    ("4x4 s4 p0 3->192 32x32", (64, 3, 32, 32), 192, 4, 4, 0, False),
+    ("7x7 s2 p3 3->64 112x112", (8, 3, 112, 112), 64, 7, 2, 3, False),
+]
+
+
 # Depthwise convolutions (groups = channels) of MobileNet-style nets at batch 64 and of a
 # ConvNeXt stage at batch 32; the last field is the groups
 DEPTHWISE = [
@@ -95,6 +110,9 @@ DEPTHWISE = [
     ("dw 5x5 s2 240ch 14x14", (64, 240, 14, 14), 240, 5, 2, 2, False, 240),
     ("dw 7x7 s1 96ch 28x28", (32, 96, 28, 28), 96, 7, 1, 3, False, 96),
 ]
+
+SETS = {"dcgan": DCGAN, "sweep": SWEEP, "resnet": RESNET, "first": FIRST, "depthwise": DEPTHWISE,
+        "few": FEW}  # fmt: skip
 
 
 def geometry(shape, out, k, s, p, transposed, groups=1):
@@ -158,8 +176,7 @@ def measure(row, dtype, torch) -> list[dict[str, Any]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--set", choices=["dcgan", "sweep", "resnet", "depthwise", "few", "all"],
-                        default="dcgan")  # fmt: skip
+    parser.add_argument("--set", choices=[*SETS, "all"], default="dcgan")
     parser.add_argument("--dtype", default="float32")
     args = parser.parse_args()
     try:
@@ -168,8 +185,7 @@ def main() -> None:
         torch.set_num_threads(os.cpu_count() or 1)
     except ImportError:
         torch = None
-    sets = {"dcgan": DCGAN, "sweep": SWEEP, "resnet": RESNET, "depthwise": DEPTHWISE, "few": FEW}
-    rows = sets.get(args.set) or DCGAN + SWEEP + RESNET + DEPTHWISE + FEW
+    rows = SETS.get(args.set) or [row for rows in SETS.values() for row in rows]
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, {args.dtype}")
     print(f"{'shape':<28} {'op':<34} {'ms':>7} {'floor':>7} {'x floor':>7} {'torch':>7} "
           f"{'x torch':>7}")  # fmt: skip

@@ -16,12 +16,15 @@ or, where output rows are short, over channels-last samples (`depthwise`, `depth
 loops over planes also run the ops whose groups have few output channels (`_by_planes`).
 `core.ops.conv` has the NumPy versions and the contract.
 
-Blocks: a block holds at most BLOCK_BYTES of columns, but at least MIN_COLUMNS of them: a few
-output rows of one sample where a sample has more positions than that, else several whole
-samples side by side (their gradients gathered into one operand, their outputs spread from one
-product), so that small images (4 x 4, 8 x 8 with many channels) still make products wide
-enough for BLAS to run near its rate. A block is written and multiplied while it is in the
-core's cache, both threads busy throughout (docs/kernels.md). The patches are read from a
+Blocks: a block holds at most BLOCK_BYTES of columns, but at least MIN_COLUMNS of them. Where a
+sample has MIN_COLUMNS positions or more, a block is one sample (or a few of its output rows):
+its product reads the gradient and writes the output where they lie. Only where a sample has
+fewer are several whole samples side by side (their gradients gathered into one operand, their
+outputs spread from one product), so that small images (4 x 4, 8 x 8 with many channels) still
+make products wide enough for BLAS to run near its rate; the gathering and spreading copy the
+output once more, as much memory traffic as a first layer's whole product (K = 9..27). A block
+is written and multiplied while it is in the core's cache, both threads busy throughout
+(docs/kernels.md). The patches are read from a
 padded copy of the sample's group of channels (and the input gradient added into one, then
 stored): then every row of columns is a whole strided run without bounds tests. Two geometries
 need no columns: a 1 x 1 kernel of stride 1 without padding reads the sample itself, and a
@@ -1067,13 +1070,13 @@ def _kernel(node: Node) -> tuple[tuple[int, int], tuple[int, int]]:
 def _block(node: Node) -> tuple[int, int]:
     """(output rows, samples) a block of columns spans: as many positions as BLOCK_BYTES hold
     of columns and product (K + O / groups rows), but at least MIN_COLUMNS (a narrower product
-    runs far below BLAS's rate, and a block's weight operand is read whole for each product): a
-    few rows of one sample where a sample has more positions, else whole samples, as many as a
-    thread's share of the batch has."""
+    runs far below BLAS's rate, and a block's weight operand is read whole for each product): one
+    sample, or a few of its rows, where a sample has MIN_COLUMNS positions (its product needs no
+    gathering or spreading), else whole samples, as many as a thread's share of the batch has."""
     ((n, *_), (o, cg, _, _), (oh, ow)), (_, (kh, kw)) = _shapes(node), _kernel(node)
     per_position = (cg * kh * kw + o // node.attrs["groups"]) * node.outputs[0].dtype.itemsize
     columns = max(MIN_COLUMNS, BLOCK_BYTES // per_position)
-    if oh * ow >= columns:
+    if oh * ow >= MIN_COLUMNS:
         return max(1, min(oh, columns // ow)), 1
     share = -(-n // numba.get_num_threads())
     return oh, max(1, min(share, columns // (oh * ow)))
