@@ -355,10 +355,10 @@ def kernel(gy, w, g, groups, dx, threads):
 _WEIGHT_GRAD = '''
 @njit(cache=True)
 def thin(og, k):
-    """Whether a group's O output channels are few beside its K: OpenBLAS then runs the weight
-    gradient's product nearer its rate with O as the product's columns than as its rows; with
-    many channels it is the other way round (docs/kernels.md)."""
-    return og <= 64 and k >= og
+    """Whether a group's O output channels are few: BLAS then runs the weight gradient's
+    product nearer its rate with O as the product's columns than as its rows, however short K
+    is (a first layer's 9); with many channels it is the other way round (docs/kernels.md)."""
+    return og <= 64
 
 
 @njit(cache=True)
