@@ -641,8 +641,9 @@ def make_step(model: Model, method: str, c: dict | None = None, backend: str = "
 
 def gemms(node: Any) -> list[tuple[int, int, int, int]]:
     """The GEMMs (batch, m, k, n) a node's op amounts to, if it is a matrix product, a
-    convolution (its im2col product; groups as the batch) or attention (its products of
-    queries, keys and values); none for other ops."""
+    convolution (its im2col product; groups as the batch), attention (its products of
+    queries, keys and values) or a recurrent scan (each step's product by W_hh, and backward
+    W_hh's gradient); none for other ops."""
     from tracegrad.core import primitives as P
 
     ins, out, a = [v.shape for v in node.inputs], node.outputs[0].shape, node.attrs
@@ -672,6 +673,11 @@ def gemms(node: Any) -> list[tuple[int, int, int, int]]:
             products = [(length, e, keys), (length, ev, keys), (length, keys, e),
                         (keys, length, e), (keys, length, ev)]  # fmt: skip
         return [(b, *p) for p in products]
+    if prim in (P.lstm_scan, P.gru_scan, P.lstm_scan_grad, P.gru_scan_grad):
+        (steps, batch, gates), size = node.inputs[-4].shape, node.inputs[-3].shape[0]
+        if prim in (P.lstm_scan, P.gru_scan):  # each step's h W_hh^T
+            return [(steps, batch, size, gates)]
+        return [(steps, batch, gates, size), (1, size, steps * batch, gates)]  # dgates W_hh, dW
     return []
 
 

@@ -121,6 +121,19 @@ def test_the_floor_counts_convolutions_as_their_im2col_products():
         assert ops == {"conv2d", "conv2d_input_grad", "conv2d_weight_grad"}, name
 
 
+def test_the_floor_counts_each_step_of_a_recurrent_scan():
+    """The 2-layer LSTM's scans (whole layers, one op each way): forward each step's (B, H) by
+    W_hh (H, 4H), backward the gates' cotangents by W_hh and W_hh's gradient, twice that."""
+    c = {**zoo.MODELS["lstm"].config, **SMALL["lstm"]}
+    _, graph = zoo.step_gemms(zoo.MODELS["lstm"], SMALL["lstm"])
+    flops = Counter()
+    for n in graph.nodes:
+        flops[n.op] += sum(2 * int(np.prod(g)) for g in zoo.gemms(n))
+    each_step = 2 * c["batch"] * c["hidden"] * 4 * c["hidden"]
+    assert flops["lstm_scan"] == c["layers"] * c["bptt"] * each_step
+    assert flops["lstm_scan_grad"] == 2 * flops["lstm_scan"]
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_the_floor_times_the_plans_own_gemm_on_the_whole_product(dtype):
     """The floor's run of the plans' GEMM routine in halves (`plan_gemm_halves`) computes the

@@ -6,6 +6,7 @@ differences; a traced training step (both backends) against the eager one."""
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -247,3 +248,23 @@ def test_traced_training_step_matches_eager(rng, monkeypatch, backend, name):
     assert len(set(np.round(got, 6))) == 3  # the model learns; dropout draws afresh
     for a, b in zip(got_params, eager_params, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["LSTM", "GRU"])
+def test_a_traced_layer_runs_one_scan_each_way_per_layer_and_direction(rng, name):
+    """A plan holds each layer's scan and its gradient as one op each (the kernels run them),
+    not a dozen statements a step: a 2-layer bidirectional layer, 7 steps, has 4 of each."""
+    layer = getattr(nn, name)(5, 6, num_layers=2, bidirectional=True)
+    x = tg.tensor(rng.standard_normal((7, 3, 5)).astype(np.float32))
+
+    def step(x):
+        loss = layer(x)[0].square().sum()
+        loss.backward()
+        return loss
+
+    run = tg.trace(step)
+    run(x)
+    ops = Counter(n.op for n in run.latest.graph.nodes)
+    scan = name.lower() + "_scan"
+    assert (ops[scan], ops[scan + "_grad"]) == (4, 4)
+    assert ops["matmul"] <= 3 * 4  # each layer's and direction's x W_ih^T and its 2 gradients

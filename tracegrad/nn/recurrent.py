@@ -255,14 +255,14 @@ class RNNBase(Module):
         if b_hh is not None and self.mode != "GRU":  # hoisted too: outside GRU's r * (...)
             x_parts, b_hh = x_parts + b_hh, None
         if self.mode == "LSTM" and w_hr_t is None and lengths is None:  # one op (`lstm_scan`)
-            out = P.lstm_scan(x_parts, w_hh_t, *state, reverse=bool(suffix))
-            last = 0 if suffix else x.shape[0] - 1
-            return out[:-1], [out[last], out[-1]]
+            out, steps = P.lstm_scan(x_parts, w_hh_t, *state, reverse=bool(suffix)), x.shape[0]
+            last = 0 if suffix else steps - 1  # the h's, then the final c (then the workspace)
+            return out[:steps], [out[last], out[steps]]
         if self.mode == "GRU" and lengths is None:  # one op (`gru_scan`)
             if b_hh is None:
                 b_hh = Tensor._of(np.zeros(w_hh_t.shape[1], x_parts.dtype))
             out = P.gru_scan(x_parts, w_hh_t, b_hh, state[0], reverse=bool(suffix))
-            return out[:-1], [out[-1]]
+            return out[: x.shape[0]], [out[x.shape[0]]]
         steps = range(x.shape[0] - 1, -1, -1) if suffix else range(x.shape[0])
         outputs: list[Any] = [None] * x.shape[0]
         for t in steps:

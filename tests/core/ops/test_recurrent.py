@@ -10,12 +10,19 @@ import pytest
 import tracegrad as tg
 from tests.conftest import check_grad, numeric_grad, traced_matches_eager
 from tracegrad.core import primitives as P
+from tracegrad.core.ops.recurrent import GRU_WORKSPACE, LSTM_WORKSPACE, workspace
 
 STEPS, BATCH, HIDDEN = 4, 3, 2
 SCANS = {  # the op, its gates, whether its inputs end with c0 (else a b_hh before h0)
     "lstm": (P.lstm_scan, 4, True),
     "gru": (P.gru_scan, 3, False),
 }
+WORKSPACES = {"lstm": LSTM_WORKSPACE, "gru": GRU_WORKSPACE}
+
+
+def result_shape(scan, steps=STEPS):
+    """The h's, the final state, then the workspace's rows: (1 + sum(workspace)) T + 1."""
+    return ((1 + sum(WORKSPACES[scan])) * steps + 1, BATCH, HIDDEN)
 
 
 def inputs(rng, scan, dtype=np.float64, steps=STEPS):
@@ -29,9 +36,10 @@ def inputs(rng, scan, dtype=np.float64, steps=STEPS):
 @pytest.mark.parametrize("scan", SCANS)
 @pytest.mark.parametrize("reverse", [False, True])
 def test_scan_matches_its_parts_forward_and_backward(rng, scan, reverse):
-    """The one op's values and every input's gradient are its parts', to rounding (float32)."""
+    """The one op's values and every input's gradient are its parts', to rounding (float32):
+    the workspace's too, and the gradients through it (each row weighted)."""
     op, arrays = SCANS[scan][0], inputs(rng, scan, np.float32)
-    c = rng.standard_normal((STEPS + 1, BATCH, HIDDEN)).astype(np.float32)
+    c = rng.standard_normal(result_shape(scan)).astype(np.float32)
     results = []
     for run in (op, op.decompose):
         xs = [tg.tensor(a, requires_grad=True) for a in arrays]
@@ -50,24 +58,27 @@ def test_gradients_match_finite_differences(rng, scan, reverse):
 
 @pytest.mark.parametrize("scan", SCANS)
 def test_states_in_time_order_then_the_final_state(rng, scan):
-    """Reversed, step t still lands at row t; the last row is the final state, which
-    reversed is the one after step 0."""
+    """Reversed, step t still lands at row t, and so do its workspace's rows; row T is the
+    final state, which reversed is the one after step 0."""
     op, (x, *rest) = SCANS[scan][0], inputs(rng, scan)
     forward, backward = (op(x, *rest, reverse=r).numpy() for r in (False, True))
     flipped = op(x[::-1].copy(), *rest, reverse=False).numpy()
-    np.testing.assert_allclose(backward[:-1], flipped[:-1][::-1], atol=1e-15)
-    np.testing.assert_allclose(backward[-1], flipped[-1], atol=1e-15)
-    assert not np.allclose(forward[-1], backward[-1])
+    np.testing.assert_allclose(backward[:STEPS], flipped[:STEPS][::-1], atol=1e-15)
+    np.testing.assert_allclose(backward[STEPS], flipped[STEPS], atol=1e-15)
+    for a, b in zip(*(workspace(r, STEPS, WORKSPACES[scan]) for r in (backward, flipped)),
+                    strict=True):  # fmt: skip
+        np.testing.assert_allclose(a, b[::-1], atol=1e-15)
+    assert not np.allclose(forward[STEPS], backward[STEPS])
     if not SCANS[scan][2]:  # a GRU's final state is its last step's h
-        np.testing.assert_array_equal(forward[-1], forward[-2])
-        np.testing.assert_array_equal(backward[-1], backward[0])
+        np.testing.assert_array_equal(forward[STEPS], forward[STEPS - 1])
+        np.testing.assert_array_equal(backward[STEPS], backward[0])
 
 
 @pytest.mark.parametrize("scan", SCANS)
 def test_second_derivative_takes_the_parts(rng, scan):
     """d/dx_parts of |dL/dW|^2, against finite differences."""
     op, (x, w, *rest) = SCANS[scan][0], inputs(rng, scan)
-    c = rng.standard_normal((STEPS + 1, BATCH, HIDDEN))
+    c = rng.standard_normal(result_shape(scan))
 
     def grad_norm(xt: tg.Tensor, create_graph: bool = False) -> tg.Tensor:
         wt = tg.tensor(w, requires_grad=True)

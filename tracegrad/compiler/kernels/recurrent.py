@@ -3,13 +3,13 @@
 are then one native call each way, as PyTorch's are.
 
 Each step's product h W_hh^T runs through the plan's GEMM routine (`gemm.declarations`), its
-columns in shares, one per thread; the gates' math then runs over the batch's rows in parallel.
-The NumPy versions' products go to NumPy's BLAS, whose threads sleep between eager calls and
-woke at every step. Backward computes the gates of all steps again in one product from the saved
-h's (and an LSTM's cell states over time, for each row in parallel), then the cotangents step
-by step (their math by rows, the product of the gates' cotangents and W_hh by columns), and
-W_hh's gradient in one product at the end. The weight is read as W_hh, (G H, H) C-contiguous
-(what `weight_hh` is)"""
+columns in shares, one per thread; the gates' math then runs over the batch's rows in parallel,
+writing the activated gates (and an LSTM's cell state, a GRU's hid_n) into the result's
+workspace. The NumPy versions' products go to NumPy's BLAS, whose threads sleep between eager
+calls and woke at every step. Backward reads the gates from the workspace and runs the
+cotangents step by step (their math by rows, the product of the gates' cotangents and W_hh by
+columns), then W_hh's gradient in one product. The weight is read as W_hh, (G H, H)
+C-contiguous (what `weight_hh` is)"""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from tracegrad.compiler.kernels.fused import GENERATOR_VERSION
 from tracegrad.compiler.kernels.gemm import declarations
 from tracegrad.core import primitives as P
 from tracegrad.core.ir import Node
-from tracegrad.core.ops.recurrent import unpack
+from tracegrad.core.ops.recurrent import GRU_WORKSPACE, LSTM_WORKSPACE, unpack, workspace
 
 OPS = {P.lstm_scan: "lstm forward", P.lstm_scan_grad: "lstm backward",
        P.gru_scan: "gru forward", P.gru_scan_grad: "gru backward"}  # fmt: skip
@@ -77,22 +77,26 @@ def befores(h0, out, steps, reverse):
 _LSTM_FORWARD = '''
 
 @_parallel
-def cells(x, pre, c, h, size):
-    """One step's gates from x's and h W_hh^T's parts, then c and h, row by row."""
+def cells(x, pre, c, h, acts, states, size):
+    """One step's gates from x's and h W_hh^T's parts (activated, into acts), then c (into
+    states too) and h, row by row."""
     for b in prange(x.shape[0]):
         for j in range(size):
             i = sigmoid(x[b, j] + pre[b, j])
             f = sigmoid(x[b, size + j] + pre[b, size + j])
             g = tanh(x[b, 2 * size + j] + pre[b, 2 * size + j])
             o = sigmoid(x[b, 3 * size + j] + pre[b, 3 * size + j])
+            acts[b, j], acts[b, size + j], acts[b, 2 * size + j], acts[b, 3 * size + j] = i, f, g, o
             c[b, j] = f * c[b, j] + i * g
+            states[b, j] = c[b, j]
             h[b, j] = o * tanh(c[b, j])
 
 
 @njit("void({dtype}[:, :, ::1], {dtype}[:, ::1], {dtype}[:, ::1], {dtype}[:, ::1], boolean, "
-      "{dtype}[:, :, ::1], int64)", cache=True)
-def kernel(x, w, h0, c0, reverse, out, threads):
-    """out[t] = h after step t (time order), out[T] = the final c; w is W_hh (4H, H)."""
+      "{dtype}[:, :, ::1], {dtype}[:, :, ::1], {dtype}[:, :, ::1], int64)", cache=True)
+def kernel(x, w, h0, c0, reverse, out, acts, states, threads):
+    """out[t] = h after step t (time order), out[T] = the final c, and the workspace: each
+    step's activated gates and cell state; w is W_hh (4H, H)."""
     steps, batch, gates = x.shape
     size = gates // 4
     blas_threads = get_blas_threads()
@@ -103,7 +107,7 @@ def kernel(x, w, h0, c0, reverse, out, threads):
         t = step_of(s, steps, reverse)
         product(h.ctypes.data, AS_IS, size, w.ctypes.data, TRANSPOSED, size, pre.ctypes.data,
                 gates, batch, gates, size, threads)
-        cells(x[t], pre, c, out[t], size)
+        cells(x[t], pre, c, out[t], acts[t], states[t], size)
         h = out[t]
     out[steps] = c
     set_blas_threads(blas_threads)
@@ -112,67 +116,44 @@ def kernel(x, w, h0, c0, reverse, out, threads):
 _LSTM_BACKWARD = '''
 
 @_parallel
-def activate(gates, x, c0, cells_, reverse):
-    """Every step's gates (their products already in `gates`) activated in place, and the cell
-    states over time, for each row in parallel (loops over units, which run in SIMD lanes)."""
-    steps, batch, width = x.shape
-    size = width // 4
-    for b in prange(batch):
-        for t in range(steps):
-            for j in range(2 * size):
-                gates[t, b, j] = sigmoid(gates[t, b, j] + x[t, b, j])
-            for j in range(2 * size, 3 * size):
-                gates[t, b, j] = tanh(gates[t, b, j] + x[t, b, j])
-            for j in range(3 * size, width):
-                gates[t, b, j] = sigmoid(gates[t, b, j] + x[t, b, j])
-        c = c0[b].copy()
-        for s in range(steps):
-            t = step_of(s, steps, reverse)
-            for j in range(size):
-                c[j] = gates[t, b, size + j] * c[j] + gates[t, b, j] * gates[t, b, 2 * size + j]
-                cells_[t, b, j] = c[j]
-
-
-@_parallel
-def cotangents(t, prev, dhs, gates, cells_, c0, dh, dc, dx):
-    """Step t's cotangents of its gates (into dx[t]); dh, dc become those of the cell state
-    before it (dh without the product by W_hh, which follows)."""
+def cotangents(t, prev, dhs, acts, states, dacts, dstates, c0, dh, dc, dx):
+    """Step t's cotangents of its gates (into dx[t]), with those of its activated gates and
+    cell state (dacts, dstates: the workspace's); dh, dc become those of the cell state before
+    it (dh without the product by W_hh, which follows)."""
     size = dh.shape[1]
     for b in prange(dh.shape[0]):
         for j in range(size):
-            i, f = gates[t, b, j], gates[t, b, size + j]
-            g, o = gates[t, b, 2 * size + j], gates[t, b, 3 * size + j]
-            tc = tanh(cells_[t, b, j])
+            i, f = acts[t, b, j], acts[t, b, size + j]
+            g, o = acts[t, b, 2 * size + j], acts[t, b, 3 * size + j]
+            tc = tanh(states[t, b, j])
             dh_ = dh[b, j] + dhs[t, b, j]
-            dc_ = dc[b, j] + dh_ * o * (1 - tc * tc)
-            cp = c0[b, j] if prev < 0 else cells_[prev, b, j]
-            dx[t, b, j] = dc_ * g * i * (1 - i)
-            dx[t, b, size + j] = dc_ * cp * f * (1 - f)
-            dx[t, b, 2 * size + j] = dc_ * i * (1 - g * g)
-            dx[t, b, 3 * size + j] = dh_ * tc * o * (1 - o)
+            dc_ = dc[b, j] + dh_ * o * (1 - tc * tc) + dstates[t, b, j]
+            cp = c0[b, j] if prev < 0 else states[prev, b, j]
+            dx[t, b, j] = (dc_ * g + dacts[t, b, j]) * i * (1 - i)
+            dx[t, b, size + j] = (dc_ * cp + dacts[t, b, size + j]) * f * (1 - f)
+            dx[t, b, 2 * size + j] = (dc_ * i + dacts[t, b, 2 * size + j]) * (1 - g * g)
+            dx[t, b, 3 * size + j] = (dh_ * tc + dacts[t, b, 3 * size + j]) * o * (1 - o)
             dc[b, j] = dc_ * f
 
 
-@njit("void({dtype}[:, :, ::1], {dtype}[:, :, ::1], {dtype}[:, :, ::1], {dtype}[:, ::1], "
-      "{dtype}[:, ::1], {dtype}[:, ::1], boolean, {dtype}[:, :, ::1], {dtype}[:, ::1], "
-      "{dtype}[:, ::1], {dtype}[:, ::1], int64)", cache=True)
-def kernel(g, out, x, w, h0, c0, reverse, dx, dw, dh0, dc0, threads):
+@njit("void({dtype}[:, :, ::1], {dtype}[:, :, ::1], {dtype}[:, :, ::1], {dtype}[:, :, ::1], "
+      "{dtype}[:, :, ::1], {dtype}[:, :, ::1], {dtype}[:, ::1], {dtype}[:, ::1], "
+      "{dtype}[:, ::1], boolean, {dtype}[:, :, ::1], {dtype}[:, ::1], {dtype}[:, ::1], "
+      "{dtype}[:, ::1], int64)", cache=True)
+def kernel(g, out, acts, states, dacts, dstates, w, h0, c0, reverse, dx, dw, dh0, dc0, threads):
     """The cotangents of x_parts, W_hh^T (dw, (H, 4H)) and the initial states, for the
-    cotangent g of the scan's result `out`."""
-    steps, batch, gates = x.shape
+    cotangent g of the scan's result `out` (acts, states and their cotangents: the
+    workspace's parts of both)."""
+    steps, batch, gates = acts.shape
     size = gates // 4
     blas_threads = get_blas_threads()
     set_blas_threads(1)
     before = befores(h0, out, steps, reverse)
-    acts, cells_ = np.empty((steps, batch, gates), D), np.empty((steps, batch, size), D)
-    product(before.ctypes.data, AS_IS, size, w.ctypes.data, TRANSPOSED, size, acts.ctypes.data,
-            gates, steps * batch, gates, size, threads)
-    activate(acts, x, c0, cells_, reverse)
     dh, dc = np.zeros((batch, size), D), g[steps].copy()
     for s in range(steps - 1, -1, -1):
         t = step_of(s, steps, reverse)
-        cotangents(t, step_of(s - 1, steps, reverse) if s > 0 else -1, g, acts, cells_, c0, dh,
-                   dc, dx)
+        cotangents(t, step_of(s - 1, steps, reverse) if s > 0 else -1, g, acts, states, dacts,
+                   dstates, c0, dh, dc, dx)
         product(dx[t].ctypes.data, AS_IS, gates, w.ctypes.data, AS_IS, size, dh.ctypes.data,
                 size, batch, size, gates, threads)
     if steps == 0:
@@ -188,20 +169,24 @@ def kernel(g, out, x, w, h0, c0, reverse, dx, dw, dh0, dc0, threads):
 _GRU_FORWARD = '''
 
 @_parallel
-def cells(x, hidden, bias, h, out, size):
-    """One step's gates from x's parts and h W_hh^T's (+ b_hh), then h, row by row."""
+def cells(x, hidden, bias, h, out, acts, hid_n, size):
+    """One step's gates from x's parts and h W_hh^T's (+ b_hh; activated, into acts, and hid_n,
+    what r multiplies), then h, row by row."""
     for b in prange(x.shape[0]):
         for j in range(size):
             r = sigmoid(x[b, j] + (hidden[b, j] + bias[j]))
             z = sigmoid(x[b, size + j] + (hidden[b, size + j] + bias[size + j]))
-            n = tanh(x[b, 2 * size + j] + r * (hidden[b, 2 * size + j] + bias[2 * size + j]))
+            hid = hidden[b, 2 * size + j] + bias[2 * size + j]
+            n = tanh(x[b, 2 * size + j] + r * hid)
+            acts[b, j], acts[b, size + j], acts[b, 2 * size + j], hid_n[b, j] = r, z, n, hid
             out[b, j] = n + z * (h[b, j] - n)
 
 
 @njit("void({dtype}[:, :, ::1], {dtype}[:, ::1], {dtype}[::1], {dtype}[:, ::1], boolean, "
-      "{dtype}[:, :, ::1], int64)", cache=True)
-def kernel(x, w, bias, h0, reverse, out, threads):
-    """out[t] = h after step t (time order), out[T] = the final h; w is W_hh (3H, H)."""
+      "{dtype}[:, :, ::1], {dtype}[:, :, ::1], {dtype}[:, :, ::1], int64)", cache=True)
+def kernel(x, w, bias, h0, reverse, out, acts, hid_n, threads):
+    """out[t] = h after step t (time order), out[T] = the final h, and the workspace: each
+    step's activated gates and hid_n; w is W_hh (3H, H)."""
     steps, batch, gates = x.shape
     size = gates // 3
     blas_threads = get_blas_threads()
@@ -212,7 +197,7 @@ def kernel(x, w, bias, h0, reverse, out, threads):
         t = step_of(s, steps, reverse)
         product(h.ctypes.data, AS_IS, size, w.ctypes.data, TRANSPOSED, size, hidden.ctypes.data,
                 gates, batch, gates, size, threads)
-        cells(x[t], hidden, bias, h, out[t], size)
+        cells(x[t], hidden, bias, h, out[t], acts[t], hid_n[t], size)
         h = out[t]
     out[steps] = h
     set_blas_threads(blas_threads)
@@ -221,34 +206,21 @@ def kernel(x, w, bias, h0, reverse, out, threads):
 _GRU_BACKWARD = '''
 
 @_parallel
-def activate(hidden, x, bias, acts):
-    """Every step's gates r, z, n (into acts) from x's parts and h W_hh^T's (in hidden, which
-    keeps its n part + b_hn, what r multiplies), for each row in parallel."""
-    steps, batch, gates = x.shape
-    size = gates // 3
-    for b in prange(batch):
-        for t in range(steps):
-            for j in range(2 * size):
-                acts[t, b, j] = sigmoid(x[t, b, j] + (hidden[t, b, j] + bias[j]))
-            for j in range(2 * size, gates):
-                hidden[t, b, j] += bias[j]
-                acts[t, b, j] = tanh(x[t, b, j] + acts[t, b, j - 2 * size] * hidden[t, b, j])
-
-
-@_parallel
-def cotangents(t, dhs, acts, hidden, before, dh, dprod, dx, dhid):
+def cotangents(t, dhs, acts, hid_n, dacts, dhid_n, before, dh, dprod, dx, dhid):
     """Step t's cotangents of its gates' sums (into dx[t], and of h W_hh^T's parts into
-    dhid[t]); dh becomes that of h before it but for the product by W_hh (dprod's, next)."""
+    dhid[t]), with those of its activated gates and hid_n (dacts, dhid_n: the workspace's); dh
+    becomes that of h before it but for the product by W_hh (dprod's, next)."""
     size = dh.shape[1]
     for b in prange(dh.shape[0]):
         for j in range(size):
             r, z, n = acts[t, b, j], acts[t, b, size + j], acts[t, b, 2 * size + j]
             dh_ = dh[b, j] + dprod[b, j] + dhs[t, b, j]
-            dn = dh_ * (1 - z) * (1 - n * n)
-            dr = dn * hidden[t, b, 2 * size + j] * r * (1 - r)
-            dz = dh_ * (before[t, b, j] - n) * z * (1 - z)
+            dn = (dh_ * (1 - z) + dacts[t, b, 2 * size + j]) * (1 - n * n)
+            dr = (dn * hid_n[t, b, j] + dacts[t, b, j]) * r * (1 - r)
+            dz = (dh_ * (before[t, b, j] - n) + dacts[t, b, size + j]) * z * (1 - z)
             dx[t, b, j], dx[t, b, size + j], dx[t, b, 2 * size + j] = dr, dz, dn
-            dhid[t, b, j], dhid[t, b, size + j], dhid[t, b, 2 * size + j] = dr, dz, dn * r
+            dhid[t, b, j], dhid[t, b, size + j] = dr, dz
+            dhid[t, b, 2 * size + j] = dn * r + dhid_n[t, b, j]
             dh[b, j] = dh_ * z
 
 
@@ -264,26 +236,23 @@ def column_sums(a, out, threads):
                 out[j] += a[i, j]
 
 
-@njit("void({dtype}[:, :, ::1], {dtype}[:, :, ::1], {dtype}[:, :, ::1], {dtype}[:, ::1], "
-      "{dtype}[::1], {dtype}[:, ::1], boolean, {dtype}[:, :, ::1], {dtype}[:, ::1], "
-      "{dtype}[::1], {dtype}[:, ::1], int64)", cache=True)
-def kernel(g, out, x, w, bias, h0, reverse, dx, dw, db, dh0, threads):
+@njit("void({dtype}[:, :, ::1], {dtype}[:, :, ::1], {dtype}[:, :, ::1], {dtype}[:, :, ::1], "
+      "{dtype}[:, :, ::1], {dtype}[:, :, ::1], {dtype}[:, ::1], {dtype}[:, ::1], boolean, "
+      "{dtype}[:, :, ::1], {dtype}[:, ::1], {dtype}[::1], {dtype}[:, ::1], int64)", cache=True)
+def kernel(g, out, acts, hid_n, dacts, dhid_n, w, h0, reverse, dx, dw, db, dh0, threads):
     """The cotangents of x_parts, W_hh^T (dw, (H, 3H)), b_hh and h0, for the cotangent g of
-    the scan's result `out`."""
-    steps, batch, gates = x.shape
+    the scan's result `out` (acts, hid_n and their cotangents: the workspace's parts of
+    both)."""
+    steps, batch, gates = acts.shape
     size = gates // 3
     blas_threads = get_blas_threads()
     set_blas_threads(1)
     before = befores(h0, out, steps, reverse)
-    hidden, acts = np.empty((steps, batch, gates), D), np.empty((steps, batch, gates), D)
     dhid = np.empty((steps, batch, gates), D)
-    product(before.ctypes.data, AS_IS, size, w.ctypes.data, TRANSPOSED, size,
-            hidden.ctypes.data, gates, steps * batch, gates, size, threads)
-    activate(hidden, x, bias, acts)
     dh, dprod = g[steps].copy(), np.zeros((batch, size), D)
     for s in range(steps - 1, -1, -1):
         t = step_of(s, steps, reverse)
-        cotangents(t, g, acts, hidden, before, dh, dprod, dx, dhid)
+        cotangents(t, g, acts, hid_n, dacts, dhid_n, before, dh, dprod, dx, dhid)
         product(dhid[t].ctypes.data, AS_IS, gates, w.ctypes.data, AS_IS, size,
                 dprod.ctypes.data, size, batch, size, gates, threads)
     flat = dhid.reshape(steps * batch, gates)
@@ -321,23 +290,46 @@ def module(node: Node) -> tuple[str, str]:
 class ScanKernel(GeneratedKernel):
     """`kernel(*scan_inputs, out)` or `kernel(g, out, *scan_inputs, packed)`, the scan's inputs
     (x_parts, w_hh_t, then h0 and c0, or b_hh and h0) made C-contiguous, W_hh^T seen as W_hh;
-    the packed cotangents' parts viewed."""
+    the result's workspace viewed (forward), or that of out and g, and the packed cotangents'
+    parts (backward, which needs neither x_parts nor b_hh: the workspace holds the gates)."""
 
     def __init__(self, node: Node, compiled: Callable, path: Path):
         super().__init__(compiled, path)
         self.reverse = bool(node.attrs["reverse"])
         self.backward = node.prim in (P.lstm_scan_grad, P.gru_scan_grad)
+        self.widths = LSTM_WORKSPACE if node.prim in (P.lstm_scan, P.lstm_scan_grad) else (
+            GRU_WORKSPACE)  # fmt: skip
         self.threads = numba.get_num_threads()
+        self.scratch = scratch(node)
 
     def __call__(self, *arrays: np.ndarray) -> None:
         *ins, result = arrays
         if not result.flags.c_contiguous:
             raise ValueError(f"scan kernels write C-contiguous results, not {result.strides}")
         head, (x, w_hh_t, *states) = [in_c_order(a) for a in ins[:-4]], ins[-4:]
-        scan = (in_c_order(x), in_c_order(w_hh_t.T), *(in_c_order(a) for a in states))
-        parts = unpack(result, x, w_hh_t, *states) if self.backward else (result,)
-        self.compiled(*head, *scan, self.reverse, *parts, self.threads)
+        w, states, steps = in_c_order(w_hh_t.T), [in_c_order(a) for a in states], x.shape[0]
+        if self.backward:
+            g, out = head
+            parts = unpack(result, x, w_hh_t, *states)
+            kept = (*workspace(out, steps, self.widths), *workspace(g, steps, self.widths))
+            states = states if self.widths == LSTM_WORKSPACE else states[1:]  # not b_hh
+            self.compiled(g, out, *kept, w, *states, self.reverse, *parts, self.threads)
+        else:
+            kept = workspace(result, steps, self.widths)
+            self.compiled(in_c_order(x), w, *states, self.reverse, result, *kept, self.threads)
         team.finished()
+
+
+def scratch(node: Node) -> int:
+    """Bytes a scan kernel allocates (the memory plan counts these, not the NumPy version's):
+    forward a step's products; backward each step's h before it and a GRU's products'
+    cotangents, besides two (B, H) rows."""
+    x, item = node.inputs[-4], node.outputs[0].dtype.itemsize
+    (steps, batch, gates), size = x.shape, node.inputs[-3].shape[0]
+    if node.prim in (P.lstm_scan, P.gru_scan):
+        return (batch * gates + batch * size) * item
+    dhid = steps * batch * gates if node.prim is P.gru_scan_grad else 0
+    return (steps * batch * size + dhid + 2 * batch * size) * item
 
 
 def launcher(node: Node, compiled: Callable, path: Path) -> ScanKernel:

@@ -5,18 +5,19 @@ forward and a score backward, each a tape node and a Python call on a (batch, hi
 `lstm_scan(x_parts, w_hh_t, h0, c0)`, for x_parts (T, B, 4H) (every step's input part of the
 gates i, f, g, o, biases included), w_hh_t (H, 4H) and the initial states (B, H): step by step,
 gates = x_parts[t] + h W_hh^T, c = sigmoid(f) c + sigmoid(i) tanh(g), h = sigmoid(o) tanh(c);
-the result (T + 1, B, H) holds each step's h in time order, then the final c. With `reverse`
-the steps run from T - 1 down to 0 (a bidirectional layer's second direction). `gru_scan` (its
-section below) is the GRU's.
+the result (6T + 1, B, H) holds each step's h in time order, then the final c, then what
+backward reads (`workspace`): every step's activated gates (T, B, 4H) and cell state (T, B, H).
+With `reverse` the steps run from T - 1 down to 0 (a bidirectional layer's second direction).
+`gru_scan` (its section below) is the GRU's.
 
 `lstm_scan_grad(g, out, x_parts, w_hh_t, h0, c0)` packs the cotangents [dx_parts | dw_hh_t |
-dh0 | dc0]. It keeps no gates from forward: it computes them again from the saved h's, in one
-matrix product for all steps (a layer's memory is its h's, as a checkpointed LSTM's), then runs
-the recurrence of the cell state and the one of the cotangents. Eagerly, from
-`lowering.KERNEL_MIN` elements, the ops run as Numba kernels (`compiler.kernels.recurrent`).
-A trace records the parts (`decompose`), which the fuser joins into a kernel per step, and a
-second derivative differentiates them: a plan keeps the gates from forward, where the kernels
-compute them again (one more product the size of all the steps' own; docs/kernels.md)"""
+dh0 | dc0]. It takes the gates from the workspace, as oneDNN's and cuDNN's LSTMs keep theirs:
+computing them again from the h's was one more product the size of all the steps' own. The
+workspace is a result like the h's, its cotangent honoured (zero wherever a layer reads only
+the h's), so the op's VJP is exact and finite differences check all of it. Eagerly, from
+`lowering.KERNEL_MIN` elements, and in plans the ops run as Numba kernels
+(`compiler.kernels.recurrent`): one call a layer each way, where the parts were a dozen
+statements a step. A second derivative differentiates the parts (`decompose`)."""
 
 from __future__ import annotations
 
@@ -24,13 +25,29 @@ import numpy as np
 
 from tracegrad.core.vocabulary import Primitive
 
+LSTM_WORKSPACE = (4, 1)  # the activated gates i, f, g, o and the cell state, in units of H
+GRU_WORKSPACE = (3, 1)  # the activated gates r, z, n and hid_n = (h W_hh^T)_n + b_hn
 
-def _scan_result(ins: tuple, batch: int, size: int) -> tuple[tuple[int, ...], np.dtype]:
-    """A scan's (T + 1, B, H) result and dtype, its inputs (parts first) of one floating dtype."""
+
+def _scan_result(ins: tuple, batch: int, size: int, workspace: tuple[int, ...]
+                 ) -> tuple[tuple[int, ...], np.dtype]:  # fmt: skip
+    """A scan's ((1 + sum(workspace)) T + 1, B, H) result and dtype, its inputs (parts first)
+    of one floating dtype."""
     if len({v.dtype for v in ins}) != 1 or ins[0].dtype.kind != "f":
         raise ValueError("input parts, weights and states of one floating dtype, not "
                          + ", ".join(str(v.dtype) for v in ins))  # fmt: skip
-    return (ins[0].shape[0] + 1, batch, size), ins[0].dtype
+    return ((1 + sum(workspace)) * ins[0].shape[0] + 1, batch, size), ins[0].dtype
+
+
+def workspace(out: np.ndarray, steps: int, widths: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+    """Views of a scan's result (or of its cotangent) past the h's and the final state, each
+    (T, B, w H) in time order, w in `widths` (`LSTM_WORKSPACE`, `GRU_WORKSPACE`)."""
+    batch, size = out.shape[1:]
+    at, views = steps + 1, []
+    for w in widths:
+        views.append(out[at : at + w * steps].reshape(steps, batch, w * size))
+        at += w * steps
+    return tuple(views)
 
 
 def _lstm_scan_rule(x_parts, w_hh_t, h0, c0, reverse):
@@ -42,7 +59,7 @@ def _lstm_scan_rule(x_parts, w_hh_t, h0, c0, reverse):
             f"input parts {x_parts.shape}, W_hh^T {w_hh_t.shape}, h0 {h0.shape}, "
             f"c0 {c0.shape}: expected (T, B, 4H), (H, 4H), (B, H), (B, H)"
         )
-    return _scan_result(ins, batch, size)
+    return _scan_result(ins, batch, size, LSTM_WORKSPACE)
 
 
 def _grad_rule(rule):
@@ -69,8 +86,9 @@ def _vjp(grad: Primitive):
 
 
 def _scan_flops(ins, outs) -> int:
-    """Each step's product, 2 B H (G H) (x_parts' size times H); backward three times that."""
-    return 2 * ins[0].size * ins[1].shape[0] * (1 if len(ins) == 4 else 3)
+    """Each step's product, 2 B H (G H) (x_parts' size times H); backward twice that (the
+    products by W_hh and W_hh's gradient)."""
+    return 2 * ins[0].size * ins[1].shape[0] * (1 if len(ins) == 4 else 2)
 
 
 def _scan_ops(name: str, impl, grad_impl, rule, parts) -> tuple[Primitive, Primitive]:
@@ -78,14 +96,18 @@ def _scan_ops(name: str, impl, grad_impl, rule, parts) -> tuple[Primitive, Primi
     grad = Primitive(f"{name}_grad", grad_impl, _grad_rule(rule), None, raises=False,
                      flops=_scan_flops)  # fmt: skip
     scan = Primitive(name, impl, rule, _vjp(grad), "in+out", joint=True, raises=False,
-                     rerun=True, flops=_scan_flops, decompose=parts)  # fmt: skip
+                     rerun=True, flops=_scan_flops, decompose=parts,
+                     trace_parts=False)  # fmt: skip
     return scan, grad
 
 
-def _stacked(*values):
-    """The values (each step's h, then the final state) stacked along a new first axis: the
-    scans' result, in composed ops."""
-    return concatenate(*[reshape(v, shape=(1, *v.shape)) for v in values], axis=0)
+def _stacked(states, workspace):
+    """The scans' result in composed ops: the (B, H) states (each step's h, then the final
+    state) stacked along a new first axis, then the workspace, lists of each step's (B, w H)."""
+    (batch, size), rows = states[0].shape, [reshape(v, shape=(1, *v.shape)) for v in states]
+    for steps in workspace:
+        rows += [reshape(v, shape=(v.shape[1] // size, batch, size)) for v in steps]
+    return concatenate(*rows, axis=0)
 
 
 def _in_order(x: np.ndarray, reverse: bool) -> np.ndarray:
@@ -95,21 +117,19 @@ def _in_order(x: np.ndarray, reverse: bool) -> np.ndarray:
 
 def _lstm_scan(x_parts, w_hh_t, h0, c0, reverse):
     steps, size = x_parts.shape[0], h0.shape[1]
-    out = np.empty((steps + 1, *h0.shape), x_parts.dtype)
-    hs = _in_order(out[:steps], reverse)
-    gates, s = (
-        np.empty(x_parts.shape[1:], x_parts.dtype),
-        np.empty(x_parts.shape[1:], x_parts.dtype),
-    )
+    out = np.empty(_lstm_scan_rule(x_parts, w_hh_t, h0, c0, reverse)[0], x_parts.dtype)
+    acts, cells = workspace(out, steps, LSTM_WORKSPACE)
+    gates = np.empty(x_parts.shape[1:], x_parts.dtype)
     candidate = np.empty_like(h0)
     h, c = h0, c0
-    for t, x_part in enumerate(_in_order(x_parts, reverse)):
-        np.add(x_part, np.matmul(h, w_hh_t), out=gates)
-        g = np.tanh(gates[:, 2 * size : 3 * size], out=candidate)
+    for t in range(steps - 1, -1, -1) if reverse else range(steps):
+        s = acts[t]
+        np.add(x_parts[t], np.matmul(h, w_hh_t), out=gates)
         sigmoid_into(gates, s)
-        c = s[:, size : 2 * size] * c
-        c += np.multiply(s[:, :size], g, out=candidate)
-        h = np.multiply(s[:, 3 * size :], np.tanh(c, out=candidate), out=hs[t])
+        np.tanh(gates[:, 2 * size : 3 * size], out=s[:, 2 * size : 3 * size])
+        c = np.multiply(s[:, size : 2 * size], c, out=cells[t])
+        c += np.multiply(s[:, :size], s[:, 2 * size : 3 * size], out=candidate)
+        h = np.multiply(s[:, 3 * size :], np.tanh(c, out=candidate), out=out[t])
     out[steps] = c
     return out
 
@@ -123,32 +143,30 @@ def _lstm_scan_grad(g, out, x_parts, w_hh_t, h0, c0, reverse):
     if steps == 0:
         dx[...], dw[...], dh0[...], dc0[...] = 0, 0, 0, g[0]
         return packed
+    # in the order the steps ran: their h's, gates and cell states, and those cotangents
     hs, dhs = _in_order(out[:steps], reverse), _in_order(g[:steps], reverse)
+    acts, cells = workspace(out, steps, LSTM_WORKSPACE)
+    dacts, dcells = workspace(g, steps, LSTM_WORKSPACE)
+    s, ds = (_in_order(a, reverse).reshape(steps, batch, 4, size) for a in (acts, dacts))
+    cells, dcells = _in_order(cells, reverse), _in_order(dcells, reverse)
+    i, f, candidate, o = (s[:, :, k] for k in range(4))
     h_before = np.concatenate([h0[None], hs[:-1]])
-    gates = np.matmul(h_before.reshape(-1, size), w_hh_t).reshape(x_parts.shape)
-    gates += _in_order(x_parts, reverse)
-    candidate = np.tanh(gates[..., 2 * size : 3 * size])
-    s = sigmoid_into(gates, np.empty_like(gates)).reshape(steps, batch, 4, size)
-    i, f, o = s[:, :, 0], s[:, :, 1], s[:, :, 3]
-    cells = i * candidate
-    c = c0
-    for t in range(steps):  # the cell states again, as forward computed them
-        c = np.add(f[t] * c, cells[t], out=cells[t])
     c_before = np.concatenate([c0[None], cells[:-1]])
     tanh_c = np.tanh(cells)
-    # what each step's cotangents of h and c multiply: dc += dh k_c; d(i, f, g) = dc k_ifg;
-    # do = dh k_o (before the activations: the gates' cotangents)
+    # the gates' cotangents: dc += dh k_c; d(i, f, g) = dc (g, c_before, i) + their own, then
+    # times their activation's derivative (k_act); do = dh tanh(c) + its own, times o (1 - o)
     k_c = o * (1 - tanh_c * tanh_c)
-    k_o = tanh_c * o * (1 - o)
-    k_ifg = np.stack([candidate * i * (1 - i), c_before * f * (1 - f),
-                      i * (1 - candidate * candidate)], axis=2)  # fmt: skip
+    by_dc = np.stack([candidate, c_before, i], axis=2)
+    k_act = np.stack([i * (1 - i), f * (1 - f), 1 - candidate * candidate, o * (1 - o)], axis=2)
     dgates = _in_order(dx, reverse).reshape(steps, batch, 4, size)
     dh, dc = np.zeros_like(h0), g[steps].copy()
     for t in range(steps - 1, -1, -1):
         dh += dhs[t]
-        dc += dh * k_c[t]
-        np.multiply(dc[:, None], k_ifg[t], out=dgates[t, :, :3])
-        np.multiply(dh, k_o[t], out=dgates[t, :, 3])
+        dc += dh * k_c[t] + dcells[t]
+        np.multiply(dc[:, None], by_dc[t], out=dgates[t, :, :3])
+        np.multiply(dh, tanh_c[t], out=dgates[t, :, 3])
+        dgates[t] += ds[t]
+        dgates[t] *= k_act[t]
         dh = np.matmul(dgates[t].reshape(batch, 4 * size), w_hh_t.T)
         dc *= f[t]
     np.matmul(h_before.reshape(-1, size).T, dgates.reshape(-1, 4 * size), out=dw)
@@ -168,14 +186,15 @@ def _lstm_scan_parts(x_parts, w_hh_t, h0, c0, reverse):
     """The scan in ops, a step at a time: what a trace records, and what a second derivative
     differentiates."""
     steps, size = x_parts.shape[0], h0.shape[1]
-    h, c, hs = h0, c0, [None] * steps
+    h, c, hs, acts, cells = h0, c0, [None] * steps, [None] * steps, [None] * steps
     for t in range(steps - 1, -1, -1) if reverse else range(steps):
         gates = x_parts[t] + matmul(h, w_hh_t)
         i, f, g, o = (gates[:, k * size : (k + 1) * size] for k in range(4))
-        c = sigmoid(f) * c + sigmoid(i) * tanh(g)
-        h = sigmoid(o) * tanh(c)
-        hs[t] = h
-    return _stacked(*hs, c)
+        i, f, g, o = sigmoid(i), sigmoid(f), tanh(g), sigmoid(o)
+        c = cells[t] = f * c + i * g
+        h = hs[t] = o * tanh(c)
+        acts[t] = concatenate(i, f, g, o, axis=1)
+    return _stacked([*hs, c], [acts, cells])
 
 
 lstm_scan, lstm_scan_grad = _scan_ops(
@@ -187,8 +206,9 @@ lstm_scan, lstm_scan_grad = _scan_ops(
 # gru_scan(x_parts, w_hh_t, b_hh, h0), x_parts (T, B, 3H) (gates r, z, n; b_ih included),
 # w_hh_t (H, 3H), b_hh (3H,) (zeros for a layer without biases), h0 (B, H): step by step,
 # hid = h W_hh^T + b_hh, r = sigmoid(x_r + hid_r), z = sigmoid(x_z + hid_z),
-# n = tanh(x_n + r hid_n), h = n + z (h - n); the result (T + 1, B, H) holds each step's h in time
-# order, then the final h again. gru_scan_grad packs [dx_parts | dw_hh_t | db_hh | dh0].
+# n = tanh(x_n + r hid_n), h = n + z (h - n); the result (5T + 1, B, H) holds each step's h in
+# time order, then the final h again, then the workspace: every step's r, z, n (T, B, 3H) and
+# hid_n (T, B, H). gru_scan_grad packs [dx_parts | dw_hh_t | db_hh | dh0].
 
 
 def _gru_scan_rule(x_parts, w_hh_t, b_hh, h0, reverse):
@@ -200,21 +220,23 @@ def _gru_scan_rule(x_parts, w_hh_t, b_hh, h0, reverse):
             f"input parts {x_parts.shape}, W_hh^T {w_hh_t.shape}, b_hh {b_hh.shape}, "
             f"h0 {h0.shape}: expected (T, B, 3H), (H, 3H), (3H,), (B, H)"
         )
-    return _scan_result(ins, batch, size)
+    return _scan_result(ins, batch, size, GRU_WORKSPACE)
 
 
 def _gru_scan(x_parts, w_hh_t, b_hh, h0, reverse):
     steps, size = x_parts.shape[0], h0.shape[1]
-    out = np.empty((steps + 1, *h0.shape), x_parts.dtype)
-    hs = _in_order(out[:steps], reverse)
+    out = np.empty(_gru_scan_rule(x_parts, w_hh_t, b_hh, h0, reverse)[0], x_parts.dtype)
+    acts, hid_n = workspace(out, steps, GRU_WORKSPACE)
     hidden = np.empty(x_parts.shape[1:], x_parts.dtype)
-    rz, total = np.empty((2, h0.shape[0], 2 * size), x_parts.dtype)
+    total = np.empty((h0.shape[0], 2 * size), x_parts.dtype)
     h = h0
-    for t, x_part in enumerate(_in_order(x_parts, reverse)):
+    for t in range(steps - 1, -1, -1) if reverse else range(steps):
+        x_part, rz, n = x_parts[t], acts[t, :, : 2 * size], acts[t, :, 2 * size :]
         np.add(np.matmul(h, w_hh_t), b_hh, out=hidden)
         sigmoid_into(np.add(x_part[:, : 2 * size], hidden[:, : 2 * size], out=total), rz)
-        n = np.tanh(x_part[:, 2 * size :] + rz[:, :size] * hidden[:, 2 * size :])
-        h = np.add(n, rz[:, size:] * (h - n), out=hs[t])
+        hid_n[t] = hidden[:, 2 * size :]
+        np.tanh(x_part[:, 2 * size :] + rz[:, :size] * hid_n[t], out=n)
+        h = np.add(n, rz[:, size:] * (h - n), out=out[t])
     out[steps] = h
     return out
 
@@ -226,26 +248,30 @@ def _gru_scan_grad(g, out, x_parts, w_hh_t, b_hh, h0, reverse):
     if steps == 0:
         dx[...], dw[...], db[...], dh0[...] = 0, 0, 0, g[0]
         return packed
+    # in the order the steps ran: their h's, gates and hid_n, and those cotangents
     hs, dhs = _in_order(out[:steps], reverse), _in_order(g[:steps], reverse)
+    acts, hid_n = workspace(out, steps, GRU_WORKSPACE)
+    dacts, dhid_n = workspace(g, steps, GRU_WORKSPACE)
+    acts, hid_n, dhid_n = (_in_order(a, reverse) for a in (acts, hid_n, dhid_n))
+    dacts = _in_order(dacts, reverse).reshape(steps, batch, 3, size)
+    r, z, n = acts[..., :size], acts[..., size : 2 * size], acts[..., 2 * size :]
     h_before = np.concatenate([h0[None], hs[:-1]])
-    hidden = np.matmul(h_before.reshape(-1, size), w_hh_t).reshape(x_parts.shape) + b_hh
-    xs = _in_order(x_parts, reverse)
-    rz = np.empty((steps, batch, 2 * size), x_parts.dtype)
-    sigmoid_into(xs[..., : 2 * size] + hidden[..., : 2 * size], rz)
-    r, z, hid_n = rz[..., :size], rz[..., size:], hidden[..., 2 * size :]
-    n = np.tanh(xs[..., 2 * size :] + r * hid_n)
-    # each step's cotangents of its gates' sums are dh times these: dn_pre = dh k_n,
-    # d(x_z) = dh k_z, d(x_r) = dn_pre hid_n r (1 - r); hid_n's own is dn_pre r
-    k_n = (1 - z) * (1 - n * n)
-    k = np.stack([k_n * hid_n * r * (1 - r), (h_before - n) * z * (1 - z), k_n], axis=2)
+    # each step's cotangents of its gates' sums: dn_pre = (dh (1 - z) + dn) (1 - n^2),
+    # d(x_z) = (dh (h_before - n) + dz) z (1 - z), d(x_r) = (dn_pre hid_n + dr) r (1 - r);
+    # hid_n's is dn_pre r + its own
+    by_dh = np.stack([np.zeros_like(z), h_before - n, 1 - z], axis=2)
+    k_act = np.stack([r * (1 - r), z * (1 - z), 1 - n * n], axis=2)
     dgates = _in_order(dx, reverse).reshape(steps, batch, 3, size)
     dhidden = np.empty((steps, batch, 3, size), x_parts.dtype)
     dh = g[steps].copy()
     for t in range(steps - 1, -1, -1):
         dh += dhs[t]
-        np.multiply(dh[:, None], k[t], out=dgates[t])
+        np.multiply(dh[:, None], by_dh[t], out=dgates[t])
+        dgates[t, :, 1:] += dacts[t, :, 1:]
+        dgates[t, :, 1:] *= k_act[t, :, 1:]
+        dgates[t, :, 0] = (dgates[t, :, 2] * hid_n[t] + dacts[t, :, 0]) * k_act[t, :, 0]
         dhidden[t, :, :2] = dgates[t, :, :2]
-        np.multiply(dgates[t, :, 2], r[t], out=dhidden[t, :, 2])
+        dhidden[t, :, 2] = dgates[t, :, 2] * r[t] + dhid_n[t]
         dh = dh * z[t] + np.matmul(dhidden[t].reshape(batch, 3 * size), w_hh_t.T)
     flat = dhidden.reshape(-1, 3 * size)
     np.matmul(h_before.reshape(-1, size).T, flat, out=dw)
@@ -257,14 +283,16 @@ def _gru_scan_grad(g, out, x_parts, w_hh_t, b_hh, h0, reverse):
 def _gru_scan_parts(x_parts, w_hh_t, b_hh, h0, reverse):
     """The scan in ops, a step at a time (`nn.GRU`'s before it was one op)."""
     steps, size = x_parts.shape[0], h0.shape[1]
-    h, hs = h0, [None] * steps
+    h, hs, acts, hid_ns = h0, [None] * steps, [None] * steps, [None] * steps
     for t in range(steps - 1, -1, -1) if reverse else range(steps):
         x, hidden = x_parts[t], matmul(h, w_hh_t) + b_hh
         r, z, n = (slice(k * size, (k + 1) * size) for k in range(3))
+        hid_ns[t] = hidden[:, n]
         r, z = sigmoid(x[:, r] + hidden[:, r]), sigmoid(x[:, z] + hidden[:, z])
-        n = tanh(x[:, n] + r * hidden[:, n])
+        n = tanh(x[:, n] + r * hid_ns[t])
         h = hs[t] = n + z * (h - n)
-    return _stacked(*hs, h)
+        acts[t] = concatenate(r, z, n, axis=1)
+    return _stacked([*hs, h], [acts, hid_ns])
 
 
 gru_scan, gru_scan_grad = _scan_ops(
