@@ -326,3 +326,23 @@ def test_traced_transposed_convolution_runs_the_kernels_and_matches_eager_and_to
         if backend == "numba":
             source = traced.latest.source
             assert "conv2d_input_grad kernel" in source and "conv2d kernel" in source
+
+
+def test_a_sample_of_many_positions_is_a_block_of_its_own():
+    """A first layer's columns are thin (K = 9 here), so BLOCK_BYTES holds several 28 x 28
+    samples, but their products were then gathered and spread: the output copied once more.
+    A sample of MIN_COLUMNS positions or more is a block of its own (its product written in
+    place); only samples smaller than that are joined (8 x 8 ones here)."""
+    attrs = dict(stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1), groups=1)
+
+    def block(x_shape, out_channels):
+        w = (out_channels, x_shape[1], 3, 3)
+        y = (x_shape[0], out_channels, *C.output_size(x_shape, w, **attrs))
+        node = Node(P.conv2d, [Value(x_shape, np.float32), Value(w, np.float32)],
+                    [Value(y, np.float32)], attrs)  # fmt: skip
+        return conv._block(node)
+
+    assert 28 * 28 >= conv.MIN_COLUMNS
+    assert block((256, 1, 28, 28), 32) == (28, 1)
+    rows, samples = block((64, 64, 8, 8), 64)
+    assert rows == 8 and samples > 1
