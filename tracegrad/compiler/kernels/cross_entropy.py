@@ -10,10 +10,11 @@ and weights' totals summed in row order after. Modules per dtype and reduction; 
 weights are an array of ones where the op has none.
 
 Log-softmax over the last axis (eagerly one op; a trace records its parts): forward writes
-(x - max) - log(sum), backward g - exp(out) * sum(g), rows in parallel, each sweep in SIMD
-lanes (the cross-entropy's keep IEEE order: their rows are a few classes long); the composed
-ops made about ten passes over a language model's (tokens x vocabulary) scores, forward and
-back."""
+(x - max) - log(sum), backward g - exp(out) * sum(g), rows in parallel; the composed ops made
+about ten passes over a language model's (tokens x vocabulary) scores, forward and back. Every
+row's sums run in SIMD lanes (`rows._reduce`): a language model's rows are its vocabulary, and a
+sum of exps in IEEE order kept a row of 10,000 classes to one lane (the cross-entropy's took
+four times the log-softmax's)."""
 
 from __future__ import annotations
 
@@ -45,18 +46,27 @@ def shift(x):
     return m if abs(m) < np.inf else T(0)
 '''
 
+_EXP_SUM = '''
+
+@_reduce
+def exp_sum(x, m):
+    """The row's sum of exp(x - m), in SIMD lanes."""
+    total = T(0)
+    for j in range(x.size):
+        total += exp(x[j] - m)
+    return total
+'''
+
 _HELPERS = (
     _SHIFT
+    + _EXP_SUM
     + '''
 
 @_inner
 def shift_and_sum(x):
     """The row's shift and its sum of exp(x - shift)."""
     m = shift(x)
-    total = T(0)
-    for j in range(x.size):
-        total += exp(x[j] - m)
-    return m, total
+    return m, exp_sum(x, m)
 
 
 @_inner
@@ -134,14 +144,6 @@ def kernel(g, x, labels, weight, ignore, dx):
 
 _LOG_SOFTMAX = """
 
-@_reduce
-def exp_sum(x, m):
-    total = T(0)
-    for j in range(x.size):
-        total += exp(x[j] - m)
-    return total
-
-
 @_inner
 def rows(x, out, lo, hi):
     for i in range(lo, hi):
@@ -192,7 +194,8 @@ def generate_source(op: str, dtype: str, reduction: str = "", parallel: bool = T
         arrays = [vector, matrix, "int64[::1]", vector, "int64", matrix]
         body = _HELPERS + _BACKWARD
     elif op == "log-softmax":  # x, out
-        title, arrays, body = "Log-softmax forward", [matrix] * 2, _SHIFT + _LOG_SOFTMAX
+        title, arrays = "Log-softmax forward", [matrix] * 2
+        body = _SHIFT + _EXP_SUM + _LOG_SOFTMAX
     else:  # g, the forward's result, dx
         title, arrays, body = "Log-softmax backward", [matrix] * 3, _LOG_SOFTMAX_GRAD
     body = body.replace("{blocks}", str(4 * numba.config.NUMBA_NUM_THREADS))
