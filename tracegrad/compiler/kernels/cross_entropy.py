@@ -13,8 +13,7 @@ Log-softmax over the last axis (eagerly one op; a trace records its parts): forw
 (x - max) - log(sum), backward g - exp(out) * sum(g), rows in parallel; the composed ops made
 about ten passes over a language model's (tokens x vocabulary) scores, forward and back. Every
 row's sums run in SIMD lanes (`rows._reduce`): a language model's rows are its vocabulary, and a
-sum of exps in IEEE order kept a row of 10,000 classes to one lane (the cross-entropy's took
-four times the log-softmax's)."""
+sum of exps in IEEE order keeps a row of thousands of classes to one lane."""
 
 from __future__ import annotations
 
