@@ -2,7 +2,8 @@
 `node_rewriter([Op])` or tinygrad's pattern matcher): `rule(node, rewrite)` returns the value
 that replaces the node's result, or None. Multiplying by one, adding zero, identity views, view
 chains, a sum that only undoes a broadcast, the transpose of a matrix product, small whole
-powers as products; and, for every op, folding nodes whose inputs are all constants."""
+powers as products, a gather of few elements moved before the elementwise op it reads; and,
+for every op, folding nodes whose inputs are all constants."""
 
 from __future__ import annotations
 
@@ -142,6 +143,36 @@ def part_of_concatenation(n: Node, rw: Rewrite) -> Value | None:
             return part
         at += part.shape[axis]
     return None
+
+
+# A gather moves before an elementwise op only where it picks at most this share of the op's
+# result: its operands are then gathered each, so a gather of as many elements would repeat the
+# op's work, not save writing it.
+GATHERED_SHARE = 1 / 8
+
+
+@rule(P.getitem)
+def gather_before_elementwise(n: Node, rw: Rewrite) -> Value | None:
+    """f(a, b, ...)[idx] -> f(a'[idx], b'[idx], ...), a', b' the operands broadcast to f's shape
+    (views), where idx holds index arrays that pick few of f's elements: then f's whole result
+    need not be written for them. `nll_loss(log_softmax(x))` picks one log-probability a row:
+    moved down the log-softmax's parts to the scores, the (rows x classes) log-probabilities
+    were written for nothing (a language model's vocabulary a token)."""
+    x, out, e = n.inputs[0], n.outputs[0], rw.producers.get(n.inputs[0])
+    if len(n.inputs) == 1 or e is None or e.prim.kind is not Kind.ELEMENTWISE:
+        return None
+    if not e.prim.fusible or len(e.outputs) != 1 or out.size > GATHERED_SHARE * x.size:
+        return None
+    inputs = []
+    for a in e.inputs:
+        if a.ndim == 0:  # a scalar broadcasts against the gathered values as it did
+            inputs.append(a)
+            continue
+        if a.shape != x.shape:
+            a = rw.emit(P.broadcast_to, [a], Value(x.shape, a.dtype), shape=x.shape)
+        inputs.append(rw.emit(P.getitem, [a, *n.inputs[1:]], Value(out.shape, a.dtype),
+                              **n.attrs))  # fmt: skip
+    return rw.emit(e.prim, inputs, out, **e.attrs)
 
 
 @rule(P.transpose)

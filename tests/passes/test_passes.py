@@ -1333,3 +1333,57 @@ def test_simplify_takes_the_parts_of_a_concatenation_its_slices_are():
     assert after.outputs[:2] == [a, b]
     assert [n.op for n in after.nodes] == ["reshape", "concatenate", "getitem"]
     same_results(graph, after, rand(2, 3), rand(4))
+
+
+def test_simplify_gathers_few_elements_from_an_elementwise_ops_operands():
+    """(x - m)[rows, cols], m a column (N, 1): the picked entries computed from x's and m's
+    (m broadcast, a view), so the (N, C) difference is not computed; a gather of more than
+    GATHERED_SHARE of the elements stays where it was."""
+    x, m = val(16, 10), val(16, 1)
+    rows, cols = const(np.arange(16), np.int64), val(16, dtype=np.dtype(np.int64))
+    n1, d = node("sub", [x, m], (16, 10))
+    n2, picked = node("getitem", [d, rows, cols], (16,), template=("@", "@"))
+    g = Graph([x, m, cols], [n1, n2], [picked])
+    after, _ = passes.prune(passes.simplify(g)[0])
+    subs = [n for n in after.nodes if n.op == "sub"]
+    assert len(subs) == 1 and subs[0].outputs[0].shape == (16,)
+    labels = np.random.default_rng(1).integers(0, 10, 16)
+    same_results(g, after, rand(16, 10), rand(16, 1), labels)
+    many = const(np.arange(16).repeat(8), np.int64)
+    n3, lots = node("getitem", [d, many], (128, 10), template=("@",))
+    kept, _ = passes.simplify(Graph([x, m], [n1, n3], [lots]))
+    assert [n.op for n in kept.nodes] == ["sub", "getitem"]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_nll_of_a_log_softmax_reads_the_scores_not_every_log_probability(backend):
+    """A classifier's `nll_loss(log_softmax(scores))`, traced: the label's log-probability is
+    computed from the scores (the product's result) and the row's statistics, so no (N, C)
+    log-probabilities are written; loss and gradients are eager's."""
+    import tracegrad as tg
+    from tracegrad.nn import functional as F
+
+    rng = np.random.default_rng(0)
+    x, labels = tg.tensor(rng.standard_normal((32, 8))), tg.tensor(rng.integers(0, 50, 32))
+    w0, b0 = rng.standard_normal((8, 50)), rng.standard_normal(50)
+
+    def step(w, b):
+        loss = F.nll_loss(F.log_softmax(x @ w + b, dim=1), labels)
+        loss.backward()
+        return loss
+
+    eager = [tg.tensor(a, requires_grad=True) for a in (w0, b0)]
+    traced = [tg.tensor(a, requires_grad=True) for a in (w0, b0)]
+    want = step(*eager)
+    compiled = tg.trace(step, backend=backend)
+    got = compiled(*traced)
+    np.testing.assert_allclose(float(got), float(want), rtol=1e-12)
+    for a, b in zip(traced, eager, strict=True):
+        np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-10, atol=1e-12)
+    graph = compiled.latest.graph
+    producers = graph.producers()
+    gathers = [n for n in graph.nodes if n.op == "getitem" and len(n.inputs) > 1]
+    assert gathers
+    for n in gathers:
+        made = producers.get(n.inputs[0])
+        assert made is None or made.op in ("matmul", "broadcast_to"), made.op
