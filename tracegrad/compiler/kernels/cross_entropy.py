@@ -110,14 +110,25 @@ def kernel(x, labels, weight, ignore, out):
 
 _BACKWARD = """
 
+@_reduce
+def exp_into(x, m, d):
+    \"\"\"d = exp(x - m), returning its sum, in SIMD lanes: the row's exps once, scaled after
+    while the row is in the cache.\"\"\"
+    total = T(0)
+    for j in range(x.size):
+        e = exp(x[j] - m)
+        d[j] = e
+        total += e
+    return total
+
+
 @_inner
 def gradients(x, labels, ignore, coef, dx, lo, hi):
     for i in range(lo, hi):
         xi, di = x[i], dx[i]
-        m, total = shift_and_sum(xi)
-        share = coef[i] / total
+        share = coef[i] / exp_into(xi, shift(xi), di)
         for j in range(xi.size):
-            di[j] = exp(xi[j] - m) * share
+            di[j] *= share
         if labels[i] != ignore:
             di[labels[i]] -= coef[i]
 
