@@ -4,8 +4,9 @@ a parallel loop), groups (typical fused kernels against NumPy op by op), cache (
 process's first calls, cold and warm), native (attention's and layer norm's own kernels
 alone, on the GPT's shapes), alias (a kernel's time per array element as it writes and
 reads more arrays, about the fuse pass's ALIAS_CHECKS_MAX), gemm (the plan's GEMM kernel
-against np.matmul on small products) and scan (the LSTM's and GRU's scan kernels against their
-NumPy versions); `--help` says so too."""
+against np.matmul on small products), scan (the LSTM's and GRU's scan kernels against their
+NumPy versions) and xent (the cross-entropy's kernels over a vocabulary and over a few classes);
+`--help` says so too."""
 
 from __future__ import annotations
 
@@ -411,9 +412,35 @@ def scan_speed(runs: int = 10) -> None:
                   "(forward / backward)")  # fmt: skip
 
 
+# (rows, classes): a language model's tokens by its vocabulary (the zoo LSTM's, an eighth of
+# GPT-2's), an ImageNet-sized head, a 10-class classifier
+XENT_SHAPES = [(700, 10000), (2048, 50257 // 8), (64, 1000), (256, 10)]
+
+
+def xent_speed(runs: int = 30) -> None:
+    """The softmax cross-entropy's kernels, forward and backward, float32, on random scores:
+    the fastest of `runs` calls."""
+    from tracegrad.compiler.kernels.native import compile_native
+
+    rng = np.random.default_rng(0)
+    for rows, classes in XENT_SHAPES:
+        x = rng.standard_normal((rows, classes), dtype=np.float32)
+        labels, g = rng.integers(0, classes, rows), np.ones((), np.float32)
+        attrs = {"ignore_index": -100, "reduction": "mean"}
+        v = lambda a: Value(a.shape, a.dtype)  # noqa: E731
+        loss_op, grad_op = primitives.cross_entropy, primitives.cross_entropy_grad
+        nodes = [Node(loss_op, [v(x), v(labels)], [v(g)], attrs),
+                 Node(grad_op, [v(g), v(x), v(labels)], [v(x)], attrs)]  # fmt: skip
+        (_, forward), (_, backward) = compile_native(nodes)
+        loss, dx = np.empty((), np.float32), np.empty_like(x)
+        fastest = lambda f, *a: min(call_seconds(f, *a, runs=runs)) * 1e3  # noqa: E731
+        print(f"cross-entropy ({rows}, {classes}): forward {fastest(forward, x, labels, loss):.3f}"
+              f" ms, backward {fastest(backward, g, x, labels, dx):.3f} ms")  # fmt: skip
+
+
 JOBS = {"accuracy": accuracy, "tanh": tanh_speed, "groups": group_speed, "cache": cache_timing,
         "native": native_speed, "alias": alias_checks, "gemm": gemm_sizes,
-        "scan": scan_speed}  # fmt: skip
+        "scan": scan_speed, "xent": xent_speed}  # fmt: skip
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
