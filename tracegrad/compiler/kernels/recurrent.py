@@ -297,8 +297,8 @@ class ScanKernel(GeneratedKernel):
         super().__init__(compiled, path)
         self.reverse = bool(node.attrs["reverse"])
         self.backward = node.prim in (P.lstm_scan_grad, P.gru_scan_grad)
-        self.widths = LSTM_WORKSPACE if node.prim in (P.lstm_scan, P.lstm_scan_grad) else (
-            GRU_WORKSPACE)  # fmt: skip
+        self.lstm = node.prim in (P.lstm_scan, P.lstm_scan_grad)
+        self.widths = LSTM_WORKSPACE if self.lstm else GRU_WORKSPACE
         self.threads = numba.get_num_threads()
         self.scratch = scratch(node)
 
@@ -312,7 +312,7 @@ class ScanKernel(GeneratedKernel):
             g, out = head
             parts = unpack(result, x, w_hh_t, *states)
             kept = (*workspace(out, steps, self.widths), *workspace(g, steps, self.widths))
-            states = states if self.widths == LSTM_WORKSPACE else states[1:]  # not b_hh
+            states = states if self.lstm else states[1:]  # not b_hh
             self.compiled(g, out, *kept, w, *states, self.reverse, *parts, self.threads)
         else:
             kept = workspace(result, steps, self.widths)

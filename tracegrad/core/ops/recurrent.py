@@ -259,14 +259,14 @@ def _gru_scan_grad(g, out, x_parts, w_hh_t, b_hh, h0, reverse):
     # each step's cotangents of its gates' sums: dn_pre = (dh (1 - z) + dn) (1 - n^2),
     # d(x_z) = (dh (h_before - n) + dz) z (1 - z), d(x_r) = (dn_pre hid_n + dr) r (1 - r);
     # hid_n's is dn_pre r + its own
-    by_dh = np.stack([np.zeros_like(z), h_before - n, 1 - z], axis=2)
+    by_dh = np.stack([h_before - n, 1 - z], axis=2)  # z's and n's
     k_act = np.stack([r * (1 - r), z * (1 - z), 1 - n * n], axis=2)
     dgates = _in_order(dx, reverse).reshape(steps, batch, 3, size)
     dhidden = np.empty((steps, batch, 3, size), x_parts.dtype)
     dh = g[steps].copy()
     for t in range(steps - 1, -1, -1):
         dh += dhs[t]
-        np.multiply(dh[:, None], by_dh[t], out=dgates[t])
+        np.multiply(dh[:, None], by_dh[t], out=dgates[t, :, 1:])
         dgates[t, :, 1:] += dacts[t, :, 1:]
         dgates[t, :, 1:] *= k_act[t, :, 1:]
         dgates[t, :, 0] = (dgates[t, :, 2] * hid_n[t] + dacts[t, :, 0]) * k_act[t, :, 0]
