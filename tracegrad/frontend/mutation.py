@@ -324,8 +324,9 @@ def put_region(x: Tensor, template: tuple, arrays: list, value: Any, accumulate:
     increased by) `value`. Where an index repeats, the values written there are averaged
     (PyTorch leaves unspecified which one wins; equal values, the usual case, are exact)."""
     if x.dtype == np.bool_:
-        return put_region(astype(x, np.uint8), template, arrays, astype(as_tensor(value), np.uint8),
-                   accumulate).astype(np.bool_)  # fmt: skip
+        as_bytes = astype(as_tensor(value), np.uint8)
+        return put_region(astype(x, np.uint8), template, arrays, as_bytes,
+                          accumulate).astype(np.bool_)  # fmt: skip
     region, _ = P.getitem.shape_rule(x, *arrays, template=template)
     v = as_tensor(value)
     extra = v.ndim - len(region)  # leading 1s beyond the region's rank go, as in NumPy and PyTorch
