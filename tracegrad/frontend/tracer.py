@@ -13,6 +13,7 @@ import functools
 import gc
 import random
 import sys
+import types
 import weakref
 import zlib
 from collections.abc import Callable, Container, Sequence
@@ -228,6 +229,7 @@ class Slot:
     input: ir.Value | None = None
     arg: int | None = None  # the position among the call's array arguments, if it is one
     at: Spot | None = None  # read from there at each call (`Tracer.follow_held`)
+    requires_grad: bool = False  # as the step entered: a plan traced for one is wrong for the other
 
     @property
     def ref(self) -> Ref:
@@ -292,7 +294,9 @@ class Capture:
     result_tree: Any
     n_results: int
     numbers: list[int]  # results that are Python numbers (`.item()`), as 0-d values in the graph
-    guards: list[tuple[Ref, tuple, np.dtype, bool | None]] = field(default_factory=list)
+    # per state tensor: its shape, dtype, whether its grad is None (None: either) and whether
+    # it requires grad
+    guards: list[tuple[Ref, tuple, np.dtype, bool | None, bool]] = field(default_factory=list)
     checks: list[Callable[[], bool]] = field(default_factory=list)  # from `guard()`
     watched: list[Watch] = field(default_factory=list)
     after: list[Callable[[], None]] = field(default_factory=list)  # from `after_call()`
@@ -309,20 +313,22 @@ class Capture:
     def guards_hold(self) -> bool:
         return (
             all(
-                _guard_holds(ref.resolve(()), shape, dtype, no_grad)
-                for ref, shape, dtype, no_grad in self.guards
+                _guard_holds(ref.resolve(()), shape, dtype, no_grad, grads)
+                for ref, shape, dtype, no_grad, grads in self.guards
             )
             and all(w.holds() for w in self.watched)
             and all(check() for check in self.checks)
         )
 
 
-def _guard_holds(t: Tensor | None, shape: tuple, dtype: np.dtype, no_grad: bool | None) -> bool:
+def _guard_holds(t: Tensor | None, shape: tuple, dtype: np.dtype, no_grad: bool | None,
+                 requires_grad: bool) -> bool:  # fmt: skip
     """`no_grad`: whether its grad must be None (None: either, for a plan that reads no grad)."""
     if t is None:
         return False
     a = t._value  # its shape and dtype directly: a step checks a guard per state tensor
-    return a.shape == shape and a.dtype == dtype and no_grad in (None, t._grad is None)
+    return (a.shape == shape and a.dtype == dtype and no_grad in (None, t._grad is None)
+            and t._requires_grad is requires_grad)  # fmt: skip
 
 
 @dataclass
@@ -336,21 +342,40 @@ class Watch:
     get: Callable[[], Any]
     value: Any
     warn: bool = True
+    # holds while `get()` is the very object `value()` refers to (a model, a tensor: weakly, so
+    # that a tensor the step replaces is not kept alive by the watch)
+    same: bool = False
 
     def holds(self) -> bool:
         now = self.get()
-        return now is self.value or now == self.value  # `is`: a NaN still holds
+        if self.same:
+            return now is self.value()
+        # `is`: a NaN holds; the type: a tensor where a number was does not
+        return now is self.value or type(now) is type(self.value) and now == self.value
 
     def change(self) -> str:
         """What changed, for a warning: "`name` changed (old -> new)"."""
+        if self.same:
+            return f"{self.describe} is another {type(self.get()).__name__} now"
         return f"{self.describe} changed ({self.value!r} -> {self.get()!r})"
 
 
-def watch(key: Any, describe: str, get: Callable[[], Any], warn: bool = True) -> None:
+def watch(key: Any, describe: str, get: Callable[[], Any], warn: bool = True,
+          same: bool = False) -> None:  # fmt: skip
     """While tracing: the plan being traced is valid while `get()` returns what it returns now
-    (once per `key`). Does nothing outside tracing."""
+    (once per `key`): an equal value, or with `same` the very object. Does nothing outside
+    tracing."""
     if Listeners.tracers and key not in Listeners.tracers[-1].watched:
-        Listeners.tracers[-1].watched[key] = Watch(describe, get, get(), warn)
+        value = _reference(get()) if same else get()
+        Listeners.tracers[-1].watched[key] = Watch(describe, get, value, warn, same)
+
+
+def _reference(x: Any) -> Callable[[], Any]:
+    """A weak reference to `x`, or a strong one where it can have none (a dict, a list)."""
+    try:
+        return weakref.ref(x)
+    except TypeError:
+        return lambda: x
 
 
 GLOBAL_LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME"})
@@ -367,28 +392,119 @@ def name_of(fn: Any) -> str:
 
 
 def watch_python_values(fn: Callable) -> None:
-    """Watch the Python numbers and NumPy arrays `fn` reads from its globals and closure cells
-    (and so do the functions and lambdas written inside it): the trace bakes them in."""
+    """Watch what `fn` reads from its globals and closure cells (and so do the functions and
+    lambdas written inside it), and through them what the containers and objects there hold
+    (`cfg["beta"]`, `args.kl_weight`, `state["model"]`; a bound method's object too): the trace
+    bakes in the numbers, flags, strings and NumPy arrays it read, and the tensors, models and
+    optimizers it found, so a plan holds while the same ones are there."""
+    owner = getattr(fn, "__self__", None)
     while not hasattr(fn, "__code__") and hasattr(fn, "__func__") or hasattr(fn, "func"):
         fn = getattr(fn, "__func__", None) or fn.func  # bound methods, functools.partial
     code = getattr(fn, "__code__", None)
-    if code is None:
+    if code is None or not Listeners.tracers or _is_ours(fn):
         return
-    scope = fn.__globals__
+    scope, names = fn.__globals__, names_read(fn)
     for name in _global_loads(code):
         _note_keys(scope.get(name))
-        if _is_baked(scope.get(name)):
-            watch(("global", id(scope), name), f"global `{name}`",
-                  lambda n=name: baked(scope.get(n)))  # fmt: skip
+        _watch_reached(functools.partial(_entry, scope, name), ("global", id(scope), name),
+                       f"global `{name}`", names)  # fmt: skip
     for name, cell in zip(code.co_freevars, fn.__closure__ or (), strict=True):
         try:
-            content = cell.cell_contents
+            _note_keys(cell.cell_contents)
         except ValueError:  # an empty cell
             continue
-        _note_keys(content)
-        if _is_baked(content):
-            watch(("closure", id(cell)), f"`{name}` (from an enclosing function)",
-                  lambda c=cell: baked(c.cell_contents))  # fmt: skip
+        _watch_reached(functools.partial(_cell, cell), ("closure", id(cell)),
+                       f"`{name}` (from an enclosing function)", names)  # fmt: skip
+    if owner is not None:
+        _watch_entries(owner, type(owner).__name__, names, 1)
+
+
+REACH_DEPTH = 3  # `cfg.train.optim["lr"]`: deeper, the values are data more than settings
+REACH_ENTRIES = 64  # a container or object with more entries is data, not settings
+_MISSING = object()
+# read by reference and not watched: modules, classes and functions (the code the step runs)
+_CODE = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType,
+         types.MethodType, types.MethodWrapperType, functools.partial)  # fmt: skip
+
+
+def _is_ours(fn: Any) -> bool:
+    """Whether `fn` is tracegrad's own code (a module's forward, a compiled call's wrapper):
+    what it reads of its globals is the library's, and the settings it reads are guarded where
+    they are kept (`nn.modules._watch_settings`)."""
+    name = fn.__globals__.get("__name__", "")
+    return name == "tracegrad" or name.startswith("tracegrad.")
+
+
+def _entry(holder: Any, key: Any) -> Any:
+    """What a dict's key, a list's or tuple's index, or an object's attribute holds now."""
+    if type(holder) is dict:
+        return holder.get(key, _MISSING)
+    if isinstance(holder, list | tuple):
+        return holder[key] if key < len(holder) else _MISSING
+    return getattr(holder, key, _MISSING)
+
+
+def _cell(cell: Any) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:
+        return _MISSING
+
+
+def _holds_tensors(x: Any) -> bool:
+    return isinstance(x, Tensor) or isinstance(x, tuple) and any(isinstance(v, Tensor) for v in x)
+
+
+def _is_setting(x: Any) -> bool:
+    """A value the trace bakes in where the step reads it: compared by value at each call."""
+    return _is_baked(x) or x is None or isinstance(x, str | bytes)
+
+
+def _watch_reached(get: Callable[[], Any], key: Any, describe: str, names: frozenset[str],
+                   depth: int = 0) -> None:  # fmt: skip
+    """Watch the value `get()` returns: a setting by value, anything else but code by identity,
+    and a container's or object's entries in turn (`_watch_entries`)."""
+    value = get()
+    if _is_setting(value):
+        Listeners.tracers[-1].reached.append(key)
+        watch(key, describe, lambda: baked(get()))
+    elif not isinstance(value, _CODE) and value is not _MISSING:
+        Listeners.tracers[-1].reached.append(key)
+        watch(key, describe, get, same=True)
+        if depth < REACH_DEPTH:
+            _watch_entries(value, describe, names, depth + 1)
+
+
+def watch_place(holder: Any, key: Any, describe: str) -> None:
+    """While tracing: the plan being traced holds while `holder`'s entry `key` (a dict's key, an
+    object's attribute) holds what it holds now: the same value, or the same object (a
+    module's parameter, a submodule), unless the step itself puts a tensor of its own there.
+    Does nothing outside tracing."""
+    if Listeners.tracers:
+        _watch_reached(functools.partial(_entry, holder, key), ("entry", id(holder), key),
+                       describe, frozenset(), REACH_DEPTH)  # fmt: skip
+
+
+def _watch_entries(value: Any, describe: str, names: frozenset[str], depth: int) -> None:
+    """The entries of a dict, list or tuple, or the attributes of an object that the code names
+    (`names`): watched in turn. An object that knows what a trace reads of it (a module, an
+    optimizer) watches itself (`__tracegrad_watch__`); a tensor's value is the plan's input."""
+    hook = getattr(type(value), "__tracegrad_watch__", None)
+    if hook is not None:
+        hook(value)
+        return
+    if isinstance(value, Tensor):
+        return
+    if type(value) is dict:
+        keys, show = list(value), "{}[{!r}]"
+    elif isinstance(value, list | tuple):
+        keys, show = range(len(value)), "{}[{}]"
+    else:
+        attrs = getattr(value, "__dict__", None)
+        keys, show = [k for k in (attrs or ()) if k in names], "{}.{}"
+    for k in keys if len(keys) <= REACH_ENTRIES else ():
+        _watch_reached(functools.partial(_entry, value, k), ("entry", id(value), k),
+                       show.format(describe, k), names, depth)  # fmt: skip
 
 
 def _note_keys(x: Any) -> None:
@@ -497,6 +613,7 @@ class Tracer:
         # id(a module's attributes, a dict the step read) -> it and a copy as the step entered
         self.dicts_before: dict[int, tuple[dict, dict]] = {}
         self.read_tensors: dict[int, Tensor] = {}  # state read as Python values (`read`)
+        self.reached: list[Any] = []  # keys of the watches `watch_python_values` made
 
     def number(self, t: Tensor) -> Tensor:
         """`t.item()` while tracing: a 0-d tensor that promotes as a Python number (`weak`), as
@@ -562,7 +679,9 @@ class Tracer:
 
     def slot(self, t: Tensor) -> Slot:
         if id(t) not in self.slots:
-            self.slots[id(t)] = Slot(t, t._value, t._grad, t._version[0])
+            self.slots[id(t)] = Slot(
+                t, t._value, t._grad, t._version[0], requires_grad=t._requires_grad
+            )
         return self.slots[id(t)]
 
     def will_write(self, t: Tensor) -> None:
@@ -744,6 +863,15 @@ class Tracer:
             and (s.grad.shape, s.grad.dtype) == (s.tensor._grad.shape, s.tensor._grad.dtype)
         ]  # fmt: skip
 
+    def unwatch_replaced(self) -> None:
+        """Forget the watches of places where the step itself put a tensor (or a tuple of
+        them: an LSTM's `(h, c)`) it made: the plan puts its result there at each call, and
+        the next call reads what is there (`follow_held`)."""
+        for key in self.reached:
+            w = self.watched.get(key)
+            if w is not None and not w.holds() and _holds_tensors(w.get()):
+                del self.watched[key]
+
     def _refuse_lists(self, where: list[Place]) -> None:
         """A tensor the step made that a list holds, at an index the list did not have as the
         step entered the module holding it (or a list of no module's), may have been appended
@@ -823,8 +951,9 @@ class Tracer:
         inputs = [s.input for s in args + state] + [ir.Value(s.grad.shape, s.grad.dtype)
                                                     for s in donated]  # fmt: skip
         graph = ir.Graph(inputs, self.nodes, outputs)
+        self.unwatch_replaced()
         guards = [
-            (ref(s), s.tensor.shape, s.tensor.dtype, s.grad is None)
+            (ref(s), s.tensor.shape, s.tensor.dtype, s.grad is None, s.requires_grad)
             for s in self.slots.values()
             if ref(s).arg is None  # an argument's (and its .grad's) are in the signature
         ]
@@ -846,16 +975,16 @@ def is_argument(x: Any) -> bool:
 
 def signature(args: tuple, kwargs: dict, dynamic: frozenset[int] = frozenset()) -> tuple:
     """The leaves of a call (arrays and Python floats) and its key: the pytree of the other
-    arguments; per array its shape, dtype, whether its grad is None, and which earlier leaf it
-    is, if any (the same tensor passed twice); per float its value, unless its position is
-    `dynamic` (then it is an input of the plan, as a 0-d float64)."""
+    arguments; per array its shape, dtype, whether its grad is None, whether it requires grad,
+    and which earlier leaf it is, if any (the same tensor passed twice); per float its value,
+    unless its position is `dynamic` (then it is an input of the plan, as a 0-d float64)."""
     leaves, tree = pytree.flatten((args, kwargs), is_argument)
     ids = [id(x) for x in leaves]
     spec = tuple(
         (("float", x) if i not in dynamic else ("dynamic float",))
         if type(x) is float
         else (tuple(np.shape(x)), np.dtype(x.dtype), getattr(x, "_grad", None) is None,
-              ids.index(ident))
+              getattr(x, "requires_grad", False), ids.index(ident))
         for i, (x, ident) in enumerate(zip(leaves, ids, strict=True))
     )  # fmt: skip
     try:

@@ -24,7 +24,14 @@ from tracegrad.frontend.device import require_cpu, to_arguments
 from tracegrad.frontend.function import Function
 from tracegrad.frontend.scopes import module_scope
 from tracegrad.frontend.tensor import Listeners, Tensor, get_default_dtype
-from tracegrad.frontend.tracer import baked, names_read, set_in_step, watch, watch_python_values
+from tracegrad.frontend.tracer import (
+    baked,
+    names_read,
+    set_in_step,
+    watch,
+    watch_place,
+    watch_python_values,
+)
 from tracegrad.nn import functional as F
 
 _generator = np.random.default_rng()
@@ -160,11 +167,13 @@ _SETTINGS = (bool, int, float, str)  # attribute types a trace reads as constant
 _CONFIG_ENTRIES = 64  # a dict or plain object with more entries is data, not settings
 
 
-def _watch_settings(module: Module) -> None:
+def _watch_settings(module: Module, children: bool = True) -> None:
     """While tracing: guard the numbers, flags and strings among the module's attributes, the
     NumPy arrays its class's methods name, and the settings among the entries of the dicts and
     plain objects it holds (`self.config.dropout`, `self.opts["scale"]`): its forward may read
-    any of them, and the trace bakes them in."""
+    any of them, and the trace bakes them in. Its parameters, buffers and submodules must be
+    the ones the trace read (not replaced since), and the submodules' own settings are guarded
+    too (`self.inner.scale`, read without calling `inner`)."""
     owner = type(module).__name__
     read = _class_reads(type(module))
     for name, value in vars(module).items():
@@ -178,6 +187,12 @@ def _watch_settings(module: Module) -> None:
                 get = (functools.partial(value.get, key) if isinstance(value, dict)
                        else functools.partial(getattr, value, key, None))  # fmt: skip
                 watch((id(value), key), f"{owner}.{name}[{key!r}]", get)
+    for registry in (module._parameters, module._buffers, module._modules):
+        for name in registry:
+            watch_place(registry, name, f"{owner}.{name}")
+    for child in module._modules.values() if children else ():
+        if child is not None:
+            _watch_settings(child, children=False)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -307,6 +322,11 @@ class Module:
         if self._compiled is not None:
             return self._compiled(args, kwargs)
         return self.call_uncompiled(*args, **kwargs)
+
+    def __tracegrad_watch__(self) -> None:
+        """Reached by a traced step through Python state (a global, a dict): guard its settings,
+        parameters and submodules, as when it is called (`_watch_settings`)."""
+        _watch_settings(self)
 
     def call_uncompiled(self, *args: Any, **kwargs: Any) -> Any:
         """The call as if `compile()` had not run: hooks and forward (what the compiled calls

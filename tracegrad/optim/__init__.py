@@ -178,6 +178,11 @@ class Optimizer:
         for group in groups if isinstance(groups[0], Mapping) else [{"params": groups}]:
             self.add_param_group(group)
 
+    def __tracegrad_watch__(self) -> None:
+        """Reached by a traced step through Python state: nothing more to watch than which
+        optimizer it is. Its `step` guards what it reads (a learning rate a scheduler changes is
+        an input of the plan, not a value to trace again for)."""
+
     def add_param_group(self, group: Mapping[str, Any]) -> None:
         """Add parameters with their own hyperparameters (the missing ones from the
         constructor's). A traced step traces again afterwards."""

@@ -141,7 +141,7 @@ def _forward_capture(cap: Capture, graph: ir.Graph, fwd_reads: list, reads: dict
     """The forward half's capture: the module's arguments and the state it reads; its guards
     leave out whether a parameter's grad is None (the forward never reads a grad)."""
     args = [a for a in cap.args if a < COTANGENT]
-    guards = [(ref, shape, dtype, None) for ref, shape, dtype, _ in cap.guards]
+    guards = [(ref, shape, dtype, None, grads) for ref, shape, dtype, _, grads in cap.guards]
     return Capture(graph, args, [reads[v] for v in fwd_reads], cap.value_writes, [],
                    _flat(n_results), n_results, [i for i in cap.numbers if i < n_results],
                    guards, cap.checks, cap.watched, cap.after, cap.places)  # fmt: skip

@@ -1,0 +1,198 @@
+"""What a traced step read of Python state, beyond its arguments, is guarded: a number reached
+through a dict, a list or an object, the model or optimizer a global or a dict names, a
+module's parameter, whether a parameter requires grad. Each test runs a step eagerly and traced
+through the same changes between calls and asks for the same numbers: before these guards the
+plan kept what the first trace saw and went on silently."""
+
+from __future__ import annotations
+
+import argparse
+import warnings
+
+import numpy as np
+import pytest
+
+import tracegrad.torch as torch
+
+CONFIG = {"loss": {"beta": 1.0}}
+ARGS = argparse.Namespace(kl_weight=1.0, unread=1.0)
+MODEL: torch.nn.Module | None = None
+OPT: torch.optim.Optimizer | None = None
+
+
+def _fresh(seed: int = 0) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(seed)
+    model = torch.nn.Linear(3, 1).double()
+    return model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+
+def _both(run) -> tuple[list, list]:
+    """`run(compile)` with the step as it is and compiled (NumPy backend): their results."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "traced again because ..."
+        return run(lambda f: f), run(lambda f: torch.compile(f, backend="numpy"))
+
+
+X = torch.tensor(np.linspace(-1.0, 1.0, 6).reshape(2, 3))
+
+
+def test_numbers_reached_through_dicts_lists_and_objects_are_guarded():
+    def run(compile):
+        model, opt = _fresh()
+        weights = [1.0]
+
+        def step():
+            opt.zero_grad()
+            out = model(X).pow(2).mean()
+            loss = CONFIG["loss"]["beta"] * out + ARGS.kl_weight * out.abs() * weights[0]
+            loss.backward()
+            opt.step()
+            return loss
+
+        step, losses = compile(step), []
+        for i in range(5):
+            CONFIG["loss"]["beta"], ARGS.kl_weight, weights[0] = 1.0 + i % 2, 0.5 * i, 2.0 - i
+            losses.append(step().item())
+        return losses + model.weight.numpy().ravel().tolist()
+
+    eager, traced = _both(run)
+    np.testing.assert_allclose(traced, eager, rtol=1e-12)
+
+
+def test_an_attribute_the_code_does_not_read_is_not_guarded():
+    ARGS.unread = 1.0
+    step = torch.compile(lambda: X.sum() * ARGS.kl_weight, backend="numpy")
+    step()
+    ARGS.unread = 2.0
+    step()
+    assert len(step.plans) == 1 and len(next(iter(step.plans.values()))) == 1
+
+
+def test_a_model_and_optimizer_rebound_between_calls_are_the_ones_trained():
+    """A new fold or a restart: `model, opt = fresh()` in the globals, or in a dict."""
+
+    def run(compile):
+        global MODEL, OPT
+        MODEL, OPT = _fresh(0)
+        held = {"model": _fresh(1)[0]}
+        held["opt"] = torch.optim.SGD(held["model"].parameters(), lr=0.1)
+
+        def step():
+            OPT.zero_grad()
+            held["opt"].zero_grad()
+            loss = MODEL(X).pow(2).mean() + held["model"](X).abs().mean()
+            loss.backward()
+            OPT.step()
+            held["opt"].step()
+            return loss
+
+        step, seen = compile(step), []
+        for i in range(4):
+            if i == 2:
+                MODEL, OPT = _fresh(2)
+                held["model"] = _fresh(3)[0]
+                held["opt"] = torch.optim.SGD(held["model"].parameters(), lr=0.1)
+            seen.append(step().item())
+        return seen + [
+            v
+            for m in (MODEL, held["model"])
+            for p in m.parameters()
+            for v in p.numpy().ravel().tolist()
+        ]
+
+    eager, traced = _both(run)
+    np.testing.assert_allclose(traced, eager, rtol=1e-12)
+
+
+def test_a_tensor_rebound_and_a_parameter_replaced_are_read_anew():
+    def run(compile):
+        model = _fresh()[0]
+        data = {"x": X}
+
+        def forward():
+            return model(data["x"]).sum()
+
+        forward, seen = compile(forward), []
+        for i in range(3):
+            seen.append(forward().item())
+            data["x"] = X * (i + 2)
+            model.weight = torch.nn.Parameter(torch.full((1, 3), 0.1 * i, dtype=torch.float64))
+        return seen
+
+    eager, traced = _both(run)
+    np.testing.assert_allclose(traced, eager, rtol=1e-12)
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_freezing_and_unfreezing_a_parameter_between_calls(momentum):
+    def run(compile):
+        model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 1)).double()
+        for p, v in zip(model.parameters(), (0.1, 0.2, -0.3, 0.4), strict=True):
+            torch.nn.init.constant_(p, v)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=momentum)
+
+        def step():
+            opt.zero_grad()
+            loss = model(X).pow(2).mean()
+            loss.backward()
+            opt.step()
+            return loss
+
+        step, seen = compile(step), []
+        for frozen in (True, True, False, False, True):
+            model[0].requires_grad_(not frozen)
+            seen.append(step().item())
+        return seen + [t.item() for p in model.parameters() for t in p.reshape(-1)]
+
+    eager, traced = _both(run)
+    np.testing.assert_allclose(traced, eager, rtol=1e-12)
+
+
+def test_an_argument_that_requires_grad_or_not_traces_apart():
+    def run(compile):
+        def loss(x):
+            return (x * x).sum()
+
+        loss, grads = compile(loss), []
+        for wants in (False, True, False, True):
+            x = X.clone().requires_grad_(wants)
+            out = loss(x)
+            if wants:
+                out.backward()
+                grads.append(x.grad.numpy().ravel().tolist())
+            grads.append(out.item())
+        return grads
+
+    eager, traced = _both(run)
+    assert traced == eager
+
+
+def test_a_submodule_setting_read_by_its_parent_is_guarded():
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = torch.nn.Identity()
+            self.inner.scale = 1.0
+
+        def forward(self, x):
+            return (x * self.inner.scale).sum()
+
+    def run(compile):
+        net = Net()
+        forward, seen = compile(lambda: net(X)), []
+        for scale in (1.0, 2.0, 3.0):
+            net.inner.scale = scale
+            seen.append(forward().item())
+        return seen
+
+    eager, traced = _both(run)
+    assert traced == eager
+
+
+def test_a_change_says_what_changed():
+    box = {"beta": 1.0}
+    step = torch.compile(lambda: X.sum() * box["beta"], backend="numpy")
+    step()
+    box["beta"] = 2.0
+    with pytest.warns(UserWarning, match=r"because `box` \(from an enclosing function\)\['beta'\]"):
+        assert step().item() == pytest.approx(2.0 * X.sum().item())
