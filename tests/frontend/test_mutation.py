@@ -862,8 +862,27 @@ def test_put_writes_flat_positions_counting_negative_ones_from_the_end():
     assert x.tolist() == [[20.0, 1.0, 2.0], [3.0, 4.0, 10.0]]
     out = tg.put(x, tg.tensor([[1], [-1]]), tg.tensor([1.0, 2.0]), accumulate=True)
     assert out.tolist() == [[20.0, 2.0, 2.0], [3.0, 4.0, 12.0]]
-    index = tg.tensor([4, -6, 2])
+    index = tg.tensor([4, -6, 0])  # distinct: a repeated one has PyTorch's gradient, not the mean's
     check_grad(lambda a, v: a.put(index, v), X[:2], np.arange(3.0))
     check_grad(lambda a, v: tg.put(a, index, v, accumulate=True), X[:2], np.arange(3.0))
     with pytest.raises(tg.ShapeError, match="put: index .* and source"):
         x.put_(tg.tensor([0, 1]), tg.tensor([1.0]))
+
+
+@pytest.mark.parametrize("backend", [None, "numpy"])
+def test_a_repeated_index_gives_each_value_the_whole_gradient_there(backend):
+    """`y[[0, 0, 2]] = v`: equal values written twice are exact, and each of them gets the
+    gradient at its position whole (PyTorch's index_put: grad[index]); the overwritten x[0]
+    gets none. Written by hand: PyTorch gives [1, 1, 3] for v and [0, 2, 0] for x."""
+
+    def f(x, v):
+        y = x.clone()
+        y[tg.tensor([0, 0, 2])] = v
+        return (y * tg.tensor([1.0, 2.0, 3.0], dtype=tg.float64)).sum()
+
+    x = tg.tensor([0.0, 1.0, 2.0], dtype=tg.float64, requires_grad=True)
+    v = tg.tensor([5.0, 5.0, 7.0], dtype=tg.float64, requires_grad=True)
+    loss = (tg.trace(f, backend=backend) if backend else f)(x, v)
+    loss.backward()
+    assert loss.item() == 5.0 + 2.0 + 21.0
+    assert x.grad.tolist() == [0.0, 2.0, 0.0] and v.grad.tolist() == [1.0, 1.0, 3.0]

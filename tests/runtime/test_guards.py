@@ -196,3 +196,28 @@ def test_a_change_says_what_changed():
     box["beta"] = 2.0
     with pytest.warns(UserWarning, match=r"because `box` \(from an enclosing function\)\['beta'\]"):
         assert step().item() == pytest.approx(2.0 * X.sum().item())
+
+
+def test_a_module_tensor_replaced_outside_the_step_is_read_anew():
+    """`model.mask = ...` or a hidden state reset between calls (not by the step itself)."""
+
+    class Masked(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 2).double()
+            self.mask = torch.ones(2, dtype=torch.float64)
+
+        def forward(self, x):
+            return (self.lin(x) * self.mask).sum()
+
+    def run(compile):
+        torch.manual_seed(0)
+        net = Masked()
+        forward, seen = compile(lambda: net(X)), []
+        for i in range(3):
+            seen.append(forward().item())
+            net.mask = torch.full((2,), float(i + 2), dtype=torch.float64)
+        return seen
+
+    eager, traced = _both(run)
+    assert traced == eager

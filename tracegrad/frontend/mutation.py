@@ -322,7 +322,8 @@ def index_put(input: Any, index: Any, value: Any, accumulate: bool = False) -> T
 def put_region(x: Tensor, template: tuple, arrays: list, value: Any, accumulate: bool) -> Tensor:
     """x with the region that getitem(template, arrays) reads replaced by (or, accumulating,
     increased by) `value`. Where an index repeats, the values written there are averaged
-    (PyTorch leaves unspecified which one wins; equal values, the usual case, are exact)."""
+    (PyTorch leaves unspecified which one wins; equal values, the usual case, are exact), and
+    each has the gradient there, as in PyTorch."""
     if x.dtype == np.bool_:
         as_bytes = astype(as_tensor(value), np.uint8)
         return put_region(astype(x, np.uint8), template, arrays, as_bytes,
@@ -341,8 +342,11 @@ def put_region(x: Tensor, template: tuple, arrays: list, value: Any, accumulate:
         ones = Tensor._of(np.ones(tuple(region), count_dtype))
         count = P.scatter_add(ones, *arrays, shape=x.shape, template=template)
     if arrays:  # only index arrays can repeat a position
-        placed = placed / P.maximum(count, 1)  # integers: exact for equal values
-        placed = placed if placed.dtype == x.dtype else astype(placed, x.dtype)
+        mean = placed / P.maximum(count, 1)  # integers: exact for equal values
+        mean = mean if mean.dtype == x.dtype else astype(mean, x.dtype)
+        # each repeated value's gradient is the whole gradient there, as PyTorch's index_put
+        # gives it (grad[index]), not its share of the mean
+        placed = placed - (placed - mean).detach() if placed.requires_grad else mean
     return P.where(count > 0, placed, x)
 
 

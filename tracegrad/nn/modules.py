@@ -171,12 +171,16 @@ def _watch_settings(module: Module, children: bool = True) -> None:
     """While tracing: guard the numbers, flags and strings among the module's attributes, the
     NumPy arrays its class's methods name, and the settings among the entries of the dicts and
     plain objects it holds (`self.config.dropout`, `self.opts["scale"]`): its forward may read
-    any of them, and the trace bakes them in. Its parameters, buffers and submodules must be
-    the ones the trace read (not replaced since), and the submodules' own settings are guarded
-    too (`self.inner.scale`, read without calling `inner`)."""
+    any of them, and the trace bakes them in. Its parameters, buffers, submodules and other
+    tensors must be the ones the trace read (not replaced since, unless by the step itself),
+    and the submodules' own settings are guarded too (`self.inner.scale`, read without calling
+    `inner`)."""
     owner = type(module).__name__
     read = _class_reads(type(module))
     for name, value in vars(module).items():
+        if isinstance(value, Tensor | tuple):  # a mask, a hidden state: the same one, or followed
+            watch_place(vars(module), name, f"{owner}.{name}")
+            continue
         if type(value) in _SETTINGS or isinstance(value, np.ndarray) and name in read:
             watch((id(module), name), f"{owner}.{name}",
                   lambda name=name: baked(getattr(module, name, None)))  # fmt: skip
