@@ -221,3 +221,19 @@ def test_a_module_tensor_replaced_outside_the_step_is_read_anew():
 
     eager, traced = _both(run)
     assert traced == eager
+
+
+def _weighted(out):  # a helper defined outside the step: what it reads is guarded too
+    return CONFIG["loss"]["beta"] * out
+
+
+def test_a_number_a_helper_reads_is_guarded():
+    def run(compile):
+        step, seen = compile(lambda: _weighted(X.sum())), []
+        for beta in (1.0, 2.0, 3.0):
+            CONFIG["loss"]["beta"] = beta
+            seen.append(step().item())
+        return seen
+
+    eager, traced = _both(run)
+    assert traced == eager

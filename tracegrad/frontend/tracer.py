@@ -393,16 +393,18 @@ def name_of(fn: Any) -> str:
 
 def watch_python_values(fn: Callable) -> None:
     """Watch what `fn` reads from its globals and closure cells (and so do the functions and
-    lambdas written inside it), and through them what the containers and objects there hold
-    (`cfg["beta"]`, `args.kl_weight`, `state["model"]`; a bound method's object too): the trace
-    bakes in the numbers, flags, strings and NumPy arrays it read, and the tensors, models and
-    optimizers it found, so a plan holds while the same ones are there."""
+    lambdas written inside it, and the functions it names there), and through them what the
+    containers and objects there hold (`cfg["beta"]`, `args.kl_weight`, `state["model"]`; a
+    bound method's object too): the trace bakes in the numbers, flags, strings and NumPy arrays
+    it read, and the tensors, models and optimizers it found, so a plan holds while the same
+    ones are there."""
     owner = getattr(fn, "__self__", None)
     while not hasattr(fn, "__code__") and hasattr(fn, "__func__") or hasattr(fn, "func"):
         fn = getattr(fn, "__func__", None) or fn.func  # bound methods, functools.partial
     code = getattr(fn, "__code__", None)
-    if code is None or not Listeners.tracers or _is_ours(fn):
+    if code is None or not Listeners.tracers or _is_ours(fn) or fn in Listeners.tracers[-1].read:
         return
+    Listeners.tracers[-1].read.add(fn)
     scope, names = fn.__globals__, names_read(fn)
     for name in _global_loads(code):
         _note_keys(scope.get(name))
@@ -468,6 +470,8 @@ def _watch_reached(get: Callable[[], Any], key: Any, describe: str, names: froze
     if _is_setting(value):
         Listeners.tracers[-1].reached.append(key)
         watch(key, describe, lambda: baked(get()))
+    elif isinstance(value, types.FunctionType):  # a helper the step calls: what it reads
+        watch_python_values(value)
     elif not isinstance(value, _CODE) and value is not _MISSING:
         Listeners.tracers[-1].reached.append(key)
         watch(key, describe, get, same=True)
@@ -614,6 +618,7 @@ class Tracer:
         self.dicts_before: dict[int, tuple[dict, dict]] = {}
         self.read_tensors: dict[int, Tensor] = {}  # state read as Python values (`read`)
         self.reached: list[Any] = []  # keys of the watches `watch_python_values` made
+        self.read: set[Callable] = set()  # the functions whose reads it watched
 
     def number(self, t: Tensor) -> Tensor:
         """`t.item()` while tracing: a 0-d tensor that promotes as a Python number (`weak`), as
