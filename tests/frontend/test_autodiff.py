@@ -451,3 +451,15 @@ def test_grad_fn_walks_back_to_the_leaves():
     assert mul.name == "mul"
     (leaf, _), (untracked, _) = mul.next_functions
     assert leaf.variable is w and leaf.next_functions == () and untracked is None
+
+
+def test_autograd_grad_materializes_zeros_for_an_unused_input() -> None:
+    """PyTorch's `materialize_grads=True`: zeros of the input's shape where allow_unused would
+    give None; with allow_unused=False it is a ValueError, as in PyTorch."""
+    a = tg.tensor([1.0, 2.0], requires_grad=True)
+    b = tg.tensor([[3.0, 4.0]], requires_grad=True)
+    ga, gb = tg.autograd.grad((a * a).sum(), [a, b], materialize_grads=True)
+    assert ga.tolist() == [2.0, 4.0] and gb.tolist() == [[0.0, 0.0]] and gb.dtype == b.dtype
+    assert tg.autograd.grad((a * a).sum(), [a, b], allow_unused=True)[1] is None
+    with pytest.raises(ValueError, match="allow_unused"):
+        tg.autograd.grad((a * a).sum(), [a, b], materialize_grads=True, allow_unused=False)

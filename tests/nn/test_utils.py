@@ -243,3 +243,19 @@ def test_traced_step_with_spectral_norm_updates_its_buffers_as_eager(rng, backen
     before = Normed(utils.spectral_norm).double().fc.weight_u.numpy().copy()
     eager, traced = train_both(lambda: Normed(utils.spectral_norm), rng, backend)
     assert not np.allclose(traced.fc.weight_u.numpy(), before)  # written at every call
+
+
+def test_get_total_norm_and_clip_grads_with_norm_are_clip_grad_norm_in_two():
+    """PyTorch 2.6's halves of clip_grad_norm_: the joint norm (of any tensors), then the
+    gradients scaled by max_norm / norm where that is below 1."""
+    grads = [np.arange(6.0).reshape(2, 3), np.full(4, -2.0)]
+    params = [tg.tensor(np.zeros_like(g), requires_grad=True) for g in grads]
+    for p, g in zip(params, grads, strict=True):
+        p.grad = tg.tensor(g)
+    joint = np.concatenate([g.ravel() for g in grads])
+    total = utils.get_total_norm([p.grad for p in params])
+    assert total.item() == pytest.approx(np.linalg.norm(joint), rel=1e-15)
+    assert utils.get_total_norm([p.grad for p in params], "inf").item() == 5.0
+    utils.clip_grads_with_norm_(params, 1.0, total)
+    for p, g in zip(params, grads, strict=True):
+        np.testing.assert_allclose(p.grad.numpy(), g / (np.linalg.norm(joint) + 1e-6), rtol=1e-14)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from tracegrad.frontend import autodiff
 from tracegrad.frontend.autodiff import (
     backward,
@@ -30,13 +32,23 @@ def grad(
     grad_outputs: Any = None,
     retain_graph: bool | None = None,
     create_graph: bool = False,
-    allow_unused: bool = False,
+    allow_unused: bool | None = None,
     only_inputs: bool = True,
+    is_grads_batched: bool = False,
+    materialize_grads: bool = False,
 ) -> tuple[Tensor | None, ...]:
     """The gradients of `outputs` (weighted by `grad_outputs`, 1 for scalars) with respect to
     `inputs`, returned rather than accumulated into `.grad`. With `create_graph` they are
-    differentiable (higher order). `only_inputs` is PyTorch's deprecated flag, which it
-    ignores too (torch-optimizer's Adahessian passes it)."""
+    differentiable (higher order). An input the outputs do not depend on raises, or with
+    `allow_unused` has None, or with `materialize_grads` zeros (which implies `allow_unused`,
+    as in PyTorch). `only_inputs` is PyTorch's deprecated flag, which it ignores too
+    (torch-optimizer's Adahessian passes it)."""
+    if is_grads_batched:
+        raise NotImplementedError(
+            "grad: is_grads_batched (vmap over grad_outputs) is not supported"
+        )
+    if materialize_grads and allow_unused is False:
+        raise ValueError("grad: materialize_grads=True needs allow_unused to be None or True")
     outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     ins = [inputs] if isinstance(inputs, Tensor) else list(inputs)
     if grad_outputs is None or isinstance(grad_outputs, Tensor):
@@ -61,7 +73,10 @@ def grad(
     retain = create_graph if retain_graph is None else retain_graph
     autodiff.run_backward(outs, dys, deliver, retain, create_graph)
     missing = [i for i, g in enumerate(found) if g is None]
-    if missing and not allow_unused:
+    if missing and materialize_grads:
+        for i in missing:
+            found[i] = Tensor._of(np.zeros(ins[i].shape, ins[i].dtype))
+    elif missing and not allow_unused:
         raise RuntimeError(
             f"grad: inputs {missing} were not used to compute the outputs; pass allow_unused=True "
             "to get None for them"

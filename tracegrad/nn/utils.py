@@ -31,6 +31,8 @@ from tracegrad.nn.modules import Module, Parameter, RemovableHandle, init_genera
 __all__ = [
     "clip_grad_norm_",
     "clip_grad_value_",
+    "clip_grads_with_norm_",
+    "get_total_norm",
     "pad_sequence",
     "parameters_to_vector",
     "remove_spectral_norm",
@@ -58,21 +60,43 @@ def clip_grad_norm_(
     params = _with_grads(parameters)
     if not params:
         return Tensor._of(0.0)
+    total = get_total_norm([p.grad for p in params], norm_type, error_if_nonfinite)
+    clip_grads_with_norm_(params, max_norm, total)
+    return total
+
+
+@no_grad()
+def get_total_norm(
+    tensors: Tensor | Iterable[Tensor], norm_type: float = 2.0,
+    error_if_nonfinite: bool = False, foreach: bool | None = None,
+) -> Tensor:  # fmt: skip
+    """The norm of all `tensors` together, as one vector's (PyTorch 2.6's first half of
+    `clip_grad_norm_`); `foreach` is accepted."""
+    tensors = [tensors] if isinstance(tensors, Tensor) else [t for t in tensors if t is not None]
+    if not tensors:
+        return Tensor._of(0.0)
     norm_type = float(norm_type)  # PyTorch's takes "inf" too
     if norm_type == math.inf:
-        total = amax(stack([amax(abs(p.grad)) for p in params]))
+        total = amax(stack([amax(abs(t)) for t in tensors]))
     else:
-        parts = stack([sum(_power(p.grad, norm_type)) for p in params])
+        parts = stack([sum(_power(t, norm_type)) for t in tensors])
         total = sqrt(sum(parts)) if norm_type == 2.0 else sum(parts) ** (1.0 / norm_type)
     if error_if_nonfinite and not total.is_symbolic and not math.isfinite(total.item()):
         raise RuntimeError(
             f"clip_grad_norm_: the total norm of order {norm_type} of the gradients is "
             f"{total.item()}, so they cannot be clipped (error_if_nonfinite=True)"
         )
-    scale = minimum(max_norm / (total + 1e-6), 1.0)
-    for p in params:
-        p.grad = p.grad * scale.astype(p.grad.dtype)
     return total
+
+
+@no_grad()
+def clip_grads_with_norm_(parameters: Tensor | Iterable[Tensor], max_norm: float,
+                          total_norm: Any, foreach: bool | None = None) -> None:  # fmt: skip
+    """Scale the gradients by max_norm / total_norm where that is below 1 (PyTorch 2.6's second
+    half of `clip_grad_norm_`); `foreach` is accepted."""
+    scale = minimum(max_norm / (as_tensor(total_norm) + 1e-6), 1.0)
+    for p in _with_grads(parameters):
+        p.grad = p.grad * scale.astype(p.grad.dtype)
 
 
 def _power(g: Tensor, norm_type: float) -> Tensor:
