@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tests.conftest import check_grad
+from tests.conftest import check_grad, traced_matches_eager
 from tracegrad import nn
 from tracegrad.compiler import lowering
 from tracegrad.frontend import random
@@ -304,6 +304,35 @@ def test_interpolate_matches_torch(rng, mode, align_corners):
     layer, twin = nn.Upsample(scale_factor=2), torch.nn.Upsample(scale_factor=2)
     both(layer, twin, x)
     both(nn.UpsamplingBilinear2d(size=(5, 5)), torch.nn.UpsamplingBilinear2d(size=(5, 5)), x)
+
+
+@needs_torch
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_antialiased_interpolate_matches_torch(rng, mode, align_corners):
+    x = rng.standard_normal((2, 3, 17, 11))
+    for size, scale in (((3, 4), None), (None, 0.5), (None, (0.3, 1.7)), ((34, 2), None)):
+        both(lambda a: F.interpolate(a, size, scale, mode, align_corners, antialias=True),
+             lambda t: TF.interpolate(t, size, scale, mode, align_corners, antialias=True),
+             x)  # fmt: skip
+
+
+def test_antialiased_interpolate_known_values_and_gradients(rng):
+    """Halving with antialias averages four inputs with PIL's triangle weights, (1, 3, 3, 1) / 8
+    inside (the edge's taps renormalized); gradients against finite differences, both modes."""
+    x = rng.standard_normal((1, 1, 1, 8))
+    y = F.interpolate(x, (1, 4), mode="bilinear", antialias=True).numpy().ravel()
+    row = x.ravel()
+    inner = [row[2 * i - 1 : 2 * i + 3] @ np.array([1, 3, 3, 1]) / 8 for i in (1, 2)]
+    np.testing.assert_allclose(y[1:3], inner, rtol=1e-14)
+    np.testing.assert_allclose(y[0], row[:3] @ np.array([3, 3, 1]) / 7, rtol=1e-14)
+    for mode in ("bilinear", "bicubic"):
+        check_grad(lambda a: F.interpolate(a, (3, 5), mode=mode, antialias=True),
+                   rng.standard_normal((1, 2, 7, 6)))  # fmt: skip
+        traced_matches_eager(lambda a: F.interpolate(a, (3, 5), mode=mode, antialias=True),
+                             rng.standard_normal((1, 2, 7, 6)), backend="numba")  # fmt: skip
+    with pytest.raises(NotImplementedError, match="antialias"):
+        F.interpolate(tg.tensor(x), scale_factor=0.5, mode="nearest", antialias=True)
 
 
 def test_interpolate_known_values_and_gradients(rng):

@@ -1213,7 +1213,8 @@ def interpolate(
     with `align_corners`) and "bicubic" (PyTorch's cubic convolution, A = -0.75, edge taps
     clamped). One axis at a time: a gather (or a broadcast for integer nearest upsampling) and,
     for the linear modes, a weighted sum of two gathers (four for bicubic). "area" is PyTorch's
-    adaptive average pooling to the output size."""
+    adaptive average pooling to the output size. `antialias` (bilinear, bicubic) widens the
+    filter by the downscaling factor, as PyTorch's (and PIL's) do."""
     x = as_tensor(input)
     dims = x.ndim - 2
     if mode not in _INTERPOLATION:
@@ -1225,8 +1226,9 @@ def interpolate(
                          f"{', '.join(['*'] * (_INTERPOLATION[mode] or 1))})")  # fmt: skip
     if align_corners is not None and not linear:
         raise ValueError("interpolate: align_corners is only for the linear modes")
-    if antialias:
-        raise NotImplementedError("interpolate: antialias is not supported")
+    if antialias and mode not in ("bilinear", "bicubic"):
+        raise NotImplementedError(f"interpolate: antialias in mode {mode!r}; PyTorch's is for "
+                                  "'bilinear' and 'bicubic'")  # fmt: skip
     if (size is None) == (scale_factor is None):
         raise ValueError("interpolate: give exactly one of size and scale_factor")
     if size is not None and recompute_scale_factor:
@@ -1241,13 +1243,47 @@ def interpolate(
         return (adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d)[dims - 1](x, sizes)
     for i, (out, scale) in enumerate(zip(sizes, scales, strict=True)):
         axis = 2 + i
-        if mode == "bicubic":
+        if antialias:
+            x = _antialiased_axis(x, axis, out, scale, bool(align_corners), mode == "bicubic")
+        elif mode == "bicubic":
             x = _cubic_axis(x, axis, out, scale, bool(align_corners))
         elif linear:
             x = _linear_axis(x, axis, out, scale, bool(align_corners))
         else:
             x = _nearest_axis(x, axis, out, scale, mode == "nearest-exact")
     return x
+
+
+def _antialiased_axis(x: Tensor, axis: int, out: int, scale: float | None, align_corners: bool,
+                      cubic: bool) -> Tensor:  # fmt: skip
+    """`x` resized along `axis` (one of the last two) by PyTorch's antialiased filter: output
+    i reads the inputs within `support` of its centre scale * (i + 0.5), weighted by the
+    triangle (bilinear) or the cubic with A = -0.5 (bicubic), stretched by the scale when
+    shrinking, normalized to sum to 1. One product by the (out, in) weight matrix."""
+    n = x.shape[axis]
+    if align_corners:
+        step = (n - 1) / (out - 1) if out > 1 else 0.0
+    else:
+        step = 1.0 / scale if scale else n / out
+    taps = 4 if cubic else 2
+    support = taps * 0.5 * builtins.max(step, 1.0)
+    stretch = 1.0 / step if step >= 1.0 else 1.0
+    weights = np.zeros((out, n))
+    for i in range(out):
+        centre = step * (i + 0.5)
+        lo = builtins.max(int(centre - support + 0.5), 0)
+        hi = builtins.min(int(centre + support + 0.5), n)
+        t = np.abs((np.arange(lo, hi) - centre + 0.5) * stretch)
+        if cubic:
+            a = -0.5
+            w = np.where(t < 1, ((a + 2) * t - (a + 3)) * t * t + 1,
+                         np.where(t < 2, (((t - 5) * t + 8) * t - 4) * a, 0.0))  # fmt: skip
+        else:
+            w = np.maximum(1 - t, 0.0)
+        total = w.sum()
+        weights[i, lo:hi] = w / total if total != 0 else w
+    w = Tensor._of(weights.astype(x.dtype))
+    return matmul(x, w.T) if axis == x.ndim - 1 else matmul(w, x)
 
 
 def _interpolation_sizes(spatial: tuple[int, ...], size: Any, scale_factor: Any) -> tuple:
