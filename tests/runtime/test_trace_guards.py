@@ -104,19 +104,32 @@ def test_a_model_and_optimizer_rebound_between_calls_are_the_ones_trained():
     np.testing.assert_allclose(traced, eager, rtol=1e-12)
 
 
+BATCH = X
+
+
 def test_a_tensor_rebound_and_a_parameter_replaced_are_read_anew():
+    """A loss (its backward outside the compiled function: the plans of a compiled module) and
+    a step reading a batch from a dict and from the globals, then a replaced parameter."""
+
     def run(compile):
-        model = _fresh()[0]
-        data = {"x": X}
+        global BATCH
+        BATCH, model, data = X, _fresh()[0], {"x": X}
 
-        def forward():
-            return model(data["x"]).sum()
+        def loss():
+            return model(data["x"]).sum() + model(BATCH).mean()
 
-        forward, seen = compile(forward), []
-        for i in range(3):
-            seen.append(forward().item())
-            data["x"] = X * (i + 2)
-            model.weight = torch.nn.Parameter(torch.full((1, 3), 0.1 * i, dtype=torch.float64))
+        loss, seen = compile(loss), []
+        for i in range(5):
+            out = loss()
+            out.backward()
+            seen += [out.item(), *model.weight.grad.numpy().ravel().tolist()]
+            model.zero_grad()
+            if i in (0, 1):
+                data["x"] = X * (i + 2)
+            elif i == 2:
+                BATCH = X * 3
+            else:
+                model.weight = torch.nn.Parameter(torch.full((1, 3), 0.1 * i).double())
         return seen
 
     eager, traced = _both(run)

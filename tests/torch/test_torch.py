@@ -6,6 +6,7 @@ unchanged PyTorch-style scripts."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import importlib
 import subprocess
 import sys
@@ -31,7 +32,7 @@ SUBMODULES = ["nn", "nn.functional", "nn.init", "nn.utils", "nn.parallel", "opti
               "nn.modules.module", "utils.checkpoint", "utils.hooks", "autograd.function",
               "autograd.functional", "func", "jit", "compiler", "profiler", "testing",
               "optim.swa_utils", "distributions", "nn.parameter", "nn.utils.prune",
-              "nn.attention"]  # fmt: skip
+              "nn.attention", "multiprocessing"]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", SUBMODULES)
@@ -272,6 +273,10 @@ def test_devices_and_hardware_that_is_not_there():
     assert not torch.distributed.is_available()
     with pytest.raises(RuntimeError, match="tracegrad.distributed"):
         torch.distributed.init_process_group(backend="nccl")
+    # named in default arguments, which run at import (`def all_reduce(t, op=ReduceOp.SUM)`)
+    dist = torch.distributed
+    assert dist.ReduceOp.SUM != dist.ReduceOp.MAX and dist.Backend.NCCL == "nccl"
+    assert dist.group.WORLD is None
 
 
 def test_data_parallel_wrappers():
@@ -730,3 +735,56 @@ def test_a_parameter_list_holds_a_parameter_list():
     outer.append(inner)
     assert len(outer) == 2 and outer[1] is inner and list(outer)[0].shape == (1,)
     assert [n for n, _ in outer.named_parameters()] == ["0", "1.0", "1.1"]
+
+
+def _record_rank(rank, path):  # a spawned worker: a module-level function, as pickling asks
+    (path / f"rank{rank}").write_text(str(rank))
+
+
+def test_multiprocessing_is_pythons_with_spawn(tmp_path):
+    """`from torch import multiprocessing as mp` imports, and `mp.spawn(fn, args, nprocs)` runs
+    fn(rank, *args) in new processes."""
+    from tracegrad.torch import multiprocessing as mp
+
+    assert mp.cpu_count() >= 1 and mp.get_context("spawn") is not None
+    mp.spawn(_record_rank, args=(tmp_path,), nprocs=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rank0", "rank1"]
+
+
+def test_pytorchs_keyword_forms_of_the_tensor_methods():
+    """`x.reshape(shape=...)` (DiT, MAE), `x.split(split_size=..., dim=-1)`, `x.pow(exponent=2)`:
+    the keywords PyTorch's methods and functions take, against the positional forms."""
+    x = torch.arange(24.0).reshape(2, 3, 4)
+    same = [
+        (x.reshape(shape=(4, 6)), x.reshape(4, 6)), (x.view(size=(4, 6)), x.view(4, 6)),
+        (x.permute(dims=(2, 0, 1)), x.permute(2, 0, 1)), (x.flip(dims=(1,)), x.flip(1)),
+        (x[:, :1].expand(size=(2, 5, 4)), x[:, :1].expand(2, 5, 4)),
+        (x.repeat(repeats=(1, 2, 1)), x.repeat(1, 2, 1)), (x.tile(dims=(2,)), x.tile(2)),
+        (x.pow(exponent=2), x.pow(2)), (x.mul(other=3), x * 3),
+        (torch.mul(input=x, other=x), x * x), (torch.reshape(x, shape=(24,)), x.reshape(24)),
+        (torch.permute(x, dims=(1, 0, 2)), x.permute(1, 0, 2)),
+        (x.split(split_size=[1, 3], dim=-1)[1], x[..., 1:]),
+        (x.new_zeros(size=(2, 2)), torch.zeros(2, 2)), (x.new_ones(size=(3,)), torch.ones(3)),
+    ]  # fmt: skip
+    for got, want in same:
+        assert got.shape == want.shape and got.tolist() == want.tolist()
+
+
+def test_a_view_as_another_dtype_reads_the_same_bytes():
+    x = torch.tensor([1.0, -2.0])
+    assert x.view(torch.int32).tolist() == [1065353216, -1073741824]
+    assert x.view(dtype=torch.int32).tolist() == x.view(torch.int32).tolist()
+    assert x.view(torch.uint8).shape == (8,) and x.view(torch.int16).shape == (4,)
+    bits = x.view(torch.int32)
+    bits[0] = 0  # the same memory, as PyTorch's
+    assert x.tolist() == [0.0, -2.0]
+
+
+def test_tensors_and_parameters_take_attributes_of_the_users():
+    """`p._no_weight_decay = True` (mamba.py), kept by deepcopy as PyTorch's."""
+    p = torch.nn.Parameter(torch.ones(3))
+    p._no_weight_decay = True
+    t = torch.ones(2)
+    t.tag = "x"
+    assert p._no_weight_decay and t.tag == "x" and not hasattr(torch.ones(1), "tag")
+    assert copy.deepcopy(p)._no_weight_decay

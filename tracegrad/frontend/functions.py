@@ -91,9 +91,27 @@ def shape_arg(shape: tuple) -> tuple:
     return tuple(shape[0]) if len(shape) == 1 and not isinstance(shape[0], int) else shape
 
 
+def sequence_keyword(*names: str) -> Callable:
+    """`f(input, *sizes)` also taking its sizes or dims as one sequence by PyTorch's keyword
+    (`x.reshape(shape=(4, 6))`, `x.permute(dims=(2, 0, 1))`, `x.expand(size=...)`)."""
+
+    def wrap(f: Callable) -> Callable:
+        @functools.wraps(f)
+        def call(input: Any, *sizes: Any, **kwargs: Any) -> Any:
+            given = [n for n in names if n in kwargs]
+            if given and not sizes:
+                sizes = (kwargs.pop(given[0]),)
+            return f(input, *sizes, **kwargs)
+
+        return call
+
+    return wrap
+
+
 # --- shapes and views ------------------------------------------------------------------------
 
 
+@sequence_keyword("shape")
 def reshape(input: Any, *shape: Any) -> Tensor:
     """reshape(x, (4, 3)) or reshape(x, 4, 3); one -1 is inferred."""
     x, shape = as_tensor(input), list(shape_arg(shape))
@@ -114,13 +132,34 @@ def viewing(x: Tensor, out: Tensor, undo: Any) -> Tensor:
     return out
 
 
-def view(input: Any, *shape: Any) -> Tensor:
+@sequence_keyword("size", "shape")
+def view(input: Any, *shape: Any, dtype: Any = None) -> Tensor:
     """`x.view(shape)`: reshape, whose result is a view (`reshape`'s, which PyTorch may copy,
-    is a value)."""
+    is a value). `x.view(torch.int32)`: the same bytes read as another dtype (the last axis
+    rescaled by the sizes' ratio), sharing memory and carrying no gradient, as PyTorch's."""
     x = as_tensor(input)
+    if dtype is None and len(shape) == 1 and _is_dtype(shape[0]):
+        dtype, shape = shape[0], ()
+    if dtype is not None:
+        if shape:
+            raise TypeError("view: give a shape or a dtype, not both")
+        if x.is_symbolic:
+            raise TraceError(
+                f"view({np.dtype(dtype).name}) of a tensor of the traced step: reading bytes as "
+                "another dtype is not traced; use .to(dtype)"
+            )
+        return Tensor._of(x._value.view(np.dtype(dtype)))
     return viewing(x, reshape(x, *shape), lambda v: reshape(v, x.shape))
 
 
+def _is_dtype(x: Any) -> bool:
+    """A NumPy dtype or scalar type, or what stands for one (`torch.int32`: its `.dtype`)."""
+    if isinstance(x, np.dtype) or isinstance(x, type) and issubclass(x, np.generic):
+        return True
+    return isinstance(getattr(x, "dtype", None), np.dtype) and not hasattr(x, "shape")
+
+
+@sequence_keyword("dims")
 def permute(input: Any, *dims: Any) -> Tensor:
     """The axes reordered: result axis i is input axis dims[i]. A view."""
     x = as_tensor(input)
@@ -186,6 +225,7 @@ def broadcast_to(input: Any, shape: Sequence[int]) -> Tensor:
     return x if tuple(shape) == x.shape else P.broadcast_to(x, shape=tuple(shape))
 
 
+@sequence_keyword("size")
 def expand(input: Any, *sizes: Any) -> Tensor:
     """broadcast_to, with -1 keeping an extent."""
     x, sizes = as_tensor(input), shape_arg(sizes)

@@ -139,6 +139,8 @@ def _new(fill: Callable) -> Callable:
 
     def method(self: Tensor, *size: Any, dtype: Any = None, device: Any = None,
                requires_grad: bool = False, **options: Any) -> Tensor:  # fmt: skip
+        if not size and "size" in options:  # t.new_zeros(size=(2, 3))
+            size = (options.pop("size"),)
         return fill(F.shape_arg(size), dtype=self.dtype if dtype is None else dtype,
                     device=device, requires_grad=requires_grad, **options)  # fmt: skip
 
@@ -198,8 +200,18 @@ def _float_power_(self: Tensor, exponent: Any) -> Tensor:
 
 
 def _varargs(f: Callable) -> Callable:
-    """PyTorch's method form f(*dims) of a function taking one sequence: x.flip(0, 1)."""
-    return lambda self, *dims: f(self, F.shape_arg(dims))
+    """PyTorch's method form f(*dims) of a function taking one sequence: x.flip(0, 1), or
+    x.flip(dims=(0, 1))."""
+    return lambda self, *dims, **named: (
+        f(self, F.shape_arg(dims), **named) if dims else f(self, **named)
+    )
+
+
+def _split(self: Tensor, split_size: Any = None, dim: int = 0, **named: Any) -> tuple:
+    """`t.split(split_size, dim)`, also by keyword as PyTorch's method names it."""
+    if split_size is None:
+        split_size = named.pop("split_size_or_sections")
+    return A.split(self, split_size, dim, **named)
 
 
 # --- NumPy interop: NumPy calls on tensors give NumPy's meaning, never a detached ndarray -------
@@ -332,7 +344,7 @@ METHODS: dict[str, Any] = {
     "unique": K.unique, "unique_consecutive": K.unique_consecutive, "bincount": K.bincount,
     "histc": K.histc, "histogram": K.histogram,
     # rearranging
-    "split": A.split, "chunk": A.chunk, "tensor_split": A.tensor_split, "unbind": A.unbind,
+    "split": _split, "chunk": A.chunk, "tensor_split": A.tensor_split, "unbind": A.unbind,
     "hsplit": A.hsplit, "vsplit": A.vsplit, "dsplit": A.dsplit, "flip": _varargs(A.flip),
     "fliplr": A.fliplr, "flipud": A.flipud, "roll": A.roll, "rot90": A.rot90,
     "tile": _varargs(A.tile), "repeat": A.repeat, "repeat_interleave": A.repeat_interleave,

@@ -26,6 +26,7 @@ from tracegrad.frontend.functions import (
     pytorch_keywords,
     ravel,
     reshape,
+    sequence_keyword,
     shape_arg,
     transpose,
     viewing,
@@ -189,6 +190,7 @@ def tile(input: Any, dims: int | Sequence[int]) -> Tensor:
     return reshape(spread, tuple(r * d for r, d in zip(reps, x.shape, strict=True)))
 
 
+@sequence_keyword("repeats")
 def repeat(input: Any, *sizes: Any) -> Tensor:
     """PyTorch's `x.repeat(2, 1)`: tiled, with at least as many sizes as dimensions (NumPy's
     element-wise repeat is `repeat_interleave`, or `tracegrad.numpy.repeat`)."""

@@ -128,8 +128,9 @@ class Size(int):
 class Tensor:
     """An n-d array with reverse-mode autodiff: concrete (an ndarray) or symbolic (traced)."""
 
+    # and `__dict__`: code marks tensors with attributes of its own (`p._no_weight_decay = True`)
     __slots__ = ("_value", "_requires_grad", "_grad", "_node", "_retains", "_serial", "_version",
-                 "_view", "__weakref__")  # fmt: skip
+                 "_view", "__weakref__", "__dict__")  # fmt: skip
     __array_priority__ = 1000
 
     def __init__(self, *data: Any, dtype: Any = None, requires_grad: bool = False):
@@ -369,6 +370,8 @@ class Tensor:
         if self._grad is not None:
             out._grad = copy.deepcopy(self._grad, memo)
         memo[id(self)] = out
+        if self.__dict__:  # the user's own attributes, as PyTorch's deepcopy keeps them
+            out.__dict__.update(copy.deepcopy(self.__dict__, memo))
         return out
 
     def _alias(self) -> Tensor:
@@ -427,10 +430,17 @@ def _holds_tensors(x: Any, requiring_grad: bool = False) -> bool:
     return isinstance(x, Tensor) and (not requiring_grad or x.requires_grad)
 
 
+# PyTorch's keywords for an op's operands (`torch.mul(x, other=2)`, `x.pow(exponent=2)`), in order
+OPERAND_KEYWORDS = ("input", "other", "exponent")
+
+
 def bind(prim: Any, *args: Any, **params: Any) -> Tensor:
     """Apply `prim` to `args`: evaluate (eagerly or symbolically), then let the tape record it."""
-    if "out" in params:
-        return call_into(functools.partial(bind, prim), args, params, prim.name)
+    if params:
+        if "out" in params:
+            return call_into(functools.partial(bind, prim), args, params, prim.name)
+        if not params.keys().isdisjoint(OPERAND_KEYWORDS):
+            args = (*args, *(params.pop(k) for k in OPERAND_KEYWORDS if k in params))
     listeners = Listeners
     tracer = listeners.tracers[-1] if listeners.tracers else None
     weak = tracer.weak if tracer is not None else ()

@@ -342,14 +342,12 @@ class Watch:
     get: Callable[[], Any]
     value: Any
     warn: bool = True
-    # holds while `get()` is the very object `value()` refers to (a model, a tensor: weakly, so
-    # that a tensor the step replaces is not kept alive by the watch)
-    same: bool = False
+    same: bool = False  # holds while `get()` is the very object (`_Reference`) it was
 
     def holds(self) -> bool:
         now = self.get()
         if self.same:
-            return now is self.value()
+            return self.value.refers_to(now)
         # `is`: a NaN holds; the type: a tensor where a number was does not
         return now is self.value or type(now) is type(self.value) and now == self.value
 
@@ -366,16 +364,32 @@ def watch(key: Any, describe: str, get: Callable[[], Any], warn: bool = True,
     (once per `key`): an equal value, or with `same` the very object. Does nothing outside
     tracing."""
     if Listeners.tracers and key not in Listeners.tracers[-1].watched:
-        value = _reference(get()) if same else get()
+        value = _Reference(get()) if same else get()
         Listeners.tracers[-1].watched[key] = Watch(describe, get, value, warn, same)
 
 
-def _reference(x: Any) -> Callable[[], Any]:
-    """A weak reference to `x`, or a strong one where it can have none (a dict, a list)."""
-    try:
-        return weakref.ref(x)
-    except TypeError:
-        return lambda: x
+class _Reference:
+    """Which object (or tuple of objects: an LSTM's `(h, c)`) a place held: weakly where it can
+    (a tensor the step replaces must not be kept alive by the watch), else strongly (a dict)."""
+
+    def __init__(self, x: Any):
+        self.kind = type(x)
+        if isinstance(x, tuple):
+            self.ref: Any = tuple(_Reference(v) for v in x)
+            return
+        try:
+            self.ref = weakref.ref(x)
+        except TypeError:
+            self.ref = lambda: x
+
+    def refers_to(self, now: Any) -> bool:
+        if type(now) is not self.kind:
+            return False
+        if isinstance(self.ref, tuple):
+            return len(now) == len(self.ref) and all(
+                r.refers_to(v) for r, v in zip(self.ref, now, strict=True)
+            )
+        return now is self.ref()
 
 
 GLOBAL_LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME"})
@@ -398,13 +412,17 @@ def watch_python_values(fn: Callable) -> None:
     bound method's object too): the trace bakes in the numbers, flags, strings and NumPy arrays
     it read, and the tensors, models and optimizers it found, so a plan holds while the same
     ones are there."""
+    if hasattr(fn, "__wrapped__"):  # a decorator's function (functools.wraps), and the one inside
+        watch_python_values(fn.__wrapped__)
     owner = getattr(fn, "__self__", None)
     while not hasattr(fn, "__code__") and hasattr(fn, "__func__") or hasattr(fn, "func"):
         fn = getattr(fn, "__func__", None) or fn.func  # bound methods, functools.partial
     code = getattr(fn, "__code__", None)
-    if code is None or not Listeners.tracers or _is_ours(fn) or fn in Listeners.tracers[-1].read:
+    if code is None or not Listeners.tracers or fn in Listeners.tracers[-1].functions_read:
         return
-    Listeners.tracers[-1].read.add(fn)
+    Listeners.tracers[-1].functions_read.add(fn)
+    if _is_ours(fn):  # the library's code: the user's function it wraps says `__wrapped__`
+        return
     scope, names = fn.__globals__, names_read(fn)
     for name in _global_loads(code):
         _note_keys(scope.get(name))
@@ -618,7 +636,7 @@ class Tracer:
         self.dicts_before: dict[int, tuple[dict, dict]] = {}
         self.read_tensors: dict[int, Tensor] = {}  # state read as Python values (`read`)
         self.reached: list[Any] = []  # keys of the watches `watch_python_values` made
-        self.read: set[Callable] = set()  # the functions whose reads it watched
+        self.functions_read: set[Callable] = set()  # the functions whose reads it watched
 
     def number(self, t: Tensor) -> Tensor:
         """`t.item()` while tracing: a 0-d tensor that promotes as a Python number (`weak`), as
@@ -868,13 +886,20 @@ class Tracer:
             and (s.grad.shape, s.grad.dtype) == (s.tensor._grad.shape, s.tensor._grad.dtype)
         ]  # fmt: skip
 
-    def unwatch_replaced(self) -> None:
-        """Forget the watches of places where the step itself put a tensor (or a tuple of
-        them: an LSTM's `(h, c)`) it made: the plan puts its result there at each call, and
-        the next call reads what is there (`follow_held`)."""
+    def unwatch_replaced(self, filled: Sequence[Place]) -> None:
+        """Forget the watches of places where the step itself puts a tensor (or a tuple of
+        them: an LSTM's `(h, c)`) it made, `filled` or found there now: the plan puts its
+        result there at each call, and the next call reads what is there (`follow_held`)."""
+        spots = {(id(p.holder), p.key) for p in filled}
         for key in self.reached:
             w = self.watched.get(key)
-            if w is not None and not w.holds() and _holds_tensors(w.get()):
+            if w is None:
+                continue
+            if (
+                key[0] in ("entry", "global")
+                and key[1:] in spots
+                or (not w.holds() and _holds_tensors(w.get()))
+            ):
                 del self.watched[key]
 
     def _refuse_lists(self, where: list[Place]) -> None:
@@ -956,7 +981,7 @@ class Tracer:
         inputs = [s.input for s in args + state] + [ir.Value(s.grad.shape, s.grad.dtype)
                                                     for s in donated]  # fmt: skip
         graph = ir.Graph(inputs, self.nodes, outputs)
-        self.unwatch_replaced()
+        self.unwatch_replaced([*kept_at, *(p for p, _, _ in held)])
         guards = [
             (ref(s), s.tensor.shape, s.tensor.dtype, s.grad is None, s.requires_grad)
             for s in self.slots.values()

@@ -324,6 +324,7 @@ class CompiledCalls:
             joint.has_grad = [g is not None for g in grads]
             return (*leaves, *(g for g in grads if g is not None))
 
+        run.__wrapped__ = self.call  # what the trace reads Python state through
         return run
 
     def _say_why(self, cap: Capture) -> None:
@@ -364,6 +365,7 @@ class _Forward:
 
     def __init__(self, fn: Callable, params: list[Tensor]):
         self.fn, self.params, self.__name__ = fn, params, name_of(fn)
+        self.__wrapped__ = fn  # what a trace reads Python state through (`watch_python_values`)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)

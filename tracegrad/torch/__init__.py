@@ -227,6 +227,7 @@ from tracegrad.torch import (  # noqa: E402 (the submodules read the names above
     hub,
     jit,
     linalg,
+    multiprocessing,
     nn,
     onnx,
     optim,

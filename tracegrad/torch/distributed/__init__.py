@@ -1,7 +1,8 @@
 """`torch.distributed`: not provided; tracegrad's data parallelism is `tracegrad.distributed`
 (MPI, see docs/distributed.md). `is_available()` is False; the process-group functions exist
 (scripts import them at the top) and raise when called, as does building `optim`'s
-`ZeroRedundancyOptimizer`."""
+`ZeroRedundancyOptimizer`; the constants scripts name in default arguments (`ReduceOp.SUM`,
+`Backend.NCCL`, `group.WORLD`) exist."""
 
 from __future__ import annotations
 
@@ -25,6 +26,28 @@ get_rank = needs_process_group(__name__, "get_rank")
 get_world_size = needs_process_group(__name__, "get_world_size")
 barrier = needs_process_group(__name__, "barrier")
 all_reduce = needs_process_group(__name__, "all_reduce")
+
+
+class ReduceOp:
+    """The reductions' names (`def all_reduce(t, op=dist.ReduceOp.SUM)` runs at import)."""
+
+    SUM, PRODUCT, MIN, MAX = "sum", "product", "min", "max"
+    BAND, BOR, BXOR, AVG, PREMUL_SUM = "band", "bor", "bxor", "avg", "premul_sum"
+
+
+class Backend(str):
+    """The backends' names, as strings (`Backend("gloo")`, `Backend.NCCL`)."""
+
+    UNDEFINED, GLOO, NCCL, UCC, MPI = "undefined", "gloo", "nccl", "ucc", "mpi"
+
+
+class group:  # noqa: N801 (PyTorch's name)
+    """`group.WORLD`: the default group, which here is never made."""
+
+    WORLD = None
+
+
+GroupMember = group
 
 
 def __getattr__(name: str) -> Any:
