@@ -62,7 +62,7 @@ from tracegrad.frontend.sampling import *  # noqa: F403
 from tracegrad.frontend.serialization import CheckpointError, load, save
 from tracegrad.frontend.sorting import *  # noqa: F403
 from tracegrad.frontend.special import *  # noqa: F403
-from tracegrad.frontend.tensor import Tensor, get_default_dtype, set_default_dtype
+from tracegrad.frontend.tensor import Size, Tensor, get_default_dtype, set_default_dtype
 from tracegrad.frontend.tracer import guard, interpret
 from tracegrad.runtime import compiled_module as _compiled  # noqa: F401 - Module.compile's
 from tracegrad.runtime import eager as _eager  # noqa: F401 - eager calls run kernels
@@ -82,7 +82,6 @@ float16, float32, float64 = _numpy.float16, _numpy.float32, _numpy.float64
 complex64, complex128 = cfloat, cdouble = _numpy.complex64, _numpy.complex128
 int32, int64, long, bool = _numpy.int32, _numpy.int64, _numpy.int64, _numpy.bool_
 pi, e, inf, nan = _numpy.pi, _numpy.e, _numpy.inf, _numpy.nan
-Size = tuple  # t.shape is a tuple; `t.size()` gives it too
 
 
 def trace(fn: _Any = None, **options: _Any) -> _Any:

@@ -788,3 +788,12 @@ def test_tensors_and_parameters_take_attributes_of_the_users():
     t.tag = "x"
     assert p._no_weight_decay and t.tag == "x" and not hasattr(torch.ones(1), "tag")
     assert copy.deepcopy(p)._no_weight_decay
+
+
+def test_size_is_a_torch_size_that_counts_its_elements():
+    """`x.size()` is PyTorch's `torch.Size` (`x.shape` stays a plain tuple): `.numel()`, and as
+    the legacy constructor's one argument it is a shape, not data."""
+    x = torch.zeros(4, 3)
+    assert isinstance(x.size(), torch.Size) and x.size() == (4, 3) and x.size().numel() == 12
+    assert type(x.shape) is tuple and x.size(1) == 3 and repr(x.size()) == "torch.Size([4, 3])"
+    assert torch.Tensor(x.size()).shape == (4, 3) and torch.Tensor(x.shape).shape == (2,)

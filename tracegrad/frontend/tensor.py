@@ -112,17 +112,30 @@ def _holds_numpy_float64(x: Any) -> bool:
     return isinstance(x, np.ndarray | np.generic) and x.dtype == np.float64
 
 
-class Size(int):
-    """The element count (NumPy's `a.size`) that can also be called as PyTorch's `t.size()` (the
-    shape) or `t.size(dim)` (one extent)."""
+class Size(tuple):
+    """PyTorch's `torch.Size`, what `t.size()` returns: a tuple of extents that also counts its
+    elements (`numel()`); a tensor's `shape` is a plain tuple."""
 
-    def __new__(cls, count: Any, shape: tuple[int, ...]) -> Size:
+    __slots__ = ()
+
+    def numel(self) -> int:
+        return math.prod(self)
+
+    def __repr__(self) -> str:
+        return f"torch.Size({list(self)})"
+
+
+class ElementCount(int):
+    """The element count (NumPy's `a.size`) that can also be called as PyTorch's `t.size()` (the
+    shape, a `Size`) or `t.size(dim)` (one extent)."""
+
+    def __new__(cls, count: Any, shape: tuple[int, ...]) -> ElementCount:
         n = super().__new__(cls, int(count))
         n.shape = shape
         return n
 
     def __call__(self, dim: int | None = None) -> Any:
-        return self.shape if dim is None else self.shape[dim]
+        return Size(self.shape) if dim is None else self.shape[dim]
 
 
 class Tensor:
@@ -200,7 +213,7 @@ class Tensor:
     shape = property(operator.attrgetter("_value.shape"), doc="The shape, as a tuple.")
     dtype = property(operator.attrgetter("_value.dtype"), doc="The NumPy dtype.")
     ndim = property(operator.attrgetter("_value.ndim"))
-    size = property(lambda self: Size(math.prod(self._value.shape), self._value.shape))
+    size = property(lambda self: ElementCount(math.prod(self._value.shape), self._value.shape))
 
     @property
     def is_symbolic(self) -> bool:

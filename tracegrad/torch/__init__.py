@@ -29,7 +29,7 @@ from tracegrad.frontend.device import device
 from tracegrad.frontend.functions import pytorch_keywords
 from tracegrad.frontend.methods import legacy_types
 from tracegrad.frontend.rearrange import matrix_trace as trace
-from tracegrad.frontend.tensor import Tensor
+from tracegrad.frontend.tensor import Size, Tensor
 from tracegrad.runtime.compiled_module import OptimizedModule, backend_named
 from tracegrad.runtime.trace import Traced as _Traced
 from tracegrad.torch._support import ALIASES as _ALIASES
@@ -77,16 +77,6 @@ def norm(input: Tensor, p: Any = "fro", dim: Any = None, keepdim: bool = False,
     """PyTorch's (deprecated but common) `torch.norm`: the method `input.norm(p, dim)`."""
     x = input if dtype is None else input.to(dtype)
     return x.norm(p, dim, keepdim)
-
-
-class Size(tuple):
-    """PyTorch's `torch.Size`: a tuple of extents (a tensor's `shape` is a plain tuple)."""
-
-    def numel(self) -> int:
-        return builtins.int(np.prod(self, dtype=np.int64))
-
-    def __repr__(self) -> str:
-        return f"torch.Size({list(self)})"
 
 
 def broadcast_shapes(*shapes: Any) -> Size:
