@@ -40,6 +40,8 @@ from tracegrad.frontend.grad_manager import GradManager, grad, vjp
 from tracegrad.frontend.heap import keep_freed_memory as _keep_freed_memory
 from tracegrad.frontend.linalg import (
     cdist,
+    cholesky_inverse,
+    cholesky_solve,
     det,
     dist,
     inverse,

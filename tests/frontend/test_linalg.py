@@ -28,6 +28,7 @@ SQ = R.standard_normal((2, 3, 3))
 SPD = SQ @ SQ.transpose(0, 2, 1) + np.eye(3)
 X1, X2 = R.standard_normal((2, 6, 4)), R.standard_normal((2, 5, 4))
 MANY = R.standard_normal((30, 3))  # past 25 rows: the matrix product's mode
+LOW, RHS = np.linalg.cholesky(SPD), R.standard_normal((2, 3, 2))  # a factor, right-hand sides
 
 CASES = {  # name: (call given the library, arrays)
     "det": (lambda lib, a: lib.det(a), [SQ]),
@@ -37,6 +38,11 @@ CASES = {  # name: (call given the library, arrays)
     "slogdet log": (lambda lib, a: lib.slogdet(a).logabsdet, [SQ]),
     "cholesky": (lambda lib, a: lib.cholesky(a), [SPD]),
     "cholesky upper": (lambda lib, a: lib.cholesky(a, True), [SPD]),
+    "cholesky_solve": (lambda lib, b, f: lib.cholesky_solve(b, f), [RHS, LOW]),
+    "cholesky_solve upper": (lambda lib, b, f: lib.cholesky_solve(b, f, True),
+                             [RHS, LOW.transpose(0, 2, 1)]),
+    "cholesky_solve method": (lambda lib, b, f: b.cholesky_solve(f), [RHS, LOW]),
+    "cholesky_inverse": (lambda lib, f: lib.cholesky_inverse(f), [LOW]),
     "linalg.qr": (lambda lib, a: lib.stack(list(lib.linalg.qr(a))), [SQ]),
     "linalg.qr tall": (lambda lib, a: lib.linalg.qr(a).Q @ lib.linalg.qr(a).R.exp(), [X1]),
     "linalg.qr wide q": (lambda lib, a: lib.linalg.qr(a.mT)[0], [X1]),
@@ -81,6 +87,27 @@ def test_values_and_gradients_match_torch(name):
 def test_gradients_match_finite_differences(name):
     call, arrays = CASES[name]
     check_grad(lambda *xs: call(tg, *xs), *arrays, tol=1e-5)
+
+
+def test_cholesky_solve_solves_by_the_factor_with_the_gradients_of_the_solution():
+    """A X = B from A's Cholesky factor: the solution, inv(A), and through the factor of
+    a a^T + I (a true function of a) gradients against finite differences; the factor's other
+    triangle is not read."""
+    a = SPD + 0.0
+    np.testing.assert_allclose(tg.cholesky_solve(tg.tensor(RHS), tg.tensor(LOW)).numpy(),
+                               np.linalg.solve(a, RHS), rtol=1e-12)  # fmt: skip
+    np.testing.assert_allclose(tg.cholesky_inverse(tg.tensor(LOW[0])).numpy(),
+                               np.linalg.inv(a[0]), rtol=1e-12)  # fmt: skip
+    garbage = LOW + np.triu(R.standard_normal(LOW.shape), 1)
+    np.testing.assert_allclose(tg.cholesky_solve(tg.tensor(RHS), tg.tensor(garbage)).numpy(),
+                               np.linalg.solve(a, RHS), rtol=1e-12)  # fmt: skip
+    eye = np.eye(3)
+
+    def solve(m, b):
+        factor = tg.linalg.cholesky(m @ m.mT + tg.tensor(eye))
+        return tg.cholesky_solve(b, factor) + tg.cholesky_inverse(factor).sum(-1, keepdim=True)
+
+    check_grad(solve, SQ, RHS)
 
 
 def test_the_gradient_of_det_at_a_singular_matrix_is_its_cofactor_matrix():

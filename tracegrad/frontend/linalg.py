@@ -490,6 +490,26 @@ def cholesky_top(input: Any, upper: bool = False) -> Tensor:
     return cholesky(input, upper=upper)
 
 
+@pytorch_keywords
+def cholesky_solve(B: Any, L: Any, upper: bool = False) -> Tensor:
+    """X with A X = B, A = L L^H given its Cholesky factor L (U^H U with `upper`): two solves by
+    the factor, whose other triangle is not read. The gradient is PyTorch's, that of
+    (L L^H)^-1 B in the whole of L (-(G X^H + X G^H) L, G the gradient of B)."""
+    factor = as_tensor(L)
+    part = (triu if upper else tril)(factor)
+    part = factor - (factor - part).detach()  # the triangle's value, the whole's gradient
+    lower = matrix_transpose(part.conj()) if upper else part
+    return P.solve(matrix_transpose(lower.conj()), P.solve(lower, as_tensor(B)))
+
+
+@pytorch_keywords
+def cholesky_inverse(L: Any, upper: bool = False) -> Tensor:
+    """inv(A), A = L L^H given its Cholesky factor L (U^H U with `upper`)."""
+    factor = as_tensor(L)
+    eye = Tensor._of(np.broadcast_to(np.eye(factor.shape[-1], dtype=factor.dtype), factor.shape))
+    return cholesky_solve(eye, factor, upper)
+
+
 EUCLID_MODES = ("use_mm_for_euclid_dist_if_necessary", "use_mm_for_euclid_dist",
                 "donot_use_mm_for_euclid_dist")  # fmt: skip
 MM_ABOVE = 25  # rows: PyTorch's default mode multiplies matrices past this, else subtracts
