@@ -46,6 +46,7 @@ from tracegrad.frontend.linalg import (
     dist,
     inverse,
     logdet,
+    matrix_exp,
     matrix_power,
     pinverse,
     renorm,

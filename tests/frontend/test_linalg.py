@@ -43,6 +43,9 @@ CASES = {  # name: (call given the library, arrays)
                              [RHS, LOW.transpose(0, 2, 1)]),
     "cholesky_solve method": (lambda lib, b, f: b.cholesky_solve(f), [RHS, LOW]),
     "cholesky_inverse": (lambda lib, f: lib.cholesky_inverse(f), [LOW]),
+    "matrix_exp": (lambda lib, a: lib.linalg.matrix_exp(a), [SQ]),
+    "matrix_exp scaled": (lambda lib, a: lib.matrix_exp(3.0 * a), [SQ]),  # squarings
+    "matrix_exp method": (lambda lib, a: a.matrix_exp(), [SQ * 0.1]),
     "linalg.qr": (lambda lib, a: lib.stack(list(lib.linalg.qr(a))), [SQ]),
     "linalg.qr tall": (lambda lib, a: lib.linalg.qr(a).Q @ lib.linalg.qr(a).R.exp(), [X1]),
     "linalg.qr wide q": (lambda lib, a: lib.linalg.qr(a.mT)[0], [X1]),
@@ -108,6 +111,26 @@ def test_cholesky_solve_solves_by_the_factor_with_the_gradients_of_the_solution(
         return tg.cholesky_solve(b, factor) + tg.cholesky_inverse(factor).sum(-1, keepdim=True)
 
     check_grad(solve, SQ, RHS)
+
+
+def test_matrix_exp_known_values_second_derivatives_and_traced():
+    """exp of a rotation generator is the rotation, of a diagonal the exponentials; the gradient
+    is the op again (of a block matrix), so second derivatives check by finite differences; a
+    traced step gives eager's values and gradients."""
+    t = 0.7
+    rotation = tg.linalg.matrix_exp(tg.tensor(np.array([[0.0, -t], [t, 0.0]]))).numpy()
+    np.testing.assert_allclose(rotation, [[np.cos(t), -np.sin(t)], [np.sin(t), np.cos(t)]],
+                               rtol=1e-14, atol=1e-15)  # fmt: skip
+    big = np.diag([30.0, -2.0, 0.5])  # past the Pade approximant's range: squarings
+    np.testing.assert_allclose(tg.linalg.matrix_exp(tg.tensor(big)).numpy(),
+                               np.diag(np.exp([30.0, -2.0, 0.5])), rtol=1e-13)  # fmt: skip
+    assert tg.linalg.matrix_exp(tg.tensor(SQ.astype(np.float32))).dtype == np.float32
+    check_grad(
+        lambda a: tg.autograd.grad(tg.linalg.matrix_exp(a.requires_grad_()).sum(), a,
+                                   create_graph=True)[0],
+        SQ[0],
+    )  # fmt: skip
+    traced_matches_eager(tg.linalg.matrix_exp, SQ, backend="numpy")
 
 
 def test_the_gradient_of_det_at_a_singular_matrix_is_its_cofactor_matrix():

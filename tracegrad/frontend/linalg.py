@@ -30,6 +30,12 @@ def inv(A: Any) -> Tensor:
     return P.inv(as_tensor(A))
 
 
+def matrix_exp(A: Any) -> Tensor:
+    """The matrix exponential of each square matrix (scaling and squaring, Pade degree 13),
+    differentiable twice and more (its gradient is itself, of a block matrix)."""
+    return P.matrix_exp(as_tensor(A))
+
+
 def inverse(input: Any) -> Tensor:
     """`torch.inverse`: `linalg.inv`."""
     return inv(input)
@@ -538,6 +544,6 @@ def cdist(x1: Any, x2: Any, p: float = 2.0,
 
 
 __all__ = ["cholesky", "cholesky_ex", "cross", "det", "diagonal", "eigh", "eigvalsh", "inv",
-           "inv_ex", "lstsq", "matmul", "matrix_norm", "matrix_power", "matrix_rank", "multi_dot",
-           "norm", "pinv", "qr", "slogdet", "solve", "solve_ex", "solve_triangular", "svd",
-           "svdvals", "vecdot", "vector_norm"]  # fmt: skip
+           "inv_ex", "lstsq", "matmul", "matrix_exp", "matrix_norm", "matrix_power",
+           "matrix_rank", "multi_dot", "norm", "pinv", "qr", "slogdet", "solve", "solve_ex",
+           "solve_triangular", "svd", "svdvals", "vecdot", "vector_norm"]  # fmt: skip

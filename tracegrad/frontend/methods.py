@@ -358,6 +358,7 @@ METHODS: dict[str, Any] = {
     "addr": M.addr, "baddbmm": M.baddbmm, "addbmm": M.addbmm, "det": linalg.det,
     "logdet": linalg.logdet, "slogdet": linalg.slogdet, "cholesky": linalg.cholesky_top,
     "cholesky_solve": linalg.cholesky_solve, "cholesky_inverse": linalg.cholesky_inverse,
+    "matrix_exp": linalg.matrix_exp,
     "inverse": linalg.inverse, "pinverse": linalg.pinverse, "matrix_power": linalg.matrix_power,
     "dist": linalg.dist, "renorm": linalg.renorm, "vdot": M.vdot,
     # elementwise

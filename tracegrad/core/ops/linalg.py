@@ -342,6 +342,49 @@ def _eigh_values_vjp(g, out, x):
     return _symmetric(matmul(v * reshaped(g, (*g.shape[:-1], 1, g.shape[-1])), mT(v)))
 
 
+# Higham's scaling and squaring with the degree-13 Pade approximant (SIAM J. Matrix Anal. Appl.
+# 26(4), 2005): its coefficients, and the 1-norm up to which it needs no scaling
+_PADE_13 = (64764752532480000.0, 32382376266240000.0, 7771770303897600.0, 1187353796428800.0,
+            129060195264000.0, 10559470521600.0, 670442572800.0, 33522128640.0, 1323241920.0,
+            40840800.0, 960960.0, 16380.0, 182.0, 1.0)  # fmt: skip
+_THETA_13 = 5.371920351148152
+
+
+def _matrix_exp(x: np.ndarray) -> np.ndarray:
+    """exp of each square matrix, in float64 (complex128) whatever x's precision: one scaling
+    for the batch, by its largest 1-norm."""
+    a = x.astype(np.result_type(x.dtype, np.float64))
+    norm = float(np.abs(a).sum(-2).max()) if a.size else 0.0
+    squarings = max(0, math.ceil(math.log2(norm / _THETA_13))) if norm > _THETA_13 else 0
+    a = a / 2.0**squarings
+    b, eye = _PADE_13, np.broadcast_to(np.eye(a.shape[-1], dtype=a.dtype), a.shape)
+    a2 = a @ a
+    a4 = a2 @ a2
+    a6 = a4 @ a2
+    u = a @ (a6 @ (b[13] * a6 + b[11] * a4 + b[9] * a2) + b[7] * a6 + b[5] * a4 + b[3] * a2
+             + b[1] * eye)  # fmt: skip
+    v = a6 @ (b[12] * a6 + b[10] * a4 + b[8] * a2) + b[6] * a6 + b[4] * a4 + b[2] * a2 + b[0] * eye
+    r = np.linalg.solve(v - u, v + u) if a.size else a
+    for _ in range(squarings):
+        r = r @ r
+    return r.astype(x.dtype)
+
+
+def _matrix_exp_vjp(g, out, x):
+    """The Frechet derivative of exp at A^H applied to g: the upper right block of
+    exp([[A^H, g], [0, A^H]]) (Mathias 1996), by this op again, so it differentiates twice."""
+    n, last = x.shape[-1], x.ndim - 1
+    ah = mT(conjugated(x))
+    top = concatenate(ah, g, axis=last)
+    widths = ((0, 0),) * (x.ndim - 2) + ((0, 0), (n, 0))
+    block = concatenate(top, pad(ah, pad_width=widths, value=0), axis=last - 1)
+    whole = matrix_exp(block)
+    left = (slice(None),) * (x.ndim - 2)
+    return getitem(whole, template=(*left, slice(0, n), slice(n, 2 * n)))
+
+
+matrix_exp = Primitive("matrix_exp", _matrix_exp, _square_rule, (_matrix_exp_vjp,), "in",
+                       complex_grad=True)  # fmt: skip
 eigh_values = Primitive("eigh_values", np.linalg.eigvalsh,
                         lambda x: (x.shape[:-1], _square_rule(x)[1]), (_eigh_values_vjp,),
                         "in")  # fmt: skip
