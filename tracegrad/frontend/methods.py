@@ -137,10 +137,9 @@ def _missing(self: Tensor, name: str) -> Any:
 def _new(fill: Callable) -> Callable:
     """t.new_zeros(size) and the like: t's dtype unless `dtype`."""
 
+    @F.sequence_keyword("size")  # t.new_zeros(size=(2, 3))
     def method(self: Tensor, *size: Any, dtype: Any = None, device: Any = None,
                requires_grad: bool = False, **options: Any) -> Tensor:  # fmt: skip
-        if not size and "size" in options:  # t.new_zeros(size=(2, 3))
-            size = (options.pop("size"),)
         return fill(F.shape_arg(size), dtype=self.dtype if dtype is None else dtype,
                     device=device, requires_grad=requires_grad, **options)  # fmt: skip
 

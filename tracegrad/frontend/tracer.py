@@ -429,10 +429,9 @@ def watch_python_values(fn: Callable) -> None:
         _watch_reached(functools.partial(_entry, scope, name), ("global", id(scope), name),
                        f"global `{name}`", names)  # fmt: skip
     for name, cell in zip(code.co_freevars, fn.__closure__ or (), strict=True):
-        try:
-            _note_keys(cell.cell_contents)
-        except ValueError:  # an empty cell
+        if (content := _cell(cell)) is _MISSING:  # an empty cell
             continue
+        _note_keys(content)
         _watch_reached(functools.partial(_cell, cell), ("closure", id(cell)),
                        f"`{name}` (from an enclosing function)", names)  # fmt: skip
     if owner is not None:
@@ -465,6 +464,7 @@ def _entry(holder: Any, key: Any) -> Any:
 
 
 def _cell(cell: Any) -> Any:
+    """What a closure cell holds now (`_MISSING` while it is empty)."""
     try:
         return cell.cell_contents
     except ValueError:
