@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from tracegrad.frontend import autodiff
+from tracegrad.frontend import autodiff, functions
 from tracegrad.frontend.autodiff import (
     backward,
     detect_anomaly,
@@ -42,11 +42,15 @@ def grad(
     differentiable (higher order). An input the outputs do not depend on raises, or with
     `allow_unused` has None, or with `materialize_grads` zeros (which implies `allow_unused`,
     as in PyTorch). `only_inputs` is PyTorch's deprecated flag, which it ignores too
-    (torch-optimizer's Adahessian passes it)."""
+    (torch-optimizer's Adahessian passes it). With `is_grads_batched` each of `grad_outputs`
+    holds a batch of weights along its first dimension, and each gradient has that dimension
+    too (rows of a Jacobian, say)."""
     if is_grads_batched:
-        raise NotImplementedError(
-            "grad: is_grads_batched (vmap over grad_outputs) is not supported"
-        )
+        rows = _batches(outputs, grad_outputs)
+        found = [grad(outputs, inputs, row, True if i + 1 < len(rows) else retain_graph,
+                      create_graph, allow_unused, materialize_grads=materialize_grads)
+                 for i, row in enumerate(rows)]  # fmt: skip
+        return tuple(None if g[0] is None else functions.stack(g) for g in zip(*found, strict=True))
     if materialize_grads and allow_unused is False:
         raise ValueError("grad: materialize_grads=True needs allow_unused to be None or True")
     outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
@@ -82,3 +86,20 @@ def grad(
             "to get None for them"
         )
     return tuple(found)
+
+
+def _batches(outputs: Tensor | Sequence[Tensor], grad_outputs: Any) -> list[list[Tensor]]:
+    """`grad_outputs` of `is_grads_batched`, one list of weights (one per output) per row of
+    their common first dimension: PyTorch's vmap over them, as a loop of backward passes."""
+    outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+    gs = [grad_outputs] if isinstance(grad_outputs, Tensor) else list(grad_outputs or [])
+    gs = [as_tensor(g) if g is not None else None for g in gs]
+    if len(gs) != len(outs) or any(g is None or g.ndim == 0 for g in gs):
+        raise ValueError("grad: is_grads_batched needs grad_outputs, one tensor with a batch "
+                         "dimension first for each output")  # fmt: skip
+    batches, shapes = {g.shape[0] for g in gs}, [tuple(y.shape) for y in outs]
+    if len(batches) > 1 or 0 in batches or [g.shape[1:] for g in gs] != shapes:
+        raise ValueError(f"grad: is_grads_batched: grad_outputs of shapes "
+                         f"{[tuple(g.shape) for g in gs]} are not one batch size (not 0) before "
+                         f"the outputs' shapes {shapes}")  # fmt: skip
+    return [[g[i] for g in gs] for i in range(batches.pop())]
