@@ -15,14 +15,19 @@ NumPy: batched ones.)"""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import glob
 import importlib.metadata
+import json
+import math
 import os
 import re
 import sys
 import threading
+import time
+from collections.abc import Callable
 from typing import NamedTuple
 
 VARIABLE = "OPENBLAS_THREAD_TIMEOUT"
@@ -67,11 +72,11 @@ def quiet_openblas() -> bool:
 
 # Matrix products on Numba's threads (`kernels.gemm`, the convolutions, attention): each thread
 # runs its share through a single-threaded GEMM routine. Intel's MKL (the `mkl` extra) where it
-# is installed, since its GEMMs run faster than OpenBLAS's on the shapes plans make
-# (docs/kernels.md, "Which BLAS"); else NumPy's OpenBLAS, its thread count set to one meanwhile. The
+# is installed and runs the shapes plans make faster than OpenBLAS here (`mkl_is_faster`;
+# docs/kernels.md, "Which BLAS"); else NumPy's OpenBLAS, its thread count set to one meanwhile. The
 # thread-count routines are always NumPy's OpenBLAS's: its own threads must not run inside
 # the kernels' threads, whichever library multiplies.
-LIBRARY_VARIABLE = "TRACEGRAD_BLAS"  # "openblas": NumPy's OpenBLAS even where MKL is installed
+LIBRARY_VARIABLE = "TRACEGRAD_BLAS"  # "openblas" or "mkl": that library, not the faster here
 MKL_SEQUENTIAL = 1  # MKL_THREADING_SEQUENTIAL: each call on its caller's thread alone
 # How a library names its routines: (prefix, suffix, integer type of the sizes). NumPy's wheels
 # are ILP64 with a scipy_ prefix, a system OpenBLAS is LP64; MKL has both, ILP64 with _64.
@@ -114,9 +119,9 @@ class Routines(NamedTuple):
 
 def _mkl_gemms() -> tuple[dict, str, str] | None:
     """MKL's GEMM routines, the integer type of their sizes and its name, with MKL made
-    sequential; None if it is not installed, is declined (`LIBRARY_VARIABLE`), or already runs
-    threads of its own in this process (its calls would start threads inside the kernels')."""
-    path = None if os.environ.get(LIBRARY_VARIABLE, "").lower() == "openblas" else mkl_path()
+    sequential; None if it is not installed or already runs threads of its own in this process
+    (its calls would start threads inside the kernels')."""
+    path = mkl_path()
     if path is None:
         return None
     try:
@@ -132,11 +137,91 @@ def _mkl_gemms() -> tuple[dict, str, str] | None:
     return *found, f"MKL {number.group(1) if number else ''}".strip()
 
 
+# Products a plan makes, (m, k, n): a classifier's last layer, a recurrent step, a convolution's
+# sample, a square block, a wide output (a decoder's). Each counts alike in the choice.
+PROBES = ((64, 256, 16), (20, 200, 800), (32, 288, 256), (256, 256, 256), (128, 200, 1000))
+CHOICE_FILE = "blas-choice.json"
+
+
+def _sgemm(routines: tuple[dict, str]) -> Callable:
+    """The library's `cblas_sgemm` (`routines`: by routine name, and the integer type of the
+    sizes), callable from Python."""
+    size = ctypes.c_int64 if routines[1] == "int64" else ctypes.c_int32
+    matrix = [ctypes.c_void_p, size]  # an operand and its leading dimension
+    signature = ctypes.CFUNCTYPE(None, *[ctypes.c_int] * 3, *[size] * 3, ctypes.c_float,
+                                 *matrix * 2, ctypes.c_float, *matrix)  # fmt: skip
+    return signature(ctypes.cast(routines[0]["cblas_sgemm"], ctypes.c_void_p).value)
+
+
+def time_ratio(ours: tuple[dict, str], theirs: tuple[dict, str]) -> float:
+    """The geometric mean over `PROBES` of the time one library's single-threaded GEMM takes over
+    the other's (float32, on this thread; the fastest of runs taken in turns)."""
+    import numpy as np
+
+    gemms, logs = (_sgemm(ours), _sgemm(theirs)), []
+    for m, k, n in PROBES:
+        a, b = np.ones((m, k), np.float32), np.ones((k, n), np.float32)
+        c = np.empty((m, n), np.float32)
+        best = [math.inf, math.inf]
+        for _ in range(7):
+            for i, sgemm in enumerate(gemms):
+                start = time.perf_counter()
+                sgemm(101, 111, 111, m, n, k, 1.0, a.ctypes.data, k, b.ctypes.data, n, 0.0,
+                      c.ctypes.data, n)  # fmt: skip
+                best[i] = min(best[i], time.perf_counter() - start)
+        logs.append(math.log(best[0] / best[1]))
+    return math.exp(sum(logs) / len(logs))
+
+
+def mkl_is_faster(mkl: tuple[dict, str, str], openblas: tuple[dict, str], threads: dict) -> bool:
+    """Whether MKL's single-threaded GEMMs beat OpenBLAS's here (`time_ratio`). Which wins
+    depends on the processor, not its vendor alone: MKL led on an Intel Xeon and on AMD's Zen 3,
+    OpenBLAS's AVX-512 kernel on a later AMD EPYC (docs/kernels.md, "Which BLAS"). Measured once
+    per processor and pair of libraries and remembered in the kernel cache, so that a machine's
+    plans round alike from run to run."""
+    from tracegrad.compiler.kernels.cache import default_cache
+
+    key = f"{processor()} | {mkl[2]} | {os.path.basename(openblas_path() or '')}"
+    path = default_cache().directory / CHOICE_FILE
+    try:
+        known = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        known = {}
+    if key not in known:
+        count = threads["openblas_get_num_threads"]()
+        threads["openblas_set_num_threads"](1)
+        try:
+            known[key] = time_ratio(mkl[:2], openblas)
+        finally:
+            threads["openblas_set_num_threads"](count)
+        with contextlib.suppress(OSError):
+            path.write_text(json.dumps(known, indent=1), encoding="utf-8")
+    return known[key] < 1.0
+
+
+def processor() -> str:
+    """The processor's model name and a digest of its features (Linux: /proc/cpuinfo; a virtual
+    machine may name only the family, "AMD EPYC"), else what `platform` says."""
+    import hashlib
+    import platform
+
+    found = {}
+    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as info:
+        for line in info:
+            name, _, value = line.partition(":")
+            found.setdefault(name.strip(), value.strip())
+    if "model name" not in found:
+        return platform.processor() or platform.machine()
+    features = hashlib.sha256(found.get("flags", "").encode()).hexdigest()[:8]
+    return f"{found['model name']} ({features})"
+
+
 @functools.cache
 def gemm_library() -> Routines | None:
-    """The routines plans call: MKL's GEMMs where it is installed (`_mkl_gemms`), else NumPy's
-    OpenBLAS's, and OpenBLAS's thread-count routines; None without those (NumPy's BLAS is not
-    an OpenBLAS) or without GEMMs."""
+    """The routines plans call: MKL's GEMMs where it is installed and runs faster here than
+    NumPy's OpenBLAS's (`mkl_is_faster`; `TRACEGRAD_BLAS=mkl` or `openblas` decides instead),
+    else OpenBLAS's; and OpenBLAS's thread-count routines. None without those (NumPy's BLAS is
+    not an OpenBLAS) or without GEMMs."""
     path = openblas_path()
     if path is None:
         return None
@@ -144,11 +229,16 @@ def gemm_library() -> Routines | None:
     threads = _named(openblas, THREADS, NAMINGS)
     if threads is None:
         return None
-    found = _mkl_gemms()
-    if found is None:
-        gemms = _named(openblas, GEMMS, NAMINGS)
-        found = None if gemms is None else (*gemms, f"OpenBLAS ({os.path.basename(path)})")
-    return None if found is None else Routines(*found, threads=threads[0])
+    gemms = _named(openblas, GEMMS, NAMINGS)
+    user = os.environ.get(LIBRARY_VARIABLE, "").lower()
+    mkl = None if user == "openblas" else _mkl_gemms()
+    if mkl is not None and (
+        gemms is None or user == "mkl" or mkl_is_faster(mkl, gemms, threads[0])
+    ):
+        return Routines(*mkl, threads=threads[0])
+    if gemms is None:
+        return None
+    return Routines(*gemms, f"OpenBLAS ({os.path.basename(path)})", threads=threads[0])
 
 
 @functools.cache
