@@ -250,3 +250,127 @@ def test_a_number_a_helper_reads_is_guarded():
 
     eager, traced = _both(run)
     assert traced == eager
+
+
+class _Trainer:
+    """A trainer object, not a module: its step is a compiled method that calls another."""
+
+    def __init__(self, compile):
+        self.model, self.opt = _fresh()
+        self.scale = 1.0
+        self.step = compile(self._step)
+
+    def loss(self, x):
+        return self.model(x).pow(2).mean() * self.scale  # read in a method the step calls
+
+    def _step(self, x):
+        self.opt.zero_grad()
+        loss = self.loss(x)
+        loss.backward()
+        self.opt.step()
+        return loss
+
+
+def test_what_a_method_the_step_calls_reads_of_its_object_is_guarded():
+    def run(compile):
+        trainer, losses = _Trainer(compile), []
+        for i in range(4):
+            trainer.scale = 1.0 + (i >= 2)
+            losses.append(trainer.step(X).item())
+        return [*losses, *trainer.model.weight.numpy().ravel()]
+
+    eager, traced = _both(run)
+    np.testing.assert_allclose(traced, eager, rtol=1e-12)
+
+
+CALLS = 0
+
+
+def test_a_count_a_compiled_loss_keeps_is_the_eager_count():
+    """The trace runs the step's Python once (twice for a loss whose backward compiles too):
+    what it changed is put back, and each call sets what the step leaves."""
+
+    def run(compile):
+        global CALLS
+        model, CALLS = _fresh()[0], 0
+
+        def loss_fn(x):
+            global CALLS
+            CALLS += 1
+            return model(x).pow(2).mean()
+
+        loss_fn, counts = compile(loss_fn), []
+        for _ in range(3):
+            loss_fn(X).backward()
+            counts.append(CALLS)
+        return [*counts, *model.weight.grad.numpy().ravel()]
+
+    eager, traced = _both(run)
+    assert eager[:3] == [1, 2, 3]
+    np.testing.assert_allclose(traced, eager, rtol=1e-12)
+
+
+class _Scaled:
+    def __init__(self):
+        self.model, self.scale = _fresh()[0], 1.0
+
+    @torch.compile(backend="numpy")
+    def forward_loss(self, x):
+        return self.model(x).sum() * self.scale
+
+
+def test_a_method_compiled_in_its_class_binds_and_guards_its_object():
+    """`@torch.compile` on a method: each instance is the call's first argument; what the step
+    reads of it is guarded (PyTorch's decorator on a method)."""
+    a, b = _Scaled(), _Scaled()
+    b.model.weight.data.mul_(2.0)
+    with torch.no_grad():
+        want = [(o.model(X).sum() * o.scale).item() for o in (a, b)]
+        assert [o.forward_loss(X).item() for o in (a, b)] == pytest.approx(want, rel=1e-12)
+        a.scale = 3.0
+        with pytest.warns(UserWarning, match="scale"):
+            got = a.forward_loss(X).item()
+    assert got == pytest.approx(3.0 * want[0], rel=1e-12)
+    assert sum(map(len, _Scaled.forward_loss.plans.values())) == 3  # a, b, and a again
+
+
+def test_a_mode_the_step_switches_is_left_as_eager_leaves_it():
+    """A setting the step changes (a phase name a global object holds) is put back after the
+    trace and set by every call, as the eager step sets it; an eval pass between calls sets it
+    back."""
+    run_state = argparse.Namespace(phase="eval")
+
+    def run(compile):
+        model, opt = _fresh()
+        run_state.phase, seen = "eval", []
+
+        def step():
+            run_state.phase = "train" if run_state.phase == "eval" else run_state.phase
+            opt.zero_grad()
+            loss = model(X).pow(2).mean()
+            loss.backward()
+            opt.step()
+            return loss
+
+        step = compile(step)
+        for _ in range(3):
+            step()
+            seen.append(run_state.phase)
+            run_state.phase = "eval"  # an evaluation between steps
+        return [*seen, *model.weight.numpy().ravel()]
+
+    eager, traced = _both(run)
+    assert eager[:3] == traced[:3] == ["train"] * 3
+    np.testing.assert_allclose(traced[3:], eager[3:], rtol=1e-12)
+
+
+def test_a_numpy_array_the_step_changes_in_place_is_refused():
+    counts = np.zeros(2)
+
+    @torch.compile(backend="numpy", fullgraph=True)
+    def step(x):
+        counts[0] += 1
+        return x.sum()
+
+    with pytest.raises(Exception, match="in place"):
+        step(X)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dis
 import functools
 import gc
+import inspect
 import random
 import sys
 import types
@@ -438,6 +439,21 @@ def watch_python_values(fn: Callable) -> None:
         _watch_entries(owner, type(owner).__name__, names, 1)
 
 
+def watch_arguments(fn: Callable, args: tuple, kwargs: dict) -> None:
+    """Watch what `fn` reads of the objects passed to it (a method's `self`: `self.alpha`, a
+    module's settings), as of a bound method's object (`watch_python_values`); the arguments
+    themselves are the signature's (compared by equality, most objects by identity)."""
+    fn = inspect.unwrap(fn)  # a compiled forward's wrapper: the user's function
+    code = getattr(fn, "__code__", None)
+    if code is None or not Listeners.tracers:
+        return
+    params = code.co_varnames[: code.co_argcount]
+    named = [(params[i] if i < len(params) else str(i), a) for i, a in enumerate(args)]
+    for name, value in [*named, *kwargs.items()]:
+        if hasattr(value, "__dict__") and not isinstance(value, (Tensor, np.ndarray, *_CODE)):
+            _watch_entries(value, f"argument `{name}`", names_read(fn), 1)
+
+
 REACH_DEPTH = 3  # `cfg.train.optim["lr"]`: deeper, the values are data more than settings
 REACH_ENTRIES = 64  # a container or object with more entries is data, not settings
 _MISSING = object()
@@ -461,6 +477,26 @@ def _entry(holder: Any, key: Any) -> Any:
     if isinstance(holder, list | tuple):
         return holder[key] if key < len(holder) else _MISSING
     return getattr(holder, key, _MISSING)
+
+
+def put(get: Callable[[], Any], value: Any) -> None:
+    """Put `value` where `get` (a partial of `_entry` or `_cell`, or of `_baked_at` of one)
+    reads."""
+    if get.func is _baked_at:
+        get = get.args[0]
+    if get.func is _cell:
+        get.args[0].cell_contents = value
+    elif get.func is _entry:
+        holder, key = get.args
+        if isinstance(holder, dict | list):
+            holder[key] = value
+        elif not isinstance(holder, tuple):
+            setattr(holder, key, value)
+
+
+def _baked_at(get: Callable[[], Any]) -> Any:
+    """What the trace bakes in (`baked`) of the value `get()` returns."""
+    return baked(get())
 
 
 def _cell(cell: Any) -> Any:
@@ -487,7 +523,7 @@ def _watch_reached(get: Callable[[], Any], key: Any, describe: str, names: froze
     value = get()
     if _is_setting(value):
         Listeners.tracers[-1].reached.append(key)
-        watch(key, describe, lambda: baked(get()))
+        watch(key, describe, functools.partial(_baked_at, get))
     elif isinstance(value, types.FunctionType):  # a helper the step calls: what it reads
         watch_python_values(value)
     elif not isinstance(value, _CODE) and value is not _MISSING:
@@ -524,6 +560,9 @@ def _watch_entries(value: Any, describe: str, names: frozenset[str], depth: int)
     else:
         attrs = getattr(value, "__dict__", None)
         keys, show = [k for k in (attrs or ()) if k in names], "{}.{}"
+        for name in names if attrs is not None else ():  # `trainer.loss(x)`: what it reads
+            if isinstance(inspect.getattr_static(type(value), name, None), types.FunctionType):
+                watch_python_values(getattr(value, name))
     for k in keys if len(keys) <= REACH_ENTRIES else ():
         _watch_reached(functools.partial(_entry, value, k), ("entry", id(value), k),
                        show.format(describe, k), names, depth)  # fmt: skip
@@ -886,6 +925,27 @@ class Tracer:
             and (s.grad.shape, s.grad.dtype) == (s.tensor._grad.shape, s.tensor._grad.dtype)
         ]  # fmt: skip
 
+    def follow_changed_settings(self) -> None:
+        """A number, flag or string the step read and changed (`self.calls += 1`, a mode it
+        switches): the trace ran the step's Python once, so the value is put back as it was,
+        and each call of the plan ends by setting what the step left (`after_call`). That is
+        what an eager call leaves: a plan runs only while the values it starts from are the
+        trace's (its watches). An array changed in place cannot be put back: refused."""
+        for key in self.reached:
+            w = self.watched.get(key)
+            if w is None or w.same or w.holds():
+                continue
+            now = w.get()
+            if isinstance(now, Contents) or isinstance(w.value, Contents):
+                raise TraceError(
+                    f"the step changed {w.describe}, a NumPy array it reads, in place: a plan "
+                    "would not change it again. Change it outside the compiled step, or keep "
+                    "it in a tensor"
+                )
+            if _is_setting(now):  # not a tensor the step put there (`unwatch_replaced`)
+                put(w.get, w.value)
+                self.after[("set", key)] = functools.partial(put, w.get, now)
+
     def unwatch_replaced(self, filled: Sequence[Place]) -> None:
         """Forget the watches of places where the step itself puts a tensor (or a tuple of
         them: an LSTM's `(h, c)`) it made, `filled` or found there now: the plan puts its
@@ -1047,8 +1107,10 @@ def capture(
             stand_ins.append(t)
         call_args, call_kwargs = pytree.unflatten(tree, stand_ins)
         watch_python_values(fn)
+        watch_arguments(fn, args, kwargs)
         before = _global_random_states()
         result = fn(*call_args, **call_kwargs)
+        tracer.follow_changed_settings()
         if _global_random_states() != before:
             raise TraceError(
                 "the traced step drew numbers from Python's `random` or NumPy's global "

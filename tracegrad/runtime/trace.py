@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
+import types
 import warnings
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
@@ -64,6 +65,11 @@ class Traced:
         # swaps symbolic values into the state it captures, which another call must not read.
         self.lock = threading.RLock()
         functools.update_wrapper(self, fn)
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        """`@trace` on a method: bound to the instance, which each call passes first (a
+        hashable argument of the signature; what the step reads of it is watched)."""
+        return self if obj is None else types.MethodType(self, obj)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if Listeners.tracers:  # inside another traced step: its ops are that step's (inlined)
