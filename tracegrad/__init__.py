@@ -39,11 +39,13 @@ from tracegrad.frontend.functions import *  # noqa: F403
 from tracegrad.frontend.grad_manager import GradManager, grad, vjp
 from tracegrad.frontend.heap import keep_freed_memory as _keep_freed_memory
 from tracegrad.frontend.linalg import (
+    adjoint,
     cdist,
     cholesky_inverse,
     cholesky_solve,
     det,
     dist,
+    geqrf,
     inverse,
     logdet,
     matrix_exp,
@@ -54,6 +56,7 @@ from tracegrad.frontend.linalg import (
     triangular_solve,
 )
 from tracegrad.frontend.linalg import cholesky_top as cholesky
+from tracegrad.frontend.linalg import householder_product as orgqr
 from tracegrad.frontend.linalg import qr_top as qr
 from tracegrad.frontend.linalg import svd_top as svd
 from tracegrad.frontend.mutation import *  # noqa: F403

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
+import tracegrad.torch as tgt
 from tests.conftest import check_grad
 from tests.nn.test_layers_resampling import needs_torch, same_module, torch
 from tests.nn.test_utils import Normed, train_both
@@ -157,6 +158,92 @@ def test_spectral_norm_matches_torch_with_its_buffers(rng, make):
                                    err_msg=k)  # fmt: skip
     ours.eval(), theirs.eval()
     np.testing.assert_allclose(ours.weight.numpy(), theirs.weight.detach().numpy(), atol=1e-12)
+
+
+# --- orthogonal -------------------------------------------------------------------------------
+
+
+def test_householder_product_of_geqrf_is_q_and_differentiates(rng):
+    """LAPACK's QR in Householder form and back: the Q NumPy's QR gives; the product's gradient
+    in the reflectors and their scales against finite differences."""
+    a = rng.standard_normal((2, 5, 3))
+    h, tau = tg.geqrf(a)
+    np.testing.assert_allclose(tg.linalg.householder_product(h, tau).numpy(),
+                               np.linalg.qr(a)[0], atol=1e-14)  # fmt: skip
+    np.testing.assert_allclose(np.triu(h.numpy()[:, :3]), np.linalg.qr(a)[1], atol=1e-14)
+    check_grad(tg.linalg.householder_product, rng.standard_normal((4, 3)), rng.random(2))
+
+
+ORTHOGONAL = [((4, 4), None, True), ((6, 3), None, True), ((6, 3), None, False),
+              ((3, 6), None, True), ((4, 4), "cayley", True), ((6, 3), "matrix_exp", True),
+              ((5, 3), "householder", False)]  # fmt: skip
+# PyTorch 2.13's losses for `_orthogonal_losses` (float64), one list per case above
+PYTORCH_LOSSES = [[4.742670569636, 3.252476508037, 2.839753787534],
+                  [8.45255371162, 2.812401731191, 1.88310573322],
+                  [8.45255371162, 3.165507195912, 2.274420481974],
+                  [3.301655196118, 0.608768701889, -0.415664030608],
+                  [4.742670569636, 3.253482642822, 2.843196294083],
+                  [8.45255371162, 3.463367454775, 2.286343372729],
+                  [3.697986303034, 2.565994550297, 2.328006660358]]  # fmt: skip
+
+
+def _orthogonal_losses(lib, shape, orthogonal_map, trivialization, compile=lambda f: f):
+    """Three SGD steps of an orthogonal Linear from fixed weights: losses and the weight."""
+    lin = lib.nn.Linear(shape[1], shape[0]).double()
+    rng = np.random.default_rng(1)
+    with lib.no_grad():
+        lin.weight.copy_(lib.tensor(rng.standard_normal(shape)))
+        lin.bias.copy_(lib.tensor(rng.standard_normal(shape[0])))
+    lib.manual_seed(0)  # a wide or tall weight is completed with random columns
+    lib.nn.utils.parametrizations.orthogonal(lin, orthogonal_map=orthogonal_map,
+                                             use_trivialization=trivialization)  # fmt: skip
+    opt = lib.optim.SGD(lin.parameters(), lr=0.1)
+    x = lib.tensor(np.linspace(-1, 1, 2 * shape[1]).reshape(2, shape[1]))
+
+    def step():
+        opt.zero_grad()
+        loss = (lin(x) ** 2).sum() + lin.weight[0, 0]
+        loss.backward()
+        opt.step()
+        return loss
+
+    step = compile(step)
+    return [step().item() for _ in range(3)], lin.weight.detach().numpy()
+
+
+@pytest.mark.parametrize("case", range(len(ORTHOGONAL)))
+def test_orthogonal_keeps_the_weight_orthogonal_and_trains_as_pytorch(case):
+    shape, orthogonal_map, trivialization = ORTHOGONAL[case]
+    losses, w = _orthogonal_losses(tgt, shape, orthogonal_map, trivialization)
+    gram = w.T @ w if shape[0] >= shape[1] else w @ w.T
+    np.testing.assert_allclose(gram, np.eye(min(shape)), atol=1e-14)
+    np.testing.assert_allclose(losses, PYTORCH_LOSSES[case], rtol=1e-11)
+
+
+def test_orthogonal_starts_from_the_q_of_the_weight_and_differentiates(rng):
+    """The initial weight: an orthogonal one kept, another the Q of its QR with R's diagonal
+    positive (NumPy's QR); the map's gradient in `original` against finite differences."""
+    lin = nn.Linear(4, 4).double()
+    w = rng.standard_normal((4, 4))
+    lin.weight.data = tg.tensor(w)
+    P.orthogonal(lin)
+    q, r = np.linalg.qr(w)
+    np.testing.assert_allclose(lin.weight.numpy(), q * np.sign(np.diag(r)), atol=1e-14)
+    ortho = nn.Linear(4, 4).double()
+    ortho.weight.data = tg.tensor(q)
+    np.testing.assert_allclose(P.orthogonal(ortho).weight.numpy(), q, atol=1e-15)
+    for orthogonal_map in ("matrix_exp", "cayley", "householder"):
+        tall = P.orthogonal(nn.Linear(3, 5).double(), orthogonal_map=orthogonal_map)
+        check_grad(tall.parametrizations.weight[0], 0.1 * rng.standard_normal((5, 3)))
+
+
+@pytest.mark.parametrize("case", [1, 6])
+def test_traced_step_with_orthogonal_matches_eager(case):
+    eager = _orthogonal_losses(tgt, *ORTHOGONAL[case])
+    traced = _orthogonal_losses(tgt, *ORTHOGONAL[case],
+                                compile=lambda f: tgt.compile(f, backend="numpy"))  # fmt: skip
+    np.testing.assert_allclose(traced[0], eager[0], rtol=1e-12)
+    np.testing.assert_allclose(traced[1], eager[1], atol=1e-13)
 
 
 # --- traced training steps --------------------------------------------------------------------

@@ -12,6 +12,7 @@ import numpy as np
 
 from tracegrad.core import primitives as P
 from tracegrad.core.errors import ShapeError
+from tracegrad.frontend.elementwise import conj
 from tracegrad.frontend.functions import (
     matrix_transpose,
     permute,
@@ -516,6 +517,52 @@ def cholesky_inverse(L: Any, upper: bool = False) -> Tensor:
     return cholesky_solve(eye, factor, upper)
 
 
+def adjoint(input: Any) -> Tensor:
+    """The conjugate transpose of the last two axes (`x.mH`; `x.mT` for real tensors)."""
+    return matrix_transpose(conj(input))
+
+
+class GeqrfResult(NamedTuple):
+    a: Tensor
+    tau: Tensor
+
+
+def geqrf(input: Any) -> GeqrfResult:
+    """LAPACK's QR in Householder form (PyTorch's `torch.geqrf`; not differentiable, as
+    PyTorch's): R on and above the diagonal, the reflectors' vectors below it, and their scales
+    `tau`; `householder_product(a, tau)` is Q."""
+    a = np.asarray(as_tensor(input).detach().numpy())
+    if a.ndim < 2:
+        raise ShapeError(f"geqrf: expected a matrix or a batch of them, got shape {a.shape}")
+    (m, n), lead = a.shape[-2:], a.shape[:-2]
+    flat = a.reshape(-1, m, n)
+    raws = [np.linalg.qr(x, mode="raw") for x in flat]  # (h, tau), h transposed
+    h = np.stack([r[0].T for r in raws]) if raws else np.zeros_like(flat)
+    tau = np.stack([r[1] for r in raws]) if raws else np.zeros((0, min(m, n)), a.dtype)
+    return GeqrfResult(Tensor._of(h.reshape(a.shape).astype(a.dtype)),
+                       Tensor._of(tau.reshape(*lead, min(m, n)).astype(a.dtype)))  # fmt: skip
+
+
+@pytorch_keywords
+def householder_product(A: Any, tau: Any) -> Tensor:
+    """The first n columns of H_1 H_2 ... H_k (PyTorch's `linalg.householder_product`, LAPACK's
+    orgqr), H_i = I - tau_i v_i v_i^H, v_i the i-th column of A (m x n) below the diagonal
+    with 1 on it. Applied to the m x n identity from the right end, O(k m n); made of tracegrad
+    ops, so it differentiates in A and tau and traces."""
+    a, t = as_tensor(A), as_tensor(tau)
+    (m, n), k = a.shape[-2:], t.shape[-1] if t.ndim else -1
+    if a.ndim < 2 or not m >= n >= k >= 0 or t.shape[:-1] != a.shape[:-2]:
+        raise ShapeError(f"householder_product: A of shape {a.shape} (m >= n) and tau of shape "
+                         f"{t.shape} (k <= n, A's batch) do not fit")  # fmt: skip
+    eye = np.eye(m, n, dtype=a.dtype)
+    v = tril(a, -1) + Tensor._of(eye)
+    q = Tensor._of(np.broadcast_to(eye, a.shape).copy())
+    for i in reversed(range(k)):  # q = H_i q
+        vi = v[..., :, i : i + 1]
+        q = q - vi * unsqueeze(unsqueeze(t[..., i], -1), -1) @ (adjoint(vi) @ q)
+    return q
+
+
 EUCLID_MODES = ("use_mm_for_euclid_dist_if_necessary", "use_mm_for_euclid_dist",
                 "donot_use_mm_for_euclid_dist")  # fmt: skip
 MM_ABOVE = 25  # rows: PyTorch's default mode multiplies matrices past this, else subtracts
@@ -543,7 +590,8 @@ def cdist(x1: Any, x2: Any, p: float = 2.0,
     return vector_norm(diff, p, -1)
 
 
-__all__ = ["cholesky", "cholesky_ex", "cross", "det", "diagonal", "eigh", "eigvalsh", "inv",
-           "inv_ex", "lstsq", "matmul", "matrix_exp", "matrix_norm", "matrix_power",
-           "matrix_rank", "multi_dot", "norm", "pinv", "qr", "slogdet", "solve", "solve_ex",
-           "solve_triangular", "svd", "svdvals", "vecdot", "vector_norm"]  # fmt: skip
+__all__ = ["cholesky", "cholesky_ex", "cross", "det", "diagonal", "eigh", "eigvalsh",
+           "householder_product", "inv", "inv_ex", "lstsq", "matmul", "matrix_exp",
+           "matrix_norm", "matrix_power", "matrix_rank", "multi_dot", "norm", "pinv", "qr",
+           "slogdet", "solve", "solve_ex", "solve_triangular", "svd", "svdvals", "vecdot",
+           "vector_norm"]  # fmt: skip

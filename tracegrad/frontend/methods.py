@@ -318,6 +318,7 @@ METHODS: dict[str, Any] = {
     "movedim": F.movedim, "unfold": A.windows,
     "sum_to_size": lambda self, *size: P.sum_to(self, F.shape_arg(size)),
     "T": property(F.reversed_axes), "mT": property(F.matrix_transpose),
+    "mH": property(linalg.adjoint), "adjoint": linalg.adjoint,
     # indexing
     "gather": F.gather, "take_along_dim": F.take_along_dim, "index_select": F.index_select,
     "select": F.select, "narrow": F.narrow,
@@ -357,7 +358,8 @@ METHODS: dict[str, Any] = {
     "addr": M.addr, "baddbmm": M.baddbmm, "addbmm": M.addbmm, "det": linalg.det,
     "logdet": linalg.logdet, "slogdet": linalg.slogdet, "cholesky": linalg.cholesky_top,
     "cholesky_solve": linalg.cholesky_solve, "cholesky_inverse": linalg.cholesky_inverse,
-    "matrix_exp": linalg.matrix_exp,
+    "matrix_exp": linalg.matrix_exp, "geqrf": linalg.geqrf,
+    "orgqr": linalg.householder_product,
     "inverse": linalg.inverse, "pinverse": linalg.pinverse, "matrix_power": linalg.matrix_power,
     "dist": linalg.dist, "renorm": linalg.renorm, "vdot": M.vdot,
     # elementwise

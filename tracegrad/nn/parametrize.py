@@ -10,6 +10,9 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
+
+from tracegrad.frontend import creation, functions, linalg
 from tracegrad.frontend.autodiff import no_grad
 from tracegrad.frontend.functions import pytorch_keywords
 from tracegrad.frontend.tensor import Tensor
@@ -22,6 +25,7 @@ __all__ = [
     "ParametrizationList",
     "cached",
     "is_parametrized",
+    "orthogonal",
     "register_parametrization",
     "remove_parametrizations",
     "spectral_norm",
@@ -202,6 +206,124 @@ def weight_norm(module: Module, name: str = "weight", dim: int | None = 0) -> Mo
     and v the parameters `parametrizations.name.original0` and `original1`, as PyTorch's
     `torch.nn.utils.parametrizations.weight_norm`."""
     return register_parametrization(module, name, _WeightNorm(dim), unsafe=True)
+
+
+ORTHOGONAL_MAPS = ("matrix_exp", "cayley", "householder")
+
+
+def _is_orthogonal(q: np.ndarray) -> bool:
+    """Q^H Q = I to PyTorch's tolerance (`torch.allclose`, atol 10 n eps)."""
+    eye = np.eye(q.shape[-1], dtype=q.dtype)
+    eps = 10.0 * q.shape[-2] * np.finfo(q.dtype).eps
+    return np.allclose(np.swapaxes(q.conj(), -1, -2) @ q, eye, rtol=1e-5, atol=eps)
+
+
+def _make_orthogonal(a: Tensor) -> Tensor:
+    """The Q of a tall A = QR with R's diagonal made positive (PyTorch's, from LAPACK's QR)."""
+    h, tau = linalg.geqrf(a)
+    signs = np.sign(np.diagonal(h.numpy(), axis1=-2, axis2=-1))[..., None, :]
+    return linalg.householder_product(h, tau) * Tensor._of(signs.astype(h.dtype))
+
+
+class _Orthogonal(Module):
+    """PyTorch's `_Orthogonal`: a tall (or, transposed, wide) matrix with orthonormal columns
+    from an unconstrained one, by the matrix exponential or the Cayley map of a skew-symmetric
+    matrix, or by Householder reflectors; with `use_trivialization` composed with the buffer
+    `base` (the dynamic trivialization), which `right_inverse` sets."""
+
+    def __init__(self, weight: Tensor, orthogonal_map: str, *,
+                 use_trivialization: bool = True) -> None:  # fmt: skip
+        super().__init__()
+        if weight.dtype.kind == "c" and orthogonal_map == "householder":
+            raise ValueError("The householder parametrization does not support complex tensors.")
+        self.shape, self.orthogonal_map = tuple(weight.shape), orthogonal_map
+        if use_trivialization:
+            self.register_buffer("base", None)
+
+    def forward(self, X: Tensor) -> Tensor:
+        n, k = X.shape[-2:]
+        transposed = n < k
+        if transposed:
+            X, (n, k) = X.mT, (k, n)
+        if self.orthogonal_map in ("matrix_exp", "cayley"):
+            X = X.tril()
+            if n != k:  # embedded in a square matrix
+                X = functions.cat([X, X.new_zeros(n, n - k).expand(*X.shape[:-2], -1, -1)], -1)
+            A = X - X.mH
+            if self.orthogonal_map == "matrix_exp":
+                Q = linalg.matrix_exp(A)
+            else:  # (I + A/2)(I - A/2)^-1
+                eye = Tensor._of(np.eye(n, dtype=A.dtype))
+                Q = linalg.solve(eye - 0.5 * A, eye + 0.5 * A)
+            Q = Q[..., :k] if n != k else Q
+        else:
+            A = X.tril(diagonal=-1)
+            tau = 2.0 / (1.0 + (A * A).sum(dim=-2))
+            Q = linalg.householder_product(A, tau)
+            # X's diagonal holds 1s and -1s, not differentiated through (PyTorch's cast)
+            Q = Q * X.diagonal(dim1=-2, dim2=-1).int().unsqueeze(-2)
+        if hasattr(self, "base"):
+            Q = self.base @ Q
+        return Q.mT if transposed else Q
+
+    def right_inverse(self, Q: Tensor) -> Tensor:
+        if tuple(Q.shape) != self.shape:
+            raise ValueError(f"Expected a matrix or batch of matrices of shape {self.shape}. "
+                             f"Got a tensor of shape {tuple(Q.shape)}.")  # fmt: skip
+        with no_grad():
+            return self._right_inverse(Q)
+
+    def _right_inverse(self, Q: Tensor) -> Tensor:
+        start, (n, k) = Q, Q.shape[-2:]
+        transpose = n < k
+        if transpose:
+            Q, (n, k) = Q.mT, (k, n)
+        if not hasattr(self, "base"):
+            if self.orthogonal_map != "householder":
+                raise NotImplementedError("It is not possible to assign to the matrix exponential "
+                                          "or the Cayley parametrizations when "
+                                          "use_trivialization=False.")  # fmt: skip
+            h, tau = linalg.geqrf(Q)  # R's diagonal positive: a reflection where tau is 0 flips
+            a = h.numpy().copy()
+            d = np.sign(np.diagonal(a, axis1=-2, axis2=-1)) * np.where(tau.numpy() == 0, -1, 1)
+            diag = np.arange(min(a.shape[-2:]))
+            a[..., diag, diag] = d
+            return Tensor._of(np.swapaxes(a, -1, -2).copy() if transpose else a)
+        if n == k:
+            Q = Q.clone() if _is_orthogonal(Q.numpy()) else _make_orthogonal(Q)
+        else:  # completed to an n x n orthogonal matrix
+            N = creation.randn(*(tuple(Q.shape[:-2]) + (n, n - k)), dtype=Q.dtype)
+            Q = _make_orthogonal(functions.cat([Q, N], dim=-1))
+        self.base = Q
+        diag = np.arange(min(start.shape[-2:]))
+        neg_eye = np.zeros(start.shape, start.dtype)
+        neg_eye[..., diag, diag] = -1.0  # so that householder(zeros) is the identity
+        return Tensor._of(neg_eye)
+
+
+@pytorch_keywords
+def orthogonal(module: Module, name: str = "weight", orthogonal_map: str | None = None, *,
+               use_trivialization: bool = True) -> Module:  # fmt: skip
+    """`module.name` kept orthogonal (orthonormal columns if tall, rows if wide; a batch of
+    matrices for more dimensions), as PyTorch's `parametrizations.orthogonal`: by
+    `"matrix_exp"` (the default for square or complex matrices), `"cayley"` or
+    `"householder"` (the default otherwise) of `parametrizations.name.original`, composed with
+    the buffer `parametrizations.name.0.base` under `use_trivialization`. The initial value is
+    the tensor itself if orthogonal, else the Q of its QR decomposition."""
+    weight = getattr(module, name, None)
+    if not isinstance(weight, Tensor):
+        raise ValueError(f"Module '{module}' has no parameter or buffer with name '{name}'")
+    if weight.ndim < 2:
+        raise ValueError(f"Expected a matrix or batch of matrices. Got a tensor of {weight.ndim} "
+                         "dimensions.")  # fmt: skip
+    if orthogonal_map is None:
+        square = weight.shape[-2] == weight.shape[-1]
+        orthogonal_map = "matrix_exp" if square or weight.dtype.kind == "c" else "householder"
+    if orthogonal_map not in ORTHOGONAL_MAPS:
+        raise ValueError('orthogonal_map has to be one of "matrix_exp", "cayley", "householder". '
+                         f"Got: {orthogonal_map}")  # fmt: skip
+    orth = _Orthogonal(weight, orthogonal_map, use_trivialization=use_trivialization)
+    return register_parametrization(module, name, orth, unsafe=True)
 
 
 class _SpectralNorm(Module):
