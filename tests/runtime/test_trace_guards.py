@@ -372,5 +372,23 @@ def test_a_numpy_array_the_step_changes_in_place_is_refused():
         counts[0] += 1
         return x.sum()
 
-    with pytest.raises(Exception, match="in place"):
+    with pytest.raises(Exception, match="a NumPy array it reads"):
         step(X)
+
+
+def test_a_count_the_step_changed_before_its_trace_refused_is_counted_once():
+    """The step's Python ran while tracing; where the trace refuses, the call runs eagerly and
+    counts again: the trace's change is undone first."""
+    global CALLS
+    CALLS = 0
+
+    def step(x):
+        global CALLS
+        CALLS += 1
+        return x * 2 if x.sum() > 0 else x  # a branch on a value: PyTorch breaks the graph
+
+    step = torch.compile(step, backend="numpy")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "runs eagerly"
+        step(X), step(X)
+    assert CALLS == 2

@@ -447,11 +447,11 @@ def watch_arguments(fn: Callable, args: tuple, kwargs: dict) -> None:
     code = getattr(fn, "__code__", None)
     if code is None or not Listeners.tracers:
         return
-    params = code.co_varnames[: code.co_argcount]
+    params, names = code.co_varnames[: code.co_argcount], names_read(fn)
     named = [(params[i] if i < len(params) else str(i), a) for i, a in enumerate(args)]
     for name, value in [*named, *kwargs.items()]:
         if hasattr(value, "__dict__") and not isinstance(value, (Tensor, np.ndarray, *_CODE)):
-            _watch_entries(value, f"argument `{name}`", names_read(fn), 1)
+            _watch_entries(value, f"argument `{name}`", names, 1)
 
 
 REACH_DEPTH = 3  # `cfg.train.optim["lr"]`: deeper, the values are data more than settings
@@ -925,26 +925,36 @@ class Tracer:
             and (s.grad.shape, s.grad.dtype) == (s.tensor._grad.shape, s.tensor._grad.dtype)
         ]  # fmt: skip
 
+    def changed_settings(self) -> list[tuple[Any, Watch]]:
+        """The numbers, flags, strings and arrays the step read and has changed, by key (not
+        a tensor it put there: `unwatch_replaced`)."""
+        changed = [(key, w) for key in self.reached if (w := self.watched.get(key)) is not None
+                   and not w.same and not w.holds()]  # fmt: skip
+        return [(key, w) for key, w in changed if isinstance(now := w.get(), Contents)
+                or _is_setting(now)]  # fmt: skip
+
     def follow_changed_settings(self) -> None:
-        """A number, flag or string the step read and changed (`self.calls += 1`, a mode it
-        switches): the trace ran the step's Python once, so the value is put back as it was,
-        and each call of the plan ends by setting what the step left (`after_call`). That is
-        what an eager call leaves: a plan runs only while the values it starts from are the
-        trace's (its watches). An array changed in place cannot be put back: refused."""
-        for key in self.reached:
-            w = self.watched.get(key)
-            if w is None or w.same or w.holds():
-                continue
-            now = w.get()
-            if isinstance(now, Contents) or isinstance(w.value, Contents):
+        """A setting the step read and changed (`self.calls += 1`, a mode it switches): each
+        call of the plan ends by setting what the step left (`after_call`), which is what an
+        eager call leaves, since a plan runs only from the values the trace started from (its
+        watches); the trace's own change is undone (`put_back_settings`). An array cannot be
+        put back (the watch keeps its checksum): refused."""
+        for key, w in self.changed_settings():
+            if isinstance(w.get(), Contents) or isinstance(w.value, Contents):
                 raise TraceError(
-                    f"the step changed {w.describe}, a NumPy array it reads, in place: a plan "
-                    "would not change it again. Change it outside the compiled step, or keep "
-                    "it in a tensor"
+                    f"the step changed {w.describe}, a NumPy array it reads: a plan would not "
+                    "change it again. Change it outside the compiled step, or keep it in a "
+                    "tensor"
                 )
-            if _is_setting(now):  # not a tensor the step put there (`unwatch_replaced`)
+            self.after[("set", key)] = functools.partial(put, w.get, w.get())
+
+    def put_back_settings(self) -> None:
+        """Undo the trace's changes to the settings the step read (the step ran its Python
+        once, while tracing): they are the plan's to make at each call, or, where the trace
+        refused, the eager call's."""
+        for _, w in self.changed_settings():
+            if not isinstance(w.value, Contents):
                 put(w.get, w.value)
-                self.after[("set", key)] = functools.partial(put, w.get, now)
 
     def unwatch_replaced(self, filled: Sequence[Place]) -> None:
         """Forget the watches of places where the step itself puts a tensor (or a tuple of
@@ -1124,6 +1134,7 @@ def capture(
         return cap
     finally:
         Listeners.tracers.remove(tracer)
+        tracer.put_back_settings()
         tracer.restore()
         if discarded:
             tracer.undo()
