@@ -572,7 +572,7 @@ def build(method: str, name: str) -> Callable[[], float]:
         return float(step(*args).detach())
 
     if method == "tg-traced":
-        run.wait_for_kernels = step.wait_for_kernels
+        run.traced, run.wait_for_kernels = step, step.wait_for_kernels
     return run
 
 
@@ -584,7 +584,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=15, help="timed steps per child, at most")
     parser.add_argument("--budget", type=float, default=10.0, help="seconds of timed steps")
+    parser.add_argument("--profile", choices=list(MODELS), help="where the traced step's time "
+                        "goes, instead (zoo.py's report)")  # fmt: skip
     args = parser.parse_args()
+    if args.profile:
+        from zoo import profile_run
+
+        return profile_run(args.profile, build("tg-traced", args.profile), "float32")
     if args.child:
         result = time_step(build(*args.child), args.steps, args.budget)
         print(MARK + json.dumps(result))

@@ -1,5 +1,6 @@
 """The Numba backend's LSTM and GRU scan kernels (`compiler.kernels.recurrent`) against the ops'
-NumPy versions, both directions, on shapes whose units do not split evenly between the threads;
+NumPy versions, both directions, on shapes whose units do not split evenly between the threads
+(or on the calling thread alone);
 and eager layers that reach the kernels against the same layers on NumPy."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import pytest
 
 import tracegrad as tg
 from tracegrad import nn
+from tracegrad.compiler.kernels import recurrent
 from tracegrad.compiler.kernels.native import compile_native
 from tracegrad.core import primitives as P
 from tracegrad.core.ir import Node, Value
@@ -38,9 +40,13 @@ def scan_inputs(rng, scan, steps, batch, hidden):
 @pytest.mark.parametrize("scan", ["lstm", "gru"])
 @pytest.mark.parametrize("steps, batch, hidden", [(5, 3, 7), (1, 1, 33), (0, 2, 3)])
 @pytest.mark.parametrize("reverse", [False, True])
-def test_kernels_match_the_numpy_versions(rng, scan, steps, batch, hidden, reverse):
+@pytest.mark.parametrize("shared", [False, True])
+def test_kernels_match_the_numpy_versions(rng, monkeypatch, scan, steps, batch, hidden, reverse,
+                                          shared):  # fmt: skip
     """Forward and the packed cotangents, float32 (the dtype eager runs them in; a float64
-    module each would double the compile time of this file)."""
+    module each would double the compile time of this file), on the calling thread and shared
+    between the threads (a short scan runs on one unless the team is awake)."""
+    monkeypatch.setattr(recurrent, "SERIAL_MAX", 0 if shared else 1 << 62)
     op, grad = (P.lstm_scan, P.lstm_scan_grad) if scan == "lstm" else (P.gru_scan, P.gru_scan_grad)
     ins = [a.astype(np.float32) for a in scan_inputs(rng, scan, steps, batch, hidden)]
     want = op.impl(*ins, reverse=reverse)

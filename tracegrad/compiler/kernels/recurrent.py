@@ -23,7 +23,7 @@ from tracegrad.compiler.kernels import fastmath, team
 from tracegrad.compiler.kernels.blas import gemm_symbols
 from tracegrad.compiler.kernels.cache import GeneratedKernel, in_c_order, named
 from tracegrad.compiler.kernels.fused import GENERATOR_VERSION
-from tracegrad.compiler.kernels.gemm import declarations
+from tracegrad.compiler.kernels.gemm import SERIAL_MAX, declarations
 from tracegrad.core import primitives as P
 from tracegrad.core.ir import Node
 from tracegrad.core.ops.recurrent import GRU_WORKSPACE, LSTM_WORKSPACE, unpack, workspace
@@ -31,6 +31,9 @@ from tracegrad.core.ops.recurrent import GRU_WORKSPACE, LSTM_WORKSPACE, unpack, 
 OPS = {P.lstm_scan: "lstm forward", P.lstm_scan_grad: "lstm backward",
        P.gru_scan: "gru forward", P.gru_scan_grad: "gru backward"}  # fmt: skip
 DTYPES = ("float32", "float64")
+# a kernel at any size (`lowering`): the NumPy versions are a loop of calls per step (a
+# decoder's one-step scans, hundreds a plan, each took four times the kernel's time)
+KERNEL_MIN = 0
 
 _HEAD = '''"""A scan's {op} ({dtype}): compiler.kernels.recurrent generated it."""
 
@@ -47,10 +50,19 @@ _inner = njit(fastmath={flags}, error_model="numpy", cache=True)
 _parallel = njit(fastmath={flags}, error_model="numpy", parallel=True, cache=True)
 
 
-@_parallel
+@_inner
 def product(a, ta, lda, b, tb, ldb, c, ldc, m, n, k, threads):
     """c (m x n) = a (m x k) @ b (k x n), each read as laid out (`ta`, `tb`: AS_IS or
-    TRANSPOSED) at the given addresses, c's columns in `threads` shares."""
+    TRANSPOSED) at the given addresses, c's columns in `threads` shares (one: on this thread,
+    not waking the others)."""
+    if threads == 1:
+        gemm(ROW_MAJOR, ta, tb, m, n, k, T(1), a, lda, b, ldb, T(0), c, ldc)
+    else:
+        shared_product(a, ta, lda, b, tb, ldb, c, ldc, m, n, k, threads)
+
+
+@_parallel
+def shared_product(a, ta, lda, b, tb, ldb, c, ldc, m, n, k, threads):
     share = -(-n // threads)
     for part in prange(threads):
         lo, hi = part * share, min(n, (part + 1) * share)
@@ -76,20 +88,26 @@ def befores(h0, out, steps, reverse):
 
 _LSTM_FORWARD = '''
 
-@_parallel
-def cells(x, pre, c, h, acts, states, size):
-    """One step's gates from x's and h W_hh^T's parts (activated, into acts), then c (into
-    states too) and h, row by row."""
-    for b in prange(x.shape[0]):
-        for j in range(size):
-            i = sigmoid(x[b, j] + pre[b, j])
-            f = sigmoid(x[b, size + j] + pre[b, size + j])
-            g = tanh(x[b, 2 * size + j] + pre[b, 2 * size + j])
-            o = sigmoid(x[b, 3 * size + j] + pre[b, 3 * size + j])
-            acts[b, j], acts[b, size + j], acts[b, 2 * size + j], acts[b, 3 * size + j] = i, f, g, o
-            c[b, j] = f * c[b, j] + i * g
-            states[b, j] = c[b, j]
-            h[b, j] = o * tanh(c[b, j])
+@_inner
+def cells_row(x, pre, c, h, acts, states, size):
+    """One row's gates from x's and h W_hh^T's parts (activated, into acts), then c (into
+    states too) and h. (A row at a time: LLVM vectorized the loop over all rows badly where
+    it was inlined with its first row a constant 0, as on one thread.)"""
+    for j in range(size):
+        i = sigmoid(x[j] + pre[j])
+        f = sigmoid(x[size + j] + pre[size + j])
+        g = tanh(x[2 * size + j] + pre[2 * size + j])
+        o = sigmoid(x[3 * size + j] + pre[3 * size + j])
+        acts[j], acts[size + j], acts[2 * size + j], acts[3 * size + j] = i, f, g, o
+        c[j] = f * c[j] + i * g
+        states[j] = c[j]
+        h[j] = o * tanh(c[j])
+
+
+@_inner
+def cells_rows(lo, hi, x, pre, c, h, acts, states, size):
+    for b in range(lo, hi):
+        cells_row(x[b], pre[b], c[b], h[b], acts[b], states[b], size)
 
 
 @njit("void({dtype}[:, :, ::1], {dtype}[:, ::1], {dtype}[:, ::1], {dtype}[:, ::1], boolean, "
@@ -107,7 +125,7 @@ def kernel(x, w, h0, c0, reverse, out, acts, states, threads):
         t = step_of(s, steps, reverse)
         product(h.ctypes.data, AS_IS, size, w.ctypes.data, TRANSPOSED, size, pre.ctypes.data,
                 gates, batch, gates, size, threads)
-        cells(x[t], pre, c, out[t], acts[t], states[t], size)
+        cells(threads, x[t], pre, c, out[t], acts[t], states[t], size)
         h = out[t]
     out[steps] = c
     set_blas_threads(blas_threads)
@@ -115,25 +133,31 @@ def kernel(x, w, h0, c0, reverse, out, acts, states, threads):
 
 _LSTM_BACKWARD = '''
 
-@_parallel
-def cotangents(t, prev, dhs, acts, states, dacts, dstates, c0, dh, dc, dx):
-    """Step t's cotangents of its gates (into dx[t]), with those of its activated gates and
-    cell state (dacts, dstates: the workspace's); dh, dc become those of the cell state before
-    it (dh without the product by W_hh, which follows)."""
-    size = dh.shape[1]
-    for b in prange(dh.shape[0]):
-        for j in range(size):
-            i, f = acts[t, b, j], acts[t, b, size + j]
-            g, o = acts[t, b, 2 * size + j], acts[t, b, 3 * size + j]
-            tc = tanh(states[t, b, j])
-            dh_ = dh[b, j] + dhs[t, b, j]
-            dc_ = dc[b, j] + dh_ * o * (1 - tc * tc) + dstates[t, b, j]
-            cp = c0[b, j] if prev < 0 else states[prev, b, j]
-            dx[t, b, j] = (dc_ * g + dacts[t, b, j]) * i * (1 - i)
-            dx[t, b, size + j] = (dc_ * cp + dacts[t, b, size + j]) * f * (1 - f)
-            dx[t, b, 2 * size + j] = (dc_ * i + dacts[t, b, 2 * size + j]) * (1 - g * g)
-            dx[t, b, 3 * size + j] = (dh_ * tc + dacts[t, b, 3 * size + j]) * o * (1 - o)
-            dc[b, j] = dc_ * f
+@_inner
+def cotangents_row(dhs, acts, states, dacts, dstates, cp, dh, dc, dx, size):
+    """One row of a step's cotangents of its gates (into dx), with those of its activated gates
+    and cell state (dacts, dstates); dh, dc become those of the cell state before it (dh without
+    the product by W_hh, which follows); cp is the cell state before the step."""
+    for j in range(size):
+        i, f = acts[j], acts[size + j]
+        g, o = acts[2 * size + j], acts[3 * size + j]
+        tc = tanh(states[j])
+        dh_ = dh[j] + dhs[j]
+        dc_ = dc[j] + dh_ * o * (1 - tc * tc) + dstates[j]
+        dx[j] = (dc_ * g + dacts[j]) * i * (1 - i)
+        dx[size + j] = (dc_ * cp[j] + dacts[size + j]) * f * (1 - f)
+        dx[2 * size + j] = (dc_ * i + dacts[2 * size + j]) * (1 - g * g)
+        dx[3 * size + j] = (dh_ * tc + dacts[3 * size + j]) * o * (1 - o)
+        dc[j] = dc_ * f
+
+
+@_inner
+def cotangents_rows(lo, hi, t, prev, dhs, acts, states, dacts, dstates, c0, dh, dc, dx):
+    """Step t's cotangents, rows lo..hi (`cotangents_row`; prev: the step before, or -1)."""
+    for b in range(lo, hi):
+        cp = c0[b] if prev < 0 else states[prev, b]
+        cotangents_row(dhs[t, b], acts[t, b], states[t, b], dacts[t, b], dstates[t, b], cp,
+                       dh[b], dc[b], dx[t, b], dh.shape[1])
 
 
 @njit("void({dtype}[:, :, ::1], {dtype}[:, :, ::1], {dtype}[:, :, ::1], {dtype}[:, :, ::1], "
@@ -152,8 +176,8 @@ def kernel(g, out, acts, states, dacts, dstates, w, h0, c0, reverse, dx, dw, dh0
     dh, dc = np.zeros((batch, size), D), g[steps].copy()
     for s in range(steps - 1, -1, -1):
         t = step_of(s, steps, reverse)
-        cotangents(t, step_of(s - 1, steps, reverse) if s > 0 else -1, g, acts, states, dacts,
-                   dstates, c0, dh, dc, dx)
+        cotangents(threads, t, step_of(s - 1, steps, reverse) if s > 0 else -1, g, acts,
+                   states, dacts, dstates, c0, dh, dc, dx)
         product(dx[t].ctypes.data, AS_IS, gates, w.ctypes.data, AS_IS, size, dh.ctypes.data,
                 size, batch, size, gates, threads)
     if steps == 0:
@@ -168,18 +192,23 @@ def kernel(g, out, acts, states, dacts, dstates, w, h0, c0, reverse, dx, dw, dh0
 
 _GRU_FORWARD = '''
 
-@_parallel
-def cells(x, hidden, bias, h, out, acts, hid_n, size):
-    """One step's gates from x's parts and h W_hh^T's (+ b_hh; activated, into acts, and hid_n,
-    what r multiplies), then h, row by row."""
-    for b in prange(x.shape[0]):
-        for j in range(size):
-            r = sigmoid(x[b, j] + (hidden[b, j] + bias[j]))
-            z = sigmoid(x[b, size + j] + (hidden[b, size + j] + bias[size + j]))
-            hid = hidden[b, 2 * size + j] + bias[2 * size + j]
-            n = tanh(x[b, 2 * size + j] + r * hid)
-            acts[b, j], acts[b, size + j], acts[b, 2 * size + j], hid_n[b, j] = r, z, n, hid
-            out[b, j] = n + z * (h[b, j] - n)
+@_inner
+def cells_row(x, hidden, bias, h, out, acts, hid_n, size):
+    """One row's gates from x's parts and h W_hh^T's (+ b_hh; activated, into acts, and hid_n,
+    what r multiplies), then h. (A row at a time: see the LSTM's `cells_row`.)"""
+    for j in range(size):
+        r = sigmoid(x[j] + (hidden[j] + bias[j]))
+        z = sigmoid(x[size + j] + (hidden[size + j] + bias[size + j]))
+        hid = hidden[2 * size + j] + bias[2 * size + j]
+        n = tanh(x[2 * size + j] + r * hid)
+        acts[j], acts[size + j], acts[2 * size + j], hid_n[j] = r, z, n, hid
+        out[j] = n + z * (h[j] - n)
+
+
+@_inner
+def cells_rows(lo, hi, x, hidden, bias, h, out, acts, hid_n, size):
+    for b in range(lo, hi):
+        cells_row(x[b], hidden[b], bias, h[b], out[b], acts[b], hid_n[b], size)
 
 
 @njit("void({dtype}[:, :, ::1], {dtype}[:, ::1], {dtype}[::1], {dtype}[:, ::1], boolean, "
@@ -197,7 +226,7 @@ def kernel(x, w, bias, h0, reverse, out, acts, hid_n, threads):
         t = step_of(s, steps, reverse)
         product(h.ctypes.data, AS_IS, size, w.ctypes.data, TRANSPOSED, size, hidden.ctypes.data,
                 gates, batch, gates, size, threads)
-        cells(x[t], hidden, bias, h, out[t], acts[t], hid_n[t], size)
+        cells(threads, x[t], hidden, bias, h, out[t], acts[t], hid_n[t], size)
         h = out[t]
     out[steps] = h
     set_blas_threads(blas_threads)
@@ -205,23 +234,29 @@ def kernel(x, w, bias, h0, reverse, out, acts, hid_n, threads):
 
 _GRU_BACKWARD = '''
 
-@_parallel
-def cotangents(t, dhs, acts, hid_n, dacts, dhid_n, before, dh, dprod, dx, dhid):
-    """Step t's cotangents of its gates' sums (into dx[t], and of h W_hh^T's parts into
-    dhid[t]), with those of its activated gates and hid_n (dacts, dhid_n: the workspace's); dh
-    becomes that of h before it but for the product by W_hh (dprod's, next)."""
-    size = dh.shape[1]
-    for b in prange(dh.shape[0]):
-        for j in range(size):
-            r, z, n = acts[t, b, j], acts[t, b, size + j], acts[t, b, 2 * size + j]
-            dh_ = dh[b, j] + dprod[b, j] + dhs[t, b, j]
-            dn = (dh_ * (1 - z) + dacts[t, b, 2 * size + j]) * (1 - n * n)
-            dr = (dn * hid_n[t, b, j] + dacts[t, b, j]) * r * (1 - r)
-            dz = (dh_ * (before[t, b, j] - n) + dacts[t, b, size + j]) * z * (1 - z)
-            dx[t, b, j], dx[t, b, size + j], dx[t, b, 2 * size + j] = dr, dz, dn
-            dhid[t, b, j], dhid[t, b, size + j] = dr, dz
-            dhid[t, b, 2 * size + j] = dn * r + dhid_n[t, b, j]
-            dh[b, j] = dh_ * z
+@_inner
+def cotangents_row(dhs, acts, hid_n, dacts, dhid_n, before, dh, dprod, dx, dhid, size):
+    """One row of a step's cotangents of its gates' sums (into dx, and of h W_hh^T's parts
+    into dhid), with those of its activated gates and hid_n (dacts, dhid_n); dh becomes that of
+    h before it but for the product by W_hh (dprod's, next)."""
+    for j in range(size):
+        r, z, n = acts[j], acts[size + j], acts[2 * size + j]
+        dh_ = dh[j] + dprod[j] + dhs[j]
+        dn = (dh_ * (1 - z) + dacts[2 * size + j]) * (1 - n * n)
+        dr = (dn * hid_n[j] + dacts[j]) * r * (1 - r)
+        dz = (dh_ * (before[j] - n) + dacts[size + j]) * z * (1 - z)
+        dx[j], dx[size + j], dx[2 * size + j] = dr, dz, dn
+        dhid[j], dhid[size + j] = dr, dz
+        dhid[2 * size + j] = dn * r + dhid_n[j]
+        dh[j] = dh_ * z
+
+
+@_inner
+def cotangents_rows(lo, hi, t, dhs, acts, hid_n, dacts, dhid_n, before, dh, dprod, dx, dhid):
+    """Step t's cotangents, rows lo..hi (`cotangents_row`)."""
+    for b in range(lo, hi):
+        cotangents_row(dhs[t, b], acts[t, b], hid_n[t, b], dacts[t, b], dhid_n[t, b],
+                       before[t, b], dh[b], dprod[b], dx[t, b], dhid[t, b], dh.shape[1])
 
 
 @_parallel
@@ -252,7 +287,7 @@ def kernel(g, out, acts, hid_n, dacts, dhid_n, w, h0, reverse, dx, dw, db, dh0, 
     dh, dprod = g[steps].copy(), np.zeros((batch, size), D)
     for s in range(steps - 1, -1, -1):
         t = step_of(s, steps, reverse)
-        cotangents(t, g, acts, hid_n, dacts, dhid_n, before, dh, dprod, dx, dhid)
+        cotangents(threads, t, g, acts, hid_n, dacts, dhid_n, before, dh, dprod, dx, dhid)
         product(dhid[t].ctypes.data, AS_IS, gates, w.ctypes.data, AS_IS, size,
                 dprod.ctypes.data, size, batch, size, gates, threads)
     flat = dhid.reshape(steps * batch, gates)
@@ -261,14 +296,68 @@ def kernel(g, out, acts, hid_n, dacts, dhid_n, w, h0, reverse, dx, dw, db, dh0, 
     else:  # (H, 3H) = before (T B, H)^T @ dhid (T B, 3H)
         product(before.ctypes.data, TRANSPOSED, size, dhid.ctypes.data, AS_IS, gates,
                 dw.ctypes.data, gates, size, gates, steps * batch, threads)
-    column_sums(flat, db, threads)
+    if threads == 1:  # the loop below would wake the other threads
+        db[:] = flat.sum(axis=0)
+    else:
+        column_sums(flat, db, threads)
     dh0[:] = dh + dprod
     set_blas_threads(blas_threads)
 '''
 
 
-_SOURCES = {"lstm forward": _LSTM_FORWARD, "lstm backward": _LSTM_BACKWARD,
-            "gru forward": _GRU_FORWARD, "gru backward": _GRU_BACKWARD}  # fmt: skip
+_SPLIT = """
+
+@_parallel
+def shared_{name}(threads, {params}):
+    share = -(-{rows} // threads)
+    for part in prange(threads):
+        {name}_rows(part * share, min({rows}, (part + 1) * share), {params})
+
+
+@_inner
+def {name}(threads, {params}):
+    \"\"\"`{name}_rows` over all rows, in `threads` shares (one: on this thread, not waking
+    the others).\"\"\"
+    if threads == 1:
+        {name}_rows(0, {rows}, {params})
+    else:
+        shared_{name}(threads, {params})
+"""
+
+
+def split_rows(name: str, params: str, rows: str) -> str:
+    """The module text of `name(threads, params)`: `name_rows(lo, hi, params)` over rows 0..rows
+    in `threads` shares, or on the calling thread alone for one."""
+    return _SPLIT.format(name=name, params=params, rows=rows)
+
+
+def _with_split(template: str, name: str, params: str, rows: str) -> str:
+    """`template` with `split_rows(name, ...)` before its kernel, which Numba compiles as the
+    module loads (its signature is given), so what it calls must be defined first."""
+    at = template.index('\n@njit("void(')
+    return template[:at] + split_rows(name, params, rows) + template[at:]
+
+
+_SOURCES = {
+    "lstm forward": _with_split(
+        _LSTM_FORWARD, "cells", "x, pre, c, h, acts, states, size", "x.shape[0]"
+    ),
+    "lstm backward": _with_split(
+        _LSTM_BACKWARD,
+        "cotangents",
+        "t, prev, dhs, acts, states, dacts, dstates, c0, dh, dc, dx",
+        "dh.shape[0]",
+    ),
+    "gru forward": _with_split(
+        _GRU_FORWARD, "cells", "x, hidden, bias, h, out, acts, hid_n, size", "x.shape[0]"
+    ),
+    "gru backward": _with_split(
+        _GRU_BACKWARD,
+        "cotangents",
+        "t, dhs, acts, hid_n, dacts, dhid_n, before, dh, dprod, dx, dhid",
+        "dh.shape[0]",
+    ),
+}
 
 
 def generate_source(op: str, dtype: str, ints: str) -> str:
@@ -308,16 +397,21 @@ class ScanKernel(GeneratedKernel):
             raise ValueError(f"scan kernels write C-contiguous results, not {result.strides}")
         head, (x, w_hh_t, *states) = [in_c_order(a) for a in ins[:-4]], ins[-4:]
         w, states, steps = in_c_order(w_hh_t.T), [in_c_order(a) for a in states], x.shape[0]
+        # the products' multiply-adds: a short scan's (a decoder's one step) run on this thread
+        # unless the team still spins, as a small product's (`gemm.SERIAL_MAX`)
+        work = x.size * w_hh_t.shape[0]
+        threads = self.threads if work >= SERIAL_MAX or team.awake() else 1
         if self.backward:
             g, out = head
             parts = unpack(result, x, w_hh_t, *states)
             kept = (*workspace(out, steps, self.widths), *workspace(g, steps, self.widths))
             states = states if self.lstm else states[1:]  # not b_hh
-            self.compiled(g, out, *kept, w, *states, self.reverse, *parts, self.threads)
+            self.compiled(g, out, *kept, w, *states, self.reverse, *parts, threads)
         else:
             kept = workspace(result, steps, self.widths)
-            self.compiled(in_c_order(x), w, *states, self.reverse, result, *kept, self.threads)
-        team.finished()
+            self.compiled(in_c_order(x), w, *states, self.reverse, result, *kept, threads)
+        if threads > 1:
+            team.finished()
 
 
 def scratch(node: Node) -> int:
