@@ -392,3 +392,32 @@ def test_a_count_the_step_changed_before_its_trace_refused_is_counted_once():
         warnings.simplefilter("ignore")  # "runs eagerly"
         step(X), step(X)
     assert CALLS == 2
+
+
+def test_a_modules_forward_compiled_in_its_class_trains_as_eager():
+    """`@torch.compile` on `forward` in the class body: the module is the first argument, the
+    forward and its backward compile, and training matches the eager module."""
+
+    def run(compile):
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = torch.nn.Linear(3, 2).double()
+
+            def forward(self, x):
+                return torch.tanh(self.fc(x))
+
+        Net.forward = compile(Net.forward)
+        torch.manual_seed(0)
+        net = Net()
+        opt, losses = torch.optim.SGD(net.parameters(), lr=0.1), []
+        for _ in range(3):
+            opt.zero_grad()
+            loss = net(X).pow(2).sum()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return losses + net.fc.weight.numpy().ravel().tolist()
+
+    eager, traced = _both(run)
+    np.testing.assert_allclose(traced, eager, rtol=1e-12)
