@@ -31,8 +31,8 @@ from tracegrad.core.ops.recurrent import GRU_WORKSPACE, LSTM_WORKSPACE, unpack, 
 OPS = {P.lstm_scan: "lstm forward", P.lstm_scan_grad: "lstm backward",
        P.gru_scan: "gru forward", P.gru_scan_grad: "gru backward"}  # fmt: skip
 DTYPES = ("float32", "float64")
-# a kernel at any size (`lowering`): the NumPy versions are a loop of calls per step (a
-# decoder's one-step scans, hundreds a plan, each took four times the kernel's time)
+# a kernel at any size (`lowering`): the NumPy versions are a loop of calls per step, whatever
+# the scan's size (a decoder's one-step scans: hundreds a plan)
 KERNEL_MIN = 0
 
 _HEAD = '''"""A scan's {op} ({dtype}): compiler.kernels.recurrent generated it."""
