@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tests.conftest import check_grad
+from tests.conftest import check_grad, numeric_grad
 from tracegrad.compiler import lowering
 from tracegrad.frontend.function import Function, once_differentiable
 
@@ -444,3 +444,36 @@ def test_autograd_backward_from_several_outputs_and_into_chosen_inputs():
     x.grad = w.grad = None
     tg.autograd.backward((x * w).sum(), inputs=[w])
     assert x.grad is None and w.grad.numpy().tolist() == [3.0]
+
+
+class ExpTwice(tg.autograd.Function):
+    """Two outputs, e^x and 2 e^x, saving the first for backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        e = tg.exp(x)
+        ctx.save_for_backward(e)
+        return e, 2 * e
+
+    @staticmethod
+    def backward(ctx, g1, g2):
+        (e,) = ctx.saved_tensors
+        return (g1 + 2 * g2) * e
+
+
+def test_double_backward_through_a_saved_output_the_caller_dropped():
+    """Only the second output is kept, so the saved first one's node has died: a double
+    backward still differentiates through it (PyTorch's tutorial `Sinh` does this), against
+    finite differences of the first derivative; and the dropped output is not kept alive."""
+    x0 = np.array([0.3, -1.2, 2.0])
+    x = tg.tensor(x0, requires_grad=True)
+    outs = ExpTwice.apply(x)
+    dropped = weakref.ref(outs[0])
+    y = outs[1]
+    del outs
+    assert dropped() is None
+    (g,) = tg.autograd.grad(y.sum(), x, create_graph=True)
+    (gg,) = tg.autograd.grad(g.sum(), x)
+    np.testing.assert_allclose(g.numpy(), 2 * np.exp(x0), rtol=1e-12)
+    np.testing.assert_allclose(gg.numpy(), numeric_grad(lambda v: (2 * np.exp(v)).sum(), x0),
+                               rtol=1e-7)  # fmt: skip

@@ -75,13 +75,18 @@ class FunctionCtx:
 class SavedOutput:
     """An output saved for backward, kept as its value and a weak link to its node: the output
     tensor itself would make a cycle (output -> node -> ctx -> output) that only the garbage
-    collector frees."""
+    collector frees. Where the output is one of several, its node dies with it (the user kept
+    only another: `Sinh.apply(x)[1]`); a double backward then needs that history, so it is made
+    again on the Function's node, which lives while its backward can run (`remake`)."""
 
-    def __init__(self, t: Tensor) -> None:
-        self.value, self.node = t._value, weakref.ref(t._node)
+    def __init__(self, t: Tensor, remake: Callable[[Tensor], TapeNode | None] | None = None):
+        self.value, self.node, self.remake = t._value, weakref.ref(t._node), remake
 
     def tensor(self) -> Tensor:
-        return Tensor._wrap(self.value, self.node())
+        t = Tensor._wrap(self.value, self.node())
+        if t._node is None and self.remake is not None:
+            t._node = self.remake(t)
+        return t
 
 
 class _Rule:
@@ -201,6 +206,7 @@ def _record(cls: type, ctx: FunctionCtx, args: tuple, parents: list, outs: list)
     rule = _Rule(name, functools.partial(_backward, cls, ctx, len(args), slots, layout))
     node = FunctionNode(rule, {}, [parents[i] for i in slots], inputs, outs[diff[0]])
     node.ctx = ctx
+    remakes: dict[int, Callable | None] = {diff[0]: None}
     if len(diff) == 1:
         outs[diff[0]]._node = node
     else:
@@ -208,9 +214,22 @@ def _record(cls: type, ctx: FunctionCtx, args: tuple, parents: list, outs: list)
         for i in diff:
             select = _Rule(f"{name}.output{i}", functools.partial(_into_slot, layout, i))
             outs[i]._node = OutputNode(select, node, flat, outs[i])
-    ctx.to_save = tuple(
-        SavedOutput(t) if any(t is outs[i] for i in diff) else t for t in ctx.to_save
-    )
+            remakes[i] = functools.partial(_output_node, select, weakref.ref(node), flat)
+    ctx.to_save = tuple(_saved(t, outs, remakes) for t in ctx.to_save)
+
+
+def _saved(t: Any, outs: list, remakes: dict[int, Callable | None]) -> Any:
+    """What ctx keeps of a saved tensor: a `SavedOutput` for a differentiable output."""
+    i = next((i for i in remakes if t is outs[i]), None)
+    return t if i is None else SavedOutput(t, remakes[i])
+
+
+def _output_node(select: _Rule, parent: weakref.ref, flat: ShapeDtype,
+                 out: Tensor) -> TapeNode | None:  # fmt: skip
+    """A new node for a Function's output (one of several) whose own has died, on the
+    Function's node, if that still lives."""
+    node = parent()
+    return None if node is None else OutputNode(select, node, flat, out)
 
 
 class _Layout:
