@@ -103,3 +103,21 @@ def test_set_submodule_to_empty_call_super_init():
     with pytest.raises(ValueError):
         net.to_empty(device="cuda")
     assert tg.ones(1).shape == (1,)
+
+
+def test_load_state_dict_assign_makes_the_states_tensors_the_modules():
+    """assign=True, PyTorch 2.13's: the module holds the given tensors (their dtype, sharing
+    their memory), its parameters still parameters with their requires_grad; buffers too."""
+    src = nn.Sequential(nn.Linear(3, 2), nn.BatchNorm1d(2)).double()
+    state = {k: v.clone() for k, v in src.state_dict().items()}
+    dst = nn.Sequential(nn.Linear(3, 2), nn.BatchNorm1d(2))
+    dst[0].bias.requires_grad_(False)
+    dst.load_state_dict(state, assign=True)
+    assert isinstance(dst[0].weight, nn.Parameter) and dst[0].weight.dtype == np.float64
+    assert not dst[0].bias.requires_grad and dst[0].weight.requires_grad
+    state["0.weight"].numpy()[0, 0] = 7.0  # shared, as PyTorch's
+    assert dst[0].weight.numpy()[0, 0] == 7.0
+    assert dst[1].running_var is state["1.running_var"]
+    x = tg.ones((4, 3), dtype=tg.float64)
+    src[0].weight.data[0, 0] = 7.0
+    np.testing.assert_allclose(dst(x).numpy(), src(x).numpy())

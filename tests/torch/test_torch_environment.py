@@ -236,3 +236,30 @@ def test_compiler_settings_and_distributed_names_import():
     assert Optimizer is torch.optim.Optimizer and repr(required) == "<required parameter>"
     with pytest.raises(RuntimeError, match="ZeroRedundancyOptimizer is not provided"):
         ZeroRedundancyOptimizer([torch.zeros(1)], optimizer_class=torch.optim.AdamW)
+
+
+def test_a_device_as_a_context_and_the_loaders_mmap(tmp_path):
+    """PyTorch's recipe for loading a checkpoint without initializing twice: the model made
+    under `torch.device("meta")` (real values here), `torch.load(mmap=True)`, then
+    `load_state_dict(assign=True)`; another device as a context raises."""
+    with torch.device("cpu"):
+        src = torch.nn.Linear(3, 2).double()
+    torch.save(src.state_dict(), tmp_path / "m.pt")
+    with torch.device("meta"):
+        dst = torch.nn.Linear(3, 2)
+    state = torch.load(tmp_path / "m.pt", mmap=True, weights_only=True)
+    dst.load_state_dict(state, assign=True)
+    assert dst.weight.dtype == np.float64 and isinstance(dst.weight, torch.nn.Parameter)
+    np.testing.assert_array_equal(dst.weight.numpy(), src.weight.numpy())
+    with pytest.raises(ValueError, match="tracegrad runs on the CPU"), torch.device("cuda"):
+        pass
+
+
+def test_future_switches_are_kept_and_a_conversion_keeps_the_parameter():
+    torch.__future__.set_swap_module_params_on_conversion(True)
+    assert torch.__future__.get_swap_module_params_on_conversion()
+    torch.__future__.set_swap_module_params_on_conversion(False)
+    m = torch.nn.Linear(2, 2)
+    weight = m.weight
+    m.double()
+    assert m.weight is weight and weight.dtype == np.float64

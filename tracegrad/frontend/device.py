@@ -48,6 +48,18 @@ class device:  # noqa: N801 (PyTorch's name)
     def __reduce__(self) -> tuple:
         return device, (self.type, self.index)
 
+    def __enter__(self) -> device:
+        """`with torch.device("cpu"):` (the default device of what is made inside: the CPU, as
+        always). `"meta"` is accepted too: what it makes has real values here, which loading a
+        state_dict (`assign=True`) or `to_empty` then replaces, as it would the meta tensors.
+        Any other device raises."""
+        if self.type != "meta":
+            require_cpu(self, "with torch.device(...)")
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
 
 CPU = device("cpu")
 

@@ -159,13 +159,15 @@ def _is_plain(value: Any) -> bool:
 
 
 def load(
-    path: str | os.PathLike | IO[bytes], map_location: Any = None, weights_only: Any = None
-) -> Any:
+    path: str | os.PathLike | IO[bytes], map_location: Any = None, weights_only: Any = None,
+    mmap: bool | None = None,
+) -> Any:  # fmt: skip
     """Read a checkpoint written by `save`, from a path or a seekable binary file object: tensors
     where tensors were saved (ndarrays for files written before tensors were told apart).
 
     `map_location` may name the CPU (or be a dict or function, ignored): everything loads there.
-    `weights_only` is accepted for PyTorch's sake; nothing is ever unpickled."""
+    `weights_only` is accepted for PyTorch's sake; nothing is ever unpickled. `mmap` too: the
+    tensors are read into memory either way (PyTorch maps the file instead)."""
     if isinstance(map_location, str) or hasattr(map_location, "type"):
         require_cpu(map_location, "load(map_location=...)")
     if hasattr(path, "read"):

@@ -600,11 +600,15 @@ class Module:
             f"{type(self).__name__} does not define set_extra_state"
         )
 
-    def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> IncompatibleKeys:
+    def load_state_dict(self, state: Mapping[str, Any], strict: bool = True,
+                        assign: bool = False) -> IncompatibleKeys:  # fmt: skip
         """Copy `state` into the existing parameters (and give each module that defines
-        `set_extra_state` its "_extra_state"). Checks everything before writing anything, unless
-        a module has a load-state-dict post-hook: then, as PyTorch does, the hooks see (and may
-        edit) the missing and unexpected keys after the write, and `strict` checks what is left.
+        `set_extra_state` its "_extra_state"); with `assign`, make `state`'s tensors the
+        module's own instead (their dtypes too; a parameter keeps its `requires_grad`), as
+        PyTorch's (a model made under `torch.device("meta")`). Checks everything before writing
+        anything, unless a module has a load-state-dict post-hook: then, as PyTorch does, the
+        hooks see (and may edit) the missing and unexpected keys after the write, and `strict`
+        checks what is left.
         Each module's load pre-hooks run first, with a copy of its entries that they may edit.
 
         A tied parameter is found under each of its names, as PyTorch's: `strict` wants all of
@@ -639,7 +643,9 @@ class Module:
         if problems:
             raise RuntimeError(f"{type(self).__name__}.load_state_dict: " + "; ".join(problems))
         for k, target in targets.items():  # in the model's order: the last tied copy wins
-            if k in values:
+            if k in values and assign:
+                self._replace(k, target, values[k])
+            elif k in values:
                 target._assign(values[k])
         for k, module in extras.items():
             if k in state:
@@ -651,6 +657,13 @@ class Module:
         if strict and (problems := _key_problems(missing, unexpected)):
             raise RuntimeError(f"{type(self).__name__}.load_state_dict: " + "; ".join(problems))
         return keys
+
+    def _replace(self, key: str, old: Tensor, new: Tensor) -> None:
+        """The tensor under `key` becomes `new` itself (`load_state_dict(assign=True)`)."""
+        path, _, name = key.rpartition(".")
+        if isinstance(old, Parameter):
+            new = Parameter(new, requires_grad=old.requires_grad)
+        setattr(self.get_submodule(path), name, new)
 
     def register_state_dict_pre_hook(self, hook: Callable[..., None]) -> RemovableHandle:
         """Call `hook(module, prefix, keep_vars)` before `state_dict` collects this module's

@@ -201,6 +201,7 @@ def compile(  # noqa: A001 (PyTorch's name)
 
 
 from tracegrad.torch import (  # noqa: E402 (the submodules read the names above)
+    __future__,
     _aten,
     _foreach,
     accelerator,
