@@ -1,10 +1,11 @@
 """`torch.autograd`: `grad(outputs, inputs, ...)`, the grad modes and `Function` (a custom
-op's forward and backward), over tracegrad's tape. `Variable(t)` is the tensor itself
-(PyTorch's Variable is a Tensor since 0.4)."""
+op's forward and backward), over tracegrad's tape; `gradcheck` and `gradgradcheck`.
+`Variable(t)` is the tensor itself (PyTorch's Variable is a Tensor since 0.4)."""
 
 from typing import Any
 
 from tracegrad.frontend.autograd import *  # noqa: F403
+from tracegrad.frontend.gradcheck import GradcheckError, gradcheck, gradgradcheck
 from tracegrad.frontend.tensor import Tensor
 from tracegrad.torch._support import not_provided as _not_provided
 from tracegrad.torch.autograd import function, functional

@@ -1,0 +1,116 @@
+"""PyTorch's `torch.autograd.gradcheck` and `gradgradcheck`: a function's gradients, as autograd
+computes them, against central finite differences of the function itself, for the tests people
+write of their own ops (a custom `autograd.Function`). Slow by design (one backward per output
+element, two calls per input element); meant for small double-precision inputs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from tracegrad.frontend import autograd
+from tracegrad.frontend.creation import randn
+from tracegrad.frontend.tensor import Tensor
+
+__all__ = ["GradcheckError", "gradcheck", "gradgradcheck"]
+
+
+class GradcheckError(RuntimeError):
+    """A gradient that does not match its finite differences (PyTorch's name)."""
+
+
+def gradcheck(func: Callable, inputs: Any, *, eps: float = 1e-6, atol: float = 1e-5,
+              rtol: float = 1e-3, raise_exception: bool = True,
+              **options: Any) -> bool:  # fmt: skip
+    """Whether autograd's Jacobian of `func(*inputs)` with respect to each input that requires
+    grad matches the central differences of `func` (|analytic - numeric| <= atol + rtol
+    |numeric| elementwise); on a mismatch GradcheckError names the output and input, unless
+    `raise_exception` is False (then False). PyTorch's other options (`fast_mode`,
+    `check_undefined_grad`, `nondet_tol`, ...) are accepted: this is its slow, full check."""
+    args = tuple(inputs) if isinstance(inputs, tuple | list) else (inputs,)
+    wrt = [i for i, a in enumerate(args) if isinstance(a, Tensor) and a.requires_grad]
+    if not wrt:
+        raise ValueError("gradcheck expects at least one input tensor to require gradient")
+    outputs = _outputs(func(*args))
+    for k, out in enumerate(outputs):
+        analytic = _analytic(out, [args[i] for i in wrt])
+        numeric = _numeric(func, args, wrt, k, eps)
+        for i, a, n in zip(wrt, analytic, numeric, strict=True):
+            if not np.allclose(a, n, rtol=rtol, atol=atol):
+                if not raise_exception:
+                    return False
+                raise GradcheckError(f"Jacobian mismatch for output {k} with respect to input "
+                                     f"{i},\nnumerical:{n}\nanalytical:{a}\n")  # fmt: skip
+    return True
+
+
+def gradgradcheck(func: Callable, inputs: Any, grad_outputs: Any = None, *, eps: float = 1e-6,
+                  atol: float = 1e-5, rtol: float = 1e-3, raise_exception: bool = True,
+                  **options: Any) -> bool:  # fmt: skip
+    """`gradcheck` of the first derivatives: the gradients of `func(*inputs)` weighted by
+    `grad_outputs` (random normal ones, requiring grad, if not given), as a function of the
+    inputs and those weights, checked against their own finite differences."""
+    args = tuple(inputs) if isinstance(inputs, tuple | list) else (inputs,)
+    wrt = [i for i, a in enumerate(args) if isinstance(a, Tensor) and a.requires_grad]
+    if grad_outputs is None:
+        outputs = _outputs(func(*args))
+        grad_outputs = [randn(*o.shape, dtype=o.dtype).requires_grad_() for o in outputs]
+    weights = list(grad_outputs) if isinstance(grad_outputs, tuple | list) else [grad_outputs]
+
+    def first_derivatives(*both: Any) -> tuple:
+        ins, ws = both[: len(args)], both[len(args) :]
+        grads = autograd.grad(_outputs(func(*ins)), [ins[i] for i in wrt], list(ws),
+                              create_graph=True, allow_unused=True)  # fmt: skip
+        return tuple(g for g in grads if g is not None)
+
+    return gradcheck(first_derivatives, (*args, *weights), eps=eps, atol=atol, rtol=rtol,
+                     raise_exception=raise_exception)  # fmt: skip
+
+
+def _outputs(result: Any) -> list[Tensor]:
+    """The differentiable (real floating) tensors among a function's results."""
+    results = result if isinstance(result, tuple | list) else (result,)
+    return [r for r in results if isinstance(r, Tensor) and r.dtype.kind == "f"]
+
+
+def _analytic(out: Tensor, wrt: Sequence[Tensor]) -> list[np.ndarray]:
+    """Autograd's Jacobian of `out` in each of `wrt`, (out.size, x.size) each: one backward
+    pass per element of `out`."""
+    rows: list[list[np.ndarray]] = [[] for _ in wrt]
+    if not out.requires_grad:  # no history: it does not depend on them
+        return [np.zeros((out.size, x.size)) for x in wrt]
+    for j in range(out.size):
+        onehot = np.zeros(out.size, out.dtype)
+        onehot[j] = 1
+        grads = autograd.grad(out, list(wrt), Tensor._of(onehot.reshape(out.shape)),
+                              retain_graph=True, allow_unused=True)  # fmt: skip
+        for r, g, x in zip(rows, grads, wrt, strict=True):
+            r.append(np.zeros(x.size) if g is None else np.asarray(g.numpy()).reshape(-1))
+    return [np.array(r).reshape(out.size, x.size) for r, x in zip(rows, wrt, strict=True)]
+
+
+def _numeric(func: Callable, args: tuple, wrt: list[int], k: int, eps: float) -> list[np.ndarray]:
+    """Central differences of output `k` in each input of `wrt`, (out.size, x.size) each, the
+    other inputs as given."""
+    base = [np.array(a.detach().numpy()) if i in wrt else a for i, a in enumerate(args)]
+
+    def output(values: list) -> np.ndarray:  # inputs as given, requiring grad: a function
+        ins = [Tensor._of(v).requires_grad_() if i in wrt else v  # may differentiate them
+               for i, v in enumerate(values)]  # fmt: skip
+        return np.asarray(_outputs(func(*ins))[k].detach().numpy(), np.float64).reshape(-1)
+
+    jacobians = []
+    for i in wrt:
+        flat, columns = base[i].reshape(-1), []
+        for e in range(flat.size):
+            old = flat[e]
+            flat[e] = old + eps
+            up = output(base)
+            flat[e] = old - eps
+            down = output(base)
+            flat[e] = old
+            columns.append((up - down) / (2 * eps))
+        jacobians.append(np.array(columns).T.reshape(-1, flat.size))
+    return jacobians
