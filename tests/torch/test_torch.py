@@ -208,6 +208,8 @@ def test_dtypes_stand_for_numpys():
     assert x.dtype == torch.double and x.to(torch.long).dtype == torch.int64
     assert x.type(torch.int32).dtype == np.int32 and x.float().dtype == torch.float
     assert {torch.float32: "f"}[x.float().dtype] == "f"  # hashes as NumPy's dtype
+    assert isinstance(x.dtype, torch.dtype) and isinstance(torch.int8, torch.dtype)
+    assert not isinstance("float32", torch.dtype) and not isinstance(np.float32, torch.dtype)
     assert torch.float32.is_floating_point and not torch.int64.is_floating_point
     assert torch.int8.is_signed and not torch.uint8.is_signed and torch.float64.itemsize == 8
     assert torch.tensor([1, 2], dtype=torch.int).dtype == np.int32

@@ -18,7 +18,16 @@ import numpy as np
 from tracegrad.core.errors import user_location
 
 
-class dtype:  # noqa: N801 (PyTorch's name)
+class _DtypeClass(type):
+    """`isinstance(x.dtype, torch.dtype)` holds, as in PyTorch, though a tensor's dtype is
+    NumPy's: code tells a dtype argument from others that way (`.to(torch.float16)` or
+    `.to(device)`)."""
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, np.dtype) or type.__instancecheck__(cls, obj)
+
+
+class dtype(metaclass=_DtypeClass):  # noqa: N801 (PyTorch's name)
     """PyTorch's `torch.dtype`, standing for a NumPy dtype: `np.dtype(torch.float32)` is
     float32, and `x.dtype == torch.float32` holds (a tensor's dtype is NumPy's). A dtype with no
     NumPy counterpart (bfloat16) exists, so that code naming it runs, and raises when used."""
