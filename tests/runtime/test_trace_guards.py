@@ -421,3 +421,36 @@ def test_a_modules_forward_compiled_in_its_class_trains_as_eager():
 
     eager, traced = _both(run)
     np.testing.assert_allclose(traced, eager, rtol=1e-12)
+
+
+NEXT_BATCH = None
+
+
+def test_a_batch_rebound_in_the_globals_before_each_call_is_read_without_tracing_again():
+    """`x = next_batch(); step()` with `x` a global the step reads: each call reads the tensor
+    there then (its shape and dtype guarded, as an argument's), one plan for every batch, as
+    PyTorch's compiled step; a batch of another shape traces again."""
+
+    def run(compile):
+        global NEXT_BATCH
+        model, opt = _fresh()
+
+        def step():
+            opt.zero_grad()
+            loss = model(NEXT_BATCH).pow(2).mean()
+            loss.backward()
+            opt.step()
+            return loss
+
+        step, rng, losses = compile(step), np.random.default_rng(0), []
+        for rows in (4, 4, 4, 4, 3, 4):
+            NEXT_BATCH = torch.tensor(rng.standard_normal((rows, 3)))
+            losses.append(step().item())
+        return losses, step
+
+    eager, _ = run(lambda f: f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "traced again" for a batch of the same shape
+        traced, step = run(lambda f: torch.compile(f, backend="numpy"))
+    np.testing.assert_allclose(traced, eager, rtol=1e-12)
+    assert sum(map(len, step.plans.values())) == 3  # grads None, then set; then 3 rows

@@ -494,6 +494,18 @@ def put(get: Callable[[], Any], value: Any) -> None:
             setattr(holder, key, value)
 
 
+def _spot(get: Callable[[], Any]) -> Spot | None:
+    """The dict (an object's attributes) or list entry a partial of `_entry` reads; None for a
+    closure cell or a tuple."""
+    if not isinstance(get, functools.partial) or get.func is not _entry:
+        return None
+    holder, key = get.args
+    if isinstance(holder, dict | list):
+        return holder, key, None
+    attrs = getattr(holder, "__dict__", None)
+    return (attrs, key, None) if isinstance(attrs, dict) and key in attrs else None
+
+
 def _baked_at(get: Callable[[], Any]) -> Any:
     """What the trace bakes in (`baked`) of the value `get()` returns."""
     return baked(get())
@@ -517,9 +529,11 @@ def _is_setting(x: Any) -> bool:
 
 
 def _watch_reached(get: Callable[[], Any], key: Any, describe: str, names: frozenset[str],
-                   depth: int = 0) -> None:  # fmt: skip
+                   depth: int = 0, follow: bool = True) -> None:  # fmt: skip
     """Watch the value `get()` returns: a setting by value, anything else but code by identity,
-    and a container's or object's entries in turn (`_watch_entries`)."""
+    and a container's or object's entries in turn (`_watch_entries`). A tensor there is noted
+    with its spot (unless not to `follow` it: a module's own), which `Tracer.follow_rebound`
+    may read at each call instead of watching the tensor."""
     value = get()
     if _is_setting(value):
         Listeners.tracers[-1].reached.append(key)
@@ -529,6 +543,8 @@ def _watch_reached(get: Callable[[], Any], key: Any, describe: str, names: froze
     elif not isinstance(value, _CODE) and value is not _MISSING:
         Listeners.tracers[-1].reached.append(key)
         watch(key, describe, get, same=True)
+        if isinstance(value, Tensor) and follow and (spot := _spot(get)) is not None:
+            Listeners.tracers[-1].tensor_spots[key] = (id(value), spot)
         if depth < REACH_DEPTH:
             _watch_entries(value, describe, names, depth + 1)
 
@@ -540,7 +556,7 @@ def watch_place(holder: Any, key: Any, describe: str) -> None:
     Does nothing outside tracing."""
     if Listeners.tracers:
         _watch_reached(functools.partial(_entry, holder, key), ("entry", id(holder), key),
-                       describe, frozenset(), REACH_DEPTH)  # fmt: skip
+                       describe, frozenset(), REACH_DEPTH, follow=False)  # fmt: skip
 
 
 def _watch_entries(value: Any, describe: str, names: frozenset[str], depth: int) -> None:
@@ -675,6 +691,9 @@ class Tracer:
         self.dicts_before: dict[int, tuple[dict, dict]] = {}
         self.read_tensors: dict[int, Tensor] = {}  # state read as Python values (`read`)
         self.reached: list[Any] = []  # keys of the watches `watch_python_values` made
+        # tensors it found in Python state, by watch key: (the tensor's id, the spot holding
+        # it); not the tensor, whose other referrers `follow_held` counts
+        self.tensor_spots: dict[Any, tuple[int, Spot]] = {}
         self.functions_read: set[Callable] = set()  # the functions whose reads it watched
 
     def number(self, t: Tensor) -> Tensor:
@@ -868,6 +887,21 @@ class Tracer:
                 pairs[0].at = (place.holder, place.key, pos)
                 keep([(place, pos, 0)], [pairs[0].tensor])  # the first call reads it there
 
+    def follow_rebound(self) -> None:
+        """A tensor that does not require grad, read by the step from a global, a dict, a list
+        or an object's attribute (a batch, a hidden state made outside): each call reads the
+        tensor that place holds then, guarded by its shape and dtype as an argument is, instead
+        of this tensor by identity; a loop that rebinds `x = next_batch()` before each call then
+        runs one plan, as PyTorch's compiled step does. (A parameter keeps its identity watch:
+        its optimizer updates that object.)"""
+        for key, (ident, spot) in self.tensor_spots.items():
+            s, w = self.slots.get(ident), self.watched.get(key)
+            if s is None or w is None or s.arg is not None or s.at is not None:
+                continue
+            if not s.requires_grad and _occupant(*spot) is s.tensor:  # not replaced by the step
+                s.at = spot
+                del self.watched[key]
+
     def follow_reads(self) -> None:
         """A tensor read as a Python value that the step then replaced in its module's
         attribute (`if self.initted: ...; self.register_buffer("initted", tensor(False))`):
@@ -1027,6 +1061,7 @@ class Tracer:
         held = held_where(leaves, result, self.slots)
         self._refuse_lists([*kept_at, *(p for p, _, _ in held)])
         self.follow_held(held, leaves)
+        self.follow_rebound()
         self.follow_reads()
         self.watch_filled([*kept_at, *(p for p, _, _ in held)])
         for t in kept:
