@@ -423,6 +423,15 @@ def test_compile_forms_and_modules():
     assert torch.compile(model)._orig_mod is model  # tests/runtime/test_compiled_module.py
     with pytest.raises(ValueError, match="unknown backend"):
         torch.compile(f, backend="tensorrt")
+    calls = []
+    with pytest.warns(UserWarning, match="custom backend 'counter' is not called"):
+
+        def counter(gm, inputs):
+            calls.append(gm)
+            return gm.forward
+
+        counted = torch.compile(f, backend=counter)
+    assert float(counted(torch.ones(()))) == 2.0 and calls == []
 
 
 # --- tied weights in state dicts (nanoGPT ties its embedding and output weights) --------------

@@ -414,10 +414,16 @@ TORCH_BACKENDS = ("inductor", "eager", "aot_eager", "cudagraphs")
 
 def backend_named(backend: Any) -> str:
     """tracegrad's backend for `torch.compile(backend=...)`: PyTorch's backends (and a callable
-    one) compile with Numba; "numpy" and "numba" are tracegrad's own."""
+    one) compile with Numba; "numpy" and "numba" are tracegrad's own. A callable is never
+    called (it would take an FX graph, which tracegrad does not make), and says so: code that
+    counts compilations or inspects graphs through one would otherwise see nothing, silently."""
     if backend in ("numpy", "numba"):
         return backend
-    if backend not in TORCH_BACKENDS and not callable(backend):
+    if callable(backend):
+        warn_user(f"torch.compile: the custom backend {getattr(backend, '__name__', backend)!r} "
+                  "is not called: tracegrad compiles the step with its own compiler, which "
+                  "makes no FX graph (`step.latest.graph` is its graph)")  # fmt: skip
+    elif backend not in TORCH_BACKENDS:
         raise ValueError(f"torch.compile: unknown backend {backend!r}")
     return "numba"
 
