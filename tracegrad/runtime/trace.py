@@ -211,11 +211,11 @@ class Traced:
     def _say_why(self, cap: Capture) -> None:
         """Warn, once per value, when a baked-in Python number changed and forces a new trace."""
         for w in cap.changed():
-            self._warn(
-                f"{self.name} is traced again because {w.change()}: the trace bakes "
-                "Python numbers and NumPy arrays in and each new value compiles a new plan; "
-                "pass it as an argument (a tensor) instead"
-            )
+            why = ("a plan reads the objects it was traced with (a parameter its optimizer "
+                   "updates, a model): another one compiles a new plan" if w.same else
+                   "the trace bakes Python numbers and NumPy arrays in and each new value "
+                   "compiles a new plan; pass it as an argument (a tensor) instead")  # fmt: skip
+            self._warn(f"{self.name} is traced again because {w.change()}: {why}")
 
     def _warn(self, message: str) -> None:
         if message.split(" (")[0] not in self.warned:
