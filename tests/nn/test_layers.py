@@ -469,3 +469,22 @@ def test_rows_times_a_matrix_is_one_product_with_the_right_gradients(rng):
     a, b = draw(rng, (2, 3, 4), (4, 5))
     check_grad(lambda a, b: a @ b, a, b)
     check_grad(lambda a, b: tg.permute(a, (1, 0, 2)) @ b, a, b)  # rows not contiguous
+
+
+def test_convolutions_print_as_pytorchs():
+    """PyTorch's reprs (what PyTorch 2.13 prints): the sizes and stride, then what differs from
+    the defaults."""
+    assert str(nn.Conv2d(1, 6, 5)) == "Conv2d(1, 6, kernel_size=(5, 5), stride=(1, 1))"
+    assert str(nn.Conv2d(1, 6, 3, padding=1, bias=False)) == (
+        "Conv2d(1, 6, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1), bias=False)"
+    )
+    assert str(nn.Conv1d(2, 4, 3, dilation=2, groups=2)) == (
+        "Conv1d(2, 4, kernel_size=(3,), stride=(1,), dilation=(2,), groups=2)"
+    )
+    assert str(nn.ConvTranspose2d(4, 2, 3, 2, 1, output_padding=1)) == (
+        "ConvTranspose2d(4, 2, kernel_size=(3, 3), stride=(2, 2), padding=(1, 1), "
+        "output_padding=(1, 1))"
+    )
+    assert str(nn.Conv2d(2, 2, 3, padding="same", padding_mode="reflect")) == (
+        "Conv2d(2, 2, kernel_size=(3, 3), stride=(1, 1), padding=same, padding_mode=reflect)"
+    )

@@ -138,8 +138,20 @@ class _ConvNd(Module):
         reset_uniform(inverse_sqrt(fan_in), self.weight, self.bias)
 
     def extra_repr(self) -> str:
-        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-                f"stride={self.stride}, padding={self.padding}")  # fmt: skip
+        """PyTorch's: what differs from the defaults after the sizes and stride."""
+        text = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}")  # fmt: skip
+        zeros = (0,) * self.dims
+        output_padding = getattr(self, "output_padding", zeros)
+        for name, value, default in (("padding", self.padding, zeros),
+                                     ("dilation", self.dilation, (1,) * self.dims),
+                                     ("output_padding", output_padding, zeros),
+                                     ("groups", self.groups, 1)):  # fmt: skip
+            text += f", {name}={value}" if value != default else ""
+        text += ", bias=False" if self.bias is None else ""
+        return text + (
+            f", padding_mode={self.padding_mode}" if self.padding_mode != "zeros" else ""
+        )
 
     def _input(self, x: Tensor) -> tuple[Tensor, Any]:
         """The input and the convolution's padding: with a padding_mode other than zeros, the
@@ -211,10 +223,6 @@ class _ConvTransposeNd(_ConvNd):
                              f"{x.shape}: each size from {smallest} to that plus the stride "
                              f"{self.stride} minus one")  # fmt: skip
         return tuple(w - s for w, s in zip(want, smallest, strict=True))
-
-    def extra_repr(self) -> str:
-        extra = f", output_padding={self.output_padding}" if any(self.output_padding) else ""
-        return super().extra_repr() + extra
 
 
 class ConvTranspose2d(_ConvTransposeNd):
