@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import importlib
+import pickle
 import subprocess
 import sys
 import types
@@ -718,6 +719,26 @@ def test_pytorchs_module_paths_and_base_classes():
                                rtol=1e-6)  # fmt: skip
     with pytest.raises(AttributeError, match="torch.nn.modules.conv.Conv4d is not provided"):
         _ = t.nn.modules.conv.Conv4d
+
+
+def test_optimizers_under_pytorchs_file_paths_and_pickled_by_them():
+    """`torch.optim.rmsprop.RMSprop` and the others: code imports them there, and a pickle made
+    by PyTorch (stable-baselines3 pickles its policy's optimizer class) names them there."""
+    with torch.imported_as_torch():
+        import importlib
+
+        from torch.optim.adam import Adam
+        from torch.optim.sgd import SGD
+
+        rmsprop = importlib.import_module("torch.optim.rmsprop")
+        by_reference = pickle.loads(
+            b"\x80\x04\x95#\x00\x00\x00\x00\x00\x00\x00\x8c\x13"
+            b"torch.optim.rmsprop\x94\x8c\x07RMSprop\x94\x93\x94."
+        )
+    assert Adam is torch.optim.Adam and SGD is torch.optim.SGD
+    assert rmsprop.RMSprop is torch.optim.RMSprop is by_reference
+    with pytest.raises(AttributeError, match="torch.optim.adam.Nothing is not provided"):
+        _ = torch.optim.adam.Nothing
 
 
 def test_attention_kernel_choices_are_accepted():

@@ -1,5 +1,7 @@
 """`torch.optim`: tracegrad's optimizers (`tracegrad.optim`), `lr_scheduler` and `swa_utils`."""
 
+import sys
+import types
 from typing import Any
 
 from tracegrad.optim import *  # noqa: F403
@@ -10,6 +12,28 @@ from tracegrad.torch._support import not_provided as _not_provided
 # missing names say they are not provided
 del lr_scheduler, swa_utils  # noqa: F821
 from tracegrad.torch.optim import lr_scheduler, optimizer, swa_utils  # noqa: E402
+
+# PyTorch's file for each optimizer: code and pickles name the class there
+# (`torch.optim.rmsprop.RMSprop`, which stable-baselines3 pickles in its saved models)
+_FILES = {"adadelta": "Adadelta", "adagrad": "Adagrad", "adam": "Adam", "adamax": "Adamax",
+          "adamw": "AdamW", "asgd": "ASGD", "lbfgs": "LBFGS", "nadam": "NAdam", "radam": "RAdam",
+          "rmsprop": "RMSprop", "rprop": "Rprop", "sgd": "SGD"}  # fmt: skip
+
+
+def _file(name: str, cls: str) -> types.ModuleType:
+    module = types.ModuleType(f"{__name__}.{name}", f"`torch.optim.{name}`: {cls}")
+    if cls in globals():
+        setattr(module, cls, globals()[cls])
+    module.__getattr__ = lambda missing: _raise(_not_provided(module.__name__, missing))
+    sys.modules[module.__name__] = module
+    return module
+
+
+def _raise(error: Exception) -> Any:
+    raise error
+
+
+globals().update({name: _file(name, cls) for name, cls in _FILES.items()})
 
 
 def __getattr__(name: str) -> Any:
