@@ -886,3 +886,29 @@ def test_a_repeated_index_gives_each_value_the_whole_gradient_there(backend):
     loss.backward()
     assert loss.item() == 5.0 + 2.0 + 21.0
     assert x.grad.tolist() == [0.0, 2.0, 0.0] and v.grad.tolist() == [1.0, 1.0, 3.0]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_python_number_written_in_keeps_the_tensors_precision(dtype):
+    """0.1 written by indexing, scatter, index_fill or fill_diagonal_ into a float64 tensor is
+    float64's 0.1 (it was float32's, 0.10000000149011612), eager and traced."""
+
+    def writes(x):
+        a, b, c, d, e = (x.clone() for _ in range(5))
+        a[:, 0] = 0.1
+        b[tg.tensor([0, 1])] = 0.1
+        c.scatter_(1, tg.tensor([[0], [2]]), 0.1)
+        d.index_fill_(1, tg.tensor([1]), 0.1)
+        e.fill_diagonal_(0.1)
+        return a + b + c + d + e
+
+    x = tg.zeros((2, 3), dtype=dtype)
+    want = np.zeros((2, 3), dtype)
+    want[:, 0] += dtype(0.1)
+    want[[0, 1]] += dtype(0.1)
+    want[0, 0] += dtype(0.1)
+    want[1, 2] += dtype(0.1)
+    want[:, 1] += dtype(0.1)
+    want[[0, 1], [0, 1]] += dtype(0.1)
+    np.testing.assert_array_equal(writes(x).numpy(), want)
+    np.testing.assert_array_equal(tg.trace(writes, backend="numpy")(x).numpy(), want)

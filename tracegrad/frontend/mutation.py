@@ -319,17 +319,24 @@ def index_put(input: Any, index: Any, value: Any, accumulate: bool = False) -> T
     return put_region(x, template, arrays, value, accumulate)
 
 
+def as_written(value: Any, dtype: np.dtype) -> Tensor:
+    """A value written into a tensor of `dtype`: a tensor as it is (cast where it is written),
+    anything else (a Python float, a list, an array) made in that dtype at once, as PyTorch
+    does; made in the default float dtype first, 0.1 would lose float64's precision."""
+    return value if isinstance(value, Tensor) else as_tensor(value, dtype)
+
+
 def put_region(x: Tensor, template: tuple, arrays: list, value: Any, accumulate: bool) -> Tensor:
     """x with the region that getitem(template, arrays) reads replaced by (or, accumulating,
     increased by) `value`. Where an index repeats, the values written there are averaged
     (PyTorch leaves unspecified which one wins; equal values, the usual case, are exact), and
     each has the gradient there, as in PyTorch."""
     if x.dtype == np.bool_:
-        as_bytes = astype(as_tensor(value), np.uint8)
+        as_bytes = astype(as_written(value, np.bool_), np.uint8)
         return put_region(astype(x, np.uint8), template, arrays, as_bytes,
                           accumulate).astype(np.bool_)  # fmt: skip
     region, _ = P.getitem.shape_rule(x, *arrays, template=template)
-    v = as_tensor(value)
+    v = as_written(value, x.dtype)
     extra = v.ndim - len(region)  # leading 1s beyond the region's rank go, as in NumPy and PyTorch
     if extra > 0 and all(d == 1 for d in v.shape[:extra]):
         v = reshape(v, v.shape[extra:])
@@ -387,7 +394,7 @@ def _scatter_parts(x: Tensor, dim: int, index: Any, src: Any, op: str) -> tuple[
         shape = [1] * x.ndim
         shape[axis] = idx.shape[axis]
         grids.append(idx if axis == d else Tensor._of(np.arange(idx.shape[axis]).reshape(shape)))
-    src = as_tensor(src)
+    src = as_written(src, x.dtype)
     if src.ndim:  # the part of src at index's positions
         if src.ndim != idx.ndim or any(s < i for s, i in zip(src.shape, idx.shape, strict=True)):
             raise ShapeError(f"{op}: src {src.shape} is smaller than index {idx.shape}")
