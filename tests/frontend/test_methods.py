@@ -846,3 +846,14 @@ def test_augmented_assignments_write_the_tensor_in_place():
     same = mask
     mask &= tg.tensor(np.array([True, False, True]))
     assert mask is same and mask.numpy().tolist() == [True, False, False]
+
+
+def test_a_numpy_scalar_on_either_side_is_a_python_number():
+    """`np.float64(2) * x` (NumPy's operator, then the tensor's `__array_ufunc__`) keeps a
+    float32 tensor float32, as `x * np.float64(2)` and PyTorch do; it made float64 (DiT's
+    diffusion loss, `np.sqrt(2.0 / np.pi) * (...)`)."""
+    x = tg.ones(3)
+    for y in (np.float64(2) * x, x * np.float64(2), np.int64(2) * x, np.float64(2) - x,
+              np.float64(2) / x, np.float32(2) + x):  # fmt: skip
+        assert y.dtype == np.float32, y.dtype
+    np.testing.assert_array_equal((np.float64(2) - x).numpy(), [1.0, 1.0, 1.0])

@@ -223,7 +223,9 @@ def _array_ufunc(self: Tensor, ufunc: np.ufunc, method: str, *inputs: Any, **kwa
             f"np.{ufunc.__name__}{'' if method == '__call__' else '.' + method} is not supported "
             "on tracegrad tensors (it would drop the gradient); use the tracegrad function"
         )
-    return op(*inputs)
+    # a NumPy scalar on the left (`np.float64(2) * x` lands here) is a Python number to
+    # PyTorch, weak in promotion, as it is on the right
+    return op(*(i.item() if isinstance(i, np.generic) else i for i in inputs))
 
 
 def _array_function(self: Tensor, func: Callable, types: Any, args: Any, kwargs: Any) -> Any:
