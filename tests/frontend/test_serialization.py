@@ -251,30 +251,51 @@ def test_a_flipped_byte_in_the_data_is_detected(tmp_path):
         tg.load(path)
 
 
-def test_pickles_are_refused_with_how_to_convert_them(tmp_path):
+def test_legacy_pickles_are_refused_with_how_to_convert_them(tmp_path):
     (tmp_path / "legacy.pt").write_bytes(pickle.dumps({"w": [1.0]}, protocol=2))
-    with zipfile.ZipFile(tmp_path / "model.pt", "w") as z:  # torch.save's layout
-        z.writestr("model/data.pkl", pickle.dumps({"w": [1.0]}))
-        z.writestr("model/version", "3")
-    for name in ["legacy.pt", "model.pt"]:
-        with pytest.raises(tg.CheckpointError) as info:
-            tg.load(tmp_path / name)
-        message = str(info.value)
-        assert name in message and "unpickling runs" in message
-        assert "tracegrad.save(torch.load(path, weights_only=True)" in message
+    with pytest.raises(tg.CheckpointError) as info:
+        tg.load(tmp_path / "legacy.pt")
+    message = str(info.value)
+    assert "legacy.pt" in message and "unpickling runs" in message
+    assert "tracegrad.save(torch.load(path, weights_only=True)" in message
 
 
-def test_a_pytorch_checkpoint_converts_as_the_error_says(tmp_path):
+class _Script:
+    """A class of the script's own, which a checkpoint must not make `load` build."""
+
+
+def test_a_pytorch_zip_checkpoint_loads_what_weights_only_allows(tmp_path):
+    """torch.save's layout (a pickle and its storages in a zip) loads where its pickle names
+    only containers and tensors; anything else is refused by name, nothing of it run."""
+    with zipfile.ZipFile(tmp_path / "plain.pt", "w") as z:
+        z.writestr("plain/data.pkl", pickle.dumps(collections.OrderedDict(w=[1.0], n=2)))
+        z.writestr("plain/version", "3")
+    assert tg.load(tmp_path / "plain.pt") == {"w": [1.0], "n": 2}
+    with zipfile.ZipFile(tmp_path / "code.pt", "w") as z:
+        z.writestr("code/data.pkl", pickle.dumps({"obj": _Script()}))
+    with pytest.raises(tg.CheckpointError, match=r"code.pt: the checkpoint names .*_Script"):
+        tg.load(tmp_path / "code.pt")
+
+
+def test_a_pytorch_checkpoint_loads_as_pytorch_wrote_it(tmp_path):
+    """Tensors of every common dtype (bfloat16 widened to float32), a view, a tied weight, a
+    Parameter, numbers and strings, from PyTorch's own `torch.save`."""
     torch = pytest.importorskip("torch")
     reference = torch.nn.Linear(3, 2)
-    torch.save({"model": reference.state_dict(), "step": 7}, tmp_path / "ckpt.pt")
-    with pytest.raises(tg.CheckpointError, match="PyTorch checkpoint"):
-        tg.load(tmp_path / "ckpt.pt")
-    tg.save(torch.load(tmp_path / "ckpt.pt", weights_only=True), tmp_path / "ckpt.npz")
-    ckpt = tg.load(tmp_path / "ckpt.npz")
+    state = reference.state_dict()
+    extra = {"t": torch.arange(6).reshape(2, 3).t(), "h": torch.ones(2, dtype=torch.float16),
+             "bf": torch.tensor([1.5, -2.25], dtype=torch.bfloat16), "b": torch.tensor([True]),
+             "p": torch.nn.Parameter(torch.zeros(2)), "tied": state["weight"]}  # fmt: skip
+    torch.save({"model": state, "step": 7, "name": "run", **extra}, tmp_path / "ckpt.pt")
+    ckpt = tg.load(tmp_path / "ckpt.pt")
     model = nn.Linear(3, 2)
     model.load_state_dict(ckpt["model"])
-    assert ckpt["step"] == 7
+    assert ckpt["step"] == 7 and ckpt["name"] == "run"
+    assert ckpt["tied"] is ckpt["model"]["weight"] and ckpt["p"].requires_grad
+    assert ckpt["bf"].dtype == np.float32 and ckpt["bf"].tolist() == [1.5, -2.25]
+    for key in ("t", "h", "b"):
+        np.testing.assert_array_equal(ckpt[key].numpy(), extra[key].numpy())
+        assert ckpt[key].dtype == extra[key].numpy().dtype
     x = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
     expected = reference(torch.tensor(x)).detach().numpy()
     np.testing.assert_allclose(model(tg.tensor(x)).numpy(), expected, rtol=1e-6, atol=1e-6)

@@ -9,14 +9,17 @@ in a state dict) are stored once and share one array again when loaded. `save` t
 temporary file beside the target and renames it over the target, so a crash mid-write never
 leaves a torn checkpoint.
 
-PyTorch's own `.pt` files are pickles, which `load` refuses: unpickling runs whatever code the
-file holds. `PICKLE_ADVICE` says how to convert one.
+PyTorch's own files are pickles. Its zip checkpoints (what `torch.save` writes) load as PyTorch's
+`weights_only=True` loads them: a pickle that names only tensors and containers
+(`torch_checkpoint`); anything else it names is refused, so no code from the file runs. Its
+older plain pickles are refused: `PICKLE_ADVICE` says how to convert one.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
 import tempfile
 import zipfile
 from collections.abc import Callable, Mapping
@@ -24,6 +27,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from tracegrad.frontend import torch_checkpoint
 from tracegrad.frontend.device import require_cpu
 from tracegrad.frontend.tensor import Tensor
 
@@ -182,6 +186,18 @@ def load(
     return _read(path, head, path)
 
 
+def _read_torch(source: Any, name: str) -> Any:
+    """A PyTorch zip checkpoint, its pickle read with only tensors and containers allowed."""
+    if hasattr(source, "seek"):
+        source.seek(0)
+    try:
+        return torch_checkpoint.read(source)
+    except torch_checkpoint.Refused as e:
+        raise CheckpointError(f"{name}: {e}") from None
+    except (*_READ_ERRORS, pickle.UnpicklingError) as e:
+        raise CheckpointError(f"{name} is a damaged PyTorch checkpoint ({e})") from None
+
+
 def _read(source: Any, head: bytes, name: str) -> Any:
     if head.startswith(PICKLE_MAGIC):
         raise CheckpointError(f"{name} is a Python pickle (PyTorch's legacy .pt format?): "
@@ -191,10 +207,8 @@ def _read(source: Any, head: bytes, name: str) -> Any:
     try:
         with np.load(source, allow_pickle=False) as data:
             if MANIFEST not in data.files:
-                if any(member.endswith("data.pkl") for member in data.files):
-                    raise CheckpointError(
-                        f"{name} is a PyTorch checkpoint (a zip holding a pickle): " + PICKLE_ADVICE
-                    )
+                if torch_checkpoint.is_torch_checkpoint(data.files):
+                    return _read_torch(source, name)
                 raise CheckpointError(f"{name} is an .npz file but not a tracegrad checkpoint")
             manifest = json.loads(str(data[MANIFEST]))
             if manifest.get("format") != FORMAT or manifest.get("version") not in (1, VERSION):
