@@ -488,3 +488,59 @@ def test_convolutions_print_as_pytorchs():
     assert str(nn.Conv2d(2, 2, 3, padding="same", padding_mode="reflect")) == (
         "Conv2d(2, 2, kernel_size=(3, 3), stride=(1, 1), padding=same, padding_mode=reflect)"
     )
+
+
+def test_multi_head_attention_forward_is_the_modules_on_given_weights():
+    """PyTorch's functional form ((L, N, E) inputs): against attention written out in NumPy
+    (two heads), and against PyTorch's with masks, bias_k/v and separate projections where
+    PyTorch is installed."""
+    from tracegrad.torch.nn.functional import multi_head_attention_forward as mha
+
+    rng = np.random.default_rng(0)
+    q, kv = rng.standard_normal((1, 2, 8)), rng.standard_normal((5, 2, 8))
+    w, b, ow, ob = (rng.standard_normal(s) for s in ((24, 8), (24,), (8, 8), (8,)))
+    out, att = mha(tg.tensor(q), tg.tensor(kv), tg.tensor(kv), 8, 2, tg.tensor(w), tg.tensor(b),
+                   None, None, False, 0.0, tg.tensor(ow), tg.tensor(ob))  # fmt: skip
+
+    def heads(x, i):  # (N, heads, T, 4)
+        y = x @ w[8 * i : 8 * i + 8].T + b[8 * i : 8 * i + 8]
+        return y.transpose(1, 0, 2).reshape(2, -1, 2, 4).transpose(0, 2, 1, 3)
+
+    scores = heads(q, 0) @ heads(kv, 1).transpose(0, 1, 3, 2) / 2.0
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    joined = (p @ heads(kv, 2)).transpose(2, 0, 1, 3).reshape(1, 2, 8)
+    np.testing.assert_allclose(out.numpy(), joined @ ow.T + ob, rtol=1e-12)
+    np.testing.assert_allclose(att.numpy(), p.mean(1), rtol=1e-12)
+
+    torch = pytest.importorskip("torch")
+    bk, bv, wk, wv = (rng.standard_normal(s) for s in ((1, 1, 8), (1, 1, 8), (8, 8), (8, 8)))
+    mask = np.array([[False, False, True, False, True]] * 2)
+    for lib in (tg.torch, torch):
+        t = lib.tensor
+        got = lib.nn.functional.multi_head_attention_forward(
+            t(q),
+            t(kv),
+            t(kv),
+            8,
+            2,
+            None,
+            t(b),
+            t(bk),
+            t(bv),
+            True,
+            0.0,
+            t(ow),
+            t(ob),
+            key_padding_mask=t(mask),
+            use_separate_proj_weight=True,
+            q_proj_weight=t(w[:8]),
+            k_proj_weight=t(wk),
+            v_proj_weight=t(wv),
+            average_attn_weights=False,
+        )
+        results = [r.detach().numpy() for r in got] if lib is torch else [r.numpy() for r in got]
+        if lib is tg.torch:
+            ours = results
+    for a, b_ in zip(ours, results, strict=True):
+        np.testing.assert_allclose(a, b_, rtol=1e-10, atol=1e-12)

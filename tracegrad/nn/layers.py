@@ -1094,6 +1094,43 @@ class MultiheadAttention(Module):
 # --- bilinear, channel shuffle, local response norm, alpha dropout, fold, embedding bags --------
 
 
+def multi_head_attention_forward(
+    query: Any, key: Any, value: Any, embed_dim_to_check: int, num_heads: int,
+    in_proj_weight: Any, in_proj_bias: Any, bias_k: Any, bias_v: Any, add_zero_attn: bool,
+    dropout_p: float, out_proj_weight: Any, out_proj_bias: Any, training: bool = True,
+    key_padding_mask: Any = None, need_weights: bool = True, attn_mask: Any = None,
+    use_separate_proj_weight: bool = False, q_proj_weight: Any = None, k_proj_weight: Any = None,
+    v_proj_weight: Any = None, static_k: Any = None, static_v: Any = None,
+    average_attn_weights: bool = True, is_causal: bool = False,
+) -> tuple[Tensor, Tensor | None]:  # fmt: skip
+    """PyTorch's `F.multi_head_attention_forward` (CLIP's attention pooling calls it): inputs
+    (L, N, E) or unbatched (L, E); `MultiheadAttention`'s forward on the weights given, which
+    stay the caller's."""
+    if static_k is not None or static_v is not None:
+        raise NotImplementedError("multi_head_attention_forward: static_k and static_v are not "
+                                  "supported")  # fmt: skip
+    query = as_tensor(query)
+    if query.shape[-1] != embed_dim_to_check:
+        raise ShapeError(f"multi_head_attention_forward: query of shape {query.shape}, "
+                         f"expected embed_dim {embed_dim_to_check}")  # fmt: skip
+    attention = object.__new__(MultiheadAttention)
+    Module.__init__(attention)
+    weights = {"in_proj_weight": None if use_separate_proj_weight else in_proj_weight,
+               "q_proj_weight": q_proj_weight if use_separate_proj_weight else None,
+               "k_proj_weight": k_proj_weight if use_separate_proj_weight else None,
+               "v_proj_weight": v_proj_weight if use_separate_proj_weight else None}  # fmt: skip
+    settings = {"embed_dim": embed_dim_to_check, "num_heads": num_heads, "batch_first": False,
+                "_qkv_same_embed_dim": not use_separate_proj_weight, "dropout": float(dropout_p),
+                "head_dim": embed_dim_to_check // num_heads, "in_proj_bias": in_proj_bias,
+                "bias_k": bias_k, "bias_v": bias_v, "add_zero_attn": bool(add_zero_attn),
+                "training": bool(training),
+                "out_proj": lambda x: F.linear(x, out_proj_weight, out_proj_bias)}  # fmt: skip
+    for name, setting in {**weights, **settings}.items():
+        object.__setattr__(attention, name, setting)  # the caller's tensors, not registered
+    return attention.forward(query, key, value, key_padding_mask, need_weights, attn_mask,
+                             average_attn_weights, is_causal)  # fmt: skip
+
+
 class Bilinear(Module):
     """y = x1 . W x2 + b, weight (out, in1, in2); weight and bias drawn from
     U(-1/sqrt(in1), 1/sqrt(in1)), as PyTorch's."""
