@@ -8,6 +8,7 @@ import pytest
 
 import tracegrad as tg
 from tests.conftest import check_grad, eager_or_traced, numeric_grad, traced_matches_eager
+from tracegrad import nn
 from tracegrad.nn import functional as F
 
 BACKENDS = [None, "numpy", "numba"]  # eager, and traced on each backend
@@ -346,3 +347,22 @@ def test_gumbel_softmax_samples_the_categorical_and_passes_the_soft_gradient():
     step = tg.trace(lambda z: F.gumbel_softmax(z, hard=True))
     first, second = step(tg.zeros((50, 4))).numpy(), step(tg.zeros((50, 4))).numpy()
     assert not np.array_equal(first, second)  # fresh noise at every call
+
+
+def test_norms_of_a_float16_input_with_float32_parameters_answer_in_float16():
+    """PyTorch's mixed-precision norms (CLIP's `convert_weights`): computed in float32, the
+    result and the input's gradient float16, the running statistics float32; the values those of
+    the float32 input rounded (and PyTorch's, where installed)."""
+    rng = np.random.default_rng(0)
+    x16 = rng.standard_normal((2, 4, 3, 3)).astype(np.float16)
+    for make in (lambda: nn.BatchNorm2d(4), lambda: nn.GroupNorm(2, 4), lambda: nn.LayerNorm(3)):
+        half, full = make(), make()
+        x = tg.tensor(x16, requires_grad=True)
+        y = half(x)
+        y.astype(np.float32).sum().backward()
+        assert y.dtype == np.float16 and x.grad.dtype == np.float16
+        want = full(tg.tensor(x16.astype(np.float32))).numpy().astype(np.float16)
+        np.testing.assert_array_equal(y.numpy(), want)
+        if isinstance(half, nn.BatchNorm2d):
+            assert half.running_mean.dtype == np.float32
+            np.testing.assert_allclose(half.running_mean.numpy(), full.running_mean.numpy())

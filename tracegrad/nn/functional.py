@@ -236,6 +236,25 @@ def _dropout(input: Any, p: float, training: bool, inplace: bool, spatial: int, 
     return _in_place(input, where(keep, scaled, 0.0), inplace, op)
 
 
+def _half_in_half_out(norm: Callable) -> Callable:
+    """PyTorch's mixed-precision norms on the CPU: a float16 input with parameters (or running
+    statistics) of a wider float dtype (convolutions run in float16 while the norms' weights
+    stay float32: CLIP's `convert_weights`) is normalized in float32 and comes back float16;
+    the statistics move in float32."""
+
+    @functools.wraps(norm)
+    def run(input: Any, *args: Any, **kwargs: Any) -> Tensor:
+        x = as_tensor(input)
+        wider = any(isinstance(a, Tensor) and a.dtype.kind == "f" and a.dtype != x.dtype
+                    for a in (*args, *kwargs.values()))  # fmt: skip
+        if x.dtype != np.float16 or not wider:
+            return norm(input, *args, **kwargs)
+        return norm(x.astype(np.float32), *args, **kwargs).astype(np.float16)
+
+    return run
+
+
+@_half_in_half_out
 def layer_norm(
     x: Any,
     normalized_shape: Sequence[int],
@@ -908,6 +927,7 @@ def _mT(x: Tensor) -> Tensor:
     return transpose(x, -1, -2)
 
 
+@_half_in_half_out
 def batch_norm(
     input: Any,
     running_mean: Tensor | None,
@@ -1381,6 +1401,7 @@ def _affine(y: Tensor, weight: Any, bias: Any) -> Tensor:
     return y if bias is None else y + reshape(bias, shape)
 
 
+@_half_in_half_out
 def group_norm(
     input: Any, num_groups: int, weight: Any = None, bias: Any = None, eps: float = 1e-5
 ) -> Tensor:
@@ -1394,6 +1415,7 @@ def group_norm(
     return _affine(reshape(layer_norm(flat, flat.shape[-1:], eps=eps), x.shape), weight, bias)
 
 
+@_half_in_half_out
 def instance_norm(
     input: Any,
     running_mean: Tensor | None = None,
