@@ -10,6 +10,7 @@ import importlib.abc
 import importlib.util
 import os
 import sys
+import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -119,6 +120,24 @@ def not_provided(module: str, name: str) -> AttributeError:
         f"{torch_name(module)}.{name} is not provided by tracegrad (used at {user_location()}); "
         "see docs/pytorch.md for what is"
     )
+
+
+def file_module(full: str, doc: str, names: dict[str, Any]) -> types.ModuleType:
+    """A module `full` (PyTorch's file path for names tracegrad keeps elsewhere:
+    `torch.nn.modules.conv`, `torch.optim.rmsprop`) holding `names`, registered so that an
+    import or a pickle naming that path finds it; its other names say they are not provided."""
+    module = types.ModuleType(full, doc)
+    module.__dict__.update(names)
+    module.__getattr__ = _missing(full)
+    sys.modules[full] = module
+    return module
+
+
+def _missing(full: str) -> Any:
+    def __getattr__(name: str) -> Any:
+        raise not_provided(full, name)
+
+    return __getattr__
 
 
 def needs_process_group(module: str, name: str) -> Any:

@@ -1,10 +1,10 @@
 """`torch.optim`: tracegrad's optimizers (`tracegrad.optim`), `lr_scheduler` and `swa_utils`."""
 
-import sys
 import types
 from typing import Any
 
 from tracegrad.optim import *  # noqa: F403
+from tracegrad.torch._support import file_module
 from tracegrad.torch._support import not_provided as _not_provided
 
 # the star import bound tracegrad.optim's submodules, which `from tracegrad.torch.optim import`
@@ -21,16 +21,8 @@ _FILES = {"adadelta": "Adadelta", "adagrad": "Adagrad", "adam": "Adam", "adamax"
 
 
 def _file(name: str, cls: str) -> types.ModuleType:
-    module = types.ModuleType(f"{__name__}.{name}", f"`torch.optim.{name}`: {cls}")
-    if cls in globals():
-        setattr(module, cls, globals()[cls])
-    module.__getattr__ = lambda missing: _raise(_not_provided(module.__name__, missing))
-    sys.modules[module.__name__] = module
-    return module
-
-
-def _raise(error: Exception) -> Any:
-    raise error
+    held = {cls: globals()[cls]} if cls in globals() else {}
+    return file_module(f"{__name__}.{name}", f"`torch.optim.{name}`: {cls}", held)
 
 
 globals().update({name: _file(name, cls) for name, cls in _FILES.items()})

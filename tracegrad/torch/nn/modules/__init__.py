@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import collections.abc
 import itertools
-import sys
 import types
 from typing import Any
 
@@ -21,6 +20,7 @@ from tracegrad.nn.layers import (
     _InstanceNorm,
 )
 from tracegrad.nn.losses import _Loss, _WeightedLoss
+from tracegrad.torch._support import file_module
 from tracegrad.torch._support import not_provided as _not_provided
 from tracegrad.torch.nn.modules import module
 
@@ -85,21 +85,10 @@ _LAYOUT = {
 
 def _submodule(name: str, names: str) -> types.ModuleType:
     """`torch.nn.modules.<name>`, registered so that `import torch.nn.modules.<name>` finds it."""
-    full = f"{__name__}.{name}"
-    sub = types.ModuleType(full, f"`torch.nn.modules.{name}`: {names.split()[0]}, ...")
-    for n in names.split():
-        if n in _BASES or hasattr(_nn, n):
-            setattr(sub, n, _BASES[n] if n in _BASES else getattr(_nn, n))
-    sub.__getattr__ = _missing(full)
-    sys.modules[full] = sub
-    return sub
-
-
-def _missing(full: str) -> Any:
-    def __getattr__(name: str) -> Any:
-        raise _not_provided(full, name)
-
-    return __getattr__
+    held = {n: _BASES[n] if n in _BASES else getattr(_nn, n)
+            for n in names.split() if n in _BASES or hasattr(_nn, n)}  # fmt: skip
+    return file_module(f"{__name__}.{name}", f"`torch.nn.modules.{name}`: {names.split()[0]}, ...",
+                       held)  # fmt: skip
 
 
 globals().update({name: _submodule(name, names) for name, names in _LAYOUT.items()})
