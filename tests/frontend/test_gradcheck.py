@@ -60,5 +60,5 @@ def test_a_wrong_first_or_second_derivative_is_caught():
 def test_the_numeric_jacobian_is_the_known_one():
     """Of x * y in x: diag(y) (central differences are exact for a product)."""
     x, y = _x(3), torch.tensor([2.0, -1.0, 0.5], dtype=torch.float64)
-    (jac,) = _numeric(lambda a, b: a * b, (x, y), [0], 0, 1e-6)
+    ((jac,),) = _numeric(lambda a, b: a * b, (x, y), [0], [3], 1e-6)
     np.testing.assert_allclose(jac, np.diag(y.numpy()), atol=1e-9)

@@ -29,14 +29,13 @@ def gradcheck(func: Callable, inputs: Any, *, eps: float = 1e-6, atol: float = 1
     |numeric| elementwise); on a mismatch GradcheckError names the output and input, unless
     `raise_exception` is False (then False). PyTorch's other options (`fast_mode`,
     `check_undefined_grad`, `nondet_tol`, ...) are accepted: this is its slow, full check."""
-    args = tuple(inputs) if isinstance(inputs, tuple | list) else (inputs,)
-    wrt = [i for i, a in enumerate(args) if isinstance(a, Tensor) and a.requires_grad]
+    args, wrt = _inputs(inputs)
     if not wrt:
         raise ValueError("gradcheck expects at least one input tensor to require gradient")
     outputs = _outputs(func(*args))
-    for k, out in enumerate(outputs):
+    numerics = _numeric(func, args, wrt, [o.size for o in outputs], eps)
+    for k, (out, numeric) in enumerate(zip(outputs, numerics, strict=True)):
         analytic = _analytic(out, [args[i] for i in wrt])
-        numeric = _numeric(func, args, wrt, k, eps)
         for i, a, n in zip(wrt, analytic, numeric, strict=True):
             if not np.allclose(a, n, rtol=rtol, atol=atol):
                 if not raise_exception:
@@ -52,8 +51,7 @@ def gradgradcheck(func: Callable, inputs: Any, grad_outputs: Any = None, *, eps:
     """`gradcheck` of the first derivatives: the gradients of `func(*inputs)` weighted by
     `grad_outputs` (random normal ones, requiring grad, if not given), as a function of the
     inputs and those weights, checked against their own finite differences."""
-    args = tuple(inputs) if isinstance(inputs, tuple | list) else (inputs,)
-    wrt = [i for i, a in enumerate(args) if isinstance(a, Tensor) and a.requires_grad]
+    args, wrt = _inputs(inputs)
     if grad_outputs is None:
         outputs = _outputs(func(*args))
         grad_outputs = [randn(*o.shape, dtype=o.dtype).requires_grad_() for o in outputs]
@@ -67,6 +65,12 @@ def gradgradcheck(func: Callable, inputs: Any, grad_outputs: Any = None, *, eps:
 
     return gradcheck(first_derivatives, (*args, *weights), eps=eps, atol=atol, rtol=rtol,
                      raise_exception=raise_exception)  # fmt: skip
+
+
+def _inputs(inputs: Any) -> tuple[tuple, list[int]]:
+    """The function's arguments, and the positions of those that require grad."""
+    args = tuple(inputs) if isinstance(inputs, tuple | list) else (inputs,)
+    return args, [i for i, a in enumerate(args) if isinstance(a, Tensor) and a.requires_grad]
 
 
 def _outputs(result: Any) -> list[Tensor]:
@@ -91,26 +95,29 @@ def _analytic(out: Tensor, wrt: Sequence[Tensor]) -> list[np.ndarray]:
     return [np.array(r).reshape(out.size, x.size) for r, x in zip(rows, wrt, strict=True)]
 
 
-def _numeric(func: Callable, args: tuple, wrt: list[int], k: int, eps: float) -> list[np.ndarray]:
-    """Central differences of output `k` in each input of `wrt`, (out.size, x.size) each, the
-    other inputs as given."""
+def _numeric(func: Callable, args: tuple, wrt: list[int], sizes: list[int],
+             eps: float) -> list[list[np.ndarray]]:  # fmt: skip
+    """Central differences of each output (of `sizes` elements) in each input of `wrt`,
+    (out.size, x.size) each, by output then input, the other inputs as given: two calls of
+    `func` per input element, every output read from each."""
     base = [np.array(a.detach().numpy()) if i in wrt else a for i, a in enumerate(args)]
+    jacobians = [[np.zeros((size, base[i].size)) for i in wrt] for size in sizes]
 
-    def output(values: list) -> np.ndarray:  # inputs as given, requiring grad: a function
+    def outputs() -> list[np.ndarray]:  # inputs as given, requiring grad: a function
         ins = [Tensor._of(v).requires_grad_() if i in wrt else v  # may differentiate them
-               for i, v in enumerate(values)]  # fmt: skip
-        return np.asarray(_outputs(func(*ins))[k].detach().numpy(), np.float64).reshape(-1)
+               for i, v in enumerate(base)]  # fmt: skip
+        return [np.asarray(o.detach().numpy(), np.float64).reshape(-1)
+                for o in _outputs(func(*ins))]  # fmt: skip
 
-    jacobians = []
-    for i in wrt:
-        flat, columns = base[i].reshape(-1), []
+    for j, i in enumerate(wrt):
+        flat = base[i].reshape(-1)
         for e in range(flat.size):
             old = flat[e]
             flat[e] = old + eps
-            up = output(base)
+            up = outputs()
             flat[e] = old - eps
-            down = output(base)
+            down = outputs()
             flat[e] = old
-            columns.append((up - down) / (2 * eps))
-        jacobians.append(np.array(columns).T.reshape(-1, flat.size))
+            for by_input, u, d in zip(jacobians, up, down, strict=True):
+                by_input[j][:, e] = (u - d) / (2 * eps)
     return jacobians

@@ -23,8 +23,11 @@ STORAGES = {"FloatStorage": "float32", "DoubleStorage": "float64", "HalfStorage"
             "ShortStorage": "int16", "CharStorage": "int8", "ByteStorage": "uint8",
             "BoolStorage": "bool", "ComplexFloatStorage": "complex64",
             "ComplexDoubleStorage": "complex128"}  # fmt: skip
-DTYPE_NAMES = {"float32", "float64", "float16", "int64", "int32", "int16", "int8", "uint8", "bool",
-               "complex64", "complex128", "float", "double", "half", "long", "int"}  # fmt: skip
+# PyTorch's dtype objects a pickle may name (`torch.float32`, or an alias: `torch.half`)
+DTYPES = {**{n: n for n in ("float32", "float64", "float16", "int64", "int32", "int16", "int8",
+                            "uint8", "bool", "complex64", "complex128")},
+          "float": "float32", "double": "float64", "half": "float16", "long": "int64",
+          "int": "int32"}  # fmt: skip
 
 
 class Refused(pickle.UnpicklingError):
@@ -59,9 +62,8 @@ class _Unpickler(pickle.Unpickler):
             return found if not isinstance(found, str) else getattr(self, found)
         if module == "torch" and name in STORAGES:
             return STORAGES[name]
-        if module == "torch" and name in DTYPE_NAMES:
-            return np.dtype({"float": "float32", "double": "float64", "half": "float16",
-                             "long": "int64", "int": "int32"}.get(name, name))  # fmt: skip
+        if module == "torch" and name in DTYPES:
+            return np.dtype(DTYPES[name])
         raise Refused(f"the checkpoint names {module}.{name}, which tracegrad does not load "
                       "(only tensors, numbers, strings and containers, as PyTorch's "
                       "weights_only=True)")  # fmt: skip
