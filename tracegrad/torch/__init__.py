@@ -201,11 +201,14 @@ def compile(  # noqa: A001 (PyTorch's name)
 
 
 from tracegrad.torch import (  # noqa: E402 (the submodules read the names above)
+    _C,
     __future__,
     _aten,
+    _custom_ops,
     _foreach,
     accelerator,
     amp,
+    ao,
     autograd,
     backends,
     compiler,
@@ -217,6 +220,7 @@ from tracegrad.torch import (  # noqa: E402 (the submodules read the names above
     fx,
     hub,
     jit,
+    library,
     linalg,
     multiprocessing,
     nn,
@@ -227,11 +231,13 @@ from tracegrad.torch import (  # noqa: E402 (the submodules read the names above
     serialization,
     special,
     testing,
+    types,
     utils,
     version,
 )
 from tracegrad.torch._aten import *  # noqa: E402, F403
 from tracegrad.torch._environment import *  # noqa: E402, F403
+from tracegrad.torch._ops import ops  # noqa: E402
 from tracegrad.torch.amp import autocast  # noqa: E402
 from tracegrad.torch.random import default_generator, initial_seed, manual_seed, seed  # noqa: E402
 from tracegrad.torch.version import __version__  # noqa: E402
@@ -264,6 +270,27 @@ def set_warn_always(b: bool) -> None:
 
 def is_warn_always_enabled() -> bool:
     return _warn_always[0]
+
+
+def _assert(condition: Any, message: str) -> None:
+    """`assert condition, message`, as a function (PyTorch's for scripted code)."""
+    if not condition:
+        raise AssertionError(message)
+
+
+def _checker(error: type[Exception]) -> Callable:
+    def check(cond: Any, message: Callable[[], str] | None = None) -> None:
+        if not cond:
+            raise error(message() if message is not None else f"Expected {cond} to be True")
+
+    check.__doc__ = f"Raise {error.__name__} (its text `message()`) unless `cond`."
+    return check
+
+
+_check = _checker(RuntimeError)
+_check_index = _checker(IndexError)
+_check_value = _checker(ValueError)
+_check_type = _checker(TypeError)
 
 
 def __getattr__(name: str) -> Any:

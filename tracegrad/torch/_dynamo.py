@@ -7,8 +7,10 @@ and the shape hints are `torch.compiler`'s; `eval_frame.OptimizedModule` is the 
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 from tracegrad.runtime.compiled_module import OptimizedModule
+from tracegrad.torch._support import file_module
 from tracegrad.torch.compiler import (
     allow_in_graph,
     assume_constant_result,
@@ -31,3 +33,12 @@ config = SimpleNamespace(
     suppress_errors=False, cache_size_limit=8, verbose=False, optimize_ddp=True,
     capture_scalar_outputs=False, automatic_dynamic_shapes=True,
 )  # fmt: skip
+
+
+def is_compile_supported(device_type: Any) -> bool:
+    """Whether `torch.compile` compiles for `device_type`: the CPU, the only device here."""
+    return str(getattr(device_type, "type", device_type)).split(":")[0] == "cpu"
+
+
+utils = file_module(f"{__name__}.utils", "`torch._dynamo.utils`",
+                    {"is_compile_supported": is_compile_supported})  # fmt: skip

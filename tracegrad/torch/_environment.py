@@ -17,6 +17,7 @@ from tracegrad.frontend.tensor import Tensor, as_tensor
 from tracegrad.torch._support import dtype, torch_dtype
 
 __all__ = ["are_deterministic_algorithms_enabled", "can_cast", "channels_last",
+           "get_autocast_dtype", "is_autocast_enabled", "layout", "sparse_coo", "strided",
            "channels_last_3d", "contiguous_format", "get_default_device", "memory_format",
            "preserve_format",
            "get_float32_matmul_precision", "get_rng_state", "is_nonzero", "promote_types",
@@ -38,6 +39,31 @@ class memory_format:  # noqa: N801 (PyTorch's name)
 
     def __repr__(self) -> str:
         return f"torch.{self.name}"
+
+
+class layout:  # noqa: N801 (PyTorch's name)
+    """PyTorch's tensor layouts, accepted where PyTorch takes one (`full_like(x, v,
+    layout=torch.strided)`): tracegrad's tensors are all strided (dense)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"torch.{self.name}"
+
+
+strided = layout("strided")
+sparse_coo = layout("sparse_coo")
+
+
+def is_autocast_enabled(device_type: str | None = None) -> bool:
+    """False: autocast changes no op's dtype here (`torch.amp.autocast`)."""
+    return False
+
+
+def get_autocast_dtype(device_type: str) -> dtype:
+    """The dtype autocast would lower to: the default dtype, since it lowers none."""
+    return torch_dtype(_tg.get_default_dtype())
 
 
 contiguous_format = memory_format("contiguous_format")

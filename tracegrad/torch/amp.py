@@ -12,7 +12,7 @@ from typing import Any
 
 from tracegrad.torch._support import not_provided as _not_provided
 
-__all__ = ["GradScaler", "autocast"]
+__all__ = ["GradScaler", "autocast", "is_autocast_available"]
 
 
 class autocast(contextlib.ContextDecorator):  # noqa: N801 (PyTorch's name)
@@ -32,6 +32,11 @@ class autocast(contextlib.ContextDecorator):  # noqa: N801 (PyTorch's name)
 
     def __exit__(self, *exc: Any) -> None:
         pass
+
+
+def is_autocast_available(device_type: str) -> bool:
+    """Whether autocast lowers precision on `device_type`: nowhere here (`autocast`)."""
+    return False
 
 
 @functools.cache

@@ -33,6 +33,19 @@ def _decorator(fn: Callable | None = None, **options: Any) -> Any:
 ignore = unused = export = _decorator
 
 
+def _script_if_tracing(fn: Callable) -> Callable:
+    """The function itself: PyTorch scripts it only under a TorchScript trace."""
+    return fn
+
+
+def _overload_method(fn: Callable) -> Callable:
+    """A typed signature for TorchScript; the plain definition after it is what runs."""
+    return fn
+
+
+_overload = _overload_method
+
+
 def annotate(the_type: Any, the_value: Any) -> Any:
     return the_value
 

@@ -1,0 +1,114 @@
+"""The names packages built on PyTorch touch as they import (torchvision's registrations of its
+C++ operators, ONNX symbolics, TorchScript decorators, quantization stubs) and in ordinary calls
+(`torch._assert`, `torch.strided`, autocast queries): each imports under `import torch`, and
+means what it can here."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+
+import tracegrad.torch as torch
+
+MODULES = ["torch._C", "torch.library", "torch._custom_ops", "torch.utils.model_zoo",
+           "torch.onnx.symbolic_helper", "torch.onnx.symbolic_opset11", "torch._dynamo.utils",
+           "torch.ao.quantization", "torch.ao.nn.quantized", "torch.nn.quantized", "torch.types",
+           "torch.backends.cpu"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_modules_import_as_torch(name):
+    with torch.imported_as_torch():
+        module = importlib.import_module(name)
+    assert module is importlib.import_module("tracegrad." + name)
+
+
+def test_operators_of_extensions_do_not_exist_and_their_libraries_do_not_load():
+    with pytest.raises(OSError, match="C\\+\\+ extensions"):  # torchvision catches OSError
+        torch.ops.load_library("/somewhere/_C.so")
+    with pytest.raises(AttributeError, match="torchvision.nms"):
+        torch.ops.torchvision.nms  # noqa: B018
+
+
+def test_fake_implementations_register_and_dispatcher_registrations_refuse():
+    @torch.library.register_fake("torchvision::nms")  # no such op: accepted
+    def fake(dets, scores, iou_threshold):
+        return dets
+
+    assert torch.library.fakes["torchvision::nms"] is fake
+    assert torch.library.register_fake("ns::op", len) is len
+    lib = torch.library.Library("torchvision", "IMPL", "CPU")
+    with pytest.raises(NotImplementedError, match="autograd.Function"):
+        lib.impl("nms", fake)
+    with pytest.raises(NotImplementedError, match="register_autograd"):
+        torch.library.register_autograd("ns::op", fake)
+    with pytest.raises(NotImplementedError, match="fake-tensor"):
+        torch._custom_ops.get_ctx()
+
+
+def test_core_names_used_at_import():
+    C = torch._C
+    keys = C.DispatchKeySet(C.DispatchKey.AutocastCPU) | C.DispatchKeySet(
+        C.DispatchKey.AutocastCUDA
+    )
+    assert keys.has(C.DispatchKey.AutocastCUDA) and not keys.has(C.DispatchKey.CPU)
+    with C._ExcludeDispatchKeyGuard(keys), C.DisableTorchFunctionSubclass():
+        pass
+    assert C._get_tracing_state() is None and C._log_api_usage_once("x") is None
+    with pytest.raises(AttributeError, match="not provided"):
+        C._no_such_thing  # noqa: B018
+
+
+def test_export_and_scripting_decorators_give_back_the_function():
+    def f(x):
+        return x
+
+    assert torch.onnx.symbolic_helper.parse_args("v", "f")(f) is f
+    assert torch.onnx.register_custom_op_symbolic("ns::op", f, 11) is None
+    assert torch.jit._script_if_tracing(f) is f and torch.jit._overload_method(f) is f
+    assert torch._dynamo.utils.is_compile_supported("cpu")
+    assert not torch._dynamo.utils.is_compile_supported("cuda")
+
+
+def test_quantization_stubs_and_float_functional_compute_in_float():
+    x, y = torch.tensor([1.0, -2.0]), torch.tensor([0.5, 1.0])
+    assert torch.ao.quantization.QuantStub()(x) is x
+    assert torch.ao.quantization.DeQuantStub()(x) is x
+    ff = torch.nn.quantized.FloatFunctional()
+    assert (
+        ff is not None
+        and torch.nn.quantized.FloatFunctional is torch.ao.nn.quantized.FloatFunctional
+    )
+    np.testing.assert_array_equal(ff.add(x, y).numpy(), [1.5, -1.0])
+    np.testing.assert_array_equal(ff.add_relu(x, y).numpy(), [1.5, 0.0])
+    np.testing.assert_array_equal(ff.mul(x, y).numpy(), [0.5, -2.0])
+    np.testing.assert_array_equal(ff.cat([x, y]).numpy(), [1.0, -2.0, 0.5, 1.0])
+    np.testing.assert_array_equal(ff.mul_scalar(x, 3.0).numpy(), [3.0, -6.0])
+    with pytest.raises(RuntimeError, match="methods"):
+        ff(x)
+
+
+def test_assert_and_check():
+    torch._assert(True, "unused")
+    with pytest.raises(AssertionError, match="wrong size"):
+        torch._assert(torch.tensor(2) == 3, "wrong size")
+    torch._check(True)
+    with pytest.raises(RuntimeError, match="too big"):
+        torch._check(False, lambda: "too big")
+    with pytest.raises(IndexError):
+        torch._check_index(False)
+    with pytest.raises(ValueError):
+        torch._check_value(False, lambda: "bad")
+
+
+def test_layouts_autocast_queries_and_cpu_capability():
+    x = torch.ones(2, 3)
+    assert torch.full_like(x, 7.0, layout=torch.strided).tolist() == [[7.0] * 3] * 2
+    assert repr(torch.strided) == "torch.strided" and isinstance(torch.strided, torch.layout)
+    assert torch.is_autocast_enabled() is False and torch.is_autocast_enabled("cpu") is False
+    assert torch.get_autocast_dtype("cpu") == torch.float32
+    assert torch.amp.is_autocast_available("cpu") is False
+    assert torch.backends.cpu.get_cpu_capability() == "DEFAULT"
+    assert torch.utils.model_zoo.load_url is torch.hub.load_state_dict_from_url
