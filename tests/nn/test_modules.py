@@ -144,6 +144,18 @@ def test_sequential_indexing_and_forward(rng):
         nn.Sequential(nn.ReLU(), F.relu)
 
 
+def test_sequential_sliced_to_nothing_is_empty():
+    """`seq[:0]` and `Sequential(OrderedDict())` are empty Sequentials (torchvision's detection
+    backbones iterate `backbone[:0]`), not a dict taken for a layer."""
+    from collections import OrderedDict
+
+    seq = tg.nn.Sequential(tg.nn.ReLU(), tg.nn.Tanh())
+    for empty in (seq[:0], tg.nn.Sequential(OrderedDict()), tg.nn.Sequential({})):
+        assert len(empty) == 0 and list(empty) == []
+    x = tg.ones(2)
+    assert seq[:0](x) is x
+
+
 def test_sequential_edits_as_pytorchs():
     """Slices are Sequentials keeping their layers' names (`model[:-1]` as a feature extractor);
     deleting, inserting and popping number the layers again by place, as PyTorch does."""

@@ -152,6 +152,17 @@ def view(input: Any, *shape: Any, dtype: Any = None) -> Tensor:
     return viewing(x, reshape(x, *shape), lambda v: reshape(v, x.shape))
 
 
+def as_subclass(input: Tensor, cls: type) -> Tensor:
+    """`x.as_subclass(cls)`: a tensor of class `cls` (a Tensor subclass) with x's data and,
+    where autograd tracks x, its history: a view, as PyTorch's (in-place writes to one show in
+    the other), never x itself."""
+    if not (isinstance(cls, type) and issubclass(cls, Tensor)):
+        raise TypeError(f"as_subclass: {cls!r} is not a subclass of Tensor")
+    out = viewing(input, P.reshape(input, shape=input.shape), lambda v: reshape(v, input.shape))
+    out.__class__ = cls
+    return out
+
+
 def _is_dtype(x: Any) -> bool:
     """A NumPy dtype or scalar type, or what stands for one (`torch.int32`: its `.dtype`)."""
     if isinstance(x, np.dtype) or isinstance(x, type) and issubclass(x, np.generic):
@@ -258,7 +269,11 @@ def flatten(input: Any, start_dim: int = 0, end_dim: int = -1) -> Tensor:
     if x.ndim == 0:
         return reshape(x, (1,))
     start, end = start_dim % x.ndim, end_dim % x.ndim
-    return reshape(x, x.shape[:start] + (-1,) + x.shape[end + 1 :])
+    if start > end:
+        raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} for a "
+                         f"tensor of shape {x.shape}")  # fmt: skip
+    merged = math.prod(x.shape[start : end + 1])  # not -1: of no elements, that is any extent
+    return reshape(x, x.shape[:start] + (merged,) + x.shape[end + 1 :])
 
 
 @pytorch_keywords

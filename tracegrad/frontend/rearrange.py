@@ -83,16 +83,27 @@ def chunk(input: Any, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
 
 
 @pytorch_keywords
-def tensor_split(input: Any, indices_or_sections: Any, dim: int = 0) -> tuple[Tensor, ...]:
+def tensor_split(input: Any, indices_or_sections: Any = None, dim: int = 0, *,
+                 indices: Any = None, sections: Any = None,
+                 tensor_indices_or_sections: Any = None) -> tuple[Tensor, ...]:  # fmt: skip
     """n nearly equal pieces (the first n % size one larger), or pieces between the listed
-    indices: NumPy's array_split."""
+    indices, negative ones counted from the end as in slicing: NumPy's array_split. PyTorch's
+    keywords name the argument by its kind (`indices=`, `sections=`)."""
+    given = [a for a in (indices_or_sections, indices, sections, tensor_indices_or_sections)
+             if a is not None]  # fmt: skip
+    if len(given) != 1:
+        raise TypeError("tensor_split: give one of indices_or_sections, indices, sections")
+    indices_or_sections = given[0]
+    if isinstance(indices_or_sections, Tensor):  # a 0-d count, or 1-d indices
+        indices_or_sections = indices_or_sections.tolist()
     x = as_tensor(input)
     d = one_dim("tensor_split", dim, x.ndim)
     n = x.shape[d]
     if isinstance(indices_or_sections, int | np.integer):
         parts, extra = divmod(n, int(indices_or_sections))
         return _pieces(x, d, [parts + 1] * extra + [parts] * (int(indices_or_sections) - extra))
-    bounds = [0, *(builtins.min(int(i), n) for i in indices_or_sections), n]
+    at_ = [int(i) + n if int(i) < 0 else int(i) for i in indices_or_sections]
+    bounds = [0, *(builtins.min(builtins.max(i, 0), n) for i in at_), n]
     return tuple(at(x, d, slice(lo, builtins.max(lo, hi)))
                  for lo, hi in zip(bounds[:-1], bounds[1:], strict=True))  # fmt: skip
 

@@ -146,12 +146,18 @@ class Tensor:
                  "_view", "__weakref__", "__dict__")  # fmt: skip
     __array_priority__ = 1000
 
-    def __init__(self, *data: Any, dtype: Any = None, requires_grad: bool = False):
+    def __init__(self, *data: Any, dtype: Any = None, requires_grad: bool = False, **more: Any):
         """PyTorch's legacy constructor `torch.Tensor(...)`, always of the default float dtype
         (or `dtype`): `Tensor(data)` a leaf holding a copy of `data` (`Tensor([1, 2])` is
         float32), `Tensor(*sizes)` or `Tensor(torch.Size)` a zeroed tensor of that shape
         (PyTorch's is uninitialized), `Tensor()` an empty one. tracegrad's own code makes tensors
-        of any dtype with `Tensor._of`."""
+        of any dtype with `Tensor._of`. A subclass whose `__new__` made the tensor (`return
+        data.as_subclass(cls)`) is left as made: Python calls `__init__` after it with the same
+        arguments, and PyTorch's Tensor has no constructor of its own to run again."""
+        if hasattr(self, "_value"):
+            return
+        if more:
+            raise TypeError(f"Tensor(): unexpected keyword arguments {sorted(more)}")
         dtype = get_default_dtype() if dtype is None else dtype
         sizes = tuple(data[0]) if len(data) == 1 and _is_size(data[0]) else data
         if all(map(_is_extent, sizes)):
@@ -233,8 +239,9 @@ class Tensor:
             )
         return self._value
 
-    def numpy(self) -> np.ndarray:
-        """The underlying ndarray (no copy, as in PyTorch)."""
+    def numpy(self, *, force: bool = False) -> np.ndarray:
+        """The underlying ndarray (no copy, as in PyTorch; `force`, PyTorch's leave to detach
+        first, changes nothing here)."""
         return self._concrete("Tensor.numpy()")
 
     def item(self) -> Any:
@@ -560,7 +567,7 @@ def _promote(promotion: str, inputs: list[Tensor], args: tuple, weak: Any) -> li
         if x.dtype == dtype:
             out.append(x)
         elif is_number(a):
-            out.append(Tensor._wrap(np.asarray(a, dtype)))
+            out.append(Tensor._wrap(_number(a, dtype)))
         else:
             out.append(astype(x, dtype=dtype))
     return out
@@ -586,7 +593,7 @@ def _lift_args(args: tuple[Any, ...], weak: Any = ()) -> list[Tensor]:
             out.append(raw)
         elif is_number(a):
             dtype = _scalar_type(tuple(t.dtype for t in typed), a) if typed else None
-            out.append(Tensor._of(a) if dtype is None else Tensor._wrap(np.asarray(a, dtype)))
+            out.append(Tensor._of(a) if dtype is None else Tensor._wrap(_number(a, dtype)))
         else:
             out.append(Tensor._of(np.asarray(a)))
     return out
@@ -608,7 +615,7 @@ def lift_operands(args: tuple[Any, ...]) -> list[Tensor]:
         elif not is_number(a):
             out.append(Tensor._of(np.asarray(a)))
         elif typed:
-            out.append(Tensor._wrap(np.asarray(a, _scalar_type(typed, a))))
+            out.append(Tensor._wrap(_number(a, _scalar_type(typed, a))))
         else:
             out.append(Tensor._of(a))
     return out
@@ -619,8 +626,22 @@ def _scalar_type(dtypes: tuple[np.dtype, ...], a: int | float | bool) -> np.dtyp
     wins). A float or bool's depends on the types alone, so it is remembered; an int's also on
     its value (an overflow raises)."""
     if isinstance(a, int) and a.__class__ is not bool:
-        return np.result_type(*dtypes, a)
+        try:
+            return np.result_type(*dtypes, a)
+        except OverflowError:  # out of an integer tensor's range: it wraps (`_number`)
+            return _weak_type(dtypes, int)
     return _weak_type(dtypes, a.__class__)
+
+
+def _number(a: int | float | bool, dtype: np.dtype) -> np.ndarray:
+    """A Python number as a 0-d array of `dtype`; an int out of an integer dtype's range wraps
+    around as PyTorch's does (`uint8_image & -32`, `x + 300`), where NumPy raises."""
+    try:
+        return np.asarray(a, dtype)
+    except OverflowError:
+        if not isinstance(a, int) or dtype.kind not in "iu":
+            raise
+        return np.asarray(np.int64(a)).astype(dtype)  # past int64, PyTorch refuses it too
 
 
 @functools.lru_cache(maxsize=256)

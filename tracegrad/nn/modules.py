@@ -1068,8 +1068,9 @@ class Sequential(Module):
 
     def __init__(self, *layers: Module):
         super().__init__()
-        named = layers[0].items() if len(layers) == 1 and isinstance(layers[0], Mapping) else None
-        for i, (name, layer) in enumerate(named or ((str(i), m) for i, m in enumerate(layers))):
+        named = len(layers) == 1 and isinstance(layers[0], Mapping)  # an empty one too: `s[:0]`
+        pairs = layers[0].items() if named else ((str(i), m) for i, m in enumerate(layers))
+        for i, (name, layer) in enumerate(pairs):
             if not isinstance(layer, Module):
                 raise TypeError(f"Sequential: layer {i} is a {type(layer).__name__}, not a Module")
             setattr(self, name, layer)

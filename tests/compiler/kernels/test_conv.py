@@ -346,3 +346,19 @@ def test_a_sample_of_many_positions_is_a_block_of_its_own():
     assert block((256, 1, 28, 28), 32) == (28, 1)
     rows, samples = block((64, 64, 8, 8), 64)
     assert rows == 8 and samples > 1
+
+
+@pytest.mark.parametrize("geometry", [GEOMETRIES[0], EXTRA[2], EXTRA[11]])
+def test_kernels_of_an_empty_batch(geometry):
+    """A batch of no samples (a detector's mask head once no box is left): the outputs are
+    empty and the weight's gradient zero, as NumPy's."""
+    shape, out, kernel, stride, padding, dilation, groups = geometry
+    rng = np.random.default_rng(3)
+    x = np.zeros((0, *shape[1:]), np.float32)
+    w = rng.standard_normal((out, shape[1] // groups, *kernel)).astype(np.float32)
+    a = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    y = reference(x, w, **a)
+    forward, input_grad, weight_grad = kernels(x, w, y, a)
+    assert run(forward, x, w, y).shape == y.shape
+    assert run(input_grad, y, w, x).shape == x.shape
+    np.testing.assert_array_equal(run(weight_grad, x, y, w), np.zeros_like(w))

@@ -937,6 +937,9 @@ class ConvKernel(GeneratedKernel):
         *parameters, out = rest
         if not out.flags.c_contiguous:
             raise ValueError(f"convolution kernels write C-contiguous results, not {out.strides}")
+        if a.size == 0 or b.size == 0 or out.size == 0:  # an empty batch (no detections left)
+            out[...] = 0
+            return
         if self.live is not None and self.op != "weight_grad":
             b = b[:, :, self.live[0], self.live[1]]
         a, b = in_c_order(a), in_c_order(b)
