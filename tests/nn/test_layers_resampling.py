@@ -540,3 +540,47 @@ def test_3d_padding_layers_pad_the_three_last_axes(name):
         {"constant_values": 0.5 if name == "ConstantPad3d" else 0.0} if mode == "constant" else {}
     )
     np.testing.assert_array_equal(got, np.pad(x, pairs, mode=mode, **extra))
+
+
+UINT8_RESIZES = [
+    dict(size=(9, 7), mode="bilinear"),
+    dict(size=(9, 7), mode="bilinear", antialias=True),
+    dict(size=(30, 20), mode="bicubic"),  # upsampling: the cubic overshoots, clamped
+    dict(size=(9, 7), mode="bicubic", antialias=True),
+    dict(size=(30, 25), mode="bilinear", align_corners=True),
+    dict(size=(25, 8), mode="bicubic"),  # up one way, down the other
+]
+
+
+def uint8_image():
+    return np.random.default_rng(0).integers(0, 256, (2, 3, 17, 13)).astype(np.uint8)
+
+
+@pytest.mark.parametrize("kw", UINT8_RESIZES)
+def test_uint8_images_resize_as_pytorchs_kernels(kw):
+    """A uint8 image resizes to uint8, as PyTorch's: along the width, rounded (and clamped) to
+    uint8, then along the height from that, rounded again; here from the float resizes."""
+    x = uint8_image()
+    got = F.interpolate(tg.tensor(x), **kw)
+    assert got.dtype == np.uint8
+    size, rest = kw["size"], {k: v for k, v in kw.items() if k != "size"}
+    wide = F.interpolate(tg.tensor(x.astype(np.float32)), size=(x.shape[2], size[1]), **rest)
+    wide = np.clip(np.round(wide.numpy()), 0, 255)
+    want = F.interpolate(tg.tensor(wide), size=size, **rest).numpy()
+    np.testing.assert_array_equal(got.numpy(), np.clip(np.round(want), 0, 255).astype(np.uint8))
+
+
+@pytest.mark.parametrize("kw", UINT8_RESIZES)
+def test_uint8_resizes_within_one_of_pytorchs(kw):
+    torch = pytest.importorskip("torch")
+    x = uint8_image()
+    want = torch.nn.functional.interpolate(torch.from_numpy(x), **kw).numpy()
+    got = F.interpolate(tg.tensor(x), **kw).numpy()
+    assert np.abs(got.astype(int) - want.astype(int)).max() <= 1  # its weights are fixed-point
+
+
+def test_integer_images_other_than_uint8_are_refused():
+    with pytest.raises(NotImplementedError, match="int64"):
+        F.interpolate(tg.tensor(np.zeros((1, 1, 4, 4), np.int64)), size=(2, 2), mode="bilinear")
+    nearest = F.interpolate(tg.tensor(np.arange(16).reshape(1, 1, 4, 4)), size=(2, 2))
+    assert nearest.dtype == np.int64  # nearest copies: any dtype

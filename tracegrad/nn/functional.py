@@ -1253,6 +1253,10 @@ def interpolate(
         raise ValueError("interpolate: give exactly one of size and scale_factor")
     if size is not None and recompute_scale_factor:
         raise ValueError("interpolate: recompute_scale_factor is not meaningful with a size")
+    image = linear and x.dtype.kind in "iub"  # a uint8 image, resized as PyTorch's (below)
+    if image and x.dtype != np.uint8:
+        raise NotImplementedError(f"interpolate: mode {mode!r} of a {x.dtype} input; PyTorch's "
+                                  "is for floats and uint8")  # fmt: skip
     sizes, scales = _interpolation_sizes(x.shape[2:], size, scale_factor)
     if recompute_scale_factor:
         scales = (None,) * dims
@@ -1261,7 +1265,10 @@ def interpolate(
             raise ShapeError(f"interpolate: input {x.shape} in mode 'area' must have 1 to 3 "
                              "spatial axes")  # fmt: skip
         return (adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d)[dims - 1](x, sizes)
-    for i, (out, scale) in enumerate(zip(sizes, scales, strict=True)):
+    axes = list(enumerate(zip(sizes, scales, strict=True)))
+    if image:  # PyTorch's uint8 kernels: the last axis first, each pass rounded to uint8 (a
+        x, axes = x.astype(np.float32), axes[::-1]  # cubic's overshoot clamped in between)
+    for i, (out, scale) in axes:
         axis = 2 + i
         if antialias:
             x = _antialiased_axis(x, axis, out, scale, bool(align_corners), mode == "bicubic")
@@ -1271,7 +1278,9 @@ def interpolate(
             x = _linear_axis(x, axis, out, scale, bool(align_corners))
         else:
             x = _nearest_axis(x, axis, out, scale, mode == "nearest-exact")
-    return x
+        if image:
+            x = x.round().clamp(0, 255)
+    return x.astype(np.uint8) if image else x
 
 
 def _antialiased_axis(x: Tensor, axis: int, out: int, scale: float | None, align_corners: bool,
