@@ -112,3 +112,12 @@ def test_layouts_autocast_queries_and_cpu_capability():
     assert torch.amp.is_autocast_available("cpu") is False
     assert torch.backends.cpu.get_cpu_capability() == "DEFAULT"
     assert torch.utils.model_zoo.load_url is torch.hub.load_state_dict_from_url
+
+
+def test_private_samplers_torchvision_calls():
+    torch.manual_seed(0)
+    d = torch._sample_dirichlet(torch.tensor([[1.0, 1.0, 1.0]] * 4000, dtype=torch.float64))
+    np.testing.assert_allclose(d.sum(-1).numpy(), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(d.mean(0).numpy(), [1 / 3] * 3, atol=0.02)
+    g = torch._standard_gamma(torch.full((20000,), 3.0, dtype=torch.float64))
+    assert abs(float(g.mean()) - 3.0) < 0.06 and float(g.min()) > 0

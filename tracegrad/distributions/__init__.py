@@ -9,11 +9,11 @@ counter-based random state (`tracegrad.manual_seed`), so a traced step draws afr
 and the same numbers an eager run with the same seed draws (not PyTorch's numbers).
 
 Provided: Bernoulli, Categorical, OneHotCategorical, Normal, LogNormal, Uniform, Laplace,
-Exponential, Cauchy, MultivariateNormal, Independent, RelaxedOneHotCategorical, RelaxedBernoulli;
-`TransformedDistribution` with the Exp, Affine, Sigmoid, Tanh and Compose transforms;
-`kl_divergence` and `register_kl`; `constraints`. Not provided: the families whose densities need
-the gamma function's logarithm and its derivative (Gamma, Beta, Dirichlet, Poisson, Binomial,
-StudentT, Chi2, ...).
+Exponential, Cauchy, Gamma, Beta, Dirichlet, MultivariateNormal, Independent,
+RelaxedOneHotCategorical, RelaxedBernoulli; `TransformedDistribution` with the Exp, Affine,
+Sigmoid, Tanh and Compose transforms; `kl_divergence` and `register_kl`; `constraints`. The
+gamma family's draws are reparameterized in their rates only (`gamma`). Not provided: Poisson,
+Binomial, StudentT, Chi2, ...
 """
 
 from tracegrad.distributions import constraints
@@ -27,6 +27,7 @@ from tracegrad.distributions.continuous import (
 )
 from tracegrad.distributions.discrete import Bernoulli, Categorical, OneHotCategorical
 from tracegrad.distributions.distribution import Distribution, ExponentialFamily, Independent
+from tracegrad.distributions.gamma import Beta, Dirichlet, Gamma
 from tracegrad.distributions.kl import kl_divergence, register_kl
 from tracegrad.distributions.multivariate import MultivariateNormal
 from tracegrad.distributions.relaxed import RelaxedBernoulli, RelaxedOneHotCategorical
@@ -41,8 +42,9 @@ from tracegrad.distributions.transforms import (
 )
 
 __all__ = [
-    "AffineTransform", "Bernoulli", "Categorical", "Cauchy", "ComposeTransform", "Distribution",
-    "ExpTransform", "Exponential", "ExponentialFamily", "Independent", "Laplace", "LogNormal",
+    "AffineTransform", "Bernoulli", "Beta", "Categorical", "Cauchy", "ComposeTransform",
+    "Dirichlet", "Distribution", "ExpTransform", "Exponential", "ExponentialFamily", "Gamma",
+    "Independent", "Laplace", "LogNormal",
     "MultivariateNormal", "Normal", "OneHotCategorical", "RelaxedBernoulli",
     "RelaxedOneHotCategorical", "SigmoidTransform", "TanhTransform", "Transform",
     "TransformedDistribution", "Uniform", "constraints", "kl_divergence", "register_kl",

@@ -293,6 +293,19 @@ _check_value = _checker(ValueError)
 _check_type = _checker(TypeError)
 
 
+def _standard_gamma(input: Tensor) -> Tensor:
+    """Draws of Gamma(input, 1), one per element (no gradient: `distributions.gamma`)."""
+    from tracegrad.distributions.gamma import standard_gamma
+
+    return standard_gamma(input)
+
+
+def _sample_dirichlet(input: Tensor) -> Tensor:
+    """A draw of Dirichlet(row) for each row of `input` (its last axis)."""
+    x = _standard_gamma(input)
+    return x / x.sum(-1, keepdim=True)
+
+
 def __getattr__(name: str) -> Any:
     raise _not_provided(__name__, name)
 

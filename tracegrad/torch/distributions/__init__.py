@@ -10,11 +10,14 @@ from tracegrad.torch._support import not_provided as _not_provided
 globals().pop("constraints")  # tracegrad's module: torch's, below, takes its place
 from tracegrad.torch.distributions import (  # noqa: E402
     bernoulli,
+    beta,
     categorical,
     cauchy,
     constraints,
+    dirichlet,
     distribution,
     exponential,
+    gamma,
     independent,
     kl,
     laplace,
