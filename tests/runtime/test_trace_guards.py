@@ -454,3 +454,98 @@ def test_a_batch_rebound_in_the_globals_before_each_call_is_read_without_tracing
         traced, step = run(lambda f: torch.compile(f, backend="numpy"))
     np.testing.assert_allclose(traced, eager, rtol=1e-12)
     assert sum(map(len, step.plans.values())) == 3  # grads None, then set; then 3 rows
+
+
+class ActNorm(torch.nn.Module):
+    """nflib's ActNorm: a data-dependent initialization on the first batch, gated by a flag."""
+
+    def __init__(self):
+        super().__init__()
+        self.log_scale = torch.nn.Parameter(torch.zeros(1, 2, dtype=torch.float64))
+        self.initialized = False
+
+    def forward(self, x):
+        if not self.initialized:
+            self.log_scale.data = -torch.log(x.std(dim=0, keepdim=True)).detach()
+            self.initialized = True
+        return x * torch.exp(self.log_scale)
+
+
+class Masked(torch.nn.Module):
+    """A write through a boolean mask: the trace refuses it, the call runs eagerly."""
+
+    def forward(self, x):
+        out = torch.zeros_like(x)
+        inside = x.abs() < 1.0
+        out[inside] = 2 * x[inside]
+        return out + x
+
+
+class Flow(torch.nn.Module):
+    """nflib's NormalizingFlow: its layers run by `.forward(x)`, not called."""
+
+    def __init__(self, *layers):
+        super().__init__()
+        self.flows = torch.nn.ModuleList(layers)
+
+    def forward(self, x):
+        for f in self.flows:
+            x = f.forward(x)
+        return x
+
+
+def run_flow(layers, compiled, steps=3):
+    """Losses and final parameters of SGD on a flow of `layers()`, eager or compiled."""
+    model = torch.nn.Sequential(Flow(*layers()))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = [torch.tensor([[1.0, 2.0], [3.0, 5.0], [-1.0, 0.5], [2.0, -3.0]],
+                            dtype=torch.float64) * (k + 1) for k in range(steps)]  # fmt: skip
+
+    def step(x):
+        loss = (model(x) ** 2).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    run = torch.compile(step) if compiled else step
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        losses = [float(run(x)) for x in batches]
+    return losses, [p.detach().numpy().copy() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("layers", [
+    lambda: [ActNorm()],
+    lambda: [ActNorm(), Masked(), ActNorm()],  # the trace refused: eager calls
+])  # fmt: skip
+def test_a_flag_of_a_module_run_by_forward_deep_inside_is_guarded_and_put_back(layers):
+    """A setting of a module two levels down that the step never calls (run by `.forward()`)
+    is guarded, and put back where the step changed it while tracing: the compiled step
+    initializes once, from the first batch, as the eager one (the plan baked the init in and
+    ran it at every call; a refused trace left the flag set, and the eager call skipped it)."""
+    want_losses, want_params = run_flow(layers, compiled=False)
+    got_losses, got_params = run_flow(layers, compiled=True)
+    np.testing.assert_allclose(got_losses, want_losses, rtol=1e-12)
+    for got, want in zip(got_params, want_params, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_a_flag_deep_inside_an_inference_function_is_guarded():
+    """Without a backward to trace again at the second call: the plan must not run the init at
+    every call (it re-normalized each batch: the second came out ten times too small)."""
+
+    def outputs(compiled):
+        model = torch.nn.Sequential(Flow(ActNorm()))
+
+        def f(x):
+            with torch.no_grad():
+                return model(x).sum()
+
+        run = torch.compile(f) if compiled else f
+        x = torch.tensor([[1.0, 2.0], [3.0, 5.0], [-1.0, 0.5]], dtype=torch.float64)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "traced again because ActNorm.initialized changed"
+            return [float(run(x * k)) for k in (1, 10, 10)]
+
+    np.testing.assert_allclose(outputs(compiled=True), outputs(compiled=False), rtol=1e-12)

@@ -682,6 +682,7 @@ class Tracer:
         self.consts: dict[int, tuple[Tensor, ir.Value]] = {}
         self.checks: list[Callable[[], bool]] = []
         self.watched: dict[Any, Watch | None] = {}  # None: set by the step (`set_in_step`)
+        self.walked: set[int] = set()  # ids of the modules whose settings are watched
         self.after: dict[Any, Callable[[], None]] = {}
         self.weak: set[ir.Value] = set()  # stand-ins for Python numbers: they promote weakly
         self.made: list[weakref.ref[Tensor]] = []  # every symbolic tensor made while tracing

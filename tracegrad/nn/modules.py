@@ -25,7 +25,6 @@ from tracegrad.frontend.function import Function
 from tracegrad.frontend.scopes import module_scope
 from tracegrad.frontend.tensor import Listeners, Tensor, get_default_dtype
 from tracegrad.frontend.tracer import (
-    baked,
     names_read,
     set_in_step,
     watch,
@@ -167,7 +166,21 @@ _SETTINGS = (bool, int, float, str)  # attribute types a trace reads as constant
 _CONFIG_ENTRIES = 64  # a dict or plain object with more entries is data, not settings
 
 
-def _watch_settings(module: Module, children: bool = True) -> None:
+def _watch_settings(module: Module) -> None:
+    """While tracing: guard the settings of the module and of every module below it
+    (`_watch_own_settings`), once a trace: a forward may reach a submodule without calling it
+    (nflib's flows run `flow.forward(x)`: ActNorm's flag that gates its data-dependent init is
+    two levels down)."""
+    if not Listeners.tracers:
+        return
+    walked = Listeners.tracers[-1].walked
+    for m in module.modules():
+        if id(m) not in walked:
+            walked.add(id(m))
+            _watch_own_settings(m)
+
+
+def _watch_own_settings(module: Module) -> None:
     """While tracing: guard the numbers, flags and strings among the module's attributes, the
     NumPy arrays its class's methods name, and the settings among the entries of the dicts and
     plain objects it holds (`self.config.dropout`, `self.opts["scale"]`): its forward may read
@@ -181,9 +194,11 @@ def _watch_settings(module: Module, children: bool = True) -> None:
         if isinstance(value, Tensor | tuple):  # a mask, a hidden state: the same one, or followed
             watch_place(vars(module), name, f"{owner}.{name}")
             continue
+        if name == "training":  # switching modes is no surprise: no warning
+            watch((id(module), name), f"{owner}.training", lambda: module.training, warn=False)
+            continue
         if type(value) in _SETTINGS or isinstance(value, np.ndarray) and name in read:
-            watch((id(module), name), f"{owner}.{name}",
-                  lambda name=name: baked(getattr(module, name, None)))  # fmt: skip
+            watch_place(module, name, f"{owner}.{name}")  # one the step changes is put back
             continue
         entries = _config_entries(value)
         for key, entry in entries.items() if len(entries) <= _CONFIG_ENTRIES else ():
@@ -194,9 +209,6 @@ def _watch_settings(module: Module, children: bool = True) -> None:
     for registry in (module._parameters, module._buffers, module._modules):
         for name in registry:
             watch_place(registry, name, f"{owner}.{name}")
-    for child in module._modules.values() if children else ():
-        if child is not None:
-            _watch_settings(child, children=False)
 
 
 @functools.lru_cache(maxsize=1024)
