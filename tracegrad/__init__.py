@@ -48,6 +48,7 @@ from tracegrad.frontend.linalg import (
     geqrf,
     inverse,
     logdet,
+    lu_unpack,
     matrix_exp,
     matrix_power,
     pinverse,
@@ -57,6 +58,8 @@ from tracegrad.frontend.linalg import (
 )
 from tracegrad.frontend.linalg import cholesky_top as cholesky
 from tracegrad.frontend.linalg import householder_product as orgqr
+from tracegrad.frontend.linalg import lu_solve_top as lu_solve
+from tracegrad.frontend.linalg import lu_top as lu
 from tracegrad.frontend.linalg import qr_top as qr
 from tracegrad.frontend.linalg import svd_top as svd
 from tracegrad.frontend.mutation import *  # noqa: F403

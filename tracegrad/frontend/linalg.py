@@ -563,6 +563,179 @@ def householder_product(A: Any, tau: Any) -> Tensor:
     return q
 
 
+class LUFactorResult(NamedTuple):
+    LU: Tensor
+    pivots: Tensor
+
+
+class LUFactorExResult(NamedTuple):
+    LU: Tensor
+    pivots: Tensor
+    info: Tensor
+
+
+class LUResult(NamedTuple):
+    P: Tensor
+    L: Tensor
+    U: Tensor
+
+
+def _lu(a: Tensor, pivot: bool) -> tuple[Tensor, Tensor, np.ndarray]:
+    """(L (..., m, k), U (..., k, n), the rows of A in the order of L U) by Gaussian elimination
+    with partial pivoting, k = min(m, n): each step's pivot is the column's largest magnitude
+    (its first, on a tie, as LAPACK's getrf), chosen on the values; the elimination is made of
+    tracegrad ops, so L and U differentiate in A. A zero pivot leaves a zero column of L (a
+    singular matrix), as getrf does."""
+    if a.ndim < 2:
+        raise ShapeError(f"lu: expected a matrix or a batch of them, got shape {a.shape}")
+    from tracegrad.frontend.functions import cat, take_along_dim
+
+    (m, n), lead = a.shape[-2:], a.shape[:-2]
+    k = min(m, n)
+    order = np.broadcast_to(np.arange(m), (*lead, m)).copy()
+    rows, columns = a, []
+    for j in range(k):
+        if pivot:
+            magnitude = np.abs(rows[..., j:, j].detach().numpy())
+            best = j + np.argmax(magnitude, axis=-1) if m > j else np.zeros(lead, int)
+            swap = np.broadcast_to(np.arange(m), (*lead, m)).copy()
+            np.put_along_axis(swap, best[..., None], j, axis=-1)
+            np.put_along_axis(swap, np.full((*lead, 1), j), best[..., None], axis=-1)
+            order = np.take_along_axis(order, swap, axis=-1)
+            rows = take_along_dim(rows, Tensor._of(swap[..., None]), dim=-2)
+            columns = [take_along_dim(c, Tensor._of(swap[..., None]), dim=-2) for c in columns]
+        head = rows[..., j : j + 1, j : j + 1]
+        safe = P.where(head == 0, 1.0, head)
+        factor = P.where(head == 0, 0.0, rows[..., j + 1 :, j : j + 1] / safe)
+        below = rows[..., j + 1 :, :] - factor * rows[..., j : j + 1, :]
+        rows = cat([rows[..., : j + 1, :], below], dim=-2)
+        columns.append(cat([Tensor._of(np.zeros((*lead, j + 1, 1), a.dtype)), factor], dim=-2))
+    eye = Tensor._of(np.eye(m, k, dtype=a.dtype))
+    L = (cat(columns, dim=-1) if columns else Tensor._of(np.zeros((*lead, m, 0), a.dtype))) + eye
+    return L, triu(rows[..., :k, :]), order
+
+
+def _permutation(order: np.ndarray, dtype: np.dtype) -> Tensor:
+    """P with P[order[i], i] = 1: A = P L U where the rows of L U are A's in `order`."""
+    m = order.shape[-1]
+    p = np.zeros((*order.shape, m), dtype)
+    np.put_along_axis(p, order[..., :, None], 1, axis=-1)
+    return Tensor._of(np.swapaxes(p, -1, -2).copy())
+
+
+def _pivots(order: np.ndarray, k: int) -> np.ndarray:
+    """LAPACK's pivots (1-based, int32: row j was swapped with row pivots[j] at step j) of the
+    row order `order` reached by such swaps."""
+    lead, m = order.shape[:-1], order.shape[-1]
+    flat, pivots = order.reshape(-1, m), np.zeros((int(np.prod(lead, dtype=int)), k), np.int32)
+    for b, target in enumerate(flat):
+        current, where = list(range(m)), list(range(m))  # where[r]: the place of row r
+        for j in range(k):
+            i = where[target[j]]
+            pivots[b, j] = i + 1
+            current[j], current[i] = current[i], current[j]
+            where[current[j]], where[current[i]] = j, i
+    return pivots.reshape(*lead, k)
+
+
+def _order(pivots: np.ndarray, m: int) -> np.ndarray:
+    """The row order LAPACK's `pivots` make of range(m)."""
+    lead, k = pivots.shape[:-1], pivots.shape[-1]
+    flat = pivots.reshape(-1, k) - 1
+    order = np.broadcast_to(np.arange(m), (flat.shape[0], m)).copy()
+    for j in range(k):
+        i = flat[:, j]
+        rows = np.arange(flat.shape[0])
+        order[rows, j], order[rows, i] = order[rows, i], order[rows, j].copy()
+    return order.reshape(*lead, m)
+
+
+def lu(A: Any, *, pivot: bool = True) -> LUResult:
+    """`torch.linalg.lu`: P, L, U with A = P L U, L unit lower triangular (m x k), U upper
+    triangular (k x n); differentiable in A (`_lu`). Not in a traced step: the pivots are
+    chosen on the values."""
+    a = as_tensor(A)
+    L, U, order = _lu(a, pivot)
+    return LUResult(_permutation(order, a.dtype), L, U)
+
+
+def lu_factor(A: Any, *, pivot: bool = True) -> LUFactorResult:
+    """`torch.linalg.lu_factor`: L and U in one matrix (L's unit diagonal left out) and LAPACK's
+    pivots."""
+    LU, pivots, _ = lu_factor_ex(A, pivot=pivot)
+    return LUFactorResult(LU, pivots)
+
+
+def lu_factor_ex(A: Any, *, pivot: bool = True, check_errors: bool = False) -> LUFactorExResult:
+    """`lu_factor` and LAPACK's info: 0, or the first zero pivot's place (1-based) of a
+    singular matrix (an error with `check_errors`)."""
+    a = as_tensor(A)
+    L, U, order = _lu(a, pivot)
+    (m, n), k = a.shape[-2:], min(a.shape[-2:])
+    packed = _zero_padded(tril(L, -1), 0, n - k) + _zero_padded(U, m - k, 0)
+    diagonal_u = np.diagonal(U.detach().numpy(), axis1=-2, axis2=-1)
+    zero = diagonal_u == 0
+    info = np.where(zero.any(-1), zero.argmax(-1) + 1, 0).astype(np.int32)
+    if check_errors and info.any():
+        raise RuntimeError(f"linalg.lu_factor_ex: U[{int(info.max()) - 1}, "
+                           f"{int(info.max()) - 1}] is zero, singular U")  # fmt: skip
+    return LUFactorExResult(packed, Tensor._of(_pivots(order, k)), Tensor._of(info))
+
+
+def _zero_padded(x: Tensor, rows: int, columns: int) -> Tensor:
+    """x with `rows` zero rows below it and `columns` zero columns to its right."""
+    from tracegrad.frontend.functions import cat
+
+    if rows:
+        x = cat([x, Tensor._of(np.zeros((*x.shape[:-2], rows, x.shape[-1]), x.dtype))], dim=-2)
+    if columns:
+        x = cat([x, Tensor._of(np.zeros((*x.shape[:-1], columns), x.dtype))], dim=-1)
+    return x
+
+
+def lu_unpack(LU_data: Any, LU_pivots: Any, unpack_data: bool = True,
+              unpack_pivots: bool = True) -> LUResult:  # fmt: skip
+    """P, L, U from `lu_factor`'s packed form (empty tensors for the parts not unpacked)."""
+    lu_, pivots = as_tensor(LU_data), as_tensor(LU_pivots)
+    m, k = lu_.shape[-2], min(lu_.shape[-2:])
+    empty = Tensor._of(np.zeros((0,), lu_.dtype))
+    L = U = Pm = empty
+    if unpack_data:
+        L = tril(lu_, -1)[..., :, :k] + Tensor._of(np.eye(m, k, dtype=lu_.dtype))
+        U = triu(lu_[..., :k, :])
+    if unpack_pivots:
+        Pm = _permutation(_order(np.asarray(pivots.numpy()), m), lu_.dtype)
+    return LUResult(Pm, L, U)
+
+
+def lu_solve(LU: Any, pivots: Any, B: Any, *, left: bool = True, adjoint: bool = False) -> Tensor:
+    """`torch.linalg.lu_solve`: X with A X = B (A^H X = B with `adjoint`; X A = B with
+    `left=False`) from A's `lu_factor`."""
+    Pm, L, U = lu_unpack(LU, pivots)
+    b = as_tensor(B)
+    h = lambda x: conj(matrix_transpose(x))  # noqa: E731 (`adjoint`, which the flag hides)
+    if not left:  # X A = B: A^H X^H = B^H
+        return h(lu_solve(LU, pivots, h(b), adjoint=not adjoint))
+    if adjoint:  # A^H = U^H L^H P^T
+        y = solve_triangular(h(U), b, upper=False)
+        return Pm @ solve_triangular(h(L), y, upper=True, unitriangular=True)
+    y = solve_triangular(L, matrix_transpose(Pm) @ b, upper=False, unitriangular=True)
+    return solve_triangular(U, y, upper=True)
+
+
+def lu_top(A: Any, pivot: bool = True, get_infos: bool = False) -> tuple:
+    """`torch.lu` and `Tensor.lu` (PyTorch's older spelling of `linalg.lu_factor_ex`): the
+    packed LU and pivots, and the infos with `get_infos`."""
+    LU, pivots, info = lu_factor_ex(A, pivot=pivot)
+    return (LU, pivots, info) if get_infos else (LU, pivots)
+
+
+@pytorch_keywords
+def lu_solve_top(b: Any, LU_data: Any, LU_pivots: Any) -> Tensor:
+    """`torch.lu_solve(b, LU_data, LU_pivots)`, PyTorch's older argument order."""
+    return lu_solve(LU_data, LU_pivots, b)
+
+
 EUCLID_MODES = ("use_mm_for_euclid_dist_if_necessary", "use_mm_for_euclid_dist",
                 "donot_use_mm_for_euclid_dist")  # fmt: skip
 MM_ABOVE = 25  # rows: PyTorch's default mode multiplies matrices past this, else subtracts
@@ -591,7 +764,8 @@ def cdist(x1: Any, x2: Any, p: float = 2.0,
 
 
 __all__ = ["cholesky", "cholesky_ex", "cross", "det", "diagonal", "eigh", "eigvalsh",
-           "householder_product", "inv", "inv_ex", "lstsq", "matmul", "matrix_exp",
+           "householder_product", "inv", "inv_ex", "lstsq", "lu", "lu_factor", "lu_factor_ex",
+           "lu_solve", "matmul", "matrix_exp",
            "matrix_norm", "matrix_power", "matrix_rank", "multi_dot", "norm", "pinv", "qr",
            "slogdet", "solve", "solve_ex", "solve_triangular", "svd", "svdvals", "vecdot",
            "vector_norm"]  # fmt: skip

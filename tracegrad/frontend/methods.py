@@ -361,7 +361,8 @@ METHODS: dict[str, Any] = {
     "logdet": linalg.logdet, "slogdet": linalg.slogdet, "cholesky": linalg.cholesky_top,
     "cholesky_solve": linalg.cholesky_solve, "cholesky_inverse": linalg.cholesky_inverse,
     "matrix_exp": linalg.matrix_exp, "geqrf": linalg.geqrf,
-    "orgqr": linalg.householder_product,
+    "orgqr": linalg.householder_product, "lu": linalg.lu_top,
+    "lu_solve": lambda self, LU_data, LU_pivots: linalg.lu_solve(LU_data, LU_pivots, self),
     "inverse": linalg.inverse, "pinverse": linalg.pinverse, "matrix_power": linalg.matrix_power,
     "dist": linalg.dist, "renorm": linalg.renorm, "vdot": M.vdot,
     # elementwise
