@@ -363,10 +363,10 @@ def test_shape_changing_in_place_methods():
 def test_a_missing_method_says_what_and_where():
     x = tg.ones(2)
     with pytest.raises(AttributeError) as e:
-        x.to_sparse()
+        x.to_sparse_csr()
     line = __import__("sys")._getframe().f_lineno - 1
     assert str(e.value).startswith(
-        f"Tensor.to_sparse is not provided by tracegrad (used at test_mutation.py:{line})"
+        f"Tensor.to_sparse_csr is not provided by tracegrad (used at test_mutation.py:{line})"
     )
     assert not hasattr(x, "__array_interface__") and not hasattr(x, "_no_such")
 

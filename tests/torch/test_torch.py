@@ -98,7 +98,7 @@ def test_a_missing_name_says_what_and_where():
         f"torch.nn.functional.fancy_new_loss is not provided by tracegrad (used at "
         f"test_torch.py:{line})"
     )
-    assert not hasattr(torch, "sparse") and hasattr(torch.nn.functional, "cross_entropy")
+    assert not hasattr(torch, "nested") and hasattr(torch.nn.functional, "cross_entropy")
 
 
 def test_the_functions_real_training_code_asks_for():
@@ -571,8 +571,8 @@ def test_imported_as_torch_resolves_torch_and_restores_the_import_system():
             aliased is torch and F is torch.nn.functional and DataLoader is tg.utils.data.DataLoader
         )
         assert aliased.__spec__.name == "tracegrad.torch"  # its own spec, kept
-        with pytest.raises(ModuleNotFoundError, match="'torch.sparse': tracegrad.torch does not"):
-            importlib.import_module("torch.sparse")
+        with pytest.raises(ModuleNotFoundError, match="'torch.nested': tracegrad.torch does not"):
+            importlib.import_module("torch.nested")
     after = {k: v for k, v in sys.modules.items() if k == "torch" or k.startswith("torch.")}
     assert after == before
     assert torch.__spec__.name == "tracegrad.torch"
@@ -650,13 +650,13 @@ def test_run_runs_an_unchanged_pytorch_script(tmp_path):
 
 
 def test_run_names_what_is_missing_and_the_line(tmp_path):
-    text = "import torch\n\nx = torch.ones(3)\ny = torch.sparse.mm(x, x)\n"
+    text = "import torch\n\nx = torch.ones(3)\ny = torch.nested.nested_tensor([x, x])\n"
     done = run_script(tmp_path, text)
     assert done.returncode == 1
-    assert "torch.sparse is not provided by tracegrad (used at script.py:4)" in done.stderr
-    done = run_script(tmp_path, "import torch.sparse\n")
+    assert "torch.nested is not provided by tracegrad (used at script.py:4)" in done.stderr
+    done = run_script(tmp_path, "import torch.nested\n")
     assert done.returncode == 1
-    assert "No module named 'torch.sparse': tracegrad.torch does not provide it" in done.stderr
+    assert "No module named 'torch.nested': tracegrad.torch does not provide it" in done.stderr
     done = run_script(tmp_path, "import sys\nsys.exit(3)\n")
     assert done.returncode == 3
 

@@ -500,10 +500,20 @@ def same_dtypes(op: str, *xs: Tensor) -> None:
 @pytorch_keywords
 def matmul(input: Any, other: Any) -> Tensor:
     """The matrix product: 2-D, batched (broadcast) and 1-D operands, of one dtype (PyTorch's
-    rule; `promoting_matmul` is NumPy's)."""
+    rule; `promoting_matmul` is NumPy's). A sparse operand multiplies by its entries
+    (`frontend.sparse`)."""
+    if _is_sparse(input):
+        return input.matmul(other)
+    if _is_sparse(other):
+        return other.__rmatmul__(input)
     a, b = as_tensor(input), as_tensor(other)
     same_dtypes("matmul", a, b)
     return promoting_matmul(a, b)
+
+
+def _is_sparse(x: Any) -> bool:
+    """A sparse tensor (`frontend.sparse.SparseCOO`, which is not a Tensor)."""
+    return not isinstance(x, Tensor) and getattr(x, "is_sparse", False) is True
 
 
 def promoting_matmul(input: Any, other: Any) -> Tensor:

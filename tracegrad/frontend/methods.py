@@ -19,7 +19,7 @@ import numpy as np
 from tracegrad.core import primitives as P
 from tracegrad.core.errors import user_location
 from tracegrad.core.vocabulary import Kind
-from tracegrad.frontend import autodiff, linalg, sampling
+from tracegrad.frontend import autodiff, linalg, sampling, sparse
 from tracegrad.frontend import counting as K
 from tracegrad.frontend import creation as C
 from tracegrad.frontend import elementwise as E
@@ -361,7 +361,8 @@ METHODS: dict[str, Any] = {
     "logdet": linalg.logdet, "slogdet": linalg.slogdet, "cholesky": linalg.cholesky_top,
     "cholesky_solve": linalg.cholesky_solve, "cholesky_inverse": linalg.cholesky_inverse,
     "matrix_exp": linalg.matrix_exp, "geqrf": linalg.geqrf,
-    "orgqr": linalg.householder_product, "lu": linalg.lu_top,
+    "orgqr": linalg.householder_product, "lu": linalg.lu_top, "to_sparse": sparse.to_sparse,
+    "to_dense": lambda self: self,
     "lu_solve": lambda self, LU_data, LU_pivots: linalg.lu_solve(LU_data, LU_pivots, self),
     "inverse": linalg.inverse, "pinverse": linalg.pinverse, "matrix_power": linalg.matrix_power,
     "dist": linalg.dist, "renorm": linalg.renorm, "vdot": M.vdot,
@@ -402,6 +403,7 @@ METHODS: dict[str, Any] = {
     "is_cuda": property(lambda self: False), "is_xpu": property(lambda self: False),
     "is_mps": property(lambda self: False), "is_sparse": property(lambda self: False),
     "is_quantized": property(lambda self: False), "is_meta": property(lambda self: False),
+    "layout": property(lambda self: sparse.strided),
     "is_floating_point": lambda self: self.dtype.kind == "f",
     "is_complex": E.is_complex, "is_signed": lambda self: self.dtype.kind in "fic",
     "cfloat": _cast(np.complex64), "cdouble": _cast(np.complex128),

@@ -56,7 +56,7 @@ globals().update({alias: _DTYPES[name] for alias, name in _ALIASES.items()})
 acos, asin, atan, atan2 = _tg.arccos, _tg.arcsin, _tg.arctan, _tg.arctan2
 acosh, asinh, atanh = _tg.arccosh, _tg.arcsinh, _tg.arctanh
 mm = _tg.matmul
-spmm = _tg.matmul  # a sparse matrix's product; tensors here are dense (a GCN's adjacency)
+spmm = _tg.matmul  # a sparse matrix's product (`frontend.sparse`: a GCN's adjacency)
 
 
 @pytorch_keywords
@@ -200,6 +200,7 @@ def compile(  # noqa: A001 (PyTorch's name)
     return _Traced(model, tracegrad_backend, None, fullgraph=fullgraph)
 
 
+from tracegrad.frontend.sparse import sparse_coo_tensor  # noqa: E402
 from tracegrad.torch import (  # noqa: E402 (the submodules read the names above)
     _C,
     __future__,
@@ -229,6 +230,7 @@ from tracegrad.torch import (  # noqa: E402 (the submodules read the names above
     profiler,
     random,
     serialization,
+    sparse,
     special,
     testing,
     types,

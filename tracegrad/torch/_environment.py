@@ -13,6 +13,7 @@ import numpy as np
 import tracegrad as _tg
 from tracegrad.frontend import promotion
 from tracegrad.frontend.device import CPU, require_cpu
+from tracegrad.frontend.sparse import layout, sparse_coo, strided
 from tracegrad.frontend.tensor import Tensor, as_tensor
 from tracegrad.torch._support import dtype, torch_dtype
 
@@ -39,21 +40,6 @@ class memory_format:  # noqa: N801 (PyTorch's name)
 
     def __repr__(self) -> str:
         return f"torch.{self.name}"
-
-
-class layout:  # noqa: N801 (PyTorch's name)
-    """PyTorch's tensor layouts, accepted where PyTorch takes one (`full_like(x, v,
-    layout=torch.strided)`): tracegrad's tensors are all strided (dense)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __repr__(self) -> str:
-        return f"torch.{self.name}"
-
-
-strided = layout("strided")
-sparse_coo = layout("sparse_coo")
 
 
 def is_autocast_enabled(device_type: str | None = None) -> bool:
