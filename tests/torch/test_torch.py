@@ -829,3 +829,17 @@ def test_size_is_a_torch_size_that_counts_its_elements():
     assert isinstance(x.size(), torch.Size) and x.size() == (4, 3) and x.size().numel() == 12
     assert type(x.shape) is tuple and x.size(1) == 3 and repr(x.size()) == "torch.Size([4, 3])"
     assert torch.Tensor(x.size()).shape == (4, 3) and torch.Tensor(x.shape).shape == (2,)
+
+
+def test_run_answers_for_torchs_metadata_and_only_while_it_runs(tmp_path):
+    """Libraries ask `importlib.metadata.version("torch")` whether torch is installed
+    (accelerate, peft, older transformers): while `run` runs a script, torch's is tracegrad's."""
+    text = ("import importlib.metadata as md, torch\n"
+            "print(md.version('torch'), torch.__version__)\n")  # fmt: skip
+    done = run_script(tmp_path, text)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["2.13.0+tracegrad", "2.13.0+tracegrad"]
+    outside = subprocess.run([sys.executable, "-c", text.splitlines()[0].split(",")[0] + "\n"
+                              "print(md.version('torch'))"], capture_output=True, text=True,
+                             env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})  # fmt: skip
+    assert "PackageNotFoundError" in outside.stderr or outside.stdout.strip() != "2.13.0+tracegrad"

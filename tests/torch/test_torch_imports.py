@@ -121,3 +121,83 @@ def test_private_samplers_torchvision_calls():
     np.testing.assert_allclose(d.mean(0).numpy(), [1 / 3] * 3, atol=0.02)
     g = torch._standard_gamma(torch.full((20000,), 3.0, dtype=torch.float64))
     assert abs(float(g.mean()) - 3.0) < 0.06 and float(g.min()) > 0
+
+
+def test_names_transformers_imports():
+    """What `transformers`' model modules name as they import: each exists, and those that need
+    what tracegrad lacks (CUDA, flex attention, float8) raise when used, not when named."""
+    with torch.imported_as_torch():
+        from torch._dynamo._trace_wrapped_higher_order_op import TransformGetItemToIndex
+        from torch.autograd.graph import save_on_cpu
+        from torch.nn.attention.flex_attention import _DEFAULT_SPARSE_BLOCK_SIZE, BlockMask
+        from torch.nn.modules.module import _EXTRA_STATE_KEY_SUFFIX, _IncompatibleKeys
+        from torch.utils._pytree import _dict_flatten_with_keys
+    assert _DEFAULT_SPARSE_BLOCK_SIZE == 128 and _EXTRA_STATE_KEY_SUFFIX == "_extra_state"
+    assert _IncompatibleKeys([], []).missing_keys == []
+    with pytest.raises(NotImplementedError, match="flex_attention"):
+        BlockMask()
+    with TransformGetItemToIndex(), save_on_cpu(pin_memory=True):
+        pass
+    assert _dict_flatten_with_keys({"a": 1, "b": 2}) == ([("a", 1), ("b", 2)], ["a", "b"])
+    for cls in (torch.cuda.CUDAGraph, torch.cuda.Stream, torch.cuda.StreamContext, torch.Stream):
+        with pytest.raises(RuntimeError):
+            cls()
+    assert torch.finfo(torch.float8_e4m3fn).max == 448.0
+    assert torch.finfo(torch.float8_e5m2).max == 57344.0
+    assert torch.finfo(torch.bfloat16).eps == 2.0**-7 and torch.finfo(torch.bfloat16).bits == 16
+    with pytest.raises(TypeError, match="float8"):
+        torch.zeros(2, dtype=torch.float8_e4m3fn)
+
+
+def test_sparse_initialization():
+    torch.manual_seed(0)
+    w = torch.nn.init.sparse_(torch.empty(10, 200), sparsity=0.3, std=0.02)
+    zeros = (w.numpy() == 0).sum(axis=0)
+    assert np.all(zeros == 3)  # ceil(0.3 * 10) a column
+    assert abs(float(w.numpy()[w.numpy() != 0].std()) - 0.02) < 0.003
+    with pytest.raises(ValueError, match="2-d"):
+        torch.nn.init.sparse_(torch.empty(3), 0.1)
+
+
+def test_a_custom_op_runs_its_function_and_its_registered_backward():
+    @torch.library.custom_op("testlib::scaled", mutates_args=())
+    def scaled(x: torch.Tensor, k: float) -> torch.Tensor:
+        return x * k
+
+    def setup_context(ctx, inputs, output):
+        ctx.k = inputs[1]
+
+    def backward(ctx, grad):
+        return grad * ctx.k, None
+
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    assert torch.ops.testlib.scaled is scaled and torch.ops.testlib.scaled.default is scaled
+    np.testing.assert_array_equal(scaled(x, 3.0).detach().numpy(), [3.0, 6.0])
+    torch.library.register_autograd("testlib::scaled", backward, setup_context=setup_context)
+    torch.ops.testlib.scaled(x, k=3.0).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [3.0, 3.0])
+
+    @scaled.register_kernel("cpu")
+    def _(x, k):
+        return x * k + 1
+
+    np.testing.assert_array_equal(scaled(x.detach(), 2.0).numpy(), [3.0, 5.0])
+    with pytest.raises(NotImplementedError, match="custom_op"):
+        torch.library.register_autograd("testlib::missing", backward)
+
+
+def test_requires_grad_on_a_non_leaf_and_storages():
+    x = torch.ones(2, requires_grad=True)
+    y = x * 2
+    assert y.requires_grad_(True) is y  # it requires grad already: nothing to change
+    with pytest.raises(RuntimeError, match="leaf"):
+        y.requires_grad_(False)
+    a = torch.zeros(4, 3)
+    assert a.untyped_storage().data_ptr() == a[1:].untyped_storage().data_ptr()
+    assert a.untyped_storage().nbytes() == 48 and a.storage().element_size() == 4
+    assert a.untyped_storage().data_ptr() != torch.zeros(4, 3).untyped_storage().data_ptr()
+    buffer = bytearray(np.array([1.5, -2.0], np.float32).tobytes())
+    t = torch.frombuffer(buffer, dtype=torch.float32)
+    np.testing.assert_array_equal(t.numpy(), [1.5, -2.0])
+    t[0] = 4.0  # shares the buffer's memory, as PyTorch's
+    assert np.frombuffer(buffer, np.float32)[0] == 4.0

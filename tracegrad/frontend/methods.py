@@ -33,6 +33,34 @@ from tracegrad.frontend import special as X
 from tracegrad.frontend.device import CPU, require_cpu, to_arguments
 from tracegrad.frontend.tensor import Tensor
 
+
+class Storage:
+    """The memory under a tensor (`t.untyped_storage()`): the array its views share, so that two
+    views of one array answer the same `data_ptr()` (safetensors finds tied weights so)."""
+
+    def __init__(self, a: np.ndarray) -> None:
+        while isinstance(a.base, np.ndarray):
+            a = a.base
+        self._array = a
+
+    def data_ptr(self) -> int:
+        return self._array.ctypes.data
+
+    def nbytes(self) -> int:
+        return self._array.nbytes
+
+    def size(self) -> int:
+        return self._array.size
+
+    def element_size(self) -> int:
+        return self._array.itemsize
+
+    def __len__(self) -> int:
+        return self._array.nbytes
+
+    device = property(lambda self: CPU)
+
+
 # NumPy's function (or ufunc) -> tracegrad's with NumPy's meaning; filled by tracegrad.numpy.
 NUMPY_FUNCTIONS: dict[Callable, Callable] = {}
 NUMPY_UFUNCS: dict[np.ufunc, Callable] = {}
@@ -429,6 +457,8 @@ METHODS: dict[str, Any] = {
     "ndimension": lambda self: self.ndim, "tolist": lambda self: self.numpy().tolist(),
     "stride": _stride, "storage_offset": lambda self: 0,
     "data_ptr": lambda self: self._concrete("Tensor.data_ptr()").ctypes.data,
+    "untyped_storage": lambda self: Storage(self._concrete("Tensor.untyped_storage()")),
+    "storage": lambda self: Storage(self._concrete("Tensor.storage()")),
     # in-place updates (the X_ of each X below is added after the table)
     "data": property(W.get_data, W.set_data), "detach_": W.detach_,
     "copy_": W.in_place(W.copy, "copy_"), "fill_": W.in_place(W.fill, "fill_"),

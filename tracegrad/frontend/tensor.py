@@ -335,6 +335,8 @@ class Tensor:
         self._requires_grad = bool(flag)
 
     def requires_grad_(self, flag: bool = True) -> Tensor:
+        if flag and not self.is_leaf:  # it requires grad already: nothing to do, as PyTorch's
+            return self  # method (not its attribute) has it (transformers' and PEFT's hooks)
         self.requires_grad = flag
         return self
 

@@ -26,6 +26,7 @@ __all__ = [
     "normal_",
     "ones_",
     "orthogonal_",
+    "sparse_",
     "trunc_normal_",
     "uniform_",
     "xavier_normal_",
@@ -129,6 +130,20 @@ def orthogonal_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor:
     q, r = np.linalg.qr(flat.T if rows < cols else flat)
     q = q * np.sign(np.diag(r))
     return _fill(tensor, (q.T if rows < cols else q).reshape(tensor.shape) * gain)
+
+
+def sparse_(tensor: Tensor, sparsity: float, std: float = 0.01, generator=None) -> Tensor:
+    """A 2-d tensor drawn from N(0, std^2), then in each column ceil(sparsity * rows) entries
+    at random rows set to zero (PyTorch's sparse initialization, Martens 2010)."""
+    if tensor.ndim != 2:
+        raise ValueError(f"sparse_: only 2-d tensors are supported, not {tensor.shape}")
+    rows, cols = tensor.shape
+    rng = _rng(generator)
+    data = rng.normal(0.0, std, (rows, cols))
+    zeros = math.ceil(sparsity * rows)
+    for c in range(cols):
+        data[rng.permutation(rows)[:zeros], c] = 0
+    return _fill(tensor, data)
 
 
 def eye_(tensor: Tensor) -> Tensor:

@@ -108,6 +108,12 @@ class finfo:  # noqa: N801 (PyTorch's name)
     promote a float16 x)."""
 
     def __init__(self, type: Any = None) -> None:  # noqa: A002
+        known = _NO_NUMPY_FLOATS.get(getattr(type, "name", None))
+        if known is not None:  # bfloat16, float8: limits known though NumPy cannot hold them
+            self.bits, self.dtype, self.resolution = known[0], type.name, known[5]
+            self.eps, self.max, self.min, self.tiny = known[1:5]
+            self.smallest_normal = self.tiny
+            return
         info = np.finfo(np.dtype(_tg.get_default_dtype() if type is None else type))
         self.bits, self.dtype = info.bits, info.dtype.name
         number = builtins.float  # `float` here is torch.float, a dtype
@@ -119,6 +125,16 @@ class finfo:  # noqa: N801 (PyTorch's name)
         return (f"finfo(resolution={self.resolution:g}, min={self.min:g}, max={self.max:g}, "
                 f"eps={self.eps:g}, smallest_normal={self.tiny:g}, tiny={self.tiny:g}, "
                 f"dtype={self.dtype})")  # fmt: skip
+
+
+# bits, eps, max, min, smallest normal, resolution of PyTorch's floats that NumPy lacks
+_NO_NUMPY_FLOATS = {
+    "bfloat16": (16, 2.0**-7, 3.3895313892515355e38, -3.3895313892515355e38, 2.0**-126, 0.01),
+    "float8_e4m3fn": (8, 0.125, 448.0, -448.0, 2.0**-6, 1.0),
+    "float8_e5m2": (8, 0.25, 57344.0, -57344.0, 2.0**-14, 1.0),
+    "float8_e4m3fnuz": (8, 0.125, 240.0, -240.0, 2.0**-7, 1.0),
+    "float8_e5m2fnuz": (8, 0.125, 57344.0, -57344.0, 2.0**-15, 1.0),
+}  # fmt: skip
 
 
 def iinfo(type: Any) -> np.iinfo:  # noqa: A002
@@ -293,6 +309,28 @@ _check = _checker(RuntimeError)
 _check_index = _checker(IndexError)
 _check_value = _checker(ValueError)
 _check_type = _checker(TypeError)
+
+
+def frombuffer(buffer: Any, *, dtype: Any, count: int = -1, offset: int = 0,
+               requires_grad: bool = False) -> Tensor:  # fmt: skip
+    """A 1-d tensor of `buffer`'s bytes (anything with the buffer protocol) read as `dtype`,
+    sharing its memory as PyTorch's (a read-only buffer is copied: tensors here are
+    writable)."""
+    a = np.frombuffer(buffer, dtype=np.dtype(dtype), count=count, offset=offset)
+    t = Tensor._of(a if a.flags.writeable else a.copy())
+    return t.requires_grad_() if requires_grad else t
+
+
+class Stream:
+    """PyTorch's device-generic stream (annotations and `isinstance` checks name it): work here
+    runs in order on the CPU, so there are no streams to make."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("torch.Stream: tracegrad runs on the CPU, without streams")
+
+
+class Event(Stream):
+    pass
 
 
 def _standard_gamma(input: Tensor) -> Tensor:

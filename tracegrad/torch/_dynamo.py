@@ -6,6 +6,7 @@ and the shape hints are `torch.compiler`'s; `eval_frame.OptimizedModule` is the 
 
 from __future__ import annotations
 
+import contextlib
 from types import SimpleNamespace
 from typing import Any
 
@@ -42,3 +43,15 @@ def is_compile_supported(device_type: Any) -> bool:
 
 utils = file_module(f"{__name__}.utils", "`torch._dynamo.utils`",
                     {"is_compile_supported": is_compile_supported})  # fmt: skip
+
+
+class TransformGetItemToIndex(contextlib.nullcontext):
+    """Dynamo's rewrite of `x[i]` to index ops inside vmapped mask functions: nothing to
+    rewrite here (no Dynamo)."""
+
+
+_trace_wrapped_higher_order_op = file_module(
+    f"{__name__}._trace_wrapped_higher_order_op",
+    "`torch._dynamo._trace_wrapped_higher_order_op`",
+    {"TransformGetItemToIndex": TransformGetItemToIndex},
+)

@@ -1,8 +1,8 @@
-"""`torch.ops`: the operators registered from C++ by namespace (`torch.ops.aten.add`, an
-extension's `torch.ops.torchvision.nms`). tracegrad has no C++ operator registry, so a
-namespace holds no operators, and `load_library` raises OSError: extensions' Python fronts
-(torchvision's `extension.py`) catch that and go on without their compiled operators, as they do
-where the library does not match the installed PyTorch."""
+"""`torch.ops`: the operators registered by namespace (`torch.ops.aten.add`, an extension's
+`torch.ops.torchvision.nms`). tracegrad has no C++ operator registry: a namespace holds the ops
+defined in Python with `torch.library.custom_op`, and `load_library` raises OSError, which
+extensions' Python fronts (torchvision's `extension.py`) catch to go on without their compiled
+operators, as they do where the library does not match the installed PyTorch."""
 
 from __future__ import annotations
 
@@ -17,6 +17,11 @@ class _Namespace:
     def __getattr__(self, op: str) -> Any:
         if op.startswith("__"):
             raise AttributeError(op)
+        from tracegrad.torch.library import custom_ops
+
+        found = custom_ops.get(f"{self._name}::{op}")
+        if found is not None:
+            return found
         raise AttributeError(f"torch.ops.{self._name}.{op}: no such operator (tracegrad has no "
                              "C++ operators; see docs/pytorch.md)")  # fmt: skip
 

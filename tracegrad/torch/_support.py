@@ -86,6 +86,9 @@ DTYPES = {
     "float32": dtype("float32", np.float32), "float64": dtype("float64", np.float64),
     "float16": dtype("float16", np.float16),
     "bfloat16": dtype("bfloat16", why="NumPy has no bfloat16; use float32 (or float16)"),
+    **{name: dtype(name, why="NumPy has no float8 types; use float16 or float32")
+       for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+                    "float8_e8m0fnu")},
     "int8": dtype("int8", np.int8), "int16": dtype("int16", np.int16),
     "int32": dtype("int32", np.int32), "int64": dtype("int64", np.int64),
     "uint8": dtype("uint8", np.uint8), "uint16": dtype("uint16", np.uint16),

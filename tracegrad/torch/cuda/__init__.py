@@ -78,5 +78,20 @@ def current_device() -> int:
     raise RuntimeError("torch.cuda.current_device: tracegrad has no CUDA (it runs on the CPU)")
 
 
+def _needs_cuda(name: str) -> type:
+    """A CUDA class code names in annotations and `isinstance` checks: it exists, and making one
+    raises."""
+
+    def refuse(self: Any, *args: Any, **kwargs: Any) -> None:
+        raise RuntimeError(f"torch.cuda.{name}: tracegrad has no CUDA")
+
+    return type(name, (), {"__init__": refuse, "__module__": __name__})
+
+
+CUDAGraph, Stream, StreamContext, Event, graph = (
+    _needs_cuda(n) for n in ("CUDAGraph", "Stream", "StreamContext", "Event", "graph")
+)
+
+
 def __getattr__(name: str) -> Any:
     raise _not_provided(__name__, name)

@@ -24,6 +24,11 @@ def _dict_flatten(d: dict) -> tuple[list[Any], Any]:
     return list(d.values()), list(d)
 
 
+def _dict_flatten_with_keys(d: dict) -> tuple[list[tuple[Any, Any]], Any]:
+    """`_dict_flatten` with each value beside its key (what `flatten_with_keys_fn` returns)."""
+    return list(d.items()), list(d)
+
+
 def _defaultdict_flatten(d: defaultdict) -> tuple[list[Any], Any]:
     return list(d.values()), (d.default_factory, list(d))
 
