@@ -16,7 +16,7 @@ class Block(nn.Module):
     def __init__(self, shared: nn.Linear):
         super().__init__()
         self.first = shared
-        self.scale = tg.tensor(np.ones(3, np.float32), requires_grad=True)
+        self.scale = nn.Parameter(tg.tensor(np.ones(3, np.float32)))
         self.second = shared  # the same layer twice: its parameters count once
 
     def forward(self, x):
@@ -36,10 +36,13 @@ def test_named_parameters_are_recursive_ordered_and_unique():
 
 def test_registration_follows_attribute_assignment():
     m = nn.Module()
-    m.w = tg.tensor([1.0], requires_grad=True)
-    m.constant = tg.tensor([2.0])  # no requires_grad: a plain attribute, not a parameter
-    m.child = nn.Linear(1, 1)
+    m.w = nn.Parameter(tg.tensor([1.0]))
+    m.constant = tg.tensor([2.0])  # a plain attribute, not a parameter
+    m.scratch = tg.tensor([3.0], requires_grad=True)  # neither, as in PyTorch (d2l's scratch
+    m.child = nn.Linear(1, 1)  # models keep their weights so, for an SGD of their own)
     assert [n for n, _ in m.named_parameters()] == ["w", "child.weight", "child.bias"]
+    assert list(m.state_dict()) == ["w", "child.weight", "child.bias"]
+    assert m.scratch.requires_grad and m.scratch.item() == 3.0
     m.child = None
     del m.w
     assert list(m.named_parameters()) == []
@@ -50,8 +53,8 @@ def test_reassigning_a_submodule_or_parameter_keeps_its_place():
     state_dict() and `Sequential(*list(model.children())[:-1])` are PyTorch's."""
     model = nn.Module()
     model.conv1, model.relu, model.fc = nn.Conv2d(1, 2, 3), nn.ReLU(), nn.Linear(2, 2)
-    model.scale = tg.tensor([1.0], requires_grad=True)
-    model.bias = tg.tensor([0.0], requires_grad=True)
+    model.scale = nn.Parameter(tg.tensor([1.0]))
+    model.bias = nn.Parameter(tg.tensor([0.0]))
     model.conv1 = nn.Conv2d(1, 2, 5)
     model.scale = nn.Parameter(tg.tensor([2.0]))
     assert [n for n, _ in model.named_children()] == ["conv1", "relu", "fc"]
@@ -61,7 +64,7 @@ def test_reassigning_a_submodule_or_parameter_keeps_its_place():
     assert model.conv1.weight.shape == (2, 1, 5, 5) and model.scale.item() == 2.0
     head = nn.Sequential(*list(model.children())[:-1])
     assert [type(m).__name__ for m in head] == ["Conv2d", "ReLU"]
-    model.fc = tg.tensor([1.0], requires_grad=True)  # a module becomes a parameter: moves
+    model.fc = nn.Parameter(tg.tensor([1.0]))  # a module becomes a parameter: moves
     assert [n for n, _ in model.named_children()] == ["conv1", "relu"]
     assert list(dict(model.named_parameters()))[:3] == ["scale", "bias", "fc"]
 
@@ -401,8 +404,8 @@ def test_parameter_is_a_tensor_sharing_its_data_and_registered_even_when_frozen(
     m = nn.Module()
     m.frozen = nn.Parameter(tg.ones(2), requires_grad=False)
     m.register_parameter("w", nn.Parameter(tg.zeros(1)))
-    m.plain = tg.tensor([1.0], requires_grad=True)  # a leaf tensor requiring grad still counts
-    assert [n for n, _ in m.named_parameters()] == ["frozen", "w", "plain"]
+    m.plain = tg.tensor([1.0], requires_grad=True)  # not a Parameter: not one, as in PyTorch
+    assert [n for n, _ in m.named_parameters()] == ["frozen", "w"]
     assert not m.frozen.requires_grad
     with pytest.raises(TypeError, match="must be an nn.Parameter or None"):
         m.register_parameter("x", tg.ones(1))

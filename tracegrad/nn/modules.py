@@ -267,9 +267,9 @@ class Module:
         # None in a submodule's place keeps the place, as in PyTorch (`add_module(name, None)`,
         # a ModuleList of optional layers): it stays counted and numbered, holding nothing
         is_module = isinstance(value, Module) or (value is None and name in self._modules)
-        is_parameter = isinstance(value, Parameter) or (
-            isinstance(value, Tensor) and value.is_leaf and value.requires_grad
-        )
+        # only a Parameter is one, as in PyTorch: a plain tensor that requires grad is an
+        # attribute (d2l's scratch models keep their weights so and hand them to their own SGD)
+        is_parameter = isinstance(value, Parameter)
         if not is_parameter or name in self._buffers:
             self._parameters.pop(name, None)
         if not is_module or name in self._buffers:
