@@ -1,0 +1,38 @@
+"""PyTorch's dtype objects (`frontend.dtypes`, `torch.float32`): PyTorch's name and attributes,
+NumPy's equality, hashing and attributes, taken by NumPy wherever a dtype goes, one object per
+name through pickles and copies."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import numpy as np
+import pytest
+
+import tracegrad.torch as torch
+
+KINDS = [(np.float32, "float32", True), (np.float64, "float64", True),
+         (np.float16, "float16", True), (np.int64, "int64", False), (np.uint8, "uint8", False),
+         (np.bool_, "bool", False), (np.complex64, "complex64", False)]  # fmt: skip
+
+
+@pytest.mark.parametrize("numpy_type, name, floating", KINDS)
+def test_pytorchs_name_and_attributes_numpys_too(numpy_type, name, floating):
+    t, d = getattr(torch, name), np.dtype(numpy_type)
+    assert str(t) == f"torch.{name}" and isinstance(t, torch.dtype)
+    assert t.is_floating_point is floating and t.is_complex is (name == "complex64")
+    assert t.itemsize == d.itemsize and t.kind == d.kind and t.char == d.char and t.type is d.type
+    assert t == numpy_type and t == d and d == t and t != np.int8
+    assert {d: 1}[t] == 1 and {t: 2}[d] == 2
+    assert np.zeros(3, t).dtype == d and np.dtype(t) == d
+    assert pickle.loads(pickle.dumps(t)) is t and copy.deepcopy(t) is t
+    assert torch.tensor([1], dtype=t).dtype == d
+
+
+def test_dtypes_numpy_lacks_are_named_and_refused_when_used():
+    assert torch.finfo(torch.bfloat16).max > 3e38
+    with pytest.raises(TypeError, match="bfloat16"):
+        np.dtype(torch.bfloat16)
+    with pytest.raises(TypeError, match="float8"):
+        torch.float8_e5m2.kind  # noqa: B018 (no NumPy dtype to ask)
