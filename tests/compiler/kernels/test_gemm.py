@@ -36,10 +36,11 @@ def layouts(x: np.ndarray) -> dict[str, np.ndarray]:
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("m,k,n", [(300, 70, 40), (40, 70, 300), (257, 3, 259), (520, 90, 60),
-                                   (60, 90, 520), (257, 33, 259)])  # fmt: skip
+                                   (60, 90, 520), (257, 33, 259), (300, 40, 900)])  # fmt: skip
 def test_products_match_numpy_in_every_layout(rng, dtype, m, k, n):
     """Small products on the calling thread; from SERIAL_MAX multiply-adds rows split between
-    threads when m >= n, columns otherwise; uneven shares."""
+    threads when m >= n or each share has ROWS_MIN rows (a wide weight gradient), columns
+    otherwise; uneven shares."""
     assert (m * k * n >= gemm.SERIAL_MAX) == (m * k * n > 2_000_000)  # both kinds below
     a, b = rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)
     kernel, want = product_kernel(a, b), a.astype(np.float64) @ b.astype(np.float64)

@@ -30,6 +30,15 @@ OPS = {P.matmul: "product"}
 STRIDED = True  # reads operands where they lie (`lowering._slices_copied`)
 DTYPES = ("float32", "float64")
 ALIGN = 16  # a thread's share of rows or columns is a multiple of this many
+# A product wider than tall has its rows split between the threads too where each share has
+# ROWS_MIN rows and the inner dimension is at most K_ROWS_MAX (a weight's gradient over a small
+# batch, out x batch by batch x in): each thread then packs all of the right operand, which is
+# cheap for a short inner dimension, and writes whole rows of the result, which dominates; with
+# a long one (a transformer's weight gradients over its tokens) packing dominates and the
+# columns are split, as for fewer rows, which run below BLAS's rate (docs/benchmarks.md,
+# "2026-12-06, evening").
+ROWS_MIN = 128
+K_ROWS_MAX = 256
 # Products with an operand of this many elements run here whatever the plan's size
 # (`lowering`): from about there, np.matmul's call into OpenBLAS's threads costs more than a
 # kernel's launch (a recurrent net's per-step products, `benchmarks/kernels.py gemm`).
@@ -95,7 +104,7 @@ def kernel(a, b, c, threads):
              c.ctypes.data, n)
         set_blas_threads(blas_threads)
         return True
-    by_rows = m >= n
+    by_rows = m >= n or m >= {rows_min} * threads and k <= {k_rows_max}
     extent = m if by_rows else n
     share = -(-extent // threads)
     share = -(-share // {align}) * {align}
@@ -125,7 +134,8 @@ def declarations(dtype: str, ints: str) -> str:
 
 def generate_source(dtype: str, ints: str) -> str:
     """The text of the kernel's module for `dtype`, BLAS sizes of integer type `ints`."""
-    return _SOURCE.format(dtype=dtype, declarations=declarations(dtype, ints), align=ALIGN)
+    return _SOURCE.format(dtype=dtype, declarations=declarations(dtype, ints), align=ALIGN,
+                          rows_min=ROWS_MIN, k_rows_max=K_ROWS_MAX)  # fmt: skip
 
 
 def module(node: Node) -> tuple[str, str]:
