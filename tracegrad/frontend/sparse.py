@@ -56,7 +56,7 @@ class SparseCOO:
     ndim = property(lambda self: len(self._shape))
     device = property(lambda self: self._data.device)
     requires_grad = property(lambda self: self._data.requires_grad)
-    grad = property(lambda self: None)  # PyTorch's leaf gradient of a sparse tensor is not kept
+    grad = property(lambda self: None)  # its gradient is its values' (`_values().grad`)
 
     layout = sparse_coo
 
