@@ -130,21 +130,24 @@ class SparseCOO:
         return SparseCOO(Tensor._of(coords.astype(np.int64).reshape(self.sparse_dim(), -1)),
                          values, self._shape, coalesced=True)  # fmt: skip
 
+    def _with_values(self, values: Tensor) -> SparseCOO:
+        """Other values at the same entries."""
+        return SparseCOO(self._index, values, self._shape, self._coalesced)
+
     def to(self, *args: Any, **kwargs: Any) -> SparseCOO:
-        return SparseCOO(self._index, self._data.to(*args, **kwargs), self._shape,
-                         self._coalesced)  # fmt: skip
+        return self._with_values(self._data.to(*args, **kwargs))
 
     def cpu(self) -> SparseCOO:
         return self
 
     def float(self) -> SparseCOO:
-        return SparseCOO(self._index, self._data.float(), self._shape, self._coalesced)
+        return self._with_values(self._data.float())
 
     def double(self) -> SparseCOO:
-        return SparseCOO(self._index, self._data.double(), self._shape, self._coalesced)
+        return self._with_values(self._data.double())
 
     def detach(self) -> SparseCOO:
-        return SparseCOO(self._index, self._data.detach(), self._shape, self._coalesced)
+        return self._with_values(self._data.detach())
 
     # --- arithmetic ---------------------------------------------------------------------------
     def t(self) -> SparseCOO:
@@ -183,7 +186,7 @@ class SparseCOO:
     def __mul__(self, other: Any) -> SparseCOO:
         if isinstance(other, SparseCOO) or isinstance(other, Tensor) and other.ndim > 0:
             raise NotImplementedError("a sparse tensor times a tensor: to_dense() first")
-        return SparseCOO(self._index, self._data * other, self._shape, self._coalesced)
+        return self._with_values(self._data * other)
 
     __rmul__ = __mul__
 

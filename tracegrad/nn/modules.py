@@ -184,17 +184,16 @@ def _watch_own_settings(module: Module) -> None:
     """While tracing: guard the numbers, flags and strings among the module's attributes, the
     NumPy arrays its class's methods name, and the settings among the entries of the dicts and
     plain objects it holds (`self.config.dropout`, `self.opts["scale"]`): its forward may read
-    any of them, and the trace bakes them in. Its parameters, buffers, submodules and other
-    tensors must be the ones the trace read (not replaced since, unless by the step itself),
-    and the submodules' own settings are guarded too (`self.inner.scale`, read without calling
-    `inner`)."""
+    any of them, and the trace bakes them in; `training` without a warning when it changes
+    (switching modes is no surprise). Its parameters, buffers, submodules and other tensors must
+    be the ones the trace read (not replaced since, unless by the step itself)."""
     owner = type(module).__name__
     read = _class_reads(type(module))
     for name, value in vars(module).items():
         if isinstance(value, Tensor | tuple):  # a mask, a hidden state: the same one, or followed
             watch_place(vars(module), name, f"{owner}.{name}")
             continue
-        if name == "training":  # switching modes is no surprise: no warning
+        if name == "training":
             watch((id(module), name), f"{owner}.training", lambda: module.training, warn=False)
             continue
         if type(value) in _SETTINGS or isinstance(value, np.ndarray) and name in read:
@@ -353,9 +352,7 @@ class Module:
             return _call_with_hooks(self, args, kwargs)
         # a traced step bakes in what `training` selects, which hooks ran and the Python
         # numbers, flags and strings of the module's attributes (a temperature, a `causal`
-        # flag) that its forward may read: guard them all
-        watch((id(self), "training"), f"{type(self).__name__}.training",
-              lambda: self.training, warn=False)  # fmt: skip
+        # flag) that its forward may read: guard them all (`_watch_settings`)
         watch(_Hooks, "the modules' forward hooks", lambda: _Hooks.version, warn=False)
         _watch_settings(self)
         watch_python_values(self.forward)  # and what its forward reads from globals
