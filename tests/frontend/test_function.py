@@ -271,18 +271,21 @@ def test_a_broadcast_gradient_is_summed_and_a_wrong_one_refused():
         Wrong.apply(x).sum().backward()
 
 
+class Square(Function):
+    """x * x, its input saved for backward (also test_gradcheck's)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 2 * x * g
+
+
 def test_saved_tensors_are_checked_and_freed_like_pytorchs():
-    class Square(Function):
-        @staticmethod
-        def forward(ctx, x):
-            ctx.save_for_backward(x)
-            return x * x
-
-        @staticmethod
-        def backward(ctx, g):
-            (x,) = ctx.saved_tensors
-            return 2 * x * g
-
     x = tg.tensor([1.0, 2.0], requires_grad=True)
     y = Square.apply(x).sum()
     y.backward(retain_graph=True)

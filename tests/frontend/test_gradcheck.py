@@ -7,19 +7,8 @@ import numpy as np
 import pytest
 
 import tracegrad.torch as torch
+from tests.frontend.test_function import Square
 from tracegrad.frontend.gradcheck import GradcheckError, _numeric
-
-
-class Square(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return 2 * g * x
 
 
 class WrongSquare(Square):
