@@ -28,6 +28,7 @@ from tracegrad.core.primitives import (
     sum_to,
 )
 from tracegrad.frontend import autograd, fft, linalg
+from tracegrad.frontend import dtypes as _dtypes
 from tracegrad.frontend import methods as _methods  # noqa: F401 (attaches Tensor's methods)
 from tracegrad.frontend.autodiff import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from tracegrad.frontend.counting import *  # noqa: F403
@@ -87,9 +88,10 @@ globals().update({
     and (op.kind is Kind.ELEMENTWISE or name in _OWN_OPS)
 })  # fmt: skip
 
-float16, float32, float64 = _numpy.float16, _numpy.float32, _numpy.float64
-complex64, complex128 = cfloat, cdouble = _numpy.complex64, _numpy.complex128
-int32, int64, long, bool = _numpy.int32, _numpy.int64, _numpy.int64, _numpy.bool_
+# PyTorch's dtype objects (`tracegrad.float32 is x.dtype`); tracegrad.numpy has NumPy's types
+globals().update(_dtypes.DTYPES)
+globals().update({alias: _dtypes.DTYPES[name] for alias, name in _dtypes.ALIASES.items()})
+dtype = _dtypes.dtype
 pi, e, inf, nan = _numpy.pi, _numpy.e, _numpy.inf, _numpy.nan
 
 

@@ -36,3 +36,23 @@ def test_dtypes_numpy_lacks_are_named_and_refused_when_used():
         np.dtype(torch.bfloat16)
     with pytest.raises(TypeError, match="float8"):
         torch.float8_e5m2.kind  # noqa: B018 (no NumPy dtype to ask)
+
+
+def test_a_tensors_dtype_is_pytorchs_object_eagerly_and_traced():
+    """Vision and language code asks `x.dtype.is_floating_point` and prints `x.dtype`; the
+    dtype was NumPy's, which has neither PyTorch's attributes nor its name."""
+    import tracegrad as tg
+    import tracegrad.numpy as tnp
+
+    x = tg.tensor([1.0, 2.0])
+    assert x.dtype is tg.float32 is torch.float32 and str(x.dtype) == "torch.float32"
+    assert (x * 2).dtype is tg.float32 and tg.arange(3).dtype is tg.long
+    assert x.to(tg.float64).dtype.is_floating_point and not (x > 1).dtype.is_floating_point
+    assert repr(x.double()) == "tensor([1., 2.], dtype=torch.float64)"
+    assert x.numpy().dtype.__class__ is not torch.dtype and tnp.float32(1.5) == 1.5
+
+    @tg.trace(backend="numpy")
+    def scaled(a):
+        return a * 2 if a.dtype.is_floating_point and a.dtype is tg.float32 else a
+
+    assert scaled(x).tolist() == [2.0, 4.0] and scaled(x).dtype is tg.float32

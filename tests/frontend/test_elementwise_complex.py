@@ -169,7 +169,9 @@ def test_bad_inputs_are_refused():
         tg.view_as_complex(tg.tensor(np.zeros((2, 2), np.int64)))
     with pytest.raises(tg.ShapeError, match="complex: the parts must be floats, not complex128"):
         tg.complex(tg.tensor(A), tg.tensor(A))
-    with pytest.raises(RuntimeError, match="complex: expected parts of one dtype, got float32 and"):
+    with pytest.raises(
+        RuntimeError, match="complex: expected parts of one dtype, got torch.float32 and"
+    ):
         tg.complex(tg.tensor(R.astype(np.float32)), tg.tensor(R))
 
 

@@ -55,7 +55,7 @@ def test_tensor_copies_its_data_as_torch_tensor_does() -> None:
 def test_repr_is_readable() -> None:
     assert repr(tg.tensor([1.0, 2.0])) == "tensor([1., 2.])"  # PyTorch's: default dtypes unsaid
     assert repr(tg.tensor([1, 2])) == "tensor([1, 2])"
-    assert repr(tg.tensor([1.0], dtype=tg.float64)) == "tensor([1.], dtype=float64)"
+    assert repr(tg.tensor([1.0], dtype=tg.float64)) == "tensor([1.], dtype=torch.float64)"
     assert repr((tg.tensor([1.0], requires_grad=True) * 2).sum()) == "tensor(2., grad_fn=<sum>)"
     assert repr(tg.tensor([1.0], requires_grad=True)).endswith("requires_grad=True)")
 

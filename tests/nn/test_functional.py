@@ -300,7 +300,7 @@ def test_avg_pool2d_refuses_integers(dtype):
     """uint8 windows summed in uint8: 200 + 200 gave 144. PyTorch refuses integer input (but
     int64, whose averages it truncates); so does tracegrad, naming the fix."""
     x = np.full((1, 1, 2, 2), 200).astype(dtype)
-    with pytest.raises(TypeError, match=f"avg_pool2d: input must be floating, not {x.dtype}"):
+    with pytest.raises(TypeError, match=f"avg_pool2d: input must be floating, not torch.{x.dtype}"):
         F.avg_pool2d(x, 2)
     np.testing.assert_array_equal(F.avg_pool2d(x.astype(np.float32), 2).numpy(), np.mean(x))
 

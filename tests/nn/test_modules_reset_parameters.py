@@ -65,7 +65,7 @@ def _digest(module: nn.Module) -> str:
     for k, v in module.state_dict().items():
         h.update(k.encode())
         h.update(np.ascontiguousarray(v.numpy()).tobytes())
-        h.update(str(v.dtype).encode())
+        h.update(str(v.numpy().dtype).encode())
     return h.hexdigest()[:16]
 
 

@@ -160,7 +160,7 @@ def record(prim: Any, inputs: list[Tensor], out: Tensor, params: dict) -> None:
             raise RuntimeError(
                 f"{prim.name} does not support automatic differentiation for outputs with "
                 f"complex dtype (its gradient rule is for real values; inputs "
-                f"{', '.join(f'{t.dtype}{list(t.shape)}' for t in inputs)}, at "
+                f"{', '.join(f'{t._value.dtype}{list(t.shape)}' for t in inputs)}, at "
                 f"{user_location()}): compute it on the real and imaginary parts"
             )
         out._node = TapeNode(prim, params, parents, inputs, out)
@@ -331,7 +331,9 @@ def run_backward(
             continue
         if dy.shape != y.shape:
             raise ValueError(f"backward: dy of shape {dy.shape} for y of shape {y.shape}")
-        if dy.dtype != y.dtype:  # as PyTorch's engine: a cotangent takes its value's dtype
+        if (
+            dy._value.dtype != y._value.dtype
+        ):  # as PyTorch's engine: a cotangent takes its value's dtype
             dy = dy.astype(y.dtype)
         grads[node] = grads[node] + dy if node in grads else dy
         roots.append(node)
@@ -467,7 +469,7 @@ def _pass_on(node: TapeNode, g: Tensor, out: Tensor | None, ins: list, wanted: l
     for parent, gi, aval in zip(node.parents, cotangents, node.avals, strict=True):
         if gi is None:
             continue
-        if gi.dtype == aval.dtype:
+        if gi._value.dtype == aval.dtype:
             sums.add(parent, gi, _made_here(gi, seen))
         else:  # float32 inputs get float32 grads; a real input the real part
             gi = P.real(gi) if gi.dtype.kind == "c" and aval.dtype.kind != "c" else gi
@@ -584,7 +586,7 @@ def retained_sink(node: Any) -> Callable | None:
 
 
 def default_dy(y: Tensor) -> Tensor:
-    if y.dtype.kind == "c":
+    if y._value.dtype.kind == "c":
         raise RuntimeError("grad can be implicitly created only for real scalar outputs; y is "
                            f"{y.dtype}: pass dy, or take a real loss (abs, real)")  # fmt: skip
     if y.size != 1:
@@ -592,7 +594,7 @@ def default_dy(y: Tensor) -> Tensor:
             f"grad can be implicitly created only for scalar outputs; y has shape {y.shape}: "
             "pass dy (the cotangent, same shape as y)"
         )
-    return Tensor._of(np.ones(y.shape, y.dtype))
+    return Tensor._of(np.ones(y.shape, y._value.dtype))
 
 
 def tensor_backward(

@@ -25,13 +25,15 @@ class dtype(metaclass=_DtypeClass):  # noqa: N801 (PyTorch's name)
     NumPy dtype's. A dtype with no NumPy counterpart (bfloat16, float8) exists, so that code
     naming it runs, and raises when used."""
 
-    __slots__ = ("name", "_numpy", "_why", "_hash")
+    __slots__ = ("name", "_numpy", "_why", "_hash", "kind", "char", "type")
 
     def __init__(self, name: str, numpy: Any = None, why: str = "") -> None:
         self.name = name
         self._numpy = None if numpy is None else np.dtype(numpy)
         self._why = why
         self._hash = hash(name if numpy is None else self._numpy)
+        if numpy is not None:  # slots, not __getattr__: asked at many ops
+            self.kind, self.char, self.type = self._numpy.kind, self._numpy.char, self._numpy.type
 
     @property
     def dtype(self) -> np.dtype:
@@ -81,13 +83,16 @@ class dtype(metaclass=_DtypeClass):  # noqa: N801 (PyTorch's name)
         except TypeError:
             return False
 
+    def __ne__(self, other: Any) -> bool:
+        return not self.__eq__(other)
+
     def __hash__(self) -> int:
         return self._hash
 
 
 _NUMPY_ATTRIBUTES = frozenset(
     {
-        "kind",
+        "kind",  # (slots where a NumPy dtype exists)
         "char",
         "type",
         "num",

@@ -168,7 +168,7 @@ bitwise_not = _bitwise(P.bitwise_not, logical_not)
 def relu(input: Any) -> Tensor:
     """max(0, x), with gradient 0 at 0 (maximum sends ties to its first operand)."""
     x = as_tensor(input)
-    return P.maximum(0.0 if x.dtype.kind == "f" else 0, x)
+    return P.maximum(0.0 if x._value.dtype.kind == "f" else 0, x)
 
 
 def equal(input: Any, other: Any) -> bool:

@@ -291,7 +291,7 @@ def ravel(input: Any) -> Tensor:
 
 def astype(input: Any, dtype: Any) -> Tensor:
     x = as_tensor(input)
-    return x if np.dtype(dtype) == x.dtype else P.astype(x, dtype=np.dtype(dtype))
+    return x if np.dtype(dtype) == x._value.dtype else P.astype(x, dtype=np.dtype(dtype))
 
 
 # --- indexing ----------------------------------------------------------------------------------
@@ -488,7 +488,7 @@ def stack(tensors: Sequence[Any], dim: int = 0) -> Tensor:
 def same_dtypes(op: str, *xs: Tensor) -> None:
     """PyTorch's products take operands of one dtype: a float64 batch into a float32 model
     raises rather than silently running the whole step in float64."""
-    dtypes = [x.dtype for x in xs if x is not None]
+    dtypes = [x._value.dtype for x in xs if x is not None]
     if any(d != dtypes[0] for d in dtypes):
         names = ", ".join(d.name for d in dtypes)
         raise ShapeError(

@@ -25,6 +25,7 @@ from tracegrad.core import ir
 from tracegrad.core.errors import ShapeError, TraceError, user_location, warn_user
 from tracegrad.core.primitives import Phase, Primitive, astype, positive
 from tracegrad.core.vocabulary import EAGER_KERNELS
+from tracegrad.frontend.dtypes import of_array
 from tracegrad.frontend.promotion import (
     get_default_dtype,
     is_number,
@@ -217,7 +218,7 @@ class Tensor:
     # --- array facts -------------------------------------------------------------------------
     # attrgetter, not a lambda: asked at every op, and a getter in C needs no Python frame
     shape = property(operator.attrgetter("_value.shape"), doc="The shape, as a tuple.")
-    dtype = property(operator.attrgetter("_value.dtype"), doc="The NumPy dtype.")
+    dtype = property(lambda self: of_array(self._value), doc="PyTorch's dtype object.")
     ndim = property(operator.attrgetter("_value.ndim"))
     size = property(lambda self: ElementCount(math.prod(self._value.shape), self._value.shape))
 
@@ -304,7 +305,7 @@ class Tensor:
             return f"tensor(<traced {self._value.type_str}>{grad})"
         body = np.array2string(self._value, separator=", ", prefix="tensor(")
         shown = self.dtype not in (get_default_dtype(), np.int64, np.bool_)
-        dtype = f", dtype={self.dtype.name}" if shown else ""
+        dtype = f", dtype={self.dtype}" if shown else ""
         grad = f", grad_fn=<{self._node.name}>" if not self.is_leaf else grad
         return f"tensor({body}{dtype}{grad})"
 
@@ -414,7 +415,7 @@ class Tensor:
         self._version[0] += 1
         if Listeners.tracers:  # symbolic, so that the plan reads it at each call, never bakes it
             new = Tensor._wrap(Listeners.tracers[-1].lift(new))
-        if new.dtype != self.dtype:
+        if new._value.dtype != self._value.dtype:
             new = Tensor._wrap(new._value).astype(self.dtype)
         if Listeners.tracers or not isinstance(self._value, np.ndarray):
             self._value = new._value  # traced: a state write, applied only if the step completes
@@ -470,7 +471,8 @@ def bind(prim: Any, *args: Any, **params: Any) -> Tensor:
     promotion = prim.promotion
     if promotion and _disagree(promotion, inputs):
         inputs = _promote(promotion, inputs, args, weak)
-    shape, dtype = prim.shape_rule(*inputs, **params)
+    arrays = [t._value for t in inputs]
+    shape, dtype = prim.shape_rule(*arrays, **params)
     if tracer is not None and prim.trace_parts:
         if not prim.traced_vjp:
             return prim.decompose(*inputs, **params)
@@ -481,7 +483,6 @@ def bind(prim: Any, *args: Any, **params: Any) -> Tensor:
             weak.add(value)
         out = Tensor._wrap(value)
     else:
-        arrays = [t._value for t in inputs]
         kernel = EAGER_KERNELS.get(prim)
         value = kernel(prim, arrays, params, shape, dtype) if kernel is not None else None
         if value is None:
@@ -609,7 +610,9 @@ def lift_operands(args: tuple[Any, ...]) -> list[Tensor]:
             break
     else:
         return list(args)  # the common case, first
-    typed = tuple(a.dtype for a in args if not is_number(a))
+    typed = tuple(
+        a._value.dtype if isinstance(a, Tensor) else a.dtype for a in args if not is_number(a)
+    )
     out = []
     for a in args:
         if isinstance(a, Tensor):

@@ -337,7 +337,7 @@ def cross_entropy(
     if logits.ndim == 1:
         return _one_sample(cross_entropy, logits, labels, weight, ignore_index=ignore_index,
                            reduction=reduction, label_smoothing=label_smoothing)  # fmt: skip
-    if labels.dtype.kind == "f" and labels.shape == logits.shape and logits.ndim >= 2:
+    if labels._value.dtype.kind == "f" and labels.shape == logits.shape and logits.ndim >= 2:
         loss = _soft_cross_entropy(_rows(logits), _rows(labels), weight, reduction,
                                    label_smoothing)  # fmt: skip
         shape = (logits.shape[0], *logits.shape[2:])
@@ -352,7 +352,7 @@ def cross_entropy(
             f"cross_entropy: logits {logits.shape} and labels {labels.shape}; "
             "expected logits (N, C) and labels (N,) or probabilities (N, C)"
         )
-    if labels.dtype.kind not in "iu":
+    if labels._value.dtype.kind not in "iu":
         raise TypeError(f"cross_entropy: labels must be integer class indices, not {labels.dtype}")
     labels = _class_indices(labels, logits.shape[1], ignore_index, "cross_entropy: labels")
     if not label_smoothing:
@@ -396,7 +396,7 @@ def _class_indices(labels: Tensor, classes: int, ignore_index: int, what: str) -
     traced): an index of -1 would read the last class. Unsigned labels cannot hold
     ignore_index = -100, so they are compared as int64."""
     labels = check_range(labels, 0, classes, what, ignore_index)
-    return labels if labels.dtype == np.int64 else labels.astype(np.int64)
+    return labels if labels._value.dtype == np.int64 else labels.astype(np.int64)
 
 
 def _soft_cross_entropy(logits, probs, weight, reduction, label_smoothing) -> Tensor:

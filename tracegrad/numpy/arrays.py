@@ -46,7 +46,7 @@ def _kind(a: Any) -> np.dtype | type:
     """A Python number's type (weak, NEP 50), else the operand's dtype."""
     if type(a) in (int, float, complex):
         return type(a)
-    return a.dtype if isinstance(a, Tensor) else np.asarray(a).dtype
+    return a._value.dtype if isinstance(a, Tensor) else np.asarray(a).dtype
 
 
 @functools.lru_cache(maxsize=1024)

@@ -102,7 +102,7 @@ class ParamGroup(dict):
 
 
 def _cast(t: Tensor, dtype: Any) -> Tensor:
-    return t if t.dtype == dtype else t.astype(dtype)
+    return t if t._value.dtype == dtype else t.astype(dtype)
 
 
 def _kept_cast(t: Tensor, dtype: Any) -> Tensor:
@@ -477,7 +477,7 @@ def _unique(params: Iterable[Tensor]) -> list[Tensor]:
 def _real_view(p: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
     """A complex parameter and its complex state as real tensors of their parts (..., 2), which
     the update rules update as any real parameter; a real one as it is."""
-    if p.dtype.kind != "c":
+    if p._value.dtype.kind != "c":
         return p, state
     return view_as_real(p), {k: view_as_real(t) if t.dtype.kind == "c" else t
                              for k, t in state.items()}  # fmt: skip
@@ -613,7 +613,7 @@ class Adam(Optimizer):
         root of the second one), computed as vectors over the group's parameters and cast once
         for each of their dtypes: (step size, bias correction) per item."""
         steps = [state["step"] for _, state in items]
-        if len({t.dtype for t in steps}) > 1:
+        if len({t._value.dtype for t in steps}) > 1:
             return None
         (beta1, beta2), (lr,) = group.tensors("betas"), group.tensors("lr")
         t = stack(steps) + 1.0
@@ -622,14 +622,17 @@ class Adam(Optimizer):
         t = t.astype(np.float64)
         step_size, bias_correction2_sqrt = lr / (1.0 - beta1**t), sqrt(1.0 - beta2**t)
         cast = {d: (step_size.astype(d), bias_correction2_sqrt.astype(d))
-                for d in {p.dtype for p, _ in items}}  # fmt: skip
-        return [(cast[p.dtype][0][k], cast[p.dtype][1][k]) for k, (p, _) in enumerate(items)]
+                for d in {p._value.dtype for p, _ in items}}  # fmt: skip
+        return [
+            (cast[p._value.dtype][0][k], cast[p._value.dtype][1][k])
+            for k, (p, _) in enumerate(items)
+        ]
 
     def _update(self, p: Tensor, g: Tensor, state: dict[str, Tensor], group: ParamGroup,
                 shared: tuple[Tensor, Tensor] | None = None) -> None:  # fmt: skip
         # the scalars in float64, then cast, as PyTorch computes them (Python floats): in
         # float32, 1 - beta2**t is off by up to eps32 / (1 - beta2), 6e-5 at beta2 = 0.999
-        (beta1, beta2), (lr,), dtype = group.tensors("betas"), group.tensors("lr"), p.dtype
+        (beta1, beta2), (lr,), dtype = group.tensors("betas"), group.tensors("lr"), p._value.dtype
         g = _weight_decay(p, g, lr, group)
         step, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
         if shared is None:
