@@ -255,6 +255,24 @@ def test_a_device_as_a_context_and_the_loaders_mmap(tmp_path):
         pass
 
 
+def test_what_a_meta_block_makes_answers_meta_so_loaders_skip_initializing_it():
+    """transformers' from_pretrained builds the model in `torch.device("meta")` and asks
+    `torch.tensor([]).device` whether it does: told "cpu", it initialized the model there and
+    marked it done, so the non-persistent buffers it then replaced (BERT's position_ids,
+    Llama's rotary inv_freq) stayed zeros, silently."""
+    before = torch.zeros(2)
+    with torch.device("meta"):
+        assert torch.tensor([]).device == torch.device("meta") and torch.empty(3).is_meta
+        assert torch.get_default_device().type == "meta" and before.device.type == "cpu"
+        layer = torch.nn.Linear(3, 2)
+        buffer = torch.nn.Buffer(torch.arange(4))
+    assert torch.get_default_device().type == "cpu" and torch.tensor([]).device.type == "cpu"
+    assert layer.weight.is_meta and isinstance(layer.weight, torch.nn.Parameter)
+    assert buffer.device.type == "meta" and torch.nn.Parameter(layer.weight).is_meta
+    assert layer.to_empty(device="cpu") is layer and layer.weight.device.type == "cpu"
+    assert not layer.bias.is_meta and repr(layer.bias.device) == "device(type='cpu')"
+
+
 def test_future_switches_are_kept_and_a_conversion_keeps_the_parameter():
     torch.__future__.set_swap_module_params_on_conversion(True)
     assert torch.__future__.get_swap_module_params_on_conversion()

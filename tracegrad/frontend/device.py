@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from tracegrad.frontend.tensor import Tensor
+from tracegrad.frontend.tensor import DEVICE_BLOCKS, Tensor
 
 
 class device:  # noqa: N801 (PyTorch's name)
@@ -50,18 +50,19 @@ class device:  # noqa: N801 (PyTorch's name)
 
     def __enter__(self) -> device:
         """`with torch.device("cpu"):` (the default device of what is made inside: the CPU, as
-        always). `"meta"` is accepted too: what it makes has real values here, which loading a
-        state_dict (`assign=True`) or `to_empty` then replaces, as it would the meta tensors.
-        Any other device raises."""
+        always). `"meta"` is accepted too: what it makes answers `device` meta but has real
+        values here, which loading a state_dict (`assign=True`) or `to_empty` then replaces, as
+        it would the meta tensors. Any other device raises."""
         if self.type != "meta":
             require_cpu(self, "with torch.device(...)")
+        DEVICE_BLOCKS.append(self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        return None
+        DEVICE_BLOCKS.pop()
 
 
-CPU = device("cpu")
+CPU, META = device("cpu"), device("meta")
 
 
 def require_cpu(where_to: Any, where: str) -> None:

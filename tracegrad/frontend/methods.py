@@ -30,36 +30,9 @@ from tracegrad.frontend import rearrange as A
 from tracegrad.frontend import reductions as R
 from tracegrad.frontend import sorting as S
 from tracegrad.frontend import special as X
-from tracegrad.frontend.device import CPU, require_cpu, to_arguments
+from tracegrad.frontend.device import CPU, META, require_cpu, to_arguments
+from tracegrad.frontend.storage import UntypedStorage, storage_offset
 from tracegrad.frontend.tensor import Tensor
-
-
-class Storage:
-    """The memory under a tensor (`t.untyped_storage()`): the array its views share, so that two
-    views of one array answer the same `data_ptr()` (safetensors finds tied weights so)."""
-
-    def __init__(self, a: np.ndarray) -> None:
-        while isinstance(a.base, np.ndarray):
-            a = a.base
-        self._array = a
-
-    def data_ptr(self) -> int:
-        return self._array.ctypes.data
-
-    def nbytes(self) -> int:
-        return self._array.nbytes
-
-    def size(self) -> int:
-        return self._array.size
-
-    def element_size(self) -> int:
-        return self._array.itemsize
-
-    def __len__(self) -> int:
-        return self._array.nbytes
-
-    device = property(lambda self: CPU)
-
 
 # NumPy's function (or ufunc) -> tracegrad's with NumPy's meaning; filled by tracegrad.numpy.
 NUMPY_FUNCTIONS: dict[Callable, Callable] = {}
@@ -427,10 +400,10 @@ METHODS: dict[str, Any] = {
     "bool": _cast(np.bool_), "type": _type,
     "type_as": lambda self, other: F.astype(self, other.dtype),
     "to": _to, "cpu": lambda self: self, "cuda": _cuda, "pin_memory": lambda self: self,
-    "device": property(lambda self: CPU), "get_device": lambda self: -1,
+    "device": property(lambda self: META if self._meta else CPU), "get_device": lambda self: -1,
     "is_cuda": property(lambda self: False), "is_xpu": property(lambda self: False),
     "is_mps": property(lambda self: False), "is_sparse": property(lambda self: False),
-    "is_quantized": property(lambda self: False), "is_meta": property(lambda self: False),
+    "is_quantized": property(lambda self: False), "is_meta": property(lambda self: self._meta),
     "layout": property(lambda self: sparse.strided),
     "is_floating_point": lambda self: self.dtype.kind == "f",
     "is_complex": E.is_complex, "is_signed": lambda self: self.dtype.kind in "fic",
@@ -455,10 +428,11 @@ METHODS: dict[str, Any] = {
     "itemsize": property(lambda self: self.dtype.itemsize),
     "nbytes": property(lambda self: self.size * self.dtype.itemsize), "dim": lambda self: self.ndim,
     "ndimension": lambda self: self.ndim, "tolist": lambda self: self.numpy().tolist(),
-    "stride": _stride, "storage_offset": lambda self: 0,
+    "stride": _stride,
+    "storage_offset": lambda self: storage_offset(self._concrete("Tensor.storage_offset()")),
     "data_ptr": lambda self: self._concrete("Tensor.data_ptr()").ctypes.data,
-    "untyped_storage": lambda self: Storage(self._concrete("Tensor.untyped_storage()")),
-    "storage": lambda self: Storage(self._concrete("Tensor.storage()")),
+    "untyped_storage": lambda self: UntypedStorage.of(self._concrete("Tensor.untyped_storage()")),
+    "storage": lambda self: UntypedStorage.of(self._concrete("Tensor.storage()"), typed=True),
     # in-place updates (the X_ of each X below is added after the table)
     "data": property(W.get_data, W.set_data), "detach_": W.detach_,
     "copy_": W.in_place(W.copy, "copy_"), "fill_": W.in_place(W.fill, "fill_"),

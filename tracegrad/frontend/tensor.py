@@ -36,6 +36,11 @@ from tracegrad.frontend.promotion import (
 
 _serials = itertools.count()
 
+# The devices that open `with torch.device(...)` blocks name, innermost last: a tensor made
+# inside a "meta" block answers `device` meta (its values are real here), so that code asking
+# whether it builds on the meta device (transformers' from_pretrained) learns that it does.
+DEVICE_BLOCKS: list = []
+
 
 def next_serial() -> int:
     """A number above every tensor's made so far (`Tensor._serial`): the tracer takes one when
@@ -177,7 +182,11 @@ class Tensor:
         t._init(data, dtype, requires_grad)
         return t
 
+    _meta = False  # made in a `with torch.device("meta")` block (its own attribute then)
+
     def _init(self, data: Any, dtype: Any, requires_grad: bool) -> None:
+        if (DEVICE_BLOCKS and DEVICE_BLOCKS[-1].type == "meta") or getattr(data, "_meta", False):
+            self._meta = True
         if isinstance(data, Tensor):
             data = data._value
         elif isinstance(data, list | tuple) and _holds_tensors(data):

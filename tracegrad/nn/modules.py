@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 import math
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -248,7 +249,7 @@ class Module:
         object.__setattr__(self, "_parameters", {})
         object.__setattr__(self, "_modules", {})
         object.__setattr__(self, "_buffers", {})
-        object.__setattr__(self, "_non_persistent", set())
+        object.__setattr__(self, "_non_persistent_buffers_set", set())
         object.__setattr__(self, "training", True)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -319,7 +320,7 @@ class Module:
         self._modules.pop(name, None)
         self._buffers[name] = tensor
         if not persistent:
-            self._non_persistent.add(name)
+            self._non_persistent_buffers_set.add(name)
         object.__setattr__(self, name, tensor)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
@@ -591,7 +592,7 @@ class Module:
     def _own_state(self) -> dict[str, Tensor]:
         state = dict(self._parameters)
         state.update((name, b) for name, b in self._buffers.items()
-                     if b is not None and name not in self._non_persistent)  # fmt: skip
+                     if b is not None and name not in self._non_persistent_buffers_set)  # fmt: skip
         return state
 
     def get_extra_state(self) -> Any:
@@ -729,10 +730,12 @@ class Module:
         setattr(parent, name, module)
 
     def to_empty(self, *, device: Any = None, recurse: bool = True) -> Module:
-        """PyTorch's move of a module built on the meta device: tracegrad's parameters always
-        have memory (on the CPU, the only device), so it returns the module as it is."""
+        """PyTorch's move of a module built on the meta device to memory: tracegrad's tensors
+        always have memory (on the CPU), so they stay, and answer `device` cpu from now on."""
         to_arguments(f"{type(self).__name__}.to_empty", (() if device is None else (device,)),
                      {})  # fmt: skip
+        for t in itertools.chain(self.parameters(recurse), self.buffers(recurse)):
+            t.__dict__.pop("_meta", None)
         return self
 
     # PyTorch's switch for Module.__init__ calling super().__init__() with extra arguments

@@ -29,6 +29,7 @@ from tracegrad.frontend.device import device
 from tracegrad.frontend.functions import pytorch_keywords
 from tracegrad.frontend.methods import legacy_types
 from tracegrad.frontend.rearrange import matrix_trace as trace
+from tracegrad.frontend.storage import UntypedStorage
 from tracegrad.frontend.tensor import Size, Tensor
 from tracegrad.runtime.compiled_module import OptimizedModule, backend_named
 from tracegrad.runtime.trace import Traced as _Traced

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 import tracegrad as _tg
+from tracegrad.frontend.storage import UntypedStorage
 from tracegrad.frontend.tensor import Tensor
 from tracegrad.nn import functional as F
 
@@ -226,6 +227,9 @@ def asarray(obj: Any, *, dtype: Any = None, device: Any = None, copy: bool | Non
             requires_grad: bool = False) -> Tensor:  # fmt: skip
     """PyTorch's `torch.asarray`: `as_tensor` (sharing an ndarray's or tensor's memory where the
     dtype allows), a copy with `copy=True`."""
+    if isinstance(obj, UntypedStorage):  # its bytes read as dtype (a checkpoint's tensor)
+        t = Tensor._of(obj.__array__(dtype), requires_grad=requires_grad)
+        return _tg.tensor(t) if copy else t
     if copy:
         t = _tg.tensor(obj.detach() if isinstance(obj, Tensor) else obj, dtype=dtype, device=device)
     else:

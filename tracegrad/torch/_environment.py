@@ -14,7 +14,7 @@ import tracegrad as _tg
 from tracegrad.frontend import promotion
 from tracegrad.frontend.device import CPU, require_cpu
 from tracegrad.frontend.sparse import layout, sparse_coo, strided
-from tracegrad.frontend.tensor import Tensor, as_tensor
+from tracegrad.frontend.tensor import DEVICE_BLOCKS, Tensor, as_tensor
 from tracegrad.torch._support import dtype, torch_dtype
 
 __all__ = ["are_deterministic_algorithms_enabled", "can_cast", "channels_last",
@@ -126,7 +126,8 @@ def set_default_device(device: Any) -> None:
 
 
 def get_default_device() -> Any:
-    return CPU
+    """The CPU, or the device the innermost `with torch.device(...)` block names."""
+    return DEVICE_BLOCKS[-1] if DEVICE_BLOCKS else CPU
 
 
 def set_flush_denormal(mode: bool) -> bool:
