@@ -112,3 +112,16 @@ def test_traced_matches_eager(backend, monkeypatch):
         return tg.diag_embed(m, 1).sum((0, 1)) + grid + blocks[:5]
 
     traced_matches_eager(f, A, B, M, backend=backend)
+
+
+def test_as_strided_reads_the_elements_its_strides_name_and_sums_gradients():
+    a = np.arange(12.0)
+    picked = np.arange(3)[:, None] * 2 + np.arange(4)[None, :] + 1  # rows overlap
+    out = tg.as_strided(tg.tensor(a), (3, 4), (2, 1), 1)
+    np.testing.assert_array_equal(out.numpy(), a[picked])
+    assert tg.as_strided(tg.tensor(a), (), ()).item() == 0.0
+    row = tg.tensor(a).reshape(3, 4)[1]  # the offset counts from the storage, as PyTorch's
+    assert row.as_strided((2,), (1,), row.storage_offset() + 1).tolist() == [5.0, 6.0]
+    check_grad(lambda x: tg.as_strided(x, (3, 4), (2, 1), 1), a)  # overlapping windows
+    with pytest.raises(RuntimeError, match="reach outside the 12 elements"):
+        tg.as_strided(tg.tensor(a), (2, 2), (6, 6))

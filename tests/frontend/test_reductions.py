@@ -155,3 +155,14 @@ def test_softmax_takes_a_dtype_the_input_is_converted_to(name):
         grads.append(a.grad)
     assert grads[0].dtype == np.float32  # the conversion's gradient goes back to float32
     np.testing.assert_allclose(grads[0].numpy(), grads[1].numpy(), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("shape, dim", [((0,), None), ((0, 3), 0), ((3, 0), 1), ((2, 0), None)])
+def test_any_and_all_of_nothing_are_false_and_true(shape, dim):
+    """PyTorch answers the identity (torchdiffeq's adaptive solvers ask `(counts > 1).any()` of
+    an empty tensor); NumPy's max of nothing raised."""
+    x = tg.zeros(shape)
+    kept = (3,) if shape == (0, 3) else (3,) if shape == (3, 0) else ()
+    assert x.any(dim).shape == kept and not x.any(dim).numpy().any()
+    assert x.all(dim).shape == kept and x.all(dim).numpy().all()
+    assert tg.zeros(shape, dtype=tg.uint8).all(dim).dtype is tg.uint8

@@ -263,3 +263,15 @@ def test_an_update_phase_entered_from_outside_one_is_a_new_step_call():
     assert Listeners.update is None
     with phase(tg.Phase.UPDATE):
         assert Listeners.update not in (None, call)
+
+
+def test_python_numbers_become_the_dtype_asked_for_not_the_default_first() -> None:
+    """as_tensor(0.1, dtype=float64) was made in float32 then cast: 0.10000000149 (kornia's
+    factors, torchdiffeq's tolerances), 1e-50 became 0 and 1e300 inf."""
+    for value in (0.1, 1e-50, 1e300):
+        assert tg.as_tensor(value, dtype=tg.float64).item() == value
+        assert tg.as_tensor([value], dtype=tg.float64).tolist() == [value]
+    x0 = tg.tensor(2.0, dtype=tg.float64)
+    assert tg.tensor([0.1, x0], dtype=tg.float64).tolist() == [0.1, 2.0]
+    assert tg.as_tensor([0.1, x0], dtype=tg.float64).tolist() == [0.1, 2.0]
+    assert tg.as_tensor(0.1).dtype is tg.float32 and tg.as_tensor([1, 2]).dtype is tg.int64

@@ -115,3 +115,14 @@ def test_a_traced_spatial_transformer_step_matches_eager(backend, monkeypatch):
         _STN, [batch] * 3, backend, lambda ps: tg.optim.SGD(ps, lr=0.1, momentum=0.9)
     )
     assert losses[-1] < losses[0]
+
+
+def test_nearest_grid_sample_gives_its_grid_a_zero_gradient_as_pytorch():
+    grid = tg.tensor(np.random.default_rng(0).uniform(-1, 1, (1, 3, 3, 2)), requires_grad=True)
+    x = tg.tensor(np.arange(16.0).reshape(1, 1, 4, 4))
+    y = F.grid_sample(x, grid, mode="nearest", align_corners=False)
+    assert y.requires_grad
+    (g,) = tg.autograd.grad(y.sum(), grid)
+    assert g.shape == grid.shape and not g.numpy().any()
+    same = F.grid_sample(x, grid.detach(), mode="nearest", align_corners=False)
+    np.testing.assert_array_equal(y.detach().numpy(), same.numpy())

@@ -1387,3 +1387,16 @@ def test_nll_of_a_log_softmax_reads_the_scores_not_every_log_probability(backend
     for n in gathers:
         made = producers.get(n.inputs[0])
         assert made is None or made.op in ("matmul", "broadcast_to"), made.op
+
+
+def test_folding_log_of_zero_is_quiet_and_minus_inf():
+    """T5's relative-position buckets take log(0) of a constant: folded at compile time it gave
+    NumPy's RuntimeWarning, which PyTorch does not give (nor the run, where it is kept quiet)."""
+    import warnings
+
+    import tracegrad as tg
+
+    step = tg.trace(lambda x: x + tg.log(tg.arange(3).float()).clamp(min=0).sum(), backend="numpy")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert step(tg.ones(1)).item() == pytest.approx(1 + np.log(2.0))

@@ -15,7 +15,9 @@ import tracegrad.torch as torch
 MODULES = ["torch._C", "torch.library", "torch._custom_ops", "torch.utils.model_zoo",
            "torch.onnx.symbolic_helper", "torch.onnx.symbolic_opset11", "torch._dynamo.utils",
            "torch.ao.quantization", "torch.ao.nn.quantized", "torch.nn.quantized", "torch.types",
-           "torch.backends.cpu"]  # fmt: skip
+           "torch.backends.cpu", "torch.backends.mkldnn", "torch.utils.dlpack",
+           "torch.autograd.forward_ad", "torch._subclasses.fake_tensor", "torch.profiler",
+           "torch.fx.experimental.proxy_tensor"]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -201,3 +203,48 @@ def test_requires_grad_on_a_non_leaf_and_storages():
     np.testing.assert_array_equal(t.numpy(), [1.5, -2.0])
     t[0] = 4.0  # shares the buffer's memory, as PyTorch's
     assert np.frombuffer(buffer, np.float32)[0] == 4.0
+
+
+def test_names_kornia_and_torchdiffeq_meet_mean_what_they_can():
+    """Each of these stopped `import kornia` or its calls (a probe of kornia 0.9): asked at
+    import or before a branch, they answer what holds here."""
+    assert torch.torch is torch and not torch.backends.mkldnn.is_available()
+    assert not torch.onnx.is_in_onnx_export() and not torch._C._are_functorch_transforms_active()
+    assert not torch._subclasses.fake_tensor.is_fake(torch.zeros(1))
+    assert torch.fx.experimental.proxy_tensor.get_proxy_mode() is None
+    assert not isinstance(3, torch.SymInt) and not isinstance(2.0, torch.SymFloat)
+    x = torch.ones(2)
+    assert torch.autograd.forward_ad.unpack_dual(x).tangent is None
+    with pytest.raises(NotImplementedError, match="torch.func.jvp"):
+        torch.autograd.forward_ad.make_dual(x, x)
+    assert torch.complex32.is_complex and torch.chalf is torch.complex32
+    assert torch.complex32.to_real() is torch.float16 and torch.complex32 != torch.complex64
+    with pytest.raises(TypeError, match="complex32"):
+        torch.zeros(1, dtype=torch.complex32)
+    torch._assert_async(torch.tensor(True))
+    with pytest.raises(RuntimeError, match="bad"):
+        torch._assert_async(torch.tensor(False), "bad")
+    assert torch.profiler.ProfilerActivity.CPU.name == "CPU"
+    assert torch.ger(torch.ones(2), torch.arange(3.0)).tolist() == [[0.0, 1.0, 2.0]] * 2
+
+
+def test_a_convolution_held_by_a_class_does_not_bind():
+    """PyTorch's torch.conv2d is a builtin: a class body may hold it and call it through self
+    (kornia's HausdorffERLoss: `conv = torch.conv2d`, then `self.conv(x, weight=w)`)."""
+
+    class Loss:
+        conv = torch.conv2d
+
+    x, w = torch.randn(1, 1, 4, 4), torch.randn(1, 1, 3, 3)
+    assert torch.equal(Loss().conv(x, weight=w), torch.nn.functional.conv2d(x, w))
+
+
+def test_dlpack_shares_memory_both_ways():
+    a = np.arange(4.0)
+    t = torch.utils.dlpack.from_dlpack(a)
+    t[0] = 9.0
+    assert a[0] == 9.0 and torch.from_dlpack(np.ones(2)).dtype is torch.float64
+    back = np.from_dlpack(t)
+    back[1] = 7.0
+    assert t[1].item() == 7.0
+    assert torch.utils.dlpack.from_dlpack(torch.utils.dlpack.to_dlpack(t)).tolist() == a.tolist()

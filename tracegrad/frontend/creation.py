@@ -59,7 +59,7 @@ def as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
     """`data` as a tensor, sharing its memory where it can (a tensor itself, an ndarray of the
     dtype); a list holding tensors is stacked (differentiably), never detached."""
     check_device(device, "as_tensor")
-    x = _as_tensor(data)
+    x = _as_tensor(data, dtype)  # Python data is made at dtype, not rounded through the default
     return x if dtype is None else astype(x, dtype)
 
 

@@ -22,7 +22,7 @@ class dtype(metaclass=_DtypeClass):  # noqa: N801 (PyTorch's name)
     attributes (`is_floating_point`, `itemsize`) and prints as PyTorch's (`torch.float32`), and
     NumPy takes it wherever a dtype goes (`np.zeros(2, x.dtype)`: it reads `.dtype`); it equals
     and hashes as its NumPy dtype, and NumPy's attributes (`kind`, `char`, `type`) are its
-    NumPy dtype's. A dtype with no NumPy counterpart (bfloat16, float8) exists, so that code
+    NumPy dtype's. A dtype with no NumPy counterpart (bfloat16, complex32, float8) exists, so that code
     naming it runs, and raises when used."""
 
     __slots__ = ("name", "_numpy", "_why", "_hash", "kind", "char", "type")
@@ -48,7 +48,9 @@ class dtype(metaclass=_DtypeClass):  # noqa: N801 (PyTorch's name)
     itemsize = property(lambda self: self.dtype.itemsize)
 
     def _kind(self) -> str:
-        return "f" if self._numpy is None else self._numpy.kind
+        if self._numpy is None:
+            return "c" if self.name.startswith("complex") else "f"
+        return self._numpy.kind
 
     def to_real(self) -> dtype:
         """The dtype of a complex dtype's parts (complex64: float32); a real dtype itself."""
@@ -111,6 +113,7 @@ DTYPES = {
     "float32": dtype("float32", np.float32), "float64": dtype("float64", np.float64),
     "float16": dtype("float16", np.float16),
     "bfloat16": dtype("bfloat16", why="NumPy has no bfloat16; use float32 (or float16)"),
+    "complex32": dtype("complex32", why="NumPy has no complex32; use complex64"),
     **{name: dtype(name, why="NumPy has no float8 types; use float16 or float32")
        for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
                     "float8_e8m0fnu")},
@@ -121,9 +124,9 @@ DTYPES = {
     "bool": dtype("bool", np.bool_),
     "complex64": dtype("complex64", np.complex64), "complex128": dtype("complex128", np.complex128),
 }  # fmt: skip
-_PARTS = {"complex64": "float32", "complex128": "float64"}
+_PARTS = {"complex32": "float16", "complex64": "float32", "complex128": "float64"}
 ALIASES = {"float": "float32", "double": "float64", "half": "float16", "short": "int16",
-           "int": "int32", "long": "int64", "cfloat": "complex64",
+           "int": "int32", "long": "int64", "chalf": "complex32", "cfloat": "complex64",
            "cdouble": "complex128"}  # fmt: skip
 
 

@@ -318,7 +318,7 @@ METHODS: dict[str, Any] = {
     **{f"{name}_": W.reshaped(getattr(F, name), f"{name}_")  # x.unsqueeze_(-1): a new shape
        for name in ("squeeze", "unsqueeze", "t", "transpose", "swapdims", "swapaxes")},
     "flatten": F.flatten, "unflatten": F.unflatten, "ravel": F.ravel, "moveaxis": F.moveaxis,
-    "movedim": F.movedim, "unfold": A.windows,
+    "movedim": F.movedim, "unfold": A.windows, "as_strided": A.as_strided,
     "sum_to_size": lambda self, *size: P.sum_to(self, F.shape_arg(size)),
     "T": property(F.reversed_axes), "mT": property(F.matrix_transpose),
     "mH": property(linalg.adjoint), "adjoint": linalg.adjoint,
@@ -431,6 +431,8 @@ METHODS: dict[str, Any] = {
     "stride": _stride,
     "storage_offset": lambda self: storage_offset(self._concrete("Tensor.storage_offset()")),
     "data_ptr": lambda self: self._concrete("Tensor.data_ptr()").ctypes.data,
+    "__dlpack__": lambda self, **kw: self._concrete("Tensor.__dlpack__()").__dlpack__(**kw),
+    "__dlpack_device__": lambda self: (1, 0),  # DLPack's CPU
     "untyped_storage": lambda self: UntypedStorage.of(self._concrete("Tensor.untyped_storage()")),
     "storage": lambda self: UntypedStorage.of(self._concrete("Tensor.storage()"), typed=True),
     # in-place updates (the X_ of each X below is added after the table)

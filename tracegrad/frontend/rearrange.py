@@ -501,8 +501,28 @@ def windows(input: Any, dimension: int, size: int, step: int) -> Tensor:
     return moveaxis(picked.reshape(shape), d + 1, -1)
 
 
+def as_strided(input: Any, size: Sequence[int], stride: Sequence[int],
+               storage_offset: int | None = None) -> Tensor:  # fmt: skip
+    """PyTorch's `as_strided`, over the tensor's elements in row-major order (its `stride()`
+    here): element i of the result is the element at storage_offset + sum(i_k * stride_k).
+    A gather, so a copy (PyTorch's is a view: writes through it do not reach the input here),
+    differentiable (elements read twice sum their gradients)."""
+    x = as_tensor(input)
+    size, stride = tuple(int(n) for n in size), tuple(int(s) for s in stride)
+    if len(size) != len(stride):
+        raise ShapeError(f"as_strided: size {size} and stride {stride} differ in length")
+    start = 0 if storage_offset is None else int(storage_offset) - x.storage_offset()
+    flat = np.full((), start, np.int64)
+    for k, (n, s) in enumerate(zip(size, stride, strict=True)):
+        flat = flat + np.arange(n).reshape((n,) + (1,) * (len(size) - k - 1)) * s
+    if flat.size and (flat.min() < 0 or flat.max() >= x.numel()):
+        raise RuntimeError(f"as_strided: size {size}, stride {stride} and offset "
+                           f"{storage_offset} reach outside the {x.numel()} elements of {x.shape}")  # fmt: skip
+    return x.reshape(-1)[Tensor._of(np.broadcast_to(flat, size).copy())]
+
+
 __all__ = [
-    "argwhere", "atleast_1d", "atleast_2d", "atleast_3d", "block_diag", "cartesian_prod", "chunk",
+    "argwhere", "as_strided", "atleast_1d", "atleast_2d", "atleast_3d", "block_diag", "cartesian_prod", "chunk",
     "column_stack", "diag", "diag_embed", "diagflat", "diagonal", "masked_select", "meshgrid",
     "vander", "dsplit", "dstack", "flip", "fliplr", "flipud", "hsplit", "hstack", "nonzero",
     "repeat_interleave", "roll", "rot90", "split", "split_with_sizes", "tensor_split", "tile",

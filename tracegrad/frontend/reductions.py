@@ -81,6 +81,8 @@ def amin(input: Any, dim: Any = None, keepdim: bool = False) -> Tensor:
 def all(input: Any, dim: Any = None, keepdim: bool = False) -> Tensor:
     """Whether every element (along `dim`) is true (nonzero)."""
     x = as_tensor(input)
+    if 0 in x.shape:  # NumPy's min of nothing raises; nothing false is there: True
+        return _as_bytes(x, reduce_dims(P.sum, (x == 0).astype(np.int64), dim, keepdim) == 0)
     return _as_bytes(x, reduce_dims(P.min, x if x.dtype == np.bool_ else x != 0, dim, keepdim))
 
 
@@ -88,6 +90,8 @@ def all(input: Any, dim: Any = None, keepdim: bool = False) -> Tensor:
 def any(input: Any, dim: Any = None, keepdim: bool = False) -> Tensor:
     """Whether some element (along `dim`) is true (nonzero)."""
     x = as_tensor(input)
+    if 0 in x.shape:  # NumPy's max of nothing raises; nothing true is there: False
+        return _as_bytes(x, reduce_dims(P.sum, (x != 0).astype(np.int64), dim, keepdim) > 0)
     return _as_bytes(x, reduce_dims(P.max, x if x.dtype == np.bool_ else x != 0, dim, keepdim))
 
 

@@ -196,7 +196,7 @@ class Tensor:
                     "cut their gradient; use tracegrad.stack(...) (or tracegrad.as_tensor, "
                     "which stacks)"
                 )
-            data = Tensor._stack(data)._value  # their values: no gradient to cut
+            data = Tensor._stack(_numbers_as(data, dtype))._value  # values: no gradient to cut
         if not isinstance(data, ir.Value):
             dtype = dtype if dtype is not None else _default_dtype(data)
             data = np.asarray(data, dtype=dtype)
@@ -451,9 +451,19 @@ def as_tensor(x: Any, dtype: Any = None) -> Tensor:
     if isinstance(x, Tensor):
         return x
     if isinstance(x, list | tuple) and _holds_tensors(x):
-        out = Tensor._stack(x)
+        out = Tensor._stack(_numbers_as(x, dtype))
         return out if dtype is None else out.astype(dtype)
     return Tensor._of(x, dtype=dtype)
+
+
+def _numbers_as(data: Any, dtype: Any) -> Any:
+    """The Python numbers in a nested list beside tensors as tensors of `dtype`: made at the
+    default dtype, 0.1 would be rounded to float32 on its way to float64."""
+    if dtype is None:
+        return data
+    if isinstance(data, list | tuple):
+        return [_numbers_as(v, dtype) for v in data]
+    return data if isinstance(data, Tensor) else Tensor._of(data, dtype=dtype)
 
 
 def _holds_tensors(x: Any, requiring_grad: bool = False) -> bool:

@@ -14,6 +14,7 @@ import numpy as np
 from tracegrad.core import primitives as P
 from tracegrad.core.errors import ShapeError
 from tracegrad.frontend.functions import clamp, matmul, permute, reshape
+from tracegrad.frontend.rearrange import where
 from tracegrad.frontend.tensor import Tensor, as_tensor
 
 __all__ = ["affine_grid", "grid_sample"]
@@ -76,6 +77,8 @@ def grid_sample(input: Any, grid: Any, mode: str = "bilinear", padding_mode: str
 
     if mode == "nearest":
         out = tap(P.rint(iy), P.rint(ix))  # half to even, as PyTorch's nearbyint
+        if g.requires_grad:  # PyTorch's grid gets a zero gradient here, not none
+            out = out + where(Tensor._of(np.zeros(ix.shape + (1,), bool)), ix[..., None], 0.0)
     else:
         x0, y0 = P.floor(ix), P.floor(iy)
         wx, wy = (ix - x0)[..., None], (iy - y0)[..., None]

@@ -56,5 +56,11 @@ def _log_api_usage_once(event: str) -> None:
     return None
 
 
+def _are_functorch_transforms_active() -> bool:
+    """Whether a `torch.func` transform runs: code asks to take a path the transforms allow;
+    tracegrad's transforms run any path, so it may take the usual one."""
+    return False
+
+
 def __getattr__(name: str) -> Any:
     raise _not_provided(__name__, name)

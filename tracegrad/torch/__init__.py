@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import sys as _sys
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -31,6 +32,7 @@ from tracegrad.frontend.methods import legacy_types
 from tracegrad.frontend.rearrange import matrix_trace as trace
 from tracegrad.frontend.storage import UntypedStorage
 from tracegrad.frontend.tensor import Size, Tensor
+from tracegrad.nn import functional as _F
 from tracegrad.runtime.compiled_module import OptimizedModule, backend_named
 from tracegrad.runtime.trace import Traced as _Traced
 from tracegrad.torch._support import ALIASES as _ALIASES
@@ -58,6 +60,29 @@ acos, asin, atan, atan2 = _tg.arccos, _tg.arcsin, _tg.arctan, _tg.arctan2
 acosh, asinh, atanh = _tg.arccosh, _tg.arcsinh, _tg.arctanh
 mm = _tg.matmul
 spmm = _tg.matmul  # a sparse matrix's product (`frontend.sparse`: a GCN's adjacency)
+ger = _tg.outer
+torch = _sys.modules[__name__]  # PyTorch's `torch.torch` is torch (annotations name it so)
+
+# PyTorch's convolutions are builtins, which a class body may hold (`conv = torch.conv2d`) and
+# call through self without binding: staticmethod gives that, and calls as the function
+conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d = (
+    staticmethod(getattr(_F, _name))
+    for _name in ("conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+                  "conv_transpose3d")
+)  # fmt: skip
+
+
+class SymInt:
+    """A symbolic size while PyTorch's compiler traces; code tests `isinstance(n, SymInt)`, and
+    sizes here are always ints, so nothing is one."""
+
+
+class SymFloat(SymInt):
+    pass
+
+
+class SymBool(SymInt):
+    pass
 
 
 @pytorch_keywords
@@ -223,6 +248,7 @@ from tracegrad.torch import (  # noqa: E402 (the submodules read the names above
     __future__,
     _aten,
     _custom_ops,
+    _subclasses,
     _foreach,
     accelerator,
     amp,
@@ -255,6 +281,8 @@ from tracegrad.torch import (  # noqa: E402 (the submodules read the names above
     version,
 )
 from tracegrad.torch._aten import *  # noqa: E402, F403
+
+from_dlpack = utils.dlpack.from_dlpack
 from tracegrad.torch._environment import *  # noqa: E402, F403
 from tracegrad.torch._ops import ops  # noqa: E402
 from tracegrad.torch.amp import autocast  # noqa: E402
@@ -295,6 +323,12 @@ def _assert(condition: Any, message: str) -> None:
     """`assert condition, message`, as a function (PyTorch's for scripted code)."""
     if not condition:
         raise AssertionError(message)
+
+
+def _assert_async(condition: Any, message: str | None = None) -> None:
+    """PyTorch's check of a one-element tensor that does not wait on a device: here at once."""
+    if not condition:
+        raise RuntimeError(message or "Expected the asserted tensor to be true")
 
 
 def _checker(error: type[Exception]) -> Callable:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tracegrad.torch._support import file_module
 from tracegrad.torch._support import not_provided as _not_provided
 
 __all__ = ["Proxy", "wrap"]
@@ -18,6 +19,14 @@ def wrap(fn_or_name: Any) -> Any:
 
 class Proxy:
     """FX's symbolic value: never made here."""
+
+
+experimental = file_module(f"{__name__}.experimental", "`torch.fx.experimental`", {})
+experimental.proxy_tensor = file_module(
+    f"{__name__}.experimental.proxy_tensor",
+    "`torch.fx.experimental.proxy_tensor`",
+    {"get_proxy_mode": lambda: None},  # no FX tracing is ever under way
+)
 
 
 def __getattr__(name: str) -> Any:  # symbolic_trace, GraphModule, Tracer, ...

@@ -19,6 +19,11 @@ def unregister_custom_op_symbolic(symbolic_name: str, opset_version: int) -> Non
     return None
 
 
+def is_in_onnx_export() -> bool:
+    """False: nothing is exported here (code takes an export-only branch on True)."""
+    return False
+
+
 def _parse_args(*arg_descriptors: str) -> Callable:
     """The decorator a symbolic function is declared with: the function itself."""
     return lambda fn: fn

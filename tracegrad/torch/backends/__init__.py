@@ -5,7 +5,7 @@ change nothing."""
 from typing import Any
 
 from tracegrad.torch._support import not_provided as _not_provided
-from tracegrad.torch.backends import cpu, cuda, cudnn, mps
+from tracegrad.torch.backends import cpu, cuda, cudnn, mkldnn, mps
 
 
 def __getattr__(name: str) -> Any:
