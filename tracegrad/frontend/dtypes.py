@@ -22,8 +22,8 @@ class dtype(metaclass=_DtypeClass):  # noqa: N801 (PyTorch's name)
     attributes (`is_floating_point`, `itemsize`) and prints as PyTorch's (`torch.float32`), and
     NumPy takes it wherever a dtype goes (`np.zeros(2, x.dtype)`: it reads `.dtype`); it equals
     and hashes as its NumPy dtype, and NumPy's attributes (`kind`, `char`, `type`) are its
-    NumPy dtype's. A dtype with no NumPy counterpart (bfloat16, complex32, float8) exists, so that code
-    naming it runs, and raises when used."""
+    NumPy dtype's. A dtype with no NumPy counterpart (bfloat16, complex32, float8) exists, so
+    that code naming it runs, and raises when used."""
 
     __slots__ = ("name", "_numpy", "_why", "_hash", "kind", "char", "type")
 

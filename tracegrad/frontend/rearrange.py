@@ -517,13 +517,15 @@ def as_strided(input: Any, size: Sequence[int], stride: Sequence[int],
         flat = flat + np.arange(n).reshape((n,) + (1,) * (len(size) - k - 1)) * s
     if flat.size and (flat.min() < 0 or flat.max() >= x.numel()):
         raise RuntimeError(f"as_strided: size {size}, stride {stride} and offset "
-                           f"{storage_offset} reach outside the {x.numel()} elements of {x.shape}")  # fmt: skip
+                           f"{storage_offset} reach outside the {x.numel()} elements of "
+                           f"{x.shape}")  # fmt: skip
     return x.reshape(-1)[Tensor._of(np.broadcast_to(flat, size).copy())]
 
 
 __all__ = [
-    "argwhere", "as_strided", "atleast_1d", "atleast_2d", "atleast_3d", "block_diag", "cartesian_prod", "chunk",
-    "column_stack", "diag", "diag_embed", "diagflat", "diagonal", "masked_select", "meshgrid",
+    "argwhere", "as_strided", "atleast_1d", "atleast_2d", "atleast_3d", "block_diag",
+    "cartesian_prod", "chunk", "column_stack", "diag", "diag_embed", "diagflat", "diagonal",
+    "masked_select", "meshgrid",
     "vander", "dsplit", "dstack", "flip", "fliplr", "flipud", "hsplit", "hstack", "nonzero",
     "repeat_interleave", "roll", "rot90", "split", "split_with_sizes", "tensor_split", "tile",
     "tril", "triu", "unbind", "vsplit", "vstack", "where",

@@ -248,8 +248,8 @@ from tracegrad.torch import (  # noqa: E402 (the submodules read the names above
     __future__,
     _aten,
     _custom_ops,
-    _subclasses,
     _foreach,
+    _subclasses,
     accelerator,
     amp,
     ao,
@@ -281,12 +281,11 @@ from tracegrad.torch import (  # noqa: E402 (the submodules read the names above
     version,
 )
 from tracegrad.torch._aten import *  # noqa: E402, F403
-
-from_dlpack = utils.dlpack.from_dlpack
 from tracegrad.torch._environment import *  # noqa: E402, F403
 from tracegrad.torch._ops import ops  # noqa: E402
 from tracegrad.torch.amp import autocast  # noqa: E402
 from tracegrad.torch.random import default_generator, initial_seed, manual_seed, seed  # noqa: E402
+from tracegrad.torch.utils.dlpack import from_dlpack  # noqa: E402
 from tracegrad.torch.version import __version__  # noqa: E402
 
 del _name
