@@ -187,7 +187,9 @@ def test_cross_entropy_accepts_label_tensors_and_repeated_labels():
 
 def test_cross_entropy_errors():
     logits = tg.tensor(np.zeros((3, 4)))
-    with pytest.raises(tg.ShapeError, match=r"logits \(3, 4\) and labels \(2,\)"):
+    with pytest.raises(
+        tg.ShapeError, match=r"logits torch.Size\(\[3, 4\]\) and labels torch.Size\(\[2\]\)"
+    ):
         F.cross_entropy(logits, np.array([0, 1]))
     with pytest.raises(TypeError, match="integer class indices"):
         F.cross_entropy(logits, np.array([0.0, 1.0, 2.0]))
@@ -209,7 +211,9 @@ def test_mse_loss(reduction, rng):
 
 
 def test_mse_loss_refuses_shapes_that_do_not_broadcast():
-    with pytest.raises(tg.ShapeError, match=r"input \(4, 2\) and target \(4,\)"):
+    with pytest.raises(
+        tg.ShapeError, match=r"input torch.Size\(\[4, 2\]\) and target torch.Size\(\[4\]\)"
+    ):
         F.mse_loss(np.zeros((4, 2)), np.zeros(4))
 
 
@@ -225,9 +229,11 @@ def test_layer_norm_matches_numpy_and_finite_differences(rng):
 def test_layer_norm_shape_error():
     with pytest.raises(tg.ShapeError, match="normalized_shape"):
         F.layer_norm(np.zeros((2, 3)), (4,))
-    with pytest.raises(tg.ShapeError, match=r"layer_norm: weight of shape \(3,\) for normalized"):
+    with pytest.raises(
+        tg.ShapeError, match=r"layer_norm: weight of shape torch.Size\(\[3\]\) for normalized"
+    ):
         F.layer_norm(np.zeros((2, 4)), (4,), tg.tensor(np.ones(3)))
-    with pytest.raises(tg.ShapeError, match=r"layer_norm: bias of shape \(2, 2\)"):
+    with pytest.raises(tg.ShapeError, match=r"layer_norm: bias of shape torch.Size\(\[2, 2\]\)"):
         F.layer_norm(np.zeros((2, 4)), (4,), None, tg.tensor(np.ones((2, 2))))
 
 

@@ -92,8 +92,8 @@ def test_regression_losses_broadcast_the_target_with_a_warning(loss, reduction, 
     x, t = rng.standard_normal((3, 1)) * 2, rng.standard_normal(3) * 2
     elements = per_element(x - t)  # (3, 3), NumPy's broadcast
     want = {"mean": elements.mean(), "sum": elements.sum(), "none": elements}[reduction]
-    with pytest.warns(UserWarning, match=r"target size \(3,\) that is different to the input "
-                      r"size \(3, 1\)"):  # fmt: skip
+    with pytest.warns(UserWarning, match=r"target size torch.Size\(\[3\]\) that is different to "
+                      r"the input size torch.Size\(\[3, 1\]\)"):  # fmt: skip
         got = fn(tg.tensor(x), tg.tensor(t), reduction=reduction)
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-12)
     with pytest.warns(UserWarning):

@@ -137,7 +137,9 @@ def test_pool_gradients_match_finite_differences(rng, name, args, shape):
 
 
 def test_pools_name_their_input_rules():
-    with pytest.raises(tg.ShapeError, match=r"max_pool1d: input \(3, 4\) must be 3-d"):
+    with pytest.raises(
+        tg.ShapeError, match=r"max_pool1d: input torch.Size\(\[3, 4\]\) must be 3-d"
+    ):
         F.max_pool1d(tg.ones((3, 4)), 2)
     with pytest.raises(ValueError, match="avg_pool1d: kernel_size must be an int or one int"):
         F.avg_pool1d(tg.ones((1, 3, 4)), (2, 2))
@@ -166,7 +168,7 @@ def test_rms_norm_values_gradients_and_errors(rng):
     np.testing.assert_allclose(F.rms_norm(tg.tensor(x), (5,)).numpy(), want, rtol=1e-12)
     check_grad(lambda a, b: F.rms_norm(a, 5, b, eps=1e-5), x, rng.standard_normal(5))
     assert nn.RMSNorm(5).weight.numpy().tolist() == [1.0] * 5
-    with pytest.raises(tg.ShapeError, match=r"rms_norm: input of shape \(3, 5\)"):
+    with pytest.raises(tg.ShapeError, match=r"rms_norm: input of shape torch.Size\(\[3, 5\]\)"):
         F.rms_norm(tg.ones((3, 5)), (4,))
 
 

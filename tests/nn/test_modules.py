@@ -301,7 +301,9 @@ def test_load_state_dict_strict_names_every_problem_and_writes_nothing():
     message = str(info.value)
     assert "missing key '1.bias'" in message
     assert "unexpected key 'head.weight'" in message
-    assert "shape mismatch for '0.bias': checkpoint (5,), model (4,)" in message
+    assert (
+        "shape mismatch for '0.bias': checkpoint torch.Size([5]), model torch.Size([4])" in message
+    )
     for p, a in zip(model.parameters(), saved, strict=True):
         np.testing.assert_array_equal(p.numpy(), a)
 

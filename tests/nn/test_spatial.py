@@ -80,7 +80,7 @@ def test_the_identity_grid_samples_the_image_itself():
 
 
 def test_bad_shapes_and_modes_are_named():
-    with pytest.raises(tg.ShapeError, match=r"grid_sample: input \(2, 3, 5\)"):
+    with pytest.raises(tg.ShapeError, match=r"grid_sample: input torch.Size\(\[2, 3, 5\]\)"):
         F.grid_sample(tg.ones((2, 3, 5)), tg.ones((2, 4, 4, 2)))
     with pytest.raises(NotImplementedError, match="'bicubic'"):
         F.grid_sample(tg.ones((1, 1, 3, 3)), tg.zeros((1, 2, 2, 2)), mode="bicubic")

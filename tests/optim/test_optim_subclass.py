@@ -120,7 +120,9 @@ def test_state_is_found_by_parameter_and_saved_with_its_numbers():
     assert opt.state_dict()["state"][0]["step"] == STEPS
     unused = tg.zeros(2, requires_grad=True)
     assert unused not in opt.state
-    with pytest.raises(KeyError, match=r"shape \(2,\) that this optimizer does not update"):
+    with pytest.raises(
+        KeyError, match=r"shape torch.Size\(\[2\]\) that this optimizer does not update"
+    ):
         opt.state[unused]
 
 

@@ -824,12 +824,16 @@ def test_tensors_and_parameters_take_attributes_of_the_users():
 
 
 def test_size_is_a_torch_size_that_counts_its_elements():
-    """`x.size()` is PyTorch's `torch.Size` (`x.shape` stays a plain tuple): `.numel()`, and as
-    the legacy constructor's one argument it is a shape, not data."""
+    """`x.shape` and `x.size()` are PyTorch's `torch.Size`: `.numel()`, a slice is one too
+    (torchdiffeq's `shape[1:].numel()`; `x.shape` was a plain tuple), it prints as PyTorch's,
+    and as the legacy constructor's one argument it is a shape, not data."""
     x = torch.zeros(4, 3)
     assert isinstance(x.size(), torch.Size) and x.size() == (4, 3) and x.size().numel() == 12
-    assert type(x.shape) is tuple and x.size(1) == 3 and repr(x.size()) == "torch.Size([4, 3])"
-    assert torch.Tensor(x.size()).shape == (4, 3) and torch.Tensor(x.shape).shape == (2,)
+    assert type(x.shape) is torch.Size and x.shape.numel() == 12 and x.shape[1:].numel() == 3
+    assert type(x.size()[:1]) is torch.Size and x.shape[0] == 4 and x.shape[-1:] == (3,)
+    assert x.size(1) == 3 and repr(x.size()) == "torch.Size([4, 3])" == str(x.shape)
+    assert torch.Tensor(x.size()).shape == (4, 3) and torch.Tensor(x.shape).shape == (4, 3)
+    assert torch.Tensor((4, 3)).shape == (2,)
 
 
 def test_run_answers_for_torchs_metadata_and_only_while_it_runs(tmp_path):

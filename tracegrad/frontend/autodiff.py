@@ -329,7 +329,7 @@ def run_backward(
         node = edge(y)
         if node is None:
             continue
-        if dy.shape != y.shape:
+        if dy._value.shape != y._value.shape:
             raise ValueError(f"backward: dy of shape {dy.shape} for y of shape {y.shape}")
         if (
             dy._value.dtype != y._value.dtype
@@ -594,7 +594,7 @@ def default_dy(y: Tensor) -> Tensor:
             f"grad can be implicitly created only for scalar outputs; y has shape {y.shape}: "
             "pass dy (the cotangent, same shape as y)"
         )
-    return Tensor._of(np.ones(y.shape, y._value.dtype))
+    return Tensor._of(np.ones(y._value.shape, y._value.dtype))
 
 
 def tensor_backward(

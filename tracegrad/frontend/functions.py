@@ -120,7 +120,7 @@ def reshape(input: Any, *shape: Any) -> Tensor:
         if known == 0 or x.size % known == 0:  # else the shape rule names the shape as given
             shape[shape.index(-1)] = x.size // known if known else 0
     shape = tuple(int(d) for d in shape)
-    return x if shape == x.shape else P.reshape(x, shape=shape)
+    return x if shape == x._value.shape else P.reshape(x, shape=shape)
 
 
 def viewing(x: Tensor, out: Tensor, undo: Any) -> Tensor:
@@ -259,7 +259,7 @@ def unsqueeze(input: Any, dim: int) -> Tensor:
     """A size-1 dimension inserted at `dim`."""
     x = as_tensor(input)
     axis = one_dim("unsqueeze", dim, x.ndim + 1)
-    return viewing(x, reshape(x, x.shape[:axis] + (1,) + x.shape[axis:]),
+    return viewing(x, reshape(x, x._value.shape[:axis] + (1,) + x._value.shape[axis:]),
                    lambda v: reshape(v, x.shape))  # fmt: skip
 
 
@@ -465,7 +465,7 @@ def cat(tensors: Sequence[Any], dim: int = 0) -> Tensor:
     xs = [as_tensor(x) for x in tensors]
     if not xs:
         raise ShapeError("cat: needs at least one tensor")
-    kept = [x for x in xs if x.shape != (0,)] or xs
+    kept = [x for x in xs if x._value.shape != (0,)] or xs
     out = P.concatenate(*kept, axis=one_dim("cat", dim, kept[0].ndim))
     return out if len(kept) == len(xs) else astype(out, result_type(*xs))
 
@@ -479,7 +479,7 @@ def stack(tensors: Sequence[Any], dim: int = 0) -> Tensor:
     xs = [stack(x) if isinstance(x, list | tuple) else as_tensor(x) for x in tensors]
     if not xs:
         raise ShapeError("stack: needs at least one tensor")
-    if len({x.shape for x in xs}) > 1:
+    if len({x._value.shape for x in xs}) > 1:
         raise ShapeError("stack: shapes " + ", ".join(str(x.shape) for x in xs) + " differ")
     axis = one_dim("stack", dim, xs[0].ndim + 1)
     return cat([unsqueeze(x, axis) for x in xs], axis)
@@ -519,7 +519,7 @@ def _is_sparse(x: Any) -> bool:
 def promoting_matmul(input: Any, other: Any) -> Tensor:
     """The matrix product with NumPy's promotion of mixed dtypes (`tracegrad.numpy.matmul`)."""
     a, b = as_tensor(input), as_tensor(other)
-    if a.ndim == 0 or b.ndim == 0 or a.shape[-1] != b.shape[-2 if b.ndim > 1 else 0]:
+    if a.ndim == 0 or b.ndim == 0 or a._value.shape[-1] != b._value.shape[-2 if b.ndim > 1 else 0]:
         raise ShapeError(f"matmul: {a.shape} @ {b.shape}")
     if a.ndim > 2 and b.ndim == 2:  # rows times one matrix: one GEMM (see core.ops.linalg)
         rows = P.matmul(reshape(a, (-1, a.shape[-1])), b)

@@ -119,16 +119,33 @@ def _holds_numpy_float64(x: Any) -> bool:
 
 
 class Size(tuple):
-    """PyTorch's `torch.Size`, what `t.size()` returns: a tuple of extents that also counts its
-    elements (`numel()`); a tensor's `shape` is a plain tuple."""
+    """PyTorch's `torch.Size`, what `t.shape` and `t.size()` are: a tuple of extents that also
+    counts its elements (`numel()`), a slice of which is one too (`x.shape[1:].numel()`)."""
 
     __slots__ = ()
 
     def numel(self) -> int:
         return math.prod(self)
 
+    def __getitem__(self, i: Any) -> Any:
+        out = tuple.__getitem__(self, i)
+        return Size(out) if i.__class__ is slice else out
+
     def __repr__(self) -> str:
         return f"torch.Size({list(self)})"
+
+
+_SIZES: dict[tuple, Size] = {}
+
+
+def _size_of(shape: tuple) -> Size:
+    """The Size of a shape, made once: a tensor's `shape` is asked at nearly every op."""
+    size = _SIZES.get(shape)
+    if size is None:
+        if len(_SIZES) >= 4096:  # shapes that keep changing: forget, do not grow
+            _SIZES.clear()
+        size = _SIZES[shape] = Size(shape)
+    return size
 
 
 class ElementCount(int):
@@ -226,7 +243,7 @@ class Tensor:
 
     # --- array facts -------------------------------------------------------------------------
     # attrgetter, not a lambda: asked at every op, and a getter in C needs no Python frame
-    shape = property(operator.attrgetter("_value.shape"), doc="The shape, as a tuple.")
+    shape = property(lambda self: _size_of(self._value.shape), doc="The shape, a torch.Size.")
     dtype = property(lambda self: of_array(self._value), doc="PyTorch's dtype object.")
     ndim = property(operator.attrgetter("_value.ndim"))
     size = property(lambda self: ElementCount(math.prod(self._value.shape), self._value.shape))
@@ -358,7 +375,7 @@ class Tensor:
     def grad(self, g: Tensor | None) -> None:
         if g is not None and not isinstance(g, Tensor):
             g = Tensor._of(g)
-        if g is not None and g.shape != self.shape:
+        if g is not None and g._value.shape != self._value.shape:
             raise ValueError(f"grad of shape {g.shape} assigned to a tensor of shape {self.shape}")
         for tracer in Listeners.tracers:
             tracer.will_write(self)
@@ -417,7 +434,7 @@ class Tensor:
 
     def _assign(self, new: Tensor) -> None:
         """Overwrite this tensor's contents (in-place ops, optimizer steps, trace write-back)."""
-        if new.shape != self.shape:
+        if new._value.shape != self._value.shape:
             raise ShapeError(f"in-place update: result of shape {new.shape} into {self.shape}")
         for tracer in Listeners.tracers:
             tracer.will_write(self)

@@ -347,14 +347,14 @@ def cross_entropy(
         loss = cross_entropy(flat, flat_labels, weight, ignore_index=ignore_index,
                              reduction=reduction, label_smoothing=label_smoothing)  # fmt: skip
         return reshape(loss, shape) if reduction == "none" else loss
-    if logits.ndim != 2 or labels.shape != logits.shape[:1]:
+    if logits.ndim != 2 or labels._value.shape != logits._value.shape[:1]:
         raise ShapeError(
             f"cross_entropy: logits {logits.shape} and labels {labels.shape}; "
             "expected logits (N, C) and labels (N,) or probabilities (N, C)"
         )
     if labels._value.dtype.kind not in "iu":
         raise TypeError(f"cross_entropy: labels must be integer class indices, not {labels.dtype}")
-    labels = _class_indices(labels, logits.shape[1], ignore_index, "cross_entropy: labels")
+    labels = _class_indices(labels, logits._value.shape[1], ignore_index, "cross_entropy: labels")
     if not label_smoothing:
         weights = () if weight is None else (as_tensor(weight),)
         return P.cross_entropy(logits, labels, *weights, ignore_index=ignore_index,
