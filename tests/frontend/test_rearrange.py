@@ -125,3 +125,45 @@ def test_as_strided_reads_the_elements_its_strides_name_and_sums_gradients():
     check_grad(lambda x: tg.as_strided(x, (3, 4), (2, 1), 1), a)  # overlapping windows
     with pytest.raises(RuntimeError, match="reach outside the 12 elements"):
         tg.as_strided(tg.tensor(a), (2, 2), (6, 6))
+
+
+def test_flips_rotations_tiles_and_diag_are_copies_and_views_stay_views():
+    """PyTorch's flip, rot90, diag of a matrix, tile and repeat copy: an in-place op on the
+    result leaves the input alone (timm's batch Mixup, `x.flip(0).mul_(1 - lam)`, mixed 54%
+    wrong when flip was a reversed view); t() and diagonal() stay views."""
+    x = tg.arange(4.0).reshape(2, 2)
+    x.flip(0).mul_(0.5)
+    tg.rot90(x, 0).mul_(0)
+    tg.rot90(x, 1).mul_(0)
+    tg.diag(x).mul_(0)
+    x.repeat(1, 1).mul_(0)
+    x.tile((1, 1)).mul_(0)
+    assert x.tolist() == [[0.0, 1.0], [2.0, 3.0]]
+    x.t().mul_(2)
+    x.diagonal().zero_()
+    assert x.tolist() == [[0.0, 2.0], [4.0, 0.0]]
+
+
+def test_contiguous_copies_a_permuted_view_only():
+    h = tg.arange(8.0).reshape(1, 2, 2, 2)
+    y = h.permute(0, 2, 3, 1).contiguous()
+    y += 10.0  # a copy: h unchanged
+    assert h.tolist() == np.arange(8.0).reshape(1, 2, 2, 2).tolist()
+    z = h.permute(0, 2, 3, 1)[0].contiguous()  # a view of a permuted view: still copied
+    z.zero_()
+    row = h[0].contiguous()  # contiguous already: the view itself, as PyTorch
+    row += 1.0
+    assert h.sum().item() == 28.0 + 8.0
+
+
+def test_mixup_in_place_on_a_flip_traced_as_eager():
+    def mixup(x, lam):
+        flipped = x.flip(0).mul_(1 - lam)
+        return x.mul(lam).add_(flipped)
+
+    x = np.random.default_rng(0).standard_normal((4, 3))
+    want = x * 0.3 + x[::-1] * 0.7
+    np.testing.assert_allclose(mixup(tg.tensor(x), 0.3).numpy(), want)
+    step = tg.trace(mixup, backend="numpy")
+    for _ in range(2):
+        np.testing.assert_allclose(step(tg.tensor(x), 0.3).numpy(), want)

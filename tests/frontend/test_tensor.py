@@ -56,6 +56,8 @@ def test_repr_is_readable() -> None:
     assert repr(tg.tensor([1.0, 2.0])) == "tensor([1., 2.])"  # PyTorch's: default dtypes unsaid
     assert repr(tg.tensor([1, 2])) == "tensor([1, 2])"
     assert repr(tg.tensor([1.0], dtype=tg.float64)) == "tensor([1.], dtype=torch.float64)"
+    assert repr(tg.tensor([], dtype=tg.int64)) == "tensor([], dtype=torch.int64)"  # empty: said
+    assert repr(tg.zeros(0)) == "tensor([])"
     assert repr((tg.tensor([1.0], requires_grad=True) * 2).sum()) == "tensor(2., grad_fn=<sum>)"
     assert repr(tg.tensor([1.0], requires_grad=True)).endswith("requires_grad=True)")
 
@@ -275,3 +277,10 @@ def test_python_numbers_become_the_dtype_asked_for_not_the_default_first() -> No
     assert tg.tensor([0.1, x0], dtype=tg.float64).tolist() == [0.1, 2.0]
     assert tg.as_tensor([0.1, x0], dtype=tg.float64).tolist() == [0.1, 2.0]
     assert tg.as_tensor(0.1).dtype is tg.float32 and tg.as_tensor([1, 2]).dtype is tg.int64
+
+
+def test_h_is_the_conjugate_transpose_of_a_matrix_only() -> None:
+    z = tg.tensor([[1 + 2j, 3j]])
+    assert z.H.tolist() == [[1 - 2j], [-3j]] and tg.ones((2, 3)).H.shape == (3, 2)
+    with pytest.raises(RuntimeError, match="only supported on matrices"):
+        tg.ones(3).H  # noqa: B018

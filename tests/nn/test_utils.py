@@ -259,3 +259,17 @@ def test_get_total_norm_and_clip_grads_with_norm_are_clip_grad_norm_in_two():
     utils.clip_grads_with_norm_(params, 1.0, total)
     for p, g in zip(params, grads, strict=True):
         np.testing.assert_allclose(p.grad.numpy(), g / (np.linalg.norm(joint) + 1e-6), rtol=1e-14)
+
+
+def test_clipping_scales_the_gradients_in_place():
+    """A reference to `p.grad` held across clipping sees the clipped values (PyTorch scales in
+    place; a new tensor left timm's held gradients stale)."""
+    layer = nn.Linear(3, 2)
+    (layer(tg.tensor(np.ones((4, 3), np.float32))).sum() * 100).backward()
+    held = layer.weight.grad
+    total = utils.clip_grad_norm_(layer.parameters(), 0.1)
+    assert held is layer.weight.grad and total.item() > 0.1
+    norm = np.sqrt(sum((p.grad.numpy() ** 2).sum() for p in layer.parameters()))
+    assert norm == pytest.approx(0.1, rel=1e-4)
+    utils.clip_grad_value_(layer.parameters(), 0.01)
+    assert held is layer.weight.grad and np.abs(held.numpy()).max() <= 0.01

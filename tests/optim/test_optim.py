@@ -579,3 +579,23 @@ def test_adam_computes_its_bias_corrections_once_per_group(opt_name, backend):
     nodes = traced.latest.graph.nodes
     powers = [n for n in nodes if n.op == "pow" and n.phase is Phase.UPDATE]
     assert len(powers) == 4 and all(n.outputs[0].ndim == 1 for n in powers)
+
+
+def test_zero_grad_goes_by_the_groups_a_wrapper_shares():
+    """timm's Lookahead shares its base optimizer's groups and skips Optimizer.__init__:
+    zero_grad, walking PyTorch's param_groups, works for it."""
+    w = tg.tensor(np.ones(3), requires_grad=True)
+    base = optim.SGD([w], lr=0.1)
+
+    class Wrapper(optim.Optimizer):
+        def __init__(self, base):
+            self.base, self.param_groups, self.state = base, base.param_groups, base.state
+
+        def step(self, closure=None):
+            return self.base.step(closure)
+
+    wrapper = Wrapper(base)
+    (w * w).sum().backward()
+    wrapper.step()
+    wrapper.zero_grad()
+    assert w.grad is None and w.tolist() == [0.8, 0.8, 0.8]

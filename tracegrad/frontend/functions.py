@@ -129,6 +129,8 @@ def viewing(x: Tensor, out: Tensor, undo: Any) -> Tensor:
     index out was read at."""
     if out is not x:
         out._view = (x, undo)
+        if x._permuted:  # a view of a permuted view is not contiguous either
+            out._permuted = True
     return out
 
 
@@ -181,7 +183,9 @@ def permute(input: Any, *dims: Any) -> Tensor:
     if axes == tuple(range(x.ndim)):
         return x
     back = tuple(int(a) for a in np.argsort(axes))
-    return viewing(x, P.transpose(x, axes=axes), lambda v: P.transpose(v, axes=back))
+    out = viewing(x, P.transpose(x, axes=axes), lambda v: P.transpose(v, axes=back))
+    out._permuted = True  # not contiguous: `contiguous()` copies it
+    return out
 
 
 @pytorch_keywords

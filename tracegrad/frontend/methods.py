@@ -54,6 +54,13 @@ def _comparing(op: Any) -> Any:
     return method
 
 
+def _two_d(x: Tensor, what: str) -> Tensor:
+    if x.ndim != 2:
+        raise RuntimeError(f"{what} is only supported on matrices (2-D tensors), not "
+                           f"{x.ndim}-D; mH takes batches of matrices")  # fmt: skip
+    return x
+
+
 def _swapped(f: Callable) -> Callable:
     return lambda self, other: f(other, self)
 
@@ -322,6 +329,7 @@ METHODS: dict[str, Any] = {
     "sum_to_size": lambda self, *size: P.sum_to(self, F.shape_arg(size)),
     "T": property(F.reversed_axes), "mT": property(F.matrix_transpose),
     "mH": property(linalg.adjoint), "adjoint": linalg.adjoint,
+    "H": property(lambda self: linalg.adjoint(_two_d(self, "Tensor.H"))),
     # indexing
     "gather": F.gather, "take_along_dim": F.take_along_dim, "index_select": F.index_select,
     "select": F.select, "narrow": F.narrow,
@@ -415,7 +423,7 @@ METHODS: dict[str, Any] = {
     "is_conj": lambda self: False, "is_neg": lambda self: False,
     "is_cpu": property(lambda self: True), "is_inference": lambda self: False,
     "is_nonzero": _is_nonzero, "is_same_size": lambda self, other: self.shape == other.shape,
-    "contiguous": lambda self, memory_format=None: self,
+    "contiguous": lambda self, memory_format=None: P.positive(self) if self._permuted else self,
     "is_contiguous": lambda self, memory_format=None: True,
     "view_as": lambda self, other: F.view(self, other.shape), "as_subclass": F.as_subclass,
     "reshape_as": lambda self, other: F.reshape(self, other.shape),

@@ -146,7 +146,7 @@ def flip(input: Any, dims: int | Sequence[int]) -> Tensor:
     index = [slice(None)] * x.ndim
     for d in dim_tuple("flip", dims, x.ndim):
         index[d] = slice(None, None, -1)
-    return getitem(x, tuple(index))
+    return P.positive(getitem(x, tuple(index)))  # a copy, as PyTorch's: not a reversed view
 
 
 def fliplr(input: Any) -> Tensor:
@@ -178,7 +178,7 @@ def rot90(input: Any, k: int = 1, dims: Sequence[int] = (0, 1)) -> Tensor:
     a, b = dims
     k %= 4
     if k == 0:
-        return x
+        return P.positive(x)  # a copy, as PyTorch's
     if k == 2:
         return flip(x, (a, b))
     if k == 1:
@@ -198,7 +198,8 @@ def tile(input: Any, dims: int | Sequence[int]) -> Tensor:
         reshape(x, tuple(v for d in x.shape for v in (1, d))),
         tuple(v for r, d in zip(reps, x.shape, strict=True) for v in (r, d)),
     )
-    return reshape(spread, tuple(r * d for r, d in zip(reps, x.shape, strict=True)))
+    out = reshape(spread, tuple(r * d for r, d in zip(reps, x.shape, strict=True)))
+    return P.positive(out) if builtins.all(r == 1 for r in reps) else out  # never a view
 
 
 @sequence_keyword("repeats")
@@ -264,7 +265,7 @@ def diag(input: Any, diagonal: int = 0) -> Tensor:
     """A 1-D input becomes a matrix with it on diagonal k; a 2-D one gives its diagonal k."""
     x = as_tensor(input)
     if x.ndim == 2:
-        return _diagonal(x, diagonal, 0, 1)
+        return P.positive(_diagonal(x, diagonal, 0, 1))  # a copy (`diagonal` is the view)
     if x.ndim != 1:
         raise ShapeError(f"diag: input must be 1-D or 2-D, got {x.shape}")
     n = x.shape[0] + abs(diagonal)

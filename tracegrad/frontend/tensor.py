@@ -200,6 +200,7 @@ class Tensor:
         return t
 
     _meta = False  # made in a `with torch.device("meta")` block (its own attribute then)
+    _permuted = False  # a view of permuted axes (or of one): PyTorch's non-contiguous views
 
     def _init(self, data: Any, dtype: Any, requires_grad: bool) -> None:
         if (DEVICE_BLOCKS and DEVICE_BLOCKS[-1].type == "meta") or getattr(data, "_meta", False):
@@ -242,7 +243,7 @@ class Tensor:
         return t
 
     # --- array facts -------------------------------------------------------------------------
-    # attrgetter, not a lambda: asked at every op, and a getter in C needs no Python frame
+    # shape and dtype answer PyTorch's objects; the hot paths inside read `_value`'s own
     shape = property(lambda self: _size_of(self._value.shape), doc="The shape, a torch.Size.")
     dtype = property(lambda self: of_array(self._value), doc="PyTorch's dtype object.")
     ndim = property(operator.attrgetter("_value.ndim"))
@@ -330,7 +331,9 @@ class Tensor:
         if isinstance(self._value, ir.Value):
             return f"tensor(<traced {self._value.type_str}>{grad})"
         body = np.array2string(self._value, separator=", ", prefix="tensor(")
-        shown = self.dtype not in (get_default_dtype(), np.int64, np.bool_)
+        shown = self.dtype not in (get_default_dtype(), np.int64, np.bool_) or (
+            self._value.size == 0 and self.dtype != get_default_dtype()  # PyTorch's rule
+        )
         dtype = f", dtype={self.dtype}" if shown else ""
         grad = f", grad_fn=<{self._node.name}>" if not self.is_leaf else grad
         return f"tensor({body}{dtype}{grad})"

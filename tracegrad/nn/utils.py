@@ -14,7 +14,6 @@ import numpy as np
 from tracegrad.core.primitives import abs, minimum, sqrt
 from tracegrad.frontend.autodiff import no_grad
 from tracegrad.frontend.functions import (
-    clip,
     concatenate,
     permute,
     pytorch_keywords,
@@ -95,8 +94,8 @@ def clip_grads_with_norm_(parameters: Tensor | Iterable[Tensor], max_norm: float
     """Scale the gradients by max_norm / total_norm where that is below 1 (PyTorch 2.6's second
     half of `clip_grad_norm_`); `foreach` is accepted."""
     scale = minimum(max_norm / (as_tensor(total_norm) + 1e-6), 1.0)
-    for p in _with_grads(parameters):
-        p.grad = p.grad * scale.astype(p.grad.dtype)
+    for p in _with_grads(parameters):  # in place, as PyTorch: a held `p.grad` sees it
+        p.grad.mul_(scale.astype(p.grad.dtype))
 
 
 def _power(g: Tensor, norm_type: float) -> Tensor:
@@ -110,8 +109,8 @@ def _power(g: Tensor, norm_type: float) -> Tensor:
 @no_grad()
 def clip_grad_value_(parameters: Tensor | Iterable[Tensor], clip_value: float) -> None:
     """Clip every gradient element to [-clip_value, clip_value]."""
-    for p in _with_grads(parameters):
-        p.grad = clip(p.grad, -clip_value, clip_value)
+    for p in _with_grads(parameters):  # in place, as PyTorch
+        p.grad.clamp_(-clip_value, clip_value)
 
 
 # --- parameters as one vector --------------------------------------------------------------------

@@ -292,8 +292,9 @@ class Optimizer:
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Drop the gradients (`grad = None`, PyTorch's default), or zero them in place (an
-        alias of `p.grad` sees the zeros, as in PyTorch)."""
-        for p in self.params:
+        alias of `p.grad` sees the zeros, as in PyTorch). By the groups, as PyTorch: a wrapper
+        that shares another optimizer's groups without __init__ (timm's Lookahead) works."""
+        for p in (p for group in self.param_groups for p in group["params"]):
             if set_to_none or p.grad is None:
                 p.grad = None
             else:
