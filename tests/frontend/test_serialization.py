@@ -299,3 +299,27 @@ def test_a_pytorch_checkpoint_loads_as_pytorch_wrote_it(tmp_path):
     x = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
     expected = reference(torch.tensor(x)).detach().numpy()
     np.testing.assert_allclose(model(tg.tensor(x)).numpy(), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_a_scripts_argparse_namespace_is_saved_and_allowed_when_loading_pytorchs(tmp_path):
+    """timm's checkpoints hold its training arguments (an argparse.Namespace): saving one was
+    refused, and so was PyTorch's file holding one, even in `safe_globals([Namespace])`,
+    which is how timm loads it (as PyTorch's weights_only loader allows)."""
+    import argparse
+
+    import tracegrad.torch as torch
+
+    args = argparse.Namespace(lr=0.1, model="resnet18", sizes=[1, 2])
+    tg.save({"args": args, "epoch": 3}, tmp_path / "c.npz")
+    back = tg.load(tmp_path / "c.npz")["args"]
+    assert isinstance(back, argparse.Namespace) and vars(back) == vars(args)
+    with zipfile.ZipFile(tmp_path / "ns.pt", "w") as z:
+        z.writestr("ns/data.pkl", pickle.dumps({"args": args, "epoch": 3}))
+    with pytest.raises(tg.CheckpointError, match="argparse.Namespace.*add_safe_globals"):
+        tg.load(tmp_path / "ns.pt")
+    with torch.serialization.safe_globals([argparse.Namespace]):
+        loaded = torch.load(tmp_path / "ns.pt", weights_only=True)
+    assert vars(loaded["args"]) == vars(args) and loaded["epoch"] == 3
+    assert torch.serialization.get_safe_globals() == []
+    with pytest.raises(tg.CheckpointError):
+        tg.load(tmp_path / "ns.pt")  # allowed only inside the block

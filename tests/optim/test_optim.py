@@ -599,3 +599,25 @@ def test_zero_grad_goes_by_the_groups_a_wrapper_shares():
     wrapper.step()
     wrapper.zero_grad()
     assert w.grad is None and w.tolist() == [0.8, 0.8, 0.8]
+
+
+def test_a_saved_state_without_entries_for_unstepped_parameters_loads_them_fresh():
+    """PyTorch saves no state for a parameter that never stepped (frozen, unused, or a
+    checkpoint taken before the first step): loading leaves that state as new (timm's
+    resume_checkpoint of such a file raised)."""
+    a, b = tg.tensor(np.ones(2), requires_grad=True), tg.tensor(np.ones(3), requires_grad=True)
+    opt = optim.Adam([a, b], lr=0.1)
+    (a.sum() + (b * b).sum()).backward()
+    opt.step()
+    saved = opt.state_dict()  # references to the live state, as PyTorch's: copy the entry
+    entry = {k: v.clone() for k, v in saved["state"][1].items()}
+    pytorch_like = {"state": {1: entry}, "param_groups": saved["param_groups"]}
+    (a.sum() + (b * b).sum()).backward()
+    opt.step()
+    opt.load_state_dict(pytorch_like)
+    fresh, kept = opt.state[0], opt.state[1]
+    assert fresh["step"].item() == 0 and not fresh["exp_avg"].numpy().any()
+    assert kept["step"].item() == 1
+    np.testing.assert_array_equal(kept["exp_avg"].numpy(), entry["exp_avg"].numpy())
+    with pytest.raises(ValueError, match="state for 3 parameters, this optimizer has 2"):
+        opt.load_state_dict({"state": {0: {}, 1: {}, 2: {}}, "param_groups": saved["param_groups"]})

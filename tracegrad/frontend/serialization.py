@@ -17,6 +17,7 @@ older plain pickles are refused: `PICKLE_ADVICE` says how to convert one.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import pickle
@@ -131,6 +132,8 @@ def _encode(value: Any, store: _Store, where: str) -> list:
         return ["scalar", store(np.asarray(value), where)]
     if _is_plain(value):
         return ["value", value]
+    if isinstance(value, argparse.Namespace):  # a training script's arguments (timm's)
+        return ["namespace", _encode(vars(value), store, where)]
     if isinstance(value, list | tuple):
         items = [_encode(v, store, f"{where}[{i}]") for i, v in enumerate(value)]
         return ["tuple" if isinstance(value, tuple) else "list", items]
@@ -141,7 +144,7 @@ def _encode(value: Any, store: _Store, where: str) -> list:
         )
     raise TypeError(
         f"save: {where} is a {type(value).__name__}; checkpoints hold tensors, arrays, numbers, "
-        "strings, None, and dicts, lists and tuples of them"
+        "strings, None, argparse Namespaces, and dicts, lists and tuples of them"
     )
 
 
@@ -250,4 +253,6 @@ def _decode(tree: list, array: Callable[[str], np.ndarray]) -> Any:
         return array(body)[()]
     if kind == "value":
         return body
+    if kind == "namespace":
+        return argparse.Namespace(**_decode(body, array))
     raise CheckpointError(f"unknown entry kind {kind!r} in the checkpoint manifest")

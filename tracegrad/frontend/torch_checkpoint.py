@@ -30,6 +30,11 @@ DTYPES = {**{n: n for n in ("float32", "float64", "float16", "int64", "int32", "
           "int": "int32"}  # fmt: skip
 
 
+# Classes the user allowed (`torch.serialization.add_safe_globals`, `safe_globals`), as PyTorch's
+# weights_only loader takes them: by (module, name), rebuilt by pickle's own rules
+SAFE_GLOBALS: dict[tuple[str, str], Any] = {}
+
+
 class Refused(pickle.UnpicklingError):
     """The pickle names something a checkpoint of tensors does not hold."""
 
@@ -64,9 +69,12 @@ class _Unpickler(pickle.Unpickler):
             return STORAGES[name]
         if module == "torch" and name in DTYPES:
             return np.dtype(DTYPES[name])
+        if (module, name) in SAFE_GLOBALS:
+            return SAFE_GLOBALS[module, name]
         raise Refused(f"the checkpoint names {module}.{name}, which tracegrad does not load "
                       "(only tensors, numbers, strings and containers, as PyTorch's "
-                      "weights_only=True)")  # fmt: skip
+                      "weights_only=True; allow a class with "
+                      "torch.serialization.add_safe_globals)")  # fmt: skip
 
     def persistent_load(self, pid: Any) -> np.ndarray:
         """A storage: ('storage', its element dtype, key, location, size)."""

@@ -338,7 +338,7 @@ class Optimizer:
         each saved group's hyperparameters (and a scheduler's "initial_lr") into its group."""
         name = type(self).__name__
         saved, groups = _pytorch_layout(state_dict, len(self.param_groups))
-        if len(saved) != len(self.state):
+        if len(saved) > len(self.state):
             raise ValueError(
                 f"{name}.load_state_dict: the checkpoint has state for {len(saved)} parameters, "
                 f"this optimizer has {len(self.state)}"
@@ -349,8 +349,11 @@ class Optimizer:
                 f"optimizer has {len(self.param_groups)}"
             )
         arrays = []
-        for i, state in enumerate(self.state):
-            entry = saved[i] if i in saved else saved[str(i)]
+        for i, (p, state, group) in enumerate(zip(self.params, self.state, self._group_of,
+                                                  strict=True)):  # fmt: skip
+            entry = saved[i] if i in saved else saved.get(str(i))
+            if entry is None:  # PyTorch saves no state for a parameter that never stepped
+                entry = {k: v.numpy() for k, v in self._init_state(p, group).items()}
             if set(entry) != set(state):
                 raise ValueError(
                     f"{name}.load_state_dict: parameter {i} has state {sorted(entry)}, "

@@ -1,5 +1,6 @@
 """`torch.serialization`: `save` and `load` (tracegrad's checkpoints, nothing pickled), and
-PyTorch's allow-lists of classes for unpickling, accepted (tracegrad never unpickles)."""
+PyTorch's allow-list of classes that loading one of PyTorch's own checkpoints may rebuild
+(timm's hold its training `argparse.Namespace`)."""
 
 from __future__ import annotations
 
@@ -8,18 +9,39 @@ from collections.abc import Iterator
 from typing import Any
 
 from tracegrad.frontend.serialization import load, save
+from tracegrad.frontend.torch_checkpoint import SAFE_GLOBALS
 from tracegrad.torch._support import not_provided as _not_provided
 
-__all__ = ["add_safe_globals", "load", "safe_globals", "save"]
+__all__ = ["add_safe_globals", "clear_safe_globals", "get_safe_globals", "load", "safe_globals",
+           "save"]  # fmt: skip
 
 
 def add_safe_globals(safe_globals: list[Any]) -> None:
-    """Accepted: tracegrad's checkpoints hold no classes to allow."""
+    """Allow these classes (or (class, "module.name") pairs) in PyTorch checkpoints."""
+    for entry in safe_globals:
+        cls, full = entry if isinstance(entry, tuple) else (entry, None)
+        module, name = full.rpartition(".")[::2] if full else (cls.__module__, cls.__qualname__)
+        SAFE_GLOBALS[module, name] = cls
+
+
+def get_safe_globals() -> list[Any]:
+    return list(SAFE_GLOBALS.values())
+
+
+def clear_safe_globals() -> None:
+    SAFE_GLOBALS.clear()
 
 
 @contextlib.contextmanager
 def safe_globals(safe_globals: list[Any]) -> Iterator[None]:
-    yield
+    """Allow these classes while the block runs."""
+    before = dict(SAFE_GLOBALS)
+    add_safe_globals(safe_globals)
+    try:
+        yield
+    finally:
+        SAFE_GLOBALS.clear()
+        SAFE_GLOBALS.update(before)
 
 
 def __getattr__(name: str) -> Any:
