@@ -268,7 +268,7 @@ def test_state_dict_round_trip_resumes_identically(opt_cls, kwargs, rng):
 def test_load_state_dict_rejects_mismatches():
     p, q = tg.tensor(np.zeros(3), requires_grad=True), tg.tensor(np.zeros(2), requires_grad=True)
     adam_state = optim.Adam([p]).state_dict()
-    with pytest.raises(ValueError, match="state for 1 parameters, this optimizer has 2"):
+    with pytest.raises(ValueError, match="a saved group has 1 parameters, this optimizer's 2"):
         optim.Adam([p, q]).load_state_dict(adam_state)
     with pytest.raises(ValueError, match=r"'exp_avg' of parameter 0 has shape \(3,\)"):
         optim.Adam([q]).load_state_dict(adam_state)

@@ -1294,3 +1294,38 @@ def test_a_constant_result_the_step_also_keeps_is_not_followed():
         out, zero = traced(tg.tensor([3.0, 4.0]))
         assert out.tolist() == [3.0, 8.0] and zero.tolist() == [0.0, 0.0]
         assert store["zero"] is zero
+
+
+def test_a_refused_trace_leaves_state_it_made_concrete_for_the_eager_run():
+    """An optimizer that makes its state at its first step (timm's nadamw, adamp) under a
+    compiled step that falls back to eager: the refused trace had made the state and stepped
+    it, leaving a traced value in it, so the eager run raised on `step += 1`."""
+
+    class Lazy(torch.optim.Optimizer):
+        def __init__(self, params, lr=0.1):
+            super().__init__(params, {"lr": lr})
+
+        @torch.no_grad()
+        def step(self):
+            for group in self.param_groups:
+                for p in group["params"]:
+                    state = self.state[p]
+                    if len(state) == 0:
+                        state["step"] = torch.tensor(0.0)
+                    state["step"] += 1
+                    if p.grad.abs().max() > 0:  # a branch on a value: PyTorch breaks here
+                        p.add_(p.grad, alpha=-group["lr"])
+
+    w = torch.nn.Parameter(torch.ones(3, dtype=torch.float64))
+    opt = Lazy([w])
+
+    @torch.compile
+    def step():
+        opt.zero_grad()
+        (w * w).sum().backward()
+        opt.step()
+
+    with pytest.warns(UserWarning, match="runs eagerly"):
+        for _ in range(3):
+            step()
+    assert opt.state[w]["step"].item() == 3.0 and np.allclose(w.detach().numpy(), 0.8**3)

@@ -686,6 +686,7 @@ class Tracer:
         self.after: dict[Any, Callable[[], None]] = {}
         self.weak: set[ir.Value] = set()  # stand-ins for Python numbers: they promote weakly
         self.made: list[weakref.ref[Tensor]] = []  # every symbolic tensor made while tracing
+        self.made_values: list[tuple] = []  # those made with a value, and that value
         self.held_before: dict[int, dict[Any, Any]] = {}  # id(object's dict) -> its tensors
         self.list_lengths: dict[int, int] = {}  # id(a list attribute) -> its length, before
         # id(a module's attributes, a dict the step read) -> it and a copy as the step entered
@@ -774,10 +775,18 @@ class Tracer:
             self.slot(t)
         elif t._value.__class__ is not ir.Value:
             self.made.append(weakref.ref(t))
+            self.made_values.append((weakref.ref(t), t._value, t._grad, t._version[0]))
 
     def restore(self) -> None:
+        """Every tensor the trace wrote holds what it held before: those from before the step,
+        and those made in it with a value of their own (a refused trace leaves them in Python
+        state, an optimizer's lazily made step count, which the eager run then steps)."""
         for s in self.slots.values():
             s.tensor._value, s.tensor._grad, s.tensor._version[0] = s.value, s.grad, s.version
+        for ref, value, grad, version in self.made_values:
+            t = ref()
+            if t is not None:
+                t._value, t._grad, t._version[0] = value, grad, version
 
     def escaped(self, results: list[Any]) -> list[Tensor]:
         """Tensors made inside the step, other than its results, that outlive it: kept in
