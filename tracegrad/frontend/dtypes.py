@@ -42,6 +42,8 @@ class dtype(metaclass=_DtypeClass):  # noqa: N801 (PyTorch's name)
             raise TypeError(f"torch.{self.name} is not provided by tracegrad: {self._why}")
         return self._numpy
 
+    __numpy_dtype__ = dtype  # NumPy 2's protocol, asked first (then `.dtype`)
+
     is_floating_point = property(lambda self: self._kind() == "f")
     is_complex = property(lambda self: self._kind() == "c")
     is_signed = property(lambda self: self._kind() in "fic")

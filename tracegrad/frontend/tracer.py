@@ -1098,7 +1098,7 @@ class Tracer:
         graph = ir.Graph(inputs, self.nodes, outputs)
         self.unwatch_replaced([*kept_at, *(p for p, _, _ in held)])
         guards = [
-            (ref(s), s.tensor.shape, s.tensor.dtype, s.grad is None, s.requires_grad)
+            (ref(s), s.tensor._value.shape, s.tensor._value.dtype, s.grad is None, s.requires_grad)
             for s in self.slots.values()
             if ref(s).arg is None  # an argument's (and its .grad's) are in the signature
         ]
@@ -1118,6 +1118,12 @@ def is_argument(x: Any) -> bool:
     return is_array(x) or type(x) is float
 
 
+def _array_facts(x: Any) -> tuple[tuple[int, ...], np.dtype]:
+    """An argument's shape and NumPy dtype, read off a tensor's array (asked at every call)."""
+    a = x._value if isinstance(x, Tensor) else x
+    return tuple(np.shape(a)), np.dtype(a.dtype)
+
+
 def signature(args: tuple, kwargs: dict, dynamic: frozenset[int] = frozenset()) -> tuple:
     """The leaves of a call (arrays and Python floats) and its key: the pytree of the other
     arguments; per array its shape, dtype, whether its grad is None, whether it requires grad,
@@ -1128,7 +1134,7 @@ def signature(args: tuple, kwargs: dict, dynamic: frozenset[int] = frozenset()) 
     spec = tuple(
         (("float", x) if i not in dynamic else ("dynamic float",))
         if type(x) is float
-        else (tuple(np.shape(x)), np.dtype(x.dtype), getattr(x, "_grad", None) is None,
+        else (*_array_facts(x), getattr(x, "_grad", None) is None,
               getattr(x, "requires_grad", False), ids.index(ident))
         for i, (x, ident) in enumerate(zip(leaves, ids, strict=True))
     )  # fmt: skip
