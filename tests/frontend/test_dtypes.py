@@ -32,10 +32,34 @@ def test_pytorchs_name_and_attributes_numpys_too(numpy_type, name, floating):
 
 def test_dtypes_numpy_lacks_are_named_and_refused_when_used():
     assert torch.finfo(torch.bfloat16).max > 3e38
-    with pytest.raises(TypeError, match="bfloat16"):
-        np.dtype(torch.bfloat16)
+    with pytest.raises(TypeError, match="float8"):
+        np.dtype(torch.float8_e5m2)
     with pytest.raises(TypeError, match="float8"):
         torch.float8_e5m2.kind  # noqa: B018 (no NumPy dtype to ask)
+
+
+def test_bfloat16_tensors_hold_their_bits_convert_and_refuse_arithmetic():
+    """kornia asks `torch.empty(0, dtype=torch.bfloat16).element_size()` at import, and
+    safetensors reads a bfloat16 checkpoint as bytes viewed as bfloat16, then converts: those
+    work; computing with one says to convert first. Rounding is to nearest, ties to even (the
+    expected bits written out by hand, as PyTorch's `x.bfloat16()` gives them)."""
+    assert torch.empty(0, dtype=torch.bfloat16).element_size() == 2
+    b = torch.tensor([0.1, -2.25], dtype=torch.bfloat16)
+    assert b.dtype is torch.bfloat16 and b.is_floating_point() and b.dtype.is_floating_point
+    assert b.tolist() == [0.10009765625, -2.25] and b[1].item() == -2.25
+    assert repr(b) == "tensor([ 0.10009766, -2.25      ], dtype=torch.bfloat16)"
+    assert torch.ones(2, dtype=torch.bfloat16).float().tolist() == [1.0, 1.0]
+    halfway = torch.tensor([1 + 2**-8, 1 + 3 * 2**-8, 3.4e38, float("nan"), float("-inf")])
+    bits = halfway.bfloat16().view(torch.int16).tolist()
+    assert bits == [0x3F80, 0x3F82, 0x7F80, 0x7FC0, -128]  # 1, 1 + 2^-6, inf, nan, -inf
+    raw = torch.frombuffer(
+        bytearray(np.array([0x3FC0, 0xC040], "<u2").tobytes()), dtype=torch.uint8
+    )
+    assert raw.view(dtype=torch.bfloat16).float().tolist() == [1.5, -3.0]
+    assert torch.tensor([1.5]).to(torch.bfloat16).double().dtype is torch.float64
+    for compute in (lambda: b + b, lambda: b * 2, lambda: b.sum()):
+        with pytest.raises(TypeError, match="bfloat16 .* convert with .float"):
+            compute()
 
 
 def test_a_tensors_dtype_is_pytorchs_object_eagerly_and_traced():

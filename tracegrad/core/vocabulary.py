@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from tracegrad.core.bfloat16 import BFLOAT16
 from tracegrad.core.errors import IndexShapeError, ShapeError
 
 PRIMITIVES: dict[str, Primitive] = {}
@@ -252,6 +253,13 @@ class Primitive:
         return found
 
     def _run_rule(self, ins: tuple, params: dict) -> tuple[tuple[int, ...], np.dtype]:
+        if (
+            self.kind not in (Kind.VIEW, Kind.INDEX)
+            and self.name != "astype"
+            and any(getattr(v, "dtype", None) == BFLOAT16 for v in ins)
+        ):  # asked once per shapes: the rule's result is remembered
+            raise TypeError(f"{self.name}: bfloat16 tensors here hold their bits only (NumPy has "
+                            "no bfloat16 arithmetic): convert with .float() first")  # fmt: skip
         try:
             shape, dtype = self.rule(*ins, **params)
         except ShapeError:

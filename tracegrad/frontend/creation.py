@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from tracegrad.core import primitives as P
+from tracegrad.core.bfloat16 import BFLOAT16, to_bfloat16
 from tracegrad.core.ops import shapes
 from tracegrad.frontend import random
 from tracegrad.frontend.counting import data_dependent_shape
@@ -91,7 +92,10 @@ def _filled(where: str, sizes: tuple, fill: Any, dtype: Any, device: Any,
             requires_grad: bool, options: dict) -> Tensor:  # fmt: skip
     size, dtype = _shape_dtype(where, sizes, dtype, options.pop("size", None))
     _check(where, device, options)
-    return Tensor._of(np.full(size, fill, _float(dtype)), requires_grad=requires_grad)
+    dtype = _float(dtype)
+    if dtype == BFLOAT16:
+        return Tensor._of(to_bfloat16(np.full(size, fill, np.float32)), requires_grad=requires_grad)
+    return Tensor._of(np.full(size, fill, dtype), requires_grad=requires_grad)
 
 
 @pytorch_keywords(aliases=False)  # out=: written into that tensor

@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from tracegrad.core.bfloat16 import BFLOAT16
+
 
 class _DtypeClass(type):
     """`isinstance(d, torch.dtype)` holds for NumPy's dtypes too: code tells a dtype argument
@@ -50,7 +52,7 @@ class dtype(metaclass=_DtypeClass):  # noqa: N801 (PyTorch's name)
     itemsize = property(lambda self: self.dtype.itemsize)
 
     def _kind(self) -> str:
-        if self._numpy is None:
+        if self._numpy is None or self.name == "bfloat16":
             return "c" if self.name.startswith("complex") else "f"
         return self._numpy.kind
 
@@ -114,7 +116,7 @@ _NUMPY_ATTRIBUTES = frozenset(
 DTYPES = {
     "float32": dtype("float32", np.float32), "float64": dtype("float64", np.float64),
     "float16": dtype("float16", np.float16),
-    "bfloat16": dtype("bfloat16", why="NumPy has no bfloat16; use float32 (or float16)"),
+    "bfloat16": dtype("bfloat16", BFLOAT16),  # its bits: made, viewed, converted (core/bfloat16)
     "complex32": dtype("complex32", why="NumPy has no complex32; use complex64"),
     **{name: dtype(name, why="NumPy has no float8 types; use float16 or float32")
        for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
@@ -134,7 +136,8 @@ ALIASES = {"float": "float32", "double": "float64", "half": "float16", "short": 
 
 def torch_dtype(d: Any) -> dtype:
     """PyTorch's dtype object for a NumPy dtype (or anything np.dtype takes)."""
-    return DTYPES[np.dtype(d).name]
+    d = np.dtype(d)
+    return _OF_NUMPY.get(d) or DTYPES[d.name]
 
 
 def torch_dtype_named(name: str) -> dtype:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from tracegrad.core import primitives as P
+from tracegrad.core.bfloat16 import BFLOAT16, readable
 from tracegrad.core.errors import user_location
 from tracegrad.core.vocabulary import Kind
 from tracegrad.frontend import autodiff, linalg, sampling, sparse
@@ -403,7 +404,8 @@ METHODS: dict[str, Any] = {
     "multinomial": sampling.multinomial, "bernoulli": sampling.bernoulli,
     # dtypes, devices, copies, Python values
     "astype": F.astype, "float": _cast(np.float32), "double": _cast(np.float64),
-    "half": _cast(np.float16), "byte": _cast(np.uint8), "char": _cast(np.int8),
+    "half": _cast(np.float16), "bfloat16": _cast(BFLOAT16), "byte": _cast(np.uint8),
+    "char": _cast(np.int8),
     "long": _cast(np.int64), "int": _cast(np.int32), "short": _cast(np.int16),
     "bool": _cast(np.bool_), "type": _type,
     "type_as": lambda self, other: F.astype(self, other.dtype),
@@ -413,7 +415,7 @@ METHODS: dict[str, Any] = {
     "is_mps": property(lambda self: False), "is_sparse": property(lambda self: False),
     "is_quantized": property(lambda self: False), "is_meta": property(lambda self: self._meta),
     "layout": property(lambda self: sparse.strided),
-    "is_floating_point": lambda self: self.dtype.kind == "f",
+    "is_floating_point": lambda self: self.dtype.is_floating_point,
     "is_complex": E.is_complex, "is_signed": lambda self: self.dtype.kind in "fic",
     "cfloat": _cast(np.complex64), "cdouble": _cast(np.complex128),
     # complex numbers: `.real` and `.imag` are attributes, as PyTorch's (views), the conjugate
@@ -435,7 +437,7 @@ METHODS: dict[str, Any] = {
     "element_size": lambda self: self.dtype.itemsize,
     "itemsize": property(lambda self: self.dtype.itemsize),
     "nbytes": property(lambda self: self.size * self.dtype.itemsize), "dim": lambda self: self.ndim,
-    "ndimension": lambda self: self.ndim, "tolist": lambda self: self.numpy().tolist(),
+    "ndimension": lambda self: self.ndim, "tolist": lambda self: readable(self.numpy()).tolist(),
     "stride": _stride,
     "storage_offset": lambda self: storage_offset(self._concrete("Tensor.storage_offset()")),
     "data_ptr": lambda self: self._concrete("Tensor.data_ptr()").ctypes.data,

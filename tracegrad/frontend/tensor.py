@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from tracegrad.core import ir
+from tracegrad.core.bfloat16 import BFLOAT16, readable, to_bfloat16
 from tracegrad.core.errors import ShapeError, TraceError, user_location, warn_user
 from tracegrad.core.primitives import Phase, Primitive, astype, positive
 from tracegrad.core.vocabulary import EAGER_KERNELS
@@ -217,6 +218,8 @@ class Tensor:
             data = Tensor._stack(_numbers_as(data, dtype))._value  # values: no gradient to cut
         if not isinstance(data, ir.Value):
             dtype = dtype if dtype is not None else _default_dtype(data)
+            if dtype is not None and np.dtype(dtype) == BFLOAT16:
+                data = data if getattr(data, "dtype", None) == BFLOAT16 else to_bfloat16(data)
             data = np.asarray(data, dtype=dtype)
         elif dtype is not None and np.dtype(dtype) != data.dtype:
             raise TypeError(f"tensor: cannot change the dtype of a traced value to {dtype}")
@@ -279,7 +282,7 @@ class Tensor:
             if self.size != 1:
                 raise ShapeError(f"item: a tensor of {self.size} elements has no one number")
             return Listeners.tracers[-1].number(self)
-        return self._concrete("Tensor.item()", read=True).item()
+        return readable(self._concrete("Tensor.item()", read=True)).item()
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         a = self._concrete("np.asarray(tensor)")
@@ -330,7 +333,7 @@ class Tensor:
         grad = ", requires_grad=True" if self.requires_grad else ""
         if isinstance(self._value, ir.Value):
             return f"tensor(<traced {self._value.type_str}>{grad})"
-        body = np.array2string(self._value, separator=", ", prefix="tensor(")
+        body = np.array2string(readable(self._value), separator=", ", prefix="tensor(")
         shown = self.dtype not in (get_default_dtype(), np.int64, np.bool_) or (
             self._value.size == 0 and self.dtype != get_default_dtype()  # PyTorch's rule
         )
@@ -669,6 +672,9 @@ def _scalar_type(dtypes: tuple[np.dtype, ...], a: int | float | bool) -> np.dtyp
     """The dtype a Python number takes beside arrays of `dtypes` (NEP 50: the arrays' kind
     wins). A float or bool's depends on the types alone, so it is remembered; an int's also on
     its value (an overflow raises)."""
+    if BFLOAT16 in dtypes:
+        raise TypeError("bfloat16 tensors here hold their bits only (NumPy has no bfloat16 "
+                        "arithmetic): convert with .float() first")  # fmt: skip
     if isinstance(a, int) and a.__class__ is not bool:
         try:
             return np.result_type(*dtypes, a)

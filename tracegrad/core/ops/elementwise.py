@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from tracegrad.core import bfloat16
 from tracegrad.core.ops import shapes
 from tracegrad.core.vocabulary import Kind, Primitive
 
@@ -545,7 +546,7 @@ def _astype_vjp(g, out, x, dtype):
     return (real(g) if g.dtype.kind == "c" and x.dtype.kind == "f" else g).astype(x.dtype)
 
 
-astype = unary("astype", lambda x, dtype: x.astype(dtype), _astype_vjp,
+astype = unary("astype", bfloat16.cast, _astype_vjp,
                shape=lambda x, dtype: (x.shape, dtype), scalar="{0}", **_C)  # fmt: skip
 
 

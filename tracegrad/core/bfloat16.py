@@ -1,0 +1,42 @@
+"""bfloat16 as NumPy holds it here: each element's bits (the upper half of a float32's) in a
+one-field structured dtype, since NumPy has no bfloat16. Such arrays are made, viewed, indexed
+and converted (to and from float32, rounding to nearest even as PyTorch does); NumPy has no
+arithmetic for them, and neither has tracegrad: convert with `.float()` first. That is what
+reading bfloat16 checkpoints (most language models' weights) and code that only names the
+dtype (kornia's element sizes) need."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+BFLOAT16 = np.dtype([("bfloat16", "<u2")])
+
+
+def to_bfloat16(a: Any) -> np.ndarray:
+    """Values (anything float32 takes) as bfloat16 bits, rounded to nearest, ties to even."""
+    f = np.array(a, np.float32, copy=True, ndmin=0)
+    bits = f.reshape(-1).view(np.uint32)
+    rounded = ((bits + np.uint32(0x7FFF) + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    rounded[np.isnan(f.reshape(-1))] = 0x7FC0  # a quiet NaN (rounding could reach infinity)
+    return rounded.view(BFLOAT16).reshape(f.shape)
+
+
+def from_bfloat16(a: np.ndarray) -> np.ndarray:
+    """bfloat16 bits as the float32 values they are (exactly)."""
+    bits = np.ascontiguousarray(a).reshape(-1).view(np.uint16).astype(np.uint32) << 16
+    return bits.view(np.float32).reshape(np.shape(a))
+
+
+def cast(x: np.ndarray, dtype: Any) -> np.ndarray:
+    """`x.astype(dtype)`, through float32 where either side is bfloat16."""
+    dtype = np.dtype(dtype)
+    if x.dtype == BFLOAT16:
+        return x.copy() if dtype == BFLOAT16 else from_bfloat16(x).astype(dtype)
+    return to_bfloat16(x) if dtype == BFLOAT16 else x.astype(dtype)
+
+
+def readable(a: Any) -> Any:
+    """An array as its values: bfloat16 bits as float32 (for printing, item, tolist)."""
+    return from_bfloat16(a) if getattr(a, "dtype", None) == BFLOAT16 else a
