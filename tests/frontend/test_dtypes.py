@@ -80,3 +80,18 @@ def test_a_tensors_dtype_is_pytorchs_object_eagerly_and_traced():
         return a * 2 if a.dtype.is_floating_point and a.dtype is tg.float32 else a
 
     assert scaled(x).tolist() == [2.0, 4.0] and scaled(x).dtype is tg.float32
+
+
+def test_a_module_converts_to_bfloat16_and_back():
+    """A checkpoint saved in bfloat16 (`model.to(torch.bfloat16)`, then loaded into a float32
+    model) keeps each weight rounded once."""
+    layer = torch.nn.Linear(3, 2)
+    w = layer.weight.detach().clone()
+    assert layer.to(torch.bfloat16).weight.dtype is torch.bfloat16
+    layer.float()
+    assert layer.weight.dtype is torch.float32 and layer.bias.dtype is torch.float32
+    rounded = w.bfloat16().float()
+    assert torch.equal(layer.weight.detach(), rounded)
+    assert (layer.weight.detach() - w).abs().max().item() <= w.abs().max().item() * 2**-8
+    with pytest.raises(TypeError, match="only accepts floating point dtypes"):
+        layer.to(torch.int64)

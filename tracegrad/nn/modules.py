@@ -18,10 +18,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from tracegrad.core import bfloat16
+from tracegrad.core.bfloat16 import BFLOAT16
 from tracegrad.core.errors import TraceError, user_location
 from tracegrad.frontend import random
 from tracegrad.frontend.autodiff import RemovableHandle, edge
 from tracegrad.frontend.device import require_cpu, to_arguments
+from tracegrad.frontend.dtypes import torch_dtype
 from tracegrad.frontend.function import Function
 from tracegrad.frontend.scopes import module_scope
 from tracegrad.frontend.tensor import Listeners, Tensor, get_default_dtype
@@ -749,11 +752,11 @@ class Module:
         dtype = to_arguments(f"{type(self).__name__}.to", args, kwargs)
         if dtype is None:
             return self
-        if dtype.kind != "f":
+        if not torch_dtype(dtype).is_floating_point:
             raise TypeError(
                 f"{type(self).__name__}.to only accepts floating point dtypes, but got {dtype}"
             )
-        return self._convert(dtype, lambda t: t.dtype.kind == "f")
+        return self._convert(dtype, _floating)
 
     def type(self, dst_type: Any) -> Module:
         """Convert every parameter and buffer (integer ones too, as PyTorch's) to `dst_type`, in
@@ -762,15 +765,19 @@ class Module:
         return self._convert(np.dtype(dst_type), lambda t: True)
 
     def double(self) -> Module:
-        return self._convert(np.dtype(np.float64), lambda t: t.dtype.kind == "f")
+        return self._convert(np.dtype(np.float64), _floating)
 
     def float(self) -> Module:
-        return self._convert(np.dtype(np.float32), lambda t: t.dtype.kind == "f")
+        return self._convert(np.dtype(np.float32), _floating)
 
     def half(self) -> Module:
         """float16 parameters. The ops run in NumPy's float16, with no Numba kernels (a traced
         step computes the same as eager, without the kernels' speed)."""
-        return self._convert(np.dtype(np.float16), lambda t: t.dtype.kind == "f")
+        return self._convert(np.dtype(np.float16), _floating)
+
+    def bfloat16(self) -> Module:
+        """bfloat16 parameters: their bits, to save or convert back (no arithmetic here)."""
+        return self._convert(BFLOAT16, _floating)
 
     def cpu(self) -> Module:
         return self
@@ -1012,10 +1019,14 @@ def _call_with_hooks(module: Module, args: tuple, kwargs: dict) -> Any:
 
 def _cast_in_place(t: Tensor, dtype: np.dtype) -> None:
     """Give `t` (and its gradient) a copy of its array in `dtype`: PyTorch's `param.data = ...`."""
-    t._value = t._value.astype(dtype)
+    t._value = bfloat16.cast(t._value, dtype)
     t._version[0] += 1
     if t.grad is not None:
-        t.grad = Tensor._of(t.grad.numpy().astype(dtype))
+        t.grad = Tensor._of(bfloat16.cast(t.grad.numpy(), dtype))
+
+
+def _floating(t: Tensor) -> bool:
+    return t.dtype.is_floating_point
 
 
 class FunctionLayer(Module):
