@@ -95,3 +95,27 @@ def test_a_module_converts_to_bfloat16_and_back():
     assert (layer.weight.detach() - w).abs().max().item() <= w.abs().max().item() * 2**-8
     with pytest.raises(TypeError, match="only accepts floating point dtypes"):
         layer.to(torch.int64)
+
+
+def test_every_way_to_make_a_bfloat16_tensor_rounds_the_values():
+    """NumPy casts numbers into the bits' stand-in as integers (1.5 became a tiny subnormal,
+    0.1 in `full` became 0): each creation function asked for bfloat16 makes float32 and
+    rounds it."""
+    bf, want = torch.bfloat16, [1.5, 0.10009765625]
+    assert torch.tensor(np.array([1.5, 0.1]), dtype=bf).tolist() == want
+    assert torch.tensor(torch.tensor([1.5, 0.1]), dtype=bf).tolist() == want
+    assert torch.tensor([1.5, 0.1], bf).tolist() == want  # dtype by position
+    assert torch.as_tensor(np.array([1.5, 0.1]), dtype=bf).tolist() == want
+    assert torch.full((2,), 0.1, dtype=bf).tolist() == [want[1]] * 2
+    assert torch.full_like(torch.zeros(1), 1.5, dtype=bf).tolist() == [1.5]
+    assert torch.ones_like(torch.zeros(1), dtype=bf).tolist() == [1.0]
+    assert torch.eye(2, dtype=bf).tolist() == [[1.0, 0.0], [0.0, 1.0]]
+    assert torch.arange(3, dtype=bf).tolist() == [0.0, 1.0, 2.0]
+    assert torch.linspace(0, 1, 3, dtype=bf).tolist() == [0.0, 0.5, 1.0]
+    torch.manual_seed(0)
+    drawn = torch.randn(4, dtype=bf)
+    torch.manual_seed(0)
+    assert drawn.tolist() == torch.randn(4).bfloat16().tolist()
+    x = torch.zeros(1)
+    assert x.new_full((1,), 0.1, dtype=bf).tolist() == [want[1]]
+    assert x.new_tensor([1.5], dtype=bf).tolist() == [1.5]

@@ -7,6 +7,8 @@ zeros((2, 3)). Each takes PyTorch's `device=` (the CPU only), `requires_grad=` a
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -44,6 +46,26 @@ def _float(dtype: Any) -> np.dtype:
     return get_default_dtype() if dtype is None else np.dtype(dtype)
 
 
+def _bfloat16_via_float32(f: Any) -> Any:
+    """A creation function asked for bfloat16 makes float32, then rounds it: NumPy would cast
+    numbers into the bits' stand-in as integers (1.5 as a tiny subnormal), silently."""
+    at = list(inspect.signature(f).parameters).index("dtype")
+
+    @functools.wraps(f)
+    def made(*args: Any, **kwargs: Any) -> Any:
+        given = kwargs.get("dtype", args[at] if len(args) > at else None)
+        if given is None or np.dtype(given) != BFLOAT16:
+            return f(*args, **kwargs)
+        if len(args) > at:
+            args = (*args[:at], np.float32, *args[at + 1 :])
+        else:
+            kwargs = {**kwargs, "dtype": np.float32}
+        return astype(f(*args, **kwargs), BFLOAT16)
+
+    return made
+
+
+@_bfloat16_via_float32
 def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False,
            **options: Any) -> Tensor:  # fmt: skip
     """A new leaf holding a copy of `data` (as torch.tensor; `as_tensor` and `from_numpy`
@@ -93,7 +115,7 @@ def _filled(where: str, sizes: tuple, fill: Any, dtype: Any, device: Any,
     size, dtype = _shape_dtype(where, sizes, dtype, options.pop("size", None))
     _check(where, device, options)
     dtype = _float(dtype)
-    if dtype == BFLOAT16:
+    if dtype == BFLOAT16:  # rounded from float32 (NumPy would cast numbers into the bits)
         return Tensor._of(to_bfloat16(np.full(size, fill, np.float32)), requires_grad=requires_grad)
     return Tensor._of(np.full(size, fill, dtype), requires_grad=requires_grad)
 
@@ -119,6 +141,7 @@ def empty(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool
 
 
 @pytorch_keywords(aliases=False)
+@_bfloat16_via_float32
 def eye(n: int, m: int | None = None, dtype: Any = None, device: Any = None,
         requires_grad: bool = False, **options: Any) -> Tensor:  # fmt: skip
     _check("eye", device, options)
@@ -126,6 +149,7 @@ def eye(n: int, m: int | None = None, dtype: Any = None, device: Any = None,
 
 
 @pytorch_keywords(aliases=False)
+@_bfloat16_via_float32
 def full(size: Any, fill_value: Any, dtype: Any = None, device: Any = None,
          requires_grad: bool = False, **options: Any) -> Tensor:  # fmt: skip
     """`fill_value` everywhere; a tensor `fill_value` is broadcast, so its gradient flows.
@@ -151,12 +175,14 @@ def zeros_like(input: Any, dtype: Any = None, device: Any = None, requires_grad:
     return Tensor._of(np.zeros(shape, dtype), requires_grad=requires_grad)
 
 
+@_bfloat16_via_float32
 def ones_like(input: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False,
               **options: Any) -> Tensor:  # fmt: skip
     shape, dtype = _like("ones_like", input, dtype, device, options)
     return Tensor._of(np.ones(shape, dtype), requires_grad=requires_grad)
 
 
+@_bfloat16_via_float32
 def full_like(input: Any, fill_value: Any, dtype: Any = None, device: Any = None,
               requires_grad: bool = False, **options: Any) -> Tensor:  # fmt: skip
     shape, dtype = _like("full_like", input, dtype, device, options)
@@ -166,6 +192,7 @@ def full_like(input: Any, fill_value: Any, dtype: Any = None, device: Any = None
 empty_like = zeros_like
 
 
+@_bfloat16_via_float32
 def arange(start: Any, end: Any = None, step: Any = 1, dtype: Any = None, device: Any = None,
            requires_grad: bool = False, **options: Any) -> Tensor:  # fmt: skip
     """Integers stay int64, floats get the default dtype."""
@@ -178,6 +205,7 @@ def arange(start: Any, end: Any = None, step: Any = 1, dtype: Any = None, device
 
 
 @pytorch_keywords
+@_bfloat16_via_float32
 def linspace(start: Any, end: Any, steps: int, dtype: Any = None, device: Any = None,
              requires_grad: bool = False) -> Tensor:  # fmt: skip
     """`steps` evenly spaced values from start to end; differentiable in tensor endpoints."""
@@ -186,6 +214,7 @@ def linspace(start: Any, end: Any, steps: int, dtype: Any = None, device: Any = 
     return out.requires_grad_() if requires_grad else out
 
 
+@_bfloat16_via_float32
 def logspace(start: Any, end: Any, steps: int, base: float = 10.0, dtype: Any = None,
              device: Any = None, requires_grad: bool = False) -> Tensor:  # fmt: skip
     """base ** linspace(start, end, steps)."""
@@ -222,6 +251,7 @@ def _drawn(out: Tensor, requires_grad: bool) -> Tensor:
     return out.requires_grad_() if requires_grad else out
 
 
+@_bfloat16_via_float32
 def randn(*size: Any, generator: Generator | None = None, dtype: Any = None, device: Any = None,
           requires_grad: bool = False, **options: Any) -> Tensor:  # fmt: skip
     """Standard normal samples, randn(2, 3) or randn((2, 3))."""
@@ -230,6 +260,7 @@ def randn(*size: Any, generator: Generator | None = None, dtype: Any = None, dev
     return _drawn(_draw(P.normal, generator, size, _float(dtype)), requires_grad)
 
 
+@_bfloat16_via_float32
 def rand(*size: Any, generator: Generator | None = None, dtype: Any = None, device: Any = None,
          requires_grad: bool = False, **options: Any) -> Tensor:  # fmt: skip
     """Uniform samples in [0, 1)."""
@@ -290,12 +321,14 @@ def randperm(n: int, generator: Generator | None = None, dtype: Any = np.int64,
     return random.draw(P.randperm, random.state_of(generator), n=int(n), dtype=np.dtype(dtype))
 
 
+@_bfloat16_via_float32
 def randn_like(input: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False,
                **options: Any) -> Tensor:  # fmt: skip
     shape, dtype = _like("randn_like", input, dtype, device, options)
     return randn(shape, dtype=dtype, requires_grad=requires_grad)
 
 
+@_bfloat16_via_float32
 def rand_like(input: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False,
               **options: Any) -> Tensor:  # fmt: skip
     shape, dtype = _like("rand_like", input, dtype, device, options)
