@@ -331,9 +331,8 @@ def run_backward(
             continue
         if dy._value.shape != y._value.shape:
             raise ValueError(f"backward: dy of shape {dy.shape} for y of shape {y.shape}")
-        if (
-            dy._value.dtype != y._value.dtype
-        ):  # as PyTorch's engine: a cotangent takes its value's dtype
+        # as PyTorch's engine: a cotangent takes its value's dtype
+        if dy._value.dtype != y._value.dtype:
             dy = dy.astype(y.dtype)
         grads[node] = grads[node] + dy if node in grads else dy
         roots.append(node)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from tracegrad.core import primitives as P
-from tracegrad.core.bfloat16 import BFLOAT16, to_bfloat16
+from tracegrad.core.bfloat16 import BFLOAT16
 from tracegrad.core.ops import shapes
 from tracegrad.frontend import random
 from tracegrad.frontend.counting import data_dependent_shape
@@ -67,7 +67,6 @@ def _bfloat16_via_float32(f: Any) -> Any:
     return made
 
 
-@_bfloat16_via_float32
 def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False,
            **options: Any) -> Tensor:  # fmt: skip
     """A new leaf holding a copy of `data` (as torch.tensor; `as_tensor` and `from_numpy`
@@ -75,8 +74,8 @@ def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool
     _check("tensor", device, options)
     if isinstance(data, Tensor) and not data.is_symbolic:
         data = data.numpy()
-    if isinstance(data, np.ndarray | np.generic):
-        data = np.array(data, dtype=dtype)
+    if isinstance(data, np.ndarray | np.generic) and (dtype is None or data.dtype == dtype):
+        data = np.array(data)  # a copy; to another dtype `_init`'s cast copies (and rounds)
     return Tensor._of(data, dtype=dtype, requires_grad=requires_grad)
 
 
@@ -116,13 +115,11 @@ def _filled(where: str, sizes: tuple, fill: Any, dtype: Any, device: Any,
             requires_grad: bool, options: dict) -> Tensor:  # fmt: skip
     size, dtype = _shape_dtype(where, sizes, dtype, options.pop("size", None))
     _check(where, device, options)
-    dtype = _float(dtype)
-    if dtype == BFLOAT16:  # rounded from float32 (NumPy would cast numbers into the bits)
-        return Tensor._of(to_bfloat16(np.full(size, fill, np.float32)), requires_grad=requires_grad)
-    return Tensor._of(np.full(size, fill, dtype), requires_grad=requires_grad)
+    return Tensor._of(np.full(size, fill, _float(dtype)), requires_grad=requires_grad)
 
 
 @pytorch_keywords(aliases=False)  # out=: written into that tensor
+@_bfloat16_via_float32
 def zeros(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False,
           **options: Any) -> Tensor:  # fmt: skip
     """zeros(2, 3) or zeros((2, 3)); the default dtype (float32) unless `dtype`."""
@@ -130,12 +127,14 @@ def zeros(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool
 
 
 @pytorch_keywords(aliases=False)
+@_bfloat16_via_float32
 def ones(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False,
          **options: Any) -> Tensor:  # fmt: skip
     return _filled("ones", size, 1, dtype, device, requires_grad, options)
 
 
 @pytorch_keywords(aliases=False)
+@_bfloat16_via_float32
 def empty(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False,
           **options: Any) -> Tensor:  # fmt: skip
     """Zeros: PyTorch leaves them uninitialized, which no program may rely on."""

@@ -16,12 +16,16 @@ from tracegrad.frontend.device import CPU, require_cpu
 from tracegrad.frontend.dtypes import torch_dtype
 
 
-def _owner_bytes(a: np.ndarray) -> np.ndarray:
-    """The bytes of the array that owns `a`'s memory (views share an owner, so their storages
-    answer one `data_ptr()`)."""
+def _owner(a: np.ndarray) -> np.ndarray:
+    """The array that owns `a`'s memory (views share an owner, so their storages answer one
+    `data_ptr()`)."""
     while isinstance(a.base, np.ndarray):
         a = a.base
-    return np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+    return a
+
+
+def _owner_bytes(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(_owner(a)).reshape(-1).view(np.uint8)
 
 
 class UntypedStorage:
@@ -99,4 +103,4 @@ class UntypedStorage:
 
 def storage_offset(a: np.ndarray) -> int:
     """How many elements into its storage an array starts (PyTorch's `storage_offset()`)."""
-    return (a.ctypes.data - _owner_bytes(a).ctypes.data) // a.itemsize if a.size else 0
+    return (a.ctypes.data - _owner(a).ctypes.data) // a.itemsize if a.size else 0
