@@ -8,7 +8,7 @@ The text is every `.py` file of `sysconfig.get_paths()["stdlib"]` (tests and sit
 left out), split into training and validation *files*. The model is a pre-LayerNorm decoder
 (learned positions, causal attention, tanh-GELU MLP) trained with AdamW; the whole step is
 compiled with @tracegrad.trace, and so are the evaluation and the sampling steps. It checkpoints
-to OUT/gpt_stdlib.npz (the current directory unless -o), then prints the validation loss beside
+to OUT/gpt_stdlib.pt (the current directory unless -o), then prints the validation loss beside
 the unigram entropy of the characters (what a model that ignores context would score) and a
 sampled continuation of --prompt. Each phase shows its progress on stderr.
 
@@ -191,7 +191,7 @@ def train(steps: int = 600, batch_size: int = 16, context: int = 64, d: int = 12
     return model, losses, (train_codes, val_codes)
 
 
-CHECKPOINT = "gpt_stdlib.npz"
+CHECKPOINT = "gpt_stdlib.pt"
 
 
 def parser() -> argparse.ArgumentParser:

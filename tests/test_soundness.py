@@ -382,8 +382,8 @@ def test_save_never_changes_the_process_umask(tmp_path, monkeypatch):
         raise AssertionError("save() must not set the umask: other threads' files see it")
 
     monkeypatch.setattr(os, "umask", forbidden)
-    tg.save({"x": tg.tensor([1.0])}, tmp_path / "ckpt.npz")
-    assert (tmp_path / "ckpt.npz").stat().st_mode & 0o777 == expected
+    tg.save({"x": tg.tensor([1.0])}, tmp_path / "ckpt.pt")
+    assert (tmp_path / "ckpt.pt").stat().st_mode & 0o777 == expected
 
 
 def test_a_plans_source_leaves_linecache_with_the_plan():

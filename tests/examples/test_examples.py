@@ -123,7 +123,7 @@ def gpt():
 
 def test_gpt_trains_checkpoints_and_resumes(gpt, tmp_path):
     small = dict(batch_size=4, context=16, d=16, layers=1, heads=2, files=40, progress=False)
-    path = str(tmp_path / "gpt.npz")
+    path = str(tmp_path / "gpt.pt")
     _, losses, (train_codes, val_codes) = gpt.train(steps=30, lr=1e-2, checkpoint=path, **small)
     assert len(losses) == 30 and np.mean(losses[-5:]) < np.mean(losses[:5])
     assert len(train_codes) > 5 * len(val_codes) > 0
@@ -150,7 +150,7 @@ def test_gpt_main_prints_validation_loss_and_a_sample(gpt, monkeypatch, capsys, 
     assert sample.startswith("import ") and len(sample.rstrip("\n")) >= 12 + len("import ") - 1
     for phase in ("text: ", "training", "evaluating", "sampling"):  # progress of each phase
         assert phase in out.err
-    assert (tmp_path / "out" / "gpt_stdlib.npz").exists()
+    assert (tmp_path / "out" / "gpt_stdlib.pt").exists()
 
 
 def test_gpt_samples_with_one_compiled_step(gpt, monkeypatch):

@@ -16,7 +16,7 @@ from tracegrad.frontend.device import CPU, require_cpu
 from tracegrad.frontend.dtypes import torch_dtype
 
 
-def _owner(a: np.ndarray) -> np.ndarray:
+def memory_owner(a: np.ndarray) -> np.ndarray:
     """The array that owns `a`'s memory (views share an owner, so their storages answer one
     `data_ptr()`)."""
     while isinstance(a.base, np.ndarray):
@@ -25,7 +25,7 @@ def _owner(a: np.ndarray) -> np.ndarray:
 
 
 def _owner_bytes(a: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(_owner(a)).reshape(-1).view(np.uint8)
+    return np.ascontiguousarray(memory_owner(a)).reshape(-1).view(np.uint8)
 
 
 class UntypedStorage:
@@ -103,4 +103,4 @@ class UntypedStorage:
 
 def storage_offset(a: np.ndarray) -> int:
     """How many elements into its storage an array starts (PyTorch's `storage_offset()`)."""
-    return (a.ctypes.data - _owner(a).ctypes.data) // a.itemsize if a.size else 0
+    return (a.ctypes.data - memory_owner(a).ctypes.data) // a.itemsize if a.size else 0

@@ -21,7 +21,7 @@ import numpy as np
 from tracegrad.core import bfloat16
 from tracegrad.core.bfloat16 import BFLOAT16
 from tracegrad.core.errors import TraceError, user_location
-from tracegrad.frontend import random
+from tracegrad.frontend import random, torch_checkpoint
 from tracegrad.frontend.autodiff import RemovableHandle, edge
 from tracegrad.frontend.device import require_cpu, to_arguments
 from tracegrad.frontend.dtypes import torch_dtype
@@ -69,6 +69,9 @@ class Parameter(Tensor):
 
     def __repr__(self) -> str:
         return "Parameter containing:\n" + super().__repr__()
+
+
+torch_checkpoint.PARAMETER = Parameter  # checkpoints write and rebuild parameters as such
 
 
 class Buffer(Tensor):

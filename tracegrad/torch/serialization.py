@@ -1,6 +1,6 @@
-"""`torch.serialization`: `save` and `load` (tracegrad's checkpoints, nothing pickled), and
-PyTorch's allow-list of classes that loading one of PyTorch's own checkpoints may rebuild
-(timm's hold its training `argparse.Namespace`)."""
+"""`torch.serialization`: `save` and `load` (PyTorch's checkpoint files), and PyTorch's
+allow-list of classes that loading a checkpoint may rebuild (timm's hold its training
+`argparse.Namespace`)."""
 
 from __future__ import annotations
 
