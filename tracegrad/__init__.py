@@ -37,6 +37,7 @@ from tracegrad.frontend.creation import seed as _seed
 from tracegrad.frontend.elementwise import *  # noqa: F403
 from tracegrad.frontend.fft import istft, stft
 from tracegrad.frontend.functions import *  # noqa: F403
+from tracegrad.frontend.functions import PUBLIC_VIEWS as _PUBLIC_VIEWS
 from tracegrad.frontend.grad_manager import GradManager, grad, vjp
 from tracegrad.frontend.heap import keep_freed_memory as _keep_freed_memory
 from tracegrad.frontend.linalg import (
@@ -90,6 +91,7 @@ globals().update({
 
 # PyTorch's dtype objects (`tracegrad.float32 is x.dtype`); tracegrad.numpy has NumPy's types
 globals().update(_dtypes.DTYPES)
+globals().update({name: f for name, f in _PUBLIC_VIEWS.items() if name in globals()})
 globals().update({alias: _dtypes.DTYPES[name] for alias, name in _dtypes.ALIASES.items()})
 dtype = _dtypes.dtype
 pi, e, inf, nan = _numpy.pi, _numpy.e, _numpy.inf, _numpy.nan

@@ -912,3 +912,30 @@ def test_a_python_number_written_in_keeps_the_tensors_precision(dtype):
     want[[0, 1], [0, 1]] += dtype(0.1)
     np.testing.assert_array_equal(writes(x).numpy(), want)
     np.testing.assert_array_equal(tg.trace(writes, backend="numpy")(x).numpy(), want)
+
+
+NO_OP_VIEWS = {
+    "squeeze()": lambda t: t.squeeze(), "reshape": lambda t: t.reshape(2, 3),
+    "view": lambda t: t.view(2, 3), "view_as": lambda t: t.view_as(t),
+    "expand": lambda t: t.expand(2, 3), "broadcast_to": lambda t: t.broadcast_to((2, 3)),
+    "permute": lambda t: t.permute(0, 1), "transpose(0, 0)": lambda t: t.transpose(0, 0),
+    "movedim": lambda t: t.movedim(0, 0), "narrow": lambda t: t.narrow(1, 0, 3),
+    "torch.reshape": lambda t: tg.reshape(t, (2, 3)), "torch.squeeze": lambda t: tg.squeeze(t),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("make", NO_OP_VIEWS.values(), ids=NO_OP_VIEWS.keys())
+def test_a_view_that_changes_nothing_is_a_new_tensor_viewing_the_input(make):
+    """They gave the input itself: an attribute set on the result landed on the input (pyro's
+    packed dimensions: TraceEnum_ELBO then refused to pack it again)."""
+    x = tg.tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
+    y = make(x)
+    assert y is not x and y.shape == x.shape
+    y.tag = "packed"
+    assert not hasattr(x, "tag")
+    base = x.detach().clone()
+    view = make(base)
+    view.mul_(2.0)  # a view: writing it writes the input, as in PyTorch
+    np.testing.assert_array_equal(base.numpy(), 2 * np.arange(6.0).reshape(2, 3))
+    (make(x) * 3.0).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.full((2, 3), 3.0))

@@ -121,3 +121,134 @@ def test_load_state_dict_assign_makes_the_states_tensors_the_modules():
     x = tg.ones((4, 3), dtype=tg.float64)
     src[0].weight.data[0, 0] = 7.0
     np.testing.assert_allclose(dst(x).numpy(), src(x).numpy())
+
+
+class _Tally(nn.Module):
+    """A module keeping state of its own in the state dict, as torchmetrics' metrics do: it
+    overrides `state_dict` (through `destination=`) and `_load_from_state_dict`."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+        self.scale = nn.Parameter(tg.ones(2))
+
+    def state_dict(self, *args, destination=None, prefix="", keep_vars=False):
+        state = super().state_dict(*args, destination=destination, prefix=prefix,
+                                   keep_vars=keep_vars)  # fmt: skip
+        state[prefix + "count"] = tg.tensor(self.count)
+        return state
+
+    def _load_from_state_dict(self, state, prefix, *rest):
+        if prefix + "count" in state:
+            self.count = int(state.pop(prefix + "count"))
+        super()._load_from_state_dict(state, prefix, *rest)
+
+
+class _Holder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(2, 2)
+        self.counter = _Tally()
+
+
+def test_a_submodules_own_state_dict_and_load_overrides_are_called():
+    """A child's overrides were never called: its state was silently left out of the parent's
+    state dict and dropped by `load_state_dict(strict=False)` (torchmetrics in a model)."""
+    a = _Holder()
+    a.counter.count = 7
+    a.counter.scale.data.fill_(3.0)
+    state = a.state_dict()
+    assert list(state) == ["lin.weight", "lin.bias", "counter.scale", "counter.count"]
+    b = _Holder()
+    assert b.load_state_dict(state) == ([], [])
+    assert b.counter.count == 7 and b.counter.scale.tolist() == [3.0, 3.0]
+    np.testing.assert_array_equal(b.lin.weight.numpy(), a.lin.weight.numpy())
+    # its own level's keys it does not take are unexpected, its missing ones missing
+    with pytest.raises(RuntimeError, match=r"counter\.other"):
+        _Holder().load_state_dict({**state, "counter.other": tg.ones(1)})
+    keys = _Holder().load_state_dict({"lin.weight": state["lin.weight"]}, strict=False)
+    assert sorted(keys.missing_keys) == ["counter.scale", "lin.bias"]
+
+
+def test_state_dict_takes_a_destination_and_pytorchs_positional_order():
+    layer = nn.Linear(2, 1)
+    into = {"kept": 1}
+    assert layer.state_dict(destination=into, prefix="m.") is into
+    assert list(into) == ["kept", "m.weight", "m.bias"]
+    assert list(layer.state_dict(None, "p.")) == ["p.weight", "p.bias"]
+
+
+class _Spy(nn.Module):
+    """PyTorch keeps parameters and submodules out of the instance's dict, so a class's
+    `__getattr__` sees every read of one (pyro's PyroModule registers parameters there)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+        self.w = nn.Parameter(tg.ones(2))
+        self.sub = nn.Linear(2, 2)
+        self.register_buffer("b", tg.zeros(2))
+
+    def __getattr__(self, name):
+        self.__dict__["seen"].append(name)
+        return super().__getattr__(name)
+
+    def forward(self, x):
+        return self.sub(x * self.w + self.b)
+
+
+def test_a_class_with_getattr_sees_every_read_of_what_it_registered(rng):
+    m = _Spy()
+    m.w, m.sub, m.b  # noqa: B018
+    assert m.seen == ["w", "sub", "b"] and "w" not in vars(m)
+    del m.b
+    assert "b" not in m._buffers
+    with pytest.raises(AttributeError):
+        del m.missing
+    # trained eagerly and traced from the same weights: the same parameters after 3 steps
+    x = tg.tensor(rng.standard_normal((4, 2)))
+    eager, traced = _Spy().double(), _Spy().double()
+    traced.load_state_dict(eager.state_dict())
+
+    def step(model, opt):
+        opt.zero_grad()
+        loss = model(x).square().sum()
+        loss.backward()
+        opt.step()
+        return loss
+
+    opts = [tg.optim.SGD(m.parameters(), lr=0.1) for m in (eager, traced)]
+    compiled = tg.trace(step)
+    for _ in range(3):
+        np.testing.assert_allclose(compiled(traced, opts[1]).item(), step(eager, opts[0]).item())
+    for (name, a), b in zip(eager.state_dict().items(), traced.state_dict().values(),
+                            strict=True):  # fmt: skip
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12, err_msg=name)
+
+
+class _Registering(nn.Module):
+    """PyroModule's pattern: `__setattr__` registers modules through `add_module`."""
+
+    def __setattr__(self, name, value):
+        if isinstance(value, nn.Module):
+            self.add_module(name, value)
+        else:
+            super().__setattr__(name, value)
+
+
+def test_add_module_does_not_go_through_setattr():
+    m = _Registering()
+    m.lin = nn.Linear(2, 2)  # recursed without end: add_module called setattr
+    assert list(m._modules) == ["lin"] and m.lin is m._modules["lin"]
+    m.value = 3
+    with pytest.raises(KeyError, match="attribute 'value' already exists"):
+        m.add_module("value", nn.Linear(1, 1))
+
+
+def test_a_module_dict_without_modules_calls_no_update():
+    class Collection(nn.ModuleDict):  # torchmetrics' MetricCollection overrides update()
+        def update(self, *args, **kwargs):
+            raise AssertionError("update called with nothing to add")
+
+    assert len(Collection()) == 0
+    assert list(nn.ModuleDict([("a", nn.ReLU())])) == ["a"]

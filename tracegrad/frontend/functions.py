@@ -123,6 +123,13 @@ def reshape(input: Any, *shape: Any) -> Tensor:
     return x if shape == x._value.shape else P.reshape(x, shape=shape)
 
 
+def alias(x: Tensor) -> Tensor:
+    """A new tensor viewing all of `x`: PyTorch's views are new tensors even where they change
+    nothing (`x.squeeze()` of a tensor without size-1 dimensions), and code tags them with
+    attributes of their own (pyro's packed dimensions)."""
+    return viewing(x, P.reshape(x, shape=x._value.shape), lambda v: reshape(v, x.shape))
+
+
 def viewing(x: Tensor, out: Tensor, undo: Any) -> Tensor:
     """`out` as a view of `x`, as PyTorch's views: an in-place op on it writes `x` too
     (`mutation.write_back`), with `undo`, which gives x's value from out's (a function), or the
@@ -160,7 +167,7 @@ def as_subclass(input: Tensor, cls: type) -> Tensor:
     the other), never x itself."""
     if not (isinstance(cls, type) and issubclass(cls, Tensor)):
         raise TypeError(f"as_subclass: {cls!r} is not a subclass of Tensor")
-    out = viewing(input, P.reshape(input, shape=input.shape), lambda v: reshape(v, input.shape))
+    out = alias(input)
     out.__class__ = cls
     return out
 
@@ -556,6 +563,22 @@ def check_range(x: Any, lo: int, hi: int, what: str, allow: int | None = None) -
     return P.check_range(as_tensor(x), lo=lo, hi=hi, allow=allow, what=what,
                          where=user_location())  # fmt: skip
 
+
+def _fresh(f: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """`f` as users call it (a method, the top level): a view that changes nothing is a new
+    tensor all the same, as PyTorch's (`alias`). Inside the library `f` may give `x` itself."""
+
+    @functools.wraps(f)
+    def fresh(input: Any, *args: Any, **kwargs: Any) -> Tensor:
+        out = f(input, *args, **kwargs)
+        return alias(out) if out is input else out
+
+    return fresh
+
+
+PUBLIC_VIEWS = {name: _fresh(globals()[name]) for name in (
+    "reshape", "view", "permute", "broadcast_to", "expand", "squeeze", "transpose", "swapaxes",
+    "swapdims", "moveaxis", "movedim", "narrow")}  # fmt: skip
 
 __all__ = [
     "broadcast_to", "cat", "clamp", "clip", "concat", "concatenate", "expand", "flatten",

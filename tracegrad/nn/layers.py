@@ -773,10 +773,11 @@ class _DictOf(Module):
 
     def __init__(self, values: Mapping[str, Any] | None = None):
         super().__init__()
-        self.update(values or {})
+        if values is not None:  # as PyTorch's: a subclass's own `update` (torchmetrics'
+            self.update(values)  # MetricCollection) is not called for nothing
 
-    def update(self, values: Mapping[str, Any]) -> None:
-        for k, v in values.items():
+    def update(self, values: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> None:
+        for k, v in values.items() if isinstance(values, Mapping) else values:
             self[k] = v
 
     def __setitem__(self, key: str, value: Any) -> None:

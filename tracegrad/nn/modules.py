@@ -8,6 +8,7 @@ keeps seeing the loaded values.
 
 from __future__ import annotations
 
+import collections
 import functools
 import inspect
 import itertools
@@ -240,6 +241,18 @@ def _config_entries(value: Any) -> dict:
 MODULE_COMPILER: list[Callable[..., Callable[[tuple, dict], Any]]] = []
 
 
+def _loads_itself(module: Module) -> bool:
+    """Its class overrides PyTorch's per-module load (`_load_from_state_dict`)."""
+    return type(module)._load_from_state_dict is not Module._load_from_state_dict
+
+
+def _at_level(key: str, prefix: str, module: Module, own: Any = ()) -> bool:
+    """`key` is under `prefix` and names no submodule of `module` (nor one of `own`): one of
+    the module's own entries, as PyTorch tells a module's unexpected keys."""
+    first = key[len(prefix) :].split(".", 1)[0] if key.startswith(prefix) else None
+    return first is not None and first not in module._modules and first not in own
+
+
 class Module:
     """Base class: subclasses set parameters and submodules as attributes and define `forward`."""
 
@@ -288,12 +301,26 @@ class Module:
             self._modules[name] = value
         elif is_parameter:
             self._parameters[name] = value
-        object.__setattr__(self, name, value)
+        else:
+            object.__setattr__(self, name, value)
+            return
+        self._keep(name, value)
+
+    def _keep(self, name: str, value: Any) -> None:
+        """A registered parameter, buffer or submodule is also a plain attribute (read at
+        attribute speed), unless the class defines `__getattr__`: PyTorch keeps them out of the
+        instance's dict, so every read of one reaches that `__getattr__` (pyro's PyroModule
+        registers its parameters with pyro there)."""
+        if type(self).__getattr__ is Module.__getattr__:
+            object.__setattr__(self, name, value)
+        else:
+            self.__dict__.pop(name, None)
 
     def __getattr__(self, name: str) -> Any:
-        """Only for names not found as attributes (where tracegrad keeps parameters, buffers and
-        submodules too): PyTorch's message, and code that calls it itself
-        (`self.__getattr__(f"level_{i}")`, pytorch-cifar's DLA) finds what was registered."""
+        """For names not found as attributes: what was registered (tracegrad keeps it as an
+        attribute too, unless a subclass defines `__getattr__`, `_keep`), else PyTorch's
+        message. Code that calls it itself (`self.__getattr__(f"level_{i}")`, pytorch-cifar's
+        DLA) finds what was registered."""
         for registry in ("_parameters", "_buffers", "_modules"):
             found = self.__dict__.get(registry, {})
             if name in found:
@@ -301,10 +328,10 @@ class Module:
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
     def __delattr__(self, name: str) -> None:
-        self._parameters.pop(name, None)
-        self._modules.pop(name, None)
-        self._buffers.pop(name, None)
-        object.__delattr__(self, name)
+        registered = [r.pop(name, None) is not None or name in r
+                      for r in (self._parameters, self._modules, self._buffers)]  # fmt: skip
+        if name in self.__dict__ or not any(registered):
+            object.__delattr__(self, name)
 
     def register_parameter(self, name: str, param: Parameter | None) -> None:
         """PyTorch's spelling of `self.name = param` (None leaves the attribute None)."""
@@ -327,7 +354,7 @@ class Module:
         self._buffers[name] = tensor
         if not persistent:
             self._non_persistent_buffers_set.add(name)
-        object.__setattr__(self, name, tensor)
+        self._keep(name, tensor)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
@@ -461,9 +488,12 @@ class Module:
         if not isinstance(name, str) or "." in name or not name:
             raise KeyError(f"add_module: module name {name!r} must be a non-empty string "
                            "without '.'")  # fmt: skip
-        setattr(self, name, module)
-        if module is None:
-            self._modules[name] = None
+        if "_modules" not in self.__dict__:
+            raise AttributeError("cannot assign a module before Module.__init__()")
+        if hasattr(self, name) and name not in self._modules:
+            raise KeyError(f"attribute '{name}' already exists")
+        self._modules[name] = module  # not through __setattr__, as PyTorch's (PyroModule's
+        self._keep(name, module)  # __setattr__ calls add_module)
 
     register_module = add_module
 
@@ -571,29 +601,40 @@ class Module:
         return state
 
     # --- state -----------------------------------------------------------------------------
-    def state_dict(self, *, prefix: str = "", keep_vars: bool = False) -> dict[str, Any]:
+    def state_dict(self, *args: Any, destination: dict[str, Any] | None = None,
+                   prefix: str = "", keep_vars: bool = False) -> dict[str, Any]:  # fmt: skip
         """Parameter (and buffer) name -> a detached tensor sharing its data (as in PyTorch;
-        with keep_vars=True, the parameters themselves). A shared (tied) parameter appears under
-        every name that reaches it, all sharing one array. `prefix` is put before each name.
-        A module whose class defines `get_extra_state` adds what it returns under
+        with keep_vars=True, the parameters themselves), in `destination` if given (PyTorch's
+        older positional order: destination, prefix, keep_vars). A shared (tied) parameter
+        appears under every name that reaches it, all sharing one array. `prefix` is put before
+        each name. A module whose class defines `get_extra_state` adds what it returns under
         "_extra_state", after its own tensors; each module's state-dict pre-hooks run before
-        its entries, its post-hooks after its submodules' (they may edit the dict)."""
-        state: dict[str, Any] = {}
-        self._save(state, prefix, keep_vars)
-        return state
-
-    def _save(self, state: dict[str, Any], prefix: str, keep_vars: bool) -> None:
+        its entries, its post-hooks after its submodules' (they may edit the dict). Each
+        submodule's own `state_dict` collects its entries, as in PyTorch, so a class that
+        overrides it (torchmetrics' metrics) adds what it keeps."""
+        if args:
+            destination, prefix, keep_vars = (*args, *(destination, prefix, keep_vars)[len(args) :])
+        if destination is None:
+            destination = collections.OrderedDict()
         hooks = self.__dict__.get("_state_hooks", {})
         for hook in list(hooks.get(_SAVE_PRE, {}).values()):
             hook(self, prefix, keep_vars)
-        for name, t in self._own_state().items():
-            state[prefix + name] = t if keep_vars else t.detach()
-        if _has_extra_state(self):
-            state[prefix + _EXTRA_STATE] = self.get_extra_state()
-        for name, child in self.named_children():
-            child._save(state, f"{prefix}{name}.", keep_vars)
+        self._save_to_state_dict(destination, prefix, keep_vars)
+        for name, child in self._modules.items():
+            if child is not None:
+                child.state_dict(destination=destination, prefix=f"{prefix}{name}.",
+                                 keep_vars=keep_vars)  # fmt: skip
         for hook in list(hooks.get(_SAVE_POST, {}).values()):
-            hook(self, state, prefix, {})
+            hook(self, destination, prefix, {})
+        return destination
+
+    def _save_to_state_dict(self, destination: dict[str, Any], prefix: str,
+                            keep_vars: bool) -> None:  # fmt: skip
+        """This module's own entries (not its submodules'), as PyTorch's."""
+        for name, t in self._own_state().items():
+            destination[prefix + name] = t if keep_vars else t.detach()
+        if _has_extra_state(self):
+            destination[prefix + _EXTRA_STATE] = self.get_extra_state()
 
     def _own_state(self) -> dict[str, Tensor]:
         state = dict(self._parameters)
@@ -630,6 +671,7 @@ class Module:
         A tied parameter is found under each of its names, as PyTorch's: `strict` wants all of
         them; with strict=False one of them is enough (the others are reported missing); when
         the copies in `state` differ, the one under the name `state_dict()` lists last wins."""
+        metadata = getattr(state, "_metadata", None)
         state = dict(state)
         modules = list(self.named_modules(remove_duplicate=False))
         hooks = [(f"{path}." if path else "", m, m.__dict__.get("_state_hooks", {}))
@@ -641,11 +683,16 @@ class Module:
                 for hook in list(registry[_LOAD_PRE].values()):
                     hook(module, own, prefix, {}, strict, [], [], errors)
                 state = {k: v for k, v in state.items() if not k.startswith(prefix)} | own
-        targets = self._state()
-        extras = {(f"{path}." if path else "") + _EXTRA_STATE: m
-                  for path, m in modules if _has_extra_state(m)}  # fmt: skip
+        # a module whose class loads its entries itself (torchmetrics' metrics) gets them, as
+        # PyTorch gives them, after the others are checked and written
+        custom = [(prefix, m) for prefix, m, _ in hooks if _loads_itself(m)]
+        targets = {prefix + name: t for prefix, m, _ in hooks if not _loads_itself(m)
+                   for name, t in m._own_state().items()}  # fmt: skip
+        extras = {prefix + _EXTRA_STATE: m for prefix, m, _ in hooks
+                  if _has_extra_state(m) and not _loads_itself(m)}  # fmt: skip
         missing = [k for k in (*targets, *extras) if k not in state]
-        unexpected = [k for k in state if k not in targets and k not in extras]
+        unexpected = [k for k in state if k not in targets and k not in extras
+                      and not any(_at_level(k, prefix, m) for prefix, m in custom)]  # fmt: skip
         values = {k: v if isinstance(v, Tensor) else Tensor._of(np.asarray(v))  # traced: symbolic
                   for k, v in state.items() if k in targets}  # fmt: skip
         problems = errors + [
@@ -666,6 +713,13 @@ class Module:
         for k, module in extras.items():
             if k in state:
                 module.set_extra_state(state[k])
+        for prefix, module in custom:
+            local = dict((metadata or {}).get(prefix[:-1], {}))
+            local.update({"assign_to_params_buffers": True} if assign else {})
+            entries = {k: v for k, v in state.items() if k.startswith(prefix)}
+            module._load_from_state_dict(entries, prefix, local, True, missing, unexpected, errors)
+        if errors:
+            raise RuntimeError(f"{type(self).__name__}.load_state_dict: " + "; ".join(errors))
         keys = IncompatibleKeys(missing, unexpected)
         for module, registry in post:
             for hook in list(registry.values()):
@@ -673,6 +727,38 @@ class Module:
         if strict and (problems := _key_problems(missing, unexpected)):
             raise RuntimeError(f"{type(self).__name__}.load_state_dict: " + "; ".join(problems))
         return keys
+
+    def _load_from_state_dict(self, state_dict: Mapping[str, Any], prefix: str,
+                              local_metadata: dict, strict: bool, missing_keys: list[str],
+                              unexpected_keys: list[str],
+                              error_msgs: list[str]) -> None:  # fmt: skip
+        """PyTorch's load of this module's own entries (keys under `prefix`, not its
+        submodules'): what an override calls through `super()` once it took its own keys.
+        `load_state_dict` loads the modules that do not override it itself, checking all of
+        them before writing any."""
+        own = self._own_state()
+        for name, t in own.items():
+            key = prefix + name
+            if key not in state_dict:
+                missing_keys.extend([key] if strict else [])
+                continue
+            value = state_dict[key]
+            value = value if isinstance(value, Tensor) else Tensor._of(np.asarray(value))
+            if value.shape != t.shape:
+                error_msgs.append(f"shape mismatch for '{key}': checkpoint {value.shape}, model "
+                                  f"{t.shape}")  # fmt: skip
+            elif local_metadata.get("assign_to_params_buffers"):
+                self._replace(name, t, value)
+            else:
+                t._assign(value)
+        extra = prefix + _EXTRA_STATE
+        if _has_extra_state(self) and extra in state_dict:
+            self.set_extra_state(state_dict[extra])
+        elif _has_extra_state(self) and strict:
+            missing_keys.append(extra)
+        if strict:
+            unexpected_keys.extend(k for k in state_dict if k != extra and
+                                   _at_level(k, prefix, self, own))  # fmt: skip
 
     def _replace(self, key: str, old: Tensor, new: Tensor) -> None:
         """The tensor under `key` becomes `new` itself (`load_state_dict(assign=True)`)."""

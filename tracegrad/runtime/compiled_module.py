@@ -406,6 +406,8 @@ class OptimizedModule(Module):
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or "_modules" not in self.__dict__:
             raise AttributeError(name)
+        if name == "_orig_mod":  # registered: kept out of the dict where a class has __getattr__
+            return self._modules[name]
         return getattr(self._modules["_orig_mod"], name)
 
 
