@@ -79,3 +79,33 @@ def test_a_compiled_step_of_a_pruned_model_matches_eager(rng, backend, monkeypat
     for model in (eager, traced):  # the pruned entries stay zero: their gradient is masked
         masked = model[0].weight_orig.grad.numpy() * (1 - model[0].weight_mask.numpy())
         assert not masked.any()
+
+
+def test_pytorchs_pruning_classes_and_a_method_of_ones_own():
+    """The classes (lightning's ModelPruning passes them) prune as the functions do, and a
+    subclass of BasePruningMethod with its own `compute_mask` prunes by it."""
+    m = _linear(tg)
+    prune.L1Unstructured.apply(m, "weight", amount=0.25)
+    prune.LnStructured.apply(m, "weight", amount=1, n=2, dim=0)
+    want = _linear(tg)
+    prune.l1_unstructured(want, "weight", amount=0.25)
+    prune.ln_structured(want, "weight", amount=1, n=2, dim=0)
+    np.testing.assert_array_equal(m.weight_mask.numpy(), want.weight_mask.numpy())
+
+    class EvenColumns(prune.BasePruningMethod):
+        def compute_mask(self, t, default_mask):
+            mask = default_mask.clone()
+            mask[:, ::2] = 0
+            return mask
+
+    e = _linear(tg)
+    EvenColumns.apply(e, "weight")
+    np.testing.assert_array_equal(e.weight.numpy(), W * np.tile([0.0, 1.0], 3))
+    assert prune.is_pruned(e)
+    with pytest.raises(ValueError, match="at most 1"):
+        prune.RandomUnstructured(amount=1.5)
+    if torch is not None:  # the masks PyTorch's classes compute
+        ref = _linear(torch)
+        torch_prune.L1Unstructured.apply(ref, "weight", amount=0.25)
+        torch_prune.LnStructured.apply(ref, "weight", amount=1, n=2, dim=0)
+        np.testing.assert_array_equal(m.weight_mask.numpy(), ref.weight_mask.numpy())

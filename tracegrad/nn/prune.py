@@ -14,9 +14,10 @@ import numpy as np
 from tracegrad.frontend.tensor import Tensor
 from tracegrad.nn.modules import Module, Parameter, init_generator
 
-__all__ = ["L1Unstructured", "custom_from_mask", "global_unstructured", "identity", "is_pruned",
-           "l1_unstructured", "ln_structured", "random_structured", "random_unstructured",
-           "remove"]  # fmt: skip
+__all__ = ["BasePruningMethod", "CustomFromMask", "Identity", "L1Unstructured", "LnStructured",
+           "RandomStructured", "RandomUnstructured", "custom_from_mask", "global_unstructured",
+           "identity", "is_pruned", "l1_unstructured", "ln_structured", "random_structured",
+           "random_unstructured", "remove"]  # fmt: skip
 
 
 class _Pruned:
@@ -74,6 +75,12 @@ def _apply(module: Module, name: str, mask_of: Any) -> Module:
     return module
 
 
+def _checked(amount: int | float) -> int | float:
+    """`amount` if it is one (checked when a method is made, as PyTorch's)."""
+    _count(amount, amount if isinstance(amount, int) and not isinstance(amount, bool) else 1)
+    return amount
+
+
 def _smallest(scores: np.ndarray, kept: np.ndarray, amount: int | float) -> np.ndarray:
     """A mask pruning the `amount` of the kept entries with the smallest scores."""
     candidates = np.flatnonzero(kept)
@@ -84,26 +91,120 @@ def _smallest(scores: np.ndarray, kept: np.ndarray, amount: int | float) -> np.n
     return mask.reshape(scores.shape)
 
 
+class BasePruningMethod:
+    """PyTorch's base of pruning methods: a subclass says which entries stay
+    (`compute_mask(t, default_mask)`: a 0/1 tensor, from the scores `t` and the mask so far),
+    and `apply(module, name, ...)` prunes the parameter by it (user-defined methods too)."""
+
+    PRUNING_TYPE = "unstructured"
+
+    def compute_mask(self, t: Tensor, default_mask: Tensor) -> Tensor:
+        raise NotImplementedError(f"{type(self).__name__} does not define compute_mask")
+
+    def prune(self, t: Tensor, default_mask: Tensor | None = None,
+              importance_scores: Tensor | None = None) -> Tensor:  # fmt: skip
+        """`t` times its mask (nothing registered on a module)."""
+        kept = Tensor._of(np.ones(t.shape, t.dtype)) if default_mask is None else default_mask
+        return t * self.compute_mask(t if importance_scores is None else importance_scores, kept)
+
+    @classmethod
+    def apply(cls, module: Module, name: str, *args: Any, importance_scores: Any = None,
+              **kwargs: Any) -> BasePruningMethod:  # fmt: skip
+        method = cls(*args, **kwargs)
+
+        def mask_of(w: np.ndarray, kept: np.ndarray) -> np.ndarray:
+            scores = w if importance_scores is None else _array(importance_scores)
+            mask = method.compute_mask(Tensor._of(scores), Tensor._of(kept.astype(w.dtype)))
+            return _array(mask)
+
+        _apply(module, name, mask_of)
+        return method
+
+
+def _array(x: Any) -> np.ndarray:
+    return x.detach().numpy() if isinstance(x, Tensor) else np.asarray(x)
+
+
+class Identity(BasePruningMethod):
+    """Prunes nothing (the reparametrization only)."""
+
+    def compute_mask(self, t: Tensor, default_mask: Tensor) -> Tensor:
+        return default_mask
+
+
+class RandomUnstructured(BasePruningMethod):
+    def __init__(self, amount: int | float) -> None:
+        self.amount = _checked(amount)
+
+    def compute_mask(self, t: Tensor, default_mask: Tensor) -> Tensor:
+        kept = _array(default_mask) != 0
+        return Tensor._of(_smallest(init_generator().random(t.shape), kept, self.amount)
+                          * _array(default_mask))  # fmt: skip
+
+
+class L1Unstructured(RandomUnstructured):
+    """Prunes the `amount` entries of smallest magnitude."""
+
+    def compute_mask(self, t: Tensor, default_mask: Tensor) -> Tensor:
+        kept = _array(default_mask) != 0
+        return Tensor._of(_smallest(np.abs(_array(t)), kept, self.amount) * _array(default_mask))
+
+
+class RandomStructured(BasePruningMethod):
+    """Prunes `amount` of the kept slices along `dim` at random."""
+
+    PRUNING_TYPE = "structured"
+
+    def __init__(self, amount: int | float, dim: int = -1) -> None:
+        self.amount, self.dim = _checked(amount), dim
+
+    def score(self, s: np.ndarray) -> float:
+        return init_generator().random()
+
+    def compute_mask(self, t: Tensor, default_mask: Tensor) -> Tensor:
+        kept = _array(default_mask) != 0
+        mask = _structured(_array(t), kept, self.amount, self.dim, self.score)
+        return Tensor._of(mask * _array(default_mask))
+
+
+class LnStructured(RandomStructured):
+    """Prunes the `amount` slices along `dim` of smallest Ln norm (n as numpy.linalg.norm
+    takes, "fro" or an order)."""
+
+    def __init__(self, amount: int | float, n: Any, dim: int = -1) -> None:
+        super().__init__(amount, dim)
+        self.n = None if n == "fro" else n
+
+    def score(self, s: np.ndarray) -> float:
+        return float(np.linalg.norm(s, self.n))
+
+
+class CustomFromMask(BasePruningMethod):
+    """Prunes where `mask` is 0."""
+
+    def __init__(self, mask: Any) -> None:
+        self.mask = mask
+
+    def compute_mask(self, t: Tensor, default_mask: Tensor) -> Tensor:
+        given = np.broadcast_to(_array(self.mask), t.shape)
+        return Tensor._of(given.astype(_array(default_mask).dtype) * _array(default_mask))
+
+
 def identity(module: Module, name: str) -> Module:
-    """Prune nothing (the reparametrization only)."""
-    return _apply(module, name, lambda w, kept: np.ones(w.shape))
+    Identity.apply(module, name)
+    return module
 
 
 def random_unstructured(module: Module, name: str, amount: int | float) -> Module:
-    return _apply(
-        module, name, lambda w, kept: _smallest(init_generator().random(w.shape), kept, amount)
-    )
+    RandomUnstructured.apply(module, name, amount)
+    return module
 
 
 def l1_unstructured(module: Module, name: str, amount: int | float,
                     importance_scores: Any = None) -> Module:  # fmt: skip
     """Prune the `amount` entries of smallest magnitude (or `importance_scores`)."""
-
-    def mask_of(w: np.ndarray, kept: np.ndarray) -> np.ndarray:
-        scores = w if importance_scores is None else np.asarray(importance_scores)
-        return _smallest(np.abs(scores), kept, amount)
-
-    return _apply(module, name, mask_of)
+    L1Unstructured.apply(module, name, amount, importance_scores=importance_scores)
+    return module
 
 
 def _structured(w: np.ndarray, kept: np.ndarray, amount: int | float, dim: int,
@@ -120,30 +221,20 @@ def _structured(w: np.ndarray, kept: np.ndarray, amount: int | float, dim: int,
 
 def ln_structured(module: Module, name: str, amount: int | float, n: Any, dim: int,
                   importance_scores: Any = None) -> Module:  # fmt: skip
-    """Prune the `amount` slices along `dim` of smallest Ln norm (n as numpy.linalg.norm takes,
-    "fro" or an order)."""
-    order = None if n == "fro" else n
-
-    def mask_of(w: np.ndarray, kept: np.ndarray) -> np.ndarray:
-        scores = w if importance_scores is None else np.asarray(importance_scores)
-        return _structured(scores, kept, amount, dim, lambda s: np.linalg.norm(s, order))
-
-    return _apply(module, name, mask_of)
+    """Prune the `amount` slices along `dim` of smallest Ln norm."""
+    LnStructured.apply(module, name, amount, n, dim, importance_scores=importance_scores)
+    return module
 
 
 def random_structured(module: Module, name: str, amount: int | float, dim: int) -> Module:
-    """Prune `amount` of the kept slices along `dim` at random."""
-
-    def mask_of(w: np.ndarray, kept: np.ndarray) -> np.ndarray:
-        return _structured(w, kept, amount, dim, lambda s: init_generator().random())
-
-    return _apply(module, name, mask_of)
+    RandomStructured.apply(module, name, amount, dim)
+    return module
 
 
 def custom_from_mask(module: Module, name: str, mask: Any) -> Module:
     """Prune where `mask` is 0."""
-    given = np.asarray(mask.numpy() if isinstance(mask, Tensor) else mask)
-    return _apply(module, name, lambda w, kept: np.broadcast_to(given, w.shape))
+    CustomFromMask.apply(module, name, mask)
+    return module
 
 
 def global_unstructured(parameters: Iterable[tuple[Module, str]], pruning_method: Any,
@@ -166,13 +257,6 @@ def global_unstructured(parameters: Iterable[tuple[Module, str]], pruning_method
         part = mask[start : start + v.size].reshape(v.shape)
         start += v.size
         custom_from_mask(module, name, part)
-
-
-class L1Unstructured:
-    """PyTorch's class of `l1_unstructured` (for `global_unstructured`)."""
-
-    def __init__(self, amount: int | float) -> None:
-        self.amount = amount
 
 
 def is_pruned(module: Module) -> bool:

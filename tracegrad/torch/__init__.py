@@ -270,6 +270,7 @@ from tracegrad.torch import (  # noqa: E402 (the submodules read the names above
     nn,
     onnx,
     optim,
+    overrides,
     profiler,
     random,
     serialization,
@@ -293,6 +294,8 @@ globals().update(legacy_types())  # torch.FloatTensor, torch.LongTensor, ...
 globals().update(_foreach.FUNCTIONS)  # torch._foreach_mul_(tensors, 0.5), ...
 globals().update(_aten.IN_PLACE_FUNCTIONS)  # torch.relu_(x), torch.zero_(x), ...
 newaxis = None
+ScriptModule = jit.ScriptModule
+PyTorchFileReader = _C.PyTorchFileReader
 vmap = func.vmap
 is_anomaly_enabled = autograd.is_anomaly_enabled
 

@@ -10,7 +10,7 @@ from typing import Any
 from tracegrad.torch._support import file_module
 from tracegrad.torch._support import not_provided as _not_provided
 
-__all__ = ["Proxy", "wrap"]
+__all__ = ["GraphModule", "Proxy", "wrap"]
 
 
 def wrap(fn_or_name: Any) -> Any:
@@ -19,6 +19,16 @@ def wrap(fn_or_name: Any) -> Any:
 
 class Proxy:
     """FX's symbolic value: never made here."""
+
+
+class GraphModule:
+    """FX's module of a traced graph, for isinstance checks (lightning's): never made here."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError(
+            "torch.fx.GraphModule is not provided by tracegrad (torch.fx symbolic tracing is "
+            "not; torch.compile traces steps)"
+        )
 
 
 experimental = file_module(f"{__name__}.experimental", "`torch.fx.experimental`", {})

@@ -12,8 +12,8 @@ from typing import Any
 
 from tracegrad.torch._support import not_provided as _not_provided
 
-__all__ = ["ProfilerAction", "ProfilerActivity", "profile", "record_function", "schedule",
-           "tensorboard_trace_handler"]  # fmt: skip
+__all__ = ["ProfilerAction", "ProfilerActivity", "kineto_available", "profile", "record_function",
+           "schedule", "tensorboard_trace_handler"]  # fmt: skip
 
 
 class ProfilerActivity(enum.Enum):
@@ -48,6 +48,11 @@ def schedule(*, wait: int, warmup: int, active: int, repeat: int = 0,
 def tensorboard_trace_handler(dir_name: str, *args: Any, **kwargs: Any) -> Any:
     raise NotImplementedError("torch.profiler.tensorboard_trace_handler: PyTorch's profiler is "
                               "not provided")  # fmt: skip
+
+
+def kineto_available() -> bool:
+    """PyTorch's profiling library: not here."""
+    return False
 
 
 class record_function(contextlib.ContextDecorator):  # noqa: N801 (PyTorch's name)

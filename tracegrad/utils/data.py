@@ -520,7 +520,10 @@ class DataLoader:
         self.multiprocessing_context, self.in_order = multiprocessing_context, in_order
         self.pin_memory_device = pin_memory_device
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> _BaseDataLoaderIter:
+        return _SingleProcessDataLoaderIter(self, self._batches())
+
+    def _batches(self) -> Iterator[Any]:
         if isinstance(self.dataset, IterableDataset):
             return self._iterable_batches()
         if self.batch_sampler is None:
@@ -546,6 +549,34 @@ class DataLoader:
                 return n
             return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
         return len(self.sampler if self.batch_sampler is None else self.batch_sampler)
+
+
+class _BaseDataLoaderIter:
+    """What iterating a DataLoader gives: its batches, one per `next`, and the loader's length
+    (PyTorch's class names: code tells loaders' iterators by them)."""
+
+    def __init__(self, loader: DataLoader, batches: Iterator[Any]) -> None:
+        self._loader, self._batches, self._num_yielded = loader, batches, 0
+        self._dataset = loader.dataset
+
+    def __iter__(self) -> _BaseDataLoaderIter:
+        return self
+
+    def __next__(self) -> Any:
+        batch = next(self._batches)
+        self._num_yielded += 1
+        return batch
+
+    def __len__(self) -> int:
+        return len(self._loader)
+
+
+class _SingleProcessDataLoaderIter(_BaseDataLoaderIter):
+    """Batches loaded in this process (always, here)."""
+
+
+class _MultiProcessingDataLoaderIter(_BaseDataLoaderIter):
+    """Batches loaded by worker processes: never made here (tracegrad loads in this process)."""
 
 
 def _check_worker_options(

@@ -8,7 +8,7 @@ from tracegrad.frontend.autograd import *  # noqa: F403
 from tracegrad.frontend.gradcheck import GradcheckError, gradcheck, gradgradcheck
 from tracegrad.frontend.tensor import Tensor
 from tracegrad.torch._support import not_provided as _not_provided
-from tracegrad.torch.autograd import forward_ad, function, functional, graph
+from tracegrad.torch.autograd import forward_ad, function, functional, graph, profiler
 
 
 def Variable(data: Any, requires_grad: bool = False, volatile: bool = False) -> Tensor:  # noqa: N802

@@ -37,6 +37,18 @@ def manual_seed(seed: int) -> None:
 manual_seed_all = manual_seed
 
 
+def get_rng_state_all() -> list:
+    """One state per CUDA device: none."""
+    return []
+
+
+def set_rng_state_all(new_states: Any) -> None:
+    """Restore one state per CUDA device: there are none, so the list must be empty."""
+    if len(new_states):
+        raise RuntimeError(f"torch.cuda.set_rng_state_all: {len(new_states)} states given, and "
+                           "tracegrad has no CUDA devices")  # fmt: skip
+
+
 def seed() -> None:
     pass
 

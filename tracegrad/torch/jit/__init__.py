@@ -10,8 +10,8 @@ from typing import Any, Final  # noqa: F401 (torch.jit.Final is typing's Final)
 
 from tracegrad.torch._support import not_provided as _not_provided
 
-__all__ = ["Final", "annotate", "export", "ignore", "is_scripting", "is_tracing", "script",
-           "trace", "unused"]  # fmt: skip
+__all__ = ["Final", "ScriptModule", "annotate", "export", "ignore", "is_scripting",
+           "is_tracing", "script", "trace", "unused"]  # fmt: skip
 
 
 def script(obj: Any = None, optimize: Any = None, _frames_up: int = 0, _rcb: Any = None,
@@ -56,6 +56,20 @@ def is_scripting() -> bool:
 
 def is_tracing() -> bool:
     return False
+
+
+class ScriptModule:
+    """TorchScript's compiled module, for isinstance checks (lightning's): nothing here is one,
+    since `script` gives the module back as it is."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError(
+            "torch.jit.ScriptModule is not provided by tracegrad (TorchScript is not: "
+            "torch.jit.script returns its argument)"
+        )
+
+
+ScriptFunction = RecursiveScriptModule = ScriptModule
 
 
 def __getattr__(name: str) -> Any:

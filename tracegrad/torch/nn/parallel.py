@@ -10,6 +10,7 @@ from typing import Any
 
 from tracegrad.frontend.device import require_cpu
 from tracegrad.nn import Module
+from tracegrad.torch._support import file_module
 from tracegrad.torch._support import not_provided as _not_provided
 
 
@@ -57,3 +58,7 @@ class DistributedDataParallel(Module):
 
 def __getattr__(name: str) -> Any:
     raise _not_provided(__name__, name)
+
+
+distributed = file_module(f"{__name__}.distributed", "`torch.nn.parallel.distributed`",
+                          {"DistributedDataParallel": DistributedDataParallel})  # fmt: skip

@@ -4,7 +4,15 @@
 from typing import Any
 
 from tracegrad.torch._support import not_provided as _not_provided
-from tracegrad.torch.utils import checkpoint, data, dlpack, hooks, model_zoo, tensorboard
+from tracegrad.torch.utils import (
+    checkpoint,
+    data,
+    dlpack,
+    flop_counter,
+    hooks,
+    model_zoo,
+    tensorboard,
+)
 
 
 def __getattr__(name: str) -> Any:

@@ -5,10 +5,10 @@ flattened to leaves and a `TreeSpec`, and back. Private in PyTorch, but librarie
 
 from __future__ import annotations
 
-from collections import OrderedDict, defaultdict, deque
-from collections.abc import Callable, Iterable, Iterator
+from collections import OrderedDict, defaultdict, deque, namedtuple
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from tracegrad.torch._support import not_provided as _not_provided
 
@@ -46,6 +46,44 @@ NODES: dict[type, tuple[Flatten, Unflatten]] = {
     defaultdict: (_defaultdict_flatten, _defaultdict_unflatten),
     deque: (lambda d: (list(d), d.maxlen), lambda v, maxlen: deque(v, maxlen=maxlen)),
 }
+
+
+PyTree = Any
+
+
+class NodeDef(NamedTuple):
+    """A container type's entry in PyTorch's registry (`SUPPORTED_NODES[type]`)."""
+
+    type: Any
+    flatten_fn: Flatten
+    unflatten_fn: Unflatten
+
+
+_NAMEDTUPLE = NodeDef(namedtuple, lambda t: (list(t), type(t)), _namedtuple_unflatten)
+
+
+class _SupportedNodes(Mapping):
+    """PyTorch's registry of container types, read from `NODES` as it is now; namedtuples are
+    one entry under `namedtuple`, as in PyTorch (`_get_node_type`)."""
+
+    def __getitem__(self, kind: Any) -> NodeDef:
+        return _NAMEDTUPLE if kind is namedtuple else NodeDef(kind, *NODES[kind])
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter([*NODES, namedtuple])
+
+    def __len__(self) -> int:
+        return len(NODES) + 1
+
+
+SUPPORTED_NODES = _SupportedNodes()
+
+
+def _get_node_type(tree: Any) -> Any:
+    """The registry's key for `tree`: its type, or `namedtuple` for a namedtuple's."""
+    kind = type(tree)
+    named = kind not in NODES and issubclass(kind, tuple) and hasattr(kind, "_fields")
+    return namedtuple if named else kind
 
 
 def register_pytree_node(cls: type, flatten_fn: Flatten, unflatten_fn: Unflatten, **_: Any) -> None:
