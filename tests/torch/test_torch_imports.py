@@ -17,7 +17,8 @@ MODULES = ["torch._C", "torch.library", "torch._custom_ops", "torch.utils.model_
            "torch.ao.quantization", "torch.ao.nn.quantized", "torch.nn.quantized", "torch.types",
            "torch.backends.cpu", "torch.backends.mkldnn", "torch.utils.dlpack",
            "torch.autograd.forward_ad", "torch._subclasses.fake_tensor", "torch.profiler",
-           "torch.fx.experimental.proxy_tensor"]  # fmt: skip
+           "torch.fx.experimental.proxy_tensor", "torch.overrides", "torch.autograd.profiler",
+           "torch.utils.flop_counter", "torch.nn.parallel.distributed"]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -248,3 +249,16 @@ def test_dlpack_shares_memory_both_ways():
     back[1] = 7.0
     assert t[1].item() == 7.0
     assert torch.utils.dlpack.from_dlpack(torch.utils.dlpack.to_dlpack(t)).tolist() == a.tolist()
+
+
+def test_torch_is_named_torch_while_it_is_torch():
+    """pyro checks `torch.__name__ == "torch"` at import; outside the alias the module keeps its
+    own name (importing its submodules goes by it)."""
+    with torch.imported_as_torch():
+        import torch as aliased
+
+        assert aliased is torch and aliased.__name__ == "torch"
+        from torch import linalg  # a submodule imported by the name "torch"
+
+        assert linalg is torch.linalg
+    assert torch.__name__ == "tracegrad.torch"

@@ -107,7 +107,14 @@ def alias_torch() -> None:
     child of `python -m tracegrad run` calls this as its first `import torch`."""
     if not any(isinstance(f, _TorchAlias) for f in sys.meta_path):
         sys.meta_path.insert(0, _TorchAlias())
-    sys.modules["torch"] = importlib.import_module("tracegrad.torch")
+    sys.modules["torch"] = _named_torch(importlib.import_module("tracegrad.torch"))
+
+
+def _named_torch(module: types.ModuleType) -> types.ModuleType:
+    """`module` answering `__name__` "torch", as PyTorch's (pyro checks it at import): only while
+    `import torch` means it, since imports of its submodules go by that name."""
+    module.__name__ = "torch"
+    return module
 
 
 CHILDREN_PATH = os.path.join(os.path.dirname(__file__), "_as_torch")  # for PYTHONPATH
@@ -128,9 +135,11 @@ def imported_as_torch() -> Iterator[None]:
         del sys.modules[k]
     finder = _TorchAlias()
     sys.meta_path.insert(0, finder)
+    root = _named_torch(importlib.import_module("tracegrad.torch"))
     try:
         yield
     finally:
+        root.__name__ = "tracegrad.torch"
         sys.meta_path.remove(finder)
         for k in [k for k in sys.modules if _is_torch(k)]:
             del sys.modules[k]
