@@ -622,7 +622,7 @@ def main():
         print("epoch {} loss {:.4f}".format(epoch, total / len(loader)))
     with torch.no_grad():
         correct = model(x).argmax(dim=1, keepdim=True).eq(y.view(-1, 1)).sum().item()
-    print(f"argv {sys.argv[1:]} correct {correct}/{len(x)} torch {torch.__name__}")
+    print(f"argv {sys.argv[1:]} correct {correct}/{len(x)} torch {torch.__spec__.name}")
 
 
 if __name__ == "__main__":
@@ -678,9 +678,9 @@ if __name__ == "__main__":
     queue = spawn.Queue()
     worker = spawn.Process(target=child, args=(queue,))
     worker.start()
-    print(torch.__name__, queue.get())
+    print(torch.__spec__.name, queue.get())
     worker.join()
-    print(subprocess.run([sys.executable, "-c", "import torch; print(torch.__name__)"],
+    print(subprocess.run([sys.executable, "-c", "import torch; print(torch.__spec__.name)"],
                          capture_output=True, text=True, check=True).stdout.strip())
 """
 

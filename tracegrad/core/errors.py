@@ -48,7 +48,9 @@ class MemoryBudgetError(MemoryError):
 
 
 def _internal(frame) -> bool:
-    module = frame.f_globals.get("__name__", "")
+    # the module's own name (tracegrad.torch answers __name__ "torch" while it stands for torch)
+    module = getattr(frame.f_globals.get("__spec__"), "name", None) or \
+        frame.f_globals.get("__name__", "")  # fmt: skip
     if module.split(".")[0] in INTERNAL_PACKAGES or frame.f_code.co_filename.startswith(
         ("<tracegrad", "<frozen ")  # the import system's frames are frozen modules
     ):
