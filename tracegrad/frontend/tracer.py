@@ -466,7 +466,8 @@ def _is_ours(fn: Any) -> bool:
     """Whether `fn` is tracegrad's own code (a module's forward, a compiled call's wrapper):
     what it reads of its globals is the library's, and the settings it reads are guarded where
     they are kept (`nn.modules._watch_settings`)."""
-    name = fn.__globals__.get("__name__", "")
+    spec = fn.__globals__.get("__spec__")  # its own name (tracegrad.torch's stays when aliased)
+    name = getattr(spec, "name", None) or fn.__globals__.get("__name__", "")
     return name == "tracegrad" or name.startswith("tracegrad.")
 
 
