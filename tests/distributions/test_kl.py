@@ -135,5 +135,14 @@ def test_kl_dispatches_to_the_most_specific_registered_pair():
     with pytest.raises(NotImplementedError, match="different reinterpreted_batch_ndims"):
         D.kl_divergence(D.Independent(D.Normal(tg.zeros((2, 2)), 1.0), 1),
                         D.Independent(D.Normal(tg.zeros((2, 2)), 1.0), 2))  # fmt: skip
-    with pytest.raises(TypeError, match="register_kl: expected two Distribution subclasses"):
-        D.register_kl(int, D.Normal)
+    with pytest.raises(TypeError, match="register_kl: expected two classes"):
+        D.register_kl("Normal", D.Normal)
+
+    class Mixin:  # pyro registers KLs on classes that are not Distributions
+        pass
+
+    class Wider(Wide, Mixin):
+        pass
+
+    D.register_kl(Mixin, D.Normal)(lambda p, q: tg.tensor(-2.0))
+    assert float(D.kl_divergence(Wider(0.0, 1.0), q)) == -1.0  # Wide's is nearer in the MRO

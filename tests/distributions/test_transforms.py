@@ -108,7 +108,7 @@ def test_the_cache_scores_a_saturated_tanh_draw():
     assert t.inv(t(x)) is x and t.inv.inv is t
     with pytest.raises(ValueError, match="TanhTransform: cache_size must be 0 or 1"):
         D.TanhTransform(cache_size=2)
-    with pytest.raises(TypeError, match="transforms must be Transforms"):
+    with pytest.raises(ValueError, match="transforms must be a Transform or a list"):
         D.TransformedDistribution(d.base_dist, [np.tanh])
     assert not d.sample().requires_grad and d.has_rsample
 

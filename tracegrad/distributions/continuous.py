@@ -1,5 +1,5 @@
-"""The univariate continuous families: `Normal`, `LogNormal`, `Uniform`, `Laplace`,
-`Exponential`, `Cauchy` (PyTorch's formulas; each draw is reparameterized: `rsample` is the
+"""The univariate continuous families: `Normal`, `Uniform`, `Laplace`, `Exponential`,
+`Cauchy` (PyTorch's formulas; each draw is reparameterized: `rsample` is the
 parameters' differentiable function of standard draws from tracegrad's random state)."""
 
 from __future__ import annotations
@@ -70,45 +70,9 @@ class Normal(ExponentialFamily):
         value = self._value(value, "cdf")
         return (P.erf((value - self.loc) / self.scale * (1 / math.sqrt(2))) + 1.0) * 0.5
 
-
-class LogNormal(Distribution):
-    """exp(X) for X ~ Normal(loc, scale)."""
-
-    arg_constraints = {"loc": constraints.real, "scale": constraints.positive}
-    support = constraints.positive
-    has_rsample = True
-
-    def __init__(self, loc: Any, scale: Any, validate_args: bool | None = None) -> None:
-        self.base_dist = Normal(loc, scale, validate_args=validate_args)
-        self.loc, self.scale = self.base_dist.loc, self.base_dist.scale
-        super().__init__(self.loc.shape, (), validate_args)
-
-    @property
-    def mean(self) -> Tensor:
-        return P.exp(self.loc + self.scale * self.scale * 0.5)
-
-    @property
-    def mode(self) -> Tensor:
-        return P.exp(self.loc - self.scale * self.scale)
-
-    @property
-    def variance(self) -> Tensor:
-        s2 = self.scale * self.scale
-        return P.expm1(s2) * P.exp(self.loc * 2.0 + s2)
-
-    def rsample(self, sample_shape: Any = ()) -> Tensor:
-        return P.exp(self.base_dist.rsample(sample_shape))
-
-    def log_prob(self, value: Any) -> Tensor:
-        value = self._value(value)
-        log_value = P.log(value)
-        return self.base_dist.log_prob(log_value) - log_value
-
-    def entropy(self) -> Tensor:
-        return self.base_dist.entropy() + self.loc
-
-    def cdf(self, value: Any) -> Tensor:
-        return self.base_dist.cdf(P.log(self._value(value, "cdf")))
+    def icdf(self, value: Any) -> Tensor:
+        u = float_tensor(value, self.loc.dtype)
+        return self.loc + self.scale * P.erfinv(u * 2.0 - 1.0) * math.sqrt(2)
 
 
 class Uniform(Distribution):
@@ -306,4 +270,4 @@ class Cauchy(Distribution):
         return P.log(self.scale) + math.log(4 * math.pi)
 
 
-__all__ = ["Cauchy", "Exponential", "Laplace", "LogNormal", "Normal", "Uniform"]
+__all__ = ["Cauchy", "Exponential", "Laplace", "Normal", "Uniform"]

@@ -234,7 +234,7 @@ class OneHotCategorical(Distribution):
         return (reshape(index, (*index.shape, 1)) == classes).astype(self.probs.dtype)
 
     def expand(self, batch_shape: Any, _instance: Any = None) -> Distribution:
-        out = OneHotCategorical.__new__(OneHotCategorical)
+        out = self._get_checked_instance(OneHotCategorical, _instance)
         out._categorical = self._categorical.expand(batch_shape)
         Distribution.__init__(out, shape_of(batch_shape), self._event_shape, False)
         return out
@@ -259,4 +259,19 @@ class OneHotCategorical(Distribution):
         return f"OneHotCategorical({self._categorical!r})"
 
 
-__all__ = ["Bernoulli", "Categorical", "OneHotCategorical"]
+class OneHotCategoricalStraightThrough(OneHotCategorical):
+    """A `OneHotCategorical` whose `rsample` is the straight-through estimator (Bengio et al.,
+    2013): the one-hot draw's value, the probabilities' gradient."""
+
+    has_rsample = True
+
+    def expand(self, batch_shape: Any, _instance: Any = None) -> Distribution:
+        new = self._get_checked_instance(OneHotCategoricalStraightThrough, _instance)
+        return super().expand(batch_shape, _instance=new)
+
+    def rsample(self, sample_shape: Any = ()) -> Tensor:
+        probs = self._categorical.probs
+        return self.sample(sample_shape) + (probs - probs.detach())
+
+
+__all__ = ["Bernoulli", "Categorical", "OneHotCategorical", "OneHotCategoricalStraightThrough"]

@@ -9,6 +9,7 @@ draws."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -18,6 +19,7 @@ import numpy as np
 from tracegrad.core import primitives as P
 from tracegrad.core.errors import ShapeError
 from tracegrad.distributions import constraints
+from tracegrad.distributions.utils import lazy_property
 from tracegrad.frontend.autodiff import no_grad
 from tracegrad.frontend.functions import astype, broadcast_to
 from tracegrad.frontend.reductions import softmax, sum
@@ -123,7 +125,7 @@ class Distribution:
 
     def _check_parameters(self) -> None:
         for name, constraint in self.arg_constraints.items():
-            value = self.__dict__.get(name)  # a lazily computed parameter is not checked
+            value = self._parameter(name)
             if constraints.is_dependent(constraint) or not isinstance(value, Tensor):
                 continue
             if value.is_symbolic:
@@ -148,16 +150,45 @@ class Distribution:
 
     def expand(self, batch_shape: Sequence[int], _instance: Any = None) -> Distribution:
         """The distribution with its parameters broadcast to `batch_shape` (the parameters it
-        was made from, each keeping its event dimensions)."""
+        was made from, each keeping its event dimensions). A subclass's `expand` passes the
+        bare instance to fill as `_instance` (PyTorch's protocol, which pyro's classes use)."""
         batch_shape, cut = shape_of(batch_shape), len(self._batch_shape)
         params = {name: broadcast_to(value, batch_shape + value.shape[cut:])
                   for name, value in self._parameters().items()}  # fmt: skip
-        return type(self)(**params, validate_args=False)
+        cls = _constructor(type(self))
+        new = self._get_checked_instance(cls, _instance)
+        cls.__init__(new, **params, validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    def _get_checked_instance(self, cls: type, _instance: Any = None) -> Any:
+        """`_instance`, or a bare instance of type(self) for `expand` to fill: refused for a
+        subclass of `cls` with its own __init__ (its expand must be its own), as PyTorch's."""
+        if _instance is None and type(self).__init__ != cls.__init__:
+            raise NotImplementedError(
+                f"Subclass {type(self).__name__} of {cls.__name__} that defines a custom "
+                "__init__ method must also define a custom .expand() method."
+            )
+        return self.__new__(type(self)) if _instance is None else _instance
+
+    def _validate_sample(self, value: Any) -> None:
+        """PyTorch's check of a value's shape and support (raises when it fails)."""
+        self._value(value)
 
     def _parameters(self) -> dict[str, Tensor]:
         """The parameters it was made from, by the constructor's keywords."""
         return {name: value for name in self.arg_constraints
-                if isinstance(value := self.__dict__.get(name), Tensor)}  # fmt: skip
+                if isinstance(value := self._parameter(name), Tensor)}  # fmt: skip
+
+    def _parameter(self, name: str) -> Any:
+        """The parameter `name`: stored, or a property (LogNormal's loc is its base's); None
+        when it would be computed lazily from another (probs from logits)."""
+        if name in self.__dict__:
+            return self.__dict__[name]
+        lazy = (functools.cached_property, lazy_property)
+        if isinstance(getattr(type(self), name, None), lazy):
+            return None
+        return getattr(self, name, None)
 
     def sample(self, sample_shape: Any = ()) -> Tensor:
         with no_grad():
@@ -239,6 +270,12 @@ class Distribution:
         return f"{type(self).__name__}({args})"
 
 
+def _constructor(cls: type) -> type:
+    """The nearest of tracegrad's classes in cls's bases: the one whose __init__ takes the
+    parameters `_parameters` names (cls may be a user's subclass, with its own __init__)."""
+    return next(c for c in cls.__mro__ if c.__module__.startswith("tracegrad.distributions."))
+
+
 class ExponentialFamily(Distribution):
     """PyTorch's base of the exponential families (a marker here: entropies are each family's
     own closed form)."""
@@ -294,7 +331,10 @@ class Independent(Distribution):
     def expand(self, batch_shape: Sequence[int], _instance: Any = None) -> Distribution:
         event = self._event_shape[: self.reinterpreted_batch_ndims]
         base = self.base_dist.expand(shape_of(batch_shape) + event)
-        return Independent(base, self.reinterpreted_batch_ndims, validate_args=False)
+        new = self._get_checked_instance(Independent, _instance)
+        Independent.__init__(new, base, self.reinterpreted_batch_ndims, validate_args=False)
+        new._validate_args = self._validate_args
+        return new
 
     def sample(self, sample_shape: Any = ()) -> Tensor:
         return self.base_dist.sample(sample_shape)

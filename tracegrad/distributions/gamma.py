@@ -3,7 +3,8 @@ normalized), PyTorch's formulas. Draws come from tracegrad's random state (count
 traced steps draw them too) by Marsaglia and Tsang's method, vectorized: each value takes the
 first accepted of CANDIDATES proposals (each accepted with probability 0.95 or more).
 
-`rsample` is reparameterized in the rates, not in the concentrations: PyTorch differentiates
+`Chi2` is Gamma(df / 2, 1 / 2). `rsample` is reparameterized in the rates, not in the
+concentrations: PyTorch differentiates
 a draw in its concentration implicitly (through the incomplete gamma function's derivative),
 which is not provided; a draw whose concentration requires grad is refused, not silently
 given a zero gradient."""
@@ -52,11 +53,13 @@ def standard_gamma(concentration: Tensor, shape: tuple[int, ...] | None = None) 
         return P.where(alpha < 1, x * boost, x)
 
 
-def _refuse_concentration_grad(name: str, *concentrations: Tensor) -> None:
+def refuse_concentration_grad(name: str, *concentrations: Tensor,
+                              what: str = "the concentration") -> None:  # fmt: skip
+    """Raise rather than give a draw a silently wrong (zero) gradient in `what`."""
     if is_grad_enabled() and any(c.requires_grad for c in concentrations):
         raise NotImplementedError(
-            f"{name}.rsample: the draw's gradient in the concentration (PyTorch's implicit "
-            "reparameterization) is not provided; detach the concentration, or use sample()"
+            f"{name}.rsample: the draw's gradient in {what} (PyTorch's implicit "
+            f"reparameterization of gamma draws) is not provided; detach {what}, or use sample()"
         )
 
 
@@ -86,7 +89,7 @@ class Gamma(ExponentialFamily):
         return self.concentration / (self.rate * self.rate)
 
     def rsample(self, sample_shape: Any = ()) -> Tensor:
-        _refuse_concentration_grad("Gamma", self.concentration)
+        refuse_concentration_grad("Gamma", self.concentration)
         x = standard_gamma(self.concentration, self._extended_shape(sample_shape))
         return P.maximum(x / self.rate, _tiny(x))  # PyTorch's clamp away from 0
 
@@ -102,6 +105,26 @@ class Gamma(ExponentialFamily):
     def cdf(self, value: Any) -> Tensor:
         raise NotImplementedError("Gamma.cdf (the regularized incomplete gamma function) is not "
                                   "provided")  # fmt: skip
+
+
+class Chi2(Gamma):
+    """The chi-squared distribution of `df` degrees of freedom: Gamma(df / 2, 1 / 2)."""
+
+    arg_constraints = {"df": constraints.positive}
+
+    def __init__(self, df: Any, validate_args: bool | None = None) -> None:
+        (df,) = broadcast_all("Chi2", df=df)
+        super().__init__(df * 0.5, 0.5, validate_args=validate_args)
+
+    def expand(self, batch_shape: Any, _instance: Any = None) -> Any:
+        new = self._get_checked_instance(Chi2, _instance)
+        Chi2.__init__(new, broadcast_to(self.df, tuple(batch_shape)), validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    @property
+    def df(self) -> Tensor:
+        return self.concentration * 2.0
 
 
 def _tiny(x: Tensor) -> float:
@@ -138,7 +161,7 @@ class Beta(ExponentialFamily):
         return self.concentration1 * self.concentration0 / (total * total * (total + 1.0))
 
     def rsample(self, sample_shape: Any = ()) -> Tensor:
-        _refuse_concentration_grad("Beta", self.concentration1, self.concentration0)
+        refuse_concentration_grad("Beta", self.concentration1, self.concentration0)
         shape = self._extended_shape(sample_shape)
         x, y = (
             standard_gamma(self.concentration1, shape),
@@ -191,7 +214,7 @@ class Dirichlet(ExponentialFamily):
         return self.concentration * (total - self.concentration) / (total * total * (total + 1))
 
     def rsample(self, sample_shape: Any = ()) -> Tensor:
-        _refuse_concentration_grad("Dirichlet", self.concentration)
+        refuse_concentration_grad("Dirichlet", self.concentration)
         x = standard_gamma(self.concentration, self._extended_shape(sample_shape))
         x = P.maximum(x, _tiny(x))
         return x / sum(x, -1, keepdim=True)

@@ -117,8 +117,10 @@ class MultivariateNormal(Distribution):
     def expand(self, batch_shape: Any, _instance: Any = None) -> Distribution:
         batch, n = shape_of(batch_shape), self._event_shape[0]
         matrix = broadcast_to(self.__dict__[self._given], (*batch, n, n))
-        return MultivariateNormal(broadcast_to(self.loc, (*batch, n)), **{self._given: matrix},
-                                  validate_args=False)  # fmt: skip
+        new = self._get_checked_instance(MultivariateNormal, _instance)
+        MultivariateNormal.__init__(new, broadcast_to(self.loc, (*batch, n)),
+                                    **{self._given: matrix}, validate_args=False)  # fmt: skip
+        return new
 
     @functools.cached_property
     def scale_tril(self) -> Tensor:

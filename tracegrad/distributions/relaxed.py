@@ -44,7 +44,9 @@ class RelaxedOneHotCategorical(Distribution):
     def expand(self, batch_shape: Any, _instance: Any = None) -> Distribution:
         k = self._event_shape[0]
         logits = broadcast_to(self.logits, shape_of(batch_shape) + (k,))
-        return RelaxedOneHotCategorical(self.temperature, logits=logits, validate_args=False)
+        new = self._get_checked_instance(RelaxedOneHotCategorical, _instance)
+        RelaxedOneHotCategorical.__init__(new, self.temperature, logits=logits, validate_args=False)
+        return new
 
     def _log_rsample(self, sample_shape: Any) -> Tensor:
         """log of a draw: (logits + Gumbel) / temperature, normalized."""
@@ -86,7 +88,9 @@ class RelaxedBernoulli(Distribution):
 
     def expand(self, batch_shape: Any, _instance: Any = None) -> Distribution:
         logits = broadcast_to(self.logits, shape_of(batch_shape))
-        return RelaxedBernoulli(self.temperature, logits=logits, validate_args=False)
+        new = self._get_checked_instance(RelaxedBernoulli, _instance)
+        RelaxedBernoulli.__init__(new, self.temperature, logits=logits, validate_args=False)
+        return new
 
     def rsample(self, sample_shape: Any = ()) -> Tensor:
         logits = self.logits

@@ -1,8 +1,8 @@
-"""`torch.distributions.one_hot_categorical`: OneHotCategorical."""
+"""`torch.distributions.one_hot_categorical`: the one-hot categoricals."""
 
 from typing import Any
 
-from tracegrad.distributions import OneHotCategorical  # noqa: F401
+from tracegrad.distributions import OneHotCategorical, OneHotCategoricalStraightThrough  # noqa: F401
 from tracegrad.torch._support import not_provided as _not_provided
 
 

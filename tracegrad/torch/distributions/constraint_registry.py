@@ -1,0 +1,11 @@
+"""`torch.distributions.constraint_registry`: biject_to, transform_to and their class."""
+
+from typing import Any
+
+from tracegrad.distributions.constraint_registry import *  # noqa: F403
+from tracegrad.distributions.constraint_registry import __all__  # noqa: F401
+from tracegrad.torch._support import not_provided as _not_provided
+
+
+def __getattr__(name: str) -> Any:
+    raise _not_provided(__name__, name)
