@@ -262,3 +262,10 @@ def test_torch_is_named_torch_while_it_is_torch():
 
         assert linalg is torch.linalg
     assert torch.__name__ == "tracegrad.torch"
+
+
+def test_names_pyro_imports():
+    """pyro's param store annotates `load` with `torch.serialization.MAP_LOCATION`."""
+    with torch.imported_as_torch():
+        from torch.serialization import FILE_LIKE, MAP_LOCATION
+    assert isinstance("cpu", MAP_LOCATION.__args__[1]) and isinstance("f.pt", FILE_LIKE.__args__[0])

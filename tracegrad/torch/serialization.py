@@ -5,15 +5,20 @@ allow-list of classes that loading a checkpoint may rebuild (timm's hold its tra
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from typing import Any
+import os
+from collections.abc import Callable, Iterator
+from typing import IO, Any
 
 from tracegrad.frontend.serialization import load, save
 from tracegrad.frontend.torch_checkpoint import SAFE_GLOBALS
 from tracegrad.torch._support import not_provided as _not_provided
 
-__all__ = ["add_safe_globals", "clear_safe_globals", "get_safe_globals", "load", "safe_globals",
-           "save"]  # fmt: skip
+# PyTorch's annotations of `load`'s arguments (pyro annotates with them)
+FILE_LIKE = str | os.PathLike | IO[bytes]
+MAP_LOCATION = Callable[[Any, str], Any] | str | dict[str, str] | None
+
+__all__ = ["FILE_LIKE", "MAP_LOCATION", "add_safe_globals", "clear_safe_globals",
+           "get_safe_globals", "load", "safe_globals", "save"]  # fmt: skip
 
 
 def add_safe_globals(safe_globals: list[Any]) -> None:
