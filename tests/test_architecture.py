@@ -274,7 +274,8 @@ PRIVATE_ELSEWHERE: set[tuple[str, str]] = {
     ("tracegrad.torch.nn.modules", f"tracegrad.nn.{name}")
     for name in ("layers._BatchNorm", "layers._ConvNd", "layers._ConvTransposeNd",
                  "layers._InstanceNorm", "losses._Loss", "losses._WeightedLoss")
-} | {("tracegrad.torch.nn.init", "tracegrad.nn.init._calculate_fan_in_and_fan_out")} | {
+} | {("tracegrad.torch.nn.init", f"tracegrad.nn.init._calculate_{name}")
+     for name in ("fan_in_and_fan_out", "correct_fan")} | {
     ("tracegrad.torch.utils.data.dataloader", f"tracegrad.utils.data.{name}")
     for name in ("_BaseDataLoaderIter", "_SingleProcessDataLoaderIter",
                  "_MultiProcessingDataLoaderIter")

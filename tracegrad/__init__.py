@@ -53,9 +53,11 @@ from tracegrad.frontend.linalg import (
     lu_unpack,
     matrix_exp,
     matrix_power,
+    pca_lowrank,
     pinverse,
     renorm,
     slogdet,
+    svd_lowrank,
     triangular_solve,
 )
 from tracegrad.frontend.linalg import cholesky_top as cholesky

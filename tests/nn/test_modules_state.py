@@ -252,3 +252,31 @@ def test_a_module_dict_without_modules_calls_no_update():
 
     assert len(Collection()) == 0
     assert list(nn.ModuleDict([("a", nn.ReLU())])) == ["a"]
+
+
+def test_writing_a_registry_entry_is_what_the_module_reads(tmp_path):
+    """accelerate's loader (diffusers' from_pretrained) writes `module._parameters[name]`: the
+    module kept computing with its old weight, silently, while state_dict showed the new."""
+    import copy
+
+    import tracegrad.torch as torch
+
+    lin = nn.Linear(2, 2, bias=False)
+    lin._parameters["weight"] = nn.Parameter(tg.ones(2, 2))
+    assert lin.weight is lin._parameters["weight"]
+    assert lin(tg.ones(1, 2)).tolist() == [[2.0, 2.0]]
+    bn = nn.BatchNorm1d(2).eval()
+    bn._buffers["running_mean"] = tg.full((2,), 5.0)
+    np.testing.assert_allclose(bn(tg.zeros(1, 2)).numpy(), [[-5.0, -5.0]], rtol=1e-4)
+    del lin._parameters["weight"]
+    assert not hasattr(lin, "weight")
+    lin._parameters.update(weight=nn.Parameter(tg.zeros(2, 2)))
+    assert lin.weight.tolist() == [[0.0, 0.0], [0.0, 0.0]]
+    twin = copy.deepcopy(lin)  # a copy's registries are its own
+    twin._parameters["weight"] = nn.Parameter(tg.ones(2, 2))
+    assert twin.weight.tolist()[0] == [1.0, 1.0] and lin.weight.tolist()[0] == [0.0, 0.0]
+    tg.save(lin, tmp_path / "lin.pt")  # pickled whole: the registries as plain dicts
+    with torch.serialization.safe_globals([nn.Linear]):
+        back = tg.load(tmp_path / "lin.pt")
+    back._parameters["weight"] = nn.Parameter(tg.ones(2, 2))
+    assert back(tg.ones(1, 2)).tolist() == [[2.0, 2.0]]

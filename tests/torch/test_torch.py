@@ -848,3 +848,30 @@ def test_run_answers_for_torchs_metadata_and_only_while_it_runs(tmp_path):
                               "print(md.version('torch'))"], capture_output=True, text=True,
                              env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})  # fmt: skip
     assert "PackageNotFoundError" in outside.stderr or outside.stdout.strip() != "2.13.0+tracegrad"
+
+
+RACING_IMPORTS = """
+import sys, threading, types, time
+sys.setswitchinterval(1e-6)
+
+
+def churn():  # another thread importing as the script ends (tqdm's monitor, a hub thread)
+    i = 0
+    while True:
+        sys.modules[f"_churn_{i % 1000}"] = types.ModuleType("x")
+        sys.modules.pop(f"_churn_{(i + 500) % 1000}", None)
+        i += 1
+
+
+threading.Thread(target=churn, daemon=True).start()
+import torch
+time.sleep(0.2)
+print("done")
+"""
+
+
+def test_run_ends_cleanly_while_another_thread_imports(tmp_path):
+    """Putting the import system back iterated sys.modules while a thread changed it: the run
+    failed after the script had finished (RuntimeError: dictionary changed size)."""
+    done = run_script(tmp_path, RACING_IMPORTS)
+    assert done.returncode == 0 and done.stdout.strip() == "done", done.stderr

@@ -112,3 +112,43 @@ def test_a_torch_function_mode_runs_its_block_as_it_would_without_it():
     with Counting():
         layer = torch.nn.Linear(3, 2)
     assert calls == [] and layer.weight.shape == (2, 3) and layer.weight.abs().sum().item() > 0
+
+
+def test_what_hugging_faces_libraries_read():
+    """diffusers, peft and accelerate: the device module, a generator's device object, the
+    low-rank SVD, kaiming's fan, the distributed names in annotations, submodules as
+    attributes."""
+    assert torch.get_device_module("cpu") is torch.cpu is torch.get_device_module()
+    assert torch.get_device_module(torch.device("cuda")) is torch.cuda
+    assert torch.cpu.is_available() and torch.cpu.device_count() == 1
+    torch.cpu.synchronize()
+    assert (
+        torch.Generator().device == torch.device("cpu") and torch.Generator().device.type == "cpu"
+    )
+    a = torch.randn(9, 6, dtype=torch.float64)
+    u, s, v = torch.svd_lowrank(a, q=3)
+    assert u.shape == (9, 3) and s.shape == (3,) and v.shape == (6, 3)
+    np.testing.assert_allclose(s.numpy(), np.linalg.svd(a.numpy(), compute_uv=False)[:3])
+    np.testing.assert_allclose((u * s) @ v.T.numpy(), _best_rank(a.numpy(), 3), atol=1e-12)
+    _, s, _ = torch.pca_lowrank(a)
+    centered = a.numpy() - a.numpy().mean(0)
+    np.testing.assert_allclose(s.numpy(), np.linalg.svd(centered, compute_uv=False)[:6])
+    w = torch.empty(4, 3, 2)
+    assert torch.nn.init._calculate_correct_fan(w, "fan_in") == 6
+    assert torch.nn.init._calculate_correct_fan(w, "fan_out") == 8
+    with pytest.raises(NotImplementedError, match="no process groups"):
+        torch.distributed.device_mesh.DeviceMesh("cpu", [0])
+    assert isinstance(torch._dynamo.eval_frame.OptimizedModule, type) and torch._inductor
+
+
+def _best_rank(x, q):
+    u, s, vh = np.linalg.svd(x, full_matrices=False)
+    return (u[:, :q] * s[:q]) @ vh[:q]
+
+
+def test_a_module_dict_updates_from_another():
+    """peft's get_peft_model: `ModuleDict.update(other ModuleDict)` took the keys as pairs."""
+    first = torch.nn.ModuleDict({"a": torch.nn.ReLU()})
+    second = torch.nn.ModuleDict({"b": torch.nn.Tanh()})
+    first.update(second)
+    assert list(first) == ["a", "b"] and first["b"] is second["b"]

@@ -198,6 +198,25 @@ def svd_top(input: Any, some: bool = True, compute_uv: bool = True) -> SVDTopRes
     return SVDTopResult(u, s, matrix_transpose(vh))
 
 
+def svd_lowrank(A: Any, q: int | None = 6, niter: int = 2, M: Any = None) -> SVDTopResult:
+    """PyTorch's `svd_lowrank`: (U, S, V), the `q` largest singular values of A (or A - M) and
+    their vectors. Exact here; PyTorch's is randomized (`niter` power iterations), an
+    approximation of these."""
+    a = as_tensor(A) if M is None else as_tensor(A) - as_tensor(M)
+    q = min(a.shape[-2:]) if q is None else q
+    u, s, v = svd_top(a)
+    return SVDTopResult(u[..., :q], s[..., :q], v[..., :q])
+
+
+def pca_lowrank(A: Any, q: int | None = None, center: bool = True,
+                niter: int = 2) -> SVDTopResult:  # fmt: skip
+    """PyTorch's `pca_lowrank`: `svd_lowrank` of A with its columns' means taken away
+    (`center`); q min(6, m, n) if not given."""
+    a = as_tensor(A)
+    q = min(6, *a.shape[-2:]) if q is None else q
+    return svd_lowrank(a - a.mean(dim=-2, keepdim=True) if center else a, q)
+
+
 def multi_dot(tensors: Any) -> Tensor:
     """The product of a chain of matrices (the first may be a vector, as may the last), left to
     right."""

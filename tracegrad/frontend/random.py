@@ -17,7 +17,7 @@ import numpy as np
 
 from tracegrad.core import primitives as P
 from tracegrad.frontend.autodiff import no_grad
-from tracegrad.frontend.device import require_cpu
+from tracegrad.frontend.device import CPU, require_cpu
 from tracegrad.frontend.tensor import Tensor
 
 _STEP = np.array([0, 1], np.uint64)
@@ -81,7 +81,7 @@ class Generator:
 
     def __init__(self, device: Any = "cpu", *, state: Tensor | None = None) -> None:
         require_cpu(device, "Generator")
-        self.device = "cpu"
+        self.device = CPU  # PyTorch's device object (diffusers reads `generator.device.type`)
         self.random_state = new_state(self.DEFAULT_SEED) if state is None else state
         self._seed_host(self.DEFAULT_SEED)
 

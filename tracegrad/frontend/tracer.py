@@ -732,7 +732,7 @@ class Tracer:
             self.list_lengths.update((id(v), len(v)) for v in attrs.values()
                                      if isinstance(v, list))  # fmt: skip
             for v in attrs.values():
-                if type(v) is dict:
+                if isinstance(v, dict):  # a module's registries too (dict subclasses)
                     self.dicts_before.setdefault(id(v), (v, Snapshot(v)))
 
     def process(self, prim: Any, inputs: list[Tensor], params: dict, shape: tuple, dtype: Any):

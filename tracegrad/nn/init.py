@@ -68,6 +68,13 @@ def _fans(tensor: Tensor) -> tuple[int, int]:
 _calculate_fan_in_and_fan_out = _fans  # PyTorch's private name, which layers' own inits call
 
 
+def _calculate_correct_fan(tensor: Tensor, mode: str) -> int:
+    """The fan kaiming's `mode` names (PyTorch's private name: peft's LoRA init calls it)."""
+    if mode not in ("fan_in", "fan_out"):
+        raise ValueError(f"kaiming init: mode must be 'fan_in' or 'fan_out', not {mode!r}")
+    return _fans(tensor)[mode == "fan_out"]
+
+
 def _fill(tensor: Tensor, data: np.ndarray) -> Tensor:
     with no_grad():
         tensor._assign(Tensor._of(np.asarray(data, tensor.dtype)))
@@ -193,10 +200,7 @@ def xavier_normal_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor:
 
 
 def _kaiming_std(tensor: Tensor, a: float, mode: str, nonlinearity: str) -> float:
-    if mode not in ("fan_in", "fan_out"):
-        raise ValueError(f"kaiming init: mode must be 'fan_in' or 'fan_out', not {mode!r}")
-    fan = _fans(tensor)[mode == "fan_out"]
-    return calculate_gain(nonlinearity, a) / math.sqrt(fan)
+    return calculate_gain(nonlinearity, a) / math.sqrt(_calculate_correct_fan(tensor, mode))
 
 
 def kaiming_uniform_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in",

@@ -777,7 +777,7 @@ class _DictOf(Module):
             self.update(values)  # MetricCollection) is not called for nothing
 
     def update(self, values: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> None:
-        for k, v in values.items() if isinstance(values, Mapping) else values:
+        for k, v in values.items() if isinstance(values, Mapping | _DictOf) else values:
             self[k] = v
 
     def __setitem__(self, key: str, value: Any) -> None:

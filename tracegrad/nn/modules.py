@@ -241,6 +241,63 @@ def _config_entries(value: Any) -> dict:
 MODULE_COMPILER: list[Callable[..., Callable[[tuple, dict], Any]]] = []
 
 
+class _Registry(dict):
+    """A module's parameters (buffers, submodules) by name. Each is also the module's attribute
+    of that name, read at attribute speed (`Module._keep`), so writing here is what `module.name`
+    reads next, as in PyTorch (accelerate's loader writes `module._parameters[name]`)."""
+
+    __slots__ = ("owner",)
+
+    def __init__(self, owner: Module, entries: Any = ()) -> None:
+        super().__init__(entries)
+        self.owner = owner
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        super().__setitem__(name, value)
+        self.owner._keep(name, value)
+
+    def __delitem__(self, name: str) -> None:
+        self._forget(name)
+        super().__delitem__(name)
+
+    def pop(self, name: str, *default: Any) -> Any:
+        self._forget(name)
+        return super().pop(name, *default)
+
+    def popitem(self) -> tuple[str, Any]:
+        if not self:
+            raise KeyError("popitem(): dictionary is empty")
+        name = next(reversed(self))
+        return name, self.pop(name)
+
+    def clear(self) -> None:
+        for name in list(self):
+            self._forget(name)
+        super().clear()
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for name, value in dict(*args, **kwargs).items():
+            self[name] = value
+
+    def setdefault(self, name: str, default: Any = None) -> Any:
+        if name not in self:
+            self[name] = default
+        return self[name]
+
+    def __ior__(self, other: Any) -> _Registry:
+        self.update(other)
+        return self
+
+    def _forget(self, name: str) -> None:
+        """The attribute goes with the entry (if it still is the entry)."""
+        attrs = self.owner.__dict__
+        if name in self and name in attrs and attrs[name] is dict.__getitem__(self, name):
+            del attrs[name]
+
+
+_REGISTRIES = ("_parameters", "_buffers", "_modules")
+
+
 def _loads_itself(module: Module) -> bool:
     """Its class overrides PyTorch's per-module load (`_load_from_state_dict`)."""
     return type(module)._load_from_state_dict is not Module._load_from_state_dict
@@ -265,9 +322,8 @@ class Module:
             cls.__init__ = _with_factory_keywords(init)
 
     def __init__(self) -> None:
-        object.__setattr__(self, "_parameters", {})
-        object.__setattr__(self, "_modules", {})
-        object.__setattr__(self, "_buffers", {})
+        for registry in _REGISTRIES:
+            object.__setattr__(self, registry, _Registry(self))
         object.__setattr__(self, "_non_persistent_buffers_set", set())
         object.__setattr__(self, "training", True)
 
@@ -303,8 +359,6 @@ class Module:
             self._parameters[name] = value
         else:
             object.__setattr__(self, name, value)
-            return
-        self._keep(name, value)
 
     def _keep(self, name: str, value: Any) -> None:
         """A registered parameter, buffer or submodule is also a plain attribute (read at
@@ -315,6 +369,19 @@ class Module:
             object.__setattr__(self, name, value)
         else:
             self.__dict__.pop(name, None)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The attributes, registries as plain dicts (a checkpoint of a whole module names no
+        class of tracegrad's internals)."""
+        state = dict(self.__dict__)
+        state.update((r, dict(state[r])) for r in _REGISTRIES if isinstance(state.get(r), dict))
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        for r in _REGISTRIES:
+            if isinstance(state.get(r), dict):
+                object.__setattr__(self, r, _Registry(self, state[r]))
 
     def __getattr__(self, name: str) -> Any:
         """For names not found as attributes: what was registered (tracegrad keeps it as an
@@ -328,9 +395,10 @@ class Module:
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
     def __delattr__(self, name: str) -> None:
-        registered = [r.pop(name, None) is not None or name in r
-                      for r in (self._parameters, self._modules, self._buffers)]  # fmt: skip
-        if name in self.__dict__ or not any(registered):
+        registered = [r for r in (self._parameters, self._modules, self._buffers) if name in r]
+        for registry in registered:
+            del registry[name]  # the attribute goes with it
+        if name in self.__dict__ or not registered:
             object.__delattr__(self, name)
 
     def register_parameter(self, name: str, param: Parameter | None) -> None:
@@ -354,7 +422,6 @@ class Module:
         self._buffers[name] = tensor
         if not persistent:
             self._non_persistent_buffers_set.add(name)
-        self._keep(name, tensor)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
@@ -493,7 +560,7 @@ class Module:
         if hasattr(self, name) and name not in self._modules:
             raise KeyError(f"attribute '{name}' already exists")
         self._modules[name] = module  # not through __setattr__, as PyTorch's (PyroModule's
-        self._keep(name, module)  # __setattr__ calls add_module)
+        # __setattr__ calls add_module)
 
     register_module = add_module
 
@@ -590,15 +657,6 @@ class Module:
 
     def buffers(self, recurse: bool = True) -> Iterator[Tensor]:
         return (b for _, b in self.named_buffers(recurse=recurse))
-
-    def _state(self) -> dict[str, Tensor]:
-        """Parameters and persistent buffers under every name that reaches them (a tied weight
-        is listed under each, as PyTorch lists it), each module's parameters first."""
-        state = {}
-        for path, module in self.named_modules(remove_duplicate=False):
-            path = f"{path}." if path else ""
-            state.update((path + name, t) for name, t in module._own_state().items())
-        return state
 
     # --- state -----------------------------------------------------------------------------
     def state_dict(self, *args: Any, destination: dict[str, Any] | None = None,

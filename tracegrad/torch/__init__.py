@@ -248,7 +248,9 @@ from tracegrad.torch import (  # noqa: E402 (the submodules read the names above
     __future__,
     _aten,
     _custom_ops,
+    _dynamo,
     _foreach,
+    _inductor,
     _subclasses,
     accelerator,
     amp,
@@ -256,6 +258,7 @@ from tracegrad.torch import (  # noqa: E402 (the submodules read the names above
     autograd,
     backends,
     compiler,
+    cpu,
     cuda,
     distributed,
     distributions,
@@ -295,6 +298,17 @@ globals().update(_foreach.FUNCTIONS)  # torch._foreach_mul_(tensors, 0.5), ...
 globals().update(_aten.IN_PLACE_FUNCTIONS)  # torch.relu_(x), torch.zero_(x), ...
 newaxis = None
 ScriptModule = jit.ScriptModule
+
+
+def get_device_module(device: Any = None) -> Any:  # noqa: F811 (PyTorch's argument name)
+    """The module of a device type's functions (`torch.cpu`, `torch.cuda`), as code asks for it
+    to call the same ones on any device."""
+    kind = "cpu" if device is None else getattr(device, "type", str(device).split(":")[0])
+    if kind not in ("cpu", "cuda"):
+        raise RuntimeError(f"torch.get_device_module: unknown device type {kind!r}")
+    return cpu if kind == "cpu" else cuda
+
+
 PyTorchFileReader = _C.PyTorchFileReader
 vmap = func.vmap
 is_anomaly_enabled = autograd.is_anomaly_enabled

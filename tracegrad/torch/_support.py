@@ -130,7 +130,8 @@ def imported_as_torch() -> Iterator[None]:
     import DataLoader`, ...) gives tracegrad.torch's modules, even where PyTorch is installed.
     Afterwards the import system is as it was (PyTorch's modules, if they were imported before,
     are back)."""
-    saved = {k: v for k, v in sys.modules.items() if _is_torch(k)}
+    # copies of sys.modules taken in one step: another thread may be importing meanwhile
+    saved = {k: v for k, v in list(sys.modules.items()) if _is_torch(k)}
     for k in saved:
         del sys.modules[k]
     finder = _TorchAlias()
@@ -141,6 +142,6 @@ def imported_as_torch() -> Iterator[None]:
     finally:
         root.__name__ = "tracegrad.torch"
         sys.meta_path.remove(finder)
-        for k in [k for k in sys.modules if _is_torch(k)]:
-            del sys.modules[k]
+        for k in [k for k in list(sys.modules) if _is_torch(k)]:
+            sys.modules.pop(k, None)
         sys.modules.update(saved)

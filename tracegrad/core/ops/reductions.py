@@ -156,7 +156,20 @@ argmax = Primitive(
 )
 
 
-cumsum = Primitive("cumsum", np.cumsum, _cumsum_rule,
+def _accumulated_wide(scan):
+    """`scan` (np.cumsum, np.cumprod) running in float64 over float32 and float16, each result
+    rounded once, as PyTorch's CPU kernels: a float32 running sum drifts (a million 0.1s sum to
+    100958), and noise schedules are cumulative products."""
+
+    def run(x, axis):
+        if x.dtype in (np.float32, np.float16):
+            return scan(x, axis=axis, dtype=np.float64).astype(x.dtype)
+        return scan(x, axis=axis)
+
+    return run
+
+
+cumsum = Primitive("cumsum", _accumulated_wide(np.cumsum), _cumsum_rule,
                    (lambda g, out, x, axis: sum(g, axis=(axis,), keepdims=True)
                     - cumsum(g, axis=axis) + g,), raises=False, complex_grad=True)  # fmt: skip
 
@@ -182,7 +195,8 @@ def _cumprod_vjp(g, out, x, axis):
     return out_grad
 
 
-cumprod = Primitive("cumprod", np.cumprod, _cumsum_rule, (_cumprod_vjp,), "in+out",
+cumprod = Primitive("cumprod", _accumulated_wide(np.cumprod), _cumsum_rule, (_cumprod_vjp,),
+                    "in+out",
                     raises=False)  # fmt: skip
 
 

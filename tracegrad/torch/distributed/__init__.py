@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracegrad.torch._support import needs_process_group
+from tracegrad.torch._support import file_module, needs_process_group
 from tracegrad.torch._support import not_provided as _not_provided
 
 
@@ -48,6 +48,26 @@ class group:  # noqa: N801 (PyTorch's name)
 
 
 GroupMember = group
+
+
+class ProcessGroup:
+    """A group of processes (annotations name it): never made here."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError(
+            "torch.distributed.ProcessGroup: tracegrad has no process groups (its data "
+            "parallelism is tracegrad.distributed)"
+        )
+
+
+class DeviceMesh(ProcessGroup):
+    """PyTorch's mesh of devices over process groups: never made here."""
+
+
+device_mesh = file_module(f"{__name__}.device_mesh", "`torch.distributed.device_mesh`", {
+    "DeviceMesh": DeviceMesh,
+    "init_device_mesh": needs_process_group(f"{__name__}.device_mesh", "init_device_mesh"),
+})  # fmt: skip
 
 
 def __getattr__(name: str) -> Any:

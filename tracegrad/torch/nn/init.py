@@ -3,7 +3,10 @@
 from typing import Any
 
 from tracegrad.nn.init import *  # noqa: F403
-from tracegrad.nn.init import _calculate_fan_in_and_fan_out  # noqa: F401 (PyTorch's private)
+from tracegrad.nn.init import (  # noqa: F401 (PyTorch's private names, which libraries call)
+    _calculate_correct_fan,
+    _calculate_fan_in_and_fan_out,
+)
 from tracegrad.torch._support import not_provided as _not_provided
 
 
