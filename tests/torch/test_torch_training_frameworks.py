@@ -152,3 +152,86 @@ def test_a_module_dict_updates_from_another():
     second = torch.nn.ModuleDict({"b": torch.nn.Tanh()})
     first.update(second)
     assert list(first) == ["a", "b"] and first["b"] is second["b"]
+
+
+def test_a_one_element_index_is_a_view_with_its_address():
+    """safetensors finds a storage's end by `t.view(-1)[-1].data_ptr()` (transformers' tied
+    weights): an element was a copy at another address, so tied weights were saved twice."""
+    x = torch.zeros(4, 3)
+    assert x.view(-1)[-1].data_ptr() - x.data_ptr() == 44
+    assert x[1, 2].data_ptr() - x.data_ptr() == 20
+    element = x[0, 1]
+    x[0, 1] = 7.0
+    assert element.item() == 7.0  # a view, as PyTorch's
+
+
+def test_lambda_lr_saves_no_functions():
+    """transformers' schedules are partials of module functions: the state dict held them, so
+    `weights_only` loading refused it (every resume_from_checkpoint), and a lambda could not
+    be saved at all. As PyTorch's: functions are not saved, callable objects' attributes are."""
+    import functools
+    import io
+
+    def linear(step, total):
+        return 1 - step / total
+
+    class Warmup:
+        def __init__(self):
+            self.steps = 2
+
+        def __call__(self, step):
+            return min(1.0, (step + 1) / self.steps)
+
+    params = [torch.nn.Parameter(torch.zeros(2))]
+    for schedule, saved in ((functools.partial(linear, total=6), {}), (lambda e: 1.0, None),
+                            (Warmup(), {"steps": 2})):  # fmt: skip
+        scheduler = torch.optim.lr_scheduler.LambdaLR(torch.optim.SGD(params, lr=1.0), schedule)
+        scheduler.step()
+        buffer = io.BytesIO()
+        torch.save(scheduler.state_dict(), buffer)
+        buffer.seek(0)
+        state = torch.load(buffer, weights_only=True)
+        assert state["lr_lambdas"] == [saved] and state["last_epoch"] == 1
+    fresh = Warmup()
+    fresh.steps = 9
+    scheduler = torch.optim.lr_scheduler.LambdaLR(torch.optim.SGD(params, lr=1.0), fresh)
+    scheduler.load_state_dict(state)
+    assert fresh.steps == 2 and scheduler.last_epoch == 1
+
+
+def test_random_states_by_pytorchs_names_and_a_foreign_one_refused():
+    state = torch.random.get_rng_state()
+    first = torch.rand(3).tolist()
+    torch.random.set_rng_state(state)
+    assert torch.rand(3).tolist() == first
+    with pytest.raises(ValueError, match="5056 bytes that are not a state tracegrad saved"):
+        torch.set_rng_state(torch.zeros(5056, dtype=torch.uint8))
+
+
+def test_what_pyg_and_transformers_trainer_read_at_import():
+    assert "USE_MKL=OFF" in torch.__config__.show()
+    assert torch._C._disabled_torch_function_impl(torch.add, (), (1, 2)) == 3
+    clone = torch.ops.aten.clone.default
+    assert clone == torch.ops.aten.clone.default and {clone: 1}[torch.ops.aten.clone.default]
+    assert clone(torch.ones(2)).tolist() == [1.0, 1.0]
+    assert torch.ops.aten.add.Tensor(torch.ones(1), torch.ones(1)).item() == 2.0
+    assert torch._tensor_str._tensor_str(torch.tensor([1.5, 2.0]), 0) == "[1.5, 2. ]"
+    assert torch._tensor_str.PRINT_OPTS.threshold == np.get_printoptions()["threshold"]
+    assert not torch.distributed.rpc.is_available()
+    assert not torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    assert torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(False)
+    assert torch.zeros(1).layout != torch.sparse_csr and torch.sparse_csc != torch.strided
+    with pytest.raises(NotImplementedError, match="no process groups"):
+        torch.distributed.tensor.DTensor()
+
+
+def test_a_future_is_set_later_and_chains():
+    future = torch.futures.Future()
+    doubled = future.then(lambda f: f.value() * 2)
+    both = torch.futures.collect_all([future, doubled])
+    assert not future.done() and not both.done()
+    future.set_result(21)
+    assert future.wait() == 21 and doubled.wait() == 42 and both.done()
+    assert torch.futures.wait_all([future, doubled]) == [21, 42]

@@ -112,7 +112,14 @@ class Generator:
         return Tensor._of(np.frombuffer(json.dumps(state).encode(), np.uint8).copy())
 
     def set_state(self, state: Any) -> Generator:
-        saved = json.loads(np.asarray(state, np.uint8).tobytes())
+        try:
+            saved = json.loads(np.asarray(state, np.uint8).tobytes())
+        except ValueError:  # JSON's, or bytes that are no text
+            raise ValueError(
+                f"Generator.set_state: {np.size(state)} bytes that are not a state tracegrad "
+                "saved (PyTorch's generators keep another kind of state: a checkpoint's random "
+                "state from PyTorch does not carry over)"
+            ) from None
         self.manual_seed(saved["seed"])
         self.rng.bit_generator.state = saved["bits"]
         if "counter" in saved:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -219,6 +220,24 @@ class LambdaLR(LRScheduler):
 
     def lr_at(self, epoch: int, base_lr: float, index: int) -> float:
         return base_lr * self.lr_lambdas[index](epoch)
+
+    def state_dict(self) -> dict[str, Any]:
+        """As PyTorch's: a schedule function is not saved (a lambda cannot be, and a loader
+        need not run code), a callable object's attributes are (`__dict__`)."""
+        state = {k: v for k, v in super().state_dict().items() if k != "lr_lambdas"}
+        state["lr_lambdas"] = [
+            None if isinstance(f, types.FunctionType) or not hasattr(f, "__dict__")
+            else dict(vars(f)) for f in self.lr_lambdas
+        ]  # fmt: skip
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        saved = state.pop("lr_lambdas", [])
+        super().load_state_dict(state)
+        for f, attributes in zip(self.lr_lambdas, saved, strict=False):
+            if attributes is not None:
+                vars(f).update(attributes)
 
     def _computed(self, rule: Callable, epoch: Tensor, base: float, index: int) -> Any:
         try:

@@ -107,6 +107,12 @@ class DisableTorchFunction(contextlib.nullcontext):
     pass
 
 
+def _disabled_torch_function_impl(func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+    """A subclass's `__torch_function__` that keeps results plain tensors (PyG's, in a class
+    body): `func` as it is."""
+    return func(*args, **(kwargs or {}))
+
+
 def _get_tracing_state() -> None:
     return None
 

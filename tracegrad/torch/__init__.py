@@ -245,6 +245,7 @@ def compile(  # noqa: A001 (PyTorch's name)
 from tracegrad.frontend.sparse import sparse_coo_tensor  # noqa: E402
 from tracegrad.torch import (  # noqa: E402 (the submodules read the names above)
     _C,
+    __config__,
     __future__,
     _aten,
     _custom_ops,
@@ -252,6 +253,7 @@ from tracegrad.torch import (  # noqa: E402 (the submodules read the names above
     _foreach,
     _inductor,
     _subclasses,
+    _tensor_str,
     accelerator,
     amp,
     ao,
@@ -264,6 +266,7 @@ from tracegrad.torch import (  # noqa: E402 (the submodules read the names above
     distributions,
     fft,
     func,
+    futures,
     fx,
     hub,
     jit,

@@ -16,9 +16,12 @@ from tracegrad.frontend.device import CPU, require_cpu
 from tracegrad.frontend.sparse import layout, sparse_coo, strided
 from tracegrad.frontend.tensor import DEVICE_BLOCKS, Tensor, as_tensor
 from tracegrad.torch._support import dtype, torch_dtype
+from tracegrad.torch.random import get_rng_state, set_rng_state
 
 __all__ = ["are_deterministic_algorithms_enabled", "can_cast", "channels_last",
            "get_autocast_dtype", "is_autocast_enabled", "layout", "sparse_coo", "strided",
+           "is_deterministic_algorithms_warn_only_enabled", "sparse_bsc", "sparse_bsr",
+           "sparse_csc", "sparse_csr",
            "channels_last_3d", "contiguous_format", "get_default_device", "memory_format",
            "preserve_format",
            "get_float32_matmul_precision", "get_rng_state", "is_nonzero", "promote_types",
@@ -75,10 +78,21 @@ def use_deterministic_algorithms(mode: bool, *, warn_only: bool = False) -> None
     """Accepted and remembered: tracegrad's kernels give the same results from the same inputs
     and thread count, run after run (no atomics, no autotuning)."""
     _settings["deterministic"] = bool(mode)
+    _settings["deterministic_warn_only"] = bool(mode) and bool(warn_only)
 
 
 def are_deterministic_algorithms_enabled() -> bool:
     return _settings["deterministic"]
+
+
+def is_deterministic_algorithms_warn_only_enabled() -> bool:
+    return _settings.get("deterministic_warn_only", False)
+
+
+# PyTorch's compressed sparse layouts: no tensor here has one (only COO is provided), so a
+# layout test (`t.layout == torch.sparse_csr`, PyG's) answers False
+sparse_csr, sparse_csc = layout("sparse_csr"), layout("sparse_csc")
+sparse_bsr, sparse_bsc = layout("sparse_bsr"), layout("sparse_bsc")
 
 
 _PROFILES = {
@@ -108,15 +122,6 @@ def is_nonzero(input: Tensor) -> bool:
     if x.size != 1:
         raise RuntimeError(f"is_nonzero: a tensor with {x.size} elements is ambiguous")
     return bool(x)
-
-
-def get_rng_state() -> Tensor:
-    """The default generator's state (what `set_rng_state` restores)."""
-    return _tg.default_generator.get_state()
-
-
-def set_rng_state(new_state: Any) -> None:
-    _tg.default_generator.set_state(new_state)
 
 
 def set_default_device(device: Any) -> None:

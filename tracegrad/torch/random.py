@@ -11,9 +11,27 @@ import tracegrad as _tg
 from tracegrad.frontend.random import Generator
 from tracegrad.torch._support import not_provided as _not_provided
 
-__all__ = ["Generator", "default_generator", "fork_rng", "initial_seed", "manual_seed", "seed"]
+__all__ = [
+    "Generator",
+    "default_generator",
+    "fork_rng",
+    "get_rng_state",
+    "initial_seed",
+    "manual_seed",
+    "seed",
+    "set_rng_state",
+]
 
 default_generator = _tg.default_generator
+
+
+def get_rng_state() -> Any:
+    """The default generator's state (what `set_rng_state` restores)."""
+    return default_generator.get_state()
+
+
+def set_rng_state(new_state: Any) -> None:
+    default_generator.set_state(new_state)
 
 
 def manual_seed(seed: int) -> Generator:

@@ -63,9 +63,14 @@ def _getitem(x, *idx, template):
     """With index arrays the result is a copy, as the graph takes it to be: NumPy takes a 0-d
     integer array for an integer and would return a view (a write into it would reach `x`,
     a constant of the plan, say)."""
-    out = x[shapes.build_index(template, idx)]
+    index = shapes.build_index(template, idx)
+    out = x[index]
     if idx and any(i.ndim == 0 for i in idx) and np.may_share_memory(out, x):
         return np.array(out)
+    if not isinstance(out, np.ndarray):  # one element by integers: NumPy gives a scalar (a
+        # copy), PyTorch a 0-d view (code finds storages' ends by `t.view(-1)[-1].data_ptr()`)
+        index = index if isinstance(index, tuple) else (index,)
+        out = x[(*index, Ellipsis)] if all(i is not Ellipsis for i in index) else np.asarray(out)
     return out
 
 

@@ -64,6 +64,16 @@ class DeviceMesh(ProcessGroup):
     """PyTorch's mesh of devices over process groups: never made here."""
 
 
+class DTensor(ProcessGroup):
+    """A tensor spread over a device mesh (transformers tests for one): never made here."""
+
+
+tensor = file_module(f"{__name__}.tensor", "`torch.distributed.tensor`", {
+    "DTensor": DTensor, "DeviceMesh": DeviceMesh,
+    "distribute_tensor": needs_process_group(f"{__name__}.tensor", "distribute_tensor"),
+})  # fmt: skip
+rpc = file_module(f"{__name__}.rpc", "`torch.distributed.rpc`: remote calls need a process group, "
+                  "which tracegrad does not have", {"is_available": lambda: False})  # fmt: skip
 device_mesh = file_module(f"{__name__}.device_mesh", "`torch.distributed.device_mesh`", {
     "DeviceMesh": DeviceMesh,
     "init_device_mesh": needs_process_group(f"{__name__}.device_mesh", "init_device_mesh"),
