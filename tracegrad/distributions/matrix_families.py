@@ -24,7 +24,7 @@ from tracegrad.distributions.distribution import (
     shape_of,
 )
 from tracegrad.distributions.gamma import Beta, Chi2, refuse_concentration_grad
-from tracegrad.distributions.multivariate import half_log_det, precision_to_scale_tril
+from tracegrad.distributions.multivariate import half_log_det, scale_tril_of
 from tracegrad.distributions.utils import lazy_property
 from tracegrad.frontend import linalg
 from tracegrad.frontend.autodiff import no_grad
@@ -148,12 +148,7 @@ class Wishart(ExponentialFamily):
         setattr(self, name, broadcast_to(matrix, (*batch, n, n)))
         self._event_shape = (n, n)  # arg_constraints reads it
         super().__init__(batch, (n, n), validate_args)
-        if name == "scale_tril":
-            self._unbroadcasted_scale_tril = matrix
-        elif name == "covariance_matrix":
-            self._unbroadcasted_scale_tril = linalg.cholesky(matrix)
-        else:
-            self._unbroadcasted_scale_tril = precision_to_scale_tril(matrix)
+        self._unbroadcasted_scale_tril = scale_tril_of(name, matrix)
         self._dist_chi2 = self._chi2()
 
     def _check_df(self, n: int) -> None:

@@ -54,6 +54,16 @@ def mahalanobis(L_inverse: Tensor, x: Tensor) -> Tensor:
     return sum(y * y, -1)
 
 
+def scale_tril_of(name: str, matrix: Tensor) -> Tensor:
+    """The lower Cholesky factor of the covariance given as `name` ("scale_tril",
+    "covariance_matrix" or "precision_matrix")."""
+    if name == "scale_tril":
+        return matrix
+    if name == "covariance_matrix":
+        return linalg.cholesky(matrix)
+    return precision_to_scale_tril(matrix)
+
+
 def precision_to_scale_tril(precision: Tensor) -> Tensor:
     """The lower Cholesky factor of the precision's inverse, as PyTorch's: the flipped
     precision's factor, flipped back and transposed, is L^-1."""
@@ -99,12 +109,7 @@ class MultivariateNormal(Distribution):
         setattr(self, name, full)
         self._given = name
         super().__init__(batch, (n,), validate_args)
-        if name == "scale_tril":
-            self._unbroadcasted_scale_tril = matrix
-        elif name == "covariance_matrix":
-            self._unbroadcasted_scale_tril = linalg.cholesky(matrix)
-        else:
-            self._unbroadcasted_scale_tril = precision_to_scale_tril(matrix)
+        self._unbroadcasted_scale_tril = scale_tril_of(name, matrix)
 
     @functools.cached_property
     def _scale_tril_inverse(self) -> Tensor:
