@@ -68,5 +68,5 @@ def test_bad_arguments_raise():
         D.MixtureSameFamily(normal, normal)
     with pytest.raises(ValueError, match=r"the mixture's 4 components are not .* \(3\)"):
         D.MixtureSameFamily(D.Categorical(logits=tg.zeros(4)), normal)
-    with pytest.raises(ValueError, match=r"batch_shape \(4,\) does not broadcast"):
+    with pytest.raises(ValueError, match=r"batch_shape torch.Size\(\[4\]\) does not broadcast"):
         D.MixtureSameFamily(D.Categorical(logits=tg.zeros((4, 3))), normal)

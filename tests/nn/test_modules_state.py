@@ -280,3 +280,28 @@ def test_writing_a_registry_entry_is_what_the_module_reads(tmp_path):
         back = tg.load(tmp_path / "lin.pt")
     back._parameters["weight"] = nn.Parameter(tg.ones(2, 2))
     assert back(tg.ones(1, 2)).tolist() == [[2.0, 2.0]]
+
+
+def test_train_and_eval_run_each_childs_own_train():
+    """gpytorch's variational strategy clears a cached factor in its `train()`: `model.eval()`
+    set every module's flag directly, so the stale factor gave predictions 5-49% off."""
+
+    class Cached(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cache = "factor"
+
+        def train(self, mode=True):
+            self.cache = None
+            return super().train(mode)
+
+    class Frozen(nn.BatchNorm1d):  # a norm that stays in eval mode (fine-tuning recipes)
+        def train(self, mode=True):
+            return super().train(False)
+
+    model = nn.Sequential(nn.Linear(2, 2), nn.Sequential(Cached(), Frozen(2)))
+    assert model.eval() is model and model[1][0].cache is None
+    model.train()
+    assert model.training and model[1].training and not model[1][1].training
+    with pytest.raises(ValueError, match="expected to be boolean"):
+        model.train("no")

@@ -23,7 +23,7 @@ from tracegrad.distributions.utils import lazy_property
 from tracegrad.frontend.autodiff import no_grad
 from tracegrad.frontend.functions import astype, broadcast_to
 from tracegrad.frontend.reductions import softmax, sum
-from tracegrad.frontend.tensor import Tensor, get_default_dtype
+from tracegrad.frontend.tensor import Size, Tensor, get_default_dtype
 
 
 def float_tensor(value: Any, dtype: Any = None) -> Tensor:
@@ -138,15 +138,15 @@ class Distribution:
                 )
 
     @property
-    def batch_shape(self) -> tuple:
-        return self._batch_shape
+    def batch_shape(self) -> Size:  # torch.Size, as PyTorch's (gpytorch: `.numel()`)
+        return Size(self._batch_shape)
 
     @property
-    def event_shape(self) -> tuple:
-        return self._event_shape
+    def event_shape(self) -> Size:
+        return Size(self._event_shape)
 
-    def _extended_shape(self, sample_shape: Any = ()) -> tuple:
-        return shape_of(sample_shape) + self._batch_shape + self._event_shape
+    def _extended_shape(self, sample_shape: Any = ()) -> Size:
+        return Size(shape_of(sample_shape) + self._batch_shape + self._event_shape)
 
     def expand(self, batch_shape: Sequence[int], _instance: Any = None) -> Distribution:
         """The distribution with its parameters broadcast to `batch_shape` (the parameters it

@@ -946,13 +946,19 @@ class Module:
         return self
 
     def train(self, mode: bool = True) -> Module:
-        for m in self.modules():
-            object.__setattr__(m, "training", mode)
-            # inside a traced step (a step that starts with model.train(), evaluation between
-            # calls): the flag is the step's doing, not a guard, and each call sets it again
-            set_in_step(
-                (id(m), "training"), functools.partial(object.__setattr__, m, "training", mode)
-            )
+        """Set this module's mode, then each child's through its own `train`, as PyTorch's: a
+        class that overrides it runs (gpytorch's variational strategy drops its cached factor
+        on `eval()`; a frozen batch norm stays in eval)."""
+        if not isinstance(mode, bool):
+            raise ValueError("training mode is expected to be boolean")
+        object.__setattr__(self, "training", mode)
+        # inside a traced step (a step that starts with model.train(), evaluation between
+        # calls): the flag is the step's doing, not a guard, and each call sets it again
+        set_in_step(
+            (id(self), "training"), functools.partial(object.__setattr__, self, "training", mode)
+        )
+        for child in self.children():
+            child.train(mode)
         return self
 
     def eval(self) -> Module:
