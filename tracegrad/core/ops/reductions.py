@@ -158,8 +158,8 @@ argmax = Primitive(
 
 def _accumulated_wide(scan):
     """`scan` (np.cumsum, np.cumprod) running in float64 over float32 and float16, each result
-    rounded once, as PyTorch's CPU kernels: a float32 running sum drifts (a million 0.1s sum to
-    100958), and noise schedules are cumulative products."""
+    rounded once, as PyTorch's CPU kernels: a float32 running sum drifts as it grows (each step
+    rounds to the running total's precision), and noise schedules are cumulative products."""
 
     def run(x, axis):
         if x.dtype in (np.float32, np.float16):
