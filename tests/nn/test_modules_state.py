@@ -305,3 +305,15 @@ def test_train_and_eval_run_each_childs_own_train():
     assert model.training and model[1].training and not model[1][1].training
     with pytest.raises(ValueError, match="expected to be boolean"):
         model.train("no")
+
+
+def test_zero_grad_without_none_zeroes_the_same_gradient():
+    """`model.zero_grad(set_to_none=False)` made new gradient tensors: a reference kept to
+    `p.grad` (an accumulation buffer, a hook's) kept the old values."""
+    layer = nn.Linear(2, 1)
+    layer(tg.ones(1, 2)).sum().backward()
+    kept = layer.weight.grad
+    layer.zero_grad(set_to_none=False)
+    assert layer.weight.grad is kept and kept.tolist() == [[0.0, 0.0]]
+    layer.zero_grad()
+    assert layer.weight.grad is None

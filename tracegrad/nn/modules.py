@@ -608,12 +608,13 @@ class Module:
         return self
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Drop the parameters' gradients (or zero them in place with set_to_none=False)."""
+        """Drop the parameters' gradients, or zero them in place with set_to_none=False (an
+        alias of `p.grad` sees the zeros, as in PyTorch and as the optimizers' `zero_grad`)."""
         for p in self.parameters():
             if set_to_none or p.grad is None:
                 p.grad = None
             else:
-                p.grad = Tensor._of(np.zeros(p.shape, p.grad.dtype))
+                p.grad._assign(Tensor._of(np.zeros(p.shape, p.grad.dtype)))
 
     def share_memory(self) -> Module:
         """Refused: PyTorch's Hogwild training shares parameters with worker processes, and a
