@@ -284,3 +284,13 @@ def test_h_is_the_conjugate_transpose_of_a_matrix_only() -> None:
     assert z.H.tolist() == [[1 - 2j], [-3j]] and tg.ones((2, 3)).H.shape == (3, 2)
     with pytest.raises(RuntimeError, match="only supported on matrices"):
         tg.ones(3).H  # noqa: B018
+
+
+def test_in_asks_whether_any_entry_equals():
+    """transformers asks `pad_token_id in input_ids` of a 2-d batch (GPT-2's forward): Python's
+    fallback compared rows and raised."""
+    ids = tg.tensor([[0, 5, 3], [2, 2, 9]])
+    assert 9 in ids and 7 not in ids and tg.tensor(5) in ids and 2.0 in ids
+    assert 3 in ids[0] and 9 not in ids[0]
+    with pytest.raises(RuntimeError, match="only supports Tensor or scalar"):
+        _ = "a" in ids

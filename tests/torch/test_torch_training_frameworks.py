@@ -235,3 +235,9 @@ def test_a_future_is_set_later_and_chains():
     future.set_result(21)
     assert future.wait() == 21 and doubled.wait() == 42 and both.done()
     assert torch.futures.wait_all([future, doubled]) == [21, 42]
+
+
+def test_a_static_cache_marks_its_tensors():
+    """transformers' static key-value cache: `torch._dynamo.mark_static_address` (a hint)."""
+    cache = torch.zeros(2, 3)
+    assert torch._dynamo.mark_static_address(cache) is None and cache.shape == (2, 3)

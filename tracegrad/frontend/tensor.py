@@ -325,6 +325,14 @@ class Tensor:
     def __iter__(self):
         return (self[i] for i in range(len(self)))
 
+    def __contains__(self, element: Any) -> bool:
+        """`element in x`: whether any entry equals it, as PyTorch's (not a row by row test:
+        transformers asks `pad_token_id in input_ids` of a 2-d batch)."""
+        if not isinstance(element, Tensor | int | float | bool | complex | np.generic):
+            raise RuntimeError("Tensor.__contains__ only supports Tensor or scalar, but you "
+                               f"passed in a {type(element).__name__}")  # fmt: skip
+        return bool((self == element).any())
+
     __hash__ = object.__hash__
 
     def __repr__(self) -> str:

@@ -19,13 +19,15 @@ from tracegrad.torch.compiler import (
     is_compiling,
     mark_dynamic,
     mark_static,
+    mark_static_address,
     maybe_mark_dynamic,
     reset,
 )
 
 __all__ = [
     "allow_in_graph", "assume_constant_result", "config", "disable", "eval_frame",
-    "is_compiling", "mark_dynamic", "mark_static", "maybe_mark_dynamic", "reset",
+    "is_compiling", "mark_dynamic", "mark_static", "mark_static_address", "maybe_mark_dynamic",
+    "reset",
 ]  # fmt: skip
 
 eval_frame = SimpleNamespace(OptimizedModule=OptimizedModule)

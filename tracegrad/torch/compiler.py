@@ -49,6 +49,11 @@ def mark_dynamic(t: Any, index: Any, **kwargs: Any) -> None:
 mark_static = maybe_mark_dynamic = mark_dynamic
 
 
+def mark_static_address(t: Any, guard: bool = True) -> None:
+    """Accepted: a plan's buffers stay where they are between calls (transformers' static
+    key-value cache marks its tensors so)."""
+
+
 def reset() -> None:
     """Accepted: each traced function keeps its own plans (drop the function to drop them)."""
 
