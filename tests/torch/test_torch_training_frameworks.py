@@ -28,6 +28,7 @@ def test_parse_to_reads_module_to_arguments_as_pytorch():
     like = torch.zeros(2, dtype=torch.float64)
     assert parse(like) == (like.device, torch.float64, False, None)
     assert parse(device="cpu", dtype=torch.int32)[:2] == (torch.device("cpu"), torch.int32)
+    assert parse("cpu", torch.float16, True) == (torch.device("cpu"), torch.float16, True, None)
     reference = pytest.importorskip("torch")
     assert reference._C._nn._parse_to("cpu", reference.float16)[2:] == (False, None)
 

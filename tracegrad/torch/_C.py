@@ -30,10 +30,10 @@ def _parse_to(*args: Any, **kwargs: Any) -> tuple[Any, Any, bool, Any]:
             device, kind = a.device, a.dtype
         elif isinstance(a, _dtype):
             kind = a
+        elif isinstance(a, bool):  # before int: a bool is one
+            kwargs.setdefault("non_blocking", a)
         elif isinstance(a, str | int | _device):
             device = a
-        elif isinstance(a, bool):
-            kwargs.setdefault("non_blocking", a)
     device = _device(device) if isinstance(device, str | int) else device
     return device, kind, bool(kwargs.get("non_blocking", False)), kwargs.get("memory_format")
 
