@@ -213,6 +213,12 @@ def test_dtypes_sizes_and_devices_round_trip(tmp_path):
     assert back["b16"].float().tolist() == b16.float().tolist()
     assert back["u16"].tolist() == [1, 65535] and back["c"].tolist() == [1 + 2j]
     assert back["dt"] is torch.float64 and back["dev"] == torch.device("cpu")
+    twice = {"a": u16, "b": u16[1:], "dtypes": [torch.float64, torch.float64]}
+    tg.save(twice, tmp_path / "twice.pt")  # a dtype written twice raised in the pickler
+    again = tg.load(tmp_path / "twice.pt")
+    assert again["dtypes"] == [torch.float64] * 2 and again["b"].tolist() == [65535]
+    again["a"][1] = 7  # one storage, read as uint16 once: the slice shares it
+    assert again["b"].tolist() == [7] and again["b"].storage_offset() == 1
     assert type(back["size"]) is type(b16.shape) and back["size"] == (3,)
 
 

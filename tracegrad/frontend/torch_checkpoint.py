@@ -74,6 +74,7 @@ class _Unpickler(pickle.Unpickler):
         self.archive, self.prefix, self.order = archive, prefix, order
         self.storages: dict[str, np.ndarray] = {}
         self.views: dict[tuple, Tensor] = {}  # a storage's same view twice: one tensor (tied)
+        self.typed: dict[tuple, np.ndarray] = {}  # untyped storages read as a dtype
 
     def find_class(self, module: str, name: str) -> Any:
         # protocol 2 names Python 3's builtins by Python 2's names (`__builtin__.set`)
@@ -86,8 +87,8 @@ class _Unpickler(pickle.Unpickler):
             return STORAGES[name]
         if module == "torch.storage" and name == "UntypedStorage":
             return "uint8"
-        if module == "torch" and isinstance(_dtype_named(name), dtype):
-            return _dtype_named(name)
+        if module == "torch" and isinstance(kind := _dtype_named(name), dtype):
+            return kind
         if (module, name) in SAFE_GLOBALS:
             return SAFE_GLOBALS[module, name]
         raise Refused(f"the checkpoint names {module}.{name}, which tracegrad does not load "
@@ -129,10 +130,13 @@ class _Unpickler(pickle.Unpickler):
         kind: Any,
         *_: Any,
     ) -> Tensor:
-        """A tensor over untyped bytes (uint16 and wider): the bytes read as `kind`."""
-        items = storage.view(np.dtype(kind).newbyteorder("<" if self.order == "little" else ">"))
-        return self.rebuild_tensor(items.astype(np.dtype(kind)), offset, size, stride,
-                                   requires_grad)  # fmt: skip
+        """A tensor over untyped bytes (uint16 and wider): the bytes read as `kind`, once per
+        storage, so tensors saved sharing it share it again."""
+        key = (id(storage), np.dtype(kind))
+        if key not in self.typed:
+            order = np.dtype(kind).newbyteorder("<" if self.order == "little" else ">")
+            self.typed[key] = storage.view(order).astype(np.dtype(kind))
+        return self.rebuild_tensor(self.typed[key], offset, size, stride, requires_grad)
 
     def rebuild_parameter(self, data: Tensor, requires_grad: bool, *_: Any) -> Tensor:
         """A saved `nn.Parameter`: a parameter again, requiring grad as it did."""
@@ -291,7 +295,7 @@ class _Pickler(pickle._Pickler):  # Python's own pickler: its dispatch table tak
     dispatch[_Name] = save_name
 
     def save_dtype(self, obj: dtype) -> None:
-        self.save_name(_name("torch", obj.name))
+        self.save(_name("torch", obj.name))  # through the memo: a dtype named twice is one name
 
     dispatch[dtype] = save_dtype
 
