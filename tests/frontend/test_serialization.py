@@ -445,3 +445,15 @@ def test_a_scripts_argparse_namespace_is_saved_and_allowed_when_loading_pytorchs
     assert torch.serialization.get_safe_globals() == []
     with pytest.raises(tg.CheckpointError):
         tg.load(tmp_path / "ns.pt")  # allowed only inside the block
+
+
+def test_pytorchs_own_tensors_save_as_tensors(tmp_path):
+    """A state dict of PyTorch's tensors given to tracegrad's save (converting a checkpoint
+    where both are installed): saved as tensors, requiring grad as they did."""
+    torch = pytest.importorskip("torch")
+    state = {"w": torch.arange(3, dtype=torch.float64), "p": torch.nn.Parameter(torch.ones(2))}
+    tg.save(state, tmp_path / "c.pt")
+    back = tg.load(tmp_path / "c.pt")
+    assert back["w"].dtype == tg.float64 and back["w"].tolist() == [0.0, 1.0, 2.0]
+    assert back["p"].requires_grad and not back["w"].requires_grad
+    assert torch.load(tmp_path / "c.pt", weights_only=True)["w"].tolist() == [0.0, 1.0, 2.0]

@@ -308,7 +308,9 @@ class _Pickler(pickle._Pickler):  # Python's own pickler: its dispatch table tak
         if isinstance(obj, Tensor):
             return self._tensor(obj)
         if type(obj).__module__.partition(".")[0] == "torch" and hasattr(obj, "detach"):
-            return self._tensor(Tensor._of(obj.detach().cpu().numpy(), obj.requires_grad))
+            return self._tensor(
+                Tensor._of(obj.detach().cpu().numpy(), requires_grad=bool(obj.requires_grad))
+            )
         if isinstance(obj, Size):
             return _name("torch", "Size"), (tuple(obj),)
         if isinstance(obj, device):
