@@ -47,10 +47,14 @@ class MemoryBudgetError(MemoryError):
         self.minimum = minimum
 
 
+def module_name(namespace: dict) -> str:
+    """The name of the module whose globals `namespace` is, by its spec: tracegrad.torch
+    answers `__name__` "torch" while it stands for torch, and stays tracegrad's own."""
+    return getattr(namespace.get("__spec__"), "name", None) or namespace.get("__name__", "")
+
+
 def _internal(frame) -> bool:
-    # the module's own name (tracegrad.torch answers __name__ "torch" while it stands for torch)
-    module = getattr(frame.f_globals.get("__spec__"), "name", None) or \
-        frame.f_globals.get("__name__", "")  # fmt: skip
+    module = module_name(frame.f_globals)
     if module.split(".")[0] in INTERNAL_PACKAGES or frame.f_code.co_filename.startswith(
         ("<tracegrad", "<frozen ")  # the import system's frames are frozen modules
     ):

@@ -25,6 +25,7 @@ import numpy as np
 
 from tracegrad.core import ir
 from tracegrad.core import primitives as P
+from tracegrad.core.errors import module_name
 from tracegrad.core.vocabulary import Phase
 from tracegrad.frontend import pytree
 from tracegrad.frontend.scopes import module_names
@@ -466,8 +467,7 @@ def _is_ours(fn: Any) -> bool:
     """Whether `fn` is tracegrad's own code (a module's forward, a compiled call's wrapper):
     what it reads of its globals is the library's, and the settings it reads are guarded where
     they are kept (`nn.modules._watch_settings`)."""
-    spec = fn.__globals__.get("__spec__")  # its own name (tracegrad.torch's stays when aliased)
-    name = getattr(spec, "name", None) or fn.__globals__.get("__name__", "")
+    name = module_name(fn.__globals__)
     return name == "tracegrad" or name.startswith("tracegrad.")
 
 
