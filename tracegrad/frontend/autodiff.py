@@ -154,6 +154,12 @@ def record(prim: Any, inputs: list[Tensor], out: Tensor, params: dict) -> None:
     kind = out._value.dtype.kind
     if kind != "f" and kind != "c":
         return
+    for t in inputs:  # the common op on untracked tensors, asked about first (`edge`'s test)
+        if t._node is not None or t._requires_grad:
+            break
+    else:
+        if not Listeners.recording:
+            return
     parents = [edge(t) for t in inputs]
     if parents.count(None) != len(parents):
         if kind == "c" and not prim.complex_grad:

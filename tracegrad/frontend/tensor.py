@@ -508,42 +508,55 @@ OPERAND_KEYWORDS = ("input", "other", "exponent")
 
 
 def bind(prim: Any, *args: Any, **params: Any) -> Tensor:
-    """Apply `prim` to `args`: evaluate (eagerly or symbolically), then let the tape record it."""
+    """Apply `prim` to `args`: evaluate (eagerly or symbolically), then let the tape record it.
+    The eager path is every op's fixed cost, so it is written out here, line by line."""
     if params:
         if "out" in params:
             return call_into(functools.partial(bind, prim), args, params, prim.name)
         if not params.keys().isdisjoint(OPERAND_KEYWORDS):
             args = (*args, *(params.pop(k) for k in OPERAND_KEYWORDS if k in params))
     listeners = Listeners
-    tracer = listeners.tracers[-1] if listeners.tracers else None
-    weak = tracer.weak if tracer is not None else ()
+    if listeners.tracers:
+        return _bind_traced(prim, args, params, listeners.tracers[-1])
+    inputs = lift_operands(args)
+    if prim.promotion and _disagree(prim.promotion, inputs):
+        inputs = _promote(prim.promotion, inputs, args, ())
+    arrays = [t._value for t in inputs]
+    shape, dtype = prim.shape_rule(*arrays, **params)
+    kernel = EAGER_KERNELS.get(prim)
+    value = kernel(prim, arrays, params, shape, dtype) if kernel is not None else None
+    if value is None:
+        value = prim.impl(*arrays, **params)
+    if value.__class__ is not np.ndarray:
+        value = np.asarray(value)
+    if value.dtype != dtype:
+        value = value.astype(dtype)
+    out = Tensor._wrap(value)
+    if listeners.grad_enabled and listeners.record is not None:
+        listeners.record(prim, inputs, out, params)
+    return out
+
+
+def _bind_traced(prim: Any, args: tuple, params: dict, tracer: Any) -> Tensor:
+    """`bind` while tracing: the tracer evaluates symbolically (or the op's parts are traced in
+    its place), and Python-number arithmetic on traced stand-ins stays a Python number."""
+    weak = tracer.weak
     inputs = _lift_args(args, weak)
     promotion = prim.promotion
     if promotion and _disagree(promotion, inputs):
         inputs = _promote(promotion, inputs, args, weak)
-    arrays = [t._value for t in inputs]
-    shape, dtype = prim.shape_rule(*arrays, **params)
-    if tracer is not None and prim.trace_parts:
+    shape, dtype = prim.shape_rule(*[t._value for t in inputs], **params)
+    if prim.trace_parts:
         if not prim.traced_vjp:
             return prim.decompose(*inputs, **params)
         out = _parts_off_the_tape(prim, inputs, params)
-    elif tracer is not None:
+    else:
         value = tracer.process(prim, inputs, params, shape, dtype)
         if weak and _all_weak(args, weak):  # Python-number arithmetic stays a Python number
             weak.add(value)
         out = Tensor._wrap(value)
-    else:
-        kernel = EAGER_KERNELS.get(prim)
-        value = kernel(prim, arrays, params, shape, dtype) if kernel is not None else None
-        if value is None:
-            value = prim.impl(*arrays, **params)
-        if value.__class__ is not np.ndarray:
-            value = np.asarray(value)
-        if value.dtype != dtype:
-            value = value.astype(dtype)
-        out = Tensor._wrap(value)
-    if listeners.grad_enabled and listeners.record is not None:
-        listeners.record(prim, inputs, out, params)
+    if Listeners.grad_enabled and Listeners.record is not None:
+        Listeners.record(prim, inputs, out, params)
     return out
 
 
@@ -660,9 +673,14 @@ def lift_operands(args: tuple[Any, ...]) -> list[Tensor]:
             break
     else:
         return list(args)  # the common case, first
-    typed = tuple(
-        a._value.dtype if isinstance(a, Tensor) else a.dtype for a in args if not is_number(a)
-    )
+    if len(args) == 2:  # a float tensor and a Python number (`x * 2`, `1 - x`): the tensor's dtype
+        x, y = args
+        if y.__class__ in _REAL_NUMBERS and isinstance(x, Tensor) and x._value.dtype.kind == "f":
+            return [x, Tensor._wrap(np.asarray(y, x._value.dtype))]
+        if x.__class__ in _REAL_NUMBERS and isinstance(y, Tensor) and y._value.dtype.kind == "f":
+            return [Tensor._wrap(np.asarray(x, y._value.dtype)), y]
+    typed = tuple([a._value.dtype if isinstance(a, Tensor) else a.dtype
+                   for a in args if not is_number(a)])  # fmt: skip
     out = []
     for a in args:
         if isinstance(a, Tensor):
@@ -674,6 +692,9 @@ def lift_operands(args: tuple[Any, ...]) -> list[Tensor]:
         else:
             out.append(Tensor._of(a))
     return out
+
+
+_REAL_NUMBERS = frozenset({int, float, bool})
 
 
 def _scalar_type(dtypes: tuple[np.dtype, ...], a: int | float | bool) -> np.dtype:

@@ -60,8 +60,12 @@ def run(prim: vocabulary.Primitive, arrays: list[np.ndarray], params: dict[str, 
     """`prim(*arrays, **params)` by its kernel, or None where the caller runs NumPy: a small
     call, or a signature whose kernel is not loaded (its loading starts then) or that has none."""
     size = math.prod(shape)
-    if max(size, *(a.size for a in arrays)) < lowering.KERNEL_MIN:
-        return None
+    if size < lowering.KERNEL_MIN:  # a loop, not max() over a generator: every small op asks
+        for a in arrays:
+            if a.size >= lowering.KERNEL_MIN:
+                break
+        else:
+            return None
     if prim in EXACT and not (_quiet and size >= EXACT_MIN and _floating(dtype, arrays)):
         return None
     key = (prim.name, *((a.shape, a.dtype.str) for a in arrays), repr(sorted(params.items())))
