@@ -107,13 +107,15 @@ def test_in_place_dropout_writes_its_input_and_a_leaf_refuses():
         F.relu(tg.tensor([1.0], requires_grad=True), inplace=True)
 
 
-def test_log_softmax_differentiates_twice(rng):
-    """log_softmax is one op eagerly; its VJP, in ops, reads the saved result, which keeps its
-    history: d/dx |d(sum(log_softmax(x) * c))/dx|^2 against finite differences."""
+@pytest.mark.parametrize("name", ["log_softmax", "softmax"])
+def test_softmaxes_differentiate_twice(rng, name):
+    """log_softmax and softmax are one op eagerly; the VJP, in ops, reads the saved result, which
+    keeps its history: d/dx |d(sum(f(x) * c))/dx|^2 against finite differences."""
     x0, c = rng.standard_normal((3, 4)), rng.standard_normal((3, 4))
+    f = getattr(F, name)
 
     def grad_norm(x: tg.Tensor, create_graph: bool = False) -> tg.Tensor:
-        (g,) = tg.autograd.grad((F.log_softmax(x, dim=1) * c).sum(), [x], create_graph=create_graph)
+        (g,) = tg.autograd.grad((f(x, dim=1) * c).sum(), [x], create_graph=create_graph)
         return (g * g).sum()
 
     x = tg.tensor(x0, requires_grad=True)
@@ -372,3 +374,27 @@ def test_norms_of_a_float16_input_with_float32_parameters_answer_in_float16():
         if isinstance(half, nn.BatchNorm2d):
             assert half.running_mean.dtype == np.float32
             np.testing.assert_allclose(half.running_mean.numpy(), full.running_mean.numpy())
+
+
+@pytest.mark.parametrize("name", ["log_softmax", "softmax"])
+def test_softmaxes_are_one_op_eagerly_and_their_parts_traced(rng, name):
+    """One tape node eagerly (its parts were five Python calls each way); a traced step records
+    the parts, and gives the eager values and gradients."""
+    x0, c = rng.standard_normal((5, 7)), rng.standard_normal((5, 7))
+    f = getattr(F, name)
+    x = tg.tensor(x0, requires_grad=True)
+    out = f(x, dim=1)
+    assert out.grad_fn.name == name and out.grad_fn.next_functions[0][0].name == "leaf"
+    (out * c).sum().backward()
+
+    xt = tg.tensor(x0, requires_grad=True)
+
+    @tg.trace
+    def step(x):
+        y = f(x, dim=1)
+        (y * c).sum().backward()
+        return y
+
+    np.testing.assert_allclose(step(xt).numpy(), out.detach().numpy(), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(xt.grad.numpy(), x.grad.numpy(), rtol=1e-12, atol=1e-15)
+    assert name not in {n.op for n in step.latest.graph.nodes}

@@ -73,6 +73,8 @@ def _renamed(name: str, params: Any, aliases: dict, kwargs: dict) -> dict:
 
 def dim_tuple(op: str, dim: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]:
     """`dim` (an int, a sequence, or None: all) as sorted non-negative axes of an ndim array."""
+    if dim.__class__ is int and ndim and -ndim <= dim < ndim:  # the common case, asked per op
+        return (dim % ndim,)
     axes = range(ndim) if dim is None else (dim,) if isinstance(dim, int | np.integer) else dim
     out = []
     for a in axes:

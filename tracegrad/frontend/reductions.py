@@ -237,10 +237,9 @@ def softmax(input: Any, dim: int = -1, *, dtype: Any = None) -> Tensor:
     """exp(x - m) / sum(exp(x - m)), m the max; `dtype` converts the input first."""
     x = as_tensor(input)
     x = x if dtype is None else astype(x, dtype)
-    if not x.size:
+    if not x._value.size:
         return P.positive(x)
-    e = P.exp(x - amax(x, dim, keepdim=True).detach())
-    return e / sum(e, dim, keepdim=True)
+    return P.softmax(x, axis=dim_tuple("softmax", dim, x._value.ndim))
 
 
 @pytorch_keywords

@@ -1,5 +1,5 @@
 """Losses over class scores: log-softmax and the negative log-likelihood as the ops a trace
-records, and log_softmax, PyTorch's nll_loss and cross_entropy as one op each eagerly (one
+records, and softmax, log_softmax, PyTorch's nll_loss and cross_entropy as one op each eagerly (one
 NumPy call and one tape node where the parts are a score of ops, each a Python call forward and
 back) whose trace is those parts.
 
@@ -46,6 +46,30 @@ def _log_softmax_grad(g, out, axis: tuple[int, ...]):
 
 def _log_softmax_grad_parts(g, out, axis):
     return g - exp(out) * sum(g, axis=axis, keepdims=True)
+
+
+def softmax_parts(x, axis: tuple[int, ...]):
+    """exp(x - m) / sum(exp(x - m)), m the maximum (a constant to differentiation)."""
+    e = exp(x - max(x, axis=axis, keepdims=True).detach())
+    return e / sum(e, axis=axis, keepdims=True)
+
+
+def _softmax(x, axis: tuple[int, ...], out=None):
+    """`softmax_parts` in three passes over x, the last two in place."""
+    x = x if x.dtype.kind == "f" else x.astype(np.float64)
+    e = np.subtract(x, np.maximum.reduce(x, axis=axis, keepdims=True), out=out)
+    np.exp(e, out=e)
+    e /= sum.impl(e, axis=axis, keepdims=True)
+    return e
+
+
+def _softmax_grad(g, out, axis: tuple[int, ...]):
+    """out (g - sum(g out)), from the saved result."""
+    return out * (g - sum.impl(g * out, axis=axis, keepdims=True))
+
+
+def _softmax_grad_parts(g, out, axis):
+    return out * (g - sum(g * out, axis=axis, keepdims=True))
 
 
 def nll_parts(logp, labels, weight, ignore_index: int):
@@ -172,11 +196,11 @@ def _nll_loss_grad(g, logp, labels, *weight, ignore_index, reduction):
     return out
 
 
-# One op eagerly, its parts traced (`decompose`): log_softmax (the composed ops made ten passes
-# over the scores, forward and back; its gradient's op keeps only the result, and a second
-# derivative differentiates the gradient's parts), PyTorch's nll_loss over log-probabilities and
-# cross_entropy over logits (log_softmax and nll_loss in one). The labels are checked before
-# (check_range); the gradient ops run only in eager backward.
+# One op eagerly, its parts traced (`decompose`): log_softmax and softmax (the composed ops made
+# ten passes over the scores, forward and back, and a call each; the gradient's op keeps only the
+# result, and a second derivative differentiates the gradient's parts), PyTorch's nll_loss over
+# log-probabilities and cross_entropy over logits (log_softmax and nll_loss in one). The labels
+# are checked before (check_range); the gradient ops run only in eager backward.
 log_softmax = Primitive("log_softmax", _log_softmax, _log_softmax_rule,
                         (lambda g, out, x, axis: log_softmax_grad(g, out, axis=axis),),
                         "out", accepts_out=True, raises=False, rerun=True,
@@ -184,6 +208,13 @@ log_softmax = Primitive("log_softmax", _log_softmax, _log_softmax_rule,
 log_softmax_grad = Primitive("log_softmax_grad", _log_softmax_grad,
                              lambda g, out, axis: (g.shape, g.dtype), None, "in", raises=False,
                              rerun=True, decompose=_log_softmax_grad_parts)  # fmt: skip
+softmax = Primitive("softmax", _softmax, _log_softmax_rule,
+                    (lambda g, out, x, axis: softmax_grad(g, out, axis=axis),), "out",
+                    accepts_out=True, raises=False, rerun=True,
+                    decompose=softmax_parts)  # fmt: skip
+softmax_grad = Primitive("softmax_grad", _softmax_grad, lambda g, out, axis: (g.shape, g.dtype),
+                         None, "in", raises=False, rerun=True,
+                         decompose=_softmax_grad_parts)  # fmt: skip
 cross_entropy = Primitive(
     "cross_entropy", _cross_entropy, _class_scores_rule,
     (lambda g, out, x, labels, *weight, **p: cross_entropy_grad(g, x, labels, *weight, **p),),
