@@ -73,8 +73,10 @@ def _renamed(name: str, params: Any, aliases: dict, kwargs: dict) -> dict:
 
 def dim_tuple(op: str, dim: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]:
     """`dim` (an int, a sequence, or None: all) as sorted non-negative axes of an ndim array."""
-    if dim.__class__ is int and ndim and -ndim <= dim < ndim:  # the common case, asked per op
+    if dim.__class__ is int and ndim and -ndim <= dim < ndim:  # the common cases, asked per op
         return (dim % ndim,)
+    if dim is None:
+        return tuple(range(ndim))
     axes = range(ndim) if dim is None else (dim,) if isinstance(dim, int | np.integer) else dim
     out = []
     for a in axes:
@@ -119,9 +121,10 @@ def reshape(input: Any, *shape: Any) -> Tensor:
     x, shape = as_tensor(input), list(shape_arg(shape))
     if shape.count(-1) == 1:
         known = math.prod(d for d in shape if d != -1)
-        if known == 0 or x.size % known == 0:  # else the shape rule names the shape as given
-            shape[shape.index(-1)] = x.size // known if known else 0
-    shape = tuple(int(d) for d in shape)
+        size = x._value.size
+        if known == 0 or size % known == 0:  # else the shape rule names the shape as given
+            shape[shape.index(-1)] = size // known if known else 0
+    shape = tuple(map(int, shape))
     return x if shape == x._value.shape else P.reshape(x, shape=shape)
 
 
@@ -149,7 +152,7 @@ def view(input: Any, *shape: Any, dtype: Any = None) -> Tensor:
     is a value). `x.view(torch.int32)`: the same bytes read as another dtype (the last axis
     rescaled by the sizes' ratio), sharing memory and carrying no gradient, as PyTorch's."""
     x = as_tensor(input)
-    if dtype is None and len(shape) == 1 and _is_dtype(shape[0]):
+    if dtype is None and len(shape) == 1 and shape[0].__class__ is not int and _is_dtype(shape[0]):
         dtype, shape = shape[0], ()
     if dtype is not None:
         if shape:
@@ -185,13 +188,17 @@ def _is_dtype(x: Any) -> bool:
 def permute(input: Any, *dims: Any) -> Tensor:
     """The axes reordered: result axis i is input axis dims[i]. A view."""
     x = as_tensor(input)
-    axes = tuple(int(a) % builtins.max(x.ndim, 1) for a in shape_arg(dims))
-    if sorted(axes) != list(range(x.ndim)):
+    ndim = x._value.ndim
+    axes = tuple([int(a) % builtins.max(ndim, 1) for a in shape_arg(dims)])
+    if sorted(axes) != list(range(ndim)):
         raise ShapeError(f"permute: {tuple(shape_arg(dims))} is not a permutation of the "
-                         f"{x.ndim} dimensions of {x.shape}")  # fmt: skip
-    if axes == tuple(range(x.ndim)):
+                         f"{ndim} dimensions of {x.shape}")  # fmt: skip
+    if axes == tuple(range(ndim)):
         return x
-    back = tuple(int(a) for a in np.argsort(axes))
+    back = [0] * ndim  # the inverse permutation
+    for i, a in enumerate(axes):
+        back[a] = i
+    back = tuple(back)
     out = viewing(x, P.transpose(x, axes=axes), lambda v: P.transpose(v, axes=back))
     out._permuted = True  # not contiguous: `contiguous()` copies it
     return out
@@ -202,8 +209,9 @@ def transpose(input: Any, dim0: int, dim1: int) -> Tensor:
     """`input` with dimensions dim0 and dim1 swapped (PyTorch's; NumPy's transpose(a, axes) is
     `permute`)."""
     x = as_tensor(input)
-    axes = list(range(x.ndim))
-    a, b = one_dim("transpose", dim0, x.ndim), one_dim("transpose", dim1, x.ndim)
+    ndim = x._value.ndim
+    axes = list(range(ndim))
+    a, b = one_dim("transpose", dim0, ndim), one_dim("transpose", dim1, ndim)
     axes[a], axes[b] = axes[b], axes[a]
     return permute(x, axes)
 
@@ -214,9 +222,10 @@ swapaxes = swapdims = transpose
 def t(input: Any) -> Tensor:
     """The transpose of a matrix (a 0-D or 1-D tensor as it is)."""
     x = as_tensor(input)
-    if x.ndim > 2:
+    ndim = x._value.ndim
+    if ndim > 2:
         raise ShapeError(f"t: expects a tensor of at most 2 dimensions, got {x.shape}")
-    return x if x.ndim < 2 else permute(x, (1, 0))
+    return x if ndim < 2 else permute(x, (1, 0))
 
 
 def reversed_axes(input: Any) -> Tensor:
@@ -262,18 +271,20 @@ def squeeze(input: Any, dim: int | Sequence[int] | None = None) -> Tensor:
     """The size-1 dimensions removed (of `dim` only, if given; one of another size stays, as in
     PyTorch)."""
     x = as_tensor(input)
-    axes = dim_tuple("squeeze", dim, x.ndim)
-    out = reshape(x, tuple(d for i, d in enumerate(x.shape) if i not in axes or d != 1))
-    return viewing(x, out, lambda v: reshape(v, x.shape))
+    shape = x._value.shape
+    axes = dim_tuple("squeeze", dim, len(shape))
+    out = reshape(x, tuple([d for i, d in enumerate(shape) if i not in axes or d != 1]))
+    return viewing(x, out, lambda v: reshape(v, shape))
 
 
 @pytorch_keywords
 def unsqueeze(input: Any, dim: int) -> Tensor:
     """A size-1 dimension inserted at `dim`."""
     x = as_tensor(input)
-    axis = one_dim("unsqueeze", dim, x.ndim + 1)
-    return viewing(x, reshape(x, x._value.shape[:axis] + (1,) + x._value.shape[axis:]),
-                   lambda v: reshape(v, x.shape))  # fmt: skip
+    shape = x._value.shape
+    axis = one_dim("unsqueeze", dim, len(shape) + 1)
+    return viewing(x, P.reshape(x, shape=(*shape[:axis], 1, *shape[axis:])),
+                   lambda v: reshape(v, shape))  # fmt: skip
 
 
 def flatten(input: Any, start_dim: int = 0, end_dim: int = -1) -> Tensor:

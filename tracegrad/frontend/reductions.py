@@ -62,8 +62,10 @@ def mean_dims(input: Any, dim: Any, keepdim: bool, dtype: Any = None) -> Tensor:
     """The mean over `dim`, read as `reduce_dims` reads it."""
     x = as_tensor(input)
     x = x if dtype is None else astype(x, dtype)
-    axes = dim_tuple("mean", dim, x.ndim)
-    return reduce_dims(P.sum, x, axes, keepdim) / float(math.prod(x.shape[a] for a in axes))
+    shape = x._value.shape
+    axes = dim_tuple("mean", dim, len(shape))
+    total = P.sum(x, axis=axes, keepdims=bool(keepdim))
+    return total / float(math.prod([shape[a] for a in axes]))
 
 
 @pytorch_keywords

@@ -67,7 +67,9 @@ def _sum(x, axis=None, keepdims=False):
     times slower than BLAS's matrix-vector product, which rounds about as well
     (docs/benchmarks.md). One summed over a few trailing elements a result (`short_rows`)
     adds their columns, in NumPy's order (`SHORT_MAX`)."""
-    short = short_rows(x.shape, x.dtype, axis) if isinstance(x, np.ndarray) else None
+    if not isinstance(x, np.ndarray) or x.size < AROUND_MIN:  # every small eager sum asks
+        return np.add.reduce(x, axis=axis, keepdims=keepdims)
+    short = short_rows(x.shape, x.dtype, axis)
     if short is not None:
         return _sum_short_rows(x, short, keepdims)
     block = around_block(x.shape, x.dtype, axis) if _c_contiguous(x) else None
