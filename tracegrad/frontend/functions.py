@@ -572,9 +572,14 @@ clip = clamp
 def check_range(x: Any, lo: int, hi: int, what: str, allow: int | None = None) -> Tensor:
     """`x`, after checking that lo <= x < hi everywhere (or x == allow: an ignored label); else
     ValueError naming `what`, the bounds, an offending value and the caller's line. Traced,
-    the check runs in the plan."""
-    return P.check_range(as_tensor(x), lo=lo, hi=hi, allow=allow, what=what,
-                         where=user_location())  # fmt: skip
+    the check runs in the plan. Eagerly, labels in range (every step's) cost two reductions:
+    the caller's line is looked up only to name it."""
+    x = as_tensor(x)
+    a = x._value
+    if not Listeners.tracers and a.__class__ is np.ndarray and a.dtype.kind in "iu" and a.size:
+        if np.minimum.reduce(a, axis=None) >= lo and np.maximum.reduce(a, axis=None) < hi:
+            return x
+    return P.check_range(x, lo=lo, hi=hi, allow=allow, what=what, where=user_location())
 
 
 def _fresh(f: Callable[..., Tensor]) -> Callable[..., Tensor]:

@@ -125,8 +125,10 @@ def _scores_grad_rule(g, x, labels, *weight, **params):
 def _shifted(x: np.ndarray) -> np.ndarray:
     """x minus its rows' maxima where finite (`log_softmax_parts`' m), in a new array."""
     x = x if x.dtype.kind == "f" else x.astype(np.float64)
-    m = np.max(x, axis=1, keepdims=True)
-    return np.subtract(x, np.where(np.abs(m) < math.inf, m, 0.0).astype(x.dtype, copy=False))
+    m = np.maximum.reduce(x, axis=1, keepdims=True)
+    if not np.isfinite(m).all():  # rare: asked first, the select costs more than the test
+        m = np.where(np.abs(m) < math.inf, m, 0.0).astype(x.dtype, copy=False)
+    return np.subtract(x, m)
 
 
 def _counted(x, labels, weight, ignore_index):
