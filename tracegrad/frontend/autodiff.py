@@ -21,7 +21,7 @@ import numpy as np
 from tracegrad.core import primitives as P
 from tracegrad.core.errors import TraceError, user_location
 from tracegrad.core.vocabulary import Phase
-from tracegrad.frontend.tensor import Listeners, Tensor, as_tensor, phase
+from tracegrad.frontend.tensor import Listeners, Tensor, as_tensor
 
 
 class ShapeDtype:
@@ -344,37 +344,42 @@ def run_backward(
         roots.append(node)
     order, useful = _order(roots, lambda n: deliver(n) is not None)
     retain_graph = retain_graph or create_graph
-    with phase(Phase.BACKWARD):
+    # the backward phase, grad mode on only to record a differentiable backward (`phase` and
+    # `_grad_mode`, spelled out: a small model's backward is a few dozen microseconds)
+    outer = Listeners.phase, Listeners.grad_enabled
+    Listeners.phase, Listeners.grad_enabled = Phase.BACKWARD, create_graph
+    try:
         _propagate(order, useful, grads, deliver, retain_graph, create_graph, stop_at_sinks)
+    finally:
+        Listeners.phase, Listeners.grad_enabled = outer
 
 
 def _propagate(order, useful, grads, deliver, retain_graph, create_graph, stop_at_sinks) -> None:
     sums = _Sums(grads, in_place=not create_graph and not Listeners.tracers)
     tracer = Listeners.tracers[-1] if Listeners.tracers else None
-    with _grad_mode(create_graph):
-        for node in order:
-            g, unshared = sums.pop(node)
-            if g is None or node not in useful:
-                continue
-            if node.hooks:
-                hooked = _hooked(node, g)
-                g, unshared = hooked, unshared and hooked is g
-            sink = deliver(node)
-            if sink is not None:
-                sink(Unshared._wrap(g._value, g._node) if unshared else g)
-            if node.is_leaf or (stop_at_sinks and sink is not None):
-                continue
-            if tracer is not None and node.tracer is not tracer:
-                _refuse_outside_history(node)
-            ins, out = node.unpack()
-            wanted = [parent in useful for parent in node.parents]
-            outer, Listeners.module = Listeners.module, node.module  # its module, traced
-            try:
-                _pass_on(node, g, out, ins, wanted, sums, create_graph)
-            finally:
-                Listeners.module = outer
-            if not retain_graph:
-                node.free()
+    for node in order:
+        g, unshared = sums.pop(node)
+        if g is None or node not in useful:
+            continue
+        if node.hooks:
+            hooked = _hooked(node, g)
+            g, unshared = hooked, unshared and hooked is g
+        sink = deliver(node)
+        if sink is not None:
+            sink(Unshared._wrap(g._value, g._node) if unshared else g)
+        if node.is_leaf or (stop_at_sinks and sink is not None):
+            continue
+        if tracer is not None and node.tracer is not tracer:
+            _refuse_outside_history(node)
+        ins, out = node.unpack()
+        wanted = [parent in useful for parent in node.parents]
+        outer, Listeners.module = Listeners.module, node.module  # its module, traced
+        try:
+            _pass_on(node, g, out, ins, wanted, sums, create_graph)
+        finally:
+            Listeners.module = outer
+        if not retain_graph:
+            node.free()
 
 
 def _refuse_outside_history(node: TapeNode) -> None:
@@ -575,7 +580,13 @@ def accumulate(t: Tensor, g: Tensor) -> None:
     elif t.grad is None:
         t.grad = Tensor._wrap(np.array(g._value), g._node) if not g.is_symbolic else g
     elif t.grad._node is None and g._node is None:
-        t.grad._assign(t.grad + g)
+        grad, a, b = t.grad, t.grad._value, g._value
+        if (not Listeners.tracers and a.__class__ is np.ndarray and a.flags.writeable
+                and a.shape == b.shape and a.dtype == b.dtype):  # fmt: skip
+            np.add(a, b, out=a)  # `_assign` of the sum, without the sum's own array and call
+            grad._version[0] += 1
+        else:
+            grad._assign(grad + g)
     else:
         t.grad = t.grad + g
     node = t._node
