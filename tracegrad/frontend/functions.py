@@ -321,11 +321,21 @@ def astype(input: Any, dtype: Any) -> Tensor:
 # --- indexing ----------------------------------------------------------------------------------
 
 
+_BASIC = frozenset({int, slice, type(None), type(Ellipsis)})  # a basic index's items' types
+
+
 def getitem(input: Any, index: Any) -> Tensor:
     """Indexing with ints, slices, None, ..., integer arrays (several) and boolean masks. Basic
     indexing (no arrays) gives a view, as NumPy's and PyTorch's: a write into it writes the
     indexed tensor too (`mutation.write_back`)."""
-    x, index = bool_scalars(as_tensor(input), index)
+    x = as_tensor(input)
+    for item in index if index.__class__ is tuple else (index,):
+        if item.__class__ not in _BASIC:
+            break
+    else:  # ints, slices, None and ...: the template as it is (the common index, first)
+        template = index if index.__class__ is tuple else (index,)
+        return viewing(x, P.getitem(x, template=template), index)
+    x, index = bool_scalars(x, index)
     template, arrays = index_parts(index)
     out = P.getitem(x, *arrays, template=template)
     return out if arrays else viewing(x, out, index)
