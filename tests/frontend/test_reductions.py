@@ -166,3 +166,19 @@ def test_any_and_all_of_nothing_are_false_and_true(shape, dim):
     assert x.any(dim).shape == kept and not x.any(dim).numpy().any()
     assert x.all(dim).shape == kept and x.all(dim).numpy().all()
     assert tg.zeros(shape, dtype=tg.uint8).all(dim).dtype is tg.uint8
+
+
+@pytest.mark.parametrize("name", ["max", "min"])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_max_over_a_dim_gives_the_same_pair_whether_or_not_autograd_tracks_it(name, keepdim):
+    """Untracked, the values come from the reduction (one op, not a gather at the indices);
+    they equal the gathered ones, ties and NaN rows included."""
+    a = np.array([[1.0, 3.0, 3.0, -2.0], [np.nan, 0.0, 5.0, np.nan], [-1.0, -1.0, -1.0, -1.0]])
+    tracked = tg.tensor(a, requires_grad=True)
+    plain = getattr(tg, name)(tg.tensor(a), 1, keepdim=keepdim)
+    both = getattr(tg, name)(tracked, 1, keepdim=keepdim)
+    np.testing.assert_array_equal(plain.values.numpy(), both.values.detach().numpy())
+    np.testing.assert_array_equal(plain.indices.numpy(), both.indices.numpy())
+    assert plain.values.grad_fn is None and both.values.grad_fn is not None
+    both.values.sum().backward()  # the gradient goes to the chosen element only
+    assert tracked.grad.numpy().sum(axis=1).tolist() == [1.0, 1.0, 1.0]

@@ -27,7 +27,7 @@ from tracegrad.frontend.functions import (
     take_along,
     unsqueeze,
 )
-from tracegrad.frontend.tensor import Tensor, as_tensor
+from tracegrad.frontend.tensor import Listeners, Tensor, as_tensor
 
 
 def every_if_empty(dim: Any) -> Any:
@@ -157,8 +157,19 @@ def _extreme(name: str, input: Any, dim: Any, keepdim: bool, other: Any) -> Any:
     if dim is None:
         return (amax if name == "max" else amin)(x, None, keepdim)
     d = one_dim(name, dim, x.ndim)
+    result = MaxResult if name == "max" else MinResult
+    if x.ndim and not _tracked(x):  # no gradient to route: the values by the reduction itself
+        idx = _argmax(x if name == "max" else -x, d, keepdim)
+        return result(reduce_dims(P.max if name == "max" else P.min, x, d, keepdim), idx)
     idx = _argmax(x if name == "max" else -x, d, keepdim=True)
-    return taken(x, idx, d, keepdim, MaxResult if name == "max" else MinResult)
+    return taken(x, idx, d, keepdim, result)
+
+
+def _tracked(x: Tensor) -> bool:
+    """Whether autograd may differentiate through `x` here (`autodiff.edge`'s test)."""
+    return Listeners.grad_enabled and (
+        x._node is not None or x._requires_grad or bool(Listeners.recording)
+    )
 
 
 @pytorch_keywords
