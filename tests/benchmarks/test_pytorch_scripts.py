@@ -26,8 +26,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-# a library-dependent knob, so that the test can make the two loads disagree
-SCALE = 1.0 if torch.__name__ == "torch" or not SKEW else 1.5
+# a library-dependent knob, so that the test can make the two loads disagree (tracegrad.torch
+# answers __name__ "torch" while it stands for torch: its file tells them apart)
+SCALE = 1.5 if SKEW and "tracegrad" in torch.__file__ else 1.0
 
 
 class Net(nn.Module):
@@ -39,7 +40,7 @@ class Net(nn.Module):
         self.register_buffer("calls", torch.zeros(1))
 
     def forward(self, x):
-        if BREAK and torch.__name__ != "torch":
+        if BREAK and "tracegrad" in torch.__file__:
             raise RuntimeError("broken under tracegrad")
         self.calls.add_(1)
         return F.log_softmax(self.fc2(self.drop(torch.tanh(self.fc1(x) * SCALE))), dim=1)
