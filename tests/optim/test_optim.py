@@ -621,3 +621,31 @@ def test_a_saved_state_without_entries_for_unstepped_parameters_loads_them_fresh
     np.testing.assert_array_equal(kept["exp_avg"].numpy(), entry["exp_avg"].numpy())
     with pytest.raises(ValueError, match="state for 3 parameters, this optimizer has 2"):
         opt.load_state_dict({"state": {0: {}, 1: {}, 2: {}}, "param_groups": saved["param_groups"]})
+
+
+@pytest.mark.parametrize("backend", [None, "numba"])
+def test_adam_steps_parameters_whose_step_counts_differ(backend):
+    """A parameter without a gradient at some steps is not stepped, so its count lags: the
+    group's bias corrections are then computed per count (a vector), else once for all; each
+    parameter against its own NumPy Adam over the gradients it got."""
+    rng = np.random.default_rng(5)
+    starts = [rng.standard_normal((3, 2)), rng.standard_normal(4)]
+    grads = [[rng.standard_normal(a.shape) for _ in range(4)] for a in starts]
+    ps = [tg.tensor(a, requires_grad=True) for a in starts]
+    opt = optim.Adam(ps, lr=0.05)
+
+    def step(g0, g1):
+        ps[0].grad, ps[1].grad = g0, g1
+        opt.step()
+
+    step = step if backend is None else tg.trace(step, backend=backend)
+    got = [[], []]
+    for k in range(4):
+        second = k % 2 == 0  # the second parameter gets gradients at steps 0 and 2 only
+        step(tg.tensor(grads[0][k]), tg.tensor(grads[1][k]) if second else None)
+        got[0].append(grads[0][k])
+        if second:
+            got[1].append(grads[1][k])
+    for p, start, gs in zip(ps, starts, got, strict=True):
+        np.testing.assert_allclose(p.numpy(), np_adam(start, gs, lr=0.05), rtol=1e-10)
+    assert [float(s["step"]) for s in opt.state] == [4.0, 2.0]

@@ -172,7 +172,8 @@ def _into(target: Tensor, ufunc: np.ufunc, other: Any) -> bool:
     if (
         b.dtype != a.dtype
         or not a.flags.writeable
-        or np.broadcast_shapes(a.shape, b.shape) != a.shape
+        or b.shape != a.shape
+        and np.broadcast_shapes(a.shape, b.shape) != a.shape
     ):
         return False
     target._version[0] += 1

@@ -613,27 +613,40 @@ class Adam(Optimizer):
         return {**state, "max_exp_avg_sq": _zeros_like(p)} if group["amsgrad"] else state
 
     def _shared(self, group: ParamGroup, items: list[tuple[Tensor, dict[str, Tensor]]]) -> Any:
-        """Each parameter's step count, advanced, and its bias corrections (step size, square
-        root of the second one), computed as vectors over the group's parameters and cast once
-        for each of their dtypes: (step size, bias correction) per item."""
+        """Each parameter's step count, advanced, and per item its step size, the square root
+        of its second bias correction and the moments' coefficients (beta1, 1 - beta1, beta2,
+        1 - beta2), cast once for each of the parameters' dtypes. The bias corrections are
+        computed over the group at once: as vectors of the step counts, or, eagerly where every
+        count is the same number (the common case), once; per parameter these were a dozen ops
+        on 0-d tensors, more than a small parameter's update."""
         steps = [state["step"] for _, state in items]
         if len({t._value.dtype for t in steps}) > 1:
             return None
         (beta1, beta2), (lr,) = group.tensors("betas"), group.tensors("lr")
+        dtypes = {p._value.dtype for p, _ in items}
+        moments = {d: (_cast(beta1, d), _cast(1.0 - beta1, d), _cast(beta2, d),
+                       _cast(1.0 - beta2, d)) for d in dtypes}  # fmt: skip
+        if not Listeners.tracers and len({float(t._value) for t in steps}) == 1:
+            for step in steps:
+                step += 1.0
+            t = steps[0].astype(np.float64)
+            step_size, bias_correction2_sqrt = lr / (1.0 - beta1**t), sqrt(1.0 - beta2**t)
+            each = {d: (_cast(step_size, d), _cast(bias_correction2_sqrt, d), *moments[d])
+                    for d in dtypes}  # fmt: skip
+            return [each[p._value.dtype] for p, _ in items]
         t = stack(steps) + 1.0
         for k, step in enumerate(steps):
             step._assign(t[k])
         t = t.astype(np.float64)
         step_size, bias_correction2_sqrt = lr / (1.0 - beta1**t), sqrt(1.0 - beta2**t)
-        cast = {d: (step_size.astype(d), bias_correction2_sqrt.astype(d))
-                for d in {p._value.dtype for p, _ in items}}  # fmt: skip
+        cast = {d: (step_size.astype(d), bias_correction2_sqrt.astype(d)) for d in dtypes}
         return [
-            (cast[p._value.dtype][0][k], cast[p._value.dtype][1][k])
+            (cast[p._value.dtype][0][k], cast[p._value.dtype][1][k], *moments[p._value.dtype])
             for k, (p, _) in enumerate(items)
         ]
 
     def _update(self, p: Tensor, g: Tensor, state: dict[str, Tensor], group: ParamGroup,
-                shared: tuple[Tensor, Tensor] | None = None) -> None:  # fmt: skip
+                shared: tuple[Tensor, ...] | None = None) -> None:  # fmt: skip
         # the scalars in float64, then cast, as PyTorch computes them (Python floats): in
         # float32, 1 - beta2**t is off by up to eps32 / (1 - beta2), 6e-5 at beta2 = 0.999
         (beta1, beta2), (lr,), dtype = group.tensors("betas"), group.tensors("lr"), p._value.dtype
@@ -641,19 +654,23 @@ class Adam(Optimizer):
         step, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
         if shared is None:
             step += 1.0
-        m._assign(_cast(beta1, dtype) * m + _cast(1.0 - beta1, dtype) * g)
-        v._assign(_cast(beta2, dtype) * v + _cast(1.0 - beta2, dtype) * (g * g))
+            t = step.astype(np.float64)
+            step_size = _cast(lr / (1.0 - beta1**t), dtype)
+            bias_correction2_sqrt = _cast(sqrt(1.0 - beta2**t), dtype)
+            b1, c1, b2, c2 = (_cast(beta1, dtype), _cast(1.0 - beta1, dtype), _cast(beta2, dtype),
+                              _cast(1.0 - beta2, dtype))  # fmt: skip
+        else:
+            step_size, bias_correction2_sqrt, b1, c1, b2, c2 = shared
+        # in place: eagerly one pass each (`mutation._into`), rounded as b1 m + c1 g
+        m *= b1
+        m += c1 * g
+        v *= b2
+        v += c2 * (g * g)
         if group["amsgrad"]:
             if "max_exp_avg_sq" not in state:
                 raise ValueError("Adam: amsgrad was off when this parameter's group was created")
             state["max_exp_avg_sq"]._assign(maximum(state["max_exp_avg_sq"], v))
             v = state["max_exp_avg_sq"]
-        if shared is None:
-            t = step.astype(np.float64)
-            step_size = _cast(lr / (1.0 - beta1**t), dtype)
-            bias_correction2_sqrt = _cast(sqrt(1.0 - beta2**t), dtype)
-        else:
-            step_size, bias_correction2_sqrt = shared
         p -= step_size * m / (sqrt(v) / bias_correction2_sqrt + group["eps"])
 
 
