@@ -614,18 +614,21 @@ class Adam(Optimizer):
 
     def _shared(self, group: ParamGroup, items: list[tuple[Tensor, dict[str, Tensor]]]) -> Any:
         """Each parameter's step count, advanced, and per item its step size, the square root
-        of its second bias correction and the moments' coefficients (beta1, 1 - beta1, beta2,
-        1 - beta2), cast once for each of the parameters' dtypes. The bias corrections are
-        computed over the group at once: as vectors of the step counts, or, eagerly where every
-        count is the same number (the common case), once; per parameter these were a dozen ops
-        on 0-d tensors, more than a small parameter's update."""
+        of its second bias correction, the moments' coefficients (beta1, 1 - beta1, beta2,
+        1 - beta2) and AdamW's decay factor, cast once for each of the parameters' dtypes. The
+        bias corrections are computed over the group at once: as vectors of the step counts,
+        or, eagerly where every count is the same number (the common case), once; per parameter
+        these were a dozen ops on 0-d tensors, more than a small parameter's update."""
         steps = [state["step"] for _, state in items]
         if len({t._value.dtype for t in steps}) > 1:
             return None
         (beta1, beta2), (lr,) = group.tensors("betas"), group.tensors("lr")
         dtypes = {p._value.dtype for p, _ in items}
+        decoupled = group["weight_decay"] and group["decoupled_weight_decay"]
+        decay = 1.0 - lr * group["weight_decay"] if decoupled else None
         moments = {d: (_cast(beta1, d), _cast(1.0 - beta1, d), _cast(beta2, d),
-                       _cast(1.0 - beta2, d)) for d in dtypes}  # fmt: skip
+                       _cast(1.0 - beta2, d), decay if decay is None else _cast(decay, d))
+                   for d in dtypes}  # fmt: skip
         if not Listeners.tracers and len({float(t._value) for t in steps}) == 1:
             for step in steps:
                 step += 1.0
@@ -650,7 +653,7 @@ class Adam(Optimizer):
         # the scalars in float64, then cast, as PyTorch computes them (Python floats): in
         # float32, 1 - beta2**t is off by up to eps32 / (1 - beta2), 6e-5 at beta2 = 0.999
         (beta1, beta2), (lr,), dtype = group.tensors("betas"), group.tensors("lr"), p._value.dtype
-        g = _weight_decay(p, g, lr, group)
+        g = _weight_decay(p, g, lr, group, None if shared is None else shared[-1])
         step, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
         if shared is None:
             step += 1.0
@@ -660,7 +663,7 @@ class Adam(Optimizer):
             b1, c1, b2, c2 = (_cast(beta1, dtype), _cast(1.0 - beta1, dtype), _cast(beta2, dtype),
                               _cast(1.0 - beta2, dtype))  # fmt: skip
         else:
-            step_size, bias_correction2_sqrt, b1, c1, b2, c2 = shared
+            step_size, bias_correction2_sqrt, b1, c1, b2, c2, _ = shared
         # in place: eagerly one pass each (`mutation._into`), rounded as b1 m + c1 g
         m *= b1
         m += c1 * g
@@ -674,11 +677,13 @@ class Adam(Optimizer):
         p -= step_size * m / (sqrt(v) / bias_correction2_sqrt + group["eps"])
 
 
-def _weight_decay(p: Tensor, g: Tensor, lr: Tensor, group: ParamGroup) -> Tensor:
-    """The gradient with L2 weight decay added, or (decoupled, AdamW's) the parameter shrunk."""
+def _weight_decay(p: Tensor, g: Tensor, lr: Tensor, group: ParamGroup,
+                  decay: Tensor | None = None) -> Tensor:  # fmt: skip
+    """The gradient with L2 weight decay added, or (decoupled, AdamW's) the parameter shrunk,
+    by `decay` where the group's update computed it (1 - lr weight_decay, in p's dtype)."""
     weight_decay = group["weight_decay"]
     if weight_decay and group["decoupled_weight_decay"]:
-        p *= _cast(1.0 - lr * weight_decay, p.dtype)
+        p *= _cast(1.0 - lr * weight_decay, p.dtype) if decay is None else decay
     elif weight_decay:
         g = g + weight_decay * p
     return g
