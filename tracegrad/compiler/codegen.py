@@ -121,7 +121,8 @@ def _as_kernel_takes(const: np.ndarray) -> np.ndarray:
 # matrix-vector product or adds columns (`reductions.own_sum`).
 _REDUCES = {P.sum: "np.add.reduce", P.prod: "np.multiply.reduce", P.max: "np.maximum.reduce",
             P.min: "np.minimum.reduce"}  # fmt: skip
-_METHODS = {np.transpose: (np.ndarray.transpose, "axes"), np.reshape: (np.ndarray.reshape, "shape")}
+_METHODS = {P.transpose.impl: (np.ndarray.transpose, "axes"),
+            P.reshape.impl: (np.ndarray.reshape, "shape")}  # fmt: skip
 
 
 def _call(em: _Emitter, n: ir.Node, memory: MemoryPlan, places: dict[ir.Value, int]) -> str:

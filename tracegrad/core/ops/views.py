@@ -136,15 +136,30 @@ def mT(x: Any) -> Any:
 
 
 def _inverse(axes: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(int(a) for a in np.argsort(axes))
+    """The permutation that undoes `axes` (in Python: np.argsort of a tuple costs more)."""
+    back = [0] * len(axes)
+    for i, a in enumerate(axes):
+        back[a] = i
+    return tuple(back)
+
+
+def _reshape(x, shape):
+    """np.reshape by the array's own method: NumPy's function passes through Python wrappers
+    first, most of what an eager view costs (a plan calls the method too: `codegen`)."""
+    return x.reshape(shape) if isinstance(x, np.ndarray) else np.reshape(x, shape)
+
+
+def _transpose(x, axes):
+    """np.transpose by the array's own method (as `_reshape`)."""
+    return x.transpose(axes) if isinstance(x, np.ndarray) else np.transpose(x, axes)
 
 
 # Each rule here is linear with real coefficients: it holds for complex values as it is.
 _C = {"complex_grad": True}
-reshape = Primitive("reshape", np.reshape, _reshape_rule,
+reshape = Primitive("reshape", _reshape, _reshape_rule,
                     (lambda g, out, x, shape: reshaped(g, x.shape),), kind=Kind.VIEW,
                     **_C)  # fmt: skip
-transpose = Primitive("transpose", np.transpose, _transpose_rule,
+transpose = Primitive("transpose", _transpose, _transpose_rule,
                       (lambda g, out, x, axes: transpose(g, axes=_inverse(axes)),),
                       kind=Kind.VIEW, **_C)  # fmt: skip
 broadcast_to = Primitive("broadcast_to", np.broadcast_to, _broadcast_to_rule,
