@@ -1,7 +1,8 @@
 """Ops that are one NumPy call and one tape node eagerly and their parts when traced
-(`Primitive.decompose`): linear and softmax cross-entropy. Each eager op is held to its
-decomposition (the ops a trace records, differentiated by the tape), its gradients to finite
-differences in float64 and to second order, and a trace to the eager step."""
+(`Primitive.decompose`): linear, softmax cross-entropy, softmax and log-softmax. Each eager op
+is held to its decomposition (the ops a trace records, differentiated by the tape), its
+gradients to finite differences in float64 and to second order, and a trace to the eager
+step."""
 
 from __future__ import annotations
 
@@ -190,3 +191,22 @@ def test_class_weights_gradient_traced_as_eager():
         w.grad = None
         traced(x, labels, w)
     np.testing.assert_allclose(w.grad.numpy(), want, rtol=1e-12, atol=1e-15)
+
+
+# --- softmax and log-softmax -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op", [P.softmax, P.log_softmax])
+@pytest.mark.parametrize("axis", [(0,), (1,), (0, 1)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_softmaxes_are_their_decompositions(op, axis, dtype):
+    x = (RNG.standard_normal((4, 6)) * 3).astype(dtype)
+    eager, parts = eager_and_parts(op, x, axis=axis)
+    assert_close_grads(eager, parts, 1e-6 if dtype == np.float32 else 1e-13)
+
+
+def test_softmax_over_either_axis_in_one_function_against_finite_differences():
+    """Two softmaxes of one input, over rows and over columns (their second derivatives:
+    `tests/nn/test_functional.py`)."""
+    x = RNG.standard_normal((3, 5))
+    check_grad(lambda a: (tg.softmax(a, 1) ** 2).sum() * tg.softmax(a, 0)[0].sum(), x)
