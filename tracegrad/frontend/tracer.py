@@ -313,14 +313,18 @@ class Capture:
         return [w for w in self.watched if w.warn and not w.holds()]
 
     def guards_hold(self) -> bool:
-        return (
-            all(
-                _guard_holds(ref.resolve(()), shape, dtype, no_grad, grads)
-                for ref, shape, dtype, no_grad, grads in self.guards
-            )
-            and all(w.holds() for w in self.watched)
-            and all(check() for check in self.checks)
-        )
+        """Whether the plan holds for this call (loops, not all() over generators: a small
+        step's every call asks each of its guards)."""
+        for ref, shape, dtype, no_grad, grads in self.guards:
+            if not _guard_holds(ref.resolve(()), shape, dtype, no_grad, grads):
+                return False
+        for w in self.watched:
+            if not w.holds():
+                return False
+        for check in self.checks:
+            if not check():
+                return False
+        return True
 
 
 def _guard_holds(t: Tensor | None, shape: tuple, dtype: np.dtype, no_grad: bool | None,
