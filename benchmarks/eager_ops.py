@@ -24,16 +24,20 @@ import timeit
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 MARK = "EAGER_OPS "
 
 
 def cases(torch: Any) -> dict[str, Callable[[], Any]]:
-    """Each case's call, its operands made once."""
+    """Each case's call, its operands made once (the same data in both libraries; the layers'
+    weights are each library's own draw)."""
     F, nn = torch.nn.functional, torch.nn
     torch.manual_seed(0)
-    x, y = torch.randn(8, 16), torch.randn(8, 16)
-    w = torch.randn(16, 16, requires_grad=True)
-    labels = torch.randint(0, 16, (8,))
+    rng = np.random.default_rng(0)
+    x, y = (torch.tensor(rng.standard_normal((8, 16)).astype(np.float32)) for _ in range(2))
+    w = torch.tensor(rng.standard_normal((16, 16)).astype(np.float32), requires_grad=True)
+    labels = torch.tensor(rng.integers(0, 16, 8))
     lin = nn.Linear(16, 16)
     mlp = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16))
     opt = torch.optim.SGD(mlp.parameters(), lr=0.01)
