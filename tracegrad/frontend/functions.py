@@ -523,7 +523,7 @@ def same_dtypes(op: str, *xs: Tensor) -> None:
     """PyTorch's products take operands of one dtype: a float64 batch into a float32 model
     raises rather than silently running the whole step in float64."""
     dtypes = [x._value.dtype for x in xs if x is not None]
-    if any(d != dtypes[0] for d in dtypes):
+    if dtypes.count(dtypes[0]) != len(dtypes):  # (no generator: every product asks)
         names = ", ".join(d.name for d in dtypes)
         raise ShapeError(
             f"{op}: operands of dtypes {names}; a product does not promote (as in PyTorch): "
@@ -553,6 +553,9 @@ def _is_sparse(x: Any) -> bool:
 def promoting_matmul(input: Any, other: Any) -> Tensor:
     """The matrix product with NumPy's promotion of mixed dtypes (`tracegrad.numpy.matmul`)."""
     a, b = as_tensor(input), as_tensor(other)
+    sa, sb = a._value.shape, b._value.shape
+    if len(sa) == 2 == len(sb) and sa[1] == sb[0]:  # two matrices: the op itself, first
+        return P.matmul(a, b)
     if a.ndim == 0 or b.ndim == 0 or a._value.shape[-1] != b._value.shape[-2 if b.ndim > 1 else 0]:
         raise ShapeError(f"matmul: {a.shape} @ {b.shape}")
     if a.ndim > 2 and b.ndim == 2:  # rows times one matrix: one GEMM (see core.ops.linalg)
