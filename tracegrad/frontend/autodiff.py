@@ -136,8 +136,8 @@ def _leaf_of(t: Tensor) -> Tensor | None:
 def edge(t: Tensor) -> Any:
     """The node gradients of `t` flow into, or None if no one tracks `t`."""
     node = t._node
-    if node is not None and not node.is_leaf:
-        return node
+    if node is not None and (not node.is_leaf or t._requires_grad):
+        return node  # an op's result, or a leaf that requires grad with its node made
     if node is None and not t._requires_grad and not Listeners.recording:
         return None  # the common untracked tensor, asked about at every op
     leaf = _leaf_of(t)
