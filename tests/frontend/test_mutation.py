@@ -234,6 +234,30 @@ def test_data_writes_its_tensor_and_can_be_replaced():
     assert p.shape == (5,) and p.requires_grad
 
 
+def test_add_with_alpha_in_place_writes_the_array_and_counts_the_write():
+    """`p.data.mul_(d).add_(q, alpha=1 - d)` (an EMA, a target network's soft update) computes
+    in the tensor's own array, as `x + alpha * y` rounds; the write is counted, so a value saved
+    for backward and changed since is refused; an alias whose tensor took another array since
+    (`p.data = ...` after `d = p.data`) still writes the tensor."""
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal((3, 4))
+    p, q = tg.nn.Parameter(tg.tensor(a)), tg.tensor(b.astype(np.float32))
+    before = p.numpy()
+    with tg.no_grad():
+        p.data.mul_(0.99).add_(q, alpha=0.01)
+    expected = (a * np.float32(0.99)) + (b.astype(np.float32) * np.float32(0.01))
+    np.testing.assert_array_equal(p.numpy(), expected)
+    assert np.shares_memory(p.numpy(), before)  # in place
+    y = (p * p).sum()  # saves p
+    p.data.sub_(q, alpha=0.5)
+    with pytest.raises(RuntimeError, match="modified in place"):
+        y.backward()
+    stale = p.data
+    p.data = tg.tensor(np.zeros((3, 4), np.float32))
+    stale.add_(q, alpha=2.0)
+    np.testing.assert_array_equal(p.numpy(), 2.0 * b.astype(np.float32))
+
+
 @pytest.mark.parametrize("backend", [None, "numpy"])
 def test_data_written_in_place_with_a_tracked_value_writes_its_tensor(backend, monkeypatch):
     """vector-quantize-pytorch's EMA codebook: `buf.data.lerp_(new, 0.2)` with `new` computed

@@ -56,6 +56,7 @@ def sub(input: Any, other: Any, *rest: Any, alpha: Any = 1) -> Tensor:
 
 
 subtract = sub
+add.ufunc, sub.ufunc = np.add, np.subtract  # x.add_(y, alpha=a) in x's array (`mutation.in_place`)
 
 
 @pytorch_keywords

@@ -122,12 +122,22 @@ def _before_the_step(t: Tensor) -> bool:
 
 
 def in_place(f: Callable, name: str) -> Callable:
-    """The in-place method `name` of the out-of-place function `f` (x.add_(y) of add)."""
-    ufunc = f.impl if isinstance(f, Primitive) and isinstance(f.impl, np.ufunc) else None
+    """The in-place method `name` of the out-of-place function `f` (x.add_(y) of add). An op
+    of one ufunc (a primitive's, or a function's `ufunc`: add's and sub's, whose `alpha=`
+    scales the operand first) runs eagerly in the tensor's array where `_into` can."""
+    ufunc = f.impl if isinstance(f, Primitive) else getattr(f, "ufunc", None)
+    ufunc = ufunc if isinstance(ufunc, np.ufunc) else None
 
     def method(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
-        if ufunc is not None and len(args) == 1 and not kwargs and _into(self, ufunc, args[0]):
-            return self
+        if (
+            ufunc is not None
+            and len(args) == 1
+            and kwargs.keys() <= {"alpha"}
+            and (_array_target(self))
+        ):
+            alpha = kwargs.get("alpha", 1)
+            if _into(self, ufunc, args[0] if alpha == 1 else args[0] * alpha):
+                return self
         return write(self, f(self, *args, **kwargs), name)
 
     method.__name__ = method.__qualname__ = name
@@ -157,14 +167,24 @@ def reshaped(f: Callable, name: str) -> Callable:
     return method
 
 
+def _array_target(target: Tensor) -> bool:
+    """Whether an eager in-place op may compute straight into `target`'s array: not while
+    tracing; not a view held as a copy (a diagonal: `write` writes its base too); an alias
+    (`p.data`) only while it holds its tensor's array still (`Alias._assign` writes the array
+    the tensor holds now)."""
+    if Listeners.tracers or target._value.__class__ is not np.ndarray:
+        return False
+    if isinstance(target, Alias) and target._value is not target._base._value:
+        return False
+    return _shares_base(target)
+
+
 def _into(target: Tensor, ufunc: np.ufunc, other: Any) -> bool:
     """Eagerly, where `write` would copy the result into an untracked tensor's array, compute
     it there: `buf *= m` in one pass, not a new array and a copy (an optimizer's every state
     update). False, having done nothing, where the general path must run."""
-    if Listeners.tracers or target._value.__class__ is not np.ndarray or isinstance(target, Alias):
-        return False  # (an alias writes the array its tensor holds now: `Alias._assign`)
-    if not _shares_base(target):
-        return False  # a view held as a copy (a diagonal): `write` writes its base too
+    if not _array_target(target):
+        return False
     other = lift_operands((target, other))[1]
     if Listeners.grad_enabled and (edge(target) is not None or edge(other) is not None):
         return False
