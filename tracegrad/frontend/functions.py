@@ -21,6 +21,7 @@ import numpy as np
 
 from tracegrad.core import primitives as P
 from tracegrad.core.errors import ShapeError, TraceError, user_location, warn_user
+from tracegrad.core.ops import shapes
 from tracegrad.frontend.promotion import result_type
 from tracegrad.frontend.tensor import Listeners, Tensor, as_tensor, call_into
 
@@ -195,10 +196,7 @@ def permute(input: Any, *dims: Any) -> Tensor:
                          f"{ndim} dimensions of {x.shape}")  # fmt: skip
     if axes == tuple(range(ndim)):
         return x
-    back = [0] * ndim  # the inverse permutation
-    for i, a in enumerate(axes):
-        back[a] = i
-    back = tuple(back)
+    back = shapes.inverse_permutation(axes)
     out = viewing(x, P.transpose(x, axes=axes), lambda v: P.transpose(v, axes=back))
     out._permuted = True  # not contiguous: `contiguous()` copies it
     return out

@@ -101,6 +101,15 @@ def reduced(x, axis, keepdims):
     return tuple(d for i, d in enumerate(x.shape) if i not in axis)
 
 
+def inverse_permutation(axes: Sequence[int]) -> tuple[int, ...]:
+    """The permutation that undoes `axes` (in Python: np.argsort of a tuple costs more, and
+    every eager transpose asks)."""
+    back = [0] * len(axes)
+    for i, a in enumerate(axes):
+        back[a] = i
+    return tuple(back)
+
+
 def build_index(template: tuple, arrays: Sequence[Any]) -> tuple:
     it = iter(arrays)
     return tuple(next(it) if item == "@" else item for item in template)

@@ -135,12 +135,8 @@ def mT(x: Any) -> Any:
     return transpose(x, axes=(*range(x.ndim - 2), x.ndim - 1, x.ndim - 2))
 
 
-def _inverse(axes: tuple[int, ...]) -> tuple[int, ...]:
-    """The permutation that undoes `axes` (in Python: np.argsort of a tuple costs more)."""
-    back = [0] * len(axes)
-    for i, a in enumerate(axes):
-        back[a] = i
-    return tuple(back)
+def _transpose_vjp(g, out, x, axes):
+    return transpose(g, axes=shapes.inverse_permutation(axes))
 
 
 def _reshape(x, shape):
@@ -159,8 +155,7 @@ _C = {"complex_grad": True}
 reshape = Primitive("reshape", _reshape, _reshape_rule,
                     (lambda g, out, x, shape: reshaped(g, x.shape),), kind=Kind.VIEW,
                     **_C)  # fmt: skip
-transpose = Primitive("transpose", _transpose, _transpose_rule,
-                      (lambda g, out, x, axes: transpose(g, axes=_inverse(axes)),),
+transpose = Primitive("transpose", _transpose, _transpose_rule, (_transpose_vjp,),
                       kind=Kind.VIEW, **_C)  # fmt: skip
 broadcast_to = Primitive("broadcast_to", np.broadcast_to, _broadcast_to_rule,
                          (lambda g, out, x, shape: sum_to(g, x.shape),),
