@@ -556,7 +556,7 @@ METHODS = ("tg-traced", "tg-eager", "torch")
 
 
 def build(method: str, name: str) -> Callable[[], float]:
-    """One step of `name` under `method`, seeded; a traced one can wait for its kernels."""
+    """One step of `name` under `method`, seeded; traced or eager, it can wait for its kernels."""
     if method == "torch":
         import torch
 
@@ -573,6 +573,10 @@ def build(method: str, name: str) -> Callable[[], float]:
 
     if method == "tg-traced":
         run.traced, run.wait_for_kernels = step, step.wait_for_kernels
+    elif method == "tg-eager":  # kernels load while the first steps run NumPy (as in zoo.py)
+        from tracegrad.runtime.eager import wait_for_kernels
+
+        run.wait_for_kernels = wait_for_kernels
     return run
 
 
