@@ -258,6 +258,75 @@ def test_add_with_alpha_in_place_writes_the_array_and_counts_the_write():
     np.testing.assert_array_equal(p.numpy(), 2.0 * b.astype(np.float32))
 
 
+def test_fills_and_copies_write_the_array_itself_broadcast_and_cast():
+    """`x.zero_()`, `fill_`, `copy_` of an untracked value copy into the tensor's array,
+    broadcasting and casting as PyTorch's: aliases and views' bases see it, the write is
+    counted, and what the array cannot take is refused as before."""
+    x = tg.tensor(np.arange(6.0, dtype=np.float32).reshape(2, 3))
+    array, alias, row = x.numpy(), x.data, x[1]
+    x.copy_(tg.tensor(np.array([0.1, 0.2, 0.3])))  # float64, broadcast over the rows
+    np.testing.assert_array_equal(array, np.tile(np.array([0.1, 0.2, 0.3], np.float32), (2, 1)))
+    row.fill_(7.0)
+    alias[0].zero_()
+    assert x.numpy() is array
+    np.testing.assert_array_equal(array, [[0, 0, 0], [7, 7, 7]])
+    w = tg.tensor(np.array([1.0, 2.0]), requires_grad=True)
+    loss = (w * w).sum()
+    w.data.zero_()
+    with pytest.raises(RuntimeError, match="modified in place"):
+        loss.backward()
+    with pytest.raises(RuntimeError, match="requires grad cannot be changed in place"):
+        w.zero_()
+    with pytest.raises(tg.ShapeError, match="does not broadcast"):
+        x.copy_(tg.tensor(np.zeros(4)))
+    with pytest.raises(TypeError, match="can't be cast"):
+        tg.tensor(np.zeros(2, np.int64)).add_(tg.tensor(np.ones(2)))
+
+
+def test_assignment_by_a_basic_index_or_a_mask_matches_numpy():
+    """`x[index] = value` of untracked values goes straight into the array: the same result as
+    NumPy's assignment (Python numbers at the tensor's precision, values cast, leading ones
+    dropped), the write counted and seen by views, bad indices and shapes refused by name."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((4, 5))
+    cases = [
+        ((slice(None), 0), 0.1),
+        (2, rng.standard_normal(5)),
+        ((Ellipsis, slice(1, 4, 2)), rng.standard_normal((4, 2)).astype(np.float32)),
+        ((None, slice(None, None, 2)), rng.standard_normal((1, 1, 5))),
+        ((), 3),
+        ((1, 2), True),
+    ]
+    for dtype in (np.float64, np.float32, np.int64):
+        for index, value in cases:
+            x = tg.tensor(a.astype(dtype))
+            expected = a.astype(dtype)
+            expected[index] = value
+            x[index] = tg.tensor(value) if isinstance(value, np.ndarray) else value
+            assert x.dtype == dtype
+            np.testing.assert_array_equal(x.numpy(), expected)
+    x, mask = tg.tensor(a), tg.tensor(a > 0)
+    base = x.numpy()
+    x[mask] = 0.0
+    x[tg.tensor(a[:, 0] < 0)] = tg.tensor(np.full(5, 2.0))
+    expected = np.where(a > 0, 0.0, a)
+    expected[a[:, 0] < 0] = 2.0
+    np.testing.assert_array_equal(x.numpy(), expected)
+    assert x.numpy() is base
+    x.t()[0] = -1.0  # a view's write is its base's
+    np.testing.assert_array_equal(x.numpy()[:, 0], -1.0)
+    w = tg.tensor(np.array([1.0, 2.0]), requires_grad=True)
+    loss = (w * w).sum()
+    with tg.no_grad():
+        w[0] = 5.0
+    with pytest.raises(RuntimeError, match="modified in place"):
+        loss.backward()
+    with pytest.raises(IndexError):
+        x[4] = 1.0
+    with pytest.raises(tg.ShapeError):
+        x[0] = tg.tensor(np.zeros(3))
+
+
 @pytest.mark.parametrize("backend", [None, "numpy"])
 def test_data_written_in_place_with_a_tracked_value_writes_its_tensor(backend, monkeypatch):
     """vector-quantize-pytorch's EMA codebook: `buf.data.lerp_(new, 0.2)` with `new` computed

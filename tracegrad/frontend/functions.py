@@ -319,7 +319,8 @@ def astype(input: Any, dtype: Any) -> Tensor:
 # --- indexing ----------------------------------------------------------------------------------
 
 
-_BASIC = frozenset({int, slice, type(None), type(Ellipsis)})  # a basic index's items' types
+# the types of a basic index's items (ints, slices, None, ...): a view, and no position twice
+BASIC_INDEX_TYPES = frozenset({int, slice, type(None), type(Ellipsis)})
 
 
 def getitem(input: Any, index: Any) -> Tensor:
@@ -328,7 +329,7 @@ def getitem(input: Any, index: Any) -> Tensor:
     indexed tensor too (`mutation.write_back`)."""
     x = as_tensor(input)
     for item in index if index.__class__ is tuple else (index,):
-        if item.__class__ not in _BASIC:
+        if item.__class__ not in BASIC_INDEX_TYPES:
             break
     else:  # ints, slices, None and ...: the template as it is (the common index, first)
         template = index if index.__class__ is tuple else (index,)

@@ -29,6 +29,7 @@ from tracegrad.core.vocabulary import Primitive
 from tracegrad.frontend import random
 from tracegrad.frontend.autodiff import edge, no_grad
 from tracegrad.frontend.functions import (
+    BASIC_INDEX_TYPES,
     astype,
     bool_value,
     broadcast_to,
@@ -46,13 +47,15 @@ def write(target: Tensor, result: Any, op: str) -> Tensor:
     """Make `target` hold `result` (broadcast to its shape, cast to its dtype): the last step of
     every in-place op, by the rules above."""
     result = as_tensor(result)
+    if _copy_into(target, result):
+        return target
     if Listeners.grad_enabled and target.is_leaf and target.requires_grad:
         raise RuntimeError(
             f"{op}: a leaf tensor that requires grad cannot be changed in place; wrap the update "
             "in `with torch.no_grad():` (as optimizers do) or use an out-of-place op"
         )
     if result.shape != target.shape:
-        if np.broadcast_shapes(result.shape, target.shape) != target.shape:
+        if _broadcast(result.shape, target.shape) != target.shape:
             raise ShapeError(
                 f"{op}: the result's shape {result.shape} does not broadcast to the tensor's "
                 f"{target.shape} (an in-place op keeps the shape)"
@@ -193,12 +196,45 @@ def _into(target: Tensor, ufunc: np.ufunc, other: Any) -> bool:
         b.dtype != a.dtype
         or not a.flags.writeable
         or b.shape != a.shape
-        and np.broadcast_shapes(a.shape, b.shape) != a.shape
+        and _broadcast(b.shape, a.shape) != a.shape
     ):
         return False
     target._version[0] += 1
     ufunc(a, b, out=a)
     return True
+
+
+def _copy_into(target: Tensor, result: Tensor) -> bool:
+    """Eagerly, an untracked result written into an untracked tensor's array by one copy that
+    broadcasts and casts (`write`'s general path makes the broadcast and the cast as arrays of
+    their own first: `p.grad.zero_()` in every tutorial's loop). False, having done nothing,
+    where the general path must run (its errors, autograd's rules)."""
+    if not _array_target(target):
+        return False
+    if Listeners.grad_enabled and (
+        target._node is not None or target._requires_grad or edge(result) is not None
+    ):
+        return False
+    a, b = target._value, result._value
+    if (
+        b.__class__ is not np.ndarray
+        or not a.flags.writeable
+        or b.shape != a.shape
+        and _broadcast(b.shape, a.shape) != a.shape
+        or not np.can_cast(b.dtype, a.dtype, "same_kind")
+    ):
+        return False
+    target._version[0] += 1
+    np.copyto(a, b, casting="same_kind")
+    return True
+
+
+def _broadcast(shape: tuple, into: tuple) -> tuple | None:
+    """The shape `shape` and `into` broadcast to, None where they do not."""
+    try:
+        return np.broadcast_shapes(shape, into)
+    except ValueError:
+        return None
 
 
 def fill(self: Tensor, value: Any) -> Tensor:
@@ -321,7 +357,47 @@ def fill_diagonal(self: Tensor, fill_value: Any, wrap: bool = False) -> Tensor:
 
 def setitem(self: Tensor, index: Any, value: Any) -> None:
     """`x[index] = value`, differentiable in both (PyTorch's index_put_)."""
-    write(self, index_put(self, pytorch_index(index), value), "__setitem__")
+    if not _set_in_array(self, index, value):
+        write(self, index_put(self, pytorch_index(index), value), "__setitem__")
+
+
+def _set_in_array(target: Tensor, index: Any, value: Any) -> bool:
+    """Eagerly, `x[index] = value` by NumPy's assignment into the array where it means what
+    `index_put` does: an untracked value into an untracked tensor, at a basic index or by
+    boolean masks, which name no position twice (`index_put` builds the region by scatters and
+    a select: `x[:, 0] = 0` in a data pipeline). False, having done nothing, where the general
+    path must run (its errors, autograd's rules, indices that may repeat)."""
+    if not _array_target(target) or not target._value.flags.writeable:
+        return False
+    tensor_value = isinstance(value, Tensor)
+    if Listeners.grad_enabled and (
+        target._node is not None
+        or target._requires_grad
+        or tensor_value and edge(value) is not None
+    ):
+        return False
+    items = index if index.__class__ is tuple else (index,)
+    arrays = []
+    for item in items:
+        kind = item.__class__
+        if kind is slice:
+            ends = (item.start, item.stop, item.step)
+            if any(e is not None and e.__class__ is not int for e in ends) or (item.step or 1) < 1:
+                return False
+        elif kind not in BASIC_INDEX_TYPES:
+            if not (isinstance(item, Tensor) and item._value.dtype == np.bool_ and item.ndim):
+                return False
+            item = item._value
+        arrays.append(item)
+    v = value._value if tensor_value else value
+    if v.__class__ is not np.ndarray and not isinstance(v, int | float | bool):
+        return False  # lists, NumPy scalars, complex numbers: as_written's rules
+    try:
+        target._value[tuple(arrays)] = v
+    except (IndexError, ValueError, TypeError, OverflowError):
+        return False  # NumPy checks before it writes: the general path names the error
+    target._version[0] += 1
+    return True
 
 
 def index_put(input: Any, index: Any, value: Any, accumulate: bool = False) -> Tensor:
