@@ -373,7 +373,7 @@ def _set_in_array(target: Tensor, index: Any, value: Any) -> bool:
     if Listeners.grad_enabled and (
         target._node is not None
         or target._requires_grad
-        or tensor_value and edge(value) is not None
+        or (tensor_value and edge(value) is not None)
     ):
         return False
     items = index if index.__class__ is tuple else (index,)
