@@ -23,7 +23,7 @@ from tracegrad.core import bfloat16
 from tracegrad.core.bfloat16 import BFLOAT16
 from tracegrad.core.errors import TraceError, user_location
 from tracegrad.frontend import random, torch_checkpoint
-from tracegrad.frontend.autodiff import RemovableHandle, edge
+from tracegrad.frontend.autodiff import RemovableHandle, edge, zero_grads
 from tracegrad.frontend.device import require_cpu, to_arguments
 from tracegrad.frontend.dtypes import torch_dtype
 from tracegrad.frontend.function import Function
@@ -610,11 +610,7 @@ class Module:
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Drop the parameters' gradients, or zero them in place with set_to_none=False (an
         alias of `p.grad` sees the zeros, as in PyTorch and as the optimizers' `zero_grad`)."""
-        for p in self.parameters():
-            if set_to_none or p.grad is None:
-                p.grad = None
-            else:
-                p.grad._assign(Tensor._of(np.zeros(p.shape, p.grad.dtype)))
+        zero_grads(self.parameters(), set_to_none)
 
     def share_memory(self) -> Module:
         """Refused: PyTorch's Hogwild training shares parameters with worker processes, and a

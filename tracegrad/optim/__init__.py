@@ -30,7 +30,7 @@ import numpy as np
 
 from tracegrad.core.errors import TraceError
 from tracegrad.core.primitives import Phase, abs, maximum, sign, sqrt, where
-from tracegrad.frontend.autodiff import enable_grad, no_grad
+from tracegrad.frontend.autodiff import enable_grad, no_grad, zero_grads
 from tracegrad.frontend.elementwise import view_as_complex, view_as_real
 from tracegrad.frontend.functions import clamp, stack
 from tracegrad.frontend.tensor import Listeners, Tensor, get_default_dtype, phase
@@ -294,11 +294,7 @@ class Optimizer:
         """Drop the gradients (`grad = None`, PyTorch's default), or zero them in place (an
         alias of `p.grad` sees the zeros, as in PyTorch). By the groups, as PyTorch: a wrapper
         that shares another optimizer's groups without __init__ (timm's Lookahead) works."""
-        for p in (p for group in self.param_groups for p in group["params"]):
-            if set_to_none or p.grad is None:
-                p.grad = None
-            else:
-                p.grad._assign(Tensor._of(np.zeros(p.shape, p.grad.dtype)))
+        zero_grads((p for group in self.param_groups for p in group["params"]), set_to_none)
 
     clear_grad = zero_grad  # MegEngine's name
 
