@@ -107,6 +107,31 @@ def test_in_place_dropout_writes_its_input_and_a_leaf_refuses():
         F.relu(tg.tensor([1.0], requires_grad=True), inplace=True)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_dropout_multiplies_by_its_mask_as_pytorch(dtype):
+    """Dropout is x times a mask of 0 and 1/(1-p) in x's dtype, as PyTorch's: kept elements are
+    x * (1/(1-p)) rounded once, a NaN stays NaN where dropped, and the gradient is the mask; the
+    mask is Philox's uniform draw from the state compared with p (NumPy's generator, made
+    independently here), and the state advances by one stream."""
+    p = 0.3
+    x0 = np.linspace(-2.0, 2.0, 40, dtype=dtype).reshape(4, 10)
+    x0[0, :3] = np.nan
+    key = 1234
+    tg.manual_seed(key)
+    x = tg.tensor(x0, requires_grad=True)
+    y = F.dropout(x, p, training=True)
+    bits = np.random.Philox(key=key, counter=[0, 0, 0, 0])
+    keep = np.random.Generator(bits).random((4, 10), dtype=dtype) >= p
+    mask = keep.astype(dtype) * dtype(1.0 / (1.0 - p))
+    np.testing.assert_array_equal(y.numpy(), x0 * mask)
+    assert np.isnan(y.numpy()[0, :3]).all()
+    (y * 1.0).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), mask)
+    second = F.dropout(tg.tensor(np.ones((4, 10), dtype)), p).numpy() != 0
+    following = np.random.Generator(np.random.Philox(key=key, counter=[0, 0, 0, 1]))
+    np.testing.assert_array_equal(second, following.random((4, 10), dtype=dtype) >= p)
+
+
 @pytest.mark.parametrize("name", ["log_softmax", "softmax"])
 def test_softmaxes_differentiate_twice(rng, name):
     """log_softmax and softmax are one op eagerly; the VJP, in ops, reads the saved result, which

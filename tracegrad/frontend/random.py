@@ -18,7 +18,7 @@ import numpy as np
 from tracegrad.core import primitives as P
 from tracegrad.frontend.autodiff import no_grad
 from tracegrad.frontend.device import CPU, require_cpu
-from tracegrad.frontend.tensor import Tensor
+from tracegrad.frontend.tensor import Listeners, Tensor
 
 _STEP = np.array([0, 1], np.uint64)
 
@@ -45,7 +45,12 @@ def draw(prim: Any, state: Tensor | None = None, **attrs: Any) -> Tensor:
     state = default_state if state is None else state
     with no_grad():
         out = prim(state, **attrs)
-        state._assign(state + _STEP)
+        a = state._value
+        if not Listeners.tracers and a.__class__ is np.ndarray and a.flags.writeable:
+            np.add(a, _STEP, out=a)  # eagerly in place: a draw is a small op's worth
+            state._version[0] += 1
+        else:
+            state._assign(state + _STEP)
     return out
 
 

@@ -232,8 +232,10 @@ def _dropout(input: Any, p: float, training: bool, inplace: bool, spatial: int, 
         return x
     mask_shape = x.shape[: x.ndim - spatial] + (1,) * spatial
     keep = random.uniform(mask_shape, x.dtype, state) >= p
-    scaled = x * (1.0 / (1.0 - p)) if p < 1.0 else x * 0.0
-    return _in_place(input, where(keep, scaled, 0.0), inplace, op)
+    # x times the mask of 1/(1-p) and 0, as PyTorch's: a NaN stays NaN where dropped, and one
+    # op for autograd (its mask is all it saves)
+    mask = keep.astype(x.dtype) * (1.0 / (1.0 - p)) if p < 1.0 else 0.0
+    return _in_place(input, x * mask, inplace, op)
 
 
 def _half_in_half_out(norm: Callable) -> Callable:

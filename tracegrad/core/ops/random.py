@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from tracegrad.core.vocabulary import Kind, Primitive
 
+_local = threading.local()  # a generator per thread, which each draw sets afresh
+
 
 def _philox(state) -> np.random.Generator:
     """Philox keyed by state[0], the stream number state[1] in the counter's top word (so
-    streams never overlap: draws advance the low words)."""
-    bits = np.random.Philox(key=int(state[0]), counter=[0, 0, 0, int(state[1])])
-    return np.random.Generator(bits)
+    streams never overlap: draws advance the low words). The thread's one generator, given that
+    key and counter (making a generator costs several times a small draw: dropout's)."""
+    generator = getattr(_local, "generator", None)
+    if generator is None:
+        generator = _local.generator = np.random.Generator(np.random.Philox())
+    generator.bit_generator.state = {
+        "bit_generator": "Philox",
+        "state": {"counter": np.array([0, 0, 0, int(state[1])], np.uint64),
+                  "key": np.array([int(state[0]), 0], np.uint64)},
+        "buffer": np.zeros(4, np.uint64), "buffer_pos": 4, "has_uint32": 0, "uinteger": 0,
+    }  # fmt: skip
+    return generator
 
 
 def _uniform(state, *, shape, dtype):
