@@ -553,6 +553,27 @@ def test_multinomial_draws_by_the_weights():
         tg.multinomial(tg.zeros(1, 3), 1)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_multinomial_with_replacement_inverts_the_running_sums(dtype):
+    """Draws with replacement (a Categorical's `sample`) are Philox's uniform numbers from the
+    state, scaled by each row's total and placed among the running sums, a NumPy reference
+    here; zero weights are never drawn, and the state moves on by one stream."""
+    rng = np.random.default_rng(0)
+    p = rng.random((3, 6)).astype(dtype)
+    p[:, 2] = 0.0
+    tg.manual_seed(42)
+    got = tg.multinomial(tg.tensor(p), 50, replacement=True).numpy()
+    u = np.random.Generator(np.random.Philox(key=42, counter=[0, 0, 0, 0])).random(
+        (3, 50), dtype=dtype
+    )
+    cdf = np.cumsum(p.astype(np.float64), -1).astype(dtype)
+    expected = np.minimum((cdf[:, None, :] <= (u * cdf[:, -1:])[:, :, None]).sum(-1), 5)
+    np.testing.assert_array_equal(got, expected)
+    assert got.dtype == np.int64 and not (got == 2).any()
+    second = tg.multinomial(tg.tensor(p), 50, replacement=True).numpy()
+    assert not np.array_equal(second, got)
+
+
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
 def test_multinomial_traced_draws_afresh_and_as_eager(backend):
     probs = tg.tensor(np.array([[0.3, 0.3, 0.4], [0.9, 0.05, 0.05]]))

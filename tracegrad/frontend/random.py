@@ -39,12 +39,12 @@ def manual_seed(seed: int) -> None:
         default_state._assign(new_state(seed))
 
 
-def draw(prim: Any, state: Tensor | None = None, **attrs: Any) -> Tensor:
-    """One draw of the random primitive `prim` (uniform, normal, randint, randperm) from `state`
-    (default: the default state), advancing it."""
+def draw(prim: Any, state: Tensor | None = None, *operands: Any, **attrs: Any) -> Tensor:
+    """One draw of the random primitive `prim` (uniform, normal, randint, randperm, of
+    `operands`: categorical) from `state` (default: the default state), advancing it."""
     state = default_state if state is None else state
     with no_grad():
-        out = prim(state, **attrs)
+        out = prim(state, *operands, **attrs)
         a = state._value
         if not Listeners.tracers and a.__class__ is np.ndarray and a.flags.writeable:
             np.add(a, _STEP, out=a)  # eagerly in place: a draw is a small op's worth

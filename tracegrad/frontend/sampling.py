@@ -13,7 +13,6 @@ from tracegrad.core import primitives as P
 from tracegrad.frontend import random
 from tracegrad.frontend.autodiff import no_grad
 from tracegrad.frontend.mutation import uniform_dtype
-from tracegrad.frontend.reductions import cumsum, sum
 from tracegrad.frontend.sorting import topk
 from tracegrad.frontend.tensor import Tensor, as_tensor
 
@@ -35,22 +34,11 @@ def multinomial(input: Any, num_samples: int, replacement: bool = False, *,
         if not p.is_symbolic:
             _check_weights(p.numpy())
         if replacement or num_samples == 1:
-            return _inverse_cdf(p, num_samples, state)
+            return random.draw(P.categorical, state, p, num_samples=num_samples)
         # distinct draws: the k largest of log(u) / p (Efraimidis and Spirakis's keys)
         u = random.uniform(p.shape, uniform_dtype(p.dtype), state)
         keys = P.where(p > 0, P.log1p(-u) / P.where(p > 0, p, 1.0), -np.inf)
         return topk(keys, num_samples, dim=-1).indices
-
-
-def _inverse_cdf(p: Tensor, num_samples: int, state: Tensor) -> Tensor:
-    """Per draw u in [0, 1): the number of categories whose cumulative weight is <= u * total,
-    the category u falls in."""
-    cdf = cumsum(p, -1)
-    total = cdf[..., -1:]
-    u = random.uniform((*p.shape[:-1], num_samples), uniform_dtype(p.dtype), state) * total
-    below = cdf[..., None, :] <= u[..., :, None]
-    index = sum(below.astype(np.int64), -1)
-    return P.minimum(index, p.shape[-1] - 1)  # u * total may round up to the total
 
 
 def _check_weights(p: np.ndarray) -> None:

@@ -6,6 +6,7 @@ import threading
 
 import numpy as np
 
+from tracegrad.core.ops.reductions import cumsum
 from tracegrad.core.vocabulary import Kind, Primitive
 
 _local = threading.local()  # a generator per thread, which each draw sets afresh
@@ -47,6 +48,18 @@ def _randperm(state, *, n, dtype):
     return _philox(state).permutation(n).astype(dtype)
 
 
+def _categorical(state, p, *, num_samples):
+    """`num_samples` categories per row of the weights `p` (..., n), drawn with replacement by
+    inverting the running sums: a uniform u scaled by the row's total falls in the category
+    whose running sum first exceeds it (u * total may round up to the total: the last one). The
+    sums as `cumsum` makes them; u in float64 for float64 weights, else float32."""
+    cdf = cumsum.impl(p, axis=p.ndim - 1)
+    drawn = np.float64 if p.dtype == np.float64 else np.float32
+    u = _philox(state).random((*p.shape[:-1], num_samples), dtype=drawn) * cdf[..., -1:]
+    index = np.count_nonzero(cdf[..., None, :] <= u[..., :, None], axis=-1)
+    return np.minimum(index, p.shape[-1] - 1).astype(np.int64)
+
+
 def _check_state(state) -> None:
     if state.shape != (2,) or state.dtype != np.uint64:
         raise ValueError(f"the random state must be uint64[2] (key, stream), not {state}")
@@ -73,10 +86,20 @@ def _randperm_rule(state, *, n, dtype):
     return (n,), dtype
 
 
+def _categorical_rule(state, p, *, num_samples):
+    _check_state(state)
+    if p.ndim < 1 or p.dtype.kind != "f":
+        raise ValueError(f"categorical draws need float weights (..., n), not {p.dtype}{p.shape}")
+    return (*p.shape[:-1], num_samples), np.dtype(np.int64)
+
+
 uniform = Primitive("uniform", _uniform, _float_rule, kind=Kind.RANDOM)
 normal = Primitive("normal", _normal, _float_rule, kind=Kind.RANDOM)
 randint = Primitive("randint", _randint, _randint_rule, kind=Kind.RANDOM)
 randperm = Primitive("randperm", _randperm, _randperm_rule, kind=Kind.RANDOM)
+# multinomial's draws with replacement (a Categorical's `sample`): one op, not the dozen of its
+# parts, since a policy samples once per environment step
+categorical = Primitive("categorical", _categorical, _categorical_rule, kind=Kind.RANDOM)
 
 
 __all__ = [n for n, v in list(globals().items()) if isinstance(v, Primitive) and n[0] != "_"]
