@@ -60,7 +60,10 @@ class LeafNode:
 
 
 class TapeNode:
-    """One recorded op: its parents' nodes and exactly the values its VJP reads."""
+    """One recorded op: its parents' nodes and exactly the values its VJP reads. What it holds
+    of its inputs is in tuples of shapes, dtypes and arrays, which Python's cycle collector stops
+    tracking (a graph of thousands of nodes is walked at each collection: a small op's worth of
+    time per node); `unpack` makes the VJP's objects from them."""
 
     __slots__ = ("prim", "params", "parents", "saved_in", "saved_out", "avals", "freed",
                  "retained", "versions", "module", "hooks", "tracer", "__weakref__")  # fmt: skip
@@ -68,7 +71,7 @@ class TapeNode:
 
     def __init__(self, prim: Any, params: dict, parents: list, inputs: list, out: Tensor):
         self.prim, self.params, self.parents = prim, params, parents
-        self.avals = [ShapeDtype(t._value.shape, t._value.dtype) for t in inputs]
+        self.avals = tuple([(t._value.shape, t._value.dtype) for t in inputs])
         kept = range(len(inputs))[prim.saved_inputs]
         self.saved_in = {i: inputs[i]._value for i in kept}
         saved = [inputs[i] for i in kept]
@@ -77,7 +80,10 @@ class TapeNode:
             saved.append(out)
         else:
             self.saved_out = None
-        self.versions = [(t._version, t._version[0]) for t in saved]
+        versions = []  # each saved tensor's counter and its count now, in one flat list
+        for t in saved:
+            versions += (t._version, t._version[0])
+        self.versions = versions
         self.freed = False
         self.retained: weakref.ref | None = None  # the tensor that called retain_grad()
         self.module = Listeners.module  # while tracing: its backward ops belong there too
@@ -105,14 +111,15 @@ class TapeNode:
                 "freed after the first backward. Pass retain_graph=True to the first backward "
                 "if you need to backward twice."
             )
-        if any(counter[0] != seen for counter, seen in self.versions):
+        versions = self.versions
+        if any(versions[i][0] != versions[i + 1] for i in range(0, len(versions), 2)):
             raise RuntimeError(
                 f"a value that '{self.name}' saved for backward was modified in place after it "
                 "was saved (e.g. a parameter updated under no_grad before backward); call "
                 "backward before updating, or compute the update out of place"
             )
         ins = [
-            Tensor._wrap(self.saved_in[i], p) if i in self.saved_in else aval
+            Tensor._wrap(self.saved_in[i], p) if i in self.saved_in else ShapeDtype(*aval)
             for i, (aval, p) in enumerate(zip(self.avals, self.parents, strict=True))
         ]
         out = None if self.saved_out is None else Tensor._wrap(self.saved_out, self)
@@ -469,21 +476,21 @@ def _pass_on(node: TapeNode, g: Tensor, out: Tensor | None, ins: list, wanted: l
     where the op can (`vjp_into`), else as its VJP gives them, cast to the inputs' dtypes."""
     if sums.in_place and node.prim.vjp_into is not None and wanted[0] and not any(wanted[1:]):
         arrays = [t._value if isinstance(t, Tensor) else t for t in ins]
-        into = sums.buffer(node.parents[0], node.avals[0])
+        into = sums.buffer(node.parents[0], *node.avals[0])
         node.prim.vjp_into(into, g._value, *arrays, **node.params)
         return
     cotangents = _cotangents(node, wanted, g, out, ins, create_graph)
     if anomaly.enabled:
         anomaly.check(node, cotangents)
     seen = [g, out, *ins, *cotangents]
-    for parent, gi, aval in zip(node.parents, cotangents, node.avals, strict=True):
+    for parent, gi, (_, dtype) in zip(node.parents, cotangents, node.avals, strict=True):
         if gi is None:
             continue
-        if gi._value.dtype == aval.dtype:
+        if gi._value.dtype == dtype:
             sums.add(parent, gi, _made_here(gi, seen))
         else:  # float32 inputs get float32 grads; a real input the real part
-            gi = P.real(gi) if gi.dtype.kind == "c" and aval.dtype.kind != "c" else gi
-            sums.add(parent, gi.astype(aval.dtype), True)
+            gi = P.real(gi) if gi.dtype.kind == "c" and dtype.kind != "c" else gi
+            sums.add(parent, gi.astype(dtype), True)
 
 
 def _made_here(t: Tensor, seen: list) -> bool:
@@ -528,11 +535,11 @@ class _Sums:
             if self.in_place:
                 self.own[node] = total
 
-    def buffer(self, node: Any, aval: ShapeDtype) -> np.ndarray:
+    def buffer(self, node: Any, shape: tuple, dtype: np.dtype) -> np.ndarray:
         """The node's sum as an array that may take terms in place (zeros, if it had none)."""
         total = self.grads.get(node)
         if total is None or self.own.get(node) is not total:
-            fresh = np.zeros(aval.shape, aval.dtype) if total is None else np.array(total._value)
+            fresh = np.zeros(shape, dtype) if total is None else np.array(total._value)
             self.grads[node] = self.own[node] = total = Tensor._wrap(fresh)
         return total._value
 

@@ -121,7 +121,7 @@ class OutputNode(TapeNode):
 
     def __init__(self, rule: _Rule, parent: FunctionNode, flat: ShapeDtype, out: Tensor):
         super().__init__(rule, {}, [parent], [], out)
-        self.avals = [flat]
+        self.avals = ((flat.shape, flat.dtype),)
 
 
 class Function:
