@@ -322,10 +322,14 @@ class Primitive:
     def input_grads(self, wanted: Sequence[bool], g: Any, out: Any, ins: Sequence[Any],
                     params: dict, create_graph: bool = False) -> Sequence[Any]:  # fmt: skip
         """The cotangent of each input i with `wanted[i]` (None for the others)."""
+        vjp = self.vjp
         if self.joint:
-            return self.vjp(wanted, g, out, *ins, create_graph=create_graph, **params)
-        rules = [self.vjp_rule(i) if w else None for i, w in enumerate(wanted)]
-        return [None if r is None else r(g, out, *ins, **params) for r in rules]
+            return vjp(wanted, g, out, *ins, create_graph=create_graph, **params)
+        if callable(vjp):  # one rule, told the input's position
+            return [vjp(i, g, out, *ins, **params) if w else None for i, w in enumerate(wanted)]
+        rules = vjp or ()
+        return [rules[i](g, out, *ins, **params) if w and i < len(rules) and rules[i] else None
+                for i, w in enumerate(wanted)]  # fmt: skip
 
     def __call__(self, *args: Any, **params: Any) -> Any:
         raise RuntimeError("tracegrad's front end is not loaded: import tracegrad")

@@ -309,7 +309,7 @@ def _order(roots: Sequence[Any], is_target: Callable[[Any], bool]) -> tuple[list
         node, expanded = stack.pop()
         if expanded:
             post.append(node)
-            if is_target(node) or any(p in useful for p in node.parents if p is not None):
+            if is_target(node) or not useful.isdisjoint(node.parents):
                 useful.add(node)
             continue
         if node in seen:
@@ -319,7 +319,9 @@ def _order(roots: Sequence[Any], is_target: Callable[[Any], bool]) -> tuple[list
         # the first parent (the data path) is expanded first, so a side branch such as the
         # `W.T` of `x @ W.T` comes right after its consumer in the order, not after the whole
         # data path: otherwise every layer's dW waits, with its inputs, for the end of backward
-        stack.extend((p, False) for p in reversed(node.parents) if p is not None and p not in seen)
+        for p in reversed(node.parents):
+            if p is not None and p not in seen:
+                stack.append((p, False))
     return post[::-1], useful
 
 

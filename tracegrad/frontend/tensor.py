@@ -705,6 +705,11 @@ def _scalar_type(dtypes: tuple[np.dtype, ...], a: int | float | bool) -> np.dtyp
         raise TypeError("bfloat16 tensors here hold their bits only (NumPy has no bfloat16 "
                         "arithmetic): convert with .float() first")  # fmt: skip
     if isinstance(a, int) and a.__class__ is not bool:
+        for d in dtypes:
+            if d.kind in "iu":
+                break
+        else:  # no integer tensor: its value cannot matter (`where(mask, g, 0)` in a VJP)
+            return _weak_type(dtypes, int)
         try:
             return np.result_type(*dtypes, a)
         except OverflowError:  # out of an integer tensor's range: it wraps (`_number`)
