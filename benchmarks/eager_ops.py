@@ -32,7 +32,7 @@ MARK = "EAGER_OPS "
 def cases(torch: Any) -> dict[str, Callable[[], Any]]:
     """Each case's call, its operands made once (the same data in both libraries; the layers'
     weights are each library's own draw)."""
-    F, nn = torch.nn.functional, torch.nn
+    F, nn, Categorical = torch.nn.functional, torch.nn, torch.distributions.Categorical
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     x, y = (torch.tensor(rng.standard_normal((8, 16)).astype(np.float32)) for _ in range(2))
@@ -40,6 +40,7 @@ def cases(torch: Any) -> dict[str, Callable[[], Any]]:
     labels = torch.tensor(rng.integers(0, 16, 8))
     lin = nn.Linear(16, 16)
     mlp = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16))
+    z = x.clone()
     opt = torch.optim.SGD(mlp.parameters(), lr=0.01)
 
     def no_grad_block():
@@ -53,6 +54,15 @@ def cases(torch: Any) -> dict[str, Callable[[], Any]]:
         opt.zero_grad()
         F.cross_entropy(mlp(x), labels).backward()
         opt.step()
+
+    def assign():
+        z[:, 0] = 0.0
+
+    def tanh_backward():  # the tape's cost per node: a chain of ten small ops and back
+        h = w
+        for _ in range(10):
+            h = torch.tanh(h)
+        h.sum().backward()
 
     return {
         "x + y": lambda: x + y,
@@ -75,6 +85,11 @@ def cases(torch: Any) -> dict[str, Callable[[], Any]]:
         "softmax(x, -1)": lambda: F.softmax(x, -1),
         "cross_entropy(x, labels)": lambda: F.cross_entropy(x, labels),
         "x * 2 + 1 under no_grad": no_grad_block,
+        "dropout(x) (training)": lambda: F.dropout(x, 0.5),
+        "x[:, 0] = 0.0": assign,
+        "z.zero_()": lambda: z.zero_(),
+        "Categorical(logits=x).sample()": lambda: Categorical(logits=x).sample(),
+        "10 tanh, sum, backward": tanh_backward,
         "linear(x).sum().backward()": backward,
         "MLP step (2 layers, SGD)": mlp_step,
     }
