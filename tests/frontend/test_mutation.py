@@ -277,6 +277,9 @@ def test_fills_and_copies_write_the_array_itself_broadcast_and_cast():
         loss.backward()
     with pytest.raises(RuntimeError, match="requires grad cannot be changed in place"):
         w.zero_()
+    assert x.fill_(0.1) is x and (array == np.float32(0.1)).all()  # made in float32, once
+    counts = tg.tensor(np.arange(3, dtype=np.uint8))
+    np.testing.assert_array_equal(counts.fill_(2.7).numpy(), [2, 2, 2])  # cast as NumPy's
     with pytest.raises(tg.ShapeError, match="does not broadcast"):
         x.copy_(tg.tensor(np.zeros(4)))
     with pytest.raises(TypeError, match="can't be cast"):

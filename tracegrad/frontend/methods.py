@@ -447,8 +447,7 @@ METHODS: dict[str, Any] = {
     "storage": lambda self: UntypedStorage.of(self._concrete("Tensor.storage()"), typed=True),
     # in-place updates (the X_ of each X below is added after the table)
     "data": property(W.get_data, W.set_data), "detach_": W.detach_,
-    "copy_": W.in_place(W.copy, "copy_"), "fill_": W.in_place(W.fill, "fill_"),
-    "zero_": W.in_place(lambda self: W.fill(self, 0), "zero_"),
+    "copy_": W.in_place(W.copy, "copy_"), "fill_": W.fill_, "zero_": W.zero_,
     "uniform_": W.in_place(W.uniform, "uniform_"), "normal_": W.in_place(W.normal, "normal_"),
     "bernoulli_": W.in_place(W.bernoulli, "bernoulli_"),
     "exponential_": W.in_place(W.exponential, "exponential_"),

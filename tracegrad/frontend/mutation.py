@@ -237,6 +237,37 @@ def _broadcast(shape: tuple, into: tuple) -> tuple | None:
         return None
 
 
+def fill_(self: Tensor, value: Any) -> Tensor:
+    """`x.fill_(value)`: `value` everywhere (a number or a 0-d tensor), in place."""
+    return _fill_in_place(self, value, "fill_")
+
+
+def zero_(self: Tensor) -> Tensor:
+    """`x.zero_()`: zeros everywhere, in place."""
+    return _fill_in_place(self, 0, "zero_")
+
+
+def _fill_in_place(self: Tensor, value: Any, op: str) -> Tensor:
+    """Eagerly, a Python number into an untracked tensor's array by NumPy's fill, which makes it
+    in the array's dtype as `fill` does (`p.grad.zero_()` in a tutorial's loop); else `write`,
+    by PyTorch's rules."""
+    a = self._value
+    if (
+        value.__class__ in (int, float, bool)
+        and not (Listeners.grad_enabled and (self._node is not None or self._requires_grad))
+        and _array_target(self)
+        and a.flags.writeable
+    ):
+        try:
+            a.fill(value)
+        except (OverflowError, ValueError, TypeError):
+            pass  # `write` names what the dtype cannot hold
+        else:
+            self._version[0] += 1
+            return self
+    return write(self, fill(self, value), op)
+
+
 def fill(self: Tensor, value: Any) -> Tensor:
     """`value` (a number or a 0-d tensor) everywhere, in this tensor's dtype."""
     if not isinstance(value, Tensor):
