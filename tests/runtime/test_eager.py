@@ -59,7 +59,8 @@ ACTIVATIONS = {
     "gelu": (F.gelu, ("gelu", "gelu_slope")),
     "gelu_tanh": (lambda x: F.gelu(x, approximate="tanh"), ("gelu_tanh", "gelu_tanh_slope")),
     "silu": (F.silu, ("silu", "silu_slope")),
-    "sigmoid": (F.sigmoid, ("sigmoid",)),
+    "sigmoid": (F.sigmoid, ("sigmoid", "sigmoid_grad")),
+    "tanh": (F.tanh, ("tanh_grad",)),
 }
 
 

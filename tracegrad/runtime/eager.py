@@ -29,7 +29,7 @@ OPS = (P.conv2d, P.conv2d_input_grad, P.conv2d_weight_grad, P.max_pool2d_argmax,
 # Elementwise ops whose NumPy versions are many passes over memory. (Ops of one NumPy pass, as
 # exp or tanh, stay NumPy's: the kernels' float32 versions of them round differently.)
 ELEMENTWISE = (P.gelu, P.gelu_slope, P.gelu_tanh, P.gelu_tanh_slope, P.silu, P.silu_slope,
-               P.sigmoid)  # fmt: skip
+               P.sigmoid, P.sigmoid_grad, P.tanh_grad)  # fmt: skip
 # The exact ones (arithmetic, selects, comparisons): NumPy runs those on one thread and faults in
 # a fresh result's pages at each call, a kernel on every core. They take kernels only where that
 # pays: from EXACT_MIN elements, since the kernels' threads fall asleep between eager ops and

@@ -96,7 +96,8 @@ def all_primitives(dtype):
         base = y if exponent > 1 else pos
         outs[f"pow by {exponent}"] = g("pow", base, g.const(exponent, dtype))
     for op in ("add", "sub", "mul", "div", "maximum", "minimum", "less", "less_equal",
-               "greater", "greater_equal", "equal", "not_equal"):  # fmt: skip
+               "greater", "greater_equal", "equal", "not_equal", "tanh_grad",
+               "sigmoid_grad"):  # fmt: skip
         outs[op] = g(op, y, z)
     outs["where"] = g("where", cond, y, z)
     outs["astype"] = g("astype", y, dtype=np.dtype(np.int32))

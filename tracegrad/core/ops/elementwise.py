@@ -396,11 +396,45 @@ expm1 = unary("expm1", np.expm1, lambda g, out, x: g * conjugated(out + 1.0), "o
               "math.expm1({0})", **_C)  # fmt: skip
 sqrt = unary("sqrt", np.sqrt, lambda g, out, x: g / (conjugated(out) * 2.0), "out", "sqrt({0})",
              ("sqrt",), **_C)  # fmt: skip
-tanh = unary("tanh", np.tanh, lambda g, out, x: g * conjugated(1.0 - out * out), "out",
-             "tanh({0})", ("tanh",), **_C)  # fmt: skip
-sigmoid = unary("sigmoid", _complex_or(_sigmoid, lambda x: 1 / (1 + np.exp(-x))),
-                lambda g, out, x: g * conjugated(out * (1.0 - out)), "out", "sigmoid({0})",
-                ("sigmoid",), **_C)  # fmt: skip
+
+
+def _tanh_grad(g, out):
+    """g (1 - out^2), rounded as its three ops are, in one buffer."""
+    slope = np.asarray(np.multiply(out, out))  # a 0-d product is a scalar
+    np.subtract(1.0, slope, out=slope)
+    return np.multiply(g, slope, out=slope) if g.shape == slope.shape else g * slope
+
+
+def _sigmoid_grad(g, out):
+    """g out (1 - out), rounded as its three ops are, in one buffer."""
+    slope = np.asarray(np.subtract(1.0, out))
+    np.multiply(out, slope, out=slope)
+    return np.multiply(g, slope, out=slope) if g.shape == slope.shape else g * slope
+
+
+# tanh's and the sigmoid's VJPs from their results: one op each eagerly (a tape node's three
+# binds before), fused as their parts in a plan; real values only (complex: the composition)
+tanh_grad = binary("tanh_grad", _tanh_grad,
+                   (lambda gg, r, g, out: sum_to(tanh_grad(gg, out), g.shape),
+                    lambda gg, r, g, out: sum_to(gg * g * out * -2.0, out.shape)),
+                   "in", "({0} * (1.0 - {1} * {1}))")  # fmt: skip
+sigmoid_grad = binary("sigmoid_grad", _sigmoid_grad,
+                      (lambda gg, r, g, out: sum_to(sigmoid_grad(gg, out), g.shape),
+                       lambda gg, r, g, out: sum_to(gg * g * (1.0 - 2.0 * out), out.shape)),
+                      "in", "({0} * ({1} * (1.0 - {1})))")  # fmt: skip
+
+
+def _tanh_vjp(g, out, x):
+    return g * conj(1.0 - out * out) if out.dtype.kind == "c" else tanh_grad(g, out)
+
+
+def _sigmoid_vjp(g, out, x):
+    return g * conj(out * (1.0 - out)) if out.dtype.kind == "c" else sigmoid_grad(g, out)
+
+
+tanh = unary("tanh", np.tanh, _tanh_vjp, "out", "tanh({0})", ("tanh",), **_C)
+sigmoid = unary("sigmoid", _complex_or(_sigmoid, lambda x: 1 / (1 + np.exp(-x))), _sigmoid_vjp,
+                "out", "sigmoid({0})", ("sigmoid",), **_C)  # fmt: skip
 softplus = unary("softplus", _softplus, lambda g, out, x: g * sigmoid(x), "in",
                  "(math.log1p(math.exp(-abs({0}))) + maximum({0}, 0.0))", ("maximum",))  # fmt: skip
 erf = unary("erf", _erf, lambda g, out, x: g * (1.1283791670955126 * exp(-(x * x))), "in",
