@@ -207,8 +207,8 @@ def _into(target: Tensor, ufunc: np.ufunc, other: Any) -> bool:
 def _copy_into(target: Tensor, result: Tensor) -> bool:
     """Eagerly, an untracked result written into an untracked tensor's array by one copy that
     broadcasts and casts (`write`'s general path makes the broadcast and the cast as arrays of
-    their own first: `p.grad.zero_()` in every tutorial's loop). False, having done nothing,
-    where the general path must run (its errors, autograd's rules)."""
+    their own first: a target network's `copy_` of its source, every in-place op's write). False,
+    having done nothing, where the general path must run (its errors, autograd's rules)."""
     if not _array_target(target):
         return False
     if Listeners.grad_enabled and (
