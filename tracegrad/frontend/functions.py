@@ -103,9 +103,10 @@ def sequence_keyword(*names: str) -> Callable:
     def wrap(f: Callable) -> Callable:
         @functools.wraps(f)
         def call(input: Any, *sizes: Any, **kwargs: Any) -> Any:
-            given = [n for n in names if n in kwargs]
-            if given and not sizes:
-                sizes = (kwargs.pop(given[0]),)
+            if kwargs and not sizes:  # the keyword form, rare: views are called all the time
+                given = [n for n in names if n in kwargs]
+                if given:
+                    sizes = (kwargs.pop(given[0]),)
             return f(input, *sizes, **kwargs)
 
         return call
@@ -119,7 +120,13 @@ def sequence_keyword(*names: str) -> Callable:
 @sequence_keyword("shape")
 def reshape(input: Any, *shape: Any) -> Tensor:
     """reshape(x, (4, 3)) or reshape(x, 4, 3); one -1 is inferred."""
-    x, shape = as_tensor(input), list(shape_arg(shape))
+    return _in_shape(as_tensor(input), shape)
+
+
+def _in_shape(x: Tensor, shape: tuple) -> Tensor:
+    """`reshape`'s work, for `view` too without the keyword wrapper (x itself if it has that
+    shape)."""
+    shape = list(shape_arg(shape))
     if shape.count(-1) == 1:
         known = math.prod(d for d in shape if d != -1)
         size = x._value.size
@@ -164,7 +171,7 @@ def view(input: Any, *shape: Any, dtype: Any = None) -> Tensor:
                 "another dtype is not traced; use .to(dtype)"
             )
         return Tensor._of(x._value.view(np.dtype(dtype)))
-    return viewing(x, reshape(x, *shape), lambda v: reshape(v, x.shape))
+    return viewing(x, _in_shape(x, shape), lambda v: reshape(v, x.shape))
 
 
 def as_subclass(input: Tensor, cls: type) -> Tensor:
