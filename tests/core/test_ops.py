@@ -778,3 +778,29 @@ def test_sum_of_a_few_trailing_elements_is_numpys_to_the_bit(dtype):
     traced = tg.trace(lambda t: t.sum(dim=(3, 4)))
     np.testing.assert_array_equal(traced(tg.tensor(y)).numpy(), np.add.reduce(y, axis=(3, 4)))
     assert "np.add.reduce" not in traced.source  # the plan calls sum's own function
+
+
+@pytest.mark.parametrize("name", ["tanh", "sigmoid"])
+def test_tanh_and_sigmoid_gradients_are_one_op_and_differentiate_again(rng, name):
+    """Their VJPs are one op each (`tanh_grad`, `sigmoid_grad`) that rounds as the composition
+    g (1 - y^2), g y (1 - y) does; the VJP's own VJPs give second derivatives, checked against
+    finite differences of the first (float64), and both ops' gradients in g and y likewise."""
+    f = getattr(tg, name)
+    x0, c = rng.standard_normal((3, 5)), rng.standard_normal((3, 5))
+    for dtype in (np.float32, np.float64):
+        x = tg.tensor(x0.astype(dtype), requires_grad=True)
+        y = f(x)
+        (y * tg.tensor(c.astype(dtype))).sum().backward()
+        o, cd = y.detach().numpy(), c.astype(dtype)
+        slope = 1 - o * o if name == "tanh" else o * (1 - o)
+        np.testing.assert_array_equal(x.grad.numpy(), cd * slope)
+
+    def first(x: tg.Tensor) -> tg.Tensor:  # f'(x) c, differentiable where x requires grad
+        x = x if x.requires_grad else x.detach().requires_grad_()  # finite differences' calls
+        (g,) = tg.autograd.grad((f(x) * tg.tensor(c)).sum(), [x], create_graph=True)
+        return g
+
+    check_grad(first, x0)
+    op = P.tanh_grad if name == "tanh" else P.sigmoid_grad
+    y0 = np.tanh(x0) if name == "tanh" else 1 / (1 + np.exp(-x0))
+    check_grad(op, c, y0)
