@@ -132,14 +132,8 @@ def in_place(f: Callable, name: str) -> Callable:
     ufunc = ufunc if isinstance(ufunc, np.ufunc) else None
 
     def method(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
-        if (
-            ufunc is not None
-            and len(args) == 1
-            and kwargs.keys() <= {"alpha"}
-            and (_array_target(self))
-        ):
-            alpha = kwargs.get("alpha", 1)
-            if _into(self, ufunc, args[0] if alpha == 1 else args[0] * alpha):
+        if ufunc is not None and len(args) == 1 and kwargs.keys() <= {"alpha"}:
+            if _into(self, ufunc, args[0], kwargs.get("alpha", 1)):
                 return self
         return write(self, f(self, *args, **kwargs), name)
 
@@ -171,33 +165,33 @@ def reshaped(f: Callable, name: str) -> Callable:
 
 
 def _array_target(target: Tensor) -> bool:
-    """Whether an eager in-place op may compute straight into `target`'s array: not while
-    tracing; not a view held as a copy (a diagonal: `write` writes its base too); an alias
-    (`p.data`) only while it holds its tensor's array still (`Alias._assign` writes the array
-    the tensor holds now)."""
-    if Listeners.tracers or target._value.__class__ is not np.ndarray:
+    """Whether an eager in-place op may compute straight into `target`'s array, the test of
+    every fast path below: not while tracing; a writable array; not a view held as a copy (a
+    diagonal: `write` writes its base too); an alias (`p.data`) only while it holds its tensor's
+    array still (`Alias._assign` writes the array the tensor holds now); and nothing autograd
+    tracks, whose write `write` records."""
+    a = target._value
+    if Listeners.tracers or a.__class__ is not np.ndarray or not a.flags.writeable:
         return False
-    if isinstance(target, Alias) and target._value is not target._base._value:
+    if isinstance(target, Alias) and a is not target._base._value:
+        return False
+    if Listeners.grad_enabled and edge(target) is not None:
         return False
     return _shares_base(target)
 
 
-def _into(target: Tensor, ufunc: np.ufunc, other: Any) -> bool:
+def _into(target: Tensor, ufunc: np.ufunc, other: Any, alpha: Any = 1) -> bool:
     """Eagerly, where `write` would copy the result into an untracked tensor's array, compute
     it there: `buf *= m` in one pass, not a new array and a copy (an optimizer's every state
-    update). False, having done nothing, where the general path must run."""
+    update); `alpha` scales `other` first (`add_`, `sub_`). False, having done nothing, where
+    the general path must run."""
     if not _array_target(target):
         return False
-    other = lift_operands((target, other))[1]
-    if Listeners.grad_enabled and (edge(target) is not None or edge(other) is not None):
+    other = lift_operands((target, other if alpha == 1 else other * alpha))[1]
+    if Listeners.grad_enabled and edge(other) is not None:
         return False
     a, b = target._value, other._value
-    if (
-        b.dtype != a.dtype
-        or not a.flags.writeable
-        or b.shape != a.shape
-        and _broadcast(b.shape, a.shape) != a.shape
-    ):
+    if b.dtype != a.dtype or b.shape != a.shape and _broadcast(b.shape, a.shape) != a.shape:
         return False
     target._version[0] += 1
     ufunc(a, b, out=a)
@@ -209,16 +203,11 @@ def _copy_into(target: Tensor, result: Tensor) -> bool:
     broadcasts and casts (`write`'s general path makes the broadcast and the cast as arrays of
     their own first: a target network's `copy_` of its source, every in-place op's write). False,
     having done nothing, where the general path must run (its errors, autograd's rules)."""
-    if not _array_target(target):
-        return False
-    if Listeners.grad_enabled and (
-        target._node is not None or target._requires_grad or edge(result) is not None
-    ):
+    if not _array_target(target) or Listeners.grad_enabled and edge(result) is not None:
         return False
     a, b = target._value, result._value
     if (
         b.__class__ is not np.ndarray
-        or not a.flags.writeable
         or b.shape != a.shape
         and _broadcast(b.shape, a.shape) != a.shape
         or not np.can_cast(b.dtype, a.dtype, "same_kind")
@@ -251,15 +240,9 @@ def _fill_in_place(self: Tensor, value: Any, op: str) -> Tensor:
     """Eagerly, a Python number into an untracked tensor's array by NumPy's fill, which makes it
     in the array's dtype as `fill` does (`p.grad.zero_()` in a tutorial's loop); else `write`,
     by PyTorch's rules."""
-    a = self._value
-    if (
-        value.__class__ in (int, float, bool)
-        and not (Listeners.grad_enabled and (self._node is not None or self._requires_grad))
-        and _array_target(self)
-        and a.flags.writeable
-    ):
+    if value.__class__ in (int, float, bool) and _array_target(self):
         try:
-            a.fill(value)
+            self._value.fill(value)
         except (OverflowError, ValueError, TypeError):
             pass  # `write` names what the dtype cannot hold
         else:
@@ -398,13 +381,9 @@ def _set_in_array(target: Tensor, index: Any, value: Any) -> bool:
     boolean masks, which name no position twice (`index_put` builds the region by scatters and
     a select: `x[:, 0] = 0` in a data pipeline). False, having done nothing, where the general
     path must run (its errors, autograd's rules, indices that may repeat)."""
-    if not _array_target(target) or not target._value.flags.writeable:
-        return False
     tensor_value = isinstance(value, Tensor)
-    if Listeners.grad_enabled and (
-        target._node is not None
-        or target._requires_grad
-        or (tensor_value and edge(value) is not None)
+    if not _array_target(target) or (
+        Listeners.grad_enabled and tensor_value and edge(value) is not None
     ):
         return False
     items = index if index.__class__ is tuple else (index,)
