@@ -13,7 +13,7 @@ import contextlib
 import functools
 import itertools
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -602,23 +602,6 @@ def accumulate(t: Tensor, g: Tensor) -> None:
     if node is not None and node.is_leaf and node.post_hooks:
         for hook in list(node.post_hooks.values()):
             hook(t)
-
-
-def zero_grads(params: Iterable[Tensor], set_to_none: bool) -> None:
-    """`zero_grad`'s work (modules', optimizers'): drop each gradient, or zero it in place, which
-    an alias of `p.grad` sees, as in PyTorch; eagerly in the array itself, without an array of
-    zeros to copy from."""
-    for p in params:
-        g = p.grad
-        if set_to_none or g is None:
-            p.grad = None
-            continue
-        a = g._value
-        if not Listeners.tracers and isinstance(a, np.ndarray) and a.flags.writeable:
-            a.fill(0)
-            g._version[0] += 1
-        else:
-            g._assign(Tensor._of(np.zeros(a.shape, a.dtype)))
 
 
 def retained_sink(node: Any) -> Callable | None:

@@ -18,7 +18,7 @@ tensor whose in-place updates reach `t`, as PyTorch code updates parameters thro
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -249,6 +249,21 @@ def _fill_in_place(self: Tensor, value: Any, op: str) -> Tensor:
             self._version[0] += 1
             return self
     return write(self, fill(self, value), op)
+
+
+def zero_grads(params: Iterable[Tensor], set_to_none: bool) -> None:
+    """`zero_grad`'s work (modules', optimizers'): drop each gradient, or zero it in place, which
+    an alias of `p.grad` sees, as in PyTorch; eagerly in the array itself (`_array_target`),
+    without an array of zeros to copy from."""
+    for p in params:
+        g = p.grad
+        if set_to_none or g is None:
+            p.grad = None
+        elif _array_target(g):
+            g._value.fill(0)
+            g._version[0] += 1
+        else:
+            g._assign(Tensor._of(np.zeros(g._value.shape, g._value.dtype)))
 
 
 def fill(self: Tensor, value: Any) -> Tensor:

@@ -23,10 +23,11 @@ from tracegrad.core import bfloat16
 from tracegrad.core.bfloat16 import BFLOAT16
 from tracegrad.core.errors import TraceError, user_location
 from tracegrad.frontend import random, torch_checkpoint
-from tracegrad.frontend.autodiff import RemovableHandle, edge, zero_grads
+from tracegrad.frontend.autodiff import RemovableHandle, edge
 from tracegrad.frontend.device import require_cpu, to_arguments
 from tracegrad.frontend.dtypes import torch_dtype
 from tracegrad.frontend.function import Function
+from tracegrad.frontend.mutation import zero_grads
 from tracegrad.frontend.scopes import module_scope
 from tracegrad.frontend.tensor import Listeners, Tensor, get_default_dtype
 from tracegrad.frontend.tracer import (

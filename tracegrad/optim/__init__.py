@@ -30,9 +30,10 @@ import numpy as np
 
 from tracegrad.core.errors import TraceError
 from tracegrad.core.primitives import Phase, abs, maximum, sign, sqrt, where
-from tracegrad.frontend.autodiff import enable_grad, no_grad, zero_grads
+from tracegrad.frontend.autodiff import enable_grad, no_grad
 from tracegrad.frontend.elementwise import view_as_complex, view_as_real
 from tracegrad.frontend.functions import clamp, stack
+from tracegrad.frontend.mutation import zero_grads
 from tracegrad.frontend.tensor import Listeners, Tensor, get_default_dtype, phase
 from tracegrad.frontend.tracer import guard, watch
 from tracegrad.nn.lazy import UninitializedParameter
