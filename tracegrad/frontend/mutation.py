@@ -25,6 +25,7 @@ import numpy as np
 
 from tracegrad.core import primitives as P
 from tracegrad.core.errors import ShapeError, TraceError
+from tracegrad.core.ops.random import uniform_dtype
 from tracegrad.core.vocabulary import Primitive
 from tracegrad.frontend import random
 from tracegrad.frontend.autodiff import edge, no_grad
@@ -346,11 +347,6 @@ def random_integers(self: Tensor, *bounds: int, generator: Any = None, **named: 
 def _uniform(like: Tensor, op: str, generator: Any) -> Tensor:
     with no_grad():
         return random.uniform(like.shape, uniform_dtype(like.dtype), random.state_of(generator))
-
-
-def uniform_dtype(dtype: np.dtype) -> np.dtype:
-    """The dtype to draw uniform numbers in for a tensor of `dtype` (float32 or float64)."""
-    return np.dtype(np.float64 if dtype == np.float64 else np.float32)
 
 
 def resize(self: Tensor, *sizes: Any, memory_format: Any = None) -> Tensor:

@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 
 from tracegrad.core import primitives as P
+from tracegrad.core.ops.random import uniform_dtype
 from tracegrad.frontend import random
 from tracegrad.frontend.autodiff import no_grad
-from tracegrad.frontend.mutation import uniform_dtype
 from tracegrad.frontend.sorting import topk
 from tracegrad.frontend.tensor import Tensor, as_tensor
 

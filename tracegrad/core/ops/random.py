@@ -48,14 +48,19 @@ def _randperm(state, *, n, dtype):
     return _philox(state).permutation(n).astype(dtype)
 
 
+def uniform_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype to draw uniform numbers in for a tensor of `dtype` (float32 or float64)."""
+    return np.dtype(np.float64 if dtype == np.float64 else np.float32)
+
+
 def _categorical(state, p, *, num_samples):
     """`num_samples` categories per row of the weights `p` (..., n), drawn with replacement by
     inverting the running sums: a uniform u scaled by the row's total falls in the category
     whose running sum first exceeds it (u * total may round up to the total: the last one). The
-    sums as `cumsum` makes them; u in float64 for float64 weights, else float32."""
+    sums as `cumsum` makes them; u in `uniform_dtype`."""
     cdf = cumsum.impl(p, axis=p.ndim - 1)
-    drawn = np.float64 if p.dtype == np.float64 else np.float32
-    u = _philox(state).random((*p.shape[:-1], num_samples), dtype=drawn) * cdf[..., -1:]
+    u = _philox(state).random((*p.shape[:-1], num_samples), dtype=uniform_dtype(p.dtype))
+    u *= cdf[..., -1:]
     index = np.count_nonzero(cdf[..., None, :] <= u[..., :, None], axis=-1)
     return np.minimum(index, p.shape[-1] - 1).astype(np.int64)
 
