@@ -352,13 +352,6 @@ def test_loss_classes_take_the_deprecated_arguments():
     assert float(got) == float(F.binary_cross_entropy(x, x[::-1], reduction="sum"))
 
 
-def test_hogwild_sharing_is_refused_not_silently_private():
-    with pytest.raises(NotImplementedError, match="Module.share_memory is not provided"):
-        nn.Linear(2, 2).share_memory()
-    with pytest.raises(AttributeError, match="Tensor.share_memory_ is not provided"):
-        tg.ones(2).share_memory_()
-
-
 def test_gaussian_nll_loss_keeps_the_variance_above_eps_for_its_value_only():
     x, t = tg.tensor([1.0]), tg.tensor([0.0])
     var = tg.tensor([0.0], requires_grad=True)

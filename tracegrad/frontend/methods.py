@@ -20,7 +20,7 @@ from tracegrad.core import primitives as P
 from tracegrad.core.bfloat16 import BFLOAT16, readable
 from tracegrad.core.errors import user_location
 from tracegrad.core.vocabulary import Kind
-from tracegrad.frontend import autodiff, linalg, sampling, sparse
+from tracegrad.frontend import autodiff, linalg, sampling, sharing, sparse
 from tracegrad.frontend import counting as K
 from tracegrad.frontend import creation as C
 from tracegrad.frontend import elementwise as E
@@ -445,6 +445,7 @@ METHODS: dict[str, Any] = {
     "__dlpack_device__": lambda self: (1, 0),  # DLPack's CPU
     "untyped_storage": lambda self: UntypedStorage.of(self._concrete("Tensor.untyped_storage()")),
     "storage": lambda self: UntypedStorage.of(self._concrete("Tensor.storage()"), typed=True),
+    "share_memory_": sharing.share_memory_, "is_shared": sharing.is_shared,
     # in-place updates (the X_ of each X below is added after the table)
     "data": property(W.get_data, W.set_data), "detach_": W.detach_,
     "copy_": W.in_place(W.copy, "copy_"), "fill_": W.fill_, "zero_": W.zero_,

@@ -413,6 +413,13 @@ class Tensor:
             return t
         return self._alias()
 
+    def __getstate__(self) -> tuple:
+        """Pickled as its values and `requires_grad`, as PyTorch's: a leaf's gradient
+        accumulator, a view's link to its base and a computed tensor's history stay behind (they
+        hold weak references and functions), so an unpickled tensor is a leaf."""
+        extra, slots = super().__getstate__()
+        return extra, {**slots, "_node": None, "_view": None, "_requires_grad": self.requires_grad}
+
     def __deepcopy__(self, memo: dict) -> Tensor:
         """A leaf of the same class and `requires_grad` with a value of its own, as PyTorch's
         (`copy.deepcopy(model)`; torch-optimizer's `deepcopy(p.data)` as state). While tracing,

@@ -22,7 +22,7 @@ import numpy as np
 from tracegrad.core import bfloat16
 from tracegrad.core.bfloat16 import BFLOAT16
 from tracegrad.core.errors import TraceError, user_location
-from tracegrad.frontend import random, torch_checkpoint
+from tracegrad.frontend import random, sharing, torch_checkpoint
 from tracegrad.frontend.autodiff import RemovableHandle, edge
 from tracegrad.frontend.device import require_cpu, to_arguments
 from tracegrad.frontend.dtypes import torch_dtype
@@ -76,6 +76,13 @@ class Parameter(Tensor):
 torch_checkpoint.PARAMETER = Parameter  # checkpoints write and rebuild parameters as such
 
 
+def _received_parameter(value: np.ndarray, requires_grad: bool) -> Parameter:
+    return Parameter(value, requires_grad)
+
+
+sharing.send_shared(Parameter, _received_parameter)  # a parameter another process sent
+
+
 class Buffer(Tensor):
     """PyTorch's `nn.Buffer(data, persistent=True)`: assigned to a module attribute, it is
     registered as a buffer (`register_buffer`), in `state_dict` unless not `persistent`."""
@@ -85,6 +92,9 @@ class Buffer(Tensor):
     def __init__(self, data: Any = None, *, persistent: bool = True):
         self._init(np.empty(0, get_default_dtype()) if data is None else data, None, False)
         self.persistent = persistent
+
+
+sharing.send_shared(Buffer)
 
 
 def init_generator() -> np.random.Generator:
@@ -614,12 +624,13 @@ class Module:
         zero_grads(self.parameters(), set_to_none)
 
     def share_memory(self) -> Module:
-        """Refused: PyTorch's Hogwild training shares parameters with worker processes, and a
-        tracegrad tensor lives in its process (workers would each train a copy, silently)."""
-        raise NotImplementedError(
-            f"Module.share_memory is not provided by tracegrad (used at {user_location()}): its "
-            "tensors live in their process, so Hogwild workers would each train a copy"
-        )
+        """Move parameters, buffers and gradients into shared memory, so that processes the
+        module is handed to train one copy (Hogwild): `sharing`."""
+        for t in (*self.parameters(), *self.buffers()):
+            t.share_memory_()
+            if t.grad is not None:
+                t.grad.share_memory_()
+        return self
 
     def _named_members(
         self, members: Callable[[Module], dict[str, Any]], prefix: str, recurse: bool,

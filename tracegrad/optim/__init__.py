@@ -86,6 +86,11 @@ class ParamGroup(dict):
                 t._assign(Tensor._of(np.array(v, np.float64)))
         super().__setitem__(key, value)
 
+    def __reduce__(self) -> tuple:
+        """Pickled (an optimizer handed to a worker process) as its items, whose held tensors
+        are made again from them: pickle would set items before `held` exists."""
+        return ParamGroup, (dict(self), tuple(self.held))
+
     def tensors(self, key: str, dtype: Any = np.float64) -> tuple[Tensor, ...]:
         """The held values of `key` as 0-d tensors of `dtype`: float64 for what PyTorch
         computes in Python floats (bias corrections), else the parameter's. Eagerly, a cast is
@@ -124,16 +129,21 @@ class State(list):
         self.index: dict[int, int] = {}  # id(parameter) -> its place, made when first asked
 
     def __getitem__(self, key: Any) -> Any:
-        if isinstance(key, Tensor):
-            watch_python_state(self.owner)  # PyTorch's way of reading state
-            params = self.owner.params
-            if len(self.index) != len(params):  # a group was added
-                self.index = {id(p): i for i, p in enumerate(params)}
-            i = self.index.get(id(key))
-            if i is None:
-                raise KeyError(f"a tensor of shape {key.shape} that this optimizer does not update")
-            return super().__getitem__(i)
-        return super().__getitem__(key)
+        return super().__getitem__(self._place(key) if isinstance(key, Tensor) else key)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        """`opt.state[p] = {...}`: state made up front (A3C's shared Adam)."""
+        super().__setitem__(self._place(key) if isinstance(key, Tensor) else key, value)
+
+    def _place(self, p: Tensor) -> int:
+        watch_python_state(self.owner)  # PyTorch's way of reading and writing state
+        params = self.owner.params
+        if len(self.index) != len(params):  # a group was added
+            self.index = {id(q): i for i, q in enumerate(params)}
+        i = self.index.get(id(p))
+        if i is None:
+            raise KeyError(f"a tensor of shape {p.shape} that this optimizer does not update")
+        return i
 
     def __contains__(self, key: Any) -> bool:
         if isinstance(key, Tensor):
@@ -626,7 +636,8 @@ class Adam(Optimizer):
         moments = {d: (_cast(beta1, d), _cast(1.0 - beta1, d), _cast(beta2, d),
                        _cast(1.0 - beta2, d), decay if decay is None else _cast(decay, d))
                    for d in dtypes}  # fmt: skip
-        if not Listeners.tracers and len({float(t._value) for t in steps}) == 1:
+        # `.item()`: A3C's shared Adam makes each count as `torch.zeros(1)`, not 0-d
+        if not Listeners.tracers and len({t._value.item() for t in steps}) == 1:
             for step in steps:
                 step += 1.0
             t = steps[0].astype(np.float64)

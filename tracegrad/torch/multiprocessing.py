@@ -1,8 +1,8 @@
-"""`torch.multiprocessing`: Python's `multiprocessing` under PyTorch's name (scripts import it at
-the top, and some start workers with `spawn`). Tensors passed to another process are copies:
-tracegrad does not share a tensor's memory between processes (`Module.share_memory` raises), so
-Hogwild-style training, which writes shared parameters from several processes, is not
-supported."""
+"""`torch.multiprocessing`: Python's `multiprocessing` under PyTorch's name, tensors sent to
+another process in shared memory, as PyTorch's (`tracegrad.frontend.sharing`): Hogwild training
+(`model.share_memory()`, then processes that each train it) writes one set of parameters.
+PyTorch's two sharing strategies are accepted; both pass a file in shared memory by its
+descriptor here."""
 
 from __future__ import annotations
 
@@ -10,6 +10,28 @@ import multiprocessing as _mp
 from collections.abc import Callable
 from multiprocessing import *  # noqa: F403
 from typing import Any
+
+_STRATEGIES = {"file_descriptor", "file_system"}
+_strategy = "file_descriptor"
+
+
+def get_all_sharing_strategies() -> set[str]:
+    return set(_STRATEGIES)
+
+
+def get_sharing_strategy() -> str:
+    return _strategy
+
+
+def set_sharing_strategy(new_strategy: str) -> None:
+    """Accepted for either of PyTorch's strategies (scripts set "file_system" to avoid running
+    out of descriptors); the memory is shared the same way under both."""
+    global _strategy
+    if new_strategy not in _STRATEGIES:
+        raise ValueError(
+            f"set_sharing_strategy: {new_strategy!r} is not one of {sorted(_STRATEGIES)}"
+        )
+    _strategy = new_strategy
 
 
 class ProcessRaisedException(Exception):
