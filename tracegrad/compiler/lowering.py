@@ -4,6 +4,7 @@ compiled; everything else runs as NumPy calls (a fused group spliced back into i
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections import Counter
@@ -16,18 +17,37 @@ from passes.prune import prune
 from tracegrad.core import ir
 from tracegrad.core import primitives as P
 from tracegrad.core.ops import shapes
-from tracegrad.core.vocabulary import Kind
+from tracegrad.core.vocabulary import EAGER_KERNELS, Kind
 
 
 def needs_kernels(graph: ir.Graph, backend: str) -> bool:
     """Whether lowering `graph` for `backend` compiles anything."""
-    return backend == "numba" and bool(kernel_groups(graph) or native_nodes(graph))
+    return (backend == "numba" and not FORKED_FROM_OPENMP
+            and bool(kernel_groups(graph) or native_nodes(graph)))  # fmt: skip
 
 
 # A fused group over fewer elements runs as NumPy calls: its kernel would save microseconds a
 # step and cost a fraction of a second to compile, which a run of a few thousand steps does not
 # earn back; and a plan with only such groups never pays Numba's start-up in a new process.
 KERNEL_MIN = 1 << 16
+
+# A process forked from one whose kernels had started Numba's OpenMP threads cannot run a
+# parallel kernel: GNU OpenMP is not fork-safe, and Numba terminates such a child at its first
+# parallel launch. Python's `multiprocessing` forks by default on Linux (A3C workers, a Pool
+# after training), so such a child runs every op as NumPy calls instead: eager ops without
+# their kernels, and plans lowered for NumPy (`lower`, and `Plan.runs_here`).
+FORKED_FROM_OPENMP = False
+
+
+def _after_fork_in_child() -> None:
+    global FORKED_FROM_OPENMP
+    threads = sys.modules.get("numba.np.ufunc.parallel")
+    if threads is not None and threads._is_initialized and threads._threading_layer == "omp":
+        FORKED_FROM_OPENMP = True
+        EAGER_KERNELS.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def lower(
@@ -39,6 +59,8 @@ def lower(
     `native.Planned`): the memory-budget solver plans with it.
     `background=True` (from a thread beside a running step) compiles in child processes,
     silently."""
+    if FORKED_FROM_OPENMP:
+        backend = "numpy"
     groups = kernel_groups(graph) if backend == "numba" else []
     natives = native_nodes(graph) if backend == "numba" else []
     kernels: dict[ir.Node, Callable] = {}

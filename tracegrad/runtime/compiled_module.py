@@ -61,6 +61,9 @@ class Compiled:
     n_kept: int
     held: list[Held]  # where Python state keeps outputs (`keep`)
 
+    def runs_here(self) -> bool:
+        return self.forward.runs_here() and (self.backward is None or self.backward.runs_here())
+
 
 @dataclass
 class Joint:
@@ -235,7 +238,8 @@ class CompiledCalls:
         if key in self.eager:
             return None
         known = self.plans.get(key, [])
-        plans = next((c for c in known if c.forward.capture.guards_hold()), None)
+        plans = next((c for c in known if c.runs_here() and c.forward.capture.guards_hold()),
+                     None)  # fmt: skip
         if plans is not None:
             return plans
         if known:

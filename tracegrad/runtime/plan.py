@@ -68,7 +68,7 @@ class Plan:
         """Switch to the kernels compiled in the background if they are ready (after waiting
         for them, if `wait`). If compiling failed, warn and go on with NumPy."""
         pending = self.pending
-        if pending is None or not (wait or pending.done.is_set()):
+        if pending is None or not (wait or pending.done.is_set()) or not self.runs_here(True):
             return
         pending.start()
         pending.done.wait()
@@ -90,7 +90,19 @@ class Plan:
                   "compiling in the background; the step runs them from now on",
                   file=sys.stderr)  # fmt: skip
 
+    def runs_here(self, with_kernels: bool = False) -> bool:
+        """False in a process forked after kernels ran (`lowering.FORKED_FROM_OPENMP`), where
+        this plan's kernels (or those compiled for it, `with_kernels`) would end the process:
+        its step is traced again for NumPy, and a plan running NumPy calls keeps to them."""
+        return not ((self.kernels or with_kernels) and lowering.FORKED_FROM_OPENMP)
+
     def __call__(self, arg_leaves: Sequence[Any]) -> Any:
+        if not self.runs_here():
+            raise RuntimeError(
+                f"tracegrad: {self.name}: this process was forked from one that had run "
+                "compiled kernels on OpenMP threads, which a forked process cannot run; start "
+                "worker processes with the 'spawn' or 'forkserver' method"
+            )
         self.adopt_kernels()
         self.calls += 1
         cap = self.capture

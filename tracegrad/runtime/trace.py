@@ -96,7 +96,8 @@ class Traced:
         plans = self.plans.get(key, [])
         # the newest first: it was traced because the older ones' guards failed, and a step
         # that settles (its grads set from the second call on) runs the newest from then on
-        plan = next((p for p in reversed(plans) if p.capture.guards_hold()), None)
+        plan = next((p for p in reversed(plans) if p.runs_here() and p.capture.guards_hold()),
+                    None)  # fmt: skip
         new = plan is None
         if new:
             if plans:
