@@ -255,12 +255,12 @@ def test_generator_state_round_trips_and_defaults_to_a_fixed_seed():
         tg.Generator(device="cuda")
 
 
-def test_num_workers_runs_in_process_with_a_warning_and_pin_memory_is_ignored():
-    with pytest.warns(UserWarning, match=r"num_workers=2\): tracegrad loads batches in this"):
-        loader = data.DataLoader(dataset(), batch_size=4, num_workers=2, pin_memory=True,
-                                 persistent_workers=True, prefetch_factor=2)  # fmt: skip
+def test_worker_options_and_pin_memory_are_taken():
+    loader = data.DataLoader(dataset(), batch_size=4, num_workers=2, pin_memory=True,
+                             persistent_workers=True, prefetch_factor=3)  # fmt: skip
     expected = [plain(b) for b in data.DataLoader(dataset(), batch_size=4)]
-    assert [plain(b) for b in loader] == expected
+    assert [plain(b) for b in loader] == expected and loader.prefetch_factor == 3
+    loader._workers.close()
     assert data.get_worker_info() is None
 
 

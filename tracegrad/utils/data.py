@@ -9,9 +9,8 @@ from the generator `tracegrad.manual_seed` seeds, as PyTorch draws from its glob
 seed gives the same order in every tracegrad run; it is not the order PyTorch gives for that seed
 (tracegrad draws with NumPy's PCG64, not PyTorch's Mersenne Twister).
 
-Batches are loaded in the calling process: `num_workers > 0` is accepted and runs in the process
-with a warning (`get_worker_info()` is None, `worker_init_fn` is not called); `pin_memory` is
-accepted and ignored (there is no device to copy to).
+With `num_workers > 0`, worker processes load the batches, as PyTorch's (`utils.workers`);
+`pin_memory` is accepted and ignored (there is no device to copy to).
 """
 
 from __future__ import annotations
@@ -30,6 +29,8 @@ from tracegrad import distributed
 from tracegrad.frontend import creation, functions
 from tracegrad.frontend.random import Generator
 from tracegrad.frontend.tensor import Tensor
+from tracegrad.utils import workers
+from tracegrad.utils.workers import WorkerInfo
 
 __all__ = [
     "BatchSampler", "ChainDataset", "ConcatDataset", "DataLoader", "Dataset",
@@ -440,9 +441,10 @@ def _like(example: Any, items: Any) -> Any:
 # --- the loader -------------------------------------------------------------------------------
 
 
-def get_worker_info() -> None:
-    """None: batches are always loaded in the main process (there are no worker processes)."""
-    return None
+def get_worker_info() -> WorkerInfo | None:
+    """In a DataLoader's worker process, which worker it is (`id`, `num_workers`, `seed`, its
+    copy of `dataset`: an IterableDataset splits its samples by it); None elsewhere."""
+    return workers.INFO
 
 
 def _fetch(dataset: Any, indices: list[int]) -> list:
@@ -455,7 +457,7 @@ class DataLoader:
 
     `shuffle=True` draws a new order each epoch from `generator` (see the module's docstring);
     `batch_size=None` yields the samples one by one, converted (`default_convert`) but not
-    batched. `num_workers > 0` loads in this process, with a warning; `pin_memory` is ignored."""
+    batched. `num_workers > 0` loads in worker processes; `pin_memory` is ignored."""
 
     __class_getitem__ = classmethod(_parameterized)
 
@@ -506,29 +508,37 @@ class DataLoader:
             batch_sampler = BatchSampler(sampler, batch_size, drop_last)
         if collate_fn is None:
             collate_fn = default_collate if batch_sampler is not None else default_convert
-        if num_workers > 0:
-            warnings.warn(
-                f"DataLoader(num_workers={num_workers}): tracegrad loads batches in this "
-                "process (it has no worker processes)",
-                stacklevel=2,
-            )
         self.dataset, self.batch_size, self.drop_last = dataset, batch_size, drop_last
         self.sampler, self.batch_sampler, self.collate_fn = sampler, batch_sampler, collate_fn
         self.num_workers, self.pin_memory, self.timeout = num_workers, pin_memory, timeout
         self.worker_init_fn, self.generator = worker_init_fn, generator
-        self.prefetch_factor, self.persistent_workers = prefetch_factor, persistent_workers
-        self.multiprocessing_context, self.in_order = multiprocessing_context, in_order
-        self.pin_memory_device = pin_memory_device
+        self.prefetch_factor = 2 if prefetch_factor is None and num_workers else prefetch_factor
+        self.persistent_workers, self.in_order = persistent_workers, in_order
+        self.multiprocessing_context, self.pin_memory_device = (
+            multiprocessing_context,
+            pin_memory_device,
+        )
+        self._iterable, self._workers = iterable, None
 
     def __iter__(self) -> _BaseDataLoaderIter:
-        return _SingleProcessDataLoaderIter(self, self._batches())
+        if self.num_workers == 0:
+            return _SingleProcessDataLoaderIter(self, self._batches())
+        return _MultiProcessingDataLoaderIter(self)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A loader sent to its workers (or pickled) goes without its persistent workers."""
+        return {**self.__dict__, "_workers": None}
+
+    def _batch(self, indices: Any) -> Any:
+        """One batch (a sample, without batching) of a map-style dataset, collated."""
+        if self.batch_sampler is None:
+            return self.collate_fn(self.dataset[indices])
+        return self.collate_fn(_fetch(self.dataset, indices))
 
     def _batches(self) -> Iterator[Any]:
-        if isinstance(self.dataset, IterableDataset):
+        if self._iterable:
             return self._iterable_batches()
-        if self.batch_sampler is None:
-            return (self.collate_fn(self.dataset[i]) for i in self.sampler)
-        return (self.collate_fn(_fetch(self.dataset, b)) for b in self.batch_sampler)
+        return map(self._batch, self.sampler if self.batch_sampler is None else self.batch_sampler)
 
     def _iterable_batches(self) -> Iterator[Any]:
         samples = iter(self.dataset)
@@ -576,7 +586,30 @@ class _SingleProcessDataLoaderIter(_BaseDataLoaderIter):
 
 
 class _MultiProcessingDataLoaderIter(_BaseDataLoaderIter):
-    """Batches loaded by worker processes: never made here (tracegrad loads in this process)."""
+    """Batches loaded by worker processes (`utils.workers`), which a persistent loader keeps
+    from one epoch to the next and any other stops when its batches end or it is dropped."""
+
+    def __init__(self, loader: DataLoader) -> None:
+        kept = loader._workers
+        if kept is not None and kept.processes:
+            kept.epoch()
+        else:
+            kept = workers.Workers(loader, int(_rng(loader.generator).integers(1 << 62)))
+            loader._workers = kept if loader.persistent_workers else None
+        super().__init__(loader, _answers(kept, loader.persistent_workers))
+
+
+def _answers(kept: workers.Workers, persistent: bool) -> Iterator[Any]:
+    try:
+        while True:
+            try:
+                batch = kept.next()
+            except StopIteration:
+                return
+            yield batch
+    finally:
+        if not persistent:
+            kept.close()
 
 
 def _check_worker_options(
