@@ -7,6 +7,8 @@ input and weight gradients as the adjoints of the convolution (<conv(x, w), g> =
 
 from __future__ import annotations
 
+import tracemalloc
+
 import numpy as np
 import pytest
 
@@ -59,16 +61,22 @@ def layout(request, monkeypatch):
 
 
 def chunk_by(monkeypatch, samples, x, w, out, stride, padding, dilation, groups):
-    """Temporaries for `samples` samples a chunk (all the batch if None)."""
-    if samples is not None:
-        args = (x.shape, w.shape, out, stride, padding, dilation, groups, np.result_type(x, w))
+    """Temporaries for `samples` samples a chunk (all the batch if None), or "bands" of two
+    output rows of a sample (of two columns of a single row)."""
+    args = (x.shape, w.shape, out, stride, padding, dilation, groups, np.result_type(x, w))
+    if samples == "bands":
+        length = out[0] if out[0] > 1 else out[1]  # rows, or a single row's columns
+        monkeypatch.setattr(C, "BAND_BYTES", -(-2 * C._sample_bytes(*args) // length))
+        bands = C._bands(*args)
+        assert bands is None if length <= 2 else len(bands) == -(-length // 2)
+    elif samples is not None:
         monkeypatch.setattr(C, "CHUNK_BYTES", samples * C._Conv(*args).sample_bytes)
         assert C._Conv(*args).chunk == samples
 
 
 @pytest.mark.parametrize("geometry", GEOMETRIES)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("chunk", [None, 2])
+@pytest.mark.parametrize("chunk", [None, 2, "bands"])
 def test_conv_ops_match_reference_and_are_adjoints(layout, monkeypatch, geometry, dtype, chunk):
     shape, out, kernel, stride, padding, dilation, groups = geometry
     rng = np.random.default_rng(3)
@@ -76,15 +84,18 @@ def test_conv_ops_match_reference_and_are_adjoints(layout, monkeypatch, geometry
     w = rng.standard_normal((out, shape[1] // groups, *kernel)).astype(dtype)
     a = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
     y = C.forward(x, w, **a)
+    g = rng.standard_normal(y.shape).astype(dtype)
+    whole = C.input_grad(g, w, x.shape, **a), C.weight_grad(x, g, w.shape, **a)
     chunk_by(monkeypatch, chunk, x, w, y.shape[2:], **a)  # 2 samples a chunk: 3 chunks of 5
     x0, w0 = x.copy(), w.copy()
     y = C.forward(x, w, **a)
     tol = 1e-4 if dtype == np.float32 else 1e-11
     np.testing.assert_allclose(y, reference(x, w, **a), rtol=tol, atol=tol)
-    g = rng.standard_normal(y.shape).astype(dtype)
     g0 = g.copy()
     dx = C.input_grad(g, w, x.shape, **a)
     dw = C.weight_grad(x, g, w.shape, **a)
+    for chunked, one in zip((dx, dw), whole, strict=True):  # as the whole sample at once
+        np.testing.assert_allclose(chunked, one, rtol=tol, atol=tol * np.abs(one).max())
     for r, like in ((y, None), (dx, x), (dw, w)):
         assert r.dtype == dtype and r.flags.c_contiguous
         assert like is None or (r.shape == like.shape and not np.shares_memory(r, like))
@@ -124,3 +135,27 @@ def test_conv2d_gradients_match_finite_differences_on_each_path(layout, monkeypa
     a = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
     chunk_by(monkeypatch, 2, x, w, C.forward(x, w, **a).shape[2:], **a)
     check_grad(lambda x, w: P.conv2d(x, w, **a), x, w)
+
+
+@pytest.mark.parametrize("op", ["conv2d", "input_grad", "weight_grad"])
+def test_a_large_image_goes_in_bands_within_the_scratch_it_declares(monkeypatch, op):
+    """One sample's columns would be k * k * C times its image (a 9 x 9 kernel over a megapixel
+    photo: gigabytes); by bands the temporaries stay within what `scratch` tells the memory
+    plan, measured by tracemalloc."""
+    monkeypatch.setattr(C, "BAND_BYTES", 1 << 20)
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((1, 8, 160, 150)).astype(np.float32)
+    w = rng.standard_normal((3, 8, 9, 9)).astype(np.float32)
+    a = dict(stride=(1, 1), padding=((4, 4), (4, 4)), dilation=(1, 1), groups=1)
+    g = rng.standard_normal((1, 3, 160, 150)).astype(np.float32)
+    run = {"conv2d": lambda: C.forward(x, w, **a),
+           "input_grad": lambda: C.input_grad(g, w, x.shape, **a),
+           "weight_grad": lambda: C.weight_grad(x, g, w.shape, **a)}[op]  # fmt: skip
+    declared = C.scratch(op, x.shape, w.shape, np.float32, **a)
+    whole = C._sample_bytes(x.shape, w.shape, (160, 150), *a.values(), np.float32)
+    assert declared < whole / 5  # (the whole sample's columns: 7 MiB)
+    tracemalloc.start()
+    result = run()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak <= declared + result.nbytes + (64 << 10)  # and Python's objects (the bands)

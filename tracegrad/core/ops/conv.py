@@ -19,6 +19,12 @@ NumPy's stacked matmul, writing each sample's product in place: taken when a sam
 is small enough that OpenBLAS runs it on one thread (2**18 multiply-adds), since OpenBLAS wakes
 its threads for each larger product, which costs more than many such products compute.
 
+An image whose one sample alone would pass BAND_BYTES (a 9 x 9 kernel over a megapixel image:
+gigabytes of columns) goes through in bands of output rows, each a convolution of the input
+rows it reads with its own padding (`_bands`), so that the temporaries stay within BAND_BYTES
+whatever the image. A band's columns are copied as strided windows, not long runs, so bands
+larger than a chunk keep its products and copies at their rate.
+
 The chunk size trades cache for BLAS calls: a chunk's columns should stay near the caches, and
 each GEMM call should be large enough to run at BLAS's rate. 8 MiB does both for the shapes of
 a small CNN (docs/benchmarks.md has the measurements that chose it).
@@ -35,6 +41,7 @@ import numpy as np
 from tracegrad.core.vocabulary import Kind, Primitive
 
 CHUNK_BYTES = 8 << 20  # the temporaries of one chunk of the batch
+BAND_BYTES = 4 * CHUNK_BYTES  # the temporaries of one band of a sample's output rows
 BLAS_ONE_THREAD = 1 << 18  # OpenBLAS computes a GEMM with m * n * k up to this on one thread
 
 
@@ -233,6 +240,10 @@ def scratch(op, x_shape, w_shape, dtype, stride, padding, dilation, groups, shap
     once: a chunk's columns (by columns also its product and image), and the weight gradient's
     per-sample products and partial sums. For the memory plan."""
     out = output_size(x_shape, w_shape, stride, padding, dilation, groups)
+    if bands := _bands(x_shape, w_shape, out, stride, padding, dilation, groups, dtype):
+        kinds = {(_part(x_shape, in_at), pad) for _, in_at, pad in bands}  # each geometry once
+        return max(_band_scratch(op, w_shape, dtype, stride, dilation, groups, *band)
+                   for band in kinds)  # fmt: skip
     if _depthwise(x_shape, w_shape, groups):
         dw = _Depthwise(x_shape, w_shape, out, stride, padding, dilation, dtype)
         return min(dw.chunk, dw.n) * dw.sample_bytes + (w_shape[0] * dw.dtype.itemsize
@@ -244,6 +255,16 @@ def scratch(op, x_shape, w_shape, dtype, stride, padding, dilation, groups, shap
         if cv.samples:
             total += cv.chunk * cv.k * cv.og * cv.dtype.itemsize  # a group's stacked products
     return total
+
+
+def _band_scratch(op, w_shape, dtype, stride, dilation, groups, band_x, pad):
+    """One band's temporaries (`_by_bands`): its own, its operands made contiguous, the weight
+    laid out, and its result before it is placed."""
+    band_y = (band_x[0], w_shape[0], *output_size(band_x, w_shape, stride, pad, dilation, groups))
+    result = {"conv2d": band_y, "input_grad": band_x, "weight_grad": w_shape}[op]
+    held = math.prod(band_x) + math.prod(band_y) + math.prod(w_shape) + math.prod(result)
+    own = scratch(op, band_x, w_shape, dtype, stride, pad, dilation, groups)
+    return own + held * np.dtype(dtype).itemsize
 
 
 def _result(out, shape, dtype, zeros=False):
@@ -322,8 +343,68 @@ class _Depthwise:
         return dw
 
 
+def _sample_bytes(x_shape, w_shape, out, stride, padding, dilation, groups, dtype) -> int:
+    """The temporaries one sample needs (a chunk holds whole samples)."""
+    if _depthwise(x_shape, w_shape, groups):
+        return _Depthwise(x_shape, w_shape, out, stride, padding, dilation, dtype).sample_bytes
+    return _Conv(x_shape, w_shape, out, stride, padding, dilation, groups, dtype).sample_bytes
+
+
+def _bands(x_shape, w_shape, out, stride, padding, dilation, groups, dtype):
+    """Where one sample's temporaries would pass BAND_BYTES, bands of its output rows (of its
+    columns, for a single row: a long 1-d signal) that keep within it: [(where the band lies in
+    the output, where the input it reads lies, the band's padding)]; else None."""
+    whole = _sample_bytes(x_shape, w_shape, out, stride, padding, dilation, groups, dtype)
+    axis = 0 if out[0] > 1 else 1
+    if whole <= BAND_BYTES or out[axis] == 1:
+        return None
+    step = max(1, int(BAND_BYTES // (whole / out[axis])))
+    size, k, s, d = x_shape[2 + axis], w_shape[2 + axis], stride[axis], dilation[axis]
+    bands = []
+    for o0 in range(0, out[axis], step):
+        o1 = min(out[axis], o0 + step)
+        a = o0 * s - padding[axis][0]  # the inputs it reads, padding included: [a, b)
+        b = a + (o1 - o0 - 1) * s + (k - 1) * d + 1
+        i0, i1 = max(0, a), min(size, b)
+        pad = (*padding[:axis], (i0 - a, b - i1), *padding[axis + 1 :])
+        bands.append((_along(axis, o0, o1), _along(axis, i0, i1), pad))
+    return bands
+
+
+def _along(axis, lo, hi):
+    """The index of [lo, hi) along an image's axis 0 (rows) or 1 (columns)."""
+    return (slice(None),) * (2 + axis) + (slice(lo, hi),)
+
+
+def _part(shape, where):
+    """The shape of `where` (`_along`) of an array of `shape`."""
+    last = where[-1]
+    return (*shape[: len(where) - 1], last.stop - last.start, *shape[len(where) :])
+
+
+def _by_bands(op, bands, x, w, shape, stride, dilation, groups, out):
+    """`op` ("conv2d", "input_grad", "weight_grad") band by band (`_bands`): the output's bands
+    written in turn, the input gradient's added up where bands overlap, the weight gradient's
+    summed. `x` is the input, or for the input gradient the output's gradient."""
+    zeros = op != "conv2d"
+    result = _result(out, shape, np.result_type(x.dtype, w.dtype), zeros=zeros)
+    for out_at, in_at, pad in bands:
+        if op == "conv2d":
+            result[out_at] = forward(x[in_at], w, stride, pad, dilation, groups)
+        elif op == "input_grad":
+            band = _part(shape, in_at)
+            result[in_at] += input_grad(x[out_at], w, band, stride, pad, dilation, groups)
+        else:  # `w` is the output's gradient
+            result += weight_grad(x[in_at], w[out_at], shape, stride, pad, dilation, groups)
+    return result
+
+
 def forward(x, w, stride, padding, dilation, groups, out=None):
     size = output_size(x.shape, w.shape, stride, padding, dilation, groups)
+    dtype = np.result_type(x.dtype, w.dtype)
+    if bands := _bands(x.shape, w.shape, size, stride, padding, dilation, groups, dtype):
+        return _by_bands("conv2d", bands, x, w, (x.shape[0], w.shape[0], *size), stride,
+                         dilation, groups, out)  # fmt: skip
     if _depthwise(x.shape, w.shape, groups):
         dw = _Depthwise(x.shape, w.shape, size, stride, padding, dilation,
                         np.result_type(x.dtype, w.dtype))  # fmt: skip
@@ -348,6 +429,9 @@ def forward(x, w, stride, padding, dilation, groups, out=None):
 
 def input_grad(g, w, shape, stride, padding, dilation, groups, out=None):
     """The transposed convolution: each patch's gradient added back where the patch came from."""
+    dtype = np.result_type(g.dtype, w.dtype)
+    if bands := _bands(shape, w.shape, g.shape[2:], stride, padding, dilation, groups, dtype):
+        return _by_bands("input_grad", bands, g, w, shape, stride, dilation, groups, out)
     if _depthwise(shape, w.shape, groups):
         dw = _Depthwise(shape, w.shape, g.shape[2:], stride, padding, dilation,
                         np.result_type(g.dtype, w.dtype))  # fmt: skip
@@ -380,6 +464,9 @@ def input_grad(g, w, shape, stride, padding, dilation, groups, out=None):
 
 
 def weight_grad(x, g, shape, stride, padding, dilation, groups, out=None):
+    dtype = np.result_type(x.dtype, g.dtype)
+    if bands := _bands(x.shape, shape, g.shape[2:], stride, padding, dilation, groups, dtype):
+        return _by_bands("weight_grad", bands, x, g, shape, stride, dilation, groups, out)
     if _depthwise(x.shape, shape, groups):
         dw = _Depthwise(x.shape, shape, g.shape[2:], stride, padding, dilation,
                         np.result_type(x.dtype, g.dtype))  # fmt: skip
