@@ -64,6 +64,22 @@ def test_gradients_in_the_values_and_the_dense_operand():
                VALUES)  # fmt: skip
 
 
+def test_a_dense_tensor_with_a_sparse_operand_is_dense():
+    """pytorch/examples' gcn and gat add self-loops as `torch.eye(V) + adj` (an int64 sparse
+    adjacency): PyTorch's result is dense, float32 by promotion."""
+    a = dense_of(INDICES, VALUES, SHAPE)
+    ints = torch.sparse_coo_tensor(torch.tensor(INDICES), torch.ones(6), SHAPE, dtype=torch.int64)
+    loops = torch.eye(4) + ints
+    assert type(loops) is torch.Tensor and loops.dtype == torch.float32
+    np.testing.assert_array_equal(loops.numpy(), np.eye(4) + dense_of(INDICES, np.ones(6), SHAPE))
+    d = torch.tensor(np.arange(16.0).reshape(4, 4))
+    for got, want in ((d - adjacency(), d.numpy() - a), (d * adjacency(), d.numpy() * a),
+                      (torch.add(d, adjacency()), d.numpy() + a)):  # fmt: skip
+        np.testing.assert_array_equal(got.numpy(), want)
+    edges = torch.tensor(INDICES)
+    check_grad(lambda v: torch.ones(4, 4) + torch.sparse_coo_tensor(edges, v, SHAPE), VALUES)
+
+
 def test_coalesce_sorts_and_adds_repeats():
     s = adjacency()
     with pytest.raises(RuntimeError, match="coalesce"):

@@ -668,7 +668,7 @@ def _lift_args(args: tuple[Any, ...], weak: Any = ()) -> list[Tensor]:
             dtype = _scalar_type(tuple(t.dtype for t in typed), a) if typed else None
             out.append(Tensor._of(a) if dtype is None else Tensor._wrap(_number(a, dtype)))
         else:
-            out.append(Tensor._of(np.asarray(a)))
+            out.append(_operand(a))
     return out
 
 
@@ -693,7 +693,7 @@ def lift_operands(args: tuple[Any, ...]) -> list[Tensor]:
         if isinstance(a, Tensor):
             out.append(a)
         elif not is_number(a):
-            out.append(Tensor._of(np.asarray(a)))
+            out.append(_operand(a))
         elif typed:
             out.append(Tensor._wrap(_number(a, _scalar_type(typed, a))))
         else:
@@ -702,6 +702,15 @@ def lift_operands(args: tuple[Any, ...]) -> list[Tensor]:
 
 
 _REAL_NUMBERS = frozenset({int, float, bool})
+
+
+def _operand(a: Any) -> Tensor:
+    """An operand that is neither a tensor nor a number: an array, a nested list, or a sparse
+    tensor, whose dense form takes part (PyTorch's `dense + sparse` is dense), differentiably
+    in its values."""
+    if getattr(a, "is_sparse", False) is True:
+        return a.to_dense()
+    return Tensor._of(np.asarray(a))
 
 
 def _scalar_type(dtypes: tuple[np.dtype, ...], a: int | float | bool) -> np.dtype:
