@@ -47,7 +47,7 @@ def test_bfloat16_tensors_hold_their_bits_convert_and_refuse_arithmetic():
     b = torch.tensor([0.1, -2.25], dtype=torch.bfloat16)
     assert b.dtype is torch.bfloat16 and b.is_floating_point() and b.dtype.is_floating_point
     assert b.tolist() == [0.10009765625, -2.25] and b[1].item() == -2.25
-    assert repr(b) == "tensor([ 0.10009766, -2.25      ], dtype=torch.bfloat16)"
+    assert repr(b) == "tensor([ 0.1001, -2.2500], dtype=torch.bfloat16)"
     assert torch.ones(2, dtype=torch.bfloat16).float().tolist() == [1.0, 1.0]
     halfway = torch.tensor([1 + 2**-8, 1 + 3 * 2**-8, 3.4e38, float("nan"), float("-inf")])
     bits = halfway.bfloat16().view(torch.int16).tolist()

@@ -28,17 +28,6 @@ def test_settings_are_accepted_and_remembered():
         assert torch.set_flush_denormal(True) is False
 
 
-def test_print_options_are_numpys():
-    before = np.get_printoptions()
-    try:
-        torch.set_printoptions(precision=2, sci_mode=False)
-        assert "3.14," in repr(torch.tensor([3.14159, 1.0]))
-        torch.set_printoptions(profile="default")
-        assert np.get_printoptions()["precision"] == 4
-    finally:
-        np.set_printoptions(**before)
-
-
 def test_rng_state_round_trips():
     torch.manual_seed(3)
     state = torch.get_rng_state()

@@ -26,6 +26,7 @@ from tracegrad.core.bfloat16 import BFLOAT16, readable, to_bfloat16
 from tracegrad.core.errors import ShapeError, TraceError, user_location, warn_user
 from tracegrad.core.primitives import Phase, Primitive, astype, positive
 from tracegrad.core.vocabulary import EAGER_KERNELS
+from tracegrad.frontend import printing
 from tracegrad.frontend.dtypes import of_array
 from tracegrad.frontend.promotion import (
     get_default_dtype,
@@ -336,18 +337,30 @@ class Tensor:
     __hash__ = object.__hash__
 
     def __repr__(self) -> str:
-        """PyTorch's fields: the dtype unless it is the default float, int64 or bool, then the
-        op that made it (`grad_fn=<mul>`) or `requires_grad=True` on a leaf; NumPy's digits."""
-        grad = ", requires_grad=True" if self.requires_grad else ""
+        """PyTorch's print (`frontend.printing`): the values, then the size of an empty tensor
+        that is not 1-d, the dtype unless it is the default float (or complex), int64 or bool
+        (of an empty one: unless the default float), and the op that made it
+        (`grad_fn=<mul>`) or `requires_grad=True` on a leaf."""
         if isinstance(self._value, ir.Value):
+            grad = ", requires_grad=True" if self.requires_grad else ""
             return f"tensor(<traced {self._value.type_str}>{grad})"
-        body = np.array2string(readable(self._value), separator=", ", prefix="tensor(")
-        shown = self.dtype not in (get_default_dtype(), np.int64, np.bool_) or (
-            self._value.size == 0 and self.dtype != get_default_dtype()  # PyTorch's rule
-        )
-        dtype = f", dtype={self.dtype}" if shown else ""
-        grad = f", grad_fn=<{self._node.name}>" if not self.is_leaf else grad
-        return f"tensor({body}{dtype}{grad})"
+        value, default = self._value, get_default_dtype()
+        suffixes = []
+        if value.size == 0:
+            if value.ndim != 1:
+                suffixes.append(f"size={tuple(value.shape)}")
+            shown = self.dtype != default
+        else:
+            complex_default = np.complex128 if default == np.float64 else np.complex64
+            shown = self.dtype not in (default, complex_default, np.int64, np.bool_)
+        if shown:
+            suffixes.append(f"dtype={self.dtype}")
+        if not self.is_leaf:
+            suffixes.append(f"grad_fn=<{self._node.name}>")
+        elif self.requires_grad:
+            suffixes.append("requires_grad=True")
+        body = printing.values_str(readable(value), len("tensor("))
+        return printing.with_suffixes("tensor(" + body, suffixes, len("tensor("))
 
     # --- autodiff facts (the tape lives in autodiff.py; these read its marks) ----------------
     @property

@@ -1,17 +1,20 @@
 """PyTorch's process-wide settings that training scripts set in their first lines, each meaning
 what it can on tracegrad (NumPy on the CPU): matmul precision and determinism are what they
-already are, print options are NumPy's, the RNG state is the default generator's."""
+already are, print options are PyTorch's (`frontend.printing`), the RNG state is the default
+generator's."""
 
 from __future__ import annotations
 
-import sys
+import contextlib
+import dataclasses
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 import tracegrad as _tg
-from tracegrad.frontend import promotion
+from tracegrad.frontend import printing, promotion
 from tracegrad.frontend.device import CPU, require_cpu
 from tracegrad.frontend.sparse import layout, sparse_coo, strided
 from tracegrad.frontend.tensor import DEVICE_BLOCKS, Tensor, as_tensor
@@ -24,7 +27,8 @@ __all__ = ["are_deterministic_algorithms_enabled", "can_cast", "channels_last",
            "sparse_csc", "sparse_csr",
            "channels_last_3d", "contiguous_format", "get_default_device", "memory_format",
            "preserve_format",
-           "get_float32_matmul_precision", "get_rng_state", "is_nonzero", "promote_types",
+           "get_float32_matmul_precision", "get_printoptions", "get_rng_state", "is_nonzero",
+           "printoptions", "promote_types",
            "result_type",
            "set_default_device", "set_float32_matmul_precision", "set_flush_denormal",
            "set_printoptions", "set_rng_state", "typename",
@@ -95,25 +99,27 @@ sparse_csr, sparse_csc = layout("sparse_csr"), layout("sparse_csc")
 sparse_bsr, sparse_bsc = layout("sparse_bsr"), layout("sparse_bsc")
 
 
-_PROFILES = {
-    "default": dict(precision=4, threshold=1000, edgeitems=3, linewidth=80),
-    "short": dict(precision=2, threshold=1000, edgeitems=2, linewidth=80),
-    "full": dict(precision=4, threshold=sys.maxsize, edgeitems=3, linewidth=80),
-}
-
-
-def set_printoptions(precision: int | None = None, threshold: int | None = None,
+def set_printoptions(precision: int | None = None, threshold: float | None = None,
                      edgeitems: int | None = None, linewidth: int | None = None,
                      profile: str | None = None, sci_mode: bool | None = None) -> None:  # fmt: skip
-    """Tensors print through NumPy: these set NumPy's print options (PyTorch's `profile`s
-    "default", "short" and "full" too)."""
-    options: dict[str, Any] = {} if profile is None else dict(_PROFILES[profile])
-    given = dict(precision=precision, threshold=threshold, edgeitems=edgeitems,
-                 linewidth=linewidth)  # fmt: skip
-    options.update({k: v for k, v in given.items() if v is not None})
-    if sci_mode is not None:
-        options["suppress"] = not sci_mode
-    np.set_printoptions(**options)
+    """How tensors print (`frontend.printing`), as PyTorch's: `profile` "default", "short" or
+    "full", then the options given."""
+    printing.set_options(precision, threshold, edgeitems, linewidth, profile, sci_mode)
+
+
+def get_printoptions() -> dict[str, Any]:
+    return dataclasses.asdict(printing.OPTIONS)
+
+
+@contextlib.contextmanager
+def printoptions(**options: Any) -> Iterator[None]:
+    """The print options set within the block, restored after."""
+    before = get_printoptions()
+    set_printoptions(**options)
+    try:
+        yield
+    finally:
+        set_printoptions(**before)
 
 
 def is_nonzero(input: Tensor) -> bool:
