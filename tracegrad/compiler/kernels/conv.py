@@ -1,5 +1,6 @@
-"""Convolution kernels on Numba's threads: each thread takes its share of the batch and, block
-by block, lays out the block's patches ("columns", K x positions, K = C / groups * kh * kw,
+"""Convolution kernels on Numba's threads: each thread takes its share of the batch (the forward,
+where a block is a sample's rows: of the blocks, so that one image keeps every thread busy) and,
+block by block, lays out the block's patches ("columns", K x positions, K = C / groups * kh * kw,
 ordered as the weight's (channel, i, j)) in a buffer of its own and runs the block's product
 through the plan's GEMM routine on that thread (`gemm.declarations`: MKL's or NumPy's
 OpenBLAS's, single-threaded):
@@ -257,7 +258,9 @@ _FORWARD = '''
       "{dtype}[:, :, ::1], int64)", parallel=True, cache=True)
 def kernel(x, w, g, groups, p, y, threads):
     """y[n] (O, OH * OW) = w (O, K) @ the columns of x[n], group by group; a block of several
-    samples is one product, whose result is then spread over their outputs."""
+    samples is one product, whose result is then spread over their outputs. Blocks of one
+    sample's rows are shared among the threads (the input gradient's cannot be: neighbouring
+    rows' patches add into the same input rows)."""
     batch, k, size, oh_, ow_, rows, nb, og, cg, positions = sizes(x, w, g, groups)
     blas_threads = get_blas_threads()
     set_blas_threads(1)
@@ -273,6 +276,22 @@ def kernel(x, w, g, groups, p, y, threads):
         cols = np.empty((k, nb * rows * ow_), D)
         prod = np.empty((og, nb * rows * ow_ if nb > 1 else 0), D)
         pad = padded(x, g, cg)
+        if nb == 1:  # blocks of one sample's rows, each product straight into y[n]
+            blocks = (oh_ + rows - 1) // rows
+            units = batch * groups * blocks  # (sample, group, block), shared by the threads
+            u0, u1 = part * units // threads, (part + 1) * units // threads
+            for u in range(u0, u1):
+                n, grp, r0 = u // (groups * blocks), u // blocks % groups, u % blocks * rows
+                r1 = min(oh_, r0 + rows)
+                src, ld = rows_at(x, n, grp * cg, g, r0), positions
+                if not direct(g):  # (the thread's first block loads its padded image too)
+                    flat, base, hp, wp = source(x, pad, n, grp * cg, g, 0 if u == u0 else r0, p)
+                    columns_of(cols, 0, flat, base, cg, hp, wp, g, r0, r1)
+                    src, ld = cols.ctypes.data, cols.shape[1]
+                gemm(ROW_MAJOR, AS_IS, AS_IS, og, (r1 - r0) * ow_, k, T(1),
+                     w.ctypes.data + grp * og * k * size, k, src, ld, T(0),
+                     rows_at(y, n, grp * og, g, r0), positions)
+            continue
         for n0 in range(first, last, nb):
             n1 = min(last, n0 + nb)
             for grp in range(groups):
@@ -280,15 +299,6 @@ def kernel(x, w, g, groups, p, y, threads):
                 for r0 in range(0, oh_, rows):
                     r1 = min(oh_, r0 + rows)
                     width = (r1 - r0) * ow_
-                    if n1 - n0 == 1:  # the product straight into y[n]
-                        src, ld = rows_at(x, n0, grp * cg, g, r0), positions
-                        if not direct(g):
-                            flat, base, hp, wp = source(x, pad, n0, grp * cg, g, r0, p)
-                            columns_of(cols, 0, flat, base, cg, hp, wp, g, r0, r1)
-                            src, ld = cols.ctypes.data, cols.shape[1]
-                        gemm(ROW_MAJOR, AS_IS, AS_IS, og, width, k, T(1), wg, k, src, ld, T(0),
-                             rows_at(y, n0, grp * og, g, r0), positions)
-                        continue
                     for n in range(n0, n1):  # a block of several samples spans all the rows
                         flat, base, hp, wp = source(x, pad, n, grp * cg, g, r0, p)
                         columns_of(cols, (n - n0) * width, flat, base, cg, hp, wp, g, r0, r1)
