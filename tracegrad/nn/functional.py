@@ -1163,19 +1163,25 @@ def pad(input: Any, pad: Sequence[int], mode: str = "constant", value: float | N
     widths = {x.ndim - 1 - i: (int(pad[2 * i]), int(pad[2 * i + 1])) for i in range(len(pad) // 2)}
     if mode == "constant":
         return _pad_constant(x, [widths.get(a, (0, 0)) for a in range(x.ndim)], value or 0.0)
+    grown = [(0, 0)] * x.ndim
     for axis, (lo, hi) in widths.items():
         size = x.shape[axis] + lo + hi
         x = _crop(x, axis, lo, hi) if mode == "circular" else x
         n = x.shape[axis]
         limit = n if mode == "circular" else n - 1 if mode == "reflect" else math.inf
-        grow = (builtins.max(lo, 0), builtins.max(hi, 0))
-        if builtins.max(grow) > limit or n == 0 or size < 1:
+        grown[axis] = (builtins.max(lo, 0), builtins.max(hi, 0))
+        if builtins.max(grown[axis]) > limit or n == 0 or size < 1:
             raise ValueError(f"pad: widths {(lo, hi)} for axis {axis} of the input {x.shape} in "
                              f"mode {mode!r} must be at most {limit} and leave an element "
                              "(negative widths crop)")  # fmt: skip
-        x = concatenate([p for p in _pad_parts(x, axis, *grow, mode) if p.shape[axis]], axis)
+    if any(lo or hi for lo, hi in grown):
+        x = P.pad_repeating(x, pad_width=tuple(grown), mode=_NUMPY_PAD_MODES[mode])
+    for axis, (lo, hi) in widths.items():
         x = x if mode == "circular" else _crop(x, axis, lo, hi)
     return x
+
+
+_NUMPY_PAD_MODES = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}
 
 
 def _crop(x: Tensor, axis: int, lo: int, hi: int) -> Tensor:
@@ -1193,20 +1199,6 @@ def _pad_constant(x: Tensor, widths: list[tuple[int, int]], value: float) -> Ten
     if not any(lo or hi for lo, hi in width):
         return x
     return P.pad(x, pad_width=width, value=float(value))
-
-
-def _pad_parts(x: Tensor, axis: int, lo: int, hi: int, mode: str) -> list[Tensor]:
-    """What goes before `x` along `axis`, `x`, and what goes after, for one padding mode."""
-    n = x.shape[axis]
-    if mode == "reflect":
-        before = _along(x, axis, slice(lo, 0, -1))
-        after = _along(x, axis, slice(n - 2, n - 2 - hi if n - 2 - hi >= 0 else None, -1))
-    elif mode == "replicate":
-        edge = lambda i, k: _repeat_axis(_along(x, axis, slice(i, i + 1)), axis, k)  # noqa: E731
-        before, after = edge(0, lo), edge(n - 1, hi)
-    else:
-        before, after = _along(x, axis, slice(n - lo, n)), _along(x, axis, slice(0, hi))
-    return [before, x, after]
 
 
 def _repeat_axis(x: Tensor, axis: int, size: int) -> Tensor:

@@ -257,6 +257,60 @@ pad = Primitive("pad", lambda x, pad_width, value: np.pad(x, pad_width, constant
                 _pad_rule, (_pad_vjp,), raises=False, **_C)  # fmt: skip
 
 
+# --- padding that repeats the input: NumPy's modes "reflect" (mirrored, the edge not repeated),
+# "edge" (the edge repeated) and "wrap" (circular), each width at most the extent ("reflect":
+# less). One pass for the result (two concatenations per axis copied the whole tensor twice per
+# axis); the gradient folds each border back onto the inputs it repeats. The two are adjoint.
+
+
+def _pad_repeating_rule(x, pad_width, mode):
+    return _pad_rule(x, pad_width, 0.0)
+
+
+def _span(a, axis, start, stop):
+    return a[(slice(None),) * axis + (slice(start, stop),)]
+
+
+def _pad_fold(g, pad_width, mode, shape):
+    """The gradient of `pad_repeating`: each border's values added where they were read."""
+    for axis, (lo, hi) in enumerate(pad_width):
+        if not lo and not hi:
+            continue
+        n = shape[axis]
+        inner = _span(g, axis, lo, lo + n).copy()
+        before, after = _span(g, axis, 0, lo), _span(g, axis, lo + n, lo + n + hi)
+        if mode == "reflect":
+            _span(inner, axis, 1, lo + 1)[...] += np.flip(before, axis)
+            _span(inner, axis, n - 1 - hi, n - 1)[...] += np.flip(after, axis)
+        elif mode == "edge":
+            _span(inner, axis, 0, 1)[...] += before.sum(axis, keepdims=True)
+            _span(inner, axis, n - 1, n)[...] += after.sum(axis, keepdims=True)
+        else:  # wrap
+            _span(inner, axis, n - lo, n)[...] += before
+            _span(inner, axis, 0, hi)[...] += after
+        g = inner
+    return np.ascontiguousarray(g)
+
+
+pad_repeating = Primitive(
+    "pad_repeating",
+    lambda x, pad_width, mode: np.pad(x, pad_width, mode=mode),
+    _pad_repeating_rule,
+    (lambda g, out, x, pad_width, mode: pad_fold(g, pad_width=pad_width, mode=mode,
+                                                 shape=x.shape),),
+    raises=False,
+    **_C,
+)  # fmt: skip
+pad_fold = Primitive(
+    "pad_fold",
+    _pad_fold,
+    lambda g, pad_width, mode, shape: (tuple(shape), g.dtype),
+    (lambda c, out, g, pad_width, mode, shape: pad_repeating(c, pad_width=pad_width, mode=mode),),
+    raises=False,
+    **_C,
+)  # fmt: skip
+
+
 __all__ = [n for n, v in list(globals().items()) if isinstance(v, Primitive) and n[0] != "_"] + [
     "sum_to"
 ]
