@@ -3,6 +3,9 @@ kernel has loaded, the kernel after, the same results; small calls never load on
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -171,3 +174,48 @@ def test_the_ops_it_runs_have_kernels():
         out = Value((4, 5), np.bool_ if prim.name in EXACT[-6:] else np.float32)
         groups.append((ins, [Node(prim, ins, [out], {})], [out]))
     assert all(ok for ok, _ in compile_groups(groups, compile=False))
+
+
+FORKED = """
+import multiprocessing, time
+import numpy as np
+import tracegrad as tg
+from tracegrad.compiler.kernels import fused
+from tracegrad.runtime import eager
+
+compile_groups = fused.compile_groups
+fused.compile_groups = lambda *a, **k: time.sleep(3) or compile_groups(*a, **k)  # still loading
+
+x = tg.tensor(np.linspace(-3.0, 3.0, 1 << 17))
+
+
+def child(queue):
+    eager.wait_for_kernels()  # the parent's pending request is not this process's to wait for
+    for _ in range(2):
+        y = tg.nn.functional.gelu(x)  # asked again here, by a thread of this process's own
+    eager.wait_for_kernels()
+    queue.put(float(tg.nn.functional.gelu(x).sum()))
+
+
+if __name__ == "__main__":
+    want = float(tg.nn.functional.gelu(x).sum())  # its kernel starts loading: a pending request
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    worker = context.Process(target=child, args=(queue,))
+    worker.start()
+    got = queue.get(timeout=120)
+    worker.join(60)
+    assert abs(got - want) <= 1e-9 * abs(want), (got, want)
+    print("ok")
+"""
+
+
+def test_a_forked_process_loads_its_own_kernels_and_waits_for_its_own(tmp_path):
+    """Only the forking thread survives a fork: the loading thread and its queue's pending
+    requests stay in the parent (waiting for them in the child never returned)."""
+    script = tmp_path / "forked.py"
+    script.write_text(FORKED)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["ok"]

@@ -10,6 +10,7 @@ versions compute, to rounding (docs/kernels.md); PyTorch's eager ops are native 
 from __future__ import annotations
 
 import math
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -116,6 +117,19 @@ def _load() -> None:
             _kernels[key] = _LOADING
         finally:
             _requests.task_done()
+
+
+def _after_fork_in_child() -> None:
+    """A forked process has no loading thread (only the forking thread survives a fork): its
+    requests start one of its own, and the parent's pending ones are asked again."""
+    global _requests
+    _requests = queue.Queue()
+    _worker.clear()
+    for key in [k for k, v in _kernels.items() if v is _LOADING]:
+        del _kernels[key]
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def wait_for_kernels() -> None:
