@@ -354,6 +354,11 @@ def _bands(x_shape, w_shape, out, stride, padding, dilation, groups, dtype):
     """Where one sample's temporaries would pass BAND_BYTES, bands of its output rows (of its
     columns, for a single row: a long 1-d signal) that keep within it: [(where the band lies in
     the output, where the input it reads lies, the band's padding)]; else None."""
+    (_, c, h, w), (o, _, kh, kw), positions = x_shape, w_shape, out[0] * out[1]
+    padded = (h + sum(padding[0])) * (w + sum(padding[1]))
+    bound = (c * kh * kw + o) * positions + c * padded
+    if bound * np.dtype(dtype).itemsize <= BAND_BYTES:
+        return None  # (a bound on either layout's temporaries: most calls stop here, cheaply)
     whole = _sample_bytes(x_shape, w_shape, out, stride, padding, dilation, groups, dtype)
     axis = 0 if out[0] > 1 else 1
     if whole <= BAND_BYTES or out[axis] == 1:
