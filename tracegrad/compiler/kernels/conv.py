@@ -382,31 +382,36 @@ def accumulate(acc, gy, ldg, cols, ldc, og, k, width, beta):
 
 
 @njit(parallel=True, cache=True)
-def add_up(sums, dw, og, k, batch, threads):
-    """dw = the sum of the threads' sums (each (O, K) or (K, O), `thin`), of the threads that
-    had samples, on all threads: a large weight's sums (DCGAN's 512 x 4096) take longer to add
-    on one thread than its product's share."""
+def add_up(sums, dw, og, k, threads):
+    """dw = the sum of the threads' sums (each (O, K) or (K, O), `thin`), on all threads: a
+    large weight's sums (DCGAN's 512 x 4096) take longer to add on one thread than its
+    product's share."""
     tall, groups = thin(og, k), sums.shape[1]
-    parts = [p for p in range(threads) if (p + 1) * batch // threads > p * batch // threads]
-    if not parts:  # an empty batch
-        dw[:] = 0
-        return
     for row in prange(groups * og):
         grp, i = row // og, row % og
         for j in range(k):
             at = j * og + i if tall else i * k + j
-            total = sums[parts[0], grp, at]
-            for p in parts[1:]:
-                total += sums[p, grp, at]
+            total = sums[0, grp, at]
+            for part in range(1, threads):
+                total += sums[part, grp, at]
             dw[row, j] = total
+
+
+@njit(cache=True)
+def zero_untouched(sums, part, touched):
+    """A thread's sums of the groups it had no block of."""
+    for grp in range(sums.shape[1]):
+        if not touched[grp]:
+            sums[part, grp, :] = 0
 
 
 @njit("void({dtype}[:, :, :, ::1], {dtype}[:, :, ::1], int64[::1], int64, {dtype}[:, ::1], "
       "{dtype}[:, ::1], int64)", parallel=True, cache=True)
 def kernel(x, gy, g, groups, p, dw, threads):
     """dw (O, K) = the sum over samples of gy[n] @ (the columns of x[n])^T, group by group:
-    each thread sums its blocks' in an (O, K) or (K, O) of its own (`accumulate`), then the
-    threads' sums are added; or, where the batch has fewer positions than the group output
+    each thread sums its blocks' in an (O, K) or (K, O) of its own (`accumulate`; blocks of one
+    sample's rows are shared among the threads, as the forward's), then the threads' sums are
+    added; or, where the batch has fewer positions than the group output
     channels (`_splits_channels`), each thread lays out the columns of the whole batch and
     computes its share of the rows of dw in one product."""
     batch, k, size, oh_, ow_, rows, nb, og, cg, positions = sizes(x, dw, g, groups)
@@ -447,6 +452,25 @@ def kernel(x, gy, g, groups, p, dw, threads):
         cols = np.empty((k, nb * rows * ow_), D)
         block = np.empty((og, nb * rows * ow_ if nb > 1 else 0), D)
         pad = padded(x, g, cg)
+        touched = np.zeros(groups, np.bool_)
+        if nb == 1:  # blocks of one sample's rows, shared by the threads (as the forward's)
+            blocks = (oh_ + rows - 1) // rows
+            units = batch * groups * blocks
+            u0, u1 = part * units // threads, (part + 1) * units // threads
+            for u in range(u0, u1):
+                n, grp, r0 = u // (groups * blocks), u // blocks % groups, u % blocks * rows
+                r1 = min(oh_, r0 + rows)
+                src, ld = rows_at(x, n, grp * cg, g, r0), positions
+                if not direct(g):  # (the thread's first block loads its padded image too)
+                    flat, base, hp, wp = source(x, pad, n, grp * cg, g, 0 if u == u0 else r0, p)
+                    columns_of(cols, 0, flat, base, cg, hp, wp, g, r0, r1)
+                    src, ld = cols.ctypes.data, cols.shape[1]
+                accumulate(sums.ctypes.data + (part * groups + grp) * og * k * size,
+                           rows_at(gy, n, grp * og, g, r0), positions, src, ld, og, k,
+                           (r1 - r0) * ow_, T(1) if touched[grp] else T(0))
+                touched[grp] = True
+            zero_untouched(sums, part, touched)
+            continue
         for n0 in range(first, last, nb):
             n1 = min(last, n0 + nb)
             for grp in range(groups):
@@ -454,24 +478,17 @@ def kernel(x, gy, g, groups, p, dw, threads):
                 for r0 in range(0, oh_, rows):
                     r1 = min(oh_, r0 + rows)
                     width = (r1 - r0) * ow_
-                    if n1 - n0 == 1:
-                        src, ld = rows_at(x, n0, grp * cg, g, r0), positions
-                        if not direct(g):
-                            flat, base, hp, wp = source(x, pad, n0, grp * cg, g, r0, p)
-                            columns_of(cols, 0, flat, base, cg, hp, wp, g, r0, r1)
-                            src, ld = cols.ctypes.data, cols.shape[1]
-                        accumulate(acc, rows_at(gy, n0, grp * og, g, r0), positions, src, ld,
-                                   og, k, width, T(0) if n0 == first and r0 == 0 else T(1))
-                        continue
                     for n in range(n0, n1):  # a block of several samples spans all the rows
                         flat, base, hp, wp = source(x, pad, n, grp * cg, g, r0, p)
                         columns_of(cols, (n - n0) * width, flat, base, cg, hp, wp, g, r0, r1)
                     gather(block, gy, n0, n1, grp * og, og, r0 * ow_, r1 * ow_)
                     accumulate(acc, block.ctypes.data, block.shape[1], cols.ctypes.data,
                                cols.shape[1], og, k, (n1 - n0) * width,
-                               T(0) if n0 == first and r0 == 0 else T(1))
+                               T(1) if touched[grp] else T(0))
+                    touched[grp] = True
+        zero_untouched(sums, part, touched)
     set_blas_threads(blas_threads)
-    add_up(sums, dw, og, k, batch, threads)
+    add_up(sums, dw, og, k, threads)
 '''
 
 
