@@ -242,6 +242,34 @@ def gather(block, a, n0, n1, channel, count, p0, p1):
 
 
 @njit(cache=True)
+def row_blocks(part, threads, batch, groups, oh_, rows):
+    """A thread's share [u0, u1) of the (sample, group, row block) blocks, and the row blocks a
+    sample has: blocks of one sample's rows, shared so that one image keeps every thread busy."""
+    blocks = (oh_ + rows - 1) // rows
+    units = batch * groups * blocks
+    return part * units // threads, (part + 1) * units // threads, blocks
+
+
+@njit(cache=True)
+def row_block(u, groups, blocks, rows, oh_):
+    """Block u's (sample, group, first row, end row)."""
+    r0 = u % blocks * rows
+    return u // (groups * blocks), u // blocks % groups, r0, min(oh_, r0 + rows)
+
+
+@njit(cache=True)
+def block_columns(x, pad, cols, n, c0, cg, g, r0, r1, p, first, positions):
+    """(address, leading dimension) of the columns of rows [r0, r1) of channels c0.. of x[n]:
+    the sample itself where the kernel reads it `direct`ly, else laid out in `cols` (the
+    thread's `first` block loads its padded image, as a sample's first row block does)."""
+    if direct(g):
+        return rows_at(x, n, c0, g, r0), positions
+    flat, base, hp, wp = source(x, pad, n, c0, g, 0 if first else r0, p)
+    columns_of(cols, 0, flat, base, cg, hp, wp, g, r0, r1)
+    return cols.ctypes.data, cols.shape[1]
+
+
+@njit(cache=True)
 def spread(a, block, n0, n1, channel, count, p0, p1):
     """The inverse of `gather`: a block's product written into the outputs of its samples."""
     width = p1 - p0
@@ -277,17 +305,11 @@ def kernel(x, w, g, groups, p, y, threads):
         prod = np.empty((og, nb * rows * ow_ if nb > 1 else 0), D)
         pad = padded(x, g, cg)
         if nb == 1:  # blocks of one sample's rows, each product straight into y[n]
-            blocks = (oh_ + rows - 1) // rows
-            units = batch * groups * blocks  # (sample, group, block), shared by the threads
-            u0, u1 = part * units // threads, (part + 1) * units // threads
+            u0, u1, blocks = row_blocks(part, threads, batch, groups, oh_, rows)
             for u in range(u0, u1):
-                n, grp, r0 = u // (groups * blocks), u // blocks % groups, u % blocks * rows
-                r1 = min(oh_, r0 + rows)
-                src, ld = rows_at(x, n, grp * cg, g, r0), positions
-                if not direct(g):  # (the thread's first block loads its padded image too)
-                    flat, base, hp, wp = source(x, pad, n, grp * cg, g, 0 if u == u0 else r0, p)
-                    columns_of(cols, 0, flat, base, cg, hp, wp, g, r0, r1)
-                    src, ld = cols.ctypes.data, cols.shape[1]
+                n, grp, r0, r1 = row_block(u, groups, blocks, rows, oh_)
+                src, ld = block_columns(x, pad, cols, n, grp * cg, cg, g, r0, r1, p, u == u0,
+                                        positions)
                 gemm(ROW_MAJOR, AS_IS, AS_IS, og, (r1 - r0) * ow_, k, T(1),
                      w.ctypes.data + grp * og * k * size, k, src, ld, T(0),
                      rows_at(y, n, grp * og, g, r0), positions)
@@ -454,17 +476,11 @@ def kernel(x, gy, g, groups, p, dw, threads):
         pad = padded(x, g, cg)
         touched = np.zeros(groups, np.bool_)
         if nb == 1:  # blocks of one sample's rows, shared by the threads (as the forward's)
-            blocks = (oh_ + rows - 1) // rows
-            units = batch * groups * blocks
-            u0, u1 = part * units // threads, (part + 1) * units // threads
+            u0, u1, blocks = row_blocks(part, threads, batch, groups, oh_, rows)
             for u in range(u0, u1):
-                n, grp, r0 = u // (groups * blocks), u // blocks % groups, u % blocks * rows
-                r1 = min(oh_, r0 + rows)
-                src, ld = rows_at(x, n, grp * cg, g, r0), positions
-                if not direct(g):  # (the thread's first block loads its padded image too)
-                    flat, base, hp, wp = source(x, pad, n, grp * cg, g, 0 if u == u0 else r0, p)
-                    columns_of(cols, 0, flat, base, cg, hp, wp, g, r0, r1)
-                    src, ld = cols.ctypes.data, cols.shape[1]
+                n, grp, r0, r1 = row_block(u, groups, blocks, rows, oh_)
+                src, ld = block_columns(x, pad, cols, n, grp * cg, cg, g, r0, r1, p, u == u0,
+                                        positions)
                 accumulate(sums.ctypes.data + (part * groups + grp) * og * k * size,
                            rows_at(gy, n, grp * og, g, r0), positions, src, ld, og, k,
                            (r1 - r0) * ow_, T(1) if touched[grp] else T(0))
