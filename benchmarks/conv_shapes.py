@@ -3,11 +3,11 @@ gradient) against its floor, the same GEMM as one product of the whole batch at 
 this machine gives it (zoo.py's floor), and against PyTorch's own op when torch is installed,
 on the shapes of pytorch/examples' DCGAN (nz 100, ngf = ndf = 32, batch 32), of CIFAR ResNet-20
 (batch 128), of depthwise convolutions (MobileNet's, ConvNeXt's), of layers with few output
-channels (RGB outputs, one-class heads), of first layers (one or three input channels) and of a
-sweep of common geometries.
+channels (RGB outputs, one-class heads), of first layers (one or three input channels), of one
+large image (batch 1) and of a sweep of common geometries.
 
     PYTHONPATH=$PWD python benchmarks/conv_shapes.py \
-        [--set dcgan|sweep|resnet|first|depthwise|few|all] [--dtype float32]
+        [--set dcgan|sweep|resnet|first|depthwise|few|image|all] [--dtype float32]
 
 Each time is the fastest of repeated runs (the host is shared: the fastest is the least
 disturbed); `x floor` and `x torch` are ratios measured in the same run."""
@@ -111,8 +111,18 @@ DEPTHWISE = [
     ("dw 7x7 s1 96ch 28x28", (32, 96, 28, 28), 96, 7, 1, 3, False, 96),
 ]
 
+# One large image (batch 1: inference, style transfer, super-resolution), as fast_neural_style's
+# TransformerNet at 512 x 512: its 9 x 9 first and last layers, strided, residual, upsampled
+IMAGE = [
+    ("9x9 s1 p4 3->32 512x512", (1, 3, 512, 512), 32, 9, 1, 4, False),
+    ("3x3 s2 p1 32->64 512x512", (1, 32, 512, 512), 64, 3, 2, 1, False),
+    ("3x3 s1 p1 128ch 128x128", (1, 128, 128, 128), 128, 3, 1, 1, False),
+    ("3x3 s1 p1 64->32 512x512", (1, 64, 512, 512), 32, 3, 1, 1, False),
+    ("9x9 s1 p4 32->3 512x512", (1, 32, 512, 512), 3, 9, 1, 4, False),
+]
+
 SETS = {"dcgan": DCGAN, "sweep": SWEEP, "resnet": RESNET, "first": FIRST, "depthwise": DEPTHWISE,
-        "few": FEW}  # fmt: skip
+        "few": FEW, "image": IMAGE}  # fmt: skip
 
 
 def geometry(shape, out, k, s, p, transposed, groups=1):
