@@ -86,21 +86,23 @@ def test_kernels_on_edge_rows(rng):
 
 @pytest.mark.parametrize("dtype, tol", [(np.float32, 2e-6), (np.float64, 1e-13)])
 @pytest.mark.parametrize("shape", [(7, 3), (2, 5, 129)])
-def test_log_softmax_kernels_match_the_numpy_versions(rng, dtype, tol, shape):
+@pytest.mark.parametrize("op, grad", [(P.log_softmax, P.log_softmax_grad),
+                                      (P.softmax, P.softmax_grad)])  # fmt: skip
+def test_softmax_and_log_softmax_kernels_match_the_numpy_versions(rng, dtype, tol, shape, op, grad):
     """Over the last axis, rows of -inf and a NaN among them; an other axis has no kernel."""
     x = (rng.standard_normal(shape) * 4).astype(dtype)
     x[0, 1], x[-1, -1] = -np.inf, np.nan
     g = rng.standard_normal(shape).astype(dtype)
     axis = {"axis": (len(shape) - 1,)}
     out, dx = np.full(shape, 7, dtype), np.full(shape, 7, dtype)
-    kernel_of(P.log_softmax, (x,), shape, dtype, **axis)(x, out)
+    kernel_of(op, (x,), shape, dtype, **axis)(x, out)
     with np.errstate(invalid="ignore", divide="ignore"):
-        want = P.log_softmax.impl(x, **axis)
-        kernel_of(P.log_softmax_grad, (g, want), shape, dtype, **axis)(g, want, dx)
-        want_dx = P.log_softmax_grad.impl(g, want, **axis)
+        want = op.impl(x, **axis)
+        kernel_of(grad, (g, want), shape, dtype, **axis)(g, want, dx)
+        want_dx = grad.impl(g, want, **axis)
     np.testing.assert_allclose(out, want, rtol=tol, atol=tol)
     np.testing.assert_allclose(dx, want_dx, rtol=tol, atol=tol)
-    node = Node(P.log_softmax, [Value(shape, dtype)], [Value(shape, dtype)], {"axis": (0,)})
+    node = Node(op, [Value(shape, dtype)], [Value(shape, dtype)], {"axis": (0,)})
     assert compile_native([node]) == [(False, None)]
 
 

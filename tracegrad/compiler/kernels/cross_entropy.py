@@ -13,7 +13,11 @@ Log-softmax over the last axis (eagerly one op; a trace records its parts): forw
 (x - max) - log(sum), backward g - exp(out) * sum(g), rows in parallel; the composed ops made
 about ten passes over a language model's (tokens x vocabulary) scores, forward and back. Every
 row's sums run in SIMD lanes (`rows._reduce`): a language model's rows are its vocabulary, and a
-sum of exps in IEEE order keeps a row of thousands of classes to one lane."""
+sum of exps in IEEE order keeps a row of thousands of classes to one lane.
+
+Softmax over the last axis likewise (attention written by hand, `F.softmax(scores, -1)`):
+forward exp(x - max) / sum, backward y (g - sum(g y)), one sweep each where NumPy's versions
+make five passes and three."""
 
 from __future__ import annotations
 
@@ -31,7 +35,8 @@ from tracegrad.core.ir import Node
 from tracegrad.core.ops import losses
 
 OPS = {P.cross_entropy: "loss", P.cross_entropy_grad: "grad", P.log_softmax: "log-softmax",
-       P.log_softmax_grad: "log-softmax grad"}  # fmt: skip
+       P.log_softmax_grad: "log-softmax grad", P.softmax: "softmax",
+       P.softmax_grad: "softmax grad"}  # fmt: skip
 DTYPES = ("float32", "float64")
 KERNEL_MIN = 0  # the NumPy versions are a score of calls whatever the size (`lowering`)
 
@@ -192,6 +197,46 @@ def kernel(g, y, dx):
 """
 
 
+_SOFTMAX = """
+
+@_inner
+def rows(x, out, lo, hi):
+    for i in range(lo, hi):
+        xi, o = x[i], out[i]
+        m = shift(xi)
+        total = exp_sum(xi, m)
+        for j in range(xi.size):
+            o[j] = exp(xi[j] - m) / total
+
+
+@_outer
+def kernel(x, out):
+    n = x.shape[0]
+    blocks = min(n, {blocks})
+    for k in prange(blocks):
+        rows(x, out, k * n // blocks, (k + 1) * n // blocks)
+"""
+
+_SOFTMAX_GRAD = """
+
+@_inner
+def rows(g, y, dx, lo, hi):
+    for i in range(lo, hi):
+        gi, yi, di = g[i], y[i], dx[i]
+        total = row_dot(gi, yi)
+        for j in range(gi.size):
+            di[j] = yi[j] * (gi[j] - total)
+
+
+@_outer
+def kernel(g, y, dx):
+    n = g.shape[0]
+    blocks = min(n, {blocks})
+    for k in prange(blocks):
+        rows(g, y, dx, k * n // blocks, (k + 1) * n // blocks)
+"""
+
+
 def generate_source(op: str, dtype: str, reduction: str = "", parallel: bool = True) -> str:
     """The text of a kernel's module (`reduction`: a cross-entropy's); its blocks of rows on
     several threads if `parallel`."""
@@ -206,6 +251,10 @@ def generate_source(op: str, dtype: str, reduction: str = "", parallel: bool = T
     elif op == "log-softmax":  # x, out
         title, arrays = "Log-softmax forward", [matrix] * 2
         body = _SHIFT + _EXP_SUM + _LOG_SOFTMAX
+    elif op == "softmax":
+        title, arrays, body = "Softmax forward", [matrix] * 2, _SHIFT + _EXP_SUM + _SOFTMAX
+    elif op == "softmax grad":
+        title, arrays, body = "Softmax backward", [matrix] * 3, _SOFTMAX_GRAD
     else:  # g, the forward's result, dx
         title, arrays, body = "Log-softmax backward", [matrix] * 3, _LOG_SOFTMAX_GRAD
     body = body.replace("{blocks}", str(4 * numba.config.NUMBA_NUM_THREADS))
@@ -217,14 +266,17 @@ def generate_source(op: str, dtype: str, reduction: str = "", parallel: bool = T
 
 
 def module(node: Node) -> tuple[str, str]:
-    """The name and text of a cross-entropy or log-softmax node's kernel module;
-    NotImplementedError for other dtypes and labels, and a log-softmax but over the last axis."""
+    """The name and text of a cross-entropy or (log-)softmax node's kernel module;
+    NotImplementedError for other dtypes and labels, and a (log-)softmax but over the last axis."""
     x = node.inputs[1 if node.prim is P.cross_entropy_grad else 0]  # the scores, or their like
     dtype, parallel = x.dtype.name, threaded(x.size)
-    if OPS[node.prim].startswith("log-softmax"):
+    if _by_rows(node):
         dtype = node.outputs[0].dtype.name
-        if dtype not in DTYPES or node.attrs["axis"] not in ((x.ndim - 1,), (-1,)) or not x.ndim:
-            raise NotImplementedError(f"log-softmax kernels for {dtype} over {node.attrs['axis']}")
+        same = all(v.dtype.name == dtype for v in node.inputs)
+        last = node.attrs["axis"] in ((x.ndim - 1,), (-1,)) and x.ndim
+        if dtype not in DTYPES or not same or not last:
+            raise NotImplementedError(f"{OPS[node.prim]} kernels for {dtype} over "
+                                      f"{node.attrs['axis']}")  # fmt: skip
         return named("xent", generate_source(OPS[node.prim], dtype, parallel=parallel))
     labels = node.inputs[2 if node.prim is P.cross_entropy_grad else 1]
     same = all(v.dtype.name == dtype for v in node.inputs if v is not labels)
@@ -235,8 +287,8 @@ def module(node: Node) -> tuple[str, str]:
 
 
 def scratch(node: Node) -> int:
-    """The bytes of the per-row weights and losses a call holds (none for log-softmax)."""
-    if OPS[node.prim].startswith("log-softmax"):
+    """The bytes of the per-row weights and losses a call holds (none for a (log-)softmax)."""
+    if _by_rows(node):
         return 0
     x = node.inputs[1 if node.prim is P.cross_entropy_grad else 0]
     return 2 * x.shape[0] * x.dtype.itemsize
@@ -264,7 +316,8 @@ class CrossEntropyKernel(GeneratedKernel):
 
 
 class LogSoftmaxKernel(GeneratedKernel):
-    """`kernel(x, out)` or `kernel(g, out_of_forward, dx)`, arrays seen as rows."""
+    """`kernel(x, out)` or `kernel(g, out_of_forward, dx)` of a log-softmax or a softmax, arrays
+    seen as rows."""
 
     def __call__(self, *arrays: np.ndarray) -> None:
         *ins, out = arrays
@@ -274,7 +327,12 @@ class LogSoftmaxKernel(GeneratedKernel):
         self.compiled(*(in_c_order(a).reshape(-1, width) for a in ins), out.reshape(-1, width))
 
 
+def _by_rows(node: Node) -> bool:
+    """A log-softmax or softmax: its kernel sees the arrays as rows."""
+    return "softmax" in OPS[node.prim]
+
+
 def launcher(node: Node, compiled: Callable, path: Path) -> GeneratedKernel:
-    if OPS[node.prim].startswith("log-softmax"):
+    if _by_rows(node):
         return LogSoftmaxKernel(compiled, path)
     return CrossEntropyKernel(node, compiled, path)
