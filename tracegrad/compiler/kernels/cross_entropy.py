@@ -35,8 +35,9 @@ from tracegrad.core.ir import Node
 from tracegrad.core.ops import losses
 
 OPS = {P.cross_entropy: "loss", P.cross_entropy_grad: "grad", P.log_softmax: "log-softmax",
-       P.log_softmax_grad: "log-softmax grad", P.softmax: "softmax",
+       P.log_softmax_grad: "log-softmax grad", P.softmax: "softmax forward",
        P.softmax_grad: "softmax grad"}  # fmt: skip
+BY_ROWS = (P.log_softmax, P.log_softmax_grad, P.softmax, P.softmax_grad)  # kernels see rows
 DTYPES = ("float32", "float64")
 KERNEL_MIN = 0  # the NumPy versions are a score of calls whatever the size (`lowering`)
 
@@ -251,7 +252,7 @@ def generate_source(op: str, dtype: str, reduction: str = "", parallel: bool = T
     elif op == "log-softmax":  # x, out
         title, arrays = "Log-softmax forward", [matrix] * 2
         body = _SHIFT + _EXP_SUM + _LOG_SOFTMAX
-    elif op == "softmax":
+    elif op == "softmax forward":
         title, arrays, body = "Softmax forward", [matrix] * 2, _SHIFT + _EXP_SUM + _SOFTMAX
     elif op == "softmax grad":
         title, arrays, body = "Softmax backward", [matrix] * 3, _SOFTMAX_GRAD
@@ -270,7 +271,7 @@ def module(node: Node) -> tuple[str, str]:
     NotImplementedError for other dtypes and labels, and a (log-)softmax but over the last axis."""
     x = node.inputs[1 if node.prim is P.cross_entropy_grad else 0]  # the scores, or their like
     dtype, parallel = x.dtype.name, threaded(x.size)
-    if _by_rows(node):
+    if node.prim in BY_ROWS:
         dtype = node.outputs[0].dtype.name
         same = all(v.dtype.name == dtype for v in node.inputs)
         last = node.attrs["axis"] in ((x.ndim - 1,), (-1,)) and x.ndim
@@ -288,7 +289,7 @@ def module(node: Node) -> tuple[str, str]:
 
 def scratch(node: Node) -> int:
     """The bytes of the per-row weights and losses a call holds (none for a (log-)softmax)."""
-    if _by_rows(node):
+    if node.prim in BY_ROWS:
         return 0
     x = node.inputs[1 if node.prim is P.cross_entropy_grad else 0]
     return 2 * x.shape[0] * x.dtype.itemsize
@@ -327,12 +328,7 @@ class LogSoftmaxKernel(GeneratedKernel):
         self.compiled(*(in_c_order(a).reshape(-1, width) for a in ins), out.reshape(-1, width))
 
 
-def _by_rows(node: Node) -> bool:
-    """A log-softmax or softmax: its kernel sees the arrays as rows."""
-    return "softmax" in OPS[node.prim]
-
-
 def launcher(node: Node, compiled: Callable, path: Path) -> GeneratedKernel:
-    if _by_rows(node):
+    if node.prim in BY_ROWS:
         return LogSoftmaxKernel(compiled, path)
     return CrossEntropyKernel(node, compiled, path)
