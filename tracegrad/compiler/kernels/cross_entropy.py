@@ -158,16 +158,9 @@ def kernel(g, x, labels, weight, ignore, dx):
 """
 
 
-_LOG_SOFTMAX = """
-
-@_inner
-def rows(x, out, lo, hi):
-    for i in range(lo, hi):
-        xi, o = x[i], out[i]
-        m = shift(xi)
-        lse = np.log(exp_sum(xi, m))
-        for j in range(xi.size):
-            o[j] = (xi[j] - m) - lse
+# A row kernel's `rows` over blocks of rows on the threads: of x into out (forward), or of the
+# cotangent and the forward's result into dx (backward)
+_FORWARD_ROWS = """
 
 
 @_outer
@@ -178,15 +171,7 @@ def kernel(x, out):
         rows(x, out, k * n // blocks, (k + 1) * n // blocks)
 """
 
-_LOG_SOFTMAX_GRAD = """
-
-@_inner
-def rows(g, y, dx, lo, hi):
-    for i in range(lo, hi):
-        gi, yi, di = g[i], y[i], dx[i]
-        total = row_sum(gi, gi.size)
-        for j in range(gi.size):
-            di[j] = gi[j] - exp(yi[j]) * total
+_BACKWARD_ROWS = """
 
 
 @_outer
@@ -196,6 +181,27 @@ def kernel(g, y, dx):
     for k in prange(blocks):
         rows(g, y, dx, k * n // blocks, (k + 1) * n // blocks)
 """
+
+_LOG_SOFTMAX = """
+
+@_inner
+def rows(x, out, lo, hi):
+    for i in range(lo, hi):
+        xi, o = x[i], out[i]
+        m = shift(xi)
+        lse = np.log(exp_sum(xi, m))
+        for j in range(xi.size):
+            o[j] = (xi[j] - m) - lse"""
+
+_LOG_SOFTMAX_GRAD = """
+
+@_inner
+def rows(g, y, dx, lo, hi):
+    for i in range(lo, hi):
+        gi, yi, di = g[i], y[i], dx[i]
+        total = row_sum(gi, gi.size)
+        for j in range(gi.size):
+            di[j] = gi[j] - exp(yi[j]) * total"""
 
 
 _SOFTMAX = """
@@ -207,16 +213,7 @@ def rows(x, out, lo, hi):
         m = shift(xi)
         total = exp_sum(xi, m)
         for j in range(xi.size):
-            o[j] = exp(xi[j] - m) / total
-
-
-@_outer
-def kernel(x, out):
-    n = x.shape[0]
-    blocks = min(n, {blocks})
-    for k in prange(blocks):
-        rows(x, out, k * n // blocks, (k + 1) * n // blocks)
-"""
+            o[j] = exp(xi[j] - m) / total"""
 
 _SOFTMAX_GRAD = """
 
@@ -226,16 +223,7 @@ def rows(g, y, dx, lo, hi):
         gi, yi, di = g[i], y[i], dx[i]
         total = row_dot(gi, yi)
         for j in range(gi.size):
-            di[j] = yi[j] * (gi[j] - total)
-
-
-@_outer
-def kernel(g, y, dx):
-    n = g.shape[0]
-    blocks = min(n, {blocks})
-    for k in prange(blocks):
-        rows(g, y, dx, k * n // blocks, (k + 1) * n // blocks)
-"""
+            di[j] = yi[j] * (gi[j] - total)"""
 
 
 def generate_source(op: str, dtype: str, reduction: str = "", parallel: bool = True) -> str:
@@ -251,13 +239,15 @@ def generate_source(op: str, dtype: str, reduction: str = "", parallel: bool = T
         body = _HELPERS + _BACKWARD
     elif op == "log-softmax":  # x, out
         title, arrays = "Log-softmax forward", [matrix] * 2
-        body = _SHIFT + _EXP_SUM + _LOG_SOFTMAX
+        body = _SHIFT + _EXP_SUM + _LOG_SOFTMAX + _FORWARD_ROWS
     elif op == "softmax forward":
-        title, arrays, body = "Softmax forward", [matrix] * 2, _SHIFT + _EXP_SUM + _SOFTMAX
+        title, arrays = "Softmax forward", [matrix] * 2
+        body = _SHIFT + _EXP_SUM + _SOFTMAX + _FORWARD_ROWS
     elif op == "softmax grad":
-        title, arrays, body = "Softmax backward", [matrix] * 3, _SOFTMAX_GRAD
+        title, arrays, body = "Softmax backward", [matrix] * 3, _SOFTMAX_GRAD + _BACKWARD_ROWS
     else:  # g, the forward's result, dx
-        title, arrays, body = "Log-softmax backward", [matrix] * 3, _LOG_SOFTMAX_GRAD
+        title, arrays = "Log-softmax backward", [matrix] * 3
+        body = _LOG_SOFTMAX_GRAD + _BACKWARD_ROWS
     body = body.replace("{blocks}", str(4 * numba.config.NUMBA_NUM_THREADS))
     if reduction:
         body = body.replace("{reduction}", str(losses.REDUCTIONS.index(reduction)))
