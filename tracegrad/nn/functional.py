@@ -1176,8 +1176,9 @@ def pad(input: Any, pad: Sequence[int], mode: str = "constant", value: float | N
                              "(negative widths crop)")  # fmt: skip
     if any(lo or hi for lo, hi in grown):
         x = P.pad_repeating(x, pad_width=tuple(grown), mode=_NUMPY_PAD_MODES[mode])
-    for axis, (lo, hi) in widths.items():
-        x = x if mode == "circular" else _crop(x, axis, lo, hi)
+    if mode != "circular":  # (circular cropped before wrapping, above)
+        for axis, (lo, hi) in widths.items():
+            x = _crop(x, axis, lo, hi)
     return x
 
 
