@@ -1,6 +1,7 @@
 """`python -m tracegrad` (or the `tracegrad` command):
 
     python -m tracegrad run train.py [args...]        run a PyTorch script on tracegrad
+    python -m tracegrad run -m module [args...]       run a module so (torch.distributed.run)
     python -m tracegrad report train.py [args...] -o out/
 
 `run` runs the script unchanged with `import torch` (and its submodules) meaning
@@ -33,7 +34,9 @@ def parser() -> argparse.ArgumentParser:
         help="run a PyTorch script with `import torch` meaning tracegrad.torch",
         description="Run SCRIPT with its ARGS as `python SCRIPT ARGS` would, with `import torch` "
         "(and torch.nn, torch.utils.data, ...) resolved to tracegrad.torch. A torch name that "
-        "tracegrad does not provide fails where it is first used, naming it and the line.",
+        "tracegrad does not provide fails where it is first used, naming it and the line. "
+        "`run -m MODULE ARGS` runs a module as `python -m` does: `run -m torch.distributed.run "
+        "--nproc_per_node 2 train.py` is torchrun.",
     )
     run_parser.add_argument("script", help="the Python script to run")
     run_parser.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
@@ -51,6 +54,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:2] == ["run", "-m"] and len(argv) > 2:  # as `python -m`: what follows is its own
+        return run(argv[2], argv[3:], module=True)
     ns = parser().parse_args(argv)
     args = list(ns.args)
     if ns.command == "run":
@@ -60,9 +66,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     return report(ns.script, args, ns.out or "tracegrad-dump")
 
 
-def run(script: str, args: list[str]) -> int:
-    """Run `script` as __main__ with `import torch` meaning tracegrad.torch, also in the Python
-    processes it starts (multiprocessing's spawned workers, scripts it runs); its exit code."""
+def run(script: str, args: list[str], module: bool = False) -> int:
+    """Run `script` (or the module of that name) as __main__ with `import torch` meaning
+    tracegrad.torch, also in the Python processes it starts (multiprocessing's spawned workers,
+    scripts it runs, `torch.distributed.run`'s ranks); its exit code."""
     from tracegrad.torch import imported_as_torch
     from tracegrad.torch._support import CHILDREN_PATH
 
@@ -71,7 +78,7 @@ def run(script: str, args: list[str]) -> int:
     sys.path.insert(0, CHILDREN_PATH)  # a spawned worker takes its parent's sys.path
     try:
         with imported_as_torch():
-            return run_script(script, args)
+            return run_script(script, args, module)
     finally:
         sys.path.remove(CHILDREN_PATH)
         if before is None:
@@ -80,13 +87,17 @@ def run(script: str, args: list[str]) -> int:
             os.environ["PYTHONPATH"] = before
 
 
-def run_script(script: str, args: list[str]) -> int:
+def run_script(script: str, args: list[str], module: bool = False) -> int:
     """Run `script` as `python script args` would (as __main__, with sys.argv and its directory
-    first on sys.path); its exit code."""
+    first on sys.path), or the module `script` as `python -m script args`; its exit code."""
     sys.argv = [script, *args]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    sys.path.insert(0, os.getcwd() if module else os.path.dirname(os.path.abspath(script)))
     try:
-        runpy.run_path(script, run_name="__main__")
+        if module:  # torch's modules by their own names (the alias has no code to run)
+            real = f"tracegrad.{script}" if script.split(".")[0] == "torch" else script
+            runpy.run_module(real, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(script, run_name="__main__")
     except SystemExit as e:
         if e.code is not None and not isinstance(e.code, int):
             print(e.code, file=sys.stderr)

@@ -274,13 +274,14 @@ def test_devices_and_hardware_that_is_not_there():
     torch.backends.cuda.matmul.allow_tf32 = True
     with pytest.raises(ValueError, match="tracegrad runs on the CPU"):
         torch.cuda.set_device(0)
-    assert not torch.distributed.is_available()
-    with pytest.raises(RuntimeError, match="tracegrad.distributed"):
+    # torch.distributed is there (gloo's part: tests/torch/test_distributed.py); NCCL is not
+    assert torch.distributed.is_available() and not torch.distributed.is_nccl_available()
+    with pytest.raises(RuntimeError, match="doesn't have NCCL built in.*backend='gloo'"):
         torch.distributed.init_process_group(backend="nccl")
     # named in default arguments, which run at import (`def all_reduce(t, op=ReduceOp.SUM)`)
     dist = torch.distributed
     assert dist.ReduceOp.SUM != dist.ReduceOp.MAX and dist.Backend.NCCL == "nccl"
-    assert dist.group.WORLD is None
+    assert dist.group.WORLD is None and not dist.is_initialized()
 
 
 def test_data_parallel_wrappers():
@@ -294,8 +295,10 @@ def test_data_parallel_wrappers():
         torch.nn.parallel.data_parallel(inner, x, range(2))
     with pytest.raises(ValueError, match="tracegrad runs on the CPU"):
         torch.nn.DataParallel(inner, device_ids=[0, 1])
-    with pytest.raises(RuntimeError, match="DistributedDataParallel is not provided"):
+    with pytest.raises(ValueError, match="tracegrad runs on the CPU"):
         torch.nn.parallel.DistributedDataParallel(inner, device_ids=[0])
+    with pytest.raises(ValueError, match="Default process group has not been initialized"):
+        torch.nn.parallel.DistributedDataParallel(inner)
 
 
 def test_sequential_of_an_ordered_dict_names_its_layers():

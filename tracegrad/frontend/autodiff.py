@@ -353,14 +353,31 @@ def run_backward(
         roots.append(node)
     order, useful = _order(roots, lambda n: deliver(n) is not None)
     retain_graph = retain_graph or create_graph
+    _AT_END.append([])
     # the backward phase, grad mode on only to record a differentiable backward (`phase` and
     # `_grad_mode`, spelled out: a small model's backward is a few dozen microseconds)
     outer = Listeners.phase, Listeners.grad_enabled
     Listeners.phase, Listeners.grad_enabled = Phase.BACKWARD, create_graph
     try:
         _propagate(order, useful, grads, deliver, retain_graph, create_graph, stop_at_sinks)
+        for callback in _AT_END[-1]:
+            callback()
     finally:
         Listeners.phase, Listeners.grad_enabled = outer
+        _AT_END.pop()
+
+
+# per backward running (a hook may run another), what runs when it has delivered every gradient
+_AT_END: list[list[Callable[[], None]]] = []
+
+
+def queue_callback(callback: Callable[[], None]) -> None:
+    """Run `callback()` when the backward now running has delivered every gradient (PyTorch's
+    `Variable._execution_engine.queue_callback`: data parallelism waits there for the
+    gradients' all-reduce)."""
+    if not _AT_END:
+        raise RuntimeError("queue_callback: no backward is running (call it from a hook)")
+    _AT_END[-1].append(callback)
 
 
 def _propagate(order, useful, grads, deliver, retain_graph, create_graph, stop_at_sinks) -> None:

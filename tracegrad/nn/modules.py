@@ -218,6 +218,10 @@ def _watch_own_settings(module: Module) -> None:
         if type(value) in _SETTINGS or isinstance(value, np.ndarray) and name in read:
             watch_place(module, name, f"{owner}.{name}")  # one the step changes is put back
             continue
+        hook = getattr(type(value), "__tracegrad_watch__", None)
+        if hook is not None and not isinstance(value, Module):  # it knows what a trace reads
+            hook(value)
+            continue
         entries = _config_entries(value)
         for key, entry in entries.items() if len(entries) <= _CONFIG_ENTRIES else ():
             if type(entry) in _SETTINGS:

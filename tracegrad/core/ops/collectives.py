@@ -1,5 +1,6 @@
-"""Collectives: an all-reduce over MPI ranks, a node of the graph like any op (mpi4py is
-imported only when a step runs one)."""
+"""Collectives: an all-reduce over the ranks of a job, a node of the graph like any op. The ranks
+are MPI's (mpi4py is imported only when a step runs one), or `torch.distributed`'s process group
+once one is made (`use_group`)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,9 @@ def wait_request(request: Any, timeout: float | None, what: str) -> None:
     SPIN_S (a message in flight is done within it); then it sleeps between polls (10 us,
     doubling up to 250 us) instead of spinning on in MPI_Wait, which would take a core from the
     peer ranks and other processes of a shared host while it waits for them."""
+    if hasattr(request, "is_completed"):  # a thread's work (a socket group's): it says when done
+        request.wait(timeout)
+        return
     start = time.monotonic()
     deadline = math.inf if timeout is None else start + timeout
     pause = 1e-5
@@ -39,15 +43,36 @@ def wait_request(request: Any, timeout: float | None, what: str) -> None:
 SPIN_S = 2e-3
 
 
-def _allreduce(x: np.ndarray, *, op: str, timeout: float | None, out: Any = None) -> np.ndarray:
-    """MPI all-reduce over COMM_WORLD (mpi4py is imported only when a step runs one)."""
-    from mpi4py import MPI
+class MpiWorld:
+    """MPI's COMM_WORLD as a group of ranks: `size`, and `iallreduce(send, recv)` summing into
+    `recv`, returning a request to `Test()`."""
 
-    comm = MPI.COMM_WORLD
+    def __init__(self) -> None:
+        from mpi4py import MPI
+
+        self.comm, self.sum, self.size = MPI.COMM_WORLD, MPI.SUM, MPI.COMM_WORLD.size
+
+    def iallreduce(self, send: np.ndarray, recv: np.ndarray) -> Any:
+        return self.comm.Iallreduce(send, recv, op=self.sum)
+
+
+_group: Any = None
+
+
+def use_group(group: Any) -> None:
+    """Make a step's all-reduce run over `group` (None: MPI's world again)."""
+    global _group
+    _group = group
+
+
+def _allreduce(x: np.ndarray, *, op: str, timeout: float | None, out: Any = None) -> np.ndarray:
+    global _group
+    if _group is None:
+        _group = MpiWorld()
     out = np.empty(x.shape, x.dtype) if out is None else out
-    wait_request(comm.Iallreduce(np.ascontiguousarray(x), out, op=MPI.SUM), timeout, "allreduce")
+    wait_request(_group.iallreduce(np.ascontiguousarray(x), out), timeout, "allreduce")
     if op == "mean":
-        np.multiply(out, x.dtype.type(1.0 / comm.size), out=out)
+        np.multiply(out, x.dtype.type(1.0 / _group.size), out=out)
     return out
 
 

@@ -1,14 +1,20 @@
 """`torch.nn.parallel`: the data-parallel wrappers. tracegrad has no GPUs, so `DataParallel`
 without device ids runs its module as it is (as PyTorch's does without CUDA) and any request for
-GPUs raises; `DistributedDataParallel` needs `torch.distributed`'s process group, which
-tracegrad does not provide (its data parallelism is `tracegrad.distributed`, over MPI)."""
+GPUs raises; `DistributedDataParallel` averages gradients over `torch.distributed`'s ranks."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
+
+from tracegrad.core import primitives as P
+from tracegrad.frontend.autodiff import queue_callback
 from tracegrad.frontend.device import require_cpu
+from tracegrad.frontend.tensor import Tensor
+from tracegrad.frontend.tracer import watch
 from tracegrad.nn import Module
 from tracegrad.torch._support import file_module
 from tracegrad.torch._support import not_provided as _not_provided
@@ -44,16 +50,149 @@ def data_parallel(module: Module, inputs: Any, device_ids: Sequence[Any] | None 
     return module(*inputs, **(module_kwargs or {}))
 
 
-class DistributedDataParallel(Module):
-    """Refused: it needs torch.distributed.init_process_group, which tracegrad does not provide.
-    tracegrad's data parallelism is tracegrad.distributed (MPI; see docs/distributed.md)."""
+# PyTorch's bucket sizes: the first bucket small, so that its all-reduce starts early in backward
+FIRST_BUCKET_BYTES, BUCKET_BYTES = 1 << 20, 25 << 20
 
-    def __init__(self, module: Module, *args: Any, **kwargs: Any) -> None:
-        raise RuntimeError(
-            "torch.nn.parallel.DistributedDataParallel is not provided by tracegrad (it needs "
-            "torch.distributed's process group); tracegrad's data parallelism is "
-            "tracegrad.distributed, over MPI (docs/distributed.md)"
-        )
+
+class DistributedDataParallel(Module):
+    """Data parallelism over `torch.distributed`'s ranks, as PyTorch's: building it copies rank
+    0's parameters and buffers to every rank; each forward (in training) copies rank 0's
+    buffers; each backward leaves every rank's `.grad` the mean over ranks. Eagerly, gradients
+    go in buckets (in the reverse order of `parameters()`, as backward delivers them) whose
+    all-reduce starts as soon as the bucket is complete, overlapping the rest of backward, and
+    backward waits for them at its end; inside a compiled step each gradient's all-reduce is a
+    node of the plan. `no_sync()` (or `require_backward_grad_sync = False`) accumulates locally.
+    A parameter no rank used keeps `grad` None; one some ranks used gets the mean over all."""
+
+    def __init__(self, module: Module, device_ids: Sequence[Any] | None = None,
+                 output_device: Any = None, dim: int = 0, broadcast_buffers: bool = True,
+                 process_group: Any = None, bucket_cap_mb: float | None = None,
+                 find_unused_parameters: bool = False, check_reduction: bool = False,
+                 gradient_as_bucket_view: bool = False, static_graph: bool = False,
+                 **kwargs: Any) -> None:  # fmt: skip
+        super().__init__()
+        from tracegrad.torch import distributed as dist
+
+        _no_gpus(device_ids, "DistributedDataParallel")
+        if not dist.is_initialized():
+            raise ValueError(
+                "DistributedDataParallel: Default process group has not been "
+                "initialized, please make sure to call init_process_group."
+            )
+        self.module, self.dim, self.broadcast_buffers = module, dim, broadcast_buffers
+        self.process_group = dist.new_group()
+        self.require_backward_grad_sync = self.require_forward_param_sync = True
+        for t in [*module.parameters(), *module.buffers()]:
+            dist.broadcast(t.detach(), 0)
+        cap = BUCKET_BYTES if bucket_cap_mb is None else int(bucket_cap_mb * (1 << 20))
+        params = [p for p in module.parameters() if p.requires_grad]
+        self.reducer = Reducer(self, params[::-1], cap)
+
+    def forward(self, *inputs: Any, **kwargs: Any) -> Any:
+        if self.broadcast_buffers and self.training and self.require_forward_param_sync:
+            from tracegrad.torch import distributed as dist
+
+            for b in self.module.buffers():
+                dist.broadcast(b.detach(), 0)
+        return self.module(*inputs, **kwargs)
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Backward inside accumulates `.grad` locally; the next one outside reduces the sum."""
+        before, self.require_backward_grad_sync = self.require_backward_grad_sync, False
+        try:
+            yield
+        finally:
+            self.require_backward_grad_sync = before
+
+
+class Reducer:
+    """The gradients' all-reduce for one `DistributedDataParallel` (see there)."""
+
+    def __init__(self, ddp: DistributedDataParallel, params: list[Tensor], cap: int) -> None:
+        self.ddp, self.group = ddp, ddp.process_group
+        self.buckets: list[list[Tensor]] = []
+        size = 0
+        for p in params:
+            full = size + p._value.nbytes > (FIRST_BUCKET_BYTES if not self.buckets[1:] else cap)
+            if not self.buckets or full or self.buckets[-1][0].dtype != p.dtype:
+                self.buckets.append([])
+                size = 0
+            self.buckets[-1].append(p)
+            size += p._value.nbytes
+        self.bucket_of = {id(p): i for i, b in enumerate(self.buckets) for p in b}
+        self.ready: list[set[int]] = [set() for _ in self.buckets]
+        self.sent: list[tuple[Any, list[Tensor], np.ndarray]] = []
+        self.next = 0  # the first bucket not sent yet
+        self.waiting = False
+        for p in params:
+            p.register_post_accumulate_grad_hook(self.on_gradient)
+
+    def __tracegrad_watch__(self) -> None:
+        """A compiled step reads only `require_backward_grad_sync` (watched where it is read),
+        not the buckets' bookkeeping."""
+
+    def on_gradient(self, p: Tensor) -> None:
+        ddp = self.ddp
+        if p.grad.is_symbolic:  # a compiled step: the all-reduce is a node of its plan
+            watch(("ddp sync", id(ddp)), "DistributedDataParallel.require_backward_grad_sync",
+                  lambda: ddp.require_backward_grad_sync)  # fmt: skip
+            if ddp.require_backward_grad_sync:
+                p.grad = P.allreduce(p.grad, op="mean", timeout=None)
+            return
+        if not ddp.require_backward_grad_sync:
+            return
+        if not self.waiting:
+            self.waiting = True
+            queue_callback(self.finish)
+        i = self.bucket_of[id(p)]
+        if i < self.next or id(p) in self.ready[i]:
+            raise RuntimeError(
+                f"DistributedDataParallel: the gradient of a parameter of shape {tuple(p.shape)} "
+                "arrived twice in one backward (Expected to mark a variable ready only once: a "
+                "reentrant backward or a parameter used by two backward passes)"
+            )
+        self.ready[i].add(id(p))
+        # in order, as on every rank: bucket k leaves when it and every bucket before it are full
+        while self.next < len(self.buckets) and len(self.ready[self.next]) == len(
+            self.buckets[self.next]
+        ):
+            self.send(self.next)
+
+    def send(self, i: int) -> None:
+        """All-reduce bucket `i`: its gradients (zeros where there is none) and, per parameter,
+        1 if this rank has its gradient, so that every rank learns which were used anywhere."""
+        bucket = self.buckets[i]
+        flat = np.concatenate(
+            [np.zeros(p.numel(), p._value.dtype) if p.grad is None else
+             np.asarray(p.grad._value, p._value.dtype).reshape(-1) for p in bucket]
+            + [np.array([p.grad is not None for p in bucket], bucket[0]._value.dtype)]
+        )  # fmt: skip
+        group = self.group
+        self.sent.append((group.submit("all_reduce", lambda n: group.all_reduce(flat, "sum", n)),
+                          bucket, flat))  # fmt: skip
+        self.next = i + 1
+
+    def finish(self) -> None:
+        """At the end of backward: send what is left, wait, and give every parameter the mean."""
+        self.waiting = False
+        while self.next < len(self.buckets):
+            self.send(self.next)
+        sent, self.sent, self.next = self.sent, [], 0
+        self.ready = [set() for _ in self.buckets]
+        for work, bucket, flat in sent:
+            work.wait()
+            used = flat[flat.size - len(bucket) :]
+            offset = 0
+            for p, n in zip(bucket, used, strict=True):
+                if n:
+                    mean = (flat[offset : offset + p.numel()] / self.group.size).reshape(p.shape)
+                    mean = Tensor._of(mean.astype(p._value.dtype, copy=False))
+                    if p.grad is None:
+                        p.grad = mean
+                    else:
+                        p.grad._assign(mean)
+                offset += p.numel()
 
 
 def __getattr__(name: str) -> Any:

@@ -1,0 +1,295 @@
+"""`torch.distributed` over sockets and `DistributedDataParallel`: scripts written as PyTorch's
+are started by `python -m tracegrad run -m torch.distributed.run` (torchrun) on 2 or 3 ranks;
+their results are checked against NumPy and against one process with the whole batch."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tracegrad.torch as torch
+
+
+def torchrun(tmp_path: Path, code: str, ranks: int, timeout: float = 120) -> tuple[int, str]:
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(code))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    command = [sys.executable, "-P", "-m", "tracegrad", "run", "-m", "torch.distributed.run",
+               "--standalone", f"--nproc_per_node={ranks}", str(script)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                          cwd=tmp_path, env=env)  # fmt: skip
+    return done.returncode, done.stdout + done.stderr
+
+
+def results(tmp_path: Path, ranks: int) -> list[dict]:
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(ranks)]
+
+
+COLLECTIVES = """
+import json, os
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+r, n = dist.get_rank(), dist.get_world_size()
+out = {"rank": r, "size": n, "local": int(os.environ["LOCAL_RANK"]), "backend": dist.get_backend()}
+x = torch.arange(7, dtype=torch.float64) * (r + 1)
+dist.all_reduce(x)
+out["sum"] = x.tolist()
+x = torch.arange(7, dtype=torch.float32) + r
+dist.all_reduce(x, op=dist.ReduceOp.AVG)
+out["avg"] = x.tolist()
+x = torch.tensor([3, 1, 2]) + r
+dist.all_reduce(x, op=dist.ReduceOp.MAX)
+out["max"], out["max_dtype"] = x.tolist(), str(x.dtype)
+x = torch.tensor([2, 3]) * (r + 1)
+dist.all_reduce(x, op=dist.ReduceOp.PRODUCT)
+out["product"] = x.tolist()
+m = torch.zeros(3, 4)
+m[:, 1] = float(r + 1)                                   # a column: a view that is not contiguous
+col = m[:, 1]
+work = dist.all_reduce(col, async_op=True)
+work.wait()
+out["column"], out["matrix"] = col.tolist(), m.tolist()
+x = torch.full((2, 2), float(r))
+dist.broadcast(x, src=n - 1)
+out["broadcast"] = x.tolist()
+parts = [torch.zeros(2) for _ in range(n)]
+dist.all_gather(parts, torch.tensor([r, 10.0 * r]))
+out["all_gather"] = [p.tolist() for p in parts]
+flat = torch.zeros(2 * n)
+dist.all_gather_into_tensor(flat, torch.tensor([r, -r], dtype=torch.float32))
+out["all_gather_into_tensor"] = flat.tolist()
+mine = torch.zeros(2)
+dist.reduce_scatter_tensor(mine, torch.arange(2.0 * n) * (r + 1))
+out["reduce_scatter"] = mine.tolist()
+got = [torch.zeros(1) for _ in range(n)] if r == 0 else None
+dist.gather(torch.tensor([r * 2.0]), got, dst=0)
+out["gather"] = None if got is None else [g.item() for g in got]
+piece = torch.zeros(2)
+dist.scatter(piece, [torch.tensor([i, i + 0.5]) for i in range(n)] if r == 1 else None, src=1)
+out["scatter"] = piece.tolist()
+y = torch.ones(2) * (r + 1)
+dist.reduce(y, dst=0)
+out["reduce"] = y.tolist() if r == 0 else None
+token = torch.tensor([float(r)])
+sending = dist.isend(token, (r + 1) % n)
+incoming = torch.zeros(1)
+dist.recv(incoming, (r - 1) % n)
+sending.wait()
+out["ring"] = incoming.item()
+objects = [None] * n
+dist.all_gather_object(objects, {"rank": r, "name": "r" * (r + 1)})
+out["objects"] = objects
+listed = [r, "mine"] if r == 0 else [None, None]
+dist.broadcast_object_list(listed, src=0)
+out["broadcast_object_list"] = listed
+dist.barrier()
+json.dump(out, open(f"rank{r}.json", "w"))
+dist.destroy_process_group()
+"""
+
+
+def test_collectives_on_three_ranks_give_what_numpy_computes(tmp_path):
+    code, output = torchrun(tmp_path, COLLECTIVES, 3)
+    assert code == 0, output
+    n = 3
+    ranks = results(tmp_path, n)
+    for r, got in enumerate(ranks):
+        assert (got["rank"], got["size"], got["local"], got["backend"]) == (r, n, r, "gloo")
+        assert got["sum"] == (np.arange(7.0) * sum(range(1, n + 1))).tolist()
+        np.testing.assert_allclose(got["avg"], np.arange(7.0) + (n - 1) / 2, rtol=1e-6)
+        assert got["max"] == [3 + n - 1, 1 + n - 1, 2 + n - 1] and got["max_dtype"] == "torch.int64"
+        assert got["product"] == [2**n * 6, 3**n * 6]
+        assert got["column"] == [6.0] * 3
+        assert np.array_equal(np.array(got["matrix"])[:, 1], [6.0] * 3)  # written through
+        assert np.array(got["matrix"])[:, [0, 2, 3]].sum() == 0
+        assert got["broadcast"] == [[n - 1.0] * 2] * 2
+        assert got["all_gather"] == [[q, 10.0 * q] for q in range(n)]
+        assert got["all_gather_into_tensor"] == [v for q in range(n) for v in (q, -q)]
+        whole = np.arange(2.0 * n) * sum(range(1, n + 1))
+        assert got["reduce_scatter"] == whole[2 * r : 2 * r + 2].tolist()
+        assert got["gather"] == ([0.0, 2.0, 4.0] if r == 0 else None)
+        assert got["scatter"] == [r, r + 0.5]
+        assert got["reduce"] == ([6.0, 6.0] if r == 0 else None)
+        assert got["ring"] == (r - 1) % n
+        assert got["objects"] == [{"rank": q, "name": "r" * (q + 1)} for q in range(n)]
+        assert got["broadcast_object_list"] == [0, "mine"]
+
+
+DDP = """
+import json, os
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+torch.manual_seed(0)
+def make():
+    return torch.nn.Sequential(torch.nn.Linear(5, 16), torch.nn.Tanh(),
+                               torch.nn.Linear(16, 3)).double()
+g = np.random.default_rng(1)
+X, Y = torch.tensor(g.standard_normal((4, 8, 5))), torch.tensor(g.standard_normal((4, 8, 3)))
+single = os.environ.get("SINGLE") == "1"
+if not single:
+    dist.init_process_group("gloo")
+r, n = (0, 1) if single else (dist.get_rank(), dist.get_world_size())
+if not single:
+    torch.manual_seed(r)                 # replicas start apart: DDP copies rank 0's weights
+model = make()
+net = model if single else DDP(model, bucket_cap_mb=0.0005)   # several buckets
+opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+
+def loss_of(x, y):
+    return ((net(x) - y) ** 2).mean()
+
+def step(i):
+    opt.zero_grad()
+    x, y = X[i][r::n], Y[i][r::n]
+    half = len(x) // 2
+    if single:
+        (loss_of(x[:half], y[:half]) / 2).backward()
+        (loss_of(x[half:], y[half:]) / 2).backward()
+    else:
+        with net.no_sync():          # gradient accumulation: the second backward reduces the sum
+            (loss_of(x[:half], y[:half]) / 2).backward()
+        (loss_of(x[half:], y[half:]) / 2).backward()
+    opt.step()
+
+run = torch.compile(step) if os.environ.get("COMPILE") == "1" else step
+for i in range(4):
+    run(i)
+state = {k: v.tolist() for k, v in model.state_dict().items()}
+json.dump(state, open(f"rank{r}.json", "w"))
+"""
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    """The same steps in one process with the whole batch."""
+    where = tmp_path_factory.mktemp("single")
+    (where / "script.py").write_text(textwrap.dedent(DDP))
+    env = {**os.environ, "SINGLE": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    command = [sys.executable, "-P", "-m", "tracegrad", "run", "script.py"]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=where, env=env, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return results(where, 1)[0]
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_ddp_on_two_ranks_matches_one_process_with_the_whole_batch(
+    tmp_path, one_process, compiled, monkeypatch
+):
+    monkeypatch.setenv("COMPILE", "1" if compiled else "0")
+    code, output = torchrun(tmp_path, DDP, 2)
+    assert code == 0, output
+    first, second = results(tmp_path, 2)
+    assert first == second  # replicas stay bit-equal
+    for name, value in one_process.items():
+        np.testing.assert_allclose(first[name], value, rtol=1e-12, atol=1e-14, err_msg=name)
+    assert "traced again" not in output and "eagerly" not in output  # one plan, no fallback
+
+
+UNUSED = """
+import json
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("gloo")
+r = dist.get_rank()
+torch.manual_seed(0)
+class Branches(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.both, self.first, self.never = (torch.nn.Linear(2, 1) for _ in range(3))
+    def forward(self, x):
+        return self.both(x) + (self.first(x) if r == 0 else 0)
+net = DDP(Branches(), find_unused_parameters=True)
+x = torch.tensor([[1.0, 2.0]]) * (r + 1)
+net(x).sum().backward()
+m = net.module
+json.dump({"first": m.first.weight.grad.tolist(), "both": m.both.weight.grad.tolist(),
+           "never": m.never.weight.grad is None}, open(f"rank{r}.json", "w"))
+"""
+
+
+def test_a_parameter_one_rank_used_gets_the_mean_and_one_none_used_keeps_no_grad(tmp_path):
+    code, output = torchrun(tmp_path, UNUSED, 2)
+    assert code == 0, output
+    for got in results(tmp_path, 2):
+        assert got["both"] == [[1.5, 3.0]]  # (x0 + x1) / 2
+        assert got["first"] == [[0.5, 1.0]]  # only rank 0's x0, over 2 ranks
+        assert got["never"]
+
+
+def test_ranks_calling_different_collectives_get_an_error_naming_both(tmp_path):
+    code, output = torchrun(tmp_path, """
+        import torch
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+        r = dist.get_rank()
+        dist.all_reduce(torch.ones(3 + r))
+    """, 2)  # fmt: skip
+    assert code != 0
+    assert "every rank must call the same collectives" in output
+    assert re.search(
+        r"rank \d of 2 sent \d+ bytes for its collective #0, this rank expects "
+        r"\d+ for its collective #0",
+        output,
+    )
+
+
+def test_a_rank_that_fails_stops_the_job_instead_of_leaving_the_others_waiting(tmp_path):
+    start = time.monotonic()
+    code, output = torchrun(tmp_path, """
+        import torch
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+        if dist.get_rank() == 1:
+            raise ValueError("rank 1 gives up")
+        dist.all_reduce(torch.ones(3))
+    """, 2, timeout=60)  # fmt: skip
+    assert code != 0 and "rank 1 gives up" in output
+    assert "local rank" in output and "failed with exit code 1" in output
+    assert time.monotonic() - start < 30
+
+
+def test_init_process_group_says_what_is_missing(monkeypatch):
+    for name in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ValueError, match="MASTER_ADDR and \\$MASTER_PORT"):
+        torch.distributed.init_process_group("gloo", rank=0, world_size=1)
+    with pytest.raises(RuntimeError, match="doesn't have MPI built in"):
+        torch.distributed.init_process_group("mpi")
+    with pytest.raises(ValueError, match="has not been initialized"):
+        torch.distributed.get_rank()
+    assert not torch.distributed.is_initialized()
+
+
+def test_one_rank_alone_runs_every_collective_in_process():
+    dist = torch.distributed
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
+    try:
+        with pytest.raises(ValueError, match="twice"):
+            dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
+        x = torch.arange(4.0)
+        dist.all_reduce(x, op=dist.ReduceOp.AVG)
+        assert x.tolist() == [0.0, 1.0, 2.0, 3.0] and dist.get_world_size() == 1
+        model = torch.nn.Linear(3, 1)
+        net = torch.nn.parallel.DistributedDataParallel(model)
+        net(torch.ones(2, 3)).sum().backward()
+        assert model.weight.grad.tolist() == [[2.0, 2.0, 2.0]]
+        assert list(net.state_dict()) == ["module.weight", "module.bias"]
+    finally:
+        dist.destroy_process_group()
+    assert not dist.is_initialized()
