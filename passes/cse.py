@@ -41,7 +41,7 @@ def cse(graph: Graph) -> tuple[Graph, PassStats]:
             key = (n.prim, exprs, attrs, None)
         else:
             key = (n.prim, tuple(map(_key, ins)), attrs, _region(n))
-        if key in seen:
+        if key in seen and not n.prim.has_effects:  # two all-reduces are two messages
             first = kept[seen[key]]
             alias.update(zip(n.outputs, first.outputs, strict=True))
             if first.module != n.module:  # one node serves both modules: it belongs to both

@@ -24,6 +24,7 @@ from .commit import fallible
 def schedule(graph: Graph) -> tuple[Graph, PassStats]:
     producer: dict[Value, int] = {v: i for i, n in enumerate(graph.nodes) for v in n.outputs}
     waits_for = _update_dependencies(graph, producer)
+    _collectives_in_traced_order(graph, waits_for)
     early = [n.phase is Phase.UPDATE or n.prim.starts_early for n in graph.nodes]
     # of early nodes, scalars first: an optimizer's bias corrections, computed between its
     # array ops, would otherwise split each parameter's update into several kernels
@@ -92,6 +93,15 @@ def _update_dependencies(graph: Graph, producer: dict[Value, int]) -> list[set[V
         for v in graph.nodes[i].inputs:
             waits[i].update(r for j, r in readers.get(v, ()) if j < first[root(i)])
     return waits
+
+
+def _collectives_in_traced_order(graph: Graph, waits: list[set[Value]]) -> None:
+    """Each collective waits for the one traced before it: every rank must run them in one
+    order, and ranks whose graphs differ (DistributedDataParallel's buffer sync: rank 0 sends
+    its own, the others zeros, ready at once) would otherwise order them by readiness."""
+    collectives = [i for i, n in enumerate(graph.nodes) if n.prim.starts_early]
+    for before, after in zip(collectives, collectives[1:], strict=False):
+        waits[after].update(graph.nodes[before].outputs)
 
 
 def _before_commit(graph: Graph) -> set[Value]:

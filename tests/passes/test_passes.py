@@ -362,6 +362,24 @@ def test_schedule_starts_collectives_as_soon_as_ready_and_the_plan_places_their_
     assert [n.op for n in passes.simplify(Graph([], [n], [r]))[0].nodes] == ["allreduce"]
 
 
+def test_collectives_keep_their_traced_order_and_are_never_merged():
+    """Ranks must run the same all-reduces in the same order: one of a constant (ready at once)
+    traced after one of a gradient still runs after it, and two of equal constants (a rank
+    sending zeros for two buffers) stay two messages."""
+    gin = val(3)
+    n1, g1 = node("exp", [gin], (3,), Phase.BACKWARD)
+    a, b, c = val(3), val(3), val(3)
+    allreduce, attrs = PRIMITIVES["allreduce"], {"op": "sum", "timeout": None}
+    n2 = Node(allreduce, [g1], [a], attrs, "", Phase.BACKWARD)
+    n3 = Node(allreduce, [const([0.0, 0.0, 0.0])], [b], attrs, "", Phase.BACKWARD)
+    n4 = Node(allreduce, [const([0.0, 0.0, 0.0])], [c], attrs, "", Phase.BACKWARD)
+    g = Graph([gin], [n1, n2, n3, n4], [a, b, c])
+    merged, _ = passes.cse(g)
+    assert [n.op for n in merged.nodes].count("allreduce") == 3
+    after, _ = passes.schedule(merged)
+    assert [n.outputs[0] for n in after.nodes if n.op == "allreduce"] == [a, b, c]
+
+
 def test_memory_plan_frees_at_last_use_and_reuses_dying_buffers():
     x = val(1000)
     n1, a = node("exp", [x], (1000,))

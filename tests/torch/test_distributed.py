@@ -199,6 +199,66 @@ def test_ddp_on_two_ranks_matches_one_process_with_the_whole_batch(
     assert "traced again" not in output and "eagerly" not in output  # one plan, no fallback
 
 
+BATCH_NORM = """
+import json, os
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DistributedSampler
+
+dist.init_process_group("gloo")
+r = dist.get_rank()
+torch.manual_seed(r)
+model = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(),
+                            torch.nn.Linear(8, 1)).double()
+net = DDP(model)
+opt = torch.optim.Adam(net.parameters(), lr=0.01)
+data = torch.tensor(np.random.default_rng(0).standard_normal((16, 4)))
+order = list(DistributedSampler(range(16), shuffle=False))    # this rank's share
+
+def step(x, y):
+    opt.zero_grad()
+    loss = ((net(x) - y) ** 2).mean()
+    loss.backward()
+    opt.step()
+    return loss
+
+run = torch.compile(step) if os.environ.get("COMPILE") == "1" else step
+for i in range(3):
+    batch = data[order][:, :3] * (i + 1)
+    run(batch, data[order][:, 3:])
+json.dump({"order": order, **{k: v.tolist() for k, v in model.state_dict().items()}},
+          open(f"rank{r}.json", "w"))
+"""
+
+
+def test_ddp_with_batch_norm_keeps_rank_0s_statistics_compiled_as_eagerly(tmp_path, monkeypatch):
+    """Each forward copies rank 0's running statistics to every rank (in a compiled step, as
+    nodes of the plan); the ranks' shares come from the process group."""
+    runs = {}
+    for compiled in ("0", "1"):
+        monkeypatch.setenv("COMPILE", compiled)
+        code, output = torchrun(tmp_path, BATCH_NORM, 2)
+        assert code == 0, output
+        runs[compiled] = results(tmp_path, 2)
+    for ranks in runs.values():
+        assert ranks[0]["order"] == list(range(0, 16, 2)) and ranks[1]["order"] == list(
+            range(1, 16, 2)
+        )
+        # the parameters agree; the buffers are rank 0's as of the last forward (each rank
+        # then updated its own from its batch)
+        for name in ("0.weight", "1.weight", "3.bias"):
+            assert ranks[0][name] == ranks[1][name], name
+        assert ranks[0]["1.num_batches_tracked"] == ranks[1]["1.num_batches_tracked"] == 3
+        assert ranks[0]["1.running_mean"] != ranks[1]["1.running_mean"]
+    # the bias before the batch norm has a zero gradient (rounding noise, which Adam turns into
+    # steps of either sign): compared apart
+    for name, value in runs["0"][1].items():
+        rtol = 1e-6 if name == "0.bias" else 1e-12
+        np.testing.assert_allclose(runs["1"][1][name], value, rtol=rtol, err_msg=name)
+
+
 UNUSED = """
 import json
 import torch

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from tracegrad import distributed
+from tracegrad.core.ops.collectives import group_ranks
 from tracegrad.frontend import creation, functions
 from tracegrad.frontend.random import Generator
 from tracegrad.frontend.tensor import Tensor
@@ -328,11 +329,9 @@ class DistributedSampler(Sampler):
     def __init__(self, dataset: Any, num_replicas: int | None = None, rank: int | None = None,
                  shuffle: bool = True, seed: int = 0, drop_last: bool = False) -> None:  # fmt: skip
         if num_replicas is None or rank is None:
-            if not distributed.is_initialized():
-                raise RuntimeError("DistributedSampler: give num_replicas and rank, or call "
-                                   "tracegrad.distributed.init() first")  # fmt: skip
-            num_replicas = distributed.world_size() if num_replicas is None else num_replicas
-            rank = distributed.rank() if rank is None else rank
+            mine, size = _job_place()
+            num_replicas = size if num_replicas is None else num_replicas
+            rank = mine if rank is None else rank
         if not 0 <= rank < num_replicas:
             raise ValueError(f"Invalid rank {rank}, rank should be in the interval "
                              f"[0, {num_replicas - 1}]")  # fmt: skip
@@ -360,6 +359,19 @@ class DistributedSampler(Sampler):
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
+
+
+def _job_place() -> tuple[int, int]:
+    """This process's rank and the number of ranks: torch.distributed's process group's, else
+    tracegrad.distributed's (MPI)."""
+    found = group_ranks()
+    if found is not None:
+        return found
+    if not distributed.is_initialized():
+        raise RuntimeError("DistributedSampler: give num_replicas and rank, or call "
+                           "torch.distributed.init_process_group (or tracegrad.distributed.init) "
+                           "first")  # fmt: skip
+    return distributed.rank(), distributed.world_size()
 
 
 class _InfiniteConstantSampler(Sampler):

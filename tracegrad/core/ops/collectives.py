@@ -65,6 +65,11 @@ def use_group(group: Any) -> None:
     _group = group
 
 
+def group_ranks() -> tuple[int, int] | None:
+    """(rank, size) in the group `use_group` made current (torch.distributed's), if any."""
+    return None if _group is None or isinstance(_group, MpiWorld) else (_group.rank, _group.size)
+
+
 def _allreduce(x: np.ndarray, *, op: str, timeout: float | None, out: Any = None) -> np.ndarray:
     global _group
     if _group is None:
@@ -79,6 +84,8 @@ def _allreduce(x: np.ndarray, *, op: str, timeout: float | None, out: Any = None
 def _allreduce_rule(x, *, op, timeout):
     if op not in ("sum", "mean"):
         raise ValueError(f"op must be 'sum' or 'mean', not {op!r}")
+    if op == "sum" and x.dtype.kind in "iu":  # a count (batch norm's batches seen)
+        return x.shape, x.dtype
     return shapes.floating(x)
 
 

@@ -9,6 +9,7 @@ numbered after the hosts before it). The scripts run on tracegrad: `import torch
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import socket
@@ -123,6 +124,8 @@ def launch(cmds: list[list[str]], envs: list[dict[str, str]], poll: float = POLL
     """Start every rank and wait: 0 when all succeed, else the first failure's exit code (the
     others are stopped, as torchrun stops them)."""
     procs = [subprocess.Popen(c, env=e) for c, e in zip(cmds, envs, strict=True)]
+    with contextlib.suppress(ValueError):  # (not the main thread: no handler, as Python allows)
+        signal.signal(signal.SIGTERM, _terminated)  # so that `finally` stops the ranks
     try:
         while True:
             codes = [p.poll() for p in procs]
@@ -139,6 +142,10 @@ def launch(cmds: list[list[str]], envs: list[dict[str, str]], poll: float = POLL
             time.sleep(poll)
     finally:
         _stop([p for p in procs if p.poll() is None])
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _stop(procs: list[subprocess.Popen]) -> None:

@@ -13,7 +13,7 @@ import numpy as np
 from tracegrad.core import primitives as P
 from tracegrad.frontend.autodiff import queue_callback
 from tracegrad.frontend.device import require_cpu
-from tracegrad.frontend.tensor import Tensor
+from tracegrad.frontend.tensor import Listeners, Tensor
 from tracegrad.frontend.tracer import watch
 from tracegrad.nn import Module
 from tracegrad.torch._support import file_module
@@ -90,11 +90,23 @@ class DistributedDataParallel(Module):
 
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
         if self.broadcast_buffers and self.training and self.require_forward_param_sync:
-            from tracegrad.torch import distributed as dist
+            self._sync_buffers()
+        return self.module(*inputs, **kwargs)
 
+    def _sync_buffers(self) -> None:
+        """Rank 0's buffers (batch norm's running statistics) to every rank. In a compiled step,
+        as an all-reduce of rank 0's values and zeros elsewhere (a node of the plan)."""
+        from tracegrad.torch import distributed as dist
+
+        if not Listeners.tracers:
             for b in self.module.buffers():
                 dist.broadcast(b.detach(), 0)
-        return self.module(*inputs, **kwargs)
+            return
+        rank = dist.get_rank()
+        watch(("ddp rank", id(self)), "torch.distributed.get_rank()", dist.get_rank)
+        for b in self.module.buffers():
+            mine = b.detach() if rank == 0 else Tensor._of(np.zeros(b.shape, b._value.dtype))
+            b.detach()._assign(P.allreduce(mine, op="sum", timeout=None))
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
