@@ -210,7 +210,8 @@ from torch.utils.data import DistributedSampler
 dist.init_process_group("gloo")
 r = dist.get_rank()
 torch.manual_seed(r)
-model = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(),
+model = torch.nn.Sequential(torch.nn.Linear(3, 8, bias=False), torch.nn.BatchNorm1d(8),
+                            torch.nn.ReLU(),
                             torch.nn.Linear(8, 1)).double()
 net = DDP(model)
 opt = torch.optim.Adam(net.parameters(), lr=0.01)
@@ -248,15 +249,14 @@ def test_ddp_with_batch_norm_keeps_rank_0s_statistics_compiled_as_eagerly(tmp_pa
         )
         # the parameters agree; the buffers are rank 0's as of the last forward (each rank
         # then updated its own from its batch)
-        for name in ("0.weight", "1.weight", "3.bias"):
+        for name in ("0.weight", "1.weight", "1.bias", "3.bias"):
             assert ranks[0][name] == ranks[1][name], name
         assert ranks[0]["1.num_batches_tracked"] == ranks[1]["1.num_batches_tracked"] == 3
         assert ranks[0]["1.running_mean"] != ranks[1]["1.running_mean"]
-    # the bias before the batch norm has a zero gradient (rounding noise, which Adam turns into
-    # steps of either sign): compared apart
+    # (no bias before the batch norm: its gradient would be rounding noise, which Adam turns
+    # into steps of either sign)
     for name, value in runs["0"][1].items():
-        rtol = 1e-6 if name == "0.bias" else 1e-12
-        np.testing.assert_allclose(runs["1"][1][name], value, rtol=rtol, err_msg=name)
+        np.testing.assert_allclose(runs["1"][1][name], value, rtol=1e-12, err_msg=name)
 
 
 UNUSED = """
