@@ -237,8 +237,8 @@ def test_data_writes_its_tensor_and_can_be_replaced():
 def test_add_with_alpha_in_place_writes_the_array_and_counts_the_write():
     """`p.data.mul_(d).add_(q, alpha=1 - d)` (an EMA, a target network's soft update) computes
     in the tensor's own array, as `x + alpha * y` rounds; the write is counted, so a value saved
-    for backward and changed since is refused; an alias whose tensor took another array since
-    (`p.data = ...` after `d = p.data`) still writes the tensor."""
+    for backward and changed since is refused; an alias whose tensor took other memory since
+    (`p.data = x` after `d = p.data`) writes its own, as in PyTorch, and p holds x's memory."""
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal((3, 4))
     p, q = tg.nn.Parameter(tg.tensor(a)), tg.tensor(b.astype(np.float32))
@@ -252,10 +252,14 @@ def test_add_with_alpha_in_place_writes_the_array_and_counts_the_write():
     p.data.sub_(q, alpha=0.5)
     with pytest.raises(RuntimeError, match="modified in place"):
         y.backward()
-    stale = p.data
-    p.data = tg.tensor(np.zeros((3, 4), np.float32))
+    stale, old = p.data, p.numpy().copy()
+    zeros = tg.tensor(np.zeros((3, 4), np.float32))
+    p.data = zeros
     stale.add_(q, alpha=2.0)
-    np.testing.assert_array_equal(p.numpy(), 2.0 * b.astype(np.float32))
+    np.testing.assert_array_equal(p.numpy(), np.zeros((3, 4), np.float32))
+    np.testing.assert_array_equal(stale.numpy(), old + np.float32(2.0) * b.astype(np.float32))
+    zeros.add_(1.0)  # p shares x's memory
+    np.testing.assert_array_equal(p.numpy(), np.ones((3, 4), np.float32))
 
 
 def test_fills_and_copies_write_the_array_itself_broadcast_and_cast():

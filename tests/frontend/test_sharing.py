@@ -57,6 +57,22 @@ def test_module_share_memory_shares_parameters_buffers_and_gradients():
     assert all(t.is_shared() for t in tensors)
 
 
+def test_data_set_to_a_clone_unshares_a_received_module():
+    """Lightning's spawned processes receive the module in shared memory and unshare it by
+    `p.data = p.data.clone()`: each process then updates its own weights (before, the clone's
+    values were copied back into the shared memory, and every rank's optimizer stepped the
+    same weights)."""
+    model = _sent(torch.nn.Linear(3, 2).share_memory())
+    weight = model.weight
+    assert weight.is_shared()
+    received = weight.numpy()
+    weight.data = weight.data.clone()
+    assert not weight.is_shared() and not np.shares_memory(weight.numpy(), received)
+    with torch.no_grad():
+        weight.add_(1.0)
+    assert not np.array_equal(weight.numpy(), received)
+
+
 def test_a_tensor_sent_to_a_process_is_moved_to_shared_memory_and_received_there():
     """PyTorch's rule: sending moves the sender's tensor into shared memory, so writes by
     either side reach the other."""

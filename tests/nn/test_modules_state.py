@@ -317,3 +317,28 @@ def test_zero_grad_without_none_zeroes_the_same_gradient():
     assert layer.weight.grad is kept and kept.tolist() == [[0.0, 0.0]]
     layer.zero_grad()
     assert layer.weight.grad is None
+
+
+class _KeepsItsState(tg.nn.Module):
+    """A module whose class defines `__getstate__` (LightningModule does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = tg.nn.Linear(2, 3)
+        self.register_buffer("seen", tg.zeros(3))
+
+    def __getstate__(self) -> dict:
+        return dict(self.__dict__)
+
+
+def test_a_module_with_its_own_getstate_pickles_with_its_parameters_in_place():
+    """pickle restores a dict subclass's entries before its attributes: the parameter registry
+    is rebuilt whole, so the unpickled module's attributes are its registered tensors."""
+    import pickle
+
+    model = _KeepsItsState()
+    again = pickle.loads(pickle.dumps(model))
+    assert list(again.state_dict()) == ["seen", "net.weight", "net.bias"]
+    assert again.net.weight is again.net._parameters["weight"]
+    assert again.seen is again._buffers["seen"]
+    np.testing.assert_array_equal(again.net.weight.numpy(), model.net.weight.numpy())

@@ -353,3 +353,19 @@ def test_one_rank_alone_runs_every_collective_in_process():
     finally:
         dist.destroy_process_group()
     assert not dist.is_initialized()
+
+
+def test_what_lightning_reads_of_torch_distributed():
+    """Names Lightning's DDP strategies read before and after making the group."""
+    dist = torch.distributed
+    assert dist.Backend.default_device_backend_map["cpu"] == "gloo"
+    assert dist.get_default_backend_for_device(torch.device("cpu")) == "gloo"
+    assert dist.constants.default_pg_timeout.total_seconds() == 1800
+    from tracegrad.torch.distributed.algorithms.ddp_comm_hooks import post_localSGD_hook
+
+    state = post_localSGD_hook.PostLocalSGDState
+    assert isinstance(state, type)
+    from tracegrad.torch.distributed.elastic.multiprocessing.errors import record
+
+    main = record(lambda: 7)
+    assert main() == 7

@@ -538,19 +538,22 @@ def get_data(self: Tensor) -> Tensor:
 
 
 def set_data(self: Tensor, value: Any) -> None:
-    """`t.data = x`: t holds x's values; another shape or dtype replaces its array (outside a
-    traced step)."""
+    """`t.data = x`: t holds x's memory from now on, as in PyTorch (Lightning unshares a module
+    that processes received in shared memory by `p.data = p.data.clone()`; `a.data = b.data`
+    ties two tensors). Inside a traced step, t takes x's values (its state is written)."""
     new = as_tensor(value)
-    if new.shape == self.shape and new.dtype == self.dtype:
+    if Listeners.tracers:
+        if new.shape != self.shape or new.dtype != self.dtype:
+            raise TraceError(
+                f"t.data = x with another shape or dtype ({self.shape} {self.dtype} -> "
+                f"{new.shape} {new.dtype}) inside a traced step: do it before the step"
+            )
         with no_grad():
             self._assign(new)
         return
-    if Listeners.tracers:
-        raise TraceError(
-            f"t.data = x with another shape or dtype ({self.shape} {self.dtype} -> {new.shape} "
-            f"{new.dtype}) inside a traced step: do it before the step"
-        )
-    self._value = new.numpy()
+    array = new._value
+    writable = isinstance(array, np.ndarray) and array.flags.writeable
+    self._value = array if writable else np.array(array)
     self._version[0] += 1
 
 

@@ -493,6 +493,10 @@ class Alias(Tensor):
     __slots__ = ("_base",)
 
     def _assign(self, new: Tensor) -> None:
+        if not Listeners.tracers and self._value is not self._base._value:
+            # its tensor took other memory since (`t.data = x`): this writes its own, as in PyTorch
+            Tensor._assign(self, new)
+            return
         self._base._assign(new)
         self._value = self._base._value
 

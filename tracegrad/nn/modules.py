@@ -271,6 +271,11 @@ class _Registry(dict):
         super().__setitem__(name, value)
         self.owner._keep(name, value)
 
+    def __reduce__(self) -> tuple:
+        # pickle sets a dict subclass's items before its attributes (no owner yet): rebuilt
+        # whole instead (the owner's attributes come back with its own state)
+        return type(self), (self.owner, dict(self))
+
     def __delitem__(self, name: str) -> None:
         self._forget(name)
         super().__delitem__(name)

@@ -38,6 +38,17 @@ class Backend(str):
     """The backends' names, as strings (`Backend("gloo")`, `Backend.NCCL`)."""
 
     UNDEFINED, GLOO, NCCL, UCC, MPI = "undefined", "gloo", "nccl", "ucc", "mpi"
+    default_device_backend_map = {"cpu": "gloo", "cuda": "nccl"}
+    backend_list = ["undefined", "gloo", "nccl", "ucc", "mpi"]
+
+
+def get_default_backend_for_device(device: Any) -> str:
+    """gloo for the CPU (the only device here)."""
+    kind = getattr(device, "type", device)
+    if kind not in (None, "cpu"):
+        raise RuntimeError(f"get_default_backend_for_device({device!r}): tracegrad runs on the "
+                           "CPU, whose backend is gloo")  # fmt: skip
+    return "gloo"
 
 
 class group:  # noqa: N801 (PyTorch's name)
@@ -516,6 +527,24 @@ tensor = file_module(f"{__name__}.tensor", "`torch.distributed.tensor`", {
 })  # fmt: skip
 rpc = file_module(f"{__name__}.rpc", "`torch.distributed.rpc`: remote calls need a process group, "
                   "which tracegrad does not have", {"is_available": lambda: False})  # fmt: skip
+
+
+class PostLocalSGDState:
+    """Post-local SGD's state (Lightning checks for one): not provided."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError("post-local SGD is not provided by tracegrad")
+
+
+algorithms = file_module(f"{__name__}.algorithms", "`torch.distributed.algorithms`", {})
+algorithms.ddp_comm_hooks = file_module(f"{__name__}.algorithms.ddp_comm_hooks", "", {})
+algorithms.ddp_comm_hooks.post_localSGD_hook = file_module(
+    f"{__name__}.algorithms.ddp_comm_hooks.post_localSGD_hook", "",
+    {"PostLocalSGDState": PostLocalSGDState},
+)  # fmt: skip
+constants = file_module(f"{__name__}.constants", "`torch.distributed.constants`", {
+    "default_pg_timeout": DEFAULT_TIMEOUT, "default_pg_nccl_timeout": DEFAULT_TIMEOUT,
+})  # fmt: skip
 elastic = file_module(f"{__name__}.elastic", "`torch.distributed.elastic`", {})
 elastic.multiprocessing = file_module(f"{__name__}.elastic.multiprocessing", "", {})
 elastic.multiprocessing.errors = file_module(

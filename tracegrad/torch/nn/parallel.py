@@ -80,6 +80,9 @@ class DistributedDataParallel(Module):
                 "initialized, please make sure to call init_process_group."
             )
         self.module, self.dim, self.broadcast_buffers = module, dim, broadcast_buffers
+        self.device_ids, self.output_device = device_ids, output_device
+        self.find_unused_parameters, self.static_graph = find_unused_parameters, static_graph
+        self.gradient_as_bucket_view = gradient_as_bucket_view
         self.process_group = dist.new_group()
         self.require_backward_grad_sync = self.require_forward_param_sync = True
         for t in [*module.parameters(), *module.buffers()]:
@@ -107,6 +110,21 @@ class DistributedDataParallel(Module):
         for b in self.module.buffers():
             mine = b.detach() if rank == 0 else Tensor._of(np.zeros(b.shape, b._value.dtype))
             b.detach()._assign(P.allreduce(mine, op="sum", timeout=None))
+
+    def _get_ddp_logging_data(self) -> dict:
+        return {}
+
+    def _set_static_graph(self) -> None:
+        self.static_graph = True
+
+    def register_comm_hook(self, state: Any, hook: Any) -> None:
+        raise NotImplementedError("DistributedDataParallel.register_comm_hook is not provided by "
+                                  "tracegrad (its buckets are averaged by all-reduce)")  # fmt: skip
+
+    @contextlib.contextmanager
+    def join(self, *args: Any, **kwargs: Any) -> Iterator[None]:
+        """Uneven inputs are not handled: every rank must run the same number of steps."""
+        yield
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
@@ -143,6 +161,12 @@ class Reducer:
     def __tracegrad_watch__(self) -> None:
         """A compiled step reads only `require_backward_grad_sync` (watched where it is read),
         not the buckets' bookkeeping."""
+
+    def prepare_for_backward(self, outputs: Any = ()) -> None:
+        """(PyTorch's reducer learns the used parameters here; this one, as gradients arrive.)"""
+
+    def _rebuild_buckets(self) -> bool:
+        return False
 
     def on_gradient(self, p: Tensor) -> None:
         ddp = self.ddp
