@@ -292,6 +292,35 @@ def test_a_parameter_one_rank_used_gets_the_mean_and_one_none_used_keeps_no_grad
         assert got["never"]
 
 
+GATHERED_LOSS = """
+import json
+import torch
+import torch.distributed as dist
+from torch.distributed.nn.functional import all_gather, all_reduce
+
+dist.init_process_group("gloo")
+r = dist.get_rank()
+x = torch.tensor([1.0, 2.0], dtype=torch.float64) * (r + 1)
+x.requires_grad_()
+everyone = torch.cat(all_gather(x * 3.0))          # (a contrastive loss's embeddings)
+loss = (everyone ** 2).sum() * (r + 1) + all_reduce(x.sum() * (r + 1))
+loss.backward()
+json.dump({"grad": x.grad.tolist(), "everyone": everyone.tolist()}, open(f"rank{r}.json", "w"))
+"""
+
+
+def test_differentiable_collectives_send_each_rank_the_gradient_of_every_ranks_loss(tmp_path):
+    """Rank r's loss is c_r * sum((3 x_q)^2 over q) + S, S = sum over q of c_q * sum(x_q), c_r =
+    r + 1: x_r's gradient is the sum over ranks of their losses' gradients with respect to it,
+    18 x_r (c_0 + c_1) from the gathered term, and c_r from each rank's S."""
+    code, output = torchrun(tmp_path, GATHERED_LOSS, 2)
+    assert code == 0, output
+    for r, got in enumerate(results(tmp_path, 2)):
+        x = np.array([1.0, 2.0]) * (r + 1)
+        np.testing.assert_allclose(got["grad"], 18 * x * (1 + 2) + 2 * (r + 1), rtol=1e-15)
+        assert got["everyone"] == [3.0, 6.0, 6.0, 12.0]
+
+
 def test_ranks_calling_different_collectives_get_an_error_naming_both(tmp_path):
     code, output = torchrun(tmp_path, """
         import torch

@@ -529,6 +529,41 @@ rpc = file_module(f"{__name__}.rpc", "`torch.distributed.rpc`: remote calls need
                   "which tracegrad does not have", {"is_available": lambda: False})  # fmt: skip
 
 
+def _sync_module_states(module: Any, process_group: Any, broadcast_bucket_size: int, src: int,
+                        params_and_buffers_to_ignore: Any = (),
+                        broadcast_buffers: bool = True) -> None:  # fmt: skip
+    """`torch.distributed.utils._sync_module_states`: `src`'s parameters (and buffers) to every
+    rank (Lightning's, for a module it does not wrap in DistributedDataParallel)."""
+    ignore = set(params_and_buffers_to_ignore or ())
+    named = [*module.named_parameters(), *(module.named_buffers() if broadcast_buffers else ())]
+    for name, t in named:
+        if name not in ignore:
+            broadcast(t.detach(), src, process_group)
+
+
+def _get_default_group() -> SocketGroup:
+    return _world()
+
+
+class _GroupMap(dict):
+    """`distributed_c10d._pg_map`: the groups that exist (the world, once made)."""
+
+    def _groups(self) -> dict:
+        return {} if group.WORLD is None else {group.WORLD: ("gloo", None)}
+
+    def __len__(self) -> int:
+        return len(self._groups())
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._groups()
+
+    def __iter__(self) -> Any:
+        return iter(self._groups())
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._groups()[key]
+
+
 class PostLocalSGDState:
     """Post-local SGD's state (Lightning checks for one): not provided."""
 
@@ -542,6 +577,15 @@ algorithms.ddp_comm_hooks.post_localSGD_hook = file_module(
     f"{__name__}.algorithms.ddp_comm_hooks.post_localSGD_hook", "",
     {"PostLocalSGDState": PostLocalSGDState},
 )  # fmt: skip
+utils = file_module(f"{__name__}.utils", "`torch.distributed.utils`",
+                    {"_sync_module_states": _sync_module_states})  # fmt: skip
+# PyTorch's module of the group functions (libraries import from it by that name)
+distributed_c10d = file_module(f"{__name__}.distributed_c10d", "`torch.distributed`'s functions", {
+    **{name: value for name, value in list(globals().items()) if callable(value)
+       and getattr(value, "__module__", None) == __name__ and not name.startswith("__")},
+    "_get_default_group": _get_default_group, "GroupMember": GroupMember, "group": group,
+    "ReduceOp": ReduceOp, "Backend": Backend, "_pg_map": _GroupMap(),
+})  # fmt: skip
 constants = file_module(f"{__name__}.constants", "`torch.distributed.constants`", {
     "default_pg_timeout": DEFAULT_TIMEOUT, "default_pg_nccl_timeout": DEFAULT_TIMEOUT,
 })  # fmt: skip
