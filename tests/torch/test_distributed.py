@@ -90,6 +90,13 @@ out["ring"] = incoming.item()
 objects = [None] * n
 dist.all_gather_object(objects, {"rank": r, "name": "r" * (r + 1)})
 out["objects"] = objects
+outs = [torch.zeros(2) for _ in range(n)]
+dist.all_to_all(outs, [torch.tensor([10.0 * r + q, -q]) for q in range(n)])
+out["all_to_all"] = [o.tolist() for o in outs]
+got = torch.zeros(n * (r + 1))     # rank q gets q + 1 elements from every rank
+dist.all_to_all_single(got, torch.arange(n * (n + 1) / 2) + 100 * r, [r + 1] * n,
+                       [q + 1 for q in range(n)])
+out["all_to_all_single"] = got.tolist()
 listed = [r, "mine"] if r == 0 else [None, None]
 dist.broadcast_object_list(listed, src=0)
 out["broadcast_object_list"] = listed
@@ -123,6 +130,11 @@ def test_collectives_on_three_ranks_give_what_numpy_computes(tmp_path):
         assert got["reduce"] == ([6.0, 6.0] if r == 0 else None)
         assert got["ring"] == (r - 1) % n
         assert got["objects"] == [{"rank": q, "name": "r" * (q + 1)} for q in range(n)]
+        assert got["all_to_all"] == [[10.0 * q + r, -r] for q in range(n)]
+        start = r * (r + 1) // 2  # where rank r's block begins in every rank's input
+        assert got["all_to_all_single"] == [
+            100.0 * q + start + i for q in range(n) for i in range(r + 1)
+        ]
         assert got["broadcast_object_list"] == [0, "mine"]
 
 
@@ -398,3 +410,26 @@ def test_what_lightning_reads_of_torch_distributed():
 
     main = record(lambda: 7)
     assert main() == 7
+
+
+def test_the_parts_not_provided_import_and_refuse_when_used():
+    """FSDP, DTensor, distributed checkpoints: their modules import at any depth (libraries
+    import them once torch.distributed is available), their classes are classes, and making
+    or calling one raises, naming it."""
+    import importlib
+
+    fsdp = importlib.import_module("tracegrad.torch.distributed.fsdp.fully_sharded_data_parallel")
+    FSDP, state = fsdp.FullyShardedDataParallel, fsdp.StateDictType  # noqa: N806
+    assert isinstance(FSDP, type) and not isinstance(torch.nn.Linear(2, 2), FSDP)
+    with pytest.raises(
+        NotImplementedError, match="fully_sharded_data_parallel.Fully.*not provided"
+    ):
+        FSDP(torch.nn.Linear(2, 2))
+    hooks = importlib.import_module("tracegrad.torch.distributed.algorithms.ddp_comm_hooks")
+    assert hooks.default_hooks.__name__.endswith("ddp_comm_hooks.default_hooks")  # a module
+    with pytest.raises(NotImplementedError, match="checkpoint.state_dict.get_model_state_dict"):
+        torch.distributed.checkpoint.state_dict.get_model_state_dict(torch.nn.Linear(2, 2))
+    assert state is fsdp.StateDictType
+    placements = importlib.import_module("tracegrad.torch.distributed.tensor.placement_types")
+    assert placements.Shard(-1) == placements.Shard(-1) != placements.Shard(0)
+    assert placements.Replicate().is_replicate() and repr(placements.Shard(1)) == "Shard(dim=1)"

@@ -55,21 +55,6 @@ def _missing(full: str) -> Any:
     return __getattr__
 
 
-def needs_process_group(module: str, name: str) -> Any:
-    """`torch.distributed`'s function `name` of `module` (a collective, the process group's
-    setup): scripts import it at the top, so it exists, and calling it raises: tracegrad's
-    data parallelism is `tracegrad.distributed`, over MPI."""
-
-    def call(*args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError(
-            f"{torch_name(module)}.{name} is not provided by tracegrad; its data parallelism is "
-            "tracegrad.distributed, over MPI (docs/distributed.md)"
-        )
-
-    call.__name__ = name
-    return call
-
-
 # --- `import torch` as tracegrad.torch ----------------------------------------------------------
 
 

@@ -4,11 +4,12 @@ on Python objects, point-to-point messages, and `DistributedDataParallel`
 (`torch.nn.parallel`). The collectives work in place, as PyTorch's; inside a compiled step an
 `all_reduce` (sum or average) is a node of the plan. NCCL and MPI backends are not built in, as
 in PyTorch's CPU wheels (tracegrad's own data parallelism over MPI is `tracegrad.distributed`).
-Subgroups other than the world, stores, and `all_to_all` are not provided."""
+Subgroups other than the world and stores are not provided."""
 
 from __future__ import annotations
 
 import datetime
+import importlib
 import os
 import pickle
 from collections.abc import Sequence
@@ -19,8 +20,9 @@ import numpy as np
 from tracegrad.core import primitives as P
 from tracegrad.core.ops.collectives import use_group
 from tracegrad.frontend.tensor import Listeners, Tensor
-from tracegrad.torch._support import file_module, needs_process_group
+from tracegrad.torch._support import file_module
 from tracegrad.torch._support import not_provided as _not_provided
+from tracegrad.torch.distributed._placeholders import PLACEHOLDERS, install
 from tracegrad.torch.distributed._sockets import SocketGroup, Work, rendezvous
 
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)  # PyTorch's for gloo
@@ -403,6 +405,62 @@ def scatter(tensor: Tensor, scatter_list: list[Tensor] | None = None, src: int =
                 _into(tensor, flat))  # fmt: skip
 
 
+def all_to_all(output_tensor_list: list[Tensor], input_tensor_list: list[Tensor],
+               group: Any = None, async_op: bool = False) -> Work | None:  # fmt: skip
+    """`output_tensor_list[q]` becomes rank q's `input_tensor_list[rank]`."""
+    _refuse_traced("all_to_all")
+    world = _world(group)
+    if len(output_tensor_list) != world.size or len(input_tensor_list) != world.size:
+        raise ValueError(f"all_to_all: give {world.size} output and {world.size} input tensors")
+    sends = [np.ascontiguousarray(t._value) for t in input_tensor_list]
+    recvs = [np.empty(t.shape, t._value.dtype) for t in output_tensor_list]
+
+    def write() -> None:
+        for t, got in zip(output_tensor_list, recvs, strict=True):
+            t._assign(Tensor._of(got))
+
+    return _run("all_to_all", lambda n: world.all_to_all(sends, recvs, n), async_op, write)
+
+
+def all_to_all_single(output: Tensor, input: Tensor, output_split_sizes: list[int] | None = None,
+                      input_split_sizes: list[int] | None = None, group: Any = None,
+                      async_op: bool = False) -> Work | None:  # fmt: skip
+    """`all_to_all` of `input`'s blocks along dim 0 (equal, or `input_split_sizes`), received
+    into `output`'s (equal, or `output_split_sizes`)."""
+    _refuse_traced("all_to_all_single")
+    n = _world(group).size
+
+    def blocks(t: Tensor, sizes: list[int] | None) -> list[Tensor]:
+        if sizes is None:
+            if t.shape[0] % n:
+                raise ValueError(f"all_to_all_single: dim 0 of {tuple(t.shape)} does not split "
+                                 f"into {n} equal blocks; give the split sizes")  # fmt: skip
+            sizes = [t.shape[0] // n] * n
+        bounds = np.cumsum([0, *sizes])
+        pairs = zip(bounds[:-1], bounds[1:], strict=True)
+        return [Tensor._of(np.array(t._value[a:b])) for a, b in pairs]
+
+    outs = blocks(output, output_split_sizes)
+    work = all_to_all(outs, blocks(input, input_split_sizes), group, async_op=True)
+
+    def gather() -> None:
+        output._assign(Tensor._of(np.concatenate([o._value for o in outs])))
+
+    waiting = work.wait
+
+    def wait(timeout: float | None = None) -> bool:
+        waiting(timeout)
+        gather()
+        work.wait = waiting
+        return True
+
+    work.wait = wait
+    if async_op:
+        return work
+    work.wait()
+    return None
+
+
 def barrier(group: Any = None, async_op: bool = False, device_ids: Any = None) -> Work | None:
     """Returns once every rank has called it."""
     world = _world(group)
@@ -509,26 +567,6 @@ class ProcessGroup:
                                   "init_process_group")  # fmt: skip
 
 
-class DeviceMesh(ProcessGroup):
-    """PyTorch's mesh of devices over process groups: not provided (one group, the world)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise NotImplementedError(f"torch.distributed.{type(self).__name__} is not provided by "
-                                  "tracegrad (its one process group is the world)")  # fmt: skip
-
-
-class DTensor(DeviceMesh):
-    """A tensor spread over a device mesh (transformers tests for one): not provided."""
-
-
-tensor = file_module(f"{__name__}.tensor", "`torch.distributed.tensor`", {
-    "DTensor": DTensor, "DeviceMesh": DeviceMesh,
-    "distribute_tensor": needs_process_group(f"{__name__}.tensor", "distribute_tensor"),
-})  # fmt: skip
-rpc = file_module(f"{__name__}.rpc", "`torch.distributed.rpc`: remote calls need a process group, "
-                  "which tracegrad does not have", {"is_available": lambda: False})  # fmt: skip
-
-
 def _sync_module_states(module: Any, process_group: Any, broadcast_bucket_size: int, src: int,
                         params_and_buffers_to_ignore: Any = (),
                         broadcast_buffers: bool = True) -> None:  # fmt: skip
@@ -564,19 +602,13 @@ class _GroupMap(dict):
         return self._groups()[key]
 
 
-class PostLocalSGDState:
-    """Post-local SGD's state (Lightning checks for one): not provided."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise NotImplementedError("post-local SGD is not provided by tracegrad")
+def _record(fn: Any = None, *args: Any, **kwargs: Any) -> Any:
+    """`@record`: errors reach the launcher as they are (it prints the failing rank's)."""
+    return fn
 
 
-algorithms = file_module(f"{__name__}.algorithms", "`torch.distributed.algorithms`", {})
-algorithms.ddp_comm_hooks = file_module(f"{__name__}.algorithms.ddp_comm_hooks", "", {})
-algorithms.ddp_comm_hooks.post_localSGD_hook = file_module(
-    f"{__name__}.algorithms.ddp_comm_hooks.post_localSGD_hook", "",
-    {"PostLocalSGDState": PostLocalSGDState},
-)  # fmt: skip
+rpc = file_module(f"{__name__}.rpc", "`torch.distributed.rpc`: remote calls are not provided",
+                  {"is_available": lambda: False})  # fmt: skip
 utils = file_module(f"{__name__}.utils", "`torch.distributed.utils`",
                     {"_sync_module_states": _sync_module_states})  # fmt: skip
 # PyTorch's module of the group functions (libraries import from it by that name)
@@ -589,17 +621,10 @@ distributed_c10d = file_module(f"{__name__}.distributed_c10d", "`torch.distribut
 constants = file_module(f"{__name__}.constants", "`torch.distributed.constants`", {
     "default_pg_timeout": DEFAULT_TIMEOUT, "default_pg_nccl_timeout": DEFAULT_TIMEOUT,
 })  # fmt: skip
-elastic = file_module(f"{__name__}.elastic", "`torch.distributed.elastic`", {})
-elastic.multiprocessing = file_module(f"{__name__}.elastic.multiprocessing", "", {})
-elastic.multiprocessing.errors = file_module(
-    f"{__name__}.elastic.multiprocessing.errors", "`@record`: errors reach the launcher as they "
-    "are (it prints the failing rank's traceback)", {"record": lambda fn=None, *a, **k: fn}
-)  # fmt: skip
-device_mesh = file_module(f"{__name__}.device_mesh", "`torch.distributed.device_mesh`", {
-    "DeviceMesh": DeviceMesh,
-    "init_device_mesh": needs_process_group(f"{__name__}.device_mesh", "init_device_mesh"),
-})  # fmt: skip
+install({"elastic.multiprocessing.errors": {"record": _record}})
 
 
 def __getattr__(name: str) -> Any:
+    if name in PLACEHOLDERS:  # (`torch.distributed.fsdp.X` without importing it first)
+        return importlib.import_module(f"{__name__}.{name}")
     raise _not_provided(__name__, name)

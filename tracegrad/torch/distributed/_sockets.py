@@ -314,6 +314,16 @@ class SocketGroup:
         for work in sends:
             work.wait()
 
+    def all_to_all(self, sends: Sequence[np.ndarray], recvs: Sequence[np.ndarray],
+                   number: int) -> None:  # fmt: skip
+        """`recvs[q]` gets rank q's `sends[self.rank]`: in step s, this rank sends to rank + s
+        and receives from rank - s."""
+        n, r = self.size, self.rank
+        recvs[r][...] = sends[r]
+        for s in range(1, n):
+            to, frm = (r + s) % n, (r - s) % n
+            self.exchange(to, sends[to], frm, recvs[frm], number, "all_to_all")
+
     # ----- point to point (outside the collectives' numbering)
 
     def send(self, flat: np.ndarray, dst: int) -> Work:
