@@ -433,3 +433,14 @@ def test_the_parts_not_provided_import_and_refuse_when_used():
     placements = importlib.import_module("tracegrad.torch.distributed.tensor.placement_types")
     assert placements.Shard(-1) == placements.Shard(-1) != placements.Shard(0)
     assert placements.Replicate().is_replicate() and repr(placements.Shard(1)) == "Shard(dim=1)"
+
+
+def test_launchers_calling_run_get_childfailederror(tmp_path):
+    """accelerate calls `torch.distributed.run.run(parsed)` and catches ChildFailedError."""
+    from tracegrad.torch.distributed import run as torchrun_module
+
+    script = tmp_path / "fails.py"
+    script.write_text("raise SystemExit(3)\n")
+    parsed = torchrun_module.get_args_parser().parse_args(["--standalone", str(script)])
+    with pytest.raises(torch.distributed.ChildFailedError, match="fails.py FAILED"):
+        torchrun_module.run(parsed)

@@ -236,15 +236,7 @@ def _run(what: str, run: Any, async_op: bool, write: Any = None) -> Work | None:
     (copies back into tensors that were not written in place)."""
     work = _world().submit(what, run)
     if write is not None:
-        waiting = work.wait
-
-        def wait(timeout: float | None = None) -> bool:
-            waiting(timeout)
-            write()
-            work.wait = waiting
-            return True
-
-        work.wait = wait
+        work.then.append(write)
     if async_op:
         return work
     work.wait()
@@ -443,18 +435,7 @@ def all_to_all_single(output: Tensor, input: Tensor, output_split_sizes: list[in
     outs = blocks(output, output_split_sizes)
     work = all_to_all(outs, blocks(input, input_split_sizes), group, async_op=True)
 
-    def gather() -> None:
-        output._assign(Tensor._of(np.concatenate([o._value for o in outs])))
-
-    waiting = work.wait
-
-    def wait(timeout: float | None = None) -> bool:
-        waiting(timeout)
-        gather()
-        work.wait = waiting
-        return True
-
-    work.wait = wait
+    work.then.append(lambda: output._assign(Tensor._of(np.concatenate([o._value for o in outs]))))
     if async_op:
         return work
     work.wait()
@@ -487,15 +468,7 @@ def irecv(tensor: Tensor, src: int | None = None, group: Any = None, tag: int = 
         raise NotImplementedError("recv from any source (src=None) is not provided by tracegrad")
     flat = np.empty(tensor.numel(), tensor._value.dtype)
     work = _world(group).recv(flat, src)
-    waiting = work.wait
-
-    def wait(timeout: float | None = None) -> bool:
-        waiting(timeout)
-        tensor._assign(Tensor._of(flat.reshape(tensor.shape)))
-        work.wait = waiting
-        return True
-
-    work.wait = wait
+    work.then.append(lambda: tensor._assign(Tensor._of(flat.reshape(tensor.shape))))
     return work
 
 
@@ -602,6 +575,15 @@ class _GroupMap(dict):
         return self._groups()[key]
 
 
+class ChildFailedError(Exception):
+    """A rank failed (what `torch.distributed.run.run(args)` raises, as PyTorch's elastic agent
+    does; accelerate's launcher catches it)."""
+
+    def __init__(self, name: str, failures: dict) -> None:
+        super().__init__(f"{name} FAILED: {failures}")
+        self.name, self.failures = name, failures
+
+
 def _record(fn: Any = None, *args: Any, **kwargs: Any) -> Any:
     """`@record`: errors reach the launcher as they are (it prints the failing rank's)."""
     return fn
@@ -621,7 +603,9 @@ distributed_c10d = file_module(f"{__name__}.distributed_c10d", "`torch.distribut
 constants = file_module(f"{__name__}.constants", "`torch.distributed.constants`", {
     "default_pg_timeout": DEFAULT_TIMEOUT, "default_pg_nccl_timeout": DEFAULT_TIMEOUT,
 })  # fmt: skip
-install({"elastic.multiprocessing.errors": {"record": _record}})
+install(
+    {"elastic.multiprocessing.errors": {"record": _record, "ChildFailedError": ChildFailedError}}
+)
 
 
 def __getattr__(name: str) -> Any:

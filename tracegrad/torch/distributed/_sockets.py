@@ -49,6 +49,7 @@ class Work:
         self.what, self.error = what, None
         self._done = threading.Event()
         self.result: Any = None
+        self.then: list[Callable[[], None]] = []  # run by the first `wait()` that succeeds
 
     def finish(self, error: BaseException | None = None) -> None:
         self.error = error
@@ -63,10 +64,15 @@ class Work:
         return self._done.is_set()
 
     def wait(self, timeout: float | None = None) -> bool:
+        """Wait, then run what was to follow on this (the caller's) thread: copies into tensors
+        that were not written in place."""
         if not self._done.wait(timeout):
             raise TimeoutError(f"{self.what}: not done within {timeout} s")
         if self.error is not None:
             raise self.error
+        then, self.then = self.then, []
+        for step in then:
+            step()
         return True
 
     def get_future(self) -> Any:

@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Sequence
 
 from tracegrad.torch._support import CHILDREN_PATH
+from tracegrad.torch.distributed import ChildFailedError
 
 POLL_S = 0.1
 STOP_GRACE_S = 5.0
@@ -170,10 +171,13 @@ def main(args: Sequence[str] | None = None, legacy: bool = False) -> int:
     return launch(commands(ns, envs, legacy and not ns.use_env), envs, ns.monitor_interval)
 
 
-def run(args: argparse.Namespace) -> int:
-    """`torch.distributed.run.run(parsed_args)`, as some launchers call it."""
+def run(args: argparse.Namespace) -> None:
+    """`torch.distributed.run.run(parsed_args)`, as launchers call it (accelerate's): raises
+    ChildFailedError when a rank fails."""
     envs = rank_environments(args)
-    return launch(commands(args, envs, False), envs, args.monitor_interval)
+    code = launch(commands(args, envs, False), envs, args.monitor_interval)
+    if code:
+        raise ChildFailedError(args.training_script, {"exitcode": code})
 
 
 get_args_parser = _parser
