@@ -13,6 +13,7 @@ import numpy as np
 from tracegrad.core import primitives as P
 from tracegrad.frontend.autodiff import queue_callback
 from tracegrad.frontend.device import require_cpu
+from tracegrad.frontend.functions import cat
 from tracegrad.frontend.tensor import Listeners, Tensor
 from tracegrad.frontend.tracer import watch
 from tracegrad.nn import Module
@@ -153,6 +154,7 @@ class Reducer:
         self.bucket_of = {id(p): i for i, b in enumerate(self.buckets) for p in b}
         self.ready: list[set[int]] = [set() for _ in self.buckets]
         self.sent: list[tuple[Any, list[Tensor], np.ndarray]] = []
+        self.traced: list[Tensor] = []  # parameters whose symbolic gradients have arrived
         self.next = 0  # the first bucket not sent yet
         self.waiting = False
         for p in params:
@@ -170,11 +172,13 @@ class Reducer:
 
     def on_gradient(self, p: Tensor) -> None:
         ddp = self.ddp
-        if p.grad.is_symbolic:  # a compiled step: the all-reduce is a node of its plan
+        if p.grad.is_symbolic:  # a compiled step: the buckets' all-reduces are nodes of its plan
             watch(("ddp sync", id(ddp)), "DistributedDataParallel.require_backward_grad_sync",
                   lambda: ddp.require_backward_grad_sync)  # fmt: skip
             if ddp.require_backward_grad_sync:
-                p.grad = P.allreduce(p.grad, op="mean", timeout=None)
+                if not self.traced:
+                    queue_callback(self.finish_traced)
+                self.traced.append(p)
             return
         if not ddp.require_backward_grad_sync:
             return
@@ -194,6 +198,24 @@ class Reducer:
             self.buckets[self.next]
         ):
             self.send(self.next)
+
+    def finish_traced(self) -> None:
+        """At the end of a traced backward: per bucket, one all-reduce of its gradients laid end
+        to end (one message, and one wait for the other ranks, per bucket rather than per
+        parameter), each parameter's mean a view of the result. A parameter without a gradient
+        here is left out: if another rank has one, the messages' lengths differ and the step
+        raises."""
+        delivered, self.traced = {id(p) for p in self.traced}, []
+        for bucket in self.buckets:
+            params = [p for p in bucket if id(p) in delivered]
+            if not params:
+                continue
+            flat = cat([p.grad.reshape(-1) for p in params])
+            mean = P.allreduce(flat, op="mean", timeout=None)
+            offset = 0
+            for p in params:
+                p.grad = mean[offset : offset + p.numel()].reshape(p.shape)
+                offset += p.numel()
 
     def send(self, i: int) -> None:
         """All-reduce bucket `i`: its gradients (zeros where there is none) and, per parameter,
