@@ -271,6 +271,57 @@ def test_ddp_with_batch_norm_keeps_rank_0s_statistics_compiled_as_eagerly(tmp_pa
         np.testing.assert_allclose(runs["1"][1][name], value, rtol=1e-12, err_msg=name)
 
 
+COMPILED_WAYS = """
+import json, os
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("gloo")
+r, n = dist.get_rank(), dist.get_world_size()
+torch.manual_seed(r)
+model = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh(),
+                            torch.nn.Linear(16, 1)).double()
+way = os.environ["WAY"]
+net = {"compile_then_ddp": lambda: DDP(torch.compile(model)),
+       "ddp_then_compile": lambda: torch.compile(DDP(model))}.get(way, lambda: DDP(model))()
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+g = np.random.default_rng(1)
+X, Y = torch.tensor(g.standard_normal((8, 4))), torch.tensor(g.standard_normal((8, 1)))
+
+def step(x, y):
+    opt.zero_grad()
+    loss = ((net(x) - y) ** 2).mean()
+    loss.backward()
+    opt.step()
+    mean = loss.detach().clone()
+    dist.all_reduce(mean, op=dist.ReduceOp.AVG)   # inside the compiled step when way == "step"
+    return mean
+
+run = torch.compile(step) if way == "step" else step
+losses = [run(X[r::n], Y[r::n]).item() for _ in range(4)]
+json.dump({"losses": losses, "w": model[0].weight.tolist()}, open(f"rank{r}.json", "w"))
+"""
+
+
+def test_ddp_compiled_every_way_pytorch_code_does_it(tmp_path, monkeypatch):
+    """nanoGPT compiles the model and then wraps it, others wrap and then compile, or compile
+    the whole step (with an all-reduce of the loss inside it): the same losses and weights."""
+    seen = {}
+    for way in ("eager", "compile_then_ddp", "ddp_then_compile", "step"):
+        monkeypatch.setenv("WAY", way)
+        code, output = torchrun(tmp_path, COMPILED_WAYS, 2)
+        assert code == 0, output
+        first, second = results(tmp_path, 2)
+        assert first == second
+        seen[way] = first
+    for way, got in seen.items():
+        np.testing.assert_allclose(got["losses"], seen["eager"]["losses"], rtol=1e-12,
+                                   err_msg=way)  # fmt: skip
+        np.testing.assert_allclose(got["w"], seen["eager"]["w"], rtol=1e-12, err_msg=way)
+
+
 UNUSED = """
 import json
 import torch
