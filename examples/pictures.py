@@ -1,11 +1,11 @@
-"""Draw the README's pictures: the tour's compiled step, its memory timeline, and the GPT's step
-grouped by module.
+"""Draw the tour's pictures (docs/tour.md): its compiled step, its memory timeline, and the
+GPT's step grouped by module.
 
     pip install -e ".[examples,viz]"
     python examples/pictures.py [-o DIR] [--engine dot|layered]
 
 Writes, into DIR (the current directory unless -o):
-  graph.svg      the README tour's step (a 4-16-3 GELU MLP), every module open
+  graph.svg      the tour's step (a 4-16-3 GELU MLP), every module open
   gpt_graph.svg  the GPT of benchmarks/models.py (d 256, 4 blocks), each top-level module one box
   timeline.png   the tour step's live memory over its plan
 and, when Chromium is installed (it renders the SVGs as a browser shows them), graph.png and
@@ -29,7 +29,7 @@ from tracegrad.nn import functional as F
 
 
 def tour_step(backend: str = "numba"):
-    """The README tour's step: a 4-16-3 GELU MLP, SGD with momentum, a batch of 4096."""
+    """The tour's step: a 4-16-3 GELU MLP, SGD with momentum, a batch of 4096."""
     nn.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 16), nn.GELU(approximate="tanh"), nn.Linear(16, 3))
     gm = tg.GradManager().attach(model.parameters())
@@ -98,7 +98,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("-o", "--out", default=".", help="directory to write into (default: the "
-                   "current directory; the README's pictures are in docs)")  # fmt: skip
+                   "current directory; the tour's pictures are in docs)")  # fmt: skip
     p.add_argument(
         "--engine",
         choices=["dot", "layered"],
