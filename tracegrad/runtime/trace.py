@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
+import time
 import types
 import warnings
 from collections import Counter, OrderedDict
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from tracegrad.core import ir
 from tracegrad.core.errors import warn_user
 from tracegrad.frontend.autodiff import is_grad_enabled
-from tracegrad.frontend.tensor import Listeners
+from tracegrad.frontend.tensor import PROFILERS, Listeners
 from tracegrad.frontend.tracer import Capture, TraceError, capture, name_of, signature
 from tracegrad.runtime.budget import parse_budget
 from tracegrad.runtime.report import report
@@ -74,6 +75,17 @@ class Traced:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if Listeners.tracers:  # inside another traced step: its ops are that step's (inlined)
             return self.fn(*args, **kwargs)
+        if PROFILERS:  # torch.profiler records: one event per call (its plan calls no ops)
+            start = time.perf_counter_ns()
+            try:
+                return self._locked_call(args, kwargs)
+            finally:
+                if PROFILERS:
+                    name = getattr(self.fn, "__name__", "step")
+                    PROFILERS[-1].op(f"compiled {name}", start, (), "compiled_step")
+        return self._locked_call(args, kwargs)
+
+    def _locked_call(self, args: tuple, kwargs: dict) -> Any:
         with self.lock:
             if self.differentiable is not None and is_grad_enabled():
                 return self._call_differentiable(args, kwargs)

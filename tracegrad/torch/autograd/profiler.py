@@ -1,18 +1,14 @@
-"""`torch.autograd.profiler`: the older spelling of `torch.profiler`'s names (lightning's
-profilers import them): `record_function` labels nothing, profiling raises."""
+"""`torch.autograd.profiler`: the older spelling of `torch.profiler`'s names (Lightning's
+profilers import them): `profile` (`use_cuda=False`), `record_function`, `EventList`."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from tracegrad.torch._support import not_provided as _not_provided
-from tracegrad.torch.profiler import profile, record_function
+from tracegrad.torch.profiler import EventList, profile, record_function
 
 __all__ = ["EventList", "emit_nvtx", "profile", "record_function"]
-
-
-class EventList(list):
-    """A profile's events: none are ever recorded here."""
 
 
 class emit_nvtx:  # noqa: N801 (PyTorch's name)
