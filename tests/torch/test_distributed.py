@@ -322,6 +322,74 @@ def test_ddp_compiled_every_way_pytorch_code_does_it(tmp_path, monkeypatch):
         np.testing.assert_allclose(got["w"], seen["eager"]["w"], rtol=1e-12, err_msg=way)
 
 
+ACCUMULATION = """
+import json, os, warnings
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("gloo")
+r, n = dist.get_rank(), dist.get_world_size()
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh(),
+                            torch.nn.Linear(16, 1)).double()
+net = DDP(model)
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+g = np.random.default_rng(1)
+X = torch.tensor(g.standard_normal((8, 4))) * (r + 1)
+Y = torch.tensor(g.standard_normal((8, 1)))
+compiled = os.environ["COMPILE"] == "1"
+
+def loss_of(x, y):
+    return ((net(x) - y) ** 2).mean() / 2
+
+def inside(x, y):          # nanoGPT's accumulation: the flag set before each backward
+    for micro in range(2):
+        net.require_backward_grad_sync = micro == 1
+        loss_of(x[micro::2], y[micro::2]).backward()
+    opt.step()
+    opt.zero_grad()
+
+def backward(x, y):        # the flag set around the compiled function
+    loss_of(x, y).backward()
+
+inside_run = torch.compile(inside) if compiled else inside
+backward_run = torch.compile(backward) if compiled else backward
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    for _ in range(3):
+        inside_run(X, Y)
+    inside_warnings = [str(w.message) for w in caught]
+    for _ in range(3):
+        with net.no_sync():
+            backward_run(X[:4], Y[:4])
+        backward_run(X[4:], Y[4:])
+        opt.step()
+        opt.zero_grad()
+json.dump({"w": model[0].weight.tolist(), "inside": inside_warnings,
+           "all": [str(w.message) for w in caught]}, open(f"rank{r}.json", "w"))
+"""
+
+
+def test_ddp_gradient_accumulation_compiled_as_eagerly(tmp_path, monkeypatch):
+    """The sync flag set inside a compiled step before each backward is the step's own (no new
+    trace); set around a compiled function (no_sync), each setting has its plan."""
+    runs = {}
+    for compiled in ("0", "1"):
+        monkeypatch.setenv("COMPILE", compiled)
+        code, output = torchrun(tmp_path, ACCUMULATION, 2)
+        assert code == 0, output
+        first, second = results(tmp_path, 2)
+        assert first["w"] == second["w"]
+        runs[compiled] = first
+    np.testing.assert_allclose(runs["1"]["w"], runs["0"]["w"], rtol=1e-12)
+    assert runs["1"]["inside"] == []
+    assert [m for m in runs["1"]["all"] if "traced again" in m] == [
+        m for m in runs["1"]["all"] if "require_backward_grad_sync" in m
+    ]
+
+
 UNUSED = """
 import json
 import torch

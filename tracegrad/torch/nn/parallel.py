@@ -15,7 +15,7 @@ from tracegrad.frontend.autodiff import queue_callback
 from tracegrad.frontend.device import require_cpu
 from tracegrad.frontend.functions import cat
 from tracegrad.frontend.tensor import Listeners, Tensor
-from tracegrad.frontend.tracer import watch
+from tracegrad.frontend.tracer import watch, watch_place
 from tracegrad.nn import Module
 from tracegrad.torch._support import file_module
 from tracegrad.torch._support import not_provided as _not_provided
@@ -173,8 +173,10 @@ class Reducer:
     def on_gradient(self, p: Tensor) -> None:
         ddp = self.ddp
         if p.grad.is_symbolic:  # a compiled step: the buckets' all-reduces are nodes of its plan
-            watch(("ddp sync", id(ddp)), "DistributedDataParallel.require_backward_grad_sync",
-                  lambda: ddp.require_backward_grad_sync)  # fmt: skip
+            # the module's own setting (a step may set it before each backward, as nanoGPT's
+            # gradient accumulation does: then it is the step's, not a guard)
+            watch_place(ddp, "require_backward_grad_sync",
+                        "DistributedDataParallel.require_backward_grad_sync")  # fmt: skip
             if ddp.require_backward_grad_sync:
                 if not self.traced:
                     queue_callback(self.finish_traced)
