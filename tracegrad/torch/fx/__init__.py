@@ -1,0 +1,46 @@
+"""`torch.fx`: PyTorch's tracer of modules and functions into graphs of Python calls, and the
+graphs themselves: `symbolic_trace`, `Tracer` (leaf modules, `call_module`), `Proxy`, `Graph`
+and `Node` (build, edit, `lint`, `eliminate_dead_code`, `print_tabular`), `GraphModule` (the
+graph's generated `forward`, `recompile`, `code`), `Interpreter` and `Transformer`, `wrap`.
+tracegrad's own compiler traces differently (`torch.compile`, `@tracegrad.trace`); FX graphs are
+what user code inspects and rewrites, and a GraphModule is a module like any (it compiles too).
+Not provided: `subgraph_rewriter`, the `passes` (`ShapeProp`, ...) and `experimental`'s tools
+beyond `proxy_tensor.get_proxy_mode`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tracegrad.torch._support import file_module
+from tracegrad.torch._support import not_provided as _not_provided
+from tracegrad.torch.fx.graph import Graph, PythonCode
+from tracegrad.torch.fx.graph_module import GraphModule
+from tracegrad.torch.fx.interpreter import Interpreter, Transformer
+from tracegrad.torch.fx.node import Node, map_arg
+from tracegrad.torch.fx.proxy import (
+    Attribute,
+    GraphAppendingTracer,
+    Proxy,
+    TraceError,
+    Tracer,
+    symbolic_trace,
+    wrap,
+)
+
+__all__ = ["Graph", "GraphModule", "Interpreter", "Node", "Proxy", "Tracer", "Transformer",
+           "symbolic_trace", "wrap"]  # fmt: skip
+
+_symbolic_trace = file_module(f"{__name__}._symbolic_trace", "`torch.fx._symbolic_trace`", {
+    "Tracer": Tracer, "symbolic_trace": symbolic_trace, "wrap": wrap,
+})  # fmt: skip
+experimental = file_module(f"{__name__}.experimental", "`torch.fx.experimental`", {})
+experimental.proxy_tensor = file_module(
+    f"{__name__}.experimental.proxy_tensor",
+    "`torch.fx.experimental.proxy_tensor`",
+    {"get_proxy_mode": lambda: None},  # no proxy-tensor tracing is ever under way
+)
+_ = (PythonCode, map_arg)  # (importable from here, as PyTorch's are)
+
+
+def __getattr__(name: str) -> Any:
+    raise _not_provided(__name__, name)
