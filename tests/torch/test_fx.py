@@ -160,8 +160,35 @@ def test_control_flow_on_a_traced_value_is_refused_unless_made_concrete():
         fx.symbolic_trace(f)
     gm = fx.symbolic_trace(f, concrete_args={"flag": True})
     assert gm(torch.tensor(3.0)).item() == 6.0
+
+
+def test_a_graph_built_with_proxies_by_hand():
+    """proxy_based_graph_creation.py: torch functions on proxies record nodes for as long as
+    the graph's tracer lives, and stop being wrapped after it."""
+    import gc
+
+    relu = torch.relu
+    graph = fx.Graph()
+    tracer = fx.proxy.GraphAppendingTracer(graph)
+    x, y = (fx.Proxy(graph.placeholder(n), tracer) for n in "xy")
+    out = torch.neg(torch.tanh(torch.cat([x, y])))
+    graph.output(out.node)
+    module = fx.GraphModule(torch.nn.Module(), graph)
+    assert "cat = torch.cat([x, y]);  x = y = None" in module.code
+    a, b = torch.randn(2), torch.randn(2)
+    np.testing.assert_allclose(module(a, b).numpy(), (-torch.tanh(torch.cat([a, b]))).numpy())
+    del tracer, x, y, out
+    gc.collect()
+    assert torch.relu is relu
     with pytest.raises(fx.proxy.TraceError, match="graph.call_function"):
-        torch.relu(fx.Proxy(fx.Graph().placeholder("x")))  # outside a trace
+        relu(fx.Proxy(fx.Graph().placeholder("z"), _no_tracer()))
+
+
+def _no_tracer():
+    """A tracer that keeps no patch alive (proxies reaching functions raise)."""
+    tracer = fx.Tracer()
+    tracer.graph = fx.Graph()
+    return tracer
 
 
 def test_a_graph_module_called_on_proxies_inlines_its_graph():

@@ -250,12 +250,15 @@ def _public_names() -> dict[int, str]:
     """The functions of `torch` and `torch.nn.functional` by identity, as generated code names
     them (`torch.relu`, `torch.nn.functional.linear`)."""
     torch = sys.modules["tracegrad.torch"]  # (loaded: fx is its submodule)
-    names: dict[int, str] = {}
-    for prefix, space in (("torch.nn.functional", torch.nn.functional), ("torch", torch)):
+    found: dict[int, tuple[str, bool]] = {}
+    for prefix, space in (("torch", torch), ("torch.nn.functional", torch.nn.functional)):
         for name, value in vars(space).items():
             if callable(value) and not isinstance(value, type) and not name.startswith("_"):
-                names[id(getattr(value, "__fx_original__", value))] = f"{prefix}.{name}"
-    return names
+                fn = getattr(value, "__fx_original__", value)
+                own = function_name(fn) == name  # `torch.cat`, not its alias `concatenate`
+                if id(fn) not in found or own and not found[id(fn)][1]:
+                    found[id(fn)] = (f"{prefix}.{name}", own)
+    return {key: name for key, (name, _) in found.items()}
 
 
 class _Codegen:

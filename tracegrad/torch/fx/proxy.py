@@ -3,10 +3,12 @@ it, and each operation on it (an operator, a method, a torch function, a leaf mo
 adds a node to the tracer's graph instead of computing.
 
 Python routes operators and method calls to the proxy by itself; functions (`torch.relu(x)`,
-`F.linear(x, w)`, `math.sqrt(n)`) are replaced, while a trace runs, by ones that add a node when
-a proxy is among their arguments, in `torch`, `torch.nn.functional`, `math` and the globals
-`wrap` names; a tensor's operators step aside for a proxy (`w @ x`); and `Module.__call__` asks
-the tracer whether the module is a leaf (`call_module`) or is traced through. A tensor the code
+`F.linear(x, w)`, `math.sqrt(n)`) are replaced, while a trace runs or a hand-built graph's
+tracer lives, by ones that add a node when a proxy is among their arguments (PyTorch's
+`__torch_function__` does it there), in `torch`, `torch.nn.functional`, `math` and the globals
+`wrap` names; a tensor's operators step aside for a proxy (`w @ x`); and, in a trace,
+`Module.__call__` asks the tracer whether the module is a leaf (`call_module`) or is traced
+through. A tensor the code
 reads (a parameter, a buffer) becomes a `get_attr` of its path in the root module, or a
 constant kept on the GraphModule."""
 
@@ -20,6 +22,7 @@ import math
 import operator
 import sys
 import types
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -265,57 +268,78 @@ class Tracer:
 
 
 class GraphAppendingTracer(Tracer):
-    """A tracer that adds to an existing graph (proxies made from its nodes)."""
+    """A tracer that adds to an existing graph: proxies made from its nodes record what torch
+    functions do to them for as long as it lives (a graph built by hand, `Transformer`)."""
 
     def __init__(self, graph: Graph) -> None:
         super().__init__()
         self.graph = graph
+        _FunctionPatch.acquire()
+        weakref.finalize(self, _FunctionPatch.release)
+
+
+class _FunctionPatch:
+    """The namespaces' functions made to record a node when a proxy is among their arguments,
+    and tensors' operators made to step aside for a proxy: installed while a trace runs or a
+    `GraphAppendingTracer` lives (counted), removed after the last. (Meanwhile every such call
+    looks through its arguments for proxies.)"""
+
+    SPACES = ("tracegrad", "tracegrad.torch", "tracegrad.nn.functional",
+              "tracegrad.torch.nn.functional", "math")  # fmt: skip
+    users = 0
+    undo: list[Callable[[], None]] = []
+
+    @classmethod
+    def acquire(cls) -> None:
+        if cls.users == 0:
+            for space in cls.SPACES:
+                module = sys.modules.get(space)
+                for name, value in list(vars(module).items()) if module else ():
+                    if _is_function(value):
+                        cls.undo.append(_replace(module, name, _recording(value)))
+            for name in _TENSOR_OPERATORS:
+                cls.undo.append(_replace(Tensor, name, _stepping_aside(getattr(Tensor, name))))
+        cls.users += 1
+
+    @classmethod
+    def release(cls) -> None:
+        cls.users -= 1
+        if cls.users == 0:
+            for undo in reversed(cls.undo):
+                undo()
+            cls.undo.clear()
+
+
+def _replace(owner: Any, name: str, value: Any) -> Callable[[], None]:
+    """Set `owner.name` (a module's or a class's own attribute); what puts the old one back."""
+    before = owner.__dict__[name] if name in owner.__dict__ else getattr(owner, name)
+    setattr(owner, name, value)
+    return lambda: setattr(owner, name, before)
 
 
 class _patched:
-    """While a trace runs: functions that record a node when a proxy is among their arguments,
-    tensors' operators that step aside for a proxy, and module calls through the tracer."""
-
-    SPACES = (
-        "tracegrad",
-        "tracegrad.torch",
-        "tracegrad.nn.functional",
-        "tracegrad.torch.nn.functional",
-        "math",
-    )
+    """While a trace runs: the functions' patch, the functions `wrap` named (and the tracer's
+    `autowrap_functions`) recording too, and module calls through the tracer."""
 
     def __init__(self, tracer: Tracer, fn: Callable) -> None:
         self.tracer, self.fn, self.undo = tracer, fn, []
 
     def __enter__(self) -> None:
         _TRACERS.append(self.tracer)
-        for space in self.SPACES:
-            module = sys.modules.get(space)
-            for name, value in list(vars(module).items()) if module else ():
-                if _is_function(value):
-                    self._set(module, name, _recording(value))
+        _FunctionPatch.acquire()
         for holder, name in _WRAPPED + [(getattr(self.fn, "__globals__", {}), f.__name__)
                                         for f in self.tracer.autowrap_functions]:  # fmt: skip
             if name in holder and callable(holder[name]):
-                self._set_item(holder, name, _recording(holder[name]))
-        for name in _TENSOR_OPERATORS:
-            self._set(Tensor, name, _stepping_aside(getattr(Tensor, name)))
-        self._set(Module, "__call__", _module_call(Module.__call__))
+                before = holder[name]
+                holder[name] = _recording(before)
+                self.undo.append(lambda h=holder, n=name, b=before: h.__setitem__(n, b))
+        self.undo.append(_replace(Module, "__call__", _module_call(Module.__call__)))
 
     def __exit__(self, *exc: Any) -> None:
         for undo in reversed(self.undo):
             undo()
+        _FunctionPatch.release()
         _TRACERS.pop()
-
-    def _set(self, owner: Any, name: str, value: Any) -> None:
-        before = owner.__dict__[name] if name in owner.__dict__ else getattr(owner, name)
-        setattr(owner, name, value)
-        self.undo.append(lambda: setattr(owner, name, before))
-
-    def _set_item(self, holder: dict, name: str, value: Any) -> None:
-        before = holder[name]
-        holder[name] = value
-        self.undo.append(lambda: holder.__setitem__(name, before))
 
 
 _TENSOR_OPERATORS = [f"__{p}{n}__" for n in ("add", "sub", "mul", "truediv", "floordiv", "mod",
@@ -333,8 +357,9 @@ def _is_function(value: Any) -> bool:
 def _recording(fn: Callable) -> Callable:
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
-        if _TRACERS and proxies_in((args, kwargs)):
-            return _TRACERS[-1].create_proxy("call_function", fn, args, kwargs)
+        found = proxies_in((args, kwargs)) if _FunctionPatch.users else ()
+        if found:  # recorded by the proxy's tracer (a trace's, or a hand-built graph's)
+            return found[0].tracer.create_proxy("call_function", fn, args, kwargs)
         return fn(*args, **kwargs)
 
     call.__fx_original__ = fn
