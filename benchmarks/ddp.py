@@ -18,13 +18,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
-MARK = "@@result "
-ONE_THREAD = {v: "1" for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-                               "NUMBA_NUM_THREADS")}  # fmt: skip
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from distributed import MARK, run  # noqa: E402 (one process per method, one thread each)
+
 MODELS = {"mlp": 512, "cnn": 64}  # global batch
 
 
@@ -97,12 +96,7 @@ def launch(python: str, on_tracegrad: bool, nproc: int, args: argparse.Namespace
     command = [python, *runner, "torch.distributed.run", "--standalone",
                f"--nproc_per_node={nproc}", os.path.abspath(__file__), "--rank", args.model,
                str(args.steps), str(int(compiled))]  # fmt: skip
-    env = {**os.environ, **ONE_THREAD}
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800)
-    for line in done.stdout.splitlines():
-        if line.startswith(MARK):
-            return json.loads(line[len(MARK) :])
-    raise RuntimeError(f"{' '.join(command)} failed:\n{done.stdout}\n{done.stderr}")
+    return run(command)
 
 
 def main() -> None:
