@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import textwrap
@@ -493,6 +494,14 @@ def test_init_process_group_says_what_is_missing(monkeypatch):
         torch.distributed.init_process_group("mpi")
     with pytest.raises(ValueError, match="has not been initialized"):
         torch.distributed.get_rank()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(RuntimeError, match=f"cannot listen at port {port}.*MASTER_PORT"):
+            torch.distributed.init_process_group(
+                "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=2
+            )
     assert not torch.distributed.is_initialized()
 
 

@@ -132,7 +132,12 @@ def rendezvous(rank: int, size: int, host: str, port: int, timeout: float) -> di
     deadline = time.time() + timeout
     what = f"init_process_group (rank {rank} of {size}, master {host}:{port})"
     if rank == 0:
-        master = _listener("", port)
+        try:
+            master = _listener("", port)
+        except OSError as e:
+            raise RuntimeError(f"{what}: rank 0 cannot listen at port {port} ({e}): another job "
+                               "uses it; set MASTER_PORT (torchrun --master_port) to a free "
+                               "one, or use --standalone") from e  # fmt: skip
         master.settimeout(timeout)
         peers, table = {}, {}
         try:
