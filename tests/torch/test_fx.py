@@ -208,3 +208,28 @@ def test_a_graph_module_called_on_proxies_inlines_its_graph():
     x, y = torch.randn(2, 3), torch.randn(2, 3)
     np.testing.assert_allclose(traced(x, y).numpy(),
                                F.leaky_relu(torch.cat([x, y])).numpy())  # fmt: skip
+
+
+def test_what_torchvisions_feature_extractor_builds_on():
+    """torchvision's `create_feature_extractor` subclasses GraphModule, skips its __init__,
+    copies the root's objects with `_copy_attr` and swaps graphs with train/eval."""
+    from tracegrad.torch.fx.graph_module import _copy_attr
+
+    model = Net()
+    train_graph, eval_graph = fx.Tracer().trace(model), fx.Tracer().trace(model)
+
+    class Dual(fx.GraphModule):
+        def __init__(self, root, train_graph, eval_graph):
+            super(fx.GraphModule, self).__init__()
+            for node in (*train_graph.nodes, *eval_graph.nodes):
+                if node.op in ("get_attr", "call_module"):
+                    _copy_attr(root, self, node.target)
+            self.train_graph, self.eval_graph = train_graph, eval_graph
+            self.graph = train_graph
+
+    dual = Dual(model, train_graph, eval_graph)
+    assert getattr(dual.block, "1").weight is model.block[1].weight and "shift" in dual._buffers
+    x = torch.randn(2, 4)
+    np.testing.assert_allclose(dual(x)[0].numpy(), model(x)[0].numpy(), rtol=1e-6)
+    dual.graph = eval_graph
+    np.testing.assert_allclose(dual(x)[1].numpy(), model(x)[1].numpy(), rtol=1e-6)

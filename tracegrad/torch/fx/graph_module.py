@@ -28,12 +28,11 @@ class GraphModule(Module):
         named = [n.target for n in graph.nodes if n.op in ("get_attr", "call_module")]
         for path in dict.fromkeys(named):
             if constants and path in constants:
-                value = constants[path]
+                _install(self, path, constants[path])
             elif isinstance(root, dict):
-                value = root[path]
+                _install(self, path, root[path])
             else:
-                value = _fetch(root, path)
-            _install(self, path, value, _is_buffer(root, path))
+                _copy_attr(root, self, path)
         self.graph = graph
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -122,26 +121,44 @@ def _fetch(root: Any, path: str) -> Any:
     return value
 
 
-def _is_buffer(root: Any, path: str) -> bool:
-    if not isinstance(root, Module):
-        return False
-    *parents, last = path.split(".")
-    try:
-        owner = _fetch(root, ".".join(parents)) if parents else root
-    except AttributeError:
-        return False
-    return isinstance(owner, Module) and last in owner._buffers
+def _copy_attr(from_module: Module, to_module: Module, target: str) -> None:
+    """Put `from_module`'s object at `target` at the same path below `to_module` (a buffer as a
+    buffer), making plain modules for the parents it lacks (PyTorch's helper: torchvision's
+    feature extractor calls it)."""
+    *parents, last = target.split(".")
+    for part in parents:
+        source, made = getattr(from_module, part), getattr(to_module, part, None)
+        if source is made:
+            return
+        if made is None:
+            made = Module()
+            setattr(to_module, part, made)
+        from_module, to_module = source, made
+    value = _fetch(from_module, last)
+    if isinstance(value, Tensor) and not isinstance(value, Parameter) and isinstance(
+        from_module, Module) and last in from_module._buffers:  # fmt: skip
+        to_module.register_buffer(last, value)
+    else:
+        setattr(to_module, last, value)
 
 
-def _install(into: Module, path: str, value: Any, buffer: bool) -> None:
-    """Put `value` at `path` below `into`, making plain modules for the parents it lacks."""
+def _install(into: Module, path: str, value: Any) -> None:
+    """Put `value` (a constant of the trace, or a dict root's entry) at `path` below `into`."""
     *parents, last = path.split(".")
     owner = into
     for part in parents:
         if not hasattr(owner, part):
             setattr(owner, part, Module())
         owner = getattr(owner, part)
-    if buffer and isinstance(value, Tensor) and not isinstance(value, Parameter):
-        owner.register_buffer(last, value)
-    else:
-        setattr(owner, last, value)
+    setattr(owner, last, value)
+
+
+class _CodeOnlyModule(Module):
+    """A module that is only its attributes (`body`): what a GraphModule's copy starts from."""
+
+    def __init__(self, body: dict) -> None:
+        super().__init__()
+        self.__dict__ = body
+
+
+_USER_PRESERVED_ATTRIBUTES_KEY = "_user_preserved_attributes"
