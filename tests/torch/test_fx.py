@@ -233,3 +233,16 @@ def test_what_torchvisions_feature_extractor_builds_on():
     np.testing.assert_allclose(dual(x)[0].numpy(), model(x)[0].numpy(), rtol=1e-6)
     dual.graph = eval_graph
     np.testing.assert_allclose(dual(x)[1].numpy(), model(x)[1].numpy(), rtol=1e-6)
+
+
+def test_shape_propagation_records_each_nodes_tensor():
+    from tracegrad.torch.fx.passes.shape_prop import ShapeProp
+
+    gm = fx.symbolic_trace(Net())
+    ShapeProp(gm).propagate(torch.randn(3, 4))
+    meta = {n.name: n.meta.get("tensor_meta") for n in gm.graph.nodes}
+    assert meta["lin"].shape == (3, 6) and meta["lin"].dtype == torch.float32
+    assert meta["lin"].stride == (6, 1)
+    chunk = next(n for n in gm.graph.nodes if n.target == "chunk")
+    assert [m.shape for m in chunk.meta["tensor_meta"]] == [(3, 3), (3, 3)]
+    assert meta["output"][1].shape == (3, 2)

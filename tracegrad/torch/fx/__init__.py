@@ -4,8 +4,9 @@ and `Node` (build, edit, `lint`, `eliminate_dead_code`, `print_tabular`), `Graph
 graph's generated `forward`, `recompile`, `code`), `Interpreter` and `Transformer`, `wrap`.
 tracegrad's own compiler traces differently (`torch.compile`, `@tracegrad.trace`); FX graphs are
 what user code inspects and rewrites, and a GraphModule is a module like any (it compiles too).
-Not provided: `subgraph_rewriter`, the `passes` (`ShapeProp`, ...) and `experimental`'s tools
-beyond `proxy_tensor.get_proxy_mode`."""
+`passes.shape_prop.ShapeProp` records each node's tensor metadata. Not provided:
+`subgraph_rewriter`, the other passes, and `experimental`'s tools beyond
+`proxy_tensor.get_proxy_mode`."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 
 from tracegrad.torch._support import file_module
 from tracegrad.torch._support import not_provided as _not_provided
+from tracegrad.torch.fx import passes
 from tracegrad.torch.fx.graph import Graph, PythonCode
 from tracegrad.torch.fx.graph_module import GraphModule
 from tracegrad.torch.fx.interpreter import Interpreter, Transformer
@@ -39,7 +41,7 @@ experimental.proxy_tensor = file_module(
     "`torch.fx.experimental.proxy_tensor`",
     {"get_proxy_mode": lambda: None},  # no proxy-tensor tracing is ever under way
 )
-_ = (PythonCode, map_arg)  # (importable from here, as PyTorch's are)
+_ = (PythonCode, map_arg, passes)  # (importable from here, as PyTorch's are)
 
 
 def __getattr__(name: str) -> Any:
