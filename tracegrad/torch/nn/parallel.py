@@ -61,7 +61,7 @@ class DistributedDataParallel(Module):
     buffers; each backward leaves every rank's `.grad` the mean over ranks. Eagerly, gradients
     go in buckets (in the reverse order of `parameters()`, as backward delivers them) whose
     all-reduce starts as soon as the bucket is complete, overlapping the rest of backward, and
-    backward waits for them at its end; inside a compiled step each gradient's all-reduce is a
+    backward waits for them at its end; inside a compiled step each bucket's all-reduce is a
     node of the plan. `no_sync()` (or `require_backward_grad_sync = False`) accumulates locally.
     A parameter no rank used keeps `grad` None; one some ranks used gets the mean over all."""
 
@@ -124,7 +124,8 @@ class DistributedDataParallel(Module):
 
     @contextlib.contextmanager
     def join(self, *args: Any, **kwargs: Any) -> Iterator[None]:
-        """Uneven inputs are not handled: every rank must run the same number of steps."""
+        """Uneven inputs are not handled: every rank must run the same number of steps (a rank
+        that ends early closes its sockets, and the others' next collective raises, naming it)."""
         yield
 
     @contextlib.contextmanager
