@@ -246,3 +246,28 @@ def test_shape_propagation_records_each_nodes_tensor():
     chunk = next(n for n in gm.graph.nodes if n.target == "chunk")
     assert [m.shape for m in chunk.meta["tensor_meta"]] == [(3, 3), (3, 3)]
     assert meta["output"][1].shape == (3, 2)
+
+
+def test_replace_pattern_rewrites_each_occurrence():
+    """subgraph_rewriter_basic_use.py: neg-then-cat-then-sum becomes a stack, twice."""
+
+    class M(torch.nn.Module):
+        def forward(self, x, w1, w2):
+            m1 = torch.cat([torch.neg(w1), w2]).sum()
+            m2 = torch.cat([torch.neg(w1), w2]).sum()
+            return x + torch.max(m1) + torch.max(m2)
+
+    def pattern(a1, a2):
+        return torch.cat([torch.neg(a1), a2]).sum()
+
+    def replacement(w1, w2):
+        return torch.stack([w1, w2])
+
+    traced = fx.symbolic_trace(M())
+    matches = fx.replace_pattern(traced, pattern, replacement)
+    assert len(matches) == 2 and all(m.anchor.target == "sum" for m in matches)
+    assert traced.code.count("torch.stack([w1, w2])") == 2 and "neg" not in traced.code
+    x, w1, w2 = torch.randn(3), torch.randn(2), torch.randn(2)
+    np.testing.assert_allclose(traced(x, w1, w2).numpy(),
+                               (x + 2 * torch.max(torch.stack([w1, w2]))).numpy())  # fmt: skip
+    traced.graph.lint()

@@ -4,9 +4,9 @@ and `Node` (build, edit, `lint`, `eliminate_dead_code`, `print_tabular`), `Graph
 graph's generated `forward`, `recompile`, `code`), `Interpreter` and `Transformer`, `wrap`.
 tracegrad's own compiler traces differently (`torch.compile`, `@tracegrad.trace`); FX graphs are
 what user code inspects and rewrites, and a GraphModule is a module like any (it compiles too).
-`passes.shape_prop.ShapeProp` records each node's tensor metadata. Not provided:
-`subgraph_rewriter`, the other passes, and `experimental`'s tools beyond
-`proxy_tensor.get_proxy_mode`."""
+`passes.shape_prop.ShapeProp` records each node's tensor metadata, and
+`subgraph_rewriter.replace_pattern` rewrites a pattern's occurrences. Not provided: the other
+passes, and `experimental`'s tools beyond `proxy_tensor.get_proxy_mode`."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 
 from tracegrad.torch._support import file_module
 from tracegrad.torch._support import not_provided as _not_provided
-from tracegrad.torch.fx import passes
+from tracegrad.torch.fx import passes, subgraph_rewriter
 from tracegrad.torch.fx.graph import Graph, PythonCode
 from tracegrad.torch.fx.graph_module import GraphModule
 from tracegrad.torch.fx.interpreter import Interpreter, Transformer
@@ -35,13 +35,14 @@ __all__ = ["Graph", "GraphModule", "Interpreter", "Node", "Proxy", "Tracer", "Tr
 _symbolic_trace = file_module(f"{__name__}._symbolic_trace", "`torch.fx._symbolic_trace`", {
     "Tracer": Tracer, "symbolic_trace": symbolic_trace, "wrap": wrap,
 })  # fmt: skip
+replace_pattern = subgraph_rewriter.replace_pattern
 experimental = file_module(f"{__name__}.experimental", "`torch.fx.experimental`", {})
 experimental.proxy_tensor = file_module(
     f"{__name__}.experimental.proxy_tensor",
     "`torch.fx.experimental.proxy_tensor`",
     {"get_proxy_mode": lambda: None},  # no proxy-tensor tracing is ever under way
 )
-_ = (PythonCode, map_arg, passes)  # (importable from here, as PyTorch's are)
+_ = (PythonCode, map_arg, passes, subgraph_rewriter)  # (importable from here, as PyTorch's are)
 
 
 def __getattr__(name: str) -> Any:
