@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from tracegrad.core import primitives as P
-from tracegrad.core.ops.collectives import wait_request
+from tracegrad.core.ops.collectives import group_ranks, wait_request
 from tracegrad.frontend.autodiff import no_grad
 from tracegrad.frontend.tensor import Tensor
 
@@ -87,6 +87,15 @@ def rank() -> int:
 
 def world_size() -> int:
     return _world().Get_size()
+
+
+def job_place() -> tuple[int, int] | None:
+    """(rank, size) of this process in its job: torch.distributed's process group if one is
+    made, else MPI's world if `init()` ran, else None."""
+    found = group_ranks()
+    if found is not None:
+        return found
+    return (rank(), world_size()) if is_initialized() else None
 
 
 def broadcast_parameters(

@@ -391,6 +391,54 @@ def test_ddp_gradient_accumulation_compiled_as_eagerly(tmp_path, monkeypatch):
     ]
 
 
+SYNC_BN = """
+import json, os
+import numpy as np
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+r, n = dist.get_rank(), dist.get_world_size()
+data = np.random.default_rng(0).standard_normal((8, 3, 4, 4))
+scale = torch.tensor(np.random.default_rng(1).standard_normal((8, 3, 4, 4)))
+# every rank's own part, then the whole batch in one batch norm (its gradient the reference)
+sync = torch.nn.SyncBatchNorm(3).double()
+alone = torch.nn.BatchNorm2d(3).double()
+with torch.no_grad():
+    for m in (sync, alone):
+        m.weight.copy_(torch.tensor([1.0, 2.0, -1.0]))
+        m.bias.copy_(torch.tensor([0.5, 0.0, 1.0]))
+step = torch.compile(lambda m, x, s: (m(x) * s).sum()) if os.environ["COMPILE"] == "1" else (
+    lambda m, x, s: (m(x) * s).sum())
+mine = torch.tensor(data[r::n]).requires_grad_()
+loss = step(sync, mine, scale[r::n])
+loss.backward()
+whole = torch.tensor(data).requires_grad_()
+(alone(whole) * scale).sum().backward()
+weight_grad = sync.weight.grad.clone()
+dist.all_reduce(weight_grad)
+json.dump({
+    "x_grad": float((mine.grad - whole.grad[r::n]).abs().max()),
+    "out": float((sync(mine).detach() - alone(whole).detach()[r::n]).abs().max()),
+    "weight_grad": float((weight_grad - alone.weight.grad).abs().max()),
+    "running": float((sync.running_var - alone.running_var).abs().max()
+                     + (sync.running_mean - alone.running_mean).abs().max()),
+}, open(f"rank{r}.json", "w"))
+"""
+
+
+@pytest.mark.parametrize("compiled", ["0", "1"], ids=["eager", "compiled"])
+def test_sync_batch_norm_on_two_ranks_is_batch_norm_of_the_whole_batch(tmp_path, monkeypatch,
+                                                                       compiled):  # fmt: skip
+    """Outputs, input gradients (through the all-reduces) and running statistics equal one
+    batch norm over both ranks' samples; the weight's gradients sum to its."""
+    monkeypatch.setenv("COMPILE", compiled)
+    code, output = torchrun(tmp_path, SYNC_BN, 2)
+    assert code == 0, output
+    for got in results(tmp_path, 2):
+        assert max(got.values()) < 1e-12, got
+
+
 UNUSED = """
 import json
 import torch

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from tracegrad import distributed
+from tracegrad.core import primitives as P
 from tracegrad.core.errors import ShapeError
 from tracegrad.core.primitives import where
 from tracegrad.frontend.functions import broadcast_to, cat, permute, reshape, unflatten
@@ -623,9 +624,12 @@ class BatchNorm3d(_BatchNorm):
 
 
 class SyncBatchNorm(_BatchNorm):
-    """Batch norm whose statistics PyTorch gathers across DDP's processes. In one process it is
-    batch norm of any rank; across tracegrad.distributed's processes it refuses (each would
-    normalize by its own part of the batch)."""
+    """Batch norm whose statistics are those of every rank's batch together: in training across
+    the ranks of a job (torch.distributed's group, or tracegrad.distributed's MPI world), the
+    channels' sums and counts, then their squared deviations from the mean over all ranks, are
+    all-reduced (differentiably: each rank's gradient is that of the whole batch's
+    normalization; inside a compiled step, nodes of the plan). Alone, it is batch norm. (PyTorch
+    refuses it on the CPU.)"""
 
     ndims = (2, 3, 4, 5)
 
@@ -635,12 +639,36 @@ class SyncBatchNorm(_BatchNorm):
         super().__init__(num_features, eps, momentum, affine, track_running_stats)
 
     def forward(self, x: Tensor) -> Tensor:
-        if distributed.is_initialized() and distributed.world_size() > 1:
-            raise NotImplementedError(
-                "SyncBatchNorm: statistics across tracegrad.distributed's processes are not "
-                "provided; use BatchNorm (each process normalizes by its own batch)"
-            )
-        return super().forward(x)
+        place = distributed.job_place()
+        if not self.training or place is None or place[1] == 1:
+            return super().forward(x)
+        if x.ndim not in self.ndims:
+            raise ValueError(f"SyncBatchNorm: expected a {self.ndims}-d input, got {x.shape}")
+        axes = (0, *range(2, x.ndim))
+        per_channel = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+        local = x.sum(dim=axes)
+        count = Tensor._of(np.full(1, x.numel() // x.shape[1], x._value.dtype))
+        totals = P.allreduce(cat([local, count]), op="sum", timeout=None)
+        n = totals[-1]
+        mean = totals[:-1] / n
+        centered = x - mean.reshape(per_channel)
+        var = P.allreduce((centered * centered).sum(dim=axes), op="sum", timeout=None) / n
+        y = centered / (var.reshape(per_channel) + self.eps).sqrt()
+        if self.affine:
+            y = y * self.weight.reshape(per_channel) + self.bias.reshape(per_channel)
+        if self.track_running_stats:
+            self._track(mean.detach(), (var * n / (n - 1)).detach())
+        return y
+
+    def _track(self, mean: Tensor, unbiased_var: Tensor) -> None:
+        """The running statistics, as batch norm's: by `momentum`, or a cumulative average."""
+        count = self.num_batches_tracked
+        count._assign(count + 1)
+        m = self.momentum
+        if m is None:
+            m = (1.0 / count.astype(np.float64)).astype(self.running_mean.dtype)
+        self.running_mean._assign(self.running_mean * (1 - m) + mean * m)
+        self.running_var._assign(self.running_var * (1 - m) + unbiased_var * m)
 
     @classmethod
     def convert_sync_batchnorm(cls, module: Module, process_group: Any = None) -> Module:

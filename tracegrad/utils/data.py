@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 
 from tracegrad import distributed
-from tracegrad.core.ops.collectives import group_ranks
 from tracegrad.frontend import creation, functions
 from tracegrad.frontend.random import Generator
 from tracegrad.frontend.tensor import Tensor
@@ -364,14 +363,12 @@ class DistributedSampler(Sampler):
 def _job_place() -> tuple[int, int]:
     """This process's rank and the number of ranks: torch.distributed's process group's, else
     tracegrad.distributed's (MPI)."""
-    found = group_ranks()
-    if found is not None:
-        return found
-    if not distributed.is_initialized():
+    found = distributed.job_place()
+    if found is None:
         raise RuntimeError("DistributedSampler: give num_replicas and rank, or call "
                            "torch.distributed.init_process_group (or tracegrad.distributed.init) "
                            "first")  # fmt: skip
-    return distributed.rank(), distributed.world_size()
+    return found
 
 
 class _InfiniteConstantSampler(Sampler):
