@@ -42,8 +42,8 @@ REDUCTIONS: dict[str, Callable[..., Any]] = {
 
 class Work:
     """An operation submitted to the group: `wait()` returns once it is done on this rank (and
-    raises its error, if it failed); `is_completed()` asks without waiting. `Test()` is the
-    question MPI's requests answer, so a step's traced all-reduce polls either alike."""
+    raises its error, if it failed); `is_completed()` asks without waiting (a step's traced
+    all-reduce, `wait_request`, tells it from MPI's requests by that)."""
 
     def __init__(self, what: str) -> None:
         self.what, self.error = what, None
@@ -56,11 +56,6 @@ class Work:
         self._done.set()
 
     def is_completed(self) -> bool:
-        return self._done.is_set()
-
-    def Test(self) -> bool:  # noqa: N802 (mpi4py's name)
-        if self._done.is_set() and self.error is not None:
-            raise self.error
         return self._done.is_set()
 
     def wait(self, timeout: float | None = None) -> bool:
