@@ -17,6 +17,7 @@ from tracegrad.frontend.functions import cat
 from tracegrad.frontend.tensor import Listeners, Tensor
 from tracegrad.frontend.tracer import watch, watch_place
 from tracegrad.nn import Module
+from tracegrad.torch import distributed as dist
 from tracegrad.torch._support import file_module
 from tracegrad.torch._support import not_provided as _not_provided
 
@@ -72,8 +73,6 @@ class DistributedDataParallel(Module):
                  gradient_as_bucket_view: bool = False, static_graph: bool = False,
                  **kwargs: Any) -> None:  # fmt: skip
         super().__init__()
-        from tracegrad.torch import distributed as dist
-
         _no_gpus(device_ids, "DistributedDataParallel")
         if not dist.is_initialized():
             raise ValueError(
@@ -100,8 +99,6 @@ class DistributedDataParallel(Module):
     def _sync_buffers(self) -> None:
         """Rank 0's buffers (batch norm's running statistics) to every rank. In a compiled step,
         as an all-reduce of rank 0's values and zeros elsewhere (a node of the plan)."""
-        from tracegrad.torch import distributed as dist
-
         if not Listeners.tracers:
             for b in self.module.buffers():
                 dist.broadcast(b.detach(), 0)
