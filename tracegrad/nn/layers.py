@@ -600,12 +600,18 @@ class _BatchNorm(Module):
         momentum = self.momentum
         use_batch = self.training or self.running_mean is None
         if self.training and self.track_running_stats:
-            count = self.num_batches_tracked
-            count._assign(count + 1)
-            if momentum is None:  # a cumulative average: from the count, a tensor when traced
-                momentum = (1.0 / count.astype(np.float64)).astype(self.running_mean.dtype)
+            momentum = self._count_batch()
         return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
                             use_batch, 0.0 if momentum is None else momentum, self.eps)  # fmt: skip
+
+    def _count_batch(self) -> Any:
+        """Count a training batch; the momentum of this update: `momentum`, or a cumulative
+        average's, from the count (a tensor when traced)."""
+        count = self.num_batches_tracked
+        count._assign(count + 1)
+        if self.momentum is None:
+            return (1.0 / count.astype(np.float64)).astype(self.running_mean.dtype)
+        return self.momentum
 
     def extra_repr(self) -> str:
         return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
@@ -661,12 +667,8 @@ class SyncBatchNorm(_BatchNorm):
         return y
 
     def _track(self, mean: Tensor, unbiased_var: Tensor) -> None:
-        """The running statistics, as batch norm's: by `momentum`, or a cumulative average."""
-        count = self.num_batches_tracked
-        count._assign(count + 1)
-        m = self.momentum
-        if m is None:
-            m = (1.0 / count.astype(np.float64)).astype(self.running_mean.dtype)
+        """The running statistics, as batch norm's."""
+        m = self._count_batch()
         self.running_mean._assign(self.running_mean * (1 - m) + mean * m)
         self.running_var._assign(self.running_var * (1 - m) + unbiased_var * m)
 
