@@ -534,10 +534,10 @@ def all_gather_object(object_list: list[Any], obj: Any, group: Any = None) -> No
     mine = _pickled(obj)
     sizes = np.zeros((world.size, 1), np.int64)
     sizes[world.rank] = mine.size
-    world.submit("all_gather_object", lambda n: world.all_gather(list(sizes), n)).wait()
+    _run("all_gather_object", lambda n: world.all_gather(list(sizes), n), False)
     blocks = np.zeros((world.size, int(sizes.max())), np.uint8)
     blocks[world.rank, : mine.size] = mine
-    world.submit("all_gather_object", lambda n: world.all_gather(list(blocks), n)).wait()
+    _run("all_gather_object", lambda n: world.all_gather(list(blocks), n), False)
     pairs = zip(blocks, sizes[:, 0], strict=True)
     object_list[:] = [pickle.loads(b[: int(s)].tobytes()) for b, s in pairs]
 
@@ -556,9 +556,9 @@ def broadcast_object_list(object_list: list[Any], src: int = 0, group: Any = Non
     world = _world(group)
     data = _pickled(list(object_list)) if world.rank == src else None
     size = np.array([0 if data is None else data.size], np.int64)
-    world.submit("broadcast_object_list", lambda n: world.broadcast(size, src, n)).wait()
+    _run("broadcast_object_list", lambda n: world.broadcast(size, src, n), False)
     buf = data.copy() if data is not None else np.empty(int(size[0]), np.uint8)
-    world.submit("broadcast_object_list", lambda n: world.broadcast(buf, src, n)).wait()
+    _run("broadcast_object_list", lambda n: world.broadcast(buf, src, n), False)
     object_list[:] = pickle.loads(buf.tobytes())
 
 
