@@ -18,7 +18,8 @@ MODULES = ["torch._C", "torch.library", "torch._custom_ops", "torch.utils.model_
            "torch.backends.cpu", "torch.backends.mkldnn", "torch.utils.dlpack",
            "torch.autograd.forward_ad", "torch._subclasses.fake_tensor", "torch.profiler",
            "torch.fx.experimental.proxy_tensor", "torch.overrides", "torch.autograd.profiler",
-           "torch.utils.flop_counter", "torch.nn.parallel.distributed"]  # fmt: skip
+           "torch.utils.flop_counter", "torch.nn.parallel.distributed",
+           "torch.utils.data._utils.collate", "torch.utils.data._utils.worker"]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -56,6 +56,8 @@ BATCHES = {
                                                                       "n": {"k": 2}}],
     "ordered dicts": lambda t: [collections.OrderedDict(a=1), collections.OrderedDict(a=2)],
     "namedtuples": lambda t: [Point(1, 2.0), Point(3, 4.0)],
+    "numpy strings": lambda t: [np.str_("a"), np.str_("b")],
+    "numpy float64 scalars": lambda t: [np.float64(1.5), np.float64(2)],
 }  # fmt: skip
 
 
@@ -76,11 +78,62 @@ def test_default_collate_makes_pytorchs_dtypes_and_structure():
     assert data.default_collate([1, 2.5]).dtype == np.float32  # as torch.tensor([1, 2.5])
     assert data.default_collate([np.float32(1), np.float32(2)]).dtype == np.float32
     batch = data.default_collate([(tg.tensor([1.0]), 1, "a"), (tg.tensor([2.0]), 2, "b")])
-    assert type(batch) is list and batch[0].shape == (2, 1) and batch[2] == ["a", "b"]
+    assert type(batch) is list and batch[0].shape == (2, 1) and batch[2] == ("a", "b")  # as PyTorch
     point = data.default_collate([Point(1, 2.0), Point(3, 4.0)])
     assert type(point) is Point and point.x.tolist() == [1, 3] and point.y.dtype == np.float64
     nested = data.default_collate([{"a": {"b": [1, 2]}}, {"a": {"b": [3, 4]}}])
     assert [t.tolist() for t in nested["a"]["b"]] == [[1, 3], [2, 4]]
+
+
+class Box:
+    def __init__(self, v):
+        self.v = v
+
+
+def box_collate(batch, *, collate_fn_map=None):
+    return sum(b.v for b in batch)
+
+
+@pytest.mark.parametrize("kind", ["exact", "subclass"])
+def test_collate_with_an_extended_map_matches_pytorch(kind):
+    """Custom collates add their types to `default_collate_fn_map` (PyTorch 1.13's API)."""
+    torch = torch_or_skip()
+    from torch.utils.data._utils.collate import collate as theirs_collate
+    from torch.utils.data._utils.collate import default_collate_fn_map as theirs_map
+
+    import tracegrad.torch as tgt
+
+    cls = Box if kind == "exact" else type("SubBox", (Box,), {})
+    ours_map = {**tgt.utils.data._utils.collate.default_collate_fn_map, Box: box_collate}
+    batch = lambda t: [{"b": (cls(1), t(X[0]))}, {"b": (cls(2), t(X[1]))}]  # noqa: E731
+    ours = tgt.utils.data._utils.collate.collate(batch(tg.tensor), collate_fn_map=ours_map)
+    theirs = theirs_collate(batch(torch.tensor), collate_fn_map={**theirs_map, Box: box_collate})
+    assert plain(ours) == plain(theirs) == ("dict", {"b": ("list", [3, plain(ours["b"][1])])})
+
+
+def test_stack_dataset_matches_pytorch():
+    torch = torch_or_skip()
+    from torch.utils.data import DataLoader as TheirLoader
+    from torch.utils.data import StackDataset as Theirs
+
+    def batches(stack, loader, t, named):
+        parts = (data.TensorDataset(t(X)), list("abcdefghij"))
+        ds = stack(x=parts[0], y=parts[1]) if named else stack(*parts)
+        return [plain(b) for b in loader(ds, batch_size=4)] + [plain(ds[3]), len(ds)]
+
+    for named in (False, True):
+        ours = batches(data.StackDataset, data.DataLoader, tg.tensor, named)
+        assert ours == batches(Theirs, TheirLoader, torch.tensor, named)
+        assert isinstance(ours[-2][1], dict) == named
+
+
+def test_stack_dataset_refuses_what_pytorch_refuses():
+    with pytest.raises(ValueError, match="size mismatch"):
+        data.StackDataset(X, Y[:3])
+    with pytest.raises(ValueError, match="not both"):
+        data.StackDataset(X, y=Y)
+    with pytest.raises(ValueError, match="at least one"):
+        data.StackDataset()
 
 
 def test_default_collate_keeps_the_gradient_of_stacked_tensors():

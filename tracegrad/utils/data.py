@@ -36,7 +36,8 @@ __all__ = [
     "BatchSampler", "ChainDataset", "ConcatDataset", "DataLoader", "Dataset",
     "DistributedSampler", "IterableDataset",
     "RandomSampler", "Sampler", "SequentialSampler", "Subset", "SubsetRandomSampler",
-    "TensorDataset", "WeightedRandomSampler", "default_collate", "default_convert",
+    "StackDataset", "TensorDataset", "WeightedRandomSampler", "collate", "default_collate",
+    "default_collate_fn_map", "default_convert",
     "get_worker_info", "random_split",
 ]  # fmt: skip
 
@@ -87,6 +88,39 @@ class TensorDataset(Dataset):
 
     def __len__(self) -> int:
         return len(self.tensors[0])
+
+
+class StackDataset(Dataset):
+    """Sample i is (d[i] for each dataset), or {name: d[i]} for datasets given by keyword:
+    datasets of one length, as PyTorch's (inputs and targets kept apart, zipped by index)."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        if args and kwargs:
+            raise ValueError("StackDataset: give the datasets by position (tuple samples) or by "
+                             "keyword (dict samples), not both")  # fmt: skip
+        if not (args or kwargs):
+            raise ValueError("StackDataset: at least one dataset should be passed")
+        self.datasets = args or kwargs
+        sizes = [len(d) for d in (args or kwargs.values())]
+        if len(set(sizes)) > 1:
+            raise ValueError(f"StackDataset: size mismatch between datasets, lengths {sizes}")
+        self._length = sizes[0]
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(self.datasets, dict):
+            return {key: d[index] for key, d in self.datasets.items()}
+        return tuple(d[index] for d in self.datasets)
+
+    def __getitems__(self, indices: list[int]) -> list:
+        """Each dataset's samples fetched at once where it can (`__getitems__`)."""
+        named = self.datasets if isinstance(self.datasets, dict) else dict(enumerate(self.datasets))
+        columns = {key: _fetch(d, indices) for key, d in named.items()}
+        if isinstance(self.datasets, dict):
+            return [{key: c[i] for key, c in columns.items()} for i in range(len(indices))]
+        return list(zip(*columns.values(), strict=True))
+
+    def __len__(self) -> int:
+        return self._length
 
 
 class Subset(Dataset):
@@ -389,34 +423,74 @@ _COLLATE_ERROR = (
 )
 
 
-def default_collate(batch: Sequence[Any]) -> Any:
-    """PyTorch's: stack tensors and ndarrays (keeping their dtype), make ints int64 and floats
-    float64 tensors (bools bool), keep strings as a list, and collate the fields of dicts,
-    namedtuples, tuples and lists one by one (a tuple's fields come back as a list)."""
-    elem = batch[0]
-    if isinstance(elem, Tensor):
-        return functions.stack(list(batch))
-    if isinstance(elem, np.ndarray | np.generic) and not isinstance(elem, str | bytes):
-        if elem.dtype.kind in "USO":
-            raise TypeError(_COLLATE_ERROR.format(elem.dtype))
-        return Tensor._of(np.stack(batch))
-    if isinstance(elem, float):
-        return Tensor._of(np.array(batch, np.float64))
-    if isinstance(elem, int):  # bools too; as torch.tensor(batch): bool, int64 or float32
-        data = np.array(batch)
-        return Tensor._of(data.astype({"b": bool, "f": np.float32}.get(data.dtype.kind, np.int64)))
-    if isinstance(elem, str | bytes):
-        return list(batch)
+def collate(batch: Sequence[Any], *, collate_fn_map: dict[type | tuple, Callable] | None = None
+            ) -> Any:  # fmt: skip
+    """PyTorch's general collation: the function `collate_fn_map` keeps for the first sample's
+    type (or a base of it) collates the batch; else dicts, namedtuples, tuples and lists are
+    collated field by field (a tuple's fields come back as a list, strings in a field as a
+    tuple). Custom collates extend
+    `default_collate_fn_map` with their own types."""
+    elem, known = batch[0], collate_fn_map or {}
+    if type(elem) in known:
+        return known[type(elem)](batch, collate_fn_map=collate_fn_map)
+    for kind, collate_fn in known.items():
+        if isinstance(elem, kind):
+            return collate_fn(batch, collate_fn_map=collate_fn_map)
     if isinstance(elem, Mapping):
-        return _like(elem, {key: default_collate([d[key] for d in batch]) for key in elem})
-    if isinstance(elem, tuple) and hasattr(elem, "_fields"):  # a namedtuple
-        return type(elem)(*(default_collate(field) for field in zip(*batch, strict=True)))
+        return _like(elem, {key: collate([d[key] for d in batch], collate_fn_map=collate_fn_map)
+                            for key in elem})  # fmt: skip
     if isinstance(elem, Sequence):
         if any(len(e) != len(elem) for e in batch):
             raise RuntimeError("each element in list of batch should be of equal size")
-        fields = [default_collate(list(field)) for field in zip(*batch, strict=True)]
-        return fields if isinstance(elem, tuple) else _like(elem, fields)
+        fields = [collate(f, collate_fn_map=collate_fn_map) for f in zip(*batch, strict=True)]
+        if isinstance(elem, tuple):
+            return type(elem)(*fields) if hasattr(elem, "_fields") else fields
+        return _like(elem, fields)
     raise TypeError(_COLLATE_ERROR.format(type(elem)))
+
+
+def collate_tensor_fn(batch: Sequence[Tensor], *, collate_fn_map: Any = None) -> Tensor:
+    return functions.stack(list(batch))
+
+
+def collate_numpy_array_fn(batch: Sequence[Any], *, collate_fn_map: Any = None) -> Tensor:
+    if batch[0].dtype.kind in "USO":
+        raise TypeError(_COLLATE_ERROR.format(batch[0].dtype))
+    return Tensor._of(np.stack(batch))
+
+
+def collate_numpy_scalar_fn(batch: Sequence[Any], *, collate_fn_map: Any = None) -> Tensor:
+    return Tensor._of(np.array(batch))
+
+
+def collate_float_fn(batch: Sequence[float], *, collate_fn_map: Any = None) -> Tensor:
+    return Tensor._of(np.array(batch, np.float64))
+
+
+def collate_int_fn(batch: Sequence[int], *, collate_fn_map: Any = None) -> Tensor:
+    """As torch.tensor(batch): bool, int64, or float32 if a float hides behind the first int."""
+    data = np.array(batch)
+    return Tensor._of(data.astype({"b": bool, "f": np.float32}.get(data.dtype.kind, np.int64)))
+
+
+def collate_str_fn(batch: Sequence[Any], *, collate_fn_map: Any = None) -> Sequence[Any]:
+    """Strings stay as the batch holds them: a list, or a tuple for a field of tuples."""
+    return batch
+
+
+# type -> how a batch of it collates: the first sample's exact type, else the first base in order
+default_collate_fn_map: dict[type | tuple, Callable] = {
+    Tensor: collate_tensor_fn, np.ndarray: collate_numpy_array_fn,
+    (np.bool_, np.number, np.object_): collate_numpy_scalar_fn, float: collate_float_fn,
+    int: collate_int_fn, str: collate_str_fn, bytes: collate_str_fn,
+}  # fmt: skip
+
+
+def default_collate(batch: Sequence[Any]) -> Any:
+    """PyTorch's: stack tensors and ndarrays (keeping their dtype), make ints int64 and floats
+    float64 tensors (bools bool), keep strings as a list, and collate the fields of dicts,
+    namedtuples, tuples and lists one by one."""
+    return collate(batch, collate_fn_map=default_collate_fn_map)
 
 
 def default_convert(data: Any) -> Any:

@@ -4,7 +4,7 @@ names `dataloader`, `dataset` and `sampler`."""
 from typing import Any
 
 from tracegrad.torch._support import not_provided as _not_provided
-from tracegrad.torch.utils.data import dataloader, dataset, distributed, sampler  # noqa: E402, I001
+from tracegrad.torch.utils.data import _utils, dataloader, dataset, distributed, sampler  # noqa: E402, I001
 from tracegrad.utils.data import *  # noqa: F403
 
 
