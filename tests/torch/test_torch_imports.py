@@ -19,7 +19,25 @@ MODULES = ["torch._C", "torch.library", "torch._custom_ops", "torch.utils.model_
            "torch.autograd.forward_ad", "torch._subclasses.fake_tensor", "torch.profiler",
            "torch.fx.experimental.proxy_tensor", "torch.overrides", "torch.autograd.profiler",
            "torch.utils.flop_counter", "torch.nn.parallel.distributed",
-           "torch.utils.data._utils.collate", "torch.utils.data._utils.worker"]  # fmt: skip
+           "torch.utils.data._utils.collate", "torch.utils.data._utils.worker",
+           "torch.nn.common_types", "torch.nn.utils.clip_grad", "torch.nn.utils.weight_norm",
+           "torch.nn.utils.spectral_norm", "torch.nn.utils.stateless", "torch.nn.grad",
+           "torch.autograd.grad_mode", "torch.autograd.variable", "torch.autograd.anomaly_mode",
+           "torch._utils", "torch.storage", "torch.utils.weak", "torch.utils.benchmark",
+           "torch.signal.windows", "torch.quantization", "torch.mps", "torch.xpu",
+           "torch.fx.experimental.symbolic_shapes"]  # fmt: skip
+
+
+def test_importing_a_file_module_keeps_the_function_of_its_name():
+    """`import torch.nn.utils.weight_norm` (the file) leaves `torch.nn.utils.weight_norm` the
+    function, as in PyTorch, where the file was imported with torch."""
+    with torch.imported_as_torch():
+        importlib.import_module("torch.nn.utils.weight_norm")
+        from torch.nn.utils.spectral_norm import SpectralNorm  # noqa: F401
+
+        utils = importlib.import_module("torch.nn.utils")
+    assert callable(utils.weight_norm) and callable(utils.spectral_norm)
+    assert utils.weight_norm is torch.nn.utils.weight_norm_module.weight_norm
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -40,11 +40,11 @@ INVERSION_MAX = 10.0
 CANDIDATES = 24
 
 
-def _counted(log_pmf: Tensor, shape: tuple, dtype: np.dtype) -> Tensor:
+def _counted(log_pmf: Tensor, shape: tuple, dtype: np.dtype, state: Tensor | None) -> Tensor:
     """Inversion: the number of the values' cumulative probabilities (log_pmf over a leading
     axis of TERMS) below a uniform draw."""
     cdf = cumsum(P.exp(log_pmf), 0)
-    u = random.uniform(shape, dtype)
+    u = random.uniform(shape, dtype, state)
     return sum((u >= cdf).astype(dtype), 0)
 
 
@@ -58,19 +58,20 @@ def _terms(dtype: np.dtype, ndim: int) -> Tensor:
     return Tensor._of(np.arange(TERMS, dtype=dtype).reshape((TERMS,) + (1,) * ndim))
 
 
-def poisson_draws(rate: Tensor) -> Tensor:
-    """Poisson draws of the rates (any shape), without gradient."""
+def poisson_draws(rate: Tensor, state: Tensor | None = None) -> Tensor:
+    """Poisson draws of the rates (any shape), without gradient (from a generator's `state`,
+    or the global one)."""
     with no_grad():
         rate = rate.detach()
         shape, dtype = rate.shape, rate.dtype
         small = P.minimum(P.maximum(rate, float(np.finfo(dtype).tiny)), INVERSION_MAX)
         k = _terms(dtype, rate.ndim)
         log_pmf = xlogy(k, small) - small - P.lgamma(k + 1.0)
-        inverted = _counted(log_pmf, shape, dtype)
-        return P.where(rate < INVERSION_MAX, inverted, _ptrs(P.maximum(rate, INVERSION_MAX)))
+        inverted = _counted(log_pmf, shape, dtype, state)
+        return P.where(rate < INVERSION_MAX, inverted, _ptrs(P.maximum(rate, INVERSION_MAX), state))
 
 
-def _ptrs(lam: Tensor) -> Tensor:
+def _ptrs(lam: Tensor, state: Tensor | None) -> Tensor:
     """Hormann's transformed rejection with squeeze (PTRS), for rates of 10 and above."""
     shape, dtype = (CANDIDATES, *lam.shape), lam.dtype
     slam, loglam = P.sqrt(lam), P.log(lam)
@@ -78,8 +79,8 @@ def _ptrs(lam: Tensor) -> Tensor:
     a = b * 0.02483 - 0.059
     inv_alpha = 1.1328 / (b - 3.4) + 1.1239
     v_r = 0.9277 - 3.6224 / (b - 2.0)
-    u = random.uniform(shape, dtype) - 0.5
-    v = random.uniform(shape, dtype)
+    u = random.uniform(shape, dtype, state) - 0.5
+    v = random.uniform(shape, dtype, state)
     us = 0.5 - P.abs(u)
     k = P.floor((a * 2.0 / us + b) * u + lam + 0.43)
     quick = (us >= 0.07) & (v <= v_r)
@@ -90,7 +91,7 @@ def _ptrs(lam: Tensor) -> Tensor:
     return _first_accepted(accepted, k_safe)
 
 
-def binomial_draws(total_count: Tensor, probs: Tensor) -> Tensor:
+def binomial_draws(total_count: Tensor, probs: Tensor, state: Tensor | None = None) -> Tensor:
     """Binomial draws (any broadcast shape), without gradient: the smaller of p and 1 - p is
     drawn, the count mirrored when p > 1/2."""
     with no_grad():
@@ -103,14 +104,14 @@ def binomial_draws(total_count: Tensor, probs: Tensor) -> Tensor:
         log_pmf = (P.lgamma(n + 1.0) - P.lgamma(k + 1.0) - P.lgamma(P.maximum(n - k, -0.5) + 1.0)
                    + xlogy(k, q_safe) + xlogy(P.maximum(n - k, 0.0), 1.0 - q_safe))  # fmt: skip
         log_pmf = P.where(k > n, -math.inf, log_pmf)
-        inverted = _counted(log_pmf, n.shape, n.dtype)
+        inverted = _counted(log_pmf, n.shape, n.dtype, state)
         large = mean >= INVERSION_MAX
-        btrs = _btrs(P.where(large, n, 100.0), P.where(large, q, 0.25))
+        btrs = _btrs(P.where(large, n, 100.0), P.where(large, q, 0.25), state)
         x = P.where(large, btrs, inverted)
         return P.where(flip, n - x, x)
 
 
-def _btrs(n: Tensor, p: Tensor) -> Tensor:
+def _btrs(n: Tensor, p: Tensor, state: Tensor | None) -> Tensor:
     """Hormann's transformed rejection (BTRS), for n p >= 10 and p <= 1/2."""
     shape, dtype = (CANDIDATES, *n.shape), n.dtype
     q = 1.0 - p
@@ -123,8 +124,8 @@ def _btrs(n: Tensor, p: Tensor) -> Tensor:
     alpha = (5.1 / b + 2.83) * spq
     lpq = P.log(p / q)
     h = P.lgamma(m + 1.0) + P.lgamma(n - m + 1.0)
-    u = random.uniform(shape, dtype) - 0.5
-    v = random.uniform(shape, dtype)
+    u = random.uniform(shape, dtype, state) - 0.5
+    v = random.uniform(shape, dtype, state)
     us = 0.5 - P.abs(u)
     k = P.floor((a * 2.0 / us + b) * u + c)
     inside = (k >= 0) & (k <= n)

@@ -24,6 +24,7 @@ from tracegrad.frontend import autodiff, linalg, sampling, sharing, sparse
 from tracegrad.frontend import counting as K
 from tracegrad.frontend import creation as C
 from tracegrad.frontend import elementwise as E
+from tracegrad.frontend import fft as T
 from tracegrad.frontend import functions as F
 from tracegrad.frontend import mutation as W
 from tracegrad.frontend import products as M
@@ -153,6 +154,39 @@ def _new(fill: Callable) -> Callable:
                     device=device, requires_grad=requires_grad, **options)  # fmt: skip
 
     return method
+
+
+def _new_empty_strided(self: Tensor, size: Any, stride: Any, dtype: Any = None, device: Any = None,
+                       requires_grad: bool = False, **options: Any) -> Tensor:  # fmt: skip
+    """An uninitialized tensor of `size`, row-major as every tensor here (`stride` not kept)."""
+    if len(stride) != len(size):
+        raise RuntimeError(f"new_empty_strided: mismatch in length of strides and shape: size "
+                           f"{list(size)}, stride {list(stride)}")  # fmt: skip
+    return C.empty(tuple(size), dtype=self.dtype if dtype is None else dtype,
+                   requires_grad=requires_grad)  # fmt: skip
+
+
+def _apply_(self: Tensor, fn: Callable, *others: Tensor) -> Tensor:
+    """`fn` on each element (and the matching elements of `others`: `map_`, `map2_`), written
+    in place; Python's speed, no gradient, as PyTorch's CPU-only `apply_`."""
+    values = [self._concrete("Tensor.apply_()")]
+    values += [np.broadcast_to(o._concrete("Tensor.map_()"), self.shape) for o in others]
+    out = np.frompyfunc(fn, len(values), 1)(*values) if self.size else values[0]
+    with autodiff.no_grad():
+        self.copy_(Tensor._of(np.asarray(out, self.dtype)))
+    return self
+
+
+def _is_inference(self: Tensor) -> bool:
+    """False: tensors made under inference mode are ordinary tensors here (PyTorch's are
+    marked, to refuse autograd later; tracegrad's simply have no history)."""
+    return False
+
+
+def _dim_order(self: Tensor, *, ambiguity_check: Any = False) -> tuple[int, ...]:
+    """The dimensions from outermost to innermost in memory: in order, tensors being
+    row-major."""
+    return tuple(range(self.ndim))
 
 
 def _new_full(self: Tensor, size: Any, fill_value: Any, dtype: Any = None, device: Any = None,
@@ -338,6 +372,7 @@ METHODS: dict[str, Any] = {
     "scatter": W.scatter, "scatter_add": W.scatter_add,
     "index_fill": W.index_fill, "index_put": W.index_put, "masked_fill": E.masked_fill,
     "index_add": W.index_add, "index_copy": W.index_copy, "scatter_reduce": W.scatter_reduce,
+    "index_reduce": W.index_reduce,
     "masked_scatter": W.masked_scatter, "take": W.take, "put": W.put,
     "slice_scatter": W.slice_scatter, "select_scatter": W.select_scatter,
     # reductions and scans
@@ -422,7 +457,7 @@ METHODS: dict[str, Any] = {
     "real": property(E.real), "imag": property(E.imag), "conj": E.conj, "angle": E.angle,
     "conj_physical": E.conj, "resolve_conj": E.resolve_conj, "resolve_neg": E.resolve_neg,
     "is_conj": lambda self: False, "is_neg": lambda self: False,
-    "is_cpu": property(lambda self: True), "is_inference": lambda self: False,
+    "is_cpu": property(lambda self: True), "is_inference": _is_inference,
     "is_nonzero": _is_nonzero, "is_same_size": lambda self, other: self.shape == other.shape,
     "contiguous": lambda self, memory_format=None: P.positive(self) if self._permuted else self,
     "is_contiguous": lambda self, memory_format=None: True,
@@ -435,6 +470,12 @@ METHODS: dict[str, Any] = {
     "new_full": _new_full, "new_tensor": _new_tensor, "new": _legacy_new,
     "numel": lambda self: self.size, "nelement": lambda self: self.size,
     "element_size": lambda self: self.dtype.itemsize,
+    "new_empty_strided": _new_empty_strided, "apply_": _apply_,
+    "map_": lambda self, other, fn: _apply_(self, fn, other),
+    "map2_": lambda self, x, y, fn: _apply_(self, fn, x, y), "dim_order": _dim_order,
+    "is_pinned": lambda self, device=None: False, "stft": T.stft, "istft": T.istft,
+    "unsafe_chunk": A.chunk, "unsafe_split": _split,
+    "unsafe_split_with_sizes": lambda self, sizes, dim=0: _split(self, list(sizes), dim),
     "itemsize": property(lambda self: self.dtype.itemsize),
     "nbytes": property(lambda self: self.size * self.dtype.itemsize), "dim": lambda self: self.ndim,
     "ndimension": lambda self: self.ndim, "tolist": lambda self: readable(self.numpy()).tolist(),
@@ -475,7 +516,8 @@ _IN_PLACE = ("add", "sub", "mul", "div", "pow", "fmod", "remainder", "clamp", "c
              "sigmoid", "tanh", "relu", "floor", "ceil", "trunc", "round", "sign", "sin", "cos",
              "reciprocal", "square", "addcmul", "addcdiv", "lerp", "scatter", "scatter_add",
              "index_fill", "index_put", "nan_to_num", "logical_not", "index_add", "index_copy",
-             "scatter_reduce", "masked_scatter", "frac", "copysign", "cumsum", "atan2", "put",
+             "scatter_reduce", "index_reduce", "masked_scatter", "frac", "copysign", "cumsum",
+             "atan2", "put",
              # comparisons and bitwise ops
              "eq", "ne", "lt", "le", "gt", "ge", "greater", "greater_equal", "less",
              "less_equal", "not_equal", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",

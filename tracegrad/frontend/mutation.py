@@ -630,6 +630,21 @@ def scatter_reduce(input: Any, dim: int, index: Any, src: Any, reduce: str, *,
     return out if include_self else P.where(count > 0, out, x)
 
 
+@pytorch_keywords
+def index_reduce(input: Any, dim: int, index: Any, source: Any, reduce: str, *,
+                 include_self: bool = True) -> Tensor:  # fmt: skip
+    """source's slices combined into input's at `index` along `dim` by "prod", "mean", "amax"
+    or "amin": `scatter_reduce` with the index spread over the slices (its gradients)."""
+    if reduce not in ("prod", "mean", "amax", "amin"):
+        raise ValueError(f"index_reduce: reduce must be 'prod', 'mean', 'amax' or 'amin', not "
+                         f"{reduce!r}")  # fmt: skip
+    src = as_tensor(source)
+    d = dim % max(src.ndim, 1)
+    idx = reshape(as_tensor(index), (1,) * d + (-1,) + (1,) * (src.ndim - d - 1))
+    return scatter_reduce(input, dim, broadcast_to(idx, src.shape), src, reduce,
+                          include_self=include_self)  # fmt: skip
+
+
 def _with_own(x: Tensor, grids: list, part: Tensor) -> tuple[list, Tensor]:
     """Scatter's index arrays and sources, flat, with x's own elements among the sources, each
     at its place: a maximum that ties with x's value shares its gradient with x, a product's
@@ -687,6 +702,6 @@ def put(input: Any, index: Any, source: Any, accumulate: bool = False) -> Tensor
     return reshape(flat, x.shape)
 
 
-__all__ = ["index_add", "index_copy", "index_fill", "index_put", "masked_scatter",
+__all__ = ["index_add", "index_copy", "index_fill", "index_put", "index_reduce", "masked_scatter",
            "put", "scatter", "scatter_add", "scatter_reduce", "select_scatter",
            "slice_scatter", "take"]  # fmt: skip

@@ -38,6 +38,7 @@ from tracegrad.runtime.trace import Traced as _Traced
 from tracegrad.torch._support import ALIASES as _ALIASES
 from tracegrad.torch._support import DTYPES as _DTYPES
 from tracegrad.torch._support import dtype, imported_as_torch
+from tracegrad.torch._support import file_module as _file_module
 from tracegrad.torch._support import not_provided as _not_provided
 from tracegrad.torch._support import torch_dtype as _torch_dtype
 
@@ -167,19 +168,6 @@ def iinfo(type: Any) -> np.iinfo:  # noqa: A002
     return np.iinfo(np.dtype(type))
 
 
-class inference_mode(no_grad):  # noqa: N801 (PyTorch's name)
-    """PyTorch's inference mode is no_grad here (it only saves PyTorch's bookkeeping):
-    `with inference_mode():`, `@inference_mode()`, `@inference_mode`, `inference_mode(False)`."""
-
-    def __new__(cls, mode: Any = True) -> Any:
-        if callable(mode):  # used bare, as a decorator
-            return no_grad(mode)
-        return super().__new__(cls) if mode else _tg.enable_grad()
-
-    def __init__(self, mode: Any = True) -> None:
-        super().__init__()
-
-
 # --- threads -----------------------------------------------------------------------------------
 
 
@@ -254,6 +242,7 @@ from tracegrad.torch import (  # noqa: E402 (the submodules read the names above
     _inductor,
     _subclasses,
     _tensor_str,
+    _utils,
     accelerator,
     amp,
     ao,
@@ -272,6 +261,7 @@ from tracegrad.torch import (  # noqa: E402 (the submodules read the names above
     jit,
     library,
     linalg,
+    mps,
     multiprocessing,
     nn,
     onnx,
@@ -280,8 +270,10 @@ from tracegrad.torch import (  # noqa: E402 (the submodules read the names above
     profiler,
     random,
     serialization,
+    signal,
     sparse,
     special,
+    storage,
     testing,
     types,
     utils,
@@ -289,18 +281,28 @@ from tracegrad.torch import (  # noqa: E402 (the submodules read the names above
 )
 from tracegrad.torch._aten import *  # noqa: E402, F403
 from tracegrad.torch._environment import *  # noqa: E402, F403
+from tracegrad.torch._functions import *  # noqa: E402, F403
+from tracegrad.torch._functions import COPIES as _COPIES  # noqa: E402
 from tracegrad.torch._ops import ops  # noqa: E402
-from tracegrad.torch.amp import autocast  # noqa: E402
+from tracegrad.torch.amp import GradScaler, autocast  # noqa: E402
+from tracegrad.torch.autograd import inference_mode, is_inference_mode_enabled  # noqa: E402
 from tracegrad.torch.random import default_generator, initial_seed, manual_seed, seed  # noqa: E402
-from tracegrad.torch.utils.dlpack import from_dlpack  # noqa: E402
+from tracegrad.torch.utils.dlpack import from_dlpack, to_dlpack  # noqa: E402
 from tracegrad.torch.version import __version__  # noqa: E402
 
 del _name
 globals().update(legacy_types())  # torch.FloatTensor, torch.LongTensor, ...
 globals().update(_foreach.FUNCTIONS)  # torch._foreach_mul_(tensors, 0.5), ...
 globals().update(_aten.IN_PLACE_FUNCTIONS)  # torch.relu_(x), torch.zero_(x), ...
+globals().update(_COPIES)  # torch.view_copy(x, shape), torch.permute_copy(x, dims), ...
 newaxis = None
 ScriptModule = jit.ScriptModule
+xpu = mps.xpu
+quantization = _file_module(
+    f"{__name__}.quantization",
+    "`torch.quantization`: `torch.ao.quantization`'s first home",
+    {name: getattr(ao.quantization, name) for name in ao.quantization.__all__},
+)
 
 
 def get_device_module(device: Any = None) -> Any:  # noqa: F811 (PyTorch's argument name)

@@ -22,7 +22,12 @@ from tracegrad.torch._support import dtype, torch_dtype
 from tracegrad.torch.random import get_rng_state, set_rng_state
 
 __all__ = ["are_deterministic_algorithms_enabled", "can_cast", "channels_last",
-           "get_autocast_dtype", "is_autocast_enabled", "layout", "sparse_coo", "strided",
+           "get_autocast_dtype", "is_autocast_enabled", "is_autocast_cpu_enabled",
+           "get_autocast_cpu_dtype", "get_autocast_gpu_dtype", "set_autocast_enabled",
+           "set_autocast_cpu_enabled", "set_autocast_gpu_enabled", "set_autocast_dtype",
+           "set_autocast_cpu_dtype", "set_autocast_gpu_dtype", "set_autocast_cache_enabled",
+           "clear_autocast_cache", "is_autocast_cache_enabled", "autocast_increment_nesting",
+           "autocast_decrement_nesting", "layout", "sparse_coo", "strided",
            "is_deterministic_algorithms_warn_only_enabled", "sparse_bsc", "sparse_bsr",
            "sparse_csc", "sparse_csr",
            "channels_last_3d", "contiguous_format", "get_default_device", "memory_format",
@@ -59,6 +64,36 @@ def get_autocast_dtype(device_type: str) -> dtype:
     return torch_dtype(_tg.get_default_dtype())
 
 
+def is_autocast_cpu_enabled() -> bool:
+    return False
+
+
+def get_autocast_cpu_dtype() -> dtype:
+    return get_autocast_dtype("cpu")
+
+
+get_autocast_gpu_dtype = get_autocast_cpu_dtype
+
+
+def set_autocast_enabled(*args: Any) -> None:
+    """Accepted, as `autocast` is: ops run in their operands' dtypes either way."""
+
+
+set_autocast_cpu_enabled = set_autocast_gpu_enabled = set_autocast_enabled
+set_autocast_dtype = set_autocast_cpu_dtype = set_autocast_gpu_dtype = set_autocast_enabled
+set_autocast_cache_enabled = clear_autocast_cache = set_autocast_enabled
+
+
+def is_autocast_cache_enabled() -> bool:
+    return False
+
+
+def autocast_increment_nesting() -> int:
+    """PyTorch's autocast nesting count (its cache is cleared when it falls to 0): none here."""
+    return 0
+
+
+autocast_decrement_nesting = autocast_increment_nesting
 contiguous_format = memory_format("contiguous_format")
 channels_last = memory_format("channels_last")
 channels_last_3d = memory_format("channels_last_3d")

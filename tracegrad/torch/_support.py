@@ -77,6 +77,7 @@ class _TorchAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def create_module(self, spec: Any) -> Any:
         module = importlib.import_module("tracegrad." + spec.name)
         self.specs[spec.name] = module.__spec__
+        _register_loaded(skip=spec.name)
         return module
 
     def exec_module(self, module: Any) -> None:
@@ -87,12 +88,23 @@ class _TorchAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         self.specs: dict[str, Any] = {}
 
 
+def _register_loaded(skip: str = "") -> None:
+    """Every loaded tracegrad.torch module under its torch name too, as PyTorch's are once
+    `import torch` ran: importing one then finds it, without setting it as an attribute of its
+    package (`torch.nn.utils.weight_norm` the file would hide `weight_norm` the function)."""
+    for key, module in list(sys.modules.items()):
+        name = key.removeprefix("tracegrad.")
+        if key.startswith("tracegrad.torch.") and name != skip:
+            sys.modules.setdefault(name, module)
+
+
 def alias_torch() -> None:
     """From now on in this process, `import torch` (and its submodules) is tracegrad.torch: a
     child of `python -m tracegrad run` calls this as its first `import torch`."""
     if not any(isinstance(f, _TorchAlias) for f in sys.meta_path):
         sys.meta_path.insert(0, _TorchAlias())
     sys.modules["torch"] = _named_torch(importlib.import_module("tracegrad.torch"))
+    _register_loaded()
 
 
 def _named_torch(module: types.ModuleType) -> types.ModuleType:
@@ -122,6 +134,7 @@ def imported_as_torch() -> Iterator[None]:
     finder = _TorchAlias()
     sys.meta_path.insert(0, finder)
     root = _named_torch(importlib.import_module("tracegrad.torch"))
+    _register_loaded()
     try:
         yield
     finally:

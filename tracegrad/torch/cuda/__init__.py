@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from tracegrad.frontend.device import require_cpu
+from tracegrad.torch._functions import OutOfMemoryError  # noqa: F401 (code catches it by name)
 from tracegrad.torch._support import not_provided as _not_provided
 from tracegrad.torch.cuda import amp
 

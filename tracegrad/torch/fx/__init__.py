@@ -42,6 +42,16 @@ experimental.proxy_tensor = file_module(
     "`torch.fx.experimental.proxy_tensor`",
     {"get_proxy_mode": lambda: None},  # no proxy-tensor tracing is ever under way
 )
+experimental.symbolic_shapes = file_module(
+    f"{__name__}.experimental.symbolic_shapes",
+    "`torch.fx.experimental.symbolic_shapes`: sizes here are always ints, so every guard is "
+    "Python's truth of a concrete value, and nothing has free symbols",
+    {"guard_size_oblivious": bool, "statically_known_true": bool, "definitely_true": bool,
+     "guard_or_true": bool, "guard_or_false": bool, "expect_true": bool,
+     "definitely_false": lambda x: not x, "is_concrete_int": lambda x: isinstance(x, int),
+     "is_concrete_bool": lambda x: isinstance(x, bool), "has_free_symbols": lambda x: False,
+     "free_symbols": lambda x: set(), "free_unbacked_symbols": lambda x: set()},
+)  # fmt: skip
 _ = (PythonCode, map_arg, passes, subgraph_rewriter)  # (importable from here, as PyTorch's are)
 
 

@@ -5,7 +5,17 @@ from typing import Any
 
 from tracegrad.nn import *  # noqa: F403
 from tracegrad.torch._support import not_provided as _not_provided
-from tracegrad.torch.nn import attention, functional, init, modules, parallel, parameter, quantized
+from tracegrad.torch.nn import (
+    attention,
+    common_types,
+    functional,
+    grad,
+    init,
+    modules,
+    parallel,
+    parameter,
+    quantized,
+)
 from tracegrad.torch.nn.parallel import DataParallel
 
 # isort: split

@@ -1,10 +1,11 @@
 """`torch.utils`: `data` (datasets, samplers, DataLoader), `checkpoint`, `hooks`,
-`tensorboard`."""
+`tensorboard`, `benchmark` (timing statements), `weak` (weak references by identity)."""
 
 from typing import Any
 
 from tracegrad.torch._support import not_provided as _not_provided
 from tracegrad.torch.utils import (
+    benchmark,
     checkpoint,
     data,
     dlpack,
@@ -12,6 +13,7 @@ from tracegrad.torch.utils import (
     hooks,
     model_zoo,
     tensorboard,
+    weak,
 )
 
 
