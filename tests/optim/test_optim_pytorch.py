@@ -1,7 +1,7 @@
-"""The optimizers and options PyTorch code uses (Adadelta, Adamax, NAdam, RAdam; amsgrad,
-maximize, dampening; foreach/fused accepted), each against PyTorch in float64 over several steps
-of a step written the PyTorch way (zero_grad, loss.backward(), step), eagerly and traced on both
-backends; and against NumPy references where PyTorch is absent."""
+"""The optimizers and options PyTorch code uses (Adadelta, Adamax, NAdam, RAdam, Adafactor;
+amsgrad, maximize, dampening; foreach/fused accepted), each against PyTorch in float64 over
+several steps of a step written the PyTorch way (zero_grad, loss.backward(), step), eagerly and
+traced on both backends; and against NumPy references where PyTorch is absent."""
 
 from __future__ import annotations
 
@@ -33,6 +33,9 @@ CASES = {
     "sgd maximize": ("SGD", dict(lr=0.1, momentum=0.5, nesterov=True, maximize=True)),
     "rmsprop maximize": ("RMSprop", dict(lr=0.01, maximize=True, foreach=False)),
     "adagrad maximize": ("Adagrad", dict(lr=0.1, maximize=True, fused=None)),
+    "adafactor": ("Adafactor", dict()),
+    "adafactor options": ("Adafactor", dict(lr=0.2, beta2_decay=-0.5, eps=(1e-20, 1e-2), d=1.5,
+                                            weight_decay=0.1, maximize=True)),
 }  # fmt: skip
 
 R = np.random.default_rng(3)
@@ -147,11 +150,26 @@ def np_radam(p, grads, lr=1e-3, betas=(0.9, 0.999), eps=1e-8):
     return p
 
 
+def np_adafactor(p, grads, lr=1e-2, beta2_decay=-0.8, eps=(None, 1e-3), d=1.0,
+                 weight_decay=0.0):  # fmt: skip
+    """A vector's Adafactor (its second moment unfactored), as PyTorch documents it."""
+    eps1 = np.finfo(p.dtype).eps if eps[0] is None else eps[0]
+    v, rms = np.zeros_like(p), lambda a: np.sqrt(np.mean(a * a))
+    for t, g in enumerate(grads, 1):
+        alpha = max(eps[1], rms(p)) * min(lr, t**-0.5)
+        p = p * (1 - lr * weight_decay)
+        v = v + (g * g - v) * t**beta2_decay
+        u = g / np.sqrt(np.maximum(v, eps1 * eps1))
+        p = p - alpha / max(1.0, rms(u) / d) * u
+    return p
+
+
 REFERENCES = {
     "Adadelta": (np_adadelta, dict(lr=0.5, rho=0.8, weight_decay=0.1)),
     "Adamax": (np_adamax, dict(lr=0.02, betas=(0.8, 0.9), weight_decay=0.1)),
     "NAdam": (np_nadam, dict(lr=0.02, momentum_decay=0.01)),
     "RAdam": (np_radam, dict(lr=0.02, betas=(0.9, 0.99))),
+    "Adafactor": (np_adafactor, dict(lr=0.05, beta2_decay=-0.6, d=1.2, weight_decay=0.1)),
 }
 
 

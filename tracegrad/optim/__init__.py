@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from tracegrad.core.errors import TraceError
-from tracegrad.core.primitives import Phase, abs, maximum, sign, sqrt, where
+from tracegrad.core.primitives import Phase, abs, maximum, minimum, sign, sqrt, where
 from tracegrad.frontend.autodiff import enable_grad, no_grad
 from tracegrad.frontend.elementwise import view_as_complex, view_as_real
 from tracegrad.frontend.functions import clamp, stack
@@ -39,9 +39,9 @@ from tracegrad.frontend.tracer import guard, watch
 from tracegrad.nn.lazy import UninitializedParameter
 from tracegrad.optim.line_search import strong_wolfe
 
-__all__ = ["ASGD", "LBFGS", "SGD", "Adadelta", "Adagrad", "Adam", "AdamW", "Adamax", "NAdam",
-           "Optimizer", "RAdam", "RMSprop", "Rprop", "SparseAdam", "lr_scheduler",
-           "swa_utils"]  # fmt: skip
+__all__ = ["ASGD", "LBFGS", "SGD", "Adadelta", "Adafactor", "Adagrad", "Adam", "AdamW",
+           "Adamax", "NAdam", "Optimizer", "RAdam", "RMSprop", "Rprop", "SparseAdam",
+           "lr_scheduler", "swa_utils"]  # fmt: skip
 
 # PyTorch's options every optimizer takes: `maximize` (ascend the gradient), and those that choose
 # among PyTorch's kernels (multi-tensor, fused, CUDA-graph capturable), meaningless here
@@ -861,6 +861,65 @@ class Adadelta(Optimizer):
         delta = sqrt(u + eps) / sqrt(v + eps) * g
         u._assign(u * rho + (1.0 - rho) * (delta * delta))
         p -= self.lr_for(p, group) * delta
+
+
+class Adafactor(Optimizer):
+    """PyTorch's Adafactor (Shazeer and Stern): the second moment of a matrix's gradient kept as
+    a row and a column factor (their outer product over the rows' mean), decayed by
+    1 - t^beta2_decay; steps of relative size min(lr, t^-1/2) times the parameter's RMS, the
+    update's RMS clipped to `d`. Written in tensor ops (PyTorch reads `.item()`), so a compiled
+    step holds it."""
+
+    hyperparameters = ("lr", "beta2_decay", "eps", "d", "weight_decay", "foreach", "maximize")
+
+    def __init__(self, params: Iterable[Any], lr: float = 1e-2, beta2_decay: float = -0.8,
+                 eps: tuple[float | None, float] = (None, 1e-3), d: float = 1.0,
+                 weight_decay: float = 0.0, *, foreach: bool | None = None,
+                 maximize: bool = False) -> None:  # fmt: skip
+        defaults = dict(lr=lr, beta2_decay=beta2_decay, eps=eps, d=d, weight_decay=weight_decay,
+                        foreach=foreach, maximize=maximize)  # fmt: skip
+        super().__init__(params, defaults)
+
+    def _check(self, group: Mapping[str, Any]) -> None:
+        eps1, eps2 = group["eps"]
+        if group["beta2_decay"] > 0 or (eps1 is not None and eps1 < 0) or eps2 < 0:
+            raise ValueError(f"Adafactor: invalid beta2_decay or eps in {dict(group)}")
+        if group["d"] < 1.0 or group["weight_decay"] < 0:
+            raise ValueError(f"Adafactor: invalid d or weight_decay in {dict(group)}")
+        if any(p.dtype.kind == "c" for p in group["params"]):
+            raise RuntimeError("Adafactor does not support complex parameters")
+
+    def _init_state(self, p: Tensor, group: Mapping[str, Any]) -> dict[str, Tensor]:
+        if p.ndim <= 1:
+            return {"step": _scalar(0.0), "variance": _zeros_like(p)}
+        rows, cols = list(p.shape), list(p.shape)
+        rows[-1], cols[-2] = 1, 1
+        zeros = lambda shape: Tensor._of(np.zeros(shape, p.dtype))  # noqa: E731
+        return {"step": _scalar(0.0), "row_var": zeros(rows), "col_var": zeros(cols)}
+
+    def _update(self, p: Tensor, g: Tensor, state: dict[str, Tensor], group: ParamGroup) -> None:
+        eps1, eps2 = group["eps"]
+        eps1 = float(np.finfo(p.dtype).eps) if eps1 is None else eps1
+        state["step"] += 1.0
+        t = _cast(state["step"], np.float64)
+        decay = _cast(t ** group["beta2_decay"], p.dtype)
+        lr = self.lr_for(p, group)
+        rho = _cast(minimum(_cast(lr, np.float64), t**-0.5), p.dtype)
+        alpha = maximum((p * p).mean().sqrt(), eps2) * rho
+        if group["weight_decay"]:
+            p *= 1.0 - lr * group["weight_decay"]
+        if p.ndim > 1:
+            row, col = state["row_var"], state["col_var"]
+            row._assign(row + ((g * g).mean(-1, keepdim=True) - row) * decay)
+            col._assign(col + ((g * g).mean(-2, keepdim=True) - col) * decay)
+            estimate = (row @ col) / clamp(row.mean(-2, keepdim=True), min=eps1)
+        else:
+            variance = state["variance"]
+            variance._assign(variance + (g * g - variance) * decay)
+            estimate = variance
+        update = g / sqrt(clamp(estimate, min=eps1 * eps1))
+        denominator = maximum((update * update).mean().sqrt() / group["d"], 1.0)
+        p -= alpha / denominator * update
 
 
 class Adamax(Optimizer):

@@ -15,9 +15,9 @@ from tracegrad.torch.optim import lr_scheduler, optimizer, swa_utils  # noqa: E4
 
 # PyTorch's file for each optimizer: code and pickles name the class there
 # (`torch.optim.rmsprop.RMSprop`, which stable-baselines3 pickles in its saved models)
-_FILES = {"adadelta": "Adadelta", "adagrad": "Adagrad", "adam": "Adam", "adamax": "Adamax",
-          "adamw": "AdamW", "asgd": "ASGD", "lbfgs": "LBFGS", "nadam": "NAdam", "radam": "RAdam",
-          "rmsprop": "RMSprop", "rprop": "Rprop", "sgd": "SGD"}  # fmt: skip
+_FILES = {"_adafactor": "Adafactor", "adadelta": "Adadelta", "adagrad": "Adagrad", "adam": "Adam",
+          "adamax": "Adamax", "adamw": "AdamW", "asgd": "ASGD", "lbfgs": "LBFGS", "nadam": "NAdam",
+          "radam": "RAdam", "rmsprop": "RMSprop", "rprop": "Rprop", "sgd": "SGD"}  # fmt: skip
 
 
 def _file(name: str, cls: str) -> types.ModuleType:
