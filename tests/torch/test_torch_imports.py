@@ -6,6 +6,7 @@ means what it can here."""
 from __future__ import annotations
 
 import importlib
+import types
 
 import numpy as np
 import pytest
@@ -26,6 +27,24 @@ MODULES = ["torch._C", "torch.library", "torch._custom_ops", "torch.utils.model_
            "torch._utils", "torch.storage", "torch.utils.weak", "torch.utils.benchmark",
            "torch.signal.windows", "torch.quantization", "torch.mps", "torch.xpu",
            "torch.fx.experimental.symbolic_shapes"]  # fmt: skip
+
+
+def test_each_file_is_its_packages_attribute():
+    """`torch.nn.functional` is the file `tracegrad/torch/nn/functional.py` (with
+    `multi_head_attention_forward`), not tracegrad.nn's module a star import bound first."""
+    import pkgutil
+
+    functions = {"tracegrad.torch.nn.utils.weight_norm", "tracegrad.torch.nn.utils.spectral_norm"}
+    shadowed = []
+    for info in pkgutil.walk_packages(torch.__path__, "tracegrad.torch."):
+        parent, _, child = info.name.rpartition(".")
+        if child.startswith("_") or info.name in functions or ".distributed." in info.name:
+            continue
+        bound = getattr(importlib.import_module(parent), child, None)  # before importing it
+        if isinstance(bound, types.ModuleType) and bound.__name__ != info.name:
+            shadowed.append(f"{info.name} is {bound.__name__}")
+    assert not shadowed
+    assert callable(torch.nn.functional.multi_head_attention_forward)
 
 
 def test_importing_a_file_module_keeps_the_function_of_its_name():

@@ -8,9 +8,7 @@ from tracegrad.torch._support import not_provided as _not_provided
 from tracegrad.torch.nn import (
     attention,
     common_types,
-    functional,
     grad,
-    init,
     modules,
     parallel,
     parameter,
@@ -19,7 +17,10 @@ from tracegrad.torch.nn import (
 from tracegrad.torch.nn.parallel import DataParallel
 
 # isort: split
-# after the star import: the package (rnn, parametrize, ...), not tracegrad.nn's utils
+# after the star import, which bound tracegrad.nn's own: these packages' files (F's
+# multi_head_attention_forward, init's missing names that say so, utils' rnn, parametrize, ...)
+import tracegrad.torch.nn.functional as functional
+import tracegrad.torch.nn.init as init
 import tracegrad.torch.nn.utils as utils
 
 
