@@ -5,6 +5,8 @@ and in a traced function."""
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 
@@ -163,3 +165,71 @@ def test_functional_call_fast_weights_traced_and_eager(rng, backend):
         np.testing.assert_array_equal(p.numpy(), b)
     first_order = tg.autograd.grad(tg.nn.functional.mse_loss(model(x), y), list(model.parameters()))
     assert not all(np.allclose(a, b.numpy()) for a, b in zip(want, first_order, strict=True))
+
+
+def _ensemble(lib, n=3):
+    """n small MLPs with fixed weights, in `lib` (tracegrad.torch or torch)."""
+    rng = np.random.default_rng(5)
+    models = [lib.nn.Sequential(lib.nn.Linear(4, 6), lib.nn.Tanh(), lib.nn.Linear(6, 2)).double()
+              for _ in range(n)]  # fmt: skip
+    for m in models:
+        m.load_state_dict({k: lib.tensor(rng.standard_normal(tuple(v.shape)))
+                           for k, v in m.state_dict().items()})  # fmt: skip
+    return models
+
+
+def _ensembled(lib):
+    """PyTorch's model-ensembling recipe: stacked state, a meta template, vmap over
+    functional_call; and per-model gradients of a loss by grad over the parameters' dict."""
+    models = _ensemble(lib)
+    x = lib.tensor(np.linspace(-1, 1, 20).reshape(5, 4))
+    params, buffers = lib.func.stack_module_state(models)
+    template = copy.deepcopy(models[0]).to("meta")
+
+    def fmodel(p, b, x):
+        return lib.func.functional_call(template, (p, b), (x,))
+
+    def loss(p, b, x):
+        return (fmodel(p, b, x) ** 2).sum()
+
+    outs = lib.func.vmap(fmodel, in_dims=(0, 0, None))(params, buffers, x)
+    grads = lib.func.vmap(lib.func.grad(loss), in_dims=(0, 0, None))(params, buffers, x)
+    return outs, grads, params, models, x
+
+
+def test_ensembles_by_stacked_state_and_vmap_over_dicts():
+    outs, grads, params, models, x = _ensembled(tt)
+    for i, m in enumerate(models):
+        np.testing.assert_allclose(outs[i].numpy(), m(x).detach().numpy(), rtol=1e-12)
+        loss = (m(x) ** 2).sum()
+        want = tg.autograd.grad(loss, list(m.parameters()))
+        for (name, g), w in zip(grads.items(), want, strict=True):
+            np.testing.assert_allclose(g[i].numpy(), w.numpy(), rtol=1e-12, err_msg=name)
+    assert all(p.requires_grad and p.is_leaf for p in params.values())
+    assert next(iter(params.values())).shape[0] == 3
+    template = copy.deepcopy(models[0]).to("meta")
+    assert all(p.is_meta for p in template.parameters()) and not models[0][0].weight.is_meta
+    with pytest.raises(RuntimeError, match="at least one model"):
+        tt.func.stack_module_state([])
+
+
+@needs_torch
+def test_ensembles_match_pytorch():
+    ours, theirs = _ensembled(tt), _ensembled(torch)
+    np.testing.assert_allclose(ours[0].numpy(), theirs[0].detach().numpy(), rtol=1e-12)
+    for name in theirs[1]:
+        np.testing.assert_allclose(
+            ours[1][name].numpy(), theirs[1][name].detach().numpy(), rtol=1e-12
+        )
+
+
+def test_vjp_and_grad_take_dicts_of_tensors(rng):
+    params = {"w": tg.tensor(rng.standard_normal((3, 2))), "b": tg.tensor(rng.standard_normal(2))}
+    x = tg.tensor(rng.standard_normal((4, 3)))
+    grads = tt.func.grad(lambda p, x: tg.tanh(x @ p["w"] + p["b"]).sum())(params, x)
+    h = np.tanh(x.numpy() @ params["w"].numpy() + params["b"].numpy())
+    np.testing.assert_allclose(grads["b"].numpy(), (1 - h**2).sum(0), rtol=1e-12)
+    np.testing.assert_allclose(grads["w"].numpy(), x.numpy().T @ (1 - h**2), rtol=1e-12)
+    out, vjp_fn = tt.func.vjp(lambda pair: pair[0] * pair[1], (params["b"], params["b"] + 1))
+    (pair,) = vjp_fn(tg.ones(2, dtype=np.float64))
+    np.testing.assert_allclose(pair[1].numpy(), params["b"].numpy(), rtol=1e-12)

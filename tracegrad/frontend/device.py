@@ -80,6 +80,19 @@ def require_cpu(where_to: Any, where: str) -> None:
         )
 
 
+def split_meta(args: tuple, kwargs: dict[str, Any]) -> tuple[bool, tuple, dict[str, Any]]:
+    """Whether a `to(...)` call names the meta device (shapes and dtypes only: an ensemble's
+    template module under `functional_call`), and its arguments without it."""
+
+    def meta(d: Any) -> bool:
+        return (d if isinstance(d, str) else getattr(d, "type", None)) == "meta"
+
+    if not (meta(kwargs.get("device")) or any(meta(a) for a in args)):
+        return False, args, kwargs
+    rest = {k: v for k, v in kwargs.items() if not (k == "device" and meta(v))}
+    return True, tuple(a for a in args if not meta(a)), rest
+
+
 def check_device(where_to: Any, where: str) -> None:
     """A `device=` argument: None or the CPU."""
     if where_to is not None:

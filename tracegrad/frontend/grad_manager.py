@@ -165,15 +165,17 @@ def vjp(fn: Callable, *primals: Any, has_aux: bool = False) -> tuple:
     """`out, vjp_fn = vjp(fn, *primals)`; `vjp_fn(cotangent)` gives one gradient per primal.
     `out` may be a tensor or nested tuples, lists and dicts of them, and the cotangent has its
     structure. With `has_aux`, `fn` returns `(out, aux)` and so does this, as `(out, vjp_fn,
-    aux)` (`torch.func.vjp`'s).
+    aux)` (`torch.func.vjp`'s). A primal may be a dict, list or tuple of tensors (a model's
+    parameters by name): its gradient has that structure.
 
     Nests: inside another `vjp`/`grad`/GradManager the returned gradients are differentiable."""
-    xs = [as_tensor(p) for p in primals]
+    trees = [pytree.flatten(p, _is_leaf) for p in primals]
+    xs = [as_tensor(leaf) for leaves, _ in trees for leaf in leaves]
     with GradManager() as gm:
         # a primal passed twice gets a node of its own, so each slot gets only its own part
         xs = [x + 0.0 if any(x is y for y in xs[:i]) else x for i, x in enumerate(xs)]
         gm.attach(xs)
-        result = fn(*xs)
+        result = fn(*_rebuilt(trees, xs))
         out, aux = result if has_aux else (result, None)
         outs, tree = pytree.flatten(out, _is_tensor)
         # a primal returned as it is: recorded, so that backward reaches the primal after the
@@ -194,13 +196,22 @@ def vjp(fn: Callable, *primals: Any, has_aux: bool = False) -> tuple:
         create = bool(Listeners.recording) and Listeners.grad_enabled
         dys = [as_tensor(c, o.dtype) for c, o in zip(cotangents, outs, strict=True)]
         autodiff.run_backward(outs, dys, collect, True, create, stop_at_sinks=True)
-        return tuple(
+        return _rebuilt(trees, [
             Tensor._of(np.zeros(x.shape, x.dtype)) if g is None else g
             for x, g in zip(xs, grads, strict=True)
-        )
+        ])  # fmt: skip
 
     out = pytree.unflatten(tree, outs)
     return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
+
+
+def _rebuilt(trees: list[tuple[list, Any]], flat: list[Tensor]) -> tuple:
+    """The primals' structures (`trees`, as flattened) around the tensors of `flat`, in order."""
+    out, start = [], 0
+    for leaves, tree in trees:
+        out.append(pytree.unflatten(tree, flat[start : start + len(leaves)]))
+        start += len(leaves)
+    return tuple(out)
 
 
 def _is_tensor(x: Any) -> bool:

@@ -32,7 +32,7 @@ from tracegrad.frontend import rearrange as A
 from tracegrad.frontend import reductions as R
 from tracegrad.frontend import sorting as S
 from tracegrad.frontend import special as X
-from tracegrad.frontend.device import CPU, META, require_cpu, to_arguments
+from tracegrad.frontend.device import CPU, META, require_cpu, split_meta, to_arguments
 from tracegrad.frontend.storage import UntypedStorage, storage_offset
 from tracegrad.frontend.tensor import Tensor
 
@@ -70,9 +70,14 @@ def _swapped(f: Callable) -> Callable:
 def _to(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
     """t.to(dtype), t.to("cpu"), t.to(device, dtype, non_blocking, copy) or t.to(other): a cast,
     or the tensor itself. Another device than the CPU raises."""
+    meta, args, kwargs = split_meta(args, kwargs)
     dtype = to_arguments("Tensor.to", args, kwargs)
     out = self if dtype is None else F.astype(self, dtype)
-    return P.positive(out) if kwargs.get("copy") and out is self else out
+    copy = kwargs.get("copy") or (meta and not self._meta)
+    out = P.positive(out) if copy and out is self else out
+    if meta:  # the values stay (nothing reads them, as nothing can read a meta tensor's)
+        out._meta = True
+    return out
 
 
 def _cuda(self: Tensor, device: Any = None, non_blocking: bool = False) -> Tensor:

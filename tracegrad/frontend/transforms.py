@@ -191,23 +191,28 @@ def func_hessian(func: Callable, argnums: int | tuple[int, ...] = 0) -> Callable
 def vmap(func: Callable, in_dims: Any = 0, out_dims: Any = 0, randomness: str = "error", *,
          chunk_size: int | None = None) -> Callable:  # fmt: skip
     """`torch.func.vmap`: `func` mapped over axis `in_dims` of its arguments (per argument, None
-    for an argument passed whole), results stacked on `out_dims`. A loop over the mapped axis:
-    the same values as PyTorch's batching rules, a Python call per element; differentiable, so
-    `vmap(grad(f))` gives per-sample gradients."""
+    for an argument passed whole; an argument may be a dict, list or tuple of tensors, each
+    mapped: an ensemble's stacked parameters), results stacked on `out_dims`. A loop over the
+    mapped axis: the same values as PyTorch's batching rules, a Python call per element;
+    differentiable, so `vmap(grad(f))` gives per-sample gradients."""
 
     def mapped(*args: Any) -> Any:
         dims = in_dims if isinstance(in_dims, tuple | list) else (in_dims,) * len(args)
         if len(dims) != len(args):
             raise ValueError(f"vmap: in_dims {in_dims} for {len(args)} arguments")
-        sizes = {a.shape[d] for a, d in zip(args, dims, strict=True) if d is not None}
+        trees = [pytree.flatten(a, lambda v: isinstance(v, Tensor)) for a in args]
+        sizes = {t.shape[d] for (ts, _), d in zip(trees, dims, strict=True) if d is not None
+                 for t in ts}  # fmt: skip
         if len(sizes) != 1:
             raise ValueError(f"vmap: the mapped axes of the arguments have sizes {sorted(sizes)}; "
                              "exactly one size is needed")  # fmt: skip
         n = sizes.pop()
-        results = [
-            func(*[a if d is None else _select(a, d, i) for a, d in zip(args, dims, strict=True)])
-            for i in range(n)
-        ]
+
+        def element(i: int) -> list:
+            return [a if d is None else pytree.unflatten(tree, [_select(t, d, i) for t in ts])
+                    for a, (ts, tree), d in zip(args, trees, dims, strict=True)]  # fmt: skip
+
+        results = [func(*element(i)) for i in range(n)]
         leaves = [pytree.flatten(r, lambda v: isinstance(v, Tensor))[0] for r in results]
         tree = pytree.flatten(results[0], lambda v: isinstance(v, Tensor))[1]
         odims = out_dims if isinstance(out_dims, tuple | list) else (out_dims,) * len(leaves[0])
@@ -244,6 +249,28 @@ def _swapped(module: Any, tensors: dict[str, Any]) -> Iterator[None]:
 
 
 _MISSING = object()
+
+
+def stack_module_state(models: Sequence[Any]) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    """`torch.func.stack_module_state`: the models' parameters and buffers stacked by name
+    along a new first axis (an ensemble for `vmap` over `functional_call`); the stacked
+    parameters are new leaves that require grad where the models' do."""
+    if not models:
+        raise RuntimeError("stack_module_state: Expected at least one model, got 0.")
+    if any(m.training != models[0].training for m in models):
+        raise RuntimeError("stack_module_state: Expected all models to have the same training/"
+                           "eval mode.")  # fmt: skip
+
+    def stacked(named: Callable) -> dict[str, Tensor]:
+        columns = zip(*(list(named(m)) for m in models), strict=True)
+        out = {}
+        for column in columns:
+            name, first = column[0]
+            t = stack([v.detach() for _, v in column])
+            out[name] = t.requires_grad_() if first.requires_grad else t
+        return out
+
+    return stacked(lambda m: m.named_parameters()), stacked(lambda m: m.named_buffers())
 
 
 def functional_call(module: Any, parameter_and_buffer_dicts: Any, args: Any = None,

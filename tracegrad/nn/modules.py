@@ -24,7 +24,7 @@ from tracegrad.core.bfloat16 import BFLOAT16
 from tracegrad.core.errors import TraceError, user_location
 from tracegrad.frontend import random, sharing, torch_checkpoint
 from tracegrad.frontend.autodiff import RemovableHandle, edge
-from tracegrad.frontend.device import require_cpu, to_arguments
+from tracegrad.frontend.device import require_cpu, split_meta, to_arguments
 from tracegrad.frontend.dtypes import torch_dtype
 from tracegrad.frontend.function import Function
 from tracegrad.frontend.mutation import zero_grads
@@ -913,7 +913,13 @@ class Module:
     def to(self, *args: Any, **kwargs: Any) -> Module:
         """PyTorch's module.to(dtype), .to("cpu"), .to(device, dtype), .to(tensor) (its dtype):
         floating parameters and buffers are converted in place (see `type`). The CPU is the
-        only device: any other raises ValueError."""
+        only device: any other raises ValueError, but "meta", which marks the parameters and
+        buffers as meta tensors (a template for `functional_call`, as PyTorch's ensembles
+        make one)."""
+        meta, args, kwargs = split_meta(args, kwargs)
+        if meta:
+            for t in (*self.parameters(), *self.buffers()):
+                t._meta = True
         dtype = to_arguments(f"{type(self).__name__}.to", args, kwargs)
         if dtype is None:
             return self
