@@ -84,7 +84,8 @@ from tracegrad.runtime.trace import trace as _compile
 # The op table's elementwise ops and tracegrad's own ops, as they are (calling one binds it).
 _OWN_OPS = ("allreduce", "conv2d", "conv2d_input_grad", "conv2d_weight_grad", "getitem",
             "uniform")  # fmt: skip
-_NOT_PYTORCH = ("astype", "rint", "equal", "where")  # NumPy's, or PyTorch's function above
+# NumPy's, PyTorch's function above, or the parts of one (frexp's)
+_NOT_PYTORCH = ("astype", "rint", "equal", "where", "frexp_mantissa", "frexp_exponent")
 globals().update({
     name: op for name, op in vars(_primitives).items()
     if isinstance(op, Primitive) and name not in globals() and name not in _NOT_PYTORCH

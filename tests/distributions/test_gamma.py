@@ -1,7 +1,9 @@
 """The gamma family (`distributions.gamma`): draws against the moments and, where closed, the
 distribution function (a Kolmogorov-Smirnov bound); densities and entropies against Python's
-`math.lgamma` and numerical integration; the rate's reparameterized gradient against finite
-differences; the concentration's refused; a traced step drawing mixup weights as eager does."""
+`math.lgamma` and numerical integration; the cdfs of Gamma and Chi2 (the incomplete gamma
+function) against closed forms and PyTorch's, differentiable in the rate and the value; the
+rate's reparameterized gradient against finite differences; the concentration's refused; a
+traced step drawing mixup weights as eager does."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad.distributions import Beta, Dirichlet, Gamma
+from tests.conftest import check_grad
+from tracegrad.distributions import Beta, Chi2, Dirichlet, Gamma
 
 F64 = np.float64
 
@@ -42,6 +45,33 @@ def test_gamma_draws_follow_its_distribution_function(a, cdf):
     x = np.sort(Gamma(t(a), t(1.0)).sample((n,)).numpy())
     gap = np.max(np.abs(cdf(x) - np.arange(1, n + 1) / n))
     assert gap < 1.63 / math.sqrt(n)  # Kolmogorov-Smirnov at the 1% level
+
+
+def test_cdfs_closed_forms_and_gradients():
+    x = np.array([[0.05], [0.7], [2.0], [9.0]])
+    rate = np.array([0.5, 1.0, 3.0])
+    got = Gamma(t([1.0, 1.0, 1.0]), t(rate)).cdf(t(x)).numpy()
+    np.testing.assert_allclose(got, -np.expm1(-rate * x), rtol=1e-14)
+    got = Chi2(t([2.0, 4.0])).cdf(t(x)).numpy()  # 1 - e^-y and 1 - e^-y (1 + y), y = x/2
+    y = x / 2
+    want = np.concatenate([-np.expm1(-y), -np.expm1(-y) - y * np.exp(-y)], axis=1)
+    np.testing.assert_allclose(got, want, rtol=1e-13)
+    a = t([0.5, 2.5, 4.0])
+    check_grad(lambda r, v: Gamma(a, r).cdf(v), rate, x + 0.1, tol=1e-6)
+    with pytest.raises(NotImplementedError, match="derivative for 'igamma: input'"):
+        Gamma(a.requires_grad_(), t(rate)).cdf(t(x)).sum().backward()
+
+
+def test_cdfs_match_torch():
+    torch = pytest.importorskip("torch")
+    a, b = np.array([0.3, 2.5, 40.0]), np.array([1.5, 0.7, 2.0])
+    v = np.random.default_rng(4).uniform(0.01, 30, (5, 3))
+    ours = Gamma(t(a), t(b)).cdf(t(v)).numpy()
+    theirs = torch.distributions.Gamma(torch.tensor(a), torch.tensor(b)).cdf(torch.tensor(v))
+    np.testing.assert_allclose(ours, theirs.numpy(), rtol=5e-9)  # a = 40: PyTorch's float pi
+    ours = Chi2(t(a)).cdf(t(v)).numpy()
+    theirs = torch.distributions.Chi2(torch.tensor(a)).cdf(torch.tensor(v))
+    np.testing.assert_allclose(ours, theirs.numpy(), rtol=1e-12)
 
 
 def test_beta_and_dirichlet_draws_have_their_moments():

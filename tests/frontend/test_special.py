@@ -1,6 +1,7 @@
 """PyTorch's special functions (`torch.special`, and the top-level polygamma, xlogy, logit,
-mvlgamma): values against PyTorch in float64 where installed, else against math; their limits
-(0 log 0 = 0, the normal CDF's far tail); gradients against finite differences; traced."""
+mvlgamma, igamma, igammac): values against PyTorch in float64 where installed, else against
+math; their limits (0 log 0 = 0, the normal CDF's far tail); gradients against finite
+differences; those PyTorch has no derivative of (results that do not require grad); traced."""
 
 from __future__ import annotations
 
@@ -55,7 +56,15 @@ CASES = {
     "entr": (lambda s, x: s.entr(x), [POS]),
     "i0": (lambda s, x: s.i0(x), [X]),
     "i1": (lambda s, x: s.i1(x), [X]),
+    "i0e": (lambda s, x: s.i0e(x), [X]),
+    "i1e": (lambda s, x: s.i1e(x), [X]),
+    "erfcx": (lambda s, x: s.erfcx(x), [X]),
+    # differentiable in the second argument only: the first is made of it, detached
+    "zeta": (lambda s, q: s.zeta(q.detach() + 2.5, q), [POS]),
+    "gammainc": (lambda s, x: s.gammainc(x.detach() * 2 + 0.5, x), [POS]),
+    "gammaincc": (lambda s, x: s.gammaincc(x.detach() * 2 + 0.5, x), [POS]),
 }
+PARTIAL = {"zeta", "gammainc", "gammaincc"}  # finite differences would move both arguments
 
 
 @needs_torch
@@ -74,8 +83,10 @@ def test_values_and_gradients_match_torch(name):
         np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=rtol, atol=1e-12)
 
 
-@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("name", [n for n in CASES if n not in PARTIAL])
 def test_gradients_match_finite_differences(name):
+    """(The partial derivatives of zeta and gammainc(c) are against finite differences in
+    tests/core/ops/test_special_gamma.py.)"""
     call, arrays = CASES[name]
     check_grad(lambda *xs: call(special, *xs), *arrays, tol=1e-6)
 
@@ -130,8 +141,50 @@ def test_names_and_methods():
     assert x.polygamma(0).tolist() == tg.digamma(x).tolist()
     assert (x + 2).mvlgamma(1).tolist() == tg.lgamma(x + 2).tolist()
     assert ttorch.polygamma is tg.polygamma and ttorch.xlogy is tg.xlogy
-    with pytest.raises(AttributeError, match="torch.special.zeta is not provided"):
-        special.zeta  # noqa: B018
+    with pytest.raises(AttributeError, match="torch.special.bessel_j2 is not provided"):
+        special.bessel_j2  # noqa: B018
+    assert special.gammainc is ttorch.igamma is tg.igamma and special.gammaincc is ttorch.igammac
+    a, x = tg.tensor([0.5, 2.0]), tg.tensor([1.0, 3.0], dtype=tg.float64)
+    assert a.igamma(x).tolist() == tg.igamma(a, x).tolist() and a.igamma(x).dtype == np.float64
+    assert (a.igammac(x) + a.igamma(x)).tolist() == pytest.approx([1.0, 1.0], rel=1e-15)
+    b = a.clone()
+    assert b.igamma_(x) is b and b.dtype == np.float32  # in place: the tensor's dtype
+    np.testing.assert_allclose(b.numpy(), [math.erf(1.0), 1 - 4 * math.exp(-3.0)], rtol=1e-6)
+    np.testing.assert_allclose(a.clone().igammac_(x).numpy(), 1 - b.numpy(), rtol=1e-6)
+    with pytest.raises(TypeError, match="can't be cast"):
+        tg.tensor([1, 2]).igamma_(a)
+    out = tg.empty(2, dtype=tg.float64)
+    assert special.bessel_j0(x, out=out) is out and out.tolist() == special.bessel_j0(x).tolist()
+    got = special.chebyshev_polynomial_t(input=x, n=3).tolist()
+    assert got == pytest.approx([1.0, 99.0])  # 4x^3 - 3x
+    assert special.modified_bessel_i0(x).tolist() == special.i0(x).tolist()
+    assert special.modified_bessel_i1.__name__ == "modified_bessel_i1"
+
+
+WITHOUT_DERIVATIVE = {
+    "bessel_j0": (), "bessel_j1": (), "bessel_y0": (), "bessel_y1": (), "modified_bessel_i0": (),
+    "modified_bessel_i1": (), "modified_bessel_k0": (), "modified_bessel_k1": (),
+    "scaled_modified_bessel_k0": (), "scaled_modified_bessel_k1": (), "airy_ai": (),
+    "spherical_bessel_j0": (), **{f"{s}chebyshev_polynomial_{k}": (3,) for s in ("", "shifted_")
+                                  for k in "tuvw"},
+    "hermite_polynomial_h": (3,), "hermite_polynomial_he": (3,), "laguerre_polynomial_l": (3,),
+    "legendre_polynomial_p": (3,),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", WITHOUT_DERIVATIVE)
+def test_functions_without_derivatives_give_results_without_grad(name):
+    """As PyTorch's: a backward through one alone raises, other paths ignore it."""
+    x = tg.tensor([0.3, 1.7], dtype=tg.float64, requires_grad=True)
+    y = getattr(special, name)(x, *WITHOUT_DERIVATIVE[name])
+    assert not y.requires_grad
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        y.sum().backward()
+    (y * x).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), y.numpy())
+    if torch is not None:
+        t = torch.tensor([0.3, 1.7], dtype=torch.float64, requires_grad=True)
+        assert not getattr(torch.special, name)(t, *WITHOUT_DERIVATIVE[name]).requires_grad
 
 
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
@@ -146,7 +199,8 @@ def test_traced_matches_eager(backend, monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["digamma", "lgamma", "erfinv", "erfc", "i0", "i1", "logit",
-                                  "entr", "ndtr", "ndtri", "log_ndtr", "polygamma"])  # fmt: skip
+                                  "entr", "ndtr", "ndtri", "log_ndtr", "polygamma", "i0e",
+                                  "erfcx", "bessel_j0", "airy_ai"])  # fmt: skip
 def test_complex_values_are_refused_as_in_pytorch(name):
     """They kept only the real part, silently (the imaginary part dropped by a cast)."""
     z = tg.tensor(np.array([0.3 + 0.1j]))

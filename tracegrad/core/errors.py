@@ -10,6 +10,8 @@ import sys
 import warnings
 from typing import Any
 
+import numpy as np
+
 # Frames of these packages (and of generated plans) are ours: errors point past them.
 INTERNAL_PACKAGES = frozenset({"tracegrad", "passes"})
 _STDLIB_DIR = os.path.dirname(os.path.abspath(os.__file__))  # contextlib, functools, ...
@@ -35,6 +37,13 @@ class ShapeError(ValueError, RuntimeError):
 class IndexShapeError(ShapeError, IndexError):
     """An index that does not fit the tensor (index arrays that do not broadcast together, more
     indices than axes): an IndexError too, as PyTorch raises for it."""
+
+
+class LinAlgError(np.linalg.LinAlgError, RuntimeError):
+    """A matrix a linear algebra op cannot take: singular where it is inverted or solved with,
+    not positive definite where it is factored, a factorization that does not converge.
+    PyTorch's `torch.linalg.LinAlgError` (a RuntimeError), and NumPy's `LinAlgError` too, which
+    code written for NumPy catches."""
 
 
 class MemoryBudgetError(MemoryError):

@@ -103,8 +103,10 @@ class Gamma(ExponentialFamily):
         return a - P.log(self.rate) + P.lgamma(a) + (1.0 - a) * P.digamma(a)
 
     def cdf(self, value: Any) -> Tensor:
-        raise NotImplementedError("Gamma.cdf (the regularized incomplete gamma function) is not "
-                                  "provided")  # fmt: skip
+        """P(a, b x), the regularized incomplete gamma function (PyTorch's: differentiable in
+        the rate and the value, not in the concentration)."""
+        value = self._value(value, "cdf")
+        return P.igamma(self.concentration, self.rate * value)
 
 
 class Chi2(Gamma):

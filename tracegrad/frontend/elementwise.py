@@ -7,7 +7,7 @@ for the whole tensors (NumPy's elementwise `equal` is `eq`, or `tracegrad.numpy.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -475,6 +475,28 @@ def ldexp(input: Any, other: Any) -> Tensor:
     return mul(input, P.pow(2.0, as_tensor(other)))
 
 
+class FrexpResult(NamedTuple):
+    mantissa: Tensor
+    exponent: Tensor
+
+
+def frexp(input: Any) -> FrexpResult:
+    """(mantissa, exponent) with input = mantissa * 2 ** exponent, |mantissa| in [0.5, 1) (the
+    input itself at 0, infinities and nan, exponent 0); the exponent int32 and without gradient,
+    the mantissa's gradient 2 ** -exponent, as PyTorch's. Floating tensors only."""
+    x = as_tensor(input)
+    if x.dtype.kind != "f":
+        raise ShapeError("torch.frexp() only supports floating-point dtypes")
+    return FrexpResult(P.frexp_mantissa(x), P.frexp_exponent(x))
+
+
+@pytorch_keywords
+def nextafter(input: Any, other: Any) -> Tensor:
+    """The next float after each input element towards `other` (PyTorch's promotion; floating
+    tensors only). Its gradient is PyTorch's: the cotangent itself for input, zeros for other."""
+    return P.nextafter(input, other)
+
+
 @pytorch_keywords
 def hardshrink(input: Any, lambd: float = 0.5) -> Tensor:
     """x where |x| > lambd, else 0."""
@@ -506,11 +528,12 @@ __all__ = [
     "absolute", "add", "addcdiv", "addcmul", "allclose", "angle", "bitwise_and", "bitwise_not",
     "bitwise_or", "bitwise_xor", "clamp_max", "clamp_min", "complex", "conj", "conj_physical",
     "copysign", "deg2rad", "div", "divide", "eq", "equal", "fix", "float_power", "floor_divide",
-    "fmax", "fmin", "frac", "ge", "greater", "greater_equal", "gt", "hardshrink", "heaviside",
-    "imag", "is_complex", "isclose", "isfinite", "isinf", "isnan", "isneginf", "isposinf",
-    "isreal", "ldexp", "le", "lerp", "less", "less_equal", "logical_and", "logical_not",
-    "logical_or", "logical_xor", "lt", "masked_fill", "maximum", "minimum", "mul", "multiply",
-    "nan_to_num", "ne", "negative", "not_equal", "polar", "prelu", "rad2deg", "real",
-    "reciprocal", "relu", "resolve_conj", "resolve_neg", "round", "sgn", "sign", "signbit",
-    "sinc", "square", "sub", "subtract", "true_divide", "view_as_complex", "view_as_real",
+    "fmax", "fmin", "frac", "frexp", "ge", "greater", "greater_equal", "gt", "hardshrink",
+    "heaviside", "imag", "is_complex", "isclose", "isfinite", "isinf", "isnan", "isneginf",
+    "isposinf", "isreal", "ldexp", "le", "lerp", "less", "less_equal", "logical_and",
+    "logical_not", "logical_or", "logical_xor", "lt", "masked_fill", "maximum", "minimum", "mul",
+    "multiply", "nan_to_num", "ne", "negative", "nextafter", "not_equal", "polar", "prelu",
+    "rad2deg", "real", "reciprocal", "relu", "resolve_conj", "resolve_neg", "round", "sgn",
+    "sign", "signbit", "sinc", "square", "sub", "subtract", "true_divide", "view_as_complex",
+    "view_as_real",
 ]  # fmt: skip

@@ -1,5 +1,5 @@
 """`tracegrad.linalg`: PyTorch's `torch.linalg`, batched over leading dims. inv, det, slogdet,
-solve, cholesky, eigh and pinv are records in the op table (their VJPs are the classical
+solve, cholesky, eigh, eig and pinv are records in the op table (their VJPs are the classical
 matrix-calculus rules, written with tracegrad ops, so they also trace and nest); the norms are
 compositions. NumPy's spellings (`axis=`, `compute_uv=`) are `tracegrad.numpy.linalg`."""
 
@@ -11,10 +11,13 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from tracegrad.core import primitives as P
-from tracegrad.core.errors import ShapeError
+from tracegrad.core.errors import LinAlgError, ShapeError
 from tracegrad.frontend.elementwise import conj
 from tracegrad.frontend.functions import (
+    cat,
+    expand,
     matrix_transpose,
+    movedim,
     permute,
     pytorch_keywords,
     reshape,
@@ -23,7 +26,7 @@ from tracegrad.frontend.functions import (
 )
 from tracegrad.frontend.products import cross3
 from tracegrad.frontend.rearrange import tril, triu
-from tracegrad.frontend.reductions import amax, amin, sum
+from tracegrad.frontend.reductions import amax, amin, cumprod, sum
 from tracegrad.frontend.tensor import Listeners, Tensor, as_tensor
 
 
@@ -143,6 +146,37 @@ def eigvalsh(A: Any, UPLO: str = "L") -> Tensor:
     return eigh(A, UPLO).eigenvalues
 
 
+def _square(name: str, a: Tensor) -> Tensor:
+    """a, if it is a (batch of) square matrices; else PyTorch's error."""
+    if a.ndim < 2:
+        raise ShapeError(f"{name}: The input tensor A must have at least 2 dimensions.")
+    if a.shape[-1] != a.shape[-2]:
+        raise ShapeError(f"{name}: A must be batches of square matrices, but they are "
+                         f"{a.shape[-2]} by {a.shape[-1]} matrices")  # fmt: skip
+    return a
+
+
+class EigResult(NamedTuple):
+    eigenvalues: Tensor
+    eigenvectors: Tensor
+
+
+def eig(A: Any) -> EigResult:
+    """The eigenvalues and eigenvectors (columns of norm 1) of general square matrices: complex
+    (complex64 of float32, complex128 of float64), also of real matrices, in LAPACK's order,
+    as PyTorch's. Each eigenvector is determined up to a phase (LAPACK makes its largest
+    component real). Differentiable (twice and more) by PyTorch's rule, for distinct
+    eigenvalues, in losses that do not depend on the phases (which raise on backward, as
+    PyTorch's); a real matrix's gradient is the real part."""
+    a = _square("linalg.eig", as_tensor(A))
+    return EigResult(P.eig(a, part="values"), P.eig(a, part="vectors"))
+
+
+def eigvals(A: Any) -> Tensor:
+    """The eigenvalues of general square matrices, complex (see `eig`)."""
+    return P.eig(_square("linalg.eigvals", as_tensor(A)), part="values")
+
+
 class SVDResult(NamedTuple):
     U: Tensor
     S: Tensor
@@ -190,11 +224,17 @@ class SVDTopResult(NamedTuple):
 
 
 def svd_top(input: Any, some: bool = True, compute_uv: bool = True) -> SVDTopResult:
-    """PyTorch's older `torch.svd`: (U, S, V), V not transposed; `some=False` is the full SVD
-    (its extra columns without gradient, as `svd`); without `compute_uv`, U and V are zeros."""
-    u, s, vh = svd(input, full_matrices=not some)
+    """PyTorch's older `torch.svd` and `Tensor.svd`: (U, S, V), V not transposed; `some=False`
+    is the full SVD (its extra columns without gradient, as `svd`); without `compute_uv`, only
+    the singular values, U and V zeros of shapes (m, m) and (n, n) whatever `some`, as
+    PyTorch's."""
+    a = as_tensor(input)
     if not compute_uv:
-        return SVDTopResult(u * 0.0, s, vh * 0.0)
+        (m, n), batch = a.shape[-2:], a.shape[:-2]
+        dtype = a.dtype if a.dtype.kind in "fc" else np.dtype(np.float64)
+        zeros = [Tensor._of(np.zeros((*batch, k, k), dtype)) for k in (m, n)]
+        return SVDTopResult(zeros[0], svdvals(a), zeros[1])
+    u, s, vh = svd(a, full_matrices=not some)
     return SVDTopResult(u, s, matrix_transpose(vh))
 
 
@@ -464,8 +504,9 @@ def matrix_norm(A: Any, ord: Any = "fro", dim: tuple[int, int] = (-2, -1),
     axes = tuple(a % x.ndim for a in dim)
     if len(axes) != 2:
         raise ShapeError(f"matrix_norm: dim {dim} must name two dimensions of {x.shape}")
-    if ord == "fro":
-        return _root(sum(x * x, axes, keepdim), 2)
+    if ord == "fro":  # |x| ** 2 as x * x, a complex number's from its modulus
+        y = P.abs(x) if x.dtype.kind == "c" else x
+        return _root(sum(y * y, axes, keepdim), 2)
     if ord in (1, -1, math.inf, -math.inf):
         summed, other = (axes[0], axes[1]) if ord in (1, -1) else (axes[1], axes[0])
         inner = sum(P.abs(x), summed, keepdim=True)
@@ -498,6 +539,112 @@ def norm(A: Any, ord: Any = None, dim: Any = None, keepdim: bool = False, *,
     if len(dims) == 1:
         return vector_norm(x, 2 if ord is None else ord, dims, keepdim)
     return matrix_norm(x, "fro" if ord is None else ord, dims, keepdim)
+
+
+_COND_ORDERS = (None, 2, -2, "fro", "nuc", math.inf, -math.inf, 1, -1)
+
+
+@pytorch_keywords
+def cond(A: Any, p: Any = None) -> Tensor:
+    """The condition number of (a batch of) matrices in the norm `p`, as PyTorch's: by the
+    singular values for None (2), -2 and "nuc" (any shape for the first two); else
+    norm(A) norm(inv(A)), inf where A is singular (eagerly; in a traced step a singular matrix
+    raises). Real, also of complex matrices; differentiable (where PyTorch's gradient of the
+    norms by the inverse fails, this one is the composition's)."""
+    a = as_tensor(A)
+    if a.ndim < 2:
+        raise ShapeError("linalg.cond: The input tensor must have at least 2 dimensions.")
+    if isinstance(p, bool) or not any(p is q or p == q for q in _COND_ORDERS):
+        raise RuntimeError(f"linalg.cond got an invalid norm type: {p}")
+    if a.size == 0:  # PyTorch's: zeros, one per matrix
+        dtype = a.dtype if a.dtype.kind in "fc" else np.dtype(np.float64)
+        return Tensor._of(np.zeros(a.shape[:-2], np.empty(0, dtype).real.dtype))
+    with np.errstate(divide="ignore", invalid="ignore"):  # a zero matrix's 0 / 0, as PyTorch's
+        if p is None or p in (2, -2):
+            s = svdvals(a)  # descending
+            return s[..., -1] / s[..., 0] if p == -2 else s[..., 0] / s[..., -1]
+        _square(f"linalg.cond(ord={p})", a)
+        if p == "nuc":  # the nuclear norms of A and of its inverse
+            s = svdvals(a)
+            return sum(s, -1) * sum(1.0 / s, -1)
+        inverse, singular = _inverse_where_invertible(a)
+        out = matrix_norm(a, p) * matrix_norm(inverse, p)
+        out = P.where(out != out, math.inf, out)  # PyTorch's nan_to_num
+        return out if singular is None else P.where(Tensor._of(singular), math.inf, out)
+
+
+def _inverse_where_invertible(a: Tensor) -> tuple[Tensor, np.ndarray | None]:
+    """(inv(A), None); eagerly, where some of the matrices are singular, the inverse with those
+    taken as the identity, and where they are (a bool per matrix)."""
+    try:
+        return inv(a), None
+    except LinAlgError:
+        if Listeners.tracers:
+            raise
+    value = np.asarray(a.detach().numpy())
+    singular = np.zeros(value.shape[:-2], bool)
+    for k in np.ndindex(singular.shape):
+        try:
+            np.linalg.inv(value[k])
+        except np.linalg.LinAlgError:
+            singular[k] = True
+    eye = np.eye(a.shape[-1], dtype=value.dtype)
+    return inv(P.where(Tensor._of(singular[..., None, None]), eye, a)), singular
+
+
+@pytorch_keywords
+def vander(x: Any, *, N: int | None = None) -> Tensor:
+    """`torch.linalg.vander`: x^0, x^1, ..., x^(N-1) as the columns of (..., n, N), N = n by
+    default, by running products (as PyTorch's, so the values round alike); integers give
+    int64. Unlike `torch.vander`, powers increase and x may be a batch."""
+    v = as_tensor(x)
+    if v.dtype.kind not in "fciu" or v.dtype.kind == "f" and v.dtype.itemsize < 4:
+        name = {"bool": "Bool", "float16": "Half"}.get(v.dtype.name, v.dtype.name)
+        raise RuntimeError("linalg.vander supports floating point, complex, and integer "
+                           f"tensors, but got {name}")  # fmt: skip
+    v = unsqueeze(v, -1) if v.ndim == 0 else v
+    v = v.astype(np.int64) if v.dtype.kind in "iu" else v
+    n = v.shape[-1] if N is None else int(N)
+    if n <= 1:
+        raise RuntimeError("N must be greater than 1.")
+    powers = cumprod(expand(unsqueeze(v, -1), (*v.shape, n - 1)), -1)
+    ones = Tensor._of(np.ones((*v.shape, 1), powers.dtype))
+    return cat([ones, powers], -1)
+
+
+@pytorch_keywords
+def tensorinv(A: Any, ind: int = 2) -> Tensor:
+    """The inverse of A read as a square matrix, rows its first `ind` dims and columns the
+    rest: of shape A.shape[ind:] + A.shape[:ind], so that tensordot(inverse, A, ind) is the
+    identity. Differentiable (`inv` of a reshape)."""
+    a = as_tensor(A)
+    if ind <= 0:
+        raise RuntimeError(f"Expected a strictly positive integer for 'ind', but got {ind}")
+    rows, columns = a.shape[:ind], a.shape[ind:]
+    if math.prod(columns) != math.prod(rows):
+        raise ShapeError("Expected self to satisfy the requirement prod(self.shape[ind:]) == "
+                         f"prod(self.shape[:ind]), but got {math.prod(columns)} != "
+                         f"{math.prod(rows)}")  # fmt: skip
+    k = math.prod(rows)
+    return reshape(inv(reshape(a, (k, k))), (*columns, *rows))
+
+
+@pytorch_keywords
+def tensorsolve(A: Any, B: Any, dims: Any = None) -> Tensor:
+    """X with tensordot(A, X, X.ndim) = B: A read as a square matrix, rows its first B.ndim dims
+    and columns the rest (after moving `dims` of A to the end), X of A's last shape.
+    Differentiable (`solve` of reshapes)."""
+    a, b = as_tensor(A), as_tensor(B)
+    if dims is not None:
+        dims = (dims,) if isinstance(dims, int) else tuple(dims)
+        a = movedim(a, dims, tuple(range(a.ndim - len(dims), a.ndim)))
+    shape = a.shape[b.ndim :]
+    if math.prod(shape) != b.size:
+        raise ShapeError("Expected self to satisfy the requirement prod(self.shape[other.ndim:]) "
+                         f"== prod(self.shape[:other.ndim]), but got {math.prod(shape)} != "
+                         f"{b.size}")  # fmt: skip
+    k = math.prod(shape)
+    return reshape(P.solve(reshape(a, (k, k)), reshape(b, (k, 1))), shape)
 
 
 # --- PyTorch's top-level spellings (torch.det, torch.logdet, torch.cdist, ...) ------------------
@@ -782,9 +929,9 @@ def cdist(x1: Any, x2: Any, p: float = 2.0,
     return vector_norm(diff, p, -1)
 
 
-__all__ = ["cholesky", "cholesky_ex", "cross", "det", "diagonal", "eigh", "eigvalsh",
-           "householder_product", "inv", "inv_ex", "lstsq", "lu", "lu_factor", "lu_factor_ex",
-           "lu_solve", "matmul", "matrix_exp",
+__all__ = ["LinAlgError", "cholesky", "cholesky_ex", "cond", "cross", "det", "diagonal", "eig",
+           "eigh", "eigvals", "eigvalsh", "householder_product", "inv", "inv_ex", "lstsq", "lu",
+           "lu_factor", "lu_factor_ex", "lu_solve", "matmul", "matrix_exp",
            "matrix_norm", "matrix_power", "matrix_rank", "multi_dot", "norm", "pinv", "qr",
-           "slogdet", "solve", "solve_ex", "solve_triangular", "svd", "svdvals", "vecdot",
-           "vector_norm"]  # fmt: skip
+           "slogdet", "solve", "solve_ex", "solve_triangular", "svd", "svdvals", "tensorinv",
+           "tensorsolve", "vander", "vecdot", "vector_norm"]  # fmt: skip

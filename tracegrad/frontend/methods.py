@@ -315,7 +315,7 @@ _ELEMENTWISE = {p.name: p for p in P.PRIMITIVES.values()
                 if p.kind is Kind.ELEMENTWISE and p.arity in (1, 2)}  # fmt: skip
 _ELEMENTWISE.update(floor=P.floor, ceil=P.ceil, trunc=P.trunc, sign=E.sign)
 for _name in ("astype", "where", "equal", "less", "less_equal", "greater", "greater_equal",
-              "not_equal", "positive", "complex"):  # fmt: skip
+              "not_equal", "positive", "complex", "frexp_mantissa", "frexp_exponent"):  # fmt: skip
     _ELEMENTWISE.pop(_name, None)  # other names below, or not PyTorch's methods
 
 
@@ -414,7 +414,8 @@ METHODS: dict[str, Any] = {
     "to_dense": lambda self: self,
     "lu_solve": lambda self, LU_data, LU_pivots: linalg.lu_solve(LU_data, LU_pivots, self),
     "inverse": linalg.inverse, "pinverse": linalg.pinverse, "matrix_power": linalg.matrix_power,
-    "dist": linalg.dist, "renorm": linalg.renorm, "vdot": M.vdot,
+    "dist": linalg.dist, "renorm": linalg.renorm, "vdot": M.vdot, "ger": M.outer,
+    "svd": linalg.svd_top, "qr": linalg.qr_top, "triangular_solve": linalg.triangular_solve,
     # elementwise
     "clamp": F.clamp, "clip": F.clip, "square": E.square, "reciprocal": E.reciprocal,
     "rsqrt": lambda self: 1.0 / P.sqrt(self),
@@ -434,11 +435,12 @@ METHODS: dict[str, Any] = {
     "allclose": E.allclose, "isposinf": E.isposinf, "isneginf": E.isneginf,
     "bitwise_and": E.bitwise_and, "bitwise_or": E.bitwise_or, "bitwise_xor": E.bitwise_xor,
     "bitwise_not": E.bitwise_not, "ldexp": E.ldexp, "hardshrink": E.hardshrink,
+    "frexp": E.frexp, "nextafter": E.nextafter,
     "prelu": E.prelu, "positive": lambda self: self,  # torch.positive(x) is x
     # special functions
     "lgamma": P.lgamma, "digamma": P.digamma, "erfc": P.erfc, "erfinv": P.erfinv, "i0": P.i0,
     "polygamma": lambda self, n: X.polygamma(n, self), "logit": X.logit, "xlogy": X.xlogy,
-    "mvlgamma": X.mvlgamma,
+    "mvlgamma": X.mvlgamma, "igamma": P.igamma, "igammac": P.igammac,
     # sampling
     "multinomial": sampling.multinomial, "bernoulli": sampling.bernoulli,
     # dtypes, devices, copies, Python values
@@ -473,14 +475,14 @@ METHODS: dict[str, Any] = {
     "clone": lambda self, memory_format=None: P.positive(self), "copy": P.positive,
     "new_zeros": _new(C.zeros), "new_ones": _new(C.ones), "new_empty": _new(C.empty),
     "new_full": _new_full, "new_tensor": _new_tensor, "new": _legacy_new,
-    "numel": lambda self: self.size, "nelement": lambda self: self.size,
-    "element_size": lambda self: self.dtype.itemsize,
     "new_empty_strided": _new_empty_strided, "apply_": _apply_,
     "map_": lambda self, other, fn: _apply_(self, fn, other),
     "map2_": lambda self, x, y, fn: _apply_(self, fn, x, y), "dim_order": _dim_order,
     "is_pinned": lambda self, device=None: False, "stft": T.stft, "istft": T.istft,
     "unsafe_chunk": A.chunk, "unsafe_split": _split,
     "unsafe_split_with_sizes": lambda self, sizes, dim=0: _split(self, list(sizes), dim),
+    "numel": lambda self: self.size, "nelement": lambda self: self.size,
+    "element_size": lambda self: self.dtype.itemsize,
     "itemsize": property(lambda self: self.dtype.itemsize),
     "nbytes": property(lambda self: self.size * self.dtype.itemsize), "dim": lambda self: self.ndim,
     "ndimension": lambda self: self.ndim, "tolist": lambda self: readable(self.numpy()).tolist(),
@@ -537,8 +539,8 @@ _IN_PLACE = ("add", "sub", "mul", "div", "pow", "fmod", "remainder", "clamp", "c
              "xlogy", "hypot", "heaviside", "ldexp", "fmax", "fmin", "subtract", "multiply",
              "divide", "true_divide", "floor_divide",
              # special functions, scans, triangles, products
-             "mvlgamma", "polygamma", "cumprod", "tril", "triu", "addmm", "addbmm", "baddbmm",
-             "addmv", "addr")  # fmt: skip
+             "mvlgamma", "polygamma", "igamma", "igammac", "cumprod", "tril", "triu", "addmm",
+             "addbmm", "baddbmm", "addmv", "addr", "renorm", "nextafter")  # fmt: skip
 METHODS.update({f"{name}_": W.in_place(METHODS[name], f"{name}_") for name in _IN_PLACE})
 METHODS["float_power_"] = _float_power_
 

@@ -1,7 +1,9 @@
 """Special functions with PyTorch's signatures (`torch.special` and the top-level ones), composed
-of the op table's: lgamma, digamma, polygamma, erfc and erfinv are records there (core/ops/
+of the op table's: lgamma, digamma, polygamma, erfc, erfinv, the Bessel functions, zeta, the
+incomplete gamma functions and the orthogonal polynomials are records there (core/ops/
 special.py), with their gradients; these add the arguments and the limits PyTorch gives
-(`polygamma(n, x)` takes the order first, `xlogy(0, y)` is 0, `logit(x, eps)` clamps)."""
+(`polygamma(n, x)` takes the order first, `xlogy(0, y)` is 0, `logit(x, eps)` clamps), and
+PyTorch's lack of a derivative (`bessel_j0`'s result does not require grad)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ from typing import Any
 import numpy as np
 
 from tracegrad.core import primitives as P
+from tracegrad.core.ops import shapes
+from tracegrad.frontend.autodiff import no_grad
 from tracegrad.frontend.functions import clamp, pytorch_keywords
 from tracegrad.frontend.tensor import Tensor, as_tensor
 
@@ -19,6 +23,7 @@ SQRT_HALF = 0.7071067811865476
 # the op table's, under PyTorch's top-level names (opaque ops: not exported with the
 # elementwise ones)
 lgamma, digamma, erfc, erfinv, i0 = P.lgamma, P.digamma, P.erfc, P.erfinv, P.i0
+igamma, igammac = P.igamma, P.igammac  # P(a, x) and Q(a, x): `torch.special.gammainc(c)`
 
 
 def _floating(x: Any, op: str) -> Tensor:
@@ -112,4 +117,41 @@ def log_ndtr(input: Any) -> Tensor:
     return P.where(tail, far, near)
 
 
-__all__ = ["digamma", "erfc", "erfinv", "i0", "lgamma", "logit", "mvlgamma", "polygamma", "xlogy"]
+def _without_derivative(op: Any, name: str = "") -> Any:
+    """PyTorch's `op`, which has no derivative: its result does not require grad, so that a
+    backward through it alone raises, as PyTorch's does, and other paths' gradients ignore it
+    (the op's own rule would raise: `special.no_derivative`)."""
+
+    def unary(input: Any) -> Tensor:
+        with no_grad():
+            return op(input)
+
+    def polynomial(input: Any, n: Any) -> Tensor:
+        with no_grad():
+            return op(input, n)
+
+    call = polynomial if op.rule is shapes.real_floating_pair else unary
+    call.__name__ = call.__qualname__ = name or op.name
+    call.__doc__ = f"`torch.special.{call.__name__}`: the op `{op.name}`, without gradient."
+    return pytorch_keywords(call)
+
+
+(bessel_j0, bessel_j1, bessel_y0, bessel_y1, modified_bessel_k0, modified_bessel_k1,
+ scaled_modified_bessel_k0, scaled_modified_bessel_k1, airy_ai, spherical_bessel_j0,
+ chebyshev_polynomial_t, chebyshev_polynomial_u, chebyshev_polynomial_v, chebyshev_polynomial_w,
+ shifted_chebyshev_polynomial_t, shifted_chebyshev_polynomial_u, shifted_chebyshev_polynomial_v,
+ shifted_chebyshev_polynomial_w, hermite_polynomial_h, hermite_polynomial_he,
+ laguerre_polynomial_l, legendre_polynomial_p) = map(
+    _without_derivative,
+    (P.bessel_j0, P.bessel_j1, P.bessel_y0, P.bessel_y1, P.modified_bessel_k0,
+     P.modified_bessel_k1, P.scaled_modified_bessel_k0, P.scaled_modified_bessel_k1, P.airy_ai,
+     P.spherical_bessel_j0, P.chebyshev_polynomial_t, P.chebyshev_polynomial_u,
+     P.chebyshev_polynomial_v, P.chebyshev_polynomial_w, P.shifted_chebyshev_polynomial_t,
+     P.shifted_chebyshev_polynomial_u, P.shifted_chebyshev_polynomial_v,
+     P.shifted_chebyshev_polynomial_w, P.hermite_polynomial_h, P.hermite_polynomial_he,
+     P.laguerre_polynomial_l, P.legendre_polynomial_p))  # fmt: skip
+modified_bessel_i0 = _without_derivative(P.i0, "modified_bessel_i0")
+modified_bessel_i1 = _without_derivative(P.i1, "modified_bessel_i1")
+
+__all__ = ["digamma", "erfc", "erfinv", "i0", "igamma", "igammac", "lgamma", "logit", "mvlgamma",
+           "polygamma", "xlogy"]  # fmt: skip

@@ -13,6 +13,7 @@ import types
 import zipfile
 from typing import Any
 
+from tracegrad.core.errors import LinAlgError as _LinAlgError  # noqa: F401 (torch._C's name)
 from tracegrad.frontend.device import device as _device
 from tracegrad.frontend.dtypes import dtype as _dtype
 from tracegrad.frontend.tensor import Tensor as _Tensor

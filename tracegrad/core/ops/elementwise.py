@@ -665,6 +665,38 @@ gcd = binary("gcd", np.gcd, (None, None), shape=_bits("iu"))  # non-negative, gc
 lcm = binary("lcm", np.lcm, (None, None), shape=_bits("iu"))
 
 
+def _floats(name: str) -> Callable:
+    """The shape rule of an op of floating values only (PyTorch's `frexp`, `nextafter`)."""
+
+    def rule(*xs):
+        if any(x.dtype.kind != "f" for x in xs):
+            dtypes = ", ".join(str(x.dtype) for x in xs)
+            raise TypeError(f"{name} is only implemented for floating tensors, got {dtypes}")
+        return shapes.broadcast_binary(*xs) if len(xs) == 2 else shapes.same(*xs)
+
+    return rule
+
+
+def _frexp_mantissa_vjp(g, out, x):
+    """g 2^-e (PyTorch's grad / exponent.exp2()): the mantissa over x, exactly; g itself at 0,
+    infinities and nan, whose exponent is 0."""
+    usual = (x != 0.0) & (abs(x) < math.inf)  # finite and nonzero
+    return g * where(usual, out / where(usual, x, 1.0), 1.0)
+
+
+# frexp's two results (PyTorch's `frexp`): x = mantissa * 2 ** exponent, |mantissa| in [0.5, 1)
+# (x itself at 0, infinities and nan, with exponent 0); the exponent is int32, without gradient
+frexp_mantissa = unary("frexp_mantissa", lambda x: np.frexp(x)[0], _frexp_mantissa_vjp, "in+out",
+                       shape=_floats("frexp"))  # fmt: skip
+frexp_exponent = unary("frexp_exponent", lambda x: np.frexp(x)[1].astype(np.int32),
+                       shape=lambda x: (_floats("frexp")(x)[0], np.dtype(np.int32)))  # fmt: skip
+# the next float after x towards y; PyTorch's gradient is g for x, zeros for y
+nextafter = binary("nextafter", np.nextafter,
+                   (lambda g, out, x, y: sum_to(g, x.shape),
+                    lambda g, out, x, y: sum_to(g * 0.0, y.shape)),
+                   shape=_floats("nextafter"))  # fmt: skip
+
+
 __all__ = [n for n, v in list(globals().items()) if isinstance(v, Primitive) and n[0] != "_"]
 
 

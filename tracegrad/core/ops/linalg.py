@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import builtins
 import math
+from collections.abc import Callable
 
 import numpy as np
 
+from tracegrad.core.errors import LinAlgError
 from tracegrad.core.ops import shapes
 from tracegrad.core.vocabulary import Kind, Primitive
 
@@ -210,7 +212,9 @@ def _svd_rule(x, part, full=False):
     m, n = x.shape[-2:]
     k, batch, dtype = builtins.min(m, n), x.shape[:-2], shapes.floating(x)[1]
     u, vh = (*batch, m, m if full else k), (*batch, n if full else k, n)
-    return {"u": u, "s": (*batch, k), "vh": vh}[part], dtype
+    if part == "s":  # real, also of complex matrices
+        return (*batch, k), shapes.real_dtype(dtype)
+    return {"u": u, "vh": vh}[part], dtype
 
 
 def _svd(x, part, full=False):
@@ -299,7 +303,73 @@ def _qr_vjp(g, out, x, part, complete=False):
     return concatenate(gx, matmul(q, gv), axis=x.ndim - 1)
 
 
-inv = Primitive("inv", np.linalg.inv, _square_rule,
+def _lapack(f: Callable, name: str, why: Callable | None = None) -> Callable:
+    """f, raising `LinAlgError` (PyTorch's `torch.linalg.LinAlgError`) where LAPACK fails, with
+    PyTorch's message: `why(matrix)`, the reason a matrix fails (None where it does not), of the
+    first matrix of the batch that fails; else NumPy's reason."""
+
+    def impl(x, *args, **attrs):
+        try:
+            return f(x, *args, **attrs)
+        except np.linalg.LinAlgError as e:
+            raise LinAlgError(f"{name}: {_failure(np.asarray(x), why) or e}") from None
+
+    impl.__doc__ = f"{f.__name__}, raising LinAlgError as PyTorch's {name}."
+    return impl
+
+
+def _failure(x: np.ndarray, why: Callable | None) -> str | None:
+    """Why the first failing matrix of x fails, naming its place in a batch as PyTorch does."""
+    if why is None or x.ndim < 2:
+        return None
+    for b, matrix in enumerate(x.reshape(-1, *x.shape[-2:])):
+        reason = why(matrix)
+        if reason is not None:
+            return f"(Batch element {b}): {reason}" if x.ndim > 2 else reason
+    return None
+
+
+def _singular(matrix: np.ndarray) -> bool:
+    try:
+        np.linalg.inv(matrix)
+    except np.linalg.LinAlgError:
+        return True
+    return False
+
+
+def _zero_pivot(matrix: np.ndarray) -> int | None:
+    """The first zero pivot (1-based) of Gaussian elimination with partial pivoting, as LAPACK's
+    getrf reports it; None where rounding left none exactly zero."""
+    a = matrix.astype(np.result_type(matrix.dtype, np.float64))
+    for j in range(a.shape[-1]):
+        p = j + int(np.argmax(np.abs(a[j:, j])))
+        if a[p, j] == 0:
+            return j + 1
+        a[[j, p]] = a[[p, j]]
+        a[j + 1 :] -= np.outer(a[j + 1 :, j] / a[j, j], a[j])
+    return None
+
+
+def _not_invertible(matrix: np.ndarray) -> str | None:
+    if not _singular(matrix):
+        return None
+    k = _zero_pivot(matrix)
+    start = f"The diagonal element {k} is zero, the inversion" if k else "The inversion"
+    return f"{start} could not be completed because the input matrix is singular."
+
+
+def _not_positive_definite(matrix: np.ndarray) -> str | None:
+    for k in range(1, matrix.shape[-1] + 1):
+        try:
+            np.linalg.cholesky(matrix[:k, :k])
+        except np.linalg.LinAlgError:
+            return ("The factorization could not be completed because the input is not "
+                    f"positive-definite (the leading minor of order {k} is not "
+                    "positive-definite).")  # fmt: skip
+    return None
+
+
+inv = Primitive("inv", _lapack(np.linalg.inv, "linalg.inv", _not_invertible), _square_rule,
                 (lambda g, out, x: -matmul(matmul(mT(out), g), mT(out)),), "out")  # fmt: skip
 
 
@@ -330,11 +400,22 @@ logabsdet = Primitive("logabsdet", lambda x: np.linalg.slogdet(x)[1], _det_rule,
                       (lambda g, out, x: _matrices(g) * mT(inv(x)),), "in",
                       raises=False)  # fmt: skip
 det_sign = Primitive("det_sign", lambda x: np.linalg.slogdet(x)[0], _det_rule, raises=False)
-solve = Primitive("solve", np.linalg.solve, _solve_rule,
-                  (lambda g, out, a, b: sum_to(-matmul(solve(mT(a), g), mT(out)), a.shape),
-                   lambda g, out, a, b: sum_to(solve(mT(a), g), b.shape)),
-                  "in+out")  # fmt: skip
-cholesky = Primitive("cholesky", np.linalg.cholesky, _square_rule, (_cholesky_vjp,), "out")
+
+
+def _solve_failure(matrix: np.ndarray) -> str | None:
+    return "The solver failed because the input matrix is singular." if _singular(matrix) else None
+
+
+# complex operands: -A^-H g X^H and A^-H g (PyTorch's convention)
+solve = Primitive("solve", _lapack(np.linalg.solve, "torch.linalg.solve", _solve_failure),
+                  _solve_rule,
+                  (lambda g, out, a, b:
+                   sum_to(-matmul(solve(mT(conjugated(a)), g), mT(conjugated(out))), a.shape),
+                   lambda g, out, a, b: sum_to(solve(mT(conjugated(a)), g), b.shape)),
+                  "in+out", complex_grad=True)  # fmt: skip
+cholesky = Primitive("cholesky",
+                     _lapack(np.linalg.cholesky, "linalg.cholesky", _not_positive_definite),
+                     _square_rule, (_cholesky_vjp,), "out")  # fmt: skip
 
 
 def _eigh_values_vjp(g, out, x):
@@ -386,17 +467,81 @@ def _matrix_exp_vjp(g, out, x):
 
 matrix_exp = Primitive("matrix_exp", _matrix_exp, _square_rule, (_matrix_exp_vjp,), "in",
                        complex_grad=True)  # fmt: skip
-eigh_values = Primitive("eigh_values", np.linalg.eigvalsh,
+eigh_values = Primitive("eigh_values", _lapack(np.linalg.eigvalsh, "linalg.eigh"),
                         lambda x: (x.shape[:-1], _square_rule(x)[1]), (_eigh_values_vjp,),
                         "in")  # fmt: skip
-eigh_vectors = Primitive("eigh_vectors", lambda x: np.linalg.eigh(x)[1], _square_rule,
+eigh_vectors = Primitive("eigh_vectors", _lapack(lambda x: np.linalg.eigh(x)[1], "linalg.eigh"),
+                         _square_rule,
                          (_eigh_vectors_vjp,), "in+out")  # fmt: skip
-svd = Primitive("svd", _svd, _svd_rule, (_svd_vjp,), "in")
-qr = Primitive("qr", _qr, _qr_rule, (_qr_vjp,), "in")
-pinv = Primitive("pinv", np.linalg.pinv,
+svd = Primitive("svd", _lapack(_svd, "linalg.svd"), _svd_rule, (_svd_vjp,), "in")
+qr = Primitive("qr", _lapack(_qr, "linalg.qr"), _qr_rule, (_qr_vjp,), "in")
+pinv = Primitive("pinv", _lapack(np.linalg.pinv, "linalg.pinv"),
                  lambda x, rcond=1e-15: ((*x.shape[:-2], x.shape[-1], x.shape[-2]),
                                          shapes.floating(x)[1]),
                  (_pinv_vjp,), "in+out")  # fmt: skip
+
+
+def _eig_rule(x, part):
+    shape, dtype = _square_rule(x)
+    return (shape[:-1] if part == "values" else shape), shapes.complex_dtype(dtype)
+
+
+def _eig(x, part):
+    """The eigenvalues or the eigenvectors (columns, of norm 1, as LAPACK's geev gives them)
+    of general square matrices, complex also of real ones (PyTorch's). Both parts come from the
+    same geev call, so they pair up in the same order."""
+    w, v = np.linalg.eig(x)
+    return (w if part == "values" else v).astype(_eig_rule(x, part)[1], copy=False)
+
+
+def _eig_values_vjp(g, out, x, part):
+    """PyTorch's `linalg_eig_backward` of the eigenvalues: V^-H diag(gL) V^H; of a real
+    matrix, its real part (the cotangent of a real input)."""
+    v = eig(x, part="vectors")
+    vh = mT(conj(v))
+    gx = solve(vh, reshaped(g, (*g.shape, 1)) * vh)
+    return real(gx) if x.dtype.kind != "c" else gx
+
+
+def _eig_vectors_vjp(g, out, x, part):
+    """PyTorch's `linalg_eig_backward` of the eigenvectors V (L the eigenvalues):
+    V^-H ((V^H gV - V^H V diag(re diag(V^H gV))) / E*) V^H, E_ij = L_j - L_i off the diagonal,
+    whose diagonal is 0 here (PyTorch's puts the eigenvalues' cotangent there, which their own
+    rule adds). Each eigenvector is determined up to a phase only: a loss that depends on the
+    phases (imaginary diagonal of V^H gV) raises, as PyTorch's."""
+    v, w = out, eig(x, part="values")
+    n = x.shape[-1]
+    eye = np.eye(n, dtype=out.dtype)
+    vh = mT(conj(v))
+    vhgv = matmul(vh, g)
+    _check_gauge(vhgv, eye)
+    scaled = matmul(v, real(vhgv) * eye.real)  # V diag(re diag(V^H gV))
+    wc = conj(w)
+    gap = reshaped(wc, (*w.shape[:-1], 1, n)) - reshaped(wc, (*w.shape, 1)) + eye
+    inner = (vhgv - matmul(vh, scaled)) / gap * (1.0 - eye.real)
+    gx = solve(vh, matmul(inner, vh))
+    return real(gx) if x.dtype.kind != "c" else gx
+
+
+def _check_gauge(vhgv, eye) -> None:
+    """Eagerly, PyTorch's check that a loss does not depend on the eigenvectors' phases."""
+    if getattr(vhgv, "is_symbolic", True):
+        return
+    diagonal = np.diagonal(np.asarray(vhgv.numpy()), axis1=-2, axis2=-1).imag
+    if not np.allclose(diagonal, 0.0, rtol=1e-2, atol=1e-2):
+        raise RuntimeError(
+            "linalg_eig_backward: The eigenvectors in the complex case are specified up to "
+            "multiplication by e^{i phi}. The specified loss function depends on this quantity, "
+            "so it is ill-defined."
+        )
+
+
+def _eig_vjp(g, out, x, part):
+    return (_eig_values_vjp if part == "values" else _eig_vectors_vjp)(g, out, x, part)
+
+
+eig = Primitive("eig", _lapack(_eig, "linalg.eig"), _eig_rule, (_eig_vjp,), "in+out",
+                complex_grad=True)  # fmt: skip
 
 
 __all__ = [n for n, v in list(globals().items()) if isinstance(v, Primitive) and n[0] != "_"]
@@ -404,7 +549,7 @@ __all__ = [n for n, v in list(globals().items()) if isinstance(v, Primitive) and
 
 # The rules above call ops of other families, which import this one: imported last, the
 # cycle is harmless (no rule runs while the table loads).
-from tracegrad.core.ops.elementwise import conjugated  # noqa: E402
+from tracegrad.core.ops.elementwise import conj, conjugated, real  # noqa: E402
 from tracegrad.core.ops.views import (  # noqa: E402
     broadcast_to,
     concatenate,

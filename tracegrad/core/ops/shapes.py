@@ -155,3 +155,10 @@ def spans(
 ) -> tuple[bool, ...]:
     """Per canonical axis (`canonical_axes`), whether `shape` spans it (else it broadcasts)."""
     return tuple(spans_axis(shape, domain, g[0]) for g in groups) or (False,)
+
+
+def real_floating_pair(x, y):
+    """`real_floating` of two broadcast operands (zeta, the incomplete gamma functions)."""
+    real_floating(x), real_floating(y)
+    shape, dtype = broadcast_binary(x, y)
+    return shape, (dtype if dtype.kind == "f" else np.dtype(np.float64))
