@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from tracegrad.core.primitives import sum_to
+from tracegrad.frontend import forward_ad
 from tracegrad.frontend.autodiff import ShapeDtype, TapeNode, edge, is_grad_enabled, no_grad
 from tracegrad.frontend.creation import zeros
 from tracegrad.frontend.functions import cat
@@ -57,6 +58,10 @@ class FunctionCtx:
         return tuple(t.tensor() if isinstance(t, SavedOutput) else t for t in self.to_save)
 
     saved_variables = saved_tensors  # PyTorch's old name
+
+    def save_for_forward(self, *tensors: Tensor | None) -> None:
+        """Keep these for `jvp`, where `saved_tensors` gives them (forward-mode AD)."""
+        self.to_save_forward = tensors
 
     def mark_non_differentiable(self, *outputs: Tensor) -> None:
         """These outputs get no gradient (backward sees zeros for them)."""
@@ -150,6 +155,12 @@ class Function:
 
     vjp = backward  # PyTorch's alias
 
+    @staticmethod
+    def jvp(ctx: FunctionCtx, *grad_inputs: Any) -> Any:
+        """The outputs' tangents from the inputs' (forward-mode AD, `forward_ad`); without it,
+        tangents are pulled through `backward`."""
+        raise NotImplementedError("a Function subclass must define jvp for forward-mode AD")
+
     @classmethod
     def apply(cls, *args: Any, **kwargs: Any) -> Any:
         tracked = is_grad_enabled()
@@ -166,7 +177,20 @@ class Function:
         many = isinstance(out, tuple | list)
         outs = [_output(o, args, ctx) for o in (out if many else [out])]
         _record(cls, ctx, args, parents, outs)
+        if cls.jvp is not Function.jvp:
+            _tangents(cls, ctx, args, outs)
         return type(out)(outs) if many else outs[0]
+
+
+def _tangents(cls: type, ctx: FunctionCtx, args: tuple, outs: list) -> None:
+    """Inside a dual level, the outputs' tangents by the Function's own `jvp`, which reads
+    what forward saved for it (`save_for_forward`) as `saved_tensors`."""
+    kept = ctx.to_save
+    ctx.to_save = getattr(ctx, "to_save_forward", kept)
+    try:
+        forward_ad.function_tangents(cls.jvp, ctx, args, outs)
+    finally:
+        ctx.to_save = kept
 
 
 def _output(o: Any, args: tuple, ctx: FunctionCtx) -> Any:

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from tracegrad.frontend import autograd
+from tracegrad.frontend import autograd, forward_ad
 from tracegrad.frontend.creation import randn
 from tracegrad.frontend.tensor import Tensor
 
@@ -27,21 +27,32 @@ def gradcheck(func: Callable, inputs: Any, *, eps: float = 1e-6, atol: float = 1
     """Whether autograd's Jacobian of `func(*inputs)` with respect to each input that requires
     grad matches the central differences of `func` (|analytic - numeric| <= atol + rtol
     |numeric| elementwise); on a mismatch GradcheckError names the output and input, unless
-    `raise_exception` is False (then False). PyTorch's other options (`fast_mode`,
+    `raise_exception` is False (then False). With `check_forward_ad=True` the Jacobian that
+    forward-mode AD gives (dual tensors, one tangent per input element) is checked too, and
+    `check_backward_ad=False` skips reverse mode's. PyTorch's other options (`fast_mode`,
     `check_undefined_grad`, `nondet_tol`, ...) are accepted: this is its slow, full check."""
     args, wrt = _inputs(inputs)
     if not wrt:
         raise ValueError("gradcheck expects at least one input tensor to require gradient")
     outputs = _outputs(func(*args))
     numerics = _numeric(func, args, wrt, [o.size for o in outputs], eps)
+    modes = {
+        "": options.get("check_backward_ad", True),
+        " (forward AD)": options.get("check_forward_ad", False),
+    }
+    forward = _forward(func, args, wrt, [o.size for o in outputs]) if modes[" (forward AD)"] else []
     for k, (out, numeric) in enumerate(zip(outputs, numerics, strict=True)):
-        analytic = _analytic(out, [args[i] for i in wrt])
-        for i, a, n in zip(wrt, analytic, numeric, strict=True):
-            if not np.allclose(a, n, rtol=rtol, atol=atol):
-                if not raise_exception:
-                    return False
-                raise GradcheckError(f"Jacobian mismatch for output {k} with respect to input "
-                                     f"{i},\nnumerical:{n}\nanalytical:{a}\n")  # fmt: skip
+        found = {"": (lambda: _analytic(out, [args[i] for i in wrt])),
+                 " (forward AD)": lambda: forward[k]}  # fmt: skip
+        for mode in (m for m, wanted in modes.items() if wanted):
+            for i, a, n in zip(wrt, found[mode](), numeric, strict=True):
+                if not np.allclose(a, n, rtol=rtol, atol=atol):
+                    if not raise_exception:
+                        return False
+                    raise GradcheckError(
+                        f"Jacobian mismatch{mode} for output {k} with respect to input {i},\n"
+                        f"numerical:{n}\nanalytical:{a}\n"
+                    )
     return True
 
 
@@ -77,6 +88,26 @@ def _outputs(result: Any) -> list[Tensor]:
     """The differentiable (real floating) tensors among a function's results."""
     results = result if isinstance(result, tuple | list) else (result,)
     return [r for r in results if isinstance(r, Tensor) and r.dtype.kind == "f"]
+
+
+def _forward(func: Callable, args: tuple, wrt: list[int],
+             sizes: list[int]) -> list[list[np.ndarray]]:  # fmt: skip
+    """Forward-mode AD's Jacobian of each output in each input of `wrt`, (out.size, x.size)
+    each, by output then input: one call of `func` per input element, its tangent one-hot."""
+    jacobians = [[np.zeros((size, args[i].numel())) for i in wrt] for size in sizes]
+    for column, i in enumerate(wrt):
+        x = args[i].detach()
+        for e in range(x.numel()):
+            onehot = np.zeros(x.numel(), x.dtype)
+            onehot[e] = 1
+            with forward_ad.dual_level():
+                ins = list(args)
+                ins[i] = forward_ad.make_dual(x, Tensor._of(onehot.reshape(x.shape)))
+                for k, out in enumerate(_outputs(func(*ins))):
+                    tangent = forward_ad.unpack_dual(out).tangent
+                    if tangent is not None:
+                        jacobians[k][column][:, e] = np.asarray(tangent.numpy()).reshape(-1)
+    return jacobians
 
 
 def _analytic(out: Tensor, wrt: Sequence[Tensor]) -> list[np.ndarray]:
