@@ -233,3 +233,53 @@ def test_vjp_and_grad_take_dicts_of_tensors(rng):
     out, vjp_fn = tt.func.vjp(lambda pair: pair[0] * pair[1], (params["b"], params["b"] + 1))
     (pair,) = vjp_fn(tg.ones(2, dtype=np.float64))
     np.testing.assert_allclose(pair[1].numpy(), params["b"].numpy(), rtol=1e-12)
+
+
+DECOMPOSED = {  # ops whose cotangents with create_graph come from differentiating their parts
+    "linear": lambda w, x: tt.nn.functional.linear(x, w, w[:, 0]),
+    "log_softmax": lambda w, x: tt.nn.functional.log_softmax(x @ w.T, -1),
+    "softmax": lambda w, x: tt.nn.functional.softmax(x @ w.T, -1),
+    "cross_entropy": lambda w, x: tt.nn.functional.cross_entropy(x @ w.T, tg.tensor([0, 2, 1])),
+    "nll_loss": lambda w, x: tt.nn.functional.nll_loss(x @ w.T, tg.tensor([1, 0, 2])),
+    "batch_norm": lambda w, x: tt.nn.functional.batch_norm(x @ w.T, None, None, training=True),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", DECOMPOSED)
+def test_jvp_through_ops_differentiated_by_their_parts(name, rng):
+    """torch.func.jvp pulls back through a finished vjp, whose primals no one tracks any more:
+    the ops whose create_graph cotangents come from their parts gave zeros there (nn.Linear's
+    Jacobian-vector products were 0)."""
+    f = DECOMPOSED[name]
+    w, t, x = rng.standard_normal((3, 4)), rng.standard_normal((3, 4)), rng.standard_normal((3, 4))
+    xt = tg.tensor(x)
+    _, got = tt.func.jvp(lambda a: f(a, xt), (tg.tensor(w),), (tg.tensor(t),))
+    eps = 1e-6
+    want = (f(tg.tensor(w + eps * t), xt).numpy() - f(tg.tensor(w - eps * t), xt).numpy()) / (
+        2 * eps
+    )
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-6, atol=1e-8)
+    assert np.abs(want).max() > 1e-3  # a tangent that shows
+
+
+def test_ntk_by_jacobians_and_by_products_agree(rng):
+    """The neural tangent kernel two ways, as PyTorch's recipe: Jacobians over a dict of
+    parameters contracted, and vjp-then-jvp products of the identity's rows."""
+    net = tt.nn.Sequential(tt.nn.Linear(4, 5), tt.nn.Tanh(), tt.nn.Linear(5, 3)).double()
+    params = {k: v.detach() for k, v in net.named_parameters()}
+    x1, x2 = tg.tensor(rng.standard_normal((2, 4))), tg.tensor(rng.standard_normal((2, 4)))
+
+    def single(p, x):
+        return tt.func.functional_call(net, p, (x.unsqueeze(0),)).squeeze(0)
+
+    jac = [tt.func.vmap(tt.func.jacrev(single), (None, 0))(params, x) for x in (x1, x2)]
+    by_jacobians = sum(tg.einsum("Naf,Mbf->NMab", a.flatten(2), b.flatten(2))
+                       for a, b in zip(jac[0].values(), jac[1].values(), strict=True))  # fmt: skip
+
+    def kernel(a, b):
+        _, pull = tt.func.vjp(lambda p: single(p, a), params)
+        rows = [tt.func.jvp(lambda p: single(p, b), (params,), pull(e))[1] for e in tg.eye(3)]
+        return tg.stack(rows)
+
+    by_products = tg.stack([tg.stack([kernel(a, b) for b in x2]) for a in x1])
+    np.testing.assert_allclose(by_products.numpy(), by_jacobians.numpy(), rtol=1e-10)

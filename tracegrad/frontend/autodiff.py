@@ -579,12 +579,15 @@ def _decomposed_cotangents(prim: Any, wanted: list[bool], g: Tensor, ins: list, 
                            create_graph: bool) -> list[Tensor | None]:  # fmt: skip
     """The cotangents of an op with a decomposition, by differentiating that: what its own
     rules, first derivatives of the common inputs, leave out. Each wanted input gets a node of
-    its own, a fresh leaf unless the cotangents must be differentiable in the input's history."""
+    its own, a fresh leaf unless the cotangents must be differentiable in the input's history
+    (an input no one tracks now has none: a primal of a finished `vjp`, whose pullback a
+    Jacobian-vector product differentiates in the cotangent)."""
     with _grad_mode(True):
         xs = [
-            (x + 0.0 if create_graph else Tensor._wrap(x._value).requires_grad_()) if w else x
+            (x + 0.0 if create_graph and edge(x) is not None
+             else Tensor._wrap(x._value).requires_grad_()) if w else x
             for x, w in zip(ins, wanted, strict=True)
-        ]
+        ]  # fmt: skip
         y = prim.decompose(*xs, **params)
     slots = {edge(x): i for i, x in enumerate(xs) if wanted[i]}
     grads: list[Tensor | None] = [None] * len(xs)

@@ -57,6 +57,14 @@ def _rows(fn: Callable, xs: list[Tensor]) -> tuple[bool, list[list[Tensor]]]:
     return many, jac
 
 
+def _leaves(tree: Any) -> list[Tensor]:
+    """The tensors of nested dicts, lists and tuples, in order (numbers made tensors)."""
+    return [
+        as_tensor(x)
+        for x in pytree.flatten(tree, lambda v: not isinstance(v, tuple | list | dict))[0]
+    ]
+
+
 def _shaped(jac: list[list[Tensor]], many_out: bool, many_in: bool) -> Any:
     rows = [tuple(r) if many_in else r[0] for r in jac]
     return tuple(rows) if many_out else rows[0]
@@ -92,15 +100,17 @@ def hessian(func: Callable, inputs: Any, create_graph: bool = False, strict: boo
     return jacobian(gradient, tuple(xs) if many_in else xs[0], create_graph)
 
 
-def linearize_jvp(func: Callable, xs: Sequence[Tensor], tangents: Sequence[Tensor]) -> tuple:
+def linearize_jvp(func: Callable, xs: Sequence[Any], tangents: Sequence[Any]) -> tuple:
     """(outputs, J @ tangents): the VJP `u -> J^T u` is linear in `u`, so the Jacobian-vector
-    product is the gradient in `u` of `<J^T u, tangent>` (reverse mode applied twice)."""
+    product is the gradient in `u` of `<J^T u, tangent>` (reverse mode applied twice). A primal
+    may be a dict, list or tuple of tensors, its tangent of the same structure."""
     out, vjp_fn = vjp(func, *xs)
     outs, many = _tensors(out)
+    flat_tangents = _leaves(tangents)
 
     def pairing(*us: Tensor) -> Tensor:
-        pulled = vjp_fn(tuple(us) if many else us[0])
-        return sum((p * t).sum() for p, t in zip(pulled, tangents, strict=True))
+        pulled = _leaves(vjp_fn(tuple(us) if many else us[0]))
+        return sum((p * t).sum() for p, t in zip(pulled, flat_tangents, strict=True))
 
     _, pair_vjp = vjp(pairing, *[_zeros_like(o) for o in outs])
     products = pair_vjp(Tensor._of(np.ones((), outs[0].dtype)))
@@ -157,11 +167,35 @@ def jacrev(func: Callable, argnums: int | tuple[int, ...] = 0, *, has_aux: bool 
                 return result[0]
             return result
 
-        many_out, jac = _rows(partial, [as_tensor(args[n]) for n in nums])
+        trees = [pytree.flatten(args[n], _is_leaf) for n in nums]
+        flat = [as_tensor(x) for leaves, _ in trees for x in leaves]
+
+        def flat_partial(*leaves: Tensor) -> Any:
+            parts, start = [], 0
+            for shown, tree in trees:
+                parts.append(pytree.unflatten(tree, list(leaves[start : start + len(shown)])))
+                start += len(shown)
+            return partial(*parts)
+
+        many_out, jac = _rows(flat_partial, flat)
+        jac = [_regrouped(row, trees) for row in jac]  # an argument's Jacobian in its structure
         result = _shaped(jac, many_out, not isinstance(argnums, int))
         return (result, aux[0]) if has_aux else result
 
     return jac_fn
+
+
+def _is_leaf(v: Any) -> bool:
+    return not isinstance(v, tuple | list | dict)
+
+
+def _regrouped(row: list[Tensor], trees: list[tuple[list, Any]]) -> list[Any]:
+    """Per-leaf Jacobians back in each argument's structure (a dict of parameters' ones)."""
+    out, start = [], 0
+    for leaves, tree in trees:
+        out.append(pytree.unflatten(tree, row[start : start + len(leaves)]))
+        start += len(leaves)
+    return out
 
 
 jacfwd = jacrev  # the same Jacobian; forward mode would only change the order of the work
@@ -179,7 +213,7 @@ def func_jvp(func: Callable, primals: Sequence[Any], tangents: Sequence[Any], *,
             return result[0]
         return result
 
-    out, product = linearize_jvp(plain, _tensors(tuple(primals))[0], _tensors(tuple(tangents))[0])
+    out, product = linearize_jvp(plain, tuple(primals), tuple(tangents))
     return (out, product, aux[0]) if has_aux else (out, product)
 
 
