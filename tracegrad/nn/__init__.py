@@ -58,6 +58,8 @@ from tracegrad.nn.layers import (
     FeatureAlphaDropout,
     Flatten,
     Fold,
+    FractionalMaxPool2d,
+    FractionalMaxPool3d,
     GroupNorm,
     Identity,
     InstanceNorm1d,
@@ -182,6 +184,8 @@ from tracegrad.nn.transformer import (
 )
 
 __all__ = [
+    "FractionalMaxPool2d",
+    "FractionalMaxPool3d",
     "ELU",
     "SELU",
     "Hardtanh",

@@ -43,6 +43,12 @@ from tracegrad.frontend.rearrange import chunk
 from tracegrad.frontend.reductions import amax, mean, sum
 from tracegrad.frontend.tensor import Tensor, as_tensor
 from tracegrad.nn.ctc import ctc_loss
+from tracegrad.nn.fractional import (
+    fractional_max_pool2d,
+    fractional_max_pool2d_with_indices,
+    fractional_max_pool3d,
+    fractional_max_pool3d_with_indices,
+)
 from tracegrad.nn.spatial import affine_grid, grid_sample
 from tracegrad.nn.volumetric import (
     adaptive_avg_pool3d,
@@ -2295,6 +2301,10 @@ adaptive_max_pool1d_with_indices = _with_indices(adaptive_max_pool1d)
 adaptive_max_pool2d_with_indices = _with_indices(adaptive_max_pool2d)
 adaptive_max_pool3d_with_indices = _with_indices(adaptive_max_pool3d)
 __all__ += [
+    "fractional_max_pool2d",
+    "fractional_max_pool2d_with_indices",
+    "fractional_max_pool3d",
+    "fractional_max_pool3d_with_indices",
     "adaptive_max_pool1d_with_indices",
     "adaptive_max_pool2d_with_indices",
     "adaptive_max_pool3d_with_indices",

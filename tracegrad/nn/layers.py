@@ -387,6 +387,37 @@ class AdaptiveMaxPool2d(AdaptiveAvgPool2d):
         return F.adaptive_max_pool2d(x, self.output_size, self.return_indices)
 
 
+class FractionalMaxPool2d(Module):
+    """Fractional max-pooling over (N, C, H, W), new windows at every call
+    (`fractional_max_pool2d`)."""
+
+    _pool = staticmethod(F.fractional_max_pool2d)
+
+    def __init__(self, kernel_size: Any, output_size: Any = None, output_ratio: Any = None,
+                 return_indices: bool = False, _random_samples: Any = None) -> None:  # fmt: skip
+        super().__init__()
+        if output_size is None and output_ratio is None:
+            raise ValueError(f"{type(self).__name__} requires specifying either an output size, "
+                             "or a pooling ratio")  # fmt: skip
+        self.kernel_size, self.output_size, self.output_ratio = (
+            kernel_size,
+            output_size,
+            output_ratio,
+        )
+        self.return_indices = return_indices
+        self.register_buffer("_random_samples", _random_samples)
+
+    def forward(self, x: Tensor) -> Any:
+        return self._pool(x, self.kernel_size, self.output_size, self.output_ratio,
+                          self.return_indices, _random_samples=self._random_samples)  # fmt: skip
+
+
+class FractionalMaxPool3d(FractionalMaxPool2d):
+    """Fractional max-pooling over (N, C, T, H, W) (`fractional_max_pool3d`)."""
+
+    _pool = staticmethod(F.fractional_max_pool3d)
+
+
 class AdaptiveMaxPool3d(AdaptiveMaxPool2d):
     def forward(self, x: Tensor) -> Tensor:
         return F.adaptive_max_pool3d(x, self.output_size, self.return_indices)
