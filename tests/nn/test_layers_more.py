@@ -138,9 +138,10 @@ def test_pool_gradients_match_finite_differences(rng, name, args, shape):
 
 def test_pools_name_their_input_rules():
     with pytest.raises(
-        tg.ShapeError, match=r"max_pool1d: input torch.Size\(\[3, 4\]\) must be 3-d"
+        tg.ShapeError, match=r"max_pool1d: input torch.Size\(\[1, 3, 4, 5\]\) must be 3-d"
     ):
-        F.max_pool1d(tg.ones((3, 4)), 2)
+        F.max_pool1d(tg.ones((1, 3, 4, 5)), 2)
+    assert F.max_pool1d(tg.ones((3, 4)), 2).shape == (3, 2)  # one unbatched (C, L), as PyTorch
     with pytest.raises(ValueError, match="avg_pool1d: kernel_size must be an int or one int"):
         F.avg_pool1d(tg.ones((1, 3, 4)), (2, 2))
     layer = nn.AdaptiveMaxPool2d(1)

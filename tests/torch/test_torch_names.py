@@ -263,3 +263,55 @@ def test_symbolic_shape_guards_are_truth_of_concrete_sizes():
     assert shapes.guard_size_oblivious(3 == 3) and not shapes.statically_known_true(0)
     assert shapes.is_concrete_int(4) and not shapes.has_free_symbols(4)
     assert shapes.free_symbols(4) == set() and shapes.definitely_false(0)
+
+
+INTS, BOOLS = np.arange(-3, 9).reshape(3, 4), (np.arange(12).reshape(3, 4) % 3) == 0
+EDGES = {  # what a sweep of Tensor methods and torch functions against PyTorch found differing
+    "copysign of ints": lambda t: t.tensor(INTS).copysign(t.tensor(-1)),
+    "logit of ints": lambda t: t.tensor(INTS).logit(),
+    "mvlgamma of ints": lambda t: (t.tensor(INTS) + 4).mvlgamma(2),
+    "cov of ints": lambda t: t.tensor(INTS).cov(),
+    "corrcoef of ints": lambda t: t.tensor(INTS).corrcoef(),
+    "special of ints": lambda t: t.special.ndtr(t.tensor(INTS)),
+    "nan_to_num of ints": lambda t: t.tensor(INTS).nan_to_num(),
+    "nan_to_num of bools": lambda t: t.tensor(BOOLS).nan_to_num(1.0),
+    "nansum of ints": lambda t: t.tensor(INTS).nansum(0),
+    "square of bools": lambda t: t.tensor(BOOLS).square(),
+    "diff of bools": lambda t: t.tensor(BOOLS).diff(dim=1),
+    "isfinite of bools": lambda t: t.tensor(BOOLS).isfinite(),
+    "isfinite of ints": lambda t: t.tensor(INTS).isfinite(),
+    "min of bools by dim": lambda t: t.tensor(BOOLS).min(1),
+    "broadcast_to an int": lambda t: t.tensor(2.5).broadcast_to(3),
+    "broadcast_to with -1": lambda t: t.tensor(INTS).broadcast_to((2, -1, 4)),
+    "softmax of 0-d": lambda t: t.tensor(1.5).softmax(0),
+    "nonzero of 0-d": lambda t: t.tensor(1.5).nonzero(),
+    "nonzero of 0-d zero": lambda t: t.tensor(0.0).nonzero(),
+    "H of 0-d": lambda t: t.tensor(1.5).H,
+    "mT of 0-d": lambda t: t.tensor(1.5).mT,
+    "max_pool1d unbatched": lambda t: t.nn.functional.max_pool1d(t.tensor(INTS * 1.0), 2),
+    "avg_pool1d unbatched": lambda t: t.nn.functional.avg_pool1d(t.tensor(INTS * 1.0), 2),
+    "adaptive_max_pool1d unbatched": lambda t: t.nn.functional.adaptive_max_pool1d(
+        t.tensor(INTS * 1.0), 3, True),
+    "lp_pool1d unbatched": lambda t: t.nn.functional.lp_pool1d(t.tensor(INTS * 1.0), 2, 2),
+    "alias_copy": lambda t: t.alias_copy(t.tensor(INTS)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", EDGES)
+def test_edges_a_sweep_found_match_pytorch(name):
+    torch = torch_or_skip()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        same(EDGES[name](ttorch), EDGES[name](torch), 1e-6)
+
+
+def test_edges_without_pytorch():
+    ints, bools = ttorch.tensor(INTS), ttorch.tensor(BOOLS)
+    assert ints.copysign(ttorch.tensor(-1)).dtype == np.float32  # the default float
+    assert ints.nan_to_num().dtype == np.int64 and ints.nansum().dtype == np.int64
+    assert bools.square().dtype == np.int64 and bools.isfinite().all()
+    assert bools.diff(dim=1).tolist() == (BOOLS[:, 1:] != BOOLS[:, :-1]).tolist()
+    assert bools.min(1).values.tolist() == BOOLS.min(1).tolist()
+    assert ttorch.tensor(2.5).broadcast_to(3).tolist() == [2.5] * 3
+    assert ttorch.tensor(3.0).nonzero().shape == (1, 0)
+    assert ttorch.nn.functional.max_pool1d(ttorch.ones(2, 6), 2).shape == (2, 3)

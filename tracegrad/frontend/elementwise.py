@@ -180,7 +180,9 @@ def equal(input: Any, other: Any) -> bool:
 
 @pytorch_keywords
 def square(input: Any) -> Tensor:
+    """x * x; booleans squared as int64, as PyTorch's."""
     x = as_tensor(input)
+    x = x.astype(np.int64) if x.dtype.kind == "b" else x
     return x * x
 
 
@@ -261,6 +263,8 @@ def isinf(input: Any) -> Tensor:
 
 def isfinite(input: Any) -> Tensor:
     x = as_tensor(input)
+    if x.dtype.kind not in "fc":  # integers and booleans are all finite
+        return x == x
     return (x - x) == 0.0  # inf - inf and nan - nan are nan
 
 
@@ -274,8 +278,11 @@ def round(input: Any, *, decimals: int = 0) -> Tensor:
 @pytorch_keywords
 def nan_to_num(input: Any, nan: float = 0.0, posinf: float | None = None,
                neginf: float | None = None) -> Tensor:  # fmt: skip
-    """nan and infinities replaced by finite numbers; gradient 1 where x was finite, else 0."""
+    """nan and infinities replaced by finite numbers; gradient 1 where x was finite, else 0.
+    Integers and booleans have none: a copy of the same dtype, as PyTorch's."""
     x = as_tensor(input)
+    if x.dtype.kind not in "fc":
+        return P.where(x == x, x, x)
     big = np.finfo(x.dtype).max if x.dtype.kind == "f" else 0
     posinf = big if posinf is None else posinf
     neginf = -big if neginf is None else neginf
@@ -395,7 +402,9 @@ def heaviside(input: Any, values: Any) -> Tensor:
 def copysign(input: Any, other: Any) -> Tensor:
     """|input| with the sign of `other` (-0.0 counts as negative, as in IEEE)."""
     x, y = as_tensor(input), as_tensor(other)
-    x = x if x.dtype.kind == "f" else x.astype(np.result_type(np.float32, y.dtype))
+    dtype = result_type(x, y)
+    dtype = dtype if dtype.kind == "f" else get_default_dtype()  # integers: the default float
+    x = x if x.dtype == dtype else x.astype(dtype)
     negative = signbit(y)
     return P.where(negative, -P.abs(x), P.abs(x))
 

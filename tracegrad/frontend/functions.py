@@ -240,8 +240,9 @@ def reversed_axes(input: Any) -> Tensor:
 
 
 def matrix_transpose(input: Any) -> Tensor:
-    """The last two axes swapped (`x.mT`)."""
-    return transpose(input, -1, -2)
+    """The last two axes swapped (`x.mT`); a 0-d tensor itself, as PyTorch's."""
+    x = as_tensor(input)
+    return x if x.ndim == 0 else transpose(x, -1, -2)
 
 
 def moveaxis(input: Any, source: int | Sequence[int], destination: int | Sequence[int]) -> Tensor:
@@ -258,9 +259,14 @@ def moveaxis(input: Any, source: int | Sequence[int], destination: int | Sequenc
 movedim = moveaxis
 
 
-def broadcast_to(input: Any, shape: Sequence[int]) -> Tensor:
+def broadcast_to(input: Any, shape: Sequence[int] | int) -> Tensor:
+    """x at `shape` (an int is a 1-d shape; -1 keeps an extent, as PyTorch's)."""
     x = as_tensor(input)
-    return x if tuple(shape) == x.shape else P.broadcast_to(x, shape=tuple(shape))
+    shape = (shape,) if isinstance(shape, int | np.integer) else tuple(shape)
+    if -1 in shape:
+        lead = len(shape) - x.ndim
+        shape = tuple(x.shape[i - lead] if n == -1 else n for i, n in enumerate(shape))
+    return x if shape == x.shape else P.broadcast_to(x, shape=shape)
 
 
 @sequence_keyword("size")

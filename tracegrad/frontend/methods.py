@@ -57,7 +57,7 @@ def _comparing(op: Any) -> Any:
 
 
 def _two_d(x: Tensor, what: str) -> Tensor:
-    if x.ndim != 2:
+    if x.ndim not in (0, 2):  # a 0-d tensor is its own (conjugate) transpose, as in PyTorch
         raise RuntimeError(f"{what} is only supported on matrices (2-D tensors), not "
                            f"{x.ndim}-D; mH takes batches of matrices")  # fmt: skip
     return x

@@ -404,6 +404,8 @@ def nonzero(input: Any, *, as_tuple: bool = False) -> Any:
     if x.is_symbolic:
         raise TraceError("nonzero/where(cond) give a data-dependent shape and cannot be traced; "
                          "use tracegrad.where(cond, x, y)")  # fmt: skip
+    if x.ndim == 0 and not as_tuple:  # (1, 0) or (0, 0), as PyTorch's
+        return Tensor._of(np.zeros((int(bool(x.numpy())), 0), np.int64))
     found = np.nonzero(np.atleast_1d(x.numpy()))
     if as_tuple:
         return tuple(Tensor._of(i) for i in found)
@@ -412,12 +414,7 @@ def nonzero(input: Any, *, as_tuple: bool = False) -> Any:
 
 def argwhere(input: Any) -> Tensor:
     """The (n, ndim) indices of the nonzero elements (`nonzero`'s; not traceable either)."""
-    x = as_tensor(input)
-    if x.ndim == 0:
-        if x.is_symbolic:
-            return nonzero(x)  # its error
-        return Tensor._of(np.zeros((int(bool(x.numpy())), 0), np.int64))
-    return nonzero(x)
+    return nonzero(input)
 
 
 @pytorch_keywords

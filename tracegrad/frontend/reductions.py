@@ -27,7 +27,7 @@ from tracegrad.frontend.functions import (
     take_along,
     unsqueeze,
 )
-from tracegrad.frontend.tensor import Listeners, Tensor, as_tensor
+from tracegrad.frontend.tensor import Listeners, Tensor, as_tensor, get_default_dtype
 
 
 def every_if_empty(dim: Any) -> Any:
@@ -150,6 +150,11 @@ def taken(x: Tensor, idx: Tensor, dim: int, keepdim: bool, result: type) -> Any:
     return result(values, idx)
 
 
+def _negated(x: Tensor) -> Tensor:
+    """-x, whose largest is x's smallest (a boolean's by logical not)."""
+    return ~x if x.dtype.kind == "b" else -x
+
+
 def _extreme(name: str, input: Any, dim: Any, keepdim: bool, other: Any) -> Any:
     x = as_tensor(input)
     if other is not None or isinstance(dim, Tensor | np.ndarray):
@@ -159,9 +164,9 @@ def _extreme(name: str, input: Any, dim: Any, keepdim: bool, other: Any) -> Any:
     d = one_dim(name, dim, x.ndim)
     result = MaxResult if name == "max" else MinResult
     if x.ndim and not _tracked(x):  # no gradient to route: the values by the reduction itself
-        idx = _argmax(x if name == "max" else -x, d, keepdim)
+        idx = _argmax(x if name == "max" else _negated(x), d, keepdim)
         return result(reduce_dims(P.max if name == "max" else P.min, x, d, keepdim), idx)
-    idx = _argmax(x if name == "max" else -x, d, keepdim=True)
+    idx = _argmax(x if name == "max" else _negated(x), d, keepdim=True)
     return taken(x, idx, d, keepdim, result)
 
 
@@ -326,8 +331,9 @@ def diff(input: Any, n: int = 1, dim: int = -1, prepend: Any = None, append: Any
     d = one_dim("diff", dim, x.ndim)
     if prepend is not None or append is not None:
         x = cat([v for v in (prepend, x, append) if v is not None], d)
-    for _ in range(n):
-        x = at(x, d, slice(1, None)) - at(x, d, slice(None, -1))
+    for _ in range(n):  # booleans differ where they change (PyTorch's logical xor)
+        ahead, behind = at(x, d, slice(1, None)), at(x, d, slice(None, -1))
+        x = ahead != behind if x.dtype.kind == "b" else ahead - behind
     return x
 
 
@@ -378,7 +384,7 @@ def cov(input: Any, *, correction: int = 1, fweights: Any = None,
     if x.ndim > 2:
         raise ValueError(f"cov: expects at most 2 dimensions, got {x.shape}")
     x = reshape(x, (1, -1)) if x.ndim < 2 else x
-    x = x if x.dtype.kind == "f" else astype(x, np.float64)
+    x = x if x.dtype.kind in "fc" else astype(x, get_default_dtype())
     n = x.shape[1]
     w = None
     for given in (fweights, aweights):
@@ -432,9 +438,10 @@ def gradient(
 
 @pytorch_keywords
 def nansum(input: Any, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
-    """The sum treating nan as 0 (their gradient is 0)."""
+    """The sum treating nan as 0 (their gradient is 0); integers have none to treat."""
     x = as_tensor(input)
-    return sum(P.where(x != x, 0.0, x), dim, keepdim, dtype=dtype)
+    x = x if x.dtype.kind not in "fc" else P.where(x != x, 0.0, x)
+    return sum(x, dim, keepdim, dtype=dtype)
 
 
 @pytorch_keywords

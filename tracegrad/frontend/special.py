@@ -16,7 +16,7 @@ from tracegrad.core import primitives as P
 from tracegrad.core.ops import shapes
 from tracegrad.frontend.autodiff import no_grad
 from tracegrad.frontend.functions import clamp, pytorch_keywords
-from tracegrad.frontend.tensor import Tensor, as_tensor
+from tracegrad.frontend.tensor import Tensor, as_tensor, get_default_dtype
 
 SQRT_HALF = 0.7071067811865476
 
@@ -27,11 +27,12 @@ igamma, igammac = P.igamma, P.igammac  # P(a, x) and Q(a, x): `torch.special.gam
 
 
 def _floating(x: Any, op: str) -> Tensor:
-    """x as floats; complex values refused (as PyTorch's), whose imaginary parts were dropped."""
+    """x as floats (integers in the default float dtype, as PyTorch's); complex values refused
+    (as PyTorch's), whose imaginary parts were dropped."""
     x = as_tensor(x)
     if x.dtype.kind == "c":
         raise NotImplementedError(f"{op} is not implemented for complex tensors ({x.dtype})")
-    return x if x.dtype.kind == "f" else x.astype(np.float64)
+    return x if x.dtype.kind == "f" else x.astype(get_default_dtype())
 
 
 @pytorch_keywords

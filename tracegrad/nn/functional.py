@@ -1587,6 +1587,22 @@ def _as_rows(y: Tensor) -> Tensor:
     return reshape(y, (y.shape[0], y.shape[1], y.shape[3]))
 
 
+def _unbatched_rows(pool: Callable[..., Any]) -> Callable[..., Any]:
+    """A 1-d pool that also takes one unbatched (C, L) input, as PyTorch's: a batch of one, its
+    axis dropped from each result."""
+
+    @functools.wraps(pool)
+    def pooled(input: Any, *args: Any, **kwargs: Any) -> Any:
+        x = as_tensor(input)
+        if x.ndim != 2:
+            return pool(x, *args, **kwargs)
+        out = pool(reshape(x, (1, *x.shape)), *args, **kwargs)
+        return tuple(t[0] for t in out) if isinstance(out, tuple) else out[0]
+
+    return pooled
+
+
+@_unbatched_rows
 def max_pool1d(
     input: Any,
     kernel_size: int | Sequence[int],
@@ -1605,6 +1621,7 @@ def max_pool1d(
     return tuple(_as_rows(t) for t in y) if return_indices else _as_rows(y)
 
 
+@_unbatched_rows
 def avg_pool1d(
     input: Any,
     kernel_size: int | Sequence[int],
@@ -1620,6 +1637,7 @@ def avg_pool1d(
     return _as_rows(y)
 
 
+@_unbatched_rows
 def adaptive_avg_pool1d(input: Any, output_size: int | Sequence[int]) -> Tensor:
     size = _single(output_size, "adaptive_avg_pool1d", "output_size")
     return _as_rows(adaptive_avg_pool2d(_as_image(as_tensor(input), "adaptive_avg_pool1d"),
@@ -1643,6 +1661,7 @@ def adaptive_max_pool2d(
     return adaptive_max(x, outs, return_indices)
 
 
+@_unbatched_rows
 def adaptive_max_pool1d(
     input: Any, output_size: int | Sequence[int], return_indices: bool = False
 ) -> Any:
@@ -2242,6 +2261,7 @@ def lp_pool2d(input: Any, norm_type: float, kernel_size: int | Sequence[int],
     return (P.sign(pooled) * relu(abs(pooled)) * float(kh * kw)) ** (1.0 / norm_type)
 
 
+@_unbatched_rows
 def lp_pool1d(input: Any, norm_type: float, kernel_size: int, stride: int | None = None,
               ceil_mode: bool = False) -> Tensor:  # fmt: skip
     k = _single(kernel_size, "lp_pool1d", "kernel_size")
@@ -2271,6 +2291,9 @@ def max_unpool1d(input: Any, indices: Any, kernel_size: int | Sequence[int],
                  output_size: Sequence[int] | None = None) -> Tensor:  # fmt: skip
     """`max_unpool2d` over one row (the indices are positions in each row)."""
     op = "max_unpool1d"
+    if as_tensor(input).ndim == 2:  # one unbatched (C, L) input, as PyTorch takes
+        batched = [reshape(as_tensor(t), (1, *as_tensor(t).shape)) for t in (input, indices)]
+        return max_unpool1d(*batched, kernel_size, stride, padding, output_size)[0]
     k = _single(kernel_size, op, "kernel_size")
     s = k if stride is None or stride == [] else _single(stride, op, "stride")
     size = None if output_size is None else (1, tuple(output_size)[-1])

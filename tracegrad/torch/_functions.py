@@ -207,5 +207,5 @@ def _copying(view: str) -> Callable:
 COPIES = {f"{view}_copy": _copying(view) for view in (
     "as_strided", "detach", "diagonal", "expand", "narrow", "permute", "select", "split",
     "split_with_sizes", "squeeze", "t", "transpose", "unbind", "unfold", "unsqueeze", "view",
-    "view_as_complex", "view_as_real", "alias",
-)}  # fmt: skip
+    "view_as_complex", "view_as_real",
+)} | {"alias_copy": lambda input: input.clone()}  # fmt: skip

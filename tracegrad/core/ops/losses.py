@@ -57,7 +57,7 @@ def softmax_parts(x, axis: tuple[int, ...]):
 def _softmax(x, axis: tuple[int, ...], out=None):
     """`softmax_parts` in three passes over x, the last two in place."""
     x = x if x.dtype.kind == "f" else x.astype(np.float64)
-    e = np.subtract(x, np.maximum.reduce(x, axis=axis, keepdims=True), out=out)
+    e = np.asarray(np.subtract(x, np.maximum.reduce(x, axis=axis, keepdims=True), out=out))
     np.exp(e, out=e)
     e /= sum.impl(e, axis=axis, keepdims=True)
     return e
