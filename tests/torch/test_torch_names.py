@@ -294,6 +294,9 @@ EDGES = {  # what a sweep of Tensor methods and torch functions against PyTorch 
         t.tensor(INTS * 1.0), 3, True),
     "lp_pool1d unbatched": lambda t: t.nn.functional.lp_pool1d(t.tensor(INTS * 1.0), 2, 2),
     "alias_copy": lambda t: t.alias_copy(t.tensor(INTS)),
+    "isclose of bools": lambda t: t.isclose(t.tensor(BOOLS), t.tensor(BOOLS[::-1].copy())),
+    "xlogy of float16 and ints": lambda t: t.xlogy(t.tensor(INTS * 0.5).half(), t.tensor(INTS)),
+    "ldexp of float16 and ints": lambda t: t.ldexp(t.tensor(INTS * 0.5).half(), t.tensor(INTS)),
 }  # fmt: skip
 
 

@@ -450,6 +450,8 @@ def isclose(input: Any, other: Any, rtol: float = 1e-05, atol: float = 1e-08,
     """|input - other| <= atol + rtol * |other| elementwise (infinities equal only to
     themselves; nan equal to nan if `equal_nan`)."""
     x, y = as_tensor(input), as_tensor(other)
+    if x.dtype.kind == "b" and y.dtype.kind == "b":
+        return x == y
     close = (x == y) | (P.abs(x - y) <= atol + rtol * P.abs(y))
     return close | (isnan(x) & isnan(y)) if equal_nan else close
 
@@ -480,8 +482,17 @@ def sgn(input: Any) -> Tensor:
 
 @pytorch_keywords
 def ldexp(input: Any, other: Any) -> Tensor:
-    """input * 2 ** other, a float (the default one for integers), as PyTorch's."""
-    return mul(input, P.pow(2.0, as_tensor(other)))
+    """input * 2 ** other, a float (the default one for integers), as PyTorch's: in input's
+    float dtype (a float16 input stays float16)."""
+    x, e = as_tensor(input), as_tensor(other)
+    dtype = result_type(x, e)
+    scale = P.pow(
+        2.0,
+        e
+        if e.dtype.kind in "fc"
+        else e.astype(dtype if dtype.kind in "fc" else get_default_dtype()),
+    )
+    return mul(x, scale)
 
 
 class FrexpResult(NamedTuple):

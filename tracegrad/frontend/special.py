@@ -16,6 +16,7 @@ from tracegrad.core import primitives as P
 from tracegrad.core.ops import shapes
 from tracegrad.frontend.autodiff import no_grad
 from tracegrad.frontend.functions import clamp, pytorch_keywords
+from tracegrad.frontend.promotion import result_type
 from tracegrad.frontend.tensor import Tensor, as_tensor, get_default_dtype
 
 SQRT_HALF = 0.7071067811865476
@@ -33,6 +34,15 @@ def _floating(x: Any, op: str) -> Tensor:
     if x.dtype.kind == "c":
         raise NotImplementedError(f"{op} is not implemented for complex tensors ({x.dtype})")
     return x if x.dtype.kind == "f" else x.astype(get_default_dtype())
+
+
+def _same_float(input: Any, other: Any) -> tuple[Tensor, Tensor]:
+    """Both operands in their promoted float dtype (the default float for integers), so that
+    a float16 x with an integer y stays float16, as PyTorch's."""
+    x, y = as_tensor(input), as_tensor(other)
+    dtype = result_type(x, y)
+    dtype = dtype if dtype.kind in "fc" else get_default_dtype()
+    return tuple(t if t.dtype == dtype else t.astype(dtype) for t in (x, y))
 
 
 @pytorch_keywords
@@ -57,14 +67,14 @@ def xlogy(input: Any, other: Any) -> Tensor:
     """x * log(y), 0 where x is 0 (unless y is nan), as PyTorch's: the entropy's 0 log 0 = 0.
     Where x is 0 and log y is not finite, y is replaced by 1 before the log, so the gradient is
     finite; elsewhere x's gradient is log y, also where x is 0 (PyTorch's)."""
-    x, y = as_tensor(input), as_tensor(other)
+    x, y = _same_float(input, other)
     undefined = (x == 0) & ((y <= 0) | (y == math.inf))
     return x * P.log(P.where(undefined, 1.0, y))
 
 
 def xlog1py(input: Any, other: Any) -> Tensor:
     """x * log1p(y), 0 where x is 0 (unless y is nan), with `xlogy`'s gradients."""
-    x, y = as_tensor(input), as_tensor(other)
+    x, y = _same_float(input, other)
     undefined = (x == 0) & ((y <= -1) | (y == math.inf))
     return x * P.log1p(P.where(undefined, 0.0, y))
 
