@@ -266,6 +266,7 @@ def test_symbolic_shape_guards_are_truth_of_concrete_sizes():
 
 
 INTS, BOOLS = np.arange(-3, 9).reshape(3, 4), (np.arange(12).reshape(3, 4) % 3) == 0
+NANS = np.array([[1.0, np.nan, 3.0], [np.nan, np.nan, 2.0]])
 EDGES = {  # what a sweep of Tensor methods and torch functions against PyTorch found differing
     "copysign of ints": lambda t: t.tensor(INTS).copysign(t.tensor(-1)),
     "logit of ints": lambda t: t.tensor(INTS).logit(),
@@ -297,6 +298,14 @@ EDGES = {  # what a sweep of Tensor methods and torch functions against PyTorch 
     "isclose of bools": lambda t: t.isclose(t.tensor(BOOLS), t.tensor(BOOLS[::-1].copy())),
     "xlogy of float16 and ints": lambda t: t.xlogy(t.tensor(INTS * 0.5).half(), t.tensor(INTS)),
     "ldexp of float16 and ints": lambda t: t.ldexp(t.tensor(INTS * 0.5).half(), t.tensor(INTS)),
+    "norm over a nan": lambda t: t.stack([t.tensor(NANS).norm(), t.linalg.norm(t.tensor(NANS)),
+                                          t.linalg.vector_norm(t.tensor(NANS), 3)]),
+    "matrix norm over a nan": lambda t: t.linalg.matrix_norm(t.tensor(NANS)),
+    "var and std of nothing": lambda t: t.stack([t.zeros(0, 3).var(), t.zeros(0, 3).std()]),
+    "logsumexp of nothing": lambda t: t.logsumexp(t.zeros(0, 3), 0),
+    "unique keeps each nan": lambda t: t.unique(t.tensor(NANS)),
+    "median of nothing": lambda t: t.zeros(0).median(),
+    "mode among nans": lambda t: t.tensor(NANS).mode().values,
 }  # fmt: skip
 
 
@@ -318,3 +327,5 @@ def test_edges_without_pytorch():
     assert ttorch.tensor(2.5).broadcast_to(3).tolist() == [2.5] * 3
     assert ttorch.tensor(3.0).nonzero().shape == (1, 0)
     assert ttorch.nn.functional.max_pool1d(ttorch.ones(2, 6), 2).shape == (2, 3)
+    assert np.isnan(ttorch.tensor(NANS).norm().item())  # was 0: a nan gradient clipped unseen
+    assert np.isnan(ttorch.zeros(0, 3).var().item())

@@ -48,7 +48,9 @@ def unique(input: Any, sorted: bool = True, return_inverse: bool = False,
     data_dependent_shape("unique", x)
     a = x.numpy()
     if dim is None:
-        values, inverse, counts = np.unique(a, return_inverse=True, return_counts=True)
+        values, inverse, counts = np.unique(
+            a, return_inverse=True, return_counts=True, equal_nan=False
+        )  # each nan its own, as PyTorch's
         inverse = inverse.reshape(a.shape)
     else:
         d = one_dim("unique", dim, a.ndim)
@@ -69,7 +71,7 @@ def unique_consecutive(input: Any, return_inverse: bool = False, return_counts: 
         a, d = a.reshape(-1), 0
     else:
         d = one_dim("unique_consecutive", dim, a.ndim)
-    moved = np.moveaxis(a, d, 0).reshape(a.shape[d], -1)
+    moved = np.moveaxis(a, d, 0).reshape(a.shape[d], -1 if a.size else 0)
     n = moved.shape[0]
     changed = np.ones(n, bool)
     changed[1:] = np.any(moved[1:] != moved[:-1], axis=1) if n > 1 else changed[1:]

@@ -489,10 +489,10 @@ def vector_norm(x: Any, ord: float = 2, dim: Any = None, keepdim: bool = False, 
 def _root(s: Tensor, p: float) -> Tensor:
     """s ** (1 / p), whose gradient is 0 where s is 0 (PyTorch's, for a norm of zeros), not the
     infinite derivative times zero (NaN) that clipping or normalizing a zero gradient would
-    spread."""
-    positive = s > 0.0
-    safe = P.where(positive, s, 1.0)
-    return P.where(positive, P.sqrt(safe) if p == 2 else safe ** (1.0 / p), 0.0)
+    spread; a nan stays nan (a norm over a nan is nan, which clipping's checks look for)."""
+    zero = s == 0.0
+    safe = P.where(zero, 1.0, s)
+    return P.where(zero, 0.0, P.sqrt(safe) if p == 2 else safe ** (1.0 / p))
 
 
 @pytorch_keywords

@@ -213,7 +213,7 @@ def var(input: Any, dim: Any = None, unbiased: bool | None = None, keepdim: bool
     squares = centered * centered
     if x.dtype.kind == "c":
         squares = P.real(centered * P.conj(centered))
-    count = math.prod(x.shape[a] for a in axes) - correction
+    count = builtins.max(math.prod(x.shape[a] for a in axes) - correction, 0)  # PyTorch's
     return sum(squares, axes, keepdim) / float(count)
 
 
@@ -233,6 +233,8 @@ def logsumexp(input: Any, dim: Any, keepdim: bool = False) -> Tensor:
     differentiated)."""
     x = as_tensor(input)
     axes = dim_tuple("logsumexp", dim, x.ndim)
+    if not x.size:  # log of an empty sum: -inf, as PyTorch's (a max over nothing would raise)
+        return P.log(sum(P.exp(x), axes, keepdim))
     m = amax(x, axes, keepdim=True).detach()
     m = P.where(P.abs(m) < math.inf, m, 0.0)  # an all -inf row sums exp(-inf) = 0: log 0 = -inf
     out = P.log(sum(P.exp(x - m), axes, keepdim=True)) + m

@@ -88,6 +88,11 @@ def kthvalue(input: Any, k: int, dim: int = -1, keepdim: bool = False) -> Any:
                  KthvalueResult)  # fmt: skip
 
 
+def _empty_median(x: Tensor) -> Tensor:
+    """The median of no elements: nan, as PyTorch's."""
+    return Tensor._of(np.array(np.nan, x.dtype if x.dtype.kind in "fc" else np.float32))
+
+
 @pytorch_keywords
 def median(input: Any, dim: int | None = None, keepdim: bool = False) -> Any:
     """The lower median (no mean of the middle two, as PyTorch): of all elements, or with a dim
@@ -95,7 +100,7 @@ def median(input: Any, dim: int | None = None, keepdim: bool = False) -> Any:
     PyTorch's (`nanmedian` skips them)."""
     x = as_tensor(input)
     if dim is None:
-        return median(ravel(x), 0).values
+        return median(ravel(x), 0).values if x.size else _empty_median(x)
     d = one_dim("median", dim, x.ndim)
     if not x.ndim:
         return MedianResult(*kthvalue(x, 1, d, keepdim))
@@ -112,7 +117,7 @@ def nanmedian(input: Any, dim: int | None = None, keepdim: bool = False) -> Any:
     all elements, or with a dim the named tuple (values, indices)."""
     x = as_tensor(input)
     if dim is None:
-        return nanmedian(ravel(x), 0).values
+        return nanmedian(ravel(x), 0).values if x.size else _empty_median(x)
     d = one_dim("nanmedian", dim, x.ndim)
     flat = ravel(x) if x.ndim == 0 else x
     order = _order(flat, d, False)  # nan sorts last
@@ -219,7 +224,7 @@ def mode(input: Any, dim: int = -1, keepdim: bool = False) -> Any:
     for r, row in enumerate(rows):
         values, counts = np.unique(row, return_counts=True)
         best = values[np.argmax(counts)]
-        picks[r] = np.flatnonzero(row == best)[-1]
+        picks[r] = np.flatnonzero((row == best) | ((row != row) & (best != best)))[-1]
     idx = np.expand_dims(picks.reshape(a.shape[:-1]), -1)
     idx = np.moveaxis(idx, -1, d) if x.ndim else idx.reshape(())
     return taken(x, Tensor._of(idx), d, keepdim, ModeResult)
