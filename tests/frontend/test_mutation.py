@@ -849,6 +849,21 @@ def test_a_uint8_index_tensor_is_a_mask_as_in_pytorch():
     assert tnp.take(tg.tensor([1.0, 2.0, 3.0]), mask).tolist() == [2.0, 1.0, 2.0]
 
 
+def test_a_list_of_sequences_indexes_as_a_tuple_as_in_pytorch():
+    """PyTorch still reads `x[[[0, 1], [1, 2]]]` as `x[[0, 1], [1, 2]]` (NumPy's former rule,
+    with its deprecation warning); an ndarray is one index; an empty list selects nothing."""
+    x = tg.tensor(np.arange(24.0).reshape(4, 6))
+    with pytest.warns(UserWarning, match="non-tuple sequence"):
+        assert x[[[0, 1], [1, 2]]].tolist() == [1.0, 8.0]
+    with pytest.warns(UserWarning, match="non-tuple sequence"):
+        assert x[[tg.tensor(1), slice(0, 2)]].tolist() == [6.0, 7.0]
+    assert x[np.array([[0, 1], [1, 2]])].shape == (2, 2, 6) and x[[0, 2]].shape == (2, 6)
+    assert x[[]].shape == (0, 6)
+    with pytest.warns(UserWarning, match="non-tuple sequence"):
+        x[[[0, 1], [1, 2]]] = -1.0
+    assert x[0, 1].item() == x[1, 2].item() == -1.0 and x[0, 2].item() == 2.0
+
+
 @pytest.mark.parametrize("backend", [None, "numpy", "numba"])
 def test_bool_masks_clone_and_combine_in_place(backend, monkeypatch):
     def step(mask, x):

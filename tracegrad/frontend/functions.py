@@ -369,7 +369,17 @@ def mask_value(mask: Tensor) -> np.ndarray:
 def pytorch_index(index: Any) -> Any:
     """PyTorch's reading of an index for `t[index]` and `t[index] = v`: a uint8 tensor is a
     boolean mask (deprecated, with PyTorch's warning); NumPy's (`tracegrad.numpy.take`) reads
-    it as integers."""
+    it as integers. A list holding a sequence, a tensor, a slice, None or ... is the items of a
+    tuple (`x[[[0, 1], [2, 3]]]` is `x[[0, 1], [2, 3]]`), as PyTorch still reads it, with its
+    deprecation warning."""
+    if isinstance(index, list) and _sequence_as_tuple(index):
+        warn_user(
+            "Using a non-tuple sequence for multidimensional indexing is deprecated and will be "
+            "changed in pytorch 2.9; use x[tuple(seq)] instead of x[seq]."
+        )
+        index = tuple(index)
+    if isinstance(index, list) and not index:  # no positions: an empty integer index
+        index = np.zeros(0, np.int64)
     items = index if isinstance(index, tuple) else (index,)
     if not any(isinstance(i, Tensor | np.ndarray) and i.dtype == np.uint8 for i in items):
         return index
@@ -378,6 +388,15 @@ def pytorch_index(index: Any) -> Any:
     items = tuple(astype(i, np.bool_) if isinstance(i, Tensor | np.ndarray) and i.dtype == np.uint8
                   else i for i in items)  # fmt: skip
     return items if isinstance(index, tuple) else items[0]
+
+
+def _sequence_as_tuple(index: list) -> bool:
+    """PyTorch's (NumPy's former) rule for a list index: under 32 items, one of them a sequence,
+    a tensor, a slice, None or Ellipsis."""
+    return len(index) < 32 and any(
+        isinstance(i, list | tuple | slice | Tensor | np.ndarray) or i is None or i is Ellipsis
+        for i in index
+    )
 
 
 def tensor_getitem(self: Tensor, index: Any) -> Tensor:
