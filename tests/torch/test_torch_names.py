@@ -267,6 +267,7 @@ def test_symbolic_shape_guards_are_truth_of_concrete_sizes():
 
 INTS, BOOLS = np.arange(-3, 9).reshape(3, 4), (np.arange(12).reshape(3, 4) % 3) == 0
 NANS = np.array([[1.0, np.nan, 3.0], [np.nan, np.nan, 2.0]])
+IMAGE = np.sin(np.arange(96.0)).reshape(2, 6, 8)  # one unbatched (C, H, W) image
 EDGES = {  # what a sweep of Tensor methods and torch functions against PyTorch found differing
     "copysign of ints": lambda t: t.tensor(INTS).copysign(t.tensor(-1)),
     "logit of ints": lambda t: t.tensor(INTS).logit(),
@@ -294,6 +295,14 @@ EDGES = {  # what a sweep of Tensor methods and torch functions against PyTorch 
     "adaptive_max_pool1d unbatched": lambda t: t.nn.functional.adaptive_max_pool1d(
         t.tensor(INTS * 1.0), 3, True),
     "lp_pool1d unbatched": lambda t: t.nn.functional.lp_pool1d(t.tensor(INTS * 1.0), 2, 2),
+    "max_pool2d unbatched": lambda t: t.nn.MaxPool2d(2, return_indices=True)(t.tensor(IMAGE)),
+    "avg_pool2d unbatched": lambda t: t.nn.AvgPool2d(3, 2, 1)(t.tensor(IMAGE)),
+    "adaptive pools 2d unbatched": lambda t: (t.nn.AdaptiveAvgPool2d(3)(t.tensor(IMAGE)),
+                                              t.nn.AdaptiveMaxPool2d(2)(t.tensor(IMAGE))),
+    "lp_pool2d unbatched": lambda t: t.nn.LPPool2d(2, 2)(t.tensor(IMAGE)),
+    "pools 3d unbatched": lambda t: (t.nn.MaxPool3d(2)(t.tensor(IMAGE[None])),
+                                     t.nn.AvgPool3d(2)(t.tensor(IMAGE[None])),
+                                     t.nn.AdaptiveMaxPool3d(1)(t.tensor(IMAGE[None]))),
     "alias_copy": lambda t: t.alias_copy(t.tensor(INTS)),
     "isclose of bools": lambda t: t.isclose(t.tensor(BOOLS), t.tensor(BOOLS[::-1].copy())),
     "xlogy of float16 and ints": lambda t: t.xlogy(t.tensor(INTS * 0.5).half(), t.tensor(INTS)),

@@ -61,6 +61,7 @@ from tracegrad.nn.volumetric import (
     lp_pool3d,
     max_pool3d,
     max_unpool3d,
+    takes_unbatched,
     unbatched,
     unpool,
 )
@@ -639,6 +640,7 @@ def _windows(x: Tensor, op: str, kernel_size, stride, padding, dilation, value: 
     ]
 
 
+@takes_unbatched(3)
 def max_pool2d(
     input: Any,
     kernel_size: int | Sequence[int],
@@ -711,6 +713,7 @@ def max_unpool2d(input: Any, indices: Any, kernel_size: int | Sequence[int],
     return unpool(x, idx, (h, w), sh < kh or sw < kw)
 
 
+@takes_unbatched(3)
 def avg_pool2d(
     input: Any,
     kernel_size: int | Sequence[int],
@@ -781,6 +784,7 @@ def _adaptive(input: Any, output_size: Any, op: str, tiled: Callable, reduce: Ca
     return stack(rows, axis=2)
 
 
+@takes_unbatched(3)
 def adaptive_avg_pool2d(input: Any, output_size: int | Sequence[int | None]) -> Tensor:
     """The mean over each of PyTorch's adaptive windows (`_adaptive`)."""
 
@@ -1587,22 +1591,7 @@ def _as_rows(y: Tensor) -> Tensor:
     return reshape(y, (y.shape[0], y.shape[1], y.shape[3]))
 
 
-def _unbatched_rows(pool: Callable[..., Any]) -> Callable[..., Any]:
-    """A 1-d pool that also takes one unbatched (C, L) input, as PyTorch's: a batch of one, its
-    axis dropped from each result."""
-
-    @functools.wraps(pool)
-    def pooled(input: Any, *args: Any, **kwargs: Any) -> Any:
-        x = as_tensor(input)
-        if x.ndim != 2:
-            return pool(x, *args, **kwargs)
-        out = pool(reshape(x, (1, *x.shape)), *args, **kwargs)
-        return tuple(t[0] for t in out) if isinstance(out, tuple) else out[0]
-
-    return pooled
-
-
-@_unbatched_rows
+@takes_unbatched(2)
 def max_pool1d(
     input: Any,
     kernel_size: int | Sequence[int],
@@ -1621,7 +1610,7 @@ def max_pool1d(
     return tuple(_as_rows(t) for t in y) if return_indices else _as_rows(y)
 
 
-@_unbatched_rows
+@takes_unbatched(2)
 def avg_pool1d(
     input: Any,
     kernel_size: int | Sequence[int],
@@ -1637,13 +1626,14 @@ def avg_pool1d(
     return _as_rows(y)
 
 
-@_unbatched_rows
+@takes_unbatched(2)
 def adaptive_avg_pool1d(input: Any, output_size: int | Sequence[int]) -> Tensor:
     size = _single(output_size, "adaptive_avg_pool1d", "output_size")
     return _as_rows(adaptive_avg_pool2d(_as_image(as_tensor(input), "adaptive_avg_pool1d"),
                                         (1, size)))  # fmt: skip
 
 
+@takes_unbatched(3)
 def adaptive_max_pool2d(
     input: Any, output_size: int | Sequence[int | None], return_indices: bool = False
 ) -> Any:
@@ -1661,7 +1651,7 @@ def adaptive_max_pool2d(
     return adaptive_max(x, outs, return_indices)
 
 
-@_unbatched_rows
+@takes_unbatched(2)
 def adaptive_max_pool1d(
     input: Any, output_size: int | Sequence[int], return_indices: bool = False
 ) -> Any:
@@ -2251,6 +2241,7 @@ def pdist(input: Any, p: float = 2.0) -> Tensor:
     return vector_norm(diff, p, -1)
 
 
+@takes_unbatched(3)
 def lp_pool2d(input: Any, norm_type: float, kernel_size: int | Sequence[int],
               stride: int | Sequence[int] | None = None,
               ceil_mode: bool = False) -> Tensor:  # fmt: skip
@@ -2261,7 +2252,7 @@ def lp_pool2d(input: Any, norm_type: float, kernel_size: int | Sequence[int],
     return (P.sign(pooled) * relu(abs(pooled)) * float(kh * kw)) ** (1.0 / norm_type)
 
 
-@_unbatched_rows
+@takes_unbatched(2)
 def lp_pool1d(input: Any, norm_type: float, kernel_size: int, stride: int | None = None,
               ceil_mode: bool = False) -> Tensor:  # fmt: skip
     k = _single(kernel_size, "lp_pool1d", "kernel_size")

@@ -42,6 +42,24 @@ __all__ = [
 ]
 
 
+def takes_unbatched(rank: int) -> Callable[[Callable], Callable]:
+    """A pool of (N, C, *spatial) that also takes one unbatched (C, *spatial) input of `rank`
+    axes, as PyTorch's: a batch of one, its axis dropped from each result."""
+
+    def wrap(pool: Callable) -> Callable:
+        @functools.wraps(pool)
+        def pooled(input: Any, *args: Any, **kwargs: Any) -> Any:
+            x = as_tensor(input)
+            if x.ndim != rank:
+                return pool(x, *args, **kwargs)
+            out = pool(reshape(x, (1, *x.shape)), *args, **kwargs)
+            return tuple(t[0] for t in out) if isinstance(out, tuple) else out[0]
+
+        return pooled
+
+    return wrap
+
+
 def triple(v: int | Sequence[int], op: str, what: str) -> tuple[int, int, int]:
     t = (int(v),) * 3 if isinstance(v, int | np.integer) else tuple(int(a) for a in v)
     if len(t) != 3:
@@ -196,6 +214,7 @@ def _flat_index(tap: Tensor, spatial: Sequence[int], g: _Geometry) -> Tensor:
     return flat
 
 
+@takes_unbatched(4)
 def max_pool3d(input: Any, kernel_size: int | Sequence[int],
                stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0,
                dilation: int | Sequence[int] = 1, ceil_mode: bool = False,
@@ -227,6 +246,7 @@ def _window_count(spatial: Sequence[int], g: _Geometry, include_pad: bool) -> np
                for i, j, k in itertools.product(*(range(n) for n in g.kernel)))  # fmt: skip
 
 
+@takes_unbatched(4)
 def avg_pool3d(input: Any, kernel_size: int | Sequence[int],
                stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0,
                ceil_mode: bool = False, count_include_pad: bool = True,
@@ -245,6 +265,7 @@ def avg_pool3d(input: Any, kernel_size: int | Sequence[int],
     return total / Tensor._of(counted.astype(x.dtype))
 
 
+@takes_unbatched(4)
 def adaptive_avg_pool3d(input: Any, output_size: int | Sequence[int | None]) -> Tensor:
     """The mean over each of PyTorch's adaptive windows: depths floor(i D / od) to
     ceil((i + 1) D / od), and likewise across height and width."""
@@ -301,6 +322,7 @@ def _output_size(x: Tensor, output_size: Any, op: str) -> list[int]:
     return [n if o is None else int(o) for n, o in zip(x.shape[2:], size, strict=True)]
 
 
+@takes_unbatched(4)
 def adaptive_max_pool3d(input: Any, output_size: int | Sequence[int | None],
                         return_indices: bool = False) -> Any:  # fmt: skip
     """The max over each of PyTorch's adaptive windows (`adaptive_max`): `max_pool3d` where
@@ -368,6 +390,7 @@ def unpool(x: Tensor, indices: Tensor, size: Sequence[int], overlapping: bool) -
     return reshape(flat, (n, c, *size))
 
 
+@takes_unbatched(4)
 def lp_pool3d(input: Any, norm_type: float, kernel_size: int | Sequence[int],
               stride: int | Sequence[int] | None = None,
               ceil_mode: bool = False) -> Tensor:  # fmt: skip
