@@ -2,8 +2,9 @@
 distribution function (a Kolmogorov-Smirnov bound); densities and entropies against Python's
 `math.lgamma` and numerical integration; the cdfs of Gamma and Chi2 (the incomplete gamma
 function) against closed forms and PyTorch's, differentiable in the rate and the value; the
-rate's reparameterized gradient against finite differences; the concentration's refused; a
-traced step drawing mixup weights as eager does."""
+rate's reparameterized gradient against finite differences; the concentration's (implicit)
+against the quantile function's finite differences, the moments' derivatives and PyTorch's
+approximation; a traced step drawing mixup weights as eager does."""
 
 from __future__ import annotations
 
@@ -149,12 +150,62 @@ def test_rsample_is_differentiable_in_the_rate():
         assert float(rate.grad[i]) == pytest.approx((up - down) / (2 * h), rel=1e-6)
 
 
-def test_rsample_refuses_a_concentration_that_requires_grad():
-    a = t([2.0]).requires_grad_()
-    for dist in (Gamma(a, t([1.0])), Beta(a, t([1.0])), Dirichlet(t([1.0, 2.0]).requires_grad_())):
-        with pytest.raises(NotImplementedError, match="concentration"):
-            dist.rsample()
-        assert dist.sample().shape == dist.batch_shape + dist.event_shape  # no gradient: fine
+def _quantile(a: float, p: float) -> float:
+    """x with P(a, x) = p, by bisection on the incomplete gamma function."""
+    lo, hi = 0.0, a + 50.0 * math.sqrt(a) + 50.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if float(tg.igamma(t(a), t(mid))) < p else (lo, mid)
+    return (lo + hi) / 2
+
+
+@pytest.mark.parametrize("a", [0.2, 1.0, 3.5, 40.0])
+def test_a_draw_moves_with_its_concentration_as_its_quantile_does(a):
+    """dx/da of a draw is the derivative of the quantile at the draw's level, x(a) = F^-1(P(a0,
+    x0); a): checked by central differences of the quantile function itself."""
+    tg.manual_seed(3)
+    alpha = t([a] * 4).requires_grad_()
+    x = Gamma(alpha, t([1.0] * 4)).rsample()
+    x.sum().backward()
+    h = 1e-4 * a
+    for xi, gi in zip(x.detach().numpy(), alpha.grad.numpy(), strict=True):
+        level = float(tg.igamma(t(a), t(xi)))
+        slope = (_quantile(a + h, level) - _quantile(a - h, level)) / (2 * h)
+        assert gi == pytest.approx(slope, rel=1e-5, abs=1e-9)
+
+
+def test_concentration_gradients_average_to_the_moments_derivatives():
+    """E[dx/da] = dE[x]/da: Gamma(a, b)'s mean a / b, Beta's a / (a + b), Dirichlet's a_i / S."""
+    tg.manual_seed(5)
+    n = 40_000
+    a, b = t([2.5]).requires_grad_(), t([1.5]).requires_grad_()
+    Gamma(a, b).rsample((n,)).mean().backward()
+    assert float(a.grad[0]) == pytest.approx(1 / 1.5, rel=0.03)  # d(a / b)/da
+    assert float(b.grad[0]) == pytest.approx(-2.5 / 1.5**2, rel=0.03)  # the rate's, exact
+    a, b = t(2.0).requires_grad_(), t(3.0).requires_grad_()
+    Beta(a, b).rsample((n,)).mean().backward()
+    assert float(a.grad) == pytest.approx(3.0 / 25.0, rel=0.05)
+    assert float(b.grad) == pytest.approx(-2.0 / 25.0, rel=0.05)
+    c = t([1.0, 2.0, 3.0]).requires_grad_()
+    Dirichlet(c).rsample((n,))[:, 0].mean().backward()
+    np.testing.assert_allclose(c.grad.numpy(), [5 / 36, -1 / 36, -1 / 36], atol=0.006)
+    df = t(4.0).requires_grad_()
+    Chi2(df).rsample((n,)).mean().backward()
+    assert float(df.grad) == pytest.approx(1.0, rel=0.03)
+
+
+def test_the_implicit_gradient_agrees_with_pytorchs_approximation():
+    torch = pytest.importorskip("torch", reason="PyTorch is the oracle here; not installed")
+    from tracegrad.core import primitives as P
+
+    alpha = np.repeat([0.05, 0.3, 1.0, 2.5, 10.0, 150.0, 1000.0], 40)
+    x = np.random.default_rng(1).gamma(alpha)
+    ours = P.gamma_draw_slope(t(x), t(alpha)).numpy()
+    theirs = torch._standard_gamma_grad(torch.tensor(alpha), torch.tensor(x)).numpy()
+    np.testing.assert_allclose(ours, theirs, rtol=1e-3)  # PyTorch's is within 3e-4
+    import tracegrad.torch as tt
+
+    np.testing.assert_allclose(tt._standard_gamma_grad(t(alpha), t(x)).numpy(), ours)
 
 
 def test_a_traced_step_draws_mixup_weights_as_eager():

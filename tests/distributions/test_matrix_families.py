@@ -1,7 +1,7 @@
 """LKJCholesky and Wishart (`distributions.matrix_families`): log_prob, entropy and moments against
 PyTorch's in float64 with gradients and finite differences; draws in the support with the
 right moments (LKJ: every correlation's marginal variance, 1 / (2 eta + d - 1), which PyTorch's
-draws miss beyond the second row); Wishart draws reparameterized in the scale, refused in df."""
+draws miss beyond the second row); Wishart draws reparameterized in the scale and in df."""
 
 from __future__ import annotations
 
@@ -105,8 +105,9 @@ def test_wishart_draws_have_its_mean_and_variance_and_gradients_in_the_scale():
 
     check_grad(draws, np.linalg.cholesky(COV))
     df = tg.tensor(np.array(5.0), requires_grad=True)
-    with pytest.raises(NotImplementedError, match="Wishart.rsample: the draw's gradient in df"):
-        D.Wishart(df, tg.tensor(COV)).rsample()
+    tg.manual_seed(2)
+    D.Wishart(df, tg.tensor(COV)).rsample((20_000,)).mean(0).sum().backward()
+    assert float(df.grad) == pytest.approx(COV.sum(), rel=0.05)  # E[W] = df * COV
     e = d.expand((3, 2))
     assert e.batch_shape == (3, 2) and e.log_prob(e.sample()).shape == (3, 2)
 

@@ -59,7 +59,7 @@ def test_draws_have_the_moments():
     check_draw_moments(D.Chi2(tg.tensor([0.7, 3.0, 12.0])))
 
 
-def test_draws_are_reparameterized_in_loc_and_scale_and_refuse_df():
+def test_draws_are_reparameterized_in_loc_scale_and_df():
     df = tg.tensor(np.array([3.0, 7.0]))
 
     def draws(loc, scale):
@@ -67,13 +67,14 @@ def test_draws_are_reparameterized_in_loc_and_scale_and_refuse_df():
         return D.StudentT(df, loc, scale).rsample((3,))
 
     check_grad(draws, R.standard_normal(2), R.uniform(0.5, 2, 2))
-    trainable = tg.tensor(np.array([3.0, 7.0]), requires_grad=True)
-    with pytest.raises(NotImplementedError, match=r"StudentT.rsample: the draw's gradient in "
-                       r"df .* not provided; detach df, or use sample\(\)"):  # fmt: skip
-        D.StudentT(trainable).rsample()
-    with pytest.raises(NotImplementedError, match="FisherSnedecor.rsample: .* df1 and df2"):
-        D.FisherSnedecor(trainable, 2.0).rsample()
-    assert D.StudentT(trainable).sample((2,)).shape == (2, 2)  # sample() is fine
+    trainable = tg.tensor(np.array([5.0, 9.0]), requires_grad=True)
+    tg.manual_seed(4)
+    # E[x^2] = df / (df - 2): its derivative -2 / (df - 2)^2, by the draws' average gradient
+    (D.StudentT(trainable).rsample((60_000,)) ** 2).mean(0).sum().backward()
+    np.testing.assert_allclose(trainable.grad.numpy(), [-2 / 9, -2 / 49], rtol=0.1)
+    trainable.grad = None
+    D.FisherSnedecor(trainable, 12.0).rsample((4,)).sum().backward()
+    assert np.all(np.isfinite(trainable.grad.numpy())) and np.all(trainable.grad.numpy() != 0)
     with pytest.raises(ValueError, match="Expected parameter df .*StudentT"):
         D.StudentT(tg.tensor([1.0, -1.0]))
     with pytest.raises(ValueError, match="Expected parameter df .*Chi2"):

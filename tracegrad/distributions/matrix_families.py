@@ -23,7 +23,7 @@ from tracegrad.distributions.distribution import (
     float_tensor,
     shape_of,
 )
-from tracegrad.distributions.gamma import Beta, Chi2, refuse_concentration_grad
+from tracegrad.distributions.gamma import Beta, Chi2
 from tracegrad.distributions.multivariate import half_log_det, scale_tril_of
 from tracegrad.distributions.utils import lazy_property
 from tracegrad.frontend import linalg
@@ -230,10 +230,9 @@ class Wishart(ExponentialFamily):
         return matmul(chol, matrix_transpose(chol))
 
     def rsample(self, sample_shape: Any = (), max_try_correction: Any = None) -> Tensor:
-        """Reparameterized in the scale; a draw whose df requires grad is refused. (PyTorch
+        """Reparameterized in the scale and in df (through the chi-squared draws). (PyTorch
         redraws singular draws; with df > n - 1 they have probability zero, and here are left
         as drawn.)"""
-        refuse_concentration_grad("Wishart", self.df, what="df")
         return self._bartlett_sampling(shape_of(sample_shape))
 
     def _log_det_scale(self) -> Tensor:

@@ -14,7 +14,7 @@ import numpy as np
 from tracegrad.core import primitives as P
 from tracegrad.distributions import constraints
 from tracegrad.distributions.distribution import Distribution, broadcast_all, shape_of
-from tracegrad.distributions.gamma import Chi2, Gamma, refuse_concentration_grad
+from tracegrad.distributions.gamma import Chi2, Gamma
 from tracegrad.frontend.creation import randn
 from tracegrad.frontend.tensor import Tensor
 
@@ -48,7 +48,6 @@ class StudentT(Distribution):
         return P.where(df > 2, finite, P.where(df > 1, math.inf, math.nan))
 
     def rsample(self, sample_shape: Any = ()) -> Tensor:
-        refuse_concentration_grad("StudentT", self.df, what="df")
         x = randn(self._extended_shape(sample_shape), dtype=self.df.dtype)
         z = self._chi2.rsample(sample_shape)
         return self.loc + self.scale * x / P.sqrt(z / self.df)
@@ -96,7 +95,6 @@ class FisherSnedecor(Distribution):
         return df2 * df2 * 2.0 * (df1 + df2 - 2.0) / (df1 * (df2 - 2.0) ** 2 * (df2 - 4.0))
 
     def rsample(self, sample_shape: Any = ()) -> Tensor:
-        refuse_concentration_grad("FisherSnedecor", self.df1, self.df2, what="df1 and df2")
         tiny = float(np.finfo(self.df1.dtype).tiny)
         x1 = self._gamma1.rsample(shape_of(sample_shape))
         x2 = P.maximum(self._gamma2.rsample(shape_of(sample_shape)), tiny)

@@ -396,6 +396,13 @@ def _standard_gamma(input: Tensor) -> Tensor:
     return standard_gamma(input)
 
 
+def _standard_gamma_grad(input: Tensor, output: Tensor) -> Tensor:
+    """d output / d input of draws `output` of Gamma(input, 1) (implicit reparameterization)."""
+    from tracegrad.core.primitives import gamma_draw_slope
+
+    return gamma_draw_slope(output, input)
+
+
 def _sample_dirichlet(input: Tensor) -> Tensor:
     """A draw of Dirichlet(row) for each row of `input` (its last axis)."""
     x = _standard_gamma(input)

@@ -458,6 +458,20 @@ def _incomplete_gamma(upper: bool):
     return _elementwise(impl)
 
 
+def _gamma_draw_slope(x, a):
+    """dx/da of a draw x of Gamma(a, 1) at a fixed quantile (implicit reparameterization):
+    -(dP(a, x)/da) / the density. dP/da by central differences, of P or of Q = 1 - P,
+    whichever is smaller there (so it keeps its relative accuracy), at a step of 1e-5 a; in
+    logarithms, so a draw far in a tail, where both factors underflow, gets a finite slope."""
+    h = 1e-5 * a
+    lower, upper = _LOWER(a, x), _UPPER(a, x)
+    dp = np.where(lower < 0.5, _LOWER(a + h, x) - _LOWER(a - h, x),
+                  _UPPER(a - h, x) - _UPPER(a + h, x)) / (2.0 * h)  # fmt: skip
+    log_density = (a - 1.0) * np.log(x) - x - _lgamma(a)
+    slope = -np.sign(dp) * np.exp(np.log(np.abs(dp)) - log_density)
+    return np.where((x > 0) & np.isfinite(upper), slope, 0.0)
+
+
 TWO_OVER_PI, SQRT_TWO_OVER_PI = 0.6366197723675814, 0.7978845608028654
 
 
@@ -743,10 +757,13 @@ erfcx = special("erfcx", _erfcx, lambda g, out, x: g * (2.0 * x * out - TWO_OVER
                 saves="in+out")  # fmt: skip
 zeta = pair("zeta", _zeta, no_derivative("zeta"),
             lambda g, out, x, q: sum_to(g * -x * zeta(x + 1.0, q), q.shape))  # fmt: skip
-igamma = pair("igamma", _incomplete_gamma(upper=False), no_derivative("igamma: input"),
+_LOWER, _UPPER = _incomplete_gamma(upper=False), _incomplete_gamma(upper=True)
+igamma = pair("igamma", _LOWER, no_derivative("igamma: input"),
               lambda g, out, a, x: sum_to(g * _gamma_density(a, x), x.shape))  # fmt: skip
-igammac = pair("igammac", _incomplete_gamma(upper=True), no_derivative("igammac: input"),
+igammac = pair("igammac", _UPPER, no_derivative("igammac: input"),
                lambda g, out, a, x: sum_to(g * -_gamma_density(a, x), x.shape))  # fmt: skip
+# the gradient of gamma draws in their concentration (PyTorch's `_standard_gamma_grad`)
+gamma_draw_slope = pair("gamma_draw_slope", _elementwise(_gamma_draw_slope))
 # PyTorch's functions without derivatives (their results do not require grad: frontend.special)
 bessel_j0 = special("bessel_j0", _bessel_j0)
 bessel_j1 = special("bessel_j1", _bessel_j1)
