@@ -1,8 +1,7 @@
 """The ratios of gamma draws, PyTorch's: `StudentT` (a normal over the root of a chi-squared
 per degree of freedom: heavy-tailed likelihoods, robust regression) and `FisherSnedecor` (a
-ratio of chi-squareds). Their draws are reparameterized in loc and scale, not in the degrees
-of freedom: those enter through gamma draws, whose gradient in the concentration is not
-provided (`gamma`); a draw whose degrees of freedom require grad is refused."""
+ratio of chi-squareds). Their draws are reparameterized in loc and scale, and in the degrees
+of freedom through the gamma draws' implicit gradient in their concentration (`gamma`)."""
 
 from __future__ import annotations
 
