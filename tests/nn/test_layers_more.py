@@ -101,7 +101,7 @@ def test_layers_read_their_options_at_each_call():
     act = nn.Softshrink(0.5)
     act.lambd = 2.0
     assert act(tg.tensor([1.0, 3.0])).numpy().tolist() == [0.0, 1.0]
-    assert repr(act) == "Softshrink(lambd=2.0)"
+    assert repr(act) == "Softshrink(2.0)"  # PyTorch's repr
     with pytest.raises(tg.ShapeError, match="glu: dim -1 of input"):
         F.glu(tg.tensor(1.0))
 
@@ -602,8 +602,9 @@ def test_embedding_from_pretrained_and_its_pytorch_arguments():
     bag = nn.EmbeddingBag.from_pretrained(table, mode="sum")
     assert bag(tg.tensor([[0, 2]])).tolist() == [[4.0, 6.0]] and not bag.weight.requires_grad
     assert nn.Embedding(4, 2, sparse=True).weight.shape == (4, 2)
-    with pytest.raises(NotImplementedError, match="scale_grad_by_freq"):
-        nn.Embedding(4, 2, scale_grad_by_freq=True)
+    scaled = nn.Embedding(4, 2, scale_grad_by_freq=True)  # each pick's gradient / its count
+    scaled(tg.tensor([1, 1, 3])).sum().backward()
+    assert scaled.weight.grad.tolist() == [[0.0, 0.0], [1.0, 1.0], [0.0, 0.0], [1.0, 1.0]]
 
 
 def test_softmax_without_dim_takes_pytorchs_deprecated_choice():

@@ -213,7 +213,7 @@ def test_repr_is_readable():
         "  (0): Linear(in_features=2, out_features=3, bias=True)\n"
         "  (1): Sequential(\n"
         "    (0): ReLU()\n"
-        "    (1): Dropout(p=0.25)\n"
+        "    (1): Dropout(p=0.25, inplace=False)\n"
         "  )\n"
         ")"
     )
@@ -847,3 +847,36 @@ def test_buffers_assigned_as_nn_buffer():
     assert [n for n, _ in m.named_buffers()] == ["scale", "cache"]
     assert type(m.scale) is tg.Tensor and [n for n, _ in m.named_parameters()] == ["w"]
     np.testing.assert_array_equal(m(tg.ones(3)).numpy(), [2.0, 2.0, 2.0])
+
+
+REPRS = [  # modules as PyTorch prints them (a script's print(model)), built alike in both
+    lambda n: n.Sequential(n.Conv2d(3, 8, 3, stride=2, padding=1), n.BatchNorm2d(8),
+                           n.ReLU(inplace=True), n.MaxPool2d(2), n.Dropout(0.1), n.Flatten(),
+                           n.Linear(8, 4, bias=False)),
+    lambda n: n.TransformerEncoder(n.TransformerEncoderLayer(8, 2, 16), 2),
+    lambda n: n.ModuleList([n.ReLU(), n.ReLU(), n.Tanh(), n.ReLU()]),
+    lambda n: n.Sequential(n.LayerNorm(4, bias=False), n.GroupNorm(2, 4, affine=False),
+                           n.InstanceNorm1d(3, affine=True), n.BatchNorm1d(4, affine=False)),
+    lambda n: n.Sequential(n.Embedding(10, 4, padding_idx=0), n.Embedding(5, 2, max_norm=1.0),
+                           n.LSTM(4, 8, 2, batch_first=True), n.GRUCell(3, 4, bias=False)),
+    lambda n: n.Sequential(n.AvgPool1d(3), n.AvgPool2d(2), n.MaxPool3d(2), n.LPPool2d(2, 3),
+                           n.MaxUnpool2d(2), n.AdaptiveAvgPool2d((1, 1)), n.Unflatten(1, (2, 4))),
+    lambda n: n.Sequential(n.ZeroPad2d(1), n.ReflectionPad2d(2), n.ConstantPad1d(2, 1.5),
+                           n.Upsample(scale_factor=2), n.UpsamplingBilinear2d(size=4),
+                           n.PixelShuffle(2)),
+    lambda n: n.Sequential(n.ReLU6(True), n.Hardswish(True), n.Softshrink(0.3), n.CELU(0.5, True),
+                           n.Threshold(0.1, 2.0, True), n.GLU(), n.SiLU(True), n.ELU(inplace=True),
+                           n.LeakyReLU(0.2, True), n.Hardtanh(-2, 2, True), n.GELU("tanh"),
+                           n.Softmax(1), n.PReLU(3), n.Unfold(2), n.Fold(4, 2),
+                           n.LocalResponseNorm(3), n.ChannelShuffle(2)),
+    lambda n: n.Sequential(n.CrossEntropyLoss(label_smoothing=0.1), n.MSELoss(reduction="sum")),
+    lambda n: n.ParameterList([n.Parameter(n.init.zeros_(n.Linear(2, 2).weight))]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", range(len(REPRS)))
+def test_modules_print_as_pytorchs(case):
+    torch = pytest.importorskip("torch", reason="PyTorch is the oracle here; not installed")
+    import tracegrad.torch as tt
+
+    assert repr(REPRS[case](tt.nn)) == repr(REPRS[case](torch.nn))

@@ -11,7 +11,7 @@ from tracegrad.core.errors import ShapeError
 from tracegrad.frontend.reductions import log_softmax, softmax
 from tracegrad.frontend.tensor import Tensor
 from tracegrad.nn import functional as F
-from tracegrad.nn.modules import FunctionLayer, Module, empty_parameter
+from tracegrad.nn.modules import FunctionLayer, Module, empty_parameter, inplace_note
 
 __all__ = ["CELU", "ELU", "GLU", "SELU", "Hardshrink", "Hardsigmoid", "Hardswish", "Hardtanh",
            "LeakyReLU", "LogSigmoid", "LogSoftmax", "Mish", "PReLU", "ReLU6", "SiLU", "Softmax",
@@ -28,7 +28,7 @@ class LeakyReLU(Module):
         return F.leaky_relu(x, self.negative_slope, self.inplace)
 
     def extra_repr(self) -> str:
-        return f"negative_slope={self.negative_slope}"
+        return f"negative_slope={self.negative_slope}{inplace_note(self)}"
 
 
 class ELU(Module):
@@ -40,7 +40,7 @@ class ELU(Module):
         return F.elu(x, self.alpha, self.inplace)
 
     def extra_repr(self) -> str:
-        return f"alpha={self.alpha}"
+        return f"alpha={self.alpha}{inplace_note(self)}"
 
 
 class SELU(Module):
@@ -51,6 +51,9 @@ class SELU(Module):
     def forward(self, x: Tensor) -> Tensor:
         return F.selu(x, self.inplace)
 
+    def extra_repr(self) -> str:
+        return inplace_note(self, alone=True)
+
 
 class SiLU(Module):
     def __init__(self, inplace: bool = False):
@@ -60,6 +63,9 @@ class SiLU(Module):
     def forward(self, x: Tensor) -> Tensor:
         return F.silu(x, self.inplace)
 
+    def extra_repr(self) -> str:
+        return inplace_note(self, alone=True)
+
 
 class Mish(Module):
     def __init__(self, inplace: bool = False):
@@ -68,6 +74,9 @@ class Mish(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return F.mish(x, self.inplace)
+
+    def extra_repr(self) -> str:
+        return inplace_note(self, alone=True)
 
 
 class Softplus(Module):
@@ -93,7 +102,7 @@ class Hardtanh(Module):
         return F.hardtanh(x, self.min_val, self.max_val, self.inplace)
 
     def extra_repr(self) -> str:
-        return f"min_val={self.min_val}, max_val={self.max_val}"
+        return f"min_val={self.min_val}, max_val={self.max_val}{inplace_note(self)}"
 
 
 class Softmax(Module):
@@ -121,6 +130,7 @@ class LogSoftmax(Module):
 
 
 class ReLU6(FunctionLayer):
+    repr_format = "{inplace_alone}"
     function = F.relu6
 
     def __init__(self, inplace: bool = False):
@@ -128,6 +138,7 @@ class ReLU6(FunctionLayer):
 
 
 class Hardsigmoid(FunctionLayer):
+    repr_format = ""
     function = F.hardsigmoid
 
     def __init__(self, inplace: bool = False):
@@ -135,6 +146,7 @@ class Hardsigmoid(FunctionLayer):
 
 
 class Hardswish(FunctionLayer):
+    repr_format = ""
     function = F.hardswish
 
     def __init__(self, inplace: bool = False):
@@ -142,18 +154,22 @@ class Hardswish(FunctionLayer):
 
 
 class LogSigmoid(FunctionLayer):
+    repr_format = ""
     function = F.logsigmoid
 
 
 class Softsign(FunctionLayer):
+    repr_format = ""
     function = F.softsign
 
 
 class Tanhshrink(FunctionLayer):
+    repr_format = ""
     function = F.tanhshrink
 
 
 class Softshrink(FunctionLayer):
+    repr_format = "{lambd}"
     function = F.softshrink
 
     def __init__(self, lambd: float = 0.5):
@@ -161,6 +177,7 @@ class Softshrink(FunctionLayer):
 
 
 class Hardshrink(FunctionLayer):
+    repr_format = "{lambd}"
     function = F.hardshrink
 
     def __init__(self, lambd: float = 0.5):
@@ -168,6 +185,7 @@ class Hardshrink(FunctionLayer):
 
 
 class CELU(FunctionLayer):
+    repr_format = "alpha={alpha}{inplace}"
     function = F.celu
 
     def __init__(self, alpha: float = 1.0, inplace: bool = False):
@@ -175,6 +193,7 @@ class CELU(FunctionLayer):
 
 
 class Threshold(FunctionLayer):
+    repr_format = "threshold={threshold}, value={value}{inplace}"
     function = F.threshold
 
     def __init__(self, threshold: float, value: float, inplace: bool = False):
@@ -182,6 +201,7 @@ class Threshold(FunctionLayer):
 
 
 class GLU(FunctionLayer):
+    repr_format = "dim={dim}"
     function = F.glu
 
     def __init__(self, dim: int = -1):
@@ -189,6 +209,7 @@ class GLU(FunctionLayer):
 
 
 class Softmin(FunctionLayer):
+    repr_format = "dim={dim}"
     function = F.softmin
 
     def __init__(self, dim: int | None = None):

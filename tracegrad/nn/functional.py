@@ -38,7 +38,7 @@ from tracegrad.frontend.functions import (
     transpose,
 )
 from tracegrad.frontend.linalg import vector_norm
-from tracegrad.frontend.mutation import index_put, write
+from tracegrad.frontend.mutation import index_add, index_put, write
 from tracegrad.frontend.rearrange import chunk
 from tracegrad.frontend.reductions import amax, mean, sum
 from tracegrad.frontend.tensor import Tensor, as_tensor
@@ -822,10 +822,9 @@ def embedding(input: Any, weight: Any, padding_idx: int | None = None,
               scale_grad_by_freq: bool = False, sparse: bool = False) -> Tensor:  # fmt: skip
     """Rows of `weight` picked by integer `input`; the gradient is a scatter-add into the rows
     (getitem's VJP), and the row `padding_idx` gets none. With `max_norm`, the picked rows are
-    first renormalized in `weight` itself (`embedding_renorm_`). `sparse` is accepted (the
-    gradient is dense)."""
-    if scale_grad_by_freq:
-        raise NotImplementedError("embedding: scale_grad_by_freq is not supported")
+    first renormalized in `weight` itself (`embedding_renorm_`); with `scale_grad_by_freq`,
+    each pick's gradient is divided by how often its index occurs in `input`. `sparse` is
+    accepted (the gradient is dense)."""
     input, weight = as_tensor(input), as_tensor(weight)
     if input.dtype.kind not in "iu":
         raise TypeError(f"embedding: indices must be integers, not {input.dtype}")
@@ -835,6 +834,13 @@ def embedding(input: Any, weight: Any, padding_idx: int | None = None,
     if max_norm is not None:
         embedding_renorm_(weight, input, max_norm, norm_type)
     out = weight[input]
+    if scale_grad_by_freq:
+        with no_grad():
+            flat = reshape(input, (-1,))
+            ones = Tensor._of(np.ones(flat.shape, weight.dtype))
+            counts = index_add(Tensor._of(np.zeros(weight.shape[0], weight.dtype)), 0, flat, ones)
+            frequency = reshape(counts[input], (*input.shape, 1))
+        out = out.detach() + (out - out.detach()) / frequency  # out's value, its gradient scaled
     if padding_idx is None:
         return out
     padding_idx %= weight.shape[0]

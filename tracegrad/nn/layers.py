@@ -255,7 +255,8 @@ class MaxPool2d(Module):
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False,
                  ceil_mode=False):  # fmt: skip
         super().__init__()
-        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.kernel_size, self.padding = kernel_size, padding
+        self.stride = kernel_size if stride is None or stride == [] else stride  # PyTorch's
         self.dilation, self.return_indices, self.ceil_mode = dilation, return_indices, ceil_mode
 
     def forward(self, x: Tensor) -> Tensor:
@@ -263,7 +264,8 @@ class MaxPool2d(Module):
                             self.ceil_mode, self.return_indices)  # fmt: skip
 
     def extra_repr(self) -> str:
-        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
+                f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")  # fmt: skip
 
 
 class LPPool2d(Module):
@@ -277,6 +279,10 @@ class LPPool2d(Module):
     def forward(self, x: Tensor) -> Tensor:
         return F.lp_pool2d(x, self.norm_type, self.kernel_size, self.stride, self.ceil_mode)
 
+    def extra_repr(self) -> str:
+        return (f"norm_type={self.norm_type}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}, ceil_mode={self.ceil_mode}")  # fmt: skip
+
 
 class LPPool1d(LPPool2d):
     def forward(self, x: Tensor) -> Tensor:
@@ -286,9 +292,18 @@ class LPPool1d(LPPool2d):
 class MaxUnpool2d(Module):
     """Puts `MaxPool2d(..., return_indices=True)`'s maxima back where they came from."""
 
+    _axes = 2
+
     def __init__(self, kernel_size, stride=None, padding=0):
         super().__init__()
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+
+    def extra_repr(self) -> str:
+        """PyTorch's: each as a tuple over the axes, the stride the kernel's by default."""
+        kernel = _tuple(self.kernel_size, self._axes)
+        stride = kernel if self.stride is None else _tuple(self.stride, self._axes)
+        return (f"kernel_size={kernel}, stride={stride}, "
+                f"padding={_tuple(self.padding, self._axes)}")  # fmt: skip
 
     def forward(self, x: Tensor, indices: Tensor, output_size=None) -> Tensor:
         return F.max_unpool2d(x, indices, self.kernel_size, self.stride, self.padding,
@@ -301,12 +316,16 @@ class LPPool3d(LPPool2d):
 
 
 class MaxUnpool3d(MaxUnpool2d):
+    _axes = 3
+
     def forward(self, x: Tensor, indices: Tensor, output_size=None) -> Tensor:
         return F.max_unpool3d(x, indices, self.kernel_size, self.stride, self.padding,
                               output_size)  # fmt: skip
 
 
 class MaxUnpool1d(MaxUnpool2d):
+    _axes = 1
+
     def forward(self, x: Tensor, indices: Tensor, output_size=None) -> Tensor:
         return F.max_unpool1d(x, indices, self.kernel_size, self.stride, self.padding,
                               output_size)  # fmt: skip
@@ -316,7 +335,8 @@ class AvgPool2d(Module):
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
                  count_include_pad=True, divisor_override=None):  # fmt: skip
         super().__init__()
-        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.kernel_size, self.padding = kernel_size, padding
+        self.stride = kernel_size if stride is None or stride == [] else stride  # PyTorch's
         self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
         self.divisor_override = divisor_override
 
@@ -366,7 +386,9 @@ class MaxPool1d(MaxPool2d):
 class AvgPool1d(AvgPool2d):
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
                  count_include_pad=True):  # fmt: skip
-        super().__init__(kernel_size, stride, padding, ceil_mode, count_include_pad)
+        stride = kernel_size if stride is None or stride == [] else stride
+        super().__init__(_tuple(kernel_size, 1), _tuple(stride, 1), _tuple(padding, 1),
+                         ceil_mode, count_include_pad)  # fmt: skip
 
     def forward(self, x: Tensor) -> Tensor:
         return F.avg_pool1d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
@@ -516,6 +538,9 @@ class Unflatten(Module):
         super().__init__()
         self.dim, self.unflattened_size = dim, tuple(unflattened_size)
 
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, unflattened_size={self.unflattened_size}"
+
     def forward(self, x: Tensor) -> Tensor:
         return unflatten(x, self.dim, self.unflattened_size)
 
@@ -526,6 +551,9 @@ class Flatten(Module):
     def __init__(self, start_dim: int = 1, end_dim: int = -1):
         super().__init__()
         self.start_dim, self.end_dim = start_dim, end_dim
+
+    def extra_repr(self) -> str:
+        return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
 
     def forward(self, x: Tensor) -> Tensor:
         start, end = self.start_dim % x.ndim, self.end_dim % x.ndim
@@ -549,11 +577,9 @@ class Embedding(Module):
                  scale_grad_by_freq: bool = False, sparse: bool = False,
                  _weight: Tensor | None = None, _freeze: bool = False):  # fmt: skip
         super().__init__()
-        if scale_grad_by_freq:
-            raise NotImplementedError("Embedding: scale_grad_by_freq is not provided (it rescales "
-                                      "the rows' gradients)")  # fmt: skip
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
-        self.max_norm, self.norm_type, self.scale_grad_by_freq = max_norm, norm_type, False
+        self.max_norm, self.norm_type = max_norm, norm_type
+        self.scale_grad_by_freq = scale_grad_by_freq
         self.sparse = sparse  # a dense gradient either way
         if padding_idx is not None:
             padding_idx %= num_embeddings
@@ -584,10 +610,17 @@ class Embedding(Module):
                    table, freeze)  # fmt: skip
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.embedding(x, self.weight, self.padding_idx, self.max_norm, self.norm_type)
+        return F.embedding(x, self.weight, self.padding_idx, self.max_norm, self.norm_type,
+                           self.scale_grad_by_freq)  # fmt: skip
 
     def extra_repr(self) -> str:
-        return f"{self.num_embeddings}, {self.embedding_dim}"
+        """PyTorch's: the options that differ from their defaults."""
+        s = f"{self.num_embeddings}, {self.embedding_dim}"
+        s += "" if self.padding_idx is None else f", padding_idx={self.padding_idx}"
+        s += "" if self.max_norm is None else f", max_norm={self.max_norm}"
+        s += "" if self.norm_type == 2 else f", norm_type={self.norm_type}"
+        s += ", scale_grad_by_freq=True" if self.scale_grad_by_freq else ""
+        return s + (", sparse=True" if self.sparse else "")
 
 
 class _BatchNorm(Module):
@@ -645,7 +678,9 @@ class _BatchNorm(Module):
         return self.momentum
 
     def extra_repr(self) -> str:
-        return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
+                f"affine={self.affine}, bias={self.bias is not None}, "
+                f"track_running_stats={self.track_running_stats}")  # fmt: skip
 
 
 class BatchNorm1d(_BatchNorm):
@@ -742,7 +777,8 @@ class _InstanceNorm(_BatchNorm):
     def extra_repr(self) -> str:
         return (
             f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
-            f"affine={self.affine}, track_running_stats={self.track_running_stats}"
+            f"affine={self.affine}, bias={self.bias is not None}, "
+            f"track_running_stats={self.track_running_stats}"
         )
 
 
@@ -782,7 +818,8 @@ class GroupNorm(Module):
         return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
-        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
+        return (f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}, "
+                f"bias={self.bias is not None}")  # fmt: skip
 
 
 class _ListOf(Module):
@@ -890,12 +927,35 @@ def _as_parameter(value: Any) -> Parameter | Module:
     return Parameter(value.detach())
 
 
+def _described(p: Any, kind: str) -> str:
+    """A held value as PyTorch's parameter containers print it."""
+    if not isinstance(p, Tensor):
+        return f"Object of type: {type(p).__name__}"
+    what = "Parameter" if isinstance(p, Parameter) else "Tensor"
+    return f"{what} containing: [{kind} of size {'x'.join(str(n) for n in p.shape)}]"
+
+
 class ModuleList(_ListOf):
     """A list of modules, registered as "0", "1", ...; after a delete or an insert they are
     numbered again by place, as PyTorch's (and so named in `state_dict`)."""
 
     def __init__(self, modules: Iterable[Module] | None = None):  # PyTorch's keyword
         super().__init__(modules)
+
+    def __repr__(self) -> str:
+        """PyTorch's: a run of equal modules as one line, `(0-5): 6 x Block(...)`."""
+        runs: list[list[Any]] = []  # [first, last, repr]
+        for i, m in enumerate(self._items()):
+            text = repr(m)
+            if runs and runs[-1][2] == text:
+                runs[-1][1] = i
+            else:
+                runs.append([i, i, text])
+        if not runs:
+            return "ModuleList()"
+        lines = [f"({a}): {text}" if a == b else f"({a}-{b}): {b - a + 1} x {text}"
+                 for a, b, text in runs]  # fmt: skip
+        return "ModuleList(\n  " + "\n  ".join(s.replace("\n", "\n  ") for s in lines) + "\n)"
 
     def __delitem__(self, i: int | slice) -> None:
         modules = self._items()
@@ -929,6 +989,9 @@ class ParameterList(_ListOf):
 
     held, admit = "_parameters", staticmethod(_as_parameter)
 
+    def extra_repr(self) -> str:
+        return "\n".join(f"  ({k}): {_described(p, str(p.dtype))}" for k, p in enumerate(self))
+
     def _items(self) -> list[Any]:
         """Parameters and modules, in the order of their indices."""
         both = {**self._parameters, **self._modules}
@@ -940,6 +1003,9 @@ class ParameterDict(_DictOf):
     dict's methods, as PyTorch's."""
 
     held, admit = "_parameters", staticmethod(_as_parameter)
+
+    def extra_repr(self) -> str:
+        return "\n".join(f"  ({k}): {_described(p, p.type())}" for k, p in self.items())
 
     def __init__(self, parameters: Mapping[str, Any] | Iterable[tuple[str, Any]] | None = None):
         super().__init__(parameters)
@@ -1218,6 +1284,7 @@ class Bilinear(Module):
 
 
 class ChannelShuffle(FunctionLayer):
+    repr_format = "groups={groups}"
     function = F.channel_shuffle
 
     def __init__(self, groups: int):
@@ -1225,6 +1292,7 @@ class ChannelShuffle(FunctionLayer):
 
 
 class LocalResponseNorm(FunctionLayer):
+    repr_format = "{size}, alpha={alpha}, beta={beta}, k={k}"
     function = F.local_response_norm
 
     def __init__(self, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0):
@@ -1249,6 +1317,10 @@ class FeatureAlphaDropout(Dropout):
 class Unfold(FunctionLayer):
     """im2col (`functional.unfold`)."""
 
+    repr_format = (
+        "kernel_size={kernel_size}, dilation={dilation}, padding={padding}, stride={stride}"
+    )
+
     function = F.unfold
 
     def __init__(self, kernel_size: int | Sequence[int], dilation: int | Sequence[int] = 1,
@@ -1259,6 +1331,11 @@ class Unfold(FunctionLayer):
 
 class Fold(FunctionLayer):
     """col2im (`functional.fold`)."""
+
+    repr_format = (
+        "output_size={output_size}, kernel_size={kernel_size}, dilation={dilation}, "
+        "padding={padding}, stride={stride}"
+    )
 
     function = F.fold
 

@@ -13,6 +13,8 @@ class _Loss(Module):  # noqa: N801 (PyTorch's name, which custom losses subclass
     """PyTorch's base of the losses (`torch.nn.modules.loss._Loss`): custom losses subclass it
     and read `self.reduction`; every loss here is one (isinstance holds)."""
 
+    repr_format = ""  # PyTorch's losses print no options
+
     def __init__(self, size_average: Any = None, reduce: Any = None, reduction: str = "mean"):
         super().__init__()
         self.reduction = F.legacy_reduction(size_average, reduce, reduction)

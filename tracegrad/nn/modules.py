@@ -993,13 +993,20 @@ class Module:
         return ""
 
     def __repr__(self) -> str:
-        head = f"{type(self).__name__}({self.extra_repr()}"
-        if not self._modules:
-            return head + ")"
-        lines = [
-            f"  ({name}): " + repr(m).replace("\n", "\n  ") for name, m in self._modules.items()
-        ]
-        return head + "\n" + "\n".join(lines) + "\n)"
+        """PyTorch's: the extra_repr on one line when it is all, else each line and child
+        indented on lines of their own."""
+        extra = self.extra_repr().split("\n") if self.extra_repr() else []
+        children = [f"({name}): " + repr(m).replace("\n", "\n  ")
+                    for name, m in self._modules.items()]  # fmt: skip
+        return _framed(type(self).__name__, extra, children)
+
+
+def _framed(name: str, extra: list[str], children: list[str]) -> str:
+    """`name(...)` around PyTorch's repr lines: one extra line alone inline, else one per line."""
+    if len(extra) == 1 and not children:
+        return f"{name}({extra[0]})"
+    lines = extra + children
+    return f"{name}(" + ("\n  " + "\n  ".join(lines) + "\n" if lines else "") + ")"
 
 
 _EXTRA_STATE = "_extra_state"
@@ -1224,8 +1231,14 @@ class FunctionLayer(Module):
         return type(self).function(*inputs, **{k: getattr(self, k) for k in self.option_names})
 
     def extra_repr(self) -> str:
-        options = ((k, getattr(self, k)) for k in self.option_names)
-        return ", ".join(f"{k}={v!r}" for k, v in options if v is not None)
+        """PyTorch's: its class's `repr_format` of the options (with `{inplace}` and
+        `{inplace_alone}`: `inplace_note`'s), or, without one, every option set."""
+        fmt = getattr(type(self), "repr_format", None)
+        options = {k: getattr(self, k) for k in self.option_names}
+        if fmt is not None:
+            notes = {"inplace": inplace_note(self), "inplace_alone": inplace_note(self, True)}
+            return fmt.format(**{**options, **notes})
+        return ", ".join(f"{k}={v!r}" for k, v in options.items() if v is not None)
 
 
 class Linear(Module):
@@ -1362,6 +1375,13 @@ class Sequential(Module):
         return times
 
 
+def inplace_note(module: Module, alone: bool = False) -> str:
+    """What PyTorch's reprs say of `inplace`: nothing unless it is set."""
+    if not getattr(module, "inplace", False):
+        return ""
+    return "inplace=True" if alone else ", inplace=True"
+
+
 class ReLU(Module):
     def __init__(self, inplace: bool = False):
         super().__init__()
@@ -1369,6 +1389,9 @@ class ReLU(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return F.relu(x, self.inplace)
+
+    def extra_repr(self) -> str:
+        return inplace_note(self, alone=True)
 
 
 class GELU(Module):
@@ -1418,7 +1441,8 @@ class LayerNorm(Module):
 
     def extra_repr(self) -> str:
         affine = self.weight is not None
-        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={affine}"
+        return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={affine}, "
+                f"bias={self.bias is not None}")  # fmt: skip
 
 
 class Dropout(Module):
@@ -1440,4 +1464,4 @@ class Dropout(Module):
         return F.dropout(x, self.p, self.training, self.inplace, state=self.random_state)
 
     def extra_repr(self) -> str:
-        return f"p={self.p}"
+        return f"p={self.p}, inplace={self.inplace}"

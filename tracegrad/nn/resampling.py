@@ -48,6 +48,10 @@ class Upsample(Module):
                  align_corners: bool | None = None,
                  recompute_scale_factor: bool | None = None):  # fmt: skip
         super().__init__()
+        if isinstance(scale_factor, Sequence):  # PyTorch keeps floats (and reprs them so)
+            scale_factor = tuple(float(f) for f in scale_factor)
+        elif scale_factor is not None:
+            scale_factor = float(scale_factor)
         self.size, self.scale_factor, self.mode = size, scale_factor, mode
         self.align_corners, self.recompute_scale_factor = align_corners, recompute_scale_factor
 
@@ -86,11 +90,14 @@ class _PadNd(Module):
         return F.pad(x, self.padding, self.mode, self.value)
 
     def extra_repr(self) -> str:
-        return f"padding={self.padding}" + ("" if self.value is None else f", value={self.value}")
+        return f"{self.padding}"  # PyTorch's: the widths alone (and a constant pad's value)
 
 
 class ConstantPad1d(_PadNd):
     dims = 1
+
+    def extra_repr(self) -> str:
+        return f"padding={self.padding}, value={self.value}"
 
     def __init__(self, padding: int | Sequence[int], value: float):
         super().__init__(padding, value)
@@ -107,6 +114,8 @@ class ConstantPad3d(ConstantPad1d):
 class ZeroPad1d(ConstantPad1d):
     def __init__(self, padding: int | Sequence[int]):
         super().__init__(padding, 0.0)
+
+    extra_repr = _PadNd.extra_repr
 
 
 class ZeroPad2d(ZeroPad1d):
