@@ -77,7 +77,8 @@ def test_errors_name_the_op_and_the_geometry():
     with pytest.raises(tg.ShapeError, match="smaller than the kernel"):
         F.max_pool2d(x, 3)
     with pytest.raises(tg.ShapeError, match="4-d"):
-        F.max_pool2d(tg.zeros((2, 2, 2)), 2)
+        F.max_pool2d(tg.zeros((2, 2, 2, 2, 2)), 2)
+    assert F.max_pool2d(tg.zeros((2, 2, 2)), 2).shape == (2, 1, 1)  # one unbatched image
 
 
 def test_integers_pool_without_a_gradient():
