@@ -5,6 +5,8 @@ rules, `x[i] = v`, `.data`, `__format__`, devices, the constructors' PyTorch arg
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -1075,3 +1077,80 @@ def test_a_view_that_changes_nothing_is_a_new_tensor_viewing_the_input(make):
     np.testing.assert_array_equal(base.numpy(), 2 * np.arange(6.0).reshape(2, 3))
     (make(x) * 3.0).sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), np.full((2, 3), 3.0))
+
+
+VIEW_WRITES = {  # writes through views and in-place ops, each against PyTorch's result
+    "view write": lambda t, x: x.view(-1).__setitem__(0, 5.0),
+    "t add_": lambda t, x: x.t().add_(1),
+    "col mul_": lambda t, x: x[:, 0].mul_(2),
+    "diagonal fill_": lambda t, x: x.diagonal().fill_(0),
+    "unsqueeze squeeze add_": lambda t, x: x.unsqueeze(0).squeeze(0).add_(1),
+    "transpose row zero_": lambda t, x: x.transpose(0, 1)[0].zero_(),
+    "narrow copy_": lambda t, x: x.narrow(0, 1, 2).copy_(t.ones(2, 4)),
+    "reshape contiguous add_": lambda t, x: x.reshape(12).add_(1),
+    "split fill_": lambda t, x: x.split(2)[1].fill_(7),
+    "chunk fill_": lambda t, x: x.chunk(3, 1)[0].fill_(-1),
+    "unbind add_": lambda t, x: x.unbind(0)[1].add_(3),
+    "select setitem": lambda t, x: x.select(1, 2).__setitem__(slice(None), 9.0),
+    "view_as sub_": lambda t, x: x.view_as(x).sub_(1),
+    "flatten add_": lambda t, x: x.flatten().add_(1),
+    "permute mul_": lambda t, x: x.permute(1, 0).mul_(3),
+    "step slice add_": lambda t, x: x[::2, 1::2].add_(10),
+    "ellipsis setitem": lambda t, x: x[..., -1].fill_(4),
+    "masked_fill_ bcast": lambda t, x: x.masked_fill_(t.tensor([True, False, True, False]), 0.5),
+    "index_fill_": lambda t, x: x.index_fill_(1, t.tensor([0, 2]), -2.0),
+    "scatter_ reduce add": lambda t, x: x.scatter_(1, t.tensor([[0, 1], [2, 3], [1, 1]]),
+                                                   t.ones(3, 2), reduce="add"),
+    "scatter_ value": lambda t, x: x.scatter_(0, t.tensor([[2, 0, 1, 0]]), 8.0),
+    "copy_ broadcast": lambda t, x: x.copy_(t.arange(4.0)),
+    "fill_ 0d tensor": lambda t, x: x.fill_(t.tensor(2.5)),
+    "add_ alpha": lambda t, x: x.add_(t.ones(3, 4), alpha=2),
+    "clamp_ tensor": lambda t, x: x.clamp_(min=t.zeros(4), max=t.full((3, 4), 5.0)),
+    "detach shares": lambda t, x: x.detach().add_(1),
+    "data shares": lambda t, x: x.data.mul_(2),
+    "view chain": lambda t, x: x.view(3, 2, 2)[1].view(4).add_(100),
+    "mT add_": lambda t, x: x.mT.add_(1),
+    "real of real": lambda t, x: x.real.add_(1),
+    "index_put_ accumulate": lambda t, x: x.index_put_(
+        (t.tensor([0, 0, 2]), t.tensor([1, 1, 3])), t.tensor([1.0, 2.0, 3.0]), accumulate=True),
+    "put_": lambda t, x: x.put_(t.tensor([0, 5]), t.tensor([9.0, 8.0])),
+    "masked_scatter_": lambda t, x: x.masked_scatter_(x > 5, t.arange(12.0)),
+    "index_add_ alpha": lambda t, x: x.index_add_(0, t.tensor([0, 2]), t.ones(2, 4), alpha=3),
+    "setitem tensor bool": lambda t, x: x.__setitem__(x > 6, 0.0),
+    "setitem list": lambda t, x: x.__setitem__(([0, 2], [1, 3]), t.tensor([5.0, 6.0])),
+    "swap rows": lambda t, x: x.__setitem__([0, 1], x[[1, 0]]),
+    "lerp_": lambda t, x: x.lerp_(t.zeros(3, 4), 0.25),
+    "addcmul_": lambda t, x: x.addcmul_(x, x, value=0.5),
+    "div_ rounding": lambda t, x: x.div_(3, rounding_mode="floor"),
+    "pow_": lambda t, x: x.pow_(2),
+    "unsqueeze_": lambda t, x: x.unsqueeze_(0),
+    "t_": lambda t, x: x.t_(),
+    "resize_": lambda t, x: x.resize_(2, 6),
+    "squeeze_ noop": lambda t, x: x.squeeze_(),
+    "as_strided view": lambda t, x: x.as_strided((2, 2), (4, 1)).add_(50),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", VIEW_WRITES)
+def test_writes_through_views_match_pytorch(name):
+    torch = pytest.importorskip("torch", reason="PyTorch is the oracle here; not installed")
+    import tracegrad.torch as tt
+
+    results = []
+    for lib in (torch, tt):
+        x = lib.arange(12.0).reshape(3, 4)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            VIEW_WRITES[name](lib, x)
+        results.append((x.detach().numpy().tolist(), tuple(x.shape)))
+    assert results[0] == results[1]
+
+
+def test_as_strided_is_a_view_that_writes_back():
+    x = tg.arange(12.0).reshape(3, 4)
+    window = x.as_strided((2, 2), (4, 1), 1)
+    window.add_(50)
+    assert x.tolist() == [[0, 51, 52, 3], [4, 55, 56, 7], [8, 9, 10, 11]]
+    w = tg.ones(6, requires_grad=True)
+    (w.as_strided((2, 3), (1, 2)) * tg.arange(6.0).reshape(2, 3)).sum().backward()
+    assert w.grad.tolist() == [0.0, 3.0, 1.0, 4.0, 2.0, 5.0]  # element i*1 + j*2 of the window

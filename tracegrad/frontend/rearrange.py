@@ -31,6 +31,7 @@ from tracegrad.frontend.functions import (
     transpose,
     viewing,
 )
+from tracegrad.frontend.mutation import index_put
 from tracegrad.frontend.promotion import is_number, result_type
 from tracegrad.frontend.reductions import sum
 from tracegrad.frontend.tensor import Tensor, as_tensor
@@ -503,8 +504,9 @@ def as_strided(input: Any, size: Sequence[int], stride: Sequence[int],
                storage_offset: int | None = None) -> Tensor:  # fmt: skip
     """PyTorch's `as_strided`, over the tensor's elements in row-major order (its `stride()`
     here): element i of the result is the element at storage_offset + sum(i_k * stride_k).
-    A gather, so a copy (PyTorch's is a view: writes through it do not reach the input here),
-    differentiable (elements read twice sum their gradients)."""
+    A gather, differentiable (elements read twice sum their gradients), and a view, as
+    PyTorch's: a write into it scatters back into the input (where strides overlap, the last
+    write of an element wins)."""
     x = as_tensor(input)
     size, stride = tuple(int(n) for n in size), tuple(int(s) for s in stride)
     if len(size) != len(stride):
@@ -517,7 +519,11 @@ def as_strided(input: Any, size: Sequence[int], stride: Sequence[int],
         raise RuntimeError(f"as_strided: size {size}, stride {stride} and offset "
                            f"{storage_offset} reach outside the {x.numel()} elements of "
                            f"{x.shape}")  # fmt: skip
-    return x.reshape(-1)[Tensor._of(np.broadcast_to(flat, size).copy())]
+    picks = Tensor._of(np.broadcast_to(flat, size).copy())
+    out = x.reshape(-1)[picks]
+    flat_picks = picks.reshape(-1)
+    return viewing(x, out, lambda v: index_put(x.reshape(-1), (flat_picks,),
+                                               v.reshape(-1)).reshape(x.shape))  # fmt: skip
 
 
 __all__ = [
