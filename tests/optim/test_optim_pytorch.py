@@ -232,3 +232,58 @@ def test_scalar_state_follows_the_default_dtype(float64_default):
     assert optim.NAdam([p]).state[0]["mu_product"].dtype == np.float64
     tg.set_default_dtype(np.float32)
     assert optim.NAdam([p]).state[0]["mu_product"].dtype == np.float32
+
+
+def _hook_log(lib):
+    """What PyTorch's optimizer hooks see, in order: step pre/post hooks (the global ones
+    first), state-dict hooks that add and drop a key, a subclass's step calling super()."""
+    import importlib
+
+    log = []
+    p = lib.nn.Parameter(lib.ones(2))
+    p.grad = lib.ones(2)
+    opt = lib.optim.SGD([p], lr=0.1)
+    first = opt.register_step_pre_hook(lambda o, a, k: log.append(("pre", len(a), a[0] is o)))
+    opt.register_step_post_hook(lambda o, a, k: log.append(("post",)))
+    optimizer = importlib.import_module(lib.__name__ + ".optim.optimizer")
+    every = optimizer.register_optimizer_step_pre_hook(lambda o, a, k: log.append(("every",)))
+    opt.register_state_dict_post_hook(lambda o, sd: {**sd, "extra": 1})
+    opt.register_load_state_dict_pre_hook(lambda o, sd: {k: v for k, v in sd.items()
+                                                         if k != "extra"})  # fmt: skip
+    opt.register_load_state_dict_post_hook(lambda o: log.append(("loaded",)))
+    opt.step()
+    first.remove()
+    opt.step()
+    every.remove()
+    opt.step()
+    saved = opt.state_dict()
+    opt.load_state_dict(saved)
+
+    class Sub(lib.optim.SGD):
+        def step(self, closure=None):
+            log.append(("sub",))
+            return super().step(closure)
+
+    sub = Sub([p], lr=0.1)
+    sub.register_step_post_hook(lambda o, a, k: log.append(("sub post",)))
+    sub.step()
+    return log, sorted(saved), p.detach().numpy().tolist()
+
+
+def test_optimizer_hooks_run_as_pytorchs():
+    torch = pytest.importorskip("torch")
+    import tracegrad.torch as tt
+
+    ours = _hook_log(tt)
+    assert ours == _hook_log(torch)
+    assert ours[0][:3] == [("every",), ("pre", 1, True), ("post",)]
+    assert ours[1] == ["extra", "param_groups", "state"]
+
+
+def test_optimizer_hooks_by_their_log():
+    import tracegrad.torch as tt
+
+    log, keys, _ = _hook_log(tt)
+    assert log == [("every",), ("pre", 1, True), ("post",), ("every",), ("post",), ("post",),
+                   ("loaded",), ("sub",), ("sub post",), ("sub post",)]  # fmt: skip
+    assert keys == ["extra", "param_groups", "state"]

@@ -30,7 +30,7 @@ import numpy as np
 
 from tracegrad.core.errors import TraceError
 from tracegrad.core.primitives import Phase, abs, maximum, minimum, sign, sqrt, where
-from tracegrad.frontend.autodiff import enable_grad, no_grad
+from tracegrad.frontend.autodiff import RemovableHandle, enable_grad, no_grad
 from tracegrad.frontend.elementwise import view_as_complex, view_as_real
 from tracegrad.frontend.functions import clamp, stack
 from tracegrad.frontend.mutation import zero_grads
@@ -175,7 +175,7 @@ class Optimizer:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "step" in vars(cls):
-            cls.step = _watching(cls.step)
+            cls.step = _hooked(_watching(cls.step))
 
     def __init__(self, params: Iterable[Any], defaults: dict[str, Any]):
         object.__setattr__(self, "defaults", dict(defaults))
@@ -318,12 +318,42 @@ class Optimizer:
             for g in self.param_groups
         )  # fmt: skip
 
+    # --- hooks, as PyTorch's: each registration returns a handle whose remove() undoes it ------
+    def register_step_pre_hook(self, hook: Callable) -> RemovableHandle:
+        """`hook(optimizer, args, kwargs)` before each step; it may return (args, kwargs)."""
+        return register_hook(_hooks(self, "pre"), hook)
+
+    def register_step_post_hook(self, hook: Callable) -> RemovableHandle:
+        """`hook(optimizer, args, kwargs)` after each step."""
+        return register_hook(_hooks(self, "post"), hook)
+
+    def register_state_dict_pre_hook(self, hook: Callable, prepend: bool = False) -> Any:
+        """`hook(optimizer)` before `state_dict` is made."""
+        return register_hook(_hooks(self, "sd_pre"), hook, prepend)
+
+    def register_state_dict_post_hook(self, hook: Callable, prepend: bool = False) -> Any:
+        """`hook(optimizer, state_dict)` after; it may return the state dict to give."""
+        return register_hook(_hooks(self, "sd_post"), hook, prepend)
+
+    def register_load_state_dict_pre_hook(self, hook: Callable, prepend: bool = False) -> Any:
+        """`hook(optimizer, state_dict)` before loading; it may return the state dict to load."""
+        return register_hook(_hooks(self, "load_pre"), hook, prepend)
+
+    def register_load_state_dict_post_hook(self, hook: Callable, prepend: bool = False) -> Any:
+        """`hook(optimizer)` after loading."""
+        return register_hook(_hooks(self, "load_post"), hook, prepend)
+
     def state_dict(self) -> dict[str, Any]:
         """PyTorch's layout: {"state": {0: {"step": ..., ...}, ...}, "param_groups": [{"lr": ...,
         ..., "params": [0, 1, ...]}, ...]}, parameters numbered in order across the groups, state
-        tensors detached (sharing data)."""
+        tensors detached (sharing data); around it the state-dict hooks."""
+        for hook in tuple(_hooks(self, "sd_pre").values()):
+            hook(self)
         state = {i: {k: _detached(t) for k, t in s.items()} for i, s in enumerate(self.state)}
-        return {"state": state, "param_groups": self._saved_groups()}
+        out = {"state": state, "param_groups": self._saved_groups()}
+        for hook in tuple(_hooks(self, "sd_post").values()):
+            out = hook(self, out) or out
+        return out
 
     def _unknown_keys(self, group: Mapping[str, Any]) -> set[str]:
         """A saved group's keys this optimizer does not take: not its parameters' numbers, its
@@ -342,7 +372,15 @@ class Optimizer:
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Copy saved state into the existing state tensors (so a traced step keeps them), and
-        each saved group's hyperparameters (and a scheduler's "initial_lr") into its group."""
+        each saved group's hyperparameters (and a scheduler's "initial_lr") into its group;
+        around it the load hooks."""
+        for hook in tuple(_hooks(self, "load_pre").values()):
+            state_dict = hook(self, state_dict) or state_dict
+        self._load_state_dict(state_dict)
+        for hook in tuple(_hooks(self, "load_post").values()):
+            hook(self)
+
+    def _load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         name = type(self).__name__
         saved, groups = _pytorch_layout(state_dict, len(self.param_groups))
         if len(saved) > len(self.state):
@@ -390,6 +428,52 @@ class Optimizer:
             for k, v in h.items():
                 if k != "params":
                     group[k] = _plain(v)
+
+
+# hooks of every optimizer's step (`torch.optim.optimizer.register_optimizer_step_pre_hook`)
+GLOBAL_STEP_HOOKS: dict[str, dict[int, Callable]] = {"pre": {}, "post": {}}
+
+
+def _hooks(opt: Optimizer, kind: str) -> dict[int, Callable]:
+    """The optimizer's own hooks of `kind` (made on first use: a subclass may skip __init__)."""
+    if "_hooks" not in vars(opt):
+        object.__setattr__(opt, "_hooks", {k: {} for k in
+                                           ("pre", "post", "sd_pre", "sd_post", "load_pre",
+                                            "load_post")})  # fmt: skip
+    return opt._hooks[kind]
+
+
+def register_hook(registry: dict[int, Callable], hook: Callable,
+                  prepend: bool = False) -> RemovableHandle:  # fmt: skip
+    """Add `hook` to `registry` (first, with `prepend`); the handle removes it."""
+    handle = RemovableHandle(registry)
+    registry[handle.id] = hook
+    if prepend:
+        items = sorted(registry.items(), key=lambda kv: kv[0] != handle.id)
+        registry.clear()
+        registry.update(items)
+    return handle
+
+
+def _hooked(step: Callable[..., Any]) -> Callable[..., Any]:
+    """`step` between the step pre-hooks (global, then the optimizer's; each is given the
+    call's arguments, the optimizer first, and may return new (args, kwargs)) and post-hooks,
+    as PyTorch's. As there, each class's own step is wrapped: a subclass's step that calls
+    `super().step()` runs the hooks twice."""
+
+    @functools.wraps(step)
+    def hooked(*args: Any, **kwargs: Any) -> Any:
+        self = args[0]
+        for hook in (*GLOBAL_STEP_HOOKS["pre"].values(), *_hooks(self, "pre").values()):
+            changed = hook(self, args, kwargs)
+            if changed is not None:
+                args, kwargs = changed
+        out = step(*args, **kwargs)
+        for hook in (*GLOBAL_STEP_HOOKS["post"].values(), *_hooks(self, "post").values()):
+            hook(self, args, kwargs)
+        return out
+
+    return hooked
 
 
 def _watching(step: Callable[..., Any]) -> Callable[..., Any]:
@@ -511,6 +595,9 @@ def _scalar(value: float) -> Tensor:
     return Tensor._of(
         np.array(value, np.float64 if get_default_dtype() == np.float64 else np.float32)
     )
+
+
+Optimizer.step = _hooked(Optimizer.step)  # subclasses' own steps: in __init_subclass__
 
 
 class SGD(Optimizer):
