@@ -338,3 +338,20 @@ def test_edges_without_pytorch():
     assert ttorch.nn.functional.max_pool1d(ttorch.ones(2, 6), 2).shape == (2, 3)
     assert np.isnan(ttorch.tensor(NANS).norm().item())  # was 0: a nan gradient clipped unseen
     assert np.isnan(ttorch.zeros(0, 3).var().item())
+
+
+def test_make_tensor_draws_within_its_bounds():
+    x = ttorch.testing.make_tensor(50, 4, dtype=ttorch.float32, low=-1, high=1, requires_grad=True)
+    assert x.dtype == np.float32 and x.shape == (50, 4) and x.requires_grad
+    assert -1 <= float(x.min()) and float(x.max()) < 1
+    n = ttorch.testing.make_tensor((200,), dtype=ttorch.int64, exclude_zero=True)
+    assert n.dtype == np.int64 and -9 <= int(n.min()) and int(n.max()) < 10 and (n != 0).all()
+    assert ttorch.testing.make_tensor(3, dtype=ttorch.bool).dtype == np.bool_
+
+
+def test_jit_fork_runs_now_and_wait_gives_the_result():
+    future = ttorch.jit.fork(lambda a, b: a * b, 3, b=4)
+    assert future.done() and ttorch.jit.wait(future) == 12
+    failed = ttorch.jit.fork(lambda: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        ttorch.jit.wait(failed)

@@ -11,7 +11,7 @@ import numpy as np
 from tracegrad.frontend.tensor import Tensor
 from tracegrad.torch._support import not_provided as _not_provided
 
-__all__ = ["assert_allclose", "assert_close"]
+__all__ = ["assert_allclose", "assert_close", "make_tensor"]
 
 # PyTorch's defaults: (rtol, atol) by the dtype compared
 _TOLERANCES = {np.dtype(np.float16): (1e-3, 1e-5), np.dtype(np.float32): (1.3e-6, 1e-5),
@@ -67,6 +67,32 @@ def assert_allclose(actual: Any, expected: Any, rtol: float | None = None,
     """PyTorch's deprecated spelling: `assert_close` without the dtype check."""
     assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=equal_nan, check_dtype=False,
                  msg=msg or None)  # fmt: skip
+
+
+def make_tensor(*shape: Any, dtype: Any, device: Any = None, low: float | None = None,
+                high: float | None = None, requires_grad: bool = False,
+                noncontiguous: bool = False, exclude_zero: bool = False,
+                memory_format: Any = None) -> Tensor:  # fmt: skip
+    """PyTorch's test tensor: uniform in [low, high) (by default [-9, 9) for floats, [-9, 10)
+    for integers, [0, 10) for unsigned ones; bools either way); with `exclude_zero` a zero
+    becomes the dtype's smallest positive step (1 for integers). The data are tracegrad's draws,
+    not PyTorch's."""
+    from tracegrad.frontend import creation
+
+    dims = tuple(shape[0]) if len(shape) == 1 and not isinstance(shape[0], int) else shape
+    kind = np.dtype(dtype)
+    if kind.kind == "b":
+        return Tensor._of(creation.rand(*dims).numpy() < 0.5).requires_grad_(requires_grad)
+    lo = (0 if kind.kind == "u" else -9) if low is None else low
+    hi = (10 if kind.kind in "iu" else 9) if high is None else high
+    if low is not None and high is not None and low > high:
+        raise ValueError(f"make_tensor: low {low} must not exceed high {high}")
+    values = lo + (hi - lo) * creation.rand(*dims, dtype=np.float64).numpy()
+    values = np.floor(values) if kind.kind in "iu" else values
+    if exclude_zero:
+        values[values == 0] = 1 if kind.kind in "iu" else float(np.finfo(kind).tiny)
+    out = Tensor._of(values.astype(kind))
+    return out.requires_grad_() if requires_grad else out
 
 
 def _array(x: Any) -> np.ndarray:

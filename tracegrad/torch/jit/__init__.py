@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any, Final  # noqa: F401 (torch.jit.Final is typing's Final)
 
 from tracegrad.torch._support import not_provided as _not_provided
+from tracegrad.torch.futures import Future
 
 __all__ = ["Final", "ScriptModule", "annotate", "export", "ignore", "is_scripting",
            "is_tracing", "script", "trace", "unused"]  # fmt: skip
@@ -48,6 +49,21 @@ _overload = _overload_method
 
 def annotate(the_type: Any, the_value: Any) -> Any:
     return the_value
+
+
+def fork(func: Callable, *args: Any, **kwargs: Any) -> Future:
+    """`func(*args, **kwargs)` run now (TorchScript's task parallelism, which interpreted code
+    runs in order), as a completed future for `wait`; an exception is the future's."""
+    future: Future = Future()
+    try:
+        future.set_result(func(*args, **kwargs))
+    except Exception as error:  # noqa: BLE001 (waiting raises it, as PyTorch's)
+        future.set_exception(error)
+    return future
+
+
+def wait(future: Future) -> Any:
+    return future.wait()
 
 
 def is_scripting() -> bool:
