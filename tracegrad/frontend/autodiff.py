@@ -59,6 +59,34 @@ class LeafNode:
     next_functions: tuple = ()
 
 
+# (pack, unpack) of `torch.autograd.graph.saved_tensors_hooks`, innermost last: what an op saves
+# for backward is `pack(tensor)`, and backward reads `unpack(packed)`
+SAVED_TENSORS_HOOKS: list[tuple[Callable[[Tensor], Any], Callable[[Any], Tensor]]] = []
+
+
+class Packed:
+    """A saved value as a saved-tensors hook packed it, and the hook that unpacks it."""
+
+    __slots__ = ("packed", "unpack")
+
+    def __init__(self, tensor: Tensor) -> None:
+        pack, self.unpack = SAVED_TENSORS_HOOKS[-1]
+        hooks = SAVED_TENSORS_HOOKS[:]
+        SAVED_TENSORS_HOOKS.clear()  # what pack itself computes is not packed again
+        try:
+            self.packed = pack(tensor)
+        finally:
+            SAVED_TENSORS_HOOKS[:] = hooks
+
+    def value(self) -> np.ndarray:
+        return as_tensor(self.unpack(self.packed))._value
+
+
+def _saved(value: Any) -> Any:
+    """A saved value's array (unpacked, if a hook packed it)."""
+    return value.value() if value.__class__ is Packed else value
+
+
 class TapeNode:
     """One recorded op: its parents' nodes and exactly the values its VJP reads. What it holds
     of its inputs is in tuples of shapes, dtypes and arrays, which Python's cycle collector stops
@@ -80,6 +108,9 @@ class TapeNode:
             saved.append(out)
         else:
             self.saved_out = None
+        if SAVED_TENSORS_HOOKS:  # each saved value given to the innermost hook's pack
+            self.saved_in = {i: Packed(inputs[i]) for i in kept}
+            self.saved_out = None if self.saved_out is None else Packed(out)
         versions = []  # each saved tensor's counter and its count now, in one flat list
         for t in saved:
             versions += (t._version, t._version[0])
@@ -119,10 +150,10 @@ class TapeNode:
                 "backward before updating, or compute the update out of place"
             )
         ins = [
-            Tensor._wrap(self.saved_in[i], p) if i in self.saved_in else ShapeDtype(*aval)
+            Tensor._wrap(_saved(self.saved_in[i]), p) if i in self.saved_in else ShapeDtype(*aval)
             for i, (aval, p) in enumerate(zip(self.avals, self.parents, strict=True))
         ]
-        out = None if self.saved_out is None else Tensor._wrap(self.saved_out, self)
+        out = None if self.saved_out is None else Tensor._wrap(_saved(self.saved_out), self)
         return ins, out
 
     def free(self) -> None:
