@@ -355,3 +355,37 @@ def test_jit_fork_runs_now_and_wait_gives_the_result():
     failed = ttorch.jit.fork(lambda: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         ttorch.jit.wait(failed)
+
+
+def _selective_scan_combine(left, right):
+    """Mamba's combine of (decay, input) pairs: h = a h + b, associative but not commutative."""
+    return left[0] * right[0], right[0] * left[1] + right[1]
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_associative_scan_equals_the_sequential_recurrence(reverse):
+    from tracegrad.torch._higher_order_ops.associative_scan import associative_scan
+
+    a, b = rng.uniform(0.5, 1.0, (2, 11, 3)), rng.standard_normal((2, 11, 3))
+    _, h = associative_scan(_selective_scan_combine, (ttorch.tensor(a), ttorch.tensor(b)), dim=1,
+                            reverse=reverse, combine_mode="generic")  # fmt: skip
+    want, state = np.zeros_like(b), np.zeros((2, 3))
+    for i in range(10, -1, -1) if reverse else range(11):
+        state = a[:, i] * state + b[:, i]
+        want[:, i] = state
+    np.testing.assert_allclose(h.numpy(), want, rtol=1e-12)
+    check_grad(lambda x, y: associative_scan(_selective_scan_combine, (x, y), 1)[1], a, b)
+
+
+def test_scan_carries_state_and_stacks_outputs_as_pytorch():
+    torch = torch_or_skip()
+    from torch._higher_order_ops.scan import scan as theirs
+    from tracegrad.torch._higher_order_ops.scan import scan as ours
+
+    x = rng.standard_normal((4, 3))
+    for reverse in (False, True):
+        got = ours(lambda c, v: (c + v, c * v), ttorch.zeros(3, dtype=ttorch.float64),
+                   ttorch.tensor(x), reverse=reverse)  # fmt: skip
+        want = theirs(lambda c, v: (c + v, c * v), torch.zeros(3, dtype=torch.float64),
+                      torch.tensor(x), reverse=reverse)  # fmt: skip
+        same(list(got), list(want))

@@ -239,6 +239,7 @@ from tracegrad.torch import (  # noqa: E402 (the submodules read the names above
     _custom_ops,
     _dynamo,
     _foreach,
+    _higher_order_ops,
     _inductor,
     _subclasses,
     _tensor_str,
