@@ -20,6 +20,7 @@ def register_optimizer_step_post_hook(hook: Callable) -> Any:
     """`hook(optimizer, args, kwargs)` after every optimizer's step."""
     return register_hook(GLOBAL_STEP_HOOKS["post"], hook)
 
+
 ParamsT = Any  # PyTorch's type of `params`: tensors, or dicts of param groups
 
 
