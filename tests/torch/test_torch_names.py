@@ -300,6 +300,8 @@ EDGES = {  # what a sweep of Tensor methods and torch functions against PyTorch 
     "adaptive pools 2d unbatched": lambda t: (t.nn.AdaptiveAvgPool2d(3)(t.tensor(IMAGE)),
                                               t.nn.AdaptiveMaxPool2d(2)(t.tensor(IMAGE))),
     "lp_pool2d unbatched": lambda t: t.nn.LPPool2d(2, 2)(t.tensor(IMAGE)),
+    "conv3d unbatched": lambda t: t.nn.functional.conv3d(t.tensor(IMAGE[None]),
+                                                         t.ones(3, 1, 2, 2, 2, dtype=t.float64)),
     "pools 3d unbatched": lambda t: (t.nn.MaxPool3d(2)(t.tensor(IMAGE[None])),
                                      t.nn.AvgPool3d(2)(t.tensor(IMAGE[None])),
                                      t.nn.AdaptiveMaxPool3d(1)(t.tensor(IMAGE[None]))),

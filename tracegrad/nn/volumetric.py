@@ -113,7 +113,9 @@ def conv3d(input: Any, weight: Any, bias: Any = None, stride: int | Sequence[int
            groups: int = 1) -> Tensor:  # fmt: skip
     """3-d cross-correlation of (N, C, D, H, W) `input` with (out, C / groups, kd, kh, kw)
     `weight`: for each depth tap, one 2-d convolution of the depth slices it reads, every
-    output depth in one batch."""
+    output depth in one batch. One unbatched (C, D, H, W) volume is a batch of one."""
+    if as_tensor(input).ndim == 4:
+        return unbatched(conv3d, as_tensor(input), weight, bias, stride, padding, dilation, groups)
     x, w = _volume(as_tensor(input), "conv3d"), as_tensor(weight)
     if w.ndim != 5:
         raise ShapeError(f"conv3d: weight {w.shape} must be 5-d (out, in / groups, kd, kh, kw)")
