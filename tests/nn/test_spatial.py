@@ -22,8 +22,8 @@ except ImportError:
     torch = None
 
 needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed")
-SETTINGS = list(itertools.product(["bilinear", "nearest"], ["zeros", "border", "reflection"],
-                                  [False, True]))  # fmt: skip
+SETTINGS = list(itertools.product(["bilinear", "nearest", "bicubic"],
+                                  ["zeros", "border", "reflection"], [False, True]))  # fmt: skip
 
 
 def _inputs():
@@ -62,10 +62,33 @@ def test_affine_grid_matches_pytorch(corners):
 FINITE = [("zeros", False), ("border", True), ("reflection", False), ("reflection", True)]
 
 
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
 @pytest.mark.parametrize("padding, corners", FINITE)
-def test_grid_sample_gradients_match_finite_differences(padding, corners):
+def test_grid_sample_gradients_match_finite_differences(mode, padding, corners):
     x, g = _inputs()
-    check_grad(lambda a, b: F.grid_sample(a, b, "bilinear", padding, corners), x, g)
+    check_grad(lambda a, b: F.grid_sample(a, b, mode, padding, corners), x, g)
+
+
+def _keys(s: float, a: float = -0.75) -> float:
+    """Keys' cubic convolution kernel at distance s."""
+    s = abs(s)
+    if s <= 1:
+        return (a + 2) * s**3 - (a + 3) * s**2 + 1
+    return a * s**3 - 5 * a * s**2 + 8 * a * s - 4 * a if s < 2 else 0.0
+
+
+def test_bicubic_sampling_is_keys_cubic_convolution():
+    """Inside the image, each output is sum over the 4 x 4 nearest pixels of the image times
+    the kernel at their distances in x and in y (A = -0.75, as PyTorch's)."""
+    rng = np.random.default_rng(4)
+    image = rng.standard_normal((1, 1, 7, 8))
+    pos = rng.uniform(2.0, 4.9, (5, 2))  # (x, y) pixel positions 2 from the edges
+    grid = (2 * pos / np.array([7.0, 6.0]) - 1).reshape(1, 1, 5, 2)
+    out = F.grid_sample(tg.tensor(image), tg.tensor(grid), "bicubic", align_corners=True)
+    want = [sum(image[0, 0, j, i] * _keys(x - i) * _keys(y - j)
+                for i in range(int(x) - 1, int(x) + 3) for j in range(int(y) - 1, int(y) + 3))
+            for x, y in pos]  # fmt: skip
+    np.testing.assert_allclose(out.numpy().ravel(), want, rtol=1e-12)
 
 
 def test_the_identity_grid_samples_the_image_itself():
@@ -82,8 +105,8 @@ def test_the_identity_grid_samples_the_image_itself():
 def test_bad_shapes_and_modes_are_named():
     with pytest.raises(tg.ShapeError, match=r"grid_sample: input torch.Size\(\[2, 3, 5\]\)"):
         F.grid_sample(tg.ones((2, 3, 5)), tg.ones((2, 4, 4, 2)))
-    with pytest.raises(NotImplementedError, match="'bicubic'"):
-        F.grid_sample(tg.ones((1, 1, 3, 3)), tg.zeros((1, 2, 2, 2)), mode="bicubic")
+    with pytest.raises(ValueError, match="'bicubic'"):
+        F.grid_sample(tg.ones((1, 1, 3, 3)), tg.zeros((1, 2, 2, 2)), mode="area")
     with pytest.raises(tg.ShapeError, match="affine_grid"):
         F.affine_grid(tg.ones((2, 3, 3)), (2, 1, 4, 4))
 

@@ -48,22 +48,25 @@ def _steps(n: int, corners: bool) -> np.ndarray:
 
 def grid_sample(input: Any, grid: Any, mode: str = "bilinear", padding_mode: str = "zeros",
                 align_corners: bool | None = None) -> Tensor:  # fmt: skip
-    """`input` (N, C, H, W) sampled at `grid` (N, Ho, Wo, 2): (N, C, Ho, Wo). Modes "bilinear"
-    and "nearest"; outside the image "zeros", "border" (the edge pixel) or "reflection"."""
+    """`input` (N, C, H, W) sampled at `grid` (N, Ho, Wo, 2): (N, C, Ho, Wo). Modes "bilinear",
+    "nearest" and "bicubic" (PyTorch's cubic convolution, A = -0.75, each of the 4 x 4 taps
+    folded into the image by the padding mode); outside the image "zeros", "border" (the edge
+    pixel) or "reflection"."""
     x, g = as_tensor(input), as_tensor(grid)
     if x.ndim != 4 or g.ndim != 4 or g.shape[-1] != 2 or g.shape[0] != x.shape[0]:
         raise ShapeError(f"grid_sample: input {x.shape} and grid {g.shape}; expected (N, C, H, "
                          "W) and (N, Ho, Wo, 2) (5-d inputs are not provided)")  # fmt: skip
-    if mode not in ("bilinear", "nearest"):
-        raise NotImplementedError(f"grid_sample: mode {mode!r} is not provided by tracegrad "
-                                  "('bilinear' and 'nearest' are)")  # fmt: skip
+    if mode not in ("bilinear", "nearest", "bicubic"):
+        raise ValueError(f"grid_sample: mode must be 'bilinear', 'nearest' or 'bicubic', not "
+                         f"{mode!r}")  # fmt: skip
     if padding_mode not in _PADDING:
         raise ValueError(f"grid_sample: padding_mode must be one of {_PADDING}")
     g = g if g.dtype == x.dtype else g.astype(x.dtype)
     n, c, h, w = x.shape
     corners = bool(align_corners)
-    ix = _source(g[..., 0], w, corners, padding_mode)
-    iy = _source(g[..., 1], h, corners, padding_mode)
+    fold = padding_mode if mode != "bicubic" else "zeros"  # bicubic folds each tap instead
+    ix = _source(g[..., 0], w, corners, fold)
+    iy = _source(g[..., 1], h, corners, fold)
     pixels = permute(x, (0, 2, 3, 1))  # (N, H, W, C): a gather picks whole channel vectors
     batch = Tensor._of(np.arange(n).reshape(n, 1, 1))
 
@@ -75,7 +78,17 @@ def grid_sample(input: Any, grid: Any, mode: str = "bilinear", padding_mode: str
         v = pixels[batch, yc, xc]
         return v if padding_mode != "zeros" else v * inside.astype(x.dtype)[..., None]
 
-    if mode == "nearest":
+    if mode == "bicubic":
+        x0, y0 = P.floor(ix), P.floor(iy)
+        wx, wy = _cubic_weights(ix - x0), _cubic_weights(iy - y0)
+
+        def folded(yi: Tensor, xi: Tensor) -> Tensor:  # a tap, by the padding mode
+            return tap(_fold(yi, h, corners, padding_mode), _fold(xi, w, corners, padding_mode))
+
+        rows = [sum(folded(y0 + (i - 1), x0 + (j - 1)) * wx[j] for j in range(4))
+                for i in range(4)]  # fmt: skip
+        out = sum(row * wy[i] for i, row in enumerate(rows))
+    elif mode == "nearest":
         out = tap(P.rint(iy), P.rint(ix))  # half to even, as PyTorch's nearbyint
         if g.requires_grad:  # PyTorch's grid gets a zero gradient here, not none
             out = out + where(Tensor._of(np.zeros(ix.shape + (1,), bool)), ix[..., None], 0.0)
@@ -88,10 +101,29 @@ def grid_sample(input: Any, grid: Any, mode: str = "bilinear", padding_mode: str
     return permute(out, (0, 3, 1, 2))
 
 
+def _cubic_weights(t: Tensor) -> list[Tensor]:
+    """The 4 taps' weights of cubic convolution (A = -0.75) at fraction t past the second,
+    each (..., 1) to weigh channel vectors."""
+    a = -0.75
+
+    def near(x: Tensor) -> Tensor:  # |x| <= 1
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def far(x: Tensor) -> Tensor:  # 1 < |x| < 2
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+    return [weight[..., None] for weight in (far(t + 1), near(t), near(1 - t), far(2 - t))]
+
+
 def _source(coord: Tensor, size: int, corners: bool, padding: str) -> Tensor:
     """Normalized coordinates as pixel positions, folded back into the image for "border" and
     "reflection" as PyTorch does."""
     pos = (coord + 1) / 2 * (size - 1) if corners else ((coord + 1) * size - 1) / 2
+    return _fold(pos, size, corners, padding)
+
+
+def _fold(pos: Tensor, size: int, corners: bool, padding: str) -> Tensor:
+    """A pixel position folded into the image by the padding mode (unchanged for "zeros")."""
     if padding == "reflection":
         pos = _reflect(pos, 0.0, size - 1.0) if corners else _reflect(pos, -0.5, size - 0.5)
     if padding != "zeros":
