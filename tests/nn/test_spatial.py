@@ -53,10 +53,42 @@ def test_grid_sample_matches_pytorch(mode, padding, corners):
 @needs_torch
 @pytest.mark.parametrize("corners", [False, True])
 def test_affine_grid_matches_pytorch(corners):
-    theta = np.random.default_rng(2).standard_normal((2, 2, 3))
-    got = F.affine_grid(tg.tensor(theta), (2, 3, 4, 5), corners).numpy()
-    want = TF.affine_grid(torch.tensor(theta), (2, 3, 4, 5), corners).numpy()
-    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+    rng = np.random.default_rng(2)
+    for theta, size in ((rng.standard_normal((2, 2, 3)), (2, 3, 4, 5)),
+                        (rng.standard_normal((2, 3, 4)), (2, 3, 4, 5, 6))):  # fmt: skip
+        got = F.affine_grid(tg.tensor(theta), size, corners).numpy()
+        want = TF.affine_grid(torch.tensor(theta), size, corners).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+
+
+@needs_torch
+@pytest.mark.parametrize("mode, padding, corners",
+                         [s for s in SETTINGS if s[0] != "bicubic"])  # fmt: skip
+def test_volumes_sample_as_pytorchs(mode, padding, corners):
+    rng = np.random.default_rng(6)
+    x, g = rng.standard_normal((2, 2, 4, 5, 6)), rng.uniform(-1.3, 1.3, (2, 3, 2, 4, 3))
+    c = rng.standard_normal((2, 2, 3, 2, 4))
+    ours, theirs = [tg.tensor(a, requires_grad=True) for a in (x, g)], [
+        torch.tensor(a, requires_grad=True) for a in (x, g)]  # fmt: skip
+    got = F.grid_sample(*ours, mode, padding, corners)
+    want = TF.grid_sample(*theirs, mode, padding, corners)
+    (got * tg.tensor(c)).sum().backward()
+    (want * torch.tensor(c)).sum().backward()
+    np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(ours[0].grad.numpy(), theirs[0].grad.numpy(), atol=1e-12)
+    if mode == "bilinear":
+        np.testing.assert_allclose(ours[1].grad.numpy(), theirs[1].grad.numpy(), atol=1e-10)
+
+
+def test_trilinear_sampling_reproduces_a_linear_field():
+    """Trilinear interpolation is exact for a * z + b * y + c * x + d."""
+    z, y, x = np.meshgrid(np.arange(4.0), np.arange(5.0), np.arange(6.0), indexing="ij")
+    field = (0.5 * z - 2.0 * y + 0.25 * x + 1.0)[None, None]
+    pts = np.random.default_rng(7).uniform(0, 1, (7, 3)) * np.array([5.0, 4.0, 3.0])  # x, y, z
+    grid = (2 * pts / np.array([5.0, 4.0, 3.0]) - 1).reshape(1, 1, 1, 7, 3)
+    out = F.grid_sample(tg.tensor(field), tg.tensor(grid), align_corners=True).numpy().ravel()
+    want = 0.5 * pts[:, 2] - 2.0 * pts[:, 1] + 0.25 * pts[:, 0] + 1.0
+    np.testing.assert_allclose(out, want, rtol=1e-12, atol=1e-12)
 
 
 FINITE = [("zeros", False), ("border", True), ("reflection", False), ("reflection", True)]

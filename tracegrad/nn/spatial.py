@@ -1,11 +1,13 @@
 """Spatial transformers' sampling (`F.affine_grid`, `F.grid_sample`), with PyTorch's
-coordinate conventions: a grid holds (x, y) in [-1, 1] per output pixel, -1 and 1 being the
-centres of the corner pixels with `align_corners`, their outer edges without. A sample gathers
-its four neighbours (one, for "nearest") and weighs them, so the gradient reaches the input
-(scattered back through the gathers) and the grid (through the weights)."""
+coordinate conventions: a grid holds (x, y) (and z, for volumes) in [-1, 1] per output pixel,
+-1 and 1 being the centres of the corner pixels with `align_corners`, their outer edges
+without. A sample gathers its neighbours (the cell's corners, 16 for bicubic, one for
+"nearest") and weighs them, so the gradient reaches the input (scattered back through the
+gathers) and the grid (through the weights)."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,18 +26,21 @@ _PADDING = ("zeros", "border", "reflection")
 
 def affine_grid(theta: Any, size: Sequence[int], align_corners: bool | None = None) -> Tensor:
     """The (N, H, W, 2) sampling grid of the affine maps `theta` (N, 2, 3) over an output of
-    `size` (N, C, H, W)."""
+    `size` (N, C, H, W), or the (N, D, H, W, 3) grid of (N, 3, 4) maps over (N, C, D, H, W)."""
     t = as_tensor(theta)
-    if len(size) != 4 or t.shape != (size[0], 2, 3):
+    k = len(size) - 2
+    if k not in (2, 3) or t.shape != (size[0], k, k + 1):
         raise ShapeError(
             f"affine_grid: theta {t.shape} for size {tuple(size)}; expected theta (N, 2, 3) and "
-            "size (N, C, H, W) (3-d grids are not provided)"
+            "size (N, C, H, W), or theta (N, 3, 4) and size (N, C, D, H, W)"
         )
-    n, _, h, w = size
-    xs, ys = _steps(w, bool(align_corners)), _steps(h, bool(align_corners))
-    base = np.stack([*np.meshgrid(xs, ys), np.ones((h, w))], axis=-1).reshape(1, h * w, 3)
+    spatial = tuple(size[2:])
+    # each point's (x, y(, z), 1): the grid's coordinates list the axes last to first
+    axes = [_steps(m, bool(align_corners)) for m in spatial]
+    mesh = np.meshgrid(*axes, indexing="ij")[::-1]
+    base = np.stack([*mesh, np.ones(spatial)], axis=-1).reshape(1, -1, k + 1)
     grid = matmul(Tensor._of(base.astype(t.dtype)), permute(t, (0, 2, 1)))
-    return reshape(grid, (n, h, w, 2))
+    return reshape(grid, (size[0], *spatial, k))
 
 
 def _steps(n: int, corners: bool) -> np.ndarray:
@@ -48,57 +53,70 @@ def _steps(n: int, corners: bool) -> np.ndarray:
 
 def grid_sample(input: Any, grid: Any, mode: str = "bilinear", padding_mode: str = "zeros",
                 align_corners: bool | None = None) -> Tensor:  # fmt: skip
-    """`input` (N, C, H, W) sampled at `grid` (N, Ho, Wo, 2): (N, C, Ho, Wo). Modes "bilinear",
-    "nearest" and "bicubic" (PyTorch's cubic convolution, A = -0.75, each of the 4 x 4 taps
-    folded into the image by the padding mode); outside the image "zeros", "border" (the edge
-    pixel) or "reflection"."""
+    """`input` (N, C, H, W) sampled at `grid` (N, Ho, Wo, 2): (N, C, Ho, Wo); or a volume (N,
+    C, D, H, W) at (N, Do, Ho, Wo, 3). The grid's last axis lists x, y (and z). Modes
+    "bilinear" (trilinear for volumes), "nearest" and, for images, "bicubic" (PyTorch's cubic
+    convolution, A = -0.75, each of the 4 x 4 taps folded into the image by the padding mode);
+    outside the image "zeros", "border" (the edge pixel) or "reflection"."""
     x, g = as_tensor(input), as_tensor(grid)
-    if x.ndim != 4 or g.ndim != 4 or g.shape[-1] != 2 or g.shape[0] != x.shape[0]:
+    k = x.ndim - 2  # spatial axes
+    if k not in (2, 3) or g.ndim != x.ndim or g.shape[-1] != k or g.shape[0] != x.shape[0]:
         raise ShapeError(f"grid_sample: input {x.shape} and grid {g.shape}; expected (N, C, H, "
-                         "W) and (N, Ho, Wo, 2) (5-d inputs are not provided)")  # fmt: skip
+                         "W) with (N, Ho, Wo, 2), or (N, C, D, H, W) with (N, Do, Ho, Wo, "
+                         "3)")  # fmt: skip
     if mode not in ("bilinear", "nearest", "bicubic"):
         raise ValueError(f"grid_sample: mode must be 'bilinear', 'nearest' or 'bicubic', not "
                          f"{mode!r}")  # fmt: skip
+    if mode == "bicubic" and k == 3:
+        raise ValueError("grid_sample: bicubic interpolation only supports 4D input")
     if padding_mode not in _PADDING:
         raise ValueError(f"grid_sample: padding_mode must be one of {_PADDING}")
     g = g if g.dtype == x.dtype else g.astype(x.dtype)
-    n, c, h, w = x.shape
+    n, sizes = x.shape[0], x.shape[2:]
     corners = bool(align_corners)
     fold = padding_mode if mode != "bicubic" else "zeros"  # bicubic folds each tap instead
-    ix = _source(g[..., 0], w, corners, fold)
-    iy = _source(g[..., 1], h, corners, fold)
-    pixels = permute(x, (0, 2, 3, 1))  # (N, H, W, C): a gather picks whole channel vectors
-    batch = Tensor._of(np.arange(n).reshape(n, 1, 1))
+    # each spatial axis's positions (depth, height, width): the grid lists them last to first
+    pos = [_source(g[..., k - 1 - a], sizes[a], corners, fold) for a in range(k)]
+    pixels = permute(x, (0, *range(2, 2 + k), 1))  # channels last: a gather picks vectors
+    batch = Tensor._of(np.arange(n).reshape(n, *(1,) * k))
 
-    def tap(yi: Tensor, xi: Tensor) -> Tensor:
-        """The pixels at (yi, xi), zeros where that is outside the image."""
-        inside = (xi >= 0) & (xi <= w - 1) & (yi >= 0) & (yi <= h - 1)
-        yc = clamp(yi, 0, h - 1).astype(np.int64)
-        xc = clamp(xi, 0, w - 1).astype(np.int64)
-        v = pixels[batch, yc, xc]
+    def tap(at: list[Tensor]) -> Tensor:
+        """The pixels at integer positions `at` (one per axis), zeros outside the image."""
+        inside = None
+        for i, size in zip(at, sizes, strict=True):
+            ok = (i >= 0) & (i <= size - 1)
+            inside = ok if inside is None else inside & ok
+        picks = (clamp(i, 0, s - 1).astype(np.int64) for i, s in zip(at, sizes, strict=True))
+        v = pixels[(batch, *picks)]
         return v if padding_mode != "zeros" else v * inside.astype(x.dtype)[..., None]
 
     if mode == "bicubic":
+        (iy, ix), (h, w) = pos, sizes
         x0, y0 = P.floor(ix), P.floor(iy)
         wx, wy = _cubic_weights(ix - x0), _cubic_weights(iy - y0)
 
         def folded(yi: Tensor, xi: Tensor) -> Tensor:  # a tap, by the padding mode
-            return tap(_fold(yi, h, corners, padding_mode), _fold(xi, w, corners, padding_mode))
+            return tap([_fold(yi, h, corners, padding_mode), _fold(xi, w, corners, padding_mode)])
 
         rows = [sum(folded(y0 + (i - 1), x0 + (j - 1)) * wx[j] for j in range(4))
                 for i in range(4)]  # fmt: skip
         out = sum(row * wy[i] for i, row in enumerate(rows))
     elif mode == "nearest":
-        out = tap(P.rint(iy), P.rint(ix))  # half to even, as PyTorch's nearbyint
+        out = tap([P.rint(p) for p in pos])  # half to even, as PyTorch's nearbyint
         if g.requires_grad:  # PyTorch's grid gets a zero gradient here, not none
-            out = out + where(Tensor._of(np.zeros(ix.shape + (1,), bool)), ix[..., None], 0.0)
-    else:
-        x0, y0 = P.floor(ix), P.floor(iy)
-        wx, wy = (ix - x0)[..., None], (iy - y0)[..., None]
-        top = tap(y0, x0) * (1 - wx) + tap(y0, x0 + 1) * wx
-        bottom = tap(y0 + 1, x0) * (1 - wx) + tap(y0 + 1, x0 + 1) * wx
-        out = top * (1 - wy) + bottom * wy
-    return permute(out, (0, 3, 1, 2))
+            out = out + where(Tensor._of(np.zeros(pos[0].shape + (1,), bool)), pos[0][..., None],
+                              0.0)  # fmt: skip
+    else:  # each corner of the cell around the position, weighted by the opposite volume
+        low = [P.floor(p) for p in pos]
+        frac = [(p - lo)[..., None] for p, lo in zip(pos, low, strict=True)]
+        out = None
+        for corner in itertools.product((0, 1), repeat=k):
+            weight = None
+            for f, c in zip(frac, corner, strict=True):
+                weight = (f if c else 1 - f) if weight is None else weight * (f if c else 1 - f)
+            term = tap([lo + c for lo, c in zip(low, corner, strict=True)]) * weight
+            out = term if out is None else out + term
+    return permute(out, (0, k + 1, *range(1, k + 1)))
 
 
 def _cubic_weights(t: Tensor) -> list[Tensor]:
