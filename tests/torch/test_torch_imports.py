@@ -26,7 +26,8 @@ MODULES = ["torch._C", "torch.library", "torch._custom_ops", "torch.utils.model_
            "torch.autograd.grad_mode", "torch.autograd.variable", "torch.autograd.anomaly_mode",
            "torch._utils", "torch.storage", "torch.utils.weak", "torch.utils.benchmark",
            "torch.signal.windows", "torch.quantization", "torch.mps", "torch.xpu",
-           "torch.fx.experimental.symbolic_shapes"]  # fmt: skip
+           "torch.fx.experimental.symbolic_shapes", "torch.return_types",
+           "torch._higher_order_ops.associative_scan", "torch._higher_order_ops.scan"]  # fmt: skip
 
 
 def test_each_file_is_its_packages_attribute():

@@ -391,3 +391,16 @@ def test_scan_carries_state_and_stacks_outputs_as_pytorch():
         want = theirs(lambda c, v: (c + v, c * v), torch.zeros(3, dtype=torch.float64),
                       torch.tensor(x), reverse=reverse)  # fmt: skip
         same(list(got), list(want))
+
+
+def test_results_are_their_return_types():
+    x = ttorch.randn(3, 4)
+    results = {"max": x.max(1), "min": x.min(1), "sort": x.sort(), "topk": x.topk(2),
+               "median": x.median(1), "mode": x.mode(1), "cummax": x.cummax(1),
+               "aminmax": x.aminmax(), "kthvalue": x.kthvalue(2), "frexp": x.frexp(),
+               "slogdet": ttorch.linalg.slogdet(ttorch.eye(3)), "svd": x.svd(),
+               "linalg_svd": ttorch.linalg.svd(x), "linalg_qr": ttorch.linalg.qr(x),
+               "linalg_eigh": ttorch.linalg.eigh(ttorch.eye(3))}  # fmt: skip
+    for name, result in results.items():
+        assert isinstance(result, getattr(ttorch.return_types, name)), name
+    assert ttorch.return_types.max in ttorch.return_types.all_return_types

@@ -270,6 +270,7 @@ from tracegrad.torch import (  # noqa: E402 (the submodules read the names above
     overrides,
     profiler,
     random,
+    return_types,
     serialization,
     signal,
     sparse,
