@@ -15,7 +15,14 @@ Provided: PyTorch's families (`__all__`), its transforms (`transforms`, `matrix_
 
 from tracegrad.distributions import constraints
 from tracegrad.distributions.constraint_registry import biject_to, transform_to
-from tracegrad.distributions.continuous import Cauchy, Exponential, Laplace, Normal, Uniform
+from tracegrad.distributions.continuous import (
+    Cauchy,
+    Exponential,
+    GeneralizedPareto,
+    Laplace,
+    Normal,
+    Uniform,
+)
 from tracegrad.distributions.continuous_bernoulli import ContinuousBernoulli
 from tracegrad.distributions.counts import (
     Binomial,
@@ -82,7 +89,8 @@ __all__ = [
     "AbsTransform", "AffineTransform", "Bernoulli", "Beta", "Binomial", "CatTransform",
     "Categorical", "Cauchy", "Chi2", "ComposeTransform", "ContinuousBernoulli",
     "CorrCholeskyTransform", "CumulativeDistributionTransform", "Dirichlet", "Distribution",
-    "ExpTransform", "Exponential", "ExponentialFamily", "FisherSnedecor", "Gamma", "Geometric",
+    "ExpTransform", "Exponential", "ExponentialFamily", "FisherSnedecor", "Gamma",
+    "GeneralizedPareto", "Geometric",
     "Gumbel", "HalfCauchy", "HalfNormal", "Independent", "IndependentTransform", "InverseGamma",
     "Kumaraswamy", "LKJCholesky", "Laplace", "LogNormal", "LogisticNormal",
     "LowRankMultivariateNormal", "LowerCholeskyTransform", "MixtureSameFamily", "Multinomial",

@@ -270,4 +270,80 @@ class Cauchy(Distribution):
         return P.log(self.scale) + math.log(4 * math.pi)
 
 
-__all__ = ["Cauchy", "Exponential", "Laplace", "Normal", "Uniform"]
+class GeneralizedPareto(Distribution):
+    """The generalized Pareto distribution of `loc`, `scale` and `concentration` xi (survival
+    (1 + xi z)^(-1/xi), z = (x - loc) / scale; exp(-z) at xi = 0), PyTorch's (after
+    TensorFlow Probability's): the tails of other distributions. Draws invert the cdf, so
+    `rsample` is reparameterized in all three."""
+
+    arg_constraints = {"loc": constraints.real, "scale": constraints.positive,
+                       "concentration": constraints.real}  # fmt: skip
+    has_rsample = True
+
+    def __init__(self, loc: Any, scale: Any, concentration: Any,
+                 validate_args: bool | None = None) -> None:  # fmt: skip
+        self.loc, self.scale, self.concentration = broadcast_all(
+            "GeneralizedPareto", loc=loc, scale=scale, concentration=concentration
+        )
+        super().__init__(self.loc.shape, (), validate_args)
+
+    @property
+    def support(self) -> constraints.Constraint:  # type: ignore[override]
+        """[loc, inf), or [loc, loc - scale / xi] for xi < 0."""
+        xi = self.concentration
+        upper = P.where(xi < 0, self.loc - self.scale / P.where(xi < 0, xi, -1.0), math.inf)
+        return constraints.interval(self.loc, upper)
+
+    def _safe(self) -> tuple[Tensor, Tensor]:
+        """Whether xi is 0 (PyTorch's isclose), and xi with 1 in its place there."""
+        zero = P.abs(self.concentration) <= 1e-8
+        return zero, P.where(zero, 1.0, self.concentration)
+
+    @property
+    def mean(self) -> Tensor:
+        valid = self.concentration < 1
+        return P.where(valid, self.loc + self.scale / (1 - P.where(valid, self.concentration,
+                                                                   0.5)), math.nan)  # fmt: skip
+
+    @property
+    def mode(self) -> Tensor:
+        return self.loc
+
+    @property
+    def variance(self) -> Tensor:
+        valid = self.concentration < 0.5
+        xi = P.where(valid, self.concentration, 0.25)
+        return P.where(valid, self.scale**2 / ((1 - xi) ** 2 * (1 - 2 * xi)), math.nan)
+
+    def rsample(self, sample_shape: Any = ()) -> Tensor:
+        return self.icdf(_rand(self, self.loc, sample_shape))
+
+    def log_prob(self, value: Any) -> Tensor:
+        z = (self._value(value) - self.loc) / self.scale
+        zero, xi = self._safe()
+        y = 1 / xi + 1.0
+        nonzero = P.where(y == 0, y, y * P.log1p(xi * z))
+        return -P.log(self.scale) - P.where(zero, z, nonzero)
+
+    def log_survival_function(self, value: Any) -> Tensor:
+        z = (self._value(value, "log_survival_function") - self.loc) / self.scale
+        zero, xi = self._safe()
+        return P.where(zero, -z, -P.log1p(xi * z) / xi)
+
+    def log_cdf(self, value: Any) -> Tensor:
+        return P.log1p(-P.exp(self.log_survival_function(value)))
+
+    def cdf(self, value: Any) -> Tensor:
+        return P.exp(self.log_cdf(value))
+
+    def icdf(self, value: Any) -> Tensor:
+        log_u = P.log1p(-float_tensor(value, self.loc.dtype))
+        zero, xi = self._safe()
+        nonzero = self.loc + self.scale / xi * P.expm1(-xi * log_u)
+        return P.where(zero, self.loc - self.scale * log_u, nonzero)
+
+    def entropy(self) -> Tensor:
+        return P.log(self.scale) + self.concentration + 1
+
+
+__all__ = ["Cauchy", "Exponential", "GeneralizedPareto", "Laplace", "Normal", "Uniform"]

@@ -24,6 +24,7 @@ from tracegrad.torch.distributions import (  # noqa: E402
     exponential,
     fishersnedecor,
     gamma,
+    generalized_pareto,
     geometric,
     gumbel,
     half_cauchy,
