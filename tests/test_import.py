@@ -48,3 +48,24 @@ def test_what_needs_them_loads_them():
         "tg.trace(step)(np.ones((256, 256), np.float32))"
     )
     assert {"numba", "networkx"} <= loaded_after(code)
+
+
+def test_import_quiets_numpy_floating_warnings_of_ops_only():
+    """log(0), 0 / 0, exp(1000) as PyTorch gives them: silently, eager and traced (under -W error,
+    where a warning would raise); NumPy called by the user still warns."""
+    code = (
+        "import numpy as np, tracegrad as tg\n"
+        "x = tg.zeros(2)\n"
+        "print(tg.log(x)[0].item(), (x / x)[0].item(), tg.exp(x + 1000)[0].item())\n"
+        "step = tg.trace(lambda x: tg.log(x).sum(), backend='numpy')\n"
+        "print(step(x).item())\n"
+        "try:\n    np.log(np.zeros(1))\nexcept RuntimeWarning as e:\n    print(e)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRACEGRAD_BACKGROUND_COMPILE": "0"}
+    out = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True,
+                         text=True, env=env, timeout=300, check=True)  # fmt: skip
+    assert out.stdout.split("\n")[:3] == [
+        "-inf nan inf",
+        "-inf",
+        "divide by zero encountered in log",
+    ]

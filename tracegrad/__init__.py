@@ -11,6 +11,7 @@ size, `var` unbiased, `tensor` copies); `tracegrad.numpy` has NumPy's. A NumPy-o
 of the top level raises and says where it lives.
 """
 
+import warnings as _warnings
 from typing import Any as _Any
 
 from tracegrad import distributions, nn, optim, utils
@@ -80,6 +81,15 @@ from tracegrad.frontend.tracer import guard, interpret
 from tracegrad.runtime import compiled_module as _compiled  # noqa: F401 - Module.compile's
 from tracegrad.runtime import eager as _eager  # noqa: F401 - eager calls run kernels
 from tracegrad.runtime.trace import trace as _compile
+
+# PyTorch computes log(0) = -inf, 0 / 0 = nan and exp(1000) = inf silently, and code relies on
+# it (`torch.where(p > 0, p.log(), 0)` takes the log of every element). NumPy warns from the
+# line that called it, which for an op is tracegrad's: those warnings are silenced, and only
+# those (NumPy's own on the user's arrays still warn). A filter costs nothing until a warning.
+_warnings.filterwarnings(
+    "ignore", r"(divide by zero|invalid value|overflow|underflow) encountered", RuntimeWarning,
+    r"tracegrad(\.|$)",
+)  # fmt: skip
 
 # The op table's elementwise ops and tracegrad's own ops, as they are (calling one binds it).
 _OWN_OPS = ("allreduce", "conv2d", "conv2d_input_grad", "conv2d_weight_grad", "getitem",

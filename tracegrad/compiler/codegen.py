@@ -189,6 +189,7 @@ def compile_source(source: str, namespace: dict[str, Any], name: str) -> Callabl
     """exec the plan under a fake file name whose lines linecache can show in tracebacks."""
     filename = f"<tracegrad plan {next(_plan_ids)}: {name}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace["__name__"] = "tracegrad.plan"  # NumPy's warnings in a plan are an op's (__init__)
     exec(compile(source, filename, "exec"), namespace)  # noqa: S102 (our own generated code)
     function = namespace[name]
     weakref.finalize(function, linecache.cache.pop, filename, None)  # dies with the plan
