@@ -1,7 +1,7 @@
 """`torch.nn.attention`: `sdpa_kernel(backends)`, the context in which PyTorch chooses among its
 attention kernels (flash, memory-efficient, math, cuDNN). tracegrad has one attention op (with
 a Numba kernel each way) whatever is asked, so the context changes nothing; `SDPBackend` names
-the choices. `flex_attention` is its own module, as in PyTorch."""
+the choices. `bias` and `flex_attention` are its submodules, as in PyTorch."""
 
 from __future__ import annotations
 
@@ -32,6 +32,6 @@ def sdpa_kernel(backends: Any, set_priority: bool = False) -> Iterator[None]:
 
 
 def __getattr__(name: str) -> Any:
-    if name == "flex_attention":  # the submodule, for code that names it without importing it
+    if name in ("bias", "flex_attention"):  # submodules, for code that names them unimported
         return importlib.import_module(f"{__name__}.flex_attention")
     raise _not_provided(__name__, name)
