@@ -355,7 +355,8 @@ def test_small_things_of_the_namespace():
         return x * 2
 
     assert not f(x).requires_grad and not g(x).requires_grad
-    assert torch.autograd.Variable(a) is a
+    assert torch.autograd.Variable(a) is a and isinstance(a, torch.autograd.Variable)
+    assert torch.autograd.Variable([1.0], requires_grad=True).requires_grad
     with torch.serialization.safe_globals([dict]):
         pass
     assert np.allclose(torch.bmm(torch.ones(2, 3, 4), torch.ones(2, 4, 5)).numpy(), 4)

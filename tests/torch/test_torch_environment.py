@@ -131,7 +131,7 @@ def test_anomaly_detection_names_the_op_that_made_a_nan():
     with torch.autograd.detect_anomaly():
         assert torch.autograd.is_anomaly_enabled()
         y = (torch.sqrt(x) * 0).sum()  # sqrt's derivative at 0 is inf: inf * 0 is nan
-        with pytest.raises(RuntimeError, match=r"'sqrtBackward' returned nan values in its 0th "
+        with pytest.raises(RuntimeError, match=r"'SqrtBackward0' returned nan values in its 0th "
                                                r"output \(the forward op ran at "):  # fmt: skip
             y.backward()
     assert not torch.autograd.is_anomaly_enabled()

@@ -3,8 +3,8 @@
 
 A result of a recorded op points to a `TapeNode`; nodes point to their parents' nodes, never to
 tensors. A node keeps only the values its VJP reads (the primitive's `saves`), so an intermediate
-that backward does not need dies with its last Python reference. Leaves get a `LeafNode` that holds
-them weakly, where gradients are delivered.
+that backward does not need dies with its last Python reference. Leaves get an `AccumulateGrad`
+node that holds them weakly, where gradients are delivered.
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ class ShapeDtype:
     ndim = property(lambda self: len(self.shape))
 
 
-class LeafNode:
-    """Where gradients for a leaf (or a tensor attached with no history) arrive."""
+class AccumulateGrad:
+    """Where gradients for a leaf (or a tensor attached with no history) arrive (PyTorch's
+    name for it)."""
 
     __slots__ = ("ref", "hooks", "post_hooks", "__weakref__")
     is_leaf = True
@@ -47,9 +48,9 @@ class LeafNode:
         self.hooks: dict | None = None
         self.post_hooks: dict | None = None  # functions of the leaf, run after `accumulate`
 
-    @property
     def name(self) -> str:
-        return "leaf"
+        """PyTorch's name of the node that accumulates into a leaf."""
+        return "torch::autograd::AccumulateGrad"
 
     @property
     def variable(self) -> Tensor | None:
@@ -121,9 +122,9 @@ class TapeNode:
         self.tracer = Listeners.tracers[-1] if Listeners.tracers else None  # recorded in it
         self.hooks: dict | None = None  # register_hook's functions of the cotangent, in order
 
-    @property
     def name(self) -> str:
-        return self.prim.name
+        """PyTorch's kind of name: its type's (MulBackward0, see `_node_type`)."""
+        return type(self).__name__
 
     @property
     def next_functions(self) -> tuple[tuple[Any, int], ...]:
@@ -132,20 +133,20 @@ class TapeNode:
         return tuple((p, 0) for p in self.parents)
 
     def __repr__(self) -> str:
-        return f"<grad_fn {self.name}>"
+        return f"<{self.name()} object at {id(self):#x}>"
 
     def unpack(self) -> tuple[list, Tensor | None]:
         """The VJP's view of the inputs and output: tensors wired to this node's history."""
         if self.freed and (self.prim.saves_inputs or self.prim.saves_output):
             raise RuntimeError(
-                f"trying to backward through '{self.name}' a second time: its saved values were "
+                f"trying to backward through '{self.name()}' a second time: its saved values were "
                 "freed after the first backward. Pass retain_graph=True to the first backward "
                 "if you need to backward twice."
             )
         versions = self.versions
         if any(versions[i][0] != versions[i + 1] for i in range(0, len(versions), 2)):
             raise RuntimeError(
-                f"a value that '{self.name}' saved for backward was modified in place after it "
+                f"a value that '{self.name()}' saved for backward was modified in place after it "
                 "was saved (e.g. a parameter updated under no_grad before backward); call "
                 "backward before updating, or compute the update out of place"
             )
@@ -162,6 +163,17 @@ class TapeNode:
 
 
 # --- recording ---------------------------------------------------------------------------------
+
+_NODE_TYPES: dict[Any, type] = {}
+
+
+def _node_type(prim: Any) -> type:
+    """The class of `prim`'s nodes, named as PyTorch names its (mul's `MulBackward0`; the op
+    names are tracegrad's), for code that shows `type(t.grad_fn).__name__` (torchviz's
+    drawings) or tests `grad_fn.name()`."""
+    name = "".join(word.capitalize() for word in prim.name.split("_")) + "Backward0"
+    _NODE_TYPES[prim] = type(name, (TapeNode,), {"__slots__": ()})
+    return _NODE_TYPES[prim]
 
 
 def _leaf_of(t: Tensor) -> Tensor | None:
@@ -183,7 +195,7 @@ def edge(t: Tensor) -> Any:
     if leaf is None or not (leaf._requires_grad or any(gm._has(leaf) for gm in recording)):
         return None
     if leaf._node is None:
-        leaf._node = LeafNode(leaf)
+        leaf._node = AccumulateGrad(leaf)
     return leaf._node
 
 
@@ -207,7 +219,8 @@ def record(prim: Any, inputs: list[Tensor], out: Tensor, params: dict) -> None:
                 f"{', '.join(f'{t._value.dtype}{list(t.shape)}' for t in inputs)}, at "
                 f"{user_location()}): compute it on the real and imaginary parts"
             )
-        out._node = TapeNode(prim, params, parents, inputs, out)
+        node_type = _NODE_TYPES.get(prim) or _node_type(prim)
+        out._node = node_type(prim, params, parents, inputs, out)
         if anomaly.enabled:
             anomaly.made_at[out._node] = user_location()
 
@@ -226,7 +239,7 @@ class _Anomaly:
             if g is not None and not g.is_symbolic and np.isnan(g._value).any():
                 where = self.made_at.get(node)
                 raise RuntimeError(
-                    f"Function '{node.name}Backward' returned nan values in its {i}th output"
+                    f"Function '{node.name()}' returned nan values in its {i}th output"
                     + (f" (the forward op ran at {where})" if where else "")
                 )
 
@@ -444,7 +457,7 @@ def _refuse_outside_history(node: TapeNode) -> None:
     eagerly, its outputs kept for the step: a policy's log-probabilities) cannot be replayed:
     the plan would hold that one forward's values and apply them at every call."""
     raise TraceError(
-        f"backward() inside a traced step reached {node.name!r}, an op recorded before the step "
+        f"backward() inside a traced step reached {node.name()!r}, an op recorded before the step "
         f"began (at {user_location()}): a plan cannot replay a forward run outside it, so each "
         "call would repeat the first one's gradients. Run the forward inside the traced "
         "function, or call backward() eagerly"

@@ -111,6 +111,9 @@ class FunctionNode(TapeNode):
 
     __slots__ = ("ctx",)
 
+    def name(self) -> str:
+        return self.prim.name  # PyTorch's: the Function's class name and "Backward"
+
     def free(self) -> None:
         super().free()
         self.ctx._freed = True
@@ -123,6 +126,9 @@ class OutputNode(TapeNode):
     cotangents of all outputs and calls backward once, as PyTorch does."""
 
     __slots__ = ()
+
+    def name(self) -> str:
+        return self.prim.name.partition(".")[0]  # the Function's, as all its outputs' in PyTorch
 
     def __init__(self, rule: _Rule, parent: FunctionNode, flat: ShapeDtype, out: Tensor):
         super().__init__(rule, {}, [parent], [], out)

@@ -494,6 +494,8 @@ METHODS: dict[str, Any] = {
     "untyped_storage": lambda self: UntypedStorage.of(self._concrete("Tensor.untyped_storage()")),
     "storage": lambda self: UntypedStorage.of(self._concrete("Tensor.storage()"), typed=True),
     "share_memory_": sharing.share_memory_, "is_shared": sharing.is_shared,
+    "_is_view": lambda self: self._view is not None,  # torchviz draws a view's base
+    "_base": property(lambda self: None if self._view is None else self._view[0]),
     # in-place updates (the X_ of each X below is added after the table)
     "data": property(W.get_data, W.set_data), "detach_": W.detach_,
     "copy_": W.in_place(W.copy, "copy_"), "fill_": W.fill_, "zero_": W.zero_,

@@ -344,7 +344,7 @@ class Tensor:
         """PyTorch's print (`frontend.printing`): the values, then the size of an empty tensor
         that is not 1-d, the dtype unless it is the default float (or complex), int64 or bool
         (of an empty one: unless the default float), and the op that made it
-        (`grad_fn=<mul>`) or `requires_grad=True` on a leaf."""
+        (`grad_fn=<MulBackward0>`) or `requires_grad=True` on a leaf."""
         if isinstance(self._value, ir.Value):
             grad = ", requires_grad=True" if self.requires_grad else ""
             return f"tensor(<traced {self._value.type_str}>{grad})"
@@ -360,7 +360,7 @@ class Tensor:
         if shown:
             suffixes.append(f"dtype={self.dtype}")
         if not self.is_leaf:
-            suffixes.append(f"grad_fn=<{self._node.name}>")
+            suffixes.append(f"grad_fn=<{self._node.name()}>")
         elif self.requires_grad:
             suffixes.append("requires_grad=True")
         body = printing.values_str(readable(value), len("tensor("))
@@ -385,7 +385,7 @@ class Tensor:
         if not self.is_leaf:
             raise RuntimeError(
                 "requires_grad can only be changed on leaf tensors; this tensor was produced by "
-                f"'{self._node.name}'. Use t.detach() to get a leaf that shares its data."
+                f"'{self._node.name()}'. Use t.detach() to get a leaf that shares its data."
             )
         if flag and self.dtype.kind not in "fc":
             raise RuntimeError(f"only Tensors of floating point and complex dtype can require "

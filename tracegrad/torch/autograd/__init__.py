@@ -17,14 +17,21 @@ from tracegrad.torch._support import not_provided as _not_provided
 from tracegrad.torch.autograd import forward_ad, function, functional, graph, profiler
 
 
-def Variable(data: Any, requires_grad: bool = False, volatile: bool = False) -> Tensor:  # noqa: N802
-    """The tensor itself (requiring grad if asked), as PyTorch's deprecated Variable."""
-    t = data if isinstance(data, Tensor) else Tensor._of(data)
-    return t.requires_grad_() if requires_grad else t
+class _VariableMeta(type):
+    def __instancecheck__(cls, other: Any) -> bool:
+        return isinstance(other, Tensor)  # PyTorch's: every tensor is a Variable (torchviz asks)
 
 
-# what hooks use to run code when the current backward ends (data parallelism's wait)
-Variable._execution_engine = types.SimpleNamespace(queue_callback=queue_callback)
+class Variable(metaclass=_VariableMeta):
+    """PyTorch's deprecated Variable: calling it gives the tensor itself (requiring grad if
+    asked)."""
+
+    # what hooks use to run code when the current backward ends (data parallelism's wait)
+    _execution_engine = types.SimpleNamespace(queue_callback=queue_callback)
+
+    def __new__(cls, data: Any = None, requires_grad: bool = False, volatile: bool = False) -> Any:
+        t = data if isinstance(data, Tensor) else Tensor._of(data)
+        return t.requires_grad_() if requires_grad else t
 
 
 _inference = threading.local()  # per thread, as grad mode is
