@@ -1059,7 +1059,16 @@ NO_OP_VIEWS = {
     "permute": lambda t: t.permute(0, 1), "transpose(0, 0)": lambda t: t.transpose(0, 0),
     "movedim": lambda t: t.movedim(0, 0), "narrow": lambda t: t.narrow(1, 0, 3),
     "torch.reshape": lambda t: tg.reshape(t, (2, 3)), "torch.squeeze": lambda t: tg.squeeze(t),
+    "unflatten": lambda t: t.unflatten(1, (3,)),
+    "torch.unflatten": lambda t: tg.unflatten(t, 0, (2,)),
 }  # fmt: skip
+
+
+@pytest.mark.parametrize("make", [lambda v: v.t(), lambda v: v.T, lambda v: tg.t(v)])
+def test_a_vectors_transpose_is_a_new_tensor_viewing_it(make):
+    v = tg.ones(3, requires_grad=True)
+    out = make(v)
+    assert out is not v and not out.is_leaf and out._base is v
 
 
 @pytest.mark.parametrize("make", NO_OP_VIEWS.values(), ids=NO_OP_VIEWS.keys())

@@ -234,9 +234,10 @@ def t(input: Any) -> Tensor:
 
 
 def reversed_axes(input: Any) -> Tensor:
-    """All axes reversed (`x.T`)."""
+    """All axes reversed (`x.T`): a new tensor, also of a vector, as PyTorch's."""
     x = as_tensor(input)
-    return permute(x, tuple(reversed(range(x.ndim))))
+    out = permute(x, tuple(reversed(range(x.ndim))))
+    return alias(out) if out is x else out
 
 
 def matrix_transpose(input: Any) -> Tensor:
@@ -640,7 +641,7 @@ def _fresh(f: Callable[..., Tensor]) -> Callable[..., Tensor]:
 
 PUBLIC_VIEWS = {name: _fresh(globals()[name]) for name in (
     "reshape", "view", "permute", "broadcast_to", "expand", "squeeze", "transpose", "swapaxes",
-    "swapdims", "moveaxis", "movedim", "narrow")}  # fmt: skip
+    "swapdims", "moveaxis", "movedim", "narrow", "t", "unflatten")}  # fmt: skip
 
 __all__ = [
     "broadcast_to", "cat", "clamp", "clip", "concat", "concatenate", "expand", "flatten",

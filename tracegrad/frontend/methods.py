@@ -360,10 +360,10 @@ METHODS: dict[str, Any] = {
     "retains_grad": property(lambda self: self._retains and not self.is_leaf),
     # shapes
     **F.PUBLIC_VIEWS,  # reshape, view, permute, ...: a new tensor even where nothing changes
-    "t": F.t, "unsqueeze": F.unsqueeze,
+    "unsqueeze": F.unsqueeze,
     **{f"{name}_": W.reshaped(getattr(F, name), f"{name}_")  # x.unsqueeze_(-1): a new shape
        for name in ("squeeze", "unsqueeze", "t", "transpose", "swapdims", "swapaxes")},
-    "flatten": F.flatten, "unflatten": F.unflatten, "ravel": F.ravel, "unfold": A.windows,
+    "flatten": F.flatten, "ravel": F.ravel, "unfold": A.windows,
     "as_strided": A.as_strided,
     "sum_to_size": lambda self, *size: P.sum_to(self, F.shape_arg(size)),
     "T": property(F.reversed_axes), "mT": property(F.matrix_transpose),
