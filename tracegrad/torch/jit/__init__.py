@@ -1,18 +1,22 @@
 """`torch.jit`: TorchScript compiles Python functions and modules for PyTorch's C++ runtime.
 tracegrad runs the Python itself (and compiles whole training steps with `torch.compile`), so
 `script` and `trace` give back what they are given, which computes what the scripted one would;
-the annotations are accepted. Saving and loading TorchScript archives is not provided."""
+the annotations are accepted. `save` pickles the module whole in a checkpoint that `load` reads
+back here (a TorchScript archive holds compiled code tracegrad does not run: it is refused)."""
 
 from __future__ import annotations
 
+import os
+import zipfile
 from collections.abc import Callable
-from typing import Any, Final  # noqa: F401 (torch.jit.Final is typing's Final)
+from typing import IO, Any, Final  # noqa: F401 (torch.jit.Final is typing's Final)
 
+from tracegrad.frontend import serialization
 from tracegrad.torch._support import not_provided as _not_provided
 from tracegrad.torch.futures import Future
 
 __all__ = ["Final", "ScriptModule", "annotate", "export", "ignore", "is_scripting",
-           "is_tracing", "script", "trace", "unused"]  # fmt: skip
+           "is_tracing", "load", "save", "script", "trace", "unused"]  # fmt: skip
 
 
 def script(obj: Any = None, optimize: Any = None, _frames_up: int = 0, _rcb: Any = None,
@@ -72,6 +76,44 @@ def is_scripting() -> bool:
 
 def is_tracing() -> bool:
     return False
+
+
+_SAVED = "tracegrad.jit.save"  # the key of what `save` wrote
+
+
+def save(m: Any, f: str | os.PathLike | IO[bytes], _extra_files: dict | None = None) -> None:
+    """The (scripted, so plain) module `m` pickled whole, with `_extra_files` ({name: content}),
+    for `load` in tracegrad."""
+    serialization.save({_SAVED: m, "extra_files": dict(_extra_files or {})}, f)
+
+
+def load(f: str | os.PathLike | IO[bytes], map_location: Any = None,
+         _extra_files: dict | None = None) -> Any:  # fmt: skip
+    """The module `save` wrote; `_extra_files`' names are filled with their contents."""
+    if _is_torchscript(f):
+        raise RuntimeError(
+            f"torch.jit.load: {f!r} is a TorchScript archive (compiled code, which tracegrad "
+            "does not run); build the model in Python and load its state_dict instead"
+        )
+    saved = serialization.load(f, map_location=map_location, weights_only=False)
+    if not (isinstance(saved, dict) and _SAVED in saved):
+        raise RuntimeError(f"torch.jit.load: {f!r} was not written by torch.jit.save")
+    if _extra_files is not None:
+        _extra_files.update({k: saved["extra_files"].get(k, "") for k in _extra_files})
+    return saved[_SAVED]
+
+
+def _is_torchscript(f: Any) -> bool:
+    """Whether `f` is a zip with TorchScript's code/ folder (a file object is rewound)."""
+    start = f.tell() if hasattr(f, "tell") else None
+    try:
+        with zipfile.ZipFile(f) as archive:
+            return any("/code/" in name for name in archive.namelist())
+    except (zipfile.BadZipFile, OSError):
+        return False
+    finally:
+        if start is not None:
+            f.seek(start)
 
 
 class ScriptModule:
