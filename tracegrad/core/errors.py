@@ -18,7 +18,15 @@ _STDLIB_DIR = os.path.dirname(os.path.abspath(os.__file__))  # contextlib, funct
 
 
 class TraceError(RuntimeError):
-    """A traced function needed a concrete value (Python control flow on a tensor, .item())."""
+    """A traced function needed a concrete value (Python control flow on a tensor, .item()).
+    Names the user's line that asked, where the message does not (a library's line, when the
+    refusal is deep in code the user called: torch_geometric's masking of self-loops)."""
+
+    def __init__(self, message: str = ""):
+        where = user_location()
+        if where is not None and "(at " not in message and f"at {where}" not in message:
+            message = f"{message} (at {where})"
+        super().__init__(message)
 
 
 class RangeError(ValueError, IndexError):
