@@ -227,6 +227,18 @@ def test_backward_hooks_see_and_replace_the_cotangents():
     assert seen == [("pre", [(2, 2)]), ("full", [(2, 3)]), ("pre", [(2, 2)]), ("full", [None])]
 
 
+def test_backward_hooks_fire_for_an_input_no_one_holds():
+    """`lin(torch.randn(..., requires_grad=True))`: the input dies at once, but PyTorch's graph
+    keeps it, so the hooks (opacus's per-sample gradients), and tensor hooks on the way, run."""
+    seen = []
+    lin = nn.Linear(3, 2)
+    lin.register_full_backward_hook(lambda m, gi, go: seen.append(tuple(gi[0].shape)))
+    h = lin(tg.ones(4, 3, requires_grad=True))
+    h.register_hook(lambda g: seen.append("tensor hook"))
+    h.sum().backward()
+    assert seen == ["tensor hook", (4, 3)] and lin.weight.grad is not None
+
+
 @needs_torch
 def test_backward_hooks_match_torch():
     import warnings

@@ -711,8 +711,14 @@ def into_grads(node: Any) -> Callable | None:
     non-leaf."""
     if node.is_leaf:
         t = node.ref()
-        return None if t is None or not t._requires_grad else functools.partial(accumulate, t)
+        if t is None:  # no one holds the leaf, but PyTorch's graph does: what leads to it runs
+            return _dropped  # (hooks, Functions' backward), and its gradient is dropped
+        return None if not t._requires_grad else functools.partial(accumulate, t)
     return retained_sink(node)
+
+
+def _dropped(g: Tensor) -> None:
+    """The sink of a leaf that no longer exists."""
 
 
 def backward(tensors: Tensor | Sequence[Tensor], grad_tensors: Any = None,
