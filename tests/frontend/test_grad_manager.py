@@ -11,6 +11,8 @@ import pytest
 import tracegrad as tg
 from tests.conftest import numeric_grad
 from tracegrad import GradManager
+from tracegrad.frontend.grad_manager import grad, vjp
+from tracegrad.frontend.transforms import vmap
 
 
 def param(*values: float) -> tg.Tensor:
@@ -347,3 +349,21 @@ def test_grad_of_several_arguments_is_partial_even_when_one_depends_on_another()
     second = tg.grad(lambda t: tg.grad(f)(t))(tg.tensor(x)).item()
     np.testing.assert_allclose(second, numeric_grad(lambda v: tg.grad(f)(tg.tensor(v)).item(), x),
                                rtol=1e-6)  # fmt: skip
+
+
+def test_transforms_record_under_an_outer_no_grad_and_respect_an_inner_one():
+    """`torch.func.grad` inside `no_grad` or a backward hook (opacus's functorch mode) gave
+    zeros: a transform records whatever the caller's mode, as PyTorch's does."""
+    x = tg.tensor([1.0, 2.0])
+
+    def f(x):
+        with tg.no_grad():
+            frozen = (x**3).sum()  # no gradient flows through it
+        return (x**2).sum() + frozen
+
+    with tg.no_grad():
+        np.testing.assert_array_equal(grad(f)(x).numpy(), [2.0, 4.0])
+        per_row = vmap(grad(lambda r: (r**2).sum()))(tg.ones(3, 2))
+        value, _ = vjp(lambda x: x**2, x)
+    np.testing.assert_array_equal(per_row.numpy(), np.full((3, 2), 2.0))
+    assert value.grad_fn is None  # the value carries no history out of the no_grad block

@@ -171,7 +171,10 @@ def vjp(fn: Callable, *primals: Any, has_aux: bool = False) -> tuple:
     Nests: inside another `vjp`/`grad`/GradManager the returned gradients are differentiable."""
     trees = [pytree.flatten(p, _is_leaf) for p in primals]
     xs = [as_tensor(leaf) for leaves, _ in trees for leaf in leaves]
-    with GradManager() as gm:
+    grad_mode = Listeners.grad_enabled
+    # a transform records whatever the caller's grad mode (PyTorch's: an outer no_grad, or a
+    # backward hook, does not reach inside; a no_grad inside `fn` still holds)
+    with GradManager() as gm, autodiff.enable_grad():
         # a primal passed twice gets a node of its own, so each slot gets only its own part
         xs = [x + 0.0 if any(x is y for y in xs[:i]) else x for i, x in enumerate(xs)]
         gm.attach(xs)
@@ -201,7 +204,8 @@ def vjp(fn: Callable, *primals: Any, has_aux: bool = False) -> tuple:
             for x, g in zip(xs, grads, strict=True)
         ])  # fmt: skip
 
-    out = pytree.unflatten(tree, outs)
+    # under an outer no_grad the value carries no history out (the gradients use `outs`)
+    out = pytree.unflatten(tree, outs if grad_mode else [o.detach() for o in outs])
     return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
 
 
