@@ -536,3 +536,15 @@ def test_saved_tensors_hooks_match_pytorchs():
     ours, theirs = _hooked_gradients(tt), _hooked_gradients(torch)
     np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-12)
     np.testing.assert_allclose(ours[1], theirs[1], rtol=1e-12)
+
+
+def test_grad_to_an_intermediate_leaves_the_graph_below_it():
+    """captum's layer attributions: `grad(y, h)` for a layer's output `h`, then `grad(h, x)`.
+    The first does not run h's own node, so it frees nothing below h (PyTorch's engine)."""
+    x0 = np.array([0.1, 0.2])
+    x = tg.tensor(x0, requires_grad=True)
+    h = (x * 3.0).exp()
+    (gh,) = tg.autograd.grad((h * h).sum(), h)
+    (gx,) = tg.autograd.grad(h.sum(), x)
+    np.testing.assert_allclose(gh.numpy(), 2 * np.exp(3 * x0))
+    np.testing.assert_allclose(gx.numpy(), 3 * np.exp(3 * x0))

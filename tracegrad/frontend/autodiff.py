@@ -439,10 +439,12 @@ def _propagate(order, useful, grads, deliver, retain_graph, create_graph, stop_a
             sink(Unshared._wrap(g._value, g._node) if unshared else g)
         if node.is_leaf or (stop_at_sinks and sink is not None):
             continue
+        wanted = [parent in useful for parent in node.parents]
+        if not any(wanted):  # a sink with nothing to pass on does not run (nor free what it
+            continue  # saved: `grad` to a layer's output, then from it to the input, as captum)
         if tracer is not None and node.tracer is not tracer:
             _refuse_outside_history(node)
         ins, out = node.unpack()
-        wanted = [parent in useful for parent in node.parents]
         outer, Listeners.module = Listeners.module, node.module  # its module, traced
         try:
             _pass_on(node, g, out, ins, wanted, sums, create_graph)
