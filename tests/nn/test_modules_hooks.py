@@ -239,6 +239,20 @@ def test_backward_hooks_fire_for_an_input_no_one_holds():
     assert seen == ["tensor hook", (4, 3)] and lin.weight.grad is not None
 
 
+def test_registered_backward_hooks_are_listed_as_pytorch_lists_them():
+    """captum's DeepLift asks `module._backward_hooks` before adding its own."""
+    lin = nn.Linear(2, 2)
+    assert lin._backward_hooks == {} and lin._backward_pre_hooks == {}
+
+    def hook(m, gi, go):
+        return None
+
+    handle = lin.register_full_backward_hook(hook)
+    assert list(lin._backward_hooks.values()) == [hook] and lin._backward_pre_hooks == {}
+    handle.remove()
+    assert lin._backward_hooks == {}
+
+
 @needs_torch
 def test_backward_hooks_match_torch():
     import warnings

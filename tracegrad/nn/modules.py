@@ -541,6 +541,18 @@ class Module:
         hooks = self.__dict__.get("_hooks")
         return {} if hooks is None else {k: v[0] for k, v in hooks.post.items()}
 
+    @property
+    def _backward_hooks(self) -> dict[int, Callable[..., Any]]:
+        """PyTorch's: handle id -> full backward hook (a copy: read only; captum checks it)."""
+        hooks = self.__dict__.get("_hooks")
+        return {} if hooks is None else {k: v[0] for k, v in hooks.backward.items()}
+
+    @property
+    def _backward_pre_hooks(self) -> dict[int, Callable[..., Any]]:
+        """PyTorch's: handle id -> full backward pre-hook (a copy: read only)."""
+        hooks = self.__dict__.get("_hooks")
+        return {} if hooks is None else {k: v[0] for k, v in hooks.backward_pre.items()}
+
     def _own_hooks(self) -> _Hooks:
         if "_hooks" not in self.__dict__:
             object.__setattr__(self, "_hooks", _Hooks(self))
