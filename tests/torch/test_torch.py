@@ -299,6 +299,11 @@ def test_data_parallel_wrappers():
         torch.nn.parallel.DistributedDataParallel(inner, device_ids=[0])
     with pytest.raises(ValueError, match="Default process group has not been initialized"):
         torch.nn.parallel.DistributedDataParallel(inner)
+    from tracegrad.torch.nn.parallel.scatter_gather import scatter  # captum imports it
+
+    with pytest.raises(ValueError, match="scatter moves tensors to GPUs"):
+        scatter(x, ["cpu", "cpu"])
+    assert torch.Future is torch.futures.Future
 
 
 def test_sequential_of_an_ordered_dict_names_its_layers():

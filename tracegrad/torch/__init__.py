@@ -288,6 +288,7 @@ from tracegrad.torch._functions import COPIES as _COPIES  # noqa: E402
 from tracegrad.torch._ops import ops  # noqa: E402
 from tracegrad.torch.amp import GradScaler, autocast  # noqa: E402
 from tracegrad.torch.autograd import inference_mode, is_inference_mode_enabled  # noqa: E402
+from tracegrad.torch.futures import Future  # noqa: E402 (torch.Future, which captum checks for)
 from tracegrad.torch.random import default_generator, initial_seed, manual_seed, seed  # noqa: E402
 from tracegrad.torch.utils.dlpack import from_dlpack, to_dlpack  # noqa: E402
 from tracegrad.torch.version import __version__  # noqa: E402

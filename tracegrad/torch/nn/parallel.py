@@ -1,6 +1,7 @@
 """`torch.nn.parallel`: the data-parallel wrappers. tracegrad has no GPUs, so `DataParallel`
 without device ids runs its module as it is (as PyTorch's does without CUDA) and any request for
-GPUs raises; `DistributedDataParallel` averages gradients over `torch.distributed`'s ranks."""
+GPUs raises; `DistributedDataParallel` averages gradients over `torch.distributed`'s ranks.
+DataParallel's parts (`scatter`, `gather`) are named, for code that imports them, and refuse."""
 
 from __future__ import annotations
 
@@ -50,6 +51,18 @@ def data_parallel(module: Module, inputs: Any, device_ids: Sequence[Any] | None 
     _no_gpus(device_ids, "data_parallel")
     inputs = inputs if isinstance(inputs, tuple) else (inputs,)
     return module(*inputs, **(module_kwargs or {}))
+
+
+def _needs_gpus(name: str) -> Any:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        """DataParallel's part: it moves chunks to GPUs (PyTorch's refuses CPU targets too)."""
+        raise ValueError(f"torch.nn.parallel.{name} moves tensors to GPUs; tracegrad has none")
+
+    refuse.__name__ = name
+    return refuse
+
+
+scatter, gather, scatter_kwargs = map(_needs_gpus, ("scatter", "gather", "scatter_kwargs"))
 
 
 # PyTorch's bucket sizes: the first bucket small, so that its all-reduce starts early in backward
@@ -259,3 +272,6 @@ def __getattr__(name: str) -> Any:
 
 distributed = file_module(f"{__name__}.distributed", "`torch.nn.parallel.distributed`",
                           {"DistributedDataParallel": DistributedDataParallel})  # fmt: skip
+scatter_gather = file_module(f"{__name__}.scatter_gather", "`torch.nn.parallel.scatter_gather`",
+                             {"scatter": scatter, "gather": gather,
+                              "scatter_kwargs": scatter_kwargs})  # fmt: skip
