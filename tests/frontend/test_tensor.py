@@ -300,3 +300,13 @@ def test_in_asks_whether_any_entry_equals():
     assert 3 in ids[0] and 9 not in ids[0]
     with pytest.raises(RuntimeError, match="only supports Tensor or scalar"):
         _ = "a" in ids
+
+
+def test_sizes_stay_sizes_when_joined_or_repeated():
+    """botorch: `batch_shape + event_shape`, then `.numel()`; PyTorch's Size on either side."""
+    s = tg.zeros(2, 3).shape
+    for joined in (s + s, s + (4,), (4,) + s, s * 2, 2 * s, s[1:]):
+        assert type(joined) is type(s)
+    assert (s + (4,)).numel() == 24 and (1,) + s == (1, 2, 3)
+    with pytest.raises(TypeError):
+        s + [4]

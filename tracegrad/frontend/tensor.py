@@ -137,6 +137,19 @@ class Size(tuple):
         out = tuple.__getitem__(self, i)
         return Size(out) if i.__class__ is slice else out
 
+    # joined or repeated, a Size stays one, on either side of a tuple (botorch's
+    # `batch_shape + event_shape`, then `.numel()`)
+    def __add__(self, other: Any) -> Any:
+        return Size(tuple.__add__(self, other)) if isinstance(other, tuple) else NotImplemented
+
+    def __radd__(self, other: Any) -> Any:
+        return Size(other + tuple(self)) if isinstance(other, tuple) else NotImplemented
+
+    def __mul__(self, n: Any) -> Size:
+        return Size(tuple.__mul__(self, n))
+
+    __rmul__ = __mul__
+
     def __repr__(self) -> str:
         return f"torch.Size({list(self)})"
 
