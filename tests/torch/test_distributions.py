@@ -107,3 +107,31 @@ def test_torch_compile_of_a_reinforce_update_matches_eager():
     got, actions = _reinforce(True)
     assert all(np.array_equal(a, b) for a, b in zip(actions, want_actions, strict=True))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_files_hold_what_pytorchs_import_at_their_top():
+    """`from torch.distributions.multivariate_normal import Distribution, _batch_mahalanobis`
+    (botorch, pyro): the names PyTorch's files import, and its private helpers code reuses."""
+    from tracegrad.torch.distributions.multivariate_normal import (
+        Distribution,
+        _batch_mahalanobis,
+        _batch_mv,
+        _precision_to_scale_tril,
+    )
+    from tracegrad.torch.distributions.normal import broadcast_all, constraints
+
+    assert Distribution is torch.distributions.Distribution
+    assert constraints is torch.distributions.constraints and callable(broadcast_all)
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((3, 3))
+    precision = a @ a.T + 3 * np.eye(3)
+    L = np.linalg.cholesky(np.linalg.inv(precision))
+    got = _precision_to_scale_tril(torch.tensor(precision)).numpy()
+    np.testing.assert_allclose(got, L, rtol=1e-10, atol=1e-12)
+    x = rng.standard_normal((2, 3))
+    want = np.einsum("bi,ij,bj->b", x, precision, x)  # (L L^T)^-1 is the precision
+    got = _batch_mahalanobis(torch.tensor(L), torch.tensor(x)).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-10)
+    np.testing.assert_allclose(_batch_mv(torch.tensor(a), torch.tensor(x)).numpy(), x @ a.T)
+    with pytest.raises(AttributeError, match="normal._nothing is not provided"):
+        _ = torch.distributions.normal._nothing

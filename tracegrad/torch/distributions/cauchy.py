@@ -3,8 +3,8 @@
 from typing import Any
 
 from tracegrad.distributions import Cauchy  # noqa: F401
-from tracegrad.torch._support import not_provided as _not_provided
+from tracegrad.torch.distributions._shared import shared
 
 
 def __getattr__(name: str) -> Any:
-    raise _not_provided(__name__, name)
+    return shared(__name__, name)

@@ -4,8 +4,8 @@ from typing import Any
 
 from tracegrad.distributions.constraint_registry import *  # noqa: F403
 from tracegrad.distributions.constraint_registry import __all__  # noqa: F401
-from tracegrad.torch._support import not_provided as _not_provided
+from tracegrad.torch.distributions._shared import shared
 
 
 def __getattr__(name: str) -> Any:
-    raise _not_provided(__name__, name)
+    return shared(__name__, name)

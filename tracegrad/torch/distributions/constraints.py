@@ -6,7 +6,7 @@ from typing import Any
 
 from tracegrad.distributions.constraints import *  # noqa: F403
 from tracegrad.distributions.constraints import __all__  # noqa: F401
-from tracegrad.torch._support import not_provided as _not_provided
+from tracegrad.torch.distributions._shared import shared
 
 _Real, _Boolean, _OneHot = type(real), type(boolean), type(one_hot)  # noqa: F405
 _Simplex, _Dependent = type(simplex), type(dependent)  # noqa: F405
@@ -23,4 +23,4 @@ _Cat, _Stack = cat, stack  # noqa: F405
 
 
 def __getattr__(name: str) -> Any:
-    raise _not_provided(__name__, name)
+    return shared(__name__, name)

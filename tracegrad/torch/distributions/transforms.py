@@ -9,11 +9,11 @@ from tracegrad.distributions.matrix_transforms import __all__ as _matrix_names
 from tracegrad.distributions.transforms import *  # noqa: F403
 from tracegrad.distributions.transforms import ExpTransform as _Exp
 from tracegrad.distributions.transforms import __all__ as _names
-from tracegrad.torch._support import not_provided as _not_provided
+from tracegrad.torch.distributions._shared import shared
 
 __all__ = sorted([*_names, *_matrix_names])
 _InverseTransform = type(_Exp().inv)
 
 
 def __getattr__(name: str) -> Any:
-    raise _not_provided(__name__, name)
+    return shared(__name__, name)

@@ -13,7 +13,7 @@ from tracegrad.distributions.utils import (
     tril_matrix_to_vec,
     vec_to_tril_matrix,
 )
-from tracegrad.torch._support import not_provided as _not_provided
+from tracegrad.torch.distributions._shared import shared
 
 __all__ = ["broadcast_all", "clamp_probs", "lazy_property", "logits_to_probs", "probs_to_logits",
            "tril_matrix_to_vec", "vec_to_tril_matrix"]  # fmt: skip
@@ -31,4 +31,4 @@ def _standard_normal(shape: Any, dtype: Any, device: Any = None) -> Any:
 
 
 def __getattr__(name: str) -> Any:
-    raise _not_provided(__name__, name)
+    return shared(__name__, name)
