@@ -269,6 +269,7 @@ from tracegrad.torch import (  # noqa: E402 (the submodules read the names above
     optim,
     overrides,
     profiler,
+    quasirandom,
     random,
     return_types,
     serialization,
