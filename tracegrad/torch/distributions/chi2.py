@@ -1,10 +1,3 @@
 """`torch.distributions.chi2`: Chi2."""
 
-from typing import Any
-
 from tracegrad.distributions import Chi2  # noqa: F401
-from tracegrad.torch.distributions._shared import shared
-
-
-def __getattr__(name: str) -> Any:
-    return shared(__name__, name)

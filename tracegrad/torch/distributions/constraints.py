@@ -2,11 +2,8 @@
 `__all__`, and the classes of its constraint instances under PyTorch's private names (code
 tests `isinstance(c, constraints._CorrCholesky)`)."""
 
-from typing import Any
-
 from tracegrad.distributions.constraints import *  # noqa: F403
 from tracegrad.distributions.constraints import __all__  # noqa: F401
-from tracegrad.torch.distributions._shared import shared
 
 _Real, _Boolean, _OneHot = type(real), type(boolean), type(one_hot)  # noqa: F405
 _Simplex, _Dependent = type(simplex), type(dependent)  # noqa: F405
@@ -20,7 +17,3 @@ _CorrCholesky, _Square, _Symmetric = type(corr_cholesky), type(square), type(sym
 _PositiveSemidefinite = type(positive_semidefinite)  # noqa: F405
 _PositiveDefinite = type(positive_definite)  # noqa: F405
 _Cat, _Stack = cat, stack  # noqa: F405
-
-
-def __getattr__(name: str) -> Any:
-    return shared(__name__, name)

@@ -1,10 +1,3 @@
 """`torch.distributions.continuous_bernoulli`: ContinuousBernoulli."""
 
-from typing import Any
-
 from tracegrad.distributions import ContinuousBernoulli  # noqa: F401
-from tracegrad.torch.distributions._shared import shared
-
-
-def __getattr__(name: str) -> Any:
-    return shared(__name__, name)

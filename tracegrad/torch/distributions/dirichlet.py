@@ -1,10 +1,3 @@
 """`torch.distributions.dirichlet`: Dirichlet."""
 
-from typing import Any
-
 from tracegrad.distributions import Dirichlet  # noqa: F401
-from tracegrad.torch.distributions._shared import shared
-
-
-def __getattr__(name: str) -> Any:
-    return shared(__name__, name)

@@ -13,7 +13,6 @@ from tracegrad.distributions.utils import (
     tril_matrix_to_vec,
     vec_to_tril_matrix,
 )
-from tracegrad.torch.distributions._shared import shared
 
 __all__ = ["broadcast_all", "clamp_probs", "lazy_property", "logits_to_probs", "probs_to_logits",
            "tril_matrix_to_vec", "vec_to_tril_matrix"]  # fmt: skip
@@ -28,7 +27,3 @@ def broadcast_all(*values: Any) -> tuple:
 
 def _standard_normal(shape: Any, dtype: Any, device: Any = None) -> Any:
     return standard_normal(shape, dtype)
-
-
-def __getattr__(name: str) -> Any:
-    return shared(__name__, name)
