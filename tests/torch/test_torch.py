@@ -545,6 +545,18 @@ def test_foreach_operands_by_name_and_the_legacy_spellings_optimizers_use():
     into = g.new(2, 2)  # Shampoo's `torch.eye(n, out=grad.new(n, n))`
     assert torch.eye(2, out=into) is into and into.tolist() == [[1.0, 0.0], [0.0, 1.0]]
     assert torch.full((2,), 3.0, out=g.new(2)).tolist() == [3.0, 3.0]
+    # the random constructors and multinomial too (botorch's batched_multinomial passes out=)
+    for make in (lambda o: torch.arange(3, out=o), lambda o: torch.randperm(3, out=o),
+                 lambda o: torch.randint(0, 3, (3,), out=o),
+                 lambda o: torch.multinomial(torch.ones(3), 3, out=o)):  # fmt: skip
+        into = torch.empty(0, dtype=torch.long)
+        assert make(into) is into and into.shape == (3,)
+        assert 0 <= min(into.tolist()) and max(into.tolist()) < 3
+    assert torch.arange(3, out=into).tolist() == [0, 1, 2]
+    assert sorted(torch.randperm(3, out=into).tolist()) == [0, 1, 2]
+    into = torch.empty(0)
+    for make in (torch.randn, torch.rand, lambda *s, out: torch.normal(0.0, 1.0, s, out=out)):
+        assert make(2, 3, out=into) is into and into.shape == (2, 3)
 
 
 @pytest.mark.parametrize("backend", ["numpy", "numba"])

@@ -193,6 +193,7 @@ def full_like(input: Any, fill_value: Any, dtype: Any = None, device: Any = None
 empty_like = zeros_like
 
 
+@pytorch_keywords(aliases=False)
 @_bfloat16_via_float32
 def arange(start: Any, end: Any = None, step: Any = 1, dtype: Any = None, device: Any = None,
            requires_grad: bool = False, **options: Any) -> Tensor:  # fmt: skip
@@ -252,6 +253,7 @@ def _drawn(out: Tensor, requires_grad: bool) -> Tensor:
     return out.requires_grad_() if requires_grad else out
 
 
+@pytorch_keywords(aliases=False)
 @_bfloat16_via_float32
 def randn(*size: Any, generator: Generator | None = None, dtype: Any = None, device: Any = None,
           requires_grad: bool = False, **options: Any) -> Tensor:  # fmt: skip
@@ -261,6 +263,7 @@ def randn(*size: Any, generator: Generator | None = None, dtype: Any = None, dev
     return _drawn(_draw(P.normal, generator, size, _float(dtype)), requires_grad)
 
 
+@pytorch_keywords(aliases=False)
 @_bfloat16_via_float32
 def rand(*size: Any, generator: Generator | None = None, dtype: Any = None, device: Any = None,
          requires_grad: bool = False, **options: Any) -> Tensor:  # fmt: skip
@@ -282,6 +285,7 @@ def _draw(op: Any, generator: Generator | None, size: tuple, dtype: np.dtype) ->
     return P.complex(parts[..., 0], parts[..., 1])
 
 
+@pytorch_keywords(aliases=False)
 def normal(mean: Any, std: Any = 1.0, size: Sequence[int] | None = None, *,
            generator: Generator | None = None, dtype: Any = None, device: Any = None,
            requires_grad: bool = False, **options: Any) -> Tensor:  # fmt: skip
@@ -298,6 +302,7 @@ def normal(mean: Any, std: Any = 1.0, size: Sequence[int] | None = None, *,
     return _drawn((z * std + mean).detach(), requires_grad)
 
 
+@pytorch_keywords(aliases=False)
 def randint(*args: Any, size: Sequence[int] | None = None, generator: Generator | None = None,
             dtype: Any = np.int64, device: Any = None, requires_grad: bool = False,
             low: int | None = None, high: int | None = None, **options: Any) -> Tensor:  # fmt: skip
@@ -315,6 +320,7 @@ def randint(*args: Any, size: Sequence[int] | None = None, generator: Generator 
     return _drawn(out, requires_grad)
 
 
+@pytorch_keywords(aliases=False)
 def randperm(n: int, generator: Generator | None = None, dtype: Any = np.int64,
              device: Any = None, **options: Any) -> Tensor:  # fmt: skip
     """A random permutation of 0..n-1."""

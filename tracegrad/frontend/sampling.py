@@ -13,10 +13,12 @@ from tracegrad.core import primitives as P
 from tracegrad.core.ops.random import uniform_dtype
 from tracegrad.frontend import random
 from tracegrad.frontend.autodiff import no_grad
+from tracegrad.frontend.functions import pytorch_keywords
 from tracegrad.frontend.sorting import topk
 from tracegrad.frontend.tensor import Tensor, as_tensor
 
 
+@pytorch_keywords(aliases=False)
 def multinomial(input: Any, num_samples: int, replacement: bool = False, *,
                 generator: Any = None) -> Tensor:  # fmt: skip
     """Indices drawn by the weights in each row of `input` (1-D or 2-D, not necessarily
