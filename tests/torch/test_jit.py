@@ -37,3 +37,18 @@ def test_archives_it_cannot_run_are_refused(tmp_path):
     torch.save({"weight": torch.ones(2)}, tmp_path / "state.pt")
     with pytest.raises(RuntimeError, match="not written by torch.jit.save"):
         torch.jit.load(tmp_path / "state.pt")
+
+
+def test_torchscripts_annotations_mean_nothing_and_isinstance_checks_contents():
+    """monai decorates with jit.interface and refines with jit.isinstance."""
+
+    class Proto:
+        pass
+
+    assert torch.jit.interface(Proto) is Proto and torch.jit.Attribute(3, int) == 3
+    check = torch.jit.isinstance
+    assert check([1, 2], list[int]) and not check([1, "a"], list[int])
+    assert check({"w": torch.ones(1)}, dict[str, torch.Tensor])
+    assert not check({1: 2}, dict[str, int]) and check([[1]], list[list[int]])
+    assert check(None, int | None) and check((1, "a"), tuple[int, str])
+    assert not check((1,), tuple[int, str]) and check(3, (str, int)) and not check("3", int)

@@ -6,7 +6,10 @@ back here (a TorchScript archive holds compiled code tracegrad does not run: it 
 
 from __future__ import annotations
 
+import builtins
 import os
+import types
+import typing
 import zipfile
 from collections.abc import Callable
 from typing import IO, Any, Final  # noqa: F401 (torch.jit.Final is typing's Final)
@@ -15,8 +18,9 @@ from tracegrad.frontend import serialization
 from tracegrad.torch._support import not_provided as _not_provided
 from tracegrad.torch.futures import Future
 
-__all__ = ["Final", "ScriptModule", "annotate", "export", "ignore", "is_scripting",
-           "is_tracing", "load", "save", "script", "trace", "unused"]  # fmt: skip
+__all__ = ["Attribute", "Final", "ScriptModule", "annotate", "export", "ignore", "interface",
+           "is_scripting", "is_tracing", "isinstance", "load", "save", "script", "trace",
+           "unused"]  # fmt: skip
 
 
 def script(obj: Any = None, optimize: Any = None, _frames_up: int = 0, _rcb: Any = None,
@@ -36,6 +40,38 @@ def _decorator(fn: Callable | None = None, **options: Any) -> Any:
 
 
 ignore = unused = export = _decorator
+
+
+def interface(obj: Any) -> Any:
+    """The class itself: a TorchScript interface is a type annotation to Python."""
+    return obj
+
+
+script_method = interface  # the legacy ScriptModule's method decorator: the method itself
+
+
+def isinstance(obj: Any, target_type: Any) -> bool:  # noqa: A001 (PyTorch's name)
+    """Python's isinstance that also checks what typed containers hold (`List[int]`,
+    `Dict[str, Tensor]`, `Tuple[int, str]`, `Optional[...]`), as TorchScript's refinement."""
+    if builtins.isinstance(target_type, tuple):
+        return any(isinstance(obj, t) for t in target_type)
+    origin, args = typing.get_origin(target_type), typing.get_args(target_type)
+    if origin is None:
+        return builtins.isinstance(obj, target_type)
+    if origin in (typing.Union, types.UnionType):
+        return any(isinstance(obj, t) for t in args)
+    if not builtins.isinstance(obj, origin):
+        return False
+    if origin is dict:
+        return all(isinstance(k, args[0]) and isinstance(v, args[1]) for k, v in obj.items())
+    if origin is tuple:
+        return len(obj) == len(args) and all(map(isinstance, obj, args))
+    return all(isinstance(x, args[0]) for x in obj)  # a list
+
+
+def Attribute(value: Any, type: Any = None) -> Any:  # noqa: N802, A002 (PyTorch's names)
+    """The value itself (TorchScript's type annotation of a module attribute)."""
+    return value
 
 
 def _script_if_tracing(fn: Callable) -> Callable:
@@ -96,7 +132,7 @@ def load(f: str | os.PathLike | IO[bytes], map_location: Any = None,
             "does not run); build the model in Python and load its state_dict instead"
         )
     saved = serialization.load(f, map_location=map_location, weights_only=False)
-    if not (isinstance(saved, dict) and _SAVED in saved):
+    if not (builtins.isinstance(saved, dict) and _SAVED in saved):
         raise RuntimeError(f"torch.jit.load: {f!r} was not written by torch.jit.save")
     if _extra_files is not None:
         _extra_files.update({k: saved["extra_files"].get(k, "") for k in _extra_files})
