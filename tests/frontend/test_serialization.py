@@ -457,3 +457,20 @@ def test_pytorchs_own_tensors_save_as_tensors(tmp_path):
     assert back["w"].dtype == tg.float64 and back["w"].tolist() == [0.0, 1.0, 2.0]
     assert back["p"].requires_grad and not back["w"].requires_grad
     assert torch.load(tmp_path / "c.pt", weights_only=True)["w"].tolist() == [0.0, 1.0, 2.0]
+
+
+def test_pytorchs_save_options_are_taken_or_refused(tmp_path):
+    """monai passes `pickle_protocol=torch.serialization.DEFAULT_PROTOCOL`."""
+    import pickle
+
+    import tracegrad.torch as torch
+
+    path = tmp_path / "state.pt"
+    state = {"w": torch.arange(3.0)}
+    for protocol in (torch.serialization.DEFAULT_PROTOCOL, 4):
+        torch.save(state, path, pickle_module=pickle, pickle_protocol=protocol)
+        assert torch.load(path)["w"].tolist() == [0.0, 1.0, 2.0]
+    with pytest.raises(NotImplementedError, match="pickle_module=json"):
+        torch.save(state, path, pickle_module=__import__("json"))
+    with pytest.raises(NotImplementedError, match="legacy"):
+        torch.save(state, path, _use_new_zipfile_serialization=False)

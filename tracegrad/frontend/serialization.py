@@ -16,6 +16,7 @@ plain pickles are refused: `PICKLE_ADVICE` says how to convert one.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import pickle
@@ -56,11 +57,23 @@ class CheckpointError(ValueError):
     """A file that is not a readable checkpoint (corrupt, truncated or foreign)."""
 
 
-def save(obj: Any, path: str | os.PathLike | IO[bytes]) -> None:
+def save(obj: Any, path: str | os.PathLike | IO[bytes], pickle_module: Any = pickle,
+         pickle_protocol: int = 2, _use_new_zipfile_serialization: bool = True,
+         _disable_byteorder_record: bool = False) -> None:  # fmt: skip
     """Write `obj` (what a pickle takes: state dicts, tensors, arrays, numbers, a whole module)
-    as PyTorch's checkpoint to `path` atomically, or to a binary file object."""
+    as PyTorch's checkpoint to `path` atomically, or to a binary file object. PyTorch's
+    options: the pickle protocol is taken; another pickle module and the legacy format are
+    refused (tracegrad writes the zip checkpoint with Python's pickle)."""
+    if pickle_module is not pickle:
+        name = getattr(pickle_module, "__name__", pickle_module)
+        raise NotImplementedError(f"save: pickle_module={name}: tracegrad writes checkpoints "
+                                  "with Python's pickle only")  # fmt: skip
+    if not _use_new_zipfile_serialization:
+        raise NotImplementedError("save: PyTorch's legacy (pre-1.6) format is not written; "
+                                  "tracegrad writes the zip checkpoint")  # fmt: skip
+    write = functools.partial(torch_checkpoint.write, protocol=pickle_protocol)
     if hasattr(path, "write"):
-        torch_checkpoint.write(obj, path)
+        write(obj, path)
         return
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
@@ -71,7 +84,7 @@ def save(obj: Any, path: str | os.PathLike | IO[bytes]) -> None:
         raise type(e)(e.errno, f"save: cannot write the checkpoint ({why})", path) from None
     try:
         with os.fdopen(fd, "wb") as f:
-            torch_checkpoint.write(obj, f)
+            write(obj, f)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, _default_mode())  # mkstemp made it private; give it a normal file's mode

@@ -212,11 +212,11 @@ ALLOWED: dict[tuple[str, str], Any] = {
 # --- writing ------------------------------------------------------------------------------------
 
 
-def write(obj: Any, file: IO[bytes]) -> None:
-    """`obj` as PyTorch's zip checkpoint: the pickle (protocol 2, as PyTorch's), then each
-    storage's bytes, every record aligned as PyTorch aligns them."""
+def write(obj: Any, file: IO[bytes], protocol: int = 2) -> None:
+    """`obj` as PyTorch's zip checkpoint: the pickle (protocol 2 unless asked, as PyTorch's),
+    then each storage's bytes, every record aligned as PyTorch aligns them."""
     pickled, storages = io.BytesIO(), {}
-    _Pickler(pickled, storages).dump(obj)
+    _Pickler(pickled, storages, protocol).dump(obj)
     with zipfile.ZipFile(file, "w", zipfile.ZIP_STORED) as archive:
         records = {
             "data.pkl": pickled.getbuffer(),
@@ -283,8 +283,9 @@ class _Storage:
 class _Pickler(pickle._Pickler):  # Python's own pickler: its dispatch table takes `_Name`
     dispatch = dict(pickle._Pickler.dispatch)
 
-    def __init__(self, file: IO[bytes], storages: dict[int, tuple[str, np.ndarray]]):
-        super().__init__(file, protocol=2)
+    def __init__(self, file: IO[bytes], storages: dict[int, tuple[str, np.ndarray]],
+                 protocol: int = 2) -> None:  # fmt: skip
+        super().__init__(file, protocol=protocol)
         self.storages = storages  # id(array owning the bytes) -> (key, the bytes)
         self.owners: dict[int, tuple[np.ndarray, Any]] = {}  # held, so no id is reused
 

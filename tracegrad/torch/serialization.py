@@ -13,12 +13,15 @@ from tracegrad.frontend.serialization import load, save
 from tracegrad.frontend.torch_checkpoint import SAFE_GLOBALS
 from tracegrad.torch._support import not_provided as _not_provided
 
+# PyTorch's constants of the format (monai passes DEFAULT_PROTOCOL to save)
+DEFAULT_PROTOCOL, PROTOCOL_VERSION, MAGIC_NUMBER = 2, 1001, 0x1950A86A20F9469CFC6C
+LONG_SIZE, INT_SIZE, SHORT_SIZE, STORAGE_KEY_SEPARATOR = 8, 4, 2, ","
 # PyTorch's annotations of `load`'s arguments (pyro annotates with them)
 FILE_LIKE = str | os.PathLike | IO[bytes]
 MAP_LOCATION = Callable[[Any, str], Any] | str | dict[str, str] | None
 
-__all__ = ["FILE_LIKE", "MAP_LOCATION", "add_safe_globals", "clear_safe_globals",
-           "get_safe_globals", "load", "safe_globals", "save"]  # fmt: skip
+__all__ = ["DEFAULT_PROTOCOL", "FILE_LIKE", "MAP_LOCATION", "add_safe_globals",
+           "clear_safe_globals", "get_safe_globals", "load", "safe_globals", "save"]  # fmt: skip
 
 
 def add_safe_globals(safe_globals: list[Any]) -> None:
