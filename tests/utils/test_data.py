@@ -512,3 +512,15 @@ def test_a_shuffled_distributed_sampler_agrees_across_ranks_and_epochs_differ():
         DistributedSampler(range(4), 2, 2)
     with pytest.raises(RuntimeError, match="tracegrad.distributed.init"):
         DistributedSampler(range(4))
+
+
+def test_the_collate_files_patterns_and_messages():
+    """monai's collate reuses PyTorch's test of arrays that cannot become tensors."""
+    from tracegrad.torch.utils.data._utils.collate import (
+        default_collate_err_msg_format,
+        np_str_obj_array_pattern,
+    )
+
+    assert np_str_obj_array_pattern.search(np.array(["a"]).dtype.str)
+    assert not np_str_obj_array_pattern.search(np.zeros(1).dtype.str)
+    assert "found <class 'set'>" in default_collate_err_msg_format.format(set)
