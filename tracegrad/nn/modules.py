@@ -529,29 +529,16 @@ class Module:
         Python side effects (a dict of features) are not repeated at each call."""
         return self._own_hooks().add(_Hooks.POST, hook, prepend, with_kwargs, always_call)
 
-    @property
-    def _forward_pre_hooks(self) -> dict[int, Callable[..., Any]]:
-        """PyTorch's: handle id -> forward pre-hook, in calling order (a copy: read only)."""
-        hooks = self.__dict__.get("_hooks")
-        return {} if hooks is None else {k: v[0] for k, v in hooks.pre.items()}
+    # PyTorch's registries, handle id -> hook in calling order (copies: read only; captum reads
+    # `_backward_hooks` before adding its own)
+    _forward_pre_hooks = property(lambda self: self._registered("pre"))
+    _forward_hooks = property(lambda self: self._registered("post"))
+    _backward_pre_hooks = property(lambda self: self._registered("backward_pre"))
+    _backward_hooks = property(lambda self: self._registered("backward"))
 
-    @property
-    def _forward_hooks(self) -> dict[int, Callable[..., Any]]:
-        """PyTorch's: handle id -> forward hook, in calling order (a copy: read only)."""
+    def _registered(self, kind: str) -> dict[int, Callable[..., Any]]:
         hooks = self.__dict__.get("_hooks")
-        return {} if hooks is None else {k: v[0] for k, v in hooks.post.items()}
-
-    @property
-    def _backward_hooks(self) -> dict[int, Callable[..., Any]]:
-        """PyTorch's: handle id -> full backward hook (a copy: read only; captum checks it)."""
-        hooks = self.__dict__.get("_hooks")
-        return {} if hooks is None else {k: v[0] for k, v in hooks.backward.items()}
-
-    @property
-    def _backward_pre_hooks(self) -> dict[int, Callable[..., Any]]:
-        """PyTorch's: handle id -> full backward pre-hook (a copy: read only)."""
-        hooks = self.__dict__.get("_hooks")
-        return {} if hooks is None else {k: v[0] for k, v in hooks.backward_pre.items()}
+        return {} if hooks is None else {k: v[0] for k, v in getattr(hooks, kind).items()}
 
     def _own_hooks(self) -> _Hooks:
         if "_hooks" not in self.__dict__:

@@ -67,28 +67,26 @@ def _sliced_mask_mod_error(batch: Tensor, head: Tensor, q: Tensor, kv: Tensor) -
     )
 
 
-def or_masks(*mask_mods: Callable) -> Callable:
-    """The union of the masks."""
+def _combined(mask_mods: tuple, join: Callable, start: bool) -> Callable:
     if not all(callable(m) for m in mask_mods):
         raise RuntimeError(f"All inputs should be callable mask_mods: {mask_mods}")
 
-    def or_mask(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        return functools.reduce(operator.or_, (m(b, h, q_idx, kv_idx) for m in mask_mods),
-                                b.new_zeros((), dtype=_tg.bool))  # fmt: skip
+    def mask_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        masks = (m(b, h, q_idx, kv_idx) for m in mask_mods)
+        return functools.reduce(join, masks, b.new_full((), start, dtype=_tg.bool))
 
-    return or_mask
+    mask_mod.__name__ = f"{join.__name__.rstrip('_')}_mask"  # PyTorch's: "and_mask", "or_mask"
+    return mask_mod
+
+
+def or_masks(*mask_mods: Callable) -> Callable:
+    """The union of the masks."""
+    return _combined(mask_mods, operator.or_, False)
 
 
 def and_masks(*mask_mods: Callable) -> Callable:
     """The intersection of the masks."""
-    if not all(callable(m) for m in mask_mods):
-        raise RuntimeError(f"All inputs should be callable mask_mods: {mask_mods}")
-
-    def and_mask(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        return functools.reduce(operator.and_, (m(b, h, q_idx, kv_idx) for m in mask_mods),
-                                b.new_ones((), dtype=_tg.bool))  # fmt: skip
-
-    return and_mask
+    return _combined(mask_mods, operator.and_, True)
 
 
 def _positional_count(fn: Callable) -> int:
