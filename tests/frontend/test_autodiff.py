@@ -548,3 +548,38 @@ def test_grad_to_an_intermediate_leaves_the_graph_below_it():
     (gx,) = tg.autograd.grad(h.sum(), x)
     np.testing.assert_allclose(gh.numpy(), 2 * np.exp(3 * x0))
     np.testing.assert_allclose(gx.numpy(), 3 * np.exp(3 * x0))
+
+
+def test_a_functions_saved_tensors_go_through_the_saved_tensors_hooks():
+    """What a custom Function's forward saves is packed and unpacked like an op's saved values
+    (PyTorch's: offloading and compressing libraries rely on it)."""
+    from tracegrad.torch.autograd.graph import saved_tensors_hooks
+
+    log = []
+
+    class Cube(tg.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            y = x**3
+            ctx.save_for_backward(x, y)
+            return y
+
+        @staticmethod
+        def backward(ctx, g):
+            x, y = ctx.saved_tensors
+            return g * 3 * y / x
+
+    def pack(t):
+        log.append("pack")
+        return t.numpy() * 2  # anything may stand for the tensor meanwhile
+
+    def unpack(packed):
+        log.append("unpack")
+        return tg.tensor(packed / 2)
+
+    x = tg.tensor([1.0, 2.0], requires_grad=True)
+    with saved_tensors_hooks(pack, unpack):
+        y = Cube.apply(x)
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [3.0, 12.0])
+    assert log == ["pack", "pack", "unpack", "unpack"]

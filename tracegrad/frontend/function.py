@@ -16,7 +16,15 @@ import numpy as np
 
 from tracegrad.core.primitives import sum_to
 from tracegrad.frontend import forward_ad
-from tracegrad.frontend.autodiff import ShapeDtype, TapeNode, edge, is_grad_enabled, no_grad
+from tracegrad.frontend.autodiff import (
+    SAVED_TENSORS_HOOKS,
+    Packed,
+    ShapeDtype,
+    TapeNode,
+    edge,
+    is_grad_enabled,
+    no_grad,
+)
 from tracegrad.frontend.creation import zeros
 from tracegrad.frontend.functions import cat
 from tracegrad.frontend.tensor import Tensor
@@ -55,7 +63,7 @@ class FunctionCtx:
                 "one of the tensors saved by save_for_backward was modified by an inplace "
                 "operation before backward"
             )
-        return tuple(t.tensor() if isinstance(t, SavedOutput) else t for t in self.to_save)
+        return tuple(_unpacked(t) for t in self.to_save)
 
     saved_variables = saved_tensors  # PyTorch's old name
 
@@ -249,9 +257,19 @@ def _record(cls: type, ctx: FunctionCtx, args: tuple, parents: list, outs: list)
 
 
 def _saved(t: Any, outs: list, remakes: dict[int, Callable | None]) -> Any:
-    """What ctx keeps of a saved tensor: a `SavedOutput` for a differentiable output."""
+    """What ctx keeps of a saved tensor: what the innermost saved-tensors hook packed, if one
+    is on (as for ops' saved values), else a `SavedOutput` for a differentiable output."""
+    if SAVED_TENSORS_HOOKS and isinstance(t, Tensor):
+        return Packed(t)
     i = next((i for i in remakes if t is outs[i]), None)
     return t if i is None else SavedOutput(t, remakes[i])
+
+
+def _unpacked(t: Any) -> Any:
+    """A saved tensor as backward reads it."""
+    if isinstance(t, SavedOutput):
+        return t.tensor()
+    return t.unpack(t.packed) if isinstance(t, Packed) else t
 
 
 def _output_node(select: _Rule, parent: weakref.ref, flat: ShapeDtype,

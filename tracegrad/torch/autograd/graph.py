@@ -19,8 +19,8 @@ _disabled: list[str] = []  # the messages of the disable_saved_tensors_hooks blo
 
 class saved_tensors_hooks:  # noqa: N801 (PyTorch's name)
     """`with saved_tensors_hooks(pack, unpack):` each tensor an op saves for backward inside is
-    kept as `pack(tensor)`, and backward reads `unpack(packed)` (a tensor of its values). The
-    hooks of custom Functions' `save_for_backward` are not applied (they keep their tensors)."""
+    kept as `pack(tensor)`, and backward reads `unpack(packed)` (a tensor of its values), custom
+    Functions' `save_for_backward` too."""
 
     def __init__(self, pack_hook: Callable[[Any], Any], unpack_hook: Callable[[Any], Any]) -> None:
         self.hooks = (pack_hook, unpack_hook)
