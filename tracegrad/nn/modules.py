@@ -531,14 +531,14 @@ class Module:
 
     # PyTorch's registries, handle id -> hook in calling order (copies: read only; captum reads
     # `_backward_hooks` before adding its own)
-    _forward_pre_hooks = property(lambda self: self._registered("pre"))
-    _forward_hooks = property(lambda self: self._registered("post"))
-    _backward_pre_hooks = property(lambda self: self._registered("backward_pre"))
-    _backward_hooks = property(lambda self: self._registered("backward"))
+    _forward_pre_hooks = property(lambda self: self._registered(_Hooks.PRE))
+    _forward_hooks = property(lambda self: self._registered(_Hooks.POST))
+    _backward_pre_hooks = property(lambda self: self._registered(_Hooks.BACKWARD_PRE))
+    _backward_hooks = property(lambda self: self._registered(_Hooks.BACKWARD))
 
-    def _registered(self, kind: str) -> dict[int, Callable[..., Any]]:
+    def _registered(self, kind: int) -> dict[int, Callable[..., Any]]:
         hooks = self.__dict__.get("_hooks")
-        return {} if hooks is None else {k: v[0] for k, v in getattr(hooks, kind).items()}
+        return {} if hooks is None else {k: v[0] for k, v in hooks.registry(kind).items()}
 
     def _own_hooks(self) -> _Hooks:
         if "_hooks" not in self.__dict__:
@@ -1040,9 +1040,12 @@ class _Hooks:
         self.backward_pre: dict[int, tuple[Callable, bool, bool]] = {}
         self.backward: dict[int, tuple[Callable, bool, bool]] = {}
 
+    def registry(self, kind: int) -> dict[int, tuple[Callable, bool, bool]]:
+        return (self.pre, self.post, self.backward_pre, self.backward)[kind]
+
     def add(self, kind: int, hook: Callable, prepend: bool, with_kwargs: bool,
             always_call: bool) -> RemovableHandle:  # fmt: skip
-        registry = (self.pre, self.post, self.backward_pre, self.backward)[kind]
+        registry = self.registry(kind)
         handle = RemovableHandle(registry, self.changed)
         registry[handle.id] = (hook, with_kwargs, always_call)
         if prepend:
