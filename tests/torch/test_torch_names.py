@@ -404,3 +404,8 @@ def test_results_are_their_return_types():
     for name, result in results.items():
         assert isinstance(result, getattr(ttorch.return_types, name)), name
     assert ttorch.return_types.max in ttorch.return_types.all_return_types
+
+
+def test_the_tensor_type_of_torchscript_annotations():
+    """open_clip imports `torch.TensorType` for its annotations."""
+    assert ttorch.TensorType is ttorch._C.TensorType and repr(ttorch.TensorType.get()) == "Tensor"

@@ -128,5 +128,17 @@ def _are_functorch_transforms_active() -> bool:
     return False
 
 
+class TensorType:
+    """TorchScript's type of tensors, which annotations and schema code name (open_clip imports
+    it); there is one, and `get()` gives it."""
+
+    @classmethod
+    def get(cls) -> TensorType:
+        return cls()
+
+    def __repr__(self) -> str:
+        return "Tensor"
+
+
 def __getattr__(name: str) -> Any:
     raise _not_provided(__name__, name)

@@ -318,7 +318,7 @@ def get_device_module(device: Any = None) -> Any:  # noqa: F811 (PyTorch's argum
     return cpu if kind == "cpu" else cuda
 
 
-PyTorchFileReader = _C.PyTorchFileReader
+PyTorchFileReader, TensorType = _C.PyTorchFileReader, _C.TensorType
 vmap = func.vmap
 is_anomaly_enabled = autograd.is_anomaly_enabled
 
