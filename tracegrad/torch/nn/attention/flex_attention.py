@@ -185,6 +185,15 @@ def _transpose_ordered(num_blocks: Tensor, indices: Tensor) -> tuple[Tensor, Ten
 _SHADES = (" ", "░", "█")  # no tile computed, some, all
 
 
+def _check_layout(kv_indices: Tensor, full_num: Tensor | None, full_indices: Tensor | None) -> None:
+    if kv_indices.dim() < 2:
+        raise RuntimeError("BlockMask must have at least 2 dimensions")
+    if (full_num is None) != (full_indices is None):
+        raise AssertionError(
+            "full_kv_num_blocks and full_kv_indices must be both provided or omitted"
+        )
+
+
 class BlockMask:
     """Which q_block x kv_block tiles of the scores are computed: rows of `kv_num_blocks`
     partial tiles listed in `kv_indices` (mask_mod decides inside them) and, optionally,
@@ -206,12 +215,7 @@ class BlockMask:
         mask_mod: Callable = noop_mask,
         **deterministic_dq: Any,
     ) -> None:
-        if kv_indices.dim() < 2:
-            raise RuntimeError("BlockMask must have at least 2 dimensions")
-        if (full_kv_num_blocks is None) != (full_kv_indices is None):
-            raise AssertionError(
-                "full_kv_num_blocks and full_kv_indices must be both provided or omitted"
-            )
+        _check_layout(kv_indices, full_kv_num_blocks, full_kv_indices)
         self.seq_lengths = tuple(seq_lengths)
         self.kv_num_blocks, self.kv_indices = kv_num_blocks, kv_indices
         self.full_kv_num_blocks, self.full_kv_indices = full_kv_num_blocks, full_kv_indices
@@ -236,12 +240,7 @@ class BlockMask:
         **deterministic_dq: Any,
     ) -> BlockMask:
         """A BlockMask from its forward (kv) layout; the q layout is derived."""
-        if kv_indices.dim() < 2:
-            raise RuntimeError("BlockMask must have at least 2 dimensions")
-        if (full_kv_num_blocks is None) != (full_kv_indices is None):
-            raise AssertionError(
-                "full_kv_num_blocks and full_kv_indices must be both provided or omitted"
-            )
+        _check_layout(kv_indices, full_kv_num_blocks, full_kv_indices)
         q_blocks = full_q_blocks = (None, None)
         if compute_q_blocks:
             q_blocks = _transpose_ordered(kv_num_blocks, kv_indices)
