@@ -188,9 +188,14 @@ def rng() -> np.random.Generator:
 def global_state_is_restored():
     """Each test must leave grad mode on and no GradManager recording (else later tests lie);
     the eager kernels it asked for load before the next test, whose measured memory would count
-    the loading thread's allocations."""
+    the loading thread's allocations. A Tensor subclass a test defined put `__torch_function__`
+    wrappers in place: they go, so later tests see calls go straight to the ops, as most
+    programs do (tests/frontend/test_torch_function.py covers the wrapped namespaces)."""
     yield
+    from tracegrad.frontend import torch_function
     from tracegrad.runtime import eager
+
+    torch_function.uninstall()
 
     eager.wait_for_kernels()
     from tracegrad.frontend import autodiff

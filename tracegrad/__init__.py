@@ -31,6 +31,7 @@ from tracegrad.core.primitives import (
 from tracegrad.frontend import autograd, fft, linalg
 from tracegrad.frontend import dtypes as _dtypes
 from tracegrad.frontend import methods as _methods  # noqa: F401 (attaches Tensor's methods)
+from tracegrad.frontend import torch_function as _torch_function  # noqa: F401 (the protocol)
 from tracegrad.frontend.autodiff import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from tracegrad.frontend.counting import *  # noqa: F403
 from tracegrad.frontend.creation import *  # noqa: F403

@@ -28,6 +28,7 @@ from tracegrad.frontend.device import device
 from tracegrad.frontend.dtypes import dtype, torch_dtype, torch_dtype_named
 from tracegrad.frontend.storage import memory_owner
 from tracegrad.frontend.tensor import Size, Tensor
+from tracegrad.frontend.torch_function import pickled_by_wrapper
 
 # PyTorch's storage classes, by the dtype of their elements; dtypes without one (uint16 and
 # wider) are untyped bytes, read by `_rebuild_tensor_v3`, which names the dtype
@@ -316,7 +317,7 @@ class _Pickler(pickle._Pickler):  # Python's own pickler: its dispatch table tak
             return _name("torch", "Size"), (tuple(obj),)
         if isinstance(obj, device):
             return _name("torch", "device"), (str(obj),)
-        return NotImplemented
+        return pickled_by_wrapper(obj) or NotImplemented
 
     def _tensor(self, t: Tensor) -> tuple:
         """PyTorch's reduction of a tensor (`_rebuild_tensor_v2(storage, offset, size, stride,

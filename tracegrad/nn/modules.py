@@ -30,6 +30,7 @@ from tracegrad.frontend.function import Function
 from tracegrad.frontend.mutation import zero_grads
 from tracegrad.frontend.scopes import module_scope
 from tracegrad.frontend.tensor import Listeners, Tensor, get_default_dtype
+from tracegrad.frontend.torch_function import disabled_torch_function_impl
 from tracegrad.frontend.tracer import (
     names_read,
     set_in_step,
@@ -54,6 +55,8 @@ class Parameter(Tensor):
     """A tensor that a Module registers as a parameter when it is assigned as an attribute
     (PyTorch's `nn.Parameter`), also with `requires_grad=False` (a frozen parameter). It shares
     `data`'s array; ops on it give plain tensors, as in PyTorch."""
+
+    __torch_function__ = disabled_torch_function_impl  # results are plain tensors (PyTorch's)
 
     __slots__ = ()
 
@@ -86,6 +89,8 @@ sharing.send_shared(Parameter, _received_parameter)  # a parameter another proce
 class Buffer(Tensor):
     """PyTorch's `nn.Buffer(data, persistent=True)`: assigned to a module attribute, it is
     registered as a buffer (`register_buffer`), in `state_dict` unless not `persistent`."""
+
+    __torch_function__ = disabled_torch_function_impl  # results are plain tensors (PyTorch's)
 
     __slots__ = ("persistent",)
 
@@ -1287,7 +1292,8 @@ class Sequential(Module):
         pairs = layers[0].items() if named else ((str(i), m) for i, m in enumerate(layers))
         for i, (name, layer) in enumerate(pairs):
             if not isinstance(layer, Module):
-                raise TypeError(f"Sequential: layer {i} is a {type(layer).__name__}, not a Module")
+                kind = "function" if callable(layer) else type(layer).__name__
+                raise TypeError(f"Sequential: layer {i} is a {kind}, not a Module")
             setattr(self, name, layer)
 
     def forward(self, x: Any) -> Any:

@@ -17,6 +17,10 @@ from tracegrad.core.errors import LinAlgError as _LinAlgError  # noqa: F401 (tor
 from tracegrad.frontend.device import device as _device
 from tracegrad.frontend.dtypes import dtype as _dtype
 from tracegrad.frontend.tensor import Tensor as _Tensor
+from tracegrad.frontend.torch_function import DisableTorchFunctionSubclass  # noqa: F401
+from tracegrad.frontend.torch_function import (  # noqa: F401
+    disabled_torch_function_impl as _disabled_torch_function_impl,
+)
 from tracegrad.torch._support import not_provided as _not_provided
 
 _TensorMeta = type(_Tensor)  # the class of tensor classes (lightning's lazy loader names it)
@@ -100,18 +104,7 @@ class _ExcludeDispatchKeyGuard(contextlib.nullcontext):
         super().__init__()
 
 
-class DisableTorchFunctionSubclass(contextlib.nullcontext):
-    """No `__torch_function__` overrides run here, so there are none to disable."""
-
-
-class DisableTorchFunction(contextlib.nullcontext):
-    pass
-
-
-def _disabled_torch_function_impl(func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-    """A subclass's `__torch_function__` that keeps results plain tensors (PyG's, in a class
-    body): `func` as it is."""
-    return func(*args, **(kwargs or {}))
+DisableTorchFunction = DisableTorchFunctionSubclass  # tracegrad has no torch function modes
 
 
 def _get_tracing_state() -> None:

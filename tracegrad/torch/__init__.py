@@ -230,6 +230,7 @@ def compile(  # noqa: A001 (PyTorch's name)
     return _Traced(model, tracegrad_backend, None, fullgraph=fullgraph)
 
 
+from tracegrad.frontend import torch_function as _torch_function  # noqa: E402
 from tracegrad.frontend.sparse import sparse_coo_tensor  # noqa: E402
 from tracegrad.torch import (  # noqa: E402 (the submodules read the names above)
     _C,
@@ -423,3 +424,5 @@ __all__ = sorted(
                                                  "warnings", "np", "numba", "Any",
                                                  "Callable")
 )  # fmt: skip
+
+_torch_function.wrap_namespaces()  # a Tensor subclass defined before `import torch`

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from tracegrad.frontend.torch_function import unwrapped
 from tracegrad.torch.fx.node import Node, map_arg
 
 # operator functions written as Python's operators in the generated code
@@ -254,7 +255,7 @@ def _public_names() -> dict[int, str]:
     for prefix, space in (("torch", torch), ("torch.nn.functional", torch.nn.functional)):
         for name, value in vars(space).items():
             if callable(value) and not isinstance(value, type) and not name.startswith("_"):
-                fn = getattr(value, "__fx_original__", value)
+                fn = unwrapped(getattr(value, "__fx_original__", value))
                 own = function_name(fn) == name  # `torch.cat`, not its alias `concatenate`
                 if id(fn) not in found or own and not found[id(fn)][1]:
                     found[id(fn)] = (f"{prefix}.{name}", own)
@@ -331,7 +332,7 @@ class _Codegen:
                          [f"{k} = {self._arg(v)}" for k, v in kwargs.items()])  # fmt: skip
 
     def _function(self, fn: Any) -> str:
-        public = _public_names().get(id(fn))
+        public = _public_names().get(id(unwrapped(fn)))
         if public is not None:
             return public
         name = function_name(fn)

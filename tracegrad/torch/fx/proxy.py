@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tracegrad.frontend.tensor import Tensor
+from tracegrad.frontend.torch_function import unwrapped
 from tracegrad.nn import Module, Sequential
 from tracegrad.torch.fx.graph import Graph
 from tracegrad.torch.fx.graph_module import GraphModule
@@ -349,6 +350,7 @@ _TENSOR_OPERATORS = [f"__{p}{n}__" for n in ("add", "sub", "mul", "truediv", "fl
 
 
 def _is_function(value: Any) -> bool:
+    value = unwrapped(value)
     return isinstance(value, types.FunctionType | types.BuiltinFunctionType) or (
         callable(value) and type(value).__name__ == "Primitive"
     )
