@@ -38,6 +38,7 @@ from tracegrad.frontend.tensor import (
     next_serial,
     user_location,
 )
+from tracegrad.frontend.torch_function import overrides
 
 
 def _unreferenced(tensors: list[Tensor], records: Container[int] = ()) -> set[int]:
@@ -1135,6 +1136,12 @@ def signature(args: tuple, kwargs: dict, dynamic: frozenset[int] = frozenset()) 
     and which earlier leaf it is, if any (the same tensor passed twice); per float its value,
     unless its position is `dynamic` (then it is an input of the plan, as a 0-d float64)."""
     leaves, tree = pytree.flatten((args, kwargs), is_argument)
+    odd = next((type(x) for x in leaves if overrides(type(x))), None)
+    if odd is not None:
+        raise TraceError(f"@trace: an argument is a {odd.__name__}, a Tensor subclass with its "
+                         "own __torch_function__, which a compiled step would not call (the plan "
+                         "runs tracegrad's ops): call the function uncompiled, or pass "
+                         "x.as_subclass(torch.Tensor)")  # fmt: skip
     ids = [id(x) for x in leaves]
     spec = tuple(
         (("float", x) if i not in dynamic else ("dynamic float",))

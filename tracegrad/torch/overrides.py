@@ -1,12 +1,14 @@
-"""`torch.overrides`: PyTorch's `__torch_function__` protocol. tracegrad does not dispatch its
-functions through it: no tensor or mode overrides what a torch function does, so
-`has_torch_function` is False for everything, and a `TorchFunctionMode` may be entered (lightning
-enters one around module construction) but its `__torch_function__` is never called."""
+"""`torch.overrides`: PyTorch's `__torch_function__` protocol, for functions of a user's that
+take part as torch's do (`if has_torch_function(args): return handle_torch_function(...)`).
+Tensor subclasses dispatch (tracegrad.frontend.torch_function); a `TorchFunctionMode` may be
+entered (lightning enters one around module construction) but its `__torch_function__` is never
+called."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from tracegrad.frontend.torch_function import dispatch, overloaded
 from tracegrad.torch._support import not_provided as _not_provided
 
 __all__ = ["TorchFunctionMode", "handle_torch_function", "has_torch_function",
@@ -14,22 +16,21 @@ __all__ = ["TorchFunctionMode", "handle_torch_function", "has_torch_function",
 
 
 def has_torch_function(relevant_args: Any) -> bool:
-    return False
+    """Whether a subclass among `relevant_args` takes the call (outside a disabled block)."""
+    return bool(overloaded(tuple(relevant_args), {}))
 
 
 def has_torch_function_unary(arg: Any) -> bool:
-    return False
+    return has_torch_function((arg,))
 
 
 def has_torch_function_variadic(*args: Any) -> bool:
-    return False
+    return has_torch_function(args)
 
 
 def handle_torch_function(public_api: Any, relevant_args: Any, *args: Any, **kwargs: Any) -> Any:
-    raise NotImplementedError(
-        "torch.overrides.handle_torch_function: tracegrad does not dispatch through "
-        "__torch_function__ (has_torch_function is always False)"
-    )
+    """`public_api(*args, **kwargs)` as the subclasses among `relevant_args` answer it."""
+    return dispatch(public_api, overloaded(tuple(relevant_args), {}), args, kwargs)
 
 
 def is_tensor_like(inp: Any) -> bool:
