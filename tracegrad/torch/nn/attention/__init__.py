@@ -33,5 +33,5 @@ def sdpa_kernel(backends: Any, set_priority: bool = False) -> Iterator[None]:
 
 def __getattr__(name: str) -> Any:
     if name in ("bias", "flex_attention"):  # submodules, for code that names them unimported
-        return importlib.import_module(f"{__name__}.flex_attention")
+        return importlib.import_module(f"{__name__}.{name}")
     raise _not_provided(__name__, name)
