@@ -271,3 +271,18 @@ def test_replace_pattern_rewrites_each_occurrence():
     np.testing.assert_allclose(traced(x, w1, w2).numpy(),
                                (x + 2 * torch.max(torch.stack([w1, w2]))).numpy())  # fmt: skip
     traced.graph.lint()
+
+
+def test_einsum_records_its_operands_spread_and_torch_functional_names_it():
+    """opt_einsum's torch backend calls `torch.einsum(eq, operands)` on proxies; PyTorch's
+    einsum records `(eq, *operands)`, which opt_einsum_fx's passes read (e3nn)."""
+    from tracegrad.torch.functional import einsum
+
+    assert einsum is torch.einsum and torch.functional.tensordot is torch.tensordot
+    module = fx.symbolic_trace(lambda a, b: torch.einsum("ij,jk->ik", (a, b)))
+    (node,) = [n for n in module.graph.nodes if n.op == "call_function"]
+    assert node.target in {torch.functional.einsum} and len(node.args) == 3
+    a, b = torch.randn(2, 3), torch.randn(3, 4)
+    np.testing.assert_allclose(module(a, b).numpy(), a.numpy() @ b.numpy(), rtol=1e-6)
+    with pytest.raises(AttributeError, match="torch.functional.no_such_name is not provided"):
+        torch.functional.no_such_name  # noqa: B018

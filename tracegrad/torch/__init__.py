@@ -257,6 +257,7 @@ from tracegrad.torch import (  # noqa: E402 (the submodules read the names above
     distributions,
     fft,
     func,
+    functional,
     futures,
     fx,
     hub,

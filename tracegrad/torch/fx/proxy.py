@@ -26,6 +26,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from tracegrad.frontend.products import einsum
 from tracegrad.frontend.tensor import Tensor
 from tracegrad.frontend.torch_function import unwrapped
 from tracegrad.nn import Module, Sequential
@@ -361,6 +362,8 @@ def _recording(fn: Callable) -> Callable:
     def call(*args: Any, **kwargs: Any) -> Any:
         found = proxies_in((args, kwargs)) if _FunctionPatch.users else ()
         if found:  # recorded by the proxy's tracer (a trace's, or a hand-built graph's)
+            if unwrapped(fn) is einsum and len(args) == 2 and isinstance(args[1], list | tuple):
+                args = (args[0], *args[1])  # PyTorch's einsum records its operands spread
             return found[0].tracer.create_proxy("call_function", fn, args, kwargs)
         return fn(*args, **kwargs)
 
