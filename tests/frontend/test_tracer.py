@@ -450,3 +450,30 @@ def test_a_state_tensor_read_as_a_python_value_is_guarded():
             np.testing.assert_allclose(avg2.numpy(), avg1.numpy())
     assert avg2.numpy().tolist() == [2.25] * 3 and len(traced.plans) == 1
     assert sum(len(p) for p in traced.plans.values()) == 2
+
+
+class _Layout(tuple):
+    """A tuple whose length is deliberately ambiguous, as e3nn's `Irreps` (len raises)."""
+
+    def __len__(self):
+        raise NotImplementedError("ambiguous")
+
+    @property
+    def dim(self):
+        return sum(tuple.__iter__(self))
+
+
+def test_a_step_reading_a_tuple_subclass_that_refuses_len_traces_and_guards_it():
+    layout = _Layout((2, 3))
+    w = tg.Tensor(np.ones((5, 5), np.float32), requires_grad=True)
+    holder = {"layout": layout}
+
+    @tg.trace
+    def step(x):
+        return (x[:, : holder["layout"].dim] @ w[: holder["layout"].dim]).sum()
+
+    x = tg.Tensor(np.arange(10.0, dtype=np.float32).reshape(2, 5))
+    assert [float(step(x)) for _ in range(3)] == [225.0] * 3  # 5 columns of (0..4)+(5..9)
+    holder["layout"] = _Layout((1, 1))
+    with pytest.warns(UserWarning, match=r"\['layout'\] is another _Layout now"):
+        assert float(step(x)) == 5.0 * (0 + 1 + 5 + 6)  # traced again

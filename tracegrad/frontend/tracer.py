@@ -382,7 +382,7 @@ class _Reference:
     def __init__(self, x: Any):
         self.kind = type(x)
         if isinstance(x, tuple):
-            self.ref: Any = tuple(_Reference(v) for v in x)
+            self.ref: Any = tuple(_Reference(v) for v in tuple.__iter__(x))
             return
         try:
             self.ref = weakref.ref(x)
@@ -393,8 +393,8 @@ class _Reference:
         if type(now) is not self.kind:
             return False
         if isinstance(self.ref, tuple):
-            return len(now) == len(self.ref) and all(
-                r.refers_to(v) for r, v in zip(self.ref, now, strict=True)
+            return tuple.__len__(now) == len(self.ref) and all(  # as stored (e3nn's Irreps)
+                r.refers_to(v) for r, v in zip(self.ref, tuple.__iter__(now), strict=True)
             )
         return now is self.ref()
 
@@ -480,8 +480,9 @@ def _entry(holder: Any, key: Any) -> Any:
     """What a dict's key, a list's or tuple's index, or an object's attribute holds now."""
     if type(holder) is dict:
         return holder.get(key, _MISSING)
-    if isinstance(holder, list | tuple):
-        return holder[key] if key < len(holder) else _MISSING
+    if isinstance(holder, list | tuple):  # as stored: a subclass may redefine both (e3nn's Irreps)
+        base = tuple if isinstance(holder, tuple) else list
+        return base.__getitem__(holder, key) if key < base.__len__(holder) else _MISSING
     return getattr(holder, key, _MISSING)
 
 
@@ -578,7 +579,7 @@ def _watch_entries(value: Any, describe: str, names: frozenset[str], depth: int)
     if type(value) is dict:
         keys, show = list(value), "{}[{!r}]"
     elif isinstance(value, list | tuple):
-        keys, show = range(len(value)), "{}[{}]"
+        keys, show = range((tuple if isinstance(value, tuple) else list).__len__(value)), "{}[{}]"
     else:
         attrs = getattr(value, "__dict__", None)
         keys, show = [k for k in (attrs or ()) if k in names], "{}.{}"
