@@ -2,9 +2,9 @@
 them from here (`from torch.functional import einsum`; opt_einsum_fx builds the set
 `{torch.functional.einsum, torch.einsum}`); each is `torch`'s own function."""
 
+import sys
 from typing import Any
 
-import tracegrad.torch as _torch
 from tracegrad.torch._support import not_provided as _not_provided
 
 _NAMES = ("atleast_1d", "atleast_2d", "atleast_3d", "broadcast_shapes", "broadcast_tensors",
@@ -16,5 +16,5 @@ __all__ = list(_NAMES)  # (looked up when asked, below)
 
 def __getattr__(name: str) -> Any:  # looked up when asked: `torch` defines some after this file
     if name in _NAMES:
-        return getattr(_torch, name)
+        return getattr(sys.modules["tracegrad.torch"], name)  # (this file's package: loaded)
     raise _not_provided(__name__, name)
