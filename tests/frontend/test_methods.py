@@ -857,3 +857,30 @@ def test_a_numpy_scalar_on_either_side_is_a_python_number():
               np.float64(2) / x, np.float32(2) + x):  # fmt: skip
         assert y.dtype == np.float32, y.dtype
     np.testing.assert_array_equal((np.float64(2) - x).numpy(), [1.0, 1.0, 1.0])
+
+
+class _Pair(tuple):
+    """A tuple of tensors with arithmetic of its own, as zuko's `NestedTensor`."""
+
+    def __rmul__(self, k):
+        return _Pair(k * x for x in self)
+
+    def __radd__(self, k):
+        return _Pair(k + x for x in self)
+
+
+def test_operators_step_aside_for_an_operand_they_cannot_take():
+    """PyTorch's operators answer NotImplemented for such an operand: Python then asks its
+    type, or raises its own "unsupported operand" error."""
+    k, pair = tg.tensor(2.0), _Pair((tg.ones(2), tg.zeros(3)))
+    doubled = k * pair
+    assert type(doubled) is _Pair and [d.tolist() for d in doubled] == [[2.0, 2.0], [0.0] * 3]
+    assert type(k + pair) is _Pair
+    with pytest.raises(TypeError, match=r"unsupported operand type\(s\) for \*: 'Tensor' and 'obj"):
+        tg.ones(2) * object()
+    with pytest.raises(
+        TypeError, match=r"unsupported operand type\(s\) for @: 'NoneType' and 'Ten"
+    ):
+        None @ tg.ones(2)
+    with pytest.raises(tg.ShapeError):  # an operand it takes: its own error, as before
+        tg.ones(2) * tg.ones(3)

@@ -63,8 +63,27 @@ def _two_d(x: Tensor, what: str) -> Tensor:
     return x
 
 
-def _swapped(f: Callable) -> Callable:
-    return lambda self, other: f(other, self)
+def _operator(f: Callable, swapped: bool = False) -> Callable:
+    """A binary operator that steps aside, as PyTorch's do, for an operand it cannot take, so
+    that Python asks the operand's type (zuko's tuple of tensors defines `__rmul__`) or raises
+    its "unsupported operand" TypeError."""
+
+    def operator(self: Tensor, other: Any) -> Any:
+        try:
+            return f(other, self) if swapped else f(self, other)
+        except (TypeError, AttributeError, ValueError):  # (a ShapeError is a ValueError)
+            if isinstance(other, Tensor | np.ndarray | np.generic | int | float | complex):
+                raise
+            return NotImplemented
+
+    operator.__name__ = getattr(f, "name", None) or f.__name__  # (PyTorch's: `x + 1` is "add")
+    return operator
+
+
+_BINARY = {"add": P.add, "sub": P.sub, "mul": P.mul, "truediv": P.div, "pow": P.pow,
+           "matmul": F.matmul, "mod": P.remainder, "floordiv": E.floor_divide,
+           "and": E.bitwise_and, "or": E.bitwise_or, "xor": E.bitwise_xor,
+           "lshift": P.bitwise_left_shift, "rshift": P.bitwise_right_shift}  # fmt: skip
 
 
 def _to(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
@@ -329,12 +348,9 @@ def _stride(self: Tensor, dim: int | None = None) -> Any:
 METHODS: dict[str, Any] = {
     **_ELEMENTWISE,
     # operators
-    "__add__": P.add, "__radd__": _swapped(P.add), "__sub__": P.sub, "__rsub__": _swapped(P.sub),
-    "__mul__": P.mul, "__rmul__": _swapped(P.mul), "__truediv__": P.div,
-    "__rtruediv__": _swapped(P.div), "__pow__": P.pow, "__rpow__": _swapped(P.pow),
-    "__matmul__": F.matmul, "__rmatmul__": _swapped(F.matmul), "__mod__": P.remainder,
-    "__rmod__": _swapped(P.remainder), "__floordiv__": E.floor_divide,
-    "__rfloordiv__": _swapped(E.floor_divide), "__lt__": P.less, "__le__": P.less_equal,
+    **{f"__{n}__": _operator(f) for n, f in _BINARY.items()},
+    **{f"__r{n}__": _operator(f, swapped=True) for n, f in _BINARY.items()},
+    "__lt__": P.less, "__le__": P.less_equal,
     "__gt__": P.greater, "__ge__": P.greater_equal, "__eq__": _comparing(P.equal),
     "__ne__": _comparing(P.not_equal), "__getitem__": F.tensor_getitem,
     "__neg__": P.neg, "__abs__": P.abs, "__pos__": lambda self: self,
@@ -346,11 +362,7 @@ METHODS: dict[str, Any] = {
     "__iand__": W.in_place(E.bitwise_and, "__iand__"),
     "__ior__": W.in_place(E.bitwise_or, "__ior__"),
     "__ixor__": W.in_place(E.bitwise_xor, "__ixor__"),
-    "__and__": E.bitwise_and, "__rand__": _swapped(E.bitwise_and), "__or__": E.bitwise_or,
-    "__ror__": _swapped(E.bitwise_or), "__xor__": E.bitwise_xor,
-    "__rxor__": _swapped(E.bitwise_xor), "__invert__": E.bitwise_not,
-    "__lshift__": P.bitwise_left_shift, "__rlshift__": _swapped(P.bitwise_left_shift),
-    "__rshift__": P.bitwise_right_shift, "__rrshift__": _swapped(P.bitwise_right_shift),
+    "__invert__": E.bitwise_not,
     "__ilshift__": W.in_place(P.bitwise_left_shift, "__ilshift__"),
     "__irshift__": W.in_place(P.bitwise_right_shift, "__irshift__"),
     "__array_ufunc__": _array_ufunc, "__array_function__": _array_function,
