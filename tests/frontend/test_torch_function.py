@@ -146,3 +146,29 @@ def test_a_compiled_step_refuses_an_overriding_subclass_and_runs_a_plain_one(sub
     assert [float(step(x.as_subclass(Plain))) for _ in range(3)] == pytest.approx([eager] * 3)
     with pytest.raises(TraceError, match=r"argument is a LoggingTensor, .* own __torch_function_"):
         step(x.as_subclass(LoggingTensor))
+
+
+def test_a_subclass_casting_itself_and_methods_a_library_patched_in_do_not_dispatch():
+    """fastai's TensorBase: its `clone` casts itself to Tensor and back (`as_subclass` never
+    dispatches, as PyTorch's), and fastai patches Tensor with methods of its own, which stay
+    plain functions."""
+
+    def show(self):  # a method a library adds to Tensor
+        return f"{type(self).__name__} of {self.numel()}"
+
+    torch.Tensor.show = show
+    try:
+
+        class Base(torch.Tensor):
+            @classmethod
+            def __torch_function__(cls, func, types, args=(), kwargs=None):
+                return super().__torch_function__(func, types, args, kwargs or {})
+
+            def clone(self):
+                return self.as_subclass(torch.Tensor).clone().as_subclass(type(self))
+
+        x = torch.ones(3).as_subclass(Base)
+        assert type(x.clone()) is Base and type(x.as_subclass(torch.Tensor)) is torch.Tensor
+        assert torch.Tensor.show is show and x.show() == "Base of 3"
+    finally:
+        del torch.Tensor.show

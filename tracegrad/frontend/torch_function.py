@@ -177,6 +177,16 @@ _PROTOCOL = frozenset({
     "__float__", "__complex__", "__hash__", "__deepcopy__", "__reduce_ex__", "__contains__",
 })  # fmt: skip
 
+# What PyTorch never dispatches though it takes tensors (`torch.overrides.
+# get_ignored_functions()`): a subclass's own `clone` calls `self.as_subclass(Tensor)` (fastai's
+# TensorBase), which must not come back to it.
+_IGNORED = frozenset({
+    "as_subclass", "new", "new_empty", "new_empty_strided", "new_full", "new_ones",
+    "new_tensor", "new_zeros", "stride", "as_tensor", "asarray", "from_numpy", "rand_like",
+    "randn_like", "randint_like", "is_tensor", "is_storage", "result_type", "can_cast",
+    "promote_types", "typename",
+})  # fmt: skip
+
 
 _WRAPPERS: dict[Any, Callable] = {}  # each function or primitive -> its dispatching wrapper
 
@@ -203,10 +213,14 @@ def install() -> None:
     _State.installed = True
     from tracegrad.frontend.methods import METHODS
 
-    own = [n for n, v in vars(Tensor).items() if type(v) is types.FunctionType and n[0] != "_"]
+    own = [
+        n
+        for n, v in vars(Tensor).items()
+        if type(v) is types.FunctionType and n[0] != "_" and v.__module__.startswith("tracegrad.")
+    ]  # (not a method a library patched in)
     for name in dict.fromkeys([*METHODS, *own]):  # the op table's and Tensor's own (detach)
         method = vars(Tensor).get(name)
-        if (name in own or _an_op(method)) and name not in _PROTOCOL:
+        if (name in own or _an_op(method)) and name not in _PROTOCOL and name not in _IGNORED:
             _replace(Tensor, name, _wrapper(method))
     wrap_namespaces()
 
@@ -218,7 +232,7 @@ def wrap_namespaces() -> None:
         return
     for module in _namespaces():
         for name, value in list(vars(module).items()):
-            if _an_op(value) and not name.startswith("_"):
+            if _an_op(value) and not name.startswith("_") and name not in _IGNORED:
                 _replace(module, name, _wrapper(value))
 
 
