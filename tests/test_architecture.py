@@ -278,7 +278,7 @@ PRIVATE_ELSEWHERE: set[tuple[str, str]] = {
      for name in ("fan_in_and_fan_out", "correct_fan")} | {
     ("tracegrad.torch.utils.data.dataloader", f"tracegrad.utils.data.{name}")
     for name in ("_BaseDataLoaderIter", "_SingleProcessDataLoaderIter",
-                 "_MultiProcessingDataLoaderIter")
+                 "_MultiProcessingDataLoaderIter", "_DatasetKind")
 }  # fmt: skip
 
 

@@ -161,3 +161,41 @@ def test_workers_started_by_spawn(tmp_path):
     assert done.stdout.strip() == (
         "[([0, 1, 4], [0, 0, 0]), ([9, 16, 25], [1, 1, 1]), ([36, 49, 64], [0, 0, 0]), ([81], [1])]"
     )
+
+
+class _LoaderLike:
+    """An object with a loader's private attributes, as fastai's `_FakeLoader` hands one to
+    PyTorch's iterators: its dataset is itself, yielding whole batches split among workers by
+    the worker info of a `worker_init_fn`, and its collate function passes them through."""
+
+    _auto_collation, drop_last, in_order, prefetch_factor = False, False, True, 2
+    _index_sampler = range(10**9)
+    _dataset_kind = data._DatasetKind.Iterable
+    timeout, worker_init_fn, multiprocessing_context = 0, None, None
+
+    def __init__(self, num_workers):
+        self.dataset, self.num_workers = self, num_workers
+
+    @staticmethod
+    def collate_fn(batch):
+        return batch
+
+    def __iter__(self):
+        info = data.get_worker_info()
+        offset, step = (0, 1) if info is None else (info.dataset.id_of(info), info.num_workers)
+        return (tg.arange(4.0) + 4 * i for i in range(offset, 6, step))
+
+    def id_of(self, info):  # (reached through the worker's dataset, as fastai's `_wif`)
+        return info.id
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_pytorchs_iterators_take_an_object_with_a_loaders_private_attributes(workers):
+    iterator = (data._MultiProcessingDataLoaderIter if workers else
+                data._SingleProcessDataLoaderIter)(_LoaderLike(workers))  # fmt: skip
+    assert [b.tolist() for b in iterator] == [[4.0 * i + k for k in range(4)] for i in range(6)]
+    loader = data.DataLoader(data.TensorDataset(tg.arange(6.0)), batch_size=4)
+    assert loader._auto_collation and loader._index_sampler is loader.batch_sampler
+    assert loader._dataset_kind == data._DatasetKind.Map
+    assert [b[0].tolist() for b in data._SingleProcessDataLoaderIter(loader)] == [
+        [0.0, 1.0, 2.0, 3.0], [4.0, 5.0]]  # fmt: skip

@@ -535,6 +535,53 @@ def _fetch(dataset: Any, indices: list[int]) -> list:
     return getitems(indices) if getitems is not None else [dataset[i] for i in indices]
 
 
+class _DatasetKind:
+    """PyTorch's two kinds of dataset its loader iterators fetch from."""
+
+    Map = 0
+    Iterable = 1
+
+
+class _Samples(IterableDataset):
+    """A loader-like object's dataset, iterated, and otherwise itself (in a worker,
+    `get_worker_info().dataset` is what the object's own worker code expects)."""
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.dataset)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "dataset":  # (not set yet: unpickling)
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
+
+def _as_loader(like: Any) -> DataLoader:
+    """A DataLoader that iterates as PyTorch's iterators iterate an object with a loader's
+    private attributes (`_dataset_kind`, `_index_sampler`, `_auto_collation`, `collate_fn`)."""
+    if isinstance(like, DataLoader):
+        return like
+    iterable, auto = like._dataset_kind == _DatasetKind.Iterable, like._auto_collation
+    index = like._index_sampler
+    parallel = like.num_workers > 0
+    workers = dict(
+        num_workers=like.num_workers, timeout=getattr(like, "timeout", 0),
+        worker_init_fn=getattr(like, "worker_init_fn", None),
+        multiprocessing_context=getattr(like, "multiprocessing_context", None),
+        prefetch_factor=getattr(like, "prefetch_factor", None) if parallel else None,
+        in_order=getattr(like, "in_order", True),
+    )  # fmt: skip
+    if iterable:
+        return DataLoader(_Samples(like.dataset), getattr(index, "batch_size", None) if auto
+                          else None, collate_fn=like.collate_fn, drop_last=like.drop_last,
+                          **workers)  # fmt: skip
+    if auto:
+        return DataLoader(like.dataset, batch_sampler=index, collate_fn=like.collate_fn, **workers)
+    return DataLoader(like.dataset, None, sampler=index, collate_fn=like.collate_fn, **workers)
+
+
 class DataLoader:
     """Batches of `dataset` in the order of a sampler, collated; PyTorch's arguments and checks.
 
@@ -608,6 +655,12 @@ class DataLoader:
             return _SingleProcessDataLoaderIter(self, self._batches())
         return _MultiProcessingDataLoaderIter(self)
 
+    # PyTorch's private view of a loader, which its iterators read (and code that builds
+    # loader-like objects for them supplies: fastai's `_FakeLoader`)
+    _dataset_kind = property(lambda self: _DatasetKind.Iterable if self._iterable else 0)
+    _auto_collation = property(lambda self: self.batch_sampler is not None)
+    _index_sampler = property(lambda self: self.batch_sampler or self.sampler)
+
     def __getstate__(self) -> dict[str, Any]:
         """A loader sent to its workers (or pickled) goes without its persistent workers."""
         return {**self.__dict__, "_workers": None}
@@ -648,7 +701,10 @@ class _BaseDataLoaderIter:
     """What iterating a DataLoader gives: its batches, one per `next`, and the loader's length
     (PyTorch's class names: code tells loaders' iterators by them)."""
 
-    def __init__(self, loader: DataLoader, batches: Iterator[Any]) -> None:
+    def __init__(self, loader: DataLoader, batches: Iterator[Any] | None = None) -> None:
+        """PyTorch's `(loader)` too, also of a loader-like object (see `_as_loader`)."""
+        if batches is None:
+            batches = _as_loader(loader)._batches()
         self._loader, self._batches, self._num_yielded = loader, batches, 0
         self._dataset = loader.dataset
 
@@ -673,13 +729,14 @@ class _MultiProcessingDataLoaderIter(_BaseDataLoaderIter):
     from one epoch to the next and any other stops when its batches end or it is dropped."""
 
     def __init__(self, loader: DataLoader) -> None:
+        like, loader = loader, _as_loader(loader)
         kept = loader._workers
         if kept is not None and kept.processes:
             kept.epoch()
         else:
             kept = workers.Workers(loader, int(_rng(loader.generator).integers(1 << 62)))
             loader._workers = kept if loader.persistent_workers else None
-        super().__init__(loader, _answers(kept, loader.persistent_workers))
+        super().__init__(like, _answers(kept, loader.persistent_workers))
 
 
 def _answers(kept: workers.Workers, persistent: bool) -> Iterator[Any]:

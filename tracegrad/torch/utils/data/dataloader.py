@@ -7,6 +7,7 @@ from tracegrad.torch._support import not_provided as _not_provided
 from tracegrad.utils.data import *  # noqa: F403
 from tracegrad.utils.data import (  # noqa: F401 (iterators' classes, which code checks for)
     _BaseDataLoaderIter,
+    _DatasetKind,
     _MultiProcessingDataLoaderIter,
     _SingleProcessDataLoaderIter,
 )
