@@ -332,6 +332,10 @@ def test_mixed_precision_is_a_no_op():
             assert (torch.ones(2) @ torch.ones(2)).dtype == torch.float32
     with torch.amp.autocast("cuda", enabled=False):
         pass
+    from tracegrad.torch.amp.grad_scaler import GradScaler, OptState  # PyTorch's files (fastai)
+
+    assert GradScaler is torch.amp.GradScaler and OptState.READY.value == 0
+    assert torch.amp.autocast_mode.autocast is torch.autocast
 
 
 def test_small_things_of_the_namespace():
