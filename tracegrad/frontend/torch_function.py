@@ -66,18 +66,26 @@ def _convert(result: Any, cls: type) -> Any:
     return result
 
 
-def _dispatches(cls: type) -> bool:
-    """Whether instances of `cls` take part: a subclass of tracegrad's users, whose
-    `__torch_function__` is not the disabled one."""
+def _own_implementation(cls: type) -> Callable | None:
+    """The function behind a user's subclass's `__torch_function__` (None for a class of
+    tracegrad's, which never dispatches)."""
+    if cls not in _State.classes:
+        return None
     impl = cls.__torch_function__
-    return not cls.__module__.startswith("tracegrad.") and \
-        getattr(impl, "__func__", impl) is not disabled_torch_function_impl  # fmt: skip
+    return getattr(impl, "__func__", impl)
+
+
+def _dispatches(cls: type) -> bool:
+    """Whether instances of `cls` take part: a user's subclass whose `__torch_function__` is
+    not the disabled one (asked when met: a class's method may change after it is made)."""
+    impl = _own_implementation(cls)
+    return impl is not None and impl is not disabled_torch_function_impl
 
 
 def overrides(cls: type) -> bool:
     """Whether a user's subclass answers calls its own way (neither Tensor's default, which
     only keeps the class, nor the disabled one)."""
-    impl = getattr(cls.__torch_function__, "__func__", None) if cls in _State.classes else None
+    impl = _own_implementation(cls)
     return impl is not None and impl not in (default_torch_function, disabled_torch_function_impl)
 
 
@@ -90,7 +98,7 @@ def overloaded(args: tuple, kwargs: dict) -> list[type]:
     for arg in (*args, *kwargs.values()) if kwargs else args:
         for a in arg if type(arg) is list or type(arg) is tuple else (arg,):
             cls = type(a)
-            if cls in _State.classes and cls not in found and _dispatches(cls):
+            if cls not in found and _dispatches(cls):
                 at = next((i for i, f in enumerate(found) if issubclass(cls, f)), len(found))
                 found.insert(at, cls)
     return found
@@ -274,7 +282,7 @@ def _wrapper(f: Callable) -> Callable:
 def _on_subclass(cls: type, **kwargs: Any) -> None:
     """A new Tensor subclass: the first of a user's that dispatches installs the wrappers."""
     if not cls.__module__.startswith("tracegrad."):
-        _State.classes.add(cls)  # (asked whether it dispatches when met: its method may change)
+        _State.classes.add(cls)
     if _dispatches(cls):
         install()
 
