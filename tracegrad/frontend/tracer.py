@@ -393,7 +393,7 @@ class _Reference:
         if type(now) is not self.kind:
             return False
         if isinstance(self.ref, tuple):
-            return tuple.__len__(now) == len(self.ref) and all(  # as stored (e3nn's Irreps)
+            return tuple.__len__(now) == len(self.ref) and all(  # as stored (`_stored_as`)
                 r.refers_to(v) for r, v in zip(self.ref, tuple.__iter__(now), strict=True)
             )
         return now is self.ref()
@@ -476,12 +476,18 @@ def _is_ours(fn: Any) -> bool:
     return name == "tracegrad" or name.startswith("tracegrad.")
 
 
+def _stored_as(seq: list | tuple) -> type:
+    """list or tuple, whose own `len` and indexing read what a subclass stores (e3nn's `Irreps`
+    redefines both, and its `len` raises)."""
+    return tuple if isinstance(seq, tuple) else list
+
+
 def _entry(holder: Any, key: Any) -> Any:
     """What a dict's key, a list's or tuple's index, or an object's attribute holds now."""
     if type(holder) is dict:
         return holder.get(key, _MISSING)
-    if isinstance(holder, list | tuple):  # as stored: a subclass may redefine both (e3nn's Irreps)
-        base = tuple if isinstance(holder, tuple) else list
+    if isinstance(holder, list | tuple):
+        base = _stored_as(holder)
         return base.__getitem__(holder, key) if key < base.__len__(holder) else _MISSING
     return getattr(holder, key, _MISSING)
 
@@ -579,7 +585,7 @@ def _watch_entries(value: Any, describe: str, names: frozenset[str], depth: int)
     if type(value) is dict:
         keys, show = list(value), "{}[{!r}]"
     elif isinstance(value, list | tuple):
-        keys, show = range((tuple if isinstance(value, tuple) else list).__len__(value)), "{}[{}]"
+        keys, show = range(_stored_as(value).__len__(value)), "{}[{}]"
     else:
         attrs = getattr(value, "__dict__", None)
         keys, show = [k for k in (attrs or ()) if k in names], "{}.{}"
