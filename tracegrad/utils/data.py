@@ -566,20 +566,19 @@ def _as_loader(like: Any) -> DataLoader:
     iterable, auto = like._dataset_kind == _DatasetKind.Iterable, like._auto_collation
     index = like._index_sampler
     parallel = like.num_workers > 0
-    workers = dict(
-        num_workers=like.num_workers, timeout=getattr(like, "timeout", 0),
-        worker_init_fn=getattr(like, "worker_init_fn", None),
+    common = dict(
+        collate_fn=like.collate_fn, num_workers=like.num_workers,
+        timeout=getattr(like, "timeout", 0), worker_init_fn=getattr(like, "worker_init_fn", None),
         multiprocessing_context=getattr(like, "multiprocessing_context", None),
         prefetch_factor=getattr(like, "prefetch_factor", None) if parallel else None,
         in_order=getattr(like, "in_order", True),
     )  # fmt: skip
     if iterable:
-        return DataLoader(_Samples(like.dataset), getattr(index, "batch_size", None) if auto
-                          else None, collate_fn=like.collate_fn, drop_last=like.drop_last,
-                          **workers)  # fmt: skip
+        size = getattr(index, "batch_size", None) if auto else None
+        return DataLoader(_Samples(like.dataset), size, drop_last=like.drop_last, **common)
     if auto:
-        return DataLoader(like.dataset, batch_sampler=index, collate_fn=like.collate_fn, **workers)
-    return DataLoader(like.dataset, None, sampler=index, collate_fn=like.collate_fn, **workers)
+        return DataLoader(like.dataset, batch_sampler=index, **common)
+    return DataLoader(like.dataset, None, sampler=index, **common)
 
 
 class DataLoader:
@@ -657,9 +656,9 @@ class DataLoader:
 
     # PyTorch's private view of a loader, which its iterators read (and code that builds
     # loader-like objects for them supplies: fastai's `_FakeLoader`)
-    _dataset_kind = property(lambda self: _DatasetKind.Iterable if self._iterable else 0)
+    _dataset_kind = property(lambda s: _DatasetKind.Iterable if s._iterable else _DatasetKind.Map)
     _auto_collation = property(lambda self: self.batch_sampler is not None)
-    _index_sampler = property(lambda self: self.batch_sampler or self.sampler)
+    _index_sampler = property(lambda s: s.batch_sampler if s._auto_collation else s.sampler)
 
     def __getstate__(self) -> dict[str, Any]:
         """A loader sent to its workers (or pickled) goes without its persistent workers."""
