@@ -1,12 +1,12 @@
 """The measurements behind docs/kernels.md. Run `python benchmarks/kernels.py [what ...]` with
 `what` among accuracy (all 2**32 float32 inputs: minutes), tanh (fast tanh against math.tanh in
-a parallel loop), groups (typical fused kernels against NumPy op by op), cache (a new
-process's first calls, cold and warm), native (attention's and layer norm's own kernels
-alone, on the GPT's shapes), alias (a kernel's time per array element as it writes and
-reads more arrays, about the fuse pass's ALIAS_CHECKS_MAX), gemm (the plan's GEMM kernel
-against np.matmul on small products), scan (the LSTM's and GRU's scan kernels against their
-NumPy versions) and xent (the cross-entropy's kernels over a vocabulary and over a few classes);
-`--help` says so too."""
+a parallel loop), underflow (the fast exp on inputs whose results are subnormal or zero), groups
+(typical fused kernels against NumPy op by op), cache (a new process's first calls, cold and
+warm), native (attention's and layer norm's own kernels alone, on the GPT's shapes), alias (a
+kernel's time per array element as it writes and reads more arrays, about the fuse pass's
+ALIAS_CHECKS_MAX), gemm (the plan's GEMM kernel against np.matmul on small products), scan (the
+LSTM's and GRU's scan kernels against their NumPy versions) and xent (the cross-entropy's
+kernels over a vocabulary and over a few classes); `--help` says so too."""
 
 from __future__ import annotations
 
@@ -137,6 +137,35 @@ def tanh_speed(shape: tuple[int, int] = (4096, 512)) -> None:
         f"{fast * 1e3:.2f} ms, math.tanh {slow * 1e3:.2f} ms ({slow / fast:.1f}x slower), "
         f"np.tanh {ref * 1e3:.2f} ms"
     )
+
+
+@numba.njit(parallel=True, fastmath=_FLAGS, error_model="numpy")
+def _fast_exp(x, out):
+    for i in prange(x.shape[0]):
+        out[i] = fastmath.exp_f32(x[i])
+
+
+def underflow_speed(size: int = 1 << 20) -> None:
+    """The fast exp on inputs whose results are normal, subnormal (x in -103.9..-87.3: each
+    product that makes one costs a microcode assist on Intel cores) and zero (a softmax's
+    scores masked with -inf or float32's lowest, which must not pay the same)."""
+    out = np.empty(size, np.float32)
+    print(f"fast exp of {size} equal float32 inputs, {numba.get_num_threads()} threads, median "
+          "of 25, ms:")  # fmt: skip
+    lowest = float(np.finfo(np.float32).min)
+    for x in (0.0, -50.0, -90.0, -100.0, -200.0, lowest, -np.inf):
+        seconds = median_seconds(_fast_exp, np.full(size, x, np.float32), out)
+        print(f"  x = {x:<14.6g} e**x = {out[0]:<12.6g} {seconds * 1e3:7.3f}")
+    import tracegrad
+    from tracegrad.runtime.eager import wait_for_kernels
+
+    scores = np.random.default_rng(0).standard_normal((8, 4, 256, 256)).astype(np.float32)
+    masked = tracegrad.tensor(scores).masked_fill(tracegrad.ones(256, 256).triu(1).bool(), lowest)
+    softmax = tracegrad.nn.functional.softmax
+    softmax(masked, -1)
+    wait_for_kernels()
+    seconds = median_seconds(softmax, masked, -1)
+    print(f"eager softmax over causally masked (8, 4, 256, 256) scores: {seconds * 1e3:.2f} ms")
 
 
 # --- fused groups against NumPy, one op at a time ---------------------------------------------
@@ -438,9 +467,10 @@ def xent_speed(runs: int = 30) -> None:
               f" ms, backward {fastest(backward, g, x, labels, dx):.3f} ms")  # fmt: skip
 
 
-JOBS = {"accuracy": accuracy, "tanh": tanh_speed, "groups": group_speed, "cache": cache_timing,
-        "native": native_speed, "alias": alias_checks, "gemm": gemm_sizes,
-        "scan": scan_speed, "xent": xent_speed}  # fmt: skip
+JOBS = {"accuracy": accuracy, "tanh": tanh_speed, "underflow": underflow_speed,
+        "groups": group_speed, "cache": cache_timing, "native": native_speed,
+        "alias": alias_checks, "gemm": gemm_sizes, "scan": scan_speed,
+        "xent": xent_speed}  # fmt: skip
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

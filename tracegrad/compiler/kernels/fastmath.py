@@ -136,8 +136,12 @@ def exp_f32(x):
     """e**x: x = m ln2 + r with |r| <= ln2/2, a degree-7 polynomial for e**r, times 2**m.
 
     2**m is applied in two halves so that subnormal results (x down to -103.9) keep their bits.
+    Below that the result is 0, and those lanes compute e**0 instead: a product that underflows
+    costs a microcode assist on Intel cores, twelve times the whole exp (a softmax over scores
+    masked with -inf or float32's lowest, a sigmoid of a large negative x).
     """
-    xc = min(max(x, _EXP_LO), _EXP_HI)
+    xc = min(x, _EXP_HI)
+    xc = xc if xc >= _EXP_LO else _ZERO
     m = np.floor(xc * _LOG2E + _HALF)
     r = xc - m * _LN2_HI
     r = r - m * _LN2_LO
@@ -145,6 +149,7 @@ def exp_f32(x):
     y = p * (r * r) + r + _ONE
     m1 = np.floor(m * _HALF)
     y = y * _pow2(m1) * _pow2(m - m1)
+    y = y if x >= _EXP_LO else _ZERO
     return y if x == x else x
 
 
