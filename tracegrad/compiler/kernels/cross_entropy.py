@@ -16,8 +16,9 @@ row's sums run in SIMD lanes (`rows._reduce`): a language model's rows are its v
 sum of exps in IEEE order keeps a row of thousands of classes to one lane.
 
 Softmax over the last axis likewise (attention written by hand, `F.softmax(scores, -1)`):
-forward exp(x - max) / sum, backward y (g - sum(g y)), one sweep each where NumPy's versions
-make five passes and three."""
+forward exp(x - max) / sum, each exp written as it is summed and divided while the row is in
+the cache, backward y (g - sum(g y)), one sweep each where NumPy's versions make five passes and
+three."""
 
 from __future__ import annotations
 
@@ -59,6 +60,21 @@ def exp_sum(x, m):
     total = T(0)
     for j in range(x.size):
         total += exp(x[j] - m)
+    return total
+'''
+
+
+_EXP_INTO = '''
+
+@_reduce
+def exp_into(x, m, d):
+    """d = exp(x - m), returning its sum, in SIMD lanes: the row's exps once, scaled after
+    while the row is in the cache."""
+    total = T(0)
+    for j in range(x.size):
+        e = exp(x[j] - m)
+        d[j] = e
+        total += e
     return total
 '''
 
@@ -210,10 +226,9 @@ _SOFTMAX = """
 def rows(x, out, lo, hi):
     for i in range(lo, hi):
         xi, o = x[i], out[i]
-        m = shift(xi)
-        total = exp_sum(xi, m)
+        total = exp_into(xi, shift(xi), o)
         for j in range(xi.size):
-            o[j] = exp(xi[j] - m) / total"""
+            o[j] /= total"""
 
 _SOFTMAX_GRAD = """
 
@@ -236,13 +251,13 @@ def generate_source(op: str, dtype: str, reduction: str = "", parallel: bool = T
     elif op == "grad":  # g (1 or n), x, labels, weight, ignore_index, dx
         title = f"Softmax cross-entropy grad, reduction {reduction}"
         arrays = [vector, matrix, "int64[::1]", vector, "int64", matrix]
-        body = _HELPERS + _BACKWARD
+        body = _HELPERS + _EXP_INTO + _BACKWARD
     elif op == "log-softmax":  # x, out
         title, arrays = "Log-softmax forward", [matrix] * 2
         body = _SHIFT + _EXP_SUM + _LOG_SOFTMAX + _FORWARD_ROWS
     elif op == "softmax forward":
         title, arrays = "Softmax forward", [matrix] * 2
-        body = _SHIFT + _EXP_SUM + _SOFTMAX + _FORWARD_ROWS
+        body = _SHIFT + _EXP_INTO + _SOFTMAX + _FORWARD_ROWS
     elif op == "softmax grad":
         title, arrays, body = "Softmax backward", [matrix] * 3, _SOFTMAX_GRAD + _BACKWARD_ROWS
     else:  # g, the forward's result, dx
