@@ -89,9 +89,12 @@ def test_kernels_on_edge_rows(rng):
 @pytest.mark.parametrize("op, grad", [(P.log_softmax, P.log_softmax_grad),
                                       (P.softmax, P.softmax_grad)])  # fmt: skip
 def test_softmax_and_log_softmax_kernels_match_the_numpy_versions(rng, dtype, tol, shape, op, grad):
-    """Over the last axis, rows of -inf and a NaN among them; an other axis has no kernel."""
+    """Over the last axis, rows of -inf and a NaN among them, a row masked with the dtype's
+    lowest (transformers' attention) and one all -inf; an other axis has no kernel."""
     x = (rng.standard_normal(shape) * 4).astype(dtype)
     x[0, 1], x[-1, -1] = -np.inf, np.nan
+    rows = x.reshape(-1, shape[-1])
+    rows[1, :2], rows[2] = np.finfo(dtype).min, -np.inf
     g = rng.standard_normal(shape).astype(dtype)
     axis = {"axis": (len(shape) - 1,)}
     out, dx = np.full(shape, 7, dtype), np.full(shape, 7, dtype)
