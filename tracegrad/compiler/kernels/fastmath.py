@@ -121,7 +121,11 @@ fminimum = _ieee_extreme("llvm.minimum")
 # --- exp ----------------------------------------------------------------------------------------
 
 _EXP_HI = _F(88.8)  # exp overflows to inf from 88.7228; clamping keeps the exponent in range
-_EXP_LO = _F(-104.0)  # exp(-104) is below half the smallest subnormal: it rounds to 0
+# exp(-104) is below half the smallest subnormal: it rounds to 0. The clamp is lower, where the
+# first half of 2**m is 2**-127, whose bits are +0.0: -inf or float32's lowest (a softmax's
+# masked scores) then make 0 by a product with 0, where an underflowing product (x down to -176)
+# costs a microcode assist on Intel cores, twelve times the whole exp.
+_EXP_LO = _F(-176.0)
 _LOG2E = _F(1.44269504088896341)
 _LN2_HI = _F(0.693359375)  # Cody-Waite: ln 2 = hi + lo, hi with few mantissa bits, m * hi exact
 _LN2_LO = _F(-2.12194440e-4)
@@ -136,12 +140,8 @@ def exp_f32(x):
     """e**x: x = m ln2 + r with |r| <= ln2/2, a degree-7 polynomial for e**r, times 2**m.
 
     2**m is applied in two halves so that subnormal results (x down to -103.9) keep their bits.
-    Below that the result is 0, and those lanes compute e**0 instead: a product that underflows
-    costs a microcode assist on Intel cores, twelve times the whole exp (a softmax over scores
-    masked with -inf or float32's lowest, a sigmoid of a large negative x).
     """
-    xc = min(x, _EXP_HI)
-    xc = xc if xc >= _EXP_LO else _ZERO
+    xc = min(max(x, _EXP_LO), _EXP_HI)
     m = np.floor(xc * _LOG2E + _HALF)
     r = xc - m * _LN2_HI
     r = r - m * _LN2_LO
@@ -149,7 +149,6 @@ def exp_f32(x):
     y = p * (r * r) + r + _ONE
     m1 = np.floor(m * _HALF)
     y = y * _pow2(m1) * _pow2(m - m1)
-    y = y if x >= _EXP_LO else _ZERO
     return y if x == x else x
 
 
