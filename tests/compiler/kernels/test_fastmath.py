@@ -53,8 +53,9 @@ def run(name: str, x: np.ndarray) -> np.ndarray:
 def special_points() -> np.ndarray:
     f32 = np.finfo(np.float32)
     points = [0.0, f32.smallest_subnormal, f32.smallest_normal, 1.0, 2.0, 0.5, f32.max, np.inf,
-              88.72283, 88.7229, 88.8, 87.33654, 103.97, 104.0, 105.0, 7.90738964, 7.9074, 9.0,
-              0.0004, 0.00039999, 1e-30, math.log(2) / 2, 1.41421356, 0.70710678]  # fmt: skip
+              88.72283, 88.7229, 88.8, 87.33654, 103.97, 104.0, 105.0, 176.0, 176.4, 177.0,
+              7.90738964, 7.9074, 9.0, 0.0004, 0.00039999, 1e-30, math.log(2) / 2, 1.41421356,
+              0.70710678]  # fmt: skip
     points = np.array(points, np.float32)
     return np.concatenate(
         [points, -points, np.nextafter(points, np.float32(0)), [np.float32(np.nan)]]
