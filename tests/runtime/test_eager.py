@@ -57,6 +57,38 @@ def test_a_large_eager_call_runs_its_kernel_once_loaded(rng, dtype, tol, monkeyp
         np.testing.assert_allclose(got, expected, rtol=tol, atol=tol * np.abs(expected).max())
 
 
+@pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-12), (np.float32, 2e-6)])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_a_large_cross_entropy_runs_its_kernels_once_loaded(rng, dtype, tol, reduction,
+                                                             monkeypatch):  # fmt: skip
+    """A language model's loss over its vocabulary (transformers' `ForCausalLMLoss`, with
+    ignored positions and class weights): NumPy first, then the cross-entropy's kernels forward
+    and back, NumPy's version refusing to run, with NumPy's loss and gradient."""
+    monkeypatch.setattr(eager, "_kernels", {})
+    x = tg.tensor(rng.standard_normal((64, 1500)).astype(dtype), requires_grad=True)
+    labels = rng.integers(0, 1500, 64)
+    labels[:5] = -100
+    labels, weight = tg.tensor(labels), tg.tensor(rng.uniform(0.5, 2.0, 1500).astype(dtype))
+
+    def step():
+        x.grad = None
+        loss = F.cross_entropy(x, labels, weight=weight, reduction=reduction)
+        loss.sum().backward()
+        return loss.numpy(), x.grad.numpy()
+
+    want = step()
+    assert loaded()
+    assert {"cross_entropy", "cross_entropy_grad"} <= {key[0] for key in eager._kernels}
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("NumPy ran an op whose kernel had loaded")
+
+    monkeypatch.setattr(P.cross_entropy, "impl", refuse)
+    monkeypatch.setattr(P.cross_entropy_grad, "impl", refuse)
+    for got, expected in zip(step(), want, strict=True):
+        np.testing.assert_allclose(got, expected, rtol=tol, atol=tol * np.abs(expected).max())
+
+
 # activation: (its function, the ops its forward and backward run by their kernels)
 ACTIVATIONS = {
     "gelu": (F.gelu, ("gelu", "gelu_slope")),

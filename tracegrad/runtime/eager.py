@@ -1,11 +1,12 @@
 """Eager calls of the ops that have kernels of their own (convolutions, max-pooling, attention,
-layer norm, batch norm, log-softmax and softmax, LSTM's and GRU's scans), and of the elementwise
-ops whose NumPy versions are many passes (GELU's, SiLU's, the sigmoid's), run those kernels (a fused
-kernel of the one op, for the latter), where the call is large enough for a plan to run one
-(`lowering.KERNEL_MIN` elements). A signature's first calls run the op's NumPy version while a
-thread loads its kernel (compiled in child processes where Numba's disk cache lacks it, as a
-traced step's first calls do), the later ones the kernel. The kernels compute what the NumPy
-versions compute, to rounding (docs/kernels.md); PyTorch's eager ops are native kernels too."""
+layer norm, batch norm, log-softmax, softmax and cross-entropy, LSTM's and GRU's scans), and of
+the elementwise ops whose NumPy versions are many passes (GELU's, SiLU's, the sigmoid's), run
+those kernels (a fused kernel of the one op, for the latter), where the call is large enough for
+a plan to run one (`lowering.KERNEL_MIN` elements). A signature's first calls run the op's NumPy
+version while a thread loads its kernel (compiled in child processes where Numba's disk cache
+lacks it, as a traced step's first calls do), the later ones the kernel. The kernels compute
+what the NumPy versions compute, to rounding (docs/kernels.md); PyTorch's eager ops are native
+kernels too."""
 
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ from tracegrad.core import primitives as P
 OPS = (P.conv2d, P.conv2d_input_grad, P.conv2d_weight_grad, P.max_pool2d_argmax, P.max_pool2d,
        P.max_pool2d_scatter, P.max_pool2d_gather, P.attention, P.attention_grad, P.layer_norm,
        P.layer_norm_grad, P.batch_norm, P.batch_norm_grad, P.batch_stats, P.log_softmax,
-       P.log_softmax_grad, P.softmax, P.softmax_grad, P.lstm_scan, P.lstm_scan_grad,
-       P.gru_scan, P.gru_scan_grad)  # fmt: skip
+       P.log_softmax_grad, P.softmax, P.softmax_grad, P.cross_entropy, P.cross_entropy_grad,
+       P.lstm_scan, P.lstm_scan_grad, P.gru_scan, P.gru_scan_grad)  # fmt: skip
 # Elementwise ops whose NumPy versions are many passes over memory. (Ops of one NumPy pass, as
 # exp or tanh, stay NumPy's: the kernels' float32 versions of them round differently.)
 ELEMENTWISE = (P.gelu, P.gelu_slope, P.gelu_tanh, P.gelu_tanh_slope, P.silu, P.silu_slope,
