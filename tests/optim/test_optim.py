@@ -70,6 +70,52 @@ def test_update_rule_matches_numpy_reference(opt_cls, reference, kwargs, rng):
         np.testing.assert_allclose(p.numpy(), expected, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("opt_cls, reference, kwargs", CASES[5:])
+@pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-12), (np.float32, 1e-5)])
+def test_eager_adam_updates_each_parameter_by_one_fused_kernel(
+    opt_cls, reference, kwargs, dtype, tol, rng, monkeypatch, request
+):
+    """Eagerly, once its kernel has loaded, Adam's update of a large parameter and its moments
+    is one fused kernel (`runtime.eager.run_group`, where NumPy made a dozen passes), with the
+    reference's results; the first call of a signature runs the ops while the kernel loads, and
+    a parameter below `lowering.KERNEL_MIN` takes the ops, as a plan does."""
+    from tracegrad.core import vocabulary
+    from tracegrad.runtime import eager
+
+    monkeypatch.setattr(eager, "_kernels", {})
+    ran = []
+
+    def spy(*args):
+        ran.append(eager.run_group(*args))
+        return ran[-1]
+
+    original = vocabulary.EAGER_GROUPS[:]
+    vocabulary.EAGER_GROUPS[:] = [spy]  # the list optim holds; put back after the test
+    request.addfinalizer(lambda: vocabulary.EAGER_GROUPS.__setitem__(slice(None), original))
+    shapes = [(300, 256), (40,)]
+    warm = [tg.tensor(np.ones(shape, dtype), requires_grad=True) for shape in shapes]
+    for p in warm:
+        p.grad = np.ones(p.shape, dtype)
+    opt_cls(warm, **kwargs).step()  # the ops, and the kernels' loading
+    eager.wait_for_kernels()
+    assert ran == [False, False]
+    p0 = [rng.standard_normal(shape).astype(dtype) for shape in shapes]
+    grads = [[rng.standard_normal(p.shape).astype(dtype) for _ in range(STEPS)] for p in p0]
+    params = [tg.tensor(p.copy(), requires_grad=True) for p in p0]
+    opt = opt_cls(params, **kwargs)
+    for step in range(STEPS):
+        for p, g in zip(params, grads, strict=True):
+            p.grad = g[step]
+        opt.step()
+    assert ran[2:] == [True, False] * STEPS
+    for p, start, g in zip(params, p0, grads, strict=True):
+        assert p.dtype == dtype
+        expected = reference(start.astype(np.float64), [x.astype(np.float64) for x in g],
+                             **kwargs)  # fmt: skip
+        np.testing.assert_allclose(p.numpy(), expected, rtol=tol, atol=tol)
+    assert opt.state[params[0]]["exp_avg"]._version[0] == STEPS  # each write counted
+
+
 def _parts(z: np.ndarray) -> np.ndarray:
     return np.stack([z.real, z.imag], -1)
 

@@ -17,7 +17,7 @@ from passes.prune import prune
 from tracegrad.core import ir
 from tracegrad.core import primitives as P
 from tracegrad.core.ops import shapes
-from tracegrad.core.vocabulary import EAGER_KERNELS, Kind
+from tracegrad.core.vocabulary import EAGER_GROUPS, EAGER_KERNELS, Kind
 
 
 def needs_kernels(graph: ir.Graph, backend: str) -> bool:
@@ -45,6 +45,7 @@ def _after_fork_in_child() -> None:
     if threads is not None and threads._is_initialized and threads._threading_layer == "omp":
         FORKED_FROM_OPENMP = True
         EAGER_KERNELS.clear()
+        EAGER_GROUPS.clear()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -25,6 +25,9 @@ PRIMITIVES: dict[str, Primitive] = {}
 # Ops whose eager calls a backend may run with kernels of its own: `run(prim, arrays, params,
 # shape, dtype)` gives the result, or None for the op's NumPy version (`runtime.eager`).
 EAGER_KERNELS: dict[Primitive, Callable] = {}
+# `runtime.eager.run_group` once a backend is loaded (an optimizer's update as one kernel): it
+# runs a graph of elementwise ops eagerly as one fused kernel, or says the caller runs the ops.
+EAGER_GROUPS: list[Callable] = []
 
 
 # What a scalar template may call and still be arithmetic (`Primitive.arithmetic`).

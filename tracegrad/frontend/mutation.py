@@ -165,7 +165,7 @@ def reshaped(f: Callable, name: str) -> Callable:
     return method
 
 
-def _array_target(target: Tensor) -> bool:
+def array_target(target: Tensor) -> bool:
     """Whether an eager in-place op may compute straight into `target`'s array, the test of
     every fast path below: not while tracing; a writable array; not a view held as a copy (a
     diagonal: `write` writes its base too); an alias (`p.data`) only while it holds its tensor's
@@ -186,7 +186,7 @@ def _into(target: Tensor, ufunc: np.ufunc, other: Any, alpha: Any = 1) -> bool:
     it there: `buf *= m` in one pass, not a new array and a copy (an optimizer's every state
     update); `alpha` scales `other` first (`add_`, `sub_`). False, having done nothing, where
     the general path must run."""
-    if not _array_target(target):
+    if not array_target(target):
         return False
     other = lift_operands((target, other if alpha == 1 else other * alpha))[1]
     if Listeners.grad_enabled and edge(other) is not None:
@@ -204,7 +204,7 @@ def _copy_into(target: Tensor, result: Tensor) -> bool:
     broadcasts and casts (`write`'s general path makes the broadcast and the cast as arrays of
     their own first: a target network's `copy_` of its source, every in-place op's write). False,
     having done nothing, where the general path must run (its errors, autograd's rules)."""
-    if not _array_target(target) or Listeners.grad_enabled and edge(result) is not None:
+    if not array_target(target) or Listeners.grad_enabled and edge(result) is not None:
         return False
     a, b = target._value, result._value
     if (
@@ -241,7 +241,7 @@ def _fill_in_place(self: Tensor, value: Any, op: str) -> Tensor:
     """Eagerly, a Python number into an untracked tensor's array by NumPy's fill, which makes it
     in the array's dtype as `fill` does (`p.grad.zero_()` in a tutorial's loop); else `write`,
     by PyTorch's rules."""
-    if value.__class__ in (int, float, bool) and _array_target(self):
+    if value.__class__ in (int, float, bool) and array_target(self):
         try:
             self._value.fill(value)
         except (OverflowError, ValueError, TypeError):
@@ -254,13 +254,13 @@ def _fill_in_place(self: Tensor, value: Any, op: str) -> Tensor:
 
 def zero_grads(params: Iterable[Tensor], set_to_none: bool) -> None:
     """`zero_grad`'s work (modules', optimizers'): drop each gradient, or zero it in place, which
-    an alias of `p.grad` sees, as in PyTorch; eagerly in the array itself (`_array_target`),
+    an alias of `p.grad` sees, as in PyTorch; eagerly in the array itself (`array_target`),
     without an array of zeros to copy from."""
     for p in params:
         g = p.grad
         if set_to_none or g is None:
             p.grad = None
-        elif _array_target(g):
+        elif array_target(g):
             g._value.fill(0)
             g._version[0] += 1
         else:
@@ -393,7 +393,7 @@ def _set_in_array(target: Tensor, index: Any, value: Any) -> bool:
     a select: `x[:, 0] = 0` in a data pipeline). False, having done nothing, where the general
     path must run (its errors, autograd's rules, indices that may repeat)."""
     tensor_value = isinstance(value, Tensor)
-    if not _array_target(target) or (
+    if not array_target(target) or (
         Listeners.grad_enabled and tensor_value and edge(value) is not None
     ):
         return False

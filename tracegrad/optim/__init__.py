@@ -30,10 +30,11 @@ import numpy as np
 
 from tracegrad.core.errors import TraceError
 from tracegrad.core.primitives import Phase, abs, maximum, minimum, sign, sqrt, where
+from tracegrad.core.vocabulary import EAGER_GROUPS
 from tracegrad.frontend.autodiff import RemovableHandle, enable_grad, no_grad
 from tracegrad.frontend.elementwise import view_as_complex, view_as_real
 from tracegrad.frontend.functions import clamp, stack
-from tracegrad.frontend.mutation import zero_grads
+from tracegrad.frontend.mutation import array_target, zero_grads
 from tracegrad.frontend.tensor import Listeners, Tensor, get_default_dtype, phase
 from tracegrad.frontend.tracer import guard, watch
 from tracegrad.nn.lazy import UninitializedParameter
@@ -748,7 +749,6 @@ class Adam(Optimizer):
         # the scalars in float64, then cast, as PyTorch computes them (Python floats): in
         # float32, 1 - beta2**t is off by up to eps32 / (1 - beta2), 6e-5 at beta2 = 0.999
         (beta1, beta2), (lr,), dtype = group.tensors("betas"), group.tensors("lr"), p._value.dtype
-        g = _weight_decay(p, g, lr, group, None if shared is None else shared[-1])
         step, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
         if shared is None:
             step += 1.0
@@ -759,6 +759,12 @@ class Adam(Optimizer):
                               _cast(1.0 - beta2, dtype))  # fmt: skip
         else:
             step_size, bias_correction2_sqrt, b1, c1, b2, c2, _ = shared
+        decay = None if shared is None else shared[-1]
+        if _fused_adam(
+            p, g, m, v, (step_size, bias_correction2_sqrt, b1, c1, b2, c2), group, decay
+        ):
+            return
+        g = _weight_decay(p, g, lr, group, decay)
         # in place: eagerly one pass each (`mutation._into`), rounded as b1 m + c1 g
         m *= b1
         m += c1 * g
@@ -770,6 +776,76 @@ class Adam(Optimizer):
             state["max_exp_avg_sq"]._assign(maximum(state["max_exp_avg_sq"], v))
             v = state["max_exp_avg_sq"]
         p -= step_size * m / (sqrt(v) / bias_correction2_sqrt + group["eps"])
+
+
+def _fused_adam(p: Tensor, g: Tensor, m: Tensor, v: Tensor, scalars: tuple[Tensor, ...],
+                group: ParamGroup, decay: Tensor | None) -> bool:  # fmt: skip
+    """Eagerly, Adam's update of one parameter and its moments as one fused kernel
+    (`vocabulary.EAGER_GROUPS`): the same ops as `Adam._update`'s, in its order, in one pass
+    over the arrays where NumPy makes a dozen. False, having done nothing, where the ops run:
+    tracing, amsgrad, a dtype or an array the kernel does not take, the kernel still loading.
+    `scalars`: the step size, the second bias correction's root and the moments' coefficients,
+    in p's dtype; `decay`: AdamW's factor, if `_shared` computed it."""
+    arrays = [t._value for t in (p, g, m, v)]
+    dtype = arrays[0].dtype
+    if (
+        not EAGER_GROUPS
+        or group["amsgrad"]
+        or dtype not in (np.float32, np.float64)
+        or any(a.__class__ is not np.ndarray or a.dtype != dtype or a.shape != arrays[0].shape
+               or not a.flags.c_contiguous for a in arrays)
+        or not all(map(array_target, (p, m, v)))
+        or any(np.may_share_memory(arrays[1], arrays[k]) for k in (0, 2, 3))
+    ):  # fmt: skip
+        return False
+    weight_decay = group["weight_decay"]
+    decoupled = bool(weight_decay) and group["decoupled_weight_decay"]
+    if decoupled:
+        decay = (
+            _cast(1.0 - group.tensors("lr")[0] * weight_decay, dtype) if decay is None else decay
+        )
+    extra = (
+        [decay._value] if decoupled else [np.asarray(weight_decay, dtype)] if weight_decay else []
+    )
+    kind = "decoupled" if decoupled else "l2" if weight_decay else ""
+    size = arrays[0].size
+    p_, g_, m_, v_ = (a.reshape(size) for a in arrays)  # views: the kernel writes p, m, v
+    ins = [p_, g_, m_, v_, *(t._value for t in scalars), np.asarray(group["eps"], dtype), *extra]
+    key = ("adam update", kind, size, dtype.str)
+    if not EAGER_GROUPS[0](key, lambda: _adam_graph(size, dtype, kind), [*ins, p_, m_, v_]):
+        return False
+    for t in (p, m, v):
+        t._version[0] += 1
+    return True
+
+
+def _adam_graph(size: int, dtype: np.dtype, decay: str) -> tuple[list, list, list]:
+    """Adam's update as a graph for `_fused_adam`: inputs p, g, m, v, the six scalars of
+    `_update`, eps and (`decay` "decoupled" or "l2") AdamW's factor or the L2 coefficient;
+    outputs the new p, m and v. The ops are `_update`'s, in its order (so eager rounds alike)."""
+    from tracegrad.core import ir
+    from tracegrad.core import primitives as P
+
+    p, g, m, v = (ir.Value((size,), dtype) for _ in range(4))
+    step_size, bc2, b1, c1, b2, c2, eps, *extra = (
+        ir.Value((), dtype) for _ in range(7 + bool(decay))
+    )
+    inputs, nodes = [p, g, m, v, step_size, bc2, b1, c1, b2, c2, eps, *extra], []
+
+    def op(prim: Any, *xs: ir.Value) -> ir.Value:
+        out = ir.Value(max((x.shape for x in xs), key=len), dtype)
+        nodes.append(ir.Node(prim, list(xs), [out], {}))
+        return out
+
+    if decay == "decoupled":
+        p = op(P.mul, p, extra[0])
+    elif decay == "l2":
+        g = op(P.add, g, op(P.mul, extra[0], p))
+    m = op(P.add, op(P.mul, m, b1), op(P.mul, c1, g))
+    v = op(P.add, op(P.mul, v, b2), op(P.mul, c2, op(P.mul, g, g)))
+    denominator = op(P.add, op(P.div, op(P.sqrt, v), bc2), eps)
+    p = op(P.sub, p, op(P.div, op(P.mul, step_size, m), denominator))
+    return inputs, nodes, [p, m, v]
 
 
 def _weight_decay(p: Tensor, g: Tensor, lr: Tensor, group: ParamGroup,

@@ -14,7 +14,7 @@ import math
 import os
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -85,12 +85,35 @@ def run(prim: vocabulary.Primitive, arrays: list[np.ndarray], params: dict[str, 
     return out
 
 
+def run_group(key: tuple, group: Callable[[], tuple[list, list, list]],
+              arrays: Sequence[np.ndarray]) -> bool:  # fmt: skip
+    """Run a graph of elementwise ops as one fused kernel, if it has loaded: `group()` builds
+    the graph (its input values, nodes, output values), `arrays` are its inputs, then the arrays
+    its outputs are written into, which may be inputs (an update in place); `key` names the
+    graph and the arrays' shapes. False, having only started the loading, where the caller runs
+    the ops (an optimizer's update: a dozen passes over each parameter, against one); and for
+    arrays smaller than a plan gives a kernel (`lowering.KERNEL_MIN`): a plan runs the ops there,
+    and eager rounds as it does."""
+    if arrays[0].size < lowering.KERNEL_MIN:
+        return False
+    if key not in _kernels:
+        _kernels[key] = _LOADING
+        _request(key, group())
+    kernel = _kernels[key]
+    if kernel is _LOADING:
+        return False
+    if not _quiet:
+        _quiet.append(_quiet_openblas())
+    kernel(*arrays)
+    return True
+
+
 def _floating(dtype: np.dtype, arrays: list[np.ndarray]) -> bool:
     """Floats and masks only: integer arithmetic stays NumPy's (its overflow, its division)."""
     return dtype.kind in "fb" and all(a.dtype.kind in "fb" for a in arrays)
 
 
-def _request(key: tuple, node: ir.Node) -> None:
+def _request(key: tuple, node: ir.Node | tuple[list, list, list]) -> None:
     _requests.put((key, node))
     if not _worker:
         _worker.append(threading.Thread(target=_load, daemon=True, name="tracegrad-eager"))
@@ -106,8 +129,8 @@ def _load() -> None:
     while True:
         key, node = _requests.get()
         try:
-            if node.prim in ELEMENTWISE or node.prim in EXACT:
-                group = (node.inputs, [node], node.outputs)
+            if isinstance(node, tuple) or node.prim in ELEMENTWISE or node.prim in EXACT:
+                group = node if isinstance(node, tuple) else (node.inputs, [node], node.outputs)
                 [(_, kernel)] = fused.compile_groups([group], background=True)
             else:
                 found = native.modules([node])
@@ -141,3 +164,4 @@ def wait_for_kernels() -> None:
 
 for _prim in OPS + ELEMENTWISE + EXACT:
     vocabulary.EAGER_KERNELS[_prim] = run
+vocabulary.EAGER_GROUPS[:] = [run_group]
