@@ -89,6 +89,32 @@ def test_a_large_cross_entropy_runs_its_kernels_once_loaded(rng, dtype, tol, red
         np.testing.assert_allclose(got, expected, rtol=tol, atol=tol * np.abs(expected).max())
 
 
+def test_large_eager_products_run_the_gemm_kernel_once_loaded(rng, monkeypatch):
+    """A layer's product and attention's stacked ones (a key transposed), forward and back: the
+    plans' GEMM kernel on Numba's threads once it has loaded, NumPy's matmul refusing to run."""
+    monkeypatch.setattr(eager, "_kernels", {})
+    x = tg.tensor(rng.standard_normal((256, 300)), requires_grad=True)
+    w = tg.tensor(rng.standard_normal((300, 256)), requires_grad=True)
+    q, k = (tg.tensor(rng.standard_normal((4, 2, 96, 32)), requires_grad=True) for _ in "qk")
+
+    def step():
+        x.grad = w.grad = q.grad = k.grad = None
+        h = (x @ w).tanh()
+        scores = q @ k.transpose(-1, -2)
+        (h.sum() + (scores @ k).square().sum()).backward()
+        return h.numpy(), x.grad.numpy(), w.grad.numpy(), q.grad.numpy(), k.grad.numpy()
+
+    want = step()
+    assert loaded()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("NumPy ran a product whose kernel had loaded")
+
+    monkeypatch.setattr(P.matmul, "impl", refuse)
+    for got, expected in zip(step(), want, strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12 * np.abs(expected).max())
+
+
 # activation: (its function, the ops its forward and backward run by their kernels)
 ACTIVATIONS = {
     "gelu": (F.gelu, ("gelu", "gelu_slope")),

@@ -27,7 +27,7 @@ OPS = (P.conv2d, P.conv2d_input_grad, P.conv2d_weight_grad, P.max_pool2d_argmax,
        P.max_pool2d_scatter, P.max_pool2d_gather, P.attention, P.attention_grad, P.layer_norm,
        P.layer_norm_grad, P.batch_norm, P.batch_norm_grad, P.batch_stats, P.log_softmax,
        P.log_softmax_grad, P.softmax, P.softmax_grad, P.cross_entropy, P.cross_entropy_grad,
-       P.lstm_scan, P.lstm_scan_grad, P.gru_scan, P.gru_scan_grad)  # fmt: skip
+       P.lstm_scan, P.lstm_scan_grad, P.gru_scan, P.gru_scan_grad, P.matmul)  # fmt: skip
 # Elementwise ops whose NumPy versions are many passes over memory. (Ops of one NumPy pass, as
 # exp or tanh, stay NumPy's: the kernels' float32 versions of them round differently.)
 ELEMENTWISE = (P.gelu, P.gelu_slope, P.gelu_tanh, P.gelu_tanh_slope, P.silu, P.silu_slope,

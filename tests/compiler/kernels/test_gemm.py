@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 
 import llvmlite.binding as llvm
+import numba
 import numpy as np
 import pytest
 
@@ -54,6 +55,43 @@ def test_products_match_numpy_in_every_layout(rng, dtype, m, k, n):
             # a shared product leaves the team awake (`team`), one on this thread does not
             shared = m * k * n >= gemm.SERIAL_MAX and kernel.threads > 1
             assert (team.last[0] != -1.0) == shared
+
+
+def batched_kernel(a: np.ndarray, b: np.ndarray):
+    out = Value((*a.shape[:-1], b.shape[-1]), a.dtype)
+    node = Node(P.matmul, [Value(a.shape, a.dtype), Value(b.shape, b.dtype)], [out])
+    [(ok, kernel)] = compile_native([node])
+    assert ok
+    return kernel
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("batch", [(7,), (3, 4), (65,)])
+def test_stacks_of_products_match_numpy(rng, dtype, batch):
+    """Attention's products: stacks of one batch shape, a key transposed (a view: its batch
+    axes still merge), each product on one thread, the stack shared between the threads from
+    SERIAL_MAX multiply-adds in all; an output that is not contiguous is computed by NumPy."""
+    q, k = (rng.standard_normal((*batch, 33, 64)).astype(dtype) for _ in range(2))
+    scores = rng.standard_normal((*batch, 33, 33)).astype(dtype)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    for a, b in ((q, np.swapaxes(k, -1, -2)), (scores, k), (np.swapaxes(scores, -1, -2), q)):
+        want = a.astype(np.float64) @ b.astype(np.float64)
+        got = np.full(want.shape, np.nan, dtype)
+        team.last[0] = -1.0
+        batched_kernel(a, b)(a, b, got)
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+        shared = a.size // a.shape[-1] * a.shape[-1] * b.shape[-1] >= gemm.SERIAL_MAX
+        assert (team.last[0] != -1.0) == (shared and numba.get_num_threads() > 1)
+        strided = np.full((*want.shape[:-1], want.shape[-1] + 2), np.nan, dtype)[..., :-2]
+        batched_kernel(a, b)(a, b, strided)
+        np.testing.assert_allclose(strided, want, rtol=tol, atol=tol)
+
+
+def test_stacks_of_other_batch_shapes_take_numpy():
+    """A batch that broadcasts (one matrix against a stack) is not the kernel's."""
+    node = Node(P.matmul, [Value((4, 5, 6), np.float32), Value((1, 6, 3), np.float32)],
+                [Value((4, 5, 3), np.float32)])  # fmt: skip
+    assert compile_native([node]) == [(False, None)]
 
 
 def test_layouts_blas_cannot_read_and_read_only_operands_go_to_numpy(rng):

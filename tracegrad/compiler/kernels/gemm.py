@@ -14,6 +14,7 @@ layouts, and read-only operands, go to `np.matmul`."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -121,6 +122,33 @@ def kernel(a, b, c, threads):
                  c.ctypes.data + lo * size, n)
     set_blas_threads(blas_threads)
     return True
+
+
+@njit("boolean({dtype}[:, :, :], {dtype}[:, :, :], {dtype}[:, :, ::1], int64)", parallel=True,
+      cache=True)
+def batched(a, b, c, threads):
+    """c[i] = a[i] @ b[i] for each i, the products shared between `threads` (attention's
+    scores and weighted values, a batch of small products each below a thread's worth); False
+    (nothing written) if BLAS cannot read an operand as it lies."""
+    count = a.shape[0]
+    for i in range(count):
+        if operand(a[i])[0] == 0 or operand(b[i])[0] == 0:
+            return False
+    (m, k), n, size = a.shape[1:], b.shape[2], c.itemsize
+    if k == 0:
+        c[:] = 0
+    if count == 0 or m == 0 or n == 0 or k == 0:
+        return True
+    blas_threads = get_blas_threads()
+    set_blas_threads(1)
+    share = -(-count // threads)
+    for part in prange(-(-count // share)):
+        for i in range(part * share, min(count, (part + 1) * share)):
+            (ta, lda), (tb, ldb) = operand(a[i]), operand(b[i])
+            gemm(ROW_MAJOR, ta, tb, m, n, k, T(1), a[i].ctypes.data, lda, b[i].ctypes.data, ldb,
+                 T(0), c[i].ctypes.data, n)
+    set_blas_threads(blas_threads)
+    return True
 '''
 
 
@@ -140,14 +168,17 @@ def generate_source(dtype: str, ints: str) -> str:
 
 def module(node: Node) -> tuple[str, str]:
     """The name and text of a matrix product's kernel module; NotImplementedError unless both
-    operands are 2-D, not constants, and of the result's dtype, float32 or float64, and there
-    are GEMM routines to call (`blas.gemm_symbols`)."""
+    operands are 2-D, or stacks of matrices of one batch shape, not constants, and of the
+    result's dtype, float32 or float64, and there are GEMM routines to call
+    (`blas.gemm_symbols`)."""
     dtype = node.outputs[0].dtype.name
     ints = gemm_symbols()
+    a, b = node.inputs
     if (
         ints is None
         or dtype not in DTYPES
-        or any(v.ndim != 2 or v.dtype.name != dtype or v.const is not None for v in node.inputs)
+        or any(v.ndim < 2 or v.dtype.name != dtype or v.const is not None for v in node.inputs)
+        or a.shape[:-2] != b.shape[:-2]
     ):
         raise NotImplementedError(
             f"no BLAS kernel for matmul of {[v.type_str for v in node.inputs]}"
@@ -158,12 +189,15 @@ def module(node: Node) -> tuple[str, str]:
 class GemmKernel(GeneratedKernel):
     """`kernel(a, b, out)`: out = a @ b, on Numba's threads where BLAS can read a and b."""
 
-    def __init__(self, compiled: Callable, path: Path):
+    def __init__(self, compiled: Callable, path: Path, batched: Callable | None = None):
         super().__init__(compiled, path)
         self.threads = numba.get_num_threads()  # as many shares, from now on (as conv's)
         self.fast = True
+        self.batched = batched
 
     def __call__(self, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+        if a.ndim > 2:
+            return self._batched(a, b, out)
         # The signature refuses (TypeError, before anything runs) a read-only operand, an `out`
         # that is not C-contiguous, another dtype: checking each here cost more than a small
         # product's work. Numba's error costs far more than a product, and what a plan passes
@@ -180,6 +214,22 @@ class GemmKernel(GeneratedKernel):
                 self.fast = False
         np.matmul(a, b, out=out)
 
+    def _batched(self, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+        """Stacks of one batch shape, seen as one batch axis (a view where the batch axes
+        merge: a transposed key's are still the key's), each product on one thread."""
+        (m, k), n, count = a.shape[-2:], b.shape[-1], math.prod(a.shape[:-2])
+        a3, b3, c3 = (np.reshape(x, (count, *x.shape[-2:])) for x in (a, b, out))
+        threads = self.threads if m * k * n * count >= SERIAL_MAX else 1
+        if self.fast and np.may_share_memory(c3, out):  # a view, not a copy to write
+            try:
+                if self.batched(a3, b3, c3, threads):
+                    if threads > 1:
+                        team.finished()
+                    return
+            except TypeError:
+                self.fast = False
+        np.matmul(a, b, out=out)
+
 
 def launcher(node: Node, compiled: Callable, path: Path) -> GemmKernel:
-    return GemmKernel(compiled, path)
+    return GemmKernel(compiled, path, compiled.py_func.__globals__["batched"])
