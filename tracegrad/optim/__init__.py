@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -644,6 +645,8 @@ class SGD(Optimizer):
         return {"momentum_buffer": _zeros_like(p), **first}
 
     def _update(self, p: Tensor, g: Tensor, state: dict[str, Tensor], group: ParamGroup) -> None:
+        if _fused_sgd(p, g, state.get("momentum_buffer"), self.lr_for(p, group), group):
+            return
         weight_decay = group["weight_decay"]
         if weight_decay:
             g = g + weight_decay * p
@@ -780,62 +783,77 @@ class Adam(Optimizer):
 
 def _fused_adam(p: Tensor, g: Tensor, m: Tensor, v: Tensor, scalars: tuple[Tensor, ...],
                 group: ParamGroup, decay: Tensor | None) -> bool:  # fmt: skip
-    """Eagerly, Adam's update of one parameter and its moments as one fused kernel
-    (`vocabulary.EAGER_GROUPS`): the same ops as `Adam._update`'s, in its order, in one pass
-    over the arrays where NumPy makes a dozen. False, having done nothing, where the ops run:
-    tracing, amsgrad, a dtype or an array the kernel does not take, the kernel still loading.
-    `scalars`: the step size, the second bias correction's root and the moments' coefficients,
-    in p's dtype; `decay`: AdamW's factor, if `_shared` computed it."""
-    arrays = [t._value for t in (p, g, m, v)]
-    dtype = arrays[0].dtype
+    """Eagerly, Adam's update of p and its moments as one fused kernel (`_fused_update`); False
+    where the ops run (amsgrad too). `scalars`: the step size, the second bias correction's root
+    and the moments' coefficients, in p's dtype; `decay`: AdamW's factor, if `_shared` computed
+    it."""
+    if group["amsgrad"]:
+        return False
+    dtype, weight_decay = p._value.dtype, group["weight_decay"]
+    decoupled = bool(weight_decay) and group["decoupled_weight_decay"]
+    if decoupled and decay is None:
+        decay = _cast(1.0 - group.tensors("lr")[0] * weight_decay, dtype)
+    kind = "decoupled" if decoupled else "l2" if weight_decay else ""
+    extra = [decay._value] if decoupled else [weight_decay] if weight_decay else []
+    numbers = [*(t._value for t in scalars), group["eps"], *extra]
+    return _fused_update(("adam", kind), (p, m, v), g, numbers, partial(_adam_graph, decay=kind))
+
+
+def _fused_update(kind: tuple, state: tuple[Tensor, ...], g: Tensor, numbers: list[Any],
+                  graph: Callable[..., tuple[list, list, list]]) -> bool:  # fmt: skip
+    """Eagerly, an optimizer's update of a parameter and its state (`state`, the parameter
+    first) from its gradient g as one fused kernel (`vocabulary.EAGER_GROUPS`): the same ops as
+    the optimizer's, in its order (`graph(size, dtype)` builds them: inputs the state, g, then
+    `numbers` as 0-d values of p's dtype; outputs the new state), in one pass over the arrays
+    where NumPy makes one per op. False, having done nothing, where the ops run: tracing, a
+    dtype or an array the kernel does not take, the kernel still loading."""
+    arrays = [t._value for t in (*state, g)]
+    dtype, shape = arrays[0].dtype, arrays[0].shape
     if (
         not EAGER_GROUPS
-        or group["amsgrad"]
         or dtype not in (np.float32, np.float64)
-        or any(a.__class__ is not np.ndarray or a.dtype != dtype or a.shape != arrays[0].shape
+        or any(a.__class__ is not np.ndarray or a.dtype != dtype or a.shape != shape
                or not a.flags.c_contiguous for a in arrays)
-        or not all(map(array_target, (p, m, v)))
-        or any(np.may_share_memory(arrays[1], arrays[k]) for k in (0, 2, 3))
+        or not all(map(array_target, state))
+        or any(np.may_share_memory(arrays[-1], a) for a in arrays[:-1])
     ):  # fmt: skip
         return False
-    weight_decay = group["weight_decay"]
-    decoupled = bool(weight_decay) and group["decoupled_weight_decay"]
-    if decoupled:
-        decay = (
-            _cast(1.0 - group.tensors("lr")[0] * weight_decay, dtype) if decay is None else decay
-        )
-    extra = (
-        [decay._value] if decoupled else [np.asarray(weight_decay, dtype)] if weight_decay else []
-    )
-    kind = "decoupled" if decoupled else "l2" if weight_decay else ""
     size = arrays[0].size
-    p_, g_, m_, v_ = (a.reshape(size) for a in arrays)  # views: the kernel writes p, m, v
-    ins = [p_, g_, m_, v_, *(t._value for t in scalars), np.asarray(group["eps"], dtype), *extra]
-    key = ("adam update", kind, size, dtype.str)
-    if not EAGER_GROUPS[0](key, lambda: _adam_graph(size, dtype, kind), [*ins, p_, m_, v_]):
+    flat = [a.reshape(size) for a in arrays]  # views: the kernel writes the state's arrays
+    ins = [*flat, *(np.asarray(x, dtype) for x in numbers)]
+    key = (*kind, size, dtype.str)
+    if not EAGER_GROUPS[0](key, lambda: graph(size, dtype), [*ins, *flat[:-1]]):
         return False
-    for t in (p, m, v):
+    for t in state:
         t._version[0] += 1
     return True
 
 
-def _adam_graph(size: int, dtype: np.dtype, decay: str) -> tuple[list, list, list]:
-    """Adam's update as a graph for `_fused_adam`: inputs p, g, m, v, the six scalars of
-    `_update`, eps and (`decay` "decoupled" or "l2") AdamW's factor or the L2 coefficient;
-    outputs the new p, m and v. The ops are `_update`'s, in its order (so eager rounds alike)."""
+def _graph(size: int, dtype: np.dtype, arrays: int, numbers: int) -> tuple[list, list, Callable]:
+    """The inputs of an update's graph (`arrays` of `size` elements, then `numbers` 0-d), its
+    node list, and `op(prim, *values)`, which appends a node and gives its result."""
     from tracegrad.core import ir
-    from tracegrad.core import primitives as P
 
-    p, g, m, v = (ir.Value((size,), dtype) for _ in range(4))
-    step_size, bc2, b1, c1, b2, c2, eps, *extra = (
-        ir.Value((), dtype) for _ in range(7 + bool(decay))
-    )
-    inputs, nodes = [p, g, m, v, step_size, bc2, b1, c1, b2, c2, eps, *extra], []
+    inputs = [ir.Value((size,), dtype) for _ in range(arrays)]
+    inputs += [ir.Value((), dtype) for _ in range(numbers)]
+    nodes: list = []
 
     def op(prim: Any, *xs: ir.Value) -> ir.Value:
         out = ir.Value(max((x.shape for x in xs), key=len), dtype)
         nodes.append(ir.Node(prim, list(xs), [out], {}))
         return out
+
+    return inputs, nodes, op
+
+
+def _adam_graph(size: int, dtype: np.dtype, decay: str) -> tuple[list, list, list]:
+    """Adam's update as a graph for `_fused_adam`: inputs p, m, v, g, the six scalars of
+    `_update`, eps and (`decay` "decoupled" or "l2") AdamW's factor or the L2 coefficient;
+    outputs the new p, m and v. The ops are `_update`'s, in its order (so eager rounds alike)."""
+    from tracegrad.core import primitives as P
+
+    inputs, nodes, op = _graph(size, dtype, 4, 7 + bool(decay))
+    p, m, v, g, step_size, bc2, b1, c1, b2, c2, eps, *extra = inputs
 
     if decay == "decoupled":
         p = op(P.mul, p, extra[0])
@@ -846,6 +864,38 @@ def _adam_graph(size: int, dtype: np.dtype, decay: str) -> tuple[list, list, lis
     denominator = op(P.add, op(P.div, op(P.sqrt, v), bc2), eps)
     p = op(P.sub, p, op(P.div, op(P.mul, step_size, m), denominator))
     return inputs, nodes, [p, m, v]
+
+
+def _fused_sgd(p: Tensor, g: Tensor, buf: Tensor | None, lr: Tensor, group: ParamGroup) -> bool:
+    """Eagerly, SGD's update of p (and its momentum buffer) as one fused kernel
+    (`_fused_update`); False where the ops run (dampening too: its first step differs)."""
+    if not group["momentum"]:
+        buf = None  # a buffer left from a momentum since set to 0 is not the update's
+    elif buf is None or group["dampening"]:
+        return False
+    weight_decay, nesterov = group["weight_decay"], bool(group["nesterov"])
+    momentum = [group.tensors("momentum", p.dtype)[0]._value] if buf is not None else []
+    numbers = [lr._value, *momentum, *([weight_decay] if weight_decay else [])]
+    kind = ("sgd", buf is not None, nesterov, bool(weight_decay))
+    state = (p,) if buf is None else (p, buf)
+    return _fused_update(kind, state, g, numbers, partial(_sgd_graph, kind=kind))
+
+
+def _sgd_graph(size: int, dtype: np.dtype, kind: tuple) -> tuple[list, list, list]:
+    """SGD's update as a graph for `_fused_sgd`: inputs p, [the buffer], g, lr, [momentum],
+    [weight decay]; outputs the new p [and buffer], by `SGD._update`'s ops in its order."""
+    from tracegrad.core import primitives as P
+
+    _, momentum, nesterov, decay = kind
+    inputs, nodes, op = _graph(size, dtype, 2 + momentum, 1 + momentum + decay)
+    (p, *buf, g), numbers = inputs[: 2 + momentum], iter(inputs[2 + momentum :])
+    lr, mu, wd = next(numbers), next(numbers) if momentum else None, next(numbers, None)
+    if decay:
+        g = op(P.add, g, op(P.mul, wd, p))
+    if momentum:
+        buf = [op(P.add, op(P.mul, buf[0], mu), g)]
+        g = op(P.add, g, op(P.mul, mu, buf[0])) if nesterov else buf[0]
+    return inputs, nodes, [op(P.sub, p, op(P.mul, lr, g)), *buf]
 
 
 def _weight_decay(p: Tensor, g: Tensor, lr: Tensor, group: ParamGroup,
