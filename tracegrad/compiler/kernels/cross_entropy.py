@@ -132,17 +132,6 @@ def kernel(x, labels, weight, ignore, out):
 
 _BACKWARD = """
 
-@_reduce
-def exp_into(x, m, d):
-    \"\"\"d = exp(x - m), returning its sum, in SIMD lanes: the row's exps once, scaled after
-    while the row is in the cache.\"\"\"
-    total = T(0)
-    for j in range(x.size):
-        e = exp(x[j] - m)
-        d[j] = e
-        total += e
-    return total
-
 
 @_inner
 def gradients(x, labels, ignore, coef, dx, lo, hi):

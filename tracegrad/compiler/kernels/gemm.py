@@ -15,7 +15,7 @@ layouts, and read-only operands, go to `np.matmul`."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numba
@@ -196,39 +196,35 @@ class GemmKernel(GeneratedKernel):
         self.batched = batched
 
     def __call__(self, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
-        if a.ndim > 2:
-            return self._batched(a, b, out)
-        # The signature refuses (TypeError, before anything runs) a read-only operand, an `out`
-        # that is not C-contiguous, another dtype: checking each here cost more than a small
-        # product's work. Numba's error costs far more than a product, and what a plan passes
-        # (a read-only input, say) is the same at every call: after one, NumPy's from then on.
-        if self.fast:
+        if a.ndim == 2:
             (m, k), n = a.shape, b.shape[-1]
-            threads = self.threads if m * k * n >= SERIAL_MAX else 1
-            try:
-                if self.compiled(a, b, out, threads):
-                    if threads > 1:
-                        team.finished()
-                    return
-            except TypeError:
-                self.fast = False
+            if self.fast and self._ran(self.compiled, (a, b, out), m * k * n):
+                return
+        else:  # stacks of one batch shape as one batch axis: a view where the batch axes merge
+            (m, k), n, count = a.shape[-2:], b.shape[-1], math.prod(a.shape[:-2])
+            stacks = [np.reshape(x, (count, *x.shape[-2:])) for x in (a, b, out)]
+            # (a transposed key's still do; a result reshaped into a copy is not written)
+            in_out = np.may_share_memory(stacks[2], out)
+            if self.fast and in_out and self._ran(self.batched, stacks, m * k * n * count):
+                return
         np.matmul(a, b, out=out)
 
-    def _batched(self, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
-        """Stacks of one batch shape, seen as one batch axis (a view where the batch axes
-        merge: a transposed key's are still the key's), each product on one thread."""
-        (m, k), n, count = a.shape[-2:], b.shape[-1], math.prod(a.shape[:-2])
-        a3, b3, c3 = (np.reshape(x, (count, *x.shape[-2:])) for x in (a, b, out))
-        threads = self.threads if m * k * n * count >= SERIAL_MAX else 1
-        if self.fast and np.may_share_memory(c3, out):  # a view, not a copy to write
-            try:
-                if self.batched(a3, b3, c3, threads):
-                    if threads > 1:
-                        team.finished()
-                    return
-            except TypeError:
-                self.fast = False
-        np.matmul(a, b, out=out)
+    def _ran(self, kernel: Callable, arrays: Sequence[np.ndarray], work: int) -> bool:
+        """Whether `kernel` computed the product, on the threads from SERIAL_MAX multiply-adds.
+        Its signature refuses (TypeError, before anything runs) a read-only operand, an `out`
+        that is not C-contiguous, another dtype: checking each here cost more than a small
+        product's work. Numba's error costs far more than a product, and what a plan passes
+        (a read-only input, say) is the same at every call: after one, NumPy's from then on."""
+        threads = self.threads if work >= SERIAL_MAX else 1
+        try:
+            if not kernel(*arrays, threads):
+                return False
+        except TypeError:
+            self.fast = False
+            return False
+        if threads > 1:
+            team.finished()
+        return True
 
 
 def launcher(node: Node, compiled: Callable, path: Path) -> GemmKernel:
