@@ -1,12 +1,13 @@
 """Eager calls of the ops that have kernels of their own (convolutions, max-pooling, attention,
-layer norm, batch norm, log-softmax, softmax and cross-entropy, LSTM's and GRU's scans), and of
-the elementwise ops whose NumPy versions are many passes (GELU's, SiLU's, the sigmoid's), run
-those kernels (a fused kernel of the one op, for the latter), where the call is large enough for
-a plan to run one (`lowering.KERNEL_MIN` elements). A signature's first calls run the op's NumPy
-version while a thread loads its kernel (compiled in child processes where Numba's disk cache
-lacks it, as a traced step's first calls do), the later ones the kernel. The kernels compute
-what the NumPy versions compute, to rounding (docs/kernels.md); PyTorch's eager ops are native
-kernels too."""
+layer norm, batch norm, log-softmax, softmax and cross-entropy, LSTM's and GRU's scans, matrix
+products), and of the elementwise ops whose NumPy versions are many passes (GELU's, SiLU's, the
+sigmoid's), run those kernels (a fused kernel of the one op, for the latter), where the call is
+large enough for a plan to run one (`lowering.KERNEL_MIN` elements); so does a small graph of
+elementwise ops a caller hands over whole (`run_group`: an optimizer's update). A signature's
+first calls run the op's NumPy version while a thread loads its kernel (compiled in child
+processes where Numba's disk cache lacks it, as a traced step's first calls do), the later ones
+the kernel. The kernels compute what the NumPy versions compute, to rounding (docs/kernels.md);
+PyTorch's eager ops are native kernels too."""
 
 from __future__ import annotations
 
