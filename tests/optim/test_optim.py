@@ -116,6 +116,35 @@ def test_eager_updates_of_large_parameters_run_one_fused_kernel_each(
     assert params[0]._version[0] == STEPS  # each write counted
 
 
+UNFUSED = [(optim.Adam, dict(lr=0.01, maximize=True)), (optim.SGD, dict(lr=0.1, momentum=0.9)),
+           (optim.AdamW, dict(lr=0.01, amsgrad=True))]  # fmt: skip
+
+
+@pytest.mark.parametrize("opt_cls, kwargs", UNFUSED)
+def test_eager_updates_agree_with_or_without_fused_kernels(opt_cls, kwargs, rng, request):
+    """Maximizing, a gradient laid out transposed (the ops take it), amsgrad (the ops): the
+    same parameters whether the fused kernels run (`vocabulary.EAGER_GROUPS`) or not."""
+    from tracegrad.core import vocabulary
+    from tracegrad.runtime import eager
+
+    original = vocabulary.EAGER_GROUPS[:]
+    request.addfinalizer(lambda: vocabulary.EAGER_GROUPS.__setitem__(slice(None), original))
+    start = rng.standard_normal((400, 300))
+    grads = [rng.standard_normal((300, 400)).T for _ in range(STEPS)]  # columns contiguous
+
+    def train(groups: list) -> np.ndarray:
+        vocabulary.EAGER_GROUPS[:] = groups
+        p, q = (tg.tensor(start.copy(), requires_grad=True) for _ in "pq")
+        opt = opt_cls([p, q], **kwargs)
+        for g in grads:
+            p.grad, q.grad = g, np.ascontiguousarray(g)
+            opt.step()
+            eager.wait_for_kernels()
+        return np.stack([p.numpy(), q.numpy()])
+
+    np.testing.assert_allclose(train(original), train([]), rtol=1e-12, atol=1e-12)
+
+
 def _parts(z: np.ndarray) -> np.ndarray:
     return np.stack([z.real, z.imag], -1)
 
