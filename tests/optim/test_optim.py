@@ -116,11 +116,11 @@ def test_eager_updates_of_large_parameters_run_one_fused_kernel_each(
     assert params[0]._version[0] == STEPS  # each write counted
 
 
-UNFUSED = [(optim.Adam, dict(lr=0.01, maximize=True)), (optim.SGD, dict(lr=0.1, momentum=0.9)),
+UPDATE_EDGES = [(optim.Adam, dict(lr=0.01, maximize=True)), (optim.SGD, dict(lr=0.1, momentum=0.9)),
            (optim.AdamW, dict(lr=0.01, amsgrad=True))]  # fmt: skip
 
 
-@pytest.mark.parametrize("opt_cls, kwargs", UNFUSED)
+@pytest.mark.parametrize("opt_cls, kwargs", UPDATE_EDGES)
 def test_eager_updates_agree_with_or_without_fused_kernels(opt_cls, kwargs, rng, request):
     """Maximizing, a gradient laid out transposed (the ops take it), amsgrad (the ops): the
     same parameters whether the fused kernels run (`vocabulary.EAGER_GROUPS`) or not."""
