@@ -356,6 +356,7 @@ def _join(
             _legal(n, option, made_at)
             and not _narrow_results(n, option, readers)
             and _vectorizes(option, readers, n)
+            and _fits_a_kernel([*(m for g in option for m in g.nodes), n])
         ):
             return _merge(option, group_of, groups)
     return None
@@ -383,6 +384,25 @@ def _vectorizes(option: list[_Group], readers: dict[Value, list[Node | None]],
     return written * (written - 1) // 2 + written * read <= ALIAS_CHECKS_MAX
 
 
+def _fits_a_kernel(nodes: list[Node]) -> bool:
+    """Whether a kernel can loop over these nodes' domain: three canonical axes at most
+    (`shapes.canonical_axes`), two where a row's reduction is read again. A group past that
+    runs as NumPy calls whole, so the node that would take it there starts a group of its own
+    (attention's scores masked per sample, not per head: three axes; then softmaxed by rows:
+    four)."""
+    made = {v: n for n in nodes for v in n.outputs}
+    domain = np.broadcast_shapes(*map(_extent, nodes))
+    reads = [v.shape for n in nodes for v in n.inputs if v not in made and v.const is None]
+    reduced = []
+    for n in nodes:
+        if n.prim.kind is Kind.REDUCTION:
+            offset = len(domain) - n.inputs[0].ndim
+            reduced.append(tuple(a + offset for a in _reduced(n)[1]))
+    reread = any(made.get(v) is not None and made[v].prim.kind is Kind.REDUCTION
+                 for n in nodes for v in n.inputs)  # fmt: skip
+    return len(shapes.canonical_axes(domain, reads, reduced)) <= (2 if reread else 3)
+
+
 def _merge_siblings(groups: dict[int, _Group], group_of: dict, made_at: dict[Value, int],
                     node_readers: dict[Value, list[Node | None]]) -> None:  # fmt: skip
     """Each group joins the latest earlier one that reads a value as large as both their domains
@@ -398,7 +418,8 @@ def _merge_siblings(groups: dict[int, _Group], group_of: dict, made_at: dict[Val
         alike = {id(g): g for v in large for g in readers.get(v, ()) if domains[id(g)] == domain}
         ordered = sorted(alike.values(), key=lambda g: -g.start)
         owner = next((g for g in ordered if _siblings(g, later, outside, made_at)
-                      and _vectorizes([g, later], node_readers)), None)  # fmt: skip
+                      and _vectorizes([g, later], node_readers)
+                      and _fits_a_kernel(g.nodes + later.nodes)), None)  # fmt: skip
         if owner is None:
             owner = later
         else:

@@ -57,6 +57,29 @@ def test_a_long_recurrence_is_cut_into_kernels_within_llvms_alias_checks():
         assert written * (written - 1) // 2 + written * read <= ALIAS_CHECKS_MAX
 
 
+def test_a_masked_softmax_is_cut_where_a_kernel_would_need_four_axes():
+    """Attention's scores masked per sample but not per head ((B, 1, T, T) against (B, H, T,
+    T): three canonical axes), then softmaxed by rows (four, which no kernel loops over: the
+    whole group had run as NumPy calls): the mask's group and the softmax's are kernels apart,
+    and the values are eager's."""
+    from tracegrad.compiler.kernels import fused
+
+    r = np.random.default_rng(0)
+    scores = tg.tensor(r.standard_normal((2, 3, 8, 8)))
+    mask = tg.tensor(r.random((2, 1, 8, 8)) < 0.7)
+
+    def f(scores, mask):
+        return tg.nn.functional.softmax(scores.masked_fill(~mask, float("-inf")) * 0.5, -1)
+
+    traced = tg.trace(f, backend="numpy")
+    np.testing.assert_allclose(traced(scores, mask).numpy(), f(scores, mask).numpy(), rtol=1e-12)
+    graph, _ = passes.fuse(traced.latest.capture.graph)
+    groups = [n.attrs["body"] for n in graph.nodes if n.op == "fused"]
+    assert len(groups) >= 2
+    kernels = fused.compile_groups([(b.inputs, b.nodes, b.outputs) for b in groups], compile=False)
+    assert all(ok for ok, _ in kernels)
+
+
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
 def test_complex_values_stay_out_of_kernels(backend, monkeypatch):
     """Kernels are real: complex products and sums (a spectral layer's) run as NumPy's calls,
