@@ -8,9 +8,9 @@ Numba kernels in between); the Numba threads sleep too, and every product then p
 teams' wake-ups. Run on Numba's threads, products and kernels share one team, which spins
 briefly between them (GOMP_SPINCOUNT, `kernels/__init__.py`; docs/kernels.md, "Threads and a
 busy machine", has the measurements). Results differ from NumPy's only by rounding (a
-single-threaded call, or MKL, blocks the sums its own way). 2-D
-operands of float32 or float64 in any layout BLAS reads (rows or columns contiguous); other
-layouts, and read-only operands, go to `np.matmul`."""
+single-threaded call, or MKL, blocks the sums its own way). 2-D operands, or stacks of one batch
+shape (each product on one thread, the stack shared), of float32 or float64 in any layout BLAS
+reads (rows or columns contiguous); other layouts, and read-only operands, go to `np.matmul`."""
 
 from __future__ import annotations
 
