@@ -645,7 +645,8 @@ class SGD(Optimizer):
         return {"momentum_buffer": _zeros_like(p), **first}
 
     def _update(self, p: Tensor, g: Tensor, state: dict[str, Tensor], group: ParamGroup) -> None:
-        if _fused_sgd(p, g, state.get("momentum_buffer"), self.lr_for(p, group), group):
+        lr = self.lr_for(p, group)
+        if _fused_sgd(p, g, state.get("momentum_buffer"), lr, group):
             return
         weight_decay = group["weight_decay"]
         if weight_decay:
@@ -663,7 +664,7 @@ class SGD(Optimizer):
             else:
                 buf += g
             g = g + momentum * buf if group["nesterov"] else buf
-        p -= self.lr_for(p, group) * g
+        p -= lr * g
 
 
 class Adam(Optimizer):
@@ -791,38 +792,49 @@ def _fused_adam(p: Tensor, g: Tensor, m: Tensor, v: Tensor, scalars: tuple[Tenso
         return False
     dtype, weight_decay = p._value.dtype, group["weight_decay"]
     decoupled = bool(weight_decay) and group["decoupled_weight_decay"]
-    if decoupled and decay is None:
-        decay = _cast(1.0 - group.tensors("lr")[0] * weight_decay, dtype)
     kind = "decoupled" if decoupled else "l2" if weight_decay else ""
-    extra = [decay._value] if decoupled else [weight_decay] if weight_decay else []
-    numbers = [*(t._value for t in scalars), group["eps"], *extra]
+
+    def numbers() -> list[Any]:
+        """The scalars, eps, then AdamW's factor or the L2 coefficient (`_adam_graph`'s)."""
+        if decoupled:
+            lr = group.tensors("lr")[0]
+            extra = [(_cast(1.0 - lr * weight_decay, dtype) if decay is None else decay)._value]
+        else:
+            extra = [weight_decay] if weight_decay else []
+        return [*(t._value for t in scalars), group["eps"], *extra]
+
     return _fused_update(("adam", kind), (p, m, v), g, numbers, partial(_adam_graph, decay=kind))
 
 
-def _fused_update(kind: tuple, state: tuple[Tensor, ...], g: Tensor, numbers: list[Any],
+def _fused_update(kind: tuple, state: tuple[Tensor, ...], g: Tensor,
+                  numbers: Callable[[], list[Any]],
                   graph: Callable[..., tuple[list, list, list]]) -> bool:  # fmt: skip
     """Eagerly, an optimizer's update of a parameter and its state (`state`, the parameter
     first) from its gradient g as one fused kernel (`vocabulary.EAGER_GROUPS`): the same ops as
     the optimizer's, in its order (`graph(size, dtype)` builds them: inputs the state, g, then
-    `numbers` as 0-d values of p's dtype; outputs the new state), in one pass over the arrays
+    `numbers()` as 0-d values of p's dtype; outputs the new state), in one pass over the arrays
     where NumPy makes one per op. False, having done nothing, where the ops run: tracing, a
-    dtype or an array the kernel does not take, the kernel still loading."""
-    arrays = [t._value for t in (*state, g)]
-    dtype, shape = arrays[0].dtype, arrays[0].shape
-    if (
-        not EAGER_GROUPS
-        or dtype not in (np.float32, np.float64)
-        or any(a.__class__ is not np.ndarray or a.dtype != dtype or a.shape != shape
-               or not a.flags.c_contiguous for a in arrays)
-        or not all(map(array_target, state))
-        or any(np.may_share_memory(arrays[-1], a) for a in arrays[:-1])
-    ):  # fmt: skip
+    dtype or an array the kernel does not take, a small parameter, the kernel still loading."""
+    p = state[0]._value
+    if not EAGER_GROUPS or p.__class__ is not np.ndarray or p.dtype not in (np.float32, np.float64):
         return False
-    size = arrays[0].size
-    flat = [a.reshape(size) for a in arrays]  # views: the kernel writes the state's arrays
-    ins = [*flat, *(np.asarray(x, dtype) for x in numbers)]
+    dtype, size = p.dtype, p.size
+
+    def arrays() -> list[np.ndarray] | None:
+        """The kernel's arrays (the state's flat views, written in place), or None."""
+        values = [t._value for t in (*state, g)]
+        if (
+            any(a.__class__ is not np.ndarray or a.dtype != dtype or a.shape != p.shape
+                or not a.flags.c_contiguous for a in values)
+            or not all(map(array_target, state))
+            or any(np.may_share_memory(values[-1], a) for a in values[:-1])
+        ):  # fmt: skip
+            return None
+        flat = [a.reshape(size) for a in values]
+        return [*flat, *(np.asarray(x, dtype) for x in numbers()), *flat[:-1]]
+
     key = (*kind, size, dtype.str)
-    if not EAGER_GROUPS[0](key, lambda: graph(size, dtype), [*ins, *flat[:-1]]):
+    if not EAGER_GROUPS[0](key, size, lambda: graph(size, dtype), arrays):
         return False
     for t in state:
         t._version[0] += 1
@@ -874,8 +886,11 @@ def _fused_sgd(p: Tensor, g: Tensor, buf: Tensor | None, lr: Tensor, group: Para
     elif buf is None or group["dampening"]:
         return False
     weight_decay, nesterov = group["weight_decay"], bool(group["nesterov"])
-    momentum = [group.tensors("momentum", p.dtype)[0]._value] if buf is not None else []
-    numbers = [lr._value, *momentum, *([weight_decay] if weight_decay else [])]
+
+    def numbers() -> list[Any]:
+        momentum = [group.tensors("momentum", p.dtype)[0]._value] if buf is not None else []
+        return [lr._value, *momentum, *([weight_decay] if weight_decay else [])]
+
     kind = ("sgd", buf is not None, nesterov, bool(weight_decay))
     state = (p,) if buf is None else (p, buf)
     return _fused_update(kind, state, g, numbers, partial(_sgd_graph, kind=kind))

@@ -72,41 +72,50 @@ def run(prim: vocabulary.Primitive, arrays: list[np.ndarray], params: dict[str, 
     if prim in EXACT and not (_quiet and size >= EXACT_MIN and _floating(dtype, arrays)):
         return None
     key = (prim.name, *((a.shape, a.dtype.str) for a in arrays), repr(sorted(params.items())))
-    if key not in _kernels:
-        _kernels[key] = _LOADING
+
+    def node() -> ir.Node:
         values = [ir.Value(a.shape, a.dtype) for a in arrays]
-        _request(key, ir.Node(prim, values, [ir.Value(shape, dtype)], dict(params)))
-    kernel = _kernels[key]
-    if kernel is _LOADING:
+        return ir.Node(prim, values, [ir.Value(shape, dtype)], dict(params))
+
+    kernel = _loaded(key, node)
+    if kernel is None:
         return None
-    if not _quiet:
-        _quiet.append(_quiet_openblas())
     out = np.empty(shape, dtype)
     kernel(*arrays, out)
     return out
 
 
-def run_group(key: tuple, group: Callable[[], tuple[list, list, list]],
-              arrays: Sequence[np.ndarray]) -> bool:  # fmt: skip
-    """Run a graph of elementwise ops as one fused kernel, if it has loaded: `group()` builds
-    the graph (its input values, nodes, output values), `arrays` are its inputs, then the arrays
-    its outputs are written into, which may be inputs (an update in place); `key` names the
-    graph and the arrays' shapes. False, having only started the loading, where the caller runs
-    the ops (an optimizer's update: a dozen passes over each parameter, against one); and for
-    arrays smaller than a plan gives a kernel (`lowering.KERNEL_MIN`): a plan runs the ops there,
-    and eager rounds as it does."""
-    if arrays[0].size < lowering.KERNEL_MIN:
+def run_group(key: tuple, size: int, group: Callable[[], tuple[list, list, list]],
+              arrays: Callable[[], Sequence[np.ndarray] | None]) -> bool:  # fmt: skip
+    """Run a graph of elementwise ops over `size` elements as one fused kernel, if it has
+    loaded: `group()` builds the graph (its input values, nodes, output values); `arrays()`
+    gives its inputs, then the arrays its outputs are written into, which may be inputs (an
+    update in place), or None where the caller must run the ops; `key` names the graph and
+    its shapes. False, having at most started the loading, where the caller runs the ops (an
+    optimizer's update: a dozen passes over each parameter, against one); and below
+    `lowering.KERNEL_MIN` elements, where a plan runs the ops too and eager rounds as it does
+    (asked first: an update of a small parameter pays for nothing else)."""
+    if size < lowering.KERNEL_MIN:
         return False
+    kernel = _loaded(key, group)
+    given = None if kernel is None else arrays()
+    if given is None:
+        return False
+    kernel(*given)
+    return True
+
+
+def _loaded(key: tuple, request: Callable[[], ir.Node | tuple[list, list, list]]) -> Any:
+    """The kernel of `key` if it has loaded (NumPy's OpenBLAS told to sleep between calls from
+    the first on), else None, its loading started by the first ask (`request()` builds what
+    to compile: a node, or a group's inputs, nodes and outputs)."""
     if key not in _kernels:
         _kernels[key] = _LOADING
-        _request(key, group())
+        _request(key, request())
     kernel = _kernels[key]
-    if kernel is _LOADING:
-        return False
-    if not _quiet:
+    if kernel is not _LOADING and not _quiet:
         _quiet.append(_quiet_openblas())
-    kernel(*arrays)
-    return True
+    return kernel
 
 
 def _floating(dtype: np.dtype, arrays: list[np.ndarray]) -> bool:
