@@ -130,21 +130,21 @@ def batched(a, b, c, threads):
     """c[i] = a[i] @ b[i] for each i, the products shared between `threads` (attention's
     scores and weighted values, a batch of small products each below a thread's worth); False
     (nothing written) if BLAS cannot read an operand as it lies."""
-    count = a.shape[0]
-    for i in range(count):
-        if operand(a[i])[0] == 0 or operand(b[i])[0] == 0:
-            return False
-    (m, k), n, size = a.shape[1:], b.shape[2], c.itemsize
+    count, (m, k), n = a.shape[0], a.shape[1:], b.shape[2]
+    if count == 0:
+        return True
+    (ta, lda), (tb, ldb) = operand(a[0]), operand(b[0])  # every matrix of a stack lies alike
+    if ta == 0 or tb == 0:
+        return False
     if k == 0:
         c[:] = 0
-    if count == 0 or m == 0 or n == 0 or k == 0:
+    if m == 0 or n == 0 or k == 0:
         return True
     blas_threads = get_blas_threads()
     set_blas_threads(1)
     share = -(-count // threads)
     for part in prange(-(-count // share)):
         for i in range(part * share, min(count, (part + 1) * share)):
-            (ta, lda), (tb, ldb) = operand(a[i]), operand(b[i])
             gemm(ROW_MAJOR, ta, tb, m, n, k, T(1), a[i].ctypes.data, lda, b[i].ctypes.data, ldb,
                  T(0), c[i].ctypes.data, n)
     set_blas_threads(blas_threads)
@@ -187,9 +187,10 @@ def module(node: Node) -> tuple[str, str]:
 
 
 class GemmKernel(GeneratedKernel):
-    """`kernel(a, b, out)`: out = a @ b, on Numba's threads where BLAS can read a and b."""
+    """`kernel(a, b, out)`: out = a @ b, on Numba's threads where BLAS can read a and b
+    (`compiled` for 2-D operands, `batched` for stacks)."""
 
-    def __init__(self, compiled: Callable, path: Path, batched: Callable | None = None):
+    def __init__(self, compiled: Callable, path: Path, batched: Callable):
         super().__init__(compiled, path)
         self.threads = numba.get_num_threads()  # as many shares, from now on (as conv's)
         self.fast = True
