@@ -54,16 +54,23 @@ CASES = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("opt_cls, reference, kwargs", CASES)
-def test_update_rule_matches_numpy_reference(opt_cls, reference, kwargs, rng):
-    p0 = [rng.standard_normal((3, 4)), rng.standard_normal(4)]
-    grads = [[rng.standard_normal(p.shape) for _ in range(STEPS)] for p in p0]
-    params = [tg.tensor(p.copy(), requires_grad=True) for p in p0]
+def trained(opt_cls: type, kwargs: dict, starts: list, grads: list) -> list:
+    """Parameters from `starts` after STEPS steps of `opt_cls(**kwargs)`, each parameter's
+    gradients (`grads`, one list a parameter) one a step."""
+    params = [tg.tensor(p.copy(), requires_grad=True) for p in starts]
     opt = opt_cls(params, **kwargs)
     for step in range(STEPS):
         for p, g in zip(params, grads, strict=True):
             p.grad = g[step]
         opt.step()
+    return params
+
+
+@pytest.mark.parametrize("opt_cls, reference, kwargs", CASES)
+def test_update_rule_matches_numpy_reference(opt_cls, reference, kwargs, rng):
+    p0 = [rng.standard_normal((3, 4)), rng.standard_normal(4)]
+    grads = [[rng.standard_normal(p.shape) for _ in range(STEPS)] for p in p0]
+    params = trained(opt_cls, kwargs, p0, grads)
     for p, start, g in zip(params, p0, grads, strict=True):
         expected = reference(start, g, **kwargs)
         assert not np.allclose(expected, start)  # the reference did move the parameter
@@ -101,12 +108,7 @@ def test_eager_updates_of_large_parameters_run_one_fused_kernel_each(
     assert ran == [False, False]
     p0 = [rng.standard_normal(shape).astype(dtype) for shape in shapes]
     grads = [[rng.standard_normal(p.shape).astype(dtype) for _ in range(STEPS)] for p in p0]
-    params = [tg.tensor(p.copy(), requires_grad=True) for p in p0]
-    opt = opt_cls(params, **kwargs)
-    for step in range(STEPS):
-        for p, g in zip(params, grads, strict=True):
-            p.grad = g[step]
-        opt.step()
+    params = trained(opt_cls, kwargs, p0, grads)
     assert ran[2:] == [True, False] * STEPS
     for p, start, g in zip(params, p0, grads, strict=True):
         assert p.dtype == dtype
