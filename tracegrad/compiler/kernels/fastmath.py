@@ -124,7 +124,7 @@ _EXP_HI = _F(88.8)  # exp overflows to inf from 88.7228; clamping keeps the expo
 # exp(-104) is below half the smallest subnormal: it rounds to 0. The clamp is lower, where the
 # first half of 2**m is 2**-127, whose bits are +0.0: -inf or float32's lowest (a softmax's
 # masked scores) then make 0 by a product with 0, where an underflowing product (x down to -176)
-# costs a microcode assist on Intel cores, twelve times the whole exp.
+# costs a microcode assist on Intel cores, far more than the whole exp (docs/kernels.md).
 _EXP_LO = _F(-176.0)
 _LOG2E = _F(1.44269504088896341)
 _LN2_HI = _F(0.693359375)  # Cody-Waite: ln 2 = hi + lo, hi with few mantissa bits, m * hi exact
