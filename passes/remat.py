@@ -6,8 +6,10 @@ or `Primitive.cheap`) nor a view) and the values
 backward reads: every residual must then be rebuildable by a chain of cheap nodes from kept
 values. So an exact GELU layer keeps its pre-activation, not the two scaled copies of it that
 backward reads, an MLP layer keeps only its pre-activation, and a conv + ReLU + max-pool layer
-its pre-activation and the int8 positions of the maxima. Of cuts of equal size, the one nearest
-backward: least recomputation."""
+its pre-activation and the int8 positions of the maxima. A result of the step costs nothing to
+keep, as it is held to the step's end anyway (a clipped gradient, the new `.grad`, is read by the
+update, not multiplied again). Of cuts of equal size, the one nearest backward: least
+recomputation."""
 
 from __future__ import annotations
 
@@ -42,12 +44,12 @@ def min_cut_kept(graph: Graph, residuals: list[Value]) -> set[Value]:
     import networkx as nx  # here, not at the top: `import tracegrad` need not load it
 
     network = nx.DiGraph()
-    inputs = set(graph.inputs)
+    inputs, outputs = set(graph.inputs), set(graph.outputs)
     for n in graph.nodes:
         if n.phase is not Phase.FORWARD:
             continue
         for v in n.outputs:
-            network.add_edge((v, "in"), (v, "out"), capacity=v.nbytes)
+            network.add_edge((v, "in"), (v, "out"), capacity=0 if v in outputs else v.nbytes)
             if not _cheap(n):
                 network.add_edge("source", (v, "in"))  # no capacity: unbounded
                 continue
@@ -94,7 +96,7 @@ def rematerialize(graph: Graph) -> tuple[Graph, PassStats]:
     producers = graph.producers()
     saved = saved_values(graph)
     order = {v: i for i, n in enumerate(graph.nodes) for v in n.outputs}
-    kept = set(graph.inputs) | min_cut_kept(graph, saved)
+    kept = set(graph.inputs) | set(graph.outputs) | min_cut_kept(graph, saved)
     plans = {}
     for v in sorted(saved, key=order.__getitem__):
         chain = _chain(v, producers, kept) if v not in kept else None
@@ -113,7 +115,7 @@ def rematerialize(graph: Graph) -> tuple[Graph, PassStats]:
             n = n.replace(inputs=[clones.get(v, v) for v in n.inputs])
         nodes.append(n)
     after = Graph(graph.inputs, nodes, graph.outputs)
-    anchors = kept - set(saved) - set(graph.inputs)  # kept for the chains, not read by backward
+    anchors = kept - set(saved) - set(graph.inputs) - set(graph.outputs)  # not read by backward
     freed = sum(v.nbytes for v in plans) - sum(v.nbytes for v in anchors)
     note = f"{len(plans)} saved values recomputed in backward"
     return after, PassStats("remat", len(graph.nodes), len(nodes), freed, note)

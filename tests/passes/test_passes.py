@@ -250,7 +250,7 @@ def gelu_layer():
     ]
     bwd.append(node("add", [bwd[0][1], bwd[1][1]], (4, 3), Phase.BACKWARD))
     nodes = [n for n, _ in fwd + bwd]
-    return Graph([x, w], nodes, [y, bwd[-1][1]]), u
+    return Graph([x, w], nodes, [bwd[-1][1]]), u
 
 
 def test_remat_keeps_only_the_pre_activation():
@@ -266,7 +266,8 @@ def test_remat_keeps_only_the_pre_activation():
 def test_remat_rebuilds_views_instead_of_keeping_their_base():
     """Max-pooling's shape: u = x @ w, r = relu(u), two window slices of r compared in
     backward. Keeping the slices keeps r alive beside u; slices are free to make again, so only
-    u (which relu's backward reads) is kept."""
+    u (which relu's backward reads) is kept, and m, a result of the step, held to its end
+    anyway."""
     x, w = val(4, 4), val(4, 4)
     n1, u = node("matmul", [x, w], (4, 4))
     n2, r = node("maximum", [u, const(0.0)], (4, 4))
@@ -278,7 +279,7 @@ def test_remat_rebuilds_views_instead_of_keeping_their_base():
     n8, other = node("equal", [right, m], (4, 2), Phase.BACKWARD, dtype=np.bool_)
     g = Graph([x, w], [n1, n2, n3, n4, n5, n6, n7, n8], [m, mask, hit, other])
     after, _ = passes.rematerialize(g)
-    assert passes.saved_values(after) == [u]
+    assert passes.saved_values(after) == [u, m]
     same_results(g, after, rand(4, 4), rand(4, 4))
 
 
@@ -295,6 +296,23 @@ def test_remat_of_a_long_run_of_cheap_nodes():
     g = Graph([x, w], [*nodes, n, n2], [y, z])
     after, _ = passes.rematerialize(g)
     same_results(g, after, rand(4), rand(4))
+
+
+def test_remat_keeps_a_result_of_the_step_rather_than_recompute_it():
+    """A gradient clipped, then applied (g' = g * c, p' = p - lr * g'): g' is a result (the new
+    `.grad`), held to the end of the step anyway, so the update reads it rather than multiply
+    again; a value that is not a result is still recomputed (h = g * c, read by the update)."""
+    g, c, p, lr = val(8, 4), val(), val(8, 4), val()
+    n1, clipped = node("mul", [g, c], (8, 4))
+    n2, h = node("mul", [g, c], (8, 4))
+    n3, step = node("mul", [clipped, lr], (8, 4), Phase.UPDATE)
+    n4, new = node("sub", [p, step], (8, 4), Phase.UPDATE)
+    n5, other = node("mul", [h, lr], (8, 4), Phase.UPDATE)
+    graph = Graph([g, c, p, lr], [n1, n2, n3, n4, n5], [clipped, new, other])
+    after, _ = passes.rematerialize(graph)
+    assert passes.saved_values(after) == [clipped]
+    assert [n.phase for n in after.nodes].count(Phase.RECOMPUTE) == 1
+    same_results(graph, after, rand(8, 4), rand(), rand(8, 4), rand())
 
 
 def test_remat_keeps_the_smallest_cut():
