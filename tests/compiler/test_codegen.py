@@ -1,10 +1,13 @@
 """The generated plan's statements: cheaper spellings of NumPy calls compute what the op's own
 function computes, and a traceback names the plan's line."""
 
+import threading
+
 import numpy as np
 import pytest
 
 import tracegrad as tg
+from tracegrad.compiler.codegen import compile_source
 
 
 def views_and_reductions(x, c):
@@ -48,3 +51,35 @@ def test_a_sum_around_a_kept_axis_keeps_sums_own_function():
     for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(g.numpy(), w.numpy())
     assert "= sum_impl0(a, " in traced.latest.source and "np.add.reduce(c, " in traced.latest.source
+
+
+def test_a_plans_calls_map_no_memory_whatever_its_frames_size():
+    """CPython maps a fresh chunk of its frame stack (16 KiB) for a call whose frame does not fit
+    in the last one, and unmaps it on return. A plan's frame holds a local per value: one that
+    filled a thread's first chunk to near its end made each of its calls into Python map a
+    chunk and fault it in. Plans of every size around a chunk's, each run on a fresh thread:
+    their calls fault no pages in."""
+    resource = pytest.importorskip("resource")
+    if not hasattr(resource, "RUSAGE_THREAD"):
+        pytest.skip("needs per-thread page fault counts (Linux)")
+    calls = 200
+
+    def faults(locals_: int) -> int:
+        lines = ["def plan(f):", *(f"    v{i} = 0" for i in range(locals_ - calls))]
+        lines += [f"    w{i} = f()" for i in range(calls)] + ["    return w0"]
+        run = compile_source("\n".join(lines) + "\n", {}, "plan")
+        counts = []
+
+        def on_a_thread() -> None:
+            run(int)  # a first call may map what later ones reuse
+            before = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+            run(lambda: 0)
+            counts.append(resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - before)
+
+        thread = threading.Thread(target=on_a_thread)
+        thread.start()
+        thread.join()
+        return counts[0]
+
+    worst = max(faults(n) for n in range(1700, 2100, 8))
+    assert worst < calls // 4

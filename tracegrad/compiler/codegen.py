@@ -10,6 +10,7 @@ on update nodes may write into the state's own buffers."""
 
 from __future__ import annotations
 
+import functools
 import linecache
 import weakref
 from collections.abc import Callable
@@ -186,14 +187,31 @@ def _no_commit() -> None:
 
 
 def compile_source(source: str, namespace: dict[str, Any], name: str) -> Callable:
-    """exec the plan under a fake file name whose lines linecache can show in tracebacks."""
+    """exec the plan under a fake file name whose lines linecache can show in tracebacks; the
+    function returned runs it as a generator (`run_plan`)."""
+    source += "    yield  # never reached: the plan is a generator (codegen.run_plan)\n"
     filename = f"<tracegrad plan {next(_plan_ids)}: {name}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     namespace["__name__"] = "tracegrad.plan"  # NumPy's warnings in a plan are an op's (__init__)
     exec(compile(source, filename, "exec"), namespace)  # noqa: S102 (our own generated code)
     function = namespace[name]
     weakref.finalize(function, linecache.cache.pop, filename, None)  # dies with the plan
-    return function
+    return functools.update_wrapper(functools.partial(run_plan, function), function)
+
+
+def run_plan(plan: Callable, *args: Any) -> Any:
+    """Run a generated plan to its return value, its frame off the interpreter's stack.
+    CPython keeps frames on a stack of 16 KiB chunks, and maps a chunk afresh (and unmaps it
+    after) whenever a call's frame does not fit in the last one. A plan's frame is large (a
+    local per value): when it filled the last chunk to near its end, each of the plan's calls
+    into Python (kernel launchers, NumPy's wrappers, a thousand a step for a recurrent decoder)
+    mapped a chunk and faulted it in, or not, depending on how deep the caller's stack was. A
+    generator's frame lives in the generator object instead."""
+    try:
+        plan(*args).send(None)
+    except StopIteration as done:
+        return done.value
+    raise AssertionError("a plan never yields")
 
 
 def identifier(name: str) -> str:

@@ -10,6 +10,7 @@ so nothing the user holds changes.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import sys
@@ -184,7 +185,7 @@ def _instrumented(fn: Any, views: list, inputs: list, owner: dict[int, int], n: 
     size = max(owner, default=0) + 8  # straight-line code: each line runs at most once
     nodes, traced, times = np.full(size, n), np.zeros(size, np.int64), np.zeros(size)
     count = np.zeros(1, np.int64)
-    code = fn.__code__
+    code = inspect.unwrap(fn).__code__  # the plan's own function (`codegen.run_plan`)
 
     def local(frame: Any, event: str, arg: Any) -> Any:
         if event in ("line", "return") and count[0] < size:
