@@ -484,7 +484,10 @@ def _narrow_results(n: Node, option: list[_Group], readers: dict[Value, list[Nod
     over its whole domain, or once a row (`row_shaped`), so such a group never compiles."""
     values = [v for g in option for v in g.values]
     members = {id(m) for g in option for m in g.nodes} | {id(n)}
-    domain = np.broadcast_shapes(_extent(n), *(v.shape for v in values))
+    try:
+        domain = np.broadcast_shapes(_extent(n), *(v.shape for v in values))
+    except ValueError:  # groups over domains that do not broadcast (a row's scale read by both)
+        return True
     narrow = [v for v in values if v.shape != domain and not shapes.row_shaped(v.shape, domain)]
     return any(id(r) not in members for v in narrow for r in readers.get(v, ()))
 

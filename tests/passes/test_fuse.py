@@ -28,6 +28,25 @@ def test_rows_of_shapes_that_do_not_broadcast_are_not_fused(backend, monkeypatch
         np.testing.assert_allclose(traced(a, q, w).numpy(), f(a, q, w).numpy(), rtol=1e-12)
 
 
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_a_value_read_by_groups_over_two_domains_joins_one(backend, monkeypatch):
+    """transformers' Mamba: a (2, 16, 1) scale made in a group over (2, 16, 64) is read by a
+    node over (2, 16, 32), which also reads a group over (2, 16, 32). Both groups and the node
+    have no common domain: the node joins one of them, where numpy's broadcast error had
+    ended the fuse pass."""
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+    r = np.random.default_rng(0)
+    a, b, s = (tg.tensor(r.standard_normal(x)) for x in ((2, 16, 64), (2, 16, 32), (2, 16, 1)))
+
+    def f(a, b, s):
+        scale = s * 2.0
+        return a * scale, (b * 3.0) * scale
+
+    traced = tg.trace(f, backend=backend)
+    for got, want in zip(traced(a, b, s), f(a, b, s), strict=True):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
+
+
 def test_a_long_recurrence_is_cut_into_kernels_within_llvms_alias_checks():
     """A GRU's hidden states recomputed from its saved gates, h = n + z (h - n) for 40 steps,
     each h read by the step's caller: one group would write 40 arrays and read 81 (its loop
