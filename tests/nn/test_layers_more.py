@@ -602,6 +602,8 @@ def test_embedding_from_pretrained_and_its_pytorch_arguments():
     bag = nn.EmbeddingBag.from_pretrained(table, mode="sum")
     assert bag(tg.tensor([[0, 2]])).tolist() == [[4.0, 6.0]] and not bag.weight.requires_grad
     assert nn.Embedding(4, 2, sparse=True).weight.shape == (4, 2)
+    # transformers' sinusoidal position tables: `_freeze=True` without `_weight`, never trained
+    assert not nn.Embedding(4, 2, _freeze=True).weight.requires_grad
     scaled = nn.Embedding(4, 2, scale_grad_by_freq=True)  # each pick's gradient / its count
     scaled(tg.tensor([1, 1, 3])).sum().backward()
     assert scaled.weight.grad.tolist() == [[0.0, 0.0], [1.0, 1.0], [0.0, 0.0], [1.0, 1.0]]

@@ -588,6 +588,7 @@ class Embedding(Module):
             self.weight = Parameter(as_tensor(_weight).detach(), requires_grad=not _freeze)
             return
         self.weight = empty_parameter(num_embeddings, embedding_dim)
+        self.weight.requires_grad = not _freeze  # a fixed table (transformers' sinusoidal ones)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
