@@ -266,6 +266,7 @@ def test_devices_and_hardware_that_is_not_there():
         torch.zeros(2, device=torch.device("cuda"))
     assert not torch.cuda.is_available() and torch.cuda.device_count() == 0
     assert not torch.cuda.is_initialized() and not torch.cuda._initialized  # reversible layers
+    assert torch.cuda.default_generators == ()  # none to seed from (transformers' Reformer)
     assert not torch.cuda.is_bf16_supported() and torch.cuda.manual_seed_all(1) is None
     assert torch.cuda.max_memory_allocated() == 0 and torch.cuda.memory_stats() == {}  # llm.c
     assert not torch.backends.mps.is_available() and not torch.backends.cudnn.is_available()

@@ -25,6 +25,7 @@ def is_initialized() -> bool:
 
 
 _initialized = False  # PyTorch's private flag, which reversible layers read before saving GPU RNG
+default_generators: tuple = ()  # one per CUDA device (transformers' Reformer seeds from them)
 
 
 def is_bf16_supported(including_emulation: bool = True) -> bool:
