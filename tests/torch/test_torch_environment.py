@@ -165,6 +165,8 @@ def test_memory_formats_are_accepted():
     x = torch.ones(1, 3, 5, 5).contiguous(memory_format=torch.channels_last)
     assert model(x).shape == (1, 4, 3, 3) and repr(torch.channels_last) == "torch.channels_last"
     assert torch.contiguous_format is not torch.preserve_format
+    assert torch.legacy_contiguous_format is torch.contiguous_format  # Phi-MoE's empty_like
+    assert torch.empty_like(x, memory_format=torch.legacy_contiguous_format).shape == x.shape
 
 
 def test_hubs_progress_bar_and_directory(tmp_path):

@@ -31,7 +31,7 @@ __all__ = ["are_deterministic_algorithms_enabled", "can_cast", "channels_last",
            "is_deterministic_algorithms_warn_only_enabled", "sparse_bsc", "sparse_bsr",
            "sparse_csc", "sparse_csr",
            "channels_last_3d", "contiguous_format", "get_default_device", "memory_format",
-           "preserve_format",
+           "legacy_contiguous_format", "preserve_format",
            "get_float32_matmul_precision", "get_printoptions", "get_rng_state", "is_nonzero",
            "printoptions", "promote_types",
            "result_type",
@@ -95,6 +95,7 @@ def autocast_increment_nesting() -> int:
 
 autocast_decrement_nesting = autocast_increment_nesting
 contiguous_format = memory_format("contiguous_format")
+legacy_contiguous_format = contiguous_format  # one object, as PyTorch's (Phi-MoE's Gumbel noise)
 channels_last = memory_format("channels_last")
 channels_last_3d = memory_format("channels_last_3d")
 preserve_format = memory_format("preserve_format")
