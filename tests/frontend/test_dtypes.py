@@ -119,3 +119,23 @@ def test_every_way_to_make_a_bfloat16_tensor_rounds_the_values():
     x = torch.zeros(1)
     assert x.new_full((1,), 0.1, dtype=bf).tolist() == [want[1]]
     assert x.new_tensor([1.5], dtype=bf).tolist() == [1.5]
+
+
+def test_every_way_to_write_into_a_bfloat16_tensor_rounds_the_values():
+    """The same cast, into a bfloat16 tensor that exists: transformers' RecurrentGemma keeps a
+    bfloat16 `normalizer` buffer, which its `_init_weights` sets by `init.constant_` to
+    sqrt(hidden_size); it became the subnormal 5 * 2**-133, and every activation ~0."""
+    bf, want = torch.bfloat16, [5.65625] * 2
+    assert torch.nn.init.constant_(torch.zeros(2, dtype=bf), 32**0.5).tolist() == want
+    assert torch.nn.init.ones_(torch.zeros(2, dtype=bf)).tolist() == [1.0, 1.0]
+    assert torch.zeros(2, dtype=bf).fill_(32**0.5).tolist() == want
+    x = torch.zeros(2, dtype=bf)
+    x[:] = 32**0.5
+    assert x.tolist() == want
+    x[1] = torch.tensor(2.5)
+    assert x.tolist() == [5.65625, 2.5]
+    like = torch.zeros(2, dtype=bf)  # the dtype the input has, not one asked for
+    assert torch.ones_like(like).tolist() == [1.0, 1.0]
+    assert torch.full_like(like, 32**0.5).tolist() == want
+    assert torch.zeros(2, dtype=bf).uniform_(2.0, 2.0).tolist() == [2.0, 2.0]
+    assert torch.zeros(2, dtype=bf).copy_(torch.tensor([0.1, 1.5])).tolist() == [0.10009765625, 1.5]

@@ -40,3 +40,17 @@ def cast(x: np.ndarray, dtype: Any) -> np.ndarray:
 def readable(a: Any) -> Any:
     """An array as its values: bfloat16 bits as float32 (for printing, item, tolist)."""
     return from_bfloat16(a) if getattr(a, "dtype", None) == BFLOAT16 else a
+
+
+def as_dtype(value: Any, dtype: Any) -> np.ndarray:
+    """`np.asarray(value, dtype)`, through float32 where `dtype` is bfloat16: NumPy would cast
+    a number into the bits' stand-in as an integer (5.66 as the subnormal 5 * 2**-133)."""
+    if np.dtype(dtype) == BFLOAT16:
+        return value if getattr(value, "dtype", None) == BFLOAT16 else to_bfloat16(value)
+    return np.asarray(value, dtype)
+
+
+def can_cast(source: Any, target: Any, casting: str = "same_kind") -> bool:
+    """`np.can_cast`, taking bfloat16 for the float it is (NumPy sees a structured dtype)."""
+    source, target = (np.float32 if np.dtype(d) == BFLOAT16 else d for d in (source, target))
+    return np.can_cast(source, target, casting)

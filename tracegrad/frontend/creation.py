@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from tracegrad.core import primitives as P
-from tracegrad.core.bfloat16 import BFLOAT16
+from tracegrad.core.bfloat16 import BFLOAT16, as_dtype
 from tracegrad.core.ops import shapes
 from tracegrad.frontend import random
 from tracegrad.frontend.counting import data_dependent_shape
@@ -180,14 +180,14 @@ def zeros_like(input: Any, dtype: Any = None, device: Any = None, requires_grad:
 def ones_like(input: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False,
               **options: Any) -> Tensor:  # fmt: skip
     shape, dtype = _like("ones_like", input, dtype, device, options)
-    return Tensor._of(np.ones(shape, dtype), requires_grad=requires_grad)
+    return Tensor._of(as_dtype(np.ones(shape), dtype), requires_grad=requires_grad)
 
 
 @_bfloat16_via_float32
 def full_like(input: Any, fill_value: Any, dtype: Any = None, device: Any = None,
               requires_grad: bool = False, **options: Any) -> Tensor:  # fmt: skip
     shape, dtype = _like("full_like", input, dtype, device, options)
-    return Tensor._of(np.full(shape, fill_value, dtype), requires_grad=requires_grad)
+    return Tensor._of(as_dtype(np.full(shape, fill_value), dtype), requires_grad=requires_grad)
 
 
 empty_like = zeros_like

@@ -23,7 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from tracegrad.core import bfloat16
 from tracegrad.core import primitives as P
+from tracegrad.core.bfloat16 import BFLOAT16
 from tracegrad.core.errors import ShapeError, TraceError
 from tracegrad.core.ops.random import uniform_dtype
 from tracegrad.core.vocabulary import Primitive
@@ -63,7 +65,7 @@ def write(target: Tensor, result: Any, op: str) -> Tensor:
             )
         result = broadcast_to(result, target.shape)
     if result.dtype != target.dtype:
-        if not np.can_cast(result.dtype, target.dtype, "same_kind"):
+        if not bfloat16.can_cast(result.dtype, target.dtype, "same_kind"):
             raise TypeError(f"{op}: result type {result.dtype} can't be cast to the tensor's "
                             f"dtype {target.dtype}")  # fmt: skip
         result = astype(result, target.dtype)
@@ -241,7 +243,7 @@ def _fill_in_place(self: Tensor, value: Any, op: str) -> Tensor:
     """Eagerly, a Python number into an untracked tensor's array by NumPy's fill, which makes it
     in the array's dtype as `fill` does (`p.grad.zero_()` in a tutorial's loop); else `write`,
     by PyTorch's rules."""
-    if value.__class__ in (int, float, bool) and array_target(self):
+    if value.__class__ in (int, float, bool) and array_target(self) and self.dtype != BFLOAT16:
         try:
             self._value.fill(value)
         except (OverflowError, ValueError, TypeError):
@@ -270,7 +272,7 @@ def zero_grads(params: Iterable[Tensor], set_to_none: bool) -> None:
 def fill(self: Tensor, value: Any) -> Tensor:
     """`value` (a number or a 0-d tensor) everywhere, in this tensor's dtype."""
     if not isinstance(value, Tensor):
-        return Tensor._of(np.asarray(value, self.dtype))
+        return Tensor._of(bfloat16.as_dtype(value, self.dtype))
     if value.ndim:
         raise ShapeError(f"fill_: expects a number or a 0-d tensor, got shape {value.shape}")
     return value if value.dtype == self.dtype else astype(value, self.dtype)
@@ -411,10 +413,11 @@ def _set_in_array(target: Tensor, index: Any, value: Any) -> bool:
             item = item._value
         arrays.append(item)
     v = value._value if tensor_value else value
+    bits = target._value.dtype == BFLOAT16  # a number's bits, not the number cast to them
     if v.__class__ is not np.ndarray and not isinstance(v, int | float | bool):
         return False  # lists, NumPy scalars, complex numbers: as_written's rules
     try:
-        target._value[tuple(arrays)] = v
+        target._value[tuple(arrays)] = bfloat16.as_dtype(v, BFLOAT16) if bits else v
     except (IndexError, ValueError, TypeError, OverflowError):
         return False  # NumPy checks before it writes: the general path names the error
     target._version[0] += 1

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from tracegrad.core import bfloat16
 from tracegrad.frontend.autodiff import no_grad
 from tracegrad.frontend.random import Generator
 from tracegrad.frontend.tensor import Tensor
@@ -77,7 +78,7 @@ def _calculate_correct_fan(tensor: Tensor, mode: str) -> int:
 
 def _fill(tensor: Tensor, data: np.ndarray) -> Tensor:
     with no_grad():
-        tensor._assign(Tensor._of(np.asarray(data, tensor.dtype)))
+        tensor._assign(Tensor._of(bfloat16.as_dtype(data, tensor.dtype)))
     return tensor
 
 
