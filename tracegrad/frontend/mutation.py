@@ -413,7 +413,7 @@ def _set_in_array(target: Tensor, index: Any, value: Any) -> bool:
             item = item._value
         arrays.append(item)
     v = value._value if tensor_value else value
-    bits = target._value.dtype == BFLOAT16  # a number's bits, not the number cast to them
+    bits = target._value.dtype == BFLOAT16  # numbers rounded to bfloat16, not cast to its bits
     if v.__class__ is not np.ndarray and not isinstance(v, int | float | bool):
         return False  # lists, NumPy scalars, complex numbers: as_written's rules
     try:
