@@ -204,9 +204,9 @@ def run_plan(plan: Callable, *args: Any) -> Any:
     CPython keeps frames on a stack of 16 KiB chunks, and maps a chunk afresh (and unmaps it
     after) whenever a call's frame does not fit in the last one. A plan's frame is large (a
     local per value): when it filled the last chunk to near its end, each of the plan's calls
-    into Python (kernel launchers, NumPy's wrappers, a thousand a step for a recurrent decoder)
-    mapped a chunk and faulted it in, or not, depending on how deep the caller's stack was. A
-    generator's frame lives in the generator object instead."""
+    into Python (kernel launchers, NumPy's wrappers) mapped a chunk and faulted it in, or not,
+    depending on how deep the caller's stack was. A generator's frame lives in the generator
+    object instead."""
     try:
         plan(*args).send(None)
     except StopIteration as done:
