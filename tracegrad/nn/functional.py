@@ -737,7 +737,7 @@ def avg_pool2d(
                     "stride")  # fmt: skip
     pads = _pair(padding, "avg_pool2d", "padding")
     if ceil_mode:  # a window wider than the padded input is that input (EfficientNet's pooling)
-        kernel = tuple(min(k, n + 2 * p) for k, n, p in zip(kernel, x.shape[2:], pads))
+        kernel = tuple(min(k, n + 2 * p) for k, n, p in zip(kernel, x.shape[2:], pads, strict=True))
     extra = ceil_extra(x.shape[2:], kernel, strides, pads) if ceil_mode else (0, 0)
     plane = x.shape[2:]
     if extra != (0, 0):
