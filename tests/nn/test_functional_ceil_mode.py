@@ -47,7 +47,7 @@ def _reference(x, k, s, p, reduce, include_pad):
     return out
 
 
-def test_an_average_over_a_window_wider_than_the_input_sums_the_input_once():
+def test_a_window_wider_than_the_input_pools_the_input_once():
     """transformers' EfficientNet pools its (N, 2560, 1, 1) features with
     `AvgPool2d(2560, ceil_mode=True)`: one window, clipped to the input. The input had been
     padded to the whole window, (N, C, 2560, 2560), and its 2560 x 2560 shifted slices summed
@@ -55,7 +55,11 @@ def test_an_average_over_a_window_wider_than_the_input_sums_the_input_once():
     x = np.random.default_rng(0).standard_normal((2, 3, 1, 2))
     got = F.avg_pool2d(tg.tensor(x), 2560, ceil_mode=True)
     np.testing.assert_allclose(got.numpy(), x.mean(axis=(2, 3), keepdims=True), rtol=1e-12)
+    got = F.max_pool2d(tg.tensor(x), 2560, ceil_mode=True)
+    np.testing.assert_array_equal(got.numpy(), x.max(axis=(2, 3), keepdims=True))
     for k, s, p in [(5, 5, 1), (6, 4, 2)]:  # wider than the padded input: one window a side
+        got = F.max_pool2d(tg.tensor(x), k, s, p, ceil_mode=True)
+        np.testing.assert_array_equal(got.numpy(), _reference(x, k, s, p, "max", True))
         for include in (True, False):
             got = F.avg_pool2d(tg.tensor(x), k, s, p, ceil_mode=True, count_include_pad=include)
             np.testing.assert_allclose(got.numpy(), _reference(x, k, s, p, "avg", include),

@@ -667,6 +667,10 @@ def max_pool2d(
         dilation=_pair(dilation, "max_pool2d", "dilation"),
     )  # fmt: skip
     plane = x.shape[2:]
+    if ceil_mode and geometry["dilation"] == (1, 1):  # a window wider than the padded input
+        kernel = geometry["kernel"] = tuple(  # is that input (avg_pool2d's)
+            min(k, n + 2 * p) for k, n, p in zip(kernel, plane, geometry["padding"], strict=True)
+        )
     if ceil_mode:
         eh, ew = ceil_extra(x.shape[2:], kernel, geometry["stride"], geometry["padding"],
                             geometry["dilation"])  # fmt: skip
