@@ -56,6 +56,7 @@ from tracegrad.nn.volumetric import (
     adaptive_max_pool3d,
     avg_pool3d,
     ceil_extra,
+    ceil_kernel,
     conv3d,
     conv_transpose3d,
     lp_pool3d,
@@ -667,11 +668,9 @@ def max_pool2d(
         dilation=_pair(dilation, "max_pool2d", "dilation"),
     )  # fmt: skip
     plane = x.shape[2:]
-    if ceil_mode and geometry["dilation"] == (1, 1):  # a window wider than the padded input
-        kernel = geometry["kernel"] = tuple(  # is that input (avg_pool2d's)
-            min(k, n + 2 * p) for k, n, p in zip(kernel, plane, geometry["padding"], strict=True)
-        )
     if ceil_mode:
+        kernel = geometry["kernel"] = ceil_kernel(plane, kernel, geometry["padding"],
+                                                  geometry["dilation"])  # fmt: skip
         eh, ew = ceil_extra(x.shape[2:], kernel, geometry["stride"], geometry["padding"],
                             geometry["dilation"])  # fmt: skip
         if eh or ew:
@@ -740,8 +739,8 @@ def avg_pool2d(
     strides = _pair(stride if stride is not None and stride != [] else kernel, "avg_pool2d",
                     "stride")  # fmt: skip
     pads = _pair(padding, "avg_pool2d", "padding")
-    if ceil_mode:  # a window wider than the padded input is that input (EfficientNet's pooling)
-        kernel = tuple(min(k, n + 2 * p) for k, n, p in zip(kernel, x.shape[2:], pads, strict=True))
+    if ceil_mode:
+        kernel = ceil_kernel(x.shape[2:], kernel, pads)
     extra = ceil_extra(x.shape[2:], kernel, strides, pads) if ceil_mode else (0, 0)
     plane = x.shape[2:]
     if extra != (0, 0):

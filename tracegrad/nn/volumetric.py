@@ -156,6 +156,17 @@ def ceil_extra(spatial: Sequence[int], kernel: Sequence[int], stride: Sequence[i
     return tuple(extra)
 
 
+def ceil_kernel(spatial: Sequence[int], kernel: Sequence[int], padding: Sequence[int],
+                dilation: Sequence[int] | None = None) -> tuple[int, ...]:  # fmt: skip
+    """`ceil_mode`'s kernel: on an axis without dilation, a window wider than the padded input
+    is that input (the one window `ceil_mode` leaves there, pooling the same), where padding
+    the input out to the whole window made EfficientNet's `AvgPool2d(2560)` over 1 x 1 features
+    a (N, C, 2560, 2560) array and 2560 x 2560 slices."""
+    dilation = dilation or (1,) * len(kernel)
+    axes = zip(spatial, kernel, padding, dilation, strict=True)
+    return tuple(min(k, n + 2 * p) if d == 1 else k for n, k, p, d in axes)
+
+
 class _Geometry(NamedTuple):
     """A 3-d pool's windows: kernel, stride, padding, dilation, and the far positions
     `ceil_mode` adds (each three ints)."""
