@@ -50,6 +50,13 @@ def as_dtype(value: Any, dtype: Any) -> np.ndarray:
     return np.asarray(value, dtype)
 
 
+def full(shape: Any, value: Any, dtype: Any) -> np.ndarray:
+    """`np.full`, made in float32 and rounded where `dtype` is bfloat16 (`as_dtype`'s reason)."""
+    if np.dtype(dtype) == BFLOAT16:
+        return to_bfloat16(np.full(shape, value, np.float32))
+    return np.full(shape, value, dtype)
+
+
 def can_cast(source: Any, target: Any, casting: str = "same_kind") -> bool:
     """`np.can_cast`, taking bfloat16 for the float it is (NumPy sees a structured dtype)."""
     source, target = (np.float32 if np.dtype(d) == BFLOAT16 else d for d in (source, target))

@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from tracegrad.core import bfloat16
 from tracegrad.core import primitives as P
-from tracegrad.core.bfloat16 import BFLOAT16, as_dtype
+from tracegrad.core.bfloat16 import BFLOAT16
 from tracegrad.core.ops import shapes
 from tracegrad.frontend import random
 from tracegrad.frontend.counting import data_dependent_shape
@@ -176,18 +177,18 @@ def zeros_like(input: Any, dtype: Any = None, device: Any = None, requires_grad:
     return Tensor._of(np.zeros(shape, dtype), requires_grad=requires_grad)
 
 
-@_bfloat16_via_float32
 def ones_like(input: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False,
               **options: Any) -> Tensor:  # fmt: skip
     shape, dtype = _like("ones_like", input, dtype, device, options)
-    return Tensor._of(as_dtype(np.ones(shape), dtype), requires_grad=requires_grad)
+    return Tensor._of(bfloat16.full(shape, 1, dtype), requires_grad=requires_grad)
 
 
-@_bfloat16_via_float32
 def full_like(input: Any, fill_value: Any, dtype: Any = None, device: Any = None,
               requires_grad: bool = False, **options: Any) -> Tensor:  # fmt: skip
+    """`fill_value` in the input's shape; bfloat16 (asked for or the input's) is made in
+    float32 and rounded (`bfloat16.full`)."""
     shape, dtype = _like("full_like", input, dtype, device, options)
-    return Tensor._of(as_dtype(np.full(shape, fill_value), dtype), requires_grad=requires_grad)
+    return Tensor._of(bfloat16.full(shape, fill_value, dtype), requires_grad=requires_grad)
 
 
 empty_like = zeros_like
