@@ -96,7 +96,8 @@ def rematerialize(graph: Graph) -> tuple[Graph, PassStats]:
     producers = graph.producers()
     saved = saved_values(graph)
     order = {v: i for i, n in enumerate(graph.nodes) for v in n.outputs}
-    kept = set(graph.inputs) | set(graph.outputs) | min_cut_kept(graph, saved)
+    held = set(graph.inputs) | set(graph.outputs)  # kept whatever the cut: free to read
+    kept = held | min_cut_kept(graph, saved)
     plans = {}
     for v in sorted(saved, key=order.__getitem__):
         chain = _chain(v, producers, kept) if v not in kept else None
@@ -115,7 +116,7 @@ def rematerialize(graph: Graph) -> tuple[Graph, PassStats]:
             n = n.replace(inputs=[clones.get(v, v) for v in n.inputs])
         nodes.append(n)
     after = Graph(graph.inputs, nodes, graph.outputs)
-    anchors = kept - set(saved) - set(graph.inputs) - set(graph.outputs)  # not read by backward
+    anchors = kept - set(saved) - held  # kept for the chains, not read by backward
     freed = sum(v.nbytes for v in plans) - sum(v.nbytes for v in anchors)
     note = f"{len(plans)} saved values recomputed in backward"
     return after, PassStats("remat", len(graph.nodes), len(nodes), freed, note)
