@@ -257,7 +257,11 @@ def test_traced_step_with_weight_norm_matches_eager(rng, backend, monkeypatch):
 
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
 def test_traced_step_with_spectral_norm_updates_its_buffers_as_eager(rng, backend, monkeypatch):
-    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+    """Kernels at every size for the Numba plan only: with KERNEL_MIN 0 the eager steps took
+    kernels from whenever their background loading ended, and the power iteration magnified
+    those steps' other roundings past float64's tolerance in some runs."""
+    if backend == "numba":
+        monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
     nn.manual_seed(0)
     before = Normed(P.spectral_norm).double().fc.parametrizations.weight[0]._u.numpy().copy()
     eager, traced = train_both(lambda: Normed(P.spectral_norm), rng, backend)
