@@ -44,13 +44,14 @@ def _elementwise(n: Node) -> bool:
         n.prim.kind is Kind.ELEMENTWISE
         and n.prim.fusible
         and n.outputs[0].ndim > 0
-        and not _complex(n)
+        and not _numpy_only(n)
     )
 
 
-def _complex(n: Node) -> bool:
-    """It reads or makes complex values, which kernels do not take (they stay NumPy's)."""
-    return any(v.dtype.kind == "c" for v in (*n.inputs, *n.outputs))
+def _numpy_only(n: Node) -> bool:
+    """It reads or makes complex values or bfloat16 bits (kind V), which kernels do not take
+    (they stay NumPy's)."""
+    return any(v.dtype.kind in "cV" for v in (*n.inputs, *n.outputs))
 
 
 def _trailing_reduction(n: Node) -> bool:
@@ -59,7 +60,7 @@ def _trailing_reduction(n: Node) -> bool:
     D), a bias gradient over the first two); or over both around kept middle ones
     (`shapes.around`); or over all of them (a gradient norm's sum of squares, a loss's mean),
     which then never writes what it sums."""
-    if n.prim.kind is not Kind.REDUCTION or not n.prim.fusible or not n.inputs or _complex(n):
+    if n.prim.kind is not Kind.REDUCTION or not n.prim.fusible or not n.inputs or _numpy_only(n):
         return False
     ndim, axes = _reduced(n)
     if ndim >= 1 and len(axes) == ndim:

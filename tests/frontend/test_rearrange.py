@@ -81,7 +81,7 @@ def test_values_without_torch():
     assert rows == [list(p) for p in itertools.product([1, 2], [3, 4, 5])]
     blocks = tg.block_diag(tg.tensor([[1, 2]]), tg.tensor(3), tg.tensor([[4.5], [6.0]]))
     assert blocks.tolist() == [[1, 2, 0, 0], [0, 0, 3, 0], [0, 0, 0, 4.5], [0, 0, 0, 6]]
-    assert blocks.dtype == np.float64  # promoted; int and float blocks
+    assert blocks.dtype == tg.float32  # PyTorch's promotion of int64 and float32 blocks
     embedded = tg.diag_embed(tg.tensor(M))
     np.testing.assert_array_equal(embedded.numpy(), M[..., None] * np.eye(4))
     assert tg.diag_embed(tg.tensor([1, 2]), 1).tolist() == [[0, 1, 0], [0, 0, 2], [0, 0, 0]]

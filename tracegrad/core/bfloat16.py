@@ -1,9 +1,8 @@
 """bfloat16 as NumPy holds it here: each element's bits (the upper half of a float32's) in a
 one-field structured dtype, since NumPy has no bfloat16. Such arrays are made, viewed, indexed
-and converted (to and from float32, rounding to nearest even as PyTorch does); NumPy has no
-arithmetic for them, and neither has tracegrad: convert with `.float()` first. That is what
-reading bfloat16 checkpoints (most language models' weights) and code that only names the
-dtype (kornia's element sizes) need."""
+and converted (to and from float32, rounding to nearest even as PyTorch does). NumPy has no
+arithmetic for them: an op given bfloat16 operands computes in float32 and rounds its float
+results to bfloat16 (`Widen`), as PyTorch's CPU kernels do, one op at a time."""
 
 from __future__ import annotations
 
@@ -14,18 +13,32 @@ import numpy as np
 BFLOAT16 = np.dtype([("bfloat16", "<u2")])
 
 
+class Widen(TypeError):
+    """An op's shape rule met bfloat16 operands: the caller computes it in float32 instead
+    (`tensor.bind`). Raised, not asked at every op, so that float32 ops pay nothing for it."""
+
+
 def to_bfloat16(a: Any) -> np.ndarray:
     """Values (anything float32 takes) as bfloat16 bits, rounded to nearest, ties to even."""
-    f = np.array(a, np.float32, copy=True, ndmin=0)
-    bits = f.reshape(-1).view(np.uint32)
-    rounded = ((bits + np.uint32(0x7FFF) + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
-    rounded[np.isnan(f.reshape(-1))] = 0x7FC0  # a quiet NaN (rounding could reach infinity)
-    return rounded.view(BFLOAT16).reshape(f.shape)
+    f = np.asarray(a, np.float32)
+    flat = f.reshape(-1)  # a copy only where `a` is not contiguous
+    bits = flat.view(np.uint32)
+    rounded = bits >> 16  # in place from here: every op of bfloat16 operands rounds its result
+    rounded &= 1
+    rounded += 0x7FFF
+    rounded += bits
+    rounded >>= 16
+    out = rounded.astype(np.uint16)
+    nan = np.isnan(flat)
+    if nan.any():
+        out[nan] = 0x7FC0  # a quiet NaN (rounding could reach infinity)
+    return out.view(BFLOAT16).reshape(f.shape)
 
 
 def from_bfloat16(a: np.ndarray) -> np.ndarray:
     """bfloat16 bits as the float32 values they are (exactly)."""
-    bits = np.ascontiguousarray(a).reshape(-1).view(np.uint16).astype(np.uint32) << 16
+    bits = np.ascontiguousarray(a).reshape(-1).view(np.uint16).astype(np.uint32)
+    bits <<= 16
     return bits.view(np.float32).reshape(np.shape(a))
 
 
@@ -55,6 +68,20 @@ def full(shape: Any, value: Any, dtype: Any) -> np.ndarray:
     if np.dtype(dtype) == BFLOAT16:
         return to_bfloat16(np.full(shape, value, np.float32))
     return np.full(shape, value, dtype)
+
+
+class _Limits:
+    """bfloat16's `np.finfo`: float32's exponent, 8 bits of precision (7 stored)."""
+
+    bits, nmant = 16, 7
+    eps, max, min = 2.0**-7, 3.3895313892515355e38, -3.3895313892515355e38
+    tiny = smallest_normal = 2.0**-126
+    dtype = BFLOAT16
+
+
+def finfo(dtype: Any) -> Any:
+    """`np.finfo`, knowing bfloat16."""
+    return _Limits if np.dtype(dtype) == BFLOAT16 else np.finfo(dtype)
 
 
 def can_cast(source: Any, target: Any, casting: str = "same_kind") -> bool:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from tracegrad.core.bfloat16 import BFLOAT16
+from tracegrad.core.bfloat16 import BFLOAT16, Widen
 from tracegrad.core.errors import IndexShapeError, ShapeError
 
 PRIMITIVES: dict[str, Primitive] = {}
@@ -71,6 +71,9 @@ _RERUNNABLE = frozenset({Kind.ELEMENTWISE, Kind.REDUCTION, Kind.VIEW, Kind.CONTR
 # kinds whose ops may raise at run time: a check, an index out of range, a peer that fails, and
 # whatever an opaque op does (a linear-algebra routine on a singular matrix)
 _FALLIBLE = frozenset({Kind.CHECK, Kind.COLLECTIVE, Kind.INDEX, Kind.OPAQUE})
+# ops that take bfloat16 bits as they are, besides views: the cast itself, and indexing (a view,
+# or a gather of whole elements); every other op widens them to float32 (`bfloat16.Widen`)
+_MOVES_BITS = frozenset({"astype", "getitem"})
 
 
 class Primitive:
@@ -262,12 +265,11 @@ class Primitive:
 
     def _run_rule(self, ins: tuple, params: dict) -> tuple[tuple[int, ...], np.dtype]:
         if (
-            self.kind not in (Kind.VIEW, Kind.INDEX)
-            and self.name != "astype"
+            self.kind is not Kind.VIEW
+            and self.name not in _MOVES_BITS
             and any(getattr(v, "dtype", None) == BFLOAT16 for v in ins)
         ):  # asked once per shapes: the rule's result is remembered
-            raise TypeError(f"{self.name}: bfloat16 tensors here hold their bits only (NumPy has "
-                            "no bfloat16 arithmetic): convert with .float() first")  # fmt: skip
+            raise Widen(f"{self.name}: bfloat16 operands are computed in float32")
         try:
             shape, dtype = self.rule(*ins, **params)
         except ShapeError:

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from tracegrad.core import bfloat16
 from tracegrad.core import primitives as P
 from tracegrad.core.errors import TraceError, user_location
 from tracegrad.core.vocabulary import Phase
@@ -202,7 +203,7 @@ def edge(t: Tensor) -> Any:
 def record(prim: Any, inputs: list[Tensor], out: Tensor, params: dict) -> None:
     """Called by `bind` after every op: keep a node iff some input is tracked."""
     kind = out._value.dtype.kind
-    if kind != "f" and kind != "c":
+    if kind != "f" and kind != "c" and kind != "V":  # V: bfloat16's bits
         return
     for t in inputs:  # the common op on untracked tensors, asked about first (`edge`'s test)
         if t._node is not None or t._requires_grad:
@@ -539,7 +540,13 @@ def _pass_on(node: TapeNode, g: Tensor, out: Tensor | None, ins: list, wanted: l
              sums: _Sums, create_graph: bool) -> None:  # fmt: skip
     """Add the node's cotangents of its wanted inputs to `sums`: straight into the input's buffer
     where the op can (`vjp_into`), else as its VJP gives them, cast to the inputs' dtypes."""
-    if sums.in_place and node.prim.vjp_into is not None and wanted[0] and not any(wanted[1:]):
+    if (
+        sums.in_place
+        and node.prim.vjp_into is not None
+        and wanted[0]
+        and not any(wanted[1:])
+        and g._value.dtype.kind != "V"  # bfloat16's bits: NumPy cannot add them
+    ):
         arrays = [t._value if isinstance(t, Tensor) else t for t in ins]
         into = sums.buffer(node.parents[0], *node.avals[0])
         node.prim.vjp_into(into, g._value, *arrays, **node.params)
@@ -593,7 +600,11 @@ class _Sums:
             self.grads[node] = g
             if fresh and self.in_place:
                 self.own[node] = g
-        elif self.own.get(node) is total and (total.shape, total.dtype) == (g.shape, g.dtype):
+        elif (
+            self.own.get(node) is total
+            and (total.shape, total.dtype) == (g.shape, g.dtype)
+            and g._value.dtype.kind != "V"  # bfloat16's bits: NumPy cannot add them
+        ):
             np.add(total._value, g._value, out=total._value)
         else:
             total = self.grads[node] = total + g
@@ -685,7 +696,7 @@ def default_dy(y: Tensor) -> Tensor:
             f"grad can be implicitly created only for scalar outputs; y has shape {y.shape}: "
             "pass dy (the cotangent, same shape as y)"
         )
-    return Tensor._of(np.ones(y._value.shape, y._value.dtype))
+    return Tensor._of(bfloat16.full(y._value.shape, 1, y._value.dtype))
 
 
 def tensor_backward(

@@ -24,8 +24,9 @@ class dtype(metaclass=_DtypeClass):  # noqa: N801 (PyTorch's name)
     attributes (`is_floating_point`, `itemsize`) and prints as PyTorch's (`torch.float32`), and
     NumPy takes it wherever a dtype goes (`np.zeros(2, x.dtype)`: it reads `.dtype`); it equals
     and hashes as its NumPy dtype, and NumPy's attributes (`kind`, `char`, `type`) are its
-    NumPy dtype's. A dtype with no NumPy counterpart (bfloat16, complex32, float8) exists, so
-    that code naming it runs, and raises when used."""
+    NumPy dtype's (but bfloat16's `kind`, "f"). bfloat16 is held as its bits (core/bfloat16);
+    a dtype with no NumPy counterpart (complex32, float8) exists, so that code naming it runs,
+    and raises when used."""
 
     __slots__ = ("name", "_numpy", "_why", "_hash", "kind", "char", "type")
 
@@ -36,6 +37,8 @@ class dtype(metaclass=_DtypeClass):  # noqa: N801 (PyTorch's name)
         self._hash = hash(name if numpy is None else self._numpy)
         if numpy is not None:  # slots, not __getattr__: asked at many ops
             self.kind, self.char, self.type = self._numpy.kind, self._numpy.char, self._numpy.type
+        if name == "bfloat16":  # the float it is, not its bits' void: code asks `kind in "fc"`
+            self.kind = "f"
 
     @property
     def dtype(self) -> np.dtype:
@@ -52,9 +55,9 @@ class dtype(metaclass=_DtypeClass):  # noqa: N801 (PyTorch's name)
     itemsize = property(lambda self: self.dtype.itemsize)
 
     def _kind(self) -> str:
-        if self._numpy is None or self.name == "bfloat16":
+        if self._numpy is None:
             return "c" if self.name.startswith("complex") else "f"
-        return self._numpy.kind
+        return self.kind
 
     def to_real(self) -> dtype:
         """The dtype of a complex dtype's parts (complex64: float32); a real dtype itself."""

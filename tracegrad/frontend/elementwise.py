@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from tracegrad.core import bfloat16
 from tracegrad.core import primitives as P
 from tracegrad.core.errors import ShapeError, warn_user
 from tracegrad.frontend.functions import pytorch_keywords, reshape, stack, viewing
@@ -283,7 +284,7 @@ def nan_to_num(input: Any, nan: float = 0.0, posinf: float | None = None,
     x = as_tensor(input)
     if x.dtype.kind not in "fc":
         return P.where(x == x, x, x)
-    big = np.finfo(x.dtype).max if x.dtype.kind == "f" else 0
+    big = bfloat16.finfo(x.dtype).max if x.dtype.kind == "f" else 0
     posinf = big if posinf is None else posinf
     neginf = -big if neginf is None else neginf
     return P.where(x != x, nan, P.where(x == math.inf, posinf, P.where(x == -math.inf, neginf, x)))

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from tracegrad.core import bfloat16
 from tracegrad.frontend import autodiff
 from tracegrad.frontend.autodiff import enable_grad
 from tracegrad.frontend.grad_manager import GradManager
@@ -143,7 +144,7 @@ def _pulled_tangent(current: _Level, y: Tensor) -> Tensor | None:
     found: list[Tensor | None] = [None]
     sink = autodiff.edge(u)
     if autodiff.edge(total) is not None:  # the graph kept: other outputs may be unpacked next
-        one = Tensor._of(np.ones((), total.dtype))
+        one = Tensor._of(bfloat16.full((), 1, total.dtype))
         keep = lambda g: found.__setitem__(0, g)  # noqa: E731
         autodiff.run_backward([total], [one], lambda n: keep if n is sink else None, True)
     tangent = found[0]

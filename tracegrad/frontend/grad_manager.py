@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from tracegrad.core import bfloat16
 from tracegrad.frontend import autodiff, pytree
 from tracegrad.frontend.tensor import Listeners, Tensor, as_tensor
 
@@ -117,7 +118,7 @@ class GradManager:
             return
         ys = [y] if isinstance(y, Tensor) else list(y)
         if dy is None:
-            dys = [Tensor._of(np.ones(t.shape, t.dtype)) for t in ys]
+            dys = [Tensor._of(bfloat16.full(t.shape, 1, t.dtype)) for t in ys]
         else:
             dys = [as_tensor(d, t.dtype) for t, d in zip(ys, [dy] if isinstance(dy, Tensor) else dy,
                                                         strict=True)]  # fmt: skip

@@ -196,6 +196,8 @@ def _into(target: Tensor, ufunc: np.ufunc, other: Any, alpha: Any = 1) -> bool:
     a, b = target._value, other._value
     if b.dtype != a.dtype or b.shape != a.shape and _broadcast(b.shape, a.shape) != a.shape:
         return False
+    if a.dtype.kind == "V":  # bfloat16's bits: NumPy has no arithmetic for them
+        return False
     target._version[0] += 1
     ufunc(a, b, out=a)
     return True
@@ -335,7 +337,7 @@ def random_integers(self: Tensor, *bounds: int, generator: Any = None, **named: 
         raise TypeError(f"random_: expected random_(to) or random_(from, to), got {bounds} "
                         f"{named or ''}")  # fmt: skip
     if not bounds:
-        top = 2 ** (np.finfo(self.dtype).nmant + 1) + 1 if self.dtype.kind == "f" else None
+        top = 2 ** (bfloat16.finfo(self.dtype).nmant + 1) + 1 if self.dtype.kind == "f" else None
         bounds = (top or (2 if self.dtype == np.bool_ else int(np.iinfo(self.dtype).max)),)
     low, high = (0, *bounds) if len(bounds) == 1 else bounds
     if high <= low:
@@ -604,7 +606,7 @@ def scatter_reduce(input: Any, dim: int, index: Any, src: Any, reduce: str, *,
                          f"'amin', not {reduce!r}")  # fmt: skip
     x = as_tensor(input)
     with no_grad():
-        ones = Tensor._of(np.ones(as_tensor(index).shape, x.dtype))
+        ones = Tensor._of(bfloat16.full(as_tensor(index).shape, 1, x.dtype))
         count = _scatter(Tensor._of(np.zeros(x.shape, x.dtype)), dim, index, ones, True, "count")
     if reduce in ("amax", "amin", "prod"):
         grids, part = _scatter_parts(x, dim, index, src, "scatter_reduce")

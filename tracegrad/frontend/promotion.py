@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from tracegrad.core.bfloat16 import BFLOAT16
+
 _default_float = np.dtype(np.float32)
 
 
@@ -34,7 +36,7 @@ def set_default_dtype(dtype: Any) -> None:
     _default_float = d
 
 
-_CATEGORY = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
+_CATEGORY = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3, "V": 2}  # "V": bfloat16's bits
 
 
 def category(dtype: np.dtype) -> int:
@@ -47,8 +49,10 @@ def promote_types(a: Any, b: Any) -> np.dtype:
     categories the higher one's dtype (int64 with float16 is float16)."""
     a, b = np.dtype(a), np.dtype(b)
     ka, kb = category(a), category(b)
+    if BFLOAT16 in (a, b) and a != b and ka >= 2 and kb >= 2:  # NumPy knows no bfloat16
+        return np.promote_types(np.float32, b if a == BFLOAT16 else a)  # as float16: float32
     if ka == kb or (ka >= 2 and kb >= 2):
-        return np.promote_types(a, b)
+        return a if a == b else np.promote_types(a, b)
     return a if ka > kb else b
 
 
@@ -95,7 +99,7 @@ def _combine(higher: np.dtype | None, lower: np.dtype | None) -> np.dtype | None
     if kh == 3:
         return higher
     if kl == 3:  # a complex number beside floats keeps their precision
-        return np.result_type(higher, np.complex64) if kh == 2 else lower
+        return promote_types(higher, np.complex64) if kh == 2 else lower
     if kh == 2:
         return higher
     if kh == 0 or kl == 2:

@@ -6,6 +6,7 @@ arrays or a transpose of the op table's primitives, so none needs a VJP of its o
 from __future__ import annotations
 
 import builtins
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,7 +33,7 @@ from tracegrad.frontend.functions import (
     viewing,
 )
 from tracegrad.frontend.mutation import index_put
-from tracegrad.frontend.promotion import is_number, result_type
+from tracegrad.frontend.promotion import is_number, promote_types, result_type
 from tracegrad.frontend.reductions import sum
 from tracegrad.frontend.tensor import Tensor, as_tensor
 
@@ -339,7 +340,7 @@ def block_diag(*tensors: Any) -> Tensor:
     xs = [reshape(x, (1, x.size) if x.ndim < 2 else x.shape) for x in xs]
     if not xs:
         return Tensor._of(np.zeros((1, 0), np.float32))  # PyTorch's
-    dtype = np.result_type(*(x.dtype for x in xs))
+    dtype = functools.reduce(promote_types, (x.dtype for x in xs))
     cols = builtins.sum(x.shape[1] for x in xs)
     rows, start = [], 0
     for x in xs:

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from tracegrad.core import ir
-from tracegrad.core.bfloat16 import BFLOAT16, readable, to_bfloat16
+from tracegrad.core.bfloat16 import BFLOAT16, Widen, readable, to_bfloat16
 from tracegrad.core.errors import ShapeError, TraceError, user_location, warn_user
 from tracegrad.core.primitives import Phase, Primitive, astype, positive
 from tracegrad.core.vocabulary import EAGER_KERNELS
@@ -33,6 +33,7 @@ from tracegrad.frontend.promotion import (
     get_default_dtype,
     is_number,
     number_dtype,
+    promote_types,
     result_type,
     set_default_dtype,
 )
@@ -310,7 +311,7 @@ class Tensor:
         value = self._concrete("bool(tensor) (an `if` or `while` on a tensor)", read=True)
         if value.size != 1:
             raise ShapeError(f"Boolean value of Tensor with {value.size} values is ambiguous")
-        return bool(value)
+        return bool(readable(value))
 
     def __float__(self) -> float:
         return float(self._scalar("float(tensor)"))
@@ -324,7 +325,7 @@ class Tensor:
         value = self._concrete(what, read=True)
         if value.size != 1:
             raise ValueError("only one element tensors can be converted to Python scalars")
-        return value.reshape(())
+        return readable(value.reshape(()))
 
     def __index__(self) -> int:
         """A one-element integer tensor of any shape, as PyTorch's (`names[i]` for each `i` of
@@ -565,7 +566,10 @@ def bind(prim: Any, *args: Any, **params: Any) -> Tensor:
     if prim.promotion and _disagree(prim.promotion, inputs):
         inputs = _promote(prim.promotion, inputs, args, ())
     arrays = [t._value for t in inputs]
-    shape, dtype = prim.shape_rule(*arrays, **params)
+    try:
+        shape, dtype = prim.shape_rule(*arrays, **params)
+    except Widen:
+        return _in_float32(prim, inputs, params, [is_number(a) for a in args])
     kernel = EAGER_KERNELS.get(prim)
     value = kernel(prim, arrays, params, shape, dtype) if kernel is not None else None
     if value is None:
@@ -577,6 +581,20 @@ def bind(prim: Any, *args: Any, **params: Any) -> Tensor:
     out = Tensor._wrap(value)
     if listeners.grad_enabled and listeners.record is not None:
         listeners.record(prim, inputs, out, params)
+    return out
+
+
+def _in_float32(prim: Any, inputs: list[Tensor], params: dict, numbers: list[bool]) -> Tensor:
+    """`prim` of bfloat16 operands, as PyTorch's CPU kernels compute it: in float32, its float
+    result rounded to bfloat16 unless another float tensor (or a `dtype` asked) set its dtype;
+    Python numbers (`numbers`) are float32 already (`_number`). The casts are ops of their
+    own, so autograd and traces see them."""
+    floats = {x._value.dtype for x, number in zip(inputs, numbers, strict=True)
+              if not number and x._value.dtype.kind in "fcV"}  # fmt: skip
+    out = bind(prim, *[astype(x, dtype=np.float32) if x._value.dtype == BFLOAT16 else x
+                       for x in inputs], **params)  # fmt: skip
+    if out._value.dtype == np.float32 and floats == {BFLOAT16} and "dtype" not in params:
+        return astype(out, dtype=BFLOAT16)
     return out
 
 
@@ -600,7 +618,10 @@ def _bind_traced(prim: Any, args: tuple, params: dict, tracer: Any) -> Tensor:
     promotion = prim.promotion
     if promotion and _disagree(promotion, inputs):
         inputs = _promote(promotion, inputs, args, weak)
-    shape, dtype = prim.shape_rule(*[t._value for t in inputs], **params)
+    try:
+        shape, dtype = prim.shape_rule(*[t._value for t in inputs], **params)
+    except Widen:
+        return _in_float32(prim, inputs, params, [is_number(a) or _weak(a, weak) for a in args])
     if prim.trace_parts:
         if not prim.traced_vjp:
             return prim.decompose(*inputs, **params)
@@ -671,7 +692,7 @@ def _disagree(promotion: str, inputs: list[Tensor]) -> bool:
         other = x._value.dtype
         if other is not dtype and other != dtype:
             return True
-    return promotion == "float" and dtype.kind not in "fc"
+    return promotion == "float" and dtype.kind not in "fcV"  # V: bfloat16's bits
 
 
 def _promote(promotion: str, inputs: list[Tensor], args: tuple, weak: Any) -> list[Tensor]:
@@ -681,7 +702,7 @@ def _promote(promotion: str, inputs: list[Tensor], args: tuple, weak: Any) -> li
     operands = [_WEAK_KINDS[a.dtype.kind] if _weak(a, weak) else a if is_number(a) else x
                 for a, x in zip(args[first:], inputs[first:], strict=True)]  # fmt: skip
     dtype = result_type(*operands)
-    if promotion == "float" and dtype.kind not in "fc":
+    if promotion == "float" and dtype.kind not in "fcV":
         dtype = get_default_dtype()
     out = inputs[:first]
     for a, x in zip(args[first:], inputs[first:], strict=True):
@@ -689,6 +710,8 @@ def _promote(promotion: str, inputs: list[Tensor], args: tuple, weak: Any) -> li
             out.append(x)
         elif is_number(a):
             out.append(Tensor._wrap(_number(a, dtype)))
+        elif dtype == BFLOAT16 and _weak(a, weak):  # a number: float32, as `_number` makes it
+            out.append(x if x.dtype == np.float32 else astype(x, dtype=np.float32))
         else:
             out.append(astype(x, dtype=dtype))
     return out
@@ -708,7 +731,10 @@ def _lift_args(args: tuple[Any, ...], weak: Any = ()) -> list[Tensor]:
     out = []
     for a, raw, w in zip(arrays, args, is_weak, strict=True):
         if w and typed:
-            dtype = np.result_type(*(t.dtype for t in typed), 0.0 if raw.dtype.kind == "f" else 0)
+            dtype = _weak_type(
+                tuple(t.dtype for t in typed), float if raw.dtype.kind == "f" else int
+            )
+            dtype = np.dtype(np.float32) if dtype == BFLOAT16 else dtype  # as `_number` makes it
             out.append(raw if dtype == raw.dtype else astype(raw, dtype=dtype))
         elif isinstance(raw, Tensor):
             out.append(raw)
@@ -766,8 +792,7 @@ def _scalar_type(dtypes: tuple[np.dtype, ...], a: int | float | bool) -> np.dtyp
     wins). A float or bool's depends on the types alone, so it is remembered; an int's also on
     its value (an overflow raises)."""
     if BFLOAT16 in dtypes:
-        raise TypeError("bfloat16 tensors here hold their bits only (NumPy has no bfloat16 "
-                        "arithmetic): convert with .float() first")  # fmt: skip
+        return _weak_type(dtypes, a.__class__)
     if isinstance(a, int) and a.__class__ is not bool:
         for d in dtypes:
             if d.kind in "iu":
@@ -782,10 +807,12 @@ def _scalar_type(dtypes: tuple[np.dtype, ...], a: int | float | bool) -> np.dtyp
 
 
 def _number(a: int | float | bool, dtype: np.dtype) -> np.ndarray:
-    """A Python number as a 0-d array of `dtype`; an int out of an integer dtype's range wraps
-    around as PyTorch's does (`uint8_image & -32`, `x + 300`), where NumPy raises."""
+    """A Python number as a 0-d array of `dtype`, or of float32 for bfloat16 (kind V): PyTorch's
+    kernels read numbers in the type they compute in (`x * 0.3` is not `x * 0.30078125`), and
+    `_in_float32` rounds the result. An int out of an integer dtype's range wraps around as
+    PyTorch's does (`uint8_image & -32`, `x + 300`), where NumPy raises."""
     try:
-        return np.asarray(a, dtype)
+        return np.asarray(a, dtype if dtype.kind != "V" else np.float32)
     except OverflowError:
         if not isinstance(a, int) or dtype.kind not in "iu":
             raise
@@ -794,6 +821,11 @@ def _number(a: int | float | bool, dtype: np.dtype) -> np.ndarray:
 
 @functools.lru_cache(maxsize=256)
 def _weak_type(dtypes: tuple[np.dtype, ...], kind: type) -> np.dtype:
+    if BFLOAT16 in dtypes:  # NumPy knows no bfloat16: a number takes it, unless complex
+        tensors = functools.reduce(promote_types, dtypes)
+        if tensors == BFLOAT16:
+            return np.dtype(np.complex64) if kind is complex else tensors
+        return _weak_type((tensors,), kind)
     return np.result_type(*dtypes, kind(0))
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from tracegrad.core import bfloat16
 from tracegrad.frontend import pytree
 from tracegrad.frontend.functions import moveaxis, stack
 from tracegrad.frontend.grad_manager import grad, grad_and_value, vjp
@@ -113,7 +114,7 @@ def linearize_jvp(func: Callable, xs: Sequence[Any], tangents: Sequence[Any]) ->
         return sum((p * t).sum() for p, t in zip(pulled, flat_tangents, strict=True))
 
     _, pair_vjp = vjp(pairing, *[_zeros_like(o) for o in outs])
-    products = pair_vjp(Tensor._of(np.ones((), outs[0].dtype)))
+    products = pair_vjp(Tensor._of(bfloat16.full((), 1, outs[0].dtype)))
     return out, (tuple(products) if many else products[0])
 
 
@@ -121,7 +122,11 @@ def jvp(func: Callable, inputs: Any, v: Any = None, create_graph: bool = False,
         strict: bool = False) -> tuple:  # fmt: skip
     """`torch.autograd.functional.jvp`: (func(inputs), J @ v)."""
     xs, many_in = _tensors(inputs)
-    vs = _tensors(v)[0] if v is not None else [Tensor._of(np.ones(x.shape, x.dtype)) for x in xs]
+    vs = (
+        _tensors(v)[0]
+        if v is not None
+        else [Tensor._of(bfloat16.full(x.shape, 1, x.dtype)) for x in xs]
+    )
     out, product = linearize_jvp(func, xs, vs)
     return _detached(out, create_graph), _detached(product, create_graph)
 
@@ -131,7 +136,11 @@ def vhp(func: Callable, inputs: Any, v: Any = None, create_graph: bool = False,
     """`torch.autograd.functional.vhp`: (func(inputs), v^T H) of a scalar function, as the
     gradient of the directional derivative <grad func, v>."""
     xs, many_in = _tensors(inputs)
-    vs = _tensors(v)[0] if v is not None else [Tensor._of(np.ones(x.shape, x.dtype)) for x in xs]
+    vs = (
+        _tensors(v)[0]
+        if v is not None
+        else [Tensor._of(bfloat16.full(x.shape, 1, x.dtype)) for x in xs]
+    )
     nums = tuple(range(len(xs)))
 
     def directional(*a: Tensor) -> Tensor:

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from tracegrad.core import bfloat16
 from tracegrad.core import primitives as P
 from tracegrad.core.errors import ShapeError
 from tracegrad.frontend.functions import cat, reshape, take_along
@@ -37,7 +38,7 @@ def _logaddexp(*terms: Tensor) -> Tensor:
 def _shifted(alpha: Tensor, by: int) -> Tensor:
     """alpha moved `by` states along the extended targets, unreachable states coming in."""
     n = alpha.shape[0]
-    fill = Tensor._of(np.full((n, by), UNREACHABLE, alpha.dtype))
+    fill = Tensor._of(bfloat16.full((n, by), UNREACHABLE, alpha.dtype))
     return cat([fill, alpha[:, :-by]], 1)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from tracegrad.core import bfloat16
 from tracegrad.core import primitives as P
 from tracegrad.core.errors import ShapeError, warn_user
 from tracegrad.core.ops import attention as attention_impl
@@ -39,6 +40,7 @@ from tracegrad.frontend.functions import (
 )
 from tracegrad.frontend.linalg import vector_norm
 from tracegrad.frontend.mutation import index_add, index_put, write
+from tracegrad.frontend.promotion import promote_types
 from tracegrad.frontend.rearrange import chunk
 from tracegrad.frontend.reductions import amax, mean, sum
 from tracegrad.frontend.tensor import Tensor, as_tensor
@@ -285,9 +287,9 @@ def layer_norm(
             raise ShapeError(f"layer_norm: {name} of shape {as_tensor(t).shape} for "
                              f"normalized_shape {normalized_shape}")  # fmt: skip
     d = math.prod(normalized_shape)
-    weight = Tensor._of(np.ones(d, x.dtype)) if weight is None else reshape(weight, (d,))
+    weight = Tensor._of(bfloat16.full(d, 1, x.dtype)) if weight is None else reshape(weight, (d,))
     bias = Tensor._of(np.zeros(d, x.dtype)) if bias is None else reshape(bias, (d,))
-    dtype = np.result_type(x.dtype, weight.dtype, bias.dtype, np.float16)  # floating, promoted
+    dtype = functools.reduce(promote_types, (x.dtype, weight.dtype, bias.dtype))
     x, weight, bias = (t if t.dtype == dtype else t.astype(dtype) for t in (x, weight, bias))
     rows = x.shape[: x.ndim - len(normalized_shape)]
     y = P.layer_norm(reshape(x, (*rows, d)), weight, bias, eps=float(eps))
@@ -611,10 +613,10 @@ def _pad_value(x: Tensor, padding: tuple[int, int], value: float) -> Tensor:
     """`x` with `value` around its last two axes."""
     (ph, pw), (n, c, h, w) = padding, x.shape
     if ph:
-        rows = Tensor._of(np.full((n, c, ph, w), value, x.dtype))
+        rows = Tensor._of(bfloat16.full((n, c, ph, w), value, x.dtype))
         x = concatenate([rows, x, rows], axis=2)
     if pw:
-        cols = Tensor._of(np.full((n, c, h + 2 * ph, pw), value, x.dtype))
+        cols = Tensor._of(bfloat16.full((n, c, h + 2 * ph, pw), value, x.dtype))
         x = concatenate([cols, x, cols], axis=3)
     return x
 
@@ -812,7 +814,7 @@ def gumbel_softmax(logits: Any, tau: float = 1.0, hard: bool = False, eps: float
     step draws afresh at every call."""
     x = as_tensor(logits)
     u = random.uniform(x.shape, x.dtype)
-    gumbels = -log(-log(maximum(u, float(np.finfo(x.dtype).tiny))))  # -log Exponential(1)
+    gumbels = -log(-log(maximum(u, float(bfloat16.finfo(x.dtype).tiny))))  # -log Exponential(1)
     soft = softmax((x + gumbels) / tau, dim)
     if not hard:
         return soft
@@ -842,7 +844,7 @@ def embedding(input: Any, weight: Any, padding_idx: int | None = None,
     if scale_grad_by_freq:
         with no_grad():
             flat = reshape(input, (-1,))
-            ones = Tensor._of(np.ones(flat.shape, weight.dtype))
+            ones = Tensor._of(bfloat16.full(flat.shape, 1, weight.dtype))
             counts = index_add(Tensor._of(np.zeros(weight.shape[0], weight.dtype)), 0, flat, ones)
             frequency = reshape(counts[input], (*input.shape, 1))
         out = out.detach() + (out - out.detach()) / frequency  # out's value, its gradient scaled
@@ -981,7 +983,7 @@ def batch_norm(
                 running_mean._assign(new_mean)
                 running_var._assign(new_var)
         c = (x.shape[1],)
-        weight = Tensor._of(np.ones(c, x.dtype)) if weight is None else as_tensor(weight)
+        weight = Tensor._of(bfloat16.full(c, 1, x.dtype)) if weight is None else as_tensor(weight)
         bias = Tensor._of(np.zeros(c, x.dtype)) if bias is None else as_tensor(bias)
         return P.batch_norm(x, weight, bias, eps=float(eps))
     if running_mean is None or running_var is None:
@@ -1252,6 +1254,7 @@ def interpolate(
     adaptive average pooling to the output size. `antialias` (bilinear, bicubic) widens the
     filter by the downscaling factor, as PyTorch's (and PIL's) do."""
     x = as_tensor(input)
+    input_dtype = x.dtype
     dims = x.ndim - 2
     if mode not in _INTERPOLATION:
         raise NotImplementedError(f"interpolate: mode {mode!r}; supported: "
@@ -1296,7 +1299,7 @@ def interpolate(
             x = _nearest_axis(x, axis, out, scale, mode == "nearest-exact")
         if image:
             x = x.round().clamp(0, 255)
-    return x.astype(np.uint8) if image else x
+    return x.astype(np.uint8 if image else input_dtype)  # half floats' weights are float32
 
 
 def _antialiased_axis(x: Tensor, axis: int, out: int, scale: float | None, align_corners: bool,
@@ -1376,7 +1379,7 @@ def _nearest_axis(x: Tensor, axis: int, out: int, scale: float | None, exact: bo
 def _linear_axis(x: Tensor, axis: int, out: int, scale: float | None, corners: bool) -> Tensor:
     """PyTorch's linear weights, computed in the input's precision: the source position i *
     (in - 1) / (out - 1) with align_corners, else (i + 0.5) * in / out - 0.5 (not below 0)."""
-    n, dtype = x.shape[axis], np.result_type(x.dtype, np.float32)
+    n, dtype = x.shape[axis], promote_types(x.dtype, np.float32)
     dst = np.arange(out, dtype=dtype)
     if corners:
         src = dst * dtype.type((n - 1) / (out - 1) if out > 1 else 0.0)
@@ -1396,7 +1399,7 @@ def _cubic_axis(x: Tensor, axis: int, out: int, scale: float | None, corners: bo
     """PyTorch's bicubic along one axis: the source position as `_linear_axis`'s but not
     clamped at 0, four taps around it (clamped to the edges) weighted by the cubic convolution
     kernel with A = -0.75."""
-    n, dtype = x.shape[axis], np.result_type(x.dtype, np.float32)
+    n, dtype = x.shape[axis], promote_types(x.dtype, np.float32)
     dst = np.arange(out, dtype=dtype)
     if corners:
         src = dst * dtype.type((n - 1) / (out - 1) if out > 1 else 0.0)
@@ -1698,14 +1701,15 @@ def rms_norm(
     eps: float | None = None,
 ) -> Tensor:
     """x / sqrt(mean(x^2) + eps) over the trailing `normalized_shape` axes, times `weight`;
-    eps defaults to the dtype's machine epsilon, as PyTorch's."""
+    eps defaults to the machine epsilon of the dtype it computes in, as PyTorch's."""
     x = as_tensor(input)
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if not shape or x.shape[x.ndim - len(shape) :] != shape:
         raise ShapeError(f"rms_norm: input of shape {x.shape}, normalized_shape {shape}")
-    eps = float(np.finfo(x.dtype).eps) if eps is None else eps
+    wide = x.float() if x.dtype.itemsize < 4 else x  # half floats: computed in float32, as PyTorch
+    eps = float(np.finfo(wide.dtype).eps) if eps is None else eps
     axes = tuple(range(x.ndim - len(shape), x.ndim))
-    y = x / sqrt(mean(x * x, axes, keepdim=True) + eps)
+    y = (wide / sqrt(mean(wide * wide, axes, keepdim=True) + eps)).astype(x.dtype)
     return y if weight is None else y * weight
 
 

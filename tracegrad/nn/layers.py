@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from tracegrad import distributed
+from tracegrad.core import bfloat16
 from tracegrad.core import primitives as P
 from tracegrad.core.errors import ShapeError
 from tracegrad.core.primitives import where
@@ -720,7 +721,7 @@ class SyncBatchNorm(_BatchNorm):
         axes = (0, *range(2, x.ndim))
         per_channel = (1, x.shape[1]) + (1,) * (x.ndim - 2)
         local = x.sum(dim=axes)
-        count = Tensor._of(np.full(1, x.numel() // x.shape[1], x._value.dtype))
+        count = Tensor._of(bfloat16.full(1, x.numel() // x.shape[1], x._value.dtype))
         totals = P.allreduce(cat([local, count]), op="sum", timeout=None)
         n = totals[-1]
         mean = totals[:-1] / n

@@ -140,7 +140,7 @@ def reset_affine(weight: Tensor | None, bias: Tensor | None = None) -> None:
     """A norm's scale to ones and its shift to zeros, in place (`nn.init.ones_`/`zeros_`)."""
     for t, value in ((weight, 1.0), (bias, 0.0)):
         if t is not None:
-            t._assign(Tensor._of(np.full(t.shape, value, t.dtype)))
+            t._assign(Tensor._of(bfloat16.full(t.shape, value, t.dtype)))
 
 
 class IncompatibleKeys(NamedTuple):

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from tracegrad.core import bfloat16
 from tracegrad.frontend.functions import concatenate, permute, reshape
 from tracegrad.frontend.tensor import Tensor, as_tensor
 from tracegrad.nn.utils import pad_sequence
@@ -119,7 +120,7 @@ def pad_packed_sequence(sequence: PackedSequence, batch_first: bool = False,
     if sequence.unsorted_indices is not None:
         unsorted = sequence.unsorted_indices.numpy()
         index, lengths = index[:, unsorted], lengths[unsorted]
-    pad = Tensor._of(np.full((1, *data.shape[1:]), padding_value, data.dtype))
+    pad = Tensor._of(bfloat16.full((1, *data.shape[1:]), padding_value, data.dtype))
     padded = concatenate([data, pad])[Tensor._of(index)]
     if batch_first:
         padded = permute(padded, (1, 0, *range(2, padded.ndim)))

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from tracegrad.core import bfloat16
 from tracegrad.frontend.tensor import Tensor
 from tracegrad.nn.modules import Module, Parameter, init_generator
 
@@ -64,7 +65,9 @@ def _apply(module: Module, name: str, mask_of: Any) -> Module:
             raise ValueError(f"prune: {type(module).__name__} has no parameter {name!r}")
         delattr(module, name)
         module.register_parameter(name + "_orig", weight)
-        module.register_buffer(name + "_mask", Tensor._of(np.ones(weight.shape, weight.dtype)))
+        module.register_buffer(
+            name + "_mask", Tensor._of(bfloat16.full(weight.shape, 1, weight.dtype))
+        )
         hook = _Pruned(name)
         hook.handle = module.register_forward_pre_hook(hook)
     orig, mask = getattr(module, name + "_orig"), getattr(module, name + "_mask")
@@ -104,7 +107,9 @@ class BasePruningMethod:
     def prune(self, t: Tensor, default_mask: Tensor | None = None,
               importance_scores: Tensor | None = None) -> Tensor:  # fmt: skip
         """`t` times its mask (nothing registered on a module)."""
-        kept = Tensor._of(np.ones(t.shape, t.dtype)) if default_mask is None else default_mask
+        kept = (
+            Tensor._of(bfloat16.full(t.shape, 1, t.dtype)) if default_mask is None else default_mask
+        )
         return t * self.compute_mask(t if importance_scores is None else importance_scores, kept)
 
     @classmethod

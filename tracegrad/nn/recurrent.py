@@ -222,7 +222,7 @@ class RNNBase(Module):
             x = permute(x, (1, 0, 2))
         if x.shape[0] == 0:  # PyTorch's refusal too: no step, no final state to give
             raise ShapeError(f"{type(self).__name__}: a sequence of no steps, input {given}")
-        states = self._states(hx, x.shape[1], np.result_type(x.dtype, np.float32), batched)
+        states = self._states(hx, x.shape[1], _state_dtype(x), batched)
         finals: list[list[Tensor]] = [[] for _ in states]
         for layer in range(self.num_layers):
             outputs = []
@@ -348,7 +348,7 @@ class RNNCellBase(Module):
         x = x if batched else reshape(x, (1, x.shape[0]))
         shape = (x.shape[0], self.hidden_size)
         if hx is None:
-            dtype = np.result_type(x.dtype, np.float32)
+            dtype = _state_dtype(x)
             return x, [Tensor._of(np.zeros(shape, dtype)) for _ in range(count)], batched
         states = [as_tensor(h) for h in (hx if count > 1 else [hx])]
         states = [s if batched else reshape(s, (1, *s.shape)) for s in states]
@@ -396,3 +396,8 @@ class GRUCell(RNNCellBase):
         x, (h,), batched = self._prepare(input, hx, 1)
         return _unbatch(_gru_step(self._input_part(x), h, self.weight_hh.T,
                                   self.bias_hh), batched)  # fmt: skip
+
+
+def _state_dtype(x: Tensor) -> np.dtype:
+    """The dtype of zero initial states: the input's if floating (bfloat16 too), as PyTorch's."""
+    return np.dtype(x.dtype) if x.dtype.kind == "f" else np.dtype(np.float32)

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from tracegrad.core import bfloat16
 from tracegrad.core.primitives import abs, minimum, sqrt
 from tracegrad.frontend.autodiff import no_grad
 from tracegrad.frontend.functions import (
@@ -153,7 +154,9 @@ def pad_sequence(
     longest = max(x.shape[0] for x in xs)
     padded = []
     for x in xs:
-        fill = Tensor._of(np.full((longest - x.shape[0], *x.shape[1:]), padding_value, x.dtype))
+        fill = Tensor._of(
+            bfloat16.full((longest - x.shape[0], *x.shape[1:]), padding_value, x.dtype)
+        )
         padded.append(concatenate([x, fill] if padding_side == "right" else [fill, x]))
     return stack(padded, axis=0 if batch_first else 1)
 

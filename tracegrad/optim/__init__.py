@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from tracegrad.core import bfloat16
 from tracegrad.core.errors import TraceError
 from tracegrad.core.primitives import Phase, abs, maximum, minimum, sign, sqrt, where
 from tracegrad.core.vocabulary import EAGER_GROUPS
@@ -1035,7 +1036,7 @@ class Adagrad(Optimizer):
             raise ValueError(f"Adagrad: invalid lr_decay, eps or accumulator in {dict(group)}")
 
     def _init_state(self, p: Tensor, group: Mapping[str, Any]) -> dict[str, Tensor]:
-        start = np.full(p.shape, group["initial_accumulator_value"], p.dtype)
+        start = bfloat16.full(p.shape, group["initial_accumulator_value"], p.dtype)
         return {"step": Tensor._of(np.zeros((), np.float32)), "sum": Tensor._of(start)}
 
     def _update(self, p: Tensor, g: Tensor, state: dict[str, Tensor], group: ParamGroup) -> None:
@@ -1127,7 +1128,7 @@ class Adafactor(Optimizer):
 
     def _update(self, p: Tensor, g: Tensor, state: dict[str, Tensor], group: ParamGroup) -> None:
         eps1, eps2 = group["eps"]
-        eps1 = float(np.finfo(p.dtype).eps) if eps1 is None else eps1
+        eps1 = float(bfloat16.finfo(p.dtype).eps) if eps1 is None else eps1
         state["step"] += 1.0
         t = _cast(state["step"], np.float64)
         decay = _cast(t ** group["beta2_decay"], p.dtype)
@@ -1334,7 +1335,7 @@ class Rprop(Optimizer):
 
     def _init_state(self, p: Tensor, group: Mapping[str, Any]) -> dict[str, Tensor]:
         return {"step": _scalar(0.0), "prev": _zeros_like(p),
-                "step_size": Tensor._of(np.full(p.shape, group["lr"], p.dtype))}  # fmt: skip
+                "step_size": Tensor._of(bfloat16.full(p.shape, group["lr"], p.dtype))}  # fmt: skip
 
     def _update(self, p: Tensor, g: Tensor, state: dict[str, Tensor], group: ParamGroup) -> None:
         (etaminus, etaplus), (smallest, largest) = group["etas"], group["step_sizes"]

@@ -214,5 +214,4 @@ def result_type(tensor1: Any, tensor2: Any) -> dtype:
 
 def can_cast(from_: Any, to: Any) -> bool:
     """Whether PyTorch's casting rules allow it: not to a lower kind (float to int, to bool)."""
-    rank = {"b": 0, "u": 1, "i": 1, "f": 2}
-    return rank[np.dtype(from_).kind] <= rank[np.dtype(to).kind]
+    return promotion.category(np.dtype(from_)) <= promotion.category(np.dtype(to))

@@ -575,7 +575,7 @@ not_equal = binary("not_equal", np.not_equal, shape=shapes.compare, scalar="({0}
 
 def _astype_vjp(g, out, x, dtype):
     """The cotangent cast back; a real value cast to complex gets the real part (PyTorch's)."""
-    if x.dtype.kind not in "fc":
+    if x.dtype.kind not in "fcV":  # V: bfloat16's bits
         return None
     return (real(g) if g.dtype.kind == "c" and x.dtype.kind == "f" else g).astype(x.dtype)
 
