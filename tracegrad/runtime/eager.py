@@ -23,12 +23,13 @@ import numpy as np
 from tracegrad.compiler import lowering
 from tracegrad.core import ir, vocabulary
 from tracegrad.core import primitives as P
+from tracegrad.core.bfloat16 import BFLOAT16
 
 OPS = (P.conv2d, P.conv2d_input_grad, P.conv2d_weight_grad, P.max_pool2d_argmax, P.max_pool2d,
        P.max_pool2d_scatter, P.max_pool2d_gather, P.attention, P.attention_grad, P.layer_norm,
        P.layer_norm_grad, P.batch_norm, P.batch_norm_grad, P.batch_stats, P.log_softmax,
        P.log_softmax_grad, P.softmax, P.softmax_grad, P.cross_entropy, P.cross_entropy_grad,
-       P.lstm_scan, P.lstm_scan_grad, P.gru_scan, P.gru_scan_grad, P.matmul)  # fmt: skip
+       P.lstm_scan, P.lstm_scan_grad, P.gru_scan, P.gru_scan_grad, P.matmul, P.astype)  # fmt: skip
 # Elementwise ops whose NumPy versions are many passes over memory. (Ops of one NumPy pass, as
 # exp or tanh, stay NumPy's: the kernels' float32 versions of them round differently.)
 ELEMENTWISE = (P.gelu, P.gelu_slope, P.gelu_tanh, P.gelu_tanh_slope, P.silu, P.silu_slope,
@@ -70,6 +71,8 @@ def run(prim: vocabulary.Primitive, arrays: list[np.ndarray], params: dict[str, 
         else:
             return None
     if prim in EXACT and not (_quiet and size >= EXACT_MIN and _floating(dtype, arrays)):
+        return None
+    if prim is P.astype and BFLOAT16 not in (dtype, arrays[0].dtype):  # `kernels.casts`' only
         return None
     key = (prim.name, *((a.shape, a.dtype.str) for a in arrays), repr(sorted(params.items())))
 

@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 from tracegrad.compiler.kernels import (
     attention,
+    casts,
     conv,
     cross_entropy,
     gemm,
@@ -27,7 +28,7 @@ from tracegrad.compiler.kernels import (
 from tracegrad.compiler.kernels.cache import default_cache
 from tracegrad.core.ir import Node
 
-_GENERATORS = (pool, attention, normalization, gemm, conv, scatter, cross_entropy, recurrent)
+_GENERATORS = (pool, attention, normalization, gemm, conv, scatter, cross_entropy, recurrent, casts)
 GENERATORS = {op: gen for gen in _GENERATORS for op in gen.OPS}
 
 
