@@ -75,6 +75,33 @@ def test_promotion_follows_pytorch(operands):
     assert torch.equal(x + f32, x.float() + f32)  # the wider float: no rounding to bfloat16
 
 
+@pytest.mark.parametrize("dtype", [BF, torch.float16])
+def test_a_half_float_default_dtype_makes_rounded_values_and_parameters(dtype):
+    """transformers' `from_pretrained(dtype=torch.bfloat16)` builds the model with the default
+    dtype set to it: floats made without a dtype (values, constructors, draws, parameters) are
+    of it, rounded from float32, not NumPy's cast of numbers into bfloat16's bits."""
+    torch.set_default_dtype(dtype)
+    try:
+        made = [
+            torch.tensor([1.5, 0.1]),
+            torch.full((2,), 0.1),
+            torch.linspace(0, 0.1, 2),
+            torch.ones(2) * 0.1,
+            torch.tensor([1, 2]) * 0.1,
+            torch.nn.LayerNorm(2).weight,
+        ]
+        drawn = [torch.randn(3), torch.rand(3), torch.nn.Linear(3, 2).weight]
+        assert torch.get_default_dtype() is dtype and torch.finfo().bits == 16
+    finally:
+        torch.set_default_dtype(torch.float32)
+    tenth = torch.tensor(0.1, dtype=dtype).item()  # 0.10009765625 or 0.0999755859375
+    want = [[1.5, tenth], [tenth] * 2, [0.0, tenth], [tenth] * 2, [tenth, 2 * tenth], [1.0, 1.0]]
+    assert [t.dtype for t in made + drawn] == [dtype] * 9
+    assert [t.tolist() for t in made] == want
+    assert all(t.abs().max().item() < 10 for t in drawn)
+    assert torch.tensor([0.5]).dtype is torch.float32
+
+
 def test_gradients_are_bfloat16_and_near_float32s():
     """A bfloat16 model's gradients, against the same weights' float32 gradients: within what
     the roundings of a forward and backward pass of a few ops move them."""

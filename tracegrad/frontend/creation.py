@@ -23,6 +23,7 @@ from tracegrad.frontend import random
 from tracegrad.frontend.counting import data_dependent_shape
 from tracegrad.frontend.device import check_device
 from tracegrad.frontend.functions import astype, broadcast_to, pytorch_keywords
+from tracegrad.frontend.promotion import default_dtype
 from tracegrad.frontend.random import Generator
 from tracegrad.frontend.tensor import Listeners, Tensor, get_default_dtype
 from tracegrad.frontend.tensor import as_tensor as _as_tensor
@@ -57,6 +58,10 @@ def _bfloat16_via_float32(f: Any) -> Any:
     @functools.wraps(f)
     def made(*args: Any, **kwargs: Any) -> Any:
         given = kwargs.get("dtype", args[at] if len(args) > at else None)
+        if given is None and get_default_dtype() == BFLOAT16:  # a float made in the default
+            with default_dtype(np.float32):
+                out = f(*args, **kwargs)
+            return astype(out, BFLOAT16) if out.dtype == np.float32 else out
         if given is None or np.dtype(given) != BFLOAT16:
             return f(*args, **kwargs)
         if len(args) > at:
@@ -278,6 +283,8 @@ def _draw(op: Any, generator: Generator | None, size: tuple, dtype: np.dtype) ->
     """Samples of `op`; of a complex dtype, its real and imaginary parts drawn independently,
     each of variance 1/2 for normal samples, as PyTorch's."""
     state = random.state_of(generator)
+    if dtype.kind not in "cV" and dtype.itemsize < 4:  # float16: drawn in float32, rounded
+        return astype(random.draw(op, state, shape=tuple(size), dtype=np.float32), dtype)
     if dtype.kind != "c":
         return random.draw(op, state, shape=tuple(size), dtype=dtype)
     parts = random.draw(op, state, shape=(*size, 2), dtype=shapes.real_dtype(dtype))

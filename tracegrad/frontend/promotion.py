@@ -11,6 +11,8 @@ its category is higher."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -28,12 +30,25 @@ def get_default_dtype() -> np.dtype:
 
 def set_default_dtype(dtype: Any) -> None:
     """Make Python floats, float constructors (zeros, randn, ...) and new layers' parameters
-    `dtype`: float32 (the default) or float64, as PyTorch's set_default_dtype."""
+    `dtype`, a float (float32 the default), as PyTorch's set_default_dtype (transformers'
+    `from_pretrained(dtype=torch.bfloat16)` sets it while it builds the model)."""
     global _default_float
     d = np.dtype(dtype)
-    if d not in (np.float32, np.float64):
-        raise TypeError(f"set_default_dtype: only float32 and float64 are supported, not {d}")
+    if d not in (np.float32, np.float64, np.float16, BFLOAT16):
+        raise TypeError(f"set_default_dtype: only floating-point types are supported, not {d}")
     _default_float = d
+
+
+@contextlib.contextmanager
+def default_dtype(dtype: Any) -> Iterator[None]:
+    """`set_default_dtype(dtype)` inside the block, the previous default restored after."""
+    global _default_float
+    previous = _default_float
+    set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        _default_float = previous
 
 
 _CATEGORY = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3, "V": 2}  # "V": bfloat16's bits
@@ -70,7 +85,7 @@ def number_dtype(a: Any) -> np.dtype:
         return np.dtype(np.int64)
     if isinstance(a, float):
         return _default_float
-    return np.dtype(np.complex64 if _default_float == np.float32 else np.complex128)
+    return np.dtype(np.complex128 if _default_float == np.float64 else np.complex64)
 
 
 def result_type(*operands: Any) -> np.dtype:

@@ -135,13 +135,14 @@ class finfo:  # noqa: N801 (PyTorch's name)
     promote a float16 x)."""
 
     def __init__(self, type: Any = None) -> None:  # noqa: A002
+        type = get_default_dtype() if type is None else type  # noqa: A001
         known = _NO_NUMPY_FLOATS.get(getattr(type, "name", None))
         if known is not None:  # bfloat16, float8: limits known though NumPy cannot hold them
             self.bits, self.dtype, self.resolution = known[0], type.name, known[5]
             self.eps, self.max, self.min, self.tiny = known[1:5]
             self.smallest_normal = self.tiny
             return
-        info = np.finfo(np.dtype(_tg.get_default_dtype() if type is None else type))
+        info = np.finfo(np.dtype(type))
         self.bits, self.dtype = info.bits, info.dtype.name
         number = builtins.float  # `float` here is torch.float, a dtype
         self.eps, self.max, self.min = number(info.eps), number(info.max), number(info.min)
