@@ -2,8 +2,9 @@
 `node_rewriter([Op])` or tinygrad's pattern matcher): `rule(node, rewrite)` returns the value
 that replaces the node's result, or None. Multiplying by one, adding zero, identity views, view
 chains, a sum that only undoes a broadcast, the transpose of a matrix product, small whole
-powers as products, a gather of few elements moved before the elementwise op it reads; and,
-for every op, folding nodes whose inputs are all constants."""
+powers as products, a gather of few elements moved before the elementwise op it reads, a cast
+to bfloat16 and back as one rounding that fuses; and, for every op, folding nodes whose inputs
+are all constants."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tracegrad.core import primitives as P
+from tracegrad.core.bfloat16 import BFLOAT16
 from tracegrad.core.ir import Graph, Node, Value
 from tracegrad.core.ops.elementwise import POWER_PRODUCTS
 from tracegrad.core.primitives import Primitive
@@ -116,6 +118,19 @@ def add_zero(n: Node, rw: Rewrite) -> Value | None:
         if _const_equal(b, 0.0) and _identity(n, a, b):
             return a
     return None
+
+
+@rule(P.astype)
+def bfloat16_round_trip(n: Node, rw: Rewrite) -> Value | None:
+    """A float32 value cast to bfloat16 and back (between any two ops of bfloat16 operands,
+    `tensor._in_float32`) as one float32 op that keeps bfloat16's precision: kernels do not take
+    bfloat16, and this one fuses with the ops on either side."""
+    x, rounded = n.inputs[0], rw.producers.get(n.inputs[0])
+    if (x.dtype, n.outputs[0].dtype) != (BFLOAT16, np.float32) or rounded is None:
+        return None
+    if rounded.prim is not P.astype or rounded.inputs[0].dtype != np.float32:
+        return None
+    return rw.emit(P.bfloat16_rounded, [rounded.inputs[0]], n.outputs[0])
 
 
 @rule(P.reshape, P.broadcast_to)

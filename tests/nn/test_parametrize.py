@@ -12,9 +12,8 @@ import tracegrad as tg
 import tracegrad.torch as tgt
 from tests.conftest import check_grad
 from tests.nn.test_layers_resampling import needs_torch, same_module, torch
-from tests.nn.test_utils import Normed, train_both
+from tests.nn.test_utils import Normed, kernels_in_the_plan_only, train_both
 from tracegrad import nn
-from tracegrad.compiler import lowering
 from tracegrad.nn import parametrize as P
 
 
@@ -251,17 +250,13 @@ def test_traced_step_with_orthogonal_matches_eager(case):
 
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
 def test_traced_step_with_weight_norm_matches_eager(rng, backend, monkeypatch):
-    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+    kernels_in_the_plan_only(monkeypatch)
     train_both(lambda: Normed(P.weight_norm), rng, backend)
 
 
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
 def test_traced_step_with_spectral_norm_updates_its_buffers_as_eager(rng, backend, monkeypatch):
-    """Kernels at every size for the Numba plan only: with KERNEL_MIN 0 the eager steps took
-    kernels from whenever their background loading ended, and the power iteration magnified
-    those steps' other roundings past float64's tolerance in some runs."""
-    if backend == "numba":
-        monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+    kernels_in_the_plan_only(monkeypatch)
     nn.manual_seed(0)
     before = Normed(P.spectral_norm).double().fc.parametrizations.weight[0]._u.numpy().copy()
     eager, traced = train_both(lambda: Normed(P.spectral_norm), rng, backend)

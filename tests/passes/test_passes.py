@@ -7,6 +7,7 @@ import passes
 from passes.memory import plan_memory
 from tracegrad import interpret
 from tracegrad.compiler import lowering
+from tracegrad.core.bfloat16 import BFLOAT16
 from tracegrad.core.ir import Graph, GraphError, Node, Value
 from tracegrad.core.primitives import PRIMITIVES, defprimitive
 from tracegrad.core.vocabulary import Kind, Phase
@@ -185,6 +186,21 @@ def test_simplify_an_even_power_of_abs_is_that_power_of_the_value(exponent, abs_
     args = [np.array([-3.0, -0.0, 0.0, 1.5, -np.inf, np.nan], F32)]
     for got, want in zip(interpret(after, *args), interpret(g, *args), strict=True):
         np.testing.assert_array_equal(got, want)  # bit for bit, NaN where NaN
+
+
+def test_simplify_a_cast_to_bfloat16_and_back_is_one_fusible_rounding():
+    """Between two ops of bfloat16 operands (`tensor._in_float32`): the bfloat16 value stays
+    where something else reads it (here, a result), its widening becomes the rounding."""
+    x, a, b = val(5), val(5, dtype=BFLOAT16), val(5)
+    n1 = Node(PRIMITIVES["astype"], [x], [a], {"dtype": BFLOAT16}, "test.py:1")
+    n2 = Node(PRIMITIVES["astype"], [a], [b], {"dtype": np.dtype(F32)}, "test.py:2")
+    n3, c = node("exp", [b], (5,))
+    g = Graph([x], [n1, n2, n3], [c, a])
+    after, _ = passes.prune(passes.simplify(g)[0])
+    assert [n.op for n in after.nodes] == ["astype", "bfloat16_rounded", "exp"]
+    args = [np.array([1.00390625, 1.01171875, np.nan, 3.4e38, -2.5], F32)]
+    for got, want in zip(interpret(after, *args), interpret(g, *args), strict=True):
+        np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))  # bit for bit
 
 
 def test_simplify_folds_constants():

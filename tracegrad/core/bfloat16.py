@@ -42,6 +42,11 @@ def from_bfloat16(a: np.ndarray) -> np.ndarray:
     return bits.view(np.float32).reshape(np.shape(a))
 
 
+def rounded(x: np.ndarray) -> np.ndarray:
+    """float32 values rounded to bfloat16's precision, as float32 (a cast there and back)."""
+    return from_bfloat16(to_bfloat16(x))
+
+
 def cast(x: np.ndarray, dtype: Any) -> np.ndarray:
     """`x.astype(dtype)`, through float32 where either side is bfloat16."""
     dtype = np.dtype(dtype)

@@ -8,7 +8,7 @@ import pytest
 
 import tracegrad as tg
 import tracegrad.torch as torch
-from tracegrad.compiler.kernels import team
+from tracegrad.compiler.kernels import compile_groups, team
 from tracegrad.compiler.kernels.native import compile_native
 from tracegrad.core import primitives as P
 from tracegrad.core.bfloat16 import BFLOAT16, from_bfloat16, to_bfloat16
@@ -64,6 +64,20 @@ def test_widens_exactly_and_takes_any_layout(rng):
     want = bits[:, ::2].astype(np.uint32) << 16
     np.testing.assert_array_equal(out.view(np.uint32), want)
     np.testing.assert_array_equal(from_bfloat16(b).view(np.uint32), want)
+
+
+def test_bfloat16_rounded_in_a_fused_kernel_rounds_as_worked_out_by_hand(rng):
+    """The simplify pass turns a cast to bfloat16 and back into `bfloat16_rounded`, which fuses:
+    its float32 template rounds as the casts do."""
+    x = awkward_floats(rng, 5000)
+    want = np.array([rounded_by_hand(int(b)) << 16 for b in x.view(np.uint32)], np.uint32)
+    inputs, out = [Value(x.shape, np.dtype(np.float32))], Value(x.shape, np.dtype(np.float32))
+    [(ok, kernel)] = compile_groups([(inputs, [Node(P.bfloat16_rounded, inputs, [out])], [out])])
+    assert ok
+    got = np.empty_like(x)
+    kernel(x, got)
+    np.testing.assert_array_equal(got.view(np.uint32), want)
+    np.testing.assert_array_equal(P.bfloat16_rounded.impl(x).view(np.uint32), want)
 
 
 def test_other_casts_are_not_these_kernels():

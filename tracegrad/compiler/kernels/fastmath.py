@@ -94,6 +94,24 @@ def _mantissa(typingctx, x):
     return types.float32(types.float32), codegen
 
 
+@intrinsic
+def bfloat16_rounded(typingctx, x):
+    """x rounded to bfloat16's precision (its upper 16 bits) to nearest, ties to even, every
+    NaN the quiet NaN: `bfloat16.to_bfloat16`'s rounding, kept in float32."""
+    _float32_only(x)
+
+    def codegen(context, builder, sig, args):
+        i32 = ir.IntType(32)
+        bits = builder.bitcast(args[0], i32)
+        odd = builder.and_(builder.lshr(bits, i32(16)), i32(1))
+        rounded = builder.and_(builder.add(builder.add(bits, i32(0x7FFF)), odd), i32(-65536))
+        nan = builder.icmp_unsigned(">", builder.and_(bits, i32(0x7FFFFFFF)), i32(0x7F800000))
+        out = builder.select(nan, i32(0x7FC00000), rounded)
+        return builder.bitcast(out, ir.FloatType())
+
+    return types.float32(types.float32), codegen
+
+
 def _ieee_extreme(name: str):
     """LLVM's `name` (llvm.maximum or llvm.minimum) of two floats of one type: NaN from either
     side propagates, as NumPy's does, and LLVM vectorizes a loop that folds a row with it (it

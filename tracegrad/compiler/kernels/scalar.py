@@ -16,6 +16,7 @@ from numba.core import types
 from numba.extending import overload
 
 from tracegrad.compiler.kernels import fastmath
+from tracegrad.core import bfloat16
 from tracegrad.core.ops.elementwise import GELU_TANH_A, GELU_TANH_C, INV_SQRT_2PI, SQRT_HALF
 
 _jit = numba.njit(fastmath=set(fastmath.FLAGS), error_model="numpy", cache=True)
@@ -111,6 +112,17 @@ def gelu_tanh(x):
 def gelu_tanh_slope(x):
     s = _exact_sigmoid(2.0 * GELU_TANH_C * (x + GELU_TANH_A * x * x * x))
     return s + x * s * (1.0 - s) * 2.0 * GELU_TANH_C * (1.0 + 3.0 * GELU_TANH_A * x * x)
+
+
+def bfloat16_rounded(x):
+    return bfloat16.rounded(np.float32(x))
+
+
+@overload(bfloat16_rounded, jit_options={"error_model": "numpy"})
+def _bfloat16_rounded(x):
+    if x == types.float32:
+        return lambda x: fastmath.bfloat16_rounded(x)
+    return None
 
 
 @_jit

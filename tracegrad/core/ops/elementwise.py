@@ -584,6 +584,19 @@ astype = unary("astype", bfloat16.cast, _astype_vjp,
                shape=lambda x, dtype: (x.shape, dtype), scalar="{0}", **_C)  # fmt: skip
 
 
+def _float32_rule(x):
+    if x.dtype != np.float32:
+        raise TypeError(f"bfloat16_rounded takes float32, not {x.dtype}")
+    return x.shape, x.dtype
+
+
+# float32 values rounded to bfloat16's precision: the cast to bfloat16 and back (the simplify
+# pass's `bfloat16_round_trip`), as one op that kernels take and fuse with their neighbours
+bfloat16_rounded = unary("bfloat16_rounded", bfloat16.rounded,
+                         lambda g, out, x: bfloat16_rounded(g), shape=_float32_rule,
+                         scalar="bfloat16_rounded({0})", helpers=("bfloat16_rounded",))  # fmt: skip
+
+
 # Complex numbers' parts, as PyTorch's (no scalar templates: kernels are real, complex values
 # stay NumPy's). The results are copies, as every elementwise op's: NumPy's `.real` is a view.
 def _complex_rule(re, im):
