@@ -2,7 +2,7 @@
 PyTorch and by tracegrad.torch, whose `torch.compile` is tracegrad's trace of the whole step:
 
     python benchmarks/torch_models.py [--models ...] [--methods tg-traced torch] [--rounds 2]
-                                      [--steps 15] [--budget 10]
+                                      [--steps 15] [--budget 10] [--dtype bfloat16]
 
 What tracegrad was not tuned for: squeeze-and-excitation gates, recurrent classifiers and
 language models (GRU, LSTM, bidirectional, a seq2seq decoder loop with attention), a convolutional
@@ -10,7 +10,8 @@ autoencoder, an MLP-Mixer, a graph convolution by `index_add`, embeddings for re
 ResNet-18 on 64x64 (7x7 stem, max-pooling), a 1-D audio net (kernel 80, stride 16), a pix2pix
 U-Net (InstanceNorm, LeakyReLU, transposed convolutions), grouped convolutions (ResNeXt), a
 segmentation U-Net upsampling by interpolation, a pixel shuffle (ESPCN), contrastive and
-distillation losses.
+distillation losses. `--dtype bfloat16` builds each in bfloat16 (the default dtype set while
+its layers and data are made, as transformers' `from_pretrained(dtype=...)` does).
 Each runs in a process of its own per method, round-robin over `--rounds` (`harness.py`); a row
 gives each method's median step and traced / PyTorch eager of the same round. The libraries
 initialize their weights differently, so first losses agree only roughly; `zoo.py` holds the
@@ -555,8 +556,9 @@ MODELS: dict[str, Callable[[Any, np.random.Generator], Built]] = {
 METHODS = ("tg-traced", "tg-eager", "torch")
 
 
-def build(method: str, name: str) -> Callable[[], float]:
-    """One step of `name` under `method`, seeded; traced or eager, it can wait for its kernels."""
+def build(method: str, name: str, dtype: str = "float32") -> Callable[[], float]:
+    """One step of `name` under `method` in `dtype`, seeded; traced or eager, it can wait for its
+    kernels."""
     if method == "torch":
         import torch
 
@@ -564,7 +566,9 @@ def build(method: str, name: str) -> Callable[[], float]:
     else:
         import tracegrad.torch as torch
     torch.manual_seed(0)
+    torch.set_default_dtype(getattr(torch, dtype))
     step, args = MODELS[name](torch, np.random.default_rng(0))
+    torch.set_default_dtype(torch.float32)
     if method == "tg-traced":
         step = torch.compile(step)
 
@@ -588,15 +592,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=15, help="timed steps per child, at most")
     parser.add_argument("--budget", type=float, default=10.0, help="seconds of timed steps")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--profile", choices=list(MODELS), help="where the traced step's time "
                         "goes, instead (zoo.py's report)")  # fmt: skip
     args = parser.parse_args()
     if args.profile:
         from zoo import profile_run
 
-        return profile_run(args.profile, build("tg-traced", args.profile), "float32")
+        return profile_run(args.profile, build("tg-traced", args.profile, args.dtype), "float32")
     if args.child:
-        result = time_step(build(*args.child), args.steps, args.budget)
+        result = time_step(build(*args.child, args.dtype), args.steps, args.budget)
         print(MARK + json.dumps(result))
         return
     summary = []
@@ -605,7 +610,8 @@ def main() -> None:
         def measure(method: str, env: dict, first_only: bool, name: str = name) -> dict:
             steps = 0 if first_only else args.steps
             cmd = [sys.executable, os.path.abspath(__file__), "--child", method, name,
-                   "--steps", str(steps), "--budget", str(args.budget)]  # fmt: skip
+                   "--steps", str(steps), "--budget", str(args.budget),
+                   "--dtype", args.dtype]  # fmt: skip
             return run_marked(cmd, method_env(method, env))
 
         results = run_rounds(measure, args.methods, args.rounds)

@@ -102,6 +102,20 @@ def test_a_half_float_default_dtype_makes_rounded_values_and_parameters(dtype):
     assert torch.tensor([0.5]).dtype is torch.float32
 
 
+def test_random_draws_of_a_half_float_dtype_are_float32_draws_rounded():
+    """Dropout draws its mask in its input's dtype; uniform and normal draws took float32 and
+    float64 only."""
+    for dtype in (BF, torch.float16):
+        torch.manual_seed(0)
+        drawn = [torch.rand(4, dtype=dtype), torch.randn_like(torch.zeros(4, dtype=dtype))]
+        torch.manual_seed(0)
+        want = [torch.rand(4).to(dtype), torch.randn(4).to(dtype)]
+        assert [t.dtype for t in drawn] == [dtype] * 2
+        assert [t.tolist() for t in drawn] == [t.tolist() for t in want]
+        kept = torch.nn.functional.dropout(torch.ones(1000, dtype=dtype), 0.5)
+        assert kept.dtype is dtype and set(kept.tolist()) == {0.0, 2.0}
+
+
 def test_gradients_are_bfloat16_and_near_float32s():
     """A bfloat16 model's gradients, against the same weights' float32 gradients: within what
     the roundings of a forward and backward pass of a few ops move them."""

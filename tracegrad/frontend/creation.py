@@ -283,8 +283,6 @@ def _draw(op: Any, generator: Generator | None, size: tuple, dtype: np.dtype) ->
     """Samples of `op`; of a complex dtype, its real and imaginary parts drawn independently,
     each of variance 1/2 for normal samples, as PyTorch's."""
     state = random.state_of(generator)
-    if dtype.kind not in "cV" and dtype.itemsize < 4:  # float16: drawn in float32, rounded
-        return astype(random.draw(op, state, shape=tuple(size), dtype=np.float32), dtype)
     if dtype.kind != "c":
         return random.draw(op, state, shape=tuple(size), dtype=dtype)
     parts = random.draw(op, state, shape=(*size, 2), dtype=shapes.real_dtype(dtype))

@@ -43,6 +43,10 @@ def draw(prim: Any, state: Tensor | None = None, *operands: Any, **attrs: Any) -
     """One draw of the random primitive `prim` (uniform, normal, randint, randperm, of
     `operands`: categorical) from `state` (default: the default state), advancing it."""
     state = default_state if state is None else state
+    dtype = attrs.get("dtype")
+    if dtype is not None and np.dtype(dtype).kind in "fV" and np.dtype(dtype).itemsize < 4:
+        # half floats (bfloat16's bits are kind V): drawn in float32, then rounded
+        return draw(prim, state, *operands, **{**attrs, "dtype": np.float32}).astype(dtype)
     with no_grad():
         out = prim(state, *operands, **attrs)
         a = state._value
