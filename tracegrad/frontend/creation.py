@@ -49,8 +49,9 @@ def _float(dtype: Any) -> np.dtype:
 
 
 def _bfloat16_via_float32(f: Any) -> Any:
-    """A creation function asked for bfloat16 makes float32, then rounds it: NumPy would cast
-    numbers into the bits' stand-in as integers (1.5 as a tiny subnormal), silently."""
+    """A creation function asked for bfloat16, or making a float while bfloat16 is the default
+    dtype, makes float32, then rounds it: NumPy would cast numbers into the bits' stand-in as
+    integers (1.5 as a tiny subnormal), silently."""
     params = inspect.signature(f).parameters
     positional = params["dtype"].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
     at = list(params).index("dtype") if positional else 1 << 30  # after *size: keyword only
