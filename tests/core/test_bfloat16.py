@@ -55,6 +55,8 @@ def test_each_op_computes_in_float32_and_rounds_its_result(operands):
     within_half_an_ulp(torch.nn.functional.gelu(x), a * (1 + erf(a / 2**0.5)) / 2)
     assert (x > 0).dtype is torch.bool and (x > 0).tolist() == (a > 0).tolist()
     assert x.argmax().item() == a.argmax() and float(x[0, 0]) == a[0, 0]
+    with pytest.raises(TypeError, match="nextafter: not provided for bfloat16"):
+        torch.nextafter(x, y)  # float32's next value would round back to x
 
 
 def test_promotion_follows_pytorch(operands):
@@ -100,6 +102,20 @@ def test_a_half_float_default_dtype_makes_rounded_values_and_parameters(dtype):
     assert [t.tolist() for t in made] == want
     assert all(t.abs().max().item() < 10 for t in drawn)
     assert torch.tensor([0.5]).dtype is torch.float32
+
+
+def test_float16_products_are_computed_in_float32_and_rounded(operands):
+    """NumPy multiplies float16 matrices without BLAS (hundreds of times float32's time): they
+    are widened as bfloat16's are, the product rounded to float16; other float16 ops keep
+    NumPy's float16 loops, which compute in float32 too."""
+    a, b, _, _ = operands
+    x, w = torch.tensor(a, dtype=torch.float16), torch.tensor(b, dtype=torch.float16)
+    got = torch.nn.functional.linear(x, w)
+    assert got.dtype is torch.float16 and (x @ w.T).dtype is torch.float16
+    want = a @ b.T
+    ulp = np.vectorize(lambda v: 2.0 ** (math.frexp(v)[1] - 11) if v else 2.0**-24)(want)
+    assert np.all(np.abs(got.float().numpy() - want) <= 0.5 * ulp * (1 + 1e-6))
+    assert torch.equal(x @ w.T, got)
 
 
 def test_random_draws_of_a_half_float_dtype_are_float32_draws_rounded():

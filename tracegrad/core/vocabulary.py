@@ -72,7 +72,10 @@ _RERUNNABLE = frozenset({Kind.ELEMENTWISE, Kind.REDUCTION, Kind.VIEW, Kind.CONTR
 # whatever an opaque op does (a linear-algebra routine on a singular matrix)
 _FALLIBLE = frozenset({Kind.CHECK, Kind.COLLECTIVE, Kind.INDEX, Kind.OPAQUE})
 # ops that take bfloat16 bits as they are, besides views: the cast itself, and indexing (a view,
-# or a gather of whole elements); every other op widens them to float32 (`bfloat16.Widen`)
+# or a gather of whole elements); every other op widens them to float32 (`bfloat16.Widen`), as
+# PyTorch's CPU kernels compute them (NumPy has no bfloat16 arithmetic). Of float16 operands
+# only products are widened: NumPy has no BLAS for them (hundreds of times float32's time),
+# and its float16 loops compute elementwise ops in float32 already.
 _MOVES_BITS = frozenset({"astype", "getitem"})
 
 
@@ -264,12 +267,14 @@ class Primitive:
         return found
 
     def _run_rule(self, ins: tuple, params: dict) -> tuple[tuple[int, ...], np.dtype]:
-        if (
-            self.kind is not Kind.VIEW
-            and self.name not in _MOVES_BITS
-            and any(getattr(v, "dtype", None) == BFLOAT16 for v in ins)
-        ):  # asked once per shapes: the rule's result is remembered
-            raise Widen(f"{self.name}: bfloat16 operands are computed in float32")
+        if self.kind is not Kind.VIEW and self.name not in _MOVES_BITS:
+            dtypes = {getattr(v, "dtype", None) for v in ins}  # asked once per shapes (remembered)
+            if BFLOAT16 in dtypes:
+                if self.name == "nextafter":  # float32's next value would round back to x
+                    raise TypeError("nextafter: not provided for bfloat16; convert first")
+                raise Widen(f"{self.name}: bfloat16 operands are computed in float32")
+            if self.kind is Kind.CONTRACTION and np.dtype(np.float16) in dtypes:
+                raise Widen(f"{self.name}: float16 operands are multiplied in float32")
         try:
             shape, dtype = self.rule(*ins, **params)
         except ShapeError:

@@ -585,17 +585,22 @@ def bind(prim: Any, *args: Any, **params: Any) -> Tensor:
 
 
 def _in_float32(prim: Any, inputs: list[Tensor], params: dict, numbers: list[bool]) -> Tensor:
-    """`prim` of bfloat16 operands, as PyTorch's CPU kernels compute it: in float32, its float
-    result rounded to bfloat16 unless another float tensor (or a `dtype` asked) set its dtype;
-    Python numbers (`numbers`) are float32 already (`_number`). The casts are ops of their
-    own, so autograd and traces see them."""
+    """`prim` of half-float operands (`bfloat16.Widen`: bfloat16's, or float16's in a product),
+    as PyTorch's CPU kernels compute it: in float32, its float result rounded to the half float
+    unless another float tensor (or a `dtype` asked) set its dtype; Python numbers (`numbers`)
+    are float32 already (`_number`). The casts are ops of their own, so autograd and traces
+    see them."""
     floats = {x._value.dtype for x, number in zip(inputs, numbers, strict=True)
               if not number and x._value.dtype.kind in "fcV"}  # fmt: skip
-    out = bind(prim, *[astype(x, dtype=np.float32) if x._value.dtype == BFLOAT16 else x
+    out = bind(prim, *[astype(x, dtype=np.float32) if x._value.dtype in _HALF else x
                        for x in inputs], **params)  # fmt: skip
-    if out._value.dtype == np.float32 and floats == {BFLOAT16} and "dtype" not in params:
-        return astype(out, dtype=BFLOAT16)
+    half = floats.pop() if len(floats) == 1 else None
+    if out._value.dtype == np.float32 and half in _HALF and "dtype" not in params:
+        return astype(out, dtype=half)
     return out
+
+
+_HALF = (BFLOAT16, np.dtype(np.float16))
 
 
 def _bind_profiled(prim: Any, args: tuple, params: dict) -> Tensor:
