@@ -158,6 +158,10 @@ def test_assert_close_uses_pytorchs_tolerances():
     torch.testing.assert_allclose(a, np.array([1.0, 2.0]))
     with pytest.raises(AssertionError):
         torch.testing.assert_close(tg.tensor([1, 2]), tg.tensor([1, 3]))  # integers: exact
+    b = a.bfloat16()  # rtol 1.6e-2: compared as values, not as their bits
+    torch.testing.assert_close(b, torch.tensor([1.0, 2.03]).bfloat16())
+    with pytest.raises(AssertionError, match="Mismatched elements: 1 / 2"):
+        torch.testing.assert_close(b, torch.tensor([1.0, 2.1]).bfloat16())
 
 
 def test_memory_formats_are_accepted():

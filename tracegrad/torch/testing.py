@@ -8,13 +8,16 @@ from typing import Any
 
 import numpy as np
 
+from tracegrad.core.bfloat16 import BFLOAT16, readable
+from tracegrad.frontend.promotion import promote_types
 from tracegrad.frontend.tensor import Tensor
 from tracegrad.torch._support import not_provided as _not_provided
 
 __all__ = ["assert_allclose", "assert_close", "make_tensor"]
 
 # PyTorch's defaults: (rtol, atol) by the dtype compared
-_TOLERANCES = {np.dtype(np.float16): (1e-3, 1e-5), np.dtype(np.float32): (1.3e-6, 1e-5),
+_TOLERANCES = {np.dtype(np.float16): (1e-3, 1e-5), BFLOAT16: (1.6e-2, 1e-5),
+               np.dtype(np.float32): (1.3e-6, 1e-5),
                np.dtype(np.float64): (1e-7, 1e-7)}  # fmt: skip
 
 
@@ -50,7 +53,8 @@ def assert_close(actual: Any, expected: Any, *, allow_subclasses: bool = True,
         raise AssertionError(msg or f"The values for attribute 'dtype' do not match: {a.dtype} "
                                     f"!= {e.dtype}.")  # fmt: skip
     if rtol is None:
-        rtol, atol = _TOLERANCES.get(np.promote_types(a.dtype, e.dtype), (0.0, 0.0))
+        rtol, atol = _TOLERANCES.get(promote_types(a.dtype, e.dtype), (0.0, 0.0))
+    a, e = readable(a), readable(e)  # bfloat16's bits as their values
     if not np.allclose(a, e, rtol=rtol, atol=atol, equal_nan=equal_nan):
         bad = ~np.isclose(a, e, rtol=rtol, atol=atol, equal_nan=equal_nan)
         worst = np.max(np.abs(a.astype(np.float64) - e.astype(np.float64))[bad])
