@@ -104,6 +104,21 @@ def test_a_half_float_default_dtype_makes_rounded_values_and_parameters(dtype):
     assert torch.tensor([0.5]).dtype is torch.float32
 
 
+def test_ops_that_read_the_array_compare_values_not_bits():
+    """`unique` sorted bfloat16 by its bits (every positive value before the negatives); a
+    cross-entropy against probabilities took bfloat16 ones for class indices."""
+    x = torch.tensor([0.5, -2.0, 0.5, -0.25, 3.0], dtype=BF)
+    values, counts = torch.unique(x, return_counts=True)
+    assert values.dtype is BF and values.tolist() == [-2.0, -0.25, 0.5, 3.0]
+    assert counts.tolist() == [1, 1, 2, 1]
+    assert torch.unique_consecutive(torch.tensor([-0.0, 0.0, 1.0], dtype=BF)).tolist() == [0.0, 1.0]
+    logits = torch.tensor([[0.0, 1.0], [2.0, 0.0]], dtype=BF)
+    probs = torch.tensor([[0.25, 0.75], [1.0, 0.0]], dtype=BF)
+    want = torch.nn.functional.cross_entropy(logits.float(), probs.float())
+    got = torch.nn.functional.cross_entropy(logits, probs)
+    assert got.dtype is BF and abs(got.item() - want.item()) <= 2**-8 * want.item()
+
+
 def test_float16_products_are_computed_in_float32_and_rounded(operands):
     """NumPy multiplies float16 matrices without BLAS (hundreds of times float32's time): they
     are widened as bfloat16's are, the product rounded to float16; other float16 ops keep

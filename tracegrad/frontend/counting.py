@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from tracegrad.core import bfloat16
 from tracegrad.core import primitives as P
 from tracegrad.core.errors import ShapeError, TraceError, user_location
 from tracegrad.frontend.functions import one_dim, pytorch_keywords, ravel, reshape, take_along_dim
@@ -31,10 +32,13 @@ def data_dependent_shape(op: str, *xs: Any, why: str = "its result's shape depen
         )
 
 
-def _result(values: np.ndarray, inverse: np.ndarray | None, counts: np.ndarray | None) -> Any:
-    """PyTorch's result: the values alone, or a tuple with the inverse and/or the counts."""
+def _result(values: np.ndarray, inverse: np.ndarray | None, counts: np.ndarray | None,
+            dtype: np.dtype) -> Any:  # fmt: skip
+    """PyTorch's result: the values (in `dtype`: bfloat16's were compared as float32) alone, or
+    a tuple with the inverse and/or the counts."""
+    values = Tensor._of(values if values.dtype == dtype else bfloat16.cast(values, dtype))
     extra = [Tensor._of(a.astype(np.int64)) for a in (inverse, counts) if a is not None]
-    return (Tensor._of(values), *extra) if extra else Tensor._of(values)
+    return (values, *extra) if extra else values
 
 
 @pytorch_keywords
@@ -46,7 +50,7 @@ def unique(input: Any, sorted: bool = True, return_inverse: bool = False,
     the CPU."""
     x = as_tensor(input)
     data_dependent_shape("unique", x)
-    a = x.numpy()
+    a = bfloat16.readable(x.numpy())  # bfloat16's bits compared as their values
     if dim is None:
         values, inverse, counts = np.unique(
             a, return_inverse=True, return_counts=True, equal_nan=False
@@ -56,7 +60,12 @@ def unique(input: Any, sorted: bool = True, return_inverse: bool = False,
         d = one_dim("unique", dim, a.ndim)
         values, inverse, counts = np.unique(a, return_inverse=True, return_counts=True, axis=d)
         inverse = inverse.reshape(-1)
-    return _result(values, inverse if return_inverse else None, counts if return_counts else None)
+    return _result(
+        values,
+        inverse if return_inverse else None,
+        counts if return_counts else None,
+        x._value.dtype,
+    )
 
 
 @pytorch_keywords
@@ -66,7 +75,7 @@ def unique_consecutive(input: Any, return_inverse: bool = False, return_counts: 
     inverse and counts as `unique`'s."""
     x = as_tensor(input)
     data_dependent_shape("unique_consecutive", x)
-    a = x.numpy()
+    a = bfloat16.readable(x.numpy())
     if dim is None:
         a, d = a.reshape(-1), 0
     else:
@@ -80,7 +89,12 @@ def unique_consecutive(input: Any, return_inverse: bool = False, return_counts: 
     inverse = np.cumsum(changed) - 1
     inverse = inverse.reshape(x.shape) if dim is None else inverse
     counts = np.diff(np.append(starts, n))
-    return _result(values, inverse if return_inverse else None, counts if return_counts else None)
+    return _result(
+        values,
+        inverse if return_inverse else None,
+        counts if return_counts else None,
+        x._value.dtype,
+    )
 
 
 def bincount(input: Any, weights: Any = None, minlength: int = 0) -> Tensor:

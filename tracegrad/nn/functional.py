@@ -349,7 +349,7 @@ def cross_entropy(
     if logits.ndim == 1:
         return _one_sample(cross_entropy, logits, labels, weight, ignore_index=ignore_index,
                            reduction=reduction, label_smoothing=label_smoothing)  # fmt: skip
-    if labels._value.dtype.kind == "f" and labels.shape == logits.shape and logits.ndim >= 2:
+    if labels.dtype.kind == "f" and labels.shape == logits.shape and logits.ndim >= 2:
         loss = _soft_cross_entropy(_rows(logits), _rows(labels), weight, reduction,
                                    label_smoothing)  # fmt: skip
         shape = (logits.shape[0], *logits.shape[2:])
