@@ -74,8 +74,8 @@ _FALLIBLE = frozenset({Kind.CHECK, Kind.COLLECTIVE, Kind.INDEX, Kind.OPAQUE})
 # ops that take bfloat16 bits as they are, besides views: the cast itself, and indexing (a view,
 # or a gather of whole elements); every other op widens them to float32 (`bfloat16.Widen`), as
 # PyTorch's CPU kernels compute them (NumPy has no bfloat16 arithmetic). Of float16 operands
-# only products are widened: NumPy has no BLAS for them (hundreds of times float32's time),
-# and its float16 loops compute elementwise ops in float32 already.
+# only products are widened: NumPy has no BLAS for them (its float16 products are plain C
+# loops), and its float16 loops compute elementwise ops in float32 already.
 _MOVES_BITS = frozenset({"astype", "getitem"})
 
 
