@@ -188,6 +188,35 @@ def test_in_place_ops_and_an_optimizer_step_stay_bfloat16():
     # 3.40625 (a tie, to even); lr in p's dtype, 0.10009765625, times it: 0.341796875
 
 
+class LossAndLogits(torch.nn.Module):
+    """transformers' output: bfloat16 logits beside a float32 loss."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = mlp().to(BF)
+
+    def forward(self, x, y):
+        logits = self.net(x)
+        return torch.nn.functional.cross_entropy(logits.float(), y), logits
+
+
+def test_a_compiled_bfloat16_module_with_a_float32_output_trains_as_eager():
+    """Its backward gathers the outputs' cotangents into one vector of their promoted dtype,
+    which NumPy's promotion of bfloat16's bits refused."""
+    torch.manual_seed(0)
+    model = LossAndLogits()
+    x, y = torch.randn(6, 8).bfloat16(), torch.tensor([0, 1, 2] * 2)
+    grads = []
+    for run in (model, torch.compile(model)):
+        model.zero_grad()
+        loss, logits = run(x, y)
+        (loss + logits.float().square().mean()).backward()
+        assert logits.dtype is BF and loss.dtype is torch.float32
+        grads.append([p.grad.float().numpy() for p in model.parameters()])
+    for eager, compiled in zip(*grads, strict=True):
+        np.testing.assert_allclose(compiled, eager, rtol=2**-7, atol=2**-7 * np.abs(eager).max())
+
+
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
 def test_a_traced_bfloat16_step_equals_the_eager_step(backend):
     def make():

@@ -27,6 +27,7 @@ from tracegrad.frontend.autodiff import (
 )
 from tracegrad.frontend.creation import zeros
 from tracegrad.frontend.functions import cat
+from tracegrad.frontend.promotion import promote_types
 from tracegrad.frontend.tensor import Tensor
 
 __all__ = ["Function", "FunctionCtx", "once_differentiable"]
@@ -284,7 +285,7 @@ class _Layout:
     """Where each differentiable output's cotangent sits in the flat vector."""
 
     def __init__(self, outs: list, diff: list[int]) -> None:
-        self.dtype = np.result_type(*[outs[i].dtype for i in diff])
+        self.dtype = functools.reduce(promote_types, [outs[i].dtype for i in diff])
         self.spans: dict[int, tuple[int, int]] = {}
         self.shapes = [o.shape if isinstance(o, Tensor) else None for o in outs]
         self.dtypes = [o.dtype if isinstance(o, Tensor) else None for o in outs]
