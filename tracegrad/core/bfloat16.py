@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 BFLOAT16 = np.dtype([("bfloat16", "<u2")])
+HALF = (BFLOAT16, np.dtype(np.float16))  # the floats PyTorch's CPU kernels compute in float32
 
 
 class Widen(TypeError):

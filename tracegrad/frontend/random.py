@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from tracegrad.core import primitives as P
+from tracegrad.core.bfloat16 import HALF
 from tracegrad.frontend.autodiff import no_grad
 from tracegrad.frontend.device import CPU, require_cpu
 from tracegrad.frontend.tensor import Listeners, Tensor
@@ -44,8 +45,7 @@ def draw(prim: Any, state: Tensor | None = None, *operands: Any, **attrs: Any) -
     `operands`: categorical) from `state` (default: the default state), advancing it."""
     state = default_state if state is None else state
     dtype = attrs.get("dtype")
-    if dtype is not None and np.dtype(dtype).kind in "fV" and np.dtype(dtype).itemsize < 4:
-        # half floats (bfloat16's bits are kind V): drawn in float32, then rounded
+    if dtype is not None and np.dtype(dtype) in HALF:  # drawn in float32, then rounded
         return draw(prim, state, *operands, **{**attrs, "dtype": np.float32}).astype(dtype)
     with no_grad():
         out = prim(state, *operands, **attrs)

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from tracegrad.core import ir
-from tracegrad.core.bfloat16 import BFLOAT16, Widen, readable, to_bfloat16
+from tracegrad.core.bfloat16 import BFLOAT16, HALF, Widen, readable, to_bfloat16
 from tracegrad.core.errors import ShapeError, TraceError, user_location, warn_user
 from tracegrad.core.primitives import Phase, Primitive, astype, positive
 from tracegrad.core.vocabulary import EAGER_KERNELS
@@ -592,15 +592,12 @@ def _in_float32(prim: Any, inputs: list[Tensor], params: dict, numbers: list[boo
     see them."""
     floats = {x._value.dtype for x, number in zip(inputs, numbers, strict=True)
               if not number and x._value.dtype.kind in "fcV"}  # fmt: skip
-    out = bind(prim, *[astype(x, dtype=np.float32) if x._value.dtype in _HALF else x
+    out = bind(prim, *[astype(x, dtype=np.float32) if x._value.dtype in HALF else x
                        for x in inputs], **params)  # fmt: skip
     half = floats.pop() if len(floats) == 1 else None
-    if out._value.dtype == np.float32 and half in _HALF and "dtype" not in params:
+    if out._value.dtype == np.float32 and half in HALF and "dtype" not in params:
         return astype(out, dtype=half)
     return out
-
-
-_HALF = (BFLOAT16, np.dtype(np.float16))
 
 
 def _bind_profiled(prim: Any, args: tuple, params: dict) -> Tensor:
