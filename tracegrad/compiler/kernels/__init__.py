@@ -17,6 +17,30 @@ import os
 if "OMP_WAIT_POLICY" not in os.environ:
     os.environ.setdefault("GOMP_SPINCOUNT", "3000")
 
+
+def _full_width_vectors() -> None:
+    """Let LLVM vectorize kernels 512 bits wide where the host has AVX-512. LLVM's tuning for
+    Intel's AVX-512 cores prefers 256-bit vectors, since 512-bit instructions lowered the clock
+    of the first such chips; but a plan's GEMMs run 512-bit code anyway, so its kernels pay that
+    clock already, and the compute-bound ones (GELU, SiLU, softmax's exp) do half the
+    instructions at full width (docs/kernels.md, "Numba flags"). Only where the user chose no CPU
+    name or features for Numba, and before Numba's CPU target exists: every function of the
+    process is compiled for one target (the children compiling kernels are given it, `cache`)."""
+    from numba.core import config
+    from numba.core.codegen import get_host_cpu_features
+    from numba.core.registry import cpu_target
+
+    if config.CPU_NAME or config.CPU_FEATURES is not None:
+        return
+    if "_toplevel_target_context" in vars(cpu_target):  # Numba compiled something already
+        return
+    features = get_host_cpu_features()
+    if "+avx512f" in features.split(","):
+        config.CPU_FEATURES = features + ",-prefer-256-bit"
+
+
+_full_width_vectors()
+
 from tracegrad.compiler.kernels.cache import cache_dir  # noqa: E402
 from tracegrad.compiler.kernels.fused import FusedKernel, Structure, compile_group, compile_groups  # noqa: E402
 

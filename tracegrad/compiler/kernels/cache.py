@@ -168,7 +168,7 @@ class KernelCache:
             Path(importlib.util.find_spec("tracegrad").origin).parents[1]
         )  # its root
         path = os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))
-        env = {**os.environ, ENV_VAR: str(self.directory), "PYTHONPATH": path}
+        env = {**os.environ, ENV_VAR: str(self.directory), "PYTHONPATH": path, **_numba_target()}
         command = [
             sys.executable,
             "-m",
@@ -262,6 +262,17 @@ def _deal(names: list[str], seconds: list[float], children: int) -> list[list[st
 
 
 _caches: dict[Path, KernelCache] = {}
+
+
+def _numba_target() -> dict[str, str]:
+    """This process's Numba CPU name and features, as the environment of a child that compiles
+    kernels for it: Numba's cache keys its machine code by them, and a child choosing its own
+    (`kernels._full_width_vectors` runs only before Numba compiles anything) would compile
+    kernels this process could not load."""
+    from numba.core.registry import cpu_target
+
+    _, name, features = cpu_target.target_context.codegen().magic_tuple()
+    return {"NUMBA_CPU_NAME": name, "NUMBA_CPU_FEATURES": features}
 
 
 def _wait(helper: subprocess.Popen) -> None:
