@@ -5,7 +5,7 @@ kernel; the reference interpreter evaluates the body.
 
 A node joins the groups of its producers (merging them) when everything else the merged group
 reads already existed when its earliest part started, so the fused node can run where the
-group's first member ran, and when both are of one family (`_family`): a recomputed value must
+group's first member ran, and when both are of one family (`_families`): a recomputed value must
 not move back into forward, or into a segment rebuilt long before backward reads it, where it
 would be held until then; and not when it would widen a group whose narrower results are read
 after it (`_narrow_results`). A map of one large value that a group writes for a later one is
@@ -30,7 +30,7 @@ from .prune import prune
 @dataclass
 class _Group:
     start: int
-    family: Phase  # see `_family`: a node joins only groups of its own
+    family: Phase  # see `_families`: a node joins only groups of its own
     sealed: bool = False  # a rebuilt segment's group, once a matmul (say) has run after it
     nodes: list[Node] = field(default_factory=list)
     values: set[Value] = field(default_factory=set)  # elementwise results inside the group
@@ -148,6 +148,7 @@ def _grouped(graph: Graph) -> tuple[dict[int, _Group], dict[Value, _Group]]:
     group_of: dict[Value, _Group] = {}
     groups: dict[int, _Group] = {}  # start index -> group
     rebuilding: list[_Group] = []  # rebuild groups not sealed yet
+    families = _families(graph)
     for i, n in enumerate(graph.nodes):
         if not (_elementwise(n) or _trailing_reduction(n)):
             if not is_view(n):
@@ -155,11 +156,11 @@ def _grouped(graph: Graph) -> tuple[dict[int, _Group], dict[Value, _Group]]:
                     g.sealed = True
                 rebuilding.clear()
             continue
-        group = _join(n, group_of, made_at, groups, readers)
+        group = _join(n, families[id(n)], group_of, made_at, groups, readers)
         if group is None:
             if not (_elementwise(n) or _row_reduction(n) or _alone_a_kernel(n)):
                 continue
-            group = groups[i] = _Group(i, _family(n))
+            group = groups[i] = _Group(i, families[id(n)])
             if group.family is Phase.REBUILD:
                 rebuilding.append(group)
         group.nodes.append(n)
@@ -327,17 +328,31 @@ def _views_early(graph: Graph) -> Graph:
     return Graph(graph.inputs, nodes, graph.outputs)
 
 
-def _family(n: Node) -> Phase:
-    """Forward, a segment rebuilt from a checkpoint, or the rest (backward, updates, values
-    recomputed where backward reads them). Values of the first two are held until backward: a
-    node of the rest joining their groups would run, and hold its result, from there on. A
-    rebuild group is sealed by the next node that cannot fuse: a later rebuild of the same
-    segment reads the checkpoint it holds, and joining would run that rebuild here, early."""
-    return n.phase if n.phase in (Phase.FORWARD, Phase.REBUILD) else Phase.BACKWARD
+def _families(graph: Graph) -> dict[int, Phase]:
+    """Each node's family, by the node's id: forward, a segment rebuilt from a checkpoint, or the
+    rest (backward, updates, values recomputed where backward reads them). Values of the first
+    two are held until backward: a node of the rest joining their groups would run, and hold its
+    result, from there on. A forward node that reads gradients (a clipping's scale, an unscaling:
+    the user's code between backward and the update) is of the rest: its backward has run, and
+    its update may join it. A rebuild group is sealed by the next node that cannot fuse: a later
+    rebuild of the same segment reads the checkpoint it holds, and joining would run that
+    rebuild here, early."""
+    families: dict[int, Phase] = {}
+    gradients: set[Value] = set()  # results of backward, and of forward nodes reading them
+    for n in graph.nodes:
+        family = n.phase if n.phase in (Phase.FORWARD, Phase.REBUILD) else Phase.BACKWARD
+        if n.phase is Phase.BACKWARD or (
+            family is Phase.FORWARD and any(v in gradients for v in n.inputs)
+        ):
+            family = Phase.BACKWARD
+            gradients.update(n.outputs)
+        families[id(n)] = family
+    return families
 
 
 def _join(
     n: Node,
+    family: Phase,
     group_of: dict[Value, _Group],
     made_at: dict[Value, int],
     groups: dict[int, _Group],
@@ -349,7 +364,7 @@ def _join(
         {
             id(g): g
             for g in (group_of.get(v) for v in n.inputs)
-            if g is not None and g.family == _family(n) and not g.sealed
+            if g is not None and g.family == family and not g.sealed
         }.values()
     )
     for option in ([candidates] if len(candidates) > 1 else []) + [[g] for g in candidates]:
@@ -437,7 +452,7 @@ def _outside(group: _Group) -> set[Value]:
 def _siblings(earlier: _Group, later: _Group, outside: set[Value], made_at: dict[Value, int]
               ) -> bool:  # fmt: skip
     """Whether `later` may run inside `earlier`: both of one family (not a rebuilt segment, see
-    `_family`), and all `later` reads besides its own results (`outside`) existed when
+    `_families`), and all `later` reads besides its own results (`outside`) existed when
     `earlier` started.
     Never an optimizer's update: each parameter's is a group of its own, one pattern for all
     parameters of a kind, which lowering compiles once even when small (a batch norm's weight,

@@ -120,3 +120,42 @@ def test_complex_values_stay_out_of_kernels(backend, monkeypatch):
     members = [m for n in groups for m in n.attrs["body"].nodes]
     assert {m.op for m in members} >= {"tanh", "exp"}  # the real ones fuse
     assert not any(v.dtype.kind == "c" for m in members for v in (*m.inputs, *m.outputs))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_a_gradients_clipping_scale_and_its_update_are_one_kernel(backend, monkeypatch):
+    """`clip_grad_norm_` scales each gradient in place between backward and `step()`: forward
+    ops reading gradients, which join their update's kernel (one pass over the gradient and the
+    parameter, not two), and the traced step still does what the eager one does."""
+    from tracegrad import nn, optim
+    from tracegrad.core.vocabulary import Phase
+
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+
+    def train(traced: bool) -> tuple[list, list]:
+        tg.manual_seed(0)
+        model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3)).double()
+        opt = optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+
+        def step(x):
+            opt.zero_grad()
+            loss = (model(x) ** 2).mean()
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), 0.1)
+            opt.step()
+            return loss
+
+        run = tg.trace(step, backend=backend) if traced else step
+        x = tg.tensor(np.random.default_rng(1).standard_normal((5, 6)))
+        losses = [run(x).item() for _ in range(3)]
+        if traced and backend == "numba":  # the NumPy backend runs the graph unfused
+            fused = [n for n in run.latest.graph.nodes if n.op == "fused"]
+            clip_and_update = [n for n in fused if {m.phase for m in n.attrs["body"].nodes}
+                               == {Phase.FORWARD, Phase.UPDATE}]  # fmt: skip
+            assert len(clip_and_update) == len(list(model.parameters()))
+        return losses, [p.numpy().copy() for p in model.parameters()]
+
+    (eager_losses, eager_params), (losses, params) = train(False), train(True)
+    np.testing.assert_allclose(losses, eager_losses, rtol=1e-12)
+    for got, want in zip(params, eager_params, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
