@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tracegrad.core import primitives as P
 from tracegrad.core.ir import Graph, Node, Value
 from tracegrad.core.ops import shapes
 from tracegrad.core.primitives import fused
@@ -49,9 +50,14 @@ def _elementwise(n: Node) -> bool:
 
 
 def _numpy_only(n: Node) -> bool:
-    """It reads or makes complex values or bfloat16 bits (kind V), which kernels do not take
-    (they stay NumPy's)."""
-    return any(v.dtype.kind in "cV" for v in (*n.inputs, *n.outputs))
+    """It reads or makes complex values, which kernels do not take (they stay NumPy's), or
+    bfloat16 bits (kind V) other than by a cast from or to float32 (a kernel loads and stores
+    bfloat16 arrays, and computes in float32)."""
+    dtypes = {v.dtype for v in (*n.inputs, *n.outputs)}
+    if any(d.kind == "c" for d in dtypes):
+        return True
+    cast = n.prim is P.astype and len(dtypes) == 2 and np.dtype(np.float32) in dtypes
+    return any(d.kind == "V" for d in dtypes) and not cast
 
 
 def _trailing_reduction(n: Node) -> bool:

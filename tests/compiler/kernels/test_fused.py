@@ -321,6 +321,37 @@ def test_the_plans_launch_binds_the_layout_and_falls_back_to_the_careful_call():
         np.testing.assert_array_equal(strided, x * np.float32(0.5))  # computed apart, copied in
 
 
+def test_bfloat16_arrays_load_and_store_as_bits_in_one_kernel():
+    """A bfloat16 op as a plan has it: both operands cast to float32, the op, the result
+    rounded back, in one kernel that loads and stores bfloat16's bits (NaN, infinities, ties
+    and subnormals among them), through the careful call and the plan's launch alike; the bits
+    are the NumPy reference's. A cast from float64 to bfloat16 stays NumPy's (through float32
+    it would round twice)."""
+    from tracegrad.core.bfloat16 import BFLOAT16, to_bfloat16
+
+    g = Group()
+    a, b = g.input((37, 29), BFLOAT16), g.input((37, 29), BFLOAT16)
+    total = g("add", g("astype", a, dtype=np.dtype(np.float32)),
+              g("astype", b, dtype=np.dtype(np.float32)))  # fmt: skip
+    wide = g("mul", total, g.const(1.5))
+    out = g("astype", wide, dtype=BFLOAT16)
+    rng = np.random.default_rng(0)
+    values = rng.standard_normal((2, 37, 29)) * 10.0 ** rng.integers(-40, 38, (2, 37, 29))
+    values[0, 0, :6] = [np.nan, np.inf, -np.inf, 1.00390625, -0.0, 1e-40]
+    arrays = [to_bfloat16(v.astype(np.float32)) for v in values]
+    got, want = g.run([out, wide], arrays)
+    assert got[0].dtype == BFLOAT16
+    np.testing.assert_array_equal(got[0].view(np.uint16), want[0].view(np.uint16))
+    np.testing.assert_array_equal(got[1], want[1])
+    launched = np.zeros((37, 29), BFLOAT16), np.zeros((37, 29), np.float32)
+    compile_group(g.inputs, g.nodes, [out, wide]).launch(*arrays, *launched)
+    np.testing.assert_array_equal(launched[0].view(np.uint16), want[0].view(np.uint16))
+    h = Group()
+    narrowed = h("astype", h.input((4,), np.float64), dtype=BFLOAT16)
+    with pytest.raises(NotImplementedError, match="astype of float64"):
+        compile_group(h.inputs, h.nodes, [narrowed])
+
+
 # --- the cache key --------------------------------------------------------------------------
 
 

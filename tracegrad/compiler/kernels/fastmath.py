@@ -101,15 +101,47 @@ def bfloat16_rounded(typingctx, x):
     _float32_only(x)
 
     def codegen(context, builder, sig, args):
-        i32 = ir.IntType(32)
-        bits = builder.bitcast(args[0], i32)
-        odd = builder.and_(builder.lshr(bits, i32(16)), i32(1))
-        rounded = builder.and_(builder.add(builder.add(bits, i32(0x7FFF)), odd), i32(-65536))
-        nan = builder.icmp_unsigned(">", builder.and_(bits, i32(0x7FFFFFFF)), i32(0x7F800000))
-        out = builder.select(nan, i32(0x7FC00000), rounded)
-        return builder.bitcast(out, ir.FloatType())
+        return bfloat16_rounded_ir(builder, args[0])
 
     return types.float32(types.float32), codegen
+
+
+def bfloat16_rounded_ir(builder: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """The instructions of `bfloat16_rounded` on the float32 `x`."""
+    i32 = ir.IntType(32)
+    bits = builder.bitcast(x, i32)
+    odd = builder.and_(builder.lshr(bits, i32(16)), i32(1))
+    rounded = builder.and_(builder.add(builder.add(bits, i32(0x7FFF)), odd), i32(-65536))
+    nan = builder.icmp_unsigned(">", builder.and_(bits, i32(0x7FFFFFFF)), i32(0x7F800000))
+    out = builder.select(nan, i32(0x7FC00000), rounded)
+    return builder.bitcast(out, ir.FloatType())
+
+
+@intrinsic
+def bfloat16_bits(typingctx, x):
+    """The bfloat16 nearest x (ties to even; every NaN the quiet NaN), as its 16 bits: a store
+    of a bfloat16 array in a kernel."""
+    _float32_only(x)
+
+    def codegen(context, builder, sig, args):
+        i32 = ir.IntType(32)
+        rounded = builder.bitcast(bfloat16_rounded_ir(builder, args[0]), i32)
+        return builder.trunc(builder.lshr(rounded, i32(16)), ir.IntType(16))
+
+    return types.uint16(types.float32), codegen
+
+
+@intrinsic
+def bfloat16_widened(typingctx, bits):
+    """The float32 of a bfloat16's 16 bits (exact: they are its upper half)."""
+    if bits != types.uint16:
+        raise numba.errors.TypingError(f"bfloat16_widened takes uint16 bits, not {bits}")
+
+    def codegen(context, builder, sig, args):
+        i32 = ir.IntType(32)
+        return builder.bitcast(builder.shl(builder.zext(args[0], i32), i32(16)), ir.FloatType())
+
+    return types.float32(types.uint16), codegen
 
 
 def _ieee_extreme(name: str):

@@ -31,6 +31,8 @@ import numpy as np
 
 from tracegrad.compiler.kernels import fastmath, team
 from tracegrad.compiler.kernels.cache import KernelCache, default_cache, in_c_order
+from tracegrad.core import primitives as P
+from tracegrad.core.bfloat16 import BFLOAT16
 from tracegrad.core.ir import Graph, Node, Value
 from tracegrad.core.ops import shapes
 from tracegrad.core.vocabulary import Kind, stages, sweeps
@@ -163,6 +165,7 @@ class FusedKernel:
                 f"fused kernel takes {n} inputs and {len(self.output_shapes)} outputs, "
                 f"got {len(arrays)} arrays"
             )
+        arrays = [_as_bits(a) for a in arrays]
         ins = [_c_view(a, *lay) for a, lay in zip(arrays[:n], self.input_layouts, strict=True)]
         given = arrays[n:]
         outs = [_out_view(a, s) for a, s in zip(given, self.output_shapes, strict=True)]
@@ -214,12 +217,14 @@ def _launcher(kernel: FusedKernel, given: Sequence[tuple[int, ...]]) -> Callable
     if len(given) != len(canonical):  # a kernel built without the plan's shapes
         given = [()] * len(canonical)
     params = [f"a{k}" for k in range(len(canonical))]
+    bits = _bits_params(kernel.structure)
     args = []
     for k, (have, want) in enumerate(zip(given, canonical, strict=True)):
+        param = f"{params[k]}.view(np.uint16)" if k in bits else params[k]
         # ravel() is reshape((n,)) at half the cost: an elementwise kernel takes 1-D arrays
-        shaped = f"{params[k]}.ravel()" if len(want) == 1 else f"{params[k]}.reshape({want!r})"
+        shaped = f"{param}.ravel()" if len(want) == 1 else f"{param}.reshape({want!r})"
         if have == want:
-            args.append(params[k])
+            args.append(param)
         elif k < n:
             args.append(shaped)
         else:
@@ -239,6 +244,15 @@ def _launcher(kernel: FusedKernel, given: Sequence[tuple[int, ...]]) -> Callable
         namespace[f"dt{k}"], namespace[f"i{k}"] = dtype, init
     exec(_launch_code[source], namespace)  # noqa: S102 (our own generated code)
     return namespace["launch"]
+
+
+def _bits_params(s: Structure) -> set[int]:
+    """The kernel's arrays (inputs, then outputs) of uint16: viewed as such by the launcher,
+    since a plan holds bfloat16 values (`_kernel_dtype`) in their own dtype."""
+    dtypes = [d for d, _ in s.inputs] + [
+        o.dtype if isinstance(o, Reduction) else _slot_dtype(s, o) for o in s.outputs
+    ]
+    return {k for k, d in enumerate(dtypes) if d == "uint16"}
 
 
 def compile_group(
@@ -315,7 +329,7 @@ def analyze(
     kernel_inputs = [*inputs, *consts]
     reductions, reread = _check_nodes(nodes, outputs)
     for v in (*kernel_inputs, *(o for n in nodes for o in n.outputs)):
-        if v.dtype.name not in SUPPORTED_DTYPES:
+        if _kernel_dtype(v) not in SUPPORTED_DTYPES:
             raise NotImplementedError(f"dtype {v.dtype} in a fused kernel")
     domain = _domain(nodes, outputs, reductions)
     if 0 in domain:  # no element to visit: a reduction's output would never be written
@@ -340,10 +354,11 @@ def analyze(
 
     valued = [n for n in nodes if n.prim.kind is not Kind.REDUCTION or n.outputs[0] in reread]
     slots = {v: i for i, v in enumerate([*kernel_inputs, *(n.outputs[0] for n in valued)])}
-    in_spec = tuple((v.dtype.name, shapes.spans(v.shape, domain, groups)) for v in kernel_inputs)
+    in_spec = tuple((_kernel_dtype(v), shapes.spans(v.shape, domain, groups))
+                    for v in kernel_inputs)  # fmt: skip
     node_spec = tuple(
-        (n.op, n.prim.combine if n.outputs[0] in reread else n.prim.scalar,
-         tuple(slots[v] for v in n.inputs), n.outputs[0].dtype.name)
+        (n.op, n.prim.combine if n.outputs[0] in reread else _template(n),
+         tuple(slots[v] for v in n.inputs), _kernel_dtype(n.outputs[0]))
         for n in valued
     )  # fmt: skip
 
@@ -367,7 +382,7 @@ def analyze(
     stage, sweep = (stages(body), sweeps(body)) if reread else ({}, {})
     partials = any(isinstance(o, Reduction) and _partial(o, len(sizes)) for o in out_spec)
     parallel = _shares(math.prod(sizes), len(nodes), partials)
-    helpers = tuple(sorted({h for n in nodes for h in n.prim.helpers}))
+    helpers = tuple(sorted({h for n in nodes for h in (*n.prim.helpers, *_cast_helper(n))}))
     structure = Structure(len(sizes), parallel, in_spec, node_spec, tuple(out_spec), helpers,
                           folds, tuple(stage[n.outputs[0]] for n in valued) if reread else (),
                           tuple(sweep[n] for n in valued) if reread else ())  # fmt: skip
@@ -380,6 +395,32 @@ def analyze(
     ]
     given = [v.shape for v in (*inputs, *outputs)]
     return structure, Layout(sizes, in_shapes, out_shapes, [c.const for c in consts], given)
+
+
+def _kernel_dtype(v: Value) -> str:
+    """The dtype a kernel holds `v` in: bfloat16 as its bits (uint16), which only casts read and
+    make (every other op widens bfloat16 to float32 first: core/bfloat16)."""
+    return "uint16" if v.dtype == BFLOAT16 else v.dtype.name
+
+
+def _cast_helper(n: Node) -> tuple[str, ...]:
+    """The scalar helper a cast from or to bfloat16 is (`scalar.bfloat16_widened` or `_bits`);
+    NotImplementedError for any other op on bfloat16, or a cast to it from other than
+    float32 (rounding float64 through float32 would round twice)."""
+    source, target = n.inputs[0].dtype if n.inputs else None, n.outputs[0].dtype
+    if BFLOAT16 not in (source, target):
+        return ()
+    if n.prim is P.astype and source == BFLOAT16:
+        return ("bfloat16_widened",)
+    if n.prim is P.astype and source == np.float32:
+        return ("bfloat16_bits",)
+    raise NotImplementedError(f"{n.op} of {source} to {target} in a fused kernel")
+
+
+def _template(n: Node) -> str:
+    """`n`'s scalar expression: its op's, or a bfloat16 cast's helper."""
+    helper = _cast_helper(n)
+    return f"{helper[0]}({{0}})" if helper else n.prim.scalar
 
 
 def _unlisted_constants(inputs: Sequence[Value], nodes: Sequence[Node]) -> list[Value]:
@@ -435,6 +476,12 @@ def _domain(nodes, outputs, reductions) -> tuple[int, ...]:
         if v not in reductions and v.shape != domain and not shapes.row_shaped(v.shape, domain):
             raise NotImplementedError(f"an output of shape {v.shape} in a group of {domain}")
     return domain
+
+
+def _as_bits(a: Any) -> Any:
+    """A bfloat16 array as the uint16 array of its bits, which kernels take; anything else as
+    it is."""
+    return a.view(np.uint16) if getattr(a, "dtype", None) == BFLOAT16 else a
 
 
 def _c_view(a: np.ndarray, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:

@@ -125,6 +125,28 @@ def _bfloat16_rounded(x):
     return None
 
 
+def bfloat16_bits(x):
+    return bfloat16.to_bfloat16(np.float32(x)).view(np.uint16)
+
+
+@overload(bfloat16_bits, jit_options={"error_model": "numpy"})
+def _bfloat16_bits(x):
+    if x == types.float32:
+        return lambda x: fastmath.bfloat16_bits(x)
+    return None
+
+
+def bfloat16_widened(bits):
+    return (np.uint32(bits) << np.uint32(16)).view(np.float32)
+
+
+@overload(bfloat16_widened, jit_options={"error_model": "numpy"})
+def _bfloat16_widened(bits):
+    if bits == types.uint16:
+        return lambda bits: fastmath.bfloat16_widened(bits)
+    return None
+
+
 @_jit
 def _exact_log(x):
     return math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)
