@@ -118,33 +118,28 @@ def bfloat16_rounded(x):
     return bfloat16.rounded(np.float32(x))
 
 
-@overload(bfloat16_rounded, jit_options={"error_model": "numpy"})
-def _bfloat16_rounded(x):
-    if x == types.float32:
-        return lambda x: fastmath.bfloat16_rounded(x)
-    return None
-
-
 def bfloat16_bits(x):
     return bfloat16.to_bfloat16(np.float32(x)).view(np.uint16)
-
-
-@overload(bfloat16_bits, jit_options={"error_model": "numpy"})
-def _bfloat16_bits(x):
-    if x == types.float32:
-        return lambda x: fastmath.bfloat16_bits(x)
-    return None
 
 
 def bfloat16_widened(bits):
     return (np.uint32(bits) << np.uint32(16)).view(np.float32)
 
 
-@overload(bfloat16_widened, jit_options={"error_model": "numpy"})
-def _bfloat16_widened(bits):
-    if bits == types.uint16:
-        return lambda bits: fastmath.bfloat16_widened(bits)
-    return None
+def _intrinsic(python_function, impl, argument: types.Type) -> None:
+    """Register a Numba overload: an `argument`-typed value takes `impl` (a fastmath
+    intrinsic on bits, of one type only)."""
+
+    @overload(python_function, jit_options={"error_model": "numpy"})
+    def dispatch(x):
+        if x == argument:
+            return lambda x: impl(x)
+        return None
+
+
+_intrinsic(bfloat16_rounded, fastmath.bfloat16_rounded, types.float32)
+_intrinsic(bfloat16_bits, fastmath.bfloat16_bits, types.float32)
+_intrinsic(bfloat16_widened, fastmath.bfloat16_widened, types.uint16)
 
 
 @_jit
