@@ -14,7 +14,7 @@ import numpy as np
 
 from tracegrad.compiler.kernels import team
 from tracegrad.compiler.kernels.cache import GeneratedKernel, in_c_order, named
-from tracegrad.compiler.kernels.fused import threaded
+from tracegrad.compiler.kernels.fused import GENERATOR_VERSION, as_bits, threaded
 from tracegrad.core import primitives as P
 from tracegrad.core.bfloat16 import BFLOAT16
 from tracegrad.core.ir import Node
@@ -23,29 +23,26 @@ OPS = {P.astype: "float32 to and from bfloat16"}
 
 _SOURCE = '''"""float32 {direction} bfloat16, by compiler.kernels.casts."""
 
-import numpy as np
+# scalar math {version}
+
 from numba import njit, prange
+
+from tracegrad.compiler.kernels.scalar import {helper}
 
 
 @njit(cache=True)
-def part(bits, out, first, last):
+def part(x, out, first, last):
     for i in range(first, last):
-        b = bits[i]
-        {body}
+        out[i] = {helper}(x[i])
 
 
 @njit("void({source}[::1], {target}[::1], int64)", parallel=True, cache=True)
-def kernel(bits, out, threads):
-    """out = bits cast, in `threads` shares."""
-    n = bits.shape[0]
+def kernel(x, out, threads):
+    """out = x cast, in `threads` shares."""
+    n = x.shape[0]
     for k in prange(threads):
-        part(bits, out, k * n // threads, (k + 1) * n // threads)
+        part(x, out, k * n // threads, (k + 1) * n // threads)
 '''
-_ROUND = """if (b & 0x7FFFFFFF) > 0x7F800000:  # NaN
-            out[i] = 0x7FC0
-        else:
-            out[i] = (b + 0x7FFF + ((b >> 16) & 1)) >> 16"""
-_WIDEN = "out[i] = np.uint32(b) << 16"
 
 
 def _rounds(node: Node) -> bool:
@@ -59,19 +56,21 @@ def _rounds(node: Node) -> bool:
 
 
 def module(node: Node) -> tuple[str, str]:
+    """The cast's kernel: each element through the scalar helper fused kernels use too."""
     if _rounds(node):
-        return named("casts", _SOURCE.format(direction="to", body=_ROUND, source="uint32",
-                                             target="uint16"))  # fmt: skip
-    return named("casts", _SOURCE.format(direction="from", body=_WIDEN, source="uint16",
-                                         target="uint32"))  # fmt: skip
+        return named("casts", _SOURCE.format(direction="to", helper="bfloat16_bits",
+                                             source="float32", target="uint16",
+                                             version=GENERATOR_VERSION))  # fmt: skip
+    return named("casts", _SOURCE.format(direction="from", helper="bfloat16_widened",
+                                         source="uint16", target="float32",
+                                         version=GENERATOR_VERSION))  # fmt: skip
 
 
 class CastKernel(GeneratedKernel):
-    """`kernel(x, out)`: `out` (C-contiguous) = `x` cast, through each one's bits as integers."""
+    """`kernel(x, out)`: `out` (C-contiguous) = `x` cast, bfloat16 through its bits (uint16)."""
 
     def __init__(self, node: Node, compiled: Callable, path: Path):
         super().__init__(compiled, path)
-        self.rounds = _rounds(node)
         self.size = math.prod(node.outputs[0].shape)
         self.threads = numba.get_num_threads()
         self.always = threaded(self.size)  # else while awake
@@ -79,8 +78,7 @@ class CastKernel(GeneratedKernel):
     def __call__(self, x: np.ndarray, out: np.ndarray) -> None:
         if not out.flags.c_contiguous:
             raise ValueError(f"cast kernels write C-contiguous results, not {out.strides}")
-        source = in_c_order(x).reshape(-1).view(np.uint32 if self.rounds else np.uint16)
-        target = out.reshape(-1).view(np.uint16 if self.rounds else np.uint32)
+        source, target = as_bits(in_c_order(x).reshape(-1)), as_bits(out.reshape(-1))
         threads = self.threads if self.always or team.awake() else 1
         self.compiled(source, target, threads)
         if threads > 1:

@@ -165,7 +165,7 @@ class FusedKernel:
                 f"fused kernel takes {n} inputs and {len(self.output_shapes)} outputs, "
                 f"got {len(arrays)} arrays"
             )
-        arrays = [_as_bits(a) for a in arrays]
+        arrays = [as_bits(a) for a in arrays]
         ins = [_c_view(a, *lay) for a, lay in zip(arrays[:n], self.input_layouts, strict=True)]
         given = arrays[n:]
         outs = [_out_view(a, s) for a, s in zip(given, self.output_shapes, strict=True)]
@@ -478,7 +478,7 @@ def _domain(nodes, outputs, reductions) -> tuple[int, ...]:
     return domain
 
 
-def _as_bits(a: Any) -> Any:
+def as_bits(a: Any) -> Any:
     """A bfloat16 array as the uint16 array of its bits, which kernels take; anything else as
     it is."""
     return a.view(np.uint16) if getattr(a, "dtype", None) == BFLOAT16 else a
