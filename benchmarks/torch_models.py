@@ -577,6 +577,7 @@ def build(method: str, name: str, dtype: str = "float32") -> Callable[[], float]
 
     if method == "tg-traced":
         run.traced, run.wait_for_kernels = step, step.wait_for_kernels
+        run.arguments = lambda: args  # for its profile
     elif method == "tg-eager":  # kernels load while the first steps run NumPy (as in zoo.py)
         from tracegrad.runtime.eager import wait_for_kernels
 

@@ -624,6 +624,7 @@ def make_step(model: Model, method: str, c: dict | None = None, backend: str = "
     run.nets = nets
     if method == "tg-traced":
         run.traced, run.wait_for_kernels = step, step.wait_for_kernels
+        run.arguments = lambda: (*batch, *carried)  # the next call's, for its profile
     elif method in ("tg-eager", "tg-module"):  # kernels load while the first steps run NumPy
         from tracegrad.runtime.eager import wait_for_kernels
 
@@ -791,14 +792,18 @@ def floor(model: Model) -> dict[str, Any]:
 # --- the profile -------------------------------------------------------------------------------
 
 
-def plan_seconds(plan: Any, runs: int = 10) -> float:
+def plan_seconds(plan: Any, leaves: list | None, runs: int = 10) -> float:
     """The fastest run of the plan's function alone (no signature, guards or write-back), on
-    the inputs `viz.profile` gives it: zeros for the arguments, the state's current values."""
+    the inputs `step.profile` gives it: a call's argument `leaves` (else zeros), the state's
+    current values (updated in place, as a step does)."""
     graph, run = plan.graph, plan.run
-    inputs = [np.zeros(v.shape, v.dtype) for v in graph.inputs]
-    for k, (ref, via_grad) in enumerate(plan.capture.reads, start=len(plan.capture.args)):
-        if ref.tensor is not None:
-            inputs[k] = ref.tensor._grad._value if via_grad else ref.tensor._value
+    if leaves is not None:
+        inputs = plan.inputs(leaves)
+    else:
+        inputs = [np.zeros(v.shape, v.dtype) for v in graph.inputs]
+        for k, (ref, via_grad) in enumerate(plan.capture.reads, start=len(plan.capture.args)):
+            if ref.tensor is not None:
+                inputs[k] = ref.tensor._grad._value if via_grad else ref.tensor._value
     views, lent = run.arena.lend(run.layout)
     times = []
     try:
@@ -832,7 +837,8 @@ def profile(model: Model, repeat: int = 20, top: int = 12) -> None:
 def profile_run(name: str, run: Callable[[], float], dtype: Any, repeat: int = 20,
                 top: int = 12) -> None:  # fmt: skip
     """The profile of `run()`, a traced step with `run.traced` (the `tracegrad.trace`d
-    function) and `run.wait_for_kernels` (pytorch_scripts.py's models use it too)."""
+    function) and `run.wait_for_kernels` (pytorch_scripts.py's models use it too), on the
+    arguments `run.arguments()` gives (zeros without it)."""
     from tracegrad.core.vocabulary import Kind
     from tracegrad.runtime import viz
 
@@ -841,9 +847,13 @@ def profile_run(name: str, run: Callable[[], float], dtype: Any, repeat: int = 2
         run.wait_for_kernels()
     run()
     plan = run.traced.latest
+    from tracegrad.frontend.tracer import signature
+
     step_s = min(time_step(run, 10, 5.0, least=0.5)["times_s"])
-    plan_s = plan_seconds(plan)
-    prof = viz.profile(plan, repeat=repeat)
+    arguments = getattr(run, "arguments", tuple)()
+    leaves = signature(arguments, {}, run.traced.dynamic)[0] if arguments else None
+    plan_s = plan_seconds(plan, leaves)
+    prof = run.traced.profile(repeat, arguments) if arguments else viz.profile(plan, repeat)
     nodes, seconds = plan.graph.nodes, prof.seconds
     work = sum(seconds)
     small = [s for s in seconds if s < 20e-6]

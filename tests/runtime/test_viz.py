@@ -242,6 +242,30 @@ def test_measured_profile_follows_the_plan_and_changes_nothing(monkeypatch):
     assert len(starts) == 1
 
 
+def test_profile_runs_a_calls_arguments_or_zeros_and_changes_nothing(monkeypatch):
+    """Given arguments, the plan runs on them (zeros can take slower paths than data: subnormal
+    gradients); without, on zeros; either way the parameters stay as they were."""
+    from tracegrad.runtime import profile as profiling
+
+    train_step, model, (x, y) = make_step(backend="numpy")
+    train_step(x, y)
+    before = [p.numpy().copy() for p in model.parameters()]
+    seen = []
+    real = profiling._instrumented
+    monkeypatch.setattr(profiling, "_instrumented", lambda fn, views, inputs, *rest: (
+        seen.append(inputs[:2]), real(fn, views, inputs, *rest))[1])  # fmt: skip
+    prof = train_step.profile(repeat=1, args=(x, y))
+    assert len(seen) == 2 and all(a is x and b is y for a, b in seen)
+    assert len(prof.seconds) == len(train_step.graph.nodes)
+    seen.clear()
+    train_step.profile(repeat=1)
+    assert not seen[0][0].any() and seen[0][0].shape == x.shape
+    for p, old in zip(model.parameters(), before, strict=True):
+        np.testing.assert_array_equal(p.numpy(), old)
+    with pytest.raises(ValueError, match="no plan runs these arguments"):
+        train_step.profile(args=(x[:5], y[:5]))
+
+
 def test_profile_exports_a_chrome_trace_of_the_plans_statements(step, tmp_path):
     prof = step.profile(repeat=2)
     prof.export_chrome_trace(tmp_path / "trace.json")

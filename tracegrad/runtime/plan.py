@@ -96,6 +96,15 @@ class Plan:
         its step is traced again for NumPy, and a plan running NumPy calls keeps to them."""
         return not ((self.kernels or with_kernels) and lowering.FORKED_FROM_OPENMP)
 
+    def inputs(self, arg_leaves: Sequence[Any]) -> list[np.ndarray]:
+        """The plan function's inputs for a call's leaves: the arguments' arrays, then the
+        state the trace read (values, or gradients)."""
+        inputs = [_array(arg_leaves[i]) for i in self.capture.args]
+        for ref, via_grad in self.capture.reads:
+            t = ref.resolve(arg_leaves)
+            inputs.append(t._grad._value if via_grad else t._value)
+        return inputs
+
     def __call__(self, arg_leaves: Sequence[Any]) -> Any:
         if not self.runs_here():
             raise RuntimeError(
@@ -106,10 +115,7 @@ class Plan:
         self.adopt_kernels()
         self.calls += 1
         cap = self.capture
-        inputs = [_array(arg_leaves[i]) for i in cap.args]
-        for ref, via_grad in cap.reads:
-            t = ref.resolve(arg_leaves)
-            inputs.append(t._grad._value if via_grad else t._value)
+        inputs = self.inputs(arg_leaves)
         writable(inputs, self.written, self.graph.inputs)
         try:
             try:

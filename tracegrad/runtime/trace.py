@@ -282,14 +282,25 @@ class Traced:
         given): `step.report().to_html(path)`."""
         return self.report().to_html(path)
 
-    def profile(self, repeat: int = 3) -> Profile:
-        """Run the latest plan `repeat` times instrumented (on zeros for the arguments and the
-        state's current values; nothing is written back) and once more under tracemalloc: each
-        statement's time and the bytes after it. `.export_chrome_trace(path)` writes it for
-        Perfetto or chrome://tracing, as `torch.profiler` does."""
+    def profile(self, repeat: int = 3, args: tuple = (), kwargs: dict | None = None) -> Profile:
+        """Run a plan `repeat` times instrumented and once more under tracemalloc: each
+        statement's time and the bytes after it. Given a call's `args` and `kwargs`, their
+        plan on them (and the state's current values); else the latest plan on zeros for its
+        arguments, which may time other paths than real data does (subnormal gradients).
+        Nothing is written back. `.export_chrome_trace(path)` writes it for Perfetto or
+        chrome://tracing, as `torch.profiler` does."""
         from tracegrad.runtime.profile import profile
 
-        return profile(self._plan(), repeat)
+        if not args and not kwargs:
+            return profile(self._plan(), repeat)
+        leaves, key = signature(args, kwargs or {}, self.dynamic)
+        plan = next((p for p in reversed(self.plans.get(key, [])) if p.capture.guards_hold()),
+                    None)  # fmt: skip
+        if plan is None:
+            raise ValueError(f"{self.name}: no plan runs these arguments: call the step with "
+                             "them first")  # fmt: skip
+        plan.adopt_kernels(wait=True)
+        return profile(plan, repeat, leaves)
 
     def memory_timeline(self, path: str | None = None) -> Any:
         """The latest plan's live bytes over its nodes, as a matplotlib Figure (saved to
