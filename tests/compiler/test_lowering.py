@@ -204,6 +204,49 @@ def test_a_norm_and_activation_only_convolutions_read_is_their_prologue(
     assert not activations & {v for n in graph.nodes for v in n.outputs}  # nothing writes them
 
 
+class BiasedBlock(tg.nn.Module):
+    """conv and its bias, then max pooling and a ReLU (as the MNIST example's), or a tanh and a
+    linear layer; with `tap` a linear layer reads the product before its bias too."""
+
+    def __init__(self, finish: str, tap: bool = False):
+        super().__init__()
+        nn = tg.nn
+        self.conv, self.finish = nn.Conv2d(3, 6, 3, padding=1), finish
+        self.fc = nn.Linear(6 * (4 * 4 if finish == "pool" else 8 * 8), 3)
+        self.tap = nn.Linear(6 * 8 * 8, 3) if tap else None
+
+    def forward(self, x):
+        product = tg.nn.functional.conv2d(x, self.conv.weight, padding=1)
+        y = product + self.conv.bias[:, None, None]
+        h = tg.relu(tg.nn.functional.max_pool2d(y, 2)) if self.finish == "pool" else tg.tanh(y)
+        out = self.fc(h.flatten(1))
+        return out + self.tap(product.flatten(1)) if self.tap else out
+
+
+@pytest.mark.parametrize("finish, tap", [("pool", False), ("tanh", False), ("pool", True)])
+def test_a_bias_and_activation_all_a_convolution_feeds_are_its_epilogue(monkeypatch, finish,
+                                                                        tap):  # fmt: skip
+    """A convolution's bias (and a tanh after it) are done by the convolution as it writes its
+    results (`lowering._conv_epilogues`): no fused kernel reads its result; not where a layer
+    reads the product before the bias too. Training traced equals eager in float64."""
+    from tests.conftest import assert_traced_training_matches_eager
+
+    monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
+    make_model = lambda: BiasedBlock(finish, tap).double()  # noqa: E731
+    rng = np.random.default_rng(0)
+    batches = [(rng.standard_normal((2, 3, 8, 8)), rng.integers(0, 3, 2)) for _ in range(3)]
+    assert_traced_training_matches_eager(make_model, batches, "numba")
+    graph = traced_training(make_model(), batches).latest.graph
+    (forward,) = [n for n in graph.nodes if n.op == "conv2d"]
+    if tap:
+        assert "epilogue" not in forward.attrs
+        return
+    ops = [n.op for n in forward.attrs["epilogue"].nodes]
+    assert ops == (["add"] if finish == "pool" else ["add", "tanh"])
+    readers = [n for n in graph.nodes if set(n.inputs) & set(forward.outputs)]
+    assert readers and not any(n.op == "fused" and n.phase is forward.phase for n in readers)
+
+
 @pytest.mark.parametrize("large", [True, False])
 def test_a_small_channel_statistic_is_a_kernel_where_the_plan_runs_kernels(large):
     """A batch norm's sum over (0, 2, 3) of a small (2, 3, 4, 4) input: a kernel in a plan that

@@ -71,6 +71,7 @@ def lower(
         modules = native.modules(natives)
         graph, modules = _argmax_with_maxima(graph, modules)
         graph, modules, groups = _conv_prologues(graph, modules, groups)
+        graph, modules, groups = _conv_epilogues(graph, modules, groups)
         bodies = [(b.inputs, b.nodes, b.outputs) for b in (n.attrs["body"] for n in groups)]
         progress = Progress() if compile and not background else None
         compiled = compile_groups(bodies, progress, compile=compile, background=background,
@@ -151,6 +152,65 @@ def _conv_prologues(graph: ir.Graph, modules: dict[ir.Node, Any], groups: list[i
     modules.update(made)
     groups = [m for m in (fused.get(f, f) for f in groups) if m is not None]
     return ir.Graph(graph.inputs, nodes, graph.outputs), modules, groups
+
+
+def _conv_epilogues(graph: ir.Graph, modules: dict[ir.Node, Any], groups: list[ir.Node]
+                    ) -> tuple[ir.Graph, dict[ir.Node, Any], list[ir.Node]]:  # fmt: skip
+    """A fused kernel that is all a forward convolution's result is read by, and makes one
+    result from it by elementwise ops and numbers per channel (a bias, then an activation), is
+    done by the convolution instead, to each block of results as its product writes them, in
+    cache (`kernels.conv.epilogue_source`): the pass over the result goes. `modules` and
+    `groups` follow."""
+    from tracegrad.compiler.kernels import conv, native
+
+    users, kernels = graph.users(), set(groups)
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    producer = graph.producers()
+    finished: dict[ir.Node, ir.Node] = {}  # the convolution -> its epilogue's fused node
+    for n in modules:
+        y = n.outputs[0]
+        readers = users.get(y, [])
+        if (n.prim not in conv.OPS or not conv.takes_epilogue(n) or len(readers) != 1
+                or readers[0] not in kernels or y in graph.outputs):  # fmt: skip
+            continue
+        f = readers[0]
+        body = _epilogue(f, y)
+        ready = body is not None and all(order.get(producer.get(v), -1) < order[n]
+                                         for v in body.inputs[1:])  # fmt: skip
+        if ready and f.phase is n.phase:
+            finished[n] = f
+    if not finished:
+        return graph, modules, groups
+    convs = {}
+    for n, f in finished.items():
+        body = _epilogue(f, n.outputs[0])
+        convs[n] = n.replace(inputs=[*n.inputs, *body.inputs[1:]], outputs=f.outputs,
+                             attrs={**n.attrs, "epilogue": body})  # fmt: skip
+    made = native.modules(list(convs.values()))
+    convs = {n: c for n, c in convs.items() if c in made}
+    gone = {finished[n] for n in convs}
+    nodes = [convs.get(n, n) for n in graph.nodes if n not in gone]
+    modules = {n: m for n, m in modules.items() if n not in convs}
+    modules.update({c: made[c] for c in convs.values()})
+    groups = [f for f in groups if f not in gone]
+    return ir.Graph(graph.inputs, nodes, graph.outputs), modules, groups
+
+
+def _epilogue(f: ir.Node, y: ir.Value) -> ir.Graph | None:
+    """Fused node f's body as a graph of y (first) and the numbers per channel it reads, if it
+    makes its one result, of y's size and dtype, from those by elementwise ops alone; else
+    None."""
+    body = f.attrs["body"]
+    (z, *more), numbers = body.outputs, [v for v in body.inputs if v is not y]
+    if more or z.shape != y.shape or z.dtype != y.dtype or y not in body.inputs:
+        return None
+    if any(n.prim.kind is not Kind.ELEMENTWISE or n.prim.scalar is None
+           or n.outputs[0].dtype.name not in ("float32", "float64", "bool")
+           for n in body.nodes):  # fmt: skip
+        return None
+    if any(v.shape == y.shape or not _per_channel(v, y) for v in numbers):
+        return None
+    return ir.Graph([y, *numbers], body.nodes, [z])
 
 
 def _takes_prologue(n: ir.Node, modules: dict[ir.Node, Any]) -> bool:

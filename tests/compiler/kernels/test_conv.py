@@ -213,6 +213,56 @@ def test_forward_and_weight_gradient_read_their_image_through_a_prologue(
         np.testing.assert_allclose(got, want[node.prim], rtol=1e-12, atol=1e-12, err_msg=node.op)
 
 
+def epilogue(y, bias, slope):
+    """A bias, then a leaky ReLU (`activated`'s), as an epilogue graph: the result, then its
+    numbers (a 0-d slope, a constant)."""
+    v = lambda a: Value(np.shape(a), y.dtype)  # noqa: E731
+    value, b, k, zero = v(y), v(bias), v(slope), Value((), y.dtype, np.zeros(()))
+    shifted, above, sloped, out = v(y), Value(y.shape, bool), v(y), v(y)
+    nodes = [
+        Node(P.add, [value, b], [shifted]),
+        Node(P.greater, [shifted, zero], [above]),
+        Node(P.mul, [shifted, k], [sloped]),
+        Node(P.where, [above, shifted, sloped], [out]),
+    ]
+    return Graph([value, b, k, zero], nodes, [out])
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES + EXTRA)
+@pytest.mark.parametrize("block", ["chosen", *BLOCKS])
+@pytest.mark.parametrize("with_prologue", [False, True])
+def test_forward_writes_its_results_through_an_epilogue(monkeypatch, geometry, block,
+                                                        with_prologue):  # fmt: skip
+    """Forward applies an epilogue (`epilogue_source`) to each block of results as its product
+    writes them, whatever the block: a sample's rows, a whole sample, several samples spread
+    from one product, the batch's rows where the kernel covers the image, a 1 x 1 kernel's
+    sample itself; and after a prologue."""
+    if block in BLOCKS:
+        monkeypatch.setattr(conv, "_block", lambda node: BLOCKS[block](conv._shapes(node)[2][0]))
+    monkeypatch.setattr(conv, "_by_planes", lambda node: False)  # products of columns
+    shape, out, kernel, stride, padding, dilation, groups = geometry
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal(shape)
+    w = rng.standard_normal((out, shape[1] // groups, *kernel))
+    scale, shift = rng.uniform(0.5, 2, (1, shape[1], 1, 1)), rng.uniform(0.5, 1, (shape[1], 1, 1))
+    a = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    y = reference(activated(x, scale, shift, 0.2) if with_prologue else x, w, **a)
+    bias, slope = rng.standard_normal((out, 1, 1)), np.asarray(0.1)
+    want = activated(y, 1.0, bias, slope)
+    end = epilogue(y, bias, slope)
+    v = lambda arr: Value(np.shape(arr), arr.dtype)  # noqa: E731
+    attrs, numbers, params = dict(a, epilogue=end), [], []
+    if with_prologue:
+        attrs["prologue"] = body = prologue(x, scale, shift, np.asarray(0.2))
+        numbers, params = body.inputs[1:], [scale, shift, np.asarray(0.2), np.zeros(())]
+    node = Node(P.conv2d, [v(x), v(w), *numbers, *end.inputs[1:]], end.outputs, attrs)
+    ((ok, kernel),) = compile_native([node])
+    assert ok
+    got = np.full_like(want, np.nan)
+    kernel(x, w, *params, bias, slope, np.zeros(()), got)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
 def test_kernels_read_any_layout_and_read_only_operands():
     shape, out, kernel, stride, padding, dilation, groups = GEOMETRIES[8]
     rng = np.random.default_rng(8)

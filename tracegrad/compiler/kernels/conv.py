@@ -31,7 +31,9 @@ stored): then every row of columns is a whole strided run without bounds tests. 
 need no columns: a 1 x 1 kernel of stride 1 without padding reads the sample itself, and a
 kernel that covers the image exactly (a 1 x 1 output: DCGAN's first and last layers) is one
 matrix product of the batch's rows. Dilation and groups are supported; modules are per op and
-dtype, the geometry an argument."""
+dtype, the geometry an argument. Forward and the weight gradient may read their image through a
+prologue (`prologue_source`: a norm and activation), and forward write its results through an
+epilogue (`epilogue_source`: a bias and what follows it), as each block is written."""
 
 from __future__ import annotations
 
@@ -270,25 +272,42 @@ def block_columns(x, pad, cols, n, c0, cg, g, r0, r1, p, first, positions):
 
 
 @njit(cache=True)
-def spread(a, block, n0, n1, channel, count, p0, p1):
-    """The inverse of `gather`: a block's product written into the outputs of its samples."""
+def spread(a, block, n0, n1, channel, count, p0, p1, e):
+    """The inverse of `gather`: a block's product written into the outputs of its samples,
+    through the `epilogue` (its numbers per output channel e)."""
     width = p1 - p0
     for m in range(n1 - n0):
         for o in range(count):
+            q = out_numbers(e, channel + o)
             for t in range(width):
-                a[n0 + m, channel + o, p0 + t] = block[o, m * width + t]
+                a[n0 + m, channel + o, p0 + t] = epilogue(block[o, m * width + t], q)
+
+
+@njit(cache=True)
+def finish(y, e, n, c0, count, p0, p1):
+    """Positions [p0, p1) of channels c0.. c0 + count of y[n] (N, O, positions) through the
+    `epilogue`, in place, while the product that just wrote them is in cache."""
+    if not EPILOGUE:
+        return
+    yf, positions = y.reshape(y.size), y.shape[2]
+    for c in range(c0, c0 + count):
+        q = out_numbers(e, c)
+        at = U((n * y.shape[1] + c) * positions)
+        for t in range(U(p0), U(p1)):
+            yf[at + t] = epilogue(yf[at + t], q)
 
 
 '''
 
 _FORWARD = '''
 @njit("void({dtype}[:, :, :, ::1], {dtype}[:, ::1], int64[::1], int64, {dtype}[:, ::1], "
-      "{dtype}[:, :, ::1], int64)", parallel=True, cache=True)
-def kernel(x, w, g, groups, p, y, threads):
+      "{dtype}[:, ::1], {dtype}[:, :, ::1], int64)", parallel=True, cache=True)
+def kernel(x, w, g, groups, p, e, y, threads):
     """y[n] (O, OH * OW) = w (O, K) @ the columns of x[n], group by group; a block of several
     samples is one product, whose result is then spread over their outputs. Blocks of one
     sample's rows are shared among the threads (the input gradient's cannot be: neighbouring
-    rows' patches add into the same input rows)."""
+    rows' patches add into the same input rows). Each block's results go through the
+    `epilogue` (its numbers e) as they are written."""
     batch, k, size, oh_, ow_, rows, nb, og, cg, positions = sizes(x, w, g, groups)
     blas_threads = get_blas_threads()
     set_blas_threads(1)
@@ -300,6 +319,8 @@ def kernel(x, w, g, groups, p, y, threads):
                      x.ctypes.data + (first * groups + grp) * k * size, groups * k,
                      w.ctypes.data + grp * og * k * size, k, T(0),
                      y.ctypes.data + (first * groups + grp) * og * size, groups * og)
+                for n in range(first, last):
+                    finish(y, e, n, grp * og, og, 0, 1)
             continue
         cols = np.empty((k, nb * rows * ow_), D)
         prod = np.empty((og, nb * rows * ow_ if nb > 1 else 0), D)
@@ -313,6 +334,7 @@ def kernel(x, w, g, groups, p, y, threads):
                 gemm(ROW_MAJOR, AS_IS, AS_IS, og, (r1 - r0) * ow_, k, T(1),
                      w.ctypes.data + grp * og * k * size, k, src, ld, T(0),
                      rows_at(y, n, grp * og, g, r0), positions)
+                finish(y, e, n, grp * og, og, r0 * ow_, r1 * ow_)
             continue
         for n0 in range(first, last, nb):
             n1 = min(last, n0 + nb)
@@ -326,7 +348,7 @@ def kernel(x, w, g, groups, p, y, threads):
                         columns_of(cols, (n - n0) * width, flat, base, cg, hp, wp, g, r0, r1)
                     gemm(ROW_MAJOR, AS_IS, AS_IS, og, (n1 - n0) * width, k, T(1), wg, k,
                          cols.ctypes.data, cols.shape[1], T(0), prod.ctypes.data, prod.shape[1])
-                    spread(y, prod, n0, n1, grp * og, og, r0 * ow_, r1 * ow_)
+                    spread(y, prod, n0, n1, grp * og, og, r0 * ow_, r1 * ow_, e)
     set_blas_threads(blas_threads)
 '''
 
@@ -809,9 +831,10 @@ def depthwise_weights(x, gy, g, groups, sums, first, last):
 _DEPTHWISE_KERNELS = {
     "output": '''
 @njit("void({dtype}[:, :, :, ::1], {dtype}[:, ::1], int64[::1], int64, {dtype}[:, ::1], "
-      "{dtype}[:, :, ::1], int64)", parallel=True, cache=True)
-def kernel(x, w, g, groups, p, y, threads):
-    """y of a depthwise convolution, each thread its share of the batch."""
+      "{dtype}[:, ::1], {dtype}[:, :, ::1], int64)", parallel=True, cache=True)
+def kernel(x, w, g, groups, p, e, y, threads):
+    """y of a depthwise convolution, each thread its share of the batch (no epilogue: e is
+    empty)."""
     for part in prange(threads):
         first, last = part * x.shape[0] // threads, (part + 1) * x.shape[0] // threads
         if g[12]:
@@ -879,20 +902,34 @@ def prologue(v, q):
     return v
 """
 
-_PROLOGUE = """{imports}
-PROLOGUE = True  # the image is read through `prologue`: always into a padded copy
+_NO_EPILOGUE = """
+EPILOGUE = False
 
 
 @njit(inline="always", cache=True)
-def numbers(p, c):
+def out_numbers(e, c):
+    return ()
+
+
+@njit(inline="always", cache=True)
+def epilogue(v, q):
+    return v
+"""
+
+_ELEMENTWISE = """{imports}
+{flag} = True  # {why}
+
+
+@njit(inline="always", cache=True)
+def {numbers}(p, c):
     \"\"\"Channel c's numbers, p[:, c], taken once a plane: loaded in the loop, they would be
     loaded again for every value (p might alias the buffer written), which keeps it scalar.\"\"\"
-    return ({numbers})
+    return ({taken})
 
 
 @njit(inline="always", fastmath={flags}, error_model="numpy", cache=True)
-def prologue(v0, q):
-    \"\"\"{ops} of the image's value v0, with its channel's numbers q (`numbers`).\"\"\"
+def {function}(v0, q):
+    \"\"\"{ops} of the value v0, with its channel's numbers q (`{numbers}`).\"\"\"
 {lines}
 """
 
@@ -900,7 +937,21 @@ def prologue(v0, q):
 def prologue_source(body: Graph) -> str:
     """The `prologue` function of a convolution that reads its image through the elementwise
     `body` (`lowering._conv_prologues`): its first input the image, the others a number per
-    channel, rows of the parameters `p` (`ConvKernel`). Each op's scalar template, as the fused
+    input channel, rows of the parameters `p` (`ConvKernel`)."""
+    why = "the image is read through `prologue`: always into a padded copy"
+    return _elementwise_source(body, "PROLOGUE", "prologue", "numbers", why)
+
+
+def epilogue_source(body: Graph) -> str:
+    """The `epilogue` function of a forward convolution whose results go through the
+    elementwise `body` (`lowering._conv_epilogues`): its first input the product's value, the
+    others a number per output channel, rows of the parameters `e` (`ConvKernel`)."""
+    why = "each block of results goes through `epilogue` as it is written"
+    return _elementwise_source(body, "EPILOGUE", "epilogue", "out_numbers", why)
+
+
+def _elementwise_source(body: Graph, flag: str, function: str, numbers: str, why: str) -> str:
+    """A prologue's or an epilogue's module text: each op's scalar template, as the fused
     kernels compute it."""
     slots = {v: k for k, v in enumerate(body.inputs)}
     lines = [f"    v{k} = q[{k - 1}]" for k in range(1, len(body.inputs))]
@@ -911,27 +962,32 @@ def prologue_source(body: Graph) -> str:
     lines.append(f"    return v{slots[body.outputs[0]]}")
     helpers = sorted({h for n in body.nodes for h in n.prim.helpers})
     imports = "".join(f"from tracegrad.compiler.kernels.scalar import {h}\n" for h in helpers)
-    return _PROLOGUE.format(
+    return _ELEMENTWISE.format(
         imports=imports,
+        flag=flag,
+        why=why,
+        numbers=numbers,
+        function=function,
         flags=fastmath.flags_literal(fastmath.FLAGS),
-        numbers="".join(f"p[{k}, c], " for k in range(len(body.inputs) - 1)),
+        taken="".join(f"p[{k}, c], " for k in range(len(body.inputs) - 1)),
         ops=", ".join(n.op for n in body.nodes),
         lines="\n".join(lines),
     )
 
 
 def generate_source(op: str, dtype: str, ints: str, depthwise: bool = False,
-                    prologue: str = _NO_PROLOGUE) -> str:  # fmt: skip
+                    prologue: str = _NO_PROLOGUE, epilogue: str = _NO_EPILOGUE) -> str:  # fmt: skip
     """The text of the module of `op`'s kernel for `dtype`, BLAS sizes of integer type `ints`:
     the im2col kernel, or the depthwise one (a module of its own, so that neither compiles the
-    other's loops); the image read through `prologue` (`prologue_source`)."""
+    other's loops); the image read through `prologue` (`prologue_source`), the results written
+    through `epilogue` (`epilogue_source`)."""
     head = _HEAD.format(
         op=op.replace("_", " "), dtype=dtype, declarations=declarations(dtype, ints)
     )
+    kernels = _KERNELS[op]
     if depthwise:
-        kernels = (_DEPTHWISE + _DEPTHWISE_KERNELS[op]).format(dtype=dtype)
-        return head + prologue + _HELPERS + kernels
-    return head + prologue + _HELPERS + _KERNELS[op].format(dtype=dtype)
+        kernels = _DEPTHWISE + _DEPTHWISE_KERNELS[op]
+    return head + prologue + epilogue + _HELPERS + kernels.format(dtype=dtype)
 
 
 def module(node: Node) -> tuple[str, str]:
@@ -946,18 +1002,23 @@ def module(node: Node) -> tuple[str, str]:
         or any(v.dtype.name != dtype or v.const is not None for v in node.inputs[:2])
     ):
         raise NotImplementedError(f"no convolution kernel for {[v.type_str for v in node.inputs]}")
-    body = node.attrs.get("prologue")
+    body, end = node.attrs.get("prologue"), node.attrs.get("epilogue")
     if body is not None and (OPS[node.prim] == "input_grad" or _by_planes(node)):
         raise NotImplementedError(f"a prologue in a {node.op} kernel without columns")
+    if end is not None and not takes_epilogue(node):
+        raise NotImplementedError(f"an epilogue in a {node.op} kernel without products")
     text = _NO_PROLOGUE if body is None else prologue_source(body)
-    return named("conv", generate_source(OPS[node.prim], dtype, ints, _by_planes(node), text))
+    last = _NO_EPILOGUE if end is None else epilogue_source(end)
+    return named("conv", generate_source(OPS[node.prim], dtype, ints, _by_planes(node), text,
+                                         last))  # fmt: skip
 
 
 class ConvKernel(GeneratedKernel):
     """`kernel(a, b, *parameters, out)` for one node: the operands made C-contiguous and
     writeable, the weight (or its gradient) seen as (O, K), the gradient of the output as (N, O,
     OH * OW); the kernel's taps that read only padding cropped off (`_live`); the prologue's
-    parameters, if any, as rows of a number per input channel."""
+    parameters, if any, as rows of a number per input channel, then the epilogue's, as rows of
+    a number per output channel."""
 
     def __init__(self, node: Node, compiled: Callable, path: Path):
         super().__init__(compiled, path)
@@ -975,6 +1036,7 @@ class ConvKernel(GeneratedKernel):
         self.threads = numba.get_num_threads()  # as many shares of the batch, from now on
         self.scratch = scratch(node)
         self.none = np.empty((0, 1), node.outputs[0].dtype)  # no prologue, no parameters
+        self.prologue = len(a["prologue"].inputs) - 1 if "prologue" in a else 0  # its numbers
 
     def __call__(self, a: np.ndarray, b: np.ndarray, *rest: np.ndarray) -> None:
         *parameters, out = rest
@@ -986,9 +1048,10 @@ class ConvKernel(GeneratedKernel):
         if self.live is not None and self.op != "weight_grad":
             b = b[:, :, self.live[0], self.live[1]]
         a, b = in_c_order(a), in_c_order(b)
-        p = self.parameters(parameters, a.shape[1], out.dtype)
+        p = self.parameters(parameters[: self.prologue], a.shape[1], out.dtype)
         if self.op == "output":
-            args = (a, b.reshape(b.shape[0], self.k), p, out.reshape(*out.shape[:2], -1))
+            e = self.parameters(parameters[self.prologue :], out.shape[1], out.dtype)
+            args = (a, b.reshape(b.shape[0], self.k), p, e, out.reshape(*out.shape[:2], -1))
         elif self.op == "input_grad":
             args = (a.reshape(*a.shape[:2], -1), b.reshape(b.shape[0], self.k), out)
         elif self.live is None:
@@ -1005,8 +1068,8 @@ class ConvKernel(GeneratedKernel):
         team.finished()
 
     def parameters(self, given: list[np.ndarray], channels: int, dtype: np.dtype) -> np.ndarray:
-        """The prologue's parameters as one C-contiguous (count, channels) array: each a number
-        per channel or one for all."""
+        """A prologue's or an epilogue's parameters as one C-contiguous (count, channels)
+        array: each a number per channel or one for all."""
         if not given:
             return self.none
         rows = [np.broadcast_to(np.asarray(q, dtype).reshape(-1), (channels,)) for q in given]
@@ -1049,6 +1112,12 @@ def takes_prologue(node: Node) -> bool:
     direct = corner and (kh, kw) == (1, 1) and node.attrs["stride"] == (1, 1)
     dense = corner and out == (1, 1) and node.attrs["dilation"] == (1, 1) and (h, w) == (kh, kw)
     return not (direct or dense)
+
+
+def takes_epilogue(node: Node) -> bool:
+    """Whether the node's kernel can write its results through an epilogue
+    (`epilogue_source`): forward's products of columns (not the loops over planes)."""
+    return OPS[node.prim] == "output" and not _by_planes(node)
 
 
 def _depthwise(node: Node) -> bool:
