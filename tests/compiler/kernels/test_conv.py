@@ -176,6 +176,22 @@ def prologue(x, scale, shift, slope):
     return Graph([image, s, b, k, zero], nodes, [out])
 
 
+def columns_case(monkeypatch, geometry, block, seed):
+    """A geometry's image, weight, a norm's scale and shift, attrs and the generator, its
+    convolutions run as products of columns in `block`s (depthwise ones too: their loops over
+    planes take no prologue or epilogue)."""
+    if block in BLOCKS:
+        monkeypatch.setattr(conv, "_block", lambda node: BLOCKS[block](conv._shapes(node)[2][0]))
+    monkeypatch.setattr(conv, "_by_planes", lambda node: False)  # products of columns
+    shape, out, kernel, stride, padding, dilation, groups = geometry
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape)
+    w = rng.standard_normal((out, shape[1] // groups, *kernel))
+    scale, shift = rng.uniform(0.5, 2, (1, shape[1], 1, 1)), rng.uniform(0.5, 1, (shape[1], 1, 1))
+    a = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    return x, w, scale, shift, a, rng
+
+
 @pytest.mark.parametrize("geometry", GEOMETRIES + EXTRA)
 @pytest.mark.parametrize("block", ["chosen", *BLOCKS])
 @pytest.mark.parametrize("slope", [0.0, 0.2])
@@ -186,15 +202,7 @@ def test_forward_and_weight_gradient_read_their_image_through_a_prologue(
     copy it, and only to the image: the padding stays zero, though the shift would move it; the
     geometries whose products read the image itself (1 x 1, the whole image) lay out columns
     then. (Depthwise ones too, as products of columns: their loops over planes take none.)"""
-    if block in BLOCKS:
-        monkeypatch.setattr(conv, "_block", lambda node: BLOCKS[block](conv._shapes(node)[2][0]))
-    monkeypatch.setattr(conv, "_by_planes", lambda node: False)  # products of columns
-    shape, out, kernel, stride, padding, dilation, groups = geometry
-    rng = np.random.default_rng(11)
-    x = rng.standard_normal(shape)
-    w = rng.standard_normal((out, shape[1] // groups, *kernel))
-    scale, shift = rng.uniform(0.5, 2, (1, shape[1], 1, 1)), rng.uniform(0.5, 1, (shape[1], 1, 1))
-    a = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    x, w, scale, shift, a, rng = columns_case(monkeypatch, geometry, block, 11)
     image = activated(x, scale, shift, slope)
     y = reference(image, w, **a)
     g = rng.standard_normal(y.shape)
@@ -237,17 +245,9 @@ def test_forward_writes_its_results_through_an_epilogue(monkeypatch, geometry, b
     writes them, whatever the block: a sample's rows, a whole sample, several samples spread
     from one product, the batch's rows where the kernel covers the image, a 1 x 1 kernel's
     sample itself; and after a prologue."""
-    if block in BLOCKS:
-        monkeypatch.setattr(conv, "_block", lambda node: BLOCKS[block](conv._shapes(node)[2][0]))
-    monkeypatch.setattr(conv, "_by_planes", lambda node: False)  # products of columns
-    shape, out, kernel, stride, padding, dilation, groups = geometry
-    rng = np.random.default_rng(12)
-    x = rng.standard_normal(shape)
-    w = rng.standard_normal((out, shape[1] // groups, *kernel))
-    scale, shift = rng.uniform(0.5, 2, (1, shape[1], 1, 1)), rng.uniform(0.5, 1, (shape[1], 1, 1))
-    a = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    x, w, scale, shift, a, rng = columns_case(monkeypatch, geometry, block, 12)
     y = reference(activated(x, scale, shift, 0.2) if with_prologue else x, w, **a)
-    bias, slope = rng.standard_normal((out, 1, 1)), np.asarray(0.1)
+    bias, slope = rng.standard_normal((w.shape[0], 1, 1)), np.asarray(0.1)
     want = activated(y, 1.0, bias, slope)
     end = epilogue(y, bias, slope)
     v = lambda arr: Value(np.shape(arr), arr.dtype)  # noqa: E731
