@@ -167,25 +167,23 @@ def _conv_epilogues(graph: ir.Graph, modules: dict[ir.Node, Any], groups: list[i
     order = {n: i for i, n in enumerate(graph.nodes)}
     producer = graph.producers()
     finished: dict[ir.Node, ir.Node] = {}  # the convolution -> its epilogue's fused node
+    convs: dict[ir.Node, ir.Node] = {}  # the convolution -> itself with the epilogue
     for n in modules:
         y = n.outputs[0]
         readers = users.get(y, [])
         if (n.prim not in conv.OPS or not conv.takes_epilogue(n) or len(readers) != 1
                 or readers[0] not in kernels or y in graph.outputs):  # fmt: skip
             continue
-        f = readers[0]
-        body = _epilogue(f, y)
+        f, body = readers[0], _epilogue(readers[0], y)
+        # its numbers made before the convolution, which takes their place in the schedule
         ready = body is not None and all(order.get(producer.get(v), -1) < order[n]
                                          for v in body.inputs[1:])  # fmt: skip
         if ready and f.phase is n.phase:
             finished[n] = f
-    if not finished:
+            convs[n] = n.replace(inputs=[*n.inputs, *body.inputs[1:]], outputs=f.outputs,
+                                 attrs={**n.attrs, "epilogue": body})  # fmt: skip
+    if not convs:
         return graph, modules, groups
-    convs = {}
-    for n, f in finished.items():
-        body = _epilogue(f, n.outputs[0])
-        convs[n] = n.replace(inputs=[*n.inputs, *body.inputs[1:]], outputs=f.outputs,
-                             attrs={**n.attrs, "epilogue": body})  # fmt: skip
     made = native.modules(list(convs.values()))
     convs = {n: c for n, c in convs.items() if c in made}
     gone = {finished[n] for n in convs}
