@@ -6,6 +6,7 @@ import pytest
 import passes
 import tracegrad as tg
 from tracegrad.compiler import lowering
+from tracegrad.core.vocabulary import Phase
 
 SIZES = (5, 7, 7, 7, 7, 7, 7, 7, 7, 3)  # eight small hidden layers: 18 small parameters
 
@@ -206,16 +207,20 @@ def test_a_norm_and_activation_only_convolutions_read_is_their_prologue(
 
 class BiasedBlock(tg.nn.Module):
     """conv and its bias, then max pooling and a ReLU (as the MNIST example's), or a tanh and a
-    linear layer; with `tap` a linear layer reads the product before its bias too."""
+    linear layer, or a transposed conv and its bias, a tanh and a linear layer; with `tap` a
+    linear layer reads the product before its bias too."""
 
     def __init__(self, finish: str, tap: bool = False):
         super().__init__()
         nn = tg.nn
         self.conv, self.finish = nn.Conv2d(3, 6, 3, padding=1), finish
-        self.fc = nn.Linear(6 * (4 * 4 if finish == "pool" else 8 * 8), 3)
+        self.up = nn.ConvTranspose2d(3, 6, 4, stride=2, padding=1)
+        self.fc = nn.Linear(6 * {"pool": 4 * 4, "tanh": 8 * 8, "transposed": 16 * 16}[finish], 3)
         self.tap = nn.Linear(6 * 8 * 8, 3) if tap else None
 
     def forward(self, x):
+        if self.finish == "transposed":  # 3 x 8 x 8 -> 6 x 16 x 16
+            return self.fc(tg.tanh(self.up(x)).flatten(1))
         product = tg.nn.functional.conv2d(x, self.conv.weight, padding=1)
         y = product + self.conv.bias[:, None, None]
         h = tg.relu(tg.nn.functional.max_pool2d(y, 2)) if self.finish == "pool" else tg.tanh(y)
@@ -223,12 +228,14 @@ class BiasedBlock(tg.nn.Module):
         return out + self.tap(product.flatten(1)) if self.tap else out
 
 
-@pytest.mark.parametrize("finish, tap", [("pool", False), ("tanh", False), ("pool", True)])
+@pytest.mark.parametrize("finish, tap", [("pool", False), ("tanh", False), ("transposed", False),
+                                         ("pool", True)])  # fmt: skip
 def test_a_bias_and_activation_all_a_convolution_feeds_are_its_epilogue(monkeypatch, finish,
                                                                         tap):  # fmt: skip
     """A convolution's bias (and a tanh after it) are done by the convolution as it writes its
-    results (`lowering._conv_epilogues`): no fused kernel reads its result; not where a layer
-    reads the product before the bias too. Training traced equals eager in float64."""
+    results (`lowering._conv_epilogues`), a transposed one's too: no fused kernel reads its
+    result in forward; not where a layer reads the product before the bias too. Training traced
+    equals eager in float64."""
     from tests.conftest import assert_traced_training_matches_eager
 
     monkeypatch.setattr(lowering, "KERNEL_MIN", 0)
@@ -237,7 +244,8 @@ def test_a_bias_and_activation_all_a_convolution_feeds_are_its_epilogue(monkeypa
     batches = [(rng.standard_normal((2, 3, 8, 8)), rng.integers(0, 3, 2)) for _ in range(3)]
     assert_traced_training_matches_eager(make_model, batches, "numba")
     graph = traced_training(make_model(), batches).latest.graph
-    (forward,) = [n for n in graph.nodes if n.op == "conv2d"]
+    op = "conv2d_input_grad" if finish == "transposed" else "conv2d"
+    (forward,) = [n for n in graph.nodes if n.op == op and n.phase is Phase.FORWARD]
     if tap:
         assert "epilogue" not in forward.attrs
         return

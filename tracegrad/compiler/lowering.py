@@ -156,10 +156,10 @@ def _conv_prologues(graph: ir.Graph, modules: dict[ir.Node, Any], groups: list[i
 
 def _conv_epilogues(graph: ir.Graph, modules: dict[ir.Node, Any], groups: list[ir.Node]
                     ) -> tuple[ir.Graph, dict[ir.Node, Any], list[ir.Node]]:  # fmt: skip
-    """A fused kernel that is all a forward convolution's result is read by, and makes one
-    result from it by elementwise ops and numbers per channel (a bias, then an activation), is
-    done by the convolution instead, to each block of results as its product writes them, in
-    cache (`kernels.conv.epilogue_source`): the pass over the result goes. `modules` and
+    """A fused kernel that is all a convolution's result is read by (forward's, or a transposed
+    convolution's), and makes one result from it by elementwise ops and numbers per channel (a
+    bias, then an activation), is done by the convolution instead, as it writes its results,
+    in cache (`kernels.conv.epilogue_source`): the pass over the result goes. `modules` and
     `groups` follow."""
     from tracegrad.compiler.kernels import conv, native
 

@@ -238,29 +238,35 @@ def epilogue(y, bias, slope):
 
 @pytest.mark.parametrize("geometry", GEOMETRIES + EXTRA)
 @pytest.mark.parametrize("block", ["chosen", *BLOCKS])
-@pytest.mark.parametrize("with_prologue", [False, True])
-def test_forward_writes_its_results_through_an_epilogue(monkeypatch, geometry, block,
-                                                        with_prologue):  # fmt: skip
-    """Forward applies an epilogue (`epilogue_source`) to each block of results as its product
-    writes them, whatever the block: a sample's rows, a whole sample, several samples spread
-    from one product, the batch's rows where the kernel covers the image, a 1 x 1 kernel's
-    sample itself; and after a prologue."""
+@pytest.mark.parametrize("case", ["forward", "forward after a prologue", "input gradient"])
+def test_results_go_through_an_epilogue(monkeypatch, geometry, block, case):
+    """Forward, and the input gradient (a transposed convolution), apply an epilogue
+    (`epilogue_source`) to their results as they are written, whatever the block: a sample's
+    rows, a whole sample, several samples from one product, the batch's rows where the kernel
+    covers the image, a 1 x 1 kernel's sample itself, a padded image stored or an unpadded one
+    added in place; forward's after a prologue too."""
     x, w, scale, shift, a, rng = columns_case(monkeypatch, geometry, block, 12)
-    y = reference(activated(x, scale, shift, 0.2) if with_prologue else x, w, **a)
-    bias, slope = rng.standard_normal((w.shape[0], 1, 1)), np.asarray(0.1)
-    want = activated(y, 1.0, bias, slope)
-    end = epilogue(y, bias, slope)
+    prologued = case == "forward after a prologue"
+    y = reference(activated(x, scale, shift, 0.2) if prologued else x, w, **a)
     v = lambda arr: Value(np.shape(arr), arr.dtype)  # noqa: E731
+    if case == "input gradient":
+        g = rng.standard_normal(y.shape)
+        result, node, operands = C.input_grad(g, w, x.shape, **a), P.conv2d_input_grad, (g, w)
+        a = dict(a, shape=x.shape)
+    else:
+        result, node, operands = y, P.conv2d, (x, w)
+    bias, slope = rng.standard_normal((result.shape[1], 1, 1)), np.asarray(0.1)
+    end = epilogue(result, bias, slope)
     attrs, numbers, params = dict(a, epilogue=end), [], []
-    if with_prologue:
+    if prologued:
         attrs["prologue"] = body = prologue(x, scale, shift, np.asarray(0.2))
         numbers, params = body.inputs[1:], [scale, shift, np.asarray(0.2), np.zeros(())]
-    node = Node(P.conv2d, [v(x), v(w), *numbers, *end.inputs[1:]], end.outputs, attrs)
-    ((ok, kernel),) = compile_native([node])
+    inputs = [*map(v, operands), *numbers, *end.inputs[1:]]
+    ((ok, kernel),) = compile_native([Node(node, inputs, end.outputs, attrs)])
     assert ok
-    got = np.full_like(want, np.nan)
-    kernel(x, w, *params, bias, slope, np.zeros(()), got)
-    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    got = np.full_like(result, np.nan)
+    kernel(*operands, *params, bias, slope, np.zeros(()), got)
+    np.testing.assert_allclose(got, activated(result, 1.0, bias, slope), rtol=1e-12, atol=1e-12)
 
 
 def test_kernels_read_any_layout_and_read_only_operands():

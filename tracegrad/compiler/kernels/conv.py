@@ -32,8 +32,9 @@ need no columns: a 1 x 1 kernel of stride 1 without padding reads the sample its
 kernel that covers the image exactly (a 1 x 1 output: DCGAN's first and last layers) is one
 matrix product of the batch's rows. Dilation and groups are supported; modules are per op and
 dtype, the geometry an argument. Forward and the weight gradient may read their image through a
-prologue (`prologue_source`: a norm and activation), and forward write its results through an
-epilogue (`epilogue_source`: a bias and what follows it), as each block is written."""
+prologue (`prologue_source`: a norm and activation), and forward and the input gradient (a
+transposed convolution) write their results through an epilogue (`epilogue_source`: a bias and
+what follows it)."""
 
 from __future__ import annotations
 
@@ -137,16 +138,18 @@ def load(pad, x, n, c0, g, p):
 
 
 @njit(cache=True)
-def store(dx, pad, n, c0, g):
-    """The inverse of `load`: channels c0.. of dx[n] = pad's image."""
+def store(dx, pad, n, c0, g, e):
+    """The inverse of `load`: channels c0.. of dx[n] = pad's image, through the `epilogue`
+    (its numbers per channel e)."""
     cg, hp, wp = pad.shape
     h, w, ph, pw = dx.shape[2], dx.shape[3], g[2], g[3]
     pf, xf = pad.reshape(pad.size), dx.reshape(dx.size)
     for c in range(cg):
+        q = out_numbers(e, c0 + c)
         for a in range(h):
             src, dst = U((c * hp + a + ph) * wp + pw), U(((n * dx.shape[1] + c0 + c) * h + a) * w)
             for b in range(U(w)):
-                xf[dst + b] = pf[src + b]
+                xf[dst + b] = epilogue(pf[src + b], q)
 
 
 @njit(cache=True)
@@ -285,16 +288,26 @@ def spread(a, block, n0, n1, channel, count, p0, p1, e):
 
 @njit(cache=True)
 def finish(y, e, n, c0, count, p0, p1):
-    """Positions [p0, p1) of channels c0.. c0 + count of y[n] (N, O, positions) through the
-    `epilogue`, in place, while the product that just wrote them is in cache."""
-    if not EPILOGUE:
+    """Positions [p0, p1) of channels c0.. c0 + count of y[n] (N, C, positions or H, W) through
+    the `epilogue`, in place, while what just wrote them is in cache."""
+    if not EPILOGUE or y.size == 0:
         return
-    yf, positions = y.reshape(y.size), y.shape[2]
+    yf, positions = y.reshape(y.size), y.size // (y.shape[0] * y.shape[1])
     for c in range(c0, c0 + count):
         q = out_numbers(e, c)
         at = U((n * y.shape[1] + c) * positions)
         for t in range(U(p0), U(p1)):
             yf[at + t] = epilogue(yf[at + t], q)
+
+
+@njit(cache=True)
+def complete(dx, pad, n, c0, cg, g, e):
+    """Channels c0.. of dx[n], whose patches are all added: stored from the padded image, or,
+    added in place, through the `epilogue` there."""
+    if unpadded(dx, g):
+        finish(dx, e, n, c0, cg, 0, dx.shape[2] * dx.shape[3])
+    else:
+        store(dx, pad, n, c0, g, e)
 
 
 '''
@@ -353,12 +366,13 @@ def kernel(x, w, g, groups, p, e, y, threads):
 '''
 
 _INPUT_GRAD = '''
-@njit("void({dtype}[:, :, ::1], {dtype}[:, ::1], int64[::1], int64, {dtype}[:, :, :, ::1], int64)",
-      parallel=True, cache=True)
-def kernel(gy, w, g, groups, dx, threads):
+@njit("void({dtype}[:, :, ::1], {dtype}[:, ::1], int64[::1], int64, {dtype}[:, ::1], "
+      "{dtype}[:, :, :, ::1], int64)", parallel=True, cache=True)
+def kernel(gy, w, g, groups, e, dx, threads):
     """The columns of dx[n] = w^T (K, O) @ gy[n], added back where they came from, in a padded
     image stored into dx[n] once whole; a block of several samples is one product, of their
-    gradients gathered side by side."""
+    gradients gathered side by side. Each sample goes through the `epilogue` (its numbers e)
+    once whole (a transposed convolution's bias)."""
     batch, k, size, oh_, ow_, rows, nb, og, cg, positions = sizes(dx, w, g, groups)
     blas_threads = get_blas_threads()
     set_blas_threads(1)
@@ -370,6 +384,8 @@ def kernel(gy, w, g, groups, dx, threads):
                      gy.ctypes.data + (first * groups + grp) * og * size, groups * og,
                      w.ctypes.data + grp * og * k * size, k, T(0),
                      dx.ctypes.data + (first * groups + grp) * k * size, groups * k)
+                for n in range(first, last):
+                    finish(dx, e, n, grp * cg, cg, 0, dx.shape[2] * dx.shape[3])
             continue
         cols = np.empty((k, nb * rows * ow_), D)
         block = np.empty((og, nb * rows * ow_ if nb > 1 else 0), D)
@@ -388,11 +404,13 @@ def kernel(gy, w, g, groups, dx, threads):
                             dst, ld = cols.ctypes.data, cols.shape[1]
                         gemm(ROW_MAJOR, TRANSPOSED, AS_IS, k, width, og, T(1), wg, k,
                              rows_at(gy, n0, grp * og, g, r0), positions, T(0), dst, ld)
-                        if not in_place:
-                            flat, base, hp, wp = target(dx, pad, n0, grp * cg, g, r0)
-                            add_columns(flat, base, cg, hp, wp, cols, 0, g, r0, r1)
-                            if r1 == oh_ and not unpadded(dx, g):
-                                store(dx, pad, n0, grp * cg, g)
+                        if in_place:
+                            finish(dx, e, n0, grp * cg, cg, r0 * ow_, r1 * ow_)
+                            continue
+                        flat, base, hp, wp = target(dx, pad, n0, grp * cg, g, r0)
+                        add_columns(flat, base, cg, hp, wp, cols, 0, g, r0, r1)
+                        if r1 == oh_:
+                            complete(dx, pad, n0, grp * cg, cg, g, e)
                         continue
                     gather(block, gy, n0, n1, grp * og, og, r0 * ow_, r1 * ow_)
                     gemm(ROW_MAJOR, TRANSPOSED, AS_IS, k, (n1 - n0) * width, og, T(1), wg, k,
@@ -401,8 +419,7 @@ def kernel(gy, w, g, groups, dx, threads):
                     for n in range(n0, n1):  # a block of several samples spans all the rows
                         flat, base, hp, wp = target(dx, pad, n, grp * cg, g, r0)
                         add_columns(flat, base, cg, hp, wp, cols, (n - n0) * width, g, r0, r1)
-                        if not unpadded(dx, g):
-                            store(dx, pad, n, grp * cg, g)
+                        complete(dx, pad, n, grp * cg, cg, g, e)
     set_blas_threads(blas_threads)
 '''
 
@@ -843,9 +860,9 @@ def kernel(x, w, g, groups, p, e, y, threads):
             depthwise(x, w, g, groups, y, first, last)
 ''',
     "input_grad": """
-@njit("void({dtype}[:, :, ::1], {dtype}[:, ::1], int64[::1], int64, {dtype}[:, :, :, ::1], int64)",
-      parallel=True, cache=True)
-def kernel(gy, w, g, groups, dx, threads):
+@njit("void({dtype}[:, :, ::1], {dtype}[:, ::1], int64[::1], int64, {dtype}[:, ::1], "
+      "{dtype}[:, :, :, ::1], int64)", parallel=True, cache=True)
+def kernel(gy, w, g, groups, e, dx, threads):
     for part in prange(threads):
         first, last = part * dx.shape[0] // threads, (part + 1) * dx.shape[0] // threads
         if g[12]:
@@ -1053,7 +1070,8 @@ class ConvKernel(GeneratedKernel):
             e = self.parameters(parameters[self.prologue :], out.shape[1], out.dtype)
             args = (a, b.reshape(b.shape[0], self.k), p, e, out.reshape(*out.shape[:2], -1))
         elif self.op == "input_grad":
-            args = (a.reshape(*a.shape[:2], -1), b.reshape(b.shape[0], self.k), out)
+            e = self.parameters(parameters, out.shape[1], out.dtype)
+            args = (a.reshape(*a.shape[:2], -1), b.reshape(b.shape[0], self.k), e, out)
         elif self.live is None:
             args = (a, b.reshape(*b.shape[:2], -1), p, out.reshape(out.shape[0], self.k))
         else:  # the cropped kernel's gradient, the rest of it zero
@@ -1116,8 +1134,9 @@ def takes_prologue(node: Node) -> bool:
 
 def takes_epilogue(node: Node) -> bool:
     """Whether the node's kernel can write its results through an epilogue
-    (`epilogue_source`): forward's products of columns (not the loops over planes)."""
-    return OPS[node.prim] == "output" and not _by_planes(node)
+    (`epilogue_source`): forward's and the input gradient's (a transposed convolution's)
+    products of columns, not the loops over planes."""
+    return OPS[node.prim] != "weight_grad" and not _by_planes(node)
 
 
 def _depthwise(node: Node) -> bool:
