@@ -264,6 +264,12 @@ def test_profile_runs_a_calls_arguments_or_zeros_and_changes_nothing(monkeypatch
         np.testing.assert_array_equal(p.numpy(), old)
     with pytest.raises(ValueError, match="no plan runs these arguments"):
         train_step.profile(args=(x[:5], y[:5]))
+    w = tg.tensor(np.ones((8, 3), np.float32), requires_grad=True)
+    loss = tg.trace(lambda x: (tg.tensor(x) @ w).sum())  # a forward: its backward apart
+    loss(x).backward()
+    assert len(loss.profile(repeat=1).seconds) == len(loss.graph.nodes)
+    with pytest.raises(ValueError, match="call profile\\(\\) without arguments"):
+        loss.profile(args=(x,))
 
 
 def test_profile_exports_a_chrome_trace_of_the_plans_statements(step, tmp_path):

@@ -293,6 +293,9 @@ class Traced:
 
         if not args and not kwargs:
             return profile(self._plan(), repeat)
+        if self.differentiable is not None:
+            raise ValueError(f"{self.name}: a compiled forward (its backward compiled apart) is "
+                             "profiled on zeros: call profile() without arguments")  # fmt: skip
         leaves, key = signature(args, kwargs or {}, self.dynamic)
         plan = next((p for p in reversed(self.plans.get(key, [])) if p.capture.guards_hold()),
                     None)  # fmt: skip
