@@ -796,14 +796,9 @@ def plan_seconds(plan: Any, leaves: list | None, runs: int = 10) -> float:
     """The fastest run of the plan's function alone (no signature, guards or write-back), on
     the inputs `step.profile` gives it: a call's argument `leaves` (else zeros), the state's
     current values (updated in place, as a step does)."""
-    graph, run = plan.graph, plan.run
-    if leaves is not None:
-        inputs = plan.inputs(leaves)
-    else:
-        inputs = [np.zeros(v.shape, v.dtype) for v in graph.inputs]
-        for k, (ref, via_grad) in enumerate(plan.capture.reads, start=len(plan.capture.args)):
-            if ref.tensor is not None:
-                inputs[k] = ref.tensor._grad._value if via_grad else ref.tensor._value
+    from tracegrad.runtime.profile import plan_inputs
+
+    run, inputs = plan.run, plan_inputs(plan, leaves)
     views, lent = run.arena.lend(run.layout)
     times = []
     try:

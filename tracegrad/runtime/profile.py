@@ -143,6 +143,18 @@ def _line_nodes(source: str) -> dict[int, int]:
     return owner
 
 
+def plan_inputs(plan: Any, arg_leaves: Sequence[Any] | None = None) -> list[np.ndarray]:
+    """The plan function's inputs for a call's argument leaves (`Plan.inputs`), or without
+    them zeros for the arguments and the state's current values."""
+    if arg_leaves is not None:
+        return plan.inputs(arg_leaves)
+    inputs = [np.zeros(v.shape, v.dtype) for v in plan.graph.inputs]
+    for k, (ref, via_grad) in enumerate(plan.capture.reads, start=len(plan.capture.args)):
+        if ref.tensor is not None:  # captured state: its current value (arguments: zeros)
+            inputs[k] = ref.tensor._grad._value if via_grad else ref.tensor._value
+    return inputs
+
+
 def profile(plan: Any, repeat: int = 3, arg_leaves: Sequence[Any] | None = None) -> Profile:
     """Run the plan's function `repeat` times on a call's arguments (`arg_leaves`, as
     `tracer.signature` flattens them) or else zeros for them, and the state's current values, in
@@ -150,16 +162,10 @@ def profile(plan: Any, repeat: int = 3, arg_leaves: Sequence[Any] | None = None)
     is written back), timing every statement (keeping each one's fastest), then once more under
     tracemalloc for the bytes after each and the peak: tracemalloc slows what allocates,
     kernels included (Numba reports its allocations to it), so no time is taken under it.
-    Zeros can make a step's statements slower than real data does (gradients in the
-    subnormal range take the CPU's slow path, 100x in a product), hence the arguments."""
+    Zeros can take other paths than real data does (subnormal values take the CPU's slow
+    path), hence the arguments."""
     graph, run = plan.graph, plan.run
-    if arg_leaves is not None:
-        inputs = plan.inputs(arg_leaves)
-    else:
-        inputs = [np.zeros(v.shape, v.dtype) for v in graph.inputs]
-        for k, (ref, via_grad) in enumerate(plan.capture.reads, start=len(plan.capture.args)):
-            if ref.tensor is not None:  # captured state: its current value (arguments: zeros)
-                inputs[k] = ref.tensor._grad._value if via_grad else ref.tensor._value
+    inputs = plan_inputs(plan, arg_leaves)
     for k in getattr(plan, "written", ()):  # what the plan updates in place: a copy
         inputs[k] = np.array(inputs[k])
     fixed = run.layout.nbytes + sum(v.nbytes for v in graph.inputs)

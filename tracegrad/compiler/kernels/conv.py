@@ -1066,11 +1066,10 @@ class ConvKernel(GeneratedKernel):
             b = b[:, :, self.live[0], self.live[1]]
         a, b = in_c_order(a), in_c_order(b)
         p = self.parameters(parameters[: self.prologue], a.shape[1], out.dtype)
+        e = self.parameters(parameters[self.prologue :], out.shape[1], out.dtype)
         if self.op == "output":
-            e = self.parameters(parameters[self.prologue :], out.shape[1], out.dtype)
             args = (a, b.reshape(b.shape[0], self.k), p, e, out.reshape(*out.shape[:2], -1))
         elif self.op == "input_grad":
-            e = self.parameters(parameters, out.shape[1], out.dtype)
             args = (a.reshape(*a.shape[:2], -1), b.reshape(b.shape[0], self.k), e, out)
         elif self.live is None:
             args = (a, b.reshape(*b.shape[:2], -1), p, out.reshape(out.shape[0], self.k))
