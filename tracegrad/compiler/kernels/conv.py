@@ -190,6 +190,23 @@ def target(dx, pad, n, c0, g, r0):
     return pad.reshape(pad.size), 0, pad.shape[1], pad.shape[2]
 
 
+SHORT_ROWS = 8  # output rows narrower than this: the patches are copied by `positions`
+
+
+@njit(cache=True)
+def positions_of(g, wp, r0, r1):
+    """Where each position of output rows [r0, r1) reads its first tap, from the first tap of
+    row 0, in an image wp wide: rows of fewer than SHORT_ROWS positions are copied as one run
+    over the block's positions through these offsets, for a loop per row of a few elements
+    costs more than its copies (a ResNet's 2 x 2 and 4 x 4 images)."""
+    sh, sw, ow_ = g[0], g[1], g[9]
+    at = np.empty((r1 - r0) * ow_, np.int64)
+    for oh in range(r0, r1):
+        for ow in range(ow_):
+            at[(oh - r0) * ow_ + ow] = oh * sh * wp + ow * sw
+    return at
+
+
 @njit(cache=True)
 def columns_of(cols, col0, src, base, cg, hp, wp, g, r0, r1):
     """Output rows [r0, r1) of the patches of an image of cg channels of hp x wp at src[base:]
@@ -198,6 +215,16 @@ def columns_of(cols, col0, src, base, cg, hp, wp, g, r0, r1):
     whole: no bounds to test."""
     sh, sw, ph, pw, dh, dw, kh, kw, oh_, ow_ = geometry(g)
     cf, width, step = cols.reshape(cols.size), U(ow_), U(sw)
+    if ow_ < SHORT_ROWS:
+        at = positions_of(g, wp, r0, r1)
+        for c in range(cg):
+            for i in range(kh):
+                for j in range(kw):
+                    q = U(((c * kh + i) * kw + j) * cols.shape[1] + col0)
+                    tap = U(base + (c * hp + i * dh) * wp + j * dw)
+                    for t in range(U(at.size)):
+                        cf[q + t] = src[tap + U(at[t])]
+        return
     for c in range(cg):
         for i in range(kh):
             for j in range(kw):
@@ -219,6 +246,16 @@ def add_columns(dst, base, cg, hp, wp, cols, col0, g, r0, r1):
     where the patch came from, into an image at dst[base:] (`target`)."""
     sh, sw, ph, pw, dh, dw, kh, kw, oh_, ow_ = geometry(g)
     cf, width, step = cols.reshape(cols.size), U(ow_), U(sw)
+    if ow_ < SHORT_ROWS:
+        at = positions_of(g, wp, r0, r1)
+        for c in range(cg):
+            for i in range(kh):
+                for j in range(kw):
+                    q = U(((c * kh + i) * kw + j) * cols.shape[1] + col0)
+                    tap = U(base + (c * hp + i * dh) * wp + j * dw)
+                    for t in range(U(at.size)):
+                        dst[tap + U(at[t])] += cf[q + t]
+        return
     for c in range(cg):
         for i in range(kh):
             for j in range(kw):
@@ -473,8 +510,8 @@ def kernel(x, gy, g, groups, p, dw, threads):
     each thread sums its blocks' in an (O, K) or (K, O) of its own (`accumulate`; blocks of one
     sample's rows are shared among the threads, as the forward's), then the threads' sums are
     added; or, where the batch has fewer positions than the group output
-    channels (`_splits_channels`), each thread lays out the columns of the whole batch and
-    computes its share of the rows of dw in one product."""
+    channels (`_splits_channels`), the threads lay out the columns of the whole batch, each its
+    share of the samples, then each computes its share of the rows of dw in one product."""
     batch, k, size, oh_, ow_, rows, nb, og, cg, positions = sizes(x, dw, g, groups)
     blas_threads = get_blas_threads()
     set_blas_threads(1)
@@ -489,21 +526,24 @@ def kernel(x, gy, g, groups, p, dw, threads):
                          dw.ctypes.data + (grp * og + o0) * k * size, k)
         set_blas_threads(blas_threads)
         return
-    if g[13]:  # few positions, many channels: each thread all of them, its share of O
+    if g[13]:  # few positions, many channels: the batch's columns, each thread a share of O
         width = batch * positions
-        for part in prange(threads):
-            cols, block = np.empty((k, width), D), np.empty((-(-og // threads), width), D)
+        cols = np.empty((groups, k, width), D)
+        for part in prange(threads):  # the threads lay out their samples' columns
             pad = padded(x, g, cg)
+            for grp in range(groups):
+                for n in range(part * batch // threads, (part + 1) * batch // threads):
+                    flat, base, hp, wp = source(x, pad, n, grp * cg, g, 0, p)
+                    columns_of(cols[grp], n * positions, flat, base, cg, hp, wp, g, 0, oh_)
+        for part in prange(threads):  # then multiply them by their share of the gradient
+            block = np.empty((-(-og // threads), width), D)
             for grp in range(groups):
                 o0, o1 = part * og // threads, (part + 1) * og // threads
                 if o1 == o0:
                     continue
-                for n in range(batch):
-                    flat, base, hp, wp = source(x, pad, n, grp * cg, g, 0, p)
-                    columns_of(cols, n * positions, flat, base, cg, hp, wp, g, 0, oh_)
                 gather(block, gy, 0, batch, grp * og + o0, o1 - o0, 0, positions)
                 gemm(ROW_MAJOR, AS_IS, TRANSPOSED, o1 - o0, k, width, T(1), block.ctypes.data,
-                     width, cols.ctypes.data, width, T(0),
+                     width, cols.ctypes.data + grp * k * width * size, width, T(0),
                      dw.ctypes.data + (grp * og + o0) * k * size, k)
         set_blas_threads(blas_threads)
         return
@@ -1154,8 +1194,8 @@ def _splits_channels(node: Node) -> bool:
     """Whether a weight gradient's threads split its output channels rather than the batch: where
     the batch has fewer positions (N * OH * OW) than a group has output channels (a ResNet's
     last stages, 2 x 2 images of 256 channels), each thread's sum over its share of the batch
-    is as large as dw and costs more to zero and add up than the product's work, while laying
-    out the columns of the whole batch once a thread costs less."""
+    is as large as dw and costs more to zero and add up than the product's work, while the
+    columns of the whole batch are small."""
     if OPS[node.prim] != "weight_grad" or _by_planes(node):
         return False
     (n, *_), (o, *_), (oh, ow) = _shapes(node)
@@ -1227,15 +1267,16 @@ def scratch(node: Node) -> int:
     hp = max(ph + h, (oh - 1) * sh + (kh - 1) * dh + 1)  # the padded image (`padded`)
     wp = max(pw + w, (ow - 1) * sw + (kw - 1) * dw + 1)
     each = (cg * kh * kw + (o // a["groups"] if samples > 1 else 0)) * width + cg * hp * wp
-    split = _splits_channels(node)
-    if split:  # the whole batch's columns, a thread's share of the group's gradient rows
-        each = (cg * kh * kw + -(-o // a["groups"] // threads)) * n * oh * ow + cg * hp * wp
+    split, shared = _splits_channels(node), 0
+    if split:  # the batch's columns, shared; a thread's share of the group's gradient rows
+        shared = a["groups"] * cg * kh * kw * n * oh * ow
+        each = -(-o // a["groups"] // threads) * n * oh * ow + cg * hp * wp
     elif _channels_last(node):  # the sample channels-last, its output's rows, the taps' weights
         each = (hp * wp + oh * ow + 2 * kh * kw) * o
     elif _by_planes(node):  # the phases of a group's padded planes, and the grid (`depthwise`)
         wq = -(-wp // sw)
         each = cg * sh * sw * -(-hp // sh) * wq + oh * wq
-    total = threads * each
+    total = threads * each + shared
     if OPS[node.prim] == "weight_grad":  # the threads' sums, and the cropped kernel's gradient
         total += (1 if split else threads + 1) * o * cg * kh * kw
     return total * item
