@@ -190,7 +190,7 @@ def target(dx, pad, n, c0, g, r0):
     return pad.reshape(pad.size), 0, pad.shape[1], pad.shape[2]
 
 
-SHORT_ROWS = 8  # output rows narrower than this: the patches are copied by `positions`
+SHORT_ROWS = 8  # output rows narrower than this are copied `by_positions`
 
 
 @njit(cache=True)
@@ -208,6 +208,24 @@ def positions_of(g, wp, r0, r1):
 
 
 @njit(cache=True)
+def by_positions(cols, col0, img, base, cg, hp, wp, g, r0, r1, adding):
+    """`columns_of` (or, `adding`, `add_columns`) for rows narrower than SHORT_ROWS: each row of
+    columns one run over the block's positions (`positions_of`)."""
+    sh, sw, ph, pw, dh, dw, kh, kw, oh_, ow_ = geometry(g)
+    cf, at = cols.reshape(cols.size), positions_of(g, wp, r0, r1)
+    for c in range(cg):
+        for i in range(kh):
+            for j in range(kw):
+                q = U(((c * kh + i) * kw + j) * cols.shape[1] + col0)
+                tap = U(base + (c * hp + i * dh) * wp + j * dw)
+                for t in range(U(at.size)):
+                    if adding:
+                        img[tap + U(at[t])] += cf[q + t]
+                    else:
+                        cf[q + t] = img[tap + U(at[t])]
+
+
+@njit(cache=True)
 def columns_of(cols, col0, src, base, cg, hp, wp, g, r0, r1):
     """Output rows [r0, r1) of the patches of an image of cg channels of hp x wp at src[base:]
     (`source`) into the columns col0.. col0 + (r1 - r0) * OW of cols (K rows): row (c, i, j)
@@ -216,14 +234,7 @@ def columns_of(cols, col0, src, base, cg, hp, wp, g, r0, r1):
     sh, sw, ph, pw, dh, dw, kh, kw, oh_, ow_ = geometry(g)
     cf, width, step = cols.reshape(cols.size), U(ow_), U(sw)
     if ow_ < SHORT_ROWS:
-        at = positions_of(g, wp, r0, r1)
-        for c in range(cg):
-            for i in range(kh):
-                for j in range(kw):
-                    q = U(((c * kh + i) * kw + j) * cols.shape[1] + col0)
-                    tap = U(base + (c * hp + i * dh) * wp + j * dw)
-                    for t in range(U(at.size)):
-                        cf[q + t] = src[tap + U(at[t])]
+        by_positions(cols, col0, src, base, cg, hp, wp, g, r0, r1, False)
         return
     for c in range(cg):
         for i in range(kh):
@@ -247,14 +258,7 @@ def add_columns(dst, base, cg, hp, wp, cols, col0, g, r0, r1):
     sh, sw, ph, pw, dh, dw, kh, kw, oh_, ow_ = geometry(g)
     cf, width, step = cols.reshape(cols.size), U(ow_), U(sw)
     if ow_ < SHORT_ROWS:
-        at = positions_of(g, wp, r0, r1)
-        for c in range(cg):
-            for i in range(kh):
-                for j in range(kw):
-                    q = U(((c * kh + i) * kw + j) * cols.shape[1] + col0)
-                    tap = U(base + (c * hp + i * dh) * wp + j * dw)
-                    for t in range(U(at.size)):
-                        dst[tap + U(at[t])] += cf[q + t]
+        by_positions(cols, col0, dst, base, cg, hp, wp, g, r0, r1, True)
         return
     for c in range(cg):
         for i in range(kh):
