@@ -27,7 +27,9 @@ output once more, as much memory traffic as a first layer's whole product (K = 9
 is written and multiplied while it is in the core's cache, both threads busy throughout
 (docs/kernels.md). The patches are read from a
 padded copy of the sample's group of channels (and the input gradient added into one, then
-stored): then every row of columns is a whole strided run without bounds tests. Two geometries
+stored): then every row of columns is a whole strided run without bounds tests, copied output
+row by output row, or, where those rows are short (`SHORT_ROWS`), as one run over the block's
+positions through a table of where each reads (`by_positions`). Two geometries
 need no columns: a 1 x 1 kernel of stride 1 without padding reads the sample itself, and a
 kernel that covers the image exactly (a 1 x 1 output: DCGAN's first and last layers) is one
 matrix product of the batch's rows. Dilation and groups are supported; modules are per op and
