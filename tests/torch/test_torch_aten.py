@@ -190,3 +190,38 @@ def test_top_level_in_place_functions_are_the_methods():
 @pytest.mark.filterwarnings("ignore:torch.chain_matmul")
 def test_gradients_match_finite_differences(fn):
     check_grad(fn, X)
+
+
+def _sigmoid(z):
+    return 1 / (1 + np.exp(-z))
+
+
+def test_recurrent_cells_are_one_step_of_the_gates():
+    """torch.lstm_cell and the others (and torch._VF's, as nn's own modules reach them) against
+    the gates written out in NumPy: PyTorch's order i, f, g, o and r, z, n."""
+    rng = np.random.default_rng(1)
+    x, h, c = (rng.standard_normal((2, k)) for k in (3, 4, 4))
+    w_ih, b_ih, b_hh = (
+        rng.standard_normal((16, 3)),
+        rng.standard_normal(16),
+        rng.standard_normal(16),
+    )
+    w_hh = rng.standard_normal((16, 4))
+    z = x @ w_ih.T + b_ih + h @ w_hh.T + b_hh
+    i, f, g, o = _sigmoid(z[:, :4]), _sigmoid(z[:, 4:8]), np.tanh(z[:, 8:12]), _sigmoid(z[:, 12:])
+    c_next = f * c + i * g
+    h_next, c_out = torch._VF.lstm_cell(t(x), (t(h), t(c)), t(w_ih), t(w_hh), t(b_ih), t(b_hh))
+    np.testing.assert_allclose(c_out.numpy(), c_next, rtol=1e-12)
+    np.testing.assert_allclose(h_next.numpy(), o * np.tanh(c_next), rtol=1e-12)
+    gi, gh = x @ w_ih[:12].T + b_ih[:12], h @ w_hh[:12].T + b_hh[:12]
+    r, u = _sigmoid(gi[:, :4] + gh[:, :4]), _sigmoid(gi[:, 4:8] + gh[:, 4:8])
+    n = np.tanh(gi[:, 8:] + r * gh[:, 8:])
+    out = torch.gru_cell(t(x), t(h), t(w_ih[:12]), t(w_hh[:12]), t(b_ih[:12]), t(b_hh[:12]))
+    np.testing.assert_allclose(out.numpy(), (1 - u) * n + u * h, rtol=1e-12)
+    pre = x @ w_ih[:4].T + h @ w_hh[:4].T  # no biases
+    np.testing.assert_allclose(torch.rnn_tanh_cell(t(x), t(h), t(w_ih[:4]), t(w_hh[:4])).numpy(),
+                               np.tanh(pre), rtol=1e-12)  # fmt: skip
+    np.testing.assert_allclose(torch.rnn_relu_cell(t(x), t(h), t(w_ih[:4]), t(w_hh[:4])).numpy(),
+                               np.maximum(pre, 0), rtol=1e-12)  # fmt: skip
+    with pytest.raises(AttributeError, match="torch._VF.no_such_function"):
+        torch._VF.no_such_function  # noqa: B018

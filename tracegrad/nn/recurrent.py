@@ -357,10 +357,6 @@ class RNNCellBase(Module):
                              f"{shape if batched else shape[1:]}")  # fmt: skip
         return x, states, batched
 
-    def _input_part(self, x: Tensor) -> Tensor:
-        out = matmul(x, self.weight_ih.T)
-        return out if self.bias_ih is None else out + self.bias_ih
-
 
 def _unbatch(t: Tensor, batched: bool) -> Tensor:
     return t if batched else t[0]
@@ -375,9 +371,9 @@ class RNNCell(RNNCellBase):
 
     def forward(self, input: Any, hx: Any = None) -> Tensor:
         x, (h,), batched = self._prepare(input, hx, 1)
-        h = _rnn_step(self._input_part(x), h, self.weight_hh.T, self.bias_hh,
-                      _activation(self.nonlinearity))  # fmt: skip
-        return _unbatch(h, batched)
+        cell = rnn_tanh_cell if self.nonlinearity == "tanh" else rnn_relu_cell
+        return _unbatch(cell(x, h, self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh),
+                        batched)  # fmt: skip
 
 
 class LSTMCell(RNNCellBase):
@@ -385,7 +381,7 @@ class LSTMCell(RNNCellBase):
 
     def forward(self, input: Any, hx: Any = None) -> tuple[Tensor, Tensor]:
         x, (h, c), batched = self._prepare(input, hx, 2)
-        h, c = _lstm_step(self._input_part(x), h, c, self.weight_hh.T, self.bias_hh)
+        h, c = lstm_cell(x, (h, c), self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh)
         return _unbatch(h, batched), _unbatch(c, batched)
 
 
@@ -394,8 +390,64 @@ class GRUCell(RNNCellBase):
 
     def forward(self, input: Any, hx: Any = None) -> Tensor:
         x, (h,), batched = self._prepare(input, hx, 1)
-        return _unbatch(_gru_step(self._input_part(x), h, self.weight_hh.T,
-                                  self.bias_hh), batched)  # fmt: skip
+        return _unbatch(gru_cell(x, h, self.weight_ih, self.weight_hh, self.bias_ih,
+                                 self.bias_hh), batched)  # fmt: skip
+
+
+def lstm_cell(
+    input: Tensor,
+    hx: tuple[Tensor, Tensor],
+    w_ih: Tensor,
+    w_hh: Tensor,
+    b_ih: Tensor | None = None,
+    b_hh: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """PyTorch's `torch.lstm_cell`: one step of (N, H_in) from the states (h, c), each (N, H).
+    The gates' math as ops, which a plan fuses into one kernel a step: a one-step `lstm_scan`
+    runs its NumPy version (written for many steps) wherever a plan has no kernels."""
+    return _lstm_step(_input_part(input, w_ih, b_ih), *hx, w_hh.T, b_hh)
+
+
+def gru_cell(
+    input: Tensor,
+    hx: Tensor,
+    w_ih: Tensor,
+    w_hh: Tensor,
+    b_ih: Tensor | None = None,
+    b_hh: Tensor | None = None,
+) -> Tensor:
+    """PyTorch's `torch.gru_cell`: one step (see `lstm_cell`)."""
+    return _gru_step(_input_part(input, w_ih, b_ih), hx, w_hh.T, b_hh)
+
+
+def rnn_tanh_cell(
+    input: Tensor,
+    hx: Tensor,
+    w_ih: Tensor,
+    w_hh: Tensor,
+    b_ih: Tensor | None = None,
+    b_hh: Tensor | None = None,
+) -> Tensor:
+    """PyTorch's `torch.rnn_tanh_cell`: tanh(x W_ih^T + b_ih + h W_hh^T + b_hh)."""
+    return _rnn_step(_input_part(input, w_ih, b_ih), hx, w_hh.T, b_hh, P.tanh)
+
+
+def rnn_relu_cell(
+    input: Tensor,
+    hx: Tensor,
+    w_ih: Tensor,
+    w_hh: Tensor,
+    b_ih: Tensor | None = None,
+    b_hh: Tensor | None = None,
+) -> Tensor:
+    """PyTorch's `torch.rnn_relu_cell`: relu(x W_ih^T + b_ih + h W_hh^T + b_hh)."""
+    return _rnn_step(_input_part(input, w_ih, b_ih), hx, w_hh.T, b_hh, F.relu)
+
+
+def _input_part(x: Tensor, w_ih: Tensor, b_ih: Tensor | None) -> Tensor:
+    """x W_ih^T + b_ih: every gate's input part."""
+    out = matmul(x, w_ih.T)
+    return out if b_ih is None else out + b_ih
 
 
 def _state_dtype(x: Tensor) -> np.dtype:

@@ -235,6 +235,7 @@ from tracegrad.frontend import torch_function as _torch_function  # noqa: E402
 from tracegrad.frontend.sparse import sparse_coo_tensor  # noqa: E402
 from tracegrad.torch import (  # noqa: E402 (the submodules read the names above)
     _C,
+    _VF,
     __config__,
     __future__,
     _aten,

@@ -3,7 +3,7 @@ top level's own signatures (ATen's): `torch.dropout(x, p, train)`, `torch.batch_
 bias, running_mean, running_var, training, momentum, eps, cudnn_enabled)`, `torch.embedding(weight,
 indices)`, the losses' `reduction` as an int (0 none, 1 mean, 2 sum), `torch.relu_(x)` for
 `x.relu_()`; and the small functions scripts reach for (`std_mean`, `broadcast_tensors`,
-`combinations`, the windows, ...)."""
+`combinations`, the windows, the recurrent cells' one step `lstm_cell`, ...)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ import tracegrad as _tg
 from tracegrad.frontend.storage import UntypedStorage
 from tracegrad.frontend.tensor import Tensor
 from tracegrad.nn import functional as F
+from tracegrad.nn.recurrent import gru_cell, lstm_cell, rnn_relu_cell, rnn_tanh_cell
 
 # --- the same function as nn.functional's, whose leading arguments are the top level's -------
 
