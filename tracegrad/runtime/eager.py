@@ -69,7 +69,8 @@ def run(prim: vocabulary.Primitive, arrays: list[np.ndarray], params: dict[str, 
             if a.size >= lowering.KERNEL_MIN:
                 break
         else:
-            return None
+            if not (_quiet and _small_kernel(prim, size, arrays)):
+                return None
     if prim in EXACT and not (_quiet and size >= EXACT_MIN and _floating(dtype, arrays)):
         return None
     if prim is P.astype and BFLOAT16 not in (dtype, arrays[0].dtype):  # `kernels.casts`' only
@@ -86,6 +87,17 @@ def run(prim: vocabulary.Primitive, arrays: list[np.ndarray], params: dict[str, 
     out = np.empty(shape, dtype)
     kernel(*arrays, out)
     return out
+
+
+def _small_kernel(prim: vocabulary.Primitive, size: int, arrays: list[np.ndarray]) -> bool:
+    """Whether a call under KERNEL_MIN takes its kernel as a plan's would: its generator's own
+    KERNEL_MIN allows it (a convolution's NumPy version is a call per tap or group whatever the
+    size). Asked once a kernel has loaded, so the compiler is imported: a small program never
+    loads Numba for its small ops."""
+    from tracegrad.compiler.kernels.native import GENERATORS
+
+    least = getattr(GENERATORS.get(prim), "KERNEL_MIN", lowering.KERNEL_MIN)
+    return max([size, *(a.size for a in arrays)]) >= least
 
 
 def run_group(key: tuple, size: int, group: Callable[[], tuple[list, list, list]],

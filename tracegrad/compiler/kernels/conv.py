@@ -56,6 +56,9 @@ from tracegrad.core.ir import Graph, Node
 
 OPS = {P.conv2d: "output", P.conv2d_input_grad: "input_grad", P.conv2d_weight_grad: "weight_grad"}
 DTYPES = ("float32", "float64")
+# a kernel at any size (`lowering`): the NumPy versions are a call per tap or per group whatever
+# the size (a depthwise 7 x 7 is 49 passes over windows a few elements wide)
+KERNEL_MIN = 0
 BLOCK_BYTES = 1 << 19  # a thread's columns and product: within its core's L2 cache
 MIN_COLUMNS = 256  # a block's product is at least this wide, even past BLOCK_BYTES
 
