@@ -223,5 +223,5 @@ def test_recurrent_cells_are_one_step_of_the_gates():
                                np.tanh(pre), rtol=1e-12)  # fmt: skip
     np.testing.assert_allclose(torch.rnn_relu_cell(t(x), t(h), t(w_ih[:4]), t(w_hh[:4])).numpy(),
                                np.maximum(pre, 0), rtol=1e-12)  # fmt: skip
-    with pytest.raises(AttributeError, match="torch._VF.no_such_function"):
+    with pytest.raises(AttributeError, match="no_such_function"):
         torch._VF.no_such_function  # noqa: B018

@@ -235,7 +235,6 @@ from tracegrad.frontend import torch_function as _torch_function  # noqa: E402
 from tracegrad.frontend.sparse import sparse_coo_tensor  # noqa: E402
 from tracegrad.torch import (  # noqa: E402 (the submodules read the names above)
     _C,
-    _VF,
     __config__,
     __future__,
     _aten,
@@ -311,6 +310,10 @@ quantization = _file_module(
     "`torch.quantization`: `torch.ao.quantization`'s first home",
     {name: getattr(ao.quantization, name) for name in ao.quantization.__all__},
 )
+# `torch._VF`: the top level by ATen's names, as PyTorch's own modules call it and code written
+# like them does (`_VF.lstm_cell(x, (h, c), w_ih, w_hh, b_ih, b_hh)`, `_VF.einsum`)
+_VF = _file_module(f"{__name__}._VF", "`torch._VF`: the top level's functions", {})
+_VF.__getattr__ = functools.partial(getattr, _sys.modules[__name__])
 
 
 def get_device_module(device: Any = None) -> Any:  # noqa: F811 (PyTorch's argument name)
