@@ -2,7 +2,8 @@
 layer norm, batch norm, log-softmax, softmax and cross-entropy, LSTM's and GRU's scans, matrix
 products), and of the elementwise ops whose NumPy versions are many passes (GELU's, SiLU's, the
 sigmoid's), run those kernels (a fused kernel of the one op, for the latter), where the call is
-large enough for a plan to run one (`lowering.KERNEL_MIN` elements); so does a small graph of
+large enough for a plan to run one (`lowering.KERNEL_MIN` elements; convolutions and
+max-pooling at any size once a kernel has loaded, `ANY_SIZE`); so does a small graph of
 elementwise ops a caller hands over whole (`run_group`: an optimizer's update). A signature's
 first calls run the op's NumPy version while a thread loads its kernel (compiled in child
 processes where Numba's disk cache lacks it, as a traced step's first calls do), the later ones
@@ -43,6 +44,13 @@ ELEMENTWISE = (P.gelu, P.gelu_slope, P.gelu_tanh, P.gelu_tanh_slope, P.silu, P.s
 EXACT = (P.add, P.sub, P.mul, P.div, P.neg, P.maximum, P.minimum, P.where, P.less, P.less_equal,
          P.greater, P.greater_equal, P.equal, P.not_equal)  # fmt: skip
 EXACT_MIN = 1 << 19
+# Ops whose NumPy versions are a pass per tap or group, whose fixed cost is many times a kernel's
+# call at any size (a depthwise 7 x 7 is 49 passes over windows a few elements wide): they take
+# their kernels at any size, as in plans, once a kernel has loaded (a small program never loads
+# Numba for its small ops). Not the others: small calls would round as kernels do, or as NumPy
+# does, by whether a large op ran before.
+ANY_SIZE = (P.conv2d, P.conv2d_input_grad, P.conv2d_weight_grad, P.max_pool2d_argmax,
+            P.max_pool2d, P.max_pool2d_scatter, P.max_pool2d_gather)  # fmt: skip
 _LOADING = None  # a signature whose kernel is loading, or that has none
 _kernels: dict[tuple, Callable | None] = {}
 _requests: queue.Queue = queue.Queue()
@@ -69,7 +77,7 @@ def run(prim: vocabulary.Primitive, arrays: list[np.ndarray], params: dict[str, 
             if a.size >= lowering.KERNEL_MIN:
                 break
         else:
-            if not (_quiet and _small_kernel(prim, size, arrays)):
+            if not (_quiet and prim in ANY_SIZE):
                 return None
     if prim in EXACT and not (_quiet and size >= EXACT_MIN and _floating(dtype, arrays)):
         return None
@@ -87,17 +95,6 @@ def run(prim: vocabulary.Primitive, arrays: list[np.ndarray], params: dict[str, 
     out = np.empty(shape, dtype)
     kernel(*arrays, out)
     return out
-
-
-def _small_kernel(prim: vocabulary.Primitive, size: int, arrays: list[np.ndarray]) -> bool:
-    """Whether a call under KERNEL_MIN takes its kernel as a plan's would: its generator's own
-    KERNEL_MIN allows it (a convolution's NumPy version is a call per tap or group whatever the
-    size). Asked once a kernel has loaded, so the compiler is imported: a small program never
-    loads Numba for its small ops."""
-    from tracegrad.compiler.kernels.native import GENERATORS
-
-    least = getattr(GENERATORS.get(prim), "KERNEL_MIN", lowering.KERNEL_MIN)
-    return max([size, *(a.size for a in arrays)]) >= least
 
 
 def run_group(key: tuple, size: int, group: Callable[[], tuple[list, list, list]],

@@ -35,6 +35,9 @@ from tracegrad.core import primitives as P
 from tracegrad.core.ir import Node
 
 OPS = {P.attention: "output", P.attention_grad: "grads"}
+# a kernel at any size (`lowering`): the NumPy versions are a product, a softmax and a product
+# (backward more), each several calls; the kernel is as fast on the smallest heads
+KERNEL_MIN = 0
 STRIDED = True  # reads operands where they lie (`lowering._slices_copied`)
 DTYPES = ("float32", "float64")
 

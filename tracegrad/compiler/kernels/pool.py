@@ -37,6 +37,9 @@ OPS = {  # the op of each primitive, and its kernel's arrays (inputs, then outpu
     P.max_pool2d_scatter: ("scatter", ("g", "idx", "gx")),
 }
 DTYPES = ("float32", "float64")
+# a kernel at any size (`lowering`): the NumPy versions are a pass per tap, whose fixed cost
+# alone is many times a small kernel's call
+KERNEL_MIN = 0
 GEOMETRY = ("kernel", "stride", "padding", "dilation")
 # No fastmath flags: they would not speed up comparisons and selects, and "nnan" would drop
 # NaN propagation.
