@@ -206,6 +206,15 @@ def print_ratios(results: list[dict], method: str = "tg-traced") -> None:
                   f"(median {statistics.median(ratios):.2f})")  # fmt: skip
 
 
+def print_summary(summary: list[tuple[str, float]], column: str) -> None:
+    """One row a model (its name, its median ratio: `column`) and their geometric mean."""
+    print(f"\n| model | {column} |\n| --- | ---: |")
+    for name, ratio in summary:
+        print(f"| {name} | {ratio:.2f} |")
+    if summary:
+        print(f"| geometric mean | {statistics.geometric_mean(r for _, r in summary):.2f} |")
+
+
 # --- child side ---------------------------------------------------------------------------------
 
 

@@ -36,6 +36,7 @@ from harness import (  # noqa: E402
     blas_info,
     method_env,
     paired,
+    print_summary,
     print_table,
     run_marked,
     run_rounds,
@@ -622,12 +623,7 @@ def main() -> None:
         ratios = paired(results, "tg-traced", ("torch",))
         if ratios:
             summary.append((name, statistics.median(ratios)))
-    print("\n| model | tg-traced / PyTorch eager (median of rounds) |\n| --- | ---: |")
-    for name, ratio in summary:
-        print(f"| {name} | {ratio:.2f} |")
-    if summary:
-        geomean = math.exp(statistics.fmean(math.log(r) for _, r in summary))
-        print(f"| geometric mean | {geomean:.2f} |")
+    print_summary(summary, "tg-traced / PyTorch eager (median of rounds)")
     print("\nBLAS: " + "; ".join(blas_info()))
 
 
