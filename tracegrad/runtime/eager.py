@@ -2,8 +2,8 @@
 layer norm, batch norm, log-softmax, softmax and cross-entropy, LSTM's and GRU's scans, matrix
 products), and of the elementwise ops whose NumPy versions are many passes (GELU's, SiLU's, the
 sigmoid's), run those kernels (a fused kernel of the one op, for the latter), where the call is
-large enough for a plan to run one (`lowering.KERNEL_MIN` elements; convolutions and
-max-pooling at any size once a kernel has loaded, `ANY_SIZE`); so does a small graph of
+large enough for a plan to run one (`lowering.KERNEL_MIN` elements; max-pooling and grouped
+convolutions at any size once a kernel has loaded: `POOLING`); so does a small graph of
 elementwise ops a caller hands over whole (`run_group`: an optimizer's update). A signature's
 first calls run the op's NumPy version while a thread loads its kernel (compiled in child
 processes where Numba's disk cache lacks it, as a traced step's first calls do), the later ones
@@ -44,13 +44,14 @@ ELEMENTWISE = (P.gelu, P.gelu_slope, P.gelu_tanh, P.gelu_tanh_slope, P.silu, P.s
 EXACT = (P.add, P.sub, P.mul, P.div, P.neg, P.maximum, P.minimum, P.where, P.less, P.less_equal,
          P.greater, P.greater_equal, P.equal, P.not_equal)  # fmt: skip
 EXACT_MIN = 1 << 19
-# Ops whose NumPy versions are a pass per tap or group, whose fixed cost is many times a kernel's
-# call at any size (a depthwise 7 x 7 is 49 passes over windows a few elements wide): they take
-# their kernels at any size, as in plans, once a kernel has loaded (a small program never loads
-# Numba for its small ops). Not the others: small calls would round as kernels do, or as NumPy
-# does, by whether a large op ran before.
-ANY_SIZE = (P.conv2d, P.conv2d_input_grad, P.conv2d_weight_grad, P.max_pool2d_argmax,
-            P.max_pool2d, P.max_pool2d_scatter, P.max_pool2d_gather)  # fmt: skip
+# Ops whose NumPy versions are a pass per tap or a call per group, whose fixed cost is many
+# times a kernel's call at any size (a depthwise 7 x 7 is 49 passes over windows a few elements
+# wide): max-pooling, and convolutions of several groups. They take their kernels at any size, as
+# in plans, once a kernel has loaded (a small program never loads Numba for its small ops). Not
+# the others: a small call would round as the kernel does or as NumPy does by whether its kernel
+# had loaded yet.
+POOLING = (P.max_pool2d_argmax, P.max_pool2d, P.max_pool2d_scatter, P.max_pool2d_gather)
+CONVOLUTIONS = (P.conv2d, P.conv2d_input_grad, P.conv2d_weight_grad)
 _LOADING = None  # a signature whose kernel is loading, or that has none
 _kernels: dict[tuple, Callable | None] = {}
 _requests: queue.Queue = queue.Queue()
@@ -77,7 +78,7 @@ def run(prim: vocabulary.Primitive, arrays: list[np.ndarray], params: dict[str, 
             if a.size >= lowering.KERNEL_MIN:
                 break
         else:
-            if not (_quiet and prim in ANY_SIZE):
+            if not (_quiet and _any_size(prim, params)):
                 return None
     if prim in EXACT and not (_quiet and size >= EXACT_MIN and _floating(dtype, arrays)):
         return None
@@ -95,6 +96,10 @@ def run(prim: vocabulary.Primitive, arrays: list[np.ndarray], params: dict[str, 
     out = np.empty(shape, dtype)
     kernel(*arrays, out)
     return out
+
+
+def _any_size(prim: vocabulary.Primitive, params: dict[str, Any]) -> bool:
+    return prim in POOLING or (prim in CONVOLUTIONS and params["groups"] > 1)
 
 
 def run_group(key: tuple, size: int, group: Callable[[], tuple[list, list, list]],
