@@ -371,6 +371,7 @@ class RNNCell(RNNCellBase):
 
     def forward(self, input: Any, hx: Any = None) -> Tensor:
         x, (h,), batched = self._prepare(input, hx, 1)
+        _activation(self.nonlinearity)  # refuses a name set since
         cell = rnn_tanh_cell if self.nonlinearity == "tanh" else rnn_relu_cell
         return _unbatch(cell(x, h, self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh),
                         batched)  # fmt: skip
@@ -394,52 +395,29 @@ class GRUCell(RNNCellBase):
                                  self.bias_hh), batched)  # fmt: skip
 
 
-def lstm_cell(
-    input: Tensor,
-    hx: tuple[Tensor, Tensor],
-    w_ih: Tensor,
-    w_hh: Tensor,
-    b_ih: Tensor | None = None,
-    b_hh: Tensor | None = None,
-) -> tuple[Tensor, Tensor]:
+def lstm_cell(input: Tensor, hx: tuple[Tensor, Tensor], w_ih: Tensor, w_hh: Tensor,
+              b_ih: Tensor | None = None,
+              b_hh: Tensor | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
     """PyTorch's `torch.lstm_cell`: one step of (N, H_in) from the states (h, c), each (N, H).
     The gates' math as ops, which a plan fuses into one kernel a step: a one-step `lstm_scan`
     runs its NumPy version (written for many steps) wherever a plan has no kernels."""
     return _lstm_step(_input_part(input, w_ih, b_ih), *hx, w_hh.T, b_hh)
 
 
-def gru_cell(
-    input: Tensor,
-    hx: Tensor,
-    w_ih: Tensor,
-    w_hh: Tensor,
-    b_ih: Tensor | None = None,
-    b_hh: Tensor | None = None,
-) -> Tensor:
+def gru_cell(input: Tensor, hx: Tensor, w_ih: Tensor, w_hh: Tensor, b_ih: Tensor | None = None,
+             b_hh: Tensor | None = None) -> Tensor:  # fmt: skip
     """PyTorch's `torch.gru_cell`: one step (see `lstm_cell`)."""
     return _gru_step(_input_part(input, w_ih, b_ih), hx, w_hh.T, b_hh)
 
 
-def rnn_tanh_cell(
-    input: Tensor,
-    hx: Tensor,
-    w_ih: Tensor,
-    w_hh: Tensor,
-    b_ih: Tensor | None = None,
-    b_hh: Tensor | None = None,
-) -> Tensor:
+def rnn_tanh_cell(input: Tensor, hx: Tensor, w_ih: Tensor, w_hh: Tensor,
+                  b_ih: Tensor | None = None, b_hh: Tensor | None = None) -> Tensor:  # fmt: skip
     """PyTorch's `torch.rnn_tanh_cell`: tanh(x W_ih^T + b_ih + h W_hh^T + b_hh)."""
     return _rnn_step(_input_part(input, w_ih, b_ih), hx, w_hh.T, b_hh, P.tanh)
 
 
-def rnn_relu_cell(
-    input: Tensor,
-    hx: Tensor,
-    w_ih: Tensor,
-    w_hh: Tensor,
-    b_ih: Tensor | None = None,
-    b_hh: Tensor | None = None,
-) -> Tensor:
+def rnn_relu_cell(input: Tensor, hx: Tensor, w_ih: Tensor, w_hh: Tensor,
+                  b_ih: Tensor | None = None, b_hh: Tensor | None = None) -> Tensor:  # fmt: skip
     """PyTorch's `torch.rnn_relu_cell`: relu(x W_ih^T + b_ih + h W_hh^T + b_hh)."""
     return _rnn_step(_input_part(input, w_ih, b_ih), hx, w_hh.T, b_hh, F.relu)
 
