@@ -215,6 +215,65 @@ def print_summary(summary: list[tuple[str, float]], column: str) -> None:
         print(f"| geometric mean | {statistics.geometric_mean(r for _, r in summary):.2f} |")
 
 
+def model_parser(
+    doc: str, models: Sequence[str], methods: Sequence[str]
+) -> argparse.ArgumentParser:
+    """The arguments of a script that trains models a step on tracegrad and PyTorch, each method
+    in a child of its own (`compare_models`); `--profile` reports a traced step instead."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--child", nargs=2, metavar=("METHOD", "MODEL"))
+    parser.add_argument("--models", nargs="+", choices=list(models), default=list(models))
+    parser.add_argument("--methods", nargs="+", choices=methods, default=["tg-traced", "torch"])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=15, help="timed steps per child, at most")
+    parser.add_argument("--budget", type=float, default=10.0, help="seconds of timed steps")
+    parser.add_argument("--profile", choices=list(models), help="where the traced step's time "
+                        "goes, instead (zoo.py's report)")  # fmt: skip
+    return parser
+
+
+def compare_models(script: str, args: argparse.Namespace, about: Callable[[str], str],
+                   extra: Sequence[str] = ()) -> None:  # fmt: skip
+    """`script --child METHOD MODEL` for each of `args.models` and `args.methods`, in rounds: a
+    table per model (headed by `about(model)`), then traced / PyTorch eager per model and their
+    geometric mean; `extra` arguments go to every child."""
+    summary = []
+    for name in args.models:
+
+        def measure(method: str, env: dict, first_only: bool, name: str = name) -> dict:
+            cmd = [sys.executable, script, "--child", method, name, "--steps",
+                   str(0 if first_only else args.steps), "--budget", str(args.budget),
+                   *extra]  # fmt: skip
+            return run_marked(cmd, method_env(method, env))
+
+        results = run_rounds(measure, args.methods, args.rounds)
+        print(f"\n### {name}: {about(name)}\n")
+        print_table(results)
+        ratios = paired(results, "tg-traced", ("torch",))
+        if ratios:
+            summary.append((name, statistics.median(ratios)))
+    print_summary(summary, "tg-traced / PyTorch eager (median of rounds)")
+    print("\nBLAS: " + "; ".join(blas_info()))
+
+
+def runnable(method: str, step: Callable[..., Any], args: tuple) -> Callable[[], float]:
+    """`run()`: `step(*args)`'s loss as a float. A traced step's also has `traced`,
+    `wait_for_kernels` and `arguments` (for its profile), an eager one's `wait_for_kernels`
+    (its kernels load while the first steps run NumPy, as in zoo.py)."""
+
+    def run() -> float:
+        return float(step(*args).detach())
+
+    if method == "tg-traced":
+        run.traced, run.wait_for_kernels = step, step.wait_for_kernels
+        run.arguments = lambda: args
+    elif method == "tg-eager":
+        from tracegrad.runtime.eager import wait_for_kernels
+
+        run.wait_for_kernels = wait_for_kernels
+    return run
+
+
 # --- child side ---------------------------------------------------------------------------------
 
 

@@ -19,11 +19,9 @@ models whose weights, data and losses are shared exactly."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
-import statistics
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -33,13 +31,9 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (  # noqa: E402
     MARK,
-    blas_info,
-    method_env,
-    paired,
-    print_summary,
-    print_table,
-    run_marked,
-    run_rounds,
+    compare_models,
+    model_parser,
+    runnable,
     time_step,
 )
 
@@ -572,31 +566,12 @@ def build(method: str, name: str, dtype: str = "float32") -> Callable[[], float]
     torch.set_default_dtype(torch.float32)
     if method == "tg-traced":
         step = torch.compile(step)
-
-    def run() -> float:
-        return float(step(*args).detach())
-
-    if method == "tg-traced":
-        run.traced, run.wait_for_kernels = step, step.wait_for_kernels
-        run.arguments = lambda: args  # for its profile
-    elif method == "tg-eager":  # kernels load while the first steps run NumPy (as in zoo.py)
-        from tracegrad.runtime.eager import wait_for_kernels
-
-        run.wait_for_kernels = wait_for_kernels
-    return run
+    return runnable(method, step, args)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--child", nargs=2, metavar=("METHOD", "MODEL"))
-    parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
-    parser.add_argument("--methods", nargs="+", choices=METHODS, default=["tg-traced", "torch"])
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=15, help="timed steps per child, at most")
-    parser.add_argument("--budget", type=float, default=10.0, help="seconds of timed steps")
+    parser = model_parser(__doc__, MODELS, METHODS)
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
-    parser.add_argument("--profile", choices=list(MODELS), help="where the traced step's time "
-                        "goes, instead (zoo.py's report)")  # fmt: skip
     args = parser.parse_args()
     if args.profile:
         from zoo import profile_run
@@ -606,25 +581,11 @@ def main() -> None:
         result = time_step(build(*args.child, args.dtype), args.steps, args.budget)
         print(MARK + json.dumps(result))
         return
-    summary = []
-    for name in args.models:
 
-        def measure(method: str, env: dict, first_only: bool, name: str = name) -> dict:
-            steps = 0 if first_only else args.steps
-            cmd = [sys.executable, os.path.abspath(__file__), "--child", method, name,
-                   "--steps", str(steps), "--budget", str(args.budget),
-                   "--dtype", args.dtype]  # fmt: skip
-            return run_marked(cmd, method_env(method, env))
+    def about(name: str) -> str:
+        return " ".join(MODELS[name].__doc__.split()).split(";")[0]
 
-        results = run_rounds(measure, args.methods, args.rounds)
-        about = " ".join(MODELS[name].__doc__.split()).split(";")[0]
-        print(f"\n### {name}: {about}\n")
-        print_table(results)
-        ratios = paired(results, "tg-traced", ("torch",))
-        if ratios:
-            summary.append((name, statistics.median(ratios)))
-    print_summary(summary, "tg-traced / PyTorch eager (median of rounds)")
-    print("\nBLAS: " + "; ".join(blas_info()))
+    compare_models(os.path.abspath(__file__), args, about, ["--dtype", args.dtype])
 
 
 if __name__ == "__main__":
