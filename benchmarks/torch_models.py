@@ -29,13 +29,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (  # noqa: E402
-    MARK,
-    compare_models,
-    model_parser,
-    runnable,
-    time_step,
-)
+from harness import MARK, compare_models, model_parser, runnable, time_step  # noqa: E402
 
 Built = tuple[Callable[..., Any], tuple]  # the step and its arguments
 
