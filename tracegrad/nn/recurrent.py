@@ -249,9 +249,7 @@ class RNNBase(Module):
         steps past its end: forward its last valid state, backward the initial one until its
         end (PyTorch's packed semantics; the outputs there are never read)."""
         w_ih, w_hh_t, b_ih, b_hh, w_hr_t = self._weights(layer, suffix)
-        x_parts = matmul(x, w_ih.T)  # every step's and gate's input part: one GEMM
-        if b_ih is not None:
-            x_parts = x_parts + b_ih
+        x_parts = _input_part(x, w_ih, b_ih)  # every step's and gate's: one GEMM
         if b_hh is not None and self.mode != "GRU":  # hoisted too: outside GRU's r * (...)
             x_parts, b_hh = x_parts + b_hh, None
         if self.mode == "LSTM" and w_hr_t is None and lengths is None:  # one op (`lstm_scan`)
@@ -371,10 +369,9 @@ class RNNCell(RNNCellBase):
 
     def forward(self, input: Any, hx: Any = None) -> Tensor:
         x, (h,), batched = self._prepare(input, hx, 1)
-        _activation(self.nonlinearity)  # refuses a name set since
-        cell = rnn_tanh_cell if self.nonlinearity == "tanh" else rnn_relu_cell
-        return _unbatch(cell(x, h, self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh),
-                        batched)  # fmt: skip
+        h = _rnn_step(_input_part(x, self.weight_ih, self.bias_ih), h, self.weight_hh.T,
+                      self.bias_hh, _activation(self.nonlinearity))  # fmt: skip
+        return _unbatch(h, batched)
 
 
 class LSTMCell(RNNCellBase):

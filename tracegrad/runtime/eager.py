@@ -3,7 +3,7 @@ layer norm, batch norm, log-softmax, softmax and cross-entropy, LSTM's and GRU's
 products), and of the elementwise ops whose NumPy versions are many passes (GELU's, SiLU's, the
 sigmoid's), run those kernels (a fused kernel of the one op, for the latter), where the call is
 large enough for a plan to run one (`lowering.KERNEL_MIN` elements; max-pooling and grouped
-convolutions at any size once a kernel has loaded: `POOLING`); so does a small graph of
+convolutions at any size once a kernel has loaded: `_any_size`); so does a small graph of
 elementwise ops a caller hands over whole (`run_group`: an optimizer's update). A signature's
 first calls run the op's NumPy version while a thread loads its kernel (compiled in child
 processes where Numba's disk cache lacks it, as a traced step's first calls do), the later ones
